@@ -1,0 +1,38 @@
+# `make train` and `make test` set up .venv on first use, then run.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# CPU wheel of torch unless told otherwise; point TORCH_INDEX_URL at
+# https://download.pytorch.org/whl/cpu on a machine whose pip would pull CUDA wheels.
+TORCH_INDEX_URL ?=
+PIP_QUIET := --quiet --disable-pip-version-check
+
+.PHONY: setup train test test-all lint bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install $(PIP_QUIET) torch==2.13.0 $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) 2>&1 | grep -v "is ignored" || true
+	$(BIN)/python -c "import torch" 
+	$(BIN)/pip install $(PIP_QUIET) -e '.[dev]' 2>&1 | grep -v "is ignored" || true
+	$(BIN)/python -c "import cloudlstm, lightning, hydra, wandb, numba"
+	touch $@
+
+train: setup
+	$(BIN)/python train.py $(ARGS)
+
+test: setup
+	$(BIN)/python -m pytest $(ARGS)
+
+test-all: setup
+	$(BIN)/python -m pytest -m "slow or not slow" $(ARGS)
+
+lint: setup
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+bench: setup
+	$(BIN)/python benchmarks/bench_dconv.py
+
+clean:
+	rm -rf outputs/runs outputs/multiruns .pytest_cache
