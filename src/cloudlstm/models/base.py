@@ -1,0 +1,38 @@
+"""What every forecaster shares: the interface and the raw-data -> point-cloud step."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def values_to_cloud(values: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
+    """Turn C measured variables into C point-cloud channels sharing the points' coordinates.
+
+    values ``(..., N, C)``, coords ``(B, N, L)`` with ``...`` = ``B`` or ``B, T``
+    -> ``(..., N, C, 1+L)``: per channel, one value feature then the L coordinates.
+    """
+    while coords.dim() < values.dim():
+        coords = coords.unsqueeze(1)  # broadcast over time
+    placed = coords.unsqueeze(-2).expand(*values.shape, coords.shape[-1])
+    return torch.cat([values.unsqueeze(-1), placed], dim=-1)
+
+
+class Forecaster(nn.Module):
+    """Base class: ``forward(x (B, M, N, C), coords (B, N, L)) -> (B, J, N, C)``.
+
+    Subclasses set ``output_steps`` (J) and may override :meth:`check_input`.
+    """
+
+    output_steps: int
+
+    def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
+        if x.dim() != 4 or coords.dim() != 3 or x.shape[0] != coords.shape[0]:
+            raise ValueError(
+                f"expected x (B, M, N, C) and coords (B, N, L), got {tuple(x.shape)} and "
+                f"{tuple(coords.shape)}"
+            )
+        if x.shape[2] != coords.shape[1]:
+            raise ValueError(
+                f"x has {x.shape[2]} points but coords has {coords.shape[1]}: they must match."
+            )

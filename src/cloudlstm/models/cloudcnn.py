@@ -1,0 +1,53 @@
+"""CloudCNN: the paper's stacked-DConv benchmark (appendix: eight DConv layers, 36 ch, K=9)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from cloudlstm.models.base import Forecaster, values_to_cloud
+from cloudlstm.nn import DConv, check_k
+
+
+class CloudCNN(Forecaster):
+    """Stacked DConv layers over the whole input window, all J steps output at once.
+
+    Each (input step, measured channel) pair is one input point-cloud channel (M*C
+    channels); ``num_layers`` hidden DConv layers of ``hidden_channels`` follow, with a
+    ReLU on the value features between layers (coordinates already pass through the
+    DConv sigmoid); a final DConv maps to J*C channels whose values are the forecast.
+
+    ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``.
+    """
+
+    def __init__(
+        self,
+        num_channels: int,
+        input_steps: int,
+        output_steps: int,
+        k: int = 9,
+        hidden_channels: int = 36,
+        num_layers: int = 8,
+        coord_features: int = 2,
+    ) -> None:
+        super().__init__()
+        self.output_steps = output_steps
+        self.num_channels = num_channels
+        self.k = k
+        widths = [input_steps * num_channels] + [hidden_channels] * num_layers
+        self.layers = nn.ModuleList(
+            DConv(a, b, k, coord_features=coord_features)
+            for a, b in zip(widths[:-1], widths[1:], strict=True)
+        )
+        self.head = DConv(widths[-1], output_steps * num_channels, k, coord_features=coord_features)
+
+    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
+        self.check_input(x, coords)
+        check_k(self.k, x.shape[2])
+        b, m, n, c = x.shape
+        cloud = values_to_cloud(x.permute(0, 2, 1, 3).reshape(b, n, m * c), coords)
+        for layer in self.layers:
+            cloud = layer(cloud)
+            cloud = torch.cat([torch.relu(cloud[..., :1]), cloud[..., 1:]], dim=-1)
+        out = self.head(cloud)[..., 0]  # (B, N, J*C)
+        return out.view(b, n, self.output_steps, self.num_channels).permute(0, 2, 1, 3)

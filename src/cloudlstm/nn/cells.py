@@ -1,0 +1,131 @@
+"""CloudLSTM, CloudGRU and CloudRNN cells: the paper's Eq. (3) with DConv in place of
+convolution.
+
+All tensors are point clouds ``(B, N, U, H+L)`` (see :mod:`cloudlstm.nn.dconv`). The
+hidden state carries values *and* coordinates per channel, so the neighbour sets of the
+hidden channels are recomputed at every step from the state's own coordinates.
+
+Gates use the simplified DConv (no sigmoid on coordinates) because sigmoid is applied to
+the whole gate; candidate states use the full DConv, sigmoid on coordinates, then tanh.
+Because a DConv sums over input channels, each with its own neighbours, the paper's
+``W_s * S_t + W_h * H_{t-1}`` is exactly one DConv over the channel concatenation
+``[S_t; H_{t-1}]``: one neighbour search, one gather and one matmul for all gates.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from cloudlstm.nn.dconv import DConv
+
+State = tuple[torch.Tensor, ...]
+
+
+class CloudCell(nn.Module):
+    """Common constructor arguments and state initialisation of the three cells."""
+
+    num_gates: int = 1
+    num_states: int = 1
+
+    def __init__(
+        self,
+        input_channels: int,
+        hidden_channels: int,
+        k: int,
+        value_features: int = 1,
+        coord_features: int = 2,
+    ) -> None:
+        super().__init__()
+        self.input_channels = input_channels
+        self.hidden_channels = hidden_channels
+        self.k = k
+        self.value_features = value_features
+        self.coord_features = coord_features
+
+    def _dconv(self, out_gates: int, coord_activation: bool) -> DConv:
+        return DConv(
+            self.input_channels + self.hidden_channels,
+            out_gates * self.hidden_channels,
+            self.k,
+            self.value_features,
+            self.coord_features,
+            coord_activation=coord_activation,
+        )
+
+    def _candidate(self, z: torch.Tensor) -> torch.Tensor:
+        """tanh of a full DConv output whose coordinates have not had their sigmoid yet."""
+        h = self.value_features
+        return torch.tanh(torch.cat([z[..., :h], torch.sigmoid(z[..., h:])], dim=-1))
+
+    def initial_state(self, coords: torch.Tensor) -> State:
+        """Zero values, every hidden channel placed at the input points' coordinates.
+
+        coords ``(B, N, L)`` -> tuple of ``(B, N, U_h, H+L)``. Zero coordinates would put
+        every point at the origin: the first neighbour search would see only ties and
+        the model would no longer be permutation-equivariant. Memory states (LSTM ``C``)
+        start at zero.
+        """
+        b, n, _ = coords.shape
+        values = coords.new_zeros(b, n, self.hidden_channels, self.value_features)
+        placed = coords[:, :, None, :].expand(b, n, self.hidden_channels, -1)
+        hidden = torch.cat([values, placed], dim=-1)
+        return (hidden,) + tuple(torch.zeros_like(hidden) for _ in range(self.num_states - 1))
+
+
+class CloudLSTMCell(CloudCell):
+    """``(B, N, U_in, F)`` input and ``(H, C)`` state -> new hidden ``(B, N, U_h, F)``."""
+
+    num_states = 2
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.gates = self._dconv(4, coord_activation=False)
+
+    def forward(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        hidden, memory = state
+        z = self.gates(torch.cat([x, hidden], dim=2))
+        i, f, o, g = z.chunk(4, dim=2)
+        memory = torch.sigmoid(f) * memory + torch.sigmoid(i) * self._candidate(g)
+        hidden = torch.sigmoid(o) * torch.tanh(memory)
+        return hidden, (hidden, memory)
+
+
+class CloudGRUCell(CloudCell):
+    """ConvGRU with DConv: ``z, r = sigma(W * [S; H])``,
+    ``H~ = tanh(W_c * [S; r . H])``, ``H' = (1 - z) . H + z . H~``.
+
+    The reset gate scales the hidden coordinates as well, so the candidate's neighbours
+    are searched in ``r . H`` - the literal reading of "DConv in place of convolution".
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.gates = self._dconv(2, coord_activation=False)
+        self.candidate = self._dconv(1, coord_activation=False)
+
+    def forward(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        (hidden,) = state
+        update, reset = torch.sigmoid(self.gates(torch.cat([x, hidden], dim=2))).chunk(2, dim=2)
+        candidate = self._candidate(self.candidate(torch.cat([x, reset * hidden], dim=2)))
+        hidden = (1 - update) * hidden + update * candidate
+        return hidden, (hidden,)
+
+
+class CloudRNNCell(CloudCell):
+    """Vanilla RNN with DConv: ``H' = tanh(W * [S; H])``."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.transition = self._dconv(1, coord_activation=False)
+
+    def forward(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        hidden = self._candidate(self.transition(torch.cat([x, state[0]], dim=2)))
+        return hidden, (hidden,)
+
+
+CELLS: dict[str, type[CloudCell]] = {
+    "lstm": CloudLSTMCell,
+    "gru": CloudGRUCell,
+    "rnn": CloudRNNCell,
+}

@@ -1,0 +1,129 @@
+"""Dynamic point-cloud convolution (DConv), Zhang et al. AAAI 2021, Eq. (2) and Alg. 1.
+
+Point-cloud tensors are laid out points-major, ``(B, N, U, F)``: B samples, N points,
+U channels, F = H + L features per point and channel (H values, then L coordinates).
+Each channel carries its own coordinates, so neighbour sets differ per channel.
+Points-major means the gathered neighbourhoods are already the rows of one matrix
+product ``(B*N, U_in*K*F_in) @ (U_in*K*F_in, U_out*F_out)`` and the result needs no
+transpose: the matmul is the floor of the operator's cost.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from cloudlstm.nn.knn import check_k, knn
+
+
+def channel_neighbours(cloud: torch.Tensor, k: int, value_features: int) -> torch.Tensor:
+    """K nearest neighbours of every point, separately for every channel.
+
+    Args:
+        cloud: ``(B, N, U, H+L)`` point cloud; the last L features are coordinates.
+        k: neighbours per point, the point itself first.
+        value_features: H.
+
+    Returns:
+        ``(B, N, U, K)`` int64 indices into the N points of the same sample and channel.
+    """
+    coords = cloud[..., value_features:].transpose(1, 2)  # (B, U, N, L): one cloud per row
+    return knn(coords, k).permute(0, 2, 1, 3)
+
+
+def gather_neighbourhoods(cloud: torch.Tensor, neighbours: torch.Tensor) -> torch.Tensor:
+    """Gather every point's per-channel neighbourhood into one row.
+
+    Args:
+        cloud: ``(B, N, U, F)``.
+        neighbours: ``(B, N, U, K)`` indices into N.
+
+    Returns:
+        ``(B*N, U*K*F)``: row ``b*N + n`` holds, channel by channel and neighbour by
+        neighbour (nearest first), the F features of that neighbour in that channel.
+    """
+    b, n, u, f = cloud.shape
+    k = neighbours.shape[-1]
+    # Flat row of (sample, point, channel) in cloud.reshape(B*N*U, F).
+    channel = torch.arange(u, device=cloud.device).view(1, 1, u, 1)
+    sample = torch.arange(b, device=cloud.device).view(b, 1, 1, 1) * (n * u)
+    rows = (neighbours * u + channel + sample).reshape(-1)
+    return cloud.reshape(b * n * u, f).index_select(0, rows).view(b * n, u * k * f)
+
+
+class DConv(nn.Module):
+    """Dynamic point-cloud convolution.
+
+    For every point and input channel, gathers the point's K nearest neighbours in that
+    channel's own coordinates (the point itself first, then by distance) and weights
+    all their value and coordinate features with a weight tensor of shape
+    ``(U_in, K, H_in+L, H_out+L, U_out)`` shared across points, plus a bias per output
+    channel and feature. A sigmoid keeps output coordinates in (0, 1); gate computations
+    use the "simplified DConv" without it (``coord_activation=False``).
+
+    Input ``(B, N, U_in, H_in+L)`` -> output ``(B, N, U_out, H_out+L)``; N is preserved.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        k: int,
+        value_features: int = 1,
+        coord_features: int = 2,
+        out_value_features: int | None = None,
+        coord_activation: bool = True,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.k = k
+        self.value_features = value_features
+        self.coord_features = coord_features
+        self.out_value_features = out_value_features or value_features
+        self.coord_activation = coord_activation
+        f_in = value_features + coord_features
+        f_out = self.out_value_features + coord_features
+        self.weight = nn.Parameter(torch.empty(in_channels, k, f_in, f_out, out_channels))
+        self.bias = nn.Parameter(torch.zeros(out_channels, f_out)) if bias else None
+        # LeCun uniform (unit variance gain): the default conv init shrinks activations
+        # ~3x per DConv, and a CloudLSTM stacks several DConvs per step.
+        bound = math.sqrt(3.0 / (in_channels * k * f_in))
+        nn.init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            nn.init.uniform_(self.bias, -bound, bound)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.in_channels}, {self.out_channels}, k={self.k}, "
+            f"H={self.value_features}->{self.out_value_features}, L={self.coord_features}, "
+            f"coord_activation={self.coord_activation}"
+        )
+
+    def forward(self, cloud: torch.Tensor, neighbours: torch.Tensor | None = None) -> torch.Tensor:
+        """cloud ``(B, N, U_in, F_in)``, optional precomputed ``(B, N, U_in, K)`` neighbours
+        -> ``(B, N, U_out, F_out)``."""
+        b, n, u, f = cloud.shape
+        if u != self.in_channels or f != self.value_features + self.coord_features:
+            raise ValueError(
+                f"DConv expects a point cloud (B, N, U={self.in_channels}, "
+                f"F={self.value_features + self.coord_features}), got {tuple(cloud.shape)}."
+            )
+        if neighbours is None:
+            check_k(self.k, n)
+            neighbours = channel_neighbours(cloud, self.k, self.value_features)
+        rows = gather_neighbourhoods(cloud, neighbours)  # (B*N, U_in*K*F_in)
+        # (U_in, K, F_in, F_out, U_out) -> (U_in*K*F_in, U_out*F_out), matching the rows.
+        weight = self.weight.transpose(3, 4).reshape(rows.shape[1], -1)
+        if self.bias is None:
+            out = rows @ weight
+        else:
+            out = torch.addmm(self.bias.reshape(-1), rows, weight)
+        out = out.view(b, n, self.out_channels, -1)
+        if not self.coord_activation:
+            return out
+        h = self.out_value_features
+        return torch.cat([out[..., :h], torch.sigmoid(out[..., h:])], dim=-1)

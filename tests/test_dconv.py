@@ -1,0 +1,103 @@
+"""DConv against a direct reading of the paper's Eq. (2), and its defining properties."""
+
+import pytest
+import torch
+
+from cloudlstm.nn import DConv, NeighbourCountError, channel_neighbours
+
+
+def dconv_loop(layer: DConv, cloud: torch.Tensor) -> torch.Tensor:
+    """Eq. (2) written as loops: for each sample, output channel j, point n and output
+    feature m', sum over input channels i, neighbours k (nearest first, self first) and
+    input features m of w[i, k, m, m', j] * feature m of neighbour k in channel i."""
+    b, n, u_in, f_in = cloud.shape
+    w = layer.weight
+    out = torch.zeros(b, n, layer.out_channels, w.shape[3])
+    for s in range(b):
+        for i in range(u_in):
+            pts = cloud[s, :, i, layer.value_features :]
+            dist = ((pts[:, None] - pts[None]) ** 2).sum(-1)
+            for p in range(n):
+                d = dist[p].clone()
+                d[p] = -1  # self first
+                order = sorted(range(n), key=lambda q: (d[q].item(), q))[: layer.k]
+                for k, q in enumerate(order):
+                    out[s, p] += torch.einsum("m,mao->oa", cloud[s, q, i], w[i, k])
+    out = out + layer.bias
+    h = layer.out_value_features
+    if layer.coord_activation:
+        out[..., h:] = torch.sigmoid(out[..., h:])
+    return out
+
+
+@pytest.mark.parametrize("coord_activation", [True, False])
+@pytest.mark.parametrize("value_features,coord_features", [(1, 2), (2, 3)])
+def test_matches_equation_loop(coord_activation, value_features, coord_features):
+    torch.manual_seed(0)
+    layer = DConv(
+        3,
+        2,
+        k=4,
+        value_features=value_features,
+        coord_features=coord_features,
+        coord_activation=coord_activation,
+    )
+    cloud = torch.rand(2, 7, 3, value_features + coord_features)
+    torch.testing.assert_close(layer(cloud), dconv_loop(layer, cloud), rtol=1e-5, atol=1e-5)
+
+
+def test_weight_shape_is_the_papers():
+    layer = DConv(5, 7, k=9, value_features=1, coord_features=2)
+    assert tuple(layer.weight.shape) == (5, 9, 3, 3, 7)  # (U_in, K, H+L, H+L, U_out)
+
+
+def test_permutation_equivariance_and_intactness():
+    torch.manual_seed(1)
+    layer = DConv(4, 6, k=5)
+    cloud = torch.rand(3, 40, 4, 3)
+    perm = torch.randperm(40)
+    out = layer(cloud)
+    assert out.shape == (3, 40, 6, 3)  # N_out == N_in
+    torch.testing.assert_close(layer(cloud[:, perm]), out[:, perm])
+
+
+def test_each_channel_uses_its_own_neighbours():
+    torch.manual_seed(2)
+    cloud = torch.rand(1, 30, 2, 3)
+    nb = channel_neighbours(cloud, 4, value_features=1)
+    assert not torch.equal(nb[..., 0, :], nb[..., 1, :])
+    # moving channel 1's points changes only channel 1's neighbour sets
+    moved = cloud.clone()
+    moved[..., 1, 1:] = torch.rand(1, 30, 2)
+    nb2 = channel_neighbours(moved, 4, value_features=1)
+    assert torch.equal(nb[..., 0, :], nb2[..., 0, :])
+    assert not torch.equal(nb[..., 1, :], nb2[..., 1, :])
+
+
+def test_coordinates_in_unit_interval_only_with_activation():
+    cloud = torch.rand(2, 20, 3, 3) * 10
+    torch.manual_seed(3)
+    out = DConv(3, 4, k=3)(cloud)
+    assert ((out[..., 1:] > 0) & (out[..., 1:] < 1)).all()
+    raw = DConv(3, 4, k=3, coord_activation=False)(cloud)
+    assert ((raw[..., 1:] < 0) | (raw[..., 1:] > 1)).any()
+
+
+def test_gradients_reach_weights_values_and_coordinates():
+    layer = DConv(2, 3, k=3)
+    cloud = torch.rand(2, 10, 2, 3, requires_grad=True)
+    layer(cloud).sum().backward()
+    assert layer.weight.grad.abs().sum() > 0 and layer.bias.grad.abs().sum() > 0
+    assert cloud.grad[..., 0].abs().sum() > 0  # values
+    assert cloud.grad[..., 1:].abs().sum() > 0  # coordinates
+
+
+def test_k_larger_than_points_is_a_clear_error():
+    layer = DConv(2, 3, k=9)
+    with pytest.raises(NeighbourCountError, match=r"K=9 .* only 5 points.*model\.k"):
+        layer(torch.rand(1, 5, 2, 3))
+
+
+def test_wrong_channel_count_is_a_clear_error():
+    with pytest.raises(ValueError, match="U=2"):
+        DConv(2, 3, k=2)(torch.rand(1, 5, 4, 3))
