@@ -1,0 +1,215 @@
+"""The in-memory container for a point-cloud stream (a multichannel time series at N points)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["PointCloudStream"]
+
+
+@dataclass
+class PointCloudStream:
+    """A point-cloud stream: C channels observed at N fixed points over T time steps.
+
+    Attributes:
+        values: ``(T, N, C)`` float32 measurements in raw units. NaN (or inf) is allowed only
+            where ``mask`` is False.
+        mask: ``(T, N, C)`` bool, True where the value was really observed.
+        coords: ``(N, L)`` float point coordinates in raw units (e.g. km, degrees).
+        channel_names: C channel names.
+        point_ids: N unique point identifiers.
+        timestamps: optional ``(T,)`` ``datetime64`` array, strictly increasing.
+        name: a short name used in summaries and logs.
+
+    ``__post_init__`` converts ``values`` to float32, ``mask`` to bool and ``coords`` to
+    float64 and raises ``ValueError`` when the parts do not fit together.
+    """
+
+    values: np.ndarray
+    mask: np.ndarray
+    coords: np.ndarray
+    channel_names: list[str]
+    point_ids: list[str]
+    timestamps: np.ndarray | None = None
+    name: str = "stream"
+    metadata: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        values = np.asarray(self.values)
+        if values.ndim != 3:
+            raise ValueError(
+                f"PointCloudStream.values must have shape (T, N, C) (3 dims); got shape "
+                f"{values.shape}. Add missing axes, e.g. values[..., None] for one channel."
+            )
+        if not (
+            np.issubdtype(values.dtype, np.floating) or np.issubdtype(values.dtype, np.integer)
+        ):
+            raise ValueError(
+                f"PointCloudStream.values must be numeric; got dtype {values.dtype}. "
+                "Convert it with values.astype(np.float32)."
+            )
+        self.values = np.ascontiguousarray(values, dtype=np.float32)
+        t, n, c = self.values.shape
+        if min(t, n, c) < 1:
+            raise ValueError(
+                f"PointCloudStream.values has an empty axis: shape (T, N, C) = {self.values.shape}."
+                " Every axis needs at least one entry."
+            )
+
+        mask = np.asarray(self.mask)
+        if mask.shape != self.values.shape:
+            raise ValueError(
+                f"PointCloudStream.mask has shape {mask.shape} but values has shape "
+                f"{self.values.shape}; they must match. Use np.isfinite(values) if you have no "
+                "explicit mask."
+            )
+        if mask.dtype != np.bool_:
+            if not np.all(np.isin(mask, (0, 1))):
+                raise ValueError(
+                    f"PointCloudStream.mask must be boolean (True = observed); got dtype "
+                    f"{mask.dtype} with values other than 0/1."
+                )
+            mask = mask.astype(bool)
+        self.mask = np.ascontiguousarray(mask)
+
+        bad = self.mask & ~np.isfinite(self.values)
+        if bad.any():
+            ti, ni, ci = np.argwhere(bad)[0]
+            raise ValueError(
+                f"PointCloudStream.values has {int(bad.sum())} NaN/inf entries where mask is True "
+                f"(first at t={ti}, point={ni}, channel={ci}). Set mask=False there "
+                "(e.g. mask &= np.isfinite(values))."
+            )
+
+        coords = np.asarray(self.coords)
+        if coords.ndim == 1:
+            raise ValueError(
+                f"PointCloudStream.coords must have shape (N, L); got a 1-D array of length "
+                f"{coords.shape[0]}. Use coords[:, None] for one spatial dimension."
+            )
+        if coords.ndim != 2:
+            raise ValueError(f"PointCloudStream.coords must have shape (N, L); got {coords.shape}.")
+        if coords.shape[0] != n:
+            raise ValueError(
+                f"PointCloudStream.coords has {coords.shape[0]} rows but values has N={n} points; "
+                "there must be one coordinate row per point."
+            )
+        if coords.shape[1] < 1:
+            raise ValueError("PointCloudStream.coords needs at least one spatial dimension (L>=1).")
+        try:
+            coords = coords.astype(np.float64)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"PointCloudStream.coords must be numeric: {err}") from err
+        if not np.isfinite(coords).all():
+            rows = np.unique(np.argwhere(~np.isfinite(coords))[:, 0])
+            raise ValueError(
+                f"PointCloudStream.coords contains NaN/inf for {len(rows)} point(s) "
+                f"(first rows: {rows[:5].tolist()}). Every point needs a finite location: drop "
+                "those points or fill in their coordinates."
+            )
+        self.coords = coords
+
+        self.channel_names = [str(s) for s in self.channel_names]
+        if len(self.channel_names) != c:
+            raise ValueError(
+                f"PointCloudStream.channel_names has {len(self.channel_names)} names but values "
+                f"has C={c} channels."
+            )
+        self.point_ids = [str(s) for s in self.point_ids]
+        if len(self.point_ids) != n:
+            raise ValueError(
+                f"PointCloudStream.point_ids has {len(self.point_ids)} ids but values has N={n} "
+                "points."
+            )
+        if len(set(self.point_ids)) != n:
+            raise ValueError("PointCloudStream.point_ids must be unique; found duplicates.")
+
+        if self.timestamps is not None:
+            ts = np.asarray(self.timestamps)
+            if not np.issubdtype(ts.dtype, np.datetime64):
+                try:
+                    ts = ts.astype("datetime64[ns]")
+                except (TypeError, ValueError) as err:
+                    raise ValueError(
+                        f"PointCloudStream.timestamps must be datetime64; got dtype {ts.dtype}."
+                    ) from err
+            if ts.shape != (t,):
+                raise ValueError(
+                    f"PointCloudStream.timestamps has shape {ts.shape} but values has T={t} steps; "
+                    f"expected shape ({t},)."
+                )
+            if np.isnat(ts).any():
+                raise ValueError("PointCloudStream.timestamps contains NaT.")
+            if t > 1 and not (np.diff(ts) > np.timedelta64(0)).all():
+                raise ValueError(
+                    "PointCloudStream.timestamps must be strictly increasing; sort the stream by "
+                    "time and drop duplicate steps."
+                )
+            self.timestamps = ts
+        self.name = str(self.name)
+
+    @classmethod
+    def from_values(
+        cls,
+        values: np.ndarray,
+        coords: np.ndarray,
+        channel_names: list[str] | None = None,
+        point_ids: list[str] | None = None,
+        timestamps: np.ndarray | None = None,
+        name: str = "stream",
+    ) -> PointCloudStream:
+        """Build a stream whose mask is ``isfinite(values)`` and with default names/ids."""
+        values = np.asarray(values, dtype=np.float32)
+        if values.ndim != 3:
+            raise ValueError(f"values must have shape (T, N, C); got {values.shape}.")
+        _, n, c = values.shape
+        return cls(
+            values=values,
+            mask=np.isfinite(values),
+            coords=coords,
+            channel_names=channel_names or [f"ch{i}" for i in range(c)],
+            point_ids=point_ids or [f"p{i:03d}" for i in range(n)],
+            timestamps=timestamps,
+            name=name,
+        )
+
+    @property
+    def num_steps(self) -> int:
+        return self.values.shape[0]
+
+    @property
+    def num_points(self) -> int:
+        return self.values.shape[1]
+
+    @property
+    def num_channels(self) -> int:
+        return self.values.shape[2]
+
+    @property
+    def num_dims(self) -> int:
+        return self.coords.shape[1]
+
+    @property
+    def missing_fraction(self) -> float:
+        return float(1.0 - self.mask.mean())
+
+    def slice_time(self, start: int, end: int) -> PointCloudStream:
+        """A new stream holding steps ``[start, end)`` (copies)."""
+        return PointCloudStream(
+            values=self.values[start:end].copy(),
+            mask=self.mask[start:end].copy(),
+            coords=self.coords.copy(),
+            channel_names=list(self.channel_names),
+            point_ids=list(self.point_ids),
+            timestamps=None if self.timestamps is None else self.timestamps[start:end].copy(),
+            name=self.name,
+            metadata=dict(self.metadata),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"PointCloudStream(name={self.name!r}, T={self.num_steps}, N={self.num_points}, "
+            f"C={self.num_channels}, L={self.num_dims}, missing={self.missing_fraction:.1%})"
+        )

@@ -1,0 +1,515 @@
+"""A synthetic point-cloud stream in which space matters: advected, diffusing pollutant plumes.
+
+Several pollutant-like channels are simulated on a regular ``G x G`` grid (1 cell =
+``domain_km / G`` km, 1 step = 1 hour):
+
+* **advection** by a wind that turns slowly (it meanders around a prevailing direction, with
+  gusts, a diurnal speed cycle and a weak divergence-free swirl), with a semi-Lagrangian step
+  (bilinear interpolation at the departure points);
+* **regional inflow**: air entering across the upwind border carries a smooth, slowly evolving
+  lognormal pollution pattern (partly shared between channels), as if blown in from outside;
+* explicit **diffusion** (5-point Laplacian, no-flux borders);
+* channel-specific first-order **decay** (lifetimes of a few hours to a few days);
+* **emission** from moving Gaussian area sources, a separate set per channel (so channels have
+  different spatial structure), modulated by a channel-specific diurnal cycle, a weaker weekly
+  cycle (quieter weekends) and slow per-source fluctuations.
+
+The field is bilinearly sampled at ``N`` irregularly placed stations (a few Gaussian clusters
+plus a uniform background) and measurement noise is added. The wind carries plumes from one
+station to its neighbours within one to three steps, so the recent history of a station's
+neighbours predicts its next value much better than its own history alone (with the defaults a
+per-station linear one-step predictor using the 6 nearest neighbours has ~0.6x the MSE of one
+using only the station's own history; see ``tests/test_data.py``).
+
+Results are cached as ``.npz`` under ``cache_dir``, keyed by a hash of every argument.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from cloudlstm.data.stream import PointCloudStream
+
+__all__ = ["SyntheticAdvectionDiffusion", "CHANNEL_PRESETS"]
+
+log = logging.getLogger(__name__)
+
+# Bump when the simulation changes, so stale cache files are not reused.
+GENERATOR_VERSION = 3
+
+
+@dataclass(frozen=True)
+class _ChannelPreset:
+    name: str
+    level: float  # typical mean concentration (raw units, e.g. ug/m3)
+    lifetime_h: float  # e-folding lifetime of the decay
+    diurnal_amp: float  # relative amplitude of the diurnal emission cycle
+    peak_hour: float  # hour of maximum emission
+    weekend_drop: float  # relative emission drop on weekends
+
+
+CHANNEL_PRESETS: tuple[_ChannelPreset, ...] = (
+    _ChannelPreset("pm25_like", 35.0, 48.0, 0.45, 20.0, 0.10),
+    _ChannelPreset("no2_like", 40.0, 8.0, 0.70, 8.0, 0.30),
+    _ChannelPreset("so2_like", 12.0, 24.0, 0.25, 11.0, 0.05),
+    _ChannelPreset("co_like", 450.0, 72.0, 0.60, 18.0, 0.25),
+    _ChannelPreset("pm10_like", 55.0, 24.0, 0.40, 14.0, 0.15),
+    _ChannelPreset("nox_like", 60.0, 6.0, 0.75, 7.0, 0.35),
+)
+
+
+def _preset(c: int) -> _ChannelPreset:
+    if c < len(CHANNEL_PRESETS):
+        return CHANNEL_PRESETS[c]
+    base = CHANNEL_PRESETS[c % len(CHANNEL_PRESETS)]
+    return _ChannelPreset(
+        f"ch{c:02d}_like",
+        base.level,
+        base.lifetime_h,
+        base.diurnal_amp,
+        (base.peak_hour + 3.0 * c) % 24.0,
+        base.weekend_drop,
+    )
+
+
+def _bilinear(field: np.ndarray, yi: np.ndarray, xi: np.ndarray) -> np.ndarray:
+    """Bilinear interpolation of ``field (C, G0, G1)`` at fractional grid positions.
+
+    Positions outside the grid read 0. ``yi``/``xi`` share any shape ``S``; returns
+    ``(C, *S)``.
+    """
+    c, g0, g1 = field.shape
+    flat = field.reshape(c, -1)
+    yf = np.floor(yi)
+    xf = np.floor(xi)
+    wy = (yi - yf).ravel()
+    wx = (xi - xf).ravel()
+    y0 = yf.astype(np.int64).ravel()
+    x0 = xf.astype(np.int64).ravel()
+    out = np.zeros((c, y0.size), dtype=field.dtype)
+    for dy, fy in ((0, 1.0 - wy), (1, wy)):
+        ys = y0 + dy
+        vy = (ys >= 0) & (ys < g0)
+        for dx, fx in ((0, 1.0 - wx), (1, wx)):
+            xs = x0 + dx
+            valid = vy & (xs >= 0) & (xs < g1)
+            idx = np.where(valid, ys * g1 + xs, 0)
+            out += flat[:, idx] * (fy * fx * valid)
+    return out.reshape((c,) + np.shape(yi))
+
+
+class SyntheticAdvectionDiffusion:
+    """Generator of a synthetic advection-diffusion point-cloud stream (see module docstring).
+
+    Args:
+        num_points: N stations (>= 2).
+        num_channels: C pollutant-like channels (>= 1); the first six have preset names
+            ``pm25_like, no2_like, so2_like, co_like, pm10_like, nox_like``.
+        num_steps: T hourly steps (>= 10), starting 2020-01-01 00:00.
+        grid_size: G, the simulation grid is ``G x G`` (>= 8).
+        seed: seed of ``np.random.default_rng``; the output is a deterministic function of all
+            arguments except ``cache_dir``.
+        noise_std: measurement noise standard deviation, relative to each channel's level.
+        cache_dir: folder for the ``.npz`` cache; ``None`` disables caching.
+        wind_speed: mean wind speed in grid cells per step (<= grid_size / 2).
+        wind_turn_hours: period (hours) of the slow swing of the wind direction.
+        wind_meander: amplitude (radians) of that swing around the prevailing direction.
+        diffusion: diffusion number ``kappa * dt / dx**2`` of the explicit scheme (<= 0.25).
+        sources_per_channel: moving emission sources per channel.
+        source_width: standard deviation (grid cells) of a source's Gaussian footprint.
+        source_speed: typical speed (grid cells per step) of the moving sources.
+        num_clusters: Gaussian clusters of stations.
+        cluster_fraction: fraction of stations placed in clusters (the rest uniformly).
+        domain_km: physical side length of the domain; coordinates are in km.
+        missing_rate: fraction of entries dropped at random (mask False, value NaN), half as
+            isolated entries and half as station outages of a few hours.
+        spin_up: simulated steps discarded before recording, so plumes fill the domain.
+        regional_share: share of the mean concentration (above background) that comes from
+            the regional inflow rather than the local sources.
+
+    Raw values are non-negative, around ``level`` per channel (pm25 ~35, no2 ~40, so2 ~12,
+    co ~450, ...); coordinates are ``(x_km, y_km)`` in ``[0, domain_km]``.
+    """
+
+    def __init__(
+        self,
+        num_points: int = 64,
+        num_channels: int = 4,
+        num_steps: int = 2000,
+        grid_size: int = 48,
+        seed: int = 0,
+        noise_std: float = 0.05,
+        cache_dir: str | os.PathLike | None = "data/synthetic",
+        wind_speed: float = 4.0,
+        wind_turn_hours: float = 120.0,
+        wind_meander: float = 0.4,
+        diffusion: float = 0.2,
+        sources_per_channel: int = 4,
+        source_width: float = 3.5,
+        source_speed: float = 0.15,
+        num_clusters: int = 3,
+        cluster_fraction: float = 0.6,
+        domain_km: float = 96.0,
+        missing_rate: float = 0.0,
+        spin_up: int = 150,
+        regional_share: float = 0.7,
+    ) -> None:
+        def _int(name: str, value, lo: int) -> int:
+            try:
+                ok = not isinstance(value, bool) and int(value) == value and value >= lo
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise ValueError(
+                    f"SyntheticAdvectionDiffusion: {name} must be an integer >= {lo}; "
+                    f"got {value!r}."
+                )
+            return int(value)
+
+        def _float(name: str, value, lo: float, hi: float = np.inf, lo_open=False) -> float:
+            try:
+                value = float(value)
+            except (TypeError, ValueError):
+                value = float("nan")
+            ok = np.isfinite(value) and (value > lo if lo_open else value >= lo) and value <= hi
+            if not ok:
+                bound = f"> {lo}" if lo_open else f">= {lo}"
+                if np.isfinite(hi):
+                    bound += f" and <= {hi}"
+                raise ValueError(
+                    f"SyntheticAdvectionDiffusion: {name} must be a number {bound}; got {value}."
+                )
+            return value
+
+        self.num_points = _int("num_points", num_points, 2)
+        self.num_channels = _int("num_channels", num_channels, 1)
+        self.num_steps = _int("num_steps", num_steps, 10)
+        self.grid_size = _int("grid_size", grid_size, 8)
+        self.seed = _int("seed", seed, 0)
+        self.noise_std = _float("noise_std", noise_std, 0.0)
+        self.wind_speed = _float("wind_speed", wind_speed, 0.0, 0.5 * self.grid_size)
+        self.wind_turn_hours = _float("wind_turn_hours", wind_turn_hours, 0.0, lo_open=True)
+        self.wind_meander = _float("wind_meander", wind_meander, 0.0, np.pi)
+        self.diffusion = _float("diffusion", diffusion, 0.0, 0.25)
+        self.sources_per_channel = _int("sources_per_channel", sources_per_channel, 1)
+        self.source_width = _float("source_width", source_width, 0.0, lo_open=True)
+        self.source_speed = _float("source_speed", source_speed, 0.0)
+        self.num_clusters = _int("num_clusters", num_clusters, 0)
+        self.cluster_fraction = _float("cluster_fraction", cluster_fraction, 0.0, 1.0)
+        self.domain_km = _float("domain_km", domain_km, 0.0, lo_open=True)
+        self.missing_rate = _float("missing_rate", missing_rate, 0.0, 0.9)
+        self.spin_up = _int("spin_up", spin_up, 0)
+        self.regional_share = _float("regional_share", regional_share, 0.0, 1.0)
+        self.cache_dir = None if cache_dir is None else Path(cache_dir)
+        self.last_load_from_cache = False
+
+    # ------------------------------------------------------------------ config / caching
+    def config(self) -> dict:
+        """Every argument that determines the output (everything except ``cache_dir``)."""
+        return {
+            "version": GENERATOR_VERSION,
+            "num_points": self.num_points,
+            "num_channels": self.num_channels,
+            "num_steps": self.num_steps,
+            "grid_size": self.grid_size,
+            "seed": self.seed,
+            "noise_std": self.noise_std,
+            "wind_speed": self.wind_speed,
+            "wind_turn_hours": self.wind_turn_hours,
+            "wind_meander": self.wind_meander,
+            "diffusion": self.diffusion,
+            "sources_per_channel": self.sources_per_channel,
+            "source_width": self.source_width,
+            "source_speed": self.source_speed,
+            "num_clusters": self.num_clusters,
+            "cluster_fraction": self.cluster_fraction,
+            "domain_km": self.domain_km,
+            "missing_rate": self.missing_rate,
+            "spin_up": self.spin_up,
+            "regional_share": self.regional_share,
+        }
+
+    @property
+    def cache_key(self) -> str:
+        blob = json.dumps(self.config(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    @property
+    def cache_path(self) -> Path | None:
+        if self.cache_dir is None:
+            return None
+        return self.cache_dir / f"advdiff_{self.cache_key}.npz"
+
+    @property
+    def name(self) -> str:
+        return f"synthetic_advdiff_s{self.seed}"
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if k != "version")
+        return f"SyntheticAdvectionDiffusion({args})"
+
+    def load(self) -> PointCloudStream:
+        """Return the stream, from the cache when a valid cache file exists."""
+        self.last_load_from_cache = False
+        path = self.cache_path
+        if path is not None and path.exists():
+            try:
+                stream = self._read_cache(path)
+                self.last_load_from_cache = True
+                return stream
+            except Exception as err:  # corrupt / truncated / stale file: regenerate
+                log.warning("Synthetic cache %s is unreadable (%s); regenerating.", path, err)
+        stream = self.generate()
+        if path is not None:
+            try:
+                self._write_cache(path, stream)
+            except OSError as err:
+                log.warning("Could not write synthetic cache %s (%s).", path, err)
+        return stream
+
+    def _write_cache(self, path: Path, stream: PointCloudStream) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                np.savez(
+                    fh,
+                    key=np.array(self.cache_key),
+                    values=stream.values,
+                    mask=stream.mask,
+                    coords=stream.coords,
+                    timestamps=stream.timestamps,
+                    channel_names=np.array(stream.channel_names),
+                    point_ids=np.array(stream.point_ids),
+                )
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
+    def _read_cache(self, path: Path) -> PointCloudStream:
+        with np.load(path, allow_pickle=False) as z:
+            if str(z["key"]) != self.cache_key:
+                raise ValueError("cache key mismatch")
+            stream = PointCloudStream(
+                values=z["values"],
+                mask=z["mask"],
+                coords=z["coords"],
+                channel_names=z["channel_names"].tolist(),
+                point_ids=z["point_ids"].tolist(),
+                timestamps=z["timestamps"],
+                name=self.name,
+                metadata={"generator": self.config()},
+            )
+        expected = (self.num_steps, self.num_points, self.num_channels)
+        if stream.values.shape != expected:
+            raise ValueError(f"cached shape {stream.values.shape} != expected {expected}")
+        return stream
+
+    # ------------------------------------------------------------------ simulation
+    def _station_positions(self, rng: np.random.Generator) -> np.ndarray:
+        """``(N, 2)`` station positions in fractional grid units (row, col)."""
+        g = self.grid_size
+        lo, hi = 1.0, g - 2.0
+        n = self.num_points
+        n_clustered = int(round(self.cluster_fraction * n)) if self.num_clusters > 0 else 0
+        centers = rng.uniform(0.2 * g, 0.8 * g, size=(max(self.num_clusters, 1), 2))
+        widths = rng.uniform(0.06 * g, 0.12 * g, size=max(self.num_clusters, 1))
+        pts = []
+        which = rng.integers(0, max(self.num_clusters, 1), size=n_clustered)
+        for k in which:
+            while True:  # rejection sampling keeps stations inside the domain
+                p = centers[k] + widths[k] * rng.standard_normal(2)
+                if (p >= lo).all() and (p <= hi).all():
+                    break
+            pts.append(p)
+        for _ in range(n - n_clustered):
+            pts.append(rng.uniform(lo, hi, size=2))
+        pts = np.asarray(pts, dtype=np.float64)
+        return pts[rng.permutation(n)]
+
+    def _wind(self, rng: np.random.Generator, t_all: np.ndarray) -> np.ndarray:
+        """Uniform wind per step, ``(total, 2)`` in grid cells per step (rows, cols).
+
+        The direction meanders by +-``wind_meander`` rad around a random prevailing direction
+        with period ``wind_turn_hours`` plus red noise; the speed has a diurnal cycle (windier
+        afternoons) and red-noise gusts.
+        """
+        total = len(t_all)
+        theta0 = rng.uniform(0.0, 2.0 * np.pi)
+        phase = rng.uniform(0.0, 2.0 * np.pi)
+        e_dir = rng.standard_normal(total)
+        e_spd = rng.standard_normal(total)
+        dir_noise = np.zeros(total)
+        spd_noise = np.zeros(total)
+        for t in range(1, total):
+            dir_noise[t] = 0.95 * dir_noise[t - 1] + 0.08 * e_dir[t]
+            spd_noise[t] = 0.9 * spd_noise[t - 1] + 0.08 * e_spd[t]
+        theta = (
+            theta0
+            + self.wind_meander * np.sin(2.0 * np.pi * t_all / self.wind_turn_hours + phase)
+            + dir_noise
+        )
+        hour = np.mod(t_all, 24.0)
+        speed = (
+            self.wind_speed
+            * np.exp(spd_noise)
+            * (1.0 + 0.25 * np.sin(2 * np.pi * (hour - 9.0) / 24.0))
+        )
+        return np.stack([speed * np.sin(theta), speed * np.cos(theta)], axis=1)
+
+    def generate(self) -> PointCloudStream:
+        """Run the simulation (ignores the cache)."""
+        rng = np.random.default_rng(self.seed)
+        g, c_num, n_pts = self.grid_size, self.num_channels, self.num_points
+        total = self.spin_up + self.num_steps
+        presets = [_preset(c) for c in range(c_num)]
+        t_all = np.arange(total, dtype=np.float64) - self.spin_up  # hours since 2020-01-01
+
+        stations = self._station_positions(rng)
+        wind = self._wind(rng, t_all)  # (total, 2) in grid cells per step, (rows, cols)
+
+        # a weak, divergence-free swirl (curl of psi = sin(k1 y + p1) sin(k2 x + p2)) on top of
+        # the uniform wind, so plumes bend a little
+        yy, xx = np.meshgrid(
+            np.arange(g, dtype=np.float64), np.arange(g, dtype=np.float64), indexing="ij"
+        )
+        k1, k2 = rng.uniform(0.5, 1.5, size=2) * 2.0 * np.pi / g
+        ph1, ph2 = rng.uniform(0, 2 * np.pi, size=2)
+        norm = np.sqrt(k1 * k2)
+        swirl_r = -k2 * np.sin(k1 * yy + ph1) * np.cos(k2 * xx + ph2) / norm
+        swirl_c = k1 * np.cos(k1 * yy + ph1) * np.sin(k2 * xx + ph2) / norm
+        swirl_amp = 0.3 * self.wind_speed * np.sin(2 * np.pi * t_all / (2.7 * self.wind_turn_hours))
+
+        # --- local sources: per channel, moving Gaussian area sources with slowly varying strength
+        s_num = self.sources_per_channel
+        margin = 0.12 * g
+        src_pos = rng.uniform(margin, g - margin, size=(c_num, s_num, 2))
+        src_dir = rng.uniform(0, 2 * np.pi, size=(c_num, s_num))
+        src_spd = self.source_speed * rng.uniform(0.3, 1.7, size=(c_num, s_num))
+        src_strength = rng.lognormal(0.0, 0.5, size=(c_num, s_num))
+        src_width = self.source_width * rng.uniform(0.7, 1.3, size=(c_num, s_num, 1))
+        log_flicker = np.zeros((c_num, s_num))
+        diurnal_amp = np.array([p.diurnal_amp for p in presets])
+        peak_hour = np.array([p.peak_hour for p in presets])
+        weekend_drop = np.array([p.weekend_drop for p in presets])
+        # day of week of every step (0 = Monday); 2020-01-01 was a Wednesday
+        dow = (2 + np.floor(t_all / 24.0).astype(np.int64)) % 7
+        hour = np.mod(t_all, 24.0)
+        cycle = 1.0 + diurnal_amp[None, :] * np.cos(2 * np.pi * (hour[:, None] - peak_hour) / 24)
+        cycle *= 1.0 - weekend_drop[None, :] * (dow[:, None] >= 5)  # (total, C)
+
+        # --- regional pollution blowing in from outside: a "frozen" lognormal random field per
+        # channel (partly shared between channels) carried by the mean wind and slowly evolving;
+        # it enters the grid wherever a departure point lies outside the domain.
+        n_modes = 16
+        sets = c_num + 1  # one shared set + one per channel
+        k_mag = 2.0 * np.pi / rng.uniform(20.0, 48.0, size=(sets, n_modes))
+        k_dir = rng.uniform(0.0, 2.0 * np.pi, size=(sets, n_modes))
+        k_vec = np.stack([k_mag * np.sin(k_dir), k_mag * np.cos(k_dir)]).reshape(2, -1)
+        k_phase = rng.uniform(0.0, 2.0 * np.pi, size=sets * n_modes)
+        k_omega = 2.0 * np.pi / rng.uniform(24.0, 96.0, size=sets * n_modes)
+        k_omega *= rng.choice([-1.0, 1.0], size=sets * n_modes)
+        rho, sig_r = 0.5, 0.6
+        drift = np.cumsum(wind, axis=0)  # displacement of the frozen field, (total, 2)
+
+        def regional(py: np.ndarray, px: np.ndarray, t: int) -> np.ndarray:
+            """Inflow concentration (mean 1) at grid positions ``(py, px)`` at step ``t``."""
+            q = np.stack([py - drift[t, 0], px - drift[t, 1]], axis=1)  # (P, 2)
+            z = np.cos(q @ k_vec + (k_phase + k_omega * t)).reshape(-1, sets, n_modes)
+            z = np.sqrt(2.0 / n_modes) * z.sum(-1).T  # (sets, P), unit variance
+            z = rho * z[:1] + np.sqrt(1.0 - rho**2) * z[1:]
+            return np.exp(sig_r * z - 0.5 * sig_r**2)
+
+        # channels [0, C) hold pollution from the local sources, [C, 2C) the regional inflow
+        field = np.zeros((2 * c_num, g, g), dtype=np.float64)
+        field[c_num:] = regional(yy.ravel(), xx.ravel(), 0).reshape(c_num, g, g)
+        lifetimes = np.array([p.lifetime_h for p in presets])
+        decay = np.exp(-1.0 / np.concatenate([lifetimes, lifetimes]))[:, None, None]
+        samples = np.empty((self.num_steps, 2 * c_num, n_pts), dtype=np.float64)
+        grid = np.arange(g, dtype=np.float64)
+        for t in range(total):
+            # advection: semi-Lagrangian, bilinear interpolation at the departure points
+            dep_r = yy - (wind[t, 0] + swirl_amp[t] * swirl_r)
+            dep_c = xx - (wind[t, 1] + swirl_amp[t] * swirl_c)
+            field = _bilinear(field, dep_r, dep_c)
+            outside = (dep_r < 0) | (dep_r > g - 1) | (dep_c < 0) | (dep_c > g - 1)
+            if outside.any():
+                field[:c_num, outside] = 0.0  # inflowing air carries no local pollution
+                field[c_num:, outside] = regional(dep_r[outside], dep_c[outside], max(t - 1, 0))
+            # explicit diffusion with no-flux borders
+            if self.diffusion > 0:
+                p = np.pad(field, ((0, 0), (1, 1), (1, 1)), mode="edge")
+                lap = p[:, :-2, 1:-1] + p[:, 2:, 1:-1] + p[:, 1:-1, :-2] + p[:, 1:-1, 2:]
+                field += self.diffusion * (lap - 4.0 * field)
+            # first-order decay
+            field *= decay
+            # emission from the local sources
+            log_flicker = 0.95 * log_flicker + 0.2 * rng.standard_normal((c_num, s_num))
+            rate = cycle[t][:, None] * src_strength * np.exp(log_flicker)  # (C, S)
+            gy = np.exp(-0.5 * ((grid - src_pos[..., 0:1]) / src_width) ** 2)  # (C, S, G)
+            gx = np.exp(-0.5 * ((grid - src_pos[..., 1:2]) / src_width) ** 2)
+            field[:c_num] += np.einsum("cs,csi,csj->cij", rate, gy, gx)
+            # move the sources (random heading changes, reflected at the margins)
+            src_dir += 0.15 * rng.standard_normal((c_num, s_num))
+            src_pos[..., 0] += src_spd * np.sin(src_dir)
+            src_pos[..., 1] += src_spd * np.cos(src_dir)
+            for ax in (0, 1):
+                low = src_pos[..., ax] < margin
+                high = src_pos[..., ax] > g - margin
+                src_pos[..., ax] = np.where(low, 2 * margin - src_pos[..., ax], src_pos[..., ax])
+                src_pos[..., ax] = np.where(
+                    high, 2 * (g - margin) - src_pos[..., ax], src_pos[..., ax]
+                )
+                src_dir = np.where(low | high, src_dir + np.pi, src_dir)
+            if t >= self.spin_up:
+                samples[t - self.spin_up] = _bilinear(field, stations[:, 0], stations[:, 1])
+
+        local = samples[:, :c_num].transpose(0, 2, 1)  # (T, N, C)
+        inflow = samples[:, c_num:].transpose(0, 2, 1)
+        # each component normalised to mean 1, mixed, then scaled to pollutant-like magnitudes
+        # on top of a spatially uniform background with a slow (synoptic) modulation
+        share = self.regional_share
+        mixed = (1.0 - share) * local / np.maximum(local.mean(axis=(0, 1)), 1e-12)
+        mixed = mixed + share * inflow / np.maximum(inflow.mean(axis=(0, 1)), 1e-12)
+        levels = np.array([p.level for p in presets])
+        t_rec = t_all[self.spin_up :]
+        synoptic = 1.0 + 0.3 * np.sin(2 * np.pi * t_rec / (24.0 * 9.3) + rng.uniform(0, 2 * np.pi))
+        background = 0.2 * levels[None, None, :] * synoptic[:, None, None]
+        values = background + 0.8 * levels * mixed
+        noise = self.noise_std * levels * rng.standard_normal(values.shape)
+        values = np.maximum(values + noise, 0.0).astype(np.float32)
+
+        mask = np.ones(values.shape, dtype=bool)
+        if self.missing_rate > 0:
+            mask &= rng.random(values.shape) >= 0.5 * self.missing_rate
+            outage_len = 6
+            n_out = int(round(0.5 * self.missing_rate * self.num_steps * n_pts / outage_len))
+            for _ in range(n_out):
+                i = rng.integers(0, n_pts)
+                t0 = rng.integers(0, self.num_steps)
+                mask[t0 : t0 + outage_len, i, :] = False
+            values[~mask] = np.nan
+
+        coords = stations[:, ::-1] * (self.domain_km / g)  # (x_km, y_km)
+        timestamps = np.datetime64("2020-01-01T00:00", "s") + np.arange(
+            self.num_steps
+        ) * np.timedelta64(3600, "s")
+        return PointCloudStream(
+            values=values,
+            mask=mask,
+            coords=coords,
+            channel_names=[p.name for p in presets],
+            point_ids=[f"s{i:03d}" for i in range(n_pts)],
+            timestamps=timestamps,
+            name=self.name,
+            metadata={"generator": self.config()},
+        )

@@ -1,0 +1,161 @@
+"""Value scaling and coordinate normalisation."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+
+__all__ = ["StandardScaler", "normalize_coords"]
+
+ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
+
+
+class StandardScaler:
+    """Per-channel standardisation ``(x - mean) / std`` over the last axis.
+
+    ``fit`` uses only observed (mask True and finite) entries. ``transform`` and
+    ``inverse_transform`` accept numpy arrays or torch tensors of shape ``(..., C)`` and return
+    the same type (tensors stay on their device and keep their autograd graph).
+
+    Args:
+        min_std: floor for the fitted standard deviation, so a constant channel does not divide
+            by zero.
+    """
+
+    def __init__(self, min_std: float = 1e-6) -> None:
+        if not min_std > 0:
+            raise ValueError(f"min_std must be > 0; got {min_std}.")
+        self.min_std = float(min_std)
+        self.mean: np.ndarray | None = None
+        self.std: np.ndarray | None = None
+
+    @property
+    def fitted(self) -> bool:
+        return self.mean is not None
+
+    @property
+    def num_channels(self) -> int:
+        self._check_fitted()
+        return int(self.mean.shape[0])
+
+    def fit(self, values: np.ndarray, mask: np.ndarray | None = None) -> StandardScaler:
+        """Fit per-channel mean/std on the observed entries of ``values`` ``(..., C)``."""
+        values = np.asarray(values, dtype=np.float64)
+        if values.ndim < 1:
+            raise ValueError("StandardScaler.fit needs an array of shape (..., C).")
+        observed = np.isfinite(values)
+        if mask is not None:
+            mask = np.asarray(mask, dtype=bool)
+            if mask.shape != values.shape:
+                raise ValueError(
+                    f"StandardScaler.fit: mask shape {mask.shape} != values shape {values.shape}."
+                )
+            observed &= mask
+        c = values.shape[-1]
+        flat_v = values.reshape(-1, c)
+        flat_m = observed.reshape(-1, c)
+        counts = flat_m.sum(axis=0)
+        if (counts == 0).any():
+            empty = np.flatnonzero(counts == 0).tolist()
+            raise ValueError(
+                f"StandardScaler.fit: channel(s) {empty} have no observed values in the fitting "
+                "data, so their mean/std are undefined. Use a longer training part or drop them."
+            )
+        filled = np.where(flat_m, flat_v, 0.0)
+        mean = filled.sum(axis=0) / counts
+        var = (np.where(flat_m, flat_v - mean, 0.0) ** 2).sum(axis=0) / counts
+        self.mean = mean
+        self.std = np.maximum(np.sqrt(var), self.min_std)
+        return self
+
+    def fit_transform(self, values: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        return self.fit(values, mask).transform(values)
+
+    def _check_fitted(self) -> None:
+        if self.mean is None or self.std is None:
+            raise RuntimeError("StandardScaler is not fitted; call fit() or from_dict() first.")
+
+    def _params(self, x: ArrayT) -> tuple[Any, Any]:
+        self._check_fitted()
+        if x.shape[-1] != self.mean.shape[0]:
+            raise ValueError(
+                f"StandardScaler was fitted on {self.mean.shape[0]} channels but got an input "
+                f"with last dimension {x.shape[-1]} (shape {tuple(x.shape)}); inputs must be "
+                "(..., C)."
+            )
+        if isinstance(x, torch.Tensor):
+            dtype = x.dtype if x.is_floating_point() else torch.get_default_dtype()
+            mean = torch.as_tensor(self.mean, dtype=dtype, device=x.device)
+            std = torch.as_tensor(self.std, dtype=dtype, device=x.device)
+            return mean, std
+        dtype = x.dtype if np.issubdtype(x.dtype, np.floating) else np.float64
+        return self.mean.astype(dtype), self.std.astype(dtype)
+
+    def transform(self, x: ArrayT) -> ArrayT:
+        """Raw -> normalised. NaN stays NaN."""
+        if not isinstance(x, torch.Tensor):
+            x = np.asarray(x)
+        mean, std = self._params(x)
+        return (x - mean) / std
+
+    def inverse_transform(self, x: ArrayT) -> ArrayT:
+        """Normalised -> raw."""
+        if not isinstance(x, torch.Tensor):
+            x = np.asarray(x)
+        mean, std = self._params(x)
+        return x * std + mean
+
+    def to_dict(self) -> dict[str, Any]:
+        self._check_fitted()
+        return {"mean": self.mean.tolist(), "std": self.std.tolist(), "min_std": self.min_std}
+
+    @classmethod
+    def from_dict(cls, state: dict[str, Any]) -> StandardScaler:
+        scaler = cls(min_std=state.get("min_std", 1e-6))
+        mean = np.asarray(state["mean"], dtype=np.float64)
+        std = np.asarray(state["std"], dtype=np.float64)
+        if mean.ndim != 1 or mean.shape != std.shape:
+            raise ValueError(
+                f"StandardScaler.from_dict: mean/std must be 1-D of equal length; got "
+                f"{mean.shape} and {std.shape}."
+            )
+        if not (np.isfinite(mean).all() and np.isfinite(std).all() and (std > 0).all()):
+            raise ValueError("StandardScaler.from_dict: mean/std must be finite and std > 0.")
+        scaler.mean, scaler.std = mean, std
+        return scaler
+
+    def __repr__(self) -> str:
+        if not self.fitted:
+            return "StandardScaler(unfitted)"
+        return (
+            f"StandardScaler(mean={np.round(self.mean, 4).tolist()}, "
+            f"std={np.round(self.std, 4).tolist()})"
+        )
+
+
+def normalize_coords(coords: np.ndarray) -> np.ndarray:
+    """Min-max normalise ``(N, L)`` coordinates to [0, 1] per dimension.
+
+    A degenerate dimension (all points share one value) maps to 0.5. The result is invariant
+    to shifting and (positively) scaling each raw dimension.
+    """
+    coords = np.asarray(coords, dtype=np.float64)
+    if coords.ndim != 2:
+        raise ValueError(f"normalize_coords expects shape (N, L); got {coords.shape}.")
+    if coords.shape[0] == 0:
+        raise ValueError("normalize_coords got zero points.")
+    if not np.isfinite(coords).all():
+        raise ValueError(
+            "normalize_coords: coordinates contain NaN/inf; every point needs a finite location."
+        )
+    lo = coords.min(axis=0)
+    hi = coords.max(axis=0)
+    span = hi - lo
+    scale = np.maximum(np.abs(hi), np.abs(lo))
+    degenerate = span <= 1e-12 * np.maximum(scale, 1.0)
+    safe_span = np.where(degenerate, 1.0, span)
+    out = (coords - lo) / safe_span
+    out[:, degenerate] = 0.5
+    return np.clip(out, 0.0, 1.0)
