@@ -1,0 +1,129 @@
+"""Cost of one CloudLSTM cell step (forward + backward) at the paper's size, on this machine.
+
+    python benchmarks/bench_dconv.py [--batch 32] [--points 274] [--k 9] [--repeats 5]
+
+Prints, measured in this one run: the cell step; its breakdown into neighbour search,
+gather (+ its backward) and weighting (the matmul + its backward); the bare matmul with
+the same FLOPs (the floor); a plain reference written straight from Algorithm 1
+(all-pairs distances + topk + advanced indexing); and neighbour search for large N,
+where the reference would need a B x U x N x N distance tensor. Ratios are what matter:
+absolute times depend on the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from cloudlstm.nn import CloudLSTMCell, channel_neighbours, gather_neighbourhoods, knn
+from cloudlstm.nn.knn import knn_reference
+
+
+def timed(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall time in ms after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def reference_cell_step(cell: CloudLSTMCell, x: torch.Tensor, state) -> torch.Tensor:
+    """CloudLSTM step as Algorithm 1 reads: cdist + topk neighbours, index, reshape, conv."""
+    hidden, memory = state
+    cloud = torch.cat([x, hidden], dim=2).transpose(1, 2)  # (B, U, N, F)
+    b, u, n, f = cloud.shape
+    k = cell.k
+    idx = knn_reference(cloud[..., 1:], k)  # (B, U, N, K)
+    batch = torch.arange(b)[:, None, None, None]
+    chan = torch.arange(u)[None, :, None, None]
+    neigh = cloud[batch, chan, idx]  # (B, U, N, K, F)
+    inp = neigh.permute(0, 2, 1, 3, 4).reshape(b * n, u * k * f)
+    w = cell.gates.weight.transpose(3, 4).reshape(u * k * f, -1)
+    z = (inp @ w + cell.gates.bias.reshape(-1)).view(b, n, 4 * cell.hidden_channels, f)
+    i, fg, o, g = z.chunk(4, dim=2)
+    memory = torch.sigmoid(fg) * memory + torch.sigmoid(i) * cell._candidate(g)
+    return torch.sigmoid(o) * torch.tanh(memory)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--points", type=int, default=274)
+    parser.add_argument("--channels", type=int, default=36)
+    parser.add_argument("--k", type=int, default=9)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    b, n, u, k = args.batch, args.points, args.channels, args.k
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
+        f"B={b}, N={n}, U_in={u} + U_h={u}, K={k}, H=1, L=2"
+    )
+
+    cell = CloudLSTMCell(u, u, k)
+    x = torch.rand(b, n, u, 3)
+    state = (torch.rand(b, n, u, 3, requires_grad=True), torch.rand(b, n, u, 3))
+    cloud = torch.cat([x, state[0]], dim=2).detach().requires_grad_(True)
+
+    def cell_step():
+        hidden, _ = cell(x, state)
+        hidden.sum().backward()
+
+    def reference_step():
+        reference_cell_step(cell, x, state).sum().backward()
+
+    neighbours = channel_neighbours(cloud, k, 1)
+
+    def gather():
+        gather_neighbourhoods(cloud, neighbours).sum().backward()
+
+    rows = gather_neighbourhoods(cloud, neighbours).detach().requires_grad_(True)
+    weight = cell.gates.weight.detach().transpose(3, 4).reshape(rows.shape[1], -1)
+    weight.requires_grad_(True)
+
+    def matmul():
+        (rows @ weight).sum().backward()
+
+    t_cell = timed(cell_step, args.repeats)
+    t_knn = timed(lambda: channel_neighbours(cloud, k, 1), args.repeats)
+    t_gather = timed(gather, args.repeats)
+    t_mm = timed(matmul, args.repeats)
+    t_ref = timed(reference_step, max(1, args.repeats // 2))
+    t_ref_knn = timed(lambda: knn_reference(cloud[..., 1:].transpose(1, 2), k), 1)
+    rest = t_cell - t_knn - t_gather - t_mm
+
+    print("\nOne CloudLSTM cell step, forward + backward (median ms):")
+    print(f"  cell step                     {t_cell:9.1f}")
+    print(f"    neighbour search            {t_knn:9.1f}  ({t_knn / t_cell:5.1%})")
+    print(f"    gather + backward           {t_gather:9.1f}  ({t_gather / t_cell:5.1%})")
+    print(f"    weighting (matmul + bwd)    {t_mm:9.1f}  ({t_mm / t_cell:5.1%})")
+    print(f"    gates and the rest          {rest:9.1f}  ({rest / t_cell:5.1%})")
+    print(f"  bare matmul, same FLOPs       {t_mm:9.1f}  (the floor)")
+    print(
+        f"  reference (cdist+topk+index)  {t_ref:9.1f}  of which neighbours {t_ref_knn:.1f}"
+        f" ({t_ref_knn / t_ref:.0%})"
+    )
+    print(f"\n  cell step / matmul floor      {t_cell / t_mm:9.2f}x")
+    print(f"  reference / cell step         {t_ref / t_cell:9.2f}x")
+    print(f"  reference kNN / our kNN       {t_ref_knn / t_knn:9.2f}x")
+
+    print("\nNeighbour search alone for larger clouds (B*U clouds of N points, K=9):")
+    for clouds, big_n in [(b * 2 * u, 1000), (64, 5000), (8, 20000)]:
+        coords = torch.rand(clouds, big_n, 2)
+        t = timed(lambda c=coords: knn(c, k), 2)
+        dense_gb = clouds * big_n * big_n * 4 / 1e9
+        print(
+            f"  {clouds:5d} clouds x N={big_n:6d}: {t:8.1f} ms "
+            f"(a dense distance tensor would need {dense_gb:,.1f} GB)"
+        )
+
+
+if __name__ == "__main__":
+    main()

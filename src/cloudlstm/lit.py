@@ -1,0 +1,118 @@
+"""The one LightningModule every forecaster trains and is evaluated with."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from torch import nn
+
+from cloudlstm.metrics import ForecastMetrics
+
+
+def masked_mse(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean squared error over observed entries only (filled gaps are not trained on)."""
+    mask = mask.to(pred.dtype)
+    return ((pred - target) ** 2 * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+class ForecastModule(L.LightningModule):
+    """MSE on normalised values, Adam, metrics on de-normalised values.
+
+    Args:
+        model: any :class:`cloudlstm.models.Forecaster`.
+        optimizer: partial optimizer factory (Hydra ``_partial_: true``), called with the
+            model parameters.
+        scheduler: optional partial LR-scheduler factory, stepped on ``val/loss``.
+        save_predictions: write test predictions and targets (de-normalised) to
+            ``predictions.npz`` in ``output_dir``.
+        output_dir: where test predictions go (the run directory).
+
+    The scaler and channel names come from the datamodule at ``setup``, so the module
+    works with any data set without configuration.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: Callable[..., torch.optim.Optimizer],
+        scheduler: Callable[..., Any] | None = None,
+        save_predictions: bool = False,
+        output_dir: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["model"], logger=False)
+        self.model = model
+        self.test_metrics: ForecastMetrics | None = None
+        self.test_results: dict[str, Any] | None = None
+        self._predictions: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def setup(self, stage: str) -> None:
+        dm = self.trainer.datamodule
+        self.scaler = dm.scaler
+        self.test_metrics = ForecastMetrics(
+            self.model.output_steps, dm.num_channels, list(dm.channel_names)
+        )
+
+    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
+        return self.model(x, coords)
+
+    def _step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
+        pred = self(batch["x"], batch["coords"])
+        loss = masked_mse(pred, batch["y"], batch["y_mask"])
+        self.log(
+            f"{stage}/loss",
+            loss,
+            prog_bar=True,
+            on_step=False,
+            on_epoch=True,
+            batch_size=batch["x"].shape[0],
+        )
+        return loss
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        return self._step(batch, "train")
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._step(batch, "val")
+
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        pred = self(batch["x"], batch["coords"])
+        self.log("test/loss", masked_mse(pred, batch["y"], batch["y_mask"]))
+        pred = self.scaler.inverse_transform(pred)
+        target = self.scaler.inverse_transform(batch["y"])
+        self.test_metrics.update(pred, target, batch["y_mask"])
+        if self.hparams.save_predictions:
+            self._predictions.append((pred.cpu().numpy(), target.cpu().numpy()))
+
+    def on_test_epoch_start(self) -> None:
+        self.test_metrics.reset()
+        self._predictions = []
+
+    def on_test_epoch_end(self) -> None:
+        self.test_results = self.test_metrics.compute()
+        overall = self.test_results["overall"]
+        for name, stats in overall.items():
+            self.log(f"test/{name}", stats["mean"])
+            self.log(f"test/{name}_std", stats["std"])
+        save = self.hparams.save_predictions and self.hparams.output_dir
+        if save and self.trainer.is_global_zero:
+            np.savez_compressed(
+                Path(self.hparams.output_dir) / "predictions.npz",
+                prediction=np.concatenate([p for p, _ in self._predictions]),
+                target=np.concatenate([t for _, t in self._predictions]),
+            )
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer = self.hparams.optimizer(params=self.parameters())
+        if self.hparams.scheduler is None:
+            return {"optimizer": optimizer}
+        scheduler = self.hparams.scheduler(optimizer=optimizer)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "monitor": "val/loss"},
+        }

@@ -1,0 +1,58 @@
+"""Shared fixtures: Hydra configs composed exactly as `python train.py` composes them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, open_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("PROJECT_ROOT", str(ROOT))
+os.environ.setdefault("WANDB_SILENT", "true")
+
+# A job small enough for seconds on 2 CPU cores, through every real component.
+TINY = [
+    "data.source.num_points=12",
+    "data.source.num_channels=2",
+    "data.source.num_steps=160",
+    "data.source.grid_size=16",
+    "data.input_steps=4",
+    "data.output_steps=3",
+    "data.batch_size=8",
+    "model.k=3",
+    "model.hidden_channels=4",
+    "trainer=cpu",
+    "trainer.max_epochs=2",
+    "trainer.limit_train_batches=3",
+    "trainer.limit_val_batches=2",
+    "trainer.limit_test_batches=3",
+    "trainer.enable_progress_bar=false",
+    "~callbacks.progress_bar",
+    "~callbacks.model_summary",
+]
+
+
+def compose_train(tmp_path: Path, overrides: list[str]) -> DictConfig:
+    """Compose conf/train.yaml with overrides; run dir and data cache under tmp_path."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(tmp_path / "run")
+        cfg.paths.data_dir = str(tmp_path / "data")
+    return cfg
+
+
+@pytest.fixture
+def tiny_cfg(tmp_path):
+    def make(*extra: str) -> DictConfig:
+        base = [o for o in TINY if not ("callbacks=none" in extra and o.startswith("~callbacks"))]
+        return compose_train(tmp_path, [*base, *extra])
+
+    return make

@@ -1,0 +1,120 @@
+"""End to end through Hydra, Lightning and W&B offline: what lands on disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra.errors import ConfigCompositionException
+
+from cloudlstm.cli.train import train
+from tests.conftest import ROOT, TINY, compose_train
+
+METRICS = ("mae", "rmse", "psnr", "ssim")
+
+
+def test_run_writes_config_metrics_checkpoints_and_wandb(tiny_cfg):
+    cfg = tiny_cfg("logger=wandb", "module.save_predictions=true")
+    results = train(cfg)
+    run = Path(cfg.paths.output_dir)
+
+    assert (run / "config.yaml").read_text().count("k: 3") >= 1
+    saved = json.loads((run / "metrics.json").read_text())
+    assert saved == json.loads(json.dumps(results))
+    test = saved["test"]
+    for name in METRICS:
+        stats = test["overall"][name]
+        assert set(stats) == {"mean", "std"} and stats["std"] >= 0
+        assert len(test["per_step"][name]["mean"]) == 3  # J
+    assert set(test["per_channel"]) == set(saved["data"]["channel_names"])
+    assert test["overall"]["mae"]["mean"] > 0 and test["pooled"]["rmse"] >= test["pooled"]["mae"]
+    assert saved["num_params"] > 0 and saved["train_time_s"] > 0
+
+    ckpts = {p.name for p in (run / "checkpoints").iterdir()}
+    assert "last.ckpt" in ckpts and any(n.startswith("epoch_") for n in ckpts)
+    assert Path(saved["checkpoint"]).name.startswith("epoch_")  # tested with the best
+
+    with __import__("numpy").load(run / "predictions.npz") as npz:
+        assert npz["prediction"].shape == npz["target"].shape
+        assert npz["prediction"].shape[1:] == (3, 12, 2)  # (windows, J, N, C)
+
+    offline = list((run / "wandb").glob("offline-run-*"))
+    assert len(offline) == 1, "one offline W&B run per job"
+    log = next(offline[0].glob("run-*.wandb")).read_bytes()  # what `wandb sync` uploads
+    for content in (
+        b"cloudlstm-synthetic-k3",
+        b"k=3",
+        b"hidden_channels",
+        b"num_params",
+        b"train/loss",
+        b"val/loss",
+        b"test/mae",
+        b"test/ssim",
+    ):
+        assert content in log, content
+
+
+def test_csv_logger_records_losses_and_test_metrics(tiny_cfg):
+    cfg = tiny_cfg("logger=csv")
+    train(cfg)
+    csv = next(Path(cfg.paths.output_dir).glob("csv/version_*/metrics.csv")).read_text()
+    header = csv.splitlines()[0].split(",")
+    for column in ("train/loss", "val/loss", "test/mae", "test/rmse", "test/psnr", "test/ssim"):
+        assert column in header
+
+
+def test_no_logger_and_no_callbacks_still_write_metrics(tiny_cfg):
+    cfg = tiny_cfg("logger=none", "callbacks=none")
+    results = train(cfg)
+    # Lightning's own default checkpoint holds the final weights, which are tested
+    assert Path(results["checkpoint"]).name == "epoch=1-step=6.ckpt"
+    assert (Path(cfg.paths.output_dir) / "metrics.json").exists()
+
+
+def test_k_larger_than_point_count_is_a_clear_error(tiny_cfg):
+    from cloudlstm.nn import NeighbourCountError
+
+    with pytest.raises(NeighbourCountError, match=r"model\.k"):
+        train(tiny_cfg("model.k=40", "logger=none"))
+
+
+@pytest.mark.parametrize("override", ["model.kk=3", "model=cloudlstmm", "trainer.max_epoch=1"])
+def test_config_typos_are_refused_with_the_key(tmp_path, override):
+    with pytest.raises(ConfigCompositionException) as err:
+        compose_train(tmp_path, [override])
+    message = str(err.value) + str(err.value.__cause__)
+    assert override.split("=")[0].split(".")[-1] in message or "cloudlstmm" in message
+
+
+def test_joblib_multirun_gives_each_job_its_own_run(tmp_path):
+    env = {**os.environ, "PROJECT_ROOT": str(ROOT), "WANDB_SILENT": "true"}
+    sweep = tmp_path / "sweep"
+    cmd = [
+        sys.executable,
+        "train.py",
+        "-m",
+        "model.k=2,3",
+        "model.cell=lstm,gru",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        f"hydra.sweep.dir={sweep}",
+        f"paths.data_dir={tmp_path / 'data'}",
+        "torch_threads=1",
+        "logger=wandb",
+        *[a for a in TINY if not a.startswith(("trainer.max_epochs", "model.k="))],
+        "trainer.max_epochs=1",
+    ]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit())
+    assert [p.name for p in jobs] == ["0", "1", "2", "3"]
+    seen = set()
+    for job in jobs:
+        metrics = json.loads((job / "metrics.json").read_text())
+        seen.add((metrics["run"]["name"], tuple(metrics["run"]["tags"])))
+        assert len(list((job / "wandb").glob("offline-run-*"))) == 1
+    assert len(seen) == 4, "each job has its own settings, name and tags"
