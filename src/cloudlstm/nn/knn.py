@@ -11,15 +11,23 @@ ties the result is therefore permutation-equivariant.
 
 Implementations:
 
-* CPU: a numba kernel, parallel over clouds. Points are sorted along the first
-  coordinate and each query sweeps outwards in that order, stopping once the gap along
-  that axis alone exceeds the current K-th distance. Exact, memory ``O(N)`` per cloud,
-  and about ``sqrt(N)`` candidates per query instead of ``N`` (see
-  ``benchmarks/bench_dconv.py``).
+* CPU: a single-threaded numba kernel (see below for why not parallel). Per cloud, a grid
+  over the bounding box of the first two axes (L = 1 gets a zero second axis) with ~K/3
+  points per cell; an axis whose bins come out crowded (a tight cluster plus a far
+  outlier) is re-cut into equal counts. Points are copied into strips of three grid rows
+  ordered by column, so the 3 x 3 cells around any cell are one contiguous run (3N
+  copies). Each query ranks that tile's ~3K points with branch-free loops, then visits
+  rings of further tiles only while a lower bound on their distance (from per-row/column
+  coordinate extremes, exact in float32) does not exceed the current K-th distance. Exact,
+  memory ``O(N)`` per cloud, ~3K candidates per query for evenly spread points.
 * other devices (CUDA): brute force, chunked over query points so the distance block is
   ``rows x chunk x N`` and memory stays linear in N for a fixed chunk.
 * :func:`knn_reference`: the plain ``cdist`` + ``topk`` of Algorithm 1, kept for tests
   and the benchmark.
+
+Why not ``parallel=True``: numba's OpenMP pool and torch's intra-op pool busy-wait against
+each other; on a 2-vCPU machine training steps became randomly 5-20x slower (measured:
+identical CloudLSTM steps of 1.4 s and 42 s in one process). Torch keeps the cores.
 """
 
 from __future__ import annotations
@@ -44,58 +52,156 @@ def check_k(k: int, num_points: int) -> None:
         )
 
 
-_PER_CELL = 2.0  # target points per grid cell (tuned on uniform 2-D clouds)
 _NO_KEY = np.iinfo(np.int64).max  # empty slot: above every (distance, index) key
 
 
 @numba.njit(cache=True)
-def _gaps(lo, hi, c, r, q):
-    """Lower bound on |coordinate - q| for points more than r cells from cell c, per side.
+def _axis_bins(v, v0, width, g):
+    """Bin (column or row) of each value: g equal-width bins over [v0, v0 + width].
 
-    lo[c] (hi[c]) is the smallest (largest) coordinate among points in cells >= c (<= c),
-    so the bound is exact in float32: every such point's difference rounds to >= it.
+    If that leaves one bin crowded (a tight cluster plus a far outlier, say) the bins are
+    re-cut to equal counts by rank instead. Either way the bin is monotone in the value,
+    which the distance bounds rely on. NaN lands in the last bin.
     """
-    g = lo.shape[0]
-    above = lo[c + r + 1] - q if c + r + 1 < g else np.float32(np.inf)
-    below = q - hi[c - r - 1] if c - r - 1 >= 0 else np.float32(np.inf)
-    return min(above, below)
+    n = v.shape[0]
+    scale = g / width if width > 0 else 0.0  # float64: a tiny width cannot overflow
+    bins = np.empty(n, np.int64)
+    count = np.zeros(g, np.int64)
+    crowded = 0
+    for i in range(n):
+        t = (v[i] - v0) * scale
+        bins[i] = int(t) if t < g - 1 else g - 1
+        count[bins[i]] += 1
+        crowded = max(crowded, count[bins[i]])
+    if crowded > 3 * n / g + 8:
+        # Sort (value, index) keys: float32 bits made monotone for negatives, too.
+        keys = np.empty(n, np.int64)
+        for i in range(n):
+            b = np.int64(np.float32(v[i]).view(np.int32))
+            keys[i] = ((b ^ 0x7FFFFFFF if b < 0 else b) << 32) | i
+        _shell_sort(keys)
+        for r in range(n):
+            bins[keys[r] & 0xFFFFFFFF] = r * g // n
+    return bins
 
 
 @numba.njit(cache=True)
-def _scan(pts, idx, start, stop, a, best, worst):
-    """Offer points start..stop-1 (cell order) to query a's sorted (key) list; -> new worst."""
+def _shell_sort(a):
+    """In-place ascending sort; JIT-compiles in a fraction of np.argsort's time."""
+    gap = 1
+    while gap < a.shape[0] // 3:
+        gap = 3 * gap + 1
+    while gap > 0:
+        for i in range(gap, a.shape[0]):
+            x, j = a[i], i
+            while j >= gap and a[j - gap] > x:
+                a[j] = a[j - gap]
+                j -= gap
+            a[j] = x
+        gap //= 3
+
+
+@numba.njit(cache=True)
+def _half_plane_bounds(v, bins, g):
+    """lo[c] = min of v over bins >= c, hi[c] = max over bins <= c (+-inf when empty)."""
+    lo = np.empty(g, np.float32)
+    hi = np.empty(g, np.float32)
+    for c in range(g):
+        lo[c], hi[c] = np.inf, -np.inf
+    for i in range(v.shape[0]):
+        lo[bins[i]] = min(lo[bins[i]], v[i])
+        hi[bins[i]] = max(hi[bins[i]], v[i])
+    for c in range(g - 2, -1, -1):
+        lo[c] = min(lo[c], lo[c + 1])
+    for c in range(1, g):
+        hi[c] = max(hi[c], hi[c - 1])
+    return lo, hi
+
+
+@numba.njit(cache=True)
+def _gap(lo, hi, c, qc, q):
+    """Lower bound on |v - q| over the points in bin c and every bin beyond it (away from
+    the query's bin qc); 0 for c == qc, inf off the grid.
+
+    Exact in float32: each such point's difference to q rounds to >= the bound, because
+    bins are monotone in the value (a point in a higher bin is never below q).
+    """
+    if c < 0 or c >= lo.shape[0]:
+        return np.float32(np.inf)
+    if c > qc:
+        return lo[c] - q
+    if c < qc:
+        return q - hi[c]
+    return np.float32(0.0)
+
+
+@numba.njit(cache=True)
+def _beats(gap2, worst):
+    """Can a point at squared distance >= gap2 still enter a list whose last key is worst?
+
+    Not when gap2 is strictly larger: an equal distance can still win on the lower index.
+    """
+    return np.float32(gap2).view(np.int32) <= worst >> 32
+
+
+@numba.njit(cache=True)
+def _offer(tiles, tiles_idx, s, e, coords, me, best, dist, bits, keys, merge):
+    """Rank tile points s..e-1 together with the first ``merge`` keys of ``best`` (point
+    me's sorted keys so far) into ``best``; -> its last key.
+
+    Branch-free loops throughout: insertion into a sorted list mispredicts a branch for
+    most of the ~3K candidates, which costs more than re-scanning them K-1 times.
+    """
+    # 1-D contiguous views starting at 0: numba can drop its negative-index checks and
+    # LLVM sees unit strides.
+    xs, ys, idx = tiles[0, s:e], tiles[1, s:e], tiles_idx[s:e]
+    m = e - s
+    for j in range(m):
+        dx = xs[j] - coords[me, 0]
+        dy = ys[j] - coords[me, 1]
+        dist[j] = dx * dx + dy * dy  # float32, per axis in order, like _pairwise_d2
+    for l in range(2, tiles.shape[0]):
+        zs = tiles[l, s:e]
+        for j in range(m):
+            diff = zs[j] - coords[me, l]
+            dist[j] += diff * diff
+    # A non-negative float32's bits order like its value, so one int64 key ranks by
+    # (distance, index) exactly. The query itself gets the empty key.
+    for j in range(m):
+        key = (np.int64(bits[j]) << 32) | idx[j]
+        keys[j] = key if idx[j] != me else _NO_KEY
     k1 = best.shape[0]
-    for j in range(start, stop):
-        d = np.float32(0.0)  # float32, summed per axis in order, like _pairwise_d2
-        for l in range(pts.shape[0]):
-            diff = pts[l, j] - pts[l, a]
-            d += diff * diff
-        # A non-negative float32's bits order like its value: one int64 compare ranks by
-        # (distance, index), so ties go to the lower index without a second branch.
-        key = (np.int64(np.float32(d).view(np.int32)) << 32) | idx[j]
-        if key < worst and j != a:
-            pos = k1 - 1
-            while pos > 0 and best[pos - 1] > key:
-                best[pos] = best[pos - 1]
-                pos -= 1
-            best[pos] = key
-            worst = best[k1 - 1]
-    return worst
+    for t in range(merge):  # keys kept from the tiles seen before
+        keys[m + t] = best[t]
+    m += merge
+    # K-1 passes of "smallest key above the previous one" (all keys are distinct).
+    last = np.int64(-1)
+    for t in range(min(k1, m)):
+        nxt = _NO_KEY
+        for j in range(m):
+            nxt = min(nxt, keys[j] if keys[j] > last else _NO_KEY)
+        best[t] = last = nxt
+    return best[k1 - 1]
 
 
 @numba.njit(cache=True)
 def _knn_cloud(coords, k, out):
     """One cloud: coords (N, L >= 2) float32 -> out (N, k) neighbour indices."""
     n, dims = coords.shape
-    # Grid over the bounding box of axes 0 and 1, shaped like the box, ~_PER_CELL points
-    # per cell. float64 so a degenerate (tiny) extent cannot overflow the scale.
-    x0, x1 = np.float64(coords[0, 0]), np.float64(coords[0, 0])
-    y0, y1 = np.float64(coords[0, 1]), np.float64(coords[0, 1])
+    if k == 1:  # nothing to search: slot 0 is always the point itself
+        for i in range(n):
+            out[i, 0] = i
+        return
+    # Grid over the bounding box of axes 0 and 1, shaped like the box, with about K / 3
+    # points per cell (K if the box is flat): the 3 x 3 (or 3 x 1) cells around a query
+    # then hold ~3K points, usually including its K nearest.
+    x0 = x1 = coords[0, 0]
+    y0 = y1 = coords[0, 1]
     for i in range(n):
         x0, x1 = min(x0, coords[i, 0]), max(x1, coords[i, 0])
         y0, y1 = min(y0, coords[i, 1]), max(y1, coords[i, 1])
-    wx, wy = x1 - x0, y1 - y0
-    cells = max(1.0, n / _PER_CELL)
+    wx, wy = np.float64(x1) - x0, np.float64(y1) - y0
+    cells = max(1.0, n / (k / 3.0 if wx > 0 and wy > 0 else k))
     fx = fy = 1.0
     if wx > 0 and wy > 0:
         fx, fy = np.sqrt(cells * wx / wy), np.sqrt(cells * wy / wx)
@@ -105,92 +211,82 @@ def _knn_cloud(coords, k, out):
         fy = cells
     gx = int(min(max(fx, 1.0), cells)) if fx == fx else 1  # NaN-safe
     gy = int(min(max(fy, 1.0), cells)) if fy == fy else 1
-    sx = gx / wx if wx > 0 else 0.0
-    sy = gy / wy if wy > 0 else 0.0
+    bin_x = _axis_bins(coords[:, 0], x0, wx, gx)
+    bin_y = _axis_bins(coords[:, 1], y0, wy, gy)
+    lo_x, hi_x = _half_plane_bounds(coords[:, 0], bin_x, gx)
+    lo_y, hi_y = _half_plane_bounds(coords[:, 1], bin_y, gy)
 
-    # Counting sort of the points into row-major cells: a row of cells is then one
-    # contiguous run of points, and nearby queries touch the same memory.
-    cx = np.empty(n, np.int64)
-    cy = np.empty(n, np.int64)
-    start = np.zeros(gx * gy + 1, np.int64)
+    # Strip Y (-1 <= Y <= gy) holds the points of grid rows Y-1..Y+1 ordered by column,
+    # so any 3 rows x 3 columns tile of cells is one contiguous run: 3N copies in all.
+    strip = np.zeros((gy + 2) * gx + 1, np.int64)  # start of column x of strip Y
     for i in range(n):
-        # Monotone in the coordinate (needed for the exact bounds); NaN lands in the last cell.
-        tx, ty = (coords[i, 0] - x0) * sx, (coords[i, 1] - y0) * sy
-        cx[i] = int(tx) if tx < gx - 1 else gx - 1
-        cy[i] = int(ty) if ty < gy - 1 else gy - 1
-        start[cy[i] * gx + cx[i] + 1] += 1
-    for c in range(gx * gy):
-        start[c + 1] += start[c]
-    fill = start[:-1].copy()
-    pts = np.empty((dims, n), np.float32)  # axis-major: the scan reads each axis as a row
-    idx = np.empty(n, np.int64)
-    cell_x = np.empty(n, np.int64)
-    cell_y = np.empty(n, np.int64)
+        for y in range(bin_y[i], bin_y[i] + 3):  # strips Y = row - 1 .. row + 1, shifted
+            strip[y * gx + bin_x[i] + 1] += 1
+    for c in range((gy + 2) * gx):
+        strip[c + 1] += strip[c]
+    fill = np.empty((gy + 2) * gx, np.int64)
+    for c in range((gy + 2) * gx):
+        fill[c] = strip[c]
+    tiles = np.empty((dims, 3 * n), np.float32)  # axis-major: the distance loops vectorise
+    tiles_idx = np.empty(3 * n, np.int64)
     for i in range(n):
-        p = fill[cy[i] * gx + cx[i]]
-        fill[cy[i] * gx + cx[i]] += 1
-        for l in range(dims):
-            pts[l, p] = coords[i, l]
-        idx[p] = i
-        cell_x[p], cell_y[p] = cx[i], cy[i]
+        for y in range(bin_y[i], bin_y[i] + 3):
+            p = fill[y * gx + bin_x[i]]
+            fill[y * gx + bin_x[i]] += 1
+            for l in range(dims):
+                tiles[l, p] = coords[i, l]
+            tiles_idx[p] = i
 
-    # Per column / row: min coordinate over cells >= it, max over cells <= it.
-    lo_x = np.full(gx, np.float32(np.inf))
-    hi_x = np.full(gx, np.float32(-np.inf))
-    lo_y = np.full(gy, np.float32(np.inf))
-    hi_y = np.full(gy, np.float32(-np.inf))
-    for p in range(n):
-        lo_x[cell_x[p]] = min(lo_x[cell_x[p]], pts[0, p])
-        hi_x[cell_x[p]] = max(hi_x[cell_x[p]], pts[0, p])
-        lo_y[cell_y[p]] = min(lo_y[cell_y[p]], pts[1, p])
-        hi_y[cell_y[p]] = max(hi_y[cell_y[p]], pts[1, p])
-    for c in range(gx - 2, -1, -1):
-        lo_x[c] = min(lo_x[c], lo_x[c + 1])
-    for c in range(1, gx):
-        hi_x[c] = max(hi_x[c], hi_x[c - 1])
-    for c in range(gy - 2, -1, -1):
-        lo_y[c] = min(lo_y[c], lo_y[c + 1])
-    for c in range(1, gy):
-        hi_y[c] = max(hi_y[c], hi_y[c - 1])
-
-    if k == 1:  # nothing to search: slot 0 is always the point itself
-        out[:, 0] = np.arange(n)
-        return
-    best = np.empty(k - 1, np.int64)
-    for a in range(n):  # queries in cell order, for locality
-        qx, qy = cell_x[a], cell_y[a]
-        best[:] = _NO_KEY
-        worst = _NO_KEY
-        for r in range(max(gx, gy)):
-            # Ring r: cells at Chebyshev distance r from the query's cell. Top and bottom
-            # rows are one contiguous run each; the rows between add their two end cells.
-            for y in range(max(qy - r, 0), min(qy + r, gy - 1) + 1):
-                row = y * gx
-                if y == qy - r or y == qy + r:
-                    lo, hi = max(qx - r, 0), min(qx + r, gx - 1)
-                    worst = _scan(pts, idx, start[row + lo], start[row + hi + 1], a, best, worst)
-                else:
-                    if qx - r >= 0:
-                        c = row + qx - r
-                        worst = _scan(pts, idx, start[c], start[c + 1], a, best, worst)
-                    if qx + r < gx:
-                        c = row + qx + r
-                        worst = _scan(pts, idx, start[c], start[c + 1], a, best, worst)
-            # Every unvisited point lies beyond ring r along x or y; stop once even that
-            # gap exceeds the K-th distance (strictly: an equal one may win on index).
-            gap = min(_gaps(lo_x, hi_x, qx, r, pts[0, a]), _gaps(lo_y, hi_y, qy, r, pts[1, a]))
-            if np.float32(gap * gap).view(np.int32) > worst >> 32:
-                break
-        out[idx[a], 0] = idx[a]
+    best = np.empty(k - 1, np.int64)  # sorted keys of the K-1 best others so far
+    dist = np.empty(n + k, np.float32)
+    bits = dist.view(np.int32)
+    keys = np.empty(n + k, np.int64)
+    for i in range(n):
+        qx, qy = bin_x[i], bin_y[i]
         for j in range(k - 1):
-            out[idx[a], j + 1] = best[j] & 0xFFFFFFFF
+            best[j] = _NO_KEY
+        worst = _NO_KEY
+        # r = 0: the tile of 3 x 3 cells centred on the query's cell (usually enough);
+        # then rings of such tiles at Chebyshev radius r (in tiles), until every point
+        # not yet seen lies, along x or y alone, beyond the current K-th distance (the
+        # test cannot stop anything while fewer than K-1 points are known, as at r = 0).
+        for r in range(max(gx, gy) // 3 + 2):
+            gap = min(
+                _gap(lo_x, hi_x, qx + 3 * r - 1, qx, coords[i, 0]),
+                _gap(lo_x, hi_x, qx - 3 * r + 1, qx, coords[i, 0]),
+                _gap(lo_y, hi_y, qy + 3 * r - 1, qy, coords[i, 1]),
+                _gap(lo_y, hi_y, qy - 3 * r + 1, qy, coords[i, 1]),
+            )
+            if not _beats(gap * gap, worst):
+                break
+            for ty in range(-r, r + 1):
+                y = qy + 3 * ty  # tile rows y-1..y+1 = strip y
+                if y < -1 or y > gy:
+                    continue
+                near = y - 1 if ty > 0 else (y + 1 if ty < 0 else y)  # its row nearest qy
+                gap_y = _gap(lo_y, hi_y, near, qy, coords[i, 1])
+                step = 1 if abs(ty) == r else 2 * r  # ring rows: every tile / both ends
+                for tx in range(-r, r + 1, step):
+                    x = qx + 3 * tx
+                    c0, c1 = max(x - 1, 0), min(x + 1, gx - 1)
+                    near = x - 1 if tx > 0 else (x + 1 if tx < 0 else x)
+                    gap_x = _gap(lo_x, hi_x, near, qx, coords[i, 0])
+                    if c0 <= c1 and _beats(gap_x * gap_x + gap_y * gap_y, worst):
+                        s, e = strip[(y + 1) * gx + c0], strip[(y + 1) * gx + c1 + 1]
+                        merge = k - 1 if r > 0 else 0  # one call site: one JIT overload
+                        worst = _offer(
+                            tiles, tiles_idx, s, e, coords, i, best, dist, bits, keys, merge
+                        )
+        out[i, 0] = i  # the point itself always comes first
+        for j in range(k - 1):
+            out[i, j + 1] = best[j] & 0xFFFFFFFF
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True)
 def _knn_grid(coords: np.ndarray, k: int) -> np.ndarray:
     """coords (R, N, L >= 2) float32 -> neighbour indices (R, N, k) int64."""
     out = np.empty((coords.shape[0], coords.shape[1], k), dtype=np.int64)
-    for r in numba.prange(coords.shape[0]):
+    for r in range(coords.shape[0]):
         _knn_cloud(coords[r], k, out[r])
     return out
 

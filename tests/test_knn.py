@@ -1,0 +1,100 @@
+"""The CPU grid kernel of ``knn`` against the brute-force ``knn_reference``, bit for bit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cloudlstm.nn.knn import NeighbourCountError, check_k, knn, knn_reference
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def assert_exact(coords: torch.Tensor, k: int) -> torch.Tensor:
+    """knn == knn_reference (same indices, same order), plus basic sanity of the rows."""
+    got = knn(coords, k)
+    torch.testing.assert_close(got, knn_reference(coords, k), rtol=0, atol=0)
+    n = coords.shape[-2]
+    assert got.shape == (*coords.shape[:-1], k) and got.dtype == torch.int64
+    assert torch.equal(got[..., 0], torch.arange(n).expand(coords.shape[:-1]))
+    assert int(got.min()) >= 0 and int(got.max()) < n
+    rows = got.reshape(-1, k).sort(-1).values
+    assert bool((rows[:, 1:] != rows[:, :-1]).all()), "duplicate neighbour in a row"
+    return got
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_uniform(dims: int) -> None:
+    for n, k in [(9, 9), (10, 9), (60, 1), (60, 2), (274, 9)]:
+        assert_exact(torch.rand(8, n, dims, generator=_gen(n * 10 + dims)), k)
+
+
+@pytest.mark.parametrize("k", [5, 9, 40])
+def test_larger_clouds_and_k(k: int) -> None:
+    # Enough cells for several rings of tiles, and K large enough to fill whole tiles.
+    assert_exact(torch.rand(2, 900, 2, generator=_gen(k)), k)
+
+
+def test_exact_ties_on_integer_grid_with_duplicates() -> None:
+    coords = torch.randint(0, 5, (16, 80, 2), generator=_gen(1)).float()
+    coords[:, 40:] = coords[:, :40]  # every point twice
+    for k in (2, 30):
+        assert_exact(coords, k)
+
+
+def test_all_points_identical() -> None:
+    assert_exact(torch.full((4, 30, 2), 0.25), 9)
+    assert_exact(torch.zeros(2, 12, 3), 12)
+
+
+def test_points_on_a_line() -> None:
+    t = torch.rand(8, 300, 1, generator=_gen(2))
+    assert_exact(t * torch.tensor([1.0, 0.5]), 9)  # diagonal
+    assert_exact(t * torch.tensor([0.0, 2.0]), 9)  # along the second axis only
+    assert_exact(torch.cat([t, torch.full_like(t, 3.0)], -1), 9)  # flat box
+
+
+def test_tight_cluster_plus_far_outlier() -> None:
+    cluster = 0.5 + 1e-3 * torch.rand(2, 599, 2, generator=_gen(3))
+    coords = torch.cat([cluster, torch.full((2, 1, 2), 100.0)], 1)
+    assert_exact(coords, 9)
+    assert_exact(coords.flip(1), 9)  # the outlier first
+    assert_exact(torch.tanh(0.05 * torch.randn(8, 274, 2, generator=_gen(4))), 9)
+
+
+def test_float32_near_ties() -> None:
+    # Coordinates a few ulps apart around 1.0 (and a coarse lattice of them): squared
+    # distances collide or differ in the last bit, so any change in rounding would show.
+    ulp = torch.finfo(torch.float32).eps
+    steps = torch.randint(-4, 5, (16, 120, 2), generator=_gen(5)).float()
+    assert_exact(1.0 + steps * ulp, 9)
+    assert_exact(1.0 + steps * ulp + torch.randint(0, 3, (16, 120, 2), generator=_gen(6)), 9)
+    assert_exact(torch.rand(16, 120, 2, generator=_gen(7)).half().float(), 9)
+
+
+def test_permutation_equivariance() -> None:
+    coords = torch.rand(4, 200, 2, generator=_gen(8))  # continuous: no ties
+    perm = torch.randperm(200, generator=_gen(9))
+    base, permuted = knn(coords, 9), knn(coords[:, perm], 9)
+    # Point i of the permuted cloud is point perm[i] of the original.
+    torch.testing.assert_close(perm[permuted], base[:, perm], rtol=0, atol=0)
+
+
+def test_leading_batch_dims() -> None:
+    coords = torch.rand(2, 3, 40, 2, generator=_gen(10))
+    got = assert_exact(coords, 7)
+    torch.testing.assert_close(got[1, 2], knn(coords[1, 2], 7), rtol=0, atol=0)
+
+
+def test_k_larger_than_cloud_raises() -> None:
+    with pytest.raises(NeighbourCountError, match=r"model\.k"):
+        knn(torch.rand(2, 5, 2), 6)
+    with pytest.raises(NeighbourCountError, match=r"model\.k"):
+        check_k(10, 9)
+
+
+def test_k_zero_raises() -> None:
+    with pytest.raises(NeighbourCountError):
+        knn(torch.rand(2, 5, 2), 0)
