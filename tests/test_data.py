@@ -426,4 +426,6 @@ def test_space_matters_in_synthetic_data(seed):
     stream = SyntheticAdvectionDiffusion(**{**args, "seed": seed, "cache_dir": None}).load()
     own, nbr = _linear_one_step_mse(stream)
     ratio = nbr / own
-    assert np.all(ratio < 0.8), f"seed {seed}: MSE ratio neighbours/own per channel {ratio}"
+    assert np.all(ratio < 0.93) and ratio.mean() < 0.88, (
+        f"seed {seed}: MSE ratio neighbours/own per channel {ratio}"
+    )

@@ -15,11 +15,16 @@ Several pollutant-like channels are simulated on a regular ``G x G`` grid (1 cel
   cycle (quieter weekends) and slow per-source fluctuations.
 
 The field is bilinearly sampled at ``N`` irregularly placed stations (a few Gaussian clusters
-plus a uniform background) and measurement noise is added. The wind carries plumes from one
-station to its neighbours within one to three steps, so the recent history of a station's
-neighbours predicts its next value much better than its own history alone (with the defaults a
-per-station linear one-step predictor using the 6 nearest neighbours has ~0.6x the MSE of one
-using only the station's own history; see ``tests/test_data.py``).
+plus a uniform background) and independent per-station measurement noise is added. The
+defaults are chosen so that space matters for *shared, isotropic* models (ones that weigh
+neighbours by distance rank, not direction): a moderate wind and strong diffusion make the field
+spatially smooth and locally spreading, the (unpredictable, direction-dependent) regional inflow
+is off (``regional_share=0``), slow sources keep train/test statistics similar, and substantial
+measurement noise (``noise_std=0.3``) makes neighbours valuable for de-noising. With the
+defaults a per-station linear one-step predictor using the 6 nearest neighbours has ~0.75-0.9x
+the MSE of one using only the station's own history (``tests/test_data.py``), and a shared
+seq2seq LSTM fed its 6 nearest stations has ~15% lower test MSE than one fed only its own
+history (``tests/test_spatial.py``).
 
 Results are cached as ``.npz`` under ``cache_dir``, keyed by a hash of every argument.
 """
@@ -43,7 +48,7 @@ __all__ = ["SyntheticAdvectionDiffusion", "CHANNEL_PRESETS"]
 log = logging.getLogger(__name__)
 
 # Bump when the simulation changes, so stale cache files are not reused.
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -146,21 +151,21 @@ class SyntheticAdvectionDiffusion:
         num_steps: int = 2000,
         grid_size: int = 48,
         seed: int = 0,
-        noise_std: float = 0.05,
+        noise_std: float = 0.3,
         cache_dir: str | os.PathLike | None = "data/synthetic",
-        wind_speed: float = 4.0,
+        wind_speed: float = 2.0,
         wind_turn_hours: float = 120.0,
         wind_meander: float = 0.4,
-        diffusion: float = 0.2,
+        diffusion: float = 0.25,
         sources_per_channel: int = 4,
-        source_width: float = 3.5,
-        source_speed: float = 0.15,
+        source_width: float = 4.5,
+        source_speed: float = 0.05,
         num_clusters: int = 3,
         cluster_fraction: float = 0.6,
         domain_km: float = 96.0,
         missing_rate: float = 0.0,
         spin_up: int = 150,
-        regional_share: float = 0.7,
+        regional_share: float = 0.0,
     ) -> None:
         def _int(name: str, value, lo: int) -> int:
             try:
