@@ -82,8 +82,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             results["test_time_s"] = time.perf_counter() - start
             results["checkpoint"] = ckpt
             results["test"] = module.test_results
-        (output_dir / "metrics.json").write_text(json.dumps(results, indent=2))
-        log.info("Run directory: %s", output_dir)
+        if trainer.is_global_zero:
+            (output_dir / "metrics.json").write_text(json.dumps(results, indent=2))
+            log.info("Run directory: %s", output_dir)
     finally:
         _finish_wandb(loggers)
     return results
