@@ -12,11 +12,11 @@ import logging
 from functools import partial
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 from omegaconf import OmegaConf
 
-import lightning as L
 from cloudlstm.data import PointCloudDataModule, SyntheticAdvectionDiffusion
 from cloudlstm.lit import ForecastModule
 from cloudlstm.models import KNNLSTM
