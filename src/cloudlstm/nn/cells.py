@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from cloudlstm.nn.dconv import DConv
+from cloudlstm.nn.kernels import lstm_pointwise, use_kernels
 
 State = tuple[torch.Tensor, ...]
 
@@ -85,6 +86,9 @@ class CloudLSTMCell(CloudCell):
     def forward(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         hidden, memory = state
         z = self.gates(torch.cat([x, hidden], dim=2))
+        if use_kernels(z):  # fused numba op: one pass forward, one backward
+            hidden, memory = lstm_pointwise(z, memory, self.value_features)
+            return hidden, (hidden, memory)
         i, f, o, g = z.chunk(4, dim=2)
         memory = torch.sigmoid(f) * memory + torch.sigmoid(i) * self._candidate(g)
         hidden = torch.sigmoid(o) * torch.tanh(memory)

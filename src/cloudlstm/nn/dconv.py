@@ -15,6 +15,7 @@ import math
 import torch
 from torch import nn
 
+from cloudlstm.nn.kernels import gather_neighbours, use_kernels
 from cloudlstm.nn.knn import check_k, knn
 
 
@@ -44,6 +45,8 @@ def gather_neighbourhoods(cloud: torch.Tensor, neighbours: torch.Tensor) -> torc
         ``(B*N, U*K*F)``: row ``b*N + n`` holds, channel by channel and neighbour by
         neighbour (nearest first), the F features of that neighbour in that channel.
     """
+    if use_kernels(cloud):  # numba: no flat index tensor, one pass each way
+        return gather_neighbours(cloud, neighbours)
     b, n, u, f = cloud.shape
     k = neighbours.shape[-1]
     # Flat row of (sample, point, channel) in cloud.reshape(B*N*U, F).

@@ -1,0 +1,125 @@
+"""The numba kernels against the torch expressions they replace."""
+
+import pytest
+import torch
+
+from cloudlstm.nn import CloudLSTMCell, channel_neighbours, kernels
+from cloudlstm.nn.kernels import gather_neighbours, lstm_pointwise
+
+
+def gather_index_select(cloud: torch.Tensor, neighbours: torch.Tensor) -> torch.Tensor:
+    """The index_select path of gather_neighbourhoods (used off CPU)."""
+    b, n, u, f = cloud.shape
+    channel = torch.arange(u).view(1, 1, u, 1)
+    sample = torch.arange(b).view(b, 1, 1, 1) * (n * u)
+    rows = (neighbours * u + channel + sample).reshape(-1)
+    return cloud.reshape(b * n * u, f).index_select(0, rows).view(b * n, -1)
+
+
+def lstm_torch(z: torch.Tensor, c: torch.Tensor, h: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """CloudLSTMCell's torch expression."""
+    i, f, o, g = z.chunk(4, dim=2)
+    g = torch.tanh(torch.cat([g[..., :h], torch.sigmoid(g[..., h:])], dim=-1))
+    memory = torch.sigmoid(f) * c + torch.sigmoid(i) * g
+    return torch.sigmoid(o) * torch.tanh(memory), memory
+
+
+def random_neighbours(b: int, n: int, u: int, k: int, seed: int = 0) -> torch.Tensor:
+    """Arbitrary indices with many repeats (a row gathered several times)."""
+    return torch.randint(0, n, (b, n, u, k), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("features", [3, 5])  # 3 takes the unrolled path
+def test_gather_equals_index_select(dtype, features):
+    torch.manual_seed(0)
+    cloud = torch.rand(3, 11, 4, features, dtype=dtype)
+    knn_view = channel_neighbours(cloud, 5, 1)  # a permuted view, as DConv passes it
+    for neighbours in (knn_view, random_neighbours(3, 11, 4, 5), knn_view[:, :, 1:3]):
+        part = cloud[:, :, : neighbours.shape[2]]
+        assert torch.equal(
+            gather_neighbours(part, neighbours), gather_index_select(part, neighbours)
+        )
+
+
+@pytest.mark.parametrize("features", [3, 5])
+def test_gather_gradient_equals_index_select(features):
+    torch.manual_seed(0)
+    cloud = torch.rand(2, 9, 3, features, requires_grad=True)
+    neighbours = random_neighbours(2, 9, 3, 6)
+    grad_out = torch.randn(2 * 9, 3 * 6 * features)
+    (ours,) = torch.autograd.grad(gather_neighbours(cloud, neighbours), cloud, grad_out)
+    (ref,) = torch.autograd.grad(gather_index_select(cloud, neighbours), cloud, grad_out)
+    torch.testing.assert_close(ours, ref, rtol=1e-6, atol=1e-6)  # summation order differs
+    # An expanded (stride 0) incoming gradient, as from .sum().
+    (ours,) = torch.autograd.grad(gather_neighbours(cloud, neighbours).sum(), cloud)
+    (ref,) = torch.autograd.grad(gather_index_select(cloud, neighbours).sum(), cloud)
+    assert torch.equal(ours, ref)  # small integer counts: exact
+
+
+def test_gather_gradcheck_and_bounds():
+    cloud = torch.rand(2, 4, 2, 3, dtype=torch.float64, requires_grad=True)
+    neighbours = random_neighbours(2, 4, 2, 3)
+    assert torch.autograd.gradcheck(lambda c: gather_neighbours(c, neighbours), (cloud,))
+    with pytest.raises(IndexError):
+        gather_neighbours(cloud, neighbours + 4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("value_features", [1, 2])
+def test_lstm_pointwise_forward(dtype, value_features):
+    torch.manual_seed(0)
+    z = torch.randn(3, 7, 4 * 5, 3, dtype=dtype) * 4
+    z[0, 0, :, 0] = torch.tensor([-200.0, -88.0, 88.0, 200.0] * 5)  # saturation stays finite
+    c = torch.randn(3, 7, 5, 3, dtype=dtype)
+    for ours, ref in zip(
+        lstm_pointwise(z, c, value_features), lstm_torch(z, c, value_features), strict=True
+    ):
+        torch.testing.assert_close(ours, ref, rtol=1e-6, atol=1e-6)
+    z[1, 2, 3, 1] = float("nan")
+    assert lstm_pointwise(z, c, value_features)[1][1, 2, 3, 1].isnan()
+
+
+def test_lstm_pointwise_gradcheck():
+    torch.manual_seed(0)
+    z = torch.randn(1, 3, 4 * 2, 3, dtype=torch.float64, requires_grad=True)
+    c = torch.randn(1, 3, 2, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda z, c: lstm_pointwise(z, c, 1), (z, c))
+
+
+def test_lstm_pointwise_gradients_equal_autograd():
+    torch.manual_seed(0)
+    z = (torch.randn(4, 30, 4 * 6, 3) * 3).requires_grad_()
+    c = torch.randn(4, 30, 6, 3, requires_grad=True)
+    # Both outputs used, one incoming gradient a non-contiguous view.
+    gh = torch.randn(4, 30, 12, 3)[:, :, ::2]
+    gc = torch.randn(4, 30, 6, 3)
+    grads = [
+        torch.autograd.grad(fn(z, c, 1), (z, c), (gh, gc)) for fn in (lstm_pointwise, lstm_torch)
+    ]
+    for ours, ref in zip(*grads, strict=True):
+        torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
+    # Only the hidden state used: the memory's gradient arrives as None.
+    (ours,) = torch.autograd.grad(lstm_pointwise(z, c, 1)[0].sum(), z)
+    (ref,) = torch.autograd.grad(lstm_torch(z, c, 1)[0].sum(), z)
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_cloudlstm_cell_unchanged(monkeypatch):
+    torch.manual_seed(0)
+    cell = CloudLSTMCell(3, 4, k=5)
+    x = torch.rand(2, 16, 3, 3)
+    hidden = torch.rand(2, 16, 4, 3, requires_grad=True)
+    memory = torch.rand(2, 16, 4, 3, requires_grad=True)
+    params = [hidden, memory, *cell.parameters()]
+
+    def two_steps() -> list[torch.Tensor]:
+        out, state = cell(x, (hidden, memory))
+        out, state = cell(x, state)
+        loss = out.square().sum() + state[1].sum()
+        return [out, state[1], *torch.autograd.grad(loss, params)]
+
+    ours = two_steps()
+    monkeypatch.setattr(kernels, "use_kernels", lambda tensor: False)  # the torch path
+    for a, b in zip(ours, two_steps(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
