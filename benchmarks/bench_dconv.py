@@ -13,7 +13,6 @@ absolute times depend on the CPU.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from collections.abc import Callable
 
@@ -24,14 +23,25 @@ from cloudlstm.nn.knn import knn_reference
 
 
 def timed(fn: Callable[[], object], repeats: int) -> float:
-    """Median wall time in ms after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    """Best wall time in ms after one warm-up call."""
+    return timed_together({"fn": fn}, repeats)["fn"]
+
+
+def timed_together(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Best wall time in ms of each function, measured round-robin.
+
+    Interleaving puts every part under the same background load, and the minimum is the
+    least disturbed run, so the parts of one step can be compared with each other.
+    """
+    for fn in fns.values():
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return {name: t * 1e3 for name, t in best.items()}
 
 
 def reference_cell_step(cell: CloudLSTMCell, x: torch.Tensor, state) -> torch.Tensor:
@@ -58,7 +68,7 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=274)
     parser.add_argument("--channels", type=int, default=36)
     parser.add_argument("--k", type=int, default=9)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
     torch.manual_seed(0)
     b, n, u, k = args.batch, args.points, args.channels, args.k
@@ -91,15 +101,21 @@ def main() -> None:
     def matmul():
         (rows @ weight).sum().backward()
 
-    t_cell = timed(cell_step, args.repeats)
-    t_knn = timed(lambda: channel_neighbours(cloud, k, 1), args.repeats)
-    t_gather = timed(gather, args.repeats)
-    t_mm = timed(matmul, args.repeats)
+    times = timed_together(
+        {
+            "cell": cell_step,
+            "knn": lambda: channel_neighbours(cloud, k, 1),
+            "gather": gather,
+            "matmul": matmul,
+        },
+        args.repeats,
+    )
+    t_cell, t_knn, t_gather, t_mm = (times[n] for n in ("cell", "knn", "gather", "matmul"))
     t_ref = timed(reference_step, max(1, args.repeats // 2))
     t_ref_knn = timed(lambda: knn_reference(cloud[..., 1:].transpose(1, 2), k), 1)
     rest = t_cell - t_knn - t_gather - t_mm
 
-    print("\nOne CloudLSTM cell step, forward + backward (median ms):")
+    print("\nOne CloudLSTM cell step, forward + backward (best of round-robin repeats, ms):")
     print(f"  cell step                     {t_cell:9.1f}")
     print(f"    neighbour search            {t_knn:9.1f}  ({t_knn / t_cell:5.1%})")
     print(f"    gather + backward           {t_gather:9.1f}  ({t_gather / t_cell:5.1%})")

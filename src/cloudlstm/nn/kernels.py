@@ -27,6 +27,8 @@ import torch
 from numba.extending import overload
 from torch.autograd.function import FunctionCtx, once_differentiable
 
+from cloudlstm.nn.threads import run_sliced
+
 
 def use_kernels(tensor: torch.Tensor) -> bool:
     """Whether the numba kernels handle this tensor (CPU, float32 or float64)."""
@@ -49,7 +51,7 @@ def _array(tensor: torch.Tensor) -> np.ndarray:
 _TILE = 8
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _gather_forward(src: np.ndarray, neighbours: np.ndarray, out: np.ndarray) -> None:
     """src (B, N, U, F), neighbours (B, U, N, K) -> out (B*N, U*K*F):
     out[b*N + n, (u*K + k)*F + j] = src[b, neighbours[b, u, n, k], u, j]."""
@@ -74,7 +76,7 @@ def _gather_forward(src: np.ndarray, neighbours: np.ndarray, out: np.ndarray) ->
                         col += n_feat
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _gather_backward(grad_out: np.ndarray, neighbours: np.ndarray, grad_src: np.ndarray) -> None:
     """Adjoint of :func:`_gather_forward`, accumulated into ``grad_src`` (zeros):
     grad_src[b, neighbours[b, u, n, k], u, j] += grad_out[b*N + n, (u*K + k)*F + j]."""
@@ -103,7 +105,9 @@ class _GatherNeighbours(torch.autograd.Function):
         b, n, u, f = cloud.shape
         neighbours = neighbours.transpose(1, 2)  # (B, U, N, K): contiguous from knn
         out = cloud.new_empty(b * n, u * neighbours.shape[3] * f)
-        _gather_forward(_array(cloud), _array(neighbours), out.numpy())
+        src, index, dst = _array(cloud), _array(neighbours), out.numpy()
+        # samples are independent: each thread gathers a slice of the batch
+        run_sliced(b, lambda s, e: _gather_forward(src[s:e], index[s:e], dst[s * n : e * n]))
         ctx.save_for_backward(neighbours)
         ctx.cloud_shape = cloud.shape
         return out
@@ -113,7 +117,12 @@ class _GatherNeighbours(torch.autograd.Function):
     def backward(ctx: FunctionCtx, grad_out: torch.Tensor) -> tuple[torch.Tensor, None]:
         (neighbours,) = ctx.saved_tensors
         grad_cloud = grad_out.new_zeros(ctx.cloud_shape)
-        _gather_backward(_array(grad_out), _array(neighbours), grad_cloud.numpy())
+        n = ctx.cloud_shape[1]
+        src, index, dst = _array(grad_out), _array(neighbours), grad_cloud.numpy()
+        # a sample's scattered writes stay in its own slab: slices never race
+        run_sliced(
+            len(dst), lambda s, e: _gather_backward(src[s * n : e * n], index[s:e], dst[s:e])
+        )
         return grad_cloud, None
 
 

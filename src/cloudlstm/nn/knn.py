@@ -11,7 +11,7 @@ ties the result is therefore permutation-equivariant.
 
 Implementations:
 
-* CPU: a single-threaded numba kernel (see below for why not parallel). Per cloud, a grid
+* CPU: a numba kernel run on slices of the clouds by plain Python threads. Per cloud, a grid
   over the bounding box of the first two axes (L = 1 gets a zero second axis) with ~K/3
   points per cell; an axis whose bins come out crowded (a tight cluster plus a far
   outlier) is re-cut into equal counts. Points are copied into strips of three grid rows
@@ -25,9 +25,7 @@ Implementations:
 * :func:`knn_reference`: the plain ``cdist`` + ``topk`` of Algorithm 1, kept for tests
   and the benchmark.
 
-Why not ``parallel=True``: numba's OpenMP pool and torch's intra-op pool busy-wait against
-each other; on a 2-vCPU machine training steps became randomly 5-20x slower (measured:
-identical CloudLSTM steps of 1.4 s and 42 s in one process). Torch keeps the cores.
+Threads rather than numba's ``parallel=True``: see :mod:`cloudlstm.nn.threads`.
 """
 
 from __future__ import annotations
@@ -35,6 +33,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 import torch
+
+from cloudlstm.nn.threads import run_sliced
 
 
 class NeighbourCountError(ValueError):
@@ -282,13 +282,14 @@ def _knn_cloud(coords, k, out):
             out[i, j + 1] = best[j] & 0xFFFFFFFF
 
 
-@numba.njit(cache=True)
-def _knn_grid(coords: np.ndarray, k: int) -> np.ndarray:
-    """coords (R, N, L >= 2) float32 -> neighbour indices (R, N, k) int64."""
-    out = np.empty((coords.shape[0], coords.shape[1], k), dtype=np.int64)
+@numba.njit(cache=True, nogil=True)
+def _knn_grid(coords: np.ndarray, k: int, out: np.ndarray) -> None:
+    """coords (R, N, L >= 2) float32 -> neighbour indices written to out (R, N, k) int64.
+
+    ``nogil``: :func:`knn` runs slices of the clouds on threads (:mod:`.threads`).
+    """
     for r in range(coords.shape[0]):
         _knn_cloud(coords[r], k, out[r])
-    return out
 
 
 def _pairwise_d2(queries: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
@@ -351,7 +352,10 @@ def knn(coords: torch.Tensor, k: int, chunk: int = 1024) -> torch.Tensor:
         array = flat.to(torch.float32)
         if dims == 1:  # a zero second axis adds exactly 0 to every distance
             array = torch.cat([array, torch.zeros_like(array)], dim=-1)
-        index = torch.from_numpy(_knn_grid(np.ascontiguousarray(array.numpy()), k))
+        array = np.ascontiguousarray(array.numpy())
+        out = np.empty((array.shape[0], n, k), dtype=np.int64)
+        run_sliced(len(array), lambda a, b: _knn_grid(array[a:b], k, out[a:b]), min_slice=16)
+        index = torch.from_numpy(out)
     else:
         index = _knn_chunked(flat.float(), k, chunk)
     return index.reshape(*lead, n, k)
