@@ -111,8 +111,11 @@ def main() -> None:
         args.repeats,
     )
     t_cell, t_knn, t_gather, t_mm = (times[n] for n in ("cell", "knn", "gather", "matmul"))
-    t_ref = timed(reference_step, max(1, args.repeats // 2))
-    t_ref_knn = timed(lambda: knn_reference(cloud[..., 1:].transpose(1, 2), k), 1)
+    ref = timed_together(
+        {"step": reference_step, "knn": lambda: knn_reference(cloud[..., 1:].transpose(1, 2), k)},
+        max(1, args.repeats // 3),
+    )
+    t_ref, t_ref_knn = ref["step"], ref["knn"]
     rest = t_cell - t_knn - t_gather - t_mm
 
     print("\nOne CloudLSTM cell step, forward + backward (best of round-robin repeats, ms):")
