@@ -67,6 +67,13 @@ def test_csv_logger_records_losses_and_test_metrics(tiny_cfg):
         assert column in header
 
 
+def test_no_logger_with_default_callbacks(tiny_cfg):
+    cfg = tiny_cfg("logger=none")
+    results = train(cfg)
+    assert Path(results["checkpoint"]).name.startswith("epoch_")
+    assert "test" in json.loads((Path(cfg.paths.output_dir) / "metrics.json").read_text())
+
+
 def test_no_logger_and_no_callbacks_still_write_metrics(tiny_cfg):
     cfg = tiny_cfg("logger=none", "callbacks=none")
     results = train(cfg)

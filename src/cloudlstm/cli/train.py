@@ -16,6 +16,7 @@ import hydra
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
+from lightning.pytorch.callbacks import LearningRateMonitor
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cloudlstm.cli.config import describe_run, instantiate_group
@@ -59,6 +60,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         cfg.get("logger"), name=run["name"], group=run["group"], tags=run["tags"]
     )
     callbacks = instantiate_group(cfg.get("callbacks"))
+    if not loggers:  # nothing to write learning rates to; Lightning would refuse to start
+        callbacks = [cb for cb in callbacks if not isinstance(cb, LearningRateMonitor)]
     trainer: L.Trainer = hydra.utils.instantiate(
         cfg.trainer, callbacks=callbacks, logger=loggers or False
     )
