@@ -61,7 +61,13 @@ class ForecastModule(L.LightningModule):
     def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
         return self.model(x, coords)
 
-    def _step(self, batch: dict[str, torch.Tensor], stage: str) -> torch.Tensor:
+    def _step(
+        self, batch: dict[str, torch.Tensor], stage: str
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forecast, masked MSE on normalised values, logged as ``<stage>/loss``.
+
+        Returns the loss and the normalised forecast ``(B, J, N, C)``.
+        """
         pred = self(batch["x"], batch["coords"])
         loss = masked_mse(pred, batch["y"], batch["y_mask"])
         self.log(
@@ -72,17 +78,16 @@ class ForecastModule(L.LightningModule):
             on_epoch=True,
             batch_size=batch["x"].shape[0],
         )
-        return loss
+        return loss, pred
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        return self._step(batch, "train")
+        return self._step(batch, "train")[0]
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         self._step(batch, "val")
 
     def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        pred = self(batch["x"], batch["coords"])
-        self.log("test/loss", masked_mse(pred, batch["y"], batch["y_mask"]))
+        _, pred = self._step(batch, "test")
         pred = self.scaler.inverse_transform(pred)
         target = self.scaler.inverse_transform(batch["y"])
         self.test_metrics.update(pred, target, batch["y_mask"])
