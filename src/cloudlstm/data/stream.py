@@ -22,6 +22,11 @@ class PointCloudStream:
         point_ids: N unique point identifiers.
         timestamps: optional ``(T,)`` ``datetime64`` array, strictly increasing.
         name: a short name used in summaries and logs.
+        metadata: free-form extras. Keys with a meaning elsewhere: ``"step_minutes"`` (float,
+            sampling period), ``"steps_per_day"`` (int), ``"source"`` (str, where it came from).
+        trajectory: optional ``(T, N, L)`` float positions of *moving* points in raw units
+            (finite everywhere). When given, ``coords`` must be its first step
+            (``trajectory[0]``) and the datamodule makes positions part of the forecast.
 
     ``__post_init__`` converts ``values`` to float32, ``mask`` to bool and ``coords`` to
     float64 and raises ``ValueError`` when the parts do not fit together.
@@ -35,6 +40,7 @@ class PointCloudStream:
     timestamps: np.ndarray | None = None
     name: str = "stream"
     metadata: dict = field(default_factory=dict)
+    trajectory: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         values = np.asarray(self.values)
@@ -149,6 +155,31 @@ class PointCloudStream:
                 )
             self.timestamps = ts
         self.name = str(self.name)
+        if self.trajectory is not None:
+            self.trajectory = self._check_trajectory(np.asarray(self.trajectory))
+
+    def _check_trajectory(self, traj: np.ndarray) -> np.ndarray:
+        expected = (self.num_steps, self.num_points, self.num_dims)
+        if traj.shape != expected:
+            raise ValueError(
+                f"PointCloudStream.trajectory must have shape (T, N, L) = {expected}; got "
+                f"{traj.shape}."
+            )
+        traj = traj.astype(np.float64)
+        if not np.isfinite(traj).all():
+            t, n, _ = np.argwhere(~np.isfinite(traj))[0]
+            raise ValueError(
+                f"PointCloudStream.trajectory has NaN/inf positions (first at t={t}, point={n}): "
+                "moving points need a position at every step; interpolate the gaps first."
+            )
+        if not np.allclose(traj[0], self.coords):
+            raise ValueError("PointCloudStream.coords must equal trajectory[0] for moving points.")
+        return traj
+
+    @property
+    def moving(self) -> bool:
+        """True when the points move (``trajectory`` is set)."""
+        return self.trajectory is not None
 
     @classmethod
     def from_values(
@@ -200,12 +231,13 @@ class PointCloudStream:
         return PointCloudStream(
             values=self.values[start:end].copy(),
             mask=self.mask[start:end].copy(),
-            coords=self.coords.copy(),
+            coords=self.coords.copy() if self.trajectory is None else self.trajectory[start].copy(),
             channel_names=list(self.channel_names),
             point_ids=list(self.point_ids),
             timestamps=None if self.timestamps is None else self.timestamps[start:end].copy(),
             name=self.name,
             metadata=dict(self.metadata),
+            trajectory=None if self.trajectory is None else self.trajectory[start:end].copy(),
         )
 
     def __repr__(self) -> str:
