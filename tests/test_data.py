@@ -167,7 +167,7 @@ def test_window_dataset_items_and_too_few_steps():
     assert ds.time_range(3) == (8, 12, 14)
     assert int(WindowDataset(s.values, s.mask, s.coords, 4, 2, return_index=True)[7]["t0"]) == 7
     with pytest.raises(
-        ValueError, match=r"needs input_steps \+ output_steps = 12 \+ 12 = 24 .*only 15"
+        ValueError, match=r"needs 12 input \(history\) \+ 12 output = 24 .*only 15"
     ):
         WindowDataset(s.values, s.mask, s.coords, 12, 12, start=5, end=20)
     with pytest.raises(ValueError, match="stride"):
@@ -363,14 +363,10 @@ def test_generator_rejects_bad_args(kwargs, match):
 
 
 def test_hydra_config_instantiates(tmp_path):
+    from conftest import compose_train
     from hydra.utils import instantiate
 
-    cfg = OmegaConf.create(
-        {
-            "paths": {"data_dir": str(tmp_path)},
-            "data": OmegaConf.load(ROOT / "conf/data/synthetic.yaml"),
-        }
-    )
+    cfg = compose_train(tmp_path, [])
     assert cfg.data.input_steps == 12 and cfg.data.output_steps == 12
     assert cfg.data.batch_size == 16  # demo-sized default
     cfg.data.source.update(SMALL)
@@ -381,7 +377,8 @@ def test_hydra_config_instantiates(tmp_path):
     dm.prepare_data()
     dm.setup("fit")
     assert dm.num_points == 10 and dm.num_channels == 2
-    assert dm.source.cache_path.parent == tmp_path / "synthetic" and dm.source.cache_path.exists()
+    assert dm.source.cache_path.parent == tmp_path / "data" / "synthetic"
+    assert dm.source.cache_path.exists()
 
 
 # ---------------------------------------------------------------- space matters

@@ -48,6 +48,7 @@ class ForecastModule(L.LightningModule):
         self.save_hyperparameters(ignore=["model"], logger=False)
         self.model = model
         self.test_metrics: ForecastMetrics | None = None
+        self.group_metrics = nn.ModuleDict()
         self.test_results: dict[str, Any] | None = None
         self._predictions: list[tuple[np.ndarray, np.ndarray]] = []
 
@@ -56,6 +57,19 @@ class ForecastModule(L.LightningModule):
         self.scaler = dm.scaler
         self.test_metrics = ForecastMetrics(
             self.model.output_steps, dm.num_channels, list(dm.channel_names)
+        )
+        # Point groups (e.g. inliers / outliers) are scored separately as well.
+        self.group_points = {
+            name: torch.as_tensor(np.flatnonzero(members))
+            for name, members in getattr(dm, "point_groups", {}).items()
+        }
+        self.group_metrics = nn.ModuleDict(
+            {
+                name: ForecastMetrics(
+                    self.model.output_steps, dm.num_channels, list(dm.channel_names)
+                )
+                for name in self.group_points
+            }
         )
 
     def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
@@ -91,19 +105,29 @@ class ForecastModule(L.LightningModule):
         pred = self.scaler.inverse_transform(pred)
         target = self.scaler.inverse_transform(batch["y"])
         self.test_metrics.update(pred, target, batch["y_mask"])
+        for name, metric in self.group_metrics.items():
+            points = self.group_points[name].to(pred.device)
+            metric.update(pred[:, :, points], target[:, :, points], batch["y_mask"][:, :, points])
         if self.hparams.save_predictions:
             self._predictions.append((pred.cpu().numpy(), target.cpu().numpy()))
 
     def on_test_epoch_start(self) -> None:
         self.test_metrics.reset()
+        for metric in self.group_metrics.values():
+            metric.reset()
         self._predictions = []
 
     def on_test_epoch_end(self) -> None:
         self.test_results = self.test_metrics.compute()
-        overall = self.test_results["overall"]
-        for name, stats in overall.items():
-            self.log(f"test/{name}", stats["mean"])
-            self.log(f"test/{name}_std", stats["std"])
+        groups = {name: metric.compute() for name, metric in self.group_metrics.items()}
+        if groups:
+            self.test_results["groups"] = groups
+        for prefix, results in [("test", self.test_results)] + [
+            (f"test_{name}", res) for name, res in groups.items()
+        ]:
+            for name, stats in results["overall"].items():
+                self.log(f"{prefix}/{name}", stats["mean"])
+                self.log(f"{prefix}/{name}_std", stats["std"])
         save = self.hparams.save_predictions and self.hparams.output_dir
         if save and self.trainer.is_global_zero:
             np.savez_compressed(

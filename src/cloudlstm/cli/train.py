@@ -36,13 +36,16 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     datamodule.prepare_data()
     datamodule.setup("fit")
     datamodule.print_summary()
+    data_summary = datamodule.summary()
+    (output_dir / "data_summary.json").write_text(json.dumps(data_summary, indent=2))
     with open_dict(cfg):
         cfg.data_info = {
             "num_channels": datamodule.num_channels,
             "num_points": datamodule.num_points,
-            "input_steps": datamodule.input_steps,
+            "input_steps": data_summary["input_steps"],
             "output_steps": datamodule.output_steps,
             "coord_features": int(datamodule.coords.shape[-1]),
+            "steps_per_day": data_summary["steps_per_day"],
         }
     job_cfg = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
     OmegaConf.save(job_cfg, output_dir / "config.yaml", resolve=True)
@@ -66,20 +69,24 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         cfg.trainer, callbacks=callbacks, logger=loggers or False
     )
     num_params = sum(p.numel() for p in model.parameters())
+    trainable = any(p.requires_grad for p in model.parameters())
     for lg in loggers:
         lg.log_hyperparams(
             {**OmegaConf.to_container(job_cfg, resolve=True), "num_params": num_params}
         )
 
-    results: dict[str, Any] = {"run": run, "num_params": num_params, "data": datamodule.summary()}
+    results: dict[str, Any] = {"run": run, "num_params": num_params, "data": data_summary}
+    fit = bool(cfg.get("train")) and trainable
+    if cfg.get("train") and not trainable:
+        log.info("%s has no trainable parameters: skipping training.", type(model).__name__)
     try:
-        if cfg.get("train"):
+        if fit:
             start = time.perf_counter()
             trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
             results["train_time_s"] = time.perf_counter() - start
             results["epochs"] = trainer.current_epoch
         if cfg.get("test"):
-            ckpt = _best_checkpoint(trainer) if cfg.get("train") else cfg.get("ckpt_path")
+            ckpt = _best_checkpoint(trainer) if fit else cfg.get("ckpt_path")
             start = time.perf_counter()
             trainer.test(module, datamodule=datamodule, ckpt_path=ckpt, weights_only=False)
             results["test_time_s"] = time.perf_counter() - start

@@ -11,11 +11,14 @@ import torch
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader
 
+from cloudlstm.data.outliers import dbscan_outliers, shift_outliers
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.data.transforms import StandardScaler, normalize_coords
-from cloudlstm.data.windows import WindowDataset, count_windows
+from cloudlstm.data.windows import WindowDataset, contiguous_offsets, count_windows
 
-__all__ = ["PointCloudDataModule", "split_bounds"]
+__all__ = ["PointCloudDataModule", "seasonal_offsets", "split_bounds"]
+
+OUTLIER_METHODS = ("dbscan",)
 
 SPLITS = ("train", "val", "test")
 
@@ -39,6 +42,35 @@ def split_bounds(
     }
 
 
+def seasonal_offsets(
+    recent_steps: int, steps_per_day: int, days: float = 7, every_minutes: float = 120
+) -> np.ndarray:
+    """Input offsets of the paper's seasonal input: a sub-sampled week, then the recent steps.
+
+    The paper concatenates the last 30 minutes (6 five-minute steps) with a 7-day window
+    sampled every 2 h (84 steps), giving 90 input steps. Offsets are relative to the first
+    forecast step: ``-span, -span + every, ..., -every`` (``span = days`` in steps,
+    ``every = every_minutes`` in steps), then ``-recent_steps, ..., -1``. Both parts are kept
+    whole even where they overlap (as the paper's concatenation does), so
+    ``M = recent_steps + days * 1440 / every_minutes``.
+    """
+    every = steps_per_day * every_minutes / 1440.0
+    span = days * steps_per_day
+    if (
+        every < 1
+        or abs(every - round(every)) > 1e-9
+        or abs(span / every - round(span / every)) > 1e-9
+    ):
+        raise ValueError(
+            f"seasonal input: a step is {1440 / steps_per_day:g} minutes, so "
+            f"seasonal_every_minutes={every_minutes:g} and seasonal_days={days:g} must be whole "
+            "multiples of it (and the window a whole number of samples)."
+        )
+    every, span = int(round(every)), int(round(span))
+    week = np.arange(-span, 0, every, dtype=np.int64)
+    return np.concatenate([week, contiguous_offsets(recent_steps)])
+
+
 class PointCloudDataModule(LightningDataModule):
     """Datamodule over one point-cloud stream (see ``docs/design.md`` for the batch format).
 
@@ -53,10 +85,29 @@ class PointCloudDataModule(LightningDataModule):
         test_fraction: fraction of all steps used for testing (the last ones).
         stride: step between window starts (all splits).
         num_workers, pin_memory: passed to the DataLoaders.
+        num_points: keep a random subset of this many points (seeded by ``subset_seed``); the
+            paper uses 100 antennas for its seasonal study and 50 stations for the outliers.
+        seasonal: feed the paper's seasonal input (:func:`seasonal_offsets`): the last
+            ``input_steps`` steps plus a ``seasonal_days`` window sampled every
+            ``seasonal_every_minutes``.
+        outliers: ``"dbscan"`` marks DBSCAN noise points of the (normalised) coordinates as
+            outliers (``dbscan_eps``, ``dbscan_min_samples``); metrics are then also reported
+            separately for inliers and outliers.
+        outlier_shift: the paper's controlled study: move ``outlier_count`` random points
+            (``outlier_seed``) this far from the centre (normalised units, see
+            :func:`cloudlstm.data.outliers.shift_outliers`); they become the outlier group.
+        score_filled: also train on and score entries that were filled by interpolation (the
+            paper's protocol: it interpolates gaps and then uses the whole series). Default
+            False: the batch masks mark only really observed entries, so the loss and the
+            metrics ignore filled ones.
 
     The stream is loaded once; the scaler is fitted on the training part only; coordinates
-    are min-max normalised to [0, 1]. Properties such as :attr:`num_channels` set the module
-    up on first use, so a model can be sized before ``Trainer.fit``.
+    are min-max normalised to [0, 1]. For moving points (a stream with a ``trajectory``) the
+    positions become L extra channels ``pos_*`` (scaled like values, so they are forecast and
+    scored too) and each window's ``coords`` are the positions at its last input step,
+    min-max normalised with the training part's range. Properties such as
+    :attr:`num_channels` set the module up on first use, so a model can be sized before
+    ``Trainer.fit``.
     """
 
     def __init__(
@@ -70,8 +121,32 @@ class PointCloudDataModule(LightningDataModule):
         stride: int = 1,
         num_workers: int = 0,
         pin_memory: bool = False,
+        num_points: int | None = None,
+        subset_seed: int = 0,
+        seasonal: bool = False,
+        seasonal_days: float = 7,
+        seasonal_every_minutes: float = 120,
+        outliers: str | None = None,
+        dbscan_eps: float | None = None,
+        dbscan_min_samples: int = 4,
+        outlier_shift: float | None = None,
+        outlier_count: int = 10,
+        outlier_seed: int = 0,
+        score_filled: bool = False,
     ) -> None:
         super().__init__()
+        if outliers is not None and outliers not in OUTLIER_METHODS:
+            raise ValueError(
+                f"PointCloudDataModule: unknown outliers={outliers!r}; use one of "
+                f"{OUTLIER_METHODS} or null."
+            )
+        if outliers is not None and outlier_shift is not None:
+            raise ValueError(
+                "PointCloudDataModule: choose either outliers=dbscan (find outliers) or "
+                "outlier_shift=<d> (make them), not both."
+            )
+        if num_points is not None and (isinstance(num_points, bool) or num_points < 1):
+            raise ValueError(f"PointCloudDataModule: num_points must be >= 1; got {num_points}.")
         for name, value in (
             ("input_steps", input_steps),
             ("output_steps", output_steps),
@@ -106,6 +181,19 @@ class PointCloudDataModule(LightningDataModule):
         self.stride = int(stride)
         self.num_workers = int(num_workers)
         self.pin_memory = bool(pin_memory)
+        self.subset = None if num_points is None else (int(num_points), int(subset_seed))
+        self.seasonal = (float(seasonal_days), float(seasonal_every_minutes)) if seasonal else None
+        self.outlier_options = {
+            "outliers": outliers,
+            "dbscan_eps": dbscan_eps,
+            "dbscan_min_samples": int(dbscan_min_samples),
+            "outlier_shift": outlier_shift,
+            "outlier_count": int(outlier_count),
+            "outlier_seed": int(outlier_seed),
+        }
+        self.score_filled = bool(score_filled)
+        self.input_offsets = contiguous_offsets(self.input_steps)
+        self.point_groups: dict[str, np.ndarray] = {}
 
         self._stream: PointCloudStream | None = None
         self._built = False
@@ -118,7 +206,8 @@ class PointCloudDataModule(LightningDataModule):
     # ------------------------------------------------------------------ loading / setup
     @property
     def stream(self) -> PointCloudStream:
-        """The raw stream (loaded on first access, then kept)."""
+        """The stream the model sees (loaded on first access, then kept): the source's data,
+        restricted to the point subset, with position channels appended for moving points."""
         if self._stream is None:
             stream = self.source if isinstance(self.source, PointCloudStream) else None
             if stream is None:
@@ -128,8 +217,17 @@ class PointCloudDataModule(LightningDataModule):
                     f"{type(self.source).__name__}.load() must return a PointCloudStream; got "
                     f"{type(stream).__name__}."
                 )
+            if self.subset is not None:
+                stream = _random_subset(stream, *self.subset)
+            if stream.moving:
+                stream = _with_position_channels(stream)
             self._stream = stream
         return self._stream
+
+    @property
+    def steps_per_day(self) -> int | None:
+        """Steps in one day (for seasonal inputs and seasonal baselines); None if unknown."""
+        return self.stream.steps_per_day()
 
     def prepare_data(self) -> None:
         # Generates / downloads (and caches) the data; loads it only once per process.
@@ -139,7 +237,16 @@ class PointCloudDataModule(LightningDataModule):
         if self._built:
             return
         stream = self.stream
-        m, j = self.input_steps, self.output_steps
+        if self.seasonal is not None:
+            if self.steps_per_day is None:
+                raise ValueError(
+                    f"PointCloudDataModule: seasonal=true needs the sampling period of stream "
+                    f"'{stream.name}', but it has no timestamps or step_minutes metadata."
+                )
+            self.input_offsets = seasonal_offsets(
+                self.input_steps, self.steps_per_day, *self.seasonal
+            )
+        m, j = self.history_steps, self.output_steps
         self.bounds = split_bounds(stream.num_steps, self.val_fraction, self.test_fraction)
         span = m + j
         for split, (start, end) in self.bounds.items():
@@ -150,7 +257,8 @@ class PointCloudDataModule(LightningDataModule):
                 raise ValueError(
                     f"PointCloudDataModule: the {split} part of stream '{stream.name}' has "
                     f"{end - start} steps (of T={stream.num_steps}), but one window needs "
-                    f"input_steps + output_steps = {m} + {j} = {span}. Use a longer stream, "
+                    f"input_steps + output_steps = {m} + {j} = {span} (input_steps counts the "
+                    "whole history a window reaches back). Use a longer stream, "
                     "shorter windows, or different val/test fractions."
                 )
 
@@ -165,10 +273,18 @@ class PointCloudDataModule(LightningDataModule):
                 f"but the stream has {stream.num_channels}."
             )
         normed = self.scaler.transform(stream.values.astype(np.float32))
-        normed = np.where(stream.mask, normed, 0.0).astype(np.float32)
-        self._coords = torch.as_tensor(normalize_coords(stream.coords), dtype=torch.float32)
+        # Keep filled (interpolated) values; only entries with no value at all become 0.
+        normed = np.where(np.isfinite(normed), normed, 0.0).astype(np.float32)
+        track = None
+        if stream.moving:
+            track = torch.as_tensor(_normalize_track(stream.trajectory, tr1), dtype=torch.float32)
+            self._coords = track[0]
+        else:
+            coords = normalize_coords(stream.coords)
+            coords, self.point_groups = self._outliers(coords)
+            self._coords = torch.as_tensor(coords, dtype=torch.float32)
         values_t = torch.from_numpy(normed)
-        mask_t = torch.from_numpy(stream.mask)
+        mask_t = torch.from_numpy(np.isfinite(stream.values) if self.score_filled else stream.mask)
         for split, (start, end) in self.bounds.items():
             if end - start < span:
                 self.datasets[split] = None
@@ -177,13 +293,43 @@ class PointCloudDataModule(LightningDataModule):
                 values_t,
                 mask_t,
                 self._coords,
-                m,
+                self.input_steps if self.seasonal is None else len(self.input_offsets),
                 j,
                 stride=self.stride,
                 start=start,
                 end=end,
+                input_offsets=self.input_offsets,
+                coords_track=track,
             )
         self._built = True
+
+    def _outliers(self, coords: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Apply the outlier options to normalised coords: (coords, {"inliers", "outliers"})."""
+        opts = self.outlier_options
+        if opts["outliers"] == "dbscan":
+            mask = dbscan_outliers(coords, opts["dbscan_eps"], opts["dbscan_min_samples"])
+        elif opts["outlier_shift"] is not None:
+            coords, mask = shift_outliers(
+                coords, float(opts["outlier_shift"]), opts["outlier_count"], opts["outlier_seed"]
+            )
+        else:
+            return coords, {}
+        return coords, {"inliers": ~mask, "outliers": mask}
+
+    @property
+    def history_steps(self) -> int:
+        """How far back (in steps) a window's input reaches: M, or more for seasonal input."""
+        if self.seasonal is not None and self.steps_per_day is not None:
+            offsets = seasonal_offsets(self.input_steps, self.steps_per_day, *self.seasonal)
+            return int(-offsets.min())
+        return self.input_steps
+
+    @property
+    def model_input_steps(self) -> int:
+        """Steps in each window's ``x`` (what models are built for): M, or M + the seasonal part."""
+        if self.seasonal is not None and self.steps_per_day is not None:
+            return len(seasonal_offsets(self.input_steps, self.steps_per_day, *self.seasonal))
+        return self.input_steps
 
     def _ensure_setup(self) -> None:
         if not self._built:
@@ -272,9 +418,11 @@ class PointCloudDataModule(LightningDataModule):
         stream = self.stream
         steps = {s: e - b for s, (b, e) in self.bounds.items()}
         windows = {
-            s: count_windows(n, self.input_steps, self.output_steps, self.stride)
+            s: count_windows(n, self.history_steps, self.output_steps, self.stride)
             for s, n in steps.items()
         }
+        ids = np.asarray(stream.point_ids)
+        extras = {k: v for k, v in stream.metadata.items() if k != "generator"}
         return {
             "name": stream.name,
             "num_points": stream.num_points,
@@ -286,9 +434,17 @@ class PointCloudDataModule(LightningDataModule):
             "windows": windows,
             "bounds": {s: list(b) for s, b in self.bounds.items()},
             "missing_fraction": stream.missing_fraction,
-            "input_steps": self.input_steps,
+            "score_filled": self.score_filled,
+            "input_steps": self.model_input_steps,
+            "history_steps": self.history_steps,
             "output_steps": self.output_steps,
             "stride": self.stride,
+            "steps_per_day": self.steps_per_day,
+            "moving": stream.moving,
+            "seasonal": self.seasonal is not None,
+            "subset": None if self.subset is None else list(self.subset),
+            "point_groups": {g: ids[m].tolist() for g, m in self.point_groups.items()},
+            "source_metadata": _plain(extras),
         }
 
     def print_summary(self, console: Any = None) -> None:
@@ -303,7 +459,16 @@ class PointCloudDataModule(LightningDataModule):
         table.add_row("points N", str(info["num_points"]))
         table.add_row("channels C", f"{info['num_channels']} ({', '.join(info['channel_names'])})")
         table.add_row("total steps T", str(info["total_steps"]))
-        table.add_row("window M -> J", f"{info['input_steps']} -> {info['output_steps']}")
+        window = f"{info['input_steps']} -> {info['output_steps']}"
+        if info["seasonal"]:
+            window += f" (seasonal, reaching back {info['history_steps']} steps)"
+        table.add_row("window M -> J", window)
+        if info["moving"]:
+            table.add_row("moving points", "positions are forecast as pos_* channels")
+        for group, ids in info["point_groups"].items():
+            table.add_row(
+                group, f"{len(ids)}" + (f": {', '.join(ids[:12])}" if group == "outliers" else "")
+            )
         table.add_row("missing", f"{info['missing_fraction']:.2%}")
         for split in SPLITS:
             b, e = info["bounds"][split]
@@ -318,3 +483,59 @@ class PointCloudDataModule(LightningDataModule):
             f"PointCloudDataModule(source={self.source!r}, M={self.input_steps}, "
             f"J={self.output_steps}, batch_size={self.batch_size})"
         )
+
+
+def _random_subset(stream: PointCloudStream, num_points: int, seed: int) -> PointCloudStream:
+    if num_points > stream.num_points:
+        raise ValueError(
+            f"PointCloudDataModule: num_points={num_points} but stream '{stream.name}' has only "
+            f"{stream.num_points} points; use at most {stream.num_points} (or null for all)."
+        )
+    keep = np.sort(np.random.default_rng(seed).choice(stream.num_points, num_points, replace=False))
+    return stream.select_points(keep)
+
+
+def _with_position_channels(stream: PointCloudStream) -> PointCloudStream:
+    """Moving points: append the L positions as channels ``pos_x, pos_y[, pos_z]``."""
+    names = (
+        [f"pos_{d}" for d in "xyz"[: stream.num_dims]]
+        if stream.num_dims <= 3
+        else [f"pos_{d}" for d in range(stream.num_dims)]
+    )
+    positions = stream.trajectory.astype(np.float32)
+    return PointCloudStream(
+        values=np.concatenate([stream.values, positions], axis=-1),
+        mask=np.concatenate([stream.mask, np.ones(positions.shape, dtype=bool)], axis=-1),
+        coords=stream.coords,
+        channel_names=[*stream.channel_names, *names],
+        point_ids=stream.point_ids,
+        timestamps=stream.timestamps,
+        name=stream.name,
+        metadata=stream.metadata,
+        trajectory=stream.trajectory,
+    )
+
+
+def _normalize_track(trajectory: np.ndarray, train_end: int) -> np.ndarray:
+    """Min-max normalise ``(T, N, L)`` positions with the range seen in the training part.
+
+    Later positions may leave [0, 1] slightly; they are not clipped (clipping would pile
+    points up on the border and break their neighbourhoods).
+    """
+    seen = trajectory[: max(train_end, 1)].reshape(-1, trajectory.shape[-1])
+    lo, hi = seen.min(axis=0), seen.max(axis=0)
+    span = np.where(hi - lo > 1e-12, hi - lo, 1.0)
+    return (trajectory - lo) / span
+
+
+def _plain(value: Any) -> Any:
+    """JSON-friendly copy of metadata (numpy scalars/arrays to Python)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

@@ -240,6 +240,33 @@ class PointCloudStream:
             trajectory=None if self.trajectory is None else self.trajectory[start:end].copy(),
         )
 
+    def select_points(self, index: np.ndarray | list[int]) -> PointCloudStream:
+        """A new stream with only the points ``index`` (in that order; copies)."""
+        index = np.asarray(index, dtype=np.int64)
+        return PointCloudStream(
+            values=self.values[:, index],
+            mask=self.mask[:, index],
+            coords=self.coords[index],
+            channel_names=list(self.channel_names),
+            point_ids=[self.point_ids[i] for i in index],
+            timestamps=None if self.timestamps is None else self.timestamps.copy(),
+            name=self.name,
+            metadata=dict(self.metadata),
+            trajectory=None if self.trajectory is None else self.trajectory[:, index],
+        )
+
+    def steps_per_day(self) -> int | None:
+        """Steps in one day, from ``metadata`` or the timestamps; None when unknown or when a
+        day is not a whole number of steps."""
+        if "steps_per_day" in self.metadata:
+            return int(self.metadata["steps_per_day"])
+        minutes = self.metadata.get("step_minutes")
+        if minutes is None and self.timestamps is not None and self.num_steps > 1:
+            minutes = np.median(np.diff(self.timestamps) / np.timedelta64(1, "s")) / 60.0
+        if not minutes or (1440.0 / minutes) % 1 > 1e-9:
+            return None
+        return int(round(1440.0 / minutes))
+
     def __repr__(self) -> str:
         return (
             f"PointCloudStream(name={self.name!r}, T={self.num_steps}, N={self.num_points}, "

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-__all__ = ["WindowDataset", "count_windows"]
+__all__ = ["WindowDataset", "contiguous_offsets", "count_windows"]
 
 
 def count_windows(num_steps: int, input_steps: int, output_steps: int, stride: int = 1) -> int:
@@ -17,19 +17,33 @@ def count_windows(num_steps: int, input_steps: int, output_steps: int, stride: i
     return (num_steps - span) // stride + 1
 
 
+def contiguous_offsets(input_steps: int) -> np.ndarray:
+    """Offsets ``-M, ..., -1`` of M consecutive input steps before the first target step."""
+    return np.arange(-int(input_steps), 0, dtype=np.int64)
+
+
 class WindowDataset(Dataset):
     """Windows of M input and J target steps cut strictly inside the time range ``[start, end)``.
 
+    By default the input is the M steps right before the target. With ``input_offsets`` (M
+    negative ints, in the order the model reads them; repeats allowed) the input of a window
+    whose target starts at ``t`` is the steps ``t + input_offsets`` instead (e.g. a
+    sub-sampled week then the last half hour, see
+    :func:`cloudlstm.data.datamodule.seasonal_offsets`); it reaches back
+    ``H = -min(input_offsets)`` steps.
+
     Window ``i`` starts at absolute time index ``window_starts[i] = start + i * stride``; its
-    input covers ``[t0, t0 + M)`` and its target ``[t0 + M, t0 + M + J)``, with
-    ``t0 + M + J <= end``. Items are dicts (see ``docs/design.md``)::
+    input lies in ``[t0, t0 + H)`` and its target is ``[t0 + H, t0 + H + J)``, with
+    ``t0 + H + J <= end`` (``H = M`` by default). Items are dicts (see ``docs/design.md``)::
 
         {"x": (M, N, C) float32, "y": (J, N, C) float32, "coords": (N, L) float32,
          "x_mask": (M, N, C) bool, "y_mask": (J, N, C) bool}
 
-    Missing entries (mask False) are filled with 0, i.e. the normalised mean, so no NaN ever
-    reaches a model; the masks say which entries are real. With ``return_index=True`` each item
-    also holds ``"t0"``, the window's absolute start index (a 0-d int64 tensor).
+    Entries without a value (NaN/inf, necessarily mask False) are set to 0, i.e. the
+    normalised mean, so no NaN ever reaches a model; finite values under mask False (filled
+    upstream, e.g. by interpolation) are kept. The masks say which entries are real. With
+    ``return_index=True`` each item also holds ``"t0"``, the window's absolute start index
+    (a 0-d int64 tensor).
 
     Args:
         values: ``(T, N, C)`` normalised values (numpy or torch); NaN allowed where mask False.
@@ -41,6 +55,10 @@ class WindowDataset(Dataset):
         start, end: the time range (absolute indices into ``values``) windows must stay in;
             ``end=None`` means ``T``.
         return_index: add ``"t0"`` to each item.
+        input_offsets: optional M input offsets relative to the first target step (see above);
+            ``input_steps`` must equal their number.
+        coords_track: optional ``(T, N, L)`` normalised positions of moving points; an item's
+            ``coords`` are then the positions at its last input step (the latest ones known).
     """
 
     def __init__(
@@ -54,12 +72,21 @@ class WindowDataset(Dataset):
         start: int = 0,
         end: int | None = None,
         return_index: bool = False,
+        input_offsets: np.ndarray | list[int] | None = None,
+        coords_track: np.ndarray | torch.Tensor | None = None,
     ) -> None:
         for arg, val, lo in (("input_steps", input_steps, 1), ("output_steps", output_steps, 1)):
             if int(val) != val or val < lo:
                 raise ValueError(f"WindowDataset: {arg} must be an integer >= {lo}; got {val}.")
         if int(stride) != stride or stride < 1:
             raise ValueError(f"WindowDataset: stride must be an integer >= 1; got {stride}.")
+        offsets = contiguous_offsets(input_steps) if input_offsets is None else input_offsets
+        offsets = np.asarray(offsets, dtype=np.int64)
+        if offsets.ndim != 1 or len(offsets) != input_steps or (offsets >= 0).any():
+            raise ValueError(
+                f"WindowDataset: input_offsets must be {input_steps} negative "
+                f"steps (relative to the first target step); got {offsets.tolist()}."
+            )
 
         values_t = torch.as_tensor(values)
         if values_t.ndim != 3:
@@ -98,12 +125,15 @@ class WindowDataset(Dataset):
         self.start = start
         self.end = end
         self.return_index = bool(return_index)
-        span = self.input_steps + self.output_steps
+        self.input_offsets = offsets
+        self.history_steps = int(-offsets.min())
+        self._contiguous = bool((offsets == contiguous_offsets(input_steps)).all())
+        span = self.history_steps + self.output_steps
         available = end - start
         if available < span:
             raise ValueError(
-                f"WindowDataset: one window needs input_steps + output_steps = "
-                f"{self.input_steps} + {self.output_steps} = {span} consecutive steps, but only "
+                f"WindowDataset: one window needs {self.history_steps} input (history) + "
+                f"{self.output_steps} output = {span} consecutive steps, but only "
                 f"{available} are available in [{start}, {end}). Use a longer series, a larger "
                 "part (split fraction), or shorter input/output windows."
             )
@@ -116,11 +146,23 @@ class WindowDataset(Dataset):
                 f"WindowDataset: {int(bad.sum())} entries are NaN/inf but marked observed in the "
                 "mask; set mask False there."
             )
-        # Fill missing entries with 0 (the normalised mean) so models never see NaN.
-        self.values = torch.where(msk, vals, torch.zeros((), dtype=torch.float32)).contiguous()
+        # Entries with no value at all become 0 (the normalised mean) so models never see NaN;
+        # values filled upstream (e.g. interpolated, mask False) are kept as they are.
+        finite = torch.isfinite(vals)
+        self.values = torch.where(finite, vals, torch.zeros((), dtype=torch.float32)).contiguous()
         self.mask = msk.contiguous()
         self.coords = coords_t.contiguous()
-        n = count_windows(available, self.input_steps, self.output_steps, self.stride)
+        self.coords_track = None
+        if coords_track is not None:
+            track = torch.as_tensor(coords_track, dtype=torch.float32)
+            if track.shape != (num_total, *coords_t.shape):
+                raise ValueError(
+                    f"WindowDataset: coords_track must have shape (T, N, L) = "
+                    f"{(num_total, *coords_t.shape)}; got {tuple(track.shape)}."
+                )
+            self.coords_track = track[start:end].contiguous()
+        self._input_index = torch.from_numpy(offsets + self.history_steps)
+        n = count_windows(available, self.history_steps, self.output_steps, self.stride)
         self.window_starts = start + self.stride * np.arange(n, dtype=np.int64)
 
     def __len__(self) -> int:
@@ -130,7 +172,7 @@ class WindowDataset(Dataset):
         """Absolute ``(t0, t_split, t_end)``: input is ``[t0, t_split)``, target
         ``[t_split, t_end)``."""
         t0 = int(self.window_starts[index])
-        return t0, t0 + self.input_steps, t0 + self.input_steps + self.output_steps
+        return t0, t0 + self.history_steps, t0 + self.history_steps + self.output_steps
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         if index < 0:
@@ -138,13 +180,18 @@ class WindowDataset(Dataset):
         if not 0 <= index < len(self):
             raise IndexError(f"window index {index} out of range for {len(self)} windows")
         t0 = int(self.window_starts[index]) - self.start
-        m = t0 + self.input_steps
+        m = t0 + self.history_steps
         e = m + self.output_steps
+        if self._contiguous:  # a view, no copy
+            x, x_mask = self.values[t0:m], self.mask[t0:m]
+        else:
+            x, x_mask = self.values[t0 + self._input_index], self.mask[t0 + self._input_index]
+        coords = self.coords if self.coords_track is None else self.coords_track[m - 1]
         item = {
-            "x": self.values[t0:m],
+            "x": x,
             "y": self.values[m:e],
-            "coords": self.coords,
-            "x_mask": self.mask[t0:m],
+            "coords": coords,
+            "x_mask": x_mask,
             "y_mask": self.mask[m:e],
         }
         if self.return_index:
@@ -154,5 +201,6 @@ class WindowDataset(Dataset):
     def __repr__(self) -> str:
         return (
             f"WindowDataset(windows={len(self)}, range=[{self.start}, {self.end}), "
-            f"M={self.input_steps}, J={self.output_steps}, stride={self.stride})"
+            f"M={self.input_steps}, history={self.history_steps}, J={self.output_steps}, "
+            f"stride={self.stride})"
         )
