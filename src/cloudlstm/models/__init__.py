@@ -3,6 +3,39 @@
 from cloudlstm.models.base import Forecaster, values_to_cloud
 from cloudlstm.models.cloudcnn import CloudCNN
 from cloudlstm.models.cloudlstm import CloudSeq2Seq
+from cloudlstm.models.cnn import CNN2D
+from cloudlstm.models.cnn3d import CNN3D
+from cloudlstm.models.convlstm import ConvLSTM
+from cloudlstm.models.defcnn import DefCNN
+from cloudlstm.models.grid_base import GridForecaster
 from cloudlstm.models.knn_lstm import KNNLSTM
+from cloudlstm.models.knn_mlp import KNNMLP
+from cloudlstm.models.lstm import SeqLSTM
+from cloudlstm.models.mlp import MLP
+from cloudlstm.models.naive import Persistence, SeasonalNaive
+from cloudlstm.models.pointcnn import PointCNN
+from cloudlstm.models.pointlstm import PointLSTM
+from cloudlstm.models.predrnnpp import PredRNNpp
+from cloudlstm.models.stgcn import STGCN
 
-__all__ = ["CloudCNN", "CloudSeq2Seq", "Forecaster", "KNNLSTM", "values_to_cloud"]
+__all__ = [
+    "CNN2D",
+    "CNN3D",
+    "CloudCNN",
+    "CloudSeq2Seq",
+    "ConvLSTM",
+    "DefCNN",
+    "Forecaster",
+    "GridForecaster",
+    "KNNLSTM",
+    "KNNMLP",
+    "MLP",
+    "Persistence",
+    "PointCNN",
+    "PointLSTM",
+    "PredRNNpp",
+    "STGCN",
+    "SeasonalNaive",
+    "SeqLSTM",
+    "values_to_cloud",
+]

@@ -6,7 +6,22 @@ import torch
 from torch import nn
 
 from cloudlstm.models.base import Forecaster
-from cloudlstm.nn import check_k, knn
+from cloudlstm.nn import knn
+
+
+def neighbour_histories(x: torch.Tensor, coords: torch.Tensor, k: int) -> torch.Tensor:
+    """Each point's input window together with those of its K nearest neighbours.
+
+    ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, N, M, K, C)``: entry
+    ``[b, n, t, j]`` holds the C values at step t of point n's j-th nearest neighbour
+    (j = 0 is point n itself, then by distance, ties by lower index). K > N raises
+    :class:`~cloudlstm.nn.NeighbourCountError` naming ``model.k``.
+    """
+    b = x.shape[0]
+    neighbours = knn(coords, k)  # (B, N, K); checks k against N
+    batch = torch.arange(b, device=x.device).view(b, 1, 1)
+    gathered = x.permute(0, 2, 1, 3)[batch, neighbours]  # (B, N, K, M, C)
+    return gathered.transpose(2, 3)
 
 
 class KNNLSTM(Forecaster):
@@ -38,11 +53,7 @@ class KNNLSTM(Forecaster):
     def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
         self.check_input(x, coords)
         b, m, n, c = x.shape
-        check_k(self.k, n)
-        neighbours = knn(coords, self.k)  # (B, N, K)
-        per_point = x.permute(0, 2, 1, 3)  # (B, N, M, C)
-        gathered = per_point[torch.arange(b)[:, None, None], neighbours]  # (B, N, K, M, C)
-        seq = gathered.permute(0, 1, 3, 2, 4).reshape(b * n, m, self.k * c)
+        seq = neighbour_histories(x, coords, self.k).reshape(b * n, m, self.k * c)
         _, state = self.encoder(seq)
         context = seq[:, -1:, c:]  # neighbours' last observed values (empty when k=1)
         last = seq[:, -1:, :c]

@@ -1,0 +1,56 @@
+"""CNN baseline on the Hungarian grid (paper appendix: eleven 3x3 conv layers, 108 channels)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from cloudlstm.models.grid_base import GridForecaster, check_window
+
+
+class CNN2D(GridForecaster):
+    """A stack of 2-D convolutions over the gridded input window, all J steps at once.
+
+    The M input steps of the C channels are stacked into ``M*C`` image channels;
+    ``num_layers - 1`` layers of ``hidden_channels`` 3x3 convolutions with BatchNorm and
+    ReLU follow, and a last plain 3x3 convolution (no BN/ReLU) outputs the ``J*C``
+    channels that are the J forecast steps. No recurrence: one pass gives the whole
+    horizon. ``num_layers`` counts every conv layer, the output one included.
+
+    ``forward_grid``: ``(B, M, C, H, W)`` -> ``(B, J, C, H, W)``.
+    """
+
+    def __init__(
+        self,
+        num_channels: int,
+        input_steps: int,
+        output_steps: int,
+        hidden_channels: int = 108,
+        num_layers: int = 11,
+        grid_cache_dir: str | None = None,
+    ) -> None:
+        super().__init__(output_steps, grid_cache_dir)
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1 (the output layer), got {num_layers}.")
+        self.num_channels = num_channels
+        self.input_steps = input_steps
+        widths = [input_steps * num_channels] + [hidden_channels] * (num_layers - 1)
+        layers: list[nn.Module] = []
+        for a, b in zip(widths[:-1], widths[1:], strict=True):
+            # no conv bias: the BatchNorm shift that follows makes it redundant
+            layers += [self.conv(a, b, bias=False), nn.BatchNorm2d(b), nn.ReLU()]
+        layers.append(self.conv(widths[-1], output_steps * num_channels, bias=True))
+        self.net = nn.Sequential(*layers)
+
+    def conv(self, in_channels: int, out_channels: int, bias: bool) -> nn.Module:
+        """One 3x3, size-preserving convolution (DefCNN swaps in a deformable one)."""
+        return nn.Conv2d(in_channels, out_channels, 3, padding=1, bias=bias)
+
+    def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
+        super().check_input(x, coords)
+        check_window(x, self.input_steps, self.num_channels)
+
+    def forward_grid(self, x: torch.Tensor) -> torch.Tensor:
+        b, m, c, h, w = x.shape
+        out = self.net(x.reshape(b, m * c, h, w))  # (B, J*C, H, W)
+        return out.view(b, self.output_steps, c, h, w)

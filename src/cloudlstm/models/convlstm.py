@@ -1,0 +1,111 @@
+"""Seq2seq ConvLSTM baseline (Shi et al., 2015) on the Hungarian grid, and the seq2seq
+frame it shares with PredRNN++."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from cloudlstm.models.grid_base import GridForecaster
+from cloudlstm.nn.conv_rnn import ConvLSTMCell, LSTMState, same_conv
+
+
+class RecurrentGridSeq2Seq(GridForecaster):
+    """Conv embedding -> encoder stack -> decoder stack -> 1x1 conv head, on grids.
+
+    The structure of :class:`~cloudlstm.models.CloudSeq2Seq` with convolution in place of
+    DConv, so that only the core operator differs between the two:
+
+    * a ``kernel_size`` convolution embeds each frame's C channels into
+      ``hidden_channels``;
+    * the encoder runs over the M embedded frames; the decoder, a second stack with its
+      own weights, starts from the encoder's final state;
+    * decoding is autoregressive for J steps (J may exceed M): the decoder's input at
+      step j is the embedding of its own forecast for step j-1, starting from the last
+      observed frame; no teacher forcing;
+    * a 1x1 convolution maps the top decoder output back to C channels.
+
+    Subclasses provide :meth:`make_stack`: a module with ``initial_state(frame)`` and
+    ``forward(frame, state) -> (top output, state)``, frames ``(B, hidden, H, W)``.
+    ``forward_grid``: ``(B, M, C, H, W) -> (B, J, C, H, W)``.
+    """
+
+    def __init__(
+        self,
+        num_channels: int,
+        output_steps: int,
+        hidden_channels: int = 36,
+        num_layers: int = 2,
+        kernel_size: int = 3,
+        grid_cache_dir: str | None = None,
+    ) -> None:
+        super().__init__(output_steps, grid_cache_dir)
+        if min(num_channels, output_steps, hidden_channels, num_layers) < 1:
+            raise ValueError(
+                "num_channels, output_steps, model.hidden_channels and model.num_layers must "
+                f"be >= 1, got {num_channels}, {output_steps}, {hidden_channels}, {num_layers}."
+            )
+        self.num_channels = num_channels
+        self.embed = same_conv(num_channels, hidden_channels, kernel_size)
+        self.encoder = self.make_stack(hidden_channels, num_layers, kernel_size)
+        self.decoder = self.make_stack(hidden_channels, num_layers, kernel_size)
+        self.head = nn.Conv2d(hidden_channels, num_channels, 1)
+
+    def make_stack(self, hidden_channels: int, num_layers: int, kernel_size: int) -> nn.Module:
+        raise NotImplementedError
+
+    def forward_grid(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 5 or x.shape[2] != self.num_channels:
+            raise ValueError(
+                f"expected a grid sequence (B, M, C={self.num_channels}, H, W), got "
+                f"{tuple(x.shape)}: the model's num_channels must match the data's channels."
+            )
+        b, m = x.shape[:2]
+        # Embed all M input frames in one batched convolution.
+        frames = self.embed(x.flatten(0, 1)).unflatten(0, (b, m))
+        state = self.encoder.initial_state(frames[:, 0])
+        for t in range(m):
+            _, state = self.encoder(frames[:, t], state)
+        last = x[:, -1]
+        outputs = []
+        for _ in range(self.output_steps):
+            top, state = self.decoder(self.embed(last), state)
+            last = self.head(top)
+            outputs.append(last)
+        return torch.stack(outputs, dim=1)
+
+
+class ConvLSTMStack(nn.Module):
+    """``num_layers`` stacked :class:`ConvLSTMCell`; each layer's hidden feeds the next.
+
+    State: one ``(H, C)`` pair per layer. ``x (B, hidden, H, W)`` -> top hidden, same shape.
+    """
+
+    def __init__(self, hidden_channels: int, num_layers: int, kernel_size: int) -> None:
+        super().__init__()
+        self.cells = nn.ModuleList(
+            ConvLSTMCell(hidden_channels, hidden_channels, kernel_size) for _ in range(num_layers)
+        )
+
+    def initial_state(self, x: torch.Tensor) -> list[LSTMState]:
+        return [cell.initial_state(x) for cell in self.cells]
+
+    def forward(
+        self, x: torch.Tensor, state: list[LSTMState]
+    ) -> tuple[torch.Tensor, list[LSTMState]]:
+        new_state = []
+        for cell, layer_state in zip(self.cells, state, strict=True):
+            x, layer_state = cell(x, layer_state)
+            new_state.append(layer_state)
+        return x, new_state
+
+
+class ConvLSTM(RecurrentGridSeq2Seq):
+    """Seq2seq ConvLSTM (paper appendix: 2 stacks, 36 channels, 3x3 filters).
+
+    See :class:`RecurrentGridSeq2Seq` for the seq2seq frame and :class:`ConvLSTMCell`
+    for the cell. ``x (B, M, N, C)``, ``coords (B, N, 2)`` -> ``(B, J, N, C)``.
+    """
+
+    def make_stack(self, hidden_channels: int, num_layers: int, kernel_size: int) -> nn.Module:
+        return ConvLSTMStack(hidden_channels, num_layers, kernel_size)

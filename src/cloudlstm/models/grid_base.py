@@ -1,0 +1,91 @@
+"""Adapter that lets grid (image) models forecast point clouds via the Hungarian mapping."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+
+from cloudlstm.data.grid import GridMapping, check_grid_coords, grid_shape, hungarian_grid
+from cloudlstm.models.base import Forecaster
+
+
+def check_window(x: torch.Tensor, input_steps: int, num_channels: int) -> None:
+    """Clear error when ``x (B, M, N, C)`` does not have the M and C a model was built for."""
+    if x.shape[1] != input_steps or x.shape[3] != num_channels:
+        raise ValueError(
+            f"this model was built for {input_steps} input steps x {num_channels} channels, "
+            f"got x {tuple(x.shape)} (B, M, N, C): set model.input_steps / "
+            "model.num_channels to match the data."
+        )
+
+
+class GridForecaster(Forecaster):
+    """Adapter: points -> (Hungarian) grid -> :meth:`forward_grid` -> back to the same N points.
+
+    Each distinct coordinate set in a batch gets its own mapping (:func:`hungarian_grid`),
+    memoised in memory by the coordinates' bytes and on disk under ``grid_cache_dir``.
+    Empty cells are 0 on the way in and ignored on the way out, so the output at a point
+    is read from the very cell its input was written to.
+
+    Subclasses implement ``forward_grid(x (B, M, C, H, W)) -> (B, J, C, H, W)``. One built
+    for a fixed grid sets ``self.grid_size = grid_shape(num_points)`` so that data with
+    another number of points fails with a clear message.
+    """
+
+    grid_size: tuple[int, int] | None = None
+    _MAX_CACHED = 1024  # distinct coordinate sets kept in memory (moving points never repeat)
+
+    def __init__(self, output_steps: int, grid_cache_dir: str | None = None) -> None:
+        super().__init__()
+        self.output_steps = output_steps
+        self.grid_cache_dir = grid_cache_dir
+        self._mappings: OrderedDict[bytes, GridMapping] = OrderedDict()
+
+    def mapping(self, coords: torch.Tensor) -> GridMapping:
+        """The grid mapping of one coordinate set ``(N, 2)``."""
+        points = coords.detach().cpu().numpy()
+        key = points.tobytes()
+        if key in self._mappings:
+            self._mappings.move_to_end(key)
+        else:
+            self._mappings[key] = hungarian_grid(points, self.grid_cache_dir)
+            if len(self._mappings) > self._MAX_CACHED:
+                self._mappings.popitem(last=False)
+        return self._mappings[key]
+
+    def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
+        super().check_input(x, coords)
+        check_grid_coords(coords)
+        if self.grid_size is not None and grid_shape(x.shape[2]) != self.grid_size:
+            raise ValueError(
+                f"this model was built for a {self.grid_size[0]}x{self.grid_size[1]} grid but "
+                f"the data has {x.shape[2]} points (grid {grid_shape(x.shape[2])}): set "
+                f"model.num_points={x.shape[2]}."
+            )
+
+    def cells(self, coords: torch.Tensor) -> tuple[torch.Tensor, int, int]:
+        """Flat cell index of every point ``(B or 1, N)`` and the grid's ``H, W``."""
+        if bool((coords == coords[:1]).all()):  # static points: one mapping for the batch
+            maps = [self.mapping(coords[0])]
+        else:
+            maps = [self.mapping(c) for c in coords]
+        cells = torch.stack([torch.as_tensor(m.cell) for m in maps]).to(coords.device)
+        return cells, maps[0].height, maps[0].width
+
+    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
+        """``x (B, M, N, C)``, ``coords (B, N, 2)`` -> ``(B, J, N, C)``."""
+        self.check_input(x, coords)
+        b, m, n, c = x.shape
+        cells, h, w = self.cells(coords)
+        index = cells[:, None, None, :]  # (B or 1, 1, 1, N), broadcast over time and channel
+        grid = x.new_zeros(b, m, c, h * w)
+        grid.scatter_(-1, index.expand(b, m, c, n), x.transpose(-1, -2))
+        out = self.forward_grid(grid.unflatten(-1, (h, w)))  # (B, J, C, H, W)
+        j = out.shape[1]
+        values = out.flatten(-2).gather(-1, index.expand(b, j, c, n))
+        return values.transpose(-1, -2)
+
+    def forward_grid(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, M, C, H, W) -> (B, J, C, H, W)``; implemented by subclasses."""
+        raise NotImplementedError

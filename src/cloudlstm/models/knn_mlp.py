@@ -1,0 +1,56 @@
+"""Per-point MLP that sees only each point's K nearest neighbours' input windows."""
+
+from __future__ import annotations
+
+import torch
+
+from cloudlstm.models.base import Forecaster
+from cloudlstm.models.knn_lstm import neighbour_histories
+from cloudlstm.models.mlp import mlp_stack
+
+
+class KNNMLP(Forecaster):
+    """An MLP shared by all points (paper's simple baseline: 5 hidden layers x 500).
+
+    A point's input is the M x C history of its K nearest neighbours (itself first,
+    then by distance, from the fixed point coordinates), flattened to ``M*K*C`` values;
+    its output is all J x C forecasts of that point at once (direct multi-output).
+    ``k=1`` is a purely local model. Because neighbours are ranked by distance, not by
+    index, permuting the points permutes the forecasts alike.
+
+    ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``.
+    """
+
+    def __init__(
+        self,
+        num_channels: int,
+        input_steps: int,
+        output_steps: int,
+        k: int = 1,
+        hidden_size: int = 500,
+        num_layers: int = 5,
+    ) -> None:
+        super().__init__()
+        self.output_steps = output_steps
+        self.k = k
+        self.window = (input_steps, num_channels)
+        self.net = mlp_stack(
+            input_steps * k * num_channels, hidden_size, num_layers, output_steps * num_channels
+        )
+
+    def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
+        super().check_input(x, coords)
+        got = (x.shape[1], x.shape[3])
+        if got != self.window:
+            raise ValueError(
+                f"this kNN MLP was built for (M, C) = {self.window} (steps, channels) but got "
+                f"{got}: build it with model.input_steps and model.num_channels matching "
+                f"the data (by default they come from data_info)."
+            )
+
+    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
+        self.check_input(x, coords)
+        b, _, n, c = x.shape
+        rows = neighbour_histories(x, coords, self.k).reshape(b, n, -1)  # (B, N, M*K*C)
+        out = self.net(rows).view(b, n, self.output_steps, c)
+        return out.permute(0, 2, 1, 3)

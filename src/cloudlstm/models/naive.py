@@ -1,0 +1,62 @@
+"""Parameter-free reference forecasts: persistence and seasonal naive."""
+
+from __future__ import annotations
+
+import torch
+
+from cloudlstm.models.base import Forecaster
+
+
+class Persistence(Forecaster):
+    """Every future step equals the last observed step.
+
+    ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``; no parameters.
+    """
+
+    def __init__(self, output_steps: int) -> None:
+        super().__init__()
+        if output_steps < 1:
+            raise ValueError(f"output_steps must be >= 1, got {output_steps}.")
+        self.output_steps = output_steps
+
+    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
+        self.check_input(x, coords)
+        return x[:, -1:].repeat(1, self.output_steps, 1, 1)
+
+
+class SeasonalNaive(Forecaster):
+    """Every future step equals the observation one season (``period`` steps) earlier.
+
+    With the last observed step at time 0, target step t = 1..J takes the value at
+    ``t - period * ceil(t / period)``, i.e. the last observed season repeated as often
+    as J needs. The input window must therefore hold at least one season (M >= period).
+
+    ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``; no parameters.
+    """
+
+    def __init__(self, output_steps: int, period: int) -> None:
+        super().__init__()
+        if output_steps < 1 or period < 1:
+            raise ValueError(
+                f"output_steps and model.period must be >= 1, got {output_steps} and {period}."
+            )
+        self.output_steps = output_steps
+        self.period = period
+
+    def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
+        super().check_input(x, coords)
+        if x.shape[1] < self.period:
+            raise ValueError(
+                f"seasonal naive needs one whole season in the input window, but "
+                f"input_steps M={x.shape[1]} < period={self.period} steps. Set "
+                f"data.input_steps to at least {self.period} (e.g. "
+                f"data.input_steps={self.period}), use a seasonal input that holds the "
+                f"last season, or set model.period to a season of at most {x.shape[1]} steps."
+            )
+
+    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
+        self.check_input(x, coords)
+        m = x.shape[1]
+        # Target t (1-based) maps to input index m - period + (t - 1) % period.
+        steps = torch.arange(self.output_steps, device=x.device) % self.period
+        return x[:, m - self.period + steps]

@@ -1,0 +1,77 @@
+"""PointCNN: the paper's stacked X-Conv benchmark (appendix: eight X-Conv layers with
+K, D, P, C = [9, 1, -1, 36])."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from cloudlstm.models.base import Forecaster
+from cloudlstm.nn.xconv import XConv, dilated_neighbours
+
+
+class PointCNN(Forecaster):
+    """Stacked X-Conv layers over the whole input window, all J steps output at once.
+
+    Each point's M x C history is its input feature vector (time folded into channels,
+    as the paper's CNN baselines do); ``num_layers`` X-Conv layers of ``hidden_channels``
+    follow, each with an ELU (PointCNN's activation); a final X-Conv maps to J*C
+    features per point, the forecast (no recursion over steps, so J is fixed here).
+    Every point is a representative (P = -1), so N is preserved. Neighbours come from
+    the fixed coordinates and are searched once per forward, shared by all layers.
+
+    ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``.
+    """
+
+    def __init__(
+        self,
+        num_channels: int,
+        input_steps: int,
+        output_steps: int,
+        hidden_channels: int = 36,
+        num_layers: int = 8,
+        k: int = 9,
+        dilation: int = 1,
+        coord_features: int = 2,
+        lifted_channels: int | None = None,
+    ) -> None:
+        super().__init__()
+        if min(num_channels, input_steps, output_steps, hidden_channels, num_layers) < 1:
+            raise ValueError(
+                "num_channels, input_steps, output_steps, hidden_channels and num_layers "
+                "must be >= 1."
+            )
+        self.output_steps = output_steps
+        self.input_steps = input_steps
+        self.num_channels = num_channels
+        self.k = k
+        self.dilation = dilation
+        common = dict(k=k, dilation=dilation, coord_dims=coord_features)
+        widths = [input_steps * num_channels] + [hidden_channels] * num_layers
+        self.layers = nn.ModuleList(
+            XConv(a, b, lifted_channels=lifted_channels, **common)
+            for a, b in zip(widths[:-1], widths[1:], strict=True)
+        )
+        self.head = XConv(
+            widths[-1], output_steps * num_channels, lifted_channels=lifted_channels, **common
+        )
+
+    def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
+        super().check_input(x, coords)
+        if x.shape[1] != self.input_steps or x.shape[3] != self.num_channels:
+            raise ValueError(
+                f"PointCNN was built for M={self.input_steps} input steps and "
+                f"C={self.num_channels} channels, got x {tuple(x.shape)} (B, M, N, C); set "
+                f"model.input_steps and model.num_channels to match the data."
+            )
+
+    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
+        self.check_input(x, coords)
+        b, m, n, c = x.shape
+        index = dilated_neighbours(coords, self.k, self.dilation)
+        h = x.permute(0, 2, 1, 3).reshape(b, n, m * c)
+        for layer in self.layers:
+            h = F.elu(layer(h, geometry=layer.geometry(coords, index)))
+        out = self.head(h, geometry=self.head.geometry(coords, index))  # (B, N, J*C)
+        return out.view(b, n, self.output_steps, c).permute(0, 2, 1, 3)

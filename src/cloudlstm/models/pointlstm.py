@@ -1,0 +1,143 @@
+"""Seq2seq PointLSTM: a ConvLSTM whose convolutions are PointCNN's X-Conv (paper appendix:
+2-stack seq2seq with K, D, P, C = [9, 1, -1, 36])."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from cloudlstm.models.base import Forecaster
+from cloudlstm.nn.xconv import XConv, XGeometry, dilated_neighbours
+
+State = tuple[torch.Tensor, torch.Tensor]
+
+
+class PointLSTMCell(nn.Module):
+    """ConvLSTM cell with one X-Conv over ``[x_t; h_{t-1}]`` for all four gates.
+
+    ``x (B, N, C_in)``, state ``(h, c)`` each ``(B, N, C_h)``, the gate X-Conv's geometry
+    -> new ``h`` and state. One X-Conv over the concatenation stands for ConvLSTM's
+    ``W_x * x + W_h * h``. Unlike DConv's, this is not exactly a sum of two X-Convs:
+    input and hidden features share one X and one set of lifted coordinates, which
+    halves the geometry work and keeps one X-Conv per gate computation.
+    """
+
+    def __init__(
+        self,
+        input_channels: int,
+        hidden_channels: int,
+        k: int = 9,
+        dilation: int = 1,
+        coord_dims: int = 2,
+        lifted_channels: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.hidden_channels = hidden_channels
+        self.gates = XConv(
+            input_channels + hidden_channels,
+            4 * hidden_channels,
+            k,
+            dilation,
+            coord_dims,
+            lifted_channels,
+        )
+
+    def initial_state(self, coords: torch.Tensor) -> State:
+        """Zero hidden and memory states ``(B, N, C_h)`` for points ``(B, N, L)``."""
+        zeros = coords.new_zeros(*coords.shape[:2], self.hidden_channels)
+        return zeros, zeros
+
+    def forward(
+        self, x: torch.Tensor, state: State, geometry: XGeometry
+    ) -> tuple[torch.Tensor, State]:
+        hidden, memory = state
+        z = self.gates(torch.cat([x, hidden], dim=-1), geometry=geometry)
+        i, f, o, g = z.chunk(4, dim=-1)
+        memory = torch.sigmoid(f) * memory + torch.sigmoid(i) * torch.tanh(g)
+        hidden = torch.sigmoid(o) * torch.tanh(memory)
+        return hidden, (hidden, memory)
+
+
+class PointLSTM(Forecaster):
+    """X-Conv embedding -> stacked PointLSTM encoder -> decoder -> X-Conv head.
+
+    Mirrors :class:`cloudlstm.models.CloudSeq2Seq` with X-Conv in place of DConv:
+
+    * the input layer is an X-Conv from the C measured channels to ``hidden_channels``;
+    * encoder and decoder are separate stacks of ``num_layers`` cells; decoder layer l
+      starts from encoder layer l's final state;
+    * decoding is autoregressive for J steps (J may exceed M): the decoder input at
+      step i is the embedding of its own forecast for step i-1, starting from the last
+      observed frame; no teacher forcing;
+    * the output layer is an X-Conv from ``hidden_channels`` to C.
+
+    The points do not move, so neighbours are searched once per forward and each
+    X-Conv's geometry (X matrices, lifted coordinates) is computed once and reused at
+    every time step.
+
+    ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``.
+    """
+
+    def __init__(
+        self,
+        num_channels: int,
+        output_steps: int,
+        hidden_channels: int = 36,
+        num_layers: int = 2,
+        k: int = 9,
+        dilation: int = 1,
+        coord_features: int = 2,
+        lifted_channels: int | None = None,
+    ) -> None:
+        super().__init__()
+        if min(num_channels, output_steps, hidden_channels, num_layers) < 1:
+            raise ValueError(
+                "num_channels, output_steps, hidden_channels and num_layers must be >= 1."
+            )
+        self.output_steps = output_steps
+        self.num_channels = num_channels
+        self.k = k
+        self.dilation = dilation
+        common = dict(
+            k=k, dilation=dilation, coord_dims=coord_features, lifted_channels=lifted_channels
+        )
+        self.embed = XConv(num_channels, hidden_channels, **common)
+        self.encoder = nn.ModuleList(
+            PointLSTMCell(hidden_channels, hidden_channels, **common) for _ in range(num_layers)
+        )
+        self.decoder = nn.ModuleList(
+            PointLSTMCell(hidden_channels, hidden_channels, **common) for _ in range(num_layers)
+        )
+        self.head = XConv(hidden_channels, num_channels, **common)
+
+    def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
+        super().check_input(x, coords)
+        if x.shape[3] != self.num_channels:
+            raise ValueError(
+                f"PointLSTM was built for C={self.num_channels} channels, got x "
+                f"{tuple(x.shape)} (B, M, N, C); set model.num_channels to match the data."
+            )
+
+    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
+        self.check_input(x, coords)
+        index = dilated_neighbours(coords, self.k, self.dilation)
+        embed_geo = self.embed.geometry(coords, index)
+        head_geo = self.head.geometry(coords, index)
+        encoder_geo = [cell.gates.geometry(coords, index) for cell in self.encoder]
+        decoder_geo = [cell.gates.geometry(coords, index) for cell in self.decoder]
+
+        states = [cell.initial_state(coords) for cell in self.encoder]
+        for t in range(x.shape[1]):
+            inp = self.embed(x[:, t], geometry=embed_geo)
+            for layer, cell in enumerate(self.encoder):
+                inp, states[layer] = cell(inp, states[layer], encoder_geo[layer])
+
+        last = x[:, -1]
+        outputs = []
+        for _ in range(self.output_steps):
+            inp = self.embed(last, geometry=embed_geo)
+            for layer, cell in enumerate(self.decoder):
+                inp, states[layer] = cell(inp, states[layer], decoder_geo[layer])
+            last = self.head(inp, geometry=head_geo)  # (B, N, C)
+            outputs.append(last)
+        return torch.stack(outputs, dim=1)

@@ -1,0 +1,174 @@
+"""STGCN baseline (Yu, Yin, Zhu, *Spatio-Temporal Graph Convolutional Networks*, IJCAI 2018).
+
+The points become the nodes of a distance graph (:mod:`cloudlstm.nn.graph`); time is
+handled by gated 1-D convolutions, space by Chebyshev graph convolutions.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cloudlstm.models.base import Forecaster
+from cloudlstm.nn.graph import ChebGraphConv, DistanceGraph
+
+
+class GatedTemporalConv(nn.Module):
+    """Gated linear unit over ``kt`` consecutive steps, shared by all points.
+
+    ``[P, Q] = conv(x)``, output ``(P + x_res) * sigmoid(Q)``, with ``x_res`` the input at
+    each window's last step (projected by a 1 x 1 layer when the channel counts differ).
+    x ``(B, T, N, C_in)`` -> ``(B, T - kt + 1, N, C_out)``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kt: int) -> None:
+        super().__init__()
+        self.kt = kt
+        # A (kt, 1) convolution written as a linear layer over unfolded windows, so the
+        # (B, T, N, C) layout is kept without permutes.
+        self.conv = nn.Linear(kt * in_channels, 2 * out_channels)
+        self.residual = (
+            nn.Identity() if in_channels == out_channels else nn.Linear(in_channels, out_channels)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        windows = x.unfold(1, self.kt, 1)  # (B, T', N, C_in, kt)
+        windows = windows.transpose(-1, -2).flatten(-2)  # (B, T', N, kt * C_in), step-major
+        p, q = self.conv(windows).chunk(2, dim=-1)
+        return (p + self.residual(x[:, self.kt - 1 :])) * torch.sigmoid(q)
+
+
+class PointsLayerNorm(nn.Module):
+    """Layer norm over all points and channels of each sample and step, as STGCN does.
+
+    The affine scale and shift are per channel and shared by the points (STGCN's are per
+    point and channel), so the model accepts any N and stays equivariant to the order of
+    the points. x ``(B, T, N, C)`` -> same shape.
+    """
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(channels))
+        self.bias = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, x.shape[-2:]) * self.weight + self.bias
+
+
+class STConvBlock(nn.Module):
+    """Gated temporal conv -> Chebyshev graph conv + ReLU -> gated temporal conv -> norm.
+
+    x ``(B, T, N, C_in)``, laplacian ``(1 or B, N, N)`` -> ``(B, T - 2 (kt - 1), N, C_out)``.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        spatial_channels: int,
+        out_channels: int,
+        kt: int,
+        ks: int,
+        dropout: float,
+    ) -> None:
+        super().__init__()
+        self.temporal_in = GatedTemporalConv(in_channels, out_channels, kt)
+        self.spatial = ChebGraphConv(out_channels, spatial_channels, ks)
+        self.temporal_out = GatedTemporalConv(spatial_channels, out_channels, kt)
+        self.norm = PointsLayerNorm(out_channels)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, laplacian: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.spatial(self.temporal_in(x), laplacian))
+        return self.dropout(self.norm(self.temporal_out(h)))
+
+
+class STGCN(Forecaster):
+    """Spatio-temporal graph convolutional network over the points' distance graph.
+
+    ``num_blocks`` ST-Conv blocks (paper appendix: 2, with 36 channels), then STGCN's output
+    layer: a gated temporal conv spanning all remaining steps, layer norm, a 1 x 1 layer with
+    sigmoid, and a linear head emitting all J x C forecasts at once. Multi-output, not
+    autoregressive: one forward pass gives every step, and J is free (J > M works).
+
+    The graph is built from ``coords`` on every call (cached while they do not change):
+    weights ``exp(-d^2 / sigma^2)`` kept where ``>= epsilon``; ``sigma=None`` means the mean
+    distance to the ``neighbours``-th nearest point (see :mod:`cloudlstm.nn.graph`).
+
+    Each block consumes ``2 (kt - 1)`` steps. An input shorter than
+    ``2 (kt - 1) num_blocks + 1`` steps is left-padded with zeros (the normalised mean) to
+    that length: causal padding, none at the paper's M=12, kt=3.
+
+    ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``.
+    """
+
+    def __init__(
+        self,
+        num_channels: int,
+        input_steps: int,
+        output_steps: int,
+        hidden_channels: int = 36,
+        spatial_channels: int | None = None,
+        num_blocks: int = 2,
+        kt: int = 3,
+        ks: int = 3,
+        sigma: float | None = None,
+        epsilon: float = 0.5,
+        neighbours: int = 9,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        for name, value in [
+            ("num_channels", num_channels),
+            ("input_steps", input_steps),
+            ("output_steps", output_steps),
+            ("hidden_channels", hidden_channels),
+            ("num_blocks", num_blocks),
+            ("kt", kt),
+            ("ks", ks),
+        ]:
+            if value < 1:
+                raise ValueError(f"model.{name} must be >= 1, got {value}.")
+        self.num_channels = num_channels
+        self.input_steps = input_steps
+        self.output_steps = output_steps
+        self.graph = DistanceGraph(sigma, epsilon, neighbours)
+        consumed = 2 * (kt - 1) * num_blocks
+        self.pad = max(0, consumed + 1 - input_steps)
+        spatial_channels = spatial_channels or hidden_channels
+        self.blocks = nn.ModuleList(
+            STConvBlock(
+                num_channels if i == 0 else hidden_channels,
+                spatial_channels,
+                hidden_channels,
+                kt,
+                ks,
+                dropout,
+            )
+            for i in range(num_blocks)
+        )
+        remaining = input_steps + self.pad - consumed
+        self.out_temporal = GatedTemporalConv(hidden_channels, hidden_channels, remaining)
+        self.out_norm = PointsLayerNorm(hidden_channels)
+        self.out_hidden = nn.Linear(hidden_channels, hidden_channels)
+        self.head = nn.Linear(hidden_channels, output_steps * num_channels)
+
+    def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
+        super().check_input(x, coords)
+        if x.shape[1] != self.input_steps or x.shape[3] != self.num_channels:
+            raise ValueError(
+                f"STGCN was built for M={self.input_steps} input steps and "
+                f"C={self.num_channels} channels but x has M={x.shape[1]}, C={x.shape[3]}: "
+                "set model.input_steps / model.num_channels to match the data."
+            )
+
+    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
+        self.check_input(x, coords)
+        b, _, n, c = x.shape
+        laplacian = self.graph(coords)
+        h = F.pad(x, (0, 0, 0, 0, self.pad, 0))  # causal zero padding in time, if any
+        for block in self.blocks:
+            h = block(h, laplacian)
+        h = self.out_norm(self.out_temporal(h))  # (B, 1, N, hidden)
+        out = self.head(torch.sigmoid(self.out_hidden(h)))  # (B, 1, N, J * C)
+        return out.view(b, n, self.output_steps, c).transpose(1, 2)
