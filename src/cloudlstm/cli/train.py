@@ -32,6 +32,13 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
 
+    missing = sorted(OmegaConf.missing_keys(cfg.data))
+    if missing:  # e.g. data=points without data.path: say so instead of a Hydra traceback
+        example = " ".join(f"data.{k}=..." for k in missing)
+        raise ValueError(
+            f"The data config needs {', '.join(f'data.{k}' for k in missing)}; give it on the "
+            f"command line: `python train.py <data=...> {example}` (e.g. data.path=/my/file.csv)."
+        )
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
     datamodule.prepare_data()
     datamodule.setup("fit")

@@ -1,0 +1,191 @@
+"""UCI Beijing Multi-Site Air-Quality data: 12 stations, hourly, 2013-03-01 to 2017-02-28.
+
+One file per station, ``PRSA_Data_<Station>_20130301-20170228.csv`` (or ``.csv.gz``), with
+columns ``year, month, day, hour``, the six pollutants ``PM2.5, PM10, SO2, NO2, CO, O3``,
+weather columns and ``station``; missing readings are ``NA``. The UCI archive has no station
+positions: they come from ``stations.csv`` (``station, latitude, longitude``) in the same
+folder when present, else from :data:`STATION_POSITIONS` (the same national stations'
+positions in the MSR Urban Air station list).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cloudlstm.data.datamodule import PointCloudDataModule
+from cloudlstm.data.long_format import (
+    build_stream,
+    check_columns,
+    file_signature,
+    load_stream_cache,
+    numeric_column,
+    pivot_long,
+    read_table,
+    save_stream_cache,
+)
+from cloudlstm.data.stream import PointCloudStream
+
+__all__ = ["BEIJING_URL", "BeijingDataModule", "BeijingSource", "STATION_POSITIONS"]
+
+log = logging.getLogger(__name__)
+
+BEIJING_URL = "https://archive.ics.uci.edu/dataset/501/beijing+multi+site+air+quality+data"
+# Same channel names and order as the Urban Air loader.
+CHANNELS = ("PM2.5", "PM10", "NO2", "CO", "O3", "SO2")
+# station -> (latitude, longitude), WGS84
+STATION_POSITIONS: dict[str, tuple[float, float]] = {
+    "Aotizhongxin": (39.982053, 116.3974),
+    "Changping": (40.216999, 116.23),
+    "Dingling": (40.292, 116.22),
+    "Dongsi": (39.929287, 116.416883),
+    "Guanyuan": (39.929302, 116.351029),
+    "Gucheng": (39.914409, 116.184239),
+    "Huairou": (40.328, 116.628),
+    "Nongzhanguan": (39.937119, 116.460742),
+    "Shunyi": (40.127, 116.655),
+    "Tiantan": (39.886491, 116.407355),
+    "Wanliu": (39.987313, 116.287451),
+    "Wanshouxigong": (39.878193, 116.351974),
+}
+_TIME = ["year", "month", "day", "hour"]
+_VERSION = 1
+
+
+class BeijingSource:
+    """Loader of the UCI Beijing Multi-Site Air-Quality data.
+
+    Args:
+        root: folder with the ``PRSA_Data_*.csv[.gz]`` files (and optionally ``stations.csv``).
+        stations: names of the stations to keep (default: every file in ``root``).
+        cache_dir: folder of the ``.npz`` cache (default ``<root>/cache``).
+
+    Same preprocessing as :class:`~cloudlstm.data.urban_air.UrbanAirSource`: an hourly grid
+    from ``year/month/day/hour``, gaps filled linearly in time with ``mask`` False, channels
+    ``PM2.5, PM10, NO2, CO, O3, SO2``, coordinates ``(longitude, latitude)``.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        stations: Sequence[str] | None = None,
+        cache_dir: str | os.PathLike | None = None,
+    ) -> None:
+        self.root = Path(root)
+        if isinstance(stations, str):
+            stations = [stations]
+        self.stations = None if stations is None else [str(s) for s in stations]
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else self.root / "cache"
+        self.last_load_from_cache = False
+
+    def __repr__(self) -> str:
+        return f"BeijingSource(root={str(self.root)!r}, stations={self.stations!r})"
+
+    def files(self) -> dict[str, Path]:
+        """Station name -> its data file, for the chosen stations."""
+        found = {}
+        if self.root.is_dir():
+            for path in sorted(self.root.glob("PRSA_Data_*.csv*")):
+                if path.name.endswith((".csv", ".csv.gz")):
+                    found[path.name.split("_")[2]] = path
+        if not found:
+            raise FileNotFoundError(
+                f"No Beijing Multi-Site files (PRSA_Data_<Station>_*.csv or .csv.gz) in "
+                f"{self.root.resolve()}. Download the data from {BEIJING_URL}, unpack the CSVs "
+                "into one folder and set data.root=/path/to/folder (or the environment "
+                "variable CLOUDLSTM_BEIJING_ROOT)."
+            )
+        if self.stations is None:
+            return found
+        unknown = [s for s in self.stations if s not in found]
+        if unknown:
+            raise ValueError(
+                f"Unknown Beijing station(s) {unknown}; valid: {sorted(found)}. Fix data.stations."
+            )
+        return {s: found[s] for s in self.stations}
+
+    def load(self) -> PointCloudStream:
+        """The stream, from the ``.npz`` cache when the raw files are unchanged."""
+        files = self.files()
+        paths = list(files.values())
+        positions = self.root / "stations.csv"
+        if positions.is_file():
+            paths.append(positions)
+        blob = json.dumps([_VERSION, list(files), file_signature(paths)]).encode()
+        key = hashlib.sha256(blob).hexdigest()[:16]
+        cache = self.cache_dir / f"beijing_{key}.npz"
+        stream = load_stream_cache(cache, key)
+        self.last_load_from_cache = stream is not None
+        if stream is None:
+            stream = self._build(files)
+            save_stream_cache(cache, stream, key)
+        return stream
+
+    def _positions(self, names: list[str]) -> np.ndarray:
+        """``(N, 2)`` (longitude, latitude) of the named stations."""
+        table = dict(STATION_POSITIONS)
+        path = self.root / "stations.csv"
+        if path.is_file():
+            df = read_table(path, "the station list")
+            check_columns(df, ["station", "latitude", "longitude"], str(path), "")
+            table.update(
+                {str(r.station): (r.latitude, r.longitude) for r in df.itertuples(index=False)}
+            )
+        missing = [n for n in names if n not in table]
+        if missing:
+            raise ValueError(
+                f"No position for Beijing station(s) {missing}: add rows "
+                f"'station,latitude,longitude' for them to {path}."
+            )
+        return np.array([[table[n][1], table[n][0]] for n in names], dtype=np.float64)
+
+    def _read(self, station: str, path: Path) -> pd.DataFrame:
+        df = read_table(path, "the Beijing Multi-Site file")
+        check_columns(df, [*_TIME, *CHANNELS], str(path), "Is this a PRSA_Data_*.csv from UCI?")
+        what = f"file {path}"
+        time = pd.to_datetime(df[_TIME], errors="coerce")
+        if time.isna().any():
+            row = int(np.flatnonzero(time.isna().to_numpy())[0])
+            bad = df.loc[row, _TIME].tolist()
+            raise ValueError(f"{what}: invalid year/month/day/hour {bad} at data row {row}.")
+        cols = {c: numeric_column(df, c, what) for c in CHANNELS}
+        return pd.DataFrame({"time": time, "station": station, **cols})
+
+    def _build(self, files: dict[str, Path]) -> PointCloudStream:
+        rows = pd.concat([self._read(s, p) for s, p in files.items()], ignore_index=True)
+        grid = pivot_long(rows, "time", "station", "1h", duplicates="mean", what=str(self.root))
+        return build_stream(
+            grid.timestamps,
+            grid.point_ids,
+            grid.scatter(rows[list(CHANNELS)].to_numpy(), dtype=np.float32),
+            list(CHANNELS),
+            coords=self._positions(grid.point_ids),
+            step=grid.step,
+            name="beijing_multisite",
+            source=str(self.root),
+        )
+
+
+class BeijingDataModule(PointCloudDataModule):
+    """:class:`PointCloudDataModule` over :class:`BeijingSource` (``data=beijing``).
+
+    Every keyword other than ``root``, ``stations`` and ``cache_dir`` goes unchanged to
+    :class:`PointCloudDataModule`.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        stations: Sequence[str] | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(BeijingSource(root, stations, cache_dir), **kwargs)

@@ -1,0 +1,124 @@
+"""Download a data archive once, check its SHA-256, and unpack it safely."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+from pathlib import Path
+
+__all__ = ["download_and_extract"]
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 1 << 20
+
+
+def download_and_extract(
+    url: str,
+    dest_dir: str | os.PathLike,
+    sha256: str | None = None,
+    filename: str | None = None,
+) -> Path:
+    """Fetch ``url`` into ``dest_dir`` and unpack it there if it is a zip or tar(.gz) archive.
+
+    Args:
+        url: ``http(s)://`` or ``file://`` address.
+        dest_dir: folder to download and unpack into (created if needed).
+        sha256: expected SHA-256 hex digest of the downloaded file; ``None`` skips the check.
+        filename: name to save the download under (default: the last part of the URL path).
+
+    Returns:
+        ``dest_dir`` as a :class:`Path`.
+
+    Idempotent: a marker file ``.<filename>.done`` records a finished download+unpack, and a
+    second call returns at once. A checksum mismatch deletes the bad file and raises
+    ``ValueError`` with both digests; archive members that would land outside ``dest_dir``
+    (absolute paths, ``..``, links) are refused before anything is written.
+    """
+    dest = Path(dest_dir)
+    name = filename or Path(urllib.parse.urlparse(url).path).name or "download"
+    marker = dest / f".{name}.done"
+    if marker.exists():
+        log.info("%s already downloaded and unpacked in %s.", name, dest)
+        return dest
+    dest.mkdir(parents=True, exist_ok=True)
+    target = dest / name
+    digest = _fetch(url, target)
+    if sha256 is not None and digest != sha256.lower():
+        target.unlink()
+        raise ValueError(
+            f"Checksum mismatch for {url}: expected SHA-256 {sha256.lower()}, got {digest}. The "
+            "file was deleted; retry, or check the URL and the expected checksum."
+        )
+    _extract(target, dest)
+    marker.write_text(f"{url}\nsha256 {digest}\n")
+    return dest
+
+
+def _fetch(url: str, target: Path) -> str:
+    """Stream ``url`` to ``target`` (via a temporary file); returns the SHA-256 hex digest."""
+    log.info("Downloading %s -> %s", url, target)
+    sha = hashlib.sha256()
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
+            while chunk := resp.read(_CHUNK):
+                sha.update(chunk)
+                out.write(chunk)
+        os.replace(tmp, target)
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        raise RuntimeError(
+            f"Could not download {url} ({err}). Check the address and your connection, or "
+            f"download the file by hand into {target.parent}."
+        ) from err
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return sha.hexdigest()
+
+
+def _inside(dest: Path, member: str) -> bool:
+    root = dest.resolve()
+    path = (root / member).resolve()
+    return path == root or root in path.parents
+
+
+def _extract(archive: Path, dest: Path) -> None:
+    """Unpack a zip or tar archive into ``dest``; other files are left as they are."""
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as zf:
+            bad = [m for m in zf.namelist() if Path(m).is_absolute() or not _inside(dest, m)]
+            _refuse(archive, bad)
+            zf.extractall(dest)
+    elif tarfile.is_tarfile(archive):
+        with tarfile.open(archive) as tf:
+            members = tf.getmembers()
+            # Links could point anywhere; data archives have no need for them.
+            bad = [m.name for m in members if not (m.isfile() or m.isdir())]
+            bad += [m.name for m in members if not _inside(dest, m.name)]
+            _refuse(archive, bad)
+            if hasattr(tarfile, "data_filter"):
+                tf.extractall(dest, filter="data")
+            else:  # Python < 3.11.4: members were checked above
+                tf.extractall(dest)
+    else:
+        return
+    log.info("Unpacked %s into %s.", archive.name, dest)
+
+
+def _refuse(archive: Path, bad: list[str]) -> None:
+    if bad:
+        shutil.move(archive, archive.with_name(archive.name + ".rejected"))
+        raise ValueError(
+            f"Refusing to unpack {archive.name}: {len(bad)} member(s) would be written outside "
+            f"the destination folder or are links (e.g. {bad[0]!r}). The archive was renamed to "
+            f"{archive.name}.rejected; do not use it."
+        )

@@ -1,0 +1,224 @@
+"""The MSR Urban Air data (Zheng et al., KDD 2015): 6 pollutants at 437 stations, hourly, 1 year.
+
+The CloudLSTM paper uses its two city clusters: A = Beijing-Tianjin (274 stations) and
+B = Shenzhen-Guangzhou (163). The raw archive holds ``airquality.csv`` (readings),
+``station.csv`` (positions and district), ``district.csv`` (district -> city) and
+``city.csv`` (city -> cluster); a station belongs to a cluster through its district's city.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cloudlstm.data.datamodule import PointCloudDataModule
+from cloudlstm.data.download import download_and_extract
+from cloudlstm.data.long_format import (
+    build_stream,
+    check_columns,
+    file_signature,
+    load_stream_cache,
+    parse_times,
+    pivot_long,
+    read_table,
+    save_stream_cache,
+)
+from cloudlstm.data.stream import PointCloudStream
+
+__all__ = ["CHANNELS", "CLUSTERS", "URBAN_AIR_URL", "UrbanAirDataModule", "UrbanAirSource"]
+
+log = logging.getLogger(__name__)
+
+# The archive linked from https://www.microsoft.com/en-us/research/project/urban-air/
+URBAN_AIR_URL = "https://www.microsoft.com/en-us/research/uploads/prod/2016/02/Data-1.zip"
+# Output channel name -> raw column of airquality.csv
+CHANNELS = {
+    "PM2.5": "PM25_Concentration",
+    "PM10": "PM10_Concentration",
+    "NO2": "NO2_Concentration",
+    "CO": "CO_Concentration",
+    "O3": "O3_Concentration",
+    "SO2": "SO2_Concentration",
+}
+# cluster name -> cluster_id of city.csv (None = every station)
+CLUSTERS: dict[str, int | None] = {"A": 1, "B": 2, "all": None}
+RAW_FILES = ("airquality.csv", "station.csv", "district.csv", "city.csv")
+# Bump when the preprocessing changes, so stale cache files are not reused.
+_VERSION = 1
+
+
+def _csv(path: Path, columns: list[str]) -> pd.DataFrame:
+    """Read ``columns`` of a raw file; ``*_id`` columns become nullable integers (or strings
+    when not numeric), so ids compare equal across files."""
+    # utf-8-sig drops a byte-order mark; only the Chinese name columns could fail to decode.
+    df = read_table(path, "the Urban Air file", encoding="utf-8-sig", encoding_errors="replace")
+    df.columns = [str(c).strip() for c in df.columns]
+    check_columns(df, columns, f"Urban Air file {path}", "Is this the MSR Urban Air data?")
+    df = df[columns]
+    for col in (c for c in columns if c.endswith("_id")):
+        ids = df[col]
+        # an empty cell turns an integer column to float: Int64 keeps 1001 (not 1001.0)
+        ids = ids.astype("Int64") if pd.api.types.is_numeric_dtype(ids) else ids.str.strip()
+        df = df.assign(**{col: ids})
+    return df
+
+
+class UrbanAirSource:
+    """Loader of the MSR Urban Air data for one city cluster.
+
+    Args:
+        root: folder holding the four raw CSV files (directly or in one subfolder, as the
+            official archive unpacks into ``Data/``).
+        cluster: ``"A"`` (Beijing-Tianjin, cluster_id 1), ``"B"`` (Shenzhen-Guangzhou,
+            cluster_id 2) or ``"all"``.
+        download: fetch and unpack ``url`` into ``root`` when the files are missing.
+        url, sha256: the archive and its optional SHA-256 checksum.
+        cache_dir: folder of the ``.npz`` cache (default ``<root>/cache``).
+
+    Readings are placed on an hourly grid (times floored to the hour, repeated readings
+    averaged), gaps are filled linearly in time (``mask`` False there), stations without any
+    reading are dropped. Coordinates are ``(longitude, latitude)``; channels
+    ``PM2.5, PM10, NO2, CO, O3, SO2``.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        cluster: str = "A",
+        download: bool = False,
+        url: str = URBAN_AIR_URL,
+        sha256: str | None = None,
+        cache_dir: str | os.PathLike | None = None,
+    ) -> None:
+        names = {k.lower(): k for k in CLUSTERS}
+        if str(cluster).lower() not in names:
+            raise ValueError(
+                f"Unknown Urban Air cluster {cluster!r}; valid: {list(CLUSTERS)} "
+                "(A = Beijing-Tianjin, B = Shenzhen-Guangzhou). Set data.cluster=A, B or all."
+            )
+        self.cluster = names[str(cluster).lower()]
+        self.root = Path(root)
+        self.download = bool(download)
+        self.url = url
+        self.sha256 = sha256
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else self.root / "cache"
+        self.last_load_from_cache = False
+
+    def __repr__(self) -> str:
+        return f"UrbanAirSource(root={str(self.root)!r}, cluster={self.cluster!r})"
+
+    def raw_dir(self) -> Path:
+        """The folder with the raw files (downloading them first if allowed and needed)."""
+        found = self._find_raw()
+        if found is None and self.download:
+            download_and_extract(self.url, self.root, sha256=self.sha256)
+            found = self._find_raw()
+        if found is None:
+            raise FileNotFoundError(
+                f"Urban Air files {list(RAW_FILES)} not found in {self.root.resolve()} (nor in "
+                f"a subfolder). Get the archive from {self.url} (project page: "
+                "https://www.microsoft.com/en-us/research/project/urban-air/) and unpack it "
+                "there, or point to it with data.root=/path/to/folder, or let it be fetched "
+                "with data.download=true."
+            )
+        return found
+
+    def _find_raw(self) -> Path | None:
+        if not self.root.is_dir():
+            return None
+        for folder in (self.root, *sorted(p for p in self.root.iterdir() if p.is_dir())):
+            if all((folder / f).is_file() for f in RAW_FILES):
+                return folder
+        return None
+
+    def load(self) -> PointCloudStream:
+        """The cluster's stream, from the ``.npz`` cache when the raw files are unchanged."""
+        folder = self.raw_dir()
+        files = [folder / f for f in RAW_FILES]
+        blob = json.dumps([_VERSION, self.cluster, file_signature(files)]).encode()
+        key = hashlib.sha256(blob).hexdigest()[:16]
+        cache = self.cache_dir / f"urban_air_{self.cluster}_{key}.npz"
+        stream = load_stream_cache(cache, key)
+        self.last_load_from_cache = stream is not None
+        if stream is None:
+            stream = self._build(folder)
+            save_stream_cache(cache, stream, key)
+        return stream
+
+    def _stations(self, folder: Path) -> pd.DataFrame:
+        """Stations of the chosen cluster: station_id, longitude, latitude."""
+        stations = _csv(
+            folder / "station.csv", ["station_id", "latitude", "longitude", "district_id"]
+        )
+        if self.cluster == "all":
+            return stations
+        districts = _csv(folder / "district.csv", ["district_id", "city_id"])
+        cities = _csv(folder / "city.csv", ["city_id", "cluster_id"])
+        city = stations["district_id"].map(districts.set_index("district_id")["city_id"])
+        cluster_id = city.map(cities.set_index("city_id")["cluster_id"])
+        return stations[cluster_id == CLUSTERS[self.cluster]]
+
+    def _build(self, folder: Path) -> PointCloudStream:
+        stations = self._stations(folder).drop_duplicates("station_id")
+        no_pos = stations[stations[["latitude", "longitude"]].isna().any(axis=1)]
+        if len(no_pos):
+            log.warning("Urban Air: dropping %d station(s) without a position.", len(no_pos))
+            stations = stations.drop(no_pos.index)
+        if stations.empty:
+            raise ValueError(f"Urban Air: no station of cluster {self.cluster} in {folder}.")
+        path = folder / "airquality.csv"
+        readings = _csv(path, ["station_id", "time", *CHANNELS.values()])
+        readings = readings[readings["station_id"].isin(stations["station_id"])]
+        reporting = set(readings["station_id"].unique())
+        absent = [str(s) for s in stations["station_id"] if s not in reporting]
+        if absent:
+            log.info("Urban Air: %d station(s) have no reading at all: %s", len(absent), absent)
+        if readings.empty:
+            raise ValueError(f"Urban Air: {path} has no reading of cluster {self.cluster}.")
+        times = parse_times(readings["time"], f"column 'time' of {path}")
+        readings = readings.assign(time=times.astype("datetime64[h]").astype("datetime64[ns]"))
+        grid = pivot_long(readings, "time", "station_id", "1h", duplicates="mean", what=str(path))
+        # "NULL" or other text in a reading counts as missing.
+        values = readings[list(CHANNELS.values())].apply(pd.to_numeric, errors="coerce")
+        ids = grid.point_ids + absent
+        coords = stations.set_index(stations["station_id"].astype(str)).loc[ids]
+        t = len(grid.timestamps)
+        empty = np.full((t, len(absent), len(CHANNELS)), np.nan, dtype=np.float32)
+        return build_stream(
+            grid.timestamps,
+            ids,
+            np.concatenate([grid.scatter(values.to_numpy(), dtype=np.float32), empty], axis=1),
+            list(CHANNELS),
+            coords=coords[["longitude", "latitude"]].to_numpy(dtype=np.float64),
+            step=grid.step,
+            name=f"urban_air_{self.cluster}",
+            source=str(folder),
+        )
+
+
+class UrbanAirDataModule(PointCloudDataModule):
+    """:class:`PointCloudDataModule` over :class:`UrbanAirSource` (``data=airq``).
+
+    ``data.cluster=B``, ``data.root=/path``, ``data.download=true`` on the command line; every
+    other keyword goes unchanged to :class:`PointCloudDataModule`.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        cluster: str = "A",
+        download: bool = False,
+        url: str = URBAN_AIR_URL,
+        sha256: str | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        **kwargs: Any,
+    ) -> None:
+        source = UrbanAirSource(root, cluster, download, url, sha256, cache_dir)
+        super().__init__(source, **kwargs)

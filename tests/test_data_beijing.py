@@ -1,0 +1,149 @@
+"""Tests of the Beijing Multi-Site loader: a tiny fixture in the UCI format, and the real copy."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import ROOT, compose_train
+from hydra.utils import instantiate
+
+from cloudlstm.data.beijing import STATION_POSITIONS, BeijingDataModule, BeijingSource
+
+REAL = ROOT.parent / "shared" / "data" / "beijing_multisite"
+needs_real = pytest.mark.skipif(
+    not REAL.is_dir(), reason=f"the real Beijing Multi-Site copy is not at {REAL}"
+)
+UCI_COLUMNS = ["No", "year", "month", "day", "hour", "PM2.5", "PM10", "SO2", "NO2", "CO", "O3"]
+UCI_COLUMNS += ["TEMP", "PRES", "DEWP", "RAIN", "wd", "WSPM", "station"]
+CHANNELS = ["PM2.5", "PM10", "NO2", "CO", "O3", "SO2"]
+HOURS = 120
+
+
+def write_station(folder: Path, station: str, offset: float, gaps=(), drop_rows=()) -> None:
+    """One PRSA file: channel c of the station is ``offset + c + 0.5 * hour``; ``gaps`` are
+    (hour, column) cells written as NA, ``drop_rows`` hours with no row at all."""
+    t = pd.date_range("2013-03-01", periods=HOURS, freq="h")
+    df = pd.DataFrame({"No": np.arange(1, HOURS + 1), "year": t.year, "month": t.month})
+    df = df.assign(day=t.day, hour=t.hour)
+    for c, name in enumerate(CHANNELS):
+        df[name] = offset + c + 0.5 * np.arange(HOURS)
+    df = df.assign(TEMP=1.0, PRES=1000.0, DEWP=-5.0, RAIN=0.0, wd="NW", WSPM=2.0, station=station)
+    df = df[UCI_COLUMNS].astype({n: object for n in CHANNELS})
+    for hour, col in gaps:
+        df.loc[hour, col] = "NA"
+    df = df.drop(index=list(drop_rows))
+    df.to_csv(folder / f"PRSA_Data_{station}_20130301-20170228.csv.gz", index=False)
+
+
+@pytest.fixture
+def tiny(tmp_path) -> Path:
+    folder = tmp_path / "beijing"
+    folder.mkdir()
+    write_station(folder, "Dongsi", 100.0, gaps=[(5, "NO2"), (6, "NO2"), (0, "CO")])
+    write_station(folder, "Tiantan", 200.0, drop_rows=[50, 51, HOURS - 1])
+    write_station(folder, "Huairou", 300.0)
+    return folder
+
+
+def test_fixture_is_pivoted_and_filled(tiny, tmp_path):
+    source = BeijingSource(tiny, cache_dir=tmp_path / "cache")
+    stream = source.load()
+    assert stream.values.shape == (HOURS, 3, 6) and stream.channel_names == CHANNELS
+    assert stream.point_ids == ["Dongsi", "Huairou", "Tiantan"]
+    lat, lon = STATION_POSITIONS["Huairou"]
+    np.testing.assert_allclose(stream.coords[1], [lon, lat])
+    assert stream.timestamps[0] == np.datetime64("2013-03-01T00")
+    missing = {tuple(i) for i in np.argwhere(~stream.mask)}
+    expected = {(5, 0, 2), (6, 0, 2), (0, 0, 3)}
+    expected |= {(h, 2, c) for h in (50, 51, HOURS - 1) for c in range(6)}
+    assert missing == expected
+    hours = np.arange(HOURS)
+    for i, offset in enumerate([100.0, 300.0]):
+        for c in range(6):
+            want = offset + c + 0.5 * hours
+            if i == 0 and c == 3:
+                want[0] = want[1]  # a leading gap takes the nearest value
+            np.testing.assert_allclose(stream.values[:, i, c], want, rtol=1e-6)
+    np.testing.assert_allclose(stream.values[HOURS - 1, 2], stream.values[HOURS - 2, 2])
+
+    again = source.load()
+    assert source.last_load_from_cache
+    np.testing.assert_array_equal(again.mask, stream.mask)
+
+
+def test_stations_subset_and_positions_file(tiny, tmp_path):
+    pd.DataFrame({"station": ["Dongsi"], "latitude": [1.5], "longitude": [2.5]}).to_csv(
+        tiny / "stations.csv", index=False
+    )
+    stream = BeijingSource(tiny, stations=["Tiantan", "Dongsi"], cache_dir=tmp_path).load()
+    assert stream.point_ids == ["Dongsi", "Tiantan"]
+    np.testing.assert_array_equal(stream.coords[0], [2.5, 1.5])  # the file wins
+    with pytest.raises(ValueError, match=r"Unknown Beijing station\(s\) \['Nowhere'\]; valid"):
+        BeijingSource(tiny, stations=["Nowhere"]).load()
+
+
+def test_missing_folder_says_where_to_get_the_data(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"archive\.ics\.uci\.edu.*data\.root=.*BEIJING"):
+        BeijingSource(tmp_path / "nothing").load()
+
+
+def test_beijing_config(tiny, tmp_path):
+    cfg = compose_train(
+        tmp_path,
+        [
+            "data=beijing",
+            f"data.root={tiny}",
+            "data.input_steps=5",
+            "data.output_steps=3",
+            "data.batch_size=4",
+        ],
+    )
+    assert cfg.data.input_steps == 5 and cfg.data.batch_size == 4
+    dm = instantiate(cfg.data)
+    assert isinstance(dm, BeijingDataModule)
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["x"].shape == (4, 5, 3, 6) and batch["coords"].shape == (4, 3, 2)
+    assert list((tmp_path / "data" / "beijing").glob("beijing_*.npz"))
+
+
+def test_beijing_config_defaults(monkeypatch, tmp_path):
+    monkeypatch.delenv("CLOUDLSTM_BEIJING_ROOT", raising=False)
+    cfg = compose_train(tmp_path, ["data=beijing"])
+    assert Path(cfg.data.root).resolve() == REAL.resolve()
+    assert (cfg.data.input_steps, cfg.data.output_steps, cfg.data.batch_size) == (12, 12, 32)
+    monkeypatch.setenv("CLOUDLSTM_BEIJING_ROOT", "/somewhere/else")
+    assert compose_train(tmp_path, ["data=beijing"]).data.root == "/somewhere/else"
+
+
+# ---------------------------------------------------------------- the real data
+@needs_real
+def test_real_data(tmp_path):
+    source = BeijingSource(REAL, cache_dir=tmp_path)
+    start = time.perf_counter()
+    stream = source.load()
+    cold = time.perf_counter() - start
+    assert cold < 10.0, f"cold load took {cold:.1f} s"
+    assert stream.values.shape == (35064, 12, 6)
+    assert stream.timestamps[-1] == np.datetime64("2017-02-28T23")
+    # a few per cent of the readings are NA (UCI), CO the most often
+    assert 0.01 < stream.missing_fraction < 0.05
+    per_channel = 1.0 - stream.mask.mean(axis=(0, 1))
+    assert stream.channel_names[int(per_channel.argmax())] == "CO"
+    assert np.isfinite(stream.values).all()
+    # every filled value lies between the observed values around its gap
+    flat = stream.values.reshape(len(stream.values), -1).astype(np.float64)
+    seen = pd.DataFrame(np.where(stream.mask.reshape(flat.shape), flat, np.nan))
+    before, after = seen.ffill().to_numpy(), seen.bfill().to_numpy()
+    lo = np.fmin(before, after)
+    hi = np.fmax(before, after)
+    filled = ~stream.mask.reshape(flat.shape)
+    assert np.all(flat[filled] >= lo[filled] - 1e-3) and np.all(flat[filled] <= hi[filled] + 1e-3)
+
+    start = time.perf_counter()
+    again = source.load()
+    assert source.last_load_from_cache and time.perf_counter() - start < 1.0
+    np.testing.assert_array_equal(again.values, stream.values)

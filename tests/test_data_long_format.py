@@ -1,0 +1,268 @@
+"""Tests of the long-format loader: pivoting, gap filling, moving points, clear errors, config."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import compose_train
+from hydra.utils import instantiate
+from omegaconf.errors import MissingMandatoryValue
+
+from cloudlstm.data.long_format import (
+    LongFormatSource,
+    PointsDataModule,
+    interpolate_gaps,
+    pivot_long,
+)
+
+T0 = pd.Timestamp("2021-06-01 00:00")
+STEP = pd.Timedelta("5min")
+
+
+def truth(t: np.ndarray, point: int, channel: int) -> np.ndarray:
+    """Each series is linear in time, so linear interpolation must recover it exactly."""
+    return 10.0 * point + (channel + 1) * 0.5 * t
+
+
+def long_table(t_steps: int = 20, n: int = 4, drop=(), empty=()) -> pd.DataFrame:
+    """Rows ``timestamp, id, x, y, a, b, note``; ``drop`` = (t, point) rows left out, ``empty`` =
+    (t, point, column) cells left empty. Point ``n - 1`` has rows but no values at all."""
+    rows = []
+    for t in range(t_steps):
+        for i in range(n):
+            if (t, i) in drop:
+                continue
+            row = {
+                "timestamp": (T0 + t * STEP).isoformat(sep=" "),
+                "id": f"st{i}",
+                "x": float(i),
+                "y": float(i * i),
+                "a": truth(np.array(t), i, 0).item(),
+                "b": truth(np.array(t), i, 1).item(),
+                "note": "ok",
+            }
+            if i == n - 1:
+                row["a"] = row["b"] = np.nan
+            for tt, ii, col in empty:
+                if (tt, ii) == (t, i):
+                    row[col] = np.nan
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def write(tmp_path, df: pd.DataFrame, name: str = "data.csv"):
+    path = tmp_path / name
+    df.to_csv(path, index=False)
+    return path
+
+
+def test_static_points_are_pivoted_filled_and_masked(tmp_path, caplog):
+    # inner gaps (a missing row, an empty cell), a leading gap and a trailing gap
+    df = long_table(drop={(5, 0), (6, 0), (0, 1), (19, 2)}, empty={(10, 2, "b")})
+    path = write(tmp_path, df, "data.csv.gz")  # gzip, by suffix
+    with caplog.at_level(logging.INFO, logger="cloudlstm.data.long_format"):
+        stream = LongFormatSource(path).load()
+    assert "st3" in caplog.text and "dropping 1 point" in caplog.text
+    assert stream.values.shape == (20, 3, 2)  # st3 (no value at all) is dropped
+    assert stream.point_ids == ["st0", "st1", "st2"]
+    assert stream.channel_names == ["a", "b"]  # "note" is not numeric
+    np.testing.assert_array_equal(stream.coords, [[0, 0], [1, 1], [2, 4]])
+    assert stream.metadata["step_minutes"] == 5.0
+    assert stream.metadata["steps_per_day"] == 288
+    assert stream.metadata["dropped_points"] == ["st3"]
+    assert stream.metadata["source"] == str(path)
+    assert stream.timestamps[0] == np.datetime64("2021-06-01T00:00")
+    assert not stream.moving
+
+    expected_missing = {(5, 0, 0), (5, 0, 1), (6, 0, 0), (6, 0, 1), (0, 1, 0), (0, 1, 1)}
+    expected_missing |= {(19, 2, 0), (19, 2, 1), (10, 2, 1)}
+    assert {tuple(i) for i in np.argwhere(~stream.mask)} == expected_missing
+    t = np.arange(20)
+    for i in range(2):  # inner gaps: exact linear interpolation
+        for c in range(2):
+            np.testing.assert_allclose(stream.values[:, i, c][1:], truth(t, i, c)[1:], atol=1e-5)
+    np.testing.assert_allclose(stream.values[0, 1], stream.values[1, 1])  # leading: nearest
+    np.testing.assert_allclose(stream.values[19, 2], stream.values[18, 2])  # trailing: nearest
+
+
+def test_freq_is_inferred_or_given(tmp_path):
+    df = long_table(t_steps=12)
+    df = df[~df["timestamp"].str.endswith("00:15:00")]  # a whole step missing at every point
+    path = write(tmp_path, df)
+    stream = LongFormatSource(path).load()
+    assert stream.num_steps == 12 and not stream.mask[3].any()
+    assert LongFormatSource(path, freq="5min").load().num_steps == 12
+    with pytest.raises(ValueError, match=r"not on the regular grid .* step 0 days 00:10:00"):
+        LongFormatSource(path, freq="10min").load()
+    with pytest.raises(ValueError, match="freq must be a positive duration"):
+        LongFormatSource(path, freq="often")
+
+
+def test_explicit_value_columns_and_three_dimensions(tmp_path):
+    df = long_table().assign(z=lambda d: d["x"] * 2.0)
+    path = write(tmp_path, df)
+    stream = LongFormatSource(path, coord_cols=["x", "y", "z"], value_cols=["b"]).load()
+    assert stream.channel_names == ["b"] and stream.num_dims == 3
+    np.testing.assert_array_equal(stream.coords[:, 2], 2.0 * stream.coords[:, 0])
+
+
+def test_moving_points_get_an_interpolated_trajectory(tmp_path):
+    df = long_table(n=3)
+    moves = df["id"] == "st1"
+    df.loc[moves, "x"] = 1.0 + 0.1 * np.arange(moves.sum())  # st1 drifts along x
+    df.loc[moves & (df["timestamp"] == (T0 + 4 * STEP).isoformat(sep=" ")), "x"] = np.nan
+    path = write(tmp_path, df)
+
+    stream = LongFormatSource(path).load()
+    assert stream.moving and stream.trajectory.shape == (20, 2, 2)
+    np.testing.assert_allclose(stream.trajectory[:, 1, 0], 1.0 + 0.1 * np.arange(20))
+    np.testing.assert_array_equal(stream.trajectory[:, 0], np.zeros((20, 2)))  # st0 static
+    np.testing.assert_array_equal(stream.coords, stream.trajectory[0])
+
+    with pytest.raises(ValueError, match=r"change coordinates .*'st1'.* moving=true"):
+        LongFormatSource(path, moving=False).load()
+    static = LongFormatSource(write(tmp_path, long_table(n=3), "static.csv"), moving=True).load()
+    assert static.moving and np.ptp(static.trajectory, axis=0).max() == 0
+
+
+def test_interpolate_gaps_properties():
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=(50, 3, 2)).astype(np.float32)
+    holes = rng.random(values.shape) < 0.3
+    holes[:, 2, 1] = True  # never observed: takes the other points' mean
+    values[holes] = np.nan
+    filled, mask = interpolate_gaps(values)
+    assert filled.dtype == np.float32 and np.array_equal(mask, ~holes)
+    np.testing.assert_array_equal(filled[mask], values[mask])
+    for i in range(2):
+        for c in range(2):
+            s = pd.Series(np.where(mask[:, i, c], values[:, i, c], np.nan))
+            lo = np.fmin(s.ffill(), s.bfill()).fillna(s.ffill()).fillna(s.bfill())
+            hi = np.fmax(s.ffill(), s.bfill())
+            assert np.all(filled[:, i, c] >= lo - 1e-6) and np.all(filled[:, i, c] <= hi + 1e-6)
+    np.testing.assert_allclose(filled[:, 2, 1], filled[:, :2, 1].mean(axis=1), rtol=1e-6)
+
+
+def test_pivot_long_averages_duplicates_when_asked():
+    df = pd.DataFrame(
+        {
+            "t": pd.to_datetime(["2020-01-01 00:00", "2020-01-01 00:00", "2020-01-01 01:00"]),
+            "id": [7, 7, 7],
+            "v": [1.0, np.nan, 4.0],
+        }
+    )
+    df.loc[len(df)] = [pd.Timestamp("2020-01-01 01:00"), 7, 6.0]
+    grid = pivot_long(df, "t", "id", "1h", duplicates="mean")
+    np.testing.assert_array_equal(grid.scatter(df[["v"]].to_numpy())[:, 0, 0], [1.0, 5.0])
+    with pytest.raises(ValueError, match=r"several rows .* id='7'"):
+        pivot_long(df, "t", "id", "1h")
+
+
+# ---------------------------------------------------------------- clear errors
+def test_missing_file_names_path_and_config_key(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"nope\.csv.*data\.path="):
+        LongFormatSource(tmp_path / "nope.csv").load()
+
+
+def test_missing_columns_list_expected_and_found(tmp_path):
+    path = write(tmp_path, long_table().rename(columns={"timestamp": "time"}))
+    with pytest.raises(ValueError) as err:
+        LongFormatSource(path).load()
+    msg = str(err.value)
+    assert "lacks column(s) ['timestamp']" in msg and "found ['time'," in msg
+    assert "'timestamp' -> 'time'?" in msg and "time_col" in msg
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['pm10'\]"):
+        LongFormatSource(path, time_col="time", value_cols=["a", "pm10"]).load()
+
+
+def test_unparsable_timestamp_shows_the_value(tmp_path):
+    df = long_table()
+    df.loc[7, "timestamp"] = "yesterday-ish"
+    with pytest.raises(ValueError, match="'yesterday-ish' is not a date/time"):
+        LongFormatSource(write(tmp_path, df)).load()
+    df.loc[7, "timestamp"] = np.nan
+    with pytest.raises(ValueError, match="1 empty timestamp.*row 7"):
+        LongFormatSource(write(tmp_path, df)).load()
+
+
+def test_duplicate_rows_are_shown(tmp_path):
+    df = long_table()
+    df = pd.concat([df, df.iloc[[9]]], ignore_index=True)
+    stamp = df.loc[9, "timestamp"]
+    with pytest.raises(ValueError, match=rf"several rows .*{stamp}.*id='st1'"):
+        LongFormatSource(write(tmp_path, df)).load()
+
+
+def test_bad_coordinates(tmp_path):
+    df = long_table()
+    df.loc[5, "y"] = np.inf
+    with pytest.raises(ValueError, match="infinite coordinates .*row 5"):
+        LongFormatSource(write(tmp_path, df)).load()
+    df = long_table()
+    df.loc[df["id"] == "st2", ["x", "y"]] = np.nan
+    with pytest.raises(ValueError, match=r"\['st2'\] have no coordinates"):
+        LongFormatSource(write(tmp_path, df)).load()
+    df["x"] = df["x"].astype(object)
+    df.loc[df["id"] == "st2", "x"] = "left"
+    with pytest.raises(ValueError, match="Column 'x' .* must be numeric, but holds e.g. 'left'"):
+        LongFormatSource(write(tmp_path, df)).load()
+
+
+def test_non_numeric_value_column(tmp_path):
+    df = long_table()
+    df["a"] = df["a"].astype(object)
+    df.loc[3, "a"] = "12 ug/m3"
+    with pytest.raises(ValueError, match="'a' .* must be numeric, but holds e.g. '12 ug/m3'"):
+        LongFormatSource(write(tmp_path, df), value_cols=["a", "b"]).load()
+    with pytest.raises(ValueError, match="no numeric value column"):
+        LongFormatSource(write(tmp_path, df[["timestamp", "id", "x", "y", "note"]])).load()
+
+
+def test_parquet(tmp_path):
+    df = long_table()
+    df["timestamp"] = pd.to_datetime(df["timestamp"])
+    path = tmp_path / "data.parquet"
+    try:
+        df.to_parquet(path)
+    except ImportError:
+        path.write_bytes(b"PAR1 not really")
+        with pytest.raises(ImportError, match="pip install pyarrow"):
+            LongFormatSource(path).load()
+        return
+    assert LongFormatSource(path).load().values.shape == (20, 3, 2)
+
+
+def test_too_few_steps_is_refused_by_the_datamodule(tmp_path):
+    dm = PointsDataModule(write(tmp_path, long_table(t_steps=8)), input_steps=4, output_steps=3)
+    with pytest.raises(ValueError, match="needs input_steps \\+ output_steps"):
+        dm.setup()
+
+
+# ---------------------------------------------------------------- Hydra config
+def test_points_config_builds_a_datamodule(tmp_path):
+    path = write(tmp_path, long_table(t_steps=100, drop={(3, 1)}))
+    cfg = compose_train(
+        tmp_path,
+        [
+            "data=points",
+            f"data.path={path}",
+            "data.coord_cols=[y,x]",
+            "data.freq=5min",
+            "data.input_steps=4",
+            "data.output_steps=2",
+            "data.batch_size=5",
+        ],
+    )
+    dm = instantiate(cfg.data)
+    assert isinstance(dm, PointsDataModule)
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["x"].shape == (5, 4, 3, 2) and batch["y"].shape == (5, 2, 3, 2)
+    assert batch["coords"].shape == (5, 3, 2)
+    assert dm.stream.coords[2].tolist() == [4.0, 2.0]  # columns in the order given
+
+    cfg = compose_train(tmp_path, ["data=points"])
+    with pytest.raises(MissingMandatoryValue, match="data.path"):
+        instantiate(cfg.data)

@@ -1,0 +1,253 @@
+"""Tests of the Urban Air loader (on fixture files in the raw format) and of the downloader."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import io
+import logging
+import tarfile
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import compose_train
+from hydra.utils import instantiate
+
+from cloudlstm.data.download import download_and_extract
+from cloudlstm.data.urban_air import UrbanAirDataModule, UrbanAirSource
+
+HOURS = 100
+RAW = ["PM25_Concentration", "PM10_Concentration", "NO2_Concentration"]
+RAW += ["CO_Concentration", "O3_Concentration", "SO2_Concentration"]
+# station -> (district, latitude, longitude); cluster 1 = cities 1, 2; cluster 2 = city 3
+STATIONS = {
+    1001: (101, 39.9, 116.4),
+    1002: (101, 40.0, 116.3),
+    1003: (102, 39.1, 117.2),
+    1004: (102, 39.2, 117.1),  # listed but never reports
+    2001: (201, 22.5, 114.0),
+    2002: (201, 22.6, 114.1),
+}
+
+
+def level(station: int, hour: np.ndarray, channel: int) -> np.ndarray:
+    """Linear in time, so interpolated gaps can be checked exactly."""
+    return (station % 100) * 10.0 + channel + 0.25 * hour
+
+
+def write_urban_air(folder: Path) -> Path:
+    """The four raw files, in the archive's format, with gaps and one duplicate reading."""
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(
+        {
+            "city_id": [1, 2, 3],
+            "name_chinese": ["北京", "天津", "深圳"],
+            "name_english": ["BeiJing", "TianJin", "ShenZhen"],
+            "cluster_id": [1, 1, 2],
+        }
+    ).to_csv(folder / "city.csv", index=False)
+    pd.DataFrame(
+        {
+            "district_id": [101, 102, 201],
+            "name_chinese": ["东城", "和平", "福田"],
+            "name_english": ["DongCheng", "HePing", "FuTian"],
+            "city_id": [1, 2, 3],
+        }
+    ).to_csv(folder / "district.csv", index=False)
+    pd.DataFrame(
+        {
+            "station_id": list(STATIONS),
+            "name_chinese": [f"站{s}" for s in STATIONS],
+            "name_english": [f"Station {s}" for s in STATIONS],
+            "latitude": [v[1] for v in STATIONS.values()],
+            "longitude": [v[2] for v in STATIONS.values()],
+            "district_id": [v[0] for v in STATIONS.values()],
+        }
+    ).to_csv(folder / "station.csv", index=False)
+    rows = []
+    for s in STATIONS:
+        if s == 1004:
+            continue
+        for h in range(HOURS):
+            if s == 1002 and h in (10, 11, 12):  # an outage: no rows
+                continue
+            stamp = pd.Timestamp("2014-05-01") + pd.Timedelta(hours=h)
+            rows.append(
+                [s, stamp.strftime("%Y-%m-%d %H:%M:%S")]
+                + [level(s, np.array(h), c).item() for c in range(6)]
+            )
+    df = pd.DataFrame(rows, columns=["station_id", "time", *RAW]).astype({RAW[2]: object})
+    df.loc[(df["station_id"] == 1001) & (df["time"] == "2014-05-01 05:00:00"), RAW[2]] = "NULL"
+    df = pd.concat([df, df.iloc[[3]]], ignore_index=True)  # a repeated reading
+    df.to_csv(folder / "airquality.csv", index=False)
+    return folder
+
+
+@pytest.fixture
+def raw(tmp_path) -> Path:
+    return write_urban_air(tmp_path / "urban_air")
+
+
+def test_cluster_a_is_pivoted_filled_and_cached(raw, tmp_path, caplog):
+    source = UrbanAirSource(raw, cluster="A", cache_dir=tmp_path / "cache")
+    with caplog.at_level(logging.INFO):
+        stream = source.load()
+    assert not source.last_load_from_cache
+    assert "1004" in caplog.text and "dropping 1 point" in caplog.text
+    assert stream.values.shape == (HOURS, 3, 6)
+    assert stream.point_ids == ["1001", "1002", "1003"]
+    assert stream.channel_names == ["PM2.5", "PM10", "NO2", "CO", "O3", "SO2"]
+    np.testing.assert_array_equal(stream.coords, [[116.4, 39.9], [116.3, 40.0], [117.2, 39.1]])
+    assert stream.metadata["step_minutes"] == 60 and stream.metadata["dropped_points"] == ["1004"]
+    assert stream.name == "urban_air_A"
+    hours = np.arange(HOURS)
+    for i, s in enumerate([1001, 1002, 1003]):
+        for c in range(6):
+            np.testing.assert_allclose(stream.values[:, i, c], level(s, hours, c), rtol=1e-6)
+    missing = {tuple(i) for i in np.argwhere(~stream.mask)}
+    assert missing == {(5, 0, 2)} | {(h, 1, c) for h in (10, 11, 12) for c in range(6)}
+
+    start = time.perf_counter()
+    again = source.load()
+    assert source.last_load_from_cache and time.perf_counter() - start < 1.0
+    np.testing.assert_array_equal(again.values, stream.values)
+    np.testing.assert_array_equal(again.timestamps, stream.timestamps)
+    assert again.metadata == stream.metadata and again.point_ids == stream.point_ids
+
+    late = pd.Timestamp("2014-05-01") + pd.Timedelta(hours=HOURS)
+    with (raw / "airquality.csv").open("a") as fh:  # a changed raw file invalidates the cache
+        fh.write(f"1001,{late},1,1,1,1,1,1\n")
+    assert source.load().num_steps == HOURS + 1 and not source.last_load_from_cache
+
+
+def test_other_clusters(raw, tmp_path):
+    b = UrbanAirSource(raw, cluster="B", cache_dir=tmp_path).load()
+    assert b.point_ids == ["2001", "2002"] and b.missing_fraction == 0
+    assert UrbanAirSource(raw, cluster="all", cache_dir=tmp_path).load().num_points == 5
+    assert UrbanAirSource(raw, cluster="b", cache_dir=tmp_path).cluster == "B"
+    valid = r"Unknown Urban Air cluster 'C'; valid: \['A', 'B', 'all'\]"
+    with pytest.raises(ValueError, match=valid):
+        UrbanAirSource(raw, cluster="C")
+
+
+def test_missing_files_say_where_to_get_them(tmp_path):
+    with pytest.raises(FileNotFoundError) as err:
+        UrbanAirSource(tmp_path / "empty").load()
+    msg = str(err.value)
+    assert "airquality.csv" in msg and "Data-1.zip" in msg
+    assert "data.root=" in msg and "data.download=true" in msg
+
+
+def test_renamed_column_is_reported(raw, tmp_path):
+    df = pd.read_csv(raw / "station.csv").rename(columns={"longitude": "lng"})
+    df.to_csv(raw / "station.csv", index=False)
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['longitude'\].*'lng'"):
+        UrbanAirSource(raw, cache_dir=tmp_path).load()
+
+
+# ---------------------------------------------------------------- downloads
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # keep the test output clean
+        pass
+
+
+@pytest.fixture
+def http_dir(tmp_path):
+    """A local HTTP server in a thread, serving ``tmp_path / "served"``: yields (folder, url)."""
+    served = tmp_path / "served"
+    served.mkdir()
+    handler = functools.partial(_Quiet, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield served, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def zip_folder(folder: Path, archive: Path, prefix: str) -> None:
+    with zipfile.ZipFile(archive, "w") as zf:
+        for f in sorted(folder.iterdir()):
+            zf.write(f, f"{prefix}/{f.name}")
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_download_end_to_end_from_http(http_dir, tmp_path):
+    served, url = http_dir
+    zip_folder(write_urban_air(tmp_path / "fixture"), served / "Data-1.zip", "Data")
+    root = tmp_path / "downloaded"
+    dm = UrbanAirDataModule(
+        root,
+        cluster="A",
+        download=True,
+        url=f"{url}/Data-1.zip",
+        sha256=sha(served / "Data-1.zip"),
+        input_steps=4,
+        output_steps=2,
+    )
+    assert dm.num_points == 3 and (root / "Data" / "airquality.csv").is_file()
+    assert (root / ".Data-1.zip.done").is_file()
+    (served / "Data-1.zip").unlink()  # a second call must not fetch again
+    assert download_and_extract(f"{url}/Data-1.zip", root) == root
+
+
+def test_download_tar_and_file_url(tmp_path):
+    src = tmp_path / "payload.txt"
+    src.write_text("hello")
+    archive = tmp_path / "pack.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+        tf.add(src, "inner/payload.txt")
+    dest = download_and_extract(archive.as_uri(), tmp_path / "out")
+    assert (dest / "inner" / "payload.txt").read_text() == "hello"
+
+
+def test_checksum_mismatch_deletes_the_file(http_dir, tmp_path):
+    served, url = http_dir
+    (served / "x.zip").write_bytes(b"not what you expected")
+    with pytest.raises(ValueError, match=r"expected SHA-256 0{64}, got [0-9a-f]{64}"):
+        download_and_extract(f"{url}/x.zip", tmp_path / "out", sha256="0" * 64)
+    assert not (tmp_path / "out" / "x.zip").exists()
+    assert not (tmp_path / "out" / ".x.zip.done").exists()
+    with pytest.raises(RuntimeError, match="Could not download .*missing.zip"):
+        download_and_extract(f"{url}/missing.zip", tmp_path / "out")
+
+
+def test_archive_escaping_the_folder_is_refused(tmp_path):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("../evil.txt", "gotcha")
+    (tmp_path / "evil.zip").write_bytes(buf.getvalue())
+    dest = tmp_path / "a" / "b"
+    with pytest.raises(ValueError, match=r"outside the destination.*'\.\./evil\.txt'"):
+        download_and_extract((tmp_path / "evil.zip").as_uri(), dest)
+    assert not (tmp_path / "a" / "evil.txt").exists()
+
+
+# ---------------------------------------------------------------- Hydra config
+def test_airq_config(raw, tmp_path):
+    cfg = compose_train(
+        tmp_path,
+        [
+            "data=airq",
+            f"data.root={raw}",
+            "data.cluster=B",
+            "data.input_steps=4",
+            "data.output_steps=3",
+            "data.batch_size=4",
+        ],
+    )
+    assert cfg.data.cache_dir == f"{tmp_path}/data/urban_air/cache"
+    dm = instantiate(cfg.data)
+    assert isinstance(dm, UrbanAirDataModule) and dm.num_points == 2
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["x"].shape == (4, 4, 2, 6) and batch["y"].shape == (4, 3, 2, 6)
+    assert list((tmp_path / "data" / "urban_air" / "cache").glob("urban_air_B_*.npz"))
