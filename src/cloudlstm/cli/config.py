@@ -36,4 +36,10 @@ def describe_run(cfg: DictConfig) -> dict[str, Any]:
             tags.append(f"{key}={cfg.model[key]}")
     if "k" in cfg.model:
         name += f"-k{cfg.model.k}"
-    return {"name": name, "group": f"{model_name}-{data_name}", "tags": tags}
+    return {
+        "name": name,
+        "group": f"{model_name}-{data_name}",
+        "tags": tags,
+        "model": model_name,
+        "data": data_name,
+    }

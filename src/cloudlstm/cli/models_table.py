@@ -1,0 +1,76 @@
+"""Parameter count of every model config at the paper's sizes (appendix model table).
+
+``python -m cloudlstm.cli.models_table`` composes each ``conf/model/*.yaml`` exactly as
+``train.py`` would, with the data-dependent sizes of the paper's air-quality cluster A
+(N=274 stations, C=6 indicators, M=J=12, 2-D coordinates) unless given, builds the model and
+prints a markdown table of parameter counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import hydra
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import open_dict
+
+CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+
+
+def model_names(conf_dir: Path = CONF_DIR) -> list[str]:
+    return sorted(p.stem for p in (conf_dir / "model").glob("*.yaml"))
+
+
+def count_parameters(
+    name: str,
+    num_points: int = 274,
+    num_channels: int = 6,
+    input_steps: int = 12,
+    output_steps: int = 12,
+    coord_features: int = 2,
+    steps_per_day: int = 24,
+    conf_dir: Path = CONF_DIR,
+) -> int:
+    """Parameters of ``model=<name>`` with its config defaults and the given data sizes."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        cfg = compose("train", overrides=[f"model={name}"])
+    with open_dict(cfg):
+        cfg.data_info = {
+            "num_points": num_points,
+            "num_channels": num_channels,
+            "input_steps": input_steps,
+            "output_steps": output_steps,
+            "coord_features": coord_features,
+            "steps_per_day": steps_per_day,
+        }
+        cfg.paths.data_dir = str(Path.cwd() / "data")
+    model = hydra.utils.instantiate(cfg.model)
+    return sum(p.numel() for p in model.parameters())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-points", type=int, default=274)
+    parser.add_argument("--num-channels", type=int, default=6)
+    parser.add_argument("--input-steps", type=int, default=12)
+    parser.add_argument("--output-steps", type=int, default=12)
+    parser.add_argument("models", nargs="*", help="model config names (default: all)")
+    args = parser.parse_args(argv)
+    print(
+        f"Parameters at N={args.num_points}, C={args.num_channels}, "
+        f"M={args.input_steps}, J={args.output_steps}:\n"
+    )
+    print("| model | parameters |\n|---|---|")
+    for name in args.models or model_names():
+        count = count_parameters(
+            name, args.num_points, args.num_channels, args.input_steps, args.output_steps
+        )
+        print(f"| `{name}` | {count:,} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
