@@ -191,3 +191,27 @@ def test_parameter_free_model_skips_training(tmp_path) -> None:
     assert np.isfinite(results["test"]["overall"]["mae"]["mean"])
     summary = json.loads(Path(cfg.paths.output_dir, "data_summary.json").read_text())
     assert summary["steps_per_day"] == 24
+
+
+def test_moving_fleet_end_to_end_forecasts_positions(tmp_path) -> None:
+    cfg = compose_train(
+        tmp_path,
+        [
+            "data=synthetic_moving",
+            "data.source.num_points=8",
+            "data.source.num_steps=160",
+            "data.input_steps=4",
+            "data.output_steps=3",
+            "data.batch_size=8",
+            "model=cloudlstm",
+            "model.k=3",
+            "model.hidden_channels=4",
+            "logger=none",
+            *[o for o in TINY if o.startswith(("trainer", "~callbacks"))],
+        ],
+    )
+    results = train(cfg)
+    per_channel = results["test"]["per_channel"]
+    assert {"pos_x", "pos_y"} <= set(per_channel)
+    assert np.isfinite(per_channel["pos_x"]["mae"]["mean"])
+    assert results["data"]["moving"] and results["data"]["num_channels"] == 4

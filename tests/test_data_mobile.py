@@ -1,0 +1,201 @@
+"""Tests of the synthetic mobile traffic (``data=mobile``): the paper's published statistics."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import compose_train
+from hydra.utils import instantiate
+
+from cloudlstm.data.mobile import SERVICES, MobileDataModule, SyntheticMobileTraffic
+
+DAY, WEEK = 288, 2016
+
+
+@pytest.fixture(scope="module")
+def three_weeks():
+    """All 38 services at 40 antennas for 21 days (~1 s)."""
+    return SyntheticMobileTraffic(num_antennas=40, num_days=21, seed=0).load()
+
+
+def acf(x: np.ndarray, lag: int) -> float:
+    x = x - x.mean()
+    return float((x[:-lag] * x[lag:]).mean() / x.var())
+
+
+def test_stream_format_and_nonnegative_values(three_weeks):
+    s = three_weeks
+    assert s.values.shape == (21 * DAY, 40, 38) and s.values.dtype == np.float32
+    assert np.isfinite(s.values).all() and (s.values >= 0).all() and s.mask.all()
+    assert s.channel_names == [svc.name for svc in SERVICES]
+    assert s.point_ids[:2] == ["a0000", "a0001"]
+    assert (np.diff(s.timestamps) == np.timedelta64(5, "m")).all()
+    assert s.timestamps[0] == np.datetime64("2016-09-05T00:00")
+    assert s.metadata["step_minutes"] == 5 and s.metadata["steps_per_day"] == DAY
+    assert s.metadata["generator"]["num_antennas"] == 40
+
+
+def test_deterministic_given_seed():
+    small = dict(num_antennas=12, num_services=5, num_days=2)
+    a = SyntheticMobileTraffic(seed=3, **small).load()
+    b = SyntheticMobileTraffic(seed=3, **small).load()
+    c = SyntheticMobileTraffic(seed=4, **small).load()
+    np.testing.assert_array_equal(a.values, b.values)
+    np.testing.assert_array_equal(a.coords, b.coords)
+    assert a.metadata == b.metadata
+    assert not np.allclose(a.values, c.values) and not np.allclose(a.coords, c.coords)
+
+
+def test_service_shares_follow_a_power_law_with_streaming_about_half(three_weeks):
+    share = three_weeks.values.sum(axis=(0, 1), dtype=np.float64)
+    share /= share.sum()
+    ranked = np.sort(share)[::-1]
+    log_rank = np.log(np.arange(1, 39))
+    slope, _ = np.polyfit(log_rank, np.log(ranked), 1)
+    r2 = np.corrcoef(log_rank, np.log(ranked))[0, 1] ** 2
+    assert slope < -0.8 and r2 > 0.9
+    cats = np.array(three_weeks.metadata["categories"])
+    by_cat = {c: share[cats == c].sum() for c in set(cats)}
+    assert 0.4 < by_cat["streaming"] < 0.6
+    for c in ("web", "cloud", "social", "chat"):  # paper: between 8 % and 17 %
+        assert 0.07 < by_cat[c] < 0.19, (c, by_cat[c])
+    assert by_cat["gaming"] < 0.01
+    top10 = np.argsort(share)[::-1][:10]
+    assert (cats[top10] == "streaming").sum() == 5
+
+
+def test_daily_and_weekly_periodicity(three_weeks):
+    total = three_weeks.values.sum(axis=(1, 2), dtype=np.float64)
+    assert acf(total, DAY) > 0.8
+    assert acf(total, DAY // 2) < 0.0  # night vs day
+    assert acf(total, WEEK) > acf(total, DAY)  # weekends differ from weekdays
+    per_antenna = [acf(three_weeks.values[:, i].sum(axis=1), DAY) for i in range(40)]
+    assert np.median(per_antenna) > 0.7
+
+
+def test_peak_hours_depend_on_service_and_weekday(three_weeks):
+    v = three_weeks.values.sum(axis=1, dtype=np.float64)  # (T, C)
+    days = v.reshape(21, DAY, 38)
+    weekday_mask = np.arange(21) % 7 < 5  # the stream starts on a Monday
+    weekday, weekend = days[weekday_mask].mean(0), days[~weekday_mask].mean(0)
+    gmail, netflix = (three_weeks.channel_names.index(n) for n in ("Gmail", "Netflix"))
+    peak_hour = np.argmax(weekday, axis=0) / 12  # (C,) hour of the weekday maximum
+    assert 8 <= peak_hour[gmail] <= 15 and peak_hour[netflix] >= 19
+    assert weekend[:, gmail].sum() < 0.7 * weekday[:, gmail].sum()  # little work mail at weekends
+
+
+def test_antennas_are_dense_at_the_centre():
+    s = SyntheticMobileTraffic(num_antennas=300, num_services=1, num_days=1, seed=1).load()
+    centre = np.asarray(s.metadata["centres_km"][0])
+    d = np.linalg.norm(s.coords[:, None] - s.coords[None], axis=2)
+    np.fill_diagonal(d, np.inf)
+    nn = d.min(axis=1)
+    r = np.linalg.norm(s.coords - centre, axis=1)
+    inner, outer = r < np.quantile(r, 0.25), r > np.quantile(r, 0.75)
+    assert np.median(nn[inner]) < 0.5 * np.median(nn[outer])
+
+
+def test_events_raise_neighbouring_antennas_together():
+    args = dict(num_antennas=100, num_services=10, num_days=4, seed=2, city="city2")
+    with_events = SyntheticMobileTraffic(events_per_day=1.0, **args).load()
+    without = SyntheticMobileTraffic(events_per_day=0.0, **args).load()
+    ratio = with_events.values / without.values  # the event factor: all else is identical
+
+    def dist(ev: dict) -> np.ndarray:
+        return np.linalg.norm(with_events.coords - [ev["x_km"], ev["y_km"]], axis=1)
+
+    strong = [e for e in with_events.metadata["events"] if e["amplitude"] > 1.0]
+    ev = max(strong, key=lambda e: (dist(e) < 0.7 * e["radius_km"]).sum())
+    t0, t1 = ev["start"], ev["end"]
+    near, far = dist(ev) < 0.7 * ev["radius_km"], dist(ev) > 4 * ev["radius_km"]
+    assert near.sum() >= 3 and far.sum() >= 3
+    names = with_events.channel_names
+    insta, spotify = names.index("Instagram"), names.index("Spotify")
+    peak = (t0 + t1) // 2
+    assert (ratio[peak, near, insta] > 1.2).all()  # all near antennas rise...
+    rise = ratio[t0:t1, near, insta]
+    assert np.corrcoef(rise.T).min() > 0.9  # ...together, over the same hours
+    assert np.allclose(ratio[peak, far], 1.0)
+    assert np.allclose(ratio[:, :, spotify], 1.0)  # music streaming is unaffected
+
+
+def test_noise_is_heavy_tailed(three_weeks):
+    # log-returns of single antenna/service series: Gaussian would have excess kurtosis 0
+    r = np.diff(np.log(three_weeks.values[:, :, :10].astype(np.float64)), axis=0).ravel()
+    r = (r - r.mean()) / r.std()
+    assert (r**4).mean() - 3 > 1.0
+
+
+def test_cache_hit_and_changed_argument_regenerates(tmp_path):
+    args = dict(num_antennas=30, num_services=10, num_days=7, cache_dir=tmp_path)
+    gen = SyntheticMobileTraffic(**args)
+    t = time.perf_counter()
+    first = gen.load()
+    t_gen = time.perf_counter() - t
+    assert not gen.last_load_from_cache and gen.cache_path.exists()
+    t = time.perf_counter()
+    again = SyntheticMobileTraffic(**args)
+    second = again.load()
+    t_cache = time.perf_counter() - t
+    assert again.last_load_from_cache and t_cache < t_gen
+    np.testing.assert_array_equal(first.values, second.values)
+    np.testing.assert_array_equal(first.coords, second.coords)
+    assert second.metadata == first.metadata and second.name == first.name
+    other = SyntheticMobileTraffic(**{**args, "seed": 1})
+    assert other.cache_path != gen.cache_path
+    other.load()
+    assert not other.last_load_from_cache
+
+
+def test_city_presets_and_bad_arguments():
+    assert SyntheticMobileTraffic(city="city1").num_antennas == 792
+    assert SyntheticMobileTraffic(city="city2").num_antennas == 260
+    assert SyntheticMobileTraffic(city="city2", num_antennas=50).num_antennas == 50
+    with pytest.raises(ValueError, match="unknown city='paris'"):
+        SyntheticMobileTraffic(city="paris")
+    with pytest.raises(ValueError, match="num_services <= 38"):
+        SyntheticMobileTraffic(num_services=39)
+    with pytest.raises(ValueError, match="step_minutes=7 must divide a day"):
+        SyntheticMobileTraffic(step_minutes=7)
+    with pytest.raises(ValueError, match="num_days must be an integer >= 1"):
+        SyntheticMobileTraffic(num_days=0)
+
+
+def test_datamodule_synthetic_and_long_format_file(tmp_path):
+    dm = MobileDataModule(num_antennas=10, num_services=3, num_days=2, batch_size=4)
+    assert (dm.input_steps, dm.output_steps) == (6, 6)  # the paper's M = J = 6
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["x"].shape == (4, 6, 10, 3) and batch["coords"].shape == (4, 10, 2)
+
+    # the same data written in the documented long format reads back identically
+    s = dm.stream
+    t, n, c = s.values.shape
+    table = pd.DataFrame(
+        {
+            "timestamp": np.repeat(s.timestamps, n),
+            "id": np.tile(s.point_ids, t),
+            "x": np.tile(s.coords[:, 0], t),
+            "y": np.tile(s.coords[:, 1], t),
+            **{name: s.values[:, :, i].ravel() for i, name in enumerate(s.channel_names)},
+        }
+    )
+    path = tmp_path / "traffic.csv"
+    table.to_csv(path, index=False)
+    from_file = MobileDataModule(path=path, batch_size=4)
+    assert from_file.stream.channel_names == s.channel_names
+    np.testing.assert_allclose(from_file.stream.values, s.values, rtol=1e-6)
+    np.testing.assert_allclose(from_file.stream.coords, s.coords)
+
+
+def test_hydra_config_builds_the_datamodule(tmp_path):
+    cfg = compose_train(
+        tmp_path, ["data=mobile", "data.num_antennas=8", "data.num_services=4", "data.num_days=2"]
+    )
+    assert cfg.data.input_steps == 6 and cfg.data.output_steps == 6 and cfg.data.batch_size == 32
+    dm = instantiate(cfg.data)
+    assert isinstance(dm, MobileDataModule)
+    assert dm.stream.values.shape == (2 * DAY, 8, 4)
+    assert dm.source.cache_path.parent == tmp_path / "data" / "mobile"
