@@ -34,17 +34,29 @@ class CNN2D(GridForecaster):
             raise ValueError(f"num_layers must be >= 1 (the output layer), got {num_layers}.")
         self.num_channels = num_channels
         self.input_steps = input_steps
-        widths = [input_steps * num_channels] + [hidden_channels] * (num_layers - 1)
+        widths = [self.input_width()] + [hidden_channels] * (num_layers - 1)
         layers: list[nn.Module] = []
         for a, b in zip(widths[:-1], widths[1:], strict=True):
             # no conv bias: the BatchNorm shift that follows makes it redundant
-            layers += [self.conv(a, b, bias=False), nn.BatchNorm2d(b), nn.ReLU()]
-        layers.append(self.conv(widths[-1], output_steps * num_channels, bias=True))
+            layers += [self.conv(a, b, bias=False), self.norm(b), nn.ReLU()]
+        layers.append(self.head(widths[-1], output_steps * num_channels))
         self.net = nn.Sequential(*layers)
+
+    # The hooks below are what CNN3D and DefCNN change.
+    def input_width(self) -> int:
+        """Channels of the first layer's input: the M*C stacked steps and channels."""
+        return self.input_steps * self.num_channels
 
     def conv(self, in_channels: int, out_channels: int, bias: bool) -> nn.Module:
         """One 3x3, size-preserving convolution (DefCNN swaps in a deformable one)."""
         return nn.Conv2d(in_channels, out_channels, 3, padding=1, bias=bias)
+
+    def norm(self, channels: int) -> nn.Module:
+        return nn.BatchNorm2d(channels)
+
+    def head(self, in_channels: int, out_channels: int) -> nn.Module:
+        """The last, plain layer producing the J*C output channels."""
+        return self.conv(in_channels, out_channels, bias=True)
 
     def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
         super().check_input(x, coords)
