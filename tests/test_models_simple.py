@@ -146,6 +146,8 @@ def test_seasonal_naive_needs_a_whole_season_of_input():
     x, coords, _ = tiny_batch(m=12, n=5, c=2)
     with pytest.raises(ValueError, match=r"data\.input_steps to at least 24"):
         SeasonalNaive(output_steps=12, period=24)(x, coords)
+    with pytest.raises(ValueError, match=r"no known sampling period.*model\.period"):
+        SeasonalNaive(output_steps=3, period=None)
 
 
 def test_paper_size_parameter_counts():

@@ -29,13 +29,19 @@ class SeasonalNaive(Forecaster):
 
     With the last observed step at time 0, target step t = 1..J takes the value at
     ``t - period * ceil(t / period)``, i.e. the last observed season repeated as often
-    as J needs. The input window must therefore hold at least one season (M >= period).
+    as J needs. The input window must therefore hold at least one season (M >= period) of
+    consecutive steps: it is not meant for ``data.seasonal=true`` inputs.
 
     ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``; no parameters.
     """
 
-    def __init__(self, output_steps: int, period: int) -> None:
+    def __init__(self, output_steps: int, period: int | None) -> None:
         super().__init__()
+        if period is None:
+            raise ValueError(
+                "seasonal naive: the data has no known sampling period (no timestamps), so "
+                "model.period cannot default to one day; set model.period=<steps per season>."
+            )
         if output_steps < 1 or period < 1:
             raise ValueError(
                 f"output_steps and model.period must be >= 1, got {output_steps} and {period}."
@@ -50,8 +56,8 @@ class SeasonalNaive(Forecaster):
                 f"seasonal naive needs one whole season in the input window, but "
                 f"input_steps M={x.shape[1]} < period={self.period} steps. Set "
                 f"data.input_steps to at least {self.period} (e.g. "
-                f"data.input_steps={self.period}), use a seasonal input that holds the "
-                f"last season, or set model.period to a season of at most {x.shape[1]} steps."
+                f"data.input_steps={self.period}, with data.seasonal=false), or set "
+                f"model.period to a season of at most {x.shape[1]} steps."
             )
 
     def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
