@@ -266,3 +266,7 @@ def test_points_config_builds_a_datamodule(tmp_path):
     cfg = compose_train(tmp_path, ["data=points"])
     with pytest.raises(MissingMandatoryValue, match="data.path"):
         instantiate(cfg.data)
+    from cloudlstm.cli.train import train  # what the user sees from train.py
+
+    with pytest.raises(ValueError, match=r"needs data\.path; give it on the command line"):
+        train(cfg)

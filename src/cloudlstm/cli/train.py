@@ -34,9 +34,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     missing = sorted(OmegaConf.missing_keys(cfg.data))
     if missing:  # e.g. data=points without data.path: say so instead of a Hydra traceback
-        example = " ".join(f"data.{k}=..." for k in missing)
+        example = " ".join(f"{k}=..." for k in missing)
         raise ValueError(
-            f"The data config needs {', '.join(f'data.{k}' for k in missing)}; give it on the "
+            f"The data config needs {', '.join(missing)}; give it on the "
             f"command line: `python train.py <data=...> {example}` (e.g. data.path=/my/file.csv)."
         )
     datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
