@@ -166,9 +166,7 @@ def test_window_dataset_items_and_too_few_steps():
     np.testing.assert_array_equal(item["y"][:, 0, 0].numpy(), np.arange(12, 14))
     assert ds.time_range(3) == (8, 12, 14)
     assert int(WindowDataset(s.values, s.mask, s.coords, 4, 2, return_index=True)[7]["t0"]) == 7
-    with pytest.raises(
-        ValueError, match=r"needs 12 input \(history\) \+ 12 output = 24 .*only 15"
-    ):
+    with pytest.raises(ValueError, match=r"needs 12 input \(history\) \+ 12 output = 24 .*only 15"):
         WindowDataset(s.values, s.mask, s.coords, 12, 12, start=5, end=20)
     with pytest.raises(ValueError, match="stride"):
         WindowDataset(s.values, s.mask, s.coords, 4, 2, stride=0)
