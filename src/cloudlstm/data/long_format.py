@@ -7,18 +7,16 @@ loaders (:mod:`~cloudlstm.data.urban_air`, :mod:`~cloudlstm.data.beijing`) reuse
 
 * :func:`pivot_long` places rows on a regular time grid (:class:`LongGrid`);
 * :func:`interpolate_gaps` fills gaps linearly in time and returns the "really observed" mask;
-* :func:`build_stream` drops points without any data, fills gaps and assembles the stream;
-* :func:`save_stream_cache` / :func:`load_stream_cache` keep the result as ``.npz``.
+* :func:`build_stream` drops points without any data, fills gaps and assembles the stream
+  (the loaders cache it with :mod:`cloudlstm.data.cache`).
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib.util
-import json
 import logging
 import os
-import tempfile
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,10 +35,8 @@ __all__ = [
     "PointsDataModule",
     "build_stream",
     "interpolate_gaps",
-    "load_stream_cache",
     "parse_times",
     "pivot_long",
-    "save_stream_cache",
 ]
 
 log = logging.getLogger(__name__)
@@ -315,71 +311,6 @@ def build_stream(
         ", moving points" if stream.moving else "",
     )
     return stream
-
-
-# ---------------------------------------------------------------------- .npz cache
-def save_stream_cache(path: Path, stream: PointCloudStream, key: str) -> None:
-    """Write ``stream`` to ``path`` (atomically) tagged with ``key``; warns instead of failing."""
-    path = Path(path)
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp")
-        arrays = dict(
-            key=np.array(key),
-            values=stream.values,
-            mask=stream.mask,
-            coords=stream.coords,
-            timestamps=stream.timestamps,
-            channel_names=np.array(stream.channel_names),
-            point_ids=np.array(stream.point_ids),
-            name=np.array(stream.name),
-            metadata=np.array(json.dumps(stream.metadata)),
-        )
-        if stream.trajectory is not None:
-            arrays["trajectory"] = stream.trajectory
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **arrays)
-        os.replace(tmp, path)
-    except OSError as err:  # a read-only or full disk must not stop training
-        log.warning("Could not write the data cache %s (%s).", path, err)
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def load_stream_cache(path: Path, key: str) -> PointCloudStream | None:
-    """The stream cached at ``path`` if it exists and was written with ``key``, else ``None``."""
-    path = Path(path)
-    if not path.exists():
-        return None
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            if str(z["key"]) != key:
-                return None
-            return PointCloudStream(
-                values=z["values"],
-                mask=z["mask"],
-                coords=z["coords"],
-                channel_names=z["channel_names"].tolist(),
-                point_ids=z["point_ids"].tolist(),
-                timestamps=z["timestamps"],
-                name=str(z["name"]),
-                metadata=json.loads(str(z["metadata"])),
-                trajectory=z["trajectory"] if "trajectory" in z.files else None,
-            )
-    except Exception as err:  # truncated / corrupt / old format: rebuild from the raw files
-        log.warning("Data cache %s is unreadable (%s); rebuilding it.", path, err)
-        return None
-
-
-def file_signature(paths: Sequence[Path]) -> list[tuple[str, int, int]]:
-    """``(name, size, mtime_ns)`` of each file: cheap to compute, changes when a file does."""
-    out = []
-    for p in paths:
-        st = Path(p).stat()
-        out.append((Path(p).name, st.st_size, st.st_mtime_ns))
-    return out
 
 
 # ---------------------------------------------------------------------- user files

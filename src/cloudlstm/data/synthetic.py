@@ -31,16 +31,14 @@ Results are cached as ``.npz`` under ``cache_dir``, keyed by a hash of every arg
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from cloudlstm.data.cache import CachedGenerator
 from cloudlstm.data.stream import PointCloudStream
 
 __all__ = ["SyntheticAdvectionDiffusion", "CHANNEL_PRESETS"]
@@ -111,7 +109,7 @@ def _bilinear(field: np.ndarray, yi: np.ndarray, xi: np.ndarray) -> np.ndarray:
     return out.reshape((c,) + np.shape(yi))
 
 
-class SyntheticAdvectionDiffusion:
+class SyntheticAdvectionDiffusion(CachedGenerator):
     """Generator of a synthetic advection-diffusion point-cloud stream (see module docstring).
 
     Args:
@@ -143,6 +141,8 @@ class SyntheticAdvectionDiffusion:
     Raw values are non-negative, around ``level`` per channel (pm25 ~35, no2 ~40, so2 ~12,
     co ~450, ...); coordinates are ``(x_km, y_km)`` in ``[0, domain_km]``.
     """
+
+    cache_prefix = "advdiff"
 
     def __init__(
         self,
@@ -214,7 +214,6 @@ class SyntheticAdvectionDiffusion:
         self.spin_up = _int("spin_up", spin_up, 0)
         self.regional_share = _float("regional_share", regional_share, 0.0, 1.0)
         self.cache_dir = None if cache_dir is None else Path(cache_dir)
-        self.last_load_from_cache = False
 
     # ------------------------------------------------------------------ config / caching
     def config(self) -> dict:
@@ -243,81 +242,8 @@ class SyntheticAdvectionDiffusion:
         }
 
     @property
-    def cache_key(self) -> str:
-        blob = json.dumps(self.config(), sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
-
-    @property
-    def cache_path(self) -> Path | None:
-        if self.cache_dir is None:
-            return None
-        return self.cache_dir / f"advdiff_{self.cache_key}.npz"
-
-    @property
     def name(self) -> str:
         return f"synthetic_advdiff_s{self.seed}"
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if k != "version")
-        return f"SyntheticAdvectionDiffusion({args})"
-
-    def load(self) -> PointCloudStream:
-        """Return the stream, from the cache when a valid cache file exists."""
-        self.last_load_from_cache = False
-        path = self.cache_path
-        if path is not None and path.exists():
-            try:
-                stream = self._read_cache(path)
-                self.last_load_from_cache = True
-                return stream
-            except Exception as err:  # corrupt / truncated / stale file: regenerate
-                log.warning("Synthetic cache %s is unreadable (%s); regenerating.", path, err)
-        stream = self.generate()
-        if path is not None:
-            try:
-                self._write_cache(path, stream)
-            except OSError as err:
-                log.warning("Could not write synthetic cache %s (%s).", path, err)
-        return stream
-
-    def _write_cache(self, path: Path, stream: PointCloudStream) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.savez(
-                    fh,
-                    key=np.array(self.cache_key),
-                    values=stream.values,
-                    mask=stream.mask,
-                    coords=stream.coords,
-                    timestamps=stream.timestamps,
-                    channel_names=np.array(stream.channel_names),
-                    point_ids=np.array(stream.point_ids),
-                )
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-
-    def _read_cache(self, path: Path) -> PointCloudStream:
-        with np.load(path, allow_pickle=False) as z:
-            if str(z["key"]) != self.cache_key:
-                raise ValueError("cache key mismatch")
-            stream = PointCloudStream(
-                values=z["values"],
-                mask=z["mask"],
-                coords=z["coords"],
-                channel_names=z["channel_names"].tolist(),
-                point_ids=z["point_ids"].tolist(),
-                timestamps=z["timestamps"],
-                name=self.name,
-                metadata={"generator": self.config()},
-            )
-        expected = (self.num_steps, self.num_points, self.num_channels)
-        if stream.values.shape != expected:
-            raise ValueError(f"cached shape {stream.values.shape} != expected {expected}")
-        return stream
 
     # ------------------------------------------------------------------ simulation
     def _station_positions(self, rng: np.random.Generator) -> np.ndarray:

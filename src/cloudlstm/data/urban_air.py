@@ -18,17 +18,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cloudlstm.data.cache import file_signature, load_stream_cache, save_stream_cache
 from cloudlstm.data.datamodule import PointCloudDataModule
 from cloudlstm.data.download import download_and_extract
 from cloudlstm.data.long_format import (
     build_stream,
     check_columns,
-    file_signature,
-    load_stream_cache,
     parse_times,
     pivot_long,
     read_table,
-    save_stream_cache,
 )
 from cloudlstm.data.stream import PointCloudStream
 
