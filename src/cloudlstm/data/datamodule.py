@@ -192,7 +192,6 @@ class PointCloudDataModule(LightningDataModule):
             "outlier_seed": int(outlier_seed),
         }
         self.score_filled = bool(score_filled)
-        self.input_offsets = contiguous_offsets(self.input_steps)
         self.point_groups: dict[str, np.ndarray] = {}
 
         self._stream: PointCloudStream | None = None
@@ -237,15 +236,7 @@ class PointCloudDataModule(LightningDataModule):
         if self._built:
             return
         stream = self.stream
-        if self.seasonal is not None:
-            if self.steps_per_day is None:
-                raise ValueError(
-                    f"PointCloudDataModule: seasonal=true needs the sampling period of stream "
-                    f"'{stream.name}', but it has no timestamps or step_minutes metadata."
-                )
-            self.input_offsets = seasonal_offsets(
-                self.input_steps, self.steps_per_day, *self.seasonal
-            )
+        offsets = self.input_offsets
         m, j = self.history_steps, self.output_steps
         self.bounds = split_bounds(stream.num_steps, self.val_fraction, self.test_fraction)
         span = m + j
@@ -295,12 +286,12 @@ class PointCloudDataModule(LightningDataModule):
                 values_t,
                 mask_t,
                 self._coords,
-                self.input_steps if self.seasonal is None else len(self.input_offsets),
+                len(offsets),
                 j,
                 stride=self.stride,
                 start=start,
                 end=end,
-                input_offsets=self.input_offsets,
+                input_offsets=offsets,
                 coords_track=track,
             )
         self._built = True
@@ -319,19 +310,27 @@ class PointCloudDataModule(LightningDataModule):
         return coords, {"inliers": ~mask, "outliers": mask}
 
     @property
+    def input_offsets(self) -> np.ndarray:
+        """Each window's input steps relative to its first target step: ``-M, ..., -1``, or
+        the seasonal ones (:func:`seasonal_offsets`)."""
+        if self.seasonal is None:
+            return contiguous_offsets(self.input_steps)
+        if self.steps_per_day is None:
+            raise ValueError(
+                f"PointCloudDataModule: seasonal=true needs the sampling period of stream "
+                f"'{self.stream.name}', but it has no timestamps or step_minutes metadata."
+            )
+        return seasonal_offsets(self.input_steps, self.steps_per_day, *self.seasonal)
+
+    @property
     def history_steps(self) -> int:
         """How far back (in steps) a window's input reaches: M, or more for seasonal input."""
-        if self.seasonal is not None and self.steps_per_day is not None:
-            offsets = seasonal_offsets(self.input_steps, self.steps_per_day, *self.seasonal)
-            return int(-offsets.min())
-        return self.input_steps
+        return int(-self.input_offsets.min())
 
     @property
     def model_input_steps(self) -> int:
         """Steps in each window's ``x`` (what models are built for): M, or M + the seasonal part."""
-        if self.seasonal is not None and self.steps_per_day is not None:
-            return len(seasonal_offsets(self.input_steps, self.steps_per_day, *self.seasonal))
-        return self.input_steps
+        return len(self.input_offsets)
 
     def _ensure_setup(self) -> None:
         if not self._built:
@@ -499,11 +498,8 @@ def _random_subset(stream: PointCloudStream, num_points: int, seed: int) -> Poin
 
 def _with_position_channels(stream: PointCloudStream) -> PointCloudStream:
     """Moving points: append the L positions as channels ``pos_x, pos_y[, pos_z]``."""
-    names = (
-        [f"pos_{d}" for d in "xyz"[: stream.num_dims]]
-        if stream.num_dims <= 3
-        else [f"pos_{d}" for d in range(stream.num_dims)]
-    )
+    axes = "xyz" if stream.num_dims <= 3 else range(stream.num_dims)
+    names = [f"pos_{axis}" for axis in list(axes)[: stream.num_dims]]
     positions = stream.trajectory.astype(np.float32)
     return PointCloudStream(
         values=np.concatenate([stream.values, positions], axis=-1),
