@@ -108,14 +108,19 @@ def check_int(owner: str, name: str, value: Any, lo: int) -> int:
     return int(value)
 
 
-def check_float(owner: str, name: str, value: Any, lo: float, hi: float = np.inf) -> float:
-    """``value`` as a finite float in ``[lo, hi]``, else a ``ValueError``."""
+def check_float(
+    owner: str, name: str, value: Any, lo: float, hi: float = np.inf, lo_open: bool = False
+) -> float:
+    """``value`` as a finite float ``>= lo`` (``> lo`` if ``lo_open``) and ``<= hi``, else a
+    ``ValueError`` naming ``owner.name`` and the bounds."""
     try:
         value = float(value)
     except (TypeError, ValueError):
         value = float("nan")
-    if not (np.isfinite(value) and lo <= value <= hi):
-        bound = f"in [{lo}, {hi}]" if np.isfinite(hi) else f">= {lo}"
+    if not (np.isfinite(value) and (value > lo if lo_open else value >= lo) and value <= hi):
+        bound = f"> {lo}" if lo_open else f">= {lo}"
+        if np.isfinite(hi):
+            bound += f" and <= {hi}"
         raise ValueError(f"{owner}: {name} must be a number {bound}; got {value}.")
     return value
 

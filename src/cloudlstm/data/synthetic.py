@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cloudlstm.data.cache import CachedGenerator
+from cloudlstm.data.cache import CachedGenerator, check_float, check_int
 from cloudlstm.data.stream import PointCloudStream
 
 __all__ = ["SyntheticAdvectionDiffusion", "CHANNEL_PRESETS"]
@@ -168,31 +168,10 @@ class SyntheticAdvectionDiffusion(CachedGenerator):
         regional_share: float = 0.0,
     ) -> None:
         def _int(name: str, value, lo: int) -> int:
-            try:
-                ok = not isinstance(value, bool) and int(value) == value and value >= lo
-            except (TypeError, ValueError):
-                ok = False
-            if not ok:
-                raise ValueError(
-                    f"SyntheticAdvectionDiffusion: {name} must be an integer >= {lo}; "
-                    f"got {value!r}."
-                )
-            return int(value)
+            return check_int(type(self).__name__, name, value, lo)
 
         def _float(name: str, value, lo: float, hi: float = np.inf, lo_open=False) -> float:
-            try:
-                value = float(value)
-            except (TypeError, ValueError):
-                value = float("nan")
-            ok = np.isfinite(value) and (value > lo if lo_open else value >= lo) and value <= hi
-            if not ok:
-                bound = f"> {lo}" if lo_open else f">= {lo}"
-                if np.isfinite(hi):
-                    bound += f" and <= {hi}"
-                raise ValueError(
-                    f"SyntheticAdvectionDiffusion: {name} must be a number {bound}; got {value}."
-                )
-            return value
+            return check_float(type(self).__name__, name, value, lo, hi, lo_open)
 
         self.num_points = _int("num_points", num_points, 2)
         self.num_channels = _int("num_channels", num_channels, 1)
