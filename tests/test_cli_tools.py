@@ -1,4 +1,4 @@
-"""The comparison table and the parameter-count table."""
+"""The comparison table, the parameter-count table and the space check."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from cloudlstm.cli import space_check
 from cloudlstm.cli.compare import find_runs, main, to_markdown
 from cloudlstm.cli.models_table import count_parameters, model_names
 
@@ -64,3 +65,14 @@ def test_parameter_counts_follow_the_configs():
     expected = (d * 500 + 500) + 4 * (500 * 500 + 500) + (500 * d + d)
     assert count_parameters("mlp") == expected
     assert count_parameters("mlp", num_points=10) < expected
+
+
+def test_space_check_prints_test_mse_and_ratio_to_the_per_point_lstm(capsys):
+    space_check.main(["--seeds", "0", "--epochs", "1", "--models", "lstm_k6"])
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines()[2:]]
+    # lstm_k1 is always trained first: it is the reference of the ratio
+    assert [r[1].strip() for r in rows] == ["lstm_k1", "lstm_k6"]
+    base, other = (float(r[2]) for r in rows)
+    assert float(rows[0][3]) == 1.0
+    assert float(rows[1][3]) == pytest.approx(other / base, abs=2e-3)
+    assert 0 < base < 1  # one epoch already beats the training-mean forecast
