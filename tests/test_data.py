@@ -423,6 +423,7 @@ def test_space_matters_in_synthetic_data(seed):
     stream = SyntheticAdvectionDiffusion(**args).load()
     own, nbr = _linear_one_step_mse(stream)
     ratio = nbr / own
-    assert np.all(ratio < 0.93) and ratio.mean() < 0.88, (
+    # measured with the defaults: 0.66-0.86 per channel, 0.75-0.80 on average
+    assert np.all(ratio < 0.9) and ratio.mean() < 0.83, (
         f"seed {seed}: MSE ratio neighbours/own per channel {ratio}"
     )

@@ -1,13 +1,20 @@
-"""End-to-end check that space matters in the synthetic data for learned, shared models.
+"""End-to-end check that space matters in the synthetic data, and that CloudLSTM uses it.
 
-A seq2seq LSTM shared by all stations (``KNNLSTM``) is trained with the real Lightning
-``Trainer``, ``PointCloudDataModule`` and ``ForecastModule`` once on each station's own history
-(``k=1``) and once also fed its 5 nearest neighbours (``k=6``), on the default physics of
-``conf/data/synthetic.yaml`` at the small size of ``python -m cloudlstm.cli.space_check``; on
-every data seed the neighbours must lower the test MSE clearly (measured: 0.87-0.92x).
+With the real Lightning ``Trainer``, ``PointCloudDataModule`` and ``ForecastModule``, on the
+default physics of ``conf/data/synthetic.yaml`` at the small size of
+``python -m cloudlstm.cli.space_check``, and for the same 15 epochs, three models are trained
+per data seed:
 
-Issue 2 asks the same of CloudLSTM; it does not hold yet (see ``docs/design.md``), so no test
-claims it.
+* ``lstm_k1``: a seq2seq LSTM shared by all stations, each fed only its own history (the
+  per-point model that sees no neighbours);
+* ``lstm_k6``: the same LSTM also fed its 5 nearest neighbours' histories;
+* ``cloudlstm_k6``: a small seq2seq CloudLSTM with K = 6.
+
+On every seed (test MSE, best validation checkpoint) ``lstm_k6`` must beat ``lstm_k1`` by
+at least 5 % and ``cloudlstm_k6`` must beat it. Measured: ``lstm_k6`` 0.82-0.85x,
+``cloudlstm_k6`` 0.91-0.98x; seed 1 is the narrow one, within the ~5 % by which the
+initialisation alone moves a run.
+About 12 minutes on 2 CPU cores, most of it CloudLSTM.
 """
 
 from __future__ import annotations
@@ -16,17 +23,18 @@ import logging
 
 import pytest
 
-from cloudlstm.cli.space_check import MODELS, fit_and_test, synthetic_datamodule
+from cloudlstm.cli.space_check import EPOCHS, MODELS, fit_and_test, synthetic_datamodule
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_neighbours_help_a_shared_lstm(seed, tmp_path):
+def test_spatial_models_beat_a_per_point_lstm(seed, tmp_path):
     logging.getLogger("lightning").setLevel(logging.ERROR)
     datamodule = synthetic_datamodule(seed, tmp_path / "data")
     mse = {
-        name: fit_and_test(MODELS[name], datamodule, epochs=6, workdir=tmp_path / name)
-        for name in ("lstm_k1", "lstm_k6")
+        name: fit_and_test(MODELS[name], datamodule, epochs=EPOCHS, workdir=tmp_path / name)
+        for name in ("lstm_k1", "lstm_k6", "cloudlstm_k6")
     }
     assert mse["lstm_k1"] < 0.6, f"seed {seed}: test MSE {mse} (normalised) is not well below 1"
     assert mse["lstm_k6"] < 0.95 * mse["lstm_k1"], f"seed {seed}: test MSE {mse}"
+    assert mse["cloudlstm_k6"] < mse["lstm_k1"], f"seed {seed}: test MSE {mse}"
