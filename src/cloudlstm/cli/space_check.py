@@ -9,9 +9,9 @@ number of epochs (15 by default) on the same small synthetic stream (the physics
 * ``cloudlstm_k1`` / ``cloudlstm_k6``: a small seq2seq CloudLSTM with K = 1 / 6.
 
 For every data seed it prints the normalised test MSE (best validation checkpoint) and its
-ratio to ``lstm_k1``; below 1 means the model beat the per-point LSTM. This is the measurement
-behind issue 2's open question (see ``docs/design.md``), kept runnable so that changes to the
-generator or to CloudLSTM can be checked in one command, e.g.
+ratio to ``lstm_k1``; below 1 means the model beat the per-point LSTM. Its models, sizes
+and training are those of ``tests/test_spatial.py`` (see ``docs/design.md``), kept runnable so
+that changes to the generator or to CloudLSTM can be checked in one command, e.g.
 ``python -m cloudlstm.cli.space_check --seeds 0 1 2 --models lstm_k1 cloudlstm_k6``.
 """
 

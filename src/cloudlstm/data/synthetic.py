@@ -36,7 +36,6 @@ Results are cached as ``.npz`` under ``cache_dir``, keyed by a hash of every arg
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,8 +46,6 @@ from cloudlstm.data.cache import CachedGenerator, check_float, check_int
 from cloudlstm.data.stream import PointCloudStream
 
 __all__ = ["SyntheticAdvectionDiffusion", "CHANNEL_PRESETS"]
-
-log = logging.getLogger(__name__)
 
 # Bump when the simulation changes, so stale cache files are not reused.
 GENERATOR_VERSION = 4
