@@ -14,7 +14,8 @@ On every seed (test MSE, best validation checkpoint) ``lstm_k6`` must beat ``lst
 at least 5 % and ``cloudlstm_k6`` must beat it. Measured: ``lstm_k6`` 0.82-0.85x,
 ``cloudlstm_k6`` 0.91-0.98x; seed 1 is the narrow one, within the ~5 % by which the
 initialisation alone moves a run.
-About 12 minutes on 2 CPU cores, most of it CloudLSTM.
+Most of the time is CloudLSTM's (about 4 minutes per seed on 2 idle cores); the three seeds
+took 43 minutes while CI and ``make train`` shared the 2 cores.
 """
 
 from __future__ import annotations
