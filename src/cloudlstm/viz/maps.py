@@ -57,6 +57,7 @@ def plot_forecast_maps(
 
     fig = new_figure(2.6 * len(steps) + 1.2, 7.2)
     axes = fig.subplots(3, len(steps), squeeze=False, sharex=True, sharey=True)
+    # Smaller markers as points crowd, so a few thousand still do not hide each other.
     size = float(np.clip(3000 / xy.shape[0], 4, 40))
     everywhere = np.ones_like(observed)
     panels = [
