@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from cloudlstm.nn import CloudLSTMCell, channel_neighbours, kernels
+from cloudlstm.nn import CloudLSTMCell, cells, channel_neighbours, dconv
 from cloudlstm.nn.kernels import gather_neighbours, lstm_pointwise
 
 
@@ -120,6 +120,8 @@ def test_cloudlstm_cell_unchanged(monkeypatch):
         return [out, state[1], *torch.autograd.grad(loss, params)]
 
     ours = two_steps()
-    monkeypatch.setattr(kernels, "use_kernels", lambda tensor: False)  # the torch path
+    # The torch path: cells and dconv hold their own reference to use_kernels.
+    for module in (cells, dconv):
+        monkeypatch.setattr(module, "use_kernels", lambda tensor: False)
     for a, b in zip(ours, two_steps(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
