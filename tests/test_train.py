@@ -125,12 +125,15 @@ def test_joblib_multirun_gives_each_job_its_own_run(tmp_path):
         seen.add((metrics["run"]["name"], tuple(metrics["run"]["tags"])))
         assert len(list((job / "wandb").glob("offline-run-*"))) == 1
     assert len(seen) == 4, "each job has its own settings, name and tags"
-    # The comparison table lists the four runs, best MAE first.
-    from cloudlstm.cli.compare import find_runs, to_markdown
+    # The comparison table has a row per setting (the swept keys), best MAE first.
+    from cloudlstm.cli.compare import compare, find_runs, to_markdown
 
-    rows = find_runs([sweep])
-    assert len(rows) == 4 and [r["mae"][0] for r in rows] == sorted(r["mae"][0] for r in rows)
-    assert {r["model"] for r in rows} == {
-        f"cloudlstm k={k} cell={c} attention=False" for k in (2, 3) for c in ("lstm", "gru")
-    }
-    assert to_markdown(rows).count("\n") == 5
+    table = compare(find_runs([sweep]))
+    cells = {c.name: c.cells for c in table}
+    assert list(cells)[:5] == ["model", "data", "model.cell", "model.k", "n"]
+    assert sorted(zip(cells["model.cell"], cells["model.k"], strict=True)) == [
+        (c, k) for c in ("gru", "lstm") for k in ("2", "3")
+    ]
+    maes = [s.mean for s in cells["mae"]]
+    assert cells["n"] == [1, 1, 1, 1] and maes == sorted(maes)
+    assert to_markdown(table).count("\n") == 5

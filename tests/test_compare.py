@@ -1,0 +1,238 @@
+"""The comparison tool (cli.compare) on run directories written by the tests themselves."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cloudlstm.cli.compare import compare, find_runs, main, to_latex, to_markdown, write_csv
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def write_run(
+    path: Path,
+    mae: float,
+    *,
+    model: str = "cloudlstm",
+    data: str = "synthetic",
+    seed: int = 0,
+    k: int = 3,
+    cell: str = "lstm",
+    train_s: float = 10.0,
+    config: bool = True,
+) -> None:
+    """A run dir as train.py leaves it. PSNR and SSIM fall as MAE rises, so that the best
+    row is the same for every metric, whether the best is the lowest or the highest."""
+    path.mkdir(parents=True)
+    overall = {"mae": mae, "rmse": 2 * mae, "psnr": 40 - mae, "ssim": 1 - mae / 100}
+    results = {
+        "run": {"model": model, "data": data, "tags": [model, data, f"k={k}"]},
+        "num_params": 100 * k,
+        "epochs": 2,
+        "train_time_s": train_s,
+        "test": {
+            "overall": {m: {"mean": v, "std": 0.5} for m, v in overall.items()},
+            "per_step": {
+                m: {"mean": [v - 0.1, v, v + 0.1], "std": [0.5] * 3} for m, v in overall.items()
+            },
+        },
+    }
+    (path / "metrics.json").write_text(json.dumps(results))
+    if config:
+        cfg = {
+            "seed": seed,
+            "model": {"_target_": f"cloudlstm.models.{model}", "k": k, "cell": cell},
+            "module": {"output_dir": str(path)},  # differs per run: never a group key
+            "paths": {"output_dir": str(path)},
+            "trainer": {"max_epochs": 2},
+        }
+        (path / "config.yaml").write_text(yaml.safe_dump(cfg))
+
+
+def columns(table) -> dict:
+    return {c.name: c.cells for c in table}
+
+
+def run_main(capsys, *argv) -> tuple[int, str, list[str]]:
+    """main's exit code, stdout and stderr lines."""
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err.splitlines()
+
+
+@pytest.fixture
+def seeds(tmp_path) -> Path:
+    """k=3 over three seeds (MAE 1, 2, 4) and k=6 with one seed (MAE 0.5)."""
+    for seed, mae in enumerate((1.0, 2.0, 4.0)):
+        write_run(tmp_path / "sweep" / str(seed), mae, seed=seed, train_s=10.0 * (seed + 1))
+    write_run(tmp_path / "sweep" / "3", 0.5, k=6)
+    return tmp_path / "sweep"
+
+
+def test_seeds_aggregate_to_mean_and_sample_std(seeds):
+    table = columns(compare(find_runs([seeds])))
+    # seed and the per-run output dirs differ too, but only k splits the rows
+    assert list(table)[:4] == ["model", "data", "model.k", "n"]
+    assert table["model.k"] == ["6", "3"]  # best MAE first
+    assert table["n"] == [1, 3]
+    single, three = table["mae"]
+    assert three.mean == pytest.approx(7 / 3)
+    assert three.std == pytest.approx(statistics.stdev([1.0, 2.0, 4.0]))  # ddof=1
+    assert three.std == pytest.approx(math.sqrt(7 / 3))
+    assert single.mean == 0.5 and math.isnan(single.std)
+    assert table["psnr"][1].mean == pytest.approx(40 - 7 / 3)
+    assert table["train_s"] == [10.0, 20.0] and table["params"] == [600.0, 300.0]
+
+
+def test_markdown_cells_round_to_the_std(seeds):
+    rows = to_markdown(compare(find_runs([seeds]))).splitlines()
+    assert rows[0] == (
+        "| model | data | model.k | n | params | epochs | train_s | mae | rmse | psnr | ssim |"
+    )
+    assert rows[2].startswith("| cloudlstm | synthetic | 6 | 1 | 600 | 2 | 10 | **0.5** |")
+    assert rows[3].startswith("| cloudlstm | synthetic | 3 | 3 | 300 | 2 | 20 | 2.3 ± 1.5 |")
+
+
+def test_group_by_several_keys(tmp_path, capsys):
+    for k in (3, 6):
+        for cell in ("lstm", "gru"):
+            for seed in (0, 1):
+                write_run(tmp_path / f"{k}{cell}{seed}", k + seed, k=k, cell=cell, seed=seed)
+    table = columns(compare(find_runs([tmp_path]), by=["model.k", "model.cell"]))
+    assert list(table)[:4] == ["model.k", "model.cell", "data", "n"]  # data is always added
+    assert sorted(zip(table["model.k"], table["model.cell"], strict=True)) == [
+        ("3", "gru"),
+        ("3", "lstm"),
+        ("6", "gru"),
+        ("6", "lstm"),
+    ]
+    assert table["n"] == [2, 2, 2, 2]
+    assert [s.mean for s in table["mae"]] == [3.5, 3.5, 6.5, 6.5]
+    # merging the cells is allowed, with a warning naming what a row mixes
+    code, out, err = run_main(capsys, tmp_path, "--by", "model.k")
+    assert code == 0 and out.count("\n") == 4
+    assert err == [
+        "compare: warning: runs in one row differ in model.cell; add them to --by to split the rows"
+    ]
+
+
+def test_horizon_columns(seeds, capsys):
+    table = columns(compare(find_runs([seeds]), horizons=[1, 3]))
+    assert list(table)[-2:] == ["mae@1", "mae@3"]
+    assert table["mae@1"][1].mean == pytest.approx(7 / 3 - 0.1)
+    assert table["mae@3"][1].mean == pytest.approx(7 / 3 + 0.1)
+    assert table["mae@3"][1].std == pytest.approx(math.sqrt(7 / 3))
+    rmse = columns(compare(find_runs([seeds]), horizons=[2], horizon_metric="rmse"))
+    assert rmse["rmse@2"][0].mean == 1.0
+    code, out, err = run_main(capsys, seeds, "--horizons", "1,6")
+    assert code == 2 and out == "" and len(err) == 1
+    assert err[0].startswith("compare: horizon 6 is beyond the forecast length J=3 of ")
+    for bad in ("0", "1,x"):
+        code, _, err = run_main(capsys, seeds, "--horizons", bad)
+        assert code == 2 and len(err) == 1 and err[0].startswith("compare: argument --horizons")
+
+
+def test_best_cell_is_bold_per_data_set(tmp_path):
+    write_run(tmp_path / "a", 3.0, model="lstm", data="beijing")
+    write_run(tmp_path / "b", 5.0, model="cloudlstm", data="beijing")
+    write_run(tmp_path / "c", 9.0, model="lstm", data="synthetic")
+    write_run(tmp_path / "d", 7.0, model="cloudlstm", data="synthetic")
+    rows = to_markdown(compare(find_runs([tmp_path]))).splitlines()[2:]
+    cells = [row.split(" | ") for row in rows]
+    assert [(c[0], c[1]) for c in cells] == [
+        ("| lstm", "beijing"),
+        ("| cloudlstm", "beijing"),
+        ("| cloudlstm", "synthetic"),  # sorted by data set, then best MAE first
+        ("| lstm", "synthetic"),
+    ]
+    metrics = [c[6:] for c in cells]  # mae, rmse, psnr (highest best), ssim (highest best)
+    assert metrics[0] == ["**3**", "**6**", "**37**", "**0.97** |"]
+    assert metrics[2] == ["**7**", "**14**", "**33**", "**0.93** |"]
+    assert not any("**" in cell for row in (metrics[1], metrics[3]) for cell in row)
+
+
+def test_latex_output(tmp_path):
+    write_run(tmp_path / "a", 1.0, data="synthetic_moving", seed=0)
+    write_run(tmp_path / "b", 2.0, data="synthetic_moving", seed=1)
+    write_run(tmp_path / "c", 4.0, model="pointlstm", data="synthetic_moving")
+    lines = to_latex(compare(find_runs([tmp_path]), metrics=["mae"])).splitlines()
+    assert lines[:2] == [r"\begin{tabular}{llrrrrr}", r"\hline"]
+    assert lines[2] == r"model & data & n & params & epochs & train\_s & mae \\"
+    assert lines[4] == (
+        r"cloudlstm & synthetic\_moving & 2 & 300 & 2 & 10 & \textbf{1.50 $\pm$ 0.71} \\"
+    )
+    assert lines[5] == r"pointlstm & synthetic\_moving & 1 & 300 & 2 & 10 & 4 \\"
+    assert lines[-2:] == [r"\hline", r"\end{tabular}"]
+
+
+def test_csv_output(seeds):
+    out = io.StringIO()
+    write_csv(compare(find_runs([seeds]), horizons=[2]), out)
+    rows = list(csv.DictReader(io.StringIO(out.getvalue())))
+    assert list(rows[0])[:9] == [
+        "model",
+        "data",
+        "model.k",
+        "n",
+        "params",
+        "epochs",
+        "train_s",
+        "mae_mean",
+        "mae_std",
+    ]
+    assert list(rows[0])[-2:] == ["mae@2_mean", "mae@2_std"]
+    assert rows[0]["n"] == "1" and rows[0]["mae_mean"] == "0.5" and rows[0]["mae_std"] == ""
+    assert rows[1]["params"] == "300" and rows[1]["train_s"] == "20"
+    assert float(rows[1]["mae_std"]) == pytest.approx(statistics.stdev([1.0, 2.0, 4.0]))
+    assert float(rows[1]["mae@2_mean"]) == pytest.approx(7 / 3)
+
+
+def test_plot_writes_pngs(seeds, tmp_path, capsys):
+    from matplotlib.image import imread
+
+    code, out, err = run_main(capsys, seeds, "--plot", tmp_path / "figs")
+    assert code == 0 and out.startswith("| model |")
+    paths = [tmp_path / "figs" / f"mae_{kind}_synthetic.png" for kind in ("horizon", "bar")]
+    assert err == [f"wrote {p}" for p in paths]
+    for path in paths:
+        assert path.read_bytes()[:8] == PNG_MAGIC
+        height, width, _ = imread(path).shape
+        assert height > 100 and width > 100
+
+
+def test_unknown_key_lists_the_valid_keys(seeds, capsys):
+    code, out, err = run_main(capsys, seeds, "--by", "model.kk")
+    assert code == 2 and out == "" and len(err) == 1
+    assert err[0].startswith("compare: unknown --by key 'model.kk' (did you mean model.k")
+    valid = err[0].split("valid keys: ")[1].split(", ")
+    assert {"model", "data", "seed", "model.k", "model.cell", "trainer.max_epochs"} <= set(valid)
+
+
+def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys):
+    code, out, err = run_main(capsys, tmp_path / "missing")
+    assert (code, out, err) == (2, "", [f"compare: {tmp_path / 'missing'} does not exist"])
+    (tmp_path / "failed").mkdir()
+    (tmp_path / "failed" / "metrics.json").write_text(json.dumps({"run": {}}))  # no test
+    code, out, err = run_main(capsys, tmp_path)
+    assert (code, out, err) == (
+        2,
+        "",
+        [f"compare: no metrics.json with test results under {tmp_path}"],
+    )
+    code, _, err = run_main(capsys, tmp_path, "--format", "html")
+    assert code == 2 and len(err) == 1 and err[0].startswith("compare: argument --format")
+
+
+def test_runs_without_config_and_metrics_files_as_arguments(tmp_path):
+    write_run(tmp_path / "a", 2.0, config=False)
+    write_run(tmp_path / "b", 1.0, model="lstm", config=False)
+    table = columns(compare(find_runs([tmp_path / "a" / "metrics.json", tmp_path / "b"])))
+    assert table["model"] == ["lstm", "cloudlstm"] and table["n"] == [1, 1]
