@@ -112,7 +112,7 @@ class Group:
         parts = [
             value if key in RUN_KEYS else f"{key.rsplit('.', 1)[-1]}={value}"
             for key, value in self.keys.items()
-            if key != "data"
+            if key != "data" and value  # a key the group's model lacks says nothing
         ]
         return " ".join(parts) or self.data
 
@@ -274,8 +274,7 @@ def build_table(
 
     Rows are sorted by data set, then best first on the first metric.
     """
-    sign = -1 if HIGHER_IS_BETTER[metrics[0]] else 1
-    rows = sorted(groups, key=lambda g: (g.data, sign * g.metric(metrics[0]).mean))
+    rows = ranked(groups, metrics[0])
     columns = [Column(key, [g.keys[key] for g in rows]) for key in rows[0].keys]
     columns.append(Column("n", [len(g.runs) for g in rows]))
     columns += [Column(a, [g.mean_of(a) for g in rows]) for a in ("params", "epochs", "train_s")]
@@ -300,6 +299,12 @@ def compare(
 ) -> list[Column]:
     """Group ``runs`` (see :func:`group_runs`) and build their table."""
     return build_table(group_runs(runs, by), metrics, horizons, horizon_metric)
+
+
+def ranked(groups: Sequence[Group], metric: str) -> list[Group]:
+    """``groups`` sorted by data set, then best first on ``metric``."""
+    sign = -1 if HIGHER_IS_BETTER[metric] else 1
+    return sorted(groups, key=lambda g: (g.data, sign * g.metric(metric).mean))
 
 
 def _better(metric: str) -> str:
@@ -398,7 +403,7 @@ def plot(groups: Sequence[Group], metric: str, out_dir: Path) -> list[Path]:
     """Per data set: ``<metric>_horizon_<data>.png`` and ``<metric>_bar_<data>.png``."""
     paths = []
     for data in sorted({g.data for g in groups}):
-        members = [g for g in groups if g.data == data]
+        members = [g for g in ranked(groups, metric) if g.data == data]
         paths.append(_plot_horizons(members, metric, out_dir / f"{metric}_horizon_{data}.png"))
         paths.append(_plot_bars(members, metric, out_dir / f"{metric}_bar_{data}.png"))
     return paths
@@ -418,7 +423,7 @@ def _plot_bars(groups: Sequence[Group], metric: str, path: Path) -> Path:
     fig = new_figure(max(4.0, 1.0 + 0.8 * len(groups)), 4)
     ax = fig.add_subplot()
     x = np.arange(len(groups))
-    ax.bar(x, [s.mean for s in stats], yerr=np.nan_to_num([s.std for s in stats]), capsize=4)
+    ax.bar(x, [s.mean for s in stats], yerr=[s.std for s in stats], capsize=4)  # NaN: no bar
     ax.set_xticks(x, [g.label for g in groups], rotation=30, ha="right")
     ax.set(ylabel=metric.upper(), title=groups[0].data)
     return save_png(fig, path)
