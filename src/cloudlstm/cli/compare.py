@@ -457,7 +457,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     add = parser.add_argument
     add("dirs", nargs="+", type=Path, help="run or multirun directories, or outputs/")
-    add("--by", nargs="+", metavar="KEY", help="group keys: model, data, config keys (model.k)")
+    add(
+        "--by",
+        nargs="+",
+        metavar="KEY",
+        help="group keys: model, data, config keys (model.k); put the dirs first",
+    )
     add("--metrics", nargs="+", choices=METRICS, default=list(METRICS), help="metric columns")
     add("--horizons", type=_horizons, default=[], help="forecast steps for columns, e.g. 1,6,12")
     add("--horizon-metric", choices=METRICS, default="mae", help="metric of --horizons, --plot")
