@@ -8,8 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
+import torch
 from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
 
 from cloudlstm.cli.train import train
 from tests.conftest import ROOT, TINY, compose_train
@@ -22,7 +25,9 @@ def test_run_writes_config_metrics_checkpoints_and_wandb(tiny_cfg):
     results = train(cfg)
     run = Path(cfg.paths.output_dir)
 
-    assert (run / "config.yaml").read_text().count("k: 3") >= 1
+    job = OmegaConf.load(run / "config.yaml")  # the composed job, resolved
+    assert job.model.k == 3 and job.model.hidden_channels == 4 and job.data.output_steps == 3
+    assert "hydra" not in job and job.data_info.num_points == 12
     saved = json.loads((run / "metrics.json").read_text())
     assert saved == json.loads(json.dumps(results))
     test = saved["test"]
@@ -65,6 +70,21 @@ def test_csv_logger_records_losses_and_test_metrics(tiny_cfg):
     header = csv.splitlines()[0].split(",")
     for column in ("train/loss", "val/loss", "test/mae", "test/rmse", "test/psnr", "test/ssim"):
         assert column in header
+
+
+def test_the_tested_checkpoint_is_the_epoch_of_least_validation_loss(tmp_path):
+    # lr=1 makes the tiny model diverge after its first epoch, so the best epoch is not the
+    # last one and testing the final weights (or last.ckpt) would be caught.
+    base = [o for o in TINY if not o.startswith("trainer.max_epochs")]
+    cfg = compose_train(tmp_path, [*base, "trainer.max_epochs=4", "optimizer.lr=1.0", "logger=csv"])
+    results = train(cfg)
+    log = pd.read_csv(next(Path(cfg.paths.output_dir).glob("csv/version_*/metrics.csv")))
+    val = log.dropna(subset=["val/loss"]).set_index("epoch")["val/loss"]
+    assert list(val.index) == [0, 1, 2, 3]
+    best = int(val.idxmin())
+    assert best != val.index[-1], f"the best epoch must not be the last here: {val.to_dict()}"
+    tested = torch.load(results["checkpoint"], map_location="cpu", weights_only=False)
+    assert tested["epoch"] == best, f"tested epoch {tested['epoch']}, val/loss {val.to_dict()}"
 
 
 def test_no_logger_with_default_callbacks(tiny_cfg):
