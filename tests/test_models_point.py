@@ -123,10 +123,27 @@ def test_72_step_horizon(make):
     assert out.shape == (4, 72, 12, 2) and torch.isfinite(out).all()
 
 
+def xconv_params(c_in: int, c_out: int, k: int = 9, dims: int = 2) -> int:
+    """One X-Conv with PointCNN's defaults C_delta = C_out / 4, depth multiplier
+    ceil(C_out / C_in): the lifting MLP, X (a dense layer, then two depthwise K x K layers)
+    and the separable convolution (depthwise over K, pointwise to C_out)."""
+    lifted, mult = max(1, c_out // 4), -(-c_out // c_in)
+    lift = (dims * lifted + lifted) + (lifted * lifted + lifted)
+    x_matrix = (k * dims * k * k + k * k) + 2 * (k * k * k + k * k)
+    separable = k * (lifted + c_in) * mult + ((lifted + c_in) * mult * c_out + c_out)
+    return lift + x_matrix + separable
+
+
 def test_parameter_counts_at_paper_size():
-    """N=274 stations, C=6 indicators, M=J=12 (air quality); counts do not depend on N."""
-    counts = {"pointcnn": n_params(PointCNN(6, 12, 12)), "pointlstm": n_params(PointLSTM(6, 12))}
-    print(counts)
+    """N=274 stations, C=6 indicators, M=J=12 (air quality); counts do not depend on N.
+    PointCNN: 8 X-Convs of 36 channels on the 72 = M*C input features, then one to J*C;
+    PointLSTM: an embedding X-Conv C -> 36, 2 + 2 cells with one X-Conv [x; h] -> 4 gates,
+    and an output X-Conv 36 -> C."""
+    c, m, j, h = 6, 12, 12, 36
+    pointcnn = xconv_params(m * c, h) + 7 * xconv_params(h, h) + xconv_params(h, j * c)
+    pointlstm = xconv_params(c, h) + 4 * xconv_params(2 * h, 4 * h) + xconv_params(h, c)
+    counts = {"pointcnn": n_params(PointCNN(c, m, j)), "pointlstm": n_params(PointLSTM(c, j))}
+    assert counts == {"pointcnn": pointcnn, "pointlstm": pointlstm}
     assert counts == {"pointcnn": 56_691, "pointlstm": 162_251}
 
 

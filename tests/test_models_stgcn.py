@@ -18,6 +18,7 @@ def small(**kwargs) -> STGCN:
 
 def test_learns_tiny_problem_with_short_input():
     # M=4 < 2 (kt - 1) * 2 + 1 = 9: exercises the causal left padding.
+    torch.manual_seed(0)  # before the model is built: its weights must not depend on test order
     check_forecaster(small(), m=4, n=12, c=2, j=3)
 
 
@@ -112,18 +113,35 @@ def test_per_sample_graphs_match_single_sample_runs():
 
 
 def test_long_horizon_output_shape():
+    torch.manual_seed(0)
     model = small(input_steps=12, output_steps=72)
     out = model(torch.randn(2, 12, 10, 2), torch.rand(2, 10, 2))
     assert out.shape == (2, 72, 10, 2)
 
 
 def test_paper_size_parameter_count():
-    model = STGCN(num_channels=6, input_steps=12, output_steps=12)
+    """Two ST-Conv blocks of 36 channels (kt = ks = 3), then the output layer; C=6, M=J=12."""
+    c, m, j, h, kt, ks = 6, 12, 12, 36, 3, 3
+
+    def linear(i: int, o: int) -> int:
+        return i * o + o
+
+    def gated(i: int, o: int, width: int) -> int:  # [P, Q] over `width` steps, residual
+        return linear(width * i, 2 * o) + (linear(i, o) if i != o else 0)
+
+    def block(i: int) -> int:  # temporal, Chebyshev (ks terms), temporal, layer norm
+        return gated(i, h, kt) + linear(ks * h, h) + gated(h, h, kt) + 2 * h
+
+    remaining = m - 2 * 2 * (kt - 1)  # steps left for the output layer's temporal conv
+    output = gated(h, h, remaining) + 2 * h + linear(h, h) + linear(h, j * c)
+    model = STGCN(num_channels=c, input_steps=m, output_steps=j)
+    assert sum(p.numel() for p in model.parameters()) == block(c) + block(h) + output
     assert sum(p.numel() for p in model.parameters()) == 47_664
     assert model.pad == 0  # M=12 needs no padding with kt=3 and 2 blocks
 
 
 def test_bad_input_errors_are_clear():
+    torch.manual_seed(0)
     model = small()
     with pytest.raises(ValueError, match="input_steps"):
         model(torch.randn(1, 5, 10, 2), torch.rand(1, 10, 2))
