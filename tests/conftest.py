@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,16 @@ TINY = [
 ]
 
 
+def subprocess_env() -> dict[str, str]:
+    """Environment for `python train.py` in a subprocess, as from a fresh shell.
+
+    Without ``WANDB_SERVICE`` (set once this test process has used W&B), so the child starts
+    its own W&B service like a new job does, instead of sharing this process's one.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
+    return {**env, "PROJECT_ROOT": str(ROOT), "WANDB_SILENT": "true"}
+
+
 def compose_train(tmp_path: Path, overrides: list[str]) -> DictConfig:
     """Compose conf/train.yaml with overrides; run dir and data cache under tmp_path."""
     GlobalHydra.instance().clear()
@@ -56,3 +68,17 @@ def tiny_cfg(tmp_path):
         return compose_train(tmp_path, [*base, *extra])
 
     return make
+
+
+@contextmanager
+def rebuilding_fails(owner: type, method: str) -> Iterator[None]:
+    """Within the block ``owner.method`` raises, so a load there must come from the cache
+    (timings would not prove that on a busy machine; ``benchmarks/bench_data_cache.py``
+    measures them)."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"{owner.__name__}.{method} was called: the cache was not used")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(owner, method, refuse)
+        yield
