@@ -2,10 +2,11 @@
 
 import pytest
 import torch
+from cloud_reference import dconv_loop
 
 from cloudlstm.data.transforms import normalize_coords
 from cloudlstm.models import CloudCNN, CloudSeq2Seq
-from cloudlstm.nn import CELLS, NeighbourCountError, channel_neighbours
+from cloudlstm.nn import CELLS, CloudAttention, DConv, NeighbourCountError, channel_neighbours
 
 SMALL = dict(k=4, hidden_channels=6, num_layers=2)
 
@@ -63,7 +64,60 @@ def test_invariant_to_shifting_and_scaling_raw_coordinates():
     torch.testing.assert_close(forecast(raw), forecast(raw * 3.7 + torch.tensor([500.0, -20.0])))
 
 
+@pytest.mark.parametrize("cell", sorted(CELLS))
+@pytest.mark.parametrize("attention", [False, True])
+def test_a_shorter_horizon_is_a_prefix_of_a_longer_one(cell, attention):
+    """The decoder is autoregressive from the last observed frame; attention looks at the M
+    encoder states and the current decoder state, and the head maps one step at a time: no
+    part depends on J. So the first J' steps of a J-step forecast are the J'-step forecast,
+    also of a model built for J' with the same weights."""
+    torch.manual_seed(0)
+    x, coords = batch(m=4)
+    model = CloudSeq2Seq(3, output_steps=6, cell=cell, attention=attention, **SMALL)
+    long = model(x, coords)
+    short = CloudSeq2Seq(3, output_steps=2, cell=cell, attention=attention, **SMALL)
+    short.load_state_dict(model.state_dict())
+    torch.testing.assert_close(short(x, coords), long[:, :2])
+
+
+def test_attention_weights_are_a_distribution_and_the_context_their_weighted_sum():
+    """Scores ``e_j = mean over points of v . tanh(W * [H_enc_j; H_dec])``, with ``W *`` one
+    DConv over the concatenated channels (computed here by the Eq. (2) loop); weights are
+    their softmax over the M encoder steps; the context is the weights' sum of the states."""
+    torch.manual_seed(0)
+    b, m, n, u = 2, 5, 9, 3
+    attention = CloudAttention(u, k=3)
+    encoder, decoder = torch.rand(b, m, n, u, 3), torch.rand(b, n, u, 3)
+    context, weights = attention(decoder, encoder, attention.project_encoder(encoder))
+
+    assert weights.shape == (b, m) and (weights > 0).all()
+    torch.testing.assert_close(weights.sum(dim=1), torch.ones(b))
+    expected = sum(weights[:, j, None, None, None] * encoder[:, j] for j in range(m))
+    torch.testing.assert_close(context, expected)
+
+    joint = DConv(2 * u, u, k=3, coord_activation=False)
+    with torch.no_grad():
+        joint.weight.copy_(
+            torch.cat([attention.encoder_proj.weight, attention.decoder_proj.weight], dim=0)
+        )
+        joint.bias.copy_(attention.encoder_proj.bias)
+        scores = torch.stack(
+            [
+                (
+                    torch.tanh(dconv_loop(joint, torch.cat([encoder[:, j], decoder], dim=2)))
+                    * attention.score
+                )
+                .sum(dim=(-1, -2))
+                .mean(dim=-1)
+                for j in range(m)
+            ],
+            dim=1,
+        )
+    torch.testing.assert_close(weights, torch.softmax(scores, dim=1))
+
+
 def test_gradients_reach_every_parameter_and_the_coordinates():
+    torch.manual_seed(0)
     x, coords = batch()
     coords.requires_grad_(True)
     model = CloudSeq2Seq(3, output_steps=2, attention=True, **SMALL)
