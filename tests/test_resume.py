@@ -1,0 +1,134 @@
+"""A killed job started again in its run directory resumes exactly, into the same W&B run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cloudlstm.cli.resume import resume_checkpoint
+from cloudlstm.errors import UserError
+from tests.conftest import ROOT, TINY, subprocess_env
+
+# Four full epochs, deterministic kernels, the W&B logger (offline) on.
+RESUMABLE = [
+    *[a for a in TINY if not a.startswith("trainer.max_epochs")],
+    "trainer.max_epochs=4",
+    "trainer.deterministic=true",
+    "logger=wandb",
+    "report.figures=false",
+]
+
+
+def run_train(run_dir: Path, data_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = subprocess_env()
+    cmd = [
+        sys.executable,
+        "train.py",
+        *RESUMABLE,
+        f"hydra.run.dir={run_dir}",
+        f"paths.data_dir={data_dir}",
+        *extra,
+    ]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def offline_run_ids(run_dir: Path) -> list[str]:
+    return [p.name.rsplit("-", 1)[-1] for p in sorted((run_dir / "wandb").glob("offline-run-*"))]
+
+
+def test_killed_run_resumes_bit_exactly_into_the_same_wandb_run(tmp_path):
+    data = tmp_path / "data"
+    whole = run_train(tmp_path / "whole", data)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+
+    killed_dir = tmp_path / "killed"
+    killed = run_train(
+        killed_dir,
+        data,
+        "+callbacks.kill._target_=tests.kill_callback.KillAtEpochStart",
+        "+callbacks.kill.epoch=2",
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert not (killed_dir / "metrics.json").exists()
+    last = torch.load(killed_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    assert last["epoch"] == 1  # the kill came right after epoch 2's checkpoint
+
+    resumed = run_train(killed_dir, data)  # the same command, the same run directory
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    expected = json.loads((tmp_path / "whole" / "metrics.json").read_text())
+    got = json.loads((killed_dir / "metrics.json").read_text())
+    assert got["resumed_from"] == str(killed_dir / "checkpoints" / "last.ckpt")
+    assert got["epochs"] == expected["epochs"] == 4
+    assert got["test"] == expected["test"]  # bit-identical: every metric, step and channel
+    assert got["val"] == expected["val"]
+    assert Path(got["checkpoint"]).name == Path(expected["checkpoint"]).name
+
+    ids = offline_run_ids(killed_dir)
+    assert len(ids) == 2 and len(set(ids)) == 1, "the restart continues the W&B run"
+    assert ids[0] == (killed_dir / "wandb_run_id.txt").read_text().strip()
+
+
+def test_resume_never_starts_fresh_and_auto_ignores_an_empty_run_dir(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    assert resume_checkpoint("auto", tmp_path) is None
+    torch.save({"state_dict": {}, "epoch": 0}, tmp_path / "checkpoints" / "last.ckpt")
+    assert resume_checkpoint("never", tmp_path) is None
+    assert resume_checkpoint("auto", tmp_path) == str(tmp_path / "checkpoints" / "last.ckpt")
+
+
+def test_auto_takes_the_newest_of_last_and_hpc_checkpoints(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    last, hpc = tmp_path / "checkpoints" / "last.ckpt", tmp_path / "hpc_ckpt_1.ckpt"
+    for path, mtime in ((last, 1_000), (hpc, 2_000)):
+        torch.save({"state_dict": {}}, path)
+        os.utime(path, (mtime, mtime))
+    assert resume_checkpoint("auto", tmp_path) == str(hpc)
+    os.utime(last, (3_000, 3_000))
+    assert resume_checkpoint("auto", tmp_path) == str(last)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "Cannot read checkpoint"),
+        (b"PK\x03\x04 truncated zip", "Cannot read checkpoint"),
+        (None, "not a Lightning checkpoint"),
+    ],
+)
+def test_unreadable_checkpoint_is_a_user_error_naming_the_file(tmp_path, content, message):
+    path = tmp_path / "checkpoints" / "last.ckpt"
+    path.parent.mkdir()
+    if content is None:
+        torch.save({"weights": 1}, path)
+    else:
+        path.write_bytes(content)
+    with pytest.raises(UserError, match=message) as err:
+        resume_checkpoint("auto", tmp_path)
+    assert str(path) in str(err.value)
+    if content is not None:
+        assert "resume=never" in str(err.value)
+
+
+def test_missing_resume_path_names_the_choices(tmp_path):
+    with pytest.raises(UserError, match="resume=auto.*resume=never"):
+        resume_checkpoint(str(tmp_path / "nope.ckpt"), tmp_path)
+
+
+def test_truncated_last_checkpoint_stops_train_py_with_one_message(tmp_path):
+    """The entry point prints the message alone, no traceback, and exits non-zero."""
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"PK\x03\x04\x14\x00 cut short")
+    proc = run_train(run_dir, tmp_path / "data")
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert f"Cannot read checkpoint {run_dir / 'checkpoints' / 'last.ckpt'}" in proc.stderr
+    assert "resume=never" in proc.stderr
