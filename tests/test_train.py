@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from cloudlstm.cli.train import train
-from tests.conftest import ROOT, TINY, compose_train
+from tests.conftest import ROOT, TINY, compose_train, subprocess_env
 
 METRICS = ("mae", "rmse", "psnr", "ssim")
 
@@ -51,7 +50,8 @@ def test_run_writes_config_metrics_checkpoints_and_wandb(tiny_cfg):
     assert len(offline) == 1, "one offline W&B run per job"
     log = next(offline[0].glob("run-*.wandb")).read_bytes()  # what `wandb sync` uploads
     for content in (
-        b"cloudlstm-synthetic-k3",
+        b"cloudlstm-synthetic-",
+        b"-k3-h4-s42",  # the run name: model, data, command-line keys, seed
         b"k=3",
         b"hidden_channels",
         b"num_params",
@@ -119,7 +119,7 @@ def test_config_typos_are_refused_with_the_key(tmp_path, override):
 
 
 def test_joblib_multirun_gives_each_job_its_own_run(tmp_path):
-    env = {**os.environ, "PROJECT_ROOT": str(ROOT), "WANDB_SILENT": "true"}
+    env = subprocess_env()
     sweep = tmp_path / "sweep"
     cmd = [
         sys.executable,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,9 @@ class ForecastModule(L.LightningModule):
         self.save_hyperparameters(ignore=["model"], logger=False)
         self.model = model
         self.test_metrics: ForecastMetrics | None = None
+        self.val_metrics: ForecastMetrics | None = None
+        # best (lowest) validation MAE in real units so far; the sweepers' objective
+        self.val_mae_best = math.inf
         self.group_metrics = nn.ModuleDict()
         self.test_results: dict[str, Any] | None = None
         self._predictions: list[tuple[np.ndarray, np.ndarray]] = []
@@ -56,6 +60,9 @@ class ForecastModule(L.LightningModule):
         dm = self.trainer.datamodule
         self.scaler = dm.scaler
         self.test_metrics = ForecastMetrics(
+            self.model.output_steps, dm.num_channels, list(dm.channel_names)
+        )
+        self.val_metrics = ForecastMetrics(
             self.model.output_steps, dm.num_channels, list(dm.channel_names)
         )
         # Point groups (e.g. inliers / outliers) are scored separately as well.
@@ -95,15 +102,40 @@ class ForecastModule(L.LightningModule):
         return loss, pred
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        return self._step(batch, "train")[0]
+        loss = self._step(batch, "train")[0]
+        # per-step curve beside the epoch mean (`train/loss`) for long epochs
+        self.log("train/loss_step", loss, on_step=True, on_epoch=False, logger=True)
+        return loss
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self._step(batch, "val")
+        _, pred = self._step(batch, "val")
+        self.val_metrics.update(*self._real_units(pred, batch), batch["y_mask"])
+
+    def on_validation_epoch_start(self) -> None:
+        self.val_metrics.reset()
+
+    def on_validation_epoch_end(self) -> None:
+        """``val/mae``, ``val/rmse`` in real units (as at test) and ``val/mae_best``."""
+        if self.trainer.sanity_checking:  # two batches only: not a validation result
+            return
+        overall = self.val_metrics.compute()["overall"]
+        mae, rmse = overall["mae"]["mean"], overall["rmse"]["mean"]
+        if math.isfinite(mae):
+            self.val_mae_best = min(self.val_mae_best, mae)
+        # compute() already reduced the sums over DDP ranks: every rank logs the same value
+        self.log("val/mae", mae)
+        self.log("val/rmse", rmse)
+        self.log("val/mae_best", self.val_mae_best)
+
+    def _real_units(
+        self, pred: torch.Tensor, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """De-normalised forecast and target, ``(B, J, N, C)`` each."""
+        return self.scaler.inverse_transform(pred), self.scaler.inverse_transform(batch["y"])
 
     def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         _, pred = self._step(batch, "test")
-        pred = self.scaler.inverse_transform(pred)
-        target = self.scaler.inverse_transform(batch["y"])
+        pred, target = self._real_units(pred, batch)
         self.test_metrics.update(pred, target, batch["y_mask"])
         for name, metric in self.group_metrics.items():
             points = self.group_points[name].to(pred.device)
@@ -128,6 +160,8 @@ class ForecastModule(L.LightningModule):
             for name, stats in results["overall"].items():
                 self.log(f"{prefix}/{name}", stats["mean"])
                 self.log(f"{prefix}/{name}_std", stats["std"])
+        for name, value in horizon_scalars(self.test_results, "test").items():
+            self.log(name, value)
         save = self.hparams.save_predictions and self.hparams.output_dir
         if save and self.trainer.is_global_zero:
             np.savez_compressed(
@@ -135,6 +169,12 @@ class ForecastModule(L.LightningModule):
                 prediction=np.concatenate([p for p, _ in self._predictions]),
                 target=np.concatenate([t for _, t in self._predictions]),
             )
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["val_mae_best"] = self.val_mae_best
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.val_mae_best = checkpoint.get("val_mae_best", math.inf)
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = self.hparams.optimizer(params=self.parameters())
@@ -145,3 +185,21 @@ class ForecastModule(L.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "monitor": "val/loss"},
         }
+
+
+HORIZON_METRICS = ("mae", "rmse")
+
+
+def horizon_scalars(results: dict[str, Any], prefix: str) -> dict[str, float]:
+    """Per-horizon MAE / RMSE as flat scalars: ``{"<prefix>/mae_h01": ..., ...}``.
+
+    Horizons are 1-based and zero-padded (at least two digits) so they sort in order.
+    """
+    per_step = results["per_step"]
+    steps = len(per_step["mae"]["mean"])
+    width = max(2, len(str(steps)))
+    return {
+        f"{prefix}/{metric}_h{h + 1:0{width}d}": per_step[metric]["mean"][h]
+        for metric in HORIZON_METRICS
+        for h in range(steps)
+    }

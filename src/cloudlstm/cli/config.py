@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
+
+# Short forms of keys in run names; a key not listed keeps its own name.
+NAME_ALIASES = {
+    "attention": "att",
+    "hidden_channels": "h",
+    "num_layers": "l",
+    "num_points": "n",
+    "num_channels": "c",
+    "input_steps": "m",
+    "output_steps": "j",
+    "outlier_shift": "shift",
+}
+# Keys whose value alone names the setting (`model.cell=gru` -> "gru").
+VALUE_ONLY = {"cell"}
+# Settings worth a tag of their own on the dashboard.
+TAG_KEYS = ("k", "cell", "attention")
 
 
 def instantiate_group(configs: DictConfig | None, **overrides: Any) -> list[Any]:
@@ -25,21 +43,48 @@ def instantiate_group(configs: DictConfig | None, **overrides: Any) -> list[Any]
 
 
 def describe_run(cfg: DictConfig) -> dict[str, Any]:
-    """Name, group and tags of a run, from the chosen model and data and key settings."""
-    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
-    model_name = choices.get("model", cfg.model.get("_target_", "model").rsplit(".", 1)[-1])
-    data_name = choices.get("data", "data")
-    tags = [model_name, data_name, *cfg.get("tags", [])]
-    name = f"{model_name}-{data_name}"
-    for key in ("k", "cell", "attention"):
-        if key in cfg.model:
-            tags.append(f"{key}={cfg.model[key]}")
-    if "k" in cfg.model:
-        name += f"-k{cfg.model.k}"
-    return {
-        "name": name,
-        "group": f"{model_name}-{data_name}",
-        "tags": tags,
-        "model": model_name,
-        "data": data_name,
-    }
+    """Name, group and tags of a run for the experiment loggers.
+
+    * name: ``<model>-<data>`` followed by every ``model.*`` / ``data.*`` key set on the
+      command line or swept, then the seed, e.g. ``cloudlstm-airq-k3-gru-att-s0``;
+    * group: the multirun sweep (one sweep is one group), else the experiment, else
+      ``<model>-<data>``;
+    * tags: model, data, ``k=``/``cell=``/``attention=`` when the model has them,
+      ``seed=``, and the config's ``tags``.
+    """
+    hydra_cfg = HydraConfig.get() if HydraConfig.initialized() else None
+    choices = hydra_cfg.runtime.choices if hydra_cfg else {}
+    model_name = choices.get("model") or cfg.model.get("_target_", "model").rsplit(".", 1)[-1]
+    data_name = choices.get("data") or "data"
+    experiment = choices.get("experiment")
+    overrides = list(hydra_cfg.overrides.task) if hydra_cfg else []
+
+    tokens = [_name_token(o) for o in overrides]
+    name = "-".join([model_name, data_name, *(t for t in tokens if t), f"s{cfg.seed}"])
+    if hydra_cfg and hydra_cfg.mode == RunMode.MULTIRUN:
+        sweep = Path(hydra_cfg.sweep.dir)
+        group = (
+            f"{experiment or f'{model_name}-{data_name}'}-sweep-{sweep.parent.name}_{sweep.name}"
+        )
+    else:
+        group = experiment or f"{model_name}-{data_name}"
+    tags = [model_name, data_name]
+    tags += [f"{key}={cfg.model[key]}" for key in TAG_KEYS if key in cfg.model]
+    tags += [f"seed={cfg.seed}", *cfg.get("tags", [])]
+    return {"name": name, "group": group, "tags": tags, "model": model_name, "data": data_name}
+
+
+def _name_token(override: str) -> str:
+    """``model.k=3`` -> ``k3``; ``model.attention=true`` -> ``att``; others -> ``""``."""
+    key, sep, value = override.lstrip("+").partition("=")
+    if not sep or not key.startswith(("model.", "data.")) or key.startswith("~"):
+        return ""
+    leaf = key.rsplit(".", 1)[-1]
+    alias = NAME_ALIASES.get(leaf, leaf)
+    if value.lower() in ("true", "false"):
+        return alias if value.lower() == "true" else f"no{alias}"
+    if leaf in VALUE_ONLY:
+        return value
+    if leaf == "path":  # a file: its name, not the whole path
+        return Path(value).stem
+    return f"{alias}{value}"

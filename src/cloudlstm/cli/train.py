@@ -1,6 +1,6 @@
 """Training entry point: compose config -> data -> model -> Trainer -> fit -> test -> files.
 
-``train.py`` at the repository root wraps :func:`train` with ``@hydra.main``; tests call
+``train.py`` at the repository root wraps :func:`main` with ``@hydra.main``; tests call
 :func:`train` directly with a composed config.
 """
 
@@ -12,14 +12,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-import hydra
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
-from lightning.pytorch.callbacks import LearningRateMonitor
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
-from cloudlstm.cli.config import describe_run, instantiate_group
+from cloudlstm.cli import report
+from cloudlstm.cli.build import (
+    build_datamodule,
+    build_loggers,
+    build_module,
+    build_trainer,
+    save_job_config,
+)
+from cloudlstm.cli.config import describe_run
+from cloudlstm.cli.resume import resume_checkpoint
+from cloudlstm.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -32,49 +40,14 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
 
-    missing = sorted(OmegaConf.missing_keys(cfg.data))
-    if missing:  # e.g. data=points without data.path: say so instead of a Hydra traceback
-        example = " ".join(f"{k}=..." for k in missing)
-        raise ValueError(
-            f"The data config needs {', '.join(missing)}; give it on the "
-            f"command line: `python train.py <data=...> {example}` (e.g. data.path=/my/file.csv)."
-        )
-    datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
-    datamodule.prepare_data()
-    datamodule.setup("fit")
-    datamodule.print_summary()
-    data_summary = datamodule.summary()
-    (output_dir / "data_summary.json").write_text(json.dumps(data_summary, indent=2))
-    with open_dict(cfg):
-        cfg.data_info = {
-            "num_channels": datamodule.num_channels,
-            "num_points": datamodule.num_points,
-            "input_steps": data_summary["input_steps"],
-            "output_steps": datamodule.output_steps,
-            "coord_features": int(datamodule.coords.shape[-1]),
-            "steps_per_day": data_summary["steps_per_day"],
-        }
-    job_cfg = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
-    OmegaConf.save(job_cfg, output_dir / "config.yaml", resolve=True)
-
-    model = hydra.utils.instantiate(cfg.model)
-    scheduler = cfg.get("scheduler")
-    module = hydra.utils.instantiate(
-        cfg.module,
-        model=model,
-        optimizer=hydra.utils.instantiate(cfg.optimizer),
-        scheduler=hydra.utils.instantiate(scheduler) if scheduler else None,
-    )
+    datamodule = build_datamodule(cfg, output_dir)
+    job_cfg = save_job_config(cfg, output_dir)
+    module = build_module(cfg)
+    model = module.model
     run = describe_run(cfg)
-    loggers = instantiate_group(
-        cfg.get("logger"), name=run["name"], group=run["group"], tags=run["tags"]
-    )
-    callbacks = instantiate_group(cfg.get("callbacks"))
-    if not loggers:  # nothing to write learning rates to; Lightning would refuse to start
-        callbacks = [cb for cb in callbacks if not isinstance(cb, LearningRateMonitor)]
-    trainer: L.Trainer = hydra.utils.instantiate(
-        cfg.trainer, callbacks=callbacks, logger=loggers or False
-    )
+    loggers = build_loggers(cfg, run, output_dir)
+    report.define_wandb_metrics(loggers)
+    trainer = build_trainer(cfg, loggers)
     num_params = sum(p.numel() for p in model.parameters())
     trainable = any(p.requires_grad for p in model.parameters())
     for lg in loggers:
@@ -82,16 +55,24 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             {**OmegaConf.to_container(job_cfg, resolve=True), "num_params": num_params}
         )
 
-    results: dict[str, Any] = {"run": run, "num_params": num_params, "data": data_summary}
+    results: dict[str, Any] = {"run": run, "num_params": num_params, "data": data_summary(cfg)}
     fit = bool(cfg.get("train")) and trainable
     if cfg.get("train") and not trainable:
         log.info("%s has no trainable parameters: skipping training.", type(model).__name__)
     try:
         if fit:
+            resume_from = resume_checkpoint(cfg.get("resume", "auto"), output_dir)
             start = time.perf_counter()
-            trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+            # our own checkpoints hold numpy objects (scaler, RNG states): not weights-only
+            trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=False)
             results["train_time_s"] = time.perf_counter() - start
+            results["resumed_from"] = resume_from
             results["epochs"] = trainer.current_epoch
+            results["val"] = {
+                key: float(value)
+                for key, value in trainer.callback_metrics.items()
+                if key.startswith("val/")
+            }
         if cfg.get("test"):
             ckpt = _best_checkpoint(trainer) if fit else cfg.get("ckpt_path")
             start = time.perf_counter()
@@ -99,12 +80,45 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             results["test_time_s"] = time.perf_counter() - start
             results["checkpoint"] = ckpt
             results["test"] = module.test_results
+            if trainer.is_global_zero:
+                _report(cfg, module, datamodule, trainer, loggers, results, output_dir)
         if trainer.is_global_zero:
             (output_dir / "metrics.json").write_text(json.dumps(results, indent=2))
             log.info("Run directory: %s", output_dir)
     finally:
         _finish_wandb(loggers)
     return results
+
+
+def data_summary(cfg: DictConfig) -> dict[str, Any]:
+    """The ``data_summary.json`` that :func:`build_datamodule` wrote to the run directory."""
+    return json.loads((Path(cfg.paths.output_dir) / "data_summary.json").read_text())
+
+
+def _report(
+    cfg: DictConfig,
+    module: L.LightningModule,
+    datamodule: Any,
+    trainer: L.Trainer,
+    loggers: list[Any],
+    results: dict[str, Any],
+    output_dir: Path,
+) -> None:
+    """Cost, figures (``report.figures``) and the W&B tables, into ``results``."""
+    options = cfg.get("report") or {}
+    results["cost"] = report.cost(module, datamodule, trainer)
+    figures = {}
+    if options.get("figures", True):
+        figures = report.draw_figures(
+            module,
+            datamodule,
+            results["test"],
+            output_dir / "figures",
+            window=int(options.get("window", 0)),
+            channel=options.get("channel", 0),
+        )
+    results["figures"] = {name: str(path) for name, path in figures.items()}
+    report.log_test_report(loggers, results, figures, results["cost"])
 
 
 def _best_checkpoint(trainer: L.Trainer) -> str | None:
@@ -126,9 +140,28 @@ def _finish_wandb(loggers: list) -> None:
         wandb.finish()
 
 
+def objective(cfg: DictConfig, results: dict[str, Any]) -> float | None:
+    """The value a sweeper optimises: ``cfg.optimized_metric`` from the validation metrics.
+
+    Raises:
+        UserError: the key names no validation metric of this run.
+    """
+    key = cfg.get("optimized_metric")
+    if not key:
+        return None
+    val = results.get("val")
+    if val is None:  # nothing was trained (parameter-free model, or train=false)
+        return None
+    if key not in val:
+        raise UserError(
+            f"optimized_metric={key} is not a validation metric of this run; "
+            f"choose one of {', '.join(sorted(val))}."
+        )
+    return val[key]  # NaN when validation diverged: Optuna then marks the trial failed
+
+
 def main(cfg: DictConfig) -> float | None:
-    """Hydra entry: train and return the test MAE (handy for sweepers)."""
+    """Hydra entry: train, and return the objective (``optimized_metric``) for sweepers."""
     if not HydraConfig.initialized():  # pragma: no cover - guarded by @hydra.main
         raise RuntimeError("call through train.py")
-    results = train(cfg)
-    return results.get("test", {}).get("overall", {}).get("mae", {}).get("mean")
+    return objective(cfg, train(cfg))

@@ -1,0 +1,106 @@
+"""Build what every entry point needs from a composed config: data, model, loggers, trainer."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import string
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning as L
+from lightning.pytorch.callbacks import LearningRateMonitor
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from cloudlstm.cli.config import instantiate_group
+from cloudlstm.errors import UserError
+
+WANDB_ID_FILE = "wandb_run_id.txt"
+
+
+def build_datamodule(cfg: DictConfig, output_dir: Path) -> L.LightningDataModule:
+    """Instantiate, load and set up the data; fill ``cfg.data_info`` and save the summary.
+
+    Writes ``data_summary.json`` to ``output_dir``.
+
+    Raises:
+        UserError: a mandatory data key (e.g. ``data.path``) is missing.
+    """
+    missing = sorted(OmegaConf.missing_keys(cfg.data))
+    if missing:  # e.g. data=points without data.path: say so instead of a Hydra traceback
+        example = " ".join(f"{k}=..." for k in missing)
+        raise UserError(
+            f"The data config needs {', '.join(missing)}; give it on the "
+            f"command line: `python train.py <data=...> {example}` (e.g. data.path=/my/file.csv)."
+        )
+    datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    datamodule.print_summary()
+    summary = datamodule.summary()
+    (output_dir / "data_summary.json").write_text(json.dumps(summary, indent=2))
+    with open_dict(cfg):
+        cfg.data_info = {
+            "num_channels": datamodule.num_channels,
+            "num_points": datamodule.num_points,
+            "input_steps": summary["input_steps"],
+            "output_steps": datamodule.output_steps,
+            "coord_features": int(datamodule.coords.shape[-1]),
+            "steps_per_day": summary["steps_per_day"],
+        }
+    return datamodule
+
+
+def build_module(cfg: DictConfig) -> L.LightningModule:
+    """The forecaster (``cfg.model``) wrapped in the training module (``cfg.module``)."""
+    model = hydra.utils.instantiate(cfg.model)
+    scheduler = cfg.get("scheduler")
+    return hydra.utils.instantiate(
+        cfg.module,
+        model=model,
+        optimizer=hydra.utils.instantiate(cfg.optimizer),
+        scheduler=hydra.utils.instantiate(scheduler) if scheduler else None,
+    )
+
+
+def build_loggers(cfg: DictConfig, run: dict[str, Any], output_dir: Path) -> list[Any]:
+    """Experiment loggers named, grouped and tagged after ``run`` (see ``describe_run``).
+
+    A W&B logger gets the run id stored in ``<run dir>/wandb_run_id.txt`` (created on first
+    use) and ``resume="allow"``, so a job started again in the same run directory, such as
+    a requeued SLURM job, continues the same W&B run instead of opening a second one.
+    """
+    fill = {"name": run["name"], "group": run["group"], "tags": run["tags"]}
+    wandb_conf = (cfg.get("logger") or {}).get("wandb")
+    if wandb_conf is not None and "id" in wandb_conf:
+        fill["id"] = wandb_run_id(output_dir)
+    return instantiate_group(cfg.get("logger"), **fill)
+
+
+def wandb_run_id(output_dir: Path) -> str:
+    """The run directory's W&B run id, created and stored on first call."""
+    path = output_dir / WANDB_ID_FILE
+    if path.is_file():
+        run_id = path.read_text().strip()
+        if run_id:
+            return run_id
+    # W&B's own format: 8 lowercase letters and digits
+    run_id = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+    path.write_text(run_id + "\n")
+    return run_id
+
+
+def build_trainer(cfg: DictConfig, loggers: list[Any]) -> L.Trainer:
+    """The Lightning Trainer with the configured callbacks and these loggers."""
+    callbacks = instantiate_group(cfg.get("callbacks"))
+    if not loggers:  # nothing to write learning rates to; Lightning would refuse to start
+        callbacks = [cb for cb in callbacks if not isinstance(cb, LearningRateMonitor)]
+    return hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+
+
+def save_job_config(cfg: DictConfig, output_dir: Path) -> DictConfig:
+    """Write the resolved job config (without ``hydra``) to ``config.yaml``; return it."""
+    job_cfg = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
+    OmegaConf.save(job_cfg, output_dir / "config.yaml", resolve=True)
+    return job_cfg

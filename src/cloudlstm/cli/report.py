@@ -1,0 +1,189 @@
+"""What a finished test adds to a run: figures, cost figures and the W&B dashboard items.
+
+Figures are PNG files in ``<run dir>/figures/`` whatever the logger; with ``logger=wandb``
+they are also logged as images, beside tables of the per-horizon and per-channel metrics
+and a line plot of error against horizon.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.loggers import WandbLogger
+
+from cloudlstm.callbacks import EpochTimer
+from cloudlstm.metrics import METRICS
+from cloudlstm.viz import plot_forecast_maps, plot_horizon_curve, plot_worst_series
+
+log = logging.getLogger(__name__)
+
+# Validation curves whose best value (the minimum) is the W&B run summary.
+MIN_SUMMARIES = ("val/loss", "val/mae", "val/rmse", "train/loss")
+
+
+def define_wandb_metrics(loggers: list[Any]) -> None:
+    """Make the W&B summary of each validation curve its minimum, not its last value."""
+    for logger in _wandb(loggers):
+        for key in MIN_SUMMARIES:
+            logger.experiment.define_metric(key, step_metric="trainer/global_step", summary="min")
+
+
+def cost(module: L.LightningModule, datamodule: Any, trainer: L.Trainer) -> dict[str, Any]:
+    """Parameters, time per epoch, inference time per sample and peak memory."""
+    timer = next((cb for cb in trainer.callbacks if isinstance(cb, EpochTimer)), None)
+    out: dict[str, Any] = {
+        "params": sum(p.numel() for p in module.model.parameters()),
+        "epoch_time_s": timer.mean_epoch_time_s if timer else None,
+        "inference_ms_per_sample": inference_ms_per_sample(module.model, datamodule),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["peak_gpu_memory_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    # ru_maxrss is in KiB on Linux: the process's peak resident memory so far
+    out["peak_cpu_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
+@torch.no_grad()
+def inference_ms_per_sample(model: torch.nn.Module, datamodule: Any, batch: int = 32) -> float:
+    """Forward time per window on a batch of up to ``batch`` test windows (best of 3)."""
+    dataset = datamodule.test_dataset
+    if not dataset:
+        return float("nan")
+    items = [dataset[i] for i in range(min(batch, len(dataset)))]
+    device = next(model.parameters(), torch.empty(0)).device
+    x = torch.stack([it["x"] for it in items]).to(device)
+    coords = torch.stack([it["coords"] for it in items]).to(device)
+    was_training = model.training
+    model.eval()
+    model(x, coords)  # warm-up: first-call allocations and kernel selection
+    times = []
+    for _ in range(3):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        model(x, coords)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    model.train(was_training)
+    return 1000 * min(times) / len(items)
+
+
+@torch.no_grad()
+def draw_figures(
+    module: L.LightningModule,
+    datamodule: Any,
+    results: dict[str, Any],
+    out_dir: Path,
+    window: int = 0,
+    channel: int | str = 0,
+) -> dict[str, Path]:
+    """Maps and worst-point series of one test window, and the error-vs-horizon curve.
+
+    Returns ``{name: png path}``; empty if there is no test window.
+    """
+    dataset = datamodule.test_dataset
+    if not dataset:
+        return {}
+    names = list(datamodule.channel_names)
+    c = names.index(channel) if isinstance(channel, str) and channel in names else int(channel)
+    if not 0 <= c < len(names):
+        raise ValueError(f"report.channel={channel}: the data has channels {names}")
+    item = dataset[window % len(dataset)]
+    model = module.model
+    device = next(model.parameters(), torch.empty(0)).device
+    was_training = model.training
+    model.eval()
+    pred = model(item["x"][None].to(device), item["coords"][None].to(device))[0].cpu()
+    model.train(was_training)
+    scaler = datamodule.scaler
+    real = {k: scaler.inverse_transform(item[k]).numpy() for k in ("x", "y")}
+    forecast = scaler.inverse_transform(pred).numpy()
+    mask = item["y_mask"].numpy().astype(bool)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    per_step = results["per_step"]
+    return {
+        "forecast_maps": plot_forecast_maps(
+            item["coords"].numpy(),
+            real["y"],
+            forecast,
+            channel=c,
+            channel_name=names[c],
+            mask=mask,
+            path=out_dir / "forecast_maps.png",
+            title=f"test window {window % len(dataset)}",
+        ),
+        "worst_points": plot_worst_series(
+            real["x"],
+            real["y"],
+            forecast,
+            channel=c,
+            channel_name=names[c],
+            point_ids=list(datamodule.stream.point_ids),
+            mask=mask,
+            path=out_dir / "worst_points.png",
+        ),
+        "error_vs_horizon": plot_horizon_curve(
+            {"test": per_step["mae"]["mean"]},
+            std={"test": per_step["mae"]["std"]},
+            path=out_dir / "error_vs_horizon.png",
+        ),
+    }
+
+
+def log_test_report(
+    loggers: list[Any], results: dict[str, Any], figures: dict[str, Path], cost: dict[str, Any]
+) -> None:
+    """Tables, a line plot, images and the cost summary in each W&B run."""
+    loggers = _wandb(loggers)
+    if not loggers:
+        return
+    import wandb
+
+    test = results["test"]
+    per_step = test["per_step"]
+    horizon = wandb.Table(
+        columns=["horizon", *(f"{m}{s}" for m in METRICS for s in ("", "_std"))],
+        data=[
+            [h + 1, *(per_step[m][s][h] for m in METRICS for s in ("mean", "std"))]
+            for h in range(len(per_step["mae"]["mean"]))
+        ],
+    )
+    payload: dict[str, Any] = {
+        "test/horizon_table": horizon,
+        "test/mae_vs_horizon": wandb.plot.line(
+            horizon, "horizon", "mae", title="test MAE against forecast horizon"
+        ),
+        "test/channel_table": _metric_table("channel", test["per_channel"]),
+    }
+    if "groups" in test:
+        groups = {name: res["overall"] for name, res in test["groups"].items()}
+        payload["test/group_table"] = _metric_table("group", groups)
+    for name, path in figures.items():
+        payload[f"figures/{name}"] = wandb.Image(str(path))
+    for logger in loggers:
+        logger.experiment.log(payload)
+        logger.experiment.summary.update({f"cost/{k}": v for k, v in cost.items()})
+
+
+def _metric_table(label: str, rows: dict[str, dict[str, dict[str, float]]]) -> Any:
+    """A W&B table with one row per name and ``<metric>``, ``<metric>_std`` columns."""
+    import wandb
+
+    return wandb.Table(
+        columns=[label, *(f"{m}{s}" for m in METRICS for s in ("", "_std"))],
+        data=[
+            [name, *(stats[m][s] for m in METRICS for s in ("mean", "std"))]
+            for name, stats in rows.items()
+        ],
+    )
+
+
+def _wandb(loggers: list[Any]) -> list[WandbLogger]:
+    return [lg for lg in loggers if isinstance(lg, WandbLogger)]
