@@ -21,3 +21,14 @@ class KillAtEpochStart(L.Callback):
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.current_epoch == self.epoch:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class KillAtStep(L.Callback):
+    """SIGKILL the process before training step ``step`` (the global step) runs."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer: L.Trainer, *_: object) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)

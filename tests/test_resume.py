@@ -76,6 +76,22 @@ def test_killed_run_resumes_bit_exactly_into_the_same_wandb_run(tmp_path):
     assert ids[0] == (killed_dir / "wandb_run_id.txt").read_text().strip()
 
 
+def test_long_epochs_save_last_checkpoint_every_n_steps(tmp_path):
+    """A job killed mid-epoch loses at most `every_n_train_steps` steps."""
+    run_dir = tmp_path / "run"
+    killed = run_train(
+        run_dir,
+        tmp_path / "data",
+        "trainer.limit_train_batches=7",
+        "callbacks.step_checkpoint.every_n_train_steps=2",
+        "+callbacks.kill._target_=tests.kill_callback.KillAtStep",
+        "+callbacks.kill.step=5",
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    last = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    assert last["epoch"] == 0 and last["global_step"] == 4  # saved after steps 2 and 4
+
+
 def test_resume_never_starts_fresh_and_auto_ignores_an_empty_run_dir(tmp_path):
     (tmp_path / "checkpoints").mkdir()
     assert resume_checkpoint("auto", tmp_path) is None

@@ -39,10 +39,12 @@ def test_local_submitit_sweep_runs_every_job_in_its_own_process(tmp_path):
         *ONE_EPOCH,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    pids = set()
+    pids, groups = set(), set()
     for job, k in (("0", 2), ("1", 3)):
         metrics = json.loads((sweep / job / "metrics.json").read_text())
         assert metrics["test"]["overall"]["mae"]["mean"] > 0
+        assert f"-k{k}-" in metrics["run"]["name"] and metrics["run"]["name"].endswith("-s42")
+        groups.add(metrics["run"]["group"])
         assert yaml.safe_load((sweep / job / "config.yaml").read_text())["model"]["k"] == k
         # submitit's own logs of the job: it ran as a separate process
         logs = list((sweep / ".submitit").rglob("*_log.out"))
@@ -50,6 +52,8 @@ def test_local_submitit_sweep_runs_every_job_in_its_own_process(tmp_path):
     for log in (sweep / ".submitit").rglob("*_log.err"):
         pids.add(log.parent.name)
     assert len(pids) == 2, "one submitit job per sweep job"
+    (group,) = groups  # one sweep, one W&B group
+    assert group == f"cloudlstm-synthetic-sweep-{sweep.parent.name}_{sweep.name}"
 
 
 def fake_slurm(bin_dir: Path, record: Path) -> None:

@@ -104,7 +104,7 @@ class ForecastModule(L.LightningModule):
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = self._step(batch, "train")[0]
         # per-step curve beside the epoch mean (`train/loss`) for long epochs
-        self.log("train/loss_step", loss, on_step=True, on_epoch=False, logger=True)
+        self.log("train/loss_step", loss, on_step=True, on_epoch=False)
         return loss
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
