@@ -75,6 +75,18 @@ def test_killed_run_resumes_bit_exactly_into_the_same_wandb_run(tmp_path):
     assert len(ids) == 2 and len(set(ids)) == 1, "the restart continues the W&B run"
     assert ids[0] == (killed_dir / "wandb_run_id.txt").read_text().strip()
 
+    again = run_train(killed_dir, data)  # a finished run is not redone
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "this run has finished" in again.stderr + again.stdout
+    assert json.loads((killed_dir / "metrics.json").read_text()) == got
+    assert len(offline_run_ids(killed_dir)) == 2
+
+    fresh = run_train(killed_dir, data, "resume=never", "trainer.max_epochs=1")
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    assert json.loads((killed_dir / "metrics.json").read_text())["resumed_from"] is None
+    new_id = (killed_dir / "wandb_run_id.txt").read_text().strip()
+    assert new_id != ids[0] and new_id in offline_run_ids(killed_dir)
+
 
 def test_long_epochs_save_last_checkpoint_every_n_steps(tmp_path):
     """A job killed mid-epoch loses at most `every_n_train_steps` steps."""

@@ -69,19 +69,20 @@ def build_loggers(cfg: DictConfig, run: dict[str, Any], output_dir: Path) -> lis
 
     A W&B logger gets the run id stored in ``<run dir>/wandb_run_id.txt`` (created on first
     use) and ``resume="allow"``, so a job started again in the same run directory, such as
-    a requeued SLURM job, continues the same W&B run instead of opening a second one.
+    a requeued SLURM job, continues the same W&B run instead of opening a second one. With
+    ``resume=never`` the run starts afresh, and so does its W&B run (a new id).
     """
     fill = {"name": run["name"], "group": run["group"], "tags": run["tags"]}
     wandb_conf = (cfg.get("logger") or {}).get("wandb")
     if wandb_conf is not None and "id" in wandb_conf:
-        fill["id"] = wandb_run_id(output_dir)
+        fill["id"] = wandb_run_id(output_dir, new=cfg.get("resume") == "never")
     return instantiate_group(cfg.get("logger"), **fill)
 
 
-def wandb_run_id(output_dir: Path) -> str:
-    """The run directory's W&B run id, created and stored on first call."""
+def wandb_run_id(output_dir: Path, new: bool = False) -> str:
+    """The run directory's W&B run id, created and stored on first call (or if ``new``)."""
     path = output_dir / WANDB_ID_FILE
-    if path.is_file():
+    if path.is_file() and not new:
         run_id = path.read_text().strip()
         if run_id:
             return run_id

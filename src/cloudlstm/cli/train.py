@@ -39,6 +39,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    finished = output_dir / "metrics.json"
+    if cfg.get("resume", "auto") == "auto" and finished.is_file():
+        # e.g. a sweep started again in its directory: finished jobs are not redone
+        log.info("%s exists: this run has finished (resume=never trains it again).", finished)
+        return json.loads(finished.read_text())
 
     datamodule = build_datamodule(cfg, output_dir)
     job_cfg = save_job_config(cfg, output_dir)
