@@ -40,7 +40,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     finished = output_dir / "metrics.json"
-    if cfg.get("resume", "auto") == "auto" and finished.is_file():
+    if cfg.get("train") and cfg.get("resume", "auto") == "auto" and finished.is_file():
         # e.g. a sweep started again in its directory: finished jobs are not redone
         log.info("%s exists: this run has finished (resume=never trains it again).", finished)
         return json.loads(finished.read_text())
