@@ -11,6 +11,7 @@ from typing import Any
 import hydra
 import lightning as L
 from lightning.pytorch.callbacks import LearningRateMonitor
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cloudlstm.cli.config import instantiate_group
@@ -79,8 +80,14 @@ def build_loggers(cfg: DictConfig, run: dict[str, Any], output_dir: Path) -> lis
     return instantiate_group(cfg.get("logger"), **fill)
 
 
-def wandb_run_id(output_dir: Path, new: bool = False) -> str:
-    """The run directory's W&B run id, created and stored on first call (or if ``new``)."""
+def wandb_run_id(output_dir: Path, new: bool = False) -> str | None:
+    """The run directory's W&B run id, created and stored on first call (or if ``new``).
+
+    None on DDP ranks other than 0: only rank 0 opens the W&B run, and ranks that start at
+    the same moment (SLURM) must not race to write different ids.
+    """
+    if rank_zero_only.rank != 0:
+        return None
     path = output_dir / WANDB_ID_FILE
     if path.is_file() and not new:
         run_id = path.read_text().strip()
