@@ -88,6 +88,19 @@ def test_killed_run_resumes_bit_exactly_into_the_same_wandb_run(tmp_path):
     assert new_id != ids[0] and new_id in offline_run_ids(killed_dir)
 
 
+def test_last_checkpoint_is_the_latest_epoch_when_validation_gets_worse(tiny_cfg):
+    """Lightning 2.6's save_last follows new bests only; our last.ckpt follows every epoch."""
+    from cloudlstm.cli.train import train
+
+    cfg = tiny_cfg("optimizer.lr=3.0", "trainer.max_epochs=3", "logger=none", "scheduler=null")
+    results = train(cfg)
+    run = Path(cfg.paths.output_dir)
+    last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
+    assert (last["epoch"], last["global_step"]) == (2, 9)
+    best = torch.load(results["checkpoint"], weights_only=False)
+    assert best["epoch"] < 2, "the run must diverge for this test to mean anything"
+
+
 def test_long_epochs_save_last_checkpoint_every_n_steps(tmp_path):
     """A job killed mid-epoch loses at most `every_n_train_steps` steps."""
     run_dir = tmp_path / "run"
