@@ -183,5 +183,11 @@ def test_masked_mse_is_the_mean_over_observed_entries_only():
     assert loss2.item() == pytest.approx(loss.item(), rel=1e-6)
     torch.testing.assert_close(grad2, grad)
     assert (grad[~mask] == 0).all() and (grad[mask] != 0).all()
+    # non-finite values where nothing is observed leave the loss and gradient finite
+    target3 = torch.where(mask, target, torch.full_like(target, float("nan")))
+    loss3 = masked_mse(pred, target3, mask)
+    (grad3,) = torch.autograd.grad(loss3, pred)
+    assert loss3.item() == pytest.approx(loss.item(), rel=1e-6)
+    torch.testing.assert_close(grad3, grad)
     # nothing observed: 0, not NaN
     assert masked_mse(pred, target, torch.zeros_like(mask)).item() == 0.0

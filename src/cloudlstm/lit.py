@@ -17,8 +17,11 @@ from cloudlstm.metrics import ForecastMetrics
 
 def masked_mse(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean squared error over observed entries only (filled gaps are not trained on)."""
-    mask = mask.to(pred.dtype)
-    return ((pred - target) ** 2 * mask).sum() / mask.sum().clamp_min(1.0)
+    mask = mask.bool()
+    # where on the difference, not a product with the mask: a NaN or inf in an unobserved
+    # entry must reach neither the loss nor (through the square's backward) the gradient
+    diff = torch.where(mask, pred - target, torch.zeros_like(pred))
+    return diff.square().sum() / mask.sum().clamp_min(1).to(pred.dtype)
 
 
 class ForecastModule(L.LightningModule):
