@@ -36,7 +36,6 @@ def run(overrides: list[str], run_dir: Path, data_dir: Path) -> float:
         *overrides,
         f"hydra.run.dir={run_dir}",
         f"paths.data_dir={data_dir}",
-        "trainer.enable_progress_bar=false",
     ]
     start = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True)
