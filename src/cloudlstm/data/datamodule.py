@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 
 from cloudlstm.data.outliers import dbscan_outliers, shift_outliers
 from cloudlstm.data.stream import PointCloudStream
-from cloudlstm.data.transforms import StandardScaler, normalize_coords
+from cloudlstm.data.transforms import StandardScaler, coord_scale, normalize_coords, scale_coords
 from cloudlstm.data.windows import WindowDataset, contiguous_offsets, count_windows
 
 __all__ = ["PointCloudDataModule", "seasonal_offsets", "split_bounds"]
@@ -201,6 +201,8 @@ class PointCloudDataModule(LightningDataModule):
         self.datasets: dict[str, WindowDataset | None] = dict.fromkeys(SPLITS)
         self.bounds: dict[str, tuple[int, int]] = {}
         self._coords: torch.Tensor | None = None
+        # (lo, span, degenerate): raw -> normalised coordinates (scale_coords), set in setup
+        self.coord_scale: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     # ------------------------------------------------------------------ loading / setup
     @property
@@ -270,9 +272,11 @@ class PointCloudDataModule(LightningDataModule):
         np.nan_to_num(normed, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
         track = None
         if stream.moving:
+            self.coord_scale = _track_scale(stream.trajectory, tr1)
             track = torch.as_tensor(_normalize_track(stream.trajectory, tr1), dtype=torch.float32)
             self._coords = track[0]
         else:
+            self.coord_scale = coord_scale(stream.coords)
             coords = normalize_coords(stream.coords)
             coords, self.point_groups = self._outliers(coords)
             self._coords = torch.as_tensor(coords, dtype=torch.float32)
@@ -520,10 +524,17 @@ def _normalize_track(trajectory: np.ndarray, train_end: int) -> np.ndarray:
     Later positions may leave [0, 1] slightly; they are not clipped (clipping would pile
     points up on the border and break their neighbourhoods).
     """
+    return scale_coords(trajectory, *_track_scale(trajectory, train_end))
+
+
+def _track_scale(
+    trajectory: np.ndarray, train_end: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(lo, span, degenerate)`` of :func:`_normalize_track`: the training part's range."""
     seen = trajectory[: max(train_end, 1)].reshape(-1, trajectory.shape[-1])
     lo, hi = seen.min(axis=0), seen.max(axis=0)
     span = np.where(hi - lo > 1e-12, hi - lo, 1.0)
-    return (trajectory - lo) / span
+    return lo, span, np.zeros(len(lo), dtype=bool)
 
 
 def _plain(value: Any) -> Any:

@@ -255,14 +255,20 @@ class PointCloudStream:
             trajectory=None if self.trajectory is None else self.trajectory[:, index],
         )
 
+    def step_minutes(self) -> float | None:
+        """The sampling period in minutes, from ``metadata`` or the timestamps' median gap;
+        None when unknown."""
+        minutes = self.metadata.get("step_minutes")
+        if minutes is None and self.timestamps is not None and self.num_steps > 1:
+            minutes = np.median(np.diff(self.timestamps) / np.timedelta64(1, "s")) / 60.0
+        return None if minutes is None else float(minutes)
+
     def steps_per_day(self) -> int | None:
         """Steps in one day, from ``metadata`` or the timestamps; None when unknown or when a
         day is not a whole number of steps."""
         if "steps_per_day" in self.metadata:
             return int(self.metadata["steps_per_day"])
-        minutes = self.metadata.get("step_minutes")
-        if minutes is None and self.timestamps is not None and self.num_steps > 1:
-            minutes = np.median(np.diff(self.timestamps) / np.timedelta64(1, "s")) / 60.0
+        minutes = self.step_minutes()
         if not minutes or (1440.0 / minutes) % 1 > 1e-9:
             return None
         return int(round(1440.0 / minutes))

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-__all__ = ["StandardScaler", "normalize_coords"]
+__all__ = ["StandardScaler", "coord_scale", "normalize_coords", "scale_coords"]
 
 ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
 
@@ -135,6 +135,33 @@ class StandardScaler:
         )
 
 
+def coord_scale(coords: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The per-dimension ``(lo, span, degenerate)`` of :func:`normalize_coords` for ``(N, L)``
+    coordinates, so that other coordinates can be mapped the same way (:func:`scale_coords`).
+
+    ``span`` is 1 in a degenerate dimension (all points share one value), which maps to 0.5.
+    """
+    lo = coords.min(axis=0)
+    hi = coords.max(axis=0)
+    span = hi - lo
+    scale = np.maximum(np.abs(hi), np.abs(lo))
+    degenerate = span <= 1e-12 * np.maximum(scale, 1.0)
+    return lo, np.where(degenerate, 1.0, span), degenerate
+
+
+def scale_coords(
+    coords: np.ndarray, lo: np.ndarray, span: np.ndarray, degenerate: np.ndarray
+) -> np.ndarray:
+    """``(coords - lo) / span`` over the last axis (``(..., L)``), 0.5 in degenerate dimensions.
+
+    Not clipped: coordinates outside the fitted range (e.g. a point added later) map outside
+    [0, 1] rather than piling up on its border.
+    """
+    out = (np.asarray(coords, dtype=np.float64) - lo) / span
+    out[..., np.asarray(degenerate, dtype=bool)] = 0.5
+    return out
+
+
 def normalize_coords(coords: np.ndarray) -> np.ndarray:
     """Min-max normalise ``(N, L)`` coordinates to [0, 1] per dimension.
 
@@ -150,12 +177,4 @@ def normalize_coords(coords: np.ndarray) -> np.ndarray:
         raise ValueError(
             "normalize_coords: coordinates contain NaN/inf; every point needs a finite location."
         )
-    lo = coords.min(axis=0)
-    hi = coords.max(axis=0)
-    span = hi - lo
-    scale = np.maximum(np.abs(hi), np.abs(lo))
-    degenerate = span <= 1e-12 * np.maximum(scale, 1.0)
-    safe_span = np.where(degenerate, 1.0, span)
-    out = (coords - lo) / safe_span
-    out[:, degenerate] = 0.5
-    return np.clip(out, 0.0, 1.0)
+    return np.clip(scale_coords(coords, *coord_scale(coords)), 0.0, 1.0)

@@ -25,6 +25,9 @@ class Forecaster(nn.Module):
     """
 
     output_steps: int
+    # Why the model can forecast only the points it was trained on, or None when it takes
+    # any points (new ones too); forecasting new data refuses other points with this reason.
+    fixed_points: str | None = None
 
     def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
         if x.dim() != 4 or coords.dim() != 3 or x.shape[0] != coords.shape[0]:

@@ -34,6 +34,10 @@ class GridForecaster(Forecaster):
     """
 
     grid_size: tuple[int, int] | None = None
+    fixed_points = (
+        "it is a grid model: its Hungarian point-to-grid mapping, and what it learned on that "
+        "grid, belong to the training points"
+    )
     _MAX_CACHED = 1024  # distinct coordinate sets kept in memory (moving points never repeat)
 
     def __init__(self, output_steps: int, grid_cache_dir: str | None = None) -> None:

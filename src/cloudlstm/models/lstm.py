@@ -21,6 +21,8 @@ class SeqLSTM(Forecaster):
     ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``.
     """
 
+    fixed_points = "its layers are sized for the training points, in their order"
+
     def __init__(
         self,
         num_points: int,
