@@ -17,6 +17,7 @@ from cloudlstm.data.long_format import (
     interpolate_gaps,
     pivot_long,
 )
+from cloudlstm.errors import UserError
 
 T0 = pd.Timestamp("2021-06-01 00:00")
 STEP = pd.Timedelta("5min")
@@ -211,14 +212,52 @@ def test_bad_coordinates(tmp_path):
         LongFormatSource(write(tmp_path, df)).load()
 
 
-def test_non_numeric_value_column(tmp_path):
+def with_bad_cells(cells: dict[tuple[int, str], object]) -> pd.DataFrame:
+    """``long_table()`` with ``{(data row, column): cell}`` written over it."""
     df = long_table()
-    df["a"] = df["a"].astype(object)
-    df.loc[3, "a"] = "12 ug/m3"
-    with pytest.raises(ValueError, match="'a' .* must be numeric, but holds e.g. '12 ug/m3'"):
-        LongFormatSource(write(tmp_path, df), value_cols=["a", "b"]).load()
+    df[["a", "b"]] = df[["a", "b"]].astype(object)
+    for (row, col), cell in cells.items():
+        df.loc[row, col] = cell
+    return df
+
+
+@pytest.mark.parametrize("value_cols", [None, ["a", "b"]])
+def test_text_or_inf_in_a_channel_is_an_error_naming_row_and_column(tmp_path, value_cols):
+    # rows are t * 4 + point; point 3 has no values at all, so rows 5 and 9 are st1's
+    path = write(tmp_path, with_bad_cells({(5, "a"): "12 ug/m3", (9, "b"): "inf"}))
+    cells = r"data row 5, column 'a': '12 ug/m3'; data row 9, column 'b': inf\."
+    with pytest.raises(UserError, match=rf"2 channel value\(s\) are not finite numbers: {cells}"):
+        LongFormatSource(path, value_cols=value_cols).load()
+    with pytest.raises(UserError, match=r"data\.bad_values=warn"):
+        LongFormatSource(path, value_cols=value_cols).load()
+
+
+def test_bad_values_warn_counts_them_and_treats_them_as_gaps(tmp_path, caplog):
+    bad = {(5, "a"): "error", (9, "b"): "-inf", (13, "a"): "n.a.", (17, "b"): "1e40"}
+    bad |= {(21, "a"): "x", (25, "a"): "y", (29, "b"): "z"}  # st1 at t = 1..7
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.data.bad_values"):
+        stream = LongFormatSource(write(tmp_path, with_bad_cells(bad)), bad_values="warn").load()
+    assert "7 channel value(s) are not finite numbers (first 5)" in caplog.text
+    assert "data row 5, column 'a': 'error'; data row 9, column 'b': '-inf'" in caplog.text
+    assert "data row 21, column 'a': 'x'" in caplog.text and "data row 25" not in caplog.text
+    assert stream.channel_names == ["a", "b"]  # "a" and "b" hold mostly numbers: channels
+    gaps = {(row // 4, 1, "ab".index(col)) for row, col in bad}
+    assert {tuple(i) for i in np.argwhere(~stream.mask)} == gaps
+    t = np.arange(20)
+    for c in range(2):  # filled like missing rows: exact linear interpolation
+        np.testing.assert_allclose(stream.values[:, 1, c], truth(t, 1, c), atol=1e-4)
+
+
+def test_bad_values_mode_is_checked(tmp_path):
+    with pytest.raises(UserError, match=r"bad_values='skip'.*\['error', 'warn'\]"):
+        LongFormatSource(write(tmp_path, long_table()), bad_values="skip")
+
+
+def test_text_columns_are_not_channels(tmp_path):
     with pytest.raises(ValueError, match="no numeric value column"):
-        LongFormatSource(write(tmp_path, df[["timestamp", "id", "x", "y", "note"]])).load()
+        LongFormatSource(
+            write(tmp_path, long_table()[["timestamp", "id", "x", "y", "note"]])
+        ).load()
 
 
 def test_parquet(tmp_path):

@@ -13,3 +13,7 @@ from hydra.errors import CompactHydraException
 
 class UserError(CompactHydraException, ValueError):
     """Something the user can fix; the message names the problem and the fix."""
+
+
+class MissingFileError(UserError, FileNotFoundError):
+    """A file or folder the user named does not exist (still a ``FileNotFoundError``)."""

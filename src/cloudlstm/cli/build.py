@@ -10,6 +10,7 @@ from typing import Any
 
 import hydra
 import lightning as L
+from hydra.errors import InstantiationException
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -20,10 +21,36 @@ from cloudlstm.errors import UserError
 WANDB_ID_FILE = "wandb_run_id.txt"
 
 
+def instantiate(config: Any, **kwargs: Any) -> Any:
+    """``hydra.utils.instantiate``, letting a :class:`UserError` raised by a constructor out
+    as itself: Hydra would wrap it in an ``InstantiationException`` of several lines."""
+    try:
+        return hydra.utils.instantiate(config, **kwargs)
+    except InstantiationException as err:
+        cause = err.__cause__
+        while cause is not None and not isinstance(cause, UserError):
+            cause = cause.__cause__  # nested: a data source built by its datamodule
+        if cause is None:
+            raise
+        raise cause from None
+
+
 def build_datamodule(cfg: DictConfig, output_dir: Path) -> L.LightningDataModule:
     """Instantiate, load and set up the data; fill ``cfg.data_info`` and save the summary.
 
     Writes ``data_summary.json`` to ``output_dir``.
+
+    Raises:
+        UserError: a mandatory data key (e.g. ``data.path``) is missing.
+    """
+    datamodule = instantiate_datamodule(cfg)
+    datamodule.prepare_data()
+    set_up_datamodule(cfg, datamodule, output_dir)
+    return datamodule
+
+
+def instantiate_datamodule(cfg: DictConfig) -> L.LightningDataModule:
+    """The datamodule of ``cfg.data``, not loaded yet.
 
     Raises:
         UserError: a mandatory data key (e.g. ``data.path``) is missing.
@@ -35,8 +62,11 @@ def build_datamodule(cfg: DictConfig, output_dir: Path) -> L.LightningDataModule
             f"The data config needs {', '.join(missing)}; give it on the "
             f"command line: `python train.py <data=...> {example}` (e.g. data.path=/my/file.csv)."
         )
-    datamodule: L.LightningDataModule = hydra.utils.instantiate(cfg.data)
-    datamodule.prepare_data()
+    return instantiate(cfg.data)
+
+
+def set_up_datamodule(cfg: DictConfig, datamodule: L.LightningDataModule, output_dir: Path) -> None:
+    """Set up a loaded datamodule, fill ``cfg.data_info`` and write ``data_summary.json``."""
     datamodule.setup("fit")
     datamodule.print_summary()
     summary = datamodule.summary()
@@ -50,14 +80,13 @@ def build_datamodule(cfg: DictConfig, output_dir: Path) -> L.LightningDataModule
             "coord_features": int(datamodule.coords.shape[-1]),
             "steps_per_day": summary["steps_per_day"],
         }
-    return datamodule
 
 
 def build_module(cfg: DictConfig) -> L.LightningModule:
     """The forecaster (``cfg.model``) wrapped in the training module (``cfg.module``)."""
-    model = hydra.utils.instantiate(cfg.model)
+    model = instantiate(cfg.model)
     scheduler = cfg.get("scheduler")
-    return hydra.utils.instantiate(
+    return instantiate(
         cfg.module,
         model=model,
         optimizer=hydra.utils.instantiate(cfg.optimizer),

@@ -31,6 +31,7 @@ from cloudlstm.data.long_format import (
     read_table,
 )
 from cloudlstm.data.stream import PointCloudStream
+from cloudlstm.errors import MissingFileError, UserError
 
 __all__ = ["BEIJING_URL", "BeijingDataModule", "BeijingSource", "STATION_POSITIONS"]
 
@@ -95,7 +96,7 @@ class BeijingSource:
                 if path.name.endswith((".csv", ".csv.gz")):
                     found[path.name.split("_")[2]] = path
         if not found:
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"No Beijing Multi-Site files (PRSA_Data_<Station>_*.csv or .csv.gz) in "
                 f"{self.root.resolve()}. Download the data from {BEIJING_URL}, unpack the CSVs "
                 "into one folder and set data.root=/path/to/folder (or the environment "
@@ -105,7 +106,7 @@ class BeijingSource:
             return found
         unknown = [s for s in self.stations if s not in found]
         if unknown:
-            raise ValueError(
+            raise UserError(
                 f"Unknown Beijing station(s) {unknown}; valid: {sorted(found)}. Fix data.stations."
             )
         return {s: found[s] for s in self.stations}
@@ -139,7 +140,7 @@ class BeijingSource:
             )
         missing = [n for n in names if n not in table]
         if missing:
-            raise ValueError(
+            raise UserError(
                 f"No position for Beijing station(s) {missing}: add rows "
                 f"'station,latitude,longitude' for them to {path}."
             )
@@ -153,7 +154,7 @@ class BeijingSource:
         if time.isna().any():
             row = int(np.flatnonzero(time.isna().to_numpy())[0])
             bad = df.loc[row, _TIME].tolist()
-            raise ValueError(f"{what}: invalid year/month/day/hour {bad} at data row {row}.")
+            raise UserError(f"{what}: invalid year/month/day/hour {bad} at data row {row}.")
         cols = {c: numeric_column(df, c, what) for c in CHANNELS}
         return pd.DataFrame({"time": time, "station": station, **cols})
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from cloudlstm.data.stream import PointCloudStream
+from cloudlstm.errors import UserError
 
 __all__ = [
     "CachedGenerator",
@@ -104,7 +105,7 @@ def check_int(owner: str, name: str, value: Any, lo: int) -> int:
     except (TypeError, ValueError):
         ok = False
     if not ok:
-        raise ValueError(f"{owner}: {name} must be an integer >= {lo}; got {value!r}.")
+        raise UserError(f"{owner}: {name} must be an integer >= {lo}; got {value!r}.")
     return int(value)
 
 
@@ -121,7 +122,7 @@ def check_float(
         bound = f"> {lo}" if lo_open else f">= {lo}"
         if np.isfinite(hi):
             bound += f" and <= {hi}"
-        raise ValueError(f"{owner}: {name} must be a number {bound}; got {value}.")
+        raise UserError(f"{owner}: {name} must be a number {bound}; got {value}.")
     return value
 
 

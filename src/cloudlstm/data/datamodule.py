@@ -15,6 +15,7 @@ from cloudlstm.data.outliers import dbscan_outliers, shift_outliers
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.data.transforms import StandardScaler, coord_scale, normalize_coords, scale_coords
 from cloudlstm.data.windows import WindowDataset, contiguous_offsets, count_windows
+from cloudlstm.errors import UserError
 
 __all__ = ["PointCloudDataModule", "seasonal_offsets", "split_bounds"]
 
@@ -61,7 +62,7 @@ def seasonal_offsets(
         or abs(every - round(every)) > 1e-9
         or abs(span / every - round(span / every)) > 1e-9
     ):
-        raise ValueError(
+        raise UserError(
             f"seasonal input: a step is {1440 / steps_per_day:g} minutes, so "
             f"seasonal_every_minutes={every_minutes:g} and seasonal_days={days:g} must be whole "
             "multiples of it (and the window a whole number of samples)."
@@ -136,17 +137,17 @@ class PointCloudDataModule(LightningDataModule):
     ) -> None:
         super().__init__()
         if outliers is not None and outliers not in OUTLIER_METHODS:
-            raise ValueError(
+            raise UserError(
                 f"PointCloudDataModule: unknown outliers={outliers!r}; use one of "
                 f"{OUTLIER_METHODS} or null."
             )
         if outliers is not None and outlier_shift is not None:
-            raise ValueError(
+            raise UserError(
                 "PointCloudDataModule: choose either outliers=dbscan (find outliers) or "
                 "outlier_shift=<d> (make them), not both."
             )
         if num_points is not None and (isinstance(num_points, bool) or num_points < 1):
-            raise ValueError(f"PointCloudDataModule: num_points must be >= 1; got {num_points}.")
+            raise UserError(f"PointCloudDataModule: num_points must be >= 1; got {num_points}.")
         for name, value in (
             ("input_steps", input_steps),
             ("output_steps", output_steps),
@@ -154,14 +155,14 @@ class PointCloudDataModule(LightningDataModule):
             ("stride", stride),
         ):
             if isinstance(value, bool) or int(value) != value or value < 1:
-                raise ValueError(
+                raise UserError(
                     f"PointCloudDataModule: {name} must be an integer >= 1; got {value}."
                 )
         for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
             if not (math.isfinite(value) and 0.0 <= value < 1.0):
-                raise ValueError(f"PointCloudDataModule: {name} must be in [0, 1); got {value}.")
+                raise UserError(f"PointCloudDataModule: {name} must be in [0, 1); got {value}.")
         if int(num_workers) != num_workers or num_workers < 0:
-            raise ValueError(f"PointCloudDataModule: num_workers must be >= 0; got {num_workers}.")
+            raise UserError(f"PointCloudDataModule: num_workers must be >= 0; got {num_workers}.")
         self.save_hyperparameters(ignore=["source"], logger=False)
         if isinstance(source, Mapping) and "_target_" in source:
             from hydra.utils import instantiate
@@ -247,7 +248,7 @@ class PointCloudDataModule(LightningDataModule):
                 split == "test" and self.test_fraction == 0
             )
             if end - start < span and not optional:
-                raise ValueError(
+                raise UserError(
                     f"PointCloudDataModule: the {split} part of stream '{stream.name}' has "
                     f"{end - start} steps (of T={stream.num_steps}), but one window needs "
                     f"input_steps + output_steps = {m} + {j} = {span} (input_steps counts the "
@@ -261,7 +262,7 @@ class PointCloudDataModule(LightningDataModule):
         else:
             self.scaler = StandardScaler().fit(stream.values[tr0:tr1], stream.mask[tr0:tr1])
         if self.scaler.num_channels != stream.num_channels:
-            raise ValueError(
+            raise UserError(
                 f"PointCloudDataModule: restored scaler has {self.scaler.num_channels} channels "
                 f"but the stream has {stream.num_channels}."
             )
@@ -320,7 +321,7 @@ class PointCloudDataModule(LightningDataModule):
         if self.seasonal is None:
             return contiguous_offsets(self.input_steps)
         if self.steps_per_day is None:
-            raise ValueError(
+            raise UserError(
                 f"PointCloudDataModule: seasonal=true needs the sampling period of stream "
                 f"'{self.stream.name}', but it has no timestamps or step_minutes metadata."
             )
@@ -492,7 +493,7 @@ class PointCloudDataModule(LightningDataModule):
 
 def _random_subset(stream: PointCloudStream, num_points: int, seed: int) -> PointCloudStream:
     if num_points > stream.num_points:
-        raise ValueError(
+        raise UserError(
             f"PointCloudDataModule: num_points={num_points} but stream '{stream.name}' has only "
             f"{stream.num_points} points; use at most {stream.num_points} (or null for all)."
         )

@@ -14,6 +14,8 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
+from cloudlstm.errors import UserError
+
 __all__ = ["download_and_extract"]
 
 log = logging.getLogger(__name__)
@@ -54,7 +56,7 @@ def download_and_extract(
     digest = _fetch(url, target)
     if sha256 is not None and digest != sha256.lower():
         target.unlink()
-        raise ValueError(
+        raise UserError(
             f"Checksum mismatch for {url}: expected SHA-256 {sha256.lower()}, got {digest}. The "
             "file was deleted; retry, or check the URL and the expected checksum."
         )
@@ -117,7 +119,7 @@ def _extract(archive: Path, dest: Path) -> None:
 def _refuse(archive: Path, bad: list[str]) -> None:
     if bad:
         shutil.move(archive, archive.with_name(archive.name + ".rejected"))
-        raise ValueError(
+        raise UserError(
             f"Refusing to unpack {archive.name}: {len(bad)} member(s) would be written outside "
             f"the destination folder or are links (e.g. {bad[0]!r}). The archive was renamed to "
             f"{archive.name}.rejected; do not use it."

@@ -26,8 +26,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cloudlstm.data.bad_values import channel_values, check_mode, mostly_numeric
 from cloudlstm.data.datamodule import PointCloudDataModule
 from cloudlstm.data.stream import PointCloudStream
+from cloudlstm.errors import MissingFileError, UserError
 
 __all__ = [
     "LongFormatSource",
@@ -48,7 +50,7 @@ _DAY = np.timedelta64(1, "D").astype("timedelta64[ns]")
 def parse_times(column: pd.Series, what: str) -> np.ndarray:
     """Parse a column of timestamps into ``(R,)`` ``datetime64[ns]`` (timezones -> naive UTC).
 
-    Raises ``ValueError`` naming ``what`` (e.g. "column 'time' of data.csv") and showing one
+    Raises a ``UserError`` naming ``what`` (e.g. "column 'time' of data.csv") and showing one
     value that cannot be parsed, or the first row with an empty timestamp.
     """
     try:
@@ -58,13 +60,13 @@ def parse_times(column: pd.Series, what: str) -> np.ndarray:
         loose = pd.to_datetime(column, errors="coerce", format="mixed")
         bad = column[loose.isna() & column.notna()]
         example = bad.iloc[0] if len(bad) else column.iloc[0]
-        raise ValueError(
+        raise UserError(
             f"Cannot parse the timestamps in {what}: e.g. {example!r} is not a date/time (or the "
             "column mixes formats). Use ISO 8601 values such as '2014-05-01 13:00:00' in every row."
         ) from None
     if parsed.isna().any():
         row = int(np.flatnonzero(parsed.isna().to_numpy())[0])
-        raise ValueError(
+        raise UserError(
             f"{what} has {int(parsed.isna().sum())} empty timestamp(s) (first at data row {row}); "
             "every row needs a time."
         )
@@ -80,7 +82,7 @@ def parse_freq(freq: Any) -> np.timedelta64:
     except (ValueError, TypeError):
         step = None
     if step is None or not step > np.timedelta64(0, "ns"):
-        raise ValueError(
+        raise UserError(
             f"freq must be a positive duration such as '1h', '5min' or '30s'; got {freq!r}."
         )
     return step
@@ -90,7 +92,7 @@ def infer_step(times: np.ndarray) -> np.timedelta64:
     """The most common positive gap between the distinct sorted ``times`` (ties: the smaller)."""
     distinct = np.unique(times)
     if len(distinct) < 2:
-        raise ValueError(
+        raise UserError(
             "Cannot infer the sampling period: the data has only one distinct timestamp. "
             "Set freq (e.g. freq=1h) or provide more time steps."
         )
@@ -163,7 +165,7 @@ def pivot_long(
     if duplicates not in ("error", "mean"):
         raise ValueError(f"duplicates must be 'error' or 'mean'; got {duplicates!r}.")
     if len(df) == 0:
-        raise ValueError(f"{what} has no rows.")
+        raise UserError(f"{what} has no rows.")
     times = df[time_col].to_numpy(dtype="datetime64[ns]")
     step = infer_step(times) if freq is None else parse_freq(freq)
     t0 = times.min()
@@ -172,7 +174,7 @@ def pivot_long(
     off_grid = offset % step_ns != 0
     if off_grid.any():
         bad = int(np.flatnonzero(off_grid)[0])
-        raise ValueError(
+        raise UserError(
             f"{what}: timestamp {pd.Timestamp(times[bad])} is not on the regular grid that starts "
             f"at {pd.Timestamp(t0)} with step {_step_text(step)} "
             f"({int(off_grid.sum())} such rows). Set freq to the sampling period, or resample "
@@ -190,7 +192,7 @@ def pivot_long(
         if duplicates == "error":
             first = order[repeats[0]]
             point = str(df[id_col].iloc[first])
-            raise ValueError(
+            raise UserError(
                 f"{what} has several rows for the same (time, point), e.g. time "
                 f"{pd.Timestamp(times[first])} and {id_col}={point!r}. Keep one row per time "
                 "and point (aggregate or drop the duplicates)."
@@ -267,11 +269,11 @@ def build_stream(
             ", ".join(dropped[:20]) + (" ..." if len(dropped) > 20 else ""),
         )
     if not has_data.any():
-        raise ValueError(f"{name}: no point has any observed value in {source}.")
+        raise UserError(f"{name}: no point has any observed value in {source}.")
     seen = np.isfinite(values).any(axis=(0, 1))
     unobserved = [c for c, ok in zip(channel_names, seen, strict=True) if not ok]
     if unobserved:
-        raise ValueError(
+        raise UserError(
             f"{name}: channel(s) {unobserved} have no observed value at any point in {source}; "
             "leave them out of the value columns."
         )
@@ -326,18 +328,18 @@ def read_table(path: Path, what: str, **csv_kwargs: Any) -> pd.DataFrame:
     try:
         return pd.read_csv(path, **csv_kwargs)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise ValueError(f"Cannot read {what} {path} as CSV: {err}") from None
+        raise UserError(f"Cannot read {what} {path} as CSV: {err}") from None
 
 
 def check_columns(df: pd.DataFrame, expected: Sequence[str], what: str, hint: str) -> None:
-    """Raise ``ValueError`` listing expected vs found columns when some are missing."""
+    """Raise a ``UserError`` listing expected vs found columns when some are missing."""
     missing = [c for c in expected if c not in df.columns]
     if not missing:
         return
     found = [str(c) for c in df.columns]
     close = {m: difflib.get_close_matches(m, found, n=1) for m in missing}
     guesses = ", ".join(f"{m!r} -> {g[0]!r}?" for m, g in close.items() if g)
-    raise ValueError(
+    raise UserError(
         f"{what} lacks column(s) {missing}. Expected {list(expected)}; found {found}."
         + (f" Did you mean: {guesses}" if guesses else "")
         + f" {hint}"
@@ -345,14 +347,14 @@ def check_columns(df: pd.DataFrame, expected: Sequence[str], what: str, hint: st
 
 
 def numeric_column(df: pd.DataFrame, col: str, what: str) -> np.ndarray:
-    """Column ``col`` as float64; ``ValueError`` showing one non-numeric entry otherwise."""
+    """Column ``col`` as float64; a ``UserError`` showing one non-numeric entry otherwise."""
     series = df[col]
     if pd.api.types.is_numeric_dtype(series):
         return series.to_numpy(dtype=np.float64, na_value=np.nan)
     coerced = pd.to_numeric(series, errors="coerce")
     bad = series[coerced.isna() & series.notna()]
     if len(bad):
-        raise ValueError(
+        raise UserError(
             f"Column {col!r} of {what} must be numeric, but holds e.g. {bad.iloc[0]!r} "
             f"({len(bad)} such entries, first at data row {int(bad.index[0])}). Leave missing "
             "readings empty (or NA) and remove units/text from the cells."
@@ -368,11 +370,14 @@ class LongFormatSource:
         time_col: timestamp column (any format pandas parses; timezones become naive UTC).
         id_col: point id column.
         coord_cols: the L coordinate columns (2 or 3 in practice).
-        value_cols: channel columns; ``None`` = every other numeric column.
+        value_cols: channel columns; ``None`` = every other column that is mostly numbers.
         freq: grid step such as ``"1h"`` or ``"5min"``; ``None`` = the most common positive gap.
         name: stream name (default: the file name without suffixes).
         moving: ``None`` detects moving points (a point whose coordinates change over time);
             ``True`` always builds a ``trajectory``; ``False`` refuses changing coordinates.
+        bad_values: what a channel cell that is neither empty nor a finite number (text,
+            ``inf``) does: ``"error"`` names it, ``"warn"`` warns and treats it as missing
+            (:mod:`cloudlstm.data.bad_values`).
 
     :meth:`load` lays the rows on a regular grid, fills gaps linearly in time (``mask`` False
     there; leading/trailing gaps take the nearest value) and drops points with no value at
@@ -391,6 +396,7 @@ class LongFormatSource:
         freq: str | None = None,
         name: str | None = None,
         moving: bool | None = None,
+        bad_values: str = "error",
     ) -> None:
         self.path = Path(path)
         self.time_col = str(time_col)
@@ -399,13 +405,14 @@ class LongFormatSource:
             coord_cols = [coord_cols]
         self.coord_cols = [str(c) for c in coord_cols]
         if not self.coord_cols:
-            raise ValueError("LongFormatSource: coord_cols needs at least one column.")
+            raise UserError("LongFormatSource: coord_cols needs at least one column.")
         if isinstance(value_cols, str):
             value_cols = [value_cols]
         self.value_cols = None if value_cols is None else [str(c) for c in value_cols]
         self.freq = None if freq is None else parse_freq(freq)
         self.name = name or self.path.name.split(".")[0]
         self.moving = moving
+        self.bad_values = check_mode(bad_values)
 
     def __repr__(self) -> str:
         return f"LongFormatSource(path={str(self.path)!r}, name={self.name!r})"
@@ -414,7 +421,7 @@ class LongFormatSource:
         """Read, check and pivot the file (see the class docstring)."""
         path = self.path
         if not path.is_file():
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"Long-format data file not found: {path.resolve()}. Set the path of your file "
                 "(with data=points: `data.path=/path/to/file.csv`)."
             )
@@ -431,14 +438,12 @@ class LongFormatSource:
         value_cols = self.value_cols or self._numeric_columns(df, keys)
         if df[self.id_col].isna().any():
             row = int(np.flatnonzero(df[self.id_col].isna().to_numpy())[0])
-            raise ValueError(f"{what}: column {self.id_col!r} is empty at data row {row}.")
-        values = np.empty((len(df), len(value_cols)), dtype=np.float32)  # (R, C)
-        for j, col in enumerate(value_cols):  # column by column: large files stay affordable
-            values[:, j] = numeric_column(df, col, what)
+            raise UserError(f"{what}: column {self.id_col!r} is empty at data row {row}.")
+        values = channel_values(df, value_cols, what, self.bad_values)  # (R, C)
         positions = np.stack([numeric_column(df, c, what) for c in self.coord_cols], axis=1)
         if np.isinf(positions).any():
             row = int(np.flatnonzero(np.isinf(positions).any(axis=1))[0])
-            raise ValueError(
+            raise UserError(
                 f"{what} has infinite coordinates (first at data row {row}, "
                 f"{self.id_col}={str(df[self.id_col].iloc[row])!r}); fix or remove those rows."
             )
@@ -450,7 +455,7 @@ class LongFormatSource:
         known = np.isfinite(pos).all(axis=2)  # (T, N)
         lost = [grid.point_ids[i] for i in np.flatnonzero(~known.any(axis=0))]
         if lost:
-            raise ValueError(
+            raise UserError(
                 f"{what}: point(s) {lost[:5]} have no coordinates in any row (columns "
                 f"{self.coord_cols}). Every point needs a location in at least one row."
             )
@@ -458,7 +463,7 @@ class LongFormatSource:
         moving = bool(moves.any()) if self.moving is None else bool(self.moving)
         if moves.any() and not moving:
             first = grid.point_ids[int(np.flatnonzero(moves)[0])]
-            raise ValueError(
+            raise UserError(
                 f"{what}: {int(moves.sum())} point(s) change coordinates over time (e.g. "
                 f"{self.id_col}={first!r}) but moving=False. Set moving=true (data.moving=true) "
                 "for moving points, or give each point one location."
@@ -479,12 +484,12 @@ class LongFormatSource:
 
     def _numeric_columns(self, df: pd.DataFrame, keys: list[str]) -> list[str]:
         others = [c for c in df.columns if c not in keys]
-        numeric = [str(c) for c in others if pd.api.types.is_numeric_dtype(df[c])]
+        numeric = [str(c) for c in others if mostly_numeric(df[c])]
         skipped = [str(c) for c in others if str(c) not in numeric]
         if skipped:
             log.info("%s: skipping non-numeric column(s) %s.", self.path, skipped)
         if not numeric:
-            raise ValueError(
+            raise UserError(
                 f"File {self.path} has no numeric value column besides {keys} (non-numeric: "
                 f"{skipped}). Set value_cols to the channel columns."
             )
@@ -516,6 +521,7 @@ class PointsDataModule(PointCloudDataModule):
         freq: str | None = None,
         moving: bool | None = None,
         name: str | None = None,
+        bad_values: str = "error",
         **kwargs: Any,
     ) -> None:
         source = LongFormatSource(
@@ -527,5 +533,6 @@ class PointsDataModule(PointCloudDataModule):
             freq=freq,
             name=name,
             moving=moving,
+            bad_values=bad_values,
         )
         super().__init__(source, **kwargs)

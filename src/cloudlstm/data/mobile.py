@@ -40,6 +40,7 @@ from cloudlstm.data.cache import CachedGenerator, check_float, check_int
 from cloudlstm.data.datamodule import PointCloudDataModule
 from cloudlstm.data.long_format import LongFormatSource
 from cloudlstm.data.stream import PointCloudStream
+from cloudlstm.errors import UserError
 
 __all__ = ["CITY_PRESETS", "SERVICES", "MobileDataModule", "SyntheticMobileTraffic"]
 
@@ -200,7 +201,7 @@ class SyntheticMobileTraffic(CachedGenerator):
     ) -> None:
         owner = type(self).__name__
         if city not in CITY_PRESETS:
-            raise ValueError(f"{owner}: unknown city={city!r}; use one of {list(CITY_PRESETS)}.")
+            raise UserError(f"{owner}: unknown city={city!r}; use one of {list(CITY_PRESETS)}.")
         self.city = city
         preset = CITY_PRESETS[city]
         if num_antennas is None:
@@ -208,14 +209,14 @@ class SyntheticMobileTraffic(CachedGenerator):
         self.num_antennas = check_int(owner, "num_antennas", num_antennas, 2)
         self.num_services = check_int(owner, "num_services", num_services, 1)
         if self.num_services > len(SERVICES):
-            raise ValueError(
+            raise UserError(
                 f"{owner}: num_services={num_services} but only {len(SERVICES)} services are "
                 f"modelled; use num_services <= {len(SERVICES)}."
             )
         self.num_days = check_int(owner, "num_days", num_days, 1)
         self.step_minutes = check_int(owner, "step_minutes", step_minutes, 1)
         if 1440 % self.step_minutes:
-            raise ValueError(
+            raise UserError(
                 f"{owner}: step_minutes={step_minutes} must divide a day (1440 minutes), "
                 "e.g. 5, 10, 15, 30 or 60."
             )
@@ -228,7 +229,7 @@ class SyntheticMobileTraffic(CachedGenerator):
         try:
             self.start = str(np.datetime64(start, "s"))
         except ValueError as err:
-            raise ValueError(
+            raise UserError(
                 f"{owner}: start={start!r} is not an ISO date/time such as '2016-09-05T00:00'."
             ) from err
         self.extent_km = float(preset["extent_km"])

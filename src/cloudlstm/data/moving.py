@@ -26,6 +26,7 @@ import numpy as np
 
 from cloudlstm.data.cache import CachedGenerator, check_float, check_int
 from cloudlstm.data.stream import PointCloudStream
+from cloudlstm.errors import UserError
 
 __all__ = ["SyntheticMovingPoints"]
 
@@ -127,7 +128,7 @@ class SyntheticMovingPoints(CachedGenerator):
         try:
             self.start = str(np.datetime64(start, "s"))
         except ValueError as err:
-            raise ValueError(
+            raise UserError(
                 f"{owner}: start={start!r} is not an ISO date/time such as '2021-03-01T06:00'."
             ) from err
         self.cache_dir = None if cache_dir is None else Path(cache_dir)

@@ -29,6 +29,7 @@ from cloudlstm.data.long_format import (
     read_table,
 )
 from cloudlstm.data.stream import PointCloudStream
+from cloudlstm.errors import MissingFileError, UserError
 
 __all__ = ["CHANNELS", "CLUSTERS", "URBAN_AIR_URL", "UrbanAirDataModule", "UrbanAirSource"]
 
@@ -97,7 +98,7 @@ class UrbanAirSource:
     ) -> None:
         names = {k.lower(): k for k in CLUSTERS}
         if str(cluster).lower() not in names:
-            raise ValueError(
+            raise UserError(
                 f"Unknown Urban Air cluster {cluster!r}; valid: {list(CLUSTERS)} "
                 "(A = Beijing-Tianjin, B = Shenzhen-Guangzhou). Set data.cluster=A, B or all."
             )
@@ -119,7 +120,7 @@ class UrbanAirSource:
             download_and_extract(self.url, self.root, sha256=self.sha256)
             found = self._find_raw()
         if found is None:
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"Urban Air files {list(RAW_FILES)} not found in {self.root.resolve()} (nor in "
                 f"a subfolder). Get the archive from {self.url} (project page: "
                 "https://www.microsoft.com/en-us/research/project/urban-air/) and unpack it "
@@ -170,7 +171,7 @@ class UrbanAirSource:
             log.warning("Urban Air: dropping %d station(s) without a position.", len(no_pos))
             stations = stations.drop(no_pos.index)
         if stations.empty:
-            raise ValueError(f"Urban Air: no station of cluster {self.cluster} in {folder}.")
+            raise UserError(f"Urban Air: no station of cluster {self.cluster} in {folder}.")
         path = folder / "airquality.csv"
         readings = _csv(path, ["station_id", "time", *CHANNELS.values()])
         readings = readings[readings["station_id"].isin(stations["station_id"])]
@@ -179,7 +180,7 @@ class UrbanAirSource:
         if absent:
             log.info("Urban Air: %d station(s) have no reading at all: %s", len(absent), absent)
         if readings.empty:
-            raise ValueError(f"Urban Air: {path} has no reading of cluster {self.cluster}.")
+            raise UserError(f"Urban Air: {path} has no reading of cluster {self.cluster}.")
         times = parse_times(readings["time"], f"column 'time' of {path}")
         readings = readings.assign(time=times.astype("datetime64[h]").astype("datetime64[ns]"))
         grid = pivot_long(readings, "time", "station_id", "1h", duplicates="mean", what=str(path))

@@ -1,0 +1,89 @@
+"""Channel cells of a long-format table that cannot be read as numbers.
+
+Empty cells and pandas' missing-value markers (``NA``, ``NULL``, ``nan``, ...) are gaps, filled
+later like missing rows. Anything else that is not a finite number, such as text (``"12
+ug/m3"``, ``"error"``) or an infinity (``inf``, or a value beyond float32), is a *bad value*:
+by default an error naming its data row and column (``bad_values="error"``), or, with
+``bad_values="warn"``, a warning that counts them and names the first few, after which they
+count as missing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cloudlstm.errors import UserError
+
+__all__ = ["BAD_VALUE_MODES", "channel_values", "check_mode", "mostly_numeric"]
+
+log = logging.getLogger(__name__)
+
+BAD_VALUE_MODES = ("error", "warn")
+SHOWN = 5  # bad cells named in a message
+
+
+def check_mode(bad_values: str) -> str:
+    """``bad_values`` if it is a known mode, else a UserError listing them."""
+    if bad_values not in BAD_VALUE_MODES:
+        raise UserError(f"bad_values={bad_values!r}: use one of {list(BAD_VALUE_MODES)}.")
+    return bad_values
+
+
+def mostly_numeric(series: pd.Series) -> bool:
+    """A numeric column, or a text column whose non-empty cells are mostly numbers: a channel
+    with a few bad cells rather than a label column such as a station name."""
+    if pd.api.types.is_numeric_dtype(series):
+        return True
+    filled = series.dropna()
+    return len(filled) > 0 and pd.to_numeric(filled, errors="coerce").notna().mean() > 0.5
+
+
+def channel_values(
+    df: pd.DataFrame, cols: Sequence[str], what: str, bad_values: str = "error"
+) -> np.ndarray:
+    """The channel columns ``cols`` of ``df`` as ``(R, C)`` float32, NaN where empty.
+
+    Raises:
+        UserError: ``bad_values="error"`` and some cells are bad (see the module docstring);
+            the message counts them and names the first few ``(data row, column, cell)``.
+    """
+    values = np.empty((len(df), len(cols)), dtype=np.float32)
+    shown: list[tuple[int, str, Any]] = []
+    count = 0
+    for j, col in enumerate(cols):  # column by column: large files stay affordable
+        series = df[col]
+        parsed = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        with np.errstate(over="ignore"):  # a finite float64 beyond float32 becomes inf
+            column = parsed.astype(np.float32)
+        bad = np.isinf(column) | (np.isnan(parsed) & series.notna().to_numpy())
+        rows = np.flatnonzero(bad)
+        count += len(rows)
+        shown += [(int(r), str(col), _plain(series.iloc[r])) for r in rows[:SHOWN]]
+        column[rows] = np.nan
+        values[:, j] = column
+    if count:
+        _report(count, sorted(shown)[:SHOWN], what, check_mode(bad_values))
+    return values
+
+
+def _report(count: int, shown: list[tuple[int, str, Any]], what: str, mode: str) -> None:
+    cells = "; ".join(f"data row {row}, column {col!r}: {cell!r}" for row, col, cell in shown)
+    more = f" (first {len(shown)})" if count > len(shown) else ""
+    found = f"{what}: {count} channel value(s) are not finite numbers{more}: {cells}."
+    if mode == "warn":
+        log.warning("%s They count as missing (bad_values=warn).", found)
+        return
+    raise UserError(
+        f"{found} Leave missing readings empty (or NA) and remove units or text from the cells, "
+        "or set bad_values=warn (data.bad_values=warn) to treat them as missing."
+    )
+
+
+def _plain(cell: Any) -> Any:
+    """A numpy scalar as a Python one, so messages show ``inf`` and not ``np.float64(inf)``."""
+    return cell.item() if isinstance(cell, np.generic) else cell
