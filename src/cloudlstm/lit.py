@@ -12,6 +12,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from cloudlstm.data.transforms import StandardScaler
+from cloudlstm.forecast_info import INFO_KEY, ForecastInfo
+from cloudlstm.errors import UserError
 from cloudlstm.metrics import ForecastMetrics
 
 
@@ -22,6 +25,10 @@ def masked_mse(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> 
     # entry must reach neither the loss nor (through the square's backward) the gradient
     diff = torch.where(mask, pred - target, torch.zeros_like(pred))
     return diff.square().sum() / mask.sum().clamp_min(1).to(pred.dtype)
+
+
+class NonFiniteLossError(UserError):
+    """The training loss became NaN or inf: the settings, not the code, need fixing."""
 
 
 class ForecastModule(L.LightningModule):
@@ -37,7 +44,10 @@ class ForecastModule(L.LightningModule):
         output_dir: where test predictions go (the run directory).
 
     The scaler and channel names come from the datamodule at ``setup``, so the module
-    works with any data set without configuration.
+    works with any data set without configuration. Every checkpoint also stores what
+    forecasting new data needs (:class:`~cloudlstm.forecast_info.ForecastInfo`: scaler,
+    points, coordinate range, input offsets, sampling step), and loading one restores the
+    scaler, so :meth:`predict_step` works on a module restored from a checkpoint alone.
     """
 
     def __init__(
@@ -57,11 +67,13 @@ class ForecastModule(L.LightningModule):
         self.val_mae_best = math.inf
         self.group_metrics = nn.ModuleDict()
         self.test_results: dict[str, Any] | None = None
+        self.forecast_info: dict[str, Any] | None = None
         self._predictions: list[tuple[np.ndarray, np.ndarray]] = []
 
     def setup(self, stage: str) -> None:
         dm = self.trainer.datamodule
         self.scaler = dm.scaler
+        self.forecast_info = ForecastInfo.gather(dm, self.model).to_dict()
         self.test_metrics = ForecastMetrics(
             self.model.output_steps, dm.num_channels, list(dm.channel_names)
         )
@@ -106,9 +118,27 @@ class ForecastModule(L.LightningModule):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = self._step(batch, "train")[0]
+        self._stop_if_not_finite(loss, batch_idx)
         # per-step curve beside the epoch mean (`train/loss`) for long epochs
         self.log("train/loss_step", loss, on_step=True, on_epoch=False)
         return loss
+
+    def _stop_if_not_finite(self, loss: torch.Tensor, batch_idx: int) -> None:
+        """Stop training at the first NaN / inf loss, naming where and the usual causes.
+
+        Checked here rather than in a callback so that every run has it (also
+        ``callbacks=none``), before the step's backward pass. All DDP ranks decide together:
+        a rank stopping alone would leave the others waiting in the gradient all-reduce.
+        """
+        bad = not bool(torch.isfinite(loss))
+        if self.trainer.strategy.reduce_boolean_decision(bad, all=False):
+            raise NonFiniteLossError(
+                f"The training loss is {loss.item()} at epoch {self.current_epoch}, batch "
+                f"{batch_idx} (global step {self.global_step}){'' if bad else ' on another rank'}"
+                ". Usual causes: a learning rate too high (optimizer.lr), unnormalised or "
+                "non-finite inputs, or exploding gradients (clip them: "
+                "trainer.gradient_clip_val=1.0). No metrics were written for this run."
+            )
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         _, pred = self._step(batch, "val")
@@ -173,11 +203,22 @@ class ForecastModule(L.LightningModule):
                 target=np.concatenate([t for _, t in self._predictions]),
             )
 
+    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        """De-normalised forecast ``(B, J, N, C)`` of ``batch["x"]`` (normalised, ``(B, M, N,
+        C)``) at ``batch["coords"]`` (normalised, ``(B, N, L)``)."""
+        return self.scaler.inverse_transform(self(batch["x"], batch["coords"]))
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["val_mae_best"] = self.val_mae_best
+        if self.forecast_info is not None:
+            checkpoint[INFO_KEY] = self.forecast_info
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.val_mae_best = checkpoint.get("val_mae_best", math.inf)
+        info = checkpoint.get(INFO_KEY)
+        if info is not None:  # absent from checkpoints written before it was stored
+            self.forecast_info = info
+            self.scaler = StandardScaler.from_dict(info["scaler"])
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = self.hparams.optimizer(params=self.parameters())
