@@ -6,3 +6,13 @@ import os
 # their gradients); with transparent huge pages torch's CPU allocator avoids most of the
 # page faults (measured: allocate-and-fill of 68 MB 67 ms -> 13 ms on the dev VM).
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+
+
+def __getattr__(name: str) -> object:
+    # `from cloudlstm import Forecaster` without importing torch, Lightning and Hydra on
+    # `import cloudlstm`
+    if name == "Forecaster":
+        from cloudlstm.forecast import Forecaster
+
+        return Forecaster
+    raise AttributeError(f"module 'cloudlstm' has no attribute {name!r}")

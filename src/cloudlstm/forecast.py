@@ -1,0 +1,207 @@
+"""Forecast new data with a trained run: ``Forecaster.load(run_dir).forecast(history)``.
+
+Everything the forecast needs travels in the checkpoint
+(:class:`~cloudlstm.forecast_info.ForecastInfo`): the model is rebuilt from the run's
+``config.yaml`` and the checkpoint's weights, and new data is normalised with the training
+statistics (never refitted). Input and output are long-format tables, as ``data=points``
+reads them::
+
+    f = Forecaster.load("outputs/runs/2026-01-02/10-00-00-000000")
+    forecast = f.forecast(history)   # history: timestamp, id, x, y, <channels>
+    f.update(snapshot)               # or feed one time step at a time ...
+    forecast = f.forecast()          # ... and forecast from what was fed
+
+(Not to be confused with :class:`cloudlstm.models.Forecaster`, the models' base class.)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import hydra
+import numpy as np
+import pandas as pd
+import torch
+from omegaconf import OmegaConf
+
+from cloudlstm.cli.resume import check_checkpoint
+from cloudlstm.errors import UserError
+from cloudlstm.forecast_info import ForecastInfo
+from cloudlstm.forecast_input import ForecastInput, build_input, history_step, parse_history
+from cloudlstm.lit import ForecastModule
+
+__all__ = ["FILLED_COLUMN", "Forecaster", "find_checkpoint"]
+
+# Output column: how many of the point's input entries (input steps x channels) were filled
+# by interpolation instead of read; 0 means the forecast saw only real readings.
+FILLED_COLUMN = "filled_inputs"
+
+
+class Forecaster:
+    """A trained model that forecasts the J steps after a long-format history.
+
+    Build it with :meth:`load`. The history has one row per ``(time, point)``: the training
+    data's time, id and coordinate columns (``info.time_col``, ``info.id_col``,
+    ``info.coord_cols``) and one column per value channel (``info.value_channels``), in
+    real units, sampled at the training step. Only its last ``history_steps`` steps are
+    read. Missing rows or cells are filled as training filled gaps (linear in time, ends by
+    the nearest reading) and counted in the output's ``filled_inputs``.
+
+    Points: the forecast covers every point with a row in those steps. A point model
+    (CloudLSTM, ...) takes new point ids too; a model tied to its training points (grid
+    models, MLP, LSTM: ``info.fixed_points``) needs exactly those.
+    """
+
+    def __init__(self, module: ForecastModule, info: ForecastInfo, checkpoint: Path) -> None:
+        self.module = module
+        self.info = info
+        self.checkpoint = checkpoint
+        self._buffer: pd.DataFrame | None = None
+
+    @classmethod
+    def load(
+        cls, run_dir: str | Path, ckpt: str | Path = "best", device: str | None = None
+    ) -> Forecaster:
+        """Rebuild a run's model from its ``config.yaml`` and a checkpoint.
+
+        Args:
+            run_dir: the run directory (``outputs/runs/<date>/<time>``).
+            ckpt: ``"best"`` (the tested checkpoint), ``"last"``, or the path of a ``.ckpt``.
+            device: ``"cpu"``, ``"cuda"``, ...; None = a GPU when there is one.
+
+        Raises:
+            UserError: no such run directory or checkpoint, or a checkpoint written before
+                checkpoints stored what forecasting needs.
+        """
+        run = Path(run_dir).expanduser()
+        config = run / "config.yaml"
+        if not run.is_dir():
+            raise UserError(f"Run directory {run} does not exist.")
+        if not config.is_file():
+            raise UserError(f"{run} is not a run directory: it has no config.yaml.")
+        path = find_checkpoint(run, ckpt)
+        checkpoint = check_checkpoint(path)
+        info = ForecastInfo.from_checkpoint(checkpoint, path)
+        model = hydra.utils.instantiate(OmegaConf.load(config).model)
+        module = ForecastModule(model, optimizer=None)
+        module.load_state_dict(checkpoint["state_dict"])
+        module.on_load_checkpoint(checkpoint)  # the scaler
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        return cls(module.to(device).eval(), info, path)
+
+    @property
+    def history_steps(self) -> int:
+        """Steps of history a forecast reads (the input steps, or the seasonal reach)."""
+        return self.info.history_steps
+
+    @property
+    def output_steps(self) -> int:
+        """J, the forecast steps."""
+        return self.info.output_steps
+
+    def forecast(
+        self, history: pd.DataFrame | None = None, what: str = "the history"
+    ) -> pd.DataFrame:
+        """The forecast of the J steps after the last timestamp of ``history``.
+
+        Args:
+            history: long-format rows (see the class docstring); None = what :meth:`update`
+                was fed.
+            what: how error messages name the history (e.g. its file).
+
+        Returns:
+            One row per (step, point): the time, ``horizon`` (1..J), the point id, its
+            coordinates (moving points: the forecast positions), one column per value channel
+            in real units, and ``filled_inputs``.
+
+        Raises:
+            UserError: the history lacks columns or steps, is sampled at another interval,
+                or has points the model cannot take (see :func:`build_input`).
+        """
+        if history is None:
+            if self._buffer is None:
+                raise UserError("Nothing to forecast from: pass a history or call update() first.")
+            history = self._buffer
+        window = build_input(history, self.info, what)
+        device = next(iter(self.module.parameters()), torch.empty(0)).device
+        batch = {
+            "x": torch.from_numpy(window.x)[None].to(device),
+            "coords": torch.from_numpy(window.coords)[None].to(device),
+        }
+        with torch.no_grad():
+            pred = self.module.predict_step(batch, 0)[0].cpu().numpy()  # (J, N, C)
+        return self._table(window, pred)
+
+    def update(self, snapshot: pd.DataFrame) -> None:
+        """Add rows (usually one time step of readings) to the stream :meth:`forecast` reads.
+
+        Only the last ``history_steps`` steps are kept.
+        """
+        rows = parse_history(snapshot, self.info, "the snapshot")
+        stream = rows if self._buffer is None else pd.concat([self._buffer, rows])
+        times = stream[self.info.time_col].to_numpy()
+        step = history_step(times, self.info, "the stream fed to update()")
+        stream = stream[times > times.max() - self.history_steps * step]
+        self._buffer = stream.reset_index(drop=True)
+
+    def _table(self, window: ForecastInput, pred: np.ndarray) -> pd.DataFrame:
+        """The long-format forecast from ``pred (J, N, C)`` in real units."""
+        info = self.info
+        j, n, _ = pred.shape
+        values = len(info.value_channels)
+        if info.moving:  # the forecast positions are the pos_* channels
+            coords = pred[..., values:]
+        else:
+            coords = np.broadcast_to(window.raw_coords, (j, n, info.num_dims))
+        horizon = np.repeat(np.arange(1, j + 1), n)
+        columns = {
+            info.time_col: window.last_time + horizon * window.step,
+            "horizon": horizon,
+            info.id_col: np.tile(window.point_ids, j),
+            **{c: coords[..., d].ravel() for d, c in enumerate(info.coord_cols)},
+            **{c: pred[..., k].ravel() for k, c in enumerate(info.value_channels)},
+            FILLED_COLUMN: np.tile(window.filled, j),
+        }
+        return pd.DataFrame(columns)
+
+
+def find_checkpoint(run: Path, ckpt: str | Path) -> Path:
+    """The checkpoint file ``ckpt`` (``"best"``, ``"last"`` or a path) of run directory ``run``.
+
+    ``best`` is the checkpoint the run was tested with (``metrics.json``), else the
+    ``epoch_*.ckpt`` of ``checkpoints/`` (the best by validation loss).
+
+    Raises:
+        UserError: there is no such checkpoint.
+    """
+    folder = run / "checkpoints"
+    if str(ckpt) == "best":
+        newest = max(folder.glob("epoch_*.ckpt"), key=lambda p: p.stat().st_mtime, default=None)
+        found = _tested_checkpoint(run) or newest
+    elif str(ckpt) == "last":
+        found = folder / "last.ckpt"
+    else:
+        given = Path(ckpt).expanduser()
+        found = given if given.is_file() or given.is_absolute() else run / given
+    if found is None or not found.is_file():
+        have = sorted(p.name for p in folder.glob("*.ckpt"))
+        raise UserError(
+            f"No checkpoint {ckpt!r} in {run} ({folder} holds {have or 'no .ckpt files'}): "
+            "use a run that trained, ckpt=best, ckpt=last or the path of a .ckpt file."
+        )
+    return found
+
+
+def _tested_checkpoint(run: Path) -> Path | None:
+    """The checkpoint ``metrics.json`` says was tested, found again if the run was moved."""
+    metrics = run / "metrics.json"
+    if not metrics.is_file():
+        return None
+    tested = json.loads(metrics.read_text()).get("checkpoint")
+    if not tested:
+        return None
+    for path in (Path(tested), run / "checkpoints" / Path(tested).name):
+        if path.is_file():
+            return path
+    return None

@@ -1,0 +1,247 @@
+"""A long-format history table -> the model input of one forecast, as training built it.
+
+Rows are laid on the training sampling grid (:func:`~cloudlstm.data.long_format.pivot_long`),
+the last ``history_steps`` steps are kept, gaps are filled as the loaders fill them
+(:func:`~cloudlstm.data.long_format.interpolate_gaps`: linear in time, ends by the nearest
+reading), and values and coordinates are normalised with the statistics stored in the
+checkpoint (:class:`~cloudlstm.forecast_info.ForecastInfo`); nothing is fitted on the new
+data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from cloudlstm.data.long_format import (
+    check_columns,
+    infer_step,
+    interpolate_gaps,
+    numeric_column,
+    parse_times,
+    pivot_long,
+)
+from cloudlstm.data.transforms import scale_coords
+from cloudlstm.errors import UserError
+from cloudlstm.forecast_info import ForecastInfo
+
+
+@dataclass
+class ForecastInput:
+    """The model input built from a history.
+
+    Attributes:
+        x: ``(M, N, C)`` float32 normalised input (the model's input steps).
+        coords: ``(N, L)`` float32 normalised coordinates (moving points: the last positions).
+        point_ids: the N points, training points first in training order, then new ones.
+        raw_coords: ``(N, L)`` coordinates in raw units (moving points: the last positions).
+        filled: ``(N,)`` how many of each point's M x C input entries were filled.
+        last_time: the last timestamp of the history.
+        step: the sampling period.
+    """
+
+    x: np.ndarray
+    coords: np.ndarray
+    point_ids: list[str]
+    raw_coords: np.ndarray
+    filled: np.ndarray
+    last_time: np.datetime64
+    step: np.timedelta64
+
+
+def step_text(step: np.timedelta64) -> str:
+    """A sampling step as a frequency string: ``1h``, ``5min``, ``30s``."""
+    seconds = pd.Timedelta(step).total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return str(pd.Timedelta(step))
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """The long-format helpers' ValueErrors (bad data) as one-line UserErrors."""
+    try:
+        yield
+    except UserError:
+        raise
+    except ValueError as err:
+        raise UserError(str(err)) from None
+
+
+def parse_history(df: pd.DataFrame, info: ForecastInfo, what: str) -> pd.DataFrame:
+    """Check the columns and parse the time column (to ``datetime64[ns]``, naive UTC).
+
+    Raises:
+        UserError: a column is missing (expected vs found), or a timestamp cannot be read.
+    """
+    expected = [info.time_col, info.id_col, *info.coord_cols, *info.value_channels]
+    with user_errors():
+        check_columns(
+            df,
+            expected,
+            what,
+            f"The model ({info.model}) was trained on these columns; rename yours to match.",
+        )
+        times = parse_times(df[info.time_col], f"column {info.time_col!r} of {what}")
+    if df[info.id_col].isna().any():
+        raise UserError(f"{what}: column {info.id_col!r} has empty point ids.")
+    return df.assign(**{info.time_col: times, info.id_col: df[info.id_col].astype(str)})
+
+
+def history_step(times: np.ndarray, info: ForecastInfo, what: str) -> np.timedelta64:
+    """The training sampling period, checked against the history's own.
+
+    Raises:
+        UserError: the history is sampled at another interval, or the period is unknown.
+    """
+    distinct = np.unique(times)
+    found = infer_step(distinct) if len(distinct) > 1 else None
+    expected = info.step
+    if expected is None and found is None:
+        raise UserError(f"{what} has one timestamp and the training data had no sampling step.")
+    if expected is not None and found is not None and found != expected:
+        raise UserError(
+            f"{what} is sampled every {step_text(found)}, but the model was trained on data "
+            f"every {step_text(expected)}: resample the history to {step_text(expected)} steps."
+        )
+    return expected if expected is not None else found
+
+
+def recent_window(
+    df: pd.DataFrame, info: ForecastInfo, what: str
+) -> tuple[pd.DataFrame, np.timedelta64]:
+    """The rows of the last ``history_steps`` steps of a parsed history, and the step.
+
+    Raises:
+        UserError: the history spans fewer steps than the model's input needs.
+    """
+    times = df[info.time_col].to_numpy()
+    step, need = history_step(times, info, what), info.history_steps
+    first, last = times.min(), times.max()
+    covered = int((last - first) // step) + 1
+    if covered < need:
+        reach = f" ({info.input_steps} input steps reaching back {need})"
+        raise UserError(
+            f"{what} covers {covered} step(s) of {step_text(step)} ({pd.Timestamp(first)} "
+            f"to {pd.Timestamp(last)}), but the model needs {need}"
+            f"{reach if need != info.input_steps else ''}: give at least {need} steps, i.e. "
+            f"from {pd.Timestamp(last - (need - 1) * step)} on."
+        )
+    return df[times > last - need * step], step
+
+
+def order_points(ids: list[str], info: ForecastInfo, what: str) -> list[str]:
+    """Training points present in the history (training order), then new points (sorted).
+
+    Raises:
+        UserError: a model tied to its training points (``fixed_points``) gets new points,
+            or misses some of them.
+    """
+    present = set(ids)
+    known = [p for p in info.point_ids if p in present]
+    new = sorted(present - set(info.point_ids))
+    if info.fixed_points and new:
+        raise UserError(
+            f"{what} has {len(new)} point(s) the model was not trained on ({', '.join(new[:5])}"
+            f"{' ...' if len(new) > 5 else ''}); {info.model} cannot forecast them: "
+            f"{info.fixed_points}. Leave them out, or train a point model (e.g. model=cloudlstm)."
+        )
+    if info.fixed_points and len(known) < len(info.point_ids):
+        missing = [p for p in info.point_ids if p not in present]
+        raise UserError(
+            f"{info.model} forecasts exactly its {len(info.point_ids)} training points "
+            f"({info.fixed_points}), but {what} has no reading of {', '.join(missing[:5])}"
+            f"{' ...' if len(missing) > 5 else ''} in the last {info.history_steps} steps."
+        )
+    return known + new
+
+
+def build_input(df: pd.DataFrame, info: ForecastInfo, what: str = "the history") -> ForecastInput:
+    """The normalised model input of the forecast after the last timestamp of ``df``.
+
+    Args:
+        df: long-format rows ``(time, id, coordinates, one column per value channel)``;
+            missing cells or rows are filled.
+        info: the training data's description, from the checkpoint.
+        what: how to name ``df`` in error messages.
+
+    Raises:
+        UserError: missing columns, unreadable cells, another sampling interval, too little
+            history, points without coordinates, or points the model cannot take.
+    """
+    df, step = recent_window(parse_history(df, info, what), info, what)
+    need = info.history_steps
+    ids = order_points(df[info.id_col].unique().tolist(), info, what)
+    index = {p: n for n, p in enumerate(ids)}
+    with user_errors():
+        grid = pivot_long(df, info.time_col, info.id_col, step, "error", what)
+        values = np.stack([numeric_column(df, c, what) for c in info.value_channels], axis=1)
+        positions = np.stack([numeric_column(df, c, what) for c in info.coord_cols], axis=1)
+    # the grid starts at the history's first row; the window ends at its last timestamp
+    first = need - len(grid.timestamps)
+    column = np.array([index[p] for p in grid.point_ids])
+    raw = np.full((need, len(ids), len(info.value_channels)), np.nan, dtype=np.float32)
+    raw[first:, column] = grid.scatter(values, dtype=np.float32)
+    pos = np.full((need, len(ids), info.num_dims), np.nan)
+    pos[first:, column] = grid.scatter(positions)
+    raw_coords, track, located = _coordinates(pos, ids, info, what)
+    filled, observed = interpolate_gaps(raw)
+    if info.moving:  # positions are channels too, as in training
+        filled = np.concatenate([filled, track.astype(np.float32)], axis=-1)
+        observed = np.concatenate([observed, located], axis=-1)
+    normed = info.value_scaler().transform(filled)
+    # as in training: an entry no point had in the window becomes 0, the training mean
+    np.nan_to_num(normed, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+    rows = need + np.asarray(info.input_offsets)
+    degenerate = np.asarray(info.coord_degenerate)
+    coords = scale_coords(
+        raw_coords, np.asarray(info.coord_lo), np.asarray(info.coord_span), degenerate
+    )
+    return ForecastInput(
+        x=normed[rows].astype(np.float32),
+        coords=coords.astype(np.float32),
+        point_ids=ids,
+        raw_coords=raw_coords,
+        filled=(~observed[rows]).sum(axis=(0, 2)),
+        last_time=grid.timestamps[-1],
+        step=step,
+    )
+
+
+def _coordinates(
+    pos: np.ndarray, ids: list[str], info: ForecastInfo, what: str
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """Coordinates from the rows' positions ``pos (H, N, L)`` (NaN where not given).
+
+    Returns ``(coords (N, L), track (H, N, L) or None, given (H, N, L))``: static points take
+    the coordinates of their first row that has them (a training point whose rows have
+    none, its training ones); moving points' positions are filled in time like values
+    (``track``), and their last positions are the coordinates.
+
+    Raises:
+        UserError: a new (or moving) point has no coordinates in any row.
+    """
+    given = np.isfinite(pos)
+    located = given.all(axis=2)  # (H, N)
+    lacking = [p for p, ok in zip(ids, located.any(axis=0), strict=True) if not ok]
+    if info.moving:
+        if lacking:
+            raise UserError(f"{what}: moving point(s) {lacking[:5]} have no position in any row.")
+        track = interpolate_gaps(pos)[0]
+        return track[-1], track, given
+    training = dict(zip(info.point_ids, info.coords, strict=True))
+    unknown = [p for p in lacking if p not in training]
+    if unknown:
+        raise UserError(
+            f"{what}: new point(s) {unknown[:5]} have no coordinates ({info.coord_cols}) in any "
+            "row; give each new point its location."
+        )
+    coords = pos[located.argmax(axis=0), np.arange(len(ids))]
+    for n in np.flatnonzero(~located.any(axis=0)):
+        coords[n] = training[ids[n]]
+    return coords, None, given

@@ -1,0 +1,352 @@
+"""Forecasting new data from a run directory: ``Forecaster`` and ``predict.py``.
+
+Tiny runs are trained on a long-format CSV (``data=points``) with missing cells and on
+the moving-points generator, with ``module.save_predictions=true``; the forecast of a
+test window's history, given as a long table, must equal the model's forecast of that
+window inside the test loop: the same normalisation, nothing refitted on the new data.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import ROOT, TINY, compose_train, subprocess_env
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from cloudlstm.cli.train import train
+from cloudlstm.data.datamodule import PointCloudDataModule, seasonal_offsets
+from cloudlstm.errors import UserError
+from cloudlstm.forecast import FILLED_COLUMN, Forecaster
+from cloudlstm.forecast_info import INFO_KEY, ForecastInfo
+from cloudlstm.forecast_input import build_input
+
+T, N, M, J = 200, 6, 4, 3
+CHANNELS = ["no2", "pm25"]
+IDS = [f"p{p}" for p in range(N)]  # sorted: the loader's point order
+STAMPS = pd.Timestamp("2021-01-01") + pd.to_timedelta(np.arange(T), unit="h")
+SPLIT = 169  # the first target step of the test window compared (the test part: [160, 200))
+COORDS = np.random.default_rng(1).uniform(0, 10, (N, 2))
+
+
+def raw_stream() -> tuple[np.ndarray, np.ndarray]:
+    """``(values (T, N, C), observed (T, N, C))``: smooth series, 10 % of the cells missing."""
+    rng = np.random.default_rng(0)
+    t = np.arange(T)[:, None, None]
+    phase = rng.uniform(0, 2 * np.pi, (1, N, len(CHANNELS)))
+    values = 50 + 20 * np.sin(2 * np.pi * t / 24 + phase) + rng.normal(0, 2, (T, N, 2))
+    observed = rng.random(values.shape) > 0.1
+    observed[:, 0, 0] = True  # point 0 has a row at every step: a complete time grid
+    # the compared window's first and last input steps are complete, so its gaps are filled
+    # from inside the window, as training filled them from the whole stream
+    observed[[SPLIT - M, SPLIT - 1]] = True
+    return values, observed
+
+
+def long_table(values: np.ndarray, observed: np.ndarray, steps: range) -> pd.DataFrame:
+    """Rows ``timestamp, id, x, y, no2, pm25`` of ``steps`` with any observed value."""
+    rows = [
+        [STAMPS[t], IDS[p], *COORDS[p], *np.where(observed[t, p], values[t, p], np.nan)]
+        for t in steps
+        for p in range(N)
+        if observed[t, p].any()
+    ]
+    return pd.DataFrame(rows, columns=["timestamp", "id", "x", "y", *CHANNELS])
+
+
+def train_run(tmp: Path, overrides: list[str]) -> Path:
+    """Train a tiny job (no logger, no figures) and return its run directory."""
+    cfg = compose_train(tmp, [*overrides, "logger=none", "report.figures=false"])
+    train(cfg)
+    return Path(cfg.paths.output_dir)
+
+
+def run_data(run: Path) -> tuple[PointCloudDataModule, np.ndarray]:
+    """The run's datamodule (from its config.yaml) and its test-loop forecasts."""
+    dm = instantiate(OmegaConf.load(run / "config.yaml").data)
+    dm.setup()
+    with np.load(run / "predictions.npz") as npz:
+        return dm, npz["prediction"]
+
+
+def window_at(dm: PointCloudDataModule, split: int) -> int:
+    """The index of the test window whose target starts at step ``split``."""
+    return [dm.test_dataset.time_range(i)[1] for i in range(len(dm.test_dataset))].index(split)
+
+
+@pytest.fixture(scope="module")
+def points_run(tmp_path_factory):
+    """A tiny CloudLSTM run on the CSV, with ``predictions.npz`` of its test windows."""
+    tmp = tmp_path_factory.mktemp("points")
+    values, observed = raw_stream()
+    long_table(values, observed, range(T)).to_csv(tmp / "stream.csv", index=False)
+    keep = [o for o in TINY if not o.startswith("data.source.")]
+    run = train_run(
+        tmp,
+        [*keep, "data=points", f"data.path={tmp / 'stream.csv'}", "module.save_predictions=true"],
+    )
+    dm, prediction = run_data(run)
+    return run, prediction[window_at(dm, SPLIT)], values, observed
+
+
+@pytest.fixture(scope="module")
+def forecaster(points_run):
+    return Forecaster.load(points_run[0], device="cpu")
+
+
+def history(points_run, end: int = SPLIT) -> pd.DataFrame:
+    """Every CSV row before step ``end``: more than the model reads."""
+    _, _, values, observed = points_run
+    return long_table(values, observed, range(end))
+
+
+def test_forecast_equals_the_test_loop_forecast_of_the_same_window(points_run, forecaster):
+    run, expected, _, observed = points_run
+    out = forecaster.forecast(history(points_run))
+    assert list(out.columns) == ["timestamp", "horizon", "id", "x", "y", *CHANNELS, FILLED_COLUMN]
+    assert len(out) == J * N
+    assert (out["timestamp"].unique() == STAMPS[SPLIT : SPLIT + J]).all()
+    assert out["horizon"].tolist() == np.repeat(np.arange(1, J + 1), N).tolist()
+    assert out["id"].tolist() == IDS * J
+    np.testing.assert_allclose(out[["x", "y"]].to_numpy(), np.tile(COORDS, (J, 1)))
+    forecast = out[CHANNELS].to_numpy().reshape(J, N, len(CHANNELS))
+    np.testing.assert_allclose(forecast, expected, rtol=1e-5, atol=1e-4)
+    # filled: the point's missing cells among the M input steps x C channels
+    missing = (~observed[SPLIT - M : SPLIT]).sum(axis=(0, 2))
+    assert out[FILLED_COLUMN].tolist() == missing.tolist() * J
+    assert missing.sum() > 0  # the window has gaps, filled as in training
+
+
+def test_best_checkpoint_is_the_tested_one_and_the_module_predicts_alone(points_run):
+    run = points_run[0]
+    best = Forecaster.load(run, device="cpu")
+    tested = sorted((run / "checkpoints").glob("epoch_*.ckpt"))
+    assert best.checkpoint == tested[0]
+    last = Forecaster.load(run, ckpt="last", device="cpu")
+    assert last.checkpoint == run / "checkpoints" / "last.ckpt"
+    info = best.info
+    assert info.point_ids == IDS and info.value_channels == CHANNELS
+    assert info.step_minutes == 60 and info.input_offsets == list(range(-M, 0))
+    assert not info.moving and info.fixed_points is None
+    np.testing.assert_allclose(info.coords, COORDS)
+
+
+def test_update_one_step_at_a_time_equals_the_whole_history(points_run, forecaster):
+    f = Forecaster.load(points_run[0], device="cpu")
+    whole = history(points_run)
+    recent = whole[whole["timestamp"] >= STAMPS[SPLIT - 3 * M]]
+    for _, snapshot in recent.groupby("timestamp"):
+        f.update(snapshot)
+    assert f._buffer["timestamp"].nunique() == M  # only what the model reads is kept
+    pd.testing.assert_frame_equal(f.forecast(), forecaster.forecast(whole))
+
+
+def test_new_point_and_missing_snapshot_rows_for_cloudlstm(points_run, forecaster):
+    df = history(points_run)
+    new = df[df["id"] == "p0"].assign(id="q9", x=5.0, y=5.0, no2=lambda d: d["no2"] + 3.0)
+    last = STAMPS[SPLIT - 1]
+    df = pd.concat([df, new])
+    df = df[~((df["timestamp"] == last) & (df["id"] == "p3"))]  # p3 missing from the snapshot
+    out = forecaster.forecast(df)
+    assert out["id"].tolist() == [*IDS, "q9"] * J
+    assert np.isfinite(out[CHANNELS].to_numpy()).all()
+    filled = out.groupby("id")[FILLED_COLUMN].first()
+    assert filled["p3"] >= len(CHANNELS)  # its last step was filled
+    np.testing.assert_allclose(out.loc[out["id"] == "q9", ["x", "y"]].to_numpy(), 5.0)
+
+
+@pytest.fixture(scope="module")
+def grid_run(tmp_path_factory, points_run):
+    """A tiny ConvLSTM (a grid model) on the same CSV; trained only, not tested."""
+    tmp = tmp_path_factory.mktemp("grid")
+    csv = points_run[0].parent / "stream.csv"
+    keep = [o for o in TINY if not o.startswith(("data.source.", "model.", "trainer.max"))]
+    return train_run(
+        tmp,
+        [
+            *keep,
+            "data=points",
+            f"data.path={csv}",
+            "model=convlstm",
+            "model.hidden_channels=2",
+            "model.num_layers=1",
+            "trainer.max_epochs=1",
+            "test=false",
+        ],
+    )
+
+
+def test_grid_model_forecasts_its_points_and_refuses_new_ones(grid_run, points_run):
+    f = Forecaster.load(grid_run, device="cpu")
+    assert f.checkpoint.name.startswith("epoch_")  # no metrics.json checkpoint: the best file
+    df = history(points_run)
+    assert f.forecast(df)["id"].tolist() == IDS * J
+    new = df[df["id"] == "p0"].assign(id="q9", x=5.0)
+    with pytest.raises(UserError, match=r"q9.*ConvLSTM cannot forecast them: it is a grid model"):
+        f.forecast(pd.concat([df, new]))
+    recent = df["timestamp"] >= STAMPS[SPLIT - M]
+    with pytest.raises(UserError, match=r"exactly its 6 training points.*no reading of p2"):
+        f.forecast(df[~(recent & (df["id"] == "p2"))])
+
+
+@pytest.fixture(scope="module")
+def moving_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("moving")
+    keep = [o for o in TINY if not o.startswith("data.source.")]
+    run = train_run(
+        tmp,
+        [
+            *keep,
+            "data=synthetic_moving",
+            "data.source.num_points=8",
+            "data.source.num_steps=150",
+            "module.save_predictions=true",
+        ],
+    )
+    return run, *run_data(run)
+
+
+def test_moving_points_get_forecast_positions(moving_run):
+    run, dm, prediction = moving_run
+    source = dm.source.load()  # the raw stream: values and the trajectory
+    window = 2
+    _, split, _ = dm.test_dataset.time_range(window)
+    steps = range(split - M - 2, split)
+    df = pd.DataFrame(
+        [
+            [source.timestamps[t], pid, *source.trajectory[t, p], *source.values[t, p]]
+            for t in steps
+            for p, pid in enumerate(source.point_ids)
+        ],
+        columns=["timestamp", "id", "x", "y", *source.channel_names],
+    )
+    out = Forecaster.load(run, device="cpu").forecast(df)
+    n = source.num_points
+    expected = prediction[window]  # (J, N, C + 2): values, then pos_x, pos_y
+    forecast = out[[*source.channel_names, "x", "y"]].to_numpy().reshape(J, n, -1)
+    np.testing.assert_allclose(forecast, expected, rtol=1e-5, atol=1e-4)
+    assert not np.allclose(forecast[0, :, -2:], source.trajectory[split - 1])  # they move
+
+
+def test_input_steps_follow_the_stored_offsets():
+    """Seasonal input: the model reads the steps the offsets name, reaching back a day."""
+    offsets = seasonal_offsets(2, steps_per_day=24, days=1, every_minutes=360)
+    info = ForecastInfo(
+        scaler={"mean": [0.0], "std": [1.0]},
+        channel_names=["v"],
+        value_channels=["v"],
+        point_ids=["a", "b"],
+        coords=[[0.0, 0.0], [1.0, 1.0]],
+        coord_lo=[0.0, 0.0],
+        coord_span=[1.0, 1.0],
+        coord_degenerate=[False, False],
+        input_offsets=offsets.tolist(),
+        output_steps=1,
+        step_minutes=60.0,
+        moving=False,
+        time_col="timestamp",
+        id_col="id",
+        coord_cols=["x", "y"],
+        model="Persistence",
+        fixed_points=None,
+    )
+    steps = np.arange(30)
+    df = pd.DataFrame(
+        [[STAMPS[t], pid, c, c, float(t)] for t in steps for c, pid in enumerate("ab")],
+        columns=["timestamp", "id", "x", "y", "v"],
+    )
+    window = build_input(df, info)
+    assert window.x[:, 0, 0].tolist() == (30 + offsets).tolist()  # value = step index
+    with pytest.raises(UserError, match=r"covers 23 step\(s\) of 1h .* needs 24 \(6 input steps"):
+        build_input(df[df["timestamp"] > STAMPS[6]], info)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda df: df[df["timestamp"] >= STAMPS[SPLIT - 3]], r"covers 3 step\(s\) of 1h.*needs 4"),
+        (lambda df: df.drop(columns="pm25"), r"lacks column\(s\) \['pm25'\]. Expected .*found"),
+        (
+            lambda df: df.assign(timestamp=STAMPS[0] + (df["timestamp"] - STAMPS[0]) / 2),
+            r"sampled every 30min, but the model was trained on data every 1h",
+        ),
+    ],
+    ids=["too-little-history", "missing-channel", "other-interval"],
+)
+def test_history_errors_say_what_is_expected(points_run, forecaster, change, message):
+    with pytest.raises(UserError, match=message):
+        forecaster.forecast(change(history(points_run)))
+
+
+def test_run_directory_and_checkpoint_errors(points_run, tmp_path):
+    run = points_run[0]
+    with pytest.raises(UserError, match="does not exist"):
+        Forecaster.load(tmp_path / "nope")
+    empty = tmp_path / "untrained"
+    empty.mkdir()
+    (empty / "config.yaml").write_text((run / "config.yaml").read_text())
+    with pytest.raises(UserError, match=r"No checkpoint 'best' in .*no \.ckpt files"):
+        Forecaster.load(empty)
+    old = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    del old[INFO_KEY]
+    torch.save(old, tmp_path / "old.ckpt")
+    with pytest.raises(UserError, match="written before checkpoints stored it. Retrain"):
+        Forecaster.load(run, ckpt=tmp_path / "old.ckpt")
+
+
+def predict(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "predict.py"), *args],
+        cwd=ROOT,
+        env={**subprocess_env(), "OMP_WAIT_POLICY": "PASSIVE"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize("out", ["forecast.csv", "forecast.parquet"])
+def test_predict_py_writes_the_forecast_and_prints_its_path(points_run, forecaster, tmp_path, out):
+    run = points_run[0]
+    data = tmp_path / "recent.csv"
+    history(points_run).to_csv(data, index=False)
+    done = predict(f"run={run}", f"data.path={data}", f"out={out}")
+    parquet = out.endswith(".parquet")
+    if parquet and not any(importlib.util.find_spec(m) for m in ("pyarrow", "fastparquet")):
+        assert done.returncode != 0 and "pip install pyarrow" in done.stderr
+        return
+    assert done.returncode == 0, done.stderr
+    path = Path(done.stdout.strip().splitlines()[-1])
+    assert path.parent.parent == run / "predict" and path.name == out
+    written = pd.read_parquet(path) if parquet else pd.read_csv(path, parse_dates=["timestamp"])
+    expected = forecaster.forecast(history(points_run))
+    pd.testing.assert_frame_equal(written, expected, check_dtype=False, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run=/no/such/run", "data.path=x.csv"], "Run directory /no/such/run does not exist."),
+        (["run=RUN", "data.path=SHORT"], "covers 2 step(s) of 1h"),
+    ],
+    ids=["no-run", "short-history"],
+)
+def test_predict_py_errors_are_one_line(points_run, tmp_path, args, message):
+    short = tmp_path / "short.csv"
+    history(points_run)[lambda df: df["timestamp"] >= STAMPS[SPLIT - 2]].to_csv(short, index=False)
+    args = [a.replace("RUN", str(points_run[0])).replace("SHORT", str(short)) for a in args]
+    outputs = points_run[0] / "predict"
+    before = sorted(outputs.iterdir()) if outputs.is_dir() else []
+    done = predict(*args)
+    assert done.returncode != 0
+    # Hydra frames the message (the overrides, HYDRA_FULL_ERROR); the message is one line
+    assert len([line for line in done.stderr.splitlines() if message in line]) == 1, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert (sorted(outputs.iterdir()) if outputs.is_dir() else []) == before  # nothing written
