@@ -5,17 +5,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import lightning as L
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.utils import get_total_norm
 
 from cloudlstm.data.transforms import StandardScaler
-from cloudlstm.forecast_info import INFO_KEY, ForecastInfo
 from cloudlstm.errors import UserError
+from cloudlstm.forecast_info import INFO_KEY, ForecastInfo
 from cloudlstm.metrics import ForecastMetrics
+from cloudlstm.nn.knn import NonFiniteCoordinatesError
 
 
 def masked_mse(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -27,8 +29,8 @@ def masked_mse(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> 
     return diff.square().sum() / mask.sum().clamp_min(1).to(pred.dtype)
 
 
-class NonFiniteLossError(UserError):
-    """The training loss became NaN or inf: the settings, not the code, need fixing."""
+class TrainingDivergedError(UserError):
+    """The training loss or the weights became NaN or inf: the settings need fixing."""
 
 
 class ForecastModule(L.LightningModule):
@@ -117,28 +119,42 @@ class ForecastModule(L.LightningModule):
         return loss, pred
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss = self._step(batch, "train")[0]
+        try:
+            loss = self._step(batch, "train")[0]
+        except NonFiniteCoordinatesError:  # CloudLSTM-family features: NaN before the loss
+            self._diverged("the model's point coordinates became NaN or inf", batch_idx)
         self._stop_if_not_finite(loss, batch_idx)
         # per-step curve beside the epoch mean (`train/loss`) for long epochs
         self.log("train/loss_step", loss, on_step=True, on_epoch=False)
         return loss
 
     def _stop_if_not_finite(self, loss: torch.Tensor, batch_idx: int) -> None:
-        """Stop training at the first NaN / inf loss, naming where and the usual causes.
+        """Stop at the first NaN / inf training loss, before its backward pass.
 
-        Checked here rather than in a callback so that every run has it (also
-        ``callbacks=none``), before the step's backward pass. All DDP ranks decide together:
+        Checked in the module rather than in a callback so that every run has it (also
+        ``callbacks=none``); it costs one host sync per step. All DDP ranks decide together:
         a rank stopping alone would leave the others waiting in the gradient all-reduce.
         """
         bad = not bool(torch.isfinite(loss))
         if self.trainer.strategy.reduce_boolean_decision(bad, all=False):
-            raise NonFiniteLossError(
-                f"The training loss is {loss.item()} at epoch {self.current_epoch}, batch "
-                f"{batch_idx} (global step {self.global_step}){'' if bad else ' on another rank'}"
-                ". Usual causes: a learning rate too high (optimizer.lr), unnormalised or "
-                "non-finite inputs, or exploding gradients (clip them: "
-                "trainer.gradient_clip_val=1.0). No metrics were written for this run."
-            )
+            value = loss.item() if bad else "not finite on another DDP rank"
+            self._diverged(f"the training loss is {value}", batch_idx)
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Stop when an update made a weight NaN / inf (identical on every DDP rank): the next
+        forward pass would fail obscurely, e.g. neighbours searched among NaN coordinates."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        if params and not torch.isfinite(get_total_norm(params, norm_type=math.inf)):
+            name = next(n for n, p in self.named_parameters() if not torch.isfinite(p).all())
+            self._diverged(f"its update made the weights non-finite (first: {name})", batch_idx)
+
+    def _diverged(self, what: str, batch_idx: int) -> NoReturn:
+        raise TrainingDivergedError(
+            f"Training diverged at epoch {self.current_epoch}, batch {batch_idx} (global step "
+            f"{self.global_step}): {what}. Usual causes: a learning rate too high "
+            "(optimizer.lr), unnormalised or non-finite inputs, or exploding gradients (clip "
+            "them: trainer.gradient_clip_val=1.0). The run stopped without writing metrics."
+        )
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         _, pred = self._step(batch, "val")

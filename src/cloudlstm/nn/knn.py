@@ -41,6 +41,10 @@ class NeighbourCountError(ValueError):
     """K is larger than the number of points in the cloud."""
 
 
+class NonFiniteCoordinatesError(ValueError):
+    """Neighbours were asked among NaN / inf coordinates (a diverged model's features)."""
+
+
 def check_k(k: int, num_points: int) -> None:
     """Raise a clear error when K neighbours cannot be found among ``num_points`` points."""
     if k < 1:
@@ -353,6 +357,8 @@ def knn(coords: torch.Tensor, k: int, chunk: int = 1024) -> torch.Tensor:
         if dims == 1:  # a zero second axis adds exactly 0 to every distance
             array = torch.cat([array, torch.zeros_like(array)], dim=-1)
         array = np.ascontiguousarray(array.numpy())
+        if not np.isfinite(array).all():  # the kernel would return indices out of range
+            raise NonFiniteCoordinatesError("kNN: the point coordinates hold NaN or inf.")
         out = np.empty((array.shape[0], n, k), dtype=np.int64)
         run_sliced(len(array), lambda a, b: _knn_grid(array[a:b], k, out[a:b]), min_slice=16)
         index = torch.from_numpy(out)

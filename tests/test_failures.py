@@ -1,0 +1,168 @@
+"""Failing safely: diverged training, bad user input at the entry point, corrupt data caches.
+
+The checkpoint and run-directory failures of ``eval.py`` are in ``test_eval.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from cloudlstm.cli.build import build_datamodule
+from cloudlstm.cli.train import train
+from cloudlstm.data.synthetic import SyntheticAdvectionDiffusion
+from cloudlstm.errors import UserError
+from cloudlstm.lit import ForecastModule, TrainingDivergedError
+from cloudlstm.models.base import Forecaster
+from tests.conftest import ROOT, compose_train, rebuilding_fails, subprocess_env
+
+
+# ---------------------------------------------------------------- diverged training
+def test_diverging_cloudlstm_stops_at_the_batch_whose_coordinates_blew_up(tiny_cfg):
+    # Adam moves every weight by ~lr: 1e30 overflows the next forward pass, whose DConv
+    # coordinates become NaN before any loss is computed
+    cfg = tiny_cfg("optimizer.lr=1e30", "trainer.gradient_clip_val=null", "logger=none")
+    with pytest.raises(TrainingDivergedError) as err:
+        train(cfg)
+    message = str(err.value)
+    assert "epoch 0, batch 1 (global step 1): the model's point coordinates" in message
+    for cause in ("optimizer.lr", "non-finite inputs", "trainer.gradient_clip_val"):
+        assert cause in message
+    assert not (Path(cfg.paths.output_dir) / "metrics.json").exists()
+
+
+def test_an_update_to_non_finite_weights_stops_at_that_batch(tiny_cfg):
+    cfg = tiny_cfg("optimizer.lr=inf", "logger=none")
+    with pytest.raises(TrainingDivergedError, match=r"epoch 0, batch 0 .*weights non-finite"):
+        train(cfg)
+    assert not (Path(cfg.paths.output_dir) / "metrics.json").exists()
+
+
+class NaNFromCall(Forecaster):
+    """Repeats the last input step (times a weight) until its ``bad_call``-th training call,
+    which forecasts NaN: a NaN loss from finite weights."""
+
+    def __init__(self, output_steps: int, bad_call: int) -> None:
+        super().__init__()
+        self.output_steps = output_steps
+        self.scale = nn.Parameter(torch.ones(()))
+        self.bad_call = bad_call
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
+        out = self.scale * x[:, -1:].expand(-1, self.output_steps, -1, -1)
+        if self.training:
+            self.calls += 1
+            if self.calls == self.bad_call:
+                return out * torch.nan
+        return out
+
+
+def test_nan_loss_stops_before_its_backward_pass(tiny_cfg):
+    cfg = tiny_cfg()
+    datamodule = build_datamodule(cfg, Path(cfg.paths.output_dir).parent)
+    model = NaNFromCall(output_steps=3, bad_call=5)  # 3 batches per epoch: epoch 1, batch 1
+    module = ForecastModule(model, functools.partial(torch.optim.SGD, lr=0.01))
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=2,
+        limit_train_batches=3,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    where = r"epoch 1, batch 1 \(global step 4\): the training loss is nan"
+    with pytest.raises(TrainingDivergedError, match=where):
+        trainer.fit(module, datamodule=datamodule)
+    assert torch.isfinite(model.scale), "the NaN loss must not reach an update"
+
+
+# ---------------------------------------------------------------- user input
+def bad_cell_file(path: Path) -> Path:
+    """A small long-format file whose channel ``no2`` holds the text 'n/d' in data row 7."""
+    times = pd.date_range("2024-01-01", periods=60, freq="1h")
+    rows = [
+        {"timestamp": t, "id": f"p{i}", "x": i % 3, "y": i // 3, "no2": float(s + i)}
+        for s, t in enumerate(times)
+        for i in range(6)
+    ]
+    df = pd.DataFrame(rows).astype({"no2": object})
+    df.loc[7, "no2"] = "n/d"
+    df.to_csv(path, index=False)
+    return path
+
+
+def test_a_bad_data_file_stops_train_py_with_one_line_and_no_traceback(tmp_path):
+    path = bad_cell_file(tmp_path / "fleet.csv")
+    cmd = [
+        sys.executable,
+        "train.py",
+        "data=points",
+        f"data.path={path}",
+        "logger=none",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    proc = subprocess.run(
+        cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "not finite numbers" in line]
+    assert errors == [
+        f"file {path}: 1 channel value(s) are not finite numbers: data row 7, column 'no2': "
+        "'n/d'. Leave missing readings empty (or NA) and remove units or text from the cells, "
+        "or set bad_values=warn (data.bad_values=warn) to treat them as missing."
+    ]
+
+
+def test_a_user_error_in_a_constructor_is_not_wrapped_by_hydra(tmp_path):
+    path = bad_cell_file(tmp_path / "fleet.csv")
+    cfg = compose_train(tmp_path, ["data=points", f"data.path={path}", "data.bad_values=skip"])
+    with pytest.raises(UserError) as err:
+        build_datamodule(cfg, tmp_path)
+    assert type(err.value) is UserError  # not Hydra's InstantiationException around it
+    assert str(err.value) == "bad_values='skip': use one of ['error', 'warn']."
+
+
+# ---------------------------------------------------------------- data cache
+def flip_a_value_byte(path: Path) -> None:
+    """Corrupt one byte inside the cached values array (the zip's CRC no longer matches)."""
+    with zipfile.ZipFile(path) as archive:
+        member = archive.getinfo("values.npy")
+    data = bytearray(path.read_bytes())
+    data[member.header_offset + 200] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def cut_in_half(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+@pytest.mark.parametrize("damage", [cut_in_half, flip_a_value_byte])
+def test_a_damaged_data_cache_is_detected_logged_and_rebuilt(tmp_path, caplog, damage):
+    kw = dict(num_points=12, num_channels=2, num_steps=100, grid_size=16, cache_dir=tmp_path)
+    gen = SyntheticAdvectionDiffusion(**kw)
+    fresh = gen.load()
+    damage(gen.cache_path)
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.data.cache"):
+        rebuilt = SyntheticAdvectionDiffusion(**kw).load()
+    assert f"Data cache {gen.cache_path} is unreadable" in caplog.text
+    assert "rebuilding it" in caplog.text
+    np.testing.assert_array_equal(rebuilt.values, fresh.values)
+    with rebuilding_fails(SyntheticAdvectionDiffusion, "generate"):  # rewritten, valid again
+        again = SyntheticAdvectionDiffusion(**kw)
+        np.testing.assert_array_equal(again.load().values, fresh.values)
+    assert again.last_load_from_cache
