@@ -14,6 +14,7 @@ from torch import nn
 from torch.nn.utils import get_total_norm
 
 from cloudlstm.data.transforms import StandardScaler
+from cloudlstm.distributed import gather_on_rank_zero
 from cloudlstm.errors import UserError
 from cloudlstm.forecast_info import INFO_KEY, ForecastInfo
 from cloudlstm.metrics import ForecastMetrics
@@ -70,7 +71,8 @@ class ForecastModule(L.LightningModule):
         self.group_metrics = nn.ModuleDict()
         self.test_results: dict[str, Any] | None = None
         self.forecast_info: dict[str, Any] | None = None
-        self._predictions: list[tuple[np.ndarray, np.ndarray]] = []
+        # (window start t0, forecast, target) of each test batch, when saving predictions
+        self._predictions: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
     def setup(self, stage: str) -> None:
         dm = self.trainer.datamodule
@@ -190,7 +192,8 @@ class ForecastModule(L.LightningModule):
             points = self.group_points[name].to(pred.device)
             metric.update(pred[:, :, points], target[:, :, points], batch["y_mask"][:, :, points])
         if self.hparams.save_predictions:
-            self._predictions.append((pred.cpu().numpy(), target.cpu().numpy()))
+            t0, pred, target = (v.cpu().numpy() for v in (batch["t0"], pred, target))
+            self._predictions.append((t0, pred, target))
 
     def on_test_epoch_start(self) -> None:
         self.test_metrics.reset()
@@ -211,13 +214,19 @@ class ForecastModule(L.LightningModule):
                 self.log(f"{prefix}/{name}_std", stats["std"])
         for name, value in horizon_scalars(self.test_results, "test").items():
             self.log(name, value)
-        save = self.hparams.save_predictions and self.hparams.output_dir
-        if save and self.trainer.is_global_zero:
-            np.savez_compressed(
-                Path(self.hparams.output_dir) / "predictions.npz",
-                prediction=np.concatenate([p for p, _ in self._predictions]),
-                target=np.concatenate([t for _, t in self._predictions]),
-            )
+        if self.hparams.save_predictions and self.hparams.output_dir:
+            self._save_predictions(Path(self.hparams.output_dir) / "predictions.npz")
+
+    def _save_predictions(self, path: Path) -> None:
+        """Write every rank's test forecasts and targets to ``path`` from rank 0, in window
+        order (under DDP each rank tested every world_size-th window)."""
+        ranks = gather_on_rank_zero(self._predictions)
+        if ranks is None:
+            return
+        batches = [batch for rank in ranks for batch in rank]
+        t0, pred, target = (np.concatenate([b[i] for b in batches]) for i in range(3))
+        order = np.argsort(t0, kind="stable")
+        np.savez_compressed(path, prediction=pred[order], target=target[order])
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         """De-normalised forecast ``(B, J, N, C)`` of ``batch["x"]`` (normalised, ``(B, M, N,

@@ -15,6 +15,7 @@ from cloudlstm.data.outliers import dbscan_outliers, shift_outliers
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.data.transforms import StandardScaler, coord_scale, normalize_coords, scale_coords
 from cloudlstm.data.windows import WindowDataset, contiguous_offsets, count_windows
+from cloudlstm.distributed import each_window_once
 from cloudlstm.errors import UserError
 
 __all__ = ["PointCloudDataModule", "seasonal_offsets", "split_bounds"]
@@ -298,6 +299,7 @@ class PointCloudDataModule(LightningDataModule):
                 end=end,
                 input_offsets=offsets,
                 coords_track=track,
+                return_index=split == "test",  # "t0": orders test windows gathered from ranks
             )
         self._built = True
 
@@ -380,7 +382,8 @@ class PointCloudDataModule(LightningDataModule):
         return self.datasets["test"]
 
     # ------------------------------------------------------------------ loaders
-    def _loader(self, split: str, shuffle: bool) -> DataLoader | list:
+    def _loader(self, split: str, shuffle: bool, each_once: bool = False) -> DataLoader | list:
+        """The split's loader; ``each_once``: under DDP every window on exactly one rank."""
         self._ensure_setup()
         dataset = self.datasets[split]
         if dataset is None:  # the split was disabled with a zero fraction
@@ -389,6 +392,7 @@ class PointCloudDataModule(LightningDataModule):
             dataset,
             batch_size=self.batch_size,
             shuffle=shuffle,
+            sampler=each_window_once(dataset, self.trainer) if each_once else None,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             persistent_workers=self.num_workers > 0,
@@ -402,8 +406,9 @@ class PointCloudDataModule(LightningDataModule):
         return self._loader("val", shuffle=False)
 
     def test_dataloader(self) -> DataLoader | list:
-        # Not shuffled: windows come in chronological order.
-        return self._loader("test", shuffle=False)
+        # Not shuffled: windows come in chronological order. Under DDP no window is repeated
+        # to even out the ranks, so none is scored twice (cloudlstm.distributed).
+        return self._loader("test", shuffle=False, each_once=True)
 
     def predict_dataloader(self) -> DataLoader | list:
         return self._loader("test", shuffle=False)

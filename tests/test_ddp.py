@@ -1,0 +1,83 @@
+"""Testing under DDP scores every test window exactly once and saves them all, in order."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cloudlstm.cli.train import train
+from tests.conftest import ROOT, TINY, compose_train, subprocess_env
+
+# The whole test part (no batch limit, which DDP would apply per rank), one training epoch.
+JOB = [
+    *[a for a in TINY if not a.startswith(("trainer", "data.source.num_steps"))],
+    "data.source.num_steps=165",
+    "trainer.max_epochs=1",
+    "trainer.limit_train_batches=3",
+    "trainer.limit_val_batches=2",
+    "trainer.enable_progress_bar=false",
+    "logger=none",
+    "module.save_predictions=true",
+    "report.figures=false",
+    "torch_threads=1",
+]
+# Batch composition differs between 1 and 2 processes, so float32 forward passes may round
+# differently; the metric sums are float64 and exact otherwise.
+RTOL = 1e-5
+
+
+def assert_close(got: Any, expected: Any, where: str = "test") -> None:
+    """Nested metrics equal up to RTOL (NaN equals NaN)."""
+    if isinstance(expected, dict):
+        assert got.keys() == expected.keys(), where
+        for key in expected:
+            assert_close(got[key], expected[key], f"{where}.{key}")
+    elif isinstance(expected, list):
+        assert len(got) == len(expected), where
+        for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+            assert_close(g, e, f"{where}[{i}]")
+    elif isinstance(expected, float) and math.isnan(expected):
+        assert math.isnan(got), where
+    else:
+        assert math.isclose(got, expected, rel_tol=RTOL, abs_tol=1e-9), (where, got, expected)
+
+
+def test_two_ddp_processes_test_like_one(tmp_path):
+    cfg = compose_train(tmp_path, [*JOB, "trainer=cpu"])
+    single = train(cfg)
+    windows = single["data"]["windows"]["test"]
+    # an odd count: a sampler padding the ranks to equal length would score a window twice
+    assert windows % 2 == 1
+
+    ddp_dir = tmp_path / "ddp"
+    cmd = [
+        sys.executable,
+        "train.py",
+        *JOB,
+        "trainer=ddp_cpu",
+        "train=false",
+        f"ckpt_path={single['checkpoint']}",
+        f"hydra.run.dir={ddp_dir}",
+        f"paths.data_dir={tmp_path / 'data'}",
+    ]
+    proc = subprocess.run(
+        cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    ddp = json.loads((ddp_dir / "metrics.json").read_text())
+    assert ddp["checkpoint"] == single["checkpoint"]
+    assert_close(ddp["test"], single["test"])
+    with (
+        np.load(Path(cfg.paths.output_dir) / "predictions.npz") as one,
+        np.load(ddp_dir / "predictions.npz") as two,
+    ):
+        assert one["prediction"].shape[0] == two["prediction"].shape[0] == windows
+        np.testing.assert_array_equal(two["target"], one["target"])  # same windows, same order
+        np.testing.assert_allclose(two["prediction"], one["prediction"], rtol=RTOL, atol=1e-6)
