@@ -31,7 +31,7 @@ from cloudlstm.forecast_info import ForecastInfo
 from cloudlstm.forecast_input import ForecastInput, build_input, history_step, parse_history
 from cloudlstm.lit import ForecastModule
 
-__all__ = ["FILLED_COLUMN", "Forecaster", "find_checkpoint"]
+__all__ = ["FILLED_COLUMN", "Forecaster", "check_run_dir", "find_checkpoint"]
 
 # Output column: how many of the point's input entries (input steps x channels) were filled
 # by interpolation instead of read; 0 means the forecast saw only real readings.
@@ -74,16 +74,11 @@ class Forecaster:
             UserError: no such run directory or checkpoint, or a checkpoint written before
                 checkpoints stored what forecasting needs.
         """
-        run = Path(run_dir).expanduser()
-        config = run / "config.yaml"
-        if not run.is_dir():
-            raise UserError(f"Run directory {run} does not exist.")
-        if not config.is_file():
-            raise UserError(f"{run} is not a run directory: it has no config.yaml.")
+        run = check_run_dir(run_dir)
         path = find_checkpoint(run, ckpt)
         checkpoint = check_checkpoint(path)
         info = ForecastInfo.from_checkpoint(checkpoint, path)
-        model = hydra.utils.instantiate(OmegaConf.load(config).model)
+        model = hydra.utils.instantiate(OmegaConf.load(run / "config.yaml").model)
         module = ForecastModule(model, optimizer=None)
         module.load_state_dict(checkpoint["state_dict"])
         module.on_load_checkpoint(checkpoint)  # the scaler
@@ -164,6 +159,20 @@ class Forecaster:
             FILLED_COLUMN: np.tile(window.filled, j),
         }
         return pd.DataFrame(columns)
+
+
+def check_run_dir(run_dir: str | Path) -> Path:
+    """``run_dir`` as a path, checked to be a run directory (it has the run's config.yaml).
+
+    Raises:
+        UserError: it does not exist, or is not a run directory.
+    """
+    run = Path(run_dir).expanduser()
+    if not run.is_dir():
+        raise UserError(f"Run directory {run} does not exist.")
+    if not (run / "config.yaml").is_file():
+        raise UserError(f"{run} is not a run directory: it has no config.yaml.")
+    return run
 
 
 def find_checkpoint(run: Path, ckpt: str | Path) -> Path:

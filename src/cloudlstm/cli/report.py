@@ -16,6 +16,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.loggers import WandbLogger
+from omegaconf import DictConfig
 
 from cloudlstm.callbacks import EpochTimer
 from cloudlstm.metrics import METRICS
@@ -47,6 +48,33 @@ def cost(module: L.LightningModule, datamodule: Any, trainer: L.Trainer) -> dict
     # ru_maxrss is in KiB on Linux: the process's peak resident memory so far
     out["peak_cpu_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
+
+
+def add_test_report(
+    cfg: DictConfig,
+    module: L.LightningModule,
+    datamodule: Any,
+    trainer: L.Trainer,
+    loggers: list[Any],
+    results: dict[str, Any],
+    output_dir: Path,
+) -> None:
+    """Cost, figures (``report.figures``) and the W&B tables of a finished test, into
+    ``results`` (whose ``test`` holds the test metrics)."""
+    options = cfg.get("report") or {}
+    results["cost"] = cost(module, datamodule, trainer)
+    figures = {}
+    if options.get("figures", True):
+        figures = draw_figures(
+            module,
+            datamodule,
+            results["test"],
+            output_dir / "figures",
+            window=int(options.get("window", 0)),
+            channel=options.get("channel", 0),
+        )
+    results["figures"] = {name: str(path) for name, path in figures.items()}
+    log_test_report(loggers, results, figures, results["cost"])
 
 
 @torch.no_grad()

@@ -54,9 +54,10 @@ def resume_checkpoint(resume: Any, run_dir: Path) -> str | None:
     return str(path)
 
 
-def check_checkpoint(path: Path) -> dict[str, Any]:
+def check_checkpoint(path: Path, remedy: str | None = None) -> dict[str, Any]:
     """Load a Lightning checkpoint on CPU, or raise a UserError that names the file.
 
+    ``remedy`` ends the message (what to do instead); by default it is about ``resume=``.
     Returns the loaded checkpoint dict.
     """
     try:
@@ -65,12 +66,12 @@ def check_checkpoint(path: Path) -> dict[str, Any]:
         raise UserError(
             f"Cannot read checkpoint {path} ({type(err).__name__}: {_first_line(err)}). "
             "The file is truncated or corrupted, e.g. by a job killed while saving it. "
-            "Delete it, or start fresh with `resume=never`."
+            + (remedy or "Delete it, or start fresh with `resume=never`.")
         ) from err
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise UserError(
             f"{path} is not a Lightning checkpoint (no state_dict). "
-            "Point resume= at a .ckpt written by training, or use `resume=never`."
+            + (remedy or "Point resume= at a .ckpt written by training, or use `resume=never`.")
         )
     return ckpt
 

@@ -86,7 +86,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             results["checkpoint"] = ckpt
             results["test"] = module.test_results
             if trainer.is_global_zero:
-                _report(cfg, module, datamodule, trainer, loggers, results, output_dir)
+                report.add_test_report(
+                    cfg, module, datamodule, trainer, loggers, results, output_dir
+                )
         if trainer.is_global_zero:
             (output_dir / "metrics.json").write_text(json.dumps(results, indent=2))
             log.info("Run directory: %s", output_dir)
@@ -98,32 +100,6 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 def data_summary(cfg: DictConfig) -> dict[str, Any]:
     """The ``data_summary.json`` that :func:`build_datamodule` wrote to the run directory."""
     return json.loads((Path(cfg.paths.output_dir) / "data_summary.json").read_text())
-
-
-def _report(
-    cfg: DictConfig,
-    module: L.LightningModule,
-    datamodule: Any,
-    trainer: L.Trainer,
-    loggers: list[Any],
-    results: dict[str, Any],
-    output_dir: Path,
-) -> None:
-    """Cost, figures (``report.figures``) and the W&B tables, into ``results``."""
-    options = cfg.get("report") or {}
-    results["cost"] = report.cost(module, datamodule, trainer)
-    figures = {}
-    if options.get("figures", True):
-        figures = report.draw_figures(
-            module,
-            datamodule,
-            results["test"],
-            output_dir / "figures",
-            window=int(options.get("window", 0)),
-            channel=options.get("channel", 0),
-        )
-    results["figures"] = {name: str(path) for name, path in figures.items()}
-    report.log_test_report(loggers, results, figures, results["cost"])
 
 
 def _best_checkpoint(trainer: L.Trainer) -> str | None:

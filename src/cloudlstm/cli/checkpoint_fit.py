@@ -1,0 +1,120 @@
+"""Does a checkpoint fit the data and the model it is evaluated with? One-line answers.
+
+``eval.py`` may pair a run's model with other data (``data.*`` overrides) or another
+checkpoint (``ckpt=<path>``). Each check here names the mismatch as a
+:class:`~cloudlstm.errors.UserError` before anything fails obscurely: the training scaler
+(restored before the data are normalised), the points of models tied to theirs, the sizes
+the model was built for, and the weights themselves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+from omegaconf import DictConfig
+
+from cloudlstm.data.transforms import StandardScaler
+from cloudlstm.errors import UserError
+from cloudlstm.forecast_info import INFO_KEY
+
+# data_info keys a model config takes as sizes (conf/model/*.yaml interpolate them)
+SIZE_KEYS = ("num_channels", "output_steps", "input_steps", "coord_features", "num_points")
+
+
+def restore_scaler(datamodule: Any, checkpoint: dict[str, Any], path: Path) -> None:
+    """Load the training scaler of ``checkpoint`` into a loaded, not yet set-up datamodule.
+
+    Before ``setup``: Lightning restores datamodule state only after it, when the data have
+    already been normalised with a scaler refitted on them.
+
+    Raises:
+        UserError: the checkpoint holds no scaler, or one of other channels than the data's.
+    """
+    state = checkpoint.get(type(datamodule).__qualname__) or {}
+    info = checkpoint.get(INFO_KEY) or {}
+    scaler = state.get("scaler") or info.get("scaler")
+    if scaler is None:
+        raise UserError(
+            f"{path} holds no value scaler for {type(datamodule).__name__}: it was written by "
+            "a run on another kind of data. Evaluate it with its own run (run=<its run dir>)."
+        )
+    trained = info.get("channel_names")
+    count = StandardScaler.from_dict(scaler).num_channels
+    have = list(datamodule.channel_names)
+    if count != len(have) or (trained is not None and trained != have):
+        names = f" ({', '.join(trained)})" if trained else ""
+        raise UserError(
+            f"{path} was trained on {count} channels{names}, but the data has {len(have)} "
+            f"({', '.join(have)}). Evaluate it on data with its training channels."
+        )
+    datamodule.load_state_dict({"scaler": scaler})
+
+
+def check_points(model: Any, datamodule: Any, checkpoint: dict[str, Any], path: Path) -> None:
+    """Refuse other points than the training ones for a model tied to them (grid models,
+    MLP, LSTM: ``model.fixed_points`` says why); point models take any points.
+
+    Checkpoints written before they stored their points are checked by size alone
+    (:func:`check_sizes`).
+
+    Raises:
+        UserError: the data's points (ids or coordinates) are not the training points.
+    """
+    reason = getattr(model, "fixed_points", None)
+    info = checkpoint.get(INFO_KEY)
+    if reason is None or info is None:
+        return
+    stream = datamodule.stream
+    coords = np.asarray(stream.coords, dtype=np.float64)
+    trained = np.asarray(info["coords"], dtype=np.float64)
+    same = list(stream.point_ids) == info["point_ids"] and coords.shape == trained.shape
+    if not (same and np.allclose(coords, trained)):
+        raise UserError(
+            f"{path} ({info['model']}) can only be evaluated on its {len(info['point_ids'])} "
+            f"training points, and the data has other points ({stream.num_points}): "
+            f"{reason}. Drop the data.* overrides that change the points, or evaluate a point "
+            "model (CloudLSTM, ...)."
+        )
+
+
+def check_sizes(cfg: DictConfig, path: Path) -> None:
+    """Refuse data whose sizes (``cfg.data_info``) differ from those the model was built for.
+
+    Raises:
+        UserError: e.g. the model forecasts 12 steps and the data's windows have 6.
+    """
+    for key in SIZE_KEYS:
+        built, data = cfg.model.get(key), cfg.data_info.get(key)
+        if built is not None and built != data:
+            raise UserError(
+                f"The model of {path} was built for {key}={built} (model.{key}), but the data "
+                f"give {key}={data}. Keep the data.* settings that sized the model (e.g. "
+                "data.input_steps, data.output_steps)."
+            )
+
+
+def load_weights(module: L.LightningModule, checkpoint: dict[str, Any], path: Path) -> None:
+    """Load the checkpoint's weights (and what ``on_load_checkpoint`` restores) into ``module``.
+
+    Raises:
+        UserError: the checkpoint holds another model, or weights of other shapes.
+    """
+    built = type(module.model).__name__
+    stored = (checkpoint.get(INFO_KEY) or {}).get("model")
+    if stored is not None and stored != built:
+        raise UserError(
+            f"{path} holds a {stored} model, but the run's config builds a {built}. Give a "
+            "checkpoint of this run, or run=<the checkpoint's run directory>."
+        )
+    try:
+        module.load_state_dict(checkpoint["state_dict"])
+    except RuntimeError as err:  # missing / unexpected keys, size mismatches
+        details = "; ".join(line.strip() for line in str(err).splitlines()[1:4])
+        raise UserError(
+            f"{path} does not fit the run's {built} model ({details}). Give a checkpoint of "
+            "this run, or run=<the checkpoint's run directory>."
+        ) from None
+    module.on_load_checkpoint(checkpoint)

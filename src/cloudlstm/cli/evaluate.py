@@ -1,0 +1,117 @@
+"""Evaluation entry point: a trained run, its checkpoint and overrides -> test metrics, figures.
+
+``eval.py`` at the repository root puts the run directory on Hydra's search path
+(:func:`with_run_config`) and wraps :func:`evaluate` with ``@hydra.main``: ``conf/eval.yaml``
+builds on the run's ``config.yaml``, so the data and the model are rebuilt as the run built
+them, changed only by the command-line overrides. Every mistake (no such run or
+checkpoint, a corrupt checkpoint, a checkpoint that does not fit the data or the model) is a
+:class:`~cloudlstm.errors.UserError`: one line, no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from cloudlstm.cli import report
+from cloudlstm.cli.build import (
+    build_module,
+    build_trainer,
+    instantiate_datamodule,
+    save_job_config,
+    set_up_datamodule,
+)
+from cloudlstm.cli.checkpoint_fit import check_points, check_sizes, load_weights, restore_scaler
+from cloudlstm.cli.resume import check_checkpoint
+from cloudlstm.cli.train import data_summary
+from cloudlstm.errors import UserError
+from cloudlstm.forecast import check_run_dir, find_checkpoint
+
+log = logging.getLogger(__name__)
+
+USAGE = "python eval.py run=<run dir> [ckpt=best|last|<path>] [key=value ...]"
+
+
+def with_run_config(argv: list[str]) -> list[str]:
+    """``argv`` plus the override that puts the directory of its ``run=<dir>`` on Hydra's
+    search path, where ``conf/eval.yaml`` finds the run's ``config.yaml``.
+
+    Idempotent: DDP starts the other ranks with the argv already extended.
+
+    Raises:
+        UserError: ``run=`` is missing, or names no run directory.
+    """
+    runs = [arg.split("=", 1)[1] for arg in argv[1:] if arg.startswith("run=")]
+    if not runs:
+        raise UserError(f"eval.py needs the run directory: `{USAGE}`.")
+    run = check_run_dir(runs[-1]).resolve()
+    # quoted, so that any character of the path survives Hydra's override grammar
+    quoted = str(run).replace("\\", "\\\\").replace("'", "\\'")
+    searchpath = f"hydra.searchpath=['file://{quoted}']"
+    return argv if searchpath in argv else [*argv, searchpath]
+
+
+def evaluate(cfg: DictConfig) -> dict[str, Any]:
+    """Test a run's checkpoint (``cfg.ckpt``) on the data of ``cfg``; returns what is written
+    to ``<output dir>/metrics.json``."""
+    if cfg.get("torch_threads"):
+        torch.set_num_threads(int(cfg.torch_threads))
+    L.seed_everything(cfg.seed, workers=True)
+    run = check_run_dir(cfg.run)
+    output_dir = Path(cfg.paths.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    path = find_checkpoint(run, cfg.ckpt)
+    checkpoint = check_checkpoint(
+        path, "Evaluate another checkpoint: ckpt=best, ckpt=last or a .ckpt written by training."
+    )
+    log.info("Evaluating %s", path)
+
+    datamodule = instantiate_datamodule(cfg)
+    datamodule.prepare_data()
+    restore_scaler(datamodule, checkpoint, path)
+    set_up_datamodule(cfg, datamodule, output_dir)
+    save_job_config(cfg, output_dir)
+    module = build_module(cfg)
+    check_points(module.model, datamodule, checkpoint, path)
+    check_sizes(cfg, path)
+    load_weights(module, checkpoint, path)
+
+    trainer = build_trainer(cfg, loggers=[])
+    start = time.perf_counter()
+    trainer.test(module, datamodule=datamodule)
+    results: dict[str, Any] = {
+        "run": _training_run(run),
+        "run_dir": str(run),
+        "checkpoint": str(path),
+        "overrides": _overrides(),
+        "num_params": sum(p.numel() for p in module.model.parameters()),
+        "data": data_summary(cfg),
+        "test_time_s": time.perf_counter() - start,
+        "test": module.test_results,
+    }
+    if trainer.is_global_zero:
+        report.add_test_report(cfg, module, datamodule, trainer, [], results, output_dir)
+        (output_dir / "metrics.json").write_text(json.dumps(results, indent=2))
+        log.info("Evaluation directory: %s", output_dir)
+    return results
+
+
+def _training_run(run: Path) -> dict[str, Any] | None:
+    """Name, group and tags of the run, from its metrics.json (None before it finished)."""
+    metrics = run / "metrics.json"
+    return json.loads(metrics.read_text()).get("run") if metrics.is_file() else None
+
+
+def _overrides() -> list[str]:
+    """The command-line overrides of this evaluation, ``run=`` aside."""
+    if not HydraConfig.initialized():
+        return []
+    return [o for o in HydraConfig.get().overrides.task if not o.startswith("run=")]

@@ -1,0 +1,171 @@
+"""eval.py: a trained run tested again, on its data or other data, failing in one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from omegaconf import DictConfig, open_dict
+
+from cloudlstm.cli.evaluate import evaluate, with_run_config
+from cloudlstm.cli.train import train
+from cloudlstm.errors import UserError
+from tests.conftest import ROOT, TINY, compose_train, subprocess_env
+
+JOB = [*TINY, "logger=none", "report.figures=false", "module.save_predictions=true"]
+
+
+@pytest.fixture(scope="module")
+def cloud_run(tmp_path_factory) -> Path:
+    """A trained CloudLSTM run directory (12 points, 2 channels, J=3)."""
+    tmp = tmp_path_factory.mktemp("cloud")
+    cfg = compose_train(tmp, JOB)
+    train(cfg)
+    return Path(cfg.paths.output_dir)
+
+
+@pytest.fixture(scope="module")
+def grid_run(tmp_path_factory) -> Path:
+    """A trained CNN run directory: a grid model, tied to its training points."""
+    tmp = tmp_path_factory.mktemp("grid")
+    job = [o for o in JOB if not o.startswith("model.k=")]
+    cfg = compose_train(tmp, [*job, "model=cnn", "model.num_layers=2"])
+    train(cfg)
+    return Path(cfg.paths.output_dir)
+
+
+def compose_eval(run: Path, out: Path, *overrides: str) -> DictConfig:
+    """conf/eval.yaml on the run's config.yaml, as `python eval.py run=<run> ...` composes it."""
+    GlobalHydra.instance().clear()
+    argv = with_run_config(["eval.py", f"run={run}", *overrides])
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("eval", overrides=argv[1:], return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(out)
+    return cfg
+
+
+def metrics(path: Path) -> dict:
+    return json.loads((path / "metrics.json").read_text())
+
+
+def test_eval_retests_the_run_in_its_own_directory(cloud_run, tmp_path):
+    out = tmp_path / "eval"
+    evaluate(compose_eval(cloud_run, out, "report.figures=true"))
+    got, trained = metrics(out), metrics(cloud_run)
+    assert got["test"] == trained["test"]  # the same checkpoint on the same data
+    assert got["checkpoint"] == trained["checkpoint"]
+    assert got["run"] == trained["run"] and got["run_dir"] == str(cloud_run)
+    assert got["overrides"] == ["report.figures=true"]
+    assert sorted(p.name for p in (out / "figures").iterdir()) == [
+        "error_vs_horizon.png",
+        "forecast_maps.png",
+        "worst_points.png",
+    ]
+    assert (out / "predictions.npz").is_file() and (out / "config.yaml").is_file()
+
+
+def test_other_windows_are_normalised_with_the_training_scaler(cloud_run, tmp_path):
+    # a longer test part: a scaler refitted on the shorter training part would differ
+    out = tmp_path / "eval"
+    cfg = compose_eval(cloud_run, out, "data.test_fraction=0.4", "trainer.limit_test_batches=1.0")
+    refitted = instantiate(cfg.data)
+    refitted.setup()
+    stored = torch.load(metrics(cloud_run)["checkpoint"], weights_only=False)
+    trained_mean = stored["PointCloudDataModule"]["scaler"]["mean"]
+    assert not np.allclose(refitted.scaler.mean, trained_mean)
+
+    evaluate(cfg)
+    # the windows ending where the run's test part ends are the run's test windows
+    first = metrics(out)["data"]["windows"]["test"] - metrics(cloud_run)["data"]["windows"]["test"]
+    with np.load(out / "predictions.npz") as new, np.load(cloud_run / "predictions.npz") as old:
+        tested = len(old["prediction"])  # the run tested limit_test_batches=3 batches
+        np.testing.assert_allclose(
+            new["prediction"][first : first + tested], old["prediction"], rtol=1e-5, atol=1e-5
+        )
+        np.testing.assert_array_equal(new["target"][first : first + tested], old["target"])
+
+
+def test_a_point_model_is_evaluated_on_other_points(cloud_run, tmp_path):
+    out = tmp_path / "eval"
+    results = evaluate(compose_eval(cloud_run, out, "data.num_points=7"))
+    assert results["data"]["num_points"] == 7 and results["overrides"] == ["data.num_points=7"]
+    assert np.isfinite(results["test"]["overall"]["mae"]["mean"])
+
+
+def test_a_grid_model_refuses_other_points_and_says_why(grid_run, tmp_path):
+    evaluate(compose_eval(grid_run, tmp_path / "same"))  # its own points: fine
+    with pytest.raises(UserError, match=r"only be evaluated on its 12 training points.*grid model"):
+        evaluate(compose_eval(grid_run, tmp_path / "other", "data.num_points=7"))
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            "data.source.num_channels=3",
+            r"was trained on 2 channels \(pm25_like, no2_like\), but the data has 3",
+        ),
+        ("data.output_steps=2", r"built for output_steps=3 \(model.output_steps\).*give output"),
+    ],
+)
+def test_data_the_checkpoint_does_not_fit_is_named(cloud_run, tmp_path, override, message):
+    with pytest.raises(UserError, match=message):
+        evaluate(compose_eval(cloud_run, tmp_path / "eval", override))
+
+
+def test_a_checkpoint_of_another_model_is_named(cloud_run, grid_run, tmp_path):
+    other = metrics(grid_run)["checkpoint"]
+    with pytest.raises(UserError, match=r"holds a CNN2D model, but the run's config builds a Cl"):
+        evaluate(compose_eval(cloud_run, tmp_path / "eval", f"ckpt={other}"))
+
+
+def test_a_missing_run_or_checkpoint_is_a_user_error(cloud_run, tmp_path):
+    with pytest.raises(UserError, match="needs the run directory"):
+        with_run_config(["eval.py", "data.num_points=7"])
+    with pytest.raises(UserError, match=f"Run directory {tmp_path / 'nope'} does not exist"):
+        with_run_config(["eval.py", f"run={tmp_path / 'nope'}"])
+    with pytest.raises(UserError, match="is not a run directory: it has no config.yaml"):
+        with_run_config(["eval.py", f"run={tmp_path}"])
+    untrained = tmp_path / "untrained"
+    untrained.mkdir()
+    shutil.copy(cloud_run / "config.yaml", untrained)
+    with pytest.raises(UserError, match=r"No checkpoint 'best' in .*untrained"):
+        evaluate(compose_eval(untrained, tmp_path / "eval"))
+
+
+def run_eval(*args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "eval.py", *args]
+    return subprocess.run(
+        cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300
+    )
+
+
+def test_eval_py_writes_under_the_run_directory(cloud_run):
+    proc = run_eval(f"run={cloud_run}", "data.num_points=7", "report.figures=false")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [out] = [p for p in (cloud_run / "eval").iterdir() if (p / "metrics.json").is_file()]
+    assert metrics(out)["data"]["num_points"] == 7
+    assert (out / "eval.log").is_file()
+
+
+def test_a_truncated_checkpoint_stops_eval_py_with_one_line(cloud_run, tmp_path):
+    cut = tmp_path / "cut.ckpt"
+    cut.write_bytes((cloud_run / "checkpoints" / "last.ckpt").read_bytes()[:5000])
+    proc = run_eval(f"run={cloud_run}", f"ckpt={cut}")
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    [line] = [x for x in proc.stderr.splitlines() if "Cannot read checkpoint" in x]
+    assert line.startswith(f"Cannot read checkpoint {cut} (")
+    assert line.endswith("ckpt=best, ckpt=last or a .ckpt written by training.")
