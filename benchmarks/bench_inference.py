@@ -1,0 +1,91 @@
+"""Forecast latency of CloudLSTM per sample at the air-quality size, at batch 1 and 32.
+
+    python benchmarks/bench_inference.py [--repeats 5] [--threads N]
+
+The model is conf/model/cloudlstm.yaml as configured (the paper's K=9, 36 hidden channels,
+2 layers) for the Urban Air shape: N = 274 stations, C = 6 pollutants, M = J = 12 steps, 2-D
+coordinates. Weights and inputs are random: the cost of a forward pass does not depend on
+them. Prints the best wall time per sample (one warm-up, then round-robin repeats, see
+``bench_dconv.timed_together``) on the CPU, and on CUDA when there is a GPU, with the ratio
+to the targets: 30 ms per sample at batch 32 on a CPU, and the paper's < 0.3 s per sample
+on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import hydra
+import torch
+from bench_dconv import timed_together
+from hydra import compose, initialize_config_dir
+from omegaconf import open_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPE = {"points": 274, "channels": 6, "input_steps": 12, "output_steps": 12, "dims": 2}
+BATCHES = (1, 32)
+TARGET_MS = {"cpu": 30.0, "cuda": 300.0}  # per sample at batch 32; GPU: the paper's 0.3 s
+
+
+def build_model() -> torch.nn.Module:
+    """CloudLSTM from conf/model/cloudlstm.yaml, sized for the Urban Air data."""
+    os.environ.setdefault("PROJECT_ROOT", str(ROOT))
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=["model=cloudlstm"])
+    with open_dict(cfg):
+        cfg.data_info.num_channels = SHAPE["channels"]
+        cfg.data_info.output_steps = SHAPE["output_steps"]
+        cfg.data_info.coord_features = SHAPE["dims"]
+    return hydra.utils.instantiate(cfg.model).eval()
+
+
+@torch.no_grad()
+def ms_per_sample(model: torch.nn.Module, device: str, repeats: int) -> dict[int, float]:
+    """Best forward time per sample, in ms, at each batch size of BATCHES."""
+    model = model.to(device)
+    calls = {}
+    for batch in BATCHES:
+        x = torch.randn(batch, SHAPE["input_steps"], SHAPE["points"], SHAPE["channels"])
+        coords = torch.rand(batch, SHAPE["points"], SHAPE["dims"])
+        x, coords = x.to(device), coords.to(device)
+
+        def forward(x=x, coords=coords) -> None:
+            model(x, coords)
+            if device == "cuda":
+                torch.cuda.synchronize()
+
+        calls[batch] = forward
+    best = timed_together({str(b): fn for b, fn in calls.items()}, repeats)
+    return {b: best[str(b)] / b for b in BATCHES}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = build_model()
+    params = sum(p.numel() for p in model.parameters())
+    print(
+        f"CloudLSTM (K={model.k}, {params:,} parameters), N={SHAPE['points']}, "
+        f"C={SHAPE['channels']}, M=J={SHAPE['input_steps']}; CPU threads: "
+        f"{torch.get_num_threads()}"
+    )
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    for device in devices:
+        times = ms_per_sample(model, device, args.repeats)
+        target = TARGET_MS[device]
+        for batch, ms in times.items():
+            print(
+                f"{device:4s} batch {batch:2d}: {ms:8.2f} ms/sample "
+                f"({ms / target:.2f} x the {target:g} ms target)"
+            )
+
+
+if __name__ == "__main__":
+    main()
