@@ -9,6 +9,12 @@ them. Prints the best wall time per sample (one warm-up, then round-robin repeat
 ``bench_dconv.timed_together``) on the CPU, and on CUDA when there is a GPU, with the ratio
 to the targets: 30 ms per sample at batch 32 on a CPU, and the paper's < 0.3 s per sample
 on a GPU.
+
+It also prints the forward pass's floating-point operations per sample (torch's
+``FlopCounterMode``: all of them are the DConv weightings' matrix products) and the time
+they take at this machine's speed for one such product (a ``(B*N, U*K*F) @ (U*K*F, 4*U*F)``
+matmul of the first cell at batch 32): the floor no implementation of this model can beat
+on this device.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import torch
 from bench_dconv import timed_together
 from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
+from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = {"points": 274, "channels": 6, "input_steps": 12, "output_steps": 12, "dims": 2}
@@ -61,6 +68,32 @@ def ms_per_sample(model: torch.nn.Module, device: str, repeats: int) -> dict[int
     return {b: best[str(b)] / b for b in BATCHES}
 
 
+@torch.no_grad()
+def flops_per_sample(model: torch.nn.Module) -> float:
+    """Floating-point operations of one forward pass at batch 1."""
+    x = torch.randn(1, SHAPE["input_steps"], SHAPE["points"], SHAPE["channels"])
+    coords = torch.rand(1, SHAPE["points"], SHAPE["dims"])
+    with FlopCounterMode(display=False) as counter:
+        model.cpu()(x, coords)
+    return float(counter.get_total_flops())
+
+
+def matmul_gflops(model: torch.nn.Module, device: str, repeats: int) -> float:
+    """This device's speed on the cells' matrix product at batch 32, in GFLOP/s."""
+    hidden, k, feats = model.embed.out_channels, model.k, 1 + SHAPE["dims"]
+    rows, inner, cols = 32 * SHAPE["points"], 2 * hidden * k * feats, 4 * hidden * feats
+    a = torch.randn(rows, inner, device=device)
+    b = torch.randn(inner, cols, device=device)
+
+    def product() -> None:
+        a @ b
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    seconds = timed_together({"mm": product}, repeats)["mm"] / 1000
+    return 2 * rows * inner * cols / seconds / 1e9
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -76,14 +109,19 @@ def main() -> None:
         f"C={SHAPE['channels']}, M=J={SHAPE['input_steps']}; CPU threads: "
         f"{torch.get_num_threads()}"
     )
+    flops = flops_per_sample(model)
+    print(f"forward: {flops / 1e9:.1f} GFLOP per sample")
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     for device in devices:
+        gflops = matmul_gflops(model, device, args.repeats)
+        floor_ms = flops / gflops / 1e6
+        print(f"{device:4s} matmul speed {gflops:.0f} GFLOP/s: floor {floor_ms:.1f} ms/sample")
         times = ms_per_sample(model, device, args.repeats)
         target = TARGET_MS[device]
         for batch, ms in times.items():
             print(
                 f"{device:4s} batch {batch:2d}: {ms:8.2f} ms/sample "
-                f"({ms / target:.2f} x the {target:g} ms target)"
+                f"({ms / target:.2f} x the {target:g} ms target, {ms / floor_ms:.2f} x the floor)"
             )
 
 
