@@ -177,13 +177,16 @@ def test_split_bounds_and_window_counts_by_hand():
     assert split_bounds(200, 0.1, 0.2) == {"train": (0, 144), "val": (144, 160), "test": (160, 200)}
     dm = PointCloudDataModule(make_stream(t=200), input_steps=5, output_steps=3, stride=2)
     dm.setup()
-    # windows of 8 steps every 2 steps: (steps - 8) // 2 + 1
-    assert dm.summary()["windows"] == {"train": 69, "val": 5, "test": 17}
-    assert len(dm.train_dataset) == 69 and len(dm.val_dataset) == 5 and len(dm.test_dataset) == 17
+    # windows of 8 steps every 2 steps: (steps - 8) // 2 + 1; validation and test inputs
+    # reach 5 steps back into the part before: (16 + 5 - 8) // 2 + 1, (40 + 5 - 8) // 2 + 1
+    assert dm.summary()["windows"] == {"train": 69, "val": 7, "test": 19}
+    assert len(dm.train_dataset) == 69 and len(dm.val_dataset) == 7 and len(dm.test_dataset) == 19
+    assert dm.window_bounds == {"train": (0, 144), "val": (139, 160), "test": (155, 200)}
     for split, (lo, hi) in dm.bounds.items():
         ds = dm.datasets[split]
         starts = ds.window_starts
-        assert starts.min() == lo and (starts + 8).max() <= hi
+        first_input = lo if split == "train" else lo - 5
+        assert starts.min() == first_input and (starts + 8).max() <= hi
         assert np.all(np.diff(starts) == 2)
         # and the data really comes from there: channel 0 encodes the time index
         for i in (0, len(ds) - 1):
@@ -192,7 +195,7 @@ def test_split_bounds_and_window_counts_by_hand():
             t0 = starts[i]
             np.testing.assert_allclose(x.numpy(), np.arange(t0, t0 + 5), atol=1e-3)
             np.testing.assert_allclose(y.numpy(), np.arange(t0 + 5, t0 + 8), atol=1e-3)
-            assert lo <= t0 and t0 + 8 <= hi
+            assert lo <= t0 + 5 and t0 + 8 <= hi  # targets never leave their split
 
 
 def test_scaler_fitted_on_train_part_only():
@@ -248,8 +251,8 @@ def test_loaders_shapes_order_and_shuffling():
     t0s = torch.cat(
         [dm.scaler.inverse_transform(b["x"])[:, 0, 0, 0] for b in dm.test_dataloader()]
     ).round()
-    lo, hi = dm.bounds["test"]
-    np.testing.assert_array_equal(t0s.numpy(), np.arange(lo, hi - 9 + 1))
+    lo, hi = dm.bounds["test"]  # inputs start 6 steps before the test part
+    np.testing.assert_array_equal(t0s.numpy(), np.arange(lo - 6, hi - 9 + 1))
     assert dm.coords.shape == (5, 2) and float(dm.coords.min()) == 0.0
     assert float(dm.coords.max()) == 1.0
 
@@ -276,10 +279,13 @@ def test_datamodule_loads_once_summary_and_state(capsys):
 
 
 def test_datamodule_errors():
+    # T=40: train 29 steps, val 3, test 8; val and test need only J steps of their own
+    with pytest.raises(ValueError, match=r"val part .* has 3 steps .* needs output_steps = 6"):
+        PointCloudDataModule(make_stream(t=40), input_steps=2, output_steps=6).setup()
     with pytest.raises(
-        ValueError, match=r"val part .* has 3 steps .* needs input_steps \+ output_steps"
+        ValueError, match=r"train part .* has 29 steps .* needs input_steps \+ output_steps"
     ):
-        PointCloudDataModule(make_stream(t=40), input_steps=6, output_steps=6).setup()
+        PointCloudDataModule(make_stream(t=40), input_steps=27, output_steps=3).setup()
     with pytest.raises(ValueError, match="test_fraction"):
         PointCloudDataModule(make_stream(t=40), test_fraction=1.0)
     with pytest.raises(TypeError, match=r"\.load\(\)"):

@@ -57,10 +57,44 @@ def test_seasonal_windows_hold_the_right_steps() -> None:
     expected = t_first_target + seasonal_offsets(6, 24)
     np.testing.assert_allclose(_raw(dm, item["x"])[:, 0, 0], expected, atol=1e-2)
     np.testing.assert_allclose(_raw(dm, item["y"])[:, 0, 0], [168, 169, 170], atol=1e-2)
-    # No window reaches across a split boundary.
-    for split, (lo, hi) in dm.bounds.items():
+    # Targets stay in their split; training inputs too (later inputs may reach back).
+    assert dm.train_dataset.window_starts[0] == 0
+    for split in ("val", "test"):
+        ds, (lo, hi) = dm.datasets[split], dm.bounds[split]
+        assert ds.time_range(0)[1] == lo and ds.time_range(len(ds) - 1)[2] == hi
+
+
+def test_seasonal_paper_protocol_reaches_back_into_the_previous_split() -> None:
+    """85 days of 5-minute steps, 10 % validation (6.8 days) under the 7-day input window."""
+    stream = _stream(t=85 * 288, n=2, c=1, minutes=5)  # value = time index (+ 1000 at point 1)
+    dm = PointCloudDataModule(stream, input_steps=6, output_steps=6, seasonal=True)
+    dm.setup()
+    week = 7 * 288
+    assert dm.history_steps == week and dm.model_input_steps == 90
+    assert dm.bounds == {"train": (0, 17626), "val": (17626, 19584), "test": (19584, 24480)}
+    assert dm.bounds["val"][1] - dm.bounds["val"][0] < week  # shorter than the window
+    # every J-step target window inside a split, one per step; training needs a whole week
+    assert dm.summary()["windows"] == {"train": 17626 - week - 5, "val": 1953, "test": 4891}
+    for split, first_input, first_target in (
+        ("train", 0, week),
+        ("val", 17626 - week, 17626),
+        ("test", 19584 - week, 19584),
+    ):
         ds = dm.datasets[split]
-        assert ds.window_starts[0] >= lo and ds.time_range(len(ds) - 1)[2] <= hi
+        lo, hi = dm.bounds[split]
+        x, y = (_raw(dm, ds[0][key])[:, 0, 0].round() for key in ("x", "y"))
+        assert x[0] == first_input and x[83] == first_target - 24  # the week, every 2 h
+        np.testing.assert_array_equal(x[84:], np.arange(first_target - 6, first_target))
+        np.testing.assert_array_equal(y, np.arange(first_target, first_target + 6))
+        last = _raw(dm, ds[len(ds) - 1]["y"])[:, 0, 0].round()
+        np.testing.assert_array_equal(last, np.arange(hi - 6, hi))
+        targets = ds.window_starts + week
+        assert targets.min() >= lo and (targets + 6).max() <= hi  # never leave the split
+    # the scaler saw the training part only: mean time index 8812.5, points 0 and 1000
+    np.testing.assert_allclose(dm.scaler.mean, [(17626 - 1) / 2 + 500], rtol=1e-6)
+    # without the week the same target windows are scored
+    plain = PointCloudDataModule(stream, input_steps=6, output_steps=6)
+    assert (len(plain.val_dataset), len(plain.test_dataset)) == (1953, 4891)
 
 
 def test_seasonal_needs_a_sampling_period() -> None:

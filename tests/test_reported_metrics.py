@@ -30,7 +30,7 @@ CHANNELS = ["no2", "pm25"]
 BASE = np.array([10.0, 300.0])
 SLOPE = np.outer(0.1 * np.arange(1, N + 1), [1.0, -1.0]) + np.array([0.0, -0.03])  # (N, C)
 IDS = [f"p{p}" for p in range(N)]  # sorted, so point p is the loader's point p
-FIRST_TARGET = T - round(0.2 * T) + M  # the test part is [160, 200); its first target step
+FIRST_TARGET = T - round(0.2 * T)  # the test part is [160, 200): its first target step
 
 
 def raw_stream(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -75,8 +75,8 @@ def filled_by_hand(values: np.ndarray, observed: np.ndarray) -> np.ndarray:
 def persistence_windows(values, observed):
     """Prediction, target and mask ``(W, J, N, C)`` of every test window, by hand.
 
-    Test part: the last 20 % of the steps (T=200: [160, 200)); windows start at every step
-    whose M inputs and J targets fit in it; persistence repeats the last input step.
+    Test part: the last 20 % of the steps (T=200: [160, 200)); a window's J targets lie in it
+    (its inputs may reach back into validation); persistence repeats the last input step.
     """
     filled = filled_by_hand(values, observed)
     splits = range(FIRST_TARGET, T - J + 1)  # first target step of each window
@@ -117,7 +117,7 @@ def test_metrics_json_equals_a_hand_computation_from_the_raw_stream(persistence_
     saved, _, (pred, target, mask) = persistence_run
     assert saved["data"]["channel_names"] == CHANNELS
     expected = numpy_reference(pred, target, mask, CHANNELS)
-    assert expected["num_instances"] == len(pred) == 34
+    assert expected["num_instances"] == len(pred) == 38
     reported = {key: saved["test"][key] for key in expected}  # overall, per_step, pooled, ...
     # float32 normalisation and back: ~1e-5 relative on values of ~10-300
     assert_close(reported, expected, rel=2e-5, abs=1e-4)
@@ -125,7 +125,7 @@ def test_metrics_json_equals_a_hand_computation_from_the_raw_stream(persistence_
 
 def test_saved_predictions_and_targets_are_the_raw_stream_at_the_test_times(persistence_run):
     _, arrays, (pred, target, _) = persistence_run
-    assert arrays["target"].shape == target.shape == (34, J, N, len(CHANNELS))
+    assert arrays["target"].shape == target.shape == (38, J, N, len(CHANNELS))
     np.testing.assert_allclose(arrays["target"], target, rtol=1e-6, atol=1e-4)
     np.testing.assert_allclose(arrays["prediction"], pred, rtol=1e-6, atol=1e-4)
 

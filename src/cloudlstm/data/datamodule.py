@@ -18,7 +18,7 @@ from cloudlstm.data.windows import WindowDataset, contiguous_offsets, count_wind
 from cloudlstm.distributed import each_window_once
 from cloudlstm.errors import UserError
 
-__all__ = ["PointCloudDataModule", "seasonal_offsets", "split_bounds"]
+__all__ = ["PointCloudDataModule", "seasonal_offsets", "split_bounds", "window_ranges"]
 
 OUTLIER_METHODS = ("dbscan",)
 
@@ -41,6 +41,24 @@ def split_bounds(
         "train": (0, n_train),
         "val": (n_train, n_trainval),
         "test": (n_trainval, num_steps),
+    }
+
+
+def window_ranges(
+    bounds: Mapping[str, tuple[int, int]], history: int
+) -> dict[str, tuple[int, int]]:
+    """The ``[first, end)`` time range each split's windows are cut from.
+
+    Targets stay inside the split (``bounds``). The inputs of validation and test windows
+    reach up to ``history`` steps back into the part before: they were observed before the
+    forecast time, as a deployed model would have them (the scaler stays fitted on the
+    training part alone). So a split needs only J steps, not history + J (the paper's
+    seasonal protocol: 6.8 days of validation under a 7-day input window), and every input
+    form scores the same target windows. Training inputs cannot start before step 0.
+    """
+    return {
+        split: (start if split == "train" else max(start - history, 0), end)
+        for split, (start, end) in bounds.items()
     }
 
 
@@ -104,9 +122,11 @@ class PointCloudDataModule(LightningDataModule):
             metrics ignore filled ones.
 
     The stream is loaded once; the scaler is fitted on the training part only; coordinates
-    are min-max normalised to [0, 1]. For moving points (a stream with a ``trajectory``) the
-    positions become L extra channels ``pos_*`` (scaled like values, so they are forecast and
-    scored too) and each window's ``coords`` are the positions at its last input step,
+    are min-max normalised to [0, 1]. Each split's windows have their targets inside it;
+    validation and test inputs may reach back into the part before (:func:`window_ranges`).
+    For moving points (a stream with a ``trajectory``) the positions become L extra channels
+    ``pos_*`` (scaled like values, so they are forecast and scored too) and each window's
+    ``coords`` are the positions at its last input step,
     min-max normalised with the training part's range. Properties such as
     :attr:`num_channels` set the module up on first use, so a model can be sized before
     ``Trainer.fit``.
@@ -201,7 +221,8 @@ class PointCloudDataModule(LightningDataModule):
         self._scaler_state: dict | None = None
         self.scaler = StandardScaler()
         self.datasets: dict[str, WindowDataset | None] = dict.fromkeys(SPLITS)
-        self.bounds: dict[str, tuple[int, int]] = {}
+        self.bounds: dict[str, tuple[int, int]] = {}  # where each split's targets lie
+        self.window_bounds: dict[str, tuple[int, int]] = {}  # ... and its windows, inputs too
         self._coords: torch.Tensor | None = None
         # (lo, span, degenerate): raw -> normalised coordinates (scale_coords), set in setup
         self.coord_scale: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -241,20 +262,27 @@ class PointCloudDataModule(LightningDataModule):
             return
         stream = self.stream
         offsets = self.input_offsets
-        m, j = self.history_steps, self.output_steps
+        h, j = self.history_steps, self.output_steps
         self.bounds = split_bounds(stream.num_steps, self.val_fraction, self.test_fraction)
-        span = m + j
-        for split, (start, end) in self.bounds.items():
+        self.window_bounds = window_ranges(self.bounds, h)
+        span = h + j
+        for split, (first, end) in self.window_bounds.items():
+            start = self.bounds[split][0]
             optional = (split == "val" and self.val_fraction == 0) or (
                 split == "test" and self.test_fraction == 0
             )
-            if end - start < span and not optional:
+            if end - first < span and not optional:
+                need = (
+                    f"input_steps + output_steps = {h} + {j} = {span} (input_steps counts the "
+                    "whole history a window reaches back)"
+                    if split == "train"
+                    else f"output_steps = {j} (its inputs reach back into the part before)"
+                )
                 raise UserError(
                     f"PointCloudDataModule: the {split} part of stream '{stream.name}' has "
                     f"{end - start} steps (of T={stream.num_steps}), but one window needs "
-                    f"input_steps + output_steps = {m} + {j} = {span} (input_steps counts the "
-                    "whole history a window reaches back). Use a longer stream, "
-                    "shorter windows, or different val/test fractions."
+                    f"{need}. Use a longer stream, shorter windows, or different val/test "
+                    "fractions."
                 )
 
         tr0, tr1 = self.bounds["train"]
@@ -284,8 +312,8 @@ class PointCloudDataModule(LightningDataModule):
             self._coords = torch.as_tensor(coords, dtype=torch.float32)
         values_t = torch.from_numpy(normed)
         mask_t = torch.from_numpy(np.isfinite(stream.values) if self.score_filled else stream.mask)
-        for split, (start, end) in self.bounds.items():
-            if end - start < span:
+        for split, (first, end) in self.window_bounds.items():
+            if end - first < span:
                 self.datasets[split] = None
                 continue
             self.datasets[split] = WindowDataset(
@@ -295,7 +323,7 @@ class PointCloudDataModule(LightningDataModule):
                 len(offsets),
                 j,
                 stride=self.stride,
-                start=start,
+                start=first,
                 end=end,
                 input_offsets=offsets,
                 coords_track=track,
@@ -429,8 +457,8 @@ class PointCloudDataModule(LightningDataModule):
         stream = self.stream
         steps = {s: e - b for s, (b, e) in self.bounds.items()}
         windows = {
-            s: count_windows(n, self.history_steps, self.output_steps, self.stride)
-            for s, n in steps.items()
+            s: count_windows(e - b, self.history_steps, self.output_steps, self.stride)
+            for s, (b, e) in self.window_bounds.items()
         }
         ids = np.asarray(stream.point_ids)
         extras = {k: v for k, v in stream.metadata.items() if k != "generator"}
@@ -444,6 +472,7 @@ class PointCloudDataModule(LightningDataModule):
             "steps": steps,
             "windows": windows,
             "bounds": {s: list(b) for s, b in self.bounds.items()},
+            "window_bounds": {s: list(b) for s, b in self.window_bounds.items()},
             "missing_fraction": stream.missing_fraction,
             "score_filled": self.score_filled,
             "input_steps": self.model_input_steps,
