@@ -25,6 +25,10 @@ forecast steps (1 = first), aggregated the same way. The best cell of each metri
 is bold (lowest MAE/RMSE, highest PSNR/SSIM), compared within each data set. Rows are
 sorted by data set, then best first on the first metric.
 
+``--paper TABLE`` prints the runs next to the paper's values of that table
+(``docs/paper/<TABLE>.csv``) with the difference; :mod:`cloudlstm.cli.paper` says how runs
+are matched to the paper's rows.
+
 ``--format markdown|csv|latex``; ``--plot DIR`` writes, per data set, the horizon metric
 against the forecast step (one line per row, a band of ± one std over seeds) and a bar
 chart of its overall value with std error bars, and prints their paths to stderr (stdout
@@ -41,7 +45,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -71,6 +75,7 @@ class Run:
     train_s: float | None
     overall: dict[str, float]  # metric -> mean over test instances
     per_step: dict[str, list[float]]  # metric -> that mean at each forecast step
+    groups: dict[str, dict[str, float]] = field(default_factory=dict)  # inliers/outliers
 
     def value(self, key: str) -> str:
         """The key's value as text; "" where this run's config lacks it."""
@@ -84,15 +89,32 @@ class Run:
 
 @dataclass(frozen=True)
 class Stat:
-    """Mean and sample std (ddof=1, NaN for one run) over the runs of a group."""
+    """Mean and sample std (ddof=1, NaN for one run) over the runs of a group.
+
+    ``decimals`` fixes how it is shown (a published value); None rounds both to the std's
+    second significant digit.
+    """
 
     mean: float
     std: float
+    decimals: int | None = None
 
     @classmethod
     def over(cls, values: Sequence[float]) -> Stat:
         arr = np.asarray(values, dtype=float)
         return cls(float(arr.mean()), float(arr.std(ddof=1)) if arr.size > 1 else math.nan)
+
+
+@dataclass(frozen=True)
+class Diff:
+    """A mean minus a reference value (the paper's), shown with its relative size."""
+
+    value: float
+    reference: float
+
+    @property
+    def relative(self) -> float:
+        return self.value / self.reference if self.reference else math.nan
 
 
 @dataclass(frozen=True)
@@ -185,6 +207,10 @@ def load_run(path: Path) -> Run | None:
         train_s=results.get("train_time_s"),
         overall={m: stats["mean"] for m, stats in test["overall"].items()},
         per_step={m: stats["mean"] for m, stats in test.get("per_step", {}).items()},
+        groups={
+            group: {m: stats["mean"] for m, stats in res["overall"].items()}
+            for group, res in test.get("groups", {}).items()
+        },
     )
 
 
@@ -327,6 +353,8 @@ def _text(cell: Any, pm: str, escape: Callable[[str], str]) -> str:
         return escape(cell)
     if isinstance(cell, Stat):
         return _mean_std(cell, pm)
+    if isinstance(cell, Diff):
+        return escape(f"{cell.value:+.2f} ({cell.relative:+.1%})")
     if isinstance(cell, float):
         return f"{cell:,.0f}" if cell.is_integer() else f"{cell:,.1f}"
     return "" if cell is None else f"{cell:,}"
@@ -334,6 +362,8 @@ def _text(cell: Any, pm: str, escape: Callable[[str], str]) -> str:
 
 def _mean_std(stat: Stat, pm: str) -> str:
     """Both rounded to the std's second significant digit: 16.44, 1.62 -> ``16.4 ± 1.6``."""
+    if stat.decimals is not None:
+        return f"{stat.mean:.{stat.decimals}f}{pm}{stat.std:.{stat.decimals}f}"
     if math.isnan(stat.std) or stat.std == 0:
         return f"{stat.mean:.4g}"
     decimals = max(0, 1 - math.floor(math.log10(stat.std)))
@@ -377,20 +407,23 @@ def _latex_escape(text: str) -> str:
 
 
 def write_csv(columns: Sequence[Column], out: TextIO) -> None:
-    """Plain numbers; a metric column becomes ``<name>_mean`` and ``<name>_std``."""
+    """Plain numbers; a column of mean ± std becomes ``<name>_mean`` and ``<name>_std``."""
+    split = [any(isinstance(cell, Stat) for cell in column.cells) for column in columns]
     header: list[str] = []
-    for column in columns:
-        header += [f"{column.name}_mean", f"{column.name}_std"] if column.better else [column.name]
+    for column, two in zip(columns, split, strict=True):
+        header += [f"{column.name}_mean", f"{column.name}_std"] if two else [column.name]
     rows: list[list[Any]] = [[] for _ in columns[0].cells]
-    for column in columns:
+    for column, two in zip(columns, split, strict=True):
         for row, cell in zip(rows, column.cells, strict=True):
-            row += [cell.mean, _csv(cell.std)] if column.better else [_csv(cell)]
+            row += [cell.mean, _csv(cell.std)] if two else [_csv(cell)]
     writer = csv.writer(out, lineterminator="\n")
     writer.writerows([header, *rows])
 
 
 def _csv(value: Any) -> Any:
     """Empty for missing values and a single run's std; whole means without ``.0``."""
+    if isinstance(value, Diff):
+        return value.value
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     return int(value) if isinstance(value, float) and value.is_integer() else value
@@ -468,6 +501,9 @@ def _parser() -> argparse.ArgumentParser:
     add("--horizon-metric", choices=METRICS, default="mae", help="metric of --horizons, --plot")
     add("--format", choices=("markdown", "csv", "latex"), default="markdown")
     add("--plot", type=Path, metavar="DIR", help="write PNG figures to DIR")
+    from cloudlstm.cli.paper import TABLES  # paper builds on this module: imported late
+
+    add("--paper", choices=list(TABLES), help="the runs next to this table of the paper")
     return parser
 
 
@@ -484,6 +520,8 @@ def _run(args: argparse.Namespace) -> int:
     if not runs:
         where = " ".join(map(str, args.dirs))
         raise CompareError(f"no metrics.json with test results under {where}")
+    if args.paper:
+        return _run_paper(runs, args)
     groups = group_runs(runs, args.by)
     if mixed := mixed_keys(groups):
         print(
@@ -491,15 +529,34 @@ def _run(args: argparse.Namespace) -> int:
             "add them to --by to split the rows",
             file=sys.stderr,
         )
-    table = build_table(groups, args.metrics, args.horizons, args.horizon_metric)
-    if args.format == "csv":
-        write_csv(table, sys.stdout)
-    else:
-        print(to_latex(table) if args.format == "latex" else to_markdown(table))
+    _print_table(build_table(groups, args.metrics, args.horizons, args.horizon_metric), args.format)
     for path in plot(groups, args.horizon_metric, args.plot) if args.plot else []:
         print(f"wrote {path}", file=sys.stderr)
     return 0
 
 
+def _run_paper(runs: Sequence[Run], args: argparse.Namespace) -> int:
+    """``--paper``: the runs next to a table of the paper, rows matched as paper.py says."""
+    if args.by or args.horizons or args.plot:
+        raise CompareError("--paper takes no --by, --horizons or --plot")
+    from cloudlstm.cli.paper import paper_table
+
+    table, notes = paper_table(runs, args.paper, args.metrics)
+    for note in notes:
+        print(f"compare: {note}", file=sys.stderr)
+    _print_table(table, args.format)
+    return 0
+
+
+def _print_table(table: Sequence[Column], fmt: str) -> None:
+    if fmt == "csv":
+        write_csv(table, sys.stdout)
+    else:
+        print(to_latex(table) if fmt == "latex" else to_markdown(table))
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # run the imported module, not __main__: cli.paper builds cells from its classes
+    from cloudlstm.cli.compare import main as imported_main
+
+    raise SystemExit(imported_main())
