@@ -142,15 +142,21 @@ def paper_table(
 ) -> tuple[list[Column], list[str]]:
     """Columns of our runs next to paper table ``name``, and notes for stderr.
 
-    Rows are the paper's rows that have runs, in the paper's order; the columns are the data
-    set, model, the table's settings, ``n`` (runs), then per metric ours (mean ± std over
-    seeds), the paper's and the difference. The notes count the paper rows without runs,
-    name the runs that match no row, and warn where one row's runs differ in other keys.
+    Rows are the paper's rows that have runs, by data set, then in the paper's order; the
+    columns are the data set, model, the table's settings, ``n`` (runs), then per metric
+    ours (mean ± std over seeds), the paper's and the difference. The notes count the paper
+    rows without runs, name the runs that match no row, and warn where one row's runs differ
+    in other keys.
     """
     table, rows = TABLES[name], load_table(name, paper_dir)
     metrics = [m for m in metrics if m in rows[0].published]
     pairs = [(row, [run for run in runs if row.matches(run, table)]) for row in rows]
-    found = [(row, members) for row, members in pairs if members]
+    datasets = list(dict.fromkeys(row.dataset for row in rows))
+    # one data set after the other, as the paper's column blocks; the paper's row order
+    found = sorted(
+        ((row, members) for row, members in pairs if members),
+        key=lambda pair: datasets.index(pair[0].dataset),
+    )
     if not found:
         raise CompareError(
             f"no run matches a row of the paper's table {name}: rows match by data set, model, "
