@@ -21,8 +21,9 @@ NAME_ALIASES = {
     "output_steps": "j",
     "outlier_shift": "shift",
 }
-# Keys whose value alone names the setting (`model.cell=gru` -> "gru").
-VALUE_ONLY = {"cell"}
+# Keys whose value alone names the setting (`model.cell=gru` -> "gru", `data.city=city1`
+# -> "city1").
+VALUE_ONLY = {"cell", "city"}
 # Settings worth a tag of their own on the dashboard.
 TAG_KEYS = ("k", "cell", "attention")
 
