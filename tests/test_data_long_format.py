@@ -274,6 +274,19 @@ def test_parquet(tmp_path):
     assert LongFormatSource(path).load().values.shape == (20, 3, 2)
 
 
+def test_parquet_without_pyarrow_is_a_user_error(tmp_path, monkeypatch):
+    import importlib.util
+
+    from cloudlstm.errors import MissingPackageError, UserError
+
+    path = tmp_path / "data.parquet"
+    path.write_bytes(b"PAR1")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(MissingPackageError, match="pip install pyarrow") as err:
+        LongFormatSource(path).load()
+    assert isinstance(err.value, UserError) and isinstance(err.value, ImportError)
+
+
 def test_too_few_steps_is_refused_by_the_datamodule(tmp_path):
     dm = PointsDataModule(write(tmp_path, long_table(t_steps=8)), input_steps=4, output_steps=3)
     with pytest.raises(ValueError, match="needs input_steps \\+ output_steps"):

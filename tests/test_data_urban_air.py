@@ -20,6 +20,7 @@ from hydra.utils import instantiate
 
 from cloudlstm.data.download import download_and_extract
 from cloudlstm.data.urban_air import UrbanAirDataModule, UrbanAirSource
+from cloudlstm.errors import DownloadError
 
 HOURS = 100
 RAW = ["PM25_Concentration", "PM10_Concentration", "NO2_Concentration"]
@@ -216,7 +217,7 @@ def test_checksum_mismatch_deletes_the_file(http_dir, tmp_path):
         download_and_extract(f"{url}/x.zip", tmp_path / "out", sha256="0" * 64)
     assert not (tmp_path / "out" / "x.zip").exists()
     assert not (tmp_path / "out" / ".x.zip.done").exists()
-    with pytest.raises(RuntimeError, match="Could not download .*missing.zip"):
+    with pytest.raises(DownloadError, match="Could not download .*missing.zip"):
         download_and_extract(f"{url}/missing.zip", tmp_path / "out")
 
 

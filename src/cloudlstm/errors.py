@@ -17,3 +17,11 @@ class UserError(CompactHydraException, ValueError):
 
 class MissingFileError(UserError, FileNotFoundError):
     """A file or folder the user named does not exist (still a ``FileNotFoundError``)."""
+
+
+class MissingPackageError(UserError, ImportError):
+    """An optional package the requested feature needs is not installed."""
+
+
+class DownloadError(UserError, RuntimeError):
+    """A data set could not be downloaded (address, network or the server)."""

@@ -14,7 +14,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from cloudlstm.errors import UserError
+from cloudlstm.errors import DownloadError, UserError
 
 __all__ = ["download_and_extract"]
 
@@ -77,7 +77,7 @@ def _fetch(url: str, target: Path) -> str:
                 out.write(chunk)
         os.replace(tmp, target)
     except (urllib.error.URLError, OSError, ValueError) as err:
-        raise RuntimeError(
+        raise DownloadError(
             f"Could not download {url} ({err}). Check the address and your connection, or "
             f"download the file by hand into {target.parent}."
         ) from err

@@ -29,7 +29,7 @@ import pandas as pd
 from cloudlstm.data.bad_values import channel_values, check_mode, mostly_numeric
 from cloudlstm.data.datamodule import PointCloudDataModule
 from cloudlstm.data.stream import PointCloudStream
-from cloudlstm.errors import MissingFileError, UserError
+from cloudlstm.errors import MissingFileError, MissingPackageError, UserError
 
 __all__ = [
     "LongFormatSource",
@@ -320,7 +320,7 @@ def read_table(path: Path, what: str, **csv_kwargs: Any) -> pd.DataFrame:
     """Read a CSV (compression from the suffix: .gz, .bz2, .zip, .xz) or Parquet file."""
     if path.suffix.lower() in (".parquet", ".pq"):
         if not any(importlib.util.find_spec(m) for m in ("pyarrow", "fastparquet")):
-            raise ImportError(
+            raise MissingPackageError(
                 f"Reading the Parquet file {path} needs pyarrow: `pip install pyarrow` "
                 "(or convert the file to CSV)."
             )
