@@ -154,3 +154,13 @@ def test_optuna_search_optimises_the_best_validation_mae(tmp_path):
     # the objective is the best validation MAE in real units, never a test metric
     assert result["best_value"] == min(val_best)
     assert result["best_value"] not in test_mae
+
+
+def test_objective_is_none_for_a_run_without_validation(tmp_path):
+    """A run that never validated (limit_val_batches=0) has no objective, and no error."""
+    from cloudlstm.cli.train import objective
+    from tests.conftest import compose_train
+
+    cfg = compose_train(tmp_path, [])
+    assert objective(cfg, {"val": {}}) is None
+    assert objective(cfg, {"val": {"val/mae_best": 2.5}}) == 2.5

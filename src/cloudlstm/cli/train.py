@@ -131,7 +131,7 @@ def objective(cfg: DictConfig, results: dict[str, Any]) -> float | None:
     if not key:
         return None
     val = results.get("val")
-    if val is None:  # nothing was trained (parameter-free model, or train=false)
+    if not val:  # nothing trained (parameter-free model, train=false) or never validated
         return None
     if key not in val:
         raise UserError(
