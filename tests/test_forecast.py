@@ -277,12 +277,25 @@ def test_input_steps_follow_the_stored_offsets():
             lambda df: df.assign(timestamp=STAMPS[0] + (df["timestamp"] - STAMPS[0]) / 2),
             r"sampled every 30min, but the model was trained on data every 1h",
         ),
+        (
+            lambda df: df[df["timestamp"].isin(STAMPS[::2])],
+            r"sampled every 2h, but the model was trained on data every 1h",
+        ),
     ],
-    ids=["too-little-history", "missing-channel", "other-interval"],
+    ids=["too-little-history", "missing-channel", "other-interval", "every-other-step"],
 )
 def test_history_errors_say_what_is_expected(points_run, forecaster, change, message):
     with pytest.raises(UserError, match=message):
         forecaster.forecast(change(history(points_run)))
+
+
+def test_a_history_with_missing_steps_is_not_another_interval(points_run, forecaster):
+    """Most early steps missing (the commonest gap 2 h) is still 1-hour data, filled."""
+    df = history(points_run)
+    early = df["timestamp"] < STAMPS[SPLIT - 2 * M]
+    sparse = df[~early | df["timestamp"].isin(STAMPS[::2])]
+    out = forecaster.forecast(sparse)
+    pd.testing.assert_frame_equal(out, forecaster.forecast(df))  # the model reads the end
 
 
 def test_run_directory_and_checkpoint_errors(points_run, tmp_path):

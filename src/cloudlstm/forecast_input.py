@@ -104,12 +104,24 @@ def history_step(times: np.ndarray, info: ForecastInfo, what: str) -> np.timedel
     expected = info.step
     if expected is None and found is None:
         raise UserError(f"{what} has one timestamp and the training data had no sampling step.")
-    if expected is not None and found is not None and found != expected:
+    if expected is not None and found is not None and not on_grid(distinct, expected):
         raise UserError(
             f"{what} is sampled every {step_text(found)}, but the model was trained on data "
             f"every {step_text(expected)}: resample the history to {step_text(expected)} steps."
         )
     return expected if expected is not None else found
+
+
+def on_grid(distinct: np.ndarray, step: np.timedelta64) -> bool:
+    """Whether sorted distinct ``times`` are samples of a ``step`` grid with gaps allowed.
+
+    Every gap must be a whole number of steps, and at least one exactly one step: a history
+    with missing steps is fine (they are filled), one sampled every 2 steps is another
+    interval, not a sparse history.
+    """
+    gaps = np.diff(distinct).astype("timedelta64[ns]").astype(np.int64)
+    unit = int(step / np.timedelta64(1, "ns"))
+    return bool((gaps % unit == 0).all() and (gaps == unit).any())
 
 
 def recent_window(
