@@ -6,7 +6,15 @@ from cloud_reference import dconv_loop
 
 from cloudlstm.data.transforms import normalize_coords
 from cloudlstm.models import CloudCNN, CloudSeq2Seq
-from cloudlstm.nn import CELLS, CloudAttention, DConv, NeighbourCountError, channel_neighbours
+from cloudlstm.models.base import values_to_cloud
+from cloudlstm.nn import (
+    CELLS,
+    CloudAttention,
+    DConv,
+    NeighbourCountError,
+    channel_neighbours,
+    shared_neighbours,
+)
 
 SMALL = dict(k=4, hidden_channels=6, num_layers=2)
 
@@ -39,6 +47,43 @@ def test_forecast_shape_and_longer_horizon(cell, attention):
     x, coords = batch(m=4)
     model = CloudSeq2Seq(3, output_steps=7, cell=cell, attention=attention, **SMALL)
     assert model(x, coords).shape == (2, 7, 20, 3)  # J > M is allowed
+
+
+def test_shared_neighbours_equal_per_channel_neighbours():
+    torch.manual_seed(0)
+    x, coords = batch(m=1)
+    coords[:, 5] = coords[:, 3]  # a tie: two points at one place
+    cloud = values_to_cloud(x[:, 0], coords)  # (B, N, C, 1+L): C channels, same points
+    expected = channel_neighbours(cloud, 4, value_features=1)
+    assert torch.equal(shared_neighbours(coords, 4, channels=3), expected)
+
+
+def test_the_embedding_searches_once_per_sample_and_forecasts_the_same(monkeypatch):
+    """One kNN of B clouds replaces the embedding's B*M*C + J*B*C; the forecast is unchanged."""
+    import cloudlstm.nn.dconv as dconv
+
+    torch.manual_seed(0)
+    x, coords = batch(m=4)  # B=2, M=4, N=20, C=3
+    model = CloudSeq2Seq(3, output_steps=5, **SMALL)
+    searched = []  # clouds per kNN call
+    real_knn = dconv.knn
+
+    def counting_knn(points: torch.Tensor, k: int) -> torch.Tensor:
+        searched.append(points.shape[:-2].numel())
+        return real_knn(points, k)
+
+    monkeypatch.setattr(dconv, "knn", counting_knn)
+    shared = model(x, coords)
+    assert searched[0] == 2  # the embedding's one search: B clouds
+    with_shared = sum(searched)
+
+    def own_search(cloud: torch.Tensor, neighbours: torch.Tensor | None = None) -> torch.Tensor:
+        return DConv.forward(model.embed, cloud)  # the neighbours given are ignored
+
+    searched.clear()
+    monkeypatch.setattr(model.embed, "forward", own_search)
+    assert torch.equal(model(x, coords), shared)
+    assert sum(searched) - with_shared == 2 * 4 * 3 + 5 * 2 * 3  # B*M*C + J*B*C
 
 
 @pytest.mark.parametrize("attention", [False, True])

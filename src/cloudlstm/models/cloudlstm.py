@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from cloudlstm.models.base import Forecaster, values_to_cloud
-from cloudlstm.nn import CELLS, CloudAttention, DConv, check_k
+from cloudlstm.nn import CELLS, CloudAttention, DConv, check_k, shared_neighbours
 
 
 class CloudSeq2Seq(Forecaster):
@@ -62,8 +62,13 @@ class CloudSeq2Seq(Forecaster):
         self.check_input(x, coords)
         check_k(self.k, x.shape[2])
         b, m, n, c = x.shape
+        # The C input channels of every frame sit at the points' coordinates, so the
+        # embedding's neighbour sets are one search per sample, for all M + J frames.
+        neighbours = shared_neighbours(coords, self.k, c)  # (B, N, C, K)
         # Embed all M input frames in one batched DConv call.
-        frames = self.embed(values_to_cloud(x, coords).flatten(0, 1))
+        frames = self.embed(
+            values_to_cloud(x, coords).flatten(0, 1), neighbours.repeat_interleave(m, dim=0)
+        )
         frames = frames.view(b, m, *frames.shape[1:])
 
         states = [cell.initial_state(coords) for cell in self.encoder]
@@ -81,7 +86,7 @@ class CloudSeq2Seq(Forecaster):
         last = x[:, -1]
         outputs = []
         for _ in range(self.output_steps):
-            inp = self.embed(values_to_cloud(last, coords))
+            inp = self.embed(values_to_cloud(last, coords), neighbours)
             for layer, cell in enumerate(self.decoder):
                 inp, states[layer] = cell(inp, states[layer])
             if self.attention is not None:

@@ -4,7 +4,7 @@ from cloudlstm.nn.knn import NeighbourCountError, check_k, knn, knn_reference  #
 from cloudlstm.nn.attention import CloudAttention
 from cloudlstm.nn.cells import CELLS, CloudGRUCell, CloudLSTMCell, CloudRNNCell
 from cloudlstm.nn.conv_rnn import CausalLSTMCell, ConvLSTMCell, GradientHighwayUnit
-from cloudlstm.nn.dconv import DConv, channel_neighbours, gather_neighbourhoods
+from cloudlstm.nn.dconv import DConv, channel_neighbours, gather_neighbourhoods, shared_neighbours
 from cloudlstm.nn.deform_conv import DeformConv2d
 from cloudlstm.nn.graph import ChebGraphConv, DistanceGraph, scaled_laplacian
 from cloudlstm.nn.xconv import XConv, dilated_neighbours
@@ -31,4 +31,5 @@ __all__ = [
     "knn",
     "knn_reference",
     "scaled_laplacian",
+    "shared_neighbours",
 ]

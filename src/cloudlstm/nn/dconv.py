@@ -34,6 +34,16 @@ def channel_neighbours(cloud: torch.Tensor, k: int, value_features: int) -> torc
     return knn(coords, k).permute(0, 2, 1, 3)
 
 
+def shared_neighbours(coords: torch.Tensor, k: int, channels: int) -> torch.Tensor:
+    """Neighbours of clouds whose ``channels`` channels all sit at the same points.
+
+    coords ``(B, N, L)`` -> ``(B, N, channels, K)``, equal to :func:`channel_neighbours` of
+    such a cloud, from one search per sample instead of one per channel (and per frame,
+    when the caller reuses it, as the CloudLSTM embedding does for its M + J frames).
+    """
+    return knn(coords, k)[:, :, None, :].expand(-1, -1, channels, -1)
+
+
 def gather_neighbourhoods(cloud: torch.Tensor, neighbours: torch.Tensor) -> torch.Tensor:
     """Gather every point's per-channel neighbourhood into one row.
 
