@@ -13,7 +13,7 @@ from conftest import compose_train
 from omegaconf import OmegaConf
 
 from cloudlstm.cli.compare import find_runs, flatten, main
-from cloudlstm.cli.paper import load_table, paper_model, paper_table
+from cloudlstm.cli.compare.paper import load_table, paper_model, paper_table
 
 CLOUD = "cloudlstm.models.CloudSeq2Seq"
 

@@ -19,8 +19,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from cloudlstm.cli.compare import flatten
+from cloudlstm.cli.compare.paper import TABLES, load_table, paper_dataset, paper_model
 from cloudlstm.cli.config import describe_run
-from cloudlstm.cli.paper import TABLES, load_table, paper_dataset, paper_model
 
 # preset: (jobs, the paper table its runs are compared with; None: a figure, J = that)
 PRESETS = {
@@ -79,7 +79,7 @@ def test_preset_jobs_compose_and_match_their_paper_table(tmp_path, name):
         models.add(paper_model(keys(cfg)))
         datasets.add(paper_dataset(keys(cfg)))
         steps = (cfg.data.input_steps, cfg.data.output_steps)
-        if isinstance(table, str):  # its runs meet the table's conditions (cli.paper)
+        if isinstance(table, str):  # its runs meet the table's conditions (cli.compare.paper)
             assert steps == TABLES[table].steps
             assert (cfg.data.num_points is not None) == TABLES[table].subset
         else:

@@ -27,9 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cloudlstm.cli.compare import Column, CompareError, Diff, Run, Stat, varying_keys
+from cloudlstm.cli.compare.cells import Column, Diff, Stat
+from cloudlstm.cli.compare.groups import varying_keys
+from cloudlstm.cli.compare.runs import CompareError, Run
 
-PAPER_DIR = Path(__file__).resolve().parents[3] / "docs" / "paper"
+PAPER_DIR = Path(__file__).resolve().parents[4] / "docs" / "paper"
 SETTINGS = ("d", "group", "seasonal")  # setting columns a paper table may have
 
 

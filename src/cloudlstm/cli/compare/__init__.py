@@ -1,0 +1,82 @@
+"""Comparison tables of finished runs: ``python -m cloudlstm.cli.compare <dir> [<dir> ...]``.
+
+Finds every ``metrics.json`` with test results under the given paths (a multirun folder,
+several of them, single run dirs, or all of ``outputs/``), groups the runs, and prints one
+row per group, no W&B needed::
+
+    python -m cloudlstm.cli.compare outputs/multiruns/<date>/<time> \\
+        --by model.k model.cell --horizons 1,6,12 --format latex --plot figures/
+
+Grouping (``--by KEY ...``): ``model`` and ``data`` are the names train.py records in
+``metrics.json``; any other key is a dotted key of the run's resolved ``config.yaml``
+(``model.k``, ``trainer.max_epochs``, ...). ``data`` is always added, since metrics of two
+data sets do not average. Without ``--by``, runs are grouped by ``model`` and ``data`` and
+split further by every config key that still differs inside such a group, except ``seed``,
+the directory keys (``*dir``, ``*dirpath``, ``paths.*``: they differ per run) and the
+derived ``data_info.*``. So the seeds of one setting form one row and different settings
+never mix; with ``--by`` a warning names the keys that differ inside a row.
+
+Each metric cell is ``mean ± std`` over the runs (seeds) of a row: the mean and the sample
+standard deviation (ddof=1) of each run's overall test mean; a single run shows its mean
+alone. The std across test instances within a run, which metrics.json also holds, is not
+shown. ``n`` is the number of runs; ``params``, ``epochs`` and ``train_s`` are means over
+them. ``--horizons 1,6,12`` adds the ``--horizon-metric`` (MAE by default) at those
+forecast steps (1 = first), aggregated the same way. The best cell of each metric column
+is bold (lowest MAE/RMSE, highest PSNR/SSIM), compared within each data set. Rows are
+sorted by data set, then best first on the first metric.
+
+``--paper TABLE`` prints the runs next to the paper's values of that table
+(``docs/paper/<TABLE>.csv``) with the difference; :mod:`cloudlstm.cli.compare.paper` says how runs
+are matched to the paper's rows.
+
+``--format markdown|csv|latex``; ``--plot DIR`` writes, per data set, the horizon metric
+against the forecast step (one line per row, a band of ± one std over seeds) and a bar
+chart of its overall value with std error bars, and prints their paths to stderr (stdout
+keeps only the table, for redirection). User errors print one ``compare: ...`` line to
+stderr and exit with status 2.
+"""
+
+# Modules: runs (finding runs), cells (Stat, Diff, Column), groups (rows), table (columns,
+# best cells), formats (markdown, LaTeX, CSV), plots, paper (--paper), command (main; not
+# named main.py, which the function main re-exported here would shadow as an attribute).
+# The names below are the public ones of the single module compare.py this package was.
+from cloudlstm.cli.compare.cells import Column, Diff, Stat
+from cloudlstm.cli.compare.command import main
+from cloudlstm.cli.compare.formats import to_latex, to_markdown, write_csv
+from cloudlstm.cli.compare.groups import (
+    Group,
+    default_keys,
+    group_runs,
+    mixed_keys,
+    varying_keys,
+)
+from cloudlstm.cli.compare.plots import plot
+from cloudlstm.cli.compare.runs import RUN_KEYS, CompareError, Run, find_runs, flatten, load_run
+from cloudlstm.cli.compare.table import HIGHER_IS_BETTER, best_rows, build_table, compare, ranked
+
+__all__ = [
+    "HIGHER_IS_BETTER",
+    "RUN_KEYS",
+    "Column",
+    "CompareError",
+    "Diff",
+    "Group",
+    "Run",
+    "Stat",
+    "best_rows",
+    "build_table",
+    "compare",
+    "default_keys",
+    "find_runs",
+    "flatten",
+    "group_runs",
+    "load_run",
+    "main",
+    "mixed_keys",
+    "plot",
+    "ranked",
+    "to_latex",
+    "to_markdown",
+    "varying_keys",
+    "write_csv",
+]

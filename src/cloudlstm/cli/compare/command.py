@@ -1,0 +1,103 @@
+"""The command line: arguments, ``main(argv) -> int``, and the table or figures it prints."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from cloudlstm.cli.compare.cells import Column
+from cloudlstm.cli.compare.formats import to_latex, to_markdown, write_csv
+from cloudlstm.cli.compare.groups import group_runs, mixed_keys
+from cloudlstm.cli.compare.paper import TABLES, paper_table
+from cloudlstm.cli.compare.plots import plot
+from cloudlstm.cli.compare.runs import CompareError, Run, find_runs
+from cloudlstm.cli.compare.table import build_table
+from cloudlstm.metrics import METRICS
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors become one ``compare: ...`` line too, like the other user errors."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise CompareError(message)
+
+
+def _horizons(text: str) -> list[int]:
+    try:
+        horizons = [int(h) for h in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected steps like 1,6,12; got {text!r}") from None
+    if min(horizons) < 1:
+        raise argparse.ArgumentTypeError(f"forecast steps count from 1; got {text!r}")
+    return horizons
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m cloudlstm.cli.compare",
+        description=sys.modules[__package__].__doc__.split("\n\n")[0],  # the package's
+        epilog="See the module docstring or README (Comparing runs) for the statistics.",
+    )
+    add = parser.add_argument
+    add("dirs", nargs="+", type=Path, help="run or multirun directories, or outputs/")
+    add(
+        "--by",
+        nargs="+",
+        metavar="KEY",
+        help="group keys: model, data, config keys (model.k); put the dirs first",
+    )
+    add("--metrics", nargs="+", choices=METRICS, default=list(METRICS), help="metric columns")
+    add("--horizons", type=_horizons, default=[], help="forecast steps for columns, e.g. 1,6,12")
+    add("--horizon-metric", choices=METRICS, default="mae", help="metric of --horizons, --plot")
+    add("--format", choices=("markdown", "csv", "latex"), default="markdown")
+    add("--plot", type=Path, metavar="DIR", help="write PNG figures to DIR")
+    add("--paper", choices=list(TABLES), help="the runs next to this table of the paper")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _run(_parser().parse_args(argv))
+    except CompareError as err:
+        print(f"compare: {err}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    runs = find_runs(args.dirs)
+    if not runs:
+        where = " ".join(map(str, args.dirs))
+        raise CompareError(f"no metrics.json with test results under {where}")
+    if args.paper:
+        return _run_paper(runs, args)
+    groups = group_runs(runs, args.by)
+    if mixed := mixed_keys(groups):
+        print(
+            f"compare: warning: runs in one row differ in {', '.join(mixed)}; "
+            "add them to --by to split the rows",
+            file=sys.stderr,
+        )
+    _print_table(build_table(groups, args.metrics, args.horizons, args.horizon_metric), args.format)
+    for path in plot(groups, args.horizon_metric, args.plot) if args.plot else []:
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _run_paper(runs: Sequence[Run], args: argparse.Namespace) -> int:
+    """``--paper``: the runs next to a table of the paper, rows matched as paper.py says."""
+    if args.by or args.horizons or args.plot:
+        raise CompareError("--paper takes no --by, --horizons or --plot")
+    table, notes = paper_table(runs, args.paper, args.metrics)
+    for note in notes:
+        print(f"compare: {note}", file=sys.stderr)
+    _print_table(table, args.format)
+    return 0
+
+
+def _print_table(table: Sequence[Column], fmt: str) -> None:
+    if fmt == "csv":
+        write_csv(table, sys.stdout)
+    else:
+        print(to_latex(table) if fmt == "latex" else to_markdown(table))

@@ -1,0 +1,93 @@
+"""The table as text: markdown, LaTeX and CSV."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from cloudlstm.cli.compare.cells import Column, Diff, Stat
+from cloudlstm.cli.compare.table import best_rows
+
+
+def _text(cell: Any, pm: str, escape: Callable[[str], str]) -> str:
+    """A cell for markdown or LaTeX: ``mean ± std`` (mean alone for one run), 1,234.5."""
+    if isinstance(cell, str):
+        return escape(cell)
+    if isinstance(cell, Stat):
+        return _mean_std(cell, pm)
+    if isinstance(cell, Diff):
+        return escape(f"{cell.value:+.2f} ({cell.relative:+.1%})")
+    if isinstance(cell, float):
+        return f"{cell:,.0f}" if cell.is_integer() else f"{cell:,.1f}"
+    return "" if cell is None else f"{cell:,}"
+
+
+def _mean_std(stat: Stat, pm: str) -> str:
+    """Both rounded to the std's second significant digit: 16.44, 1.62 -> ``16.4 ± 1.6``."""
+    if stat.decimals is not None:
+        return f"{stat.mean:.{stat.decimals}f}{pm}{stat.std:.{stat.decimals}f}"
+    if math.isnan(stat.std) or stat.std == 0:
+        return f"{stat.mean:.4g}"
+    decimals = max(0, 1 - math.floor(math.log10(stat.std)))
+    return f"{stat.mean:.{decimals}f}{pm}{stat.std:.{decimals}f}"
+
+
+def _grid(
+    columns: Sequence[Column],
+    pm: str,
+    bold: Callable[[str], str],
+    escape: Callable[[str], str] = str,
+) -> list[list[str]]:
+    """Header and rows of formatted text, the best cells passed through ``bold``."""
+    data = next(c.cells for c in columns if c.name == "data")
+    cells = [[_text(cell, pm, escape) for cell in column.cells] for column in columns]
+    for j, column in enumerate(columns):
+        for i in best_rows(column, data):
+            cells[j][i] = bold(cells[j][i])
+    return [[escape(c.name) for c in columns], *map(list, zip(*cells, strict=True))]
+
+
+def to_markdown(columns: Sequence[Column]) -> str:
+    header, *rows = _grid(columns, " ± ", lambda s: f"**{s}**")
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def to_latex(columns: Sequence[Column]) -> str:
+    """A ``tabular`` (text columns left, numbers right) with the best cells in ``\\textbf``."""
+    header, *rows = _grid(columns, r" $\pm$ ", lambda s: rf"\textbf{{{s}}}", _latex_escape)
+    align = "".join("l" if isinstance(c.cells[0], str) else "r" for c in columns)
+    body = [" & ".join(header) + r" \\", r"\hline"]
+    body += [" & ".join(row) + r" \\" for row in rows]
+    return "\n".join(
+        [rf"\begin{{tabular}}{{{align}}}", r"\hline", *body, r"\hline", r"\end{tabular}"]
+    )
+
+
+def _latex_escape(text: str) -> str:
+    return text.replace("&", r"\&").replace("%", r"\%").replace("#", r"\#").replace("_", r"\_")
+
+
+def write_csv(columns: Sequence[Column], out: TextIO) -> None:
+    """Plain numbers; a column of mean ± std becomes ``<name>_mean`` and ``<name>_std``."""
+    split = [any(isinstance(cell, Stat) for cell in column.cells) for column in columns]
+    header: list[str] = []
+    for column, two in zip(columns, split, strict=True):
+        header += [f"{column.name}_mean", f"{column.name}_std"] if two else [column.name]
+    rows: list[list[Any]] = [[] for _ in columns[0].cells]
+    for column, two in zip(columns, split, strict=True):
+        for row, cell in zip(rows, column.cells, strict=True):
+            row += [cell.mean, _csv(cell.std)] if two else [_csv(cell)]
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerows([header, *rows])
+
+
+def _csv(value: Any) -> Any:
+    """Empty for missing values and a single run's std; whole means without ``.0``."""
+    if isinstance(value, Diff):
+        return value.value
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return int(value) if isinstance(value, float) and value.is_integer() else value

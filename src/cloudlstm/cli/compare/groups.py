@@ -1,0 +1,118 @@
+"""Grouping runs into table rows: by chosen keys, or by every key that differs but seeds."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from cloudlstm.cli.compare.cells import Stat
+from cloudlstm.cli.compare.runs import RUN_KEYS, CompareError, Run
+
+
+@dataclass(frozen=True)
+class Group:
+    """Runs sharing the values of the grouping keys: one table row."""
+
+    keys: dict[str, str]
+    runs: list[Run]
+
+    @property
+    def data(self) -> str:
+        return self.keys["data"]
+
+    @property
+    def label(self) -> str:
+        """Short legend text: the key values other than data, e.g. ``cloudlstm k=3``."""
+        parts = [
+            value if key in RUN_KEYS else f"{key.rsplit('.', 1)[-1]}={value}"
+            for key, value in self.keys.items()
+            if key != "data" and value  # a key the group's model lacks says nothing
+        ]
+        return " ".join(parts) or self.data
+
+    def metric(self, name: str) -> Stat:
+        return Stat.over([run.overall[name] for run in self.runs])
+
+    def at_horizon(self, name: str, horizon: int) -> Stat:
+        values = []
+        for run in self.runs:
+            steps = run.steps(name)
+            if not 1 <= horizon <= len(steps):
+                raise CompareError(
+                    f"horizon {horizon} is beyond the forecast length J={len(steps)} of "
+                    f"{run.path} (horizons count 1..J)"
+                )
+            values.append(steps[horizon - 1])
+        return Stat.over(values)
+
+    def curve(self, name: str) -> list[Stat]:
+        """The metric at every forecast step 1..J (J: the shortest forecast in the group)."""
+        horizon = min(len(run.steps(name)) for run in self.runs)
+        return [self.at_horizon(name, h) for h in range(1, horizon + 1)]
+
+    def mean_of(self, attr: str) -> float | None:
+        """Mean of a run attribute over the runs that have it (untrained models lack epochs)."""
+        values = [getattr(run, attr) for run in self.runs if getattr(run, attr) is not None]
+        return float(np.mean(values)) if values else None
+
+
+def group_runs(runs: Sequence[Run], by: Sequence[str] | None = None) -> list[Group]:
+    """Groups of ``runs`` by the keys ``by`` (plus data), or by :func:`default_keys`."""
+    keys = default_keys(runs) if by is None else _checked_keys(runs, by)
+    return [
+        Group(dict(zip(keys, values, strict=True)), members)
+        for values, members in _partition(runs, keys).items()
+    ]
+
+
+def default_keys(runs: Sequence[Run]) -> list[str]:
+    """model, data, and every config key that still differs within a (model, data) pair."""
+    extra = set()
+    for members in _partition(runs, RUN_KEYS).values():
+        extra.update(varying_keys(members))
+    return [*RUN_KEYS, *sorted(extra)]
+
+
+def varying_keys(runs: Sequence[Run]) -> list[str]:
+    """Keys whose values differ between ``runs``, but for seeds, paths and derived values."""
+    keys = set().union(*(run.keys for run in runs))
+    return sorted(
+        key for key in keys if not _per_run_key(key) and len({run.value(key) for run in runs}) > 1
+    )
+
+
+def mixed_keys(groups: Sequence[Group]) -> list[str]:
+    """Keys that differ between the runs inside one group (what an explicit --by merged)."""
+    return sorted(set().union(*(varying_keys(g.runs) for g in groups)))
+
+
+def _per_run_key(key: str) -> bool:
+    """True for keys that may differ between the runs of one setting."""
+    last = key.rsplit(".", 1)[-1]
+    return (
+        key == "seed"  # seeds are what the mean ± std is over
+        or key.startswith(("paths.", "data_info."))  # per-run paths; derived from data.*
+        or last.endswith(("dir", "dirpath"))  # output and checkpoint folders of each run
+    )
+
+
+def _checked_keys(runs: Sequence[Run], by: Sequence[str]) -> list[str]:
+    valid = set().union(*(run.keys for run in runs))
+    for key in by:
+        if key not in valid:
+            close = difflib.get_close_matches(key, valid, n=3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise CompareError(
+                f"unknown --by key {key!r}{hint}; valid keys: {', '.join(sorted(valid))}"
+            )
+    return list(by) if "data" in by else [*by, "data"]
+
+
+def _partition(runs: Sequence[Run], keys: Sequence[str]) -> dict[tuple[str, ...], list[Run]]:
+    parts: dict[tuple[str, ...], list[Run]] = {}
+    for run in runs:
+        parts.setdefault(tuple(run.value(k) for k in keys), []).append(run)
+    return parts

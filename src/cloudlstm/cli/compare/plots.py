@@ -1,0 +1,43 @@
+"""Figures of the groups: a metric against the forecast step, and its overall value as bars."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from cloudlstm.cli.compare.groups import Group
+from cloudlstm.cli.compare.table import ranked
+from cloudlstm.viz import plot_horizon_curve
+from cloudlstm.viz._common import new_figure, save_png
+
+
+def plot(groups: Sequence[Group], metric: str, out_dir: Path) -> list[Path]:
+    """Per data set: ``<metric>_horizon_<data>.png`` and ``<metric>_bar_<data>.png``."""
+    paths = []
+    for data in sorted({g.data for g in groups}):
+        members = [g for g in ranked(groups, metric) if g.data == data]
+        paths.append(_plot_horizons(members, metric, out_dir / f"{metric}_horizon_{data}.png"))
+        paths.append(_plot_bars(members, metric, out_dir / f"{metric}_bar_{data}.png"))
+    return paths
+
+
+def _plot_horizons(groups: Sequence[Group], metric: str, path: Path) -> Path:
+    """The metric at each forecast step, one line per group, a ± std band over seeds."""
+    curves = {f"{g.label} (n={len(g.runs)})": (g, g.curve(metric)) for g in groups}
+    means = {name: [s.mean for s in curve] for name, (_, curve) in curves.items()}
+    stds = {name: [s.std for s in curve] for name, (g, curve) in curves.items() if len(g.runs) > 1}
+    return plot_horizon_curve(means, std=stds, path=path, metric=metric)
+
+
+def _plot_bars(groups: Sequence[Group], metric: str, path: Path) -> Path:
+    """The overall metric per group, error bars of ± std over seeds."""
+    stats = [g.metric(metric) for g in groups]
+    fig = new_figure(max(4.0, 1.0 + 0.8 * len(groups)), 4)
+    ax = fig.add_subplot()
+    x = np.arange(len(groups))
+    ax.bar(x, [s.mean for s in stats], yerr=[s.std for s in stats], capsize=4)  # NaN: no bar
+    ax.set_xticks(x, [g.label for g in groups], rotation=30, ha="right")
+    ax.set(ylabel=metric.upper(), title=groups[0].data)
+    return save_png(fig, path)

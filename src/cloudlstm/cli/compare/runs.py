@@ -1,0 +1,89 @@
+"""Finding finished runs: every ``metrics.json`` with test results, with its flattened config."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+RUN_KEYS = ("model", "data")  # recorded by train.py in metrics.json["run"]
+
+
+class CompareError(Exception):
+    """A user error (missing directory, no runs, unknown key, bad horizon)."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finished run: its grouping keys and test results."""
+
+    path: Path  # the run directory
+    keys: dict[str, Any]  # "model", "data" and the flattened config.yaml
+    params: int | None
+    epochs: int | None
+    train_s: float | None
+    overall: dict[str, float]  # metric -> mean over test instances
+    per_step: dict[str, list[float]]  # metric -> that mean at each forecast step
+    groups: dict[str, dict[str, float]] = field(default_factory=dict)  # inliers/outliers
+
+    def value(self, key: str) -> str:
+        """The key's value as text; "" where this run's config lacks it."""
+        return str(self.keys[key]) if key in self.keys else ""
+
+    def steps(self, metric: str) -> list[float]:
+        if not self.per_step.get(metric):
+            raise CompareError(f"{self.path} has no per-step {metric} results")
+        return self.per_step[metric]
+
+
+def find_runs(roots: Sequence[Path]) -> list[Run]:
+    """Every run with test results under ``roots`` (directories or metrics.json files)."""
+    runs = []
+    for root in map(Path, roots):
+        if not root.exists():
+            raise CompareError(f"{root} does not exist")
+        paths = [root] if root.is_file() else sorted(root.rglob("metrics.json"))
+        runs.extend(run for path in paths if (run := load_run(path)) is not None)
+    return runs
+
+
+def load_run(path: Path) -> Run | None:
+    """The run of one ``metrics.json``; None if it has no test results (e.g. a failed run)."""
+    try:
+        results = json.loads(path.read_text())
+    except json.JSONDecodeError as err:  # e.g. a file being written by a running job
+        raise CompareError(f"{path} is not valid JSON ({err})") from None
+    test = results.get("test")
+    if not test:
+        return None
+    info = results.get("run", {})
+    config_path = path.parent / "config.yaml"
+    config = flatten(yaml.safe_load(config_path.read_text())) if config_path.exists() else {}
+    return Run(
+        path=path.parent,
+        keys={"model": info.get("model", "?"), "data": info.get("data", "?"), **config},
+        params=results.get("num_params"),
+        epochs=results.get("epochs"),
+        train_s=results.get("train_time_s"),
+        overall={m: stats["mean"] for m, stats in test["overall"].items()},
+        per_step={m: stats["mean"] for m, stats in test.get("per_step", {}).items()},
+        groups={
+            group: {m: stats["mean"] for m, stats in res["overall"].items()}
+            for group, res in test.get("groups", {}).items()
+        },
+    )
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested config -> ``{"model.k": 3, ...}``; lists stay values."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
