@@ -35,18 +35,20 @@ def instantiate(config: Any, **kwargs: Any) -> Any:
         raise cause from None
 
 
-def build_datamodule(cfg: DictConfig, output_dir: Path) -> L.LightningDataModule:
+def build_datamodule(
+    cfg: DictConfig, output_dir: Path
+) -> tuple[L.LightningDataModule, dict[str, Any]]:
     """Instantiate, load and set up the data; fill ``cfg.data_info`` and save the summary.
 
-    Writes ``data_summary.json`` to ``output_dir``.
+    Returns the datamodule and its summary, also written to ``data_summary.json`` in
+    ``output_dir``.
 
     Raises:
         UserError: a mandatory data key (e.g. ``data.path``) is missing.
     """
     datamodule = instantiate_datamodule(cfg)
     datamodule.prepare_data()
-    set_up_datamodule(cfg, datamodule, output_dir)
-    return datamodule
+    return datamodule, set_up_datamodule(cfg, datamodule, output_dir)
 
 
 def instantiate_datamodule(cfg: DictConfig) -> L.LightningDataModule:
@@ -65,8 +67,11 @@ def instantiate_datamodule(cfg: DictConfig) -> L.LightningDataModule:
     return instantiate(cfg.data)
 
 
-def set_up_datamodule(cfg: DictConfig, datamodule: L.LightningDataModule, output_dir: Path) -> None:
-    """Set up a loaded datamodule, fill ``cfg.data_info`` and write ``data_summary.json``."""
+def set_up_datamodule(
+    cfg: DictConfig, datamodule: L.LightningDataModule, output_dir: Path
+) -> dict[str, Any]:
+    """Set up a loaded datamodule, fill ``cfg.data_info``, write ``data_summary.json`` and
+    return that summary."""
     datamodule.setup("fit")
     datamodule.print_summary()
     summary = datamodule.summary()
@@ -80,6 +85,7 @@ def set_up_datamodule(cfg: DictConfig, datamodule: L.LightningDataModule, output
             "coord_features": int(datamodule.coords.shape[-1]),
             "steps_per_day": summary["steps_per_day"],
         }
+    return summary
 
 
 def build_module(cfg: DictConfig) -> L.LightningModule:

@@ -31,7 +31,6 @@ from cloudlstm.cli.build import (
 )
 from cloudlstm.cli.checkpoint_fit import check_points, check_sizes, load_weights, restore_scaler
 from cloudlstm.cli.resume import check_checkpoint
-from cloudlstm.cli.train import data_summary
 from cloudlstm.errors import UserError
 from cloudlstm.forecast import check_run_dir, find_checkpoint
 
@@ -77,7 +76,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     datamodule = instantiate_datamodule(cfg)
     datamodule.prepare_data()
     restore_scaler(datamodule, checkpoint, path)
-    set_up_datamodule(cfg, datamodule, output_dir)
+    summary = set_up_datamodule(cfg, datamodule, output_dir)
     save_job_config(cfg, output_dir)
     module = build_module(cfg)
     check_points(module.model, datamodule, checkpoint, path)
@@ -93,7 +92,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         "checkpoint": str(path),
         "overrides": _overrides(),
         "num_params": sum(p.numel() for p in module.model.parameters()),
-        "data": data_summary(cfg),
+        "data": summary,
         "test_time_s": time.perf_counter() - start,
         "test": module.test_results,
     }

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import resource
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig
 
 from cloudlstm.callbacks import EpochTimer
+from cloudlstm.errors import UserError
 from cloudlstm.metrics import METRICS
 from cloudlstm.viz import plot_forecast_maps, plot_horizon_curve, plot_worst_series
 
@@ -84,23 +87,31 @@ def inference_ms_per_sample(model: torch.nn.Module, datamodule: Any, batch: int 
     if not dataset:
         return float("nan")
     items = [dataset[i] for i in range(min(batch, len(dataset)))]
-    device = next(model.parameters(), torch.empty(0)).device
-    x = torch.stack([it["x"] for it in items]).to(device)
-    coords = torch.stack([it["coords"] for it in items]).to(device)
+    times = []
+    with _evaluating(model) as device:
+        x = torch.stack([it["x"] for it in items]).to(device)
+        coords = torch.stack([it["coords"] for it in items]).to(device)
+        model(x, coords)  # warm-up: first-call allocations and kernel selection
+        for _ in range(3):
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            model(x, coords)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+    return 1000 * min(times) / len(items)
+
+
+@contextmanager
+def _evaluating(model: torch.nn.Module) -> Iterator[torch.device]:
+    """The model in eval mode on its device (yielded), its training mode restored after."""
     was_training = model.training
     model.eval()
-    model(x, coords)  # warm-up: first-call allocations and kernel selection
-    times = []
-    for _ in range(3):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        model(x, coords)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    model.train(was_training)
-    return 1000 * min(times) / len(items)
+    try:
+        yield next(model.parameters(), torch.empty(0)).device
+    finally:
+        model.train(was_training)
 
 
 @torch.no_grad()
@@ -122,14 +133,11 @@ def draw_figures(
     names = list(datamodule.channel_names)
     c = names.index(channel) if isinstance(channel, str) and channel in names else int(channel)
     if not 0 <= c < len(names):
-        raise ValueError(f"report.channel={channel}: the data has channels {names}")
+        raise UserError(f"report.channel={channel}: the data has channels {names}")
     item = dataset[window % len(dataset)]
     model = module.model
-    device = next(model.parameters(), torch.empty(0)).device
-    was_training = model.training
-    model.eval()
-    pred = model(item["x"][None].to(device), item["coords"][None].to(device))[0].cpu()
-    model.train(was_training)
+    with _evaluating(model) as device:
+        pred = model(item["x"][None].to(device), item["coords"][None].to(device))[0].cpu()
     scaler = datamodule.scaler
     real = {k: scaler.inverse_transform(item[k]).numpy() for k in ("x", "y")}
     forecast = scaler.inverse_transform(pred).numpy()
@@ -176,12 +184,12 @@ def log_test_report(
 
     test = results["test"]
     per_step = test["per_step"]
-    horizon = wandb.Table(
-        columns=["horizon", *(f"{m}{s}" for m in METRICS for s in ("", "_std"))],
-        data=[
-            [h + 1, *(per_step[m][s][h] for m in METRICS for s in ("mean", "std"))]
+    horizon = _metric_table(
+        "horizon",
+        {
+            h + 1: {m: {s: per_step[m][s][h] for s in ("mean", "std")} for m in METRICS}
             for h in range(len(per_step["mae"]["mean"]))
-        ],
+        },
     )
     payload: dict[str, Any] = {
         "test/horizon_table": horizon,
@@ -200,7 +208,7 @@ def log_test_report(
         logger.experiment.summary.update({f"cost/{k}": v for k, v in cost.items()})
 
 
-def _metric_table(label: str, rows: dict[str, dict[str, dict[str, float]]]) -> Any:
+def _metric_table(label: str, rows: dict[Any, dict[str, dict[str, float]]]) -> Any:
     """A W&B table with one row per name and ``<metric>``, ``<metric>_std`` columns."""
     import wandb
 

@@ -45,7 +45,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         log.info("%s exists: this run has finished (resume=never trains it again).", finished)
         return json.loads(finished.read_text())
 
-    datamodule = build_datamodule(cfg, output_dir)
+    datamodule, summary = build_datamodule(cfg, output_dir)
     job_cfg = save_job_config(cfg, output_dir)
     module = build_module(cfg)
     model = module.model
@@ -60,7 +60,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             {**OmegaConf.to_container(job_cfg, resolve=True), "num_params": num_params}
         )
 
-    results: dict[str, Any] = {"run": run, "num_params": num_params, "data": data_summary(cfg)}
+    results: dict[str, Any] = {"run": run, "num_params": num_params, "data": summary}
     fit = bool(cfg.get("train")) and trainable
     if cfg.get("train") and not trainable:
         log.info("%s has no trainable parameters: skipping training.", type(model).__name__)
@@ -95,11 +95,6 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     finally:
         _finish_wandb(loggers)
     return results
-
-
-def data_summary(cfg: DictConfig) -> dict[str, Any]:
-    """The ``data_summary.json`` that :func:`build_datamodule` wrote to the run directory."""
-    return json.loads((Path(cfg.paths.output_dir) / "data_summary.json").read_text())
 
 
 def _best_checkpoint(trainer: L.Trainer) -> str | None:
