@@ -71,7 +71,7 @@ class NaNFromCall(Forecaster):
 
 def test_nan_loss_stops_before_its_backward_pass(tiny_cfg):
     cfg = tiny_cfg()
-    datamodule = build_datamodule(cfg, Path(cfg.paths.output_dir).parent)
+    datamodule, _ = build_datamodule(cfg, Path(cfg.paths.output_dir).parent)
     model = NaNFromCall(output_steps=3, bad_call=5)  # 3 batches per epoch: epoch 1, batch 1
     module = ForecastModule(model, functools.partial(torch.optim.SGD, lr=0.01))
     trainer = L.Trainer(
