@@ -98,3 +98,13 @@ def test_k_larger_than_cloud_raises() -> None:
 def test_k_zero_raises() -> None:
     with pytest.raises(NeighbourCountError):
         knn(torch.rand(2, 5, 2), 0)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 1e300])  # 1e300: inf in float32
+def test_non_finite_coordinates_are_refused(bad):
+    from cloudlstm.nn.knn import NonFiniteCoordinatesError
+
+    coords = torch.rand(2, 10, 2, dtype=torch.float64)
+    coords[1, 4, 0] = bad
+    with pytest.raises(NonFiniteCoordinatesError, match="NaN or inf"):
+        knn(coords, 3)

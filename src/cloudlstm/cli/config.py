@@ -78,7 +78,7 @@ def describe_run(cfg: DictConfig) -> dict[str, Any]:
 def _name_token(override: str) -> str:
     """``model.k=3`` -> ``k3``; ``model.attention=true`` -> ``att``; others -> ``""``."""
     key, sep, value = override.lstrip("+").partition("=")
-    if not sep or not key.startswith(("model.", "data.")) or key.startswith("~"):
+    if not sep or not key.startswith(("model.", "data.")):  # `~model.x` deletions too
         return ""
     leaf = key.rsplit(".", 1)[-1]
     alias = NAME_ALIASES.get(leaf, leaf)

@@ -351,19 +351,21 @@ def knn(coords: torch.Tensor, k: int, chunk: int = 1024) -> torch.Tensor:
     """
     *lead, n, dims = coords.shape
     check_k(k, n)
-    flat = coords.detach().reshape(-1, n, dims)
+    flat = coords.detach().reshape(-1, n, dims).float()
+    # checked in float32, where both searches run: the grid kernel would return indices out
+    # of range, the brute-force path an arbitrary order
+    if not bool(torch.isfinite(flat).all()):
+        raise NonFiniteCoordinatesError("kNN: the point coordinates hold NaN or inf.")
     if flat.device.type == "cpu":
-        array = flat.to(torch.float32)
+        array = flat
         if dims == 1:  # a zero second axis adds exactly 0 to every distance
             array = torch.cat([array, torch.zeros_like(array)], dim=-1)
         array = np.ascontiguousarray(array.numpy())
-        if not np.isfinite(array).all():  # the kernel would return indices out of range
-            raise NonFiniteCoordinatesError("kNN: the point coordinates hold NaN or inf.")
         out = np.empty((array.shape[0], n, k), dtype=np.int64)
         run_sliced(len(array), lambda a, b: _knn_grid(array[a:b], k, out[a:b]), min_slice=16)
         index = torch.from_numpy(out)
     else:
-        index = _knn_chunked(flat.float(), k, chunk)
+        index = _knn_chunked(flat, k, chunk)
     return index.reshape(*lead, n, k)
 
 
