@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cloudlstm.data.beijing import BeijingSource
-from cloudlstm.data.mobile import SyntheticMobileTraffic
-from cloudlstm.data.synthetic import SyntheticAdvectionDiffusion
+from cloudlstm.data.sources.beijing import BeijingSource
+from cloudlstm.data.sources.mobile import SyntheticMobileTraffic
+from cloudlstm.data.sources.synthetic import SyntheticAdvectionDiffusion
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,7 @@ import torch
 from conftest import ROOT, compose_train
 
 from cloudlstm.cli.train import train
-from cloudlstm.data.beijing import BeijingDataModule
+from cloudlstm.data.sources.beijing import BeijingDataModule
 from cloudlstm.metrics import ForecastMetrics
 
 BEIJING = ROOT.parent / "shared" / "data" / "beijing_multisite"

@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT, compose_train, rebuilding_fails
 from hydra.utils import instantiate
 
-from cloudlstm.data.beijing import STATION_POSITIONS, BeijingDataModule, BeijingSource
+from cloudlstm.data.sources.beijing import STATION_POSITIONS, BeijingDataModule, BeijingSource
 
 REAL = ROOT.parent / "shared" / "data" / "beijing_multisite"
 needs_real = pytest.mark.skipif(

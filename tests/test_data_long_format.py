@@ -11,7 +11,7 @@ from conftest import compose_train
 from hydra.utils import instantiate
 from omegaconf.errors import MissingMandatoryValue
 
-from cloudlstm.data.long_format import (
+from cloudlstm.data.sources.long_format import (
     LongFormatSource,
     PointsDataModule,
     interpolate_gaps,
@@ -64,7 +64,7 @@ def test_static_points_are_pivoted_filled_and_masked(tmp_path, caplog):
     # inner gaps (a missing row, an empty cell), a leading gap and a trailing gap
     df = long_table(drop={(5, 0), (6, 0), (0, 1), (19, 2)}, empty={(10, 2, "b")})
     path = write(tmp_path, df, "data.csv.gz")  # gzip, by suffix
-    with caplog.at_level(logging.INFO, logger="cloudlstm.data.long_format"):
+    with caplog.at_level(logging.INFO, logger="cloudlstm.data.sources.long_format"):
         stream = LongFormatSource(path).load()
     assert "st3" in caplog.text and "dropping 1 point" in caplog.text
     assert stream.values.shape == (20, 3, 2)  # st3 (no value at all) is dropped
@@ -235,7 +235,7 @@ def test_text_or_inf_in_a_channel_is_an_error_naming_row_and_column(tmp_path, va
 def test_bad_values_warn_counts_them_and_treats_them_as_gaps(tmp_path, caplog):
     bad = {(5, "a"): "error", (9, "b"): "-inf", (13, "a"): "n.a.", (17, "b"): "1e40"}
     bad |= {(21, "a"): "x", (25, "a"): "y", (29, "b"): "z"}  # st1 at t = 1..7
-    with caplog.at_level(logging.WARNING, logger="cloudlstm.data.bad_values"):
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.data.sources.bad_values"):
         stream = LongFormatSource(write(tmp_path, with_bad_cells(bad)), bad_values="warn").load()
     assert "7 channel value(s) are not finite numbers (first 5)" in caplog.text
     assert "data row 5, column 'a': 'error'; data row 9, column 'b': '-inf'" in caplog.text

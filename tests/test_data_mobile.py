@@ -8,7 +8,7 @@ import pytest
 from conftest import compose_train, rebuilding_fails
 from hydra.utils import instantiate
 
-from cloudlstm.data.mobile import SERVICES, MobileDataModule, SyntheticMobileTraffic
+from cloudlstm.data.sources.mobile import SERVICES, MobileDataModule, SyntheticMobileTraffic
 
 DAY, WEEK = 288, 2016
 

@@ -7,8 +7,8 @@ import pytest
 from conftest import compose_train
 from hydra.utils import instantiate
 
-from cloudlstm.data.datamodule import PointCloudDataModule
-from cloudlstm.data.moving import SyntheticMovingPoints
+from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
+from cloudlstm.data.sources.moving import SyntheticMovingPoints
 
 SMALL = dict(num_points=16, num_steps=600)
 

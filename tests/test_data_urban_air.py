@@ -18,8 +18,8 @@ import pytest
 from conftest import compose_train, rebuilding_fails
 from hydra.utils import instantiate
 
-from cloudlstm.data.download import download_and_extract
-from cloudlstm.data.urban_air import UrbanAirDataModule, UrbanAirSource
+from cloudlstm.data.sources.download import download_and_extract
+from cloudlstm.data.sources.urban_air import UrbanAirDataModule, UrbanAirSource
 from cloudlstm.errors import DownloadError
 
 HOURS = 100

@@ -21,7 +21,7 @@ from torch import nn
 
 from cloudlstm.cli.build import build_datamodule
 from cloudlstm.cli.train import train
-from cloudlstm.data.synthetic import SyntheticAdvectionDiffusion
+from cloudlstm.data.sources.synthetic import SyntheticAdvectionDiffusion
 from cloudlstm.errors import UserError
 from cloudlstm.lit import ForecastModule, TrainingDivergedError
 from cloudlstm.models.base import Forecaster
@@ -157,7 +157,7 @@ def test_a_damaged_data_cache_is_detected_logged_and_rebuilt(tmp_path, caplog, d
     gen = SyntheticAdvectionDiffusion(**kw)
     fresh = gen.load()
     damage(gen.cache_path)
-    with caplog.at_level(logging.WARNING, logger="cloudlstm.data.cache"):
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.data.pipeline.cache"):
         rebuilt = SyntheticAdvectionDiffusion(**kw).load()
     assert f"Data cache {gen.cache_path} is unreadable" in caplog.text
     assert "rebuilding it" in caplog.text

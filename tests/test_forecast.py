@@ -22,7 +22,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from cloudlstm.cli.train import train
-from cloudlstm.data.datamodule import PointCloudDataModule, seasonal_offsets
+from cloudlstm.data.pipeline.datamodule import PointCloudDataModule, seasonal_offsets
 from cloudlstm.errors import UserError
 from cloudlstm.forecast import FILLED_COLUMN, Forecaster
 from cloudlstm.forecast_info import INFO_KEY, ForecastInfo

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from cloudlstm.data import grid as grid_module
-from cloudlstm.data.grid import GridMapping, cell_centres, grid_shape, hungarian_grid
+from cloudlstm.data.pipeline import grid as grid_module
+from cloudlstm.data.pipeline.grid import GridMapping, cell_centres, grid_shape, hungarian_grid
 from cloudlstm.models.cnn import CNN2D
 from cloudlstm.models.grid_base import GridForecaster
 

@@ -133,7 +133,7 @@ def test_cpu_form_shrinks_the_preset(tmp_path, name):
     assert list(cfg.logger) == ["csv"] and not cfg.report.figures
     data = cfg.data
     if "cluster" in data:  # the synthetic stand-in of Urban Air
-        assert data._target_ == "cloudlstm.data.stand_in.SyntheticClusters"
+        assert data._target_ == "cloudlstm.data.sources.stand_in.SyntheticClusters"
         assert data.clusters[data.cluster].num_points <= 27 and data.source.num_channels == 6
     else:
         assert data.num_antennas <= 40 and data.num_days <= 14 and data.num_services == 6

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cloudlstm.data.transforms import StandardScaler
+from cloudlstm.data.pipeline.transforms import StandardScaler
 from cloudlstm.errors import UserError
 
 INFO_KEY = "forecast_info"

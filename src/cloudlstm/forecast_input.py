@@ -1,9 +1,10 @@
 """A long-format history table -> the model input of one forecast, as training built it.
 
-Rows are laid on the training sampling grid (:func:`~cloudlstm.data.long_format.pivot_long`),
-the last ``history_steps`` steps are kept, gaps are filled as the loaders fill them
-(:func:`~cloudlstm.data.long_format.interpolate_gaps`: linear in time, ends by the nearest
-reading), and values and coordinates are normalised with the statistics stored in the
+Rows are laid on the training sampling grid
+(:func:`~cloudlstm.data.sources.long_format.pivot_long`), the last ``history_steps`` steps are
+kept, gaps are filled as the loaders fill them
+(:func:`~cloudlstm.data.sources.long_format.interpolate_gaps`: linear in time, ends by the
+nearest reading), and values and coordinates are normalised with the statistics stored in the
 checkpoint (:class:`~cloudlstm.forecast_info.ForecastInfo`); nothing is fitted on the new
 data.
 """
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from cloudlstm.data.long_format import (
+from cloudlstm.data.pipeline.transforms import scale_coords
+from cloudlstm.data.sources.long_format import (
     check_columns,
     infer_step,
     interpolate_gaps,
@@ -25,7 +27,6 @@ from cloudlstm.data.long_format import (
     parse_times,
     pivot_long,
 )
-from cloudlstm.data.transforms import scale_coords
 from cloudlstm.errors import UserError
 from cloudlstm.forecast_info import ForecastInfo
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn.utils import get_total_norm
 
-from cloudlstm.data.transforms import StandardScaler
+from cloudlstm.data.pipeline.transforms import StandardScaler
 from cloudlstm.distributed import gather_on_rank_zero
 from cloudlstm.errors import UserError
 from cloudlstm.forecast_info import INFO_KEY, ForecastInfo

@@ -13,7 +13,7 @@ import lightning as L
 from hydra.errors import InstantiationException
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.utilities import rank_zero_only
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from cloudlstm.cli.config import instantiate_group
 from cloudlstm.errors import UserError
@@ -64,7 +64,26 @@ def instantiate_datamodule(cfg: DictConfig) -> L.LightningDataModule:
             f"The data config needs {', '.join(missing)}; give it on the "
             f"command line: `python train.py <data=...> {example}` (e.g. data.path=/my/file.csv)."
         )
+    _rename_old_targets(cfg.data)
     return instantiate(cfg.data)
+
+
+def _rename_old_targets(node: Any) -> None:
+    """Point ``_target_`` entries of an older run's config (``eval.py``) at the modules'
+    places since ``cloudlstm.data`` was split into ``sources`` and ``pipeline``."""
+    from cloudlstm.data import current_target
+
+    if isinstance(node, ListConfig):
+        for i in range(len(node)):
+            _rename_old_targets(node._get_node(i))
+    elif isinstance(node, DictConfig):
+        for key in list(node.keys()):
+            child = node._get_node(key)  # not resolved: interpolations stay as they are
+            if key == "_target_" and isinstance(child._value(), str):
+                if current_target(child._value()) != child._value():
+                    node[key] = current_target(child._value())
+            else:
+                _rename_old_targets(child)
 
 
 def set_up_datamodule(

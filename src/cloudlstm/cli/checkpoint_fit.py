@@ -16,7 +16,7 @@ import lightning as L
 import numpy as np
 from omegaconf import DictConfig
 
-from cloudlstm.data.transforms import StandardScaler
+from cloudlstm.data.pipeline.transforms import StandardScaler
 from cloudlstm.errors import UserError
 from cloudlstm.forecast_info import INFO_KEY
 

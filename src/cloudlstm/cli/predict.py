@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from cloudlstm.data.long_format import read_table
+from cloudlstm.data.sources.long_format import read_table
 from cloudlstm.errors import UserError
 from cloudlstm.forecast import Forecaster
 from cloudlstm.forecast_input import user_errors

@@ -6,7 +6,7 @@ from collections import OrderedDict
 
 import torch
 
-from cloudlstm.data.grid import GridMapping, check_grid_coords, grid_shape, hungarian_grid
+from cloudlstm.data.pipeline.grid import GridMapping, check_grid_coords, grid_shape, hungarian_grid
 from cloudlstm.models.base import Forecaster
 
 

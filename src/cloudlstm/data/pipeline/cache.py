@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from cloudlstm.data.stream import PointCloudStream
+from cloudlstm.data.pipeline.stream import PointCloudStream
 from cloudlstm.errors import UserError
 
 __all__ = [

@@ -11,10 +11,15 @@ import torch
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader
 
-from cloudlstm.data.outliers import dbscan_outliers, shift_outliers
-from cloudlstm.data.stream import PointCloudStream
-from cloudlstm.data.transforms import StandardScaler, coord_scale, normalize_coords, scale_coords
-from cloudlstm.data.windows import WindowDataset, contiguous_offsets, count_windows
+from cloudlstm.data.pipeline.outliers import dbscan_outliers, shift_outliers
+from cloudlstm.data.pipeline.stream import PointCloudStream
+from cloudlstm.data.pipeline.transforms import (
+    StandardScaler,
+    coord_scale,
+    normalize_coords,
+    scale_coords,
+)
+from cloudlstm.data.pipeline.windows import WindowDataset, contiguous_offsets, count_windows
 from cloudlstm.distributed import each_window_once
 from cloudlstm.errors import UserError
 
@@ -96,7 +101,7 @@ class PointCloudDataModule(LightningDataModule):
 
     Args:
         source: any object with ``.load() -> PointCloudStream`` (e.g.
-            :class:`~cloudlstm.data.synthetic.SyntheticAdvectionDiffusion`), a
+            :class:`~cloudlstm.data.sources.synthetic.SyntheticAdvectionDiffusion`), a
             :class:`PointCloudStream` itself, or a Hydra config mapping with ``_target_``.
         input_steps: M, past steps fed to the model.
         output_steps: J, future steps to predict.
@@ -115,7 +120,7 @@ class PointCloudDataModule(LightningDataModule):
             separately for inliers and outliers.
         outlier_shift: the paper's controlled study: move ``outlier_count`` random points
             (``outlier_seed``) this far from the centre (normalised units, see
-            :func:`cloudlstm.data.outliers.shift_outliers`); they become the outlier group.
+            :func:`cloudlstm.data.pipeline.outliers.shift_outliers`); they become the outlier group.
         score_filled: also train on and score entries that were filled by interpolation (the
             paper's protocol: it interpolates gaps and then uses the whole series). Default
             False: the batch masks mark only really observed entries, so the loss and the

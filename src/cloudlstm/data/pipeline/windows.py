@@ -29,7 +29,7 @@ class WindowDataset(Dataset):
     negative ints, in the order the model reads them; repeats allowed) the input of a window
     whose target starts at ``t`` is the steps ``t + input_offsets`` instead (e.g. a
     sub-sampled week then the last half hour, see
-    :func:`cloudlstm.data.datamodule.seasonal_offsets`); it reaches back
+    :func:`cloudlstm.data.pipeline.datamodule.seasonal_offsets`); it reaches back
     ``H = -min(input_offsets)`` steps.
 
     Window ``i`` starts at absolute time index ``window_starts[i] = start + i * stride``; its

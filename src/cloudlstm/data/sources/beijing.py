@@ -21,16 +21,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cloudlstm.data.cache import file_signature, load_stream_cache, save_stream_cache
-from cloudlstm.data.datamodule import PointCloudDataModule
-from cloudlstm.data.long_format import (
+from cloudlstm.data.pipeline.cache import file_signature, load_stream_cache, save_stream_cache
+from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
+from cloudlstm.data.pipeline.stream import PointCloudStream
+from cloudlstm.data.sources.long_format import (
     build_stream,
     check_columns,
     numeric_column,
     pivot_long,
     read_table,
 )
-from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingFileError, UserError
 
 __all__ = ["BEIJING_URL", "BeijingDataModule", "BeijingSource", "STATION_POSITIONS"]
@@ -67,7 +67,7 @@ class BeijingSource:
         stations: names of the stations to keep (default: every file in ``root``).
         cache_dir: folder of the ``.npz`` cache (default ``<root>/cache``).
 
-    Same preprocessing as :class:`~cloudlstm.data.urban_air.UrbanAirSource`: an hourly grid
+    Same preprocessing as :class:`~cloudlstm.data.sources.urban_air.UrbanAirSource`: an hourly grid
     from ``year/month/day/hour``, gaps filled linearly in time with ``mask`` False, channels
     ``PM2.5, PM10, NO2, CO, O3, SO2``, coordinates ``(longitude, latitude)``.
     """

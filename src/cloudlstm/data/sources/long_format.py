@@ -3,12 +3,12 @@
 A long-format file has one row per ``(time, point)``: a timestamp, a point id, L coordinate
 columns and one column per channel. :class:`LongFormatSource` reads such a CSV (optionally
 compressed) or Parquet file; the functions below are the shared machinery the real-data
-loaders (:mod:`~cloudlstm.data.urban_air`, :mod:`~cloudlstm.data.beijing`) reuse:
+loaders (:mod:`~cloudlstm.data.sources.urban_air`, :mod:`~cloudlstm.data.sources.beijing`) reuse:
 
 * :func:`pivot_long` places rows on a regular time grid (:class:`LongGrid`);
 * :func:`interpolate_gaps` fills gaps linearly in time and returns the "really observed" mask;
 * :func:`build_stream` drops points without any data, fills gaps and assembles the stream
-  (the loaders cache it with :mod:`cloudlstm.data.cache`).
+  (the loaders cache it with :mod:`cloudlstm.data.pipeline.cache`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cloudlstm.data.bad_values import channel_values, check_mode, mostly_numeric
-from cloudlstm.data.datamodule import PointCloudDataModule
-from cloudlstm.data.stream import PointCloudStream
+from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
+from cloudlstm.data.pipeline.stream import PointCloudStream
+from cloudlstm.data.sources.bad_values import channel_values, check_mode, mostly_numeric
 from cloudlstm.errors import MissingFileError, MissingPackageError, UserError
 
 __all__ = [
@@ -377,7 +377,7 @@ class LongFormatSource:
             ``True`` always builds a ``trajectory``; ``False`` refuses changing coordinates.
         bad_values: what a channel cell that is neither empty nor a finite number (text,
             ``inf``) does: ``"error"`` names it, ``"warn"`` warns and treats it as missing
-            (:mod:`cloudlstm.data.bad_values`).
+            (:mod:`cloudlstm.data.sources.bad_values`).
 
     :meth:`load` lays the rows on a regular grid, fills gaps linearly in time (``mask`` False
     there; leading/trailing gaps take the nearest value) and drops points with no value at

@@ -36,10 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from cloudlstm.data.cache import CachedGenerator, check_float, check_int
-from cloudlstm.data.datamodule import PointCloudDataModule
-from cloudlstm.data.long_format import LongFormatSource
-from cloudlstm.data.stream import PointCloudStream
+from cloudlstm.data.pipeline.cache import CachedGenerator, check_float, check_int
+from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
+from cloudlstm.data.pipeline.stream import PointCloudStream
+from cloudlstm.data.sources.long_format import LongFormatSource
 from cloudlstm.errors import UserError
 
 __all__ = ["CITY_PRESETS", "SERVICES", "MobileDataModule", "SyntheticMobileTraffic"]
@@ -470,7 +470,7 @@ class MobileDataModule(PointCloudDataModule):
     Args:
         path: a long-format CSV/Parquet file (one row per time and antenna: ``time_col``,
             ``id_col``, ``coord_cols`` and one column per service) read with
-            :class:`~cloudlstm.data.long_format.LongFormatSource`; ``None`` = the generator.
+            :class:`~cloudlstm.data.sources.long_format.LongFormatSource`; ``None`` = the generator.
         city, num_antennas, num_services, num_days, seed, cache_dir: the
             :class:`SyntheticMobileTraffic` arguments (ignored with ``path``).
         time_col, id_col, coord_cols: the file's column names (used with ``path``).

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cloudlstm.data.cache import CachedGenerator, check_float, check_int
-from cloudlstm.data.stream import PointCloudStream
+from cloudlstm.data.pipeline.cache import CachedGenerator, check_float, check_int
+from cloudlstm.data.pipeline.stream import PointCloudStream
 from cloudlstm.errors import UserError
 
 __all__ = ["SyntheticMovingPoints"]

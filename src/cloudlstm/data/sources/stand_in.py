@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from cloudlstm.data.datamodule import PointCloudDataModule
+from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.errors import UserError
 
 __all__ = ["SyntheticClusters"]

@@ -18,17 +18,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cloudlstm.data.cache import file_signature, load_stream_cache, save_stream_cache
-from cloudlstm.data.datamodule import PointCloudDataModule
-from cloudlstm.data.download import download_and_extract
-from cloudlstm.data.long_format import (
+from cloudlstm.data.pipeline.cache import file_signature, load_stream_cache, save_stream_cache
+from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
+from cloudlstm.data.pipeline.stream import PointCloudStream
+from cloudlstm.data.sources.download import download_and_extract
+from cloudlstm.data.sources.long_format import (
     build_stream,
     check_columns,
     parse_times,
     pivot_long,
     read_table,
 )
-from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingFileError, UserError
 
 __all__ = ["CHANNELS", "CLUSTERS", "URBAN_AIR_URL", "UrbanAirDataModule", "UrbanAirSource"]

@@ -1,0 +1,10 @@
+"""What happens to a point-cloud stream once a source has made it.
+
+* ``stream``: the :class:`PointCloudStream` container and its checks;
+* ``cache``: the on-disk stream cache every source writes and reads;
+* ``transforms``: value scaling (fitted on the training part) and coordinate normalisation;
+* ``outliers``: spatial outliers found (DBSCAN) or made (the paper's shift study);
+* ``windows``: the (input, target) windows a model is trained on;
+* ``datamodule``: the Lightning datamodule that ties them together (splits, batches);
+* ``grid``: the point -> image-grid mapping of the grid baselines.
+"""
