@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import nn
 
 from cloudlstm.models.base import Forecaster, values_to_cloud
 from cloudlstm.nn import CELLS, CloudAttention, DConv, check_k, shared_neighbours
+from cloudlstm.nn.cells import cat_neighbours, search
 
 
 class CloudSeq2Seq(Forecaster):
@@ -23,6 +27,12 @@ class CloudSeq2Seq(Forecaster):
       the top encoder states before the output DConv.
     * Output: the value features of the output DConv. Points are fixed here, so the
       predicted coordinates are dropped, as in the paper's experiments.
+
+    Every cloud is searched for neighbours once, where it is made, and its neighbours go
+    to every DConv that reads it: a hidden state feeds the layer above at the same step
+    and its own layer at the next (and the attention and the head, at the top); the
+    initial states sit at the points, like the embedding's input, so they take that
+    search. Forecasts are the same as with a search per DConv call, bit for bit.
 
     Input ``x (B, M, N, C)``, ``coords (B, N, L)`` in [0, 1] -> ``(B, J, N, C)``.
     """
@@ -58,40 +68,82 @@ class CloudSeq2Seq(Forecaster):
         head_in = hidden_channels * (2 if attention else 1)
         self.head = DConv(head_in, num_channels, **common)
 
+    def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``."""
+        return fn(*args)
+
+    def _embed_frames(
+        self, x: torch.Tensor, coords: torch.Tensor, neighbours: torch.Tensor
+    ) -> torch.Tensor:
+        """All M input frames in one batched DConv call: ``(B, M, N, U, F)``."""
+        b, m = x.shape[:2]
+        frames = self.embed(
+            values_to_cloud(x, coords).flatten(0, 1), neighbours.repeat_interleave(m, dim=0)
+        )
+        return frames.view(b, m, *frames.shape[1:])
+
+    def _embed(self, last: torch.Tensor, coords: torch.Tensor, neighbours: torch.Tensor):
+        return self.embed(values_to_cloud(last, coords), neighbours)
+
+    def _head(
+        self, top: torch.Tensor, neighbours: torch.Tensor, context: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``(B, N, C)`` forecast values from the top decoder state (and the context)."""
+        if context is not None:
+            top = torch.cat([top, context], dim=2)
+        return self.head(top, neighbours)[..., 0]
+
     def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
         self.check_input(x, coords)
         check_k(self.k, x.shape[2])
         b, m, n, c = x.shape
-        # The C input channels of every frame sit at the points' coordinates, so the
-        # embedding's neighbour sets are one search per sample, for all M + J frames.
-        neighbours = shared_neighbours(coords, self.k, c)  # (B, N, C, K)
-        # Embed all M input frames in one batched DConv call.
-        frames = self.embed(
-            values_to_cloud(x, coords).flatten(0, 1), neighbours.repeat_interleave(m, dim=0)
-        )
-        frames = frames.view(b, m, *frames.shape[1:])
+        run, k = self._run, self.k
+        # Everything at the points (the C input channels of every frame, the initial
+        # hidden channels) shares one search per sample, for all M + J frames.
+        at_points = shared_neighbours(coords, k, 1).to(torch.int32)  # (B, N, 1, K)
+        embed_neighbours = at_points.expand(-1, -1, c, -1)
+        frames = run(self._embed_frames, x, coords, embed_neighbours)
+        frame_neighbours = search(frames.flatten(0, 1), k).unflatten(0, (b, m))
 
         states = [cell.initial_state(coords) for cell in self.encoder]
-        top_states = []
+        hidden_neighbours = [
+            at_points.expand(-1, -1, cell.hidden_channels, -1) for cell in self.encoder
+        ]
+        top_states, top_neighbours = [], []
         for t in range(m):
-            inp = frames[:, t]
+            inp, inp_neighbours = frames[:, t], frame_neighbours[:, t]
             for layer, cell in enumerate(self.encoder):
-                inp, states[layer] = cell(inp, states[layer])
+                inp, states[layer] = run(
+                    cell, inp, states[layer], inp_neighbours, hidden_neighbours[layer]
+                )
+                inp_neighbours = hidden_neighbours[layer] = search(inp, k)
             top_states.append(inp)
+            if self.attention is not None:
+                top_neighbours.append(inp_neighbours)
 
         if self.attention is not None:
             encoder_states = torch.stack(top_states, dim=1)
-            keys = self.attention.project_encoder(encoder_states)
+            # (B, M, N, U, K), stacked in knn's memory order (see cat_neighbours)
+            encoder_neighbours = torch.stack(
+                [nb.transpose(1, 2) for nb in top_neighbours], dim=1
+            ).transpose(2, 3)
+            keys = run(self.attention.project_encoder, encoder_states, encoder_neighbours)
 
         last = x[:, -1]
         outputs = []
         for _ in range(self.output_steps):
-            inp = self.embed(values_to_cloud(last, coords), neighbours)
+            inp = run(self._embed, last, coords, embed_neighbours)
+            inp_neighbours = search(inp, k)
             for layer, cell in enumerate(self.decoder):
-                inp, states[layer] = cell(inp, states[layer])
-            if self.attention is not None:
-                context, _ = self.attention(inp, encoder_states, keys)
-                inp = torch.cat([inp, context], dim=2)
-            last = self.head(inp)[..., 0]  # (B, N, C) values
+                inp, states[layer] = run(
+                    cell, inp, states[layer], inp_neighbours, hidden_neighbours[layer]
+                )
+                inp_neighbours = hidden_neighbours[layer] = search(inp, k)
+            if self.attention is None:
+                last = run(self._head, inp, inp_neighbours)
+            else:
+                context, _ = run(self.attention, inp, encoder_states, keys, inp_neighbours)
+                head_neighbours = cat_neighbours(inp_neighbours, search(context, k))
+                last = run(self._head, inp, head_neighbours, context)
             outputs.append(last)
         return torch.stack(outputs, dim=1)

@@ -9,7 +9,15 @@ Gates use the simplified DConv (no sigmoid on coordinates) because sigmoid is ap
 the whole gate; candidate states use the full DConv, sigmoid on coordinates, then tanh.
 Because a DConv sums over input channels, each with its own neighbours, the paper's
 ``W_s * S_t + W_h * H_{t-1}`` is exactly one DConv over the channel concatenation
-``[S_t; H_{t-1}]``: one neighbour search, one gather and one matmul for all gates.
+``[S_t; H_{t-1}]``: one gather and one matmul for all gates.
+
+Neighbour sets are per channel, so those of ``[S_t; H_{t-1}]`` are those of ``S_t`` next
+to those of ``H_{t-1}``. A cloud is often searched where it was already searched: the
+input ``S_t`` of layer l is layer l-1's new hidden state, which is also layer l-1's state
+at step t+1; the GRU's two DConvs both see ``S_t``. So every cell takes the neighbours of
+its input and of its hidden state when the caller has them (:class:`CloudSeq2Seq
+<cloudlstm.models.CloudSeq2Seq>` searches each cloud once) and searches only what it is
+not given; the result is the same, index for index.
 """
 
 from __future__ import annotations
@@ -17,10 +25,31 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.nn.dconv import DConv
+from cloudlstm.nn.dconv import DConv, channel_neighbours
 from cloudlstm.nn.kernels import lstm_pointwise, use_kernels
 
 State = tuple[torch.Tensor, ...]
+
+
+def search(cloud: torch.Tensor, k: int, value_features: int = 1) -> torch.Tensor:
+    """:func:`~cloudlstm.nn.dconv.channel_neighbours` as int32: ``(B, N, U, K)``.
+
+    The indices are below N, and a DConv keeps its (concatenated) neighbours for the
+    gather's backward, where int32 halves them. knn's memory order, ``(B, U, N, K)``
+    contiguous, is kept (the gather reads them in that order).
+    """
+    return channel_neighbours(cloud, k, value_features).to(torch.int32)
+
+
+def cat_neighbours(*parts: torch.Tensor) -> torch.Tensor:
+    """Neighbours of the channel concatenation of clouds: ``(B, N, U_1 + U_2 + ..., K)``.
+
+    Concatenated in knn's memory order, so that the result is a ``(B, U, N, K)``
+    contiguous tensor seen as ``(B, N, U, K)``, like a search's. Parts of other integer
+    types become int32 (a batch of int64 and int32 parts would otherwise be int64).
+    """
+    joined = torch.cat([p.transpose(1, 2).to(torch.int32) for p in parts], dim=1)
+    return joined.transpose(1, 2)
 
 
 class CloudCell(nn.Module):
@@ -73,6 +102,19 @@ class CloudCell(nn.Module):
         hidden = torch.cat([values, placed], dim=-1)
         return (hidden,) + tuple(torch.zeros_like(hidden) for _ in range(self.num_states - 1))
 
+    def _neighbours(self, *parts: tuple[torch.Tensor, torch.Tensor | None]) -> torch.Tensor | None:
+        """Neighbours of the concatenation of ``(cloud, its neighbours or None)`` parts:
+        None if none is given (the DConv then searches the whole concatenation in one
+        call), else the given ones next to searches of the others."""
+        if all(given is None for _, given in parts):
+            return None
+        return cat_neighbours(
+            *(
+                given if given is not None else search(cloud, self.k, self.value_features)
+                for cloud, given in parts
+            )
+        )
+
 
 class CloudLSTMCell(CloudCell):
     """``(B, N, U_in, F)`` input and ``(H, C)`` state -> new hidden ``(B, N, U_h, F)``."""
@@ -83,9 +125,18 @@ class CloudLSTMCell(CloudCell):
         super().__init__(*args, **kwargs)
         self.gates = self._dconv(4, coord_activation=False)
 
-    def forward(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+    def forward(
+        self,
+        x: torch.Tensor,
+        state: State,
+        x_neighbours: torch.Tensor | None = None,
+        hidden_neighbours: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, State]:
+        """Optional neighbours ``(B, N, U, K)`` of ``x`` and of the hidden state, if the
+        caller has them; the others are searched here."""
         hidden, memory = state
-        z = self.gates(torch.cat([x, hidden], dim=2))
+        neighbours = self._neighbours((x, x_neighbours), (hidden, hidden_neighbours))
+        z = self.gates(torch.cat([x, hidden], dim=2), neighbours)
         if use_kernels(z):  # fused numba op: one pass forward, one backward
             hidden, memory = lstm_pointwise(z, memory, self.value_features)
             return hidden, (hidden, memory)
@@ -108,10 +159,23 @@ class CloudGRUCell(CloudCell):
         self.gates = self._dconv(2, coord_activation=False)
         self.candidate = self._dconv(1, coord_activation=False)
 
-    def forward(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+    def forward(
+        self,
+        x: torch.Tensor,
+        state: State,
+        x_neighbours: torch.Tensor | None = None,
+        hidden_neighbours: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, State]:
+        """As :meth:`CloudLSTMCell.forward`; ``x`` is searched at most once for both DConvs."""
         (hidden,) = state
-        update, reset = torch.sigmoid(self.gates(torch.cat([x, hidden], dim=2))).chunk(2, dim=2)
-        candidate = self._candidate(self.candidate(torch.cat([x, reset * hidden], dim=2)))
+        if x_neighbours is None:
+            x_neighbours = search(x, self.k, self.value_features)
+        neighbours = self._neighbours((x, x_neighbours), (hidden, hidden_neighbours))
+        gates = self.gates(torch.cat([x, hidden], dim=2), neighbours)
+        update, reset = torch.sigmoid(gates).chunk(2, dim=2)
+        reset_hidden = reset * hidden  # its coordinates moved: searched anew
+        neighbours = self._neighbours((x, x_neighbours), (reset_hidden, None))
+        candidate = self._candidate(self.candidate(torch.cat([x, reset_hidden], dim=2), neighbours))
         hidden = (1 - update) * hidden + update * candidate
         return hidden, (hidden,)
 
@@ -123,8 +187,16 @@ class CloudRNNCell(CloudCell):
         super().__init__(*args, **kwargs)
         self.transition = self._dconv(1, coord_activation=False)
 
-    def forward(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        hidden = self._candidate(self.transition(torch.cat([x, state[0]], dim=2)))
+    def forward(
+        self,
+        x: torch.Tensor,
+        state: State,
+        x_neighbours: torch.Tensor | None = None,
+        hidden_neighbours: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, State]:
+        """As :meth:`CloudLSTMCell.forward`."""
+        neighbours = self._neighbours((x, x_neighbours), (state[0], hidden_neighbours))
+        hidden = self._candidate(self.transition(torch.cat([x, state[0]], dim=2), neighbours))
         return hidden, (hidden,)
 
 
