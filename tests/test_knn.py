@@ -1,4 +1,5 @@
-"""The CPU grid kernel of ``knn`` against the brute-force ``knn_reference``, bit for bit."""
+"""Every search of ``knn`` (the CPU numba grid kernel, the device-agnostic cell-list search in
+torch ops, chunked brute force) against the all-pairs ``knn_reference``, bit for bit."""
 
 from __future__ import annotations
 
@@ -12,9 +13,14 @@ def _gen(seed: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def assert_exact(coords: torch.Tensor, k: int) -> torch.Tensor:
+@pytest.fixture(params=["numba", "cells", "brute"])
+def method(request) -> str:
+    return request.param
+
+
+def assert_exact(coords: torch.Tensor, k: int, method: str = "auto") -> torch.Tensor:
     """knn == knn_reference (same indices, same order), plus basic sanity of the rows."""
-    got = knn(coords, k)
+    got = knn(coords, k, method=method)
     torch.testing.assert_close(got, knn_reference(coords, k), rtol=0, atol=0)
     n = coords.shape[-2]
     assert got.shape == (*coords.shape[:-1], k) and got.dtype == torch.int64
@@ -26,66 +32,112 @@ def assert_exact(coords: torch.Tensor, k: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("dims", [1, 2, 3])
-def test_uniform(dims: int) -> None:
+def test_uniform(dims: int, method: str) -> None:
     for n, k in [(9, 9), (10, 9), (60, 1), (60, 2), (274, 9)]:
-        assert_exact(torch.rand(8, n, dims, generator=_gen(n * 10 + dims)), k)
+        assert_exact(torch.rand(8, n, dims, generator=_gen(n * 10 + dims)), k, method=method)
 
 
 @pytest.mark.parametrize("k", [5, 9, 40])
-def test_larger_clouds_and_k(k: int) -> None:
+def test_larger_clouds_and_k(k: int, method: str) -> None:
     # Enough cells for several rings of tiles, and K large enough to fill whole tiles.
-    assert_exact(torch.rand(2, 900, 2, generator=_gen(k)), k)
+    assert_exact(torch.rand(2, 900, 2, generator=_gen(k)), k, method=method)
 
 
-def test_exact_ties_on_integer_grid_with_duplicates() -> None:
+def test_exact_ties_on_integer_grid_with_duplicates(method: str) -> None:
     coords = torch.randint(0, 5, (16, 80, 2), generator=_gen(1)).float()
     coords[:, 40:] = coords[:, :40]  # every point twice
     for k in (2, 30):
-        assert_exact(coords, k)
+        assert_exact(coords, k, method=method)
 
 
-def test_all_points_identical() -> None:
-    assert_exact(torch.full((4, 30, 2), 0.25), 9)
-    assert_exact(torch.zeros(2, 12, 3), 12)
+def test_all_points_identical(method: str) -> None:
+    assert_exact(torch.full((4, 30, 2), 0.25), 9, method=method)
+    assert_exact(torch.zeros(2, 12, 3), 12, method=method)
 
 
-def test_points_on_a_line() -> None:
+def test_points_on_a_line(method: str) -> None:
     t = torch.rand(8, 300, 1, generator=_gen(2))
-    assert_exact(t * torch.tensor([1.0, 0.5]), 9)  # diagonal
-    assert_exact(t * torch.tensor([0.0, 2.0]), 9)  # along the second axis only
-    assert_exact(torch.cat([t, torch.full_like(t, 3.0)], -1), 9)  # flat box
+    assert_exact(t * torch.tensor([1.0, 0.5]), 9, method=method)  # diagonal
+    assert_exact(t * torch.tensor([0.0, 2.0]), 9, method=method)  # along the second axis only
+    assert_exact(torch.cat([t, torch.full_like(t, 3.0)], -1), 9, method=method)  # flat box
 
 
-def test_tight_cluster_plus_far_outlier() -> None:
+def test_tight_cluster_plus_far_outlier(method: str) -> None:
     cluster = 0.5 + 1e-3 * torch.rand(2, 599, 2, generator=_gen(3))
     coords = torch.cat([cluster, torch.full((2, 1, 2), 100.0)], 1)
-    assert_exact(coords, 9)
-    assert_exact(coords.flip(1), 9)  # the outlier first
-    assert_exact(torch.tanh(0.05 * torch.randn(8, 274, 2, generator=_gen(4))), 9)
+    assert_exact(coords, 9, method=method)
+    assert_exact(coords.flip(1), 9, method=method)  # the outlier first
+    assert_exact(torch.tanh(0.05 * torch.randn(8, 274, 2, generator=_gen(4))), 9, method=method)
 
 
-def test_float32_near_ties() -> None:
+def test_float32_near_ties(method: str) -> None:
     # Coordinates a few ulps apart around 1.0 (and a coarse lattice of them): squared
     # distances collide or differ in the last bit, so any change in rounding would show.
     ulp = torch.finfo(torch.float32).eps
     steps = torch.randint(-4, 5, (16, 120, 2), generator=_gen(5)).float()
-    assert_exact(1.0 + steps * ulp, 9)
-    assert_exact(1.0 + steps * ulp + torch.randint(0, 3, (16, 120, 2), generator=_gen(6)), 9)
-    assert_exact(torch.rand(16, 120, 2, generator=_gen(7)).half().float(), 9)
+    assert_exact(1.0 + steps * ulp, 9, method=method)
+    lattice = 1.0 + steps * ulp + torch.randint(0, 3, (16, 120, 2), generator=_gen(6))
+    assert_exact(lattice, 9, method=method)
+    assert_exact(torch.rand(16, 120, 2, generator=_gen(7)).half().float(), 9, method=method)
 
 
-def test_permutation_equivariance() -> None:
+def test_permutation_equivariance(method: str) -> None:
     coords = torch.rand(4, 200, 2, generator=_gen(8))  # continuous: no ties
     perm = torch.randperm(200, generator=_gen(9))
-    base, permuted = knn(coords, 9), knn(coords[:, perm], 9)
+    base, permuted = knn(coords, 9, method=method), knn(coords[:, perm], 9, method=method)
     # Point i of the permuted cloud is point perm[i] of the original.
     torch.testing.assert_close(perm[permuted], base[:, perm], rtol=0, atol=0)
 
 
-def test_leading_batch_dims() -> None:
+def test_leading_batch_dims(method: str) -> None:
     coords = torch.rand(2, 3, 40, 2, generator=_gen(10))
-    got = assert_exact(coords, 7)
+    got = assert_exact(coords, 7, method=method)
     torch.testing.assert_close(got[1, 2], knn(coords[1, 2], 7), rtol=0, atol=0)
+
+
+def _city(clouds: int, n: int, seed: int) -> torch.Tensor:
+    """Dense centres of different sizes, sparse outskirts and two far outliers per cloud."""
+    g = _gen(seed)
+    centres = torch.rand(clouds, 4, 2, generator=g)
+    which = torch.randint(0, 4, (clouds, n), generator=g)
+    spread = torch.tensor([0.002, 0.01, 0.03, 0.1])[which, None]
+    coords = centres.gather(1, which[..., None].expand(-1, -1, 2))
+    coords = coords + spread * torch.randn(clouds, n, 2, generator=g)
+    coords[:, : n // 10] = torch.rand(clouds, n // 10, 2, generator=g)  # outskirts
+    coords[:, -2:] = torch.tensor([[40.0, -3.0], [-9.0, 25.0]])  # far outliers
+    return coords
+
+
+@pytest.mark.parametrize("budget", [1 << 23, 999])  # 999: blocks of a few queries
+def test_cells_on_city_layouts_in_small_blocks(budget: int) -> None:
+    """Crowded cells, outliers that need the whole cloud, and many blocks per round."""
+    from cloudlstm.nn.knn_cells import knn_cells
+
+    coords = _city(3, 700, seed=11)
+    for k in (2, 9, 25):
+        got = knn_cells(coords, k, budget=budget)
+        torch.testing.assert_close(got, knn_reference(coords, k), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("per_cell", [0.5, 3.0, 40.0, 1000.0])
+def test_cells_any_grid_size_is_exact(per_cell: float) -> None:
+    """From more cells than points to a single cell: the grid changes the work, not the answer."""
+    from cloudlstm.nn.knn_cells import knn_cells
+
+    coords = torch.cat([_city(2, 300, seed=12), torch.rand(2, 300, 2, generator=_gen(13))])
+    got = knn_cells(coords, 9, per_cell=per_cell)
+    torch.testing.assert_close(got, knn_reference(coords, 9), rtol=0, atol=0)
+
+
+def test_cells_equal_values_share_a_bin() -> None:
+    """Equal-count bins by rank of the first equal value: ties never straddle two bins, so
+    a stack of duplicates cannot force every query to search past it."""
+    from cloudlstm.nn.knn_cells import equal_count_bins
+
+    values = torch.tensor([[0.3, 0.1, 0.3, 0.3, 0.9, 0.3, 0.2, 0.5]])
+    bins = equal_count_bins(values, 4)
+    assert bins.tolist() == [[1, 0, 1, 1, 3, 1, 0, 3]]
+    assert bool((bins[0, values[0] == 0.3] == 1).all())
 
 
 def test_k_larger_than_cloud_raises() -> None:
@@ -93,6 +145,11 @@ def test_k_larger_than_cloud_raises() -> None:
         knn(torch.rand(2, 5, 2), 6)
     with pytest.raises(NeighbourCountError, match=r"model\.k"):
         check_k(10, 9)
+
+
+def test_unknown_method_is_refused() -> None:
+    with pytest.raises(ValueError, match="method='kd' is not one of"):
+        knn(torch.rand(2, 5, 2), 2, method="kd")
 
 
 def test_k_zero_raises() -> None:

@@ -20,8 +20,11 @@ Implementations:
   rings of further tiles only while a lower bound on their distance (from per-row/column
   coordinate extremes, exact in float32) does not exceed the current K-th distance. Exact,
   memory ``O(N)`` per cloud, ~3K candidates per query for evenly spread points.
-* other devices (CUDA): brute force, chunked over query points so the distance block is
-  ``rows x chunk x N`` and memory stays linear in N for a fixed chunk.
+* other devices (CUDA), or ``method="cells"`` anywhere: the cell-list search of
+  :mod:`cloudlstm.nn.knn_cells`, in torch ops: equal-count bins, a 3 x 3 cell window
+  first, bounded memory, the same keys and so the same result.
+* ``method="brute"``: brute force, chunked over query points so the distance block is
+  ``rows x chunk x N``; ``O(N^2)`` work, kept for the GPU benchmark's comparison.
 * :func:`knn_reference`: the plain ``cdist`` + ``topk`` of Algorithm 1, kept for tests
   and the benchmark.
 
@@ -34,6 +37,7 @@ import numba
 import numpy as np
 import torch
 
+from cloudlstm.nn.knn_cells import knn_cells
 from cloudlstm.nn.threads import run_sliced
 
 
@@ -337,33 +341,46 @@ def _knn_chunked(coords: torch.Tensor, k: int, chunk: int) -> torch.Tensor:
     return torch.cat(parts, dim=1)
 
 
+METHODS = ("auto", "numba", "cells", "brute")
+
+
+@torch.compiler.disable  # numba, and a data-dependent loop: not for a compiled graph
 @torch.no_grad()
-def knn(coords: torch.Tensor, k: int, chunk: int = 1024) -> torch.Tensor:
+def knn(coords: torch.Tensor, k: int, method: str = "auto", chunk: int = 1024) -> torch.Tensor:
     """Indices of the K nearest neighbours of every point, the point itself first.
 
     Args:
         coords: ``(..., N, L)`` point coordinates; leading dims index independent clouds.
         k: number of neighbours, ``1 <= k <= N``.
-        chunk: query points per block for the brute-force (non-CPU) path.
+        method: ``auto`` (numba on CPU, the cell-list search elsewhere), ``numba`` (CPU
+            only), ``cells`` or ``brute`` (any device). All give the same indices.
+        chunk: query points per block for ``brute``.
 
     Returns:
         ``(..., N, k)`` int64 indices into the N points of the same cloud.
     """
     *lead, n, dims = coords.shape
     check_k(k, n)
-    flat = coords.detach().reshape(-1, n, dims).float()
-    # checked in float32, where both searches run: the grid kernel would return indices out
+    if method not in METHODS:
+        raise ValueError(f"knn: method={method!r} is not one of {METHODS}.")
+    if method == "auto":
+        method = "numba" if coords.device.type == "cpu" else "cells"
+    flat = coords.detach().reshape(-1, n, dims).float()  # float32 whatever the autocast
+    # checked in float32, where the searches run: the grid kernels would return indices out
     # of range, the brute-force path an arbitrary order
     if not bool(torch.isfinite(flat).all()):
         raise NonFiniteCoordinatesError("kNN: the point coordinates hold NaN or inf.")
-    if flat.device.type == "cpu":
-        array = flat
-        if dims == 1:  # a zero second axis adds exactly 0 to every distance
-            array = torch.cat([array, torch.zeros_like(array)], dim=-1)
-        array = np.ascontiguousarray(array.numpy())
+    if dims == 1 and method != "brute":  # a zero second axis adds exactly 0 to every distance
+        flat = torch.cat([flat, torch.zeros_like(flat)], dim=-1)
+    if method == "numba":
+        if flat.device.type != "cpu":
+            raise ValueError("knn: method='numba' runs on CPU tensors only.")
+        array = np.ascontiguousarray(flat.numpy())
         out = np.empty((array.shape[0], n, k), dtype=np.int64)
         run_sliced(len(array), lambda a, b: _knn_grid(array[a:b], k, out[a:b]), min_slice=16)
         index = torch.from_numpy(out)
+    elif method == "cells":
+        index = knn_cells(flat.contiguous(), k)
     else:
         index = _knn_chunked(flat, k, chunk)
     return index.reshape(*lead, n, k)
