@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import hydra
 import numpy as np
 import pandas as pd
 import torch
@@ -30,6 +29,7 @@ from cloudlstm.errors import UserError
 from cloudlstm.forecast_info import ForecastInfo
 from cloudlstm.forecast_input import ForecastInput, build_input, history_step, parse_history
 from cloudlstm.lit import ForecastModule
+from cloudlstm.models.build import build_model
 
 __all__ = ["FILLED_COLUMN", "Forecaster", "check_run_dir", "find_checkpoint"]
 
@@ -78,7 +78,7 @@ class Forecaster:
         path = find_checkpoint(run, ckpt)
         checkpoint = check_checkpoint(path)
         info = ForecastInfo.from_checkpoint(checkpoint, path)
-        model = hydra.utils.instantiate(OmegaConf.load(run / "config.yaml").model)
+        model = build_model(OmegaConf.load(run / "config.yaml").model, compile=False)
         module = ForecastModule(model, optimizer=None)
         module.load_state_dict(checkpoint["state_dict"])
         module.on_load_checkpoint(checkpoint)  # the scaler

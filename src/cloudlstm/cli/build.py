@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import secrets
 import string
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +19,17 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from cloudlstm.cli.config import instantiate_group
 from cloudlstm.errors import UserError
+from cloudlstm.models.build import build_model
 
 WANDB_ID_FILE = "wandb_run_id.txt"
 
 
-def instantiate(config: Any, **kwargs: Any) -> Any:
-    """``hydra.utils.instantiate``, letting a :class:`UserError` raised by a constructor out
-    as itself: Hydra would wrap it in an ``InstantiationException`` of several lines."""
+@contextmanager
+def user_errors_unwrapped() -> Iterator[None]:
+    """Let a :class:`UserError` raised by a constructor out as itself: Hydra would wrap it
+    in an ``InstantiationException`` of several lines."""
     try:
-        return hydra.utils.instantiate(config, **kwargs)
+        yield
     except InstantiationException as err:
         cause = err.__cause__
         while cause is not None and not isinstance(cause, UserError):
@@ -33,6 +37,12 @@ def instantiate(config: Any, **kwargs: Any) -> Any:
         if cause is None:
             raise
         raise cause from None
+
+
+def instantiate(config: Any, **kwargs: Any) -> Any:
+    """``hydra.utils.instantiate`` with :func:`user_errors_unwrapped`."""
+    with user_errors_unwrapped():
+        return hydra.utils.instantiate(config, **kwargs)
 
 
 def build_datamodule(
@@ -109,7 +119,8 @@ def set_up_datamodule(
 
 def build_module(cfg: DictConfig) -> L.LightningModule:
     """The forecaster (``cfg.model``) wrapped in the training module (``cfg.module``)."""
-    model = instantiate(cfg.model)
+    with user_errors_unwrapped():
+        model = build_model(cfg.model)
     scheduler = cfg.get("scheduler")
     return instantiate(
         cfg.module,

@@ -11,10 +11,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import hydra
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
+
+from cloudlstm.models.build import build_model
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 
@@ -47,7 +48,7 @@ def count_parameters(
             "steps_per_day": steps_per_day,
         }
         cfg.paths.data_dir = str(Path.cwd() / "data")
-    model = hydra.utils.instantiate(cfg.model)
+    model = build_model(cfg.model, compile=False)
     return sum(p.numel() for p in model.parameters())
 
 

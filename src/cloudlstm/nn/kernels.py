@@ -126,6 +126,7 @@ class _GatherNeighbours(torch.autograd.Function):
         return grad_cloud, None
 
 
+@torch.compiler.disable  # numba inside: runs eagerly under model.compile
 def gather_neighbours(cloud: torch.Tensor, neighbours: torch.Tensor) -> torch.Tensor:
     """Every point's per-channel neighbourhood as one row, differentiable in ``cloud``.
 
@@ -297,6 +298,7 @@ class _LSTMPointwise(torch.autograd.Function):
         return grad_z, grad_c, None
 
 
+@torch.compiler.disable
 def lstm_pointwise(
     z: torch.Tensor, memory: torch.Tensor, value_features: int
 ) -> tuple[torch.Tensor, torch.Tensor]:

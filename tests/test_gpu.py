@@ -1,0 +1,136 @@
+"""The CUDA path: neighbour search, DConv, the seq2seq model, bf16 autocast, torch.compile
+and a whole training run on a GPU.
+
+Marked ``gpu``; skipped, with the reason, where CUDA is absent (CI, this project's CPU
+machines). Run them on a GPU machine with ``pytest -m gpu``. Their CPU counterparts
+(tests/test_knn.py runs the same cell-list search on CPU against the reference) are what
+must pass everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import ROOT, TINY, subprocess_env
+
+from cloudlstm.models import CloudSeq2Seq
+from cloudlstm.nn import DConv, channel_neighbours
+from cloudlstm.nn.knn import knn, knn_reference
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _layouts() -> dict[str, torch.Tensor]:
+    ulp = torch.finfo(torch.float32).eps
+    clusters = 0.5 + 0.01 * torch.randn(6, 500, 2, generator=_gen(1))
+    clusters[:, :3] = torch.tensor([[30.0, 30.0], [-5.0, 2.0], [0.5, 90.0]])  # far outliers
+    return {
+        "uniform": torch.rand(64, 274, 2, generator=_gen(0)),
+        "clustered": clusters,
+        "lattice ties": torch.randint(0, 6, (16, 200, 2), generator=_gen(2)).float(),
+        "near ties": 1.0 + torch.randint(-4, 5, (16, 150, 2), generator=_gen(3)).float() * ulp,
+        "3-d": torch.rand(8, 300, 3, generator=_gen(4)),
+        "large": torch.rand(2, 13000, 2, generator=_gen(5)),
+    }
+
+
+@pytest.mark.parametrize("k", [1, 2, 9, 25])
+def test_knn_on_cuda_equals_the_cpu_reference(k: int) -> None:
+    """Same indices in the same order, ties included: distances are summed per axis in the
+    same order with the same IEEE float32 operations on both devices."""
+    for name, coords in _layouts().items():
+        expected = knn(coords, k) if name == "large" else knn_reference(coords, k)
+        got = knn(coords.cuda(), k)
+        assert got.device.type == "cuda"
+        assert torch.equal(got.cpu(), expected), name
+        if name != "large":
+            assert torch.equal(knn(coords.cuda(), k, method="brute").cpu(), expected), name
+
+
+def test_dconv_on_cuda_matches_cpu() -> None:
+    torch.manual_seed(0)
+    conv = DConv(8, 16, 9)
+    cloud = torch.rand(4, 200, 8, 3, requires_grad=True)
+    out = conv(cloud)
+    out.square().sum().backward()
+    grads = [cloud.grad.clone(), conv.weight.grad.clone()]
+    conv_gpu = DConv(8, 16, 9).cuda()
+    conv_gpu.load_state_dict(conv.state_dict())
+    cloud_gpu = cloud.detach().cuda().requires_grad_(True)
+    out_gpu = conv_gpu(cloud_gpu)
+    out_gpu.square().sum().backward()
+    torch.testing.assert_close(out_gpu.cpu(), out, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(cloud_gpu.grad.cpu(), grads[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(conv_gpu.weight.grad.cpu(), grads[1], rtol=1e-4, atol=1e-4)
+    assert torch.equal(
+        channel_neighbours(cloud_gpu, 9, 1).cpu(), channel_neighbours(cloud.detach(), 9, 1)
+    )
+
+
+def _model_and_batch(attention: bool = False):
+    torch.manual_seed(0)
+    model = CloudSeq2Seq(
+        num_channels=3, output_steps=4, k=6, hidden_channels=12, attention=attention
+    )
+    return model, torch.randn(4, 6, 80, 3), torch.rand(4, 80, 2)
+
+
+@pytest.mark.parametrize("attention", [False, True])
+def test_seq2seq_on_cuda_matches_cpu(attention: bool) -> None:
+    """Within 1e-3 of the output scale on average: the GPU's float32 matmuls round
+    differently, which can reorder a near-tied neighbour of a hidden coordinate."""
+    model, x, coords = _model_and_batch(attention)
+    expected = model(x, coords).detach()
+    got = model.cuda()(x.cuda(), coords.cuda()).cpu()
+    assert float((got - expected).abs().mean() / expected.abs().mean()) < 1e-3
+
+
+def test_bf16_autocast_on_cuda() -> None:
+    model, x, coords = _model_and_batch()
+    expected = model(x, coords).detach()
+    model = model.cuda()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = model(x.cuda(), coords.cuda())
+        loss = out.float().square().mean()
+    loss.backward()
+    assert out.dtype == torch.bfloat16
+    assert float((out.float().cpu() - expected).abs().mean() / expected.abs().mean()) < 0.15
+    for name, param in model.named_parameters():
+        assert param.grad is not None and bool(torch.isfinite(param.grad).all()), name
+
+
+def test_compiled_model_on_cuda_matches_eager() -> None:
+    model, x, coords = _model_and_batch()
+    model = model.cuda()
+    x, coords = x.cuda(), coords.cuda()
+    eager = model(x, coords).detach()
+    model.compile()
+    compiled = model(x, coords)
+    compiled.square().mean().backward()
+    torch.testing.assert_close(compiled.detach(), eager, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("precision", ["32", "bf16-mixed"])
+def test_train_py_on_one_gpu(tmp_path, precision: str) -> None:
+    """A whole run of train.py on the GPU: Lightning's CUDA accelerator, test metrics."""
+    tiny = [o for o in TINY if not o.startswith("trainer=")]
+    cmd = [
+        sys.executable, "train.py", *tiny, "trainer=gpu", f"trainer.precision={precision}",
+        "logger=none", f"hydra.run.dir={tmp_path}/run", f"paths.data_dir={tmp_path}/data",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    mae = metrics["test"]["overall"]["mae"]["mean"]
+    assert mae == mae and mae > 0  # finite, not NaN
