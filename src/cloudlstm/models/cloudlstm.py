@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from cloudlstm.models.base import Forecaster, values_to_cloud
 from cloudlstm.nn import CELLS, CloudAttention, DConv, check_k, shared_neighbours
@@ -34,6 +35,14 @@ class CloudSeq2Seq(Forecaster):
     initial states sit at the points, like the embedding's input, so they take that
     search. Forecasts are the same as with a search per DConv call, bit for bit.
 
+    ``checkpointing`` (activation checkpointing, only while grad is enabled): every cell
+    step, the embedding, the attention and the head run under
+    :func:`torch.utils.checkpoint.checkpoint`, so the backward recomputes their gathered
+    ``(B*N, U*K*F)`` neighbourhood matrices and gates instead of keeping one set per call
+    (``T * layers`` of them). What stays: each step's inputs and states and the
+    neighbour indices (searched outside the checkpoints, so not searched again). Same
+    loss and gradients, bit for bit; the backward costs about one more forward.
+
     Input ``x (B, M, N, C)``, ``coords (B, N, L)`` in [0, 1] -> ``(B, J, N, C)``.
     """
 
@@ -47,6 +56,7 @@ class CloudSeq2Seq(Forecaster):
         num_layers: int = 2,
         attention: bool = False,
         coord_features: int = 2,
+        checkpointing: bool = False,
     ) -> None:
         super().__init__()
         if cell not in CELLS:
@@ -55,6 +65,7 @@ class CloudSeq2Seq(Forecaster):
             raise ValueError("num_layers, hidden_channels and output_steps must be >= 1.")
         self.output_steps = output_steps
         self.k = k
+        self.checkpointing = checkpointing
         cell_cls = CELLS[cell]
         common = dict(k=k, value_features=1, coord_features=coord_features)
         self.embed = DConv(num_channels, hidden_channels, **common)
@@ -69,7 +80,9 @@ class CloudSeq2Seq(Forecaster):
         self.head = DConv(head_in, num_channels, **common)
 
     def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)``."""
+        """``fn(*args)``, under activation checkpointing when it is on and grad enabled."""
+        if self.checkpointing and torch.is_grad_enabled():
+            return checkpoint(fn, *args, use_reentrant=False)
         return fn(*args)
 
     def _embed_frames(
@@ -86,12 +99,29 @@ class CloudSeq2Seq(Forecaster):
         return self.embed(values_to_cloud(last, coords), neighbours)
 
     def _head(
-        self, top: torch.Tensor, neighbours: torch.Tensor, context: torch.Tensor | None = None
+        self,
+        top: torch.Tensor,
+        neighbours: torch.Tensor,
+        context: torch.Tensor | None = None,
+        context_neighbours: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``(B, N, C)`` forecast values from the top decoder state (and the context)."""
+        """``(B, N, C)`` forecast values from the top decoder state (and the context).
+
+        The concatenations happen here, inside the checkpoint when it is on, so that
+        they are not kept next to their parts until the backward.
+        """
         if context is not None:
             top = torch.cat([top, context], dim=2)
+            neighbours = cat_neighbours(neighbours, context_neighbours)
         return self.head(top, neighbours)[..., 0]
+
+    def _project_encoder(
+        self, encoder_states: torch.Tensor, *neighbours: torch.Tensor
+    ) -> torch.Tensor:
+        """The attention's keys from the M top encoder states and their neighbours."""
+        # (B, M, N, U, K), stacked in knn's memory order (see cat_neighbours)
+        stacked = torch.stack([nb.transpose(1, 2) for nb in neighbours], dim=1)
+        return self.attention.project_encoder(encoder_states, stacked.transpose(2, 3))
 
     def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
         self.check_input(x, coords)
@@ -123,11 +153,7 @@ class CloudSeq2Seq(Forecaster):
 
         if self.attention is not None:
             encoder_states = torch.stack(top_states, dim=1)
-            # (B, M, N, U, K), stacked in knn's memory order (see cat_neighbours)
-            encoder_neighbours = torch.stack(
-                [nb.transpose(1, 2) for nb in top_neighbours], dim=1
-            ).transpose(2, 3)
-            keys = run(self.attention.project_encoder, encoder_states, encoder_neighbours)
+            keys = run(self._project_encoder, encoder_states, *top_neighbours)
 
         last = x[:, -1]
         outputs = []
@@ -143,7 +169,6 @@ class CloudSeq2Seq(Forecaster):
                 last = run(self._head, inp, inp_neighbours)
             else:
                 context, _ = run(self.attention, inp, encoder_states, keys, inp_neighbours)
-                head_neighbours = cat_neighbours(inp_neighbours, search(context, k))
-                last = run(self._head, inp, head_neighbours, context)
+                last = run(self._head, inp, inp_neighbours, context, search(context, k))
             outputs.append(last)
         return torch.stack(outputs, dim=1)
