@@ -1,0 +1,270 @@
+"""CloudLSTM on a GPU: a paper-size training epoch, a city-size step, the neighbour search.
+
+    python benchmarks/bench_gpu.py [--steps 219] [--large-points 13000] [--quick]
+
+Measured in one run on the first CUDA device (all timings synchronise the device):
+
+1. Neighbour search on the device: the cell-list search (``knn(method="cells")``, the
+   default off CPU) against chunked brute force, at the paper's size (B*U = 32 x 72 clouds
+   of 274 points) and at city size.
+2. A paper-size training epoch: air quality, cluster A, N = 274 stations, C = 6, M = J =
+   12, batch 32, 7,000 training windows (219 steps: forward, MSE, backward, Adam step),
+   for CloudLSTM (conf/model/cloudlstm.yaml: K = 9, 36 channels, 2 layers) and for ConvLSTM
+   (conf/model/convlstm.yaml) on the same windows, in float32, in bf16 autocast, and
+   CloudLSTM with ``torch.compile``. Windows are random values at fixed random station
+   positions, resident on the GPU: this is the model's cost, not the data loader's.
+   The paper reports 316 s per CloudLSTM epoch on a K40M, and CloudLSTM at +18-21 % of
+   ConvLSTM's epoch time; the FLOP ratio of the two steps is printed beside our time ratio.
+3. A city-size training step: N = 13,000 points (``cloudlstm.layouts.city_layout`` when it
+   is there, else uniform), C = 2, M = J = 6, K = 9, batch 1 and 4, with and without
+   ``checkpointing``: time and peak GPU memory (``torch.cuda.max_memory_allocated``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import hydra
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import open_dict
+from torch.utils.flop_counter import FlopCounterMode
+
+from cloudlstm.models import CloudSeq2Seq
+from cloudlstm.nn.knn import knn
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = {"points": 274, "channels": 6, "steps": 12, "batch": 32, "windows": 7000}
+DEVICE = "cuda"  # --device cpu: a smoke check of this script where there is no GPU
+PAPER_EPOCH_S = 316.0  # CloudLSTM, air quality, one K40M (the paper's appendix)
+TARGET_EPOCH_S = 16.0  # issue 14's target on an H100
+
+
+def model_from_config(name: str, channels: int, output_steps: int, **overrides) -> torch.nn.Module:
+    """A model of conf/model/<name>.yaml, as train.py would build it for this data shape."""
+    os.environ.setdefault("PROJECT_ROOT", str(ROOT))
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=[f"model={name}"])
+    with open_dict(cfg):
+        cfg.data_info.num_channels = channels
+        cfg.data_info.output_steps = output_steps
+        cfg.data_info.coord_features = 2
+        cfg.paths.data_dir = "/tmp/cloudlstm_bench_data"
+        cfg.model.pop("compile", None)
+        for key, value in overrides.items():
+            cfg.model[key] = value
+    return hydra.utils.instantiate(cfg.model)
+
+
+def synchronize() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def free_cache() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.empty_cache()
+
+
+def sync_time(fn: Callable[[], object]) -> float:
+    """Wall seconds of ``fn()``, the device synchronised before and after."""
+    synchronize()
+    start = time.perf_counter()
+    fn()
+    synchronize()
+    return time.perf_counter() - start
+
+
+def best_ms(fn: Callable[[], object], repeats: int = 5) -> float:
+    fn()
+    return min(sync_time(fn) for _ in range(repeats)) * 1e3
+
+
+def bench_knn(quick: bool) -> None:
+    print("\n1. Neighbour search on the GPU, K = 9 (best of 5, ms):")
+    print(f"   {'clouds x N':>18} {'cell list':>10} {'brute force':>12} {'ratio':>7}")
+    cases = [(32 * 72, 274), (4 * 72, 1000), (72, 5000), (8, 13000)]
+    if not quick:
+        cases.append((4 * 72, 13000))
+    for clouds, n in cases:
+        coords = torch.rand(clouds, n, 2, device=DEVICE)
+        t_cells = best_ms(lambda c=coords: knn(c, 9, method="cells"))
+        brute_gb = clouds * 1024 * n * 12 / 1e9  # d2 + keys of one chunk of 1024 queries
+        if brute_gb < 40:
+            t_brute = best_ms(lambda c=coords: knn(c, 9, method="brute"), repeats=2)
+            brute = f"{t_brute:12.1f} {t_brute / t_cells:6.1f}x"
+        else:
+            brute = f"{'(' + format(brute_gb, '.0f') + ' GB)':>12} {'':>7}"
+        print(f"   {clouds:>8} x {n:>7} {t_cells:10.1f} {brute}")
+
+
+def train_epoch(
+    model: torch.nn.Module, data: dict[str, torch.Tensor], steps: int, bf16: bool
+) -> tuple[float, float]:
+    """(seconds of the first step, seconds per step over ``steps`` steps after it)."""
+    optimiser = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x_all, y_all, coords = data["x"], data["y"], data["coords"]
+    batch = PAPER["batch"]
+    order = torch.randperm(len(x_all), device=DEVICE)
+
+    def step(i: int) -> None:
+        index = order[(i * batch) % len(order) :][:batch]
+        with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=bf16):
+            out = model(x_all[index], coords.expand(len(index), -1, -1))
+            loss = torch.nn.functional.mse_loss(out.float(), y_all[index])
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        optimiser.step()
+
+    first = sync_time(lambda: step(0))
+    for i in range(1, 3):  # warm-up: allocator, cuDNN / compile autotuning
+        step(i)
+    total = sync_time(lambda: [step(i) for i in range(steps)])
+    return first, total / steps
+
+
+def step_flops(model: torch.nn.Module, data: dict[str, torch.Tensor]) -> float:
+    """FLOPs of one training step at batch size PAPER['batch'] (forward + backward)."""
+    x = data["x"][: PAPER["batch"]]
+    coords = data["coords"].expand(len(x), -1, -1)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        model(x, coords).square().mean().backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
+def bench_paper_epoch(steps: int) -> None:
+    n, c, m = PAPER["points"], PAPER["channels"], PAPER["steps"]
+    gen = torch.Generator().manual_seed(0)
+    data = {
+        "x": torch.randn(PAPER["windows"], m, n, c, generator=gen).to(DEVICE),
+        "y": torch.randn(PAPER["windows"], m, n, c, generator=gen).to(DEVICE),
+        "coords": torch.rand(1, n, 2, generator=gen).to(DEVICE),
+    }
+    epoch_steps = -(-PAPER["windows"] // PAPER["batch"])
+    print(
+        f"\n2. Paper-size training epoch: N={n}, C={c}, M=J={m}, batch {PAPER['batch']}, "
+        f"{PAPER['windows']} windows = {epoch_steps} steps ({steps} timed, scaled to the epoch)"
+    )
+    print(f"   {'model':<28} {'first step s':>12} {'ms/step':>9} {'epoch s':>9}")
+    epoch = {}
+    runs = [  # label, model, precision, compiled
+        ("cloudlstm", "cloudlstm", "fp32", False),
+        ("cloudlstm tf32", "cloudlstm", "tf32", False),
+        ("cloudlstm bf16", "cloudlstm", "bf16", False),
+        ("cloudlstm compile", "cloudlstm", "fp32", True),
+        ("cloudlstm compile bf16", "cloudlstm", "bf16", True),
+        ("convlstm", "convlstm", "fp32", False),
+        ("convlstm tf32", "convlstm", "tf32", False),
+        ("convlstm bf16", "convlstm", "bf16", False),
+    ]
+    flops = {}
+    for label, name, precision, compiled in runs:
+        torch.manual_seed(0)
+        tf32 = precision == "tf32"  # TensorFloat-32 matmuls: torch's "high" precision
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+        model = model_from_config(name, c, m).to(DEVICE)
+        if name not in flops:
+            flops[name] = step_flops(model, data)
+        if compiled:
+            model.compile()
+        first, per_step = train_epoch(model, data, steps, precision == "bf16")
+        epoch[label] = per_step * epoch_steps
+        print(f"   {label:<28} {first:12.1f} {per_step * 1e3:9.1f} {epoch[label]:9.1f}")
+        del model
+        free_cache()
+    best = min(v for k, v in epoch.items() if k.startswith("cloudlstm"))
+    print(
+        f"\n   CloudLSTM epoch: {epoch['cloudlstm']:.1f} s float32, best variant {best:.1f} s; "
+        f"paper (K40M) {PAPER_EPOCH_S:.0f} s = {PAPER_EPOCH_S / best:.0f}x ours; "
+        f"target <= {TARGET_EPOCH_S:.0f} s"
+    )
+    for suffix in ("", " tf32", " bf16"):
+        ratio = epoch["cloudlstm" + suffix] / epoch["convlstm" + suffix]
+        print(
+            f"   CloudLSTM / ConvLSTM epoch time{suffix or ' fp32'}: {ratio:.2f}x "
+            f"(paper +18-21 %: 1.18-1.21x)"
+        )
+    print(
+        f"   FLOPs per training step: CloudLSTM {flops['cloudlstm'] / 1e9:.0f} G, ConvLSTM "
+        f"{flops['convlstm'] / 1e9:.0f} G, ratio {flops['cloudlstm'] / flops['convlstm']:.2f}x"
+    )
+
+
+def city_coords(n: int) -> torch.Tensor:
+    try:
+        from cloudlstm.layouts import city_layout
+
+        return torch.as_tensor(city_layout(n, seed=0)).float()[None]
+    except ImportError:
+        return torch.rand(1, n, 2, generator=torch.Generator().manual_seed(0))
+
+
+def bench_city_step(n: int, quick: bool) -> None:
+    print(f"\n3. City-size training step: N={n}, C=2, M=J=6, K=9 (forward + backward + Adam)")
+    print(f"   {'batch':>5} {'checkpointing':>13} {'s/step':>8} {'peak GPU GB':>12}")
+    coords = city_coords(n).to(DEVICE)
+    accepts = "checkpointing" in inspect.signature(CloudSeq2Seq).parameters
+    for batch in (1,) if quick else (1, 4):
+        for checkpointing in (False, True) if accepts else (False,):
+            extra = {"checkpointing": True} if checkpointing else {}
+            model = model_from_config("cloudlstm", 2, 6, **extra).to(DEVICE)
+            optimiser = torch.optim.Adam(model.parameters())
+            x = torch.randn(batch, 6, n, 2, device=DEVICE)
+            y = torch.randn(batch, 6, n, 2, device=DEVICE)
+
+            def step(model=model, optimiser=optimiser, x=x, y=y) -> None:
+                loss = torch.nn.functional.mse_loss(model(x, coords.expand(len(x), -1, -1)), y)
+                optimiser.zero_grad(set_to_none=True)
+                loss.backward()
+                optimiser.step()
+
+            step()
+            if DEVICE == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            seconds = min(sync_time(step) for _ in range(2))
+            peak = torch.cuda.max_memory_allocated() / 2**30 if DEVICE == "cuda" else math.nan
+            print(f"   {batch:>5} {str(checkpointing):>13} {seconds:8.2f} {peak:12.2f}")
+            del model, optimiser
+            free_cache()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=219, help="timed steps per epoch run")
+    parser.add_argument("--large-points", type=int, default=13000)
+    parser.add_argument("--quick", action="store_true", help="few steps, small sizes")
+    parser.add_argument("--only", choices=["knn", "epoch", "city"], default=None)
+    parser.add_argument("--device", default="cuda", help="cpu: smoke-check the script")
+    args = parser.parse_args()
+    global DEVICE
+    DEVICE = args.device
+    if DEVICE == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit("bench_gpu.py needs a CUDA GPU (torch.cuda.is_available() is False).")
+        props = torch.cuda.get_device_properties(0)
+        print(
+            f"{props.name}, {props.total_memory / 2**30:.0f} GiB, torch {torch.__version__}, "
+            f"CUDA {torch.version.cuda}"
+        )
+    torch.backends.cuda.matmul.allow_tf32 = False  # float32 means float32 here
+    torch.backends.cudnn.allow_tf32 = False
+    if args.only in (None, "knn"):
+        bench_knn(args.quick)
+    if args.quick:  # a smoke check: small batches, few windows
+        PAPER.update(batch=4, windows=64)
+    if args.only in (None, "epoch"):
+        bench_paper_epoch(5 if args.quick else args.steps)
+    if args.only in (None, "city"):
+        bench_city_step(2000 if args.quick else args.large_points, args.quick)
+
+
+if __name__ == "__main__":
+    main()
