@@ -4,9 +4,9 @@
 
 Measured in one run on the first CUDA device (all timings synchronise the device):
 
-1. Neighbour search on the device: the cell-list search (``knn(method="cells")``, the
-   default off CPU) against chunked brute force, at the paper's size (B*U = 32 x 72 clouds
-   of 274 points) and at city size.
+1. Neighbour search on the device: the Triton kernel (the default on CUDA up to 2,048
+   points), the cell-list search (the default above) and chunked brute force, at the
+   paper's size (B*U = 32 x 72 clouds of 274 points) and at city size.
 2. A paper-size training epoch: air quality, cluster A, N = 274 stations, C = 6, M = J =
    12, batch 32, 7,000 training windows (219 steps: forward, MSE, backward, Adam step),
    for CloudLSTM (conf/model/cloudlstm.yaml: K = 9, 36 channels, 2 layers) and for ConvLSTM
@@ -37,6 +37,7 @@ from omegaconf import open_dict
 from torch.utils.flop_counter import FlopCounterMode
 
 from cloudlstm.models import CloudSeq2Seq
+from cloudlstm.nn import knn_triton
 from cloudlstm.nn.knn import knn
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,20 +89,22 @@ def best_ms(fn: Callable[[], object], repeats: int = 5) -> float:
 
 def bench_knn(quick: bool) -> None:
     print("\n1. Neighbour search on the GPU, K = 9 (best of 5, ms):")
-    print(f"   {'clouds x N':>18} {'cell list':>10} {'brute force':>12} {'ratio':>7}")
+    print(f"   {'clouds x N':>18} {'triton':>8} {'cell list':>10} {'brute force':>12}")
     cases = [(32 * 72, 274), (4 * 72, 1000), (72, 5000), (8, 13000)]
     if not quick:
         cases.append((4 * 72, 13000))
     for clouds, n in cases:
         coords = torch.rand(clouds, n, 2, device=DEVICE)
         t_cells = best_ms(lambda c=coords: knn(c, 9, method="cells"))
+        triton = "-"
+        if knn_triton.available(coords):
+            triton = f"{best_ms(lambda c=coords: knn(c, 9, method='triton')):.2f}"
         brute_gb = clouds * 1024 * n * 12 / 1e9  # d2 + keys of one chunk of 1024 queries
         if brute_gb < 40:
-            t_brute = best_ms(lambda c=coords: knn(c, 9, method="brute"), repeats=2)
-            brute = f"{t_brute:12.1f} {t_brute / t_cells:6.1f}x"
+            brute = f"{best_ms(lambda c=coords: knn(c, 9, method='brute'), repeats=2):12.1f}"
         else:
-            brute = f"{'(' + format(brute_gb, '.0f') + ' GB)':>12} {'':>7}"
-        print(f"   {clouds:>8} x {n:>7} {t_cells:10.1f} {brute}")
+            brute = f"{'(' + format(brute_gb, '.0f') + ' GB)':>12}"
+        print(f"   {clouds:>8} x {n:>7} {triton:>8} {t_cells:10.1f} {brute}")
 
 
 def train_epoch(

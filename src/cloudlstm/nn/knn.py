@@ -23,6 +23,10 @@ Implementations:
 * other devices (CUDA), or ``method="cells"`` anywhere: the cell-list search of
   :mod:`cloudlstm.nn.knn_cells`, in torch ops: equal-count bins, a 3 x 3 cell window
   first, bounded memory, the same keys and so the same result.
+* CUDA clouds of up to 2,048 points: :mod:`cloudlstm.nn.knn_triton`, one Triton kernel
+  ranking a block of queries against the whole cloud in registers (the paper's size
+  searches thousands of 274-point clouds per call, where the cell list's kernel chain and
+  synchronisations dominate).
 * ``method="brute"``: brute force, chunked over query points so the distance block is
   ``rows x chunk x N``; ``O(N^2)`` work, kept for the GPU benchmark's comparison.
 * :func:`knn_reference`: the plain ``cdist`` + ``topk`` of Algorithm 1, kept for tests
@@ -37,6 +41,7 @@ import numba
 import numpy as np
 import torch
 
+from cloudlstm.nn import knn_triton
 from cloudlstm.nn.knn_cells import knn_cells
 from cloudlstm.nn.threads import run_sliced
 
@@ -341,7 +346,7 @@ def _knn_chunked(coords: torch.Tensor, k: int, chunk: int) -> torch.Tensor:
     return torch.cat(parts, dim=1)
 
 
-METHODS = ("auto", "numba", "cells", "brute")
+METHODS = ("auto", "numba", "cells", "triton", "brute")
 
 
 @torch.compiler.disable  # numba, and a data-dependent loop: not for a compiled graph
@@ -352,8 +357,10 @@ def knn(coords: torch.Tensor, k: int, method: str = "auto", chunk: int = 1024) -
     Args:
         coords: ``(..., N, L)`` point coordinates; leading dims index independent clouds.
         k: number of neighbours, ``1 <= k <= N``.
-        method: ``auto`` (numba on CPU, the cell-list search elsewhere), ``numba`` (CPU
-            only), ``cells`` or ``brute`` (any device). All give the same indices.
+        method: ``auto`` (numba on CPU; on CUDA the Triton kernel for clouds of up to
+            ``knn_triton.MAX_POINTS`` points, else the cell list), ``numba`` (CPU only),
+            ``triton`` (CUDA only), ``cells`` or ``brute`` (any device). All give the same
+            indices.
         chunk: query points per block for ``brute``.
 
     Returns:
@@ -364,7 +371,10 @@ def knn(coords: torch.Tensor, k: int, method: str = "auto", chunk: int = 1024) -
     if method not in METHODS:
         raise ValueError(f"knn: method={method!r} is not one of {METHODS}.")
     if method == "auto":
-        method = "numba" if coords.device.type == "cpu" else "cells"
+        if coords.device.type == "cpu":
+            method = "numba"
+        else:
+            method = "triton" if knn_triton.available(coords.reshape(-1, n, dims)) else "cells"
     flat = coords.detach().reshape(-1, n, dims).float()  # float32 whatever the autocast
     # checked in float32, where the searches run: the grid kernels would return indices out
     # of range, the brute-force path an arbitrary order
@@ -379,6 +389,13 @@ def knn(coords: torch.Tensor, k: int, method: str = "auto", chunk: int = 1024) -
         out = np.empty((array.shape[0], n, k), dtype=np.int64)
         run_sliced(len(array), lambda a, b: _knn_grid(array[a:b], k, out[a:b]), min_slice=16)
         index = torch.from_numpy(out)
+    elif method == "triton":
+        if not knn_triton.available(flat):
+            raise ValueError(
+                f"knn: method='triton' needs Triton, a CUDA tensor and N <= "
+                f"{knn_triton.MAX_POINTS}; got N={n} on {flat.device}."
+            )
+        index = knn_triton.knn_triton(flat, k)
     elif method == "cells":
         index = knn_cells(flat.contiguous(), k)
     else:
