@@ -165,3 +165,45 @@ def test_non_finite_coordinates_are_refused(bad):
     coords[1, 4, 0] = bad
     with pytest.raises(NonFiniteCoordinatesError, match="NaN or inf"):
         knn(coords, 3)
+
+
+def test_triton_kernel_compiles_for_hopper_without_fused_multiply_add() -> None:
+    """Compiled ahead for sm_90 (no GPU needed): a fused multiply-add would round the squared
+    distances differently from knn_reference and break exact ties."""
+    triton = pytest.importorskip("triton", reason="Triton is not installed (CPU-only setup)")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from cloudlstm.nn.knn_triton import _knn_kernel
+
+    constants = {"n": 274, "K": 9, "L": 2, "BLOCK_Q": 32, "BLOCK_N": 256}
+    signature = {"coords_ptr": "*fp32", "out_ptr": "*i64", **dict.fromkeys(constants, "constexpr")}
+    source = ASTSource(fn=_knn_kernel, signature=signature, constexprs=constants)
+    kernel = triton.compile(
+        source, target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": False}
+    )
+    assert "fma" not in kernel.asm["ptx"] and "mul.rn.f32" in kernel.asm["ptx"]
+
+
+def test_triton_kernel_is_exact_in_the_interpreter(tmp_path) -> None:
+    """The kernel's logic on CPU through Triton's interpreter (a subprocess: the mode is read
+    when the kernel is defined)."""
+    pytest.importorskip("triton", reason="Triton is not installed (CPU-only setup)")
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import torch\n"
+        "from cloudlstm.nn.knn import knn_reference\n"
+        "from cloudlstm.nn.knn_triton import knn_triton\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "ties = torch.randint(0, 4, (2, 50, 3), generator=g).float()\n"
+        "clouds = [torch.rand(2, 70, 2, generator=g), ties]\n"
+        "for c in clouds:\n"
+        "    for k in (1, 2, 9):\n"
+        "        assert torch.equal(knn_triton(c, k), knn_reference(c, k)), (c.shape, k)\n"
+    )
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -28,7 +28,6 @@ except ImportError:  # CPU-only install: the torch searches serve every device
     triton = None
 
 MAX_POINTS = 2048  # above this, K passes over the whole cloud cost more than the cell list
-_NO_KEY = 0x7FFFFFFFFFFFFFFF
 
 
 def available(coords: torch.Tensor) -> bool:
@@ -42,6 +41,7 @@ def available(coords: torch.Tensor) -> bool:
 
 
 if triton is not None:
+    _NO_KEY = tl.constexpr(0x7FFFFFFFFFFFFFFF)  # an empty slot: ranks after every point
 
     @triton.jit
     def _knn_kernel(
