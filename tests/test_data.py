@@ -319,7 +319,8 @@ def test_generator_cache_hit_and_corrupt_cache(tmp_path):
     gen = SyntheticAdvectionDiffusion(**kw)
     first = gen.load()
     assert not gen.last_load_from_cache and gen.cache_path.exists()
-    assert gen.cache_path.parent == tmp_path and gen.cache_path.suffix == ".npz"
+    assert gen.cache_path.parent == tmp_path and gen.cache_path.is_dir()
+    assert first.memory_mapped  # the stream returned after generating reads from the cache
     with rebuilding_fails(SyntheticAdvectionDiffusion, "generate"):
         again = SyntheticAdvectionDiffusion(**kw)
         second = again.load()
@@ -332,7 +333,7 @@ def test_generator_cache_hit_and_corrupt_cache(tmp_path):
     # any argument change -> another cache file
     assert SyntheticAdvectionDiffusion(**{**kw, "noise_std": 0.01}).cache_path != gen.cache_path
     # a corrupt file is regenerated (and rewritten)
-    gen.cache_path.write_bytes(b"not an npz file")
+    (gen.cache_path / "meta.json").write_bytes(b"not json")
     gen3 = SyntheticAdvectionDiffusion(**kw)
     third = gen3.load()
     assert not gen3.last_load_from_cache

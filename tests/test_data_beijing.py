@@ -133,7 +133,7 @@ def test_beijing_config(tiny, tmp_path):
     assert isinstance(dm, BeijingDataModule)
     batch = next(iter(dm.train_dataloader()))
     assert batch["x"].shape == (4, 5, 3, 6) and batch["coords"].shape == (4, 3, 2)
-    assert list((tmp_path / "data" / "beijing").glob("beijing_*.npz"))
+    assert list((tmp_path / "data" / "beijing").glob("beijing_*/values.npy"))
 
 
 def test_beijing_config_defaults(monkeypatch, tmp_path):

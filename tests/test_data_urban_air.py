@@ -250,4 +250,4 @@ def test_airq_config(raw, tmp_path):
     assert isinstance(dm, UrbanAirDataModule) and dm.num_points == 2
     batch = next(iter(dm.train_dataloader()))
     assert batch["x"].shape == (4, 4, 2, 6) and batch["y"].shape == (4, 3, 2, 6)
-    assert list((tmp_path / "data" / "urban_air" / "cache").glob("urban_air_B_*.npz"))
+    assert list((tmp_path / "data" / "urban_air" / "cache").glob("urban_air_B_*/values.npy"))

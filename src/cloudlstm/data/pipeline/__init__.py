@@ -1,7 +1,9 @@
 """What happens to a point-cloud stream once a source has made it.
 
 * ``stream``: the :class:`PointCloudStream` container and its checks;
-* ``cache``: the on-disk stream cache every source writes and reads;
+* ``cache``: the on-disk stream cache every source writes (chunk by chunk) and reads
+  (memory-mapped);
+* ``chunks``: the time chunks in which a stream too large for memory is walked;
 * ``transforms``: value scaling (fitted on the training part) and coordinate normalisation;
 * ``outliers``: spatial outliers found (DBSCAN) or made (the paper's shift study);
 * ``windows``: the (input, target) windows a model is trained on;

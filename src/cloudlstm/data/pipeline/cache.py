@@ -1,29 +1,53 @@
-"""The ``.npz`` stream cache shared by every loader and generator, and argument checks.
+"""The stream cache shared by every loader and generator, and argument checks.
 
-* :func:`save_stream_cache` / :func:`load_stream_cache`: a stream tagged with a key, written
-  atomically; a missing, stale or unreadable file reads as ``None`` (rebuild it);
+A cached stream is a directory (``<name>_<key>/``) whose big arrays are plain ``.npy``
+files, memory-mapped on load, so a stream larger than RAM can be read a window at a time:
+
+* ``values.npy`` float32 ``(T, N, C)``, ``mask.npy`` bool ``(T, N, C)`` and, for moving
+  points, ``trajectory.npy`` float64 ``(T, N, L)``;
+* ``meta.npz``: the small arrays (coordinates, timestamps, channel names, point ids);
+* ``meta.json``: the format version, the key, the name and metadata, and per big array its
+  shape, dtype, byte count and CRC-32.
+
+Writing goes through :class:`StreamWriter`, time chunk by time chunk, into a temporary
+directory renamed into place at the end (atomic: a killed run leaves no half-written cache).
+On load every ``.npy`` must hold exactly the bytes its header announces and match the
+metadata, and when the big arrays total at most :data:`VERIFY_BYTES` their checksums are
+verified too; any mismatch reads as ``None`` (rebuild it), with a warning.
+
+* :func:`save_stream_cache` / :func:`load_stream_cache`: a stream tagged with a key;
 * :func:`file_signature`: a cheap key part that changes when raw files change;
 * :class:`CachedGenerator`: ``load()`` = ``generate()`` cached under a hash of ``config()``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import logging
 import os
+import secrets
+import shutil
+import socket
 import tempfile
-from collections.abc import Sequence
+import zlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from cloudlstm.data.pipeline.chunks import chunk_steps, time_chunks
 from cloudlstm.data.pipeline.stream import PointCloudStream
 from cloudlstm.errors import UserError
 
 __all__ = [
+    "FORMAT",
+    "VERIFY_BYTES",
     "CachedGenerator",
+    "StreamWriter",
     "check_float",
     "check_int",
     "file_signature",
@@ -33,58 +57,384 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+FORMAT = 2  # 1 was a single .npz file, loaded whole
+# Checksums are verified on load up to this many bytes of big arrays (~0.5 s); above it only
+# the sizes and headers are (a checksum would read the whole stream at every start).
+VERIFY_BYTES = 512 << 20
+_TEMP = ".tmp-"
 
-def save_stream_cache(path: Path, stream: PointCloudStream, key: str) -> None:
-    """Write ``stream`` to ``path`` (atomically) tagged with ``key``; warns instead of failing."""
-    path = Path(path)
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp")
-        arrays = dict(
-            key=np.array(key),
-            values=stream.values,
-            mask=stream.mask,
-            coords=stream.coords,
-            timestamps=stream.timestamps,
-            channel_names=np.array(stream.channel_names),
-            point_ids=np.array(stream.point_ids),
-            name=np.array(stream.name),
-            metadata=np.array(json.dumps(stream.metadata)),
+
+class StreamWriter:
+    """Receives a stream time chunk by time chunk, into a new cache directory or into memory.
+
+    With a ``path`` the arrays :attr:`values`, :attr:`mask` (and :attr:`trajectory`) are
+    ``.npy`` files memory-mapped for writing in a temporary directory next to ``path``, their
+    disk space reserved up front (a full disk fails here, with a warning, and not later in a
+    write); :meth:`finish` writes the metadata, renames the directory to ``path`` and returns
+    the stream reading from it. A preparation that writes chunk by chunk (:meth:`write`,
+    :meth:`chunks`) therefore never holds the whole stream in memory. Without a ``path``
+    (or when the directory cannot be created) the arrays are in memory.
+
+    Use it as a context manager: an exception inside removes the temporary directory.
+
+    Args:
+        path: the cache directory to create (``None``: in memory).
+        key: stored with the cache; :func:`load_stream_cache` accepts only this key.
+        num_steps, num_points, num_channels: T, N, C.
+        num_dims: L for moving points (a ``trajectory`` is written), else ``None``.
+        chunk_bytes: size of the chunks :meth:`chunks` proposes (default
+            :data:`cloudlstm.data.pipeline.chunks.CHUNK_BYTES`).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike | None,
+        key: str,
+        num_steps: int,
+        num_points: int,
+        num_channels: int,
+        num_dims: int | None = None,
+        chunk_bytes: int | None = None,
+    ) -> None:
+        self.path = None if path is None else Path(path)
+        self.key = str(key)
+        self.shape = (int(num_steps), int(num_points), int(num_channels))
+        self.chunk_steps = chunk_steps(num_points * num_channels, chunk_bytes)
+        self._finished = False
+        self._tmp: Path | None = None
+        self._scratch: list[Path] = []
+        layout = {"values": (self.shape, np.float32), "mask": (self.shape, np.bool_)}
+        if num_dims is not None:
+            layout["trajectory"] = ((*self.shape[:2], int(num_dims)), np.float64)
+        self.arrays: dict[str, np.ndarray] = {}
+        if self.path is not None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                _remove_stale_temps(self.path)
+                tag = f"{self.path.name}{_TEMP}{socket.gethostname()}-{os.getpid()}-"
+                self._tmp = Path(tempfile.mkdtemp(dir=self.path.parent, prefix=tag))
+                for name, (shape, dtype) in layout.items():
+                    self.arrays[name] = _new_npy(self._tmp / f"{name}.npy", shape, dtype)
+            except OSError as err:  # a read-only or full disk must not stop training
+                log.warning(
+                    "Could not write the data cache %s (%s); keeping the stream in memory.",
+                    self.path,
+                    err,
+                )
+                self._discard()
+        if self._tmp is None:
+            self.arrays = {name: np.empty(shape, dtype) for name, (shape, dtype) in layout.items()}
+
+    @property
+    def on_disk(self) -> bool:
+        """True when the stream is being written to the cache (not kept in memory)."""
+        return self._tmp is not None
+
+    @property
+    def values(self) -> np.ndarray:
+        return self.arrays["values"]
+
+    @property
+    def mask(self) -> np.ndarray:
+        return self.arrays["mask"]
+
+    @property
+    def trajectory(self) -> np.ndarray | None:
+        return self.arrays.get("trajectory")
+
+    def chunks(self) -> Iterator[tuple[int, int]]:
+        """``(start, end)`` time ranges of about ``chunk_bytes`` of values each, in order."""
+        steps = self.chunk_steps
+        for a in range(0, self.shape[0], steps):
+            yield a, min(a + steps, self.shape[0])
+
+    def write(
+        self,
+        start: int,
+        values: np.ndarray,
+        mask: np.ndarray | None = None,
+        trajectory: np.ndarray | None = None,
+    ) -> None:
+        """Store the steps ``[start, start + len(values))``; ``mask=None`` means
+        ``isfinite(values)``."""
+        end = int(start) + len(values)
+        if not 0 <= start < end <= self.shape[0]:
+            raise ValueError(
+                f"StreamWriter.write: steps [{start}, {end}) are outside [0, {self.shape[0]})."
+            )
+        self.values[start:end] = values
+        # as stored (float32): a float64 value beyond its range is no value
+        self.mask[start:end] = np.isfinite(self.values[start:end]) if mask is None else mask
+        if trajectory is not None:
+            self.trajectory[start:end] = trajectory
+
+    def scratch(self, name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """A work array of the preparation, as large as it needs: a ``.npy`` file next to the
+        cache while it is written (removed by :meth:`finish`), else (or when the disk is
+        full) in memory."""
+        if self._tmp is not None:
+            path = self._tmp / f"scratch_{name}.npy"
+            try:
+                array = _new_npy(path, shape, dtype)
+                self._scratch.append(path)
+                return array
+            except OSError as err:
+                log.warning("No disk space for the scratch array %s (%s); using memory.", path, err)
+        return np.empty(shape, dtype)
+
+    def finish(
+        self,
+        coords: np.ndarray,
+        channel_names: Sequence[str],
+        point_ids: Sequence[str],
+        timestamps: np.ndarray | None = None,
+        name: str = "stream",
+        metadata: dict | None = None,
+    ) -> PointCloudStream:
+        """The complete stream: written to the cache and read from it (memory-mapped), or in
+        memory. ``ValueError`` when the parts do not make a valid :class:`PointCloudStream`
+        (nothing is cached then)."""
+        self._finished = True
+        parts = dict(
+            coords=np.asarray(coords, dtype=np.float64),
+            channel_names=[str(c) for c in channel_names],
+            point_ids=[str(p) for p in point_ids],
+            timestamps=timestamps,
+            name=str(name),
+            metadata=dict(metadata or {}),
         )
-        if stream.trajectory is not None:
-            arrays["trajectory"] = stream.trajectory
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **arrays)
-        os.replace(tmp, path)
-    except OSError as err:  # a read-only or full disk must not stop training
-        log.warning("Could not write the data cache %s (%s).", path, err)
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.remove(tmp)
+        if self._tmp is None:
+            return PointCloudStream(
+                values=self.values, mask=self.mask, trajectory=self.trajectory, **parts
+            )
+        tmp = self._tmp
+        try:
+            for array in self.arrays.values():
+                array.flush()
+            self._drop_scratch()
+            _write_meta(tmp, self.key, self.arrays, parts)
+            self.arrays = {}  # the files are complete; closed before the rename
+            _commit(tmp, self.path)
+            self._tmp = None
+        except OSError as err:
+            log.warning(
+                "Could not write the data cache %s (%s); keeping the stream in memory.",
+                self.path,
+                err,
+            )
+            arrays = {
+                n: np.load(tmp / f"{n}.npy")
+                for n in ("values", "mask", "trajectory")
+                if (tmp / f"{n}.npy").exists()
+            }
+            self._discard()
+            return PointCloudStream(**arrays, **parts)
+        try:
+            stream = _open_cache(self.path, self.key, verify=False)
+        except ValueError:  # not a valid stream: do not leave it cached
+            shutil.rmtree(self.path, ignore_errors=True)
+            raise
+        if stream is None:  # cannot happen unless another process wrote another format here
+            raise OSError(f"the data cache {self.path} was replaced while it was written")
+        return stream
+
+    def _drop_scratch(self) -> None:
+        for path in self._scratch:
+            path.unlink(missing_ok=True)
+        self._scratch = []
+
+    def _discard(self) -> None:
+        self.arrays = {}
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __enter__(self) -> StreamWriter:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self._finished:
+            self._discard()
 
 
-def load_stream_cache(path: Path, key: str) -> PointCloudStream | None:
-    """The stream cached at ``path`` if it exists and was written with ``key``, else ``None``."""
+def _new_npy(path: Path, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """A new ``.npy`` file memory-mapped for writing, its disk space reserved (``OSError``
+    now rather than a crash in a later write when the disk is full)."""
+    array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+    if hasattr(os, "posix_fallocate") and array.nbytes:
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+        except OSError as err:
+            if err.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):  # unsupported
+                raise
+        finally:
+            os.close(fd)
+    return array
+
+
+def _crc32(array: np.ndarray) -> int:
+    """CRC-32 of the array's bytes, read a time chunk at a time."""
+    crc = 0
+    step_bytes = array[0].nbytes if array.ndim > 1 else array.itemsize
+    for a, b in time_chunks(0, len(array), step_bytes, itemsize=1):
+        crc = zlib.crc32(np.ascontiguousarray(array[a:b]).view(np.uint8).reshape(-1), crc)
+    return crc
+
+
+def _write_meta(folder: Path, key: str, arrays: dict[str, np.ndarray], parts: dict) -> None:
+    small = dict(
+        coords=parts["coords"],
+        channel_names=np.array(parts["channel_names"]),
+        point_ids=np.array(parts["point_ids"]),
+    )
+    if parts["timestamps"] is not None:
+        small["timestamps"] = np.asarray(parts["timestamps"])
+    with open(folder / "meta.npz", "wb") as fh:
+        np.savez(fh, **small)
+    info = {
+        name: {
+            "shape": list(array.shape),
+            "dtype": array.dtype.str,
+            "bytes": int(array.nbytes),
+            "crc32": _crc32(array),
+        }
+        for name, array in arrays.items()
+    }
+    meta = {
+        "format": FORMAT,
+        "key": key,
+        "name": parts["name"],
+        "metadata": parts["metadata"],
+        "arrays": info,
+    }
+    (folder / "meta.json").write_text(json.dumps(meta))
+
+
+def _commit(tmp: Path, path: Path) -> None:
+    """Rename the finished directory ``tmp`` to ``path``, replacing what is there (a damaged
+    or stale cache: a valid one with this key would have been loaded instead)."""
+    try:
+        os.rename(tmp, path)
+        return
+    except OSError:
+        if not path.exists():
+            raise
+    stale = path.with_name(f"{path.name}.stale-{secrets.token_hex(4)}")
+    with contextlib.suppress(FileNotFoundError):  # another process moved it away first
+        os.rename(path, stale)
+    shutil.rmtree(stale, ignore_errors=True)
+    try:
+        os.rename(tmp, path)
+    except OSError:
+        if not path.exists():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)  # another process committed the same stream
+
+
+def _remove_stale_temps(path: Path) -> None:
+    """Remove temporary directories of ``path`` left by killed runs on this host (their
+    process is gone); those of live processes, or of other hosts, are left alone."""
+    host = socket.gethostname()
+    for tmp in path.parent.glob(f"{path.name}{_TEMP}{host}-*"):
+        try:
+            pid = int(tmp.name[len(f"{path.name}{_TEMP}{host}-") :].split("-")[0])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(tmp, ignore_errors=True)
+        except (ValueError, OSError):
+            continue
+
+
+def _open_npy(path: Path, info: dict, verify: bool) -> np.ndarray:
+    array = np.load(path, mmap_mode="r")
+    if list(array.shape) != info["shape"] or array.dtype.str != info["dtype"]:
+        raise ValueError(
+            f"{path.name} holds {array.dtype.str} {list(array.shape)}, the metadata says "
+            f"{info['dtype']} {info['shape']}"
+        )
+    size = path.stat().st_size
+    if size != array.offset + array.nbytes or array.nbytes != info["bytes"]:
+        raise ValueError(
+            f"{path.name} is {size} bytes long, its header announces {array.offset + array.nbytes}"
+        )
+    if verify and _crc32(array) != info["crc32"]:
+        raise ValueError(f"{path.name} does not match its checksum (changed or damaged)")
+    return array
+
+
+def _open_cache(path: Path, key: str, verify: bool | None = None) -> PointCloudStream | None:
+    """The stream of the cache directory ``path`` (``None`` if it has another key or format);
+    raises on anything unreadable or inconsistent."""
+    meta = json.loads((path / "meta.json").read_text())
+    if meta.get("format") != FORMAT or meta.get("key") != key:
+        return None
+    info = meta["arrays"]
+    if verify is None:
+        verify = sum(int(i["bytes"]) for i in info.values()) <= VERIFY_BYTES
+    arrays = {name: _open_npy(path / f"{name}.npy", i, verify) for name, i in info.items()}
+    with np.load(path / "meta.npz", allow_pickle=False) as z:
+        small = {k: z[k] for k in z.files}
+    return PointCloudStream(
+        values=arrays["values"],
+        mask=arrays["mask"],
+        coords=small["coords"],
+        channel_names=small["channel_names"].tolist(),
+        point_ids=small["point_ids"].tolist(),
+        timestamps=small.get("timestamps"),
+        name=str(meta["name"]),
+        metadata=meta["metadata"],
+        trajectory=arrays.get("trajectory"),
+    )
+
+
+def save_stream_cache(path: Path, stream: PointCloudStream, key: str) -> PointCloudStream | None:
+    """Write ``stream`` to the cache directory ``path`` tagged with ``key``, time chunk by
+    time chunk; returns the stream read back from it (memory-mapped), or ``None`` (with a
+    warning) when it could not be written."""
+    writer = StreamWriter(
+        path,
+        key,
+        stream.num_steps,
+        stream.num_points,
+        stream.num_channels,
+        stream.num_dims if stream.moving else None,
+    )
+    if not writer.on_disk:
+        return None
+    with writer:
+        for a, b in writer.chunks():
+            writer.write(
+                a,
+                stream.values[a:b],
+                stream.mask[a:b],
+                None if stream.trajectory is None else stream.trajectory[a:b],
+            )
+        cached = writer.finish(
+            coords=stream.coords,
+            channel_names=stream.channel_names,
+            point_ids=stream.point_ids,
+            timestamps=stream.timestamps,
+            name=stream.name,
+            metadata=stream.metadata,
+        )
+    return cached if cached.memory_mapped else None
+
+
+def load_stream_cache(path: Path, key: str, verify: bool | None = None) -> PointCloudStream | None:
+    """The stream cached in the directory ``path`` if it exists and was written with ``key``
+    (memory-mapped), else ``None``.
+
+    ``verify``: check the big arrays' checksums (default: when they total at most
+    :data:`VERIFY_BYTES`). Sizes and headers are always checked. A damaged cache logs a
+    warning and reads as ``None``; an old ``.npz`` cache file is not looked at.
+    """
     path = Path(path)
-    if not path.exists():
+    if not path.is_dir():
         return None
     try:
-        with np.load(path, allow_pickle=False) as z:
-            if str(z["key"]) != key:
-                return None
-            return PointCloudStream(
-                values=z["values"],
-                mask=z["mask"],
-                coords=z["coords"],
-                channel_names=z["channel_names"].tolist(),
-                point_ids=z["point_ids"].tolist(),
-                timestamps=z["timestamps"],
-                name=str(z["name"]),
-                metadata=json.loads(str(z["metadata"])),
-                trajectory=z["trajectory"] if "trajectory" in z.files else None,
-            )
-    except Exception as err:  # truncated / corrupt / old format: rebuild from the raw files
+        return _open_cache(path, key, verify)
+    except Exception as err:  # truncated / corrupt / half-deleted: rebuild from the raw files
         log.warning("Data cache %s is unreadable (%s); rebuilding it.", path, err)
         return None
 
@@ -127,20 +477,24 @@ def check_float(
 
 
 class CachedGenerator:
-    """Base of the seeded generators: ``load()`` = ``generate()``, cached as ``.npz``.
+    """Base of the seeded generators: ``load()`` = ``generate()``, cached (see the module).
 
     Subclasses set ``cache_dir`` and ``cache_prefix`` and define ``config()`` (every
-    argument that determines the output), ``generate()`` and ``name``.
+    argument that determines the output), ``name`` and ``generate(cache_path=None)``, which
+    returns the stream and, given a path, also caches it there: a generator that can write
+    its stream a time chunk at a time does so through :meth:`writer` (so preparing it never
+    holds it whole); others build it in memory and return :meth:`cached`.
     """
 
     cache_prefix = "stream"
     cache_dir: Path | None = None
     last_load_from_cache = False
+    chunk_bytes: int | None = None  # writer chunks; None: chunks.CHUNK_BYTES
 
     def config(self) -> dict:
         raise NotImplementedError
 
-    def generate(self) -> PointCloudStream:
+    def generate(self, cache_path: Path | None = None) -> PointCloudStream:
         raise NotImplementedError
 
     @property
@@ -150,20 +504,45 @@ class CachedGenerator:
 
     @property
     def cache_path(self) -> Path | None:
+        """The cache directory (``None``: no caching)."""
         if self.cache_dir is None:
             return None
-        return self.cache_dir / f"{self.cache_prefix}_{self.cache_key}.npz"
+        return self.cache_dir / f"{self.cache_prefix}_{self.cache_key}"
 
     def load(self) -> PointCloudStream:
-        """The stream, from the cache when a valid cache file exists."""
+        """The stream, from the cache when a valid cache exists (else generated into it)."""
         path = self.cache_path
         stream = None if path is None else load_stream_cache(path, self.cache_key)
         self.last_load_from_cache = stream is not None
         if stream is None:
-            stream = self.generate()
-            if path is not None:
-                save_stream_cache(path, stream, self.cache_key)
+            stream = self.generate(path)
         return stream
+
+    def writer(
+        self,
+        cache_path: Path | None,
+        num_steps: int,
+        num_points: int,
+        num_channels: int,
+        num_dims: int | None = None,
+    ) -> StreamWriter:
+        """A :class:`StreamWriter` into ``cache_path`` (``None``: in memory) under this key."""
+        return StreamWriter(
+            cache_path,
+            self.cache_key,
+            num_steps,
+            num_points,
+            num_channels,
+            num_dims,
+            chunk_bytes=self.chunk_bytes,
+        )
+
+    def cached(self, stream: PointCloudStream, cache_path: Path | None) -> PointCloudStream:
+        """``stream`` written to ``cache_path`` and read back from it, or itself (no path, or
+        the cache could not be written)."""
+        if cache_path is None:
+            return stream
+        return save_stream_cache(cache_path, stream, self.cache_key) or stream
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if k != "version")

@@ -126,9 +126,13 @@ class PointCloudDataModule(LightningDataModule):
             False: the batch masks mark only really observed entries, so the loss and the
             metrics ignore filled ones.
 
-    The stream is loaded once; the scaler is fitted on the training part only; coordinates
-    are min-max normalised to [0, 1]. Each split's windows have their targets inside it;
-    validation and test inputs may reach back into the part before (:func:`window_ranges`).
+    The stream is loaded once; the scaler is fitted on the training part only (a time chunk
+    at a time); coordinates are min-max normalised to [0, 1]. Windows are read from the
+    stream's arrays and normalised when a batch asks for them: a stream from the cache is
+    memory-mapped, so the values are never held whole in memory (a point subset and the
+    position channels of moving points are in-memory copies). Each split's windows have
+    their targets inside it; validation and test inputs may reach back into the part before
+    (:func:`window_ranges`).
     For moving points (a stream with a ``trajectory``) the positions become L extra channels
     ``pos_*`` (scaled like values, so they are forecast and scored too) and each window's
     ``coords`` are the positions at its last input step,
@@ -300,11 +304,9 @@ class PointCloudDataModule(LightningDataModule):
                 f"PointCloudDataModule: restored scaler has {self.scaler.num_channels} channels "
                 f"but the stream has {stream.num_channels}."
             )
-        # In place on one float32 copy: the mobile data at paper size is ~3.7 GB of values.
-        normed = stream.values - self.scaler.mean.astype(np.float32)
-        normed /= self.scaler.std.astype(np.float32)
-        # Keep filled (interpolated) values; only entries with no value at all become 0.
-        np.nan_to_num(normed, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+        # No normalised copy of the values: each window is read from the stream (memory-mapped
+        # when it comes from the cache) and normalised when it is asked for; filled
+        # (interpolated) values are kept, only entries with no value at all become 0.
         track = None
         if stream.moving:
             self.coord_scale = _track_scale(stream.trajectory, tr1)
@@ -315,15 +317,14 @@ class PointCloudDataModule(LightningDataModule):
             coords = normalize_coords(stream.coords)
             coords, self.point_groups = self._outliers(coords)
             self._coords = torch.as_tensor(coords, dtype=torch.float32)
-        values_t = torch.from_numpy(normed)
-        mask_t = torch.from_numpy(np.isfinite(stream.values) if self.score_filled else stream.mask)
+        mask = None if self.score_filled else stream.mask  # None: every finite value counts
         for split, (first, end) in self.window_bounds.items():
             if end - first < span:
                 self.datasets[split] = None
                 continue
             self.datasets[split] = WindowDataset(
-                values_t,
-                mask_t,
+                stream.values,
+                mask,
                 self._coords,
                 len(offsets),
                 j,
@@ -333,6 +334,8 @@ class PointCloudDataModule(LightningDataModule):
                 input_offsets=offsets,
                 coords_track=track,
                 return_index=split == "test",  # "t0": orders test windows gathered from ranks
+                scaler=self.scaler,
+                check_mask=False,  # PointCloudStream checked it
             )
         self._built = True
 

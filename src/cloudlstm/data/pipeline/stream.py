@@ -1,10 +1,18 @@
-"""The in-memory container for a point-cloud stream (a multichannel time series at N points)."""
+"""The container for a point-cloud stream (a multichannel time series at N points).
+
+Its arrays may be in memory or memory-mapped from the stream cache
+(:mod:`cloudlstm.data.pipeline.cache`): a memory-mapped ``values`` stays one (it is not
+copied), and the checks below read it a time chunk at a time.
+"""
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from cloudlstm.data.pipeline.chunks import time_chunks
 
 __all__ = ["PointCloudStream"]
 
@@ -29,7 +37,8 @@ class PointCloudStream:
             (``trajectory[0]``) and the datamodule makes positions part of the forecast.
 
     ``__post_init__`` converts ``values`` to float32, ``mask`` to bool and ``coords`` to
-    float64 and raises ``ValueError`` when the parts do not fit together.
+    float64 and raises ``ValueError`` when the parts do not fit together. Arrays that already
+    have the right type and layout are kept as they are (an ``np.memmap`` stays one).
     """
 
     values: np.ndarray
@@ -43,7 +52,7 @@ class PointCloudStream:
     trajectory: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        values = np.asarray(self.values)
+        values = np.asanyarray(self.values)
         if values.ndim != 3:
             raise ValueError(
                 f"PointCloudStream.values must have shape (T, N, C) (3 dims); got shape "
@@ -56,7 +65,7 @@ class PointCloudStream:
                 f"PointCloudStream.values must be numeric; got dtype {values.dtype}. "
                 "Convert it with values.astype(np.float32)."
             )
-        self.values = np.ascontiguousarray(values, dtype=np.float32)
+        self.values = _contiguous(values, np.float32)
         t, n, c = self.values.shape
         if min(t, n, c) < 1:
             raise ValueError(
@@ -64,7 +73,7 @@ class PointCloudStream:
                 " Every axis needs at least one entry."
             )
 
-        mask = np.asarray(self.mask)
+        mask = np.asanyarray(self.mask)
         if mask.shape != self.values.shape:
             raise ValueError(
                 f"PointCloudStream.mask has shape {mask.shape} but values has shape "
@@ -78,13 +87,20 @@ class PointCloudStream:
                     f"{mask.dtype} with values other than 0/1."
                 )
             mask = mask.astype(bool)
-        self.mask = np.ascontiguousarray(mask)
+        self.mask = _contiguous(mask, np.bool_)
 
-        bad = self.mask & ~np.isfinite(self.values)
-        if bad.any():
-            ti, ni, ci = np.argwhere(bad)[0]
+        count, first = 0, None
+        for a, b in time_chunks(0, t, n * c):  # bounded memory for a memory-mapped stream
+            bad = self.mask[a:b] & ~np.isfinite(self.values[a:b])
+            if bad.any():
+                count += int(bad.sum())
+                if first is None:
+                    ti, ni, ci = np.argwhere(bad)[0]
+                    first = (a + ti, ni, ci)
+        if count:
+            ti, ni, ci = first
             raise ValueError(
-                f"PointCloudStream.values has {int(bad.sum())} NaN/inf entries where mask is True "
+                f"PointCloudStream.values has {count} NaN/inf entries where mask is True "
                 f"(first at t={ti}, point={ni}, channel={ci}). Set mask=False there "
                 "(e.g. mask &= np.isfinite(values))."
             )
@@ -156,7 +172,7 @@ class PointCloudStream:
             self.timestamps = ts
         self.name = str(self.name)
         if self.trajectory is not None:
-            self.trajectory = self._check_trajectory(np.asarray(self.trajectory))
+            self.trajectory = self._check_trajectory(np.asanyarray(self.trajectory))
 
     def _check_trajectory(self, traj: np.ndarray) -> np.ndarray:
         expected = (self.num_steps, self.num_points, self.num_dims)
@@ -165,9 +181,12 @@ class PointCloudStream:
                 f"PointCloudStream.trajectory must have shape (T, N, L) = {expected}; got "
                 f"{traj.shape}."
             )
-        traj = traj.astype(np.float64)
-        if not np.isfinite(traj).all():
-            t, n, _ = np.argwhere(~np.isfinite(traj))[0]
+        traj = _contiguous(traj, np.float64)
+        for a, b in time_chunks(0, len(traj), traj[0].size, itemsize=8):
+            if np.isfinite(traj[a:b]).all():
+                continue
+            t, n, _ = np.argwhere(~np.isfinite(traj[a:b]))[0]
+            t += a
             raise ValueError(
                 f"PointCloudStream.trajectory has NaN/inf positions (first at t={t}, point={n}): "
                 "moving points need a position at every step; interpolate the gaps first."
@@ -175,6 +194,14 @@ class PointCloudStream:
         if not np.allclose(traj[0], self.coords):
             raise ValueError("PointCloudStream.coords must equal trajectory[0] for moving points.")
         return traj
+
+    @property
+    def memory_mapped(self) -> bool:
+        """True when ``values`` is read from a file on disk (a memory map), not held in RAM."""
+        base = self.values
+        while isinstance(base, np.ndarray):  # a copy of a memmap is still of that type
+            base = base.base
+        return isinstance(base, mmap.mmap)
 
     @property
     def moving(self) -> bool:
@@ -278,3 +305,11 @@ class PointCloudStream:
             f"PointCloudStream(name={self.name!r}, T={self.num_steps}, N={self.num_points}, "
             f"C={self.num_channels}, L={self.num_dims}, missing={self.missing_fraction:.1%})"
         )
+
+
+def _contiguous(array: np.ndarray, dtype: type) -> np.ndarray:
+    """``array`` itself when it is C-contiguous of ``dtype`` (a memory map stays one), else a
+    C-contiguous copy of that type."""
+    if array.dtype == dtype and array.flags.c_contiguous:
+        return array
+    return np.ascontiguousarray(array, dtype=dtype)

@@ -7,6 +7,8 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
+from cloudlstm.data.pipeline.chunks import time_chunks
+
 __all__ = ["StandardScaler", "coord_scale", "normalize_coords", "scale_coords"]
 
 ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
@@ -41,33 +43,53 @@ class StandardScaler:
         return int(self.mean.shape[0])
 
     def fit(self, values: np.ndarray, mask: np.ndarray | None = None) -> StandardScaler:
-        """Fit per-channel mean/std on the observed entries of ``values`` ``(..., C)``."""
-        values = np.asarray(values, dtype=np.float64)
+        """Fit per-channel mean/std on the observed entries of ``values`` ``(..., C)``.
+
+        Arrays of more than one dimension are read in chunks along the first (time) axis
+        (:mod:`cloudlstm.data.pipeline.chunks`), so a memory-mapped stream is fitted with
+        bounded memory: each chunk's count, mean and sum of squared deviations are merged
+        into the running ones (Chan et al.'s pairwise update), which gives the same numbers
+        as one pass over everything up to rounding (one chunk: exactly the same).
+        """
+        values = np.asanyarray(values)
         if values.ndim < 1:
             raise ValueError("StandardScaler.fit needs an array of shape (..., C).")
-        observed = np.isfinite(values)
         if mask is not None:
-            mask = np.asarray(mask, dtype=bool)
+            mask = np.asanyarray(mask)
             if mask.shape != values.shape:
                 raise ValueError(
                     f"StandardScaler.fit: mask shape {mask.shape} != values shape {values.shape}."
                 )
-            observed &= mask
         c = values.shape[-1]
-        flat_v = values.reshape(-1, c)
-        flat_m = observed.reshape(-1, c)
-        counts = flat_m.sum(axis=0)
+        counts = np.zeros(c)
+        mean = np.zeros(c)
+        m2 = np.zeros(c)
+        ranges = (
+            time_chunks(0, len(values), values[0].size, itemsize=8)
+            if values.ndim > 1
+            else [(None, None)]
+        )
+        for a, b in ranges:
+            part = values[a:b]
+            n_b, mean_b, m2_b = _moments(part, None if mask is None else mask[a:b], c)
+            total = counts + n_b
+            if not counts.any():
+                counts, mean, m2 = n_b, mean_b, m2_b
+                continue
+            with np.errstate(invalid="ignore", divide="ignore"):
+                delta = mean_b - mean
+                share = np.where(total > 0, n_b / np.maximum(total, 1), 0.0)
+                mean = np.where(n_b > 0, mean + delta * share, mean)
+                m2 = m2 + np.where(n_b > 0, m2_b + delta**2 * counts * share, 0.0)
+            counts = total
         if (counts == 0).any():
             empty = np.flatnonzero(counts == 0).tolist()
             raise ValueError(
                 f"StandardScaler.fit: channel(s) {empty} have no observed values in the fitting "
                 "data, so their mean/std are undefined. Use a longer training part or drop them."
             )
-        filled = np.where(flat_m, flat_v, 0.0)
-        mean = filled.sum(axis=0) / counts
-        var = (np.where(flat_m, flat_v - mean, 0.0) ** 2).sum(axis=0) / counts
         self.mean = mean
-        self.std = np.maximum(np.sqrt(var), self.min_std)
+        self.std = np.maximum(np.sqrt(m2 / counts), self.min_std)
         return self
 
     def fit_transform(self, values: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
@@ -133,6 +155,27 @@ class StandardScaler:
             f"StandardScaler(mean={np.round(self.mean, 4).tolist()}, "
             f"std={np.round(self.std, 4).tolist()})"
         )
+
+
+def _moments(
+    values: np.ndarray, mask: np.ndarray | None, c: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per channel: the count, mean and sum of squared deviations from it of the observed
+    (finite, and mask True) entries of ``values (..., C)``; mean and sum are 0 where the
+    count is. Works in place on one float64 copy (a chunk of a large stream)."""
+    work = np.array(values, dtype=np.float64).reshape(-1, c)
+    observed = np.isfinite(work)
+    if mask is not None:
+        observed &= np.asarray(mask, dtype=bool).reshape(-1, c)
+    missing = ~observed
+    work[missing] = 0.0
+    counts = observed.sum(axis=0).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(counts > 0, work.sum(axis=0) / counts, 0.0)
+    work -= mean
+    work[missing] = 0.0
+    np.square(work, out=work)
+    return counts, mean, work.sum(axis=0)
 
 
 def coord_scale(coords: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,10 +1,19 @@
-"""Sliding (input, target) windows over a normalised point-cloud stream."""
+"""Sliding (input, target) windows over a point-cloud stream, read (and normalised) lazily."""
 
 from __future__ import annotations
+
+import mmap
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
+
+from cloudlstm.data.pipeline.chunks import time_chunks
+
+if TYPE_CHECKING:
+    from cloudlstm.data.pipeline.transforms import StandardScaler
 
 __all__ = ["WindowDataset", "contiguous_offsets", "count_windows"]
 
@@ -39,14 +48,19 @@ class WindowDataset(Dataset):
         {"x": (M, N, C) float32, "y": (J, N, C) float32, "coords": (N, L) float32,
          "x_mask": (M, N, C) bool, "y_mask": (J, N, C) bool}
 
-    Entries without a value (NaN/inf, necessarily mask False) are set to 0, i.e. the
-    normalised mean, so no NaN ever reaches a model; finite values under mask False (filled
-    upstream, e.g. by interpolation) are kept. The masks say which entries are real. With
-    ``return_index=True`` each item also holds ``"t0"``, the window's absolute start index
-    (a 0-d int64 tensor).
+    Windows are read from ``values`` when they are asked for: the arrays are neither copied
+    nor normalised up front, so a memory-mapped stream (``np.memmap``, e.g. from the stream
+    cache) is read a window at a time from disk or the page cache. With a ``scaler`` each
+    window is normalised as it is read, ``(v - mean) / std`` in float32, exactly as
+    normalising the whole array first would. Entries without a value (NaN/inf, necessarily
+    mask False) are set to 0, i.e. the normalised mean, so no NaN ever reaches a model;
+    finite values under mask False (filled upstream, e.g. by interpolation) are kept. The
+    masks say which entries are real. With ``return_index=True`` each item also holds
+    ``"t0"``, the window's absolute start index (a 0-d int64 tensor).
 
     Args:
-        values: ``(T, N, C)`` normalised values (numpy or torch); NaN allowed where mask False.
+        values: ``(T, N, C)`` values (numpy, an ``np.memmap`` or torch), normalised unless a
+            ``scaler`` is given; NaN allowed where mask False.
         mask: ``(T, N, C)`` bool, True = observed. ``None`` means ``isfinite(values)``.
         coords: ``(N, L)`` normalised coordinates.
         input_steps: M.
@@ -59,6 +73,10 @@ class WindowDataset(Dataset):
             ``input_steps`` must equal their number.
         coords_track: optional ``(T, N, L)`` normalised positions of moving points; an item's
             ``coords`` are then the positions at its last input step (the latest ones known).
+        scaler: a fitted :class:`~cloudlstm.data.pipeline.transforms.StandardScaler`:
+            ``values`` are raw and each window is normalised with it.
+        check_mask: refuse NaN/inf entries marked observed (one pass over ``[start, end)``,
+            a time chunk at a time); the datamodule skips it, its stream checked that already.
     """
 
     def __init__(
@@ -74,6 +92,8 @@ class WindowDataset(Dataset):
         return_index: bool = False,
         input_offsets: np.ndarray | list[int] | None = None,
         coords_track: np.ndarray | torch.Tensor | None = None,
+        scaler: StandardScaler | None = None,
+        check_mask: bool = True,
     ) -> None:
         for arg, val, lo in (("input_steps", input_steps, 1), ("output_steps", output_steps, 1)):
             if int(val) != val or val < lo:
@@ -88,29 +108,36 @@ class WindowDataset(Dataset):
                 f"steps (relative to the first target step); got {offsets.tolist()}."
             )
 
-        values_t = torch.as_tensor(values)
-        if values_t.ndim != 3:
+        values = _numpy(values)
+        if values.ndim != 3:
             raise ValueError(
-                f"WindowDataset: values must have shape (T, N, C); got {tuple(values_t.shape)}."
+                f"WindowDataset: values must have shape (T, N, C); got {tuple(values.shape)}."
             )
-        num_total = values_t.shape[0]
-        if mask is None:
-            mask_t = torch.isfinite(values_t)
-        else:
-            mask_t = torch.as_tensor(mask).to(torch.bool)
-            if mask_t.shape != values_t.shape:
+        num_total = values.shape[0]
+        if mask is not None:
+            mask = _numpy(mask)
+            if mask.shape != values.shape:
                 raise ValueError(
-                    f"WindowDataset: mask shape {tuple(mask_t.shape)} != values shape "
-                    f"{tuple(values_t.shape)}."
+                    f"WindowDataset: mask shape {tuple(mask.shape)} != values shape "
+                    f"{tuple(values.shape)}."
                 )
         coords_t = torch.as_tensor(coords, dtype=torch.float32)
-        if coords_t.ndim != 2 or coords_t.shape[0] != values_t.shape[1]:
+        if coords_t.ndim != 2 or coords_t.shape[0] != values.shape[1]:
             raise ValueError(
-                f"WindowDataset: coords must have shape (N, L) with N={values_t.shape[1]}; got "
+                f"WindowDataset: coords must have shape (N, L) with N={values.shape[1]}; got "
                 f"{tuple(coords_t.shape)}."
             )
         if not torch.isfinite(coords_t).all():
             raise ValueError("WindowDataset: coords contain NaN/inf.")
+        self._mean = self._std = None
+        if scaler is not None:
+            if scaler.num_channels != values.shape[2]:
+                raise ValueError(
+                    f"WindowDataset: the scaler has {scaler.num_channels} channels, values "
+                    f"{values.shape[2]}."
+                )
+            self._mean = scaler.mean.astype(np.float32)
+            self._std = scaler.std.astype(np.float32)
 
         end = num_total if end is None else int(end)
         start = int(start)
@@ -137,20 +164,18 @@ class WindowDataset(Dataset):
                 f"{available} are available in [{start}, {end}). Use a longer series, a larger "
                 "part (split fraction), or shorter input/output windows."
             )
-
-        vals = values_t[start:end].to(torch.float32)
-        msk = mask_t[start:end]
-        bad = msk & ~torch.isfinite(vals)
-        if bad.any():
-            raise ValueError(
-                f"WindowDataset: {int(bad.sum())} entries are NaN/inf but marked observed in the "
-                "mask; set mask False there."
-            )
-        # Entries with no value at all become 0 (the normalised mean) so models never see NaN;
-        # values filled upstream (e.g. interpolated, mask False) are kept as they are.
-        finite = torch.isfinite(vals)
-        self.values = torch.where(finite, vals, torch.zeros((), dtype=torch.float32)).contiguous()
-        self.mask = msk.contiguous()
+        if check_mask and mask is not None:
+            bad = 0
+            for a, b in time_chunks(start, end, values[0].size):
+                bad += int((_bool(mask[a:b]) & ~np.isfinite(values[a:b])).sum())
+            if bad:
+                raise ValueError(
+                    f"WindowDataset: {bad} entries are NaN/inf but marked observed in the "
+                    "mask; set mask False there."
+                )
+        # the whole arrays, indexed with absolute steps; windows are read in __getitem__
+        self.values = values
+        self.mask = mask
         self.coords = coords_t.contiguous()
         self.coords_track = None
         if coords_track is not None:
@@ -160,8 +185,8 @@ class WindowDataset(Dataset):
                     f"WindowDataset: coords_track must have shape (T, N, L) = "
                     f"{(num_total, *coords_t.shape)}; got {tuple(track.shape)}."
                 )
-            self.coords_track = track[start:end].contiguous()
-        self._input_index = torch.from_numpy(offsets + self.history_steps)
+            self.coords_track = track
+        self._input_index = offsets + self.history_steps
         n = count_windows(available, self.history_steps, self.output_steps, self.stride)
         self.window_starts = start + self.stride * np.arange(n, dtype=np.int64)
 
@@ -174,29 +199,48 @@ class WindowDataset(Dataset):
         t0 = int(self.window_starts[index])
         return t0, t0 + self.history_steps, t0 + self.history_steps + self.output_steps
 
+    def _read(self, steps: slice | np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalised values (no NaN) and mask of the given time steps, as new tensors."""
+        raw = self.values[steps]
+        if self._mean is not None:
+            window = np.subtract(raw, self._mean, dtype=np.float32)
+            window /= self._std
+        else:
+            window = np.array(raw, dtype=np.float32)
+        observed = np.isfinite(raw) if self.mask is None else np.array(_bool(self.mask[steps]))
+        np.nan_to_num(window, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+        return torch.from_numpy(window), torch.from_numpy(observed)
+
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         if index < 0:
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError(f"window index {index} out of range for {len(self)} windows")
-        t0 = int(self.window_starts[index]) - self.start
+        t0 = int(self.window_starts[index])
         m = t0 + self.history_steps
         e = m + self.output_steps
-        if self._contiguous:  # a view, no copy
-            x, x_mask = self.values[t0:m], self.mask[t0:m]
-        else:
-            x, x_mask = self.values[t0 + self._input_index], self.mask[t0 + self._input_index]
+        steps = slice(t0, m) if self._contiguous else t0 + self._input_index
+        x, x_mask = self._read(steps)
+        y, y_mask = self._read(slice(m, e))
         coords = self.coords if self.coords_track is None else self.coords_track[m - 1]
-        item = {
-            "x": x,
-            "y": self.values[m:e],
-            "coords": coords,
-            "x_mask": x_mask,
-            "y_mask": self.mask[m:e],
-        }
+        item = {"x": x, "y": y, "coords": coords, "x_mask": x_mask, "y_mask": y_mask}
         if self.return_index:
-            item["t0"] = torch.tensor(int(self.window_starts[index]), dtype=torch.int64)
+            item["t0"] = torch.tensor(t0, dtype=torch.int64)
         return item
+
+    def __getstate__(self) -> dict:
+        # DataLoader workers started by "spawn" get the dataset pickled: a memory-mapped
+        # array goes as its file name, not as its data
+        state = dict(self.__dict__)
+        for name in ("values", "mask"):
+            state[name] = _MappedFile.of(state[name]) or state[name]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        for name in ("values", "mask"):
+            if isinstance(state[name], _MappedFile):
+                state[name] = state[name].open()
+        self.__dict__.update(state)
 
     def __repr__(self) -> str:
         return (
@@ -204,3 +248,37 @@ class WindowDataset(Dataset):
             f"M={self.input_steps}, history={self.history_steps}, J={self.output_steps}, "
             f"stride={self.stride})"
         )
+
+
+def _numpy(array: np.ndarray | torch.Tensor) -> np.ndarray:
+    """A numpy view of ``array`` (a CPU copy of a device tensor); numpy arrays, memory maps
+    included, are returned as they are."""
+    if isinstance(array, torch.Tensor):
+        return array.detach().cpu().numpy()
+    return np.asanyarray(array)
+
+
+def _bool(mask: np.ndarray) -> np.ndarray:
+    return mask if mask.dtype == np.bool_ else mask.astype(bool)
+
+
+@dataclass(frozen=True)
+class _MappedFile:
+    """A memory-mapped ``.npy`` file by name (pickled instead of its data)."""
+
+    filename: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @classmethod
+    def of(cls, array: Any) -> _MappedFile | None:
+        """The file ``array`` maps as a whole, else ``None`` (not a map, or a part of one)."""
+        if isinstance(array, np.memmap) and isinstance(array.base, mmap.mmap) and array.filename:
+            return cls(str(array.filename), tuple(array.shape), array.dtype.str)
+        return None
+
+    def open(self) -> np.ndarray:
+        array = np.load(self.filename, mmap_mode="r")
+        if tuple(array.shape) != self.shape or array.dtype.str != self.dtype:
+            raise ValueError(f"{self.filename} changed since the dataset was made.")
+        return array

@@ -65,7 +65,7 @@ class BeijingSource:
     Args:
         root: folder with the ``PRSA_Data_*.csv[.gz]`` files (and optionally ``stations.csv``).
         stations: names of the stations to keep (default: every file in ``root``).
-        cache_dir: folder of the ``.npz`` cache (default ``<root>/cache``).
+        cache_dir: folder of the stream cache (default ``<root>/cache``).
 
     Same preprocessing as :class:`~cloudlstm.data.sources.urban_air.UrbanAirSource`: an hourly grid
     from ``year/month/day/hour``, gaps filled linearly in time with ``mask`` False, channels
@@ -112,7 +112,7 @@ class BeijingSource:
         return {s: found[s] for s in self.stations}
 
     def load(self) -> PointCloudStream:
-        """The stream, from the ``.npz`` cache when the raw files are unchanged."""
+        """The stream, from the cache (memory-mapped) when the raw files are unchanged."""
         files = self.files()
         paths = list(files.values())
         positions = self.root / "stations.csv"
@@ -120,12 +120,12 @@ class BeijingSource:
             paths.append(positions)
         blob = json.dumps([_VERSION, list(files), file_signature(paths)]).encode()
         key = hashlib.sha256(blob).hexdigest()[:16]
-        cache = self.cache_dir / f"beijing_{key}.npz"
+        cache = self.cache_dir / f"beijing_{key}"
         stream = load_stream_cache(cache, key)
         self.last_load_from_cache = stream is not None
         if stream is None:
             stream = self._build(files)
-            save_stream_cache(cache, stream, key)
+            stream = save_stream_cache(cache, stream, key) or stream
         return stream
 
     def _positions(self, names: list[str]) -> np.ndarray:

@@ -21,8 +21,9 @@ reproduces its published statistics (paper appendix "Mobile Traffic Dataset"):
   unaffected (the paper's example). The events are listed in ``metadata["events"]``.
 
 Generation runs day by day in float32, each day with its own seeded random stream, so the
-output depends only on the arguments. Results are cached as ``.npz`` under ``cache_dir``,
-keyed by a hash of every argument.
+output depends only on the arguments. Each day is written to the stream cache under
+``cache_dir`` (keyed by a hash of every argument) as soon as it is made, so generating a
+city at full size holds one day in memory, not the whole stream.
 """
 
 from __future__ import annotations
@@ -346,8 +347,9 @@ class SyntheticMobileTraffic(CachedGenerator):
         return sorted(events, key=lambda e: e["start"])
 
     # ------------------------------------------------------------------ generation
-    def generate(self) -> PointCloudStream:
-        """Simulate the whole stream (ignores the cache)."""
+    def generate(self, cache_path: Path | None = None) -> PointCloudStream:
+        """Simulate the whole stream (ignores an existing cache). With ``cache_path`` each day
+        is written there as it is made and the stream returned reads from that cache."""
         n, c, spd = self.num_antennas, self.num_services, self.steps_per_day
         services = SERVICES[:c]
         pos, centres = self._layout()
@@ -384,44 +386,42 @@ class SyntheticMobileTraffic(CachedGenerator):
         first_day = start.astype("datetime64[D]")
         weekend = (first_day.astype(np.int64) + 3 + np.arange(self.num_days)) % 7 >= 5
         events = self._events(pos)
-        values = np.empty((self.num_steps, n, c), dtype=np.float32)
-        for d in range(self.num_days):
-            day_rng = self._rng(3, d)
-            x = day_rng.standard_normal((spd, n, c), dtype=np.float32)
-            state_local = _ar1(x, state_local, phi_local)
-            a = day_rng.standard_normal((spd, k, c), dtype=np.float32)
-            state_smooth = _ar1(a, state_smooth, phi_smooth)
-            x *= sigma_local
-            x += np.float32(sigma_smooth) * np.matmul(basis, a)  # (spd, N, C)
-            day = np.exp(x, out=x)
-            day *= base
-            day *= profiles[int(weekend[d])][:, None, :]
-            day *= location[int(weekend[d])][:, :, None]
-            day_factor = np.exp(0.05 * self.noise_level * day_rng.standard_normal(c))
-            day *= day_factor.astype(np.float32)
-            _bursts(day, day_rng, self.noise_level)
-            values[d * spd : (d + 1) * spd] = day
-        _apply_events(values, pos, events)
-
         timestamps = start + np.arange(self.num_steps) * np.timedelta64(60 * self.step_minutes, "s")
-        return PointCloudStream(
-            values=values,
-            mask=np.ones(values.shape, dtype=bool),
-            coords=pos,
-            channel_names=[s.name for s in services],
-            point_ids=[f"a{i:04d}" for i in range(n)],
-            timestamps=timestamps,
-            name=self.name,
-            metadata={
-                "step_minutes": self.step_minutes,
-                "steps_per_day": spd,
-                "generator": self.config(),
-                "categories": [s.category for s in services],
-                "centres_km": centres.tolist(),
-                "events": events,
-                "source": "synthetic mobile traffic (MB per bin)",
-            },
-        )
+        with self.writer(cache_path, self.num_steps, n, c) as out:
+            observed = np.ones((spd, n, c), dtype=bool)
+            for d in range(self.num_days):
+                day_rng = self._rng(3, d)
+                x = day_rng.standard_normal((spd, n, c), dtype=np.float32)
+                state_local = _ar1(x, state_local, phi_local)
+                a = day_rng.standard_normal((spd, k, c), dtype=np.float32)
+                state_smooth = _ar1(a, state_smooth, phi_smooth)
+                x *= sigma_local
+                x += np.float32(sigma_smooth) * np.matmul(basis, a)  # (spd, N, C)
+                day = np.exp(x, out=x)
+                day *= base
+                day *= profiles[int(weekend[d])][:, None, :]
+                day *= location[int(weekend[d])][:, :, None]
+                day_factor = np.exp(0.05 * self.noise_level * day_rng.standard_normal(c))
+                day *= day_factor.astype(np.float32)
+                _bursts(day, day_rng, self.noise_level)
+                _apply_events(day, d * spd, pos, events)
+                out.write(d * spd, day, observed)
+            return out.finish(
+                coords=pos,
+                channel_names=[s.name for s in services],
+                point_ids=[f"a{i:04d}" for i in range(n)],
+                timestamps=timestamps,
+                name=self.name,
+                metadata={
+                    "step_minutes": self.step_minutes,
+                    "steps_per_day": spd,
+                    "generator": self.config(),
+                    "categories": [s.category for s in services],
+                    "centres_km": centres.tolist(),
+                    "events": events,
+                    "source": "synthetic mobile traffic (MB per bin)",
+                },
+            )
 
 
 def _ar1(x: np.ndarray, state: np.ndarray, phi: np.float32) -> np.ndarray:
@@ -447,11 +447,14 @@ def _bursts(day: np.ndarray, rng: np.random.Generator, level: float) -> None:
     flat[idx] *= (1.0 + level * rng.pareto(2.5, size=count)).astype(np.float32)
 
 
-def _apply_events(values: np.ndarray, pos: np.ndarray, events: list[dict]) -> None:
-    """Raise ``values (T, N, C)`` in place around each event (smooth in time and space)."""
+def _apply_events(values: np.ndarray, first: int, pos: np.ndarray, events: list[dict]) -> None:
+    """Raise ``values`` in place around each event (smooth in time and space): the steps
+    ``[first, first + len(values))`` of the stream, ``(steps, N, C)``. Chunk by chunk, each
+    entry gets the same factors in the same order as the whole stream at once would."""
+    last = first + len(values)
     for ev in events:
         t0, t1 = ev["start"], ev["end"]
-        if t1 <= t0:
+        if t1 <= t0 or t1 <= first or t0 >= last:
             continue
         d2 = (pos[:, 0] - ev["x_km"]) ** 2 + (pos[:, 1] - ev["y_km"]) ** 2
         weight = np.exp(-d2 / (2.0 * ev["radius_km"] ** 2))
@@ -460,7 +463,8 @@ def _apply_events(values: np.ndarray, pos: np.ndarray, events: list[dict]) -> No
         factor = 1.0 + ev["amplitude"] * (
             envelope[:, None, None] * weight[near][None, :, None] * np.asarray(ev["gains"])
         )
-        values[t0:t1, near] *= factor.astype(np.float32)
+        a, b = max(t0, first), min(t1, last)
+        values[a - first : b - first, near] *= factor[a - t0 : b - t0].astype(np.float32)
 
 
 # ---------------------------------------------------------------------- datamodule

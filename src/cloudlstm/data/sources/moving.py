@@ -13,8 +13,8 @@ Each vehicle measures ``num_channels`` channels:
 * ``speed_kmh`` (channel 1 when ``num_channels >= 2``): its own speed, measured with noise.
 
 Values thus depend on where a vehicle is: nearby vehicles read similar values, which is what
-makes neighbours useful. Results are cached as ``.npz`` under ``cache_dir``, keyed by a hash
-of every argument.
+makes neighbours useful. Results are cached under ``cache_dir`` (the stream cache of
+:mod:`cloudlstm.data.pipeline.cache`), keyed by a hash of every argument.
 """
 
 from __future__ import annotations
@@ -219,8 +219,9 @@ class SyntheticMovingPoints(CachedGenerator):
             out[:, :, f] += self.noise_std * level * rng.standard_normal(out.shape[:2])
         return np.maximum(out, 0.0)
 
-    def generate(self) -> PointCloudStream:
-        """Simulate the whole stream (ignores the cache)."""
+    def generate(self, cache_path: Path | None = None) -> PointCloudStream:
+        """Simulate the whole stream in memory (ignores an existing cache); with
+        ``cache_path`` also cache it there and return the stream read from the cache."""
         rng = np.random.default_rng(self.seed)
         start = np.datetime64(self.start, "s")
         step = np.timedelta64(int(round(self.step_minutes * 60.0)), "s")
@@ -237,7 +238,7 @@ class SyntheticMovingPoints(CachedGenerator):
             )
         else:
             values = fields
-        return PointCloudStream(
+        stream = PointCloudStream(
             values=values.astype(np.float32),
             mask=np.ones(values.shape, dtype=bool),
             coords=pos[0],
@@ -254,6 +255,7 @@ class SyntheticMovingPoints(CachedGenerator):
             },
             trajectory=pos,
         )
+        return self.cached(stream, cache_path)
 
 
 def _unit(rng: np.random.Generator, count: int) -> np.ndarray:

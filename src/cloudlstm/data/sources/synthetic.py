@@ -31,7 +31,10 @@ the LSTM fed only each station's own history (``python -m cloudlstm.cli.space_ch
 4.5, noise 0.3) rewarded neighbours mostly for de-noising, and CloudLSTM did not reliably use
 that (``docs/design.md``).
 
-Results are cached as ``.npz`` under ``cache_dir``, keyed by a hash of every argument.
+The stream is written to the cache under ``cache_dir`` (keyed by a hash of every argument)
+a time chunk at a time: the simulation keeps its station samples in a scratch file next to
+the cache and the values are made from them chunk by chunk, so preparing a long stream never
+holds it whole in memory.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cloudlstm.data.pipeline.cache import CachedGenerator, check_float, check_int
+from cloudlstm.data.pipeline.cache import CachedGenerator, StreamWriter, check_float, check_int
 from cloudlstm.data.pipeline.stream import PointCloudStream
 
 __all__ = ["SyntheticAdvectionDiffusion", "CHANNEL_PRESETS"]
@@ -123,7 +126,7 @@ class SyntheticAdvectionDiffusion(CachedGenerator):
         seed: seed of ``np.random.default_rng``; the output is a deterministic function of all
             arguments except ``cache_dir``.
         noise_std: measurement noise standard deviation, relative to each channel's level.
-        cache_dir: folder for the ``.npz`` cache; ``None`` disables caching.
+        cache_dir: folder of the stream cache; ``None`` disables caching.
         wind_speed: mean wind speed in grid cells per step (<= grid_size / 2).
         wind_turn_hours: period (hours) of the slow swing of the wind direction.
         wind_meander: amplitude (radians) of that swing around the prevailing direction.
@@ -278,8 +281,14 @@ class SyntheticAdvectionDiffusion(CachedGenerator):
         )
         return np.stack([speed * np.sin(theta), speed * np.cos(theta)], axis=1)
 
-    def generate(self) -> PointCloudStream:
-        """Run the simulation (ignores the cache)."""
+    def generate(self, cache_path: Path | None = None) -> PointCloudStream:
+        """Run the simulation (ignores an existing cache). With ``cache_path`` the stream is
+        written there chunk by chunk and the stream returned reads from that cache."""
+        with self.writer(cache_path, self.num_steps, self.num_points, self.num_channels) as out:
+            return self._simulate(out)
+
+    def _simulate(self, out: StreamWriter) -> PointCloudStream:
+        """The simulation, written into ``out``."""
         rng = np.random.default_rng(self.seed)
         g, c_num, n_pts = self.grid_size, self.num_channels, self.num_points
         total = self.spin_up + self.num_steps
@@ -346,7 +355,9 @@ class SyntheticAdvectionDiffusion(CachedGenerator):
         field[c_num:] = regional(yy.ravel(), xx.ravel(), 0).reshape(c_num, g, g)
         lifetimes = np.array([p.lifetime_h for p in presets])
         decay = np.exp(-1.0 / np.concatenate([lifetimes, lifetimes]))[:, None, None]
-        samples = np.empty((self.num_steps, 2 * c_num, n_pts), dtype=np.float64)
+        # the station samples of every step, (T, 2C, N) float64: a scratch file beside the cache
+        samples = out.scratch("samples", (self.num_steps, 2 * c_num, n_pts), np.float64)
+        sums = np.zeros(2 * c_num)  # of the samples over time and stations, per channel
         grid = np.arange(g, dtype=np.float64)
         for t in range(total):
             # advection: semi-Lagrangian, bilinear interpolation at the departure points
@@ -383,41 +394,48 @@ class SyntheticAdvectionDiffusion(CachedGenerator):
                 )
                 src_dir = np.where(low | high, src_dir + np.pi, src_dir)
             if t >= self.spin_up:
-                samples[t - self.spin_up] = _bilinear(field, stations[:, 0], stations[:, 1])
+                sampled = _bilinear(field, stations[:, 0], stations[:, 1])  # (2C, N)
+                samples[t - self.spin_up] = sampled
+                sums += sampled.sum(axis=1)
 
-        local = samples[:, :c_num].transpose(0, 2, 1)  # (T, N, C)
-        inflow = samples[:, c_num:].transpose(0, 2, 1)
         # each component normalised to mean 1, mixed, then scaled to pollutant-like magnitudes
-        # on top of a spatially uniform background with a slow (synoptic) modulation
+        # on top of a spatially uniform background with a slow (synoptic) modulation; made a
+        # time chunk at a time (the random draws come in the same order as for the whole)
+        means = np.maximum(sums / (self.num_steps * n_pts), 1e-12)
         share = self.regional_share
-        mixed = (1.0 - share) * local / np.maximum(local.mean(axis=(0, 1)), 1e-12)
-        mixed = mixed + share * inflow / np.maximum(inflow.mean(axis=(0, 1)), 1e-12)
         levels = np.array([p.level for p in presets])
         t_rec = t_all[self.spin_up :]
         synoptic = 1.0 + 0.3 * np.sin(2 * np.pi * t_rec / (24.0 * 9.3) + rng.uniform(0, 2 * np.pi))
-        background = 0.2 * levels[None, None, :] * synoptic[:, None, None]
-        values = background + 0.8 * levels * mixed
-        noise = self.noise_std * levels * rng.standard_normal(values.shape)
-        values = np.maximum(values + noise, 0.0).astype(np.float32)
+        observed = None
+        for a, b in out.chunks():
+            local = samples[a:b, :c_num].transpose(0, 2, 1)  # (steps, N, C)
+            inflow = samples[a:b, c_num:].transpose(0, 2, 1)
+            mixed = (1.0 - share) * local / means[:c_num]
+            mixed = mixed + share * inflow / means[c_num:]
+            background = 0.2 * levels[None, None, :] * synoptic[a:b, None, None]
+            values = background + 0.8 * levels * mixed
+            noise = self.noise_std * levels * rng.standard_normal(values.shape)
+            if observed is None or len(observed) != b - a:
+                observed = np.ones(values.shape, dtype=bool)
+            out.write(a, np.maximum(values + noise, 0.0).astype(np.float32), observed)
 
-        mask = np.ones(values.shape, dtype=bool)
         if self.missing_rate > 0:
-            mask &= rng.random(values.shape) >= 0.5 * self.missing_rate
+            for a, b in out.chunks():
+                out.mask[a:b] = rng.random((b - a, n_pts, c_num)) >= 0.5 * self.missing_rate
             outage_len = 6
             n_out = int(round(0.5 * self.missing_rate * self.num_steps * n_pts / outage_len))
             for _ in range(n_out):
                 i = rng.integers(0, n_pts)
                 t0 = rng.integers(0, self.num_steps)
-                mask[t0 : t0 + outage_len, i, :] = False
-            values[~mask] = np.nan
+                out.mask[t0 : t0 + outage_len, i, :] = False
+            for a, b in out.chunks():
+                out.values[a:b][~out.mask[a:b]] = np.nan
 
         coords = stations[:, ::-1] * (self.domain_km / g)  # (x_km, y_km)
         timestamps = np.datetime64("2020-01-01T00:00", "s") + np.arange(
             self.num_steps
         ) * np.timedelta64(3600, "s")
-        return PointCloudStream(
-            values=values,
-            mask=mask,
+        return out.finish(
             coords=coords,
             channel_names=[p.name for p in presets],
             point_ids=[f"s{i:03d}" for i in range(n_pts)],

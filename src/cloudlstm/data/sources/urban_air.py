@@ -79,7 +79,7 @@ class UrbanAirSource:
             cluster_id 2) or ``"all"``.
         download: fetch and unpack ``url`` into ``root`` when the files are missing.
         url, sha256: the archive and its optional SHA-256 checksum.
-        cache_dir: folder of the ``.npz`` cache (default ``<root>/cache``).
+        cache_dir: folder of the stream cache (default ``<root>/cache``).
 
     Readings are placed on an hourly grid (times floored to the hour, repeated readings
     averaged), gaps are filled linearly in time (``mask`` False there), stations without any
@@ -138,17 +138,17 @@ class UrbanAirSource:
         return None
 
     def load(self) -> PointCloudStream:
-        """The cluster's stream, from the ``.npz`` cache when the raw files are unchanged."""
+        """The cluster's stream, from the cache (memory-mapped) when the raw files are unchanged."""
         folder = self.raw_dir()
         files = [folder / f for f in RAW_FILES]
         blob = json.dumps([_VERSION, self.cluster, file_signature(files)]).encode()
         key = hashlib.sha256(blob).hexdigest()[:16]
-        cache = self.cache_dir / f"urban_air_{self.cluster}_{key}.npz"
+        cache = self.cache_dir / f"urban_air_{self.cluster}_{key}"
         stream = load_stream_cache(cache, key)
         self.last_load_from_cache = stream is not None
         if stream is None:
             stream = self._build(folder)
-            save_stream_cache(cache, stream, key)
+            stream = save_stream_cache(cache, stream, key) or stream
         return stream
 
     def _stations(self, folder: Path) -> pd.DataFrame:
