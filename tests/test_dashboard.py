@@ -16,6 +16,7 @@ import torch
 from matplotlib.image import imread
 
 from cloudlstm.cli.train import train
+from cloudlstm.models.build import build_model
 from tests.conftest import TINY, compose_train
 from tests.wandb_reader import read_offline_run
 
@@ -92,7 +93,7 @@ def test_val_mae_is_the_real_unit_error_of_the_model(wandb_run):
     datamodule = hydra.utils.instantiate(cfg.data)
     datamodule.setup("fit")
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
-    model = hydra.utils.instantiate(cfg.model)
+    model = build_model(cfg.model)
     model.load_state_dict({k[6:]: v for k, v in ckpt["state_dict"].items()})
     model.eval()
     errors = []

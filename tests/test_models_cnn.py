@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import hydra
 import pytest
 import torch
 from model_checks import check_forecaster
@@ -12,6 +11,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from cloudlstm.cli.train import train
+from cloudlstm.models.build import build_model
 from cloudlstm.models.cnn import CNN2D
 from cloudlstm.models.cnn3d import CNN3D
 from cloudlstm.models.defcnn import DefCNN
@@ -164,7 +164,7 @@ def test_configs_hold_paper_defaults_and_data_sizes(name):
     )  # fmt: skip
     assert cfg.model.hidden_channels == 108 and cfg.model.num_layers == 11
     assert cfg.model.grid_cache_dir == "/data/grid_mappings"
-    model = hydra.utils.instantiate(cfg.model)
+    model = build_model(cfg.model)
     assert isinstance(model, MODELS[name]) and model.output_steps == 12
 
 

@@ -3,7 +3,6 @@ whole forecasters through the point interface."""
 
 from __future__ import annotations
 
-import hydra
 import pytest
 import torch
 from conftest import compose_train
@@ -11,6 +10,7 @@ from model_checks import check_forecaster, tiny_batch
 from omegaconf import open_dict
 from torch import nn
 
+from cloudlstm.models.build import build_model
 from cloudlstm.models.convlstm import ConvLSTM
 from cloudlstm.models.predrnnpp import CausalLSTMStack, PredRNNpp
 from cloudlstm.nn.conv_rnn import CausalLSTMCell, ConvLSTMCell, GradientHighwayUnit
@@ -233,7 +233,7 @@ def test_hydra_config_builds_paper_model_and_caches_the_grid(tmp_path, name, mod
         cfg.data_info = dict(
             num_channels=2, num_points=7, input_steps=3, output_steps=2, coord_features=2
         )
-    model = hydra.utils.instantiate(cfg.model)
+    model = build_model(cfg.model)
     assert isinstance(model, model_cls) and model.output_steps == 2
     assert (cfg.model.hidden_channels, cfg.model.num_layers, cfg.model.kernel_size) == (36, 2, 3)
     x, coords, _ = tiny_batch(b=1, m=3, n=7, c=2, j=1)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hydra
 import pytest
 import torch
 from conftest import compose_train
 from model_checks import check_forecaster, tiny_batch
 from omegaconf import open_dict
 
+from cloudlstm.models.build import build_model
 from cloudlstm.models.pointcnn import PointCNN
 from cloudlstm.models.pointlstm import PointLSTM
 from cloudlstm.nn import NeighbourCountError, knn
@@ -158,7 +158,7 @@ def test_hydra_config_builds_the_model_with_paper_defaults(tmp_path, name, cls):
     assert cfg.model.num_layers == {"pointcnn": 8, "pointlstm": 2}[name]
     with open_dict(cfg):
         cfg.model.hidden_channels, cfg.model.k = 4, 3
-    model = hydra.utils.instantiate(cfg.model)
+    model = build_model(cfg.model)
     assert isinstance(model, cls)
     x, coords, _ = tiny_batch(m=4, n=12, c=2, j=3)
     assert model(x, coords).shape == (4, 3, 12, 2)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hydra
 import pytest
 import torch
 from conftest import compose_train
 from model_checks import check_forecaster, tiny_batch
 from omegaconf import open_dict
 
+from cloudlstm.models.build import build_model
 from cloudlstm.models.knn_lstm import neighbour_histories
 from cloudlstm.models.knn_mlp import KNNMLP
 from cloudlstm.models.lstm import SeqLSTM
@@ -198,7 +198,7 @@ def test_hydra_config_builds_the_model_with_paper_defaults(tmp_path, name, cls):
             coord_features=2,
             steps_per_day=24,
         )
-    model = hydra.utils.instantiate(cfg.model)
+    model = build_model(cfg.model)
     assert isinstance(model, cls) and model.output_steps == 5
     x, coords, _ = tiny_batch(m=24, n=7, c=2, j=5)
     assert model(x, coords).shape == (4, 5, 7, 2)
