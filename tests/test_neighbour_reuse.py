@@ -174,3 +174,16 @@ def test_concatenated_neighbours_are_those_of_the_concatenation():
     assert torch.equal(joined.long(), expected)
     assert joined.dtype == torch.int32
     assert joined.transpose(1, 2).is_contiguous()  # knn's memory order, for the gather
+
+
+@pytest.mark.parametrize(
+    "n, dtype", [(40, torch.int16), (2**15, torch.int16), (2**15 + 1, torch.int32)]
+)
+def test_searches_are_kept_narrow_and_widened_for_a_dconv(n, dtype):
+    """What the model keeps between forward and backward is int16 while every index fits;
+    a DConv only ever gets int32 (its index_select path multiplies the indices)."""
+    cloud = torch.rand(1, n, 1, 3)
+    found = search(cloud, 3)
+    assert found.dtype == dtype
+    assert torch.equal(found.long(), dconv.channel_neighbours(cloud, 3, 1))
+    assert cat_neighbours(found).dtype == torch.int32

@@ -40,8 +40,9 @@ class CloudSeq2Seq(Forecaster):
     :func:`torch.utils.checkpoint.checkpoint`, so the backward recomputes their gathered
     ``(B*N, U*K*F)`` neighbourhood matrices and gates instead of keeping one set per call
     (``T * layers`` of them). What stays: each step's inputs and states and the
-    neighbour indices (searched outside the checkpoints, so not searched again). Same
-    loss and gradients, bit for bit; the backward costs about one more forward.
+    neighbour indices (searched outside the checkpoints, so not searched again; int16 up
+    to 32,768 points). Same loss and gradients, bit for bit; the backward costs about one
+    more forward.
 
     Input ``x (B, M, N, C)``, ``coords (B, N, L)`` in [0, 1] -> ``(B, J, N, C)``.
     """
@@ -110,7 +111,9 @@ class CloudSeq2Seq(Forecaster):
         The concatenations happen here, inside the checkpoint when it is on, so that
         they are not kept next to their parts until the backward.
         """
-        if context is not None:
+        if context is None:
+            neighbours = cat_neighbours(neighbours)  # int32 for the DConv
+        else:
             top = torch.cat([top, context], dim=2)
             neighbours = cat_neighbours(neighbours, context_neighbours)
         return self.head(top, neighbours)[..., 0]

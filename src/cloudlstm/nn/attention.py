@@ -21,6 +21,14 @@ from torch import nn
 from cloudlstm.nn.dconv import DConv
 
 
+def _index(neighbours: torch.Tensor | None) -> torch.Tensor | None:
+    """Neighbours of any integer type as a DConv takes them: at least int32 (its
+    index_select path multiplies them by the channel count)."""
+    if neighbours is None:
+        return None
+    return neighbours.to(torch.promote_types(neighbours.dtype, torch.int32))
+
+
 class CloudAttention(nn.Module):
     def __init__(self, channels: int, k: int, value_features: int = 1, coord_features: int = 2):
         super().__init__()
@@ -43,10 +51,10 @@ class CloudAttention(nn.Module):
         self, encoder_states: torch.Tensor, neighbours: torch.Tensor | None = None
     ) -> torch.Tensor:
         """``(B, M, N, U, F)`` top-layer encoder states, optionally their ``(B, M, N, U, K)``
-        neighbours -> ``(B, M, N, U, F)`` keys."""
+        neighbours (of any integer type) -> ``(B, M, N, U, F)`` keys."""
         b, m = encoder_states.shape[:2]
         if neighbours is not None:
-            neighbours = neighbours.flatten(0, 1)
+            neighbours = _index(neighbours.flatten(0, 1))
         keys = self.encoder_proj(encoder_states.flatten(0, 1), neighbours)
         return keys.view(b, m, *keys.shape[1:])
 
@@ -63,12 +71,15 @@ class CloudAttention(nn.Module):
             decoder_state: ``(B, N, U, F)`` top-layer decoder hidden state H_dec_i.
             encoder_states: ``(B, M, N, U, F)`` top-layer encoder hidden states H_enc_j.
             keys: :meth:`project_encoder` of ``encoder_states``.
-            decoder_neighbours: optional ``(B, N, U, K)`` neighbours of ``decoder_state``.
+            decoder_neighbours: optional ``(B, N, U, K)`` neighbours of ``decoder_state``
+                (of any integer type).
 
         Returns:
             context ``(B, N, U, F)`` and attention weights ``(B, M)``.
         """
-        query = self.decoder_proj(decoder_state, decoder_neighbours)[:, None]  # (B, 1, N, U, F)
+        query = self.decoder_proj(decoder_state, _index(decoder_neighbours))[
+            :, None
+        ]  # (B, 1, N, U, F)
         scores = (torch.tanh(keys + query) * self.score).sum(dim=(-1, -2)).mean(dim=-1)
         weights = torch.softmax(scores, dim=1)  # (B, M)
         context = torch.einsum("bm,bmnuf->bnuf", weights, encoder_states)

@@ -32,21 +32,26 @@ State = tuple[torch.Tensor, ...]
 
 
 def search(cloud: torch.Tensor, k: int, value_features: int = 1) -> torch.Tensor:
-    """:func:`~cloudlstm.nn.dconv.channel_neighbours` as int32: ``(B, N, U, K)``.
+    """:func:`~cloudlstm.nn.dconv.channel_neighbours` in a narrow integer type:
+    ``(B, N, U, K)`` int16 for N <= 32,768 points, else int32.
 
-    The indices are below N, and a DConv keeps its (concatenated) neighbours for the
-    gather's backward, where int32 halves them. knn's memory order, ``(B, U, N, K)``
+    Callers keep these between the forward and the backward (as checkpoint inputs, see
+    :class:`~cloudlstm.models.CloudSeq2Seq`), where int16 takes a quarter of knn's int64.
+    Never give them to a DConv as they are: the index_select path would overflow int16;
+    :func:`cat_neighbours` widens them to int32. knn's memory order, ``(B, U, N, K)``
     contiguous, is kept (the gather reads them in that order).
     """
-    return channel_neighbours(cloud, k, value_features).to(torch.int32)
+    dtype = torch.int16 if cloud.shape[1] <= 2**15 else torch.int32
+    return channel_neighbours(cloud, k, value_features).to(dtype)
 
 
 def cat_neighbours(*parts: torch.Tensor) -> torch.Tensor:
-    """Neighbours of the channel concatenation of clouds: ``(B, N, U_1 + U_2 + ..., K)``.
+    """Neighbours of the channel concatenation of clouds, int32, for a DConv:
+    ``(B, N, U_1 + U_2 + ..., K)`` (one part: that part, widened).
 
     Concatenated in knn's memory order, so that the result is a ``(B, U, N, K)``
-    contiguous tensor seen as ``(B, N, U, K)``, like a search's. Parts of other integer
-    types become int32 (a batch of int64 and int32 parts would otherwise be int64).
+    contiguous tensor seen as ``(B, N, U, K)``, like a search's. int32 halves what the
+    DConv keeps for the gather's backward against knn's int64.
     """
     joined = torch.cat([p.transpose(1, 2).to(torch.int32) for p in parts], dim=1)
     return joined.transpose(1, 2)
