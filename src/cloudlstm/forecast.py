@@ -16,7 +16,6 @@ reads them::
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -24,14 +23,14 @@ import pandas as pd
 import torch
 from omegaconf import OmegaConf
 
-from cloudlstm.cli.resume import check_checkpoint
+from cloudlstm.checkpoints import check_checkpoint, check_run_dir, find_checkpoint
 from cloudlstm.errors import UserError
 from cloudlstm.forecast_info import ForecastInfo
 from cloudlstm.forecast_input import ForecastInput, build_input, history_step, parse_history
 from cloudlstm.lit import ForecastModule
 from cloudlstm.models.build import build_model
 
-__all__ = ["FILLED_COLUMN", "Forecaster", "check_run_dir", "find_checkpoint"]
+__all__ = ["FILLED_COLUMN", "Forecaster"]
 
 # Output column: how many of the point's input entries (input steps x channels) were filled
 # by interpolation instead of read; 0 means the forecast saw only real readings.
@@ -159,58 +158,3 @@ class Forecaster:
             FILLED_COLUMN: np.tile(window.filled, j),
         }
         return pd.DataFrame(columns)
-
-
-def check_run_dir(run_dir: str | Path) -> Path:
-    """``run_dir`` as a path, checked to be a run directory (it has the run's config.yaml).
-
-    Raises:
-        UserError: it does not exist, or is not a run directory.
-    """
-    run = Path(run_dir).expanduser()
-    if not run.is_dir():
-        raise UserError(f"Run directory {run} does not exist.")
-    if not (run / "config.yaml").is_file():
-        raise UserError(f"{run} is not a run directory: it has no config.yaml.")
-    return run
-
-
-def find_checkpoint(run: Path, ckpt: str | Path) -> Path:
-    """The checkpoint file ``ckpt`` (``"best"``, ``"last"`` or a path) of run directory ``run``.
-
-    ``best`` is the checkpoint the run was tested with (``metrics.json``), else the
-    ``epoch_*.ckpt`` of ``checkpoints/`` (the best by validation loss).
-
-    Raises:
-        UserError: there is no such checkpoint.
-    """
-    folder = run / "checkpoints"
-    if str(ckpt) == "best":
-        newest = max(folder.glob("epoch_*.ckpt"), key=lambda p: p.stat().st_mtime, default=None)
-        found = _tested_checkpoint(run) or newest
-    elif str(ckpt) == "last":
-        found = folder / "last.ckpt"
-    else:
-        given = Path(ckpt).expanduser()
-        found = given if given.is_file() or given.is_absolute() else run / given
-    if found is None or not found.is_file():
-        have = sorted(p.name for p in folder.glob("*.ckpt"))
-        raise UserError(
-            f"No checkpoint {ckpt!r} in {run} ({folder} holds {have or 'no .ckpt files'}): "
-            "use a run that trained, ckpt=best, ckpt=last or the path of a .ckpt file."
-        )
-    return found
-
-
-def _tested_checkpoint(run: Path) -> Path | None:
-    """The checkpoint ``metrics.json`` says was tested, found again if the run was moved."""
-    metrics = run / "metrics.json"
-    if not metrics.is_file():
-        return None
-    tested = json.loads(metrics.read_text()).get("checkpoint")
-    if not tested:
-        return None
-    for path in (Path(tested), run / "checkpoints" / Path(tested).name):
-        if path.is_file():
-            return path
-    return None

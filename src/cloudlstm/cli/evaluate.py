@@ -21,6 +21,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from cloudlstm.checkpoints import check_checkpoint, check_run_dir, find_checkpoint
 from cloudlstm.cli import report
 from cloudlstm.cli.build import (
     build_module,
@@ -30,9 +31,7 @@ from cloudlstm.cli.build import (
     set_up_datamodule,
 )
 from cloudlstm.cli.checkpoint_fit import check_points, check_sizes, load_weights, restore_scaler
-from cloudlstm.cli.resume import check_checkpoint
 from cloudlstm.errors import UserError
-from cloudlstm.forecast import check_run_dir, find_checkpoint
 
 log = logging.getLogger(__name__)
 

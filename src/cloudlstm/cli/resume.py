@@ -14,8 +14,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from cloudlstm.checkpoints import check_checkpoint
 from cloudlstm.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -52,30 +51,3 @@ def resume_checkpoint(resume: Any, run_dir: Path) -> str | None:
             )
     check_checkpoint(path)
     return str(path)
-
-
-def check_checkpoint(path: Path, remedy: str | None = None) -> dict[str, Any]:
-    """Load a Lightning checkpoint on CPU, or raise a UserError that names the file.
-
-    ``remedy`` ends the message (what to do instead); by default it is about ``resume=``.
-    Returns the loaded checkpoint dict.
-    """
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:  # truncated zip, bad pickle, not a checkpoint at all
-        raise UserError(
-            f"Cannot read checkpoint {path} ({type(err).__name__}: {_first_line(err)}). "
-            "The file is truncated or corrupted, e.g. by a job killed while saving it. "
-            + (remedy or "Delete it, or start fresh with `resume=never`.")
-        ) from err
-    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
-        raise UserError(
-            f"{path} is not a Lightning checkpoint (no state_dict). "
-            + (remedy or "Point resume= at a .ckpt written by training, or use `resume=never`.")
-        )
-    return ckpt
-
-
-def _first_line(err: Exception) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else "no message"
