@@ -2,7 +2,9 @@
 
     python benchmarks/bench_dconv.py [--batch 32] [--points 274] [--k 9] [--repeats 5]
 
-Prints, measured in this one run: the cell step; its breakdown into neighbour search,
+Prints, measured in this one run: the cell step (searching all its input and hidden
+channels, and as CloudSeq2Seq runs it: neighbours of its input and state given, its new
+state searched once for the layer above and the next step); its breakdown into neighbour search,
 gather (+ its backward) and weighting (the matmul + its backward); the bare matmul with
 the same FLOPs (the floor); a plain reference written straight from Algorithm 1
 (all-pairs distances + topk + advanced indexing); and neighbour search for large N,
@@ -19,6 +21,7 @@ from collections.abc import Callable
 import torch
 
 from cloudlstm.nn import CloudLSTMCell, channel_neighbours, gather_neighbourhoods, knn
+from cloudlstm.nn.cells import search
 from cloudlstm.nn.knn import knn_reference
 
 
@@ -86,6 +89,16 @@ def main() -> None:
         hidden, _ = cell(x, state)
         hidden.sum().backward()
 
+    x_neighbours, hidden_neighbours = search(x, k), search(state[0].detach(), k)
+
+    def model_cell_step():
+        # As CloudSeq2Seq runs a cell: its input's and state's neighbours were searched
+        # when they were made, and its new state is searched once, for the layer above
+        # and for its own next step.
+        hidden, _ = cell(x, state, x_neighbours, hidden_neighbours)
+        search(hidden.detach(), k)
+        hidden.sum().backward()
+
     def reference_step():
         reference_cell_step(cell, x, state).sum().backward()
 
@@ -104,6 +117,7 @@ def main() -> None:
     times = timed_together(
         {
             "cell": cell_step,
+            "model cell": model_cell_step,
             "knn": lambda: channel_neighbours(cloud, k, 1),
             "gather": gather,
             "matmul": matmul,
@@ -111,6 +125,7 @@ def main() -> None:
         args.repeats,
     )
     t_cell, t_knn, t_gather, t_mm = (times[n] for n in ("cell", "knn", "gather", "matmul"))
+    t_model = times["model cell"]
     ref = timed_together(
         {"step": reference_step, "knn": lambda: knn_reference(cloud[..., 1:].transpose(1, 2), k)},
         max(1, args.repeats // 3),
@@ -129,7 +144,12 @@ def main() -> None:
         f"  reference (cdist+topk+index)  {t_ref:9.1f}  of which neighbours {t_ref_knn:.1f}"
         f" ({t_ref_knn / t_ref:.0%})"
     )
+    print(
+        f"  cell step in CloudSeq2Seq     {t_model:9.1f}  (its output's {u} channels searched"
+        f" once, reused by the layer above and the next step)"
+    )
     print(f"\n  cell step / matmul floor      {t_cell / t_mm:9.2f}x")
+    print(f"  ... in CloudSeq2Seq           {t_model / t_mm:9.2f}x")
     print(f"  reference / cell step         {t_ref / t_cell:9.2f}x")
     print(f"  reference kNN / our kNN       {t_ref_knn / t_knn:9.2f}x")
 

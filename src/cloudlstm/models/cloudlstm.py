@@ -12,6 +12,7 @@ from torch.utils.checkpoint import checkpoint
 from cloudlstm.models.base import Forecaster, values_to_cloud
 from cloudlstm.nn import CELLS, CloudAttention, DConv, check_k, shared_neighbours
 from cloudlstm.nn.cells import cat_neighbours, search
+from cloudlstm.nn.ordering import morton_order
 
 
 class CloudSeq2Seq(Forecaster):
@@ -44,6 +45,12 @@ class CloudSeq2Seq(Forecaster):
     to 32,768 points). Same loss and gradients, bit for bit; the backward costs about one
     more forward.
 
+    ``spatial_order`` (default true): the points are put in Z-order of their positions
+    while the model runs and the forecast is returned in the caller's order, so that the
+    neighbourhood gathers read nearby memory (:mod:`cloudlstm.nn.ordering`). The model
+    computes the same function either way, except that an exact distance tie between two
+    neighbours is broken by the index in the sorted order.
+
     Input ``x (B, M, N, C)``, ``coords (B, N, L)`` in [0, 1] -> ``(B, J, N, C)``.
     """
 
@@ -58,6 +65,7 @@ class CloudSeq2Seq(Forecaster):
         attention: bool = False,
         coord_features: int = 2,
         checkpointing: bool = False,
+        spatial_order: bool = True,
     ) -> None:
         super().__init__()
         if cell not in CELLS:
@@ -67,6 +75,7 @@ class CloudSeq2Seq(Forecaster):
         self.output_steps = output_steps
         self.k = k
         self.checkpointing = checkpointing
+        self.spatial_order = spatial_order
         cell_cls = CELLS[cell]
         common = dict(k=k, value_features=1, coord_features=coord_features)
         self.embed = DConv(num_channels, hidden_channels, **common)
@@ -129,6 +138,19 @@ class CloudSeq2Seq(Forecaster):
     def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
         self.check_input(x, coords)
         check_k(self.k, x.shape[2])
+        if not self.spatial_order:
+            return self._forecast(x, coords)
+        # Points in Z-order of their positions while the model runs, given back in the
+        # caller's order: the gathers read nearby rows (nn/ordering.py).
+        order = morton_order(coords)  # (B, N)
+        x = x.gather(2, order[:, None, :, None].expand_as(x))
+        coords = coords.gather(1, order[..., None].expand_as(coords))
+        out = self._forecast(x, coords)
+        back = order.argsort(dim=1)[:, None, :, None].expand_as(out)
+        return out.gather(2, back)
+
+    def _forecast(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` on points in the order given."""
         b, m, n, c = x.shape
         run, k = self._run, self.k
         # Everything at the points (the C input channels of every frame, the initial
