@@ -71,38 +71,39 @@ def test_checkpoints_only_while_grad_is_enabled(monkeypatch, attention):
 
 
 PEAK_SCRIPT = """
-import json, resource, sys, torch
+import gc, json, torch
 from cloudlstm.models import CloudSeq2Seq
 torch.manual_seed(0)
 x, coords = torch.randn(1, 4, 2000, 2), torch.rand(1, 2000, 2)
-def peak_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-def train_step(checkpointing):
+def status_mb(field):
+    line = next(l for l in open("/proc/self/status") if l.startswith(field + ":"))
+    return int(line.split()[1]) / 1024
+def step_peak_mb(checkpointing):
+    # Linux: writing 5 to clear_refs resets the peak RSS (VmHWM) to the current RSS, so a
+    # step's own peak is seen even below an earlier high-water mark (numba compiling)
+    gc.collect()
+    open("/proc/self/clear_refs", "w").write("5")
+    base = status_mb("VmRSS")
     model = CloudSeq2Seq(2, 4, k=9, hidden_channels=16, checkpointing=checkpointing)
     model(x, coords).pow(2).mean().backward()
+    return status_mb("VmHWM") - base
 small = CloudSeq2Seq(2, 4, k=9, hidden_channels=16)  # warm-up: imports, JIT caches
 small(x[:, :, :50], coords[:, :50]).sum().backward()
-base = peak_mb()
-train_step(True)   # the smaller first: ru_maxrss only grows
-checkpointed = peak_mb()
-train_step(False)
-print(json.dumps({"base": base, "checkpointed": checkpointed, "plain": peak_mb()}))
+print(json.dumps({"checkpointed": step_peak_mb(True), "plain": step_peak_mb(False)}))
 """
 
 
 def test_checkpointing_cuts_peak_memory():
-    """Peak RSS of one training step, N=2000, M=J=4, 16 hidden channels, batch 1, in a
-    fresh process: the checkpointed step first, then the plain one (the peak only grows,
-    so each increment over the warmed-up process is that step's own). The plain step keeps
+    """Peak RSS of one training step over the RSS before it, N=2000, M=J=4, 16 hidden
+    channels, batch 1, in a fresh process, the peak reset before each step. The plain step keeps
     each of its 16 cell calls' gathered matrix, indices and gates (~11 MB a call here);
     the checkpointed one keeps the states and neighbour indices and recomputes one call at
-    a time. Measured: plain +230 MB, checkpointed +70 MB."""
+    a time. Measured: plain +173 MB, checkpointed +68 MB."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
     out = subprocess.run(
         [sys.executable, "-c", PEAK_SCRIPT], capture_output=True, text=True, env=env, check=True
     )
     peak = json.loads(out.stdout.strip().splitlines()[-1])
-    checkpointed = peak["checkpointed"] - peak["base"]
-    plain = peak["plain"] - peak["base"]
+    checkpointed, plain = peak["checkpointed"], peak["plain"]
     assert plain > 100, peak  # the measurement sees the plain step's matrices at all
-    assert checkpointed < plain / 2.5, peak
+    assert checkpointed < plain / 2, peak
