@@ -30,13 +30,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import hydra
 import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 from torch.utils.flop_counter import FlopCounterMode
 
 from cloudlstm.models import CloudSeq2Seq
+from cloudlstm.models.build import build_model
 from cloudlstm.nn import knn_triton
 from cloudlstm.nn.knn import knn
 
@@ -57,10 +57,9 @@ def model_from_config(name: str, channels: int, output_steps: int, **overrides) 
         cfg.data_info.output_steps = output_steps
         cfg.data_info.coord_features = 2
         cfg.paths.data_dir = "/tmp/cloudlstm_bench_data"
-        cfg.model.pop("compile", None)
         for key, value in overrides.items():
             cfg.model[key] = value
-    return hydra.utils.instantiate(cfg.model)
+    return build_model(cfg.model, compile=False)
 
 
 def synchronize() -> None:

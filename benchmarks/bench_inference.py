@@ -23,12 +23,13 @@ import argparse
 import os
 from pathlib import Path
 
-import hydra
 import torch
 from bench_dconv import timed_together
 from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 from torch.utils.flop_counter import FlopCounterMode
+
+from cloudlstm.models.build import build_model as model_from_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = {"points": 274, "channels": 6, "input_steps": 12, "output_steps": 12, "dims": 2}
@@ -45,7 +46,7 @@ def build_model() -> torch.nn.Module:
         cfg.data_info.num_channels = SHAPE["channels"]
         cfg.data_info.output_steps = SHAPE["output_steps"]
         cfg.data_info.coord_features = SHAPE["dims"]
-    return hydra.utils.instantiate(cfg.model).eval()
+    return model_from_config(cfg.model, compile=False).eval()
 
 
 @torch.no_grad()
