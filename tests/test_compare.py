@@ -28,6 +28,7 @@ def write_run(
     cell: str = "lstm",
     train_s: float = 10.0,
     config: bool = True,
+    model_keys: dict | None = None,
 ) -> None:
     """A run dir as train.py leaves it. PSNR and SSIM fall as MAE rises, so that the best
     row is the same for every metric, whether the best is the lowest or the highest."""
@@ -49,7 +50,12 @@ def write_run(
     if config:
         cfg = {
             "seed": seed,
-            "model": {"_target_": f"cloudlstm.models.{model}", "k": k, "cell": cell},
+            "model": {
+                "_target_": f"cloudlstm.models.{model}",
+                "k": k,
+                "cell": cell,
+                **(model_keys or {}),
+            },
             "module": {"output_dir": str(path)},  # differs per run: never a group key
             "paths": {"output_dir": str(path)},
             "trainer": {"max_epochs": 2},
@@ -90,6 +96,24 @@ def test_seeds_aggregate_to_mean_and_sample_std(seeds):
     assert single.mean == 0.5 and math.isnan(single.std)
     assert table["psnr"][1].mean == pytest.approx(40 - 7 / 3)
     assert table["train_s"] == [10.0, 20.0] and table["params"] == [600.0, 300.0]
+
+
+def test_execution_options_split_no_rows(tmp_path):
+    """model.checkpointing / model.compile change how a run computed, not what: runs that
+    differ only there (and in the seed) are one setting."""
+    write_run(tmp_path / "0", 1.0, seed=0, model_keys={"checkpointing": True, "compile": False})
+    write_run(tmp_path / "1", 2.0, seed=1, model_keys={"checkpointing": False, "compile": True})
+    table = columns(compare(find_runs([tmp_path])))
+    assert table["n"] == [2]
+    assert "model.checkpointing" not in table and "model.compile" not in table
+
+
+def test_execution_options_name_no_run():
+    from cloudlstm.cli.config import _name_token
+
+    assert _name_token("model.checkpointing=true") == ""
+    assert _name_token("model.compile=true") == ""
+    assert _name_token("model.k=3") == "k3"  # settings still do
 
 
 def test_markdown_cells_round_to_the_std(seeds):

@@ -24,6 +24,9 @@ NAME_ALIASES = {
 # Keys whose value alone names the setting (`model.cell=gru` -> "gru", `data.city=city1`
 # -> "city1").
 VALUE_ONLY = {"cell", "city"}
+# Model keys that change how a model computes, not what: its forecasts are the same (to float
+# tolerance), so they name no run and split no row of a comparison.
+EXECUTION_OPTIONS = ("compile", "checkpointing")
 # Settings worth a tag of their own on the dashboard.
 TAG_KEYS = ("k", "cell", "attention")
 
@@ -81,6 +84,8 @@ def _name_token(override: str) -> str:
     if not sep or not key.startswith(("model.", "data.")):  # `~model.x` deletions too
         return ""
     leaf = key.rsplit(".", 1)[-1]
+    if key.startswith("model.") and leaf in EXECUTION_OPTIONS:
+        return ""
     alias = NAME_ALIASES.get(leaf, leaf)
     if value.lower() in ("true", "false"):
         return alias if value.lower() == "true" else f"no{alias}"

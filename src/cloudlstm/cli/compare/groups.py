@@ -10,6 +10,7 @@ import numpy as np
 
 from cloudlstm.cli.compare.cells import Stat
 from cloudlstm.cli.compare.runs import RUN_KEYS, CompareError, Run
+from cloudlstm.cli.config import EXECUTION_OPTIONS
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ def _per_run_key(key: str) -> bool:
     return (
         key == "seed"  # seeds are what the mean ± std is over
         or key.startswith(("paths.", "data_info."))  # per-run paths; derived from data.*
+        or key in {f"model.{option}" for option in EXECUTION_OPTIONS}  # how, not what
         or last.endswith(("dir", "dirpath"))  # output and checkpoint folders of each run
     )
 
