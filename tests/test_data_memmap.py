@@ -269,3 +269,26 @@ def test_a_failed_preparation_leaves_nothing_and_stale_temporaries_are_removed(t
             out.finish(coords=np.zeros((2, 1)), channel_names=["a"], point_ids=["p", "q"])
     assert not (tmp_path / "toy").exists()  # an invalid stream is not cached
     assert os.listdir(tmp_path) == [other_host.name]
+
+
+def test_a_job_finishing_second_keeps_the_cache_the_first_committed(tmp_path):
+    """Parallel jobs sharing a data directory (a joblib or SLURM sweep) can prepare the same
+    stream at once. The one that finishes second must not move away the cache the first has
+    just committed and may be reading (a sweep's job failed so: values.npy not found)."""
+    stream = make_stream()
+    first = save_stream_cache(tmp_path / "toy", stream, "k")  # job 1 committed, reading it
+    inode = os.stat(tmp_path / "toy" / "values.npy").st_ino
+    second = save_stream_cache(tmp_path / "toy", stream, "k")  # job 2 finishes the same stream
+    assert os.stat(tmp_path / "toy" / "values.npy").st_ino == inode  # job 1's files stay
+    np.testing.assert_array_equal(np.asarray(first.values), np.asarray(second.values))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["toy"]  # job 2's temporary is gone
+
+
+def test_a_damaged_cache_is_still_replaced_on_commit(tmp_path):
+    stream = make_stream()
+    save_stream_cache(tmp_path / "toy", stream, "k")
+    (tmp_path / "toy" / "meta.json").write_text("{not json")
+    again = save_stream_cache(tmp_path / "toy", stream, "k")
+    assert again is not None
+    np.testing.assert_array_equal(np.asarray(again.values), stream.values)
+    assert load_stream_cache(tmp_path / "toy", "k") is not None

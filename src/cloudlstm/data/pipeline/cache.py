@@ -214,7 +214,7 @@ class StreamWriter:
             self._drop_scratch()
             _write_meta(tmp, self.key, self.arrays, parts)
             self.arrays = {}  # the files are complete; closed before the rename
-            _commit(tmp, self.path)
+            _commit(tmp, self.path, self.key)
             self._tmp = None
         except OSError as err:
             log.warning(
@@ -311,15 +311,24 @@ def _write_meta(folder: Path, key: str, arrays: dict[str, np.ndarray], parts: di
     (folder / "meta.json").write_text(json.dumps(meta))
 
 
-def _commit(tmp: Path, path: Path) -> None:
-    """Rename the finished directory ``tmp`` to ``path``, replacing what is there (a damaged
-    or stale cache: a valid one with this key would have been loaded instead)."""
+def _commit(tmp: Path, path: Path, key: str) -> None:
+    """Rename the finished directory ``tmp`` to ``path``, replacing what is there when it is
+    a damaged or stale cache. A valid cache with this key there was committed by another
+    process while this one wrote the same stream (parallel jobs sharing a data directory):
+    it is kept, since that process may be reading it, and ``tmp`` is dropped."""
     try:
         os.rename(tmp, path)
         return
     except OSError:
         if not path.exists():
             raise
+    try:
+        current = _open_cache(path, key, verify=False) is not None
+    except Exception:  # damaged, half-written by an older version, or moved away meanwhile
+        current = False
+    if current:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
     stale = path.with_name(f"{path.name}.stale-{secrets.token_hex(4)}")
     with contextlib.suppress(FileNotFoundError):  # another process moved it away first
         os.rename(path, stale)
