@@ -322,8 +322,9 @@ def _commit(tmp: Path, path: Path, key: str) -> None:
     except OSError:
         if not path.exists():
             raise
-    try:
-        current = _open_cache(path, key, verify=False) is not None
+    try:  # checked as a load checks it (checksums up to VERIFY_BYTES): a cache found
+        # damaged on load is here again, and must not be kept
+        current = _open_cache(path, key) is not None
     except Exception:  # damaged, half-written by an older version, or moved away meanwhile
         current = False
     if current:
