@@ -43,6 +43,7 @@ import torch
 
 from cloudlstm.nn import knn_triton
 from cloudlstm.nn.knn_cells import knn_cells
+from cloudlstm.nn.ranking import ranking_keys, squared_distances
 from cloudlstm.nn.threads import run_sliced
 
 
@@ -172,7 +173,7 @@ def _offer(tiles, tiles_idx, s, e, coords, me, best, dist, bits, keys, merge):
     for j in range(m):
         dx = xs[j] - coords[me, 0]
         dy = ys[j] - coords[me, 1]
-        dist[j] = dx * dx + dy * dy  # float32, per axis in order, like _pairwise_d2
+        dist[j] = dx * dx + dy * dy  # float32, per axis in order (nn/ranking.py)
     for l in range(2, tiles.shape[0]):
         zs = tiles[l, s:e]
         for j in range(m):
@@ -305,43 +306,15 @@ def _knn_grid(coords: np.ndarray, k: int, out: np.ndarray) -> None:
         _knn_cloud(coords[r], k, out[r])
 
 
-def _pairwise_d2(queries: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
-    """(R, Q, L), (R, N, L) -> (R, Q, N) squared distances, summed per dimension in order.
-
-    ``torch.cdist`` would round through a square root (or a matmul expansion), so ties and
-    near-ties could rank differently from the numba kernel.
-    """
-    d2 = torch.zeros(queries.shape[0], queries.shape[1], points.shape[1], device=points.device)
-    for l in range(points.shape[-1]):
-        diff = queries[:, :, None, l] - points[:, None, :, l]
-        d2 += diff * diff
-    return d2
-
-
-def _rank_keys(d2: torch.Tensor, query_index: torch.Tensor) -> torch.Tensor:
-    """Encode (distance, index) as one int64 key per candidate, self forced first.
-
-    d2: (..., Q, N) non-negative float32 squared distances; query_index: (Q,) the index of
-    each query point. The float32 bit pattern of a non-negative number is monotonic in
-    its value, so ``bits << 32 | index`` orders by distance, then by index, exactly.
-    """
-    index = torch.arange(d2.shape[-1], device=d2.device)
-    bits = d2.clamp_min(0).contiguous().view(torch.int32).to(torch.int64)
-    keys = (bits << 32) | index
-    # Self gets a key below every other; its low 32 bits still hold its index.
-    is_self = query_index[:, None] == index
-    return torch.where(is_self, index - (1 << 62), keys)
-
-
 def _knn_chunked(coords: torch.Tensor, k: int, chunk: int) -> torch.Tensor:
     """Brute force over query chunks: coords (R, N, L) -> (R, N, k)."""
     n = coords.shape[1]
     parts = []
     for start in range(0, n, chunk):
         queries = coords[:, start : start + chunk]
-        d2 = _pairwise_d2(queries, coords)
-        index = torch.arange(start, start + queries.shape[1], device=coords.device)
-        keys = _rank_keys(d2, index)
+        d2 = squared_distances(queries[:, :, None], coords[:, None])  # (R, Q, N)
+        own = torch.arange(start, start + queries.shape[1], device=coords.device)
+        keys = ranking_keys(d2, torch.arange(n, device=coords.device), own[:, None])
         parts.append(keys.topk(k, dim=-1, largest=False, sorted=True).values & 0xFFFFFFFF)
     return torch.cat(parts, dim=1)
 
@@ -370,11 +343,6 @@ def knn(coords: torch.Tensor, k: int, method: str = "auto", chunk: int = 1024) -
     check_k(k, n)
     if method not in METHODS:
         raise ValueError(f"knn: method={method!r} is not one of {METHODS}.")
-    if method == "auto":
-        if coords.device.type == "cpu":
-            method = "numba"
-        else:
-            method = "triton" if knn_triton.available(coords.reshape(-1, n, dims)) else "cells"
     flat = coords.detach().reshape(-1, n, dims).float()  # float32 whatever the autocast
     # checked in float32, where the searches run: the grid kernels would return indices out
     # of range, the brute-force path an arbitrary order
@@ -382,6 +350,11 @@ def knn(coords: torch.Tensor, k: int, method: str = "auto", chunk: int = 1024) -
         raise NonFiniteCoordinatesError("kNN: the point coordinates hold NaN or inf.")
     if dims == 1 and method != "brute":  # a zero second axis adds exactly 0 to every distance
         flat = torch.cat([flat, torch.zeros_like(flat)], dim=-1)
+    if method == "auto":
+        if flat.device.type == "cpu":
+            method = "numba"
+        else:
+            method = "triton" if knn_triton.available(flat) else "cells"
     if method == "numba":
         if flat.device.type != "cpu":
             raise ValueError("knn: method='numba' runs on CPU tensors only.")
@@ -409,7 +382,7 @@ def knn_reference(coords: torch.Tensor, k: int) -> torch.Tensor:
     *lead, n, dims = coords.shape
     check_k(k, n)
     flat = coords.detach().reshape(-1, n, dims).float()
-    d2 = _pairwise_d2(flat, flat)
-    keys = _rank_keys(d2, torch.arange(n, device=coords.device))
+    index = torch.arange(n, device=coords.device)
+    keys = ranking_keys(squared_distances(flat[:, :, None], flat[:, None]), index, index[:, None])
     index = keys.topk(k, dim=-1, largest=False, sorted=True).values & 0xFFFFFFFF
     return index.reshape(*lead, n, k)

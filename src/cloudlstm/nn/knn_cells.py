@@ -31,8 +31,7 @@ import math
 
 import torch
 
-NO_KEY = torch.iinfo(torch.int64).max  # an empty candidate slot: ranks after every point
-_SELF = 1 << 62  # subtracted from the point's own key: ranks before every other point
+from cloudlstm.nn.ranking import NO_KEY, ranking_keys, squared_distances
 
 
 def equal_count_bins(values: torch.Tensor, bins: int) -> torch.Tensor:
@@ -116,15 +115,9 @@ def _rank_block(
     cloud = query // n
     flat = cloud[:, None] * n + cand.flatten(1).clamp(max=n - 1)  # (Q, S) flat positions
     points = grid.coords.reshape(-1, grid.dims)
-    here = points[query]  # (Q, L)
-    d2 = torch.zeros(flat.shape, device=query.device)
-    for axis in range(grid.dims):  # summed per axis in order, as knn_reference does
-        diff = here[:, None, axis] - points[flat, axis]
-        d2 += diff * diff
-    index = grid.order.reshape(-1)[flat]
-    keys = (d2.view(torch.int32).to(torch.int64) << 32) | index
-    own = grid.order.reshape(-1)[query]
-    keys = torch.where(index == own[:, None], index - _SELF, keys)
+    d2 = squared_distances(points[query][:, None], points[flat])  # (Q, S)
+    order = grid.order.reshape(-1)
+    keys = ranking_keys(d2, order[flat], order[query][:, None])
     keys = torch.where(valid, keys, NO_KEY)
     if keys.shape[1] < k:
         keys = torch.cat([keys, keys.new_full((len(keys), k - keys.shape[1]), NO_KEY)], 1)
