@@ -15,15 +15,14 @@ Measured in one run on the first CUDA device (all timings synchronise the device
    positions, resident on the GPU: this is the model's cost, not the data loader's.
    The paper reports 316 s per CloudLSTM epoch on a K40M, and CloudLSTM at +18-21 % of
    ConvLSTM's epoch time; the FLOP ratio of the two steps is printed beside our time ratio.
-3. A city-size training step: N = 13,000 points (``cloudlstm.layouts.city_layout`` when it
-   is there, else uniform), C = 2, M = J = 6, K = 9, batch 1 and 4, with and without
+3. A city-size training step: N = 13,000 points (``cloudlstm.layouts.city_layout``), C = 2,
+   M = J = 6, K = 9, batch 1 and 4, with and without
    ``checkpointing``: time and peak GPU memory (``torch.cuda.max_memory_allocated``).
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import math
 import os
 import time
@@ -31,12 +30,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import open_dict
 from torch.utils.flop_counter import FlopCounterMode
 
-from cloudlstm.models import CloudSeq2Seq
-from cloudlstm.models.build import build_model
+from cloudlstm.cli.models_table import model_for_shape
+from cloudlstm.layouts import city_layout
 from cloudlstm.nn import knn_triton
 from cloudlstm.nn.knn import knn
 
@@ -45,21 +42,6 @@ PAPER = {"points": 274, "channels": 6, "steps": 12, "batch": 32, "windows": 7000
 DEVICE = "cuda"  # --device cpu: a smoke check of this script where there is no GPU
 PAPER_EPOCH_S = 316.0  # CloudLSTM, air quality, one K40M (the paper's appendix)
 TARGET_EPOCH_S = 16.0  # issue 14's target on an H100
-
-
-def model_from_config(name: str, channels: int, output_steps: int, **overrides) -> torch.nn.Module:
-    """A model of conf/model/<name>.yaml, as train.py would build it for this data shape."""
-    os.environ.setdefault("PROJECT_ROOT", str(ROOT))
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("train", overrides=[f"model={name}"])
-    with open_dict(cfg):
-        cfg.data_info.num_channels = channels
-        cfg.data_info.output_steps = output_steps
-        cfg.data_info.coord_features = 2
-        cfg.paths.data_dir = "/tmp/cloudlstm_bench_data"
-        for key, value in overrides.items():
-            cfg.model[key] = value
-    return build_model(cfg.model, compile=False)
 
 
 def synchronize() -> None:
@@ -172,7 +154,7 @@ def bench_paper_epoch(steps: int) -> None:
         torch.manual_seed(0)
         tf32 = precision == "tf32"  # TensorFloat-32 matmuls: torch's "high" precision
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
-        model = model_from_config(name, c, m).to(DEVICE)
+        model = model_for_shape(name, num_channels=c, input_steps=m, output_steps=m).to(DEVICE)
         if name not in flops:
             flops[name] = step_flops(model, data)
         if compiled:
@@ -201,23 +183,20 @@ def bench_paper_epoch(steps: int) -> None:
 
 
 def city_coords(n: int) -> torch.Tensor:
-    try:
-        from cloudlstm.layouts import city_layout
-
-        return torch.as_tensor(city_layout(n, seed=0)).float()[None]
-    except ImportError:
-        return torch.rand(1, n, 2, generator=torch.Generator().manual_seed(0))
+    """(1, n, 2) positions of a seeded city-like layout."""
+    return torch.as_tensor(city_layout(n, seed=0)).float()[None]
 
 
 def bench_city_step(n: int, quick: bool) -> None:
     print(f"\n3. City-size training step: N={n}, C=2, M=J=6, K=9 (forward + backward + Adam)")
     print(f"   {'batch':>5} {'checkpointing':>13} {'s/step':>8} {'peak GPU GB':>12}")
     coords = city_coords(n).to(DEVICE)
-    accepts = "checkpointing" in inspect.signature(CloudSeq2Seq).parameters
     for batch in (1,) if quick else (1, 4):
-        for checkpointing in (False, True) if accepts else (False,):
-            extra = {"checkpointing": True} if checkpointing else {}
-            model = model_from_config("cloudlstm", 2, 6, **extra).to(DEVICE)
+        for checkpointing in (False, True):
+            model = model_for_shape(
+                "cloudlstm", num_points=n, num_channels=2, input_steps=6, output_steps=6,
+                checkpointing=checkpointing,
+            ).to(DEVICE)  # fmt: skip
             optimiser = torch.optim.Adam(model.parameters())
             x = torch.randn(batch, 6, n, 2, device=DEVICE)
             y = torch.randn(batch, 6, n, 2, device=DEVICE)
@@ -248,6 +227,7 @@ def main() -> None:
     args = parser.parse_args()
     global DEVICE
     DEVICE = args.device
+    os.environ.setdefault("PROJECT_ROOT", str(ROOT))  # conf/paths reads it
     if DEVICE == "cuda":
         if not torch.cuda.is_available():
             raise SystemExit("bench_gpu.py needs a CUDA GPU (torch.cuda.is_available() is False).")

@@ -25,28 +25,29 @@ from pathlib import Path
 
 import torch
 from bench_dconv import timed_together
-from hydra import compose, initialize_config_dir
-from omegaconf import open_dict
 from torch.utils.flop_counter import FlopCounterMode
 
-from cloudlstm.models.build import build_model as model_from_config
+from cloudlstm.cli.models_table import model_for_shape
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = {"points": 274, "channels": 6, "input_steps": 12, "output_steps": 12, "dims": 2}
+# model_for_shape's keyword for each entry of SHAPE
+SIZES = {
+    "num_points": "points",
+    "num_channels": "channels",
+    "input_steps": "input_steps",
+    "output_steps": "output_steps",
+    "coord_features": "dims",
+}
 BATCHES = (1, 32)
 TARGET_MS = {"cpu": 30.0, "cuda": 300.0}  # per sample at batch 32; GPU: the paper's 0.3 s
 
 
 def build_model() -> torch.nn.Module:
     """CloudLSTM from conf/model/cloudlstm.yaml, sized for the Urban Air data."""
-    os.environ.setdefault("PROJECT_ROOT", str(ROOT))
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("train", overrides=["model=cloudlstm"])
-    with open_dict(cfg):
-        cfg.data_info.num_channels = SHAPE["channels"]
-        cfg.data_info.output_steps = SHAPE["output_steps"]
-        cfg.data_info.coord_features = SHAPE["dims"]
-    return model_from_config(cfg.model, compile=False).eval()
+    os.environ.setdefault("PROJECT_ROOT", str(ROOT))  # conf/paths reads it
+    sizes = {key: SHAPE[name] for key, name in SIZES.items()}
+    return model_for_shape("cloudlstm", **sizes).eval()
 
 
 @torch.no_grad()

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
+import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
@@ -24,7 +26,13 @@ def model_names(conf_dir: Path = CONF_DIR) -> list[str]:
     return sorted(p.stem for p in (conf_dir / "model").glob("*.yaml"))
 
 
-def count_parameters(
+def count_parameters(name: str, **sizes: Any) -> int:
+    """Parameters of ``model=<name>`` with its config defaults and the given data sizes
+    (the keyword arguments of :func:`model_for_shape`)."""
+    return sum(p.numel() for p in model_for_shape(name, **sizes).parameters())
+
+
+def model_for_shape(
     name: str,
     num_points: int = 274,
     num_channels: int = 6,
@@ -33,8 +41,10 @@ def count_parameters(
     coord_features: int = 2,
     steps_per_day: int = 24,
     conf_dir: Path = CONF_DIR,
-) -> int:
-    """Parameters of ``model=<name>`` with its config defaults and the given data sizes."""
+    **model_keys: Any,
+) -> torch.nn.Module:
+    """``model=<name>`` as train.py builds it for data of these sizes (the Urban Air shape by
+    default), with ``model_keys`` set over its config; never compiled."""
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
         cfg = compose("train", overrides=[f"model={name}"])
@@ -48,8 +58,8 @@ def count_parameters(
             "steps_per_day": steps_per_day,
         }
         cfg.paths.data_dir = str(Path.cwd() / "data")
-    model = build_model(cfg.model, compile=False)
-    return sum(p.numel() for p in model.parameters())
+        cfg.model.update(model_keys)
+    return build_model(cfg.model, compile=False)
 
 
 def main(argv: list[str] | None = None) -> int:
