@@ -206,3 +206,24 @@ def test_whole_cpu_form_of_a_preset_runs_to_a_paper_table(tmp_path, capsys):
         ["| Cluster B", "CloudLSTM (K=9)", "3"],
         ["| Cluster B", "Attention CloudLSTM (K=9)", "3"],
     ]
+
+
+def test_beijing_protocol_preset(tmp_path):
+    """experiment=beijing (docs/results.md): every model of the results table x seeds 0-2
+    under the protocol, each job in a directory of its own model and seed, so the same
+    command run again resumes or skips each job."""
+    jobs = sweep_jobs(tmp_path, "experiment=beijing")
+    assert len(jobs) == 36 and len({tuple(job) for job in jobs}) == 36
+    directories, models = set(), set()
+    for job in jobs:
+        cfg = compose_train(tmp_path, job)
+        assert cfg.trainer.max_epochs == 100 and cfg.callbacks.early_stopping.patience == 10
+        assert cfg.data.batch_size == 32 and cfg.data.stride == 1
+        assert cfg.data._target_.endswith("BeijingDataModule")
+        assert (cfg.data.input_steps, cfg.data.output_steps) == (12, 12)
+        sweep = OmegaConf.to_container(cfg.hydra.sweep, resolve=True)
+        assert sweep["dir"].endswith("beijing/full")
+        directories.add(sweep["subdir"])
+        models.add(cfg.hydra.runtime.choices.model)
+    assert len(directories) == 36 and "cloudlstm_k3/seed_2" in directories
+    assert len(models) == 12 and {"persistence", "convlstm", "attention_cloudlstm"} <= models
