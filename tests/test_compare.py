@@ -125,6 +125,14 @@ def test_markdown_cells_round_to_the_std(seeds):
     assert rows[3].startswith("| cloudlstm | synthetic | 3 | 3 | 300 | 2 | 20 | 2.3 ± 1.5 |")
 
 
+def test_round_off_spread_prints_as_one_value(tmp_path):
+    """A deterministic model's seeds give equal means up to summation order: no 17-digit std."""
+    for seed, mae in enumerate((100.93894990464587, 100.93894990464589, 100.93894990464587)):
+        write_run(tmp_path / str(seed), mae, model="persistence", seed=seed)
+    row = to_markdown(compare(find_runs([tmp_path]))).splitlines()[2]
+    assert "| **100.9** |" in row and "±" not in row
+
+
 def test_group_by_several_keys(tmp_path, capsys):
     for k in (3, 6):
         for cell in ("lstm", "gru"):

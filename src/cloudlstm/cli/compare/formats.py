@@ -28,7 +28,9 @@ def _mean_std(stat: Stat, pm: str) -> str:
     """Both rounded to the std's second significant digit: 16.44, 1.62 -> ``16.4 ± 1.6``."""
     if stat.decimals is not None:
         return f"{stat.mean:.{stat.decimals}f}{pm}{stat.std:.{stat.decimals}f}"
-    if math.isnan(stat.std) or stat.std == 0:
+    # Equal values summed in another order differ in the last bits (a deterministic model's
+    # seeds): such a std is round-off, not spread, and would print 17 decimals.
+    if math.isnan(stat.std) or stat.std <= 1e-9 * abs(stat.mean):
         return f"{stat.mean:.4g}"
     decimals = max(0, 1 - math.floor(math.log10(stat.std)))
     return f"{stat.mean:.{decimals}f}{pm}{stat.std:.{decimals}f}"
