@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
@@ -25,18 +26,25 @@ def plot_horizon_curve(
     same series, where given, is drawn as a +- band. Writes a PNG to ``path`` and returns it.
     """
     curves = _check_curves(per_step, std or {})
-    fig = new_figure(5.0, 3.2)
+    many = len(curves) > 6  # a results table: the legend goes beside the axes
+    fig = new_figure(6.8 if many else 5.0, 3.2)
     ax = fig.subplots()
-    for name, (mean, spread) in curves.items():
+    colours = len(matplotlib.rcParams["axes.prop_cycle"].by_key()["color"])
+    for i, (name, (mean, spread)) in enumerate(curves.items()):
         steps = np.arange(1, len(mean) + 1)
-        line = ax.plot(steps, mean, marker="o", markersize=3, label=name)[0]
+        # past the colour cycle, a new line style and marker keep the series apart
+        style = dict(linestyle=("-", "--", ":")[i // colours % 3], marker="osD"[i // colours % 3])
+        line = ax.plot(steps, mean, markersize=3, label=name, **style)[0]
         if spread is not None:
             ax.fill_between(steps, mean - spread, mean + spread, color=line.get_color(), alpha=0.2)
     # Horizons are whole steps.
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("horizon (steps)")
     ax.set_ylabel(metric.upper())
-    ax.legend(fontsize="small")
+    if many:
+        fig.legend(fontsize="x-small", loc="outside right upper")
+    else:
+        ax.legend(fontsize="small")
     return save_png(fig, path)
 
 
