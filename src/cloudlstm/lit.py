@@ -20,14 +20,41 @@ from cloudlstm.forecast_info import INFO_KEY, ForecastInfo
 from cloudlstm.metrics import ForecastMetrics
 from cloudlstm.nn.knn import NonFiniteCoordinatesError
 
+LOSSES = ("mse", "mae")
+LOSS_WEIGHTS = ("equal", "real_units")
 
-def masked_mse(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean squared error over observed entries only (filled gaps are not trained on)."""
+
+def masked_loss(
+    pred: torch.Tensor,
+    target: torch.Tensor,
+    mask: torch.Tensor,
+    kind: str = "mse",
+    channel_weights: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Mean squared (``mse``) or absolute (``mae``) error over observed entries only
+    (filled gaps are not trained on), each channel's error times ``channel_weights (C,)``."""
     mask = mask.bool()
     # where on the difference, not a product with the mask: a NaN or inf in an unobserved
     # entry must reach neither the loss nor (through the square's backward) the gradient
     diff = torch.where(mask, pred - target, torch.zeros_like(pred))
-    return diff.square().sum() / mask.sum().clamp_min(1).to(pred.dtype)
+    error = diff.square() if kind == "mse" else diff.abs()
+    if channel_weights is not None:
+        error = error * channel_weights.to(error)
+    return error.sum() / mask.sum().clamp_min(1).to(pred.dtype)
+
+
+def masked_mse(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """:func:`masked_loss` with equal channel weights: the default training loss."""
+    return masked_loss(pred, target, mask, "mse")
+
+
+def real_unit_weights(std: np.ndarray, kind: str) -> torch.Tensor:
+    """Channel weights ``(C,)`` that make a loss on normalised values proportional to the
+    same loss in real units: the error of channel c is std_c times its normalised error,
+    so the weight is std_c (mae) or std_c^2 (mse), divided by the mean weight."""
+    power = 2 if kind == "mse" else 1
+    weights = torch.as_tensor(np.asarray(std, dtype=np.float64).reshape(-1)) ** power
+    return (weights / weights.mean()).float()
 
 
 class TrainingDivergedError(UserError):
@@ -35,7 +62,7 @@ class TrainingDivergedError(UserError):
 
 
 class ForecastModule(L.LightningModule):
-    """MSE on normalised values, Adam, metrics on de-normalised values.
+    """MSE (or MAE) on normalised values, Adam, metrics on de-normalised values.
 
     Args:
         model: any :class:`cloudlstm.models.Forecaster`.
@@ -45,6 +72,10 @@ class ForecastModule(L.LightningModule):
         save_predictions: write test predictions and targets (de-normalised) to
             ``predictions.npz`` in ``output_dir``.
         output_dir: where test predictions go (the run directory).
+        loss: ``mse`` (the paper's training loss) or ``mae`` (the reported metric's).
+        loss_weights: ``equal`` (every channel alike in normalised units) or
+            ``real_units`` (channels weighted so that the loss is proportional to the same
+            error in real units, as the reported MAE / RMSE over all channels are).
 
     The scaler and channel names come from the datamodule at ``setup``, so the module
     works with any data set without configuration. Every checkpoint also stores what
@@ -60,8 +91,16 @@ class ForecastModule(L.LightningModule):
         scheduler: Callable[..., Any] | None = None,
         save_predictions: bool = False,
         output_dir: str | None = None,
+        loss: str = "mse",
+        loss_weights: str = "equal",
     ) -> None:
         super().__init__()
+        if loss not in LOSSES:
+            raise ValueError(f"module.loss={loss!r} is not one of {list(LOSSES)}.")
+        if loss_weights not in LOSS_WEIGHTS:
+            raise ValueError(
+                f"module.loss_weights={loss_weights!r} is not one of {list(LOSS_WEIGHTS)}."
+            )
         self.save_hyperparameters(ignore=["model"], logger=False)
         self.model = model
         self.test_metrics: ForecastMetrics | None = None
@@ -70,6 +109,7 @@ class ForecastModule(L.LightningModule):
         self.val_mae_best = math.inf
         self.group_metrics = nn.ModuleDict()
         self.test_results: dict[str, Any] | None = None
+        self.loss_channel_weights: torch.Tensor | None = None
         self.forecast_info: dict[str, Any] | None = None
         # (window start t0, forecast, target) of each test batch, when saving predictions
         self._predictions: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
@@ -77,6 +117,8 @@ class ForecastModule(L.LightningModule):
     def setup(self, stage: str) -> None:
         dm = self.trainer.datamodule
         self.scaler = dm.scaler
+        if self.hparams.loss_weights == "real_units":
+            self.loss_channel_weights = real_unit_weights(self.scaler.std, self.hparams.loss)
         self.forecast_info = ForecastInfo.gather(dm, self.model).to_dict()
         self.test_metrics = ForecastMetrics(
             self.model.output_steps, dm.num_channels, list(dm.channel_names)
@@ -104,12 +146,15 @@ class ForecastModule(L.LightningModule):
     def _step(
         self, batch: dict[str, torch.Tensor], stage: str
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Forecast, masked MSE on normalised values, logged as ``<stage>/loss``.
+        """Forecast, masked loss (``module.loss``, default MSE) on normalised values,
+        logged as ``<stage>/loss``.
 
         Returns the loss and the normalised forecast ``(B, J, N, C)``.
         """
         pred = self(batch["x"], batch["coords"])
-        loss = masked_mse(pred, batch["y"], batch["y_mask"])
+        loss = masked_loss(
+            pred, batch["y"], batch["y_mask"], self.hparams.loss, self.loss_channel_weights
+        )
         self.log(
             f"{stage}/loss",
             loss,

@@ -53,8 +53,22 @@ class CloudSeq2Seq(Forecaster):
     bits, enough to give training another trajectory. Off by default: it pays only at
     thousands of points (1.04x per step at N = 5,000 and 13,000).
 
+    Options beyond the paper (off by default; docs/design.md, "CloudLSTM options", has the
+    reasons and the ablation):
+
+    * ``neighbours="static"``: every DConv takes its neighbours from the points' positions
+      (one search per sample) instead of searching each hidden cloud in its own learned
+      coordinates. The paper's rule (``"dynamic"``) chooses neighbours by coordinates that
+      get no gradient through the choice and collapse at initialisation.
+    * ``residual``: the head forecasts the change from the previous frame, so an untrained
+      model starts at persistence, the floor on real data at short horizons.
+    * ``forget_bias``: added to the LSTM forget gates' bias at initialisation (1 is the
+      usual choice for LSTMs: memory is kept until the gate learns to drop it).
+
     Input ``x (B, M, N, C)``, ``coords (B, N, L)`` in [0, 1] -> ``(B, J, N, C)``.
     """
+
+    NEIGHBOURS = ("dynamic", "static")
 
     def __init__(
         self,
@@ -68,16 +82,30 @@ class CloudSeq2Seq(Forecaster):
         coord_features: int = 2,
         checkpointing: bool = False,
         spatial_order: bool = False,
+        neighbours: str = "dynamic",
+        residual: bool = False,
+        forget_bias: float = 0.0,
     ) -> None:
         super().__init__()
         if cell not in CELLS:
             raise ValueError(f"model.cell={cell!r} is not one of {sorted(CELLS)}.")
+        if neighbours not in self.NEIGHBOURS:
+            raise ValueError(
+                f"model.neighbours={neighbours!r} is not one of {list(self.NEIGHBOURS)}."
+            )
+        if forget_bias and cell != "lstm":
+            raise ValueError(
+                f"model.forget_bias={forget_bias} needs model.cell=lstm (the {cell} cell "
+                "has no forget gate); leave it at 0."
+            )
         if num_layers < 1 or hidden_channels < 1 or output_steps < 1:
             raise ValueError("num_layers, hidden_channels and output_steps must be >= 1.")
         self.output_steps = output_steps
         self.k = k
         self.checkpointing = checkpointing
         self.spatial_order = spatial_order
+        self.neighbours = neighbours
+        self.residual = residual
         cell_cls = CELLS[cell]
         common = dict(k=k, value_features=1, coord_features=coord_features)
         self.embed = DConv(num_channels, hidden_channels, **common)
@@ -90,6 +118,11 @@ class CloudSeq2Seq(Forecaster):
         self.attention = CloudAttention(hidden_channels, **common) if attention else None
         head_in = hidden_channels * (2 if attention else 1)
         self.head = DConv(head_in, num_channels, **common)
+        if forget_bias:
+            with torch.no_grad():
+                for lstm in (*self.encoder, *self.decoder):
+                    # gates are (i, f, o, g) blocks of hidden_channels output channels
+                    lstm.gates.bias.view(4, hidden_channels, -1)[1] += forget_bias
 
     def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``, under activation checkpointing when it is on and grad enabled."""
@@ -151,6 +184,22 @@ class CloudSeq2Seq(Forecaster):
         back = order.argsort(dim=1)[:, None, :, None].expand_as(out)
         return out.gather(2, back)
 
+    def _neighbour_rule(self, at_points: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+        """How a cloud the model made ``(B', N, U, F)`` gets its neighbours ``(B', N, U, K)``:
+        searched in its own coordinates (dynamic), or those of the points (static).
+
+        ``at_points`` ``(B, N, 1, K)``: the points' own neighbours; B' is B or a multiple
+        of it (the M embedded frames of each sample, sample-major).
+        """
+        if self.neighbours == "dynamic":
+            return lambda cloud: search(cloud, self.k)
+
+        def static(cloud: torch.Tensor) -> torch.Tensor:
+            repeats = cloud.shape[0] // at_points.shape[0]
+            return at_points.repeat_interleave(repeats, dim=0).expand(-1, -1, cloud.shape[2], -1)
+
+        return static
+
     def _forecast(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
         """:meth:`forward` on points in the order given."""
         b, m, n, c = x.shape
@@ -160,7 +209,8 @@ class CloudSeq2Seq(Forecaster):
         at_points = shared_neighbours(coords, k, 1).to(torch.int32)  # (B, N, 1, K)
         embed_neighbours = at_points.expand(-1, -1, c, -1)
         frames = run(self._embed_frames, x, coords, embed_neighbours)
-        frame_neighbours = search(frames.flatten(0, 1), k).unflatten(0, (b, m))
+        find = self._neighbour_rule(at_points)
+        frame_neighbours = find(frames.flatten(0, 1)).unflatten(0, (b, m))
 
         states = [cell.initial_state(coords) for cell in self.encoder]
         hidden_neighbours = [
@@ -173,7 +223,7 @@ class CloudSeq2Seq(Forecaster):
                 inp, states[layer] = run(
                     cell, inp, states[layer], inp_neighbours, hidden_neighbours[layer]
                 )
-                inp_neighbours = hidden_neighbours[layer] = search(inp, k)
+                inp_neighbours = hidden_neighbours[layer] = find(inp)
             top_states.append(inp)
             if self.attention is not None:
                 top_neighbours.append(inp_neighbours)
@@ -186,16 +236,17 @@ class CloudSeq2Seq(Forecaster):
         outputs = []
         for _ in range(self.output_steps):
             inp = run(self._embed, last, coords, embed_neighbours)
-            inp_neighbours = search(inp, k)
+            inp_neighbours = find(inp)
             for layer, cell in enumerate(self.decoder):
                 inp, states[layer] = run(
                     cell, inp, states[layer], inp_neighbours, hidden_neighbours[layer]
                 )
-                inp_neighbours = hidden_neighbours[layer] = search(inp, k)
+                inp_neighbours = hidden_neighbours[layer] = find(inp)
             if self.attention is None:
-                last = run(self._head, inp, inp_neighbours)
+                step = run(self._head, inp, inp_neighbours)
             else:
                 context, _ = run(self.attention, inp, encoder_states, keys, inp_neighbours)
-                last = run(self._head, inp, inp_neighbours, context, search(context, k))
+                step = run(self._head, inp, inp_neighbours, context, find(context))
+            last = last + step if self.residual else step
             outputs.append(last)
         return torch.stack(outputs, dim=1)
