@@ -26,8 +26,9 @@ def plot_horizon_curve(
     same series, where given, is drawn as a +- band. Writes a PNG to ``path`` and returns it.
     """
     curves = _check_curves(per_step, std or {})
-    many = len(curves) > 6  # a results table: the legend goes beside the axes
-    fig = new_figure(6.8 if many else 5.0, 3.2)
+    # many series (a results table) or long names: the legend goes beside the axes
+    beside = len(curves) > 6 or any("\n" in name or len(name) > 40 for name in curves)
+    fig = new_figure(6.8 if beside else 5.0, 3.2)
     ax = fig.subplots()
     colours = len(matplotlib.rcParams["axes.prop_cycle"].by_key()["color"])
     for i, (name, (mean, spread)) in enumerate(curves.items()):
@@ -41,7 +42,7 @@ def plot_horizon_curve(
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("horizon (steps)")
     ax.set_ylabel(metric.upper())
-    if many:
+    if beside:
         fig.legend(fontsize="x-small", loc="outside right upper")
     else:
         ax.legend(fontsize="small")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,7 +26,7 @@ def plot(groups: Sequence[Group], metric: str, out_dir: Path) -> list[Path]:
 
 def _plot_horizons(groups: Sequence[Group], metric: str, path: Path) -> Path:
     """The metric at each forecast step, one line per group, a ± std band over seeds."""
-    curves = {f"{g.label} (n={len(g.runs)})": (g, g.curve(metric)) for g in groups}
+    curves = {f"{_wrapped(g.label)} (n={len(g.runs)})": (g, g.curve(metric)) for g in groups}
     means = {name: [s.mean for s in curve] for name, (_, curve) in curves.items()}
     stds = {name: [s.std for s in curve] for name, (g, curve) in curves.items() if len(g.runs) > 1}
     return plot_horizon_curve(means, std=stds, path=path, metric=metric)
@@ -38,6 +39,12 @@ def _plot_bars(groups: Sequence[Group], metric: str, path: Path) -> Path:
     ax = fig.add_subplot()
     x = np.arange(len(groups))
     ax.bar(x, [s.mean for s in stats], yerr=[s.std for s in stats], capsize=4)  # NaN: no bar
-    ax.set_xticks(x, [g.label for g in groups], rotation=30, ha="right")
+    ax.set_xticks(x, [_wrapped(g.label) for g in groups], rotation=30, ha="right")
     ax.set(ylabel=metric.upper(), title=groups[0].data)
     return save_png(fig, path)
+
+
+def _wrapped(label: str, width: int = 32) -> str:
+    """A legend or tick label on lines of at most ``width`` characters: labels of runs that
+    differ in several keys are long enough to squeeze the axes to nothing."""
+    return textwrap.fill(label, width)
