@@ -196,7 +196,8 @@ class CloudSeq2Seq(Forecaster):
 
         def static(cloud: torch.Tensor) -> torch.Tensor:
             repeats = cloud.shape[0] // at_points.shape[0]
-            return at_points.repeat_interleave(repeats, dim=0).expand(-1, -1, cloud.shape[2], -1)
+            points = at_points if repeats == 1 else at_points.repeat_interleave(repeats, dim=0)
+            return points.expand(-1, -1, cloud.shape[2], -1)
 
         return static
 
