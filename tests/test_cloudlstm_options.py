@@ -150,14 +150,18 @@ def test_real_unit_weights_make_the_loss_the_real_unit_error(kind):
     )
 
 
-def test_the_residual_preset_is_the_paper_model_with_the_two_options(tmp_path):
-    """model=cloudlstm_residual: CloudLSTM at the paper's size, residual, trained on the
-    real-unit MAE (a module option, so the preset is global); other keys still override."""
-    cfg = compose_train(tmp_path, ["model=cloudlstm_residual", "model.k=3"])
+@pytest.mark.parametrize(
+    ("preset", "residual"), [("cloudlstm_mae", False), ("cloudlstm_residual", True)]
+)
+def test_presets_are_the_paper_model_with_their_options(tmp_path, preset, residual):
+    """The ablation's presets: CloudLSTM at the paper's size trained on the real-unit MAE
+    (a module option, so the presets are global), with or without residual decoding; other
+    keys still override."""
+    cfg = compose_train(tmp_path, [f"model={preset}", "model.k=3"])
     paper = compose_train(tmp_path, ["model=cloudlstm"])
-    assert cfg.model.residual and not paper.model.residual
+    assert cfg.model.residual is residual and not paper.model.residual
     assert (cfg.module.loss, cfg.module.loss_weights) == ("mae", "real_units")
     assert (paper.module.loss, paper.module.loss_weights) == ("mse", "equal")
     for key in ("_target_", "hidden_channels", "num_layers", "cell", "neighbours"):
         assert cfg.model[key] == paper.model[key]
-    assert cfg.model.k == 3 and cfg.hydra.runtime.choices.model == "cloudlstm_residual"
+    assert cfg.model.k == 3 and cfg.hydra.runtime.choices.model == preset
