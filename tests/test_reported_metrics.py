@@ -6,7 +6,7 @@ missing cells and rows (filled by the loader, mask False). Persistence makes eve
 forecast known in advance (the value at the last input step), so metrics.json, the
 group metrics and predictions.npz can be recomputed in numpy from the raw table alone:
 the split, the windows, the de-normalisation and the mask all have to be right. The loss
-(``masked_mse``) is checked on its own at the end.
+(``masked_loss``, MSE) is checked on its own at the end.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from conftest import TINY, compose_train
 from metric_reference import assert_close, numpy_reference
 
 from cloudlstm.cli.train import train
-from cloudlstm.lit import masked_mse
+from cloudlstm.lit import masked_loss
 
 T, N, M, J = 200, 6, 4, 3
 CHANNELS = ["no2", "pm25"]
@@ -169,7 +169,7 @@ def test_masked_mse_is_the_mean_over_observed_entries_only():
     pred = torch.randn(3, 2, 5, 2, generator=gen, requires_grad=True)
     target = torch.randn(3, 2, 5, 2, generator=gen)
     mask = torch.rand(3, 2, 5, 2, generator=gen) > 0.4
-    loss = masked_mse(pred, target, mask)
+    loss = masked_loss(pred, target, mask, "mse")
     expected = ((pred.detach() - target)[mask] ** 2).mean()
     torch.testing.assert_close(loss.detach(), expected)
     (grad,) = torch.autograd.grad(loss, pred)
@@ -178,16 +178,16 @@ def test_masked_mse_is_the_mean_over_observed_entries_only():
     pred2 = torch.where(mask, pred.detach(), torch.randn(pred.shape, generator=gen) * 1e3)
     pred2.requires_grad_(True)
     target2 = torch.where(mask, target, torch.full_like(target, -7e3))
-    loss2 = masked_mse(pred2, target2, mask)
+    loss2 = masked_loss(pred2, target2, mask, "mse")
     (grad2,) = torch.autograd.grad(loss2, pred2)
     assert loss2.item() == pytest.approx(loss.item(), rel=1e-6)
     torch.testing.assert_close(grad2, grad)
     assert (grad[~mask] == 0).all() and (grad[mask] != 0).all()
     # non-finite values where nothing is observed leave the loss and gradient finite
     target3 = torch.where(mask, target, torch.full_like(target, float("nan")))
-    loss3 = masked_mse(pred, target3, mask)
+    loss3 = masked_loss(pred, target3, mask, "mse")
     (grad3,) = torch.autograd.grad(loss3, pred)
     assert loss3.item() == pytest.approx(loss.item(), rel=1e-6)
     torch.testing.assert_close(grad3, grad)
     # nothing observed: 0, not NaN
-    assert masked_mse(pred, target, torch.zeros_like(mask)).item() == 0.0
+    assert masked_loss(pred, target, torch.zeros_like(mask), "mse").item() == 0.0

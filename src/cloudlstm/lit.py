@@ -43,11 +43,6 @@ def masked_loss(
     return error.sum() / mask.sum().clamp_min(1).to(pred.dtype)
 
 
-def masked_mse(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """:func:`masked_loss` with equal channel weights: the default training loss."""
-    return masked_loss(pred, target, mask, "mse")
-
-
 def real_unit_weights(std: np.ndarray, kind: str) -> torch.Tensor:
     """Channel weights ``(C,)`` that make a loss on normalised values proportional to the
     same loss in real units: the error of channel c is std_c times its normalised error,
@@ -152,9 +147,11 @@ class ForecastModule(L.LightningModule):
         Returns the loss and the normalised forecast ``(B, J, N, C)``.
         """
         pred = self(batch["x"], batch["coords"])
-        loss = masked_loss(
-            pred, batch["y"], batch["y_mask"], self.hparams.loss, self.loss_channel_weights
-        )
+        weights = self.loss_channel_weights
+        if weights is not None and weights.device != pred.device:
+            # made at setup, before Lightning moves the module: moved once, not every step
+            self.loss_channel_weights = weights = weights.to(pred.device)
+        loss = masked_loss(pred, batch["y"], batch["y_mask"], self.hparams.loss, weights)
         self.log(
             f"{stage}/loss",
             loss,
