@@ -4,14 +4,16 @@
 
 Measured in one run on the first CUDA device (all timings synchronise the device):
 
-1. Neighbour search on the device: the Triton kernel (the default on CUDA up to 2,048
-   points), the cell-list search (the default above) and chunked brute force, at the
-   paper's size (B*U = 32 x 72 clouds of 274 points) and at city size.
+1. Neighbour search on the device: the Triton kernels, ``insert`` (the default on CUDA up
+   to 2,048 points) and ``passes`` (module doc of nn/knn_triton.py), the cell-list search
+   (the default above) and chunked brute force, at the paper's size (B*U = 32 x 72 clouds
+   of 274 points; a model's call searches 32 x 36) and at city size.
 2. A paper-size training epoch: air quality, cluster A, N = 274 stations, C = 6, M = J =
    12, batch 32, 7,000 training windows (219 steps: forward, MSE, backward, Adam step),
    for CloudLSTM (conf/model/cloudlstm.yaml: K = 9, 36 channels, 2 layers) and for ConvLSTM
-   (conf/model/convlstm.yaml) on the same windows, in float32, in bf16 autocast, and
-   CloudLSTM with ``torch.compile``. Windows are random values at fixed random station
+   (conf/model/convlstm.yaml) on the same windows, in float32, in bf16 autocast, CloudLSTM
+   with ``torch.compile`` and with the former kNN kernel (``passes``), and whole training
+   steps captured in a CUDA graph. Windows are random values at fixed random station
    positions, resident on the GPU: this is the model's cost, not the data loader's.
    The paper reports 316 s per CloudLSTM epoch on a K40M, and CloudLSTM at +18-21 % of
    ConvLSTM's epoch time; the FLOP ratio of the two steps is printed beside our time ratio.
@@ -69,47 +71,93 @@ def best_ms(fn: Callable[[], object], repeats: int = 5) -> float:
 
 
 def bench_knn(quick: bool) -> None:
-    print("\n1. Neighbour search on the GPU, K = 9 (best of 5, ms):")
-    print(f"   {'clouds x N':>18} {'triton':>8} {'cell list':>10} {'brute force':>12}")
-    cases = [(32 * 72, 274), (4 * 72, 1000), (72, 5000), (8, 13000)]
+    print("\n1. Neighbour search on the GPU, K = 9 (best of 5, ms; Triton: both algorithms):")
+    print(
+        f"   {'clouds x N':>18} {'insert':>8} {'passes':>8} {'cell list':>10} {'brute force':>12}"
+    )
+    cases = [(32 * 72, 274), (32 * 36, 274), (4 * 72, 1000), (72, 2000), (72, 5000), (8, 13000)]
     if not quick:
         cases.append((4 * 72, 13000))
     for clouds, n in cases:
         coords = torch.rand(clouds, n, 2, device=DEVICE)
         t_cells = best_ms(lambda c=coords: knn(c, 9, method="cells"))
-        triton = "-"
+        triton = {name: "-" for name in knn_triton.ALGORITHMS}
         if knn_triton.available(coords):
-            triton = f"{best_ms(lambda c=coords: knn(c, 9, method='triton')):.2f}"
+            for name in triton:
+                ms = best_ms(lambda c=coords, a=name: knn_triton.knn_triton(c, 9, algorithm=a))
+                triton[name] = f"{ms:.2f}"
         brute_gb = clouds * 1024 * n * 12 / 1e9  # d2 + keys of one chunk of 1024 queries
         if brute_gb < 40:
             brute = f"{best_ms(lambda c=coords: knn(c, 9, method='brute'), repeats=2):12.1f}"
         else:
             brute = f"{'(' + format(brute_gb, '.0f') + ' GB)':>12}"
-        print(f"   {clouds:>8} x {n:>7} {triton:>8} {t_cells:10.1f} {brute}")
+        print(
+            f"   {clouds:>8} x {n:>7} {triton['insert']:>8} {triton['passes']:>8} "
+            f"{t_cells:10.1f} {brute}"
+        )
 
 
 def train_epoch(
-    model: torch.nn.Module, data: dict[str, torch.Tensor], steps: int, bf16: bool
+    model: torch.nn.Module, data: dict[str, torch.Tensor], steps: int, bf16: bool, graph: bool
 ) -> tuple[float, float]:
-    """(seconds of the first step, seconds per step over ``steps`` steps after it)."""
-    optimiser = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x_all, y_all, coords = data["x"], data["y"], data["coords"]
-    batch = PAPER["batch"]
-    order = torch.randperm(len(x_all), device=DEVICE)
+    """(seconds of the first step, seconds per step over ``steps`` steps after it).
 
-    def step(i: int) -> None:
-        index = order[(i * batch) % len(order) :][:batch]
-        with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=bf16):
-            out = model(x_all[index], coords.expand(len(index), -1, -1))
-            loss = torch.nn.functional.mse_loss(out.float(), y_all[index])
-        optimiser.zero_grad(set_to_none=True)
+    ``graph``: the whole training step (forward, loss, backward, Adam) captured once in a CUDA
+    graph and replayed per batch, as in PyTorch's "whole network capture": one launch per
+    step instead of thousands, which is what a launch-bound model needs. The first step's
+    time is then the warm-up and the capture.
+    """
+    optimiser = torch.optim.Adam(model.parameters(), lr=1e-3, capturable=graph)
+    x_all, y_all = data["x"], data["y"]
+    batch = PAPER["batch"]
+    coords = data["coords"].expand(batch, -1, -1)
+    order = torch.randperm(len(x_all), device=DEVICE)
+    within = torch.arange(batch, device=DEVICE)
+
+    def batch_at(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        index = order[(i * batch + within) % len(order)]  # full batches: a graph's shapes
+        return x_all[index], y_all[index]
+
+    def forward_backward(x: torch.Tensor, y: torch.Tensor) -> None:
+        # no autocast weight cache under a graph: it would hold casts from the capture
+        with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=bf16, cache_enabled=not graph):
+            loss = torch.nn.functional.mse_loss(model(x, coords).float(), y)
         loss.backward()
         optimiser.step()
 
-    first = sync_time(lambda: step(0))
-    for i in range(1, 3):  # warm-up: allocator, cuDNN / compile autotuning
-        step(i)
-    total = sync_time(lambda: [step(i) for i in range(steps)])
+    def step(i: int) -> None:
+        optimiser.zero_grad(set_to_none=True)
+        forward_backward(*batch_at(i))
+
+    if graph:
+        x_static, y_static = batch_at(0)
+        captured = torch.cuda.CUDAGraph()
+
+        def capture() -> None:
+            side = torch.cuda.Stream()  # warm-up (autotuning, allocator) off the main stream
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for i in range(3):
+                    step(i)
+            torch.cuda.current_stream().wait_stream(side)
+            optimiser.zero_grad(set_to_none=True)  # the graph's backward allocates the grads
+            with torch.cuda.graph(captured):
+                forward_backward(x_static, y_static)
+
+        def replay(i: int) -> None:
+            x, y = batch_at(i)
+            x_static.copy_(x)
+            y_static.copy_(y)
+            captured.replay()
+
+        first = sync_time(capture)
+        run = replay
+    else:
+        first = sync_time(lambda: step(0))
+        for i in range(1, 3):  # warm-up: allocator, cuDNN / compile autotuning
+            step(i)
+        run = step
+    total = sync_time(lambda: [run(i) for i in range(steps)])
     return first, total / steps
 
 
@@ -140,45 +188,68 @@ def bench_paper_epoch(steps: int) -> None:
     print(f"   {'model':<28} {'first step s':>12} {'ms/step':>9} {'epoch s':>9}")
     epoch = {}
     static = {"neighbours": "static"}  # no search of hidden clouds (docs/design.md)
-    runs = [  # label, model, precision, compiled, model keys
-        ("cloudlstm", "cloudlstm", "fp32", False, {}),
-        ("cloudlstm tf32", "cloudlstm", "tf32", False, {}),
-        ("cloudlstm bf16", "cloudlstm", "bf16", False, {}),
-        ("cloudlstm compile", "cloudlstm", "fp32", True, {}),
-        ("cloudlstm compile bf16", "cloudlstm", "bf16", True, {}),
-        ("cloudlstm static", "cloudlstm", "fp32", False, static),
-        ("cloudlstm static bf16", "cloudlstm", "bf16", False, static),
-        ("convlstm", "convlstm", "fp32", False, {}),
-        ("convlstm tf32", "convlstm", "tf32", False, {}),
-        ("convlstm bf16", "convlstm", "bf16", False, {}),
+    runs = [  # label, model, precision, how it runs (eager | compile | graph), model keys
+        ("cloudlstm", "cloudlstm", "fp32", "eager", {}),
+        ("cloudlstm, passes kNN", "cloudlstm", "fp32", "eager", {}),
+        ("cloudlstm tf32", "cloudlstm", "tf32", "eager", {}),
+        ("cloudlstm bf16", "cloudlstm", "bf16", "eager", {}),
+        ("cloudlstm compile", "cloudlstm", "fp32", "compile", {}),
+        ("cloudlstm graph", "cloudlstm", "fp32", "graph", {}),
+        ("cloudlstm graph bf16", "cloudlstm", "bf16", "graph", {}),
+        ("cloudlstm static", "cloudlstm", "fp32", "eager", static),
+        ("cloudlstm static bf16", "cloudlstm", "bf16", "eager", static),
+        ("cloudlstm static graph bf16", "cloudlstm", "bf16", "graph", static),
+        ("convlstm", "convlstm", "fp32", "eager", {}),
+        ("convlstm tf32", "convlstm", "tf32", "eager", {}),
+        ("convlstm bf16", "convlstm", "bf16", "eager", {}),
+        ("convlstm graph bf16", "convlstm", "bf16", "graph", {}),
     ]
     flops = {}
-    for label, name, precision, compiled, keys in runs:
+    default_algorithm = knn_triton.DEFAULT_ALGORITHM
+    for label, name, precision, mode, keys in runs:
+        if mode == "graph" and DEVICE != "cuda":
+            print(f"   {label:<28} (CUDA graphs: CUDA only)")
+            continue
         torch.manual_seed(0)
         tf32 = precision == "tf32"  # TensorFloat-32 matmuls: torch's "high" precision
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+        knn_triton.DEFAULT_ALGORITHM = "passes" if "passes" in label else default_algorithm
         model = model_for_shape(name, num_channels=c, input_steps=m, output_steps=m, **keys)
         model = model.to(DEVICE)
         if name not in flops:
             flops[name] = step_flops(model, data)
-        if compiled:
+        if mode == "compile":
             model.compile()
-        first, per_step = train_epoch(model, data, steps, precision == "bf16")
+        try:
+            first, per_step = train_epoch(model, data, steps, precision == "bf16", mode == "graph")
+        except Exception as error:  # a variant that cannot run here is reported, not fatal
+            print(f"   {label:<28} failed: {type(error).__name__}: {str(error)[:200]}")
+            continue
+        finally:
+            del model
+            free_cache()
         epoch[label] = per_step * epoch_steps
         print(f"   {label:<28} {first:12.1f} {per_step * 1e3:9.1f} {epoch[label]:9.1f}")
-        del model
-        free_cache()
-    best = min(v for k, v in epoch.items() if k.startswith("cloudlstm") and "static" not in k)
-    print(
-        f"\n   CloudLSTM epoch: {epoch['cloudlstm']:.1f} s float32, best variant {best:.1f} s; "
-        f"paper (K40M) {PAPER_EPOCH_S:.0f} s = {PAPER_EPOCH_S / best:.0f}x ours; "
-        f"target <= {TARGET_EPOCH_S:.0f} s"
+    knn_triton.DEFAULT_ALGORITHM = default_algorithm
+    best_label = min(
+        (k for k in epoch if k.startswith("cloudlstm") and "static" not in k), key=epoch.get
     )
+    best = epoch[best_label]
     print(
-        f"   With model.neighbours=static (not the paper's model): "
-        f"{epoch['cloudlstm static']:.1f} s float32, {epoch['cloudlstm static bf16']:.1f} s bf16"
+        f"\n   CloudLSTM epoch: {epoch['cloudlstm']:.1f} s float32, best {best:.1f} s "
+        f"({best_label}); paper (K40M) {PAPER_EPOCH_S:.0f} s = {PAPER_EPOCH_S / best:.0f}x "
+        f"ours; target <= {TARGET_EPOCH_S:.0f} s"
     )
-    for suffix in ("", " tf32", " bf16"):
+    if DEVICE == "cuda" and "cloudlstm, passes kNN" in epoch:
+        print(
+            f"   kNN kernel {knn_triton.DEFAULT_ALGORITHM!r} against 'passes', float32 epoch: "
+            f"{epoch['cloudlstm, passes kNN'] / epoch['cloudlstm']:.2f}x faster"
+        )
+    static_runs = ", ".join(f"{k} {v:.1f} s" for k, v in epoch.items() if "static" in k)
+    print(f"   With model.neighbours=static (not the paper's model): {static_runs}")
+    for suffix in ("", " tf32", " bf16", " graph bf16"):
+        if "cloudlstm" + suffix not in epoch or "convlstm" + suffix not in epoch:
+            continue
         ratio = epoch["cloudlstm" + suffix] / epoch["convlstm" + suffix]
         print(
             f"   CloudLSTM / ConvLSTM epoch time{suffix or ' fp32'}: {ratio:.2f}x "

@@ -18,8 +18,8 @@ import torch
 from conftest import ROOT, TINY, subprocess_env
 
 from cloudlstm.models import CloudSeq2Seq
-from cloudlstm.nn import DConv, channel_neighbours
-from cloudlstm.nn.knn import knn, knn_reference
+from cloudlstm.nn import DConv, channel_neighbours, knn_triton
+from cloudlstm.nn.knn import NonFiniteCoordinatesError, knn, knn_reference
 
 pytestmark = [
     pytest.mark.gpu,
@@ -56,8 +56,10 @@ def test_knn_on_cuda_equals_the_cpu_reference(k: int) -> None:
         assert torch.equal(got.cpu(), expected), name
         assert torch.equal(knn(coords.cuda(), k, method="cells").cpu(), expected), name
         if name != "large":
-            for method in ("triton", "brute"):
-                assert torch.equal(knn(coords.cuda(), k, method=method).cpu(), expected), name
+            assert torch.equal(knn(coords.cuda(), k, method="brute").cpu(), expected), name
+            for algorithm in knn_triton.ALGORITHMS:
+                got = knn_triton.knn_triton(coords.cuda(), k, algorithm=algorithm)
+                assert torch.equal(got.cpu(), expected), (name, algorithm)
 
 
 def test_dconv_on_cuda_matches_cpu() -> None:
@@ -112,6 +114,26 @@ def test_seq2seq_on_cuda_matches_cpu(attention: bool) -> None:
         if k == 1:
             torch.testing.assert_close(got, expected, **TIGHT)
         assert _mean_relative(got, expected) < LOOSE
+
+
+def test_a_forward_on_cuda_synchronises_once() -> None:
+    """The searches check their coordinates on the device; the forward's one host sync is
+    the check at its end (docs/design.md, "GPU path"). NaN coordinates are still refused."""
+    model, x, coords = _model_and_batch()
+    model, x, coords = model.cuda(), x.cuda(), coords.cuda()
+    model(x, coords)  # Triton's autotuning synchronises, once per shape
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with pytest.warns(UserWarning, match="synchroniz") as syncs:
+            model(x, coords).square().mean().backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert len([w for w in syncs if "synchroniz" in str(w.message)]) == 1
+    with torch.no_grad():
+        model.encoder[0].gates.weight.fill_(float("nan"))
+    with pytest.raises(NonFiniteCoordinatesError, match="NaN or inf"):
+        model(x, coords)
 
 
 def test_bf16_autocast_on_cuda() -> None:

@@ -167,27 +167,83 @@ def test_non_finite_coordinates_are_refused(bad):
         knn(coords, 3)
 
 
-def test_triton_kernel_compiles_for_hopper_without_fused_multiply_add() -> None:
-    """Compiled ahead for sm_90 (no GPU needed): a fused multiply-add would round the squared
-    distances differently from knn_reference and break exact ties."""
+def test_deferred_finite_check_refuses_nan_once_at_the_end_of_the_block() -> None:
+    """Inside the block a NaN-safe search (brute force here, Triton on a GPU) returns
+    in-range indices and the error comes at the block's end; the outermost block checks;
+    the numba grid, which is not NaN-safe, still refuses at once."""
+    from cloudlstm.nn.knn import NonFiniteCoordinatesError, deferred_finite_check
+
+    bad = torch.rand(2, 10, 2)
+    bad[1, 4, 0] = float("nan")
+    reached = []
+    with pytest.raises(NonFiniteCoordinatesError, match="NaN or inf"), deferred_finite_check():
+        with deferred_finite_check():
+            index = knn(bad, 3, method="brute")
+        reached.append("inner block left without an error")
+        assert index.min() >= 0 and index.max() < 10
+        assert torch.equal(index[0], knn_reference(bad[0], 3))  # the finite cloud
+    assert reached
+    with pytest.raises(NonFiniteCoordinatesError), deferred_finite_check():
+        knn(bad, 3)  # numba: immediately
+    with deferred_finite_check():  # finite coordinates: nothing raised, same result
+        assert torch.equal(knn(bad[:1], 3, method="brute"), knn_reference(bad[:1], 3))
+    with pytest.raises(NonFiniteCoordinatesError):  # outside a block: at once, as before
+        knn(bad, 3, method="brute")
+
+
+def _compile_for_hopper(algorithm: str, constants: dict[str, int], num_warps: int = 4) -> str:
+    """PTX of a kNN kernel compiled ahead for sm_90 (no GPU needed), untuned."""
     triton = pytest.importorskip("triton", reason="Triton is not installed (CPU-only setup)")
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from cloudlstm.nn.knn_triton import _knn_kernel
+    from cloudlstm.nn import knn_triton
 
-    constants = {"n": 274, "K": 9, "L": 2, "BLOCK_Q": 32, "BLOCK_N": 64}
+    kernel = getattr(knn_triton, f"_knn_{algorithm}_kernel")
     signature = {"coords_ptr": "*fp32", "out_ptr": "*i64", **dict.fromkeys(constants, "constexpr")}
-    source = ASTSource(fn=_knn_kernel.fn, signature=signature, constexprs=constants)  # untuned
-    kernel = triton.compile(
-        source, target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": False}
+    source = ASTSource(fn=kernel.fn, signature=signature, constexprs=constants)
+    options = {"enable_fp_fusion": False, "num_warps": num_warps}
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+
+
+@pytest.mark.parametrize(
+    "algorithm, blocks",
+    [("passes", {"BLOCK_Q": 32, "BLOCK_N": 64}), ("insert", {"BLOCK_Q": 128, "KP": 8})],
+)
+def test_triton_kernels_compile_for_hopper_without_fused_multiply_add(algorithm, blocks) -> None:
+    """A fused multiply-add would round the squared distances differently from
+    knn_reference and break exact ties."""
+    ptx = _compile_for_hopper(algorithm, {"n": 274, "K": 9, "L": 2, **blocks})
+    assert "fma" not in ptx and "mul.rn.f32" in ptx
+
+
+@pytest.mark.parametrize("k, block_q, num_warps", [(9, 128, 4), (3, 32, 1), (17, 64, 1)])
+def test_insert_kernel_keeps_a_query_in_one_thread(k, block_q, num_warps) -> None:
+    """What makes ``insert`` cheap: the loop over points has no shuffles or barriers (a
+    query's slots live in one thread) and stays short. Laying the slots out (BLOCK_Q, KP)
+    instead compiles to ~400 instructions with both."""
+    import triton
+
+    slots = triton.next_power_of_2(k - 1)
+    ptx = _compile_for_hopper(
+        "insert", {"n": 274, "K": k, "L": 2, "KP": slots, "BLOCK_Q": block_q}, num_warps
     )
-    assert "fma" not in kernel.asm["ptx"] and "mul.rn.f32" in kernel.asm["ptx"]
+    loop = ptx[ptx.index("$L__BB0_1:") :]
+    loop = loop[: loop.index("bra")]
+    assert "shfl" not in loop and "bar.sync" not in loop
+    instructions = [
+        line for line in loop.splitlines()[1:] if line.strip() and not line.strip().startswith(
+            ("//", "$L__tmp", ".loc", "mov.u32")
+        )
+    ]  # fmt: skip
+    queries_per_thread = block_q // (32 * num_warps)
+    assert len(instructions) <= queries_per_thread * (24 + 5 * slots)
 
 
-def test_triton_kernel_is_exact_in_the_interpreter(tmp_path) -> None:
-    """The kernel's logic on CPU through Triton's interpreter (a subprocess: the mode is read
-    when the kernel is defined)."""
+def test_triton_kernels_are_exact_in_the_interpreter(tmp_path) -> None:
+    """Both kernels' logic on CPU through Triton's interpreter (a subprocess: the mode is
+    read when the kernel is defined), ties and 3-D included; NaN / inf coordinates give
+    in-range, distinct neighbours, the point itself first."""
     pytest.importorskip("triton", reason="Triton is not installed (CPU-only setup)")
     import os
     import subprocess
@@ -200,11 +256,19 @@ def test_triton_kernel_is_exact_in_the_interpreter(tmp_path) -> None:
         "g = torch.Generator().manual_seed(0)\n"
         "ties = torch.randint(0, 4, (2, 50, 3), generator=g).float()\n"
         "clouds = [torch.rand(2, 70, 2, generator=g), ties]\n"
-        "for c in clouds:\n"
-        "    for k in (1, 2, 9):\n"
-        "        for blocks in ((16, 32), (64, 64)):\n"
-        "            got = knn_triton(c, k, blocks)\n"
-        "            assert torch.equal(got, knn_reference(c, k)), (c.shape, k, blocks)\n"
+        "bad = torch.rand(3, 40, 2, generator=g)\n"
+        "bad[0, 5, 0], bad[1, :, 1], bad[2, 7, 1] = float('nan'), float('nan'), float('inf')\n"
+        "runs = [('passes', {'BLOCK_Q': 16, 'BLOCK_N': 32}), ('passes', {'BLOCK_Q': 64, "
+        "'BLOCK_N': 64}), ('insert', {'BLOCK_Q': 32}), ('insert', {'BLOCK_Q': 64})]\n"
+        "for algorithm, blocks in runs:\n"
+        "    for c in clouds:\n"
+        "        for k in (1, 2, 3, 9, 17):\n"
+        "            got = knn_triton(c, k, blocks, algorithm)\n"
+        "            assert torch.equal(got, knn_reference(c, k)), (algorithm, c.shape, k)\n"
+        "    got = knn_triton(bad, 9, blocks, algorithm)\n"
+        "    assert torch.equal(got[:, :, 0], torch.arange(40).expand(3, -1)), algorithm\n"
+        "    assert got.min() >= 0 and got.max() < 40, algorithm\n"
+        "    assert (got.sort(-1).values.diff(dim=-1) > 0).all(), algorithm\n"
     )
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)

@@ -12,6 +12,7 @@ from torch.utils.checkpoint import checkpoint
 from cloudlstm.models.base import Forecaster, values_to_cloud
 from cloudlstm.nn import CELLS, CloudAttention, DConv, check_k, shared_neighbours
 from cloudlstm.nn.cells import cat_neighbours, search
+from cloudlstm.nn.knn import deferred_finite_check
 from cloudlstm.nn.ordering import morton_order
 
 
@@ -173,6 +174,12 @@ class CloudSeq2Seq(Forecaster):
     def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
         self.check_input(x, coords)
         check_k(self.k, x.shape[2])
+        # NaN coordinates (a diverged model) are refused once per forward on the GPU, not
+        # with a host synchronisation in each of its dozens of searches
+        with deferred_finite_check():
+            return self._forward(x, coords)
+
+    def _forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
         if not self.spatial_order:
             return self._forecast(x, coords)
         # Points in Z-order of their positions while the model runs, given back in the

@@ -37,6 +37,10 @@ Threads rather than numba's ``parallel=True``: see :mod:`cloudlstm.nn.threads`.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numba
 import numpy as np
 import torch
@@ -321,6 +325,49 @@ def _knn_chunked(coords: torch.Tensor, k: int, chunk: int) -> torch.Tensor:
 
 METHODS = ("auto", "numba", "cells", "triton", "brute")
 
+_deferred = threading.local()  # .flags: the open deferred_finite_check's list, else absent
+
+
+def _check_finite(flat: torch.Tensor, deferrable: bool) -> None:
+    """Refuse NaN / inf coordinates, checked in float32 where the searches run: the grid
+    kernels would return indices out of range.
+
+    On a GPU the check is a host synchronisation; inside :func:`deferred_finite_check`,
+    searches whose result stays in range on NaN (Triton, brute force) leave it to the end of
+    the block.
+    """
+    finite = torch.isfinite(flat).all()
+    flags = getattr(_deferred, "flags", None)
+    if deferrable and flags is not None:
+        flags.append(finite)
+    elif not bool(finite):
+        raise NonFiniteCoordinatesError("kNN: the point coordinates hold NaN or inf.")
+
+
+@contextmanager
+def deferred_finite_check() -> Iterator[None]:
+    """One finiteness check for all the searches in the block, at its end.
+
+    A CloudLSTM forward searches dozens of clouds; on a GPU, checking each one's
+    coordinates on the host would stall the launch queue dozens of times per step (and
+    makes the step impossible to capture in a CUDA graph). Inside this block the Triton
+    and brute-force searches, which return in-range indices on NaN coordinates, record a
+    device flag instead; the block's end raises :class:`NonFiniteCoordinatesError` if any
+    was false, with one synchronisation. Nothing is checked while a CUDA graph is being
+    captured (a synchronisation is not allowed there). Blocks nest: the outermost checks.
+    """
+    if getattr(_deferred, "flags", None) is not None:  # nested: the outer block checks
+        yield
+        return
+    _deferred.flags = flags = []
+    try:
+        yield
+    finally:
+        _deferred.flags = None
+    capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    if flags and not capturing and not bool(torch.stack(flags).all()):
+        raise NonFiniteCoordinatesError("kNN: the point coordinates hold NaN or inf.")
+
 
 @torch.compiler.disable  # numba, and a data-dependent loop: not for a compiled graph
 @torch.no_grad()
@@ -344,10 +391,6 @@ def knn(coords: torch.Tensor, k: int, method: str = "auto", chunk: int = 1024) -
     if method not in METHODS:
         raise ValueError(f"knn: method={method!r} is not one of {METHODS}.")
     flat = coords.detach().reshape(-1, n, dims).float()  # float32 whatever the autocast
-    # checked in float32, where the searches run: the grid kernels would return indices out
-    # of range, the brute-force path an arbitrary order
-    if not bool(torch.isfinite(flat).all()):
-        raise NonFiniteCoordinatesError("kNN: the point coordinates hold NaN or inf.")
     if dims == 1 and method != "brute":  # a zero second axis adds exactly 0 to every distance
         flat = torch.cat([flat, torch.zeros_like(flat)], dim=-1)
     if method == "auto":
@@ -355,6 +398,7 @@ def knn(coords: torch.Tensor, k: int, method: str = "auto", chunk: int = 1024) -
             method = "numba"
         else:
             method = "triton" if knn_triton.available(flat) else "cells"
+    _check_finite(flat, deferrable=method in ("triton", "brute"))
     if method == "numba":
         if flat.device.type != "cpu":
             raise ValueError("knn: method='numba' runs on CPU tensors only.")

@@ -4,19 +4,33 @@ At the paper's size a CloudLSTM step searches ``B x U`` clouds of a few hundred 
 (2,304 clouds of 274 at batch 32), dozens of times per training step. In torch ops every
 search is a chain of kernels with host synchronisations (the cell list) or a
 ``clouds x N x N`` key tensor written to memory and ranked by ``topk`` (brute force). Here
-one program ranks a block of queries of one cloud against all its points, in registers:
+one program ranks a block of queries of one cloud against all its points, in registers,
+with the ranking rule of every other search: (squared distance, index) compared
+lexicographically, the point itself first; ``d2`` summed per axis in order with separately
+rounded products (``enable_fp_fusion`` off: a fused multiply-add would round differently
+from :func:`knn_reference`). Two algorithms, both exact:
 
-* the ranking rule everywhere else, (squared distance, index) compared lexicographically,
-  the point itself first; ``d2`` summed per axis in order with separately rounded
-  products (``enable_fp_fusion`` off: a fused multiply-add would round differently from
-  :func:`knn_reference`);
-* K - 1 passes, each taking the smallest pair above the previous pass's, over tiles of the
-  cloud's points: ``O(K N)`` work per query, no memory beyond the ``(R, N, K)`` output;
-  block sizes autotuned per (N, K, L) on first use.
+* ``insert`` (the default): one pass over the points; each query keeps its K - 1 best int64
+  keys (distance bits << 32 | index) in one thread's registers and replaces the worst when
+  a point beats it, then ranks them. Its inner loop compiles to 52 PTX instructions per
+  (query, point) pair at K = 9 (sm_90, no shuffles or barriers: a test keeps it so).
+* ``passes``: K - 1 passes over tiles of the cloud's points, each taking the smallest pair
+  above the previous pass's with a min-reduction across the tile's threads (shuffles):
+  34-39 PTX instructions per pair and pass over the autotuner's tile shapes, 270-310 per
+  pair at K = 9. Measured on an H100: 2.5 ms for the paper's 2,304 clouds of 274 points.
 
-Brute force in work, so it is used for clouds up to :data:`MAX_POINTS` points; larger ones
-go to the cell-list search (:mod:`cloudlstm.nn.knn_cells`). Without Triton (CPU-only
-installs) :func:`available` is false and nothing here runs.
+``insert`` is the default on that instruction count: it has not run on a GPU yet (it is
+exact in Triton's CPU interpreter, like ``passes``). ``benchmarks/bench_gpu.py`` times both;
+``knn_triton(..., algorithm="passes")`` or :data:`DEFAULT_ALGORITHM` selects the other.
+
+A NaN distance (NaN coordinates) ranks as +inf: the indices stay in range, so that a
+diverged model's search cannot read out of bounds while :func:`cloudlstm.nn.knn.knn`
+defers its finiteness check (no host synchronisation per search on the GPU).
+
+Block sizes are autotuned per (N, K, L) on first use. Brute force in work, so these kernels
+serve clouds up to :data:`MAX_POINTS` points; larger ones go to the cell-list search
+(:mod:`cloudlstm.nn.knn_cells`). Without Triton (CPU-only installs) :func:`available` is
+false and nothing here runs.
 """
 
 from __future__ import annotations
@@ -56,8 +70,8 @@ if triton is not None:
         key=["n", "K", "L"],
     )
     @triton.jit
-    def _knn_kernel(
-        coords_ptr,  # (R, N, L) float32, contiguous, finite
+    def _knn_passes_kernel(
+        coords_ptr,  # (R, N, L) float32, contiguous
         out_ptr,  # (R, N, K) int64
         n: tl.constexpr,  # a constant: one compiled kernel per cloud size (a data set's N)
         K: tl.constexpr,
@@ -92,6 +106,7 @@ if triton is not None:
                 if L == 3:
                     dz = qz[:, None] - tl.load(base + p * L + 2, mask=p_ok, other=0.0)[None, :]
                     d2 = d2 + dz * dz
+                d2 = tl.where(d2 == d2, d2, float("inf"))  # NaN ranks as +inf
                 pp = p[None, :]
                 ld, lp = last_d[:, None], last_p[:, None]
                 after = (d2 > ld) | ((d2 == ld) & (pp > lp))
@@ -105,14 +120,84 @@ if triton is not None:
             last_d, last_p = best_d, best_p
             tl.store(out + t, best_p.to(tl.int64), mask=q_ok)
 
+    @triton.autotune(
+        configs=[
+            triton.Config({"BLOCK_Q": bq}, num_warps=w)
+            for bq in (32, 64, 128, 256)
+            for w in (1, 2, 4, 8)
+            if 32 * w <= bq  # at least one query per thread
+        ],
+        key=["n", "K", "L"],
+    )
+    @triton.jit
+    def _knn_insert_kernel(
+        coords_ptr,  # (R, N, L) float32, contiguous
+        out_ptr,  # (R, N, K) int64
+        n: tl.constexpr,
+        K: tl.constexpr,
+        L: tl.constexpr,  # 2 or 3
+        KP: tl.constexpr,  # slots per query: K - 1 rounded up to a power of two (>= 1)
+        BLOCK_Q: tl.constexpr,
+    ):
+        cloud = tl.program_id(0)
+        q = tl.program_id(1) * BLOCK_Q + tl.arange(0, BLOCK_Q)
+        q_ok = q < n
+        base = coords_ptr + cloud.to(tl.int64) * (n * L)
+        out = out_ptr + (cloud.to(tl.int64) * n + q) * K
+        tl.store(out, q.to(tl.int64), mask=q_ok)  # the point itself first
+        if K > 1:
+            qx = tl.load(base + q * L, mask=q_ok, other=0.0)
+            qy = tl.load(base + q * L + 1, mask=q_ok, other=0.0)
+            qz = tl.load(base + q * L + (L - 1), mask=q_ok, other=0.0)
+            # Each query's KP best keys so far, unordered: (distance bits << 32) | index,
+            # ranked like knn_reference's keys. They start as distinct keys above any
+            # point's (so exactly one slot is "the worst"); KP may exceed K - 1, which only
+            # keeps a few more candidates than needed.
+            # (KP, BLOCK_Q), not (BLOCK_Q, KP): Triton then lays a query's slots out in
+            # one thread (lanes run along the last axis), so the max and the replacement
+            # below need no shuffles and no shared memory.
+            empty = 0x7FFFFFFFFFFFFFFF - tl.arange(0, KP).to(tl.int64)
+            slots = tl.zeros([KP, BLOCK_Q], tl.int64) + empty[:, None]
+            worst = tl.max(slots, axis=0)
+            for p in range(0, n):  # in index order: an equal distance never displaces
+                dx = qx - tl.load(base + p * L)
+                dy = qy - tl.load(base + p * L + 1)
+                d2 = dx * dx + dy * dy  # per axis in order, each product rounded
+                if L == 3:
+                    dz = qz - tl.load(base + p * L + 2)
+                    d2 = d2 + dz * dz
+                d2 = tl.where(d2 == d2, d2, float("inf"))  # NaN ranks as +inf
+                key = (d2.to(tl.int32, bitcast=True).to(tl.int64) << 32) | p
+                take = (key < worst) & (q != p)
+                slots = tl.where(take[None, :] & (slots == worst[None, :]), key[None, :], slots)
+                worst = tl.max(slots, axis=0)
+            for t in range(1, K):  # the K - 1 smallest keys, in order
+                smallest = tl.min(slots, axis=0)
+                tl.store(out + t, smallest.to(tl.int32).to(tl.int64), mask=q_ok)  # its index
+                slots = tl.where(slots == smallest[None, :], 0x7FFFFFFFFFFFFFFF, slots)
 
-def knn_triton(coords: torch.Tensor, k: int, blocks: tuple[int, int] | None = None) -> torch.Tensor:
+
+ALGORITHMS = ("passes", "insert")
+DEFAULT_ALGORITHM = "insert"  # by instruction count, not yet timed (module doc)
+
+
+def knn_triton(
+    coords: torch.Tensor,
+    k: int,
+    blocks: dict[str, int] | None = None,
+    algorithm: str | None = None,
+) -> torch.Tensor:
     """``(R, N, L)`` float32 CUDA coordinates -> ``(R, N, k)`` int64, equal to
     :func:`cloudlstm.nn.knn.knn_reference` (see the module doc).
 
-    ``blocks``: ``(BLOCK_Q, BLOCK_N)`` instead of the autotuned choice (tests; Triton's
-    CPU interpreter cannot autotune).
+    ``blocks``: the block sizes instead of the autotuned choice (tests; Triton's CPU
+    interpreter cannot autotune): ``BLOCK_Q`` and ``BLOCK_N`` for ``passes``, ``BLOCK_Q``
+    for ``insert``. ``algorithm``: ``passes`` or ``insert``, default
+    :data:`DEFAULT_ALGORITHM`.
     """
+    algorithm = algorithm or DEFAULT_ALGORITHM
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"knn_triton: algorithm={algorithm!r} is not one of {ALGORITHMS}.")
     r, n, dims = coords.shape
     coords = coords.contiguous()
     out = torch.empty(r, n, k, dtype=torch.int64, device=coords.device)
@@ -120,12 +205,12 @@ def knn_triton(coords: torch.Tensor, k: int, blocks: tuple[int, int] | None = No
     def grid(meta: dict) -> tuple[int, int]:
         return (r, triton.cdiv(n, meta["BLOCK_Q"]))
 
+    kernel, sizes = _knn_passes_kernel, {"n": n, "K": k, "L": dims}
+    if algorithm == "insert":
+        kernel = _knn_insert_kernel
+        sizes["KP"] = triton.next_power_of_2(max(k - 1, 1))
+    if blocks is not None:
+        kernel, sizes = kernel.fn, {**sizes, **blocks}
     # no fused multiply-add: it would round d2 differently from knn_reference
-    if blocks is None:
-        _knn_kernel[grid](coords, out, n=n, K=k, L=dims, enable_fp_fusion=False)
-    else:
-        _knn_kernel.fn[grid](
-            coords, out, n=n, K=k, L=dims, BLOCK_Q=blocks[0], BLOCK_N=blocks[1],
-            enable_fp_fusion=False,
-        )  # fmt: skip
+    kernel[grid](coords, out, **sizes, enable_fp_fusion=False)
     return out
