@@ -82,3 +82,33 @@ def rebuilding_fails(owner: type, method: str) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(owner, method, refuse)
         yield
+
+
+def compile_for_hopper(kernel, signature: dict[str, str], constants: dict, num_warps: int = 4):
+    """PTX of a Triton kernel compiled ahead for sm_90 (no GPU needed; skips without
+    Triton). ``signature``: the pointer and scalar arguments' types; ``constants``: the
+    ``tl.constexpr`` ones. Without fused multiply-adds, as the project's kernels launch."""
+    triton = pytest.importorskip("triton", reason="Triton is not installed (CPU-only setup)")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    autotuned = isinstance(kernel, triton.runtime.autotuner.Autotuner)
+    fn = kernel.fn if autotuned else kernel  # the jitted function, untuned
+    source = ASTSource(
+        fn=fn, signature={**signature, **dict.fromkeys(constants, "constexpr")},
+        constexprs=constants,
+    )  # fmt: skip
+    options = {"enable_fp_fusion": False, "num_warps": num_warps}
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+
+
+def run_in_triton_interpreter(script: str) -> None:
+    """Run ``script`` in a subprocess under Triton's CPU interpreter (the mode is read when
+    a kernel is defined, so not in this process); fail with its error output."""
+    pytest.importorskip("triton", reason="Triton is not installed (CPU-only setup)")
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]

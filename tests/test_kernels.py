@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from conftest import compile_for_hopper, run_in_triton_interpreter
 
 from cloudlstm.nn import CloudLSTMCell, cells, channel_neighbours, dconv
 from cloudlstm.nn.kernels import gather_neighbours, lstm_pointwise
@@ -125,3 +126,63 @@ def test_cloudlstm_cell_unchanged(monkeypatch):
         monkeypatch.setattr(module, "use_kernels", lambda tensor: False)
     for a, b in zip(ours, two_steps(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_lstm_triton_kernels_equal_the_torch_expression_in_the_interpreter():
+    """The CUDA LSTM update (nn/lstm_triton.py) through Triton's CPU interpreter: outputs and
+    gradients of the torch expression, in float32 and with bf16 gates (autocast), also
+    when only the hidden state is used; and CloudLSTMCell routes to it off the CPU path."""
+    import inspect
+
+    script = (
+        "import torch\n"
+        "from cloudlstm.nn import CloudLSTMCell, cells, dconv, lstm_triton\n"
+        + inspect.getsource(lstm_torch)
+        + "g = torch.Generator().manual_seed(0)\n"
+        "for dtype, tol in ((torch.float32, 1e-6), (torch.bfloat16, 1e-2)):\n"
+        "    z = (2 * torch.randn(2, 7, 12, 3, generator=g)).to(dtype).requires_grad_()\n"
+        "    c = torch.randn(2, 7, 3, 3, generator=g).requires_grad_()\n"
+        "    w = torch.randn(2, 7, 3, 3, generator=g)\n"
+        "    for hidden_only in (False, True):\n"
+        "        runs = []\n"
+        "        for fn in (lstm_torch, lstm_triton.lstm_pointwise_triton):\n"
+        "            hidden, memory = fn(z, c, 1)\n"
+        "            loss = (hidden * w).sum() + (0 if hidden_only else memory.sum())\n"
+        "            runs.append([hidden, memory, *torch.autograd.grad(loss, (z, c))])\n"
+        "        for ref, ours in zip(*runs):\n"
+        "            assert ours.dtype == ref.dtype, (ours.dtype, ref.dtype)\n"
+        "            torch.testing.assert_close(ours.float(), ref.float(), rtol=tol, atol=tol)\n"
+        "torch.manual_seed(0)\n"
+        "cell = CloudLSTMCell(3, 4, k=5)\n"
+        "x, state = torch.rand(2, 16, 3, 3), cell.initial_state(torch.rand(2, 16, 2))\n"
+        "cells.use_kernels = dconv.use_kernels = lambda tensor: False\n"
+        "torch_path = cell(x, state)[0]\n"
+        "lstm_triton.available = lambda z: True\n"
+        "calls = []\n"
+        "kernel = lstm_triton.lstm_pointwise_triton\n"
+        "lstm_triton.lstm_pointwise_triton = lambda *a: calls.append(1) or kernel(*a)\n"
+        "torch.testing.assert_close(cell(x, state)[0], torch_path, rtol=1e-6, atol=1e-6)\n"
+        "assert calls\n"
+    )
+    run_in_triton_interpreter(script)
+
+
+@pytest.mark.parametrize("kernel", ["_forward_kernel", "_backward_kernel"])
+def test_lstm_triton_kernels_compile_for_hopper(kernel):
+    """The interpreter does not lower a kernel; this does, as a GPU would (bf16 gates)."""
+    pytest.importorskip("triton", reason="Triton is not installed (CPU-only setup)")
+    from cloudlstm.nn import lstm_triton
+
+    pointers = {
+        "_forward_kernel": ["z_ptr", "c_ptr", "hidden_ptr", "memory_ptr"],
+        "_backward_kernel": ["z_ptr", "c_ptr", "grad_hidden_ptr", "grad_memory_ptr",
+                             "grad_z_ptr", "grad_c_ptr"],
+    }[kernel]  # fmt: skip
+    signature = {
+        name: "*bf16" if name.startswith(("z", "grad_z")) else "*fp32" for name in pointers
+    }
+    signature["total"] = "i64"
+    ptx = compile_for_hopper(
+        getattr(lstm_triton, kernel), signature, {"Q": 108, "H": 1, "F": 3, "BLOCK": 1024}
+    )
+    assert ".entry" in ptx

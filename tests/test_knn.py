@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import compile_for_hopper, run_in_triton_interpreter
 
 from cloudlstm.nn.knn import NeighbourCountError, check_k, knn, knn_reference
 
@@ -192,18 +193,12 @@ def test_deferred_finite_check_refuses_nan_once_at_the_end_of_the_block() -> Non
 
 
 def _compile_for_hopper(algorithm: str, constants: dict[str, int], num_warps: int = 4) -> str:
-    """PTX of a kNN kernel compiled ahead for sm_90 (no GPU needed), untuned."""
-    triton = pytest.importorskip("triton", reason="Triton is not installed (CPU-only setup)")
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
+    pytest.importorskip("triton", reason="Triton is not installed (CPU-only setup)")
     from cloudlstm.nn import knn_triton
 
     kernel = getattr(knn_triton, f"_knn_{algorithm}_kernel")
-    signature = {"coords_ptr": "*fp32", "out_ptr": "*i64", **dict.fromkeys(constants, "constexpr")}
-    source = ASTSource(fn=kernel.fn, signature=signature, constexprs=constants)
-    options = {"enable_fp_fusion": False, "num_warps": num_warps}
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+    signature = {"coords_ptr": "*fp32", "out_ptr": "*i64"}
+    return compile_for_hopper(kernel, signature, constants, num_warps)
 
 
 @pytest.mark.parametrize(
@@ -240,15 +235,10 @@ def test_insert_kernel_keeps_a_query_in_one_thread(k, block_q, num_warps) -> Non
     assert len(instructions) <= queries_per_thread * (24 + 5 * slots)
 
 
-def test_triton_kernels_are_exact_in_the_interpreter(tmp_path) -> None:
+def test_triton_kernels_are_exact_in_the_interpreter() -> None:
     """Both kernels' logic on CPU through Triton's interpreter (a subprocess: the mode is
     read when the kernel is defined), ties and 3-D included; NaN / inf coordinates give
     in-range, distinct neighbours, the point itself first."""
-    pytest.importorskip("triton", reason="Triton is not installed (CPU-only setup)")
-    import os
-    import subprocess
-    import sys
-
     script = (
         "import torch\n"
         "from cloudlstm.nn.knn import knn_reference\n"
@@ -270,6 +260,4 @@ def test_triton_kernels_are_exact_in_the_interpreter(tmp_path) -> None:
         "    assert got.min() >= 0 and got.max() < 40, algorithm\n"
         "    assert (got.sort(-1).values.diff(dim=-1) > 0).all(), algorithm\n"
     )
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
+    run_in_triton_interpreter(script)

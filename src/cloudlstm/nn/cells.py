@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from cloudlstm.nn import lstm_triton
 from cloudlstm.nn.dconv import DConv, channel_neighbours
 from cloudlstm.nn.kernels import lstm_pointwise, use_kernels
 
@@ -144,6 +145,9 @@ class CloudLSTMCell(CloudCell):
         z = self.gates(torch.cat([x, hidden], dim=2), neighbours)
         if use_kernels(z):  # fused numba op: one pass forward, one backward
             hidden, memory = lstm_pointwise(z, memory, self.value_features)
+            return hidden, (hidden, memory)
+        if lstm_triton.available(z) and not torch.compiler.is_compiling():  # CUDA: the same
+            hidden, memory = lstm_triton.lstm_pointwise_triton(z, memory, self.value_features)
             return hidden, (hidden, memory)
         i, f, o, g = z.chunk(4, dim=2)
         memory = torch.sigmoid(f) * memory + torch.sigmoid(i) * self._candidate(g)
