@@ -186,3 +186,54 @@ def test_lstm_triton_kernels_compile_for_hopper(kernel):
         getattr(lstm_triton, kernel), signature, {"Q": 108, "H": 1, "F": 3, "BLOCK": 1024}
     )
     assert ".entry" in ptx
+
+
+def test_gather_triton_kernels_equal_index_select_in_the_interpreter():
+    """The CUDA gather (nn/gather_triton.py) through Triton's CPU interpreter: the rows of
+    the index_select path exactly, from int16 neighbours in knn's permuted memory order, and
+    its gradient (atomic adds, so to rounding); DConv routes to it off the CPU path."""
+    import inspect
+
+    script = (
+        "import torch\n"
+        "from cloudlstm.nn import DConv, dconv, gather_triton\n"
+        + inspect.getsource(gather_index_select)
+        + "g = torch.Generator().manual_seed(0)\n"
+        "cloud = torch.randn(2, 9, 4, 3, generator=g, requires_grad=True)\n"
+        "stored = torch.randint(0, 9, (2, 4, 9, 5), generator=g).to(torch.int16)\n"
+        "neighbours = stored.transpose(1, 2)  # (B, N, U, K) view, as knn returns them\n"
+        "w = torch.randn(18, 60, generator=g)\n"
+        "runs = []\n"
+        "for fn, nb in ((gather_index_select, neighbours.long()),\n"
+        "               (gather_triton.gather_neighbours_triton, neighbours)):\n"
+        "    out = fn(cloud, nb)\n"
+        "    runs.append((out, *torch.autograd.grad((out * w).sum(), cloud)))\n"
+        "assert torch.equal(runs[0][0], runs[1][0])\n"
+        "torch.testing.assert_close(runs[1][1], runs[0][1], rtol=1e-6, atol=1e-6)\n"
+        "torch.manual_seed(0)\n"
+        "conv = DConv(4, 2, 5)\n"
+        "dconv.use_kernels = lambda tensor: False\n"
+        "torch_path = conv(cloud, neighbours.int())\n"
+        "gather_triton.available = lambda cloud: True\n"
+        "calls = []\n"
+        "kernel = gather_triton.gather_neighbours_triton\n"
+        "gather_triton.gather_neighbours_triton = lambda *a: calls.append(1) or kernel(*a)\n"
+        "assert torch.equal(conv(cloud, neighbours.int()), torch_path) and calls\n"
+    )
+    run_in_triton_interpreter(script)
+
+
+@pytest.mark.parametrize("kernel", ["_gather_kernel", "_scatter_kernel"])
+def test_gather_triton_kernels_compile_for_hopper(kernel):
+    pytest.importorskip("triton", reason="Triton is not installed (CPU-only setup)")
+    from cloudlstm.nn import gather_triton
+
+    first, second = (
+        ("src_ptr", "out_ptr") if kernel == "_gather_kernel" else ("grad_out_ptr", "grad_src_ptr")
+    )
+    signature = {first: "*fp32", "nb_ptr": "*i16", second: "*fp32"}
+    signature |= dict.fromkeys(["s_b", "s_n", "s_u", "s_k", "total", "N"], "i64")
+    ptx = compile_for_hopper(
+        getattr(gather_triton, kernel), signature, {"U": 72, "K": 9, "F": 3, "BLOCK": 512}
+    )
+    assert ".entry" in ptx and ("atom" in ptx or kernel == "_gather_kernel")

@@ -146,7 +146,7 @@ class CloudLSTMCell(CloudCell):
         if use_kernels(z):  # fused numba op: one pass forward, one backward
             hidden, memory = lstm_pointwise(z, memory, self.value_features)
             return hidden, (hidden, memory)
-        if lstm_triton.available(z) and not torch.compiler.is_compiling():  # CUDA: the same
+        if lstm_triton.available(z):  # CUDA: the same, in Triton
             hidden, memory = lstm_triton.lstm_pointwise_triton(z, memory, self.value_features)
             return hidden, (hidden, memory)
         i, f, o, g = z.chunk(4, dim=2)

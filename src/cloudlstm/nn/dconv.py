@@ -15,6 +15,7 @@ import math
 import torch
 from torch import nn
 
+from cloudlstm.nn import gather_triton
 from cloudlstm.nn.kernels import gather_neighbours, use_kernels
 from cloudlstm.nn.knn import check_k, knn
 
@@ -57,6 +58,8 @@ def gather_neighbourhoods(cloud: torch.Tensor, neighbours: torch.Tensor) -> torc
     """
     if use_kernels(cloud):  # numba: no flat index tensor, one pass each way
         return gather_neighbours(cloud, neighbours)
+    if gather_triton.available(cloud):  # CUDA: the same, in Triton
+        return gather_triton.gather_neighbours_triton(cloud, neighbours)
     b, n, u, f = cloud.shape
     k = neighbours.shape[-1]
     # Flat row of (sample, point, channel) in cloud.reshape(B*N*U, F).

@@ -28,8 +28,9 @@ BLOCK = 1024
 
 
 def available(z: torch.Tensor) -> bool:
-    """Whether these kernels serve the gates ``z``: Triton and a CUDA tensor."""
-    return triton is not None and z.is_cuda
+    """Whether these kernels serve the gates ``z``: Triton, a CUDA tensor, and not inside
+    ``torch.compile`` (a compiled cell keeps the torch expression, which Inductor fuses)."""
+    return triton is not None and z.is_cuda and not torch.compiler.is_compiling()
 
 
 if triton is not None:
@@ -130,8 +131,5 @@ def lstm_pointwise_triton(
     z: torch.Tensor, memory: torch.Tensor, value_features: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`cloudlstm.nn.kernels.lstm_pointwise` on CUDA: ``z (B, N, 4U, F)`` gates
-    ``[i, f, o, g]``, ``memory (B, N, U, F)`` -> ``(hidden, memory)``, both ``(B, N, U, F)``.
-
-    Not for ``torch.compile``: a compiled cell keeps the torch expression, which Inductor
-    fuses by itself."""
+    ``[i, f, o, g]``, ``memory (B, N, U, F)`` -> ``(hidden, memory)``, both ``(B, N, U, F)``."""
     return _LSTMPointwise.apply(z, memory, value_features)
