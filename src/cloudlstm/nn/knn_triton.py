@@ -59,6 +59,25 @@ def available(coords: torch.Tensor) -> bool:
 
 if triton is not None:
 
+    @triton.jit
+    def _query_block(
+        coords_ptr, out_ptr, n: tl.constexpr, K: tl.constexpr, L: tl.constexpr,
+        BLOCK_Q: tl.constexpr,
+    ):  # fmt: skip
+        """This program's queries: cloud ``program_id(0)``, block ``program_id(1)``. Writes
+        each query's first neighbour (itself) -> (q, mask, the cloud's coordinates, the
+        queries' output rows, their x, y and z; z = y when L == 2)."""
+        cloud = tl.program_id(0)
+        q = tl.program_id(1) * BLOCK_Q + tl.arange(0, BLOCK_Q)
+        q_ok = q < n
+        base = coords_ptr + cloud.to(tl.int64) * (n * L)
+        out = out_ptr + (cloud.to(tl.int64) * n + q) * K
+        tl.store(out, q.to(tl.int64), mask=q_ok)  # the point itself first
+        qx = tl.load(base + q * L, mask=q_ok, other=0.0)
+        qy = tl.load(base + q * L + 1, mask=q_ok, other=0.0)
+        qz = tl.load(base + q * L + (L - 1), mask=q_ok, other=0.0)
+        return q, q_ok, base, out, qx, qy, qz
+
     @triton.autotune(  # per cloud size and K, once per process; the output is write-only
         configs=[
             triton.Config({"BLOCK_Q": bq, "BLOCK_N": bn}, num_warps=w)
@@ -79,15 +98,7 @@ if triton is not None:
         BLOCK_Q: tl.constexpr,
         BLOCK_N: tl.constexpr,
     ):
-        cloud = tl.program_id(0)
-        q = tl.program_id(1) * BLOCK_Q + tl.arange(0, BLOCK_Q)
-        q_ok = q < n
-        base = coords_ptr + cloud.to(tl.int64) * (n * L)
-        out = out_ptr + (cloud.to(tl.int64) * n + q) * K
-        tl.store(out, q.to(tl.int64), mask=q_ok)  # the point itself first
-        qx = tl.load(base + q * L, mask=q_ok, other=0.0)
-        qy = tl.load(base + q * L + 1, mask=q_ok, other=0.0)
-        qz = tl.load(base + q * L + (L - 1), mask=q_ok, other=0.0)  # = qy when L == 2
+        q, q_ok, base, out, qx, qy, qz = _query_block(coords_ptr, out_ptr, n, K, L, BLOCK_Q)
         # The (distance, index) of the previous pass: each pass takes the smallest pair
         # above it. Pairs of 32-bit values compared lexicographically rank exactly like
         # the int64 keys of knn_reference (bits of a non-negative float32 order as its
@@ -139,23 +150,15 @@ if triton is not None:
         KP: tl.constexpr,  # slots per query: K - 1 rounded up to a power of two (>= 1)
         BLOCK_Q: tl.constexpr,
     ):
-        cloud = tl.program_id(0)
-        q = tl.program_id(1) * BLOCK_Q + tl.arange(0, BLOCK_Q)
-        q_ok = q < n
-        base = coords_ptr + cloud.to(tl.int64) * (n * L)
-        out = out_ptr + (cloud.to(tl.int64) * n + q) * K
-        tl.store(out, q.to(tl.int64), mask=q_ok)  # the point itself first
+        q, q_ok, base, out, qx, qy, qz = _query_block(coords_ptr, out_ptr, n, K, L, BLOCK_Q)
         if K > 1:
-            qx = tl.load(base + q * L, mask=q_ok, other=0.0)
-            qy = tl.load(base + q * L + 1, mask=q_ok, other=0.0)
-            qz = tl.load(base + q * L + (L - 1), mask=q_ok, other=0.0)
             # Each query's KP best keys so far, unordered: (distance bits << 32) | index,
             # ranked like knn_reference's keys. They start as distinct keys above any
             # point's (so exactly one slot is "the worst"); KP may exceed K - 1, which only
-            # keeps a few more candidates than needed.
-            # (KP, BLOCK_Q), not (BLOCK_Q, KP): Triton then lays a query's slots out in
-            # one thread (lanes run along the last axis), so the max and the replacement
-            # below need no shuffles and no shared memory.
+            # keeps a few more candidates than needed. Shaped (KP, BLOCK_Q), not
+            # (BLOCK_Q, KP): Triton then lays a query's slots out in one thread (lanes run
+            # along the last axis), so the max and the replacement need no shuffles and
+            # no shared memory.
             empty = 0x7FFFFFFFFFFFFFFF - tl.arange(0, KP).to(tl.int64)
             slots = tl.zeros([KP, BLOCK_Q], tl.int64) + empty[:, None]
             worst = tl.max(slots, axis=0)
