@@ -237,3 +237,29 @@ def test_gather_triton_kernels_compile_for_hopper(kernel):
         getattr(gather_triton, kernel), signature, {"U": 72, "K": 9, "F": 3, "BLOCK": 512}
     )
     assert ".entry" in ptx and ("atom" in ptx or kernel == "_gather_kernel")
+
+
+def test_int16_neighbours_do_not_overflow_the_index_select_path(monkeypatch):
+    """Off the CPU, cat_neighbours keeps search's int16 (the Triton gather reads it as it
+    is); the torch path must then widen before its row arithmetic: at N * U > 32,767 the
+    int16 product would wrap."""
+    monkeypatch.setattr(dconv, "use_kernels", lambda tensor: False)
+    cloud = torch.randn(1, 1000, 40, 1)
+    neighbours = random_neighbours(1, 1000, 40, 3)
+    expected = gather_index_select(cloud, neighbours)
+    assert torch.equal(dconv.gather_neighbourhoods(cloud, neighbours.to(torch.int16)), expected)
+
+
+def test_cat_neighbours_widens_on_cpu_only():
+    """CPU: int32, the numba gather's type; elsewhere (here the meta device) as searched,
+    and one part comes back without a copy. Either way in knn's (B, U, N, K) memory order."""
+    # (B, N, U, K) views of (B, U, N, K) memory, as search returns them
+    parts = [torch.zeros(2, u, 4, 3, dtype=torch.int16).transpose(1, 2) for u in (5, 6)]
+    joined = cells.cat_neighbours(*parts)
+    assert joined.dtype == torch.int32 and joined.shape == (2, 4, 11, 3)
+    assert joined.transpose(1, 2).is_contiguous()
+    meta = [p.to("meta") for p in parts]
+    joined = cells.cat_neighbours(*meta)
+    assert joined.dtype == torch.int16 and joined.shape == (2, 4, 11, 3)
+    assert joined.transpose(1, 2).is_contiguous()
+    assert cells.cat_neighbours(meta[0]) is meta[0]

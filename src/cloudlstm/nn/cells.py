@@ -38,22 +38,29 @@ def search(cloud: torch.Tensor, k: int, value_features: int = 1) -> torch.Tensor
 
     Callers keep these between the forward and the backward (as checkpoint inputs, see
     :class:`~cloudlstm.models.CloudSeq2Seq`), where int16 takes a quarter of knn's int64.
-    Never give them to a DConv as they are: the index_select path would overflow int16;
-    :func:`cat_neighbours` widens them to int32. knn's memory order, ``(B, U, N, K)``
-    contiguous, is kept (the gather reads them in that order).
+    Give them to a DConv through :func:`cat_neighbours`, which widens them where the gather
+    needs it. knn's memory order, ``(B, U, N, K)`` contiguous, is kept (the gather reads
+    them in that order).
     """
     dtype = torch.int16 if cloud.shape[1] <= 2**15 else torch.int32
     return channel_neighbours(cloud, k, value_features).to(dtype)
 
 
 def cat_neighbours(*parts: torch.Tensor) -> torch.Tensor:
-    """Neighbours of the channel concatenation of clouds, int32, for a DConv:
-    ``(B, N, U_1 + U_2 + ..., K)`` (one part: that part, widened).
+    """Neighbours of the channel concatenation of clouds, for a DConv:
+    ``(B, N, U_1 + U_2 + ..., K)``.
 
     Concatenated in knn's memory order, so that the result is a ``(B, U, N, K)``
-    contiguous tensor seen as ``(B, N, U, K)``, like a search's. int32 halves what the
-    DConv keeps for the gather's backward against knn's int64.
+    contiguous tensor seen as ``(B, N, U, K)``, like a search's. On CPU widened to int32,
+    the type the numba gather is compiled for (half of knn's int64 in what the DConv keeps
+    for the backward); on other devices kept as they are (int16 from :func:`search`): the
+    Triton gather reads any integer type, the torch path widens for its own arithmetic, and
+    a conversion is a kernel launch per part, ~100 per forward.
     """
+    if parts[0].device.type != "cpu":
+        if len(parts) == 1:
+            return parts[0]
+        return torch.cat([p.transpose(1, 2) for p in parts], dim=1).transpose(1, 2)
     joined = torch.cat([p.transpose(1, 2).to(torch.int32) for p in parts], dim=1)
     return joined.transpose(1, 2)
 

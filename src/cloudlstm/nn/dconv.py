@@ -65,7 +65,7 @@ def gather_neighbourhoods(cloud: torch.Tensor, neighbours: torch.Tensor) -> torc
     # Flat row of (sample, point, channel) in cloud.reshape(B*N*U, F).
     channel = torch.arange(u, device=cloud.device).view(1, 1, u, 1)
     sample = torch.arange(b, device=cloud.device).view(b, 1, 1, 1) * (n * u)
-    rows = (neighbours * u + channel + sample).reshape(-1)
+    rows = (neighbours.long() * u + channel + sample).reshape(-1)  # int16 * u would overflow
     return cloud.reshape(b * n * u, f).index_select(0, rows).view(b * n, u * k * f)
 
 
