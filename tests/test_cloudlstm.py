@@ -68,9 +68,9 @@ def test_the_embedding_searches_once_per_sample_and_forecasts_the_same(monkeypat
     searched = []  # clouds per kNN call
     real_knn = dconv.knn
 
-    def counting_knn(points: torch.Tensor, k: int) -> torch.Tensor:
+    def counting_knn(points: torch.Tensor, k: int, **options) -> torch.Tensor:
         searched.append(points.shape[:-2].numel())
-        return real_knn(points, k)
+        return real_knn(points, k, **options)
 
     monkeypatch.setattr(dconv, "knn", counting_knn)
     shared = model(x, coords)

@@ -192,12 +192,14 @@ def test_deferred_finite_check_refuses_nan_once_at_the_end_of_the_block() -> Non
         knn(bad, 3, method="brute")
 
 
-def _compile_for_hopper(algorithm: str, constants: dict[str, int], num_warps: int = 4) -> str:
+def _compile_for_hopper(
+    algorithm: str, constants: dict[str, int], num_warps: int = 4, out: str = "*i64"
+) -> str:
     pytest.importorskip("triton", reason="Triton is not installed (CPU-only setup)")
     from cloudlstm.nn import knn_triton
 
     kernel = getattr(knn_triton, f"_knn_{algorithm}_kernel")
-    signature = {"coords_ptr": "*fp32", "out_ptr": "*i64"}
+    signature = {"coords_ptr": "*fp32", "out_ptr": out}
     return compile_for_hopper(kernel, signature, constants, num_warps)
 
 
@@ -210,6 +212,8 @@ def test_triton_kernels_compile_for_hopper_without_fused_multiply_add(algorithm,
     knn_reference and break exact ties."""
     ptx = _compile_for_hopper(algorithm, {"n": 274, "K": 9, "L": 2, **blocks})
     assert "fma" not in ptx and "mul.rn.f32" in ptx
+    narrow = _compile_for_hopper(algorithm, {"n": 274, "K": 9, "L": 2, **blocks}, out="*i16")
+    assert "st.global.b16" in narrow  # int16 indices stored directly
 
 
 @pytest.mark.parametrize("k, block_q, num_warps", [(9, 128, 4), (3, 32, 1), (17, 64, 1)])
@@ -217,7 +221,7 @@ def test_insert_kernel_keeps_a_query_in_one_thread(k, block_q, num_warps) -> Non
     """What makes ``insert`` cheap: the loop over points has no shuffles or barriers (a
     query's slots live in one thread) and stays short. Laying the slots out (BLOCK_Q, KP)
     instead compiles to ~400 instructions with both."""
-    import triton
+    triton = pytest.importorskip("triton", reason="Triton is not installed (CPU-only setup)")
 
     slots = triton.next_power_of_2(k - 1)
     ptx = _compile_for_hopper(
@@ -255,6 +259,9 @@ def test_triton_kernels_are_exact_in_the_interpreter() -> None:
         "        for k in (1, 2, 3, 9, 17):\n"
         "            got = knn_triton(c, k, blocks, algorithm)\n"
         "            assert torch.equal(got, knn_reference(c, k)), (algorithm, c.shape, k)\n"
+        "        for dtype in (torch.int16, torch.int32):  # written as such\n"
+        "            got = knn_triton(c, 9, blocks, algorithm, dtype)\n"
+        "            assert torch.equal(got, knn_reference(c, 9).to(dtype)), (algorithm, dtype)\n"
         "    got = knn_triton(bad, 9, blocks, algorithm)\n"
         "    assert torch.equal(got[:, :, 0], torch.arange(40).expand(3, -1)), algorithm\n"
         "    assert got.min() >= 0 and got.max() < 40, algorithm\n"

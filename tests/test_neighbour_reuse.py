@@ -100,9 +100,9 @@ def searched(monkeypatch) -> list[int]:
     calls: list[int] = []
     real = dconv.knn
 
-    def counting(points: torch.Tensor, k: int) -> torch.Tensor:
+    def counting(points: torch.Tensor, k: int, **options) -> torch.Tensor:
         calls.append(points.shape[:-2].numel())
-        return real(points, k)
+        return real(points, k, **options)
 
     monkeypatch.setattr(dconv, "knn", counting)
     return calls

@@ -43,7 +43,7 @@ def search(cloud: torch.Tensor, k: int, value_features: int = 1) -> torch.Tensor
     them in that order).
     """
     dtype = torch.int16 if cloud.shape[1] <= 2**15 else torch.int32
-    return channel_neighbours(cloud, k, value_features).to(dtype)
+    return channel_neighbours(cloud, k, value_features, dtype)
 
 
 def cat_neighbours(*parts: torch.Tensor) -> torch.Tensor:

@@ -20,19 +20,22 @@ from cloudlstm.nn.kernels import gather_neighbours, use_kernels
 from cloudlstm.nn.knn import check_k, knn
 
 
-def channel_neighbours(cloud: torch.Tensor, k: int, value_features: int) -> torch.Tensor:
+def channel_neighbours(
+    cloud: torch.Tensor, k: int, value_features: int, dtype: torch.dtype = torch.int64
+) -> torch.Tensor:
     """K nearest neighbours of every point, separately for every channel.
 
     Args:
         cloud: ``(B, N, U, H+L)`` point cloud; the last L features are coordinates.
         k: neighbours per point, the point itself first.
         value_features: H.
+        dtype: of the indices (see :func:`~cloudlstm.nn.knn.knn`).
 
     Returns:
-        ``(B, N, U, K)`` int64 indices into the N points of the same sample and channel.
+        ``(B, N, U, K)`` indices into the N points of the same sample and channel.
     """
     coords = cloud[..., value_features:].transpose(1, 2)  # (B, U, N, L): one cloud per row
-    return knn(coords, k).permute(0, 2, 1, 3)
+    return knn(coords, k, dtype=dtype).permute(0, 2, 1, 3)
 
 
 def shared_neighbours(coords: torch.Tensor, k: int, channels: int) -> torch.Tensor:

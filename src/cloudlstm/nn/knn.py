@@ -371,7 +371,13 @@ def deferred_finite_check() -> Iterator[None]:
 
 @torch.compiler.disable  # numba, and a data-dependent loop: not for a compiled graph
 @torch.no_grad()
-def knn(coords: torch.Tensor, k: int, method: str = "auto", chunk: int = 1024) -> torch.Tensor:
+def knn(
+    coords: torch.Tensor,
+    k: int,
+    method: str = "auto",
+    chunk: int = 1024,
+    dtype: torch.dtype = torch.int64,
+) -> torch.Tensor:
     """Indices of the K nearest neighbours of every point, the point itself first.
 
     Args:
@@ -382,9 +388,11 @@ def knn(coords: torch.Tensor, k: int, method: str = "auto", chunk: int = 1024) -
             ``triton`` (CUDA only), ``cells`` or ``brute`` (any device). All give the same
             indices.
         chunk: query points per block for ``brute``.
+        dtype: of the indices; narrower types (int16 up to 32,768 points) save memory, and
+            the Triton kernel writes them directly (no conversion launch).
 
     Returns:
-        ``(..., N, k)`` int64 indices into the N points of the same cloud.
+        ``(..., N, k)`` indices into the N points of the same cloud.
     """
     *lead, n, dims = coords.shape
     check_k(k, n)
@@ -412,12 +420,12 @@ def knn(coords: torch.Tensor, k: int, method: str = "auto", chunk: int = 1024) -
                 f"knn: method='triton' needs Triton, a CUDA tensor and N <= "
                 f"{knn_triton.MAX_POINTS}; got N={n} on {flat.device}."
             )
-        index = knn_triton.knn_triton(flat, k)
+        index = knn_triton.knn_triton(flat, k, dtype=dtype)
     elif method == "cells":
         index = knn_cells(flat.contiguous(), k)
     else:
         index = _knn_chunked(flat, k, chunk)
-    return index.reshape(*lead, n, k)
+    return index.to(dtype).reshape(*lead, n, k)
 
 
 @torch.no_grad()

@@ -72,7 +72,7 @@ if triton is not None:
         q_ok = q < n
         base = coords_ptr + cloud.to(tl.int64) * (n * L)
         out = out_ptr + (cloud.to(tl.int64) * n + q) * K
-        tl.store(out, q.to(tl.int64), mask=q_ok)  # the point itself first
+        tl.store(out, q.to(out_ptr.dtype.element_ty), mask=q_ok)  # the point itself first
         qx = tl.load(base + q * L, mask=q_ok, other=0.0)
         qy = tl.load(base + q * L + 1, mask=q_ok, other=0.0)
         qz = tl.load(base + q * L + (L - 1), mask=q_ok, other=0.0)
@@ -91,7 +91,7 @@ if triton is not None:
     @triton.jit
     def _knn_passes_kernel(
         coords_ptr,  # (R, N, L) float32, contiguous
-        out_ptr,  # (R, N, K) int64
+        out_ptr,  # (R, N, K) int16, int32 or int64
         n: tl.constexpr,  # a constant: one compiled kernel per cloud size (a data set's N)
         K: tl.constexpr,
         L: tl.constexpr,  # 2 or 3
@@ -129,7 +129,7 @@ if triton is not None:
                 best_d = tl.where(better, tile_d, best_d)
                 best_p = tl.where(better, tile_p, best_p)
             last_d, last_p = best_d, best_p
-            tl.store(out + t, best_p.to(tl.int64), mask=q_ok)
+            tl.store(out + t, best_p.to(out_ptr.dtype.element_ty), mask=q_ok)
 
     @triton.autotune(
         configs=[
@@ -143,7 +143,7 @@ if triton is not None:
     @triton.jit
     def _knn_insert_kernel(
         coords_ptr,  # (R, N, L) float32, contiguous
-        out_ptr,  # (R, N, K) int64
+        out_ptr,  # (R, N, K) int16, int32 or int64
         n: tl.constexpr,
         K: tl.constexpr,
         L: tl.constexpr,  # 2 or 3
@@ -176,7 +176,8 @@ if triton is not None:
                 worst = tl.max(slots, axis=0)
             for t in range(1, K):  # the K - 1 smallest keys, in order
                 smallest = tl.min(slots, axis=0)
-                tl.store(out + t, smallest.to(tl.int32).to(tl.int64), mask=q_ok)  # its index
+                index = smallest.to(tl.int32)  # the key's low half
+                tl.store(out + t, index.to(out_ptr.dtype.element_ty), mask=q_ok)
                 slots = tl.where(slots == smallest[None, :], 0x7FFFFFFFFFFFFFFF, slots)
 
 
@@ -189,8 +190,10 @@ def knn_triton(
     k: int,
     blocks: dict[str, int] | None = None,
     algorithm: str | None = None,
+    dtype: torch.dtype = torch.int64,
 ) -> torch.Tensor:
-    """``(R, N, L)`` float32 CUDA coordinates -> ``(R, N, k)`` int64, equal to
+    """``(R, N, L)`` float32 CUDA coordinates -> ``(R, N, k)`` indices of type ``dtype``
+    (written as such: no conversion afterwards), equal to
     :func:`cloudlstm.nn.knn.knn_reference` (see the module doc).
 
     ``blocks``: the block sizes instead of the autotuned choice (tests; Triton's CPU
@@ -203,7 +206,7 @@ def knn_triton(
         raise ValueError(f"knn_triton: algorithm={algorithm!r} is not one of {ALGORITHMS}.")
     r, n, dims = coords.shape
     coords = coords.contiguous()
-    out = torch.empty(r, n, k, dtype=torch.int64, device=coords.device)
+    out = torch.empty(r, n, k, dtype=dtype, device=coords.device)
 
     def grid(meta: dict) -> tuple[int, int]:
         return (r, triton.cdiv(n, meta["BLOCK_Q"]))
