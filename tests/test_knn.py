@@ -199,7 +199,7 @@ def _compile_for_hopper(
     from cloudlstm.nn import knn_triton
 
     kernel = getattr(knn_triton, f"_knn_{algorithm}_kernel")
-    signature = {"coords_ptr": "*fp32", "out_ptr": out}
+    signature = {"coords_ptr": "*fp32", "out_ptr": out, "nonfinite_ptr": "*i32"}
     return compile_for_hopper(kernel, signature, constants, num_warps)
 
 
@@ -266,5 +266,42 @@ def test_triton_kernels_are_exact_in_the_interpreter() -> None:
         "    assert torch.equal(got[:, :, 0], torch.arange(40).expand(3, -1)), algorithm\n"
         "    assert got.min() >= 0 and got.max() < 40, algorithm\n"
         "    assert (got.sort(-1).values.diff(dim=-1) > 0).all(), algorithm\n"
+    )
+    run_in_triton_interpreter(script)
+
+
+def test_triton_search_flags_non_finite_coordinates_in_its_pass() -> None:
+    """knn's Triton path (run here on CPU through the interpreter): the kernel sets the
+    NaN / inf flag as it reads the coordinates; outside a deferred block the search refuses
+    at once, inside one the block's end does, after every search has returned in-range
+    indices; finite clouds leave the flag at 0 and equal the reference."""
+    script = (
+        "import pytest, torch\n"
+        "import sys\n"
+        "import cloudlstm.nn.knn\n"
+        "K = sys.modules['cloudlstm.nn.knn']  # the package re-exports the function knn\n"
+        "K.knn_triton.available = lambda coords: True  # CPU tensors, interpreted\n"
+        "kernel = K.knn_triton.knn_triton  # with fixed blocks: the interpreter cannot autotune\n"
+        "K.knn_triton.knn_triton = lambda c, k, **kw: kernel(c, k, {'BLOCK_Q': 16}, **kw)\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "good = torch.rand(3, 30, 2, generator=g)\n"
+        "for value in (float('nan'), float('inf'), -float('inf')):\n"
+        "    for axis in (0, 1):\n"
+        "        bad = good.clone()\n"
+        "        bad[2, 17, axis] = value\n"
+        "        with pytest.raises(K.NonFiniteCoordinatesError):\n"
+        "            K.knn(bad, 4, method='triton')\n"
+        "        with pytest.raises(K.NonFiniteCoordinatesError):\n"
+        "            with K.deferred_finite_check():\n"
+        "                index = K.knn(bad, 4, method='triton')\n"
+        "                assert index.min() >= 0 and index.max() < 30\n"
+        "                assert torch.equal(index[:2], K.knn_reference(good[:2], 4))\n"
+        "with K.deferred_finite_check():\n"
+        "    for _ in range(3):\n"
+        "        assert torch.equal(K.knn(good, 4, method='triton'), K.knn_reference(good, 4))\n"
+        "    assert len(K._open_block().bad) == 1  # one flag for every search of the block\n"
+        "flag = torch.zeros(1, dtype=torch.int32)\n"
+        "kernel(good, 4, {'BLOCK_Q': 16}, 'insert', nonfinite=flag)\n"
+        "assert int(flag) == 0\n"
     )
     run_in_triton_interpreter(script)

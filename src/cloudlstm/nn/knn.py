@@ -325,23 +325,58 @@ def _knn_chunked(coords: torch.Tensor, k: int, chunk: int) -> torch.Tensor:
 
 METHODS = ("auto", "numba", "cells", "triton", "brute")
 
-_deferred = threading.local()  # .flags: the open deferred_finite_check's list, else absent
+_NON_FINITE = "kNN: the point coordinates hold NaN or inf."
+
+
+class _DeferredBlock:
+    """The open :func:`deferred_finite_check`: device tensors, nonzero where a search met
+    a non-finite coordinate."""
+
+    def __init__(self) -> None:
+        self.bad: list[torch.Tensor] = []
+        self._flags: dict[torch.device, torch.Tensor] = {}
+
+    def flag(self, device: torch.device) -> torch.Tensor:
+        """The block's int32 flag on ``device``, which Triton searches set in place."""
+        if device not in self._flags:
+            self._flags[device] = torch.zeros(1, dtype=torch.int32, device=device)
+            self.bad.append(self._flags[device])
+        return self._flags[device]
+
+
+_deferred = threading.local()  # .block: the open _DeferredBlock of this thread, or None
+
+
+def _open_block() -> _DeferredBlock | None:
+    return getattr(_deferred, "block", None)
 
 
 def _check_finite(flat: torch.Tensor, deferrable: bool) -> None:
     """Refuse NaN / inf coordinates, checked in float32 where the searches run: the grid
     kernels would return indices out of range.
 
-    On a GPU the check is a host synchronisation; inside :func:`deferred_finite_check`,
-    searches whose result stays in range on NaN (Triton, brute force) leave it to the end of
-    the block.
+    On a GPU the check is a host synchronisation; inside :func:`deferred_finite_check`, a
+    search whose result stays in range on NaN (brute force) leaves it to the block's end.
     """
-    finite = torch.isfinite(flat).all()
-    flags = getattr(_deferred, "flags", None)
-    if deferrable and flags is not None:
-        flags.append(finite)
-    elif not bool(finite):
-        raise NonFiniteCoordinatesError("kNN: the point coordinates hold NaN or inf.")
+    block = _open_block()
+    if deferrable and block is not None:
+        block.bad.append(~torch.isfinite(flat).all())
+    elif not bool(torch.isfinite(flat).all()):
+        raise NonFiniteCoordinatesError(_NON_FINITE)
+
+
+def _search_triton(flat: torch.Tensor, k: int, dtype: torch.dtype) -> torch.Tensor:
+    """The Triton search, which flags non-finite coordinates in the same pass: into the open
+    block's flag, or into its own, checked at once (one sync, as :func:`_check_finite`)."""
+    block = _open_block()
+    if block is None:
+        flag = torch.zeros(1, dtype=torch.int32, device=flat.device)
+    else:
+        flag = block.flag(flat.device)
+    index = knn_triton.knn_triton(flat, k, dtype=dtype, nonfinite=flag)
+    if block is None and bool(flag):
+        raise NonFiniteCoordinatesError(_NON_FINITE)
+    return index
 
 
 @contextmanager
@@ -352,21 +387,24 @@ def deferred_finite_check() -> Iterator[None]:
     coordinates on the host would stall the launch queue dozens of times per step (and
     makes the step impossible to capture in a CUDA graph). Inside this block the Triton
     and brute-force searches, which return in-range indices on NaN coordinates, record a
-    device flag instead; the block's end raises :class:`NonFiniteCoordinatesError` if any
-    was false, with one synchronisation. Nothing is checked while a CUDA graph is being
-    captured (a synchronisation is not allowed there). Blocks nest: the outermost checks.
+    device flag instead (the Triton kernel sets one flag per block as it reads the
+    coordinates, no extra launch); the block's end raises
+    :class:`NonFiniteCoordinatesError` if any is set, with one synchronisation per flag.
+    Nothing is checked while a CUDA graph is being captured (a synchronisation is not
+    allowed there). Blocks nest: the outermost checks.
     """
-    if getattr(_deferred, "flags", None) is not None:  # nested: the outer block checks
+    if _open_block() is not None:  # nested: the outer block checks
         yield
         return
-    _deferred.flags = flags = []
+    _deferred.block = block = _DeferredBlock()
     try:
         yield
     finally:
-        _deferred.flags = None
-    capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-    if flags and not capturing and not bool(torch.stack(flags).all()):
-        raise NonFiniteCoordinatesError("kNN: the point coordinates hold NaN or inf.")
+        _deferred.block = None
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        return
+    if any(bool(bad.any()) for bad in block.bad):
+        raise NonFiniteCoordinatesError(_NON_FINITE)
 
 
 @torch.compiler.disable  # numba, and a data-dependent loop: not for a compiled graph
@@ -406,7 +444,8 @@ def knn(
             method = "numba"
         else:
             method = "triton" if knn_triton.available(flat) else "cells"
-    _check_finite(flat, deferrable=method in ("triton", "brute"))
+    if method != "triton":  # the Triton kernel checks as it reads
+        _check_finite(flat, deferrable=method == "brute")
     if method == "numba":
         if flat.device.type != "cpu":
             raise ValueError("knn: method='numba' runs on CPU tensors only.")
@@ -420,7 +459,7 @@ def knn(
                 f"knn: method='triton' needs Triton, a CUDA tensor and N <= "
                 f"{knn_triton.MAX_POINTS}; got N={n} on {flat.device}."
             )
-        index = knn_triton.knn_triton(flat, k, dtype=dtype)
+        index = _search_triton(flat, k, dtype)
     elif method == "cells":
         index = knn_cells(flat.contiguous(), k)
     else:

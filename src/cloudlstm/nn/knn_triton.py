@@ -61,12 +61,14 @@ if triton is not None:
 
     @triton.jit
     def _query_block(
-        coords_ptr, out_ptr, n: tl.constexpr, K: tl.constexpr, L: tl.constexpr,
-        BLOCK_Q: tl.constexpr,
+        coords_ptr, out_ptr, nonfinite_ptr, n: tl.constexpr, K: tl.constexpr,
+        L: tl.constexpr, BLOCK_Q: tl.constexpr,
     ):  # fmt: skip
         """This program's queries: cloud ``program_id(0)``, block ``program_id(1)``. Writes
-        each query's first neighbour (itself) -> (q, mask, the cloud's coordinates, the
-        queries' output rows, their x, y and z; z = y when L == 2)."""
+        each query's first neighbour (itself), and 1 to ``nonfinite_ptr`` if a query's
+        coordinate is NaN or inf (every point is a query of one program, so this checks
+        the whole input) -> (q, mask, the cloud's coordinates, the queries' output rows,
+        their x, y and z; z = y when L == 2)."""
         cloud = tl.program_id(0)
         q = tl.program_id(1) * BLOCK_Q + tl.arange(0, BLOCK_Q)
         q_ok = q < n
@@ -76,6 +78,9 @@ if triton is not None:
         qx = tl.load(base + q * L, mask=q_ok, other=0.0)
         qy = tl.load(base + q * L + 1, mask=q_ok, other=0.0)
         qz = tl.load(base + q * L + (L - 1), mask=q_ok, other=0.0)
+        # x - x is 0 for every finite x, NaN for NaN and +-inf
+        bad = ((qx - qx) != 0) | ((qy - qy) != 0) | ((qz - qz) != 0)
+        tl.store(nonfinite_ptr, 1, mask=tl.max(bad.to(tl.int32), axis=0) > 0)
         return q, q_ok, base, out, qx, qy, qz
 
     @triton.autotune(  # per cloud size and K, once per process; the output is write-only
@@ -92,13 +97,16 @@ if triton is not None:
     def _knn_passes_kernel(
         coords_ptr,  # (R, N, L) float32, contiguous
         out_ptr,  # (R, N, K) int16, int32 or int64
+        nonfinite_ptr,  # int32 flag, set to 1 if a coordinate is NaN or inf
         n: tl.constexpr,  # a constant: one compiled kernel per cloud size (a data set's N)
         K: tl.constexpr,
         L: tl.constexpr,  # 2 or 3
         BLOCK_Q: tl.constexpr,
         BLOCK_N: tl.constexpr,
     ):
-        q, q_ok, base, out, qx, qy, qz = _query_block(coords_ptr, out_ptr, n, K, L, BLOCK_Q)
+        q, q_ok, base, out, qx, qy, qz = _query_block(
+            coords_ptr, out_ptr, nonfinite_ptr, n, K, L, BLOCK_Q
+        )
         # The (distance, index) of the previous pass: each pass takes the smallest pair
         # above it. Pairs of 32-bit values compared lexicographically rank exactly like
         # the int64 keys of knn_reference (bits of a non-negative float32 order as its
@@ -144,13 +152,16 @@ if triton is not None:
     def _knn_insert_kernel(
         coords_ptr,  # (R, N, L) float32, contiguous
         out_ptr,  # (R, N, K) int16, int32 or int64
+        nonfinite_ptr,  # int32 flag, set to 1 if a coordinate is NaN or inf
         n: tl.constexpr,
         K: tl.constexpr,
         L: tl.constexpr,  # 2 or 3
         KP: tl.constexpr,  # slots per query: K - 1 rounded up to a power of two (>= 1)
         BLOCK_Q: tl.constexpr,
     ):
-        q, q_ok, base, out, qx, qy, qz = _query_block(coords_ptr, out_ptr, n, K, L, BLOCK_Q)
+        q, q_ok, base, out, qx, qy, qz = _query_block(
+            coords_ptr, out_ptr, nonfinite_ptr, n, K, L, BLOCK_Q
+        )
         if K > 1:
             # Each query's KP best keys so far, unordered: (distance bits << 32) | index,
             # ranked like knn_reference's keys. They start as distinct keys above any
@@ -191,10 +202,15 @@ def knn_triton(
     blocks: dict[str, int] | None = None,
     algorithm: str | None = None,
     dtype: torch.dtype = torch.int64,
+    nonfinite: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``(R, N, L)`` float32 CUDA coordinates -> ``(R, N, k)`` indices of type ``dtype``
     (written as such: no conversion afterwards), equal to
     :func:`cloudlstm.nn.knn.knn_reference` (see the module doc).
+
+    ``nonfinite``: a one-element int32 tensor on the device, set to 1 if a coordinate is NaN
+    or inf (never reset: one flag can serve many searches), checked in the same pass
+    instead of by ``torch.isfinite(...).all()``, a chain of extra kernels.
 
     ``blocks``: the block sizes instead of the autotuned choice (tests; Triton's CPU
     interpreter cannot autotune): ``BLOCK_Q`` and ``BLOCK_N`` for ``passes``, ``BLOCK_Q``
@@ -207,6 +223,8 @@ def knn_triton(
     r, n, dims = coords.shape
     coords = coords.contiguous()
     out = torch.empty(r, n, k, dtype=dtype, device=coords.device)
+    if nonfinite is None:
+        nonfinite = torch.zeros(1, dtype=torch.int32, device=coords.device)
 
     def grid(meta: dict) -> tuple[int, int]:
         return (r, triton.cdiv(n, meta["BLOCK_Q"]))
@@ -218,5 +236,5 @@ def knn_triton(
     if blocks is not None:
         kernel, sizes = kernel.fn, {**sizes, **blocks}
     # no fused multiply-add: it would round d2 differently from knn_reference
-    kernel[grid](coords, out, **sizes, enable_fp_fusion=False)
+    kernel[grid](coords, out, nonfinite, **sizes, enable_fp_fusion=False)
     return out
