@@ -76,7 +76,9 @@ if triton is not None:
 
 
 def _launch(kernel, first: torch.Tensor, neighbours: torch.Tensor, second: torch.Tensor, f: int):
-    b, n, u, k = neighbours.shape
+    """``kernel`` over every neighbour entry: gather reads ``first`` and writes ``second``;
+    scatter reads the gradient ``first`` and adds into ``second``."""
+    _, n, u, k = neighbours.shape
     total = neighbours.numel()
     kernel[(triton.cdiv(total, BLOCK),)](
         first, neighbours, second, *neighbours.stride(), total, n, u, k, f, BLOCK
