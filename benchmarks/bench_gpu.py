@@ -173,6 +173,22 @@ def step_flops(model: torch.nn.Module, data: dict[str, torch.Tensor]) -> float:
     return counter.get_total_flops()
 
 
+def step_kernels(model: torch.nn.Module, data: dict[str, torch.Tensor]) -> int:
+    """Device kernels one forward + backward at batch PAPER['batch'] runs (torch.profiler's
+    device events: what a launch-bound step pays for one by one; 0 on CPU)."""
+    if DEVICE != "cuda":
+        return 0
+    from torch.profiler import ProfilerActivity, profile
+
+    x = data["x"][: PAPER["batch"]]
+    coords = data["coords"].expand(len(x), -1, -1)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        model(x, coords).square().mean().backward()
+        synchronize()
+    model.zero_grad(set_to_none=True)
+    return sum(1 for event in prof.events() if event.device_type.name == "CUDA")
+
+
 def bench_paper_epoch(steps: int) -> None:
     n, c, m = PAPER["points"], PAPER["channels"], PAPER["steps"]
     gen = torch.Generator().manual_seed(0)
@@ -206,7 +222,7 @@ def bench_paper_epoch(steps: int) -> None:
         ("convlstm bf16", "convlstm", "bf16", "eager", {}),
         ("convlstm graph bf16", "convlstm", "bf16", "graph", {}),
     ]
-    flops = {}
+    flops, kernels = {}, {}
     default_algorithm = knn_triton.DEFAULT_ALGORITHM
     for label, name, precision, mode, keys in runs:
         if mode == "graph" and DEVICE != "cuda":
@@ -220,6 +236,7 @@ def bench_paper_epoch(steps: int) -> None:
         model = model.to(DEVICE)
         if name not in flops:
             flops[name] = step_flops(model, data)
+            kernels[name] = step_kernels(model, data)
         if mode.startswith("compile"):  # "compile reduce-overhead": CUDA graphs by Inductor
             model.compile(mode=mode.partition(" ")[2] or None)
         try:
@@ -261,6 +278,11 @@ def bench_paper_epoch(steps: int) -> None:
         f"   FLOPs per training step: CloudLSTM {flops['cloudlstm'] / 1e9:.0f} G, ConvLSTM "
         f"{flops['convlstm'] / 1e9:.0f} G, ratio {flops['cloudlstm'] / flops['convlstm']:.2f}x"
     )
+    if DEVICE == "cuda":
+        print(
+            f"   GPU kernels per forward + backward (float32, eager): CloudLSTM "
+            f"{kernels['cloudlstm']}, ConvLSTM {kernels['convlstm']}"
+        )
 
 
 def city_coords(n: int) -> torch.Tensor:
