@@ -263,3 +263,26 @@ def test_cat_neighbours_widens_on_cpu_only():
     assert joined.dtype == torch.int16 and joined.shape == (2, 4, 11, 3)
     assert joined.transpose(1, 2).is_contiguous()
     assert cells.cat_neighbours(meta[0]) is meta[0]
+
+
+@pytest.mark.parametrize("switch, expected", [(None, True), ("0", False), ("1", True)])
+def test_cloudlstm_triton_0_sends_every_cuda_path_to_torch_ops(switch, expected):
+    """The way out if a Triton version misbehaves on someone's GPU: every kernel's
+    ``available`` says no (a CUDA tensor stood in for by its two attributes read)."""
+    pytest.importorskip("triton", reason="Triton is not installed (CPU-only setup)")
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "from types import SimpleNamespace\n"
+        "from cloudlstm.nn import gather_triton, knn_triton, lstm_triton\n"
+        "cuda = SimpleNamespace(is_cuda=True, shape=(4, 274, 2))\n"
+        "print([m.available(cuda) for m in (gather_triton, knn_triton, lstm_triton)])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "CLOUDLSTM_TRITON"}
+    if switch is not None:
+        env["CLOUDLSTM_TRITON"] = switch
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == str([expected] * 3)

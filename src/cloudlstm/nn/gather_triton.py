@@ -19,11 +19,8 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # CPU-only install: numba on CPU, torch ops elsewhere
-    triton = None
+from cloudlstm.nn import triton_switch
+from cloudlstm.nn.triton_switch import tl, triton
 
 BLOCK = 512  # neighbour entries per program
 
@@ -31,7 +28,7 @@ BLOCK = 512  # neighbour entries per program
 def available(cloud: torch.Tensor) -> bool:
     """Whether these kernels gather ``cloud``: Triton, CUDA, and no deterministic mode."""
     return (
-        triton is not None
+        triton_switch.ENABLED
         and cloud.is_cuda
         and not torch.are_deterministic_algorithms_enabled()
         and not torch.compiler.is_compiling()  # a compiled DConv keeps the torch ops

@@ -37,11 +37,8 @@ from __future__ import annotations
 
 import torch
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # CPU-only install: the torch searches serve every device
-    triton = None
+from cloudlstm.nn import triton_switch
+from cloudlstm.nn.triton_switch import tl, triton
 
 MAX_POINTS = 2048  # above this, K passes over the whole cloud cost more than the cell list
 
@@ -50,7 +47,7 @@ def available(coords: torch.Tensor) -> bool:
     """Whether this kernel can search ``coords`` ``(R, N, L)``: CUDA, N small, L = 2 or 3
     (:func:`cloudlstm.nn.knn.knn` pads L = 1 with a zero axis)."""
     return (
-        triton is not None
+        triton_switch.ENABLED
         and coords.is_cuda
         and coords.shape[1] <= MAX_POINTS
         and coords.shape[2] in (2, 3)

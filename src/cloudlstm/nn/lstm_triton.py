@@ -18,11 +18,8 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # CPU-only install: the cells use numba (CPU) or torch ops
-    triton = None
+from cloudlstm.nn import triton_switch
+from cloudlstm.nn.triton_switch import tl, triton
 
 BLOCK = 1024
 
@@ -30,7 +27,7 @@ BLOCK = 1024
 def available(z: torch.Tensor) -> bool:
     """Whether these kernels serve the gates ``z``: Triton, a CUDA tensor, and not inside
     ``torch.compile`` (a compiled cell keeps the torch expression, which Inductor fuses)."""
-    return triton is not None and z.is_cuda and not torch.compiler.is_compiling()
+    return triton_switch.ENABLED and z.is_cuda and not torch.compiler.is_compiling()
 
 
 if triton is not None:
