@@ -136,6 +136,61 @@ def test_a_forward_on_cuda_synchronises_once() -> None:
         model(x, coords)
 
 
+def _loss_and_grads(model: CloudSeq2Seq, x: torch.Tensor, coords: torch.Tensor) -> list:
+    loss = model(x, coords).square().mean()
+    return [loss.detach(), *torch.autograd.grad(loss, list(model.parameters()))]
+
+
+def test_a_training_step_replays_from_a_cuda_graph() -> None:
+    """No host sync in a step (the deferred check stands aside while capturing), so forward
+    and backward capture in one CUDA graph; replays, also on a new batch copied in, give the
+    eager loss and gradients (to rounding: the gather's backward adds with atomics)."""
+    model, x, coords = _model_and_batch()
+    model, x, coords = model.cuda(), x.cuda(), coords.cuda()
+    batches = [x, torch.randn_like(x)]
+    expected = [_loss_and_grads(model, batch, coords) for batch in batches]
+    static_x = x.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up: autotuning, allocator
+        _loss_and_grads(model, static_x, coords)
+    torch.cuda.current_stream().wait_stream(side)
+    model.zero_grad(set_to_none=True)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_loss = model(static_x, coords).square().mean()
+        static_loss.backward()
+    for batch, (loss, *grads) in zip(batches, expected, strict=True):
+        static_x.copy_(batch)
+        graph.replay()
+        torch.testing.assert_close(static_loss, loss, rtol=1e-5, atol=1e-6)
+        for param, grad in zip(model.parameters(), grads, strict=True):
+            torch.testing.assert_close(param.grad, grad, rtol=1e-4, atol=1e-6)
+
+
+def test_cloudlstm_triton_0_runs_the_torch_paths_on_cuda(tmp_path) -> None:
+    """The way out for the Triton kernels: with CLOUDLSTM_TRITON=0 the model runs on CUDA
+    through torch ops and forecasts what it forecasts with the kernels (K = 1: no neighbour
+    set can differ; K = 6: equal neighbours, rounding apart)."""
+    script = (
+        "import torch\n"
+        "from cloudlstm.models import CloudSeq2Seq\n"
+        "torch.manual_seed(0)\n"
+        "model = CloudSeq2Seq(num_channels=3, output_steps=4, k=6, hidden_channels=12).cuda()\n"
+        "x, coords = torch.randn(4, 6, 80, 3).cuda(), torch.rand(4, 80, 2).cuda()\n"
+        "torch.save(model(x, coords).detach().cpu(), 'out.pt')\n"
+    )
+    outputs = []
+    for switch in ("1", "0"):
+        env = {**subprocess_env(), "CLOUDLSTM_TRITON": switch}
+        done = subprocess.run(
+            [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        outputs.append(torch.load(tmp_path / "out.pt"))
+    assert _mean_relative(outputs[1], outputs[0]) < 1e-3
+
+
 def test_bf16_autocast_on_cuda() -> None:
     model, x, coords = _model_and_batch()
     expected = model(x, coords).detach()
