@@ -5,9 +5,10 @@
 Measured in one run on the first CUDA device (all timings synchronise the device):
 
 1. Neighbour search on the device: the Triton kernels, ``insert`` (the default on CUDA up
-   to 2,048 points) and ``passes`` (module doc of nn/knn_triton.py), the cell-list search
-   (the default above) and chunked brute force, at the paper's size (B*U = 32 x 72 clouds
-   of 274 points; a model's call searches 32 x 36) and at city size.
+   to 2,048 points; timed up to 16,384 to find where it meets the cell list) and
+   ``passes`` (module doc of nn/knn_triton.py), the cell-list search (the default above)
+   and chunked brute force, at the paper's size (B*U = 32 x 72 clouds of 274 points; a
+   model's call searches 32 x 36) and at city size.
 2. A paper-size training epoch: air quality, cluster A, N = 274 stations, C = 6, M = J =
    12, batch 32, 7,000 training windows (219 steps: forward, MSE, backward, Adam step),
    for CloudLSTM (conf/model/cloudlstm.yaml: K = 9, 36 channels, 2 layers) and for ConvLSTM
@@ -83,10 +84,14 @@ def bench_knn(quick: bool) -> None:
         coords = torch.rand(clouds, n, 2, device=DEVICE)
         t_cells = best_ms(lambda c=coords: knn(c, 9, method="cells"))
         triton = {name: "-" for name in knn_triton.ALGORITHMS}
-        if knn_triton.available(coords):
+        # insert also past MAX_POINTS (N work per query, not K N): where it meets the cell
+        # list decides MAX_POINTS
+        limits = {"passes": knn_triton.MAX_POINTS, "insert": 16384}
+        if knn_triton.triton_switch.ENABLED and DEVICE == "cuda":
             for name in triton:
-                ms = best_ms(lambda c=coords, a=name: knn_triton.knn_triton(c, 9, algorithm=a))
-                triton[name] = f"{ms:.2f}"
+                if n <= limits[name]:
+                    ms = best_ms(lambda c=coords, a=name: knn_triton.knn_triton(c, 9, algorithm=a))
+                    triton[name] = f"{ms:.2f}"
         brute_gb = clouds * 1024 * n * 12 / 1e9  # d2 + keys of one chunk of 1024 queries
         if brute_gb < 40:
             brute = f"{best_ms(lambda c=coords: knn(c, 9, method='brute'), repeats=2):12.1f}"
