@@ -104,7 +104,9 @@ class ForecastModule(L.LightningModule):
         self.val_mae_best = math.inf
         self.group_metrics = nn.ModuleDict()
         self.test_results: dict[str, Any] | None = None
-        self.loss_channel_weights: torch.Tensor | None = None
+        # (C,) with loss_weights=real_units, made at setup; a buffer, so that Lightning moves
+        # it to the device with the module (not persistent: derived from the scaler)
+        self.register_buffer("loss_channel_weights", None, persistent=False)
         self.forecast_info: dict[str, Any] | None = None
         # (window start t0, forecast, target) of each test batch, when saving predictions
         self._predictions: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
@@ -147,11 +149,9 @@ class ForecastModule(L.LightningModule):
         Returns the loss and the normalised forecast ``(B, J, N, C)``.
         """
         pred = self(batch["x"], batch["coords"])
-        weights = self.loss_channel_weights
-        if weights is not None and weights.device != pred.device:
-            # made at setup, before Lightning moves the module: moved once, not every step
-            self.loss_channel_weights = weights = weights.to(pred.device)
-        loss = masked_loss(pred, batch["y"], batch["y_mask"], self.hparams.loss, weights)
+        loss = masked_loss(
+            pred, batch["y"], batch["y_mask"], self.hparams.loss, self.loss_channel_weights
+        )
         self.log(
             f"{stage}/loss",
             loss,
