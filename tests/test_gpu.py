@@ -219,6 +219,32 @@ def test_compiled_model_on_cuda_matches_eager() -> None:
         assert _mean_relative(compiled, eager) < LOOSE
 
 
+def test_reduce_overhead_replays_forward_and_backward_as_cuda_graphs() -> None:
+    """``model.compile=reduce-overhead``: the forward is one graph (the Triton searches are
+    operators without a host synchronisation) and Inductor skips CUDA graphs for none of
+    it; the replayed steps train like eager ones."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model, x, coords = _model_and_batch(attention=True)
+    model = model.cuda()
+    x, coords = x.cuda(), coords.cuda()
+    eager = model(x, coords).detach().cpu()
+    model.compile(mode="reduce-overhead")
+    for _ in range(3):  # warm-up, record, replay
+        model.zero_grad(set_to_none=True)
+        out = model(x, coords)
+        out.square().mean().backward()
+    assert sum(counters["graph_break"].values()) == 0, dict(counters["graph_break"])
+    assert counters["stats"]["unique_graphs"] == 1
+    assert counters["inductor"]["cudagraph_skips"] == 0
+    assert _mean_relative(out, eager) < LOOSE
+    for name, param in model.named_parameters():
+        assert param.grad is not None and bool(torch.isfinite(param.grad).all()), name
+    torch._dynamo.reset()
+
+
 @pytest.mark.parametrize("precision", ["32", "bf16-mixed"])
 def test_train_py_on_one_gpu(tmp_path, precision: str) -> None:
     """A whole run of train.py on the GPU: Lightning's CUDA accelerator, test metrics."""

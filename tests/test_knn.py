@@ -305,3 +305,37 @@ def test_triton_search_flags_non_finite_coordinates_in_its_pass() -> None:
         "assert int(flag) == 0\n"
     )
     run_in_triton_interpreter(script)
+
+
+def test_a_compiled_graph_searches_with_the_capturable_triton_operator() -> None:
+    """Where the Triton kernel searches (CUDA; here its interpreter on CPU), a compiled
+    graph holds ``cloudlstm::knn_triton``: no host synchronisation, so CUDA graphs can
+    capture it, and NaN coordinates rank last (indices in range) instead of being refused.
+    Every other search is ``cloudlstm::knn``, tagged unsafe for CUDA graphs."""
+    unsafe = getattr(torch.Tag, "cudagraph_unsafe", None)
+    if unsafe is not None:
+        assert unsafe in torch.ops.cloudlstm.knn.default.tags
+        assert unsafe not in torch.ops.cloudlstm.knn_triton.default.tags
+    script = (
+        "import sys, torch\n"
+        "import cloudlstm.nn.knn\n"
+        "K = sys.modules['cloudlstm.nn.knn']\n"
+        "K.knn_triton.available = lambda coords: True  # CPU tensors, interpreted\n"
+        "kernel = K.knn_triton.knn_triton  # fixed blocks: the interpreter cannot autotune\n"
+        "K.knn_triton.knn_triton = lambda c, k, **kw: kernel(c, k, {'BLOCK_Q': 16}, **kw)\n"
+        "ops = []\n"
+        "def backend(gm, inputs):\n"
+        "    ops.extend(str(node.target) for node in gm.graph.nodes)\n"
+        "    return gm\n"
+        "search = torch.compile(lambda c: K.knn(c, 4, dtype=torch.int16), backend=backend,\n"
+        "                       fullgraph=True)\n"
+        "good = torch.rand(3, 30, 2, generator=torch.Generator().manual_seed(0))\n"
+        "assert torch.equal(search(good).long(), K.knn_reference(good, 4))\n"
+        "assert 'cloudlstm.knn_triton.default' in ops, ops\n"
+        "bad = good.clone()\n"
+        "bad[2, 17, 0] = float('nan')\n"
+        "index = search(bad)\n"
+        "assert index.min() >= 0 and index.max() < 30\n"
+        "assert torch.equal(index[:2].long(), K.knn_reference(good[:2], 4))\n"
+    )
+    run_in_triton_interpreter(script)

@@ -1,4 +1,4 @@
-"""bf16 autocast on CPU against float32, and ``model.compile`` as a build option.
+"""bf16 autocast on CPU against float32 (``model.compile``: tests/test_compile.py).
 
 Stated tolerances: one DConv with given neighbours, relative to the output's scale, within
 1e-2 forward (bf16 keeps 8 bits of mantissa: ~4e-3 per rounding) and 3e-2 for the weight
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import compose_train
 
 from cloudlstm.models import CloudSeq2Seq
 from cloudlstm.nn import DConv, channel_neighbours
@@ -71,62 +70,3 @@ def test_seq2seq_trains_under_autocast(cell: str) -> None:
     assert float((out.float() - reference).abs().mean() / reference.abs().mean()) < 0.15
     for name, param in model.named_parameters():
         assert param.grad is not None and bool(torch.isfinite(param.grad).all()), name
-
-
-def _model_config(tmp_path, name: str, compile: str):
-    """The composed train config of ``model=name`` with ``model.compile=compile``, its
-    data keys filled as a datamodule would fill them."""
-    cfg = compose_train(tmp_path, [f"model={name}", f"model.compile={compile}"])
-    cfg.data_info.update(num_channels=2, output_steps=3, coord_features=2, num_points=12)
-    cfg.data_info.update(input_steps=4, steps_per_day=24)
-    return cfg
-
-
-def test_compile_is_a_build_option_of_every_model(tmp_path) -> None:
-    """``model.compile`` composes for any model, is taken out before the constructor sees it,
-    and compiles in place: parameter names, so checkpoints, do not change."""
-    from cloudlstm.models.build import build_model
-
-    for name in ("cloudlstm", "convlstm", "persistence"):
-        cfg = _model_config(tmp_path, name, "true")
-        compiled = build_model(cfg.model)
-        plain = build_model(cfg.model, compile=False)
-        assert getattr(compiled, "_compiled_call_impl", None) is not None, name
-        assert getattr(plain, "_compiled_call_impl", None) is None, name
-        assert list(compiled.state_dict()) == list(plain.state_dict())
-
-
-def test_compile_takes_a_mode_and_refuses_anything_else(tmp_path, monkeypatch) -> None:
-    """``model.compile=reduce-overhead`` (CUDA graphs) reaches ``torch.compile`` as its mode;
-    a typo is a user error that names the key and the choices, before anything is built."""
-    from cloudlstm.errors import UserError
-    from cloudlstm.models.build import COMPILE_MODES, build_model
-
-    modes = []
-    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: modes.append(kw["mode"]))
-    for value, expected in [
-        ("true", None),
-        ("default", None),
-        ("reduce-overhead", "reduce-overhead"),
-    ]:
-        build_model(_model_config(tmp_path, "persistence", value).model)
-        assert modes.pop() == expected
-    built = []
-    monkeypatch.setattr("hydra.utils.instantiate", lambda *a, **k: built.append(1))
-    for typo in ("reduce_overhead", "yes", "1"):
-        cfg = _model_config(tmp_path, "persistence", typo)
-        with pytest.raises(UserError, match="model.compile=.* is not a boolean or a torch") as err:
-            build_model(cfg.model)
-        assert all(mode in str(err.value) for mode in COMPILE_MODES)
-    assert not built and not modes
-
-
-@pytest.mark.slow
-def test_compiled_cloudlstm_equals_eager_on_cpu() -> None:
-    """torch.compile of the dense work between the (excluded) searches and numba kernels."""
-    torch.manual_seed(0)
-    model = CloudSeq2Seq(num_channels=3, output_steps=4, k=6, hidden_channels=8)
-    x, coords = torch.randn(2, 5, 40, 3), torch.rand(2, 40, 2)
-    eager = model(x, coords)
-    model.compile()
-    torch.testing.assert_close(model(x, coords), eager, rtol=1e-5, atol=1e-5)

@@ -58,6 +58,7 @@ class GridForecaster(Forecaster):
                 self._mappings.popitem(last=False)
         return self._mappings[key]
 
+    @torch.compiler.disable  # host checks: one graph break, not one per check
     def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
         super().check_input(x, coords)
         check_grid_coords(coords)
@@ -68,6 +69,7 @@ class GridForecaster(Forecaster):
                 f"model.num_points={x.shape[2]}."
             )
 
+    @torch.compiler.disable  # NumPy, the mapping's cache: host work outside a compiled graph
     def cells(self, coords: torch.Tensor) -> tuple[torch.Tensor, int, int]:
         """Flat cell index of every point ``(B or 1, N)`` and the grid's ``H, W``."""
         if bool((coords == coords[:1]).all()):  # static points: one mapping for the batch

@@ -91,6 +91,7 @@ class DistanceGraph:
         self._key: tuple | None = None
         self._laplacian: torch.Tensor | None = None
 
+    @torch.compiler.disable  # a host-side cache keyed by the coordinates' bytes
     def __call__(self, coords: torch.Tensor) -> torch.Tensor:
         """coords ``(B, N, L)`` -> scaled Laplacian ``(1 or B, N, N)``."""
         coords = coords.detach()

@@ -31,8 +31,13 @@ from cloudlstm.nn.threads import run_sliced
 
 
 def use_kernels(tensor: torch.Tensor) -> bool:
-    """Whether the numba kernels handle this tensor (CPU, float32 or float64)."""
-    return tensor.device.type == "cpu" and tensor.dtype in (torch.float32, torch.float64)
+    """Whether the numba kernels handle this tensor (CPU, float32 or float64; not in a
+    compiled graph, where the torch ops are traced and fused by Inductor instead)."""
+    return (
+        tensor.device.type == "cpu"
+        and tensor.dtype in (torch.float32, torch.float64)
+        and not torch.compiler.is_compiling()
+    )
 
 
 def _array(tensor: torch.Tensor) -> np.ndarray:

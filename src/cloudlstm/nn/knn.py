@@ -407,8 +407,6 @@ def deferred_finite_check() -> Iterator[None]:
         raise NonFiniteCoordinatesError(_NON_FINITE)
 
 
-@torch.compiler.disable  # numba, and a data-dependent loop: not for a compiled graph
-@torch.no_grad()
 def knn(
     coords: torch.Tensor,
     k: int,
@@ -431,21 +429,45 @@ def knn(
 
     Returns:
         ``(..., N, k)`` indices into the N points of the same cloud.
+
+    Under ``torch.compile`` the search is one opaque operator of the graph
+    (:func:`_knn_op`) instead of a graph break.
     """
-    *lead, n, dims = coords.shape
-    check_k(k, n)
+    check_k(k, coords.shape[-2])
     if method not in METHODS:
         raise ValueError(f"knn: method={method!r} is not one of {METHODS}.")
-    flat = coords.detach().reshape(-1, n, dims).float()  # float32 whatever the autocast
-    if dims == 1 and method != "brute":  # a zero second axis adds exactly 0 to every distance
-        flat = torch.cat([flat, torch.zeros_like(flat)], dim=-1)
+    if torch.compiler.is_compiling():
+        op = _knn_op
+        if method == "auto" and knn_triton.available(_as_searched(coords)):
+            op = _knn_triton_op
+        return op(coords.detach(), k, method, chunk, dtype)
+    return _knn(coords, k, method, chunk, dtype, in_graph=False)
+
+
+def _as_searched(coords: torch.Tensor) -> torch.Tensor:
+    """coords ``(..., N, L)`` as the searches take them: ``(R, N, max(L, 2))`` float32 (a
+    zero second axis adds exactly 0 to every distance), whatever the autocast."""
+    *lead, n, dims = coords.shape
+    flat = coords.detach().reshape(-1, n, dims).float()
+    return torch.cat([flat, torch.zeros_like(flat)], dim=-1) if dims == 1 else flat
+
+
+@torch.compiler.disable  # numba, and a data-dependent loop: not for a compiled graph
+@torch.no_grad()
+def _knn(
+    coords: torch.Tensor, k: int, method: str, chunk: int, dtype: torch.dtype, in_graph: bool
+) -> torch.Tensor:
+    """:func:`knn`. ``in_graph``: run as an operator of a compiled graph, where no
+    :func:`deferred_finite_check` is open and the Triton search does not synchronise."""
+    n = coords.shape[-2]
+    flat = _as_searched(coords)
     if method == "auto":
         if flat.device.type == "cpu":
             method = "numba"
         else:
             method = "triton" if knn_triton.available(flat) else "cells"
     if method != "triton":  # the Triton kernel checks as it reads
-        _check_finite(flat, deferrable=method == "brute")
+        _check_finite(flat, deferrable=method == "brute" and not in_graph)
     if method == "numba":
         if flat.device.type != "cpu":
             raise ValueError("knn: method='numba' runs on CPU tensors only.")
@@ -459,12 +481,49 @@ def knn(
                 f"knn: method='triton' needs Triton, a CUDA tensor and N <= "
                 f"{knn_triton.MAX_POINTS}; got N={n} on {flat.device}."
             )
-        index = _search_triton(flat, k, dtype)
+        # in a graph: unchecked (NaN ranks last, indices stay in range), no sync to capture
+        index = knn_triton.knn_triton(flat, k, dtype=dtype) if in_graph else _search_triton(
+            flat, k, dtype
+        )
     elif method == "cells":
         index = knn_cells(flat.contiguous(), k)
     else:
         index = _knn_chunked(flat, k, chunk)
-    return index.to(dtype).reshape(*lead, n, k)
+    return index.to(dtype).reshape(*coords.shape[:-1], k)
+
+
+# Compiled graphs take a search as one opaque operator. Most searches check the coordinates
+# with a host synchronisation, which a CUDA graph cannot hold (tagged so, where this torch
+# has the tag); the Triton search has no synchronisation and can be captured.
+_UNSAFE_IN_CUDA_GRAPHS = tuple(
+    tag for tag in [getattr(torch.Tag, "cudagraph_unsafe", None)] if tag is not None
+)
+
+
+@torch.library.custom_op("cloudlstm::knn", mutates_args=(), tags=_UNSAFE_IN_CUDA_GRAPHS)
+def _knn_op(
+    coords: torch.Tensor, k: int, method: str, chunk: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """:func:`knn` as an operator of a compiled graph."""
+    return _knn(coords, k, method, chunk, dtype, in_graph=True)
+
+
+@torch.library.custom_op("cloudlstm::knn_triton", mutates_args=())
+def _knn_triton_op(
+    coords: torch.Tensor, k: int, method: str, chunk: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """:func:`knn`'s Triton search as an operator of a compiled graph, capturable in a
+    CUDA graph: NaN / inf coordinates are not refused here (they rank last); a diverged
+    model shows in its loss instead."""
+    return _knn(coords, k, "triton", chunk, dtype, in_graph=True)
+
+
+@_knn_op.register_fake
+@_knn_triton_op.register_fake
+def _knn_shape(
+    coords: torch.Tensor, k: int, method: str, chunk: int, dtype: torch.dtype
+) -> torch.Tensor:
+    return coords.new_empty((*coords.shape[:-1], k), dtype=dtype)
 
 
 @torch.no_grad()

@@ -1,0 +1,208 @@
+"""``model.compile``: a build option of every model, and for CloudLSTM one graph per forward.
+
+Under ``torch.compile`` each neighbour search is one opaque operator of the graph
+(``cloudlstm::knn``) and the numba kernels give way to the torch ops they replace, so the
+whole seq2seq forward, its time loops unrolled, is one graph: no graph break, no
+recompilation per step or per cell. That is what lets ``model.compile=reduce-overhead``
+replay a training step's forward and backward as CUDA graphs (tests/test_gpu.py).
+
+Structure is checked with dynamo's eager backends (seconds); values with ``aot_eager``
+(the graph AOTAutograd builds, run by torch ops) and, marked slow, with Inductor.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import ROOT, compose_train
+from torch._dynamo.utils import counters
+
+from cloudlstm.models import CloudSeq2Seq
+from cloudlstm.nn.knn import NonFiniteCoordinatesError, knn, knn_reference
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    """Each test counts its own frames and graphs."""
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def _model_config(tmp_path, name: str, compile: str):
+    """The composed train config of ``model=name`` with ``model.compile=compile``, its
+    data keys filled as a datamodule would fill them."""
+    cfg = compose_train(tmp_path, [f"model={name}", f"model.compile={compile}"])
+    cfg.data_info.update(num_channels=2, output_steps=3, coord_features=2, num_points=12)
+    cfg.data_info.update(input_steps=4, steps_per_day=24)
+    return cfg
+
+
+def test_compile_is_a_build_option_of_every_model(tmp_path) -> None:
+    """``model.compile`` composes for any model, is taken out before the constructor sees it,
+    and compiles in place: parameter names, so checkpoints, do not change."""
+    from cloudlstm.models.build import build_model
+
+    for name in ("cloudlstm", "convlstm", "persistence"):
+        cfg = _model_config(tmp_path, name, "true")
+        compiled = build_model(cfg.model)
+        plain = build_model(cfg.model, compile=False)
+        assert getattr(compiled, "_compiled_call_impl", None) is not None, name
+        assert getattr(plain, "_compiled_call_impl", None) is None, name
+        assert list(compiled.state_dict()) == list(plain.state_dict())
+
+
+def test_compile_takes_a_mode_and_refuses_anything_else(tmp_path, monkeypatch) -> None:
+    """``model.compile=reduce-overhead`` (CUDA graphs) reaches ``torch.compile`` as its mode;
+    a typo is a user error that names the key and the choices, before anything is built."""
+    from cloudlstm.errors import UserError
+    from cloudlstm.models.build import COMPILE_MODES, build_model
+
+    modes = []
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: modes.append(kw["mode"]))
+    for value, expected in [
+        ("true", None),
+        ("default", None),
+        ("reduce-overhead", "reduce-overhead"),
+    ]:
+        build_model(_model_config(tmp_path, "persistence", value).model)
+        assert modes.pop() == expected
+    built = []
+    monkeypatch.setattr("hydra.utils.instantiate", lambda *a, **k: built.append(1))
+    for typo in ("reduce_overhead", "yes", "1"):
+        cfg = _model_config(tmp_path, "persistence", typo)
+        with pytest.raises(UserError, match="model.compile=.* is not a boolean or a torch") as err:
+            build_model(cfg.model)
+        assert all(mode in str(err.value) for mode in COMPILE_MODES)
+    assert not built and not modes
+
+
+# ------------------------------------------------------------- the search as an operator
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_knn_compiles_without_a_graph_break(dims: int) -> None:
+    """``fullgraph=True`` fails on any graph break; the operator gives knn's indices, in the
+    type asked for."""
+    torch.manual_seed(dims)
+    coords = torch.rand(3, 4, 60, dims)
+    search = torch.compile(lambda c: knn(c, 7, dtype=torch.int16), fullgraph=True)
+    found = search(coords)
+    assert found.dtype == torch.int16 and found.shape == (3, 4, 60, 7)
+    assert torch.equal(found.long(), knn_reference(coords, 7))
+
+
+def test_knn_operator_refuses_nan_coordinates_in_a_compiled_graph() -> None:
+    """On CPU the operator checks its coordinates itself (no deferral inside a graph)."""
+    coords = torch.rand(2, 30, 2)
+    coords[1, 5, 0] = float("nan")
+    with pytest.raises(NonFiniteCoordinatesError, match="NaN or inf"):
+        torch.compile(lambda c: knn(c, 4), fullgraph=True)(coords)
+
+
+def test_knn_operator_passes_torch_library_opcheck() -> None:
+    """Schema, fake (shape-only) implementation and dispatch agree with the real kernel."""
+    coords = torch.rand(2, 3, 40, 2)
+    for dtype in (torch.int64, torch.int16):
+        torch.library.opcheck(torch.ops.cloudlstm.knn.default, (coords, 5, "auto", 1024, dtype))
+
+
+# ------------------------------------------------------------- CloudSeq2Seq: one graph
+VARIANTS = {
+    "paper": {},
+    "attention": {"attention": True},
+    "checkpointing": {"checkpointing": True, "attention": True},
+    "spatial order": {"spatial_order": True},
+    "static neighbours": {"neighbours": "static", "residual": True},
+    "gru": {"cell": "gru"},
+    "rnn": {"cell": "rnn"},
+}
+
+
+def _seq2seq(k: int = 4, **options) -> tuple[CloudSeq2Seq, torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    model = CloudSeq2Seq(num_channels=2, output_steps=3, k=k, hidden_channels=6, **options)
+    return model, torch.randn(2, 4, 30, 2), torch.rand(2, 30, 2)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_cloudseq2seq_forward_is_one_graph(variant: str) -> None:
+    """Every search and every cell of the unrolled seq2seq in one graph, traced once: a
+    second batch of the same shape runs it again without recompiling."""
+    model, x, coords = _seq2seq(**VARIANTS[variant])
+    model.compile(backend="eager")
+    for _ in range(2):
+        model(x, coords).square().mean().backward()
+    assert sum(counters["graph_break"].values()) == 0, dict(counters["graph_break"])
+    assert counters["stats"]["unique_graphs"] == 1
+    assert counters["frames"]["total"] == 1
+
+
+# Compiled and eager round differently (torch ops in place of the numba kernels); a
+# rounding difference in a hidden coordinate can reorder two near-tied neighbours, which
+# the recurrence carries on (tests/test_gpu.py, TIGHT). So values are compared where no
+# neighbour set can change: with the points' own neighbours, or with K = 1.
+@pytest.mark.parametrize("options", [{"neighbours": "static"}, {"k": 1}], ids=str)
+def test_compiled_cloudseq2seq_equals_eager_forward_and_gradients(options: dict) -> None:
+    """AOTAutograd's forward and backward graphs (the searches as operators, the torch ops
+    in place of the numba kernels) against the eager model with its numba kernels."""
+    model, x, coords = _seq2seq(attention=True, **options)
+    eager = model(x, coords)
+    eager.square().mean().backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad()
+    model.compile(backend="aot_eager")
+    compiled = model(x, coords)
+    compiled.square().mean().backward()
+    torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+def test_inductor_compiled_cloudlstm_equals_eager_on_cpu() -> None:
+    """Inductor's generated code in place of the numba kernels, forward and gradients."""
+    torch.manual_seed(0)
+    model = CloudSeq2Seq(
+        num_channels=3, output_steps=4, k=6, hidden_channels=8, neighbours="static"
+    )
+    x, coords = torch.randn(2, 5, 40, 3), torch.rand(2, 40, 2)
+    eager = model(x, coords)
+    eager.square().mean().backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad()
+    model.compile()
+    compiled = model(x, coords)
+    compiled.square().mean().backward()
+    torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, grads[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+# ------------------------------------------------------------------------ every model
+# nn.LSTM is not traced by dynamo (torch._dynamo.config.allow_rnn is off): the per-point
+# LSTM baseline runs eagerly under model.compile.
+UNTRACED = {"lstm"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml") if p.stem not in UNTRACED),
+)
+def test_every_model_compiles_its_dense_work_into_one_graph(tmp_path, name: str) -> None:
+    """Host work (the grid models' Hungarian mapping, STGCN's Laplacian cache, input checks)
+    stays outside the graph as whole functions (``torch.compiler.disable``), so what is left
+    is one graph, not one per data-dependent check."""
+    from cloudlstm.models.build import build_model
+
+    cfg = _model_config(tmp_path, name, "false")
+    cfg.data_info.update(num_points=30, input_steps=24 if name == "seasonal_naive" else 4)
+    model = build_model(cfg.model)
+    model.compile(backend="eager")
+    x, coords = torch.randn(2, cfg.data_info.input_steps, 30, 2), torch.rand(2, 30, 2)
+    for _ in range(2):
+        out = model(x, coords)
+        if out.requires_grad:
+            out.square().mean().backward()
+    assert counters["stats"]["unique_graphs"] == 1
+    breaks = [reason for reason in counters["graph_break"] if "disable()" not in reason]
+    assert not breaks, breaks
