@@ -176,3 +176,19 @@ def test_a_truncated_checkpoint_stops_eval_py_with_one_line(cloud_run, tmp_path)
     [line] = [x for x in proc.stderr.splitlines() if "Cannot read checkpoint" in x]
     assert line.startswith(f"Cannot read checkpoint {cut} (")
     assert line.endswith("ckpt=best, ckpt=last or a .ckpt written by training.")
+
+
+@pytest.mark.slow
+def test_a_compiled_run_forecasts_as_its_checkpoint_does_uncompiled(tmp_path):
+    """``model.compile=true`` through Lightning's fit, validate and test (one graph per
+    forward, another for no-grad evaluation): its test forecasts equal those of its best
+    checkpoint evaluated eagerly (static neighbours: rounding cannot reorder a neighbour
+    set, see tests/test_compile.py)."""
+    cfg = compose_train(tmp_path, [*JOB, "model.compile=true", "model.neighbours=static"])
+    train(cfg)
+    run, out = Path(cfg.paths.output_dir), tmp_path / "eval"
+    evaluate(compose_eval(run, out, "model.compile=false"))
+    with np.load(out / "predictions.npz") as eager, np.load(run / "predictions.npz") as compiled:
+        np.testing.assert_allclose(
+            compiled["prediction"], eager["prediction"], rtol=1e-4, atol=1e-4
+        )
