@@ -158,6 +158,22 @@ def test_compiled_cloudseq2seq_equals_eager_forward_and_gradients(options: dict)
         torch.testing.assert_close(p.grad, grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_another_batch_size_compiles_one_dynamic_graph() -> None:
+    """An epoch's last, smaller batch: dynamo traces the forward once more with a symbolic
+    batch size (the operators' shape functions take one), and that graph serves every
+    later size."""
+    model, _, _ = _seq2seq(attention=True, neighbours="static")
+    batches = [(torch.randn(b, 4, 30, 2), torch.rand(b, 30, 2)) for b in (4, 3, 5, 2)]
+    expected = [model(x, coords).detach() for x, coords in batches]
+    model.compile(backend="aot_eager")
+    for (x, coords), eager in zip(batches, expected, strict=True):
+        out = model(x, coords)
+        out.square().mean().backward()
+        torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-5)
+    assert counters["stats"]["unique_graphs"] == 2
+    assert sum(counters["graph_break"].values()) == 0
+
+
 @pytest.mark.slow
 def test_inductor_compiled_cloudlstm_equals_eager_on_cpu() -> None:
     """Inductor's generated code in place of the numba kernels, forward and gradients."""

@@ -32,6 +32,9 @@ Implementations:
 * :func:`knn_reference`: the plain ``cdist`` + ``topk`` of Algorithm 1, kept for tests
   and the benchmark.
 
+Under ``torch.compile`` a search is one operator of the graph (``cloudlstm::knn``, or
+``cloudlstm::knn_triton``, which CUDA graphs can capture), not a graph break.
+
 Threads rather than numba's ``parallel=True``: see :mod:`cloudlstm.nn.threads`.
 """
 
@@ -481,10 +484,10 @@ def _knn(
                 f"knn: method='triton' needs Triton, a CUDA tensor and N <= "
                 f"{knn_triton.MAX_POINTS}; got N={n} on {flat.device}."
             )
-        # in a graph: unchecked (NaN ranks last, indices stay in range), no sync to capture
-        index = knn_triton.knn_triton(flat, k, dtype=dtype) if in_graph else _search_triton(
-            flat, k, dtype
-        )
+        if in_graph:  # unchecked (NaN ranks last, indices stay in range): no sync to capture
+            index = knn_triton.knn_triton(flat, k, dtype=dtype)
+        else:
+            index = _search_triton(flat, k, dtype)
     elif method == "cells":
         index = knn_cells(flat.contiguous(), k)
     else:
