@@ -102,8 +102,12 @@ def test_knn_operator_refuses_nan_coordinates_in_a_compiled_graph() -> None:
 def test_knn_operator_passes_torch_library_opcheck() -> None:
     """Schema, fake (shape-only) implementation and dispatch agree with the real kernel."""
     coords = torch.rand(2, 3, 40, 2)
-    for dtype in (torch.int64, torch.int16):
-        torch.library.opcheck(torch.ops.cloudlstm.knn.default, (coords, 5, "auto", 1024, dtype))
+    for method in ("auto", "cells", "brute"):
+        for dtype in (torch.int64, torch.int16):
+            args = (coords, 5, method, 16, dtype)
+            torch.library.opcheck(torch.ops.cloudlstm.knn.default, args)
+            out = torch.ops.cloudlstm.knn(*args)  # as its shape function says
+            assert out.is_contiguous() and out.shape == (2, 3, 40, 5) and out.dtype == dtype
 
 
 # ------------------------------------------------------------- CloudSeq2Seq: one graph

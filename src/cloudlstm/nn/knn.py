@@ -507,8 +507,9 @@ _UNSAFE_IN_CUDA_GRAPHS = tuple(
 def _knn_op(
     coords: torch.Tensor, k: int, method: str, chunk: int, dtype: torch.dtype
 ) -> torch.Tensor:
-    """:func:`knn` as an operator of a compiled graph."""
-    return _knn(coords, k, method, chunk, dtype, in_graph=True)
+    """:func:`knn` as an operator of a compiled graph (contiguous, as its shape function
+    says: the compiled code indexes it by those strides)."""
+    return _knn(coords, k, method, chunk, dtype, in_graph=True).contiguous()
 
 
 @torch.library.custom_op("cloudlstm::knn_triton", mutates_args=())
@@ -518,7 +519,7 @@ def _knn_triton_op(
     """:func:`knn`'s Triton search as an operator of a compiled graph, capturable in a
     CUDA graph: NaN / inf coordinates are not refused here (they rank last); a diverged
     model shows in its loss instead."""
-    return _knn(coords, k, "triton", chunk, dtype, in_graph=True)
+    return _knn(coords, k, "triton", chunk, dtype, in_graph=True).contiguous()
 
 
 @_knn_op.register_fake
