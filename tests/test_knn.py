@@ -321,7 +321,7 @@ def test_a_compiled_graph_searches_with_the_capturable_triton_operator() -> None
         "import cloudlstm.nn.knn\n"
         "K = sys.modules['cloudlstm.nn.knn']\n"
         "K.knn_triton.available = lambda coords: True  # CPU tensors, interpreted\n"
-        "K.knn_triton.fits = lambda device, points, dims: True  # what a graph asks\n"
+        "K.knn_triton.fits = lambda is_cuda, points, dims: True  # what a graph asks\n"
         "kernel = K.knn_triton.knn_triton  # fixed blocks: the interpreter cannot autotune\n"
         "K.knn_triton.knn_triton = lambda c, k, **kw: kernel(c, k, {'BLOCK_Q': 16}, **kw)\n"
         "ops = []\n"

@@ -441,7 +441,7 @@ def knn(
         raise ValueError(f"knn: method={method!r} is not one of {METHODS}.")
     if torch.compiler.is_compiling():
         *_, n, dims = coords.shape
-        triton = method == "auto" and knn_triton.fits(coords.device, n, max(dims, 2))
+        triton = method == "auto" and knn_triton.fits(coords.is_cuda, n, max(dims, 2))
         op = _knn_triton_op if triton else _knn_op
         return op(coords.detach(), k, method, chunk, dtype)
     return _knn(coords, k, method, chunk, dtype, in_graph=False)

@@ -46,14 +46,13 @@ MAX_POINTS = 2048  # above this, K passes over the whole cloud cost more than th
 def available(coords: torch.Tensor) -> bool:
     """Whether this kernel can search ``coords`` ``(R, N, L)``: CUDA, N small, L = 2 or 3
     (:func:`cloudlstm.nn.knn.knn` pads L = 1 with a zero axis)."""
-    return fits(coords.device, coords.shape[1], coords.shape[2])
+    return fits(coords.is_cuda, coords.shape[1], coords.shape[2])
 
 
-def fits(device: torch.device, points: int, dims: int) -> bool:
-    """:func:`available` from the clouds' device, point count and (padded) dimensions."""
-    return (
-        triton_switch.ENABLED and device.type == "cuda" and points <= MAX_POINTS and dims in (2, 3)
-    )
+def fits(is_cuda: bool, points: int, dims: int) -> bool:
+    """:func:`available` from whether the clouds are on CUDA, their point count and their
+    (padded) dimensions."""
+    return triton_switch.ENABLED and is_cuda and points <= MAX_POINTS and dims in (2, 3)
 
 
 if triton is not None:
