@@ -34,8 +34,8 @@ def build_model(
 
     ``compile``: ``torch.compile`` the model in place (``nn.Module.compile``: the parameter
     names, so checkpoints, stay as they are): ``true`` in the default mode, or one of
-    :data:`COMPILE_MODES`. The neighbour search and the numba kernels are excluded from the
-    graph (``torch.compiler.disable``); what is compiled is the dense work between them.
+    :data:`COMPILE_MODES`. A CloudLSTM forward compiles to one graph, its neighbour searches
+    operators in it (:func:`cloudlstm.nn.knn.knn`); docs/design.md has the details.
 
     Raises:
         UserError: ``compile`` is neither a boolean nor a mode.

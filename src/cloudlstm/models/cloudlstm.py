@@ -174,7 +174,7 @@ class CloudSeq2Seq(Forecaster):
     def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
         self.check_input(x, coords)
         check_k(self.k, x.shape[2])
-        if torch.compiler.is_compiling():  # one graph; its searches check without deferral
+        if torch.compiler.is_compiling():  # one graph: no deferral (see knn's operators)
             return self._forward(x, coords)
         # NaN coordinates (a diverged model) are refused once per forward on the GPU, not
         # with a host synchronisation in each of its dozens of searches

@@ -25,7 +25,8 @@ exact in Triton's CPU interpreter, like ``passes``). ``benchmarks/bench_gpu.py``
 
 A NaN distance (NaN coordinates) ranks as +inf: the indices stay in range, so that a
 diverged model's search cannot read out of bounds while :func:`cloudlstm.nn.knn.knn`
-defers its finiteness check (no host synchronisation per search on the GPU).
+defers its finiteness check (no host synchronisation per search on the GPU), or, in a
+compiled graph, leaves it to the training loss check.
 
 Block sizes are autotuned per (N, K, L) on first use. Brute force in work, so these kernels
 serve clouds up to :data:`MAX_POINTS` points; larger ones go to the cell-list search
