@@ -170,14 +170,18 @@ def train_epoch(
     return first, total / steps
 
 
+def forward_backward_once(model: torch.nn.Module, data: dict[str, torch.Tensor]) -> None:
+    """One forward + backward at batch size PAPER['batch'], gradients cleared after."""
+    x = data["x"][: PAPER["batch"]]
+    model(x, data["coords"].expand(len(x), -1, -1)).square().mean().backward()
+    model.zero_grad(set_to_none=True)
+
+
 def step_flops(model: torch.nn.Module, data: dict[str, torch.Tensor]) -> float:
     """FLOPs of one training step at batch size PAPER['batch'] (forward + backward)."""
-    x = data["x"][: PAPER["batch"]]
-    coords = data["coords"].expand(len(x), -1, -1)
     counter = FlopCounterMode(display=False)
     with counter:
-        model(x, coords).square().mean().backward()
-    model.zero_grad(set_to_none=True)
+        forward_backward_once(model, data)
     return counter.get_total_flops()
 
 
@@ -188,12 +192,9 @@ def step_kernels(model: torch.nn.Module, data: dict[str, torch.Tensor]) -> int:
         return 0
     from torch.profiler import ProfilerActivity, profile
 
-    x = data["x"][: PAPER["batch"]]
-    coords = data["coords"].expand(len(x), -1, -1)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        model(x, coords).square().mean().backward()
+        forward_backward_once(model, data)
         synchronize()
-    model.zero_grad(set_to_none=True)
     return sum(1 for event in prof.events() if event.device_type.name == "CUDA")
 
 
