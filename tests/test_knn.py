@@ -270,19 +270,26 @@ def test_triton_kernels_are_exact_in_the_interpreter() -> None:
     run_in_triton_interpreter(script)
 
 
+# The start of a script for run_in_triton_interpreter: knn's module as K, its Triton path
+# taken for CPU tensors (interpreted), with fixed blocks (the interpreter cannot autotune).
+INTERPRETED_KNN = (
+    "import sys, torch\n"
+    "import cloudlstm.nn.knn\n"
+    "K = sys.modules['cloudlstm.nn.knn']  # the package re-exports the function knn\n"
+    "K.knn_triton.available = lambda coords: True\n"
+    "K.knn_triton.fits = lambda is_cuda, points, dims: True  # what a compiled graph asks\n"
+    "kernel = K.knn_triton.knn_triton\n"
+    "K.knn_triton.knn_triton = lambda c, k, **kw: kernel(c, k, {'BLOCK_Q': 16}, **kw)\n"
+)
+
+
 def test_triton_search_flags_non_finite_coordinates_in_its_pass() -> None:
     """knn's Triton path (run here on CPU through the interpreter): the kernel sets the
     NaN / inf flag as it reads the coordinates; outside a deferred block the search refuses
     at once, inside one the block's end does, after every search has returned in-range
     indices; finite clouds leave the flag at 0 and equal the reference."""
-    script = (
-        "import pytest, torch\n"
-        "import sys\n"
-        "import cloudlstm.nn.knn\n"
-        "K = sys.modules['cloudlstm.nn.knn']  # the package re-exports the function knn\n"
-        "K.knn_triton.available = lambda coords: True  # CPU tensors, interpreted\n"
-        "kernel = K.knn_triton.knn_triton  # with fixed blocks: the interpreter cannot autotune\n"
-        "K.knn_triton.knn_triton = lambda c, k, **kw: kernel(c, k, {'BLOCK_Q': 16}, **kw)\n"
+    script = INTERPRETED_KNN + (
+        "import pytest\n"
         "g = torch.Generator().manual_seed(0)\n"
         "good = torch.rand(3, 30, 2, generator=g)\n"
         "for value in (float('nan'), float('inf'), -float('inf')):\n"
@@ -316,14 +323,7 @@ def test_a_compiled_graph_searches_with_the_capturable_triton_operator() -> None
     if unsafe is not None:
         assert unsafe in torch.ops.cloudlstm.knn.default.tags
         assert unsafe not in torch.ops.cloudlstm.knn_triton.default.tags
-    script = (
-        "import sys, torch\n"
-        "import cloudlstm.nn.knn\n"
-        "K = sys.modules['cloudlstm.nn.knn']\n"
-        "K.knn_triton.available = lambda coords: True  # CPU tensors, interpreted\n"
-        "K.knn_triton.fits = lambda is_cuda, points, dims: True  # what a graph asks\n"
-        "kernel = K.knn_triton.knn_triton  # fixed blocks: the interpreter cannot autotune\n"
-        "K.knn_triton.knn_triton = lambda c, k, **kw: kernel(c, k, {'BLOCK_Q': 16}, **kw)\n"
+    script = INTERPRETED_KNN + (
         "ops = []\n"
         "def backend(gm, inputs):\n"
         "    ops.extend(str(node.target) for node in gm.graph.nodes)\n"
