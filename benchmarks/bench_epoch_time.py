@@ -7,6 +7,12 @@ process, no validation, no checkpoints); the second epoch's time, free of first-
 such as numba compilation, is scaled to the data set's full epoch (training windows /
 batch size). Prints seconds per epoch and the ratio to ConvLSTM's, the paper's runner-up,
 whose CloudLSTM epoch took +18-21 % of ConvLSTM's on a GPU. Run it on an idle machine.
+
+Next to each time it prints the FLOPs of one training step (forward + backward at the
+run's batch size and data shape, torch's ``FlopCounterMode``: matrix products and
+convolutions) and their ratio to ConvLSTM's, and the speed the model reaches (GFLOP/s):
+where a model's time ratio exceeds its FLOP ratio, it spends its time on something else
+than arithmetic (neighbour search, gathers, memory traffic).
 """
 
 from __future__ import annotations
@@ -21,7 +27,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
 import yaml
+from torch.utils.flop_counter import FlopCounterMode, register_flop_formula
+
+from cloudlstm.cli.models_table import model_for_shape
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = [
@@ -72,23 +82,65 @@ def epoch_seconds(model: str, data: str, batches: int, tmp: Path) -> tuple[float
     return times[-1] / batches, full
 
 
+@register_flop_formula(torch.ops.aten.mkldnn_rnn_layer)
+def _rnn_layer_flops(inputs: list[int], w_ih: list[int], w_hh: list[int], *_, **__) -> int:
+    """``nn.LSTM`` / ``nn.GRU`` on CPU run as one oneDNN op that ``FlopCounterMode`` does
+    not count: 2 x (time steps x batch) x gates x (input + hidden) per layer. Without this
+    the LSTM baselines would count no FLOPs at all."""
+    rows = 1
+    for size in inputs[:-1]:
+        rows *= size
+    return 2 * rows * w_ih[0] * (w_ih[1] + w_hh[1])
+
+
+@register_flop_formula(torch.ops.aten.mkldnn_rnn_layer_backward)
+def _rnn_layer_backward_flops(inputs: list[int], w_ih: list[int], w_hh: list[int], *_, **__) -> int:
+    """Gradients of the inputs and hidden states, and of the weights: twice the forward."""
+    return 2 * _rnn_layer_flops(inputs, w_ih, w_hh)
+
+
+def step_gflops(model: str, run_dir: Path) -> float:
+    """GFLOPs of one training step of ``model`` as the run in ``run_dir`` trained it: its
+    data's shapes and batch size (weights and values random: they do not change the count)."""
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    info, batch = cfg["data_info"], cfg["data"]["batch_size"]
+    torch.manual_seed(0)
+    net = model_for_shape(model, **info)
+    shape = (batch, info["input_steps"], info["num_points"], info["num_channels"])
+    coords = torch.rand(batch, info["num_points"], info["coord_features"])
+    with FlopCounterMode(display=False) as counter:
+        net(torch.randn(shape), coords).square().mean().backward()
+    return counter.get_total_flops() / 1e9
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="beijing")
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--models", nargs="*", default=MODELS)
     args = parser.parse_args()
-    rows = {}
+    seconds, gflops, speed = {}, {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models:
             per_batch, full = epoch_seconds(model, args.data, args.batches, Path(tmp))
-            rows[model] = per_batch * full
+            seconds[model] = per_batch * full
+            gflops[model] = step_gflops(model, Path(tmp) / model)
+            speed[model] = gflops[model] / per_batch
             print(f"  {model}: {1000 * per_batch:.0f} ms/batch x {full} batches", flush=True)
-    base = rows.get("convlstm")
-    print(f"\n{'model':22s} {'s/epoch':>9s} {'vs convlstm':>12s}")
-    for model, seconds in rows.items():
-        ratio = f"{seconds / base:12.2f}" if base else ""
-        print(f"{model:22s} {seconds:9.0f} {ratio}")
+    base = "convlstm" if "convlstm" in seconds else None
+    print(
+        f"\n{'model':22s} {'s/epoch':>9s} {'time ratio':>11s} "
+        f"{'GFLOP/step':>11s} {'FLOP ratio':>11s} {'GFLOP/s':>8s}"
+    )
+    for model in seconds:
+        time_ratio = f"{seconds[model] / seconds[base]:11.2f}" if base else " " * 11
+        flop_ratio = f"{gflops[model] / gflops[base]:11.2f}" if base else " " * 11
+        print(
+            f"{model:22s} {seconds[model]:9.0f} {time_ratio} {gflops[model]:11.1f} "
+            f"{flop_ratio} {speed[model]:8.1f}"
+        )
+    if base:
+        print("\n(ratios against convlstm, the paper's runner-up)")
 
 
 if __name__ == "__main__":
