@@ -6,7 +6,8 @@ Prints, measured in this one run on clouds shaped like a CloudLSTM's hidden stat
 cell step (searching all its input and hidden channels, and as CloudSeq2Seq runs it:
 neighbours of its input and state given, its new state searched once for the layer above
 and the next step); its breakdown into neighbour search, gather (+ its backward) and
-weighting (the matmul + its backward); the bare matmul with the same FLOPs (the floor); a
+weighting (the matmul + its backward); the bare matmul with the same FLOPs, as DConv runs
+it (the floor) and as torch's own ``addmm`` (MKL) would; a
 plain reference written straight from Algorithm 1 (all-pairs distances + topk + advanced
 indexing); and neighbour search for large N, where the reference would need a
 B x U x N x N distance tensor. Ratios are what matter: absolute times depend on the CPU.
@@ -20,7 +21,13 @@ from collections.abc import Callable
 
 import torch
 
-from cloudlstm.nn import CloudLSTMCell, channel_neighbours, gather_neighbourhoods, knn
+from cloudlstm.nn import (
+    CloudLSTMCell,
+    channel_neighbours,
+    gather_neighbourhoods,
+    knn,
+    onednn_matmul,
+)
 from cloudlstm.nn.cells import search
 from cloudlstm.nn.knn import knn_reference
 
@@ -126,7 +133,10 @@ def main() -> None:
     weight = cell.gates.weight.detach().transpose(3, 4).reshape(rows.shape[1], -1)
     weight.requires_grad_(True)
 
-    def matmul():
+    def matmul():  # as DConv runs it (oneDNN on x86 CPUs, see nn/onednn_matmul.py)
+        onednn_matmul.addmm(None, rows, weight).sum().backward()
+
+    def matmul_torch():  # torch's own product (MKL on CPU)
         (rows @ weight).sum().backward()
 
     times = timed_together(
@@ -136,6 +146,7 @@ def main() -> None:
             "knn": lambda: channel_neighbours(cloud, k, 1),
             "gather": gather,
             "matmul": matmul,
+            "torch matmul": matmul_torch,
         },
         args.repeats,
     )
@@ -155,6 +166,11 @@ def main() -> None:
     print(f"    weighting (matmul + bwd)    {t_mm:9.1f}  ({t_mm / t_cell:5.1%})")
     print(f"    gates and the rest          {rest:9.1f}  ({rest / t_cell:5.1%})")
     print(f"  bare matmul, same FLOPs       {t_mm:9.1f}  (the floor)")
+    t_torch = times["torch matmul"]
+    print(
+        f"  ... as torch.addmm            {t_torch:9.1f}  ({t_torch / t_mm:.2f}x;"
+        f" DConv uses oneDNN: {onednn_matmul.ENABLED})"
+    )
     print(
         f"  reference (cdist+topk+index)  {t_ref:9.1f}  of which neighbours {t_ref_knn:.1f}"
         f" ({t_ref_knn / t_ref:.0%})"

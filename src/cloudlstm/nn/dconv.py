@@ -15,7 +15,7 @@ import math
 import torch
 from torch import nn
 
-from cloudlstm.nn import gather_triton
+from cloudlstm.nn import gather_triton, onednn_matmul
 from cloudlstm.nn.kernels import gather_neighbours, use_kernels
 from cloudlstm.nn.knn import check_k, knn
 
@@ -137,11 +137,8 @@ class DConv(nn.Module):
         rows = gather_neighbourhoods(cloud, neighbours)  # (B*N, U_in*K*F_in)
         # (U_in, K, F_in, F_out, U_out) -> (U_in*K*F_in, U_out*F_out), matching the rows.
         weight = self.weight.transpose(3, 4).reshape(rows.shape[1], -1)
-        if self.bias is None:
-            out = rows @ weight
-        else:
-            out = torch.addmm(self.bias.reshape(-1), rows, weight)
-        out = out.view(b, n, self.out_channels, -1)
+        bias = None if self.bias is None else self.bias.reshape(-1)
+        out = onednn_matmul.addmm(bias, rows, weight).view(b, n, self.out_channels, -1)
         if not self.coord_activation:
             return out
         h = self.out_value_features
