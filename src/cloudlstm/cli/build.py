@@ -12,6 +12,7 @@ from typing import Any
 
 import hydra
 import lightning as L
+import torch
 from hydra.errors import InstantiationException
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.utilities import rank_zero_only
@@ -19,6 +20,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from cloudlstm.cli.config import instantiate_group
 from cloudlstm.errors import UserError
+from cloudlstm.host_memory import keep_freed_memory
 from cloudlstm.models.build import build_model
 
 WANDB_ID_FILE = "wandb_run_id.txt"
@@ -43,6 +45,16 @@ def instantiate(config: Any, **kwargs: Any) -> Any:
     """``hydra.utils.instantiate`` with :func:`user_errors_unwrapped`."""
     with user_errors_unwrapped():
         return hydra.utils.instantiate(config, **kwargs)
+
+
+def configure_process(cfg: DictConfig) -> None:
+    """A job's process-wide settings: torch's intra-op threads (``torch_threads``) and
+    freed memory kept for the next step (``keep_freed_memory``, see
+    :mod:`cloudlstm.host_memory`; on unless set false, also for runs saved before it)."""
+    if cfg.get("torch_threads"):
+        torch.set_num_threads(int(cfg.torch_threads))
+    if cfg.get("keep_freed_memory", True):
+        keep_freed_memory()
 
 
 def build_datamodule(

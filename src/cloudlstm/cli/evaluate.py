@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
@@ -26,6 +25,7 @@ from cloudlstm.cli import report
 from cloudlstm.cli.build import (
     build_module,
     build_trainer,
+    configure_process,
     instantiate_datamodule,
     save_job_config,
     set_up_datamodule,
@@ -60,8 +60,7 @@ def with_run_config(argv: list[str]) -> list[str]:
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Test a run's checkpoint (``cfg.ckpt``) on the data of ``cfg``; returns what is written
     to ``<output dir>/metrics.json``."""
-    if cfg.get("torch_threads"):
-        torch.set_num_threads(int(cfg.torch_threads))
+    configure_process(cfg)
     L.seed_everything(cfg.seed, workers=True)
     run = check_run_dir(cfg.run)
     output_dir = Path(cfg.paths.output_dir)

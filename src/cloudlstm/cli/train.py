@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
@@ -23,6 +22,7 @@ from cloudlstm.cli.build import (
     build_loggers,
     build_module,
     build_trainer,
+    configure_process,
     save_job_config,
 )
 from cloudlstm.cli.config import describe_run
@@ -34,8 +34,7 @@ log = logging.getLogger(__name__)
 
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Run one training job; returns what is written to ``metrics.json``."""
-    if cfg.get("torch_threads"):
-        torch.set_num_threads(int(cfg.torch_threads))
+    configure_process(cfg)
     L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)

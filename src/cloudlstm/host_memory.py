@@ -1,0 +1,37 @@
+"""Keep freed memory in the process for the next training step (glibc's malloc).
+
+A CloudLSTM training step allocates gigabytes in blocks of tens of MB and frees them at
+the end of its backward: the gathered neighbourhoods every DConv keeps for the backward
+are 68 MB per cell step at the paper's size (batch 32, N = 274), 3.3 GB per step. glibc
+serves blocks above 32 MB with fresh ``mmap``\\s and unmaps them when they are freed, so
+every step faults all of that memory in again: the kernel zeroes each page and, in a
+virtual machine that reports freed pages to its host, the host maps them again as well.
+
+:func:`keep_freed_memory` makes malloc serve large blocks from its heap and never hand
+the heap back, so a step reuses the memory of the step before. Measured on the 2-vCPU dev
+VM (paper-size CloudLSTM, batch 32, forward + backward): 14.9-15.4 s per step without,
+11.5-11.7 s with it; peak RSS 7.3 and 8.1 GB. The price is that the process keeps its
+peak RSS until it exits, which a training process reaches every step anyway. The entry
+points apply it unless ``keep_freed_memory=false``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+
+# mallopt parameters (malloc.h)
+M_TRIM_THRESHOLD = -1
+M_MMAP_MAX = -4
+
+
+def keep_freed_memory() -> bool:
+    """Serve every allocation from malloc's heap (no ``mmap``) and never trim the heap.
+
+    Returns whether it applied: only with glibc (on Linux); elsewhere nothing changes.
+    """
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    libc = ctypes.CDLL(None)
+    # mallopt returns 1 on success; -1 for the trim threshold means "never trim" (mallopt(3))
+    return libc.mallopt(M_MMAP_MAX, 0) == 1 and libc.mallopt(M_TRIM_THRESHOLD, -1) == 1

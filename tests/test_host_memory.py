@@ -1,0 +1,57 @@
+"""Freed memory kept for the next training step (cloudlstm.host_memory)."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+
+import pytest
+from omegaconf import OmegaConf
+
+from cloudlstm.cli import build
+
+GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+
+# Current RSS (not the peak) after a 256 MB tensor is written and freed, minus before it.
+FREED_AND_KEPT = """
+import os, sys
+import torch
+from cloudlstm.host_memory import keep_freed_memory
+
+def rss_mb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+if sys.argv[1] == "keep":
+    assert keep_freed_memory()
+before = rss_mb()
+block = torch.ones(64 * 2**20)  # 256 MB, every page written
+del block
+print(rss_mb() - before)
+"""
+
+
+def rss_left_after_free(mode: str) -> float:
+    result = subprocess.run(
+        [sys.executable, "-c", FREED_AND_KEPT, mode], capture_output=True, text=True, check=True
+    )
+    return float(result.stdout)
+
+
+@pytest.mark.skipif(not GLIBC, reason="keep_freed_memory tunes glibc's malloc (Linux only)")
+def test_freed_block_stays_in_the_process_only_when_asked():
+    assert rss_left_after_free("default") < 64  # glibc unmapped the block on free
+    assert rss_left_after_free("keep") > 200  # kept, for the next step to reuse
+
+
+@pytest.mark.parametrize(
+    "setting,applied",
+    [({}, True), ({"keep_freed_memory": True}, True), ({"keep_freed_memory": False}, False)],
+)
+def test_jobs_apply_it_unless_switched_off(monkeypatch, setting, applied):
+    """On by default, also for a run saved before the key existed (eval.py reads its config)."""
+    calls = []
+    monkeypatch.setattr(build, "keep_freed_memory", lambda: calls.append(1))
+    build.configure_process(OmegaConf.create(setting))
+    assert bool(calls) == applied
