@@ -14,8 +14,9 @@ need more than ``--max-gb`` (default: 80 % of the memory available at the start)
 
 Printed per configuration: the best wall time of ``--repeats`` steps per sample, per
 point and sample relative to the smallest N, the peak RSS, and the shares of neighbour
-search, gather (forward and backward, the numba kernel) and matmul (``aten::addmm`` and
-``aten::mm``: the DConv weighting, forward and backward) in one more step run under
+search, gather (forward and backward, the numba kernel) and matmul (oneDNN's
+``mkldnn::_linear_pointwise``, or ``aten::addmm`` and ``aten::mm`` where DConv leaves it to
+torch: the DConv weighting, forward and backward) in one more step run under
 ``torch.profiler`` (knn wrapped in a ``record_function``; wall time of the main thread,
 which waits for the kernels' worker threads). With checkpointing the recomputed
 forwards are in the gather and matmul shares. Timings need otherwise idle cores: the
@@ -54,9 +55,11 @@ def worker(n: int, batch: int, checkpointing: bool, repeats: int, seed: int) -> 
     from torch.profiler import ProfilerActivity, profile, record_function
 
     import cloudlstm.nn.dconv as dconv
+    from cloudlstm.host_memory import keep_freed_memory
     from cloudlstm.layouts import city_layout
     from cloudlstm.models import CloudSeq2Seq
 
+    keep_freed_memory()  # as train.py runs a step
     torch.manual_seed(seed)
     coords = torch.from_numpy(city_layout(n, seed)).expand(batch, -1, -1).contiguous()
     x, y = torch.randn(batch, M, n, C), torch.randn(batch, J, n, C)
@@ -104,7 +107,7 @@ def worker(n: int, batch: int, checkpointing: bool, repeats: int, seed: int) -> 
         "profiled_s": profiled,
         "knn_s": ops["bench::knn"].cpu_time_total / 1e6 if "bench::knn" in ops else 0.0,
         "gather_s": self_s("_GatherNeighbours", "_GatherNeighboursBackward"),
-        "matmul_s": self_s("aten::addmm", "aten::mm"),
+        "matmul_s": self_s("mkldnn::_linear_pointwise", "aten::addmm", "aten::mm"),
         "threads": torch.get_num_threads(),
     }
 
