@@ -28,6 +28,7 @@ from bench_dconv import timed_together
 from torch.utils.flop_counter import FlopCounterMode
 
 from cloudlstm.cli.models_table import model_for_shape
+from cloudlstm.nn import onednn_matmul
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = {"points": 274, "channels": 6, "input_steps": 12, "output_steps": 12, "dims": 2}
@@ -88,7 +89,7 @@ def matmul_gflops(model: torch.nn.Module, device: str, repeats: int) -> float:
     b = torch.randn(inner, cols, device=device)
 
     def product() -> None:
-        a @ b
+        onednn_matmul.addmm(None, a, b)  # as DConv runs it (oneDNN on x86 CPUs)
         if device == "cuda":
             torch.cuda.synchronize()
 

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from cloudlstm.nn import DConv, onednn_matmul
 
@@ -74,10 +75,14 @@ def test_dconv_runs_its_weighting_through_it_and_matches_torch_addmm(monkeypatch
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("case", ["float64", "bf16 autocast"])
+@pytest.mark.parametrize("case", ["float64", "bf16 autocast", "FLOP counting"])
 def test_left_to_torch_where_onednn_is_not_float32(case):
     rows, weight, bias = torch.randn(30, 20), torch.randn(20, 8), torch.randn(8)
-    if case == "float64":
+    if case == "FLOP counting":  # the benchmarks' FLOP counts see the product
+        with FlopCounterMode(display=False) as counter:
+            out = onednn_matmul.addmm(bias, rows, weight.requires_grad_())
+        assert counter.get_total_flops() == 2 * 30 * 20 * 8
+    elif case == "float64":
         out = onednn_matmul.addmm(bias.double(), rows.double(), weight.double().requires_grad_())
         assert out.dtype == torch.float64
     else:

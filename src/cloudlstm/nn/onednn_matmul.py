@@ -13,7 +13,8 @@ It is float32 throughout (torch's fp32 math mode for oneDNN stays as set, IEEE b
 default); results differ from MKL's in rounding only (summation order). It applies to
 float32 CPU tensors outside autocast (under bf16 autocast ``addmm`` already runs in
 oneDNN's bf16 kernels) and outside ``torch.compile`` (Inductor packs its own oneDNN
-weights). ``CLOUDLSTM_ONEDNN=0`` in the environment keeps every product on ``torch.addmm``.
+weights), and under a dispatch mode such as ``FlopCounterMode`` (which counts ``addmm``).
+``CLOUDLSTM_ONEDNN=0`` in the environment keeps every product on ``torch.addmm``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import platform
 
 import torch
 from torch.autograd.function import FunctionCtx, once_differentiable
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 
 def _linear_op() -> object | None:
@@ -50,6 +52,8 @@ def use_onednn(rows: torch.Tensor) -> bool:
         and rows.dtype == torch.float32
         and not torch.is_autocast_enabled("cpu")
         and not torch.compiler.is_compiling()
+        # FLOP counting, fake tensors and other dispatch modes know addmm, not this op
+        and _get_current_dispatch_mode() is None
     )
 
 
