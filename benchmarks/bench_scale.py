@@ -59,7 +59,8 @@ def worker(n: int, batch: int, checkpointing: bool, repeats: int, seed: int) -> 
     from cloudlstm.layouts import city_layout
     from cloudlstm.models import CloudSeq2Seq
 
-    keep_freed_memory()  # as train.py runs a step
+    if not checkpointing:  # as train.py runs a step (keep_freed_memory=auto)
+        keep_freed_memory()
     torch.manual_seed(seed)
     coords = torch.from_numpy(city_layout(n, seed)).expand(batch, -1, -1).contiguous()
     x, y = torch.randn(batch, M, n, C), torch.randn(batch, J, n, C)

@@ -47,10 +47,18 @@ def test_freed_block_stays_in_the_process_only_when_asked():
 
 @pytest.mark.parametrize(
     "setting,applied",
-    [({}, True), ({"keep_freed_memory": True}, True), ({"keep_freed_memory": False}, False)],
+    [
+        ({}, True),
+        ({"keep_freed_memory": "auto", "model": {"checkpointing": False}}, True),
+        ({"keep_freed_memory": "auto", "model": {"checkpointing": True}}, False),
+        ({"model": {"checkpointing": True}}, False),
+        ({"keep_freed_memory": True, "model": {"checkpointing": True}}, True),
+        ({"keep_freed_memory": False}, False),
+    ],
 )
 def test_jobs_apply_it_unless_switched_off(monkeypatch, setting, applied):
-    """On by default, also for a run saved before the key existed (eval.py reads its config)."""
+    """On by default (also for a run saved before the key existed, which eval.py reads),
+    off where the run checkpoints to save memory, or when switched off."""
     calls = []
     monkeypatch.setattr(build, "keep_freed_memory", lambda: calls.append(1))
     build.configure_process(OmegaConf.create(setting))

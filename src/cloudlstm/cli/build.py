@@ -50,10 +50,18 @@ def instantiate(config: Any, **kwargs: Any) -> Any:
 def configure_process(cfg: DictConfig) -> None:
     """A job's process-wide settings: torch's intra-op threads (``torch_threads``) and
     freed memory kept for the next step (``keep_freed_memory``, see
-    :mod:`cloudlstm.host_memory`; on unless set false, also for runs saved before it)."""
+    :mod:`cloudlstm.host_memory`).
+
+    ``keep_freed_memory: auto`` (the default, also for runs saved before the key) keeps it
+    unless ``model.checkpointing`` is on: a run that checkpoints has chosen memory over
+    speed, and kept memory raised its peak at N = 13,000 from 1.9 to 2.4 GB.
+    """
     if cfg.get("torch_threads"):
         torch.set_num_threads(int(cfg.torch_threads))
-    if cfg.get("keep_freed_memory", True):
+    keep = cfg.get("keep_freed_memory", "auto")
+    if keep == "auto":
+        keep = not (cfg.get("model") or {}).get("checkpointing", False)
+    if keep:
         keep_freed_memory()
 
 
