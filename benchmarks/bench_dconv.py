@@ -7,10 +7,10 @@ cell step (searching all its input and hidden channels, and as CloudSeq2Seq runs
 neighbours of its input and state given, its new state searched once for the layer above
 and the next step); its breakdown into neighbour search, gather (+ its backward) and
 weighting (the matmul + its backward); the bare matmul with the same FLOPs, as DConv runs
-it (the floor) and as torch's own ``addmm`` (MKL) would; a
-plain reference written straight from Algorithm 1 (all-pairs distances + topk + advanced
-indexing); and neighbour search for large N, where the reference would need a
-B x U x N x N distance tensor. Ratios are what matter: absolute times depend on the CPU.
+it (the floor) and as torch's own ``addmm`` (MKL) would; a plain reference written
+straight from Algorithm 1 (all-pairs distances + topk + advanced indexing); and neighbour
+search for large N, where the reference would need a B x U x N x N distance tensor.
+Ratios are what matter: absolute times depend on the CPU.
 """
 
 from __future__ import annotations

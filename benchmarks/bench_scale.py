@@ -55,11 +55,11 @@ def worker(n: int, batch: int, checkpointing: bool, repeats: int, seed: int) -> 
     from torch.profiler import ProfilerActivity, profile, record_function
 
     import cloudlstm.nn.dconv as dconv
-    from cloudlstm.host_memory import keep_freed_memory
+    from cloudlstm.host_memory import keep_freed_memory, keeps_freed_memory
     from cloudlstm.layouts import city_layout
     from cloudlstm.models import CloudSeq2Seq
 
-    if not checkpointing:  # as train.py runs a step (keep_freed_memory=auto)
+    if keeps_freed_memory("auto", checkpointing):  # as train.py runs a step by default
         keep_freed_memory()
     torch.manual_seed(seed)
     coords = torch.from_numpy(city_layout(n, seed)).expand(batch, -1, -1).contiguous()

@@ -10,6 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from cloudlstm.cli import build
+from cloudlstm.errors import UserError
 
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
@@ -63,3 +64,8 @@ def test_jobs_apply_it_unless_switched_off(monkeypatch, setting, applied):
     monkeypatch.setattr(build, "keep_freed_memory", lambda: calls.append(1))
     build.configure_process(OmegaConf.create(setting))
     assert bool(calls) == applied
+
+
+def test_an_unreadable_setting_is_refused_by_name():
+    with pytest.raises(UserError, match="keep_freed_memory='yes' is not one of auto, true, false"):
+        build.configure_process(OmegaConf.create({"keep_freed_memory": "yes"}))

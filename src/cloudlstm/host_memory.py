@@ -9,18 +9,19 @@ virtual machine that reports freed pages to its host, the host maps them again a
 
 :func:`keep_freed_memory` makes malloc serve large blocks from its heap and never hand
 the heap back, so a step reuses the memory of the step before. Measured on the 2-vCPU dev
-VM (paper-size CloudLSTM, batch 32, forward + backward): 14.9-15.4 s per step without,
-11.5-11.7 s with it; peak RSS 7.3 and 8.1 GB. The price is that the process keeps its
-peak RSS until it exits, which a training process reaches every step anyway, and
-fragmentation can raise that peak (at N = 13,000 with checkpointing: 1.9 -> 2.4 GB). The
-entry points apply it unless ``keep_freed_memory=false``, or ``auto`` (the default) with
-``model.checkpointing=true``.
+VM (paper-size CloudLSTM, batch 32, forward + MSE + backward, steps 2-4 of a fresh
+process): 13.5-15.4 s per step without, 9.7-11.1 s with it; peak RSS 7.3 and 8.0 GB. The
+price is that the process keeps its peak RSS until it exits, which a training process
+reaches every step anyway, and fragmentation can raise that peak (at N = 13,000 with
+checkpointing: 1.9 -> 2.4 GB). The entry points decide with :func:`keeps_freed_memory`.
 """
 
 from __future__ import annotations
 
 import ctypes
 import platform
+
+from cloudlstm.errors import UserError
 
 # mallopt parameters (malloc.h)
 M_TRIM_THRESHOLD = -1
@@ -37,3 +38,20 @@ def keep_freed_memory() -> bool:
     libc = ctypes.CDLL(None)
     # mallopt returns 1 on success; -1 for the trim threshold means "never trim" (mallopt(3))
     return libc.mallopt(M_MMAP_MAX, 0) == 1 and libc.mallopt(M_TRIM_THRESHOLD, -1) == 1
+
+
+def keeps_freed_memory(setting: bool | str, checkpointing: bool) -> bool:
+    """Whether a job keeps freed memory: ``setting`` (``keep_freed_memory``) true or false,
+    or ``"auto"``: unless the model checkpoints, which trades speed for memory.
+
+    Raises:
+        UserError: ``setting`` is none of these.
+    """
+    if setting == "auto":
+        return not checkpointing
+    if isinstance(setting, bool):
+        return setting
+    raise UserError(
+        f"keep_freed_memory={setting!r} is not one of auto, true, false; "
+        "e.g. keep_freed_memory=auto (kept unless model.checkpointing=true)."
+    )

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from cloudlstm.cli.config import instantiate_group
 from cloudlstm.errors import UserError
-from cloudlstm.host_memory import keep_freed_memory
+from cloudlstm.host_memory import keep_freed_memory, keeps_freed_memory
 from cloudlstm.models.build import build_model
 
 WANDB_ID_FILE = "wandb_run_id.txt"
@@ -58,10 +58,8 @@ def configure_process(cfg: DictConfig) -> None:
     """
     if cfg.get("torch_threads"):
         torch.set_num_threads(int(cfg.torch_threads))
-    keep = cfg.get("keep_freed_memory", "auto")
-    if keep == "auto":
-        keep = not (cfg.get("model") or {}).get("checkpointing", False)
-    if keep:
+    checkpointing = (cfg.get("model") or {}).get("checkpointing", False)
+    if keeps_freed_memory(cfg.get("keep_freed_memory", "auto"), checkpointing):
         keep_freed_memory()
 
 

@@ -12,8 +12,8 @@ for CPU linear layers): 1.4-2.0x on a DConv forward + backward
 It is float32 throughout (torch's fp32 math mode for oneDNN stays as set, IEEE by
 default); results differ from MKL's in rounding only (summation order). It applies to
 float32 CPU tensors outside autocast (under bf16 autocast ``addmm`` already runs in
-oneDNN's bf16 kernels) and outside ``torch.compile`` (Inductor packs its own oneDNN
-weights), and under a dispatch mode such as ``FlopCounterMode`` (which counts ``addmm``).
+oneDNN's bf16 kernels), outside ``torch.compile`` (Inductor packs its own oneDNN
+weights) and outside dispatch modes such as ``FlopCounterMode`` (which counts ``addmm``).
 ``CLOUDLSTM_ONEDNN=0`` in the environment keeps every product on ``torch.addmm``.
 """
 
