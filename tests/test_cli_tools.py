@@ -28,3 +28,14 @@ def test_space_check_prints_test_mse_and_ratio_to_the_per_point_lstm(capsys):
     assert float(rows[0][3]) == 1.0
     assert float(rows[1][3]) == pytest.approx(other / base, abs=2e-3)
     assert 0 < base < 1  # one epoch already beats the training-mean forecast
+
+
+def test_parameter_table_prints_a_row_per_model(capsys):
+    from cloudlstm.cli import models_table
+
+    assert models_table.main(["--num-points", "12", "persistence", "mlp"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0] == "Parameters at N=12, C=6, M=12, J=12:"
+    d = 12 * 12 * 6
+    mlp = (d * 500 + 500) + 4 * (500 * 500 + 500) + (500 * d + d)
+    assert rows[-2:] == ["| `persistence` | 0 |", f"| `mlp` | {mlp:,} |"]

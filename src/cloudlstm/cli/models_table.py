@@ -77,7 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     print("| model | parameters |\n|---|---|")
     for name in args.models or model_names():
         count = count_parameters(
-            name, args.num_points, args.num_channels, args.input_steps, args.output_steps
+            name,
+            num_points=args.num_points,
+            num_channels=args.num_channels,
+            input_steps=args.input_steps,
+            output_steps=args.output_steps,
         )
         print(f"| `{name}` | {count:,} |")
     return 0
