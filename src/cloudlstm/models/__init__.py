@@ -10,6 +10,7 @@ from cloudlstm.models.defcnn import DefCNN
 from cloudlstm.models.grid_base import GridForecaster
 from cloudlstm.models.knn_lstm import KNNLSTM
 from cloudlstm.models.knn_mlp import KNNMLP
+from cloudlstm.models.linear import TimeLinear
 from cloudlstm.models.lstm import SeqLSTM
 from cloudlstm.models.mlp import MLP
 from cloudlstm.models.naive import Persistence, SeasonalNaive
@@ -17,6 +18,7 @@ from cloudlstm.models.pointcnn import PointCNN
 from cloudlstm.models.pointlstm import PointLSTM
 from cloudlstm.models.predrnnpp import PredRNNpp
 from cloudlstm.models.stgcn import STGCN
+from cloudlstm.models.stid import STID
 
 __all__ = [
     "CNN2D",
@@ -35,7 +37,9 @@ __all__ = [
     "PointLSTM",
     "PredRNNpp",
     "STGCN",
+    "STID",
     "SeasonalNaive",
     "SeqLSTM",
+    "TimeLinear",
     "values_to_cloud",
 ]
