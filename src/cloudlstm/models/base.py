@@ -28,6 +28,19 @@ class Forecaster(nn.Module):
     # Why the model can forecast only the points it was trained on, or None when it takes
     # any points (new ones too); forecasting new data refuses other points with this reason.
     fixed_points: str | None = None
+    # False for forecasts that are absolute by construction (persistence, seasonal naive):
+    # ``module.anchor=last`` adds the last observed frame to every other model's output.
+    anchorable: bool = True
+
+    def output_head(self) -> list[nn.Module]:
+        """The layers that produce the forecast: with all their parameters zero the model
+        outputs zeros, so an anchored model (``module.anchor=last``) starts as persistence.
+
+        Models with parameters override this; parameter-free ones have no head.
+        """
+        if any(True for _ in self.parameters()):
+            raise NotImplementedError(f"{type(self).__name__} does not name its output head")
+        return []
 
     def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
         if x.dim() != 4 or coords.dim() != 3 or x.shape[0] != coords.shape[0]:
@@ -39,3 +52,11 @@ class Forecaster(nn.Module):
             raise ValueError(
                 f"x has {x.shape[2]} points but coords has {coords.shape[1]}: they must match."
             )
+
+
+def silence_output_head(model: Forecaster) -> None:
+    """Zero every parameter of ``model.output_head()``: the model then outputs zeros."""
+    with torch.no_grad():
+        for layer in model.output_head():
+            for param in layer.parameters():
+                param.zero_()

@@ -41,6 +41,11 @@ class CloudCNN(Forecaster):
         )
         self.head = DConv(widths[-1], output_steps * num_channels, k, coord_features=coord_features)
 
+    def output_head(self) -> list[nn.Module]:
+        """``[self.head]``: the last DConv, whose value features are the J*C forecasts, so
+        with it zero they are zero whatever the hidden layers give it."""
+        return [self.head]
+
     def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
         self.check_input(x, coords)
         check_k(self.k, x.shape[2])

@@ -125,6 +125,25 @@ class CloudSeq2Seq(Forecaster):
                     # gates are (i, f, o, g) blocks of hidden_channels output channels
                     lstm.gates.bias.view(4, hidden_channels, -1)[1] += forget_bias
 
+    @property
+    def anchorable(self) -> bool:  # type: ignore[override]
+        """False with ``residual``: each step is then added to the previous one, starting
+        from the last observed frame, so the forecast is anchored by construction and
+        ``module.anchor=last`` would add that frame twice."""
+        return not self.residual
+
+    def output_head(self) -> list[nn.Module]:
+        """``[self.head]``, the DConv whose value features are each decoded step; ``[]``
+        with ``residual``.
+
+        A zero head gives zero value features whatever its input, so every step is zero
+        (the decoder then embeds its own zero forecast, which changes its states but not
+        the head's output). With ``residual`` a zero head forecasts the last observed frame
+        at every step: no layer makes that model output zeros (it is not
+        :attr:`anchorable`).
+        """
+        return [] if self.residual else [self.head]
+
     def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``, under activation checkpointing when it is on and grad enabled."""
         if self.checkpointing and torch.is_grad_enabled():

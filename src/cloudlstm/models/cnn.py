@@ -58,6 +58,13 @@ class CNN2D(GridForecaster):
         """The last, plain layer producing the J*C output channels."""
         return self.conv(in_channels, out_channels, bias=True)
 
+    def output_head(self) -> list[nn.Module]:
+        """``[self.net[-1]]``: the last, plain layer (:meth:`head`), whose J*C channels are
+        the forecast with no norm or activation after it. In CNN3D it is the convolution
+        that folds time; in DefCNN a deformable one, whose offset convolution starts at
+        zero anyway."""
+        return [self.net[-1]]
+
     def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
         super().check_input(x, coords)
         check_window(x, self.input_steps, self.num_channels)

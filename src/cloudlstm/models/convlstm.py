@@ -54,6 +54,12 @@ class RecurrentGridSeq2Seq(GridForecaster):
     def make_stack(self, hidden_channels: int, num_layers: int, kernel_size: int) -> nn.Module:
         raise NotImplementedError
 
+    def output_head(self) -> list[nn.Module]:
+        """``[self.head]``, the 1x1 convolution giving each decoded step: with it zero every
+        step is zero (the decoder then embeds its own zero forecast, which changes its
+        states but not the head's output)."""
+        return [self.head]
+
     def forward_grid(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 5 or x.shape[2] != self.num_channels:
             raise ValueError(

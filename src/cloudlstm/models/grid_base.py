@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import torch
+from torch import nn
 
 from cloudlstm.data.pipeline.grid import GridMapping, check_grid_coords, grid_shape, hungarian_grid
 from cloudlstm.models.base import Forecaster
@@ -91,6 +92,12 @@ class GridForecaster(Forecaster):
         j = out.shape[1]
         values = out.flatten(-2).gather(-1, index.expand(b, j, c, n))
         return values.transpose(-1, -2)
+
+    def output_head(self) -> list[nn.Module]:
+        """The layers of :meth:`forward_grid` that produce the grid forecast; implemented by
+        subclasses. The forecast at the points is read from those grid cells, nothing
+        added, so a zero grid forecast is a zero forecast."""
+        raise NotImplementedError(f"{type(self).__name__} does not name its output head")
 
     def forward_grid(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, M, C, H, W) -> (B, J, C, H, W)``; implemented by subclasses."""

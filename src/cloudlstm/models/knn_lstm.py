@@ -50,6 +50,12 @@ class KNNLSTM(Forecaster):
         self.decoder = nn.LSTM(k * num_channels, hidden_size, num_layers, batch_first=True)
         self.head = nn.Linear(hidden_size, num_channels)
 
+    def output_head(self) -> list[nn.Module]:
+        """``[self.head]``, the linear layer giving each decoded step: with it zero every
+        step is zero (the decoder then reads its own zero forecast, which changes its
+        states but not the head's output)."""
+        return [self.head]
+
     def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
         self.check_input(x, coords)
         b, m, n, c = x.shape

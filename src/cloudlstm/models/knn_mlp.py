@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from cloudlstm.models.base import Forecaster
 from cloudlstm.models.knn_lstm import neighbour_histories
@@ -37,6 +38,11 @@ class KNNMLP(Forecaster):
         self.net = mlp_stack(
             input_steps * k * num_channels, hidden_size, num_layers, output_steps * num_channels
         )
+
+    def output_head(self) -> list[nn.Module]:
+        """``[self.net[-1]]``: the linear output layer of :func:`mlp_stack`, whose outputs
+        are the forecasts with no activation after it."""
+        return [self.net[-1]]
 
     def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
         super().check_input(x, coords)

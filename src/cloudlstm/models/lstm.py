@@ -52,6 +52,12 @@ class SeqLSTM(Forecaster):
                 f"come from data_info), or use a per-point model such as model=knn_lstm."
             )
 
+    def output_head(self) -> list[nn.Module]:
+        """``[self.head]``, the linear layer giving each decoded step: with it zero every
+        step is zero (the decoder then reads its own zero forecast, which changes its
+        states but not the head's output)."""
+        return [self.head]
+
     def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
         self.check_input(x, coords)
         b, _, n, c = x.shape

@@ -63,6 +63,11 @@ class MLP(Forecaster):
             dropout,
         )
 
+    def output_head(self) -> list[nn.Module]:
+        """``[self.net[-1]]``: the linear output layer of :func:`mlp_stack`, whose outputs
+        are the forecasts with no activation after it."""
+        return [self.net[-1]]
+
     def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
         super().check_input(x, coords)
         if tuple(x.shape[1:]) != self.window:

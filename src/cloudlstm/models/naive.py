@@ -13,6 +13,9 @@ class Persistence(Forecaster):
     ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``; no parameters.
     """
 
+    # The forecast is the last frame itself: anchoring it would add that frame twice.
+    anchorable = False
+
     def __init__(self, output_steps: int) -> None:
         super().__init__()
         if output_steps < 1:
@@ -34,6 +37,9 @@ class SeasonalNaive(Forecaster):
 
     ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``; no parameters.
     """
+
+    # The forecast is observed values themselves: adding the last frame would double them.
+    anchorable = False
 
     def __init__(self, output_steps: int, period: int | None) -> None:
         super().__init__()

@@ -57,6 +57,15 @@ class PointCNN(Forecaster):
             widths[-1], output_steps * num_channels, lifted_channels=lifted_channels, **common
         )
 
+    def output_head(self) -> list[nn.Module]:
+        """``[self.head.pointwise]``: the linear layer that ends the last X-Conv, whose
+        outputs are the J*C forecasts.
+
+        Only that layer: zeroing all of the X-Conv (its X matrices and lifted coordinates
+        too) would also zero the layer's input for good, leaving it only its bias to learn.
+        """
+        return [self.head.pointwise]
+
     def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
         super().check_input(x, coords)
         if x.shape[1] != self.input_steps or x.shape[3] != self.num_channels:

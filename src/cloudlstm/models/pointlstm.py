@@ -110,6 +110,16 @@ class PointLSTM(Forecaster):
         )
         self.head = XConv(hidden_channels, num_channels, **common)
 
+    def output_head(self) -> list[nn.Module]:
+        """``[self.head.pointwise]``: the linear layer that ends the output X-Conv, giving
+        each decoded step; with it zero every step is zero (the decoder then embeds its own
+        zero forecast, which changes its states but not the head's output).
+
+        Only that layer: zeroing all of the X-Conv (its X matrices and lifted coordinates
+        too) would also zero the layer's input for good, leaving it only its bias to learn.
+        """
+        return [self.head.pointwise]
+
     def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
         super().check_input(x, coords)
         if x.shape[3] != self.num_channels:

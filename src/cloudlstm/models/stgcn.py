@@ -153,6 +153,11 @@ class STGCN(Forecaster):
         self.out_hidden = nn.Linear(hidden_channels, hidden_channels)
         self.head = nn.Linear(hidden_channels, output_steps * num_channels)
 
+    def output_head(self) -> list[nn.Module]:
+        """``[self.head]``: the linear layer emitting all J x C forecasts, with nothing
+        after it."""
+        return [self.head]
+
     def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
         super().check_input(x, coords)
         if x.shape[1] != self.input_steps or x.shape[3] != self.num_channels:
