@@ -11,7 +11,9 @@ import pytest
 from conftest import ROOT, compose_train, rebuilding_fails
 from hydra.utils import instantiate
 
+from cloudlstm.cli.build import instantiate_datamodule
 from cloudlstm.data.sources.beijing import STATION_POSITIONS, BeijingDataModule, BeijingSource
+from cloudlstm.errors import UserError
 
 REAL = ROOT.parent / "shared" / "data" / "beijing_multisite"
 needs_real = pytest.mark.skipif(
@@ -50,7 +52,7 @@ def tiny(tmp_path) -> Path:
 
 
 def test_fixture_is_pivoted_and_filled(tiny, tmp_path):
-    source = BeijingSource(tiny, cache_dir=tmp_path / "cache")
+    source = BeijingSource(tiny, cache_dir=tmp_path / "cache", co_units="ug/m3")  # as written
     stream = source.load()
     assert stream.values.shape == (HOURS, 3, 6) and stream.channel_names == CHANNELS
     assert stream.point_ids == ["Dongsi", "Huairou", "Tiantan"]
@@ -77,7 +79,7 @@ def test_fixture_is_pivoted_and_filled(tiny, tmp_path):
 
 
 def test_a_changed_source_file_invalidates_the_cache(tiny, tmp_path):
-    source = BeijingSource(tiny, cache_dir=tmp_path / "cache")
+    source = BeijingSource(tiny, cache_dir=tmp_path / "cache", co_units="ug/m3")  # as written
     source.load()
     huairou = next(tiny.glob("PRSA_Data_Huairou_*"))
     written = huairou.stat().st_mtime_ns
@@ -134,6 +136,7 @@ def test_beijing_config(tiny, tmp_path):
     batch = next(iter(dm.train_dataloader()))
     assert batch["x"].shape == (4, 5, 3, 6) and batch["coords"].shape == (4, 3, 2)
     assert list((tmp_path / "data" / "beijing").glob("beijing_*/values.npy"))
+    assert dm.stream.metadata["co_units"] == "mg/m3"  # the config's default
 
 
 def test_beijing_config_defaults(monkeypatch, tmp_path):
@@ -141,14 +144,60 @@ def test_beijing_config_defaults(monkeypatch, tmp_path):
     cfg = compose_train(tmp_path, ["data=beijing"])
     assert Path(cfg.data.root).resolve() == REAL.resolve()
     assert (cfg.data.input_steps, cfg.data.output_steps, cfg.data.batch_size) == (12, 12, 32)
+    assert cfg.data.co_units == "mg/m3"
     monkeypatch.setenv("CLOUDLSTM_BEIJING_ROOT", "/somewhere/else")
     assert compose_train(tmp_path, ["data=beijing"]).data.root == "/somewhere/else"
+
+
+def test_co_units_divide_co_by_1000_with_a_cache_per_unit(tiny, tmp_path):
+    """mg/m3: the files' CO / 1000, the other channels untouched; ug/m3: the files' values.
+    Each unit has its own cache entry, so switching never reads the other's."""
+    cache = tmp_path / "cache"
+    hours = np.arange(HOURS)
+    co = CHANNELS.index("CO")
+    streams = {}
+    for units, divisor in (("mg/m3", 1000.0), ("ug/m3", 1.0)):
+        source = BeijingSource(tiny, stations=["Huairou"], cache_dir=cache, co_units=units)
+        streams[units] = source.load()
+        assert not source.last_load_from_cache  # the other unit's cache is not this one's
+        want = (300.0 + co + 0.5 * hours) / divisor  # Huairou: offset 300, no gaps
+        np.testing.assert_allclose(streams[units].values[:, 0, co], want, rtol=1e-6)
+        assert streams[units].metadata["co_units"] == units
+    assert len(list(cache.glob("beijing_*"))) == 2
+    others = [c for c in range(6) if c != co]
+    np.testing.assert_array_equal(
+        streams["mg/m3"].values[..., others], streams["ug/m3"].values[..., others]
+    )
+    for units, stream in streams.items():
+        source = BeijingSource(tiny, stations=["Huairou"], cache_dir=cache, co_units=units)
+        with rebuilding_fails(BeijingSource, "_build"):
+            np.testing.assert_array_equal(source.load().values, stream.values)
+        assert source.last_load_from_cache
+
+
+def test_unknown_co_units_is_one_user_error(tiny, tmp_path):
+    with pytest.raises(UserError, match=r"^data\.co_units='ppm' is not one of mg/m3, ug/m3 \("):
+        BeijingSource(tiny, co_units="ppm")
+    cfg = compose_train(tmp_path, ["data=beijing", f"data.root={tiny}", "data.co_units=mg"])
+    with pytest.raises(UserError, match=r"data\.co_units='mg' is not one of") as err:
+        instantiate_datamodule(cfg)
+    assert "\n" not in str(err.value)
+
+
+def test_a_run_saved_before_co_units_keeps_its_ug_m3(tiny, tmp_path):
+    """eval.py on an older run's config (no data.co_units): CO in the units its checkpoint's
+    scaler and weights were trained in, not the mg/m3 default."""
+    old = compose_train(tmp_path, ["data=beijing", f"data.root={tiny}", "~data.co_units"])
+    assert instantiate_datamodule(old).source.co_units == "ug/m3"
+    assert old.data.co_units == "ug/m3"  # recorded in the evaluation's config.yaml too
+    new = compose_train(tmp_path, ["data=beijing", f"data.root={tiny}"])
+    assert instantiate_datamodule(new).source.co_units == "mg/m3"
 
 
 # ---------------------------------------------------------------- the real data
 @needs_real
 def test_real_data(tmp_path):
-    source = BeijingSource(REAL, cache_dir=tmp_path)
+    source = BeijingSource(REAL, cache_dir=tmp_path, co_units="ug/m3")  # the files' units
     stream = source.load()
     assert not source.last_load_from_cache
     assert stream.values.shape == (35064, 12, 6)
@@ -171,3 +220,9 @@ def test_real_data(tmp_path):
         again = source.load()
     assert source.last_load_from_cache
     np.testing.assert_array_equal(again.values, stream.values)
+
+    # mg/m3: CO of the same order as the other pollutants' values
+    co = stream.channel_names.index("CO")
+    mg = BeijingSource(REAL, cache_dir=tmp_path).load().values  # the default
+    np.testing.assert_allclose(mg[..., co], stream.values[..., co] / 1000, rtol=1e-6)
+    assert 0.1 < np.median(mg[..., co]) < 10

@@ -82,6 +82,9 @@ def build_datamodule(
 def instantiate_datamodule(cfg: DictConfig) -> L.LightningDataModule:
     """The datamodule of ``cfg.data``, not loaded yet.
 
+    An older run's config (``eval.py``) is read as that run was built: old ``_target_``
+    paths are renamed, and a Beijing config without ``co_units`` keeps the files' µg/m³.
+
     Raises:
         UserError: a mandatory data key (e.g. ``data.path``) is missing.
     """
@@ -93,7 +96,18 @@ def instantiate_datamodule(cfg: DictConfig) -> L.LightningDataModule:
             f"command line: `python train.py <data=...> {example}` (e.g. data.path=/my/file.csv)."
         )
     _rename_old_targets(cfg.data)
+    _keep_old_co_units(cfg.data)
     return instantiate(cfg.data)
+
+
+def _keep_old_co_units(data: DictConfig) -> None:
+    """A Beijing run saved before ``data.co_units`` existed loaded CO in µg/m³, and its
+    checkpoint's scaler and weights are in those units: its config gets ``ug/m3``, not the
+    mg/m3 default (which would feed the model CO values 1000 times too small)."""
+    target = str(data.get("_target_", ""))
+    if target.endswith(".BeijingDataModule") and "co_units" not in data:
+        with open_dict(data):
+            data.co_units = "ug/m3"
 
 
 def _rename_old_targets(node: Any) -> None:
