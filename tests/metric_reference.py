@@ -50,35 +50,55 @@ def mean_std(values: list[float]) -> dict[str, float]:
     return {"mean": float(np.mean(values)), "std": float(np.std(values))}
 
 
-def instance_stats(snaps) -> dict[str, dict[str, float]]:
+def instance_stats(snaps, metrics=METRICS) -> dict[str, dict[str, float]]:
     out = {}
-    for m in METRICS:
+    for m in metrics:
         per_instance = [np.mean([s[m] for s in row if s]) for row in snaps if any(row)]
         out[m] = mean_std(per_instance)
     return out
 
 
-def numpy_reference(pred, target, mask, channel_names) -> dict:
+def add_scale_free(snaps, channel_snaps, std) -> None:
+    """Add ``"smae"`` to every snapshot: the mean over the channels it observes of the
+    channel's MAE divided by ``std[c]``; and to every channel snapshot: its MAE / ``std[c]``."""
+    for c, rows in enumerate(channel_snaps):
+        for row in rows:
+            for snap in filter(None, row):
+                snap["smae"] = snap["mae"] / std[c]
+    for b, row in enumerate(snaps):
+        for j, snap in enumerate(row):
+            if snap is not None:
+                seen = [rows[b][j]["smae"] for rows in channel_snaps if rows[b][j] is not None]
+                snap["smae"] = float(np.mean(seen))
+
+
+def numpy_reference(pred, target, mask, channel_names, channel_std=None) -> dict:
     """What ``ForecastMetrics.compute()`` must return for ``(B, J, N, C)`` arrays or tensors
-    (``mask`` True = observed)."""
+    (``mask`` True = observed), with ``smae`` where ``channel_std`` ``(C,)`` is given."""
     pred, target, mask = (np.asarray(a) for a in (pred, target, mask))
     pred, target, mask = pred.astype(np.float64), target.astype(np.float64), mask.astype(bool)
     v_max = float(target[mask].max())
     snaps = ref_snapshots(pred, target, mask, v_max)
+    channel_snaps = [
+        ref_snapshots(pred, target, mask, v_max, channel=c) for c in range(len(channel_names))
+    ]
+    metrics = METRICS
+    if channel_std is not None:
+        add_scale_free(snaps, channel_snaps, channel_std)
+        metrics = (*METRICS, "smae")
     e = (pred - target)[mask]
-    per_step = {m: {"mean": [], "std": []} for m in METRICS}
+    per_step = {m: {"mean": [], "std": []} for m in metrics}
     for j in range(pred.shape[1]):
-        for m in METRICS:
+        for m in metrics:
             stats = mean_std([row[j][m] for row in snaps if row[j]])
             per_step[m]["mean"].append(stats["mean"])
             per_step[m]["std"].append(stats["std"])
     return {
-        "overall": instance_stats(snaps),
+        "overall": instance_stats(snaps, metrics),
         "pooled": {"mae": float(np.abs(e).mean()), "rmse": float(np.sqrt((e**2).mean()))},
         "per_step": per_step,
         "per_channel": {
-            name: instance_stats(ref_snapshots(pred, target, mask, v_max, channel=c))
-            for c, name in enumerate(channel_names)
+            name: instance_stats(channel_snaps[c], metrics) for c, name in enumerate(channel_names)
         },
         "num_instances": int(sum(mask[b].any() for b in range(pred.shape[0]))),
         "v_max": v_max,

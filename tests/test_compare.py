@@ -29,11 +29,18 @@ def write_run(
     train_s: float = 10.0,
     config: bool = True,
     model_keys: dict | None = None,
+    smae: bool = True,
+    channels: dict[str, float] | None = None,
 ) -> None:
     """A run dir as train.py leaves it. PSNR and SSIM fall as MAE rises, so that the best
-    row is the same for every metric, whether the best is the lowest or the highest."""
+    row is the same for every metric, whether the best is the lowest or the highest.
+
+    ``smae=False`` writes a metrics.json of before the scale-free MAE (``mae / 10`` here);
+    ``channels`` maps channel names to their MAE (none by default)."""
     path.mkdir(parents=True)
     overall = {"mae": mae, "rmse": 2 * mae, "psnr": 40 - mae, "ssim": 1 - mae / 100}
+    if smae:
+        overall["smae"] = mae / 10
     results = {
         "run": {"model": model, "data": data, "tags": [model, data, f"k={k}"]},
         "num_params": 100 * k,
@@ -43,6 +50,10 @@ def write_run(
             "overall": {m: {"mean": v, "std": 0.5} for m, v in overall.items()},
             "per_step": {
                 m: {"mean": [v - 0.1, v, v + 0.1], "std": [0.5] * 3} for m, v in overall.items()
+            },
+            "per_channel": {
+                name: {"mae": {"mean": v, "std": 0.5}, "smae": {"mean": v / 10, "std": 0.05}}
+                for name, v in (channels or {}).items()
             },
         },
     }
@@ -119,7 +130,8 @@ def test_execution_options_name_no_run():
 def test_markdown_cells_round_to_the_std(seeds):
     rows = to_markdown(compare(find_runs([seeds]))).splitlines()
     assert rows[0] == (
-        "| model | data | model.k | n | params | epochs | train_s | mae | rmse | psnr | ssim |"
+        "| model | data | model.k | n | params | epochs | train_s | mae | rmse | psnr | ssim "
+        "| smae |"
     )
     assert rows[2].startswith("| cloudlstm | synthetic | 6 | 1 | 600 | 2 | 10 | **0.5** |")
     assert rows[3].startswith("| cloudlstm | synthetic | 3 | 3 | 300 | 2 | 20 | 2.3 ± 1.5 |")
@@ -185,9 +197,9 @@ def test_best_cell_is_bold_per_data_set(tmp_path):
         ("| cloudlstm", "synthetic"),  # sorted by data set, then best MAE first
         ("| lstm", "synthetic"),
     ]
-    metrics = [c[6:] for c in cells]  # mae, rmse, psnr (highest best), ssim (highest best)
-    assert metrics[0] == ["**3**", "**6**", "**37**", "**0.97** |"]
-    assert metrics[2] == ["**7**", "**14**", "**33**", "**0.93** |"]
+    metrics = [c[6:] for c in cells]  # mae, rmse, psnr, ssim (highest best), smae
+    assert metrics[0] == ["**3**", "**6**", "**37**", "**0.97**", "**0.3** |"]
+    assert metrics[2] == ["**7**", "**14**", "**33**", "**0.93**", "**0.7** |"]
     assert not any("**" in cell for row in (metrics[1], metrics[3]) for cell in row)
 
 
@@ -268,3 +280,69 @@ def test_runs_without_config_and_metrics_files_as_arguments(tmp_path):
     write_run(tmp_path / "b", 1.0, model="lstm", config=False)
     table = columns(compare(find_runs([tmp_path / "a" / "metrics.json", tmp_path / "b"])))
     assert table["model"] == ["lstm", "cloudlstm"] and table["n"] == [1, 1]
+
+
+def test_scale_free_mae_column_and_older_files(tmp_path, capsys):
+    """smae aggregates like the other metrics; runs written before it show an empty cell."""
+    for seed, mae in enumerate((1.0, 2.0, 4.0)):
+        write_run(tmp_path / "new" / str(seed), mae, seed=seed)
+    write_run(tmp_path / "old", 3.0, model="lstm", smae=False)
+    write_run(tmp_path / "mixed" / "0", 5.0, model="stgcn", seed=0)
+    write_run(tmp_path / "mixed" / "1", 6.0, model="stgcn", seed=1, smae=False)
+    table = columns(compare(find_runs([tmp_path]), horizons=[3], horizon_metric="smae"))
+    assert table["model"] == ["cloudlstm", "lstm", "stgcn"]
+    new, old, mixed = table["smae"]
+    assert new.mean == pytest.approx(7 / 30)
+    assert new.std == pytest.approx(statistics.stdev([0.1, 0.2, 0.4]))
+    assert old is None and mixed is None  # not a mean over part of the row's runs
+    assert table["smae@3"][0].mean == pytest.approx(7 / 30 + 0.1)
+    assert table["smae@3"][1:] == [None, None]
+    # ranked on smae: rows without it last; the empty cells are never bold
+    assert columns(compare(find_runs([tmp_path]), metrics=["smae"]))["model"][0] == "cloudlstm"
+    code, out, _ = run_main(capsys, tmp_path, "--metrics", "mae", "smae")
+    rows = out.splitlines()
+    assert code == 0 and rows[0].endswith("| mae | smae |")
+    assert rows[2].endswith("| **2.3 ± 1.5** | **0.23 ± 0.15** |")
+    assert rows[3].endswith("| 3 |  |")
+    out = io.StringIO()
+    write_csv(compare(find_runs([tmp_path / "old"]), metrics=["mae", "smae"]), out)
+    header, row = csv.reader(io.StringIO(out.getvalue()))
+    assert header[-4:] == ["mae_mean", "mae_std", "smae_mean", "smae_std"]
+    assert row[-4:] == ["3.0", "", "", ""]
+
+
+def test_published_results_table_without_smae(capsys):
+    """docs/results holds metrics.json of before smae: they still table, with empty cells."""
+    results = Path(__file__).resolve().parents[1] / "docs" / "results" / "beijing_gpu_s23"
+    if not results.is_dir():
+        pytest.skip(f"no published results at {results}")
+    code, out, err = run_main(capsys, results, "--metrics", "mae", "smae", "--channels", "CO")
+    rows = [row.split(" | ") for row in out.splitlines()]
+    assert code == 0 and err == [] and rows[0][-3:] == ["mae", "smae", "mae[CO] |"]
+    assert all(row[-2] == "" and row[-1] != " |" for row in rows[2:])
+
+
+def test_channel_columns(tmp_path, capsys):
+    """--channels: the --channel-metric of each named channel, empty where a data set has
+    no such channel; a channel no run has is one error line naming the valid ones."""
+    for seed, co in enumerate((10.0, 20.0)):
+        channels = {"PM2.5": 5.0, "CO": co}
+        write_run(tmp_path / str(seed), 1.0, seed=seed, data="beijing", channels=channels)
+    write_run(tmp_path / "syn", 1.0, data="synthetic", channels={"ch0": 1.0})
+    table = columns(compare(find_runs([tmp_path]), channels=["CO", "PM2.5"]))
+    assert list(table)[-2:] == ["mae[CO]", "mae[PM2.5]"]
+    assert table["data"] == ["beijing", "synthetic"]
+    assert table["mae[CO]"][0].mean == 15.0
+    assert table["mae[CO]"][0].std == pytest.approx(statistics.stdev([10.0, 20.0]))
+    assert table["mae[PM2.5]"][0].mean == 5.0 and table["mae[CO]"][1] is None
+    code, out, err = run_main(
+        capsys, tmp_path, "--metrics", "mae", "--channels", "CO", "--channel-metric", "smae"
+    )
+    assert code == 0 and err == []
+    assert out.splitlines()[0].endswith("| mae | smae[CO] |")
+    assert out.splitlines()[2].endswith("| **1.50 ± 0.71** |")  # CO: 1 and 2 std units
+    code, out, err = run_main(capsys, tmp_path, "--channels", "CO,NO3")
+    assert (code, out) == (2, "")
+    assert err == ["compare: no run has channel(s) NO3; channels: CO, PM2.5, ch0"]
+    code, _, err = run_main(capsys, tmp_path, "--channels", "CO,")
+    assert code == 2 and len(err) == 1 and err[0].startswith("compare: argument --channels")

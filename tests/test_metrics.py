@@ -11,7 +11,13 @@ import pytest
 import torch
 from metric_reference import assert_close, numpy_reference, ref_snapshots
 
-from cloudlstm.metrics import METRICS, ForecastMetrics, snapshot_metrics
+from cloudlstm.metrics import (
+    ALL_METRICS,
+    METRICS,
+    ForecastMetrics,
+    scale_free_mae,
+    snapshot_metrics,
+)
 
 B, J, N, C = 4, 2, 4, 2
 NAMES = ["no2", "pm25"]
@@ -38,8 +44,8 @@ def reference(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> d
     return numpy_reference(pred.double(), target.double(), mask, NAMES)
 
 
-def run(pred, target, mask=None, chunks=(None,)) -> dict:
-    metric = ForecastMetrics(J, C, channel_names=NAMES)
+def run(pred, target, mask=None, chunks=(None,), std=None) -> dict:
+    metric = ForecastMetrics(J, C, channel_names=NAMES, channel_std=std)
     for idx in chunks:
         sel = slice(None) if idx is None else idx
         metric.update(pred[sel], target[sel], None if mask is None else mask[sel])
@@ -186,3 +192,59 @@ def test_output_is_json_serialisable(data) -> None:
     default = ForecastMetrics(J, C)
     default.update(pred, target, mask)
     assert list(default.compute()["per_channel"]) == ["ch0", "ch1"]
+
+
+# ---------------------------------------------------------------- scale-free MAE
+
+
+def test_scale_free_mae_by_hand() -> None:
+    """2 instances, 2 steps, 2 points, 2 channels, all observed; step 2 errs twice step 1.
+
+    Channel MAE / std at step 1: instance 0: 3 / 10, 0.2 / 0.5; instance 1: 4 / 10, 0.3 / 0.5.
+    """
+    err = torch.tensor(
+        [  # (B, N, C) at step 1: |e| of channel 0 is 2, 4 and 6, 2; of channel 1 0.1, 0.3 ...
+            [[2.0, -0.1], [-4.0, 0.3]],
+            [[6.0, 0.5], [2.0, -0.1]],
+        ],
+        dtype=torch.float64,
+    )
+    err = torch.stack([err, 2 * err], 1)  # (B, J, N, C)
+    target = torch.full_like(err, 5.0)
+    result = run(target + err, target, std=[10.0, 0.5])
+    # snapshots: instance 0: (0.3 + 0.4) / 2 = 0.35 and 0.7; instance 1: (0.4 + 0.6) / 2 = 0.5
+    # and 1.0; instances: 0.525 and 0.75
+    assert result["overall"]["smae"]["mean"] == pytest.approx(0.6375)
+    assert result["overall"]["smae"]["std"] == pytest.approx(0.1125)
+    assert result["per_step"]["smae"]["mean"] == pytest.approx([0.425, 0.85])
+    assert result["per_step"]["smae"]["std"] == pytest.approx([0.075, 0.15])
+    # channel MAE: (4.5 + 6) / 2 = 5.25 and (0.3 + 0.45) / 2 = 0.375
+    assert result["per_channel"]["no2"]["smae"]["mean"] == pytest.approx(5.25 / 10)
+    assert result["per_channel"]["pm25"]["smae"]["mean"] == pytest.approx(0.375 / 0.5)
+    assert result["per_channel"]["pm25"]["smae"]["std"] == pytest.approx(0.075 / 0.5)
+    # all observed: the mean of the per-channel MAEs in units of their std
+    assert scale_free_mae(result, [10.0, 0.5]) == pytest.approx((5.25 / 10 + 0.375 / 0.5) / 2)
+    assert scale_free_mae(result, [10.0, 0.5]) == pytest.approx(result["overall"]["smae"]["mean"])
+    assert set(result["overall"]) == set(ALL_METRICS)
+    assert "smae" not in run(target + err, target)["overall"]  # without std: as before
+
+
+def test_scale_free_mae_matches_numpy_reference(data) -> None:
+    """Partly observed snapshots average over the channels they observe."""
+    pred, target, mask = data
+    std = [2.0, 0.5]
+    expected = numpy_reference(pred.double(), target.double(), mask, NAMES, channel_std=std)
+    assert_close(run(pred, target, mask, std=std), expected)
+    chunks = (torch.tensor([2, 0]), torch.tensor([3, 1]))
+    assert_close(run(pred, target, mask, chunks=chunks, std=std), expected)
+    # the other metrics do not depend on the std
+    assert_close(run(pred, target, mask), reference(pred, target, mask))
+
+
+def test_scale_free_mae_checks_its_std() -> None:
+    for bad in ([1.0], [1.0, 0.0], [1.0, float("nan")]):
+        with pytest.raises(ValueError, match=r"channel_std must be 2 finite .* > 0"):
+            ForecastMetrics(J, C, channel_std=bad)
+    with pytest.raises(ValueError, match="expected 2 standard deviations"):
+        per_channel = {name: {"mae": {"mean": 1.0, "std": 0.0}} for name in NAMES}
+        scale_free_mae({"per_channel": per_channel}, [1.0])

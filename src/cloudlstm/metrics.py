@@ -28,6 +28,20 @@ Aggregation (the paper's "mean +- std across test instances"):
 * ``per_channel[c]``: as ``overall`` with snapshots restricted to channel c (N values);
 * ``pooled``: exact MAE / RMSE over every observed entry of the test set.
 
+Scale-free MAE (``smae``; only when the metric is given the per-channel training standard
+deviations ``s_c``, the scaler's ``std``): real-data channels have different units and
+scales (Beijing: PM2.5 ~ 80 ug/m3, SO2 ~ 15), so the MAE over all channels is dominated by the
+largest. ``smae`` divides each channel's error by its ``s_c`` before averaging over channels:
+
+* snapshot value = mean over the channels it observes of ``MAE_c / s_c``, ``MAE_c`` the
+  snapshot's MAE over channel c's observed entries; it is then aggregated like the other
+  metrics (``overall``, ``per_step``). When every snapshot observes every channel,
+  ``overall["smae"]["mean"] = mean_c per_channel[c]["mae"]["mean"] / s_c``
+  (:func:`scale_free_mae`), and ``per_step["smae"]["mean"][j]`` the same at step j; with
+  partly observed snapshots the two differ slightly, as the MAE of all channels differs from
+  the mean of the per-channel MAEs;
+* ``per_channel[c]["smae"]`` = that channel's MAE statistics divided by ``s_c``.
+
 States are float64 sums, sums of squares and counts (``dist_reduce_fx="sum"``) plus a running
 max (``dist_reduce_fx="max"``); no predictions are stored, so results do not depend on how
 the data is split into batches or processes.
@@ -43,6 +57,8 @@ from torch import Tensor
 from torchmetrics import Metric
 
 METRICS: tuple[str, ...] = ("mae", "rmse", "psnr", "ssim")
+SMAE = "smae"  # scale-free MAE, reported when ForecastMetrics knows the channels' std
+ALL_METRICS: tuple[str, ...] = (*METRICS, SMAE)
 SSIM_L, SSIM_K1, SSIM_K2 = 2.0, 0.1, 0.3
 MSE_EPS = 1e-12
 
@@ -112,19 +128,55 @@ def _stacked(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
 
 
 def _moments(values: Tensor, valid: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Sum, sum of squares (over dim 0) of ``values (B, ..., 4)`` where ``valid (B, ...)``."""
+    """Sum, sum of squares (over dim 0) of ``values (B, ..., K)`` where ``valid (B, ...)``."""
     v = torch.where(valid[..., None], values, torch.zeros_like(values))
     return v.sum(0), v.square().sum(0), valid.sum(0).to(values.dtype)
 
 
 def _instance_means(snap: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
-    """Mean over steps of ``snap (B, J, ..., 4)`` where ``valid (B, J, ...)``.
+    """Mean over steps of ``snap (B, J, ..., K)`` where ``valid (B, J, ...)``.
 
-    Returns ``(B, ..., 4)`` values and the ``(B, ...)`` mask of instances with a valid step.
+    Returns ``(B, ..., K)`` values and the ``(B, ...)`` mask of instances with a valid step.
     """
     k = valid.sum(1)
     total = torch.where(valid[..., None], snap, torch.zeros_like(snap)).sum(1)
     return total / k.clamp_min(1)[..., None].to(snap.dtype), k > 0
+
+
+def _scaled_mae(mae_c: Tensor, valid_c: Tensor, std: Tensor) -> tuple[Tensor, Tensor]:
+    """Scale-free MAE of snapshots from their per-channel MAE.
+
+    Args:
+        mae_c: ``(B, J, C)`` MAE of each snapshot's channel (NaN where unobserved).
+        valid_c: ``(B, J, C)`` True where the channel has an observed entry.
+        std: ``(C,)`` the channels' training standard deviations.
+
+    Returns:
+        ``(B, J)`` mean over the observed channels of ``mae_c / std`` (NaN where none is) and
+        ``(B, J, C)`` ``mae_c / std``.
+    """
+    scaled = mae_c / std
+    total = torch.where(valid_c, scaled, torch.zeros_like(scaled)).sum(-1)
+    return total / valid_c.sum(-1).to(scaled.dtype), scaled
+
+
+def scale_free_mae(results: dict, std: Sequence[float]) -> float:
+    """Mean over channels of each channel's MAE divided by its training std ``std[c]``.
+
+    Args:
+        results: :meth:`ForecastMetrics.compute`'s dict; its ``per_channel`` MAE means are
+            read in channel order.
+        std: ``(C,)`` per-channel standard deviations (``StandardScaler.std``).
+
+    Equals ``results["overall"]["smae"]["mean"]`` when every snapshot observes every channel
+    (module docstring); useful for results computed without ``channel_std``.
+    """
+    mae = [stats["mae"]["mean"] for stats in results["per_channel"].values()]
+    if len(mae) != len(std):
+        raise ValueError(
+            f"expected {len(mae)} standard deviations, one per channel; got {len(std)}"
+        )
+    return math.fsum(m / float(s) for m, s in zip(mae, std, strict=True)) / len(mae)
 
 
 class ForecastMetrics(Metric):
@@ -134,11 +186,14 @@ class ForecastMetrics(Metric):
     ``J == num_steps`` and ``C == num_channels`` (N is free); ``compute()`` returns a
     JSON-serialisable nested dict of Python floats::
 
-        {"overall": {m: {"mean": float, "std": float} for m in METRICS},
+        {"overall": {m: {"mean": float, "std": float} for m in metrics},
          "pooled": {"mae": float, "rmse": float},
-         "per_step": {m: {"mean": [J floats], "std": [J floats]} for m in METRICS},
-         "per_channel": {name: {m: {"mean": float, "std": float} for m in METRICS}},
+         "per_step": {m: {"mean": [J floats], "std": [J floats]} for m in metrics},
+         "per_channel": {name: {m: {"mean": float, "std": float} for m in metrics}},
          "num_instances": int, "v_max": float}
+
+    with ``metrics`` = ``METRICS``, plus ``"smae"`` when ``channel_std`` (``(C,)``, the
+    training standard deviations of the channels, all > 0) is given.
     """
 
     full_state_update = False
@@ -146,7 +201,11 @@ class ForecastMetrics(Metric):
     higher_is_better = None
 
     def __init__(
-        self, num_steps: int, num_channels: int, channel_names: Sequence[str] | None = None
+        self,
+        num_steps: int,
+        num_channels: int,
+        channel_names: Sequence[str] | None = None,
+        channel_std: Sequence[float] | None = None,
     ) -> None:
         super().__init__()
         if channel_names is None:
@@ -157,7 +216,9 @@ class ForecastMetrics(Metric):
             )
         self.num_steps, self.num_channels = num_steps, num_channels
         self.channel_names = [str(c) for c in channel_names]
-        k, f64 = len(METRICS), torch.float64
+        self.channel_std = None if channel_std is None else _checked_std(channel_std, num_channels)
+        self.metric_names = METRICS if self.channel_std is None else ALL_METRICS
+        k, f64 = len(self.metric_names), torch.float64
         for group, shape in (("overall", ()), ("step", (num_steps,)), ("channel", (num_channels,))):
             self.add_state(f"{group}_sum", torch.zeros(*shape, k, dtype=f64), dist_reduce_fx="sum")
             self.add_state(
@@ -207,6 +268,11 @@ class ForecastMetrics(Metric):
         snap_c = _stacked(per_channel(pred), per_channel(target), per_channel(mask))
         snap_c = snap_c.reshape(b, j, c, len(METRICS))  # (B, J, C, 4)
         valid_c = mask.any(2)  # (B, J, C)
+        if self.channel_std is not None:
+            std = torch.tensor(self.channel_std, dtype=pred.dtype, device=pred.device)
+            smae, smae_c = _scaled_mae(snap_c[..., METRICS.index("mae")], valid_c, std)
+            snap = torch.cat([snap, smae[..., None]], -1)  # (B, J, 5)
+            snap_c = torch.cat([snap_c, smae_c[..., None]], -1)  # (B, J, C, 5)
 
         for group, values, ok in (
             ("overall", *_instance_means(snap, valid)),
@@ -229,7 +295,7 @@ class ForecastMetrics(Metric):
             return mean.tolist(), std.tolist()
 
         def by_metric(mean: list, std: list) -> dict:
-            return {m: {"mean": mean[i], "std": std[i]} for i, m in enumerate(METRICS)}
+            return {m: {"mean": mean[i], "std": std[i]} for i, m in enumerate(self.metric_names)}
 
         om, os_ = stats("overall")
         sm, ss = stats("step")
@@ -243,7 +309,7 @@ class ForecastMetrics(Metric):
             },
             "per_step": {
                 m: {"mean": [r[i] for r in sm], "std": [r[i] for r in ss]}
-                for i, m in enumerate(METRICS)
+                for i, m in enumerate(self.metric_names)
             },
             "per_channel": {
                 name: by_metric(cm[k], cs[k]) for k, name in enumerate(self.channel_names)
@@ -251,3 +317,18 @@ class ForecastMetrics(Metric):
             "num_instances": int(self.overall_count),
             "v_max": v_max,
         }
+
+
+def _checked_std(std: Sequence[float], num_channels: int) -> tuple[float, ...]:
+    """``std`` as a tuple of floats (a tuple, not a state: fixed, and the same on every rank).
+
+    Raises:
+        ValueError: not ``num_channels`` finite values > 0.
+    """
+    values = tuple(float(s) for s in std)
+    if len(values) != num_channels or not all(math.isfinite(s) and s > 0 for s in values):
+        raise ValueError(
+            f"channel_std must be {num_channels} finite standard deviations > 0, one per "
+            f"channel; got {list(values)}"
+        )
+    return values

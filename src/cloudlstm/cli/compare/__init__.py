@@ -20,10 +20,15 @@ Each metric cell is ``mean ± std`` over the runs (seeds) of a row: the mean and
 standard deviation (ddof=1) of each run's overall test mean; a single run shows its mean
 alone. The std across test instances within a run, which metrics.json also holds, is not
 shown. ``n`` is the number of runs; ``params``, ``epochs`` and ``train_s`` are means over
-them. ``--horizons 1,6,12`` adds the ``--horizon-metric`` (MAE by default) at those
-forecast steps (1 = first), aggregated the same way. The best cell of each metric column
-is bold (lowest MAE/RMSE, highest PSNR/SSIM), compared within each data set. Rows are
-sorted by data set, then best first on the first metric.
+them. The metrics are the paper's four and ``smae``, the scale-free MAE (each channel's
+MAE divided by its training std, averaged over channels; :mod:`cloudlstm.metrics`); a
+metric the runs of a row lack (``smae`` in a metrics.json written before it existed) is an
+empty cell. ``--horizons 1,6,12`` adds the ``--horizon-metric`` (MAE by default) at those
+forecast steps (1 = first), aggregated the same way; ``--channels PM2.5,CO`` adds the
+``--channel-metric`` (MAE by default) of those channels (columns ``mae[PM2.5]``, ...; empty
+for rows whose data has no such channel). The best cell of each metric column is bold
+(lowest MAE/RMSE/sMAE, highest PSNR/SSIM), compared within each data set. Rows are sorted by
+data set, then best first on the first metric.
 
 ``--paper TABLE`` prints the runs next to the paper's values of that table
 (``docs/paper/<TABLE>.csv``) with the difference; :mod:`cloudlstm.cli.compare.paper` says how runs

@@ -14,7 +14,7 @@ from cloudlstm.cli.compare.paper import TABLES, paper_table
 from cloudlstm.cli.compare.plots import plot
 from cloudlstm.cli.compare.runs import CompareError, Run, find_runs
 from cloudlstm.cli.compare.table import build_table
-from cloudlstm.metrics import METRICS
+from cloudlstm.metrics import ALL_METRICS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,6 +34,13 @@ def _horizons(text: str) -> list[int]:
     return horizons
 
 
+def _channels(text: str) -> list[str]:
+    channels = [c.strip() for c in text.split(",")]
+    if not all(channels):
+        raise argparse.ArgumentTypeError(f"expected channel names like PM2.5,CO; got {text!r}")
+    return channels
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m cloudlstm.cli.compare",
@@ -48,9 +55,17 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY",
         help="group keys: model, data, config keys (model.k); put the dirs first",
     )
-    add("--metrics", nargs="+", choices=METRICS, default=list(METRICS), help="metric columns")
+    add(
+        "--metrics",
+        nargs="+",
+        choices=ALL_METRICS,
+        default=list(ALL_METRICS),
+        help="metric columns (smae: scale-free MAE)",
+    )
     add("--horizons", type=_horizons, default=[], help="forecast steps for columns, e.g. 1,6,12")
-    add("--horizon-metric", choices=METRICS, default="mae", help="metric of --horizons, --plot")
+    add("--horizon-metric", choices=ALL_METRICS, default="mae", help="metric of --horizons, --plot")
+    add("--channels", type=_channels, default=[], help="channels for columns, e.g. PM2.5,CO")
+    add("--channel-metric", choices=ALL_METRICS, default="mae", help="metric of --channels")
     add("--format", choices=("markdown", "csv", "latex"), default="markdown")
     add("--plot", type=Path, metavar="DIR", help="write PNG figures to DIR")
     add("--paper", choices=list(TABLES), help="the runs next to this table of the paper")
@@ -79,7 +94,15 @@ def _run(args: argparse.Namespace) -> int:
             "add them to --by to split the rows",
             file=sys.stderr,
         )
-    _print_table(build_table(groups, args.metrics, args.horizons, args.horizon_metric), args.format)
+    table = build_table(
+        groups,
+        args.metrics,
+        args.horizons,
+        args.horizon_metric,
+        args.channels,
+        args.channel_metric,
+    )
+    _print_table(table, args.format)
     for path in plot(groups, args.horizon_metric, args.plot) if args.plot else []:
         print(f"wrote {path}", file=sys.stderr)
     return 0
@@ -87,8 +110,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _run_paper(runs: Sequence[Run], args: argparse.Namespace) -> int:
     """``--paper``: the runs next to a table of the paper, rows matched as paper.py says."""
-    if args.by or args.horizons or args.plot:
-        raise CompareError("--paper takes no --by, --horizons or --plot")
+    if args.by or args.horizons or args.channels or args.plot:
+        raise CompareError("--paper takes no --by, --horizons, --channels or --plot")
     table, notes = paper_table(runs, args.paper, args.metrics)
     for note in notes:
         print(f"compare: {note}", file=sys.stderr)

@@ -74,14 +74,21 @@ def _latex_escape(text: str) -> str:
 
 def write_csv(columns: Sequence[Column], out: TextIO) -> None:
     """Plain numbers; a column of mean ± std becomes ``<name>_mean`` and ``<name>_std``."""
-    split = [any(isinstance(cell, Stat) for cell in column.cells) for column in columns]
+    # a metric column splits even when all its cells are empty, so the header stays the same
+    split = [
+        column.better is not None or any(isinstance(cell, Stat) for cell in column.cells)
+        for column in columns
+    ]
     header: list[str] = []
     for column, two in zip(columns, split, strict=True):
         header += [f"{column.name}_mean", f"{column.name}_std"] if two else [column.name]
     rows: list[list[Any]] = [[] for _ in columns[0].cells]
     for column, two in zip(columns, split, strict=True):
         for row, cell in zip(rows, column.cells, strict=True):
-            row += [cell.mean, _csv(cell.std)] if two else [_csv(cell)]
+            if two:  # None: a metric the row's runs lack
+                row += ["", ""] if cell is None else [cell.mean, _csv(cell.std)]
+            else:
+                row.append(_csv(cell))
     writer = csv.writer(out, lineterminator="\n")
     writer.writerows([header, *rows])
 

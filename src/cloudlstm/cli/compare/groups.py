@@ -34,10 +34,24 @@ class Group:
         ]
         return " ".join(parts) or self.data
 
-    def metric(self, name: str) -> Stat:
+    def metric(self, name: str) -> Stat | None:
+        """The overall metric over the runs; None (an empty cell) if a run lacks it, as
+        metrics.json written before ``smae`` existed do."""
+        if any(name not in run.overall for run in self.runs):
+            return None
         return Stat.over([run.overall[name] for run in self.runs])
 
-    def at_horizon(self, name: str, horizon: int) -> Stat:
+    def channel(self, channel: str, name: str) -> Stat | None:
+        """The metric of one channel over the runs; None if a run lacks it (another data
+        set's channels, or ``smae`` in an older metrics.json)."""
+        values = [run.channels.get(channel, {}).get(name) for run in self.runs]
+        return None if None in values else Stat.over(values)
+
+    def at_horizon(self, name: str, horizon: int) -> Stat | None:
+        """The metric at forecast step ``horizon`` (1 = first) over the runs; None if a run
+        has no per-step values of it (``smae`` in an older metrics.json)."""
+        if any(not run.per_step.get(name) for run in self.runs):
+            return None
         values = []
         for run in self.runs:
             steps = run.steps(name)

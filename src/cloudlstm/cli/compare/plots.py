@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from cloudlstm.cli.compare.cells import Stat
 from cloudlstm.cli.compare.groups import Group
 from cloudlstm.cli.compare.table import ranked
 from cloudlstm.viz import plot_horizon_curve
@@ -34,7 +36,7 @@ def _plot_horizons(groups: Sequence[Group], metric: str, path: Path) -> Path:
 
 def _plot_bars(groups: Sequence[Group], metric: str, path: Path) -> Path:
     """The overall metric per group, error bars of ± std over seeds."""
-    stats = [g.metric(metric) for g in groups]
+    stats = [g.metric(metric) or Stat(math.nan, math.nan) for g in groups]  # None: no bar
     fig = new_figure(max(4.0, 1.0 + 0.8 * len(groups)), 4)
     ax = fig.add_subplot()
     x = np.arange(len(groups))

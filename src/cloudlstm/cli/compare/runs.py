@@ -29,6 +29,7 @@ class Run:
     overall: dict[str, float]  # metric -> mean over test instances
     per_step: dict[str, list[float]]  # metric -> that mean at each forecast step
     groups: dict[str, dict[str, float]] = field(default_factory=dict)  # inliers/outliers
+    channels: dict[str, dict[str, float]] = field(default_factory=dict)  # name -> metric -> mean
 
     def value(self, key: str) -> str:
         """The key's value as text; "" where this run's config lacks it."""
@@ -74,6 +75,10 @@ def load_run(path: Path) -> Run | None:
         groups={
             group: {m: stats["mean"] for m, stats in res["overall"].items()}
             for group, res in test.get("groups", {}).items()
+        },
+        channels={
+            name: {m: stats["mean"] for m, stats in res.items()}
+            for name, res in test.get("per_channel", {}).items()
         },
     )
 

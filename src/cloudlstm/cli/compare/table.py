@@ -2,25 +2,33 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from cloudlstm.cli.compare.cells import Column
 from cloudlstm.cli.compare.groups import Group, group_runs
-from cloudlstm.cli.compare.runs import Run
-from cloudlstm.metrics import METRICS
+from cloudlstm.cli.compare.runs import CompareError, Run
+from cloudlstm.metrics import ALL_METRICS
 
-HIGHER_IS_BETTER = {"mae": False, "rmse": False, "psnr": True, "ssim": True}
+HIGHER_IS_BETTER = {"mae": False, "rmse": False, "psnr": True, "ssim": True, "smae": False}
 
 
 def build_table(
     groups: Sequence[Group],
-    metrics: Sequence[str] = METRICS,
+    metrics: Sequence[str] = ALL_METRICS,
     horizons: Sequence[int] = (),
     horizon_metric: str = "mae",
+    channels: Sequence[str] = (),
+    channel_metric: str = "mae",
 ) -> list[Column]:
-    """Columns: group keys, n, params, epochs, train_s, metrics, horizon metric at each step.
+    """Columns: group keys, n, params, epochs, train_s, metrics, horizon metric at each step,
+    channel metric of each channel (``mae[CO]``).
 
-    Rows are sorted by data set, then best first on the first metric.
+    Rows are sorted by data set, then best first on the first metric. A metric a row's runs
+    lack (``smae`` in older metrics.json, another data set's channel) is an empty cell.
+
+    Raises:
+        CompareError: a channel that no run has.
     """
     rows = ranked(groups, metrics[0])
     columns = [Column(key, [g.keys[key] for g in rows]) for key in rows[0].keys]
@@ -35,24 +43,50 @@ def build_table(
         )
         for h in horizons
     ]
+    _check_channels(rows, channels)
+    columns += [
+        Column(
+            f"{channel_metric}[{c}]",
+            [g.channel(c, channel_metric) for g in rows],
+            _better(channel_metric),
+        )
+        for c in channels
+    ]
     return columns
+
+
+def _check_channels(groups: Sequence[Group], channels: Sequence[str]) -> None:
+    """Refuse a channel no run has (a typo), naming the channels the runs have."""
+    have = {name for g in groups for run in g.runs for name in run.channels}
+    if unknown := [c for c in channels if c not in have]:
+        valid = ", ".join(sorted(have)) or "none (no per-channel results)"
+        raise CompareError(f"no run has channel(s) {', '.join(unknown)}; channels: {valid}")
 
 
 def compare(
     runs: Sequence[Run],
     by: Sequence[str] | None = None,
-    metrics: Sequence[str] = METRICS,
+    metrics: Sequence[str] = ALL_METRICS,
     horizons: Sequence[int] = (),
     horizon_metric: str = "mae",
+    channels: Sequence[str] = (),
+    channel_metric: str = "mae",
 ) -> list[Column]:
     """Group ``runs`` (see :func:`group_runs`) and build their table."""
-    return build_table(group_runs(runs, by), metrics, horizons, horizon_metric)
+    return build_table(
+        group_runs(runs, by), metrics, horizons, horizon_metric, channels, channel_metric
+    )
 
 
 def ranked(groups: Sequence[Group], metric: str) -> list[Group]:
-    """``groups`` sorted by data set, then best first on ``metric``."""
+    """``groups`` sorted by data set, then best first on ``metric``; rows without it last."""
     sign = -1 if HIGHER_IS_BETTER[metric] else 1
-    return sorted(groups, key=lambda g: (g.data, sign * g.metric(metric).mean))
+
+    def key(group: Group) -> tuple[str, bool, float]:
+        stat = group.metric(metric)
+        return group.data, stat is None, math.inf if stat is None else sign * stat.mean
+
+    return sorted(groups, key=key)
 
 
 def _better(metric: str) -> str:
@@ -60,10 +94,15 @@ def _better(metric: str) -> str:
 
 
 def best_rows(column: Column, data: Sequence[str]) -> set[int]:
-    """Rows holding the best mean of a metric column within their data set (ties: all)."""
+    """Rows holding the best mean of a metric column within their data set (ties: all);
+    empty cells (None) are never best."""
     if column.better is None:
         return set()
     pick = max if column.better == "max" else min
-    cells = list(zip(column.cells, data, strict=True))
-    best = {d: pick(c.mean for c, dd in cells if dd == d) for d in set(data)}
-    return {i for i, (c, d) in enumerate(cells) if c.mean == best[d]}
+    cells = [(c, d) for c, d in zip(column.cells, data, strict=True) if c is not None]
+    best = {d: pick(c.mean for c, dd in cells if dd == d) for _, d in cells}
+    return {
+        i
+        for i, (c, d) in enumerate(zip(column.cells, data, strict=True))
+        if c is not None and c.mean == best[d]
+    }
