@@ -16,6 +16,7 @@ import torch
 from matplotlib.image import imread
 
 from cloudlstm.cli.train import train
+from cloudlstm.lit import ForecastModule
 from cloudlstm.models.build import build_model
 from tests.conftest import TINY, compose_train
 from tests.wandb_reader import read_offline_run
@@ -73,9 +74,10 @@ def test_curves_in_real_units_with_best_so_far_summaries(wandb_run):
         "val/rmse",
         "val/mae_best",
         "train/loss_step",
-        "lr-Adam",
+        "lr-AdamW",
         "perf/epoch_time_s",
         "perf/train_samples_per_s",
+        "perf/train_s_per_1k_steps",
     ):
         values = run.series(key)
         assert values and all(math.isfinite(v) for v in values), key
@@ -93,13 +95,13 @@ def test_val_mae_is_the_real_unit_error_of_the_model(wandb_run):
     datamodule = hydra.utils.instantiate(cfg.data)
     datamodule.setup("fit")
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
-    model = build_model(cfg.model)
-    model.load_state_dict({k[6:]: v for k, v in ckpt["state_dict"].items()})
-    model.eval()
+    module = ForecastModule(build_model(cfg.model), optimizer=None, anchor=cfg.module.anchor)
+    module.load_state_dict(ckpt["state_dict"])
+    module.eval()
     errors = []
     with torch.no_grad():
         for batch in datamodule.val_dataloader():
-            pred = model(batch["x"], batch["coords"])
+            pred = module(batch["x"], batch["coords"])  # anchored as in training
             real = datamodule.scaler.inverse_transform(pred.numpy())
             errors.append(np.abs(real - datamodule.scaler.inverse_transform(batch["y"].numpy())))
     # all observed and equal-sized snapshots: the mean over instances is the plain mean
@@ -132,8 +134,18 @@ def test_test_results_per_horizon_channel_group_and_cost(wandb_run):
     plot = run.config["_wandb/visualize/test/mae_vs_horizon"]["panel_config"]  # line plot
     assert plot["fieldSettings"] == {"x": "horizon", "y": "mae", "stroke": None}
     assert run.summary["cost/params"] == results["num_params"]
-    for key in ("epoch_time_s", "inference_ms_per_sample", "peak_cpu_rss_mb"):
+    for key in (
+        "epoch_time_s",
+        "train_s_per_1k_steps",
+        "inference_ms_per_sample",
+        "peak_cpu_rss_mb",
+    ):
         assert run.summary[f"cost/{key}"] > 0 and results["cost"][key] > 0
+    # the whole run's figures (6 steps, 2 epochs), not those of the best checkpoint tested
+    assert (
+        results["steps"] == 6
+        and results["cost"]["train_s_per_1k_steps"] < results["train_time_s"] * 1000 / 6
+    )
 
 
 def test_figures_are_pngs_in_the_run_dir_and_wandb_images(wandb_run):

@@ -22,13 +22,13 @@ from omegaconf import DictConfig
 
 from cloudlstm.callbacks import EpochTimer
 from cloudlstm.errors import UserError
-from cloudlstm.metrics import METRICS
+from cloudlstm.metrics import ALL_METRICS
 from cloudlstm.viz import plot_forecast_maps, plot_horizon_curve, plot_worst_series
 
 log = logging.getLogger(__name__)
 
 # Validation curves whose best value (the minimum) is the W&B run summary.
-MIN_SUMMARIES = ("val/loss", "val/mae", "val/rmse", "train/loss")
+MIN_SUMMARIES = ("val/loss", "val/mae", "val/smae", "val/rmse", "train/loss")
 
 
 def define_wandb_metrics(loggers: list[Any]) -> None:
@@ -39,11 +39,13 @@ def define_wandb_metrics(loggers: list[Any]) -> None:
 
 
 def cost(module: L.LightningModule, datamodule: Any, trainer: L.Trainer) -> dict[str, Any]:
-    """Parameters, time per epoch, inference time per sample and peak memory."""
+    """Parameters, time per epoch and per 1,000 training steps, inference time per sample
+    and peak memory."""
     timer = next((cb for cb in trainer.callbacks if isinstance(cb, EpochTimer)), None)
     out: dict[str, Any] = {
         "params": sum(p.numel() for p in module.model.parameters()),
         "epoch_time_s": timer.mean_epoch_time_s if timer else None,
+        "train_s_per_1k_steps": timer.train_s_per_1k_steps if timer else None,
         "inference_ms_per_sample": inference_ms_per_sample(
             module.model, datamodule, batch=int(getattr(datamodule, "batch_size", 32) or 32)
         ),
@@ -193,7 +195,7 @@ def log_test_report(
     horizon = _metric_table(
         "horizon",
         {
-            h + 1: {m: {s: per_step[m][s][h] for s in ("mean", "std")} for m in METRICS}
+            h + 1: {m: {s: values[s][h] for s in ("mean", "std")} for m, values in per_step.items()}
             for h in range(len(per_step["mae"]["mean"]))
         },
     )
@@ -215,13 +217,16 @@ def log_test_report(
 
 
 def _metric_table(label: str, rows: dict[Any, dict[str, dict[str, float]]]) -> Any:
-    """A W&B table with one row per name and ``<metric>``, ``<metric>_std`` columns."""
+    """A W&B table with one row per name and ``<metric>``, ``<metric>_std`` columns: the
+    paper's metrics and the scale-free ``smae`` where the results have it."""
     import wandb
 
+    first = next(iter(rows.values()), {})
+    metrics = [m for m in ALL_METRICS if m in first]
     return wandb.Table(
-        columns=[label, *(f"{m}{s}" for m in METRICS for s in ("", "_std"))],
+        columns=[label, *(f"{m}{s}" for m in metrics for s in ("", "_std"))],
         data=[
-            [name, *(stats[m][s] for m in METRICS for s in ("mean", "std"))]
+            [name, *(stats[m][s] for m in metrics for s in ("mean", "std"))]
             for name, stats in rows.items()
         ],
     )
