@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 train: setup
-	$(BIN)/python train.py $(ARGS)
+	$(BIN)/python train.py experiment=demo $(ARGS)
 
 test: setup
 	$(BIN)/python -m pytest $(ARGS)

@@ -31,6 +31,7 @@ TINY = [
     "trainer=cpu",
     "trainer.max_epochs=2",
     "trainer.limit_train_batches=3",
+    "trainer.val_check_interval=3",  # the recipe validates every N steps: here each epoch's end
     "trainer.limit_val_batches=2",
     "trainer.limit_test_batches=3",
     "trainer.enable_progress_bar=false",

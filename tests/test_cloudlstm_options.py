@@ -155,10 +155,10 @@ def test_real_unit_weights_make_the_loss_the_real_unit_error(kind):
 )
 def test_presets_are_the_paper_model_with_their_options(tmp_path, preset, residual):
     """The ablation's presets: CloudLSTM at the paper's size trained on the real-unit MAE
-    (a module option, so the presets are global), with or without residual decoding; other
-    keys still override."""
-    cfg = compose_train(tmp_path, [f"model={preset}", "model.k=3"])
-    paper = compose_train(tmp_path, ["model=cloudlstm"])
+    (a module option, so the presets are global, and they win over the recipe's loss), with
+    or without residual decoding; other keys still override."""
+    cfg = compose_train(tmp_path, [f"model={preset}", "model.k=3", "recipe=paper"])
+    paper = compose_train(tmp_path, ["model=cloudlstm", "recipe=paper"])
     assert cfg.model.residual is residual and not paper.model.residual
     assert (cfg.module.loss, cfg.module.loss_weights) == ("mae", "real_units")
     assert (paper.module.loss, paper.module.loss_weights) == ("mse", "equal")

@@ -20,6 +20,7 @@ JOB = [
     "data.source.num_steps=165",
     "trainer.max_epochs=1",
     "trainer.limit_train_batches=3",
+    "trainer.val_check_interval=3",
     "trainer.limit_val_batches=2",
     "trainer.enable_progress_bar=false",
     "logger=none",

@@ -208,22 +208,26 @@ def test_whole_cpu_form_of_a_preset_runs_to_a_paper_table(tmp_path, capsys):
     ]
 
 
-def test_beijing_protocol_preset(tmp_path):
+def test_beijing_results_preset(tmp_path):
     """experiment=beijing (docs/results.md): every model of the results table x seeds 0-2
-    under the protocol, each job in a directory of its own model and seed, so the same
-    command run again resumes or skips each job."""
+    under the default recipe, each job in a directory of its own model and seed, so the
+    same command run again resumes or skips each job."""
     jobs = sweep_jobs(tmp_path, "experiment=beijing")
-    assert len(jobs) == 36 and len({tuple(job) for job in jobs}) == 36
+    assert len(jobs) == 42 and len({tuple(job) for job in jobs}) == 42
+    assert jobs[0][0] == "seed=0" and jobs[13][0] == "seed=0"  # one seed of every model first
     directories, models = set(), set()
     for job in jobs:
         cfg = compose_train(tmp_path, job)
-        assert cfg.trainer.max_epochs == 100 and cfg.callbacks.early_stopping.patience == 10
+        assert cfg.recipe_name == "strong" and cfg.trainer.max_steps == 5000
         assert cfg.data.batch_size == 32 and cfg.data.stride == 1
         assert cfg.data._target_.endswith("BeijingDataModule")
         assert (cfg.data.input_steps, cfg.data.output_steps) == (12, 12)
         sweep = OmegaConf.to_container(cfg.hydra.sweep, resolve=True)
-        assert sweep["dir"].endswith("beijing/full")
+        assert sweep["dir"].endswith("beijing/strong")
         directories.add(sweep["subdir"])
         models.add(cfg.hydra.runtime.choices.model)
-    assert len(directories) == 36 and "cloudlstm_k3/seed_2" in directories
-    assert len(models) == 12 and {"persistence", "convlstm", "attention_cloudlstm"} <= models
+    assert len(directories) == 42 and "cloudlstm_k3/seed_2" in directories
+    assert len(models) == 14 and {"persistence", "linear", "stid", "convlstm"} <= models
+    paper = compose_train(tmp_path, [*jobs[0], "experiment=beijing", "recipe=paper"])
+    assert paper.recipe_name == "paper" and paper.trainer.max_epochs == 100
+    assert OmegaConf.to_container(paper.hydra.sweep, resolve=True)["dir"].endswith("beijing/paper")

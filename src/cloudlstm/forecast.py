@@ -78,7 +78,9 @@ class Forecaster:
         checkpoint = check_checkpoint(path)
         info = ForecastInfo.from_checkpoint(checkpoint, path)
         model = build_model(OmegaConf.load(run / "config.yaml").model, compile=False)
-        module = ForecastModule(model, optimizer=None)
+        # the anchor decides what the weights mean: it travels in the checkpoint's hparams
+        anchor = checkpoint.get("hyper_parameters", {}).get("anchor", "none")
+        module = ForecastModule(model, optimizer=None, anchor=anchor)
         module.load_state_dict(checkpoint["state_dict"])
         module.on_load_checkpoint(checkpoint)  # the scaler
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")

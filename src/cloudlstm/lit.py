@@ -18,10 +18,12 @@ from cloudlstm.distributed import gather_on_rank_zero
 from cloudlstm.errors import UserError
 from cloudlstm.forecast_info import INFO_KEY, ForecastInfo
 from cloudlstm.metrics import ForecastMetrics
+from cloudlstm.models.base import silence_output_head
 from cloudlstm.nn.knn import NonFiniteCoordinatesError
 
 LOSSES = ("mse", "mae")
 LOSS_WEIGHTS = ("equal", "real_units")
+ANCHORS = ("none", "last")
 
 
 def masked_loss(
@@ -71,6 +73,12 @@ class ForecastModule(L.LightningModule):
         loss_weights: ``equal`` (every channel alike in normalised units) or
             ``real_units`` (channels weighted so that the loss is proportional to the same
             error in real units, as the reported MAE / RMSE over all channels are).
+        anchor: ``none`` (the model's output is the forecast, as in the paper) or ``last``
+            (the forecast is the last observed frame plus the model's output, whose head
+            starts at zero: an untrained model forecasts persistence). Models whose
+            forecast is absolute by construction (``anchorable = False``) are not anchored.
+        monitor: the validation metric a plateau scheduler follows (the checkpoint and
+            early-stopping callbacks follow the same top-level ``monitor`` setting).
 
     The scaler and channel names come from the datamodule at ``setup``, so the module
     works with any data set without configuration. Every checkpoint also stores what
@@ -88,8 +96,12 @@ class ForecastModule(L.LightningModule):
         output_dir: str | None = None,
         loss: str = "mse",
         loss_weights: str = "equal",
+        anchor: str = "none",
+        monitor: str = "val/loss",
     ) -> None:
         super().__init__()
+        if anchor not in ANCHORS:
+            raise ValueError(f"module.anchor={anchor!r} is not one of {list(ANCHORS)}.")
         if loss not in LOSSES:
             raise ValueError(f"module.loss={loss!r} is not one of {list(LOSSES)}.")
         if loss_weights not in LOSS_WEIGHTS:
@@ -98,6 +110,12 @@ class ForecastModule(L.LightningModule):
             )
         self.save_hyperparameters(ignore=["model"], logger=False)
         self.model = model
+        self.anchored = anchor == "last" and getattr(model, "anchorable", True)
+        if self.anchored:
+            silence_output_head(model)
+        # position in the input window of the last observed step (offset -1), set from the
+        # data's input offsets: with data.seasonal=true it need not be the window's last
+        self.anchor_index = -1
         self.test_metrics: ForecastMetrics | None = None
         self.val_metrics: ForecastMetrics | None = None
         # best (lowest) validation MAE in real units so far; the sweepers' objective
@@ -117,28 +135,35 @@ class ForecastModule(L.LightningModule):
         if self.hparams.loss_weights == "real_units":
             self.loss_channel_weights = real_unit_weights(self.scaler.std, self.hparams.loss)
         self.forecast_info = ForecastInfo.gather(dm, self.model).to_dict()
-        self.test_metrics = ForecastMetrics(
-            self.model.output_steps, dm.num_channels, list(dm.channel_names)
-        )
-        self.val_metrics = ForecastMetrics(
-            self.model.output_steps, dm.num_channels, list(dm.channel_names)
-        )
+        if self.anchored:
+            self.anchor_index = anchor_index(self.forecast_info["input_offsets"])
+        self.test_metrics = self._metrics(dm)
+        self.val_metrics = self._metrics(dm)
         # Point groups (e.g. inliers / outliers) are scored separately as well.
         self.group_points = {
             name: torch.as_tensor(np.flatnonzero(members))
             for name, members in getattr(dm, "point_groups", {}).items()
         }
-        self.group_metrics = nn.ModuleDict(
-            {
-                name: ForecastMetrics(
-                    self.model.output_steps, dm.num_channels, list(dm.channel_names)
-                )
-                for name in self.group_points
-            }
+        self.group_metrics = nn.ModuleDict({name: self._metrics(dm) for name in self.group_points})
+
+    def _metrics(self, dm: Any) -> ForecastMetrics:
+        """Metrics of the forecast channels, the scale-free MAE against the training std."""
+        return ForecastMetrics(
+            self.model.output_steps,
+            dm.num_channels,
+            list(dm.channel_names),
+            channel_std=self.scaler.std,
         )
 
     def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
-        return self.model(x, coords)
+        """Normalised forecast ``(B, J, N, C_out)`` of ``x (B, M, N, C_in)`` at ``coords
+        (B, N, L)``; anchored: plus the last observed frame of the C_out target channels
+        (the first C_out of the input's)."""
+        out = self.model(x, coords)
+        if self.anchored:
+            last = x[:, self.anchor_index, :, : out.shape[-1]]
+            out = out + last.unsqueeze(1)
+        return out
 
     def _step(
         self, batch: dict[str, torch.Tensor], stage: str
@@ -218,6 +243,7 @@ class ForecastModule(L.LightningModule):
         # compute() already reduced the sums over DDP ranks: every rank logs the same value
         self.log("val/mae", mae)
         self.log("val/rmse", rmse)
+        self.log("val/smae", overall["smae"]["mean"])
         self.log("val/mae_best", self.val_mae_best)
 
     def _real_units(
@@ -286,19 +312,37 @@ class ForecastModule(L.LightningModule):
         if info is not None:  # absent from checkpoints written before it was stored
             self.forecast_info = info
             self.scaler = StandardScaler.from_dict(info["scaler"])
+            if self.anchored:
+                self.anchor_index = anchor_index(info["input_offsets"])
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = self.hparams.optimizer(params=self.parameters())
         if self.hparams.scheduler is None:
             return {"optimizer": optimizer}
         scheduler = self.hparams.scheduler(optimizer=optimizer)
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "monitor": "val/loss"},
-        }
+        if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            config = {"monitor": self.hparams.monitor, "interval": "epoch"}
+        else:  # a schedule over optimiser steps (the recipe's warm-up + cosine)
+            config = {"interval": "step"}
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, **config}}
 
 
-HORIZON_METRICS = ("mae", "rmse")
+def anchor_index(input_offsets: list[int]) -> int:
+    """Index in the input window of its last observed step (offset -1).
+
+    Raises:
+        UserError: the input does not reach the step right before the forecast, so there is
+            no last frame to anchor on.
+    """
+    if -1 not in input_offsets:
+        raise UserError(
+            f"module.anchor=last needs the step right before the forecast in the input, but "
+            f"the input offsets are {list(input_offsets)}; use module.anchor=none."
+        )
+    return len(input_offsets) - 1 - list(reversed(input_offsets)).index(-1)
+
+
+HORIZON_METRICS = ("mae", "rmse", "smae")
 
 
 def horizon_scalars(results: dict[str, Any], prefix: str) -> dict[str, float]:
@@ -312,5 +356,6 @@ def horizon_scalars(results: dict[str, Any], prefix: str) -> dict[str, float]:
     return {
         f"{prefix}/{metric}_h{h + 1:0{width}d}": per_step[metric]["mean"][h]
         for metric in HORIZON_METRICS
+        if metric in per_step
         for h in range(steps)
     }

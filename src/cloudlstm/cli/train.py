@@ -72,6 +72,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             results["train_time_s"] = time.perf_counter() - start
             results["resumed_from"] = resume_from
             results["epochs"] = trainer.current_epoch
+            results["steps"] = trainer.global_step
             results["val"] = {
                 key: float(value)
                 for key, value in trainer.callback_metrics.items()

@@ -1,0 +1,139 @@
+"""The training recipe (conf/recipe/): anchor, selection metric, step budget, schedule, and
+the paper's recipe one setting away."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+
+from cloudlstm.cli.train import train
+from cloudlstm.errors import UserError
+from cloudlstm.lit import ForecastModule, anchor_index
+from cloudlstm.models import Persistence, SeqLSTM
+from cloudlstm.schedules import warmup_cosine
+from tests.conftest import compose_train
+
+
+def _lrs(total: int, warmup: int, final: float) -> list[float]:
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=2.0)
+    schedule = warmup_cosine(optimizer, total, warmup, final)
+    lrs = []
+    for _ in range(total + 3):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+    return lrs
+
+
+def test_warmup_cosine_rises_linearly_then_falls_to_its_floor() -> None:
+    lrs = _lrs(total=10, warmup=4, final=0.1)
+    assert lrs[:4] == pytest.approx([0.5, 1.0, 1.5, 2.0])  # (step + 1) / warmup * lr
+    assert lrs[4] == pytest.approx(2.0)  # the cosine starts at the full rate
+    # halfway through the cosine (step 7 of 4..10): final + (1 - final) / 2, times lr
+    assert lrs[7] == pytest.approx(2.0 * (0.1 + 0.9 * 0.5))
+    assert all(a >= b for a, b in zip(lrs[4:], lrs[5:], strict=False))
+    assert lrs[10:] == pytest.approx([0.2] * 3)  # held at final_ratio * lr
+
+
+@pytest.mark.parametrize(
+    "total, warmup, final, match",
+    [(-1, 0, 0.0, "trainer.max_steps"), (5, 5, 0.0, "warmup_steps"), (5, 0, 2.0, "final_ratio")],
+)
+def test_warmup_cosine_refuses_a_budget_it_cannot_span(total, warmup, final, match) -> None:
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    with pytest.raises(UserError, match=match):
+        warmup_cosine(optimizer, total, warmup, final)
+
+
+def test_anchored_module_starts_as_persistence_and_leaves_naive_forecasts_alone() -> None:
+    x, coords = torch.randn(3, 5, 4, 2), torch.rand(3, 4, 2)
+    lstm = SeqLSTM(num_points=4, num_channels=2, output_steps=3, hidden_size=8, num_layers=1)
+    module = ForecastModule(lstm, optimizer=None, anchor="last")
+    assert torch.equal(module(x, coords), x[:, -1:].expand(3, 3, 4, 2))
+    plain = ForecastModule(
+        SeqLSTM(num_points=4, num_channels=2, output_steps=3, hidden_size=8, num_layers=1),
+        optimizer=None,
+    )
+    assert not torch.equal(plain(x, coords), x[:, -1:].expand(3, 3, 4, 2))
+    naive = ForecastModule(Persistence(output_steps=3), optimizer=None, anchor="last")
+    assert not naive.anchored  # persistence plus the last frame would be twice it
+    assert torch.equal(naive(x, coords), Persistence(3)(x, coords))
+
+
+def test_anchor_reads_the_step_right_before_the_forecast() -> None:
+    assert anchor_index([-5, -4, -3, -2, -1]) == 4
+    assert anchor_index([-168, -144, -2, -1, -24]) == 3  # a seasonal order, ending elsewhere
+    with pytest.raises(UserError, match="module.anchor=last needs"):
+        anchor_index([-24, -12])
+    with pytest.raises(ValueError, match="module.anchor='first'"):
+        ForecastModule(Persistence(3), optimizer=None, anchor="first")
+
+
+def test_default_is_the_strong_recipe_and_the_paper_presets_keep_the_papers(tmp_path) -> None:
+    cfg = compose_train(tmp_path, [])
+    assert cfg.recipe_name == "strong" and cfg.monitor == "val/mae"
+    assert (cfg.module.anchor, cfg.module.loss, cfg.module.loss_weights) == (
+        "last",
+        "mae",
+        "real_units",
+    )
+    assert cfg.trainer.max_steps == 5000 and cfg.trainer.check_val_every_n_epoch is None
+    assert cfg.trainer.gradient_clip_val == 5.0 and cfg.optimizer.weight_decay > 0
+    assert cfg.callbacks.model_checkpoint.monitor == "val/mae"
+    assert cfg.callbacks.early_stopping.monitor == "val/mae"
+    for overrides in (["recipe=paper"], ["experiment=paper/airq"], ["experiment=paper_cloudlstm"]):
+        paper = compose_train(tmp_path, overrides)
+        assert paper.recipe_name == "paper" and paper.module.anchor == "none"
+        assert paper.module.loss == "mse" and paper.optimizer._target_ == "torch.optim.Adam"
+        assert paper.callbacks.model_checkpoint.monitor == "val/loss"
+        assert paper.trainer.max_steps == -1 and paper.trainer.max_epochs == 100
+
+
+def _callback(trainer, kind):
+    return next(cb for cb in trainer.callbacks if type(cb) is kind and cb.monitor)
+
+
+def test_a_step_budget_validates_across_epochs_and_selects_on_the_real_unit_mae(
+    tiny_cfg, monkeypatch
+) -> None:
+    """7 steps over epochs of 3 batches, validated every 2 steps: validations at steps 2, 4
+    and 6 (the first two epochs' ends are not validation points), the best checkpoint the
+    one of the lowest val/mae, early stopping watching val/mae."""
+    seen: dict[int, float] = {}
+    original = ForecastModule.on_validation_epoch_end
+
+    def record(self):
+        original(self)
+        if not self.trainer.sanity_checking:
+            seen[self.global_step] = float(self.trainer.callback_metrics["val/mae"])
+
+    monkeypatch.setattr(ForecastModule, "on_validation_epoch_end", record)
+    cfg = tiny_cfg(
+        "trainer.max_steps=7",
+        "trainer.max_epochs=-1",
+        "trainer.val_check_interval=2",
+        "scheduler.warmup_steps=2",
+        "logger=csv",
+    )
+    results = train(cfg)
+    assert sorted(seen) == [2, 4, 6]
+    best_step = min(seen, key=seen.get)
+    assert f"step_{best_step:06d}" in Path(results["checkpoint"]).name
+    assert results["val"]["val/mae_best"] == pytest.approx(min(seen.values()))
+    saved = json.loads((Path(cfg.paths.output_dir) / "metrics.json").read_text())
+    assert math.isfinite(saved["test"]["overall"]["mae"]["mean"])
+
+
+def test_the_recipe_callbacks_follow_the_monitor_setting(tiny_cfg) -> None:
+    from cloudlstm.cli.build import build_trainer
+
+    for recipe, metric in (("strong", "val/mae"), ("paper", "val/loss")):
+        trainer = build_trainer(tiny_cfg(f"recipe={recipe}"), [])
+        assert _callback(trainer, ModelCheckpoint).monitor == metric
+        assert _callback(trainer, EarlyStopping).monitor == metric
