@@ -102,10 +102,12 @@ def _rnn_layer_backward_flops(inputs: list[int], w_ih: list[int], w_hh: list[int
 def step_gflops(model: str, run_dir: Path) -> float:
     """GFLOPs of one training step of ``model`` as the run in ``run_dir`` trained it: its
     data's shapes and batch size (weights and values random: they do not change the count)."""
-    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-    info, batch = cfg["data_info"], cfg["data"]["batch_size"]
+    batch = yaml.safe_load((run_dir / "config.yaml").read_text())["data"]["batch_size"]
+    data = json.loads((run_dir / "data_summary.json").read_text())
+    info = {key: data[key] for key in ("num_points", "num_channels", "input_steps")}
+    info.update(output_steps=data["output_steps"], coord_features=data["num_dims"])
     torch.manual_seed(0)
-    net = model_for_shape(model, **info)
+    net = model_for_shape(model, steps_per_day=data["steps_per_day"], **info)
     shape = (batch, info["input_steps"], info["num_points"], info["num_channels"])
     coords = torch.rand(batch, info["num_points"], info["coord_features"])
     with FlopCounterMode(display=False) as counter:

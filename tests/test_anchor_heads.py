@@ -18,6 +18,7 @@ import torch
 from conftest import ROOT, compose_train
 from omegaconf import DictConfig
 
+from cloudlstm.data.spec import DataSpec
 from cloudlstm.models import CloudSeq2Seq
 from cloudlstm.models.base import Forecaster, silence_output_head
 from cloudlstm.models.build import build_model
@@ -36,12 +37,13 @@ TINY_MODEL = {
 }
 
 
+SPEC = DataSpec.sized(N, C, M, J, coord_features=L, steps_per_day=24)
+
+
 def tiny_model_config(tmp_path, name: str) -> DictConfig:
-    """``model=name`` composed with conf/train.yaml, data keys filled as a datamodule
-    fills them, widths shrunk to :data:`TINY_MODEL`."""
+    """``model=name`` composed with conf/train.yaml, widths shrunk to :data:`TINY_MODEL`
+    (the sizes come from :data:`SPEC`)."""
     cfg = compose_train(tmp_path, [f"model={name}"])
-    cfg.data_info.update(num_channels=C, input_steps=M, output_steps=J, coord_features=L)
-    cfg.data_info.update(num_points=N, steps_per_day=24)
     for key, value in TINY_MODEL.items():
         if key in cfg.model:
             cfg.model[key] = value
@@ -62,7 +64,7 @@ def test_a_silent_head_makes_the_forecast_zero_and_still_learns(tmp_path, name: 
     Adam step on an MSE target moves the output off zero through the head's weights (not
     just its biases). Others: no head."""
     torch.manual_seed(0)
-    model: Forecaster = build_model(tiny_model_config(tmp_path, name))
+    model: Forecaster = build_model(tiny_model_config(tmp_path, name), SPEC)
     if not model.anchorable:
         assert model.output_head() == []
         return

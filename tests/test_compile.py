@@ -17,6 +17,7 @@ import torch
 from conftest import ROOT, compose_train
 from torch._dynamo.utils import counters
 
+from cloudlstm.data.spec import DataSpec
 from cloudlstm.models import CloudSeq2Seq
 from cloudlstm.nn.knn import NonFiniteCoordinatesError, knn, knn_reference
 
@@ -30,13 +31,13 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
+# the data's description: 12 points, 2 channels, M = 4, J = 3
+SPEC = DataSpec.sized(12, 2, input_steps=4, output_steps=3, steps_per_day=24)
+
+
 def _model_config(tmp_path, name: str, compile: str):
-    """The composed train config of ``model=name`` with ``model.compile=compile``, its
-    data keys filled as a datamodule would fill them."""
-    cfg = compose_train(tmp_path, [f"model={name}", f"model.compile={compile}"])
-    cfg.data_info.update(num_channels=2, output_steps=3, coord_features=2, num_points=12)
-    cfg.data_info.update(input_steps=4, steps_per_day=24)
-    return cfg
+    """The composed train config of ``model=name`` with ``model.compile=compile``."""
+    return compose_train(tmp_path, [f"model={name}", f"model.compile={compile}"])
 
 
 def test_compile_is_a_build_option_of_every_model(tmp_path) -> None:
@@ -46,8 +47,8 @@ def test_compile_is_a_build_option_of_every_model(tmp_path) -> None:
 
     for name in ("cloudlstm", "convlstm", "persistence"):
         cfg = _model_config(tmp_path, name, "true")
-        compiled = build_model(cfg.model)
-        plain = build_model(cfg.model, compile=False)
+        compiled = build_model(cfg.model, SPEC)
+        plain = build_model(cfg.model, SPEC, compile=False)
         assert getattr(compiled, "_compiled_call_impl", None) is not None, name
         assert getattr(plain, "_compiled_call_impl", None) is None, name
         assert list(compiled.state_dict()) == list(plain.state_dict())
@@ -66,14 +67,14 @@ def test_compile_takes_a_mode_and_refuses_anything_else(tmp_path, monkeypatch) -
         ("default", None),
         ("reduce-overhead", "reduce-overhead"),
     ]:
-        build_model(_model_config(tmp_path, "persistence", value).model)
+        build_model(_model_config(tmp_path, "persistence", value).model, SPEC)
         assert modes.pop() == expected
     built = []
     monkeypatch.setattr("hydra.utils.instantiate", lambda *a, **k: built.append(1))
     for typo in ("reduce_overhead", "yes", "1"):
         cfg = _model_config(tmp_path, "persistence", typo)
         with pytest.raises(UserError, match="model.compile=.* is not a boolean or a torch") as err:
-            build_model(cfg.model)
+            build_model(cfg.model, SPEC)
         assert all(mode in str(err.value) for mode in COMPILE_MODES)
     assert not built and not modes
 
@@ -215,10 +216,10 @@ def test_every_model_compiles_its_dense_work_into_one_graph(tmp_path, name: str)
     from cloudlstm.models.build import build_model
 
     cfg = _model_config(tmp_path, name, "false")
-    cfg.data_info.update(num_points=30, input_steps=24 if name == "seasonal_naive" else 4)
-    model = build_model(cfg.model)
+    steps = 24 if name == "seasonal_naive" else 4
+    model = build_model(cfg.model, DataSpec.sized(30, 2, steps, 3, steps_per_day=24))
     model.compile(backend="eager")
-    x, coords = torch.randn(2, cfg.data_info.input_steps, 30, 2), torch.rand(2, 30, 2)
+    x, coords = torch.randn(2, steps, 30, 2), torch.rand(2, 30, 2)
     for _ in range(2):
         out = model(x, coords)
         if out.requires_grad:

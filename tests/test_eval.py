@@ -20,7 +20,7 @@ from omegaconf import DictConfig, open_dict
 from cloudlstm.cli.evaluate import evaluate, with_run_config
 from cloudlstm.cli.train import train
 from cloudlstm.errors import UserError
-from cloudlstm.forecast_info import INFO_KEY
+from cloudlstm.data.spec import SPEC_KEY
 from tests.conftest import ROOT, TINY, compose_train, subprocess_env
 
 JOB = [*TINY, "logger=none", "report.figures=false", "module.save_predictions=true"]
@@ -84,7 +84,7 @@ def test_other_windows_are_normalised_with_the_training_scaler(cloud_run, tmp_pa
     refitted = instantiate(cfg.data)
     refitted.setup()
     stored = torch.load(metrics(cloud_run)["checkpoint"], weights_only=False)
-    trained_mean = stored["PointCloudDataModule"]["scaler"]["mean"]
+    trained_mean = stored[SPEC_KEY]["scaler"]["mean"]  # the one place it is stored
     assert not np.allclose(refitted.scaler.mean, trained_mean)
 
     evaluate(cfg)
@@ -130,9 +130,10 @@ def test_a_checkpoint_of_another_model_is_named(cloud_run, grid_run, tmp_path):
     other = metrics(grid_run)["checkpoint"]
     with pytest.raises(UserError, match=r"holds a CNN2D model, but the run's config builds a Cl"):
         evaluate(compose_eval(cloud_run, tmp_path / "eval", f"ckpt={other}"))
-    # a checkpoint from before checkpoints named their model: its weights do not fit
+    # a checkpoint from before checkpoints named their model (the scaler then was the
+    # datamodule's Lightning state): its weights do not fit
     old = torch.load(other, weights_only=False)
-    del old[INFO_KEY]
+    old["PointCloudDataModule"] = {"scaler": old.pop(SPEC_KEY)["scaler"]}
     torch.save(old, tmp_path / "old.ckpt")
     with pytest.raises(UserError, match=r"does not fit the run's CloudSeq2Seq model \(Missing key"):
         evaluate(compose_eval(cloud_run, tmp_path / "eval", f"ckpt={tmp_path / 'old.ckpt'}"))

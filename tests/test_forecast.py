@@ -25,7 +25,7 @@ from cloudlstm.cli.train import train
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule, seasonal_offsets
 from cloudlstm.errors import UserError
 from cloudlstm.forecast import FILLED_COLUMN, Forecaster
-from cloudlstm.forecast_info import INFO_KEY, ForecastInfo
+from cloudlstm.data.spec import SPEC_KEY, DataSpec
 from cloudlstm.forecast_input import build_input
 
 T, N, M, J = 200, 6, 4, 3
@@ -238,7 +238,7 @@ def test_moving_points_get_forecast_positions(moving_run):
 def test_input_steps_follow_the_stored_offsets():
     """Seasonal input: the model reads the steps the offsets name, reaching back a day."""
     offsets = seasonal_offsets(2, steps_per_day=24, days=1, every_minutes=360)
-    info = ForecastInfo(
+    info = DataSpec(
         scaler={"mean": [0.0], "std": [1.0]},
         channel_names=["v"],
         value_channels=["v"],
@@ -250,6 +250,7 @@ def test_input_steps_follow_the_stored_offsets():
         input_offsets=offsets.tolist(),
         output_steps=1,
         step_minutes=60.0,
+        steps_per_day=24,
         moving=False,
         time_col="timestamp",
         id_col="id",
@@ -308,7 +309,7 @@ def test_run_directory_and_checkpoint_errors(points_run, tmp_path):
     with pytest.raises(UserError, match=r"No checkpoint 'best' in .*no \.ckpt files"):
         Forecaster.load(empty)
     old = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
-    del old[INFO_KEY]
+    del old[SPEC_KEY]
     torch.save(old, tmp_path / "old.ckpt")
     with pytest.raises(UserError, match="written before checkpoints stored it. Retrain"):
         Forecaster.load(run, ckpt=tmp_path / "old.ckpt")

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from cloudlstm.cli.train import train
+from cloudlstm.data.spec import DataSpec
 from cloudlstm.models.build import build_model
 from cloudlstm.models.cnn import CNN2D
 from cloudlstm.models.cnn3d import CNN3D
@@ -157,14 +158,12 @@ def test_configs_hold_paper_defaults_and_data_sizes(name):
     cfg = OmegaConf.create(
         {
             "model": OmegaConf.load(ROOT / "conf" / "model" / f"{name}.yaml"),
-            "data_info": {"num_channels": 6, "num_points": 274, "input_steps": 12,
-                          "output_steps": 12, "coord_features": 2},
             "paths": {"data_dir": "/data"},
         }
     )  # fmt: skip
     assert cfg.model.hidden_channels == 108 and cfg.model.num_layers == 11
     assert cfg.model.grid_cache_dir == "/data/grid_mappings"
-    model = build_model(cfg.model)
+    model = build_model(cfg.model, DataSpec.sized(274, 6, 12, 12))
     assert isinstance(model, MODELS[name]) and model.output_steps == 12
 
 

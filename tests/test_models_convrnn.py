@@ -7,9 +7,9 @@ import pytest
 import torch
 from conftest import compose_train
 from model_checks import check_forecaster, tiny_batch
-from omegaconf import open_dict
 from torch import nn
 
+from cloudlstm.data.spec import DataSpec
 from cloudlstm.models.build import build_model
 from cloudlstm.models.convlstm import ConvLSTM
 from cloudlstm.models.predrnnpp import CausalLSTMStack, PredRNNpp
@@ -229,11 +229,10 @@ def test_paper_size_parameters_and_shape(model_cls, expected):
 @pytest.mark.parametrize("name, model_cls", [("convlstm", ConvLSTM), ("predrnnpp", PredRNNpp)])
 def test_hydra_config_builds_paper_model_and_caches_the_grid(tmp_path, name, model_cls):
     cfg = compose_train(tmp_path, [f"model={name}"])
-    with open_dict(cfg):  # as train.py fills it once the data is loaded
-        cfg.data_info = dict(
-            num_channels=2, num_points=7, input_steps=3, output_steps=2, coord_features=2
-        )
-    model = build_model(cfg.model)
+    spec = DataSpec.sized(
+        num_channels=2, num_points=7, input_steps=3, output_steps=2, coord_features=2
+    )
+    model = build_model(cfg.model, spec)
     assert isinstance(model, model_cls) and model.output_steps == 2
     assert (cfg.model.hidden_channels, cfg.model.num_layers, cfg.model.kernel_size) == (36, 2, 3)
     x, coords, _ = tiny_batch(b=1, m=3, n=7, c=2, j=1)

@@ -8,6 +8,7 @@ from conftest import compose_train
 from model_checks import check_forecaster, tiny_batch
 from omegaconf import open_dict
 
+from cloudlstm.data.spec import DataSpec
 from cloudlstm.models.build import build_model
 from cloudlstm.models.pointcnn import PointCNN
 from cloudlstm.models.pointlstm import PointLSTM
@@ -150,15 +151,14 @@ def test_parameter_counts_at_paper_size():
 @pytest.mark.parametrize("name, cls", [("pointcnn", PointCNN), ("pointlstm", PointLSTM)])
 def test_hydra_config_builds_the_model_with_paper_defaults(tmp_path, name, cls):
     cfg = compose_train(tmp_path, [f"model={name}"])
-    with open_dict(cfg):  # as train.py fills it once the data is loaded
-        cfg.data_info = dict(
-            num_channels=2, num_points=12, input_steps=4, output_steps=3, coord_features=2
-        )
+    spec = DataSpec.sized(
+        num_channels=2, num_points=12, input_steps=4, output_steps=3, coord_features=2
+    )
     assert (cfg.model.k, cfg.model.dilation, cfg.model.hidden_channels) == (9, 1, 36)
     assert cfg.model.num_layers == {"pointcnn": 8, "pointlstm": 2}[name]
     with open_dict(cfg):
         cfg.model.hidden_channels, cfg.model.k = 4, 3
-    model = build_model(cfg.model)
+    model = build_model(cfg.model, spec)
     assert isinstance(model, cls)
     x, coords, _ = tiny_batch(m=4, n=12, c=2, j=3)
     assert model(x, coords).shape == (4, 3, 12, 2)

@@ -6,8 +6,8 @@ import pytest
 import torch
 from conftest import compose_train
 from model_checks import check_forecaster, tiny_batch
-from omegaconf import open_dict
 
+from cloudlstm.data.spec import DataSpec
 from cloudlstm.models.build import build_model
 from cloudlstm.models.knn_lstm import neighbour_histories
 from cloudlstm.models.knn_mlp import KNNMLP
@@ -189,16 +189,15 @@ def test_paper_size_parameter_counts():
 )
 def test_hydra_config_builds_the_model_with_paper_defaults(tmp_path, name, cls):
     cfg = compose_train(tmp_path, [f"model={name}"])
-    with open_dict(cfg):  # as train.py fills it once the data is loaded
-        cfg.data_info = dict(
-            num_channels=2,
-            num_points=7,
-            input_steps=24,
-            output_steps=5,
-            coord_features=2,
-            steps_per_day=24,
-        )
-    model = build_model(cfg.model)
+    spec = DataSpec.sized(
+        num_channels=2,
+        num_points=7,
+        input_steps=24,
+        output_steps=5,
+        coord_features=2,
+        steps_per_day=24,
+    )
+    model = build_model(cfg.model, spec)
     assert isinstance(model, cls) and model.output_steps == 5
     x, coords, _ = tiny_batch(m=24, n=7, c=2, j=5)
     assert model(x, coords).shape == (4, 5, 7, 2)

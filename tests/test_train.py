@@ -26,7 +26,10 @@ def test_run_writes_config_metrics_checkpoints_and_wandb(tiny_cfg):
 
     job = OmegaConf.load(run / "config.yaml")  # the composed job, resolved
     assert job.model.k == 3 and job.model.hidden_channels == 4 and job.data.output_steps == 3
-    assert "hydra" not in job and job.data_info.num_points == 12
+    assert "hydra" not in job and "data_info" not in job  # nothing is written into the config
+    assert "num_points" not in job.model  # the sizes come from the data's description
+    spec = torch.load(next((run / "checkpoints").glob("epoch_*.ckpt")), weights_only=False)
+    assert len(spec["data_spec"]["point_ids"]) == 12 and "PointCloudDataModule" not in spec
     saved = json.loads((run / "metrics.json").read_text())
     assert saved == json.loads(json.dumps(results))
     test = saved["test"]

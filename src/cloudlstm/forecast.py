@@ -1,7 +1,7 @@
 """Forecast new data with a trained run: ``Forecaster.load(run_dir).forecast(history)``.
 
 Everything the forecast needs travels in the checkpoint
-(:class:`~cloudlstm.forecast_info.ForecastInfo`): the model is rebuilt from the run's
+(:class:`~cloudlstm.data.spec.DataSpec`): the model is rebuilt from the run's
 ``config.yaml`` and the checkpoint's weights, and new data is normalised with the training
 statistics (never refitted). Input and output are long-format tables, as ``data=points``
 reads them::
@@ -21,14 +21,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from omegaconf import OmegaConf
 
-from cloudlstm.checkpoints import check_checkpoint, check_run_dir, find_checkpoint
+from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
-from cloudlstm.forecast_info import ForecastInfo
 from cloudlstm.forecast_input import ForecastInput, build_input, history_step, parse_history
 from cloudlstm.lit import ForecastModule
-from cloudlstm.models.build import build_model
 
 __all__ = ["FILLED_COLUMN", "Forecaster"]
 
@@ -52,7 +49,7 @@ class Forecaster:
     models, MLP, LSTM: ``info.fixed_points``) needs exactly those.
     """
 
-    def __init__(self, module: ForecastModule, info: ForecastInfo, checkpoint: Path) -> None:
+    def __init__(self, module: ForecastModule, info: DataSpec, checkpoint: Path) -> None:
         self.module = module
         self.info = info
         self.checkpoint = checkpoint
@@ -73,18 +70,10 @@ class Forecaster:
             UserError: no such run directory or checkpoint, or a checkpoint written before
                 checkpoints stored what forecasting needs.
         """
-        run = check_run_dir(run_dir)
-        path = find_checkpoint(run, ckpt)
-        checkpoint = check_checkpoint(path)
-        info = ForecastInfo.from_checkpoint(checkpoint, path)
-        model = build_model(OmegaConf.load(run / "config.yaml").model, compile=False)
-        # the anchor decides what the weights mean: it travels in the checkpoint's hparams
-        anchor = checkpoint.get("hyper_parameters", {}).get("anchor", "none")
-        module = ForecastModule(model, optimizer=None, anchor=anchor)
-        module.load_state_dict(checkpoint["state_dict"])
-        module.on_load_checkpoint(checkpoint)  # the scaler
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        return cls(module.to(device).eval(), info, path)
+        from cloudlstm.cli.assemble import restore  # the CLI's build path, loaded on use
+
+        module, path = restore(run_dir, ckpt, device)
+        return cls(module, module.spec, path)
 
     @property
     def history_steps(self) -> int:

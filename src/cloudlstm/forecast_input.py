@@ -5,7 +5,7 @@ Rows are laid on the training sampling grid
 kept, gaps are filled as the loaders fill them
 (:func:`~cloudlstm.data.sources.long_format.interpolate_gaps`: linear in time, ends by the
 nearest reading), and values and coordinates are normalised with the statistics stored in the
-checkpoint (:class:`~cloudlstm.forecast_info.ForecastInfo`); nothing is fitted on the new
+checkpoint (:class:`~cloudlstm.data.spec.DataSpec`); nothing is fitted on the new
 data.
 """
 
@@ -27,8 +27,8 @@ from cloudlstm.data.sources.long_format import (
     parse_times,
     pivot_long,
 )
+from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
-from cloudlstm.forecast_info import ForecastInfo
 
 
 @dataclass
@@ -74,7 +74,7 @@ def user_errors() -> Iterator[None]:
         raise UserError(str(err)) from None
 
 
-def parse_history(df: pd.DataFrame, info: ForecastInfo, what: str) -> pd.DataFrame:
+def parse_history(df: pd.DataFrame, info: DataSpec, what: str) -> pd.DataFrame:
     """Check the columns and parse the time column (to ``datetime64[ns]``, naive UTC).
 
     Raises:
@@ -94,7 +94,7 @@ def parse_history(df: pd.DataFrame, info: ForecastInfo, what: str) -> pd.DataFra
     return df.assign(**{info.time_col: times, info.id_col: df[info.id_col].astype(str)})
 
 
-def history_step(times: np.ndarray, info: ForecastInfo, what: str) -> np.timedelta64:
+def history_step(times: np.ndarray, info: DataSpec, what: str) -> np.timedelta64:
     """The training sampling period, checked against the history's own.
 
     Raises:
@@ -126,7 +126,7 @@ def on_grid(distinct: np.ndarray, step: np.timedelta64) -> bool:
 
 
 def recent_window(
-    df: pd.DataFrame, info: ForecastInfo, what: str
+    df: pd.DataFrame, info: DataSpec, what: str
 ) -> tuple[pd.DataFrame, np.timedelta64]:
     """The rows of the last ``history_steps`` steps of a parsed history, and the step.
 
@@ -148,7 +148,7 @@ def recent_window(
     return df[times > last - need * step], step
 
 
-def order_points(ids: list[str], info: ForecastInfo, what: str) -> list[str]:
+def order_points(ids: list[str], info: DataSpec, what: str) -> list[str]:
     """Training points present in the history (training order), then new points (sorted).
 
     Raises:
@@ -174,7 +174,7 @@ def order_points(ids: list[str], info: ForecastInfo, what: str) -> list[str]:
     return known + new
 
 
-def build_input(df: pd.DataFrame, info: ForecastInfo, what: str = "the history") -> ForecastInput:
+def build_input(df: pd.DataFrame, info: DataSpec, what: str = "the history") -> ForecastInput:
     """The normalised model input of the forecast after the last timestamp of ``df``.
 
     Args:
@@ -227,7 +227,7 @@ def build_input(df: pd.DataFrame, info: ForecastInfo, what: str = "the history")
 
 
 def _coordinates(
-    pos: np.ndarray, ids: list[str], info: ForecastInfo, what: str
+    pos: np.ndarray, ids: list[str], info: DataSpec, what: str
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
     """Coordinates from the rows' positions ``pos (H, N, L)`` (NaN where not given).
 

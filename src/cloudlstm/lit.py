@@ -13,10 +13,9 @@ import torch
 from torch import nn
 from torch.nn.utils import get_total_norm
 
-from cloudlstm.data.pipeline.transforms import StandardScaler
+from cloudlstm.data.spec import SPEC_KEY, DataSpec, stored_spec
 from cloudlstm.distributed import gather_on_rank_zero
 from cloudlstm.errors import UserError
-from cloudlstm.forecast_info import INFO_KEY, ForecastInfo
 from cloudlstm.metrics import ForecastMetrics
 from cloudlstm.models.base import silence_output_head
 from cloudlstm.nn.knn import NonFiniteCoordinatesError
@@ -80,17 +79,18 @@ class ForecastModule(L.LightningModule):
         monitor: the validation metric a plateau scheduler follows (the checkpoint and
             early-stopping callbacks follow the same top-level ``monitor`` setting).
 
-    The scaler and channel names come from the datamodule at ``setup``, so the module
-    works with any data set without configuration. Every checkpoint also stores what
-    forecasting new data needs (:class:`~cloudlstm.forecast_info.ForecastInfo`: scaler,
-    points, coordinate range, input offsets, sampling step), and loading one restores the
-    scaler, so :meth:`predict_step` works on a module restored from a checkpoint alone.
+    The scaler, channel names, input offsets and point groups come from ``spec`` (the
+    data's :class:`~cloudlstm.data.spec.DataSpec`; without one, the datamodule's at
+    ``setup``). Every checkpoint stores that description (scaler, points, coordinate range,
+    input offsets, sampling step), and loading one into a module without a description
+    restores it, so :meth:`predict_step` works on a module restored from a checkpoint alone.
     """
 
     def __init__(
         self,
         model: nn.Module,
-        optimizer: Callable[..., torch.optim.Optimizer],
+        optimizer: Callable[..., torch.optim.Optimizer] | None,
+        spec: DataSpec | None = None,
         scheduler: Callable[..., Any] | None = None,
         save_predictions: bool = False,
         output_dir: str | None = None,
@@ -101,14 +101,14 @@ class ForecastModule(L.LightningModule):
     ) -> None:
         super().__init__()
         if anchor not in ANCHORS:
-            raise ValueError(f"module.anchor={anchor!r} is not one of {list(ANCHORS)}.")
+            raise UserError(f"module.anchor={anchor!r} is not one of {list(ANCHORS)}.")
         if loss not in LOSSES:
-            raise ValueError(f"module.loss={loss!r} is not one of {list(LOSSES)}.")
+            raise UserError(f"module.loss={loss!r} is not one of {list(LOSSES)}.")
         if loss_weights not in LOSS_WEIGHTS:
-            raise ValueError(
+            raise UserError(
                 f"module.loss_weights={loss_weights!r} is not one of {list(LOSS_WEIGHTS)}."
             )
-        self.save_hyperparameters(ignore=["model"], logger=False)
+        self.save_hyperparameters(ignore=["model", "spec"], logger=False)
         self.model = model
         self.anchored = anchor == "last" and getattr(model, "anchorable", True)
         if self.anchored:
@@ -116,8 +116,10 @@ class ForecastModule(L.LightningModule):
         # position in the input window of the last observed step (offset -1), set from the
         # data's input offsets: with data.seasonal=true it need not be the window's last
         self.anchor_index = -1
+        self.spec: DataSpec | None = None
         self.test_metrics: ForecastMetrics | None = None
         self.val_metrics: ForecastMetrics | None = None
+        self.group_points: dict[str, torch.Tensor] = {}
         # best (lowest) validation MAE in real units so far; the sweepers' objective
         self.val_mae_best = math.inf
         self.group_metrics = nn.ModuleDict()
@@ -125,33 +127,38 @@ class ForecastModule(L.LightningModule):
         # (C,) with loss_weights=real_units, made at setup; a buffer, so that Lightning moves
         # it to the device with the module (not persistent: derived from the scaler)
         self.register_buffer("loss_channel_weights", None, persistent=False)
-        self.forecast_info: dict[str, Any] | None = None
         # (window start t0, forecast, target) of each test batch, when saving predictions
         self._predictions: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        if spec is not None:
+            self.use_spec(spec)
 
-    def setup(self, stage: str) -> None:
-        dm = self.trainer.datamodule
-        self.scaler = dm.scaler
+    def use_spec(self, spec: DataSpec) -> None:
+        """Take the data's description: the scaler, the loss weights, the anchor's input
+        step and the metrics (point groups are scored separately as well)."""
+        self.spec = spec.for_model(self.model)
+        self.scaler = spec.value_scaler()
         if self.hparams.loss_weights == "real_units":
             self.loss_channel_weights = real_unit_weights(self.scaler.std, self.hparams.loss)
-        self.forecast_info = ForecastInfo.gather(dm, self.model).to_dict()
         if self.anchored:
-            self.anchor_index = anchor_index(self.forecast_info["input_offsets"])
-        self.test_metrics = self._metrics(dm)
-        self.val_metrics = self._metrics(dm)
-        # Point groups (e.g. inliers / outliers) are scored separately as well.
+            self.anchor_index = anchor_index(spec.input_offsets)
+        self.test_metrics = self._metrics()
+        self.val_metrics = self._metrics()
         self.group_points = {
-            name: torch.as_tensor(np.flatnonzero(members))
-            for name, members in getattr(dm, "point_groups", {}).items()
+            name: torch.as_tensor(points, dtype=torch.long)
+            for name, points in spec.point_groups.items()
         }
-        self.group_metrics = nn.ModuleDict({name: self._metrics(dm) for name in self.group_points})
+        self.group_metrics = nn.ModuleDict({name: self._metrics() for name in self.group_points})
 
-    def _metrics(self, dm: Any) -> ForecastMetrics:
+    def setup(self, stage: str) -> None:
+        if self.spec is None:  # a module made without one: the datamodule's
+            self.use_spec(self.trainer.datamodule.spec)
+
+    def _metrics(self) -> ForecastMetrics:
         """Metrics of the forecast channels, the scale-free MAE against the training std."""
         return ForecastMetrics(
             self.model.output_steps,
-            dm.num_channels,
-            list(dm.channel_names),
+            self.spec.num_channels,
+            list(self.spec.channel_names),
             channel_std=self.scaler.std,
         )
 
@@ -303,17 +310,16 @@ class ForecastModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["val_mae_best"] = self.val_mae_best
-        if self.forecast_info is not None:
-            checkpoint[INFO_KEY] = self.forecast_info
+        if self.spec is not None:
+            checkpoint[SPEC_KEY] = self.spec.to_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Restore the best validation MAE, and the data's description where this module
+        has none (a module rebuilt for forecasting; one built for data keeps that data's)."""
         self.val_mae_best = checkpoint.get("val_mae_best", math.inf)
-        info = checkpoint.get(INFO_KEY)
-        if info is not None:  # absent from checkpoints written before it was stored
-            self.forecast_info = info
-            self.scaler = StandardScaler.from_dict(info["scaler"])
-            if self.anchored:
-                self.anchor_index = anchor_index(info["input_offsets"])
+        state = stored_spec(checkpoint)
+        if state is not None and self.spec is None:  # none in checkpoints before it was stored
+            self.use_spec(DataSpec.from_dict(state))
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = self.hparams.optimizer(params=self.parameters())

@@ -19,6 +19,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from cloudlstm.cli.config import instantiate_group
+from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
 from cloudlstm.host_memory import keep_freed_memory, keeps_freed_memory
 from cloudlstm.models.build import build_model
@@ -66,7 +67,7 @@ def configure_process(cfg: DictConfig) -> None:
 def build_datamodule(
     cfg: DictConfig, output_dir: Path
 ) -> tuple[L.LightningDataModule, dict[str, Any]]:
-    """Instantiate, load and set up the data; fill ``cfg.data_info`` and save the summary.
+    """Instantiate, load and set up the data, and save its summary.
 
     Returns the datamodule and its summary, also written to ``data_summary.json`` in
     ``output_dir``.
@@ -76,7 +77,7 @@ def build_datamodule(
     """
     datamodule = instantiate_datamodule(cfg)
     datamodule.prepare_data()
-    return datamodule, set_up_datamodule(cfg, datamodule, output_dir)
+    return datamodule, set_up_datamodule(datamodule, output_dir)
 
 
 def instantiate_datamodule(cfg: DictConfig) -> L.LightningDataModule:
@@ -128,38 +129,32 @@ def _rename_old_targets(node: Any) -> None:
                 _rename_old_targets(child)
 
 
-def set_up_datamodule(
-    cfg: DictConfig, datamodule: L.LightningDataModule, output_dir: Path
-) -> dict[str, Any]:
-    """Set up a loaded datamodule, fill ``cfg.data_info``, write ``data_summary.json`` and
-    return that summary."""
+def set_up_datamodule(datamodule: L.LightningDataModule, output_dir: Path) -> dict[str, Any]:
+    """Set up a loaded datamodule, write ``data_summary.json`` and return that summary."""
     datamodule.setup("fit")
     datamodule.print_summary()
     summary = datamodule.summary()
     (output_dir / "data_summary.json").write_text(json.dumps(summary, indent=2))
-    with open_dict(cfg):
-        cfg.data_info = {
-            "num_channels": datamodule.num_channels,
-            "num_points": datamodule.num_points,
-            "input_steps": summary["input_steps"],
-            "output_steps": datamodule.output_steps,
-            "coord_features": int(datamodule.coords.shape[-1]),
-            "steps_per_day": summary["steps_per_day"],
-        }
     return summary
 
 
-def build_module(cfg: DictConfig) -> L.LightningModule:
-    """The forecaster (``cfg.model``) wrapped in the training module (``cfg.module``)."""
+def build_module(
+    cfg: DictConfig, spec: DataSpec, model_config: DictConfig | None = None
+) -> L.LightningModule:
+    """The forecaster (``model_config``, by default ``cfg.model``, sized for ``spec``) in the
+    training module (``cfg.module``), which carries ``spec``."""
     with user_errors_unwrapped():
-        model = build_model(cfg.model)
+        model = build_model(cfg.model if model_config is None else model_config, spec)
     scheduler = cfg.get("scheduler")
-    return instantiate(
-        cfg.module,
-        model=model,
-        optimizer=hydra.utils.instantiate(cfg.optimizer),
-        scheduler=hydra.utils.instantiate(scheduler) if scheduler else None,
-    )
+    # partial, then called: Hydra would turn the spec (a dataclass) into a config
+    make_module = instantiate(cfg.module, _partial_=True)
+    with user_errors_unwrapped():
+        return make_module(
+            model=model,
+            spec=spec,
+            optimizer=hydra.utils.instantiate(cfg.optimizer),
+            scheduler=hydra.utils.instantiate(scheduler) if scheduler else None,
+        )
 
 
 def build_loggers(cfg: DictConfig, run: dict[str, Any], output_dir: Path) -> list[Any]:

@@ -3,8 +3,8 @@
 ``eval.py`` may pair a run's model with other data (``data.*`` overrides) or another
 checkpoint (``ckpt=<path>``). Each check here names the mismatch as a
 :class:`~cloudlstm.errors.UserError` before anything fails obscurely: the training scaler
-(restored before the data are normalised), the points of models tied to theirs, the sizes
-the model was built for, and the weights themselves.
+(restored before the data are normalised), the points of models tied to theirs, the weights
+themselves (the sizes the model was built for are checked when it is built).
 """
 
 from __future__ import annotations
@@ -14,14 +14,10 @@ from typing import Any
 
 import lightning as L
 import numpy as np
-from omegaconf import DictConfig
 
 from cloudlstm.data.pipeline.transforms import StandardScaler
+from cloudlstm.data.spec import stored_spec
 from cloudlstm.errors import UserError
-from cloudlstm.forecast_info import INFO_KEY
-
-# data_info keys a model config takes as sizes (conf/model/*.yaml interpolate them)
-SIZE_KEYS = ("num_channels", "output_steps", "input_steps", "coord_features", "num_points")
 
 
 def restore_scaler(datamodule: Any, checkpoint: dict[str, Any], path: Path) -> None:
@@ -33,9 +29,11 @@ def restore_scaler(datamodule: Any, checkpoint: dict[str, Any], path: Path) -> N
     Raises:
         UserError: the checkpoint holds no scaler, or one of other channels than the data's.
     """
+    # checkpoints written before the data description held the scaler kept it in the
+    # datamodule's Lightning state
     state = checkpoint.get(type(datamodule).__qualname__) or {}
-    info = checkpoint.get(INFO_KEY) or {}
-    scaler = state.get("scaler") or info.get("scaler")
+    info = stored_spec(checkpoint) or {}
+    scaler = info.get("scaler") or state.get("scaler")
     if scaler is None:
         raise UserError(
             f"{path} holds no value scaler for {type(datamodule).__name__}: it was written by "
@@ -50,21 +48,21 @@ def restore_scaler(datamodule: Any, checkpoint: dict[str, Any], path: Path) -> N
             f"{path} was trained on {count} channels{names}, but the data has {len(have)} "
             f"({', '.join(have)}). Evaluate it on data with its training channels."
         )
-    datamodule.load_state_dict({"scaler": scaler})
+    datamodule.use_scaler(scaler)
 
 
 def check_points(model: Any, datamodule: Any, checkpoint: dict[str, Any], path: Path) -> None:
     """Refuse other points than the training ones for a model tied to them (grid models,
     MLP, LSTM: ``model.fixed_points`` says why); point models take any points.
 
-    Checkpoints written before they stored their points are checked by size alone
-    (:func:`check_sizes`).
+    Checkpoints written before they stored their points are checked by size alone (the
+    model's sizes against the data's, :func:`cloudlstm.models.build.build_model`).
 
     Raises:
         UserError: the data's points (ids or coordinates) are not the training points.
     """
     reason = getattr(model, "fixed_points", None)
-    info = checkpoint.get(INFO_KEY)
+    info = stored_spec(checkpoint)
     if reason is None or info is None:
         return
     stream = datamodule.stream
@@ -80,22 +78,6 @@ def check_points(model: Any, datamodule: Any, checkpoint: dict[str, Any], path: 
         )
 
 
-def check_sizes(cfg: DictConfig, path: Path) -> None:
-    """Refuse data whose sizes (``cfg.data_info``) differ from those the model was built for.
-
-    Raises:
-        UserError: e.g. the model forecasts 12 steps and the data's windows have 6.
-    """
-    for key in SIZE_KEYS:
-        built, data = cfg.model.get(key), cfg.data_info.get(key)
-        if built is not None and built != data:
-            raise UserError(
-                f"The model of {path} was built for {key}={built} (model.{key}), but the data "
-                f"give {key}={data}. Keep the data.* settings that sized the model (e.g. "
-                "data.input_steps, data.output_steps)."
-            )
-
-
 def load_weights(module: L.LightningModule, checkpoint: dict[str, Any], path: Path) -> None:
     """Load the checkpoint's weights (and what ``on_load_checkpoint`` restores) into ``module``.
 
@@ -103,7 +85,7 @@ def load_weights(module: L.LightningModule, checkpoint: dict[str, Any], path: Pa
         UserError: the checkpoint holds another model, or weights of other shapes.
     """
     built = type(module.model).__name__
-    stored = (checkpoint.get(INFO_KEY) or {}).get("model")
+    stored = (stored_spec(checkpoint) or {}).get("model")
     if stored is not None and stored != built:
         raise UserError(
             f"{path} holds a {stored} model, but the run's config builds a {built}. Give a "

@@ -20,17 +20,10 @@ import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from cloudlstm.checkpoints import check_checkpoint, check_run_dir, find_checkpoint
+from cloudlstm.checkpoints import check_run_dir, find_checkpoint
 from cloudlstm.cli import report
-from cloudlstm.cli.build import (
-    build_module,
-    build_trainer,
-    configure_process,
-    instantiate_datamodule,
-    save_job_config,
-    set_up_datamodule,
-)
-from cloudlstm.cli.checkpoint_fit import check_points, check_sizes, load_weights, restore_scaler
+from cloudlstm.cli.assemble import assemble, count_parameters, write_metrics
+from cloudlstm.cli.build import configure_process
 from cloudlstm.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -66,37 +59,25 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     path = find_checkpoint(run, cfg.ckpt)
-    checkpoint = check_checkpoint(
-        path, "Evaluate another checkpoint: ckpt=best, ckpt=last or a .ckpt written by training."
-    )
     log.info("Evaluating %s", path)
-
-    datamodule = instantiate_datamodule(cfg)
-    datamodule.prepare_data()
-    restore_scaler(datamodule, checkpoint, path)
-    summary = set_up_datamodule(cfg, datamodule, output_dir)
-    save_job_config(cfg, output_dir)
-    module = build_module(cfg)
-    check_points(module.model, datamodule, checkpoint, path)
-    check_sizes(cfg, path)
-    load_weights(module, checkpoint, path)
-
-    trainer = build_trainer(cfg, loggers=[])
+    job = assemble(cfg, output_dir, checkpoint=path, with_loggers=False)
     start = time.perf_counter()
-    trainer.test(module, datamodule=datamodule)
+    job.trainer.test(job.module, datamodule=job.datamodule)
     results: dict[str, Any] = {
         "run": _training_run(run),
         "run_dir": str(run),
         "checkpoint": str(path),
         "overrides": _overrides(),
-        "num_params": sum(p.numel() for p in module.model.parameters()),
-        "data": summary,
+        "num_params": count_parameters(job.model),
+        "data": job.summary,
         "test_time_s": time.perf_counter() - start,
-        "test": module.test_results,
+        "test": job.module.test_results,
     }
-    if trainer.is_global_zero:
-        report.add_test_report(cfg, module, datamodule, trainer, [], results, output_dir)
-        (output_dir / "metrics.json").write_text(json.dumps(results, indent=2))
+    if job.trainer.is_global_zero:
+        report.add_test_report(
+            cfg, job.module, job.datamodule, job.trainer, [], results, output_dir
+        )
+        write_metrics(output_dir, results)
         log.info("Evaluation directory: %s", output_dir)
     return results
 

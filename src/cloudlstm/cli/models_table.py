@@ -17,6 +17,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
 
+from cloudlstm.data.spec import DataSpec
 from cloudlstm.models.build import build_model
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
@@ -48,18 +49,13 @@ def model_for_shape(
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
         cfg = compose("train", overrides=[f"model={name}"])
+    spec = DataSpec.sized(
+        num_points, num_channels, input_steps, output_steps, coord_features, steps_per_day
+    )
     with open_dict(cfg):
-        cfg.data_info = {
-            "num_points": num_points,
-            "num_channels": num_channels,
-            "input_steps": input_steps,
-            "output_steps": output_steps,
-            "coord_features": coord_features,
-            "steps_per_day": steps_per_day,
-        }
         cfg.paths.data_dir = str(Path.cwd() / "data")
         cfg.model.update(model_keys)
-    return build_model(cfg.model, compile=False)
+    return build_model(cfg.model, spec, compile=False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,15 +17,14 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from cloudlstm.cli import report
-from cloudlstm.cli.build import (
-    build_datamodule,
-    build_loggers,
-    build_module,
-    build_trainer,
-    configure_process,
-    save_job_config,
+from cloudlstm.cli.assemble import (
+    METRICS_FILE,
+    Assembly,
+    assemble,
+    count_parameters,
+    write_metrics,
 )
-from cloudlstm.cli.config import describe_run
+from cloudlstm.cli.build import configure_process
 from cloudlstm.cli.resume import resume_checkpoint
 from cloudlstm.errors import UserError
 
@@ -38,62 +37,67 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    finished = output_dir / "metrics.json"
+    finished = output_dir / METRICS_FILE
     if cfg.get("train") and cfg.get("resume", "auto") == "auto" and finished.is_file():
         # e.g. a sweep started again in its directory: finished jobs are not redone
         log.info("%s exists: this run has finished (resume=never trains it again).", finished)
         return json.loads(finished.read_text())
 
-    datamodule, summary = build_datamodule(cfg, output_dir)
-    job_cfg = save_job_config(cfg, output_dir)
-    module = build_module(cfg)
-    model = module.model
-    run = describe_run(cfg)
-    loggers = build_loggers(cfg, run, output_dir)
-    report.define_wandb_metrics(loggers)
-    trainer = build_trainer(cfg, loggers)
-    num_params = sum(p.numel() for p in model.parameters())
-    trainable = any(p.requires_grad for p in model.parameters())
-    for lg in loggers:
+    job = assemble(cfg, output_dir)
+    num_params = count_parameters(job.model)
+    for lg in job.loggers:
         lg.log_hyperparams(
-            {**OmegaConf.to_container(job_cfg, resolve=True), "num_params": num_params}
+            {**OmegaConf.to_container(job.job_cfg, resolve=True), "num_params": num_params}
         )
-
-    results: dict[str, Any] = {"run": run, "num_params": num_params, "data": summary}
-    fit = bool(cfg.get("train")) and trainable
+    results: dict[str, Any] = {"run": job.run, "num_params": num_params, "data": job.summary}
+    trainable = any(p.requires_grad for p in job.model.parameters())
     if cfg.get("train") and not trainable:
-        log.info("%s has no trainable parameters: skipping training.", type(model).__name__)
+        log.info("%s has no trainable parameters: skipping training.", type(job.model).__name__)
+    fit = bool(cfg.get("train")) and trainable
     try:
         if fit:
-            resume_from = resume_checkpoint(cfg.get("resume", "auto"), output_dir)
-            start = time.perf_counter()
-            # our own checkpoints hold numpy objects (scaler, RNG states): not weights-only
-            trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=False)
-            results["train_time_s"] = time.perf_counter() - start
-            results["resumed_from"] = resume_from
-            results["epochs"] = trainer.current_epoch
-            results["steps"] = trainer.global_step
-            results["val"] = {
-                key: float(value)
-                for key, value in trainer.callback_metrics.items()
-                if key.startswith("val/")
-            }
+            results.update(_fit(job))
         if cfg.get("test"):
-            ckpt = _best_checkpoint(trainer) if fit else cfg.get("ckpt_path")
-            start = time.perf_counter()
-            trainer.test(module, datamodule=datamodule, ckpt_path=ckpt, weights_only=False)
-            results["test_time_s"] = time.perf_counter() - start
-            results["checkpoint"] = ckpt
-            results["test"] = module.test_results
-            if trainer.is_global_zero:
-                report.add_test_report(
-                    cfg, module, datamodule, trainer, loggers, results, output_dir
-                )
-        if trainer.is_global_zero:
-            (output_dir / "metrics.json").write_text(json.dumps(results, indent=2))
+            results.update(_test(job, _best_checkpoint(job.trainer) if fit else cfg.ckpt_path))
+        if job.trainer.is_global_zero:
+            write_metrics(output_dir, results)
             log.info("Run directory: %s", output_dir)
     finally:
-        _finish_wandb(loggers)
+        _finish_wandb(job.loggers)
+    return results
+
+
+def _fit(job: Assembly) -> dict[str, Any]:
+    """Train, from the run directory's checkpoint where there is one (``resume``)."""
+    resume_from = resume_checkpoint(job.cfg.get("resume", "auto"), job.output_dir)
+    start = time.perf_counter()
+    # our own checkpoints hold numpy objects (RNG states): not weights-only
+    job.trainer.fit(
+        job.module, datamodule=job.datamodule, ckpt_path=resume_from, weights_only=False
+    )
+    metrics = job.trainer.callback_metrics
+    return {
+        "train_time_s": time.perf_counter() - start,
+        "resumed_from": resume_from,
+        "epochs": job.trainer.current_epoch,
+        "steps": job.trainer.global_step,
+        "val": {key: float(v) for key, v in metrics.items() if key.startswith("val/")},
+    }
+
+
+def _test(job: Assembly, ckpt: str | None) -> dict[str, Any]:
+    """Test ``ckpt`` (None: the module's weights as they are), then the report."""
+    start = time.perf_counter()
+    job.trainer.test(job.module, datamodule=job.datamodule, ckpt_path=ckpt, weights_only=False)
+    results = {
+        "test_time_s": time.perf_counter() - start,
+        "checkpoint": ckpt,
+        "test": job.module.test_results,
+    }
+    if job.trainer.is_global_zero:
+        report.add_test_report(
+            job.cfg, job.module, job.datamodule, job.trainer, job.loggers, results, job.output_dir
+        )
     return results
 
 

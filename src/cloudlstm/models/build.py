@@ -7,12 +7,14 @@ Hydra instantiates the ``_target_``.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
 
 BUILD_OPTIONS = ("compile",)
@@ -22,13 +24,21 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 
 
 def build_model(
-    config: DictConfig | dict[str, Any], compile: bool | str | None = None
+    config: DictConfig | dict[str, Any],
+    spec: DataSpec | None = None,
+    compile: bool | str | None = None,
 ) -> nn.Module:
-    """Instantiate ``config`` (a ``model`` node) without its build options, then apply them.
+    """Instantiate ``config`` (a ``model`` node) sized for ``spec``, then apply the build
+    options.
 
     Args:
         config: the ``model`` config: ``_target_``, constructor arguments and optionally
             ``compile``.
+        spec: the data's description: each of its sizes (:data:`SIZE_KEYS`:
+            ``num_points``, ``num_channels``, ``input_steps``, ``output_steps``,
+            ``coord_features``, ``steps_per_day``) that the constructor takes is passed, so
+            model configs name none of them. A size the config sets must agree with it
+            (a run's saved config holds the sizes it was built with).
         compile: overrides ``config.compile`` (``False`` when loading a model for a quick
             forecast, where compiling would cost more than it saves).
 
@@ -38,15 +48,49 @@ def build_model(
     operators in it (:func:`cloudlstm.nn.knn.knn`); docs/design.md has the details.
 
     Raises:
-        UserError: ``compile`` is neither a boolean nor a mode.
+        UserError: ``compile`` is neither a boolean nor a mode, or the config sets a size
+            the data does not have.
     """
     config = OmegaConf.create(OmegaConf.to_container(config, resolve=True))
     options = {key: config.pop(key, None) for key in BUILD_OPTIONS}
     mode = compile_mode(compile if compile is not None else options["compile"])
-    model = hydra.utils.instantiate(config)
+    sizes = data_sizes(config, spec) if spec is not None else {}
+    model = hydra.utils.instantiate(config, **sizes)
     if mode is not None:
         model.compile(mode=None if mode == "default" else mode)
     return model
+
+
+def with_sizes(config: DictConfig | dict[str, Any], spec: DataSpec) -> DictConfig:
+    """A copy of ``config`` with the sizes of ``spec`` its constructor takes written in:
+    a trained model's config as it was built (its checkpoint's description)."""
+    config = OmegaConf.create(OmegaConf.to_container(config, resolve=True))
+    config.update(data_sizes(config, spec))
+    return config
+
+
+def data_sizes(config: DictConfig, spec: DataSpec) -> dict[str, Any]:
+    """The sizes of ``spec`` that the constructor of ``config._target_`` takes and the
+    config leaves out.
+
+    Raises:
+        UserError: the config sets one to another value than the data's, e.g. a saved run
+            built for 12 forecast steps evaluated on windows of 6.
+    """
+    accepted = inspect.signature(hydra.utils.get_class(config._target_)).parameters
+    sizes = {}
+    for key, value in spec.sizes.items():
+        if key not in accepted:
+            continue
+        if config.get(key) is None:
+            sizes[key] = value
+        elif config[key] != value:
+            raise UserError(
+                f"The model was built for {key}={config[key]} (model.{key}), but the data give "
+                f"{key}={value}. Keep the data.* settings that sized the model (e.g. "
+                "data.input_steps, data.output_steps), or leave model.{key} out."
+            )
+    return sizes
 
 
 def compile_mode(value: bool | str | None) -> str | None:

@@ -51,7 +51,7 @@ class KNNMLP(Forecaster):
             raise ValueError(
                 f"this kNN MLP was built for (M, C) = {self.window} (steps, channels) but got "
                 f"{got}: build it with model.input_steps and model.num_channels matching "
-                f"the data (by default they come from data_info)."
+                f"the data (by default they come from the data)."
             )
 
     def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:

@@ -81,7 +81,7 @@ class TimeLinear(Forecaster):
             raise ValueError(
                 f"this linear forecaster maps {self.input_steps} input steps but got "
                 f"{x.shape[1]}: build it with model.input_steps matching the data (by "
-                f"default it comes from data_info)."
+                f"default it comes from the data)."
             )
         if self.num_channels is not None and x.shape[3] != self.num_channels:
             raise ValueError(

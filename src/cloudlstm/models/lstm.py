@@ -49,7 +49,7 @@ class SeqLSTM(Forecaster):
                 f"{tuple(x.shape[2:])}. Its input is one vector of N x C values per step, so "
                 f"it cannot take another number of points or channels: build it with "
                 f"model.num_points and model.num_channels matching the data (by default they "
-                f"come from data_info), or use a per-point model such as model=knn_lstm."
+                f"come from the data), or use a per-point model such as model=knn_lstm."
             )
 
     def output_head(self) -> list[nn.Module]:

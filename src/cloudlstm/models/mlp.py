@@ -76,7 +76,7 @@ class MLP(Forecaster):
                 f"{tuple(x.shape[1:])}. Its input layer is sized for exactly M x N x C "
                 f"values, so it cannot take another number of steps, points or channels: "
                 f"build it with model.input_steps, model.num_points, model.num_channels "
-                f"matching the data (by default they come from data_info), or use a "
+                f"matching the data (by default they come from the data), or use a "
                 f"per-point model such as model=knn_mlp."
             )
 

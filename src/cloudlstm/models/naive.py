@@ -41,8 +41,11 @@ class SeasonalNaive(Forecaster):
     # The forecast is observed values themselves: adding the last frame would double them.
     anchorable = False
 
-    def __init__(self, output_steps: int, period: int | None) -> None:
+    def __init__(
+        self, output_steps: int, period: int | None = None, steps_per_day: int | None = None
+    ) -> None:
         super().__init__()
+        period = steps_per_day if period is None else period  # a day by default
         if period is None:
             raise ValueError(
                 "seasonal naive: the data has no known sampling period (no timestamps), so "

@@ -82,14 +82,14 @@ class STID(Forecaster):
                 f"this STID was trained on {n} points (one learned embedding each) but got "
                 f"{x.shape[2]}: it can forecast only the {n} training points, in their "
                 f"order. Build it with model.num_points matching the data (by default it "
-                f"comes from data_info), or use a model that takes any points (e.g. "
+                f"comes from the data), or use a model that takes any points (e.g. "
                 f"model=cloudlstm, model=knn_mlp)."
             )
         if (x.shape[1], x.shape[3]) != (m, c):
             raise ValueError(
                 f"this STID was built for (M, C) = {(m, c)} (steps, channels) but got "
                 f"{(x.shape[1], x.shape[3])}: build it with model.input_steps and "
-                f"model.num_channels matching the data (by default they come from data_info)."
+                f"model.num_channels matching the data (by default they come from the data)."
             )
 
     def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:

@@ -20,6 +20,7 @@ from cloudlstm.data.pipeline.transforms import (
     scale_coords,
 )
 from cloudlstm.data.pipeline.windows import WindowDataset, contiguous_offsets, count_windows
+from cloudlstm.data.spec import DataSpec
 from cloudlstm.distributed import each_window_once
 from cloudlstm.errors import UserError
 
@@ -449,14 +450,20 @@ class PointCloudDataModule(LightningDataModule):
     def predict_dataloader(self) -> DataLoader | list:
         return self._loader("test", shuffle=False)
 
-    # ------------------------------------------------------------------ checkpointing
-    def state_dict(self) -> dict[str, Any]:
-        return {"scaler": self.scaler.to_dict()} if self.scaler.fitted else {}
+    # ------------------------------------------------------------------ description
+    @property
+    def spec(self) -> DataSpec:
+        """The data's description (:class:`~cloudlstm.data.spec.DataSpec`): what models,
+        the training module and checkpoints know of the data. Needs the module set up."""
+        self._ensure_setup()
+        return DataSpec.from_datamodule(self)
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if "scaler" in state_dict:
-            self._scaler_state = dict(state_dict["scaler"])
-            self.scaler = StandardScaler.from_dict(self._scaler_state)
+    def use_scaler(self, scaler: dict[str, Any]) -> None:
+        """Normalise with ``scaler`` (:meth:`StandardScaler.to_dict`, a training run's)
+        instead of fitting one: call before :meth:`setup`. Checkpoints hold the scaler in
+        their :class:`DataSpec`, not in a datamodule state of their own."""
+        self._scaler_state = dict(scaler)
+        self.scaler = StandardScaler.from_dict(self._scaler_state)
 
     # ------------------------------------------------------------------ summary
     def summary(self) -> dict[str, Any]:

@@ -1,0 +1,148 @@
+"""One way to put a run together, and one way to take a trained one back.
+
+:func:`assemble` turns a composed config into everything a job runs: the data (set up, its
+summary written), the data's description, the model sized from it inside the training
+module, the loggers and the Trainer. ``train.py`` assembles a new run; ``eval.py``
+assembles one around a checkpoint, whose scaler, points and weights are checked and
+loaded on the way. :func:`restore` takes a trained model back from its run directory alone
+(``predict.py``, :class:`cloudlstm.Forecaster`): the description stored in the checkpoint
+replaces the data. Parameters are counted, and ``metrics.json`` is written, here only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from cloudlstm.checkpoints import check_checkpoint, check_run_dir, find_checkpoint
+from cloudlstm.cli import report
+from cloudlstm.cli.build import (
+    build_loggers,
+    build_module,
+    build_trainer,
+    instantiate_datamodule,
+    save_job_config,
+    set_up_datamodule,
+)
+from cloudlstm.cli.checkpoint_fit import check_points, load_weights, restore_scaler
+from cloudlstm.cli.config import describe_run
+from cloudlstm.data.spec import DataSpec, stored_spec
+from cloudlstm.lit import ForecastModule
+from cloudlstm.models.build import build_model, with_sizes
+
+METRICS_FILE = "metrics.json"
+
+
+@dataclass
+class Assembly:
+    """A run, put together: see :func:`assemble`."""
+
+    cfg: DictConfig
+    job_cfg: DictConfig  # what config.yaml holds: the composed config without ``hydra``
+    output_dir: Path
+    datamodule: L.LightningDataModule
+    summary: dict[str, Any]
+    spec: DataSpec
+    module: ForecastModule
+    loggers: list[Any]
+    trainer: L.Trainer
+    run: dict[str, Any]  # name, group, tags (describe_run)
+
+    @property
+    def model(self) -> nn.Module:
+        return self.module.model
+
+
+def assemble(
+    cfg: DictConfig,
+    output_dir: Path,
+    checkpoint: Path | None = None,
+    with_loggers: bool = True,
+) -> Assembly:
+    """Data, description, model, training module, loggers and Trainer of ``cfg``.
+
+    Writes ``data_summary.json`` and ``config.yaml`` into ``output_dir``. With
+    ``checkpoint`` (evaluating a trained run), the data are normalised with its training
+    scaler, and its weights are loaded into the module after checking that they fit the
+    data's points and the model.
+
+    Raises:
+        UserError: a data key is missing, the checkpoint cannot be read or does not fit.
+    """
+    stored = None
+    if checkpoint is not None:
+        stored = check_checkpoint(
+            checkpoint,
+            "Evaluate another checkpoint: ckpt=best, ckpt=last or a .ckpt written by training.",
+        )
+    datamodule = instantiate_datamodule(cfg)
+    datamodule.prepare_data()
+    if stored is not None:
+        restore_scaler(datamodule, stored, checkpoint)
+    summary = set_up_datamodule(datamodule, output_dir)
+    job_cfg = save_job_config(cfg, output_dir)
+    spec = datamodule.spec
+    module = build_module(cfg, spec, _as_trained(cfg.model, stored))
+    if stored is not None:
+        check_points(module.model, datamodule, stored, checkpoint)
+        load_weights(module, stored, checkpoint)
+    run = describe_run(cfg)
+    loggers = build_loggers(cfg, run, output_dir) if with_loggers else []
+    report.define_wandb_metrics(loggers)
+    trainer = build_trainer(cfg, loggers)
+    return Assembly(
+        cfg, job_cfg, output_dir, datamodule, summary, spec, module, loggers, trainer, run
+    )
+
+
+def _as_trained(model: DictConfig, checkpoint: dict[str, Any] | None) -> DictConfig | None:
+    """The model config with the sizes the checkpoint's model was built with (None without
+    a checkpoint, or one from before checkpoints stored them: the config's own then), so
+    that data of other sizes are refused by name rather than loaded into the weights."""
+    trained = None if checkpoint is None else stored_spec(checkpoint)
+    return None if trained is None else with_sizes(model, DataSpec.from_dict(trained))
+
+
+def restore(
+    run_dir: str | Path, ckpt: str | Path = "best", device: str | None = None
+) -> tuple[ForecastModule, Path]:
+    """A trained run's training module, from its directory alone, in eval mode on ``device``
+    (None: a GPU when there is one); and the checkpoint it came from.
+
+    The model is rebuilt from the run's ``config.yaml``, sized from the description stored
+    in the checkpoint, anchored as it was trained (the module's ``anchor`` hyperparameter).
+
+    Raises:
+        UserError: no such run directory or checkpoint, a checkpoint that cannot be read,
+            was written before checkpoints stored the data's description, or does not fit
+            the run's model.
+    """
+    run = check_run_dir(run_dir)
+    path = find_checkpoint(run, ckpt)
+    checkpoint = check_checkpoint(path)
+    spec = DataSpec.from_checkpoint(checkpoint, path)
+    model = build_model(OmegaConf.load(run / "config.yaml").model, spec, compile=False)
+    anchor = checkpoint.get("hyper_parameters", {}).get("anchor", "none")
+    module = ForecastModule(model, optimizer=None, spec=spec, anchor=anchor)
+    load_weights(module, checkpoint, path)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return module.to(device).eval(), path
+
+
+def count_parameters(model: nn.Module) -> int:
+    """All parameters of ``model``, trainable or not."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def write_metrics(output_dir: Path, results: dict[str, Any]) -> Path:
+    """``results`` as ``<output_dir>/metrics.json``; returns its path."""
+    path = Path(output_dir) / METRICS_FILE
+    path.write_text(json.dumps(results, indent=2))
+    return path

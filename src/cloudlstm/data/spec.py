@@ -1,0 +1,242 @@
+"""The data's description, made once by the datamodule and carried by everything after it.
+
+A :class:`DataSpec` holds what the model, the training module, a checkpoint and a forecast
+of new data need to know of the training data: the points, the channels, the input and
+forecast steps, the sampling step, the coordinate scaling and the value scaler. The
+datamodule makes it once it is set up (:attr:`PointCloudDataModule.spec`); models are
+sized from it (:func:`cloudlstm.models.build.build_model`); the training module carries it
+and writes it into every checkpoint under :data:`SPEC_KEY`, the one place a checkpoint
+stores the scaler. Nothing is written into the run's config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cloudlstm.data.pipeline.transforms import StandardScaler
+from cloudlstm.errors import UserError
+
+SPEC_KEY = "data_spec"
+# Checkpoints written before the description had its current name and size fields.
+OLD_INFO_KEY = "forecast_info"
+OLD_INFO_VERSION = 1
+DEFAULT_COORD_COLS = ("x", "y", "z")
+# The sizes a model constructor may take from the description (conf/model/*.yaml leave
+# them out; an explicit value must agree with the data).
+SIZE_KEYS = (
+    "num_points",
+    "num_channels",
+    "input_steps",
+    "output_steps",
+    "coord_features",
+    "steps_per_day",
+)
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """The training data's description, as plain Python values (checkpoint-friendly).
+
+    Attributes:
+        scaler: :meth:`StandardScaler.to_dict` of the per-channel scaler (all C channels).
+        channel_names: the C model channels, value channels then (moving points) ``pos_*``.
+        value_channels: the channels read from and written to data columns (no ``pos_*``).
+        point_ids: the N training points, in the model's order.
+        coords: ``(N, L)`` raw training coordinates (moving points: their first positions).
+        coord_lo, coord_span, coord_degenerate: ``(L,)`` raw -> normalised coordinates,
+            ``(c - lo) / span`` and 0.5 in degenerate dimensions (see ``scale_coords``).
+        input_offsets: the model's input steps relative to the first forecast step.
+        output_steps: J.
+        step_minutes: the sampling period, or None when the data has no clock.
+        steps_per_day: steps in one day, or None when unknown or not whole.
+        moving: the points move (positions are forecast as ``pos_*`` channels).
+        time_col, id_col, coord_cols: the long-format column names.
+        point_groups: group name -> indices of its points (e.g. DBSCAN inliers / outliers),
+            scored apart at test time.
+        model: the class name of the model trained on it (for messages), once known.
+        fixed_points: why that model takes only its training points, or None.
+    """
+
+    scaler: dict[str, Any]
+    channel_names: list[str]
+    value_channels: list[str]
+    point_ids: list[str]
+    coords: list[list[float]]
+    coord_lo: list[float]
+    coord_span: list[float]
+    coord_degenerate: list[bool]
+    input_offsets: list[int]
+    output_steps: int
+    step_minutes: float | None
+    steps_per_day: int | None
+    moving: bool
+    time_col: str = "timestamp"
+    id_col: str = "id"
+    coord_cols: list[str] = field(default_factory=list)
+    point_groups: dict[str, list[int]] = field(default_factory=dict)
+    model: str | None = None
+    fixed_points: str | None = None
+
+    # ------------------------------------------------------------------ made from
+    @classmethod
+    def from_datamodule(cls, datamodule: Any) -> DataSpec:
+        """The description of a set-up :class:`PointCloudDataModule`."""
+        stream = datamodule.stream
+        channels = list(stream.channel_names)
+        num_values = len(channels) - (stream.num_dims if stream.moving else 0)
+        lo, span, degenerate = datamodule.coord_scale
+        source = datamodule.source
+        # data=points: the user's own column names; other data sets get the defaults
+        coord_cols = getattr(source, "coord_cols", None) or _default_coord_cols(stream.num_dims)
+        return cls(
+            scaler=datamodule.scaler.to_dict(),
+            channel_names=channels,
+            value_channels=channels[:num_values],
+            point_ids=list(stream.point_ids),
+            coords=np.asarray(stream.coords, dtype=np.float64).tolist(),
+            coord_lo=np.asarray(lo, dtype=np.float64).tolist(),
+            coord_span=np.asarray(span, dtype=np.float64).tolist(),
+            coord_degenerate=np.asarray(degenerate, dtype=bool).tolist(),
+            input_offsets=[int(o) for o in datamodule.input_offsets],
+            output_steps=int(datamodule.output_steps),
+            step_minutes=stream.step_minutes(),
+            steps_per_day=datamodule.steps_per_day,
+            moving=bool(stream.moving),
+            time_col=str(getattr(source, "time_col", "timestamp")),
+            id_col=str(getattr(source, "id_col", "id")),
+            coord_cols=[str(c) for c in coord_cols],
+            point_groups={
+                name: np.flatnonzero(members).tolist()
+                for name, members in getattr(datamodule, "point_groups", {}).items()
+            },
+        )
+
+    @classmethod
+    def sized(
+        cls,
+        num_points: int,
+        num_channels: int,
+        input_steps: int,
+        output_steps: int,
+        coord_features: int = 2,
+        steps_per_day: int | None = None,
+    ) -> DataSpec:
+        """A description of data of these sizes, without data (model tables, benchmarks,
+        tests): unit scaler, points on a line, consecutive input steps."""
+        return cls(
+            scaler={"mean": [0.0] * num_channels, "std": [1.0] * num_channels},
+            channel_names=[f"ch{c}" for c in range(num_channels)],
+            value_channels=[f"ch{c}" for c in range(num_channels)],
+            point_ids=[str(i) for i in range(num_points)],
+            coords=[[i / max(1, num_points - 1)] * coord_features for i in range(num_points)],
+            coord_lo=[0.0] * coord_features,
+            coord_span=[1.0] * coord_features,
+            coord_degenerate=[False] * coord_features,
+            input_offsets=list(range(-input_steps, 0)),
+            output_steps=output_steps,
+            step_minutes=None if steps_per_day is None else 1440 / steps_per_day,
+            steps_per_day=steps_per_day,
+            moving=False,
+            coord_cols=_default_coord_cols(coord_features),
+        )
+
+    def for_model(self, model: Any) -> DataSpec:
+        """This description with the facts of the model trained on it."""
+        return replace(
+            self, model=type(model).__name__, fixed_points=getattr(model, "fixed_points", None)
+        )
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def num_points(self) -> int:
+        return len(self.point_ids)
+
+    @property
+    def num_channels(self) -> int:
+        return len(self.channel_names)
+
+    @property
+    def input_steps(self) -> int:
+        """Steps in the model's input (M, plus the seasonal part)."""
+        return len(self.input_offsets)
+
+    @property
+    def coord_features(self) -> int:
+        """L, the coordinate features of a point."""
+        return len(self.coord_lo)
+
+    @property
+    def num_dims(self) -> int:
+        return len(self.coord_cols)
+
+    @property
+    def sizes(self) -> dict[str, int | None]:
+        """The sizes a model may be built with, by constructor argument name."""
+        return {key: getattr(self, key) for key in SIZE_KEYS}
+
+    @property
+    def history_steps(self) -> int:
+        """How many steps back the input reaches: the history a forecast needs."""
+        return -min(self.input_offsets)
+
+    @property
+    def step(self) -> np.timedelta64 | None:
+        """The sampling period as ``timedelta64[ns]``, or None when unknown."""
+        if self.step_minutes is None:
+            return None
+        return pd.Timedelta(minutes=self.step_minutes).to_timedelta64()
+
+    def value_scaler(self) -> StandardScaler:
+        return StandardScaler.from_dict(self.scaler)
+
+    # ------------------------------------------------------------------ checkpoints
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, state: dict[str, Any]) -> DataSpec:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in state.items() if k in known})
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: dict[str, Any], path: Path) -> DataSpec:
+        """The description stored in a loaded checkpoint (also an older checkpoint's
+        ``forecast_info``, which lacks the sizes it can derive).
+
+        Raises:
+            UserError: the checkpoint was written before checkpoints stored it.
+        """
+        state = stored_spec(checkpoint)
+        if state is None:
+            raise UserError(
+                f"{path} lacks what forecasting needs (scaler, points, sampling step, ...): it "
+                "was written before checkpoints stored it. Retrain the run "
+                "(`python train.py ...` with the same settings) to forecast with it."
+            )
+        return cls.from_dict(state)
+
+
+def stored_spec(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+    """The description a checkpoint holds, as a dict, or None when it holds none."""
+    if SPEC_KEY in checkpoint:
+        return checkpoint[SPEC_KEY]
+    old = checkpoint.get(OLD_INFO_KEY)
+    if old is None or old.get("version") != OLD_INFO_VERSION:
+        return None
+    minutes = old.get("step_minutes")
+    per_day = 1440.0 / minutes if minutes else None
+    return {
+        **old,
+        "steps_per_day": int(round(per_day)) if per_day and per_day % 1 < 1e-9 else None,
+    }
+
+
+def _default_coord_cols(num_dims: int) -> list[str]:
+    if num_dims <= len(DEFAULT_COORD_COLS):
+        return list(DEFAULT_COORD_COLS[:num_dims])
+    return [f"coord{i}" for i in range(num_dims)]
