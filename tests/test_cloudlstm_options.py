@@ -9,7 +9,7 @@ import torch
 from conftest import compose_train
 
 from cloudlstm.data.pipeline.transforms import StandardScaler
-from cloudlstm.lit import ForecastModule, masked_loss, real_unit_weights
+from cloudlstm.training import ForecastModule, masked_loss, real_unit_weights
 from cloudlstm.models import CloudSeq2Seq
 from cloudlstm.models import cloudlstm as cloudlstm_module
 

@@ -16,7 +16,7 @@ import torch
 from matplotlib.image import imread
 
 from cloudlstm.cli.train import train
-from cloudlstm.lit import ForecastModule
+from cloudlstm.training import ForecastModule
 from cloudlstm.models.build import build_model
 from tests.conftest import TINY, compose_train
 from tests.wandb_reader import read_offline_run

@@ -22,7 +22,7 @@ from cloudlstm.cli.build import build_datamodule
 from cloudlstm.cli.train import train
 from cloudlstm.data.sources.synthetic import SyntheticAdvectionDiffusion
 from cloudlstm.errors import UserError
-from cloudlstm.lit import ForecastModule, TrainingDivergedError
+from cloudlstm.training import ForecastModule, TrainingDivergedError
 from cloudlstm.models.base import Forecaster
 from tests.conftest import ROOT, compose_train, rebuilding_fails, subprocess_env
 

@@ -12,10 +12,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from cloudlstm.cli.assemble import count_parameters
-from cloudlstm.cli.build import instantiate_datamodule
+from cloudlstm.cli.build import instantiate_datamodule, rename_old_targets
 from cloudlstm.data.spec import DataSpec
-from cloudlstm.lit import ForecastModule
 from cloudlstm.models.build import build_model
+from cloudlstm.training import ForecastModule
 from tests.conftest import ROOT
 
 RUNS = sorted((ROOT / "docs" / "results").rglob("seed_0/config.yaml"))
@@ -40,6 +40,7 @@ def test_a_saved_run_builds_its_model_again(config: Path, tmp_path) -> None:
     model = build_model(cfg.model, _spec(metrics["data"]), compile=False)
     assert count_parameters(model) == metrics["num_params"]
     # the training module as the run configured it (its target renamed where it moved)
+    rename_old_targets(cfg.module)
     module = hydra.utils.instantiate(cfg.module, _partial_=True)(model=model, optimizer=None)
     assert isinstance(module, ForecastModule) and not module.anchored
     with pytest.MonkeyPatch.context() as patch:  # the data's class, without its files

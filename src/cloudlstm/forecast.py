@@ -25,7 +25,7 @@ import torch
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
 from cloudlstm.forecast_input import ForecastInput, build_input, history_step, parse_history
-from cloudlstm.lit import ForecastModule
+from cloudlstm.training import ForecastModule
 
 __all__ = ["FILLED_COLUMN", "Forecaster"]
 

@@ -28,14 +28,15 @@ from cloudlstm.cli.build import (
     build_module,
     build_trainer,
     instantiate_datamodule,
+    rename_old_targets,
     save_job_config,
     set_up_datamodule,
 )
 from cloudlstm.cli.checkpoint_fit import check_points, load_weights, restore_scaler
 from cloudlstm.cli.config import describe_run
 from cloudlstm.data.spec import DataSpec, stored_spec
-from cloudlstm.lit import ForecastModule
 from cloudlstm.models.build import build_model, with_sizes
+from cloudlstm.training import ForecastModule
 
 METRICS_FILE = "metrics.json"
 
@@ -76,6 +77,7 @@ def assemble(
     Raises:
         UserError: a data key is missing, the checkpoint cannot be read or does not fit.
     """
+    rename_old_targets(cfg.module)  # an older run's config (eval.py) names old modules
     stored = None
     if checkpoint is not None:
         stored = check_checkpoint(

@@ -96,7 +96,7 @@ def instantiate_datamodule(cfg: DictConfig) -> L.LightningDataModule:
             f"The data config needs {', '.join(missing)}; give it on the "
             f"command line: `python train.py <data=...> {example}` (e.g. data.path=/my/file.csv)."
         )
-    _rename_old_targets(cfg.data)
+    rename_old_targets(cfg.data)
     _keep_old_co_units(cfg.data)
     return instantiate(cfg.data)
 
@@ -111,14 +111,14 @@ def _keep_old_co_units(data: DictConfig) -> None:
             data.co_units = "ug/m3"
 
 
-def _rename_old_targets(node: Any) -> None:
+def rename_old_targets(node: Any) -> None:
     """Point ``_target_`` entries of an older run's config (``eval.py``) at the modules'
-    places since ``cloudlstm.data`` was split into ``sources`` and ``pipeline``."""
+    places now (:func:`cloudlstm.data.current_target`)."""
     from cloudlstm.data import current_target
 
     if isinstance(node, ListConfig):
         for i in range(len(node)):
-            _rename_old_targets(node._get_node(i))
+            rename_old_targets(node._get_node(i))
     elif isinstance(node, DictConfig):
         for key in list(node.keys()):
             child = node._get_node(key)  # not resolved: interpolations stay as they are
@@ -126,7 +126,7 @@ def _rename_old_targets(node: Any) -> None:
                 if current_target(child._value()) != child._value():
                     node[key] = current_target(child._value())
             else:
-                _rename_old_targets(child)
+                rename_old_targets(child)
 
 
 def set_up_datamodule(datamodule: L.LightningDataModule, output_dir: Path) -> dict[str, Any]:

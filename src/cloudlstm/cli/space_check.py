@@ -32,9 +32,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import OmegaConf
 
 from cloudlstm.data import PointCloudDataModule, SyntheticAdvectionDiffusion
-from cloudlstm.lit import ForecastModule
 from cloudlstm.models import KNNLSTM, CloudSeq2Seq
 from cloudlstm.models.base import Forecaster
+from cloudlstm.training import ForecastModule
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 

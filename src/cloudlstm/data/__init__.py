@@ -71,10 +71,19 @@ _MOVED = {
 }
 
 
+# Modules renamed since: old name -> new name.
+_RENAMED = {"cloudlstm.lit": "cloudlstm.training"}
+
+
 def current_target(target: str) -> str:
-    """``target`` (a dotted ``_target_``) with a module of the old flat ``cloudlstm.data``
-    layout renamed to its place now, e.g. ``cloudlstm.data.datamodule.X`` ->
-    ``cloudlstm.data.pipeline.datamodule.X``; any other target unchanged."""
+    """``target`` (a dotted ``_target_``) of an older run's config, with its module renamed to
+    its place now: a module of the old flat ``cloudlstm.data`` layout, e.g.
+    ``cloudlstm.data.datamodule.X`` -> ``cloudlstm.data.pipeline.datamodule.X``, or one of
+    ``_RENAMED`` (``cloudlstm.lit.ForecastModule`` -> ``cloudlstm.training.ForecastModule``);
+    any other target unchanged."""
+    module, _, name = target.rpartition(".")
+    if module in _RENAMED:
+        return f"{_RENAMED[module]}.{name}"
     parts = target.split(".")
     if len(parts) > 3 and parts[:2] == ["cloudlstm", "data"] and parts[2] in _MOVED:
         return ".".join([*parts[:2], _MOVED[parts[2]], *parts[2:]])
