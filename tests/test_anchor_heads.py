@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.models import CloudSeq2Seq
-from cloudlstm.models.base import Forecaster, silence_output_head
+from cloudlstm.models.base import ForecastModel, silence_output_head
 from cloudlstm.models.build import build_model
 
 MODELS = sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml"))
@@ -64,7 +64,7 @@ def test_a_silent_head_makes_the_forecast_zero_and_still_learns(tmp_path, name: 
     Adam step on an MSE target moves the output off zero through the head's weights (not
     just its biases). Others: no head."""
     torch.manual_seed(0)
-    model: Forecaster = build_model(tiny_model_config(tmp_path, name), SPEC)
+    model: ForecastModel = build_model(tiny_model_config(tmp_path, name), SPEC)
     if not model.anchorable:
         assert model.output_head() == []
         return

@@ -22,8 +22,8 @@ from cloudlstm.cli.build import build_datamodule
 from cloudlstm.cli.train import train
 from cloudlstm.data.sources.synthetic import SyntheticAdvectionDiffusion
 from cloudlstm.errors import UserError
+from cloudlstm.models.base import ForecastModel
 from cloudlstm.training import ForecastModule, TrainingDivergedError
-from cloudlstm.models.base import Forecaster
 from tests.conftest import ROOT, compose_train, rebuilding_fails, subprocess_env
 
 
@@ -48,7 +48,7 @@ def test_an_update_to_non_finite_weights_stops_at_that_batch(tiny_cfg):
     assert not (Path(cfg.paths.output_dir) / "metrics.json").exists()
 
 
-class NaNFromCall(Forecaster):
+class NaNFromCall(ForecastModel):
     """Repeats the last input step (times a weight) until its ``bad_call``-th training call,
     which forecasts NaN: a NaN loss from finite weights."""
 

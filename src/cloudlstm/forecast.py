@@ -11,7 +11,7 @@ reads them::
     f.update(snapshot)               # or feed one time step at a time ...
     forecast = f.forecast()          # ... and forecast from what was fed
 
-(Not to be confused with :class:`cloudlstm.models.Forecaster`, the models' base class.)
+(Not to be confused with :class:`cloudlstm.models.ForecastModel`, the models' base class.)
 """
 
 from __future__ import annotations

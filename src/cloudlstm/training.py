@@ -61,7 +61,7 @@ class ForecastModule(L.LightningModule):
     """MSE (or MAE) on normalised values, Adam, metrics on de-normalised values.
 
     Args:
-        model: any :class:`cloudlstm.models.Forecaster`.
+        model: any :class:`cloudlstm.models.ForecastModel`.
         optimizer: partial optimizer factory (Hydra ``_partial_: true``), called with the
             model parameters.
         scheduler: optional partial LR-scheduler factory, stepped on ``val/loss``.

@@ -33,7 +33,7 @@ from omegaconf import OmegaConf
 
 from cloudlstm.data import PointCloudDataModule, SyntheticAdvectionDiffusion
 from cloudlstm.models import KNNLSTM, CloudSeq2Seq
-from cloudlstm.models.base import Forecaster
+from cloudlstm.models.base import ForecastModel
 from cloudlstm.training import ForecastModule
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
@@ -46,7 +46,7 @@ NUM_POINTS, NUM_CHANNELS, NUM_STEPS, GRID_SIZE, STEPS_IN, STEPS_OUT = 24, 2, 150
 # plateau around epoch 5); by 15 every model has levelled off.
 EPOCHS = 15
 
-MODELS: dict[str, Callable[[], Forecaster]] = {
+MODELS: dict[str, Callable[[], ForecastModel]] = {
     "lstm_k1": lambda: KNNLSTM(NUM_CHANNELS, STEPS_OUT, k=1, hidden_size=32),
     "lstm_k6": lambda: KNNLSTM(NUM_CHANNELS, STEPS_OUT, k=6, hidden_size=32),
     "cloudlstm_k1": lambda: CloudSeq2Seq(NUM_CHANNELS, STEPS_OUT, k=1, hidden_channels=16),
@@ -70,7 +70,7 @@ def synthetic_datamodule(seed: int, cache_dir: Path, num_steps: int = NUM_STEPS)
 
 
 def fit_and_test(
-    make_model: Callable[[], Forecaster],
+    make_model: Callable[[], ForecastModel],
     datamodule: PointCloudDataModule,
     epochs: int,
     workdir: Path,

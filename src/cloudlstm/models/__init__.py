@@ -1,6 +1,6 @@
 """Whole forecasters, all with ``forward(x (B, M, N, C), coords (B, N, L)) -> (B, J, N, C)``."""
 
-from cloudlstm.models.base import Forecaster, values_to_cloud
+from cloudlstm.models.base import ForecastModel, values_to_cloud
 from cloudlstm.models.cloudcnn import CloudCNN
 from cloudlstm.models.cloudlstm import CloudSeq2Seq
 from cloudlstm.models.cnn import CNN2D
@@ -27,7 +27,7 @@ __all__ = [
     "CloudSeq2Seq",
     "ConvLSTM",
     "DefCNN",
-    "Forecaster",
+    "ForecastModel",
     "GridForecaster",
     "KNNLSTM",
     "KNNMLP",

@@ -18,7 +18,7 @@ def values_to_cloud(values: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
     return torch.cat([values.unsqueeze(-1), placed], dim=-1)
 
 
-class Forecaster(nn.Module):
+class ForecastModel(nn.Module):
     """Base class: ``forward(x (B, M, N, C), coords (B, N, L)) -> (B, J, N, C)``.
 
     Subclasses set ``output_steps`` (J) and may override :meth:`check_input`.
@@ -54,7 +54,7 @@ class Forecaster(nn.Module):
             )
 
 
-def silence_output_head(model: Forecaster) -> None:
+def silence_output_head(model: ForecastModel) -> None:
     """Zero every parameter of ``model.output_head()``: the model then outputs zeros."""
     with torch.no_grad():
         for layer in model.output_head():

@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import Forecaster, values_to_cloud
+from cloudlstm.models.base import ForecastModel, values_to_cloud
 from cloudlstm.nn import DConv, check_k
 
 
-class CloudCNN(Forecaster):
+class CloudCNN(ForecastModel):
     """Stacked DConv layers over the whole input window, all J steps output at once.
 
     Each (input step, measured channel) pair is one input point-cloud channel (M*C

@@ -9,14 +9,14 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from cloudlstm.models.base import Forecaster, values_to_cloud
+from cloudlstm.models.base import ForecastModel, values_to_cloud
 from cloudlstm.nn import CELLS, CloudAttention, DConv, check_k, shared_neighbours
 from cloudlstm.nn.cells import cat_neighbours, search
 from cloudlstm.nn.knn import deferred_finite_check
 from cloudlstm.nn.ordering import morton_order
 
 
-class CloudSeq2Seq(Forecaster):
+class CloudSeq2Seq(ForecastModel):
     """CloudCNN embedding -> stacked Cloud{LSTM,GRU,RNN} encoder -> decoder -> CloudCNN head.
 
     * The input layer is a DConv (the paper's CloudCNN "embedding") from the C measured

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from cloudlstm.data.pipeline.grid import GridMapping, check_grid_coords, grid_shape, hungarian_grid
-from cloudlstm.models.base import Forecaster
+from cloudlstm.models.base import ForecastModel
 
 
 def check_window(x: torch.Tensor, input_steps: int, num_channels: int) -> None:
@@ -21,7 +21,7 @@ def check_window(x: torch.Tensor, input_steps: int, num_channels: int) -> None:
         )
 
 
-class GridForecaster(Forecaster):
+class GridForecaster(ForecastModel):
     """Adapter: points -> (Hungarian) grid -> :meth:`forward_grid` -> back to the same N points.
 
     Each distinct coordinate set in a batch gets its own mapping (:func:`hungarian_grid`),

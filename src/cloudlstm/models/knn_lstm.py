@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import Forecaster
+from cloudlstm.models.base import ForecastModel
 from cloudlstm.nn import knn
 
 
@@ -24,7 +24,7 @@ def neighbour_histories(x: torch.Tensor, coords: torch.Tensor, k: int) -> torch.
     return gathered.transpose(2, 3)
 
 
-class KNNLSTM(Forecaster):
+class KNNLSTM(ForecastModel):
     """A seq2seq LSTM shared by all points, each point run as its own sequence.
 
     At every step a point's input is the C values of its K nearest neighbours (itself

@@ -5,12 +5,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import Forecaster
+from cloudlstm.models.base import ForecastModel
 from cloudlstm.models.knn_lstm import neighbour_histories
 from cloudlstm.models.mlp import mlp_stack
 
 
-class KNNMLP(Forecaster):
+class KNNMLP(ForecastModel):
     """An MLP shared by all points (paper's simple baseline: 5 hidden layers x 500).
 
     A point's input is the M x C history of its K nearest neighbours (itself first,

@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from cloudlstm.models.base import Forecaster
+from cloudlstm.models.base import ForecastModel
 
 
 class TimeMap(nn.Module):
@@ -38,7 +38,7 @@ class TimeMap(nn.Module):
         return torch.einsum("bmnc,cjm->bjnc", x, weight) + bias[None, :, None, :]
 
 
-class TimeLinear(Forecaster):
+class TimeLinear(ForecastModel):
     """Direct linear forecaster along time, the same map for every point (LTSF-Linear).
 
     Each forecast step is a weighted sum of the point's M past values of the same channel

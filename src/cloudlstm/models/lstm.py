@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import Forecaster
+from cloudlstm.models.base import ForecastModel
 
 
-class SeqLSTM(Forecaster):
+class SeqLSTM(ForecastModel):
     """2-stack seq2seq LSTM on the flattened frame (paper: 500 hidden units).
 
     Each step's N x C values form one feature vector. An encoder LSTM reads the M input

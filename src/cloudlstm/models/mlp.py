@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import Forecaster
+from cloudlstm.models.base import ForecastModel
 
 
 def mlp_stack(
@@ -29,7 +29,7 @@ def mlp_stack(
     return nn.Sequential(*layers)
 
 
-class MLP(Forecaster):
+class MLP(ForecastModel):
     """Direct multi-output MLP over all points at once (paper: 5 hidden layers x 500).
 
     The whole window, M steps x N points x C channels, is flattened into one vector and

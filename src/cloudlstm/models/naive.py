@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from cloudlstm.models.base import Forecaster
+from cloudlstm.models.base import ForecastModel
 
 
-class Persistence(Forecaster):
+class Persistence(ForecastModel):
     """Every future step equals the last observed step.
 
     ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``; no parameters.
@@ -27,7 +27,7 @@ class Persistence(Forecaster):
         return x[:, -1:].repeat(1, self.output_steps, 1, 1)
 
 
-class SeasonalNaive(Forecaster):
+class SeasonalNaive(ForecastModel):
     """Every future step equals the observation one season (``period`` steps) earlier.
 
     With the last observed step at time 0, target step t = 1..J takes the value at

@@ -7,11 +7,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from cloudlstm.models.base import Forecaster
+from cloudlstm.models.base import ForecastModel
 from cloudlstm.nn.xconv import XConv, dilated_neighbours
 
 
-class PointCNN(Forecaster):
+class PointCNN(ForecastModel):
     """Stacked X-Conv layers over the whole input window, all J steps output at once.
 
     Each point's M x C history is its input feature vector (time folded into channels,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import Forecaster
+from cloudlstm.models.base import ForecastModel
 from cloudlstm.nn.xconv import XConv, XGeometry, dilated_neighbours
 
 State = tuple[torch.Tensor, torch.Tensor]
@@ -58,7 +58,7 @@ class PointLSTMCell(nn.Module):
         return hidden, (hidden, memory)
 
 
-class PointLSTM(Forecaster):
+class PointLSTM(ForecastModel):
     """X-Conv embedding -> stacked PointLSTM encoder -> decoder -> X-Conv head.
 
     Mirrors :class:`cloudlstm.models.CloudSeq2Seq` with X-Conv in place of DConv:

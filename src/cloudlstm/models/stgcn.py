@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cloudlstm.models.base import Forecaster
+from cloudlstm.models.base import ForecastModel
 from cloudlstm.nn.graph import ChebGraphConv, DistanceGraph
 
 
@@ -83,7 +83,7 @@ class STConvBlock(nn.Module):
         return self.dropout(self.norm(self.temporal_out(h)))
 
 
-class STGCN(Forecaster):
+class STGCN(ForecastModel):
     """Spatio-temporal graph convolutional network over the points' distance graph.
 
     ``num_blocks`` ST-Conv blocks (paper appendix: 2, with 36 channels), then STGCN's output

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import Forecaster
+from cloudlstm.models.base import ForecastModel
 
 
 class ResidualMLPBlock(nn.Module):
@@ -28,7 +28,7 @@ class ResidualMLPBlock(nn.Module):
         return h + self.net(h)
 
 
-class STID(Forecaster):
+class STID(ForecastModel):
     """STID with its spatial identity: one MLP shared by all points, told which point it is.
 
     Per point, the M x C input window is flattened and embedded by a linear layer into
