@@ -16,8 +16,9 @@ import torch
 from matplotlib.image import imread
 
 from cloudlstm.cli.train import train
-from cloudlstm.training import ForecastModule
+from cloudlstm.data.spec import DataSpec
 from cloudlstm.models.build import build_model
+from cloudlstm.training import ForecastModule
 from tests.conftest import TINY, compose_train
 from tests.wandb_reader import read_offline_run
 
@@ -95,7 +96,9 @@ def test_val_mae_is_the_real_unit_error_of_the_model(wandb_run):
     datamodule = hydra.utils.instantiate(cfg.data)
     datamodule.setup("fit")
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
-    module = ForecastModule(build_model(cfg.model), optimizer=None, anchor=cfg.module.anchor)
+    spec = DataSpec.from_checkpoint(ckpt, run_dir)
+    model = build_model(cfg.model, spec)
+    module = ForecastModule(model, optimizer=None, spec=spec, anchor=cfg.module.anchor)
     module.load_state_dict(ckpt["state_dict"])
     module.eval()
     errors = []

@@ -32,6 +32,7 @@ class OfflineRun:
     summary: dict[str, Any] = field(default_factory=dict)
     metric_summaries: dict[str, list[str]] = field(default_factory=dict)  # define_metric
     files: list[str] = field(default_factory=list)
+    exited: bool = False  # the file ends with the run's exit record: it is complete
 
     def history_keys(self) -> set[str]:
         return set().union(*self.history) if self.history else set()
@@ -98,4 +99,6 @@ def read_offline_run(path: Path) -> OfflineRun:
             ]
         elif kind == "files":
             run.files += [f.path for f in rec.files.files]
+        elif kind == "exit":
+            run.exited = True
     return run

@@ -37,13 +37,16 @@ are matched to the paper's rows.
 ``--format markdown|csv|latex``; ``--plot DIR`` writes, per data set, the horizon metric
 against the forecast step (one line per row, a band of ± one std over seeds) and a bar
 chart of its overall value with std error bars, and prints their paths to stderr (stdout
-keeps only the table, for redirection). User errors print one ``compare: ...`` line to
-stderr and exit with status 2.
+keeps only the table, for redirection). ``--html PATH`` writes all of it as one web page
+that needs no network (:mod:`cloudlstm.cli.compare.html`); ``--wandb`` logs it as one W&B
+run, offline by default (:mod:`cloudlstm.cli.compare.wandb_run`). User errors print one
+``compare: ...`` line to stderr and exit with status 2.
 """
 
 # Modules: runs (finding runs), cells (Stat, Diff, Column), groups (rows), table (columns,
-# best cells), formats (markdown, LaTeX, CSV), plots, paper (--paper), command (main; not
-# named main.py, which the function main re-exported here would shadow as an attribute).
+# best cells), formats (markdown, LaTeX, CSV), plots, html (--html), wandb_run (--wandb),
+# paper (--paper), command (main; not named main.py, which the function main re-exported
+# here would shadow as an attribute).
 # The names below are the public ones of the single module compare.py this package was.
 from cloudlstm.cli.compare.cells import Column, Diff, Stat
 from cloudlstm.cli.compare.command import main

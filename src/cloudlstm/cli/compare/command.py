@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cloudlstm.cli.compare.cells import Column
 from cloudlstm.cli.compare.formats import to_latex, to_markdown, write_csv
-from cloudlstm.cli.compare.groups import group_runs, mixed_keys
+from cloudlstm.cli.compare.groups import Group, group_runs, mixed_keys
 from cloudlstm.cli.compare.paper import TABLES, paper_table
 from cloudlstm.cli.compare.plots import plot
 from cloudlstm.cli.compare.runs import CompareError, Run, find_runs
@@ -68,6 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     add("--channel-metric", choices=ALL_METRICS, default="mae", help="metric of --channels")
     add("--format", choices=("markdown", "csv", "latex"), default="markdown")
     add("--plot", type=Path, metavar="DIR", help="write PNG figures to DIR")
+    add("--html", type=Path, metavar="PATH", help="write the comparison as one web page")
+    add("--wandb", action="store_true", help="log the comparison as one W&B run (offline)")
     add("--paper", choices=list(TABLES), help="the runs next to this table of the paper")
     return parser
 
@@ -102,16 +104,54 @@ def _run(args: argparse.Namespace) -> int:
         args.channels,
         args.channel_metric,
     )
+    # the page first: a path it cannot write is an error before any output
+    page = _write_html(groups, table, args) if args.html else None
     _print_table(table, args.format)
+    if page:
+        print(f"wrote {page}", file=sys.stderr)
     for path in plot(groups, args.horizon_metric, args.plot) if args.plot else []:
         print(f"wrote {path}", file=sys.stderr)
+    if args.wandb:
+        folder = _log_to_wandb(groups, table, args)
+        print(f"wrote W&B run {folder}; publish it with: wandb sync {folder}", file=sys.stderr)
     return 0
+
+
+def _write_html(groups: Sequence[Group], table: Sequence[Column], args: argparse.Namespace) -> Path:
+    # imported here: plotly takes a while to import, and only --html needs it
+    from cloudlstm.cli.compare.html import write_html
+
+    return write_html(
+        groups,
+        table,
+        args.html,
+        rank_metric=args.metrics[0],
+        curve_metric=args.horizon_metric,
+        sources=args.dirs,
+    )
+
+
+def _log_to_wandb(
+    groups: Sequence[Group], table: Sequence[Column], args: argparse.Namespace
+) -> Path:
+    # imported here: wandb takes seconds to import, and only --wandb needs it
+    from cloudlstm.cli.compare.wandb_run import log_to_wandb
+
+    return log_to_wandb(
+        groups,
+        table,
+        args.dirs,
+        rank_metric=args.metrics[0],
+        curve_metric=args.horizon_metric,
+    )
 
 
 def _run_paper(runs: Sequence[Run], args: argparse.Namespace) -> int:
     """``--paper``: the runs next to a table of the paper, rows matched as paper.py says."""
-    if args.by or args.horizons or args.channels or args.plot:
-        raise CompareError("--paper takes no --by, --horizons, --channels or --plot")
+    if args.by or args.horizons or args.channels or args.plot or args.html or args.wandb:
+        raise CompareError(
+            "--paper takes no --by, --horizons, --channels, --plot, --html or --wandb"
+        )
     table, notes = paper_table(runs, args.paper, args.metrics)
     for note in notes:
         print(f"compare: {note}", file=sys.stderr)

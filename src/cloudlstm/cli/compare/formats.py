@@ -11,8 +11,8 @@ from cloudlstm.cli.compare.cells import Column, Diff, Stat
 from cloudlstm.cli.compare.table import best_rows
 
 
-def _text(cell: Any, pm: str, escape: Callable[[str], str]) -> str:
-    """A cell for markdown or LaTeX: ``mean ± std`` (mean alone for one run), 1,234.5."""
+def cell_text(cell: Any, pm: str, escape: Callable[[str], str] = str) -> str:
+    """A cell for markdown, LaTeX or HTML: ``mean ± std`` (mean alone for one run), 1,234.5."""
     if isinstance(cell, str):
         return escape(cell)
     if isinstance(cell, Stat):
@@ -44,7 +44,7 @@ def _grid(
 ) -> list[list[str]]:
     """Header and rows of formatted text, the best cells passed through ``bold``."""
     data = next(c.cells for c in columns if c.name == "data")
-    cells = [[_text(cell, pm, escape) for cell in column.cells] for column in columns]
+    cells = [[cell_text(cell, pm, escape) for cell in column.cells] for column in columns]
     for j, column in enumerate(columns):
         for i in best_rows(column, data):
             cells[j][i] = bold(cells[j][i])
@@ -72,8 +72,12 @@ def _latex_escape(text: str) -> str:
     return text.replace("&", r"\&").replace("%", r"\%").replace("#", r"\#").replace("_", r"\_")
 
 
-def write_csv(columns: Sequence[Column], out: TextIO) -> None:
-    """Plain numbers; a column of mean ± std becomes ``<name>_mean`` and ``<name>_std``."""
+def plain_table(
+    columns: Sequence[Column], missing: Any = None
+) -> tuple[list[str], list[list[Any]]]:
+    """Header and rows of plain numbers (CSV, W&B tables): a column of mean ± std becomes
+    ``<name>_mean`` and ``<name>_std``; ``missing`` stands for absent values (a metric the
+    row's runs lack, a single run's std)."""
     # a metric column splits even when all its cells are empty, so the header stays the same
     split = [
         column.better is not None or any(isinstance(cell, Stat) for cell in column.cells)
@@ -86,17 +90,23 @@ def write_csv(columns: Sequence[Column], out: TextIO) -> None:
     for column, two in zip(columns, split, strict=True):
         for row, cell in zip(rows, column.cells, strict=True):
             if two:  # None: a metric the row's runs lack
-                row += ["", ""] if cell is None else [cell.mean, _csv(cell.std)]
+                row += [missing] * 2 if cell is None else [cell.mean, _plain(cell.std, missing)]
             else:
-                row.append(_csv(cell))
+                row.append(_plain(cell, missing))
+    return header, rows
+
+
+def write_csv(columns: Sequence[Column], out: TextIO) -> None:
+    """Plain numbers (:func:`plain_table`), empty where a value is missing."""
+    header, rows = plain_table(columns, missing="")
     writer = csv.writer(out, lineterminator="\n")
     writer.writerows([header, *rows])
 
 
-def _csv(value: Any) -> Any:
-    """Empty for missing values and a single run's std; whole means without ``.0``."""
+def _plain(value: Any, missing: Any) -> Any:
+    """``missing`` for missing values and a single run's std; whole means without ``.0``."""
     if isinstance(value, Diff):
         return value.value
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
+        return missing
     return int(value) if isinstance(value, float) and value.is_integer() else value

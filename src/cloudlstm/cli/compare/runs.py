@@ -30,6 +30,7 @@ class Run:
     per_step: dict[str, list[float]]  # metric -> that mean at each forecast step
     groups: dict[str, dict[str, float]] = field(default_factory=dict)  # inliers/outliers
     channels: dict[str, dict[str, float]] = field(default_factory=dict)  # name -> metric -> mean
+    wandb_group: str = ""  # the run's W&B group (its sweep), "" if unknown
 
     def value(self, key: str) -> str:
         """The key's value as text; "" where this run's config lacks it."""
@@ -80,6 +81,8 @@ def load_run(path: Path) -> Run | None:
             name: {m: stats["mean"] for m, stats in res.items()}
             for name, res in test.get("per_channel", {}).items()
         },
+        # train.py records the group it gave the loggers; a config may name one itself
+        wandb_group=info.get("group") or config.get("logger.wandb.group") or "",
     )
 
 

@@ -1,0 +1,286 @@
+"""``compare --html``: the comparison as one self-contained web page.
+
+The plain tests read the file; the ``browser`` ones open it in headless Chromium with no
+network (tests/browser.py) and check that the tables and every Plotly figure rendered,
+that the page logged no error and fetched nothing, and take a screenshot. They skip
+where no Chromium is installed (.ci/run installs Debian's).
+"""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote
+
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+
+from cloudlstm.cli.compare.html import _close_range
+from tests.browser import Chromium, find_chromium
+from tests.test_compare import PNG_MAGIC, run_main, write_run
+
+ROOT = Path(__file__).resolve().parents[1]
+PUBLISHED = ROOT / "docs" / "results" / "beijing_gpu_s23"  # 12 models x 3 seeds, no maps
+
+
+def write_maps(run: Path, colour: str) -> None:
+    """A stand-in for the forecast maps cli.report draws into ``figures/``."""
+    fig = Figure(figsize=(3, 2), dpi=50)
+    fig.add_subplot().imshow(np.linspace(0, 1, 64).reshape(8, 8), cmap=colour)
+    (run / "figures").mkdir()
+    fig.savefig(run / "figures" / "forecast_maps.png")
+
+
+@pytest.fixture
+def sweep(tmp_path) -> Path:
+    """Two data sets; on synthetic, k=3 over three seeds, k=6 over one, persistence over two;
+    maps in every synthetic run but one (the best, k=6)."""
+    root = tmp_path / "sweep"
+    for seed, mae in enumerate((1.0, 2.0, 4.0)):
+        write_run(root / f"k3_{seed}", mae, seed=seed)
+    write_run(root / "k6", 0.5, k=6)
+    for seed, mae in enumerate((3.0, 3.2)):
+        write_run(root / f"persistence_{seed}", mae, model="persistence", seed=seed)
+    for name in ("k3_0", "k3_1", "k3_2", "persistence_0", "persistence_1"):
+        write_maps(root / name, "viridis" if name == "k3_0" else "magma")
+    write_run(root / "lstm_airq", 7.0, model="lstm", data="airq")
+    write_run(root / "cloudlstm_airq", 6.0, data="airq")
+    return root
+
+
+class Tables(HTMLParser):
+    """The page's tables by id: rows of cell texts, bold cells as markdown writes them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self.hrefs: list[str] = []
+        self.images: list[str] = []
+        self.scripts: list[dict[str, str | None]] = []
+        self._table: list[list[str]] | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "table":
+            self._table = self.tables.setdefault(attrs.get("id", ""), [])
+        elif tag == "tr" and self._table is not None:
+            self._table.append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+        elif tag == "strong" and self._cell is not None:
+            self._cell.append("**")
+        elif tag == "a":
+            self.hrefs.append(attrs["href"])
+        elif tag == "img":
+            self.images.append(attrs["src"])
+        elif tag == "script":
+            self.scripts.append(attrs)
+
+    def handle_endtag(self, tag):
+        if tag == "strong" and self._cell is not None:
+            self._cell.append("**")
+        elif tag in ("td", "th") and self._cell is not None:
+            self._table[-1].append("".join(self._cell))
+            self._cell = None
+        elif tag == "table":
+            self._table = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def parse(path: Path) -> Tables:
+    tables = Tables()
+    tables.feed(path.read_text(encoding="utf-8"))
+    return tables
+
+
+def markdown_rows(markdown: str) -> list[list[str]]:
+    """The header and rows of compare's markdown table (the separator line dropped)."""
+    lines = markdown.strip().splitlines()
+    return [line[2:-2].split(" | ") for i, line in enumerate(lines) if i != 1]
+
+
+def write_page(capsys, dirs: list[Path], path: Path, *args: str) -> list[list[str]]:
+    """Run ``compare DIRS --html PATH``; the markdown table it printed."""
+    code, out, err = run_main(capsys, *dirs, "--html", path, *args)
+    assert code == 0 and err[-1] == f"wrote {path}", err
+    return markdown_rows(out)
+
+
+def test_every_markdown_row_and_value_is_in_the_page(sweep, tmp_path, capsys):
+    page = tmp_path / "page" / "report.html"  # a folder that does not exist yet
+    header, *rows = write_page(capsys, [sweep], page)
+    tables = parse(page).tables
+    by_data = {"synthetic": tables["table-synthetic"], "airq": tables["table-airq"]}
+    for table in by_data.values():
+        assert table[0] == header  # the same columns, in the same order
+    # the same cells, bold where markdown is, each data set in its own table
+    for data, table in by_data.items():
+        assert table[1:] == [row for row in rows if row[1] == data]
+    assert sum(len(t) - 1 for t in by_data.values()) == len(rows) == 5
+    assert "2.3 ± 1.5" in {cell for row in by_data["synthetic"] for cell in row}
+
+
+def test_plotly_is_inlined_and_nothing_is_fetched(sweep, tmp_path, capsys):
+    page = tmp_path / "report.html"
+    write_page(capsys, [sweep], page)
+    text = page.read_text(encoding="utf-8")
+    assert not re.search(r"<script[^>]+src=", text)  # no CDN script
+    assert "<link" not in text  # nor style sheets
+    assert len(text) > 1_000_000 and "plotly.js v" in text  # the library itself
+    figures = re.findall(r'<div id="((?:horizon|bars)-[\w-]+)" class="plotly-graph-div"', text)
+    assert sorted(figures) == ["bars-airq", "bars-synthetic", "horizon-airq", "horizon-synthetic"]
+
+
+def test_run_links_are_relative_to_the_page(sweep, tmp_path, capsys):
+    page = tmp_path / "out" / "report.html"
+    write_page(capsys, [sweep], page)
+    links = [h for h in parse(page).hrefs if not h.startswith("#")]
+    assert len(links) == 2 * 8  # config.yaml and metrics.json of each run
+    for href in links:
+        assert not href.startswith(("/", "file:")), href
+        assert (page.parent / unquote(href)).resolve().is_file(), href
+    assert "../sweep/k6/config.yaml" in links
+
+
+def test_maps_of_the_best_and_worst_run_with_maps(sweep, tmp_path, capsys):
+    page = tmp_path / "report.html"
+    write_page(capsys, [sweep], page)
+    images = parse(page).images
+    assert len(images) == 2 and all(i.startswith("data:image/png;base64,") for i in images)
+    text = page.read_text(encoding="utf-8")
+    # k=6 (MAE 0.5) has no maps: the best with maps is k=3's seed 0, the worst k=3's seed 2
+    assert "best (of the 5 runs with maps): cloudlstm k=3, seed 0, MAE 1<br>" in text
+    assert "worst (of the 5 runs with maps): cloudlstm k=3, seed 2, MAE 4<br>" in text
+    assert "No run has figures/forecast_maps.png" in text  # airq's runs have none
+
+
+def test_bars_start_near_close_values():
+    # 90 to 109.8 and 15% of that span on either side
+    assert _close_range([94.5, 108.9], [4.5, 0.9]) == pytest.approx((87.03, 112.77))
+    assert _close_range([0.5, 2.3], [0.0, 1.5]) is None  # far apart: from 0
+    assert _close_range([None, 3.0], [0.0, 0.0]) == pytest.approx((2.85, 3.15))
+
+
+@pytest.mark.parametrize("bad", ["file", "folder"])
+def test_unwritable_page_is_one_line_and_exit_2(sweep, tmp_path, capsys, bad):
+    (tmp_path / "file").write_text("")
+    (tmp_path / "folder").mkdir()
+    path = tmp_path / bad / "report.html" if bad == "file" else tmp_path / bad
+    code, out, err = run_main(capsys, sweep, "--html", path)
+    assert code == 2 and out == "" and len(err) == 1
+    assert err[0].startswith(f"compare: cannot write {path}: ")
+
+
+# --- in a browser ---------------------------------------------------------------------------
+
+CHROMIUM = find_chromium()
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium on PATH (.ci/run installs it: apt-get install chromium)"
+)
+
+# How many table rows and rendered Plotly figures the page shows, per element id.
+DOM_FACTS = """({
+  rows: Object.fromEntries(Array.from(document.querySelectorAll("table.sortable"))
+    .map((t) => [t.id, t.tBodies[0].rows.length])),
+  plots: Object.fromEntries(Array.from(document.querySelectorAll(".plotly-graph-div"))
+    .map((d) => [d.id, d.querySelectorAll(".main-svg").length])),
+  traces: Object.fromEntries(Array.from(document.querySelectorAll(".plotly-graph-div"))
+    .map((d) => [d.id, d.querySelectorAll(".trace").length])),
+})"""
+
+
+# The stroke dashes Plotly drew for the line of one model in the Beijing horizon figure.
+DASHES = """(() => {
+  const div = document.getElementById("horizon-beijing");
+  const i = div.data.findIndex((trace) => (trace.name || "").startsWith("MODEL ("));
+  const trace = div.querySelectorAll(".scatterlayer .trace")[i];
+  return trace.querySelector("path.js-line").style.strokeDasharray;
+})()"""
+
+
+@pytest.fixture(scope="module")
+def chromium(tmp_path_factory):
+    browser = Chromium(CHROMIUM, tmp_path_factory.mktemp("chromium-profile"))
+    yield browser
+    browser.close()
+
+
+def open_page(chromium: Chromium, page: Path) -> dict:
+    """Load the page; assert it logged no error and fetched nothing; its DOM facts."""
+    load = chromium.load(page.as_uri())
+    assert load.errors == []
+    assert [url for url in load.requests if not url.startswith(("file:", "data:"))] == []
+    return chromium.evaluate(DOM_FACTS)
+
+
+def assert_screenshot(chromium: Chromium, path: Path) -> np.ndarray:
+    """A PNG of the page that is not blank: dark text and coloured lines on white."""
+    from matplotlib.image import imread
+
+    chromium.screenshot(path)
+    assert path.read_bytes()[:8] == PNG_MAGIC
+    image = imread(path)[..., :3]
+    assert image.shape[0] > 1000 and image.shape[1] == 1400
+    assert image.std() > 0.05  # not one colour
+    coloured = (image.max(axis=2) - image.min(axis=2)) > 0.3
+    assert coloured.mean() > 0.002  # curves and bars, not only black text
+    return image
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_page_renders_in_chromium(sweep, tmp_path, capsys, chromium):
+    page = tmp_path / "report.html"
+    write_page(capsys, [sweep], page)
+    facts = open_page(chromium, page)
+    assert facts["rows"] == {
+        "table-airq": 2,
+        "runs-airq": 2,
+        "table-synthetic": 3,
+        "runs-synthetic": 6,
+    }
+    assert set(facts["plots"]) == {
+        "horizon-airq",
+        "bars-airq",
+        "horizon-synthetic",
+        "bars-synthetic",
+    }
+    assert all(count >= 1 for count in facts["plots"].values()), facts["plots"]
+    assert all(count >= 1 for count in facts["traces"].values()), facts["traces"]
+    assert chromium.evaluate("document.querySelectorAll('.maps img').length") == 2
+    assert chromium.evaluate(
+        "Array.from(document.querySelectorAll('.maps img')).every((i) => i.naturalWidth > 0)"
+    )
+    assert_screenshot(chromium, tmp_path / "report.png")
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_published_results_page_sorts_by_a_clicked_header(tmp_path, capsys, chromium):
+    page = tmp_path / "beijing.html"
+    header, *rows = write_page(capsys, [PUBLISHED], page)
+    facts = open_page(chromium, page)
+    assert facts["rows"] == {"table-beijing": len(rows), "runs-beijing": 3 * len(rows)}
+    assert facts["plots"].keys() == {"horizon-beijing", "bars-beijing"}
+    assert all(count >= 1 for count in facts["plots"].values())
+    # a dozen lines and bands; the persistence reference dashed, the best model solid
+    assert facts["traces"]["horizon-beijing"] >= len(rows)
+    assert chromium.evaluate(DASHES.replace("MODEL", "persistence")) not in ("", None)
+    assert chromium.evaluate(DASHES.replace("MODEL", rows[0][0])) in ("", None)
+    mae = header.index("mae")
+    column = f"document.querySelectorAll('#table-beijing th')[{mae}]"
+    first_model = "document.querySelector('#table-beijing tbody tr').cells[0].textContent"
+    chromium.evaluate(f"{column}.click()")  # ascending: the best MAE first, as printed
+    assert chromium.evaluate(first_model) == rows[0][0]
+    chromium.evaluate(f"{column}.click()")  # descending: the worst first
+    assert chromium.evaluate(first_model) == rows[-1][0]
+    params = header.index("params")
+    chromium.evaluate(f"document.querySelectorAll('#table-beijing th')[{params}].click()")
+    assert chromium.evaluate(first_model) == "persistence"  # 0 parameters
+    assert_screenshot(chromium, tmp_path / "beijing.png")

@@ -1,0 +1,214 @@
+"""``compare --wandb``: the seed-aggregated table as one offline W&B run, read back from the
+run file that ``wandb sync`` would upload (tests/wandb_reader.py), so nothing is mocked; and
+the Hydra callback that runs the comparison when a multirun ends."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import math
+import subprocess
+import sys
+import time
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+from google.protobuf.message import DecodeError
+from omegaconf import DictConfig, OmegaConf
+
+from cloudlstm.cli.compare import Stat, compare, find_runs, main
+from cloudlstm.cli.compare.formats import cell_text
+from cloudlstm.cli.compare.hydra_callback import CompareSweep
+from cloudlstm.cli.compare.wandb_run import _init_args
+from tests.conftest import ROOT, TINY, compose_train, subprocess_env
+from tests.test_compare import PNG_MAGIC, write_run
+from tests.test_compare_html import markdown_rows
+from tests.wandb_reader import OfflineRun, read_offline_run
+
+GROUP = "cloudlstm-synthetic-sweep-2026-01-01_12-00-00"
+
+
+def join_group(run: Path, group: str) -> None:
+    """Record the W&B group in metrics.json, as train.py does."""
+    path = run / "metrics.json"
+    results = json.loads(path.read_text())
+    results["run"]["group"] = group
+    path.write_text(json.dumps(results))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_wandb_afterwards():
+    """W&B keeps one service and its settings per process: shut them down after this
+    module, so that the runs of later tests start as a new process's would."""
+    yield
+    import wandb
+
+    wandb.teardown()
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory):
+    """compare --wandb on k=3 over three seeds, k=6 over one and an lstm on airq, all of
+    one sweep: the markdown it printed, its stderr, and the run folder and file read back."""
+    root = tmp_path_factory.mktemp("wandb") / "sweep"
+    runs = {f"k3_{seed}": dict(mae=mae, seed=seed) for seed, mae in enumerate((1.0, 2.0, 4.0))}
+    runs |= {"k6": dict(mae=0.5, k=6), "airq": dict(mae=7.0, model="lstm", data="airq")}
+    for name, kwargs in runs.items():
+        write_run(root / name, kwargs.pop("mae"), **kwargs)
+        join_group(root / name, GROUP)
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as env, redirect_stdout(out), redirect_stderr(err):
+        env.delenv("WANDB_MODE", raising=False)  # offline is the default
+        env.delenv("WANDB_DIR", raising=False)  # the run goes into the sweep folder
+        code = main([str(root), "--wandb"])
+    assert code == 0, err.getvalue()
+    (run_file,) = root.glob("wandb/offline-run-*/run-*.wandb")
+    lines = err.getvalue().splitlines()
+    return markdown_rows(out.getvalue()), lines, run_file.parent, read_finished(run_file)
+
+
+def read_finished(run_file: Path, timeout_s: float = 60) -> OfflineRun:
+    """The run once its file is complete: W&B's service process writes the file after
+    ``finish()`` returns (the process's exit waits for it; a test reads it sooner)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            run = read_offline_run(run_file)
+        except DecodeError:  # a record half written
+            run = OfflineRun()
+        if run.exited:
+            return run
+        time.sleep(0.2)
+    raise AssertionError(f"{run_file} has no exit record after {timeout_s} s")
+
+
+def test_one_offline_run_named_after_the_sweep_in_its_group(logged):
+    _, err, folder, run = logged
+    assert err[-1] == f"wrote W&B run {folder}; publish it with: wandb sync {folder}"
+    assert folder.name.startswith("offline-run-")
+    assert run.name == "compare-sweep" and run.group == GROUP
+    assert set(run.tags) == {"compare", "synthetic", "airq"}
+    assert run.config["runs"] == 5 and run.config["settings"] == 3
+
+
+def test_tables_hold_the_markdown_rows_and_values(logged):
+    (header, *rows), _, folder, run = logged
+    metrics = ["mae", "rmse", "psnr", "ssim", "smae"]
+    seen = []
+    for data in ("synthetic", "airq"):
+        table = json.loads((folder / "files" / run.summary[f"{data}/table/path"]).read_text())
+        columns = table["columns"]
+        for values in table["data"]:
+            row = dict(zip(columns, values, strict=True))
+            # the markdown cell of each metric, rebuilt from the logged mean and std
+            cells = [
+                cell_text(
+                    Stat(row[f"{m}_mean"], math.nan if (s := row[f"{m}_std"]) is None else s), " ± "
+                )
+                for m in metrics
+            ]
+            seen.append([row["model"], row["data"], str(row["n"]), *cells])
+    expected = [
+        [r[header.index(c)].strip("*") for c in ("model", "data", "n", *metrics)] for r in rows
+    ]
+    assert sorted(seen) == sorted(expected)
+    assert ["cloudlstm", "synthetic", "3", "2.3 ± 1.5"] in [row[:4] for row in seen]
+
+
+def test_horizon_line_plot_images_and_best_setting(logged):
+    _, _, folder, run = logged
+    for data in ("synthetic", "airq"):
+        plot = run.config[f"_wandb/visualize/{data}/mae_vs_horizon"]["panel_config"]
+        assert plot["panelDefId"] == "wandb/lineseries/v0"
+        assert plot["stringSettings"]["xname"] == "forecast step"
+        for name in ("horizon_plot", "bar_chart"):
+            png = folder / "files" / run.summary[f"{data}/{name}/path"]
+            assert png.read_bytes()[:8] == PNG_MAGIC
+    curves = json.loads(
+        (folder / "files" / run.summary["synthetic/mae_vs_horizon_table/path"]).read_text()
+    )
+    assert len(curves["data"]) == 2 * 3  # two settings, three steps each
+    assert run.summary["synthetic/best"] == "cloudlstm k=6"
+    assert run.summary["synthetic/best_mae"] == 0.5
+
+
+def test_no_group_for_runs_of_several_sweeps(tmp_path):
+    write_run(tmp_path / "a", 1.0)
+    write_run(tmp_path / "b", 2.0, seed=1)
+    join_group(tmp_path / "a", GROUP)
+    runs = find_runs([tmp_path])
+    assert _init_args(runs, [tmp_path], ["synthetic"], compare(runs))["group"] is None
+
+
+# --- the Hydra callback: the comparison when a multirun ends --------------------------------
+
+
+def test_a_multirun_ends_with_its_comparison(tmp_path):
+    """A real two-job sweep logging to W&B: the table printed, one W&B run beside the jobs'
+    in their group, and the page where ``html`` asks for it."""
+    sweep = tmp_path / "sweep"
+    cmd = [
+        sys.executable,
+        "train.py",
+        "-m",
+        "model.k=2,3",
+        f"hydra.sweep.dir={sweep}",
+        f"paths.data_dir={tmp_path / 'data'}",
+        *[a for a in TINY if not a.startswith(("trainer.max_epochs", "model.k="))],
+        "trainer.max_epochs=1",
+        "torch_threads=1",
+        "logger=wandb",
+        "report.figures=false",
+        "hydra.callbacks.compare.html=compare.html",
+    ]
+    env = subprocess_env()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| cloudlstm | synthetic | 2 | 1 |" in proc.stdout
+    assert f"wrote {sweep / 'compare.html'}" in proc.stderr
+    (run_file,) = sweep.glob("wandb/offline-run-*/run-*.wandb")
+    run = read_finished(run_file)
+    group = json.loads((sweep / "0" / "metrics.json").read_text())["run"]["group"]
+    assert run.name == "compare-sweep" and run.group == group
+    assert run.summary["synthetic/table/nrows"] == 2
+
+
+def callback_config(sweep: Path, logger: str = "wandb") -> DictConfig:
+    """What Hydra hands on_multirun_end, as far as the callback reads it."""
+    return OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}, "logger": {logger: {}}})
+
+
+def test_callback_is_registered_for_every_sweep(tmp_path):
+    cfg = compose_train(tmp_path, TINY)
+    assert cfg.hydra.callbacks.compare._target_ == f"{CompareSweep.__module__}.CompareSweep"
+    assert cfg.hydra.callbacks.compare.wandb == "auto" and cfg.hydra.callbacks.compare.html is None
+
+
+def test_callback_without_runs_or_with_a_broken_one_does_not_fail_the_sweep(
+    tmp_path, capsys, caplog
+):
+    caplog.set_level(logging.INFO)
+    callback = CompareSweep(html="compare.html")
+    callback.on_multirun_end(callback_config(tmp_path / "never-made"))
+    (tmp_path / "failed").mkdir()  # a job that died before testing
+    (tmp_path / "failed" / "metrics.json").write_text(json.dumps({"run": {}}))
+    callback.on_multirun_end(callback_config(tmp_path))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"compare: no finished runs under {tmp_path / 'never-made'} to compare",
+        f"compare: no finished runs under {tmp_path} to compare",
+    ]
+    (tmp_path / "failed" / "metrics.json").write_text("{")  # being written
+    callback.on_multirun_end(callback_config(tmp_path))
+    assert caplog.records[-1].levelname == "WARNING"
+    assert "is not valid JSON" in caplog.records[-1].getMessage()
+    assert not (tmp_path / "wandb").exists() and not (tmp_path / "compare.html").exists()
+    assert capsys.readouterr().out == ""
+
+
+def test_callback_logs_to_wandb_only_where_the_jobs_do(tmp_path, capsys):
+    write_run(tmp_path / "0", 1.0)
+    CompareSweep().on_multirun_end(callback_config(tmp_path, logger="csv"))
+    assert capsys.readouterr().out.startswith("| model |")
+    assert not (tmp_path / "wandb").exists()
