@@ -248,3 +248,21 @@ def test_scale_free_mae_checks_its_std() -> None:
     with pytest.raises(ValueError, match="expected 2 standard deviations"):
         per_channel = {name: {"mae": {"mean": 1.0, "std": 0.0}} for name in NAMES}
         scale_free_mae({"per_channel": per_channel}, [1.0])
+
+
+def test_every_declared_metric_is_computed_and_read_from_its_declaration() -> None:
+    """The declarations are the one list: the metrics compute each declared metric, compare
+    ranks by its direction, W&B keeps its best, the module logs its horizons."""
+    from cloudlstm.cli.compare.table import HIGHER_IS_BETTER
+    from cloudlstm.cli.report import BEST_SUMMARIES
+    from cloudlstm.metrics import DECLARED
+    from cloudlstm.training import HORIZON_METRICS
+
+    metrics = ForecastMetrics(2, 3, channel_std=[1.0, 2.0, 4.0])
+    metrics.update(torch.rand(4, 2, 5, 3), torch.rand(4, 2, 5, 3))
+    results = metrics.compute()
+    for info in DECLARED:
+        assert info.name in results["overall"] and info.name in results["per_step"], info.name
+        assert HIGHER_IS_BETTER[info.name] is info.higher_is_better
+        assert BEST_SUMMARIES[f"val/{info.name}"] == ("max" if info.higher_is_better else "min")
+        assert (info.name in HORIZON_METRICS) is info.per_horizon

@@ -51,14 +51,50 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-METRICS: tuple[str, ...] = ("mae", "rmse", "psnr", "ssim")
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """What every part that reports a metric needs to know of it, declared once.
+
+    Attributes:
+        name: its key in results (``overall[name]``) and logs (``test/<name>``).
+        label: how tables and figures name it.
+        higher_is_better: PSNR, SSIM; the others are errors.
+        at_validation: logged as ``val/<name>`` at every validation (W&B summary: its best).
+        per_horizon: logged per forecast step as ``<stage>/<name>_hNN`` scalars.
+    """
+
+    name: str
+    label: str
+    higher_is_better: bool = False
+    at_validation: bool = True
+    per_horizon: bool = True
+
+    @property
+    def best(self) -> str:
+        """``max`` or ``min``: how the best of a column or a curve is chosen."""
+        return "max" if self.higher_is_better else "min"
+
+
+# The reported metrics, in the order of tables. Their per-snapshot values come from
+# snapshot_metrics (the paper's four) and from the channels' std (smae).
+DECLARED: tuple[MetricInfo, ...] = (
+    MetricInfo("mae", "MAE"),
+    MetricInfo("rmse", "RMSE"),
+    MetricInfo("psnr", "PSNR (dB)", higher_is_better=True, per_horizon=False),
+    MetricInfo("ssim", "SSIM", higher_is_better=True, per_horizon=False),
+    MetricInfo("smae", "scale-free MAE"),
+)
+METRIC_INFO: dict[str, MetricInfo] = {m.name: m for m in DECLARED}
+METRICS: tuple[str, ...] = ("mae", "rmse", "psnr", "ssim")  # the paper's, per snapshot
 SMAE = "smae"  # scale-free MAE, reported when ForecastMetrics knows the channels' std
-ALL_METRICS: tuple[str, ...] = (*METRICS, SMAE)
+ALL_METRICS: tuple[str, ...] = tuple(METRIC_INFO)
 SSIM_L, SSIM_K1, SSIM_K2 = 2.0, 0.1, 0.3
 MSE_EPS = 1e-12
 

@@ -16,7 +16,7 @@ from torch.nn.utils import get_total_norm
 from cloudlstm.data.spec import SPEC_KEY, DataSpec, stored_spec
 from cloudlstm.distributed import gather_on_rank_zero
 from cloudlstm.errors import UserError
-from cloudlstm.metrics import ForecastMetrics
+from cloudlstm.metrics import DECLARED, ForecastMetrics
 from cloudlstm.models.base import silence_output_head
 from cloudlstm.nn.knn import NonFiniteCoordinatesError
 
@@ -240,17 +240,18 @@ class ForecastModule(L.LightningModule):
         self.val_metrics.reset()
 
     def on_validation_epoch_end(self) -> None:
-        """``val/mae``, ``val/rmse`` in real units (as at test) and ``val/mae_best``."""
+        """``val/<metric>`` in real units (as at test) for every metric declared
+        ``at_validation``, and ``val/mae_best``."""
         if self.trainer.sanity_checking:  # two batches only: not a validation result
             return
         overall = self.val_metrics.compute()["overall"]
-        mae, rmse = overall["mae"]["mean"], overall["rmse"]["mean"]
+        mae = overall["mae"]["mean"]
         if math.isfinite(mae):
             self.val_mae_best = min(self.val_mae_best, mae)
         # compute() already reduced the sums over DDP ranks: every rank logs the same value
-        self.log("val/mae", mae)
-        self.log("val/rmse", rmse)
-        self.log("val/smae", overall["smae"]["mean"])
+        for info in DECLARED:
+            if info.at_validation and info.name in overall:
+                self.log(f"val/{info.name}", overall[info.name]["mean"])
         self.log("val/mae_best", self.val_mae_best)
 
     def _real_units(
@@ -348,7 +349,7 @@ def anchor_index(input_offsets: list[int]) -> int:
     return len(input_offsets) - 1 - list(reversed(input_offsets)).index(-1)
 
 
-HORIZON_METRICS = ("mae", "rmse", "smae")
+HORIZON_METRICS = tuple(m.name for m in DECLARED if m.per_horizon)
 
 
 def horizon_scalars(results: dict[str, Any], prefix: str) -> dict[str, float]:

@@ -22,20 +22,24 @@ from omegaconf import DictConfig
 
 from cloudlstm.callbacks import EpochTimer
 from cloudlstm.errors import UserError
-from cloudlstm.metrics import ALL_METRICS
+from cloudlstm.metrics import ALL_METRICS, DECLARED
 from cloudlstm.viz import plot_forecast_maps, plot_horizon_curve, plot_worst_series
 
 log = logging.getLogger(__name__)
 
 # Validation curves whose best value (the minimum) is the W&B run summary.
-MIN_SUMMARIES = ("val/loss", "val/mae", "val/smae", "val/rmse", "train/loss")
+BEST_SUMMARIES = {
+    "val/loss": "min",
+    "train/loss": "min",
+    **{f"val/{m.name}": m.best for m in DECLARED if m.at_validation},
+}
 
 
 def define_wandb_metrics(loggers: list[Any]) -> None:
-    """Make the W&B summary of each validation curve its minimum, not its last value."""
+    """Make the W&B summary of each validation curve its best value, not its last one."""
     for logger in _wandb(loggers):
-        for key in MIN_SUMMARIES:
-            logger.experiment.define_metric(key, step_metric="trainer/global_step", summary="min")
+        for key, best in BEST_SUMMARIES.items():
+            logger.experiment.define_metric(key, step_metric="trainer/global_step", summary=best)
 
 
 def cost(module: L.LightningModule, datamodule: Any, trainer: L.Trainer) -> dict[str, Any]:

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from cloudlstm.cli.compare.cells import Column
 from cloudlstm.cli.compare.groups import Group, group_runs
 from cloudlstm.cli.compare.runs import CompareError, Run
-from cloudlstm.metrics import ALL_METRICS
+from cloudlstm.metrics import ALL_METRICS, METRIC_INFO
 
-HIGHER_IS_BETTER = {"mae": False, "rmse": False, "psnr": True, "ssim": True, "smae": False}
+HIGHER_IS_BETTER = {name: info.higher_is_better for name, info in METRIC_INFO.items()}
 
 
 def build_table(
