@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from cloudlstm.data.pipeline import grid as grid_module
-from cloudlstm.data.pipeline.grid import GridMapping, cell_centres, grid_shape, hungarian_grid
+from cloudlstm.models import grid_mapping as grid_module
 from cloudlstm.models.cnn import CNN2D
 from cloudlstm.models.grid_base import GridForecaster
+from cloudlstm.models.grid_mapping import GridMapping, cell_centres, grid_shape, hungarian_grid
 
 
 def displacement(coords: np.ndarray, mapping: GridMapping) -> float:

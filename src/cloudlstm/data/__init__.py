@@ -6,8 +6,8 @@ Two sub-packages, one idea each:
   long-format files, the synthetic, moving and mobile generators, the stand-in clusters,
   downloads);
 * :mod:`cloudlstm.data.pipeline`: what happens to a stream once it exists (the stream
-  container, its on-disk cache, scaling, outliers, windows, the datamodule, the grid mapping
-  of the grid baselines).
+  container, its on-disk cache, scaling, outliers, windows, the datamodule). The grid
+  baselines' point-to-grid mapping is model code: :mod:`cloudlstm.models.grid_mapping`.
 
 The names below stay importable from ``cloudlstm.data`` itself.
 """
@@ -65,14 +65,18 @@ _MOVED = {
         "sources",
     ),
     **dict.fromkeys(
-        ("stream", "windows", "transforms", "datamodule", "cache", "grid", "outliers"),
+        ("stream", "windows", "transforms", "datamodule", "cache", "outliers"),
         "pipeline",
     ),
 }
 
 
 # Modules renamed since: old name -> new name.
-_RENAMED = {"cloudlstm.lit": "cloudlstm.training"}
+_RENAMED = {
+    "cloudlstm.lit": "cloudlstm.training",
+    "cloudlstm.data.grid": "cloudlstm.models.grid_mapping",
+    "cloudlstm.data.pipeline.grid": "cloudlstm.models.grid_mapping",
+}
 
 
 def current_target(target: str) -> str:

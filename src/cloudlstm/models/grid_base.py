@@ -7,8 +7,8 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
-from cloudlstm.data.pipeline.grid import GridMapping, check_grid_coords, grid_shape, hungarian_grid
 from cloudlstm.models.base import ForecastModel
+from cloudlstm.models.grid_mapping import GridMapping, check_grid_coords, grid_shape, hungarian_grid
 
 
 def check_window(x: torch.Tensor, input_steps: int, num_channels: int) -> None:
