@@ -13,6 +13,8 @@ import pytest
 import yaml
 
 from cloudlstm.cli.compare import compare, find_runs, main, to_latex, to_markdown, write_csv
+from cloudlstm.cli.compare.groups import group_runs
+from cloudlstm.cli.compare.table import build_table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -346,3 +348,20 @@ def test_channel_columns(tmp_path, capsys):
     assert err == ["compare: no run has channel(s) NO3; channels: CO, PM2.5, ch0"]
     code, _, err = run_main(capsys, tmp_path, "--channels", "CO,")
     assert code == 2 and len(err) == 1 and err[0].startswith("compare: argument --channels")
+
+
+def test_step_budget_runs_show_their_steps_and_cost_per_1000_steps(tmp_path):
+    """Runs that record optimiser steps and their cost get those columns (means over seeds);
+    tables of older runs, which record neither, keep their columns."""
+    for seed, (steps, cost) in enumerate(((5000, 2.0), (3000, 4.0))):
+        run = tmp_path / "new" / f"s{seed}"
+        write_run(run, 1.0, seed=seed)
+        results = json.loads((run / "metrics.json").read_text())
+        results |= {"steps": steps, "cost": {"train_s_per_1k_steps": cost}}
+        (run / "metrics.json").write_text(json.dumps(results))
+    write_run(tmp_path / "old" / "s0", 2.0, model="lstm")
+    table = {c.name: c for c in build_table(group_runs(find_runs([tmp_path])), ["mae"])}
+    assert table["steps"].cells == [4000.0, None]
+    assert table["s_per_1k_steps"].cells == [3.0, None]
+    only_old = {c.name for c in build_table(group_runs(find_runs([tmp_path / "old"])), ["mae"])}
+    assert "steps" not in only_old and "s_per_1k_steps" not in only_old

@@ -31,6 +31,8 @@ class Run:
     groups: dict[str, dict[str, float]] = field(default_factory=dict)  # inliers/outliers
     channels: dict[str, dict[str, float]] = field(default_factory=dict)  # name -> metric -> mean
     wandb_group: str = ""  # the run's W&B group (its sweep), "" if unknown
+    train_steps: int | None = None  # optimiser steps (runs with a step budget)
+    s_per_1k_steps: float | None = None  # training seconds per 1,000 steps
 
     def value(self, key: str) -> str:
         """The key's value as text; "" where this run's config lacks it."""
@@ -83,6 +85,8 @@ def load_run(path: Path) -> Run | None:
         },
         # train.py records the group it gave the loggers; a config may name one itself
         wandb_group=info.get("group") or config.get("logger.wandb.group") or "",
+        train_steps=results.get("steps"),
+        s_per_1k_steps=(results.get("cost") or {}).get("train_s_per_1k_steps"),
     )
 
 

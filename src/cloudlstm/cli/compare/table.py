@@ -21,7 +21,8 @@ def build_table(
     channels: Sequence[str] = (),
     channel_metric: str = "mae",
 ) -> list[Column]:
-    """Columns: group keys, n, params, epochs, train_s, metrics, horizon metric at each step,
+    """Columns: group keys, n, params, epochs, train_s (steps and s_per_1k_steps where runs
+    have them), metrics, horizon metric at each step,
     channel metric of each channel (``mae[CO]``).
 
     Rows are sorted by data set, then best first on the first metric. A metric a row's runs
@@ -34,6 +35,11 @@ def build_table(
     columns = [Column(key, [g.keys[key] for g in rows]) for key in rows[0].keys]
     columns.append(Column("n", [len(g.runs) for g in rows]))
     columns += [Column(a, [g.mean_of(a) for g in rows]) for a in ("params", "epochs", "train_s")]
+    # runs with a step budget: their steps and cost per 1,000 steps (absent from older runs)
+    for name, attr in (("steps", "train_steps"), ("s_per_1k_steps", "s_per_1k_steps")):
+        values = [g.mean_of(attr) for g in rows]
+        if any(v is not None for v in values):
+            columns.append(Column(name, values))
     columns += [Column(m, [g.metric(m) for g in rows], _better(m)) for m in metrics]
     columns += [
         Column(
