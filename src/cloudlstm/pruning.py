@@ -1,0 +1,128 @@
+"""Early pruning of Optuna trials: a Lightning callback, and how a job finds its trial.
+
+``hparams_search=optuna`` runs every trial as an ordinary training job, through whatever
+Hydra launcher is configured (in-process, joblib, SLURM). The sweeper
+(``hydra_plugins.cloudlstm_optuna``) keeps the study in a storage that the jobs can reach
+(by default an SQLite file in the sweep directory) and names each job's trial in the job's
+environment (``hydra.job.env_set``): the storage URL, the study name and the trial number.
+Environment variables, not config keys, so that they appear neither in the run's name nor
+in its ``config.yaml``, which comparisons read.
+
+:class:`OptunaPruning` (``callbacks.optuna_pruning``, set by ``conf/hparams_search/optuna.yaml``)
+reports the monitored validation metric to that trial at every validation, with the global
+step as the step, and stops training when the pruner says so. It also marks the trial
+(user attribute ``pruned_at_step``), and the sweeper records the trial as PRUNED once the
+job has returned. The job itself ends normally (its best checkpoint tested, its
+``metrics.json`` written), so every launcher treats it as a job that finished.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+import lightning as L
+
+from cloudlstm.errors import UserError
+
+if TYPE_CHECKING:
+    import optuna
+
+log = logging.getLogger(__name__)
+
+# What the sweeper tells each job: where the study is, and which trial the job is.
+STORAGE_ENV = "CLOUDLSTM_OPTUNA_STORAGE"
+STUDY_ENV = "CLOUDLSTM_OPTUNA_STUDY"
+TRIAL_ENV = "CLOUDLSTM_OPTUNA_TRIAL"
+# Trial user attribute: the global step at which the job stopped on the pruner's word.
+PRUNED_ATTR = "pruned_at_step"
+# SQLite waits this long for another process's write lock before it fails: the sweeper and
+# several jobs write to one file, each only briefly, so waiting is always right.
+SQLITE_LOCK_TIMEOUT_S = 120
+
+
+def open_storage(url: str) -> optuna.storages.BaseStorage:
+    """The Optuna storage at ``url`` (any SQLAlchemy URL Optuna takes: sqlite, postgresql,
+    mysql)."""
+    import optuna
+
+    engine_kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite:"):
+        engine_kwargs["connect_args"] = {"timeout": SQLITE_LOCK_TIMEOUT_S}
+    return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+
+
+def trial_of_this_job(pruner: optuna.pruners.BasePruner | None) -> optuna.Trial | None:
+    """The running trial this process trains, as named by the sweeper in the environment;
+    None when the job is not a trial of a search."""
+    url, name, number = (os.environ.get(k) for k in (STORAGE_ENV, STUDY_ENV, TRIAL_ENV))
+    if not (url and name and number):
+        return None
+    import optuna
+
+    storage = open_storage(url)
+    study = optuna.load_study(study_name=name, storage=storage, pruner=pruner)
+    study_id = storage.get_study_id_from_name(name)
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, int(number))
+    return optuna.Trial(study, trial_id)
+
+
+class OptunaPruning(L.Callback):
+    """Report ``monitor`` to this job's Optuna trial at every validation; stop when pruned.
+
+    Inert outside a search (no trial named in the environment). Only rank 0 talks to the
+    storage; its decision is broadcast, so that every rank of a DDP job stops together.
+
+    Args:
+        monitor: the validation metric reported, e.g. ``val/mae`` (the source of the
+            objective ``val/mae_best``: the pruner then sees the learning curve).
+        pruner: an Optuna pruner (``hydra.sweeper.pruner``); None reports but never prunes.
+    """
+
+    def __init__(
+        self, monitor: str = "val/mae", pruner: optuna.pruners.BasePruner | None = None
+    ) -> None:
+        self.monitor = monitor
+        self.pruner = pruner
+        self.active = all(os.environ.get(k) for k in (STORAGE_ENV, STUDY_ENV, TRIAL_ENV))
+        self._trial: optuna.Trial | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.active and stage == "fit" and trainer.is_global_zero:
+            self._trial = trial_of_this_job(self.pruner)
+            assert self._trial is not None
+            log.info(
+                "Optuna trial %d of study %s: reporting %s at every validation.",
+                self._trial.number, os.environ[STUDY_ENV], self.monitor,
+            )  # fmt: skip
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.active or trainer.sanity_checking:
+            return
+        prune = self._report(trainer) if trainer.is_global_zero else False
+        if trainer.strategy.broadcast(prune, src=0):
+            trainer.should_stop = True
+
+    def _report(self, trainer: L.Trainer) -> bool:
+        """Report the metric at this step; True, the trial marked, when it is to be pruned."""
+        trial = self._trial
+        if trial is None:  # a validation outside fit (trainer.validate): no trial to report to
+            return False
+        value = trainer.callback_metrics.get(self.monitor)
+        if value is None:
+            raise UserError(
+                f"callbacks.optuna_pruning.monitor={self.monitor} is not a validation metric "
+                f"of this run; choose one of "
+                f"{', '.join(sorted(k for k in trainer.callback_metrics if k.startswith('val/')))}."
+            )
+        step = trainer.global_step
+        trial.report(float(value), step)
+        if not trial.should_prune():
+            return False
+        trial.set_user_attr(PRUNED_ATTR, step)
+        log.info(
+            "Optuna pruned trial %d at step %d (%s=%.6g): training stops here.",
+            trial.number, step, self.monitor, float(value),
+        )  # fmt: skip
+        return True

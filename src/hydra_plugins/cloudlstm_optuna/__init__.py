@@ -1,0 +1,50 @@
+"""cloudlstm's Optuna sweeper: ``hydra/sweeper=optuna`` (``hparams_search=optuna``).
+
+In the place of hydra-optuna-sweeper, whose last release holds Optuna below 3. Its settings
+(``conf/hydra/sweeper/optuna.yaml``) are those users know from that plugin: ``n_trials``,
+``direction``, ``study_name``, ``storage``, ``sampler`` and ``params`` in Hydra's override
+grammar (``choice``, ``range``, ``interval``, ``tag(log, ...)``); and:
+
+* the study is stored, by default in ``<sweep dir>/optuna.db`` (SQLite): the same command
+  with the same ``hydra.sweep.dir`` continues a search that was ended, keeping its
+  finished trials and running again, in their own run directories, the trials it left
+  unfinished;
+* ``n_jobs`` trials are asked at once and launched as one batch through the configured
+  launcher (with ``hydra/launcher=slurm``: one SLURM array per batch);
+* ``pruner``: the jobs report their validation metric to their trial through the storage
+  and stop early when pruned (:mod:`cloudlstm.pruning`); such trials are recorded PRUNED.
+
+Hydra finds sweepers only in the ``hydra_plugins`` namespace package, hence this module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig
+
+
+class OptunaSweeper(Sweeper):
+    """The plugin Hydra instantiates; the search itself is ``_search.OptunaSearch``, imported
+    only when a search starts (Optuna takes seconds to import, and Hydra imports this
+    module at every start of ``train.py``)."""
+
+    def __init__(self, **settings: Any) -> None:
+        # as configured, samplers and pruners not yet built (``_recursive_: false``): their
+        # errors are then one line from ``setup`` rather than Hydra's instantiation trace
+        self.settings = settings
+        self.search: Any = None
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        from hydra_plugins.cloudlstm_optuna._search import OptunaSearch
+
+        self.search = OptunaSearch(self.settings)
+        self.search.setup(hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def sweep(self, arguments: list[str]) -> None:
+        assert self.search is not None, "setup() comes first"
+        self.search.sweep(arguments)

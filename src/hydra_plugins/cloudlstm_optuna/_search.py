@@ -1,0 +1,428 @@
+"""The search loop of ``hydra/sweeper=optuna`` (see the package's docstring).
+
+Kept apart from the plugin module, which Hydra imports at every start of ``train.py``:
+importing Optuna takes seconds, and only a search needs it. Hydra's plugin scan skips
+modules whose name starts with ``_``, so this class is no second plugin.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import hydra.utils
+import optuna
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override, Transformer
+from hydra.core.plugins import Plugins
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.errors import HydraException
+from hydra.plugins.launcher import Launcher
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.trial import FrozenTrial, TrialState
+
+from cloudlstm.errors import UserError
+from cloudlstm.pruning import PRUNED_ATTR, STORAGE_ENV, STUDY_ENV, TRIAL_ENV, open_storage
+
+log = logging.getLogger(__name__)
+
+SETTINGS = (
+    "storage", "study_name", "n_trials", "n_jobs", "direction", "sampler", "pruner",
+    "params", "max_failure_rate",
+)  # fmt: skip
+DEFAULT_STUDY_NAME = "hparams_search"
+STORAGE_FILE = "optuna.db"
+RESULTS_FILE = "optimization_results.yaml"
+# Trial user attributes: the sweep directory that launched the trial and its job number
+# there, i.e. its run directory <sweep_dir>/<job>; a continued search runs the trial again
+# in that directory.
+SWEEP_DIR_ATTR = "sweep_dir"
+JOB_ATTR = "job"
+
+
+@dataclass(frozen=True)
+class Job:
+    """A trial as one Hydra job: its trial number, job number and sampled parameters."""
+
+    trial: int
+    number: int
+    params: dict[str, Any]
+
+
+class OptunaSearch(Sweeper):
+    """Ask ``n_jobs`` trials, launch them as one batch, tell their results; until the study
+    holds ``n_trials`` trials. Settings: :data:`SETTINGS` (``conf/hydra/sweeper/optuna.yaml``).
+    """
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.settings = settings
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+        self.launcher: Launcher | None = None
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        """Check every setting (one line each where wrong), then set up the launcher."""
+        s = self.settings
+        unknown = sorted(set(s) - set(SETTINGS))
+        if unknown:
+            raise UserError(
+                f"unknown setting hydra.sweeper.{unknown[0]} of hydra/sweeper=optuna; "
+                f"its settings: {', '.join(SETTINGS)}."
+            )
+        self.n_trials = _positive_int("n_trials", s.get("n_trials", 20))
+        self.n_jobs = _positive_int("n_jobs", s.get("n_jobs", 1))
+        self.direction = _direction(s.get("direction", "minimize"))
+        self.max_failure_rate = _failure_rate(s.get("max_failure_rate", 0.0))
+        self.sampler = _build("sampler", s.get("sampler"), optuna.samplers.BaseSampler)
+        self.pruner = _build("pruner", s.get("pruner"), optuna.pruners.BasePruner)
+        self.study_name = str(s.get("study_name") or DEFAULT_STUDY_NAME)
+        self.params = {str(k): v for k, v in (s.get("params") or {}).items()}
+        self.sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
+        storage = s.get("storage")
+        self.own_storage = not storage
+        self.storage_url = str(storage or f"sqlite:///{self.sweep_dir / STORAGE_FILE}")
+        self.config, self.hydra_context = config, hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+
+    def sweep(self, arguments: list[str]) -> None:
+        """Run the search: the command line's sweeps join ``params``, its other overrides
+        hold for every trial."""
+        self.space, self.fixed = search_space(self.params, arguments)
+        self.sweep_dir.mkdir(parents=True, exist_ok=True)  # SQLite creates no folders
+        study = self._open_study()
+        self._continue_unfinished(study)
+        while (to_go := self.n_trials - _n_counted(study)) > 0:
+            self._run(study, [self._ask(study) for _ in range(min(self.n_jobs, to_go))])
+        self._write_results(study)
+
+    def _open_study(self) -> optuna.Study:
+        """Create the study, or load it where it exists (a continued search)."""
+        try:
+            storage = open_storage(self.storage_url)
+            study = optuna.create_study(
+                storage=storage, study_name=self.study_name, sampler=self.sampler,
+                pruner=self.pruner, direction=self.direction, load_if_exists=True,
+            )  # fmt: skip
+        except Exception as err:  # SQLAlchemy's many errors: a bad URL, no server, no driver
+            raise UserError(
+                f"hydra.sweeper.storage={self.storage_url} cannot be opened: {_one_line(err)}"
+            ) from None
+        if study.direction.name.lower() != self.direction:
+            raise UserError(
+                f"study {self.study_name} in {self.storage_url} is to "
+                f"{study.direction.name.lower()}, not {self.direction}: set "
+                f"hydra.sweeper.direction={study.direction.name.lower()} or another "
+                "hydra.sweeper.study_name."
+            )
+        self.storage, self.study_id = storage, storage.get_study_id_from_name(self.study_name)
+        done = _n_counted(study)
+        log.info(
+            "Optuna study %s in %s: %d of %d trials there, %d at a time. An interrupted search "
+            "continues with the same command and hydra.sweep.dir=%s",
+            self.study_name, self.storage_url, done, self.n_trials, self.n_jobs, self.sweep_dir,
+        )  # fmt: skip
+        return study
+
+    def _continue_unfinished(self, study: optuna.Study) -> None:
+        """Run again, each in its own run directory, the trials this sweep directory left
+        RUNNING when it was ended (killed, cancelled, a job lost). A job that had finished
+        returns its metrics at once, one cut short continues from its last checkpoint
+        (``resume=auto``). Trials of other sweep directories (a shared storage) are left to
+        their sweeps."""
+        mine = [t for t in study.get_trials(deepcopy=False) if self._is_mine(t)]
+        self.next_job = 1 + max((t.user_attrs.get(JOB_ATTR, -1) for t in mine), default=-1)
+        unfinished = [t for t in mine if t.state == TrialState.RUNNING]
+        for t in unfinished:
+            if JOB_ATTR not in t.user_attrs:  # ended while asking it: never launched, and
+                study.tell(t.number, state=TrialState.FAIL)  # its parameters may be partial
+        jobs = [
+            Job(t.number, t.user_attrs[JOB_ATTR], dict(t.params))
+            for t in unfinished
+            if JOB_ATTR in t.user_attrs
+        ]
+        if jobs:
+            log.info(
+                "Running again the %d trials the last run of this search left unfinished: %s",
+                len(jobs), ", ".join(str(j.trial) for j in jobs),
+            )  # fmt: skip
+        for start in range(0, len(jobs), self.n_jobs):
+            self._run(study, jobs[start : start + self.n_jobs])
+
+    def _is_mine(self, trial: FrozenTrial) -> bool:
+        """A trial launched from this sweep directory; in this sweep's own storage file, also
+        one that was asked but ended before it was labelled."""
+        where = trial.user_attrs.get(SWEEP_DIR_ATTR)
+        return where == str(self.sweep_dir) or (where is None and self.own_storage)
+
+    def _ask(self, study: optuna.Study) -> Job:
+        """A new trial, labelled with its sweep directory and job number."""
+        trial = study.ask(self.space)
+        trial.set_user_attr(SWEEP_DIR_ATTR, str(self.sweep_dir))
+        trial.set_user_attr(JOB_ATTR, self.next_job)
+        self.next_job += 1
+        return Job(trial.number, self.next_job - 1, dict(trial.params))
+
+    def _run(self, study: optuna.Study, jobs: Sequence[Job]) -> None:
+        """Launch ``jobs`` (one batch: one launcher call per run of consecutive job numbers,
+        which is all of them but where a continued search runs scattered ones again) and
+        tell the study their results."""
+        assert self.launcher is not None
+        for run in _consecutive(jobs):
+            overrides = [self._overrides(job) for job in run]
+            try:  # a bad key in params or on the command line: fail the trials, not hang them
+                self.validate_batch_is_legal(overrides)
+            except HydraException:
+                for job in run:
+                    study.tell(job.trial, state=TrialState.FAIL)
+                raise
+            returns = self.launcher.launch(overrides, initial_job_idx=run[0].number)
+            failed = [
+                (job, ret)
+                for job, ret in zip(run, returns, strict=True)
+                if not self._tell(study, job, ret)
+            ]
+            if failed and len(failed) / len(run) > self.max_failure_rate:
+                _raise_failure(*failed[0], self._run_dir(failed[0][0]))
+
+    def _overrides(self, job: Job) -> list[str]:
+        """The job's command line: fixed overrides, the trial's parameters, and (as
+        environment variables, out of its name and config) the trial it is."""
+        fixed = [line for key, line in self.fixed.items() if key not in job.params]
+        params = [f"{key}={_format(value)}" for key, value in job.params.items()]
+        env = {STORAGE_ENV: self.storage_url, STUDY_ENV: self.study_name, TRIAL_ENV: job.trial}
+        return [
+            *fixed,
+            *params,
+            *(f"++hydra.job.env_set.{k}={_quoted(str(v))}" for k, v in env.items()),
+        ]
+
+    def _tell(self, study: optuna.Study, job: Job, ret: JobReturn) -> bool:
+        """Record the job's outcome in the study; False where the job failed."""
+        if ret.status == JobStatus.FAILED:
+            study.tell(job.trial, state=TrialState.FAIL)
+            log.warning("Trial %d (job %d) failed.", job.trial, job.number)
+            return False
+        trial_id = self.storage.get_trial_id_from_study_id_trial_number(self.study_id, job.trial)
+        pruned_at = self.storage.get_trial_user_attrs(trial_id).get(PRUNED_ATTR)
+        if pruned_at is not None:
+            study.tell(job.trial, state=TrialState.PRUNED)
+            log.info("Trial %d (job %d) pruned at step %s.", job.trial, job.number, pruned_at)
+            return True
+        try:
+            value = float(ret.return_value)
+        except (TypeError, ValueError):
+            study.tell(job.trial, state=TrialState.FAIL)
+            log.warning("Trial %d returned %r, not a number.", job.trial, ret.return_value)
+            return False
+        # NaN (a diverged training) is a result too, and Optuna records it as FAIL
+        study.tell(job.trial, value)
+        level = logging.WARNING if math.isnan(value) else logging.INFO
+        log.log(level, "Trial %d (job %d): objective %s.", job.trial, job.number, value)
+        return True
+
+    def _run_dir(self, job: Job) -> Path:
+        return self.sweep_dir / str(job.number)
+
+    def _write_results(self, study: optuna.Study) -> None:
+        """``optimization_results.yaml``: the best trial's parameters and value, and how many
+        trials ended in each state."""
+        trials = study.get_trials(deepcopy=False)
+        states = sorted({t.state.name for t in trials})
+        results: dict[str, Any] = {
+            "name": "optuna",
+            "study_name": self.study_name,
+            "trials": {s.lower(): sum(t.state.name == s for t in trials) for s in states},
+            "best_params": None,
+            "best_value": None,
+        }
+        if any(t.state == TrialState.COMPLETE for t in trials):
+            best = study.best_trial
+            where = Path(best.user_attrs.get(SWEEP_DIR_ATTR, self.sweep_dir))
+            results.update(
+                best_params=dict(best.params),
+                best_value=best.value,
+                best_trial=best.number,
+                best_run_dir=str(where / str(best.user_attrs.get(JOB_ATTR, best.number))),
+            )
+            log.info("Best trial %d: objective %s, %s", best.number, best.value, best.params)
+        else:
+            log.warning("No trial of study %s completed: there is no best one.", self.study_name)
+        OmegaConf.save(OmegaConf.create(results), self.sweep_dir / RESULTS_FILE)
+
+
+def search_space(
+    params: dict[str, Any], arguments: Sequence[str]
+) -> tuple[dict[str, BaseDistribution], dict[str, str]]:
+    """The distributions of the swept keys, and the other overrides by key (the command line
+    after ``params``, as Hydra orders them, so a key given on the command line wins).
+
+    Raises:
+        UserError: a value of ``params`` is not Hydra's override grammar, or nothing is swept.
+    """
+    parser = OverridesParser.create()
+    lines = [(f"hydra.sweeper.params.{k}", f"{k}={v}") for k, v in params.items()]
+    lines += [("the command line", a) for a in arguments]
+    space: dict[str, BaseDistribution] = {}
+    fixed: dict[str, str] = {}
+    for where, line in lines:
+        try:
+            override = parser.parse_override(line)
+        except HydraException as err:
+            raise UserError(f"{where}: {line!r} is no Hydra override: {_one_line(err)}") from None
+        key = override.get_key_element()
+        space.pop(key, None)
+        fixed.pop(key, None)
+        if override.is_sweep_override():
+            space[key] = distribution(override, where)
+        else:
+            fixed[key] = override.input_line or line
+    if not space:
+        raise UserError(
+            "hydra/sweeper=optuna has nothing to search: give hydra.sweeper.params, e.g. "
+            "optimizer.lr: tag(log, interval(1e-4, 1e-2)), model.k: choice(3, 6, 9)."
+        )
+    return space, fixed
+
+
+def distribution(override: Override, where: str = "params") -> BaseDistribution:
+    """An Optuna distribution from a sweep of Hydra's grammar:
+
+    * ``choice(a, b, ...)``: categorical;
+    * ``range(start, stop[, step])``: the values Hydra's range gives (``stop`` excluded),
+      as an ordered int or float distribution with that step;
+    * ``interval(low, high)``: float, uniform; ``tag(log, ...)`` log-uniform; ``tag(int,
+      ...)`` integers in [low, high].
+    """
+    value = override.value()
+    if override.is_choice_sweep() or (override.is_range_sweep() and value.shuffle):
+        choices = list(override.sweep_iterator(transformer=Transformer.encode))
+        return CategoricalDistribution(choices)
+    if override.is_range_sweep():
+        values = list(override.sweep_iterator())
+        if not values:
+            raise UserError(f"{where}: {override.input_line!r} is an empty range.")
+        low, high, step = min(values), max(values), abs(value.step)
+        if all(isinstance(v, int) for v in values):
+            return IntDistribution(int(low), int(high), step=int(step))
+        return FloatDistribution(float(low), float(high), step=float(step))
+    tags = set(value.tags)
+    log_scale = "log" in tags
+    if "int" in tags:
+        return IntDistribution(int(value.start), int(value.end), log=log_scale)
+    return FloatDistribution(float(value.start), float(value.end), log=log_scale)
+
+
+def _build(name: str, conf: Any, base: type) -> Any:
+    """Instantiate ``hydra.sweeper.<name>`` (a ``_target_`` config; None stays None)."""
+    if conf is None:
+        return None
+    module = optuna.samplers if name == "sampler" else optuna.pruners
+    suffix = base.__name__.removeprefix("Base")  # Sampler, Pruner
+    known = sorted(n for n in module.__all__ if n.endswith(suffix) and not n.startswith("Base"))
+    hint = f"Optuna's: {', '.join(f'{module.__name__}.{n}' for n in known)}"
+    target = conf.get("_target_") if isinstance(conf, DictConfig) else None
+    if not target:
+        raise UserError(f"hydra.sweeper.{name} needs a _target_; {hint}.")
+    try:
+        hydra.utils.get_class(str(target))
+    except Exception:
+        raise UserError(f"hydra.sweeper.{name}: there is no {target}; {hint}.") from None
+    try:
+        obj = hydra.utils.instantiate(conf)
+    except Exception as err:
+        raise UserError(f"hydra.sweeper.{name}: {_one_line(err)}; {hint}.") from None
+    if not isinstance(obj, base):
+        raise UserError(f"hydra.sweeper.{name}: {target} is no Optuna {name}; {hint}.")
+    return obj
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"hydra.sweeper.{name}={value} must be a whole number of at least 1.")
+    return value
+
+
+def _direction(value: Any) -> str:
+    if str(value).lower() not in ("minimize", "maximize"):
+        raise UserError(
+            f"hydra.sweeper.direction={value} must be minimize or maximize (one objective: "
+            "optimized_metric)."
+        )
+    return str(value).lower()
+
+
+def _failure_rate(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise UserError(f"hydra.sweeper.max_failure_rate={value} must be between 0 and 1.")
+    return float(value)
+
+
+def _n_counted(study: optuna.Study) -> int:
+    """Trials that count towards ``n_trials``: all but those waiting to be asked
+    (``enqueue_trial``), which the next asks take, and those failed before they had a job
+    number (a search ended while asking them), which never ran."""
+    return sum(
+        t.state != TrialState.WAITING
+        and not (t.state == TrialState.FAIL and JOB_ATTR not in t.user_attrs)
+        for t in study.get_trials(deepcopy=False)
+    )
+
+
+def _consecutive(jobs: Sequence[Job]) -> Iterator[list[Job]]:
+    """``jobs`` in runs of consecutive job numbers (a launcher numbers a call's jobs on)."""
+    run: list[Job] = []
+    for job in sorted(jobs, key=lambda j: j.number):
+        if run and job.number != run[-1].number + 1:
+            yield run
+            run = []
+        run.append(job)
+    if run:
+        yield run
+
+
+def _format(value: Any) -> str:
+    """A sampled value as Hydra's override grammar reads it back."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _quoted(text: str) -> str:
+    """``text`` as a quoted override value: kept verbatim, never interpolated."""
+    return "'" + text.replace("'", "\\'").replace("${", "\\${") + "'"
+
+
+def _one_line(err: BaseException) -> str:
+    """The innermost cause of ``err``, in one line."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[0] if lines else 'no message'}"
+
+
+def _raise_failure(job: Job, ret: JobReturn, run_dir: Path) -> None:
+    """End the sweep with the failed job's own error (``max_failure_rate`` exceeded)."""
+    if ret.status == JobStatus.FAILED:
+        ret.return_value  # noqa: B018 - JobReturn raises the job's exception
+    raise UserError(
+        f"trial {job.trial} (run dir {run_dir}) returned {ret.return_value!r} as its objective, "
+        "not a number: optimized_metric must name a validation metric of a run that validates."
+    )

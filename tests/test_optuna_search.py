@@ -1,0 +1,211 @@
+"""hparams_search=optuna through our sweeper (src/hydra_plugins/cloudlstm_optuna): real
+Optuna, real Hydra, real tiny trainings in ``python train.py`` subprocesses."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState
+
+from tests.conftest import ROOT, subprocess_env
+from tests.test_sweeps import ONE_EPOCH, train_py
+
+SEARCH = [
+    "hparams_search=optuna",
+    "hydra.sweeper.sampler.n_startup_trials=2",
+    *ONE_EPOCH,
+]
+
+
+def load(sweep: Path) -> optuna.Study:
+    storage = optuna.storages.RDBStorage(f"sqlite:///{sweep / 'optuna.db'}")
+    return optuna.load_study(study_name="hparams_search", storage=storage)
+
+
+def metrics(sweep: Path, job: int) -> dict:
+    return json.loads((sweep / str(job) / "metrics.json").read_text())
+
+
+def test_parallel_trials_are_stored_with_each_jobs_objective(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = train_py(
+        tmp_path,
+        *SEARCH,
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "hydra.sweeper.n_trials=4",
+        "hydra.sweeper.n_jobs=2",
+        f"hydra.sweep.dir={sweep}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("Joblib.Parallel") + proc.stderr.count("Joblib.Parallel") == 2, (
+        "two batches of two trials"
+    )
+    trials = load(sweep).get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 4
+    for t in trials:
+        assert t.user_attrs["job"] == t.number
+        assert t.value == metrics(sweep, t.number)["val"]["val/mae_best"]
+        # each job reported its validation MAE at each validation, by global step
+        assert t.intermediate_values == {
+            3: pytest.approx(metrics(sweep, t.number)["val"]["val/mae"])
+        }
+    best = min(trials, key=lambda t: t.value)
+    result = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
+    assert result["best_value"] == best.value and result["best_params"] == best.params
+    assert result["best_run_dir"] == str(sweep / str(best.number))
+    assert result["trials"] == {"complete": 4}
+    # the trial's identity travels outside the run's config and name
+    config = (sweep / "0" / "config.yaml").read_text()
+    assert "CLOUDLSTM_OPTUNA" not in config and "optuna.db" not in config
+    assert "trial" not in metrics(sweep, 0)["run"]["name"]
+
+
+def states(db: Path) -> list[str]:
+    """The trials' states, read with SQLite alone while the sweep writes to the file."""
+    if not db.exists():
+        return []
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as con:
+        try:
+            return [row[0] for row in con.execute("SELECT state FROM trials ORDER BY number")]
+        except sqlite3.OperationalError:  # the tables are not created yet
+            return []
+
+
+def test_a_killed_search_continues_with_the_same_command(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = [*SEARCH, "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2"]
+    args += [f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path / 'data'}"]
+    cmd = [sys.executable, "train.py", *args]
+    first = subprocess.Popen(cmd, cwd=ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 300
+    # killed once the first batch is told and the second launched (job 2 started; the
+    # basic launcher runs job 3 after it): trials 2 and 3 RUNNING
+    running = ["COMPLETE", "COMPLETE", "RUNNING", "RUNNING"]
+    while states(sweep / "optuna.db") != running or not (sweep / "2").is_dir():
+        assert first.poll() is None, "the search ended before it was killed"
+        assert time.monotonic() < deadline, states(sweep / "optuna.db")
+        time.sleep(0.1)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    finished = {job: (sweep / str(job) / "metrics.json").stat().st_mtime_ns for job in (0, 1)}
+
+    proc = train_py(tmp_path, *args[:-1])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Running again the 2 trials" in proc.stdout + proc.stderr
+    trials = load(sweep).get_trials()
+    assert [(t.number, t.state) for t in trials] == [(n, TrialState.COMPLETE) for n in range(4)]
+    for t in trials:
+        assert t.value == metrics(sweep, t.number)["val"]["val/mae_best"]
+    # the finished trials were not trained again
+    for job, mtime in finished.items():
+        assert (sweep / str(job) / "metrics.json").stat().st_mtime_ns == mtime
+    assert yaml.safe_load((sweep / "optimization_results.yaml").read_text())["trials"] == {
+        "complete": 4
+    }
+
+
+def test_pruned_trials_stop_early_and_the_search_ends_well(tmp_path):
+    sweep = tmp_path / "sweep"
+    budget = [a for a in SEARCH if not a.startswith("trainer.max_epochs")]
+    proc = train_py(
+        tmp_path,
+        *budget,
+        "trainer.max_epochs=2",  # 6 steps; validations at steps 3 and 6
+        "hydra/sweeper/pruner=threshold",
+        "hydra.sweeper.pruner.upper=0.0",  # any MAE is above: every trial is pruned
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.n_jobs=2",
+        f"hydra.sweep.dir={sweep}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trials = load(sweep).get_trials()
+    assert [t.state for t in trials] == [TrialState.PRUNED] * 2
+    for t in trials:
+        assert t.user_attrs["pruned_at_step"] == 3
+        assert metrics(sweep, t.number)["steps"] == 3  # of a budget of 6
+        assert list(t.intermediate_values) == [3]
+    result = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
+    assert result["trials"] == {"pruned": 2} and result["best_params"] is None
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("hydra.sweeper.n_jobs=0", "hydra.sweeper.n_jobs=0"),
+        (
+            "hydra.sweeper.sampler._target_=optuna.samplers.NoSuchSampler",
+            "there is no optuna.samplers.NoSuchSampler; Optuna's: ",
+        ),
+    ],
+)
+def test_bad_sweeper_settings_are_one_line(tmp_path, override, named):
+    proc = train_py(tmp_path, *SEARCH, override, f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    # one line, besides Hydra's own hint (HYDRA_FULL_ERROR) under every error
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 2 and "HYDRA_FULL_ERROR" in lines[1], proc.stderr
+    assert named in lines[0], proc.stderr
+
+
+def distribution(line: str):
+    from hydra_plugins.cloudlstm_optuna._search import distribution
+
+    return distribution(OverridesParser.create().parse_override(line))
+
+
+def test_sweeps_of_hydras_grammar_become_optuna_distributions():
+    assert distribution("a=choice(lstm, gru)") == CategoricalDistribution(["lstm", "gru"])
+    assert distribution("a=range(2, 10, 2)") == IntDistribution(2, 8, step=2)  # 10 excluded
+    assert distribution("a=interval(0.1, 0.5)") == FloatDistribution(0.1, 0.5)
+    assert distribution("a=tag(log, interval(1e-4, 1e-2))") == FloatDistribution(
+        1e-4, 1e-2, log=True
+    )
+    assert distribution("a=tag(int, interval(1, 8))") == IntDistribution(1, 8)
+
+
+def test_the_storage_url_reaches_the_job_verbatim(tmp_path):
+    from hydra_plugins.cloudlstm_optuna._search import _quoted
+    from tests.conftest import compose_train
+
+    url = "postgresql://me:p'w${x}@host/db?opt=1,2"
+    cfg = compose_train(tmp_path, [f"++hydra.job.env_set.CLOUDLSTM_X={_quoted(url)}"])
+    assert cfg.hydra.job.env_set["CLOUDLSTM_X"] == url
+
+
+def test_the_pruning_callback_is_inert_outside_a_search(monkeypatch):
+    from cloudlstm.pruning import STORAGE_ENV, OptunaPruning
+
+    monkeypatch.delenv(STORAGE_ENV, raising=False)
+    assert not OptunaPruning().active
+
+
+def test_a_trial_asked_but_never_launched_fails_and_does_not_count(tmp_path):
+    """A search ended between asking a trial and labelling it with its job: on continuing,
+    the trial is FAIL (it never ran; its parameters may be partial) and not one of n_trials."""
+    from hydra_plugins.cloudlstm_optuna._search import OptunaSearch, _n_counted
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    done = study.ask({"x": FloatDistribution(0, 1)})
+    done.set_user_attr("sweep_dir", str(tmp_path))
+    done.set_user_attr("job", 0)
+    study.tell(done, 0.5)
+    study.ask({"x": FloatDistribution(0, 1)})  # never labelled
+    search = OptunaSearch({})
+    search.n_jobs, search.sweep_dir, search.own_storage = 1, tmp_path, True
+    search._continue_unfinished(study)
+    assert [t.state for t in study.get_trials()] == [TrialState.COMPLETE, TrialState.FAIL]
+    assert _n_counted(study) == 1 and search.next_job == 1
