@@ -1,9 +1,12 @@
-"""A callback that SIGKILLs its own process, to test resuming (used by test_resume.py)."""
+"""Callbacks that kill or hold their own training process, to test resuming, requeues and
+run-directory locks (test_resume.py, test_slurm.py, test_run_lock.py)."""
 
 from __future__ import annotations
 
 import os
 import signal
+import time
+from pathlib import Path
 
 import lightning as L
 
@@ -31,4 +34,51 @@ class KillAtStep(L.Callback):
 
     def on_train_batch_start(self, trainer: L.Trainer, *_: object) -> None:
         if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class WaitAt(L.Callback):
+    """Hold training at the start of epoch ``epoch`` (or of its training batch ``batch``)
+    until file ``until`` exists.
+
+    While it waits, ``<until>.waiting`` exists, so a test knows the job is there (the
+    epochs before checkpointed) and can signal, requeue or cancel it. A SIGTERM (what SLURM
+    sends a requeued or cancelled job) ends the wait, and Lightning then stops.
+    """
+
+    def __init__(self, epoch: int, until: str, batch: int | None = None) -> None:
+        self.epoch = epoch
+        self.batch = batch
+        self.until = Path(until)
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.batch is None and trainer.current_epoch == self.epoch:
+            self._wait(trainer)
+
+    def on_train_batch_start(self, trainer: L.Trainer, _: object, __: object, idx: int) -> None:
+        if self.batch == idx and trainer.current_epoch == self.epoch:
+            self._wait(trainer)
+
+    def _wait(self, trainer: L.Trainer, timeout_s: float = 600) -> None:
+        waiting = self.until.with_name(self.until.name + ".waiting")
+        waiting.touch()
+        deadline = time.monotonic() + timeout_s
+        while not self.until.exists() and not trainer.received_sigterm:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.until} did not appear in {timeout_s} s")
+            time.sleep(0.2)
+        waiting.unlink(missing_ok=True)
+
+
+class SaveHpcCheckpointAndKill(L.Callback):
+    """At the start of epoch ``epoch``, save ``hpc_ckpt_1.ckpt`` as Lightning's SLURM handler
+    does on SIGUSR1, then SIGKILL the process (as SLURM ends a requeued job)."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.current_epoch == self.epoch:
+            path = trainer._checkpoint_connector.hpc_save_path(trainer.default_root_dir)
+            trainer.save_checkpoint(path)
             os.kill(os.getpid(), signal.SIGKILL)

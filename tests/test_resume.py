@@ -105,6 +105,35 @@ def test_last_checkpoint_is_the_latest_epoch_when_validation_gets_worse(tiny_cfg
     assert best["epoch"] < 2, "the run must diverge for this test to mean anything"
 
 
+def test_hpc_checkpoint_of_an_epoch_start_resumes_from_last_bit_exactly(tmp_path):
+    """SLURM's signal right as an epoch starts: Lightning's HPC checkpoint then holds what
+    last.ckpt holds, but Lightning restores it as an epoch already run and fails. resume=auto
+    takes last.ckpt instead, and the run ends as one never stopped."""
+    from lightning.pytorch.trainer.connectors.checkpoint_connector import _CheckpointConnector
+
+    data = tmp_path / "data"
+    whole = run_train(tmp_path / "whole", data)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    run_dir = tmp_path / "requeued"
+    killed = run_train(
+        run_dir,
+        data,
+        "+callbacks.hpc._target_=tests.kill_callback.SaveHpcCheckpointAndKill",
+        "+callbacks.hpc.epoch=2",
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert (run_dir / "hpc_ckpt_1.ckpt.checksum").is_file()
+    # the checksum beside it does not change Lightning's numbering of HPC checkpoints
+    assert _CheckpointConnector.hpc_save_path(run_dir) == str(run_dir / "hpc_ckpt_2.ckpt")
+
+    resumed = run_train(run_dir, data)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expected = json.loads((tmp_path / "whole" / "metrics.json").read_text())
+    got = json.loads((run_dir / "metrics.json").read_text())
+    assert got["resumed_from"] == str(run_dir / "checkpoints" / "last.ckpt")
+    assert got["test"] == expected["test"] and got["val"] == expected["val"]
+
+
 def test_long_epochs_save_last_checkpoint_every_n_steps(tmp_path):
     """A job killed mid-epoch loses at most `every_n_train_steps` steps."""
     run_dir = tmp_path / "run"

@@ -113,6 +113,16 @@ def test_slurm_launcher_submits_an_array_job_with_the_cluster_settings(tmp_path)
     assert proc.returncode != 0
 
 
+def bin_without_slurm(tmp_path: Path) -> Path:
+    """/bin less SLURM's programs, which this machine may have (tests/test_slurm.py)."""
+    folder = tmp_path / "bin_without_slurm"
+    folder.mkdir()
+    for tool in Path("/bin").iterdir():
+        if tool.name not in ("sbatch", "srun"):
+            (folder / tool.name).symlink_to(tool)
+    return folder
+
+
 def test_slurm_launcher_without_sbatch_is_one_clear_line(tmp_path):
     empty = tmp_path / "bin"
     empty.mkdir()
@@ -124,7 +134,7 @@ def test_slurm_launcher_without_sbatch_is_one_clear_line(tmp_path):
         "model.k=2,3",
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
         *ONE_EPOCH,
-        env={"PATH": f"{empty}:{python_dir}:/bin"},
+        env={"PATH": f"{empty}:{python_dir}:{bin_without_slurm(tmp_path)}"},
     )
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr

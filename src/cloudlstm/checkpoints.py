@@ -2,19 +2,35 @@
 
 ``eval.py``, ``predict.py``, :class:`cloudlstm.Forecaster` and training's ``resume=`` all
 find a run's checkpoint and load it here, so a missing run, a missing or truncated
-checkpoint, or a file that is not a Lightning checkpoint is one clear
-:class:`~cloudlstm.errors.UserError` wherever it happens.
+checkpoint, a checkpoint whose bytes changed since it was written, or a file that is not a
+Lightning checkpoint is one clear :class:`~cloudlstm.errors.UserError` wherever it happens.
+
+Checksums: every checkpoint a Trainer writes gets its SHA-256 in ``<file>.checksum`` beside
+it (:mod:`cloudlstm.checkpoint_io` writes it), in ``sha256sum`` format, so
+``sha256sum -c last.ckpt.checksum`` checks it by hand too. Not ``.sha256``: Lightning reads
+the number of ``hpc_ckpt_<n>.ckpt`` from every file name that contains ``hpc_ckpt_`` by
+dropping all but its digits, and ``hpc_ckpt_1.ckpt.sha256`` would read as checkpoint 1256.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
+import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from cloudlstm.errors import UserError
+
+log = logging.getLogger(__name__)
+
+CHECKSUM_SUFFIX = ".checksum"
+# files whose checksum matched, by (path, size, mtime): a file checked by resume= and
+# loaded again by Lightning right after is read and hashed once
+_verified: set[tuple[str, int, int]] = set()
 
 
 def check_run_dir(run_dir: str | Path) -> Path:
@@ -72,12 +88,73 @@ def _tested_checkpoint(run: Path) -> Path | None:
     return None
 
 
+def checksum_path(path: str | Path) -> Path:
+    """Where the SHA-256 of checkpoint ``path`` is kept: ``<path>.checksum``."""
+    path = Path(path)
+    return path.with_name(path.name + CHECKSUM_SUFFIX)
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, as hex."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_checksum(path: str | Path) -> Path:
+    """Write the SHA-256 of checkpoint ``path`` beside it, atomically; returns that file.
+
+    Written to a temporary file then renamed over the old one, so a reader sees the old
+    checksum or the new one, never a part. (The temporary name has no digits of its own,
+    for Lightning's reading of ``hpc_ckpt_<n>`` numbers.)
+    """
+    path = Path(path)
+    sidecar = checksum_path(path)
+    tmp = sidecar.with_name(sidecar.name + ".tmp")
+    tmp.write_text(f"{file_sha256(path)}  {path.name}\n")
+    os.replace(tmp, sidecar)
+    return sidecar
+
+
+def verify_checksum(path: str | Path, remedy: str | None = None) -> None:
+    """Check checkpoint ``path`` against its ``.checksum``; a file without one passes.
+
+    Checkpoints written before checksums existed (older runs, ``docs/results/``) have none
+    and load as before.
+
+    Raises:
+        UserError: the file's SHA-256 is not the one written with it.
+    """
+    path = Path(path)
+    sidecar = checksum_path(path)
+    if not sidecar.is_file():
+        log.debug("%s has no %s: loaded without verifying it.", path, sidecar.name)
+        return
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key in _verified:
+        return
+    expected = (sidecar.read_text().split() or [""])[0]
+    if file_sha256(path) != expected:
+        raise UserError(
+            f"Checkpoint {path} does not match its SHA-256 in {sidecar.name}: its bytes "
+            "changed after training wrote it (a disk or copy error, or an edit), so its "
+            "weights are not the trained ones. "
+            + (remedy or "Use another checkpoint, or start fresh with `resume=never`.")
+        )
+    _verified.add(key)
+
+
 def check_checkpoint(path: Path, remedy: str | None = None) -> dict[str, Any]:
-    """Load a Lightning checkpoint on CPU, or raise a UserError that names the file.
+    """Verify a Lightning checkpoint's checksum and load it on CPU, or raise a UserError
+    that names the file.
 
     ``remedy`` ends the message (what to do instead); by default it is about ``resume=``.
     Returns the loaded checkpoint dict.
     """
+    verify_checksum(path, remedy)
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as err:  # truncated zip, bad pickle, not a checkpoint at all

@@ -3,9 +3,10 @@
 A killed job (SLURM time limit, preemption, node failure) that is started again with the
 same run directory continues where it stopped: ``auto`` picks the newest of
 ``<run dir>/checkpoints/last.ckpt`` and the ``hpc_ckpt_<n>.ckpt`` files that Lightning's
-SLURM auto-requeue writes into the run directory. A checkpoint that cannot be read is a
-:class:`~cloudlstm.errors.UserError` naming the file and how to start fresh, not a pickle
-traceback.
+SLURM auto-requeue writes into the run directory. A checkpoint that cannot be read, or
+whose bytes no longer match the SHA-256 written with it, is a
+:class:`~cloudlstm.errors.UserError` naming the file, the best checkpoint to resume from
+instead and how to start fresh, not a pickle traceback.
 """
 
 from __future__ import annotations
@@ -41,13 +42,51 @@ def resume_checkpoint(resume: Any, run_dir: Path) -> str | None:
         if not existing:
             return None
         path = max(existing, key=lambda p: p.stat().st_mtime_ns)
+        checkpoint = check_checkpoint(path, _remedy(run_dir))
+        path = _prefer_last(path, checkpoint, run_dir)
         log.info("Resuming from %s (resume=auto; resume=never starts fresh).", path)
-    else:
-        path = Path(str(resume)).expanduser()
-        if not path.is_file():
-            raise UserError(
-                f"resume={resume}: no such checkpoint file. Give the path of a .ckpt file, "
-                f"`resume=auto` (the run directory's last checkpoint) or `resume=never`."
-            )
-    check_checkpoint(path)
+        return str(path)
+    path = Path(str(resume)).expanduser()
+    if not path.is_file():
+        raise UserError(
+            f"resume={resume}: no such checkpoint file. Give the path of a .ckpt file, "
+            f"`resume=auto` (the run directory's last checkpoint) or `resume=never`."
+        )
+    check_checkpoint(path, _remedy(run_dir))
     return str(path)
+
+
+def _prefer_last(path: Path, checkpoint: dict[str, Any], run_dir: Path) -> Path:
+    """``last.ckpt`` instead of an HPC checkpoint of the same training step.
+
+    SLURM's signal may come right at an epoch's start, before its first step: the HPC
+    checkpoint then holds what ``last.ckpt`` of the epoch before holds, but Lightning 2.6
+    restores it as an epoch already run (it skips that epoch's training and validation,
+    and early stopping fails for want of a validation metric). ``last.ckpt``, written at
+    the validation, resumes from the same state, bit-exactly.
+    """
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if path == last or not last.is_file():
+        return path
+    try:
+        step = check_checkpoint(last, _remedy(run_dir)).get("global_step")
+    except UserError:
+        return path  # a damaged last.ckpt: the HPC checkpoint is what there is
+    if step is not None and step == checkpoint.get("global_step"):
+        log.info("%s is at step %s, as %s: resuming from the latter.", path.name, step, last)
+        return last
+    return path
+
+
+def _remedy(run_dir: Path) -> str:
+    """What to do about a damaged checkpoint: resume from the best one, or start fresh."""
+    best = max(
+        (run_dir / "checkpoints").glob("epoch_*.ckpt"),
+        key=lambda p: p.stat().st_mtime_ns,
+        default=None,
+    )
+    if best is None:
+        return "Delete it, or start fresh with `resume=never`."
+    return (
+        f"Resume from the best checkpoint with `resume={best}`, or start fresh with `resume=never`."
+    )

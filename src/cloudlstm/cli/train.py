@@ -27,10 +27,12 @@ from cloudlstm.cli.assemble import (
 from cloudlstm.cli.build import configure_process
 from cloudlstm.cli.resume import resume_checkpoint
 from cloudlstm.errors import UserError
+from cloudlstm.run_lock import owns_run_dir
 
 log = logging.getLogger(__name__)
 
 
+@owns_run_dir  # one run at a time in a run directory (run.lock)
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Run one training job; returns what is written to ``metrics.json``."""
     configure_process(cfg)
@@ -88,7 +90,9 @@ def _fit(job: Assembly) -> dict[str, Any]:
 def _test(job: Assembly, ckpt: str | None) -> dict[str, Any]:
     """Test ``ckpt`` (None: the module's weights as they are), then the report."""
     start = time.perf_counter()
-    job.trainer.test(job.module, datamodule=job.datamodule, ckpt_path=ckpt, weights_only=False)
+    job.trainer.test(
+        job.module, datamodule=job.datamodule, ckpt_path=ckpt, weights_only=False, verbose=False
+    )
     results = {
         "test_time_s": time.perf_counter() - start,
         "checkpoint": ckpt,

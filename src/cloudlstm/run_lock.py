@@ -1,0 +1,245 @@
+"""One run at a time in a run directory: ``<run dir>/run.lock``.
+
+Two trainings in one directory (the same command started twice, a sweep started again while
+it still runs, a requeued SLURM job whose first run is still alive) would write the same
+checkpoints, ``metrics.json`` and W&B run, and the survivor's files would mix both. So a
+training holds the directory while it works: a second one is refused with one line that
+names the holder (host, pid, start time).
+
+How: an ``fcntl.flock`` on ``run.lock`` plus a JSON description of the holder in that file.
+The kernel drops the flock when its process dies, however it dies, so on one host a lock
+whose flock is free is stale (its run was killed) and is taken over. Another host's flock
+cannot be seen from here on every file system, so its lock is trusted, unless it is the
+same SLURM job (a requeued job runs again, its first run is gone) or its heartbeat (the
+file's mtime, touched every :data:`HEARTBEAT_S` by the holder) is older than
+:data:`FOREIGN_STALE_S`, or the user passes ``run_lock=takeover``.
+
+Only rank 0 of a DDP job holds it: the ranks share the directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from cloudlstm.errors import UserError
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = "run.lock"
+MODES = ("auto", "takeover")
+HEARTBEAT_S = 60.0
+# a lock from another host whose heartbeat is older than this is stale: its holder stopped
+# touching it (killed, or its node died); 15 heartbeats, so a busy file server is no cause
+FOREIGN_STALE_S = 15 * 60.0
+# where the launcher says which process is which rank (torchrun, Lightning, SLURM)
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCID")
+
+
+def is_rank_zero() -> bool:
+    """Whether this process is rank 0, the one that owns the run directory."""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    if getattr(rank_zero_only, "rank", 0) != 0:
+        return False
+    # Lightning's own DDP launch starts the other ranks with LOCAL_RANK set; under SLURM
+    # every task has SLURM_PROCID: any non-zero value is another rank
+    return all(os.environ.get(name, "0") in ("", "0") for name in RANK_VARIABLES)
+
+
+def slurm_job() -> str | None:
+    """This process's SLURM job (``<array job>_<task>`` or ``<job>``), None outside SLURM."""
+    array = os.environ.get("SLURM_ARRAY_JOB_ID")
+    if array:
+        return f"{array}_{os.environ.get('SLURM_ARRAY_TASK_ID', '')}"
+    return os.environ.get("SLURM_JOB_ID")
+
+
+class RunLock:
+    """The lock of one run directory, held from :meth:`acquire` to :meth:`release`."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_NAME
+        self._fd: int | None = None
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+
+    def acquire(self, mode: str = "auto") -> None:
+        """Hold the directory, or raise a UserError naming the run that holds it.
+
+        Args:
+            mode: ``auto`` (take over stale locks only) or ``takeover`` (also another host's
+                lock that is not stale: the user says its run is gone).
+        """
+        if mode not in MODES:
+            raise UserError(f"run_lock={mode} is not one of {', '.join(MODES)}.")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            holder = self._lock(fd)
+            if holder:
+                self._take_over(holder, mode)
+            self._write(fd)
+        except BaseException:
+            os.close(fd)  # closing drops the flock too
+            raise
+        self._fd = fd
+        self._stop.clear()
+        self._heartbeat = threading.Thread(target=self._beat, name="run-lock", daemon=True)
+        self._heartbeat.start()
+
+    def release(self) -> None:
+        """Let the directory go: the description is emptied, then the flock dropped.
+
+        The file stays (removing it would let a process that opened it just before lock a
+        file no one else sees); an empty file is a free lock.
+        """
+        if self._fd is None:
+            return
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join()
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, 0)
+        os.close(self._fd)
+        self._fd = None
+
+    def _lock(self, fd: int) -> dict[str, Any]:
+        """flock the file; returns the description left in it (empty if it was free)."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(self._refusal(self._holder_of_flock())) from None
+        except OSError as err:  # a file system without flock: judge by the description
+            log.warning("Cannot flock %s (%s): judging its holder by pid and time.", self.path, err)
+            holder = self._read()
+            if holder and holder.get("host") == socket.gethostname() and _alive(holder):
+                raise UserError(self._refusal(holder)) from None
+            return holder
+        return self._read()
+
+    def _take_over(self, holder: dict[str, Any], mode: str) -> None:
+        """Decide about a lock left by a run whose flock is free (or cannot be seen)."""
+        here = socket.gethostname()
+        age = time.time() - self._heartbeat_time()
+        if holder.get("host") == here:
+            why = "its process is gone"  # the kernel dropped its flock
+        elif slurm_job() is not None and holder.get("slurm_job") == slurm_job():
+            why = f"it is this SLURM job ({slurm_job()}), requeued"
+        elif age > FOREIGN_STALE_S:
+            why = f"its heartbeat is {age / 60:.0f} min old"
+        elif mode == "takeover":
+            why = "run_lock=takeover"
+        else:
+            hint = (
+                f" Its heartbeat is {age:.0f} s old: it may still run on {holder.get('host')}."
+                " If it does not, start again with run_lock=takeover"
+                f" (or wait {FOREIGN_STALE_S / 60:.0f} min)."
+            )
+            raise UserError(self._refusal(holder) + hint)
+        log.warning("Taking over the lock of %s: %s.", _describe(holder), why)
+
+    def _holder_of_flock(self) -> dict[str, Any]:
+        """The description of a live holder, which writes it just after taking the flock."""
+        for _ in range(20):
+            holder = self._read()
+            if holder:
+                return holder
+            time.sleep(0.05)
+        return {}
+
+    def _refusal(self, holder: dict[str, Any]) -> str:
+        return (
+            f"Run directory {self.run_dir} is in use by {_describe(holder)}: one run at a "
+            f"time in a directory. Wait for it to end, or use another hydra.run.dir."
+        )
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            text = self.path.read_text()
+        except OSError:
+            return {}
+        try:
+            holder = json.loads(text) if text.strip() else {}
+        except json.JSONDecodeError:  # being written this moment, or garbled
+            return {"host": "?", "pid": "?", "started": "?"}
+        return holder if isinstance(holder, dict) else {}
+
+    def _write(self, fd: int) -> None:
+        holder = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": datetime.now().astimezone().isoformat(timespec="seconds"),
+            "slurm_job": slurm_job(),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+        os.fsync(fd)
+
+    def _heartbeat_time(self) -> float:
+        try:
+            return self.path.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    def _beat(self) -> None:
+        """Touch the file now and then, so other hosts can tell the run is alive."""
+        while not self._stop.wait(HEARTBEAT_S):
+            with contextlib.suppress(OSError):
+                os.utime(self.path)
+
+
+def _alive(holder: dict[str, Any]) -> bool:
+    """Whether the holder's pid runs on this host (used only where flock is missing)."""
+    try:
+        os.kill(int(holder.get("pid", -1)), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+def _describe(holder: dict[str, Any]) -> str:
+    text = (
+        f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
+        f"started {holder.get('started', '?')}"
+    )
+    return f"{text}, SLURM job {holder['slurm_job']}" if holder.get("slurm_job") else text
+
+
+@contextlib.contextmanager
+def run_dir_lock(run_dir: str | Path, mode: str = "auto") -> Iterator[None]:
+    """Hold ``run_dir`` for the block (rank 0 only; other ranks pass through)."""
+    if not is_rank_zero():
+        yield
+        return
+    lock = RunLock(run_dir)
+    lock.acquire(mode)
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def owns_run_dir(train: Any) -> Any:
+    """Decorate ``train(cfg)``: it runs holding ``cfg.paths.output_dir`` (``run_lock=`` mode)."""
+
+    @functools.wraps(train)
+    def wrapper(cfg: Any, *args: Any, **kwargs: Any) -> Any:
+        with run_dir_lock(cfg.paths.output_dir, str(cfg.get("run_lock") or "auto")):
+            return train(cfg, *args, **kwargs)
+
+    return wrapper

@@ -1,0 +1,108 @@
+"""Every checkpoint a run writes has its SHA-256 beside it, and nothing loads a checkpoint
+whose bytes changed (``cloudlstm.checkpoint_io``, ``cloudlstm.checkpoints``)."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cloudlstm.checkpoints import check_checkpoint, checksum_path, file_sha256, write_checksum
+from cloudlstm.errors import UserError
+from tests.conftest import ROOT, TINY, subprocess_env
+
+
+def flip_a_weight_byte(path: Path) -> str:
+    """Flip one bit of one byte in the middle of a model weight tensor's bytes in ``path``;
+    returns the weight's name. The file stays a valid checkpoint (torch.load reads it)."""
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    data = bytearray(path.read_bytes())
+    for name, tensor in ckpt["state_dict"].items():
+        raw = tensor.contiguous().numpy().tobytes()
+        where = data.find(raw)
+        if tensor.numel() >= 16 and where >= 0 and data.find(raw, where + 1) < 0:
+            data[where + len(raw) // 2] ^= 0x10
+            path.write_bytes(bytes(data))
+            return name
+    raise AssertionError("no weight tensor found in the file's bytes")
+
+
+@pytest.fixture
+def trained_run(tiny_cfg) -> Path:
+    """A real tiny run of 2 epochs, as one killed before its end (no metrics.json)."""
+    from cloudlstm.cli.train import train
+
+    cfg = tiny_cfg("logger=csv", "report.figures=false")
+    train(cfg)
+    run = Path(cfg.paths.output_dir)
+    (run / "metrics.json").unlink()
+    return run
+
+
+def test_every_checkpoint_of_a_run_has_its_checksum_and_no_other_is_left(trained_run):
+    ckpts = sorted((trained_run / "checkpoints").glob("*.ckpt"))
+    sums = sorted((trained_run / "checkpoints").glob("*.checksum"))
+    assert len(ckpts) == 2  # the best (save_top_k=1: older bests removed) and last.ckpt
+    assert [checksum_path(p) for p in ckpts] == sums, "a checksum per checkpoint, no orphan"
+    for ckpt in ckpts:
+        digest, name = checksum_path(ckpt).read_text().split()
+        assert (digest, name) == (file_sha256(ckpt), ckpt.name)  # sha256sum -c format
+
+
+def test_a_changed_weight_is_refused_by_resume_and_eval_in_one_line(trained_run, tmp_path):
+    last = trained_run / "checkpoints" / "last.ckpt"
+    name = flip_a_weight_byte(last)
+    changed = torch.load(last, weights_only=False)["state_dict"][name]
+    assert torch.isfinite(changed).all(), "torch.load takes the damaged file without a word"
+
+    cmd = [
+        sys.executable, "train.py", *TINY, "trainer.max_epochs=3", "logger=csv",
+        f"hydra.run.dir={trained_run}", f"paths.data_dir={tmp_path / 'data'}",
+    ]  # fmt: skip
+    resumed = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True)
+    assert resumed.returncode != 0
+    assert "Traceback" not in resumed.stderr
+    lines = [x for x in resumed.stderr.splitlines() if "does not match its SHA-256" in x]
+    assert len(lines) == 1, resumed.stderr[-3000:]
+    assert f"Checkpoint {last} " in lines[0]
+    best = next((trained_run / "checkpoints").glob("epoch_*.ckpt"))
+    assert f"resume={best}" in lines[0] and "resume=never" in lines[0]
+
+    cmd = [sys.executable, "eval.py", f"run={trained_run}", "ckpt=last", "report.figures=false"]
+    evaluated = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True)
+    assert evaluated.returncode != 0
+    assert "Traceback" not in evaluated.stderr
+    lines = [x for x in evaluated.stderr.splitlines() if "does not match its SHA-256" in x]
+    assert len(lines) == 1 and f"Checkpoint {last} " in lines[0], evaluated.stderr[-3000:]
+    assert "ckpt=best" in lines[0]
+
+
+def test_a_checkpoint_without_a_checksum_loads_as_before(tmp_path, caplog):
+    """Runs written before checksums (docs/results/) have none."""
+    path = tmp_path / "old.ckpt"
+    torch.save({"state_dict": {"w": torch.ones(3)}}, path)
+    with caplog.at_level(logging.DEBUG, logger="cloudlstm.checkpoints"):
+        assert check_checkpoint(path)["state_dict"]["w"].sum() == 3
+    assert "old.ckpt.checksum: loaded without verifying it" in caplog.text
+
+
+def test_checksum_is_replaced_atomically_and_checked(tmp_path):
+    path = tmp_path / "hpc_ckpt_1.ckpt"
+    torch.save({"state_dict": {"w": torch.arange(64.0)}}, path)
+    write_checksum(path)
+    check_checkpoint(path)
+    torch.save({"state_dict": {"w": torch.arange(64.0) + 1}}, path)  # rewritten, same size
+    with pytest.raises(UserError, match="hpc_ckpt_1.ckpt does not match its SHA-256"):
+        check_checkpoint(path, "Do this instead.")
+    write_checksum(path)
+    check_checkpoint(path)
+    # no temporary file left, and no digits added to an hpc_ckpt_<n> name: Lightning reads
+    # the checkpoint number from every such name's digits
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "hpc_ckpt_1.ckpt",
+        "hpc_ckpt_1.ckpt.checksum",
+    ]

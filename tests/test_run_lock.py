@@ -1,0 +1,162 @@
+"""A run directory has one owner: a second training there is refused; a dead one's lock is
+taken over (``src/cloudlstm/run_lock.py``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cloudlstm import run_lock
+from cloudlstm.errors import UserError
+from cloudlstm.run_lock import LOCK_NAME, RunLock, run_dir_lock
+from tests.conftest import ROOT, TINY, subprocess_env
+
+
+def leave_lock(run_dir: Path, **holder: object) -> Path:
+    """A lock file as a run that is no longer here left it (no flock held)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / LOCK_NAME
+    path.write_text(json.dumps({"started": "2026-01-01T00:00:00+00:00", **holder}))
+    return path
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_second_lock_is_refused_in_one_line_naming_the_holder(tmp_path):
+    with run_dir_lock(tmp_path):
+        holder = json.loads((tmp_path / LOCK_NAME).read_text())
+        assert holder["host"] == socket.gethostname() and holder["pid"] == os.getpid()
+        with pytest.raises(UserError) as err:
+            RunLock(tmp_path).acquire()
+    message = str(err.value)
+    assert "\n" not in message
+    assert f"host {socket.gethostname()}, pid {os.getpid()}, started {holder['started']}" in message
+    assert str(tmp_path) in message
+    with run_dir_lock(tmp_path):  # released: free again
+        pass
+    assert (tmp_path / LOCK_NAME).read_text() == ""
+
+
+def test_a_lock_left_on_this_host_is_taken_over(tmp_path, caplog):
+    leave_lock(tmp_path, host=socket.gethostname(), pid=dead_pid())
+    with run_dir_lock(tmp_path):
+        assert json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == os.getpid()
+    assert "Taking over the lock" in caplog.text and "its process is gone" in caplog.text
+
+
+def test_another_hosts_lock_is_trusted_until_stale_or_taken_over(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
+    path = leave_lock(tmp_path, host="node-17", pid=4242)
+    with pytest.raises(UserError, match="node-17, pid 4242.*run_lock=takeover"):
+        RunLock(tmp_path).acquire()
+    with run_dir_lock(tmp_path, "takeover"):
+        pass
+
+    leave_lock(tmp_path, host="node-17", pid=4242)
+    old = time.time() - run_lock.FOREIGN_STALE_S - 60  # no heartbeat for longer than that
+    os.utime(path, (old, old))
+    with run_dir_lock(tmp_path):
+        pass
+
+
+def test_a_requeued_slurm_job_takes_over_its_own_lock_from_another_node(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "3")
+    leave_lock(tmp_path, host="node-17", pid=4242, slurm_job="77_3")
+    with run_dir_lock(tmp_path):
+        assert json.loads((tmp_path / LOCK_NAME).read_text())["slurm_job"] == "77_3"
+    leave_lock(tmp_path, host="node-17", pid=4242, slurm_job="77_4")  # another task
+    with pytest.raises(UserError, match="SLURM job 77_4"):
+        RunLock(tmp_path).acquire()
+
+
+def test_only_rank_zero_holds_the_lock(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with run_dir_lock(tmp_path / "run"):
+        assert not (tmp_path / "run" / LOCK_NAME).exists()
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    with run_dir_lock(tmp_path / "run"):
+        assert (tmp_path / "run" / LOCK_NAME).exists()
+
+
+def test_the_heartbeat_keeps_the_lock_fresh(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_lock, "HEARTBEAT_S", 0.05)
+    with run_dir_lock(tmp_path):
+        path = tmp_path / LOCK_NAME
+        os.utime(path, (1_000, 1_000))
+        time.sleep(0.5)
+        assert path.stat().st_mtime > time.time() - 60
+
+
+def test_a_wrong_mode_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="run_lock=sometimes"):
+        RunLock(tmp_path).acquire("sometimes")
+
+
+def train_py(run_dir: Path, data_dir: Path, *extra: str) -> subprocess.Popen:
+    cmd = [
+        sys.executable, "train.py", *TINY, "logger=csv", "report.figures=false",
+        f"hydra.run.dir={run_dir}", f"paths.data_dir={data_dir}", *extra,
+    ]  # fmt: skip
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+
+
+def test_two_trainings_started_together_in_one_directory(tmp_path):
+    """One trains; the other is refused with one line naming it, and exits non-zero."""
+    run_dir, go = tmp_path / "run", tmp_path / "go"
+    gate = [  # the owner waits before its first epoch until the other has been refused
+        "+callbacks.gate._target_=tests.kill_callback.WaitAt",
+        "+callbacks.gate.epoch=0",
+        f"+callbacks.gate.until={go}",
+    ]
+    procs = [train_py(run_dir, tmp_path / "data", *gate) for _ in range(2)]
+    deadline = time.monotonic() + 300
+    while all(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    refused = next(p for p in procs if p.poll() is not None)
+    owner = next(p for p in procs if p is not refused)
+    go.touch()
+    _, err = refused.communicate(timeout=60)
+    out, owner_err = owner.communicate(timeout=300)
+    assert owner.returncode == 0, owner_err[-3000:]
+    assert (run_dir / "metrics.json").is_file()
+    assert refused.returncode != 0
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if "is in use by" in line]
+    assert len(lines) == 1, err
+    assert f"host {socket.gethostname()}, pid {owner.pid}, started " in lines[0]
+
+
+def test_the_lock_of_a_killed_training_is_taken_over(tmp_path):
+    run_dir = tmp_path / "run"
+    killed = train_py(
+        run_dir,
+        tmp_path / "data",
+        "+callbacks.kill._target_=tests.kill_callback.KillAtEpochStart",
+        "+callbacks.kill.epoch=1",
+    )
+    killed.communicate(timeout=300)
+    assert killed.returncode == -signal.SIGKILL
+    assert json.loads((run_dir / LOCK_NAME).read_text())["pid"] == killed.pid
+
+    again = train_py(run_dir, tmp_path / "data")
+    out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err[-3000:]
+    assert "Taking over the lock" in out + err
+    assert (run_dir / LOCK_NAME).read_text() == ""  # released at the end
