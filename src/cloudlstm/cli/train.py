@@ -64,8 +64,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         if job.trainer.is_global_zero:
             write_metrics(output_dir, results)
             log.info("Run directory: %s", output_dir)
-    finally:
-        _finish_wandb(job.loggers)
+    except BaseException:
+        # the run's own error (or signal) is what the user must see: closing W&B after it,
+        # e.g. with its service already killed by SLURM's SIGTERM, must not replace it
+        _finish_wandb(job.loggers, quietly=True)
+        raise
+    _finish_wandb(job.loggers)
     return results
 
 
@@ -114,14 +118,20 @@ def _best_checkpoint(trainer: L.Trainer) -> str | None:
     return callback.best_model_path
 
 
-def _finish_wandb(loggers: list) -> None:
-    """Close the W&B run so each multirun job gets its own run."""
+def _finish_wandb(loggers: list, quietly: bool = False) -> None:
+    """Close the W&B run so each multirun job gets its own run; ``quietly``: a failure to
+    close is logged, not raised."""
     from lightning.pytorch.loggers import WandbLogger
 
     if any(isinstance(lg, WandbLogger) for lg in loggers):
         import wandb
 
-        wandb.finish()
+        try:
+            wandb.finish()
+        except Exception as err:
+            if not quietly:
+                raise
+            log.warning("Could not close the W&B run (%s: %s).", type(err).__name__, err)
 
 
 def objective(cfg: DictConfig, results: dict[str, Any]) -> float | None:
