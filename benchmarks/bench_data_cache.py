@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from cloudlstm.data.pipeline import chunks
-from cloudlstm.data.pipeline.cache import CachedGenerator
+from cloudlstm.data.pipeline.cache import CachedSource
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.pipeline.stream import PointCloudStream
 from cloudlstm.data.sources.beijing import BeijingSource
@@ -77,7 +77,7 @@ def measure(make: Callable[[Path], object], repeats: int) -> tuple[float, float]
     return cold, cached
 
 
-class Waves(CachedGenerator):
+class Waves(CachedSource):
     """A cheap stream of any size (sines, a few gaps), made and cached a chunk at a time."""
 
     cache_prefix = "waves"

@@ -14,7 +14,8 @@ import torch
 from conftest import ROOT, compose_train
 
 from cloudlstm.cli.train import train
-from cloudlstm.data.sources.beijing import BeijingDataModule
+from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
+from cloudlstm.data.sources.beijing import BeijingSource
 from cloudlstm.metrics import ForecastMetrics
 
 BEIJING = ROOT.parent / "shared" / "data" / "beijing_multisite"
@@ -26,7 +27,7 @@ pytestmark = [
 
 BUDGET = [
     "data=beijing",
-    f"data.root={BEIJING}",
+    f"data.source.root={BEIJING}",
     "logger=none",
     "trainer=cpu",
     "trainer.min_epochs=0",  # else the time budget waits for a whole (long) epoch
@@ -41,7 +42,7 @@ BUDGET = [
 ]
 
 
-def _training_mean_scores(dm: BeijingDataModule) -> dict:
+def _training_mean_scores(dm: PointCloudDataModule) -> dict:
     """Test metrics of forecasting every value as its channel's training mean."""
     metrics = ForecastMetrics(dm.output_steps, dm.num_channels)
     for batch in dm.test_dataloader():
@@ -65,13 +66,8 @@ def test_models_beat_the_training_mean(tmp_path, model):
     scores = results["test"]["overall"]
     for name in ("mae", "rmse", "psnr", "ssim"):
         assert math.isfinite(scores[name]["mean"]), name
-    dm = BeijingDataModule(
-        root=str(BEIJING),
-        cache_dir=str(tmp_path / "data" / "beijing"),
-        input_steps=12,
-        output_steps=12,
-        batch_size=64,
-    )
+    source = BeijingSource(BEIJING, cache_dir=tmp_path / "data" / "beijing")
+    dm = PointCloudDataModule(source, input_steps=12, output_steps=12, batch_size=64)
     baseline = _training_mean_scores(dm)
     assert scores["mae"]["mean"] < 0.9 * baseline["mae"]["mean"]
     assert scores["rmse"]["mean"] < 0.9 * baseline["rmse"]["mean"]

@@ -117,6 +117,21 @@ def test_seasonal_rows_and_cities(tmp_path):
     assert columns(full)["paper_mae"][0].mean == 3.72
 
 
+def test_runs_name_their_data_set_in_data_source_or_as_older_runs_did(tmp_path):
+    """Today's runs have data.source.cluster / data.source.city; runs saved before the
+    source node, data.cluster / data.city: both match the same rows."""
+    write_run(tmp_path / "old", 20.0)  # data.cluster=A
+    write_run(tmp_path / "new", 22.0, data={"cluster": None, "source": {"cluster": "A"}})
+    table, _ = paper_table(find_runs([tmp_path]), "metric2", ["mae"])
+    assert columns(table)["data"] == ["Cluster A"] and columns(table)["n"] == [2]
+    mobile = {"cluster": None, "input_steps": 6, "output_steps": 6}
+    write_run(tmp_path / "city_old", 4.0, data={**mobile, "city": "city2"})
+    write_run(tmp_path / "city_new", 5.0, data={**mobile, "source": {"city": "city2"}})
+    runs = find_runs([tmp_path / "city_old", tmp_path / "city_new"])
+    table, _ = paper_table(runs, "metric", ["mae"])
+    assert columns(table)["data"] == ["City 2"] and columns(table)["n"] == [2]
+
+
 def test_every_paper_model_has_a_config_of_ours(tmp_path):
     """docs/paper/model.csv's configs are named, once composed, as the results tables do."""
     with (Path(__file__).parents[1] / "docs/paper/model.csv").open(newline="") as f:

@@ -10,9 +10,11 @@ import pandas as pd
 import pytest
 from conftest import ROOT, compose_train, rebuilding_fails
 from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cloudlstm.cli.build import instantiate_datamodule
-from cloudlstm.data.sources.beijing import STATION_POSITIONS, BeijingDataModule, BeijingSource
+from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
+from cloudlstm.data.sources.beijing import STATION_POSITIONS, BeijingSource
 from cloudlstm.errors import UserError
 
 REAL = ROOT.parent / "shared" / "data" / "beijing_multisite"
@@ -115,7 +117,9 @@ def test_stations_subset_and_positions_file(tiny, tmp_path):
 
 
 def test_missing_folder_says_where_to_get_the_data(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"archive\.ics\.uci\.edu.*data\.root=.*BEIJING"):
+    with pytest.raises(
+        FileNotFoundError, match=r"archive\.ics\.uci\.edu.*data\.source\.root=.*BEIJING"
+    ):
         BeijingSource(tmp_path / "nothing").load()
 
 
@@ -124,7 +128,7 @@ def test_beijing_config(tiny, tmp_path):
         tmp_path,
         [
             "data=beijing",
-            f"data.root={tiny}",
+            f"data.source.root={tiny}",
             "data.input_steps=5",
             "data.output_steps=3",
             "data.batch_size=4",
@@ -132,7 +136,7 @@ def test_beijing_config(tiny, tmp_path):
     )
     assert cfg.data.input_steps == 5 and cfg.data.batch_size == 4
     dm = instantiate(cfg.data)
-    assert isinstance(dm, BeijingDataModule)
+    assert type(dm) is PointCloudDataModule and isinstance(dm.source, BeijingSource)
     batch = next(iter(dm.train_dataloader()))
     assert batch["x"].shape == (4, 5, 3, 6) and batch["coords"].shape == (4, 3, 2)
     assert list((tmp_path / "data" / "beijing").glob("beijing_*/values.npy"))
@@ -142,11 +146,11 @@ def test_beijing_config(tiny, tmp_path):
 def test_beijing_config_defaults(monkeypatch, tmp_path):
     monkeypatch.delenv("CLOUDLSTM_BEIJING_ROOT", raising=False)
     cfg = compose_train(tmp_path, ["data=beijing"])
-    assert Path(cfg.data.root).resolve() == REAL.resolve()
+    assert Path(cfg.data.source.root).resolve() == REAL.resolve()
     assert (cfg.data.input_steps, cfg.data.output_steps, cfg.data.batch_size) == (12, 12, 32)
-    assert cfg.data.co_units == "mg/m3"
+    assert cfg.data.source.co_units == "mg/m3"
     monkeypatch.setenv("CLOUDLSTM_BEIJING_ROOT", "/somewhere/else")
-    assert compose_train(tmp_path, ["data=beijing"]).data.root == "/somewhere/else"
+    assert compose_train(tmp_path, ["data=beijing"]).data.source.root == "/somewhere/else"
 
 
 def test_co_units_divide_co_by_1000_with_a_cache_per_unit(tiny, tmp_path):
@@ -176,22 +180,39 @@ def test_co_units_divide_co_by_1000_with_a_cache_per_unit(tiny, tmp_path):
 
 
 def test_unknown_co_units_is_one_user_error(tiny, tmp_path):
-    with pytest.raises(UserError, match=r"^data\.co_units='ppm' is not one of mg/m3, ug/m3 \("):
+    with pytest.raises(
+        UserError, match=r"^data\.source\.co_units='ppm' is not one of mg/m3, ug/m3 \("
+    ):
         BeijingSource(tiny, co_units="ppm")
-    cfg = compose_train(tmp_path, ["data=beijing", f"data.root={tiny}", "data.co_units=mg"])
-    with pytest.raises(UserError, match=r"data\.co_units='mg' is not one of") as err:
+    cfg = compose_train(
+        tmp_path, ["data=beijing", f"data.source.root={tiny}", "data.source.co_units=mg"]
+    )
+    with pytest.raises(UserError, match=r"data\.source\.co_units='mg' is not one of") as err:
         instantiate_datamodule(cfg)
     assert "\n" not in str(err.value)
 
 
+def old_beijing_config(cfg: DictConfig) -> DictConfig:
+    """``cfg`` with its data node as a run saved before the ``source`` node wrote it: the
+    old ``BeijingDataModule`` with the source's keys at the top of ``data``."""
+    data = OmegaConf.to_container(cfg.data, resolve=True)
+    source = data.pop("source")
+    source.pop("_target_")
+    data = {**data, **source, "_target_": "cloudlstm.data.sources.beijing.BeijingDataModule"}
+    return OmegaConf.merge(OmegaConf.masked_copy(cfg, ["paths"]), {"data": data})
+
+
 def test_a_run_saved_before_co_units_keeps_its_ug_m3(tiny, tmp_path):
-    """eval.py on an older run's config (no data.co_units): CO in the units its checkpoint's
+    """eval.py on an older run's config (no co_units): CO in the units its checkpoint's
     scaler and weights were trained in, not the mg/m3 default."""
-    old = compose_train(tmp_path, ["data=beijing", f"data.root={tiny}", "~data.co_units"])
+    cfg = compose_train(tmp_path, ["data=beijing", f"data.source.root={tiny}"])
+    old = old_beijing_config(cfg)
+    with open_dict(old.data):
+        del old.data.co_units
     assert instantiate_datamodule(old).source.co_units == "ug/m3"
-    assert old.data.co_units == "ug/m3"  # recorded in the evaluation's config.yaml too
-    new = compose_train(tmp_path, ["data=beijing", f"data.root={tiny}"])
-    assert instantiate_datamodule(new).source.co_units == "mg/m3"
+    assert old.data.source.co_units == "ug/m3"  # recorded in the evaluation's config.yaml too
+    assert instantiate_datamodule(old_beijing_config(cfg)).source.co_units == "mg/m3"
+    assert instantiate_datamodule(cfg).source.co_units == "mg/m3"
 
 
 # ---------------------------------------------------------------- the real data

@@ -34,8 +34,8 @@ def test_top_level_names_still_import():
         ),
         # already current, or not a moved module: unchanged
         (
-            "cloudlstm.data.sources.beijing.BeijingDataModule",
-            "cloudlstm.data.sources.beijing.BeijingDataModule",
+            "cloudlstm.data.sources.beijing.BeijingSource",
+            "cloudlstm.data.sources.beijing.BeijingSource",
         ),
         ("cloudlstm.data.PointCloudDataModule", "cloudlstm.data.PointCloudDataModule"),
         ("cloudlstm.models.lstm.SeqLSTM", "cloudlstm.models.lstm.SeqLSTM"),

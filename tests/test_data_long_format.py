@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import compose_train
+from conftest import compose_train, rebuilding_fails
 from hydra.utils import instantiate
 from omegaconf.errors import MissingMandatoryValue
 
-from cloudlstm.data.sources.long_format import (
-    LongFormatSource,
-    PointsDataModule,
-    interpolate_gaps,
-    pivot_long,
-)
+from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
+from cloudlstm.data.sources.long_format import LongFormatSource
+from cloudlstm.data.sources.tables import interpolate_gaps, pivot_long
 from cloudlstm.errors import UserError
 
 T0 = pd.Timestamp("2021-06-01 00:00")
@@ -64,7 +62,7 @@ def test_static_points_are_pivoted_filled_and_masked(tmp_path, caplog):
     # inner gaps (a missing row, an empty cell), a leading gap and a trailing gap
     df = long_table(drop={(5, 0), (6, 0), (0, 1), (19, 2)}, empty={(10, 2, "b")})
     path = write(tmp_path, df, "data.csv.gz")  # gzip, by suffix
-    with caplog.at_level(logging.INFO, logger="cloudlstm.data.sources.long_format"):
+    with caplog.at_level(logging.INFO, logger="cloudlstm.data.sources.tables"):
         stream = LongFormatSource(path).load()
     assert "st3" in caplog.text and "dropping 1 point" in caplog.text
     assert stream.values.shape == (20, 3, 2)  # st3 (no value at all) is dropped
@@ -164,8 +162,10 @@ def test_pivot_long_averages_duplicates_when_asked():
 
 # ---------------------------------------------------------------- clear errors
 def test_missing_file_names_path_and_config_key(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"nope\.csv.*data\.path="):
+    with pytest.raises(FileNotFoundError, match=r"nope\.csv.*data\.source\.path="):
         LongFormatSource(tmp_path / "nope.csv").load()
+    with pytest.raises(FileNotFoundError, match=r"nope\.csv.*data\.source\.path="):
+        LongFormatSource(tmp_path / "nope.csv", cache_dir=tmp_path).load()  # cached too
 
 
 def test_missing_columns_list_expected_and_found(tmp_path):
@@ -228,7 +228,7 @@ def test_text_or_inf_in_a_channel_is_an_error_naming_row_and_column(tmp_path, va
     cells = r"data row 5, column 'a': '12 ug/m3'; data row 9, column 'b': inf\."
     with pytest.raises(UserError, match=rf"2 channel value\(s\) are not finite numbers: {cells}"):
         LongFormatSource(path, value_cols=value_cols).load()
-    with pytest.raises(UserError, match=r"data\.bad_values=warn"):
+    with pytest.raises(UserError, match=r"data\.source\.bad_values=warn"):
         LongFormatSource(path, value_cols=value_cols).load()
 
 
@@ -288,7 +288,8 @@ def test_parquet_without_pyarrow_is_a_user_error(tmp_path, monkeypatch):
 
 
 def test_too_few_steps_is_refused_by_the_datamodule(tmp_path):
-    dm = PointsDataModule(write(tmp_path, long_table(t_steps=8)), input_steps=4, output_steps=3)
+    source = LongFormatSource(write(tmp_path, long_table(t_steps=8)))
+    dm = PointCloudDataModule(source, input_steps=4, output_steps=3)
     with pytest.raises(ValueError, match="needs input_steps \\+ output_steps"):
         dm.setup()
 
@@ -300,25 +301,51 @@ def test_points_config_builds_a_datamodule(tmp_path):
         tmp_path,
         [
             "data=points",
-            f"data.path={path}",
-            "data.coord_cols=[y,x]",
-            "data.freq=5min",
+            f"data.source.path={path}",
+            "data.source.coord_cols=[y,x]",
+            "data.source.freq=5min",
             "data.input_steps=4",
             "data.output_steps=2",
             "data.batch_size=5",
         ],
     )
     dm = instantiate(cfg.data)
-    assert isinstance(dm, PointsDataModule)
+    assert type(dm) is PointCloudDataModule and isinstance(dm.source, LongFormatSource)
     batch = next(iter(dm.train_dataloader()))
     assert batch["x"].shape == (5, 4, 3, 2) and batch["y"].shape == (5, 2, 3, 2)
     assert batch["coords"].shape == (5, 3, 2)
     assert dm.stream.coords[2].tolist() == [4.0, 2.0]  # columns in the order given
 
     cfg = compose_train(tmp_path, ["data=points"])
-    with pytest.raises(MissingMandatoryValue, match="data.path"):
+    with pytest.raises(MissingMandatoryValue, match="data.source.path"):
         instantiate(cfg.data)
     from cloudlstm.cli.train import train  # what the user sees from train.py
 
-    with pytest.raises(ValueError, match=r"needs data\.path; give it on the command line"):
+    with pytest.raises(ValueError, match=r"needs data\.source\.path; give it on the command line"):
         train(cfg)
+
+
+# ---------------------------------------------------------------- cache
+def test_a_cache_dir_caches_the_stream_until_the_file_changes(tmp_path):
+    path = write(tmp_path, long_table(drop={(5, 0)}))
+    source = LongFormatSource(path, cache_dir=tmp_path / "cache")
+    stream = source.load()
+    assert not source.last_load_from_cache and stream.memory_mapped
+    assert source.cache_path.name.startswith("points_")
+    with rebuilding_fails(LongFormatSource, "generate"):
+        again = source.load()
+    assert source.last_load_from_cache
+    np.testing.assert_array_equal(again.values, stream.values)
+    np.testing.assert_array_equal(again.mask, stream.mask)
+    # another reading of the same file, or an edited file, is another stream
+    assert LongFormatSource(path, cache_dir=tmp_path / "cache", freq="5min").cache_path != (
+        source.cache_path
+    )
+    df = long_table()
+    df["a"] += 1.0
+    written = path.stat().st_mtime_ns
+    df.to_csv(path, index=False)
+    os.utime(path, ns=(written + 10**9, written + 10**9))  # mtime ticks can be coarse
+    edited = source.load()
+    assert not source.last_load_from_cache
+    np.testing.assert_allclose(edited.values[:, 0, 0], stream.values[:, 0, 0] + 1.0, rtol=1e-6)

@@ -26,7 +26,7 @@ from cloudlstm.data import (
 from cloudlstm.data.pipeline import cache as cache_module
 from cloudlstm.data.pipeline import chunks
 from cloudlstm.data.pipeline.cache import (
-    CachedGenerator,
+    CachedSource,
     StreamWriter,
     load_stream_cache,
     save_stream_cache,
@@ -151,7 +151,7 @@ def test_chunked_generators_write_what_they_make_in_memory(tmp_path, monkeypatch
     assert a.metadata == b.metadata
 
 
-class Ramp(CachedGenerator):
+class Ramp(CachedSource):
     """A cheap stream of any size, made and written a chunk at a time (a few gaps)."""
 
     cache_prefix = "ramp"

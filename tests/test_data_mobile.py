@@ -8,7 +8,9 @@ import pytest
 from conftest import compose_train, rebuilding_fails
 from hydra.utils import instantiate
 
-from cloudlstm.data.sources.mobile import SERVICES, MobileDataModule, SyntheticMobileTraffic
+from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
+from cloudlstm.data.sources.long_format import LongFormatSource
+from cloudlstm.data.sources.mobile import SERVICES, SyntheticMobileTraffic, mobile_traffic
 
 DAY, WEEK = 288, 2016
 
@@ -159,9 +161,10 @@ def test_city_presets_and_bad_arguments():
         SyntheticMobileTraffic(num_days=0)
 
 
-def test_datamodule_synthetic_and_long_format_file(tmp_path):
-    dm = MobileDataModule(num_antennas=10, num_services=3, num_days=2, batch_size=4)
-    assert (dm.input_steps, dm.output_steps) == (6, 6)  # the paper's M = J = 6
+def test_source_synthetic_and_long_format_file(tmp_path):
+    source = mobile_traffic(num_antennas=10, num_services=3, num_days=2)
+    assert isinstance(source, SyntheticMobileTraffic)
+    dm = PointCloudDataModule(source, input_steps=6, output_steps=6, batch_size=4)
     batch = next(iter(dm.train_dataloader()))
     assert batch["x"].shape == (4, 6, 10, 3) and batch["coords"].shape == (4, 10, 2)
 
@@ -179,18 +182,19 @@ def test_datamodule_synthetic_and_long_format_file(tmp_path):
     )
     path = tmp_path / "traffic.csv"
     table.to_csv(path, index=False)
-    from_file = MobileDataModule(path=path, batch_size=4)
-    assert from_file.stream.channel_names == s.channel_names
-    np.testing.assert_allclose(from_file.stream.values, s.values, rtol=1e-6)
-    np.testing.assert_allclose(from_file.stream.coords, s.coords)
+    from_file = mobile_traffic(path=path)
+    assert isinstance(from_file, LongFormatSource)
+    stream = from_file.load()
+    assert stream.channel_names == s.channel_names
+    np.testing.assert_allclose(stream.values, s.values, rtol=1e-6)
+    np.testing.assert_allclose(stream.coords, s.coords)
 
 
 def test_hydra_config_builds_the_datamodule(tmp_path):
-    cfg = compose_train(
-        tmp_path, ["data=mobile", "data.num_antennas=8", "data.num_services=4", "data.num_days=2"]
-    )
+    overrides = ["data.source.num_antennas=8", "data.source.num_services=4"]
+    cfg = compose_train(tmp_path, ["data=mobile", *overrides, "data.source.num_days=2"])
     assert cfg.data.input_steps == 6 and cfg.data.output_steps == 6 and cfg.data.batch_size == 32
     dm = instantiate(cfg.data)
-    assert isinstance(dm, MobileDataModule)
+    assert type(dm) is PointCloudDataModule and isinstance(dm.source, SyntheticMobileTraffic)
     assert dm.stream.values.shape == (2 * DAY, 8, 4)
     assert dm.source.cache_path.parent == tmp_path / "data" / "mobile"

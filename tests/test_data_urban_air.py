@@ -18,8 +18,9 @@ import pytest
 from conftest import compose_train, rebuilding_fails
 from hydra.utils import instantiate
 
+from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.sources.download import download_and_extract
-from cloudlstm.data.sources.urban_air import UrbanAirDataModule, UrbanAirSource
+from cloudlstm.data.sources.urban_air import UrbanAirSource
 from cloudlstm.errors import DownloadError
 
 HOURS = 100
@@ -141,7 +142,7 @@ def test_missing_files_say_where_to_get_them(tmp_path):
         UrbanAirSource(tmp_path / "empty").load()
     msg = str(err.value)
     assert "airquality.csv" in msg and "Data-1.zip" in msg
-    assert "data.root=" in msg and "data.download=true" in msg
+    assert "data.source.root=" in msg and "data.source.download=true" in msg
 
 
 def test_renamed_column_is_reported(raw, tmp_path):
@@ -185,15 +186,10 @@ def test_download_end_to_end_from_http(http_dir, tmp_path):
     served, url = http_dir
     zip_folder(write_urban_air(tmp_path / "fixture"), served / "Data-1.zip", "Data")
     root = tmp_path / "downloaded"
-    dm = UrbanAirDataModule(
-        root,
-        cluster="A",
-        download=True,
-        url=f"{url}/Data-1.zip",
-        sha256=sha(served / "Data-1.zip"),
-        input_steps=4,
-        output_steps=2,
+    source = UrbanAirSource(
+        root, cluster="A", download=True, url=f"{url}/Data-1.zip", sha256=sha(served / "Data-1.zip")
     )
+    dm = PointCloudDataModule(source, input_steps=4, output_steps=2)
     assert dm.num_points == 3 and (root / "Data" / "airquality.csv").is_file()
     assert (root / ".Data-1.zip.done").is_file()
     (served / "Data-1.zip").unlink()  # a second call must not fetch again
@@ -238,16 +234,17 @@ def test_airq_config(raw, tmp_path):
         tmp_path,
         [
             "data=airq",
-            f"data.root={raw}",
-            "data.cluster=B",
+            f"data.source.root={raw}",
+            "data.source.cluster=B",
             "data.input_steps=4",
             "data.output_steps=3",
             "data.batch_size=4",
         ],
     )
-    assert cfg.data.cache_dir == f"{tmp_path}/data/urban_air/cache"
+    assert cfg.data.source.cache_dir == f"{tmp_path}/data/urban_air/cache"
     dm = instantiate(cfg.data)
-    assert isinstance(dm, UrbanAirDataModule) and dm.num_points == 2
+    assert type(dm) is PointCloudDataModule and isinstance(dm.source, UrbanAirSource)
+    assert dm.num_points == 2
     batch = next(iter(dm.train_dataloader()))
     assert batch["x"].shape == (4, 4, 2, 6) and batch["y"].shape == (4, 3, 2, 6)
     assert list((tmp_path / "data" / "urban_air" / "cache").glob("urban_air_B_*/values.npy"))

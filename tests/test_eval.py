@@ -19,8 +19,8 @@ from omegaconf import DictConfig, open_dict
 
 from cloudlstm.cli.evaluate import evaluate, with_run_config
 from cloudlstm.cli.train import train
-from cloudlstm.errors import UserError
 from cloudlstm.data.spec import SPEC_KEY
+from cloudlstm.errors import UserError
 from tests.conftest import ROOT, TINY, compose_train, subprocess_env
 
 JOB = [*TINY, "logger=none", "report.figures=false", "module.save_predictions=true"]

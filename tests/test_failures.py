@@ -110,7 +110,7 @@ def test_a_bad_data_file_stops_train_py_with_one_line_and_no_traceback(tmp_path)
         sys.executable,
         "train.py",
         "data=points",
-        f"data.path={path}",
+        f"data.source.path={path}",
         "logger=none",
         f"hydra.run.dir={tmp_path / 'run'}",
     ]
@@ -123,13 +123,14 @@ def test_a_bad_data_file_stops_train_py_with_one_line_and_no_traceback(tmp_path)
     assert errors == [
         f"file {path}: 1 channel value(s) are not finite numbers: data row 7, column 'no2': "
         "'n/d'. Leave missing readings empty (or NA) and remove units or text from the cells, "
-        "or set bad_values=warn (data.bad_values=warn) to treat them as missing."
+        "or set bad_values=warn (data.source.bad_values=warn) to treat them as missing."
     ]
 
 
 def test_a_user_error_in_a_constructor_is_not_wrapped_by_hydra(tmp_path):
     path = bad_cell_file(tmp_path / "fleet.csv")
-    cfg = compose_train(tmp_path, ["data=points", f"data.path={path}", "data.bad_values=skip"])
+    overrides = ["data=points", f"data.source.path={path}", "data.source.bad_values=skip"]
+    cfg = compose_train(tmp_path, overrides)
     with pytest.raises(UserError) as err:
         build_datamodule(cfg, tmp_path)
     assert type(err.value) is UserError  # not Hydra's InstantiationException around it

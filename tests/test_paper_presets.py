@@ -51,7 +51,9 @@ def distinct(jobs: list[list[str]]) -> list[list[str]]:
     value of the composed config), plus one job per data set."""
     chosen, combos, data_sets = [], set(), set()
     for job in jobs:
-        data_set = tuple(o for o in job if o.startswith(("data.cluster=", "data.city=")))
+        data_set = tuple(
+            o for o in job if o.startswith(("data.source.cluster=", "data.source.city="))
+        )
         combo = tuple(o for o in job if o not in data_set and not o.startswith("seed="))
         if combo not in combos or data_set not in data_sets:
             chosen.append(job)
@@ -98,17 +100,14 @@ def test_paper_settings_of_the_presets(tmp_path):
     def job(name: str, *overrides: str) -> DictConfig:
         return compose_train(tmp_path, [f"experiment=paper/{name}", *overrides])
 
-    airq = job("airq", "data=airq", "data.cluster=B", "model=cloudlstm_k3")
-    assert airq.data._target_.endswith("UrbanAirDataModule") and airq.data.outliers == "dbscan"
+    airq = job("airq", "data=airq", "data.source.cluster=B", "model=cloudlstm_k3")
+    assert airq.data.source._target_.endswith("UrbanAirSource") and airq.data.outliers == "dbscan"
     assert (airq.model.k, airq.model.hidden_channels, airq.model.num_layers) == (3, 36, 2)
-    mobile = job("mobile", "data=mobile", "data.city=city1")
-    assert (mobile.data.num_antennas, mobile.data.num_days, mobile.data.num_services) == (
-        None,
-        85,
-        38,
-    )
+    mobile = job("mobile", "data=mobile", "data.source.city=city1")
+    source = mobile.data.source
+    assert (source.num_antennas, source.num_days, source.num_services) == (None, 85, 38)
     seasonal = job("seasonal", "data=mobile", "data.seasonal=true")
-    assert seasonal.data.num_points == 100 and seasonal.data.city == "city1"
+    assert seasonal.data.num_points == 100 and seasonal.data.source.city == "city1"
     moved = job("outliers", "data=airq", "data.outlier_shift=0.5")
     assert (moved.data.num_points, moved.data.outlier_count, moved.data.outliers) == (50, 10, None)
     # a job's name and group, as train.py gives them to the loggers
@@ -131,12 +130,12 @@ def test_cpu_form_shrinks_the_preset(tmp_path, name):
     assert cfg.trainer.accelerator == "cpu" and cfg.trainer.max_epochs == 2
     assert (cfg.trainer.limit_train_batches, cfg.data.batch_size) == (3, 4)
     assert list(cfg.logger) == ["csv"] and not cfg.report.figures
-    data = cfg.data
-    if "cluster" in data:  # the synthetic stand-in of Urban Air
-        assert data._target_ == "cloudlstm.data.sources.stand_in.SyntheticClusters"
-        assert data.clusters[data.cluster].num_points <= 27 and data.source.num_channels == 6
+    data, source = cfg.data, cfg.data.source
+    if "cluster" in source:  # the synthetic stand-in of Urban Air
+        assert source._target_ == "cloudlstm.data.sources.stand_in.SyntheticClusters"
+        assert source.clusters[source.cluster].num_points <= 27 and source.num_channels == 6
     else:
-        assert data.num_antennas <= 40 and data.num_days <= 14 and data.num_services == 6
+        assert source.num_antennas <= 40 and source.num_days <= 14 and source.num_services == 6
     # M, J and whether points are a subset stay, so compare --paper still finds the rows
     paper = compose_train(tmp_path, sweep_jobs(tmp_path, f"experiment=paper/{name}")[-1]).data
     assert (data.input_steps, data.output_steps) == (paper.input_steps, paper.output_steps)
@@ -173,7 +172,7 @@ def test_cpu_form_of_a_preset_runs_to_a_paper_table(tmp_path, capsys):
         "experiment=paper/attention",
         "scale=cpu",
         "seed=0",
-        "data.cluster=B",
+        "data.source.cluster=B",
         "trainer.max_epochs=1",
         f"hydra.sweep.dir={sweep}",
     )
@@ -220,7 +219,7 @@ def test_beijing_results_preset(tmp_path):
         cfg = compose_train(tmp_path, job)
         assert cfg.recipe_name == "strong" and cfg.trainer.max_steps == 5000
         assert cfg.data.batch_size == 32 and cfg.data.stride == 1
-        assert cfg.data._target_.endswith("BeijingDataModule")
+        assert cfg.data.source._target_.endswith("BeijingSource")
         assert (cfg.data.input_steps, cfg.data.output_steps) == (12, 12)
         sweep = OmegaConf.to_container(cfg.hydra.sweep, resolve=True)
         assert sweep["dir"].endswith("beijing/strong")

@@ -13,9 +13,9 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
 from cloudlstm.cli.train import train
 from cloudlstm.errors import UserError
-from cloudlstm.training import ForecastModule, anchor_index
 from cloudlstm.models import Persistence, SeqLSTM
 from cloudlstm.schedules import warmup_cosine
+from cloudlstm.training import ForecastModule, anchor_index
 from tests.conftest import compose_train
 
 

@@ -106,7 +106,7 @@ def persistence_run(tmp_path_factory):
         [
             *keep,
             "data=points",
-            f"data.path={tmp / 'stream.csv'}",
+            f"data.source.path={tmp / 'stream.csv'}",
             "data.outlier_shift=1.0",
             "data.outlier_count=2",
             "model=persistence",

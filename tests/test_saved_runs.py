@@ -1,6 +1,7 @@
 """The committed runs under docs/results/ (configs and metrics, no checkpoints) still build:
-their configs, written before the data's description replaced ``data_info``, make the same
-models, with the parameter counts their metrics.json recorded."""
+their configs, written before the data's description replaced ``data_info`` and before a
+data source's arguments moved into ``data.source``, make the same models, with the
+parameter counts their metrics.json recorded, and the same data."""
 
 from __future__ import annotations
 
@@ -8,17 +9,46 @@ import json
 from pathlib import Path
 
 import hydra
+import numpy as np
+import pandas as pd
 import pytest
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from cloudlstm.cli.assemble import count_parameters
-from cloudlstm.cli.build import instantiate_datamodule, rename_old_targets
+from cloudlstm.cli.build import (
+    DATAMODULE,
+    OLD_DATAMODULES,
+    instantiate_datamodule,
+    move_source_keys,
+    rename_old_targets,
+)
+from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
+from cloudlstm.data.sources.beijing import BeijingSource
+from cloudlstm.data.sources.long_format import LongFormatSource
+from cloudlstm.data.sources.mobile import SyntheticMobileTraffic
+from cloudlstm.data.sources.stand_in import SyntheticClusters
+from cloudlstm.data.sources.synthetic import SyntheticAdvectionDiffusion
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.models.build import build_model
 from cloudlstm.training import ForecastModule
 from tests.conftest import ROOT
 
 RUNS = sorted((ROOT / "docs" / "results").rglob("seed_0/config.yaml"))
+BEIJING = ROOT.parent / "shared" / "data" / "beijing_multisite"
+# what a data summary must repeat for the same data (not where the files were)
+SAME_DATA = (
+    "name",
+    "num_points",
+    "num_channels",
+    "channel_names",
+    "total_steps",
+    "steps",
+    "windows",
+    "bounds",
+    "window_bounds",
+    "stride",
+    "steps_per_day",
+)
 
 
 def _spec(summary: dict) -> DataSpec:
@@ -33,7 +63,11 @@ def _spec(summary: dict) -> DataSpec:
     )
 
 
-@pytest.mark.parametrize("config", RUNS, ids=lambda p: "/".join(p.parts[-4:-2]))
+def _run_id(path: Path) -> str:
+    return "/".join(path.parts[-4:-2])
+
+
+@pytest.mark.parametrize("config", RUNS, ids=_run_id)
 def test_a_saved_run_builds_its_model_again(config: Path, tmp_path) -> None:
     cfg = OmegaConf.load(config)
     metrics = json.loads((config.parent / "metrics.json").read_text())
@@ -43,12 +77,181 @@ def test_a_saved_run_builds_its_model_again(config: Path, tmp_path) -> None:
     rename_old_targets(cfg.module)
     module = hydra.utils.instantiate(cfg.module, _partial_=True)(model=model, optimizer=None)
     assert isinstance(module, ForecastModule) and not module.anchored
-    with pytest.MonkeyPatch.context() as patch:  # the data's class, without its files
+    assert cfg.data._target_ == "cloudlstm.data.sources.beijing.BeijingDataModule"
+    with pytest.MonkeyPatch.context() as patch:  # the data's classes, without their files
         patch.setattr(hydra.utils, "instantiate", lambda node, **_: node)
         data = instantiate_datamodule(OmegaConf.merge(cfg, {"paths": {"data_dir": str(tmp_path)}}))
-    hydra.utils.get_class(data._target_)  # an old data target resolves to today's module
-    assert data.co_units == "ug/m3"  # the files' units, as those runs read them
+    # the old BeijingDataModule is today's datamodule around a BeijingSource
+    assert data._target_ == DATAMODULE and hydra.utils.get_class(data._target_)
+    assert hydra.utils.get_class(data.source._target_) is BeijingSource
+    assert data.source.co_units == "ug/m3"  # the files' units, as those runs read them
+    assert {"root", "stations", "cache_dir"} <= set(data.source)
+    assert not {"root", "stations", "cache_dir", "co_units"} & set(data)
+    assert (data.input_steps, data.stride) == (metrics["data"]["input_steps"], cfg.data.stride)
+
+
+@pytest.fixture(scope="module")
+def beijing_cache(tmp_path_factory) -> Path:
+    """One stream cache for every saved run's data (the real copy is read once)."""
+    return tmp_path_factory.mktemp("beijing_cache")
+
+
+@pytest.mark.skipif(not BEIJING.is_dir(), reason=f"the real Beijing copy is not at {BEIJING}")
+@pytest.mark.parametrize("config", RUNS, ids=_run_id)
+def test_a_saved_runs_data_config_builds_the_same_data(config: Path, beijing_cache) -> None:
+    """The converted config instantiates today's classes, and they make the data the run
+    was trained and tested on: its recorded data summary (the files are the same UCI copy,
+    in another folder)."""
+    cfg = OmegaConf.load(config)
+    recorded = json.loads((config.parent / "metrics.json").read_text())["data"]
+    cfg.data.root, cfg.data.cache_dir = str(BEIJING), str(beijing_cache)
+    dm = instantiate_datamodule(cfg)
+    assert type(dm) is PointCloudDataModule and type(dm.source) is BeijingSource
+    assert dm.source.co_units == "ug/m3"
+    dm.setup()
+    summary = dm.summary()
+    assert {k: summary[k] for k in SAME_DATA} == {k: recorded[k] for k in SAME_DATA}
+    assert summary["missing_fraction"] == pytest.approx(recorded["missing_fraction"], rel=1e-12)
 
 
 def test_runs_are_found() -> None:
     assert len(RUNS) >= 12
+
+
+# ---------------------------------------------------------------- a freshly written old config
+def _fleet_csv(path: Path) -> Path:
+    """A small long-format file: 6 points, 40 hourly steps, 2 channels."""
+    times = pd.date_range("2024-01-01", periods=40, freq="1h")
+    rows = [
+        {"timestamp": t, "id": f"p{i}", "x": i % 3, "y": i // 3, "a": s + i, "b": s * i % 7}
+        for s, t in enumerate(times)
+        for i in range(6)
+    ]
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+# Data nodes as the configs of runs saved before the ``source`` node held them (the old
+# conf/data/*.yaml, resolved but for the paths), and the source each one describes.
+OLD_NODES = {
+    "points": (
+        {
+            "_target_": "cloudlstm.data.sources.long_format.PointsDataModule",
+            "path": "${paths.data_dir}/fleet.csv",
+            "time_col": "timestamp",
+            "id_col": "id",
+            "coord_cols": ["x", "y"],
+            "value_cols": None,
+            "freq": None,
+            "moving": None,
+            "name": None,
+            "bad_values": "error",
+            "input_steps": 4,
+            "output_steps": 2,
+            "batch_size": 4,
+        },
+        lambda data: LongFormatSource(data / "fleet.csv"),
+    ),
+    "mobile": (
+        {
+            "_target_": "cloudlstm.data.sources.mobile.MobileDataModule",
+            "path": None,
+            "city": "city2",
+            "num_antennas": 6,
+            "num_services": 3,
+            "num_days": 2,
+            "seed": 1,
+            "cache_dir": "${paths.data_dir}/mobile",
+            "time_col": "timestamp",
+            "id_col": "id",
+            "coord_cols": ["x", "y"],
+            "input_steps": 6,
+            "output_steps": 6,
+            "batch_size": 4,
+            "num_points": 4,
+        },
+        lambda data: SyntheticMobileTraffic(
+            num_antennas=6, num_services=3, num_days=2, seed=1, city="city2"
+        ),
+    ),
+    "stand_in": (  # the flat cloudlstm.data layout's name, as the oldest runs wrote it
+        {
+            "_target_": "cloudlstm.data.stand_in.SyntheticClusters",
+            "_recursive_": False,
+            "cluster": "B",
+            "clusters": {"A": {"num_points": 7, "seed": 1}, "B": {"num_points": 5, "seed": 0}},
+            "source": {
+                "_target_": "cloudlstm.data.synthetic.SyntheticAdvectionDiffusion",
+                "num_points": 32,
+                "num_channels": 2,
+                "num_steps": 60,
+                "grid_size": 8,
+                "spin_up": 0,
+                "cache_dir": "${paths.data_dir}/synthetic",
+            },
+            "input_steps": 3,
+            "output_steps": 2,
+            "batch_size": 4,
+            "outliers": "dbscan",
+        },
+        lambda data: SyntheticAdvectionDiffusion(
+            num_points=5, num_channels=2, num_steps=60, grid_size=8, spin_up=0, seed=0
+        ),
+    ),
+}
+SOURCE_CLASSES = {
+    "points": LongFormatSource,
+    "mobile": SyntheticMobileTraffic,
+    "stand_in": SyntheticClusters,
+}
+
+
+@pytest.mark.parametrize("kind", OLD_NODES)
+def test_a_freshly_written_old_style_config_builds_the_same_data(kind, tmp_path) -> None:
+    node, same_source = OLD_NODES[kind]
+    _fleet_csv(tmp_path / "fleet.csv")
+    path = tmp_path / "config.yaml"
+    OmegaConf.save({"paths": {"data_dir": str(tmp_path)}, "data": node}, path)
+    cfg = OmegaConf.load(path)
+
+    dm = instantiate_datamodule(cfg)
+    assert type(dm) is PointCloudDataModule and type(dm.source) is SOURCE_CLASSES[kind]
+    # the config an evaluation saves has today's form; interpolations are kept
+    assert cfg.data._target_ == DATAMODULE and "_recursive_" not in cfg.data
+    written = OmegaConf.to_container(cfg.data, resolve=False)
+    for key, value in node.items():  # each key kept, in data or in data.source
+        if not key.startswith("_") and key != "source":
+            assert (written[key] if key in written else written["source"][key]) == value
+    assert not {"cluster", "clusters", "path", "city", "cache_dir"} & set(written)
+    # the same data as a datamodule built directly around the source the node describes
+    args = {k: v for k, v in node.items() if k in written and not k.startswith("_")}
+    args.pop("source", None)
+    direct = PointCloudDataModule(same_source(tmp_path), **args)
+    dm.setup()
+    direct.setup()
+    assert dm.summary() == direct.summary()
+    np.testing.assert_array_equal(dm.stream.values, direct.stream.values)
+    np.testing.assert_array_equal(dm.coords.numpy(), direct.coords.numpy())
+
+
+@pytest.mark.parametrize("old", OLD_DATAMODULES)
+def test_every_old_datamodule_node_moves_its_source_keys(old) -> None:
+    target, keys = OLD_DATAMODULES[old]
+    node = {"_target_": old, **{key: f"${{values.{key}}}" for key in keys}, "batch_size": 3}
+    cfg = OmegaConf.create({"data": node})
+    move_source_keys(cfg.data)
+    assert OmegaConf.to_container(cfg.data) == {
+        "_target_": DATAMODULE,
+        "batch_size": 3,
+        "source": {"_target_": target, **{key: f"${{values.{key}}}" for key in keys}},
+    }
+    assert hydra.utils.get_object(target)  # the source's target resolves
+
+
+def test_a_current_data_node_is_left_alone() -> None:
+    node: DictConfig = OmegaConf.create(
+        {"_target_": DATAMODULE, "source": {"_target_": "x.Y", "root": "/r"}, "batch_size": 2}
+    )
+    before = OmegaConf.to_container(node)
+    move_source_keys(node)
+    assert OmegaConf.to_container(node) == before

@@ -1,9 +1,9 @@
 """A long-format history table -> the model input of one forecast, as training built it.
 
 Rows are laid on the training sampling grid
-(:func:`~cloudlstm.data.sources.long_format.pivot_long`), the last ``history_steps`` steps are
+(:func:`~cloudlstm.data.sources.tables.pivot_long`), the last ``history_steps`` steps are
 kept, gaps are filled as the loaders fill them
-(:func:`~cloudlstm.data.sources.long_format.interpolate_gaps`: linear in time, ends by the
+(:func:`~cloudlstm.data.sources.tables.interpolate_gaps`: linear in time, ends by the
 nearest reading), and values and coordinates are normalised with the statistics stored in the
 checkpoint (:class:`~cloudlstm.data.spec.DataSpec`); nothing is fitted on the new
 data.
@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from cloudlstm.data.pipeline.transforms import scale_coords
-from cloudlstm.data.sources.long_format import (
+from cloudlstm.data.sources.tables import (
     check_columns,
     infer_step,
     interpolate_gaps,

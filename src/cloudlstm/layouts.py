@@ -36,11 +36,11 @@ def city_layout(
        also wider). Even-numbered centres are 2-D Gaussians (isotropic, that scale as
        sigma); odd-numbered ones are log-normal radial (a uniform direction, radius
        ``scale * exp(N(0, 0.8))``): a denser core and a longer tail than a Gaussian.
-       Points falling outside the city box are drawn again.
+       Points falling outside the city box are drawn again (:func:`_centre_points`).
     3. **Outskirts**: all other points but the outliers, uniform over the city box.
     4. **Outliers**: ``num_outliers`` points (default ``max(3, num_points // 1000)``)
        uniform in the far country beyond ``city_extent + 0.15`` along x or y (an L-shaped
-       band along the top and right edges), far from every city point.
+       band along the top and right edges, :func:`_far_points`), far from every city point.
     5. The points are shuffled, so the groups are not contiguous in index order.
 
     Args:
@@ -67,20 +67,31 @@ def city_layout(
     num_outliers = min(max(num_outliers, 0), num_points)
     city = num_points - num_outliers
     in_centres = round(city * centre_fraction)
+    parts = _centre_points(rng, num_centres, in_centres, city_extent, spread)
+    parts.append(rng.random((city - in_centres, 2)) * city_extent)  # outskirts
+    parts.append(_far_points(rng, num_outliers, city_extent + 0.15))
+    layout = np.concatenate(parts)
+    rng.shuffle(layout)
+    return np.clip(layout, 0.0, 1.0).astype(np.float32)
 
+
+def _centre_points(
+    rng: np.random.Generator, num_centres: int, count: int, city_extent: float, spread: float
+) -> list[np.ndarray]:
+    """``count`` points shared out over ``num_centres`` centres of log-normal weights: per
+    centre an ``(n_c, 2)`` array inside the city box (step 2 of :func:`city_layout`)."""
     weights = np.exp(rng.normal(0.0, 1.0, num_centres))
     weights /= weights.sum()
     centres = city_extent * (0.15 + 0.7 * rng.random((num_centres, 2)))
     scales = spread * np.sqrt(num_centres * weights)
     # Points per centre in proportion to weight, the rounding remainder to the largest.
-    counts = np.floor(weights * in_centres).astype(int)
-    counts[np.argmax(weights)] += in_centres - counts.sum()
-
+    counts = np.floor(weights * count).astype(int)
+    counts[np.argmax(weights)] += count - counts.sum()
     parts = []
-    for c, (centre, scale, count) in enumerate(zip(centres, scales, counts, strict=True)):
+    for c, (centre, scale, n) in enumerate(zip(centres, scales, counts, strict=True)):
         points = np.empty((0, 2))
-        while len(points) < count:  # redraw those outside the city box
-            need = count - len(points)
+        while len(points) < n:  # redraw those outside the city box
+            need = n - len(points)
             if c % 2 == 0:
                 offsets = rng.normal(0.0, scale, (need, 2))
             else:
@@ -91,16 +102,14 @@ def city_layout(
             inside = ((new >= 0) & (new <= city_extent)).all(axis=1)
             points = np.concatenate([points, new[inside]])
         parts.append(points)
-    parts.append(rng.random((city - in_centres, 2)) * city_extent)  # outskirts
+    return parts
 
-    # Outliers: uniform over the band max(x, y) >= far, by rejection from the unit square.
-    far = city_extent + 0.15
+
+def _far_points(rng: np.random.Generator, count: int, far: float) -> np.ndarray:
+    """``(count, 2)`` points uniform over the band ``max(x, y) >= far`` of the unit square,
+    by rejection (the outliers of :func:`city_layout`)."""
     outliers = np.empty((0, 2))
-    while len(outliers) < num_outliers:
-        new = rng.random((4 * (num_outliers - len(outliers)), 2))
+    while len(outliers) < count:
+        new = rng.random((4 * (count - len(outliers)), 2))
         outliers = np.concatenate([outliers, new[new.max(axis=1) >= far]])
-    parts.append(outliers[:num_outliers])
-
-    layout = np.concatenate(parts)
-    rng.shuffle(layout)
-    return np.clip(layout, 0.0, 1.0).astype(np.float32)
+    return outliers[:count]

@@ -73,7 +73,7 @@ def build_datamodule(
     ``output_dir``.
 
     Raises:
-        UserError: a mandatory data key (e.g. ``data.path``) is missing.
+        UserError: a mandatory data key (e.g. ``data.source.path``) is missing.
     """
     datamodule = instantiate_datamodule(cfg)
     datamodule.prepare_data()
@@ -84,27 +84,106 @@ def instantiate_datamodule(cfg: DictConfig) -> L.LightningDataModule:
     """The datamodule of ``cfg.data``, not loaded yet.
 
     An older run's config (``eval.py``) is read as that run was built: old ``_target_``
-    paths are renamed, and a Beijing config without ``co_units`` keeps the files' µg/m³.
+    paths are renamed, a Beijing config without ``co_units`` keeps the files' µg/m³, and a
+    datamodule that took its source's arguments itself becomes the
+    :class:`~cloudlstm.data.pipeline.datamodule.PointCloudDataModule` of a ``source`` node
+    (:func:`move_source_keys`). ``cfg.data`` is changed in place, so the config an
+    evaluation saves has the current form.
 
     Raises:
-        UserError: a mandatory data key (e.g. ``data.path``) is missing.
+        UserError: a mandatory data key (e.g. ``data.source.path``) is missing.
     """
     missing = sorted(OmegaConf.missing_keys(cfg.data))
-    if missing:  # e.g. data=points without data.path: say so instead of a Hydra traceback
+    if missing:  # e.g. data=points without data.source.path: say so, not a Hydra traceback
         example = " ".join(f"{k}=..." for k in missing)
         raise UserError(
-            f"The data config needs {', '.join(missing)}; give it on the "
-            f"command line: `python train.py <data=...> {example}` (e.g. data.path=/my/file.csv)."
+            f"The data config needs {', '.join(missing)}; give it on the command line: "
+            f"`python train.py <data=...> {example}` (e.g. data.source.path=/my/file.csv)."
         )
     rename_old_targets(cfg.data)
     _keep_old_co_units(cfg.data)
+    move_source_keys(cfg.data)
     return instantiate(cfg.data)
 
 
+DATAMODULE = "cloudlstm.data.pipeline.datamodule.PointCloudDataModule"
+# Datamodules of older runs that took their source's arguments at the top of ``data``:
+# old target -> (the source's target, the keys of ``data`` that are the source's).
+OLD_DATAMODULES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "cloudlstm.data.sources.beijing.BeijingDataModule": (
+        "cloudlstm.data.sources.beijing.BeijingSource",
+        ("root", "stations", "cache_dir", "co_units"),
+    ),
+    "cloudlstm.data.sources.urban_air.UrbanAirDataModule": (
+        "cloudlstm.data.sources.urban_air.UrbanAirSource",
+        ("root", "cluster", "download", "url", "sha256", "cache_dir"),
+    ),
+    "cloudlstm.data.sources.long_format.PointsDataModule": (
+        "cloudlstm.data.sources.long_format.LongFormatSource",
+        (
+            "path",
+            "time_col",
+            "id_col",
+            "coord_cols",
+            "value_cols",
+            "freq",
+            "moving",
+            "name",
+            "bad_values",
+        ),
+    ),
+    "cloudlstm.data.sources.mobile.MobileDataModule": (
+        "cloudlstm.data.sources.mobile.mobile_traffic",
+        (
+            "path",
+            "city",
+            "num_antennas",
+            "num_services",
+            "num_days",
+            "seed",
+            "cache_dir",
+            "time_col",
+            "id_col",
+            "coord_cols",
+        ),
+    ),
+    # its ``source`` node held the generator's arguments: they join the cluster's
+    "cloudlstm.data.sources.stand_in.SyntheticClusters": (
+        "cloudlstm.data.sources.stand_in.SyntheticClusters",
+        ("cluster", "clusters"),
+    ),
+}
+
+
+def move_source_keys(data: DictConfig) -> None:
+    """Rewrite, in place, an older run's data node whose ``_target_`` is one of
+    :data:`OLD_DATAMODULES` into today's form: ``_target_: PointCloudDataModule`` and a
+    ``source`` node with the source's target and keys. Interpolations are kept as they
+    are (not resolved); any other node is left alone."""
+    entry = OLD_DATAMODULES.get(str(data.get("_target_", "")))
+    if entry is None:
+        return
+    target, keys = entry
+    tree = OmegaConf.to_container(data, resolve=False)
+    source = {"_target_": target}
+    generator = tree.pop("source", None)  # SyntheticClusters': the generator's arguments
+    if isinstance(generator, dict):
+        source.update({k: v for k, v in generator.items() if k != "_target_"})
+    source.update({key: tree.pop(key) for key in keys if key in tree})
+    tree.pop("_recursive_", None)  # the stand-in built its own source
+    with open_dict(data):
+        for key in list(data.keys()):
+            if key not in tree:
+                del data[key]
+        data._target_ = DATAMODULE
+        data.source = source
+
+
 def _keep_old_co_units(data: DictConfig) -> None:
-    """A Beijing run saved before ``data.co_units`` existed loaded CO in µg/m³, and its
+    """A Beijing run saved before ``co_units`` existed loaded CO in µg/m³, and its
     checkpoint's scaler and weights are in those units: its config gets ``ug/m3``, not the
-    mg/m3 default (which would feed the model CO values 1000 times too small)."""
+    mg/m3 default (which would feed the model CO values 1000 times too small). Such a run
+    names the old ``BeijingDataModule``: runs of the ``source`` form always have the key."""
     target = str(data.get("_target_", ""))
     if target.endswith(".BeijingDataModule") and "co_units" not in data:
         with open_dict(data):

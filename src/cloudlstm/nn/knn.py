@@ -208,14 +208,30 @@ def _offer(tiles, tiles_idx, s, e, coords, me, best, dist, bits, keys, merge):
 @numba.njit(cache=True)
 def _knn_cloud(coords, k, out):
     """One cloud: coords (N, L >= 2) float32 -> out (N, k) neighbour indices."""
-    n, dims = coords.shape
+    n = coords.shape[0]
     if k == 1:  # nothing to search: slot 0 is always the point itself
         for i in range(n):
             out[i, 0] = i
         return
-    # Grid over the bounding box of axes 0 and 1, shaped like the box, with about K / 3
-    # points per cell (K if the box is flat): the 3 x 3 (or 3 x 1) cells around a query
-    # then hold ~3K points, usually including its K nearest.
+    x0, wx, gx, y0, wy, gy = _grid_shape(coords, k)
+    bin_x = _axis_bins(coords[:, 0], x0, wx, gx)
+    bin_y = _axis_bins(coords[:, 1], y0, wy, gy)
+    lo_x, hi_x = _half_plane_bounds(coords[:, 0], bin_x, gx)
+    lo_y, hi_y = _half_plane_bounds(coords[:, 1], bin_y, gy)
+    strip, tiles, tiles_idx = _strips(coords, bin_x, bin_y, gx, gy)
+    _search(coords, k, bin_x, bin_y, lo_x, hi_x, lo_y, hi_y, strip, tiles, tiles_idx, out)
+
+
+@numba.njit(cache=True)
+def _grid_shape(coords, k):
+    """The grid over the bounding box of axes 0 and 1 -> (x0, wx, gx, y0, wy, gy): each
+    axis' minimum, width and bin count.
+
+    Shaped like the box, with about K / 3 points per cell (K if the box is flat): the
+    3 x 3 (or 3 x 1) cells around a query then hold ~3K points, usually including its K
+    nearest.
+    """
+    n = coords.shape[0]
     x0 = x1 = coords[0, 0]
     y0 = y1 = coords[0, 1]
     for i in range(n):
@@ -232,14 +248,20 @@ def _knn_cloud(coords, k, out):
         fy = cells
     gx = int(min(max(fx, 1.0), cells)) if fx == fx else 1  # NaN-safe
     gy = int(min(max(fy, 1.0), cells)) if fy == fy else 1
-    bin_x = _axis_bins(coords[:, 0], x0, wx, gx)
-    bin_y = _axis_bins(coords[:, 1], y0, wy, gy)
-    lo_x, hi_x = _half_plane_bounds(coords[:, 0], bin_x, gx)
-    lo_y, hi_y = _half_plane_bounds(coords[:, 1], bin_y, gy)
+    return x0, wx, gx, y0, wy, gy
 
-    # Strip Y (-1 <= Y <= gy) holds the points of grid rows Y-1..Y+1 ordered by column,
-    # so any 3 rows x 3 columns tile of cells is one contiguous run: 3N copies in all.
-    strip = np.zeros((gy + 2) * gx + 1, np.int64)  # start of column x of strip Y
+
+@numba.njit(cache=True)
+def _strips(coords, bin_x, bin_y, gx, gy):
+    """The points copied into strips -> (strip, tiles, tiles_idx).
+
+    Strip Y (-1 <= Y <= gy) holds the points of grid rows Y-1..Y+1 ordered by column, so
+    any 3 rows x 3 columns tile of cells is one contiguous run: 3N copies in all.
+    ``strip[(Y + 1) * gx + x]`` is where column x of strip Y starts in ``tiles (L, 3N)``
+    (axis-major: the distance loops vectorise) and ``tiles_idx (3N,)`` (point indices).
+    """
+    n, dims = coords.shape
+    strip = np.zeros((gy + 2) * gx + 1, np.int64)
     for i in range(n):
         for y in range(bin_y[i], bin_y[i] + 3):  # strips Y = row - 1 .. row + 1, shifted
             strip[y * gx + bin_x[i] + 1] += 1
@@ -248,7 +270,7 @@ def _knn_cloud(coords, k, out):
     fill = np.empty((gy + 2) * gx, np.int64)
     for c in range((gy + 2) * gx):
         fill[c] = strip[c]
-    tiles = np.empty((dims, 3 * n), np.float32)  # axis-major: the distance loops vectorise
+    tiles = np.empty((dims, 3 * n), np.float32)
     tiles_idx = np.empty(3 * n, np.int64)
     for i in range(n):
         for y in range(bin_y[i], bin_y[i] + 3):
@@ -257,7 +279,23 @@ def _knn_cloud(coords, k, out):
             for l in range(dims):
                 tiles[l, p] = coords[i, l]
             tiles_idx[p] = i
+    return strip, tiles, tiles_idx
 
+
+@numba.njit(cache=True)
+def _search(coords, k, bin_x, bin_y, lo_x, hi_x, lo_y, hi_y, strip, tiles, tiles_idx, out):
+    """Every point's K nearest (itself first) -> out (N, k), from the grid's bins, bounds
+    and strips.
+
+    Per query, r = 0: the tile of 3 x 3 cells centred on the query's cell (usually
+    enough); then rings of such tiles at Chebyshev radius r (in tiles), until every point
+    not yet seen lies, along x or y alone, beyond the current K-th distance (the test
+    cannot stop anything while fewer than K-1 points are known, as at r = 0). One call per
+    cloud, not per query: a call passing a dozen arrays (each reference-counted) costs
+    more than a query's search at small K.
+    """
+    n = coords.shape[0]
+    gx, gy = lo_x.shape[0], lo_y.shape[0]
     best = np.empty(k - 1, np.int64)  # sorted keys of the K-1 best others so far
     dist = np.empty(n + k, np.float32)
     bits = dist.view(np.int32)
@@ -267,10 +305,6 @@ def _knn_cloud(coords, k, out):
         for j in range(k - 1):
             best[j] = _NO_KEY
         worst = _NO_KEY
-        # r = 0: the tile of 3 x 3 cells centred on the query's cell (usually enough);
-        # then rings of such tiles at Chebyshev radius r (in tiles), until every point
-        # not yet seen lies, along x or y alone, beyond the current K-th distance (the
-        # test cannot stop anything while fewer than K-1 points are known, as at r = 0).
         for r in range(max(gx, gy) // 3 + 2):
             gap = min(
                 _gap(lo_x, hi_x, qx + 3 * r - 1, qx, coords[i, 0]),

@@ -3,8 +3,10 @@
 The paper's tables are tidy CSVs in ``docs/paper/`` (one row per data set, model, setting
 and metric). A run is matched to a paper row by:
 
-* data set: ``data.cluster=A`` -> "Cluster A" (``data=airq``, or the synthetic stand-in of
-  ``scale=cpu``, which keeps the key), ``data.city=city1`` -> "City 1" (``data=mobile``);
+* data set: ``data.source.cluster=A`` -> "Cluster A" (``data=airq``, or the synthetic
+  stand-in of ``scale=cpu``, which keeps the key), ``data.source.city=city1`` -> "City 1"
+  (``data=mobile``); runs saved before the ``source`` node have ``data.cluster`` and
+  ``data.city``, read too;
 * model: its class and settings, not its config name, so ``model=cloudlstm_k3`` and
   ``model=cloudlstm model.k=3`` are both "CloudLSTM (K=3)" (:func:`paper_model`);
 * the table's settings: the paper's M and J (``data.input_steps``, ``data.output_steps``);
@@ -83,12 +85,20 @@ def paper_model(keys: dict[str, Any]) -> str | None:
 
 
 def paper_dataset(keys: dict[str, Any]) -> str | None:
-    """The paper's data set: ``data.cluster=A`` -> "Cluster A", ``data.city=city1`` ->
-    "City 1", else None."""
-    if keys.get("data.cluster") is not None:
-        return f"Cluster {keys['data.cluster']}"
-    city = str(keys.get("data.city") or "")
+    """The paper's data set: ``data.source.cluster=A`` -> "Cluster A",
+    ``data.source.city=city1`` -> "City 1", else None."""
+    cluster = _source_key(keys, "cluster")
+    if cluster is not None:
+        return f"Cluster {cluster}"
+    city = str(_source_key(keys, "city") or "")
     return f"City {city.removeprefix('city')}" if city.startswith("city") else None
+
+
+def _source_key(keys: dict[str, Any], name: str) -> Any:
+    """A data source's key: ``data.source.<name>``, or ``data.<name>`` in a run saved before
+    the source's arguments moved into ``data.source``; None if neither is set."""
+    value = keys.get(f"data.source.{name}")
+    return keys.get(f"data.{name}") if value is None else value
 
 
 @dataclass(frozen=True)

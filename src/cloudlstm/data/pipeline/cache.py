@@ -1,4 +1,4 @@
-"""The stream cache shared by every loader and generator, and argument checks.
+"""The stream cache shared by every data source, and argument checks.
 
 A cached stream is a directory (``<name>_<key>/``) whose big arrays are plain ``.npy``
 files, memory-mapped on load, so a stream larger than RAM can be read a window at a time:
@@ -17,7 +17,8 @@ verified too; any mismatch reads as ``None`` (rebuild it), with a warning.
 
 * :func:`save_stream_cache` / :func:`load_stream_cache`: a stream tagged with a key;
 * :func:`file_signature`: a cheap key part that changes when raw files change;
-* :class:`CachedGenerator`: ``load()`` = ``generate()`` cached under a hash of ``config()``.
+* :class:`CachedSource`: the base of every source, ``load()`` = ``generate()`` cached under
+  a hash of ``config()`` and the input files' signatures.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from cloudlstm.errors import UserError
 __all__ = [
     "FORMAT",
     "VERIFY_BYTES",
-    "CachedGenerator",
+    "CachedSource",
     "StreamWriter",
     "check_float",
     "check_int",
@@ -486,14 +487,24 @@ def check_float(
     return value
 
 
-class CachedGenerator:
-    """Base of the seeded generators: ``load()`` = ``generate()``, cached (see the module).
+class CachedSource:
+    """Base of every data source: ``load()`` = the stream made once, then read from the cache.
 
-    Subclasses set ``cache_dir`` and ``cache_prefix`` and define ``config()`` (every
-    argument that determines the output), ``name`` and ``generate(cache_path=None)``, which
-    returns the stream and, given a path, also caches it there: a generator that can write
-    its stream a time chunk at a time does so through :meth:`writer` (so preparing it never
-    holds it whole); others build it in memory and return :meth:`cached`.
+    A source turns raw files (a reader) or a seed (a generator) into a
+    :class:`PointCloudStream`. Subclasses set ``cache_dir`` (``None``: no caching) and
+    ``cache_prefix``, and define:
+
+    * ``config()``: every argument that determines the stream (not ``cache_dir``), with a
+      version to bump when the preparation changes;
+    * ``input_files()`` (readers): the raw files read; their names, sizes and modification
+      times join the key, so an edited file is read again;
+    * ``generate(cache_path=None)``: makes the stream and, given a path, also caches it
+      there: a source that can write its stream a time chunk at a time does so through
+      :meth:`writer` (so preparing it never holds it whole); others build it in memory and
+      return :meth:`cached`.
+
+    The cache directory is ``<cache_dir>/<cache_prefix>_<key>``, the key a hash of the
+    config and the files' signatures (:attr:`cache_key`).
     """
 
     cache_prefix = "stream"
@@ -504,12 +515,22 @@ class CachedGenerator:
     def config(self) -> dict:
         raise NotImplementedError
 
+    def input_files(self) -> list[Path]:
+        """The raw files the stream is read from; none for a generator."""
+        return []
+
     def generate(self, cache_path: Path | None = None) -> PointCloudStream:
         raise NotImplementedError
 
     @property
     def cache_key(self) -> str:
-        blob = json.dumps(self.config(), sort_keys=True).encode()
+        """16 hex digits of the SHA-256 of :meth:`config`, with the input files' signatures
+        when there are input files (a generator's key is that of its config alone)."""
+        payload = self.config()
+        files = self.input_files()
+        if files:
+            payload = {**payload, "input_files": file_signature(files)}
+        blob = json.dumps(payload, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
     @property
@@ -520,7 +541,7 @@ class CachedGenerator:
         return self.cache_dir / f"{self.cache_prefix}_{self.cache_key}"
 
     def load(self) -> PointCloudStream:
-        """The stream, from the cache when a valid cache exists (else generated into it)."""
+        """The stream, from the cache when a valid cache exists (else made into it)."""
         path = self.cache_path
         stream = None if path is None else load_stream_cache(path, self.cache_key)
         self.last_load_from_cache = stream is not None

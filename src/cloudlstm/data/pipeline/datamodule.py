@@ -101,9 +101,10 @@ class PointCloudDataModule(LightningDataModule):
     """Datamodule over one point-cloud stream (see ``docs/design.md`` for the batch format).
 
     Args:
-        source: any object with ``.load() -> PointCloudStream`` (e.g.
+        source: any object with ``.load() -> PointCloudStream`` (a data source, e.g.
             :class:`~cloudlstm.data.sources.synthetic.SyntheticAdvectionDiffusion`), a
-            :class:`PointCloudStream` itself, or a Hydra config mapping with ``_target_``.
+            :class:`PointCloudStream` itself, or a Hydra config mapping with ``_target_``
+            (``data.source`` in every ``conf/data/*.yaml``: the source's own arguments).
         input_steps: M, past steps fed to the model.
         output_steps: J, future steps to predict.
         batch_size: windows per batch.
@@ -167,44 +168,19 @@ class PointCloudDataModule(LightningDataModule):
         score_filled: bool = False,
     ) -> None:
         super().__init__()
-        if outliers is not None and outliers not in OUTLIER_METHODS:
-            raise UserError(
-                f"PointCloudDataModule: unknown outliers={outliers!r}; use one of "
-                f"{OUTLIER_METHODS} or null."
-            )
-        if outliers is not None and outlier_shift is not None:
-            raise UserError(
-                "PointCloudDataModule: choose either outliers=dbscan (find outliers) or "
-                "outlier_shift=<d> (make them), not both."
-            )
-        if num_points is not None and (isinstance(num_points, bool) or num_points < 1):
-            raise UserError(f"PointCloudDataModule: num_points must be >= 1; got {num_points}.")
-        for name, value in (
-            ("input_steps", input_steps),
-            ("output_steps", output_steps),
-            ("batch_size", batch_size),
-            ("stride", stride),
-        ):
-            if isinstance(value, bool) or int(value) != value or value < 1:
-                raise UserError(
-                    f"PointCloudDataModule: {name} must be an integer >= 1; got {value}."
-                )
-        for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-            if not (math.isfinite(value) and 0.0 <= value < 1.0):
-                raise UserError(f"PointCloudDataModule: {name} must be in [0, 1); got {value}.")
-        if int(num_workers) != num_workers or num_workers < 0:
-            raise UserError(f"PointCloudDataModule: num_workers must be >= 0; got {num_workers}.")
+        _check_outlier_options(outliers, outlier_shift)
+        _check_sizes(
+            num_points,
+            {
+                "input_steps": input_steps,
+                "output_steps": output_steps,
+                "batch_size": batch_size,
+                "stride": stride,
+            },
+        )
+        _check_loading(val_fraction, test_fraction, num_workers)
         self.save_hyperparameters(ignore=["source"], logger=False)
-        if isinstance(source, Mapping) and "_target_" in source:
-            from hydra.utils import instantiate
-
-            source = instantiate(source)
-        if not isinstance(source, PointCloudStream) and not callable(getattr(source, "load", None)):
-            raise TypeError(
-                "PointCloudDataModule: source must have a .load() -> PointCloudStream method "
-                f"(or be a PointCloudStream); got {type(source).__name__}."
-            )
-        self.source = source
+        self.source = _as_source(source)
         self.input_steps = int(input_steps)
         self.output_steps = int(output_steps)
         self.batch_size = int(batch_size)
@@ -224,8 +200,11 @@ class PointCloudDataModule(LightningDataModule):
             "outlier_seed": int(outlier_seed),
         }
         self.score_filled = bool(score_filled)
-        self.point_groups: dict[str, np.ndarray] = {}
+        self._clear()
 
+    def _clear(self) -> None:
+        """What loading and :meth:`setup` fill in, empty."""
+        self.point_groups: dict[str, np.ndarray] = {}
         self._stream: PointCloudStream | None = None
         self._built = False
         self._scaler_state: dict | None = None
@@ -268,57 +247,21 @@ class PointCloudDataModule(LightningDataModule):
         _ = self.stream
 
     def setup(self, stage: str | None = None) -> None:
+        """Split the stream, fit (or restore) the scaler, normalise the coordinates and cut
+        each split's windows; once (later calls do nothing)."""
         if self._built:
             return
         stream = self.stream
-        offsets = self.input_offsets
-        h, j = self.history_steps, self.output_steps
         self.bounds = split_bounds(stream.num_steps, self.val_fraction, self.test_fraction)
-        self.window_bounds = window_ranges(self.bounds, h)
-        span = h + j
-        for split, (first, end) in self.window_bounds.items():
-            start = self.bounds[split][0]
-            optional = (split == "val" and self.val_fraction == 0) or (
-                split == "test" and self.test_fraction == 0
-            )
-            if end - first < span and not optional:
-                need = (
-                    f"input_steps + output_steps = {h} + {j} = {span} (input_steps counts the "
-                    "whole history a window reaches back)"
-                    if split == "train"
-                    else f"output_steps = {j} (its inputs reach back into the part before)"
-                )
-                raise UserError(
-                    f"PointCloudDataModule: the {split} part of stream '{stream.name}' has "
-                    f"{end - start} steps (of T={stream.num_steps}), but one window needs "
-                    f"{need}. Use a longer stream, shorter windows, or different val/test "
-                    "fractions."
-                )
-
-        tr0, tr1 = self.bounds["train"]
-        if self._scaler_state is not None:
-            self.scaler = StandardScaler.from_dict(self._scaler_state)
-        else:
-            self.scaler = StandardScaler().fit(stream.values[tr0:tr1], stream.mask[tr0:tr1])
-        if self.scaler.num_channels != stream.num_channels:
-            raise UserError(
-                f"PointCloudDataModule: restored scaler has {self.scaler.num_channels} channels "
-                f"but the stream has {stream.num_channels}."
-            )
+        self.window_bounds = window_ranges(self.bounds, self.history_steps)
+        self._check_split_lengths(stream)
+        self.scaler = self._fitted_scaler(stream)
+        track = self._set_coords(stream)
         # No normalised copy of the values: each window is read from the stream (memory-mapped
         # when it comes from the cache) and normalised when it is asked for; filled
         # (interpolated) values are kept, only entries with no value at all become 0.
-        track = None
-        if stream.moving:
-            self.coord_scale = _track_scale(stream.trajectory, tr1)
-            track = torch.as_tensor(_normalize_track(stream.trajectory, tr1), dtype=torch.float32)
-            self._coords = track[0]
-        else:
-            self.coord_scale = coord_scale(stream.coords)
-            coords = normalize_coords(stream.coords)
-            coords, self.point_groups = self._outliers(coords)
-            self._coords = torch.as_tensor(coords, dtype=torch.float32)
         mask = None if self.score_filled else stream.mask  # None: every finite value counts
+        offsets, span = self.input_offsets, self.history_steps + self.output_steps
         for split, (first, end) in self.window_bounds.items():
             if end - first < span:
                 self.datasets[split] = None
@@ -328,7 +271,7 @@ class PointCloudDataModule(LightningDataModule):
                 mask,
                 self._coords,
                 len(offsets),
-                j,
+                self.output_steps,
                 stride=self.stride,
                 start=first,
                 end=end,
@@ -339,6 +282,61 @@ class PointCloudDataModule(LightningDataModule):
                 check_mask=False,  # PointCloudStream checked it
             )
         self._built = True
+
+    def _check_split_lengths(self, stream: PointCloudStream) -> None:
+        """A ``UserError`` when a split holds no window (a split with a zero fraction may)."""
+        h, j = self.history_steps, self.output_steps
+        span = h + j
+        for split, (first, end) in self.window_bounds.items():
+            start = self.bounds[split][0]
+            optional = (split == "val" and self.val_fraction == 0) or (
+                split == "test" and self.test_fraction == 0
+            )
+            if end - first >= span or optional:
+                continue
+            need = (
+                f"input_steps + output_steps = {h} + {j} = {span} (input_steps counts the "
+                "whole history a window reaches back)"
+                if split == "train"
+                else f"output_steps = {j} (its inputs reach back into the part before)"
+            )
+            raise UserError(
+                f"PointCloudDataModule: the {split} part of stream '{stream.name}' has "
+                f"{end - start} steps (of T={stream.num_steps}), but one window needs "
+                f"{need}. Use a longer stream, shorter windows, or different val/test "
+                "fractions."
+            )
+
+    def _fitted_scaler(self, stream: PointCloudStream) -> StandardScaler:
+        """The training part's scaler, or the one given to :meth:`use_scaler`."""
+        tr0, tr1 = self.bounds["train"]
+        if self._scaler_state is not None:
+            scaler = StandardScaler.from_dict(self._scaler_state)
+        else:
+            scaler = StandardScaler().fit(stream.values[tr0:tr1], stream.mask[tr0:tr1])
+        if scaler.num_channels != stream.num_channels:
+            raise UserError(
+                f"PointCloudDataModule: restored scaler has {scaler.num_channels} channels "
+                f"but the stream has {stream.num_channels}."
+            )
+        return scaler
+
+    def _set_coords(self, stream: PointCloudStream) -> torch.Tensor | None:
+        """Set :attr:`coords`, :attr:`coord_scale` and the point groups; returns the
+        ``(T, N, L)`` normalised positions of moving points (``None`` for static ones).
+
+        Moving points are scaled with the training part's range; static ones min-max
+        normalised, then the outlier options applied."""
+        if stream.moving:
+            tr1 = self.bounds["train"][1]
+            self.coord_scale = _track_scale(stream.trajectory, tr1)
+            track = torch.as_tensor(_normalize_track(stream.trajectory, tr1), dtype=torch.float32)
+            self._coords = track[0]
+            return track
+        self.coord_scale = coord_scale(stream.coords)
+        coords, self.point_groups = self._outliers(normalize_coords(stream.coords))
+        self._coords = torch.as_tensor(coords, dtype=torch.float32)
+        return None
 
     def _outliers(self, coords: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Apply the outlier options to normalised coords: (coords, {"inliers", "outliers"})."""
@@ -538,6 +536,51 @@ class PointCloudDataModule(LightningDataModule):
             f"PointCloudDataModule(source={self.source!r}, M={self.input_steps}, "
             f"J={self.output_steps}, batch_size={self.batch_size})"
         )
+
+
+def _check_outlier_options(outliers: str | None, outlier_shift: float | None) -> None:
+    if outliers is not None and outliers not in OUTLIER_METHODS:
+        raise UserError(
+            f"PointCloudDataModule: unknown outliers={outliers!r}; use one of "
+            f"{OUTLIER_METHODS} or null."
+        )
+    if outliers is not None and outlier_shift is not None:
+        raise UserError(
+            "PointCloudDataModule: choose either outliers=dbscan (find outliers) or "
+            "outlier_shift=<d> (make them), not both."
+        )
+
+
+def _check_sizes(num_points: int | None, counts: Mapping[str, Any]) -> None:
+    """The point subset and every count of ``counts`` (window steps, batch size, stride)."""
+    if num_points is not None and (isinstance(num_points, bool) or num_points < 1):
+        raise UserError(f"PointCloudDataModule: num_points must be >= 1; got {num_points}.")
+    for name, value in counts.items():
+        if isinstance(value, bool) or int(value) != value or value < 1:
+            raise UserError(f"PointCloudDataModule: {name} must be an integer >= 1; got {value}.")
+
+
+def _check_loading(val_fraction: float, test_fraction: float, num_workers: int) -> None:
+    for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+        if not (math.isfinite(value) and 0.0 <= value < 1.0):
+            raise UserError(f"PointCloudDataModule: {name} must be in [0, 1); got {value}.")
+    if int(num_workers) != num_workers or num_workers < 0:
+        raise UserError(f"PointCloudDataModule: num_workers must be >= 0; got {num_workers}.")
+
+
+def _as_source(source: Any) -> Any:
+    """``source`` itself (a stream, or anything with ``.load()``), or the source a Hydra
+    config mapping with ``_target_`` describes."""
+    if isinstance(source, Mapping) and "_target_" in source:
+        from hydra.utils import instantiate
+
+        source = instantiate(source)
+    if not isinstance(source, PointCloudStream) and not callable(getattr(source, "load", None)):
+        raise TypeError(
+            "PointCloudDataModule: source must have a .load() -> PointCloudStream method "
+            f"(or be a PointCloudStream); got {type(source).__name__}."
+        )
+    return source
 
 
 def _random_subset(stream: PointCloudStream, num_points: int, seed: int) -> PointCloudStream:

@@ -52,87 +52,11 @@ class PointCloudStream:
     trajectory: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        values = np.asanyarray(self.values)
-        if values.ndim != 3:
-            raise ValueError(
-                f"PointCloudStream.values must have shape (T, N, C) (3 dims); got shape "
-                f"{values.shape}. Add missing axes, e.g. values[..., None] for one channel."
-            )
-        if not (
-            np.issubdtype(values.dtype, np.floating) or np.issubdtype(values.dtype, np.integer)
-        ):
-            raise ValueError(
-                f"PointCloudStream.values must be numeric; got dtype {values.dtype}. "
-                "Convert it with values.astype(np.float32)."
-            )
-        self.values = _contiguous(values, np.float32)
+        self.values = _checked_values(self.values)
         t, n, c = self.values.shape
-        if min(t, n, c) < 1:
-            raise ValueError(
-                f"PointCloudStream.values has an empty axis: shape (T, N, C) = {self.values.shape}."
-                " Every axis needs at least one entry."
-            )
-
-        mask = np.asanyarray(self.mask)
-        if mask.shape != self.values.shape:
-            raise ValueError(
-                f"PointCloudStream.mask has shape {mask.shape} but values has shape "
-                f"{self.values.shape}; they must match. Use np.isfinite(values) if you have no "
-                "explicit mask."
-            )
-        if mask.dtype != np.bool_:
-            if not np.all(np.isin(mask, (0, 1))):
-                raise ValueError(
-                    f"PointCloudStream.mask must be boolean (True = observed); got dtype "
-                    f"{mask.dtype} with values other than 0/1."
-                )
-            mask = mask.astype(bool)
-        self.mask = _contiguous(mask, np.bool_)
-
-        count, first = 0, None
-        for a, b in time_chunks(0, t, n * c):  # bounded memory for a memory-mapped stream
-            bad = self.mask[a:b] & ~np.isfinite(self.values[a:b])
-            if bad.any():
-                count += int(bad.sum())
-                if first is None:
-                    ti, ni, ci = np.argwhere(bad)[0]
-                    first = (a + ti, ni, ci)
-        if count:
-            ti, ni, ci = first
-            raise ValueError(
-                f"PointCloudStream.values has {count} NaN/inf entries where mask is True "
-                f"(first at t={ti}, point={ni}, channel={ci}). Set mask=False there "
-                "(e.g. mask &= np.isfinite(values))."
-            )
-
-        coords = np.asarray(self.coords)
-        if coords.ndim == 1:
-            raise ValueError(
-                f"PointCloudStream.coords must have shape (N, L); got a 1-D array of length "
-                f"{coords.shape[0]}. Use coords[:, None] for one spatial dimension."
-            )
-        if coords.ndim != 2:
-            raise ValueError(f"PointCloudStream.coords must have shape (N, L); got {coords.shape}.")
-        if coords.shape[0] != n:
-            raise ValueError(
-                f"PointCloudStream.coords has {coords.shape[0]} rows but values has N={n} points; "
-                "there must be one coordinate row per point."
-            )
-        if coords.shape[1] < 1:
-            raise ValueError("PointCloudStream.coords needs at least one spatial dimension (L>=1).")
-        try:
-            coords = coords.astype(np.float64)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"PointCloudStream.coords must be numeric: {err}") from err
-        if not np.isfinite(coords).all():
-            rows = np.unique(np.argwhere(~np.isfinite(coords))[:, 0])
-            raise ValueError(
-                f"PointCloudStream.coords contains NaN/inf for {len(rows)} point(s) "
-                f"(first rows: {rows[:5].tolist()}). Every point needs a finite location: drop "
-                "those points or fill in their coordinates."
-            )
-        self.coords = coords
-
+        self.mask = _checked_mask(self.mask, self.values)
+        _check_observed(self.values, self.mask)
+        self.coords = _checked_coords(self.coords, n)
         self.channel_names = [str(s) for s in self.channel_names]
         if len(self.channel_names) != c:
             raise ValueError(
@@ -147,29 +71,8 @@ class PointCloudStream:
             )
         if len(set(self.point_ids)) != n:
             raise ValueError("PointCloudStream.point_ids must be unique; found duplicates.")
-
         if self.timestamps is not None:
-            ts = np.asarray(self.timestamps)
-            if not np.issubdtype(ts.dtype, np.datetime64):
-                try:
-                    ts = ts.astype("datetime64[ns]")
-                except (TypeError, ValueError) as err:
-                    raise ValueError(
-                        f"PointCloudStream.timestamps must be datetime64; got dtype {ts.dtype}."
-                    ) from err
-            if ts.shape != (t,):
-                raise ValueError(
-                    f"PointCloudStream.timestamps has shape {ts.shape} but values has T={t} steps; "
-                    f"expected shape ({t},)."
-                )
-            if np.isnat(ts).any():
-                raise ValueError("PointCloudStream.timestamps contains NaT.")
-            if t > 1 and not (np.diff(ts) > np.timedelta64(0)).all():
-                raise ValueError(
-                    "PointCloudStream.timestamps must be strictly increasing; sort the stream by "
-                    "time and drop duplicate steps."
-                )
-            self.timestamps = ts
+            self.timestamps = _checked_timestamps(self.timestamps, t)
         self.name = str(self.name)
         if self.trajectory is not None:
             self.trajectory = self._check_trajectory(np.asanyarray(self.trajectory))
@@ -305,6 +208,124 @@ class PointCloudStream:
             f"PointCloudStream(name={self.name!r}, T={self.num_steps}, N={self.num_points}, "
             f"C={self.num_channels}, L={self.num_dims}, missing={self.missing_fraction:.1%})"
         )
+
+
+def _checked_values(values: np.ndarray) -> np.ndarray:
+    """``values`` as C-contiguous float32 ``(T, N, C)`` with no empty axis."""
+    values = np.asanyarray(values)
+    if values.ndim != 3:
+        raise ValueError(
+            f"PointCloudStream.values must have shape (T, N, C) (3 dims); got shape "
+            f"{values.shape}. Add missing axes, e.g. values[..., None] for one channel."
+        )
+    if not (np.issubdtype(values.dtype, np.floating) or np.issubdtype(values.dtype, np.integer)):
+        raise ValueError(
+            f"PointCloudStream.values must be numeric; got dtype {values.dtype}. "
+            "Convert it with values.astype(np.float32)."
+        )
+    values = _contiguous(values, np.float32)
+    if min(values.shape) < 1:
+        raise ValueError(
+            f"PointCloudStream.values has an empty axis: shape (T, N, C) = {values.shape}."
+            " Every axis needs at least one entry."
+        )
+    return values
+
+
+def _checked_mask(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``mask`` as C-contiguous bool of the shape of ``values`` (0/1 numbers accepted)."""
+    mask = np.asanyarray(mask)
+    if mask.shape != values.shape:
+        raise ValueError(
+            f"PointCloudStream.mask has shape {mask.shape} but values has shape "
+            f"{values.shape}; they must match. Use np.isfinite(values) if you have no "
+            "explicit mask."
+        )
+    if mask.dtype != np.bool_:
+        if not np.all(np.isin(mask, (0, 1))):
+            raise ValueError(
+                f"PointCloudStream.mask must be boolean (True = observed); got dtype "
+                f"{mask.dtype} with values other than 0/1."
+            )
+        mask = mask.astype(bool)
+    return _contiguous(mask, np.bool_)
+
+
+def _check_observed(values: np.ndarray, mask: np.ndarray) -> None:
+    """No NaN/inf value marked observed; read a time chunk at a time, so a memory-mapped
+    stream is checked in bounded memory."""
+    t, n, c = values.shape
+    count, first = 0, None
+    for a, b in time_chunks(0, t, n * c):
+        bad = mask[a:b] & ~np.isfinite(values[a:b])
+        if bad.any():
+            count += int(bad.sum())
+            if first is None:
+                ti, ni, ci = np.argwhere(bad)[0]
+                first = (a + ti, ni, ci)
+    if count:
+        ti, ni, ci = first
+        raise ValueError(
+            f"PointCloudStream.values has {count} NaN/inf entries where mask is True "
+            f"(first at t={ti}, point={ni}, channel={ci}). Set mask=False there "
+            "(e.g. mask &= np.isfinite(values))."
+        )
+
+
+def _checked_coords(coords: np.ndarray, n: int) -> np.ndarray:
+    """``coords`` as finite float64 ``(N, L)``, one row per point."""
+    coords = np.asarray(coords)
+    if coords.ndim == 1:
+        raise ValueError(
+            f"PointCloudStream.coords must have shape (N, L); got a 1-D array of length "
+            f"{coords.shape[0]}. Use coords[:, None] for one spatial dimension."
+        )
+    if coords.ndim != 2:
+        raise ValueError(f"PointCloudStream.coords must have shape (N, L); got {coords.shape}.")
+    if coords.shape[0] != n:
+        raise ValueError(
+            f"PointCloudStream.coords has {coords.shape[0]} rows but values has N={n} points; "
+            "there must be one coordinate row per point."
+        )
+    if coords.shape[1] < 1:
+        raise ValueError("PointCloudStream.coords needs at least one spatial dimension (L>=1).")
+    try:
+        coords = coords.astype(np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"PointCloudStream.coords must be numeric: {err}") from err
+    if not np.isfinite(coords).all():
+        rows = np.unique(np.argwhere(~np.isfinite(coords))[:, 0])
+        raise ValueError(
+            f"PointCloudStream.coords contains NaN/inf for {len(rows)} point(s) "
+            f"(first rows: {rows[:5].tolist()}). Every point needs a finite location: drop "
+            "those points or fill in their coordinates."
+        )
+    return coords
+
+
+def _checked_timestamps(timestamps: np.ndarray, t: int) -> np.ndarray:
+    """``(T,)`` strictly increasing ``datetime64`` timestamps."""
+    ts = np.asarray(timestamps)
+    if not np.issubdtype(ts.dtype, np.datetime64):
+        try:
+            ts = ts.astype("datetime64[ns]")
+        except (TypeError, ValueError) as err:
+            raise ValueError(
+                f"PointCloudStream.timestamps must be datetime64; got dtype {ts.dtype}."
+            ) from err
+    if ts.shape != (t,):
+        raise ValueError(
+            f"PointCloudStream.timestamps has shape {ts.shape} but values has T={t} steps; "
+            f"expected shape ({t},)."
+        )
+    if np.isnat(ts).any():
+        raise ValueError("PointCloudStream.timestamps contains NaT.")
+    if t > 1 and not (np.diff(ts) > np.timedelta64(0)).all():
+        raise ValueError(
+            "PointCloudStream.timestamps must be strictly increasing; sort the stream by "
+            "time and drop duplicate steps."
+        )
+    return ts
 
 
 def _contiguous(array: np.ndarray, dtype: type) -> np.ndarray:

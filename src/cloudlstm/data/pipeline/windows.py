@@ -95,40 +95,8 @@ class WindowDataset(Dataset):
         scaler: StandardScaler | None = None,
         check_mask: bool = True,
     ) -> None:
-        for arg, val, lo in (("input_steps", input_steps, 1), ("output_steps", output_steps, 1)):
-            if int(val) != val or val < lo:
-                raise ValueError(f"WindowDataset: {arg} must be an integer >= {lo}; got {val}.")
-        if int(stride) != stride or stride < 1:
-            raise ValueError(f"WindowDataset: stride must be an integer >= 1; got {stride}.")
-        offsets = contiguous_offsets(input_steps) if input_offsets is None else input_offsets
-        offsets = np.asarray(offsets, dtype=np.int64)
-        if offsets.ndim != 1 or len(offsets) != input_steps or (offsets >= 0).any():
-            raise ValueError(
-                f"WindowDataset: input_offsets must be {input_steps} negative "
-                f"steps (relative to the first target step); got {offsets.tolist()}."
-            )
-
-        values = _numpy(values)
-        if values.ndim != 3:
-            raise ValueError(
-                f"WindowDataset: values must have shape (T, N, C); got {tuple(values.shape)}."
-            )
-        num_total = values.shape[0]
-        if mask is not None:
-            mask = _numpy(mask)
-            if mask.shape != values.shape:
-                raise ValueError(
-                    f"WindowDataset: mask shape {tuple(mask.shape)} != values shape "
-                    f"{tuple(values.shape)}."
-                )
-        coords_t = torch.as_tensor(coords, dtype=torch.float32)
-        if coords_t.ndim != 2 or coords_t.shape[0] != values.shape[1]:
-            raise ValueError(
-                f"WindowDataset: coords must have shape (N, L) with N={values.shape[1]}; got "
-                f"{tuple(coords_t.shape)}."
-            )
-        if not torch.isfinite(coords_t).all():
-            raise ValueError("WindowDataset: coords contain NaN/inf.")
+        offsets = _checked_offsets(input_steps, output_steps, stride, input_offsets)
+        values, mask, coords_t = _checked_arrays(values, mask, coords)
         self._mean = self._std = None
         if scaler is not None:
             if scaler.num_channels != values.shape[2]:
@@ -138,7 +106,7 @@ class WindowDataset(Dataset):
                 )
             self._mean = scaler.mean.astype(np.float32)
             self._std = scaler.std.astype(np.float32)
-
+        num_total = values.shape[0]
         end = num_total if end is None else int(end)
         start = int(start)
         if not 0 <= start <= end <= num_total:
@@ -155,40 +123,28 @@ class WindowDataset(Dataset):
         self.input_offsets = offsets
         self.history_steps = int(-offsets.min())
         self._contiguous = bool((offsets == contiguous_offsets(input_steps)).all())
-        span = self.history_steps + self.output_steps
-        available = end - start
-        if available < span:
-            raise ValueError(
-                f"WindowDataset: one window needs {self.history_steps} input (history) + "
-                f"{self.output_steps} output = {span} consecutive steps, but only "
-                f"{available} are available in [{start}, {end}). Use a longer series, a larger "
-                "part (split fraction), or shorter input/output windows."
-            )
+        self._check_span(end - start)
         if check_mask and mask is not None:
-            bad = 0
-            for a, b in time_chunks(start, end, values[0].size):
-                bad += int((_bool(mask[a:b]) & ~np.isfinite(values[a:b])).sum())
-            if bad:
-                raise ValueError(
-                    f"WindowDataset: {bad} entries are NaN/inf but marked observed in the "
-                    "mask; set mask False there."
-                )
+            _check_observed(values, mask, start, end)
         # the whole arrays, indexed with absolute steps; windows are read in __getitem__
         self.values = values
         self.mask = mask
         self.coords = coords_t.contiguous()
-        self.coords_track = None
-        if coords_track is not None:
-            track = torch.as_tensor(coords_track, dtype=torch.float32)
-            if track.shape != (num_total, *coords_t.shape):
-                raise ValueError(
-                    f"WindowDataset: coords_track must have shape (T, N, L) = "
-                    f"{(num_total, *coords_t.shape)}; got {tuple(track.shape)}."
-                )
-            self.coords_track = track
+        self.coords_track = _checked_track(coords_track, (num_total, *coords_t.shape))
         self._input_index = offsets + self.history_steps
-        n = count_windows(available, self.history_steps, self.output_steps, self.stride)
+        n = count_windows(end - start, self.history_steps, self.output_steps, self.stride)
         self.window_starts = start + self.stride * np.arange(n, dtype=np.int64)
+
+    def _check_span(self, available: int) -> None:
+        """A ``ValueError`` when ``available`` steps hold no window."""
+        span = self.history_steps + self.output_steps
+        if available < span:
+            raise ValueError(
+                f"WindowDataset: one window needs {self.history_steps} input (history) + "
+                f"{self.output_steps} output = {span} consecutive steps, but only "
+                f"{available} are available in [{self.start}, {self.end}). Use a longer series, "
+                "a larger part (split fraction), or shorter input/output windows."
+            )
 
     def __len__(self) -> int:
         return len(self.window_starts)
@@ -248,6 +204,86 @@ class WindowDataset(Dataset):
             f"M={self.input_steps}, history={self.history_steps}, J={self.output_steps}, "
             f"stride={self.stride})"
         )
+
+
+def _checked_offsets(
+    input_steps: int,
+    output_steps: int,
+    stride: int,
+    input_offsets: np.ndarray | list[int] | None,
+) -> np.ndarray:
+    """The ``(M,)`` int64 input offsets (``-M, ..., -1`` by default), after checking the
+    window's sizes."""
+    for arg, val, lo in (("input_steps", input_steps, 1), ("output_steps", output_steps, 1)):
+        if int(val) != val or val < lo:
+            raise ValueError(f"WindowDataset: {arg} must be an integer >= {lo}; got {val}.")
+    if int(stride) != stride or stride < 1:
+        raise ValueError(f"WindowDataset: stride must be an integer >= 1; got {stride}.")
+    offsets = contiguous_offsets(input_steps) if input_offsets is None else input_offsets
+    offsets = np.asarray(offsets, dtype=np.int64)
+    if offsets.ndim != 1 or len(offsets) != input_steps or (offsets >= 0).any():
+        raise ValueError(
+            f"WindowDataset: input_offsets must be {input_steps} negative "
+            f"steps (relative to the first target step); got {offsets.tolist()}."
+        )
+    return offsets
+
+
+def _checked_arrays(
+    values: np.ndarray | torch.Tensor,
+    mask: np.ndarray | torch.Tensor | None,
+    coords: np.ndarray | torch.Tensor,
+) -> tuple[np.ndarray, np.ndarray | None, torch.Tensor]:
+    """``values (T, N, C)`` and ``mask`` as numpy arrays (memory maps stay maps) and
+    ``coords (N, L)`` as a float32 tensor, their shapes checked against each other."""
+    values = _numpy(values)
+    if values.ndim != 3:
+        raise ValueError(
+            f"WindowDataset: values must have shape (T, N, C); got {tuple(values.shape)}."
+        )
+    if mask is not None:
+        mask = _numpy(mask)
+        if mask.shape != values.shape:
+            raise ValueError(
+                f"WindowDataset: mask shape {tuple(mask.shape)} != values shape "
+                f"{tuple(values.shape)}."
+            )
+    coords_t = torch.as_tensor(coords, dtype=torch.float32)
+    if coords_t.ndim != 2 or coords_t.shape[0] != values.shape[1]:
+        raise ValueError(
+            f"WindowDataset: coords must have shape (N, L) with N={values.shape[1]}; got "
+            f"{tuple(coords_t.shape)}."
+        )
+    if not torch.isfinite(coords_t).all():
+        raise ValueError("WindowDataset: coords contain NaN/inf.")
+    return values, mask, coords_t
+
+
+def _check_observed(values: np.ndarray, mask: np.ndarray, start: int, end: int) -> None:
+    """No NaN/inf entry marked observed in ``[start, end)`` (read a time chunk at a time)."""
+    bad = 0
+    for a, b in time_chunks(start, end, values[0].size):
+        bad += int((_bool(mask[a:b]) & ~np.isfinite(values[a:b])).sum())
+    if bad:
+        raise ValueError(
+            f"WindowDataset: {bad} entries are NaN/inf but marked observed in the "
+            "mask; set mask False there."
+        )
+
+
+def _checked_track(
+    coords_track: np.ndarray | torch.Tensor | None, shape: tuple[int, int, int]
+) -> torch.Tensor | None:
+    """Moving points' ``(T, N, L)`` normalised positions as a float32 tensor."""
+    if coords_track is None:
+        return None
+    track = torch.as_tensor(coords_track, dtype=torch.float32)
+    if track.shape != shape:
+        raise ValueError(
+            f"WindowDataset: coords_track must have shape (T, N, L) = {shape}; got "
+            f"{tuple(track.shape)}."
+        )
+    return track
 
 
 def _numpy(array: np.ndarray | torch.Tensor) -> np.ndarray:

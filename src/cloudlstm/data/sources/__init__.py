@@ -1,12 +1,17 @@
-"""Where point-cloud streams come from: each module turns raw files or a seeded simulation
-into a :class:`~cloudlstm.data.pipeline.stream.PointCloudStream` (``.load()``).
+"""Where point-cloud streams come from: each source turns raw files or a seeded simulation
+into a :class:`~cloudlstm.data.pipeline.stream.PointCloudStream` (``.load()``), cached on
+disk by their one base class, :class:`~cloudlstm.data.pipeline.cache.CachedSource`. A
+config names a source in ``data.source``; the one datamodule,
+:class:`~cloudlstm.data.pipeline.datamodule.PointCloudDataModule`, windows any of them.
 
-* ``urban_air``, ``beijing``: the real air-quality data sets (with their datamodules);
-* ``long_format``: any long-format CSV / Parquet file (one row per time and point), and the
-  pivot / gap-filling machinery the real-data readers share; ``bad_values``: how its
-  unreadable cells are reported;
+* ``urban_air``, ``beijing``: the real air-quality data sets;
+* ``long_format``: any long-format CSV / Parquet file (one row per time and point);
+* ``tables``: the table toolkit the file readers share (read, check, pivot on a time grid,
+  fill gaps, assemble); ``bad_values``: how unreadable cells are reported;
 * ``synthetic``, ``moving``, ``mobile``: seeded generators (advection-diffusion plumes, a
-  vehicle fleet, multi-service mobile traffic);
-* ``stand_in``: generated clusters standing in for Urban Air where its files are absent;
+  vehicle fleet, multi-service mobile traffic; ``mobile_traffic``: the generator or your
+  own traffic file);
+* ``stand_in``: the generator standing in for Urban Air's clusters where its files are
+  absent;
 * ``download``: fetching and unpacking an archive once.
 """

@@ -80,7 +80,7 @@ def _report(count: int, shown: list[tuple[int, str, Any]], what: str, mode: str)
         return
     raise UserError(
         f"{found} Leave missing readings empty (or NA) and remove units or text from the cells, "
-        "or set bad_values=warn (data.bad_values=warn) to treat them as missing."
+        "or set bad_values=warn (data.source.bad_values=warn) to treat them as missing."
     )
 
 

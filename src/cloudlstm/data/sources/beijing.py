@@ -17,21 +17,17 @@ saved before the option existed was trained in µg/m³: its config lacks ``co_un
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from cloudlstm.data.pipeline.cache import file_signature, load_stream_cache, save_stream_cache
-from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
+from cloudlstm.data.pipeline.cache import CachedSource
 from cloudlstm.data.pipeline.stream import PointCloudStream
-from cloudlstm.data.sources.long_format import (
+from cloudlstm.data.sources.tables import (
     build_stream,
     check_columns,
     numeric_column,
@@ -40,7 +36,7 @@ from cloudlstm.data.sources.long_format import (
 )
 from cloudlstm.errors import MissingFileError, UserError
 
-__all__ = ["BEIJING_URL", "BeijingDataModule", "BeijingSource", "STATION_POSITIONS"]
+__all__ = ["BEIJING_URL", "BeijingSource", "STATION_POSITIONS"]
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +60,11 @@ STATION_POSITIONS: dict[str, tuple[float, float]] = {
 }
 _TIME = ["year", "month", "day", "hour"]
 _VERSION = 1
-# data.co_units -> the divisor of the files' CO (µg/m³)
+# data.source.co_units -> the divisor of the files' CO (µg/m³)
 CO_UNITS: dict[str, float] = {"mg/m3": 1000.0, "ug/m3": 1.0}
 
 
-class BeijingSource:
+class BeijingSource(CachedSource):
     """Loader of the UCI Beijing Multi-Site Air-Quality data.
 
     Args:
@@ -83,8 +79,12 @@ class BeijingSource:
 
     Same preprocessing as :class:`~cloudlstm.data.sources.urban_air.UrbanAirSource`: an hourly grid
     from ``year/month/day/hour``, gaps filled linearly in time with ``mask`` False, channels
-    ``PM2.5, PM10, NO2, CO, O3, SO2``, coordinates ``(longitude, latitude)``.
+    ``PM2.5, PM10, NO2, CO, O3, SO2``, coordinates ``(longitude, latitude)``. The stream is
+    cached, keyed by the stations, the unit and the files' signatures: the cold load takes
+    ~2 s, a cached one ~0.03 s.
     """
+
+    cache_prefix = "beijing"
 
     def __init__(
         self,
@@ -95,8 +95,8 @@ class BeijingSource:
     ) -> None:
         if co_units not in CO_UNITS:
             raise UserError(
-                f"data.co_units={co_units!r} is not one of {', '.join(CO_UNITS)} (mg/m3 divides "
-                "the files' CO, in ug/m3, by 1000)."
+                f"data.source.co_units={co_units!r} is not one of {', '.join(CO_UNITS)} (mg/m3 "
+                "divides the files' CO, in ug/m3, by 1000)."
             )
         self.co_units = co_units
         self.root = Path(root)
@@ -104,7 +104,6 @@ class BeijingSource:
             stations = [stations]
         self.stations = None if stations is None else [str(s) for s in stations]
         self.cache_dir = Path(cache_dir) if cache_dir is not None else self.root / "cache"
-        self.last_load_from_cache = False
 
     def __repr__(self) -> str:
         return (
@@ -123,7 +122,7 @@ class BeijingSource:
             raise MissingFileError(
                 f"No Beijing Multi-Site files (PRSA_Data_<Station>_*.csv or .csv.gz) in "
                 f"{self.root.resolve()}. Download the data from {BEIJING_URL}, unpack the CSVs "
-                "into one folder and set data.root=/path/to/folder (or the environment "
+                "into one folder and set data.source.root=/path/to/folder (or the environment "
                 "variable CLOUDLSTM_BEIJING_ROOT)."
             )
         if self.stations is None:
@@ -131,27 +130,25 @@ class BeijingSource:
         unknown = [s for s in self.stations if s not in found]
         if unknown:
             raise UserError(
-                f"Unknown Beijing station(s) {unknown}; valid: {sorted(found)}. Fix data.stations."
+                f"Unknown Beijing station(s) {unknown}; valid: {sorted(found)}. "
+                "Fix data.source.stations."
             )
         return {s: found[s] for s in self.stations}
 
-    def load(self) -> PointCloudStream:
-        """The stream, from the cache (memory-mapped) when the raw files are unchanged."""
-        files = self.files()
-        paths = list(files.values())
+    def config(self) -> dict:
+        """What determines the stream besides the files: the stations and CO's unit (each
+        unit has its own cache, so switching it never reads the other's)."""
+        return {"version": _VERSION, "stations": self.stations, "co_units": self.co_units}
+
+    def input_files(self) -> list[Path]:
+        """The chosen stations' files, and ``stations.csv`` when there is one."""
+        paths = list(self.files().values())
         positions = self.root / "stations.csv"
-        if positions.is_file():
-            paths.append(positions)
-        # the unit is part of the key: switching it never reads the other unit's cache
-        blob = json.dumps([_VERSION, list(files), file_signature(paths), self.co_units]).encode()
-        key = hashlib.sha256(blob).hexdigest()[:16]
-        cache = self.cache_dir / f"beijing_{key}"
-        stream = load_stream_cache(cache, key)
-        self.last_load_from_cache = stream is not None
-        if stream is None:
-            stream = self._build(files)
-            stream = save_stream_cache(cache, stream, key) or stream
-        return stream
+        return [*paths, positions] if positions.is_file() else paths
+
+    def generate(self, cache_path: Path | None = None) -> PointCloudStream:
+        """Read every chosen station's file into one stream, cached at ``cache_path``."""
+        return self.cached(self._build(self.files()), cache_path)
 
     def _positions(self, names: list[str]) -> np.ndarray:
         """``(N, 2)`` (longitude, latitude) of the named stations."""
@@ -199,21 +196,3 @@ class BeijingSource:
         )
         stream.metadata["co_units"] = self.co_units  # in the data summary of metrics.json
         return stream
-
-
-class BeijingDataModule(PointCloudDataModule):
-    """:class:`PointCloudDataModule` over :class:`BeijingSource` (``data=beijing``).
-
-    Every keyword other than ``root``, ``stations``, ``cache_dir`` and ``co_units`` goes
-    unchanged to :class:`PointCloudDataModule`.
-    """
-
-    def __init__(
-        self,
-        root: str | os.PathLike,
-        stations: Sequence[str] | None = None,
-        cache_dir: str | os.PathLike | None = None,
-        co_units: str = "mg/m3",
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(BeijingSource(root, stations, cache_dir, co_units), **kwargs)

@@ -33,17 +33,15 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from cloudlstm.data.pipeline.cache import CachedGenerator, check_float, check_int
-from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
+from cloudlstm.data.pipeline.cache import CachedSource, check_float, check_int
 from cloudlstm.data.pipeline.stream import PointCloudStream
 from cloudlstm.data.sources.long_format import LongFormatSource
 from cloudlstm.errors import UserError
 
-__all__ = ["CITY_PRESETS", "SERVICES", "MobileDataModule", "SyntheticMobileTraffic"]
+__all__ = ["CITY_PRESETS", "SERVICES", "SyntheticMobileTraffic", "mobile_traffic"]
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +152,7 @@ def _work_hours(hours: np.ndarray) -> np.ndarray:
     return 1.0 / ((1.0 + np.exp(-(hours - 8.5) * 2.0)) * (1.0 + np.exp((hours - 18.0) * 2.0)))
 
 
-class SyntheticMobileTraffic(CachedGenerator):
+class SyntheticMobileTraffic(CachedSource):
     """Seeded synthetic mobile traffic (MB per bin) of ``num_services`` at ``num_antennas``.
 
     Args:
@@ -351,63 +349,19 @@ class SyntheticMobileTraffic(CachedGenerator):
         """Simulate the whole stream (ignores an existing cache). With ``cache_path`` each day
         is written there as it is made and the stream returned reads from that cache."""
         n, c, spd = self.num_antennas, self.num_services, self.steps_per_day
-        services = SERVICES[:c]
-        pos, centres = self._layout()
-        rng = self._rng(1)
-        profiles = self._profiles(rng).astype(np.float32)
-        location = self._location_profiles(self._business_weight(pos, centres)).astype(np.float32)
-
-        ranks = np.arange(1, len(SERVICES) + 1, dtype=np.float64)
-        share = ranks**-self.share_exponent
-        share = share[:c] / share.sum()  # shares of all 38, so a subset keeps its volumes
-        load = rng.lognormal(-0.5 * self.load_sigma**2, self.load_sigma, size=(n, 1))
-        affinity = rng.lognormal(-0.5 * 0.3**2, 0.3, size=(n, c))  # per-antenna service mix
-        sigma_local = self.noise_level * np.array([CATEGORIES[s.category].sigma for s in services])
-        sigma_smooth = self.noise_level * _SIGMA_SMOOTH
-        # E[exp(x)] = exp(var / 2) for Gaussian x: divide it out so the shares hold on average
-        base = self.mean_total_mb * share * load * affinity
-        base *= np.exp(-0.5 * (sigma_local**2 + sigma_smooth**2))
-        base = base.astype(np.float32)
-        sigma_local = sigma_local.astype(np.float32)
-
-        # spatially smooth field: AR(1) weights of Gaussian bumps around random antennas
-        k = min(_NUM_BASIS, n)
-        anchors = pos[rng.choice(n, size=k, replace=False)]
-        d2 = ((pos[:, None, :] - anchors[None]) ** 2).sum(axis=2)
-        basis = np.exp(-d2 / (2.0 * (0.1 * self.extent_km) ** 2))
-        basis = (basis / np.sqrt((basis**2).sum(axis=1, keepdims=True))).astype(np.float32)
-
-        phi_local = np.float32(np.exp(-self.step_minutes / _TAU_LOCAL_MIN))
-        phi_smooth = np.float32(np.exp(-self.step_minutes / _TAU_SMOOTH_MIN))
-        state_local = rng.standard_normal((n, c), dtype=np.float32)  # stationary start
-        state_smooth = rng.standard_normal((k, c), dtype=np.float32)
-
+        model, states = self._model()
         start = np.datetime64(self.start, "s")
         first_day = start.astype("datetime64[D]")
         weekend = (first_day.astype(np.int64) + 3 + np.arange(self.num_days)) % 7 >= 5
-        events = self._events(pos)
         timestamps = start + np.arange(self.num_steps) * np.timedelta64(60 * self.step_minutes, "s")
+        services = SERVICES[:c]
         with self.writer(cache_path, self.num_steps, n, c) as out:
             observed = np.ones((spd, n, c), dtype=bool)
             for d in range(self.num_days):
-                day_rng = self._rng(3, d)
-                x = day_rng.standard_normal((spd, n, c), dtype=np.float32)
-                state_local = _ar1(x, state_local, phi_local)
-                a = day_rng.standard_normal((spd, k, c), dtype=np.float32)
-                state_smooth = _ar1(a, state_smooth, phi_smooth)
-                x *= sigma_local
-                x += np.float32(sigma_smooth) * np.matmul(basis, a)  # (spd, N, C)
-                day = np.exp(x, out=x)
-                day *= base
-                day *= profiles[int(weekend[d])][:, None, :]
-                day *= location[int(weekend[d])][:, :, None]
-                day_factor = np.exp(0.05 * self.noise_level * day_rng.standard_normal(c))
-                day *= day_factor.astype(np.float32)
-                _bursts(day, day_rng, self.noise_level)
-                _apply_events(day, d * spd, pos, events)
+                day, states = self._day(d, bool(weekend[d]), model, states)
                 out.write(d * spd, day, observed)
             return out.finish(
-                coords=pos,
+                coords=model.pos,
                 channel_names=[s.name for s in services],
                 point_ids=[f"a{i:04d}" for i in range(n)],
                 timestamps=timestamps,
@@ -417,11 +371,110 @@ class SyntheticMobileTraffic(CachedGenerator):
                     "steps_per_day": spd,
                     "generator": self.config(),
                     "categories": [s.category for s in services],
-                    "centres_km": centres.tolist(),
-                    "events": events,
+                    "centres_km": model.centres.tolist(),
+                    "events": model.events,
                     "source": "synthetic mobile traffic (MB per bin)",
                 },
             )
+
+    def _model(self) -> tuple[_TrafficModel, tuple[np.ndarray, np.ndarray]]:
+        """What every day shares, and the fluctuations' initial (stationary) AR(1) states
+        ``(N, C)`` and ``(K, C)``. The draws of ``self._rng(1)`` come in a fixed order:
+        profiles, loads and service mix, basis anchors, initial states."""
+        pos, centres = self._layout()
+        rng = self._rng(1)
+        profiles = self._profiles(rng).astype(np.float32)
+        location = self._location_profiles(self._business_weight(pos, centres)).astype(np.float32)
+        base, sigma_local, sigma_smooth = self._volumes(rng)
+        basis = self._smooth_basis(rng, pos)
+        model = _TrafficModel(
+            pos=pos,
+            centres=centres,
+            profiles=profiles,
+            location=location,
+            base=base,
+            sigma_local=sigma_local,
+            sigma_smooth=sigma_smooth,
+            basis=basis,
+            phi_local=np.float32(np.exp(-self.step_minutes / _TAU_LOCAL_MIN)),
+            phi_smooth=np.float32(np.exp(-self.step_minutes / _TAU_SMOOTH_MIN)),
+            events=self._events(pos),
+        )
+        state_local = rng.standard_normal((len(pos), self.num_services), dtype=np.float32)
+        state_smooth = rng.standard_normal((basis.shape[1], self.num_services), dtype=np.float32)
+        return model, (state_local, state_smooth)
+
+    def _volumes(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, float]:
+        """``(N, C)`` mean volume of each antenna and service, the ``(C,)`` std of the
+        per-antenna log fluctuation and that of the smooth field (float32, float32, float)."""
+        n, c = self.num_antennas, self.num_services
+        ranks = np.arange(1, len(SERVICES) + 1, dtype=np.float64)
+        share = ranks**-self.share_exponent
+        share = share[:c] / share.sum()  # shares of all 38, so a subset keeps its volumes
+        load = rng.lognormal(-0.5 * self.load_sigma**2, self.load_sigma, size=(n, 1))
+        affinity = rng.lognormal(-0.5 * 0.3**2, 0.3, size=(n, c))  # per-antenna service mix
+        categories = [CATEGORIES[s.category] for s in SERVICES[:c]]
+        sigma_local = self.noise_level * np.array([cat.sigma for cat in categories])
+        sigma_smooth = self.noise_level * _SIGMA_SMOOTH
+        # E[exp(x)] = exp(var / 2) for Gaussian x: divide it out so the shares hold on average
+        base = self.mean_total_mb * share * load * affinity
+        base *= np.exp(-0.5 * (sigma_local**2 + sigma_smooth**2))
+        return base.astype(np.float32), sigma_local.astype(np.float32), sigma_smooth
+
+    def _smooth_basis(self, rng: np.random.Generator, pos: np.ndarray) -> np.ndarray:
+        """``(N, K)`` float32 unit-norm rows of Gaussian bumps around K random antennas: the
+        spatially smooth field is their AR(1)-weighted sum."""
+        n = len(pos)
+        k = min(_NUM_BASIS, n)
+        anchors = pos[rng.choice(n, size=k, replace=False)]
+        d2 = ((pos[:, None, :] - anchors[None]) ** 2).sum(axis=2)
+        basis = np.exp(-d2 / (2.0 * (0.1 * self.extent_km) ** 2))
+        return (basis / np.sqrt((basis**2).sum(axis=1, keepdims=True))).astype(np.float32)
+
+    def _day(
+        self,
+        d: int,
+        weekend: bool,
+        model: _TrafficModel,
+        states: tuple[np.ndarray, np.ndarray],
+    ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+        """Day ``d``'s ``(steps_per_day, N, C)`` float32 traffic and the AR(1) states after
+        it; each day draws from its own seeded stream, so the days need no other order."""
+        spd, n, c = self.steps_per_day, self.num_antennas, self.num_services
+        k = model.basis.shape[1]
+        day_rng = self._rng(3, d)
+        x = day_rng.standard_normal((spd, n, c), dtype=np.float32)
+        state_local = _ar1(x, states[0], model.phi_local)
+        a = day_rng.standard_normal((spd, k, c), dtype=np.float32)
+        state_smooth = _ar1(a, states[1], model.phi_smooth)
+        x *= model.sigma_local
+        x += np.float32(model.sigma_smooth) * np.matmul(model.basis, a)  # (spd, N, C)
+        day = np.exp(x, out=x)
+        day *= model.base
+        day *= model.profiles[int(weekend)][:, None, :]
+        day *= model.location[int(weekend)][:, :, None]
+        day_factor = np.exp(0.05 * self.noise_level * day_rng.standard_normal(c))
+        day *= day_factor.astype(np.float32)
+        _bursts(day, day_rng, self.noise_level)
+        _apply_events(day, d * spd, model.pos, model.events)
+        return day, (state_local, state_smooth)
+
+
+@dataclass(frozen=True)
+class _TrafficModel:
+    """What every simulated day shares (float32 where it multiplies the day's values)."""
+
+    pos: np.ndarray  # (N, 2) antenna positions, km
+    centres: np.ndarray  # (1 + S, 2) city centre then sub-centres, km
+    profiles: np.ndarray  # (2, steps_per_day, C) service profiles, weekday / weekend
+    location: np.ndarray  # (2, steps_per_day, N) antenna factors, weekday / weekend
+    base: np.ndarray  # (N, C) mean volume per bin
+    sigma_local: np.ndarray  # (C,) std of the per-antenna log fluctuation
+    sigma_smooth: float  # std of the spatially smooth log field
+    basis: np.ndarray  # (N, K) spatial basis of the smooth field
+    phi_local: np.float32  # AR(1) coefficients per step
+    phi_smooth: np.float32
+    events: list[dict]  # crowd events (see SyntheticMobileTraffic._events)
 
 
 def _ar1(x: np.ndarray, state: np.ndarray, phi: np.float32) -> np.ndarray:
@@ -467,48 +520,37 @@ def _apply_events(values: np.ndarray, first: int, pos: np.ndarray, events: list[
         values[a - first : b - first, near] *= factor[a - t0 : b - t0].astype(np.float32)
 
 
-# ---------------------------------------------------------------------- datamodule
-class MobileDataModule(PointCloudDataModule):
-    """Mobile traffic forecasting (``data=mobile``): synthetic, or your own long-format file.
+# ---------------------------------------------------------------------- source of data=mobile
+def mobile_traffic(
+    path: str | os.PathLike | None = None,
+    city: str = "city1",
+    num_antennas: int | None = None,
+    num_services: int = 38,
+    num_days: int = 85,
+    seed: int = 0,
+    cache_dir: str | os.PathLike | None = None,
+    time_col: str = "timestamp",
+    id_col: str = "id",
+    coord_cols: Sequence[str] = ("x", "y"),
+) -> CachedSource:
+    """The source of ``data=mobile``: your traffic file, or else the generator.
 
     Args:
         path: a long-format CSV/Parquet file (one row per time and antenna: ``time_col``,
             ``id_col``, ``coord_cols`` and one column per service) read with
-            :class:`~cloudlstm.data.sources.long_format.LongFormatSource`; ``None`` = the generator.
+            :class:`~cloudlstm.data.sources.long_format.LongFormatSource`; ``None`` = the
+            generator.
         city, num_antennas, num_services, num_days, seed, cache_dir: the
             :class:`SyntheticMobileTraffic` arguments (ignored with ``path``).
         time_col, id_col, coord_cols: the file's column names (used with ``path``).
-        **kwargs: :class:`PointCloudDataModule` arguments; ``input_steps`` and
-            ``output_steps`` default to the paper's M = J = 6 (30 minutes).
     """
-
-    def __init__(
-        self,
-        path: str | os.PathLike | None = None,
-        city: str = "city1",
-        num_antennas: int | None = None,
-        num_services: int = 38,
-        num_days: int = 85,
-        seed: int = 0,
-        cache_dir: str | os.PathLike | None = None,
-        time_col: str = "timestamp",
-        id_col: str = "id",
-        coord_cols: Sequence[str] = ("x", "y"),
-        **kwargs: Any,
-    ) -> None:
-        if path is not None:
-            source = LongFormatSource(
-                path, time_col=time_col, id_col=id_col, coord_cols=list(coord_cols)
-            )
-        else:
-            source = SyntheticMobileTraffic(
-                num_antennas=num_antennas,
-                num_services=num_services,
-                num_days=num_days,
-                seed=seed,
-                city=city,
-                cache_dir=cache_dir,
-            )
-        kwargs.setdefault("input_steps", 6)
-        kwargs.setdefault("output_steps", 6)
-        super().__init__(source, **kwargs)
+    if path is not None:
+        return LongFormatSource(path, time_col=time_col, id_col=id_col, coord_cols=list(coord_cols))
+    return SyntheticMobileTraffic(
+        num_antennas=num_antennas,
+        num_services=num_services,
+        num_days=num_days,
+        seed=seed,
+        city=city,
+        cache_dir=cache_dir,
+    )

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cloudlstm.data.pipeline.cache import CachedGenerator, check_float, check_int
+from cloudlstm.data.pipeline.cache import CachedSource, check_float, check_int
 from cloudlstm.data.pipeline.stream import PointCloudStream
 from cloudlstm.errors import UserError
 
@@ -76,7 +76,7 @@ class _Route:
         ]
 
 
-class SyntheticMovingPoints(CachedGenerator):
+class SyntheticMovingPoints(CachedSource):
     """Seeded synthetic fleet of ``num_points`` vehicles on ``num_routes`` looping routes.
 
     Args:

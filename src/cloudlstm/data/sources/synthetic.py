@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cloudlstm.data.pipeline.cache import CachedGenerator, StreamWriter, check_float, check_int
+from cloudlstm.data.pipeline.cache import CachedSource, StreamWriter, check_float, check_int
 from cloudlstm.data.pipeline.stream import PointCloudStream
 
 __all__ = ["SyntheticAdvectionDiffusion", "CHANNEL_PRESETS"]
@@ -114,7 +114,7 @@ def _bilinear(field: np.ndarray, yi: np.ndarray, xi: np.ndarray) -> np.ndarray:
     return out.reshape((c,) + np.shape(yi))
 
 
-class SyntheticAdvectionDiffusion(CachedGenerator):
+class SyntheticAdvectionDiffusion(CachedSource):
     """Generator of a synthetic advection-diffusion point-cloud stream (see module docstring).
 
     Args:
@@ -288,123 +288,106 @@ class SyntheticAdvectionDiffusion(CachedGenerator):
             return self._simulate(out)
 
     def _simulate(self, out: StreamWriter) -> PointCloudStream:
-        """The simulation, written into ``out``."""
+        """The simulation, written into ``out``: the station samples of every step first
+        (a scratch array), then the values made from them a time chunk at a time. Every
+        random draw comes from one generator, in a fixed order."""
         rng = np.random.default_rng(self.seed)
-        g, c_num, n_pts = self.grid_size, self.num_channels, self.num_points
+        presets = [_preset(c) for c in range(self.num_channels)]
         total = self.spin_up + self.num_steps
-        presets = [_preset(c) for c in range(c_num)]
         t_all = np.arange(total, dtype=np.float64) - self.spin_up  # hours since 2020-01-01
-
         stations = self._station_positions(rng)
-        wind = self._wind(rng, t_all)  # (total, 2) in grid cells per step, (rows, cols)
-
-        # a weak, divergence-free swirl (curl of psi = sin(k1 y + p1) sin(k2 x + p2)) on top of
-        # the uniform wind, so plumes bend a little
-        yy, xx = np.meshgrid(
-            np.arange(g, dtype=np.float64), np.arange(g, dtype=np.float64), indexing="ij"
+        samples, means = self._sample_field(rng, out, presets, t_all, stations)
+        self._write_values(out, rng, presets, t_all[self.spin_up :], samples, means)
+        if self.missing_rate > 0:
+            self._drop_readings(out, rng)
+        coords = stations[:, ::-1] * (self.domain_km / self.grid_size)  # (x_km, y_km)
+        timestamps = np.datetime64("2020-01-01T00:00", "s") + np.arange(
+            self.num_steps
+        ) * np.timedelta64(3600, "s")
+        return out.finish(
+            coords=coords,
+            channel_names=[p.name for p in presets],
+            point_ids=[f"s{i:03d}" for i in range(self.num_points)],
+            timestamps=timestamps,
+            name=self.name,
+            metadata={"generator": self.config()},
         )
-        k1, k2 = rng.uniform(0.5, 1.5, size=2) * 2.0 * np.pi / g
-        ph1, ph2 = rng.uniform(0, 2 * np.pi, size=2)
-        norm = np.sqrt(k1 * k2)
-        swirl_r = -k2 * np.sin(k1 * yy + ph1) * np.cos(k2 * xx + ph2) / norm
-        swirl_c = k1 * np.cos(k1 * yy + ph1) * np.sin(k2 * xx + ph2) / norm
-        swirl_amp = 0.3 * self.wind_speed * np.sin(2 * np.pi * t_all / (2.7 * self.wind_turn_hours))
 
-        # --- local sources: per channel, moving Gaussian area sources with slowly varying strength
-        s_num = self.sources_per_channel
-        margin = 0.12 * g
-        src_pos = rng.uniform(margin, g - margin, size=(c_num, s_num, 2))
-        src_dir = rng.uniform(0, 2 * np.pi, size=(c_num, s_num))
-        src_spd = self.source_speed * rng.uniform(0.3, 1.7, size=(c_num, s_num))
-        src_strength = rng.lognormal(0.0, 0.5, size=(c_num, s_num))
-        src_width = self.source_width * rng.uniform(0.7, 1.3, size=(c_num, s_num, 1))
-        log_flicker = np.zeros((c_num, s_num))
-        diurnal_amp = np.array([p.diurnal_amp for p in presets])
-        peak_hour = np.array([p.peak_hour for p in presets])
-        weekend_drop = np.array([p.weekend_drop for p in presets])
-        # day of week of every step (0 = Monday); 2020-01-01 was a Wednesday
-        dow = (2 + np.floor(t_all / 24.0).astype(np.int64)) % 7
-        hour = np.mod(t_all, 24.0)
-        cycle = 1.0 + diurnal_amp[None, :] * np.cos(2 * np.pi * (hour[:, None] - peak_hour) / 24)
-        cycle *= 1.0 - weekend_drop[None, :] * (dow[:, None] >= 5)  # (total, C)
+    def _sample_field(
+        self,
+        rng: np.random.Generator,
+        out: StreamWriter,
+        presets: list[_ChannelPreset],
+        t_all: np.ndarray,
+        stations: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Run the grid simulation over ``t_all`` (spin-up included).
 
-        # --- regional pollution blowing in from outside: a "frozen" lognormal random field per
-        # channel (partly shared between channels) carried by the mean wind and slowly evolving;
-        # it enters the grid wherever a departure point lies outside the domain.
-        n_modes = 16
-        sets = c_num + 1  # one shared set + one per channel
-        k_mag = 2.0 * np.pi / rng.uniform(20.0, 48.0, size=(sets, n_modes))
-        k_dir = rng.uniform(0.0, 2.0 * np.pi, size=(sets, n_modes))
-        k_vec = np.stack([k_mag * np.sin(k_dir), k_mag * np.cos(k_dir)]).reshape(2, -1)
-        k_phase = rng.uniform(0.0, 2.0 * np.pi, size=sets * n_modes)
-        k_omega = 2.0 * np.pi / rng.uniform(24.0, 96.0, size=sets * n_modes)
-        k_omega *= rng.choice([-1.0, 1.0], size=sets * n_modes)
-        rho, sig_r = 0.5, 0.6
-        drift = np.cumsum(wind, axis=0)  # displacement of the frozen field, (total, 2)
-
-        def regional(py: np.ndarray, px: np.ndarray, t: int) -> np.ndarray:
-            """Inflow concentration (mean 1) at grid positions ``(py, px)`` at step ``t``."""
-            q = np.stack([py - drift[t, 0], px - drift[t, 1]], axis=1)  # (P, 2)
-            z = np.cos(q @ k_vec + (k_phase + k_omega * t)).reshape(-1, sets, n_modes)
-            z = np.sqrt(2.0 / n_modes) * z.sum(-1).T  # (sets, P), unit variance
-            z = rho * z[:1] + np.sqrt(1.0 - rho**2) * z[1:]
-            return np.exp(sig_r * z - 0.5 * sig_r**2)
-
-        # channels [0, C) hold pollution from the local sources, [C, 2C) the regional inflow
+        Returns:
+            ``samples (T, 2C, N)`` float64, the field at the stations after the spin-up (a
+            scratch array of ``out``): channels ``[0, C)`` hold pollution from the local
+            sources, ``[C, 2C)`` the regional inflow; and their ``(2C,)`` means (> 0).
+        """
+        g, c_num, n_pts = self.grid_size, self.num_channels, self.num_points
+        wind = self._wind(rng, t_all)
+        flow = _Flow(rng, wind, t_all, g, self.wind_speed, self.wind_turn_hours)
+        sources = _Sources(
+            rng, c_num, self.sources_per_channel, g, self.source_speed, self.source_width
+        )
+        cycle = _emission_cycle(presets, t_all)  # (total, C)
+        regional = _RegionalInflow(rng, c_num, flow.wind)
         field = np.zeros((2 * c_num, g, g), dtype=np.float64)
-        field[c_num:] = regional(yy.ravel(), xx.ravel(), 0).reshape(c_num, g, g)
+        field[c_num:] = regional(flow.yy.ravel(), flow.xx.ravel(), 0).reshape(c_num, g, g)
         lifetimes = np.array([p.lifetime_h for p in presets])
         decay = np.exp(-1.0 / np.concatenate([lifetimes, lifetimes]))[:, None, None]
-        # the station samples of every step, (T, 2C, N) float64: a scratch file beside the cache
         samples = out.scratch("samples", (self.num_steps, 2 * c_num, n_pts), np.float64)
         sums = np.zeros(2 * c_num)  # of the samples over time and stations, per channel
-        grid = np.arange(g, dtype=np.float64)
-        for t in range(total):
-            # advection: semi-Lagrangian, bilinear interpolation at the departure points
-            dep_r = yy - (wind[t, 0] + swirl_amp[t] * swirl_r)
-            dep_c = xx - (wind[t, 1] + swirl_amp[t] * swirl_c)
-            field = _bilinear(field, dep_r, dep_c)
-            outside = (dep_r < 0) | (dep_r > g - 1) | (dep_c < 0) | (dep_c > g - 1)
-            if outside.any():
-                field[:c_num, outside] = 0.0  # inflowing air carries no local pollution
-                field[c_num:, outside] = regional(dep_r[outside], dep_c[outside], max(t - 1, 0))
-            # explicit diffusion with no-flux borders
-            if self.diffusion > 0:
-                p = np.pad(field, ((0, 0), (1, 1), (1, 1)), mode="edge")
-                lap = p[:, :-2, 1:-1] + p[:, 2:, 1:-1] + p[:, 1:-1, :-2] + p[:, 1:-1, 2:]
-                field += self.diffusion * (lap - 4.0 * field)
-            # first-order decay
-            field *= decay
-            # emission from the local sources
-            log_flicker = 0.95 * log_flicker + 0.2 * rng.standard_normal((c_num, s_num))
-            rate = cycle[t][:, None] * src_strength * np.exp(log_flicker)  # (C, S)
-            gy = np.exp(-0.5 * ((grid - src_pos[..., 0:1]) / src_width) ** 2)  # (C, S, G)
-            gx = np.exp(-0.5 * ((grid - src_pos[..., 1:2]) / src_width) ** 2)
-            field[:c_num] += np.einsum("cs,csi,csj->cij", rate, gy, gx)
-            # move the sources (random heading changes, reflected at the margins)
-            src_dir += 0.15 * rng.standard_normal((c_num, s_num))
-            src_pos[..., 0] += src_spd * np.sin(src_dir)
-            src_pos[..., 1] += src_spd * np.cos(src_dir)
-            for ax in (0, 1):
-                low = src_pos[..., ax] < margin
-                high = src_pos[..., ax] > g - margin
-                src_pos[..., ax] = np.where(low, 2 * margin - src_pos[..., ax], src_pos[..., ax])
-                src_pos[..., ax] = np.where(
-                    high, 2 * (g - margin) - src_pos[..., ax], src_pos[..., ax]
-                )
-                src_dir = np.where(low | high, src_dir + np.pi, src_dir)
+        for t in range(len(t_all)):
+            field = self._transport(field, t, flow, regional)
+            field *= decay  # first-order decay
+            field[:c_num] += sources.emission(rng, cycle[t])
+            sources.move(rng)
             if t >= self.spin_up:
                 sampled = _bilinear(field, stations[:, 0], stations[:, 1])  # (2C, N)
                 samples[t - self.spin_up] = sampled
                 sums += sampled.sum(axis=1)
+        return samples, np.maximum(sums / (self.num_steps * n_pts), 1e-12)
 
-        # each component normalised to mean 1, mixed, then scaled to pollutant-like magnitudes
-        # on top of a spatially uniform background with a slow (synoptic) modulation; made a
-        # time chunk at a time (the random draws come in the same order as for the whole)
-        means = np.maximum(sums / (self.num_steps * n_pts), 1e-12)
+    def _transport(
+        self, field: np.ndarray, t: int, flow: _Flow, regional: _RegionalInflow
+    ) -> np.ndarray:
+        """``field (2C, G, G)`` advected by step ``t``'s wind (semi-Lagrangian, bilinear at
+        the departure points), with the regional inflow entering across the borders, then
+        diffused (explicit, no-flux borders)."""
+        c_num, g = self.num_channels, self.grid_size
+        dep_r, dep_c = flow.departure(t)
+        field = _bilinear(field, dep_r, dep_c)
+        outside = (dep_r < 0) | (dep_r > g - 1) | (dep_c < 0) | (dep_c > g - 1)
+        if outside.any():
+            field[:c_num, outside] = 0.0  # inflowing air carries no local pollution
+            field[c_num:, outside] = regional(dep_r[outside], dep_c[outside], max(t - 1, 0))
+        if self.diffusion > 0:
+            p = np.pad(field, ((0, 0), (1, 1), (1, 1)), mode="edge")
+            lap = p[:, :-2, 1:-1] + p[:, 2:, 1:-1] + p[:, 1:-1, :-2] + p[:, 1:-1, 2:]
+            field += self.diffusion * (lap - 4.0 * field)
+        return field
+
+    def _write_values(
+        self,
+        out: StreamWriter,
+        rng: np.random.Generator,
+        presets: list[_ChannelPreset],
+        t_rec: np.ndarray,
+        samples: np.ndarray,
+        means: np.ndarray,
+    ) -> None:
+        """Values from the samples, a time chunk at a time (the random draws come in the
+        same order as for the whole): each component normalised to mean 1, mixed, scaled to
+        pollutant-like magnitudes on top of a spatially uniform background with a slow
+        (synoptic) modulation, plus measurement noise."""
+        c_num = self.num_channels
         share = self.regional_share
         levels = np.array([p.level for p in presets])
-        t_rec = t_all[self.spin_up :]
         synoptic = 1.0 + 0.3 * np.sin(2 * np.pi * t_rec / (24.0 * 9.3) + rng.uniform(0, 2 * np.pi))
         observed = None
         for a, b in out.chunks():
@@ -419,27 +402,139 @@ class SyntheticAdvectionDiffusion(CachedGenerator):
                 observed = np.ones(values.shape, dtype=bool)
             out.write(a, np.maximum(values + noise, 0.0).astype(np.float32), observed)
 
-        if self.missing_rate > 0:
-            for a, b in out.chunks():
-                out.mask[a:b] = rng.random((b - a, n_pts, c_num)) >= 0.5 * self.missing_rate
-            outage_len = 6
-            n_out = int(round(0.5 * self.missing_rate * self.num_steps * n_pts / outage_len))
-            for _ in range(n_out):
-                i = rng.integers(0, n_pts)
-                t0 = rng.integers(0, self.num_steps)
-                out.mask[t0 : t0 + outage_len, i, :] = False
-            for a, b in out.chunks():
-                out.values[a:b][~out.mask[a:b]] = np.nan
+    def _drop_readings(self, out: StreamWriter, rng: np.random.Generator) -> None:
+        """Mark ``missing_rate`` of the entries missing (NaN values): half of them isolated,
+        half in station outages of 6 steps."""
+        n_pts, c_num = self.num_points, self.num_channels
+        for a, b in out.chunks():
+            out.mask[a:b] = rng.random((b - a, n_pts, c_num)) >= 0.5 * self.missing_rate
+        outage_len = 6
+        n_out = int(round(0.5 * self.missing_rate * self.num_steps * n_pts / outage_len))
+        for _ in range(n_out):
+            i = rng.integers(0, n_pts)
+            t0 = rng.integers(0, self.num_steps)
+            out.mask[t0 : t0 + outage_len, i, :] = False
+        for a, b in out.chunks():
+            out.values[a:b][~out.mask[a:b]] = np.nan
 
-        coords = stations[:, ::-1] * (self.domain_km / g)  # (x_km, y_km)
-        timestamps = np.datetime64("2020-01-01T00:00", "s") + np.arange(
-            self.num_steps
-        ) * np.timedelta64(3600, "s")
-        return out.finish(
-            coords=coords,
-            channel_names=[p.name for p in presets],
-            point_ids=[f"s{i:03d}" for i in range(n_pts)],
-            timestamps=timestamps,
-            name=self.name,
-            metadata={"generator": self.config()},
+
+def _emission_cycle(presets: list[_ChannelPreset], t_all: np.ndarray) -> np.ndarray:
+    """``(total, C)`` emission factor of every step: each channel's diurnal cycle, lower on
+    weekends (2020-01-01, hour 0, was a Wednesday)."""
+    diurnal_amp = np.array([p.diurnal_amp for p in presets])
+    peak_hour = np.array([p.peak_hour for p in presets])
+    weekend_drop = np.array([p.weekend_drop for p in presets])
+    dow = (2 + np.floor(t_all / 24.0).astype(np.int64)) % 7  # 0 = Monday
+    hour = np.mod(t_all, 24.0)
+    cycle = 1.0 + diurnal_amp[None, :] * np.cos(2 * np.pi * (hour[:, None] - peak_hour) / 24)
+    cycle *= 1.0 - weekend_drop[None, :] * (dow[:, None] >= 5)
+    return cycle
+
+
+class _Flow:
+    """The wind of every step: the uniform ``wind (total, 2)`` (grid cells per step, rows
+    and columns) plus a weak, divergence-free swirl (the curl of ``psi = sin(k1 y + p1)
+    sin(k2 x + p2)``) whose strength swings slowly, so plumes bend a little."""
+
+    def __init__(
+        self,
+        rng: np.random.Generator,
+        wind: np.ndarray,
+        t_all: np.ndarray,
+        grid_size: int,
+        wind_speed: float,
+        wind_turn_hours: float,
+    ) -> None:
+        g = grid_size
+        self.wind = wind
+        self.yy, self.xx = np.meshgrid(
+            np.arange(g, dtype=np.float64), np.arange(g, dtype=np.float64), indexing="ij"
         )
+        k1, k2 = rng.uniform(0.5, 1.5, size=2) * 2.0 * np.pi / g
+        ph1, ph2 = rng.uniform(0, 2 * np.pi, size=2)
+        norm = np.sqrt(k1 * k2)
+        self.swirl_r = -k2 * np.sin(k1 * self.yy + ph1) * np.cos(k2 * self.xx + ph2) / norm
+        self.swirl_c = k1 * np.cos(k1 * self.yy + ph1) * np.sin(k2 * self.xx + ph2) / norm
+        self.swirl_amp = 0.3 * wind_speed * np.sin(2 * np.pi * t_all / (2.7 * wind_turn_hours))
+
+    def departure(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(G, G)`` rows and columns the air at each cell came from one step before."""
+        dep_r = self.yy - (self.wind[t, 0] + self.swirl_amp[t] * self.swirl_r)
+        dep_c = self.xx - (self.wind[t, 1] + self.swirl_amp[t] * self.swirl_c)
+        return dep_r, dep_c
+
+
+class _Sources:
+    """The local emission: per channel, ``S`` moving Gaussian area sources whose strength
+    flickers slowly; they wander with random heading changes, reflected at the margins."""
+
+    def __init__(
+        self,
+        rng: np.random.Generator,
+        num_channels: int,
+        per_channel: int,
+        grid_size: int,
+        speed: float,
+        width: float,
+    ) -> None:
+        shape = (num_channels, per_channel)
+        g = grid_size
+        self.grid_size = g
+        self.margin = 0.12 * g
+        self.pos = rng.uniform(self.margin, g - self.margin, size=(*shape, 2))  # (C, S, 2)
+        self.dir = rng.uniform(0, 2 * np.pi, size=shape)
+        self.speed = speed * rng.uniform(0.3, 1.7, size=shape)
+        self.strength = rng.lognormal(0.0, 0.5, size=shape)
+        self.width = width * rng.uniform(0.7, 1.3, size=(*shape, 1))
+        self.log_flicker = np.zeros(shape)
+        self.grid = np.arange(g, dtype=np.float64)
+
+    def emission(self, rng: np.random.Generator, cycle: np.ndarray) -> np.ndarray:
+        """``(C, G, G)`` emitted this step, under the channels' ``(C,)`` emission cycle."""
+        self.log_flicker = 0.95 * self.log_flicker + 0.2 * rng.standard_normal(self.dir.shape)
+        rate = cycle[:, None] * self.strength * np.exp(self.log_flicker)  # (C, S)
+        gy = np.exp(-0.5 * ((self.grid - self.pos[..., 0:1]) / self.width) ** 2)  # (C, S, G)
+        gx = np.exp(-0.5 * ((self.grid - self.pos[..., 1:2]) / self.width) ** 2)
+        return np.einsum("cs,csi,csj->cij", rate, gy, gx)
+
+    def move(self, rng: np.random.Generator) -> None:
+        """One step on: a random heading change, then reflection at the margins."""
+        g, margin, pos = self.grid_size, self.margin, self.pos
+        self.dir += 0.15 * rng.standard_normal(self.dir.shape)
+        pos[..., 0] += self.speed * np.sin(self.dir)
+        pos[..., 1] += self.speed * np.cos(self.dir)
+        for ax in (0, 1):
+            low = pos[..., ax] < margin
+            high = pos[..., ax] > g - margin
+            pos[..., ax] = np.where(low, 2 * margin - pos[..., ax], pos[..., ax])
+            pos[..., ax] = np.where(high, 2 * (g - margin) - pos[..., ax], pos[..., ax])
+            self.dir = np.where(low | high, self.dir + np.pi, self.dir)
+
+
+class _RegionalInflow:
+    """Regional pollution blowing in from outside: a "frozen" lognormal random field per
+    channel (partly shared between channels: one shared set of modes and one per channel)
+    carried by the mean wind and slowly evolving. It enters the grid wherever a departure
+    point lies outside the domain."""
+
+    def __init__(self, rng: np.random.Generator, num_channels: int, wind: np.ndarray) -> None:
+        self.n_modes = n_modes = 16
+        self.sets = sets = num_channels + 1
+        k_mag = 2.0 * np.pi / rng.uniform(20.0, 48.0, size=(sets, n_modes))
+        k_dir = rng.uniform(0.0, 2.0 * np.pi, size=(sets, n_modes))
+        self.k_vec = np.stack([k_mag * np.sin(k_dir), k_mag * np.cos(k_dir)]).reshape(2, -1)
+        self.k_phase = rng.uniform(0.0, 2.0 * np.pi, size=sets * n_modes)
+        self.k_omega = 2.0 * np.pi / rng.uniform(24.0, 96.0, size=sets * n_modes)
+        self.k_omega *= rng.choice([-1.0, 1.0], size=sets * n_modes)
+        self.rho, self.sigma = 0.5, 0.6  # share of the common set; log-std
+        self.drift = np.cumsum(wind, axis=0)  # displacement of the frozen field, (total, 2)
+
+    def __call__(self, py: np.ndarray, px: np.ndarray, t: int) -> np.ndarray:
+        """``(C, P)`` inflow concentration (mean 1) at grid positions ``(py, px)`` at step
+        ``t``."""
+        q = np.stack([py - self.drift[t, 0], px - self.drift[t, 1]], axis=1)  # (P, 2)
+        z = np.cos(q @ self.k_vec + (self.k_phase + self.k_omega * t))
+        z = z.reshape(-1, self.sets, self.n_modes)
+        z = np.sqrt(2.0 / self.n_modes) * z.sum(-1).T  # (sets, P), unit variance
+        z = self.rho * z[:1] + np.sqrt(1.0 - self.rho**2) * z[1:]
+        return np.exp(self.sigma * z - 0.5 * self.sigma**2)

@@ -8,21 +8,17 @@ B = Shenzhen-Guangzhou (163). The raw archive holds ``airquality.csv`` (readings
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from cloudlstm.data.pipeline.cache import file_signature, load_stream_cache, save_stream_cache
-from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
+from cloudlstm.data.pipeline.cache import CachedSource
 from cloudlstm.data.pipeline.stream import PointCloudStream
 from cloudlstm.data.sources.download import download_and_extract
-from cloudlstm.data.sources.long_format import (
+from cloudlstm.data.sources.tables import (
     build_stream,
     check_columns,
     parse_times,
@@ -31,7 +27,7 @@ from cloudlstm.data.sources.long_format import (
 )
 from cloudlstm.errors import MissingFileError, UserError
 
-__all__ = ["CHANNELS", "CLUSTERS", "URBAN_AIR_URL", "UrbanAirDataModule", "UrbanAirSource"]
+__all__ = ["CHANNELS", "CLUSTERS", "URBAN_AIR_URL", "UrbanAirSource"]
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +65,7 @@ def _csv(path: Path, columns: list[str]) -> pd.DataFrame:
     return df
 
 
-class UrbanAirSource:
+class UrbanAirSource(CachedSource):
     """Loader of the MSR Urban Air data for one city cluster.
 
     Args:
@@ -84,7 +80,8 @@ class UrbanAirSource:
     Readings are placed on an hourly grid (times floored to the hour, repeated readings
     averaged), gaps are filled linearly in time (``mask`` False there), stations without any
     reading are dropped. Coordinates are ``(longitude, latitude)``; channels
-    ``PM2.5, PM10, NO2, CO, O3, SO2``.
+    ``PM2.5, PM10, NO2, CO, O3, SO2``. The stream is cached, keyed by the cluster and the
+    raw files' signatures.
     """
 
     def __init__(
@@ -99,8 +96,8 @@ class UrbanAirSource:
         names = {k.lower(): k for k in CLUSTERS}
         if str(cluster).lower() not in names:
             raise UserError(
-                f"Unknown Urban Air cluster {cluster!r}; valid: {list(CLUSTERS)} "
-                "(A = Beijing-Tianjin, B = Shenzhen-Guangzhou). Set data.cluster=A, B or all."
+                f"Unknown Urban Air cluster {cluster!r}; valid: {list(CLUSTERS)} (A = "
+                "Beijing-Tianjin, B = Shenzhen-Guangzhou). Set data.source.cluster=A, B or all."
             )
         self.cluster = names[str(cluster).lower()]
         self.root = Path(root)
@@ -108,7 +105,6 @@ class UrbanAirSource:
         self.url = url
         self.sha256 = sha256
         self.cache_dir = Path(cache_dir) if cache_dir is not None else self.root / "cache"
-        self.last_load_from_cache = False
 
     def __repr__(self) -> str:
         return f"UrbanAirSource(root={str(self.root)!r}, cluster={self.cluster!r})"
@@ -124,8 +120,8 @@ class UrbanAirSource:
                 f"Urban Air files {list(RAW_FILES)} not found in {self.root.resolve()} (nor in "
                 f"a subfolder). Get the archive from {self.url} (project page: "
                 "https://www.microsoft.com/en-us/research/project/urban-air/) and unpack it "
-                "there, or point to it with data.root=/path/to/folder, or let it be fetched "
-                "with data.download=true."
+                "there, or point to it with data.source.root=/path/to/folder, or let it be "
+                "fetched with data.source.download=true."
             )
         return found
 
@@ -137,19 +133,22 @@ class UrbanAirSource:
                 return folder
         return None
 
-    def load(self) -> PointCloudStream:
-        """The cluster's stream, from the cache (memory-mapped) when the raw files are unchanged."""
+    @property
+    def cache_prefix(self) -> str:
+        return f"urban_air_{self.cluster}"
+
+    def config(self) -> dict:
+        """What determines the stream besides the raw files: the cluster."""
+        return {"version": _VERSION, "cluster": self.cluster}
+
+    def input_files(self) -> list[Path]:
+        """The four raw files (downloaded first when allowed and missing)."""
         folder = self.raw_dir()
-        files = [folder / f for f in RAW_FILES]
-        blob = json.dumps([_VERSION, self.cluster, file_signature(files)]).encode()
-        key = hashlib.sha256(blob).hexdigest()[:16]
-        cache = self.cache_dir / f"urban_air_{self.cluster}_{key}"
-        stream = load_stream_cache(cache, key)
-        self.last_load_from_cache = stream is not None
-        if stream is None:
-            stream = self._build(folder)
-            stream = save_stream_cache(cache, stream, key) or stream
-        return stream
+        return [folder / f for f in RAW_FILES]
+
+    def generate(self, cache_path: Path | None = None) -> PointCloudStream:
+        """The cluster's stream from the raw files, cached at ``cache_path``."""
+        return self.cached(self._build(self.raw_dir()), cache_path)
 
     def _stations(self, folder: Path) -> pd.DataFrame:
         """Stations of the chosen cluster: station_id, longitude, latitude."""
@@ -200,24 +199,3 @@ class UrbanAirSource:
             name=f"urban_air_{self.cluster}",
             source=str(folder),
         )
-
-
-class UrbanAirDataModule(PointCloudDataModule):
-    """:class:`PointCloudDataModule` over :class:`UrbanAirSource` (``data=airq``).
-
-    ``data.cluster=B``, ``data.root=/path``, ``data.download=true`` on the command line; every
-    other keyword goes unchanged to :class:`PointCloudDataModule`.
-    """
-
-    def __init__(
-        self,
-        root: str | os.PathLike,
-        cluster: str = "A",
-        download: bool = False,
-        url: str = URBAN_AIR_URL,
-        sha256: str | None = None,
-        cache_dir: str | os.PathLike | None = None,
-        **kwargs: Any,
-    ) -> None:
-        source = UrbanAirSource(root, cluster, download, url, sha256, cache_dir)
-        super().__init__(source, **kwargs)

@@ -1,0 +1,377 @@
+"""The table toolkit every file-reading source shares: read, check, pivot, fill, assemble.
+
+A raw table has one row per ``(time, point)`` (or is brought to that shape by its reader):
+
+* :func:`read_table` reads a CSV (any pandas compression) or Parquet file;
+  :func:`check_columns`, :func:`numeric_column` and :func:`parse_times` check and convert its
+  columns, naming the file and the offending cell in their errors;
+* :func:`pivot_long` places rows on a regular time grid (:class:`LongGrid`);
+* :func:`interpolate_gaps` fills gaps linearly in time and returns the "really observed" mask;
+* :func:`build_stream` drops points without any data, fills gaps and assembles the
+  :class:`~cloudlstm.data.pipeline.stream.PointCloudStream`.
+
+Used by :mod:`~cloudlstm.data.sources.long_format`, :mod:`~cloudlstm.data.sources.urban_air`,
+:mod:`~cloudlstm.data.sources.beijing` and :mod:`cloudlstm.forecast_input`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import logging
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cloudlstm.data.pipeline.stream import PointCloudStream
+from cloudlstm.errors import MissingPackageError, UserError
+
+__all__ = [
+    "LongGrid",
+    "build_stream",
+    "check_columns",
+    "infer_step",
+    "interpolate_gaps",
+    "numeric_column",
+    "parse_freq",
+    "parse_times",
+    "pivot_long",
+    "read_table",
+]
+
+log = logging.getLogger(__name__)
+
+_DAY = np.timedelta64(1, "D").astype("timedelta64[ns]")
+
+
+# ---------------------------------------------------------------------- time grid
+def parse_times(column: pd.Series, what: str) -> np.ndarray:
+    """Parse a column of timestamps into ``(R,)`` ``datetime64[ns]`` (timezones -> naive UTC).
+
+    Raises a ``UserError`` naming ``what`` (e.g. "column 'time' of data.csv") and showing one
+    value that cannot be parsed, or the first row with an empty timestamp.
+    """
+    try:
+        parsed = pd.to_datetime(column)
+    except (ValueError, TypeError, OverflowError):
+        # The fast path infers one format from the first value; find an offending value.
+        loose = pd.to_datetime(column, errors="coerce", format="mixed")
+        bad = column[loose.isna() & column.notna()]
+        example = bad.iloc[0] if len(bad) else column.iloc[0]
+        raise UserError(
+            f"Cannot parse the timestamps in {what}: e.g. {example!r} is not a date/time (or the "
+            "column mixes formats). Use ISO 8601 values such as '2014-05-01 13:00:00' in every row."
+        ) from None
+    if parsed.isna().any():
+        row = int(np.flatnonzero(parsed.isna().to_numpy())[0])
+        raise UserError(
+            f"{what} has {int(parsed.isna().sum())} empty timestamp(s) (first at data row {row}); "
+            "every row needs a time."
+        )
+    if getattr(parsed.dt, "tz", None) is not None:
+        parsed = parsed.dt.tz_convert("UTC").dt.tz_localize(None)
+    return parsed.to_numpy(dtype="datetime64[ns]")
+
+
+def parse_freq(freq: Any) -> np.timedelta64:
+    """``"1h"``, ``"5min"``, ``"30s"`` or a timedelta -> a positive ``timedelta64[ns]``."""
+    try:
+        step = pd.Timedelta(freq).to_timedelta64()
+    except (ValueError, TypeError):
+        step = None
+    if step is None or not step > np.timedelta64(0, "ns"):
+        raise UserError(
+            f"freq must be a positive duration such as '1h', '5min' or '30s'; got {freq!r}."
+        )
+    return step
+
+
+def infer_step(times: np.ndarray) -> np.timedelta64:
+    """The most common positive gap between the distinct sorted ``times`` (ties: the smaller)."""
+    distinct = np.unique(times)
+    if len(distinct) < 2:
+        raise UserError(
+            "Cannot infer the sampling period: the data has only one distinct timestamp. "
+            "Set freq (e.g. freq=1h) or provide more time steps."
+        )
+    gaps, counts = np.unique(np.diff(distinct), return_counts=True)
+    return gaps[np.argmax(counts)]
+
+
+def _step_text(step: np.timedelta64) -> str:
+    return str(pd.Timedelta(step))
+
+
+@dataclass
+class LongGrid:
+    """Where each row of a long table goes on a regular ``(T, N)`` grid.
+
+    Attributes:
+        timestamps: ``(T,)`` ``datetime64[ns]`` grid, from the first to the last row's time.
+        point_ids: N point ids (sorted by their original value).
+        step: the sampling period.
+        t_idx, p_idx: ``(R,)`` grid step and point of every row.
+        duplicates: "mean" when some ``(time, point)`` pairs have several rows to average.
+    """
+
+    timestamps: np.ndarray
+    point_ids: list[str]
+    step: np.timedelta64
+    t_idx: np.ndarray
+    p_idx: np.ndarray
+    duplicates: str | None = None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return len(self.timestamps), len(self.point_ids)
+
+    def scatter(self, columns: np.ndarray, dtype: Any = np.float64) -> np.ndarray:
+        """``(R, K)`` row values -> ``(T, N, K)`` array, NaN where no row (or a NaN cell)."""
+        t, n = self.shape
+        columns = np.asarray(columns)
+        out = np.full((t, n, columns.shape[1]), np.nan, dtype=dtype)
+        t_idx, p_idx = self.t_idx, self.p_idx
+        if self.duplicates == "mean":
+            # NaN-aware mean per cell: a missing reading does not hide another row's value.
+            means = pd.DataFrame(columns).groupby(t_idx * n + p_idx).mean()
+            keys = means.index.to_numpy()
+            t_idx, p_idx, columns = keys // n, keys % n, means.to_numpy()
+        out[t_idx, p_idx] = columns
+        return out
+
+
+def pivot_long(
+    df: pd.DataFrame,
+    time_col: str,
+    id_col: str,
+    freq: Any = None,
+    duplicates: str = "error",
+    what: str = "the data",
+) -> LongGrid:
+    """Lay the rows of a long table on a regular time grid.
+
+    Args:
+        df: rows with a ``datetime64`` column ``time_col`` and a point-id column ``id_col``.
+        freq: the grid step (e.g. ``"1h"``); ``None`` infers the most common positive gap.
+        duplicates: ``"error"`` refuses several rows for one ``(time, point)`` and shows one;
+            ``"mean"`` averages them.
+        what: how to name the data in error messages (e.g. the file path).
+
+    Every timestamp must lie on the grid ``t0 + k * step`` (``t0`` = the earliest time);
+    steps without any row become NaN cells, which :func:`interpolate_gaps` later fills.
+    """
+    if duplicates not in ("error", "mean"):
+        raise ValueError(f"duplicates must be 'error' or 'mean'; got {duplicates!r}.")
+    if len(df) == 0:
+        raise UserError(f"{what} has no rows.")
+    times = df[time_col].to_numpy(dtype="datetime64[ns]")
+    step = infer_step(times) if freq is None else parse_freq(freq)
+    t0 = times.min()
+    offset = (times - t0).astype(np.int64)
+    step_ns = int(step.astype("timedelta64[ns]").astype(np.int64))
+    off_grid = offset % step_ns != 0
+    if off_grid.any():
+        bad = int(np.flatnonzero(off_grid)[0])
+        raise UserError(
+            f"{what}: timestamp {pd.Timestamp(times[bad])} is not on the regular grid that starts "
+            f"at {pd.Timestamp(t0)} with step {_step_text(step)} "
+            f"({int(off_grid.sum())} such rows). Set freq to the sampling period, or resample "
+            "the data onto a regular grid first."
+        )
+    t_idx = offset // step_ns
+    codes, uniques = pd.factorize(df[id_col], sort=True)
+    p_idx = codes.astype(np.int64)
+    n = len(uniques)
+    key = t_idx * n + p_idx
+    order = np.argsort(key, kind="stable")  # sorting beats hashing for millions of rows
+    repeats = np.flatnonzero(np.diff(key[order]) == 0)
+    dup_mode = None
+    if len(repeats):
+        if duplicates == "error":
+            first = order[repeats[0]]
+            point = str(df[id_col].iloc[first])
+            raise UserError(
+                f"{what} has several rows for the same (time, point), e.g. time "
+                f"{pd.Timestamp(times[first])} and {id_col}={point!r}. Keep one row per time "
+                "and point (aggregate or drop the duplicates)."
+            )
+        dup_mode = "mean"
+    timestamps = t0 + np.arange(int(t_idx.max()) + 1) * step
+    return LongGrid(timestamps, [str(u) for u in uniques], step, t_idx, p_idx, dup_mode)
+
+
+# ---------------------------------------------------------------------- gap filling
+def interpolate_gaps(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Fill NaN/inf entries of ``values (T, N, K)`` and say which entries were observed.
+
+    Each ``(point, k)`` series is interpolated linearly in time; leading and trailing gaps take
+    the nearest observed value. A series never observed takes, at each step, the mean of the
+    other points' (filled) values of the same ``k``, and stays NaN only when no point ever
+    observed ``k``.
+
+    Returns:
+        ``(filled, mask)``: ``filled`` has the dtype of ``values``; ``mask (T, N, K)`` is True
+        where the input was finite (really observed).
+    """
+    values = np.asarray(values)
+    mask = np.isfinite(values)
+    t = values.shape[0]
+    flat = np.where(mask, values, np.nan).astype(values.dtype).reshape(t, -1)  # (T, N*K)
+    flat_mask = mask.reshape(t, -1)
+    steps = np.arange(t, dtype=np.float64)
+    for j in np.flatnonzero(~flat_mask.all(axis=0) & flat_mask.any(axis=0)):
+        seen = flat_mask[:, j]
+        flat[:, j] = np.interp(steps, steps[seen], flat[seen, j])
+    filled = flat.reshape(values.shape)
+    never = ~mask.any(axis=0)  # (N, K)
+    if never.any():
+        with warnings.catch_warnings():  # "mean of empty slice" where no point has k
+            warnings.simplefilter("ignore", RuntimeWarning)
+            across = np.nanmean(filled, axis=1)  # (T, K)
+        rows, ks = np.nonzero(never)
+        filled[:, rows, ks] = across[:, ks]
+    return filled, mask
+
+
+def build_stream(
+    timestamps: np.ndarray,
+    point_ids: Sequence[str],
+    values: np.ndarray,
+    channel_names: Sequence[str],
+    *,
+    coords: np.ndarray | None = None,
+    trajectory: np.ndarray | None = None,
+    step: np.timedelta64,
+    name: str,
+    source: str,
+) -> PointCloudStream:
+    """Drop points without any observation, fill gaps, and assemble a stream.
+
+    Args:
+        timestamps: ``(T,)`` regular grid; values: ``(T, N, C)`` raw values, NaN = missing.
+        coords: ``(N, L)`` static positions, or ``trajectory``: ``(T, N, L)`` positions of
+            moving points (NaN gaps are interpolated in time like the values).
+        step: sampling period, stored as ``metadata["step_minutes"]``.
+
+    ``mask`` is False wherever a value was filled. ``metadata`` gets ``step_minutes``,
+    ``steps_per_day`` (rounded, at least 1), ``source`` and ``dropped_points``.
+    """
+    point_ids = [str(p) for p in point_ids]
+    keep, dropped = _points_with_data(values, point_ids, channel_names, name, source)
+    filled, mask = interpolate_gaps(values[:, keep])
+    if trajectory is not None:
+        trajectory = interpolate_gaps(np.asarray(trajectory, dtype=np.float64)[:, keep])[0]
+        coords = trajectory[0]
+    else:
+        coords = np.asarray(coords, dtype=np.float64)[keep]
+    stream = PointCloudStream(
+        values=filled.astype(np.float32),
+        mask=mask,
+        coords=coords,
+        channel_names=list(channel_names),
+        point_ids=[point_ids[i] for i in keep],
+        timestamps=timestamps,
+        name=name,
+        metadata={
+            "step_minutes": float(step / np.timedelta64(1, "m")),
+            "steps_per_day": max(1, int(round(_DAY / step))),
+            "source": str(source),
+            "dropped_points": dropped,
+        },
+        trajectory=trajectory,
+    )
+    _log_stream(stream, step, len(dropped))
+    return stream
+
+
+def _points_with_data(
+    values: np.ndarray, point_ids: list[str], channel_names: Sequence[str], name: str, source: str
+) -> tuple[np.ndarray, list[str]]:
+    """Indices of the points of ``values (T, N, C)`` with at least one observation, and the
+    ids of the others (logged). A ``UserError`` when no point, or some channel at no point,
+    has an observed value: there would be nothing to fill its gaps from."""
+    has_data = np.isfinite(values).any(axis=(0, 2))
+    dropped = [p for p, ok in zip(point_ids, has_data, strict=True) if not ok]
+    if dropped:
+        log.info(
+            "%s: dropping %d point(s) with no data at all: %s",
+            name,
+            len(dropped),
+            ", ".join(dropped[:20]) + (" ..." if len(dropped) > 20 else ""),
+        )
+    if not has_data.any():
+        raise UserError(f"{name}: no point has any observed value in {source}.")
+    seen = np.isfinite(values).any(axis=(0, 1))
+    unobserved = [c for c, ok in zip(channel_names, seen, strict=True) if not ok]
+    if unobserved:
+        raise UserError(
+            f"{name}: channel(s) {unobserved} have no observed value at any point in {source}; "
+            "leave them out of the value columns."
+        )
+    return np.flatnonzero(has_data), dropped
+
+
+def _log_stream(stream: PointCloudStream, step: np.timedelta64, dropped: int) -> None:
+    log.info(
+        "%s: T=%d steps of %s, N=%d points (%d dropped), C=%d channels, %.1f%% filled%s.",
+        stream.name,
+        stream.num_steps,
+        _step_text(step),
+        stream.num_points,
+        dropped,
+        stream.num_channels,
+        100.0 * stream.missing_fraction,
+        ", moving points" if stream.moving else "",
+    )
+
+
+# ---------------------------------------------------------------------- user files
+def read_table(path: Path, what: str, **csv_kwargs: Any) -> pd.DataFrame:
+    """Read a CSV (compression from the suffix: .gz, .bz2, .zip, .xz) or Parquet file."""
+    if path.suffix.lower() in (".parquet", ".pq"):
+        if not any(importlib.util.find_spec(m) for m in ("pyarrow", "fastparquet")):
+            raise MissingPackageError(
+                f"Reading the Parquet file {path} needs pyarrow: `pip install pyarrow` "
+                "(or convert the file to CSV)."
+            )
+        return pd.read_parquet(path)
+    try:
+        return pd.read_csv(path, **csv_kwargs)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise UserError(f"Cannot read {what} {path} as CSV: {err}") from None
+
+
+def check_columns(df: pd.DataFrame, expected: Sequence[str], what: str, hint: str) -> None:
+    """Raise a ``UserError`` listing expected vs found columns when some are missing."""
+    missing = [c for c in expected if c not in df.columns]
+    if not missing:
+        return
+    found = [str(c) for c in df.columns]
+    close = {m: difflib.get_close_matches(m, found, n=1) for m in missing}
+    guesses = ", ".join(f"{m!r} -> {g[0]!r}?" for m, g in close.items() if g)
+    raise UserError(
+        f"{what} lacks column(s) {missing}. Expected {list(expected)}; found {found}."
+        + (f" Did you mean: {guesses}" if guesses else "")
+        + f" {hint}"
+    )
+
+
+def numeric_column(df: pd.DataFrame, col: str, what: str) -> np.ndarray:
+    """Column ``col`` as float64; a ``UserError`` showing one non-numeric entry otherwise."""
+    series = df[col]
+    if pd.api.types.is_numeric_dtype(series):
+        return series.to_numpy(dtype=np.float64, na_value=np.nan)
+    coerced = pd.to_numeric(series, errors="coerce")
+    bad = series[coerced.isna() & series.notna()]
+    if len(bad):
+        raise UserError(
+            f"Column {col!r} of {what} must be numeric, but holds e.g. {bad.iloc[0]!r} "
+            f"({len(bad)} such entries, first at data row {int(bad.index[0])}). Leave missing "
+            "readings empty (or NA) and remove units/text from the cells."
+        )
+    return coerced.to_numpy(dtype=np.float64, na_value=np.nan)
