@@ -15,6 +15,31 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 DPI = 100
+# Line and bar colours, no two alike: matplotlib's tab10 without its grey (the reference
+# line's), then darker hues, where tab10 would start again at blue with the 11th series.
+COLOURS = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22",
+    "#17becf", "#000075", "#800000", "#469990", "#f032e6", "#808000", "#4b0082", "#9a6324",
+)  # fmt: skip
+# Styles and markers change from one series to the next as well, so that lines of close
+# colours (and a print in grey) still differ; dashed is the reference line's alone.
+LINE_STYLES = ("solid", "dashdot", "dotted")
+MARKERS = ("o", "s", "^", "D", "v", "P")
+REFERENCE_COLOUR = "#555555"
+
+
+def series_style(index: int) -> dict[str, str]:
+    """Colour, line style and marker of the ``index``-th series of a figure."""
+    return {
+        "color": COLOURS[index % len(COLOURS)],
+        "linestyle": LINE_STYLES[index % len(LINE_STYLES)],
+        "marker": MARKERS[index % len(MARKERS)],
+    }
+
+
+def reference_style() -> dict[str, object]:
+    """A reference line (the persistence forecast, the one to beat): grey, dashed."""
+    return {"color": REFERENCE_COLOUR, "linestyle": "dashed", "linewidth": 2.0}
 
 
 def new_figure(width: float, height: float) -> Figure:

@@ -6,11 +6,10 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from cloudlstm.viz._common import new_figure, save_png
+from cloudlstm.viz._common import new_figure, reference_style, save_png, series_style
 
 
 def plot_horizon_curve(
@@ -19,25 +18,35 @@ def plot_horizon_curve(
     path: str | os.PathLike,
     metric: str = "mae",
     std: Mapping[str, Sequence[float]] | None = None,
+    reference: Mapping[str, Sequence[float]] | None = None,
 ) -> Path:
     """Draw ``metric`` against horizon 1..J for each series of ``per_step``.
 
     ``per_step[name]`` ``(J,)`` (J may differ between series); ``std[name]`` ``(J,)`` of the
-    same series, where given, is drawn as a +- band. Writes a PNG to ``path`` and returns it.
+    same series, where given, is drawn as a +- band. Each series has a colour of its own
+    and a line style and marker that change from one to the next. ``reference[name]``
+    ``(J,)``: lines to beat (the persistence forecast), grey and dashed. Writes a PNG to
+    ``path`` and returns it.
     """
+    if not per_step and not reference:
+        raise ValueError("expected at least one series in per_step")
     curves = _check_curves(per_step, std or {})
+    references = _check_curves(reference or {}, {})
+    names = [*curves, *references]
     # many series (a results table) or long names: the legend goes beside the axes
-    beside = len(curves) > 6 or any("\n" in name or len(name) > 40 for name in curves)
+    beside = len(names) > 6 or any("\n" in name or len(name) > 40 for name in names)
     fig = new_figure(6.8 if beside else 5.0, 3.2)
     ax = fig.subplots()
-    colours = len(matplotlib.rcParams["axes.prop_cycle"].by_key()["color"])
+    # a dozen overlapping bands would hide the lines: the more series, the fainter
+    alpha = 0.2 if len(curves) <= 4 else 0.1
     for i, (name, (mean, spread)) in enumerate(curves.items()):
         steps = np.arange(1, len(mean) + 1)
-        # past the colour cycle, a new line style and marker keep the series apart
-        style = dict(linestyle=("-", "--", ":")[i // colours % 3], marker="osD"[i // colours % 3])
-        line = ax.plot(steps, mean, markersize=3, label=name, **style)[0]
+        line = ax.plot(steps, mean, markersize=3, label=name, **series_style(i))[0]
         if spread is not None:
-            ax.fill_between(steps, mean - spread, mean + spread, color=line.get_color(), alpha=0.2)
+            band = (mean - spread, mean + spread)
+            ax.fill_between(steps, *band, color=line.get_color(), alpha=alpha)
+    for name, (mean, _) in references.items():
+        ax.plot(np.arange(1, len(mean) + 1), mean, label=name, zorder=1.5, **reference_style())
     # Horizons are whole steps.
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("horizon (steps)")
@@ -53,8 +62,6 @@ def _check_curves(
     per_step: Mapping[str, Sequence[float]], std: Mapping[str, Sequence[float]]
 ) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
     """``{name: (mean (J,), std (J,) or None)}``, with the shapes and names checked."""
-    if not per_step:
-        raise ValueError("expected at least one series in per_step")
     unknown = sorted(set(std) - set(per_step))
     if unknown:
         raise ValueError(f"std names series not in per_step: {unknown}")

@@ -37,15 +37,21 @@ def plot_forecast_maps(
     path: str | os.PathLike,
     title: str | None = None,
     mask: np.ndarray | None = None,
+    model: str | None = None,
+    start: str | None = None,
+    window: int | None = None,
+    coord_names: Sequence[str] = ("x", "y"),
 ) -> Path:
     """Draw truth / forecast / absolute error maps of one channel at some horizons.
 
-    ``coords`` ``(N, L)`` point positions (L = 2 or 3; the first two dims are drawn),
-    ``truth`` and ``forecast`` ``(J, N, C)``, ``mask`` ``(J, N, C)`` bool (True = observed)
-    or None. ``horizons`` are 1-based steps (default :func:`default_horizons`). Truth and
-    forecast share one colour scale, the error has its own; both ignore unobserved truth
-    and NaN. Unobserved truth (and its error) is drawn as hollow grey circles. Writes a PNG
-    to ``path`` and returns it.
+    ``coords`` ``(N, L)`` point positions (L = 2 or 3; the first two dims are drawn, on
+    axes named ``coord_names``), ``truth`` and ``forecast`` ``(J, N, C)``, ``mask``
+    ``(J, N, C)`` bool (True = observed) or None. ``horizons`` are 1-based steps (default
+    :func:`default_horizons`). Truth and forecast share one colour scale, the error has its
+    own; both ignore unobserved truth and NaN. Unobserved truth (and its error) is drawn as
+    hollow grey circles. The title names the ``model``, the channel and the time of the
+    first forecast step (``start``), or the test ``window`` where the data have no
+    timestamps; ``title`` replaces it. Writes a PNG to ``path`` and returns it.
     """
     truth, forecast, observed = check_forecast(truth, forecast, mask, channel)
     xy = _check_coords(coords, truth.shape[1])
@@ -68,13 +74,21 @@ def plot_forecast_maps(
     for row, (values, seen, norm, cmap) in enumerate(panels):
         for col in range(len(steps)):
             _scatter(axes[row, col], xy, values[col], seen[col], norm, cmap, size)
-    _label(axes, steps)
+    _label(axes, steps, coord_names)
     fig.colorbar(ScalarMappable(value_norm, VALUE_CMAP), ax=axes[:2], label=channel_name)
     fig.colorbar(
         ScalarMappable(error_norm, ERROR_CMAP), ax=axes[2], label=f"|error| {channel_name}"
     )
-    fig.suptitle(title or channel_name)
+    fig.suptitle(title or map_title(channel_name, model, start, window))
     return save_png(fig, path)
+
+
+def map_title(channel_name: str, model: str | None, start: str | None, window: int | None) -> str:
+    """``cloudlstm · PM2.5 · forecast from 2017-01-01 13:00`` (or ``· test window 3``)."""
+    when = f"forecast from {start}" if start else None
+    if when is None and window is not None:
+        when = f"test window {window}"
+    return " · ".join(part for part in (model, channel_name, when) if part)
 
 
 def _check_coords(coords: np.ndarray, num_points: int) -> np.ndarray:
@@ -126,16 +140,20 @@ def _scatter(
     if not seen.all():
         ax.scatter(*xy[~seen].T, s=size, label="unobserved", **HOLLOW)
     ax.set_aspect("equal")
-    ax.set_xticks([])
-    ax.set_yticks([])
+    ax.tick_params(labelsize="x-small")
 
 
-def _label(axes: np.ndarray, steps: list[int]) -> None:
-    """Column titles ``h=<horizon>``, row names, and a legend where points are unobserved."""
+def _label(axes: np.ndarray, steps: list[int], coord_names: Sequence[str]) -> None:
+    """Column titles ``h=<horizon>``, row names and coordinates (on the outer panels), and
+    a legend where points are unobserved."""
     for col, step in enumerate(steps):
         axes[0, col].set_title(f"h={step + 1}")
+    for ax in axes[-1]:
+        ax.set_xlabel(coord_names[0], fontsize="small")
     for row, name in enumerate(ROWS):
-        axes[row, 0].set_ylabel(name)
+        axes[row, 0].set_ylabel(f"{name}\n{coord_names[1]}")
+    for ax in axes.ravel():
+        ax.label_outer()  # tick labels on the left column and the bottom row only
     for ax in axes[0]:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="upper right", fontsize="x-small")

@@ -11,10 +11,15 @@ Grouping (``--by KEY ...``): ``model`` and ``data`` are the names train.py recor
 ``metrics.json``; any other key is a dotted key of the run's resolved ``config.yaml``
 (``model.k``, ``trainer.max_epochs``, ...). ``data`` is always added, since metrics of two
 data sets do not average. Without ``--by``, runs are grouped by ``model`` and ``data`` and
-split further by every config key that still differs inside such a group, except ``seed``,
-the directory keys (``*dir``, ``*dirpath``, ``paths.*``: they differ per run) and the
-derived ``data_info.*``. So the seeds of one setting form one row and different settings
-never mix; with ``--by`` a warning names the keys that differ inside a row.
+split further by every setting that still differs inside such a group: every config key
+but ``seed``, the folders (``*dir``, ``*dirpath``, ``paths.*``, data roots: they differ per
+run or machine), the loggers (``logger.*``, ``tags``, ``task_name``), the console and
+execution options (``torch_threads``, ``data.num_workers``, ``model.compile``, ...) and the
+derived ``data_info.*`` (:data:`cloudlstm.cli.compare.groups.NOT_SETTINGS`);
+``recipe_name`` is a setting. So the seeds of one setting form one row and different
+settings never mix; with ``--by`` a warning names the keys that differ inside a row.
+``eval.py``'s results (``<run>/eval/<time>/metrics.json``) test a run again and are left
+out (a note says how many); ``--include-evals`` adds them as rows of their own.
 
 Each metric cell is ``mean ± std`` over the runs (seeds) of a row: the mean and the sample
 standard deviation (ddof=1) of each run's overall test mean; a single run shows its mean

@@ -71,6 +71,11 @@ def _parser() -> argparse.ArgumentParser:
     add("--html", type=Path, metavar="PATH", help="write the comparison as one web page")
     add("--wandb", action="store_true", help="log the comparison as one W&B run (offline)")
     add("--paper", choices=list(TABLES), help="the runs next to this table of the paper")
+    add(
+        "--include-evals",
+        action="store_true",
+        help="also eval.py's re-tests of runs (<run>/eval/<time>/), as rows of their own",
+    )
     return parser
 
 
@@ -83,10 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    runs = find_runs(args.dirs)
-    if not runs:
-        where = " ".join(map(str, args.dirs))
-        raise CompareError(f"no metrics.json with test results under {where}")
+    runs = _find_runs(args.dirs, args.include_evals)
     if args.paper:
         return _run_paper(runs, args)
     groups = group_runs(runs, args.by)
@@ -115,6 +117,22 @@ def _run(args: argparse.Namespace) -> int:
         folder = _log_to_wandb(groups, table, args)
         print(f"wrote W&B run {folder}; publish it with: wandb sync {folder}", file=sys.stderr)
     return 0
+
+
+def _find_runs(dirs: Sequence[Path], include_evals: bool) -> list[Run]:
+    """The runs under ``dirs``; a note on stderr of the evaluations left out."""
+    found = find_runs(dirs, include_evals=True)
+    runs = [run for run in found if include_evals or not run.evaluated_run]
+    if skipped := len(found) - len(runs):
+        print(
+            f"compare: left out {skipped} evaluation(s) of eval.py (re-tests of runs); "
+            "--include-evals shows them",
+            file=sys.stderr,
+        )
+    if not runs:
+        where = " ".join(map(str, dirs))
+        raise CompareError(f"no metrics.json with test results under {where}")
+    return runs
 
 
 def _write_html(groups: Sequence[Group], table: Sequence[Column], args: argparse.Namespace) -> Path:

@@ -12,6 +12,34 @@ from cloudlstm.cli.compare.cells import Stat
 from cloudlstm.cli.compare.runs import RUN_KEYS, CompareError, Run
 from cloudlstm.cli.config import EXECUTION_OPTIONS
 
+# Keys of config.yaml that say where, how or under which name a run ran and was logged,
+# not what it computed: runs that differ only in them are seeds of one setting, never
+# split into rows (--by may still name them). ``recipe_name`` is a setting.
+NOT_SETTINGS = frozenset(
+    {
+        "seed",  # what the mean ± std of a row is over
+        "task_name", "tags", "print_config", "optimized_metric",
+        "resume", "run_lock", "ckpt_path", "torch_threads", "keep_freed_memory",
+        "run", "ckpt", "logger",  # eval.py's: the run and checkpoint tested, no logger
+        "module.save_predictions",
+        "data.num_workers", "data.pin_memory", "data.persistent_workers", "data.download",
+        "data.source.download",  # data=airq's, data.download in runs before the source node
+        "trainer.enable_progress_bar", "trainer.enable_model_summary",
+        "trainer.log_every_n_steps", "trainer.plugins",
+        "callbacks.model_checkpoint.filename",
+        *(f"model.{option}" for option in EXECUTION_OPTIONS),  # how, not what
+    }
+)  # fmt: skip
+NOT_SETTING_PREFIXES = (
+    "paths.", "data_info.", "logger.", "report.", "hydra.",
+    # the console, learning-rate log, timer, RNG states and the resume checkpoints
+    "callbacks.progress_bar.", "callbacks.model_summary.", "callbacks.lr_monitor.",
+    "callbacks.epoch_timer.", "callbacks.rng_state.", "callbacks.last_checkpoint.",
+    "callbacks.step_checkpoint.",
+)  # fmt: skip
+# Hint of an unknown --by key: at most this many names.
+MAX_NAMES = 10
+
 
 @dataclass(frozen=True)
 class Group:
@@ -92,10 +120,10 @@ def default_keys(runs: Sequence[Run]) -> list[str]:
 
 
 def varying_keys(runs: Sequence[Run]) -> list[str]:
-    """Keys whose values differ between ``runs``, but for seeds, paths and derived values."""
+    """Settings (:func:`is_setting`) whose values differ between ``runs``."""
     keys = set().union(*(run.keys for run in runs))
     return sorted(
-        key for key in keys if not _per_run_key(key) and len({run.value(key) for run in runs}) > 1
+        key for key in keys if is_setting(key) and len({run.value(key) for run in runs}) > 1
     )
 
 
@@ -104,14 +132,17 @@ def mixed_keys(groups: Sequence[Group]) -> list[str]:
     return sorted(set().union(*(varying_keys(g.runs) for g in groups)))
 
 
-def _per_run_key(key: str) -> bool:
-    """True for keys that may differ between the runs of one setting."""
+def is_setting(key: str) -> bool:
+    """False for the keys that may differ between the runs of one setting: seeds, paths
+    and folders (``*dir``, ``*dirpath``, data roots), loggers, the console, execution
+    options (threads, workers, compile) and eval.py's run and checkpoint; see
+    :data:`NOT_SETTINGS`. ``data_info.*`` is derived from ``data.*``."""
     last = key.rsplit(".", 1)[-1]
-    return (
-        key == "seed"  # seeds are what the mean ± std is over
-        or key.startswith(("paths.", "data_info."))  # per-run paths; derived from data.*
-        or key in {f"model.{option}" for option in EXECUTION_OPTIONS}  # how, not what
-        or last.endswith(("dir", "dirpath"))  # output and checkpoint folders of each run
+    return not (
+        key in NOT_SETTINGS
+        or key.startswith(NOT_SETTING_PREFIXES)
+        or last.endswith(("dir", "dirpath"))  # output, cache and checkpoint folders
+        or last == "root"  # where a data set lies on this machine
     )
 
 
@@ -119,12 +150,22 @@ def _checked_keys(runs: Sequence[Run], by: Sequence[str]) -> list[str]:
     valid = set().union(*(run.keys for run in runs))
     for key in by:
         if key not in valid:
-            close = difflib.get_close_matches(key, valid, n=3)
-            hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise CompareError(
-                f"unknown --by key {key!r}{hint}; valid keys: {', '.join(sorted(valid))}"
-            )
+            raise CompareError(f"unknown --by key {key!r}; {_key_hint(key, runs, valid)}")
     return list(by) if "data" in by else [*by, "data"]
+
+
+def _key_hint(key: str, runs: Sequence[Run], valid: set[str]) -> str:
+    """The closest names to a mistyped key, else the settings that differ between the
+    runs (which are what --by splits): at most :data:`MAX_NAMES` of them."""
+    close = difflib.get_close_matches(key, sorted(valid), n=3)
+    if close:
+        return f"did you mean {' or '.join(close)}?"
+    names = list(dict.fromkeys([*RUN_KEYS, *varying_keys(runs)]))
+    shown = ", ".join(names[:MAX_NAMES]) + (", ..." if len(names) > MAX_NAMES else "")
+    return (
+        f"keys that differ between these runs: {shown} (any dotted key of a run's "
+        "config.yaml is valid)"
+    )
 
 
 def _partition(runs: Sequence[Run], keys: Sequence[str]) -> dict[tuple[str, ...], list[Run]]:

@@ -28,18 +28,14 @@ from cloudlstm.cli.compare.cells import Column, Stat
 from cloudlstm.cli.compare.formats import cell_text
 from cloudlstm.cli.compare.groups import Group
 from cloudlstm.cli.compare.runs import CompareError, Run
+from cloudlstm.cli.compare.style import REFERENCE, close_range, is_reference
 from cloudlstm.cli.compare.table import HIGHER_IS_BETTER, best_rows, ranked
+from cloudlstm.viz._common import COLOURS, REFERENCE_COLOUR
 
-REFERENCE = "persistence"  # the model drawn as a dashed reference line
 MAPS = Path("figures") / "forecast_maps.png"  # written by cli.report.draw_figures
-# matplotlib's tab10 without its grey, which the persistence reference wears; past these,
-# lines are dotted, then dash-dotted ("dash" is the reference's), as the --plot figures do
-COLOURS = (
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-    "#8c564b", "#e377c2", "#bcbd22", "#17becf",
-)  # fmt: skip
+# the colours of the --plot figures (no two alike; the grey is the reference's); past them,
+# lines are dotted, then dash-dotted ("dash" is the reference's)
 LINES = ("solid", "dot", "dashdot")
-REFERENCE_COLOUR = "#555555"
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
 
@@ -282,7 +278,7 @@ def _bar_figure(groups: Sequence[Group], metric: str, data: str) -> go.Figure:
             hovertemplate="%{x}<br>%{y:.4g} ± %{error_y.array:.2g}<extra></extra>",
         )
     )
-    reference = [s.mean for g, s in zip(groups, stats, strict=True) if _is_reference(g)]
+    reference = [s.mean for g, s in zip(groups, stats, strict=True) if is_reference(g)]
     if reference and not math.isnan(reference[0]):
         fig.add_hline(
             y=reference[0],
@@ -299,26 +295,11 @@ def _bar_figure(groups: Sequence[Group], metric: str, data: str) -> go.Figure:
         template="plotly_white",
         showlegend=False,
     )
-    if span := _close_range(means, stds):
+    if span := close_range(means, stds):
         fig.update_yaxes(range=span)
         # said in the title: bars cut off at the bottom exaggerate the differences
         fig.update_layout(title=f"{data}: {metric.upper()} (± std over seeds; y-axis not from 0)")
     return fig
-
-
-def _close_range(
-    means: Sequence[float | None], stds: Sequence[float]
-) -> tuple[float, float] | None:
-    """A y-range around the bars when they are all positive and close (their spread less
-    than half the largest); None to start at 0."""
-    ends = [(m - s, m + s) for m, s in zip(means, stds, strict=True) if m is not None]
-    if not ends:
-        return None
-    low, high = min(lo for lo, _ in ends), max(hi for _, hi in ends)
-    if low <= 0 or high - low >= high / 2:
-        return None
-    pad = (high - low) * 0.15 or abs(high) * 0.05
-    return max(0.0, low - pad), high + pad
 
 
 def _styles(groups: Sequence[Group]) -> list[tuple[str, str]]:
@@ -326,16 +307,12 @@ def _styles(groups: Sequence[Group]) -> list[tuple[str, str]]:
     and dashed, the others in turn through the colours, then through them again dotted."""
     styles, i = [], 0
     for group in groups:
-        if _is_reference(group):
+        if is_reference(group):
             styles.append((REFERENCE_COLOUR, "dash"))
             continue
         styles.append((COLOURS[i % len(COLOURS)], LINES[i // len(COLOURS) % len(LINES)]))
         i += 1
     return styles
-
-
-def _is_reference(group: Group) -> bool:
-    return group.keys.get("model") == REFERENCE
 
 
 def _transparent(colour: str, alpha: float) -> str:

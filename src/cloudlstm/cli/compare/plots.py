@@ -1,4 +1,9 @@
-"""Figures of the groups: a metric against the forecast step, and its overall value as bars."""
+"""Figures of the groups: a metric against the forecast step, and its overall value as bars.
+
+The persistence forecast (:func:`~cloudlstm.cli.compare.style.is_reference`) is the line to
+beat in both: a grey dashed line, not one more series or bar. Each other group keeps its
+colour from one figure to the other.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from matplotlib.axes import Axes
 
 from cloudlstm.cli.compare.cells import Stat
 from cloudlstm.cli.compare.groups import Group
+from cloudlstm.cli.compare.style import close_range, is_reference
 from cloudlstm.cli.compare.table import ranked
 from cloudlstm.viz import plot_horizon_curve
-from cloudlstm.viz._common import new_figure, save_png
+from cloudlstm.viz._common import new_figure, reference_style, save_png, series_style
 
 
 def plot(groups: Sequence[Group], metric: str, out_dir: Path) -> list[Path]:
@@ -26,24 +33,56 @@ def plot(groups: Sequence[Group], metric: str, out_dir: Path) -> list[Path]:
     return paths
 
 
+def _name(group: Group) -> str:
+    return f"{_wrapped(group.label)} (n={len(group.runs)})"
+
+
 def _plot_horizons(groups: Sequence[Group], metric: str, path: Path) -> Path:
     """The metric at each forecast step, one line per group, a ± std band over seeds."""
-    curves = {f"{_wrapped(g.label)} (n={len(g.runs)})": (g, g.curve(metric)) for g in groups}
+    curves = {_name(g): (g, g.curve(metric)) for g in groups if not is_reference(g)}
     means = {name: [s.mean for s in curve] for name, (_, curve) in curves.items()}
     stds = {name: [s.std for s in curve] for name, (g, curve) in curves.items() if len(g.runs) > 1}
-    return plot_horizon_curve(means, std=stds, path=path, metric=metric)
+    reference = {_name(g): [s.mean for s in g.curve(metric)] for g in groups if is_reference(g)}
+    return plot_horizon_curve(means, std=stds, reference=reference, path=path, metric=metric)
 
 
 def _plot_bars(groups: Sequence[Group], metric: str, path: Path) -> Path:
-    """The overall metric per group, error bars of ± std over seeds."""
-    stats = [g.metric(metric) or Stat(math.nan, math.nan) for g in groups]  # None: no bar
-    fig = new_figure(max(4.0, 1.0 + 0.8 * len(groups)), 4)
-    ax = fig.add_subplot()
-    x = np.arange(len(groups))
-    ax.bar(x, [s.mean for s in stats], yerr=[s.std for s in stats], capsize=4)  # NaN: no bar
-    ax.set_xticks(x, [_wrapped(g.label) for g in groups], rotation=30, ha="right")
-    ax.set(ylabel=metric.upper(), title=groups[0].data)
+    """The overall metric per group, error bars of ± std over seeds; the persistence
+    forecast a dashed line across; the value axis near the values when they are close."""
+    models = [g for g in groups if not is_reference(g)]
+    stats = [g.metric(metric) or Stat(math.nan, math.nan) for g in models]  # None: no bar
+    references = [(g, g.metric(metric)) for g in groups if is_reference(g)]
+    fig = new_figure(max(4.0, 1.0 + 0.8 * len(models)), 4)
+    ax = fig.subplots()
+    x = np.arange(len(models))
+    colours = [series_style(i)["color"] for i in range(len(models))]  # the lines' colours
+    ax.bar(x, [s.mean for s in stats], yerr=[s.std for s in stats], capsize=4, color=colours)
+    for group, stat in references:
+        if stat is not None and not math.isnan(stat.mean):
+            ax.axhline(stat.mean, label=_name(group), **reference_style())
+    if references:
+        ax.legend(fontsize="small", loc="upper left")
+    ax.set_xticks(x, [_wrapped(g.label) for g in models], rotation=30, ha="right")
+    ax.set(ylabel=_value_axis(ax, stats, references, metric), title=groups[0].data)
     return save_png(fig, path)
+
+
+def _value_axis(
+    ax: Axes,
+    stats: Sequence[Stat],
+    references: Sequence[tuple[Group, Stat | None]],
+    metric: str,
+) -> str:
+    """Set the value range (near the bars and reference lines when they are close, else
+    from 0) and return the axis label, which says when it does not start at 0."""
+    values = [*stats, *(stat for _, stat in references if stat is not None)]
+    means = [None if math.isnan(s.mean) else s.mean for s in values]
+    stds = [0.0 if math.isnan(s.std) else s.std for s in values]
+    span = close_range(means, stds)
+    if span is None:
+        return metric.upper()
+    ax.set_ylim(*span)
+    return f"{metric.upper()} (axis from {span[0]:.3g}, not 0)"
 
 
 def _wrapped(label: str, width: int = 32) -> str:

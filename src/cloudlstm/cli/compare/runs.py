@@ -11,6 +11,8 @@ from typing import Any
 import yaml
 
 RUN_KEYS = ("model", "data")  # recorded by train.py in metrics.json["run"]
+# The key of an evaluation's row (eval.py's re-test of a run): its checkpoint and overrides.
+EVALUATION_KEY = "evaluation"
 
 
 class CompareError(Exception):
@@ -33,6 +35,7 @@ class Run:
     wandb_group: str = ""  # the run's W&B group (its sweep), "" if unknown
     train_steps: int | None = None  # optimiser steps (runs with a step budget)
     s_per_1k_steps: float | None = None  # training seconds per 1,000 steps
+    evaluated_run: str = ""  # for eval.py's results: the run directory it tested again
 
     def value(self, key: str) -> str:
         """The key's value as text; "" where this run's config lacks it."""
@@ -44,15 +47,20 @@ class Run:
         return self.per_step[metric]
 
 
-def find_runs(roots: Sequence[Path]) -> list[Run]:
-    """Every run with test results under ``roots`` (directories or metrics.json files)."""
+def find_runs(roots: Sequence[Path], include_evals: bool = False) -> list[Run]:
+    """Every run with test results under ``roots`` (directories or metrics.json files).
+
+    The results of ``eval.py`` (``<run dir>/eval/<time>/metrics.json``, marked by their
+    ``run_dir``) test a run again: they are left out, as they would count one run twice,
+    unless ``include_evals``, where they are rows of their own (:data:`EVALUATION_KEY`).
+    """
     runs = []
     for root in map(Path, roots):
         if not root.exists():
             raise CompareError(f"{root} does not exist")
         paths = [root] if root.is_file() else sorted(root.rglob("metrics.json"))
         runs.extend(run for path in paths if (run := load_run(path)) is not None)
-    return runs
+    return [run for run in runs if include_evals or not run.evaluated_run]
 
 
 def load_run(path: Path) -> Run | None:
@@ -64,12 +72,15 @@ def load_run(path: Path) -> Run | None:
     test = results.get("test")
     if not test:
         return None
-    info = results.get("run", {})
+    info = results.get("run") or {}  # null in an evaluation of an unfinished run
     config_path = path.parent / "config.yaml"
     config = flatten(yaml.safe_load(config_path.read_text())) if config_path.exists() else {}
+    keys = {"model": info.get("model", "?"), "data": info.get("data", "?"), **config}
+    if results.get("run_dir"):
+        keys[EVALUATION_KEY] = _evaluation(results)
     return Run(
         path=path.parent,
-        keys={"model": info.get("model", "?"), "data": info.get("data", "?"), **config},
+        keys=keys,
         params=results.get("num_params"),
         epochs=results.get("epochs"),
         train_s=results.get("train_time_s"),
@@ -87,7 +98,14 @@ def load_run(path: Path) -> Run | None:
         wandb_group=info.get("group") or config.get("logger.wandb.group") or "",
         train_steps=results.get("steps"),
         s_per_1k_steps=(results.get("cost") or {}).get("train_s_per_1k_steps"),
+        evaluated_run=str(results.get("run_dir") or ""),
     )
+
+
+def _evaluation(results: dict[str, Any]) -> str:
+    """An evaluation's row label: ``eval <checkpoint file> <overrides>``."""
+    checkpoint = Path(str(results.get("checkpoint") or "?")).name
+    return " ".join(["eval", checkpoint, *results.get("overrides", [])])
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

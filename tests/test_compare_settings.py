@@ -1,0 +1,118 @@
+"""compare groups runs by settings, not by where, how or under which name they ran; and
+leaves eval.py's re-tests of a run out unless asked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cloudlstm.cli.compare import compare, find_runs
+from tests.test_compare import run_main, write_run
+
+PUBLISHED = Path(__file__).resolve().parents[1] / "docs" / "results" / "beijing_gpu_s23"
+METRIC_COLUMNS = ["mae", "rmse", "psnr", "ssim", "smae"]
+
+
+def columns(table) -> dict:
+    return {c.name: c.cells for c in table}
+
+
+def config_as_today(run: Path, seed: int, machine: str, recipe: str = "strong") -> None:
+    """A config.yaml with what train.py writes today that is not a setting: the machine's
+    data root and cache, the W&B logger's per-run keys, threads, the console."""
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg.update(
+        {
+            "task_name": "train",
+            "seed": seed,
+            "tags": [f"seed{seed}"],
+            "print_config": seed % 2 == 0,
+            "torch_threads": seed + 1,
+            "keep_freed_memory": "auto" if seed else True,
+            "recipe_name": recipe,
+            "data": {
+                "root": f"/home/{machine}/beijing",
+                "source": {"cache_dir": f"/scratch/{machine}/cache"},
+                "num_workers": seed,
+            },
+            "logger": {
+                "wandb": {
+                    "save_dir": str(run),
+                    "name": f"cloudlstm-s{seed}",
+                    "id": f"id{seed}",
+                    "group": f"sweep-{machine}",
+                    "tags": [f"seed={seed}"],
+                    "offline": bool(seed % 2),
+                }
+            },
+            "trainer": {**cfg["trainer"], "enable_progress_bar": bool(seed % 2)},
+            "callbacks": {"step_checkpoint": {"every_n_train_steps": 1000 * (seed + 1)}},
+        }
+    )
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+
+
+def evaluation_of(run: Path, mae: float) -> Path:
+    """eval.py's folder inside ``run``: metrics.json with ``run_dir`` and a config.yaml that
+    adds ``run``, ``ckpt`` and ``task_name: eval`` to the run's."""
+    folder = run / "eval" / "2026-01-01_00-00-00-000000"
+    write_run(folder, mae)
+    results = json.loads((folder / "metrics.json").read_text())
+    results.update(run_dir=str(run), checkpoint=str(run / "checkpoints" / "best.ckpt"))
+    results["overrides"] = ["data.num_points=100"]
+    (folder / "metrics.json").write_text(json.dumps(results))
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg.update(task_name="eval", run=str(run), ckpt="best", logger=None)
+    (folder / "config.yaml").write_text(yaml.safe_dump(cfg))
+    return folder
+
+
+@pytest.fixture
+def sweep(tmp_path) -> Path:
+    """Three seeds of one setting, run on two machines, one of them evaluated again."""
+    for seed, mae in enumerate((1.0, 2.0, 4.0)):
+        run = tmp_path / "sweep" / str(seed)
+        write_run(run, mae, seed=seed)
+        config_as_today(run, seed, machine="a" if seed else "b")
+    evaluation_of(tmp_path / "sweep" / "0", 9.0)
+    return tmp_path / "sweep"
+
+
+def test_published_sweep_is_one_row_per_model_with_few_columns(capsys):
+    code, out, err = run_main(capsys, PUBLISHED)
+    header, _, *rows = out.splitlines()
+    assert code == 0 and err == [] and len(rows) == 12
+    names = [c.strip() for c in header.strip("|").split("|")]
+    assert names == ["model", "data", "n", "params", "epochs", "train_s", *METRIC_COLUMNS]
+
+
+def test_paths_loggers_and_execution_keys_split_no_rows(sweep, capsys):
+    table = columns(compare(find_runs([sweep])))
+    assert table["n"] == [3]
+    assert list(table)[:3] == ["model", "data", "n"]  # no key of config.yaml became a column
+    code, out, err = run_main(capsys, sweep)
+    assert code == 0 and len(out.splitlines()) == 3
+    assert err == [
+        "compare: left out 1 evaluation(s) of eval.py (re-tests of runs); "
+        "--include-evals shows them"
+    ]
+
+
+def test_the_recipe_is_a_setting(sweep):
+    run = sweep / "3"
+    write_run(run, 0.5, seed=3)
+    config_as_today(run, 3, machine="a", recipe="paper")
+    table = columns(compare(find_runs([sweep])))
+    assert table["recipe_name"] == ["paper", "strong"] and table["n"] == [1, 3]
+
+
+def test_evaluations_are_rows_of_their_own_when_asked(sweep, capsys):
+    runs = find_runs([sweep], include_evals=True)
+    table = columns(compare(runs))
+    assert table["n"] == [3, 1]  # the re-test is not a fourth seed (rows: best MAE first)
+    assert table["evaluation"] == ["", "eval best.ckpt data.num_points=100"]
+    code, out, err = run_main(capsys, sweep, "--include-evals")
+    assert code == 0 and err == [] and len(out.splitlines()) == 4
