@@ -1,23 +1,15 @@
 """Forecast new data with a trained run: `python predict.py run=<run dir> data.path=<file>`.
 
-See README.md ("Forecasting with a trained model") and conf/predict.yaml.
+See README.md ("Forecasting with a trained model") and conf/predict.yaml. The same program
+is installed as `cloudlstm-predict` (src/cloudlstm/cli/scripts.py).
 """
 
 import os
 from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig
-
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="predict")
-def main(cfg: DictConfig) -> None:
-    from cloudlstm.cli.predict import main as run
-
-    run(cfg)
-
+from cloudlstm.cli.scripts import predict  # noqa: E402
 
 if __name__ == "__main__":
-    main()
+    predict()

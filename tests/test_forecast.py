@@ -23,9 +23,9 @@ from omegaconf import OmegaConf
 
 from cloudlstm.cli.train import train
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule, seasonal_offsets
+from cloudlstm.data.spec import SPEC_KEY, DataSpec
 from cloudlstm.errors import UserError
 from cloudlstm.forecast import FILLED_COLUMN, Forecaster
-from cloudlstm.data.spec import SPEC_KEY, DataSpec
 from cloudlstm.forecast_input import build_input
 
 T, N, M, J = 200, 6, 4, 3
@@ -90,7 +90,12 @@ def points_run(tmp_path_factory):
     keep = [o for o in TINY if not o.startswith("data.source.")]
     run = train_run(
         tmp,
-        [*keep, "data=points", f"data.path={tmp / 'stream.csv'}", "module.save_predictions=true"],
+        [
+            *keep,
+            "data=points",
+            f"data.source.path={tmp / 'stream.csv'}",
+            "module.save_predictions=true",
+        ],
     )
     dm, prediction = run_data(run)
     return run, prediction[window_at(dm, SPLIT)], values, observed
@@ -173,7 +178,7 @@ def grid_run(tmp_path_factory, points_run):
         [
             *keep,
             "data=points",
-            f"data.path={csv}",
+            f"data.source.path={csv}",
             "model=convlstm",
             "model.hidden_channels=2",
             "model.num_layers=1",
@@ -342,6 +347,27 @@ def test_predict_py_writes_the_forecast_and_prints_its_path(points_run, forecast
     written = pd.read_parquet(path) if parquet else pd.read_csv(path, parse_dates=["timestamp"])
     expected = forecaster.forecast(history(points_run))
     pd.testing.assert_frame_equal(written, expected, check_dtype=False, atol=1e-5)
+
+
+def test_predict_py_writes_where_out_says_when_it_names_a_folder(points_run, tmp_path):
+    data = tmp_path / "recent.csv"
+    history(points_run).to_csv(data, index=False)
+    target = tmp_path / "elsewhere" / "f.csv"
+    done = predict(f"run={points_run[0]}", f"data.path={data}", f"out={target}")
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip().splitlines()[-1]) == target and target.is_file()
+
+
+def test_out_is_a_file_name_in_the_run_or_a_path_of_its_own(tmp_path, monkeypatch):
+    from cloudlstm.cli.predict import output_path
+
+    run = tmp_path / "run"
+    bare = output_path("f.csv", run)
+    assert bare.name == "f.csv" and bare.parent.parent == run / "predict"
+    monkeypatch.chdir(tmp_path)
+    assert output_path("./f.csv", run) == tmp_path / "f.csv"  # relative to where it runs
+    assert output_path("sub/f.parquet", run) == tmp_path / "sub" / "f.parquet"
+    assert output_path("/tmp/x/f.csv", run) == Path("/tmp/x/f.csv")
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,12 @@
 """cloudlstm: forecasting point-cloud streams with CloudLSTM and its baselines."""
 
 import os
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("cloudlstm")
+except PackageNotFoundError:  # run from a checkout that was never installed (PYTHONPATH=src)
+    __version__ = "0+unknown"
 
 # Each training step allocates several tens-of-MB tensors (gathered neighbourhoods and
 # their gradients); with transparent huge pages torch's CPU allocator avoids most of the

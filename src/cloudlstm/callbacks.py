@@ -9,6 +9,8 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.callbacks import RichModelSummary, RichProgressBar
+from lightning.pytorch.utilities.model_summary import get_human_readable_count
 
 
 class EpochTimer(L.Callback):
@@ -111,3 +113,108 @@ class RngState(L.Callback):
         random.setstate(state_dict["python"])
         if "cuda" in state_dict and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state_dict["cuda"])
+
+
+class ProgressBar(RichProgressBar):
+    """Lightning's rich progress bar, saying what the budget is.
+
+    * Under a step budget (``trainer.max_steps`` with ``max_epochs=-1``, as the recipes
+      set), one bar counts the optimiser steps out of ``max_steps`` across epochs
+      (``Epoch 6 · step 1200/5000``); Lightning's would read ``Epoch 6/-2`` with a bar
+      restarting every epoch.
+    * The logger's run version (``v_num``), a random W&B id, is not shown: the run
+      directory names the run.
+    """
+
+    def step_budget(self) -> int | None:
+        """``max_steps`` when training runs to a number of steps, else None."""
+        trainer = self.trainer
+        if trainer.max_epochs in (None, -1) and trainer.max_steps and trainer.max_steps > 0:
+            return int(trainer.max_steps)
+        return None
+
+    @property
+    def total_train_batches(self) -> int | float:
+        return self.step_budget() or super().total_train_batches
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        if self.step_budget() is None:
+            return super()._get_train_description(current_epoch)
+        return f"Epoch {current_epoch} · step"
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.step_budget() is None or self.train_progress_bar_id is None:
+            super().on_train_epoch_start(trainer, pl_module)
+            self._show_steps(trainer)  # a resumed run starts at its step
+            return
+        # the same bar goes on: restarting it would reset its clock and speed every epoch
+        description = self._get_train_description(trainer.current_epoch)
+        if self.theme.description:
+            description = f"[{self.theme.description}]{description}"
+        if self.progress is not None:
+            self.progress.update(self.train_progress_bar_id, description=description)
+        self.refresh()
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        self._show_steps(trainer)
+
+    def _show_steps(self, trainer: L.Trainer) -> None:
+        """The bar at the optimiser step (Lightning puts it at the epoch's batch)."""
+        if self.step_budget() is not None:
+            self._update(self.train_progress_bar_id, trainer.global_step)
+
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+        items = super().get_metrics(trainer, pl_module)
+        items.pop("v_num", None)
+        return items
+
+
+class ModelSummary(RichModelSummary):
+    """Lightning's rich model summary without what it cannot fill in: the FLOPs (0 unless
+    the module has an ``example_input_array``) and the count of modules in train mode."""
+
+    @staticmethod
+    def summarize(
+        summary_data: list[tuple[str, list[str]]],
+        total_parameters: int,
+        trainable_parameters: int,
+        model_size: float,
+        total_training_modes: dict[str, int],
+        total_flops: int = 0,
+        **summarize_kwargs: Any,
+    ) -> None:
+        from rich import get_console
+        from rich.table import Table
+
+        columns = [
+            (name, values) for name, values in summary_data if name != "FLOPs" or total_flops
+        ]
+        table = Table(header_style=summarize_kwargs.get("header_style", "bold magenta"))
+        for i, (name, _) in enumerate(columns):
+            table.add_column(name, style="dim" if i == 0 else None, justify=_justify(name))
+        for row in zip(*(values for _, values in columns), strict=True):
+            table.add_row(*row)
+        console = get_console()
+        console.print(table)
+        frozen = total_parameters - trainable_parameters
+        lines = [
+            f"Trainable params: {get_human_readable_count(trainable_parameters)}",
+            f"Non-trainable params: {get_human_readable_count(frozen)}",
+            f"Total params: {get_human_readable_count(total_parameters)}",
+            f"Total estimated model params size (MB): {model_size:,.1f}",
+        ]
+        if total_flops:
+            lines.append(f"Total FLOPs: {get_human_readable_count(total_flops)}")
+        console.print("\n".join(lines), highlight=False)
+
+
+def _justify(column: str) -> str:
+    return "right" if column in ("Params", "Params per Device", "FLOPs") else "left"

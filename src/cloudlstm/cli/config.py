@@ -21,7 +21,7 @@ NAME_ALIASES = {
     "output_steps": "j",
     "outlier_shift": "shift",
 }
-# Keys whose value alone names the setting (`model.cell=gru` -> "gru", `data.city=city1`
+# Keys whose value alone names the setting (`model.cell=gru` -> "gru", `data.source.city=city1`
 # -> "city1").
 VALUE_ONLY = {"cell", "city"}
 # Model keys that change how a model computes, not what: its forecasts are the same (to float

@@ -1,11 +1,11 @@
 """Evaluation entry point: a trained run, its checkpoint and overrides -> test metrics, figures.
 
-``eval.py`` at the repository root puts the run directory on Hydra's search path
-(:func:`with_run_config`) and wraps :func:`evaluate` with ``@hydra.main``: ``conf/eval.yaml``
-builds on the run's ``config.yaml``, so the data and the model are rebuilt as the run built
-them, changed only by the command-line overrides. Every mistake (no such run or
-checkpoint, a corrupt checkpoint, a checkpoint that does not fit the data or the model) is a
-:class:`~cloudlstm.errors.UserError`: one line, no traceback.
+``eval.py`` and ``cloudlstm-eval`` (:mod:`cloudlstm.cli.scripts`) put the run directory on
+Hydra's search path (:func:`with_run_config`) and run :func:`evaluate` through Hydra:
+``conf/eval.yaml`` builds on the run's ``config.yaml``, so the data and the model are
+rebuilt as the run built them, changed only by the command-line overrides. Every mistake
+(no such run or checkpoint, a corrupt checkpoint, a checkpoint that does not fit the data
+or the model) is a :class:`~cloudlstm.errors.UserError`: one line, no traceback.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     log.info("Evaluating %s", path)
     job = assemble(cfg, output_dir, checkpoint=path, with_loggers=False)
     start = time.perf_counter()
-    job.trainer.test(job.module, datamodule=job.datamodule)
+    # verbose=False: the short summary of report.add_test_report instead of Lightning's table
+    job.trainer.test(job.module, datamodule=job.datamodule, verbose=False)
     results: dict[str, Any] = {
         "run": _training_run(run),
         "run_dir": str(run),

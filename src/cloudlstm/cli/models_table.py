@@ -19,8 +19,9 @@ from omegaconf import open_dict
 
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.models.build import build_model
+from cloudlstm.paths import config_dir
 
-CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+CONF_DIR = config_dir()
 
 
 def model_names(conf_dir: Path = CONF_DIR) -> list[str]:

@@ -1,20 +1,21 @@
 """Forecast entry point: a run directory and a long-format file -> a forecast file.
 
-``predict.py`` at the repository root wraps :func:`main` with ``@hydra.main``
-(``conf/predict.yaml``). Every mistake is a :class:`~cloudlstm.errors.UserError`, which
-Hydra prints as one line.
+``predict.py`` and ``cloudlstm-predict`` run :func:`main` through Hydra
+(:mod:`cloudlstm.cli.scripts`, ``conf/predict.yaml``). Every mistake is a
+:class:`~cloudlstm.errors.UserError`, which Hydra prints as one line.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from cloudlstm.data.sources.long_format import read_table
+from cloudlstm.data.sources.tables import read_table
 from cloudlstm.errors import UserError
 from cloudlstm.forecast import Forecaster
 from cloudlstm.forecast_input import user_errors
@@ -26,26 +27,34 @@ PARQUET = (".parquet", ".pq")
 def main(cfg: DictConfig) -> Path:
     """Forecast the J steps after the last timestamp of ``data.path`` for every point in it.
 
-    Writes ``<run>/predict/<time>/<out>`` (CSV, or Parquet by extension), prints its path
-    and returns it.
+    Writes the forecast to :func:`output_path` (CSV, or Parquet by extension), prints its
+    path and returns it.
     """
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         raise UserError(f"predict.py needs {', '.join(missing)}: `{USAGE}`.")
-    name = Path(str(cfg.out)).name
-    check_format(name)
+    out = str(cfg.out)
+    check_format(Path(out).name)
     forecaster = Forecaster.load(cfg.run, ckpt=cfg.ckpt, device=cfg.get("device"))
     source = Path(str(cfg.data.path)).expanduser()
     forecast = forecaster.forecast(read_history(source), what=f"data.path={source}")
-    folder = Path(cfg.run) / "predict" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
-    folder.mkdir(parents=True)
-    path = folder / name
+    path = output_path(out, Path(cfg.run))
+    path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix.lower() in PARQUET:
         forecast.to_parquet(path, index=False)
     else:
         forecast.to_csv(path, index=False)
     print(path)
     return path
+
+
+def output_path(out: str, run: Path) -> Path:
+    """Where ``out=`` writes: a path with a folder (``/tmp/f.csv``, ``results/f.csv``,
+    ``./f.csv``, ``~/f.csv``) is that file, relative to the working directory; a bare file
+    name goes into a new folder of the run, ``<run>/predict/<time>/<out>``."""
+    if os.sep in out or "/" in out or out.startswith("~"):
+        return Path(out).expanduser().absolute()
+    return run / "predict" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f") / out
 
 
 def check_format(name: str) -> None:

@@ -16,11 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig
 
 from cloudlstm.callbacks import EpochTimer
+from cloudlstm.cli.config import describe_run
+from cloudlstm.cli.console import print_test_summary
 from cloudlstm.errors import UserError
 from cloudlstm.metrics import ALL_METRICS, DECLARED
 from cloudlstm.viz import plot_forecast_maps, plot_horizon_curve, plot_worst_series
@@ -83,9 +86,13 @@ def add_test_report(
             output_dir / "figures",
             window=int(options.get("window", 0)),
             channel=options.get("channel", 0),
+            model_name=_model_name(cfg, results),
         )
     results["figures"] = {name: str(path) for name, path in figures.items()}
     log_test_report(loggers, results, figures, results["cost"])
+    # the overall metrics; Lightning's table of every metric at every step is turned off
+    # (trainer.test(verbose=False)): metrics.json, written next, holds them
+    print_test_summary(results["test"], output_dir / "metrics.json")
 
 
 @torch.no_grad()
@@ -134,10 +141,13 @@ def draw_figures(
     out_dir: Path,
     window: int = 0,
     channel: int | str = 0,
+    model_name: str | None = None,
 ) -> dict[str, Path]:
     """Maps and worst-point series of one test window, and the error-vs-horizon curve.
 
-    Returns ``{name: png path}``; empty if there is no test window.
+    The maps' title names ``model_name`` (default: the model's class) and the time of the
+    window's first forecast step; their axes are the points' coordinates in the data's
+    units. Returns ``{name: png path}``; empty if there is no test window.
     """
     dataset = datamodule.test_dataset
     if not dataset:
@@ -146,7 +156,8 @@ def draw_figures(
     c = names.index(channel) if isinstance(channel, str) and channel in names else int(channel)
     if not 0 <= c < len(names):
         raise UserError(f"report.channel={channel}: the data has channels {names}")
-    item = dataset[window % len(dataset)]
+    index = window % len(dataset)
+    item = dataset[index]
     model = module.model
     with _evaluating(model) as device:
         pred = model(item["x"][None].to(device), item["coords"][None].to(device))[0].cpu()
@@ -156,16 +167,20 @@ def draw_figures(
     mask = item["y_mask"].numpy().astype(bool)
     out_dir.mkdir(parents=True, exist_ok=True)
     per_step = results["per_step"]
+    coords, coord_names = _map_coords(datamodule, item["coords"].numpy())
     return {
         "forecast_maps": plot_forecast_maps(
-            item["coords"].numpy(),
+            coords,
             real["y"],
             forecast,
             channel=c,
             channel_name=names[c],
             mask=mask,
             path=out_dir / "forecast_maps.png",
-            title=f"test window {window % len(dataset)}",
+            model=model_name or type(model).__name__,
+            start=_forecast_start(datamodule, dataset, index),
+            window=index,
+            coord_names=coord_names,
         ),
         "worst_points": plot_worst_series(
             real["x"],
@@ -183,6 +198,33 @@ def draw_figures(
             path=out_dir / "error_vs_horizon.png",
         ),
     }
+
+
+def _model_name(cfg: DictConfig, results: dict[str, Any]) -> str:
+    """The model's config name (``cloudlstm``): the trained run's (eval.py's results name
+    it), else this job's."""
+    return (results.get("run") or {}).get("model") or describe_run(cfg)["model"]
+
+
+def _map_coords(datamodule: Any, normalised: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """The points' coordinates in the data's own units (km, degrees) and their names; the
+    model's normalised ones where the points move or the stream has none of its own."""
+    stream = getattr(datamodule, "stream", None)
+    coords = getattr(stream, "coords", None)
+    if stream is None or stream.moving or coords is None or len(coords) != len(normalised):
+        return normalised, ["x (normalised)", "y (normalised)"]
+    source_names = list(getattr(getattr(datamodule, "source", None), "coord_cols", None) or [])
+    names = source_names[:2] if len(source_names) >= 2 else ["x", "y"]
+    return np.asarray(coords), names
+
+
+def _forecast_start(datamodule: Any, dataset: Any, index: int) -> str | None:
+    """The timestamp of a test window's first forecast step; None without timestamps."""
+    timestamps = getattr(getattr(datamodule, "stream", None), "timestamps", None)
+    if timestamps is None or not hasattr(dataset, "time_range"):
+        return None
+    first_target = dataset.time_range(index)[1]
+    return str(np.datetime_as_string(timestamps[first_target], unit="m")).replace("T", " ")
 
 
 def log_test_report(

@@ -34,9 +34,10 @@ from omegaconf import OmegaConf
 from cloudlstm.data import PointCloudDataModule, SyntheticAdvectionDiffusion
 from cloudlstm.models import KNNLSTM, CloudSeq2Seq
 from cloudlstm.models.base import ForecastModel
+from cloudlstm.paths import config_dir
 from cloudlstm.training import ForecastModule
 
-CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+CONF_DIR = config_dir()
 
 # (B, M, N, C) sizes of the check: small enough for a CPU, long enough that the test period
 # is not one unusual week (at 700 steps the neighbour gain swings between seeds).

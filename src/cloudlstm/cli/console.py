@@ -1,0 +1,149 @@
+"""What a run prints: each log line once, without Lightning's advertisements, the resolved
+config as a tree at the start, and a short test summary at the end.
+
+Hydra's job logging (``conf/hydra/default.yaml``: the console and ``<task_name>.log``) is
+the one handler of every log line. Lightning adds stream handlers of its own when it is
+imported (:data:`LIGHTNING_LOGGERS`), so each of its lines came out twice (``INFO: ...``
+on stderr and Hydra's line on stdout), or, imported before Hydra configured logging, only
+on stderr and not in the log file: :func:`quiet_logging` removes them wherever Hydra's
+handlers are in place.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+# Loggers to which Lightning adds a stream handler of its own on import: ``lightning``
+# always; its subpackages, and stop passing their lines on to the root logger, when they
+# are imported before Hydra has configured logging (eval.py reads the run's checkpoint
+# folder first).
+LIGHTNING_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric")
+# Lightning lines that say nothing about this run: advertisements, defaults restated
+# ("limit_train_batches=1.0 ... 100% of the batches") and our own model summary callback
+# replacing its default one.
+NOISE = (
+    "💡 Tip:",
+    "was configured so 100% of the batches",
+    "Trainer already configured with model summary callbacks",
+    "TPU available: False",
+)
+# Python warnings of libraries about each other, not about this run (Lightning on a newer
+# torch's pytree API).
+NOISY_WARNINGS = (r".*isinstance\(treespec, LeafSpec\)` is deprecated.*",)
+# The config tree's first branches, in this order; the other top-level keys follow.
+TREE_ORDER = ("data", "model", "module", "optimizer", "scheduler", "trainer", "callbacks")
+# The overall test metrics summarised on the console (metrics.json holds the rest).
+SUMMARY_METRICS = ("mae", "rmse", "smae", "psnr", "ssim")
+
+
+class _DropNoise(logging.Filter):
+    """Drops the log records whose message contains one of :data:`NOISE`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(text in message for text in NOISE)
+
+
+def quiet_logging() -> None:
+    """One handler per log line, and no Lightning advertisements.
+
+    Where Hydra's handlers are on the root logger, Lightning's own stream handler goes (the
+    lines still reach Hydra's console and log file through the root); without them (Hydra's
+    logging turned off) Lightning's stays, so its lines are not lost.
+    """
+    import lightning  # noqa: F401  (adds its handlers on import: it must come first)
+
+    root = logging.getLogger()
+    loggers = [logging.getLogger(name) for name in LIGHTNING_LOGGERS]
+    if root.handlers:
+        for logger in loggers:
+            for handler in list(logger.handlers):
+                if type(handler) is logging.StreamHandler:  # a FileHandler is someone's choice
+                    logger.removeHandler(handler)
+            logger.propagate = True
+    noise = _DropNoise()
+    for handler in [*root.handlers, *(h for logger in loggers for h in logger.handlers)]:
+        if not any(isinstance(f, _DropNoise) for f in handler.filters):
+            handler.addFilter(noise)
+    for message in NOISY_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
+
+
+def set_up(cfg: DictConfig) -> None:
+    """The console of a job: :func:`quiet_logging`, then the config tree
+    (``print_config``, default off for configs without the key)."""
+    quiet_logging()
+    if cfg.get("print_config", False):
+        print_config_tree(cfg)
+
+
+def print_config_tree(cfg: DictConfig, order: Iterable[str] = TREE_ORDER) -> None:
+    """Print the resolved config (without ``hydra``) as a rich tree, on rank 0 only.
+
+    The groups in ``order`` come first, then the other groups; plain top-level keys
+    (``seed``, ``task_name``, ...) form the last branch.
+    """
+    from lightning.pytorch.utilities import rank_zero_only
+
+    if rank_zero_only.rank == 0:
+        from rich import get_console
+
+        get_console().print(config_tree(cfg, order))
+
+
+def config_tree(cfg: DictConfig, order: Iterable[str] = TREE_ORDER) -> Any:
+    """The rich ``Tree`` of :func:`print_config_tree`."""
+    from rich.syntax import Syntax
+    from rich.tree import Tree
+
+    keys = [key for key in cfg if key != "hydra"]
+    groups = [k for k in order if k in keys and isinstance(cfg.get(k), DictConfig)]
+    groups += [k for k in keys if k not in groups and isinstance(cfg.get(k), DictConfig)]
+    plain = [k for k in keys if k not in groups]
+    tree = Tree("CONFIG", style="dim", guide_style="dim")
+    for key in groups:
+        branch = tree.add(key, style="bold", guide_style="dim")
+        branch.add(Syntax(_yaml(cfg[key]), "yaml", background_color="default"))
+    if plain:
+        branch = tree.add("other settings", style="bold", guide_style="dim")
+        text = _yaml(OmegaConf.masked_copy(cfg, plain))
+        branch.add(Syntax(text, "yaml", background_color="default"))
+    return tree
+
+
+def _yaml(node: DictConfig) -> str:
+    """The node as YAML, resolved where it can be: a value that cannot be resolved yet
+    (a mandatory ``???`` one, say) leaves the node as written."""
+    try:
+        return OmegaConf.to_yaml(node, resolve=True).rstrip()
+    except Exception:  # any resolver's error: the node as written is still worth showing
+        return OmegaConf.to_yaml(node).rstrip()
+
+
+def print_test_summary(test: dict[str, Any], metrics_file: Path) -> None:
+    """The overall test metrics in one small table, and where the rest is.
+
+    ``test``: the ``test`` results of ``metrics.json``; Lightning's own table (every metric
+    at every horizon, some 50 rows) is turned off with ``trainer.test(verbose=False)``.
+    """
+    from rich import get_console
+    from rich.table import Table
+
+    overall = test.get("overall", {})
+    metrics = [m for m in SUMMARY_METRICS if m in overall]
+    windows = test.get("num_instances")
+    title = "test" + (f" ({windows} windows)" if windows else "")
+    table = Table(title=title, header_style="bold")
+    for metric in metrics:
+        table.add_column(metric, justify="right")
+    table.add_row(*(f"{overall[m]['mean']:.4g}" for m in metrics))
+    get_console().print(table)
+    log.info("Test results per forecast step, channel and point group: %s", metrics_file)
