@@ -66,6 +66,9 @@ def test_parallel_trials_are_stored_with_each_jobs_objective(tmp_path):
     assert result["best_value"] == best.value and result["best_params"] == best.params
     assert result["best_run_dir"] == str(sweep / str(best.number))
     assert result["trials"] == {"complete": 4}
+    assert result["best_config"] == str(sweep / str(best.number) / "config.yaml")
+    importance = result["param_importance"]  # every searched parameter, shares summing to 1
+    assert set(importance) == set(best.params) and sum(importance.values()) == pytest.approx(1)
     # the trial's identity travels outside the run's config and name
     config = (sweep / "0" / "config.yaml").read_text()
     assert "CLOUDLSTM_OPTUNA" not in config and "optuna.db" not in config

@@ -260,10 +260,28 @@ class OptunaSearch(Sweeper):
                 best_trial=best.number,
                 best_run_dir=str(where / str(best.user_attrs.get(JOB_ATTR, best.number))),
             )
+            run_dir = Path(results["best_run_dir"])
+            if (run_dir / "config.yaml").is_file():
+                results["best_config"] = str(run_dir / "config.yaml")
+            results["param_importance"] = _importances(study)
             log.info("Best trial %d: objective %s, %s", best.number, best.value, best.params)
         else:
             log.warning("No trial of study %s completed: there is no best one.", self.study_name)
         OmegaConf.save(OmegaConf.create(results), self.sweep_dir / RESULTS_FILE)
+
+
+def _importances(study: optuna.Study) -> dict[str, float] | None:
+    """Each parameter's share of the objective's variance over the completed trials
+    (Optuna's fANOVA evaluator), most important first; None with too few trials to say."""
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    if len(complete) < 2:
+        return None
+    try:
+        scores = optuna.importance.get_param_importances(study)
+    except (RuntimeError, ValueError) as err:  # e.g. every trial drew the same values
+        log.info("No parameter importance: %s", err)
+        return None
+    return {name: float(value) for name, value in scores.items()}
 
 
 def search_space(
