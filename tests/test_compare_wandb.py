@@ -15,6 +15,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
+import yaml
 from google.protobuf.message import DecodeError
 from omegaconf import DictConfig, OmegaConf
 
@@ -58,6 +59,10 @@ def logged(tmp_path_factory):
     for name, kwargs in runs.items():
         write_run(root / name, kwargs.pop("mae"), **kwargs)
         join_group(root / name, GROUP)
+    # the outcome of a hyperparameter search over these runs, as the Optuna sweeper writes it
+    search = {"best_value": 0.5, "best_params": {"model.k": 6}, "best_trial": 3}
+    search["param_importance"] = {"model.k": 0.75, "optimizer.lr": 0.25}
+    (root / "optimization_results.yaml").write_text(yaml.safe_dump(search))
     out, err = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as env, redirect_stdout(out), redirect_stderr(err):
         env.delenv("WANDB_MODE", raising=False)  # offline is the default
@@ -212,3 +217,12 @@ def test_callback_logs_to_wandb_only_where_the_jobs_do(tmp_path, capsys):
     CompareSweep().on_multirun_end(callback_config(tmp_path, logger="csv"))
     assert capsys.readouterr().out.startswith("| model |")
     assert not (tmp_path / "wandb").exists()
+
+
+def test_a_searchs_best_trial_and_parameter_importance(logged):
+    _, _, folder, run = logged
+    assert run.summary["search/best_value"] == 0.5 and run.summary["search/best_trial"] == 3
+    assert run.summary["search/best_params"] == {"model.k": 6}
+    table = json.loads((folder / "files" / run.summary["search/param_importance/path"]).read_text())
+    assert table["columns"] == ["parameter", "importance"]
+    assert table["data"] == [["model.k", 0.75], ["optimizer.lr", 0.25]]

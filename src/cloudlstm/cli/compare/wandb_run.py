@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from cloudlstm.cli.compare.cells import Column
 from cloudlstm.cli.compare.formats import plain_table
 from cloudlstm.cli.compare.groups import Group
@@ -56,6 +58,7 @@ def log_to_wandb(
         raise CompareError(f"W&B could not start the run: {err}") from None
     try:
         _log(run, wandb, rows, table, rank_metric, curve_metric)
+        _log_searches(run, wandb, sources)
     except BaseException:
         run.finish(exit_code=1)  # marked failed, not left open until the process exits
         raise
@@ -85,6 +88,26 @@ def _log(
         run.summary[f"{data}/best"] = best.label
         if (stat := best.metric(rank_metric)) is not None:
             run.summary[f"{data}/best_{rank_metric}"] = stat.mean
+
+
+def _log_searches(run: Any, wandb: Any, sources: Sequence[Path]) -> None:
+    """A hyperparameter search's outcome, where a folder holds one (``hparams_search=optuna``
+    writes ``optimization_results.yaml``): its best value and parameters in the summary, the
+    parameters' importance as ``search/param_importance`` (a table per folder when several)."""
+    for source in sources:
+        path = Path(source) / "optimization_results.yaml"
+        if not path.is_file():
+            continue
+        found = yaml.safe_load(path.read_text()) or {}
+        prefix = "search" if len(sources) == 1 else f"search/{Path(source).name}"
+        for key in ("best_value", "best_params", "best_trial", "best_config"):
+            if found.get(key) is not None:
+                run.summary[f"{prefix}/{key}"] = found[key]
+        importance = found.get("param_importance") or {}
+        if importance:
+            rows = [[name, float(share)] for name, share in importance.items()]
+            table = wandb.Table(columns=["parameter", "importance"], data=rows)
+            run.log({f"{prefix}/param_importance": table})
 
 
 def _init_args(
