@@ -212,3 +212,23 @@ def test_a_trial_asked_but_never_launched_fails_and_does_not_count(tmp_path):
     search._continue_unfinished(study)
     assert [t.state for t in study.get_trials()] == [TrialState.COMPLETE, TrialState.FAIL]
     assert _n_counted(study) == 1 and search.next_job == 1
+
+
+def test_six_trials_two_at_a_time_through_local_submitit(tmp_path):
+    """The same search through ``hydra/launcher=local`` (submitit's local executor, as a
+    cluster runs jobs): three batches of two, every trial COMPLETE with its job's value."""
+    sweep = tmp_path / "sweep"
+    proc = train_py(
+        tmp_path,
+        *SEARCH,
+        "hydra/launcher=local",
+        "hydra.sweeper.n_trials=6",
+        "hydra.sweeper.n_jobs=2",
+        f"hydra.sweep.dir={sweep}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trials = load(sweep).get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 6
+    for t in trials:
+        assert t.value == metrics(sweep, t.number)["val"]["val/mae_best"]
+    assert len({log.parent.name for log in (sweep / ".submitit").rglob("*_log.err")}) == 6
