@@ -10,6 +10,9 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
 import cloudlstm
 from tests.conftest import ROOT, TINY
 
@@ -96,11 +99,19 @@ def test_wheel_programs_run_outside_the_checkout(tmp_path):
     assert all((bin_dir / f"cloudlstm-{p}").is_file() for p in PROGRAMS)
 
     assert run([bin_dir / "cloudlstm-train", "--cfg", "job"], work).startswith("task_name: train")
-    tiny = [o for o in TINY if not o.startswith(("trainer.max_epochs", "trainer.limit_train"))]
+    csv = work / "stream.csv"
+    long_table(160, 12).to_csv(csv, index=False)
+    tiny = [
+        o
+        for o in TINY
+        if not o.startswith(("trainer.max_epochs", "trainer.limit_train", "data.source."))
+    ]
     run(
         [
             bin_dir / "cloudlstm-train",
             "experiment=demo",
+            "data=points",
+            f"data.source.path={csv}",
             *tiny,
             "trainer.max_steps=3",
             "trainer.val_check_interval=3",
@@ -111,6 +122,31 @@ def test_wheel_programs_run_outside_the_checkout(tmp_path):
         ],
         work,
     )
-    assert len(list((work / "outputs" / "runs").glob("*/*/metrics.json"))) == 1
+    (metrics,) = (work / "outputs" / "runs").glob("*/*/metrics.json")
+    trained = metrics.parent
+    run([bin_dir / "cloudlstm-eval", f"run={trained}", "report.figures=false"], work)
+    assert len(list(trained.glob("eval/*/metrics.json"))) == 1
+    run([bin_dir / "cloudlstm-predict", f"run={trained}", f"data.path={csv}", "out=./f.csv"], work)
+    forecast = (work / "f.csv").read_text().splitlines()
+    assert len(forecast) == 1 + 3 * 12  # a header, then J = 3 steps x 12 points
     table = run([bin_dir / "cloudlstm-compare", work / "outputs"], work)
-    assert table.startswith("| model | data |") and "| cloudlstm | synthetic |" in table
+    assert table.startswith("| model | data |") and "| cloudlstm | points |" in table
+
+
+def long_table(steps: int, points: int) -> pd.DataFrame:
+    """A long-format history: hourly rows of ``points`` points at fixed positions, two
+    channels of smooth signals."""
+    rng = np.random.default_rng(0)
+    xy = rng.random((points, 2))
+    t = np.arange(steps)[:, None]
+    phase = rng.random(points)[None, :] * 6.28
+    return pd.DataFrame(
+        {
+            "timestamp": np.repeat(pd.date_range("2024-01-01", periods=steps, freq="h"), points),
+            "id": np.tile([f"p{i}" for i in range(points)], steps),
+            "x": np.tile(xy[:, 0], steps),
+            "y": np.tile(xy[:, 1], steps),
+            "pm25": (np.sin(0.3 * t + phase) + 2).ravel(),
+            "no2": (np.cos(0.2 * t + phase) + 2).ravel(),
+        }
+    )
