@@ -126,3 +126,12 @@ def test_one_line_errors_unwrap_only_our_own_constructors():
     # a ValueError of another package's constructor keeps Hydra's message and traceback
     with pytest.raises(InstantiationException), one_line_errors():
         instantiate({"_target_": "fractions.Fraction", "numerator": "x"})
+
+
+def test_the_run_ends_with_its_directory_and_what_to_do_next(demo_console):
+    out, _ = demo_console
+    run_dir = next(line for line in out.splitlines() if "Run directory:" in line).split(": ")[-1]
+    nxt = next(line for line in out.splitlines() if "Next:" in line)
+    for command in (f"python eval.py run={run_dir}", f"python predict.py run={run_dir}"):
+        assert command in nxt
+    assert "python -m cloudlstm.cli.compare" in nxt

@@ -64,6 +64,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         if job.trainer.is_global_zero:
             write_metrics(output_dir, results)
             log.info("Run directory: %s", output_dir)
+            log.info(next_steps(output_dir))
     except BaseException:
         # the run's own error (or signal) is what the user must see: closing W&B after it,
         # e.g. with its service already killed by SLURM's SIGTERM, must not replace it
@@ -71,6 +72,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         raise
     _finish_wandb(job.loggers)
     return results
+
+
+def next_steps(run_dir: Path) -> str:
+    """What a user can do with a finished run, as commands to copy."""
+    return (
+        f"Next: evaluate it again `python eval.py run={run_dir}`, forecast new data "
+        f"`python predict.py run={run_dir} data.path=<recent.csv>`, or compare it with "
+        f"other runs `python -m cloudlstm.cli.compare {run_dir.parent}`."
+    )
 
 
 def _fit(job: Assembly) -> dict[str, Any]:
