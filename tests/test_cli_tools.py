@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from cloudlstm.cli import space_check
 from cloudlstm.cli.models_table import count_parameters, model_names
+from tests.conftest import ROOT, subprocess_env
 
 
 def test_parameter_counts_follow_the_configs():
@@ -39,3 +43,27 @@ def test_parameter_table_prints_a_row_per_model(capsys):
     d = 12 * 12 * 6
     mlp = (d * 500 + 500) + 4 * (500 * 500 + 500) + (500 * d + d)
     assert rows[-2:] == ["| `persistence` | 0 |", f"| `mlp` | {mlp:,} |"]
+
+
+COMMANDS = [
+    *[["benchmarks/" + p.name] for p in sorted((ROOT / "benchmarks").glob("bench_*.py"))],
+    ["-m", "cloudlstm.cli.compare"],
+    ["-m", "cloudlstm.cli.models_table"],
+    ["-m", "cloudlstm.cli.space_check"],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[-1])
+def test_every_documented_tool_parses_its_arguments(command):
+    """Each tool's main runs as documented far enough to print its usage (the benchmarks
+    import their whole stack to do so)."""
+    done = subprocess.run(
+        [sys.executable, *command, "--help"],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("usage:")
