@@ -49,11 +49,16 @@ class Forecaster:
     models, MLP, LSTM: ``info.fixed_points``) needs exactly those.
     """
 
-    def __init__(self, module: ForecastModule, info: DataSpec, checkpoint: Path) -> None:
+    def __init__(self, module: ForecastModule, checkpoint: Path) -> None:
         self.module = module
-        self.info = info
         self.checkpoint = checkpoint
         self._buffer: pd.DataFrame | None = None
+
+    @property
+    def info(self) -> DataSpec:
+        """The training data's description, as the module carries it (with its model's
+        facts: which points it takes)."""
+        return self.module.spec
 
     @classmethod
     def load(
@@ -73,7 +78,7 @@ class Forecaster:
         from cloudlstm.cli.assemble import restore  # the CLI's build path, loaded on use
 
         module, path = restore(run_dir, ckpt, device)
-        return cls(module, module.spec, path)
+        return cls(module, path)
 
     @property
     def history_steps(self) -> int:
