@@ -1,20 +1,25 @@
-"""ForecastMetrics / snapshot_metrics against an independent numpy computation."""
+"""ForecastMetrics / snapshot_metrics against an independent numpy computation; a metric
+declared once is computed, logged and compared."""
 
 from __future__ import annotations
 
 import json
 import math
 import re
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
-from metric_reference import assert_close, numpy_reference, ref_snapshots
+from metric_reference import METRICS, assert_close, numpy_reference, ref_snapshots
 
+from cloudlstm import metrics
 from cloudlstm.metrics import (
-    ALL_METRICS,
-    METRICS,
     ForecastMetrics,
+    MetricInfo,
+    Snapshots,
+    metric_names,
     scale_free_mae,
     snapshot_metrics,
 )
@@ -225,7 +230,7 @@ def test_scale_free_mae_by_hand() -> None:
     # all observed: the mean of the per-channel MAEs in units of their std
     assert scale_free_mae(result, [10.0, 0.5]) == pytest.approx((5.25 / 10 + 0.375 / 0.5) / 2)
     assert scale_free_mae(result, [10.0, 0.5]) == pytest.approx(result["overall"]["smae"]["mean"])
-    assert set(result["overall"]) == set(ALL_METRICS)
+    assert set(result["overall"]) == set(metric_names())
     assert "smae" not in run(target + err, target)["overall"]  # without std: as before
 
 
@@ -253,16 +258,66 @@ def test_scale_free_mae_checks_its_std() -> None:
 def test_every_declared_metric_is_computed_and_read_from_its_declaration() -> None:
     """The declarations are the one list: the metrics compute each declared metric, compare
     ranks by its direction, W&B keeps its best, the module logs its horizons."""
-    from cloudlstm.cli.compare.table import HIGHER_IS_BETTER
-    from cloudlstm.cli.report import BEST_SUMMARIES
-    from cloudlstm.metrics import DECLARED
-    from cloudlstm.training import HORIZON_METRICS
+    from cloudlstm.cli.compare.table import higher_is_better
+    from cloudlstm.cli.report import best_summaries
+    from cloudlstm.training import horizon_metrics
 
-    metrics = ForecastMetrics(2, 3, channel_std=[1.0, 2.0, 4.0])
-    metrics.update(torch.rand(4, 2, 5, 3), torch.rand(4, 2, 5, 3))
-    results = metrics.compute()
-    for info in DECLARED:
+    forecast = ForecastMetrics(2, 3, channel_std=[1.0, 2.0, 4.0])
+    forecast.update(torch.rand(4, 2, 5, 3), torch.rand(4, 2, 5, 3))
+    results = forecast.compute()
+    for info in metrics.declared():
         assert info.name in results["overall"] and info.name in results["per_step"], info.name
-        assert HIGHER_IS_BETTER[info.name] is info.higher_is_better
-        assert BEST_SUMMARIES[f"val/{info.name}"] == ("max" if info.higher_is_better else "min")
-        assert (info.name in HORIZON_METRICS) is info.per_horizon
+        assert higher_is_better(info.name) is info.higher_is_better
+        assert best_summaries()[f"val/{info.name}"] == ("max" if info.higher_is_better else "min")
+        assert (info.name in horizon_metrics()) is info.per_horizon
+
+
+# ---------------------------------------------------------------- one declaration
+
+
+def _mean_error(s: Snapshots) -> torch.Tensor:
+    """A throwaway metric: the signed mean error of each snapshot."""
+    return s.mean(s.error)
+
+
+@pytest.fixture
+def bias_declared(monkeypatch) -> MetricInfo:
+    """A metric declared in :mod:`cloudlstm.metrics`, and nowhere else."""
+    bias = MetricInfo("bias", "mean error", _mean_error)
+    monkeypatch.setattr(metrics, "DECLARED", (*metrics.DECLARED, bias))
+    return bias
+
+
+def test_a_metric_declared_once_is_in_metrics_json_the_logs_and_compare(bias_declared, tiny_cfg):
+    from cloudlstm.cli.compare import compare, find_runs
+    from cloudlstm.cli.train import train
+
+    cfg = tiny_cfg("logger=csv", "module.save_predictions=true")
+    results = train(cfg)
+    run = Path(cfg.paths.output_dir)
+
+    test = json.loads((run / "metrics.json").read_text())["test"]
+    assert list(test["overall"]) == [*metric_names()[:-1], "bias"]  # in declaration order
+    assert all("bias" in test[part] for part in ("overall", "per_step"))
+    assert all("bias" in stats for stats in test["per_channel"].values())
+    # its value, by hand from the tested forecasts (the synthetic data observe everything):
+    # per window, the mean over steps of the snapshots' mean error
+    with np.load(run / "predictions.npz") as saved:
+        error = saved["prediction"].astype(np.float64) - saved["target"]
+    per_window = error.mean(axis=(2, 3)).mean(axis=1)
+    assert test["overall"]["bias"]["mean"] == pytest.approx(per_window.mean(), rel=1e-9)
+    assert test["overall"]["bias"]["std"] == pytest.approx(per_window.std(), rel=1e-9)
+    assert test["per_step"]["bias"]["mean"] == pytest.approx(
+        error.mean(axis=(2, 3)).mean(axis=0).tolist(), rel=1e-9
+    )
+
+    # logged at every validation (and its best is the W&B summary), at test with its horizons
+    assert "val/bias" in results["val"]
+    header = pd.read_csv(next(run.glob("csv/version_*/metrics.csv"))).columns
+    assert {"val/bias", "test/bias", "test/bias_std", "test/bias_h01", "test/bias_h03"} <= set(
+        header
+    )
+    # a column of compare's table, best by its direction
+    column = next(c for c in compare(find_runs([run])) if c.name == "bias")
+    assert column.better == "min"
+    assert column.cells[0].mean == pytest.approx(test["overall"]["bias"]["mean"])

@@ -45,36 +45,164 @@ largest. ``smae`` divides each channel's error by its ``s_c`` before averaging o
 States are float64 sums, sums of squares and counts (``dist_reduce_fx="sum"``) plus a running
 max (``dist_reduce_fx="max"``); no predictions are stored, so results do not depend on how
 the data is split into batches or processes.
+
+A metric is one declaration: a :class:`MetricInfo` in :data:`DECLARED` holds its name, label,
+direction and where it is logged, and its per-snapshot computation (``per_snapshot``, a
+function of :class:`Snapshots`). :class:`ForecastMetrics` computes and aggregates every
+declared metric, so a new entry is in ``metrics.json``, the ``val/`` and ``test/`` logs,
+compare's table, the W&B summaries and tables, with nothing else to change. The readers
+take the declarations when they run (:func:`declared`, :func:`metric_names`,
+:func:`metric_info`), not as a copy made at import.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import Tensor
 from torchmetrics import Metric
 
+SSIM_L, SSIM_K1, SSIM_K2 = 2.0, 0.1, 0.3
+MSE_EPS = 1e-12
+SNAPSHOT_DIMS = (-2, -1)  # a snapshot's points and channels
+
+
+class Snapshots:
+    """A batch of snapshots, what every metric's per-snapshot value is computed from.
+
+    ``pred``, ``target`` and the bool ``mask`` (True = observed; None = all observed) are
+    ``(B, ..., N, C)``; each index of ``(B, ...)`` is a snapshot (``(B, J)``: one instance at
+    one forecast step), reduced over its observed entries. :attr:`channels` makes each
+    channel of a snapshot a snapshot of its own.
+
+    Attributes:
+        x, y: prediction and target, 0 where unobserved.
+        weight: the mask as 0 / 1 in their dtype.
+        count: ``(...)`` observed entries of each snapshot.
+        channel_std: the channels' training standard deviations, broadcastable to
+            ``(..., C)``; None where not known (metrics that need them are then left out).
+    """
+
+    def __init__(
+        self,
+        pred: Tensor,
+        target: Tensor,
+        mask: Tensor | None = None,
+        channel_std: Tensor | None = None,
+    ) -> None:
+        self.pred, self.target = pred, target
+        self.mask = torch.ones_like(pred, dtype=torch.bool) if mask is None else mask.bool()
+        self.weight = self.mask.to(pred.dtype)
+        self.x = torch.where(self.mask, pred, torch.zeros_like(pred))
+        self.y = torch.where(self.mask, target, torch.zeros_like(target))
+        self.count = self.weight.sum(SNAPSHOT_DIMS)  # 0 -> NaN results via 0/0
+        self.channel_std = channel_std
+
+    def mean(self, values: Tensor) -> Tensor:
+        """``(...)``: the mean of ``values (..., N, C)`` over each snapshot's observed
+        entries (NaN where it has none)."""
+        return (self.weight * values).sum(SNAPSHOT_DIMS) / self.count
+
+    @cached_property
+    def error(self) -> Tensor:
+        """``x - y``: the error where observed, 0 elsewhere."""
+        return self.x - self.y
+
+    @cached_property
+    def mse(self) -> Tensor:
+        return self.mean(self.error.square())
+
+    @cached_property
+    def observed(self) -> Tensor:
+        """``(...)`` True where a snapshot has an observed entry."""
+        return self.count > 0
+
+    @cached_property
+    def channels(self) -> Snapshots:
+        """Each channel of each snapshot as a snapshot of its N values: ``(B, ..., C, N, 1)``
+        (its ``channel_std`` the channel's own)."""
+
+        def split(t: Tensor) -> Tensor:  # (B, ..., N, C) -> (B, ..., C, N, 1)
+            # through (B, -1, N, 1), a copy or a view as reshape decides: the layout, so the
+            # order of the sums and their last bits, that the results have always had
+            b, *lead, n, c = t.shape
+            flat = t.transpose(-2, -1).reshape(b, -1, n, 1)
+            return flat.unflatten(1, (*lead, c))
+
+        std = None if self.channel_std is None else self.channel_std.unsqueeze(-1)
+        return Snapshots(split(self.pred), split(self.target), split(self.mask), std)
+
+
+# ------------------------------------------------------------- per-snapshot computations
+
+
+def _mae(s: Snapshots) -> Tensor:
+    return s.mean(s.error.abs())
+
+
+def _rmse(s: Snapshots) -> Tensor:
+    return s.mse.sqrt()
+
+
+def _psnr_without_peak(s: Snapshots) -> Tensor:
+    """PSNR less its ``20 log10(v_max)`` term, which needs the whole set's peak."""
+    return -10 * torch.log10(s.mse.clamp_min(MSE_EPS))
+
+
+def _psnr_peak(v_max: float) -> float:
+    return 20 * math.log10(v_max) if v_max > 0 else math.nan
+
+
+def _ssim(s: Snapshots) -> Tensor:
+    mu_x, mu_y = s.mean(s.x), s.mean(s.y)
+    dx, dy = s.x - mu_x[..., None, None], s.y - mu_y[..., None, None]
+    var_x, var_y, cov = s.mean(dx.square()), s.mean(dy.square()), s.mean(dx * dy)
+    c1, c2 = (SSIM_K1 * SSIM_L) ** 2, (SSIM_K2 * SSIM_L) ** 2
+    return ((2 * mu_x * mu_y + c1) * (2 * cov + c2)) / (
+        (mu_x.square() + mu_y.square() + c1) * (var_x + var_y + c2)
+    )
+
+
+def _scale_free_mae(s: Snapshots) -> Tensor:
+    """The mean over the channels a snapshot observes of the channel's MAE over its std."""
+    channels = s.channels
+    scaled = _mae(channels) / s.channel_std  # (..., C)
+    total = torch.where(channels.observed, scaled, torch.zeros_like(scaled)).sum(-1)
+    return total / channels.observed.sum(-1).to(scaled.dtype)
+
 
 @dataclass(frozen=True)
 class MetricInfo:
-    """What every part that reports a metric needs to know of it, declared once.
+    """A metric, declared once: what it is, how a snapshot's value is computed, and how
+    every part that reports it treats it.
 
     Attributes:
         name: its key in results (``overall[name]``) and logs (``test/<name>``).
         label: how tables and figures name it.
+        per_snapshot: :class:`Snapshots` ``(...)`` -> its value for each snapshot ``(...)``,
+            NaN where a snapshot has no observed entry; computed in the snapshots' dtype.
         higher_is_better: PSNR, SSIM; the others are errors.
         at_validation: logged as ``val/<name>`` at every validation (W&B summary: its best).
         per_horizon: logged per forecast step as ``<stage>/<name>_hNN`` scalars.
+        needs_channel_std: computed only where the channels' training standard deviations
+            are known (``ForecastMetrics(channel_std=...)``; training always gives them).
+        peak_term: ``v_max`` -> a term added to every mean once the whole set's peak
+            observed target ``v_max`` is known (PSNR's ``20 log10(v_max)``); the snapshots'
+            values are accumulated without it.
     """
 
     name: str
     label: str
+    per_snapshot: Callable[[Snapshots], Tensor]
     higher_is_better: bool = False
     at_validation: bool = True
     per_horizon: bool = True
+    needs_channel_std: bool = False
+    peak_term: Callable[[float], float] | None = None
 
     @property
     def best(self) -> str:
@@ -82,21 +210,44 @@ class MetricInfo:
         return "max" if self.higher_is_better else "min"
 
 
-# The reported metrics, in the order of tables. Their per-snapshot values come from
-# snapshot_metrics (the paper's four) and from the channels' std (smae).
+# The reported metrics, in the order of tables and results. Read them through declared(),
+# metric_names() and metric_info(): a copy taken at import would miss a metric added later.
 DECLARED: tuple[MetricInfo, ...] = (
-    MetricInfo("mae", "MAE"),
-    MetricInfo("rmse", "RMSE"),
-    MetricInfo("psnr", "PSNR (dB)", higher_is_better=True, per_horizon=False),
-    MetricInfo("ssim", "SSIM", higher_is_better=True, per_horizon=False),
-    MetricInfo("smae", "scale-free MAE"),
+    MetricInfo("mae", "MAE", _mae),
+    MetricInfo("rmse", "RMSE", _rmse),
+    MetricInfo(
+        "psnr",
+        "PSNR (dB)",
+        _psnr_without_peak,
+        higher_is_better=True,
+        per_horizon=False,
+        peak_term=_psnr_peak,
+    ),
+    MetricInfo("ssim", "SSIM", _ssim, higher_is_better=True, per_horizon=False),
+    MetricInfo("smae", "scale-free MAE", _scale_free_mae, needs_channel_std=True),
 )
-METRIC_INFO: dict[str, MetricInfo] = {m.name: m for m in DECLARED}
-METRICS: tuple[str, ...] = ("mae", "rmse", "psnr", "ssim")  # the paper's, per snapshot
-SMAE = "smae"  # scale-free MAE, reported when ForecastMetrics knows the channels' std
-ALL_METRICS: tuple[str, ...] = tuple(METRIC_INFO)
-SSIM_L, SSIM_K1, SSIM_K2 = 2.0, 0.1, 0.3
-MSE_EPS = 1e-12
+
+
+def declared() -> tuple[MetricInfo, ...]:
+    """The declared metrics (:data:`DECLARED`), in the order of tables."""
+    return DECLARED
+
+
+def metric_names() -> tuple[str, ...]:
+    """The declared metrics' names, in the order of tables."""
+    return tuple(info.name for info in DECLARED)
+
+
+def metric_info(name: str) -> MetricInfo:
+    """The declaration of metric ``name``.
+
+    Raises:
+        KeyError: no metric of that name is declared.
+    """
+    for info in DECLARED:
+        if info.name == name:
+            return info
+    raise KeyError(f"no metric {name!r} is declared; the metrics: {', '.join(metric_names())}")
 
 
 def _check_same_shape(pred: Tensor, target: Tensor, mask: Tensor | None) -> None:
@@ -113,54 +264,37 @@ def _check_same_shape(pred: Tensor, target: Tensor, mask: Tensor | None) -> None
 
 
 def snapshot_metrics(
-    pred: Tensor, target: Tensor, mask: Tensor | None = None, v_max: float | Tensor | None = None
+    pred: Tensor,
+    target: Tensor,
+    mask: Tensor | None = None,
+    v_max: float | Tensor | None = None,
+    channel_std: Sequence[float] | None = None,
 ) -> dict[str, Tensor]:
-    """Per-snapshot metrics.
+    """Per-snapshot values of the declared metrics.
 
     Args:
         pred, target: ``(B, J, N, C)``.
         mask: ``(B, J, N, C)`` bool, True = observed; None = all observed.
-        v_max: peak value for PSNR; PSNR is returned only if given.
+        v_max: peak value; metrics with a ``peak_term`` (PSNR) are returned only if given.
+        channel_std: ``(C,)``; metrics that need it (``smae``) are returned only if given.
 
     Returns:
-        ``{"mae", "rmse", "ssim"[, "psnr"]}`` each ``(B, J)``, computed in the input dtype and
-        reduced over the observed entries of ``(N, C)``; NaN where a snapshot has none.
+        ``{name: (B, J)}`` (``mae``, ``rmse``, ``ssim``[, ``psnr``][, ``smae``]), computed in
+        the input dtype and reduced over the observed entries of ``(N, C)``; NaN where a
+        snapshot has none.
     """
     _check_same_shape(pred, target, mask)
-    mask = torch.ones_like(pred, dtype=torch.bool) if mask is None else mask.bool()
-    w = mask.to(pred.dtype)
-    x = torch.where(mask, pred, torch.zeros_like(pred))
-    y = torch.where(mask, target, torch.zeros_like(target))
-    dims = (-2, -1)
-    n = w.sum(dims)  # (B, J); 0 -> NaN results via 0/0
-
-    def mean(t: Tensor) -> Tensor:
-        return (w * t).sum(dims) / n
-
-    e = x - y
-    mse = mean(e.square())
-    mu_x, mu_y = mean(x), mean(y)
-    dx, dy = x - mu_x[..., None, None], y - mu_y[..., None, None]
-    var_x, var_y, cov = mean(dx.square()), mean(dy.square()), mean(dx * dy)
-    c1, c2 = (SSIM_K1 * SSIM_L) ** 2, (SSIM_K2 * SSIM_L) ** 2
-    ssim = ((2 * mu_x * mu_y + c1) * (2 * cov + c2)) / (
-        (mu_x.square() + mu_y.square() + c1) * (var_x + var_y + c2)
-    )
-    out = {"mae": mean(e.abs()), "rmse": mse.sqrt(), "ssim": ssim}
-    if v_max is not None:
-        v_max = torch.as_tensor(v_max, dtype=pred.dtype, device=pred.device)
-        out["psnr"] = 20 * torch.log10(v_max) - 10 * torch.log10(mse.clamp_min(MSE_EPS))
+    std = None
+    if channel_std is not None:
+        std = torch.as_tensor(channel_std, dtype=pred.dtype, device=pred.device)
+    snapshots = Snapshots(pred, target, mask, std)
+    out = {}
+    for info in declared():
+        if (info.needs_channel_std and std is None) or (info.peak_term and v_max is None):
+            continue
+        value = info.per_snapshot(snapshots)
+        out[info.name] = value + info.peak_term(float(v_max)) if info.peak_term else value
     return out
-
-
-def _stacked(pred: Tensor, target: Tensor, mask: Tensor) -> Tensor:
-    """``snapshot_metrics`` stacked in ``METRICS`` order: ``(B, J, 4)``.
-
-    Uses ``v_max=1``, so the psnr column holds ``-10 log10(mse)``; ``20 log10(v_max)`` is added
-    at compute time once the test-set maximum is known.
-    """
-    out = snapshot_metrics(pred, target, mask, v_max=1.0)
-    return torch.stack([out[m] for m in METRICS], -1)
 
 
 def _moments(values: Tensor, valid: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -177,23 +311,6 @@ def _instance_means(snap: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
     k = valid.sum(1)
     total = torch.where(valid[..., None], snap, torch.zeros_like(snap)).sum(1)
     return total / k.clamp_min(1)[..., None].to(snap.dtype), k > 0
-
-
-def _scaled_mae(mae_c: Tensor, valid_c: Tensor, std: Tensor) -> tuple[Tensor, Tensor]:
-    """Scale-free MAE of snapshots from their per-channel MAE.
-
-    Args:
-        mae_c: ``(B, J, C)`` MAE of each snapshot's channel (NaN where unobserved).
-        valid_c: ``(B, J, C)`` True where the channel has an observed entry.
-        std: ``(C,)`` the channels' training standard deviations.
-
-    Returns:
-        ``(B, J)`` mean over the observed channels of ``mae_c / std`` (NaN where none is) and
-        ``(B, J, C)`` ``mae_c / std``.
-    """
-    scaled = mae_c / std
-    total = torch.where(valid_c, scaled, torch.zeros_like(scaled)).sum(-1)
-    return total / valid_c.sum(-1).to(scaled.dtype), scaled
 
 
 def scale_free_mae(results: dict, std: Sequence[float]) -> float:
@@ -216,7 +333,7 @@ def scale_free_mae(results: dict, std: Sequence[float]) -> float:
 
 
 class ForecastMetrics(Metric):
-    """MAE / RMSE / PSNR / SSIM of a forecast, aggregated as described in the module docstring.
+    """The declared metrics of a forecast, aggregated as described in the module docstring.
 
     ``update(pred, target, mask=None)`` takes ``(B, J, N, C)`` tensors with
     ``J == num_steps`` and ``C == num_channels`` (N is free); ``compute()`` returns a
@@ -228,8 +345,9 @@ class ForecastMetrics(Metric):
          "per_channel": {name: {m: {"mean": float, "std": float} for m in metrics}},
          "num_instances": int, "v_max": float}
 
-    with ``metrics`` = ``METRICS``, plus ``"smae"`` when ``channel_std`` (``(C,)``, the
-    training standard deviations of the channels, all > 0) is given.
+    with ``metrics`` the declared ones (:func:`declared`, in their order) less those that
+    need ``channel_std`` (``smae``) when it is not given (``(C,)``, the training standard
+    deviations of the channels, all > 0). :attr:`metric_infos` are the ones computed.
     """
 
     full_state_update = False
@@ -253,7 +371,12 @@ class ForecastMetrics(Metric):
         self.num_steps, self.num_channels = num_steps, num_channels
         self.channel_names = [str(c) for c in channel_names]
         self.channel_std = None if channel_std is None else _checked_std(channel_std, num_channels)
-        self.metric_names = METRICS if self.channel_std is None else ALL_METRICS
+        self.metric_infos = tuple(
+            info
+            for info in declared()
+            if self.channel_std is not None or not info.needs_channel_std
+        )
+        self.metric_names = tuple(info.name for info in self.metric_infos)
         k, f64 = len(self.metric_names), torch.float64
         for group, shape in (("overall", ()), ("step", (num_steps,)), ("channel", (num_channels,))):
             self.add_state(f"{group}_sum", torch.zeros(*shape, k, dtype=f64), dist_reduce_fx="sum")
@@ -284,7 +407,6 @@ class ForecastMetrics(Metric):
             )
         pred, target = pred.detach().double(), target.detach().double()
         mask = torch.ones_like(pred, dtype=torch.bool) if mask is None else mask.bool()
-        b, j, n, c = pred.shape
         if pred.numel() == 0:
             return
 
@@ -295,20 +417,13 @@ class ForecastMetrics(Metric):
         self.sq_sum += e.square().sum()
         self.entry_count += mask.sum()
 
-        snap = _stacked(pred, target, mask)  # (B, J, 4)
-        valid = mask.any(-1).any(-1)  # (B, J)
-
-        def per_channel(t: Tensor) -> Tensor:  # (B, J, N, C) -> (B, J*C, N, 1)
-            return t.transpose(2, 3).reshape(b, j * c, n, 1)
-
-        snap_c = _stacked(per_channel(pred), per_channel(target), per_channel(mask))
-        snap_c = snap_c.reshape(b, j, c, len(METRICS))  # (B, J, C, 4)
-        valid_c = mask.any(2)  # (B, J, C)
+        std = None
         if self.channel_std is not None:
             std = torch.tensor(self.channel_std, dtype=pred.dtype, device=pred.device)
-            smae, smae_c = _scaled_mae(snap_c[..., METRICS.index("mae")], valid_c, std)
-            snap = torch.cat([snap, smae[..., None]], -1)  # (B, J, 5)
-            snap_c = torch.cat([snap_c, smae_c[..., None]], -1)  # (B, J, C, 5)
+        snapshots = Snapshots(pred, target, mask, std)
+        snap = self._per_snapshot(snapshots)  # (B, J, K)
+        snap_c = self._per_snapshot(snapshots.channels)  # (B, J, C, K)
+        valid, valid_c = snapshots.observed, snapshots.channels.observed
 
         for group, values, ok in (
             ("overall", *_instance_means(snap, valid)),
@@ -318,16 +433,26 @@ class ForecastMetrics(Metric):
             for suffix, moment in zip(("sum", "sumsq", "count"), _moments(values, ok), strict=True):
                 getattr(self, f"{group}_{suffix}").add_(moment)
 
+    def _per_snapshot(self, snapshots: Snapshots) -> Tensor:
+        """``(..., K)``: the K metrics' values of each snapshot, in :attr:`metric_names`
+        order; a peak term is added at :meth:`compute`."""
+        return torch.stack([info.per_snapshot(snapshots) for info in self.metric_infos], -1)
+
     def compute(self) -> dict:
         """Nested dict of Python floats (see class docstring); NaN where nothing was observed."""
         v_max = float(self.v_max)
-        shift = 20 * math.log10(v_max) if v_max > 0 else math.nan
+        peak_terms = [
+            (i, info.peak_term(v_max))
+            for i, info in enumerate(self.metric_infos)
+            if info.peak_term is not None
+        ]
 
         def stats(group: str) -> tuple[list, list]:
             n = getattr(self, f"{group}_count")[..., None]
             mean = getattr(self, f"{group}_sum") / n
             std = (getattr(self, f"{group}_sumsq") / n - mean.square()).clamp_min(0).sqrt()
-            mean[..., METRICS.index("psnr")] += shift
+            for i, term in peak_terms:
+                mean[..., i] += term
             return mean.tolist(), std.tolist()
 
         def by_metric(mean: list, std: list) -> dict:

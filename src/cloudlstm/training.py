@@ -16,7 +16,7 @@ from torch.nn.utils import get_total_norm
 from cloudlstm.data.spec import SPEC_KEY, DataSpec, stored_spec
 from cloudlstm.distributed import gather_on_rank_zero
 from cloudlstm.errors import UserError
-from cloudlstm.metrics import DECLARED, ForecastMetrics
+from cloudlstm.metrics import ForecastMetrics, declared
 from cloudlstm.models.base import silence_output_head
 from cloudlstm.nn.knn import NonFiniteCoordinatesError
 
@@ -249,8 +249,8 @@ class ForecastModule(L.LightningModule):
         if math.isfinite(mae):
             self.val_mae_best = min(self.val_mae_best, mae)
         # compute() already reduced the sums over DDP ranks: every rank logs the same value
-        for info in DECLARED:
-            if info.at_validation and info.name in overall:
+        for info in self.val_metrics.metric_infos:
+            if info.at_validation:
                 self.log(f"val/{info.name}", overall[info.name]["mean"])
         self.log("val/mae_best", self.val_mae_best)
 
@@ -349,11 +349,14 @@ def anchor_index(input_offsets: list[int]) -> int:
     return len(input_offsets) - 1 - list(reversed(input_offsets)).index(-1)
 
 
-HORIZON_METRICS = tuple(m.name for m in DECLARED if m.per_horizon)
+def horizon_metrics() -> tuple[str, ...]:
+    """The metrics declared ``per_horizon`` (MAE, RMSE, smae)."""
+    return tuple(info.name for info in declared() if info.per_horizon)
 
 
 def horizon_scalars(results: dict[str, Any], prefix: str) -> dict[str, float]:
-    """Per-horizon MAE / RMSE as flat scalars: ``{"<prefix>/mae_h01": ..., ...}``.
+    """Per-horizon values of the :func:`horizon_metrics` as flat scalars:
+    ``{"<prefix>/mae_h01": ..., ...}``.
 
     Horizons are 1-based and zero-padded (at least two digits) so they sort in order.
     """
@@ -362,7 +365,7 @@ def horizon_scalars(results: dict[str, Any], prefix: str) -> dict[str, float]:
     width = max(2, len(str(steps)))
     return {
         f"{prefix}/{metric}_h{h + 1:0{width}d}": per_step[metric]["mean"][h]
-        for metric in HORIZON_METRICS
+        for metric in horizon_metrics()
         if metric in per_step
         for h in range(steps)
     }

@@ -40,7 +40,8 @@ NOISE = (
 NOISY_WARNINGS = (r".*isinstance\(treespec, LeafSpec\)` is deprecated.*",)
 # The config tree's first branches, in this order; the other top-level keys follow.
 TREE_ORDER = ("data", "model", "module", "optimizer", "scheduler", "trainer", "callbacks")
-# The overall test metrics summarised on the console (metrics.json holds the rest).
+# The overall test metrics summarised on the console first, in this order (metrics.json
+# holds the rest); any other declared metric follows them.
 SUMMARY_METRICS = ("mae", "rmse", "smae", "psnr", "ssim")
 
 
@@ -137,8 +138,11 @@ def print_test_summary(test: dict[str, Any], metrics_file: Path) -> None:
     from rich import get_console
     from rich.table import Table
 
+    from cloudlstm.metrics import metric_names
+
     overall = test.get("overall", {})
-    metrics = [m for m in SUMMARY_METRICS if m in overall]
+    order = [*SUMMARY_METRICS, *(m for m in metric_names() if m not in SUMMARY_METRICS)]
+    metrics = [m for m in order if m in overall]
     windows = test.get("num_instances")
     title = "test" + (f" ({windows} windows)" if windows else "")
     table = Table(title=title, header_style="bold")

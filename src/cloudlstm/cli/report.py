@@ -25,32 +25,37 @@ from cloudlstm.callbacks import EpochTimer
 from cloudlstm.cli.config import describe_run
 from cloudlstm.cli.console import print_test_summary
 from cloudlstm.errors import UserError
-from cloudlstm.metrics import ALL_METRICS, DECLARED
+from cloudlstm.metrics import declared, metric_names
 from cloudlstm.viz import plot_forecast_maps, plot_horizon_curve, plot_worst_series
 
 log = logging.getLogger(__name__)
 
-# Validation curves whose best value (the minimum) is the W&B run summary.
-BEST_SUMMARIES = {
-    "val/loss": "min",
-    "train/loss": "min",
-    **{f"val/{m.name}": m.best for m in DECLARED if m.at_validation},
-}
+
+def best_summaries() -> dict[str, str]:
+    """The curves whose best value (``min`` or ``max``) is the W&B run summary: the losses
+    and every metric declared ``at_validation``."""
+    return {
+        "val/loss": "min",
+        "train/loss": "min",
+        **{f"val/{m.name}": m.best for m in declared() if m.at_validation},
+    }
 
 
 def define_wandb_metrics(loggers: list[Any]) -> None:
     """Make the W&B summary of each validation curve its best value, not its last one."""
     for logger in _wandb(loggers):
-        for key, best in BEST_SUMMARIES.items():
+        for key, best in best_summaries().items():
             logger.experiment.define_metric(key, step_metric="trainer/global_step", summary=best)
 
 
 def cost(module: L.LightningModule, datamodule: Any, trainer: L.Trainer) -> dict[str, Any]:
     """Parameters, time per epoch and per 1,000 training steps, inference time per sample
     and peak memory."""
+    from cloudlstm.cli.assemble import count_parameters  # assemble imports this module
+
     timer = next((cb for cb in trainer.callbacks if isinstance(cb, EpochTimer)), None)
     out: dict[str, Any] = {
-        "params": sum(p.numel() for p in module.model.parameters()),
+        "params": count_parameters(module.model),
         "epoch_time_s": timer.mean_epoch_time_s if timer else None,
         "train_s_per_1k_steps": timer.train_s_per_1k_steps if timer else None,
         "inference_ms_per_sample": inference_ms_per_sample(
@@ -264,11 +269,11 @@ def log_test_report(
 
 def _metric_table(label: str, rows: dict[Any, dict[str, dict[str, float]]]) -> Any:
     """A W&B table with one row per name and ``<metric>``, ``<metric>_std`` columns: the
-    paper's metrics and the scale-free ``smae`` where the results have it."""
+    declared metrics the results have."""
     import wandb
 
     first = next(iter(rows.values()), {})
-    metrics = [m for m in ALL_METRICS if m in first]
+    metrics = [m for m in metric_names() if m in first]
     return wandb.Table(
         columns=[label, *(f"{m}{s}" for m in metrics for s in ("", "_std"))],
         data=[

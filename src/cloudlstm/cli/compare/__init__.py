@@ -65,10 +65,9 @@ from cloudlstm.cli.compare.groups import (
 )
 from cloudlstm.cli.compare.plots import plot
 from cloudlstm.cli.compare.runs import RUN_KEYS, CompareError, Run, find_runs, flatten, load_run
-from cloudlstm.cli.compare.table import HIGHER_IS_BETTER, best_rows, build_table, compare, ranked
+from cloudlstm.cli.compare.table import best_rows, build_table, compare, higher_is_better, ranked
 
 __all__ = [
-    "HIGHER_IS_BETTER",
     "RUN_KEYS",
     "Column",
     "CompareError",
@@ -83,6 +82,7 @@ __all__ = [
     "find_runs",
     "flatten",
     "group_runs",
+    "higher_is_better",
     "load_run",
     "main",
     "mixed_keys",

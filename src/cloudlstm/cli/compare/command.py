@@ -14,7 +14,7 @@ from cloudlstm.cli.compare.paper import TABLES, paper_table
 from cloudlstm.cli.compare.plots import plot
 from cloudlstm.cli.compare.runs import CompareError, Run, find_runs
 from cloudlstm.cli.compare.table import build_table
-from cloudlstm.metrics import ALL_METRICS
+from cloudlstm.metrics import metric_names
 
 
 class _Parser(argparse.ArgumentParser):
@@ -48,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="See the module docstring or README (Comparing runs) for the statistics.",
     )
     add = parser.add_argument
+    metrics = metric_names()
     add("dirs", nargs="+", type=Path, help="run or multirun directories, or outputs/")
     add(
         "--by",
@@ -58,14 +59,14 @@ def _parser() -> argparse.ArgumentParser:
     add(
         "--metrics",
         nargs="+",
-        choices=ALL_METRICS,
-        default=list(ALL_METRICS),
+        choices=metrics,
+        default=list(metrics),
         help="metric columns (smae: scale-free MAE)",
     )
     add("--horizons", type=_horizons, default=[], help="forecast steps for columns, e.g. 1,6,12")
-    add("--horizon-metric", choices=ALL_METRICS, default="mae", help="metric of --horizons, --plot")
+    add("--horizon-metric", choices=metrics, default="mae", help="metric of --horizons, --plot")
     add("--channels", type=_channels, default=[], help="channels for columns, e.g. PM2.5,CO")
-    add("--channel-metric", choices=ALL_METRICS, default="mae", help="metric of --channels")
+    add("--channel-metric", choices=metrics, default="mae", help="metric of --channels")
     add("--format", choices=("markdown", "csv", "latex"), default="markdown")
     add("--plot", type=Path, metavar="DIR", help="write PNG figures to DIR")
     add("--html", type=Path, metavar="PATH", help="write the comparison as one web page")

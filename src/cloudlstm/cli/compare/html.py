@@ -29,7 +29,7 @@ from cloudlstm.cli.compare.formats import cell_text
 from cloudlstm.cli.compare.groups import Group
 from cloudlstm.cli.compare.runs import CompareError, Run
 from cloudlstm.cli.compare.style import REFERENCE, close_range, is_reference
-from cloudlstm.cli.compare.table import HIGHER_IS_BETTER, best_rows, ranked
+from cloudlstm.cli.compare.table import best_rows, higher_is_better, ranked
 from cloudlstm.viz._common import COLOURS, REFERENCE_COLOUR
 
 MAPS = Path("figures") / "forecast_maps.png"  # written by cli.report.draw_figures
@@ -334,7 +334,7 @@ def _maps_html(groups: Sequence[Group], metric: str) -> str:
     with_maps = [(g, r) for g, r in runs if (r.path / MAPS).is_file()]
     if not with_maps:
         return f'<p class="note">No run has {MAPS} (trained with report.figures=false).</p>'
-    sign = -1 if HIGHER_IS_BETTER[metric] else 1
+    sign = -1 if higher_is_better(metric) else 1
     with_maps.sort(key=lambda pair: sign * pair[1].overall[metric])
     picks = [("best", *with_maps[0])]
     if len(with_maps) > 1:

@@ -8,21 +8,24 @@ from collections.abc import Sequence
 from cloudlstm.cli.compare.cells import Column
 from cloudlstm.cli.compare.groups import Group, group_runs
 from cloudlstm.cli.compare.runs import CompareError, Run
-from cloudlstm.metrics import ALL_METRICS, METRIC_INFO
+from cloudlstm.metrics import metric_info, metric_names
 
-HIGHER_IS_BETTER = {name: info.higher_is_better for name, info in METRIC_INFO.items()}
+
+def higher_is_better(metric: str) -> bool:
+    """Whether ``metric``'s best is its highest value (its declaration says)."""
+    return metric_info(metric).higher_is_better
 
 
 def build_table(
     groups: Sequence[Group],
-    metrics: Sequence[str] = ALL_METRICS,
+    metrics: Sequence[str] | None = None,
     horizons: Sequence[int] = (),
     horizon_metric: str = "mae",
     channels: Sequence[str] = (),
     channel_metric: str = "mae",
 ) -> list[Column]:
     """Columns: group keys, n, params, epochs, train_s (steps and s_per_1k_steps where runs
-    have them), metrics, horizon metric at each step,
+    have them), metrics (None: every declared one), horizon metric at each step,
     channel metric of each channel (``mae[CO]``).
 
     Rows are sorted by data set, then best first on the first metric. A metric a row's runs
@@ -31,6 +34,7 @@ def build_table(
     Raises:
         CompareError: a channel that no run has.
     """
+    metrics = metric_names() if metrics is None else metrics
     rows = ranked(groups, metrics[0])
     columns = [Column(key, [g.keys[key] for g in rows]) for key in rows[0].keys]
     columns.append(Column("n", [len(g.runs) for g in rows]))
@@ -72,7 +76,7 @@ def _check_channels(groups: Sequence[Group], channels: Sequence[str]) -> None:
 def compare(
     runs: Sequence[Run],
     by: Sequence[str] | None = None,
-    metrics: Sequence[str] = ALL_METRICS,
+    metrics: Sequence[str] | None = None,
     horizons: Sequence[int] = (),
     horizon_metric: str = "mae",
     channels: Sequence[str] = (),
@@ -86,7 +90,7 @@ def compare(
 
 def ranked(groups: Sequence[Group], metric: str) -> list[Group]:
     """``groups`` sorted by data set, then best first on ``metric``; rows without it last."""
-    sign = -1 if HIGHER_IS_BETTER[metric] else 1
+    sign = -1 if higher_is_better(metric) else 1
 
     def key(group: Group) -> tuple[str, bool, float]:
         stat = group.metric(metric)
@@ -96,7 +100,7 @@ def ranked(groups: Sequence[Group], metric: str) -> list[Group]:
 
 
 def _better(metric: str) -> str:
-    return "max" if HIGHER_IS_BETTER[metric] else "min"
+    return metric_info(metric).best
 
 
 def best_rows(column: Column, data: Sequence[str]) -> set[int]:
