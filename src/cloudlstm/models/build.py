@@ -16,6 +16,7 @@ from torch import nn
 
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
+from cloudlstm.nn.knn import NeighbourCountError
 
 BUILD_OPTIONS = ("compile",)
 # torch.compile's modes; "reduce-overhead" replays CUDA graphs (one launch per compiled
@@ -48,17 +49,42 @@ def build_model(
     operators in it (:func:`cloudlstm.nn.knn.knn`); docs/design.md has the details.
 
     Raises:
-        UserError: ``compile`` is neither a boolean nor a mode, or the config sets a size
-            the data does not have.
+        UserError: ``compile`` is neither a boolean nor a mode, the config sets a size
+            the data does not have, or asks more neighbours than the data has points.
     """
     config = OmegaConf.create(OmegaConf.to_container(config, resolve=True))
     options = {key: config.pop(key, None) for key in BUILD_OPTIONS}
     mode = compile_mode(compile if compile is not None else options["compile"])
     sizes = data_sizes(config, spec) if spec is not None else {}
+    if spec is not None:
+        check_neighbours_fit(config, spec.num_points)
     model = hydra.utils.instantiate(config, **sizes)
     if mode is not None:
         model.compile(mode=None if mode == "default" else mode)
     return model
+
+
+def check_neighbours_fit(config: DictConfig, num_points: int) -> None:
+    """Refuse, before the model is built, a ``model.k`` (times ``model.dilation``) that the
+    data's points cannot give: otherwise the first forward pass, after the data are loaded
+    and the Trainer started, would be the first to tell. A ``k`` that is no number of
+    neighbours at all is left to the constructor (:func:`~cloudlstm.nn.knn.check_k_option`).
+
+    Raises:
+        NeighbourCountError: (a :class:`UserError`) more neighbours than points.
+    """
+    k, dilation = config.get("k"), config.get("dilation", 1)
+    whole = [isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (k, dilation)]
+    if not all(whole) or k * dilation <= num_points:
+        return
+    asked = f"model.k={k}" if dilation == 1 else f"model.k={k} x model.dilation={dilation}"
+    fix = f"set model.k <= {num_points // dilation}"
+    if num_points < dilation:
+        fix = f"set model.dilation=1 and model.k <= {num_points}"
+    raise NeighbourCountError(
+        f"{asked} neighbours but the data has {num_points} point(s): {fix} (model.k=1: "
+        "each point alone), or give the data more points."
+    )
 
 
 def with_sizes(config: DictConfig | dict[str, Any], spec: DataSpec) -> DictConfig:

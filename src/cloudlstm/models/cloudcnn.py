@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from cloudlstm.models.base import ForecastModel, values_to_cloud
-from cloudlstm.nn import DConv, check_k
+from cloudlstm.nn import DConv, check_k, check_k_option
 
 
 class CloudCNN(ForecastModel):
@@ -33,7 +33,7 @@ class CloudCNN(ForecastModel):
         super().__init__()
         self.output_steps = output_steps
         self.num_channels = num_channels
-        self.k = k
+        self.k = check_k_option(k)
         widths = [input_steps * num_channels] + [hidden_channels] * num_layers
         self.layers = nn.ModuleList(
             DConv(a, b, k, coord_features=coord_features)

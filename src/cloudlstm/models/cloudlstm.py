@@ -12,7 +12,7 @@ from torch.utils.checkpoint import checkpoint
 from cloudlstm.models.base import ForecastModel, values_to_cloud
 from cloudlstm.nn import CELLS, CloudAttention, DConv, check_k, shared_neighbours
 from cloudlstm.nn.cells import cat_neighbours, search
-from cloudlstm.nn.knn import deferred_finite_check
+from cloudlstm.nn.knn import check_k_option, deferred_finite_check
 from cloudlstm.nn.ordering import morton_order
 
 
@@ -102,7 +102,7 @@ class CloudSeq2Seq(ForecastModel):
         if num_layers < 1 or hidden_channels < 1 or output_steps < 1:
             raise ValueError("num_layers, hidden_channels and output_steps must be >= 1.")
         self.output_steps = output_steps
-        self.k = k
+        self.k = check_k_option(k)
         self.checkpointing = checkpointing
         self.spatial_order = spatial_order
         self.neighbours = neighbours

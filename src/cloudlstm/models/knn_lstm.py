@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from cloudlstm.models.base import ForecastModel
-from cloudlstm.nn import knn
+from cloudlstm.nn import check_k_option, knn
 
 
 def neighbour_histories(x: torch.Tensor, coords: torch.Tensor, k: int) -> torch.Tensor:
@@ -45,7 +45,7 @@ class KNNLSTM(ForecastModel):
     ) -> None:
         super().__init__()
         self.output_steps = output_steps
-        self.k = k
+        self.k = check_k_option(k)
         self.encoder = nn.LSTM(k * num_channels, hidden_size, num_layers, batch_first=True)
         self.decoder = nn.LSTM(k * num_channels, hidden_size, num_layers, batch_first=True)
         self.head = nn.Linear(hidden_size, num_channels)

@@ -8,6 +8,7 @@ from torch import nn
 from cloudlstm.models.base import ForecastModel
 from cloudlstm.models.knn_lstm import neighbour_histories
 from cloudlstm.models.mlp import mlp_stack
+from cloudlstm.nn import check_k_option
 
 
 class KNNMLP(ForecastModel):
@@ -33,7 +34,7 @@ class KNNMLP(ForecastModel):
     ) -> None:
         super().__init__()
         self.output_steps = output_steps
-        self.k = k
+        self.k = check_k_option(k)
         self.window = (input_steps, num_channels)
         self.net = mlp_stack(
             input_steps * k * num_channels, hidden_size, num_layers, output_steps * num_channels

@@ -8,6 +8,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from cloudlstm.models.base import ForecastModel
+from cloudlstm.nn.knn import check_k_option
 from cloudlstm.nn.xconv import XConv, dilated_neighbours
 
 
@@ -45,7 +46,7 @@ class PointCNN(ForecastModel):
         self.output_steps = output_steps
         self.input_steps = input_steps
         self.num_channels = num_channels
-        self.k = k
+        self.k = check_k_option(k, dilation)
         self.dilation = dilation
         common = dict(k=k, dilation=dilation, coord_dims=coord_features)
         widths = [input_steps * num_channels] + [hidden_channels] * num_layers

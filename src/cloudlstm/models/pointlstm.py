@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from cloudlstm.models.base import ForecastModel
+from cloudlstm.nn.knn import check_k_option
 from cloudlstm.nn.xconv import XConv, XGeometry, dilated_neighbours
 
 State = tuple[torch.Tensor, torch.Tensor]
@@ -96,7 +97,7 @@ class PointLSTM(ForecastModel):
             )
         self.output_steps = output_steps
         self.num_channels = num_channels
-        self.k = k
+        self.k = check_k_option(k, dilation)
         self.dilation = dilation
         common = dict(
             k=k, dilation=dilation, coord_dims=coord_features, lifted_channels=lifted_channels

@@ -1,6 +1,6 @@
 """Operators and recurrent cells on point clouds (and the baselines' grid / graph operators)."""
 
-from cloudlstm.nn.knn import NeighbourCountError, check_k, knn, knn_reference  # noqa: I001
+from cloudlstm.nn.knn import NeighbourCountError, check_k, check_k_option, knn, knn_reference  # noqa: I001
 from cloudlstm.nn.attention import CloudAttention
 from cloudlstm.nn.cells import CELLS, CloudGRUCell, CloudLSTMCell, CloudRNNCell
 from cloudlstm.nn.conv_rnn import CausalLSTMCell, ConvLSTMCell, GradientHighwayUnit
@@ -26,6 +26,7 @@ __all__ = [
     "XConv",
     "channel_neighbours",
     "check_k",
+    "check_k_option",
     "dilated_neighbours",
     "gather_neighbourhoods",
     "knn",

@@ -28,6 +28,7 @@ from torch import nn
 from cloudlstm.nn import lstm_triton
 from cloudlstm.nn.dconv import DConv, channel_neighbours
 from cloudlstm.nn.kernels import lstm_pointwise, use_kernels
+from cloudlstm.nn.knn import check_k_option
 
 State = tuple[torch.Tensor, ...]
 
@@ -82,7 +83,7 @@ class CloudCell(nn.Module):
         super().__init__()
         self.input_channels = input_channels
         self.hidden_channels = hidden_channels
-        self.k = k
+        self.k = check_k_option(k)
         self.value_features = value_features
         self.coord_features = coord_features
 

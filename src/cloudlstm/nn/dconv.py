@@ -17,7 +17,7 @@ from torch import nn
 
 from cloudlstm.nn import gather_triton, onednn_matmul
 from cloudlstm.nn.kernels import gather_neighbours, use_kernels
-from cloudlstm.nn.knn import check_k, knn
+from cloudlstm.nn.knn import check_k, check_k_option, knn
 
 
 def channel_neighbours(
@@ -99,7 +99,7 @@ class DConv(nn.Module):
         super().__init__()
         self.in_channels = in_channels
         self.out_channels = out_channels
-        self.k = k
+        self.k = check_k_option(k)
         self.value_features = value_features
         self.coord_features = coord_features
         self.out_value_features = out_value_features or value_features

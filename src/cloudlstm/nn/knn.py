@@ -40,32 +40,71 @@ Threads rather than numba's ``parallel=True``: see :mod:`cloudlstm.nn.threads`.
 
 from __future__ import annotations
 
+import numbers
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numba
 import numpy as np
 import torch
 
+from cloudlstm.errors import UserError
 from cloudlstm.nn import knn_triton
 from cloudlstm.nn.knn_cells import knn_cells
 from cloudlstm.nn.ranking import ranking_keys, squared_distances
 from cloudlstm.nn.threads import run_sliced
 
 
-class NeighbourCountError(ValueError):
-    """K is larger than the number of points in the cloud."""
+class NeighbourCountError(UserError):
+    """K is not a number of neighbours, or larger than the number of points in the cloud.
+
+    A user's error wherever it is raised: no model of this package shrinks a cloud, so K
+    exceeds N only through ``model.k`` and the points of the data (or of a forecast's
+    history), and it is reported as one line. Still a ``ValueError``.
+    """
 
 
 class NonFiniteCoordinatesError(ValueError):
     """Neighbours were asked among NaN / inf coordinates (a diverged model's features)."""
 
 
+def check_k_option(k: Any, dilation: Any = 1) -> int:
+    """``k`` as a model or layer is built with it: refuse what no cloud can have.
+
+    Every constructor that takes ``k`` (the CloudLSTM family, CloudCNN, the kNN models,
+    PointCNN, PointLSTM, and their DConv / X-Conv layers) checks it here, before a tensor is
+    sized by it, so ``model.k=0`` or ``-1`` is one line naming the option rather than a
+    division by zero or a negative dimension. ``dilation`` (X-Conv's) likewise. Whether K
+    fits the data's points is checked once their number is known
+    (:func:`cloudlstm.models.build.build_model`, then :func:`check_k` per cloud).
+
+    Raises:
+        NeighbourCountError: ``k`` or ``dilation`` is not a whole number >= 1.
+    """
+    if not _is_count(k):
+        raise NeighbourCountError(
+            f"model.k={k!r} is not a number of neighbours: set it to a whole number from 1 "
+            "(each point alone) to the number of points (the paper's CloudLSTM uses model.k=9)."
+        )
+    if not _is_count(dilation):
+        raise NeighbourCountError(
+            f"model.dilation={dilation!r} is not a dilation: set it to a whole number >= 1 "
+            "(1: the K nearest points), with model.k * model.dilation at most the number of "
+            "points."
+        )
+    return int(k)
+
+
+def _is_count(value: Any) -> bool:
+    """A whole number >= 1 (not a bool)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
 def check_k(k: int, num_points: int) -> None:
     """Raise a clear error when K neighbours cannot be found among ``num_points`` points."""
-    if k < 1:
-        raise NeighbourCountError(f"K must be >= 1, got K={k}.")
+    check_k_option(k)
     if k > num_points:
         raise NeighbourCountError(
             f"K={k} nearest neighbours requested but the point cloud has only "

@@ -37,7 +37,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from cloudlstm.nn.dconv import gather_neighbourhoods
-from cloudlstm.nn.knn import NeighbourCountError, check_k, knn
+from cloudlstm.nn.knn import NeighbourCountError, check_k, check_k_option, knn
 
 
 def dilated_neighbours(coords: torch.Tensor, k: int, dilation: int = 1) -> torch.Tensor:
@@ -107,7 +107,7 @@ class XConv(nn.Module):
         super().__init__()
         self.in_channels = in_channels
         self.out_channels = out_channels
-        self.k = k
+        self.k = check_k_option(k, dilation)
         self.dilation = dilation
         self.coord_dims = coord_dims
         lifted = lifted_channels or max(1, out_channels // 4)
