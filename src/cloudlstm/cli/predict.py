@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
+from cloudlstm.data.sources.long_format import folder_given
 from cloudlstm.data.sources.tables import read_table
 from cloudlstm.errors import UserError
 from cloudlstm.forecast import Forecaster
@@ -69,6 +70,8 @@ def check_format(name: str) -> None:
 
 def read_history(path: Path) -> pd.DataFrame:
     """The long-format history file (CSV, compressed CSV or Parquet)."""
+    if path.is_dir():
+        raise UserError(folder_given(path, "data.path"))
     if not path.is_file():
         raise UserError(f"data.path={path}: no such file (the history to forecast from).")
     try:

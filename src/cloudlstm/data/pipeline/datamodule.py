@@ -11,6 +11,11 @@ import torch
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader
 
+from cloudlstm.data.pipeline.absurd_values import (
+    DEFAULT_MAX_ABS_Z,
+    check_max_abs_z,
+    checked_stream,
+)
 from cloudlstm.data.pipeline.outliers import dbscan_outliers, shift_outliers
 from cloudlstm.data.pipeline.stream import PointCloudStream
 from cloudlstm.data.pipeline.transforms import (
@@ -114,6 +119,10 @@ class PointCloudDataModule(LightningDataModule):
         num_workers, pin_memory: passed to the DataLoaders.
         num_points: keep a random subset of this many points (seeded by ``subset_seed``); the
             paper uses 100 antennas for its seasonal study and 50 stations for the outliers.
+        max_abs_z: observed values more than this many typical spreads from their channel's
+            training median (a robust z-score) are absurd: an error naming them, or missing
+            with the source's ``bad_values="warn"``; None: no check (see
+            :mod:`cloudlstm.data.pipeline.absurd_values`).
         seasonal: feed the paper's seasonal input (:func:`seasonal_offsets`): the last
             ``input_steps`` steps plus a ``seasonal_days`` window sampled every
             ``seasonal_every_minutes``.
@@ -156,6 +165,7 @@ class PointCloudDataModule(LightningDataModule):
         pin_memory: bool = False,
         num_points: int | None = None,
         subset_seed: int = 0,
+        max_abs_z: float | None = DEFAULT_MAX_ABS_Z,
         seasonal: bool = False,
         seasonal_days: float = 7,
         seasonal_every_minutes: float = 120,
@@ -190,6 +200,7 @@ class PointCloudDataModule(LightningDataModule):
         self.num_workers = int(num_workers)
         self.pin_memory = bool(pin_memory)
         self.subset = None if num_points is None else (int(num_points), int(subset_seed))
+        self.max_abs_z = check_max_abs_z(max_abs_z)
         self.seasonal = (float(seasonal_days), float(seasonal_every_minutes)) if seasonal else None
         self.outlier_options = {
             "outliers": outliers,
@@ -232,10 +243,21 @@ class PointCloudDataModule(LightningDataModule):
                 )
             if self.subset is not None:
                 stream = _random_subset(stream, *self.subset)
+            stream = self._without_absurd_values(stream)
             if stream.moving:
                 stream = _with_position_channels(stream)
             self._stream = stream
         return self._stream
+
+    def _without_absurd_values(self, stream: PointCloudStream) -> PointCloudStream:
+        """``stream`` checked for absurd values (:mod:`~cloudlstm.data.pipeline.absurd_values`)
+        against its training part, as the source's ``bad_values`` mode says."""
+        train = split_bounds(stream.num_steps, self.val_fraction, self.test_fraction)["train"]
+        mode = getattr(self.source, "bad_values", None)
+        path = getattr(self.source, "path", None)
+        what = f"file {path}" if path is not None else f"stream '{stream.name}'"
+        option = "data.source.bad_values" if mode is not None else None
+        return checked_stream(stream, train, self.max_abs_z, mode or "error", what, option)
 
     @property
     def steps_per_day(self) -> int | None:

@@ -40,6 +40,30 @@ log = logging.getLogger(__name__)
 _VERSION = 1
 
 
+DATA_SUFFIXES = (".csv", ".parquet", ".pq")
+
+
+def folder_given(path: Path, option: str) -> str:
+    """The one-line error for a folder given where a long-format file is read: the folder's
+    data files, one of them as the example to give instead."""
+    files = sorted(
+        f.name
+        for f in path.iterdir()
+        if f.is_file() and any(s in DATA_SUFFIXES for s in (x.lower() for x in f.suffixes))
+    )
+    if not files:
+        inside = "it holds no .csv or .parquet file"
+        example = f"{option}={path.resolve() / 'data.csv'}"
+    else:
+        more = f" and {len(files) - 3} more" if len(files) > 3 else ""
+        inside = f"it holds {', '.join(files[:3])}{more}"
+        example = f"{option}={path.resolve() / files[0]}"
+    return (
+        f"{option}={path.resolve()} is a folder, not a file ({inside}): name one long-format "
+        f"file, e.g. {example}; to train on several, concatenate their rows into one file."
+    )
+
+
 class LongFormatSource(CachedSource):
     """A long-format CSV / Parquet file of a point-cloud stream (one row per time and point).
 
@@ -116,7 +140,10 @@ class LongFormatSource(CachedSource):
         }
 
     def input_files(self) -> list[Path]:
-        """The file; a ``MissingFileError`` naming ``data.source.path`` when it is absent."""
+        """The file; a ``MissingFileError`` naming ``data.source.path`` when it is absent,
+        a :class:`UserError` when it is a folder (one file holds the whole stream)."""
+        if self.path.is_dir():
+            raise UserError(folder_given(self.path, "data.source.path"))
         if not self.path.is_file():
             raise MissingFileError(
                 f"Long-format data file not found: {self.path.resolve()}. Set the path of your "
