@@ -16,6 +16,7 @@ reads them::
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,13 @@ import torch
 
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
-from cloudlstm.forecast_input import ForecastInput, build_input, history_step, parse_history
+from cloudlstm.forecast_input import (
+    ForecastInput,
+    build_input,
+    far_outside,
+    history_step,
+    parse_history,
+)
 from cloudlstm.training import ForecastModule
 
 __all__ = ["FILLED_COLUMN", "Forecaster"]
@@ -32,6 +39,8 @@ __all__ = ["FILLED_COLUMN", "Forecaster"]
 # Output column: how many of the point's input entries (input steps x channels) were filled
 # by interpolation instead of read; 0 means the forecast saw only real readings.
 FILLED_COLUMN = "filled_inputs"
+
+log = logging.getLogger(__name__)
 
 
 class Forecaster:
@@ -107,13 +116,21 @@ class Forecaster:
 
         Raises:
             UserError: the history lacks columns or steps, is sampled at another interval,
-                or has points the model cannot take (see :func:`build_input`).
+                has points the model cannot take (see :func:`build_input`), or fewer
+                points than the model's neighbours (``model.k``).
+
+        Points far outside the training area (:func:`~cloudlstm.forecast_input.far_outside`)
+        are forecast, with one warning on the ``cloudlstm.forecast`` logger.
         """
         if history is None:
             if self._buffer is None:
                 raise UserError("Nothing to forecast from: pass a history or call update() first.")
             history = self._buffer
         window = build_input(history, self.info, what)
+        self._check_enough_points(len(window.point_ids), what)
+        far = far_outside(window, self.info, what)
+        if far:
+            log.warning(far)
         device = next(iter(self.module.parameters()), torch.empty(0)).device
         batch = {
             "x": torch.from_numpy(window.x)[None].to(device),
@@ -122,6 +139,24 @@ class Forecaster:
         with torch.no_grad():
             pred = self.module.predict_step(batch, 0)[0].cpu().numpy()  # (J, N, C)
         return self._table(window, pred)
+
+    def _check_enough_points(self, count: int, what: str) -> None:
+        """Refuse fewer points than the neighbours the model reads for each point.
+
+        Raises:
+            UserError: the model was trained with ``model.k`` (x ``model.dilation``) more
+                than ``count``.
+        """
+        model = getattr(self.module.model, "_orig_mod", self.module.model)
+        k, dilation = getattr(model, "k", None), getattr(model, "dilation", 1)
+        if not isinstance(k, int) or k * dilation <= count:
+            return
+        trained = f"model.k={k}" + (f" x model.dilation={dilation}" if dilation != 1 else "")
+        raise UserError(
+            f"{what} has readings of {count} point(s) in its last {self.history_steps} steps, "
+            f"but the model was trained with {trained} neighbours per point: give readings "
+            f"of at least {k * dilation} points."
+        )
 
     def update(self, snapshot: pd.DataFrame) -> None:
         """Add rows (usually one time step of readings) to the stream :meth:`forecast` reads.

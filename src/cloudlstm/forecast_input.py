@@ -226,6 +226,52 @@ def build_input(df: pd.DataFrame, info: DataSpec, what: str = "the history") -> 
     )
 
 
+# New points farther than this many training extents (coord_span) beyond the training
+# coordinate range, in any dimension, are reported: the model extrapolates there.
+FAR_OUTSIDE_SPANS = 1.0
+
+
+def far_outside(window: ForecastInput, info: DataSpec, what: str) -> str | None:
+    """A one-line warning when points of a forecast lie far outside the training area, else
+    None.
+
+    Far: more than :data:`FAR_OUTSIDE_SPANS` times the training extent of a coordinate
+    (``coord_span``) below its lowest or above its highest training value, i.e. normalised
+    coordinates below -1 or above 2 where training had [0, 1]. Nearer points (a new station
+    just beyond the network's edge) are an extrapolation a point model is built for; beyond
+    that its learned neighbourhood geometry and positions have never been seen. Dimensions
+    all training points share (``coord_degenerate``) are left out: the model does not read
+    them.
+    """
+    live = ~np.asarray(info.coord_degenerate, dtype=bool)
+    if not live.any() or not len(window.point_ids):
+        return None
+    normed = np.asarray(window.coords, dtype=np.float64)[:, live]
+    beyond = np.maximum(-normed, normed - 1.0).max(axis=1)  # in training extents
+    far = np.flatnonzero(beyond > FAR_OUTSIDE_SPANS)
+    if not len(far):
+        return None
+    worst = far[np.argmax(beyond[far])]
+    names = [c for c, keep in zip(info.coord_cols, live, strict=True) if keep]
+    lo = np.asarray(info.coord_lo)[live]
+    hi = lo + np.asarray(info.coord_span)[live]
+    at = ", ".join(
+        f"{c}={v:.6g}" for c, v in zip(names, window.raw_coords[worst][live], strict=True)
+    )
+    trained = ", ".join(f"{c} {a:.6g} to {b:.6g}" for c, a, b in zip(names, lo, hi, strict=True))
+    return (
+        f"{what}: {len(far)} of {len(window.point_ids)} point(s) lie more than "
+        f"{FAR_OUTSIDE_SPANS:g}x the training area's extent outside it, up to "
+        f"{_times(beyond[worst])} (point {window.point_ids[worst]} at {at}; training {trained}): "
+        "the model extrapolates there, so forecasts at and near them are unreliable."
+    )
+
+
+def _times(value: float) -> str:
+    """A multiple as a reader takes it in: ``1.5x``, ``1,197x``."""
+    return f"{value:,.0f}x" if value >= 10 else f"{value:.2g}x"
+
+
 def _coordinates(
     pos: np.ndarray, ids: list[str], info: DataSpec, what: str
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:

@@ -12,6 +12,7 @@ replaces the data. Parameters are counted, and ``metrics.json`` is written, here
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,10 +36,13 @@ from cloudlstm.cli.build import (
 from cloudlstm.cli.checkpoint_fit import check_points, load_weights, restore_scaler
 from cloudlstm.cli.config import describe_run
 from cloudlstm.data.spec import DataSpec, stored_spec
+from cloudlstm.distributed import per_process_limits
 from cloudlstm.models.build import build_model, with_sizes
 from cloudlstm.training import ForecastModule
 
 METRICS_FILE = "metrics.json"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -99,9 +103,28 @@ def assemble(
     loggers = build_loggers(cfg, run, output_dir) if with_loggers else []
     report.define_wandb_metrics(loggers)
     trainer = build_trainer(cfg, loggers)
+    warn_per_process_limits(cfg, trainer, summary, datamodule)
     return Assembly(
         cfg, job_cfg, output_dir, datamodule, summary, spec, module, loggers, trainer, run
     )
+
+
+def warn_per_process_limits(
+    cfg: DictConfig, trainer: L.Trainer, summary: dict[str, Any], datamodule: Any
+) -> None:
+    """Warn once (rank 0) when ``trainer.limit_*_batches`` of the splits this job runs
+    count per process, so that several processes use more windows than one would
+    (:func:`cloudlstm.distributed.per_process_limits`)."""
+    if not trainer.is_global_zero:
+        return
+    train = cfg.get("train", False)  # eval.py's config has neither: it only tests
+    splits = ["train", "val"] if train else []
+    splits += ["test"] if cfg.get("test", not train) else []
+    limits = {split: getattr(trainer, f"limit_{split}_batches", None) for split in splits}
+    batch_size = int(getattr(datamodule, "batch_size", 1))
+    note = per_process_limits(limits, summary.get("windows", {}), batch_size, trainer.world_size)
+    if note:
+        log.warning(note)
 
 
 def _as_trained(model: DictConfig, checkpoint: dict[str, Any] | None) -> DictConfig | None:

@@ -1,0 +1,354 @@
+"""Bad settings and bad data met at the entry points: one line naming the problem and the fix.
+
+Neighbour counts (``model.k``) against the models and the data's points, a folder given as
+a data file, absurd values in a data file, new points far outside the training area at
+``predict.py``, and batch limits that count per process under DDP.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cloudlstm.cli.assemble import warn_per_process_limits
+from cloudlstm.cli.train import train
+from cloudlstm.data.pipeline.absurd_values import DEFAULT_MAX_ABS_Z, robust_spread
+from cloudlstm.distributed import per_process_limits
+from cloudlstm.errors import UserError, one_line_errors
+from cloudlstm.nn import DConv, NeighbourCountError, XConv
+from tests.conftest import ROOT, TINY, compose_train, subprocess_env
+
+# TINY without its model and synthetic-data settings: each test names its own
+JOB = [o for o in TINY if not o.startswith(("model.", "data.source."))]
+QUIET = ["logger=none", "report.figures=false", "print_config=false", "torch_threads=1"]
+SYNTHETIC = [o for o in TINY if o.startswith("data.source.")]
+
+
+def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
+    """``python <script> args...`` from the repository root, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, script, *args],
+        cwd=ROOT,
+        env={**subprocess_env(), "OMP_WAIT_POLICY": "PASSIVE"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def the_line(done: subprocess.CompletedProcess, needle: str) -> str:
+    """The one line of the script's output holding ``needle``, besides Hydra's line that
+    repeats the overrides; no traceback anywhere."""
+    out = done.stdout + done.stderr
+    assert "Traceback" not in out, out[-3000:]
+    framing = "Error executing job with overrides"
+    lines = [line for line in out.splitlines() if needle in line and framing not in line]
+    assert len(lines) == 1, out[-3000:]
+    return lines[0]
+
+
+def stream_table(num_points: int = 12, steps: int = 240, seed: int = 0) -> pd.DataFrame:
+    """A long-format hourly stream: ``no2`` around 20 at points spread over 10 x 10 km."""
+    rng = np.random.default_rng(seed)
+    times = pd.date_range("2024-01-01", periods=steps, freq="1h")
+    xy = rng.random((num_points, 2)) * 10
+    rows = [
+        {
+            "timestamp": t,
+            "id": f"p{i}",
+            "x": xy[i, 0],
+            "y": xy[i, 1],
+            "no2": 20 + 5 * math.sin(s / 6 + i) + rng.normal(),
+        }
+        for s, t in enumerate(times)
+        for i in range(num_points)
+    ]
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- model.k
+MODELS = {  # each model's small config
+    "cloudlstm": ["model.hidden_channels=4"],
+    "cloudgru": ["model.hidden_channels=4"],
+    "cloudrnn": ["model.hidden_channels=4"],
+    "attention_cloudlstm": ["model.hidden_channels=4"],
+    "cloudcnn": ["model.hidden_channels=4", "model.num_layers=2"],
+    "knn_lstm": ["model.hidden_size=4"],
+    "knn_mlp": ["model.hidden_size=4"],
+    "pointcnn": ["model.hidden_channels=4", "model.num_layers=2"],
+    "pointlstm": ["model.hidden_channels=4"],
+}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    """One synthetic-data cache for the tests that build a model of each kind."""
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.mark.parametrize("k", [0, -1])
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_a_k_below_one_is_one_line_naming_model_k(tmp_path, data_dir, model, k):
+    overrides = [*JOB, *SYNTHETIC, *QUIET, f"model={model}", *MODELS[model], f"model.k={k}"]
+    cfg = compose_train(tmp_path, overrides)
+    cfg.paths.data_dir = str(data_dir)
+    with pytest.raises(UserError) as err, one_line_errors():  # as train.py runs it
+        train(cfg)
+    assert type(err.value) is NeighbourCountError
+    assert str(err.value) == (
+        f"model.k={k} is not a number of neighbours: set it to a whole number from 1 (each "
+        "point alone) to the number of points (the paper's CloudLSTM uses model.k=9)."
+    )
+
+
+def test_train_py_with_k_zero_stops_with_one_line(tmp_path):
+    args = [*JOB, *SYNTHETIC, *QUIET, "model.hidden_channels=4", "model.k=0"]
+    done = run_script("train.py", *args, f"hydra.run.dir={tmp_path / 'run'}")
+    assert done.returncode == 1
+    assert the_line(done, "model.k=0").startswith("model.k=0 is not a number of neighbours")
+
+
+def test_layers_refuse_k_and_dilation_below_one():
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(NeighbourCountError, match=rf"model\.k={bad!r} is not"):
+            DConv(2, 3, k=bad)
+    with pytest.raises(NeighbourCountError, match=r"model\.dilation=0 is not a dilation"):
+        XConv(2, 3, k=3, dilation=0)
+
+
+def test_more_neighbours_than_points_is_one_line_before_the_model_is_built(tmp_path):
+    data = tmp_path / "one_point.csv"
+    stream_table(num_points=1).to_csv(data, index=False)
+    args = [*JOB, *QUIET, "data=points", f"data.source.path={data}", "model.hidden_channels=4"]
+    done = run_script("train.py", *args, "model.k=9", f"hydra.run.dir={tmp_path / 'run'}")
+    assert done.returncode == 1
+    assert the_line(done, "neighbours but the data has") == (
+        "model.k=9 neighbours but the data has 1 point(s): set model.k <= 1 (model.k=1: each "
+        "point alone), or give the data more points."
+    )
+    assert not (tmp_path / "run" / "checkpoints").exists()  # stopped before training
+
+
+def test_k_times_dilation_is_checked_against_the_points(tmp_path):
+    cfg = compose_train(
+        tmp_path,
+        [*JOB, *SYNTHETIC, *QUIET, "model=pointcnn", "model.k=5", "model.dilation=3"],
+    )
+    with pytest.raises(NeighbourCountError) as err:
+        train(cfg)
+    assert str(err.value).startswith(
+        "model.k=5 x model.dilation=3 neighbours but the data has 12 point(s): set model.k <= 4"
+    )
+
+
+# ---------------------------------------------------------------- data.source.path
+def test_a_folder_as_the_data_file_is_one_line(tmp_path):
+    folder = tmp_path / "readings"
+    folder.mkdir()
+    stream_table(num_points=3, steps=40).to_csv(folder / "a.csv", index=False)
+    args = [*JOB, *QUIET, "data=points", f"data.source.path={folder}"]
+    done = run_script("train.py", *args, f"hydra.run.dir={tmp_path / 'run'}")
+    assert done.returncode == 1
+    assert the_line(done, "is a folder") == (
+        f"data.source.path={folder} is a folder, not a file (it holds a.csv): name one "
+        f"long-format file, e.g. data.source.path={folder / 'a.csv'}; to train on several, "
+        "concatenate their rows into one file."
+    )
+
+
+# ---------------------------------------------------------------- absurd values
+@pytest.fixture
+def absurd_file(tmp_path) -> Path:
+    """The stream with one reading of 1e30 (point p4, 2024-01-04 11:00, in the training part)."""
+    df = stream_table()
+    row = df.index[(df["id"] == "p4") & (df["timestamp"] == pd.Timestamp("2024-01-04 11:00"))]
+    df.loc[row, "no2"] = 1e30
+    path = tmp_path / "fleet.csv"
+    df.to_csv(path, index=False)
+    return path
+
+
+def test_one_absurd_value_stops_train_py_with_one_line(tmp_path, absurd_file):
+    args = [*JOB, *QUIET, "model.k=3", "model.hidden_channels=4", "data=points"]
+    done = run_script(
+        "train.py", *args, f"data.source.path={absurd_file}", f"hydra.run.dir={tmp_path / 'r'}"
+    )
+    assert done.returncode == 1
+    line = the_line(done, "typical spreads")
+    assert line.startswith(
+        f"file {absurd_file}: 1 value(s) lie more than 10000 typical spreads from their "
+        "channel's training median (robust z-score), in 'no2' (1): channel 'no2', point p4, "
+        "time 2024-01-04 11:00:00 (step 83): 1e+30 ("
+    )
+    assert line.endswith(
+        "Correct or remove them, set data.source.bad_values=warn to treat them as missing, "
+        "or raise data.max_abs_z if they are real readings (null: no check)."
+    )
+
+
+def test_with_bad_values_warn_an_absurd_value_is_missing_and_the_run_is_sane(
+    tmp_path, absurd_file, caplog
+):
+    common = [*JOB, *QUIET, "model.k=3", "model.hidden_channels=4", "data=points"]
+    clean_file = tmp_path / "clean.csv"
+    stream_table().to_csv(clean_file, index=False)
+    clean = train(compose_train(tmp_path / "clean", [*common, f"data.source.path={clean_file}"]))
+    cfg = compose_train(
+        tmp_path / "warn",
+        [*common, f"data.source.path={absurd_file}", "data.source.bad_values=warn"],
+    )
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.data.pipeline.absurd_values"):
+        warned = train(cfg)
+    messages = [r.getMessage() for r in caplog.records if "typical spreads" in r.getMessage()]
+    assert len(messages) == 1
+    assert messages[0].endswith("They count as missing (data.source.bad_values=warn).")
+    mae = warned["test"]["overall"]["mae"]["mean"]
+    assert 0 < mae < 2 * clean["test"]["overall"]["mae"]["mean"]  # noise ~1, spread ~5
+
+
+def test_the_robust_spread_is_not_moved_by_the_outlier_it_finds():
+    rng = np.random.default_rng(0)
+    values = rng.normal(20.0, 5.0, 10_000)
+    median, spread = robust_spread(values)
+    assert abs(median - 20) < 0.3 and abs(spread - 5) < 0.3
+    values[0] = 1e30
+    assert robust_spread(values) == pytest.approx((median, spread), rel=1e-3)
+    rain = np.zeros(10_000)  # mostly 0: no MAD, the 99th percentile's spread instead
+    rain[:200] = rng.exponential(2.0, 200)
+    assert 0 < robust_spread(rain)[1] < 10
+    constant = np.full(1000, 7.0)  # no spread at all: |median| (at least 1)
+    assert robust_spread(constant) == (7.0, 7.0)
+
+
+def test_no_absurd_value_in_the_synthetic_data(tmp_path):
+    from cloudlstm.cli.build import build_datamodule
+
+    for data in ("synthetic", "synthetic_moving"):
+        cfg = compose_train(tmp_path / data, [f"data={data}", "data.max_abs_z=100"])
+        build_datamodule(cfg, tmp_path / data)  # 100: two orders of magnitude below the default
+    assert DEFAULT_MAX_ABS_Z == 1e4
+
+
+def test_no_absurd_value_in_the_beijing_data(tmp_path):
+    from cloudlstm.cli.build import build_datamodule
+
+    root = ROOT.parent / "shared" / "data" / "beijing_multisite"
+    if not any(root.glob("PRSA_Data_*.csv*")):
+        pytest.skip(f"the Beijing files are not in {root}")
+    weather = "data.source.covariates=[TEMP,PRES,DEWP,RAIN,WSPM,wind]"
+    cfg = compose_train(tmp_path, ["data=beijing", f"data.source.root={root}", weather])
+    datamodule, _ = build_datamodule(cfg, tmp_path)  # RAIN reaches 133 spreads, SO2 55
+    assert datamodule.max_abs_z == DEFAULT_MAX_ABS_Z
+
+
+# ---------------------------------------------------------------- predict.py
+@pytest.fixture(scope="module")
+def fleet_run(tmp_path_factory):
+    """A tiny CloudLSTM run (K=3) on 12 points in 10 x 10 km, and its data file."""
+    tmp = tmp_path_factory.mktemp("fleet")
+    data = tmp / "fleet.csv"
+    stream_table().to_csv(data, index=False)
+    model = ["model.k=3", "model.hidden_channels=4"]
+    cfg = compose_train(tmp, [*JOB, *QUIET, *model, "data=points", f"data.source.path={data}"])
+    train(cfg)
+    return Path(cfg.paths.output_dir), data
+
+
+def recent(data: Path, steps: int = 12) -> pd.DataFrame:
+    df = pd.read_csv(data, parse_dates=["timestamp"])
+    return df[df["timestamp"] > df["timestamp"].max() - pd.Timedelta(hours=steps)]
+
+
+def test_predict_py_warns_in_one_line_of_points_far_outside_the_training_area(fleet_run, tmp_path):
+    run, data = fleet_run
+    history = recent(data)
+    near = history[history["id"] == "p0"].assign(id="near", x=15.0)  # < 1 extent beyond
+    far = history[history["id"] == "p1"].assign(id="far", x=10_000.0, y=5.0)
+    path = tmp_path / "recent.csv"
+    pd.concat([history, near, far]).to_csv(path, index=False)
+    done = run_script("predict.py", f"run={run}", f"data.path={path}", f"out={tmp_path / 'f.csv'}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = the_line(done, "extrapolates")
+    assert f"data.path={path}: 1 of 14 point(s) lie more than 1x the training area's " in line
+    assert "(point far at x=10000, y=5; training x " in line
+    assert line.endswith(
+        "the model extrapolates there, so forecasts at and near them are unreliable."
+    )
+    assert set(pd.read_csv(tmp_path / "f.csv")["id"]) >= {"near", "far"}  # still forecast
+
+    inside = tmp_path / "inside.csv"
+    pd.concat([history, near]).to_csv(inside, index=False)
+    done = run_script(
+        "predict.py", f"run={run}", f"data.path={inside}", f"out={tmp_path / 'g.csv'}"
+    )
+    assert done.returncode == 0 and "extrapolates" not in done.stdout + done.stderr
+
+
+def test_predict_py_with_fewer_points_than_neighbours_or_a_folder_is_one_line(fleet_run, tmp_path):
+    run, data = fleet_run
+    history = recent(data)
+    two = tmp_path / "two.csv"
+    history[history["id"].isin(["p0", "p1"])].to_csv(two, index=False)
+    done = run_script("predict.py", f"run={run}", f"data.path={two}", f"out={tmp_path / 'f.csv'}")
+    assert done.returncode == 1
+    assert the_line(done, "neighbours per point") == (
+        f"data.path={two} has readings of 2 point(s) in its last 4 steps, but the model was "
+        "trained with model.k=3 neighbours per point: give readings of at least 3 points."
+    )
+    done = run_script("predict.py", f"run={run}", f"data.path={tmp_path}", "out=f.csv")
+    assert done.returncode == 1
+    assert the_line(done, "is a folder").startswith(f"data.path={tmp_path} is a folder, not a file")
+
+
+# ---------------------------------------------------------------- DDP batch limits
+def test_batch_limits_per_process_are_named_with_the_windows_they_cover():
+    windows = {"train": 109, "val": 11, "test": 30}
+    assert per_process_limits({"test": 2}, windows, 8, world_size=1) is None
+    assert per_process_limits({"test": 1.0, "val": 0.5}, windows, 8, world_size=2) is None
+    assert per_process_limits({"test": 4}, windows, 8, world_size=2) is None  # all 30 anyway
+    assert per_process_limits({"test": 2}, windows, 8, world_size=2) == (
+        "trainer.limit_test_batches=2 counts batches per process: with 2 processes that is 30 "
+        "test windows in all (16 in one process). Divide the limit by 2 for a one-process "
+        "run's count, or leave it out to use every window."
+    )
+    note = per_process_limits({"train": 3, "test": 1}, windows, 8, world_size=4)
+    assert note.startswith("trainer.limit_train_batches=3 and trainer.limit_test_batches=1 count")
+    assert "96 training windows per epoch in all (24 in one process) and 30 test windows" in note
+
+
+def test_the_limit_warning_is_logged_once_at_assembly(caplog):
+    trainer = SimpleNamespace(
+        is_global_zero=True, world_size=2, limit_train_batches=1.0, limit_val_batches=1.0,
+        limit_test_batches=2,
+    )  # fmt: skip
+    summary = {"windows": {"train": 109, "val": 11, "test": 30}}
+    cfg = {"train": False, "test": True}
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.cli.assemble"):
+        warn_per_process_limits(cfg, trainer, summary, SimpleNamespace(batch_size=8))
+        other_rank = SimpleNamespace(**{**vars(trainer), "is_global_zero": False})
+        warn_per_process_limits(cfg, other_rank, summary, None)
+    assert [r.getMessage()[:34] for r in caplog.records] == ["trainer.limit_test_batches=2 count"]
+
+
+@pytest.mark.slow
+def test_ddp_run_with_a_test_limit_warns_at_startup(tmp_path):
+    args = [*JOB, *SYNTHETIC, *QUIET, "model.k=3", "model.hidden_channels=4"]
+    args = [a for a in args if not a.startswith(("trainer=", "trainer.limit_test"))]
+    done = run_script(
+        "train.py", *args, "trainer=ddp_cpu", "train=false", "trainer.limit_test_batches=2",
+        f"hydra.run.dir={tmp_path / 'ddp'}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    log = (tmp_path / "ddp" / "train.log").read_text()
+    assert log.count("trainer.limit_test_batches=2 counts batches per process") == 1
+    test = json.loads((tmp_path / "ddp" / "metrics.json").read_text())["data"]["windows"]["test"]
+    assert f"{test} test windows in all (16 in one process)" in log
