@@ -82,3 +82,16 @@ class SaveHpcCheckpointAndKill(L.Callback):
             path = trainer._checkpoint_connector.hpc_save_path(trainer.default_root_dir)
             trainer.save_checkpoint(path)
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class SigtermAt(L.Callback):
+    """Send SIGTERM to the process itself before training batch ``batch`` of epoch ``epoch``
+    (as ``scancel`` or ``docker stop`` would during that step)."""
+
+    def __init__(self, epoch: int, batch: int) -> None:
+        self.epoch = epoch
+        self.batch = batch
+
+    def on_train_batch_start(self, trainer: L.Trainer, _: object, __: object, idx: int) -> None:
+        if trainer.current_epoch == self.epoch and idx == self.batch:
+            os.kill(os.getpid(), signal.SIGTERM)

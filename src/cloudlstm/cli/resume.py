@@ -37,8 +37,7 @@ def resume_checkpoint(resume: Any, run_dir: Path) -> str | None:
     if resume in (None, False, "never"):
         return None
     if resume == "auto":
-        candidates = [run_dir / "checkpoints" / "last.ckpt", *run_dir.glob("hpc_ckpt_*.ckpt")]
-        existing = [p for p in candidates if p.is_file()]
+        existing = resume_candidates(run_dir)
         if not existing:
             return None
         path = max(existing, key=lambda p: p.stat().st_mtime_ns)
@@ -54,6 +53,13 @@ def resume_checkpoint(resume: Any, run_dir: Path) -> str | None:
         )
     check_checkpoint(path, _remedy(run_dir))
     return str(path)
+
+
+def resume_candidates(run_dir: Path) -> list[Path]:
+    """The checkpoints of ``run_dir`` that ``resume=auto`` chooses from (those that exist):
+    ``checkpoints/last.ckpt`` and SLURM's ``hpc_ckpt_<n>.ckpt``."""
+    candidates = [run_dir / "checkpoints" / "last.ckpt", *run_dir.glob("hpc_ckpt_*.ckpt")]
+    return [p for p in candidates if p.is_file()]
 
 
 def _prefer_last(path: Path, checkpoint: dict[str, Any], run_dir: Path) -> Path:

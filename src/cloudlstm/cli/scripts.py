@@ -45,7 +45,14 @@ def predict() -> None:
     _run_hydra("predict", _predict)
 
 
+# the process that runs Hydra: jobs of the basic launcher run in it, joblib's and
+# submitit's in processes of their own
+_HYDRA_PID: int | None = None
+
+
 def _run_hydra(config_name: str, task: Callable[[DictConfig], Any]) -> None:
+    global _HYDRA_PID
+    _HYDRA_PID = os.getpid()
     os.environ.setdefault("PROJECT_ROOT", os.getcwd())
     main = hydra.main(version_base="1.3", config_path=str(config_dir()), config_name=config_name)
     main(task)()
@@ -55,10 +62,18 @@ def _train(cfg: DictConfig) -> float | None:
     from cloudlstm.cli import console
     from cloudlstm.cli.train import main
     from cloudlstm.errors import one_line_errors
+    from cloudlstm.preemption import EXIT_CODE, RunInterrupted
 
     console.set_up(cfg)
-    with one_line_errors():
-        return main(cfg)
+    try:
+        with one_line_errors():
+            return main(cfg)
+    except RunInterrupted:
+        if os.getpid() != _HYDRA_PID:
+            raise  # a job in its own process: the sweep reports it and fails
+        # a run, or a job of the basic launcher's sweep, which stops with it: its line is
+        # logged; SIGTERM's exit status, not Hydra's 1 of an error
+        raise SystemExit(EXIT_CODE) from None
 
 
 def _evaluate(cfg: DictConfig) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import lightning as L
 from hydra.core.hydra_config import HydraConfig
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from cloudlstm.cli import report
@@ -27,6 +28,7 @@ from cloudlstm.cli.assemble import (
 from cloudlstm.cli.build import configure_process
 from cloudlstm.cli.resume import resume_checkpoint
 from cloudlstm.errors import UserError
+from cloudlstm.preemption import EXIT_CODE, interrupted
 from cloudlstm.run_lock import owns_run_dir
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             write_metrics(output_dir, results)
             log.info("Run directory: %s", output_dir)
             log.info(next_steps(output_dir))
+    except SIGTERMException:
+        # Lightning's stop on SIGTERM is a SystemExit without a code (status 0): the run is
+        # not finished, its line says where it stands (src/cloudlstm/preemption.py)
+        _finish_wandb(job.loggers, quietly=True, exit_code=EXIT_CODE)
+        raise interrupted(job.trainer, output_dir, cfg) from None
     except BaseException:
         # the run's own error (or signal) is what the user must see: closing W&B after it,
         # e.g. with its service already killed by SLURM's SIGTERM, must not replace it
@@ -128,16 +135,17 @@ def _best_checkpoint(trainer: L.Trainer) -> str | None:
     return callback.best_model_path
 
 
-def _finish_wandb(loggers: list, quietly: bool = False) -> None:
+def _finish_wandb(loggers: list, quietly: bool = False, exit_code: int | None = None) -> None:
     """Close the W&B run so each multirun job gets its own run; ``quietly``: a failure to
-    close is logged, not raised."""
+    close is logged, not raised; ``exit_code``: the run's, where it is not 0 (W&B shows the
+    run as failed)."""
     from lightning.pytorch.loggers import WandbLogger
 
     if any(isinstance(lg, WandbLogger) for lg in loggers):
         import wandb
 
         try:
-            wandb.finish()
+            wandb.finish(exit_code=exit_code)
         except Exception as err:
             if not quietly:
                 raise

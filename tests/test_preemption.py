@@ -1,0 +1,183 @@
+"""SIGTERM outside SLURM (scancel, docker stop, a preemption): the run saves last.ckpt at its
+step, exits with 143 and names the command that continues it; a sweep says which job."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from cloudlstm.checkpoints import check_checkpoint
+from cloudlstm.preemption import EXIT_CODE, RunInterrupted
+from tests.conftest import ROOT, TINY, subprocess_env
+
+# TINY: 3 training steps an epoch, validation and last.ckpt at each epoch's end
+JOB = [*TINY, "logger=csv", "report.figures=false", "torch_threads=1"]
+# Hold training before batch 1 of epoch 1 (global step 4) until <run dir>/go exists
+GATE = [
+    "+callbacks.gate._target_=tests.kill_callback.WaitAt",
+    "+callbacks.gate.epoch=1",
+    "+callbacks.gate.batch=1",
+    "+callbacks.gate.until=${paths.output_dir}/go",
+]
+
+
+def start(args: list[str], log: Path) -> subprocess.Popen:
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [sys.executable, "train.py", *args],
+            cwd=ROOT, env=subprocess_env(), stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+def wait_for(path: Path, proc: subprocess.Popen, log: Path, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"{path} did not appear: {log.read_text()[-3000:]}")
+        time.sleep(0.2)
+
+
+def quoted_command(text: str) -> list[str]:
+    """The command between backticks in the interruption's line, ready to run here."""
+    (line,) = [x for x in text.splitlines() if "interrupted by SIGTERM" in x]
+    command = shlex.split(line.split("`")[1])
+    assert command[:2] == ["python", "train.py"], line
+    return [sys.executable, *command[1:]]
+
+
+def test_sigterm_saves_the_step_exits_143_and_the_printed_command_resumes(tmp_path):
+    run_dir, log = tmp_path / "run", tmp_path / "train.log"
+    args = [*JOB, *GATE, f"hydra.run.dir={run_dir}", f"paths.data_dir={tmp_path / 'data'}"]
+    proc = start(args, log)
+    wait_for(run_dir / "go.waiting", proc, log)
+    proc.send_signal(signal.SIGTERM)  # the gate lets batch 1 run: step 5 is the last one
+    assert proc.wait(timeout=300) == EXIT_CODE == 143, log.read_text()[-3000:]
+
+    out = log.read_text()
+    last = run_dir / "checkpoints" / "last.ckpt"
+    assert check_checkpoint(last)["global_step"] == 5  # the step the signal came in
+    assert (run_dir / "checkpoints" / "last.ckpt.checksum").is_file()
+    assert not (run_dir / "metrics.json").exists(), "metrics.json marks a finished run"
+    assert "Traceback" not in out
+    assert f"Run interrupted by SIGTERM at step 5: saved {last}." in out
+    assert f"hydra.run.dir={run_dir}" in out and "continues from it (resume=auto)" in out
+    assert "interrupted by SIGTERM" in (run_dir / "train.log").read_text()
+
+    (run_dir / "go").touch()  # the gate, part of the command, lets the resumed run through
+    command = quoted_command(out)
+    # the very command (Hydra's overrides after the others), interpolations as given
+    assert command[1] == "train.py" and sorted(command[2:]) == sorted(args)
+    done = subprocess.run(
+        command, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["resumed_from"] == str(last)
+    assert (metrics["epochs"], metrics["steps"]) == (2, 6)
+
+
+def test_the_command_of_a_run_without_a_run_dir_names_it(tmp_path, tiny_cfg):
+    """The default run directory is a new one each time: the command names this one, and
+    resume=never becomes resume=auto."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import read_write
+
+    from cloudlstm.preemption import continuation
+
+    cfg = tiny_cfg("resume=never")
+    hydra = HydraConfig.get()
+    with read_write(hydra):
+        hydra.overrides.hydra = ["hydra.mode=RUN", "hydra.job.chdir=false"]
+        hydra.overrides.task = ["model.k=3", "resume=never", "+x=${paths.output_dir}/go"]
+    line = continuation(tmp_path / "run", cfg)
+    command = shlex.split(line.split("`")[1])
+    assert command[2:] == [
+        "model.k=3", "+x=${paths.output_dir}/go", "resume=auto", "hydra.job.chdir=false",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]  # fmt: skip
+
+
+def test_sigterm_at_a_step_before_validation_keeps_the_last_checkpoint(tiny_cfg):
+    """Lightning would resume a checkpoint of that step past the validation, unrun: the run
+    goes back to the last checkpoint instead, and says so."""
+    from cloudlstm.cli.train import train
+
+    cfg = tiny_cfg(
+        "logger=none",
+        "+callbacks.term._target_=tests.kill_callback.SigtermAt",
+        "+callbacks.term.epoch=1",
+        "+callbacks.term.batch=2",  # epoch 1's last step, validated after
+    )
+    with pytest.raises(RunInterrupted) as err:
+        train(cfg)
+    last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=False)["global_step"] == 3  # epoch 0's validation
+    assert f"not saved; the newest checkpoint is {last}, of step 3" in str(err.value)
+    assert "\n" not in str(err.value)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # Lightning's handler is gone
+
+
+@pytest.mark.slow
+def test_a_sigtermed_job_of_a_joblib_sweep_fails_the_sweep_and_continues(tmp_path):
+    """Job 1 gets SIGTERM, job 0 finishes: the sweep exits non-zero with job 1's line; the
+    same sweep command, started again in its directory, resumes job 1 only."""
+    sweep, log = tmp_path / "sweep", tmp_path / "sweep.log"
+    args = [
+        "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}",
+        f"paths.data_dir={tmp_path / 'data'}",
+        *[a for a in JOB if not a.startswith("model.k=")], "model.k=2,3", *GATE,
+    ]  # fmt: skip
+    (sweep / "0").mkdir(parents=True)
+    (sweep / "0" / "go").touch()  # job 0 passes its gate, job 1 waits at it
+    proc = start(args, log)
+    wait_for(sweep / "1" / "go.waiting", proc, log)
+    job_pid = json.loads((sweep / "1" / "run.lock").read_text())["pid"]
+    assert job_pid != proc.pid, "joblib runs the job in a process of its own"
+    os.kill(job_pid, signal.SIGTERM)
+    code = proc.wait(timeout=300)
+    out = log.read_text()
+    assert code != 0, out[-3000:]
+    assert (sweep / "0" / "metrics.json").is_file()
+    assert not (sweep / "1" / "metrics.json").exists()
+    assert check_checkpoint(sweep / "1" / "checkpoints" / "last.ckpt")["global_step"] == 5
+    lines = [x for x in out.splitlines() if x.startswith("Job 1 of the sweep, interrupted")]
+    assert lines, out[-3000:]  # the sweep's own last line: Hydra's report of the failed job
+    assert f"Run dir {sweep / '1'}:" in lines[-1] and "model.k=3" in lines[-1]
+    assert f"hydra.sweep.dir={sweep}" in lines[-1]
+    assert "Traceback" not in out
+
+    (sweep / "1" / "go").touch()
+    again = start(args, tmp_path / "again.log")
+    assert again.wait(timeout=600) == 0, (tmp_path / "again.log").read_text()[-3000:]
+    metrics = json.loads((sweep / "1" / "metrics.json").read_text())
+    assert metrics["resumed_from"] == str(sweep / "1" / "checkpoints" / "last.ckpt")
+    assert metrics["steps"] == 6
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_basic_sweep_at_its_job_with_143(tmp_path):
+    """The basic launcher runs the jobs in its own process, which got the signal: the sweep
+    stops there, and the jobs after it do not start."""
+    sweep, log = tmp_path / "sweep", tmp_path / "sweep.log"
+    args = [
+        "-m", f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path / 'data'}",
+        *[a for a in JOB if not a.startswith("model.k=")], "model.k=2,3", *GATE,
+    ]  # fmt: skip
+    proc = start(args, log)
+    wait_for(sweep / "0" / "go.waiting", proc, log)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=300) == 143, log.read_text()[-3000:]
+    out = log.read_text()
+    assert "Job 0 of the sweep, interrupted by SIGTERM at step 5" in out
+    assert f"hydra.sweep.dir={sweep}" in out
+    assert not (sweep / "1").exists()
