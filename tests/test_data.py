@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import rebuilding_fails
 from omegaconf import OmegaConf
-from torch.utils.data import RandomSampler, SequentialSampler
+from torch.utils.data import SequentialSampler
 
 from cloudlstm.data import (
     PointCloudDataModule,
@@ -20,6 +20,7 @@ from cloudlstm.data import (
     normalize_coords,
     split_bounds,
 )
+from cloudlstm.data.pipeline.resumable import ShuffleSampler
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(num_points=10, num_channels=2, num_steps=120, grid_size=16, spin_up=20)
@@ -245,7 +246,7 @@ def test_loaders_shapes_order_and_shuffling():
     assert batch["coords"].shape == (7, 5, 2) and batch["y_mask"].shape == (7, 3, 5, 3)
     assert batch["x"].dtype == torch.float32 and batch["x_mask"].dtype == torch.bool
     assert torch.all(batch["coords"] == dm.coords)
-    assert isinstance(dm.train_dataloader().sampler, RandomSampler)
+    assert isinstance(dm.train_dataloader().sampler, ShuffleSampler)  # RandomSampler's draws
     assert isinstance(dm.val_dataloader().sampler, SequentialSampler)
     # the test loader yields windows in chronological order
     t0s = torch.cat(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import math
 import random
 import time
 from typing import Any
@@ -10,7 +12,10 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import RichModelSummary, RichProgressBar
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.model_summary import get_human_readable_count
+
+log = logging.getLogger(__name__)
 
 
 class EpochTimer(L.Callback):
@@ -92,10 +97,48 @@ class EpochTimer(L.Callback):
 class RngState(L.Callback):
     """Saves the random number generators' states in checkpoints and restores them.
 
-    A run resumed from an end-of-epoch checkpoint then continues exactly as the
-    uninterrupted run would have: the same shuffling of training windows (torch's sampler
-    draws it from the global generator), the same dropout masks and any other draw.
+    A resumed run then continues exactly as the uninterrupted run would have, from any
+    checkpoint, mid-epoch ones too: the same dropout masks, the same shuffles of the next
+    epochs (drawn from the global generator) and any other draw; the training loader
+    continues the epoch in progress (:mod:`cloudlstm.data.pipeline.resumable`).
+
+    At the start of a resumed training it says, in one line each, what keeps it from
+    matching the uninterrupted run bit for bit: kernels that are not deterministic (a GPU
+    without ``trainer.deterministic=true``), or a mid-epoch checkpoint without the training
+    loader's position (written by an older version).
     """
+
+    def __init__(self) -> None:
+        self._resumed: dict[str, bool] | None = None
+
+    def on_load_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        if trainer.state.fn == TrainerFn.FITTING:
+            fit_loop = checkpoint.get("loops", {}).get("fit_loop", {})
+            self._resumed = {"loader_state": "combined_loader" in fit_loop.get("state_dict", {})}
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        resumed, self._resumed = self._resumed, None
+        if resumed is None:
+            return
+        device = trainer.strategy.root_device.type
+        if device != "cpu" and not torch.are_deterministic_algorithms_enabled():
+            log.warning(
+                "Resumed on %s without trainer.deterministic=true: its kernels are not "
+                "deterministic, so the run matches an uninterrupted one only up to rounding, "
+                "not bit for bit.",
+                device.upper(),
+            )
+        batches = trainer.num_training_batches
+        if not resumed["loader_state"] and math.isfinite(batches) and batches > 0:
+            steps = math.ceil(batches / trainer.accumulate_grad_batches)
+            if trainer.global_step % steps:
+                log.warning(
+                    "The checkpoint was written mid-epoch without the training loader's "
+                    "position (by an older version): the rest of its epoch is shuffled anew, "
+                    "so the run will not match an uninterrupted one."
+                )
 
     def state_dict(self) -> dict[str, Any]:
         state = {

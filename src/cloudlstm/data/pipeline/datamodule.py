@@ -17,6 +17,7 @@ from cloudlstm.data.pipeline.absurd_values import (
     checked_stream,
 )
 from cloudlstm.data.pipeline.outliers import dbscan_outliers, shift_outliers
+from cloudlstm.data.pipeline.resumable import ResumableLoader, ShuffleSampler
 from cloudlstm.data.pipeline.stream import PointCloudStream
 from cloudlstm.data.pipeline.transforms import (
     StandardScaler,
@@ -456,8 +457,32 @@ class PointCloudDataModule(LightningDataModule):
             drop_last=False,
         )
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
+    def train_dataloader(self) -> ResumableLoader:
+        """Shuffled anew each epoch; a checkpoint holds where the epoch stands, so a run
+        resumed mid-epoch continues it exactly (:mod:`cloudlstm.data.pipeline.resumable`)."""
+        dataset = self.train_dataset
+        # Under DDP Lightning puts in its DistributedSampler (shuffled by seed and epoch).
+        ddp = self.trainer is not None and self.trainer.world_size > 1
+        return ResumableLoader(
+            dataset,
+            batch_size=self.batch_size,
+            shuffle=ddp,
+            sampler=None if ddp else ShuffleSampler(len(dataset)),
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            persistent_workers=self.num_workers > 0,
+            drop_last=False,
+            progress=self._train_progress,
+        )
+
+    def _train_progress(self) -> tuple[int, float] | None:
+        """The trainer's progress through its epoch: (batches finished, batches an epoch
+        takes); None without a trainer."""
+        trainer = self.trainer
+        if trainer is None:
+            return None
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        return done, trainer.num_training_batches
 
     def val_dataloader(self) -> DataLoader | list:
         return self._loader("val", shuffle=False)

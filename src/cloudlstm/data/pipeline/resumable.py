@@ -1,0 +1,206 @@
+"""The training dataloader: one that a run resumed in the middle of an epoch continues
+exactly where the checkpoint left it.
+
+Lightning saves the ``state_dict()`` of a training dataloader that has one in every
+checkpoint (``loops.fit_loop.state_dict.combined_loader``) and hands it to
+``load_state_dict()`` before the loader is iterated again. :class:`ResumableLoader`'s
+state is where the current pass over the windows stands: the seed of its shuffle and the
+batches already given out. A resumed pass shuffles with that seed and skips those batches
+(their windows are not read), so the rest of the epoch brings the batches the uninterrupted
+run trained on, in the same order.
+
+Runs that are never interrupted draw exactly what ``DataLoader(shuffle=True)`` draws, when
+it draws it: each pass's shuffle seed (:class:`ShuffleSampler`) and each new iterator's
+base seed come from torch's global generator. A resumed pass draws neither: the
+uninterrupted run drew both at the start of the pass, before the checkpoint, and the
+generator's state restored from the checkpoint (:class:`cloudlstm.callbacks.RngState`)
+already follows those draws. So every later draw (dropout, the next epochs' shuffles) is
+the uninterrupted run's too.
+
+Worker processes (``num_workers > 0``) are seeded from the base seed; their generators'
+states are not saved. The window datasets draw no random numbers, so this changes nothing
+here; a dataset that drew some in its workers would not resume exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+__all__ = ["ResumableLoader", "ShuffleSampler"]
+
+log = logging.getLogger(__name__)
+
+
+def _draw_seed() -> int:
+    """A seed from torch's global generator, drawn as ``RandomSampler`` draws it."""
+    return int(torch.empty((), dtype=torch.int64).random_().item())
+
+
+class ShuffleSampler(Sampler[int]):
+    """Each pass a random permutation of ``range(size)``: torch's ``RandomSampler`` (the
+    sampler of ``DataLoader(shuffle=True)``), the same permutation from the same draw, with
+    the pass's seed kept (:attr:`seed`) so that a resumed pass can shuffle alike.
+
+    As ``RandomSampler`` does, a pass draws its seed from the global generator when its
+    first index is asked for; :meth:`load_state_dict` makes the next pass use a saved seed
+    instead, without drawing.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = int(size)
+        self.seed: int | None = None  # the current pass's seed; None: not drawn yet
+        self._restored: int | None = None
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self) -> Iterator[int]:
+        seed, self._restored = self._restored, None
+        if seed is None:
+            seed = _draw_seed()
+        self.seed = seed
+        generator = torch.Generator()
+        generator.manual_seed(seed)
+        yield from torch.randperm(self.size, generator=generator).tolist()
+
+    def new_pass(self) -> None:
+        """Forget the last pass's seed (the loader starts a new pass)."""
+        self.seed = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._restored = state.get("seed")
+
+
+class _SkipFirst:
+    """The loader's batch sampler, less the batches a resumed pass has had already
+    (:attr:`ResumableLoader._skip`, taken when a pass starts): their indices are drawn and
+    dropped, their windows never read."""
+
+    def __init__(self, loader: ResumableLoader, batches: Any) -> None:
+        self.loader = loader
+        self.batches = batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[Any]:
+        skip, self.loader._skip = self.loader._skip, 0
+        batches = iter(self.batches)
+        for _ in range(skip):
+            next(batches)
+        yield from batches
+
+
+class ResumableLoader(DataLoader):
+    """A ``DataLoader`` with ``state_dict`` / ``load_state_dict`` (Lightning's stateful
+    loader protocol): a checkpoint holds where the current pass stands, and a resumed run's
+    first pass continues it (the module's docstring says how).
+
+    Args:
+        progress: the trainer's progress through its epoch: the batches it has finished
+            (a batch given out but not yet trained on, when a signal has a checkpoint
+            saved inside a step, is given again by the resumed pass) and the batches it
+            takes from each pass (fewer than ``len(self)`` under ``limit_train_batches``;
+            a pass that has given as many is over); None (or a function giving None):
+            every batch given out is finished, and an epoch is a whole pass.
+        Everything else as ``DataLoader``.
+    """
+
+    _skip = 0  # batches the next pass drops (read by _SkipFirst)
+
+    def __init__(
+        self,
+        *args: Any,
+        progress: Callable[[], tuple[int, float] | None] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.progress = progress
+        self._batches = 0  # batches the current pass has given out
+        self._started = False  # a pass was started (its iterator made)
+        self._pending: dict[str, Any] | None = None  # a state to continue from
+
+    @property
+    def _index_sampler(self) -> Any:
+        return _SkipFirst(self, super()._index_sampler)
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        state, self._pending = self._pending, None
+        current = state.get("pass") if state else None
+        sampler = self.sampler if hasattr(self.sampler, "new_pass") else None
+        skip = 0
+        if current is not None:
+            if sampler is not None and current.get("seed") is not None:
+                sampler.load_state_dict({"seed": current["seed"]})
+            skip = int(current["batches"])
+        elif sampler is not None:
+            sampler.new_pass()
+        # The uninterrupted run drew the iterator's base seed before the checkpoint (at the
+        # start of the pass in progress) or drew none (its persistent workers were running).
+        quiet = current is not None or bool(state and state.get("workers_started"))
+        self._skip = self._batches = skip
+        self._started = True
+        with self._drawing_nothing() if quiet else _nothing():
+            batches = super().__iter__()
+        return self._counted(batches)
+
+    def _counted(self, batches: Iterator[Any]) -> Iterator[Any]:
+        for batch in batches:
+            self._batches += 1
+            yield batch
+
+    @contextmanager
+    def _drawing_nothing(self) -> Iterator[None]:
+        """Make the iterator's base seed from a generator of its own, not the global one."""
+        saved = self.generator
+        self.generator = torch.Generator()
+        try:
+            yield
+        finally:
+            self.generator = saved
+
+    def _position(self) -> tuple[int, float]:
+        """(batches of the current pass finished, batches an epoch takes)."""
+        known = self.progress() if self.progress is not None else None
+        if known is None:
+            return self._batches, len(self)
+        done, length = known
+        return min(int(done), self._batches), min(length, len(self))
+
+    def state_dict(self) -> dict[str, Any]:
+        current = None
+        done, length = self._position()
+        if self._started and done < length:
+            seed = getattr(self.sampler, "seed", None)
+            current = {"batches": done, "seed": seed}
+        return {
+            "num_batches": len(self),
+            "pass": current,
+            "workers_started": bool(self.persistent_workers and self._iterator is not None),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("pass") is not None and state.get("num_batches") != len(self):
+            log.warning(
+                "The checkpoint's epochs had %s training batches, this run's have %s (the "
+                "training data or batch size changed): the resumed epoch does not continue "
+                "the checkpoint's, so the run will not match an uninterrupted one.",
+                state.get("num_batches"),
+                len(self),
+            )
+            state = {**state, "pass": None}
+        self._pending = dict(state)
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield

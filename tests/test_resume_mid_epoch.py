@@ -1,0 +1,199 @@
+"""A run resumed from a checkpoint written mid-epoch ends as the uninterrupted run, bit for bit.
+
+Under a step budget validated every N steps (the default recipe) nearly every checkpoint
+is written in the middle of an epoch; the training loader's position and shuffle travel in
+it (cloudlstm.data.pipeline.resumable) and the random generators' states too
+(cloudlstm.callbacks.RngState).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from cloudlstm.data.pipeline.resumable import ResumableLoader, ShuffleSampler
+from tests.conftest import ROOT, TINY, subprocess_env
+
+WINDOWS = TensorDataset(torch.arange(37))  # 8 batches of 5, the last of 2
+
+
+def loader(num_workers: int = 0, progress=None) -> ResumableLoader:
+    return ResumableLoader(
+        WINDOWS,
+        batch_size=5,
+        sampler=ShuffleSampler(len(WINDOWS)),
+        num_workers=num_workers,
+        persistent_workers=num_workers > 0,
+        progress=progress,
+    )
+
+
+def batches(iterator) -> list[list[int]]:
+    return [batch[0].tolist() for batch in iterator]
+
+
+def test_shuffles_and_draws_as_a_shuffling_dataloader():
+    """Runs never interrupted are those of DataLoader(shuffle=True): the same batches from
+    the same draws of the global generator."""
+    torch.manual_seed(3)
+    plain = DataLoader(WINDOWS, batch_size=5, shuffle=True)
+    expected = [batches(plain) for _ in range(3)]
+    after = torch.get_rng_state()
+    torch.manual_seed(3)
+    ours = loader()
+    assert [batches(ours) for _ in range(3)] == expected
+    assert torch.equal(torch.get_rng_state(), after)
+
+
+@pytest.mark.parametrize(("num_workers", "given"), [(0, 0), (0, 3), (0, 7), (0, 8), (2, 3), (2, 8)])
+def test_a_resumed_pass_gives_the_rest_and_draws_nothing(num_workers, given):
+    """Stopped after ``given`` batches of a pass (8: all of them), a new loader with the
+    saved state and generator gives the batches the first one would have given next, and
+    leaves the generator where the first one left it."""
+    torch.manual_seed(0)
+    first = loader(num_workers)
+    batches(first)  # an epoch before: persistent workers started, the generator moved on
+    it = iter(first)
+    for _ in range(given):
+        next(it)
+    state, rng = first.state_dict(), torch.get_rng_state()
+    expected = batches(it) + batches(first)  # the rest of the pass, then the next epoch
+    after = torch.get_rng_state()
+
+    torch.set_rng_state(rng)  # what RngState restores
+    resumed = loader(num_workers)
+    resumed.load_state_dict(state)
+    got = batches(resumed) + (batches(resumed) if given < 8 else [])
+    assert got == expected
+    assert torch.equal(torch.get_rng_state(), after)
+
+
+def test_a_pass_the_trainer_ended_early_is_over():
+    """Under limit_train_batches an epoch ends before the loader does: a checkpoint written
+    then resumes into a new pass, not into the rest of the old one."""
+    ours = loader(progress=lambda: (ours._batches, 3))
+    it = iter(ours)
+    next(it), next(it)
+    assert ours.state_dict()["pass"]["batches"] == 2
+    next(it)
+    assert ours.state_dict()["pass"] is None
+
+
+def test_a_batch_the_trainer_had_not_finished_is_given_again():
+    """A checkpoint saved inside a training step (SLURM's signal) counts that step's batch
+    as not trained on: Lightning redoes the step, and the resumed pass gives it again."""
+    torch.manual_seed(0)
+    first = loader(progress=lambda: (2, 8))
+    it = iter(first)
+    given = [next(it) for _ in range(3)]
+    state = first.state_dict()
+    assert state["pass"]["batches"] == 2
+    expected = batches(given[2:]) + batches(it)
+    resumed = loader()
+    resumed.load_state_dict(state)
+    assert batches(resumed) == expected
+
+
+def test_a_state_of_other_data_starts_a_new_pass(caplog):
+    first = loader()
+    next(iter(first))
+    state = {**first.state_dict(), "num_batches": 9}
+    resumed = loader()
+    with caplog.at_level(logging.WARNING):
+        resumed.load_state_dict(state)
+    assert "the training data or batch size changed" in caplog.text
+    assert len(batches(resumed)) == 8
+
+
+# A step budget over epochs of 14 batches, validated (and checkpointed) every 4 steps.
+STEP_BUDGET = [
+    *[a for a in TINY if not a.startswith(("trainer.max_epochs", "trainer.limit_train"))],
+    "trainer.max_epochs=-1",
+    "trainer.max_steps=20",
+    "trainer.val_check_interval=4",
+    "scheduler.warmup_steps=2",
+    "logger=none",
+    "report.figures=false",
+]
+CASES = {
+    # killed before step 14: resumed from step 12 of the first epoch's 14, it crosses into
+    # the second epoch; its best checkpoint (step 16) comes from the resumed run
+    "deterministic": (14, ["trainer.deterministic=true", "optimizer.lr=3e-2"]),
+    # killed before step 18: resumed 2 batches into the second epoch; dropout (STID's),
+    # worker processes, and default (non-deterministic) kernels, on a CPU
+    "dropout-workers": (
+        18,
+        ["model=stid", "optimizer.lr=1e-2", "data.num_workers=2", "trainer.deterministic=false"],
+    ),
+}
+
+
+def run_train(run_dir: Path, data_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    model_options = ("model.k", "model.hidden_channels")
+    base = [a for a in STEP_BUDGET if not ("model=stid" in extra and a.startswith(model_options))]
+    cmd = [
+        sys.executable,
+        "train.py",
+        *base,
+        f"hydra.run.dir={run_dir}",
+        f"paths.data_dir={data_dir}",
+        *extra,
+    ]
+    return subprocess.run(
+        cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600
+    )
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_run_killed_mid_epoch_resumes_bit_exactly(tmp_path, case):
+    kill_at, extra = CASES[case]
+    data = tmp_path / "data"
+    whole = run_train(tmp_path / "whole", data, *extra)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+
+    run_dir = tmp_path / "killed"
+    killed = run_train(
+        run_dir,
+        data,
+        *extra,
+        "+callbacks.kill._target_=tests.kill_callback.KillAtStep",
+        f"+callbacks.kill.step={kill_at}",
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    last = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    saved_at = kill_at - 2  # the last validation before the kill
+    assert last["global_step"] == saved_at and saved_at % 14 != 0  # mid-epoch
+    (loader_state,) = last["loops"]["fit_loop"]["state_dict"]["combined_loader"]
+    assert loader_state["pass"]["batches"] == saved_at % 14
+
+    resumed = run_train(run_dir, data, *extra)  # the same command, the same run directory
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    output = resumed.stdout + resumed.stderr
+    assert "Resuming from" in output
+    assert "not resumable" not in output  # Lightning's warning for a loader without state
+
+    expected = json.loads((tmp_path / "whole" / "metrics.json").read_text())
+    got = json.loads((run_dir / "metrics.json").read_text())
+    assert got["test"] == expected["test"]  # bit-identical: every metric, step and channel
+    assert got["val"] == expected["val"]  # the last validation's, of the final weights
+    assert Path(got["checkpoint"]).name == Path(expected["checkpoint"]).name
+    final = [
+        torch.load(d / "checkpoints" / "last.ckpt", weights_only=False)
+        for d in (tmp_path / "whole", run_dir)
+    ]
+    assert final[0]["global_step"] == final[1]["global_step"] == 20
+    weights = [f["state_dict"] for f in final]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    moments = [f["optimizer_states"][0]["state"] for f in final]
+    assert all(
+        torch.equal(moments[0][p][s], moments[1][p][s]) for p in moments[0] for s in moments[0][p]
+    )
