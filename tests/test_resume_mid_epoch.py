@@ -14,11 +14,14 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader, TensorDataset
 
+from cloudlstm.callbacks import RngState
 from cloudlstm.data.pipeline.resumable import ResumableLoader, ShuffleSampler
 from tests.conftest import ROOT, TINY, subprocess_env
 
@@ -111,6 +114,34 @@ def test_a_state_of_other_data_starts_a_new_pass(caplog):
         resumed.load_state_dict(state)
     assert "the training data or batch size changed" in caplog.text
     assert len(batches(resumed)) == 8
+
+
+@pytest.mark.parametrize(
+    ("device", "loader_state", "step", "said"),
+    [
+        ("cpu", True, 16, None),
+        ("cuda", True, 16, "without trainer.deterministic=true"),
+        ("cpu", False, 16, "without the training loader's position"),
+        ("cpu", False, 14, None),  # an epoch's end: nothing of the epoch to continue
+    ],
+)
+def test_a_resume_says_what_keeps_it_from_being_exact(caplog, device, loader_state, step, said):
+    trainer = SimpleNamespace(
+        state=SimpleNamespace(fn=TrainerFn.FITTING),
+        strategy=SimpleNamespace(root_device=torch.device(device)),
+        num_training_batches=14,
+        accumulate_grad_batches=1,
+        global_step=step,
+    )
+    fit_loop = {"state_dict": {"combined_loader": [{}]} if loader_state else {}}
+    callback = RngState()
+    callback.on_load_checkpoint(trainer, None, {"loops": {"fit_loop": fit_loop}})
+    with caplog.at_level(logging.WARNING):
+        callback.on_train_start(trainer, None)
+    if said is None:
+        assert not caplog.records
+    else:
+        assert len(caplog.records) == 1 and said in caplog.text
 
 
 # A step budget over epochs of 14 batches, validated (and checkpointed) every 4 steps.
