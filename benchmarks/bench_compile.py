@@ -9,7 +9,8 @@ compiled), the best of ``--steps`` later steps, and the memory the step keeps fo
 backward (the unique storages autograd saves, counted by ``saved_tensors_hooks``: what
 activation checkpointing exists to cut, counted the same way eager and compiled), then the
 compiled / eager ratios. The model is the paper's (conf/model/cloudlstm.yaml: K = 9, 36
-channels, 2 layers) at the air-quality size, C = 6, M = J = 12.
+channels, 2 layers) at the air-quality size, C = 6, M = J = 12, built as a run builds it
+(:func:`cloudlstm.cli.models_table.model_for_shape`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Callable
 
 import torch
 
-from cloudlstm.models import CloudSeq2Seq
+from cloudlstm.cli.models_table import model_for_shape
 
 
 def saved_mb(step: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, float]:
@@ -41,7 +42,10 @@ def saved_mb(step: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, float]:
 def run(args: argparse.Namespace, compiled: bool, checkpointing: bool) -> dict[str, float]:
     torch.manual_seed(0)
     n, c, m = args.points, 6, 12
-    model = CloudSeq2Seq(c, m, k=9, checkpointing=checkpointing).to(args.device)
+    model = model_for_shape(
+        "cloudlstm", num_points=n, num_channels=c, input_steps=m, output_steps=m,
+        checkpointing=checkpointing,
+    ).to(args.device)  # fmt: skip
     x = torch.randn(args.batch, m, n, c, device=args.device)
     y = torch.randn(args.batch, m, n, c, device=args.device)
     coords = torch.rand(args.batch, n, 2, device=args.device)

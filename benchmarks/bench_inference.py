@@ -27,6 +27,7 @@ import torch
 from bench_dconv import timed_together
 from torch.utils.flop_counter import FlopCounterMode
 
+from cloudlstm.cli.assemble import count_parameters
 from cloudlstm.cli.models_table import model_for_shape
 from cloudlstm.nn import onednn_matmul
 
@@ -106,7 +107,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = build_model()
-    params = sum(p.numel() for p in model.parameters())
+    params = count_parameters(model)
     print(
         f"CloudLSTM (K={model.k}, {params:,} parameters), N={SHAPE['points']}, "
         f"C={SHAPE['channels']}, M=J={SHAPE['input_steps']}; CPU threads: "

@@ -4,7 +4,8 @@
                                      [--repeats 2] [--quick] [--max-gb G]
 
 For each N, a seeded city-like layout (:func:`cloudlstm.layouts.city_layout`) and the
-paper's CloudLSTM (C=2 channels, M=J=6, K=9, 36 hidden channels, 2 layers): one training
+paper's CloudLSTM (C=2 channels, M=J=6, K=9, 36 hidden channels, 2 layers; built as a run
+builds it, :func:`cloudlstm.cli.models_table.model_for_shape`): one training
 sample's forward + backward at batch 1 and batch 4, with and without
 ``model.checkpointing``. Every configuration runs in a fresh subprocess, so its peak
 memory (``ru_maxrss``) is its own; the process first trains a 50-point sample (imports,
@@ -55,17 +56,18 @@ def worker(n: int, batch: int, checkpointing: bool, repeats: int, seed: int) -> 
     from torch.profiler import ProfilerActivity, profile, record_function
 
     import cloudlstm.nn.dconv as dconv
+    from cloudlstm.cli.models_table import model_for_shape
     from cloudlstm.host_memory import keep_freed_memory, keeps_freed_memory
     from cloudlstm.layouts import city_layout
-    from cloudlstm.models import CloudSeq2Seq
 
     if keeps_freed_memory("auto", checkpointing):  # as train.py runs a step by default
         keep_freed_memory()
     torch.manual_seed(seed)
     coords = torch.from_numpy(city_layout(n, seed)).expand(batch, -1, -1).contiguous()
     x, y = torch.randn(batch, M, n, C), torch.randn(batch, J, n, C)
-    model = CloudSeq2Seq(  # points in Z-order: what a city-size run would use
-        C, J, k=K, hidden_channels=HIDDEN, num_layers=LAYERS, checkpointing=checkpointing,
+    model = model_for_shape(  # points in Z-order: what a city-size run would use
+        "cloudlstm", num_points=n, num_channels=C, input_steps=M, output_steps=J, k=K,
+        hidden_channels=HIDDEN, num_layers=LAYERS, checkpointing=checkpointing,
         spatial_order=True,
     )  # fmt: skip
 

@@ -8,19 +8,19 @@ import sys
 import pytest
 
 from cloudlstm.cli import space_check
-from cloudlstm.cli.models_table import count_parameters, model_names
+from cloudlstm.cli.models_table import model_names, model_parameters
 from tests.conftest import ROOT, subprocess_env
 
 
 def test_parameter_counts_follow_the_configs():
     names = model_names()
     assert {"cloudlstm", "mlp", "cnn", "stgcn", "pointlstm", "persistence"} <= set(names)
-    assert count_parameters("persistence") == 0
+    assert model_parameters("persistence") == 0
     # MLP: 5 hidden layers of 500 on the flattened 12 x 274 x 6 window, all outputs at once.
     d = 12 * 274 * 6
     expected = (d * 500 + 500) + 4 * (500 * 500 + 500) + (500 * d + d)
-    assert count_parameters("mlp") == expected
-    assert count_parameters("mlp", num_points=10) < expected
+    assert model_parameters("mlp") == expected
+    assert model_parameters("mlp", num_points=10) < expected
 
 
 def test_space_check_prints_test_mse_and_ratio_to_the_per_point_lstm(capsys):

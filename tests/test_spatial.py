@@ -1,9 +1,9 @@
 """End-to-end check that space matters in the synthetic data, and that CloudLSTM uses it.
 
-With the real Lightning ``Trainer``, ``PointCloudDataModule`` and ``ForecastModule``, on the
-default physics of ``conf/data/synthetic.yaml`` at the small size of
-``python -m cloudlstm.cli.space_check``, and for the same 15 epochs, three models are trained
-per data seed:
+Each model a run of ``train.py``'s config put together by ``assemble`` (the real Lightning
+``Trainer``, ``PointCloudDataModule`` and ``ForecastModule``), on the default physics of
+``conf/data/synthetic.yaml`` at the small size of ``python -m cloudlstm.cli.space_check``,
+and for the same 15 epochs, three models are trained per data seed:
 
 * ``lstm_k1``: a seq2seq LSTM shared by all stations, each fed only its own history (the
   per-point model that sees no neighbours);
@@ -24,16 +24,15 @@ import logging
 
 import pytest
 
-from cloudlstm.cli.space_check import EPOCHS, MODELS, fit_and_test, synthetic_datamodule
+from cloudlstm.cli.space_check import EPOCHS, check_config, fit_and_test
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_spatial_models_beat_a_per_point_lstm(seed, tmp_path):
     logging.getLogger("lightning").setLevel(logging.ERROR)
-    datamodule = synthetic_datamodule(seed, tmp_path / "data")
     mse = {
-        name: fit_and_test(MODELS[name], datamodule, epochs=EPOCHS, workdir=tmp_path / name)
+        name: fit_and_test(check_config(name, seed, EPOCHS, tmp_path / name, tmp_path / "data"))
         for name in ("lstm_k1", "lstm_k6", "cloudlstm_k6")
     }
     assert mse["lstm_k1"] < 0.6, f"seed {seed}: test MSE {mse} (normalised) is not well below 1"

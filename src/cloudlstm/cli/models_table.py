@@ -2,8 +2,10 @@
 
 ``python -m cloudlstm.cli.models_table`` composes each ``conf/model/*.yaml`` exactly as
 ``train.py`` would, with the data-dependent sizes of the paper's air-quality cluster A
-(N=274 stations, C=6 indicators, M=J=12, 2-D coordinates) unless given, builds the model and
-prints a markdown table of parameter counts.
+(N=274 stations, C=6 indicators, M=J=12, 2-D coordinates) unless given, builds the model as
+every run does (:func:`~cloudlstm.models.build.build_model` on a
+:meth:`~cloudlstm.data.spec.DataSpec.sized` description), counts its parameters as every run
+does (:func:`~cloudlstm.cli.assemble.count_parameters`) and prints a markdown table.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
 
+from cloudlstm.cli.assemble import count_parameters
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.models.build import build_model
 from cloudlstm.paths import config_dir
@@ -28,10 +31,10 @@ def model_names(conf_dir: Path = CONF_DIR) -> list[str]:
     return sorted(p.stem for p in (conf_dir / "model").glob("*.yaml"))
 
 
-def count_parameters(name: str, **sizes: Any) -> int:
+def model_parameters(name: str, **sizes: Any) -> int:
     """Parameters of ``model=<name>`` with its config defaults and the given data sizes
     (the keyword arguments of :func:`model_for_shape`)."""
-    return sum(p.numel() for p in model_for_shape(name, **sizes).parameters())
+    return count_parameters(model_for_shape(name, **sizes))
 
 
 def model_for_shape(
@@ -73,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("| model | parameters |\n|---|---|")
     for name in args.models or model_names():
-        count = count_parameters(
+        count = model_parameters(
             name,
             num_points=args.num_points,
             num_channels=args.num_channels,

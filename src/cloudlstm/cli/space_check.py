@@ -13,31 +13,31 @@ ratio to ``lstm_k1``; below 1 means the model beat the per-point LSTM. Its model
 and training are those of ``tests/test_spatial.py`` (see ``docs/design.md``), kept runnable so
 that changes to the generator or to CloudLSTM can be checked in one command, e.g.
 ``python -m cloudlstm.cli.space_check --seeds 0 1 2 --models lstm_k1 cloudlstm_k6``.
+
+Each model is a run of ``train.py``'s config (:func:`check_config`: ``model=knn_lstm`` or
+``model=cloudlstm``, ``data=synthetic``, ``recipe=paper`` with Adam at 3e-3, no learning-rate
+schedule and no early stopping), put together by :func:`cloudlstm.cli.assemble.assemble`, the
+build path of every run.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
-from functools import partial
+from contextlib import redirect_stdout
 from pathlib import Path
 
 import lightning as L
-import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
-from omegaconf import OmegaConf
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, open_dict
 
-from cloudlstm.data import PointCloudDataModule, SyntheticAdvectionDiffusion
-from cloudlstm.models import KNNLSTM, CloudSeq2Seq
-from cloudlstm.models.base import ForecastModel
+from cloudlstm.cli.assemble import assemble
 from cloudlstm.paths import config_dir
-from cloudlstm.training import ForecastModule
-
-CONF_DIR = config_dir()
 
 # (B, M, N, C) sizes of the check: small enough for a CPU, long enough that the test period
 # is not one unusual week (at 700 steps the neighbour gain swings between seeds).
@@ -47,54 +47,75 @@ NUM_POINTS, NUM_CHANNELS, NUM_STEPS, GRID_SIZE, STEPS_IN, STEPS_OUT = 24, 2, 150
 # plateau around epoch 5); by 15 every model has levelled off.
 EPOCHS = 15
 
-MODELS: dict[str, Callable[[], ForecastModel]] = {
-    "lstm_k1": lambda: KNNLSTM(NUM_CHANNELS, STEPS_OUT, k=1, hidden_size=32),
-    "lstm_k6": lambda: KNNLSTM(NUM_CHANNELS, STEPS_OUT, k=6, hidden_size=32),
-    "cloudlstm_k1": lambda: CloudSeq2Seq(NUM_CHANNELS, STEPS_OUT, k=1, hidden_channels=16),
-    "cloudlstm_k6": lambda: CloudSeq2Seq(NUM_CHANNELS, STEPS_OUT, k=6, hidden_channels=16),
+# Each model of the check: its config and the keys set over it.
+MODELS: dict[str, list[str]] = {
+    "lstm_k1": ["model=knn_lstm", "model.k=1", "model.hidden_size=32"],
+    "lstm_k6": ["model=knn_lstm", "model.k=6", "model.hidden_size=32"],
+    "cloudlstm_k1": ["model=cloudlstm", "model.k=1", "model.hidden_channels=16"],
+    "cloudlstm_k6": ["model=cloudlstm", "model.k=6", "model.hidden_channels=16"],
 }
 
 
-def synthetic_datamodule(seed: int, cache_dir: Path, num_steps: int = NUM_STEPS):
-    """The default generator's physics (``conf/data/synthetic.yaml``) at the check's size."""
-    cfg = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "data/synthetic.yaml").source)
-    args = {k: v for k, v in cfg.items() if k not in ("_target_", "cache_dir")}
-    args.update(
-        num_points=NUM_POINTS,
-        num_channels=NUM_CHANNELS,
-        num_steps=num_steps,
-        grid_size=GRID_SIZE,
-        seed=seed,
-    )
-    source = SyntheticAdvectionDiffusion(**args, cache_dir=cache_dir)
-    return PointCloudDataModule(source, input_steps=STEPS_IN, output_steps=STEPS_OUT, batch_size=16)
-
-
-def fit_and_test(
-    make_model: Callable[[], ForecastModel],
-    datamodule: PointCloudDataModule,
+def check_config(
+    model: str,
+    seed: int,
     epochs: int,
     workdir: Path,
-) -> float:
-    """Build the model, train ``epochs`` epochs (Adam 3e-3, clip 1), return the normalised
-    test MSE of the best validation checkpoint. Seeds torch before building the model, so
-    equal calls give equal results."""
-    L.seed_everything(0, verbose=False)
-    module = ForecastModule(make_model(), optimizer=partial(torch.optim.Adam, lr=3e-3))
-    checkpoint = ModelCheckpoint(dirpath=workdir, monitor="val/loss", save_top_k=1)
-    trainer = L.Trainer(
-        max_epochs=epochs,
-        accelerator="cpu",
-        logger=False,
-        callbacks=[checkpoint],
-        default_root_dir=workdir,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        gradient_clip_val=1.0,
-    )
-    trainer.fit(module, datamodule=datamodule)
-    result = trainer.test(
-        module, datamodule=datamodule, ckpt_path="best", weights_only=False, verbose=False
+    data_dir: Path,
+    num_steps: int = NUM_STEPS,
+) -> DictConfig:
+    """``train.py``'s config of model ``model`` (a key of :data:`MODELS`) in the check: the
+    default generator's physics (``conf/data/synthetic.yaml``) at the check's size and data
+    seed ``seed``, cached under ``data_dir``; ``epochs`` epochs of the paper recipe (MSE on
+    normalised values, gradients clipped at 1) with Adam at 3e-3 and no schedule; the
+    checkpoint of the best validation loss tested, no early stopping, no logger; the run's
+    files in ``workdir``."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[
+                *MODELS[model],
+                "data=synthetic",
+                f"data.source.num_points={NUM_POINTS}",
+                f"data.source.num_channels={NUM_CHANNELS}",
+                f"data.source.num_steps={num_steps}",
+                f"data.source.grid_size={GRID_SIZE}",
+                f"data.source.seed={seed}",
+                f"data.input_steps={STEPS_IN}",
+                f"data.output_steps={STEPS_OUT}",
+                "data.batch_size=16",
+                "recipe=paper",
+                "optimizer.lr=3e-3",
+                "~scheduler",
+                "trainer=cpu",
+                f"trainer.max_epochs={epochs}",
+                "trainer.enable_progress_bar=false",
+                "+trainer.enable_model_summary=false",
+                "logger=none",
+                "seed=0",  # the models' initial weights: the same for every data seed
+            ],
+        )
+    with open_dict(cfg):
+        cfg.paths.root_dir = cfg.paths.work_dir = cfg.paths.output_dir = str(workdir)
+        cfg.paths.data_dir = str(data_dir)
+        # the best validation loss's checkpoint, tested; no early stopping, timers, summaries
+        cfg.callbacks = {"model_checkpoint": cfg.callbacks.model_checkpoint}
+    return cfg
+
+
+def fit_and_test(cfg: DictConfig) -> float:
+    """Assemble the run of ``cfg`` (see :func:`check_config`), train it, and return the
+    normalised test MSE of its best validation checkpoint. Seeds torch with ``cfg.seed``
+    before the model is built, so equal calls give equal results."""
+    L.seed_everything(cfg.seed, verbose=False)
+    output_dir = Path(cfg.paths.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with redirect_stdout(io.StringIO()):  # the data's summary table: one per model, not ours
+        job = assemble(cfg, output_dir, with_loggers=False)
+    job.trainer.fit(job.module, datamodule=job.datamodule)
+    result = job.trainer.test(
+        job.module, datamodule=job.datamodule, ckpt_path="best", weights_only=False, verbose=False
     )
     return result[0]["test/loss"]
 
@@ -115,11 +136,12 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:
-            datamodule = synthetic_datamodule(seed, Path(tmp) / "data")
             base = float("nan")  # set by lstm_k1, always trained first
             for name in args.models:
                 start = time.perf_counter()
-                mse = fit_and_test(MODELS[name], datamodule, args.epochs, Path(tmp) / name)
+                workdir = Path(tmp) / f"s{seed}" / name
+                cfg = check_config(name, seed, args.epochs, workdir, Path(tmp) / "data")
+                mse = fit_and_test(cfg)
                 base = mse if name == "lstm_k1" else base
                 took = time.perf_counter() - start
                 row = f"| {seed} | {name} | {mse:.4f} | {mse / base:.3f} | {took:.0f} |"
