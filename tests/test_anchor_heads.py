@@ -9,6 +9,9 @@ Models whose forecast is absolute by construction are not anchorable and name no
 persistence, seasonal naive, and CloudLSTM with ``residual`` (each step is added to the
 previous one, starting from the last observed frame, so a silent head gives persistence,
 not zeros; anchoring it would add the last frame twice).
+
+Every model config is also built from data with covariates and time features: it forecasts
+the targets from them, or refuses such data in one line.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from conftest import ROOT, compose_train
 from omegaconf import DictConfig
 
 from cloudlstm.data.spec import DataSpec
+from cloudlstm.errors import UserError
 from cloudlstm.models import CloudSeq2Seq
 from cloudlstm.models.base import ForecastModel, silence_output_head
 from cloudlstm.models.build import build_model
@@ -98,3 +102,47 @@ def test_residual_cloudlstm_is_anchored_by_construction() -> None:
             param.zero_()
     x, coords, _ = random_batch()
     assert torch.equal(model(x, coords), x[:, -1:].expand(B, J, N, C))
+
+
+# Two measured covariates and the time of day (sin, cos): C_in = C + 2 + 2, F = 2. A day of
+# M steps, so that seasonal naive finds a whole season in the window.
+COV, F = 2, 2
+COVARIATE_SPEC = DataSpec.sized(
+    N, C, M, J, coord_features=L, steps_per_day=M, covariates=COV, time_features=["hour"]
+)
+
+
+def covariate_failure(tmp_path, name: str) -> str | None:
+    """Why ``model=name`` fails on data with covariates, or None: built from
+    :data:`COVARIATE_SPEC`, it forecasts ``(B, J, N, C)`` finite values from ``x (B, M, N,
+    C_in)`` and ``future (B, J, N, F)``, or refuses the data with a one-line
+    :class:`UserError`."""
+    torch.manual_seed(0)
+    try:
+        model: ForecastModel = build_model(tiny_model_config(tmp_path, name), COVARIATE_SPEC)
+    except UserError as err:
+        return None if "\n" not in str(err) else f"refuses in several lines: {err}"
+    except Exception as err:  # listed with the others' failures, not raised
+        return f"build: {type(err).__name__}: {err}"
+    x, coords, _ = random_batch()
+    cov = torch.randn(B, M, N, COV + F, generator=torch.Generator().manual_seed(1))
+    future = torch.randn(B, J, N, F, generator=torch.Generator().manual_seed(2))
+    try:
+        with torch.no_grad():
+            out = model(torch.cat([x, cov], dim=-1), coords, future)
+    except Exception as err:  # every model's failure is listed, not only the first
+        return f"{type(err).__name__}: {err}"
+    if out.shape != (B, J, N, C) or not out.isfinite().all():
+        return f"forecast {tuple(out.shape)} (finite: {bool(out.isfinite().all())})"
+    return None
+
+
+def test_every_model_takes_covariates_or_refuses_them_in_one_line(tmp_path) -> None:
+    """Every model config, built from data with covariates and time features, forecasts
+    the C target channels from the C_in input channels and the future time features, or
+    refuses such data with one line; the message lists every model that does neither."""
+    failures = {name: covariate_failure(tmp_path, name) for name in MODELS}
+    failed = {name: why for name, why in failures.items() if why is not None}
+    assert not failed, "models failing with covariates:\n" + "\n".join(
+        f"  {name}: {why}" for name, why in failed.items()
+    )

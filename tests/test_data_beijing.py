@@ -198,6 +198,8 @@ def old_beijing_config(cfg: DictConfig) -> DictConfig:
     data = OmegaConf.to_container(cfg.data, resolve=True)
     source = data.pop("source")
     source.pop("_target_")
+    source.pop("covariates")  # older than covariates too
+    data.pop("time_features")
     data = {**data, **source, "_target_": "cloudlstm.data.sources.beijing.BeijingDataModule"}
     return OmegaConf.merge(OmegaConf.masked_copy(cfg, ["paths"]), {"data": data})
 

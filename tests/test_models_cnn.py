@@ -65,6 +65,24 @@ def test_defcnn_starts_as_the_cnn_with_the_same_weights():
         torch.testing.assert_close(deform(x, coords), plain(x, coords), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("cls", MODELS.values(), ids=MODELS.keys())
+def test_covariates_are_input_planes_and_the_future_is_not_read(cls):
+    """C_in = 2 targets + 2 covariates + 2 time features in, C_out = 2 out; ``future`` is
+    required (F > 0) but does not change the forecast."""
+    torch.manual_seed(0)
+    kw = dict(num_channels=2, input_steps=4, output_steps=3, input_channels=6, **TINY_SIZE)
+    model = cls(future_channels=2, **kw).eval()
+    x, coords = torch.randn(2, 4, 10, 6), torch.rand(2, 10, 2)
+    with torch.no_grad():
+        out = model(x, coords, torch.randn(2, 3, 10, 2))
+        assert out.shape == (2, 3, 10, 2)
+        assert torch.equal(model(x, coords, torch.randn(2, 3, 10, 2)), out)
+        x[..., 2:] = 0  # the covariates are read
+        assert not torch.equal(model(x, coords, torch.randn(2, 3, 10, 2)), out)
+    with pytest.raises(ValueError, match="future"):
+        model(x, coords)
+
+
 def test_cnn3d_forecast_does_not_look_at_other_samples_in_eval():
     model = CNN3D(num_channels=2, input_steps=4, output_steps=3, **TINY_SIZE).eval()
     x, coords = torch.randn(3, 4, 9, 2), torch.rand(9, 2).expand(3, 9, 2)

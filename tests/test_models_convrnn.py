@@ -254,3 +254,41 @@ def test_clear_errors(model_cls):
     x, coords, _ = tiny_batch(m=4, n=12, c=3, j=1)
     with pytest.raises(ValueError, match="num_channels"):
         model(x, coords)
+
+
+@pytest.mark.parametrize("model_cls", MODELS)
+def test_decoder_reads_its_forecast_the_held_covariates_and_the_step_time_features(model_cls):
+    """With covariates (C_in = 2 targets + 1 measured + 2 time features): the embedding
+    reads the last observed frame first, then at each step j > 0 the forecast of step
+    j - 1, the covariate held at its last value and the time features of step j - 1."""
+    torch.manual_seed(0)
+    model = model_cls(output_steps=3, input_channels=5, future_channels=2, **TINY)
+    x, future = torch.randn(2, 4, 5, 3, 4), torch.randn(2, 3, 2, 3, 4)
+    read = []
+    model.embed.register_forward_hook(lambda _m, inputs, _out: read.append(inputs[0]))
+    with torch.no_grad():
+        out = model.forward_grid(x, future)
+    assert out.shape == (2, 3, 2, 3, 4)
+    decoded = read[1:]  # read[0]: the M input frames, embedded at once
+    assert len(decoded) == 3 and torch.equal(decoded[0], x[:, -1])
+    for j in (1, 2):
+        assert torch.equal(decoded[j][:, :2], out[:, j - 1])
+        assert torch.equal(decoded[j][:, 2:3], x[:, -1, 2:3])
+        assert torch.equal(decoded[j][:, 3:], future[:, j - 1])
+    with pytest.raises(ValueError, match="future"):
+        model.forward_grid(x)
+
+
+@pytest.mark.parametrize("model_cls", MODELS)
+def test_covariates_through_the_point_interface(model_cls):
+    """``x (B, M, N, C_in)`` and ``future (B, J, N, F)`` -> ``(B, J, N, C_out)``; the
+    future is required exactly when the model has time features."""
+    model = model_cls(output_steps=3, input_channels=6, future_channels=2, **TINY)
+    x, coords, _ = tiny_batch(b=2, m=4, n=12, c=6, j=1)
+    future = torch.randn(2, 3, 12, 2)
+    with torch.no_grad():
+        assert model(x, coords, future).shape == (2, 3, 12, 2)
+    with pytest.raises(ValueError, match="future"):
+        model(x, coords)
+    with pytest.raises(ValueError, match="C_in=6"):
+        model(x[..., :5], coords, future)

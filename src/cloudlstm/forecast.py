@@ -136,6 +136,8 @@ class Forecaster:
             "x": torch.from_numpy(window.x)[None].to(device),
             "coords": torch.from_numpy(window.coords)[None].to(device),
         }
+        if window.future is not None:  # the forecast steps' time features
+            batch["future"] = torch.from_numpy(window.future)[None].to(device)
         with torch.no_grad():
             pred = self.module.predict_step(batch, 0)[0].cpu().numpy()  # (J, N, C)
         return self._table(window, pred)

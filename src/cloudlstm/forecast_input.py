@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from cloudlstm.data.pipeline.covariates import time_features
 from cloudlstm.data.pipeline.transforms import scale_coords
 from cloudlstm.data.sources.tables import (
     check_columns,
@@ -36,7 +37,10 @@ class ForecastInput:
     """The model input built from a history.
 
     Attributes:
-        x: ``(M, N, C)`` float32 normalised input (the model's input steps).
+        x: ``(M, N, C_in)`` float32 normalised input (the model's input steps): the
+            target channels, the measured covariates, the time features.
+        future: ``(J, N, F)`` float32 time features of the forecast steps, or None when
+            the model was trained without them.
         coords: ``(N, L)`` float32 normalised coordinates (moving points: the last positions).
         point_ids: the N points, training points first in training order, then new ones.
         raw_coords: ``(N, L)`` coordinates in raw units (moving points: the last positions).
@@ -52,6 +56,7 @@ class ForecastInput:
     filled: np.ndarray
     last_time: np.datetime64
     step: np.timedelta64
+    future: np.ndarray | None = None
 
 
 def step_text(step: np.timedelta64) -> str:
@@ -80,7 +85,7 @@ def parse_history(df: pd.DataFrame, info: DataSpec, what: str) -> pd.DataFrame:
     Raises:
         UserError: a column is missing (expected vs found), or a timestamp cannot be read.
     """
-    expected = [info.time_col, info.id_col, *info.coord_cols, *info.value_channels]
+    expected = [info.time_col, info.id_col, *info.coord_cols, *_read_channels(info)]
     with user_errors():
         check_columns(
             df,
@@ -178,8 +183,9 @@ def build_input(df: pd.DataFrame, info: DataSpec, what: str = "the history") -> 
     """The normalised model input of the forecast after the last timestamp of ``df``.
 
     Args:
-        df: long-format rows ``(time, id, coordinates, one column per value channel)``;
-            missing cells or rows are filled.
+        df: long-format rows ``(time, id, coordinates, one column per value channel and
+            per measured covariate)``; missing cells or rows are filled. Time features
+            are computed from the times.
         info: the training data's description, from the checkpoint.
         what: how to name ``df`` in error messages.
 
@@ -193,24 +199,32 @@ def build_input(df: pd.DataFrame, info: DataSpec, what: str = "the history") -> 
     index = {p: n for n, p in enumerate(ids)}
     with user_errors():
         grid = pivot_long(df, info.time_col, info.id_col, step, "error", what)
-        values = np.stack([numeric_column(df, c, what) for c in info.value_channels], axis=1)
+        values = np.stack([numeric_column(df, c, what) for c in _read_channels(info)], axis=1)
         positions = np.stack([numeric_column(df, c, what) for c in info.coord_cols], axis=1)
     # the grid starts at the history's first row; the window ends at its last timestamp
     first = need - len(grid.timestamps)
     column = np.array([index[p] for p in grid.point_ids])
-    raw = np.full((need, len(ids), len(info.value_channels)), np.nan, dtype=np.float32)
+    raw = np.full((need, len(ids), values.shape[1]), np.nan, dtype=np.float32)
     raw[first:, column] = grid.scatter(values, dtype=np.float32)
     pos = np.full((need, len(ids), info.num_dims), np.nan)
     pos[first:, column] = grid.scatter(positions)
     raw_coords, track, located = _coordinates(pos, ids, info, what)
     filled, observed = interpolate_gaps(raw)
-    if info.moving:  # positions are channels too, as in training
-        filled = np.concatenate([filled, track.astype(np.float32)], axis=-1)
-        observed = np.concatenate([observed, located], axis=-1)
-    normed = info.value_scaler().transform(filled)
+    if info.moving:  # positions are channels too, as in training: before the covariates
+        cut = len(info.value_channels)
+        filled = np.concatenate(
+            [filled[..., :cut], track.astype(np.float32), filled[..., cut:]], -1
+        )
+        observed = np.concatenate([observed[..., :cut], located, observed[..., cut:]], -1)
+    normed = info.input_scaler().transform(filled)
     # as in training: an entry no point had in the window becomes 0, the training mean
     np.nan_to_num(normed, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
     rows = need + np.asarray(info.input_offsets)
+    last_time = grid.timestamps[-1]
+    past, future = _time_inputs(last_time, step, need, info, len(ids))
+    if past is not None:
+        normed = np.concatenate([normed, past], axis=-1)
+        observed = np.concatenate([observed, np.ones(past.shape, dtype=bool)], axis=-1)
     degenerate = np.asarray(info.coord_degenerate)
     coords = scale_coords(
         raw_coords, np.asarray(info.coord_lo), np.asarray(info.coord_span), degenerate
@@ -221,9 +235,28 @@ def build_input(df: pd.DataFrame, info: DataSpec, what: str = "the history") -> 
         point_ids=ids,
         raw_coords=raw_coords,
         filled=(~observed[rows]).sum(axis=(0, 2)),
-        last_time=grid.timestamps[-1],
+        last_time=last_time,
         step=step,
+        future=future,
     )
+
+
+def _read_channels(info: DataSpec) -> list[str]:
+    """The columns a history gives for each point: value channels, measured covariates."""
+    return [*info.value_channels, *info.covariate_names]
+
+
+def _time_inputs(
+    last_time: np.datetime64, step: np.timedelta64, need: int, info: DataSpec, points: int
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The time features ``(H, N, F)`` of the history's last ``need`` steps and ``(J, N,
+    F)`` of the forecast's, as the training windows had them; (None, None) without any."""
+    if not info.time_features:
+        return None, None
+    times = last_time + step * np.arange(1 - need, info.output_steps + 1)
+    features = time_features(times, info.time_features)[:, None, :]
+    features = np.repeat(features, points, axis=1)
+    return features[:need], features[need:]
 
 
 # New points farther than this many training extents (coord_span) beyond the training

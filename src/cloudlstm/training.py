@@ -162,11 +162,14 @@ class ForecastModule(L.LightningModule):
             channel_std=self.scaler.std,
         )
 
-    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Normalised forecast ``(B, J, N, C_out)`` of ``x (B, M, N, C_in)`` at ``coords
-        (B, N, L)``; anchored: plus the last observed frame of the C_out target channels
-        (the first C_out of the input's)."""
-        out = self.model(x, coords)
+        (B, N, L)``, with the known-future channels ``future (B, J, N, F)`` when the data
+        has time features; anchored: plus the last observed frame of the C_out target
+        channels (the first C_out of the input's)."""
+        out = self.model(x, coords) if future is None else self.model(x, coords, future)
         if self.anchored:
             last = x[:, self.anchor_index, :, : out.shape[-1]]
             out = out + last.unsqueeze(1)
@@ -180,7 +183,7 @@ class ForecastModule(L.LightningModule):
 
         Returns the loss and the normalised forecast ``(B, J, N, C)``.
         """
-        pred = self(batch["x"], batch["coords"])
+        pred = self(batch["x"], batch["coords"], batch.get("future"))
         loss = masked_loss(
             pred, batch["y"], batch["y_mask"], self.hparams.loss, self.loss_channel_weights
         )
@@ -305,9 +308,11 @@ class ForecastModule(L.LightningModule):
         np.savez_compressed(path, prediction=pred[order], target=target[order])
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        """De-normalised forecast ``(B, J, N, C)`` of ``batch["x"]`` (normalised, ``(B, M, N,
-        C)``) at ``batch["coords"]`` (normalised, ``(B, N, L)``)."""
-        return self.scaler.inverse_transform(self(batch["x"], batch["coords"]))
+        """De-normalised forecast ``(B, J, N, C_out)`` of ``batch["x"]`` (normalised, ``(B,
+        M, N, C_in)``) at ``batch["coords"]`` (normalised, ``(B, N, L)``), with
+        ``batch["future"]`` ``(B, J, N, F)`` when the model was trained with time features."""
+        pred = self(batch["x"], batch["coords"], batch.get("future"))
+        return self.scaler.inverse_transform(pred)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["val_mae_best"] = self.val_mae_best

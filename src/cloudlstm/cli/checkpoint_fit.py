@@ -40,8 +40,10 @@ def restore_scaler(datamodule: Any, checkpoint: dict[str, Any], path: Path) -> N
             "a run on another kind of data. Evaluate it with its own run (run=<its run dir>)."
         )
     trained = info.get("channel_names")
+    if trained is not None:  # the scaler's channels: the targets, then the covariates
+        trained = [*trained, *info.get("covariate_names", [])]
     count = StandardScaler.from_dict(scaler).num_channels
-    have = list(datamodule.channel_names)
+    have = [*datamodule.channel_names, *datamodule.covariate_names]
     if count != len(have) or (trained is not None and trained != have):
         names = f" ({', '.join(trained)})" if trained else ""
         raise UserError(

@@ -113,14 +113,18 @@ def inference_ms_per_sample(
     items = [dataset[i] for i in range(min(batch, len(dataset)))]
     times = []
     with _evaluating(model) as device:
-        x = torch.stack([it["x"] for it in items]).to(device)
-        coords = torch.stack([it["coords"] for it in items]).to(device)
-        model(x, coords)  # warm-up: first-call allocations and kernel selection
+        # x, coords and (with time features) future
+        inputs = [
+            torch.stack([it[key] for it in items]).to(device)
+            for key in ("x", "coords", "future")
+            if key in items[0]
+        ]
+        model(*inputs)  # warm-up: first-call allocations and kernel selection
         while len(times) < 3 and sum(times) < budget_s:
             if device.type == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
-            model(x, coords)
+            model(*inputs)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
@@ -164,10 +168,13 @@ def draw_figures(
     index = window % len(dataset)
     item = dataset[index]
     model = module.model
+    inputs = [item[key][None] for key in ("x", "coords", "future") if key in item]
     with _evaluating(model) as device:
-        pred = model(item["x"][None].to(device), item["coords"][None].to(device))[0].cpu()
-    scaler = datamodule.scaler
-    real = {k: scaler.inverse_transform(item[k]).numpy() for k in ("x", "y")}
+        # the module's forward: the forecast as trained (anchored on the last frame or not)
+        pred = module(*(t.to(device) for t in inputs))[0].cpu()
+    scaler = module.scaler  # the forecast channels' (the first of the input's)
+    targets = {"x": item["x"][..., : len(names)], "y": item["y"]}
+    real = {k: scaler.inverse_transform(v).numpy() for k, v in targets.items()}
     forecast = scaler.inverse_transform(pred).numpy()
     mask = item["y_mask"].numpy().astype(bool)
     out_dir.mkdir(parents=True, exist_ok=True)

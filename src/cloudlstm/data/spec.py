@@ -11,6 +11,7 @@ stores the scaler. Nothing is written into the run's config.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cloudlstm.data.pipeline.covariates import time_feature_names
 from cloudlstm.data.pipeline.transforms import StandardScaler
 from cloudlstm.errors import UserError
 
@@ -26,8 +28,8 @@ SPEC_KEY = "data_spec"
 OLD_INFO_KEY = "forecast_info"
 OLD_INFO_VERSION = 1
 DEFAULT_COORD_COLS = ("x", "y", "z")
-# The sizes a model constructor may take from the description (conf/model/*.yaml leave
-# them out; an explicit value must agree with the data).
+# The sizes (and the time features' names) a model constructor may take from the
+# description (conf/model/*.yaml leave them out; an explicit value must agree with the data).
 SIZE_KEYS = (
     "num_points",
     "num_channels",
@@ -35,6 +37,9 @@ SIZE_KEYS = (
     "output_steps",
     "coord_features",
     "steps_per_day",
+    "input_channels",
+    "future_channels",
+    "time_features",
 )
 
 
@@ -43,8 +48,10 @@ class DataSpec:
     """The training data's description, as plain Python values (checkpoint-friendly).
 
     Attributes:
-        scaler: :meth:`StandardScaler.to_dict` of the per-channel scaler (all C channels).
-        channel_names: the C model channels, value channels then (moving points) ``pos_*``.
+        scaler: :meth:`StandardScaler.to_dict` of the per-channel scaler: the C_out targets,
+            then the measured covariates.
+        channel_names: the C_out forecast channels, value channels then (moving points)
+            ``pos_*``.
         value_channels: the channels read from and written to data columns (no ``pos_*``).
         point_ids: the N training points, in the model's order.
         coords: ``(N, L)`` raw training coordinates (moving points: their first positions).
@@ -60,6 +67,12 @@ class DataSpec:
             scored apart at test time.
         model: the class name of the model trained on it (for messages), once known.
         fixed_points: why that model takes only its training points, or None.
+        covariate_names: measured input-only channels, after the targets in ``x``.
+        time_features: ``data.time_features`` (``hour``, ...): their sin/cos channels
+            (:attr:`future_names`) end ``x`` and are a window's ``future``.
+
+    A model reads ``C_in = input_channels`` channels (:attr:`input_names`) and forecasts
+    ``C_out = num_channels`` (see :mod:`cloudlstm.data.pipeline.covariates`).
     """
 
     scaler: dict[str, Any]
@@ -81,13 +94,15 @@ class DataSpec:
     point_groups: dict[str, list[int]] = field(default_factory=dict)
     model: str | None = None
     fixed_points: str | None = None
+    covariate_names: list[str] = field(default_factory=list)
+    time_features: list[str] = field(default_factory=list)
 
     # ------------------------------------------------------------------ made from
     @classmethod
     def from_datamodule(cls, datamodule: Any) -> DataSpec:
         """The description of a set-up :class:`PointCloudDataModule`."""
         stream = datamodule.stream
-        channels = list(stream.channel_names)
+        channels = list(datamodule.channel_names)
         num_values = len(channels) - (stream.num_dims if stream.moving else 0)
         lo, span, degenerate = datamodule.coord_scale
         source = datamodule.source
@@ -114,6 +129,8 @@ class DataSpec:
                 name: np.flatnonzero(members).tolist()
                 for name, members in getattr(datamodule, "point_groups", {}).items()
             },
+            covariate_names=list(datamodule.covariate_names),
+            time_features=list(datamodule.time_features),
         )
 
     @classmethod
@@ -125,11 +142,15 @@ class DataSpec:
         output_steps: int,
         coord_features: int = 2,
         steps_per_day: int | None = None,
+        covariates: int = 0,
+        time_features: Sequence[str] = (),
     ) -> DataSpec:
         """A description of data of these sizes, without data (model tables, benchmarks,
-        tests): unit scaler, points on a line, consecutive input steps."""
+        tests): unit scaler, points on a line, consecutive input steps; ``covariates``
+        measured ones named ``cov<i>``."""
+        scaled = num_channels + covariates
         return cls(
-            scaler={"mean": [0.0] * num_channels, "std": [1.0] * num_channels},
+            scaler={"mean": [0.0] * scaled, "std": [1.0] * scaled},
             channel_names=[f"ch{c}" for c in range(num_channels)],
             value_channels=[f"ch{c}" for c in range(num_channels)],
             point_ids=[str(i) for i in range(num_points)],
@@ -143,6 +164,8 @@ class DataSpec:
             steps_per_day=steps_per_day,
             moving=False,
             coord_cols=_default_coord_cols(coord_features),
+            covariate_names=[f"cov{c}" for c in range(covariates)],
+            time_features=list(time_features),
         )
 
     def for_model(self, model: Any) -> DataSpec:
@@ -159,6 +182,26 @@ class DataSpec:
     @property
     def num_channels(self) -> int:
         return len(self.channel_names)
+
+    @property
+    def future_names(self) -> list[str]:
+        """The time features' channels (sin/cos of each), known for the forecast steps."""
+        return time_feature_names(self.time_features)
+
+    @property
+    def input_names(self) -> list[str]:
+        """The C_in channels of a window's ``x``: targets, covariates, time features."""
+        return [*self.channel_names, *self.covariate_names, *self.future_names]
+
+    @property
+    def input_channels(self) -> int:
+        """C_in, the channels a model reads."""
+        return len(self.input_names)
+
+    @property
+    def future_channels(self) -> int:
+        """F, the known-future channels of a window's ``future (J, N, F)``."""
+        return len(self.future_names)
 
     @property
     def input_steps(self) -> int:
@@ -192,6 +235,11 @@ class DataSpec:
         return pd.Timedelta(minutes=self.step_minutes).to_timedelta64()
 
     def value_scaler(self) -> StandardScaler:
+        """The scaler of the C_out forecast channels."""
+        return self.input_scaler().select(self.num_channels)
+
+    def input_scaler(self) -> StandardScaler:
+        """The scaler of the stream's channels: the targets, then the measured covariates."""
         return StandardScaler.from_dict(self.scaler)
 
     # ------------------------------------------------------------------ checkpoints

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -18,11 +20,68 @@ def values_to_cloud(values: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
     return torch.cat([values.unsqueeze(-1), placed], dim=-1)
 
 
-class ForecastModel(nn.Module):
-    """Base class: ``forward(x (B, M, N, C), coords (B, N, L)) -> (B, J, N, C)``.
+@dataclass(frozen=True)
+class Channels:
+    """A model's channel sizes: it reads ``inp`` (C_in) channels and forecasts the first
+    ``out`` (C_out) of them; the last ``future`` (F) are time features, known for the
+    forecast steps too; those between are measured covariates
+    (:mod:`cloudlstm.data.pipeline.covariates`)."""
 
-    Subclasses set ``output_steps`` (J) and may override :meth:`check_input`.
+    out: int
+    inp: int
+    future: int = 0
+
+    @classmethod
+    def of(
+        cls, num_channels: int, input_channels: int | None = None, future_channels: int = 0
+    ) -> Channels:
+        """The sizes from a model's constructor arguments (``input_channels`` None: the
+        targets alone).
+
+        Raises:
+            ValueError: sizes that do not fit (fewer inputs than targets and time features).
+        """
+        inp = num_channels if input_channels is None else int(input_channels)
+        future = int(future_channels or 0)
+        if num_channels < 1 or future < 0 or inp < num_channels + future:
+            raise ValueError(
+                f"channels: need num_channels >= 1 and input_channels >= num_channels + "
+                f"future_channels; got {num_channels}, {inp}, {future}."
+            )
+        return cls(int(num_channels), inp, future)
+
+    def next_frame(
+        self,
+        forecast: torch.Tensor,
+        last: torch.Tensor,
+        future_step: torch.Tensor | None,
+        dim: int = -1,
+    ) -> torch.Tensor:
+        """The input frame ``(..., C_in)`` of a forecast step, for decoders that read their
+        own forecast: the forecast targets ``(..., C_out)``, the measured covariates held
+        at their last input values (``last (..., C_in)``; their future is unknown) and the
+        step's time features ``future_step (..., F)``. ``dim``: the channel axis of all
+        three when it is not the last (1 for grid frames ``(B, C, H, W)``)."""
+        if self.inp == self.out:
+            return forecast
+        held = last.narrow(dim, self.out, self.inp - self.future - self.out)
+        parts = [forecast, held] if future_step is None else [forecast, held, future_step]
+        return torch.cat(parts, dim=dim)
+
+
+class ForecastModel(nn.Module):
+    """Base class: ``forward(x (B, M, N, C_in), coords (B, N, L)[, future (B, J, N, F)])
+    -> (B, J, N, C_out)``.
+
+    Subclasses set ``output_steps`` (J) and may override :meth:`check_input`. A model that
+    takes covariates has constructor arguments ``input_channels`` (C_in) and, for time
+    features, ``future_channels`` (F), and sets :attr:`channels`; ``forward`` then takes
+    ``future`` (the time features of the J forecast steps) when F > 0. A model without
+    them reads and forecasts the same channels, and the build refuses data with
+    covariates for it (:func:`cloudlstm.models.build.build_model`).
     """
+
+    channels: Channels | None = None
 
     output_steps: int
     # Why the model can forecast only the points it was trained on, or None when it takes
@@ -42,7 +101,11 @@ class ForecastModel(nn.Module):
             raise NotImplementedError(f"{type(self).__name__} does not name its output head")
         return []
 
-    def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
+    def check_input(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> None:
+        if self.channels is not None:
+            check_channels(self.channels, x, future, self.output_steps)
         if x.dim() != 4 or coords.dim() != 3 or x.shape[0] != coords.shape[0]:
             raise ValueError(
                 f"expected x (B, M, N, C) and coords (B, N, L), got {tuple(x.shape)} and "
@@ -52,6 +115,26 @@ class ForecastModel(nn.Module):
             raise ValueError(
                 f"x has {x.shape[2]} points but coords has {coords.shape[1]}: they must match."
             )
+
+
+def check_channels(
+    channels: Channels, x: torch.Tensor, future: torch.Tensor | None, output_steps: int
+) -> None:
+    """``x (B, M, N, C_in)`` and ``future (B, J, N, F)`` (given exactly when F > 0) fit
+    ``channels``."""
+    if x.shape[-1] != channels.inp:
+        raise ValueError(
+            f"this model reads C_in={channels.inp} channels (targets, covariates, time "
+            f"features), got x {tuple(x.shape)}: build it from the data it forecasts."
+        )
+    if channels.future == 0:
+        if future is not None:
+            raise ValueError("this model was built without time features, but got `future`.")
+        return
+    want = (x.shape[0], output_steps, x.shape[2], channels.future)
+    if future is None or tuple(future.shape) != want:
+        got = None if future is None else tuple(future.shape)
+        raise ValueError(f"this model needs future (B, J, N, F) = {want}; got {got}.")
 
 
 def silence_output_head(model: ForecastModel) -> None:

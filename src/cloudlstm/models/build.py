@@ -52,7 +52,7 @@ def build_model(
         UserError: ``compile`` is neither a boolean nor a mode, the config sets a size
             the data does not have, or asks more neighbours than the data has points.
     """
-    config = OmegaConf.create(OmegaConf.to_container(config, resolve=True))
+    config = resolved(config)
     options = {key: config.pop(key, None) for key in BUILD_OPTIONS}
     mode = compile_mode(compile if compile is not None else options["compile"])
     sizes = data_sizes(config, spec) if spec is not None else {}
@@ -90,9 +90,17 @@ def check_neighbours_fit(config: DictConfig, num_points: int) -> None:
 def with_sizes(config: DictConfig | dict[str, Any], spec: DataSpec) -> DictConfig:
     """A copy of ``config`` with the sizes of ``spec`` its constructor takes written in:
     a trained model's config as it was built (its checkpoint's description)."""
-    config = OmegaConf.create(OmegaConf.to_container(config, resolve=True))
+    config = resolved(config)
     config.update(data_sizes(config, spec))
     return config
+
+
+def resolved(config: DictConfig | dict[str, Any]) -> DictConfig:
+    """A resolved copy of a model config (a DictConfig, resolved against its root
+    config, or a plain dict)."""
+    if not OmegaConf.is_config(config):
+        config = OmegaConf.create(config)
+    return OmegaConf.create(OmegaConf.to_container(config, resolve=True))
 
 
 def data_sizes(config: DictConfig, spec: DataSpec) -> dict[str, Any]:
@@ -103,10 +111,12 @@ def data_sizes(config: DictConfig, spec: DataSpec) -> dict[str, Any]:
         UserError: the config sets one to another value than the data's, e.g. a saved run
             built for 12 forecast steps evaluated on windows of 6.
     """
-    accepted = inspect.signature(hydra.utils.get_class(config._target_)).parameters
+    model_cls = hydra.utils.get_class(config._target_)
+    accepted = inspect.signature(model_cls).parameters
     sizes = {}
     for key, value in spec.sizes.items():
         if key not in accepted:
+            check_refused(model_cls, key, spec)
             continue
         if config.get(key) is None:
             sizes[key] = value
@@ -117,6 +127,29 @@ def data_sizes(config: DictConfig, spec: DataSpec) -> dict[str, Any]:
                 "data.input_steps, data.output_steps), or leave model.{key} out."
             )
     return sizes
+
+
+def check_refused(model_cls: type, key: str, spec: DataSpec) -> None:
+    """Refuse data with input-only channels for a model whose constructor does not take
+    ``key`` (``input_channels``: covariates; ``future_channels``: time features).
+
+    Raises:
+        UserError: the data has them; says why the model takes none (its class's
+            ``covariates_refused``) and how to drop them.
+    """
+    if key == "input_channels" and spec.input_channels != spec.num_channels:
+        what = f"input-only channels {[*spec.covariate_names, *spec.future_names]}"
+    elif key == "future_channels" and spec.future_channels:
+        what = f"time features {spec.time_features}"
+    else:
+        return
+    why = (
+        getattr(model_cls, "covariates_refused", None) or "it reads only the channels it forecasts"
+    )
+    raise UserError(
+        f"{model_cls.__name__} takes no {what}: {why}. Drop them (data.time_features=[], "
+        "and no covariates in data.source) or choose a model that takes them."
+    )
 
 
 def compile_mode(value: bool | str | None) -> str | None:

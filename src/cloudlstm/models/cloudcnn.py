@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import ForecastModel, values_to_cloud
+from cloudlstm.models.base import Channels, ForecastModel, values_to_cloud
 from cloudlstm.nn import DConv, check_k, check_k_option
 
 
@@ -17,7 +17,13 @@ class CloudCNN(ForecastModel):
     ReLU on the value features between layers (coordinates already pass through the
     DConv sigmoid); a final DConv maps to J*C channels whose values are the forecast.
 
-    ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``.
+    Covariates: the (input step, channel) pairs cover all C_in input channels (M*C_in
+    channels) and the head gives the J*C_out forecasts. ``future`` is checked but not
+    read: on the data's regular clock the input steps' time features (channels of ``x``)
+    determine those of the forecast steps.
+
+    ``x (B, M, N, C_in)``, ``coords (B, N, L)`` (``future (B, J, N, F)`` with time
+    features) -> ``(B, J, N, C_out)``.
     """
 
     def __init__(
@@ -29,12 +35,15 @@ class CloudCNN(ForecastModel):
         hidden_channels: int = 36,
         num_layers: int = 8,
         coord_features: int = 2,
+        input_channels: int | None = None,
+        future_channels: int = 0,
     ) -> None:
         super().__init__()
         self.output_steps = output_steps
         self.num_channels = num_channels
+        self.channels = Channels.of(num_channels, input_channels, future_channels)
         self.k = check_k_option(k)
-        widths = [input_steps * num_channels] + [hidden_channels] * num_layers
+        widths = [input_steps * self.channels.inp] + [hidden_channels] * num_layers
         self.layers = nn.ModuleList(
             DConv(a, b, k, coord_features=coord_features)
             for a, b in zip(widths[:-1], widths[1:], strict=True)
@@ -46,8 +55,10 @@ class CloudCNN(ForecastModel):
         with it zero they are zero whatever the hidden layers give it."""
         return [self.head]
 
-    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
-        self.check_input(x, coords)
+    def forward(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        self.check_input(x, coords, future)
         check_k(self.k, x.shape[2])
         b, m, n, c = x.shape
         cloud = values_to_cloud(x.permute(0, 2, 1, 3).reshape(b, n, m * c), coords)

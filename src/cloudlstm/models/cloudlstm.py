@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from cloudlstm.models.base import ForecastModel, values_to_cloud
+from cloudlstm.models.base import Channels, ForecastModel, values_to_cloud
 from cloudlstm.nn import CELLS, CloudAttention, DConv, check_k, shared_neighbours
 from cloudlstm.nn.cells import cat_neighbours, search
 from cloudlstm.nn.knn import check_k_option, deferred_finite_check
@@ -66,7 +66,13 @@ class CloudSeq2Seq(ForecastModel):
     * ``forget_bias``: added to the LSTM forget gates' bias at initialisation (1 is the
       usual choice for LSTMs: memory is kept until the gate learns to drop it).
 
-    Input ``x (B, M, N, C)``, ``coords (B, N, L)`` in [0, 1] -> ``(B, J, N, C)``.
+    Covariates (``input_channels``, ``future_channels``): the embedding reads all C_in
+    channels of each frame; each decoder step reads the frame before it, its forecast
+    targets with the measured covariates held at their last values and its time features
+    (:meth:`~cloudlstm.models.base.Channels.next_frame`).
+
+    Input ``x (B, M, N, C_in)``, ``coords (B, N, L)`` in [0, 1] (and ``future (B, J, N,
+    F)`` with time features) -> ``(B, J, N, C_out)``.
     """
 
     NEIGHBOURS = ("dynamic", "static")
@@ -86,6 +92,8 @@ class CloudSeq2Seq(ForecastModel):
         neighbours: str = "dynamic",
         residual: bool = False,
         forget_bias: float = 0.0,
+        input_channels: int | None = None,
+        future_channels: int = 0,
     ) -> None:
         super().__init__()
         if cell not in CELLS:
@@ -102,6 +110,7 @@ class CloudSeq2Seq(ForecastModel):
         if num_layers < 1 or hidden_channels < 1 or output_steps < 1:
             raise ValueError("num_layers, hidden_channels and output_steps must be >= 1.")
         self.output_steps = output_steps
+        self.channels = Channels.of(num_channels, input_channels, future_channels)
         self.k = check_k_option(k)
         self.checkpointing = checkpointing
         self.spatial_order = spatial_order
@@ -109,7 +118,7 @@ class CloudSeq2Seq(ForecastModel):
         self.residual = residual
         cell_cls = CELLS[cell]
         common = dict(k=k, value_features=1, coord_features=coord_features)
-        self.embed = DConv(num_channels, hidden_channels, **common)
+        self.embed = DConv(self.channels.inp, hidden_channels, **common)
         self.encoder = nn.ModuleList(
             cell_cls(hidden_channels, hidden_channels, **common) for _ in range(num_layers)
         )
@@ -190,25 +199,31 @@ class CloudSeq2Seq(ForecastModel):
         stacked = torch.stack([nb.transpose(1, 2) for nb in neighbours], dim=1)
         return self.attention.project_encoder(encoder_states, stacked.transpose(2, 3))
 
-    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
-        self.check_input(x, coords)
+    def forward(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        self.check_input(x, coords, future)
         check_k(self.k, x.shape[2])
         if torch.compiler.is_compiling():  # one graph: no deferral (see knn's operators)
-            return self._forward(x, coords)
+            return self._forward(x, coords, future)
         # NaN coordinates (a diverged model) are refused once per forward on the GPU, not
         # with a host synchronisation in each of its dozens of searches
         with deferred_finite_check():
-            return self._forward(x, coords)
+            return self._forward(x, coords, future)
 
-    def _forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
+    def _forward(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None
+    ) -> torch.Tensor:
         if not self.spatial_order:
-            return self._forecast(x, coords)
+            return self._forecast(x, coords, future)
         # Points in Z-order of their positions while the model runs, given back in the
         # caller's order: the gathers read nearby rows (nn/ordering.py).
         order = morton_order(coords)  # (B, N)
         x = x.gather(2, order[:, None, :, None].expand_as(x))
+        if future is not None:
+            future = future.gather(2, order[:, None, :, None].expand_as(future))
         coords = coords.gather(1, order[..., None].expand_as(coords))
-        out = self._forecast(x, coords)
+        out = self._forecast(x, coords, future)
         back = order.argsort(dim=1)[:, None, :, None].expand_as(out)
         return out.gather(2, back)
 
@@ -229,7 +244,9 @@ class CloudSeq2Seq(ForecastModel):
 
         return static
 
-    def _forecast(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
+    def _forecast(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None
+    ) -> torch.Tensor:
         """:meth:`forward` on points in the order given."""
         b, m, n, c = x.shape
         run, k = self._run, self.k
@@ -261,10 +278,15 @@ class CloudSeq2Seq(ForecastModel):
             encoder_states = torch.stack(top_states, dim=1)
             keys = run(self._project_encoder, encoder_states, *top_neighbours)
 
-        last = x[:, -1]
+        # each decoder step reads the frame before it: the last observed one, then its own
+        # forecast with the covariates held and the step's time features
+        frame, last = x[:, -1], x[:, -1, :, : self.channels.out]
         outputs = []
-        for _ in range(self.output_steps):
-            inp = run(self._embed, last, coords, embed_neighbours)
+        for j in range(self.output_steps):
+            if j > 0:  # the frame of step j - 1, forecast
+                step_future = None if future is None else future[:, j - 1]
+                frame = self.channels.next_frame(last, x[:, -1], step_future)
+            inp = run(self._embed, frame, coords, embed_neighbours)
             inp_neighbours = find(inp)
             for layer, cell in enumerate(self.decoder):
                 inp, states[layer] = run(

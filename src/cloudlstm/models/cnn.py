@@ -5,19 +5,25 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from cloudlstm.models.base import Channels
 from cloudlstm.models.grid_base import GridForecaster, check_window
 
 
 class CNN2D(GridForecaster):
     """A stack of 2-D convolutions over the gridded input window, all J steps at once.
 
-    The M input steps of the C channels are stacked into ``M*C`` image channels;
+    The M input steps of the C_in channels are stacked into ``M*C_in`` image channels;
     ``num_layers - 1`` layers of ``hidden_channels`` 3x3 convolutions with BatchNorm and
-    ReLU follow, and a last plain 3x3 convolution (no BN/ReLU) outputs the ``J*C``
+    ReLU follow, and a last plain 3x3 convolution (no BN/ReLU) outputs the ``J*C_out``
     channels that are the J forecast steps. No recurrence: one pass gives the whole
     horizon. ``num_layers`` counts every conv layer, the output one included.
 
-    ``forward_grid``: ``(B, M, C, H, W)`` -> ``(B, J, C, H, W)``.
+    Covariates (``input_channels``, ``future_channels``): the input planes hold all C_in
+    channels of x, measured covariates and time features included. The time features of
+    the forecast steps (``future``) are checked but not read: on the data's regular clock
+    those of the input steps, in x, determine them.
+
+    ``forward_grid``: ``(B, M, C_in, H, W)`` -> ``(B, J, C_out, H, W)``.
     """
 
     def __init__(
@@ -28,10 +34,13 @@ class CNN2D(GridForecaster):
         hidden_channels: int = 108,
         num_layers: int = 11,
         grid_cache_dir: str | None = None,
+        input_channels: int | None = None,
+        future_channels: int = 0,
     ) -> None:
         super().__init__(output_steps, grid_cache_dir)
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1 (the output layer), got {num_layers}.")
+        self.channels = Channels.of(num_channels, input_channels, future_channels)
         self.num_channels = num_channels
         self.input_steps = input_steps
         widths = [self.input_width()] + [hidden_channels] * (num_layers - 1)
@@ -44,8 +53,8 @@ class CNN2D(GridForecaster):
 
     # The hooks below are what CNN3D and DefCNN change.
     def input_width(self) -> int:
-        """Channels of the first layer's input: the M*C stacked steps and channels."""
-        return self.input_steps * self.num_channels
+        """Channels of the first layer's input: the M*C_in stacked steps and channels."""
+        return self.input_steps * self.channels.inp
 
     def conv(self, in_channels: int, out_channels: int, bias: bool) -> nn.Module:
         """One 3x3, size-preserving convolution (DefCNN swaps in a deformable one)."""
@@ -55,21 +64,23 @@ class CNN2D(GridForecaster):
         return nn.BatchNorm2d(channels)
 
     def head(self, in_channels: int, out_channels: int) -> nn.Module:
-        """The last, plain layer producing the J*C output channels."""
+        """The last, plain layer producing the J*C_out output channels."""
         return self.conv(in_channels, out_channels, bias=True)
 
     def output_head(self) -> list[nn.Module]:
-        """``[self.net[-1]]``: the last, plain layer (:meth:`head`), whose J*C channels are
+        """``[self.net[-1]]``: the last, plain layer (:meth:`head`), whose J*C_out channels are
         the forecast with no norm or activation after it. In CNN3D it is the convolution
         that folds time; in DefCNN a deformable one, whose offset convolution starts at
         zero anyway."""
         return [self.net[-1]]
 
-    def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
-        super().check_input(x, coords)
-        check_window(x, self.input_steps, self.num_channels)
+    def check_input(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> None:
+        super().check_input(x, coords, future)
+        check_window(x, self.input_steps, self.channels.inp)
 
     def forward_grid(self, x: torch.Tensor) -> torch.Tensor:
         b, m, c, h, w = x.shape
-        out = self.net(x.reshape(b, m * c, h, w))  # (B, J*C, H, W)
-        return out.view(b, self.output_steps, c, h, w)
+        out = self.net(x.reshape(b, m * c, h, w))  # (B, J*C_out, H, W)
+        return out.view(b, self.output_steps, self.channels.out, h, w)

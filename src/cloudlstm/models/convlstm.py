@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from cloudlstm.models.base import Channels
 from cloudlstm.models.grid_base import GridForecaster
 from cloudlstm.nn.conv_rnn import ConvLSTMCell, LSTMState, same_conv
 
@@ -16,19 +17,25 @@ class RecurrentGridSeq2Seq(GridForecaster):
     The structure of :class:`~cloudlstm.models.CloudSeq2Seq` with convolution in place of
     DConv, so that only the core operator differs between the two:
 
-    * a ``kernel_size`` convolution embeds each frame's C channels into
+    * a ``kernel_size`` convolution embeds each frame's C_in channels into
       ``hidden_channels``;
     * the encoder runs over the M embedded frames; the decoder, a second stack with its
       own weights, starts from the encoder's final state;
     * decoding is autoregressive for J steps (J may exceed M): the decoder's input at
       step j is the embedding of its own forecast for step j-1, starting from the last
-      observed frame; no teacher forcing;
-    * a 1x1 convolution maps the top decoder output back to C channels.
+      observed frame; no teacher forcing. With covariates that frame is the forecast
+      targets, the measured covariates held at their last observed values and the time
+      features of step j-1 (``future``, gridded;
+      :meth:`~cloudlstm.models.base.Channels.next_frame`);
+    * a 1x1 convolution maps the top decoder output to the C_out target channels.
 
     Subclasses provide :meth:`make_stack`: a module with ``initial_state(frame)`` and
     ``forward(frame, state) -> (top output, state)``, frames ``(B, hidden, H, W)``.
-    ``forward_grid``: ``(B, M, C, H, W) -> (B, J, C, H, W)``.
+    ``forward_grid``: ``(B, M, C_in, H, W)`` (and ``future (B, J, F, H, W)`` with time
+    features) ``-> (B, J, C_out, H, W)``.
     """
+
+    reads_future = True
 
     def __init__(
         self,
@@ -38,6 +45,8 @@ class RecurrentGridSeq2Seq(GridForecaster):
         num_layers: int = 2,
         kernel_size: int = 3,
         grid_cache_dir: str | None = None,
+        input_channels: int | None = None,
+        future_channels: int = 0,
     ) -> None:
         super().__init__(output_steps, grid_cache_dir)
         if min(num_channels, output_steps, hidden_channels, num_layers) < 1:
@@ -45,8 +54,9 @@ class RecurrentGridSeq2Seq(GridForecaster):
                 "num_channels, output_steps, model.hidden_channels and model.num_layers must "
                 f"be >= 1, got {num_channels}, {output_steps}, {hidden_channels}, {num_layers}."
             )
+        self.channels = Channels.of(num_channels, input_channels, future_channels)
         self.num_channels = num_channels
-        self.embed = same_conv(num_channels, hidden_channels, kernel_size)
+        self.embed = same_conv(self.channels.inp, hidden_channels, kernel_size)
         self.encoder = self.make_stack(hidden_channels, num_layers, kernel_size)
         self.decoder = self.make_stack(hidden_channels, num_layers, kernel_size)
         self.head = nn.Conv2d(hidden_channels, num_channels, 1)
@@ -60,11 +70,16 @@ class RecurrentGridSeq2Seq(GridForecaster):
         states but not the head's output)."""
         return [self.head]
 
-    def forward_grid(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() != 5 or x.shape[2] != self.num_channels:
+    def forward_grid(self, x: torch.Tensor, future: torch.Tensor | None = None) -> torch.Tensor:
+        if x.dim() != 5 or x.shape[2] != self.channels.inp:
             raise ValueError(
-                f"expected a grid sequence (B, M, C={self.num_channels}, H, W), got "
+                f"expected a grid sequence (B, M, C={self.channels.inp}, H, W), got "
                 f"{tuple(x.shape)}: the model's num_channels must match the data's channels."
+            )
+        if (future is None) != (self.channels.future == 0):
+            raise ValueError(
+                f"this model reads F={self.channels.future} time features of the forecast "
+                "steps: give `future` (B, J, F, H, W) exactly when F > 0."
             )
         b, m = x.shape[:2]
         # Embed all M input frames in one batched convolution.
@@ -72,12 +87,14 @@ class RecurrentGridSeq2Seq(GridForecaster):
         state = self.encoder.initial_state(frames[:, 0])
         for t in range(m):
             _, state = self.encoder(frames[:, t], state)
-        last = x[:, -1]
+        frame = x[:, -1]  # (B, C_in, H, W): the frame before the first forecast step
         outputs = []
-        for _ in range(self.output_steps):
-            top, state = self.decoder(self.embed(last), state)
-            last = self.head(top)
-            outputs.append(last)
+        for j in range(self.output_steps):
+            top, state = self.decoder(self.embed(frame), state)
+            step = self.head(top)  # (B, C_out, H, W)
+            outputs.append(step)
+            step_future = None if future is None else future[:, j]
+            frame = self.channels.next_frame(step, x[:, -1], step_future, dim=1)
         return torch.stack(outputs, dim=1)
 
 
@@ -110,7 +127,8 @@ class ConvLSTM(RecurrentGridSeq2Seq):
     """Seq2seq ConvLSTM (paper appendix: 2 stacks, 36 channels, 3x3 filters).
 
     See :class:`RecurrentGridSeq2Seq` for the seq2seq frame and :class:`ConvLSTMCell`
-    for the cell. ``x (B, M, N, C)``, ``coords (B, N, 2)`` -> ``(B, J, N, C)``.
+    for the cell (and covariates). ``x (B, M, N, C_in)``, ``coords (B, N, 2)`` (``future
+    (B, J, N, F)`` with time features) -> ``(B, J, N, C_out)``.
     """
 
     def make_stack(self, hidden_channels: int, num_layers: int, kernel_size: int) -> nn.Module:

@@ -15,7 +15,11 @@ class DefCNN(CNN2D):
     convolution (zero-initialised, so the untrained model equals a CNN2D with the same
     weights). Paper appendix: eleven layers, 108 channels, BatchNorm + ReLU.
 
-    ``forward_grid``: ``(B, M, C, H, W)`` -> ``(B, J, C, H, W)``, all J steps at once.
+    Covariates as in CNN2D: the input planes hold all C_in channels of x; ``future`` is
+    not read.
+
+    ``forward_grid``: ``(B, M, C_in, H, W)`` -> ``(B, J, C_out, H, W)``, all J steps at
+    once.
     """
 
     def conv(self, in_channels: int, out_channels: int, bias: bool) -> nn.Module:

@@ -21,6 +21,15 @@ def check_window(x: torch.Tensor, input_steps: int, num_channels: int) -> None:
         )
 
 
+def to_grid(values: torch.Tensor, index: torch.Tensor, h: int, w: int) -> torch.Tensor:
+    """Point values ``(B, T, N, C)`` written to their cells, ``index (B or 1, 1, 1, N)``
+    (flat), of an ``h x w`` grid: ``(B, T, C, H, W)``, 0 in empty cells."""
+    b, t, n, c = values.shape
+    grid = values.new_zeros(b, t, c, h * w)
+    grid.scatter_(-1, index.expand(b, t, c, n), values.transpose(-1, -2))
+    return grid.unflatten(-1, (h, w))
+
+
 class GridForecaster(ForecastModel):
     """Adapter: points -> (Hungarian) grid -> :meth:`forward_grid` -> back to the same N points.
 
@@ -29,12 +38,18 @@ class GridForecaster(ForecastModel):
     Empty cells are 0 on the way in and ignored on the way out, so the output at a point
     is read from the very cell its input was written to.
 
-    Subclasses implement ``forward_grid(x (B, M, C, H, W)) -> (B, J, C, H, W)``. One built
-    for a fixed grid sets ``self.grid_size = grid_shape(num_points)`` so that data with
-    another number of points fails with a clear message.
+    Subclasses implement ``forward_grid(x (B, M, C_in, H, W)) -> (B, J, C_out, H, W)``.
+    One that reads the time features of the forecast steps sets :attr:`reads_future`; its
+    ``forward_grid(x, future)`` then gets them gridded as ``x`` is, ``(B, J, F, H, W)``
+    (0 in empty cells, like every channel of ``x``). Subclasses taking covariates set
+    :attr:`channels`. One built for a fixed grid sets ``self.grid_size =
+    grid_shape(num_points)`` so that data with another number of points fails with a
+    clear message.
     """
 
     grid_size: tuple[int, int] | None = None
+    # True: forward_grid takes the gridded ``future`` too (when the data has time features)
+    reads_future: bool = False
     fixed_points = (
         "it is a grid model: its Hungarian point-to-grid mapping, and what it learned on that "
         "grid, belong to the training points"
@@ -60,8 +75,16 @@ class GridForecaster(ForecastModel):
         return self._mappings[key]
 
     @torch.compiler.disable  # host checks: one graph break, not one per check
-    def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
-        super().check_input(x, coords)
+    def check_input(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> None:
+        if self.channels is not None and x.dim() == 4 and x.shape[3] != self.channels.inp:
+            raise ValueError(
+                f"this grid model reads C_in={self.channels.inp} channels (model.num_channels"
+                f"={self.channels.out} targets, then any covariates and time features), got x "
+                f"{tuple(x.shape)} (B, M, N, C): build it from the data it forecasts."
+            )
+        super().check_input(x, coords, future)
         check_grid_coords(coords)
         if self.grid_size is not None and grid_shape(x.shape[2]) != self.grid_size:
             raise ValueError(
@@ -80,16 +103,21 @@ class GridForecaster(ForecastModel):
         cells = torch.stack([torch.as_tensor(m.cell) for m in maps]).to(coords.device)
         return cells, maps[0].height, maps[0].width
 
-    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
-        """``x (B, M, N, C)``, ``coords (B, N, 2)`` -> ``(B, J, N, C)``."""
-        self.check_input(x, coords)
-        b, m, n, c = x.shape
+    def forward(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``x (B, M, N, C_in)``, ``coords (B, N, 2)`` (``future (B, J, N, F)`` with time
+        features) -> ``(B, J, N, C_out)``."""
+        self.check_input(x, coords, future)
+        n = x.shape[2]
         cells, h, w = self.cells(coords)
         index = cells[:, None, None, :]  # (B or 1, 1, 1, N), broadcast over time and channel
-        grid = x.new_zeros(b, m, c, h * w)
-        grid.scatter_(-1, index.expand(b, m, c, n), x.transpose(-1, -2))
-        out = self.forward_grid(grid.unflatten(-1, (h, w)))  # (B, J, C, H, W)
-        j = out.shape[1]
+        grid = to_grid(x, index, h, w)
+        if future is None or not self.reads_future:
+            out = self.forward_grid(grid)  # (B, J, C_out, H, W)
+        else:
+            out = self.forward_grid(grid, to_grid(future, index, h, w))
+        b, j, c = out.shape[:3]
         values = out.flatten(-2).gather(-1, index.expand(b, j, c, n))
         return values.transpose(-1, -2)
 
@@ -100,5 +128,6 @@ class GridForecaster(ForecastModel):
         raise NotImplementedError(f"{type(self).__name__} does not name its output head")
 
     def forward_grid(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, M, C, H, W) -> (B, J, C, H, W)``; implemented by subclasses."""
+        """``(B, M, C_in, H, W) -> (B, J, C_out, H, W)``; implemented by subclasses (with
+        :attr:`reads_future`: ``forward_grid(x, future=None)``)."""
         raise NotImplementedError

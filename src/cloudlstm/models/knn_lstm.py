@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import ForecastModel
+from cloudlstm.models.base import Channels, ForecastModel
 from cloudlstm.nn import check_k_option, knn
 
 
@@ -14,7 +14,8 @@ def neighbour_histories(x: torch.Tensor, coords: torch.Tensor, k: int) -> torch.
 
     ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, N, M, K, C)``: entry
     ``[b, n, t, j]`` holds the C values at step t of point n's j-th nearest neighbour
-    (j = 0 is point n itself, then by distance, ties by lower index). K > N raises
+    (j = 0 is point n itself, then by distance, ties by lower index). All channels of
+    ``x`` are gathered: with covariates C is C_in. K > N raises
     :class:`~cloudlstm.nn.NeighbourCountError` naming ``model.k``.
     """
     b = x.shape[0]
@@ -32,7 +33,14 @@ class KNNLSTM(ForecastModel):
     sees no neighbours. The decoder is autoregressive over J steps; its input is the
     point's own previous forecast together with its neighbours' last observed values.
 
-    ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``.
+    Covariates: the neighbours' values are all C_in input channels. The decoder's own
+    frame is its forecast targets with the point's measured covariates held at their last
+    values and the step's time features
+    (:meth:`~cloudlstm.models.base.Channels.next_frame`); the neighbours' part stays
+    their last observed C_in values.
+
+    ``x (B, M, N, C_in)``, ``coords (B, N, L)`` (``future (B, J, N, F)`` with time
+    features) -> ``(B, J, N, C_out)``.
     """
 
     def __init__(
@@ -42,12 +50,16 @@ class KNNLSTM(ForecastModel):
         k: int = 1,
         hidden_size: int = 64,
         num_layers: int = 2,
+        input_channels: int | None = None,
+        future_channels: int = 0,
     ) -> None:
         super().__init__()
         self.output_steps = output_steps
+        self.channels = Channels.of(num_channels, input_channels, future_channels)
         self.k = check_k_option(k)
-        self.encoder = nn.LSTM(k * num_channels, hidden_size, num_layers, batch_first=True)
-        self.decoder = nn.LSTM(k * num_channels, hidden_size, num_layers, batch_first=True)
+        features = k * self.channels.inp
+        self.encoder = nn.LSTM(features, hidden_size, num_layers, batch_first=True)
+        self.decoder = nn.LSTM(features, hidden_size, num_layers, batch_first=True)
         self.head = nn.Linear(hidden_size, num_channels)
 
     def output_head(self) -> list[nn.Module]:
@@ -56,16 +68,25 @@ class KNNLSTM(ForecastModel):
         states but not the head's output)."""
         return [self.head]
 
-    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
-        self.check_input(x, coords)
+    def forward(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        self.check_input(x, coords, future)
         b, m, n, c = x.shape
+        j = self.output_steps
         seq = neighbour_histories(x, coords, self.k).reshape(b * n, m, self.k * c)
         _, state = self.encoder(seq)
         context = seq[:, -1:, c:]  # neighbours' last observed values (empty when k=1)
-        last = seq[:, -1:, :c]
+        observed = seq[:, -1:, :c]  # (B*N, 1, C_in): the point's last observed frame
+        if future is not None:
+            future = future.permute(0, 2, 1, 3).reshape(b * n, j, -1)  # (B*N, J, F)
+        last = observed
         outputs = []
-        for _ in range(self.output_steps):
+        for step in range(j):
             out, state = self.decoder(torch.cat([last, context], dim=-1), state)
-            last = self.head(out)
-            outputs.append(last)
-        return torch.cat(outputs, dim=1).view(b, n, self.output_steps, c).permute(0, 2, 1, 3)
+            forecast = self.head(out)  # (B*N, 1, C_out)
+            outputs.append(forecast)
+            step_future = None if future is None else future[:, step : step + 1]
+            last = self.channels.next_frame(forecast, observed, step_future)
+        out = torch.cat(outputs, dim=1).view(b, n, j, self.channels.out)
+        return out.permute(0, 2, 1, 3)

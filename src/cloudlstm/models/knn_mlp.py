@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import ForecastModel
+from cloudlstm.models.base import Channels, ForecastModel
 from cloudlstm.models.knn_lstm import neighbour_histories
 from cloudlstm.models.mlp import mlp_stack
 from cloudlstm.nn import check_k_option
@@ -20,7 +20,13 @@ class KNNMLP(ForecastModel):
     ``k=1`` is a purely local model. Because neighbours are ranked by distance, not by
     index, permuting the points permutes the forecasts alike.
 
-    ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``.
+    Covariates: the neighbours' histories hold all C_in input channels (``M*K*C_in``
+    values) and the output is the J x C_out forecasts. ``future`` is checked but not
+    read: on the data's regular clock the input steps' time features (channels of ``x``)
+    determine those of the forecast steps.
+
+    ``x (B, M, N, C_in)``, ``coords (B, N, L)`` (``future (B, J, N, F)`` with time
+    features) -> ``(B, J, N, C_out)``.
     """
 
     def __init__(
@@ -31,13 +37,19 @@ class KNNMLP(ForecastModel):
         k: int = 1,
         hidden_size: int = 500,
         num_layers: int = 5,
+        input_channels: int | None = None,
+        future_channels: int = 0,
     ) -> None:
         super().__init__()
         self.output_steps = output_steps
+        self.channels = Channels.of(num_channels, input_channels, future_channels)
         self.k = check_k_option(k)
-        self.window = (input_steps, num_channels)
+        self.window = (input_steps, self.channels.inp)
         self.net = mlp_stack(
-            input_steps * k * num_channels, hidden_size, num_layers, output_steps * num_channels
+            input_steps * k * self.channels.inp,
+            hidden_size,
+            num_layers,
+            output_steps * num_channels,
         )
 
     def output_head(self) -> list[nn.Module]:
@@ -45,19 +57,24 @@ class KNNMLP(ForecastModel):
         are the forecasts with no activation after it."""
         return [self.net[-1]]
 
-    def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
-        super().check_input(x, coords)
-        got = (x.shape[1], x.shape[3])
+    def check_input(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> None:
+        # first, so that a window of the wrong size names the options that size it
+        got = (x.shape[1], x.shape[3]) if x.dim() == 4 else self.window
         if got != self.window:
             raise ValueError(
-                f"this kNN MLP was built for (M, C) = {self.window} (steps, channels) but got "
-                f"{got}: build it with model.input_steps and model.num_channels matching "
+                f"this kNN MLP was built for (M, C_in) = {self.window} (steps, channels) but "
+                f"got {got}: build it with model.input_steps and model.num_channels matching "
                 f"the data (by default they come from the data)."
             )
+        super().check_input(x, coords, future)
 
-    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
-        self.check_input(x, coords)
-        b, _, n, c = x.shape
-        rows = neighbour_histories(x, coords, self.k).reshape(b, n, -1)  # (B, N, M*K*C)
-        out = self.net(rows).view(b, n, self.output_steps, c)
+    def forward(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        self.check_input(x, coords, future)
+        b, _, n, _ = x.shape
+        rows = neighbour_histories(x, coords, self.k).reshape(b, n, -1)  # (B, N, M*K*C_in)
+        out = self.net(rows).view(b, n, self.output_steps, self.channels.out)
         return out.permute(0, 2, 1, 3)

@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from cloudlstm.models.base import ForecastModel
+from cloudlstm.models.base import Channels, ForecastModel
 
 
 class TimeMap(nn.Module):
@@ -51,7 +51,11 @@ class TimeLinear(ForecastModel):
     value is one of its inputs), so ``model=linear module.anchor=last`` covers NLinear and
     starts from persistence.
 
-    ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``.
+    Covariates (C_in > C_out): a second linear map, shared by all points, adds to each
+    point's forecast a weighted sum of its M x (C_in - C_out) covariate inputs (measured
+    ones and time features); the targets keep their per-channel maps.
+
+    ``x (B, M, N, C_in)``, ``coords (B, N, L)`` -> ``(B, J, N, C_out)``.
     """
 
     def __init__(
@@ -60,6 +64,8 @@ class TimeLinear(ForecastModel):
         input_steps: int,
         output_steps: int,
         share_channels: bool = False,
+        input_channels: int | None = None,
+        future_channels: int = 0,
     ) -> None:
         super().__init__()
         if min(num_channels, input_steps, output_steps) < 1:
@@ -71,25 +77,44 @@ class TimeLinear(ForecastModel):
         self.input_steps = input_steps
         self.num_channels = None if share_channels else num_channels
         self.map = TimeMap(1 if share_channels else num_channels, input_steps, output_steps)
+        self.covariate_map = None
+        if input_channels is not None and input_channels != num_channels:
+            self.channels = Channels.of(num_channels, input_channels, future_channels)
+            covariates = input_steps * (self.channels.inp - num_channels)
+            self.covariate_map = nn.Linear(covariates, output_steps * num_channels)
 
     def output_head(self) -> list[nn.Module]:
-        return [self.map]
+        return [self.map] if self.covariate_map is None else [self.map, self.covariate_map]
 
-    def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
-        super().check_input(x, coords)
+    def check_input(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> None:
+        super().check_input(x, coords, future)
         if x.shape[1] != self.input_steps:
             raise ValueError(
                 f"this linear forecaster maps {self.input_steps} input steps but got "
                 f"{x.shape[1]}: build it with model.input_steps matching the data (by "
                 f"default it comes from the data)."
             )
-        if self.num_channels is not None and x.shape[3] != self.num_channels:
+        if (
+            self.channels is None
+            and self.num_channels is not None
+            and x.shape[3] != self.num_channels
+        ):
             raise ValueError(
                 f"this linear forecaster has one map per channel for {self.num_channels} "
                 f"channels but got {x.shape[3]}: build it with model.num_channels matching "
                 f"the data, or with model.share_channels=true for one map for all channels."
             )
 
-    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
-        self.check_input(x, coords)
-        return self.map(x)
+    def forward(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        self.check_input(x, coords, future)
+        if self.covariate_map is None:
+            return self.map(x)
+        b, m, n, _ = x.shape
+        c = self.channels.out
+        covariates = x[..., c:].permute(0, 2, 1, 3).reshape(b, n, -1)  # (B, N, M x C_cov)
+        extra = self.covariate_map(covariates).view(b, n, self.output_steps, c)
+        return self.map(x[..., :c]) + extra.permute(0, 2, 1, 3)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import ForecastModel
+from cloudlstm.models.base import Channels, ForecastModel
 
 
 class SeqLSTM(ForecastModel):
@@ -16,9 +16,12 @@ class SeqLSTM(ForecastModel):
     autoregressively for J steps (J may exceed M): its input is its own previous
     forecast, starting from the last observed frame, with no teacher forcing so that
     training and inference decode alike. Coordinates are not used and N, C are fixed at
-    construction.
+    construction. With covariates the frames hold all C_in channels, and each decoder
+    step reads its forecast with the covariates held and the step's time features
+    (:meth:`~cloudlstm.models.base.Channels.next_frame`).
 
-    ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``.
+    ``x (B, M, N, C_in)``, ``coords (B, N, L)`` (``future (B, J, N, F)`` with time
+    features) -> ``(B, J, N, C_out)``.
     """
 
     fixed_points = "its layers are sized for the training points, in their order"
@@ -30,19 +33,24 @@ class SeqLSTM(ForecastModel):
         output_steps: int,
         hidden_size: int = 500,
         num_layers: int = 2,
+        input_channels: int | None = None,
+        future_channels: int = 0,
     ) -> None:
         super().__init__()
         if num_layers < 1 or hidden_size < 1 or output_steps < 1:
             raise ValueError("model.num_layers, model.hidden_size and output_steps must be >= 1.")
         self.output_steps = output_steps
-        self.frame = (num_points, num_channels)
-        features = num_points * num_channels
+        self.channels = Channels.of(num_channels, input_channels, future_channels)
+        self.frame = (num_points, self.channels.inp)
+        features = num_points * self.channels.inp
         self.encoder = nn.LSTM(features, hidden_size, num_layers, batch_first=True)
         self.decoder = nn.LSTM(features, hidden_size, num_layers, batch_first=True)
-        self.head = nn.Linear(hidden_size, features)
+        self.head = nn.Linear(hidden_size, num_points * num_channels)
 
-    def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
-        super().check_input(x, coords)
+    def check_input(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> None:
+        super().check_input(x, coords, future)
         if tuple(x.shape[2:]) != self.frame:
             raise ValueError(
                 f"this LSTM was built for frames of (N, C) = {self.frame} but got "
@@ -58,15 +66,18 @@ class SeqLSTM(ForecastModel):
         states but not the head's output)."""
         return [self.head]
 
-    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
-        self.check_input(x, coords)
-        b, _, n, c = x.shape
-        seq = x.reshape(b, x.shape[1], n * c)
-        _, state = self.encoder(seq)
-        last = seq[:, -1:]
+    def forward(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        self.check_input(x, coords, future)
+        b, m, n, c = x.shape
+        _, state = self.encoder(x.reshape(b, m, n * c))
+        frame = x[:, -1:]  # (B, 1, N, C_in): the frame before the first forecast step
         outputs = []
-        for _ in range(self.output_steps):
-            out, state = self.decoder(last, state)
-            last = self.head(out)
-            outputs.append(last)
-        return torch.cat(outputs, dim=1).view(b, self.output_steps, n, c)
+        for j in range(self.output_steps):
+            out, state = self.decoder(frame.reshape(b, 1, n * c), state)
+            step = self.head(out).view(b, 1, n, self.channels.out)
+            outputs.append(step)
+            step_future = None if future is None else future[:, j : j + 1]
+            frame = self.channels.next_frame(step, x[:, -1:], step_future)
+        return torch.cat(outputs, dim=1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import ForecastModel
+from cloudlstm.models.base import Channels, ForecastModel
 
 
 def mlp_stack(
@@ -37,7 +37,13 @@ class MLP(ForecastModel):
     are not used: which input feature belongs to which point is fixed by position, so
     N (and M, C) are fixed at construction and the model is not permutation-equivariant.
 
-    ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``.
+    Covariates: the window holds all C_in input channels (M x N x C_in values) and the
+    output the J x N x C_out forecasts. ``future`` is checked but not read: on the data's
+    regular clock the input steps' time features (channels of ``x``) determine those of
+    the forecast steps.
+
+    ``x (B, M, N, C_in)``, ``coords (B, N, L)`` (``future (B, J, N, F)`` with time
+    features) -> ``(B, J, N, C_out)``.
     """
 
     fixed_points = "its layers are sized for the training points, in their order"
@@ -51,12 +57,15 @@ class MLP(ForecastModel):
         hidden_size: int = 500,
         num_layers: int = 5,
         dropout: float = 0.0,
+        input_channels: int | None = None,
+        future_channels: int = 0,
     ) -> None:
         super().__init__()
         self.output_steps = output_steps
-        self.window = (input_steps, num_points, num_channels)
+        self.channels = Channels.of(num_channels, input_channels, future_channels)
+        self.window = (input_steps, num_points, self.channels.inp)
         self.net = mlp_stack(
-            input_steps * num_points * num_channels,
+            input_steps * num_points * self.channels.inp,
             hidden_size,
             num_layers,
             output_steps * num_points * num_channels,
@@ -68,19 +77,24 @@ class MLP(ForecastModel):
         are the forecasts with no activation after it."""
         return [self.net[-1]]
 
-    def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
-        super().check_input(x, coords)
-        if tuple(x.shape[1:]) != self.window:
+    def check_input(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> None:
+        # first, so that a window of the wrong size names the options that size it
+        if x.dim() == 4 and tuple(x.shape[1:]) != self.window:
             raise ValueError(
-                f"this MLP was built for windows of (M, N, C) = {self.window} but got "
-                f"{tuple(x.shape[1:])}. Its input layer is sized for exactly M x N x C "
+                f"this MLP was built for windows of (M, N, C_in) = {self.window} but got "
+                f"{tuple(x.shape[1:])}. Its input layer is sized for exactly M x N x C_in "
                 f"values, so it cannot take another number of steps, points or channels: "
                 f"build it with model.input_steps, model.num_points, model.num_channels "
                 f"matching the data (by default they come from the data), or use a "
                 f"per-point model such as model=knn_mlp."
             )
+        super().check_input(x, coords, future)
 
-    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
-        self.check_input(x, coords)
-        b, _, n, c = x.shape
-        return self.net(x.reshape(b, -1)).view(b, self.output_steps, n, c)
+    def forward(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        self.check_input(x, coords, future)
+        b, _, n, _ = x.shape
+        return self.net(x.reshape(b, -1)).view(b, self.output_steps, n, self.channels.out)

@@ -4,27 +4,38 @@ from __future__ import annotations
 
 import torch
 
-from cloudlstm.models.base import ForecastModel
+from cloudlstm.models.base import Channels, ForecastModel
 
 
 class Persistence(ForecastModel):
     """Every future step equals the last observed step.
 
-    ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``; no parameters.
+    ``x (B, M, N, C_in)``, ``coords (B, N, L)`` -> ``(B, J, N, C_out)``; no parameters.
+    Covariates are read and ignored: the forecast is the targets' own last values.
     """
 
     # The forecast is the last frame itself: anchoring it would add that frame twice.
     anchorable = False
 
-    def __init__(self, output_steps: int) -> None:
+    def __init__(
+        self,
+        output_steps: int,
+        num_channels: int | None = None,
+        input_channels: int | None = None,
+        future_channels: int = 0,
+    ) -> None:
         super().__init__()
         if output_steps < 1:
             raise ValueError(f"output_steps must be >= 1, got {output_steps}.")
         self.output_steps = output_steps
+        if num_channels is not None:
+            self.channels = Channels.of(num_channels, input_channels, future_channels)
 
-    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
-        self.check_input(x, coords)
-        return x[:, -1:].repeat(1, self.output_steps, 1, 1)
+    def forward(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        self.check_input(x, coords, future)
+        return x[:, -1:, :, : _targets(self, x)].repeat(1, self.output_steps, 1, 1)
 
 
 class SeasonalNaive(ForecastModel):
@@ -35,16 +46,25 @@ class SeasonalNaive(ForecastModel):
     as J needs. The input window must therefore hold at least one season (M >= period) of
     consecutive steps: it is not meant for ``data.seasonal=true`` inputs.
 
-    ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``; no parameters.
+    ``x (B, M, N, C_in)``, ``coords (B, N, L)`` -> ``(B, J, N, C_out)``; no parameters.
+    Covariates are read and ignored.
     """
 
     # The forecast is observed values themselves: adding the last frame would double them.
     anchorable = False
 
     def __init__(
-        self, output_steps: int, period: int | None = None, steps_per_day: int | None = None
+        self,
+        output_steps: int,
+        period: int | None = None,
+        steps_per_day: int | None = None,
+        num_channels: int | None = None,
+        input_channels: int | None = None,
+        future_channels: int = 0,
     ) -> None:
         super().__init__()
+        if num_channels is not None:
+            self.channels = Channels.of(num_channels, input_channels, future_channels)
         period = steps_per_day if period is None else period  # a day by default
         if period is None:
             raise ValueError(
@@ -58,8 +78,10 @@ class SeasonalNaive(ForecastModel):
         self.output_steps = output_steps
         self.period = period
 
-    def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
-        super().check_input(x, coords)
+    def check_input(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> None:
+        super().check_input(x, coords, future)
         if x.shape[1] < self.period:
             raise ValueError(
                 f"seasonal naive needs one whole season in the input window, but "
@@ -69,9 +91,17 @@ class SeasonalNaive(ForecastModel):
                 f"model.period to a season of at most {x.shape[1]} steps."
             )
 
-    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
-        self.check_input(x, coords)
+    def forward(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        self.check_input(x, coords, future)
         m = x.shape[1]
         # Target t (1-based) maps to input index m - period + (t - 1) % period.
         steps = torch.arange(self.output_steps, device=x.device) % self.period
-        return x[:, m - self.period + steps]
+        return x[:, m - self.period + steps, :, : _targets(self, x)]
+
+
+def _targets(model: ForecastModel, x: torch.Tensor) -> int:
+    """C_out: the model's forecast channels, or every channel of ``x`` when built
+    without channel sizes."""
+    return x.shape[-1] if model.channels is None else model.channels.out

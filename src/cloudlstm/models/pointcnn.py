@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from cloudlstm.models.base import ForecastModel
+from cloudlstm.models.base import Channels, ForecastModel
 from cloudlstm.nn.knn import check_k_option
 from cloudlstm.nn.xconv import XConv, dilated_neighbours
 
@@ -22,7 +22,13 @@ class PointCNN(ForecastModel):
     Every point is a representative (P = -1), so N is preserved. Neighbours come from
     the fixed coordinates and are searched once per forward, shared by all layers.
 
-    ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``.
+    Covariates: a point's input features are its M x C_in history of all input channels
+    and the head gives its J*C_out forecasts. ``future`` is checked but not read: on the
+    data's regular clock the input steps' time features (channels of ``x``) determine
+    those of the forecast steps.
+
+    ``x (B, M, N, C_in)``, ``coords (B, N, L)`` (``future (B, J, N, F)`` with time
+    features) -> ``(B, J, N, C_out)``.
     """
 
     def __init__(
@@ -36,6 +42,8 @@ class PointCNN(ForecastModel):
         dilation: int = 1,
         coord_features: int = 2,
         lifted_channels: int | None = None,
+        input_channels: int | None = None,
+        future_channels: int = 0,
     ) -> None:
         super().__init__()
         if min(num_channels, input_steps, output_steps, hidden_channels, num_layers) < 1:
@@ -46,10 +54,11 @@ class PointCNN(ForecastModel):
         self.output_steps = output_steps
         self.input_steps = input_steps
         self.num_channels = num_channels
+        self.channels = Channels.of(num_channels, input_channels, future_channels)
         self.k = check_k_option(k, dilation)
         self.dilation = dilation
         common = dict(k=k, dilation=dilation, coord_dims=coord_features)
-        widths = [input_steps * num_channels] + [hidden_channels] * num_layers
+        widths = [input_steps * self.channels.inp] + [hidden_channels] * num_layers
         self.layers = nn.ModuleList(
             XConv(a, b, lifted_channels=lifted_channels, **common)
             for a, b in zip(widths[:-1], widths[1:], strict=True)
@@ -67,21 +76,26 @@ class PointCNN(ForecastModel):
         """
         return [self.head.pointwise]
 
-    def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
-        super().check_input(x, coords)
-        if x.shape[1] != self.input_steps or x.shape[3] != self.num_channels:
+    def check_input(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> None:
+        # first, so that a window of the wrong size names the options that size it
+        if x.dim() == 4 and (x.shape[1], x.shape[3]) != (self.input_steps, self.channels.inp):
             raise ValueError(
                 f"PointCNN was built for M={self.input_steps} input steps and "
-                f"C={self.num_channels} channels, got x {tuple(x.shape)} (B, M, N, C); set "
-                f"model.input_steps and model.num_channels to match the data."
+                f"C_in={self.channels.inp} channels, got x {tuple(x.shape)} (B, M, N, C_in); "
+                f"set model.input_steps and model.num_channels to match the data."
             )
+        super().check_input(x, coords, future)
 
-    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
-        self.check_input(x, coords)
+    def forward(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        self.check_input(x, coords, future)
         b, m, n, c = x.shape
         index = dilated_neighbours(coords, self.k, self.dilation)
         h = x.permute(0, 2, 1, 3).reshape(b, n, m * c)
         for layer in self.layers:
             h = F.elu(layer(h, geometry=layer.geometry(coords, index)))
-        out = self.head(h, geometry=self.head.geometry(coords, index))  # (B, N, J*C)
-        return out.view(b, n, self.output_steps, c).permute(0, 2, 1, 3)
+        out = self.head(h, geometry=self.head.geometry(coords, index))  # (B, N, J*C_out)
+        return out.view(b, n, self.output_steps, self.num_channels).permute(0, 2, 1, 3)

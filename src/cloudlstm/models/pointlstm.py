@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import ForecastModel
+from cloudlstm.models.base import Channels, ForecastModel
 from cloudlstm.nn.knn import check_k_option
 from cloudlstm.nn.xconv import XConv, XGeometry, dilated_neighbours
 
@@ -64,19 +64,22 @@ class PointLSTM(ForecastModel):
 
     Mirrors :class:`cloudlstm.models.CloudSeq2Seq` with X-Conv in place of DConv:
 
-    * the input layer is an X-Conv from the C measured channels to ``hidden_channels``;
+    * the input layer is an X-Conv from the C_in input channels to ``hidden_channels``;
     * encoder and decoder are separate stacks of ``num_layers`` cells; decoder layer l
       starts from encoder layer l's final state;
     * decoding is autoregressive for J steps (J may exceed M): the decoder input at
       step i is the embedding of its own forecast for step i-1, starting from the last
-      observed frame; no teacher forcing;
-    * the output layer is an X-Conv from ``hidden_channels`` to C.
+      observed frame; no teacher forcing. With covariates that frame is the forecast
+      targets with the measured covariates held at their last values and step i-1's time
+      features (:meth:`~cloudlstm.models.base.Channels.next_frame`);
+    * the output layer is an X-Conv from ``hidden_channels`` to the C_out targets.
 
     The points do not move, so neighbours are searched once per forward and each
     X-Conv's geometry (X matrices, lifted coordinates) is computed once and reused at
     every time step.
 
-    ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``.
+    ``x (B, M, N, C_in)``, ``coords (B, N, L)`` (``future (B, J, N, F)`` with time
+    features) -> ``(B, J, N, C_out)``.
     """
 
     def __init__(
@@ -89,6 +92,8 @@ class PointLSTM(ForecastModel):
         dilation: int = 1,
         coord_features: int = 2,
         lifted_channels: int | None = None,
+        input_channels: int | None = None,
+        future_channels: int = 0,
     ) -> None:
         super().__init__()
         if min(num_channels, output_steps, hidden_channels, num_layers) < 1:
@@ -97,12 +102,13 @@ class PointLSTM(ForecastModel):
             )
         self.output_steps = output_steps
         self.num_channels = num_channels
+        self.channels = Channels.of(num_channels, input_channels, future_channels)
         self.k = check_k_option(k, dilation)
         self.dilation = dilation
         common = dict(
             k=k, dilation=dilation, coord_dims=coord_features, lifted_channels=lifted_channels
         )
-        self.embed = XConv(num_channels, hidden_channels, **common)
+        self.embed = XConv(self.channels.inp, hidden_channels, **common)
         self.encoder = nn.ModuleList(
             PointLSTMCell(hidden_channels, hidden_channels, **common) for _ in range(num_layers)
         )
@@ -121,16 +127,21 @@ class PointLSTM(ForecastModel):
         """
         return [self.head.pointwise]
 
-    def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
-        super().check_input(x, coords)
-        if x.shape[3] != self.num_channels:
+    def check_input(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> None:
+        # first, so that a frame of the wrong size names the option that sizes it
+        if x.dim() == 4 and x.shape[3] != self.channels.inp:
             raise ValueError(
-                f"PointLSTM was built for C={self.num_channels} channels, got x "
-                f"{tuple(x.shape)} (B, M, N, C); set model.num_channels to match the data."
+                f"PointLSTM was built for C_in={self.channels.inp} channels, got x "
+                f"{tuple(x.shape)} (B, M, N, C_in); set model.num_channels to match the data."
             )
+        super().check_input(x, coords, future)
 
-    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
-        self.check_input(x, coords)
+    def forward(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        self.check_input(x, coords, future)
         index = dilated_neighbours(coords, self.k, self.dilation)
         embed_geo = self.embed.geometry(coords, index)
         head_geo = self.head.geometry(coords, index)
@@ -143,12 +154,14 @@ class PointLSTM(ForecastModel):
             for layer, cell in enumerate(self.encoder):
                 inp, states[layer] = cell(inp, states[layer], encoder_geo[layer])
 
-        last = x[:, -1]
+        frame = x[:, -1]  # (B, N, C_in): the frame before the first forecast step
         outputs = []
-        for _ in range(self.output_steps):
-            inp = self.embed(last, geometry=embed_geo)
+        for j in range(self.output_steps):
+            inp = self.embed(frame, geometry=embed_geo)
             for layer, cell in enumerate(self.decoder):
                 inp, states[layer] = cell(inp, states[layer], decoder_geo[layer])
-            last = self.head(inp, geometry=head_geo)  # (B, N, C)
-            outputs.append(last)
+            step = self.head(inp, geometry=head_geo)  # (B, N, C_out)
+            outputs.append(step)
+            step_future = None if future is None else future[:, j]
+            frame = self.channels.next_frame(step, x[:, -1], step_future)
         return torch.stack(outputs, dim=1)

@@ -61,7 +61,11 @@ class PredRNNpp(RecurrentGridSeq2Seq):
     final state: every layer's ``(H, C)``, the GHU state Z and the top layer's M, which
     enters the decoder's first layer as it would the next step of a single stack.
 
-    ``x (B, M, N, C)``, ``coords (B, N, 2)`` -> ``(B, J, N, C)``.
+    Covariates as in the ConvLSTM: the embedding reads all C_in channels, and each decoder
+    step reads its forecast with the covariates held and the time features of its step.
+
+    ``x (B, M, N, C_in)``, ``coords (B, N, 2)`` (``future (B, J, N, F)`` with time
+    features) -> ``(B, J, N, C_out)``.
     """
 
     def make_stack(self, hidden_channels: int, num_layers: int, kernel_size: int) -> nn.Module:

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cloudlstm.models.base import ForecastModel
+from cloudlstm.models.base import Channels, ForecastModel
 from cloudlstm.nn.graph import ChebGraphConv, DistanceGraph
 
 
@@ -99,7 +99,13 @@ class STGCN(ForecastModel):
     ``2 (kt - 1) num_blocks + 1`` steps is left-padded with zeros (the normalised mean) to
     that length: causal padding, none at the paper's M=12, kt=3.
 
-    ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``.
+    Covariates: the first block reads all C_in input channels and the head emits the
+    J x C_out forecasts. ``future`` is checked but not read: on the data's regular clock
+    the input steps' time features (channels of ``x``) determine those of the forecast
+    steps.
+
+    ``x (B, M, N, C_in)``, ``coords (B, N, L)`` (``future (B, J, N, F)`` with time
+    features) -> ``(B, J, N, C_out)``.
     """
 
     def __init__(
@@ -116,6 +122,8 @@ class STGCN(ForecastModel):
         epsilon: float = 0.5,
         neighbours: int = 9,
         dropout: float = 0.0,
+        input_channels: int | None = None,
+        future_channels: int = 0,
     ) -> None:
         super().__init__()
         for name, value in [
@@ -130,6 +138,7 @@ class STGCN(ForecastModel):
             if value < 1:
                 raise ValueError(f"model.{name} must be >= 1, got {value}.")
         self.num_channels = num_channels
+        self.channels = Channels.of(num_channels, input_channels, future_channels)
         self.input_steps = input_steps
         self.output_steps = output_steps
         self.graph = DistanceGraph(sigma, epsilon, neighbours)
@@ -138,7 +147,7 @@ class STGCN(ForecastModel):
         spatial_channels = spatial_channels or hidden_channels
         self.blocks = nn.ModuleList(
             STConvBlock(
-                num_channels if i == 0 else hidden_channels,
+                self.channels.inp if i == 0 else hidden_channels,
                 spatial_channels,
                 hidden_channels,
                 kt,
@@ -158,22 +167,28 @@ class STGCN(ForecastModel):
         after it."""
         return [self.head]
 
-    def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
-        super().check_input(x, coords)
-        if x.shape[1] != self.input_steps or x.shape[3] != self.num_channels:
+    def check_input(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> None:
+        # first, so that a window of the wrong size names the options that size it
+        if x.dim() == 4 and (x.shape[1], x.shape[3]) != (self.input_steps, self.channels.inp):
             raise ValueError(
                 f"STGCN was built for M={self.input_steps} input steps and "
-                f"C={self.num_channels} channels but x has M={x.shape[1]}, C={x.shape[3]}: "
-                "set model.input_steps / model.num_channels to match the data."
+                f"C_in={self.channels.inp} channels but x has M={x.shape[1]}, "
+                f"C_in={x.shape[3]}: set model.input_steps / model.num_channels to match the "
+                "data."
             )
+        super().check_input(x, coords, future)
 
-    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
-        self.check_input(x, coords)
-        b, _, n, c = x.shape
+    def forward(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        self.check_input(x, coords, future)
+        b, _, n, _ = x.shape
         laplacian = self.graph(coords)
         h = F.pad(x, (0, 0, 0, 0, self.pad, 0))  # causal zero padding in time, if any
         for block in self.blocks:
             h = block(h, laplacian)
         h = self.out_norm(self.out_temporal(h))  # (B, 1, N, hidden)
-        out = self.head(torch.sigmoid(self.out_hidden(h)))  # (B, 1, N, J * C)
-        return out.view(b, n, self.output_steps, c).transpose(1, 2)
+        out = self.head(torch.sigmoid(self.out_hidden(h)))  # (B, 1, N, J * C_out)
+        return out.view(b, n, self.output_steps, self.num_channels).transpose(1, 2)

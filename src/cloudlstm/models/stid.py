@@ -2,9 +2,9 @@
 
 Shao et al., "Spatial-Temporal Identity: A Simple yet Effective Baseline for Multivariate
 Time Series Forecasting" (CIKM 2022). Its spatial identity is one learned vector per
-training point, so the model is tied to those points (transductive). The paper's temporal
-identities (time-of-day and day-of-week embeddings) are not in yet: forward receives no
-timestamps; they come with the time covariates (docs/baselines.md).
+training point, so the model is tied to those points (transductive). Its temporal
+identities (time-of-day and day-of-week embeddings) are looked up from the time features of
+the last input step when the data has them (``data.time_features=[hour,weekday]``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import ForecastModel
+from cloudlstm.data.pipeline.covariates import TIME_FEATURES
+from cloudlstm.models.base import Channels, ForecastModel
 
 
 class ResidualMLPBlock(nn.Module):
@@ -40,7 +41,12 @@ class STID(ForecastModel):
     identity embedding is what lets the shared MLP behave differently at each point, and
     the reason it cannot forecast a point it never saw.
 
-    ``x (B, M, N, C)``, ``coords (B, N, L)`` -> ``(B, J, N, C)``.
+    Covariates: the window embedding reads all C_in channels. With the ``hour`` time
+    feature and a known ``steps_per_day`` the time of day of the last input step picks one
+    of ``steps_per_day`` learned vectors (``time_dim``), with ``weekday`` its day one of 7,
+    as in the paper; both are concatenated with the others. ``yearday`` is only an input.
+
+    ``x (B, M, N, C_in)``, ``coords (B, N, L)`` -> ``(B, J, N, C_out)``.
     """
 
     fixed_points = "it learns an embedding for each training point"
@@ -55,6 +61,11 @@ class STID(ForecastModel):
         node_dim: int = 32,
         num_layers: int = 3,
         dropout: float = 0.15,
+        input_channels: int | None = None,
+        future_channels: int = 0,
+        time_features: list[str] | None = None,
+        steps_per_day: int | None = None,
+        time_dim: int = 32,
     ) -> None:
         super().__init__()
         if min(num_points, num_channels, input_steps, output_steps, embed_dim, node_dim) < 1:
@@ -63,19 +74,29 @@ class STID(ForecastModel):
                 "model.embed_dim and model.node_dim >= 1."
             )
         self.output_steps = output_steps
-        self.window = (input_steps, num_points, num_channels)
-        width = embed_dim + node_dim
-        self.series_embedding = nn.Linear(input_steps * num_channels, embed_dim)
+        self.channels = Channels.of(num_channels, input_channels, future_channels)
+        self.window = (input_steps, num_points, self.channels.inp)
+        self.time_slots = _time_slots(list(time_features or []), steps_per_day, self.channels)
+        self.time_embeddings = nn.ModuleDict(
+            {name: nn.Embedding(slots, time_dim) for name, (_, slots) in self.time_slots.items()}
+        )
+        width = embed_dim + node_dim + time_dim * len(self.time_slots)
+        self.series_embedding = nn.Linear(input_steps * self.channels.inp, embed_dim)
         self.point_embedding = nn.Parameter(torch.empty(num_points, node_dim))
         nn.init.xavier_uniform_(self.point_embedding)  # as the reference code initialises it
         self.encoder = nn.Sequential(*(ResidualMLPBlock(width, dropout) for _ in range(num_layers)))
         self.regression = nn.Linear(width, output_steps * num_channels)
+        if self.time_slots:
+            for table in self.time_embeddings.values():
+                nn.init.xavier_uniform_(table.weight)
 
     def output_head(self) -> list[nn.Module]:
         return [self.regression]
 
-    def check_input(self, x: torch.Tensor, coords: torch.Tensor) -> None:
-        super().check_input(x, coords)
+    def check_input(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> None:
+        super().check_input(x, coords, future)
         m, n, c = self.window
         if x.shape[2] != n:
             raise ValueError(
@@ -92,11 +113,41 @@ class STID(ForecastModel):
                 f"model.num_channels matching the data (by default they come from the data)."
             )
 
-    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
-        self.check_input(x, coords)
+    def forward(
+        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        self.check_input(x, coords, future)
         b, m, n, c = x.shape
         series = x.permute(0, 2, 1, 3).reshape(b, n, m * c)  # each point's whole window
         identity = self.point_embedding.expand(b, n, -1)
-        h = torch.cat([self.series_embedding(series), identity], dim=-1)  # (B, N, D)
-        out = self.regression(self.encoder(h)).view(b, n, self.output_steps, c)
+        parts = [self.series_embedding(series), identity]
+        for name, (channel, slots) in self.time_slots.items():
+            sin, cos = x[:, -1, :, channel], x[:, -1, :, channel + 1]
+            slot = _slot(sin, cos, slots, nearest=name == "hour")  # (B, N)
+            parts.append(self.time_embeddings[name](slot))
+        h = torch.cat(parts, dim=-1)  # (B, N, D)
+        out = self.regression(self.encoder(h)).view(b, n, self.output_steps, self.channels.out)
         return out.permute(0, 2, 1, 3)
+
+
+def _time_slots(
+    names: list[str], steps_per_day: int | None, channels: Channels
+) -> dict[str, tuple[int, int]]:
+    """Time feature name -> (its sin channel in ``x``, slots of its embedding table), for
+    the time of day (one slot per step of a day) and the day of the week."""
+    first = channels.inp - channels.future  # the time features end x, sin/cos of each
+    slots = {"hour": steps_per_day, "weekday": 7}
+    return {
+        name: (first + 2 * i, slots[name])
+        for i, name in enumerate(names)
+        if name in TIME_FEATURES and slots.get(name)
+    }
+
+
+def _slot(sin: torch.Tensor, cos: torch.Tensor, slots: int, nearest: bool) -> torch.Tensor:
+    """The slot (0 .. slots - 1, long) of a time whose angle has this sin and cos: the
+    nearest one (``nearest``: the step of the day), else the one it is in (the day of the
+    week; a small margin keeps midnight in its own day despite rounding)."""
+    turn = torch.remainder(torch.atan2(sin, cos) / (2 * torch.pi), 1.0) * slots
+    index = torch.round(turn) if nearest else torch.floor(turn + 1e-3)
+    return torch.remainder(index.long(), slots)

@@ -16,6 +16,12 @@ from cloudlstm.data.pipeline.absurd_values import (
     check_max_abs_z,
     checked_stream,
 )
+from cloudlstm.data.pipeline.covariates import (
+    check_time_features,
+    stream_covariates,
+    time_feature_names,
+    time_features,
+)
 from cloudlstm.data.pipeline.outliers import dbscan_outliers, shift_outliers
 from cloudlstm.data.pipeline.resumable import ResumableLoader, ShuffleSampler
 from cloudlstm.data.pipeline.stream import PointCloudStream
@@ -137,6 +143,11 @@ class PointCloudDataModule(LightningDataModule):
             paper's protocol: it interpolates gaps and then uses the whole series). Default
             False: the batch masks mark only really observed entries, so the loss and the
             metrics ignore filled ones.
+        time_features: known-future input channels from the timestamps, any of ``hour``,
+            ``weekday``, ``yearday`` (sin and cos of each; see
+            :mod:`cloudlstm.data.pipeline.covariates`). The stream's measured covariates
+            (declared by its source, e.g. ``data.source.covariates`` for Beijing) are input
+            channels too; neither is forecast.
 
     The stream is loaded once; the scaler is fitted on the training part only (a time chunk
     at a time); coordinates are min-max normalised to [0, 1]. Windows are read from the
@@ -177,6 +188,7 @@ class PointCloudDataModule(LightningDataModule):
         outlier_count: int = 10,
         outlier_seed: int = 0,
         score_filled: bool = False,
+        time_features: list[str] | None = None,
     ) -> None:
         super().__init__()
         _check_outlier_options(outliers, outlier_shift)
@@ -212,6 +224,7 @@ class PointCloudDataModule(LightningDataModule):
             "outlier_seed": int(outlier_seed),
         }
         self.score_filled = bool(score_filled)
+        self.time_features = check_time_features(time_features)
         self._clear()
 
     def _clear(self) -> None:
@@ -222,6 +235,7 @@ class PointCloudDataModule(LightningDataModule):
         self._scaler_state: dict | None = None
         self.scaler = StandardScaler()
         self.datasets: dict[str, WindowDataset | None] = dict.fromkeys(SPLITS)
+        self._time_values: np.ndarray | None = None  # (T, F) time features, set in setup
         self.bounds: dict[str, tuple[int, int]] = {}  # where each split's targets lie
         self.window_bounds: dict[str, tuple[int, int]] = {}  # ... and its windows, inputs too
         self._coords: torch.Tensor | None = None
@@ -280,6 +294,7 @@ class PointCloudDataModule(LightningDataModule):
         self._check_split_lengths(stream)
         self.scaler = self._fitted_scaler(stream)
         track = self._set_coords(stream)
+        self._time_values = self._time_feature_values(stream)
         # No normalised copy of the values: each window is read from the stream (memory-mapped
         # when it comes from the cache) and normalised when it is asked for; filled
         # (interpolated) values are kept, only entries with no value at all become 0.
@@ -303,6 +318,8 @@ class PointCloudDataModule(LightningDataModule):
                 return_index=split == "test",  # "t0": orders test windows gathered from ranks
                 scaler=self.scaler,
                 check_mask=False,  # PointCloudStream checked it
+                num_targets=self.num_channels,
+                time_features=self._time_values,
             )
         self._built = True
 
@@ -329,6 +346,17 @@ class PointCloudDataModule(LightningDataModule):
                 f"{need}. Use a longer stream, shorter windows, or different val/test "
                 "fractions."
             )
+
+    def _time_feature_values(self, stream: PointCloudStream) -> np.ndarray | None:
+        """``(T, F)`` time features of the stream's steps, or None without any."""
+        if not self.time_features:
+            return None
+        if stream.timestamps is None:
+            raise UserError(
+                f"data.time_features={self.time_features} needs timestamps, but stream "
+                f"'{stream.name}' has none; leave data.time_features empty."
+            )
+        return time_features(stream.timestamps, self.time_features)
 
     def _fitted_scaler(self, stream: PointCloudStream) -> StandardScaler:
         """The training part's scaler, or the one given to :meth:`use_scaler`."""
@@ -414,7 +442,8 @@ class PointCloudDataModule(LightningDataModule):
 
     @property
     def num_channels(self) -> int:
-        return self.stream.num_channels
+        """C_out, the channels forecast and scored (the stream's, less its covariates)."""
+        return len(self.channel_names)
 
     @property
     def num_dims(self) -> int:
@@ -422,7 +451,25 @@ class PointCloudDataModule(LightningDataModule):
 
     @property
     def channel_names(self) -> list[str]:
-        return list(self.stream.channel_names)
+        """The C_out target channels: values, then (moving points) positions."""
+        stream = self.stream
+        return list(stream.channel_names[: stream.num_channels - len(self.covariate_names)])
+
+    @property
+    def covariate_names(self) -> list[str]:
+        """The stream's measured covariates: input channels after the targets."""
+        stream = self.stream
+        return stream_covariates(stream.channel_names, stream.metadata)
+
+    @property
+    def future_names(self) -> list[str]:
+        """The time features' channel names: the last input channels, known ahead too."""
+        return time_feature_names(self.time_features)
+
+    @property
+    def input_names(self) -> list[str]:
+        """The C_in channels of each window's ``x``: targets, covariates, time features."""
+        return [*self.channel_names, *self.covariate_names, *self.future_names]
 
     @property
     def train_dataset(self) -> WindowDataset | None:
@@ -525,9 +572,11 @@ class PointCloudDataModule(LightningDataModule):
         return {
             "name": stream.name,
             "num_points": stream.num_points,
-            "num_channels": stream.num_channels,
+            "num_channels": self.num_channels,
             "num_dims": stream.num_dims,
-            "channel_names": list(stream.channel_names),
+            "channel_names": self.channel_names,
+            "covariates": self.covariate_names,
+            "time_features": self.future_names,
             "total_steps": stream.num_steps,
             "steps": steps,
             "windows": windows,
@@ -558,6 +607,9 @@ class PointCloudDataModule(LightningDataModule):
         table.add_column("value", justify="right")
         table.add_row("points N", str(info["num_points"]))
         table.add_row("channels C", f"{info['num_channels']} ({', '.join(info['channel_names'])})")
+        inputs = [*info["covariates"], *info["time_features"]]
+        if inputs:
+            table.add_row("input-only channels", ", ".join(inputs))
         table.add_row("total steps T", str(info["total_steps"]))
         window = f"{info['input_steps']} -> {info['output_steps']}"
         if info["seasonal"]:
@@ -645,11 +697,17 @@ def _with_position_channels(stream: PointCloudStream) -> PointCloudStream:
     axes = "xyz" if stream.num_dims <= 3 else range(stream.num_dims)
     names = [f"pos_{axis}" for axis in list(axes)[: stream.num_dims]]
     positions = stream.trajectory.astype(np.float32)
+    # before the measured covariates, which stay the last (input-only) channels
+    split = stream.num_channels - len(stream_covariates(stream.channel_names, stream.metadata))
+    values = np.concatenate([stream.values[..., :split], positions, stream.values[..., split:]], -1)
+    known = np.ones(positions.shape, dtype=bool)
+    mask = np.concatenate([stream.mask[..., :split], known, stream.mask[..., split:]], -1)
+    channels = list(stream.channel_names)
     return PointCloudStream(
-        values=np.concatenate([stream.values, positions], axis=-1),
-        mask=np.concatenate([stream.mask, np.ones(positions.shape, dtype=bool)], axis=-1),
+        values=values,
+        mask=mask,
         coords=stream.coords,
-        channel_names=[*stream.channel_names, *names],
+        channel_names=[*channels[:split], *names, *channels[split:]],
         point_ids=stream.point_ids,
         timestamps=stream.timestamps,
         name=stream.name,

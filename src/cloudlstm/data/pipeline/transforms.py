@@ -129,6 +129,16 @@ class StandardScaler:
         mean, std = self._params(x)
         return x * std + mean
 
+    def select(self, channels: int) -> StandardScaler:
+        """The scaler of the first ``channels`` channels (e.g. the targets before the
+        covariates); itself when that is all of them."""
+        self._check_fitted()
+        if channels == self.num_channels:
+            return self
+        part = StandardScaler(self.min_std)
+        part.mean, part.std = self.mean[:channels].copy(), self.std[:channels].copy()
+        return part
+
     def to_dict(self) -> dict[str, Any]:
         self._check_fitted()
         return {"mean": self.mean.tolist(), "std": self.std.tolist(), "min_std": self.min_std}

@@ -45,8 +45,13 @@ class WindowDataset(Dataset):
     input lies in ``[t0, t0 + H)`` and its target is ``[t0 + H, t0 + H + J)``, with
     ``t0 + H + J <= end`` (``H = M`` by default). Items are dicts (see ``docs/design.md``)::
 
-        {"x": (M, N, C) float32, "y": (J, N, C) float32, "coords": (N, L) float32,
-         "x_mask": (M, N, C) bool, "y_mask": (J, N, C) bool}
+        {"x": (M, N, C_in) float32, "y": (J, N, C_out) float32, "coords": (N, L) float32,
+         "x_mask": (M, N, C_in) bool, "y_mask": (J, N, C_out) bool}
+
+    plus ``"future": (J, N, F)`` with ``time_features``. The input holds every channel of
+    ``values`` and then the F time features (``C_in = C + F``); the target holds the first
+    ``num_targets`` channels (``C_out``; the rest are measured covariates, input only, see
+    :mod:`cloudlstm.data.pipeline.covariates`).
 
     Windows are read from ``values`` when they are asked for: the arrays are neither copied
     nor normalised up front, so a memory-mapped stream (``np.memmap``, e.g. from the stream
@@ -77,6 +82,10 @@ class WindowDataset(Dataset):
             ``values`` are raw and each window is normalised with it.
         check_mask: refuse NaN/inf entries marked observed (one pass over ``[start, end)``,
             a time chunk at a time); the datamodule skips it, its stream checked that already.
+        num_targets: C_out, the channels forecast (the first ones); None: all of them.
+        time_features: optional ``(T, F)`` float32 known-future features (e.g. the time of
+            day as sin/cos), appended to ``x`` and given for the forecast steps as
+            ``future``; always observed.
     """
 
     def __init__(
@@ -94,6 +103,8 @@ class WindowDataset(Dataset):
         coords_track: np.ndarray | torch.Tensor | None = None,
         scaler: StandardScaler | None = None,
         check_mask: bool = True,
+        num_targets: int | None = None,
+        time_features: np.ndarray | None = None,
     ) -> None:
         offsets = _checked_offsets(input_steps, output_steps, stride, input_offsets)
         values, mask, coords_t = _checked_arrays(values, mask, coords)
@@ -132,6 +143,8 @@ class WindowDataset(Dataset):
         self.coords = coords_t.contiguous()
         self.coords_track = _checked_track(coords_track, (num_total, *coords_t.shape))
         self._input_index = offsets + self.history_steps
+        self.num_targets = _checked_targets(num_targets, values.shape[2])
+        self.time_features = _checked_time_features(time_features, num_total)
         n = count_windows(end - start, self.history_steps, self.output_steps, self.stride)
         self.window_starts = start + self.stride * np.arange(n, dtype=np.int64)
 
@@ -155,15 +168,21 @@ class WindowDataset(Dataset):
         t0 = int(self.window_starts[index])
         return t0, t0 + self.history_steps, t0 + self.history_steps + self.output_steps
 
-    def _read(self, steps: slice | np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Normalised values (no NaN) and mask of the given time steps, as new tensors."""
-        raw = self.values[steps]
+    def _read(
+        self, steps: slice | np.ndarray, channels: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalised values (no NaN) and mask of the given time steps (and the first
+        ``channels`` channels; None: all), as new tensors."""
+        cut = slice(None, channels)
+        raw = self.values[steps, :, cut]
         if self._mean is not None:
-            window = np.subtract(raw, self._mean, dtype=np.float32)
-            window /= self._std
+            window = np.subtract(raw, self._mean[cut], dtype=np.float32)
+            window /= self._std[cut]
         else:
             window = np.array(raw, dtype=np.float32)
-        observed = np.isfinite(raw) if self.mask is None else np.array(_bool(self.mask[steps]))
+        observed = (
+            np.isfinite(raw) if self.mask is None else np.array(_bool(self.mask[steps, :, cut]))
+        )
         np.nan_to_num(window, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
         return torch.from_numpy(window), torch.from_numpy(observed)
 
@@ -177,9 +196,16 @@ class WindowDataset(Dataset):
         e = m + self.output_steps
         steps = slice(t0, m) if self._contiguous else t0 + self._input_index
         x, x_mask = self._read(steps)
-        y, y_mask = self._read(slice(m, e))
+        y, y_mask = self._read(slice(m, e), self.num_targets)
         coords = self.coords if self.coords_track is None else self.coords_track[m - 1]
         item = {"x": x, "y": y, "coords": coords, "x_mask": x_mask, "y_mask": y_mask}
+        if self.time_features is not None:
+            n = x.shape[1]
+            past = self.time_features[steps]
+            item["x"] = torch.cat([x, _at_points(past, n)], dim=-1)
+            known = torch.ones(past.shape[0], n, past.shape[1], dtype=torch.bool)
+            item["x_mask"] = torch.cat([x_mask, known], dim=-1)
+            item["future"] = _at_points(self.time_features[m:e], n)
         if self.return_index:
             item["t0"] = torch.tensor(t0, dtype=torch.int64)
         return item
@@ -227,6 +253,34 @@ def _checked_offsets(
             f"steps (relative to the first target step); got {offsets.tolist()}."
         )
     return offsets
+
+
+def _checked_targets(num_targets: int | None, channels: int) -> int | None:
+    """C_out, when it leaves covariates (None: every channel is a target)."""
+    if num_targets is None or int(num_targets) == channels:
+        return None
+    if not 1 <= int(num_targets) < channels:
+        raise ValueError(
+            f"WindowDataset: num_targets must be in [1, {channels}]; got {num_targets}."
+        )
+    return int(num_targets)
+
+
+def _checked_time_features(features: np.ndarray | None, num_steps: int) -> np.ndarray | None:
+    """``(T, F)`` float32 time features (None when there are none)."""
+    if features is None or np.shape(features)[-1] == 0:
+        return None
+    features = np.asarray(features, dtype=np.float32)
+    if features.ndim != 2 or features.shape[0] != num_steps or not np.isfinite(features).all():
+        raise ValueError(
+            f"WindowDataset: time_features must be finite (T={num_steps}, F); got {features.shape}."
+        )
+    return features
+
+
+def _at_points(features: np.ndarray, num_points: int) -> torch.Tensor:
+    """``(S, F)`` time features -> ``(S, N, F)``, the same at every point."""
+    return torch.from_numpy(features).unsqueeze(1).expand(-1, num_points, -1).contiguous()
 
 
 def _checked_arrays(

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from cloudlstm.data.pipeline.cache import CachedSource
+from cloudlstm.data.pipeline.covariates import COVARIATES_KEY
 from cloudlstm.data.pipeline.stream import PointCloudStream
 from cloudlstm.data.sources.tables import (
     build_stream,
@@ -58,6 +59,29 @@ STATION_POSITIONS: dict[str, tuple[float, float]] = {
     "Wanliu": (39.987313, 116.287451),
     "Wanshouxigong": (39.878193, 116.351974),
 }
+# Weather columns a run may read as measured covariates (data.source.covariates): each
+# named column is one input channel; "wind" is two, the wind vector (wind_u eastward,
+# wind_v northward, m/s) from the speed WSPM and the direction wd it blows from.
+COVARIATES = ("TEMP", "PRES", "DEWP", "RAIN", "WSPM", "wind")
+# wd: the 16 compass points, clockwise from north
+_COMPASS = [
+    "N",
+    "NNE",
+    "NE",
+    "ENE",
+    "E",
+    "ESE",
+    "SE",
+    "SSE",
+    "S",
+    "SSW",
+    "SW",
+    "WSW",
+    "W",
+    "WNW",
+    "NW",
+    "NNW",
+]
 _TIME = ["year", "month", "day", "hour"]
 _VERSION = 1
 # data.source.co_units -> the divisor of the files' CO (µg/m³)
@@ -73,9 +97,12 @@ class BeijingSource(CachedSource):
         cache_dir: folder of the stream cache (default ``<root>/cache``).
         co_units: ``"mg/m3"`` (CO divided by 1000) or ``"ug/m3"`` (the files' units): see
             the module docstring.
+        covariates: weather columns read as measured covariates (input-only channels after
+            the pollutants), any of :data:`COVARIATES`; gaps are filled like the
+            pollutants'.
 
     Raises:
-        UserError: an unknown ``co_units``.
+        UserError: an unknown ``co_units`` or covariate.
 
     Same preprocessing as :class:`~cloudlstm.data.sources.urban_air.UrbanAirSource`: an hourly grid
     from ``year/month/day/hour``, gaps filled linearly in time with ``mask`` False, channels
@@ -92,7 +119,16 @@ class BeijingSource(CachedSource):
         stations: Sequence[str] | None = None,
         cache_dir: str | os.PathLike | None = None,
         co_units: str = "mg/m3",
+        covariates: Sequence[str] = (),
     ) -> None:
+        covariates = [covariates] if isinstance(covariates, str) else list(covariates or [])
+        unknown = [c for c in covariates if c not in COVARIATES]
+        if unknown or len(set(covariates)) != len(covariates):
+            raise UserError(
+                f"data.source.covariates={covariates}: each must be one of "
+                f"{list(COVARIATES)}, at most once."
+            )
+        self.covariates = [str(c) for c in covariates]
         if co_units not in CO_UNITS:
             raise UserError(
                 f"data.source.co_units={co_units!r} is not one of {', '.join(CO_UNITS)} (mg/m3 "
@@ -108,7 +144,7 @@ class BeijingSource(CachedSource):
     def __repr__(self) -> str:
         return (
             f"BeijingSource(root={str(self.root)!r}, stations={self.stations!r}, "
-            f"co_units={self.co_units!r})"
+            f"co_units={self.co_units!r}, covariates={self.covariates!r})"
         )
 
     def files(self) -> dict[str, Path]:
@@ -138,7 +174,15 @@ class BeijingSource(CachedSource):
     def config(self) -> dict:
         """What determines the stream besides the files: the stations and CO's unit (each
         unit has its own cache, so switching it never reads the other's)."""
-        return {"version": _VERSION, "stations": self.stations, "co_units": self.co_units}
+        config = {"version": _VERSION, "stations": self.stations, "co_units": self.co_units}
+        if self.covariates:  # without any, the key (and the cache) of before they existed
+            config["covariates"] = self.covariates
+        return config
+
+    @property
+    def covariate_channels(self) -> list[str]:
+        """The covariates' channel names (``wind`` is ``wind_u, wind_v``)."""
+        return [n for c in self.covariates for n in (["wind_u", "wind_v"] if c == "wind" else [c])]
 
     def input_files(self) -> list[Path]:
         """The chosen stations' files, and ``stations.csv`` when there is one."""
@@ -179,20 +223,48 @@ class BeijingSource(CachedSource):
             raise UserError(f"{what}: invalid year/month/day/hour {bad} at data row {row}.")
         cols = {c: numeric_column(df, c, what) for c in CHANNELS}
         cols["CO"] = cols["CO"] / CO_UNITS[self.co_units]
+        for name in self.covariates:
+            cols.update(
+                _wind(df, what) if name == "wind" else {name: numeric_column(df, name, what)}
+            )
         return pd.DataFrame({"time": time, "station": station, **cols})
 
     def _build(self, files: dict[str, Path]) -> PointCloudStream:
         rows = pd.concat([self._read(s, p) for s, p in files.items()], ignore_index=True)
         grid = pivot_long(rows, "time", "station", "1h", duplicates="mean", what=str(self.root))
+        channels = [*CHANNELS, *self.covariate_channels]
         stream = build_stream(
             grid.timestamps,
             grid.point_ids,
-            grid.scatter(rows[list(CHANNELS)].to_numpy(), dtype=np.float32),
-            list(CHANNELS),
+            grid.scatter(rows[channels].to_numpy(), dtype=np.float32),
+            channels,
             coords=self._positions(grid.point_ids),
             step=grid.step,
             name="beijing_multisite",
             source=str(self.root),
         )
         stream.metadata["co_units"] = self.co_units  # in the data summary of metrics.json
+        if self.covariates:
+            stream.metadata[COVARIATES_KEY] = self.covariate_channels
         return stream
+
+
+def _wind(df: pd.DataFrame, what: str) -> dict[str, pd.Series]:
+    """The wind vector (m/s) the speed ``WSPM`` and the direction ``wd`` (where it blows
+    from, a compass point) describe: ``wind_u`` towards the east, ``wind_v`` the north.
+
+    Raises:
+        UserError: a direction that is not one of the 16 compass points.
+    """
+    check_columns(df, ["wd", "WSPM"], what, "")
+    heading = df["wd"].map({p: i * 22.5 for i, p in enumerate(_COMPASS)})
+    bad = heading.isna() & df["wd"].notna()
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        raise UserError(
+            f"{what}: wind direction {df['wd'].iloc[row]!r} at data row {row} is not one of "
+            f"the compass points {' '.join(_COMPASS)}."
+        )
+    speed = numeric_column(df, "WSPM", what)
+    towards = np.deg2rad(heading.to_numpy(dtype=float) + 180.0)
+    return {"wind_u": speed * np.sin(towards), "wind_v": speed * np.cos(towards)}

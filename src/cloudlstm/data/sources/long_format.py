@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from cloudlstm.data.pipeline.cache import CachedSource
+from cloudlstm.data.pipeline.covariates import COVARIATES_KEY
 from cloudlstm.data.pipeline.stream import PointCloudStream
 from cloudlstm.data.sources.bad_values import channel_values, check_mode, mostly_numeric
 from cloudlstm.data.sources.tables import (
@@ -72,7 +73,11 @@ class LongFormatSource(CachedSource):
         time_col: timestamp column (any format pandas parses; timezones become naive UTC).
         id_col: point id column.
         coord_cols: the L coordinate columns (2 or 3 in practice).
-        value_cols: channel columns; ``None`` = every other column that is mostly numbers.
+        value_cols: channel columns; ``None`` = every other column that is mostly numbers
+            (other than ``covariate_cols``).
+        covariate_cols: columns read as measured covariates: input-only channels after
+            the value channels, seen in the input window, never forecast or scored
+            (:mod:`cloudlstm.data.pipeline.covariates`).
         freq: grid step such as ``"1h"`` or ``"5min"``; ``None`` = the most common positive gap.
         name: stream name (default: the file name without suffixes).
         moving: ``None`` detects moving points (a point whose coordinates change over time);
@@ -104,6 +109,7 @@ class LongFormatSource(CachedSource):
         moving: bool | None = None,
         bad_values: str = "error",
         cache_dir: str | os.PathLike | None = None,
+        covariate_cols: Sequence[str] = (),
     ) -> None:
         self.path = Path(path)
         self.time_col = str(time_col)
@@ -121,6 +127,15 @@ class LongFormatSource(CachedSource):
         self.moving = moving
         self.bad_values = check_mode(bad_values)
         self.cache_dir = None if cache_dir is None else Path(cache_dir)
+        if isinstance(covariate_cols, str):
+            covariate_cols = [covariate_cols]
+        self.covariate_cols = [str(c) for c in covariate_cols or []]
+        both = set(self.covariate_cols) & set(self.value_cols or [])
+        if both:
+            raise UserError(
+                f"data.source.covariate_cols and value_cols both name {sorted(both)}: a column "
+                "is either forecast (value_cols) or an input only (covariate_cols)."
+            )
 
     def __repr__(self) -> str:
         return f"LongFormatSource(path={str(self.path)!r}, name={self.name!r})"
@@ -137,6 +152,8 @@ class LongFormatSource(CachedSource):
             "name": self.name,
             "moving": self.moving,
             "bad_values": self.bad_values,
+            # only when set: the key (and the cache) of before covariates existed otherwise
+            **({"covariate_cols": self.covariate_cols} if self.covariate_cols else {}),
         }
 
     def input_files(self) -> list[Path]:
@@ -156,7 +173,8 @@ class LongFormatSource(CachedSource):
         path = self.input_files()[0]
         what = f"file {path}"
         df, value_cols = self._read(what)
-        values = channel_values(df, value_cols, what, self.bad_values)  # (R, C)
+        channels = [*value_cols, *self.covariate_cols]
+        values = channel_values(df, channels, what, self.bad_values)  # (R, C)
         positions = self._row_positions(df, what)  # (R, L)
         df = df.assign(
             **{self.time_col: parse_times(df[self.time_col], f"column {self.time_col!r} of {what}")}
@@ -167,13 +185,15 @@ class LongFormatSource(CachedSource):
             grid.timestamps,
             grid.point_ids,
             grid.scatter(values, dtype=np.float32),
-            value_cols,
+            channels,
             coords=static,
             trajectory=trajectory,
             step=grid.step,
             name=self.name,
             source=str(path),
         )
+        if self.covariate_cols:
+            stream.metadata[COVARIATES_KEY] = list(self.covariate_cols)
         return self.cached(stream, cache_path)
 
     def _read(self, what: str) -> tuple[pd.DataFrame, list[str]]:
@@ -182,12 +202,12 @@ class LongFormatSource(CachedSource):
         keys = [self.time_col, self.id_col, *self.coord_cols]
         check_columns(
             df,
-            keys + (self.value_cols or []),
+            keys + (self.value_cols or []) + self.covariate_cols,
             what,
             "Set time_col / id_col / coord_cols / value_cols (data.source.time_col=... etc.) "
             "to the file's column names.",
         )
-        value_cols = self.value_cols or self._numeric_columns(df, keys)
+        value_cols = self.value_cols or self._numeric_columns(df, keys + self.covariate_cols)
         if df[self.id_col].isna().any():
             row = int(np.flatnonzero(df[self.id_col].isna().to_numpy())[0])
             raise UserError(f"{what}: column {self.id_col!r} is empty at data row {row}.")

@@ -1,0 +1,101 @@
+"""Input-only channels: measured covariates and known-future time features.
+
+A model forecasts C_out *target* channels from C_in >= C_out *input* channels, in this
+order along the channel axis of a window's ``x``::
+
+    [targets (C_out) | measured covariates (C_cov) | time features (F)]
+
+* **Measured covariates** (e.g. Beijing's temperature, pressure, wind) are channels of the
+  stream that are seen in the input window only: they are normalised with the training
+  part's scaler like the targets but never forecast or scored. A source marks them by
+  listing their names under ``stream.metadata["covariates"]``; they are the stream's last
+  channels.
+* **Time features** (``data.time_features=[hour,weekday]``) are sin/cos of the time of day,
+  the day of the week or of the year, computed from the stream's timestamps. They are
+  known for the future as well, so a window also holds them for its J forecast steps
+  (``future (J, N, F)``), which sequence-to-sequence decoders read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from cloudlstm.errors import UserError
+
+__all__ = [
+    "COVARIATES_KEY",
+    "TIME_FEATURES",
+    "check_time_features",
+    "stream_covariates",
+    "time_feature_names",
+    "time_features",
+]
+
+# stream.metadata key listing the stream's measured covariates (its last channels)
+COVARIATES_KEY = "covariates"
+# name -> its period in days: each gives a sin and a cos channel
+TIME_FEATURES: dict[str, float] = {"hour": 1.0, "weekday": 7.0, "yearday": 365.2425}
+_EPOCH_WEEKDAY = 3  # 1970-01-01 was a Thursday (Monday = 0)
+
+
+def check_time_features(names: Sequence[str] | None) -> list[str]:
+    """``data.time_features`` as a list of known, distinct names.
+
+    Raises:
+        UserError: an unknown or repeated name.
+    """
+    if names is None:
+        return []
+    if isinstance(names, str):
+        names = [names]
+    names = [str(n) for n in names]
+    unknown = [n for n in names if n not in TIME_FEATURES]
+    if unknown or len(set(names)) != len(names):
+        raise UserError(
+            f"data.time_features={names}: each must be one of {list(TIME_FEATURES)}, "
+            "at most once (e.g. data.time_features=[hour,weekday])."
+        )
+    return names
+
+
+def time_feature_names(names: Sequence[str]) -> list[str]:
+    """The 2F channel names of the time features ``names``: ``hour_sin, hour_cos, ...``."""
+    return [f"{name}_{part}" for name in names for part in ("sin", "cos")]
+
+
+def time_features(timestamps: np.ndarray, names: Sequence[str]) -> np.ndarray:
+    """``(T, 2F)`` float32 sin/cos of each time feature at each timestamp.
+
+    ``hour`` is the time of day (minutes count), ``weekday`` the day of the week with its
+    time of day, ``yearday`` the position in a mean Gregorian year; each is an angle of one
+    turn per period.
+    """
+    days = (np.asarray(timestamps, dtype="datetime64[ns]") - np.datetime64(0, "ns")) / (
+        np.timedelta64(1, "D")
+    )
+    columns = []
+    for name in names:
+        period = TIME_FEATURES[name]
+        phase = days + _EPOCH_WEEKDAY if name == "weekday" else days
+        angle = 2 * np.pi * np.mod(phase, period) / period
+        columns += [np.sin(angle), np.cos(angle)]
+    if not columns:
+        return np.zeros((len(days), 0), dtype=np.float32)
+    return np.stack(columns, axis=1).astype(np.float32)
+
+
+def stream_covariates(channel_names: Sequence[str], metadata: dict) -> list[str]:
+    """The measured covariates a stream declares (its last channels).
+
+    Raises:
+        ValueError: the declared names are not the stream's last channels (a source bug).
+    """
+    names = [str(n) for n in metadata.get(COVARIATES_KEY, [])]
+    if names and list(channel_names[-len(names) :]) != names:
+        raise ValueError(
+            f"stream covariates {names} must be its last channels; channels are "
+            f"{list(channel_names)}."
+        )
+    return names
