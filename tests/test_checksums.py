@@ -61,6 +61,7 @@ def test_a_changed_weight_is_refused_by_resume_and_eval_in_one_line(trained_run,
 
     cmd = [
         sys.executable, "train.py", *TINY, "trainer.max_epochs=3", "logger=csv",
+        "allow_changes=[trainer.max_epochs]",
         f"hydra.run.dir={trained_run}", f"paths.data_dir={tmp_path / 'data'}",
     ]  # fmt: skip
     resumed = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True)

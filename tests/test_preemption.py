@@ -85,6 +85,17 @@ def test_sigterm_saves_the_step_exits_143_and_the_printed_command_resumes(tmp_pa
     assert metrics["resumed_from"] == str(last)
     assert (metrics["epochs"], metrics["steps"]) == (2, 6)
 
+    # a step checkpoint: the run ends as one never stopped, bit for bit
+    whole_dir = tmp_path / "whole"
+    whole = [*JOB, f"hydra.run.dir={whole_dir}", f"paths.data_dir={tmp_path / 'data'}"]
+    done = subprocess.run(
+        [sys.executable, "train.py", *whole],
+        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected = json.loads((whole_dir / "metrics.json").read_text())
+    assert (metrics["test"], metrics["val"]) == (expected["test"], expected["val"])
+
 
 def test_the_command_of_a_run_without_a_run_dir_names_it(tmp_path, tiny_cfg):
     """The default run directory is a new one each time: the command names this one, and

@@ -62,7 +62,8 @@ def test_killed_run_resumes_bit_exactly_into_the_same_wandb_run(tmp_path):
     last = torch.load(killed_dir / "checkpoints" / "last.ckpt", weights_only=False)
     assert last["epoch"] == 1  # the kill came right after epoch 2's checkpoint
 
-    resumed = run_train(killed_dir, data)  # the same command, the same run directory
+    # the same command without the kill (a setting of the run: allowed), the same directory
+    resumed = run_train(killed_dir, data, "allow_changes=[callbacks.kill]")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
     expected = json.loads((tmp_path / "whole" / "metrics.json").read_text())
@@ -126,7 +127,7 @@ def test_hpc_checkpoint_of_an_epoch_start_resumes_from_last_bit_exactly(tmp_path
     # the checksum beside it does not change Lightning's numbering of HPC checkpoints
     assert _CheckpointConnector.hpc_save_path(run_dir) == str(run_dir / "hpc_ckpt_2.ckpt")
 
-    resumed = run_train(run_dir, data)
+    resumed = run_train(run_dir, data, "allow_changes=[callbacks.hpc]")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     expected = json.loads((tmp_path / "whole" / "metrics.json").read_text())
     got = json.loads((run_dir / "metrics.json").read_text())

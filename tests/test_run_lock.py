@@ -155,7 +155,7 @@ def test_the_lock_of_a_killed_training_is_taken_over(tmp_path):
     assert killed.returncode == -signal.SIGKILL
     assert json.loads((run_dir / LOCK_NAME).read_text())["pid"] == killed.pid
 
-    again = train_py(run_dir, tmp_path / "data")
+    again = train_py(run_dir, tmp_path / "data", "allow_changes=[callbacks.kill]")
     out, err = again.communicate(timeout=300)
     assert again.returncode == 0, err[-3000:]
     assert "Taking over the lock" in out + err

@@ -26,6 +26,7 @@ from cloudlstm.cli.assemble import (
     write_metrics,
 )
 from cloudlstm.cli.build import configure_process
+from cloudlstm.cli.config_changes import check_config_changes, record_changes
 from cloudlstm.cli.resume import resume_checkpoint
 from cloudlstm.errors import UserError
 from cloudlstm.preemption import EXIT_CODE, interrupted
@@ -34,18 +35,30 @@ from cloudlstm.run_lock import owns_run_dir
 log = logging.getLogger(__name__)
 
 
-@owns_run_dir  # one run at a time in a run directory (run.lock)
 def train(cfg: DictConfig) -> dict[str, Any]:
-    """Run one training job; returns what is written to ``metrics.json``."""
+    """Run one training job; returns what is written to ``metrics.json``.
+
+    Raises:
+        UserError: it resumes a run of other settings (:mod:`cloudlstm.cli.config_changes`),
+            checked before anything is written to the run directory.
+    """
+    check_config_changes(cfg, Path(cfg.paths.output_dir))
+    return _train(cfg)
+
+
+@owns_run_dir  # one run at a time in a run directory (run.lock)
+def _train(cfg: DictConfig) -> dict[str, Any]:
     configure_process(cfg)
     L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    changes = check_config_changes(cfg, output_dir)  # again, now holding the directory
     finished = output_dir / METRICS_FILE
     if cfg.get("train") and cfg.get("resume", "auto") == "auto" and finished.is_file():
         # e.g. a sweep started again in its directory: finished jobs are not redone
         log.info("%s exists: this run has finished (resume=never trains it again).", finished)
         return json.loads(finished.read_text())
+    record_changes(output_dir, changes, cfg)
 
     job = assemble(cfg, output_dir)
     num_params = count_parameters(job.model)

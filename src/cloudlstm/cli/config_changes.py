@@ -1,0 +1,268 @@
+"""A resumed run keeps its settings: changes to what it trains are refused, or recorded.
+
+A training that resumes in a run directory (``resume=auto`` finds a checkpoint there, or
+``resume=<path>``) continues a run whose settings are its ``config.yaml``. A command that
+changed a setting would train the rest of the run with it, overwrite ``config.yaml`` and so
+describe the whole run by the new value (and ``eval.py`` would build the new model around
+the old weights). So before anything is written to the directory, the composed config is
+compared with the saved one:
+
+* a change to an execution option (:data:`EXECUTION_OPTIONS`: where and on what the run
+  executes, what it logs and shows) is taken, and recorded; so is a key the saved config
+  does not have and the command does not set (a key of a newer version of the code, at its
+  default);
+* any other change (the model, the data, the optimizer, the recipe, the seed, the budget,
+  a callback that takes part in training) is refused, in one line that lists each key with
+  its old and new value and names the ways out: restore the old values, start fresh with
+  ``resume=never`` (better in a new directory), or take the change with
+  ``allow_changes=[<key>,...]`` (a key or a prefix of keys, e.g. ``optimizer``);
+* a taken change is appended to ``<run dir>/config_changes.yaml``: the date, the
+  checkpoint resumed from, and each key's old and new value.
+
+Paths that moved with the run (``paths.*``: another checkout, data directory or run
+directory) are execution options, and so are the values built from them (checkpoint
+directories, caches): those are compared with the old paths replaced by the new ones.
+
+A directory without a checkpoint or without ``config.yaml`` holds no training to resume,
+and is not checked. ``train.py`` checks in a Hydra callback (:class:`CheckBeforeTheRun`),
+before Hydra writes ``.hydra/`` into the run directory; a job of a sweep is checked as it
+starts (Hydra has written the job's ``.hydra/`` by then; ``config.yaml``, the checkpoints
+and the rest are untouched).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from cloudlstm.cli.assemble import METRICS_FILE
+from cloudlstm.cli.resume import resume_candidates
+from cloudlstm.errors import UserError
+
+CONFIG_FILE = "config.yaml"
+CHANGES_FILE = "config_changes.yaml"
+# Keys (or prefixes of keys) that say how a run executes, not what it computes: a resumed
+# run may change them. Everything else is a setting of the run.
+EXECUTION_OPTIONS = (
+    # where files go, what is logged and shown
+    "paths", "hydra", "logger", "tags", "task_name", "print_config", "report",
+    "module.output_dir", "module.save_predictions",
+    "callbacks.progress_bar", "callbacks.model_summary", "callbacks.lr_monitor",
+    "callbacks.epoch_timer", "callbacks.sigterm_checkpoint",
+    "callbacks.step_checkpoint.every_n_train_steps",
+    "trainer.enable_progress_bar", "trainer.enable_model_summary",
+    "trainer.log_every_n_steps", "trainer.default_root_dir",
+    # how the run is started, resumed, tested and reported to a sweeper
+    "resume", "allow_changes", "run_lock", "ckpt_path", "test", "optimized_metric",
+    # the hardware and the process
+    "trainer.accelerator", "trainer.devices", "trainer.num_nodes", "trainer.strategy",
+    "trainer.plugins", "torch_threads", "keep_freed_memory",
+    "data.num_workers", "data.pin_memory", "model.compile", "model.checkpointing",
+)  # fmt: skip
+ABSENT = "(not set)"
+
+
+@dataclass(frozen=True)
+class Change:
+    key: str
+    old: Any
+    new: Any
+    # "execution option", "allow_changes", "new key" (not in the saved config, nor set by
+    # the command: a key of a newer version of the code, at its default), or None: refused
+    allowed_by: str | None
+
+
+def resumes(cfg: DictConfig, run_dir: Path) -> bool:
+    """Whether this training continues a run of ``run_dir``: it trains, does not start
+    fresh, and the directory holds a config and a checkpoint (or a finished run)."""
+    resume = cfg.get("resume", "auto")
+    if not cfg.get("train") or resume in (None, False, "never"):
+        return False
+    if not (run_dir / CONFIG_FILE).is_file():
+        return False
+    if resume != "auto":
+        return True  # a checkpoint named on the command line
+    return bool(resume_candidates(run_dir)) or (run_dir / METRICS_FILE).is_file()
+
+
+def config_changes(cfg: DictConfig, run_dir: Path) -> list[Change]:
+    """The differences of ``cfg`` (without ``hydra``) from ``run_dir``'s ``config.yaml``."""
+    new = _job_container(cfg)
+    old = OmegaConf.to_container(OmegaConf.load(run_dir / CONFIG_FILE), resolve=False)
+    old_paths, new_paths = old.get("paths") or {}, new.get("paths") or {}
+    # values built from the paths follow them; the paths' own change is recorded
+    old = {k: v if k == "paths" else _moved(v, old_paths, new_paths) for k, v in old.items()}
+    allowed = [str(key) for key in (cfg.get("allow_changes") or [])]
+    given = _overridden_keys(cfg)
+    changes = []
+    for key, before, after in _diff(old, new):
+        if _under(key, EXECUTION_OPTIONS):
+            by = "execution option"
+        elif _under(key, allowed):
+            by = "allow_changes"
+        elif before == ABSENT and not any(_under(key, [g]) or _under(g, [key]) for g in given):
+            by = "new key"  # the code has it now, at its default; the command does not set it
+        else:
+            by = None
+        changes.append(Change(key, before, after, by))
+    return changes
+
+
+def _overridden_keys(cfg: DictConfig) -> list[str]:
+    """The keys (and config groups) the command line sets, as dotted keys."""
+    if "hydra" in cfg:
+        overrides = cfg.hydra.overrides.task
+    elif HydraConfig.initialized():
+        overrides = HydraConfig.get().overrides.task
+    else:
+        return []
+    keys = []
+    for override in OmegaConf.to_container(overrides, resolve=False):
+        key = str(override).split("=", 1)[0].lstrip("~+").split("@", 1)[0]
+        keys.append(key.replace("/", "."))
+    return keys
+
+
+def check_config_changes(cfg: DictConfig, run_dir: Path) -> list[Change]:
+    """Refuse a resume whose settings changed; returns the changes it takes (none where
+    this is no resume), for :func:`record_changes`.
+
+    Raises:
+        UserError: a setting changed that is neither an execution option nor allowed.
+    """
+    run_dir = Path(run_dir)
+    if not resumes(cfg, run_dir):
+        return []
+    changes = config_changes(cfg, run_dir)
+    refused = [c for c in changes if c.allowed_by is None]
+    if refused:
+        raise UserError(_refusal(run_dir, refused))
+    return changes
+
+
+class CheckBeforeTheRun(Callback):
+    """``hydra.callbacks.config_changes`` of ``train.py``: the check of
+    :func:`check_config_changes`, before Hydra writes ``.hydra/`` into the run directory
+    (``on_run_start``; a multirun's jobs are checked as they start)."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not config.get("train"):
+            return
+        run_dir = Path(os.path.abspath(str(config.hydra.run.dir)))
+        if not (run_dir / CONFIG_FILE).is_file():
+            return  # a new directory (the default's time stamp): nothing to compare with
+        cfg = copy.deepcopy(config)
+        with read_write(cfg), open_dict(cfg):
+            cfg.hydra.runtime.output_dir = str(run_dir)  # as Hydra sets it for the job
+        before = HydraConfig.instance().cfg
+        HydraConfig.instance().set_config(cfg)
+        try:
+            check_config_changes(cfg, run_dir)  # train() records them
+        except UserError as err:
+            # Hydra turns a callback's exception into a warning and runs the job: the
+            # refusal ends the program here, as one line
+            sys.exit(str(err))
+        finally:
+            HydraConfig.instance().cfg = before
+
+
+def _job_container(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved job config, as ``config.yaml`` is written (without ``hydra``)."""
+    job = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
+    return OmegaConf.to_container(job, resolve=True)
+
+
+def _moved(node: Any, old_paths: dict, new_paths: dict) -> Any:
+    """``node`` with the old ``paths.*`` values inside its strings replaced by the new."""
+    pairs = sorted(
+        (
+            (str(old_paths[k]), str(new_paths[k]))
+            for k in old_paths
+            if k in new_paths and old_paths[k] != new_paths[k] and len(str(old_paths[k])) > 1
+        ),
+        key=lambda pair: -len(pair[0]),
+    )
+    if not pairs:
+        return node
+
+    def move(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: move(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [move(v) for v in value]
+        if isinstance(value, str):
+            for old, new in pairs:
+                if value == old or value.startswith(old.rstrip("/") + "/"):
+                    return new + value[len(old) :]
+        return value
+
+    return move(node)
+
+
+def _diff(old: Any, new: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(key, old, new) of each difference: down to the keys where both have a mapping, a
+    whole mapping where one side has none (a callback added: one difference)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in [*old, *(k for k in new if k not in old)]:
+            path = f"{prefix}.{key}" if prefix else str(key)
+            out += _diff(old.get(key, ABSENT), new.get(key, ABSENT), path)
+        return out
+    return [] if old == new and type(old) is type(new) else [(prefix, old, new)]
+
+
+def _under(key: str, entries: Any) -> bool:
+    return any(key == e or key.startswith(f"{e}.") for e in entries)
+
+
+def _show(value: Any, width: int = 60) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _refusal(run_dir: Path, refused: list[Change], listed: int = 8) -> str:
+    shown = ", ".join(f"{c.key} {_show(c.old)} -> {_show(c.new)}" for c in refused[:listed])
+    if len(refused) > listed:
+        shown += f" and {len(refused) - listed} more"
+    keys = [c.key for c in refused]
+    if len(keys) > 4:  # e.g. another model: its group
+        keys = list(dict.fromkeys(key.split(".")[0] for key in keys))
+    return (
+        f"{run_dir} holds a run trained with other settings, which resuming would mix with "
+        f"these: {shown}. Restore the old values, start fresh with resume=never (better in a "
+        f"new directory), or resume with the new values: allow_changes=[{','.join(keys)}] "
+        f"(recorded in {run_dir / CHANGES_FILE})."
+    )
+
+
+def record_changes(run_dir: Path, changes: list[Change], cfg: DictConfig) -> None:
+    """Append the changes taken to ``config_changes.yaml`` (rank 0 only; none: nothing)."""
+    from cloudlstm.run_lock import is_rank_zero
+
+    if not changes or not is_rank_zero():
+        return
+    run_dir = Path(run_dir)
+    resume = cfg.get("resume", "auto")
+    if resume == "auto":
+        newest = max(resume_candidates(run_dir), key=lambda p: p.stat().st_mtime_ns, default=None)
+        resume = None if newest is None else str(newest)
+    entry = {
+        "date": datetime.now().astimezone().isoformat(timespec="seconds"),
+        "resumed_from": resume,
+        "changes": {
+            c.key: {"old": c.old, "new": c.new, "allowed_by": c.allowed_by} for c in changes
+        },
+    }
+    with (run_dir / CHANGES_FILE).open("a") as out:
+        yaml.safe_dump([entry], out, sort_keys=False, default_flow_style=False)

@@ -1,0 +1,139 @@
+"""A resumed run keeps its settings: a changed one is refused in one line before anything is
+written, an execution option or an allowed change is taken and recorded."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cloudlstm.cli.config_changes import CHANGES_FILE, check_config_changes, config_changes
+from cloudlstm.errors import UserError
+from tests.conftest import ROOT, TINY, compose_train, subprocess_env
+
+BASE = ["logger=csv", "report.figures=false"]
+
+
+def snapshot(run_dir: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file of the directory: its bytes and modification time."""
+    return {
+        str(p.relative_to(run_dir)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture
+def stopped_run(tiny_cfg) -> Path:
+    """A tiny run with its checkpoints and config.yaml, stopped before its end (no
+    metrics.json): what a killed run leaves."""
+    from cloudlstm.cli.train import train
+
+    cfg = tiny_cfg(*BASE)
+    train(cfg)
+    run = Path(cfg.paths.output_dir)
+    (run / "metrics.json").unlink()
+    return run
+
+
+def train_py(run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [
+        sys.executable, "train.py", *TINY, *BASE, f"hydra.run.dir={run_dir}",
+        f"paths.data_dir={run_dir.parent / 'data'}", *extra,
+    ]  # fmt: skip
+    return subprocess.run(
+        cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600
+    )
+
+
+def test_changed_settings_are_refused_in_one_line_and_nothing_is_written(stopped_run):
+    before = snapshot(stopped_run)
+    lr = train_py(stopped_run, "optimizer.lr=0.01")
+    assert lr.returncode != 0
+    assert lr.stderr.strip().splitlines() == [lr.stderr.strip()], "one line"
+    assert "Traceback" not in lr.stderr + lr.stdout
+    line = lr.stderr.strip()
+    assert line.startswith(f"{stopped_run} holds a run trained with other settings")
+    assert "optimizer.lr 0.001 -> 0.01" in line
+    assert "resume=never" in line and "allow_changes=[optimizer.lr]" in line
+    assert snapshot(stopped_run) == before, "not even .hydra/ or the log is written"
+
+    k = train_py(stopped_run, "model.k=2")  # other weights: Lightning's 44-line traceback
+    assert k.returncode != 0
+    assert k.stderr.strip().splitlines() == [k.stderr.strip()], k.stderr[-3000:]
+    assert "model.k 3 -> 2" in k.stderr
+    assert snapshot(stopped_run) == before
+
+    cmd = [sys.executable, "eval.py", f"run={stopped_run}", "report.figures=false"]
+    evaluated = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+
+
+def test_execution_options_are_taken_and_recorded(stopped_run, tmp_path):
+    from cloudlstm.cli.train import train
+
+    cfg = compose_train(tmp_path, [*TINY, *BASE, "torch_threads=1", "trainer.log_every_n_steps=5"])
+    results = train(cfg)
+    assert results["resumed_from"] == str(stopped_run / "checkpoints" / "last.ckpt")
+    (entry,) = yaml.safe_load((stopped_run / CHANGES_FILE).read_text())
+    assert entry["resumed_from"] == results["resumed_from"] and entry["date"]
+    assert entry["changes"] == {
+        "torch_threads": {"old": None, "new": 1, "allowed_by": "execution option"},
+        "trainer.log_every_n_steps": {"old": 10, "new": 5, "allowed_by": "execution option"},
+    }
+
+
+def test_allow_changes_resumes_with_the_new_value_and_records_it(stopped_run, tmp_path):
+    from cloudlstm.cli.train import train
+
+    with pytest.raises(UserError, match=r"optimizer\.lr 0\.001 -> 0\.01"):
+        train(compose_train(tmp_path, [*TINY, *BASE, "optimizer.lr=0.01"]))
+    cfg = compose_train(tmp_path, [*TINY, *BASE, "optimizer.lr=0.01", "allow_changes=[optimizer]"])
+    results = train(cfg)
+    assert results["resumed_from"] == str(stopped_run / "checkpoints" / "last.ckpt")
+    (entry,) = yaml.safe_load((stopped_run / CHANGES_FILE).read_text())
+    assert entry["changes"]["optimizer.lr"] == {
+        "old": 0.001, "new": 0.01, "allowed_by": "allow_changes",
+    }  # fmt: skip
+    assert yaml.safe_load((stopped_run / "config.yaml").read_text())["optimizer"]["lr"] == 0.01
+    # the same command again: the run has finished, and nothing differs any more
+    assert check_config_changes(cfg, stopped_run) == []
+    assert json.loads((stopped_run / "metrics.json").read_text()) == train(cfg)
+
+
+def test_a_run_that_never_trained_is_not_a_resume(tmp_path):
+    cfg = compose_train(tmp_path, [*TINY, *BASE])
+    run = Path(cfg.paths.output_dir)
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump({"optimizer": {"lr": 1.0}, "seed": 0}))
+    assert check_config_changes(cfg, run) == []  # no checkpoint: nothing to continue
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+    with pytest.raises(UserError, match="seed 0 -> 42"):
+        check_config_changes(cfg, run)
+    assert check_config_changes(compose_train(tmp_path, [*TINY, "resume=never"]), run) == []
+
+
+def test_a_moved_run_directory_and_keys_new_in_the_code_are_no_change(stopped_run, tmp_path):
+    moved = tmp_path / "moved"
+    shutil.copytree(stopped_run, moved)
+    saved = yaml.safe_load((moved / "config.yaml").read_text())
+    del saved["data"]["score_filled"]  # as a run of a version of the code before the key
+    (moved / "config.yaml").write_text(yaml.safe_dump(saved))
+    cfg = compose_train(tmp_path, [*TINY, *BASE])
+    cfg.paths.output_dir = str(moved)
+    changes = config_changes(cfg, moved)
+    assert sorted((c.key, c.allowed_by) for c in changes) == [
+        ("data.score_filled", "new key"),
+        ("paths.output_dir", "execution option"),  # callbacks' dirpath etc. moved with it
+    ]
+    # set on the command line, the same key is a setting of this run's
+    cfg = compose_train(tmp_path, [*TINY, *BASE, "data.score_filled=false"])
+    cfg.paths.output_dir = str(moved)
+    with pytest.raises(UserError, match=r"data.score_filled \(not set\) -> false"):
+        check_config_changes(cfg, moved)
