@@ -205,7 +205,8 @@ def test_a_run_killed_mid_epoch_resumes_bit_exactly(tmp_path, case):
     (loader_state,) = last["loops"]["fit_loop"]["state_dict"]["combined_loader"]
     assert loader_state["pass"]["batches"] == saved_at % 14
 
-    resumed = run_train(run_dir, data, *extra)  # the same command, the same run directory
+    # the same command without the kill (a setting of the run: allowed), the same directory
+    resumed = run_train(run_dir, data, *extra, "allow_changes=[callbacks.kill]")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     output = resumed.stdout + resumed.stderr
     assert "Resuming from" in output
