@@ -63,7 +63,6 @@ class CheckpointOnSigterm(L.Callback):
     def __init__(self, dirpath: str | Path, filename: str = "last") -> None:
         self.path = Path(dirpath) / f"{filename}.ckpt"
         self.saved: Path | None = None  # the checkpoint saved on SIGTERM, if any
-        self.saved_step: int | None = None
 
     def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
         # the step is done (optimizer step, schedulers, step checkpoints): Lightning raises
@@ -77,8 +76,8 @@ class CheckpointOnSigterm(L.Callback):
             # the validation would be skipped. Without it, the run goes on from the last one.
             log.info("SIGTERM before a validation: resuming goes back to the last checkpoint.")
             return
-        trainer.save_checkpoint(self.path)
-        self.saved, self.saved_step = self.path, trainer.global_step
+        trainer.save_checkpoint(self.path, weights_only=False)  # every state, to resume
+        self.saved = self.path
         log.info("SIGTERM: saved %s at step %d.", self.path, trainer.global_step)
 
 
