@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cloudlstm.data.pipeline.covariates import time_feature_names
+from cloudlstm.data.pipeline.covariates import input_names, time_feature_names
 from cloudlstm.data.pipeline.transforms import StandardScaler
 from cloudlstm.errors import UserError
 
@@ -191,7 +191,7 @@ class DataSpec:
     @property
     def input_names(self) -> list[str]:
         """The C_in channels of a window's ``x``: targets, covariates, time features."""
-        return [*self.channel_names, *self.covariate_names, *self.future_names]
+        return input_names(self.channel_names, self.covariate_names, self.time_features)
 
     @property
     def input_channels(self) -> int:

@@ -28,6 +28,7 @@ __all__ = [
     "COVARIATES_KEY",
     "TIME_FEATURES",
     "check_time_features",
+    "input_names",
     "stream_covariates",
     "time_feature_names",
     "time_features",
@@ -63,6 +64,14 @@ def check_time_features(names: Sequence[str] | None) -> list[str]:
 def time_feature_names(names: Sequence[str]) -> list[str]:
     """The 2F channel names of the time features ``names``: ``hour_sin, hour_cos, ...``."""
     return [f"{name}_{part}" for name in names for part in ("sin", "cos")]
+
+
+def input_names(
+    targets: Sequence[str], covariates: Sequence[str], time_features: Sequence[str]
+) -> list[str]:
+    """The C_in channels of a window's ``x``: the targets, the measured covariates, then
+    the time features' sin/cos channels."""
+    return [*targets, *covariates, *time_feature_names(time_features)]
 
 
 def time_features(timestamps: np.ndarray, names: Sequence[str]) -> np.ndarray:

@@ -462,16 +462,6 @@ class PointCloudDataModule(LightningDataModule):
         return stream_covariates(stream.channel_names, stream.metadata)
 
     @property
-    def future_names(self) -> list[str]:
-        """The time features' channel names: the last input channels, known ahead too."""
-        return time_feature_names(self.time_features)
-
-    @property
-    def input_names(self) -> list[str]:
-        """The C_in channels of each window's ``x``: targets, covariates, time features."""
-        return [*self.channel_names, *self.covariate_names, *self.future_names]
-
-    @property
     def train_dataset(self) -> WindowDataset | None:
         self._ensure_setup()
         return self.datasets["train"]
@@ -576,7 +566,7 @@ class PointCloudDataModule(LightningDataModule):
             "num_dims": stream.num_dims,
             "channel_names": self.channel_names,
             "covariates": self.covariate_names,
-            "time_features": self.future_names,
+            "time_features": time_feature_names(self.time_features),
             "total_steps": stream.num_steps,
             "steps": steps,
             "windows": windows,
