@@ -192,6 +192,38 @@ def test_unknown_co_units_is_one_user_error(tiny, tmp_path):
     assert "\n" not in str(err.value)
 
 
+def test_a_reading_outside_its_physical_range_is_one_line(tiny, tmp_path):
+    """A negative concentration or a pressure of 500 hPa cannot be real: the source's
+    physical ranges refuse them; data.valid_ranges replaces a range or turns it off."""
+    path = tiny / "PRSA_Data_Tiantan_20130301-20170228.csv.gz"
+    df = pd.read_csv(path)
+    df.loc[7, "PM2.5"] = -3.0
+    df.loc[9, "PRES"] = 500.0
+    df.to_csv(path, index=False)
+    weather = "data.source.covariates=[PRES,wind]"
+    cfg = compose_train(tmp_path, ["data=beijing", f"data.source.root={tiny}", weather])
+    with pytest.raises(UserError) as err:
+        _ = instantiate_datamodule(cfg).stream
+    assert str(err.value) == (
+        "stream 'beijing_multisite': 2 value(s) lie outside their channel's valid range, in "
+        "'PM2.5' (1), 'PRES' (1): channel 'PM2.5', point Tiantan, time 2013-03-01 07:00:00 "
+        "(step 7): -3 (valid range >= 0); channel 'PRES', point Tiantan, time 2013-03-01 "
+        "09:00:00 (step 9): 500 (valid range [850, 1100]). Correct or remove them, or change "
+        "the range if they are real readings: data.valid_ranges={PM2.5:[lo,hi]} (null for an "
+        "open end; {PM2.5:null}: no check)."
+    )
+    cfg = compose_train(
+        tmp_path,
+        [
+            "data=beijing",
+            f"data.source.root={tiny}",
+            weather,
+            "data.valid_ranges={PM2.5:null,PRES:[400,1100]}",
+        ],
+    )
+    assert instantiate_datamodule(cfg).stream.values[9, 2, 6] == 500.0  # Tiantan's PRES
+
+
 def old_beijing_config(cfg: DictConfig) -> DictConfig:
     """``cfg`` with its data node as a run saved before the ``source`` node wrote it: the
     old ``BeijingDataModule`` with the source's keys at the top of ``data``."""

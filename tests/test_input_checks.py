@@ -1,7 +1,8 @@
 """Bad settings and bad data met at the entry points: one line naming the problem and the fix.
 
 Neighbour counts (``model.k``) against the models and the data's points, a folder given as
-a data file, absurd values in a data file, new points far outside the training area at
+a data file, absurd values and values outside their channel's valid range in a data file,
+new points far outside the training area at
 ``predict.py``, and batch limits that count per process under DDP.
 """
 
@@ -21,7 +22,14 @@ import pytest
 
 from cloudlstm.cli.assemble import warn_per_process_limits
 from cloudlstm.cli.train import train
-from cloudlstm.data.pipeline.absurd_values import DEFAULT_MAX_ABS_Z, robust_spread
+from cloudlstm.data.pipeline.absurd_values import (
+    DEFAULT_MAX_ABS_Z,
+    check_valid_ranges,
+    checked_stream,
+    merged_ranges,
+    robust_spread,
+)
+from cloudlstm.data.pipeline.stream import PointCloudStream
 from cloudlstm.distributed import per_process_limits
 from cloudlstm.errors import UserError, one_line_errors
 from cloudlstm.nn import DConv, NeighbourCountError, XConv
@@ -248,6 +256,125 @@ def test_no_absurd_value_in_the_beijing_data(tmp_path):
     cfg = compose_train(tmp_path, ["data=beijing", f"data.source.root={root}", weather])
     datamodule, _ = build_datamodule(cfg, tmp_path)  # RAIN reaches 133 spreads, SO2 55
     assert datamodule.max_abs_z == DEFAULT_MAX_ABS_Z
+    # ... and no value lies outside the physical ranges the source declares, one for every
+    # channel but the wind vector's (the files: PRES 982-1043 hPa, TEMP -20..42, DEWP -43..29)
+    ranges = datamodule.source.physical_ranges()
+    assert set(datamodule.stream.channel_names) - set(ranges) == {"wind_u", "wind_v"}
+    assert ranges["PRES"] == (850, 1100) and ranges["TEMP"] == ranges["DEWP"] == (-60, 60)
+    assert all(ranges[name] == (0, None) for name in ["PM2.5", "CO", "RAIN", "WSPM"])
+
+
+# ---------------------------------------------------------------- valid ranges
+@pytest.fixture
+def negative_file(tmp_path) -> Path:
+    """The stream with one reading of -5 (point p4, 2024-01-09 11:00, in the test part)."""
+    df = stream_table()
+    row = df.index[(df["id"] == "p4") & (df["timestamp"] == pd.Timestamp("2024-01-09 11:00"))]
+    df.loc[row, "no2"] = -5.0
+    path = tmp_path / "fleet.csv"
+    df.to_csv(path, index=False)
+    return path
+
+
+def test_a_value_outside_its_valid_range_is_one_line_naming_it_and_the_option(
+    tmp_path, negative_file
+):
+    args = [*JOB, *QUIET, "model.k=3", "model.hidden_channels=4", "data=points"]
+    ranges = "data.valid_ranges={no2:[0,null]}"
+    cfg = compose_train(tmp_path, [*args, f"data.source.path={negative_file}", ranges])
+    with pytest.raises(UserError) as err, one_line_errors():  # as train.py runs it
+        train(cfg)
+    assert str(err.value) == (
+        f"file {negative_file}: 1 value(s) lie outside their channel's valid range, in 'no2' "
+        "(1): channel 'no2', point p4, time 2024-01-09 11:00:00 (step 203): -5 (valid range "
+        ">= 0). Correct or remove them, set data.source.bad_values=warn to treat them as "
+        "missing, or change the range if they are real readings: "
+        "data.valid_ranges={no2:[lo,hi]} (null for an open end; {no2:null}: no check)."
+    )
+    assert not (tmp_path / "run" / "checkpoints").exists()  # stopped before training
+    # the same file without a range: -5 is 5 spreads from the median, not absurd
+    train(compose_train(tmp_path / "open", [*args, f"data.source.path={negative_file}"]))
+
+
+def test_with_bad_values_warn_a_value_out_of_range_is_missing_and_filled(
+    tmp_path, negative_file, caplog
+):
+    from cloudlstm.cli.build import build_datamodule
+
+    cfg = compose_train(
+        tmp_path,
+        [
+            "data=points",
+            f"data.source.path={negative_file}",
+            "data.source.bad_values=warn",
+            "data.valid_ranges={no2:[0,null]}",
+        ],
+    )
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.data.pipeline.absurd_values"):
+        stream = build_datamodule(cfg, tmp_path)[0].stream
+    (message,) = [r.getMessage() for r in caplog.records if "valid range" in r.getMessage()]
+    assert message.endswith(
+        "(valid range >= 0). They count as missing (data.source.bad_values=warn)."
+    )
+    p4 = stream.point_ids.index("p4")
+    assert not stream.mask[203, p4, 0] and stream.mask.sum() == stream.mask.size - 1
+    neighbours = stream.values[[202, 204], p4, 0]
+    assert stream.values[203, p4, 0] == pytest.approx(neighbours.mean())  # filled in time
+
+
+def test_valid_ranges_add_to_and_replace_the_sources():
+    declared = {"pm25": (0.0, None), "temp": (-60.0, 60.0)}
+    given = check_valid_ranges({"temp": None, "no2": [None, 500], "pm25": [0, 1000]})
+    assert given == {"temp": None, "no2": (None, 500.0), "pm25": (0.0, 1000.0)}
+    channels = ["pm25", "no2", "temp"]
+    assert merged_ranges(declared, given, channels) == {
+        "pm25": (0.0, 1000.0),
+        "no2": (None, 500.0),
+    }
+    assert check_valid_ranges(None) == {} and check_valid_ranges({"x": [None, None]}) == {"x": None}
+    with pytest.raises(UserError, match=r"names \['o3'\], not channels of the data; its"):
+        merged_ranges(declared, {"o3": (0.0, None)}, channels)
+
+
+@pytest.mark.parametrize(
+    "value", [[5], [1, 0], ["a", 1], [True, 1], [math.nan, 1], [0, math.inf], "0..5", 3]
+)
+def test_a_malformed_valid_range_is_one_line(value):
+    with pytest.raises(UserError) as err:
+        check_valid_ranges({"no2": value})
+    assert str(err.value) == (
+        f"data.valid_ranges.no2={value!r}: give [lo, hi] with lo <= hi (numbers; null for an "
+        "open end, e.g. data.valid_ranges={no2:[0,null]}), or null for no check."
+    )
+    with pytest.raises(UserError, match=r"^data.valid_ranges=\[0, 1\]: give a mapping"):
+        check_valid_ranges([0, 1])
+
+
+def test_ranges_and_z_scores_are_checked_alike_ranges_first():
+    values = np.full((100, 3, 1), 20.0) + np.random.default_rng(0).normal(0, 1, (100, 3, 1))
+    values[10, 1, 0], values[20, 2, 0], values[30, 0, 0] = -5.0, 1e30, 0.1
+    stream = PointCloudStream.from_values(values, np.zeros((3, 2)), ["no2"])
+    ranges = {"no2": (0.1, None)}  # 0.1 is a float32 in the stream, and within
+    checked = checked_stream(stream, (0, 70), 1e4, "warn", "here", None, valid_ranges=ranges)
+    assert not checked.mask[10, 1, 0] and not checked.mask[20, 2, 0]
+    assert checked.mask.sum() == checked.mask.size - 2
+    with pytest.raises(UserError, match=r"^here: 1 value\(s\) lie outside .* -5 \(valid"):
+        checked_stream(stream, (0, 70), 1e4, "error", "here", None, valid_ranges=ranges)
+    without = checked_stream(stream, (0, 70), 1e4, "warn", "here", None)
+    assert without.mask[10, 1, 0] and not without.mask[20, 2, 0]
+    # a range fails as the z-scores do where the source has no bad_values option
+    with pytest.raises(UserError, match=r"Correct or remove them, or change the range if"):
+        checked_stream(stream, (0, 70), None, "error", "here", None, valid_ranges=ranges)
+
+
+def test_the_synthetic_mobile_traffic_lies_within_its_range(tmp_path):
+    from cloudlstm.cli.build import build_datamodule
+
+    small = ["data.source.num_antennas=30", "data.source.num_services=6", "data.source.num_days=3"]
+    cfg = compose_train(tmp_path, ["data=mobile", *small])
+    datamodule, _ = build_datamodule(cfg, tmp_path)
+    ranges = datamodule.source.physical_ranges()
+    assert ranges == dict.fromkeys(datamodule.stream.channel_names, (0.0, None))
 
 
 # ---------------------------------------------------------------- predict.py

@@ -1,4 +1,5 @@
-"""Absurd readings: values so far from the rest of their channel that they cannot be real.
+"""Absurd readings: values outside their channel's physical range, or so far from the rest
+of their channel that they cannot be real.
 
 A single reading of ``1e30`` in a data file is a finite float32, so it passes the checks of
 the sources (:mod:`cloudlstm.data.sources.bad_values` refuses text and values beyond
@@ -29,6 +30,15 @@ of ``data=points``), as for unreadable cells: ``error`` (the default, and for so
 without the option) stops with one line naming the channel, point, time and value;
 ``warn`` logs that line and treats the values as missing (their series are filled again
 linearly in time, as the loaders fill gaps). ``data.max_abs_z=null`` turns the check off.
+
+Physical ranges: a source may declare the range of its channels' possible values,
+``physical_ranges() -> {channel: (lo, hi)}`` with None for an open end (the Beijing and
+Urban Air concentrations and the mobile traffic cannot be negative, Beijing's pressure lies
+within 850-1100 hPa); ``data.valid_ranges`` (``{channel: [lo, hi]}``, null for an open end,
+``{channel: null}``: no check) adds ranges and replaces the source's. An observed value
+outside its channel's range is refused, or missing with ``bad_values=warn``, as an absurd
+value is, and before the z-scores are measured: the same search and the same line, naming
+the range and the option that changes it.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -46,7 +57,16 @@ from cloudlstm.data.pipeline.chunks import time_chunks
 from cloudlstm.data.pipeline.stream import PointCloudStream
 from cloudlstm.errors import UserError
 
-__all__ = ["DEFAULT_MAX_ABS_Z", "check_max_abs_z", "checked_stream", "robust_spread"]
+__all__ = [
+    "DEFAULT_MAX_ABS_Z",
+    "RANGES_OPTION",
+    "Range",
+    "check_max_abs_z",
+    "check_valid_ranges",
+    "checked_stream",
+    "merged_ranges",
+    "robust_spread",
+]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +77,9 @@ SAMPLE_SIZE = 1_000_000
 SHOWN = 5  # absurd values named in a message
 # (quantile of |x - median|, the standard normal's |z| there): MAD first
 SPREAD_QUANTILES = ((0.5, 0.6745), (0.75, 1.1503), (0.9, 1.6449), (0.99, 2.5758), (0.999, 3.2905))
+RANGES_OPTION = "data.valid_ranges"
+# a channel's valid values: (lowest, highest), None for an open end
+Range = tuple[float | None, float | None]
 
 
 def check_max_abs_z(value: Any) -> float | None:
@@ -79,6 +102,83 @@ def check_max_abs_z(value: Any) -> float | None:
     return limit
 
 
+def check_valid_ranges(value: Any) -> dict[str, Range | None]:
+    """``data.valid_ranges`` as ``{channel: (lo, hi)}`` (None: that channel is not checked,
+    whatever its source declares).
+
+    Raises:
+        UserError: not a mapping of channel names to ``[lo, hi]`` (numbers or null, lo <= hi)
+            or null.
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise UserError(
+            f"{RANGES_OPTION}={value!r}: give a mapping of channel names to [lo, hi], e.g. "
+            f"{RANGES_OPTION}={{no2:[0,null]}} (null for an open end)."
+        )
+    return {str(name): _range(name, bounds) for name, bounds in value.items()}
+
+
+def _range(name: Any, bounds: Any) -> Range | None:
+    """One channel's ``[lo, hi]`` of ``data.valid_ranges`` as a tuple (None: not checked)."""
+    if bounds is None:
+        return None
+    pair = [] if isinstance(bounds, str | bytes | Mapping) else list(_items(bounds))
+    ends = [None if b is None else _number(b) for b in pair]
+    if len(pair) == 2 and not any(e is not None and math.isnan(e) for e in ends):
+        lo, hi = ends
+        if lo is None or hi is None or lo <= hi:
+            return (lo, hi) if (lo, hi) != (None, None) else None
+    raise UserError(
+        f"{RANGES_OPTION}.{name}={bounds!r}: give [lo, hi] with lo <= hi (numbers; null for "
+        f"an open end, e.g. {RANGES_OPTION}={{{name}:[0,null]}}), or null for no check."
+    )
+
+
+def _items(bounds: Any) -> list:
+    try:
+        return list(bounds)
+    except TypeError:
+        return []
+
+
+def _number(value: Any) -> float:
+    """``value`` as a finite float; NaN for anything else (refused by the caller)."""
+    if isinstance(value, bool):
+        return math.nan
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return number if math.isfinite(number) else math.nan
+
+
+def merged_ranges(
+    declared: Mapping[str, Range],
+    given: Mapping[str, Range | None],
+    channels: Sequence[str],
+) -> dict[str, Range]:
+    """The valid range of each channel that has one: the source's ``declared`` physical
+    ranges, each replaced by the user's ``given`` one (``data.valid_ranges``; None: none).
+
+    Raises:
+        UserError: ``given`` names a channel the data does not have.
+        ValueError: ``declared`` does (the source's mistake).
+    """
+    unknown = [name for name in given if name not in channels]
+    if unknown:
+        raise UserError(
+            f"{RANGES_OPTION} names {unknown}, not channels of the data; its channels are "
+            f"{list(channels)}."
+        )
+    unknown = [name for name in declared if name not in channels]
+    if unknown:
+        raise ValueError(f"physical ranges of {unknown}, not channels of {list(channels)}")
+    ranges = {**declared, **given}
+    return {name: r for name, r in ranges.items() if r is not None and r != (None, None)}
+
+
 def robust_spread(values: np.ndarray) -> tuple[float, float]:
     """``(median, spread)`` of a 1-D array of finite values (see the module docstring)."""
     median = float(np.median(values))
@@ -89,6 +189,17 @@ def robust_spread(values: np.ndarray) -> tuple[float, float]:
             return median, spread
     spread = float(deviation.mean())
     return median, spread if spread > 0 else max(abs(median), 1.0)
+
+
+@dataclass(frozen=True)
+class _Bounds:
+    """One check: each channel's valid values, ``lo <= value <= hi``, and how its line reads."""
+
+    lo: np.ndarray  # (C,), -inf: no lower end
+    hi: np.ndarray  # (C,), inf: no upper end
+    beyond: str  # what the values found do ("lie outside ...")
+    detail: Callable[[int, float], str]  # (channel, value) -> the words after the value
+    fix: Callable[[str], str]  # (the first channel found) -> how to keep real readings
 
 
 @dataclass
@@ -108,9 +219,11 @@ def checked_stream(
     mode: str,
     what: str,
     mode_option: str | None,
+    valid_ranges: Mapping[str, Range] | None = None,
 ) -> PointCloudStream:
-    """``stream``, checked for absurd values (module docstring); with ``mode="warn"`` a
-    copy in which they are missing and filled again.
+    """``stream``, checked for values outside their channel's valid range, then for absurd
+    values (module docstring); with ``mode="warn"`` a copy in which they are missing and
+    filled again.
 
     Args:
         train: the training part's ``[start, end)`` steps, where medians and spreads come from.
@@ -119,25 +232,90 @@ def checked_stream(
         what: how messages name the data (e.g. ``data.source.path=/x.csv``).
         mode_option: the option that selects ``mode`` (``data.source.bad_values``), or None
             where the source has none.
+        valid_ranges: ``{channel: (lo, hi)}`` (:func:`merged_ranges`); None end: open.
 
     Raises:
-        UserError: ``mode="error"`` and some values are absurd.
+        UserError: ``mode="error"`` and some values are out of range or absurd.
     """
-    if max_abs_z is None or stream.num_steps == 0:
+    if stream.num_steps == 0:
         return stream
-    median, spread = _training_spreads(stream, train)
-    found = _find(stream, median, spread, max_abs_z)
+    if valid_ranges:
+        stream = _checked(stream, _range_bounds(stream, valid_ranges), mode, what, mode_option)
+    if max_abs_z is not None:
+        bounds = _z_bounds(stream, train, max_abs_z)
+        stream = _checked(stream, bounds, mode, what, mode_option)
+    return stream
+
+
+def _checked(
+    stream: PointCloudStream, bounds: _Bounds, mode: str, what: str, mode_option: str | None
+) -> PointCloudStream:
+    """``stream`` when every observed value lies within ``bounds``; else the one line, as an
+    error or (``mode="warn"``) a warning, and a copy where those values are missing."""
+    found = _find(stream, bounds)
     if found is None:
         return stream
-    message = _describe(stream, found, median, spread, max_abs_z, what)
+    message = _describe(stream, found, bounds, what)
     if mode != "warn":
         warn = f", set {mode_option}=warn to treat them as missing" if mode_option else ""
-        raise UserError(
-            f"{message} Correct or remove them{warn}, or raise data.max_abs_z if they are "
-            "real readings (null: no check)."
-        )
+        first = stream.channel_names[found.first[0][2]]
+        raise UserError(f"{message} Correct or remove them{warn}, or {bounds.fix(first)}.")
     log.warning("%s They count as missing (%s=warn).", message, mode_option or "bad_values")
     return _as_missing(stream, found.where)
+
+
+def _range_bounds(stream: PointCloudStream, ranges: Mapping[str, Range]) -> _Bounds:
+    """The check of the channels' valid ranges. The ends are rounded to the stream's float
+    type, so that a reading of exactly an end (0.1 read as float32) lies within."""
+    c = stream.num_channels
+    lo, hi = np.full(c, -np.inf), np.full(c, np.inf)
+    for name, (low, high) in ranges.items():
+        k = stream.channel_names.index(name)
+        lo[k] = -np.inf if low is None else low
+        hi[k] = np.inf if high is None else high
+    dtype = stream.values.dtype if np.issubdtype(stream.values.dtype, np.floating) else np.float64
+    lo, hi = (b.astype(dtype).astype(np.float64) for b in (lo, hi))
+    names = stream.channel_names
+
+    def detail(k: int, value: float) -> str:
+        return f"valid range {_range_text(*ranges[names[k]])}"
+
+    def fix(name: str) -> str:
+        return (
+            f"change the range if they are real readings: {RANGES_OPTION}={{{name}:[lo,hi]}} "
+            f"(null for an open end; {{{name}:null}}: no check)"
+        )
+
+    return _Bounds(lo, hi, "lie outside their channel's valid range", detail, fix)
+
+
+def _range_text(lo: float | None, hi: float | None) -> str:
+    if lo is None:
+        return f"<= {hi:g}"
+    return f">= {lo:g}" if hi is None else f"[{lo:g}, {hi:g}]"
+
+
+def _z_bounds(stream: PointCloudStream, train: tuple[int, int], max_abs_z: float) -> _Bounds:
+    """The check of robust z-scores: within ``max_abs_z`` spreads of the training median."""
+    median, spread = _training_spreads(stream, train)
+    checked = np.isfinite(median)
+    half = np.where(checked, max_abs_z * spread, np.inf)
+    center = np.where(checked, median, 0.0)
+
+    def detail(k: int, value: float) -> str:
+        return (
+            f"{abs(value - median[k]) / spread[k]:.3g} spreads; training median "
+            f"{median[k]:.6g}, spread {spread[k]:.3g}"
+        )
+
+    return _Bounds(
+        center - half,
+        center + half,
+        f"lie more than {max_abs_z:g} typical spreads from their channel's training median "
+        "(robust z-score)",
+        detail,
+        lambda _: "raise data.max_abs_z if they are real readings (null: no check)",
+    )
 
 
 def _training_spreads(stream: PointCloudStream, train: tuple[int, int]) -> tuple[np.ndarray, ...]:
@@ -156,18 +334,14 @@ def _training_spreads(stream: PointCloudStream, train: tuple[int, int]) -> tuple
     return median, spread
 
 
-def _find(
-    stream: PointCloudStream, median: np.ndarray, spread: np.ndarray, max_abs_z: float
-) -> _Found | None:
-    """Every observed value beyond ``max_abs_z`` spreads from its channel's median, or None."""
-    checked = np.isfinite(median)
-    limit = np.where(checked, max_abs_z * spread, np.inf)
-    center = np.where(checked, median, 0.0)
+def _find(stream: PointCloudStream, bounds: _Bounds) -> _Found | None:
+    """Every observed value outside ``bounds``, or None."""
     where = []
     for a, b in time_chunks(0, stream.num_steps, stream.values[0].size):
         values = np.asarray(stream.values[a:b], dtype=np.float64)
         with np.errstate(invalid="ignore"):
-            bad = np.asarray(stream.mask[a:b]) & (np.abs(values - center) > limit)
+            outside = (values < bounds.lo) | (values > bounds.hi)
+            bad = np.asarray(stream.mask[a:b]) & outside
         if bad.any():
             hits = np.argwhere(bad)
             hits[:, 0] += a
@@ -180,14 +354,7 @@ def _find(
     return _Found(len(hits), per_channel, first, hits)
 
 
-def _describe(
-    stream: PointCloudStream,
-    found: _Found,
-    median: np.ndarray,
-    spread: np.ndarray,
-    max_abs_z: float,
-    what: str,
-) -> str:
+def _describe(stream: PointCloudStream, found: _Found, bounds: _Bounds, what: str) -> str:
     """One line: how many, in which channels, the first few (channel, point, time, value)."""
     names = stream.channel_names
     channels = ", ".join(
@@ -195,15 +362,11 @@ def _describe(
     )
     cells = "; ".join(
         f"channel {names[c]!r}, point {stream.point_ids[n]}, {_time(stream, t)}: {value:.6g} "
-        f"({abs(value - median[c]) / spread[c]:.3g} spreads; training median "
-        f"{median[c]:.6g}, spread {spread[c]:.3g})"
+        f"({bounds.detail(c, value)})"
         for t, n, c, value in found.first
     )
     more = f" (first {len(found.first)})" if found.count > len(found.first) else ""
-    return (
-        f"{what}: {found.count} value(s) lie more than {max_abs_z:g} typical spreads from "
-        f"their channel's training median (robust z-score), in {channels}{more}: {cells}."
-    )
+    return f"{what}: {found.count} value(s) {bounds.beyond}, in {channels}{more}: {cells}."
 
 
 def _time(stream: PointCloudStream, t: int) -> str:

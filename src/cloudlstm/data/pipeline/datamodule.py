@@ -14,7 +14,9 @@ from torch.utils.data import DataLoader
 from cloudlstm.data.pipeline.absurd_values import (
     DEFAULT_MAX_ABS_Z,
     check_max_abs_z,
+    check_valid_ranges,
     checked_stream,
+    merged_ranges,
 )
 from cloudlstm.data.pipeline.covariates import (
     check_time_features,
@@ -130,6 +132,10 @@ class PointCloudDataModule(LightningDataModule):
             training median (a robust z-score) are absurd: an error naming them, or missing
             with the source's ``bad_values="warn"``; None: no check (see
             :mod:`cloudlstm.data.pipeline.absurd_values`).
+        valid_ranges: ``{channel: [lo, hi]}`` (None for an open end; ``{channel: None}``: no
+            check): observed values outside are refused (or missing with
+            ``bad_values="warn"``), as absurd values are; these add to and replace the
+            physical ranges the source declares (``physical_ranges()``).
         seasonal: feed the paper's seasonal input (:func:`seasonal_offsets`): the last
             ``input_steps`` steps plus a ``seasonal_days`` window sampled every
             ``seasonal_every_minutes``.
@@ -178,6 +184,7 @@ class PointCloudDataModule(LightningDataModule):
         num_points: int | None = None,
         subset_seed: int = 0,
         max_abs_z: float | None = DEFAULT_MAX_ABS_Z,
+        valid_ranges: Mapping[str, Any] | None = None,
         seasonal: bool = False,
         seasonal_days: float = 7,
         seasonal_every_minutes: float = 120,
@@ -214,6 +221,7 @@ class PointCloudDataModule(LightningDataModule):
         self.pin_memory = bool(pin_memory)
         self.subset = None if num_points is None else (int(num_points), int(subset_seed))
         self.max_abs_z = check_max_abs_z(max_abs_z)
+        self.valid_ranges = check_valid_ranges(valid_ranges)
         self.seasonal = (float(seasonal_days), float(seasonal_every_minutes)) if seasonal else None
         self.outlier_options = {
             "outliers": outliers,
@@ -265,14 +273,21 @@ class PointCloudDataModule(LightningDataModule):
         return self._stream
 
     def _without_absurd_values(self, stream: PointCloudStream) -> PointCloudStream:
-        """``stream`` checked for absurd values (:mod:`~cloudlstm.data.pipeline.absurd_values`)
-        against its training part, as the source's ``bad_values`` mode says."""
+        """``stream`` checked for values outside their channel's valid range and for absurd
+        values (:mod:`~cloudlstm.data.pipeline.absurd_values`) against its training part, as
+        the source's ``bad_values`` mode says."""
         train = split_bounds(stream.num_steps, self.val_fraction, self.test_fraction)["train"]
         mode = getattr(self.source, "bad_values", None)
         path = getattr(self.source, "path", None)
         what = f"file {path}" if path is not None else f"stream '{stream.name}'"
         option = "data.source.bad_values" if mode is not None else None
-        return checked_stream(stream, train, self.max_abs_z, mode or "error", what, option)
+        declared = getattr(self.source, "physical_ranges", None)
+        ranges = merged_ranges(
+            declared() if callable(declared) else {}, self.valid_ranges, stream.channel_names
+        )
+        return checked_stream(
+            stream, train, self.max_abs_z, mode or "error", what, option, valid_ranges=ranges
+        )
 
     @property
     def steps_per_day(self) -> int | None:

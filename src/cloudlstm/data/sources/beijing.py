@@ -63,6 +63,19 @@ STATION_POSITIONS: dict[str, tuple[float, float]] = {
 # named column is one input channel; "wind" is two, the wind vector (wind_u eastward,
 # wind_v northward, m/s) from the speed WSPM and the direction wd it blows from.
 COVARIATES = ("TEMP", "PRES", "DEWP", "RAIN", "WSPM", "wind")
+# The channels' physical ranges (None: an open end), checked at every load
+# (cloudlstm.data.pipeline.absurd_values): concentrations, rain and wind speed cannot be
+# negative; the air pressure (hPa) and the temperature and dew point (deg C) have the
+# bounds of weather near the ground: the files hold 982-1043 hPa, -20..42 and -43..29 deg C.
+# The wind vector (wind_u, wind_v) has none of its own.
+PHYSICAL_RANGES: dict[str, tuple[float | None, float | None]] = {
+    **dict.fromkeys(CHANNELS, (0.0, None)),
+    "TEMP": (-60.0, 60.0),
+    "PRES": (850.0, 1100.0),
+    "DEWP": (-60.0, 60.0),
+    "RAIN": (0.0, None),
+    "WSPM": (0.0, None),
+}
 # wd: the 16 compass points, clockwise from north
 _COMPASS = [
     "N",
@@ -183,6 +196,11 @@ class BeijingSource(CachedSource):
     def covariate_channels(self) -> list[str]:
         """The covariates' channel names (``wind`` is ``wind_u, wind_v``)."""
         return [n for c in self.covariates for n in (["wind_u", "wind_v"] if c == "wind" else [c])]
+
+    def physical_ranges(self) -> dict[str, tuple[float | None, float | None]]:
+        """The valid range of each channel read (:data:`PHYSICAL_RANGES`)."""
+        read = [*CHANNELS, *self.covariate_channels]
+        return {name: r for name, r in PHYSICAL_RANGES.items() if name in read}
 
     def input_files(self) -> list[Path]:
         """The chosen stations' files, and ``stations.csv`` when there is one."""

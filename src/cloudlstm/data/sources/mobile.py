@@ -247,6 +247,11 @@ class SyntheticMobileTraffic(CachedSource):
     def name(self) -> str:
         return f"mobile_{self.city}_s{self.seed}"
 
+    def physical_ranges(self) -> dict[str, tuple[float | None, float | None]]:
+        """Traffic cannot be negative: a value below 0 is refused at load
+        (:mod:`cloudlstm.data.pipeline.absurd_values`)."""
+        return dict.fromkeys((s.name for s in SERVICES[: self.num_services]), (0.0, None))
+
     def config(self) -> dict:
         """Every argument that determines the output (everything except ``cache_dir``)."""
         return {

@@ -141,6 +141,11 @@ class UrbanAirSource(CachedSource):
         """What determines the stream besides the raw files: the cluster."""
         return {"version": _VERSION, "cluster": self.cluster}
 
+    def physical_ranges(self) -> dict[str, tuple[float | None, float | None]]:
+        """Concentrations cannot be negative: a reading below 0 is refused at load
+        (:mod:`cloudlstm.data.pipeline.absurd_values`)."""
+        return dict.fromkeys(CHANNELS, (0.0, None))
+
     def input_files(self) -> list[Path]:
         """The four raw files (downloaded first when allowed and missing)."""
         folder = self.raw_dir()
