@@ -6,7 +6,10 @@ The checkpoint and run-directory failures of ``eval.py`` are in ``test_eval.py``
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
+import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +27,7 @@ from cloudlstm.data.sources.synthetic import SyntheticAdvectionDiffusion
 from cloudlstm.errors import UserError
 from cloudlstm.models.base import ForecastModel
 from cloudlstm.training import ForecastModule, TrainingDivergedError
-from tests.conftest import ROOT, compose_train, rebuilding_fails, subprocess_env
+from tests.conftest import ROOT, TINY, compose_train, rebuilding_fails, subprocess_env
 
 
 # ---------------------------------------------------------------- diverged training
@@ -87,6 +90,104 @@ def test_nan_loss_stops_before_its_backward_pass(tiny_cfg):
     with pytest.raises(TrainingDivergedError, match=where):
         trainer.fit(module, datamodule=datamodule)
     assert torch.isfinite(model.scale), "the NaN loss must not reach an update"
+
+
+def test_a_validation_mae_far_above_the_mean_forecasts_stops_the_run(tiny_cfg):
+    # Adam moves every weight by ~lr: the forecasts become huge but stay finite, so no
+    # loss or weight turns NaN; the validation MAE does leave every sensible bound
+    absurd = ("optimizer.lr=1e4", "trainer.gradient_clip_val=null", "logger=none")
+    cfg = tiny_cfg(*absurd)
+    assert cfg.module.diverge_factor == 10  # the default of every recipe
+    with pytest.raises(TrainingDivergedError) as err:
+        train(cfg)
+    message = str(err.value)
+    assert "\n" not in message
+    found = re.fullmatch(
+        r"Training diverged at the validation of global step 3 \(epoch 0\): val/mae is "
+        r"(\S+), above the bound (\S+) \(module\.diverge_factor=10 times (\S+), the "
+        r"validation MAE of forecasting the training mean\)\. Usual causes: a learning rate "
+        r"too high \(optimizer\.lr\) or exploding gradients \(clip them: "
+        r"trainer\.gradient_clip_val=1\.0\); module\.diverge_factor=null turns this check "
+        r"off\. The run stopped without writing metrics\.",
+        message,
+    )
+    assert found, message
+    mae, bound, reference = (float(v) for v in found.groups())
+    assert bound == pytest.approx(10 * reference, rel=1e-3) and math.isfinite(mae) and mae > bound
+    assert not (Path(cfg.paths.output_dir) / "metrics.json").exists()
+
+
+def test_without_the_bound_the_absurd_run_writes_huge_metrics(tmp_path):
+    absurd = ["optimizer.lr=1e4", "trainer.gradient_clip_val=null", "logger=none"]
+    cfg = compose_train(tmp_path, [*TINY, *absurd, "module.diverge_factor=null"])
+    results = train(cfg)  # what the check prevents: finite, meaningless scores
+    assert (Path(cfg.paths.output_dir) / "metrics.json").exists()
+    assert results["test"]["overall"]["mae"]["mean"] > 100  # a trained run: ~10
+
+
+class JumpsAtValidation(ForecastModel):
+    """Repeats the last input step (times a weight); from its ``bad``-th validation on, it
+    forecasts 1000 times that."""
+
+    def __init__(self, output_steps: int, bad: int) -> None:
+        super().__init__()
+        self.output_steps = output_steps
+        self.scale = nn.Parameter(torch.ones(()))
+        self.bad = bad
+        self.validations = 0
+
+    def forward(self, x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
+        out = self.scale * x[:, -1:].expand(-1, self.output_steps, -1, -1)
+        return out * 1000 if not self.training and self.validations >= self.bad else out
+
+
+class CountValidations(L.Callback):
+    def on_validation_epoch_start(self, trainer, module):
+        if not trainer.sanity_checking:
+            module.model.validations += 1
+
+
+@pytest.mark.parametrize("bad", [2, 99])
+def test_the_bound_is_the_mean_forecasts_mae_measured_at_the_first_validation(tiny_cfg, bad):
+    cfg = tiny_cfg()
+    datamodule, _ = build_datamodule(cfg, Path(cfg.paths.output_dir).parent)
+    module = ForecastModule(JumpsAtValidation(3, bad), functools.partial(torch.optim.SGD, lr=0.01))
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=3,
+        limit_train_batches=3,
+        limit_val_batches=2,
+        num_sanity_val_steps=2,
+        callbacks=[CountValidations()],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    if bad == 99:  # a sane forecast: never stopped, and far below the bound
+        trainer.fit(module, datamodule=datamodule)
+        assert trainer.callback_metrics["val/mae"] < 0.5 * module.mean_forecast_mae
+    else:
+        with pytest.raises(TrainingDivergedError, match=r"validation of global step 6 \("):
+            trainer.fit(module, datamodule=datamodule)
+    # the reference: the MAE of the scaler's mean against the first two validation batches
+    errors = []
+    for batch in itertools.islice(datamodule.val_dataloader(), 2):
+        target = module.scaler.inverse_transform(batch["y"])
+        mean = module.scaler.inverse_transform(torch.zeros_like(target))
+        errors.append((mean - target).abs()[batch["y_mask"].bool()])
+    assert module.mean_forecast_mae == pytest.approx(float(torch.cat(errors).mean()), rel=1e-4)
+
+
+@pytest.mark.parametrize("value", [0, -1, "ten", True, math.inf])
+def test_a_bad_diverge_factor_is_one_line(tiny_cfg, value):
+    with pytest.raises(UserError) as err:
+        ForecastModule(NaNFromCall(3, 99), None, diverge_factor=value)
+    assert str(err.value) == (
+        f"module.diverge_factor={value!r}: use a number > 0 (a validation MAE more than this "
+        "many times that of forecasting the training mean stops the run; default 10) or null "
+        "for no check."
+    )
 
 
 # ---------------------------------------------------------------- user input

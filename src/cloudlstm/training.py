@@ -10,6 +10,7 @@ from typing import Any, NoReturn
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.trainer.states import TrainerFn
 from torch import nn
 from torch.nn.utils import get_total_norm
 
@@ -23,6 +24,9 @@ from cloudlstm.nn.knn import NonFiniteCoordinatesError
 LOSSES = ("mse", "mae")
 LOSS_WEIGHTS = ("equal", "real_units")
 ANCHORS = ("none", "last")
+# module.diverge_factor: a validation MAE more than this many times that of forecasting the
+# training mean stops the run (TrainingDivergedError)
+DEFAULT_DIVERGE_FACTOR = 10.0
 
 
 def masked_loss(
@@ -54,7 +58,29 @@ def real_unit_weights(std: np.ndarray, kind: str) -> torch.Tensor:
 
 
 class TrainingDivergedError(UserError):
-    """The training loss or the weights became NaN or inf: the settings need fixing."""
+    """The training loss or the weights became NaN or inf, or the validation MAE left every
+    sensible bound: the settings need fixing."""
+
+
+def check_diverge_factor(value: Any) -> float | None:
+    """``module.diverge_factor`` as a float (None: no check).
+
+    Raises:
+        UserError: not a finite number > 0.
+    """
+    if value is None:
+        return None
+    try:
+        factor = math.nan if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        factor = math.nan
+    if not 0 < factor < math.inf:
+        raise UserError(
+            f"module.diverge_factor={value!r}: use a number > 0 (a validation MAE more than "
+            "this many times that of forecasting the training mean stops the run; default "
+            f"{DEFAULT_DIVERGE_FACTOR:g}) or null for no check."
+        )
+    return factor
 
 
 class ForecastModule(L.LightningModule):
@@ -78,6 +104,12 @@ class ForecastModule(L.LightningModule):
             forecast is absolute by construction (``anchorable = False``) are not anchored.
         monitor: the validation metric a plateau scheduler follows (the checkpoint and
             early-stopping callbacks follow the same top-level ``monitor`` setting).
+        diverge_factor: a validation MAE (real units) more than this many times the MAE
+            of forecasting the training mean everywhere (the scaler's mean, measured on the
+            validation part at the first validation of a fit) stops training with a
+            :class:`TrainingDivergedError`; None: no check. The forecast of an untrained
+            model is about that good, one that learns better: only a diverged run is
+            10 times worse.
 
     The scaler, channel names, input offsets and point groups come from ``spec`` (the
     data's :class:`~cloudlstm.data.spec.DataSpec`; without one, the datamodule's at
@@ -98,8 +130,10 @@ class ForecastModule(L.LightningModule):
         loss_weights: str = "equal",
         anchor: str = "none",
         monitor: str = "val/loss",
+        diverge_factor: float | None = DEFAULT_DIVERGE_FACTOR,
     ) -> None:
         super().__init__()
+        self.diverge_factor = check_diverge_factor(diverge_factor)
         if anchor not in ANCHORS:
             raise UserError(f"module.anchor={anchor!r} is not one of {list(ANCHORS)}.")
         if loss not in LOSSES:
@@ -122,6 +156,10 @@ class ForecastModule(L.LightningModule):
         self.group_points: dict[str, torch.Tensor] = {}
         # best (lowest) validation MAE in real units so far; the sweepers' objective
         self.val_mae_best = math.inf
+        # the validation MAE of forecasting the training mean, the divergence check's
+        # reference (measured at a fit's first validation by mean_forecast_metrics)
+        self.mean_forecast_mae: float | None = None
+        self.mean_forecast_metrics: ForecastMetrics | None = None
         self.group_metrics = nn.ModuleDict()
         self.test_results: dict[str, Any] | None = None
         # (C,) with loss_weights=real_units, made at setup; a buffer, so that Lightning moves
@@ -143,6 +181,7 @@ class ForecastModule(L.LightningModule):
             self.anchor_index = anchor_index(spec.input_offsets)
         self.test_metrics = self._metrics()
         self.val_metrics = self._metrics()
+        self.mean_forecast_metrics = self._metrics()
         self.group_points = {
             name: torch.as_tensor(points, dtype=torch.long)
             for name, points in spec.point_groups.items()
@@ -237,7 +276,22 @@ class ForecastModule(L.LightningModule):
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         _, pred = self._step(batch, "val")
-        self.val_metrics.update(*self._real_units(pred, batch), batch["y_mask"])
+        pred, target = self._real_units(pred, batch)
+        self.val_metrics.update(pred, target, batch["y_mask"])
+        if self._measures_mean_forecast():
+            mean = self.scaler.inverse_transform(torch.zeros_like(pred))
+            self.mean_forecast_metrics.update(mean, target, batch["y_mask"])
+
+    def _measures_mean_forecast(self) -> bool:
+        """Whether this validation measures the divergence check's reference: the first
+        of a fit (not the sanity check), where the check is on."""
+        trainer = self.trainer
+        return (
+            self.diverge_factor is not None
+            and self.mean_forecast_mae is None
+            and trainer.state.fn == TrainerFn.FITTING
+            and not trainer.sanity_checking
+        )
 
     def on_validation_epoch_start(self) -> None:
         self.val_metrics.reset()
@@ -249,6 +303,10 @@ class ForecastModule(L.LightningModule):
             return
         overall = self.val_metrics.compute()["overall"]
         mae = overall["mae"]["mean"]
+        if self._measures_mean_forecast():
+            self.mean_forecast_mae = self.mean_forecast_metrics.compute()["overall"]["mae"]["mean"]
+        if self.diverge_factor is not None and self.trainer.state.fn == TrainerFn.FITTING:
+            self._stop_if_val_diverged(mae)
         if math.isfinite(mae):
             self.val_mae_best = min(self.val_mae_best, mae)
         # compute() already reduced the sums over DDP ranks: every rank logs the same value
@@ -256,6 +314,24 @@ class ForecastModule(L.LightningModule):
             if info.at_validation:
                 self.log(f"val/{info.name}", overall[info.name]["mean"])
         self.log("val/mae_best", self.val_mae_best)
+
+    def _stop_if_val_diverged(self, mae: float) -> None:
+        """Stop when the validation MAE exceeds ``diverge_factor`` times that of forecasting
+        the training mean (every DDP rank has the same, reduced, values: all stop)."""
+        reference = self.mean_forecast_mae
+        if reference is None or not 0 < reference < math.inf:  # nothing to compare with
+            return
+        bound = self.diverge_factor * reference
+        if mae > bound:  # an inf MAE too; a NaN one (nothing observed) is not compared
+            raise TrainingDivergedError(
+                f"Training diverged at the validation of global step {self.global_step} (epoch "
+                f"{self.current_epoch}): val/mae is {mae:.4g}, above the bound {bound:.4g} "
+                f"(module.diverge_factor={self.diverge_factor:g} times {reference:.4g}, the "
+                "validation MAE of forecasting the training mean). Usual causes: a learning "
+                "rate too high (optimizer.lr) or exploding gradients (clip them: "
+                "trainer.gradient_clip_val=1.0); module.diverge_factor=null turns this check "
+                "off. The run stopped without writing metrics."
+            )
 
     def _real_units(
         self, pred: torch.Tensor, batch: dict[str, torch.Tensor]
