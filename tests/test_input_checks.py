@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -221,6 +222,63 @@ def test_with_bad_values_warn_an_absurd_value_is_missing_and_the_run_is_sane(
     assert messages[0].endswith("They count as missing (data.source.bad_values=warn).")
     mae = warned["test"]["overall"]["mae"]["mean"]
     assert 0 < mae < 2 * clean["test"]["overall"]["mae"]["mean"]  # noise ~1, spread ~5
+
+
+def test_without_the_check_a_scaler_that_flattens_a_channel_is_one_line(tmp_path, absurd_file):
+    """data.max_abs_z=null let the 1e30 through: the scaler's mean (5e26) and std (2e28)
+    make every real reading normalise to one float32 number, the anchored persistence
+    forecast then equals every de-normalised target bit for bit, and the test MAE read
+    exactly 0. The scaler is refused instead."""
+    args = [*JOB, *QUIET, "model.k=3", "model.hidden_channels=4", "data=points"]
+    cfg = compose_train(tmp_path, [*args, f"data.source.path={absurd_file}", "data.max_abs_z=null"])
+    with pytest.raises(UserError) as err, one_line_errors():
+        train(cfg)
+    line = str(err.value)
+    assert re.fullmatch(
+        rf"file {re.escape(str(absurd_file))}: the middle 98 % of channel 'no2''s training "
+        r"readings \(\S+ to \S+\) normalise to one and the same float32 number, -0\.0219\d*: "
+        r"the scaler's mean 4\.817e\+26 and standard deviation 2\.194e\+28 dwarf them, so "
+        r"the model would learn nothing and every de-normalised target would be the same "
+        r"number \(a test MAE of 0\)\. Values far beyond the others inflate the scaler: "
+        r"data\.max_abs_z=null checks none: set it \(default 10000\) to find them, and "
+        r"correct or remove them\.",
+        line,
+    ), line
+    assert not (tmp_path / "run" / "checkpoints").exists()  # stopped before training
+    # 1e6 instead: absurd too, but the scaler (std ~2e4) still tells the readings apart
+    from cloudlstm.cli.build import build_datamodule
+
+    df = pd.read_csv(absurd_file)
+    df.loc[df["no2"] > 1e29, "no2"] = 1e6
+    df.to_csv(absurd_file, index=False)
+    cfg = compose_train(
+        tmp_path / "1e6", ["data=points", f"data.source.path={absurd_file}", "data.max_abs_z=null"]
+    )
+    (tmp_path / "1e6").mkdir()
+    build_datamodule(cfg, tmp_path / "1e6")[0].setup("fit")
+
+
+def test_sane_data_keeps_its_resolution():
+    from cloudlstm.data.pipeline.absurd_values import check_resolution
+    from cloudlstm.data.pipeline.transforms import StandardScaler
+
+    rng = np.random.default_rng(0)
+    values = np.stack(
+        [
+            rng.normal(1e6, 1e-1, (500, 4)),  # a large offset, a small spread
+            np.where(rng.random((500, 4)) < 0.97, 0.0, rng.exponential(2.0, (500, 4))),  # rain
+            rng.lognormal(0, 3, (500, 4)),  # heavy-tailed
+        ],
+        axis=-1,
+    )
+    stream = PointCloudStream.from_values(values, np.zeros((4, 2)), ["level", "rain", "traffic"])
+    scaler = StandardScaler().fit(stream.values, stream.mask)
+    check_resolution(stream, (0, 500), scaler, "here", DEFAULT_MAX_ABS_Z)
+    values[3, 1, 2] = 1e30
+    stream = PointCloudStream.from_values(values, np.zeros((4, 2)), ["level", "rain", "traffic"])
+    scaler = StandardScaler().fit(stream.values, stream.mask)
+    with pytest.raises(UserError, match=r"^here: the middle 98 % of channel 'traffic''s .*lower"):
+        check_resolution(stream, (0, 500), scaler, "here", 1e40)
 
 
 def test_the_robust_spread_is_not_moved_by_the_outlier_it_finds():

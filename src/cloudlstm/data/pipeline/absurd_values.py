@@ -55,6 +55,7 @@ import pandas as pd
 
 from cloudlstm.data.pipeline.chunks import time_chunks
 from cloudlstm.data.pipeline.stream import PointCloudStream
+from cloudlstm.data.pipeline.transforms import StandardScaler
 from cloudlstm.errors import UserError
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "RANGES_OPTION",
     "Range",
     "check_max_abs_z",
+    "check_resolution",
     "check_valid_ranges",
     "checked_stream",
     "merged_ranges",
@@ -318,20 +320,80 @@ def _z_bounds(stream: PointCloudStream, train: tuple[int, int], max_abs_z: float
     )
 
 
+def _training_sample(
+    stream: PointCloudStream, train: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, observed)`` of the training part's time steps, strided down to about
+    :data:`SAMPLE_SIZE` values per channel."""
+    first, end = train
+    stride = max(1, math.ceil((end - first) * stream.num_points / SAMPLE_SIZE))
+    values = np.asarray(stream.values[first:end:stride])
+    return values, np.asarray(stream.mask[first:end:stride]) & np.isfinite(values)
+
+
 def _training_spreads(stream: PointCloudStream, train: tuple[int, int]) -> tuple[np.ndarray, ...]:
     """Per channel median and spread of the training part's observed values (NaN where a
     channel has none: it is not checked; the scaler says why it cannot be fitted)."""
-    first, end = train
-    n, c = stream.num_points, stream.num_channels
-    stride = max(1, math.ceil((end - first) * n / SAMPLE_SIZE))
-    values = np.asarray(stream.values[first:end:stride])
-    seen = np.asarray(stream.mask[first:end:stride]) & np.isfinite(values)
+    values, seen = _training_sample(stream, train)
+    c = stream.num_channels
     median, spread = np.full(c, np.nan), np.full(c, np.nan)
     for k in range(c):
         column = values[..., k][seen[..., k]]
         if column.size:
             median[k], spread[k] = robust_spread(column.astype(np.float64))
     return median, spread
+
+
+def check_resolution(
+    stream: PointCloudStream,
+    train: tuple[int, int],
+    scaler: StandardScaler,
+    what: str,
+    max_abs_z: float | None,
+) -> None:
+    """Refuse a ``scaler`` (fitted on the training part) under which the middle 98 % of a
+    channel's training readings (1st to 99th percentile) normalise to one and the same
+    float32 number, where they differ.
+
+    The last line of defence when absurd values were let in (``data.max_abs_z=null``): one
+    reading of 1e30 among 2,000 makes the mean ~5e26 and the standard deviation ~2e28,
+    beside which every real reading is 0 in float32. The model then sees constant inputs,
+    and every de-normalised target is the same number (0, to float32 precision): a
+    persistence forecast (``module.anchor=last``, whose head then never leaves 0 under an
+    L1 loss, whose gradient at 0 is 0) scores a test MAE of exactly 0. Sane data does not
+    trip it: the bulk of its readings spans a good part of a standard deviation, millions
+    of times float32's resolution there.
+
+    Raises:
+        UserError: naming the channel, the readings, the scaler's mean and standard
+            deviation, and ``data.max_abs_z``.
+    """
+    values, seen = _training_sample(stream, train)
+    mean, std = scaler.mean.astype(np.float32), scaler.std.astype(np.float32)
+    for k, name in enumerate(stream.channel_names):
+        raw = values[..., k][seen[..., k]]
+        if raw.size < 2:
+            continue
+        pair = np.array(
+            [np.quantile(raw, 0.01, method="lower"), np.quantile(raw, 0.99, method="higher")],
+            dtype=np.float32,
+        )
+        norm = np.subtract(pair, mean[k], dtype=np.float32) / std[k]  # as windows are read
+        if pair[0] == pair[1] or norm[0] != norm[1]:
+            continue
+        find = (
+            f"data.max_abs_z=null checks none: set it (default {DEFAULT_MAX_ABS_Z:g}) to find them"
+            if max_abs_z is None
+            else f"lower data.max_abs_z (now {max_abs_z:g}) to find them"
+        )
+        raise UserError(
+            f"{what}: the middle 98 % of channel {name!r}'s training readings ({pair[0]:.6g} "
+            f"to {pair[1]:.6g}) normalise to one and the same float32 number, "
+            f"{float(norm[0]):.6g}: the scaler's mean {scaler.mean[k]:.4g} and standard "
+            f"deviation {scaler.std[k]:.4g} dwarf them, so the model would learn nothing and "
+            "every de-normalised target would be the same number (a test MAE of 0). Values "
+            f"far beyond the others inflate the scaler: {find}, and correct or remove them."
+        )
 
 
 def _find(stream: PointCloudStream, bounds: _Bounds) -> _Found | None:

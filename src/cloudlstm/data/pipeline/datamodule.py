@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader
 from cloudlstm.data.pipeline.absurd_values import (
     DEFAULT_MAX_ABS_Z,
     check_max_abs_z,
+    check_resolution,
     check_valid_ranges,
     checked_stream,
     merged_ranges,
@@ -278,8 +279,7 @@ class PointCloudDataModule(LightningDataModule):
         the source's ``bad_values`` mode says."""
         train = split_bounds(stream.num_steps, self.val_fraction, self.test_fraction)["train"]
         mode = getattr(self.source, "bad_values", None)
-        path = getattr(self.source, "path", None)
-        what = f"file {path}" if path is not None else f"stream '{stream.name}'"
+        what = self._what(stream)
         option = "data.source.bad_values" if mode is not None else None
         declared = getattr(self.source, "physical_ranges", None)
         ranges = merged_ranges(
@@ -288,6 +288,11 @@ class PointCloudDataModule(LightningDataModule):
         return checked_stream(
             stream, train, self.max_abs_z, mode or "error", what, option, valid_ranges=ranges
         )
+
+    def _what(self, stream: PointCloudStream) -> str:
+        """How messages about the data name it: its file, or else the stream."""
+        path = getattr(self.source, "path", None)
+        return f"file {path}" if path is not None else f"stream '{stream.name}'"
 
     @property
     def steps_per_day(self) -> int | None:
@@ -374,12 +379,15 @@ class PointCloudDataModule(LightningDataModule):
         return time_features(stream.timestamps, self.time_features)
 
     def _fitted_scaler(self, stream: PointCloudStream) -> StandardScaler:
-        """The training part's scaler, or the one given to :meth:`use_scaler`."""
+        """The training part's scaler (refused when it normalises a channel's readings to
+        one number: :func:`~cloudlstm.data.pipeline.absurd_values.check_resolution`), or the
+        one given to :meth:`use_scaler`."""
         tr0, tr1 = self.bounds["train"]
         if self._scaler_state is not None:
             scaler = StandardScaler.from_dict(self._scaler_state)
         else:
             scaler = StandardScaler().fit(stream.values[tr0:tr1], stream.mask[tr0:tr1])
+            check_resolution(stream, (tr0, tr1), scaler, self._what(stream), self.max_abs_z)
         if scaler.num_channels != stream.num_channels:
             raise UserError(
                 f"PointCloudDataModule: restored scaler has {scaler.num_channels} channels "
