@@ -75,7 +75,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_ABS_Z = 1e4
 # Observed training values per channel the median and spread are taken from (a strided
 # sample of time steps beyond that, so a memory-mapped stream is not read whole).
-SAMPLE_SIZE = 1_000_000
+SAMPLE_SIZE = 200_000
 SHOWN = 5  # absurd values named in a message
 # (quantile of |x - median|, the standard normal's |z| there): MAD first
 SPREAD_QUANTILES = ((0.5, 0.6745), (0.75, 1.1503), (0.9, 1.6449), (0.99, 2.5758), (0.999, 3.2905))
