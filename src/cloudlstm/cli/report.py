@@ -113,12 +113,7 @@ def inference_ms_per_sample(
     items = [dataset[i] for i in range(min(batch, len(dataset)))]
     times = []
     with _evaluating(model) as device:
-        # x, coords and (with time features) future
-        inputs = [
-            torch.stack([it[key] for it in items]).to(device)
-            for key in ("x", "coords", "future")
-            if key in items[0]
-        ]
+        inputs = model_inputs(items, device)
         model(*inputs)  # warm-up: first-call allocations and kernel selection
         while len(times) < 3 and sum(times) < budget_s:
             if device.type == "cuda":
@@ -129,6 +124,13 @@ def inference_ms_per_sample(
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
     return 1000 * min(times) / len(items)
+
+
+def model_inputs(items: list[dict[str, torch.Tensor]], device: torch.device) -> list:
+    """A forward's arguments from dataset items, batched on ``device``: ``x``, ``coords`` and,
+    with time features, ``future``."""
+    keys = [key for key in ("x", "coords", "future") if key in items[0]]
+    return [torch.stack([it[key] for it in items]).to(device) for key in keys]
 
 
 @contextmanager
@@ -168,10 +170,9 @@ def draw_figures(
     index = window % len(dataset)
     item = dataset[index]
     model = module.model
-    inputs = [item[key][None] for key in ("x", "coords", "future") if key in item]
     with _evaluating(model) as device:
         # the module's forward: the forecast as trained (anchored on the last frame or not)
-        pred = module(*(t.to(device) for t in inputs))[0].cpu()
+        pred = module(*model_inputs([item], device))[0].cpu()
     scaler = module.scaler  # the forecast channels' (the first of the input's)
     targets = {"x": item["x"][..., : len(names)], "y": item["y"]}
     real = {k: scaler.inverse_transform(v).numpy() for k, v in targets.items()}
