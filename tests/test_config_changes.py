@@ -4,6 +4,7 @@ written, an execution option or an allowed change is taken and recorded."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import yaml
 from cloudlstm.cli.config_changes import CHANGES_FILE, check_config_changes, config_changes
 from cloudlstm.errors import UserError
 from tests.conftest import ROOT, TINY, compose_train, subprocess_env
+from tests.test_input_checks import the_line
 
 BASE = ["logger=csv", "report.figures=false"]
 
@@ -104,6 +106,17 @@ def test_allow_changes_resumes_with_the_new_value_and_records_it(stopped_run, tm
     # the same command again: the run has finished, and nothing differs any more
     assert check_config_changes(cfg, stopped_run) == []
     assert json.loads((stopped_run / "metrics.json").read_text()) == train(cfg)
+
+
+def test_an_allowed_change_that_reshapes_the_weights_is_refused_in_one_line(stopped_run):
+    checkpoints = snapshot(stopped_run / "checkpoints")
+    k = train_py(stopped_run, "model.k=2", "allow_changes=[model.k]")
+    assert k.returncode != 0
+    line = the_line(k, "holds weights that the model built by these settings cannot take")
+    assert line.startswith(f"{stopped_run / 'checkpoints' / 'last.ckpt'} holds weights")
+    assert re.search(r"\(\S+ \(\d+(, \d+)*\) in the checkpoint, \(\d+(, \d+)*\) in the model", line)
+    assert "resume=never" in line
+    assert snapshot(stopped_run / "checkpoints") == checkpoints, "no step was trained"
 
 
 def test_a_run_that_never_trained_is_not_a_resume(tmp_path):

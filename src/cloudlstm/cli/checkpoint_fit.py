@@ -93,12 +93,51 @@ def load_weights(module: L.LightningModule, checkpoint: dict[str, Any], path: Pa
             f"{path} holds a {stored} model, but the run's config builds a {built}. Give a "
             "checkpoint of this run, or run=<the checkpoint's run directory>."
         )
-    try:
-        module.load_state_dict(checkpoint["state_dict"])
-    except RuntimeError as err:  # missing / unexpected keys, size mismatches
-        details = "; ".join(line.strip() for line in str(err).splitlines()[1:4])
+    differences = weight_differences(module, checkpoint["state_dict"])
+    if differences:
         raise UserError(
-            f"{path} does not fit the run's {built} model ({details}). Give a checkpoint of "
-            "this run, or run=<the checkpoint's run directory>."
-        ) from None
+            f"{path} does not fit the run's {built} model ({differences}). Give a checkpoint "
+            "of this run, or run=<the checkpoint's run directory>."
+        )
+    module.load_state_dict(checkpoint["state_dict"])
     module.on_load_checkpoint(checkpoint)
+
+
+def check_resume_fits(module: L.LightningModule, checkpoint: dict[str, Any], path: Path) -> None:
+    """Refuse to resume training from weights the model built now cannot take: a setting
+    that shapes the weights (``model.k``, ``model.hidden_channels``, ...) changed since the
+    checkpoint, which ``allow_changes`` lets through the config check.
+
+    Raises:
+        UserError: the checkpoint's weights differ in names or shapes from the module's.
+    """
+    differences = weight_differences(module, checkpoint["state_dict"])
+    if differences:
+        raise UserError(
+            f"{path} holds weights that the model built by these settings cannot take "
+            f"({differences}): a changed setting reshapes the model, and a resumed run keeps "
+            "its weights. Start fresh with resume=never (better in a new directory), or "
+            "drop that change."
+        )
+
+
+def weight_differences(
+    module: L.LightningModule, state_dict: dict[str, Any], shown: int = 2
+) -> str:
+    """The first ``shown`` weights that ``state_dict`` lacks, has in excess or holds in
+    another shape than ``module``, in words, and how many more; "" where it fits."""
+    own = module.state_dict()
+    lines = [f"{key} missing" for key in own if key not in state_dict]
+    lines += [f"{key} unexpected" for key in state_dict if key not in own]
+    lines += [
+        f"{key} {tuple(state_dict[key].shape)} in the checkpoint, {tuple(value.shape)} in the model"
+        for key, value in own.items()
+        if key in state_dict and _shape(state_dict[key]) != _shape(value)
+    ]
+    more = f"; {len(lines) - shown} more" if len(lines) > shown else ""
+    return "; ".join(lines[:shown]) + more
+
+
+def _shape(value: Any) -> tuple[int, ...] | None:
+    """A tensor's shape; None for the extra state a module may keep beside its tensors."""
+    return tuple(value.shape) if hasattr(value, "shape") else None

@@ -17,6 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
+from cloudlstm.checkpoints import check_checkpoint
 from cloudlstm.cli import report
 from cloudlstm.cli.assemble import (
     METRICS_FILE,
@@ -26,6 +27,7 @@ from cloudlstm.cli.assemble import (
     write_metrics,
 )
 from cloudlstm.cli.build import configure_process
+from cloudlstm.cli.checkpoint_fit import check_resume_fits
 from cloudlstm.cli.config_changes import check_config_changes, record_changes
 from cloudlstm.cli.resume import resume_checkpoint
 from cloudlstm.errors import UserError
@@ -106,6 +108,8 @@ def next_steps(run_dir: Path) -> str:
 def _fit(job: Assembly) -> dict[str, Any]:
     """Train, from the run directory's checkpoint where there is one (``resume``)."""
     resume_from = resume_checkpoint(job.cfg.get("resume", "auto"), job.output_dir)
+    if resume_from is not None:
+        check_resume_fits(job.module, check_checkpoint(Path(resume_from)), Path(resume_from))
     start = time.perf_counter()
     # our own checkpoints hold numpy objects (RNG states): not weights-only
     job.trainer.fit(
