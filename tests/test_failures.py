@@ -108,13 +108,17 @@ def test_a_validation_mae_far_above_the_mean_forecasts_stops_the_run(tiny_cfg):
         r"validation MAE of forecasting the training mean\)\. Usual causes: a learning rate "
         r"too high \(optimizer\.lr\) or exploding gradients \(clip them: "
         r"trainer\.gradient_clip_val=1\.0\); module\.diverge_factor=null turns this check "
-        r"off\. The run stopped without writing metrics\.",
+        r"off\. The run stopped without writing metrics\. Train again with other settings "
+        r"in a new run directory, or with resume=never in this one .*",
         message,
     )
     assert found, message
     mae, bound, reference = (float(v) for v in found.groups())
     assert bound == pytest.approx(10 * reference, rel=1e-3) and math.isfinite(mae) and mae > bound
     assert not (Path(cfg.paths.output_dir) / "metrics.json").exists()
+    # what the message advises: the same directory, other settings, resume=never
+    again = train(tiny_cfg(*absurd[1:], "optimizer.lr=1e-3", "resume=never"))
+    assert again["resumed_from"] is None and math.isfinite(again["test"]["overall"]["mae"]["mean"])
 
 
 def test_without_the_bound_the_absurd_run_writes_huge_metrics(tmp_path):

@@ -24,6 +24,13 @@ from cloudlstm.nn.knn import NonFiniteCoordinatesError
 LOSSES = ("mse", "mae")
 LOSS_WEIGHTS = ("equal", "real_units")
 ANCHORS = ("none", "last")
+# how a divergence message ends: its run directory holds the checkpoints before the
+# divergence, if any, which the same command would resume and other settings may not
+STOPPED = (
+    "The run stopped without writing metrics. Train again with other settings in a new run "
+    "directory, or with resume=never in this one (the same command would resume its last "
+    "checkpoint before the divergence, and other settings are refused there)."
+)
 # module.diverge_factor: a validation MAE more than this many times that of forecasting the
 # training mean stops the run (TrainingDivergedError)
 DEFAULT_DIVERGE_FACTOR = 10.0
@@ -271,7 +278,7 @@ class ForecastModule(L.LightningModule):
             f"Training diverged at epoch {self.current_epoch}, batch {batch_idx} (global step "
             f"{self.global_step}): {what}. Usual causes: a learning rate too high "
             "(optimizer.lr), unnormalised or non-finite inputs, or exploding gradients (clip "
-            "them: trainer.gradient_clip_val=1.0). The run stopped without writing metrics."
+            f"them: trainer.gradient_clip_val=1.0). {STOPPED}"
         )
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
@@ -330,7 +337,7 @@ class ForecastModule(L.LightningModule):
                 "validation MAE of forecasting the training mean). Usual causes: a learning "
                 "rate too high (optimizer.lr) or exploding gradients (clip them: "
                 "trainer.gradient_clip_val=1.0); module.diverge_factor=null turns this check "
-                "off. The run stopped without writing metrics."
+                f"off. {STOPPED}"
             )
 
     def _real_units(
