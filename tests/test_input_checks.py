@@ -126,6 +126,19 @@ def test_train_py_with_k_zero_stops_with_one_line(tmp_path):
     assert the_line(done, "model.k=0").startswith("model.k=0 is not a number of neighbours")
 
 
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [("optimizer.lr=-1", "Invalid learning rate: -1"), ("optimizer.weight_decay=-0.5", "-0.5")],
+)
+def test_an_invalid_optimizer_value_is_one_line_before_a_step(tmp_path, override, said):
+    args = [*JOB, *SYNTHETIC, *QUIET, "model.hidden_channels=4", override]
+    done = run_script("train.py", *args, f"hydra.run.dir={tmp_path / 'run'}")
+    assert done.returncode == 1
+    line = the_line(done, said)
+    assert line.startswith("optimizer (AdamW): Invalid") and "optimizer.* key" in line
+    assert not list((tmp_path / "run").glob("checkpoints/*.ckpt")), "no step was trained"
+
+
 def test_layers_refuse_k_and_dilation_below_one():
     for bad in (0, -1, 2.5, True):
         with pytest.raises(NeighbourCountError, match=rf"model\.k={bad!r} is not"):

@@ -411,7 +411,17 @@ class ForecastModule(L.LightningModule):
             self.use_spec(DataSpec.from_dict(state))
 
     def configure_optimizers(self) -> dict[str, Any]:
-        optimizer = self.hparams.optimizer(params=self.parameters())
+        try:
+            optimizer = self.hparams.optimizer(params=self.parameters())
+        except ValueError as err:  # torch's "Invalid learning rate: -1", "Invalid beta ..."
+            if not str(err).startswith("Invalid"):
+                raise
+            factory = getattr(self.hparams.optimizer, "func", self.hparams.optimizer)
+            raise UserError(
+                f"optimizer ({getattr(factory, '__name__', factory)}): {err}. Set a valid "
+                "value of that optimizer.* key (optimizer.lr > 0, weight_decay >= 0, "
+                "betas in [0, 1))."
+            ) from None
         if self.hparams.scheduler is None:
             return {"optimizer": optimizer}
         scheduler = self.hparams.scheduler(optimizer=optimizer)
