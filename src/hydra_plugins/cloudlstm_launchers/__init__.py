@@ -23,6 +23,12 @@ from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 from omegaconf import OmegaConf, open_dict
 
+from cloudlstm.cli.sweep_jobs import (
+    first_line,
+    own_overrides,
+    shared_overrides,
+    unfinished_report,
+)
 from cloudlstm.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -151,7 +157,7 @@ class CheckedSlurmLauncher(SlurmLauncher):
     ) -> list[JobReturn]:
         """The jobs' returns; raises one UserError with a line per job that did not finish."""
         results, failed = [], []
-        shared = set.intersection(*(set(o) for o in job_overrides))
+        shared = shared_overrides(job_overrides)
         for idx, (job, overrides) in enumerate(
             zip(jobs, job_overrides, strict=True), start=initial_job_idx
         ):
@@ -160,18 +166,13 @@ class CheckedSlurmLauncher(SlurmLauncher):
                 results.append(outcome)
                 continue
             line = (
-                f"job {idx} ({_own(overrides, shared)}): {outcome}; "
+                f"job {idx} ({own_overrides(overrides, shared)}): {outcome}; "
                 f"run dir {self._job_dir(overrides, idx)}; log {job.paths.stderr}"
             )
             failed.append(line)
         if failed:
             sweep_dir = self.config.hydra.sweep.dir if self.config is not None else "?"
-            raise UserError(
-                f"{len(failed)} of {len(jobs)} jobs of the sweep did not finish:\n  "
-                + "\n  ".join(failed)
-                + f"\nStart the same command with hydra.sweep.dir={sweep_dir} to run them "
-                "again (finished jobs return their results at once)."
-            )
+            raise UserError(unfinished_report(failed, len(jobs), sweep_dir, "did not finish"))
         return results
 
     def _job_dir(self, overrides: Sequence[str], idx: int) -> str:
@@ -195,12 +196,6 @@ def _check_tools() -> None:
             "the cluster (a login node), or try it on this machine with "
             "hydra/launcher=local."
         )
-
-
-def _own(overrides: Sequence[str], shared: set[str]) -> str:
-    """A job's overrides less those every job of the sweep has: what tells it apart."""
-    own = [o for o in filter_overrides(overrides) if o not in shared]
-    return " ".join(own) or "the sweep's overrides"
 
 
 def _slurm_states(jobs: Sequence[Any]) -> dict[str, str] | None:
@@ -259,10 +254,5 @@ def _outcome(job: Any) -> JobReturn | str:
         return f"failed: {lines[-1].strip() if lines else 'no traceback'}"
     if value.status == JobStatus.FAILED:
         err = value._return_value
-        return f"failed: {type(err).__name__}: {_first_line(err)}"
+        return f"failed: {type(err).__name__}: {first_line(err)}"
     return value
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else "no message"

@@ -1,0 +1,117 @@
+"""The sweeper of ``python train.py -m``: Hydra's basic sweeper, reporting every failed job.
+
+Hydra's :class:`~hydra._internal.core_plugins.basic_sweeper.BasicSweeper` reads the jobs'
+results in order and raises the first failure: a joblib sweep whose jobs 0 and 2
+failed (they all ran, in parallel) reported job 0 alone, without the comparison of the
+jobs that finished. :class:`ReportingSweeper` (``conf/hydra/sweeper/reporting.yaml``, the
+default of ``conf/hydra/default.yaml``) lets every batch of jobs run to its end, then
+
+* prints the comparison of the finished jobs (the ``on_multirun_end`` callbacks, which
+  Hydra skips after a failure),
+* and fails: with a single failed job's own error, as before; with several, a line per
+  failed job (what tells it apart from the others, its error's first line, its log) and
+  how to run them again, as the SLURM launcher reports its jobs. A failure that is no
+  :class:`~cloudlstm.errors.UserError` is a bug: it is raised with its traceback, after
+  that report is logged.
+
+Hydra finds sweepers only in the ``hydra_plugins`` namespace package, hence this module.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.plugins.launcher import Launcher
+
+from cloudlstm.cli.sweep_jobs import (
+    first_line,
+    own_overrides,
+    shared_overrides,
+    unfinished_report,
+)
+from cloudlstm.errors import UserError
+
+log = logging.getLogger(__name__)
+
+
+class ReportingSweeper(BasicSweeper):
+    """:class:`BasicSweeper` that runs every job and names each failed one at the end."""
+
+    def sweep(self, arguments: list[str]) -> Any:
+        launcher = self.launcher
+        recorder = _FailureRecorder(launcher)
+        self.launcher = recorder
+        try:
+            returns = super().sweep(arguments)
+        finally:
+            self.launcher = launcher
+        if not recorder.failed:
+            return returns
+        self.hydra_context.callbacks.on_multirun_end(config=self.config)
+        raise _failure(recorder.failed, recorder.launched, str(self.config.hydra.sweep.dir))
+
+
+class _FailureRecorder(Launcher):
+    """The sweep's launcher, with the failed jobs' results kept aside and handed to the
+    sweeper as finished (returning None), so that it goes on to the next batch."""
+
+    def __init__(self, launcher: Launcher) -> None:
+        self.launcher = launcher
+        self.failed: list[tuple[JobReturn, BaseException]] = []
+        self.launched: list[Sequence[str]] = []  # each launched job's overrides
+
+    def setup(self, **kwargs: Any) -> None:  # the sweeper set the wrapped launcher up
+        pass
+
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
+        results = self.launcher.launch(job_overrides, initial_job_idx=initial_job_idx)
+        self.launched += job_overrides
+        for result in results:
+            if result.status == JobStatus.FAILED:
+                self.failed.append((result, result._return_value))  # the job's exception
+                # the sweeper reads every result's value and stops at a failed one's
+                result.status, result.return_value = JobStatus.COMPLETED, None
+        return results
+
+
+def _failure(
+    failed: list[tuple[JobReturn, BaseException]], launched: list[Sequence[str]], sweep_dir: str
+) -> BaseException:
+    """What the sweep raises: the one failure itself (after Hydra's line naming its
+    overrides), or a UserError naming each failed job."""
+    errors = [error for _, error in failed]
+    if len(failed) == 1:
+        sys.stderr.write(f"Error executing job with overrides: {failed[0][0].overrides}\n")
+        return errors[0]
+    shared = shared_overrides(launched)
+    lines = [
+        f"job {_job_num(job)} ({own_overrides(job.overrides or [], shared)}): "
+        f"{first_line(error).rstrip('.')}; log {_log(job)}"
+        for job, error in failed
+    ]
+    report = unfinished_report(lines, len(launched), sweep_dir, "failed")
+    bugs = [error for error in errors if not isinstance(error, UserError)]
+    if bugs:
+        log.error(report)
+        return bugs[0]
+    return UserError(report)
+
+
+def _job_num(job: JobReturn) -> str:
+    return str(job.hydra_cfg.hydra.job.num) if job.hydra_cfg is not None else "?"
+
+
+def _log(job: JobReturn) -> str:
+    """The job's log file (``<run dir>/<task name>.log``), or its directory."""
+    if job.hydra_cfg is None or job.cfg is None:
+        return str(job.working_dir or "?")
+    run_dir = Path(job.hydra_cfg.hydra.runtime.output_dir)
+    return str(run_dir / f"{job.cfg.get('task_name', 'train')}.log")

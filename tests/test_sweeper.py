@@ -1,0 +1,90 @@
+"""A sweep whose jobs fail runs every job, compares the finished ones and names each failed
+job in one line (the default sweeper, hydra_plugins.cloudlstm_sweeper)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import OmegaConf
+
+from cloudlstm.errors import UserError
+from hydra_plugins.cloudlstm_sweeper import _failure
+from tests.conftest import ROOT, TINY, subprocess_env
+
+QUIET = ["logger=csv", "report.figures=false", "torch_threads=1", "trainer.max_epochs=1"]
+
+
+def sweep(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    base = [a for a in TINY if not a.startswith("trainer.max_epochs")]
+    cmd = [
+        sys.executable, "train.py", "-m", *base, *QUIET, "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        f"paths.data_dir={tmp_path / 'data'}", *args,
+    ]  # fmt: skip
+    env = {**subprocess_env(), "OMP_WAIT_POLICY": "PASSIVE"}
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_every_failed_job_of_a_joblib_sweep_is_named_and_the_finished_one_compared(tmp_path):
+    done = sweep(tmp_path, "optimizer.lr=-1,1e-3,-2")
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out[-3000:]
+    assert "Traceback" not in out
+    root = tmp_path / "sweep"
+    assert (root / "1" / "metrics.json").is_file(), "the job between the failed ones ran"
+    assert not (root / "0" / "metrics.json").exists() and not (root / "2" / "metrics.json").exists()
+    assert "| cloudlstm | synthetic | 1 |" in out, "the finished job's comparison is printed"
+    lines = out.splitlines()
+    start = lines.index("2 of 3 jobs of the sweep failed:")
+    jobs = lines[start + 1 : start + 3]
+    for line, (job, lr) in zip(jobs, ((0, -1), (2, -2)), strict=True):
+        log = root / str(job) / "train.log"
+        assert line.startswith(f"  job {job} (optimizer.lr={lr}): optimizer (AdamW): Invalid ")
+        assert line.endswith(f"; log {log}") and log.is_file()
+    assert lines[start + 3].startswith(f"Start the same command with hydra.sweep.dir={root} ")
+
+
+def job_return(num: int, overrides: list[str], error: BaseException) -> JobReturn:
+    hydra_cfg = OmegaConf.create(
+        {"hydra": {"job": {"num": num}, "runtime": {"output_dir": f"/r/{num}"}}}
+    )
+    return JobReturn(
+        overrides=overrides, cfg=OmegaConf.create({"task_name": "train"}), hydra_cfg=hydra_cfg,
+        status=JobStatus.FAILED, _return_value=error,
+    )  # fmt: skip
+
+
+def test_one_failure_is_its_own_error_and_a_bug_keeps_its_traceback(caplog):
+    launched = [["model.k=2", "seed=0"], ["model.k=3", "seed=0"]]
+    alone = UserError("model.k=3 is not a number of neighbours")
+    assert _failure([(job_return(1, launched[1], alone), alone)], launched, "/s") is alone
+
+    bug = RuntimeError("index out of range\nmore")
+    failed = [(job_return(0, launched[0], alone), alone), (job_return(1, launched[1], bug), bug)]
+    assert _failure(failed, launched, "/s") is bug, "a bug is raised as it is, with its traceback"
+    (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert record.getMessage().splitlines()[:3] == [
+        "2 of 2 jobs of the sweep failed:",
+        "  job 0 (model.k=2): model.k=3 is not a number of neighbours; log /r/0/train.log",
+        "  job 1 (model.k=3): index out of range; log /r/1/train.log",
+    ]
+
+
+@pytest.mark.parametrize("group", ["", "hparams_search=optuna"])
+def test_the_reporting_sweeper_is_the_default_and_optuna_still_replaces_it(group):
+    cmd = [
+        sys.executable,
+        "train.py",
+        *filter(None, [group]),
+        "--cfg",
+        "hydra",
+        "-p",
+        "hydra.sweeper",
+    ]
+    shown = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True)
+    target = "cloudlstm_optuna.OptunaSweeper" if group else "cloudlstm_sweeper.ReportingSweeper"
+    assert f"_target_: hydra_plugins.{target}\n" in shown.stdout, shown.stderr[-2000:]
