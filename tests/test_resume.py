@@ -61,6 +61,8 @@ def test_killed_run_resumes_bit_exactly_into_the_same_wandb_run(tmp_path):
     assert not (killed_dir / "metrics.json").exists()
     last = torch.load(killed_dir / "checkpoints" / "last.ckpt", weights_only=False)
     assert last["epoch"] == 1  # the kill came right after epoch 2's checkpoint
+    before_kill = last["callbacks"]["EpochTimer"]["fit_time_s"]
+    assert before_kill > 0
 
     # the same command without the kill (a setting of the run: allowed), the same directory
     resumed = run_train(killed_dir, data, "allow_changes=[callbacks.kill]")
@@ -73,6 +75,10 @@ def test_killed_run_resumes_bit_exactly_into_the_same_wandb_run(tmp_path):
     assert got["test"] == expected["test"]  # bit-identical: every metric, step and channel
     assert got["val"] == expected["val"]
     assert Path(got["checkpoint"]).name == Path(expected["checkpoint"]).name
+    # the whole run's time: the killed process's, up to its checkpoint, and the resumed one's
+    assert got["train_time_s"] > before_kill
+    resumed_ckpt = torch.load(killed_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    assert resumed_ckpt["callbacks"]["EpochTimer"]["fit_time_s"] > before_kill
 
     ids = offline_run_ids(killed_dir)
     assert len(ids) == 2 and len(set(ids)) == 1, "the restart continues the W&B run"
@@ -214,3 +220,22 @@ def test_truncated_last_checkpoint_stops_train_py_with_one_message(tmp_path):
     assert "Traceback" not in proc.stderr
     assert f"Cannot read checkpoint {run_dir / 'checkpoints' / 'last.ckpt'}" in proc.stderr
     assert "resume=never" in proc.stderr
+
+
+def test_the_timer_adds_the_checkpointed_time_of_earlier_processes():
+    from cloudlstm.callbacks import EpochTimer
+
+    earlier = {"epoch_times": [5.0], "train_time_s": 4.0, "train_steps": 10, "fit_time_s": 100.0}
+    timer = EpochTimer()
+    timer.load_state_dict(earlier)  # a resume restores callbacks before fitting starts
+    timer.on_fit_start(None, None)
+    timer.on_fit_end(None, None)
+    assert 100.0 < timer.fit_time_s < 101.0
+    assert timer.state_dict()["fit_time_s"] == timer.fit_time_s
+    # testing a checkpoint of this very run after training keeps the figures measured here
+    timer.load_state_dict({**earlier, "fit_time_s": 50.0})
+    assert timer.fit_time_s > 100.0 and timer.train_steps == 10
+    # a fresh timer (eval.py) takes the checkpoint's
+    fresh = EpochTimer()
+    fresh.load_state_dict(earlier)
+    assert fresh.fit_time_s == 100.0 and fresh.train_time_s == 4.0

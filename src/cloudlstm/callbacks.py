@@ -25,9 +25,11 @@ class EpochTimer(L.Callback):
     ``perf/train_samples_per_s`` (training windows per second of training time, validation
     excluded); and at every validation ``perf/train_s_per_1k_steps``: the seconds of
     training batches (forward, backward and optimiser step; no data loading or validation)
-    per 1,000 steps so far, the cost measure of a step budget. The times travel in
-    checkpoints, so a resumed run reports the whole run. Loading a checkpoint that measured
-    less than this timer already has (testing the best checkpoint after training) keeps
+    per 1,000 steps so far, the cost measure of a step budget; and ``fit_time_s``, the
+    wall-clock time of fitting, validation included. The times travel in checkpoints, so a
+    resumed run reports the whole run (time after the last checkpoint of a killed process
+    is not counted: its work is done again). Loading a checkpoint that measured
+    no more than this timer already has (testing the best checkpoint after training) keeps
     this timer's figures: a restore must not forget time this process measured.
     """
 
@@ -35,9 +37,16 @@ class EpochTimer(L.Callback):
         self.epoch_times: list[float] = []
         self.train_time_s = 0.0
         self.train_steps = 0
+        self._fit_before = 0.0  # fitting time of earlier processes, from the checkpoint
+        self._fit_start: float | None = None
         self._start = self._val_start = self._batch_start = 0.0
         self._val_time = 0.0
         self._samples = 0
+
+    @staticmethod
+    def of(trainer: L.Trainer) -> EpochTimer | None:
+        """The trainer's timer, if its callbacks have one."""
+        return next((cb for cb in trainer.callbacks if isinstance(cb, EpochTimer)), None)
 
     @property
     def mean_epoch_time_s(self) -> float | None:
@@ -46,6 +55,17 @@ class EpochTimer(L.Callback):
     @property
     def train_s_per_1k_steps(self) -> float | None:
         return 1000 * self.train_time_s / self.train_steps if self.train_steps else None
+
+    @property
+    def fit_time_s(self) -> float:
+        running = time.perf_counter() - self._fit_start if self._fit_start is not None else 0.0
+        return self._fit_before + running
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._fit_start = time.perf_counter()
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._fit_before, self._fit_start = self.fit_time_s, None
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start, self._val_time, self._samples = time.perf_counter(), 0.0, 0
@@ -84,14 +104,16 @@ class EpochTimer(L.Callback):
             "epoch_times": list(self.epoch_times),
             "train_time_s": self.train_time_s,
             "train_steps": self.train_steps,
+            "fit_time_s": self.fit_time_s,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if state_dict.get("train_steps", 0) < self.train_steps:
+        if self.train_steps and state_dict.get("train_steps", 0) <= self.train_steps:
             return
         self.epoch_times = list(state_dict.get("epoch_times", []))
         self.train_time_s = float(state_dict.get("train_time_s", 0.0))
         self.train_steps = int(state_dict.get("train_steps", 0))
+        self._fit_before = float(state_dict.get("fit_time_s", 0.0))
 
 
 class RngState(L.Callback):

@@ -53,7 +53,7 @@ def cost(module: L.LightningModule, datamodule: Any, trainer: L.Trainer) -> dict
     and peak memory."""
     from cloudlstm.cli.assemble import count_parameters  # assemble imports this module
 
-    timer = next((cb for cb in trainer.callbacks if isinstance(cb, EpochTimer)), None)
+    timer = EpochTimer.of(trainer)
     out: dict[str, Any] = {
         "params": count_parameters(module.model),
         "epoch_time_s": timer.mean_epoch_time_s if timer else None,

@@ -17,6 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
+from cloudlstm.callbacks import EpochTimer
 from cloudlstm.checkpoints import check_checkpoint
 from cloudlstm.cli import report
 from cloudlstm.cli.assemble import (
@@ -116,8 +117,9 @@ def _fit(job: Assembly) -> dict[str, Any]:
         job.module, datamodule=job.datamodule, ckpt_path=resume_from, weights_only=False
     )
     metrics = job.trainer.callback_metrics
+    timer = EpochTimer.of(job.trainer)  # the whole run's time, earlier processes included
     return {
-        "train_time_s": time.perf_counter() - start,
+        "train_time_s": timer.fit_time_s if timer else time.perf_counter() - start,
         "resumed_from": resume_from,
         "epochs": job.trainer.current_epoch,
         "steps": job.trainer.global_step,
