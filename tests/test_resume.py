@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cloudlstm.callbacks import EpochTimer
 from cloudlstm.cli.resume import resume_checkpoint
 from cloudlstm.errors import UserError
 from tests.conftest import ROOT, TINY, subprocess_env
@@ -223,8 +224,6 @@ def test_truncated_last_checkpoint_stops_train_py_with_one_message(tmp_path):
 
 
 def test_the_timer_adds_the_checkpointed_time_of_earlier_processes():
-    from cloudlstm.callbacks import EpochTimer
-
     earlier = {"epoch_times": [5.0], "train_time_s": 4.0, "train_steps": 10, "fit_time_s": 100.0}
     timer = EpochTimer()
     timer.load_state_dict(earlier)  # a resume restores callbacks before fitting starts
