@@ -49,7 +49,11 @@ def config_as_today(run: Path, seed: int, machine: str, recipe: str = "strong") 
                 }
             },
             "trainer": {**cfg["trainer"], "enable_progress_bar": bool(seed % 2)},
-            "callbacks": {"step_checkpoint": {"every_n_train_steps": 1000 * (seed + 1)}},
+            "callbacks": {
+                "step_checkpoint": {"every_n_train_steps": 1000 * (seed + 1)},
+                # runs from before the SIGTERM checkpoint have none
+                **({"sigterm_checkpoint": {"filename": "last"}} if seed else {}),
+            },
         }
     )
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))

@@ -35,7 +35,7 @@ NOT_SETTING_PREFIXES = (
     # the console, learning-rate log, timer, RNG states and the resume checkpoints
     "callbacks.progress_bar.", "callbacks.model_summary.", "callbacks.lr_monitor.",
     "callbacks.epoch_timer.", "callbacks.rng_state.", "callbacks.last_checkpoint.",
-    "callbacks.step_checkpoint.",
+    "callbacks.step_checkpoint.", "callbacks.sigterm_checkpoint.",
 )  # fmt: skip
 # Hint of an unknown --by key: at most this many names.
 MAX_NAMES = 10
