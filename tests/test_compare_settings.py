@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from cloudlstm.cli.compare import compare, find_runs
+from cloudlstm.cli.compare.groups import group_runs
 from tests.test_compare import run_main, write_run
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "docs" / "results" / "beijing_gpu_s23"
@@ -120,3 +121,20 @@ def test_evaluations_are_rows_of_their_own_when_asked(sweep, capsys):
     assert table["evaluation"] == ["", "eval best.ckpt data.num_points=100"]
     code, out, err = run_main(capsys, sweep, "--include-evals")
     assert code == 0 and err == [] and len(out.splitlines()) == 4
+
+
+def test_labels_name_only_what_tells_a_models_groups_apart(tmp_path):
+    """Runs of two commits: cloudlstm's class path moved between them, convlstm's runs are
+    all of the later commit. The path is a grouping key for every model, but only
+    cloudlstm's labels need it; convlstm's label is its name."""
+    moved = {"_target_": "cloudlstm.models.old.CloudLSTM"}
+    write_run(tmp_path / "a0", 1.0, seed=0, model_keys=moved)
+    write_run(tmp_path / "a1", 2.0, seed=1)
+    for seed in (0, 1):
+        write_run(tmp_path / f"c{seed}", 3.0, model="convlstm", seed=seed)
+    labels = sorted(g.label for g in group_runs(find_runs([tmp_path])))
+    assert labels == [
+        "cloudlstm _target_=cloudlstm.models.cloudlstm",
+        "cloudlstm _target_=cloudlstm.models.old.CloudLSTM",
+        "convlstm",
+    ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -47,6 +47,9 @@ class Group:
 
     keys: dict[str, str]
     runs: list[Run]
+    # the keys its label names: those that tell it from the other groups of its model and
+    # data (:func:`group_runs`); None names every key
+    told_apart_by: frozenset[str] | None = None
 
     @property
     def data(self) -> str:
@@ -54,11 +57,14 @@ class Group:
 
     @property
     def label(self) -> str:
-        """Short legend text: the key values other than data, e.g. ``cloudlstm k=3``."""
+        """Short legend text: the model and the values that tell this group from the
+        other groups of its model, e.g. ``cloudlstm k=3``; not data."""
         parts = [
             value if key in RUN_KEYS else f"{key.rsplit('.', 1)[-1]}={value}"
             for key, value in self.keys.items()
-            if key != "data" and value  # a key the group's model lacks says nothing
+            if key != "data"
+            and value  # a key the group's model lacks says nothing
+            and (key in RUN_KEYS or self.told_apart_by is None or key in self.told_apart_by)
         ]
         return " ".join(parts) or self.data
 
@@ -105,10 +111,27 @@ class Group:
 def group_runs(runs: Sequence[Run], by: Sequence[str] | None = None) -> list[Group]:
     """Groups of ``runs`` by the keys ``by`` (plus data), or by :func:`default_keys`."""
     keys = default_keys(runs) if by is None else _checked_keys(runs, by)
-    return [
+    groups = [
         Group(dict(zip(keys, values, strict=True)), members)
         for values, members in _partition(runs, keys).items()
     ]
+    return _told_apart(groups)
+
+
+def _told_apart(groups: list[Group]) -> list[Group]:
+    """``groups`` with the keys that tell each from the other groups of its model and data:
+    a key that splits one model's runs (two commits' class paths, say) is in every
+    group's keys, but names nothing in the label of a model whose runs all share it."""
+    siblings: dict[tuple[str, ...], list[Group]] = {}
+    for group in groups:
+        siblings.setdefault(tuple(group.keys.get(k, "") for k in RUN_KEYS), []).append(group)
+    told: dict[int, frozenset[str]] = {}
+    for members in siblings.values():
+        varying = frozenset(
+            key for key in members[0].keys if len({g.keys[key] for g in members}) > 1
+        )
+        told.update((id(g), varying) for g in members)
+    return [replace(g, told_apart_by=told[id(g)]) for g in groups]
 
 
 def default_keys(runs: Sequence[Run]) -> list[str]:
