@@ -138,3 +138,16 @@ def test_labels_name_only_what_tells_a_models_groups_apart(tmp_path):
         "cloudlstm _target_=cloudlstm.models.old.CloudLSTM",
         "convlstm",
     ]
+
+
+def test_an_option_left_empty_is_the_runs_from_before_it(tmp_path):
+    """A run from before ``data.source.covariates`` existed and a run with its empty
+    default are seeds of one setting; a run with covariates is a row of its own."""
+    write_run(tmp_path / "before", 1.0, seed=0)
+    for seed, covariates in ((1, []), (2, None), (3, ["TEMP"])):
+        write_run(tmp_path / str(seed), 2.0, seed=seed)
+        cfg = yaml.safe_load((tmp_path / str(seed) / "config.yaml").read_text())
+        cfg["data"] = {"source": {"covariates": covariates}}
+        (tmp_path / str(seed) / "config.yaml").write_text(yaml.safe_dump(cfg))
+    table = columns(compare(find_runs([tmp_path])))
+    assert table["data.source.covariates"] == ["", "['TEMP']"] and table["n"] == [3, 1]

@@ -38,8 +38,11 @@ class Run:
     evaluated_run: str = ""  # for eval.py's results: the run directory it tested again
 
     def value(self, key: str) -> str:
-        """The key's value as text; "" where this run's config lacks it."""
-        return str(self.keys[key]) if key in self.keys else ""
+        """The key's value as text; "" where this run's config lacks it or leaves it empty
+        (null or []): an option added later with an empty default (no covariates, say)
+        does what the runs from before it did."""
+        value = self.keys.get(key)
+        return "" if value is None or value == [] else str(value)
 
     def steps(self, metric: str) -> list[float]:
         if not self.per_step.get(metric):
