@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -48,8 +48,8 @@ class Group:
     keys: dict[str, str]
     runs: list[Run]
     # the keys its label names: those that tell it from the other groups of its model and
-    # data (:func:`group_runs`); None names every key
-    told_apart_by: frozenset[str] | None = None
+    # data (:func:`_told_apart`)
+    told_apart_by: frozenset[str]
 
     @property
     def data(self) -> str:
@@ -64,7 +64,7 @@ class Group:
             for key, value in self.keys.items()
             if key != "data"
             and value  # a key the group's model lacks says nothing
-            and (key in RUN_KEYS or self.told_apart_by is None or key in self.told_apart_by)
+            and (key in RUN_KEYS or key in self.told_apart_by)
         ]
         return " ".join(parts) or self.data
 
@@ -111,27 +111,30 @@ class Group:
 def group_runs(runs: Sequence[Run], by: Sequence[str] | None = None) -> list[Group]:
     """Groups of ``runs`` by the keys ``by`` (plus data), or by :func:`default_keys`."""
     keys = default_keys(runs) if by is None else _checked_keys(runs, by)
-    groups = [
-        Group(dict(zip(keys, values, strict=True)), members)
-        for values, members in _partition(runs, keys).items()
+    parts = _partition(runs, keys)
+    rows = [dict(zip(keys, values, strict=True)) for values in parts]
+    return [
+        Group(row, members, told)
+        for row, members, told in zip(rows, parts.values(), _told_apart(rows), strict=True)
     ]
-    return _told_apart(groups)
 
 
-def _told_apart(groups: list[Group]) -> list[Group]:
-    """``groups`` with the keys that tell each from the other groups of its model and data:
-    a key that splits one model's runs (two commits' class paths, say) is in every
-    group's keys, but names nothing in the label of a model whose runs all share it."""
-    siblings: dict[tuple[str, ...], list[Group]] = {}
-    for group in groups:
-        siblings.setdefault(tuple(group.keys.get(k, "") for k in RUN_KEYS), []).append(group)
-    told: dict[int, frozenset[str]] = {}
-    for members in siblings.values():
-        varying = frozenset(
-            key for key in members[0].keys if len({g.keys[key] for g in members}) > 1
-        )
-        told.update((id(g), varying) for g in members)
-    return [replace(g, told_apart_by=told[id(g)]) for g in groups]
+def _told_apart(rows: list[dict[str, str]]) -> list[frozenset[str]]:
+    """For each group's key values, the keys whose values differ between the groups of its
+    model and data: a key that splits one model's runs (two commits' class paths, say) is
+    a key of every group, but names nothing in the label of a model whose runs share it."""
+
+    def model_and_data(row: dict[str, str]) -> tuple[str, ...]:
+        return tuple(row.get(k, "") for k in RUN_KEYS)
+
+    seen: dict[tuple[str, ...], dict[str, set[str]]] = {}
+    for row in rows:
+        values = seen.setdefault(model_and_data(row), {})
+        for key, value in row.items():
+            values.setdefault(key, set()).add(value)
+    return [
+        frozenset(k for k, v in seen[model_and_data(row)].items() if len(v) > 1) for row in rows
+    ]
 
 
 def default_keys(runs: Sequence[Run]) -> list[str]:
