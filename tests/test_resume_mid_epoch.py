@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
@@ -151,8 +152,12 @@ STEP_BUDGET = [
     "trainer.max_steps=20",
     "trainer.val_check_interval=4",
     "scheduler.warmup_steps=2",
-    "logger=none",
     "report.figures=false",
+    # the CSV log, every step's row written at once: the killed process leaves the rows of
+    # the steps it ran past its last checkpoint on disk, as one flushing less often may
+    "logger=csv",
+    "trainer.log_every_n_steps=1",
+    "logger.csv.flush_logs_every_n_steps=1",
 ]
 CASES = {
     # killed before step 14: resumed from step 12 of the first epoch's 14, it crosses into
@@ -183,6 +188,15 @@ def run_train(run_dir: Path, data_dir: Path, *extra: str) -> subprocess.Complete
     )
 
 
+def log_of(run_dir: Path) -> pd.DataFrame:
+    """The run's CSV log, without what a restart cannot give again: the steps' timings,
+    and the mean training loss of the epoch the restart came in (Lightning's running means
+    are not checkpointed: the restarted process averages its own steps of that epoch)."""
+    (path,) = run_dir.glob("csv/*/metrics.csv")  # one log, not one per process
+    log = pd.read_csv(path)
+    return log.drop(columns=[c for c in log.columns if c.startswith("perf/") or c == "train/loss"])
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_run_killed_mid_epoch_resumes_bit_exactly(tmp_path, case):
     kill_at, extra = CASES[case]
@@ -204,6 +218,7 @@ def test_a_run_killed_mid_epoch_resumes_bit_exactly(tmp_path, case):
     assert last["global_step"] == saved_at and saved_at % 14 != 0  # mid-epoch
     (loader_state,) = last["loops"]["fit_loop"]["state_dict"]["combined_loader"]
     assert loader_state["pass"]["batches"] == saved_at % 14
+    assert log_of(run_dir)["step"].max() >= saved_at + 1  # rows the resumed run redoes
 
     # the same command without the kill (a setting of the run: allowed), the same directory
     resumed = run_train(run_dir, data, *extra, "allow_changes=[callbacks.kill]")
@@ -217,6 +232,8 @@ def test_a_run_killed_mid_epoch_resumes_bit_exactly(tmp_path, case):
     assert got["test"] == expected["test"]  # bit-identical: every metric, step and channel
     assert got["val"] == expected["val"]  # the last validation's, of the final weights
     assert Path(got["checkpoint"]).name == Path(expected["checkpoint"]).name
+    # one log across both processes, each step's row once, with the values of one run
+    pd.testing.assert_frame_equal(log_of(run_dir), log_of(tmp_path / "whole"))
     final = [
         torch.load(d / "checkpoints" / "last.ckpt", weights_only=False)
         for d in (tmp_path / "whole", run_dir)
