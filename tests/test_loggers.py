@@ -1,0 +1,38 @@
+"""The CSV logger keeps one log per run directory (cloudlstm.loggers.CSVLogger)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from cloudlstm.loggers import CSVLogger
+
+
+def write(save_dir, rows: list[tuple[int, dict[str, float]]]) -> None:
+    """One process's logging: ``rows`` of (step, metrics), then the end of the run."""
+    logger = CSVLogger(save_dir, name="csv")
+    for step, metrics in rows:
+        logger.log_metrics(metrics, step=step)
+    logger.finalize("success")
+
+
+def test_a_restart_replaces_the_rows_it_redoes_and_keeps_the_earlier_ones(tmp_path):
+    write(tmp_path, [(s, {"train/loss": 1.0 + s}) for s in range(6)] + [(4, {"val/mae": 9.0})])
+    # restarted from a checkpoint at step 3: steps 3 to 5 again, with other values
+    write(tmp_path, [(s, {"train/loss": 10.0 + s}) for s in range(3, 6)])
+
+    (path,) = tmp_path.glob("csv/*/metrics.csv")
+    log = pd.read_csv(path)
+    assert path.parent.name == "version_0"
+    assert log["step"].tolist() == [0, 1, 2, 3, 4, 5]
+    assert log["train/loss"].tolist() == [1.0, 2.0, 3.0, 13.0, 14.0, 15.0]
+    # the killed process's validation at step 4 was redone by none: its column goes too
+    assert "val/mae" not in log.columns
+
+
+def test_a_new_metric_after_a_restart_gets_its_column(tmp_path):
+    write(tmp_path, [(0, {"a": 1.0}), (1, {"a": 2.0})])
+    write(tmp_path, [(2, {"a": 3.0, "b": 4.0})])
+
+    log = pd.read_csv(tmp_path / "csv" / "version_0" / "metrics.csv")
+    assert log[["step", "a"]].values.tolist() == [[0, 1.0], [1, 2.0], [2, 3.0]]
+    assert log["b"].isna().tolist() == [True, True, False]
