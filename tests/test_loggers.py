@@ -36,3 +36,15 @@ def test_a_new_metric_after_a_restart_gets_its_column(tmp_path):
     log = pd.read_csv(tmp_path / "csv" / "version_0" / "metrics.csv")
     assert log[["step", "a"]].values.tolist() == [[0, 1.0], [1, 2.0], [2, 3.0]]
     assert log["b"].isna().tolist() == [True, True, False]
+
+
+def test_a_row_torn_by_a_kill_is_dropped_by_the_restart(tmp_path):
+    write(tmp_path, [(s, {"a": 1.0 + s, "b": 2.0}) for s in range(4)])
+    path = tmp_path / "csv" / "version_0" / "metrics.csv"
+    text = path.read_text()
+    path.write_text(text[: text.rindex("\n", 0, -1) + 3])  # the last row cut after 2 chars
+    write(tmp_path, [(4, {"a": 9.0, "b": 2.0})])  # no crash on the torn row, and it goes
+
+    log = pd.read_csv(path)
+    assert log["step"].tolist() == [0, 1, 2, 4]
+    assert log["a"].tolist() == [1.0, 2.0, 3.0, 9.0]

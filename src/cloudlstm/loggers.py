@@ -4,6 +4,7 @@ and one CSV log per run however often it restarts."""
 from __future__ import annotations
 
 import csv
+import math
 from typing import Any
 
 from lightning.pytorch.loggers import CSVLogger as LightningCSVLogger
@@ -45,13 +46,25 @@ class _ContinuedCSV(ExperimentWriter):
 
     def _keep_rows_before(self, step: int) -> None:
         with self._fs.open(self.metrics_file_path, "r", newline="") as file:
-            rows = [row for row in csv.DictReader(file) if int(float(row["step"])) < step]
+            rows = [row for row in csv.DictReader(file) if _step_of(row) < step]
         # a column none of the kept rows fills (a metric of a setting since changed) goes
-        self.metrics_keys = sorted({key for row in rows for key, value in row.items() if value})
+        self.metrics_keys = sorted({k for row in rows for k, value in row.items() if value})
         with self._fs.open(self.metrics_file_path, "w", newline="") as file:
             writer = csv.DictWriter(file, fieldnames=self.metrics_keys)
             writer.writeheader()
             writer.writerows({key: row[key] for key in self.metrics_keys} for row in rows)
+
+
+def _step_of(row: dict[str | None, Any]) -> float:
+    """The row's step; infinity for a row torn by a kill in the middle of a write (its
+    step unreadable, or cells missing or extra), which the restart drops with the steps
+    it runs again."""
+    if None in row or None in row.values():
+        return math.inf
+    try:
+        return float(row["step"])
+    except (KeyError, ValueError):
+        return math.inf
 
 
 class CSVLogger(LightningCSVLogger):
