@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from cloudlstm.loggers import CSVLogger
 
@@ -38,13 +39,16 @@ def test_a_new_metric_after_a_restart_gets_its_column(tmp_path):
     assert log["b"].isna().tolist() == [True, True, False]
 
 
-def test_a_row_torn_by_a_kill_is_dropped_by_the_restart(tmp_path):
-    write(tmp_path, [(s, {"a": 1.0 + s, "b": 2.0}) for s in range(4)])
+@pytest.mark.parametrize("cut", [2, 6], ids=["in-a-value", "in-the-step"])
+def test_a_row_torn_by_a_kill_is_dropped_by_the_restart(tmp_path, cut):
+    write(tmp_path, [(s, {"a": 1.0 + s, "b": 2.0}) for s in range(4)] + [(13, {"a": 5.0})])
     path = tmp_path / "csv" / "version_0" / "metrics.csv"
     text = path.read_text()
-    path.write_text(text[: text.rindex("\n", 0, -1) + 3])  # the last row cut after 2 chars
+    assert text.endswith("5.0,,13\n")  # the step comes last: a cut there shortens it
+    last_row = text.rindex("\n", 0, -1) + 1
+    path.write_text(text[: last_row + cut])  # the last row, cut: "5." or "5.0,,1"
     write(tmp_path, [(4, {"a": 9.0, "b": 2.0})])  # no crash on the torn row, and it goes
 
     log = pd.read_csv(path)
-    assert log["step"].tolist() == [0, 1, 2, 4]
-    assert log["a"].tolist() == [1.0, 2.0, 3.0, 9.0]
+    assert log["step"].tolist() == [0, 1, 2, 3, 4]
+    assert log["a"].tolist() == [1.0, 2.0, 3.0, 4.0, 9.0]

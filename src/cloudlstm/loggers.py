@@ -4,6 +4,7 @@ and one CSV log per run however often it restarts."""
 from __future__ import annotations
 
 import csv
+import io
 import math
 from typing import Any
 
@@ -46,7 +47,11 @@ class _ContinuedCSV(ExperimentWriter):
 
     def _keep_rows_before(self, step: int) -> None:
         with self._fs.open(self.metrics_file_path, "r", newline="") as file:
-            rows = [row for row in csv.DictReader(file) if _step_of(row) < step]
+            text = file.read()
+        # a kill in the middle of a write leaves the last row without its line end; the
+        # part written may still parse (a step cut from 13 to 1), so it goes unread
+        complete = text[: text.rfind("\n") + 1]
+        rows = [row for row in csv.DictReader(io.StringIO(complete)) if _step_of(row) < step]
         # a column none of the kept rows fills (a metric of a setting since changed) goes
         self.metrics_keys = sorted({k for row in rows for k, value in row.items() if value})
         with self._fs.open(self.metrics_file_path, "w", newline="") as file:
@@ -56,9 +61,8 @@ class _ContinuedCSV(ExperimentWriter):
 
 
 def _step_of(row: dict[str | None, Any]) -> float:
-    """The row's step; infinity for a row torn by a kill in the middle of a write (its
-    step unreadable, or cells missing or extra), which the restart drops with the steps
-    it runs again."""
+    """The row's step; infinity for a row whose step is unreadable or whose cells are
+    missing or extra, which the restart drops with the steps it runs again."""
     if None in row or None in row.values():
         return math.inf
     try:
