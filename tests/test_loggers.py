@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from cloudlstm.errors import UserError
 from cloudlstm.loggers import CSVLogger
 
 
@@ -52,3 +53,22 @@ def test_a_row_torn_by_a_kill_is_dropped_by_the_restart(tmp_path, cut):
     log = pd.read_csv(path)
     assert log["step"].tolist() == [0, 1, 2, 3, 4]
     assert log["a"].tolist() == [1.0, 2.0, 3.0, 4.0, 9.0]
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["2.0,2.0,x", "2.0,2.0,1,7", "2.0", "2.0,2.0,", "2.0,2.0,nan"],
+    ids=["unreadable-step", "extra-cell", "missing-cells", "no-step", "nan-step"],
+)
+def test_a_complete_row_the_logger_did_not_write_stops_the_restart_in_one_line(tmp_path, line):
+    write(tmp_path, [(s, {"a": 1.0 + s, "b": 2.0}) for s in range(4)])
+    path = tmp_path / "csv" / "version_0" / "metrics.csv"
+    text = path.read_text()
+    damaged = text.replace("\n2.0,2.0,1\n", f"\n{line}\n")  # changed by hand, say
+    assert damaged != text
+    path.write_text(damaged)
+
+    # a UserError: Hydra's entry point prints its message alone, without a traceback
+    with pytest.raises(UserError, match=r"metrics\.csv, line 3, is not a row"):
+        write(tmp_path, [(3, {"a": 9.0, "b": 2.0})])
+    assert path.read_text() == damaged  # left as it was, for the user to fix

@@ -13,6 +13,8 @@ from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
+from cloudlstm.errors import UserError
+
 
 class WandbLogger(LightningWandbLogger):
     """Lightning's W&B logger, without the ``anonymous`` argument it always hands to
@@ -51,7 +53,8 @@ class _ContinuedCSV(ExperimentWriter):
         # a kill in the middle of a write leaves the last row without its line end; the
         # part written may still parse (a step cut from 13 to 1), so it goes unread
         complete = text[: text.rfind("\n") + 1]
-        rows = [row for row in csv.DictReader(io.StringIO(complete)) if _step_of(row) < step]
+        rows = _rows_of(complete, self.metrics_file_path)
+        rows = [row for row_step, row in rows if row_step < step]
         # a column none of the kept rows fills (a metric of a setting since changed) goes
         self.metrics_keys = sorted({k for row in rows for k, value in row.items() if value})
         with self._fs.open(self.metrics_file_path, "w", newline="") as file:
@@ -60,15 +63,37 @@ class _ContinuedCSV(ExperimentWriter):
             writer.writerows({key: row[key] for key in self.metrics_keys} for row in rows)
 
 
-def _step_of(row: dict[str | None, Any]) -> float:
-    """The row's step; infinity for a row whose step is unreadable or whose cells are
-    missing or extra, which the restart drops with the steps it runs again."""
-    if None in row or None in row.values():
-        return math.inf
+def _rows_of(text: str, path: str) -> list[tuple[float, dict[str, str]]]:
+    """The rows of a log's complete lines, as they are, each after its step.
+
+    Raises:
+        UserError: a row whose cells do not match the header, or whose step is not a
+            number. The logger writes neither, and a kill only cuts the last line, which
+            has no line end and is not read; so the file was changed some other way, and
+            guessing which of its rows to keep would rewrite the run's curves.
+    """
+    reader = csv.DictReader(io.StringIO(text))
+    rows = []
+    for row in reader:
+        cells_match = None not in row and None not in row.values()
+        step = _number(row.get("step")) if cells_match else None
+        if step is None:
+            raise UserError(
+                f"{path}, line {reader.line_num}, is not a row this log can continue (its cells "
+                "do not match the header, or its step is not a number): fix or delete that line, "
+                "or move the file away to start a new log, and run again."
+            )
+        rows.append((step, row))
+    return rows
+
+
+def _number(text: str | None) -> float | None:
+    """``text`` as a number; None for a missing, unreadable or NaN one."""
     try:
-        return float(row["step"])
-    except (KeyError, ValueError):
-        return math.inf
+        value = float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value
 
 
 class CSVLogger(LightningCSVLogger):
