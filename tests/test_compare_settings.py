@@ -151,3 +151,47 @@ def test_an_option_left_empty_is_the_runs_from_before_it(tmp_path):
         (tmp_path / str(seed) / "config.yaml").write_text(yaml.safe_dump(cfg))
     table = columns(compare(find_runs([tmp_path])))
     assert table["data.source.covariates"] == ["", "['TEMP']"] and table["n"] == [3, 1]
+
+
+def test_a_config_of_an_older_form_is_read_in_todays(tmp_path):
+    """A run from before classes moved (its training module in ``cloudlstm.lit``, Beijing's
+    old datamodule holding its source's keys, model sizes copied from ``data_info``) and a
+    run of today are seeds of one setting. One from before ``co_units`` loaded CO in µg/m³:
+    a row of its own, as eval.py would rebuild it."""
+    beijing = "cloudlstm.data.sources.beijing"
+    today = {
+        "module": {"_target_": "cloudlstm.training.ForecastModule"},
+        "data": {
+            "_target_": "cloudlstm.data.pipeline.datamodule.PointCloudDataModule",
+            "batch_size": 32,
+            "source": {"_target_": f"{beijing}.BeijingSource", "root": "/r", "co_units": "mg/m3"},
+        },
+    }
+    old = {
+        "module": {"_target_": "cloudlstm.lit.ForecastModule"},
+        "data": {
+            "_target_": f"{beijing}.BeijingDataModule",
+            "batch_size": 32,
+            "root": "/r",
+            "co_units": "mg/m3",
+        },
+        "data_info": {"num_channels": 6, "output_steps": 12},
+    }
+    older = {**old, "data": {k: v for k, v in old["data"].items() if k != "co_units"}}
+    for seed, form in enumerate((today, old, older)):
+        run = tmp_path / str(seed)
+        write_run(run, 1.0 + seed, seed=seed)
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        cfg["module"].update(form["module"])
+        cfg["data"] = form["data"]
+        if form is not today:  # old configs filled the model's sizes from the data
+            cfg["data_info"] = form["data_info"]
+            cfg["model"].update(form["data_info"])
+        (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+
+    table = columns(compare(find_runs([tmp_path])))
+    assert table["data.source.co_units"] == ["mg/m3", "ug/m3"] and table["n"] == [2, 1]
+    assert table["mae"][0].mean == 1.5
+    assert [c for c in table if c.startswith(("model.", "module.", "data."))] == [
+        "data.source.co_units"
+    ]

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 import cloudlstm.data as data
 from cloudlstm.cli.build import instantiate_datamodule
-from cloudlstm.data import current_target
+from cloudlstm.cli.old_configs import current_target
 
 
 def test_top_level_names_still_import():

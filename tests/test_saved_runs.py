@@ -15,10 +15,10 @@ import pytest
 from omegaconf import DictConfig, OmegaConf
 
 from cloudlstm.cli.assemble import count_parameters
-from cloudlstm.cli.build import (
+from cloudlstm.cli.build import instantiate_datamodule
+from cloudlstm.cli.old_configs import (
     DATAMODULE,
     OLD_DATAMODULES,
-    instantiate_datamodule,
     move_source_keys,
     rename_old_targets,
 )

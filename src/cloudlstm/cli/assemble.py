@@ -29,12 +29,12 @@ from cloudlstm.cli.build import (
     build_module,
     build_trainer,
     instantiate_datamodule,
-    rename_old_targets,
     save_job_config,
     set_up_datamodule,
 )
 from cloudlstm.cli.checkpoint_fit import check_points, load_weights, restore_scaler
 from cloudlstm.cli.config import describe_run
+from cloudlstm.cli.old_configs import rename_old_targets
 from cloudlstm.data.spec import DataSpec, stored_spec
 from cloudlstm.distributed import per_process_limits
 from cloudlstm.models.build import build_model, with_sizes

@@ -16,9 +16,10 @@ import torch
 from hydra.errors import InstantiationException
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.utilities import rank_zero_only
-from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from cloudlstm.cli.config import instantiate_group
+from cloudlstm.cli.old_configs import upgrade_data
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
 from cloudlstm.host_memory import keep_freed_memory, keeps_freed_memory
@@ -87,8 +88,8 @@ def instantiate_datamodule(cfg: DictConfig) -> L.LightningDataModule:
     paths are renamed, a Beijing config without ``co_units`` keeps the files' µg/m³, and a
     datamodule that took its source's arguments itself becomes the
     :class:`~cloudlstm.data.pipeline.datamodule.PointCloudDataModule` of a ``source`` node
-    (:func:`move_source_keys`). ``cfg.data`` is changed in place, so the config an
-    evaluation saves has the current form.
+    (:func:`~cloudlstm.cli.old_configs.upgrade_data`). ``cfg.data`` is changed in place,
+    so the config an evaluation saves has the current form.
 
     Raises:
         UserError: a mandatory data key (e.g. ``data.source.path``) is missing.
@@ -100,112 +101,8 @@ def instantiate_datamodule(cfg: DictConfig) -> L.LightningDataModule:
             f"The data config needs {', '.join(missing)}; give it on the command line: "
             f"`python train.py <data=...> {example}` (e.g. data.source.path=/my/file.csv)."
         )
-    rename_old_targets(cfg.data)
-    _keep_old_co_units(cfg.data)
-    move_source_keys(cfg.data)
+    upgrade_data(cfg.data)
     return instantiate(cfg.data)
-
-
-DATAMODULE = "cloudlstm.data.pipeline.datamodule.PointCloudDataModule"
-# Datamodules of older runs that took their source's arguments at the top of ``data``:
-# old target -> (the source's target, the keys of ``data`` that are the source's).
-OLD_DATAMODULES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "cloudlstm.data.sources.beijing.BeijingDataModule": (
-        "cloudlstm.data.sources.beijing.BeijingSource",
-        ("root", "stations", "cache_dir", "co_units"),
-    ),
-    "cloudlstm.data.sources.urban_air.UrbanAirDataModule": (
-        "cloudlstm.data.sources.urban_air.UrbanAirSource",
-        ("root", "cluster", "download", "url", "sha256", "cache_dir"),
-    ),
-    "cloudlstm.data.sources.long_format.PointsDataModule": (
-        "cloudlstm.data.sources.long_format.LongFormatSource",
-        (
-            "path",
-            "time_col",
-            "id_col",
-            "coord_cols",
-            "value_cols",
-            "freq",
-            "moving",
-            "name",
-            "bad_values",
-        ),
-    ),
-    "cloudlstm.data.sources.mobile.MobileDataModule": (
-        "cloudlstm.data.sources.mobile.mobile_traffic",
-        (
-            "path",
-            "city",
-            "num_antennas",
-            "num_services",
-            "num_days",
-            "seed",
-            "cache_dir",
-            "time_col",
-            "id_col",
-            "coord_cols",
-        ),
-    ),
-    # its ``source`` node held the generator's arguments: they join the cluster's
-    "cloudlstm.data.sources.stand_in.SyntheticClusters": (
-        "cloudlstm.data.sources.stand_in.SyntheticClusters",
-        ("cluster", "clusters"),
-    ),
-}
-
-
-def move_source_keys(data: DictConfig) -> None:
-    """Rewrite, in place, an older run's data node whose ``_target_`` is one of
-    :data:`OLD_DATAMODULES` into today's form: ``_target_: PointCloudDataModule`` and a
-    ``source`` node with the source's target and keys. Interpolations are kept as they
-    are (not resolved); any other node is left alone."""
-    entry = OLD_DATAMODULES.get(str(data.get("_target_", "")))
-    if entry is None:
-        return
-    target, keys = entry
-    tree = OmegaConf.to_container(data, resolve=False)
-    source = {"_target_": target}
-    generator = tree.pop("source", None)  # SyntheticClusters': the generator's arguments
-    if isinstance(generator, dict):
-        source.update({k: v for k, v in generator.items() if k != "_target_"})
-    source.update({key: tree.pop(key) for key in keys if key in tree})
-    tree.pop("_recursive_", None)  # the stand-in built its own source
-    with open_dict(data):
-        for key in list(data.keys()):
-            if key not in tree:
-                del data[key]
-        data._target_ = DATAMODULE
-        data.source = source
-
-
-def _keep_old_co_units(data: DictConfig) -> None:
-    """A Beijing run saved before ``co_units`` existed loaded CO in µg/m³, and its
-    checkpoint's scaler and weights are in those units: its config gets ``ug/m3``, not the
-    mg/m3 default (which would feed the model CO values 1000 times too small). Such a run
-    names the old ``BeijingDataModule``: runs of the ``source`` form always have the key."""
-    target = str(data.get("_target_", ""))
-    if target.endswith(".BeijingDataModule") and "co_units" not in data:
-        with open_dict(data):
-            data.co_units = "ug/m3"
-
-
-def rename_old_targets(node: Any) -> None:
-    """Point ``_target_`` entries of an older run's config (``eval.py``) at the modules'
-    places now (:func:`cloudlstm.data.current_target`)."""
-    from cloudlstm.data import current_target
-
-    if isinstance(node, ListConfig):
-        for i in range(len(node)):
-            rename_old_targets(node._get_node(i))
-    elif isinstance(node, DictConfig):
-        for key in list(node.keys()):
-            child = node._get_node(key)  # not resolved: interpolations stay as they are
-            if key == "_target_" and isinstance(child._value(), str):
-                if current_target(child._value()) != child._value():
-                    node[key] = current_target(child._value())
-            else:
-                rename_old_targets(child)
 
 
 def set_up_datamodule(datamodule: L.LightningDataModule, output_dir: Path) -> dict[str, Any]:

@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from cloudlstm.cli.old_configs import current_form
+
 RUN_KEYS = ("model", "data")  # recorded by train.py in metrics.json["run"]
 # The key of an evaluation's row (eval.py's re-test of a run): its checkpoint and overrides.
 EVALUATION_KEY = "evaluation"
@@ -77,7 +79,12 @@ def load_run(path: Path) -> Run | None:
         return None
     info = results.get("run") or {}  # null in an evaluation of an unfinished run
     config_path = path.parent / "config.yaml"
-    config = flatten(yaml.safe_load(config_path.read_text())) if config_path.exists() else {}
+    # in today's form: runs of one setting from before and after a class moved group together
+    config = (
+        flatten(current_form(yaml.safe_load(config_path.read_text())))
+        if config_path.exists()
+        else {}
+    )
     keys = {"model": info.get("model", "?"), "data": info.get("data", "?"), **config}
     if results.get("run_dir"):
         keys[EVALUATION_KEY] = _evaluation(results)
