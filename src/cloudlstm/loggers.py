@@ -53,8 +53,8 @@ class _ContinuedCSV(ExperimentWriter):
         # a kill in the middle of a write leaves the last row without its line end; the
         # part written may still parse (a step cut from 13 to 1), so it goes unread
         complete = text[: text.rfind("\n") + 1]
-        rows = _rows_of(complete, self.metrics_file_path)
-        rows = [row for row_step, row in rows if row_step < step]
+        numbered = _rows_of(complete, self.metrics_file_path)
+        rows = [row for row_step, row in numbered if row_step < step]
         # a column none of the kept rows fills (a metric of a setting since changed) goes
         self.metrics_keys = sorted({k for row in rows for k, value in row.items() if value})
         with self._fs.open(self.metrics_file_path, "w", newline="") as file:

@@ -174,10 +174,9 @@ def current_form(config: dict[str, Any]) -> dict[str, Any]:
     config copied from its ``data_info`` node (``model.num_channels: 6``) left out, as
     today's configs leave them for the data to give. A config of today comes back equal."""
     cfg = OmegaConf.create(config)
-    rename_old_targets(cfg)
+    rename_old_targets(cfg)  # the data node's too: upgrade_data's own renaming finds none left
     if isinstance(cfg.get("data"), DictConfig):
-        keep_old_co_units(cfg.data)
-        move_source_keys(cfg.data)
+        upgrade_data(cfg.data)
     sizes = config.get("data_info") or {}
     model = cfg.get("model")
     if isinstance(model, DictConfig):
