@@ -3,11 +3,16 @@ torch ops, chunked brute force) against the all-pairs ``knn_reference``, bit for
 
 from __future__ import annotations
 
+import importlib
+
+import numpy as np
 import pytest
 import torch
 from conftest import compile_for_hopper, run_in_triton_interpreter
 
-from cloudlstm.nn.knn import NeighbourCountError, check_k, knn, knn_reference
+from cloudlstm.nn.knn import PAIRS_MAX_POINTS, NeighbourCountError, check_k, knn, knn_reference
+
+knn_module = importlib.import_module("cloudlstm.nn.knn")  # the package exports knn, the function
 
 
 def _gen(seed: int = 0) -> torch.Generator:
@@ -340,3 +345,26 @@ def test_a_compiled_graph_searches_with_the_capturable_triton_operator() -> None
         "assert torch.equal(index[:2].long(), K.knn_reference(good[:2], 4))\n"
     )
     run_in_triton_interpreter(script)
+
+
+@pytest.mark.parametrize("n", [2, 12, 35, PAIRS_MAX_POINTS, PAIRS_MAX_POINTS + 1])
+def test_small_clouds_rank_all_pairs_as_the_grid_does(n: int) -> None:
+    """The all-pairs kernel of small CPU clouds and the grid kernel give the reference's
+    indices on both sides of the size where ``knn`` switches, ties and near-ties included,
+    written directly in the narrow index types."""
+    ulp = torch.finfo(torch.float32).eps
+    clouds = [
+        torch.rand(64, n, 2, generator=_gen(n)),
+        torch.randint(0, 3, (64, n, 2), generator=_gen(n + 1)).float(),  # exact ties
+        1.0 + torch.randint(-2, 3, (64, n, 3), generator=_gen(n + 2)).float() * ulp,
+        torch.full((4, n, 2), 0.5),
+    ]
+    for coords in clouds:
+        for k in sorted({1, min(3, n), n}):
+            expected = knn_reference(coords, k)
+            for kernel in (knn_module._knn_pairs, knn_module._knn_grid):
+                out = np.empty((len(coords), n, k), np.int16)
+                kernel(coords.numpy(), k, out)
+                assert torch.equal(torch.from_numpy(out).long(), expected)
+            got = knn(coords, k, dtype=torch.int16)
+            assert got.dtype == torch.int16 and torch.equal(got.long(), expected)
