@@ -29,7 +29,8 @@ from pathlib import Path
 
 import torch
 import yaml
-from torch.utils.flop_counter import FlopCounterMode, register_flop_formula
+from flops import rnn_layer_flops  # noqa: F401 (registers the RNN layers' FLOP formulas)
+from torch.utils.flop_counter import FlopCounterMode
 
 from cloudlstm.cli.models_table import model_for_shape
 
@@ -80,23 +81,6 @@ def epoch_seconds(model: str, data: str, batches: int, tmp: Path) -> tuple[float
     batch_size = yaml.safe_load((run_dir / "config.yaml").read_text())["data"]["batch_size"]
     full = math.ceil(summary["windows"]["train"] / batch_size)
     return times[-1] / batches, full
-
-
-@register_flop_formula(torch.ops.aten.mkldnn_rnn_layer)
-def _rnn_layer_flops(inputs: list[int], w_ih: list[int], w_hh: list[int], *_, **__) -> int:
-    """``nn.LSTM`` / ``nn.GRU`` on CPU run as one oneDNN op that ``FlopCounterMode`` does
-    not count: 2 x (time steps x batch) x gates x (input + hidden) per layer. Without this
-    the LSTM baselines would count no FLOPs at all."""
-    rows = 1
-    for size in inputs[:-1]:
-        rows *= size
-    return 2 * rows * w_ih[0] * (w_ih[1] + w_hh[1])
-
-
-@register_flop_formula(torch.ops.aten.mkldnn_rnn_layer_backward)
-def _rnn_layer_backward_flops(inputs: list[int], w_ih: list[int], w_hh: list[int], *_, **__) -> int:
-    """Gradients of the inputs and hidden states, and of the weights: twice the forward."""
-    return 2 * _rnn_layer_flops(inputs, w_ih, w_hh)
 
 
 def step_gflops(model: str, run_dir: Path) -> float:

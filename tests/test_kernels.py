@@ -250,19 +250,56 @@ def test_int16_neighbours_do_not_overflow_the_index_select_path(monkeypatch):
     assert torch.equal(dconv.gather_neighbourhoods(cloud, neighbours.to(torch.int16)), expected)
 
 
-def test_cat_neighbours_widens_on_cpu_only():
-    """CPU: int32, the numba gather's type; elsewhere (here the meta device) as searched,
-    and one part comes back without a copy. Either way in knn's (B, U, N, K) memory order."""
+def test_join_neighbours_keeps_the_type_and_knn_order():
+    """One part comes back without a copy; several are joined in knn's (B, U, N, K) memory
+    order, of the searches' type (here on the meta device, as off the CPU)."""
     # (B, N, U, K) views of (B, U, N, K) memory, as search returns them
     parts = [torch.zeros(2, u, 4, 3, dtype=torch.int16).transpose(1, 2) for u in (5, 6)]
-    joined = cells.cat_neighbours(*parts)
-    assert joined.dtype == torch.int32 and joined.shape == (2, 4, 11, 3)
-    assert joined.transpose(1, 2).is_contiguous()
-    meta = [p.to("meta") for p in parts]
-    joined = cells.cat_neighbours(*meta)
-    assert joined.dtype == torch.int16 and joined.shape == (2, 4, 11, 3)
-    assert joined.transpose(1, 2).is_contiguous()
-    assert cells.cat_neighbours(meta[0]) is meta[0]
+    for device_parts in (parts, [p.to("meta") for p in parts]):
+        joined = dconv.join_neighbours(device_parts)
+        assert joined.dtype == torch.int16 and joined.shape == (2, 4, 11, 3)
+        assert joined.transpose(1, 2).is_contiguous()
+        assert dconv.join_neighbours(device_parts[:1]) is device_parts[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.int32, torch.int64])
+def test_gather_of_parts_equals_gather_of_the_concatenation(dtype):
+    """A cell's [S; H] gathered from its two parts: the same rows, and the same gradient
+    for each part, bit for bit, as the gather of the concatenated cloud."""
+    torch.manual_seed(0)
+    x = torch.rand(3, 11, 4, 3, requires_grad=True)
+    h = torch.rand(3, 11, 5, 3, requires_grad=True)
+    nx, nh = cells.search(x.detach(), 4).to(dtype), cells.search(h.detach(), 4).to(dtype)
+    rows = dconv.gather_neighbourhoods((x, h), (nx, nh))
+    joined = torch.cat([x, h], dim=2)
+    expected = gather_index_select(joined, dconv.join_neighbours([nx, nh]).long())
+    assert torch.equal(rows, expected)
+    grad_out = torch.randn_like(rows)
+    ours = torch.autograd.grad(rows, (x, h), grad_out)
+    ref = torch.autograd.grad(
+        gather_neighbours(joined, dconv.join_neighbours([nx, nh])), (x, h), grad_out
+    )
+    assert all(torch.equal(a, b) for a, b in zip(ours, ref, strict=True))
+    with pytest.raises(ValueError, match="2 clouds, but neighbours for 1"):
+        gather_neighbours((x, h), (nx,))
+
+
+def test_gather_splits_large_batches_between_threads_with_the_same_result(monkeypatch):
+    """Slices of the batch on threads (forced: every sample its own slice) give the rows and
+    gradients of one thread."""
+    from cloudlstm.nn import kernels
+
+    torch.manual_seed(0)
+    cloud = torch.rand(5, 13, 3, 3, requires_grad=True)
+    neighbours = random_neighbours(5, 13, 3, 4)
+    grad_out = torch.randn(5 * 13, 3 * 4 * 3)
+    one = gather_neighbours(cloud, neighbours)
+    (one_grad,) = torch.autograd.grad(one, cloud, grad_out)
+    monkeypatch.setattr(kernels, "_VALUES_PER_THREAD", 1)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 5)
+    many = gather_neighbours(cloud, neighbours)
+    (many_grad,) = torch.autograd.grad(many, cloud, grad_out)
+    assert torch.equal(one, many) and torch.equal(one_grad, many_grad)
 
 
 @pytest.mark.parametrize("switch, expected", [(None, True), ("0", False), ("1", True)])

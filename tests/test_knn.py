@@ -362,9 +362,12 @@ def test_small_clouds_rank_all_pairs_as_the_grid_does(n: int) -> None:
     for coords in clouds:
         for k in sorted({1, min(3, n), n}):
             expected = knn_reference(coords, k)
-            for kernel in (knn_module._knn_pairs, knn_module._knn_grid):
-                out = np.empty((len(coords), n, k), np.int16)
-                kernel(coords.numpy(), k, out)
-                assert torch.equal(torch.from_numpy(out).long(), expected)
+            out = np.empty((len(coords), n, k), np.int16)
+            knn_module._knn_grid(coords.numpy(), k, out)
+            assert torch.equal(torch.from_numpy(out).long(), expected)
+            # all pairs, read through a strided view as a DConv's channels are
+            strided = torch.stack([coords, coords], dim=-1)[..., 0].numpy()[None]
+            assert knn_module._knn_pairs(strided, k, out[None])
+            assert torch.equal(torch.from_numpy(out).long(), expected)
             got = knn(coords, k, dtype=torch.int16)
             assert got.dtype == torch.int16 and torch.equal(got.long(), expected)

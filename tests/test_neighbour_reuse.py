@@ -16,7 +16,7 @@ import cloudlstm.nn.dconv as dconv
 from cloudlstm.models import CloudSeq2Seq
 from cloudlstm.models.base import values_to_cloud
 from cloudlstm.nn import CELLS, CloudGRUCell, CloudLSTMCell, CloudRNNCell, shared_neighbours
-from cloudlstm.nn.cells import cat_neighbours, search
+from cloudlstm.nn.cells import search
 from cloudlstm.nn.kernels import lstm_pointwise
 
 B, M, J, N, C, U, LAYERS, K = 2, 4, 5, 20, 3, 6, 2, 4
@@ -169,24 +169,22 @@ def test_cell_with_given_neighbours_is_bit_identical(cell):
         assert all(torch.equal(a, b) for a, b in zip(new_state, expected_state, strict=True))
 
 
-def test_concatenated_neighbours_are_those_of_the_concatenation():
+def test_joined_neighbours_are_those_of_the_concatenation():
     torch.manual_seed(0)
     a, b = torch.rand(B, N, 3, 3), torch.rand(B, N, 2, 3)
-    joined = cat_neighbours(search(a, K), search(b, K))
+    joined = dconv.join_neighbours([search(a, K), search(b, K)])
     expected = dconv.channel_neighbours(torch.cat([a, b], dim=2), K, 1)
     assert torch.equal(joined.long(), expected)
-    assert joined.dtype == torch.int32
+    assert joined.dtype == torch.int16  # as searched: every gather reads it as it is
     assert joined.transpose(1, 2).is_contiguous()  # knn's memory order, for the gather
 
 
 @pytest.mark.parametrize(
     "n, dtype", [(40, torch.int16), (2**15, torch.int16), (2**15 + 1, torch.int32)]
 )
-def test_searches_are_kept_narrow_and_widened_for_a_dconv(n, dtype):
-    """What the model keeps between forward and backward is int16 while every index fits;
-    a DConv only ever gets int32 (its index_select path multiplies the indices)."""
+def test_searches_are_kept_narrow(n, dtype):
+    """What the model keeps between forward and backward is int16 while every index fits."""
     cloud = torch.rand(1, n, 1, 3)
     found = search(cloud, 3)
     assert found.dtype == dtype
     assert torch.equal(found.long(), dconv.channel_neighbours(cloud, 3, 1))
-    assert cat_neighbours(found).dtype == torch.int32

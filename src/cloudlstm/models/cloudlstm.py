@@ -11,7 +11,8 @@ from torch.utils.checkpoint import checkpoint
 
 from cloudlstm.models.base import Channels, ForecastModel, values_to_cloud
 from cloudlstm.nn import CELLS, CloudAttention, DConv, check_k, shared_neighbours
-from cloudlstm.nn.cells import cat_neighbours, search
+from cloudlstm.nn.cells import search
+from cloudlstm.nn.dconv import weight_matrices
 from cloudlstm.nn.knn import check_k_option, deferred_finite_check
 from cloudlstm.nn.ordering import morton_order
 
@@ -179,23 +180,18 @@ class CloudSeq2Seq(ForecastModel):
         context: torch.Tensor | None = None,
         context_neighbours: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``(B, N, C)`` forecast values from the top decoder state (and the context).
-
-        The concatenations happen here, inside the checkpoint when it is on, so that
-        they are not kept next to their parts until the backward.
-        """
+        """``(B, N, C)`` forecast values from the top decoder state (and the context, as the
+        second part of the head's input: see :meth:`DConv.forward
+        <cloudlstm.nn.dconv.DConv.forward>`)."""
         if context is None:
-            neighbours = cat_neighbours(neighbours)  # int32 for the DConv
-        else:
-            top = torch.cat([top, context], dim=2)
-            neighbours = cat_neighbours(neighbours, context_neighbours)
-        return self.head(top, neighbours)[..., 0]
+            return self.head(top, neighbours)[..., 0]
+        return self.head((top, context), (neighbours, context_neighbours))[..., 0]
 
     def _project_encoder(
         self, encoder_states: torch.Tensor, *neighbours: torch.Tensor
     ) -> torch.Tensor:
         """The attention's keys from the M top encoder states and their neighbours."""
-        # (B, M, N, U, K), stacked in knn's memory order (see cat_neighbours)
+        # (B, M, N, U, K), stacked in knn's memory order (see nn.dconv.join_neighbours)
         stacked = torch.stack([nb.transpose(1, 2) for nb in neighbours], dim=1)
         return self.attention.project_encoder(encoder_states, stacked.transpose(2, 3))
 
@@ -207,8 +203,9 @@ class CloudSeq2Seq(ForecastModel):
         if torch.compiler.is_compiling():  # one graph: no deferral (see knn's operators)
             return self._forward(x, coords, future)
         # NaN coordinates (a diverged model) are refused once per forward on the GPU, not
-        # with a host synchronisation in each of its dozens of searches
-        with deferred_finite_check():
+        # with a host synchronisation in each of its dozens of searches; each DConv's
+        # weight is laid out once for its calls at every time step
+        with deferred_finite_check(), weight_matrices():
             return self._forward(x, coords, future)
 
     def _forward(

@@ -21,14 +21,6 @@ from torch import nn
 from cloudlstm.nn.dconv import DConv
 
 
-def _index(neighbours: torch.Tensor | None) -> torch.Tensor | None:
-    """Neighbours of any integer type as a DConv takes them: at least int32 (its
-    index_select path multiplies them by the channel count)."""
-    if neighbours is None:
-        return None
-    return neighbours.to(torch.promote_types(neighbours.dtype, torch.int32))
-
-
 class CloudAttention(nn.Module):
     def __init__(self, channels: int, k: int, value_features: int = 1, coord_features: int = 2):
         super().__init__()
@@ -54,7 +46,7 @@ class CloudAttention(nn.Module):
         neighbours (of any integer type) -> ``(B, M, N, U, F)`` keys."""
         b, m = encoder_states.shape[:2]
         if neighbours is not None:
-            neighbours = _index(neighbours.flatten(0, 1))
+            neighbours = neighbours.flatten(0, 1)
         keys = self.encoder_proj(encoder_states.flatten(0, 1), neighbours)
         return keys.view(b, m, *keys.shape[1:])
 
@@ -77,9 +69,7 @@ class CloudAttention(nn.Module):
         Returns:
             context ``(B, N, U, F)`` and attention weights ``(B, M)``.
         """
-        query = self.decoder_proj(decoder_state, _index(decoder_neighbours))[
-            :, None
-        ]  # (B, 1, N, U, F)
+        query = self.decoder_proj(decoder_state, decoder_neighbours)[:, None]  # (B, 1, N, U, F)
         scores = (torch.tanh(keys + query) * self.score).sum(dim=(-1, -2)).mean(dim=-1)
         weights = torch.softmax(scores, dim=1)  # (B, M)
         context = torch.einsum("bm,bmnuf->bnuf", weights, encoder_states)

@@ -9,7 +9,8 @@ Gates use the simplified DConv (no sigmoid on coordinates) because sigmoid is ap
 the whole gate; candidate states use the full DConv, sigmoid on coordinates, then tanh.
 Because a DConv sums over input channels, each with its own neighbours, the paper's
 ``W_s * S_t + W_h * H_{t-1}`` is exactly one DConv over the channel concatenation
-``[S_t; H_{t-1}]``: one gather and one matmul for all gates.
+``[S_t; H_{t-1}]``: one gather and one matmul for all gates. The concatenation is given to
+the DConv as its two parts, and on CPU it is never built (the gather reads both).
 
 Neighbour sets are per channel, so those of ``[S_t; H_{t-1}]`` are those of ``S_t`` next
 to those of ``H_{t-1}``. A cloud is often searched where it was already searched: the
@@ -38,32 +39,12 @@ def search(cloud: torch.Tensor, k: int, value_features: int = 1) -> torch.Tensor
     ``(B, N, U, K)`` int16 for N <= 32,768 points, else int32.
 
     Callers keep these between the forward and the backward (as checkpoint inputs, see
-    :class:`~cloudlstm.models.CloudSeq2Seq`), where int16 takes a quarter of knn's int64.
-    Give them to a DConv through :func:`cat_neighbours`, which widens them where the gather
-    needs it. knn's memory order, ``(B, U, N, K)`` contiguous, is kept (the gather reads
-    them in that order).
+    :class:`~cloudlstm.models.CloudSeq2Seq`), where int16 takes a quarter of knn's int64;
+    every gather reads them as they are. knn's memory order, ``(B, U, N, K)`` contiguous,
+    is kept (the gathers read them in that order).
     """
     dtype = torch.int16 if cloud.shape[1] <= 2**15 else torch.int32
     return channel_neighbours(cloud, k, value_features, dtype)
-
-
-def cat_neighbours(*parts: torch.Tensor) -> torch.Tensor:
-    """Neighbours of the channel concatenation of clouds, for a DConv:
-    ``(B, N, U_1 + U_2 + ..., K)``.
-
-    Concatenated in knn's memory order, so that the result is a ``(B, U, N, K)``
-    contiguous tensor seen as ``(B, N, U, K)``, like a search's. On CPU widened to int32,
-    the type the numba gather is compiled for (half of knn's int64 in what the DConv keeps
-    for the backward); on other devices kept as they are (int16 from :func:`search`): the
-    Triton gather reads any integer type, the torch path widens for its own arithmetic, and
-    a conversion is a kernel launch per part, ~100 per forward.
-    """
-    if parts[0].device.type != "cpu":
-        if len(parts) == 1:
-            return parts[0]
-        return torch.cat([p.transpose(1, 2) for p in parts], dim=1).transpose(1, 2)
-    joined = torch.cat([p.transpose(1, 2).to(torch.int32) for p in parts], dim=1)
-    return joined.transpose(1, 2)
 
 
 class CloudCell(nn.Module):
@@ -116,17 +97,17 @@ class CloudCell(nn.Module):
         hidden = torch.cat([values, placed], dim=-1)
         return (hidden,) + tuple(torch.zeros_like(hidden) for _ in range(self.num_states - 1))
 
-    def _neighbours(self, *parts: tuple[torch.Tensor, torch.Tensor | None]) -> torch.Tensor | None:
-        """Neighbours of the concatenation of ``(cloud, its neighbours or None)`` parts:
-        None if none is given (the DConv then searches the whole concatenation in one
-        call), else the given ones next to searches of the others."""
+    def _neighbours(
+        self, *parts: tuple[torch.Tensor, torch.Tensor | None]
+    ) -> tuple[torch.Tensor, ...] | None:
+        """Neighbours of each ``(cloud, its neighbours or None)`` part of a channel
+        concatenation, for a DConv: None if none is given (the DConv then searches every
+        part), else the given ones next to searches of the others."""
         if all(given is None for _, given in parts):
             return None
-        return cat_neighbours(
-            *(
-                given if given is not None else search(cloud, self.k, self.value_features)
-                for cloud, given in parts
-            )
+        return tuple(
+            given if given is not None else search(cloud, self.k, self.value_features)
+            for cloud, given in parts
         )
 
 
@@ -150,7 +131,7 @@ class CloudLSTMCell(CloudCell):
         caller has them; the others are searched here."""
         hidden, memory = state
         neighbours = self._neighbours((x, x_neighbours), (hidden, hidden_neighbours))
-        z = self.gates(torch.cat([x, hidden], dim=2), neighbours)
+        z = self.gates((x, hidden), neighbours)
         if use_kernels(z):  # fused numba op: one pass forward, one backward
             hidden, memory = lstm_pointwise(z, memory, self.value_features)
             return hidden, (hidden, memory)
@@ -188,11 +169,11 @@ class CloudGRUCell(CloudCell):
         if x_neighbours is None:
             x_neighbours = search(x, self.k, self.value_features)
         neighbours = self._neighbours((x, x_neighbours), (hidden, hidden_neighbours))
-        gates = self.gates(torch.cat([x, hidden], dim=2), neighbours)
+        gates = self.gates((x, hidden), neighbours)
         update, reset = torch.sigmoid(gates).chunk(2, dim=2)
         reset_hidden = reset * hidden  # its coordinates moved: searched anew
         neighbours = self._neighbours((x, x_neighbours), (reset_hidden, None))
-        candidate = self._candidate(self.candidate(torch.cat([x, reset_hidden], dim=2), neighbours))
+        candidate = self._candidate(self.candidate((x, reset_hidden), neighbours))
         hidden = (1 - update) * hidden + update * candidate
         return hidden, (hidden,)
 
@@ -213,7 +194,7 @@ class CloudRNNCell(CloudCell):
     ) -> tuple[torch.Tensor, State]:
         """As :meth:`CloudLSTMCell.forward`."""
         neighbours = self._neighbours((x, x_neighbours), (state[0], hidden_neighbours))
-        hidden = self._candidate(self.transition(torch.cat([x, state[0]], dim=2), neighbours))
+        hidden = self._candidate(self.transition((x, state[0]), neighbours))
         return hidden, (hidden,)
 
 

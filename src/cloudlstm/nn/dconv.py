@@ -11,6 +11,9 @@ transpose: the matmul is the floor of the operator's cost.
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -48,19 +51,66 @@ def shared_neighbours(coords: torch.Tensor, k: int, channels: int) -> torch.Tens
     return knn(coords, k)[:, :, None, :].expand(-1, -1, channels, -1)
 
 
-def gather_neighbourhoods(cloud: torch.Tensor, neighbours: torch.Tensor) -> torch.Tensor:
+Clouds = torch.Tensor | Sequence[torch.Tensor]
+
+_matrices = threading.local()  # .open: {DConv: its weight matrix} while weight_matrices is open
+
+
+@contextmanager
+def weight_matrices() -> Iterator[None]:
+    """Within the block, each DConv lays its weight out as the product's matrix once and
+    reuses it in every call.
+
+    A recurrent model calls each cell's DConv once per time step; a matrix for each call
+    is a copy of the weight per call forward and another per call backward (the gradient
+    going back to the weight's layout), which at small clouds cost as much as the
+    product. The gradients of the calls now add up in the matrix and go back once. Values
+    are the same, and so are the gradients, bit for bit (summed in the same order). Blocks
+    nest: the outermost holds the matrices. Not under ``torch.compile``, whose graph
+    holds one layout per use anyway.
+    """
+    if getattr(_matrices, "open", None) is not None:
+        yield
+        return
+    _matrices.open = {}
+    try:
+        yield
+    finally:
+        _matrices.open = None
+
+
+def parts_of(clouds: Clouds) -> tuple[torch.Tensor, ...]:
+    """A cloud, or a sequence of clouds standing for their channel concatenation, as a tuple."""
+    return (clouds,) if isinstance(clouds, torch.Tensor) else tuple(clouds)
+
+
+def join_neighbours(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Neighbours of the channel concatenation of clouds: ``(B, N, U_1 + U_2 + ..., K)``, in
+    knn's memory order (a ``(B, U, N, K)`` contiguous tensor seen as ``(B, N, U, K)``), of
+    the parts' integer type."""
+    if len(parts) == 1:
+        return parts[0]
+    return torch.cat([p.transpose(1, 2) for p in parts], dim=1).transpose(1, 2)
+
+
+def gather_neighbourhoods(cloud: Clouds, neighbours: Clouds) -> torch.Tensor:
     """Gather every point's per-channel neighbourhood into one row.
 
     Args:
-        cloud: ``(B, N, U, F)``.
-        neighbours: ``(B, N, U, K)`` indices into N.
+        cloud: ``(B, N, U, F)``, or a sequence of clouds (same B, N, F) standing for their
+            channel concatenation: on CPU it is never built.
+        neighbours: ``(B, N, U, K)`` indices into N (any integer type), or one such tensor
+            per cloud.
 
     Returns:
         ``(B*N, U*K*F)``: row ``b*N + n`` holds, channel by channel and neighbour by
         neighbour (nearest first), the F features of that neighbour in that channel.
     """
-    if use_kernels(cloud):  # numba: no flat index tensor, one pass each way
-        return gather_neighbours(cloud, neighbours)
+    clouds, index = parts_of(cloud), parts_of(neighbours)
+    if use_kernels(clouds[0]):  # numba: no flat index tensor, one pass each way
+        return gather_neighbours(clouds, index)
+    cloud = clouds[0] if len(clouds) == 1 else torch.cat(clouds, dim=2)
+    neighbours = join_neighbours(index)
     if gather_triton.available(cloud):  # CUDA: the same, in Triton
         return gather_triton.gather_neighbours_triton(cloud, neighbours)
     b, n, u, f = cloud.shape
@@ -122,21 +172,43 @@ class DConv(nn.Module):
             f"coord_activation={self.coord_activation}"
         )
 
-    def forward(self, cloud: torch.Tensor, neighbours: torch.Tensor | None = None) -> torch.Tensor:
+    def matrix(self) -> torch.Tensor:
+        """The weight as the product's ``(U_in*K*F_in, U_out*F_out)`` matrix, matching the
+        gathered rows; laid out once per :func:`weight_matrices` block."""
+        open_block = getattr(_matrices, "open", None)
+        if open_block is None or torch.compiler.is_compiling():
+            return self._matrix()
+        if self not in open_block:
+            open_block[self] = self._matrix()
+        return open_block[self]
+
+    def _matrix(self) -> torch.Tensor:
+        # (U_in, K, F_in, F_out, U_out) -> (U_in*K*F_in, U_out*F_out)
+        u, k, f_in, f_out, u_out = self.weight.shape
+        return self.weight.transpose(3, 4).reshape(u * k * f_in, u_out * f_out)
+
+    def forward(self, cloud: Clouds, neighbours: Clouds | None = None) -> torch.Tensor:
         """cloud ``(B, N, U_in, F_in)``, optional precomputed ``(B, N, U_in, K)`` neighbours
-        -> ``(B, N, U_out, F_out)``."""
-        b, n, u, f = cloud.shape
+        -> ``(B, N, U_out, F_out)``.
+
+        A sequence of clouds (and of their neighbours, one tensor each) is read as their
+        channel concatenation ``(B, N, U_1 + U_2 + ..., F_in)``, which is never built on
+        CPU: a cell's ``[S_t; H_{t-1}]`` is gathered from its two parts.
+        """
+        clouds = parts_of(cloud)
+        b, n, _, f = clouds[0].shape
+        u = sum(part.shape[2] for part in clouds)
         if u != self.in_channels or f != self.value_features + self.coord_features:
+            shape = (b, n, u, f) if len(clouds) == 1 else [tuple(p.shape) for p in clouds]
             raise ValueError(
                 f"DConv expects a point cloud (B, N, U={self.in_channels}, "
-                f"F={self.value_features + self.coord_features}), got {tuple(cloud.shape)}."
+                f"F={self.value_features + self.coord_features}), got {shape}."
             )
         if neighbours is None:
             check_k(self.k, n)
-            neighbours = channel_neighbours(cloud, self.k, self.value_features)
-        rows = gather_neighbourhoods(cloud, neighbours)  # (B*N, U_in*K*F_in)
-        # (U_in, K, F_in, F_out, U_out) -> (U_in*K*F_in, U_out*F_out), matching the rows.
-        weight = self.weight.transpose(3, 4).reshape(rows.shape[1], -1)
+            neighbours = [channel_neighbours(p, self.k, self.value_features) for p in clouds]
+        rows = gather_neighbourhoods(clouds, neighbours)  # (B*N, U_in*K*F_in)
+        weight = self.matrix()
         bias = None if self.bias is None else self.bias.reshape(-1)
         out = onednn_matmul.addmm(bias, rows, weight).view(b, n, self.out_channels, -1)
         if not self.coord_activation:

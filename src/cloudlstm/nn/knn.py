@@ -396,35 +396,69 @@ PAIRS_MAX_POINTS = 64
 
 
 @numba.njit(cache=True, nogil=True)
-def _knn_pairs(coords: np.ndarray, k: int, out: np.ndarray) -> None:
-    """coords (R, N, L) float32 -> out (R, N, k) neighbours (any integer type), ranking all
-    N - 1 other points of each query by the keys of :func:`_offer`: the same result."""
-    n_pts, dims = coords.shape[1], coords.shape[2]
+def _knn_pairs(coords: np.ndarray, k: int, out: np.ndarray) -> bool:
+    """coords (A, B, N, L) float32 of any strides -> out (A, B, N, k) neighbours (any integer
+    type), ranking all N - 1 other points of each query by the keys of :func:`_offer`: the
+    same result. Returns False, leaving out unfinished, at a non-finite coordinate.
+
+    Any strides, so that a DConv's per-channel coordinates (a strided view of its cloud)
+    are read where they are, without a copy.
+    """
+    n_pts, dims = coords.shape[2], coords.shape[3]
     keys = np.empty(n_pts, np.int64)
     dist = np.empty(n_pts, np.float32)
-    for r in range(coords.shape[0]):
-        c = coords[r]
-        for i in range(n_pts):
+    bits = dist.view(np.int32)
+    for a in range(coords.shape[0]):
+        for b in range(coords.shape[1]):
+            c = coords[a, b]
             for j in range(n_pts):
-                dx = c[j, 0] - c[i, 0]
-                dy = c[j, 1] - c[i, 1]
-                dist[j] = dx * dx + dy * dy  # float32, per axis in order (nn/ranking.py)
-            for axis in range(2, dims):
+                for axis in range(dims):
+                    if not np.isfinite(c[j, axis]):
+                        return False
+            for i in range(n_pts):
                 for j in range(n_pts):
-                    diff = c[j, axis] - c[i, axis]
-                    dist[j] += diff * diff
-            bits = dist.view(np.int32)
-            for j in range(n_pts):
-                keys[j] = (np.int64(bits[j]) << 32) | j
-            keys[i] = _NO_KEY
-            out[r, i, 0] = i
-            last = np.int64(-1)
-            for t in range(1, k):  # K-1 passes of "smallest key above the previous one"
-                nxt = _NO_KEY
+                    dist[j] = 0
+                for axis in range(dims):  # float32, per axis in order (nn/ranking.py)
+                    q = c[i, axis]
+                    for j in range(n_pts):
+                        diff = c[j, axis] - q
+                        dist[j] += diff * diff
                 for j in range(n_pts):
-                    nxt = min(nxt, keys[j] if keys[j] > last else _NO_KEY)
-                last = nxt
-                out[r, i, t] = nxt & 0xFFFFFFFF
+                    keys[j] = (np.int64(bits[j]) << 32) | j
+                keys[i] = _NO_KEY
+                out[a, b, i, 0] = i
+                last = np.int64(-1)
+                for t in range(1, k):  # K-1 passes of "smallest key above the previous one"
+                    nxt = _NO_KEY
+                    for j in range(n_pts):
+                        nxt = min(nxt, keys[j] if keys[j] > last else _NO_KEY)
+                    last = nxt
+                    out[a, b, i, t] = nxt & 0xFFFFFFFF
+    return True
+
+
+def _knn_small(coords: torch.Tensor, k: int, dtype: torch.dtype) -> torch.Tensor:
+    """:func:`_knn_pairs` of CPU clouds ``(..., N, L)`` (any strides) on slices of the
+    clouds in threads: ``(..., N, k)`` of ``dtype``; refuses non-finite coordinates."""
+    *lead, n, dims = coords.shape
+    points = coords.detach()
+    if points.dtype != torch.float32:
+        points = points.float()
+    points = points.reshape(-1, 1, n, dims) if len(lead) != 2 else points
+    array = points.numpy()
+    index = torch.empty(*array.shape[:3], k, dtype=dtype)
+    out = index.numpy()
+    finite = []
+    # a thread for every ~20k pairs at least: below that, the hand-off costs more
+    per_slice = max(1, 20_000 // (array.shape[1] * n * n))
+    run_sliced(
+        len(array),
+        lambda a, b: finite.append(_knn_pairs(array[a:b], k, out[a:b])),
+        per_slice,
+    )
+    if not all(finite):
+        raise NonFiniteCoordinatesError(_NON_FINITE)
+    return index.view(*lead, n, k)
 
 
 def _knn_chunked(coords: torch.Tensor, k: int, chunk: int) -> torch.Tensor:
@@ -570,18 +604,12 @@ def _as_searched(coords: torch.Tensor) -> torch.Tensor:
 
 
 def _knn_numba(flat: torch.Tensor, k: int, dtype: torch.dtype) -> torch.Tensor:
-    """The CPU search of ``(R, N, L)`` clouds, written in ``dtype``: all pairs for small
-    clouds, the grid for larger ones, on slices of the clouds in threads."""
+    """The grid search of ``(R, N, L)`` CPU clouds, written in ``dtype``, on slices of the
+    clouds in threads."""
     array = np.ascontiguousarray(flat.numpy())
-    rows, n = array.shape[:2]
-    index = torch.empty(rows, n, k, dtype=dtype)
+    index = torch.empty(*array.shape[:2], k, dtype=dtype)
     out = index.numpy()
-    if n <= PAIRS_MAX_POINTS:
-        # a thread for every ~20k pairs at least: below that, the hand-off costs more
-        per_slice = max(1, 20_000 // (n * n))
-        run_sliced(rows, lambda a, b: _knn_pairs(array[a:b], k, out[a:b]), per_slice)
-    else:
-        run_sliced(rows, lambda a, b: _knn_grid(array[a:b], k, out[a:b]), min_slice=16)
+    run_sliced(len(array), lambda a, b: _knn_grid(array[a:b], k, out[a:b]), min_slice=16)
     return index
 
 
@@ -593,6 +621,8 @@ def _knn(
     """:func:`knn`. ``in_graph``: run as an operator of a compiled graph, where no
     :func:`deferred_finite_check` is open and the Triton search does not synchronise."""
     n = coords.shape[-2]
+    if method in ("auto", "numba") and coords.device.type == "cpu" and n <= PAIRS_MAX_POINTS:
+        return _knn_small(coords, k, dtype)
     flat = _as_searched(coords)
     if method == "auto":
         if flat.device.type == "cpu":

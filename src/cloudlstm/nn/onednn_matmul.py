@@ -52,9 +52,16 @@ def use_onednn(rows: torch.Tensor) -> bool:
         and rows.dtype == torch.float32
         and not torch.is_autocast_enabled("cpu")
         and not torch.compiler.is_compiling()
-        # FLOP counting, fake tensors and other dispatch modes know addmm, not this op
-        and _get_current_dispatch_mode() is None
+        and _mode_knows_the_op()
     )
+
+
+def _mode_knows_the_op() -> bool:
+    """FLOP counting, fake tensors and other dispatch modes know addmm, not this op; a mode
+    that does says so with a true ``knows_onednn_linear`` (benchmarks/bench_step.py's
+    recorder of a step's products)."""
+    mode = _get_current_dispatch_mode()
+    return mode is None or getattr(mode, "knows_onednn_linear", False)
 
 
 def _linear(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
