@@ -54,7 +54,7 @@ def epoch_seconds(model: str, data: str, batches: int, tmp: Path) -> tuple[float
     """Warm seconds per training batch of ``model`` and the full epoch's batch count."""
     run_dir = tmp / model
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
-    env.update(OMP_WAIT_POLICY="PASSIVE", PROJECT_ROOT=str(ROOT))
+    env.update(PROJECT_ROOT=str(ROOT))  # OMP_WAIT_POLICY as the caller has it
     cmd = [
         sys.executable,
         "train.py",

@@ -22,7 +22,10 @@ warm-up steps. It then measures, in the same process:
 
 The table also gives each step's ratio to ConvLSTM's step at the same N and C, when
 ConvLSTM is among the models. Run it on otherwise idle cores; ``--quick`` is a smoke check
-(N = 12, C = 1, two models, one repeat).
+(N = 12, C = 1, two models, one repeat). The processes get the caller's environment:
+``OMP_WAIT_POLICY=PASSIVE`` (torch's threads sleep between ops instead of spinning a
+while) makes small steps about 1.2x (CloudLSTM) to 2x (ConvLSTM) slower, so the header
+says which policy ran.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import cloudlstm  # noqa: F401 (first: its GOMP_SPINCOUNT must precede torch's OpenMP)
+
+# isort: split
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
@@ -216,7 +222,7 @@ def run_config(model: str, n: int, c: int, batch: int, repeats: int) -> dict:
         "import json, sys; sys.path.insert(0, sys.argv[1]); import bench_step; "
         "print(json.dumps(bench_step.worker(sys.argv[2], *map(int, sys.argv[3:]))))"
     )
-    env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
+    env = dict(os.environ)  # OMP_WAIT_POLICY as the caller has it: it moves every figure
     args = [str(Path(__file__).parent), model, str(n), str(c), str(batch), str(repeats)]
     done = subprocess.run(
         [sys.executable, "-c", code, *args], cwd=ROOT, env=env, capture_output=True, text=True
@@ -264,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
             [1],
             1,
         )
+    policy = os.environ.get("OMP_WAIT_POLICY", "unset")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, OMP_WAIT_POLICY={policy}")
     results = []
     for n in args.sizes:
         for c in args.channels:

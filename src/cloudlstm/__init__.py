@@ -13,6 +13,15 @@ except PackageNotFoundError:  # run from a checkout that was never installed (PY
 # page faults (measured: allocate-and-fill of 68 MB 67 ms -> 13 ms on the dev VM).
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
+# After each parallel op torch's OpenMP threads spin 300,000 times before they sleep, long
+# enough to take the cores from the numba kernels' threads that run next (nn/threads.py);
+# asleep (OMP_WAIT_POLICY=PASSIVE), they take ~0.1 ms to wake for every op of a small
+# step. A short spin keeps both fast: a Beijing-size CloudLSTM step 177 ms against 210-228
+# (PASSIVE) and 179 (default), at N = 100 1.39-1.58 s against 1.50 and 2.03-2.11 s, and
+# ConvLSTM's 57 ms against 106-132 and 55 (benchmarks/bench_step.py, 2-vCPU dev machine).
+# Read once, when torch loads its OpenMP runtime: so only if cloudlstm is imported first.
+os.environ.setdefault("GOMP_SPINCOUNT", "10000")
+
 
 def __getattr__(name: str) -> object:
     # `from cloudlstm import Forecaster` without importing torch, Lightning and Hydra on

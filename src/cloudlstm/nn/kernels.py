@@ -86,11 +86,13 @@ def _gather_forward(src: np.ndarray, neighbours: np.ndarray, out: np.ndarray, co
 def _gather_backward(
     grad_out: np.ndarray, neighbours: np.ndarray, grad_src: np.ndarray, col0: int
 ) -> None:
-    """Adjoint of :func:`_gather_forward`, accumulated into ``grad_src`` (zeros):
-    grad_src[b, neighbours[b, u, n, k], u, j] += grad_out[b*N + n, col0 + (u*K + k)*F + j]."""
+    """Adjoint of :func:`_gather_forward`, written to ``grad_src`` (any contents):
+    grad_src[b, neighbours[b, u, n, k], u, j] = sum of grad_out[b*N + n, col0 + (u*K + k)*F + j].
+    """
     n_b, n_pts, n_ch, n_feat = grad_src.shape
     n_k = neighbours.shape[3]
     for b in range(n_b):  # scattered writes stay inside one sample's (N, U, F) slab
+        grad_src[b] = 0  # zeroed here, in cache just before the scatter, not in a pass of its own
         for tile in range(0, n_pts, _TILE):
             for u in range(n_ch):
                 for n in range(tile, min(tile + _TILE, n_pts)):
@@ -144,7 +146,7 @@ class _GatherNeighbours(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: FunctionCtx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         index = ctx.saved_tensors
-        grads = [grad_out.new_zeros(shape) for shape in ctx.shapes]
+        grads = [grad_out.new_empty(shape) for shape in ctx.shapes]  # zeroed by the kernel
         k, f = index[0].shape[3], ctx.shapes[0][3]
         columns = _with_columns(grads, index, k * f)
         _run_parts(
@@ -245,7 +247,7 @@ def _tanh(x, one):
     return (one + one) / (one + _exp(-(x + x))) - one
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(cache=True, nogil=True, error_model="numpy")
 def _lstm_forward(
     z: np.ndarray, c: np.ndarray, coord: np.ndarray, hidden: np.ndarray, memory: np.ndarray
 ) -> None:
@@ -264,7 +266,7 @@ def _lstm_forward(
             hidden[p, q] = o * _tanh(m, one)
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(cache=True, nogil=True, error_model="numpy")
 def _lstm_backward(
     z: np.ndarray,
     c: np.ndarray,
@@ -306,6 +308,24 @@ def _lstm_backward(
         grad_z[p, 2] = d_o
 
 
+# A thread updates at least this many gate values: fewer cost more to hand off than to
+# compute. Measured (OMP_WAIT_POLICY=PASSIVE, batch 32, 36 hidden channels, forward +
+# backward, one thread against two): N = 12 (166k values) 0.50 against 0.50 ms, N = 35
+# 1.39 against 1.00, N = 100 5.8 against 4.7.
+_GATES_PER_THREAD = 100_000
+
+
+def _by_points(kernel, arrays: tuple[np.ndarray, ...]) -> None:
+    """``kernel(*(a[s:e] for a in arrays))`` on slices of the points (the first axis of every
+    array) in threads: each point's update is independent of the others'."""
+    gates = arrays[0][0].size  # 4 x U*F per point
+    run_sliced(
+        len(arrays[0]),
+        lambda s, e: kernel(*(a[s:e] for a in arrays)),
+        min_slice=max(1, _GATES_PER_THREAD // gates),
+    )
+
+
 class _LSTMPointwise(torch.autograd.Function):
     @staticmethod
     def forward(
@@ -316,13 +336,13 @@ class _LSTMPointwise(torch.autograd.Function):
         coord = np.arange(u4 // 4 * f) % f >= value_features  # (U*F,): entry is a coordinate
         hidden_new, memory_new = torch.empty_like(memory), torch.empty_like(memory)
         state = (b * n, u4 // 4 * f)
-        _lstm_forward(
+        arrays = (
             _array(z).reshape(b * n, 4, -1),
             _array(memory).reshape(state),
-            coord,
             hidden_new.numpy().reshape(state),
             memory_new.numpy().reshape(state),
         )
+        _by_points(lambda z, c, h, m: _lstm_forward(z, c, coord, h, m), arrays)
         ctx.save_for_backward(z, memory)  # only the inputs: backward recomputes the rest
         ctx.coord = coord
         return hidden_new, memory_new
@@ -335,16 +355,17 @@ class _LSTMPointwise(torch.autograd.Function):
         z, memory = ctx.saved_tensors
         grad_z, grad_c = torch.empty_like(z), torch.empty_like(memory)
         state = (z.shape[0] * z.shape[1], -1)
-        _lstm_backward(
+        arrays = (
             _array(z).reshape(state[0], 4, -1),
             _array(memory).reshape(state),
-            ctx.coord,
             # Incoming grads may be views (a cat's backward) or expanded (a sum's).
             _array(grad_hidden.contiguous()).reshape(state),
             _array(grad_memory.contiguous()).reshape(state),
             grad_z.numpy().reshape(state[0], 4, -1),
             grad_c.numpy().reshape(state),
         )
+        coord = ctx.coord
+        _by_points(lambda z, c, gh, gm, gz, gc: _lstm_backward(z, c, coord, gh, gm, gz, gc), arrays)
         return grad_z, grad_c, None
 
 

@@ -27,9 +27,14 @@ def run_sliced(total: int, kernel: Callable[[int, int], None], min_slice: int = 
     if workers == 1:
         kernel(0, total)
         return
-    if _pool is None or _pool._max_workers < workers:
-        _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cloudlstm")
+    if _pool is None or _pool._max_workers < workers - 1:
+        _pool = ThreadPoolExecutor(max_workers=workers - 1, thread_name_prefix="cloudlstm")
     bounds = np.linspace(0, total, workers + 1).astype(int)
-    jobs = [_pool.submit(kernel, a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-    for job in jobs:
-        job.result()
+    # the calling thread takes the first slice itself: one hand-off fewer, which at small
+    # clouds costs as much as the slice
+    jobs = [_pool.submit(kernel, a, b) for a, b in zip(bounds[1:-1], bounds[2:], strict=True)]
+    try:
+        kernel(bounds[0], bounds[1])
+    finally:  # the others write into the caller's arrays: never return before they end
+        for job in jobs:
+            job.result()
