@@ -79,3 +79,49 @@ def test_k_larger_than_points_is_a_clear_error():
 def test_wrong_channel_count_is_a_clear_error():
     with pytest.raises(ValueError, match="U=2"):
         DConv(2, 3, k=2)(torch.rand(1, 5, 4, 3))
+
+
+def test_a_cloud_given_as_parts_is_read_as_their_concatenation():
+    """Parts with their own neighbours (or none: each part is searched) give the output of
+    the concatenated cloud, bit for bit, and their gradients; a wrong total is one line."""
+    torch.manual_seed(2)
+    layer = DConv(5, 4, k=3)
+    a = torch.rand(2, 12, 2, 3, requires_grad=True)
+    b = torch.rand(2, 12, 3, 3, requires_grad=True)
+    joined = torch.cat([a, b], dim=2)
+    expected = layer(joined)
+    expected_grads = torch.autograd.grad(expected.square().sum(), (a, b))
+    given = (channel_neighbours(a, 3, 1), channel_neighbours(b, 3, 1))
+    for neighbours in (None, given):
+        out = layer((a, b), neighbours)
+        assert torch.equal(out, expected)
+        grads = torch.autograd.grad(out.square().sum(), (a, b))
+        assert all(torch.equal(g, e) for g, e in zip(grads, expected_grads, strict=True))
+    with pytest.raises(ValueError, match=r"U=5.*got \[\(2, 12, 2, 3\), \(2, 12, 2, 3\)\]"):
+        layer((a, a))
+
+
+def test_weight_matrices_lays_each_weight_out_once_with_the_same_gradients():
+    """Inside the block every call of a DConv uses one matrix (one copy of the weight
+    forward, one of its gradient backward); values and gradients are those of a layout per
+    call, bit for bit. Outside it, each call lays the weight out anew."""
+    from cloudlstm.nn.dconv import weight_matrices
+
+    torch.manual_seed(3)
+    layer = DConv(3, 4, k=3)
+    clouds = [torch.rand(2, 10, 3, 3) for _ in range(4)]
+
+    def run() -> tuple[torch.Tensor, torch.Tensor]:
+        layer.zero_grad()
+        out = sum(layer(cloud).square().sum() for cloud in clouds)
+        out.backward()
+        return out.detach(), layer.weight.grad.clone()
+
+    per_call = run()
+    with weight_matrices():
+        first = layer.matrix()
+        with weight_matrices():  # nested: the outer block's matrices
+            assert layer.matrix() is first
+        once = run()
+    assert layer.matrix() is not layer.matrix()
+    assert torch.equal(once[0], per_call[0]) and torch.equal(once[1], per_call[1])
