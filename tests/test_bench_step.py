@@ -17,8 +17,10 @@ def bench():
     sys.path.insert(0, str(BENCH.parent))  # bench_step imports flops.py beside it
     spec = importlib.util.spec_from_file_location("bench_step", BENCH)
     module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_step"] = module  # its dataclass looks its module up there
     spec.loader.exec_module(module)
     yield module
+    del sys.modules["bench_step"]
     sys.path.remove(str(BENCH.parent))
 
 
