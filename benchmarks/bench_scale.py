@@ -53,9 +53,8 @@ def available_gb() -> float:
 
 def worker(n: int, batch: int, checkpointing: bool, repeats: int, seed: int) -> dict:
     import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from profiled import profiled_step
 
-    import cloudlstm.nn.dconv as dconv
     from cloudlstm.cli.models_table import model_for_shape
     from cloudlstm.host_memory import keep_freed_memory, keeps_freed_memory
     from cloudlstm.layouts import city_layout
@@ -83,18 +82,7 @@ def worker(n: int, batch: int, checkpointing: bool, repeats: int, seed: int) -> 
     best = min(step() for _ in range(repeats))
     peak = peak_rss_mb()  # before the profiler's own memory
 
-    real_knn = dconv.knn  # every neighbour search goes through dconv.knn
-
-    def knn(points, k, **options):
-        with record_function("bench::knn"):
-            return real_knn(points, k, **options)
-
-    dconv.knn = knn
-    try:
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            profiled = step()
-    finally:  # a failed step must not leave the wrapper in place (tests run this in-process)
-        dconv.knn = real_knn
+    prof, profiled = profiled_step(step, "bench::knn")
     ops = {e.key: e for e in prof.key_averages()}
 
     def self_s(*names: str) -> float:

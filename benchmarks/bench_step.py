@@ -129,10 +129,10 @@ def floor_seconds(calls: list, repeats: int) -> float:
 def worker(model_name: str, n: int, c: int, batch: int, repeats: int) -> dict:
     """One configuration's measurements (run in a fresh process by :func:`main`)."""
     from flops import rnn_layer_flops  # noqa: F401 (registers the RNN layers' FLOP formulas)
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from profiled import profiled_step
+    from torch.profiler import record_function
     from torch.utils.flop_counter import FlopCounterMode
 
-    import cloudlstm.nn.dconv as dconv
     from cloudlstm.cli.models_table import model_for_shape
     from cloudlstm.host_memory import keep_freed_memory
 
@@ -161,18 +161,7 @@ def worker(model_name: str, n: int, c: int, batch: int, repeats: int) -> dict:
         step()
     floor = floor_seconds(recorder.calls, repeats)
 
-    real_knn = dconv.knn  # every neighbour search goes through dconv.knn
-
-    def knn(points, k, **options):
-        with record_function("bench::search"):
-            return real_knn(points, k, **options)
-
-    dconv.knn = knn
-    try:
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            profiled = step()
-    finally:  # a failed step must not leave the wrapper in place (tests run this in-process)
-        dconv.knn = real_knn
+    prof, profiled = profiled_step(step, "bench::search")
     return {
         "model": model_name,
         "n": n,

@@ -113,3 +113,22 @@ def run_in_triton_interpreter(script: str) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def benchmark_module(name: str) -> Iterator[object]:
+    """``benchmarks/<name>.py`` as a module, with ``benchmarks/`` on ``sys.path`` for the
+    helpers beside it, for a fixture to ``yield from``; both are undone after."""
+    import importlib.util
+    import sys
+
+    folder = Path(__file__).parents[1] / "benchmarks"
+    sys.path.insert(0, str(folder))
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # a dataclass of the module looks it up there
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(name, None)
+        sys.path.remove(str(folder))

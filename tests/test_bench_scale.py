@@ -1,20 +1,13 @@
 """benchmarks/bench_scale.py: one configuration's measurement and the table, in-process
 at 60 points (the benchmark itself runs each configuration in a fresh process)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).parents[1] / "benchmarks" / "bench_scale.py"
+from conftest import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_scale", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    yield from benchmark_module("bench_scale")
 
 
 def test_measures_time_memory_and_the_parts_of_a_step(bench):

@@ -2,26 +2,14 @@
 in-process at 12 points (the benchmark itself runs each configuration in a fresh process).
 Timings are only checked for being consistent with each other, never against a figure."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
-
-BENCH = Path(__file__).parents[1] / "benchmarks" / "bench_step.py"
+from conftest import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH.parent))  # bench_step imports flops.py beside it
-    spec = importlib.util.spec_from_file_location("bench_step", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_step"] = module  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules["bench_step"]
-    sys.path.remove(str(BENCH.parent))
+    yield from benchmark_module("bench_step")
 
 
 def test_the_recorder_sees_every_product_of_a_dconv_step_on_its_own_path(bench):
