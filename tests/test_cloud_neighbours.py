@@ -110,7 +110,9 @@ def record_dconv_calls(model: torch.nn.Module, x: torch.Tensor, coords: torch.Te
     calls = []
 
     def hook(module, args, output):
-        calls.append((module, args[0].detach(), output.detach()))
+        # a cell passes [S; H] as its two parts: the input is their concatenation
+        cloud = args[0] if isinstance(args[0], torch.Tensor) else torch.cat(args[0], dim=2)
+        calls.append((module, cloud.detach(), output.detach()))
 
     handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, DConv)]
     try:
