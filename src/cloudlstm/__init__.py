@@ -18,7 +18,8 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 # asleep (OMP_WAIT_POLICY=PASSIVE), they take ~0.1 ms to wake for every op of a small
 # step. A short spin keeps both fast: a Beijing-size CloudLSTM step 177 ms against 210-228
 # (PASSIVE) and 179 (default), at N = 100 1.39-1.58 s against 1.50 and 2.03-2.11 s, and
-# ConvLSTM's 57 ms against 106-132 and 55 (benchmarks/bench_step.py, 2-vCPU dev machine).
+# ConvLSTM's 57 ms against 106-132 and 55 (benchmarks/bench_step.py, 2-vCPU dev machine,
+# 2026-11-27, at f4a0dcd; docs/performance.md).
 # Read once, when torch loads its OpenMP runtime: so only if cloudlstm is imported first.
 os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 

@@ -84,9 +84,10 @@ def _gather_forward(src: np.ndarray, neighbours: np.ndarray, out: np.ndarray, co
 
 @numba.njit(cache=True, nogil=True)
 def _gather_backward(
-    grad_out: np.ndarray, neighbours: np.ndarray, grad_src: np.ndarray, col0: int
+    grad_src: np.ndarray, neighbours: np.ndarray, grad_out: np.ndarray, col0: int
 ) -> None:
-    """Adjoint of :func:`_gather_forward`, written to ``grad_src`` (any contents):
+    """Adjoint of :func:`_gather_forward` (its arguments in the same places), written to
+    ``grad_src`` (any contents):
     grad_src[b, neighbours[b, u, n, k], u, j] = sum of grad_out[b*N + n, col0 + (u*K + k)*F + j].
     """
     n_b, n_pts, n_ch, n_feat = grad_src.shape
@@ -110,8 +111,8 @@ def _gather_backward(
 
 
 # A thread gathers at least this many values: below it the hand-off costs more than the
-# copy (a Beijing-size gate gather, 384 x 648 values, takes 0.17 ms on one thread and
-# 0.19 ms on two).
+# copy (a Beijing-size gate gather, 384 x 648 values, took 0.17 ms on one thread and 0.19
+# ms on two; 2-vCPU dev machine, 2026-11-27).
 _VALUES_PER_THREAD = 300_000
 
 
@@ -148,12 +149,7 @@ class _GatherNeighbours(torch.autograd.Function):
         index = ctx.saved_tensors
         grads = [grad_out.new_empty(shape) for shape in ctx.shapes]  # zeroed by the kernel
         k, f = index[0].shape[3], ctx.shapes[0][3]
-        columns = _with_columns(grads, index, k * f)
-        _run_parts(
-            lambda grad, idx, grad_rows, col: _gather_backward(grad_rows, idx, grad, col),
-            [(grad.numpy(), idx, col) for (_, idx, col), grad in zip(columns, grads, strict=True)],
-            _array(grad_out),
-        )
+        _run_parts(_gather_backward, _with_columns(grads, index, k * f), _array(grad_out))
         return (None, *grads, *(None for _ in index))
 
 
@@ -309,9 +305,9 @@ def _lstm_backward(
 
 
 # A thread updates at least this many gate values: fewer cost more to hand off than to
-# compute. Measured (OMP_WAIT_POLICY=PASSIVE, batch 32, 36 hidden channels, forward +
-# backward, one thread against two): N = 12 (166k values) 0.50 against 0.50 ms, N = 35
-# 1.39 against 1.00, N = 100 5.8 against 4.7.
+# compute. Measured (2-vCPU dev machine, 2026-11-27, OMP_WAIT_POLICY=PASSIVE, batch 32, 36
+# hidden channels, forward + backward, one thread against two): N = 12 (166k values) 0.50
+# against 0.50 ms, N = 35 1.39 against 1.00, N = 100 5.8 against 4.7.
 _GATES_PER_THREAD = 100_000
 
 
