@@ -29,13 +29,13 @@ from pathlib import Path
 
 import numpy as np
 
-from cloudlstm.data.pipeline import chunks
-from cloudlstm.data.pipeline.cache import CachedSource
+from cloudlstm.data import chunks
+from cloudlstm.data.cache import CachedSource
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
-from cloudlstm.data.pipeline.stream import PointCloudStream
 from cloudlstm.data.sources.beijing import BeijingSource
 from cloudlstm.data.sources.mobile import SyntheticMobileTraffic
 from cloudlstm.data.sources.synthetic import SyntheticAdvectionDiffusion
+from cloudlstm.data.stream import PointCloudStream
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -68,7 +68,7 @@ def epoch_seconds(model: str, data: str, batches: int, tmp: Path) -> tuple[float
         "test=false",
         "scheduler=null",  # ReduceLROnPlateau needs the validation this skips
         "callbacks=none",
-        "+callbacks.epoch_timer._target_=cloudlstm.callbacks.EpochTimer",
+        "+callbacks.epoch_timer._target_=cloudlstm.engine.callbacks.EpochTimer",
         "logger=csv",
         f"hydra.run.dir={run_dir}",
         f"paths.data_dir={tmp / 'data'}",

@@ -22,7 +22,7 @@ Measured in one run on the first CUDA device (all timings synchronise the device
    positions, resident on the GPU: this is the model's cost, not the data loader's.
    The paper reports 316 s per CloudLSTM epoch on a K40M, and CloudLSTM at +18-21 % of
    ConvLSTM's epoch time; the FLOP ratio of the two steps is printed beside our time ratio.
-3. A city-size training step: N = 13,000 points (``cloudlstm.layouts.city_layout``), C = 2,
+3. A city-size training step: N = 13,000 points (``layouts.city_layout``), C = 2,
    M = J = 6, K = 9, batch 1 and 4, with and without
    ``checkpointing``: time and peak GPU memory (``torch.cuda.max_memory_allocated``).
 """
@@ -37,10 +37,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from layouts import city_layout
 from torch.utils.flop_counter import FlopCounterMode
 
 from cloudlstm.cli.models_table import model_for_shape
-from cloudlstm.layouts import city_layout
 from cloudlstm.nn import knn_triton
 from cloudlstm.nn.knn import knn
 

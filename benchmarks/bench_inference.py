@@ -27,7 +27,7 @@ import torch
 from bench_dconv import timed_together
 from torch.utils.flop_counter import FlopCounterMode
 
-from cloudlstm.cli.assemble import count_parameters
+from cloudlstm.models.build import count_parameters
 from cloudlstm.cli.models_table import model_for_shape
 from cloudlstm.nn import onednn_matmul
 

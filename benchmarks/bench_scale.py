@@ -3,7 +3,7 @@
     python benchmarks/bench_scale.py [--sizes 274,1000,5000,13000] [--batch 1,4]
                                      [--repeats 2] [--quick] [--max-gb G]
 
-For each N, a seeded city-like layout (:func:`cloudlstm.layouts.city_layout`) and the
+For each N, a seeded city-like layout (:func:`layouts.city_layout`) and the
 paper's CloudLSTM (C=2 channels, M=J=6, K=9, 36 hidden channels, 2 layers; built as a run
 builds it, :func:`cloudlstm.cli.models_table.model_for_shape`): one training
 sample's forward + backward at batch 1 and batch 4, with and without
@@ -53,11 +53,11 @@ def available_gb() -> float:
 
 def worker(n: int, batch: int, checkpointing: bool, repeats: int, seed: int) -> dict:
     import torch
+    from layouts import city_layout
     from profiled import profiled_step
 
     from cloudlstm.cli.models_table import model_for_shape
-    from cloudlstm.host_memory import keep_freed_memory, keeps_freed_memory
-    from cloudlstm.layouts import city_layout
+    from cloudlstm.engine.host_memory import keep_freed_memory, keeps_freed_memory
 
     if keeps_freed_memory("auto", checkpointing):  # as train.py runs a step by default
         keep_freed_memory()

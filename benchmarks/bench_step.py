@@ -134,7 +134,7 @@ def worker(model_name: str, n: int, c: int, batch: int, repeats: int) -> dict:
     from torch.utils.flop_counter import FlopCounterMode
 
     from cloudlstm.cli.models_table import model_for_shape
-    from cloudlstm.host_memory import keep_freed_memory
+    from cloudlstm.engine.host_memory import keep_freed_memory
 
     keep_freed_memory()  # as train.py runs a step by default (keep_freed_memory=auto)
     torch.manual_seed(0)

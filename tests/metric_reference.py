@@ -1,6 +1,6 @@
 """The paper's metrics computed by hand in numpy, snapshot by snapshot (loops, float64).
 
-An independent reading of the definitions in :mod:`cloudlstm.metrics`, used by
+An independent reading of the definitions in :mod:`cloudlstm.engine.metrics`, used by
 ``test_metrics.py`` (ForecastMetrics on synthetic arrays) and ``test_reported_metrics.py``
 (metrics.json of a whole run against the raw data)::
 

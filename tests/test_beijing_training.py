@@ -16,7 +16,7 @@ from conftest import ROOT, compose_train
 from cloudlstm.cli.train import train
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.sources.beijing import BeijingSource
-from cloudlstm.metrics import ForecastMetrics
+from cloudlstm.engine.metrics import ForecastMetrics
 
 BEIJING = ROOT.parent / "shared" / "data" / "beijing_multisite"
 

@@ -1,5 +1,5 @@
 """Every checkpoint a run writes has its SHA-256 beside it, and nothing loads a checkpoint
-whose bytes changed (``cloudlstm.checkpoint_io``, ``cloudlstm.checkpoints``)."""
+whose bytes changed (``cloudlstm.rundir.checkpoint_io``, ``cloudlstm.rundir.checkpoints``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from cloudlstm.checkpoints import check_checkpoint, checksum_path, file_sha256, write_checksum
 from cloudlstm.errors import UserError
+from cloudlstm.rundir.checkpoints import (
+    check_checkpoint,
+    checksum_path,
+    file_sha256,
+    write_checksum,
+)
 from tests.conftest import ROOT, TINY, subprocess_env
 
 
@@ -86,7 +91,7 @@ def test_a_checkpoint_without_a_checksum_loads_as_before(tmp_path, caplog):
     """Runs written before checksums (docs/results/) have none."""
     path = tmp_path / "old.ckpt"
     torch.save({"state_dict": {"w": torch.ones(3)}}, path)
-    with caplog.at_level(logging.DEBUG, logger="cloudlstm.checkpoints"):
+    with caplog.at_level(logging.DEBUG, logger="cloudlstm.rundir.checkpoints"):
         assert check_checkpoint(path)["state_dict"]["w"].sum() == 3
     assert "old.ckpt.checksum: loaded without verifying it" in caplog.text
 

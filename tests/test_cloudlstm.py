@@ -4,7 +4,7 @@ import pytest
 import torch
 from cloud_reference import dconv_loop
 
-from cloudlstm.data.pipeline.transforms import normalize_coords
+from cloudlstm.data.transforms import normalize_coords
 from cloudlstm.models import CloudCNN, CloudSeq2Seq
 from cloudlstm.models.base import values_to_cloud
 from cloudlstm.nn import (

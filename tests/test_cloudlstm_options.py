@@ -8,10 +8,10 @@ import pytest
 import torch
 from conftest import compose_train
 
-from cloudlstm.data.pipeline.transforms import StandardScaler
+from cloudlstm.data.transforms import StandardScaler
+from cloudlstm.engine.module import ForecastModule, masked_loss, real_unit_weights
 from cloudlstm.models import CloudSeq2Seq
 from cloudlstm.models import cloudlstm as cloudlstm_module
-from cloudlstm.training import ForecastModule, masked_loss, real_unit_weights
 
 SMALL = dict(k=4, hidden_channels=6, num_layers=2)
 

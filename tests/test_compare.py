@@ -122,7 +122,7 @@ def test_execution_options_split_no_rows(tmp_path):
 
 
 def test_execution_options_name_no_run():
-    from cloudlstm.cli.config import _name_token
+    from cloudlstm.assembly.config import _name_token
 
     assert _name_token("model.checkpointing=true") == ""
     assert _name_token("model.compile=true") == ""

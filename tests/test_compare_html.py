@@ -26,7 +26,7 @@ PUBLISHED = ROOT / "docs" / "results" / "beijing_gpu_s23"  # 12 models x 3 seeds
 
 
 def write_maps(run: Path, colour: str) -> None:
-    """A stand-in for the forecast maps cli.report draws into ``figures/``."""
+    """A stand-in for the forecast maps report.figures draws into ``figures/``."""
     fig = Figure(figsize=(3, 2), dpi=50)
     fig.add_subplot().imshow(np.linspace(0, 1, 64).reshape(8, 8), cmap=colour)
     (run / "figures").mkdir()

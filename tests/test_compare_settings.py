@@ -160,7 +160,7 @@ def test_a_config_of_an_older_form_is_read_in_todays(tmp_path):
     a row of its own, as eval.py would rebuild it."""
     beijing = "cloudlstm.data.sources.beijing"
     today = {
-        "module": {"_target_": "cloudlstm.training.ForecastModule"},
+        "module": {"_target_": "cloudlstm.engine.module.ForecastModule"},
         "data": {
             "_target_": "cloudlstm.data.pipeline.datamodule.PointCloudDataModule",
             "batch_size": 32,

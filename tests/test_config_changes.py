@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cloudlstm.cli.config_changes import CHANGES_FILE, check_config_changes, config_changes
 from cloudlstm.errors import UserError
+from cloudlstm.rundir.config_changes import CHANGES_FILE, check_config_changes, config_changes
 from tests.conftest import ROOT, TINY, compose_train, subprocess_env
 from tests.test_input_checks import the_line
 

@@ -11,17 +11,17 @@ import pytest
 import torch
 
 from cloudlstm.cli.train import train
-from cloudlstm.data.pipeline.covariates import time_feature_names, time_features
+from cloudlstm.data.covariates import time_feature_names, time_features
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
-from cloudlstm.data.pipeline.stream import PointCloudStream
 from cloudlstm.data.pipeline.windows import WindowDataset
 from cloudlstm.data.sources.beijing import BeijingSource
 from cloudlstm.data.spec import DataSpec
+from cloudlstm.data.stream import PointCloudStream
+from cloudlstm.engine.module import ForecastModule
 from cloudlstm.errors import UserError
 from cloudlstm.forecast import FILLED_COLUMN, Forecaster
 from cloudlstm.models.base import ForecastModel
 from cloudlstm.models.build import build_model
-from cloudlstm.training import ForecastModule
 from tests.conftest import TINY
 from tests.test_data_beijing import tiny  # noqa: F401  (fixture)
 from tests.test_forecast import (

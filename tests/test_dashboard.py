@@ -17,8 +17,8 @@ from matplotlib.image import imread
 
 from cloudlstm.cli.train import train
 from cloudlstm.data.spec import DataSpec
+from cloudlstm.engine.module import ForecastModule
 from cloudlstm.models.build import build_model
-from cloudlstm.training import ForecastModule
 from tests.conftest import TINY, compose_train
 from tests.wandb_reader import read_offline_run
 

@@ -12,7 +12,7 @@ from conftest import ROOT, compose_train, rebuilding_fails
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from cloudlstm.cli.build import instantiate_datamodule
+from cloudlstm.assembly.build import instantiate_datamodule
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.sources.beijing import STATION_POSITIONS, BeijingSource
 from cloudlstm.errors import UserError

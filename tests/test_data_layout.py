@@ -8,8 +8,8 @@ import pytest
 from omegaconf import OmegaConf
 
 import cloudlstm.data as data
-from cloudlstm.cli.build import instantiate_datamodule
-from cloudlstm.cli.old_configs import current_target
+from cloudlstm.assembly.build import instantiate_datamodule
+from cloudlstm.rundir.old_configs import current_target
 
 
 def test_top_level_names_still_import():
@@ -32,6 +32,28 @@ def test_top_level_names_still_import():
             "cloudlstm.data.stand_in.SyntheticClusters",
             "cloudlstm.data.sources.stand_in.SyntheticClusters",
         ),
+        # the engine's and the run directory's modules, once at the package root
+        ("cloudlstm.training.ForecastModule", "cloudlstm.engine.module.ForecastModule"),
+        ("cloudlstm.lit.ForecastModule", "cloudlstm.engine.module.ForecastModule"),
+        ("cloudlstm.callbacks.EpochTimer", "cloudlstm.engine.callbacks.EpochTimer"),
+        ("cloudlstm.schedules.warmup_cosine", "cloudlstm.engine.schedules.warmup_cosine"),
+        ("cloudlstm.loggers.CSVLogger", "cloudlstm.engine.loggers.CSVLogger"),
+        ("cloudlstm.pruning.OptunaPruning", "cloudlstm.engine.pruning.OptunaPruning"),
+        (
+            "cloudlstm.checkpoint_io.ChecksummedCheckpointIO",
+            "cloudlstm.rundir.checkpoint_io.ChecksummedCheckpointIO",
+        ),
+        (
+            "cloudlstm.preemption.CheckpointOnSigterm",
+            "cloudlstm.rundir.preemption.CheckpointOnSigterm",
+        ),
+        # the data's shared contract, once in the pipeline (and before, flat in data)
+        (
+            "cloudlstm.data.pipeline.stream.PointCloudStream",
+            "cloudlstm.data.stream.PointCloudStream",
+        ),
+        ("cloudlstm.data.stream.PointCloudStream", "cloudlstm.data.stream.PointCloudStream"),
+        ("cloudlstm.data.transforms.StandardScaler", "cloudlstm.data.transforms.StandardScaler"),
         # already current, or not a moved module: unchanged
         (
             "cloudlstm.data.sources.beijing.BeijingSource",

@@ -22,10 +22,10 @@ from cloudlstm.data import (
     SyntheticAdvectionDiffusion,
     SyntheticMobileTraffic,
     WindowDataset,
+    chunks,
 )
-from cloudlstm.data.pipeline import cache as cache_module
-from cloudlstm.data.pipeline import chunks
-from cloudlstm.data.pipeline.cache import (
+from cloudlstm.data import cache as cache_module
+from cloudlstm.data.cache import (
     CachedSource,
     StreamWriter,
     load_stream_cache,
@@ -210,7 +210,7 @@ def test_a_values_file_of_the_wrong_length_is_rebuilt(tmp_path, caplog):
     first = np.array(gen.load().values)
     with open(gen.cache_path / "values.npy", "ab") as fh:  # longer than its header says
         fh.write(b"\0" * 8)
-    with caplog.at_level(logging.WARNING, logger="cloudlstm.data.pipeline.cache"):
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.data.cache"):
         again = SyntheticAdvectionDiffusion(**kw, cache_dir=tmp_path)
         np.testing.assert_array_equal(again.load().values, first)
     assert not again.last_load_from_cache and "its header announces" in caplog.text
@@ -246,7 +246,7 @@ def test_an_unwritable_cache_keeps_the_stream_in_memory(tmp_path, caplog):
     blocker = tmp_path / "not_a_folder"
     blocker.write_text("")
     kw = dict(num_points=6, num_channels=2, num_steps=60, grid_size=8, spin_up=0)
-    with caplog.at_level(logging.WARNING, logger="cloudlstm.data.pipeline.cache"):
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.data.cache"):
         stream = SyntheticAdvectionDiffusion(**kw, cache_dir=blocker / "cache").load()
     assert "Could not write the data cache" in caplog.text and not stream.memory_mapped
     expected = SyntheticAdvectionDiffusion(**kw, cache_dir=None).load()

@@ -15,7 +15,7 @@ from cloudlstm.cli.train import train
 from cloudlstm.data import PointCloudDataModule, PointCloudStream
 from cloudlstm.data.pipeline.datamodule import seasonal_offsets
 from cloudlstm.data.pipeline.outliers import dbscan_outliers, shift_outliers
-from cloudlstm.data.pipeline.transforms import normalize_coords
+from cloudlstm.data.transforms import normalize_coords
 
 
 def _stream(t: int = 400, n: int = 6, c: int = 2, minutes: int = 60, seed: int = 0, **kw):

@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, TINY, compose_train
 
 from cloudlstm.cli.train import train
-from cloudlstm.data.pipeline.cache import CachedSource
+from cloudlstm.data.cache import CachedSource
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 
 DESIGN = ROOT / "docs" / "design.md"

@@ -21,12 +21,12 @@ import pytest
 import torch
 from torch import nn
 
-from cloudlstm.cli.build import build_datamodule
+from cloudlstm.assembly.build import build_datamodule
 from cloudlstm.cli.train import train
 from cloudlstm.data.sources.synthetic import SyntheticAdvectionDiffusion
+from cloudlstm.engine.module import ForecastModule, TrainingDivergedError
 from cloudlstm.errors import UserError
 from cloudlstm.models.base import ForecastModel
-from cloudlstm.training import ForecastModule, TrainingDivergedError
 from tests.conftest import ROOT, TINY, compose_train, rebuilding_fails, subprocess_env
 
 
@@ -267,7 +267,7 @@ def test_a_damaged_data_cache_is_detected_logged_and_rebuilt(tmp_path, caplog, d
     gen = SyntheticAdvectionDiffusion(**kw)
     fresh = np.array(gen.load().values)  # a copy: the damage changes the mapped file
     damage(gen.cache_path)
-    with caplog.at_level(logging.WARNING, logger="cloudlstm.data.pipeline.cache"):
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.data.cache"):
         rebuilt = SyntheticAdvectionDiffusion(**kw).load()
     assert f"Data cache {gen.cache_path} is unreadable" in caplog.text
     assert "rebuilding it" in caplog.text

@@ -23,10 +23,10 @@ from omegaconf import OmegaConf
 
 from cloudlstm.cli.train import train
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule, seasonal_offsets
+from cloudlstm.data.pipeline.forecast_input import build_input
 from cloudlstm.data.spec import SPEC_KEY, DataSpec
 from cloudlstm.errors import UserError
 from cloudlstm.forecast import FILLED_COLUMN, Forecaster
-from cloudlstm.forecast_input import build_input
 
 T, N, M, J = 200, 6, 4, 3
 CHANNELS = ["no2", "pm25"]

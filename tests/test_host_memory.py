@@ -1,4 +1,4 @@
-"""Freed memory kept for the next training step (cloudlstm.host_memory)."""
+"""Freed memory kept for the next training step (cloudlstm.engine.host_memory)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from cloudlstm.cli import build
+from cloudlstm.assembly import build
 from cloudlstm.errors import UserError
 
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
@@ -18,7 +18,7 @@ GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 FREED_AND_KEPT = """
 import os, sys
 import torch
-from cloudlstm.host_memory import keep_freed_memory
+from cloudlstm.engine.host_memory import keep_freed_memory
 
 def rss_mb():
     with open("/proc/self/statm") as f:

@@ -3,9 +3,16 @@
 import numpy as np
 import pytest
 import torch
+from conftest import benchmark_module
 
-from cloudlstm.layouts import city_layout
 from cloudlstm.nn import knn
+
+
+@pytest.fixture(scope="module")
+def city_layout():
+    """``benchmarks/layouts.py``'s layout generator: the scaling benchmarks' clouds."""
+    for module in benchmark_module("layouts"):
+        yield module.city_layout
 
 
 def nearest_distance(points: np.ndarray) -> np.ndarray:
@@ -14,7 +21,7 @@ def nearest_distance(points: np.ndarray) -> np.ndarray:
     return np.linalg.norm(points - points[index], axis=1)
 
 
-def test_deterministic_per_seed_and_in_the_unit_square():
+def test_deterministic_per_seed_and_in_the_unit_square(city_layout):
     a = city_layout(2000, seed=3)
     assert a.shape == (2000, 2) and a.dtype == np.float32
     assert np.array_equal(a, city_layout(2000, seed=3))
@@ -24,7 +31,7 @@ def test_deterministic_per_seed_and_in_the_unit_square():
 
 
 @pytest.mark.parametrize("n", [274, 5000])
-def test_clustered_far_more_than_uniform(n):
+def test_clustered_far_more_than_uniform(n, city_layout):
     """Clark-Evans ratio (mean nearest-neighbour distance over its value for uniform
     points of the same density, 0.5 / sqrt(density)): ~1 for uniform points, well below
     for clustered ones; and the nearest-neighbour distances spread over a much wider range
@@ -39,7 +46,7 @@ def test_clustered_far_more_than_uniform(n):
 
 
 @pytest.mark.parametrize("n, outliers", [(274, 3), (13000, 13)])
-def test_a_few_far_outliers(n, outliers):
+def test_a_few_far_outliers(n, outliers, city_layout):
     """max(3, N // 1000) points beyond 0.85 along x or y, where the city ends at 0.7: each
     at least 0.15 from every city point, over 5x the city's median nearest-neighbour
     distance (outliers may still be near each other)."""
@@ -53,7 +60,7 @@ def test_a_few_far_outliers(n, outliers):
     assert to_city > 5 * np.median(nearest_distance(city))
 
 
-def test_options():
+def test_options(city_layout):
     points = city_layout(500, seed=0, num_outliers=0, centre_fraction=1.0)
     assert points.max() <= 0.7
     assert len(city_layout(2, seed=0)) == 2  # all outliers: the default 3 is capped at N

@@ -1,12 +1,12 @@
-"""The CSV logger keeps one log per run directory (cloudlstm.loggers.CSVLogger)."""
+"""The CSV logger keeps one log per run directory (cloudlstm.engine.loggers.CSVLogger)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
+from cloudlstm.engine.loggers import CSVLogger
 from cloudlstm.errors import UserError
-from cloudlstm.loggers import CSVLogger
 
 
 def write(save_dir, rows: list[tuple[int, dict[str, float]]]) -> None:

@@ -14,8 +14,8 @@ import pytest
 import torch
 from metric_reference import METRICS, assert_close, numpy_reference, ref_snapshots
 
-from cloudlstm import metrics
-from cloudlstm.metrics import (
+from cloudlstm.engine import metrics
+from cloudlstm.engine.metrics import (
     ForecastMetrics,
     MetricInfo,
     Snapshots,
@@ -259,8 +259,8 @@ def test_every_declared_metric_is_computed_and_read_from_its_declaration() -> No
     """The declarations are the one list: the metrics compute each declared metric, compare
     ranks by its direction, W&B keeps its best, the module logs its horizons."""
     from cloudlstm.cli.compare.table import higher_is_better
-    from cloudlstm.cli.report import best_summaries
-    from cloudlstm.training import horizon_metrics
+    from cloudlstm.engine.module import horizon_metrics
+    from cloudlstm.report.dashboard import best_summaries
 
     forecast = ForecastMetrics(2, 3, channel_std=[1.0, 2.0, 4.0])
     forecast.update(torch.rand(4, 2, 5, 3), torch.rand(4, 2, 5, 3))
@@ -282,7 +282,7 @@ def _mean_error(s: Snapshots) -> torch.Tensor:
 
 @pytest.fixture
 def bias_declared(monkeypatch) -> MetricInfo:
-    """A metric declared in :mod:`cloudlstm.metrics`, and nowhere else."""
+    """A metric declared in :mod:`cloudlstm.engine.metrics`, and nowhere else."""
     bias = MetricInfo("bias", "mean error", _mean_error)
     monkeypatch.setattr(metrics, "DECLARED", (*metrics.DECLARED, bias))
     return bias

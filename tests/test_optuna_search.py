@@ -190,7 +190,7 @@ def test_the_storage_url_reaches_the_job_verbatim(tmp_path):
 
 
 def test_the_pruning_callback_is_inert_outside_a_search(monkeypatch):
-    from cloudlstm.pruning import STORAGE_ENV, OptunaPruning
+    from cloudlstm.engine.pruning import STORAGE_ENV, OptunaPruning
 
     monkeypatch.delenv(STORAGE_ENV, raising=False)
     assert not OptunaPruning().active

@@ -18,9 +18,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from cloudlstm.assembly.config import describe_run
 from cloudlstm.cli.compare import flatten
 from cloudlstm.cli.compare.paper import TABLES, load_table, paper_dataset, paper_model
-from cloudlstm.cli.config import describe_run
 
 # preset: (jobs, the paper table its runs are compared with; None: a figure, J = that)
 PRESETS = {

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from cloudlstm.checkpoints import check_checkpoint
-from cloudlstm.preemption import EXIT_CODE, RunInterrupted
+from cloudlstm.rundir.checkpoints import check_checkpoint
+from cloudlstm.rundir.preemption import EXIT_CODE, RunInterrupted
 from tests.conftest import ROOT, TINY, subprocess_env
 
 # TINY: 3 training steps an epoch, validation and last.ckpt at each epoch's end
@@ -103,7 +103,7 @@ def test_the_command_of_a_run_without_a_run_dir_names_it(tmp_path, tiny_cfg):
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import read_write
 
-    from cloudlstm.preemption import continuation
+    from cloudlstm.rundir.preemption import continuation
 
     cfg = tiny_cfg("resume=never")
     hydra = HydraConfig.get()

@@ -12,10 +12,10 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
 from cloudlstm.cli.train import train
+from cloudlstm.engine.module import ForecastModule, anchor_index
+from cloudlstm.engine.schedules import warmup_cosine
 from cloudlstm.errors import UserError
 from cloudlstm.models import Persistence, SeqLSTM
-from cloudlstm.schedules import warmup_cosine
-from cloudlstm.training import ForecastModule, anchor_index
 from tests.conftest import compose_train
 
 
@@ -131,7 +131,7 @@ def test_a_step_budget_validates_across_epochs_and_selects_on_the_real_unit_mae(
 
 
 def test_the_recipe_callbacks_follow_the_monitor_setting(tiny_cfg) -> None:
-    from cloudlstm.cli.build import build_trainer
+    from cloudlstm.assembly.build import build_trainer
 
     for recipe, metric in (("strong", "val/mae"), ("paper", "val/loss")):
         trainer = build_trainer(tiny_cfg(f"recipe={recipe}"), [])

@@ -22,7 +22,7 @@ from conftest import TINY, compose_train
 from metric_reference import assert_close, numpy_reference
 
 from cloudlstm.cli.train import train
-from cloudlstm.training import masked_loss
+from cloudlstm.engine.module import masked_loss
 
 T, N, M, J = 200, 6, 4, 3
 CHANNELS = ["no2", "pm25"]

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from cloudlstm.callbacks import EpochTimer
-from cloudlstm.cli.resume import resume_checkpoint
+from cloudlstm.engine.callbacks import EpochTimer
 from cloudlstm.errors import UserError
+from cloudlstm.rundir.resume import resume_checkpoint
 from tests.conftest import ROOT, TINY, subprocess_env
 
 # Four full epochs, deterministic kernels, the W&B logger (offline) on; validation and

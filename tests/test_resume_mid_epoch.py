@@ -3,7 +3,7 @@
 Under a step budget validated every N steps (the default recipe) nearly every checkpoint
 is written in the middle of an epoch; the training loader's position and shuffle travel in
 it (cloudlstm.data.pipeline.resumable) and the random generators' states too
-(cloudlstm.callbacks.RngState).
+(cloudlstm.engine.callbacks.RngState).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader, TensorDataset
 
-from cloudlstm.callbacks import RngState
 from cloudlstm.data.pipeline.resumable import ResumableLoader, ShuffleSampler
+from cloudlstm.engine.callbacks import RngState
 from tests.conftest import ROOT, TINY, subprocess_env
 
 WINDOWS = TensorDataset(torch.arange(37))  # 8 batches of 5, the last of 2

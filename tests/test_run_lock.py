@@ -1,5 +1,5 @@
 """A run directory has one owner: a second training there is refused; a dead one's lock is
-taken over (``src/cloudlstm/run_lock.py``)."""
+taken over (``src/cloudlstm/rundir/lock.py``)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from cloudlstm import run_lock
 from cloudlstm.errors import UserError
-from cloudlstm.run_lock import LOCK_NAME, RunLock, run_dir_lock
+from cloudlstm.rundir import lock as run_lock
+from cloudlstm.rundir.layout import LOCK_FILE as LOCK_NAME
+from cloudlstm.rundir.lock import RunLock, run_dir_lock
 from tests.conftest import ROOT, TINY, subprocess_env
 
 

@@ -14,14 +14,8 @@ import pandas as pd
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
-from cloudlstm.cli.assemble import count_parameters
-from cloudlstm.cli.build import instantiate_datamodule
-from cloudlstm.cli.old_configs import (
-    DATAMODULE,
-    OLD_DATAMODULES,
-    move_source_keys,
-    rename_old_targets,
-)
+from cloudlstm.models.build import count_parameters
+from cloudlstm.assembly.build import instantiate_datamodule
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.sources.beijing import BeijingSource
 from cloudlstm.data.sources.long_format import LongFormatSource
@@ -29,8 +23,14 @@ from cloudlstm.data.sources.mobile import SyntheticMobileTraffic
 from cloudlstm.data.sources.stand_in import SyntheticClusters
 from cloudlstm.data.sources.synthetic import SyntheticAdvectionDiffusion
 from cloudlstm.data.spec import DataSpec
+from cloudlstm.engine.module import ForecastModule
 from cloudlstm.models.build import build_model
-from cloudlstm.training import ForecastModule
+from cloudlstm.rundir.old_configs import (
+    DATAMODULE,
+    OLD_DATAMODULES,
+    move_source_keys,
+    rename_old_targets,
+)
 from tests.conftest import ROOT
 
 RUNS = sorted((ROOT / "docs" / "results").rglob("seed_0/config.yaml"))

@@ -23,16 +23,16 @@ import numpy as np
 import pandas as pd
 import torch
 
-from cloudlstm.data.spec import DataSpec
-from cloudlstm.errors import UserError
-from cloudlstm.forecast_input import (
+from cloudlstm.data.pipeline.forecast_input import (
     ForecastInput,
     build_input,
     far_outside,
     history_step,
     parse_history,
 )
-from cloudlstm.training import ForecastModule
+from cloudlstm.data.spec import DataSpec
+from cloudlstm.engine.module import ForecastModule
+from cloudlstm.errors import UserError
 
 __all__ = ["FILLED_COLUMN", "Forecaster"]
 
@@ -84,7 +84,7 @@ class Forecaster:
             UserError: no such run directory or checkpoint, or a checkpoint written before
                 checkpoints stored what forecasting needs.
         """
-        from cloudlstm.cli.assemble import restore  # the CLI's build path, loaded on use
+        from cloudlstm.assembly.assemble import restore  # the CLI's build path, loaded on use
 
         module, path = restore(run_dir, ckpt, device)
         return cls(module, path)
@@ -119,8 +119,9 @@ class Forecaster:
                 has points the model cannot take (see :func:`build_input`), or fewer
                 points than the model's neighbours (``model.k``).
 
-        Points far outside the training area (:func:`~cloudlstm.forecast_input.far_outside`)
-        are forecast, with one warning on the ``cloudlstm.forecast`` logger.
+        Points far outside the training area
+        (:func:`~cloudlstm.data.pipeline.forecast_input.far_outside`) are forecast, with one
+        warning on the ``cloudlstm.forecast`` logger.
         """
         if history is None:
             if self._buffer is None:

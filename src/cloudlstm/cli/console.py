@@ -1,5 +1,5 @@
-"""What a run prints: each log line once, without Lightning's advertisements, the resolved
-config as a tree at the start, and a short test summary at the end.
+"""What a run prints: each log line once, without Lightning's advertisements, and the resolved
+config as a tree at the start (the short test summary at the end: :mod:`cloudlstm.report`).
 
 Hydra's job logging (``conf/hydra/default.yaml``: the console and ``<task_name>.log``) is
 the one handler of every log line. Lightning adds stream handlers of its own when it is
@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -40,9 +39,6 @@ NOISE = (
 NOISY_WARNINGS = (r".*isinstance\(treespec, LeafSpec\)` is deprecated.*",)
 # The config tree's first branches, in this order; the other top-level keys follow.
 TREE_ORDER = ("data", "model", "module", "optimizer", "scheduler", "trainer", "callbacks")
-# The overall test metrics summarised on the console first, in this order (metrics.json
-# holds the rest); any other declared metric follows them.
-SUMMARY_METRICS = ("mae", "rmse", "smae", "psnr", "ssim")
 
 
 class _DropNoise(logging.Filter):
@@ -127,27 +123,3 @@ def _yaml(node: DictConfig) -> str:
         return OmegaConf.to_yaml(node, resolve=True).rstrip()
     except Exception:  # any resolver's error: the node as written is still worth showing
         return OmegaConf.to_yaml(node).rstrip()
-
-
-def print_test_summary(test: dict[str, Any], metrics_file: Path) -> None:
-    """The overall test metrics in one small table, and where the rest is.
-
-    ``test``: the ``test`` results of ``metrics.json``; Lightning's own table (every metric
-    at every horizon, some 50 rows) is turned off with ``trainer.test(verbose=False)``.
-    """
-    from rich import get_console
-    from rich.table import Table
-
-    from cloudlstm.metrics import metric_names
-
-    overall = test.get("overall", {})
-    order = [*SUMMARY_METRICS, *(m for m in metric_names() if m not in SUMMARY_METRICS)]
-    metrics = [m for m in order if m in overall]
-    windows = test.get("num_instances")
-    title = "test" + (f" ({windows} windows)" if windows else "")
-    table = Table(title=title, header_style="bold")
-    for metric in metrics:
-        table.add_column(metric, justify="right")
-    table.add_row(*(f"{overall[m]['mean']:.4g}" for m in metrics))
-    get_console().print(table)
-    log.info("Test results per forecast step, channel and point group: %s", metrics_file)

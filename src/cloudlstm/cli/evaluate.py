@@ -10,7 +10,6 @@ or the model) is a :class:`~cloudlstm.errors.UserError`: one line, no traceback.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
@@ -20,11 +19,12 @@ import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from cloudlstm.checkpoints import check_run_dir, find_checkpoint
-from cloudlstm.cli import report
-from cloudlstm.cli.assemble import assemble, count_parameters, write_metrics
-from cloudlstm.cli.build import configure_process
+from cloudlstm.assembly.assemble import assemble
+from cloudlstm.assembly.build import configure_process
 from cloudlstm.errors import UserError
+from cloudlstm.models.build import count_parameters
+from cloudlstm.report import add_test_report
+from cloudlstm.rundir.layout import check_run_dir, find_checkpoint, read_metrics, write_metrics
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +75,16 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         "test": job.module.test_results,
     }
     if job.trainer.is_global_zero:
-        report.add_test_report(
-            cfg, job.module, job.datamodule, job.trainer, [], results, output_dir
+        training_run = results["run"] or {}
+        add_test_report(
+            cfg,
+            training_run.get("model") or job.run["model"],
+            job.module,
+            job.datamodule,
+            job.trainer,
+            [],
+            results,
+            output_dir,
         )
         write_metrics(output_dir, results)
         log.info("Evaluation directory: %s", output_dir)
@@ -85,8 +93,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
 
 def _training_run(run: Path) -> dict[str, Any] | None:
     """Name, group and tags of the run, from its metrics.json (None before it finished)."""
-    metrics = run / "metrics.json"
-    return json.loads(metrics.read_text()).get("run") if metrics.is_file() else None
+    return (read_metrics(run) or {}).get("run")
 
 
 def _overrides() -> list[str]:

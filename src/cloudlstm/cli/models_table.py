@@ -5,7 +5,7 @@
 (N=274 stations, C=6 indicators, M=J=12, 2-D coordinates) unless given, builds the model as
 every run does (:func:`~cloudlstm.models.build.build_model` on a
 :meth:`~cloudlstm.data.spec.DataSpec.sized` description), counts its parameters as every run
-does (:func:`~cloudlstm.cli.assemble.count_parameters`) and prints a markdown table.
+does (:func:`~cloudlstm.models.build.count_parameters`) and prints a markdown table.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
 
-from cloudlstm.cli.assemble import count_parameters
+from cloudlstm.models.build import count_parameters
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.models.build import build_model
 from cloudlstm.paths import config_dir

@@ -15,11 +15,11 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
+from cloudlstm.data.pipeline.forecast_input import user_errors
 from cloudlstm.data.sources.long_format import folder_given
 from cloudlstm.data.sources.tables import read_table
 from cloudlstm.errors import UserError
 from cloudlstm.forecast import Forecaster
-from cloudlstm.forecast_input import user_errors
 
 USAGE = "python predict.py run=<run dir> data.path=<history.csv> [ckpt=best] [out=forecast.csv]"
 PARQUET = (".parquet", ".pq")

@@ -62,7 +62,7 @@ def _train(cfg: DictConfig) -> float | None:
     from cloudlstm.cli import console
     from cloudlstm.cli.train import main
     from cloudlstm.errors import one_line_errors
-    from cloudlstm.preemption import EXIT_CODE, RunInterrupted
+    from cloudlstm.rundir.preemption import EXIT_CODE, RunInterrupted
 
     console.set_up(cfg)
     try:

@@ -16,7 +16,7 @@ that changes to the generator or to CloudLSTM can be checked in one command, e.g
 
 Each model is a run of ``train.py``'s config (:func:`check_config`: ``model=knn_lstm`` or
 ``model=cloudlstm``, ``data=synthetic``, ``recipe=paper`` with Adam at 3e-3, no learning-rate
-schedule and no early stopping), put together by :func:`cloudlstm.cli.assemble.assemble`, the
+schedule and no early stopping), put together by :func:`cloudlstm.assembly.assemble.assemble`, the
 build path of every run.
 """
 
@@ -36,7 +36,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, open_dict
 
-from cloudlstm.cli.assemble import assemble
+from cloudlstm.assembly.assemble import assemble
 from cloudlstm.paths import config_dir
 
 # (B, M, N, C) sizes of the check: small enough for a CPU, long enough that the test period

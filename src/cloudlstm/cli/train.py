@@ -17,23 +17,19 @@ from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
-from cloudlstm.callbacks import EpochTimer
-from cloudlstm.checkpoints import check_checkpoint
-from cloudlstm.cli import report
-from cloudlstm.cli.assemble import (
-    METRICS_FILE,
-    Assembly,
-    assemble,
-    count_parameters,
-    write_metrics,
-)
-from cloudlstm.cli.build import configure_process
-from cloudlstm.cli.checkpoint_fit import check_resume_fits
-from cloudlstm.cli.config_changes import check_config_changes, record_changes
-from cloudlstm.cli.resume import resume_checkpoint
+from cloudlstm.assembly.assemble import Assembly, assemble
+from cloudlstm.assembly.build import configure_process
+from cloudlstm.assembly.checkpoint_fit import check_resume_fits
+from cloudlstm.engine.callbacks import EpochTimer
 from cloudlstm.errors import UserError
-from cloudlstm.preemption import EXIT_CODE, interrupted
-from cloudlstm.run_lock import owns_run_dir
+from cloudlstm.models.build import count_parameters
+from cloudlstm.report import add_test_report
+from cloudlstm.rundir.checkpoints import check_checkpoint
+from cloudlstm.rundir.config_changes import check_config_changes, record_changes
+from cloudlstm.rundir.layout import METRICS_FILE, write_metrics
+from cloudlstm.rundir.lock import owns_run_dir
+from cloudlstm.rundir.preemption import EXIT_CODE, interrupted
+from cloudlstm.rundir.resume import resume_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +38,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     """Run one training job; returns what is written to ``metrics.json``.
 
     Raises:
-        UserError: it resumes a run of other settings (:mod:`cloudlstm.cli.config_changes`),
+        UserError: it resumes a run of other settings (:mod:`cloudlstm.rundir.config_changes`),
             checked before anything is written to the run directory.
     """
     check_config_changes(cfg, Path(cfg.paths.output_dir))
@@ -85,7 +81,7 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
             log.info(next_steps(output_dir))
     except SIGTERMException:
         # Lightning's stop on SIGTERM is a SystemExit without a code (status 0): the run is
-        # not finished, its line says where it stands (src/cloudlstm/preemption.py)
+        # not finished, its line says where it stands (src/cloudlstm/rundir/preemption.py)
         _finish_wandb(job.loggers, quietly=True, exit_code=EXIT_CODE)
         raise interrupted(job.trainer, output_dir, cfg) from None
     except BaseException:
@@ -139,8 +135,15 @@ def _test(job: Assembly, ckpt: str | None) -> dict[str, Any]:
         "test": job.module.test_results,
     }
     if job.trainer.is_global_zero:
-        report.add_test_report(
-            job.cfg, job.module, job.datamodule, job.trainer, job.loggers, results, job.output_dir
+        add_test_report(
+            job.cfg,
+            job.run["model"],
+            job.module,
+            job.datamodule,
+            job.trainer,
+            job.loggers,
+            results,
+            job.output_dir,
         )
     return results
 

@@ -5,7 +5,7 @@ Two sub-packages, one idea each:
 * :mod:`cloudlstm.data.sources`: where streams come from (the Urban Air and Beijing readers,
   long-format files, the synthetic, moving and mobile generators, the stand-in clusters,
   downloads); every source is a
-  :class:`~cloudlstm.data.pipeline.cache.CachedSource`;
+  :class:`~cloudlstm.data.cache.CachedSource`;
 * :mod:`cloudlstm.data.pipeline`: what happens to a stream once it exists (the stream
   container, its on-disk cache, scaling, outliers, windows, the one datamodule,
   :class:`PointCloudDataModule`, which takes any source). The grid baselines'
@@ -14,10 +14,8 @@ Two sub-packages, one idea each:
 The names below stay importable from ``cloudlstm.data`` itself.
 """
 
-from cloudlstm.data.pipeline.cache import CachedSource
+from cloudlstm.data.cache import CachedSource
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule, seasonal_offsets, split_bounds
-from cloudlstm.data.pipeline.stream import PointCloudStream
-from cloudlstm.data.pipeline.transforms import StandardScaler, normalize_coords
 from cloudlstm.data.pipeline.windows import WindowDataset, count_windows
 from cloudlstm.data.sources.beijing import BeijingSource
 from cloudlstm.data.sources.download import download_and_extract
@@ -26,6 +24,8 @@ from cloudlstm.data.sources.mobile import SyntheticMobileTraffic, mobile_traffic
 from cloudlstm.data.sources.moving import SyntheticMovingPoints
 from cloudlstm.data.sources.synthetic import SyntheticAdvectionDiffusion
 from cloudlstm.data.sources.urban_air import UrbanAirSource
+from cloudlstm.data.stream import PointCloudStream
+from cloudlstm.data.transforms import StandardScaler, normalize_coords
 
 __all__ = [
     "BeijingSource",

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cloudlstm.data.pipeline.covariates import input_names, time_feature_names
-from cloudlstm.data.pipeline.transforms import StandardScaler
+from cloudlstm.data.covariates import input_names, time_feature_names
+from cloudlstm.data.transforms import StandardScaler
 from cloudlstm.errors import UserError
 
 SPEC_KEY = "data_spec"
@@ -72,7 +72,7 @@ class DataSpec:
             (:attr:`future_names`) end ``x`` and are a window's ``future``.
 
     A model reads ``C_in = input_channels`` channels (:attr:`input_names`) and forecasts
-    ``C_out = num_channels`` (see :mod:`cloudlstm.data.pipeline.covariates`).
+    ``C_out = num_channels`` (see :mod:`cloudlstm.data.covariates`).
     """
 
     scaler: dict[str, Any]

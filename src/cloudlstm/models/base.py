@@ -25,7 +25,7 @@ class Channels:
     """A model's channel sizes: it reads ``inp`` (C_in) channels and forecasts the first
     ``out`` (C_out) of them; the last ``future`` (F) are time features, known for the
     forecast steps too; those between are measured covariates
-    (:mod:`cloudlstm.data.pipeline.covariates`)."""
+    (:mod:`cloudlstm.data.covariates`)."""
 
     out: int
     inp: int

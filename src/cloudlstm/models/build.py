@@ -164,3 +164,8 @@ def compile_mode(value: bool | str | None) -> str | None:
         f"model.compile={value!r} is not a boolean or a torch.compile mode. Use "
         f"model.compile=true (the default mode), false, or one of {list(COMPILE_MODES)}."
     )
+
+
+def count_parameters(model: nn.Module) -> int:
+    """All parameters of ``model``, trainable or not."""
+    return sum(p.numel() for p in model.parameters())

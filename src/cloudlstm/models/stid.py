@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.data.pipeline.covariates import TIME_FEATURES
+from cloudlstm.data.covariates import TIME_FEATURES
 from cloudlstm.models.base import Channels, ForecastModel
 
 

@@ -12,7 +12,7 @@ grammar (``choice``, ``range``, ``interval``, ``tag(log, ...)``); and:
 * ``n_jobs`` trials are asked at once and launched as one batch through the configured
   launcher (with ``hydra/launcher=slurm``: one SLURM array per batch);
 * ``pruner``: the jobs report their validation metric to their trial through the storage
-  and stop early when pruned (:mod:`cloudlstm.pruning`); such trials are recorded PRUNED.
+  and stop early when pruned (:mod:`cloudlstm.engine.pruning`); such trials are recorded PRUNED.
 
 Hydra finds sweepers only in the ``hydra_plugins`` namespace package, hence this module.
 """

@@ -33,8 +33,8 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
+from cloudlstm.engine.pruning import PRUNED_ATTR, STORAGE_ENV, STUDY_ENV, TRIAL_ENV, open_storage
 from cloudlstm.errors import UserError
-from cloudlstm.pruning import PRUNED_ATTR, STORAGE_ENV, STUDY_ENV, TRIAL_ENV, open_storage
 
 log = logging.getLogger(__name__)
 

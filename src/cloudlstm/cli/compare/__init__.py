@@ -26,7 +26,7 @@ standard deviation (ddof=1) of each run's overall test mean; a single run shows 
 alone. The std across test instances within a run, which metrics.json also holds, is not
 shown. ``n`` is the number of runs; ``params``, ``epochs`` and ``train_s`` are means over
 them. The metrics are the paper's four and ``smae``, the scale-free MAE (each channel's
-MAE divided by its training std, averaged over channels; :mod:`cloudlstm.metrics`); a
+MAE divided by its training std, averaged over channels; :mod:`cloudlstm.engine.metrics`); a
 metric the runs of a row lack (``smae`` in a metrics.json written before it existed) is an
 empty cell. ``--horizons 1,6,12`` adds the ``--horizon-metric`` (MAE by default) at those
 forecast steps (1 = first), aggregated the same way; ``--channels PM2.5,CO`` adds the

@@ -14,7 +14,7 @@ from cloudlstm.cli.compare.paper import TABLES, paper_table
 from cloudlstm.cli.compare.plots import plot
 from cloudlstm.cli.compare.runs import CompareError, Run, find_runs
 from cloudlstm.cli.compare.table import build_table
-from cloudlstm.metrics import metric_names
+from cloudlstm.engine.metrics import metric_names
 
 
 class _Parser(argparse.ArgumentParser):

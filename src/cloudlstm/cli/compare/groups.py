@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cloudlstm.assembly.config import EXECUTION_OPTIONS
 from cloudlstm.cli.compare.cells import Stat
 from cloudlstm.cli.compare.runs import RUN_KEYS, CompareError, Run
-from cloudlstm.cli.config import EXECUTION_OPTIONS
 
 # Keys of config.yaml that say where, how or under which name a run ran and was logged,
 # not what it computed: runs that differ only in them are seeds of one setting, never

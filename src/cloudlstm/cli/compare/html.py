@@ -32,7 +32,7 @@ from cloudlstm.cli.compare.style import REFERENCE, close_range, is_reference
 from cloudlstm.cli.compare.table import best_rows, higher_is_better, ranked
 from cloudlstm.viz._common import COLOURS, REFERENCE_COLOUR
 
-MAPS = Path("figures") / "forecast_maps.png"  # written by cli.report.draw_figures
+MAPS = Path("figures") / "forecast_maps.png"  # written by report.figures.draw_figures
 # the colours of the --plot figures (no two alike; the grey is the reference's); past them,
 # lines are dotted, then dash-dotted ("dash" is the reference's)
 LINES = ("solid", "dot", "dashdot")

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from cloudlstm.cli.old_configs import current_form
+from cloudlstm.rundir.old_configs import current_form
 
 RUN_KEYS = ("model", "data")  # recorded by train.py in metrics.json["run"]
 # The key of an evaluation's row (eval.py's re-test of a run): its checkpoint and overrides.

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from cloudlstm.cli.compare.cells import Column
 from cloudlstm.cli.compare.groups import Group, group_runs
 from cloudlstm.cli.compare.runs import CompareError, Run
-from cloudlstm.metrics import metric_info, metric_names
+from cloudlstm.engine.metrics import metric_info, metric_names
 
 
 def higher_is_better(metric: str) -> bool:

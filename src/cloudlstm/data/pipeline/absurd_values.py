@@ -53,9 +53,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cloudlstm.data.pipeline.chunks import time_chunks
-from cloudlstm.data.pipeline.stream import PointCloudStream
-from cloudlstm.data.pipeline.transforms import StandardScaler
+from cloudlstm.data.chunks import time_chunks
+from cloudlstm.data.stream import PointCloudStream
+from cloudlstm.data.transforms import StandardScaler
 from cloudlstm.errors import UserError
 
 __all__ = [

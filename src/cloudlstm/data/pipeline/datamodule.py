@@ -11,6 +11,12 @@ import torch
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader
 
+from cloudlstm.data.covariates import (
+    check_time_features,
+    stream_covariates,
+    time_feature_names,
+    time_features,
+)
 from cloudlstm.data.pipeline.absurd_values import (
     DEFAULT_MAX_ABS_Z,
     check_max_abs_z,
@@ -19,24 +25,18 @@ from cloudlstm.data.pipeline.absurd_values import (
     checked_stream,
     merged_ranges,
 )
-from cloudlstm.data.pipeline.covariates import (
-    check_time_features,
-    stream_covariates,
-    time_feature_names,
-    time_features,
-)
 from cloudlstm.data.pipeline.outliers import dbscan_outliers, shift_outliers
 from cloudlstm.data.pipeline.resumable import ResumableLoader, ShuffleSampler
-from cloudlstm.data.pipeline.stream import PointCloudStream
-from cloudlstm.data.pipeline.transforms import (
+from cloudlstm.data.pipeline.windows import WindowDataset, contiguous_offsets, count_windows
+from cloudlstm.data.spec import DataSpec
+from cloudlstm.data.stream import PointCloudStream
+from cloudlstm.data.transforms import (
     StandardScaler,
     coord_scale,
     normalize_coords,
     scale_coords,
 )
-from cloudlstm.data.pipeline.windows import WindowDataset, contiguous_offsets, count_windows
-from cloudlstm.data.spec import DataSpec
-from cloudlstm.distributed import each_window_once
+from cloudlstm.engine.distributed import each_window_once
 from cloudlstm.errors import UserError
 
 __all__ = ["PointCloudDataModule", "seasonal_offsets", "split_bounds", "window_ranges"]
@@ -152,7 +152,7 @@ class PointCloudDataModule(LightningDataModule):
             metrics ignore filled ones.
         time_features: known-future input channels from the timestamps, any of ``hour``,
             ``weekday``, ``yearday`` (sin and cos of each; see
-            :mod:`cloudlstm.data.pipeline.covariates`). The stream's measured covariates
+            :mod:`cloudlstm.data.covariates`). The stream's measured covariates
             (declared by its source, e.g. ``data.source.covariates`` for Beijing) are input
             channels too; neither is forecast.
 
@@ -549,7 +549,7 @@ class PointCloudDataModule(LightningDataModule):
 
     def test_dataloader(self) -> DataLoader | list:
         # Not shuffled: windows come in chronological order. Under DDP no window is repeated
-        # to even out the ranks, so none is scored twice (cloudlstm.distributed).
+        # to even out the ranks, so none is scored twice (cloudlstm.engine.distributed).
         return self._loader("test", shuffle=False, each_once=True)
 
     def predict_dataloader(self) -> DataLoader | list:

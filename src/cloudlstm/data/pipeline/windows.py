@@ -10,10 +10,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from cloudlstm.data.pipeline.chunks import time_chunks
+from cloudlstm.data.chunks import time_chunks
 
 if TYPE_CHECKING:
-    from cloudlstm.data.pipeline.transforms import StandardScaler
+    from cloudlstm.data.transforms import StandardScaler
 
 __all__ = ["WindowDataset", "contiguous_offsets", "count_windows"]
 
@@ -51,7 +51,7 @@ class WindowDataset(Dataset):
     plus ``"future": (J, N, F)`` with ``time_features``. The input holds every channel of
     ``values`` and then the F time features (``C_in = C + F``); the target holds the first
     ``num_targets`` channels (``C_out``; the rest are measured covariates, input only, see
-    :mod:`cloudlstm.data.pipeline.covariates`).
+    :mod:`cloudlstm.data.covariates`).
 
     Windows are read from ``values`` when they are asked for: the arrays are neither copied
     nor normalised up front, so a memory-mapped stream (``np.memmap``, e.g. from the stream
@@ -78,7 +78,7 @@ class WindowDataset(Dataset):
             ``input_steps`` must equal their number.
         coords_track: optional ``(T, N, L)`` normalised positions of moving points; an item's
             ``coords`` are then the positions at its last input step (the latest ones known).
-        scaler: a fitted :class:`~cloudlstm.data.pipeline.transforms.StandardScaler`:
+        scaler: a fitted :class:`~cloudlstm.data.transforms.StandardScaler`:
             ``values`` are raw and each window is normalised with it.
         check_mask: refuse NaN/inf entries marked observed (one pass over ``[start, end)``,
             a time chunk at a time); the datamodule skips it, its stream checked that already.

@@ -1,6 +1,6 @@
 """Where point-cloud streams come from: each source turns raw files or a seeded simulation
-into a :class:`~cloudlstm.data.pipeline.stream.PointCloudStream` (``.load()``), cached on
-disk by their one base class, :class:`~cloudlstm.data.pipeline.cache.CachedSource`. A
+into a :class:`~cloudlstm.data.stream.PointCloudStream` (``.load()``), cached on
+disk by their one base class, :class:`~cloudlstm.data.cache.CachedSource`. A
 config names a source in ``data.source``; the one datamodule,
 :class:`~cloudlstm.data.pipeline.datamodule.PointCloudDataModule`, windows any of them.
 

@@ -12,7 +12,7 @@ times the others and dominates their joint MAE (77 % of the six-pollutant MAE); 
 data of the paper gives CO in mg/m³. ``co_units="mg/m3"`` (the default) divides CO by 1000
 at load; ``"ug/m3"`` keeps the files' units. The stream cache is keyed by the unit. A run
 saved before the option existed was trained in µg/m³: its config lacks ``co_units``, and
-``eval.py`` keeps its units (:func:`cloudlstm.cli.build.instantiate_datamodule`).
+``eval.py`` keeps its units (:func:`cloudlstm.assembly.build.instantiate_datamodule`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cloudlstm.data.pipeline.cache import CachedSource
-from cloudlstm.data.pipeline.covariates import COVARIATES_KEY
-from cloudlstm.data.pipeline.stream import PointCloudStream
+from cloudlstm.data.cache import CachedSource
+from cloudlstm.data.covariates import COVARIATES_KEY
 from cloudlstm.data.sources.tables import (
     build_stream,
     check_columns,
@@ -35,6 +34,7 @@ from cloudlstm.data.sources.tables import (
     pivot_long,
     read_table,
 )
+from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingFileError, UserError
 
 __all__ = ["BEIJING_URL", "BeijingSource", "STATION_POSITIONS"]

@@ -17,9 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cloudlstm.data.pipeline.cache import CachedSource
-from cloudlstm.data.pipeline.covariates import COVARIATES_KEY
-from cloudlstm.data.pipeline.stream import PointCloudStream
+from cloudlstm.data.cache import CachedSource
+from cloudlstm.data.covariates import COVARIATES_KEY
 from cloudlstm.data.sources.bad_values import channel_values, check_mode, mostly_numeric
 from cloudlstm.data.sources.tables import (
     LongGrid,
@@ -31,6 +30,7 @@ from cloudlstm.data.sources.tables import (
     pivot_long,
     read_table,
 )
+from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingFileError, UserError
 
 __all__ = ["LongFormatSource"]
@@ -77,7 +77,7 @@ class LongFormatSource(CachedSource):
             (other than ``covariate_cols``).
         covariate_cols: columns read as measured covariates: input-only channels after
             the value channels, seen in the input window, never forecast or scored
-            (:mod:`cloudlstm.data.pipeline.covariates`).
+            (:mod:`cloudlstm.data.covariates`).
         freq: grid step such as ``"1h"`` or ``"5min"``; ``None`` = the most common positive gap.
         name: stream name (default: the file name without suffixes).
         moving: ``None`` detects moving points (a point whose coordinates change over time);

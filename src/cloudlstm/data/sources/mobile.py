@@ -36,9 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
-from cloudlstm.data.pipeline.cache import CachedSource, check_float, check_int
-from cloudlstm.data.pipeline.stream import PointCloudStream
+from cloudlstm.data.cache import CachedSource, check_float, check_int
 from cloudlstm.data.sources.long_format import LongFormatSource
+from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import UserError
 
 __all__ = ["CITY_PRESETS", "SERVICES", "SyntheticMobileTraffic", "mobile_traffic"]

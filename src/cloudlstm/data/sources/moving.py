@@ -14,7 +14,7 @@ Each vehicle measures ``num_channels`` channels:
 
 Values thus depend on where a vehicle is: nearby vehicles read similar values, which is what
 makes neighbours useful. Results are cached under ``cache_dir`` (the stream cache of
-:mod:`cloudlstm.data.pipeline.cache`), keyed by a hash of every argument.
+:mod:`cloudlstm.data.cache`), keyed by a hash of every argument.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cloudlstm.data.pipeline.cache import CachedSource, check_float, check_int
-from cloudlstm.data.pipeline.stream import PointCloudStream
+from cloudlstm.data.cache import CachedSource, check_float, check_int
+from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import UserError
 
 __all__ = ["SyntheticMovingPoints"]

@@ -45,8 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cloudlstm.data.pipeline.cache import CachedSource, StreamWriter, check_float, check_int
-from cloudlstm.data.pipeline.stream import PointCloudStream
+from cloudlstm.data.cache import CachedSource, StreamWriter, check_float, check_int
+from cloudlstm.data.stream import PointCloudStream
 
 __all__ = ["SyntheticAdvectionDiffusion", "CHANNEL_PRESETS"]
 

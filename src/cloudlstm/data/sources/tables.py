@@ -8,10 +8,10 @@ A raw table has one row per ``(time, point)`` (or is brought to that shape by it
 * :func:`pivot_long` places rows on a regular time grid (:class:`LongGrid`);
 * :func:`interpolate_gaps` fills gaps linearly in time and returns the "really observed" mask;
 * :func:`build_stream` drops points without any data, fills gaps and assembles the
-  :class:`~cloudlstm.data.pipeline.stream.PointCloudStream`.
+  :class:`~cloudlstm.data.stream.PointCloudStream`.
 
 Used by :mod:`~cloudlstm.data.sources.long_format`, :mod:`~cloudlstm.data.sources.urban_air`,
-:mod:`~cloudlstm.data.sources.beijing` and :mod:`cloudlstm.forecast_input`.
+:mod:`~cloudlstm.data.sources.beijing` and :mod:`cloudlstm.data.pipeline.forecast_input`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cloudlstm.data.pipeline.stream import PointCloudStream
+from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingPackageError, UserError
 
 __all__ = [

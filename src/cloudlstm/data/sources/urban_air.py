@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cloudlstm.data.pipeline.cache import CachedSource
-from cloudlstm.data.pipeline.stream import PointCloudStream
+from cloudlstm.data.cache import CachedSource
 from cloudlstm.data.sources.download import download_and_extract
 from cloudlstm.data.sources.tables import (
     build_stream,
@@ -25,6 +24,7 @@ from cloudlstm.data.sources.tables import (
     pivot_long,
     read_table,
 )
+from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingFileError, UserError
 
 __all__ = ["CHANNELS", "CLUSTERS", "URBAN_AIR_URL", "UrbanAirSource"]

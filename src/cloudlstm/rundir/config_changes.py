@@ -46,12 +46,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from cloudlstm.cli.assemble import METRICS_FILE
-from cloudlstm.cli.resume import resume_candidates
 from cloudlstm.errors import UserError
+from cloudlstm.rundir.layout import CHANGES_FILE, CONFIG_FILE, METRICS_FILE
+from cloudlstm.rundir.resume import resume_candidates
 
-CONFIG_FILE = "config.yaml"
-CHANGES_FILE = "config_changes.yaml"
 # Keys (or prefixes of keys) that say how a run executes, not what it computes: a resumed
 # run may change them. Everything else is a setting of the run.
 EXECUTION_OPTIONS = (
@@ -248,7 +246,7 @@ def _refusal(run_dir: Path, refused: list[Change], listed: int = 8) -> str:
 
 def record_changes(run_dir: Path, changes: list[Change], cfg: DictConfig) -> None:
     """Append the changes taken to ``config_changes.yaml`` (rank 0 only; none: nothing)."""
-    from cloudlstm.run_lock import is_rank_zero
+    from cloudlstm.rundir.lock import is_rank_zero
 
     if not changes or not is_rank_zero():
         return

@@ -1,7 +1,7 @@
 """The container for a point-cloud stream (a multichannel time series at N points).
 
 Its arrays may be in memory or memory-mapped from the stream cache
-(:mod:`cloudlstm.data.pipeline.cache`): a memory-mapped ``values`` stays one (it is not
+(:mod:`cloudlstm.data.cache`): a memory-mapped ``values`` stays one (it is not
 copied), and the checks below read it a time chunk at a time.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cloudlstm.data.pipeline.chunks import time_chunks
+from cloudlstm.data.chunks import time_chunks
 
 __all__ = ["PointCloudStream"]
 

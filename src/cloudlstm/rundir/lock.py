@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from cloudlstm.errors import UserError
+from cloudlstm.rundir.layout import LOCK_FILE
 
 log = logging.getLogger(__name__)
 
-LOCK_NAME = "run.lock"
 MODES = ("auto", "takeover")
 HEARTBEAT_S = 60.0
 # a lock from another host whose heartbeat is older than this is stale: its holder stopped
@@ -71,7 +71,7 @@ class RunLock:
 
     def __init__(self, run_dir: str | Path) -> None:
         self.run_dir = Path(run_dir)
-        self.path = self.run_dir / LOCK_NAME
+        self.path = self.run_dir / LOCK_FILE
         self._fd: int | None = None
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None

@@ -108,7 +108,7 @@ def interrupted(trainer: L.Trainer, run_dir: Path, cfg: Any) -> RunInterrupted:
     if saved is not None:
         state, goes_on = f"saved {saved}", "continues from it"
     else:
-        from cloudlstm.cli.resume import resume_candidates
+        from cloudlstm.rundir.resume import resume_candidates
 
         newest = max(resume_candidates(run_dir), key=lambda p: p.stat().st_mtime_ns, default=None)
         if newest is None:

@@ -15,8 +15,8 @@ from typing import Any
 import lightning as L
 import numpy as np
 
-from cloudlstm.data.pipeline.transforms import StandardScaler
 from cloudlstm.data.spec import stored_spec
+from cloudlstm.data.transforms import StandardScaler
 from cloudlstm.errors import UserError
 
 

@@ -6,12 +6,11 @@ module, the loggers and the Trainer. ``train.py`` assembles a new run; ``eval.py
 assembles one around a checkpoint, whose scaler, points and weights are checked and
 loaded on the way. :func:`restore` takes a trained model back from its run directory alone
 (``predict.py``, :class:`cloudlstm.Forecaster`): the description stored in the checkpoint
-replaces the data. Parameters are counted, and ``metrics.json`` is written, here only.
+replaces the data.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +21,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from cloudlstm.checkpoints import check_checkpoint, check_run_dir, find_checkpoint
-from cloudlstm.cli import report
-from cloudlstm.cli.build import (
+from cloudlstm.assembly.build import (
     build_loggers,
     build_module,
     build_trainer,
@@ -32,15 +29,16 @@ from cloudlstm.cli.build import (
     save_job_config,
     set_up_datamodule,
 )
-from cloudlstm.cli.checkpoint_fit import check_points, load_weights, restore_scaler
-from cloudlstm.cli.config import describe_run
-from cloudlstm.cli.old_configs import rename_old_targets
+from cloudlstm.assembly.checkpoint_fit import check_points, load_weights, restore_scaler
+from cloudlstm.assembly.config import describe_run
 from cloudlstm.data.spec import DataSpec, stored_spec
-from cloudlstm.distributed import per_process_limits
+from cloudlstm.engine.distributed import per_process_limits
+from cloudlstm.engine.module import ForecastModule
 from cloudlstm.models.build import build_model, with_sizes
-from cloudlstm.training import ForecastModule
-
-METRICS_FILE = "metrics.json"
+from cloudlstm.report.dashboard import define_wandb_metrics
+from cloudlstm.rundir.checkpoints import check_checkpoint
+from cloudlstm.rundir.layout import CONFIG_FILE, check_run_dir, find_checkpoint
+from cloudlstm.rundir.old_configs import rename_old_targets
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +99,7 @@ def assemble(
         load_weights(module, stored, checkpoint)
     run = describe_run(cfg)
     loggers = build_loggers(cfg, run, output_dir) if with_loggers else []
-    report.define_wandb_metrics(loggers)
+    define_wandb_metrics(loggers)
     trainer = build_trainer(cfg, loggers)
     warn_per_process_limits(cfg, trainer, summary, datamodule)
     return Assembly(
@@ -114,7 +112,7 @@ def warn_per_process_limits(
 ) -> None:
     """Warn once (rank 0) when ``trainer.limit_*_batches`` of the splits this job runs
     count per process, so that several processes use more windows than one would
-    (:func:`cloudlstm.distributed.per_process_limits`)."""
+    (:func:`cloudlstm.engine.distributed.per_process_limits`)."""
     if not trainer.is_global_zero:
         return
     train = cfg.get("train", False)  # eval.py's config has neither: it only tests
@@ -153,21 +151,9 @@ def restore(
     path = find_checkpoint(run, ckpt)
     checkpoint = check_checkpoint(path)
     spec = DataSpec.from_checkpoint(checkpoint, path)
-    model = build_model(OmegaConf.load(run / "config.yaml").model, spec, compile=False)
+    model = build_model(OmegaConf.load(run / CONFIG_FILE).model, spec, compile=False)
     anchor = checkpoint.get("hyper_parameters", {}).get("anchor", "none")
     module = ForecastModule(model, optimizer=None, spec=spec, anchor=anchor)
     load_weights(module, checkpoint, path)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     return module.to(device).eval(), path
-
-
-def count_parameters(model: nn.Module) -> int:
-    """All parameters of ``model``, trainable or not."""
-    return sum(p.numel() for p in model.parameters())
-
-
-def write_metrics(output_dir: Path, results: dict[str, Any]) -> Path:
-    """``results`` as ``<output_dir>/metrics.json``; returns its path."""
-    path = Path(output_dir) / METRICS_FILE
-    path.write_text(json.dumps(results, indent=2))
-    return path

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from cloudlstm.data.pipeline.covariates import time_features
-from cloudlstm.data.pipeline.transforms import scale_coords
+from cloudlstm.data.covariates import time_features
 from cloudlstm.data.sources.tables import (
     check_columns,
     infer_step,
@@ -29,6 +28,7 @@ from cloudlstm.data.sources.tables import (
     pivot_long,
 )
 from cloudlstm.data.spec import DataSpec
+from cloudlstm.data.transforms import scale_coords
 from cloudlstm.errors import UserError
 
 

@@ -15,9 +15,9 @@ from torch import nn
 from torch.nn.utils import get_total_norm
 
 from cloudlstm.data.spec import SPEC_KEY, DataSpec, stored_spec
-from cloudlstm.distributed import gather_on_rank_zero
+from cloudlstm.engine.distributed import gather_on_rank_zero
+from cloudlstm.engine.metrics import ForecastMetrics, declared
 from cloudlstm.errors import UserError
-from cloudlstm.metrics import ForecastMetrics, declared
 from cloudlstm.models.base import silence_output_head
 from cloudlstm.nn.knn import NonFiniteCoordinatesError
 

@@ -40,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from cloudlstm.data.pipeline.chunks import chunk_steps, time_chunks
-from cloudlstm.data.pipeline.stream import PointCloudStream
+from cloudlstm.data.chunks import chunk_steps, time_chunks
+from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import UserError
 
 __all__ = [
@@ -84,7 +84,7 @@ class StreamWriter:
         num_steps, num_points, num_channels: T, N, C.
         num_dims: L for moving points (a ``trajectory`` is written), else ``None``.
         chunk_bytes: size of the chunks :meth:`chunks` proposes (default
-            :data:`cloudlstm.data.pipeline.chunks.CHUNK_BYTES`).
+            :data:`cloudlstm.data.chunks.CHUNK_BYTES`).
     """
 
     def __init__(

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import secrets
-import string
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,17 +13,15 @@ import lightning as L
 import torch
 from hydra.errors import InstantiationException
 from lightning.pytorch.callbacks import LearningRateMonitor
-from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from cloudlstm.cli.config import instantiate_group
-from cloudlstm.cli.old_configs import upgrade_data
+from cloudlstm.assembly.config import instantiate_group
 from cloudlstm.data.spec import DataSpec
+from cloudlstm.engine.host_memory import keep_freed_memory, keeps_freed_memory
 from cloudlstm.errors import UserError
-from cloudlstm.host_memory import keep_freed_memory, keeps_freed_memory
 from cloudlstm.models.build import build_model
-
-WANDB_ID_FILE = "wandb_run_id.txt"
+from cloudlstm.rundir.layout import CONFIG_FILE, DATA_SUMMARY_FILE, wandb_run_id
+from cloudlstm.rundir.old_configs import upgrade_data
 
 
 @contextmanager
@@ -52,7 +48,7 @@ def instantiate(config: Any, **kwargs: Any) -> Any:
 def configure_process(cfg: DictConfig) -> None:
     """A job's process-wide settings: torch's intra-op threads (``torch_threads``) and
     freed memory kept for the next step (``keep_freed_memory``, see
-    :mod:`cloudlstm.host_memory`).
+    :mod:`cloudlstm.engine.host_memory`).
 
     ``keep_freed_memory: auto`` (the default, also for runs saved before the key) keeps it
     unless ``model.checkpointing`` is on: a run that checkpoints has chosen memory over
@@ -88,7 +84,7 @@ def instantiate_datamodule(cfg: DictConfig) -> L.LightningDataModule:
     paths are renamed, a Beijing config without ``co_units`` keeps the files' µg/m³, and a
     datamodule that took its source's arguments itself becomes the
     :class:`~cloudlstm.data.pipeline.datamodule.PointCloudDataModule` of a ``source`` node
-    (:func:`~cloudlstm.cli.old_configs.upgrade_data`). ``cfg.data`` is changed in place,
+    (:func:`~cloudlstm.rundir.old_configs.upgrade_data`). ``cfg.data`` is changed in place,
     so the config an evaluation saves has the current form.
 
     Raises:
@@ -110,7 +106,7 @@ def set_up_datamodule(datamodule: L.LightningDataModule, output_dir: Path) -> di
     datamodule.setup("fit")
     datamodule.print_summary()
     summary = datamodule.summary()
-    (output_dir / "data_summary.json").write_text(json.dumps(summary, indent=2))
+    (output_dir / DATA_SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
     return summary
 
 
@@ -148,25 +144,6 @@ def build_loggers(cfg: DictConfig, run: dict[str, Any], output_dir: Path) -> lis
     return instantiate_group(cfg.get("logger"), **fill)
 
 
-def wandb_run_id(output_dir: Path, new: bool = False) -> str | None:
-    """The run directory's W&B run id, created and stored on first call (or if ``new``).
-
-    None on DDP ranks other than 0: only rank 0 opens the W&B run, and ranks that start at
-    the same moment (SLURM) must not race to write different ids.
-    """
-    if rank_zero_only.rank != 0:
-        return None
-    path = output_dir / WANDB_ID_FILE
-    if path.is_file() and not new:
-        run_id = path.read_text().strip()
-        if run_id:
-            return run_id
-    # W&B's own format: 8 lowercase letters and digits
-    run_id = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
-    path.write_text(run_id + "\n")
-    return run_id
-
-
 def build_trainer(cfg: DictConfig, loggers: list[Any]) -> L.Trainer:
     """The Lightning Trainer with the configured callbacks and these loggers."""
     callbacks = instantiate_group(cfg.get("callbacks"))
@@ -178,5 +155,5 @@ def build_trainer(cfg: DictConfig, loggers: list[Any]) -> L.Trainer:
 def save_job_config(cfg: DictConfig, output_dir: Path) -> DictConfig:
     """Write the resolved job config (without ``hydra``) to ``config.yaml``; return it."""
     job_cfg = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
-    OmegaConf.save(job_cfg, output_dir / "config.yaml", resolve=True)
+    OmegaConf.save(job_cfg, output_dir / CONFIG_FILE, resolve=True)
     return job_cfg

@@ -1,12 +1,12 @@
-"""Run directories and their checkpoints, for everything that uses a trained run.
+"""Checkpoints, checked and read, for everything that uses a trained run.
 
 ``eval.py``, ``predict.py``, :class:`cloudlstm.Forecaster` and training's ``resume=`` all
-find a run's checkpoint and load it here, so a missing run, a missing or truncated
-checkpoint, a checkpoint whose bytes changed since it was written, or a file that is not a
+load a run's checkpoint here (:mod:`cloudlstm.rundir.layout` finds it), so a missing or
+truncated checkpoint, a checkpoint whose bytes changed since it was written, or a file that is not a
 Lightning checkpoint is one clear :class:`~cloudlstm.errors.UserError` wherever it happens.
 
 Checksums: every checkpoint a Trainer writes gets its SHA-256 in ``<file>.checksum`` beside
-it (:mod:`cloudlstm.checkpoint_io` writes it), in ``sha256sum`` format, so
+it (:mod:`cloudlstm.rundir.checkpoint_io` writes it), in ``sha256sum`` format, so
 ``sha256sum -c last.ckpt.checksum`` checks it by hand too. Not ``.sha256``: Lightning reads
 the number of ``hpc_ckpt_<n>.ckpt`` from every file name that contains ``hpc_ckpt_`` by
 dropping all but its digits, and ``hpc_ckpt_1.ckpt.sha256`` would read as checkpoint 1256.
@@ -15,7 +15,6 @@ dropping all but its digits, and ``hpc_ckpt_1.ckpt.sha256`` would read as checkp
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 from pathlib import Path
@@ -31,61 +30,6 @@ CHECKSUM_SUFFIX = ".checksum"
 # files whose checksum matched, by (path, size, mtime): a file checked by resume= and
 # loaded again by Lightning right after is read and hashed once
 _verified: set[tuple[str, int, int]] = set()
-
-
-def check_run_dir(run_dir: str | Path) -> Path:
-    """``run_dir`` as a path, checked to be a run directory (it has the run's config.yaml).
-
-    Raises:
-        UserError: it does not exist, or is not a run directory.
-    """
-    run = Path(run_dir).expanduser()
-    if not run.is_dir():
-        raise UserError(f"Run directory {run} does not exist.")
-    if not (run / "config.yaml").is_file():
-        raise UserError(f"{run} is not a run directory: it has no config.yaml.")
-    return run
-
-
-def find_checkpoint(run: Path, ckpt: str | Path) -> Path:
-    """The checkpoint file ``ckpt`` (``"best"``, ``"last"`` or a path) of run directory ``run``.
-
-    ``best`` is the checkpoint the run was tested with (``metrics.json``), else the
-    ``epoch_*.ckpt`` of ``checkpoints/`` (the best by validation loss).
-
-    Raises:
-        UserError: there is no such checkpoint.
-    """
-    folder = run / "checkpoints"
-    if str(ckpt) == "best":
-        newest = max(folder.glob("epoch_*.ckpt"), key=lambda p: p.stat().st_mtime, default=None)
-        found = _tested_checkpoint(run) or newest
-    elif str(ckpt) == "last":
-        found = folder / "last.ckpt"
-    else:
-        given = Path(ckpt).expanduser()
-        found = given if given.is_file() or given.is_absolute() else run / given
-    if found is None or not found.is_file():
-        have = sorted(p.name for p in folder.glob("*.ckpt"))
-        raise UserError(
-            f"No checkpoint {ckpt!r} in {run} ({folder} holds {have or 'no .ckpt files'}): "
-            "use a run that trained, ckpt=best, ckpt=last or the path of a .ckpt file."
-        )
-    return found
-
-
-def _tested_checkpoint(run: Path) -> Path | None:
-    """The checkpoint ``metrics.json`` says was tested, found again if the run was moved."""
-    metrics = run / "metrics.json"
-    if not metrics.is_file():
-        return None
-    tested = json.loads(metrics.read_text()).get("checkpoint")
-    if not tested:
-        return None
-    for path in (Path(tested), run / "checkpoints" / Path(tested).name):
-        if path.is_file():
-            return path
-    return None
 
 
 def checksum_path(path: str | Path) -> Path:

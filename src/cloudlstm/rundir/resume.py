@@ -15,8 +15,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from cloudlstm.checkpoints import check_checkpoint
 from cloudlstm.errors import UserError
+from cloudlstm.rundir.checkpoints import check_checkpoint
+from cloudlstm.rundir.layout import BEST_CHECKPOINTS, CHECKPOINT_DIR, last_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def resume_checkpoint(resume: Any, run_dir: Path) -> str | None:
 def resume_candidates(run_dir: Path) -> list[Path]:
     """The checkpoints of ``run_dir`` that ``resume=auto`` chooses from (those that exist):
     ``checkpoints/last.ckpt`` and SLURM's ``hpc_ckpt_<n>.ckpt``."""
-    candidates = [run_dir / "checkpoints" / "last.ckpt", *run_dir.glob("hpc_ckpt_*.ckpt")]
+    candidates = [last_checkpoint(run_dir), *run_dir.glob("hpc_ckpt_*.ckpt")]
     return [p for p in candidates if p.is_file()]
 
 
@@ -71,7 +72,7 @@ def _prefer_last(path: Path, checkpoint: dict[str, Any], run_dir: Path) -> Path:
     and early stopping fails for want of a validation metric). ``last.ckpt``, written at
     the validation, resumes from the same state, bit-exactly.
     """
-    last = run_dir / "checkpoints" / "last.ckpt"
+    last = last_checkpoint(run_dir)
     if path == last or not last.is_file():
         return path
     try:
@@ -87,7 +88,7 @@ def _prefer_last(path: Path, checkpoint: dict[str, Any], run_dir: Path) -> Path:
 def _remedy(run_dir: Path) -> str:
     """What to do about a damaged checkpoint: resume from the best one, or start fresh."""
     best = max(
-        (run_dir / "checkpoints").glob("epoch_*.ckpt"),
+        (run_dir / CHECKPOINT_DIR).glob(BEST_CHECKPOINTS),
         key=lambda p: p.stat().st_mtime_ns,
         default=None,
     )

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from cloudlstm.data.pipeline.chunks import time_chunks
+from cloudlstm.data.chunks import time_chunks
 
 __all__ = ["StandardScaler", "coord_scale", "normalize_coords", "scale_coords"]
 
@@ -46,7 +46,7 @@ class StandardScaler:
         """Fit per-channel mean/std on the observed entries of ``values`` ``(..., C)``.
 
         Arrays of more than one dimension are read in chunks along the first (time) axis
-        (:mod:`cloudlstm.data.pipeline.chunks`), so a memory-mapped stream is fitted with
+        (:mod:`cloudlstm.data.chunks`), so a memory-mapped stream is fitted with
         bounded memory: each chunk's count, mean and sum of squared deviations are merged
         into the running ones (Chan et al.'s pairwise update), which gives the same numbers
         as one pass over everything up to rounding (one chunk: exactly the same).

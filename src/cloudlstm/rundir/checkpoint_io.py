@@ -9,7 +9,7 @@ for all of them. The plugin is set for every Trainer in ``conf/trainer/default.y
 
 Lightning's own loads (``ckpt_path=`` of fit and test) verify through :meth:`load_checkpoint`;
 ``resume=``, ``eval.py``, ``predict.py`` and :class:`cloudlstm.Forecaster` through
-:func:`cloudlstm.checkpoints.check_checkpoint`.
+:func:`cloudlstm.rundir.checkpoints.check_checkpoint`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from cloudlstm.checkpoints import checksum_path, verify_checksum, write_checksum
+from cloudlstm.rundir.checkpoints import checksum_path, verify_checksum, write_checksum
 
 
 class ChecksummedCheckpointIO(TorchCheckpointIO):

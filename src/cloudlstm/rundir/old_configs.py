@@ -31,18 +31,30 @@ _MOVED = {
         ),
         "sources",
     ),
-    **dict.fromkeys(
-        ("stream", "windows", "transforms", "datamodule", "cache", "outliers"),
-        "pipeline",
-    ),
+    **dict.fromkeys(("windows", "datamodule", "outliers"), "pipeline"),
 }
 
 
-# Modules renamed since: old name -> new name.
+# Modules renamed since: old name -> new name. The training engine's modules and a run
+# directory's lifecycle lived at the package root, and the data's shared contract (stream,
+# cache, scaling) in the pipeline.
 _RENAMED = {
-    "cloudlstm.lit": "cloudlstm.training",
+    "cloudlstm.lit": "cloudlstm.engine.module",
+    "cloudlstm.training": "cloudlstm.engine.module",
+    **{
+        f"cloudlstm.{name}": f"cloudlstm.engine.{name}"
+        for name in ("callbacks", "schedules", "loggers", "pruning", "metrics")
+    },
+    "cloudlstm.checkpoint_io": "cloudlstm.rundir.checkpoint_io",
+    "cloudlstm.preemption": "cloudlstm.rundir.preemption",
+    "cloudlstm.cli.config_changes": "cloudlstm.rundir.config_changes",
     "cloudlstm.data.grid": "cloudlstm.models.grid_mapping",
     "cloudlstm.data.pipeline.grid": "cloudlstm.models.grid_mapping",
+    **{
+        f"cloudlstm.data{place}.{name}": f"cloudlstm.data.{name}"
+        for place in ("", ".pipeline")
+        for name in ("stream", "transforms", "cache")
+    },
 }
 
 
@@ -50,7 +62,7 @@ def current_target(target: str) -> str:
     """``target`` (a dotted ``_target_``) of an older run's config, with its module renamed to
     its place now: a module of the old flat ``cloudlstm.data`` layout, e.g.
     ``cloudlstm.data.datamodule.X`` -> ``cloudlstm.data.pipeline.datamodule.X``, or one of
-    ``_RENAMED`` (``cloudlstm.lit.ForecastModule`` -> ``cloudlstm.training.ForecastModule``);
+    ``_RENAMED`` (``cloudlstm.lit.ForecastModule`` -> ``cloudlstm.engine.module.ForecastModule``);
     any other target unchanged."""
     module, _, name = target.rpartition(".")
     if module in _RENAMED:

@@ -1,0 +1,105 @@
+"""The test report's figures: maps and worst-point series of one test window, and the error
+against the forecast horizon, as PNG files in ``<run dir>/figures/``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+
+from cloudlstm.errors import UserError
+from cloudlstm.report.cost import _evaluating, model_inputs
+from cloudlstm.viz import plot_forecast_maps, plot_horizon_curve, plot_worst_series
+
+
+@torch.no_grad()
+def draw_figures(
+    module: L.LightningModule,
+    datamodule: Any,
+    results: dict[str, Any],
+    out_dir: Path,
+    window: int = 0,
+    channel: int | str = 0,
+    model_name: str | None = None,
+) -> dict[str, Path]:
+    """Maps and worst-point series of one test window, and the error-vs-horizon curve.
+
+    The maps' title names ``model_name`` (default: the model's class) and the time of the
+    window's first forecast step; their axes are the points' coordinates in the data's
+    units. Returns ``{name: png path}``; empty if there is no test window.
+    """
+    dataset = datamodule.test_dataset
+    if not dataset:
+        return {}
+    names = list(datamodule.channel_names)
+    c = names.index(channel) if isinstance(channel, str) and channel in names else int(channel)
+    if not 0 <= c < len(names):
+        raise UserError(f"report.channel={channel}: the data has channels {names}")
+    index = window % len(dataset)
+    item = dataset[index]
+    model = module.model
+    with _evaluating(model) as device:
+        # the module's forward: the forecast as trained (anchored on the last frame or not)
+        pred = module(*model_inputs([item], device))[0].cpu()
+    scaler = module.scaler  # the forecast channels' (the first of the input's)
+    targets = {"x": item["x"][..., : len(names)], "y": item["y"]}
+    real = {k: scaler.inverse_transform(v).numpy() for k, v in targets.items()}
+    forecast = scaler.inverse_transform(pred).numpy()
+    mask = item["y_mask"].numpy().astype(bool)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    per_step = results["per_step"]
+    coords, coord_names = _map_coords(datamodule, item["coords"].numpy())
+    return {
+        "forecast_maps": plot_forecast_maps(
+            coords,
+            real["y"],
+            forecast,
+            channel=c,
+            channel_name=names[c],
+            mask=mask,
+            path=out_dir / "forecast_maps.png",
+            model=model_name or type(model).__name__,
+            start=_forecast_start(datamodule, dataset, index),
+            window=index,
+            coord_names=coord_names,
+        ),
+        "worst_points": plot_worst_series(
+            real["x"],
+            real["y"],
+            forecast,
+            channel=c,
+            channel_name=names[c],
+            point_ids=list(datamodule.stream.point_ids),
+            mask=mask,
+            path=out_dir / "worst_points.png",
+        ),
+        "error_vs_horizon": plot_horizon_curve(
+            {"test": per_step["mae"]["mean"]},
+            std={"test": per_step["mae"]["std"]},
+            path=out_dir / "error_vs_horizon.png",
+        ),
+    }
+
+
+def _map_coords(datamodule: Any, normalised: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """The points' coordinates in the data's own units (km, degrees) and their names; the
+    model's normalised ones where the points move or the stream has none of its own."""
+    stream = getattr(datamodule, "stream", None)
+    coords = getattr(stream, "coords", None)
+    if stream is None or stream.moving or coords is None or len(coords) != len(normalised):
+        return normalised, ["x (normalised)", "y (normalised)"]
+    source_names = list(getattr(getattr(datamodule, "source", None), "coord_cols", None) or [])
+    names = source_names[:2] if len(source_names) >= 2 else ["x", "y"]
+    return np.asarray(coords), names
+
+
+def _forecast_start(datamodule: Any, dataset: Any, index: int) -> str | None:
+    """The timestamp of a test window's first forecast step; None without timestamps."""
+    timestamps = getattr(getattr(datamodule, "stream", None), "timestamps", None)
+    if timestamps is None or not hasattr(dataset, "time_range"):
+        return None
+    first_target = dataset.time_range(index)[1]
+    return str(np.datetime_as_string(timestamps[first_target], unit="m")).replace("T", " ")

@@ -1,0 +1,128 @@
+"""A run directory's layout: the names of its files, in one place, and the small reads and
+writes of them that every entry point shares.
+
+::
+
+    <run dir>/
+        config.yaml            the job's resolved config (without ``hydra``)
+        data_summary.json      the data's summary (points, channels, splits)
+        metrics.json           the results; written last, so it marks a finished run
+        config_changes.yaml    settings changed on resuming (``allow_changes``)
+        run.lock               the training that holds the directory
+        wandb_run_id.txt       the W&B run id, so a restarted job continues its W&B run
+        checkpoints/           epoch_*.ckpt (the best), last.ckpt (the newest), checksums
+        figures/               the test report's PNG files
+        eval/<time>/           each evaluation's own directory
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import string
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.utilities import rank_zero_only
+
+from cloudlstm.errors import UserError
+
+CONFIG_FILE = "config.yaml"
+DATA_SUMMARY_FILE = "data_summary.json"
+METRICS_FILE = "metrics.json"
+CHANGES_FILE = "config_changes.yaml"
+LOCK_FILE = "run.lock"
+WANDB_ID_FILE = "wandb_run_id.txt"
+CHECKPOINT_DIR = "checkpoints"
+LAST_CHECKPOINT = "last.ckpt"
+BEST_CHECKPOINTS = "epoch_*.ckpt"
+FIGURES_DIR = "figures"
+
+
+def check_run_dir(run_dir: str | Path) -> Path:
+    """``run_dir`` as a path, checked to be a run directory (it has the run's config.yaml).
+
+    Raises:
+        UserError: it does not exist, or is not a run directory.
+    """
+    run = Path(run_dir).expanduser()
+    if not run.is_dir():
+        raise UserError(f"Run directory {run} does not exist.")
+    if not (run / CONFIG_FILE).is_file():
+        raise UserError(f"{run} is not a run directory: it has no {CONFIG_FILE}.")
+    return run
+
+
+def last_checkpoint(run: Path) -> Path:
+    """Where run directory ``run`` keeps its newest state, ``checkpoints/last.ckpt``."""
+    return run / CHECKPOINT_DIR / LAST_CHECKPOINT
+
+
+def find_checkpoint(run: Path, ckpt: str | Path) -> Path:
+    """The checkpoint file ``ckpt`` (``"best"``, ``"last"`` or a path) of run directory ``run``.
+
+    ``best`` is the checkpoint the run was tested with (``metrics.json``), else the
+    ``epoch_*.ckpt`` of ``checkpoints/`` (the best by validation loss).
+
+    Raises:
+        UserError: there is no such checkpoint.
+    """
+    folder = run / CHECKPOINT_DIR
+    if str(ckpt) == "best":
+        newest = max(folder.glob(BEST_CHECKPOINTS), key=lambda p: p.stat().st_mtime, default=None)
+        found = _tested_checkpoint(run) or newest
+    elif str(ckpt) == "last":
+        found = last_checkpoint(run)
+    else:
+        given = Path(ckpt).expanduser()
+        found = given if given.is_file() or given.is_absolute() else run / given
+    if found is None or not found.is_file():
+        have = sorted(p.name for p in folder.glob("*.ckpt"))
+        raise UserError(
+            f"No checkpoint {ckpt!r} in {run} ({folder} holds {have or 'no .ckpt files'}): "
+            "use a run that trained, ckpt=best, ckpt=last or the path of a .ckpt file."
+        )
+    return found
+
+
+def _tested_checkpoint(run: Path) -> Path | None:
+    """The checkpoint ``metrics.json`` says was tested, found again if the run was moved."""
+    tested = (read_metrics(run) or {}).get("checkpoint")
+    if not tested:
+        return None
+    for path in (Path(tested), run / CHECKPOINT_DIR / Path(tested).name):
+        if path.is_file():
+            return path
+    return None
+
+
+def read_metrics(run: Path) -> dict[str, Any] | None:
+    """A run's ``metrics.json``; None before the run finished."""
+    path = run / METRICS_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def write_metrics(output_dir: Path, results: dict[str, Any]) -> Path:
+    """``results`` as ``<output_dir>/metrics.json``; returns its path."""
+    path = Path(output_dir) / METRICS_FILE
+    path.write_text(json.dumps(results, indent=2))
+    return path
+
+
+def wandb_run_id(output_dir: Path, new: bool = False) -> str | None:
+    """The run directory's W&B run id, created and stored on first call (or if ``new``).
+
+    None on DDP ranks other than 0: only rank 0 opens the W&B run, and ranks that start at
+    the same moment (SLURM) must not race to write different ids.
+    """
+    if rank_zero_only.rank != 0:
+        return None
+    path = output_dir / WANDB_ID_FILE
+    if path.is_file() and not new:
+        run_id = path.read_text().strip()
+        if run_id:
+            return run_id
+    # W&B's own format: 8 lowercase letters and digits
+    run_id = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+    path.write_text(run_id + "\n")
+    return run_id
