@@ -29,7 +29,7 @@ from cloudlstm.nn import (
     onednn_matmul,
 )
 from cloudlstm.nn.cells import search
-from cloudlstm.nn.knn import knn_reference
+from cloudlstm.nn.knn_brute import knn_reference
 
 
 def timed(fn: Callable[[], object], repeats: int) -> float:

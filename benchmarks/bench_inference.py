@@ -27,8 +27,8 @@ import torch
 from bench_dconv import timed_together
 from torch.utils.flop_counter import FlopCounterMode
 
-from cloudlstm.models.build import count_parameters
 from cloudlstm.cli.models_table import model_for_shape
+from cloudlstm.models.build import count_parameters
 from cloudlstm.nn import onednn_matmul
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -132,3 +133,13 @@ def benchmark_module(name: str) -> Iterator[object]:
     finally:
         sys.modules.pop(name, None)
         sys.path.remove(str(folder))
+
+
+def build_datamodule(cfg: DictConfig, output_dir: Path) -> tuple[Any, dict[str, Any]]:
+    """The data of ``cfg`` as a run builds it: instantiated, loaded and set up, with its
+    summary (also written to ``output_dir/data_summary.json``)."""
+    from cloudlstm.assembly.build import instantiate_datamodule, set_up_datamodule
+
+    datamodule = instantiate_datamodule(cfg)
+    datamodule.prepare_data()
+    return datamodule, set_up_datamodule(datamodule, output_dir)

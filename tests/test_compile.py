@@ -19,7 +19,9 @@ from torch._dynamo.utils import counters
 
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.models import CloudSeq2Seq
-from cloudlstm.nn.knn import NonFiniteCoordinatesError, knn, knn_reference
+from cloudlstm.nn.knn import knn
+from cloudlstm.nn.knn_brute import knn_reference
+from cloudlstm.nn.knn_finite import NonFiniteCoordinatesError
 
 
 @pytest.fixture(autouse=True)

@@ -15,8 +15,8 @@ import pytest
 import torch
 from matplotlib.image import imread
 
+from cloudlstm.assembly.checkpoint_fit import TrainedCheckpoint
 from cloudlstm.cli.train import train
-from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.module import ForecastModule
 from cloudlstm.models.build import build_model
 from tests.conftest import TINY, compose_train
@@ -95,8 +95,8 @@ def test_val_mae_is_the_real_unit_error_of_the_model(wandb_run):
     cfg, results, run_dir, run = wandb_run
     datamodule = hydra.utils.instantiate(cfg.data)
     datamodule.setup("fit")
-    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
-    spec = DataSpec.from_checkpoint(ckpt, run_dir)
+    trained = TrainedCheckpoint.read(run_dir / "checkpoints" / "last.ckpt")
+    ckpt, spec = trained.contents, trained.forecasting_spec()
     model = build_model(cfg.model, spec)
     module = ForecastModule(model, optimizer=None, spec=spec, anchor=cfg.module.anchor)
     module.load_state_dict(ckpt["state_dict"])

@@ -16,6 +16,7 @@ from cloudlstm.assembly.build import instantiate_datamodule
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.sources.beijing import STATION_POSITIONS, BeijingSource
 from cloudlstm.errors import UserError
+from cloudlstm.rundir.old_configs import current_config
 
 REAL = ROOT.parent / "shared" / "data" / "beijing_multisite"
 needs_real = pytest.mark.skipif(
@@ -243,9 +244,12 @@ def test_a_run_saved_before_co_units_keeps_its_ug_m3(tiny, tmp_path):
     old = old_beijing_config(cfg)
     with open_dict(old.data):
         del old.data.co_units
-    assert instantiate_datamodule(old).source.co_units == "ug/m3"
-    assert old.data.source.co_units == "ug/m3"  # recorded in the evaluation's config.yaml too
-    assert instantiate_datamodule(old_beijing_config(cfg)).source.co_units == "mg/m3"
+    current = current_config(old)
+    assert instantiate_datamodule(current).source.co_units == "ug/m3"
+    assert current.data.source.co_units == "ug/m3"  # recorded in the evaluation's config.yaml
+    assert "co_units" not in old.data  # the run's own config is not changed
+    new_style = current_config(old_beijing_config(cfg))
+    assert instantiate_datamodule(new_style).source.co_units == "mg/m3"
     assert instantiate_datamodule(cfg).source.co_units == "mg/m3"
 
 

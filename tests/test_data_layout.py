@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 import cloudlstm.data as data
 from cloudlstm.assembly.build import instantiate_datamodule
-from cloudlstm.rundir.old_configs import current_target
+from cloudlstm.rundir.old_configs import current_config, current_target
 
 
 def test_top_level_names_still_import():
@@ -90,8 +90,11 @@ def test_an_older_runs_data_config_still_instantiates(tmp_path):
             },
         }
     )
-    dm = instantiate_datamodule(cfg)
+    before = OmegaConf.to_yaml(cfg)
+    current = current_config(cfg)
+    dm = instantiate_datamodule(current)
     assert type(dm).__module__ == "cloudlstm.data.pipeline.datamodule"
     assert dm.num_points == 4
-    assert cfg.data._target_ == "cloudlstm.data.pipeline.datamodule.PointCloudDataModule"
-    assert OmegaConf.to_container(cfg.data.source)["cache_dir"] == "${cache}"  # not resolved
+    assert current.data._target_ == "cloudlstm.data.pipeline.datamodule.PointCloudDataModule"
+    assert OmegaConf.to_container(current.data.source)["cache_dir"] == "${cache}"  # not resolved
+    assert OmegaConf.to_yaml(cfg) == before  # the run's own config is read, never changed

@@ -13,8 +13,8 @@ from conftest import TINY, compose_train
 
 from cloudlstm.cli.train import train
 from cloudlstm.data import PointCloudDataModule, PointCloudStream
-from cloudlstm.data.pipeline.datamodule import seasonal_offsets
 from cloudlstm.data.pipeline.outliers import dbscan_outliers, shift_outliers
+from cloudlstm.data.pipeline.splits import seasonal_offsets
 from cloudlstm.data.transforms import normalize_coords
 
 

@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cloudlstm.cli.evaluate import evaluate, with_run_config
 from cloudlstm.cli.train import train
@@ -193,3 +193,73 @@ def test_a_compiled_run_forecasts_as_its_checkpoint_does_uncompiled(tmp_path):
         np.testing.assert_allclose(
             compiled["prediction"], eager["prediction"], rtol=1e-4, atol=1e-4
         )
+
+
+# ---------------------------------------------------------------- the config and the checkpoint
+def test_evaluating_changes_nothing_in_the_config_it_is_given(cloud_run, tmp_path):
+    """The run's config is read as given: read-only, any write during the evaluation (an
+    old class path renamed in place, a data node upgraded in place) would raise."""
+    cfg = compose_eval(cloud_run, tmp_path / "out")
+    before = OmegaConf.to_yaml(cfg)
+    OmegaConf.set_readonly(cfg, True)
+    evaluate(cfg)
+    assert OmegaConf.to_yaml(cfg) == before
+
+
+def test_an_older_runs_class_paths_are_renamed_in_a_copy(cloud_run, tmp_path):
+    """A config naming the package-root modules of older versions evaluates, and the
+    evaluation's config.yaml names today's modules."""
+    run = tmp_path / "old_run"
+    shutil.copytree(cloud_run, run)
+    saved = OmegaConf.load(run / "config.yaml")
+    saved.module._target_ = "cloudlstm.training.ForecastModule"
+    saved.trainer.plugins[0]._target_ = "cloudlstm.checkpoint_io.ChecksummedCheckpointIO"
+    OmegaConf.save(saved, run / "config.yaml")
+    cfg = compose_eval(run, tmp_path / "out")
+    evaluate(cfg)
+    written = OmegaConf.load(tmp_path / "out" / "config.yaml")
+    assert written.module._target_ == "cloudlstm.engine.module.ForecastModule"
+    assert written.trainer.plugins[0]._target_.startswith("cloudlstm.rundir.checkpoint_io.")
+    assert cfg.module._target_ == "cloudlstm.training.ForecastModule"  # the given one as it was
+
+
+@pytest.fixture
+def checkpoint_reads(monkeypatch) -> dict[str, int]:
+    """How often checkpoints are loaded from disk and their data description parsed."""
+    import cloudlstm.assembly.checkpoint_fit as checkpoint_fit
+    import cloudlstm.engine.module as engine_module
+    import cloudlstm.rundir.checkpoints as checkpoints
+
+    counts = {"load": 0, "spec": 0}
+
+    def counted(name, function):
+        def wrapper(*args, **kwargs):
+            counts[name] += 1
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(checkpoints.torch, "load", counted("load", torch.load))
+    for module in (checkpoint_fit, engine_module):
+        monkeypatch.setattr(module, "stored_spec", counted("spec", module.stored_spec))
+    return counts
+
+
+def test_evaluation_reads_and_parses_its_checkpoint_once(cloud_run, tmp_path, checkpoint_reads):
+    evaluate(compose_eval(cloud_run, tmp_path / "out"))
+    assert checkpoint_reads == {"load": 1, "spec": 1}
+
+
+def test_restoring_a_run_reads_and_parses_its_checkpoint_once(cloud_run, checkpoint_reads):
+    from cloudlstm.assembly.assemble import restore
+
+    restore(cloud_run, device="cpu")
+    assert checkpoint_reads == {"load": 1, "spec": 1}
+
+
+def test_training_changes_nothing_in_the_config_it_is_given(tmp_path):
+    cfg = compose_train(tmp_path, JOB)
+    before = OmegaConf.to_yaml(cfg)
+    OmegaConf.set_readonly(cfg, True)
+    train(cfg)
+    assert OmegaConf.to_yaml(cfg) == before

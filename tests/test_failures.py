@@ -21,13 +21,19 @@ import pytest
 import torch
 from torch import nn
 
-from cloudlstm.assembly.build import build_datamodule
 from cloudlstm.cli.train import train
 from cloudlstm.data.sources.synthetic import SyntheticAdvectionDiffusion
 from cloudlstm.engine.module import ForecastModule, TrainingDivergedError
 from cloudlstm.errors import UserError
 from cloudlstm.models.base import ForecastModel
-from tests.conftest import ROOT, TINY, compose_train, rebuilding_fails, subprocess_env
+from tests.conftest import (
+    ROOT,
+    TINY,
+    build_datamodule,
+    compose_train,
+    rebuilding_fails,
+    subprocess_env,
+)
 
 
 # ---------------------------------------------------------------- diverged training

@@ -22,8 +22,9 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from cloudlstm.cli.train import train
-from cloudlstm.data.pipeline.datamodule import PointCloudDataModule, seasonal_offsets
+from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.pipeline.forecast_input import build_input
+from cloudlstm.data.pipeline.splits import seasonal_offsets
 from cloudlstm.data.spec import SPEC_KEY, DataSpec
 from cloudlstm.errors import UserError
 from cloudlstm.forecast import FILLED_COLUMN, Forecaster

@@ -19,7 +19,9 @@ from conftest import ROOT, TINY, subprocess_env
 
 from cloudlstm.models import CloudSeq2Seq
 from cloudlstm.nn import DConv, channel_neighbours, knn_triton
-from cloudlstm.nn.knn import NonFiniteCoordinatesError, knn, knn_reference
+from cloudlstm.nn.knn import knn
+from cloudlstm.nn.knn_brute import knn_reference
+from cloudlstm.nn.knn_finite import NonFiniteCoordinatesError
 
 pytestmark = [
     pytest.mark.gpu,

@@ -259,7 +259,7 @@ def test_without_the_check_a_scaler_that_flattens_a_channel_is_one_line(tmp_path
     ), line
     assert not (tmp_path / "run" / "checkpoints").exists()  # stopped before training
     # 1e6 instead: absurd too, but the scaler (std ~2e4) still tells the readings apart
-    from cloudlstm.assembly.build import build_datamodule
+    from tests.conftest import build_datamodule
 
     df = pd.read_csv(absurd_file)
     df.loc[df["no2"] > 1e29, "no2"] = 1e6
@@ -309,7 +309,7 @@ def test_the_robust_spread_is_not_moved_by_the_outlier_it_finds():
 
 
 def test_no_absurd_value_in_the_synthetic_data(tmp_path):
-    from cloudlstm.assembly.build import build_datamodule
+    from tests.conftest import build_datamodule
 
     for data in ("synthetic", "synthetic_moving"):
         cfg = compose_train(tmp_path / data, [f"data={data}", "data.max_abs_z=100"])
@@ -318,7 +318,7 @@ def test_no_absurd_value_in_the_synthetic_data(tmp_path):
 
 
 def test_no_absurd_value_in_the_beijing_data(tmp_path):
-    from cloudlstm.assembly.build import build_datamodule
+    from tests.conftest import build_datamodule
 
     root = ROOT.parent / "shared" / "data" / "beijing_multisite"
     if not any(root.glob("PRSA_Data_*.csv*")):
@@ -370,7 +370,7 @@ def test_a_value_outside_its_valid_range_is_one_line_naming_it_and_the_option(
 def test_with_bad_values_warn_a_value_out_of_range_is_missing_and_filled(
     tmp_path, negative_file, caplog
 ):
-    from cloudlstm.assembly.build import build_datamodule
+    from tests.conftest import build_datamodule
 
     cfg = compose_train(
         tmp_path,
@@ -439,7 +439,7 @@ def test_ranges_and_z_scores_are_checked_alike_ranges_first():
 
 
 def test_the_synthetic_mobile_traffic_lies_within_its_range(tmp_path):
-    from cloudlstm.assembly.build import build_datamodule
+    from tests.conftest import build_datamodule
 
     small = ["data.source.num_antennas=30", "data.source.num_services=6", "data.source.num_days=3"]
     cfg = compose_train(tmp_path, ["data=mobile", *small])

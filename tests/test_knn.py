@@ -3,16 +3,15 @@ torch ops, chunked brute force) against the all-pairs ``knn_reference``, bit for
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 import torch
 from conftest import compile_for_hopper, run_in_triton_interpreter
 
-from cloudlstm.nn.knn import PAIRS_MAX_POINTS, NeighbourCountError, check_k, knn, knn_reference
-
-knn_module = importlib.import_module("cloudlstm.nn.knn")  # the package exports knn, the function
+from cloudlstm.nn import knn_numba
+from cloudlstm.nn.knn import PAIRS_MAX_POINTS, knn
+from cloudlstm.nn.knn_brute import knn_reference
+from cloudlstm.nn.knn_checks import NeighbourCountError, check_k
 
 
 def _gen(seed: int = 0) -> torch.Generator:
@@ -163,9 +162,28 @@ def test_k_zero_raises() -> None:
         knn(torch.rand(2, 5, 2), 0)
 
 
+def test_the_knn_module_still_exports_the_names_that_moved_out_of_it() -> None:
+    """Code written against ``cloudlstm.nn.knn`` before the checks, the finiteness block and
+    the reference had modules of their own gets the same objects from it."""
+    import importlib
+
+    from cloudlstm.nn import knn_brute, knn_checks, knn_finite
+
+    module = importlib.import_module("cloudlstm.nn.knn")  # the package exports the function
+    homes = {
+        knn_checks: ["NeighbourCountError", "check_k", "check_k_option"],
+        knn_finite: ["NonFiniteCoordinatesError", "deferred_finite_check"],
+        knn_brute: ["knn_reference"],
+    }
+    for home, names in homes.items():
+        for name in names:
+            assert getattr(module, name) is getattr(home, name), name
+            assert name in module.__all__
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), 1e300])  # 1e300: inf in float32
 def test_non_finite_coordinates_are_refused(bad):
-    from cloudlstm.nn.knn import NonFiniteCoordinatesError
+    from cloudlstm.nn.knn_finite import NonFiniteCoordinatesError
 
     coords = torch.rand(2, 10, 2, dtype=torch.float64)
     coords[1, 4, 0] = bad
@@ -177,7 +195,7 @@ def test_deferred_finite_check_refuses_nan_once_at_the_end_of_the_block() -> Non
     """Inside the block a NaN-safe search (brute force here, Triton on a GPU) returns
     in-range indices and the error comes at the block's end; the outermost block checks;
     the numba grid, which is not NaN-safe, still refuses at once."""
-    from cloudlstm.nn.knn import NonFiniteCoordinatesError, deferred_finite_check
+    from cloudlstm.nn.knn_finite import NonFiniteCoordinatesError, deferred_finite_check
 
     bad = torch.rand(2, 10, 2)
     bad[1, 4, 0] = float("nan")
@@ -250,7 +268,7 @@ def test_triton_kernels_are_exact_in_the_interpreter() -> None:
     in-range, distinct neighbours, the point itself first."""
     script = (
         "import torch\n"
-        "from cloudlstm.nn.knn import knn_reference\n"
+        "from cloudlstm.nn.knn_brute import knn_reference\n"
         "from cloudlstm.nn.knn_triton import knn_triton\n"
         "g = torch.Generator().manual_seed(0)\n"
         "ties = torch.randint(0, 4, (2, 50, 3), generator=g).float()\n"
@@ -295,6 +313,7 @@ def test_triton_search_flags_non_finite_coordinates_in_its_pass() -> None:
     indices; finite clouds leave the flag at 0 and equal the reference."""
     script = INTERPRETED_KNN + (
         "import pytest\n"
+        "from cloudlstm.nn.knn_finite import open_block\n"
         "g = torch.Generator().manual_seed(0)\n"
         "good = torch.rand(3, 30, 2, generator=g)\n"
         "for value in (float('nan'), float('inf'), -float('inf')):\n"
@@ -311,7 +330,7 @@ def test_triton_search_flags_non_finite_coordinates_in_its_pass() -> None:
         "with K.deferred_finite_check():\n"
         "    for _ in range(3):\n"
         "        assert torch.equal(K.knn(good, 4, method='triton'), K.knn_reference(good, 4))\n"
-        "    assert len(K._open_block().bad) == 1  # one flag for every search of the block\n"
+        "    assert len(open_block().bad) == 1  # one flag for every search of the block\n"
         "flag = torch.zeros(1, dtype=torch.int32)\n"
         "kernel(good, 4, {'BLOCK_Q': 16}, 'insert', nonfinite=flag)\n"
         "assert int(flag) == 0\n"
@@ -363,11 +382,11 @@ def test_small_clouds_rank_all_pairs_as_the_grid_does(n: int) -> None:
         for k in sorted({1, min(3, n), n}):
             expected = knn_reference(coords, k)
             out = np.empty((len(coords), n, k), np.int16)
-            knn_module._knn_grid(coords.numpy(), k, out)
+            knn_numba._knn_grid(coords.numpy(), k, out)
             assert torch.equal(torch.from_numpy(out).long(), expected)
             # all pairs, read through a strided view as a DConv's channels are
             strided = torch.stack([coords, coords], dim=-1)[..., 0].numpy()[None]
-            assert knn_module._knn_pairs(strided, k, out[None])
+            assert knn_numba._knn_pairs(strided, k, out[None])
             assert torch.equal(torch.from_numpy(out).long(), expected)
             got = knn(coords, k, dtype=torch.int16)
             assert got.dtype == torch.int16 and torch.equal(got.long(), expected)

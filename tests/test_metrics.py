@@ -21,7 +21,6 @@ from cloudlstm.engine.metrics import (
     Snapshots,
     metric_names,
     scale_free_mae,
-    snapshot_metrics,
 )
 
 B, J, N, C = 4, 2, 4, 2
@@ -74,20 +73,23 @@ def test_no_mask_means_all_observed(data) -> None:
     assert_close(run(pred, target), reference(pred, target, full))
 
 
-def test_snapshot_metrics_matches_reference(data) -> None:
+def test_each_snapshots_metrics_match_the_reference(data) -> None:
+    """One window at a time, each forecast step's value is that snapshot's metric (NaN
+    where nothing is observed), with PSNR's peak the window's own."""
     pred, target, mask = data
-    v_max = 12.0
-    out = snapshot_metrics(pred.double(), target.double(), mask, v_max=v_max)
-    assert set(out) == set(METRICS) and all(v.shape == (B, J) for v in out.values())
-    snaps = ref_snapshots(pred.double().numpy(), target.double().numpy(), mask.numpy(), v_max)
     for b in range(B):
+        metric = ForecastMetrics(J, C)
+        metric.update(pred[b : b + 1].double(), target[b : b + 1].double(), mask[b : b + 1])
+        result = metric.compute()
+        arrays = [t[b : b + 1].double().numpy() for t in (pred, target)]
+        snaps = ref_snapshots(*arrays, mask[b : b + 1].numpy(), result["v_max"])[0]
         for j in range(J):
             for m in METRICS:
-                if snaps[b][j] is None:
-                    assert math.isnan(out[m][b, j])
+                got = result["per_step"][m]["mean"][j]
+                if snaps[j] is None:
+                    assert math.isnan(got)
                 else:
-                    assert out[m][b, j].item() == pytest.approx(snaps[b][j][m], rel=1e-9)
-    assert "psnr" not in snapshot_metrics(pred, target, mask)
+                    assert got == pytest.approx(snaps[j][m], rel=1e-9)
 
 
 def test_masked_entries_are_ignored(data) -> None:
@@ -168,11 +170,6 @@ def test_wrong_shapes_raise(pred_shape, target_shape, mask_shape) -> None:
     mask = None if mask_shape is None else torch.ones(mask_shape, dtype=torch.bool)
     with pytest.raises(ValueError, match=rf"expected .*J={J}.*C={C}.*{re.escape(str(pred_shape))}"):
         metric.update(torch.zeros(pred_shape), torch.zeros(target_shape), mask)
-
-
-def test_snapshot_metrics_shape_mismatch_raises() -> None:
-    with pytest.raises(ValueError, match=r"same shape .*\(1, 2, 3, 4\).*\(1, 2, 3, 5\)"):
-        snapshot_metrics(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 5))
 
 
 def test_bad_channel_names_raise() -> None:

@@ -16,7 +16,8 @@ import torch
 
 from cloudlstm.models import CloudSeq2Seq
 from cloudlstm.nn import DConv, channel_neighbours
-from cloudlstm.nn.knn import knn, knn_reference
+from cloudlstm.nn.knn import knn
+from cloudlstm.nn.knn_brute import knn_reference
 
 
 def _bf16() -> torch.autocast:

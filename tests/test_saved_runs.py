@@ -14,7 +14,6 @@ import pandas as pd
 import pytest
 from omegaconf import DictConfig, OmegaConf
 
-from cloudlstm.models.build import count_parameters
 from cloudlstm.assembly.build import instantiate_datamodule
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.sources.beijing import BeijingSource
@@ -24,10 +23,11 @@ from cloudlstm.data.sources.stand_in import SyntheticClusters
 from cloudlstm.data.sources.synthetic import SyntheticAdvectionDiffusion
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.module import ForecastModule
-from cloudlstm.models.build import build_model
+from cloudlstm.models.build import build_model, count_parameters
 from cloudlstm.rundir.old_configs import (
     DATAMODULE,
     OLD_DATAMODULES,
+    current_config,
     move_source_keys,
     rename_old_targets,
 )
@@ -94,7 +94,8 @@ def test_a_saved_run_builds_its_model_again(config: Path, tmp_path) -> None:
         return
     with pytest.MonkeyPatch.context() as patch:  # the data's classes, without their files
         patch.setattr(hydra.utils, "instantiate", lambda node, **_: node)
-        data = instantiate_datamodule(OmegaConf.merge(cfg, {"paths": {"data_dir": str(tmp_path)}}))
+        merged = OmegaConf.merge(cfg, {"paths": {"data_dir": str(tmp_path)}})
+        data = instantiate_datamodule(current_config(merged))
     # the old BeijingDataModule is today's datamodule around a BeijingSource
     assert data._target_ == DATAMODULE and hydra.utils.get_class(data._target_)
     assert hydra.utils.get_class(data.source._target_) is BeijingSource
@@ -121,7 +122,7 @@ def test_a_saved_runs_data_config_builds_the_same_data(config: Path, beijing_cac
     recorded = json.loads((config.parent / "metrics.json").read_text())["data"]
     source = cfg.data if _saved_before_sources(cfg) else cfg.data.source
     source.root, source.cache_dir = str(BEIJING), str(beijing_cache)
-    dm = instantiate_datamodule(cfg)
+    dm = instantiate_datamodule(current_config(cfg))
     assert type(dm) is PointCloudDataModule and type(dm.source) is BeijingSource
     saved = OmegaConf.load(config).data
     assert dm.source.co_units == saved.get("source", saved).get("co_units", "ug/m3")
@@ -231,6 +232,9 @@ def test_a_freshly_written_old_style_config_builds_the_same_data(kind, tmp_path)
     OmegaConf.save({"paths": {"data_dir": str(tmp_path)}, "data": node}, path)
     cfg = OmegaConf.load(path)
 
+    before = OmegaConf.to_yaml(cfg)
+    cfg = current_config(cfg)
+    assert OmegaConf.to_yaml(OmegaConf.load(path)) == before
     dm = instantiate_datamodule(cfg)
     assert type(dm) is PointCloudDataModule and type(dm.source) is SOURCE_CLASSES[kind]
     # the config an evaluation saves has today's form; interpolations are kept

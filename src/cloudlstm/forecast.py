@@ -33,6 +33,7 @@ from cloudlstm.data.pipeline.forecast_input import (
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.module import ForecastModule
 from cloudlstm.errors import UserError
+from cloudlstm.models.build import neighbours_needed, neighbours_setting
 
 __all__ = ["FILLED_COLUMN", "Forecaster"]
 
@@ -152,13 +153,13 @@ class Forecaster:
         """
         model = getattr(self.module.model, "_orig_mod", self.module.model)
         k, dilation = getattr(model, "k", None), getattr(model, "dilation", 1)
-        if not isinstance(k, int) or k * dilation <= count:
+        needed = neighbours_needed(k, dilation)
+        if needed is None or needed <= count:
             return
-        trained = f"model.k={k}" + (f" x model.dilation={dilation}" if dilation != 1 else "")
         raise UserError(
             f"{what} has readings of {count} point(s) in its last {self.history_steps} steps, "
-            f"but the model was trained with {trained} neighbours per point: give readings "
-            f"of at least {k * dilation} points."
+            f"but the model was trained with {neighbours_setting(k, dilation)} neighbours per "
+            f"point: give readings of at least {needed} points."
         )
 
     def update(self, snapshot: pd.DataFrame) -> None:

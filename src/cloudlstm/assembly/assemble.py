@@ -29,16 +29,19 @@ from cloudlstm.assembly.build import (
     save_job_config,
     set_up_datamodule,
 )
-from cloudlstm.assembly.checkpoint_fit import check_points, load_weights, restore_scaler
+from cloudlstm.assembly.checkpoint_fit import (
+    TrainedCheckpoint,
+    check_points,
+    load_weights,
+    restore_scaler,
+)
 from cloudlstm.assembly.config import describe_run
-from cloudlstm.data.spec import DataSpec, stored_spec
+from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.distributed import per_process_limits
 from cloudlstm.engine.module import ForecastModule
 from cloudlstm.models.build import build_model, with_sizes
 from cloudlstm.report.dashboard import define_wandb_metrics
-from cloudlstm.rundir.checkpoints import check_checkpoint
 from cloudlstm.rundir.layout import CONFIG_FILE, check_run_dir, find_checkpoint
-from cloudlstm.rundir.old_configs import rename_old_targets
 
 log = logging.getLogger(__name__)
 
@@ -71,32 +74,33 @@ def assemble(
 ) -> Assembly:
     """Data, description, model, training module, loggers and Trainer of ``cfg``.
 
-    Writes ``data_summary.json`` and ``config.yaml`` into ``output_dir``. With
-    ``checkpoint`` (evaluating a trained run), the data are normalised with its training
-    scaler, and its weights are loaded into the module after checking that they fit the
-    data's points and the model.
+    Writes ``data_summary.json`` and ``config.yaml`` into ``output_dir``; ``cfg`` itself is
+    never changed (an older run's config is brought to today's form before, as a copy:
+    :func:`~cloudlstm.rundir.old_configs.current_config`). With ``checkpoint`` (evaluating
+    a trained run), read once, the data are normalised with its training scaler, and its
+    weights are loaded into the module after checking that they fit the data's points and
+    the model.
 
     Raises:
         UserError: a data key is missing, the checkpoint cannot be read or does not fit.
     """
-    rename_old_targets(cfg.module)  # an older run's config (eval.py) names old modules
-    stored = None
+    trained = None
     if checkpoint is not None:
-        stored = check_checkpoint(
+        trained = TrainedCheckpoint.read(
             checkpoint,
             "Evaluate another checkpoint: ckpt=best, ckpt=last or a .ckpt written by training.",
         )
     datamodule = instantiate_datamodule(cfg)
     datamodule.prepare_data()
-    if stored is not None:
-        restore_scaler(datamodule, stored, checkpoint)
+    if trained is not None:
+        restore_scaler(datamodule, trained)
     summary = set_up_datamodule(datamodule, output_dir)
     job_cfg = save_job_config(cfg, output_dir)
     spec = datamodule.spec
-    module = build_module(cfg, spec, _as_trained(cfg.model, stored))
-    if stored is not None:
-        check_points(module.model, datamodule, stored, checkpoint)
-        load_weights(module, stored, checkpoint)
+    module = build_module(cfg, spec, _as_trained(cfg.model, trained))
+    if trained is not None:
+        check_points(module.model, datamodule, trained)
+        load_weights(module, trained)
     run = describe_run(cfg)
     loggers = build_loggers(cfg, run, output_dir) if with_loggers else []
     define_wandb_metrics(loggers)
@@ -125,12 +129,12 @@ def warn_per_process_limits(
         log.warning(note)
 
 
-def _as_trained(model: DictConfig, checkpoint: dict[str, Any] | None) -> DictConfig | None:
+def _as_trained(model: DictConfig, trained: TrainedCheckpoint | None) -> DictConfig | None:
     """The model config with the sizes the checkpoint's model was built with (None without
     a checkpoint, or one from before checkpoints stored them: the config's own then), so
     that data of other sizes are refused by name rather than loaded into the weights."""
-    trained = None if checkpoint is None else stored_spec(checkpoint)
-    return None if trained is None else with_sizes(model, DataSpec.from_dict(trained))
+    spec = None if trained is None else trained.spec
+    return None if spec is None else with_sizes(model, spec)
 
 
 def restore(
@@ -148,12 +152,11 @@ def restore(
             the run's model.
     """
     run = check_run_dir(run_dir)
-    path = find_checkpoint(run, ckpt)
-    checkpoint = check_checkpoint(path)
-    spec = DataSpec.from_checkpoint(checkpoint, path)
+    trained = TrainedCheckpoint.read(find_checkpoint(run, ckpt))
+    spec = trained.forecasting_spec()
     model = build_model(OmegaConf.load(run / CONFIG_FILE).model, spec, compile=False)
-    anchor = checkpoint.get("hyper_parameters", {}).get("anchor", "none")
+    anchor = trained.contents.get("hyper_parameters", {}).get("anchor", "none")
     module = ForecastModule(model, optimizer=None, spec=spec, anchor=anchor)
-    load_weights(module, checkpoint, path)
+    load_weights(module, trained)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    return module.to(device).eval(), path
+    return module.to(device).eval(), trained.path

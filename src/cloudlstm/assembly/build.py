@@ -21,7 +21,6 @@ from cloudlstm.engine.host_memory import keep_freed_memory, keeps_freed_memory
 from cloudlstm.errors import UserError
 from cloudlstm.models.build import build_model
 from cloudlstm.rundir.layout import CONFIG_FILE, DATA_SUMMARY_FILE, wandb_run_id
-from cloudlstm.rundir.old_configs import upgrade_data
 
 
 @contextmanager
@@ -61,31 +60,11 @@ def configure_process(cfg: DictConfig) -> None:
         keep_freed_memory()
 
 
-def build_datamodule(
-    cfg: DictConfig, output_dir: Path
-) -> tuple[L.LightningDataModule, dict[str, Any]]:
-    """Instantiate, load and set up the data, and save its summary.
-
-    Returns the datamodule and its summary, also written to ``data_summary.json`` in
-    ``output_dir``.
-
-    Raises:
-        UserError: a mandatory data key (e.g. ``data.source.path``) is missing.
-    """
-    datamodule = instantiate_datamodule(cfg)
-    datamodule.prepare_data()
-    return datamodule, set_up_datamodule(datamodule, output_dir)
-
-
 def instantiate_datamodule(cfg: DictConfig) -> L.LightningDataModule:
     """The datamodule of ``cfg.data``, not loaded yet.
 
-    An older run's config (``eval.py``) is read as that run was built: old ``_target_``
-    paths are renamed, a Beijing config without ``co_units`` keeps the files' µg/m³, and a
-    datamodule that took its source's arguments itself becomes the
-    :class:`~cloudlstm.data.pipeline.datamodule.PointCloudDataModule` of a ``source`` node
-    (:func:`~cloudlstm.rundir.old_configs.upgrade_data`). ``cfg.data`` is changed in place,
-    so the config an evaluation saves has the current form.
+    ``cfg`` is in today's form (an older run's config is brought to it first, as a copy:
+    :func:`~cloudlstm.rundir.old_configs.current_config`) and is not changed.
 
     Raises:
         UserError: a mandatory data key (e.g. ``data.source.path``) is missing.
@@ -97,7 +76,6 @@ def instantiate_datamodule(cfg: DictConfig) -> L.LightningDataModule:
             f"The data config needs {', '.join(missing)}; give it on the command line: "
             f"`python train.py <data=...> {example}` (e.g. data.source.path=/my/file.csv)."
         )
-    upgrade_data(cfg.data)
     return instantiate(cfg.data)
 
 

@@ -9,19 +9,62 @@ themselves (the sizes the model was built for are checked when it is built).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import numpy as np
 
-from cloudlstm.data.spec import stored_spec
-from cloudlstm.data.transforms import StandardScaler
+from cloudlstm.data.spec import DataSpec, stored_spec
 from cloudlstm.errors import UserError
+from cloudlstm.rundir.checkpoints import check_checkpoint
 
 
-def restore_scaler(datamodule: Any, checkpoint: dict[str, Any], path: Path) -> None:
-    """Load the training scaler of ``checkpoint`` into a loaded, not yet set-up datamodule.
+@dataclass(frozen=True)
+class TrainedCheckpoint:
+    """A checkpoint read, checked and parsed once, then passed to every check and load.
+
+    Attributes:
+        path: the ``.ckpt`` file.
+        contents: what ``torch.load`` gave (weights, optimiser and callback states, ...).
+        spec: the description of its training data; None in checkpoints written before
+            checkpoints stored it (they are then checked by sizes alone).
+    """
+
+    path: Path
+    contents: dict[str, Any]
+    spec: DataSpec | None
+
+    @classmethod
+    def read(cls, path: Path, remedy: str | None = None) -> TrainedCheckpoint:
+        """Verify and load ``path`` (:func:`~cloudlstm.rundir.checkpoints.check_checkpoint`;
+        ``remedy`` ends its messages) and parse its data description.
+
+        Raises:
+            UserError: the file is truncated, corrupted or no Lightning checkpoint.
+        """
+        contents = check_checkpoint(path, remedy)
+        state = stored_spec(contents)
+        return cls(path, contents, None if state is None else DataSpec.from_dict(state))
+
+    def forecasting_spec(self) -> DataSpec:
+        """The data description, which forecasting cannot do without.
+
+        Raises:
+            UserError: the checkpoint was written before checkpoints stored it.
+        """
+        if self.spec is None:
+            raise UserError(
+                f"{self.path} lacks what forecasting needs (scaler, points, sampling step, "
+                "...): it was written before checkpoints stored it. Retrain the run "
+                "(`python train.py ...` with the same settings) to forecast with it."
+            )
+        return self.spec
+
+
+def restore_scaler(datamodule: Any, trained: TrainedCheckpoint) -> None:
+    """Load the training scaler of ``trained`` into a loaded, not yet set-up datamodule.
 
     Before ``setup``: Lightning restores datamodule state only after it, when the data have
     already been normalised with a scaler refitted on them.
@@ -29,31 +72,30 @@ def restore_scaler(datamodule: Any, checkpoint: dict[str, Any], path: Path) -> N
     Raises:
         UserError: the checkpoint holds no scaler, or one of other channels than the data's.
     """
+    spec, path = trained.spec, trained.path
     # checkpoints written before the data description held the scaler kept it in the
     # datamodule's Lightning state
-    state = checkpoint.get(type(datamodule).__qualname__) or {}
-    info = stored_spec(checkpoint) or {}
-    scaler = info.get("scaler") or state.get("scaler")
+    state = trained.contents.get(type(datamodule).__qualname__) or {}
+    scaler = (spec.scaler if spec is not None else None) or state.get("scaler")
     if scaler is None:
         raise UserError(
             f"{path} holds no value scaler for {type(datamodule).__name__}: it was written by "
             "a run on another kind of data. Evaluate it with its own run (run=<its run dir>)."
         )
-    trained = info.get("channel_names")
-    if trained is not None:  # the scaler's channels: the targets, then the covariates
-        trained = [*trained, *info.get("covariate_names", [])]
-    count = StandardScaler.from_dict(scaler).num_channels
+    # the scaler's channels: the targets, then the covariates
+    names = None if spec is None else [*spec.channel_names, *spec.covariate_names]
+    count = len(scaler["mean"])  # made a scaler once, by use_scaler
     have = [*datamodule.channel_names, *datamodule.covariate_names]
-    if count != len(have) or (trained is not None and trained != have):
-        names = f" ({', '.join(trained)})" if trained else ""
+    if count != len(have) or (names is not None and names != have):
+        listed = f" ({', '.join(names)})" if names else ""
         raise UserError(
-            f"{path} was trained on {count} channels{names}, but the data has {len(have)} "
+            f"{path} was trained on {count} channels{listed}, but the data has {len(have)} "
             f"({', '.join(have)}). Evaluate it on data with its training channels."
         )
     datamodule.use_scaler(scaler)
 
 
-def check_points(model: Any, datamodule: Any, checkpoint: dict[str, Any], path: Path) -> None:
+def check_points(model: Any, datamodule: Any, trained: TrainedCheckpoint) -> None:
     """Refuse other points than the training ones for a model tied to them (grid models,
     MLP, LSTM: ``model.fixed_points`` says why); point models take any points.
 
@@ -63,31 +105,31 @@ def check_points(model: Any, datamodule: Any, checkpoint: dict[str, Any], path: 
     Raises:
         UserError: the data's points (ids or coordinates) are not the training points.
     """
-    reason = getattr(model, "fixed_points", None)
-    info = stored_spec(checkpoint)
-    if reason is None or info is None:
+    reason, spec = getattr(model, "fixed_points", None), trained.spec
+    if reason is None or spec is None:
         return
     stream = datamodule.stream
     coords = np.asarray(stream.coords, dtype=np.float64)
-    trained = np.asarray(info["coords"], dtype=np.float64)
-    same = list(stream.point_ids) == info["point_ids"] and coords.shape == trained.shape
-    if not (same and np.allclose(coords, trained)):
+    trained_coords = np.asarray(spec.coords, dtype=np.float64)
+    same = list(stream.point_ids) == spec.point_ids and coords.shape == trained_coords.shape
+    if not (same and np.allclose(coords, trained_coords)):
         raise UserError(
-            f"{path} ({info['model']}) can only be evaluated on its {len(info['point_ids'])} "
-            f"training points, and the data has other points ({stream.num_points}): "
-            f"{reason}. Drop the data.* overrides that change the points, or evaluate a point "
-            "model (CloudLSTM, ...)."
+            f"{trained.path} ({spec.model}) can only be evaluated on its "
+            f"{len(spec.point_ids)} training points, and the data has other points "
+            f"({stream.num_points}): {reason}. Drop the data.* overrides that change the "
+            "points, or evaluate a point model (CloudLSTM, ...)."
         )
 
 
-def load_weights(module: L.LightningModule, checkpoint: dict[str, Any], path: Path) -> None:
+def load_weights(module: L.LightningModule, trained: TrainedCheckpoint) -> None:
     """Load the checkpoint's weights (and what ``on_load_checkpoint`` restores) into ``module``.
 
     Raises:
         UserError: the checkpoint holds another model, or weights of other shapes.
     """
     built = type(module.model).__name__
-    stored = (stored_spec(checkpoint) or {}).get("model")
+    path, checkpoint = trained.path, trained.contents
+    stored = None if trained.spec is None else trained.spec.model
     if stored is not None and stored != built:
         raise UserError(
             f"{path} holds a {stored} model, but the run's config builds a {built}. Give a "

@@ -25,6 +25,7 @@ from cloudlstm.errors import UserError
 from cloudlstm.models.build import count_parameters
 from cloudlstm.report import add_test_report
 from cloudlstm.rundir.layout import check_run_dir, find_checkpoint, read_metrics, write_metrics
+from cloudlstm.rundir.old_configs import current_config
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,12 @@ def with_run_config(argv: list[str]) -> list[str]:
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Test a run's checkpoint (``cfg.ckpt``) on the data of ``cfg``; returns what is written
-    to ``<output dir>/metrics.json``."""
+    to ``<output dir>/metrics.json``.
+
+    The run's config may be older than this code: it is read as that run was built (old
+    class paths renamed, older data nodes in today's form), as a copy, once.
+    """
+    cfg = current_config(cfg)
     configure_process(cfg)
     L.seed_everything(cfg.seed, workers=True)
     run = check_run_dir(cfg.run)

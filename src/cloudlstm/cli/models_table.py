@@ -19,9 +19,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
 
-from cloudlstm.models.build import count_parameters
 from cloudlstm.data.spec import DataSpec
-from cloudlstm.models.build import build_model
+from cloudlstm.models.build import build_model, count_parameters
 from cloudlstm.paths import config_dir
 
 CONF_DIR = config_dir()

@@ -1,21 +1,26 @@
 """Data: point-cloud streams and where they come from, windowing, the Lightning datamodules.
 
-Two sub-packages, one idea each:
+The data's shared contract sits here: the stream container (``stream``), its on-disk cache
+and :class:`~cloudlstm.data.cache.CachedSource`, the base of every source and the
+data-source protocol (``cache``), time chunks (``chunks``), covariates (``covariates``),
+scaling (``transforms``) and the data's description (``spec``). Two sub-packages, one idea
+each:
 
 * :mod:`cloudlstm.data.sources`: where streams come from (the Urban Air and Beijing readers,
   long-format files, the synthetic, moving and mobile generators, the stand-in clusters,
-  downloads); every source is a
-  :class:`~cloudlstm.data.cache.CachedSource`;
-* :mod:`cloudlstm.data.pipeline`: what happens to a stream once it exists (the stream
-  container, its on-disk cache, scaling, outliers, windows, the one datamodule,
-  :class:`PointCloudDataModule`, which takes any source). The grid baselines'
-  point-to-grid mapping is model code: :mod:`cloudlstm.models.grid_mapping`.
+  downloads); every source is a :class:`~cloudlstm.data.cache.CachedSource`;
+* :mod:`cloudlstm.data.pipeline`: what happens to a stream once it exists (preparation,
+  splits, coordinates and outliers, the model-input rule, windows, loaders, the one
+  datamodule, :class:`PointCloudDataModule`, which takes any source, and a forecast's
+  input). The grid baselines' point-to-grid mapping is model code:
+  :mod:`cloudlstm.models.grid_mapping`.
 
 The names below stay importable from ``cloudlstm.data`` itself.
 """
 
 from cloudlstm.data.cache import CachedSource
-from cloudlstm.data.pipeline.datamodule import PointCloudDataModule, seasonal_offsets, split_bounds
+from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
+from cloudlstm.data.pipeline.splits import seasonal_offsets, split_bounds
 from cloudlstm.data.pipeline.windows import WindowDataset, count_windows
 from cloudlstm.data.sources.beijing import BeijingSource
 from cloudlstm.data.sources.download import download_and_extract

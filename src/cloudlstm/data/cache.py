@@ -505,12 +505,50 @@ class CachedSource:
 
     The cache directory is ``<cache_dir>/<cache_prefix>_<key>``, the key a hash of the
     config and the files' signatures (:attr:`cache_key`).
+
+    What a source declares of its data besides the stream (the data-source protocol) is
+    the class attributes ``bad_values``, ``path``, ``time_col``, ``id_col``, ``coord_cols``
+    and the method :meth:`physical_ranges`: the defaults here are those of a source that
+    declares nothing, and a subclass that knows more sets them (e.g.
+    :class:`~cloudlstm.data.sources.long_format.LongFormatSource` from its arguments). The
+    datamodule also takes a bare stream or any object with ``load()``; these declare
+    nothing (:meth:`declared_by`).
     """
 
     cache_prefix = "stream"
     cache_dir: Path | None = None
     last_load_from_cache = False
     chunk_bytes: int | None = None  # writer chunks; None: chunks.CHUNK_BYTES
+
+    # ---- the data-source protocol (see the class docstring)
+    # What an absurd or out-of-range value does ("error" or "warn", see
+    # cloudlstm.data.pipeline.absurd_values); None: the source has no such option, so such a
+    # value is an error whose message names no data.source.bad_values. Read by the
+    # datamodule's preparation.
+    bad_values: str | None = None
+    # The one data file the stream is read from, named in messages about the data; None:
+    # they name the stream. Read by the datamodule's preparation.
+    path: Path | None = None
+    # Column names of a long-format table of this data: the time, the point id and the
+    # coordinates (None: x, y[, z]). Stored in the data description (DataSpec, read by
+    # forecasting, whose histories must use them) and labels of the report's maps.
+    time_col: str = "timestamp"
+    id_col: str = "id"
+    coord_cols: list[str] | None = None
+
+    def physical_ranges(self) -> dict[str, tuple[float | None, float | None]]:
+        """``{channel: (lo, hi)}``: the values each channel can physically take (None for
+        an open end; a channel not named is not checked). Read by the datamodule's
+        preparation, which refuses observed values outside them
+        (:mod:`cloudlstm.data.pipeline.absurd_values`). None declared here."""
+        return {}
+
+    @staticmethod
+    def declared_by(source: Any) -> CachedSource:
+        """What ``source`` declares: itself when it is a :class:`CachedSource`; else (a
+        :class:`PointCloudStream`, another object with ``load()``, None) a bare
+        :class:`CachedSource`, which declares the defaults."""
+        return source if isinstance(source, CachedSource) else CachedSource()
 
     def config(self) -> dict:
         raise NotImplementedError

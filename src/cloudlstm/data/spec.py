@@ -13,15 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from cloudlstm.data.cache import CachedSource
 from cloudlstm.data.covariates import input_names, time_feature_names
 from cloudlstm.data.transforms import StandardScaler
-from cloudlstm.errors import UserError
 
 SPEC_KEY = "data_spec"
 # Checkpoints written before the description had its current name and size fields.
@@ -105,9 +104,9 @@ class DataSpec:
         channels = list(datamodule.channel_names)
         num_values = len(channels) - (stream.num_dims if stream.moving else 0)
         lo, span, degenerate = datamodule.coord_scale
-        source = datamodule.source
+        source = CachedSource.declared_by(datamodule.source)
         # data=points: the user's own column names; other data sets get the defaults
-        coord_cols = getattr(source, "coord_cols", None) or _default_coord_cols(stream.num_dims)
+        coord_cols = source.coord_cols or _default_coord_cols(stream.num_dims)
         return cls(
             scaler=datamodule.scaler.to_dict(),
             channel_names=channels,
@@ -122,8 +121,8 @@ class DataSpec:
             step_minutes=stream.step_minutes(),
             steps_per_day=datamodule.steps_per_day,
             moving=bool(stream.moving),
-            time_col=str(getattr(source, "time_col", "timestamp")),
-            id_col=str(getattr(source, "id_col", "id")),
+            time_col=str(source.time_col),
+            id_col=str(source.id_col),
             coord_cols=[str(c) for c in coord_cols],
             point_groups={
                 name: np.flatnonzero(members).tolist()
@@ -250,23 +249,6 @@ class DataSpec:
     def from_dict(cls, state: dict[str, Any]) -> DataSpec:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in state.items() if k in known})
-
-    @classmethod
-    def from_checkpoint(cls, checkpoint: dict[str, Any], path: Path) -> DataSpec:
-        """The description stored in a loaded checkpoint (also an older checkpoint's
-        ``forecast_info``, which lacks the sizes it can derive).
-
-        Raises:
-            UserError: the checkpoint was written before checkpoints stored it.
-        """
-        state = stored_spec(checkpoint)
-        if state is None:
-            raise UserError(
-                f"{path} lacks what forecasting needs (scaler, points, sampling step, ...): it "
-                "was written before checkpoints stored it. Retrain the run "
-                "(`python train.py ...` with the same settings) to forecast with it."
-            )
-        return cls.from_dict(state)
 
 
 def stored_spec(checkpoint: dict[str, Any]) -> dict[str, Any] | None:

@@ -156,20 +156,6 @@ class PointCloudStream:
     def missing_fraction(self) -> float:
         return float(1.0 - self.mask.mean())
 
-    def slice_time(self, start: int, end: int) -> PointCloudStream:
-        """A new stream holding steps ``[start, end)`` (copies)."""
-        return PointCloudStream(
-            values=self.values[start:end].copy(),
-            mask=self.mask[start:end].copy(),
-            coords=self.coords.copy() if self.trajectory is None else self.trajectory[start].copy(),
-            channel_names=list(self.channel_names),
-            point_ids=list(self.point_ids),
-            timestamps=None if self.timestamps is None else self.timestamps[start:end].copy(),
-            name=self.name,
-            metadata=dict(self.metadata),
-            trajectory=None if self.trajectory is None else self.trajectory[start:end].copy(),
-        )
-
     def select_points(self, index: np.ndarray | list[int]) -> PointCloudStream:
         """A new stream with only the points ``index`` (in that order; copies)."""
         index = np.asarray(index, dtype=np.int64)

@@ -92,9 +92,6 @@ class StandardScaler:
         self.std = np.maximum(np.sqrt(m2 / counts), self.min_std)
         return self
 
-    def fit_transform(self, values: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
-        return self.fit(values, mask).transform(values)
-
     def _check_fitted(self) -> None:
         if self.mean is None or self.std is None:
             raise RuntimeError("StandardScaler is not fitted; call fit() or from_dict() first.")

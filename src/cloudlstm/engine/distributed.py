@@ -1,10 +1,11 @@
-"""Testing under DDP: every test window on exactly one rank, and the ranks' results on rank 0.
+"""Running under DDP: the ranks' results brought to rank 0, and batch limits that count per
+process.
 
-For test dataloaders Lightning puts in a ``DistributedSampler``, which pads the ranks to equal
-length by repeating windows: the repeats would be scored twice. :func:`each_window_once`
-gives a sampler without repeats instead (the ranks may then run one batch more or fewer,
-which is safe without gradients), and :func:`gather_on_rank_zero` brings what each rank kept
-to rank 0, where it is put back in window order.
+The test loader deals every test window to exactly one rank
+(:func:`cloudlstm.data.pipeline.loaders.each_window_once`); :func:`gather_on_rank_zero`
+brings what each rank kept to rank 0, where it is put back in window order.
+:func:`per_process_limits` words the warning for ``trainer.limit_<split>_batches``, which
+Lightning applies in every process.
 """
 
 from __future__ import annotations
@@ -12,26 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 import torch.distributed as dist
-from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
-from torch.utils.data import Dataset, Sampler
 
-__all__ = ["each_window_once", "gather_on_rank_zero", "per_process_limits"]
+__all__ = ["gather_on_rank_zero", "per_process_limits"]
 
 SPLIT_WORDS = {
     "train": "training windows per epoch",
     "val": "validation windows per validation",
     "test": "test windows",
 }
-
-
-def each_window_once(dataset: Dataset, trainer: Any) -> Sampler | None:
-    """Under DDP, a sampler giving rank ``r`` the windows ``r, r + world_size, ...``, in
-    order and none twice; None outside DDP (``trainer`` None or a single process)."""
-    if trainer is None or trainer.world_size < 2:
-        return None
-    return UnrepeatedDistributedSampler(
-        dataset, num_replicas=trainer.world_size, rank=trainer.global_rank, shuffle=False
-    )
 
 
 def gather_on_rank_zero(obj: Any) -> list[Any] | None:
@@ -92,7 +81,8 @@ def _limited_windows(
 ) -> tuple[int, int]:
     """Windows a split's ``limit`` batches cover with ``world_size`` processes, and in one.
 
-    Test windows are dealt out without repeats (:func:`each_window_once`: rank r gets
+    Test windows are dealt out without repeats
+    (:func:`~cloudlstm.data.pipeline.loaders.each_window_once`: rank r gets
     ``r, r + W, ...``); Lightning's sampler for training and validation gives every rank
     ``ceil(n / W)`` windows, repeating some to even the ranks out.
     """

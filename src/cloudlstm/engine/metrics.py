@@ -250,53 +250,6 @@ def metric_info(name: str) -> MetricInfo:
     raise KeyError(f"no metric {name!r} is declared; the metrics: {', '.join(metric_names())}")
 
 
-def _check_same_shape(pred: Tensor, target: Tensor, mask: Tensor | None) -> None:
-    if (
-        pred.ndim != 4
-        or target.shape != pred.shape
-        or (mask is not None and mask.shape != pred.shape)
-    ):
-        raise ValueError(
-            "expected pred, target (and mask) of the same shape (B, J, N, C); got "
-            f"pred {tuple(pred.shape)}, target {tuple(target.shape)}, "
-            f"mask {None if mask is None else tuple(mask.shape)}"
-        )
-
-
-def snapshot_metrics(
-    pred: Tensor,
-    target: Tensor,
-    mask: Tensor | None = None,
-    v_max: float | Tensor | None = None,
-    channel_std: Sequence[float] | None = None,
-) -> dict[str, Tensor]:
-    """Per-snapshot values of the declared metrics.
-
-    Args:
-        pred, target: ``(B, J, N, C)``.
-        mask: ``(B, J, N, C)`` bool, True = observed; None = all observed.
-        v_max: peak value; metrics with a ``peak_term`` (PSNR) are returned only if given.
-        channel_std: ``(C,)``; metrics that need it (``smae``) are returned only if given.
-
-    Returns:
-        ``{name: (B, J)}`` (``mae``, ``rmse``, ``ssim``[, ``psnr``][, ``smae``]), computed in
-        the input dtype and reduced over the observed entries of ``(N, C)``; NaN where a
-        snapshot has none.
-    """
-    _check_same_shape(pred, target, mask)
-    std = None
-    if channel_std is not None:
-        std = torch.as_tensor(channel_std, dtype=pred.dtype, device=pred.device)
-    snapshots = Snapshots(pred, target, mask, std)
-    out = {}
-    for info in declared():
-        if (info.needs_channel_std and std is None) or (info.peak_term and v_max is None):
-            continue
-        value = info.per_snapshot(snapshots)
-        out[info.name] = value + info.peak_term(float(v_max)) if info.peak_term else value
-    return out
-
-
 def _moments(values: Tensor, valid: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Sum, sum of squares (over dim 0) of ``values (B, ..., K)`` where ``valid (B, ...)``."""
     v = torch.where(valid[..., None], values, torch.zeros_like(values))

@@ -19,7 +19,7 @@ from cloudlstm.engine.distributed import gather_on_rank_zero
 from cloudlstm.engine.metrics import ForecastMetrics, declared
 from cloudlstm.errors import UserError
 from cloudlstm.models.base import silence_output_head
-from cloudlstm.nn.knn import NonFiniteCoordinatesError
+from cloudlstm.nn.knn_finite import NonFiniteCoordinatesError
 
 LOSSES = ("mse", "mae")
 LOSS_WEIGHTS = ("equal", "real_units")
@@ -406,8 +406,10 @@ class ForecastModule(L.LightningModule):
         """Restore the best validation MAE, and the data's description where this module
         has none (a module rebuilt for forecasting; one built for data keeps that data's)."""
         self.val_mae_best = checkpoint.get("val_mae_best", math.inf)
+        if self.spec is not None:
+            return
         state = stored_spec(checkpoint)
-        if state is not None and self.spec is None:  # none in checkpoints before it was stored
+        if state is not None:  # none in checkpoints written before it was stored
             self.use_spec(DataSpec.from_dict(state))
 
     def configure_optimizers(self) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from torch import nn
 
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
-from cloudlstm.nn.knn import NeighbourCountError
+from cloudlstm.nn.knn_checks import NeighbourCountError
 
 BUILD_OPTIONS = ("compile",)
 # torch.compile's modes; "reduce-overhead" replays CUDA graphs (one launch per compiled
@@ -68,16 +68,16 @@ def check_neighbours_fit(config: DictConfig, num_points: int) -> None:
     """Refuse, before the model is built, a ``model.k`` (times ``model.dilation``) that the
     data's points cannot give: otherwise the first forward pass, after the data are loaded
     and the Trainer started, would be the first to tell. A ``k`` that is no number of
-    neighbours at all is left to the constructor (:func:`~cloudlstm.nn.knn.check_k_option`).
+    neighbours at all is left to the constructor (:func:`~cloudlstm.nn.knn_checks.check_k_option`).
 
     Raises:
         NeighbourCountError: (a :class:`UserError`) more neighbours than points.
     """
     k, dilation = config.get("k"), config.get("dilation", 1)
-    whole = [isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (k, dilation)]
-    if not all(whole) or k * dilation <= num_points:
+    needed = neighbours_needed(k, dilation)
+    if needed is None or needed <= num_points:
         return
-    asked = f"model.k={k}" if dilation == 1 else f"model.k={k} x model.dilation={dilation}"
+    asked = neighbours_setting(k, dilation)
     fix = f"set model.k <= {num_points // dilation}"
     if num_points < dilation:
         fix = f"set model.dilation=1 and model.k <= {num_points}"
@@ -85,6 +85,19 @@ def check_neighbours_fit(config: DictConfig, num_points: int) -> None:
         f"{asked} neighbours but the data has {num_points} point(s): {fix} (model.k=1: "
         "each point alone), or give the data more points."
     )
+
+
+def neighbours_needed(k: Any, dilation: Any = 1) -> int | None:
+    """The points a model reads around each point: ``model.k`` x ``model.dilation``; None
+    where either is no whole number >= 1 (a model without neighbours, or a value its
+    constructor refuses in its own words)."""
+    whole = [isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (k, dilation)]
+    return k * dilation if all(whole) else None
+
+
+def neighbours_setting(k: int, dilation: int = 1) -> str:
+    """The settings behind :func:`neighbours_needed`, as a user writes them."""
+    return f"model.k={k}" if dilation == 1 else f"model.k={k} x model.dilation={dilation}"
 
 
 def with_sizes(config: DictConfig | dict[str, Any], spec: DataSpec) -> DictConfig:

@@ -13,7 +13,8 @@ from cloudlstm.models.base import Channels, ForecastModel, values_to_cloud
 from cloudlstm.nn import CELLS, CloudAttention, DConv, check_k, shared_neighbours
 from cloudlstm.nn.cells import search
 from cloudlstm.nn.dconv import weight_matrices
-from cloudlstm.nn.knn import check_k_option, deferred_finite_check
+from cloudlstm.nn.knn_checks import check_k_option
+from cloudlstm.nn.knn_finite import deferred_finite_check
 from cloudlstm.nn.ordering import morton_order
 
 

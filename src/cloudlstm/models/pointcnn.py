@@ -8,7 +8,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from cloudlstm.models.base import Channels, ForecastModel
-from cloudlstm.nn.knn import check_k_option
+from cloudlstm.nn.knn_checks import check_k_option
 from cloudlstm.nn.xconv import XConv, dilated_neighbours
 
 

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from cloudlstm.models.base import Channels, ForecastModel
-from cloudlstm.nn.knn import check_k_option
+from cloudlstm.nn.knn_checks import check_k_option
 from cloudlstm.nn.xconv import XConv, XGeometry, dilated_neighbours
 
 State = tuple[torch.Tensor, torch.Tensor]

@@ -29,7 +29,7 @@ from torch import nn
 from cloudlstm.nn import lstm_triton
 from cloudlstm.nn.dconv import DConv, channel_neighbours
 from cloudlstm.nn.kernels import lstm_pointwise, use_kernels
-from cloudlstm.nn.knn import check_k_option
+from cloudlstm.nn.knn_checks import check_k_option
 
 State = tuple[torch.Tensor, ...]
 

@@ -20,7 +20,8 @@ from torch import nn
 
 from cloudlstm.nn import gather_triton, onednn_matmul
 from cloudlstm.nn.kernels import gather_neighbours, use_kernels
-from cloudlstm.nn.knn import check_k, check_k_option, knn
+from cloudlstm.nn.knn import knn
+from cloudlstm.nn.knn_checks import check_k, check_k_option
 
 
 def channel_neighbours(

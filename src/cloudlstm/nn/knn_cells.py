@@ -3,7 +3,7 @@
 The CPU path of :func:`cloudlstm.nn.knn.knn` is a numba kernel; on CUDA (or any other torch
 device) the search runs here, with the same ranking rule (the point itself first, then by
 squared distance, ties by lower index) and bit-identical results: the squared distances
-are summed per axis in the same order as :func:`cloudlstm.nn.knn.knn_reference`.
+are summed per axis in the same order as :func:`cloudlstm.nn.knn_brute.knn_reference`.
 
 Per cloud (all ``R`` clouds of a call at once, no Python loop over them):
 
@@ -138,7 +138,7 @@ def knn_cells(
         budget: candidate slots per block of queries (memory: ~20 bytes each).
 
     Returns:
-        ``(R, N, k)`` int64 indices, equal to :func:`cloudlstm.nn.knn.knn_reference`.
+        ``(R, N, k)`` int64 indices, equal to :func:`cloudlstm.nn.knn_brute.knn_reference`.
     """
     r_clouds, n, _ = coords.shape
     device = coords.device

@@ -205,7 +205,7 @@ def knn_triton(
 ) -> torch.Tensor:
     """``(R, N, L)`` float32 CUDA coordinates -> ``(R, N, k)`` indices of type ``dtype``
     (written as such: no conversion afterwards), equal to
-    :func:`cloudlstm.nn.knn.knn_reference` (see the module doc).
+    :func:`cloudlstm.nn.knn_brute.knn_reference` (see the module doc).
 
     ``nonfinite``: a one-element int32 tensor on the device, set to 1 if a coordinate is NaN
     or inf (never reset: one flag can serve many searches), checked in the same pass

@@ -2,7 +2,7 @@
 
 The point itself comes first; the others rank by squared Euclidean distance, summed per
 axis in order from separately rounded float32 products, ties by lower index. The brute
-force and reference of :mod:`cloudlstm.nn.knn` and the cell list of
+force and reference of :mod:`cloudlstm.nn.knn_brute` and the cell list of
 :mod:`cloudlstm.nn.knn_cells` rank through these two functions; the numba and Triton
 kernels follow the same rule in their own code. Equal rounding everywhere is what makes
 their results equal index for index, ties included.

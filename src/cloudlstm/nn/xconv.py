@@ -37,7 +37,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from cloudlstm.nn.dconv import gather_neighbourhoods
-from cloudlstm.nn.knn import NeighbourCountError, check_k, check_k_option, knn
+from cloudlstm.nn.knn import knn
+from cloudlstm.nn.knn_checks import NeighbourCountError, check_k, check_k_option
 
 
 def dilated_neighbours(coords: torch.Tensor, k: int, dilation: int = 1) -> torch.Tensor:

@@ -10,6 +10,7 @@ import lightning as L
 import numpy as np
 import torch
 
+from cloudlstm.data.cache import CachedSource
 from cloudlstm.errors import UserError
 from cloudlstm.report.cost import _evaluating, model_inputs
 from cloudlstm.viz import plot_forecast_maps, plot_horizon_curve, plot_worst_series
@@ -91,7 +92,8 @@ def _map_coords(datamodule: Any, normalised: np.ndarray) -> tuple[np.ndarray, li
     coords = getattr(stream, "coords", None)
     if stream is None or stream.moving or coords is None or len(coords) != len(normalised):
         return normalised, ["x (normalised)", "y (normalised)"]
-    source_names = list(getattr(getattr(datamodule, "source", None), "coord_cols", None) or [])
+    declared = CachedSource.declared_by(getattr(datamodule, "source", None))  # may be absent
+    source_names = list(declared.coord_cols or [])
     names = source_names[:2] if len(source_names) >= 2 else ["x", "y"]
     return np.asarray(coords), names
 

@@ -10,6 +10,7 @@ without building anything.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
@@ -180,15 +181,24 @@ def rename_old_targets(node: Any) -> None:
                 rename_old_targets(child)
 
 
+def current_config(cfg: DictConfig) -> DictConfig:
+    """A copy of a run's config in today's form: the class paths of every node renamed
+    (:func:`rename_old_targets`) and the data node upgraded (:func:`upgrade_data`).
+    Interpolations stay as they are; ``cfg`` itself is not changed, and a config of today
+    comes back equal."""
+    cfg = copy.deepcopy(cfg)
+    rename_old_targets(cfg)  # the data node's too: upgrade_data's own renaming finds none left
+    if isinstance(cfg.get("data"), DictConfig):
+        upgrade_data(cfg.data)
+    return cfg
+
+
 def current_form(config: dict[str, Any]) -> dict[str, Any]:
     """A run's whole ``config.yaml`` (a plain tree), in today's form: its class paths
     renamed, its data node upgraded (:func:`upgrade_data`), and the model sizes an older
     config copied from its ``data_info`` node (``model.num_channels: 6``) left out, as
     today's configs leave them for the data to give. A config of today comes back equal."""
-    cfg = OmegaConf.create(config)
-    rename_old_targets(cfg)  # the data node's too: upgrade_data's own renaming finds none left
-    if isinstance(cfg.get("data"), DictConfig):
-        upgrade_data(cfg.data)
+    cfg = current_config(OmegaConf.create(config))
     sizes = config.get("data_info") or {}
     model = cfg.get("model")
     if isinstance(model, DictConfig):

@@ -30,9 +30,10 @@ from cloudlstm.cli.compare.groups import Group
 from cloudlstm.cli.compare.runs import CompareError, Run
 from cloudlstm.cli.compare.style import REFERENCE, close_range, is_reference
 from cloudlstm.cli.compare.table import best_rows, higher_is_better, ranked
+from cloudlstm.rundir.layout import CONFIG_FILE, FIGURES_DIR, METRICS_FILE
 from cloudlstm.viz._common import COLOURS, REFERENCE_COLOUR
 
-MAPS = Path("figures") / "forecast_maps.png"  # written by report.figures.draw_figures
+MAPS = Path(FIGURES_DIR) / "forecast_maps.png"  # written by report.figures.draw_figures
 # the colours of the --plot figures (no two alike; the grey is the reference's); past them,
 # lines are dotted, then dash-dotted ("dash" is the reference's)
 LINES = ("solid", "dot", "dashdot")
@@ -136,7 +137,7 @@ def _runs_html(groups: Sequence[Group], metric: str, base: Path, table_id: str) 
             value = run.overall.get(metric)
             links = " · ".join(
                 f'<a href="{_href(run.path / name, base)}">{name}</a>'
-                for name in ("config.yaml", "metrics.json")
+                for name in (CONFIG_FILE, METRICS_FILE)
                 if (run.path / name).is_file()
             )
             body.append(

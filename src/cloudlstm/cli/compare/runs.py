@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from cloudlstm.rundir.layout import CONFIG_FILE, METRICS_FILE
 from cloudlstm.rundir.old_configs import current_form
 
 RUN_KEYS = ("model", "data")  # recorded by train.py in metrics.json["run"]
@@ -63,7 +64,7 @@ def find_runs(roots: Sequence[Path], include_evals: bool = False) -> list[Run]:
     for root in map(Path, roots):
         if not root.exists():
             raise CompareError(f"{root} does not exist")
-        paths = [root] if root.is_file() else sorted(root.rglob("metrics.json"))
+        paths = [root] if root.is_file() else sorted(root.rglob(METRICS_FILE))
         runs.extend(run for path in paths if (run := load_run(path)) is not None)
     return [run for run in runs if include_evals or not run.evaluated_run]
 
@@ -78,7 +79,7 @@ def load_run(path: Path) -> Run | None:
     if not test:
         return None
     info = results.get("run") or {}  # null in an evaluation of an unfinished run
-    config_path = path.parent / "config.yaml"
+    config_path = path.parent / CONFIG_FILE
     # in today's form: runs of one setting from before and after a class moved group together
     config = (
         flatten(current_form(yaml.safe_load(config_path.read_text())))

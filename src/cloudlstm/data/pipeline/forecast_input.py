@@ -6,7 +6,8 @@ kept, gaps are filled as the loaders fill them
 (:func:`~cloudlstm.data.sources.tables.interpolate_gaps`: linear in time, ends by the
 nearest reading), and values and coordinates are normalised with the statistics stored in the
 checkpoint (:class:`~cloudlstm.data.spec.DataSpec`); nothing is fitted on the new
-data.
+data. The input's channels are put together and normalised as the training windows' are
+(:mod:`cloudlstm.data.pipeline.model_input`, the one rule of both).
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ import numpy as np
 import pandas as pd
 
 from cloudlstm.data.covariates import time_features
+from cloudlstm.data.pipeline.model_input import (
+    normalised,
+    positions_before_covariates,
+    with_time_features,
+)
 from cloudlstm.data.sources.tables import (
     check_columns,
     infer_step,
@@ -210,21 +216,17 @@ def build_input(df: pd.DataFrame, info: DataSpec, what: str = "the history") -> 
     pos[first:, column] = grid.scatter(positions)
     raw_coords, track, located = _coordinates(pos, ids, info, what)
     filled, observed = interpolate_gaps(raw)
-    if info.moving:  # positions are channels too, as in training: before the covariates
+    if info.moving:  # positions are channels too, as in training
         cut = len(info.value_channels)
-        filled = np.concatenate(
-            [filled[..., :cut], track.astype(np.float32), filled[..., cut:]], -1
-        )
-        observed = np.concatenate([observed[..., :cut], located, observed[..., cut:]], -1)
-    normed = info.input_scaler().transform(filled)
+        filled = positions_before_covariates(filled, track, cut)
+        observed = positions_before_covariates(observed, located, cut)
+    scaler = info.input_scaler()
     # as in training: an entry no point had in the window becomes 0, the training mean
-    np.nan_to_num(normed, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+    normed = normalised(filled, scaler.mean.astype(np.float32), scaler.std.astype(np.float32))
     rows = need + np.asarray(info.input_offsets)
     last_time = grid.timestamps[-1]
     past, future = _time_inputs(last_time, step, need, info, len(ids))
-    if past is not None:
-        normed = np.concatenate([normed, past], axis=-1)
-        observed = np.concatenate([observed, np.ones(past.shape, dtype=bool)], axis=-1)
+    normed, observed = with_time_features(normed, observed, past)
     degenerate = np.asarray(info.coord_degenerate)
     coords = scale_coords(
         raw_coords, np.asarray(info.coord_lo), np.asarray(info.coord_span), degenerate
@@ -249,14 +251,15 @@ def _read_channels(info: DataSpec) -> list[str]:
 def _time_inputs(
     last_time: np.datetime64, step: np.timedelta64, need: int, info: DataSpec, points: int
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """The time features ``(H, N, F)`` of the history's last ``need`` steps and ``(J, N,
-    F)`` of the forecast's, as the training windows had them; (None, None) without any."""
+    """The time features ``(H, F)`` of the history's last ``need`` steps and ``(J, N, F)``
+    of the forecast's (at each of the ``points``), as the training windows had them; (None,
+    None) without any."""
     if not info.time_features:
         return None, None
     times = last_time + step * np.arange(1 - need, info.output_steps + 1)
-    features = time_features(times, info.time_features)[:, None, :]
-    features = np.repeat(features, points, axis=1)
-    return features[:need], features[need:]
+    features = time_features(times, info.time_features)
+    future = np.repeat(features[need:, None, :], points, axis=1)
+    return features[:need], future
 
 
 # New points farther than this many training extents (coord_span) beyond the training

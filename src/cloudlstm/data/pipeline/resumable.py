@@ -13,8 +13,8 @@ Runs that are never interrupted draw exactly what ``DataLoader(shuffle=True)`` d
 it draws it: each pass's shuffle seed (:class:`ShuffleSampler`) and each new iterator's
 base seed come from torch's global generator. A resumed pass draws neither: the
 uninterrupted run drew both at the start of the pass, before the checkpoint, and the
-generator's state restored from the checkpoint (:class:`cloudlstm.engine.callbacks.RngState`)
-already follows those draws. So every later draw (dropout, the next epochs' shuffles) is
+generator's state restored from the checkpoint (by the training engine's ``RngState``
+callback) already follows those draws. So every later draw (dropout, the next epochs' shuffles) is
 the uninterrupted run's too.
 
 Worker processes (``num_workers > 0``) are seeded from the base seed; their generators'

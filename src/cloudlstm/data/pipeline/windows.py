@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import Dataset
 
 from cloudlstm.data.chunks import time_chunks
+from cloudlstm.data.pipeline.model_input import normalised, with_time_features
 
 if TYPE_CHECKING:
     from cloudlstm.data.transforms import StandardScaler
@@ -38,7 +39,7 @@ class WindowDataset(Dataset):
     negative ints, in the order the model reads them; repeats allowed) the input of a window
     whose target starts at ``t`` is the steps ``t + input_offsets`` instead (e.g. a
     sub-sampled week then the last half hour, see
-    :func:`cloudlstm.data.pipeline.datamodule.seasonal_offsets`); it reaches back
+    :func:`cloudlstm.data.pipeline.splits.seasonal_offsets`); it reaches back
     ``H = -min(input_offsets)`` steps.
 
     Window ``i`` starts at absolute time index ``window_starts[i] = start + i * stride``; its
@@ -60,7 +61,8 @@ class WindowDataset(Dataset):
     normalising the whole array first would. Entries without a value (NaN/inf, necessarily
     mask False) are set to 0, i.e. the normalised mean, so no NaN ever reaches a model;
     finite values under mask False (filled upstream, e.g. by interpolation) are kept. The
-    masks say which entries are real. With ``return_index=True`` each item also holds
+    masks say which entries are real. (The rule is :mod:`cloudlstm.data.pipeline.model_input`'s,
+    which forecasting follows too.) With ``return_index=True`` each item also holds
     ``"t0"``, the window's absolute start index (a 0-d int64 tensor).
 
     Args:
@@ -170,21 +172,19 @@ class WindowDataset(Dataset):
 
     def _read(
         self, steps: slice | np.ndarray, channels: int | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Normalised values (no NaN) and mask of the given time steps (and the first
-        ``channels`` channels; None: all), as new tensors."""
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Normalised values (no NaN, :func:`~cloudlstm.data.pipeline.model_input.normalised`)
+        and mask of the given S time steps (and the first ``channels`` channels; None: all):
+        new ``(S, N, C)`` float32 and bool arrays."""
         cut = slice(None, channels)
         raw = self.values[steps, :, cut]
-        if self._mean is not None:
-            window = np.subtract(raw, self._mean[cut], dtype=np.float32)
-            window /= self._std[cut]
-        else:
-            window = np.array(raw, dtype=np.float32)
+        mean = None if self._mean is None else self._mean[cut]
+        std = None if self._std is None else self._std[cut]
+        window = normalised(raw, mean, std)
         observed = (
             np.isfinite(raw) if self.mask is None else np.array(_bool(self.mask[steps, :, cut]))
         )
-        np.nan_to_num(window, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
-        return torch.from_numpy(window), torch.from_numpy(observed)
+        return window, observed
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         if index < 0:
@@ -197,15 +197,18 @@ class WindowDataset(Dataset):
         steps = slice(t0, m) if self._contiguous else t0 + self._input_index
         x, x_mask = self._read(steps)
         y, y_mask = self._read(slice(m, e), self.num_targets)
+        past = None if self.time_features is None else self.time_features[steps]
+        x, x_mask = with_time_features(x, x_mask, past)
         coords = self.coords if self.coords_track is None else self.coords_track[m - 1]
-        item = {"x": x, "y": y, "coords": coords, "x_mask": x_mask, "y_mask": y_mask}
+        item = {
+            "x": torch.from_numpy(x),
+            "y": torch.from_numpy(y),
+            "coords": coords,
+            "x_mask": torch.from_numpy(x_mask),
+            "y_mask": torch.from_numpy(y_mask),
+        }
         if self.time_features is not None:
-            n = x.shape[1]
-            past = self.time_features[steps]
-            item["x"] = torch.cat([x, _at_points(past, n)], dim=-1)
-            known = torch.ones(past.shape[0], n, past.shape[1], dtype=torch.bool)
-            item["x_mask"] = torch.cat([x_mask, known], dim=-1)
-            item["future"] = _at_points(self.time_features[m:e], n)
+            item["future"] = _at_points(self.time_features[m:e], x.shape[1])
         if self.return_index:
             item["t0"] = torch.tensor(t0, dtype=torch.int64)
         return item

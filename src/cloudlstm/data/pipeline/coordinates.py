@@ -1,0 +1,109 @@
+"""The coordinates a model sees: static points min-max normalised to [0, 1], then the outlier
+options applied (DBSCAN noise found, or the paper's shifted points made:
+:mod:`cloudlstm.data.pipeline.outliers`); moving points' positions scaled with the range the
+training part saw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from cloudlstm.data.pipeline.outliers import dbscan_outliers, shift_outliers
+from cloudlstm.data.stream import PointCloudStream
+from cloudlstm.data.transforms import coord_scale, normalize_coords, scale_coords
+from cloudlstm.errors import UserError
+
+__all__ = [
+    "OUTLIER_METHODS",
+    "CoordScale",
+    "check_outlier_options",
+    "model_coords",
+    "normalize_track",
+    "track_scale",
+]
+
+OUTLIER_METHODS = ("dbscan",)
+
+# (lo, span, degenerate), each (L,): raw -> normalised coordinates (transforms.scale_coords)
+CoordScale = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def check_outlier_options(outliers: str | None, outlier_shift: float | None) -> None:
+    """A ``UserError`` for an unknown ``outliers`` method, or for both options at once."""
+    if outliers is not None and outliers not in OUTLIER_METHODS:
+        raise UserError(
+            f"PointCloudDataModule: unknown outliers={outliers!r}; use one of "
+            f"{OUTLIER_METHODS} or null."
+        )
+    if outliers is not None and outlier_shift is not None:
+        raise UserError(
+            "PointCloudDataModule: choose either outliers=dbscan (find outliers) or "
+            "outlier_shift=<d> (make them), not both."
+        )
+
+
+def model_coords(
+    stream: PointCloudStream, train_end: int, outlier_options: Mapping[str, Any]
+) -> tuple[torch.Tensor, torch.Tensor | None, CoordScale, dict[str, np.ndarray]]:
+    """The stream's coordinates as the model sees them.
+
+    Args:
+        stream: the datamodule's stream.
+        train_end: the end of the training part (moving points are scaled with its range).
+        outlier_options: the datamodule's ``outliers``, ``dbscan_eps``,
+            ``dbscan_min_samples``, ``outlier_shift``, ``outlier_count``, ``outlier_seed``
+            (static points only).
+
+    Returns:
+        ``(coords (N, L) float32, track (T, N, L) float32 or None, scale, point_groups)``:
+        the normalised coordinates (moving points: their first positions), the normalised
+        positions of moving points (None for static ones), the ``(lo, span, degenerate)``
+        mapping raw coordinates to normalised ones, and ``{"inliers", "outliers"}`` ``(N,)``
+        bool masks when an outlier option is set (else empty).
+    """
+    if stream.moving:
+        scale = track_scale(stream.trajectory, train_end)
+        track = torch.as_tensor(normalize_track(stream.trajectory, train_end), dtype=torch.float32)
+        return track[0], track, scale, {}
+    scale = coord_scale(stream.coords)
+    coords, groups = _with_outliers(normalize_coords(stream.coords), outlier_options)
+    return torch.as_tensor(coords, dtype=torch.float32), None, scale, groups
+
+
+def _with_outliers(
+    coords: np.ndarray, options: Mapping[str, Any]
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Apply the outlier options to normalised coords: (coords, {"inliers", "outliers"})."""
+    if options["outliers"] == "dbscan":
+        mask = dbscan_outliers(coords, options["dbscan_eps"], options["dbscan_min_samples"])
+    elif options["outlier_shift"] is not None:
+        coords, mask = shift_outliers(
+            coords,
+            float(options["outlier_shift"]),
+            options["outlier_count"],
+            options["outlier_seed"],
+        )
+    else:
+        return coords, {}
+    return coords, {"inliers": ~mask, "outliers": mask}
+
+
+def normalize_track(trajectory: np.ndarray, train_end: int) -> np.ndarray:
+    """Min-max normalise ``(T, N, L)`` positions with the range seen in the training part.
+
+    Later positions may leave [0, 1] slightly; they are not clipped (clipping would pile
+    points up on the border and break their neighbourhoods).
+    """
+    return scale_coords(trajectory, *track_scale(trajectory, train_end))
+
+
+def track_scale(trajectory: np.ndarray, train_end: int) -> CoordScale:
+    """``(lo, span, degenerate)`` of :func:`normalize_track`: the training part's range."""
+    seen = trajectory[: max(train_end, 1)].reshape(-1, trajectory.shape[-1])
+    lo, hi = seen.min(axis=0), seen.max(axis=0)
+    span = np.where(hi - lo > 1e-12, hi - lo, 1.0)
+    return lo, span, np.zeros(len(lo), dtype=bool)

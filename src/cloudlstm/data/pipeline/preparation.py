@@ -1,0 +1,211 @@
+"""The stream a datamodule windows, made ready: the source loaded, the point subset drawn,
+absurd and out-of-range values refused (or made missing), moving points' positions added as
+channels, the time features computed, and the scaler fitted on the training part.
+
+What a source declares besides its stream (its ``bad_values`` mode, its ``path``, its
+``physical_ranges()``) is the data-source protocol of :class:`~cloudlstm.data.cache.CachedSource`;
+a bare stream, or any other object with ``load()``, declares its defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from cloudlstm.data.cache import CachedSource
+from cloudlstm.data.covariates import stream_covariates, time_features
+from cloudlstm.data.pipeline.absurd_values import (
+    Range,
+    check_resolution,
+    checked_stream,
+    merged_ranges,
+)
+from cloudlstm.data.pipeline.model_input import positions_before_covariates
+from cloudlstm.data.pipeline.splits import split_bounds
+from cloudlstm.data.stream import PointCloudStream
+from cloudlstm.data.transforms import StandardScaler
+from cloudlstm.errors import UserError
+
+__all__ = [
+    "as_source",
+    "data_name",
+    "fitted_scaler",
+    "prepared_stream",
+    "time_feature_values",
+    "with_position_channels",
+]
+
+
+def as_source(source: Any) -> Any:
+    """``source`` itself (a stream, or anything with ``.load()``), or the source a Hydra
+    config mapping with ``_target_`` describes.
+
+    Raises:
+        TypeError: neither a stream nor anything with ``.load()``.
+    """
+    if isinstance(source, Mapping) and "_target_" in source:
+        from hydra.utils import instantiate
+
+        source = instantiate(source)
+    if not isinstance(source, PointCloudStream) and not callable(getattr(source, "load", None)):
+        raise TypeError(
+            "PointCloudDataModule: source must have a .load() -> PointCloudStream method "
+            f"(or be a PointCloudStream); got {type(source).__name__}."
+        )
+    return source
+
+
+def prepared_stream(
+    source: Any,
+    subset: tuple[int, int] | None,
+    fractions: tuple[float, float],
+    max_abs_z: float | None,
+    valid_ranges: Mapping[str, Range | None],
+) -> PointCloudStream:
+    """The stream the model sees: the source's, restricted to the point subset, checked
+    for absurd and out-of-range values, with position channels for moving points.
+
+    Args:
+        source: a stream, or anything with ``.load() -> PointCloudStream``.
+        subset: ``(num_points, seed)`` of a random point subset; None: every point.
+        fractions: ``(val_fraction, test_fraction)``: values are checked against the
+            training part (:func:`~cloudlstm.data.pipeline.splits.split_bounds`).
+        max_abs_z, valid_ranges: the datamodule's checks
+            (:mod:`~cloudlstm.data.pipeline.absurd_values`).
+    """
+    stream = source if isinstance(source, PointCloudStream) else None
+    if stream is None:
+        stream = source.load()
+    if not isinstance(stream, PointCloudStream):
+        raise TypeError(
+            f"{type(source).__name__}.load() must return a PointCloudStream; got "
+            f"{type(stream).__name__}."
+        )
+    if subset is not None:
+        stream = _random_subset(stream, *subset)
+    train = split_bounds(stream.num_steps, *fractions)["train"]
+    stream = _without_absurd_values(stream, source, train, max_abs_z, valid_ranges)
+    if stream.moving:
+        stream = with_position_channels(stream)
+    return stream
+
+
+def _random_subset(stream: PointCloudStream, num_points: int, seed: int) -> PointCloudStream:
+    """``num_points`` points drawn with their own generator (``seed``), in stream order."""
+    if num_points > stream.num_points:
+        raise UserError(
+            f"PointCloudDataModule: num_points={num_points} but stream '{stream.name}' has only "
+            f"{stream.num_points} points; use at most {stream.num_points} (or null for all)."
+        )
+    keep = np.sort(np.random.default_rng(seed).choice(stream.num_points, num_points, replace=False))
+    return stream.select_points(keep)
+
+
+def _without_absurd_values(
+    stream: PointCloudStream,
+    source: Any,
+    train: tuple[int, int],
+    max_abs_z: float | None,
+    valid_ranges: Mapping[str, Range | None],
+) -> PointCloudStream:
+    """``stream`` checked for values outside their channel's valid range and for absurd
+    values (:mod:`~cloudlstm.data.pipeline.absurd_values`) against its ``train`` part, as
+    the source's ``bad_values`` mode says."""
+    declared = CachedSource.declared_by(source)
+    mode = declared.bad_values
+    option = "data.source.bad_values" if mode is not None else None
+    ranges = merged_ranges(declared.physical_ranges(), valid_ranges, stream.channel_names)
+    return checked_stream(
+        stream,
+        train,
+        max_abs_z,
+        mode or "error",
+        data_name(source, stream),
+        option,
+        valid_ranges=ranges,
+    )
+
+
+def data_name(source: Any, stream: PointCloudStream) -> str:
+    """How messages about the data name it: its file (the source's ``path``), or else the
+    stream."""
+    path = CachedSource.declared_by(source).path
+    return f"file {path}" if path is not None else f"stream '{stream.name}'"
+
+
+def with_position_channels(stream: PointCloudStream) -> PointCloudStream:
+    """Moving points: the L positions as channels ``pos_x, pos_y[, pos_z]``, always
+    observed, after the values and before the measured covariates
+    (:func:`~cloudlstm.data.pipeline.model_input.positions_before_covariates`)."""
+    axes = "xyz" if stream.num_dims <= 3 else range(stream.num_dims)
+    names = [f"pos_{axis}" for axis in list(axes)[: stream.num_dims]]
+    positions = stream.trajectory.astype(np.float32)
+    split = stream.num_channels - len(stream_covariates(stream.channel_names, stream.metadata))
+    values = positions_before_covariates(stream.values, positions, split)
+    mask = positions_before_covariates(stream.mask, np.ones(positions.shape, dtype=bool), split)
+    channels = list(stream.channel_names)
+    return PointCloudStream(
+        values=values,
+        mask=mask,
+        coords=stream.coords,
+        channel_names=[*channels[:split], *names, *channels[split:]],
+        point_ids=stream.point_ids,
+        timestamps=stream.timestamps,
+        name=stream.name,
+        metadata=stream.metadata,
+        trajectory=stream.trajectory,
+    )
+
+
+def time_feature_values(stream: PointCloudStream, names: list[str]) -> np.ndarray | None:
+    """``(T, F)`` time features ``names`` of the stream's steps, or None without any.
+
+    Raises:
+        UserError: features asked for a stream without timestamps.
+    """
+    if not names:
+        return None
+    if stream.timestamps is None:
+        raise UserError(
+            f"data.time_features={names} needs timestamps, but stream "
+            f"'{stream.name}' has none; leave data.time_features empty."
+        )
+    return time_features(stream.timestamps, names)
+
+
+def fitted_scaler(
+    stream: PointCloudStream,
+    train: tuple[int, int],
+    state: dict | None,
+    what: str,
+    max_abs_z: float | None,
+) -> StandardScaler:
+    """The scaler of the ``train`` part, fitted on its observed values (refused when it
+    normalises a channel's readings to one number:
+    :func:`~cloudlstm.data.pipeline.absurd_values.check_resolution`), or the one ``state``
+    (:meth:`StandardScaler.to_dict`) holds.
+
+    Args:
+        stream: the prepared stream (:func:`prepared_stream`).
+        train: the training part's ``[start, end)``.
+        state: a run's scaler to restore instead of fitting one; None: fit.
+        what: how messages name the data (:func:`data_name`).
+        max_abs_z: the datamodule's absurd-value threshold, named by the resolution check.
+
+    Raises:
+        UserError: the restored scaler has another number of channels than the stream.
+    """
+    tr0, tr1 = train
+    if state is not None:
+        scaler = StandardScaler.from_dict(state)
+    else:
+        scaler = StandardScaler().fit(stream.values[tr0:tr1], stream.mask[tr0:tr1])
+        check_resolution(stream, (tr0, tr1), scaler, what, max_abs_z)
+    if scaler.num_channels != stream.num_channels:
+        raise UserError(
+            f"PointCloudDataModule: restored scaler has {scaler.num_channels} channels "
+            f"but the stream has {stream.num_channels}."
+        )
+    return scaler

@@ -1,0 +1,162 @@
+"""The split geometry: where a stream's train / val / test parts lie in time, which steps a
+window's input reads, and how many windows each part holds.
+
+The parts are chronological (:func:`split_bounds`); each part's targets stay inside it, while
+validation and test inputs may reach back into the part before (:func:`window_ranges`). A
+window's input is the ``M`` steps before its first target step, or the paper's seasonal
+input (:func:`seasonal_offsets`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from cloudlstm.data.pipeline.windows import contiguous_offsets, count_windows
+from cloudlstm.errors import UserError
+
+__all__ = [
+    "SPLITS",
+    "check_split_lengths",
+    "seasonal_input_offsets",
+    "seasonal_offsets",
+    "split_bounds",
+    "window_counts",
+    "window_ranges",
+]
+
+SPLITS = ("train", "val", "test")
+
+
+def split_bounds(
+    num_steps: int, val_fraction: float, test_fraction: float
+) -> dict[str, tuple[int, int]]:
+    """Chronological ``[start, end)`` time ranges of the train / val / test parts.
+
+    The test part is the last ``round(test_fraction * T)`` steps; validation is the last
+    ``round(val_fraction * (T - n_test))`` steps of the rest; training is what is left.
+    """
+    n_test = int(round(test_fraction * num_steps))
+    n_trainval = num_steps - n_test
+    n_val = int(round(val_fraction * n_trainval))
+    n_train = n_trainval - n_val
+    return {
+        "train": (0, n_train),
+        "val": (n_train, n_trainval),
+        "test": (n_trainval, num_steps),
+    }
+
+
+def window_ranges(
+    bounds: Mapping[str, tuple[int, int]], history: int
+) -> dict[str, tuple[int, int]]:
+    """The ``[first, end)`` time range each split's windows are cut from.
+
+    Targets stay inside the split (``bounds``). The inputs of validation and test windows
+    reach up to ``history`` steps back into the part before: they were observed before the
+    forecast time, as a deployed model would have them (the scaler stays fitted on the
+    training part alone). So a split needs only J steps, not history + J (the paper's
+    seasonal protocol: 6.8 days of validation under a 7-day input window), and every input
+    form scores the same target windows. Training inputs cannot start before step 0.
+    """
+    return {
+        split: (start if split == "train" else max(start - history, 0), end)
+        for split, (start, end) in bounds.items()
+    }
+
+
+def window_counts(
+    window_bounds: Mapping[str, tuple[int, int]], history: int, output_steps: int, stride: int
+) -> dict[str, int]:
+    """The windows each split holds, cut from its ``window_bounds`` (:func:`window_ranges`)
+    with inputs reaching ``history`` steps back, J = ``output_steps`` targets and ``stride``."""
+    return {
+        split: count_windows(end - first, history, output_steps, stride)
+        for split, (first, end) in window_bounds.items()
+    }
+
+
+def check_split_lengths(
+    bounds: Mapping[str, tuple[int, int]],
+    window_bounds: Mapping[str, tuple[int, int]],
+    history: int,
+    output_steps: int,
+    optional: set[str],
+    stream_name: str,
+    num_steps: int,
+) -> None:
+    """A ``UserError`` when a split holds no window; the ``optional`` splits (those given a
+    zero fraction) may hold none.
+
+    Args:
+        bounds: where each split's targets lie (:func:`split_bounds`).
+        window_bounds: where its windows lie (:func:`window_ranges`).
+        history: H, the steps a window's input reaches back.
+        output_steps: J.
+        optional: the splits that may be empty.
+        stream_name, num_steps: the stream's name and T, for the message.
+    """
+    span = history + output_steps
+    for split, (first, end) in window_bounds.items():
+        start = bounds[split][0]
+        if end - first >= span or split in optional:
+            continue
+        need = (
+            f"input_steps + output_steps = {history} + {output_steps} = {span} (input_steps "
+            "counts the whole history a window reaches back)"
+            if split == "train"
+            else f"output_steps = {output_steps} (its inputs reach back into the part before)"
+        )
+        raise UserError(
+            f"PointCloudDataModule: the {split} part of stream '{stream_name}' has "
+            f"{end - start} steps (of T={num_steps}), but one window needs "
+            f"{need}. Use a longer stream, shorter windows, or different val/test "
+            "fractions."
+        )
+
+
+def seasonal_offsets(
+    recent_steps: int, steps_per_day: int, days: float = 7, every_minutes: float = 120
+) -> np.ndarray:
+    """Input offsets of the paper's seasonal input: a sub-sampled week, then the recent steps.
+
+    The paper concatenates the last 30 minutes (6 five-minute steps) with a 7-day window
+    sampled every 2 h (84 steps), giving 90 input steps. Offsets are relative to the first
+    forecast step: ``-span, -span + every, ..., -every`` (``span = days`` in steps,
+    ``every = every_minutes`` in steps), then ``-recent_steps, ..., -1``. Both parts are kept
+    whole even where they overlap (as the paper's concatenation does), so
+    ``M = recent_steps + days * 1440 / every_minutes``.
+    """
+    every = steps_per_day * every_minutes / 1440.0
+    span = days * steps_per_day
+    if (
+        every < 1
+        or abs(every - round(every)) > 1e-9
+        or abs(span / every - round(span / every)) > 1e-9
+    ):
+        raise UserError(
+            f"seasonal input: a step is {1440 / steps_per_day:g} minutes, so "
+            f"seasonal_every_minutes={every_minutes:g} and seasonal_days={days:g} must be whole "
+            "multiples of it (and the window a whole number of samples)."
+        )
+    every, span = int(round(every)), int(round(span))
+    week = np.arange(-span, 0, every, dtype=np.int64)
+    return np.concatenate([week, contiguous_offsets(recent_steps)])
+
+
+def seasonal_input_offsets(
+    recent_steps: int, steps_per_day: int | None, seasonal: tuple[float, float], stream_name: str
+) -> np.ndarray:
+    """:func:`seasonal_offsets` of a stream with ``steps_per_day`` steps a day, ``seasonal``
+    being ``(days, every_minutes)``.
+
+    Raises:
+        UserError: the stream's sampling period is unknown (``steps_per_day`` None).
+    """
+    if steps_per_day is None:
+        raise UserError(
+            f"PointCloudDataModule: seasonal=true needs the sampling period of stream "
+            f"'{stream_name}', but it has no timestamps or step_minutes metadata."
+        )
+    return seasonal_offsets(recent_steps, steps_per_day, *seasonal)

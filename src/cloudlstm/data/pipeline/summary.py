@@ -1,0 +1,99 @@
+"""The data's summary: the sizes of the stream and of each split as plain Python values
+(:func:`summary`, e.g. saved with a run) and as a small table (:func:`print_summary`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from cloudlstm.data.covariates import time_feature_names
+from cloudlstm.data.pipeline.splits import SPLITS, window_counts
+
+__all__ = ["print_summary", "summary"]
+
+
+def summary(datamodule: Any) -> dict[str, Any]:
+    """Sizes of the data and of each split of a set-up
+    :class:`~cloudlstm.data.pipeline.datamodule.PointCloudDataModule` (all plain Python
+    types). Typed ``Any``: the datamodule imports this module, not the other way round."""
+    dm = datamodule
+    stream = dm.stream
+    steps = {s: e - b for s, (b, e) in dm.bounds.items()}
+    windows = window_counts(dm.window_bounds, dm.history_steps, dm.output_steps, dm.stride)
+    ids = np.asarray(stream.point_ids)
+    extras = {k: v for k, v in stream.metadata.items() if k != "generator"}
+    return {
+        "name": stream.name,
+        "num_points": stream.num_points,
+        "num_channels": dm.num_channels,
+        "num_dims": stream.num_dims,
+        "channel_names": dm.channel_names,
+        "covariates": dm.covariate_names,
+        "time_features": time_feature_names(dm.time_features),
+        "total_steps": stream.num_steps,
+        "steps": steps,
+        "windows": windows,
+        "bounds": {s: list(b) for s, b in dm.bounds.items()},
+        "window_bounds": {s: list(b) for s, b in dm.window_bounds.items()},
+        "missing_fraction": stream.missing_fraction,
+        "score_filled": dm.score_filled,
+        "input_steps": dm.model_input_steps,
+        "history_steps": dm.history_steps,
+        "output_steps": dm.output_steps,
+        "stride": dm.stride,
+        "steps_per_day": dm.steps_per_day,
+        "moving": stream.moving,
+        "seasonal": dm.seasonal is not None,
+        "subset": None if dm.subset is None else list(dm.subset),
+        "point_groups": {g: ids[m].tolist() for g, m in dm.point_groups.items()},
+        "source_metadata": _plain(extras),
+    }
+
+
+def print_summary(info: Mapping[str, Any], console: Any = None) -> None:
+    """Print a :func:`summary` as a small rich table (on ``console``, default a new one)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"data: {info['name']}", show_header=True, header_style="bold")
+    table.add_column("item")
+    table.add_column("value", justify="right")
+    table.add_row("points N", str(info["num_points"]))
+    table.add_row("channels C", f"{info['num_channels']} ({', '.join(info['channel_names'])})")
+    inputs = [*info["covariates"], *info["time_features"]]
+    if inputs:
+        table.add_row("input-only channels", ", ".join(inputs))
+    table.add_row("total steps T", str(info["total_steps"]))
+    window = f"{info['input_steps']} -> {info['output_steps']}"
+    if info["seasonal"]:
+        window += f" (seasonal, reaching back {info['history_steps']} steps)"
+    table.add_row("window M -> J", window)
+    if info["moving"]:
+        table.add_row("moving points", "positions are forecast as pos_* channels")
+    for group, ids in info["point_groups"].items():
+        table.add_row(
+            group, f"{len(ids)}" + (f": {', '.join(ids[:12])}" if group == "outliers" else "")
+        )
+    table.add_row("missing", f"{info['missing_fraction']:.2%}")
+    for split in SPLITS:
+        b, e = info["bounds"][split]
+        table.add_row(
+            f"{split}",
+            f"steps [{b}, {e}) = {info['steps'][split]}, windows {info['windows'][split]}",
+        )
+    (console or Console()).print(table)
+
+
+def _plain(value: Any) -> Any:
+    """JSON-friendly copy of metadata (numpy scalars/arrays to Python)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
