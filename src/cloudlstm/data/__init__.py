@@ -6,9 +6,10 @@ data-source protocol (``cache``), time chunks (``chunks``), covariates (``covari
 scaling (``transforms``) and the data's description (``spec``). Two sub-packages, one idea
 each:
 
-* :mod:`cloudlstm.data.sources`: where streams come from (the Urban Air and Beijing readers,
-  long-format files, the synthetic, moving and mobile generators, the stand-in clusters,
-  downloads); every source is a :class:`~cloudlstm.data.cache.CachedSource`;
+* :mod:`cloudlstm.data.sources`: where streams come from (the Urban Air, Beijing and Telecom
+  Italia readers, long-format and wide-table files with a graph of the points, the
+  synthetic, moving and mobile generators, the stand-in clusters, downloads); every source
+  is a :class:`~cloudlstm.data.cache.CachedSource`;
 * :mod:`cloudlstm.data.pipeline`: what happens to a stream once it exists (preparation,
   splits, coordinates and outliers, the model-input rule, windows, loaders, the one
   datamodule, :class:`PointCloudDataModule`, which takes any source, and a forecast's
@@ -28,7 +29,9 @@ from cloudlstm.data.sources.long_format import LongFormatSource
 from cloudlstm.data.sources.mobile import SyntheticMobileTraffic, mobile_traffic
 from cloudlstm.data.sources.moving import SyntheticMovingPoints
 from cloudlstm.data.sources.synthetic import SyntheticAdvectionDiffusion
+from cloudlstm.data.sources.telecom_italia import TelecomItaliaSource
 from cloudlstm.data.sources.urban_air import UrbanAirSource
+from cloudlstm.data.sources.wide_table import WideTableSource
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.data.transforms import StandardScaler, normalize_coords
 
@@ -42,7 +45,9 @@ __all__ = [
     "SyntheticAdvectionDiffusion",
     "SyntheticMobileTraffic",
     "SyntheticMovingPoints",
+    "TelecomItaliaSource",
     "UrbanAirSource",
+    "WideTableSource",
     "WindowDataset",
     "count_windows",
     "download_and_extract",

@@ -543,6 +543,13 @@ class CachedSource:
         (:mod:`cloudlstm.data.pipeline.absurd_values`). None declared here."""
         return {}
 
+    def adjacency(self, point_ids: list[str]) -> np.ndarray | None:
+        """``(N, N)`` weights of a graph the data gives of the points ``point_ids``, in that
+        order (e.g. a road network's, ``data.source.graph``); None: the data has no graph,
+        and the models that take one build it from the positions. Read into the data's
+        description (``DataSpec.adjacency``), which hands it to the models. None here."""
+        return None
+
     @staticmethod
     def declared_by(source: Any) -> CachedSource:
         """What ``source`` declares: itself when it is a :class:`CachedSource`; else (a

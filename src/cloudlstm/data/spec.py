@@ -69,6 +69,10 @@ class DataSpec:
         covariate_names: measured input-only channels, after the targets in ``x``.
         time_features: ``data.time_features`` (``hour``, ...): their sin/cos channels
             (:attr:`future_names`) end ``x`` and are a window's ``future``.
+        adjacency: ``(N, N)`` weights of a graph of the points, in :attr:`point_ids`' order
+            (``data.source.graph``, e.g. a road network), as the source gives them; None
+            without one. Passed to the models that take a graph (their constructor's
+            ``adjacency``); checkpoints written before it existed read as None.
 
     A model reads ``C_in = input_channels`` channels (:attr:`input_names`) and forecasts
     ``C_out = num_channels`` (see :mod:`cloudlstm.data.covariates`).
@@ -95,6 +99,7 @@ class DataSpec:
     fixed_points: str | None = None
     covariate_names: list[str] = field(default_factory=list)
     time_features: list[str] = field(default_factory=list)
+    adjacency: list[list[float]] | None = None
 
     # ------------------------------------------------------------------ made from
     @classmethod
@@ -130,6 +135,7 @@ class DataSpec:
             },
             covariate_names=list(datamodule.covariate_names),
             time_features=list(datamodule.time_features),
+            adjacency=_adjacency(source, stream.point_ids),
         )
 
     @classmethod
@@ -264,6 +270,13 @@ def stored_spec(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
         **old,
         "steps_per_day": int(round(per_day)) if per_day and per_day % 1 < 1e-9 else None,
     }
+
+
+def _adjacency(source: CachedSource, point_ids: Sequence[str]) -> list[list[float]] | None:
+    """The graph ``source`` gives of the points ``point_ids``
+    (:meth:`~cloudlstm.data.cache.CachedSource.adjacency`), as nested lists."""
+    weights = source.adjacency(list(point_ids))
+    return None if weights is None else np.asarray(weights, dtype=np.float64).tolist()
 
 
 def _default_coord_cols(num_dims: int) -> list[str]:

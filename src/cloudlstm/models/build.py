@@ -11,6 +11,7 @@ import inspect
 from typing import Any
 
 import hydra
+from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
@@ -39,7 +40,9 @@ def build_model(
             ``num_points``, ``num_channels``, ``input_steps``, ``output_steps``,
             ``coord_features``, ``steps_per_day``) that the constructor takes is passed, so
             model configs name none of them. A size the config sets must agree with it
-            (a run's saved config holds the sizes it was built with).
+            (a run's saved config holds the sizes it was built with). Its graph of the
+            points (``spec.adjacency``, from ``data.source.graph``) is passed as the
+            constructor argument ``adjacency`` (:func:`graph_argument`).
         compile: overrides ``config.compile`` (``False`` when loading a model for a quick
             forecast, where compiling would cost more than it saves).
 
@@ -50,18 +53,42 @@ def build_model(
 
     Raises:
         UserError: ``compile`` is neither a boolean nor a mode, the config sets a size
-            the data does not have, or asks more neighbours than the data has points.
+            the data does not have, asks more neighbours than the data has points, or the
+            data has a graph that the model cannot take.
     """
     config = resolved(config)
     options = {key: config.pop(key, None) for key in BUILD_OPTIONS}
     mode = compile_mode(compile if compile is not None else options["compile"])
     sizes = data_sizes(config, spec) if spec is not None else {}
+    graph = graph_argument(config, spec) if spec is not None else {}
     if spec is not None:
         check_neighbours_fit(config, spec.num_points)
-    model = hydra.utils.instantiate(config, **sizes)
+    if graph:
+        model = _instantiate_with(config, sizes, graph)
+    else:
+        model = hydra.utils.instantiate(config, **sizes)
     if mode is not None:
         model.compile(mode=None if mode == "default" else mode)
     return model
+
+
+def _instantiate_with(
+    config: DictConfig, sizes: dict[str, Any], objects: dict[str, Any]
+) -> nn.Module:
+    """``config`` instantiated with ``sizes`` and the constructor arguments ``objects``,
+    which are passed as they are: Hydra would turn an N x N matrix into a config node, one
+    node per weight. A constructor's error is wrapped as Hydra wraps it, so that the entry
+    points report a bad option in one line all the same
+    (:func:`cloudlstm.errors.one_line_errors`)."""
+    make = hydra.utils.instantiate(config, _partial_=True, **sizes)
+    try:
+        return make(**objects)
+    except UserError:
+        raise
+    except Exception as err:
+        raise InstantiationException(
+            f"Error in call to target '{config._target_}':\n{err!r}"
+        ) from err
 
 
 def check_neighbours_fit(config: DictConfig, num_points: int) -> None:
@@ -140,6 +167,29 @@ def data_sizes(config: DictConfig, spec: DataSpec) -> dict[str, Any]:
                 "data.input_steps, data.output_steps), or leave model.{key} out."
             )
     return sizes
+
+
+def graph_argument(config: DictConfig, spec: DataSpec) -> dict[str, Any]:
+    """``{"adjacency": spec.adjacency}`` for a model whose constructor takes a parameter
+    ``adjacency`` and data with a graph (``data.source.graph``); ``{}`` without a graph,
+    where such a model builds its own (STGCN: from the coordinates). The weights are the
+    ``(N, N)`` nested list of :attr:`DataSpec.adjacency`, in the data's point order. Never
+    written into a run's config (:func:`with_sizes` writes sizes only): the checkpoint's
+    description carries it.
+
+    Raises:
+        UserError: the data has a graph and the model's constructor takes none.
+    """
+    if spec.adjacency is None:
+        return {}
+    model_cls = hydra.utils.get_class(config._target_)
+    if "adjacency" not in inspect.signature(model_cls).parameters:
+        raise UserError(
+            f"data.source.graph gives a graph of the points, but {model_cls.__name__} takes "
+            "none: choose a model that reads a graph (e.g. model=stgcn), or drop the graph "
+            "(data.source.graph=null)."
+        )
+    return {"adjacency": spec.adjacency}
 
 
 def check_refused(model_cls: type, key: str, spec: DataSpec) -> None:

@@ -1,17 +1,20 @@
 """STGCN baseline (Yu, Yin, Zhu, *Spatio-Temporal Graph Convolutional Networks*, IJCAI 2018).
 
-The points become the nodes of a distance graph (:mod:`cloudlstm.nn.graph`); time is
-handled by gated 1-D convolutions, space by Chebyshev graph convolutions.
+The points become the nodes of a graph (:mod:`cloudlstm.nn.graph`): their distance graph,
+or the graph given with the data (``data.source.graph``, e.g. METR-LA's road network);
+time is handled by gated 1-D convolutions, space by Chebyshev graph convolutions.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from cloudlstm.models.base import Channels, ForecastModel
-from cloudlstm.nn.graph import ChebGraphConv, DistanceGraph
+from cloudlstm.nn.graph import ChebGraphConv, DistanceGraph, given_laplacian
 
 
 class GatedTemporalConv(nn.Module):
@@ -94,6 +97,11 @@ class STGCN(ForecastModel):
     The graph is built from ``coords`` on every call (cached while they do not change):
     weights ``exp(-d^2 / sigma^2)`` kept where ``>= epsilon``; ``sigma=None`` means the mean
     distance to the ``neighbours``-th nearest point (see :mod:`cloudlstm.nn.graph`).
+    ``adjacency`` (``(N, N)`` weights in the data's point order, ``data.source.graph``)
+    replaces it by that fixed graph, made undirected and without self-loops
+    (:func:`~cloudlstm.nn.graph.given_laplacian`; ``sigma``, ``epsilon`` and ``neighbours``
+    are then unused): the model is then tied to its N training points, in their order
+    (:attr:`fixed_points`), and ``coords`` are not read.
 
     Each block consumes ``2 (kt - 1)`` steps. An input shorter than
     ``2 (kt - 1) num_blocks + 1`` steps is left-padded with zeros (the normalised mean) to
@@ -124,6 +132,7 @@ class STGCN(ForecastModel):
         dropout: float = 0.0,
         input_channels: int | None = None,
         future_channels: int = 0,
+        adjacency: Sequence[Sequence[float]] | None = None,
     ) -> None:
         super().__init__()
         for name, value in [
@@ -142,6 +151,18 @@ class STGCN(ForecastModel):
         self.input_steps = input_steps
         self.output_steps = output_steps
         self.graph = DistanceGraph(sigma, epsilon, neighbours)
+        # A buffer, so it follows the model's device and dtype; not persistent: the data's
+        # description in every checkpoint carries the graph, and checkpoints of the model
+        # without one stay loadable.
+        self.register_buffer(
+            "given_laplacian",
+            None if adjacency is None else given_laplacian(adjacency),
+            persistent=False,
+        )
+        if adjacency is not None:
+            self.fixed_points = (
+                "it convolves over the given graph of its training points (data.source.graph)"
+            )
         consumed = 2 * (kt - 1) * num_blocks
         self.pad = max(0, consumed + 1 - input_steps)
         spatial_channels = spatial_channels or hidden_channels
@@ -179,13 +200,19 @@ class STGCN(ForecastModel):
                 "data."
             )
         super().check_input(x, coords, future)
+        lap = self.given_laplacian
+        if lap is not None and x.shape[2] != lap.shape[-1]:
+            raise ValueError(
+                f"STGCN was built on a graph of {lap.shape[-1]} points (data.source.graph), "
+                f"but x has {x.shape[2]} points: give it the points of its graph."
+            )
 
     def forward(
         self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
     ) -> torch.Tensor:
         self.check_input(x, coords, future)
         b, _, n, _ = x.shape
-        laplacian = self.graph(coords)
+        laplacian = self.graph(coords) if self.given_laplacian is None else self.given_laplacian
         h = F.pad(x, (0, 0, 0, 0, self.pad, 0))  # causal zero padding in time, if any
         for block in self.blocks:
             h = block(h, laplacian)

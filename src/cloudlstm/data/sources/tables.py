@@ -2,7 +2,7 @@
 
 A raw table has one row per ``(time, point)`` (or is brought to that shape by its reader):
 
-* :func:`read_table` reads a CSV (any pandas compression) or Parquet file;
+* :func:`read_table` reads a CSV (any pandas compression), Parquet or pandas HDF5 file;
   :func:`check_columns`, :func:`numeric_column` and :func:`parse_times` check and convert its
   columns, naming the file and the offending cell in their errors;
 * :func:`pivot_long` places rows on a regular time grid (:class:`LongGrid`);
@@ -10,7 +10,8 @@ A raw table has one row per ``(time, point)`` (or is brought to that shape by it
 * :func:`build_stream` drops points without any data, fills gaps and assembles the
   :class:`~cloudlstm.data.stream.PointCloudStream`.
 
-Used by :mod:`~cloudlstm.data.sources.long_format`, :mod:`~cloudlstm.data.sources.urban_air`,
+Used by :mod:`~cloudlstm.data.sources.long_format`, :mod:`~cloudlstm.data.sources.wide_table`,
+:mod:`~cloudlstm.data.sources.telecom_italia`, :mod:`~cloudlstm.data.sources.urban_air`,
 :mod:`~cloudlstm.data.sources.beijing` and :mod:`cloudlstm.data.pipeline.forecast_input`.
 """
 
@@ -35,12 +36,14 @@ __all__ = [
     "LongGrid",
     "build_stream",
     "check_columns",
+    "id_text",
     "infer_step",
     "interpolate_gaps",
     "numeric_column",
     "parse_freq",
     "parse_times",
     "pivot_long",
+    "read_hdf",
     "read_table",
 ]
 
@@ -91,13 +94,16 @@ def parse_freq(freq: Any) -> np.timedelta64:
     return step
 
 
-def infer_step(times: np.ndarray) -> np.timedelta64:
-    """The most common positive gap between the distinct sorted ``times`` (ties: the smaller)."""
+def infer_step(times: np.ndarray, step_option: str = "freq") -> np.timedelta64:
+    """The most common positive gap between the distinct sorted ``times`` (ties: the smaller).
+
+    ``step_option``: the option that sets the step, named in the error.
+    """
     distinct = np.unique(times)
     if len(distinct) < 2:
         raise UserError(
             "Cannot infer the sampling period: the data has only one distinct timestamp. "
-            "Set freq (e.g. freq=1h) or provide more time steps."
+            f"Set {step_option} (e.g. {step_option}=1h) or provide more time steps."
         )
     gaps, counts = np.unique(np.diff(distinct), return_counts=True)
     return gaps[np.argmax(counts)]
@@ -152,6 +158,7 @@ def pivot_long(
     freq: Any = None,
     duplicates: str = "error",
     what: str = "the data",
+    step_option: str = "freq",
 ) -> LongGrid:
     """Lay the rows of a long table on a regular time grid.
 
@@ -161,6 +168,7 @@ def pivot_long(
         duplicates: ``"error"`` refuses several rows for one ``(time, point)`` and shows one;
             ``"mean"`` averages them.
         what: how to name the data in error messages (e.g. the file path).
+        step_option: the source's option that sets ``freq``, named in the errors.
 
     Every timestamp must lie on the grid ``t0 + k * step`` (``t0`` = the earliest time);
     steps without any row become NaN cells, which :func:`interpolate_gaps` later fills.
@@ -170,7 +178,7 @@ def pivot_long(
     if len(df) == 0:
         raise UserError(f"{what} has no rows.")
     times = df[time_col].to_numpy(dtype="datetime64[ns]")
-    step = infer_step(times) if freq is None else parse_freq(freq)
+    step = infer_step(times, step_option) if freq is None else parse_freq(freq)
     t0 = times.min()
     offset = (times - t0).astype(np.int64)
     step_ns = int(step.astype("timedelta64[ns]").astype(np.int64))
@@ -180,8 +188,8 @@ def pivot_long(
         raise UserError(
             f"{what}: timestamp {pd.Timestamp(times[bad])} is not on the regular grid that starts "
             f"at {pd.Timestamp(t0)} with step {_step_text(step)} "
-            f"({int(off_grid.sum())} such rows). Set freq to the sampling period, or resample "
-            "the data onto a regular grid first."
+            f"({int(off_grid.sum())} such rows). Set {step_option} to the sampling period, or "
+            "resample the data onto a regular grid first."
         )
     t_idx = offset // step_ns
     codes, uniques = pd.factorize(df[id_col], sort=True)
@@ -331,19 +339,70 @@ def _log_stream(stream: PointCloudStream, step: np.timedelta64, dropped: int) ->
 
 
 # ---------------------------------------------------------------------- user files
-def read_table(path: Path, what: str, **csv_kwargs: Any) -> pd.DataFrame:
-    """Read a CSV (compression from the suffix: .gz, .bz2, .zip, .xz) or Parquet file."""
-    if path.suffix.lower() in (".parquet", ".pq"):
+PARQUET_SUFFIXES = (".parquet", ".pq")
+HDF_SUFFIXES = (".h5", ".hdf5", ".hdf")
+
+
+def read_table(
+    path: Path, what: str, hdf_key: str | None = None, **csv_kwargs: Any
+) -> pd.DataFrame:
+    """Read a CSV (compression from the suffix: .gz, .bz2, .zip, .xz), Parquet or pandas
+    HDF5 file (``hdf_key``: the table of an HDF5 file, see :func:`read_hdf`)."""
+    suffix = path.suffix.lower()
+    if suffix in PARQUET_SUFFIXES:
         if not any(importlib.util.find_spec(m) for m in ("pyarrow", "fastparquet")):
             raise MissingPackageError(
                 f"Reading the Parquet file {path} needs pyarrow: `pip install pyarrow` "
                 "(or convert the file to CSV)."
             )
         return pd.read_parquet(path)
+    if suffix in HDF_SUFFIXES:
+        return read_hdf(path, what, hdf_key)
     try:
         return pd.read_csv(path, **csv_kwargs)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
         raise UserError(f"Cannot read {what} {path} as CSV: {err}") from None
+
+
+def read_hdf(
+    path: Path, what: str, key: str | None = None, stop: int | None = None
+) -> pd.DataFrame:
+    """The DataFrame a pandas HDF5 file holds (``DataFrame.to_hdf``, as DCRNN's
+    ``metr-la.h5`` and ``pems-bay.h5``): the one table of the file, or the table ``key``;
+    ``stop``: read only the first rows (``0``: the columns and no row).
+
+    Raises:
+        MissingPackageError: PyTables (``tables``) is not installed.
+        UserError: the file is no pandas HDF5 file, holds several tables and no ``key`` is
+            given, has no table ``key``, or holds a Series.
+    """
+    if importlib.util.find_spec("tables") is None:
+        raise MissingPackageError(
+            f"Reading the HDF5 file {path} needs PyTables: `pip install tables` (or convert "
+            "the file to CSV)."
+        )
+    try:
+        with pd.HDFStore(path, mode="r") as store:
+            keys = [k.lstrip("/") for k in store]  # the tables' keys
+            if key is None and len(keys) != 1:
+                held = f"the tables {keys}" if keys else "no pandas table"
+                raise UserError(
+                    f"{what} {path} holds {held}: name the one to read with the source's "
+                    "key option (e.g. data.source.key=df)."
+                )
+            key = keys[0] if key is None else str(key).lstrip("/")
+            if key not in keys:
+                raise UserError(f"{what} {path} has no table {key!r}; it holds {keys}.")
+            frame = store.select(key, stop=stop)
+    except UserError:
+        raise
+    except Exception as err:  # PyTables' and pandas' many errors for a file they cannot read
+        raise UserError(f"Cannot read {what} {path} as a pandas HDF5 file: {err}") from None
+    if not isinstance(frame, pd.DataFrame):
+        raise UserError(
+            f"{what} {path}: the table {key!r} is a {type(frame).__name__}, not a DataFrame."
+        )
+    return frame
 
 
 def check_columns(df: pd.DataFrame, expected: Sequence[str], what: str, hint: str) -> None:
@@ -375,3 +434,14 @@ def numeric_column(df: pd.DataFrame, col: str, what: str) -> np.ndarray:
             "readings empty (or NA) and remove units/text from the cells."
         )
     return coerced.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def id_text(value: Any) -> str:
+    """A point id as text, the same whichever file it comes from: byte strings (Python 2
+    pickles) decoded, whole floats without their ``.0`` (an integer id column with a gap
+    reads as floats), surrounding blanks removed."""
+    if isinstance(value, bytes):
+        value = value.decode("latin1")
+    if isinstance(value, (float, np.floating)) and np.isfinite(value) and float(value).is_integer():
+        value = int(value)
+    return str(value).strip()

@@ -1,0 +1,212 @@
+"""A graph of the points read from a file (a road network's), for the models that take one.
+
+Two forms users have:
+
+* DCRNN's ``adj_mx.pkl`` (METR-LA, PEMS-BAY): a Python pickle of ``(sensor_ids,
+  sensor_id_to_ind, adj_mx)``, ``adj_mx`` an ``(N, N)`` array of weights whose row and
+  column ``sensor_id_to_ind[id]`` belong to sensor ``id``. Written by Python 2, so it is
+  read with ``encoding="latin1"``. A pickle can run code when it is loaded: read only files
+  you trust;
+* an ``(N, N)`` matrix without ids, in the order of the data file's point columns: a CSV
+  with no header (T-GCN's ``los_adj.csv``, any pandas compression) or a ``.npy`` file.
+
+:func:`read_graph` reads and checks either (square, finite, non-negative, as many ids as
+rows); :func:`graph_among` takes the ``(N, N)`` block of a stream's points, in the stream's
+order, by id. Weights are kept as the file gives them (self-loops and direction too): each
+model decides what it makes of them (:class:`~cloudlstm.models.stgcn.STGCN` drops the
+self-loops and keeps the larger weight of each pair of directions).
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cloudlstm.data.sources.tables import id_text
+from cloudlstm.errors import MissingFileError, UserError
+
+__all__ = ["GRAPH_SUFFIXES", "graph_among", "read_graph"]
+
+GRAPH_SUFFIXES = (".pkl", ".pickle", ".csv", ".npy")
+OPTION = "data.source.graph"
+
+
+def read_graph(path: Path, column_ids: Sequence[str] | None) -> tuple[list[str], np.ndarray]:
+    """The ids and the ``(G, G)`` float64 weights of the graph file ``path``.
+
+    Args:
+        path: DCRNN's pickle (``.pkl``, ``.pickle``), or a matrix without ids (``.csv``
+            with compression suffixes, ``.npy``).
+        column_ids: the data file's point ids in its column order: the ids of a matrix
+            without ids (None: such a file is refused).
+
+    Raises:
+        MissingFileError: no such file.
+        UserError: an unknown suffix, an unreadable file, a pickle that is not DCRNN's
+            triple, a matrix that is not square, not as large as the ids, with NaN, inf or
+            negative weights, or ids repeated.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(f"{OPTION}={path.resolve()}: no such file.")
+    kind = _kind(path)
+    if kind == "pickle":
+        ids, matrix = _read_dcrnn_pickle(path)
+    else:
+        matrix = _read_matrix(path, kind)
+        if column_ids is None:
+            raise UserError(
+                f"{OPTION}={path}: a matrix without ids needs the data file's column order, "
+                "which this data source does not have; give DCRNN's adj_mx.pkl instead."
+            )
+        ids = [str(i) for i in column_ids]
+        if matrix.shape[0] == matrix.shape[1] != len(ids):
+            raise UserError(
+                f"{OPTION}={path} is {matrix.shape[0]} x {matrix.shape[1]}, but the data file "
+                f"has {len(ids)} point columns: a matrix without ids must have one row and "
+                "column per point column, in the file's order."
+            )
+    check_weights(matrix, f"{OPTION}={path}")
+    if len(ids) != matrix.shape[0]:
+        raise UserError(
+            f"{OPTION}={path} names {len(ids)} ids for a {matrix.shape[0]} x "
+            f"{matrix.shape[1]} matrix: they must agree."
+        )
+    repeated = pd.Index(ids)[pd.Index(ids).duplicated()].unique().tolist()
+    if repeated:
+        raise UserError(f"{OPTION}={path} names the id(s) {repeated[:5]} more than once.")
+    return ids, matrix
+
+
+def check_weights(matrix: np.ndarray, what: str) -> None:
+    """Refuse a weight matrix that is not square or holds NaN, inf or a negative weight.
+
+    Raises:
+        UserError: naming the first offending entry.
+    """
+    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+        shape = " x ".join(str(s) for s in matrix.shape)
+        hint = ""
+        if matrix.ndim == 2 and matrix.shape[0] == matrix.shape[1] + 1:
+            hint = " (a header row? A CSV adjacency has none)"
+        raise UserError(f"{what} is {shape}, not a square matrix{hint}.")
+    for bad, words in ((~np.isfinite(matrix), "not finite"), (matrix < 0, "negative")):
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
+            raise UserError(
+                f"{what}: {int(bad.sum())} weight(s) are {words}, e.g. {matrix[i, j]} at row "
+                f"{i}, column {j}; a graph's weights are finite and >= 0 (0: no edge)."
+            )
+
+
+def graph_among(
+    ids: Sequence[str], matrix: np.ndarray, point_ids: Sequence[str], what: str
+) -> np.ndarray:
+    """The ``(N, N)`` weights among ``point_ids``, in their order, from the graph
+    ``(ids, matrix (G, G))``; the graph may have more nodes than the points.
+
+    Raises:
+        UserError: some points are not in the graph.
+    """
+    where = {str(i): k for k, i in enumerate(ids)}
+    lost = [p for p in point_ids if str(p) not in where]
+    if lost:
+        raise UserError(
+            f"{what}: {len(lost)} point(s) of the data are not in the graph, e.g. "
+            f"{lost[:5]}; the graph has {len(ids)} node(s), e.g. {list(ids[:3])}. Give the "
+            "graph of these points."
+        )
+    order = np.array([where[str(p)] for p in point_ids], dtype=np.int64)
+    return np.asarray(matrix, dtype=np.float64)[np.ix_(order, order)]
+
+
+def _kind(path: Path) -> str:
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] in (".pkl", ".pickle"):
+        return "pickle"
+    if suffixes and suffixes[-1] == ".npy":
+        return "npy"
+    if ".csv" in suffixes:
+        return "csv"
+    raise UserError(
+        f"{OPTION}={path}: unknown graph format (suffix {path.suffix!r}); give DCRNN's "
+        "adj_mx.pkl, or an N x N matrix as a CSV without header (.csv, .csv.gz) or .npy."
+    )
+
+
+def _read_dcrnn_pickle(path: Path) -> tuple[list[str], np.ndarray]:
+    """``(ids in matrix order, matrix)`` of DCRNN's ``(sensor_ids, sensor_id_to_ind,
+    adj_mx)``."""
+    try:
+        with path.open("rb") as f:
+            held = pickle.load(f, encoding="latin1")  # noqa: S301 (the user's own file)
+    except Exception as err:  # pickle raises anything a damaged file makes it do
+        raise UserError(f"Cannot read {OPTION}={path} as a pickle: {err!r}") from None
+    if not (isinstance(held, (tuple, list)) and len(held) == 3):
+        raise UserError(
+            f"{OPTION}={path} holds a {type(held).__name__}, not DCRNN's triple (sensor_ids, "
+            "sensor_id_to_ind, adj_mx)."
+        )
+    sensor_ids, to_index, adj = held
+    matrix = _as_matrix(adj, f"{OPTION}={path} (its adj_mx)")
+    ids = [id_text(s) for s in sensor_ids]
+    if isinstance(to_index, Mapping) and to_index:
+        ids = _ids_in_matrix_order(ids, to_index, len(matrix), path)
+    return ids, matrix
+
+
+def _ids_in_matrix_order(
+    ids: list[str], to_index: Mapping[Any, Any], size: int, path: Path
+) -> list[str]:
+    """The ids by their matrix row (``sensor_id_to_ind``), which must index every row once."""
+    rows = {id_text(k): v for k, v in to_index.items()}
+    try:
+        order = sorted(rows, key=lambda k: int(rows[k]))
+        places = sorted(int(v) for v in rows.values())
+    except (TypeError, ValueError):
+        raise UserError(
+            f"{OPTION}={path}: sensor_id_to_ind must map each id to its row number."
+        ) from None
+    if places != list(range(size)) or set(order) != set(ids):
+        raise UserError(
+            f"{OPTION}={path}: sensor_id_to_ind does not give each of the {len(ids)} "
+            f"sensor_ids one row of the {size} x {size} matrix."
+        )
+    return order
+
+
+def _read_matrix(path: Path, kind: str) -> np.ndarray:
+    if kind == "npy":
+        try:
+            return _as_matrix(np.load(path, allow_pickle=False), f"{OPTION}={path}")
+        except (OSError, ValueError) as err:
+            raise UserError(f"Cannot read {OPTION}={path} as a .npy array: {err}") from None
+    try:
+        table = pd.read_csv(path, header=None)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise UserError(f"Cannot read {OPTION}={path} as CSV: {err}") from None
+    numbers = table.apply(pd.to_numeric, errors="coerce")
+    bad = numbers.isna() & table.notna()
+    if bad.to_numpy().any():
+        i, j = np.argwhere(bad.to_numpy())[0]
+        hint = " (a header row? A CSV adjacency has none)" if i == 0 else ""
+        raise UserError(
+            f"{OPTION}={path}: the cell at row {i}, column {j} is {table.iat[i, j]!r}, not a "
+            f"number{hint}."
+        )
+    return numbers.to_numpy(dtype=np.float64)
+
+
+def _as_matrix(value: Any, what: str) -> np.ndarray:
+    try:
+        matrix = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise UserError(f"{what} is not a matrix of numbers.") from None
+    if matrix.ndim != 2:
+        raise UserError(f"{what} has {matrix.ndim} dimension(s), not 2 (an N x N matrix).")
+    return matrix

@@ -1,0 +1,381 @@
+"""Telecom Italia Big Data Challenge: mobile activity in the squares of the Milan grid.
+
+The original files, one per day, ``sms-call-internet-mi-YYYY-MM-DD.txt`` (``.txt.gz`` too),
+are tab-separated without header, one row per square, 10-minute interval and country code:
+
+    square id, interval start (ms since the epoch, UTC), country code,
+    SMS in, SMS out, call in, call out, Internet
+
+An empty field means no activity (the files list only what happened). The grid is
+``milano-grid.geojson`` (``.geojson.gz`` too): one polygon per square (``cellId``), WGS84.
+Barlacchi et al., "A multi-source dataset of urban life in the city of Milan and the
+Province of Trentino", Scientific Data 2, 150055 (2015); Open Database License 1.0.
+
+:class:`TelecomItaliaSource` sums the country codes, aggregates the 10-minute intervals to
+``step`` (``1h``: the sum of the six intervals of each hour), keeps the chosen channels and
+squares, and places each square at its polygon's centroid as ``(longitude, latitude)``,
+the convention of every source here.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cloudlstm.data.cache import CachedSource
+from cloudlstm.data.sources.tables import build_stream, numeric_column, parse_freq, pivot_long
+from cloudlstm.data.stream import PointCloudStream
+from cloudlstm.errors import MissingFileError, UserError
+
+__all__ = ["CHANNELS", "TELECOM_URL", "TelecomItaliaSource", "grid_centroids"]
+
+log = logging.getLogger(__name__)
+
+TELECOM_URL = "https://dataverse.harvard.edu/dataverse/bigdatachallenge"
+# The activity columns of a file, in its order after square, time and country code.
+CHANNELS = ("sms_in", "sms_out", "call_in", "call_out", "internet")
+# A file's fields, by the column names used here.
+_FIELD_NAMES = {
+    "square": "square id",
+    "time": "interval start",
+    "country": "country code",
+    **{c: c.replace("_", " ") for c in CHANNELS},
+}
+_INTERVAL = np.timedelta64(10, "m").astype("timedelta64[ns]")
+_INTERVAL_MS = 600_000
+_DAY_FILE = re.compile(r"^sms-call-internet-mi-(\d{4}-\d{2}-\d{2})\.txt(\.gz)?$")
+_GRID_NAMES = ("milano-grid.geojson", "milano-grid.geojson.gz")
+_VERSION = 1
+
+
+class TelecomItaliaSource(CachedSource):
+    """The Milan files of the Telecom Italia Big Data Challenge.
+
+    Args:
+        root: folder of the daily ``sms-call-internet-mi-YYYY-MM-DD.txt[.gz]`` files (and
+            of the grid, by default).
+        channels: any of :data:`CHANNELS` (``sms_in``, ``sms_out``, ``call_in``,
+            ``call_out``, ``internet``), in the order wanted.
+        squares: the square ids to keep (None: every square in the files).
+        step: the stream's step, a multiple of the files' 10 minutes (``1h``, ``30min``,
+            ``1D``): each value is the sum of the intervals in its step.
+        grid: the grid's GeoJSON (None: ``milano-grid.geojson[.gz]`` in ``root``).
+        first_day, last_day: the first and last file to read (``2013-11-01``; None: from
+            the first / to the last one in ``root``).
+        name: the stream's name.
+        cache_dir: folder of the stream cache (None: the files are read at every load).
+
+    Times are the files' UTC: Milan's local time is an hour later in November-December
+    (the file of 2013-11-01 starts at 2013-10-31 23:00 UTC), and a ``1D`` step sums UTC
+    days. A square with no row in a step of complete files had no activity: 0. A step
+    whose 10-minute intervals are not all in the files (the first and last steps when
+    ``step`` does not divide the files' span, an outage of the whole city) is missing at
+    every square: filled linearly in time, with ``mask`` False.
+
+    Raises:
+        UserError: an unknown channel, a step that is not a multiple of 10 minutes, a
+            malformed file, a square without data or without a cell in the grid.
+    """
+
+    cache_prefix = "telecom"
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        channels: Sequence[str] = CHANNELS,
+        squares: Sequence[int] | None = None,
+        step: str = "1h",
+        grid: str | os.PathLike | None = None,
+        first_day: str | None = None,
+        last_day: str | None = None,
+        name: str = "milan_telecom",
+        cache_dir: str | os.PathLike | None = None,
+    ) -> None:
+        channels = [channels] if isinstance(channels, str) else list(channels)
+        unknown = [c for c in channels if c not in CHANNELS]
+        if unknown or not channels or len(set(channels)) != len(channels):
+            raise UserError(
+                f"data.source.channels={channels}: give one or more of {list(CHANNELS)}, each once."
+            )
+        self.channels = [str(c) for c in channels]
+        self.root = Path(root)
+        self.squares = None if squares is None else _square_ids(squares)
+        self.step = parse_freq(step)
+        if self.step % _INTERVAL != np.timedelta64(0, "ns"):
+            raise UserError(
+                f"data.source.step={step!r}: the files' intervals are 10 minutes, so the step "
+                "must be a multiple of 10 minutes (10min, 1h, 1D, ...)."
+            )
+        self.grid = None if grid is None else Path(grid)
+        self.first_day = None if first_day is None else _day(first_day, "first_day")
+        self.last_day = None if last_day is None else _day(last_day, "last_day")
+        self.name = str(name)
+        self.cache_dir = None if cache_dir is None else Path(cache_dir)
+
+    def __repr__(self) -> str:
+        return (
+            f"TelecomItaliaSource(root={str(self.root)!r}, channels={self.channels!r}, "
+            f"step={str(pd.Timedelta(self.step))!r})"
+        )
+
+    def config(self) -> dict:
+        """What decides the stream besides the files."""
+        return {
+            "version": _VERSION,
+            "channels": self.channels,
+            "squares": self.squares,
+            "step": str(pd.Timedelta(self.step)),
+            "first_day": self.first_day,
+            "last_day": self.last_day,
+            "name": self.name,
+        }
+
+    def physical_ranges(self) -> dict[str, tuple[float | None, float | None]]:
+        """Activity cannot be negative."""
+        return dict.fromkeys(self.channels, (0.0, None))
+
+    def day_files(self) -> list[Path]:
+        """The daily files to read, by date.
+
+        Raises:
+            MissingFileError: none in ``root`` (in the chosen days).
+        """
+        found = {}
+        if self.root.is_dir():
+            for path in self.root.iterdir():
+                match = _DAY_FILE.match(path.name)
+                if match and path.is_file():
+                    found.setdefault(match.group(1), path)  # .txt before .txt.gz of a day
+        days = sorted(
+            d
+            for d in found
+            if (self.first_day is None or d >= self.first_day)
+            and (self.last_day is None or d <= self.last_day)
+        )
+        if not days:
+            chosen = ""
+            if self.first_day or self.last_day:
+                chosen = f" from {self.first_day or 'the first'} to {self.last_day or 'the last'}"
+            raise MissingFileError(
+                f"No Telecom Italia files sms-call-internet-mi-YYYY-MM-DD.txt[.gz]{chosen} in "
+                f"{self.root.resolve()}. Download 'Telecommunications - SMS, Call, Internet - "
+                f"MI' and the Milano grid from {TELECOM_URL} into one folder and set "
+                "data.source.root=/path/to/folder."
+            )
+        return [found[d] for d in days]
+
+    def grid_file(self) -> Path:
+        """The grid's GeoJSON.
+
+        Raises:
+            MissingFileError: it is not there.
+        """
+        candidates = [self.grid] if self.grid is not None else [self.root / n for n in _GRID_NAMES]
+        for path in candidates:
+            if path.is_file():
+                return path
+        raise MissingFileError(
+            f"No grid file {candidates[0].resolve()}: download 'Milano Grid' "
+            f"(milano-grid.geojson) from {TELECOM_URL} into data.source.root, or set "
+            "data.source.grid=/path/to/milano-grid.geojson."
+        )
+
+    def input_files(self) -> list[Path]:
+        """The daily files and the grid."""
+        return [*self.day_files(), self.grid_file()]
+
+    def generate(self, cache_path: Path | None = None) -> PointCloudStream:
+        """Read the chosen days into one stream (see the class docstring), cached."""
+        files = self.day_files()
+        parts, intervals = [], []
+        for path in files:
+            sums, seen = self._read_day(path)
+            parts.append(sums)
+            intervals.append(seen)
+        # a step may straddle two files (a UTC day's step over local-day files)
+        sums = pd.concat(parts).groupby(["time", "square"], sort=False).sum().reset_index()
+        if self.squares is not None:
+            absent = sorted(set(self.squares) - set(sums["square"]))
+            if absent:
+                raise UserError(
+                    f"data.source.squares: the square(s) {absent[:10]} have no row in the "
+                    f"{len(files)} file(s) read; the files' squares are 1-10000."
+                )
+        if sums.empty:
+            raise UserError(f"The Telecom Italia files in {self.root} have no rows.")
+        what = f"the Telecom Italia files in {self.root}"
+        grid = pivot_long(sums, "time", "square", self.step, "error", what, "data.source.step")
+        values = grid.scatter(sums[self.channels].to_numpy(), np.float64)  # (T, N, C)
+        complete = self._complete_steps(grid.timestamps, np.unique(np.concatenate(intervals)))
+        # no row in a complete step: no activity; an incomplete step: no reading at all
+        values[complete] = np.nan_to_num(values[complete], nan=0.0)
+        values[~complete] = np.nan
+        coords = grid_centroids(self.grid_file())
+        unplaced = [p for p in grid.point_ids if p not in coords]
+        if unplaced:
+            raise UserError(
+                f"The square(s) {unplaced[:10]} of the files have no cell in the grid "
+                f"{self.grid_file()}: is it the Milano grid?"
+            )
+        stream = build_stream(
+            grid.timestamps,
+            grid.point_ids,
+            values.astype(np.float32),
+            self.channels,
+            coords=np.array([coords[p] for p in grid.point_ids], dtype=np.float64),
+            step=grid.step,
+            name=self.name,
+            source=str(self.root),
+        )
+        stream.metadata["incomplete_steps"] = int((~complete).sum())
+        return self.cached(stream, cache_path)
+
+    def _read_day(self, path: Path) -> tuple[pd.DataFrame, np.ndarray]:
+        """A file's sums per step and square of the chosen squares (columns ``time``,
+        ``square`` and the channels), and its distinct 10-minute intervals ``(I,)``
+        ``datetime64[ns]`` (of every square: they tell which intervals the files hold)."""
+        what = f"Telecom Italia file {path}"
+        rows = _read_rows(path, what)
+        square = numeric_column(rows, "square", what)
+        ms = numeric_column(rows, "time", what)
+        for values, column in ((square, "square"), (ms, "time")):
+            bad = ~np.isfinite(values) | (values != np.round(values))
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                cell = rows[column].iloc[row]
+                cell = cell.item() if isinstance(cell, np.generic) else cell  # 1.5, not np.float64
+                raise UserError(
+                    f"{what}: the {_FIELD_NAMES[column]} at data row {row} is {cell!r}, not a "
+                    "whole number."
+                )
+        ms = ms.astype(np.int64)
+        off = ms % _INTERVAL_MS != 0
+        if off.any():
+            row = int(np.flatnonzero(off)[0])
+            raise UserError(
+                f"{what}: the interval start {ms[row]} at data row {row} is not on the "
+                "10-minute grid (ms since 1970-01-01 00:00 UTC, a multiple of 600000)."
+            )
+        seen = np.unique(ms).astype("datetime64[ms]").astype("datetime64[ns]")
+        keep = np.ones(len(rows), dtype=bool)
+        if self.squares is not None:
+            keep = np.isin(square, self.squares)
+        step_ms = int(self.step / np.timedelta64(1, "ms"))
+        # empty fields: no activity
+        values = {
+            name: np.nan_to_num(numeric_column(rows, name, what)[keep]) for name in self.channels
+        }
+        frame = pd.DataFrame(
+            {
+                "time": (ms[keep] // step_ms * step_ms).astype("datetime64[ms]"),
+                "square": square[keep].astype(np.int64),
+                **values,
+            }
+        )
+        frame["time"] = frame["time"].astype("datetime64[ns]")
+        return frame.groupby(["time", "square"], sort=False).sum().reset_index(), seen
+
+    def _complete_steps(self, timestamps: np.ndarray, seen: np.ndarray) -> np.ndarray:
+        """``(T,)`` True where the files hold every 10-minute interval of the step."""
+        per_step = int(self.step // _INTERVAL)
+        index = ((seen - timestamps[0]) // self.step).astype(np.int64)
+        inside = (index >= 0) & (index < len(timestamps))
+        counts = np.bincount(index[inside], minlength=len(timestamps))
+        return counts == per_step
+
+
+def grid_centroids(path: Path) -> dict[str, tuple[float, float]]:
+    """Square id -> ``(longitude, latitude)`` of its polygon's centroid, from the grid's
+    GeoJSON (``features[].properties.cellId``, ``geometry.coordinates[0]`` the outer
+    ring). The centroid is the polygon's (area-weighted), in degrees: over one 235 m
+    square the degrees are as good as plane coordinates.
+
+    Raises:
+        UserError: the file is not such a GeoJSON.
+    """
+    opener = gzip.open if path.suffix.lower() == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            features = json.load(f)["features"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise UserError(f"Cannot read the grid {path} as GeoJSON features: {err!r}") from None
+    centroids = {}
+    for k, feature in enumerate(features):
+        try:
+            cell = feature["properties"]["cellId"]
+            ring = np.asarray(feature["geometry"]["coordinates"][0], dtype=np.float64)[:, :2]
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise UserError(
+                f"{path}: feature {k} has no properties.cellId and Polygon coordinates, as the "
+                "Milano grid's features have."
+            ) from None
+        centroids[str(int(cell))] = _centroid(ring)
+    return centroids
+
+
+def _centroid(ring: np.ndarray) -> tuple[float, float]:
+    """The centroid of a polygon's ring ``(V, 2)`` (closed or not; shoelace formula); the
+    vertices' mean for a degenerate one."""
+    x, y = ring[:, 0], ring[:, 1]
+    x1, y1 = np.roll(x, -1), np.roll(y, -1)
+    cross = x * y1 - x1 * y
+    area = cross.sum() / 2
+    if abs(area) < 1e-18:
+        return float(x.mean()), float(y.mean())
+    cx = ((x + x1) * cross).sum() / (6 * area)
+    cy = ((y + y1) * cross).sum() / (6 * area)
+    return float(cx), float(cy)
+
+
+def _read_rows(path: Path, what: str) -> pd.DataFrame:
+    """A file's rows as numbers (columns 0-7), or as text when some field is not a number
+    (so that :func:`numeric_column` names it)."""
+    kwargs: dict[str, Any] = {"sep": "\t", "header": None}
+    try:
+        try:
+            rows = pd.read_csv(path, dtype=np.float64, **kwargs)
+        except ValueError:  # a field that is not a number: read as text to name it
+            rows = pd.read_csv(path, dtype=str, **kwargs)
+    except (pd.errors.ParserError, UnicodeDecodeError, OSError) as err:
+        raise UserError(f"Cannot read {what} as tab-separated values: {err}") from None
+    except pd.errors.EmptyDataError:
+        raise UserError(f"{what} is empty.") from None
+    if rows.shape[1] != len(_FIELD_NAMES):
+        raise UserError(
+            f"{what} has {rows.shape[1]} tab-separated field(s) per row, not "
+            f"{len(_FIELD_NAMES)} ({', '.join(_FIELD_NAMES.values())})."
+        )
+    rows.columns = list(_FIELD_NAMES)
+    return rows
+
+
+def _square_ids(squares: Sequence[Any]) -> list[int]:
+    if isinstance(squares, (str, int)):
+        squares = [squares]
+    try:
+        ids = [int(s) for s in squares]
+    except (TypeError, ValueError):
+        raise UserError(
+            f"data.source.squares={list(squares)}: give square ids (1-10000)."
+        ) from None
+    if not ids:
+        raise UserError("data.source.squares=[]: give square ids, or null for every square.")
+    return sorted(set(ids))
+
+
+def _day(value: Any, option: str) -> str:
+    try:
+        return pd.Timestamp(str(value)).strftime("%Y-%m-%d")
+    except ValueError:
+        raise UserError(
+            f"data.source.{option}={value!r} is not a date such as 2013-11-01."
+        ) from None

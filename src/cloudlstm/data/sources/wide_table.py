@@ -1,0 +1,475 @@
+"""Wide tables (one row per time step, one column per point) -> :class:`PointCloudStream`.
+
+The form in which traffic data sets come: METR-LA and PEMS-BAY as DCRNN distributes them
+(``metr-la.h5``: a pandas DataFrame with a DatetimeIndex and one column per sensor id),
+T-GCN's ``los_speed.csv`` (a CSV without a time column), the Milan mobile traffic
+(``cellular_traffic.csv``: the hour, then one column per square). Each cell is the one
+channel's value at a time and a point; the points' places come from a second file,
+read by :func:`read_positions` (``id,x,y[,z]``, ``sensor_id,latitude,longitude``, DCRNN's
+``index,sensor_id,latitude,longitude``, ``cellId,lon,lat``). :class:`WideTableSource`
+reads both with the table toolkit of :mod:`~cloudlstm.data.sources.tables` (the rows on a
+regular time grid, gaps filled, points without data dropped) and, given
+``graph``, the points' graph (:mod:`~cloudlstm.data.sources.graphs`) for the models that
+take one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cloudlstm.data.cache import CachedSource
+from cloudlstm.data.sources.bad_values import channel_values, check_mode
+from cloudlstm.data.sources.graphs import graph_among, read_graph
+from cloudlstm.data.sources.tables import (
+    HDF_SUFFIXES,
+    PARQUET_SUFFIXES,
+    build_stream,
+    check_columns,
+    id_text,
+    numeric_column,
+    parse_freq,
+    parse_times,
+    pivot_long,
+    read_hdf,
+    read_table,
+)
+from cloudlstm.data.stream import PointCloudStream
+from cloudlstm.errors import MissingFileError, UserError
+
+__all__ = ["WideTableSource", "read_positions"]
+
+log = logging.getLogger(__name__)
+
+# Bump when the reading changes, so stale caches are not reused.
+_VERSION = 1
+# Names (lower case) a positions file's id column goes by, in the order they are looked for.
+ID_NAMES = ("id", "sensor_id", "cellid", "cell_id", "square_id", "station", "node_id")
+LONGITUDE_NAMES = ("longitude", "lon", "lng")
+LATITUDE_NAMES = ("latitude", "lat")
+# Names (lower case) of a time column found without data.source.time_col.
+TIME_NAMES = ("timestamp", "time", "datetime", "date")
+
+
+def table_format(path: Path) -> str:
+    """``"csv"``, ``"parquet"`` or ``"hdf"`` by the file's suffixes (a CSV may be compressed:
+    ``.csv.gz``); a :class:`UserError` for any other."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] in PARQUET_SUFFIXES:
+        return "parquet"
+    if suffixes and suffixes[-1] in HDF_SUFFIXES:
+        return "hdf"
+    if ".csv" in suffixes:
+        return "csv"
+    raise UserError(
+        f"{path}: unknown table format (suffix {path.suffix!r}). A wide table is a CSV "
+        "(.csv, .csv.gz, ...), a Parquet file (.parquet) or a pandas HDF5 file (.h5)."
+    )
+
+
+class WideTableSource(CachedSource):
+    """A wide table of one channel: one row per time step, one column per point.
+
+    Args:
+        path: the table: CSV (``.csv``, ``.csv.gz`` and other pandas compressions), Parquet
+            or pandas HDF5 (``.h5``, ``.hdf5``: ``DataFrame.to_hdf``, as DCRNN's
+            ``metr-la.h5``). Its columns are named by the points' ids.
+        positions: the points' places: a CSV or Parquet file with an id column and the
+            coordinate columns (see :func:`read_positions`).
+        root: the folder relative ``path``, ``positions`` and ``graph`` are in (None: as
+            given).
+        time_col: the column of the times; None looks for them: the DatetimeIndex of an
+            HDF5 or Parquet file, a CSV's first column when its header is empty (a written
+            index, as in ``cellular_traffic.csv``), else a column named ``timestamp``,
+            ``time``, ``datetime`` or ``date``; a file with none of these has no time
+            column (then ``start`` and ``step`` give the times).
+        start: the first row's time for a file without time column (e.g.
+            ``"2012-03-01 00:00"``); for a file with times, the time they must start at
+            (a check; None: no check).
+        step: the sampling period (``"5min"``, ``"1h"``); None: the most common gap of the
+            file's times (a file without times needs it).
+        missing_value: the value that means "no reading" (METR-LA: 0), read as missing.
+        channel: the name of the one channel (e.g. ``speed``).
+        key: the table of an HDF5 file that holds several (None: its only one).
+        position_cols: the positions file's id column then its coordinate columns, e.g.
+            ``[sensor_id, longitude, latitude]``; None: found by name (see
+            :func:`read_positions`).
+        graph: a graph of the points for the models that take one (DCRNN's ``adj_mx.pkl``,
+            or an N x N CSV without header in the order of the table's point columns, see
+            :mod:`~cloudlstm.data.sources.graphs`); it is checked against the points when
+            the data's description is made (:meth:`adjacency`).
+        name: stream name (default: the file name without suffixes).
+        bad_values: a cell that is neither empty nor a finite number: ``"error"`` names it,
+            ``"warn"`` counts it as missing (:mod:`cloudlstm.data.sources.bad_values`).
+        covariate_cols: refused: a wide table holds one channel, so no column holds a
+            covariate at every point (see :meth:`__init__`'s error).
+        missing_hint: where to get the files, added to the error when they are absent.
+        cache_dir: folder of the stream cache (None: the file is read at every load).
+
+    Coordinates are the positions file's: ``(x, y[, z])``, or ``(longitude, latitude)`` in
+    degrees for latitude/longitude columns, as :class:`~cloudlstm.data.sources.beijing`
+    gives its stations (the datamodule min-max normalises each dimension). Points keep the
+    table's column order; a point with no reading at all is dropped, gaps (empty cells,
+    ``missing_value``, time steps without a row) are filled linearly in time with
+    ``mask`` False.
+    """
+
+    cache_prefix = "wide"
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        positions: str | os.PathLike,
+        root: str | os.PathLike | None = None,
+        time_col: str | None = None,
+        start: str | None = None,
+        step: str | None = None,
+        missing_value: float | None = None,
+        channel: str = "value",
+        key: str | None = None,
+        position_cols: Sequence[str] | None = None,
+        graph: str | os.PathLike | None = None,
+        name: str | None = None,
+        bad_values: str = "error",
+        covariate_cols: Sequence[str] = (),
+        missing_hint: str | None = None,
+        cache_dir: str | os.PathLike | None = None,
+    ) -> None:
+        if covariate_cols:
+            raise UserError(
+                f"data.source.covariate_cols={list(covariate_cols)}: a wide table holds one "
+                "channel, one column per point, so no column holds a covariate at every "
+                "point; give them in a long-format file (data=points with "
+                "data.source.covariate_cols), or use data.time_features=[hour,weekday]."
+            )
+        self.root = None if root is None else Path(root)
+        self.path = self._under_root(path)
+        self.positions = self._under_root(positions)
+        self.graph = None if graph is None else self._under_root(graph)
+        # Not `time_col`: that attribute of the source protocol names the time column of a
+        # long-format history of this data (forecasting reads those), which stays the default.
+        self.time_column = None if time_col is None else str(time_col)
+        self.start = None if start is None else _timestamp(start, "data.source.start")
+        self.step = None if step is None else parse_freq(step)
+        self.missing_value = None if missing_value is None else float(missing_value)
+        self.channel = str(channel)
+        self.key = None if key is None else str(key)
+        if isinstance(position_cols, str):
+            position_cols = [position_cols]
+        self.position_cols = None if position_cols is None else [str(c) for c in position_cols]
+        self.name = name or self.path.name.split(".")[0]
+        self.bad_values = check_mode(bad_values)
+        self.missing_hint = missing_hint
+        self.cache_dir = None if cache_dir is None else Path(cache_dir)
+        self._graph: tuple[list[str], np.ndarray] | None = None
+
+    def _under_root(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        return path if self.root is None or path.is_absolute() else self.root / path
+
+    def __repr__(self) -> str:
+        return f"WideTableSource(path={str(self.path)!r}, positions={str(self.positions)!r})"
+
+    def config(self) -> dict:
+        """Every argument that decides the stream (the files: :meth:`input_files`; the
+        graph is not part of the stream)."""
+        return {
+            "version": _VERSION,
+            "time_col": self.time_column,
+            "start": None if self.start is None else str(self.start),
+            "step": None if self.step is None else str(pd.Timedelta(self.step)),
+            "missing_value": self.missing_value,
+            "channel": self.channel,
+            "key": self.key,
+            "position_cols": self.position_cols,
+            "name": self.name,
+            "bad_values": self.bad_values,
+        }
+
+    def input_files(self) -> list[Path]:
+        """The table and the positions file.
+
+        Raises:
+            MissingFileError: either is absent (with :attr:`missing_hint`).
+            UserError: the table is a folder or of an unknown format.
+        """
+        for option, file in (("path", self.path), ("positions", self.positions)):
+            if file.is_dir():
+                raise UserError(f"data.source.{option}={file.resolve()} is a folder, not a file.")
+            if not file.is_file():
+                where = f" in data.source.root={self.root}" if self.root is not None else ""
+                hint = f" {self.missing_hint}" if self.missing_hint else ""
+                raise MissingFileError(
+                    f"No file {file.resolve()} (data.source.{option}={file.name}{where}): set "
+                    f"data.source.root and data.source.{option}.{hint}"
+                )
+        table_format(self.path)
+        return [self.path, self.positions]
+
+    # ------------------------------------------------------------------ the stream
+    def generate(self, cache_path: Path | None = None) -> PointCloudStream:
+        """Read the table and the positions into a stream, cached at ``cache_path``."""
+        path, positions = self.input_files()
+        what = f"file {path}"
+        frame, index_times = self._read(path, what)
+        time_col = self._time_column(frame, index_times, what)
+        columns = [c for c in frame.columns if c != time_col]
+        ids = self._point_ids(columns, what)
+        coords = self._coords(ids, positions, what)
+        values = channel_values(frame, columns, what, self.bad_values)  # (R, N) float32
+        if self.missing_value is not None:
+            values[values == np.float32(self.missing_value)] = np.nan
+        if time_col is None and index_times is None:
+            timestamps, step = self._counted_times(len(frame), what)
+        else:
+            raw = index_times if time_col is None else frame[time_col]
+            label = "the index" if time_col is None else f"column {time_col!r}"
+            times = parse_times(pd.Series(raw), f"{label} of {what}")
+            timestamps, step, values = self._on_grid(times, values, what)
+        stream = build_stream(
+            timestamps,
+            ids,
+            values.reshape(*values.shape, 1),
+            [self.channel],
+            coords=coords,
+            step=step,
+            name=self.name,
+            source=str(path),
+        )
+        return self.cached(stream, cache_path)
+
+    def _read(self, path: Path, what: str, rows: int | None = None) -> tuple[pd.DataFrame, Any]:
+        """The table with text column names, and its DatetimeIndex (None: it has none);
+        ``rows``: read only the first rows (0: the columns)."""
+        kind = table_format(path)
+        index_times = None
+        if kind == "csv":
+            # the header as written: pandas renames repeated names ("a", "a.1") and empty ones
+            header = read_table(
+                path, "the wide table", header=None, nrows=1, dtype=str, keep_default_na=False
+            )
+            frame = read_table(path, "the wide table", nrows=rows)
+            if header.shape[1] == frame.shape[1]:
+                frame.columns = [str(c).strip() for c in header.iloc[0]]
+        else:
+            if kind == "hdf":
+                frame = read_hdf(path, "the wide table", self.key, rows)
+            else:
+                frame = read_table(path, "the wide table")
+            if isinstance(frame.index, pd.DatetimeIndex):
+                index_times = frame.index
+            frame = frame.reset_index(drop=True)
+            frame.columns = [id_text(c) for c in frame.columns]
+        if rows is not None:
+            frame = frame.head(rows)
+        repeated = frame.columns[frame.columns.duplicated()].unique().tolist()
+        if repeated:
+            raise UserError(f"{what} names the column(s) {repeated[:5]} more than once.")
+        if frame.shape[1] == 0:
+            raise UserError(f"{what} has no columns.")
+        return frame, index_times
+
+    def _time_column(self, frame: pd.DataFrame, index_times: Any, what: str) -> str | None:
+        """The column of the times (None: the index's, or none; see ``time_col``)."""
+        if self.time_column is not None:
+            if self.time_column not in frame.columns:
+                if index_times is not None and self.time_column in ("index", index_times.name):
+                    return None
+                check_columns(
+                    frame,
+                    [self.time_column],
+                    what,
+                    "Set data.source.time_col to the column of the times (null: found alone).",
+                )
+            return self.time_column
+        if index_times is not None:
+            return None
+        first = frame.columns[0]
+        if first == "":  # a written index: the row labels, the times in these tables
+            return first
+        named = [c for c in frame.columns if c.lower() in TIME_NAMES]
+        return named[0] if named else None
+
+    def _point_ids(self, columns: list[str], what: str) -> list[str]:
+        if not columns:
+            raise UserError(f"{what} has no point columns besides the times.")
+        unnamed = [k for k, c in enumerate(columns) if c == ""]
+        if unnamed:
+            raise UserError(
+                f"{what}: point column {unnamed[0]} has no name; each point's column is "
+                "named by its id (set data.source.time_col if it holds the times)."
+            )
+        return list(columns)
+
+    def _coords(self, ids: list[str], positions: Path, what: str) -> np.ndarray:
+        """``(N, L)`` coordinates of the table's points from the positions file."""
+        place_ids, coords = read_positions(positions, self.position_cols)
+        where = {p: k for k, p in enumerate(place_ids)}
+        unplaced = [p for p in ids if p not in where]
+        if unplaced:
+            raise UserError(
+                f"{what}: {len(unplaced)} point column(s) have no position in {positions}, "
+                f"e.g. {unplaced[:5]} (its ids: e.g. {place_ids[:3]}). Give every column a "
+                "row of the positions file."
+            )
+        unused = sorted(set(place_ids) - set(ids), key=where.get)
+        if unused:
+            raise UserError(
+                f"{positions}: {len(unused)} position(s) have no column in {what}, e.g. "
+                f"{unused[:5]}. Use the positions file of this table (or remove those rows)."
+            )
+        return coords[[where[p] for p in ids]]
+
+    def _counted_times(self, rows: int, what: str) -> tuple[np.ndarray, np.timedelta64]:
+        """The times of a file without any: ``start + k * step`` for row ``k``."""
+        if self.start is None or self.step is None:
+            raise UserError(
+                f"{what} has no time column: give the first row's time and the sampling "
+                "period (data.source.start='2012-03-01 00:00' data.source.step=5min), or "
+                "name its time column (data.source.time_col)."
+            )
+        start = np.datetime64(self.start, "ns")
+        return start + np.arange(rows) * self.step, self.step
+
+    def _on_grid(
+        self, times: np.ndarray, values: np.ndarray, what: str
+    ) -> tuple[np.ndarray, np.timedelta64, np.ndarray]:
+        """``(timestamps (T,), step, values (T, N))``: the rows ``values (R, N)`` at their
+        ``times (R,)`` on a regular grid; NaN rows where the file has no row."""
+        stamps = pd.Index(times)
+        repeated = stamps.duplicated()
+        if repeated.any():
+            row = int(np.flatnonzero(repeated)[0])
+            raise UserError(
+                f"{what}: the time {stamps[row]} has several rows (again at data row {row}); "
+                "a wide table has one row per time step."
+            )
+        if self.start is not None and stamps.min() != self.start:
+            raise UserError(
+                f"{what} starts at {stamps.min()}, not at data.source.start={self.start}: the "
+                "file has its own times; set data.source.start=null to take them."
+            )
+        rows = pd.DataFrame({"time": times, "row": 0})
+        grid = pivot_long(rows, "time", "row", self.step, "error", what, "data.source.step")
+        return grid.timestamps, grid.step, grid.scatter(values, np.float32)[:, 0, :]
+
+    # ------------------------------------------------------------------ the graph
+    def adjacency(self, point_ids: Sequence[str]) -> np.ndarray | None:
+        """``(N, N)`` float64 weights among ``point_ids`` (the data's points, in the data's
+        order) from :attr:`graph`, or None without one. The graph file is read once.
+
+        Raises:
+            UserError: the graph cannot be read, fails its checks
+                (:func:`~cloudlstm.data.sources.graphs.read_graph`) or lacks some points.
+        """
+        if self.graph is None:
+            return None
+        if self._graph is None:
+            self._graph = read_graph(self.graph, self._column_ids())
+        ids, matrix = self._graph
+        return graph_among(ids, matrix, point_ids, f"data.source.graph={self.graph}")
+
+    def _column_ids(self) -> list[str] | None:
+        """The table's point ids in its column order (the order of a graph without ids),
+        read from its header alone; None when the table cannot be read."""
+        what = f"file {self.path}"
+        try:
+            frame, index_times = self._read(self.input_files()[0], what, rows=0)
+        except UserError:
+            return None
+        time_col = self._time_column(frame, index_times, what)
+        return [c for c in frame.columns if c != time_col]
+
+
+def read_positions(
+    path: Path, position_cols: Sequence[str] | None = None
+) -> tuple[list[str], np.ndarray]:
+    """The ids and ``(P, L)`` float64 coordinates of a positions file (CSV or Parquet).
+
+    ``position_cols``: the id column then the coordinate columns. None finds them by name
+    (any case): the id in ``id``, ``sensor_id``, ``cellId``, ``cell_id``, ``square_id``,
+    ``station`` or ``node_id`` (the first present); the coordinates ``x, y[, z]``, else
+    ``(longitude, latitude)`` from columns named ``longitude`` / ``lon`` / ``lng`` and
+    ``latitude`` / ``lat``. Other columns (DCRNN's ``index``) are ignored.
+
+    Raises:
+        UserError: the columns are not found, an id is empty or repeated, a coordinate is
+            not a finite number.
+    """
+    what = f"positions file {path}"
+    table = read_table(path, "the positions file", dtype=str)
+    table.columns = [str(c).strip() for c in table.columns]
+    id_col, coord_cols = _position_columns(table, position_cols, what)
+    ids = [id_text(v) for v in table[id_col]]
+    empty = [k for k, p in enumerate(ids) if p in ("", "nan", "None")]
+    if empty:
+        raise UserError(f"{what}: column {id_col!r} is empty at data row {empty[0]}.")
+    repeated = pd.Index(ids)[pd.Index(ids).duplicated()].unique().tolist()
+    if repeated:
+        raise UserError(f"{what} has several rows for the id(s) {repeated[:5]}.")
+    coords = np.stack([numeric_column(table, c, what) for c in coord_cols], axis=1)
+    bad = ~np.isfinite(coords).all(axis=1)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise UserError(
+            f"{what}: point {ids[row]!r} (data row {row}) has no finite coordinates in "
+            f"{coord_cols}; every point needs them."
+        )
+    return ids, coords
+
+
+def _position_columns(
+    table: pd.DataFrame, position_cols: Sequence[str] | None, what: str
+) -> tuple[str, list[str]]:
+    """The id column and the coordinate columns of a positions table."""
+    hint = "Set data.source.position_cols=[<id column>, <x or longitude>, <y or latitude>]."
+    if position_cols is not None:
+        if len(position_cols) < 2:
+            raise UserError(
+                f"data.source.position_cols={list(position_cols)}: give the id column and at "
+                "least one coordinate column."
+            )
+        check_columns(table, list(position_cols), what, hint)
+        return position_cols[0], list(position_cols[1:])
+    by_name = {c.lower(): c for c in table.columns}
+    id_col = next((by_name[n] for n in ID_NAMES if n in by_name), None)
+    coord_cols = [by_name[n] for n in ("x", "y", "z") if n in by_name]
+    if len(coord_cols) < 2 or "x" not in by_name or "y" not in by_name:
+        lon = next((by_name[n] for n in LONGITUDE_NAMES if n in by_name), None)
+        lat = next((by_name[n] for n in LATITUDE_NAMES if n in by_name), None)
+        coord_cols = [] if lon is None or lat is None else [lon, lat]
+    if id_col is None or not coord_cols:
+        found = [str(c) for c in table.columns]
+        why = ""
+        if all(_is_number(c) for c in found):
+            why = " It has no header row: add one, e.g. sensor_id,latitude,longitude."
+        raise UserError(
+            f"{what}: cannot tell its id and coordinate columns among {found} (expected e.g. "
+            f"id,x,y or sensor_id,latitude,longitude).{why} {hint}"
+        )
+    return id_col, coord_cols
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _timestamp(value: Any, option: str) -> pd.Timestamp:
+    """``value`` as a naive (UTC) timestamp; a :class:`UserError` naming ``option``."""
+    try:
+        stamp = pd.Timestamp(value)
+    except (ValueError, TypeError):
+        stamp = pd.NaT
+    if pd.isna(stamp):
+        raise UserError(f"{option}={value!r} is not a date/time such as '2012-03-01 00:00'.")
+    return stamp.tz_convert("UTC").tz_localize(None) if stamp.tz is not None else stamp

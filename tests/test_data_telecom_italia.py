@@ -1,0 +1,206 @@
+"""Tests of the Telecom Italia source: daily files in the original format (tab-separated, no
+header, a row per square, 10-minute interval and country code, empty fields for no
+activity), summed by hand; the grid's centroids; the errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import ROOT, rebuilding_fails
+
+from cloudlstm.data.sources.telecom_italia import CHANNELS, TelecomItaliaSource, grid_centroids
+from cloudlstm.errors import MissingFileError, UserError
+
+MILAN = ROOT.parent / "shared" / "data" / "milan_telecom"
+needs_milan = pytest.mark.skipif(
+    not MILAN.is_dir(), reason=f"the Milan Telecom Italia copy is not at {MILAN}"
+)
+SQUARES = [1, 2, 10]
+COUNTRIES = [0, 39, 44]
+# The file of a (local) day starts at 23:00 UTC the day before: Milan is UTC+1 in November.
+DAYS = {
+    "2013-11-01": pd.Timestamp("2013-10-31 23:00"),
+    "2013-11-02": pd.Timestamp("2013-11-01 23:00"),
+}
+EPOCH = pd.Timestamp("1970-01-01")
+# Hand-written rows of square 2 in the hour 2013-11-01 05:00 UTC (the generic ones left out):
+# SMS in 1 + 2.5 + empty = 3.5; Internet 1.5 + 2.25 + empty = 3.75; calls in 0.25 once.
+HAND_HOUR = pd.Timestamp("2013-11-01 05:00")
+HAND = [
+    (HAND_HOUR, 39, ["1", "", "", "", "1.5"]),
+    (HAND_HOUR + pd.Timedelta("10min"), 44, ["2.5", "", "0.25", "", "2.25"]),
+    (HAND_HOUR + pd.Timedelta("50min"), 0, ["", "", "", "", ""]),
+]
+OUTAGE = pd.Timestamp("2013-11-02 10:20")  # no row of any square in this interval
+
+
+def generic(square: int, start: pd.Timestamp, country: int, channel: int) -> str:
+    """A field of the generic rows: a number, or empty (no activity) for one in five."""
+    minutes = int((start - EPOCH) / pd.Timedelta("1min"))
+    if (square + minutes // 10 + country + channel) % 5 == 0:
+        return ""
+    return f"{(square * 7 + minutes % 97 + country * 3 + channel) / 16:g}"
+
+
+def write_files(folder: Path, gz: bool = False) -> dict:
+    """Two daily files and the grid; returns the hourly sums per (hour, square, channel),
+    added up here row by row from the fields written."""
+    folder.mkdir(exist_ok=True)
+    sums: dict = defaultdict(float)
+    for day, first in DAYS.items():
+        lines = []
+        for k in range(144):
+            start = first + k * pd.Timedelta("10min")
+            if start == OUTAGE:
+                continue
+            for square in SQUARES:
+                if square == 10 and k % 7 == 3:  # a quiet square: no row at all, no activity
+                    continue
+                if square == 2 and start.floor("1h") == HAND_HOUR:
+                    continue
+                for country in COUNTRIES[: 1 + (square + k) % 3]:
+                    fields = [generic(square, start, country, c) for c in range(5)]
+                    lines.append((square, start, country, fields))
+        if day == "2013-11-01":
+            lines += [(2, t, c, f) for t, c, f in HAND]
+        text = []
+        for square, start, country, fields in lines:
+            ms = int((start - EPOCH) / pd.Timedelta("1ms"))
+            text.append("\t".join([str(square), str(ms), str(country), *fields]))
+            for c, field in enumerate(fields):
+                sums[(start.floor("1h"), square, CHANNELS[c])] += float(field) if field else 0.0
+        name = f"sms-call-internet-mi-{day}.txt"
+        body = "\n".join(text) + "\n"
+        if gz:
+            with gzip.open(folder / f"{name}.gz", "wt") as f:
+                f.write(body)
+        else:
+            (folder / name).write_text(body)
+    write_grid(folder / "milano-grid.geojson.gz")
+    return sums
+
+
+def cell(square: int) -> tuple[float, float]:
+    """Square ``s``'s centre: 235 m-ish cells in rows of 100, as the Milano grid's."""
+    return 9.0 + 0.003 * ((square - 1) % 100) + 0.0015, 45.35 + 0.002 * (
+        (square - 1) // 100
+    ) + 0.001
+
+
+def write_grid(path: Path, squares=(1, 2, 3, 10, 101)) -> None:
+    features = []
+    for s in squares:
+        x, y = cell(s)
+        ring = [[x - 0.0015, y + 0.001], [x + 0.0015, y + 0.001], [x + 0.0015, y - 0.001]]
+        ring += [[x - 0.0015, y - 0.001], [x - 0.0015, y + 0.001]]
+        geometry = {"type": "Polygon", "coordinates": [ring]}
+        features.append({"geometry": geometry, "type": "Feature", "properties": {"cellId": s}})
+    with gzip.open(path, "wt") as f:
+        json.dump({"type": "FeatureCollection", "features": features}, f)
+
+
+@pytest.fixture
+def milan(tmp_path) -> tuple[Path, dict]:
+    folder = tmp_path / "telecom"
+    return folder, write_files(folder)
+
+
+def test_hourly_sums_over_country_codes(milan, tmp_path):
+    folder, sums = milan
+    stream = TelecomItaliaSource(folder, cache_dir=tmp_path / "cache").load()
+    assert stream.channel_names == list(CHANNELS) and stream.point_ids == ["1", "2", "10"]
+    assert stream.values.shape == (48, 3, 5)
+    assert stream.timestamps[0] == np.datetime64("2013-10-31T23:00")  # UTC
+    assert stream.metadata["step_minutes"] == 60.0 and stream.metadata["incomplete_steps"] == 1
+    hours = pd.DatetimeIndex(stream.timestamps)
+    for (hour, square, channel), total in sums.items():
+        if hour == OUTAGE.floor("1h"):
+            continue
+        got = stream.values[hours.get_loc(hour), SQUARES.index(square), CHANNELS.index(channel)]
+        assert got == pytest.approx(total, rel=1e-6), (hour, square, channel)
+    hand = hours.get_loc(HAND_HOUR)
+    np.testing.assert_allclose(stream.values[hand, 1], [3.5, 0.0, 0.25, 0.0, 3.75])
+    assert stream.mask[hand].all()
+    # the hour with a 10-minute outage is missing everywhere (filled, mask False)
+    assert {tuple(i) for i in np.argwhere(~stream.mask.all(axis=(1, 2)))} == {
+        (hours.get_loc(OUTAGE.floor("1h")),)
+    }
+    np.testing.assert_allclose(stream.coords, [cell(1), cell(2), cell(10)])
+    with rebuilding_fails(TelecomItaliaSource, "generate"):
+        again = TelecomItaliaSource(folder, cache_dir=tmp_path / "cache")
+        again.load()
+    assert again.last_load_from_cache
+
+
+def test_channels_squares_steps_and_days_are_chosen(tmp_path):
+    folder = tmp_path / "gz"
+    sums = write_files(folder, gz=True)
+    half = TelecomItaliaSource(
+        folder, channels=["internet", "sms_in"], squares=[10, 2], step="30min"
+    ).load()
+    assert half.channel_names == ["internet", "sms_in"] and half.point_ids == ["2", "10"]
+    assert half.values.shape == (96, 2, 2) and half.metadata["step_minutes"] == 30.0
+    first, second = half.values[0::2], half.values[1::2]
+    hourly = TelecomItaliaSource(folder, channels=["internet", "sms_in"], squares=[2, 10]).load()
+    both = (half.mask[0::2] & half.mask[1::2]).all(axis=(1, 2))
+    np.testing.assert_allclose((first + second)[both], hourly.values[both], rtol=1e-5)
+    one_day = TelecomItaliaSource(folder, channels=["call_out"], last_day="2013-11-01").load()
+    assert one_day.values.shape == (24, 3, 1)
+    assert one_day.values[5, 0, 0] == pytest.approx(
+        sums[(pd.Timestamp("2013-11-01 04:00"), 1, "call_out")]
+    )
+
+
+@needs_milan
+def test_grid_centroids_match_the_published_ones():
+    centroids = grid_centroids(MILAN / "milano-grid.geojson.gz")
+    assert len(centroids) == 10_000
+    published = pd.read_csv(MILAN / "cell_centroids.csv")
+    ours = np.array([centroids[str(c)] for c in published["cellId"]])
+    np.testing.assert_allclose(ours, published[["lon", "lat"]].to_numpy(), atol=1e-9)
+
+
+def test_bad_options_and_files(milan, tmp_path):
+    folder, _ = milan
+    with pytest.raises(UserError, match=r"channels=\['sms'\]: give one or more of"):
+        TelecomItaliaSource(folder, channels=["sms"])
+    with pytest.raises(UserError, match=r"step='15min'.*multiple of 10 minutes"):
+        TelecomItaliaSource(folder, step="15min")
+    with pytest.raises(UserError, match=r"square\(s\) \[7\] have no row"):
+        TelecomItaliaSource(folder, squares=[1, 7]).load()
+    with pytest.raises(MissingFileError, match=r"No Telecom Italia files .*dataverse"):
+        TelecomItaliaSource(tmp_path / "empty").load()
+    with pytest.raises(MissingFileError, match=r"from 2014-01-01 to the last"):
+        TelecomItaliaSource(folder, first_day="2014-01-01").load()
+    write_grid(folder / "small.geojson.gz", squares=(1, 2))
+    with pytest.raises(UserError, match=r"square\(s\) \['10'\] .* no cell in the grid"):
+        TelecomItaliaSource(folder, grid=folder / "small.geojson.gz").load()
+    with pytest.raises(MissingFileError, match=r"No grid file .*data\.source\.grid="):
+        TelecomItaliaSource(folder, grid=folder / "none.geojson").load()
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("1\t1383260400000\t39\t0.5\t0.5", r"has 5 tab-separated field\(s\) per row, not 8"),
+        ("1\t1383260400000\t39\t0.5\tlots\t\t\t1", r"Column 'sms_out' .* holds e\.g\. 'lots'"),
+        ("1\t1383260412345\t39\t0.5\t\t\t\t1", r"1383260412345 at data row 0 is not on the 10"),
+        (
+            "1.5\t1383260400000\t39\t0.5\t\t\t\t1",
+            r"the square id at data row 0 is 1\.5, not a whole",
+        ),
+    ],
+)
+def test_malformed_files_are_named(tmp_path, line, words):
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    (folder / "sms-call-internet-mi-2013-11-01.txt").write_text(line + "\n")
+    write_grid(folder / "milano-grid.geojson.gz")
+    with pytest.raises(UserError, match=words):
+        TelecomItaliaSource(folder).load()

@@ -1,0 +1,339 @@
+"""Tests of the wide-table source: one row per time step, one column per point, a positions
+file; CSV (gzipped too), pandas HDF5 and Parquet; its errors; the graph of the points."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import rebuilding_fails
+
+from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
+from cloudlstm.data.sources.graphs import read_graph
+from cloudlstm.data.sources.wide_table import WideTableSource, read_positions
+from cloudlstm.data.spec import DataSpec
+from cloudlstm.errors import MissingFileError, MissingPackageError, UserError
+
+T0 = pd.Timestamp("2012-03-01 00:00")
+STEP = pd.Timedelta("5min")
+IDS = ["773869", "767541", "767542", "717447"]
+LAT = [34.15497, 34.11621, 34.11641, 34.07248]
+LON = [-118.31829, -118.23799, -118.23819, -118.26772]
+
+
+def speeds(steps: int = 30) -> pd.DataFrame:
+    """Point ``k`` at row ``t`` reads ``60 + 10 k + 0.5 t``: linear in time, so filling a gap
+    by linear interpolation gives the value back exactly."""
+    t = np.arange(steps)[:, None]
+    k = np.arange(len(IDS))[None, :]
+    return pd.DataFrame(60.0 + 10 * k + 0.5 * t, columns=IDS)
+
+
+def write_locations(folder, ids=IDS, name="graph_sensor_locations.csv"):
+    """DCRNN's form: ``index,sensor_id,latitude,longitude``."""
+    rows = pd.DataFrame(
+        {"index": range(len(ids)), "sensor_id": ids, "latitude": LAT[: len(ids)]}
+    ).assign(longitude=LON[: len(ids)])
+    rows.to_csv(folder / name, index=False)
+    return folder / name
+
+
+@pytest.fixture
+def los(tmp_path):
+    """T-GCN's form: no time column, a 0 for a missing reading, gzipped."""
+    table = speeds()
+    table.iloc[3, 1] = 0.0  # a missing reading (METR-LA's 0)
+    table.iloc[10, 2] = np.nan  # an empty cell
+    table.to_csv(tmp_path / "los_speed.csv.gz", index=False)
+    write_locations(tmp_path)
+    return tmp_path
+
+
+def source(folder, **kwargs) -> WideTableSource:
+    args = {
+        "path": "los_speed.csv.gz",
+        "positions": "graph_sensor_locations.csv",
+        "root": folder,
+        "start": "2012-03-01 00:00",
+        "step": "5min",
+        "missing_value": 0,
+        "channel": "speed",
+    }
+    return WideTableSource(**{**args, **kwargs})
+
+
+def test_csv_without_times_gets_them_from_start_and_step(los, tmp_path):
+    stream = source(los, cache_dir=tmp_path / "cache").load()
+    assert stream.values.shape == (30, 4, 1) and stream.channel_names == ["speed"]
+    assert stream.point_ids == IDS  # the table's column order
+    assert stream.timestamps[0] == np.datetime64("2012-03-01T00:00")
+    assert stream.timestamps[-1] == np.datetime64("2012-03-01T02:25")
+    assert stream.metadata["step_minutes"] == 5.0 and stream.metadata["steps_per_day"] == 288
+    # (longitude, latitude), as data=beijing's stations
+    np.testing.assert_allclose(stream.coords, np.column_stack([LON, LAT]))
+    assert {tuple(i) for i in np.argwhere(~stream.mask)} == {(3, 1, 0), (10, 2, 0)}
+    np.testing.assert_allclose(stream.values[..., 0], speeds().to_numpy(), rtol=1e-6)
+    assert stream.values[3, 1, 0] == pytest.approx(70 + 1.5)  # filled between its neighbours
+
+
+def test_the_cache_is_reused_and_a_changed_file_read_again(los, tmp_path):
+    made = source(los, cache_dir=tmp_path / "cache")
+    made.load()
+    with rebuilding_fails(WideTableSource, "generate"):
+        again = source(los, cache_dir=tmp_path / "cache")
+        again.load()
+    assert again.last_load_from_cache
+    table = speeds()
+    table.iloc[0, 0] = 99.0
+    table.to_csv(los / "los_speed.csv.gz", index=False)
+    os.utime(los / "los_speed.csv.gz", ns=(1, 1))  # another signature even within a second
+    changed = source(los, cache_dir=tmp_path / "cache")
+    assert changed.load().values[0, 0, 0] == 99.0 and not changed.last_load_from_cache
+
+
+def test_csv_with_a_written_index_reads_its_times_and_fills_missing_rows(tmp_path):
+    """Milan's form: the header's first cell is empty (``DataFrame.to_csv``), the times in
+    that column; a missing hour is a gap on the grid."""
+    table = speeds(12).rename(columns=dict(zip(IDS, ["23", "292", "357", "520"], strict=True)))
+    table.index = pd.date_range("2013-11-04", periods=12, freq="h")
+    table.drop(table.index[[4]]).to_csv(tmp_path / "traffic.csv")
+    pd.DataFrame({"cellId": [23, 292, 357, 520], "lon": LON, "lat": LAT}).to_csv(
+        tmp_path / "centroids.csv", index=False
+    )
+    stream = WideTableSource(tmp_path / "traffic.csv", tmp_path / "centroids.csv").load()
+    assert stream.values.shape == (12, 4, 1) and stream.point_ids == ["23", "292", "357", "520"]
+    assert stream.channel_names == ["value"] and stream.metadata["step_minutes"] == 60.0
+    assert (~stream.mask).sum() == 4 and not stream.mask[4].any()
+    np.testing.assert_allclose(stream.values[..., 0], speeds(12).to_numpy(), rtol=1e-6)
+    np.testing.assert_allclose(stream.coords, np.column_stack([LON, LAT]))
+
+
+def test_a_named_time_column_and_x_y_positions(tmp_path):
+    table = speeds(6).assign(timestamp=pd.date_range(T0, periods=6, freq="10min"))
+    table.to_csv(tmp_path / "wide.csv", index=False)
+    places = pd.DataFrame({"id": IDS, "x": [0.0, 1, 2, 3], "y": [5.0, 4, 3, 2], "z": 1.0})
+    places.to_csv(tmp_path / "places.csv", index=False)
+    stream = WideTableSource(tmp_path / "wide.csv", tmp_path / "places.csv").load()
+    assert stream.values.shape == (6, 4, 1) and stream.metadata["step_minutes"] == 10.0
+    np.testing.assert_array_equal(stream.coords[:, 2], 1.0)  # x, y, z
+    picked = WideTableSource(
+        tmp_path / "wide.csv", tmp_path / "places.csv", position_cols=["id", "y", "x"]
+    ).load()
+    np.testing.assert_array_equal(picked.coords, places[["y", "x"]].to_numpy())
+
+
+def test_pandas_hdf5_as_dcrnn_distributes_metr_la(tmp_path):
+    pytest.importorskip("tables", reason="PyTables is not installed")
+    table = speeds()
+    table.index = pd.date_range(T0, periods=len(table), freq="5min")
+    table.iloc[7, 3] = 0.0
+    table.to_hdf(tmp_path / "metr-la.h5", key="df")
+    write_locations(tmp_path)
+    # the same config as the week's CSV: start and step agree with the file's own times
+    stream = source(tmp_path, path="metr-la.h5").load()
+    assert stream.values.shape == (30, 4, 1) and stream.point_ids == IDS
+    assert stream.timestamps[0] == np.datetime64(T0) and not stream.mask[7, 3, 0]
+    np.testing.assert_allclose(stream.values[..., 0], speeds().to_numpy(), rtol=1e-6)
+    with pytest.raises(UserError, match=r"starts at 2012-03-01 00:00:00, not at .*start=null"):
+        source(tmp_path, path="metr-la.h5", start="2017-01-01").load()
+
+    table.to_hdf(tmp_path / "two.h5", key="speed")
+    table.to_hdf(tmp_path / "two.h5", key="other")
+    with pytest.raises(UserError, match=r"holds the tables \['other', 'speed'\].*source.key"):
+        source(tmp_path, path="two.h5").load()
+    assert source(tmp_path, path="two.h5", key="speed").load().num_points == 4
+    with pytest.raises(UserError, match=r"has no table 'nope'"):
+        source(tmp_path, path="two.h5", key="nope").load()
+    (tmp_path / "junk.h5").write_bytes(b"not an hdf5 file")
+    with pytest.raises(UserError, match=r"Cannot read the wide table .*junk\.h5"):
+        source(tmp_path, path="junk.h5").load()
+
+
+def test_parquet_with_a_datetime_index(tmp_path):
+    table = speeds()
+    table.index = pd.date_range(T0, periods=len(table), freq="5min")
+    write_locations(tmp_path)
+    try:
+        table.to_parquet(tmp_path / "speed.parquet")
+    except ImportError:
+        (tmp_path / "speed.parquet").write_bytes(b"PAR1")
+        with pytest.raises(MissingPackageError, match="pip install pyarrow"):
+            source(tmp_path, path="speed.parquet").load()
+        pytest.skip("no Parquet engine (pyarrow) installed: checked its message only")
+    stream = source(tmp_path, path="speed.parquet").load()
+    np.testing.assert_allclose(stream.values[..., 0], speeds().to_numpy(), rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------- errors
+def test_missing_files_say_where_to_get_them(los):
+    hint = "Get them from example.org."
+    with pytest.raises(MissingFileError, match=r"nope\.csv.*data\.source\.root.*example\.org"):
+        source(los, path="nope.csv", missing_hint=hint).load()
+    with pytest.raises(MissingFileError, match=r"data\.source\.positions=where\.csv"):
+        source(los, positions="where.csv").load()
+    (los / "table.xlsx").write_bytes(b"")
+    with pytest.raises(UserError, match=r"unknown table format \(suffix '\.xlsx'\)"):
+        source(los, path="table.xlsx").load()
+
+
+def test_columns_and_positions_must_match(los):
+    write_locations(los, IDS[:3], "three.csv")
+    with pytest.raises(UserError, match=r"1 point column\(s\) have no position .*'717447'"):
+        source(los, positions="three.csv").load()
+    table = speeds()[IDS[:3]]
+    table.to_csv(los / "three_columns.csv", index=False)
+    with pytest.raises(UserError, match=r"1 position\(s\) have no column .*'717447'"):
+        source(los, path="three_columns.csv").load()
+    (los / "headless.csv").write_text("773869,34.1,-118.3\n767541,34.2,-118.2\n")
+    with pytest.raises(UserError, match=r"cannot tell .* no header row: add one"):
+        source(los, positions="headless.csv").load()
+    pd.DataFrame({"sensor_id": IDS, "latitude": LAT, "longitude": ["x", 1, 2, 3]}).to_csv(
+        los / "text.csv", index=False
+    )
+    with pytest.raises(UserError, match=r"Column 'longitude' .* must be numeric.*'x'"):
+        source(los, positions="text.csv").load()
+    pd.DataFrame({"sensor_id": IDS[:2] * 2, "latitude": 1.0, "longitude": 2.0}).to_csv(
+        los / "twice.csv", index=False
+    )
+    with pytest.raises(UserError, match=r"several rows for the id\(s\) \['773869', '767541'\]"):
+        read_positions(los / "twice.csv")
+
+
+def test_unreadable_values_are_named_or_missing_with_warn(los, caplog):
+    table = speeds().astype(object)
+    table.iloc[5, 2] = "55 mph"
+    table.to_csv(los / "los_speed.csv.gz", index=False)
+    with pytest.raises(UserError, match=r"data row 5, column '767542': '55 mph'"):
+        source(los).load()
+    stream = source(los, bad_values="warn").load()
+    assert not stream.mask[5, 2, 0] and "bad_values=warn" in caplog.text
+
+
+def test_times_must_lie_on_a_regular_grid(tmp_path):
+    write_locations(tmp_path)
+    table = speeds(6)
+    table.insert(0, "time", pd.date_range(T0, periods=6, freq="5min"))
+    table.loc[5, "time"] = T0 + pd.Timedelta("27min")
+    table.to_csv(tmp_path / "off.csv", index=False)
+    with pytest.raises(
+        UserError, match=r"00:27:00 is not on the regular grid .*data\.source\.step"
+    ):
+        source(tmp_path, path="off.csv", start=None, step=None).load()
+    table.loc[5, "time"] = T0 + pd.Timedelta("5min")
+    table.to_csv(tmp_path / "twice.csv", index=False)
+    with pytest.raises(UserError, match=r"the time 2012-03-01 00:05:00 has several rows"):
+        source(tmp_path, path="twice.csv", start=None, step=None).load()
+    speeds(6).to_csv(tmp_path / "no_times.csv", index=False)
+    with pytest.raises(UserError, match=r"has no time column: .*data\.source\.start="):
+        source(tmp_path, path="no_times.csv", start=None).load()
+    with pytest.raises(UserError, match=r"freq must be a positive duration"):
+        source(tmp_path, step="soon")
+    with pytest.raises(UserError, match=r"data\.source\.start='someday' is not a date"):
+        source(tmp_path, start="someday")
+
+
+def test_repeated_columns_and_covariates_are_refused(tmp_path):
+    write_locations(tmp_path)
+    (tmp_path / "twice.csv").write_text("773869,773869\n1,2\n3,4\n")
+    with pytest.raises(UserError, match=r"names the column\(s\) \['773869'\] more than once"):
+        source(tmp_path, path="twice.csv").load()
+    with pytest.raises(UserError, match=r"covariate_cols=\['temp'\]: a wide table holds one"):
+        source(tmp_path, covariate_cols=["temp"])
+
+
+# ---------------------------------------------------------------------------- graph
+def dcrnn_pickle(path, ids, matrix):
+    """DCRNN's ``adj_mx.pkl``: ``(sensor_ids, sensor_id_to_ind, adj_mx)``."""
+    with path.open("wb") as f:
+        pickle.dump((list(ids), {s: i for i, s in enumerate(ids)}, matrix), f, protocol=2)
+
+
+WEIGHTS = np.array(
+    [[1.0, 0.5, 0.0, 0.2], [0.3, 1.0, 0.7, 0.0], [0.0, 0.6, 1.0, 0.9], [0.1, 0.0, 0.8, 1.0]]
+)
+
+
+def test_a_dcrnn_pickle_is_reordered_to_the_streams_points(los):
+    order = [2, 0, 3, 1]  # the pickle lists the sensors in another order
+    shuffled = WEIGHTS[np.ix_(order, order)].astype(np.float32)
+    dcrnn_pickle(los / "adj_mx.pkl", [IDS[i] for i in order], shuffled)
+    made = source(los, graph="adj_mx.pkl")
+    np.testing.assert_allclose(made.adjacency(IDS), WEIGHTS, rtol=1e-6)
+    np.testing.assert_allclose(made.adjacency(IDS[::-1]), WEIGHTS[::-1, ::-1], rtol=1e-6)
+    assert source(los).adjacency(IDS) is None
+    with pytest.raises(UserError, match=r"1 point\(s\) of the data are not in the graph.*'x9'"):
+        made.adjacency([*IDS[:3], "x9"])
+
+
+def test_a_csv_adjacency_follows_the_tables_column_order(los):
+    pd.DataFrame(WEIGHTS).to_csv(los / "los_adj.csv.gz", header=False, index=False)
+    made = source(los, graph="los_adj.csv.gz")
+    np.testing.assert_array_equal(made.adjacency(IDS[1:]), WEIGHTS[1:, 1:])  # a dropped point
+    pd.DataFrame(WEIGHTS, columns=IDS).to_csv(los / "header.csv", index=False)
+    with pytest.raises(UserError, match=r"is 5 x 4, not a square matrix \(a header row\?"):
+        source(los, graph="header.csv").adjacency(IDS)
+    pd.DataFrame(WEIGHTS, columns=list("abcd")).to_csv(los / "names.csv", index=False)
+    with pytest.raises(UserError, match=r"row 0, column 0 is 'a', not a number \(a header"):
+        source(los, graph="names.csv").adjacency(IDS)
+    pd.DataFrame(WEIGHTS[:3, :3]).to_csv(los / "small.csv", header=False, index=False)
+    with pytest.raises(UserError, match=r"is 3 x 3, but the data file has 4 point columns"):
+        source(los, graph="small.csv").adjacency(IDS)
+
+
+@pytest.mark.parametrize(
+    ("matrix", "words"),
+    [
+        (WEIGHTS[:3], r"is 3 x 4, not a square matrix"),
+        (np.where(np.eye(4) > 0, np.nan, WEIGHTS), r"4 weight\(s\) are not finite, e.g. nan"),
+        (WEIGHTS - 0.5, r"weight\(s\) are negative, e.g. -0.5 at row 0, column 2"),
+    ],
+)
+def test_a_graph_must_be_square_finite_and_non_negative(los, matrix, words):
+    pd.DataFrame(matrix).to_csv(los / "bad.csv", header=False, index=False)
+    with pytest.raises(UserError, match=words):
+        read_graph(los / "bad.csv", IDS)
+
+
+def test_graph_files_that_are_not_graphs(los):
+    with pytest.raises(MissingFileError, match=r"data\.source\.graph=.*nowhere\.pkl: no such"):
+        read_graph(los / "nowhere.pkl", IDS)
+    (los / "graph.json").write_text("{}")
+    with pytest.raises(UserError, match=r"unknown graph format \(suffix '\.json'\)"):
+        read_graph(los / "graph.json", IDS)
+    with (los / "list.pkl").open("wb") as f:
+        pickle.dump([1, 2], f)
+    with pytest.raises(UserError, match=r"holds a list, not DCRNN's triple"):
+        read_graph(los / "list.pkl", IDS)
+    dcrnn_pickle(los / "short.pkl", IDS[:3], WEIGHTS)
+    with pytest.raises(UserError, match=r"does not give each of the 3 sensor_ids one row"):
+        read_graph(los / "short.pkl", None)
+    (los / "junk.pkl").write_bytes(b"junk")
+    with pytest.raises(UserError, match=r"Cannot read data\.source\.graph=.*junk\.pkl as a pickle"):
+        read_graph(los / "junk.pkl", IDS)
+    np.save(los / "adj.npy", WEIGHTS)
+    ids, matrix = read_graph(los / "adj.npy", IDS)
+    assert ids == IDS and np.array_equal(matrix, WEIGHTS)
+
+
+def test_the_graph_reaches_the_datas_description(los):
+    dcrnn_pickle(los / "adj_mx.pkl", IDS, WEIGHTS)
+    datamodule = PointCloudDataModule(
+        source(los, graph="adj_mx.pkl"), input_steps=3, output_steps=2, batch_size=4
+    )
+    spec = datamodule.spec
+    assert spec.adjacency == WEIGHTS.tolist()
+    stored = spec.to_dict()
+    assert DataSpec.from_dict(stored).adjacency == WEIGHTS.tolist()
+    del stored["adjacency"]  # a checkpoint written before the field existed
+    assert DataSpec.from_dict(stored).adjacency is None
+
+    subset = PointCloudDataModule(
+        source(los, graph="adj_mx.pkl"), input_steps=3, output_steps=2, num_points=2
+    )
+    kept = [IDS.index(p) for p in subset.spec.point_ids]
+    assert subset.spec.adjacency == WEIGHTS[np.ix_(kept, kept)].tolist()
+    plain = PointCloudDataModule(source(los), input_steps=3, output_steps=2)
+    assert plain.spec.adjacency is None

@@ -1,0 +1,92 @@
+"""STGCN on a given graph (``adjacency``, from ``data.source.graph``) instead of its distance
+graph, and how the build passes the data's graph to the models that take one."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from hydra.errors import InstantiationException
+
+from cloudlstm.data.spec import DataSpec
+from cloudlstm.errors import UserError, one_line_errors
+from cloudlstm.models.build import build_model
+from cloudlstm.models.stgcn import STGCN
+from cloudlstm.nn.graph import given_laplacian, scaled_laplacian
+
+# a directed chain with self-loops, as DCRNN's road graphs are (and one isolated point)
+WEIGHTS = [
+    [1.0, 0.8, 0.0, 0.0, 0.0],
+    [0.2, 1.0, 0.5, 0.0, 0.0],
+    [0.0, 0.0, 1.0, 0.9, 0.0],
+    [0.0, 0.0, 0.0, 1.0, 0.0],
+    [0.0, 0.0, 0.0, 0.0, 1.0],
+]
+SPEC = replace(DataSpec.sized(5, 2, 4, 3), adjacency=WEIGHTS)
+STGCN_CONFIG = {"_target_": "cloudlstm.models.stgcn.STGCN", "hidden_channels": 8}
+
+
+def small(**kwargs) -> STGCN:
+    args = {"num_channels": 2, "input_steps": 4, "output_steps": 3, "hidden_channels": 8}
+    return STGCN(**{**args, **kwargs})
+
+
+def test_given_laplacian_is_undirected_without_self_loops():
+    lap = given_laplacian(WEIGHTS)
+    assert lap.shape == (1, 5, 5) and lap.dtype == torch.float32
+    symmetric = torch.tensor(WEIGHTS, dtype=torch.float64)
+    symmetric = torch.maximum(symmetric, symmetric.T) * (1 - torch.eye(5, dtype=torch.float64))
+    assert symmetric[0, 1] == 0.8 and symmetric[1, 0] == 0.8  # the larger of the two
+    torch.testing.assert_close(lap, scaled_laplacian(symmetric[None]).float())
+    eig = torch.linalg.eigvalsh(lap.double())
+    assert eig.min() >= -1 - 1e-6 and eig.max() == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("weights", "words"),
+    [
+        ([[0.0, 1.0]], "N x N matrix"),
+        ([[0.0, -1.0], [1.0, 0.0]], "finite and >= 0"),
+        ([[0.0, float("nan")], [1.0, 0.0]], "finite and >= 0"),
+    ],
+)
+def test_given_laplacian_refuses_what_is_no_graph(weights, words):
+    with pytest.raises(ValueError, match=words):
+        given_laplacian(weights)
+
+
+def test_a_given_graph_replaces_the_distance_graph():
+    torch.manual_seed(0)
+    model = small(adjacency=WEIGHTS).eval()
+    assert model.fixed_points and "data.source.graph" in model.fixed_points
+    assert small().fixed_points is None and STGCN.fixed_points is None  # the class's stays
+    x, coords = torch.randn(2, 4, 5, 2), torch.rand(2, 5, 2)
+    with torch.no_grad():
+        out = model(x, coords)
+        # the coordinates are not read: any others give the same forecast
+        torch.testing.assert_close(model(x, torch.rand(2, 5, 2)), out)
+    plain = small()
+    plain.load_state_dict(model.state_dict())  # the same weights: the graph is no weight
+    assert "given_laplacian" not in model.state_dict()
+    with torch.no_grad():
+        assert not torch.allclose(plain.eval()(x, coords), out)
+    with pytest.raises(ValueError, match=r"built on a graph of 5 points .* x has 4 points"):
+        model(x[:, :, :4], coords[:, :4])
+
+
+def test_the_build_passes_the_datas_graph_to_a_model_that_takes_one():
+    model = build_model(STGCN_CONFIG, SPEC)
+    torch.testing.assert_close(model.given_laplacian, given_laplacian(WEIGHTS))
+    assert build_model(STGCN_CONFIG, replace(SPEC, adjacency=None)).given_laplacian is None
+    with pytest.raises(UserError, match=r"^data\.source\.graph gives .* TimeLinear takes none"):
+        build_model({"_target_": "cloudlstm.models.linear.TimeLinear"}, SPEC)
+    # a bad option of a model built with a graph is one line at the entry points, as without
+    lines = []
+    for spec in (SPEC, replace(SPEC, adjacency=None)):
+        with pytest.raises(InstantiationException) as wrapped:
+            build_model({**STGCN_CONFIG, "kt": 0}, spec)
+        with pytest.raises(UserError) as one_line, one_line_errors():
+            raise wrapped.value
+        lines.append(str(one_line.value))
+    assert lines[0] == lines[1] == "STGCN: model.kt must be >= 1, got 0."
