@@ -212,8 +212,8 @@ def test_beijing_results_preset(tmp_path):
     under the default recipe, each job in a directory of its own model and seed, so the
     same command run again resumes or skips each job."""
     jobs = sweep_jobs(tmp_path, "experiment=beijing")
-    assert len(jobs) == 36 and len({tuple(job) for job in jobs}) == 36
-    assert jobs[0][0] == "seed=0" and jobs[11][0] == "seed=0"  # one seed of every model first
+    assert len(jobs) == 48 and len({tuple(job) for job in jobs}) == 48
+    assert jobs[0][0] == "seed=0" and jobs[15][0] == "seed=0"  # one seed of every model first
     directories, models = set(), set()
     for job in jobs:
         cfg = compose_train(tmp_path, job)
@@ -225,8 +225,9 @@ def test_beijing_results_preset(tmp_path):
         assert sweep["dir"].endswith("beijing/strong")
         directories.add(sweep["subdir"])
         models.add(cfg.hydra.runtime.choices.model)
-    assert len(directories) == 36 and "cloudgru_k3/seed_2" in directories
-    assert len(models) == 12 and {"persistence", "linear", "stid", "convlstm"} <= models
+    assert len(directories) == 48 and "cloudgru_k3/seed_2" in directories
+    assert len(models) == 16 and {"persistence", "linear", "stid", "convlstm"} <= models
+    assert {"dcrnn", "graph_wavenet", "agcrn", "staeformer"} <= models
     paper = compose_train(tmp_path, [*jobs[0], "experiment=beijing", "recipe=paper"])
     assert paper.recipe_name == "paper" and paper.trainer.max_epochs == 100
     assert OmegaConf.to_container(paper.hydra.sweep, resolve=True)["dir"].endswith("beijing/paper")

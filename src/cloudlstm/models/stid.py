@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.data.covariates import TIME_FEATURES
 from cloudlstm.models.base import Channels, ForecastModel
+from cloudlstm.models.time_slots import time_slot, time_slots
 
 
 class ResidualMLPBlock(nn.Module):
@@ -76,7 +76,7 @@ class STID(ForecastModel):
         self.output_steps = output_steps
         self.channels = Channels.of(num_channels, input_channels, future_channels)
         self.window = (input_steps, num_points, self.channels.inp)
-        self.time_slots = _time_slots(list(time_features or []), steps_per_day, self.channels)
+        self.time_slots = time_slots(list(time_features or []), steps_per_day, self.channels)
         self.time_embeddings = nn.ModuleDict(
             {name: nn.Embedding(slots, time_dim) for name, (_, slots) in self.time_slots.items()}
         )
@@ -123,31 +123,8 @@ class STID(ForecastModel):
         parts = [self.series_embedding(series), identity]
         for name, (channel, slots) in self.time_slots.items():
             sin, cos = x[:, -1, :, channel], x[:, -1, :, channel + 1]
-            slot = _slot(sin, cos, slots, nearest=name == "hour")  # (B, N)
+            slot = time_slot(sin, cos, slots, nearest=name == "hour")  # (B, N)
             parts.append(self.time_embeddings[name](slot))
         h = torch.cat(parts, dim=-1)  # (B, N, D)
         out = self.regression(self.encoder(h)).view(b, n, self.output_steps, self.channels.out)
         return out.permute(0, 2, 1, 3)
-
-
-def _time_slots(
-    names: list[str], steps_per_day: int | None, channels: Channels
-) -> dict[str, tuple[int, int]]:
-    """Time feature name -> (its sin channel in ``x``, slots of its embedding table), for
-    the time of day (one slot per step of a day) and the day of the week."""
-    first = channels.inp - channels.future  # the time features end x, sin/cos of each
-    slots = {"hour": steps_per_day, "weekday": 7}
-    return {
-        name: (first + 2 * i, slots[name])
-        for i, name in enumerate(names)
-        if name in TIME_FEATURES and slots.get(name)
-    }
-
-
-def _slot(sin: torch.Tensor, cos: torch.Tensor, slots: int, nearest: bool) -> torch.Tensor:
-    """The slot (0 .. slots - 1, long) of a time whose angle has this sin and cos: the
-    nearest one (``nearest``: the step of the day), else the one it is in (the day of the
-    week; a small margin keeps midnight in its own day despite rounding)."""
-    turn = torch.remainder(torch.atan2(sin, cos) / (2 * torch.pi), 1.0) * slots
-    index = torch.round(turn) if nearest else torch.floor(turn + 1e-3)
-    return torch.remainder(index.long(), slots)
