@@ -83,7 +83,7 @@ def test_other_windows_are_normalised_with_the_training_scaler(cloud_run, tmp_pa
     cfg = compose_eval(cloud_run, out, "data.test_fraction=0.4", "trainer.limit_test_batches=1.0")
     refitted = instantiate(cfg.data)
     refitted.setup()
-    stored = torch.load(metrics(cloud_run)["checkpoint"], weights_only=False)
+    stored = torch.load(cloud_run / metrics(cloud_run)["checkpoint"], weights_only=False)
     trained_mean = stored[SPEC_KEY]["scaler"]["mean"]  # the one place it is stored
     assert not np.allclose(refitted.scaler.mean, trained_mean)
 
@@ -127,7 +127,7 @@ def test_data_the_checkpoint_does_not_fit_is_named(cloud_run, tmp_path, override
 
 
 def test_a_checkpoint_of_another_model_is_named(cloud_run, grid_run, tmp_path):
-    other = metrics(grid_run)["checkpoint"]
+    other = grid_run / metrics(grid_run)["checkpoint"]  # named relative to its run
     with pytest.raises(UserError, match=r"holds a CNN2D model, but the run's config builds a Cl"):
         evaluate(compose_eval(cloud_run, tmp_path / "eval", f"ckpt={other}"))
     # a checkpoint from before checkpoints named their model (the scaler then was the

@@ -350,6 +350,21 @@ def test_predict_py_writes_the_forecast_and_prints_its_path(points_run, forecast
     pd.testing.assert_frame_equal(written, expected, check_dtype=False, atol=1e-5)
 
 
+def test_predict_py_takes_the_history_as_train_py_names_it(points_run, forecaster, tmp_path):
+    data = tmp_path / "recent.csv"
+    history(points_run).to_csv(data, index=False)
+    target = tmp_path / "f.csv"
+    done = predict(f"run={points_run[0]}", f"data.source.path={data}", f"out={target}")
+    assert done.returncode == 0, done.stderr
+    written = pd.read_csv(target, parse_dates=["timestamp"])
+    expected = forecaster.forecast(history(points_run))
+    pd.testing.assert_frame_equal(written, expected, check_dtype=False, atol=1e-5)
+    # both keys, naming two files: which one was meant is not guessed
+    done = predict(f"run={points_run[0]}", f"data.source.path={data}", f"data.path={target}")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "data.path and data.source.path name different files" in done.stderr
+
+
 def test_predict_py_writes_where_out_says_when_it_names_a_folder(points_run, tmp_path):
     data = tmp_path / "recent.csv"
     history(points_run).to_csv(data, index=False)

@@ -116,7 +116,7 @@ def test_last_checkpoint_is_the_latest_epoch_when_validation_gets_worse(tiny_cfg
     run = Path(cfg.paths.output_dir)
     last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
     assert (last["epoch"], last["global_step"]) == (2, 9)
-    best = torch.load(results["checkpoint"], weights_only=False)
+    best = torch.load(run / results["checkpoint"], weights_only=False)  # relative to the run
     assert best["epoch"] < 2, "the run must diverge for this test to mean anything"
 
 

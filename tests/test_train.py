@@ -87,7 +87,9 @@ def test_the_tested_checkpoint_is_the_epoch_of_least_validation_loss(tmp_path):
     assert list(val.index) == [0, 1, 2, 3]
     best = int(val.idxmin())
     assert best != val.index[-1], f"the best epoch must not be the last here: {val.to_dict()}"
-    tested = torch.load(results["checkpoint"], map_location="cpu", weights_only=False)
+    tested = torch.load(  # metrics.json names it relative to the run directory
+        Path(cfg.paths.output_dir) / results["checkpoint"], map_location="cpu", weights_only=False
+    )
     assert tested["epoch"] == best, f"tested epoch {tested['epoch']}, val/loss {val.to_dict()}"
 
 

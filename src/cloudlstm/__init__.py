@@ -24,6 +24,27 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 
+def _metric_mode(key: str) -> str:
+    """``${metric_mode:<key>}`` in the configs: ``min`` or ``max``, the direction declared
+    with the metric (``cloudlstm.engine.metrics.monitor_mode``)."""
+    from cloudlstm.engine.metrics import monitor_mode
+
+    return str(monitor_mode(str(key)))
+
+
+def _register_resolver() -> None:
+    # Here, because every program (train.py, eval.py, the sweeper, a SLURM job unpickling
+    # its task) imports this package before Hydra resolves a config; the metrics module
+    # (and torch) is imported only when a value is resolved.
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("metric_mode"):
+        OmegaConf.register_new_resolver("metric_mode", _metric_mode)
+
+
+_register_resolver()
+
+
 def __getattr__(name: str) -> object:
     # `from cloudlstm import Forecaster` without importing torch, Lightning and Hydra on
     # `import cloudlstm`

@@ -4,13 +4,20 @@
 ``@hydra.main`` entry point Hydra prints only its message and exits with status 1. Any
 other exception is a bug and keeps its traceback. It is also a ``ValueError``: a bad value
 given by the user, which callers that catch ``ValueError`` keep handling.
+
+A write that finds no room (a full disk, a quota, a file size limit) is the user's to fix
+too: :func:`out_of_space` makes it an :class:`OutOfSpaceError` naming the file, the room
+left or the limit, and what to do.
 """
 
 from __future__ import annotations
 
+import errno
 import re
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from hydra.errors import CompactHydraException, InstantiationException
 
@@ -31,9 +38,86 @@ class DownloadError(UserError, RuntimeError):
     """A data set could not be downloaded (address, network or the server)."""
 
 
+class OutOfSpaceError(UserError):
+    """A file could not be written for want of room: a full disk, a quota, a file size limit."""
+
+
+# errno values of a write that failed for want of room (the disk, a quota, a file size limit)
+OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+AGAIN = "Make room (or raise the limit), then run the same command again."
+
+
+def out_of_space(
+    err: BaseException, path: str | Path | None = None, then: str = AGAIN
+) -> OutOfSpaceError | None:
+    """The one-line error of a write that failed for want of room, or None for any other error.
+
+    Args:
+        err: the error of the write (an ``OSError`` with errno ENOSPC, EDQUOT or EFBIG).
+        path: the file written (a failed ``write`` names none); by default ``err.filename``.
+        then: what to do, ending the line.
+    """
+    if not isinstance(err, OSError) or err.errno not in OUT_OF_SPACE:
+        return None
+    path = path if path is not None else err.filename
+    target = f"Cannot write {path}" if path else "Cannot write a file"
+    folder = _existing_folder(path)
+    if err.errno == errno.EFBIG:
+        limit = _file_size_limit()
+        why = (
+            f"it would exceed this process's file size limit of {_size(limit)} (`ulimit -f`)"
+            if limit is not None
+            else "it would be larger than its file system takes"
+        )
+    else:
+        free = _free_space(folder)
+        room = f"{_size(free)} free in {folder}" if free is not None else "no room"
+        quota = "your disk quota is exceeded" if err.errno == errno.EDQUOT else "the disk is full"
+        why = f"{quota} ({room})"
+    reason = err.strerror or errno.errorcode[err.errno]
+    return OutOfSpaceError(f"{target}: {why} [{reason}]. {then}")
+
+
+def _existing_folder(path: str | Path | None) -> Path:
+    """The nearest folder of ``path`` that exists (the working directory without a path)."""
+    folder = Path(path).expanduser().absolute().parent if path else Path.cwd()
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+def _free_space(folder: Path) -> int | None:
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
+
+
+def _file_size_limit() -> int | None:
+    """This process's file size limit (``RLIMIT_FSIZE``) in bytes; None where there is none."""
+    try:
+        import resource
+    except ImportError:  # not on a POSIX system
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def _size(n: int) -> str:
+    """``n`` bytes for a person: ``2.0 MB``, ``512 B``."""
+    value = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if value < 1000 or unit == "TB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    raise AssertionError("unreachable")
+
+
 @contextmanager
 def one_line_errors() -> Iterator[None]:
-    """A bad option of one of our own models or data sets reaches the user as one line.
+    """A bad option of one of our own models or data sets, or a write that failed for want
+    of room (:func:`out_of_space`: a full disk, a quota, ``ulimit -f``), reaches the user as
+    one line.
 
     Our constructors refuse bad options with a ``ValueError`` that names the key
     (``model.cell='lstmm' is not one of [...]``); Hydra wraps it in an
@@ -49,6 +133,11 @@ def one_line_errors() -> Iterator[None]:
         if user_error is None:
             raise
         raise user_error from None
+    except OSError as err:  # a file this package writes without naming it (a cache, a log)
+        full = out_of_space(err)
+        if full is None:
+            raise
+        raise full from None
 
 
 def user_error_of(err: InstantiationException) -> UserError | None:
@@ -57,6 +146,8 @@ def user_error_of(err: InstantiationException) -> UserError | None:
     while cause is not None:
         if isinstance(cause, UserError):
             return cause
+        if (full := out_of_space(cause)) is not None:
+            return full
         if isinstance(cause, ValueError) and _raised_here(cause):
             target = _target_of(err)
             if target is None or not target.startswith(f"{__package__}."):

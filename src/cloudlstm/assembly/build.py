@@ -12,12 +12,13 @@ import hydra
 import lightning as L
 import torch
 from hydra.errors import InstantiationException
-from lightning.pytorch.callbacks import LearningRateMonitor
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelSummary, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from cloudlstm.assembly.config import instantiate_group
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.host_memory import keep_freed_memory, keeps_freed_memory
+from cloudlstm.engine.metrics import monitor_mode
 from cloudlstm.errors import UserError
 from cloudlstm.models.build import build_model
 from cloudlstm.rundir.layout import CONFIG_FILE, DATA_SUMMARY_FILE, wandb_run_id
@@ -123,11 +124,56 @@ def build_loggers(cfg: DictConfig, run: dict[str, Any], output_dir: Path) -> lis
 
 
 def build_trainer(cfg: DictConfig, loggers: list[Any]) -> L.Trainer:
-    """The Lightning Trainer with the configured callbacks and these loggers."""
+    """The Lightning Trainer with the configured callbacks and these loggers.
+
+    Callbacks the trainer's own switches turn off are left out, where Lightning would
+    refuse to start: the progress bar with ``trainer.enable_progress_bar=false``, the model
+    summary with ``trainer.enable_model_summary=false``, the learning-rate monitor without
+    a logger.
+    """
     callbacks = instantiate_group(cfg.get("callbacks"))
-    if not loggers:  # nothing to write learning rates to; Lightning would refuse to start
+    trainer = cfg.get("trainer") or {}
+    if not loggers:  # nothing to write learning rates to
         callbacks = [cb for cb in callbacks if not isinstance(cb, LearningRateMonitor)]
+    if trainer.get("enable_progress_bar", True) is False:
+        callbacks = [cb for cb in callbacks if not isinstance(cb, ProgressBar)]
+    if trainer.get("enable_model_summary", True) is False:
+        callbacks = [cb for cb in callbacks if not isinstance(cb, ModelSummary)]
     return hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+
+
+def check_metric_modes(cfg: DictConfig) -> None:
+    """Refuse a ``mode`` contrary to the direction declared with its monitored metric.
+
+    The configs take each mode from the metric (``${metric_mode:${monitor}}``): ``min`` for
+    ``val/mae`` and ``val/loss``, ``max`` for ``val/psnr`` and ``val/ssim``. A mode given on
+    the command line or in a config (``callbacks.model_checkpoint.mode=min`` with
+    ``monitor=val/ssim``) would keep the worst checkpoint, stop early on the wrong trend or
+    halve the learning rate while the metric improves. A key this package does not declare
+    (its direction unknown here) takes the mode given.
+
+    Raises:
+        UserError: a callback's or the scheduler's ``mode`` is the other one.
+    """
+    settings = [
+        (f"callbacks.{name}", node)
+        for name, node in (cfg.get("callbacks") or {}).items()
+        if isinstance(node, DictConfig)
+    ]
+    scheduler = cfg.get("scheduler")
+    if isinstance(scheduler, DictConfig) and "mode" in scheduler:  # a plateau scheduler
+        module = cfg.get("module") or {}
+        settings.append(("scheduler", {"mode": scheduler.mode, "monitor": module.get("monitor")}))
+    for where, node in settings:
+        mode, monitor = node.get("mode"), node.get("monitor")
+        declared = monitor_mode(str(monitor), default=None) if monitor else None
+        if mode is None or declared is None or str(mode) == declared:
+            continue
+        raise UserError(
+            f"{where}.mode={mode} contradicts monitor={monitor}, which improves as it gets "
+            f"{'higher' if declared == 'max' else 'lower'} (mode {declared}, declared with the "
+            f"metric): leave {where}.mode out, it follows the metric."
+        )
 
 
 def save_job_config(cfg: DictConfig, output_dir: Path) -> DictConfig:

@@ -26,19 +26,21 @@ PARQUET = (".parquet", ".pq")
 
 
 def main(cfg: DictConfig) -> Path:
-    """Forecast the J steps after the last timestamp of ``data.path`` for every point in it.
+    """Forecast the J steps after the last timestamp of ``data.path`` (or
+    ``data.source.path``, as ``train.py`` names it) for every point in it.
 
     Writes the forecast to :func:`output_path` (CSV, or Parquet by extension), prints its
     path and returns it.
     """
-    missing = sorted(OmegaConf.missing_keys(cfg))
+    key, given = history_key(cfg)
+    missing = sorted({*OmegaConf.missing_keys(cfg), *(["data.path"] if given is None else [])})
     if missing:
         raise UserError(f"predict.py needs {', '.join(missing)}: `{USAGE}`.")
     out = str(cfg.out)
     check_format(Path(out).name)
     forecaster = Forecaster.load(cfg.run, ckpt=cfg.ckpt, device=cfg.get("device"))
-    source = Path(str(cfg.data.path)).expanduser()
-    forecast = forecaster.forecast(read_history(source), what=f"data.path={source}")
+    source = Path(str(given)).expanduser()
+    forecast = forecaster.forecast(read_history(source, key), what=f"{key}={source}")
     path = output_path(out, Path(cfg.run))
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix.lower() in PARQUET:
@@ -47,6 +49,26 @@ def main(cfg: DictConfig) -> Path:
         forecast.to_csv(path, index=False)
     print(path)
     return path
+
+
+def history_key(cfg: DictConfig) -> tuple[str, str | None]:
+    """Which key names the history file, and the file: ``data.path``, or
+    ``data.source.path`` as ``train.py`` takes it for ``data=points`` (None: neither).
+
+    Raises:
+        UserError: both are given, naming different files.
+    """
+    data = cfg.get("data") or {}
+    source = data.get("source") or {}
+    named = (("data.path", data.get("path")), ("data.source.path", source.get("path")))
+    given = {key: str(value) for key, value in named if value is not None}
+    if len(set(given.values())) > 1:
+        raise UserError(
+            "data.path and data.source.path name different files "
+            f"({given['data.path']}, {given['data.source.path']}): give one of them."
+        )
+    key = next(iter(given), "data.path")
+    return key, given.get(key)
 
 
 def output_path(out: str, run: Path) -> Path:
@@ -68,12 +90,12 @@ def check_format(name: str) -> None:
         raise UserError(f"out={name}: name a .csv (.csv.gz, ...) or .parquet file.")
 
 
-def read_history(path: Path) -> pd.DataFrame:
-    """The long-format history file (CSV, compressed CSV or Parquet)."""
+def read_history(path: Path, key: str = "data.path") -> pd.DataFrame:
+    """The long-format history file (CSV, compressed CSV or Parquet), given as ``key``."""
     if path.is_dir():
-        raise UserError(folder_given(path, "data.path"))
+        raise UserError(folder_given(path, key))
     if not path.is_file():
-        raise UserError(f"data.path={path}: no such file (the history to forecast from).")
+        raise UserError(f"{key}={path}: no such file (the history to forecast from).")
     try:
         with user_errors():
             return read_table(path, "the history file")

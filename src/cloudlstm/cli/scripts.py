@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Collection
+from pathlib import Path
 from typing import Any
 
 import hydra
@@ -24,17 +26,66 @@ from cloudlstm.paths import config_dir
 
 def train() -> None:
     """``cloudlstm-train [group=option ...] [key=value ...]``: train and test a model."""
+    from cloudlstm.errors import UserError
+
+    try:
+        refuse_moved_keys(sys.argv)
+    except UserError as err:  # before Hydra, whose error would name no new place
+        sys.exit(str(err))
     _run_hydra("train", _train)
+
+
+def refuse_moved_keys(argv: list[str], keep: Collection[str] = ()) -> None:
+    """Refuse, in one line naming the new place, a key given in the place it had before
+    ``data.source`` held a source's keys: ``data.root=...``, ``+data.path=...``.
+
+    Hydra would answer ``Key 'root' is not in struct`` and suggest ``+data.root=``, which
+    then fails in the data source's constructor. The moved keys are those of
+    :data:`cloudlstm.rundir.old_configs.OLD_DATAMODULES` (older run directories' configs are
+    moved the same way when they are read), but those in ``keep``: keys of ``data`` that
+    the config being overridden still has (an older run's, in ``eval.py``).
+
+    Raises:
+        UserError: an override names a moved key.
+    """
+    from cloudlstm.errors import UserError
+    from cloudlstm.rundir.old_configs import OLD_DATAMODULES
+
+    moved = {key for _, keys in OLD_DATAMODULES.values() for key in keys} - set(keep)
+    name = Path(argv[0]).name
+    program = f"python {name}" if name.endswith(".py") else name
+    for arg in argv[1:]:
+        key, sep, value = arg.lstrip("+~").partition("=")
+        parts = key.split(".")
+        if arg.startswith("-") or len(parts) != 2 or parts[0] != "data" or parts[1] not in moved:
+            continue
+        new = f"data.source.{parts[1]}"
+        example = f"{new}={value}" if sep else f"{new}=..."
+        raise UserError(
+            f"{key} moved to {new}: {program} {example} "
+            "(the data's source takes its own keys under data.source)."
+        )
 
 
 def evaluate() -> None:
     """``cloudlstm-eval run=<run dir> [ckpt=best|last|<path>] [key=value ...]``: test a
     trained run again."""
-    from cloudlstm.cli.evaluate import with_run_config
+    from cloudlstm.cli.evaluate import HELP_HEADER, run_data_keys, wants_help, with_run_config
     from cloudlstm.errors import UserError
 
+    if wants_help(sys.argv):
+        # Hydra composes the config to show the help, and eval.yaml's base is a run's
+        # config.yaml: an empty one stands in for it
+        with tempfile.TemporaryDirectory() as stand_in:
+            (Path(stand_in) / "config.yaml").write_text("{}\n")
+            sys.argv = with_run_config(sys.argv, Path(stand_in))
+            print(HELP_HEADER)
+            _run_hydra("eval", _evaluate)
+        return
     try:
         sys.argv = with_run_config(sys.argv)
+        # an older run's config.yaml may still hold a source's key at the top of data
+        refuse_moved_keys(sys.argv, keep=run_data_keys(sys.argv))
     except UserError as err:  # before Hydra, which would print it the same way
         sys.exit(str(err))
     _run_hydra("eval", _evaluate)

@@ -18,7 +18,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from cloudlstm.assembly.assemble import Assembly, assemble
-from cloudlstm.assembly.build import configure_process
+from cloudlstm.assembly.build import check_metric_modes, configure_process
 from cloudlstm.assembly.checkpoint_fit import check_resume_fits
 from cloudlstm.engine.callbacks import EpochTimer
 from cloudlstm.errors import UserError
@@ -26,9 +26,9 @@ from cloudlstm.models.build import count_parameters
 from cloudlstm.report import add_test_report
 from cloudlstm.rundir.checkpoints import check_checkpoint
 from cloudlstm.rundir.config_changes import check_config_changes, record_changes
-from cloudlstm.rundir.layout import METRICS_FILE, write_metrics
+from cloudlstm.rundir.layout import METRICS_FILE, in_run, last_checkpoint, write_metrics
 from cloudlstm.rundir.lock import owns_run_dir
-from cloudlstm.rundir.preemption import EXIT_CODE, interrupted
+from cloudlstm.rundir.preemption import EXIT_CODE, checkpoint_step, interrupted
 from cloudlstm.rundir.resume import resume_checkpoint
 
 log = logging.getLogger(__name__)
@@ -39,8 +39,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     Raises:
         UserError: it resumes a run of other settings (:mod:`cloudlstm.rundir.config_changes`),
+            or a ``mode`` contradicts its metric's direction (:func:`check_metric_modes`),
             checked before anything is written to the run directory.
     """
+    check_metric_modes(cfg)
     check_config_changes(cfg, Path(cfg.paths.output_dir))
     return _train(cfg)
 
@@ -74,7 +76,8 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
         if fit:
             results.update(_fit(job))
         if cfg.get("test"):
-            results.update(_test(job, _best_checkpoint(job.trainer) if fit else cfg.ckpt_path))
+            tested = _best_checkpoint(job.trainer, output_dir) if fit else cfg.ckpt_path
+            results.update(_test(job, tested))
         if job.trainer.is_global_zero:
             write_metrics(output_dir, results)
             log.info("Run directory: %s", output_dir)
@@ -131,7 +134,7 @@ def _test(job: Assembly, ckpt: str | None) -> dict[str, Any]:
     )
     results = {
         "test_time_s": time.perf_counter() - start,
-        "checkpoint": ckpt,
+        "checkpoint": in_run(ckpt, job.output_dir),  # relative: the run may be moved
         "test": job.module.test_results,
     }
     if job.trainer.is_global_zero:
@@ -148,13 +151,19 @@ def _test(job: Assembly, ckpt: str | None) -> dict[str, Any]:
     return results
 
 
-def _best_checkpoint(trainer: L.Trainer) -> str | None:
-    """Best checkpoint if checkpointing is on, else None (test the final weights)."""
+def _best_checkpoint(trainer: L.Trainer, run_dir: Path) -> str | None:
+    """The best checkpoint if checkpointing is on; else ``last.ckpt`` where it holds the
+    final weights (a training shorter than one validation), so that the run names a file
+    that ``eval.py`` and ``predict.py`` load; else None (test the final weights)."""
     callback = trainer.checkpoint_callback
-    if callback is None or not callback.best_model_path:
-        log.warning("No best checkpoint available: testing with the final weights.")
-        return None
-    return callback.best_model_path
+    if callback is not None and callback.best_model_path:
+        return callback.best_model_path
+    last = last_checkpoint(run_dir)
+    if last.is_file() and checkpoint_step(last) == trainer.global_step:
+        log.warning("No best checkpoint (no validation): testing the final weights, %s.", last)
+        return str(last)
+    log.warning("No best checkpoint available: testing with the final weights.")
+    return None
 
 
 def _finish_wandb(loggers: list, quietly: bool = False, exit_code: int | None = None) -> None:

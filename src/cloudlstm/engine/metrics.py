@@ -58,6 +58,7 @@ take the declarations when they run (:func:`declared`, :func:`metric_names`,
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -248,6 +249,26 @@ def metric_info(name: str) -> MetricInfo:
         if info.name == name:
             return info
     raise KeyError(f"no metric {name!r} is declared; the metrics: {', '.join(metric_names())}")
+
+
+def monitor_mode(key: str, default: str | None = "min") -> str | None:
+    """``min`` or ``max``: which way a logged key such as ``val/ssim`` improves, read from
+    its metric's declaration (:attr:`MetricInfo.best`), so that checkpointing, early
+    stopping, a plateau scheduler and a search all follow the one declaration.
+
+    ``<stage>/<name>`` with an optional ``_best`` (``val/mae_best``) or per-horizon
+    ``_hNN`` suffix; a loss (``val/loss``, ``train/loss_step``) is ``min``. ``default`` for
+    any other key (one this package does not log: its direction is not known here).
+    """
+    name = key.rsplit("/", 1)[-1]
+    if name == "loss" or name.startswith("loss_"):
+        return "min"
+    horizon = re.fullmatch(r"(.+)_h\d+", name)
+    for candidate in (name, name.removesuffix("_best"), horizon and horizon.group(1)):
+        for info in DECLARED:
+            if info.name == candidate:
+                return info.best
+    return default
 
 
 def _moments(values: Tensor, valid: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -13,10 +13,11 @@ import torch
 from lightning.pytorch.trainer.states import TrainerFn
 from torch import nn
 from torch.nn.utils import get_total_norm
+from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from cloudlstm.data.spec import SPEC_KEY, DataSpec, stored_spec
 from cloudlstm.engine.distributed import gather_on_rank_zero
-from cloudlstm.engine.metrics import ForecastMetrics, declared
+from cloudlstm.engine.metrics import ForecastMetrics, declared, monitor_mode
 from cloudlstm.errors import UserError
 from cloudlstm.models.base import silence_output_head
 from cloudlstm.nn.knn_finite import NonFiniteCoordinatesError
@@ -97,7 +98,8 @@ class ForecastModule(L.LightningModule):
         model: any :class:`cloudlstm.models.ForecastModel`.
         optimizer: partial optimizer factory (Hydra ``_partial_: true``), called with the
             model parameters.
-        scheduler: optional partial LR-scheduler factory, stepped on ``val/loss``.
+        scheduler: optional partial LR-scheduler factory; a plateau one
+            (``ReduceLROnPlateau``) follows ``monitor``, in the direction declared with it.
         save_predictions: write test predictions and targets (de-normalised) to
             ``predictions.npz`` in ``output_dir``.
         output_dir: where test predictions go (the run directory).
@@ -426,12 +428,37 @@ class ForecastModule(L.LightningModule):
             ) from None
         if self.hparams.scheduler is None:
             return {"optimizer": optimizer}
-        scheduler = self.hparams.scheduler(optimizer=optimizer)
+        scheduler = self.hparams.scheduler(optimizer=optimizer, **self._plateau_mode())
         if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
             config = {"monitor": self.hparams.monitor, "interval": "epoch"}
         else:  # a schedule over optimiser steps (the recipe's warm-up + cosine)
             config = {"interval": "step"}
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, **config}}
+
+    def _plateau_mode(self) -> dict[str, str]:
+        """``mode`` for a plateau scheduler: the direction declared with the monitored
+        metric (``max`` for ``val/ssim``), where its factory does not name one; torch's
+        default, ``min``, would halve the rate while the metric improves.
+
+        Raises:
+            UserError: the factory names the other mode.
+        """
+        factory = self.hparams.scheduler
+        target = getattr(factory, "func", factory)
+        if not (isinstance(target, type) and issubclass(target, ReduceLROnPlateau)):
+            return {}
+        monitor = self.hparams.monitor
+        declared_mode = monitor_mode(monitor, default=None)
+        given = getattr(factory, "keywords", {}).get("mode")
+        if declared_mode is None or given == declared_mode:
+            return {}
+        if given is not None:
+            raise UserError(
+                f"scheduler.mode={given} contradicts monitor={monitor}, which improves as it "
+                f"gets {'higher' if declared_mode == 'max' else 'lower'} (mode {declared_mode}, "
+                "declared with the metric): leave scheduler.mode out, it follows the metric."
+            )
+        return {"mode": declared_mode}
 
 
 def anchor_index(input_offsets: list[int]) -> int:

@@ -10,7 +10,9 @@ in its ``config.yaml``, which comparisons read.
 
 :class:`OptunaPruning` (``callbacks.optuna_pruning``, set by ``conf/hparams_search/optuna.yaml``)
 reports the monitored validation metric to that trial at every validation, with the global
-step as the step, and stops training when the pruner says so. It also marks the trial
+step as the step, and stops training when the pruner says so. The pruner judges the values
+in the study's direction, so a metric declared to improve the other way is refused
+(:func:`check_direction`). It also marks the trial
 (user attribute ``pruned_at_step``), and the sweeper records the trial as PRUNED once the
 job has returned. The job itself ends normally (its best checkpoint tested, its
 ``metrics.json`` written), so every launcher treats it as a job that finished.
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import lightning as L
 
+from cloudlstm.engine.metrics import monitor_mode
 from cloudlstm.errors import UserError
 
 if TYPE_CHECKING:
@@ -68,6 +71,26 @@ def trial_of_this_job(pruner: optuna.pruners.BasePruner | None) -> optuna.Trial 
     return optuna.Trial(study, trial_id)
 
 
+def check_direction(monitor: str, direction: str) -> None:
+    """Refuse to report ``monitor`` to a study of the other ``direction`` (``minimize`` or
+    ``maximize``): its pruner compares the reported values in the study's direction, so it
+    would stop the trials whose metric improves most.
+
+    Raises:
+        UserError: ``monitor`` is declared to improve the other way (``val/ssim``: up).
+    """
+    declared = monitor_mode(monitor, default=None)
+    wanted = "max" if direction == "maximize" else "min"
+    if declared is not None and declared != wanted:
+        raise UserError(
+            f"callbacks.optuna_pruning.monitor={monitor} improves as it gets "
+            f"{'higher' if declared == 'max' else 'lower'}, but the study is to {direction} "
+            "(optimized_metric): its pruner would stop the best trials. Report a metric of the "
+            "objective's direction (callbacks.optuna_pruning.monitor=val/mae for val/mae_best), "
+            "or search without pruning (hydra/sweeper/pruner=none)."
+        )
+
+
 class OptunaPruning(L.Callback):
     """Report ``monitor`` to this job's Optuna trial at every validation; stop when pruned.
 
@@ -92,6 +115,10 @@ class OptunaPruning(L.Callback):
         if self.active and stage == "fit" and trainer.is_global_zero:
             self._trial = trial_of_this_job(self.pruner)
             assert self._trial is not None
+            import optuna
+
+            if self.pruner is not None and not isinstance(self.pruner, optuna.pruners.NopPruner):
+                check_direction(self.monitor, self._trial.study.direction.name.lower())
             log.info(
                 "Optuna trial %d of study %s: reporting %s at every validation.",
                 self._trial.number, os.environ[STUDY_ENV], self.monitor,

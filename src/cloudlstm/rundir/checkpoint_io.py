@@ -7,6 +7,10 @@ for all of them. The plugin is set for every Trainer in ``conf/trainer/default.y
 (``plugins:``, instantiated by Hydra with the Trainer); a config that sets
 ``trainer.plugins`` must keep it in its list.
 
+A save that finds no room (a full disk, a quota, ``ulimit -f``) leaves the file saved before
+and its checksum as they were, and stops with one line naming the file (an
+:class:`~cloudlstm.errors.OutOfSpaceError`).
+
 Lightning's own loads (``ckpt_path=`` of fit and test) verify through :meth:`load_checkpoint`;
 ``resume=``, ``eval.py``, ``predict.py`` and :class:`cloudlstm.Forecaster` through
 :func:`cloudlstm.rundir.checkpoints.check_checkpoint`.
@@ -14,11 +18,13 @@ Lightning's own loads (``ckpt_path=`` of fit and test) verify through :meth:`loa
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from cloudlstm.errors import out_of_space
 from cloudlstm.rundir.checkpoints import checksum_path, verify_checksum, write_checksum
 
 
@@ -30,13 +36,34 @@ class ChecksummedCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
     ) -> None:
+        """Save atomically (Lightning writes a temporary file and renames it), then the
+        checksum.
+
+        Raises:
+            OutOfSpaceError: no room for the file (a full disk, a quota, ``ulimit -f``); the
+                file saved before at ``path``, if any, is left as it was, with its checksum.
+        """
         local = _local(path)
+        old_checksum = None
         if local is not None:
-            # the old checksum goes first: a job killed while the new file is written leaves
-            # a checkpoint without a checksum (loaded unverified), never one with a stale
-            # checksum that would refuse a good file
-            checksum_path(local).unlink(missing_ok=True)
-        super().save_checkpoint(checkpoint, path, storage_options)
+            sidecar = checksum_path(local)
+            old_checksum = sidecar.read_text() if sidecar.is_file() else None
+            # the old checksum goes first: a job killed between the file's rename and the new
+            # checksum's leaves a checkpoint without a checksum (loaded unverified), never one
+            # with a stale checksum that would refuse a good file
+            sidecar.unlink(missing_ok=True)
+        try:
+            super().save_checkpoint(checkpoint, path, storage_options)
+        except OSError as err:
+            if local is None:
+                raise
+            # the write failed before the rename: the old file is there, as it was
+            if old_checksum is not None:
+                _restore(checksum_path(local), old_checksum)
+            full = out_of_space(err, local, _THEN)
+            if full is None:
+                raise
+            raise full from err
         if local is not None:
             write_checksum(local)
 
@@ -53,6 +80,23 @@ class ChecksummedCheckpointIO(TorchCheckpointIO):
         local = _local(path)
         if local is not None:
             checksum_path(local).unlink(missing_ok=True)
+
+
+_THEN = (
+    "The checkpoints saved before are intact: make room (or raise the limit), then run the "
+    "same command again; training resumes from its last checkpoint."
+)
+
+
+def _restore(sidecar: Path, text: str) -> None:
+    """Put a checksum back, atomically; where even that finds no room, the checkpoint
+    stays without one (loaded unverified), never with a part of one."""
+    tmp = sidecar.with_name(sidecar.name + ".tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, sidecar)
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 def _local(path: Any) -> Path | None:

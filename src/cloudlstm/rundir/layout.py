@@ -6,7 +6,8 @@ writes of them that every entry point shares.
     <run dir>/
         config.yaml            the job's resolved config (without ``hydra``)
         data_summary.json      the data's summary (points, channels, splits)
-        metrics.json           the results; written last, so it marks a finished run
+        metrics.json           the results; written last, so it marks a finished run;
+                               its files named relative to the run directory
         config_changes.yaml    settings changed on resuming (``allow_changes``)
         run.lock               the training that holds the directory
         wandb_run_id.txt       the W&B run id, so a restarted job continues its W&B run
@@ -18,6 +19,7 @@ writes of them that every entry point shares.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import string
 from pathlib import Path
@@ -25,7 +27,7 @@ from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_only
 
-from cloudlstm.errors import UserError
+from cloudlstm.errors import UserError, out_of_space
 
 CONFIG_FILE = "config.yaml"
 DATA_SUMMARY_FILE = "data_summary.json"
@@ -62,7 +64,10 @@ def find_checkpoint(run: Path, ckpt: str | Path) -> Path:
     """The checkpoint file ``ckpt`` (``"best"``, ``"last"`` or a path) of run directory ``run``.
 
     ``best`` is the checkpoint the run was tested with (``metrics.json``), else the
-    ``epoch_*.ckpt`` of ``checkpoints/`` (the best by validation loss).
+    ``epoch_*.ckpt`` of ``checkpoints/`` (the best by the monitored metric). ``last`` is
+    ``checkpoints/last.ckpt``, the final weights of the training
+    (:mod:`cloudlstm.rundir.final_checkpoint`). Every one is looked for inside ``run``,
+    wherever it was copied or moved.
 
     Raises:
         UserError: there is no such checkpoint.
@@ -86,14 +91,35 @@ def find_checkpoint(run: Path, ckpt: str | Path) -> Path:
 
 
 def _tested_checkpoint(run: Path) -> Path | None:
-    """The checkpoint ``metrics.json`` says was tested, found again if the run was moved."""
+    """The checkpoint ``metrics.json`` says was tested, in this run directory wherever it is.
+
+    ``metrics.json`` names it relative to the run directory (:func:`in_run`). An older one
+    names it by its absolute path, which in a copied or moved run is the original's file:
+    the file of that name in this run's ``checkpoints/`` comes first, that path only after.
+    """
     tested = (read_metrics(run) or {}).get("checkpoint")
     if not tested:
         return None
-    for path in (Path(tested), run / CHECKPOINT_DIR / Path(tested).name):
+    recorded = Path(tested)
+    own = run / CHECKPOINT_DIR / recorded.name
+    for path in (own, recorded) if recorded.is_absolute() else (run / recorded, own):
         if path.is_file():
             return path
     return None
+
+
+def in_run(path: str | Path | None, run: Path) -> str | None:
+    """``path`` as ``metrics.json`` records it: relative to the run directory ``run`` when
+    it lies inside it (``checkpoints/epoch_003-step_000750.ckpt``), so that the record holds
+    wherever the directory is copied or moved; else absolute. None stays None."""
+    if path is None:
+        return None
+    given = Path(os.path.abspath(Path(path).expanduser()))
+    for base in (Path(os.path.abspath(run)), Path(run).resolve()):
+        for candidate in (given, given.resolve()):
+            if candidate.is_relative_to(base):
+                return candidate.relative_to(base).as_posix()
+    return str(given)
 
 
 def read_metrics(run: Path) -> dict[str, Any] | None:
@@ -103,9 +129,26 @@ def read_metrics(run: Path) -> dict[str, Any] | None:
 
 
 def write_metrics(output_dir: Path, results: dict[str, Any]) -> Path:
-    """``results`` as ``<output_dir>/metrics.json``; returns its path."""
+    """``results`` as ``<output_dir>/metrics.json``; returns its path.
+
+    Written to a temporary file, then renamed over the old one: ``metrics.json`` marks a
+    finished run, so a part of one must never be there.
+
+    Raises:
+        OutOfSpaceError: no room for it (a full disk, a quota, ``ulimit -f``); a training's
+            checkpoints are intact, and the same command then tests it again and writes it.
+    """
     path = Path(output_dir) / METRICS_FILE
-    path.write_text(json.dumps(results, indent=2))
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(results, indent=2))
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        full = out_of_space(err, path)
+        if full is None:
+            raise
+        raise full from err
     return path
 
 

@@ -11,6 +11,10 @@ grammar (``choice``, ``range``, ``interval``, ``tag(log, ...)``); and:
   unfinished;
 * ``n_jobs`` trials are asked at once and launched as one batch through the configured
   launcher (with ``hydra/launcher=slurm``: one SLURM array per batch);
+* ``direction: null`` (what ``hparams_search=optuna`` sets) is ``optimized_metric``'s,
+  declared with its metric (:func:`cloudlstm.engine.metrics.monitor_mode`: ``maximize`` for
+  ``val/ssim``); a contrary one is refused, and so is a pruning monitor of the other
+  direction;
 * ``pruner``: the jobs report their validation metric to their trial through the storage
   and stop early when pruned (:mod:`cloudlstm.engine.pruning`); such trials are recorded PRUNED.
 

@@ -33,7 +33,15 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
-from cloudlstm.engine.pruning import PRUNED_ATTR, STORAGE_ENV, STUDY_ENV, TRIAL_ENV, open_storage
+from cloudlstm.engine.metrics import monitor_mode
+from cloudlstm.engine.pruning import (
+    PRUNED_ATTR,
+    STORAGE_ENV,
+    STUDY_ENV,
+    TRIAL_ENV,
+    check_direction,
+    open_storage,
+)
 from cloudlstm.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -85,10 +93,13 @@ class OptunaSearch(Sweeper):
             )
         self.n_trials = _positive_int("n_trials", s.get("n_trials", 20))
         self.n_jobs = _positive_int("n_jobs", s.get("n_jobs", 1))
-        self.direction = _direction(s.get("direction", "minimize"))
+        self.direction = objective_direction(s.get("direction"), config.get("optimized_metric"))
         self.max_failure_rate = _failure_rate(s.get("max_failure_rate", 0.0))
         self.sampler = _build("sampler", s.get("sampler"), optuna.samplers.BaseSampler)
         self.pruner = _build("pruner", s.get("pruner"), optuna.pruners.BasePruner)
+        monitor = OmegaConf.select(config, "callbacks.optuna_pruning.monitor")
+        if monitor and not isinstance(self.pruner, (type(None), optuna.pruners.NopPruner)):
+            check_direction(str(monitor), self.direction)  # before any trial, not in each
         self.study_name = str(s.get("study_name") or DEFAULT_STUDY_NAME)
         self.params = {str(k): v for k, v in (s.get("params") or {}).items()}
         self.sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
@@ -376,13 +387,34 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
-def _direction(value: Any) -> str:
+def objective_direction(value: Any, metric: Any) -> str:
+    """The study's direction: ``hydra.sweeper.direction`` (``value``), or where that is
+    null, the one declared with ``optimized_metric``'s metric (``metric``;
+    :func:`cloudlstm.engine.metrics.monitor_mode`): ``maximize`` for ``val/ssim``,
+    ``minimize`` for ``val/mae_best`` and for a key this package does not declare.
+
+    Raises:
+        UserError: ``value`` is neither ``minimize`` nor ``maximize``, or the other
+            direction than the metric's (the search would look for the worst trials).
+    """
+    declared = monitor_mode(str(metric), default=None) if metric else None
+    wanted = "maximize" if declared == "max" else "minimize"
+    if value is None:
+        return wanted
     if str(value).lower() not in ("minimize", "maximize"):
         raise UserError(
             f"hydra.sweeper.direction={value} must be minimize or maximize (one objective: "
-            "optimized_metric)."
+            "optimized_metric), or null: the metric's own."
         )
-    return str(value).lower()
+    direction = str(value).lower()
+    if declared is not None and direction != wanted:
+        raise UserError(
+            f"hydra.sweeper.direction={direction} contradicts optimized_metric={metric}, which "
+            f"improves as it gets {'higher' if declared == 'max' else 'lower'}: the search "
+            f"would look for the worst trials. Set hydra.sweeper.direction=null (the metric's "
+            f"direction, what hparams_search=optuna sets) or {wanted}."
+        )
+    return direction
 
 
 def _failure_rate(value: Any) -> float:

@@ -1,0 +1,116 @@
+"""What a careful user types: ``eval.py --help``, Lightning's
+``trainer.enable_progress_bar=false``, and the data keys of tutorials written before
+``data.source`` (named with their new place, in one line)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from cloudlstm.assembly.build import build_trainer
+from cloudlstm.cli.scripts import refuse_moved_keys
+from cloudlstm.cli.train import train
+from cloudlstm.errors import UserError
+from tests.conftest import ROOT, TINY, compose_train, subprocess_env
+
+
+def run(*cmd: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        list(cmd), cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300
+    )
+
+
+def error_line(proc: subprocess.CompletedProcess) -> str:
+    """The one line a program failed with: exit status 1, nothing else on stderr."""
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_eval_py_help_prints_the_help(flag):
+    done = run(sys.executable, "eval.py", flag)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("Usage: python eval.py run=<run dir> [ckpt=best|last|<path>]")
+    assert "eval is powered by Hydra" in done.stdout
+    assert "== Configuration groups ==" in done.stdout and "\nckpt: best\n" in done.stdout
+
+
+def test_the_installed_eval_program_prints_the_help_too():
+    program = shutil.which("cloudlstm-eval", path=str(Path(sys.executable).parent))
+    if program is None:
+        pytest.skip("cloudlstm-eval is not installed in this environment")
+    done = run(program, "--help")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "eval is powered by Hydra" in done.stdout
+
+
+def test_eval_py_without_a_run_still_says_what_it_needs():
+    line = error_line(run(sys.executable, "eval.py", "ckpt=last"))
+    assert line.startswith("eval.py needs the run directory: `python eval.py run=<run dir>")
+
+
+def test_lightnings_progress_bar_switch_turns_the_bar_off(tmp_path):
+    # the default callbacks, bar and summary included, and Lightning's switches
+    keep = [o for o in TINY if not o.startswith("~callbacks")]
+    switches = ["trainer.enable_progress_bar=false", "+trainer.enable_model_summary=false"]
+    cfg = compose_train(tmp_path, [*keep, *switches, "logger=none", "report.figures=false"])
+    assert "progress_bar" in cfg.callbacks and "model_summary" in cfg.callbacks
+    trainer = build_trainer(cfg, [])
+    assert trainer.progress_bar_callback is None
+    assert not any("ModelSummary" in type(cb).__name__ for cb in trainer.callbacks)
+    assert "test" in train(cfg)  # trained and tested, the bar off
+
+
+@pytest.mark.parametrize(
+    ("override", "line"),
+    [
+        (
+            "data.path=my_fleet.csv",
+            "data.path moved to data.source.path: python train.py data.source.path=my_fleet.csv",
+        ),
+        (
+            "data.root=/data/beijing",
+            "data.root moved to data.source.root: python train.py data.source.root=/data/beijing",
+        ),
+        (  # what Hydra suggests for the one above
+            "+data.root=/data/beijing",
+            "data.root moved to data.source.root: python train.py data.source.root=/data/beijing",
+        ),
+        (
+            "data.value_cols=[no2,pm25]",
+            "data.value_cols moved to data.source.value_cols: python train.py "
+            "data.source.value_cols=[no2,pm25]",
+        ),
+    ],
+)
+def test_a_moved_data_key_is_named_with_its_new_place(override, line):
+    got = error_line(run(sys.executable, "train.py", "data=points", override))
+    assert got.startswith(line)
+
+
+def test_eval_takes_a_moved_key_where_the_runs_config_still_has_it(tmp_path):
+    old = tmp_path / "old"
+    old.mkdir()
+    old_data = {"_target_": "cloudlstm.data.beijing.BeijingDataModule", "root": "/x"}
+    OmegaConf.save({"data": old_data}, old / "config.yaml")
+    argv = ["eval.py", f"run={old}", "data.root=/y"]
+    refuse_moved_keys(argv, keep={"_target_", "root"})  # an older run's: taken
+    with pytest.raises(UserError, match=r"^data.root moved to data.source.root: python eval.py"):
+        refuse_moved_keys(argv, keep={"_target_", "source"})  # today's form
+
+
+def test_eval_py_names_a_moved_key_of_a_run_in_todays_form(tmp_path):
+    new = tmp_path / "run"
+    new.mkdir()
+    OmegaConf.save({"data": {"source": {"root": "/x"}}}, new / "config.yaml")
+    line = error_line(run(sys.executable, "eval.py", f"run={new}", "data.root=/y"))
+    assert line.startswith(
+        "data.root moved to data.source.root: python eval.py data.source.root=/y"
+    )

@@ -1,0 +1,181 @@
+"""A write that finds no room (a full disk, a quota, a file size limit) stops the run with
+one line naming the file; what was saved before stays intact, and the same command resumes
+once there is room. The limit is ``RLIMIT_FSIZE`` (``ulimit -f``) in the child process, with
+SIGXFSZ ignored so that the write fails with EFBIG instead of killing the process."""
+
+from __future__ import annotations
+
+import errno
+import json
+import resource
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+
+import pytest
+
+from cloudlstm.errors import OutOfSpaceError, one_line_errors
+from cloudlstm.rundir.checkpoints import check_checkpoint
+from tests.conftest import ROOT, TINY, subprocess_env
+
+
+def file_size_limit(limit: int) -> Callable[[], None]:
+    """``preexec_fn``: files of at most ``limit`` bytes in the child, EFBIG past it."""
+
+    def set_limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+
+    return set_limit
+
+
+def the_error(proc: subprocess.CompletedProcess) -> str:
+    """The run's one error line; no traceback."""
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "OSError" not in proc.stderr, proc.stderr[-3000:]
+    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("Cannot write")]
+    return line
+
+
+@pytest.mark.slow
+def test_a_checkpoint_too_large_for_the_limit_is_one_line_and_the_run_resumes(tmp_path):
+    run = tmp_path / "run"
+    command = [
+        sys.executable,
+        "train.py",
+        *TINY,
+        "logger=none",
+        "report.figures=false",
+        f"hydra.run.dir={run}",
+        f"paths.data_dir={tmp_path / 'data'}",
+    ]
+
+    def train_py(*extra: str, limit: int | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*command, *extra],
+            cwd=ROOT,
+            env=subprocess_env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            preexec_fn=file_size_limit(limit) if limit else None,
+        )
+
+    # checkpoints at the validation of step 3, then a kill: a run to resume
+    killed = train_py(
+        "+callbacks.kill._target_=tests.kill_callback.KillAtStep", "+callbacks.kill.step=4"
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    saved = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert saved == [
+        "epoch_000-step_000003.ckpt",
+        "epoch_000-step_000003.ckpt.checksum",
+        "last.ckpt",
+        "last.ckpt.checksum",
+    ]
+
+    # resumed with files of at most 64 kB (a checkpoint is ~200 kB): its next save fails
+    again = ["allow_changes=[callbacks.kill]"]  # the command without the kill
+    full = train_py(*again, limit=64_000)
+    line = the_error(full)
+    assert line.startswith(f"Cannot write {run / 'checkpoints'}/")
+    assert "file size limit of 64.0 kB (`ulimit -f`)" in line
+    assert line.endswith(
+        "then run the same command again; training resumes from its last checkpoint."
+    )
+    # what was saved before is there, whole and verified; nothing half-written beside it
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == saved
+    assert check_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"] == 3
+    check_checkpoint(run / "checkpoints" / "epoch_000-step_000003.ckpt")
+    assert not (run / "metrics.json").exists()
+
+    # room again: the same command resumes from step 3 and finishes
+    done = train_py(*again)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((run / "metrics.json").read_text())
+    assert results["resumed_from"] == str(run / "checkpoints" / "last.ckpt")
+    assert results["steps"] == 6
+
+
+WRITE_METRICS = """
+import resource, signal, sys
+from pathlib import Path
+from cloudlstm.rundir.layout import write_metrics
+from cloudlstm.errors import OutOfSpaceError
+run = Path(sys.argv[1])
+write_metrics(run, {"test": "small"})
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (2000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+try:
+    write_metrics(run, {"test": "x" * 5000})
+except OutOfSpaceError as err:
+    print(err)
+"""
+
+
+def test_metrics_json_too_large_for_the_limit_is_named_and_the_old_one_kept(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", WRITE_METRICS, str(tmp_path)],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith(
+        f"Cannot write {tmp_path / 'metrics.json'}: it would exceed this process's file size "
+        "limit of 2.0 kB"
+    ), done.stdout
+    assert json.loads((tmp_path / "metrics.json").read_text()) == {"test": "small"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]  # no part left
+
+
+SAVE_OVER = """
+import resource, signal, sys, torch
+from pathlib import Path
+from cloudlstm.errors import OutOfSpaceError
+from cloudlstm.rundir.checkpoint_io import ChecksummedCheckpointIO
+path = Path(sys.argv[1]) / "last.ckpt"
+io = ChecksummedCheckpointIO()
+io.save_checkpoint({"state_dict": {"w": torch.zeros(10)}, "global_step": 3}, path)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+try:
+    io.save_checkpoint({"state_dict": {"w": torch.zeros(100_000)}, "global_step": 6}, path)
+except OutOfSpaceError as err:
+    print(err)
+"""
+
+
+def test_a_checkpoint_saved_over_keeps_the_old_file_and_its_checksum(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", SAVE_OVER, str(tmp_path)],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith(f"Cannot write {tmp_path / 'last.ckpt'}: it would exceed")
+    assert "The checkpoints saved before are intact" in done.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt", "last.ckpt.checksum"]
+    assert check_checkpoint(tmp_path / "last.ckpt")["global_step"] == 3  # checksum verified
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])
+def test_a_full_disk_anywhere_is_one_line_naming_the_file(tmp_path, code):
+    target = tmp_path / "cache" / "values.npy"
+    with pytest.raises(OutOfSpaceError) as err, one_line_errors():  # as the programs run
+        raise OSError(code, "No room", str(target))
+    message = str(err.value)
+    assert message.startswith(f"Cannot write {target}: ")
+    assert " free in " in message and message.endswith("then run the same command again.")
+
+
+def test_other_os_errors_keep_their_traceback():
+    with pytest.raises(PermissionError), one_line_errors():
+        raise PermissionError(errno.EACCES, "Permission denied", "/root/x")
