@@ -57,13 +57,15 @@ def test_two_ddp_processes_test_like_one(tmp_path):
     assert windows % 2 == 1
 
     ddp_dir = tmp_path / "ddp"
+    # metrics.json names the checkpoint relative to its run directory
+    tested = Path(cfg.paths.output_dir) / single["checkpoint"]
     cmd = [
         sys.executable,
         "train.py",
         *JOB,
         "trainer=ddp_cpu",
         "train=false",
-        f"ckpt_path={single['checkpoint']}",
+        f"ckpt_path={tested}",
         f"hydra.run.dir={ddp_dir}",
         f"paths.data_dir={tmp_path / 'data'}",
     ]
@@ -73,7 +75,7 @@ def test_two_ddp_processes_test_like_one(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     ddp = json.loads((ddp_dir / "metrics.json").read_text())
-    assert ddp["checkpoint"] == single["checkpoint"]
+    assert ddp["checkpoint"] == str(tested)  # outside the DDP run's directory: absolute
     assert_close(ddp["test"], single["test"])
     with (
         np.load(Path(cfg.paths.output_dir) / "predictions.npz") as one,
