@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import Channels, ForecastModel
+from cloudlstm.models.base import Channels, ForecastModel, check_sizes
 from cloudlstm.nn.graph import StaticPositions, adaptive_adjacency
 
 WHY = "it learns an embedding for each training point, which also makes its graph"
@@ -113,17 +113,15 @@ class AGCRN(ForecastModel):
         future_channels: int = 0,
     ) -> None:
         super().__init__()
-        for name, value in [
-            ("num_points", num_points),
-            ("num_channels", num_channels),
-            ("output_steps", output_steps),
-            ("hidden_channels", hidden_channels),
-            ("num_layers", num_layers),
-            ("node_dim", node_dim),
-            ("cheb_k", cheb_k),
-        ]:
-            if value < 1:
-                raise ValueError(f"model.{name} must be >= 1, got {value}.")
+        check_sizes(
+            num_points=num_points,
+            num_channels=num_channels,
+            output_steps=output_steps,
+            hidden_channels=hidden_channels,
+            num_layers=num_layers,
+            node_dim=node_dim,
+            cheb_k=cheb_k,
+        )
         self.num_points = num_points
         self.output_steps = output_steps
         self.channels = Channels.of(num_channels, input_channels, future_channels)

@@ -117,6 +117,17 @@ class ForecastModel(nn.Module):
             )
 
 
+def check_sizes(**sizes: int) -> None:
+    """Refuse a size setting below 1, naming the first such ``model.<name>``.
+
+    Raises:
+        ValueError: ``model.<name> must be >= 1, got <value>.``
+    """
+    for name, value in sizes.items():
+        if value < 1:
+            raise ValueError(f"model.{name} must be >= 1, got {value}.")
+
+
 def check_channels(
     channels: Channels, x: torch.Tensor, future: torch.Tensor | None, output_steps: int
 ) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import Channels, ForecastModel
+from cloudlstm.models.base import Channels, ForecastModel, check_sizes
 from cloudlstm.nn.graph import (
     DiffusionConv,
     TransitionGraph,
@@ -94,14 +94,12 @@ class DCRNN(ForecastModel):
         future_channels: int = 0,
     ) -> None:
         super().__init__()
-        for name, value in [
-            ("num_channels", num_channels),
-            ("output_steps", output_steps),
-            ("hidden_channels", hidden_channels),
-            ("num_layers", num_layers),
-        ]:
-            if value < 1:
-                raise ValueError(f"model.{name} must be >= 1, got {value}.")
+        check_sizes(
+            num_channels=num_channels,
+            output_steps=output_steps,
+            hidden_channels=hidden_channels,
+            num_layers=num_layers,
+        )
         if diffusion_steps < 0:
             raise ValueError(f"model.diffusion_steps must be >= 0, got {diffusion_steps}.")
         self.output_steps = output_steps

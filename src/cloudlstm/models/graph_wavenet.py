@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cloudlstm.models.base import Channels, ForecastModel
+from cloudlstm.models.base import Channels, ForecastModel, check_sizes
 from cloudlstm.nn.graph import (
     DiffusionConv,
     StaticPositions,
@@ -109,20 +109,18 @@ class GraphWaveNet(ForecastModel):
         future_channels: int = 0,
     ) -> None:
         super().__init__()
-        for name, value in [
-            ("num_points", num_points),
-            ("num_channels", num_channels),
-            ("output_steps", output_steps),
-            ("hidden_channels", hidden_channels),
-            ("skip_channels", skip_channels),
-            ("end_channels", end_channels),
-            ("kernel_size", kernel_size),
-            ("blocks", blocks),
-            ("layers", layers),
-            ("node_dim", node_dim),
-        ]:
-            if value < 1:
-                raise ValueError(f"model.{name} must be >= 1, got {value}.")
+        check_sizes(
+            num_points=num_points,
+            num_channels=num_channels,
+            output_steps=output_steps,
+            hidden_channels=hidden_channels,
+            skip_channels=skip_channels,
+            end_channels=end_channels,
+            kernel_size=kernel_size,
+            blocks=blocks,
+            layers=layers,
+            node_dim=node_dim,
+        )
         if graph not in GRAPHS:
             raise ValueError(f"model.graph={graph!r} is not one of {list(GRAPHS)}.")
         self.output_steps = output_steps

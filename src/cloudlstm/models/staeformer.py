@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cloudlstm.models.base import Channels, ForecastModel
+from cloudlstm.models.base import Channels, ForecastModel, check_sizes
 from cloudlstm.models.time_slots import time_slot, time_slots
 from cloudlstm.nn.graph import StaticPositions
 
@@ -113,18 +113,16 @@ class STAEformer(ForecastModel):
         steps_per_day: int | None = None,
     ) -> None:
         super().__init__()
-        for name, value in [
-            ("num_points", num_points),
-            ("num_channels", num_channels),
-            ("input_steps", input_steps),
-            ("output_steps", output_steps),
-            ("embed_dim", embed_dim),
-            ("feed_forward_dim", feed_forward_dim),
-            ("num_heads", num_heads),
-            ("num_layers", num_layers),
-        ]:
-            if value < 1:
-                raise ValueError(f"model.{name} must be >= 1, got {value}.")
+        check_sizes(
+            num_points=num_points,
+            num_channels=num_channels,
+            input_steps=input_steps,
+            output_steps=output_steps,
+            embed_dim=embed_dim,
+            feed_forward_dim=feed_forward_dim,
+            num_heads=num_heads,
+            num_layers=num_layers,
+        )
         if min(time_dim, node_dim, adaptive_dim) < 0:
             raise ValueError("model.time_dim, node_dim and adaptive_dim must be >= 0.")
         self.output_steps = output_steps

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cloudlstm.models.base import Channels, ForecastModel
+from cloudlstm.models.base import Channels, ForecastModel, check_sizes
 from cloudlstm.nn.graph import ChebGraphConv, DistanceGraph, given_laplacian
 
 
@@ -135,17 +135,15 @@ class STGCN(ForecastModel):
         adjacency: Sequence[Sequence[float]] | None = None,
     ) -> None:
         super().__init__()
-        for name, value in [
-            ("num_channels", num_channels),
-            ("input_steps", input_steps),
-            ("output_steps", output_steps),
-            ("hidden_channels", hidden_channels),
-            ("num_blocks", num_blocks),
-            ("kt", kt),
-            ("ks", ks),
-        ]:
-            if value < 1:
-                raise ValueError(f"model.{name} must be >= 1, got {value}.")
+        check_sizes(
+            num_channels=num_channels,
+            input_steps=input_steps,
+            output_steps=output_steps,
+            hidden_channels=hidden_channels,
+            num_blocks=num_blocks,
+            kt=kt,
+            ks=ks,
+        )
         self.num_channels = num_channels
         self.channels = Channels.of(num_channels, input_channels, future_channels)
         self.input_steps = input_steps

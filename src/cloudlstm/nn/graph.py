@@ -144,7 +144,11 @@ class DistanceGraph:
         if bool((coords == coords[:1]).all()):
             coords = coords[:1]  # static points: one graph for the whole batch
         sigma = self.sigma if self.sigma is not None else neighbour_scale(coords, self.neighbours)
-        return scaled_laplacian(distance_weights(coords, sigma, self.epsilon))
+        return self._from_weights(distance_weights(coords, sigma, self.epsilon))
+
+    def _from_weights(self, weights: torch.Tensor) -> torch.Tensor:
+        """``W (B, N, N)`` -> what the model convolves with: STGCN's scaled Laplacian."""
+        return scaled_laplacian(weights)
 
 
 class ChebGraphConv(nn.Module):
@@ -251,15 +255,9 @@ class TransitionGraph(DistanceGraph):
     def __init__(self, sigma: float | None = None, epsilon: float = 0.1, neighbours: int = 4):
         super().__init__(sigma, epsilon, neighbours)
 
-    def _build(self, coords: torch.Tensor) -> torch.Tensor:
-        if not torch.isfinite(coords).all():
-            raise ValueError(
-                "coords contain NaN or inf: the distance graph needs finite point coordinates."
-            )
-        if bool((coords == coords[:1]).all()):
-            coords = coords[:1]  # static points: one graph for the whole batch
-        sigma = self.sigma if self.sigma is not None else neighbour_scale(coords, self.neighbours)
-        return transition_matrices(self_loops(distance_weights(coords, sigma, self.epsilon)))
+    def _from_weights(self, weights: torch.Tensor) -> torch.Tensor:
+        """``W (B, N, N)`` -> DCRNN's forward and backward random walks ``(B, 2, N, N)``."""
+        return transition_matrices(self_loops(weights))
 
 
 def adaptive_adjacency(source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
