@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -115,15 +116,20 @@ except OutOfSpaceError as err:
 """
 
 
-def test_metrics_json_too_large_for_the_limit_is_named_and_the_old_one_kept(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-c", WRITE_METRICS, str(tmp_path)],
+def run_script(script: str, folder: Path) -> subprocess.CompletedProcess:
+    """``script`` in a fresh Python process (its file-size limit its own), given ``folder``."""
+    return subprocess.run(
+        [sys.executable, "-c", script, str(folder)],
         cwd=ROOT,
         env=subprocess_env(),
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_metrics_json_too_large_for_the_limit_is_named_and_the_old_one_kept(tmp_path):
+    done = run_script(WRITE_METRICS, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith(
         f"Cannot write {tmp_path / 'metrics.json'}: it would exceed this process's file size "
@@ -151,14 +157,7 @@ except OutOfSpaceError as err:
 
 
 def test_a_checkpoint_saved_over_keeps_the_old_file_and_its_checksum(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-c", SAVE_OVER, str(tmp_path)],
-        cwd=ROOT,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_script(SAVE_OVER, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith(f"Cannot write {tmp_path / 'last.ckpt'}: it would exceed")
     assert "The checkpoints saved before are intact" in done.stdout
