@@ -16,7 +16,7 @@ from hydra.utils import instantiate
 
 from cloudlstm.assembly.build import instantiate_datamodule
 from cloudlstm.cli.train import train
-from cloudlstm.errors import MissingFileError, UserError
+from cloudlstm.errors import MissingFileError
 
 SHARED = ROOT.parent / "shared" / "data"
 METR_LA = SHARED / "metr_la_week"
@@ -129,7 +129,3 @@ def test_a_road_graph_reaches_stgcn_through_train_py(tmp_path):
     assert checkpoint["data_spec"]["adjacency"] == weights.tolist()
     assert checkpoint["data_spec"]["fixed_points"].startswith("it convolves over the given graph")
     assert not [k for k in checkpoint["state_dict"] if "laplacian" in k]  # not a weight
-
-    refused = compose_train(tmp_path / "linear", [*base, "model=linear"])
-    with pytest.raises(UserError, match=r"data\.source\.graph .* TimeLinear takes none"):
-        train(refused)

@@ -152,13 +152,16 @@ def test_dcrnn_takes_a_given_graph_for_its_points_only():
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_a_graph_given_with_the_data_replaces_the_kernel_or_is_refused(name):
+def test_a_graph_given_with_the_data_replaces_the_kernel_or_is_left_out(name):
     """``data.source.graph`` reaches the models that take a graph as ``adjacency``; AGCRN
-    and STAEformer learn theirs and refuse it in one line."""
+    and STAEformer learn theirs and are built as without it."""
     spec = replace(DataSpec.sized(3, 1, 4, 2), adjacency=W.tolist())
     if name in ("agcrn", "staeformer"):
-        with pytest.raises(UserError, match="takes none"):
-            small(name, spec)
+        given, plain = small(name, spec), small(name, replace(spec, adjacency=None))
+        for (key, a), (_, b) in zip(
+            given.state_dict().items(), plain.state_dict().items(), strict=True
+        ):
+            torch.testing.assert_close(a, b, msg=key)  # same seed, same model
         return
     model = small(name, spec)
     torch.testing.assert_close(model.walks, torch.stack([FORWARD, BACKWARD]))

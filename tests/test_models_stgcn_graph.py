@@ -3,6 +3,7 @@ graph, and how the build passes the data's graph to the models that take one."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 import pytest
@@ -75,12 +76,18 @@ def test_a_given_graph_replaces_the_distance_graph():
         model(x[:, :, :4], coords[:, :4])
 
 
-def test_the_build_passes_the_datas_graph_to_a_model_that_takes_one():
+def test_the_build_passes_the_datas_graph_to_a_model_that_takes_one(caplog):
     model = build_model(STGCN_CONFIG, SPEC)
     torch.testing.assert_close(model.given_laplacian, given_laplacian(WEIGHTS))
     assert build_model(STGCN_CONFIG, replace(SPEC, adjacency=None)).given_laplacian is None
-    with pytest.raises(UserError, match=r"^data\.source\.graph gives .* TimeLinear takes none"):
-        build_model({"_target_": "cloudlstm.models.linear.TimeLinear"}, SPEC)
+    # a model that reads no graph is built as without one, and the log says so
+    with caplog.at_level(logging.INFO, logger="cloudlstm.models.build"):
+        linear = build_model({"_target_": "cloudlstm.models.linear.TimeLinear"}, SPEC)
+    assert "TimeLinear reads no given graph" in caplog.text
+    plain = build_model(
+        {"_target_": "cloudlstm.models.linear.TimeLinear"}, replace(SPEC, adjacency=None)
+    )
+    assert linear.state_dict().keys() == plain.state_dict().keys()
     # a bad option of a model built with a graph is one line at the entry points, as without
     lines = []
     for spec in (SPEC, replace(SPEC, adjacency=None)):

@@ -8,6 +8,7 @@ Hydra instantiates the ``_target_``.
 from __future__ import annotations
 
 import inspect
+import logging
 from typing import Any
 
 import hydra
@@ -18,6 +19,8 @@ from torch import nn
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
 from cloudlstm.nn.knn_checks import NeighbourCountError
+
+log = logging.getLogger(__name__)
 
 BUILD_OPTIONS = ("compile",)
 # torch.compile's modes; "reduce-overhead" replays CUDA graphs (one launch per compiled
@@ -177,18 +180,20 @@ def graph_argument(config: DictConfig, spec: DataSpec) -> dict[str, Any]:
     written into a run's config (:func:`with_sizes` writes sizes only): the checkpoint's
     description carries it.
 
-    Raises:
-        UserError: the data has a graph and the model's constructor takes none.
+    A model that reads no graph (``linear``, the CloudLSTM family) or learns its own (AGCRN,
+    STAEformer) is built without it, and the log says so: the graph belongs to the data set
+    (METR-LA's road graph), as its positions do, and every model of a comparison on it is
+    given the same data.
     """
     if spec.adjacency is None:
         return {}
     model_cls = hydra.utils.get_class(config._target_)
     if "adjacency" not in inspect.signature(model_cls).parameters:
-        raise UserError(
-            f"data.source.graph gives a graph of the points, but {model_cls.__name__} takes "
-            "none: choose a model that reads a graph (e.g. model=stgcn), or drop the graph "
-            "(data.source.graph=null)."
+        log.info(
+            "%s reads no given graph: the data's graph (data.source.graph) is not used",
+            model_cls.__name__,
         )
+        return {}
     return {"adjacency": spec.adjacency}
 
 
