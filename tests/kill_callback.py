@@ -86,12 +86,15 @@ class SaveHpcCheckpointAndKill(L.Callback):
 
 class SigtermAt(L.Callback):
     """Send SIGTERM to the process itself before training batch ``batch`` of epoch ``epoch``
-    (as ``scancel`` or ``docker stop`` would during that step)."""
+    (as ``scancel`` or ``docker stop`` would during that step); under DDP in every process,
+    or only in the process of global rank ``rank`` (``docker stop``, ``kill <pid>``)."""
 
-    def __init__(self, epoch: int, batch: int) -> None:
+    def __init__(self, epoch: int, batch: int, rank: int | None = None) -> None:
         self.epoch = epoch
         self.batch = batch
+        self.rank = rank
 
     def on_train_batch_start(self, trainer: L.Trainer, _: object, __: object, idx: int) -> None:
-        if trainer.current_epoch == self.epoch and idx == self.batch:
+        mine = self.rank is None or trainer.global_rank == self.rank
+        if mine and trainer.current_epoch == self.epoch and idx == self.batch:
             os.kill(os.getpid(), signal.SIGTERM)

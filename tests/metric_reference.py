@@ -13,12 +13,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-METRICS = ("mae", "rmse", "psnr", "ssim")
+METRICS = ("mae", "rmse", "mape", "psnr", "ssim")
+MAPE_ZERO = 1e-3  # a target at or below this is a zero: MAPE leaves it out
 
 
 def ref_snapshot(p: np.ndarray, t: np.ndarray, v_max: float) -> dict[str, float]:
-    """Metrics of one snapshot from its observed values (1-D arrays)."""
+    """Metrics of one snapshot from its observed values (1-D arrays); MAPE is None where
+    every target is zero."""
     e = p - t
+    nonzero = np.abs(t) > MAPE_ZERO
     mse = np.mean(e**2)
     mx, my = p.mean(), t.mean()
     vx, vy = np.mean((p - mx) ** 2), np.mean((t - my) ** 2)
@@ -27,6 +30,7 @@ def ref_snapshot(p: np.ndarray, t: np.ndarray, v_max: float) -> dict[str, float]
     return {
         "mae": np.mean(np.abs(e)),
         "rmse": np.sqrt(mse),
+        "mape": 100 * np.mean(np.abs(e[nonzero]) / np.abs(t[nonzero])) if nonzero.any() else None,
         "psnr": 20 * np.log10(v_max) - 10 * np.log10(max(mse, 1e-12)),
         "ssim": ((2 * mx * my + c1) * (2 * cov + c2)) / ((mx**2 + my**2 + c1) * (vx + vy + c2)),
     }
@@ -53,7 +57,11 @@ def mean_std(values: list[float]) -> dict[str, float]:
 def instance_stats(snaps, metrics=METRICS) -> dict[str, dict[str, float]]:
     out = {}
     for m in metrics:
-        per_instance = [np.mean([s[m] for s in row if s]) for row in snaps if any(row)]
+        per_instance = [
+            np.mean(defined)
+            for row in snaps
+            if (defined := [s[m] for s in row if s and s[m] is not None])
+        ]
         out[m] = mean_std(per_instance)
     return out
 
@@ -90,7 +98,7 @@ def numpy_reference(pred, target, mask, channel_names, channel_std=None) -> dict
     per_step = {m: {"mean": [], "std": []} for m in metrics}
     for j in range(pred.shape[1]):
         for m in metrics:
-            stats = mean_std([row[j][m] for row in snaps if row[j]])
+            stats = mean_std([row[j][m] for row in snaps if row[j] and row[j][m] is not None])
             per_step[m]["mean"].append(stats["mean"])
             per_step[m]["std"].append(stats["std"])
     return {

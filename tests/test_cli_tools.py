@@ -23,6 +23,7 @@ def test_parameter_counts_follow_the_configs():
     assert model_parameters("mlp", num_points=10) < expected
 
 
+@pytest.mark.slow  # two kNN-LSTM trainings on Beijing-size data: minutes on 2 cores
 def test_space_check_prints_test_mse_and_ratio_to_the_per_point_lstm(capsys):
     space_check.main(["--seeds", "0", "--epochs", "1", "--models", "lstm_k6"])
     rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines()[2:]]

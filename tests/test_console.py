@@ -92,7 +92,14 @@ def test_the_test_results_are_a_short_summary_and_a_pointer(demo_console):
     out, _ = demo_console
     assert "test/mae_h01" not in out and "Test metric" not in out  # Lightning's long table
     header = next(line for line in out.splitlines() if "mae" in line and "ssim" in line)
-    assert [w for w in re.split(r"\W+", header) if w] == ["mae", "rmse", "smae", "psnr", "ssim"]
+    assert [w for w in re.split(r"\W+", header) if w] == [
+        "mae",
+        "rmse",
+        "mape",
+        "smae",
+        "psnr",
+        "ssim",
+    ]
     pointer = [line for line in out.splitlines() if "metrics.json" in line]
     assert len(pointer) == 1 and "per forecast step" in pointer[0]
 

@@ -231,6 +231,39 @@ def test_scale_free_mae_by_hand() -> None:
     assert "smae" not in run(target + err, target)["overall"]  # without std: as before
 
 
+def test_mape_by_hand_leaves_out_zero_targets() -> None:
+    """2 instances, 2 steps, 2 points, 2 channels; zeros (a reading of 0, and one that came
+    back from the scaler's float32 round trip as 2e-4) are left out of MAPE, not of MAE.
+
+    Instance 0, step 1: targets 10, 20 | 0, 5 with |e| 1, 4 | 3, 1: MAPE = (10 + 20 + 20) / 3.
+    Instance 0, step 2: every target zero: no MAPE (its MAE counts).
+    Instance 1, step 1: targets 4 everywhere, |e| 1: MAPE 25; step 2: unobserved.
+    """
+    target = torch.zeros(2, 2, 2, 2, dtype=torch.float64)
+    target[0, 0] = torch.tensor([[10.0, 20.0], [0.0, 5.0]])
+    target[0, 1] = torch.tensor([[0.0, 2e-4], [0.0, 0.0]])
+    target[1, 0] = 4.0
+    err = torch.zeros_like(target)
+    err[0, 0] = torch.tensor([[1.0, -4.0], [3.0, 1.0]])
+    err[0, 1] = 2.0
+    err[1, 0] = -1.0
+    mask = torch.ones_like(target, dtype=torch.bool)
+    mask[1, 1] = False
+    result = run(target + err, target, mask)
+    first = (10 + 20 + 20) / 3
+    assert result["overall"]["mape"]["mean"] == pytest.approx((first + 25) / 2)
+    assert result["overall"]["mape"]["std"] == pytest.approx(abs(first - 25) / 2)
+    assert result["per_step"]["mape"]["mean"] == pytest.approx(
+        [(first + 25) / 2, math.nan], nan_ok=True
+    )
+    # MAE still counts the all-zero snapshot: instance 0 = (2.25 + 2) / 2, instance 1 = 1
+    assert result["overall"]["mae"]["mean"] == pytest.approx((2.125 + 1) / 2)
+    assert result["num_instances"] == 2
+    # channel pm25 (index 1): instance 0 step 1 targets 20, 5 -> (20 + 20) / 2; instance 1: 25
+    assert result["per_channel"]["pm25"]["mape"]["mean"] == pytest.approx((20 + 25) / 2)
+    assert metrics.metric_info("mape").best == "min"
+
+
 def test_scale_free_mae_matches_numpy_reference(data) -> None:
     """Partly observed snapshots average over the channels they observe."""
     pred, target, mask = data

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import ROOT, TINY, subprocess_env
 from tests.slurm_cluster import ClusterUnavailable, SlurmCluster
@@ -129,9 +130,13 @@ def wandb_ids(run_dir: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> dict:
     """metrics.json of the job trained without a break, by ``python train.py`` outside SLURM."""
-    run = tmp_path_factory.mktemp("reference")
+    return _metrics_outside_slurm(tmp_path_factory.mktemp("reference"))
+
+
+def _metrics_outside_slurm(run: Path, *extra: str) -> dict:
+    """metrics.json of ``python train.py`` of :data:`JOB` (and ``extra``) in ``run/run``."""
     cmd = [
-        sys.executable, "train.py", *JOB, "logger=csv",
+        sys.executable, "train.py", *JOB, *extra, "logger=csv",
         f"hydra.run.dir={run / 'run'}", f"paths.data_dir={run / 'data'}",
     ]  # fmt: skip
     done = subprocess.run(
@@ -230,3 +235,48 @@ def test_cancelled_job_is_reported_in_one_line_and_the_sweep_fails(cluster, tmp_
     assert "model.k=3" in lines[0] and "CANCELLED" in lines[0]
     assert f"run dir {sweep / '1'};" in lines[0]
     assert "1 of 2 jobs of the sweep did not finish" in out
+
+
+@pytest.fixture(scope="module")
+def ddp_reference(tmp_path_factory) -> dict:
+    """metrics.json of the job on one node of two processes started by Lightning, outside
+    SLURM, never stopped."""
+    return _metrics_outside_slurm(tmp_path_factory.mktemp("ddp_reference"), "trainer=ddp_cpu")
+
+
+def test_a_ddp_job_of_two_tasks_is_requeued_together_and_resumes_exactly(
+    cluster, tmp_path, ddp_reference
+):
+    """``trainer=ddp_cpu``: SLURM runs the job as two tasks on the node (the layout of a
+    multi-node job, one task per process), which Lightning's SLURM environment joins into
+    one DDP run. SIGUSR1 reaches both in the middle of an epoch: they save
+    hpc_ckpt_1.ckpt together at the end of that step and requeue the job, which resumes
+    and ends as the run never stopped."""
+    sweep = tmp_path / "sweep"
+    proc = start_sweep(
+        cluster, sweep, "trainer=ddp_cpu", "logger=csv", *GATE, "+callbacks.gate.batch=1"
+    )
+    run = sweep / "0"
+    wait_for((run / "go.waiting").exists, f"the job did not reach its gate: {output(sweep)}")
+    job_id = slurm_id(sweep, 0)
+    (script,) = (sweep / ".submitit" / job_id).glob("*_submission.sh")
+    options = set(script.read_text().splitlines())
+    assert {"#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=2"} <= options
+    assert not any(x.startswith("#SBATCH --gpus") for x in options)
+
+    cluster.run("scancel", "--signal=USR1", job_id)  # to every task
+    (run / "go").touch()  # the step runs; at its end both processes act on the signal
+    wait_for(lambda: job_state(cluster, job_id) == "PENDING", "the job was not requeued")
+    code, out = finish(proc, sweep, cluster)
+    assert code == 0, out[-3000:]
+
+    got = json.loads((run / "metrics.json").read_text())
+    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in (run / "train.log").read_text()
+    assert (run / "hpc_ckpt_1.ckpt.checksum").is_file()
+    hpc = torch.load(run / "hpc_ckpt_1.ckpt", weights_only=False, map_location="cpu")
+    assert hpc["global_step"] % 3  # saved at the end of a step, mid-epoch (3 per epoch)
+    # resumed from it, or from the validation's last.ckpt the processes stopped after
+    assert Path(got["resumed_from"]).name in ("hpc_ckpt_1.ckpt", "last.ckpt")
+    assert (got["epochs"], got["steps"]) == (ddp_reference["epochs"], ddp_reference["steps"])
+    assert got["test"] == ddp_reference["test"]  # bit for bit
+    assert got["val"] == ddp_reference["val"]

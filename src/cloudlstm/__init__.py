@@ -32,6 +32,13 @@ def _metric_mode(key: str) -> str:
     return str(monitor_mode(str(key)))
 
 
+def _gpus_per_node(accelerator: str, devices: object) -> object:
+    """``${gpus_per_node:${trainer.accelerator},${trainer.devices}}`` in the SLURM
+    launcher's config: the trainer's devices per node, or None (no ``--gpus-per-node``) for
+    a CPU trainer, whose processes are tasks without GPUs."""
+    return None if str(accelerator) == "cpu" else devices
+
+
 def _register_resolver() -> None:
     # Here, because every program (train.py, eval.py, the sweeper, a SLURM job unpickling
     # its task) imports this package before Hydra resolves a config; the metrics module
@@ -40,6 +47,8 @@ def _register_resolver() -> None:
 
     if not OmegaConf.has_resolver("metric_mode"):
         OmegaConf.register_new_resolver("metric_mode", _metric_mode)
+    if not OmegaConf.has_resolver("gpus_per_node"):
+        OmegaConf.register_new_resolver("gpus_per_node", _gpus_per_node)
 
 
 _register_resolver()

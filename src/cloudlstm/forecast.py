@@ -32,6 +32,7 @@ from cloudlstm.data.pipeline.forecast_input import (
 )
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.module import ForecastModule
+from cloudlstm.engine.quantiles import level_name
 from cloudlstm.errors import UserError
 from cloudlstm.models.build import neighbours_needed, neighbours_setting
 
@@ -101,7 +102,10 @@ class Forecaster:
         return self.info.output_steps
 
     def forecast(
-        self, history: pd.DataFrame | None = None, what: str = "the history"
+        self,
+        history: pd.DataFrame | None = None,
+        what: str = "the history",
+        bad_values: str = "error",
     ) -> pd.DataFrame:
         """The forecast of the J steps after the last timestamp of ``history``.
 
@@ -109,16 +113,24 @@ class Forecaster:
             history: long-format rows (see the class docstring); None = what :meth:`update`
                 was fed.
             what: how error messages name the history (e.g. its file).
+            bad_values: the values of the steps read are checked as training data is: a
+                cell that is no finite number, a value outside its channel's valid range
+                (``data.valid_ranges`` of the run, and its source's) or absurd against the
+                training median and spread (the run's ``data.max_abs_z``) is refused in one
+                line (``error``) or, with ``warn``, logged and treated as missing (filled).
 
         Returns:
             One row per (step, point): the time, ``horizon`` (1..J), the point id, its
             coordinates (moving points: the forecast positions), one column per value channel
-            in real units, and ``filled_inputs``.
+            in real units, with ``module.quantiles`` one per channel and level
+            (``PM2.5_q10``, ``PM2.5_q50``, ...; calibrated where the run was), and
+            ``filled_inputs``.
 
         Raises:
             UserError: the history lacks columns or steps, is sampled at another interval,
-                has points the model cannot take (see :func:`build_input`), or fewer
-                points than the model's neighbours (``model.k``).
+                has bad values (``bad_values="error"``) or points the model cannot take
+                (see :func:`build_input`), or fewer points than the model's neighbours
+                (``model.k``).
 
         Points far outside the training area
         (:func:`~cloudlstm.data.pipeline.forecast_input.far_outside`) are forecast, with one
@@ -128,7 +140,7 @@ class Forecaster:
             if self._buffer is None:
                 raise UserError("Nothing to forecast from: pass a history or call update() first.")
             history = self._buffer
-        window = build_input(history, self.info, what)
+        window = build_input(history, self.info, what, bad_values)
         self._check_enough_points(len(window.point_ids), what)
         far = far_outside(window, self.info, what)
         if far:
@@ -142,7 +154,10 @@ class Forecaster:
             batch["future"] = torch.from_numpy(window.future)[None].to(device)
         with torch.no_grad():
             pred = self.module.predict_step(batch, 0)[0].cpu().numpy()  # (J, N, C)
-        return self._table(window, pred)
+        quantiles = None
+        if self.module.quantile_levels:
+            quantiles = self.module.predict_quantiles(batch)[0].cpu().numpy()  # (J, N, C, Q)
+        return self._table(window, pred, quantiles)
 
     def _check_enough_points(self, count: int, what: str) -> None:
         """Refuse fewer points than the neighbours the model reads for each point.
@@ -174,8 +189,11 @@ class Forecaster:
         stream = stream[times > times.max() - self.history_steps * step]
         self._buffer = stream.reset_index(drop=True)
 
-    def _table(self, window: ForecastInput, pred: np.ndarray) -> pd.DataFrame:
-        """The long-format forecast from ``pred (J, N, C)`` in real units."""
+    def _table(
+        self, window: ForecastInput, pred: np.ndarray, quantiles: np.ndarray | None = None
+    ) -> pd.DataFrame:
+        """The long-format forecast from ``pred (J, N, C)`` in real units, and its
+        ``quantiles (J, N, C, Q)`` where the model forecasts them."""
         info = self.info
         j, n, _ = pred.shape
         values = len(info.value_channels)
@@ -190,6 +208,19 @@ class Forecaster:
             info.id_col: np.tile(window.point_ids, j),
             **{c: coords[..., d].ravel() for d, c in enumerate(info.coord_cols)},
             **{c: pred[..., k].ravel() for k, c in enumerate(info.value_channels)},
+            **self._quantile_columns(quantiles),
             FILLED_COLUMN: np.tile(window.filled, j),
         }
         return pd.DataFrame(columns)
+
+    def _quantile_columns(self, quantiles: np.ndarray | None) -> dict[str, np.ndarray]:
+        """``<channel>_q<percent>`` columns of ``quantiles (J, N, C, Q)``, channel by
+        channel, levels ascending; none without quantiles."""
+        if quantiles is None:
+            return {}
+        levels = self.module.quantile_levels
+        return {
+            f"{c}_{level_name(tau)}": quantiles[..., k, q].ravel()
+            for k, c in enumerate(self.info.value_channels)
+            for q, tau in enumerate(levels)
+        }

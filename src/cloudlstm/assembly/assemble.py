@@ -36,6 +36,7 @@ from cloudlstm.assembly.checkpoint_fit import (
     restore_scaler,
 )
 from cloudlstm.assembly.config import describe_run
+from cloudlstm.assembly.held_out import check_model_forecasts_held_out, check_same_held_out
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.distributed import per_process_limits
 from cloudlstm.engine.module import ForecastModule
@@ -82,7 +83,9 @@ def assemble(
     the model.
 
     Raises:
-        UserError: a data key is missing, the checkpoint cannot be read or does not fit.
+        UserError: a data key is missing, the checkpoint cannot be read or does not fit,
+            or the model cannot forecast the points held out of training
+            (:mod:`~cloudlstm.assembly.held_out`).
     """
     trained = None
     if checkpoint is not None:
@@ -100,8 +103,10 @@ def assemble(
     module = build_module(cfg, spec, _as_trained(cfg.model, trained))
     if trained is not None:
         check_points(module.model, datamodule, trained)
+        check_same_held_out(datamodule, trained)
         load_weights(module, trained)
     run = describe_run(cfg)
+    check_model_forecasts_held_out(module.model, datamodule, run["model"])
     loggers = build_loggers(cfg, run, output_dir) if with_loggers else []
     define_wandb_metrics(loggers)
     trainer = build_trainer(cfg, loggers)
@@ -144,7 +149,8 @@ def restore(
     (None: a GPU when there is one); and the checkpoint it came from.
 
     The model is rebuilt from the run's ``config.yaml``, sized from the description stored
-    in the checkpoint, anchored as it was trained (the module's ``anchor`` hyperparameter).
+    in the checkpoint, anchored as it was trained (the module's ``anchor`` hyperparameter),
+    with the quantile forecasts it was trained for (``quantiles``, ``calibrate``).
 
     Raises:
         UserError: no such run directory or checkpoint, a checkpoint that cannot be read,
@@ -155,8 +161,15 @@ def restore(
     trained = TrainedCheckpoint.read(find_checkpoint(run, ckpt))
     spec = trained.forecasting_spec()
     model = build_model(OmegaConf.load(run / CONFIG_FILE).model, spec, compile=False)
-    anchor = trained.contents.get("hyper_parameters", {}).get("anchor", "none")
-    module = ForecastModule(model, optimizer=None, spec=spec, anchor=anchor)
+    hparams = trained.contents.get("hyper_parameters", {})
+    module = ForecastModule(
+        model,
+        optimizer=None,
+        spec=spec,
+        anchor=hparams.get("anchor", "none"),
+        quantiles=hparams.get("quantiles"),  # and their calibration, as trained
+        calibrate=hparams.get("calibrate", "none"),
+    )
     load_weights(module, trained)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     return module.to(device).eval(), trained.path

@@ -19,6 +19,7 @@ from cloudlstm.assembly.config import instantiate_group
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.host_memory import keep_freed_memory, keeps_freed_memory
 from cloudlstm.engine.metrics import monitor_mode
+from cloudlstm.engine.signals import SignalsTogether
 from cloudlstm.errors import UserError
 from cloudlstm.models.build import build_model
 from cloudlstm.rundir.layout import CONFIG_FILE, DATA_SUMMARY_FILE, wandb_run_id
@@ -139,6 +140,9 @@ def build_trainer(cfg: DictConfig, loggers: list[Any]) -> L.Trainer:
         callbacks = [cb for cb in callbacks if not isinstance(cb, ProgressBar)]
     if trainer.get("enable_model_summary", True) is False:
         callbacks = [cb for cb in callbacks if not isinstance(cb, ModelSummary)]
+    # first: under DDP its step-end hook decides, for every process at once, whether a
+    # signal stops the run, before CheckpointOnSigterm's saves (engine/signals.py)
+    callbacks = [SignalsTogether(), *callbacks]
     return hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
 
 

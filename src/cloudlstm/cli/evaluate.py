@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cloudlstm.assembly.assemble import assemble
 from cloudlstm.assembly.build import configure_process
+from cloudlstm.engine.results import results_from
 from cloudlstm.errors import UserError
 from cloudlstm.models.build import count_parameters
 from cloudlstm.report import add_test_report
@@ -112,7 +113,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     job = assemble(cfg, output_dir, checkpoint=path, with_loggers=False)
     start = time.perf_counter()
     # verbose=False: the short summary of report.add_test_report instead of Lightning's table
-    job.trainer.test(job.module, datamodule=job.datamodule, verbose=False)
+    returned = job.trainer.test(job.module, datamodule=job.datamodule, verbose=False)
     results: dict[str, Any] = {
         "run": _training_run(run),
         "run_dir": str(run),
@@ -121,7 +122,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         "num_params": count_parameters(job.model),
         "data": job.summary,
         "test_time_s": time.perf_counter() - start,
-        "test": job.module.test_results,
+        "test": results_from(returned),
     }
     if job.trainer.is_global_zero:
         training_run = results["run"] or {}

@@ -40,7 +40,8 @@ def main(cfg: DictConfig) -> Path:
     check_format(Path(out).name)
     forecaster = Forecaster.load(cfg.run, ckpt=cfg.ckpt, device=cfg.get("device"))
     source = Path(str(given)).expanduser()
-    forecast = forecaster.forecast(read_history(source, key), what=f"{key}={source}")
+    bad_values = str((cfg.data.get("source") or {}).get("bad_values") or "error")
+    forecast = forecaster.forecast(read_history(source, key), f"{key}={source}", bad_values)
     path = output_path(out, Path(cfg.run))
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix.lower() in PARQUET:

@@ -26,10 +26,12 @@ from cloudlstm.paths import config_dir
 
 def train() -> None:
     """``cloudlstm-train [group=option ...] [key=value ...]``: train and test a model."""
+    from cloudlstm.cli.process_group import check_shared_run_dir
     from cloudlstm.errors import UserError
 
     try:
         refuse_moved_keys(sys.argv)
+        check_shared_run_dir(sys.argv, os.environ)  # before Hydra makes a run directory
     except UserError as err:  # before Hydra, whose error would name no new place
         sys.exit(str(err))
     _run_hydra("train", _train)

@@ -20,16 +20,21 @@ from omegaconf import DictConfig, OmegaConf
 from cloudlstm.assembly.assemble import Assembly, assemble
 from cloudlstm.assembly.build import check_metric_modes, configure_process
 from cloudlstm.assembly.checkpoint_fit import check_resume_fits
+from cloudlstm.assembly.resume_shapes import check_resume_shapes
 from cloudlstm.engine.callbacks import EpochTimer
+from cloudlstm.engine.module import TrainingDivergedError
+from cloudlstm.engine.results import results_from
 from cloudlstm.errors import UserError
 from cloudlstm.models.build import count_parameters
 from cloudlstm.report import add_test_report
 from cloudlstm.rundir.checkpoints import check_checkpoint
 from cloudlstm.rundir.config_changes import check_config_changes, record_changes
+from cloudlstm.rundir.divergence import clear_divergence, record_divergence
 from cloudlstm.rundir.layout import METRICS_FILE, in_run, last_checkpoint, write_metrics
 from cloudlstm.rundir.lock import owns_run_dir
 from cloudlstm.rundir.preemption import EXIT_CODE, checkpoint_step, interrupted
 from cloudlstm.rundir.resume import resume_checkpoint
+from cloudlstm.rundir.sweep_sigterm import stopped_before_training
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +43,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     """Run one training job; returns what is written to ``metrics.json``.
 
     Raises:
-        UserError: it resumes a run of other settings (:mod:`cloudlstm.rundir.config_changes`),
-            or a ``mode`` contradicts its metric's direction (:func:`check_metric_modes`),
-            checked before anything is written to the run directory.
+        UserError: it resumes a run of other settings (:mod:`cloudlstm.rundir.config_changes`)
+            or with an allowed change that reshapes its weights
+            (:mod:`cloudlstm.assembly.resume_shapes`), or a ``mode`` contradicts its
+            metric's direction (:func:`check_metric_modes`), checked before anything is
+            written to the run directory.
     """
     check_metric_modes(cfg)
-    check_config_changes(cfg, Path(cfg.paths.output_dir))
+    changes = check_config_changes(cfg, Path(cfg.paths.output_dir))
+    check_resume_shapes(cfg, Path(cfg.paths.output_dir), changes)
     return _train(cfg)
 
 
@@ -87,6 +95,11 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
         # not finished, its line says where it stands (src/cloudlstm/rundir/preemption.py)
         _finish_wandb(job.loggers, quietly=True, exit_code=EXIT_CODE)
         raise interrupted(job.trainer, output_dir, cfg) from None
+    except TrainingDivergedError as err:
+        # so that a rerun with other settings is told what happened (rundir/divergence.py)
+        record_divergence(output_dir, job.trainer.global_step, str(err))
+        _finish_wandb(job.loggers, quietly=True)
+        raise
     except BaseException:
         # the run's own error (or signal) is what the user must see: closing W&B after it,
         # e.g. with its service already killed by SLURM's SIGTERM, must not replace it
@@ -110,6 +123,10 @@ def _fit(job: Assembly) -> dict[str, Any]:
     resume_from = resume_checkpoint(job.cfg.get("resume", "auto"), job.output_dir)
     if resume_from is not None:
         check_resume_fits(job.module, check_checkpoint(Path(resume_from)), Path(resume_from))
+    stopped = stopped_before_training(job.cfg, job.output_dir)  # a sweep got SIGTERM
+    if stopped is not None:
+        raise stopped
+    clear_divergence(job.output_dir)  # a new training: no longer the diverged one alone
     start = time.perf_counter()
     # our own checkpoints hold numpy objects (RNG states): not weights-only
     job.trainer.fit(
@@ -129,13 +146,13 @@ def _fit(job: Assembly) -> dict[str, Any]:
 def _test(job: Assembly, ckpt: str | None) -> dict[str, Any]:
     """Test ``ckpt`` (None: the module's weights as they are), then the report."""
     start = time.perf_counter()
-    job.trainer.test(
+    returned = job.trainer.test(
         job.module, datamodule=job.datamodule, ckpt_path=ckpt, weights_only=False, verbose=False
     )
     results = {
         "test_time_s": time.perf_counter() - start,
         "checkpoint": in_run(ckpt, job.output_dir),  # relative: the run may be moved
-        "test": job.module.test_results,
+        "test": results_from(returned),
     }
     if job.trainer.is_global_zero:
         add_test_report(

@@ -73,6 +73,10 @@ class DataSpec:
             (``data.source.graph``, e.g. a road network), as the source gives them; None
             without one. Passed to the models that take a graph (their constructor's
             ``adjacency``); checkpoints written before it existed read as None.
+        value_reference: what the training data's values were checked against (each read
+            channel's training median, spread and valid range, and ``data.max_abs_z``:
+            :func:`~cloudlstm.data.pipeline.absurd_values.training_reference`), so that a
+            forecast's history is checked alike; None in checkpoints written before it.
 
     A model reads ``C_in = input_channels`` channels (:attr:`input_names`) and forecasts
     ``C_out = num_channels`` (see :mod:`cloudlstm.data.covariates`).
@@ -100,6 +104,7 @@ class DataSpec:
     covariate_names: list[str] = field(default_factory=list)
     time_features: list[str] = field(default_factory=list)
     adjacency: list[list[float]] | None = None
+    value_reference: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ made from
     @classmethod
@@ -136,6 +141,7 @@ class DataSpec:
             covariate_names=list(datamodule.covariate_names),
             time_features=list(datamodule.time_features),
             adjacency=_adjacency(source, stream.point_ids),
+            value_reference=_value_reference(datamodule, source),
         )
 
     @classmethod
@@ -270,6 +276,22 @@ def stored_spec(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
         **old,
         "steps_per_day": int(round(per_day)) if per_day and per_day % 1 < 1e-9 else None,
     }
+
+
+def _value_reference(datamodule: Any, source: CachedSource) -> dict[str, Any] | None:
+    """What the datamodule's values were checked against (None for a datamodule without
+    those checks), for :attr:`DataSpec.value_reference`."""
+    # imported here: the pipeline's datamodule imports this module
+    from cloudlstm.data.pipeline.absurd_values import merged_ranges, training_reference
+
+    train = (getattr(datamodule, "bounds", None) or {}).get("train")
+    if train is None or not hasattr(datamodule, "max_abs_z"):
+        return None
+    stream = datamodule.stream
+    given = getattr(datamodule, "valid_ranges", None) or {}
+    ranges = merged_ranges(source.physical_ranges(), given, stream.channel_names)
+    held_out = getattr(datamodule, "held_out", None)
+    return training_reference(stream, train, datamodule.max_abs_z, ranges, held_out)
 
 
 def _adjacency(source: CachedSource, point_ids: Sequence[str]) -> list[list[float]] | None:

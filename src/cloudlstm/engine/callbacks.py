@@ -126,12 +126,18 @@ class RngState(L.Callback):
 
     At the start of a resumed training it says, in one line each, what keeps it from
     matching the uninterrupted run bit for bit: kernels that are not deterministic (a GPU
-    without ``trainer.deterministic=true``), or a mid-epoch checkpoint without the training
-    loader's position (written by an older version).
+    without ``trainer.deterministic=true``), a mid-epoch checkpoint without the training
+    loader's position (written by an older version), or another number of DDP processes
+    than the checkpoint's run had.
     """
 
     def __init__(self) -> None:
         self._resumed: dict[str, bool] | None = None
+        self._world_size = 1  # this run's processes (DDP), saved with the states
+        self._saved_world_size: int | None = None  # the checkpoint's run's
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._world_size = trainer.world_size
 
     def on_load_checkpoint(
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
@@ -161,18 +167,29 @@ class RngState(L.Callback):
                     "position (by an older version): the rest of its epoch is shuffled anew, "
                     "so the run will not match an uninterrupted one."
                 )
+        saved = self._saved_world_size
+        if saved is not None and saved != trainer.world_size and trainer.is_global_zero:
+            log.warning(
+                "The checkpoint was written by a run of %d processes, this one has %d "
+                "(trainer.devices x trainer.num_nodes): each step averages the gradients of "
+                "other batches, so the run will not match an uninterrupted one.",
+                saved,
+                trainer.world_size,
+            )
 
     def state_dict(self) -> dict[str, Any]:
         state = {
             "torch": torch.get_rng_state(),
             "numpy": np.random.get_state(),
             "python": random.getstate(),
+            "world_size": self._world_size,
         }
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             state["cuda"] = torch.cuda.get_rng_state_all()
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._saved_world_size = state_dict.get("world_size")  # none before it was saved
         torch.set_rng_state(state_dict["torch"])
         np.random.set_state(state_dict["numpy"])
         random.setstate(state_dict["python"])

@@ -1,7 +1,7 @@
 """Running under DDP: the ranks' results brought to rank 0, and batch limits that count per
 process.
 
-The test loader deals every test window to exactly one rank
+The validation and test loaders deal every window to exactly one rank
 (:func:`cloudlstm.data.pipeline.loaders.each_window_once`); :func:`gather_on_rank_zero`
 brings what each rank kept to rank 0, where it is put back in window order.
 :func:`per_process_limits` words the warning for ``trainer.limit_<split>_batches``, which
@@ -81,14 +81,14 @@ def _limited_windows(
 ) -> tuple[int, int]:
     """Windows a split's ``limit`` batches cover with ``world_size`` processes, and in one.
 
-    Test windows are dealt out without repeats
+    Validation and test windows are dealt out without repeats
     (:func:`~cloudlstm.data.pipeline.loaders.each_window_once`: rank r gets
-    ``r, r + W, ...``); Lightning's sampler for training and validation gives every rank
-    ``ceil(n / W)`` windows, repeating some to even the ranks out.
+    ``r, r + W, ...``); Lightning's sampler for training gives every rank ``ceil(n / W)``
+    windows, repeating some to even the ranks out.
     """
     cap = limit * batch_size
     single = min(cap, windows)
-    if split == "test":
+    if split in ("val", "test") and windows >= world_size:
         shares = [len(range(rank, windows, world_size)) for rank in range(world_size)]
     else:
         shares = [-(-windows // world_size)] * world_size

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from lightning.pytorch.loggers import CSVLogger as LightningCSVLogger
@@ -13,18 +14,23 @@ from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
+from cloudlstm.engine.results import without_results
 from cloudlstm.errors import UserError
 
 
 class WandbLogger(LightningWandbLogger):
     """Lightning's W&B logger, without the ``anonymous`` argument it always hands to
     ``wandb.init``: recent W&B versions warn on every run that the setting has no
-    effect, even when it is None."""
+    effect, even when it is None; and without the test results' reserved keys
+    (:mod:`cloudlstm.engine.results`), which the test report logs as tables."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self._wandb_init.get("anonymous") is None:  # never asked for: not sent at all
             self._wandb_init.pop("anonymous", None)
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        super().log_metrics(without_results(metrics), step)
 
 
 class _ContinuedCSV(ExperimentWriter):
@@ -42,6 +48,7 @@ class _ContinuedCSV(ExperimentWriter):
         self._continuing = self._fs.isfile(self.metrics_file_path)
 
     def log_metrics(self, metrics_dict: dict[str, float], step: int | None = None) -> None:
+        metrics_dict = without_results(metrics_dict)  # the test's return value, not curves
         if self._continuing and step is not None:
             self._keep_rows_before(step)
             self._continuing = False

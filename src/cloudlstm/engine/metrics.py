@@ -13,6 +13,10 @@ A *snapshot* is one (test instance ``b``, forecast step ``j``): its N x C values
   target over the whole test set (accumulated as a running max; the per-snapshot
   ``-10 log10(mse)`` term is accumulated and ``20 log10(v_max)`` added at compute time).
   NaN if ``v_max <= 0``.
+* ``MAPE = 100 mean |e| / |y|`` over the observed entries whose target is not zero
+  (``|y| > MAPE_ZERO``, in real units; the threshold absorbs the scaler's float32 round trip
+  of a zero reading), as BasicTS and DCRNN mask zeros; a snapshot with no such entry has
+  no MAPE and is left out of MAPE's means (its other metrics count).
 * ``SSIM`` = global SSIM over the snapshot's values, x = pred, y = target:
   ``((2 mu_x mu_y + c1)(2 cov_xy + c2)) / ((mu_x^2 + mu_y^2 + c1)(var_x + var_y + c2))``
   with population (biased) variance/covariance, ``c1 = (k1 L)^2``, ``c2 = (k2 L)^2``,
@@ -69,6 +73,7 @@ from torchmetrics import Metric
 
 SSIM_L, SSIM_K1, SSIM_K2 = 2.0, 0.1, 0.3
 MSE_EPS = 1e-12
+MAPE_ZERO = 1e-3  # targets at or below this, in real units, are zeros for MAPE
 SNAPSHOT_DIMS = (-2, -1)  # a snapshot's points and channels
 
 
@@ -86,6 +91,9 @@ class Snapshots:
         count: ``(...)`` observed entries of each snapshot.
         channel_std: the channels' training standard deviations, broadcastable to
             ``(..., C)``; None where not known (metrics that need them are then left out).
+        quantiles: ``(B, ..., N, C, Q)`` quantile forecasts at ``levels`` (ascending), 0
+            where unobserved; None for a point forecast
+            (:mod:`cloudlstm.engine.quantile_metrics`).
     """
 
     def __init__(
@@ -94,6 +102,8 @@ class Snapshots:
         target: Tensor,
         mask: Tensor | None = None,
         channel_std: Tensor | None = None,
+        quantiles: Tensor | None = None,
+        levels: Sequence[float] = (),
     ) -> None:
         self.pred, self.target = pred, target
         self.mask = torch.ones_like(pred, dtype=torch.bool) if mask is None else mask.bool()
@@ -102,6 +112,10 @@ class Snapshots:
         self.y = torch.where(self.mask, target, torch.zeros_like(target))
         self.count = self.weight.sum(SNAPSHOT_DIMS)  # 0 -> NaN results via 0/0
         self.channel_std = channel_std
+        self.levels = tuple(levels)
+        self.quantiles = quantiles
+        if quantiles is not None:
+            self.quantiles = torch.where(self.mask[..., None], quantiles, 0).to(pred.dtype)
 
     def mean(self, values: Tensor) -> Tensor:
         """``(...)``: the mean of ``values (..., N, C)`` over each snapshot's observed
@@ -135,7 +149,12 @@ class Snapshots:
             return flat.unflatten(1, (*lead, c))
 
         std = None if self.channel_std is None else self.channel_std.unsqueeze(-1)
-        return Snapshots(split(self.pred), split(self.target), split(self.mask), std)
+        quantiles = None
+        if self.quantiles is not None:  # (B, ..., N, C, Q) -> (B, ..., C, N, 1, Q)
+            quantiles = torch.stack([split(q) for q in self.quantiles.unbind(-1)], -1)
+        return Snapshots(
+            split(self.pred), split(self.target), split(self.mask), std, quantiles, self.levels
+        )
 
 
 # ------------------------------------------------------------- per-snapshot computations
@@ -156,6 +175,21 @@ def _psnr_without_peak(s: Snapshots) -> Tensor:
 
 def _psnr_peak(v_max: float) -> float:
     return 20 * math.log10(v_max) if v_max > 0 else math.nan
+
+
+def _nonzero_target(s: Snapshots) -> Tensor:
+    """``(..., N, C)`` True where an entry is observed and its target is not zero."""
+    return s.mask & (s.target.abs() > MAPE_ZERO)
+
+
+def _mape(s: Snapshots) -> Tensor:
+    nonzero = _nonzero_target(s)
+    ratio = torch.where(nonzero, (s.pred - s.target).abs() / s.target.abs(), 0.0)
+    return 100 * ratio.sum(SNAPSHOT_DIMS) / nonzero.sum(SNAPSHOT_DIMS)
+
+
+def _has_nonzero_target(s: Snapshots) -> Tensor:
+    return _nonzero_target(s).any(-1).any(-1)
 
 
 def _ssim(s: Snapshots) -> Tensor:
@@ -194,6 +228,9 @@ class MetricInfo:
         peak_term: ``v_max`` -> a term added to every mean once the whole set's peak
             observed target ``v_max`` is known (PSNR's ``20 log10(v_max)``); the snapshots'
             values are accumulated without it.
+        defined: :class:`Snapshots` ``(...)`` -> ``(...)`` bool, the snapshots where the
+            metric has a value (MAPE: a target that is not zero); None: every snapshot with
+            an observed entry. Snapshots outside it are left out of the metric's means.
     """
 
     name: str
@@ -204,6 +241,7 @@ class MetricInfo:
     per_horizon: bool = True
     needs_channel_std: bool = False
     peak_term: Callable[[float], float] | None = None
+    defined: Callable[[Snapshots], Tensor] | None = None
 
     @property
     def best(self) -> str:
@@ -216,6 +254,7 @@ class MetricInfo:
 DECLARED: tuple[MetricInfo, ...] = (
     MetricInfo("mae", "MAE", _mae),
     MetricInfo("rmse", "RMSE", _rmse),
+    MetricInfo("mape", "MAPE (%)", _mape, defined=_has_nonzero_target),
     MetricInfo(
         "psnr",
         "PSNR (dB)",
@@ -272,19 +311,21 @@ def monitor_mode(key: str, default: str | None = "min") -> str | None:
 
 
 def _moments(values: Tensor, valid: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Sum, sum of squares (over dim 0) of ``values (B, ..., K)`` where ``valid (B, ...)``."""
-    v = torch.where(valid[..., None], values, torch.zeros_like(values))
+    """Sum, sum of squares and count (over dim 0) of ``values (B, ..., K)`` where
+    ``valid (B, ..., K)``."""
+    v = torch.where(valid, values, torch.zeros_like(values))
     return v.sum(0), v.square().sum(0), valid.sum(0).to(values.dtype)
 
 
 def _instance_means(snap: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
-    """Mean over steps of ``snap (B, J, ..., K)`` where ``valid (B, J, ...)``.
+    """Mean over steps of ``snap (B, J, ..., K)`` where ``valid (B, J, ..., K)``.
 
-    Returns ``(B, ..., K)`` values and the ``(B, ...)`` mask of instances with a valid step.
+    Returns ``(B, ..., K)`` values and the ``(B, ..., K)`` mask of instances with a valid
+    step.
     """
     k = valid.sum(1)
-    total = torch.where(valid[..., None], snap, torch.zeros_like(snap)).sum(1)
-    return total / k.clamp_min(1)[..., None].to(snap.dtype), k > 0
+    total = torch.where(valid, snap, torch.zeros_like(snap)).sum(1)
+    return total / k.clamp_min(1).to(snap.dtype), k > 0
 
 
 def scale_free_mae(results: dict, std: Sequence[float]) -> float:
@@ -334,6 +375,8 @@ class ForecastMetrics(Metric):
         num_channels: int,
         channel_names: Sequence[str] | None = None,
         channel_std: Sequence[float] | None = None,
+        quantile_levels: Sequence[float] | None = None,
+        quantile_metrics: Sequence[MetricInfo] = (),
     ) -> None:
         super().__init__()
         if channel_names is None:
@@ -350,6 +393,10 @@ class ForecastMetrics(Metric):
             for info in declared()
             if self.channel_std is not None or not info.needs_channel_std
         )
+        # quantile forecasts at these levels (update's ``quantiles``): their metrics too
+        # (cloudlstm.engine.quantile_metrics.quantile_forecast_metrics gives both)
+        self.quantile_levels = tuple(float(t) for t in quantile_levels or ())
+        self.metric_infos += tuple(quantile_metrics)
         self.metric_names = tuple(info.name for info in self.metric_infos)
         k, f64 = len(self.metric_names), torch.float64
         for group, shape in (("overall", ()), ("step", (num_steps,)), ("channel", (num_channels,))):
@@ -357,13 +404,22 @@ class ForecastMetrics(Metric):
             self.add_state(
                 f"{group}_sumsq", torch.zeros(*shape, k, dtype=f64), dist_reduce_fx="sum"
             )
-            self.add_state(f"{group}_count", torch.zeros(shape, dtype=f64), dist_reduce_fx="sum")
+            self.add_state(
+                f"{group}_count", torch.zeros(*shape, k, dtype=f64), dist_reduce_fx="sum"
+            )
         for name in ("abs_sum", "sq_sum", "entry_count"):
             self.add_state(name, torch.zeros((), dtype=f64), dist_reduce_fx="sum")
         self.add_state("v_max", torch.tensor(-math.inf, dtype=f64), dist_reduce_fx="max")
 
-    def update(self, pred: Tensor, target: Tensor, mask: Tensor | None = None) -> None:
-        """Accumulate a batch of shape ``(B, num_steps, N, num_channels)`` (mask optional).
+    def update(
+        self,
+        pred: Tensor,
+        target: Tensor,
+        mask: Tensor | None = None,
+        quantiles: Tensor | None = None,
+    ) -> None:
+        """Accumulate a batch of shape ``(B, num_steps, N, num_channels)`` (mask optional;
+        ``quantiles`` ``(B, J, N, C, Q)`` at ``quantile_levels``, given exactly with them).
 
         Raises:
             ValueError: naming the expected and actual shapes if they do not match.
@@ -379,7 +435,15 @@ class ForecastMetrics(Metric):
                 f"(B, J={self.num_steps}, N, C={self.num_channels}), got pred {tuple(pred.shape)}, "
                 f"target {tuple(target.shape)}, mask {None if mask is None else tuple(mask.shape)}"
             )
+        want = (*pred.shape, len(self.quantile_levels))
+        if (quantiles is None) != (not self.quantile_levels) or (
+            quantiles is not None and tuple(quantiles.shape) != want
+        ):
+            got = None if quantiles is None else tuple(quantiles.shape)
+            raise ValueError(f"expected quantiles of shape {want if want[-1] else None}, got {got}")
         pred, target = pred.detach().double(), target.detach().double()
+        if quantiles is not None:
+            quantiles = quantiles.detach().double()
         mask = torch.ones_like(pred, dtype=torch.bool) if mask is None else mask.bool()
         if pred.numel() == 0:
             return
@@ -394,10 +458,10 @@ class ForecastMetrics(Metric):
         std = None
         if self.channel_std is not None:
             std = torch.tensor(self.channel_std, dtype=pred.dtype, device=pred.device)
-        snapshots = Snapshots(pred, target, mask, std)
+        snapshots = Snapshots(pred, target, mask, std, quantiles, self.quantile_levels)
         snap = self._per_snapshot(snapshots)  # (B, J, K)
         snap_c = self._per_snapshot(snapshots.channels)  # (B, J, C, K)
-        valid, valid_c = snapshots.observed, snapshots.channels.observed
+        valid, valid_c = self._defined(snapshots), self._defined(snapshots.channels)
 
         for group, values, ok in (
             ("overall", *_instance_means(snap, valid)),
@@ -412,6 +476,16 @@ class ForecastMetrics(Metric):
         order; a peak term is added at :meth:`compute`."""
         return torch.stack([info.per_snapshot(snapshots) for info in self.metric_infos], -1)
 
+    def _defined(self, snapshots: Snapshots) -> Tensor:
+        """``(..., K)``: where each metric has a value (:attr:`MetricInfo.defined`)."""
+        return torch.stack(
+            [
+                snapshots.observed if info.defined is None else info.defined(snapshots)
+                for info in self.metric_infos
+            ],
+            -1,
+        )
+
     def compute(self) -> dict:
         """Nested dict of Python floats (see class docstring); NaN where nothing was observed."""
         v_max = float(self.v_max)
@@ -422,7 +496,7 @@ class ForecastMetrics(Metric):
         ]
 
         def stats(group: str) -> tuple[list, list]:
-            n = getattr(self, f"{group}_count")[..., None]
+            n = getattr(self, f"{group}_count")
             mean = getattr(self, f"{group}_sum") / n
             std = (getattr(self, f"{group}_sumsq") / n - mean.square()).clamp_min(0).sqrt()
             for i, term in peak_terms:
@@ -449,7 +523,8 @@ class ForecastMetrics(Metric):
             "per_channel": {
                 name: by_metric(cm[k], cs[k]) for k, name in enumerate(self.channel_names)
             },
-            "num_instances": int(self.overall_count),
+            # every metric is defined where MAE is: on each instance with an observation
+            "num_instances": int(self.overall_count[0]),
             "v_max": v_max,
         }
 

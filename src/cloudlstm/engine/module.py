@@ -18,6 +18,10 @@ from torch.optim.lr_scheduler import ReduceLROnPlateau
 from cloudlstm.data.spec import SPEC_KEY, DataSpec, stored_spec
 from cloudlstm.engine.distributed import gather_on_rank_zero
 from cloudlstm.engine.metrics import ForecastMetrics, declared, monitor_mode
+from cloudlstm.engine.quantile_metrics import QUANTILE_DECLARED, quantile_forecast_metrics
+from cloudlstm.engine.quantile_module import QuantileForecasting
+from cloudlstm.engine.quantiles import check_calibration, check_quantiles, pinball_loss
+from cloudlstm.engine.results import results_scalars
 from cloudlstm.errors import UserError
 from cloudlstm.models.base import silence_output_head
 from cloudlstm.nn.knn_finite import NonFiniteCoordinatesError
@@ -91,7 +95,7 @@ def check_diverge_factor(value: Any) -> float | None:
     return factor
 
 
-class ForecastModule(L.LightningModule):
+class ForecastModule(QuantileForecasting, L.LightningModule):
     """MSE (or MAE) on normalised values, Adam, metrics on de-normalised values.
 
     Args:
@@ -119,6 +123,11 @@ class ForecastModule(L.LightningModule):
             :class:`TrainingDivergedError`; None: no check. The forecast of an untrained
             model is about that good, one that learns better: only a diverged run is
             10 times worse.
+        quantiles: levels in (0, 1) (``[0.1, 0.5, 0.9]``) of quantile forecasts beside the
+            point forecast, which is the level nearest 0.5; trained with the pinball loss
+            (:mod:`cloudlstm.engine.quantiles`). None: point forecasts only.
+        calibrate: ``none`` or ``conformal`` (split-conformal offsets per step, channel and
+            level, measured on the validation split and stored in every checkpoint).
 
     The scaler, channel names, input offsets and point groups come from ``spec`` (the
     data's :class:`~cloudlstm.data.spec.DataSpec`; without one, the datamodule's at
@@ -140,9 +149,13 @@ class ForecastModule(L.LightningModule):
         anchor: str = "none",
         monitor: str = "val/loss",
         diverge_factor: float | None = DEFAULT_DIVERGE_FACTOR,
+        quantiles: Any = None,
+        calibrate: str = "none",
     ) -> None:
         super().__init__()
         self.diverge_factor = check_diverge_factor(diverge_factor)
+        self.quantile_levels = check_quantiles(quantiles)
+        self.calibration = check_calibration(calibrate, self.quantile_levels)
         if anchor not in ANCHORS:
             raise UserError(f"module.anchor={anchor!r} is not one of {list(ANCHORS)}.")
         if loss not in LOSSES:
@@ -170,12 +183,12 @@ class ForecastModule(L.LightningModule):
         self.mean_forecast_mae: float | None = None
         self.mean_forecast_metrics: ForecastMetrics | None = None
         self.group_metrics = nn.ModuleDict()
-        self.test_results: dict[str, Any] | None = None
         # (C,) with loss_weights=real_units, made at setup; a buffer, so that Lightning moves
         # it to the device with the module (not persistent: derived from the scaler)
         self.register_buffer("loss_channel_weights", None, persistent=False)
         # (window start t0, forecast, target) of each test batch, when saving predictions
         self._predictions: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._init_quantiles()
         if spec is not None:
             self.use_spec(spec)
 
@@ -184,30 +197,34 @@ class ForecastModule(L.LightningModule):
         step and the metrics (point groups are scored separately as well)."""
         self.spec = spec.for_model(self.model)
         self.scaler = spec.value_scaler()
-        if self.hparams.loss_weights == "real_units":
-            self.loss_channel_weights = real_unit_weights(self.scaler.std, self.hparams.loss)
+        if self.hparams.loss_weights == "real_units":  # the pinball loss is an L1 one
+            kind = "mae" if self.quantile_levels else self.hparams.loss
+            self.loss_channel_weights = real_unit_weights(self.scaler.std, kind)
         if self.anchored:
             self.anchor_index = anchor_index(spec.input_offsets)
         self.test_metrics = self._metrics()
         self.val_metrics = self._metrics()
-        self.mean_forecast_metrics = self._metrics()
+        self.mean_forecast_metrics = self._metrics(quantiles=False)
         self.group_points = {
             name: torch.as_tensor(points, dtype=torch.long)
             for name, points in spec.point_groups.items()
         }
         self.group_metrics = nn.ModuleDict({name: self._metrics() for name in self.group_points})
+        self._use_spec_for_quantiles(spec)
 
     def setup(self, stage: str) -> None:
         if self.spec is None:  # a module made without one: the datamodule's
             self.use_spec(self.trainer.datamodule.spec)
 
-    def _metrics(self) -> ForecastMetrics:
-        """Metrics of the forecast channels, the scale-free MAE against the training std."""
-        return ForecastMetrics(
+    def _metrics(self, quantiles: bool = True) -> ForecastMetrics:
+        """Metrics of the forecast channels, the scale-free MAE against the training std;
+        those of its quantiles too (``module.quantiles``), unless ``quantiles`` is False."""
+        return quantile_forecast_metrics(
             self.model.output_steps,
             self.spec.num_channels,
             list(self.spec.channel_names),
             channel_std=self.scaler.std,
+            levels=self.quantile_levels if quantiles else (),
         )
 
     def forward(
@@ -225,25 +242,41 @@ class ForecastModule(L.LightningModule):
 
     def _step(
         self, batch: dict[str, torch.Tensor], stage: str
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Forecast, masked loss (``module.loss``, default MSE) on normalised values,
-        logged as ``<stage>/loss``.
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Forecast, masked loss (``module.loss``, default MSE; with quantiles the
+        pinball loss) on normalised values, logged as ``<stage>/loss``.
 
-        Returns the loss and the normalised forecast ``(B, J, N, C)``.
+        Returns the loss, the normalised forecast ``(B, J, N, C)`` and its uncalibrated
+        quantiles ``(B, J, N, C, Q)`` (None without ``module.quantiles``).
         """
         pred = self(batch["x"], batch["coords"], batch.get("future"))
-        loss = masked_loss(
-            pred, batch["y"], batch["y_mask"], self.hparams.loss, self.loss_channel_weights
-        )
+        quantiles = self.quantile_forecast(pred, batch)
+        if quantiles is None:
+            loss = masked_loss(
+                pred, batch["y"], batch["y_mask"], self.hparams.loss, self.loss_channel_weights
+            )
+        else:
+            loss = pinball_loss(
+                quantiles,
+                batch["y"],
+                batch["y_mask"],
+                self.quantile_levels,
+                self.loss_channel_weights,
+            )
         self.log(
             f"{stage}/loss",
             loss,
             prog_bar=True,
             on_step=False,
             on_epoch=True,
-            batch_size=batch["x"].shape[0],
+            # a float: Lightning sums the sizes in an integer tensor, which its DDP mean
+            # truncates (11 windows in 2 processes counted as 5)
+            batch_size=float(batch["x"].shape[0]),
+            # under DDP each process scores its own share of the windows (each once): the
+            # mean over all of them is a one-process run's (every process has a batch)
+            sync_dist=stage != "train",
         )
-        return loss, pred
+        return loss, pred, quantiles
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         try:
@@ -284,9 +317,12 @@ class ForecastModule(L.LightningModule):
         )
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        _, pred = self._step(batch, "val")
+        _, pred, quantiles = self._step(batch, "val")
+        if self._collects_calibration():
+            self.residual_bank.update(quantiles, batch["y"], batch["y_mask"])
+        quantiles = self._real_quantiles(quantiles)
         pred, target = self._real_units(pred, batch)
-        self.val_metrics.update(pred, target, batch["y_mask"])
+        self.val_metrics.update(pred, target, batch["y_mask"], quantiles=quantiles)
         if self._measures_mean_forecast():
             mean = self.scaler.inverse_transform(torch.zeros_like(pred))
             self.mean_forecast_metrics.update(mean, target, batch["y_mask"])
@@ -304,12 +340,16 @@ class ForecastModule(L.LightningModule):
 
     def on_validation_epoch_start(self) -> None:
         self.val_metrics.reset()
+        if self.residual_bank is not None:
+            self.residual_bank.reset()
 
     def on_validation_epoch_end(self) -> None:
         """``val/<metric>`` in real units (as at test) for every metric declared
         ``at_validation``, and ``val/mae_best``."""
         if self.trainer.sanity_checking:  # two batches only: not a validation result
             return
+        if self._collects_calibration():
+            self._calibrated(self.residual_bank.offsets(self.quantile_levels, self.centre))
         overall = self.val_metrics.compute()["overall"]
         mae = overall["mae"]["mean"]
         if self._measures_mean_forecast():
@@ -349,35 +389,58 @@ class ForecastModule(L.LightningModule):
         return self.scaler.inverse_transform(pred), self.scaler.inverse_transform(batch["y"])
 
     def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        _, pred = self._step(batch, "test")
+        _, pred, raw = self._step(batch, "test")
+        quantiles = self._real_quantiles(self.calibrated(raw))
         pred, target = self._real_units(pred, batch)
-        self.test_metrics.update(pred, target, batch["y_mask"])
+        self.test_metrics.update(pred, target, batch["y_mask"], quantiles=quantiles)
+        if self.uncalibrated_metrics is not None:  # module.calibrate: the raw quantiles too
+            raw = self._real_quantiles(raw)
+            self.uncalibrated_metrics.update(pred, target, batch["y_mask"], quantiles=raw)
         for name, metric in self.group_metrics.items():
             points = self.group_points[name].to(pred.device)
-            metric.update(pred[:, :, points], target[:, :, points], batch["y_mask"][:, :, points])
+            part = None if quantiles is None else quantiles[:, :, points]
+            metric.update(
+                pred[:, :, points], target[:, :, points], batch["y_mask"][:, :, points], part
+            )
         if self.hparams.save_predictions:
             t0, pred, target = (v.cpu().numpy() for v in (batch["t0"], pred, target))
             self._predictions.append((t0, pred, target))
 
+    def on_train_start(self) -> None:
+        self._loaded_step = None  # training moves on from a resumed checkpoint's weights
+
+    def on_test_start(self) -> None:
+        self.prepare_quantiles()
+
     def on_test_epoch_start(self) -> None:
         self.test_metrics.reset()
+        if self.uncalibrated_metrics is not None:
+            self.uncalibrated_metrics.reset()
         for metric in self.group_metrics.values():
             metric.reset()
         self._predictions = []
 
     def on_test_epoch_end(self) -> None:
-        self.test_results = self.test_metrics.compute()
+        """Log the test metrics: their overall and per-horizon scalars for the loggers, and
+        the whole results (:func:`~cloudlstm.engine.results.results_from` rebuilds them from
+        ``trainer.test()``'s return value)."""
+        test_results = self.test_metrics.compute()
         groups = {name: metric.compute() for name, metric in self.group_metrics.items()}
         if groups:
-            self.test_results["groups"] = groups
-        for prefix, results in [("test", self.test_results)] + [
-            (f"test_{name}", res) for name, res in groups.items()
+            test_results["groups"] = groups
+        extra = self._uncalibrated_results()  # {"uncalibrated": ...} with module.calibrate
+        test_results.update(extra)
+        for prefix, results in [("test", test_results)] + [
+            (f"test_{name}", res) for name, res in {**groups, **extra}.items()
         ]:
             for name, stats in results["overall"].items():
                 self.log(f"{prefix}/{name}", stats["mean"])
                 self.log(f"{prefix}/{name}_std", stats["std"])
-        for name, value in horizon_scalars(self.test_results, "test").items():
+        for name, value in horizon_scalars(test_results, "test").items():
             self.log(name, value)
+        # a batch size of 1: Lightning's mean over "batches" is then the value, bit for bit
+        for name, value in results_scalars(test_results).items():
+            self.log(name, value, batch_size=1)
         if self.hparams.save_predictions and self.hparams.output_dir:
             self._save_predictions(Path(self.hparams.output_dir) / "predictions.npz")
 
@@ -401,6 +464,7 @@ class ForecastModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["val_mae_best"] = self.val_mae_best
+        self._save_quantile_offsets(checkpoint)
         if self.spec is not None:
             checkpoint[SPEC_KEY] = self.spec.to_dict()
 
@@ -408,6 +472,7 @@ class ForecastModule(L.LightningModule):
         """Restore the best validation MAE, and the data's description where this module
         has none (a module rebuilt for forecasting; one built for data keeps that data's)."""
         self.val_mae_best = checkpoint.get("val_mae_best", math.inf)
+        self._load_quantile_offsets(checkpoint)
         if self.spec is not None:
             return
         state = stored_spec(checkpoint)
@@ -477,8 +542,8 @@ def anchor_index(input_offsets: list[int]) -> int:
 
 
 def horizon_metrics() -> tuple[str, ...]:
-    """The metrics declared ``per_horizon`` (MAE, RMSE, smae)."""
-    return tuple(info.name for info in declared() if info.per_horizon)
+    """The metrics declared ``per_horizon`` (MAE, RMSE, smae; CRPS, coverage, width)."""
+    return tuple(info.name for info in (*declared(), *QUANTILE_DECLARED) if info.per_horizon)
 
 
 def horizon_scalars(results: dict[str, Any], prefix: str) -> dict[str, float]:

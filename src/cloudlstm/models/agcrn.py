@@ -99,6 +99,7 @@ class AGCRN(ForecastModel):
     """
 
     fixed_points = WHY
+    point_parameters = WHY
 
     def __init__(
         self,

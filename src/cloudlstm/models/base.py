@@ -87,6 +87,14 @@ class ForecastModel(nn.Module):
     # Why the model can forecast only the points it was trained on, or None when it takes
     # any points (new ones too); forecasting new data refuses other points with this reason.
     fixed_points: str | None = None
+    # Why the model learns parameters of each training point, by index (an embedding, a
+    # row of an output layer), which a point held out of training would have unfitted
+    # (data.holdout_points refuses it); None: every parameter is shared by all points.
+    point_parameters: str | None = None
+    # Why the model forecasts a point from that point's own readings alone, so that a point
+    # without readings (data.holdout_history=false) cannot be forecast; None: it reads
+    # other points' too (a model reading K neighbours with K = 1 reads only its own).
+    own_history_only: str | None = None
     # False for forecasts that are absolute by construction (persistence, seasonal naive):
     # ``module.anchor=last`` adds the last observed frame to every other model's output.
     anchorable: bool = True

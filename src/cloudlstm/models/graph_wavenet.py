@@ -146,6 +146,7 @@ class GraphWaveNet(ForecastModel):
         self.static = None
         if adaptive:
             self.fixed_points = ADAPTIVE_WHY
+            self.point_parameters = ADAPTIVE_WHY
             self.static = StaticPositions("Graph WaveNet with an adaptive adjacency", ADAPTIVE_WHY)
         supports = {"both": 3, "distance": 2, "adaptive": 1}[graph]
 

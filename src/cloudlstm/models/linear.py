@@ -58,6 +58,8 @@ class TimeLinear(ForecastModel):
     ``x (B, M, N, C_in)``, ``coords (B, N, L)`` -> ``(B, J, N, C_out)``.
     """
 
+    own_history_only = "each point's forecast is a linear map of its own past readings"
+
     def __init__(
         self,
         num_channels: int,

@@ -25,6 +25,7 @@ class SeqLSTM(ForecastModel):
     """
 
     fixed_points = "its layers are sized for the training points, in their order"
+    point_parameters = "its layers hold weights of each training point, in their order"
 
     def __init__(
         self,

@@ -16,6 +16,7 @@ class Persistence(ForecastModel):
 
     # The forecast is the last frame itself: anchoring it would add that frame twice.
     anchorable = False
+    own_history_only = "it repeats each point's own last readings"
 
     def __init__(
         self,
@@ -52,6 +53,7 @@ class SeasonalNaive(ForecastModel):
 
     # The forecast is observed values themselves: adding the last frame would double them.
     anchorable = False
+    own_history_only = "it repeats each point's own readings of one season before"
 
     def __init__(
         self,

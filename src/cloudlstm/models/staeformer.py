@@ -150,6 +150,7 @@ class STAEformer(ForecastModel):
         if node_dim == 0 and adaptive_dim == 0:
             self.fixed_points = None  # nothing is learned per point
         self.static = StaticPositions("STAEformer", WHY) if self.fixed_points else None
+        self.point_parameters = self.fixed_points
 
         def layers() -> nn.ModuleList:
             return nn.ModuleList(

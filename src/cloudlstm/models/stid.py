@@ -50,6 +50,8 @@ class STID(ForecastModel):
     """
 
     fixed_points = "it learns an embedding for each training point"
+    point_parameters = fixed_points
+    own_history_only = "points do not mix: each reads its own window"
 
     def __init__(
         self,

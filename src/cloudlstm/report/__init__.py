@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 # The overall test metrics summarised on the console first, in this order (metrics.json
 # holds the rest); any other declared metric follows them.
-SUMMARY_METRICS = ("mae", "rmse", "smae", "psnr", "ssim")
+SUMMARY_METRICS = ("mae", "rmse", "mape", "smae", "psnr", "ssim")
 
 
 def add_test_report(
@@ -70,9 +70,11 @@ def print_test_summary(test: dict[str, Any], metrics_file: Path) -> None:
     from rich.table import Table
 
     from cloudlstm.engine.metrics import metric_names
+    from cloudlstm.engine.quantile_metrics import is_quantile_metric
 
     overall = test.get("overall", {})
     order = [*SUMMARY_METRICS, *(m for m in metric_names() if m not in SUMMARY_METRICS)]
+    order += [m for m in overall if is_quantile_metric(m)]  # with module.quantiles
     metrics = [m for m in order if m in overall]
     windows = test.get("num_instances")
     title = "test" + (f" ({windows} windows)" if windows else "")

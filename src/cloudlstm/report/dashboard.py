@@ -10,6 +10,7 @@ from typing import Any
 from lightning.pytorch.loggers import WandbLogger
 
 from cloudlstm.engine.metrics import declared, metric_names
+from cloudlstm.engine.quantile_metrics import QUANTILE_DECLARED, is_quantile_metric
 
 
 def best_summaries() -> dict[str, str]:
@@ -18,7 +19,7 @@ def best_summaries() -> dict[str, str]:
     return {
         "val/loss": "min",
         "train/loss": "min",
-        **{f"val/{m.name}": m.best for m in declared() if m.at_validation},
+        **{f"val/{m.name}": m.best for m in (*declared(), *QUANTILE_DECLARED) if m.at_validation},
     }
 
 
@@ -71,6 +72,7 @@ def _metric_table(label: str, rows: dict[Any, dict[str, dict[str, float]]]) -> A
 
     first = next(iter(rows.values()), {})
     metrics = [m for m in metric_names() if m in first]
+    metrics += [m for m in first if is_quantile_metric(m)]  # with module.quantiles
     return wandb.Table(
         columns=[label, *(f"{m}{s}" for m in metrics for s in ("", "_std"))],
         data=[

@@ -44,7 +44,9 @@ def draw_figures(
     model = module.model
     with _evaluating(model) as device:
         # the module's forward: the forecast as trained (anchored on the last frame or not)
-        pred = module(*model_inputs([item], device))[0].cpu()
+        inputs = model_inputs([item], device)
+        pred = module(*inputs)[0].cpu()
+        fan = _quantiles(module, item, inputs)
     scaler = module.scaler  # the forecast channels' (the first of the input's)
     targets = {"x": item["x"][..., : len(names)], "y": item["y"]}
     real = {k: scaler.inverse_transform(v).numpy() for k, v in targets.items()}
@@ -76,6 +78,7 @@ def draw_figures(
             point_ids=list(datamodule.stream.point_ids),
             mask=mask,
             path=out_dir / "worst_points.png",
+            **fan,
         ),
         "error_vs_horizon": plot_horizon_curve(
             {"test": per_step["mae"]["mean"]},
@@ -83,6 +86,17 @@ def draw_figures(
             path=out_dir / "error_vs_horizon.png",
         ),
     }
+
+
+def _quantiles(module: L.LightningModule, item: dict, inputs: list) -> dict[str, Any]:
+    """The fan of the worst points' series: ``quantiles (J, N, C, Q)`` in real units and
+    their ``levels``, calibrated as tested; nothing without ``module.quantiles``."""
+    levels = getattr(module, "quantile_levels", ())
+    if not levels:
+        return {}
+    keys = [key for key in ("x", "coords", "future") if key in item]
+    quantiles = module.predict_quantiles(dict(zip(keys, inputs, strict=True)))
+    return {"quantiles": quantiles[0].cpu().numpy(), "levels": levels}
 
 
 def _map_coords(datamodule: Any, normalised: np.ndarray) -> tuple[np.ndarray, list[str]]:

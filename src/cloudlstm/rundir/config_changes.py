@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 import sys
 from dataclasses import dataclass
@@ -47,8 +48,11 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from cloudlstm.errors import UserError
+from cloudlstm.rundir.divergence import divergence, what_diverged
 from cloudlstm.rundir.layout import CHANGES_FILE, CONFIG_FILE, METRICS_FILE
 from cloudlstm.rundir.resume import resume_candidates
+
+log = logging.getLogger(__name__)
 
 # Keys (or prefixes of keys) that say how a run executes, not what it computes: a resumed
 # run may change them. Everything else is a setting of the run.
@@ -80,6 +84,10 @@ class Change:
     # "execution option", "allow_changes", "new key" (not in the saved config, nor set by
     # the command: a key of a newer version of the code, at its default), or None: refused
     allowed_by: str | None
+
+    def __str__(self) -> str:
+        """``key old -> new``, each value cut to 60 characters: how messages name it."""
+        return f"{self.key} {_show(self.old)} -> {_show(self.new)}"
 
 
 def resumes(cfg: DictConfig, run_dir: Path) -> bool:
@@ -147,6 +155,12 @@ def check_config_changes(cfg: DictConfig, run_dir: Path) -> list[Change]:
     refused = [c for c in changes if c.allowed_by is None]
     if refused:
         raise UserError(_refusal(run_dir, refused))
+    diverged = divergence(run_dir)
+    if diverged and not any(c.allowed_by == "allow_changes" for c in changes):
+        log.warning(
+            "%s: its last training diverged %s; resuming it with the same settings may "
+            "diverge again (resume=never starts fresh).", run_dir, what_diverged(diverged)
+        )  # fmt: skip
     return changes
 
 
@@ -167,13 +181,17 @@ class CheckBeforeTheRun(Callback):
         before = HydraConfig.instance().cfg
         HydraConfig.instance().set_config(cfg)
         try:
-            check_config_changes(cfg, run_dir)  # train() records them
+            self.check(cfg, run_dir)
         except UserError as err:
             # Hydra turns a callback's exception into a warning and runs the job: the
             # refusal ends the program here, as one line
             sys.exit(str(err))
         finally:
             HydraConfig.instance().cfg = before
+
+    def check(self, cfg: DictConfig, run_dir: Path) -> None:
+        """The check itself, on the job's config (``hydra.runtime`` set as for the job)."""
+        check_config_changes(cfg, run_dir)  # train() records them
 
 
 def _job_container(cfg: DictConfig) -> dict[str, Any]:
@@ -231,12 +249,21 @@ def _show(value: Any, width: int = 60) -> str:
 
 
 def _refusal(run_dir: Path, refused: list[Change], listed: int = 8) -> str:
-    shown = ", ".join(f"{c.key} {_show(c.old)} -> {_show(c.new)}" for c in refused[:listed])
+    shown = ", ".join(str(change) for change in refused[:listed])
     if len(refused) > listed:
         shown += f" and {len(refused) - listed} more"
     keys = [c.key for c in refused]
     if len(keys) > 4:  # e.g. another model: its group
         keys = list(dict.fromkeys(key.split(".")[0] for key in keys))
+    diverged = divergence(run_dir)
+    if diverged:  # other settings are the fix; its checkpoints are of the diverged ones
+        return (
+            f"{run_dir} holds a run that diverged {what_diverged(diverged)}; its checkpoints "
+            f"are from before the divergence, of its old settings ({shown}). To train with "
+            "the new ones, start fresh with resume=never in this directory, or in a new "
+            f"directory; allow_changes=[{','.join(keys)}] would instead continue its last "
+            f"checkpoint with them (recorded in {run_dir / CHANGES_FILE})."
+        )
     return (
         f"{run_dir} holds a run trained with other settings, which resuming would mix with "
         f"these: {shown}. Restore the old values, start fresh with resume=never (better in a "

@@ -10,6 +10,7 @@ writes of them that every entry point shares.
                                its files named relative to the run directory
         config_changes.yaml    settings changed on resuming (``allow_changes``)
         run.lock               the training that holds the directory
+        diverged.json          where the last training stopped by diverging, if it did
         wandb_run_id.txt       the W&B run id, so a restarted job continues its W&B run
         checkpoints/           epoch_*.ckpt (the best), last.ckpt (the newest), checksums
         figures/               the test report's PNG files
@@ -34,6 +35,7 @@ DATA_SUMMARY_FILE = "data_summary.json"
 METRICS_FILE = "metrics.json"
 CHANGES_FILE = "config_changes.yaml"
 LOCK_FILE = "run.lock"
+DIVERGED_FILE = "diverged.json"
 WANDB_ID_FILE = "wandb_run_id.txt"
 CHECKPOINT_DIR = "checkpoints"
 LAST_CHECKPOINT = "last.ckpt"

@@ -15,10 +15,21 @@ file's mtime, touched every :data:`HEARTBEAT_S` by the holder) is older than
 :data:`FOREIGN_STALE_S`, or the user passes ``run_lock=takeover``.
 
 Only rank 0 of a DDP job holds it: the ranks share the directory.
+
+``train.py`` takes the lock before Hydra writes anything into the run directory
+(:class:`HoldBeforeTheRun`, a Hydra callback): Hydra writes ``.hydra/`` (config,
+overrides) and opens ``train.log`` before the job starts, so a second command refused
+only then would already have replaced the holder's ``.hydra/`` files with its own. The
+lock is held from there to the run's end, rather than checked there and taken again in
+the job, so that no command can slip in between; the job's own :func:`run_dir_lock` then
+finds it held by its process and passes through. A sweep started again in a directory
+whose jobs still run is refused likewise, before it writes anything (its jobs' locks are
+looked at, not taken: each job takes its own as it starts).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import functools
@@ -26,12 +37,16 @@ import json
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
 
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.layout import LOCK_FILE
@@ -69,8 +84,9 @@ def slurm_job() -> str | None:
 class RunLock:
     """The lock of one run directory, held from :meth:`acquire` to :meth:`release`."""
 
-    def __init__(self, run_dir: str | Path) -> None:
+    def __init__(self, run_dir: str | Path, elsewhere: str = "hydra.run.dir") -> None:
         self.run_dir = Path(run_dir)
+        self.elsewhere = elsewhere  # the key that names another directory, for a refusal
         self.path = self.run_dir / LOCK_FILE
         self._fd: int | None = None
         self._stop = threading.Event()
@@ -130,8 +146,30 @@ class RunLock:
             return holder
         return self._read()
 
+    def check(self, mode: str = "auto") -> None:
+        """Raise the UserError :meth:`acquire` would raise, without taking the lock (the
+        file is neither created nor written)."""
+        if mode not in MODES:
+            raise UserError(f"run_lock={mode} is not one of {', '.join(MODES)}.")
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except FileNotFoundError:
+            return  # never held
+        try:
+            holder = self._lock(fd)
+            if holder:
+                self._stale_because(holder, mode)
+        finally:
+            os.close(fd)  # drops the flock taken to look
+
     def _take_over(self, holder: dict[str, Any], mode: str) -> None:
         """Decide about a lock left by a run whose flock is free (or cannot be seen)."""
+        why = self._stale_because(holder, mode)
+        log.warning("Taking over the lock of %s: %s.", _describe(holder), why)
+
+    def _stale_because(self, holder: dict[str, Any], mode: str) -> str:
+        """Why a lock whose flock is free (or cannot be seen) is stale; a UserError where
+        its run may still be alive."""
         here = socket.gethostname()
         age = time.time() - self._heartbeat_time()
         if holder.get("host") == here:
@@ -149,7 +187,7 @@ class RunLock:
                 f" (or wait {FOREIGN_STALE_S / 60:.0f} min)."
             )
             raise UserError(self._refusal(holder) + hint)
-        log.warning("Taking over the lock of %s: %s.", _describe(holder), why)
+        return why
 
     def _holder_of_flock(self) -> dict[str, Any]:
         """The description of a live holder, which writes it just after taking the flock."""
@@ -163,7 +201,7 @@ class RunLock:
     def _refusal(self, holder: dict[str, Any]) -> str:
         return (
             f"Run directory {self.run_dir} is in use by {_describe(holder)}: one run at a "
-            f"time in a directory. Wait for it to end, or use another hydra.run.dir."
+            f"time in a directory. Wait for it to end, or use another {self.elsewhere}."
         )
 
     def _read(self) -> dict[str, Any]:
@@ -220,10 +258,38 @@ def _describe(holder: dict[str, Any]) -> str:
     return f"{text}, SLURM job {holder['slurm_job']}" if holder.get("slurm_job") else text
 
 
+# the directories this process holds beyond a block (hold(): train.py's, from before Hydra
+# writes into them), by real path
+_HELD: dict[Path, RunLock] = {}
+
+
+def _key(run_dir: str | Path) -> Path:
+    return Path(os.path.realpath(run_dir))
+
+
+def hold(run_dir: str | Path, mode: str = "auto") -> None:
+    """Hold ``run_dir`` until :func:`let_go` or the process's end (rank 0 only); a
+    :func:`run_dir_lock` of it in this process meanwhile passes through."""
+    if not is_rank_zero() or _key(run_dir) in _HELD:
+        return
+    lock = RunLock(run_dir)
+    lock.acquire(mode)
+    atexit.unregister(let_go)  # once: an exit before the run's end (sys.exit) releases too
+    atexit.register(let_go)
+    _HELD[_key(run_dir)] = lock
+
+
+def let_go() -> None:
+    """Release the directories :func:`hold` holds."""
+    while _HELD:
+        _HELD.popitem()[1].release()
+
+
 @contextlib.contextmanager
 def run_dir_lock(run_dir: str | Path, mode: str = "auto") -> Iterator[None]:
-    """Hold ``run_dir`` for the block (rank 0 only; other ranks pass through)."""
-    if not is_rank_zero():
+    """Hold ``run_dir`` for the block (rank 0 only; other ranks pass through, and so
+    does a directory this process already holds: :func:`hold`)."""
+    if not is_rank_zero() or _key(run_dir) in _HELD:
         yield
         return
     lock = RunLock(run_dir)
@@ -243,3 +309,36 @@ def owns_run_dir(train: Any) -> Any:
             return train(cfg, *args, **kwargs)
 
     return wrapper
+
+
+class HoldBeforeTheRun(Callback):
+    """``hydra.callbacks.run_lock`` of ``train.py``: the run directory's lock, taken before
+    Hydra writes ``.hydra/`` and ``train.log`` into it, and held to the run's end; a sweep
+    whose jobs' directories are in use is refused before it writes anything (module
+    docstring)."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        run_dir = os.path.abspath(str(config.hydra.run.dir))
+        # Hydra turns a callback's exception into a warning and runs the job: a refusal
+        # ends the program here, as one line
+        _or_exit(lambda: hold(run_dir, _mode(config)))
+
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        let_go()
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(os.path.abspath(str(config.hydra.sweep.dir)))
+        mode = _mode(config)
+        for path in sorted(sweep_dir.rglob(LOCK_FILE)) if sweep_dir.is_dir() else []:
+            _or_exit(lambda path=path: RunLock(path.parent, "hydra.sweep.dir").check(mode))
+
+
+def _mode(config: DictConfig) -> str:
+    return str(config.get("run_lock") or "auto")
+
+
+def _or_exit(check: Any) -> None:
+    try:
+        check()
+    except UserError as err:
+        sys.exit(str(err))

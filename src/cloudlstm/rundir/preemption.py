@@ -24,8 +24,9 @@ Inside a SLURM allocation with Lightning's auto-requeue (``SLURMEnvironment``), 
 signals are Lightning's: SIGUSR1 saves ``hpc_ckpt_<n>.ckpt`` and requeues the job, and the
 SIGTERM of a requeue or a preemption saves nothing here, so that the requeued job resumes
 from the checkpoint it would resume from without this module (``docs/cluster.md``). The
-run still ends with 143 and its line. With several processes (DDP), nothing is saved
-either: a save is a collective operation, and the ranks see the signal at different steps.
+run still ends with 143 and its line. With several processes (DDP) the processes agree
+on the step at which they stop (:class:`cloudlstm.engine.signals.SignalsTogether`), and
+the save, a collective operation, is made there by all of them.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import lightning as L
 import torch
 from lightning.fabric.plugins.environments import SLURMEnvironment
 
+from cloudlstm.engine.signals import SignalsTogether
 from cloudlstm.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -78,7 +80,8 @@ class CheckpointOnSigterm(L.Callback):
             return
         trainer.save_checkpoint(self.path, weights_only=False)  # every state, to resume
         self.saved = self.path
-        log.info("SIGTERM: saved %s at step %d.", self.path, trainer.global_step)
+        if trainer.is_global_zero:  # every DDP process saved (together), rank 0 says so
+            log.info("SIGTERM: saved %s at step %d.", self.path, trainer.global_step)
 
 
 def validates_now(trainer: L.Trainer) -> bool:
@@ -93,11 +96,13 @@ def validates_now(trainer: L.Trainer) -> bool:
 
 
 def saves_on_sigterm(trainer: L.Trainer) -> bool:
-    """Whether :class:`CheckpointOnSigterm` saves for this trainer: one process, and no
-    SLURM auto-requeue (whose signals Lightning handles)."""
+    """Whether :class:`CheckpointOnSigterm` saves for this trainer: one process, or
+    several that stop at the same step (:class:`SignalsTogether`); and no SLURM
+    auto-requeue (whose signals Lightning handles)."""
     environment = trainer._accelerator_connector.cluster_environment
     slurm_requeue = isinstance(environment, SLURMEnvironment) and environment.auto_requeue
-    return trainer.world_size == 1 and not slurm_requeue
+    together = any(isinstance(cb, SignalsTogether) for cb in trainer.callbacks)
+    return (trainer.world_size == 1 or together) and not slurm_requeue
 
 
 def interrupted(trainer: L.Trainer, run_dir: Path, cfg: Any) -> RunInterrupted:
@@ -118,12 +123,13 @@ def interrupted(trainer: L.Trainer, run_dir: Path, cfg: Any) -> RunInterrupted:
             state = f"not saved; the newest checkpoint is {newest}, of step {step}"
             goes_on = "continues from it"
     what = f"interrupted by SIGTERM at step {trainer.global_step}: {state}."
-    message = f"{_who().capitalize()}{what} {continuation(run_dir, cfg, goes_on)}"
-    log.error(message)
+    message = f"{who_stopped().capitalize()}{what} {continuation(run_dir, cfg, goes_on)}"
+    if trainer.is_global_zero:  # the command of the other DDP processes is Lightning's
+        log.error(message)
     return RunInterrupted(message)
 
 
-def _who() -> str:
+def who_stopped() -> str:
     """``job <n> of the sweep, `` under a multirun, else nothing."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode

@@ -42,7 +42,7 @@ def resume_checkpoint(resume: Any, run_dir: Path) -> str | None:
         if not existing:
             return None
         path = max(existing, key=lambda p: p.stat().st_mtime_ns)
-        checkpoint = check_checkpoint(path, _remedy(run_dir))
+        checkpoint = check_checkpoint(path, damaged_checkpoint_remedy(run_dir))
         path = _prefer_last(path, checkpoint, run_dir)
         log.info("Resuming from %s (resume=auto; resume=never starts fresh).", path)
         return str(path)
@@ -52,7 +52,7 @@ def resume_checkpoint(resume: Any, run_dir: Path) -> str | None:
             f"resume={resume}: no such checkpoint file. Give the path of a .ckpt file, "
             f"`resume=auto` (the run directory's last checkpoint) or `resume=never`."
         )
-    check_checkpoint(path, _remedy(run_dir))
+    check_checkpoint(path, damaged_checkpoint_remedy(run_dir))
     return str(path)
 
 
@@ -76,7 +76,7 @@ def _prefer_last(path: Path, checkpoint: dict[str, Any], run_dir: Path) -> Path:
     if path == last or not last.is_file():
         return path
     try:
-        step = check_checkpoint(last, _remedy(run_dir)).get("global_step")
+        step = check_checkpoint(last, damaged_checkpoint_remedy(run_dir)).get("global_step")
     except UserError:
         return path  # a damaged last.ckpt: the HPC checkpoint is what there is
     if step is not None and step == checkpoint.get("global_step"):
@@ -85,7 +85,7 @@ def _prefer_last(path: Path, checkpoint: dict[str, Any], run_dir: Path) -> Path:
     return path
 
 
-def _remedy(run_dir: Path) -> str:
+def damaged_checkpoint_remedy(run_dir: Path) -> str:
     """What to do about a damaged checkpoint: resume from the best one, or start fresh."""
     best = max(
         (run_dir / CHECKPOINT_DIR).glob(BEST_CHECKPOINTS),

@@ -61,13 +61,17 @@ def plot_worst_series(
     point_ids: Sequence | None = None,
     path: str | os.PathLike,
     mask: np.ndarray | None = None,
+    quantiles: np.ndarray | None = None,
+    levels: Sequence[float] = (),
 ) -> Path:
     """Draw history, truth and forecast of the :func:`worst_points` of one channel.
 
     ``history`` ``(M, N, C)`` inputs (steps -M+1..0), ``truth`` and ``forecast`` ``(J, N, C)``
     (steps 1..J), ``mask`` ``(J, N, C)`` bool (True = observed; unobserved truth is left
     out) or None. ``point_ids`` ``(N,)`` names the points in the subplot titles (default:
-    their index). Writes a PNG to ``path`` and returns it.
+    their index). ``quantiles`` ``(J, N, C, Q)`` at ``levels`` (ascending) draw a fan: each
+    central interval (levels tau and 1 - tau) shaded, the narrower darker. Writes a PNG to
+    ``path`` and returns it.
     """
     truth_f, forecast_f, observed = check_forecast(truth, forecast, mask, channel)
     history = _check_history(history, truth_f.shape)
@@ -79,6 +83,8 @@ def plot_worst_series(
     shown_truth = np.where(observed, truth_f, np.nan)[:, :, channel]
     for ax, point in zip(axes, picked, strict=True):
         series = (history[:, point, channel], shown_truth[:, point], forecast_f[:, point, channel])
+        if quantiles is not None:
+            _draw_fan(ax, np.asarray(quantiles)[:, point, channel], levels)
         _draw_series(ax, *series)
         ax.set_title(f"point {ids[point]}  MAE {mae[point]:.3g}", fontsize="small")
         ax.set_ylabel(channel_name)
@@ -129,3 +135,25 @@ def _draw_series(ax: Axes, history: np.ndarray, truth: np.ndarray, forecast: np.
     ax.plot(future, forecast, color="tab:orange", marker="x", ls="--", label="forecast")
     ax.axvline(0.5, color="0.8", lw=0.8)
     ax.set_xlabel("step")
+
+
+def _draw_fan(ax: Axes, quantiles: np.ndarray, levels: Sequence[float]) -> None:
+    """``quantiles (J, Q)`` at ``levels``: the central intervals at steps 1..J, shaded."""
+    steps = np.arange(1, quantiles.shape[0] + 1)
+    pairs = [
+        (lo, hi)
+        for lo, tau in enumerate(levels)
+        if tau < 0.5
+        for hi, other in enumerate(levels)
+        if abs(other - (1 - tau)) < 1e-9
+    ]
+    for lo, hi in pairs:  # widest first: the narrower ones are drawn over them
+        ax.fill_between(
+            steps,
+            quantiles[:, lo],
+            quantiles[:, hi],
+            color="tab:orange",
+            alpha=0.18,
+            lw=0,
+            label=f"{round(100 * (1 - 2 * levels[lo]), 6):g} % interval",
+        )

@@ -64,6 +64,7 @@ class CheckedSlurmLauncher(SlurmLauncher):
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> Sequence[JobReturn]:
+        _check_one_allocation(job_overrides)
         _check_tools()
         jobs = self._submit(job_overrides, initial_job_idx)
         self._wait(jobs)
@@ -185,6 +186,40 @@ class CheckedSlurmLauncher(SlurmLauncher):
             return str(Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir))
         except Exception:  # an unusual subdir: the default layout is still a good pointer
             return str(Path(str(self.config.hydra.sweep.dir)) / str(idx))
+
+
+# What a task's allocation follows (conf/hydra/launcher/slurm.yaml: nodes, tasks and GPUs
+# per node). The array job has one allocation for every task, sized from the sweep's
+# common config, before any job's own overrides apply.
+ALLOCATION_KEYS = ("trainer", "trainer.num_nodes", "trainer.devices", "trainer.accelerator")
+
+
+def _check_one_allocation(job_overrides: Sequence[Sequence[str]]) -> None:
+    """Refuse a sweep whose jobs differ in what the allocation follows: some would run on
+    the allocation of another (``trainer.num_nodes=1,2`` submitted every task with
+    ``--nodes=1``)."""
+    varying = []
+    for key in ALLOCATION_KEYS:
+        values = [_value(key, overrides) for overrides in job_overrides]
+        if len(set(values)) > 1:
+            varying.append(f"{key}={','.join(dict.fromkeys(v or '(default)' for v in values))}")
+    if varying:
+        raise UserError(
+            f"hydra/launcher=slurm submits the sweep as one array job, whose tasks all get "
+            f"the same nodes, tasks and GPUs, from the settings every job shares; "
+            f"{' and '.join(varying)} would run jobs on another job's allocation. Run one "
+            "sweep per value."
+        )
+
+
+def _value(key: str, overrides: Sequence[str]) -> str | None:
+    """The value a job's overrides give ``key`` (the last one), or None."""
+    found = None
+    for override in overrides:
+        name, sep, value = override.lstrip("+~").partition("=")
+        if name == key and sep:
+            found = value
+    return found
 
 
 def _check_tools() -> None:

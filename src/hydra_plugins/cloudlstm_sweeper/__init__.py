@@ -14,11 +14,16 @@ default of ``conf/hydra/default.yaml``) lets every batch of jobs run to its end,
   :class:`~cloudlstm.errors.UserError` is a bug: it is raised with its traceback, after
   that report is logged.
 
+With ``hydra/launcher=joblib``, SIGTERM sent to this process is passed on to the running
+jobs (:mod:`cloudlstm.rundir.sweep_sigterm`); once they have stopped, the sweep names each
+unfinished job and how to continue them, and exits with 143.
+
 Hydra finds sweepers only in the ``hydra_plugins`` namespace package, hence this module.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from collections.abc import Sequence
@@ -36,6 +41,8 @@ from cloudlstm.cli.sweep_jobs import (
     unfinished_report,
 )
 from cloudlstm.errors import UserError
+from cloudlstm.rundir.preemption import EXIT_CODE
+from cloudlstm.rundir.sweep_sigterm import PassSigtermOn, is_joblib
 
 log = logging.getLogger(__name__)
 
@@ -43,18 +50,33 @@ log = logging.getLogger(__name__)
 class ReportingSweeper(BasicSweeper):
     """:class:`BasicSweeper` that runs every job and names each failed one at the end."""
 
+    stop: PassSigtermOn | None = None
+
     def sweep(self, arguments: list[str]) -> Any:
         launcher = self.launcher
         recorder = _FailureRecorder(launcher)
         self.launcher = recorder
+        sweep_dir = str(self.config.hydra.sweep.dir)
+        # joblib's jobs run in processes of their own, which SIGTERM to this one alone
+        # would leave running: it is passed on to them (the basic launcher's jobs run here)
+        self.stop = PassSigtermOn(sweep_dir) if is_joblib(launcher) else None
         try:
-            returns = super().sweep(arguments)
+            with self.stop or contextlib.nullcontext():
+                returns = super().sweep(arguments)
         finally:
             self.launcher = launcher
+        if self.stop is not None and self.stop.received:
+            self.hydra_context.callbacks.on_multirun_end(config=self.config)
+            log.error(_stopped(recorder.failed, recorder.launched, sweep_dir))
+            raise SystemExit(EXIT_CODE)
         if not recorder.failed:
             return returns
         self.hydra_context.callbacks.on_multirun_end(config=self.config)
-        raise _failure(recorder.failed, recorder.launched, str(self.config.hydra.sweep.dir))
+        raise _failure(recorder.failed, recorder.launched, sweep_dir)
+
+    def is_done(self) -> bool:
+        # after SIGTERM, no further batch (hydra.sweeper.max_batch_size) is launched
+        return super().is_done() or (self.stop is not None and self.stop.received)
 
 
 class _FailureRecorder(Launcher):
@@ -103,6 +125,21 @@ def _failure(
         log.error(report)
         return bugs[0]
     return UserError(report)
+
+
+def _stopped(
+    failed: list[tuple[JobReturn, BaseException]], launched: list[Sequence[str]], sweep_dir: str
+) -> str:
+    """The report of a sweep stopped by SIGTERM: each unfinished job's line (where it
+    stopped, without its own command: the same command continues them all)."""
+    shared = shared_overrides(launched)
+    lines = [
+        f"job {_job_num(job)} ({own_overrides(job.overrides or [], shared)}): "
+        f"{first_line(error).split(' Run dir ', 1)[0].rstrip('.')}; log {_log(job)}"
+        for job, error in failed
+    ]
+    what = "did not finish (the sweep got SIGTERM)"
+    return unfinished_report(lines, len(launched), sweep_dir, what)
 
 
 def _job_num(job: JobReturn) -> str:

@@ -31,9 +31,12 @@ metric the runs of a row lack (``smae`` in a metrics.json written before it exis
 empty cell. ``--horizons 1,6,12`` adds the ``--horizon-metric`` (MAE by default) at those
 forecast steps (1 = first), aggregated the same way; ``--channels PM2.5,CO`` adds the
 ``--channel-metric`` (MAE by default) of those channels (columns ``mae[PM2.5]``, ...; empty
-for rows whose data has no such channel). The best cell of each metric column is bold
-(lowest MAE/RMSE/sMAE, highest PSNR/SSIM), compared within each data set. Rows are sorted by
-data set, then best first on the first metric.
+for rows whose data has no such channel). Runs of the held-out-sites protocol
+(``data.holdout_points``) get the MAE of their point groups (columns ``held_out/mae``,
+``trained/mae``); ``--groups`` names other point groups and ``--group-metric`` another
+metric. The best cell of each metric column is bold (lowest MAE/RMSE/sMAE, highest
+PSNR/SSIM), compared within each data set. Rows are sorted by data set, then best first on
+the first metric.
 
 ``--paper TABLE`` prints the runs next to the paper's values of that table
 (``docs/paper/<TABLE>.csv``) with the difference; :mod:`cloudlstm.cli.compare.paper` says how runs

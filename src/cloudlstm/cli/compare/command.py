@@ -13,8 +13,9 @@ from cloudlstm.cli.compare.groups import Group, group_runs, mixed_keys
 from cloudlstm.cli.compare.paper import TABLES, paper_table
 from cloudlstm.cli.compare.plots import plot
 from cloudlstm.cli.compare.runs import CompareError, Run, find_runs
-from cloudlstm.cli.compare.table import build_table
+from cloudlstm.cli.compare.table import build_table, reported_metrics
 from cloudlstm.engine.metrics import metric_names
+from cloudlstm.engine.quantile_metrics import quantile_metric_names
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,6 +42,15 @@ def _channels(text: str) -> list[str]:
     return channels
 
 
+def _point_groups(text: str) -> list[str]:
+    groups = [g.strip() for g in text.split(",")]
+    if not all(groups):
+        raise argparse.ArgumentTypeError(
+            f"expected point groups like held_out,trained; got {text!r}"
+        )
+    return groups
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m cloudlstm.cli.compare",
@@ -49,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     add = parser.add_argument
     metrics = metric_names()
+    # a quantile forecast's metrics (crps, coverage80, ...) on request: --metrics crps ...
+    choices = (*metrics, *quantile_metric_names())
     add("dirs", nargs="+", type=Path, help="run or multirun directories, or outputs/")
     add(
         "--by",
@@ -59,19 +71,32 @@ def _parser() -> argparse.ArgumentParser:
     add(
         "--metrics",
         nargs="+",
-        choices=metrics,
-        default=list(metrics),
-        help="metric columns (smae: scale-free MAE)",
+        choices=choices,
+        default=None,
+        help="metric columns, the first ranks the rows (smae: scale-free MAE; quantile "
+        "forecasts: crps, pinball, coverage80, width80, ...)",
     )
     add("--horizons", type=_horizons, default=[], help="forecast steps for columns, e.g. 1,6,12")
-    add("--horizon-metric", choices=metrics, default="mae", help="metric of --horizons, --plot")
+    add("--horizon-metric", choices=choices, default="mae", help="metric of --horizons, --plot")
     add("--channels", type=_channels, default=[], help="channels for columns, e.g. PM2.5,CO")
-    add("--channel-metric", choices=metrics, default="mae", help="metric of --channels")
+    add("--channel-metric", choices=choices, default="mae", help="metric of --channels")
+    add(
+        "--groups",
+        type=_point_groups,
+        help="point groups for columns, e.g. held_out,trained (default: those of "
+        "data.holdout_points where runs have them)",
+    )
+    add("--group-metric", choices=metrics, default="mae", help="metric of --groups")
     add("--format", choices=("markdown", "csv", "latex"), default="markdown")
     add("--plot", type=Path, metavar="DIR", help="write PNG figures to DIR")
     add("--html", type=Path, metavar="PATH", help="write the comparison as one web page")
     add("--wandb", action="store_true", help="log the comparison as one W&B run (offline)")
     add("--paper", choices=list(TABLES), help="the runs next to this table of the paper")
+    add(
+        "--uncalibrated",
+        action="store_true",
+        help="quantile metrics before the conformal calibration (module.calibrate=conformal)",
+    )
     add(
         "--include-evals",
         action="store_true",
@@ -90,9 +115,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     runs = _find_runs(args.dirs, args.include_evals)
+    if args.uncalibrated:
+        from cloudlstm.cli.compare.calibration import before_calibration
+
+        runs = [before_calibration(run) for run in runs]
     if args.paper:
         return _run_paper(runs, args)
     groups = group_runs(runs, args.by)
+    # by default every declared metric that a run reports
+    args.metrics = args.metrics or reported_metrics(groups)
     if mixed := mixed_keys(groups):
         print(
             f"compare: warning: runs in one row differ in {', '.join(mixed)}; "
@@ -106,6 +137,8 @@ def _run(args: argparse.Namespace) -> int:
         args.horizon_metric,
         args.channels,
         args.channel_metric,
+        args.groups,
+        args.group_metric,
     )
     # the page first: a path it cannot write is an error before any output
     page = _write_html(groups, table, args) if args.html else None
@@ -167,11 +200,12 @@ def _log_to_wandb(
 
 def _run_paper(runs: Sequence[Run], args: argparse.Namespace) -> int:
     """``--paper``: the runs next to a table of the paper, rows matched as paper.py says."""
-    if args.by or args.horizons or args.channels or args.plot or args.html or args.wandb:
+    table_options = (args.by, args.horizons, args.channels, args.groups, args.plot, args.html)
+    if any(table_options) or args.wandb:
         raise CompareError(
-            "--paper takes no --by, --horizons, --channels, --plot, --html or --wandb"
+            "--paper takes no --by, --horizons, --channels, --groups, --plot, --html or --wandb"
         )
-    table, notes = paper_table(runs, args.paper, args.metrics)
+    table, notes = paper_table(runs, args.paper, args.metrics or metric_names())
     for note in notes:
         print(f"compare: {note}", file=sys.stderr)
     _print_table(table, args.format)

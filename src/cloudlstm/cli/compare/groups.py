@@ -18,6 +18,7 @@ from cloudlstm.cli.compare.runs import RUN_KEYS, CompareError, Run
 NOT_SETTINGS = frozenset(
     {
         "seed",  # what the mean ± std of a row is over
+        "data.holdout_seed",  # the draw of held-out points: by default the seed, likewise
         "task_name", "tags", "print_config", "optimized_metric",
         "resume", "run_lock", "ckpt_path", "torch_threads", "keep_freed_memory",
         "run", "ckpt", "logger",  # eval.py's: the run and checkpoint tested, no logger

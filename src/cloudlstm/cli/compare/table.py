@@ -5,15 +5,25 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from cloudlstm.cli.compare.cells import Column
+from cloudlstm.cli.compare.cells import Column, Stat
 from cloudlstm.cli.compare.groups import Group, group_runs
 from cloudlstm.cli.compare.runs import CompareError, Run
-from cloudlstm.engine.metrics import metric_info, metric_names
+from cloudlstm.engine.metrics import metric_names
+from cloudlstm.engine.quantile_metrics import any_metric_info
+
+# the point groups of the held-out-sites protocol (cloudlstm.data.pipeline.held_out), shown
+# by default where runs have them
+HOLDOUT_GROUPS = ("held_out", "trained")
 
 
 def higher_is_better(metric: str) -> bool:
     """Whether ``metric``'s best is its highest value (its declaration says)."""
-    return metric_info(metric).higher_is_better
+    return any_metric_info(metric).higher_is_better
+
+
+def reported_metrics(groups: Sequence[Group]) -> list[str]:
+    """The declared metrics that at least one run of ``groups`` reports, in their order."""
+    return [m for m in metric_names() if any(m in run.overall for g in groups for run in g.runs)]
 
 
 def build_table(
@@ -23,18 +33,23 @@ def build_table(
     horizon_metric: str = "mae",
     channels: Sequence[str] = (),
     channel_metric: str = "mae",
+    point_groups: Sequence[str] | None = None,
+    group_metric: str = "mae",
 ) -> list[Column]:
     """Columns: group keys, n, params, epochs, train_s (steps and s_per_1k_steps where runs
-    have them), metrics (None: every declared one), horizon metric at each step,
-    channel metric of each channel (``mae[CO]``).
+    have them), metrics (None: every declared one that a run reports, so that runs from
+    before a metric existed show no empty column of it), horizon metric at each step,
+    channel metric of each channel (``mae[CO]``), group metric of each point group
+    (``held_out/mae``; ``point_groups`` None: the held-out protocol's groups, where runs
+    have them: :func:`default_point_groups`).
 
     Rows are sorted by data set, then best first on the first metric. A metric a row's runs
     lack (``smae`` in older metrics.json, another data set's channel) is an empty cell.
 
     Raises:
-        CompareError: a channel that no run has.
+        CompareError: a channel or a point group that no run has.
     """
-    metrics = metric_names() if metrics is None else metrics
+    metrics = reported_metrics(groups) if metrics is None else metrics
     rows = ranked(groups, metrics[0])
     columns = [Column(key, [g.keys[key] for g in rows]) for key in rows[0].keys]
     columns.append(Column("n", [len(g.runs) for g in rows]))
@@ -62,7 +77,40 @@ def build_table(
         )
         for c in channels
     ]
-    return columns
+    return columns + _point_group_columns(rows, group_metric, point_groups)
+
+
+def default_point_groups(groups: Sequence[Group]) -> list[str]:
+    """The point groups of the held-out-sites protocol (``held_out``, then ``trained``)
+    where some run has them; none otherwise (other groups, e.g. outliers, on request)."""
+    have = {name for g in groups for run in g.runs for name in run.groups}
+    return [name for name in HOLDOUT_GROUPS if HOLDOUT_GROUPS[0] in have]
+
+
+def _point_group_columns(
+    rows: Sequence[Group], metric: str, point_groups: Sequence[str] | None
+) -> list[Column]:
+    """``metric`` of each point group over the runs of each row (``held_out/mae``); an
+    empty cell where a run lacks it.
+
+    Raises:
+        CompareError: a group no run has (a typo), naming the groups the runs have.
+    """
+    shown = default_point_groups(rows) if point_groups is None else list(point_groups)
+    have = {name for g in rows for run in g.runs for name in run.groups}
+    if unknown := [name for name in shown if name not in have]:
+        valid = ", ".join(sorted(have)) or "none (no run scores point groups)"
+        raise CompareError(f"no run has point group(s) {', '.join(unknown)}; groups: {valid}")
+    return [
+        Column(f"{name}/{metric}", [_group_metric(g, name, metric) for g in rows], _better(metric))
+        for name in shown
+    ]
+
+
+def _group_metric(group: Group, point_group: str, metric: str) -> Stat | None:
+    """A point group's metric over the runs of ``group``; None if a run lacks it."""
+    values = [run.groups.get(point_group, {}).get(metric) for run in group.runs]
+    return None if None in values else Stat.over(values)
 
 
 def _check_channels(groups: Sequence[Group], channels: Sequence[str]) -> None:
@@ -100,7 +148,7 @@ def ranked(groups: Sequence[Group], metric: str) -> list[Group]:
 
 
 def _better(metric: str) -> str:
-    return metric_info(metric).best
+    return any_metric_info(metric).best
 
 
 def best_rows(column: Column, data: Sequence[str]) -> set[int]:

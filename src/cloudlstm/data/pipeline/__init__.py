@@ -7,6 +7,8 @@
   window's input reads (the paper's seasonal input too), the windows each part holds;
 * ``coordinates``: the coordinates a model sees, normalised, with the outlier options
   (``outliers``: spatial outliers found by DBSCAN or made by the paper's shift study);
+* ``held_out``: the points held out of training (``data.holdout_points``) and what the
+  windows hide of them;
 * ``model_input``: the one rule putting a model's input together (channel order,
   normalisation, NaN to 0), for training and forecasting alike;
 * ``windows``: the (input, target) windows a model is trained on, read lazily;

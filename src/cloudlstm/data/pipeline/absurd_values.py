@@ -39,6 +39,11 @@ within 850-1100 hPa); ``data.valid_ranges`` (``{channel: [lo, hi]}``, null for a
 outside its channel's range is refused, or missing with ``bad_values=warn``, as an absurd
 value is, and before the z-scores are measured: the same search and the same line, naming
 the range and the option that changes it.
+
+Forecasting new data checks a history the same way (:func:`checked_history`), against the
+training data's medians, spreads, ranges and ``max_abs_z`` (:func:`training_reference`),
+which the checkpoint stores (``DataSpec.value_reference``): a history is too short to
+measure its own spreads, and its values must be judged by the data the model learned.
 """
 
 from __future__ import annotations
@@ -65,9 +70,11 @@ __all__ = [
     "check_max_abs_z",
     "check_resolution",
     "check_valid_ranges",
+    "checked_history",
     "checked_stream",
     "merged_ranges",
     "robust_spread",
+    "training_reference",
 ]
 
 log = logging.getLogger(__name__)
@@ -222,6 +229,7 @@ def checked_stream(
     what: str,
     mode_option: str | None,
     valid_ranges: Mapping[str, Range] | None = None,
+    held_out: np.ndarray | None = None,
 ) -> PointCloudStream:
     """``stream``, checked for values outside their channel's valid range, then for absurd
     values (module docstring); with ``mode="warn"`` a copy in which they are missing and
@@ -235,6 +243,8 @@ def checked_stream(
         mode_option: the option that selects ``mode`` (``data.source.bad_values``), or None
             where the source has none.
         valid_ranges: ``{channel: (lo, hi)}`` (:func:`merged_ranges`); None end: open.
+        held_out: ``(N,)`` bool, points held out of training: their readings give no
+            median or spread (their values are still checked against the others').
 
     Raises:
         UserError: ``mode="error"`` and some values are out of range or absurd.
@@ -244,7 +254,7 @@ def checked_stream(
     if valid_ranges:
         stream = _checked(stream, _range_bounds(stream, valid_ranges), mode, what, mode_option)
     if max_abs_z is not None:
-        bounds = _z_bounds(stream, train, max_abs_z)
+        bounds = _z_bounds(stream, train, max_abs_z, held_out)
         stream = _checked(stream, bounds, mode, what, mode_option)
     return stream
 
@@ -266,9 +276,14 @@ def _checked(
     return _as_missing(stream, found.where)
 
 
-def _range_bounds(stream: PointCloudStream, ranges: Mapping[str, Range]) -> _Bounds:
-    """The check of the channels' valid ranges. The ends are rounded to the stream's float
-    type, so that a reading of exactly an end (0.1 read as float32) lies within."""
+def _range_bounds(
+    stream: PointCloudStream,
+    ranges: Mapping[str, Range],
+    fix: Callable[[str], str] | None = None,
+) -> _Bounds:
+    """The check of the channels' valid ranges (``fix``: how its line ends, by default
+    naming ``data.valid_ranges``). The ends are rounded to the stream's float type, so
+    that a reading of exactly an end (0.1 read as float32) lies within."""
     c = stream.num_channels
     lo, hi = np.full(c, -np.inf), np.full(c, np.inf)
     for name, (low, high) in ranges.items():
@@ -282,13 +297,13 @@ def _range_bounds(stream: PointCloudStream, ranges: Mapping[str, Range]) -> _Bou
     def detail(k: int, value: float) -> str:
         return f"valid range {_range_text(*ranges[names[k]])}"
 
-    def fix(name: str) -> str:
+    def change(name: str) -> str:
         return (
             f"change the range if they are real readings: {RANGES_OPTION}={{{name}:[lo,hi]}} "
             f"(null for an open end; {{{name}:null}}: no check)"
         )
 
-    return _Bounds(lo, hi, "lie outside their channel's valid range", detail, fix)
+    return _Bounds(lo, hi, "lie outside their channel's valid range", detail, fix or change)
 
 
 def _range_text(lo: float | None, hi: float | None) -> str:
@@ -297,9 +312,25 @@ def _range_text(lo: float | None, hi: float | None) -> str:
     return f">= {lo:g}" if hi is None else f"[{lo:g}, {hi:g}]"
 
 
-def _z_bounds(stream: PointCloudStream, train: tuple[int, int], max_abs_z: float) -> _Bounds:
+def _z_bounds(
+    stream: PointCloudStream,
+    train: tuple[int, int],
+    max_abs_z: float,
+    held_out: np.ndarray | None = None,
+) -> _Bounds:
     """The check of robust z-scores: within ``max_abs_z`` spreads of the training median."""
-    median, spread = _training_spreads(stream, train)
+    return _z_bounds_of(*_training_spreads(stream, train, held_out), max_abs_z)
+
+
+def _z_bounds_of(
+    median: np.ndarray,
+    spread: np.ndarray,
+    max_abs_z: float,
+    fix: Callable[[str], str] | None = None,
+) -> _Bounds:
+    """The check of robust z-scores against each channel's ``median`` and ``spread``
+    ``(C,)`` (NaN: not checked); ``fix``: how its line ends, by default naming
+    ``data.max_abs_z``."""
     checked = np.isfinite(median)
     half = np.where(checked, max_abs_z * spread, np.inf)
     center = np.where(checked, median, 0.0)
@@ -316,25 +347,30 @@ def _z_bounds(stream: PointCloudStream, train: tuple[int, int], max_abs_z: float
         f"lie more than {max_abs_z:g} typical spreads from their channel's training median "
         "(robust z-score)",
         detail,
-        lambda _: "raise data.max_abs_z if they are real readings (null: no check)",
+        fix or (lambda _: "raise data.max_abs_z if they are real readings (null: no check)"),
     )
 
 
 def _training_sample(
-    stream: PointCloudStream, train: tuple[int, int]
+    stream: PointCloudStream, train: tuple[int, int], held_out: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(values, observed)`` of the training part's time steps, strided down to about
-    :data:`SAMPLE_SIZE` values per channel."""
+    :data:`SAMPLE_SIZE` values per channel; the ``held_out`` points' count as unobserved."""
     first, end = train
     stride = max(1, math.ceil((end - first) * stream.num_points / SAMPLE_SIZE))
     values = np.asarray(stream.values[first:end:stride])
-    return values, np.asarray(stream.mask[first:end:stride]) & np.isfinite(values)
+    observed = np.asarray(stream.mask[first:end:stride]) & np.isfinite(values)
+    if held_out is not None:
+        observed[:, held_out] = False
+    return values, observed
 
 
-def _training_spreads(stream: PointCloudStream, train: tuple[int, int]) -> tuple[np.ndarray, ...]:
+def _training_spreads(
+    stream: PointCloudStream, train: tuple[int, int], held_out: np.ndarray | None = None
+) -> tuple[np.ndarray, ...]:
     """Per channel median and spread of the training part's observed values (NaN where a
     channel has none: it is not checked; the scaler says why it cannot be fitted)."""
-    values, seen = _training_sample(stream, train)
+    values, seen = _training_sample(stream, train, held_out)
     c = stream.num_channels
     median, spread = np.full(c, np.nan), np.full(c, np.nan)
     for k in range(c):
@@ -350,6 +386,7 @@ def check_resolution(
     scaler: StandardScaler,
     what: str,
     max_abs_z: float | None,
+    held_out: np.ndarray | None = None,
 ) -> None:
     """Refuse a ``scaler`` (fitted on the training part) under which the middle 98 % of a
     channel's training readings (1st to 99th percentile) normalise to one and the same
@@ -362,13 +399,14 @@ def check_resolution(
     persistence forecast (``module.anchor=last``, whose head then never leaves 0 under an
     L1 loss, whose gradient at 0 is 0) scores a test MAE of exactly 0. Sane data does not
     trip it: the bulk of its readings spans a good part of a standard deviation, millions
-    of times float32's resolution there.
+    of times float32's resolution there. The ``held_out`` points' ``(N,)`` readings (points
+    held out of training) are not looked at, as the scaler does not fit them.
 
     Raises:
         UserError: naming the channel, the readings, the scaler's mean and standard
             deviation, and ``data.max_abs_z``.
     """
-    values, seen = _training_sample(stream, train)
+    values, seen = _training_sample(stream, train, held_out)
     mean, std = scaler.mean.astype(np.float32), scaler.std.astype(np.float32)
     for k, name in enumerate(stream.channel_names):
         raw = values[..., k][seen[..., k]]
@@ -456,3 +494,83 @@ def _as_missing(stream: PointCloudStream, where: np.ndarray) -> PointCloudStream
             warnings.simplefilter("ignore", RuntimeWarning)
             values[:, point, channel] = np.nanmean(others, axis=1)
     return replace(stream, values=values, mask=mask)
+
+
+def training_reference(
+    stream: PointCloudStream,
+    train: tuple[int, int],
+    max_abs_z: float | None,
+    valid_ranges: Mapping[str, Range] | None = None,
+    held_out: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """What :func:`checked_stream` judged the data by, as plain values (for a checkpoint):
+    ``{"max_abs_z": z, "channels": {name: {"median", "spread", "range"}}}``, each channel's
+    training median and spread (None where it has no training reading) and valid range
+    (``[lo, hi]``, None for an open end; None: no range).
+
+    Args:
+        train, held_out: as for :func:`checked_stream`.
+        valid_ranges: ``{channel: (lo, hi)}`` (:func:`merged_ranges`).
+    """
+    median, spread = _training_spreads(stream, train, held_out)
+    ranges = valid_ranges or {}
+
+    def number(value: float) -> float | None:
+        return float(value) if np.isfinite(value) else None
+
+    return {
+        "max_abs_z": max_abs_z,
+        "channels": {
+            name: {
+                "median": number(median[k]),
+                "spread": number(spread[k]),
+                "range": list(ranges[name]) if name in ranges else None,
+            }
+            for k, name in enumerate(stream.channel_names)
+        },
+    }
+
+
+def checked_history(
+    stream: PointCloudStream,
+    reference: Mapping[str, Any],
+    mode: str,
+    what: str,
+    mode_option: str | None,
+) -> PointCloudStream:
+    """A forecast's history ``stream``, checked as :func:`checked_stream` checks training
+    data, against the training data's ``reference`` (:func:`training_reference`; channels
+    it lacks are not checked); with ``mode="warn"`` a copy in which the values found are
+    missing (and filled).
+
+    Raises:
+        UserError: ``mode="error"`` and some values are out of range or absurd.
+    """
+    known = reference.get("channels") or {}
+    own = [known.get(name) or {} for name in stream.channel_names]
+    ranges = {
+        name: tuple(entry["range"])
+        for name, entry in zip(stream.channel_names, own, strict=True)
+        if entry.get("range") is not None
+    }
+    if ranges:
+
+        def wider(name: str) -> str:
+            return f"retrain with a wider {RANGES_OPTION} if they are real readings"
+
+        stream = _checked(stream, _range_bounds(stream, ranges, wider), mode, what, mode_option)
+    max_abs_z = reference.get("max_abs_z")
+    if max_abs_z is None:
+        return stream
+
+    def stat(key: str) -> np.ndarray:
+        return np.array([np.nan if e.get(key) is None else e[key] for e in own], dtype=float)
+
+    def higher(_: str) -> str:
+        return (
+            f"retrain with a higher data.max_abs_z (the run's: {max_abs_z:g}) if they are "
+            "real readings: the model saw none like them"
+        )
+
+    bounds = _z_bounds_of(stat("median"), stat("spread"), float(max_abs_z), higher)
+    return _checked(stream, bounds, mode, what, mode_option)

@@ -26,6 +26,7 @@ from cloudlstm.data.pipeline.absurd_values import (
     check_valid_ranges,
 )
 from cloudlstm.data.pipeline.coordinates import CoordScale, check_outlier_options, model_coords
+from cloudlstm.data.pipeline.held_out import check_holdout, held_out_groups
 from cloudlstm.data.pipeline.loaders import (
     each_window_once,
     epoch_progress,
@@ -101,6 +102,13 @@ class PointCloudDataModule(LightningDataModule):
             :mod:`cloudlstm.data.covariates`). The stream's measured covariates
             (declared by its source, e.g. ``data.source.covariates`` for Beijing) are input
             channels too; neither is forecast.
+        holdout_points: points held out of training (:mod:`cloudlstm.data.pipeline.held_out`):
+            a fraction in (0, 1) or a number of points, drawn with ``holdout_seed``, or a
+            list of point ids; None: none. Their readings never reach a training or
+            validation window (0 with masks False) nor the scaler; test metrics score them
+            as the point group ``held_out`` beside ``trained``.
+        holdout_history: test inputs hold the held-out points' own readings; False: none
+            (the forecast comes from the other points alone).
 
     The stream is loaded once; the scaler is fitted on the training part only (a time chunk
     at a time); coordinates are min-max normalised to [0, 1]. Windows are read from the
@@ -143,9 +151,13 @@ class PointCloudDataModule(LightningDataModule):
         outlier_seed: int = 0,
         score_filled: bool = False,
         time_features: list[str] | None = None,
+        holdout_points: Any = None,
+        holdout_seed: int = 0,
+        holdout_history: bool = True,
     ) -> None:
         super().__init__()
         check_outlier_options(outliers, outlier_shift)
+        self.holdout = check_holdout(holdout_points, holdout_seed, holdout_history)
         _check_sizes(
             num_points,
             {
@@ -185,6 +197,7 @@ class PointCloudDataModule(LightningDataModule):
     def _clear(self) -> None:
         """What loading and :meth:`setup` fill in, empty."""
         self.point_groups: dict[str, np.ndarray] = {}
+        self.held_out: np.ndarray | None = None  # (N,) bool, set in setup with holdout_points
         self._stream: PointCloudStream | None = None
         self._built = False
         self._scaler_state: dict | None = None
@@ -210,6 +223,7 @@ class PointCloudDataModule(LightningDataModule):
                 (self.val_fraction, self.test_fraction),
                 self.max_abs_z,
                 self.valid_ranges,
+                self.holdout,
             )
         return self._stream
 
@@ -244,16 +258,21 @@ class PointCloudDataModule(LightningDataModule):
             stream.name,
             stream.num_steps,
         )
+        if self.holdout is not None:
+            self.held_out = self.holdout.mask(stream.point_ids, data_name(self.source, stream))
         self.scaler = fitted_scaler(
             stream,
             self.bounds["train"],
             self._scaler_state,
             data_name(self.source, stream),
             self.max_abs_z,
+            self.held_out,
         )
         self._coords, track, self.coord_scale, self.point_groups = model_coords(
             stream, self.bounds["train"][1], self.outlier_options
         )
+        if self.held_out is not None:
+            self.point_groups = {**self.point_groups, **held_out_groups(self.held_out)}
         self._time_values = time_feature_values(stream, self.time_features)
         # No normalised copy of the values: each window is read from the stream (memory-mapped
         # when it comes from the cache) and normalised when it is asked for; filled
@@ -264,6 +283,7 @@ class PointCloudDataModule(LightningDataModule):
             if end - first < span:
                 self.datasets[split] = None
                 continue
+            hide_inputs, hide_targets = self._hidden(split)
             self.datasets[split] = WindowDataset(
                 stream.values,
                 mask,
@@ -280,8 +300,17 @@ class PointCloudDataModule(LightningDataModule):
                 check_mask=False,  # PointCloudStream checked it
                 num_targets=self.num_channels,
                 time_features=self._time_values,
+                hide_inputs=hide_inputs,
+                hide_targets=hide_targets,
             )
         self._built = True
+
+    def _hidden(self, split: str) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The points whose readings a ``split`` window hides from its input and from its
+        target (:meth:`~cloudlstm.data.pipeline.held_out.HoldOut.hidden`); None: none."""
+        if self.held_out is None:
+            return None, None
+        return self.holdout.hidden(split, self.held_out)
 
     @property
     def input_offsets(self) -> np.ndarray:
@@ -373,7 +402,10 @@ class PointCloudDataModule(LightningDataModule):
         return epoch_progress(self.trainer)
 
     def val_dataloader(self) -> DataLoader | list:
-        return ordered_loader(self.val_dataset, self.batch_size, self.num_workers, self.pin_memory)
+        # as the test loader's: under DDP every window scored once, as in one process
+        dataset = self.val_dataset
+        sampler = None if dataset is None else each_window_once(dataset, self.trainer)
+        return ordered_loader(dataset, self.batch_size, self.num_workers, self.pin_memory, sampler)
 
     def test_dataloader(self) -> DataLoader | list:
         # Not shuffled: windows come in chronological order. Under DDP no window is repeated

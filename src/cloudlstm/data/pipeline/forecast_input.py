@@ -7,7 +7,11 @@ kept, gaps are filled as the loaders fill them
 nearest reading), and values and coordinates are normalised with the statistics stored in the
 checkpoint (:class:`~cloudlstm.data.spec.DataSpec`); nothing is fitted on the new
 data. The input's channels are put together and normalised as the training windows' are
-(:mod:`cloudlstm.data.pipeline.model_input`, the one rule of both).
+(:mod:`cloudlstm.data.pipeline.model_input`, the one rule of both). Its values are checked
+as training data's are: cells that are no finite number
+(:func:`~cloudlstm.data.sources.bad_values.channel_values`), then values outside their
+channel's valid range or absurd against the training medians and spreads
+(:func:`~cloudlstm.data.pipeline.absurd_values.checked_history`).
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ import numpy as np
 import pandas as pd
 
 from cloudlstm.data.covariates import time_features
+from cloudlstm.data.pipeline.absurd_values import checked_history
 from cloudlstm.data.pipeline.model_input import (
     normalised,
     positions_before_covariates,
     with_time_features,
 )
+from cloudlstm.data.sources.bad_values import channel_values, check_mode
 from cloudlstm.data.sources.tables import (
     check_columns,
     infer_step,
@@ -34,6 +40,7 @@ from cloudlstm.data.sources.tables import (
     pivot_long,
 )
 from cloudlstm.data.spec import DataSpec
+from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.data.transforms import scale_coords
 from cloudlstm.errors import UserError
 
@@ -185,7 +192,9 @@ def order_points(ids: list[str], info: DataSpec, what: str) -> list[str]:
     return known + new
 
 
-def build_input(df: pd.DataFrame, info: DataSpec, what: str = "the history") -> ForecastInput:
+def build_input(
+    df: pd.DataFrame, info: DataSpec, what: str = "the history", bad_values: str = "error"
+) -> ForecastInput:
     """The normalised model input of the forecast after the last timestamp of ``df``.
 
     Args:
@@ -194,18 +203,24 @@ def build_input(df: pd.DataFrame, info: DataSpec, what: str = "the history") -> 
             are computed from the times.
         info: the training data's description, from the checkpoint.
         what: how to name ``df`` in error messages.
+        bad_values: what a value that is no finite number, outside its channel's valid
+            range or absurd does: ``error``, or ``warn`` (it is missing, and filled).
 
     Raises:
-        UserError: missing columns, unreadable cells, another sampling interval, too little
-            history, points without coordinates, or points the model cannot take.
+        UserError: missing columns, unreadable cells, bad values (``bad_values=error``),
+            another sampling interval, too little history, points without coordinates,
+            or points the model cannot take.
     """
-    df, step = recent_window(parse_history(df, info, what), info, what)
+    mode = check_mode(bad_values)
+    table = parse_history(df, info, what).reset_index(drop=True)  # index: the table's rows
+    df, step = recent_window(table, info, what)
     need = info.history_steps
     ids = order_points(df[info.id_col].unique().tolist(), info, what)
     index = {p: n for n, p in enumerate(ids)}
     with user_errors():
         grid = pivot_long(df, info.time_col, info.id_col, step, "error", what)
-        values = np.stack([numeric_column(df, c, what) for c in _read_channels(info)], axis=1)
+        # as training reads them; messages name the rows of the table given
+        values = channel_values(df, _read_channels(info), what, mode, df.index.to_numpy())
         positions = np.stack([numeric_column(df, c, what) for c in info.coord_cols], axis=1)
     # the grid starts at the history's first row; the window ends at its last timestamp
     first = need - len(grid.timestamps)
@@ -215,6 +230,8 @@ def build_input(df: pd.DataFrame, info: DataSpec, what: str = "the history") -> 
     pos = np.full((need, len(ids), info.num_dims), np.nan)
     pos[first:, column] = grid.scatter(positions)
     raw_coords, track, located = _coordinates(pos, ids, info, what)
+    times = grid.timestamps[-1] - step * np.arange(need - 1, -1, -1)
+    raw = _checked_values(raw, ids, raw_coords, times, info, what, mode)
     filled, observed = interpolate_gaps(raw)
     if info.moving:  # positions are channels too, as in training
         cut = len(info.value_channels)
@@ -241,6 +258,34 @@ def build_input(df: pd.DataFrame, info: DataSpec, what: str = "the history") -> 
         step=step,
         future=future,
     )
+
+
+def _checked_values(
+    raw: np.ndarray,
+    ids: list[str],
+    coords: np.ndarray,
+    times: np.ndarray,
+    info: DataSpec,
+    what: str,
+    mode: str,
+) -> np.ndarray:
+    """``raw (H, N, C)`` (NaN: missing) checked for values outside their channel's valid
+    range and absurd ones, against the training data's (``info.value_reference``; a
+    checkpoint written before it: not checked); with ``mode="warn"`` those made NaN."""
+    if info.value_reference is None:
+        return raw
+    observed = np.isfinite(raw)
+    stream = PointCloudStream(
+        values=np.where(observed, raw, 0.0),
+        mask=observed,
+        coords=coords,
+        channel_names=_read_channels(info),
+        point_ids=ids,
+        timestamps=times,
+    )
+    option = "data.source.bad_values"
+    checked = checked_history(stream, info.value_reference, mode, what, option)
+    return np.where(checked.mask, raw, np.nan).astype(np.float32)
 
 
 def _read_channels(info: DataSpec) -> list[str]:

@@ -6,14 +6,16 @@ puts in its ``DistributedSampler`` instead). Validation and test batches come in
 (chronological) order.
 
 Under DDP Lightning's ``DistributedSampler`` pads the ranks to equal length by repeating
-windows, and a repeated test window would be scored twice: test loaders take
+windows, and a repeated window would be scored twice: validation and test loaders take
 :func:`each_window_once` instead, a sampler without repeats (the ranks may then run one
-batch more or fewer, which is safe without gradients). The training engine brings the
-ranks' results together on rank 0 (``gather_on_rank_zero``).
+batch more or fewer, which is safe without gradients), so that their metrics are a
+one-process run's. The training engine brings the ranks' results together on rank 0
+(``gather_on_rank_zero``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -24,11 +26,25 @@ from cloudlstm.data.pipeline.resumable import ResumableLoader, ShuffleSampler
 
 __all__ = ["each_window_once", "epoch_progress", "ordered_loader", "training_loader"]
 
+log = logging.getLogger(__name__)
+
 
 def each_window_once(dataset: Dataset, trainer: Any) -> Sampler | None:
     """Under DDP, a sampler giving rank ``r`` the windows ``r, r + world_size, ...``, in
-    order and none twice; None outside DDP (``trainer`` None or a single process)."""
+    order and none twice; None outside DDP (``trainer`` None or a single process), and
+    where there are fewer windows than processes: every process must run a batch (the
+    first forward pass of a DDP model, and the metrics' reduction, are collective), so
+    Lightning's sampler then repeats windows, which the metrics count twice (said once)."""
     if trainer is None or trainer.world_size < 2:
+        return None
+    if len(dataset) < trainer.world_size:
+        log.warning(
+            "%d windows for %d processes: every process needs one, so some are scored "
+            "twice and the metrics differ from one process's (fewer processes, or a larger "
+            "part, avoid it).",
+            len(dataset),
+            trainer.world_size,
+        )
         return None
     return UnrepeatedDistributedSampler(
         dataset, num_replicas=trainer.world_size, rank=trainer.global_rank, shuffle=False

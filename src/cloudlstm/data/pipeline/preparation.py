@@ -22,6 +22,7 @@ from cloudlstm.data.pipeline.absurd_values import (
     checked_stream,
     merged_ranges,
 )
+from cloudlstm.data.pipeline.held_out import HoldOut
 from cloudlstm.data.pipeline.model_input import positions_before_covariates
 from cloudlstm.data.pipeline.splits import split_bounds
 from cloudlstm.data.stream import PointCloudStream
@@ -63,6 +64,7 @@ def prepared_stream(
     fractions: tuple[float, float],
     max_abs_z: float | None,
     valid_ranges: Mapping[str, Range | None],
+    holdout: HoldOut | None = None,
 ) -> PointCloudStream:
     """The stream the model sees: the source's, restricted to the point subset, checked
     for absurd and out-of-range values, with position channels for moving points.
@@ -74,6 +76,8 @@ def prepared_stream(
             training part (:func:`~cloudlstm.data.pipeline.splits.split_bounds`).
         max_abs_z, valid_ranges: the datamodule's checks
             (:mod:`~cloudlstm.data.pipeline.absurd_values`).
+        holdout: the points held out of training (:mod:`~cloudlstm.data.pipeline.held_out`),
+            whose readings the checks take no statistics from; None: none.
     """
     stream = source if isinstance(source, PointCloudStream) else None
     if stream is None:
@@ -86,7 +90,10 @@ def prepared_stream(
     if subset is not None:
         stream = _random_subset(stream, *subset)
     train = split_bounds(stream.num_steps, *fractions)["train"]
-    stream = _without_absurd_values(stream, source, train, max_abs_z, valid_ranges)
+    held_out = None
+    if holdout is not None:
+        held_out = holdout.mask(stream.point_ids, data_name(source, stream))
+    stream = _without_absurd_values(stream, source, train, max_abs_z, valid_ranges, held_out)
     if stream.moving:
         stream = with_position_channels(stream)
     return stream
@@ -109,10 +116,11 @@ def _without_absurd_values(
     train: tuple[int, int],
     max_abs_z: float | None,
     valid_ranges: Mapping[str, Range | None],
+    held_out: np.ndarray | None = None,
 ) -> PointCloudStream:
     """``stream`` checked for values outside their channel's valid range and for absurd
-    values (:mod:`~cloudlstm.data.pipeline.absurd_values`) against its ``train`` part, as
-    the source's ``bad_values`` mode says."""
+    values (:mod:`~cloudlstm.data.pipeline.absurd_values`) against its ``train`` part (the
+    ``held_out`` points' readings aside), as the source's ``bad_values`` mode says."""
     declared = CachedSource.declared_by(source)
     mode = declared.bad_values
     option = "data.source.bad_values" if mode is not None else None
@@ -125,6 +133,7 @@ def _without_absurd_values(
         data_name(source, stream),
         option,
         valid_ranges=ranges,
+        held_out=held_out,
     )
 
 
@@ -181,6 +190,7 @@ def fitted_scaler(
     state: dict | None,
     what: str,
     max_abs_z: float | None,
+    held_out: np.ndarray | None = None,
 ) -> StandardScaler:
     """The scaler of the ``train`` part, fitted on its observed values (refused when it
     normalises a channel's readings to one number:
@@ -193,6 +203,8 @@ def fitted_scaler(
         state: a run's scaler to restore instead of fitting one; None: fit.
         what: how messages name the data (:func:`data_name`).
         max_abs_z: the datamodule's absurd-value threshold, named by the resolution check.
+        held_out: ``(N,)`` bool, points held out of training: the scaler does not fit
+            their readings.
 
     Raises:
         UserError: the restored scaler has another number of channels than the stream.
@@ -201,8 +213,12 @@ def fitted_scaler(
     if state is not None:
         scaler = StandardScaler.from_dict(state)
     else:
-        scaler = StandardScaler().fit(stream.values[tr0:tr1], stream.mask[tr0:tr1])
-        check_resolution(stream, (tr0, tr1), scaler, what, max_abs_z)
+        mask = stream.mask[tr0:tr1]
+        if held_out is not None:  # a copy: the stream's mask (maybe memory-mapped) stays
+            mask = np.array(mask, dtype=bool)
+            mask[:, held_out] = False
+        scaler = StandardScaler().fit(stream.values[tr0:tr1], mask)
+        check_resolution(stream, (tr0, tr1), scaler, what, max_abs_z, held_out)
     if scaler.num_channels != stream.num_channels:
         raise UserError(
             f"PointCloudDataModule: restored scaler has {scaler.num_channels} channels "

@@ -13,6 +13,9 @@ from cloudlstm.data.pipeline.splits import SPLITS, window_counts
 
 __all__ = ["print_summary", "summary"]
 
+# point groups whose ids the printed summary names (the others: their size)
+NAMED_GROUPS = ("outliers", "held_out")
+
 
 def summary(datamodule: Any) -> dict[str, Any]:
     """Sizes of the data and of each split of a set-up
@@ -48,6 +51,8 @@ def summary(datamodule: Any) -> dict[str, Any]:
         "seasonal": dm.seasonal is not None,
         "subset": None if dm.subset is None else list(dm.subset),
         "point_groups": {g: ids[m].tolist() for g, m in dm.point_groups.items()},
+        # with data.holdout_points: whether test inputs hold the held-out points' readings
+        "holdout_history": None if dm.held_out is None else dm.holdout.history,
         "source_metadata": _plain(extras),
     }
 
@@ -74,7 +79,8 @@ def print_summary(info: Mapping[str, Any], console: Any = None) -> None:
         table.add_row("moving points", "positions are forecast as pos_* channels")
     for group, ids in info["point_groups"].items():
         table.add_row(
-            group, f"{len(ids)}" + (f": {', '.join(ids[:12])}" if group == "outliers" else "")
+            group,
+            f"{len(ids)}" + (f": {', '.join(ids[:12])}" if group in NAMED_GROUPS else ""),
         )
     table.add_row("missing", f"{info['missing_fraction']:.2%}")
     for split in SPLITS:

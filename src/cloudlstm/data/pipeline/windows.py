@@ -88,6 +88,10 @@ class WindowDataset(Dataset):
         time_features: optional ``(T, F)`` float32 known-future features (e.g. the time of
             day as sin/cos), appended to ``x`` and given for the forecast steps as
             ``future``; always observed.
+        hide_inputs, hide_targets: optional ``(N,)`` bool: points whose readings (every
+            channel of ``values``) the input, respectively the target, holds as 0 with mask
+            False, whatever ``values`` hold there: points held out of training
+            (:mod:`cloudlstm.data.pipeline.held_out`). Time features are not readings.
     """
 
     def __init__(
@@ -107,6 +111,8 @@ class WindowDataset(Dataset):
         check_mask: bool = True,
         num_targets: int | None = None,
         time_features: np.ndarray | None = None,
+        hide_inputs: np.ndarray | None = None,
+        hide_targets: np.ndarray | None = None,
     ) -> None:
         offsets = _checked_offsets(input_steps, output_steps, stride, input_offsets)
         values, mask, coords_t = _checked_arrays(values, mask, coords)
@@ -147,6 +153,8 @@ class WindowDataset(Dataset):
         self._input_index = offsets + self.history_steps
         self.num_targets = _checked_targets(num_targets, values.shape[2])
         self.time_features = _checked_time_features(time_features, num_total)
+        self.hide_inputs = _checked_points(hide_inputs, values.shape[1])
+        self.hide_targets = _checked_points(hide_targets, values.shape[1])
         n = count_windows(end - start, self.history_steps, self.output_steps, self.stride)
         self.window_starts = start + self.stride * np.arange(n, dtype=np.int64)
 
@@ -171,11 +179,14 @@ class WindowDataset(Dataset):
         return t0, t0 + self.history_steps, t0 + self.history_steps + self.output_steps
 
     def _read(
-        self, steps: slice | np.ndarray, channels: int | None = None
+        self,
+        steps: slice | np.ndarray,
+        channels: int | None = None,
+        hidden: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Normalised values (no NaN, :func:`~cloudlstm.data.pipeline.model_input.normalised`)
         and mask of the given S time steps (and the first ``channels`` channels; None: all):
-        new ``(S, N, C)`` float32 and bool arrays."""
+        new ``(S, N, C)`` float32 and bool arrays; the ``hidden`` points' are 0 and False."""
         cut = slice(None, channels)
         raw = self.values[steps, :, cut]
         mean = None if self._mean is None else self._mean[cut]
@@ -184,6 +195,9 @@ class WindowDataset(Dataset):
         observed = (
             np.isfinite(raw) if self.mask is None else np.array(_bool(self.mask[steps, :, cut]))
         )
+        if hidden is not None:
+            window[:, hidden] = 0.0
+            observed[:, hidden] = False
         return window, observed
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
@@ -195,8 +209,8 @@ class WindowDataset(Dataset):
         m = t0 + self.history_steps
         e = m + self.output_steps
         steps = slice(t0, m) if self._contiguous else t0 + self._input_index
-        x, x_mask = self._read(steps)
-        y, y_mask = self._read(slice(m, e), self.num_targets)
+        x, x_mask = self._read(steps, hidden=self.hide_inputs)
+        y, y_mask = self._read(slice(m, e), self.num_targets, self.hide_targets)
         past = None if self.time_features is None else self.time_features[steps]
         x, x_mask = with_time_features(x, x_mask, past)
         coords = self.coords if self.coords_track is None else self.coords_track[m - 1]
@@ -279,6 +293,19 @@ def _checked_time_features(features: np.ndarray | None, num_steps: int) -> np.nd
             f"WindowDataset: time_features must be finite (T={num_steps}, F); got {features.shape}."
         )
     return features
+
+
+def _checked_points(points: np.ndarray | None, num_points: int) -> np.ndarray | None:
+    """An ``(N,)`` bool selection of points; None when it selects none."""
+    if points is None:
+        return None
+    points = np.asarray(points)
+    if points.dtype != np.bool_ or points.shape != (num_points,):
+        raise ValueError(
+            f"WindowDataset: hidden points must be ({num_points},) bool; got "
+            f"{points.dtype} {points.shape}."
+        )
+    return points.copy() if points.any() else None
 
 
 def _at_points(features: np.ndarray, num_points: int) -> torch.Tensor:

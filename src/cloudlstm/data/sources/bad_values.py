@@ -44,15 +44,26 @@ def mostly_numeric(series: pd.Series) -> bool:
 
 
 def channel_values(
-    df: pd.DataFrame, cols: Sequence[str], what: str, bad_values: str = "error"
+    df: pd.DataFrame,
+    cols: Sequence[str],
+    what: str,
+    bad_values: str = "error",
+    rows: Sequence[int] | None = None,
 ) -> np.ndarray:
     """The channel columns ``cols`` of ``df`` as ``(R, C)`` float32, NaN where empty.
+
+    ``rows``: the data row number of each row of ``df`` in the messages (rows of a larger
+    table); by default its position.
 
     Raises:
         UserError: ``bad_values="error"`` and some cells are bad (see the module docstring);
             the message counts them and names the first few ``(data row, column, cell)``.
     """
     values = np.empty((len(df), len(cols)), dtype=np.float32)
+
+    def number(r: int) -> int:
+        return int(r) if rows is None else int(rows[r])
+
     shown: list[tuple[int, str, Any]] = []
     count = 0
     for j, col in enumerate(cols):  # column by column: large files stay affordable
@@ -61,10 +72,10 @@ def channel_values(
         with np.errstate(over="ignore"):  # a finite float64 beyond float32 becomes inf
             column = parsed.astype(np.float32)
         bad = np.isinf(column) | (np.isnan(parsed) & series.notna().to_numpy())
-        rows = np.flatnonzero(bad)
-        count += len(rows)
-        shown += [(int(r), str(col), _plain(series.iloc[r])) for r in rows[:SHOWN]]
-        column[rows] = np.nan
+        bad_rows = np.flatnonzero(bad)
+        count += len(bad_rows)
+        shown += [(number(r), str(col), _plain(series.iloc[r])) for r in bad_rows[:SHOWN]]
+        column[bad_rows] = np.nan
         values[:, j] = column
     if count:
         _report(count, sorted(shown)[:SHOWN], what, check_mode(bad_values))

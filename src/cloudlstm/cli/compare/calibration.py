@@ -1,0 +1,35 @@
+"""``--uncalibrated``: the quantile metrics of runs before their conformal calibration.
+
+A run trained with ``module.calibrate=conformal`` reports its calibrated quantiles' metrics
+(``crps``, ``coverage80``, ...) in ``metrics.json``'s ``test`` and those of the quantiles
+before calibration in ``test.uncalibrated`` (overall, per step, per channel). With
+``--uncalibrated`` compare reads the latter in their place, so the same command prints the
+table before and after calibration; runs without them keep their own values.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from cloudlstm.cli.compare.runs import Run
+from cloudlstm.rundir.layout import METRICS_FILE
+
+
+def before_calibration(run: Run) -> Run:
+    """``run`` with its quantile metrics replaced by those before calibration, where its
+    ``metrics.json`` has them."""
+    test = json.loads((run.path / METRICS_FILE).read_text()).get("test") or {}
+    raw = test.get("uncalibrated")
+    if not raw:
+        return run
+    channels = {
+        name: {**values, **{m: s["mean"] for m, s in raw["per_channel"].get(name, {}).items()}}
+        for name, values in run.channels.items()
+    }
+    return replace(
+        run,
+        overall={**run.overall, **{m: s["mean"] for m, s in raw["overall"].items()}},
+        per_step={**run.per_step, **{m: s["mean"] for m, s in raw["per_step"].items()}},
+        channels=channels,
+    )

@@ -1,0 +1,167 @@
+"""Points held out of training: the protocol that measures forecasts at sites a model never
+trained on (``data.holdout_points``, ``data.holdout_seed``, ``data.holdout_history``).
+
+The held-out points stay in the cloud, at their positions, in every split, so that every
+window has the same N points and a model sized for the cloud keeps its size. What is taken
+from them is their readings (:meth:`HoldOut.hidden`):
+
+* training and validation windows: every measured channel of a held-out point (targets and
+  covariates alike) reads 0, the normalised mean, with its masks False, in the input and the
+  target; no loss, no validation metric and no statistic (scaler, absurd-value check) ever
+  reads them, so their values cannot reach the weights;
+* test windows: the targets are scored, as the ``held_out`` point group beside the
+  ``trained`` one; the inputs hold the held-out points' own readings
+  (``holdout_history=true``) or, like during training, none (``holdout_history=false``: the
+  forecast comes from the other points alone, as in kriging).
+
+Which points: a list of point ids, a count (a whole number >= 1) or a fraction in (0, 1)
+of the cloud, drawn with :func:`numpy.random.default_rng` of ``holdout_seed``
+(:meth:`HoldOut.mask`); the same data and settings always draw the same points.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from cloudlstm.errors import UserError
+
+__all__ = ["HELD_OUT", "TRAINED", "HoldOut", "check_holdout", "held_out_groups"]
+
+HELD_OUT = "held_out"  # the point group of the held-out points
+# ... and of the points trained on; not "training", which a torch ModuleDict of the groups'
+# metrics cannot hold (an nn.Module attribute)
+TRAINED = "trained"
+SHOWN = 6  # ids named in a message
+
+
+@dataclass(frozen=True)
+class HoldOut:
+    """Which points are held out of training, and what the test inputs hold of them.
+
+    Attributes:
+        points: ``data.holdout_points`` as given: a fraction in (0, 1), a count >= 1, or a
+            tuple of point ids (as text).
+        seed: ``data.holdout_seed``, the seed of a drawn fraction or count.
+        history: ``data.holdout_history``: test inputs hold the held-out points' readings.
+    """
+
+    points: float | int | tuple[str, ...]
+    seed: int
+    history: bool
+
+    def mask(self, point_ids: Sequence[Any], what: str = "the data") -> np.ndarray:
+        """``(N,)`` bool: the held-out points among ``point_ids`` (the stream's, in order).
+
+        Raises:
+            UserError: a named id is not a point of the data, or the selection leaves no
+                point to train on.
+        """
+        ids = [str(p) for p in point_ids]
+        n = len(ids)
+        if isinstance(self.points, tuple):
+            chosen = _named(self.points, ids, what)
+        else:
+            chosen = _drawn(self.points, self.seed, n, what)
+        if len(chosen) >= n:
+            raise UserError(
+                f"data.holdout_points={_text(self.points)} holds out all {n} points of {what}: "
+                "no point is left to train on; hold out fewer."
+            )
+        mask = np.zeros(n, dtype=bool)
+        mask[chosen] = True
+        return mask
+
+    def hidden(self, split: str, held_out: np.ndarray) -> tuple[np.ndarray | None, ...]:
+        """``(inputs, targets)``: the ``(N,)`` points whose readings a ``split`` window
+        hides from its input and from its target (None: none)."""
+        if split != "test":
+            return held_out, held_out
+        return (None if self.history else held_out), None
+
+
+def check_holdout(points: Any, seed: Any, history: Any) -> HoldOut | None:
+    """The datamodule's held-out options, checked before any data is read; None when
+    ``points`` is None (no point held out).
+
+    Raises:
+        UserError: ``points`` is neither a fraction in (0, 1), a count >= 1 nor a list of
+            distinct ids; ``seed`` is no whole number >= 0; ``history`` no boolean.
+    """
+    if points is None:
+        return None
+    if not isinstance(history, bool):
+        raise UserError(f"data.holdout_history={history!r}: use true or false.")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise UserError(
+            f"data.holdout_seed={seed!r}: use a whole number >= 0 (the draw of the held-out "
+            "points; by default the run's seed)."
+        )
+    return HoldOut(_checked_points(points), seed, history)
+
+
+def _checked_points(points: Any) -> float | int | tuple[str, ...]:
+    """``data.holdout_points`` as a fraction, a count or a tuple of ids."""
+    usage = (
+        "use a fraction in (0, 1) (drawn with data.holdout_seed), a number of points >= 1, "
+        "a list of point ids, e.g. [Dongsi,Tiantan], or null"
+    )
+    if isinstance(points, bool):
+        raise UserError(f"data.holdout_points={points!r}: {usage}.")
+    if isinstance(points, int | float):
+        if (isinstance(points, int) and points < 1) or (
+            isinstance(points, float) and not 0 < points < 1
+        ):
+            raise UserError(f"data.holdout_points={points}: {usage}.")
+        return points
+    if isinstance(points, str) or not isinstance(points, Iterable):
+        raise UserError(f"data.holdout_points={points!r}: {usage}.")
+    ids = tuple(str(p) for p in points)
+    if not ids:
+        raise UserError(f"data.holdout_points=[] holds out no point: {usage}.")
+    twice = sorted({p for p in ids if ids.count(p) > 1})
+    if twice:
+        raise UserError(f"data.holdout_points names {', '.join(twice)} twice: name each once.")
+    return ids
+
+
+def _named(named: tuple[str, ...], ids: list[str], what: str) -> np.ndarray:
+    """The indices of the ``named`` ids among ``ids``."""
+    index = {p: i for i, p in enumerate(ids)}
+    unknown = [p for p in named if p not in index]
+    if unknown:
+        raise UserError(
+            f"data.holdout_points names {_listed(unknown)}, not points of {what}, whose "
+            f"{len(ids)} points are {_listed(ids)}: name points of the data."
+        )
+    return np.array(sorted(index[p] for p in named), dtype=np.int64)
+
+
+def _drawn(points: float | int, seed: int, n: int, what: str) -> np.ndarray:
+    """``points`` (a count, or a fraction of ``n`` rounded half up, at least 1) drawn from
+    ``n`` points with their own generator, sorted."""
+    count = points if isinstance(points, int) else max(1, math.floor(points * n + 0.5))
+    if count >= n:
+        raise UserError(
+            f"data.holdout_points={points} holds out {count} of the {n} points of {what}: "
+            "no point is left to train on; hold out fewer."
+        )
+    return np.sort(np.random.default_rng(seed).choice(n, count, replace=False))
+
+
+def held_out_groups(held_out: np.ndarray) -> dict[str, np.ndarray]:
+    """The two point groups scored apart at test time: ``trained`` and ``held_out``."""
+    return {TRAINED: ~held_out, HELD_OUT: held_out.copy()}
+
+
+def _listed(ids: Sequence[str]) -> str:
+    more = f" and {len(ids) - SHOWN} more" if len(ids) > SHOWN else ""
+    return ", ".join(ids[:SHOWN]) + more
+
+
+def _text(points: float | int | tuple[str, ...]) -> str:
+    return f"[{','.join(points)}]" if isinstance(points, tuple) else str(points)

@@ -1,0 +1,131 @@
+"""Signals that stop or requeue a run, acted on by every DDP process at the same step.
+
+With one process Lightning's own handling holds: SIGTERM notes the signal and the loops
+stop at the next check; SLURM's requeue signal (SIGUSR1) saves ``hpc_ckpt_<n>.ckpt`` and
+requeues the job. With several processes both go wrong, because each process acts where
+the signal finds it:
+
+* Lightning's SIGTERM handler runs a ``broadcast`` inside the handler, in every process the
+  signal reaches (and rank 0 passes the signal on to the processes it started, which then
+  get it twice). Those collectives pair with whatever collective the other processes are
+  in at that moment (a gradient all-reduce, a buffer broadcast): the processes wait on each
+  other for good. A stopped ``ddp_cpu`` run hung this way until killed.
+* Its SIGUSR1 handler saves a checkpoint inside the handler, and a save is collective.
+
+:class:`SignalsTogether` replaces both handlers under DDP by ones that only note the
+signal. At the end of every training step the processes then tell each other what they
+noted (one all-reduce of two numbers) and act together, at the same step:
+
+* SIGTERM: Lightning's stop flag is set in every process, so its loops stop together
+  after this step (after the validation that follows it, if one does, so that the
+  validation and its checkpoints complete). ``CheckpointOnSigterm`` saves ``last.ckpt``
+  at that step as it does for one process (:mod:`cloudlstm.rundir.preemption`).
+* SIGUSR1 in a SLURM job with auto-requeue: Lightning's requeue (``hpc_ckpt_<n>.ckpt``,
+  ``scontrol requeue``) runs in every process at that step.
+
+A signal that comes while no training step runs (validation, testing, a sanity check) is
+acted on at the end of the next training step; one during testing lets the test finish.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from typing import Any
+
+import lightning as L
+import torch
+import torch.distributed as dist
+from lightning.pytorch.utilities.rank_zero import rank_prefixed_message
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SignalsTogether"]
+
+
+class SignalsTogether(L.Callback):
+    """Act on SIGTERM and SLURM's requeue signal in every DDP process at the same step.
+
+    Inert with one process. Added by the trainer's assembly in front of the configured
+    callbacks (its step-end hook runs before ``CheckpointOnSigterm``'s), so that every
+    DDP run has it, ``callbacks=none`` included.
+    """
+
+    def __init__(self) -> None:
+        self.terminate = False  # SIGTERM noted in this process, not yet acted on
+        self.requeue = False  # SLURM's requeue signal noted, not yet acted on
+        self._after_validation = False  # stop once the validation under way has ended
+        self._requeue_fn: Any = None  # Lightning's SIGUSR1 handler, run at the agreed step
+        self._rank = 0
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # Lightning registers its handlers after this hook (Trainer._run), from these
+        # attributes of its signal connector: put the noting ones in their place
+        if trainer.world_size < 2:
+            return
+        self._rank = trainer.global_rank
+        connector = trainer._signal_connector
+        connector._sigterm_notifier_fn = self._note_sigterm
+        if self._requeue_fn is None:
+            self._requeue_fn = connector._slurm_sigusr_handler_fn
+        connector._slurm_sigusr_handler_fn = self._note_requeue
+
+    def _note_sigterm(self, signum: int, _: Any) -> None:
+        if not self.terminate:
+            log.info(
+                rank_prefixed_message(
+                    "Received SIGTERM: every process stops at the end of a training step.",
+                    self._rank,
+                )
+            )
+        self.terminate = True
+
+    def _note_requeue(self, signum: int, _: Any) -> None:
+        if not self.requeue:
+            message = f"Received {_name(signum)}: the processes requeue the job together."
+            log.info(rank_prefixed_message(message, self._rank))
+        self.requeue = True
+
+    def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
+        if trainer.world_size < 2 or not (dist.is_available() and dist.is_initialized()):
+            return
+        terminate, requeue = self._agree(trainer)
+        if requeue and self._requeue_fn is not None:
+            self.requeue = False
+            self._requeue_fn(signal.SIGUSR1, None)  # saves (collectively) and requeues
+        if terminate and not trainer.received_sigterm:
+            if _validates_now(trainer):
+                self._after_validation = True
+            else:
+                trainer._signal_connector.received_sigterm = True
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._after_validation:  # every process ran the whole validation
+            self._after_validation = False
+            trainer._signal_connector.received_sigterm = True
+
+    def _agree(self, trainer: L.Trainer) -> tuple[bool, bool]:
+        """Whether any process noted SIGTERM, SLURM's requeue signal (one all-reduce)."""
+        noted = torch.tensor(
+            [float(self.terminate), float(self.requeue)], device=trainer.strategy.root_device
+        )
+        dist.all_reduce(noted, op=dist.ReduceOp.MAX)
+        terminate, requeue = (bool(v) for v in noted.tolist())
+        return terminate, requeue
+
+
+def _validates_now(trainer: L.Trainer) -> bool:
+    """Whether a validation follows the training step that just ended (False where
+    Lightning's loop cannot say: the processes then stop at once, together)."""
+    loop = trainer.fit_loop
+    try:
+        return bool(loop.epoch_loop._should_check_val_fx(loop._data_fetcher))
+    except Exception:  # Lightning's private API changed
+        return False
+
+
+def _name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"

@@ -1,0 +1,169 @@
+"""SIGTERM sent to the parent of a joblib sweep alone (``kill <pid>``, a container or job
+manager that signals one process): passed on to its jobs, which stop as a run does.
+
+The joblib launcher runs each job in a worker process of its own. Left to the default
+disposition, the parent died at once, without a word; its workers went on, each training
+its job to the end (or waiting forever for a parent that no longer reads its result). Here
+instead (the default sweeper, :mod:`hydra_plugins.cloudlstm_sweeper`, with
+``hydra/launcher=joblib``):
+
+* the parent, on SIGTERM (:class:`PassSigtermOn`), writes :data:`STOP_FILE` into the sweep
+  directory, then sends SIGTERM to each job that runs: the processes, its own children,
+  that hold a run directory's lock under the sweep directory (:mod:`cloudlstm.rundir.lock`);
+* a running job saves ``last.ckpt`` at its step and stops with its line
+  (:mod:`cloudlstm.rundir.preemption`), as a run does;
+* a job that had not started training (waiting for a worker, or loading its data) stops
+  before it trains (:func:`stopped_before_training`): it sees :data:`STOP_FILE`, or the
+  signal, which its worker process notes from the job's start (:class:`NoteSigtermInJobs`)
+  rather than die of it, which would break the worker pool and lose the others' results;
+* the parent waits for its jobs, prints a line per unfinished job and the command that
+  continues them (the same command: finished jobs return their results at once, stopped
+  ones resume from their checkpoints) and exits with 143.
+
+Why a file beside the signal: a job that takes its lock after the parent looked for the
+running jobs was not signalled; it takes its lock first, then looks for the file, which
+the parent wrote before looking, so no job is missed. The file is removed when the sweep
+ends, and when a sweep starts in the directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from cloudlstm.rundir.layout import LOCK_FILE
+from cloudlstm.rundir.preemption import (
+    RunInterrupted,
+    checkpoint_step,
+    continuation,
+    who_stopped,
+)
+from cloudlstm.rundir.resume import resume_candidates
+
+log = logging.getLogger(__name__)
+
+STOP_FILE = "sweep.sigterm"  # in the sweep directory: the sweep got SIGTERM
+_noted: list[bool] = []  # in a job's worker process: SIGTERM came (see NoteSigtermInJobs)
+
+
+def is_joblib(launcher: Any) -> bool:
+    """Whether a launcher (its config's ``_target_``, or the plugin) is joblib's."""
+    target = launcher.get("_target_", "") if isinstance(launcher, DictConfig) else launcher
+    name = target if isinstance(target, str) else type(target).__module__
+    return "joblib" in str(name)
+
+
+class PassSigtermOn:
+    """For the block (the sweep, in its parent process): SIGTERM passed on to the running
+    jobs, and :data:`STOP_FILE` written (module docstring). ``received``: it came."""
+
+    def __init__(self, sweep_dir: str | Path) -> None:
+        self.sweep_dir = Path(sweep_dir)
+        self.received = False
+        self._previous: Any = None
+
+    def __enter__(self) -> PassSigtermOn:
+        (self.sweep_dir / STOP_FILE).unlink(missing_ok=True)  # an earlier sweep's
+        self._previous = signal.signal(signal.SIGTERM, self._pass_on)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        signal.signal(signal.SIGTERM, self._previous)
+        (self.sweep_dir / STOP_FILE).unlink(missing_ok=True)
+
+    def _pass_on(self, signum: int, frame: FrameType | None) -> None:
+        self.received = True
+        with contextlib.suppress(OSError):  # the jobs are signalled all the same
+            self.sweep_dir.mkdir(parents=True, exist_ok=True)
+            (self.sweep_dir / STOP_FILE).touch()
+        jobs = running_jobs(self.sweep_dir)
+        for pid in jobs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        log.warning(
+            "SIGTERM: passed on to the running jobs (pids %s), which save and stop; the "
+            "jobs not started will not train.", ", ".join(map(str, jobs)) or "none"
+        )  # fmt: skip
+
+
+def running_jobs(sweep_dir: Path) -> list[int]:
+    """The pids of this process's children that hold a run directory under ``sweep_dir``."""
+    pids = []
+    for lock in sweep_dir.rglob(LOCK_FILE):
+        try:
+            holder = json.loads(lock.read_text() or "{}")
+            pid = int(holder.get("pid"))
+        except (OSError, ValueError, TypeError):
+            continue  # free, being written, or another kind of file
+        if holder.get("host") == socket.gethostname() and _parent(pid) == os.getpid():
+            pids.append(pid)
+    return sorted(set(pids))
+
+
+def _parent(pid: int) -> int | None:
+    """The parent pid of ``pid`` (Linux: ``/proc``; elsewhere the pid is trusted to be a
+    job's, which holds a lock: this process's); None where it is gone."""
+    if not Path("/proc/self/stat").exists():
+        return os.getpid()
+    try:
+        # "pid (name) state ppid ...": the name may hold spaces, so split after its ")"
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class NoteSigtermInJobs(Callback):
+    """``hydra.callbacks.sweep_sigterm`` of ``train.py``: in a job of a joblib sweep, SIGTERM
+    is noted from the job's start on (Lightning's own handler, installed when training
+    starts, calls this one too), so that a job signalled before it trains stops there
+    instead of dying with its worker (a worker that dies breaks joblib's pool, and the
+    other jobs' results are lost). The handler stays for the worker's later jobs: a signal
+    between two jobs is noted rather than fatal, and each job starts with no note (a
+    sweep that got SIGTERM tells its later jobs by :data:`STOP_FILE`)."""
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not is_joblib(config.hydra.get("launcher") or {}):
+            return
+        _noted.clear()  # a signal to the worker's job before is not this job's
+        if signal.getsignal(signal.SIGTERM) is not _note:
+            signal.signal(signal.SIGTERM, _note)
+
+
+def _note(signum: int, frame: FrameType | None) -> None:
+    _noted.append(True)
+
+
+def stopped_before_training(cfg: DictConfig, run_dir: Path) -> RunInterrupted | None:
+    """The error that stops a job of a sweep that got SIGTERM before it trains (its line
+    logged), or None: no such sweep, or no signal."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    if not is_joblib(HydraConfig.get().get("launcher") or {}):
+        return None
+    stop = Path(str(HydraConfig.get().sweep.dir)) / STOP_FILE
+    if not (_noted or stop.is_file()):
+        return None
+    newest = max(resume_candidates(run_dir), key=lambda p: p.stat().st_mtime_ns, default=None)
+    state, goes_on = "no checkpoint yet", "starts it"
+    if newest is not None:
+        state = f"its newest checkpoint is {newest}, of step {checkpoint_step(newest)}"
+        goes_on = "continues from it"
+    message = (
+        f"{who_stopped().capitalize()}stopped by SIGTERM before training ({state}). "
+        f"{continuation(run_dir, cfg, goes_on)}"
+    )
+    log.error(message)
+    return RunInterrupted(message)

@@ -1,0 +1,142 @@
+"""A history given to ``Forecaster`` or ``predict.py`` is checked as training data is: cells
+that are no finite number, values outside their channel's valid range, and absurd values
+(robust z-score beyond the run's ``data.max_abs_z`` against the training median and spread,
+stored in the checkpoint) are refused in one line, or with ``bad_values=warn`` treated as
+missing (``src/cloudlstm/data/pipeline/absurd_values.py``)."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cloudlstm.errors import UserError
+from cloudlstm.forecast import Forecaster
+from tests.conftest import ROOT, TINY, subprocess_env
+from tests.test_forecast import CHANNELS, SPLIT, STAMPS, T, long_table, raw_stream, train_run
+
+TRAIN_END = 144  # of T = 200 steps: the last 40 test, the last 16 of the rest validation
+RANGES = "data.valid_ranges={no2:[0,null]}"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A tiny CloudLSTM run on a CSV whose no2 readings are declared non-negative."""
+    tmp = tmp_path_factory.mktemp("values")
+    values, observed = raw_stream()
+    long_table(values, observed, range(T)).to_csv(tmp / "stream.csv", index=False)
+    keep = [o for o in TINY if not o.startswith("data.source.")]
+    path = f"data.source.path={tmp / 'stream.csv'}"
+    return train_run(tmp, [*keep, "data=points", path, RANGES]), values, observed
+
+
+@pytest.fixture(scope="module")
+def forecaster(run):
+    return Forecaster.load(run[0], device="cpu")
+
+
+def history(run) -> pd.DataFrame:
+    """The rows of the 10 steps before the test window at SPLIT, every cell filled."""
+    _, values, observed = run
+    return long_table(values, np.ones_like(observed), range(SPLIT - 10, SPLIT))
+
+
+def with_cell(
+    table: pd.DataFrame, value: float, row: int = 57, column: str = "no2"
+) -> pd.DataFrame:
+    """``table`` with one cell changed: by default one of the last step's, which the model
+    reads (10 steps of 6 points: rows 54 to 59)."""
+    assert len(table) == 60
+    changed = table.copy()
+    changed.loc[row, column] = value
+    return changed
+
+
+def test_the_checkpoint_holds_the_training_median_and_spread(run, forecaster):
+    _, values, observed = run
+    reference = forecaster.info.value_reference
+    assert reference["max_abs_z"] == 1e4
+    for c, name in enumerate(CHANNELS):
+        seen = values[:TRAIN_END, :, c][observed[:TRAIN_END, :, c]]
+        seen = seen.astype(np.float32).astype(np.float64)  # as the loader reads the CSV
+        median = np.median(seen)
+        spread = np.median(np.abs(seen - median)) / 0.6745  # the normal's MAD
+        stored = reference["channels"][name]
+        assert stored["median"] == pytest.approx(median, rel=1e-9)
+        assert stored["spread"] == pytest.approx(spread, rel=1e-9)
+    assert reference["channels"]["no2"]["range"] == [0.0, None]
+    assert reference["channels"]["pm25"]["range"] is None
+
+
+def test_an_absurd_value_is_refused_in_one_line_naming_it(run, forecaster):
+    table = history(run)
+    with pytest.raises(UserError) as err:
+        forecaster.forecast(with_cell(table, 1e30))
+    message = str(err.value)
+    assert "\n" not in message
+    point, time = table.loc[57, "id"], table.loc[57, "timestamp"]
+    assert message.startswith(
+        "the history: 1 value(s) lie more than 10000 typical spreads from their channel's "
+        f"training median (robust z-score), in 'no2' (1): channel 'no2', point {point}, "
+        f"time {time}"
+    )
+    assert ": 1e+30 (" in message
+    assert "data.source.bad_values=warn" in message and "data.max_abs_z" in message
+    # a large, real reading (three times the training maximum) passes
+    assert len(forecaster.forecast(with_cell(table, 3 * run[1].max()))) == 3 * 6
+
+
+@pytest.mark.parametrize(
+    ("cell", "words"),
+    [
+        (np.inf, "1 channel value(s) are not finite numbers: data row 57, column 'no2': inf"),
+        (1e39, "1 channel value(s) are not finite numbers"),  # beyond float32
+        (-5.0, "1 value(s) lie outside their channel's valid range, in 'no2' (1)"),
+    ],
+    ids=["inf", "beyond-float32", "out-of-range"],
+)
+def test_values_training_would_refuse_are_refused(run, forecaster, cell, words):
+    with pytest.raises(UserError, match="^the history: ") as err:
+        forecaster.forecast(with_cell(history(run), cell))
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_bad_values_warn_treats_them_as_missing(run, forecaster, caplog):
+    table = history(run)
+    gap = forecaster.forecast(with_cell(table, np.nan))
+    with caplog.at_level(logging.WARNING):
+        for cell in (1e30, np.inf, -5.0):
+            warned = forecaster.forecast(with_cell(table, cell), bad_values="warn")
+            pd.testing.assert_frame_equal(warned, gap)
+    assert caplog.text.count("They count as missing") == 3
+
+
+def predict(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "predict.py", *args],
+        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_predict_py_refuses_an_absurd_history_in_one_line(run, forecaster, tmp_path):
+    data = tmp_path / "recent.csv"
+    with_cell(history(run), 1e30).to_csv(data, index=False)
+    done = predict(f"run={run[0]}", f"data.path={data}", f"out={tmp_path / 'f.csv'}")
+    assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr
+    lines = [x for x in done.stderr.splitlines() if "typical spreads" in x]
+    assert len(lines) == 1 and lines[0].startswith(f"data.path={data}: 1 value(s) lie more")
+    assert not (tmp_path / "f.csv").exists()
+
+    done = predict(
+        f"run={run[0]}", f"data.path={data}", f"out={tmp_path / 'f.csv'}",
+        "data.source.bad_values=warn",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    written = pd.read_csv(tmp_path / "f.csv", parse_dates=["timestamp"])
+    expected = forecaster.forecast(with_cell(history(run), np.nan))
+    pd.testing.assert_frame_equal(written, expected, check_dtype=False, atol=1e-5)
+    assert STAMPS[SPLIT - 1] < written["timestamp"].min()

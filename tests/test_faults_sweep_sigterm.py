@@ -1,0 +1,107 @@
+"""SIGTERM sent to the parent of a joblib sweep alone (``kill <pid>``): it passes the signal on
+to its running jobs, which save and stop as a run does, keeps the jobs not started from
+training, prints a line per unfinished job and how to continue them, and exits with 143
+(``src/cloudlstm/rundir/sweep_sigterm.py``)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cloudlstm.rundir.checkpoints import check_checkpoint
+from tests.conftest import ROOT, subprocess_env
+from tests.test_preemption import GATE, JOB
+
+
+def lock_pids(sweep: Path) -> list[int]:
+    """The pids the jobs' run.lock files name (the jobs' processes)."""
+    pids = []
+    for lock in sweep.glob("*/run.lock"):
+        with contextlib.suppress(ValueError):
+            pids.append(int(json.loads(lock.read_text())["pid"]))
+    return pids
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return (
+        Path(f"/proc/{pid}").exists()
+        and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    )
+
+
+def wait_until(condition, proc: subprocess.Popen, log: Path, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"the sweep did not get there: {log.read_text()[-3000:]}")
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_joblib_sweeps_parent_stops_its_jobs_and_names_them(tmp_path):
+    sweep, log = tmp_path / "sweep", tmp_path / "sweep.log"
+    args = [
+        "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}",
+        f"paths.data_dir={tmp_path / 'data'}",
+        *[a for a in JOB if not a.startswith("model.k=")], "model.k=2,3,4", *GATE,
+    ]  # fmt: skip
+    cmd = [sys.executable, "train.py", *args]
+    jobs: list[int] = []
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=subprocess_env(), stdout=out, stderr=out)
+    try:
+        # jobs 0 and 1 run (held before step 5), job 2 waits for a free worker
+        waiting = [sweep / str(n) / "go.waiting" for n in (0, 1)]
+        wait_until(lambda: all(w.exists() for w in waiting), proc, log)
+        jobs = lock_pids(sweep)
+        assert len(jobs) == 2 and proc.pid not in jobs
+        proc.send_signal(signal.SIGTERM)  # the parent only
+        assert proc.wait(timeout=300) == 143, log.read_text()[-3000:]
+        out = log.read_text()
+        deadline = time.monotonic() + 30
+        while any(alive(pid) for pid in jobs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(alive(pid) for pid in jobs), "jobs left running without their sweep"
+    finally:
+        for pid in [proc.pid, *jobs]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    assert "Traceback" not in out
+    for n in (0, 1):  # saved at the step the signal came in, as a run on SIGTERM
+        assert check_checkpoint(sweep / str(n) / "checkpoints" / "last.ckpt")["global_step"] == 5
+        assert not (sweep / str(n) / "metrics.json").exists()
+    assert not (sweep / "2" / "checkpoints").exists(), "job 2 trained after the signal"
+    report = out[out.index("3 of 3 jobs of the sweep did not finish") :]
+    lines = report.splitlines()
+    assert lines[0] == "3 of 3 jobs of the sweep did not finish (the sweep got SIGTERM):"
+    for n, k in ((0, 2), (1, 3)):
+        assert lines[1 + n].startswith(
+            f"  job {n} (model.k={k}): Job {n} of the sweep, interrupted by SIGTERM at step 5: "
+            f"saved {sweep / str(n) / 'checkpoints' / 'last.ckpt'}"
+        )
+    assert lines[3].startswith("  job 2 (model.k=4): Job 2 of the sweep, stopped by SIGTERM before")
+    assert lines[4].startswith(f"Start the same command with hydra.sweep.dir={sweep} to ")
+
+    # what the report says: the same command continues the two and runs the third
+    for n in (0, 1, 2):
+        (sweep / str(n) / "go").touch()
+    done = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for n in (0, 1, 2):
+        metrics = json.loads((sweep / str(n) / "metrics.json").read_text())
+        assert metrics["steps"] == 6
+        resumed = None if n == 2 else str(sweep / str(n) / "checkpoints" / "last.ckpt")
+        assert metrics["resumed_from"] == resumed

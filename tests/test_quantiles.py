@@ -1,0 +1,446 @@
+"""Quantile forecasts (``module.quantiles``, ``module.calibrate``): the metrics and the loss
+against hand computations, the head on every model of the zoo, the naive floors' residual
+quantiles, conformal offsets through a checkpoint, and the forecast's quantile columns."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import ROOT, TINY, compose_train, subprocess_env
+from omegaconf import OmegaConf
+from test_anchor_heads import MODELS, SPEC, random_batch, tiny_model_config
+
+from cloudlstm.cli.compare import compare, find_runs
+from cloudlstm.engine.module import ForecastModule
+from cloudlstm.engine.quantile_metrics import (
+    any_metric_info,
+    crps_weights,
+    quantile_forecast_metrics,
+    quantile_metric_info,
+)
+from cloudlstm.engine.quantiles import (
+    CALIBRATION_KEY,
+    check_calibration,
+    check_quantiles,
+    keep_order,
+    level_name,
+    pinball_loss,
+    residual_quantiles,
+)
+from cloudlstm.engine.results import results_from
+from cloudlstm.errors import UserError
+from cloudlstm.forecast import FILLED_COLUMN, Forecaster
+from cloudlstm.models.build import build_model
+from cloudlstm.viz.series import plot_worst_series
+
+LEVELS = (0.1, 0.5, 0.9)
+
+# ------------------------------------------------------------------ hand computations
+
+
+def one_snapshot() -> tuple[torch.Tensor, ...]:
+    """1 instance, 1 step, 3 points, 1 channel; point 2 unobserved (NaN target).
+
+    Quantiles (q10, q50, q90) and targets:
+      point 0: (1, 2, 4), y = 3   -> inside the 80 % interval, width 3
+      point 1: (0, 1, 2), y = -1  -> below, width 2
+    """
+    q = torch.tensor([[1.0, 2.0, 4.0], [0.0, 1.0, 2.0], [5.0, 6.0, 7.0]]).view(1, 1, 3, 1, 3)
+    y = torch.tensor([3.0, -1.0, math.nan]).view(1, 1, 3, 1)
+    mask = torch.tensor([True, True, False]).view(1, 1, 3, 1)
+    return q, y, mask
+
+
+def test_pinball_crps_coverage_and_width_by_hand() -> None:
+    q, y, mask = one_snapshot()
+    metrics = quantile_forecast_metrics(1, 1, ["pm25"], channel_std=[1.0], levels=LEVELS)
+    metrics.update(q[..., 1], torch.nan_to_num(y), mask, quantiles=q)
+    result = metrics.compute()
+    # point 0, u = y - q = (2, 1, -1): rho = (0.1*2, 0.5*1, 0.1*1) = (0.2, 0.5, 0.1)
+    # point 1, u = (-1, -2, -3):       rho = (0.9*1, 0.5*2, 0.1*3) = (0.9, 1.0, 0.3)
+    pinball = ((0.2 + 0.5 + 0.1) / 3 + (0.9 + 1.0 + 0.3) / 3) / 2
+    # CRPS weights of (0.1, 0.5, 0.9): midpoints 0.3, 0.7 -> (0.3, 0.4, 0.3)
+    crps = (2 * (0.3 * 0.2 + 0.4 * 0.5 + 0.3 * 0.1) + 2 * (0.3 * 0.9 + 0.4 * 1.0 + 0.3 * 0.3)) / 2
+    overall = result["overall"]
+    assert overall["pinball"]["mean"] == pytest.approx(pinball)
+    assert overall["crps"]["mean"] == pytest.approx(crps)
+    assert overall["coverage80"]["mean"] == pytest.approx(0.5)
+    assert overall["width80"]["mean"] == pytest.approx(2.5)
+    assert overall["mae"]["mean"] == pytest.approx((1 + 2) / 2)  # the median is the forecast
+    assert result["per_channel"]["pm25"]["crps"]["mean"] == pytest.approx(crps)
+    assert result["per_step"]["coverage80"]["mean"] == pytest.approx([0.5])
+    # the loss: the sum over the levels of the mean pinball loss (x 3 of the metric's mean)
+    assert float(pinball_loss(q, y, mask, LEVELS)) == pytest.approx(3 * pinball)
+    weighted = pinball_loss(q, y, mask, LEVELS, channel_weights=torch.tensor([2.0]))
+    assert float(weighted) == pytest.approx(6 * pinball)
+
+
+def test_crps_of_the_median_alone_is_the_absolute_error() -> None:
+    assert crps_weights([0.5]) == [1.0]
+    pred = torch.tensor([1.0, 4.0]).view(1, 1, 2, 1)
+    target = torch.tensor([2.0, 1.0]).view(1, 1, 2, 1)
+    metrics = quantile_forecast_metrics(1, 1, levels=[0.5])
+    metrics.update(pred, target, quantiles=pred.unsqueeze(-1))
+    overall = metrics.compute()["overall"]
+    assert overall["crps"]["mean"] == pytest.approx(overall["mae"]["mean"]) == 2.0
+
+
+def test_crps_from_many_quantiles_approaches_the_gaussian_closed_form() -> None:
+    """The CRPS of N(0, 1) at y is y (2 Phi(y) - 1) + 2 phi(y) - 1 / sqrt(pi)."""
+    levels = np.linspace(0.005, 0.995, 199)
+    normal = torch.distributions.Normal(0.0, 1.0)
+    q = normal.icdf(torch.tensor(levels, dtype=torch.float64))
+    y = torch.tensor([-1.5, 0.0, 0.7, 2.0], dtype=torch.float64)
+    quantiles = q.expand(4, -1).reshape(1, 1, 4, 1, -1)
+    metrics = quantile_forecast_metrics(1, 1, levels=levels.tolist())
+    metrics.update(torch.zeros(1, 1, 4, 1), y.view(1, 1, 4, 1), quantiles=quantiles)
+    cdf, pdf = normal.cdf(y), normal.log_prob(y).exp()
+    exact = (y * (2 * cdf - 1) + 2 * pdf - 1 / math.sqrt(math.pi)).mean()
+    assert metrics.compute()["overall"]["crps"]["mean"] == pytest.approx(float(exact), rel=2e-3)
+
+
+def test_quantile_metrics_are_declared_with_their_directions() -> None:
+    assert any_metric_info("crps").best == "min" and any_metric_info("width80").best == "min"
+    assert any_metric_info("coverage80").best is None  # the nominal coverage is best
+    assert quantile_metric_info("coverage60").name == "coverage60"  # any interval
+    assert quantile_metric_info("coverage100") is None
+    metrics = quantile_forecast_metrics(1, 1, levels=[0.2, 0.25, 0.5, 0.75, 0.8])
+    assert metrics.metric_names[-6:] == (
+        "crps",
+        "pinball",
+        "coverage60",
+        "width60",
+        "coverage50",
+        "width50",
+    )
+
+
+def test_residual_quantiles_take_the_conservative_rank() -> None:
+    """n = 9 residuals 1..9: tau = 0.9 -> rank ceil(10 * 0.9) = 9; 0.75 -> ceil(7.5) = 8;
+    0.25 -> floor(2.5) = 2; 0.1 -> floor(1.0) = 1; the centre (0.5) stays 0; the
+    unobserved tenth residual (100) counts nowhere."""
+    residuals = torch.cat([torch.arange(1.0, 10.0), torch.tensor([100.0])]).view(10, 1, 1, 1)
+    observed = torch.ones(10, 1, 1, dtype=torch.bool)
+    observed[-1] = False
+    levels = (0.1, 0.25, 0.5, 0.75, 0.9)
+    offsets = residual_quantiles(residuals, observed, levels, centre=2)
+    assert offsets.view(-1).tolist() == [1.0, 2.0, 0.0, 8.0, 9.0]
+
+
+def test_keep_order_clips_outwards_from_the_centre() -> None:
+    q = torch.tensor([3.0, 1.0, 2.0, 1.5, 4.0, 3.5])  # centre index 2 (value 2)
+    assert keep_order(q, 2).tolist() == [1.0, 1.0, 2.0, 2.0, 4.0, 4.0]
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ([0.1, 1.2], "module.quantiles=[0.1,1.2]: give distinct levels strictly between 0 and 1"),
+        ([0.5, 0.5], "module.quantiles=[0.5,0.5]"),
+        (["a"], "module.quantiles=[a]"),
+        ("0.5", "module.quantiles='0.5'"),
+    ],
+)
+def test_bad_levels_are_refused_in_one_line(value, fragment) -> None:
+    with pytest.raises(UserError) as err:
+        check_quantiles(value)
+    assert str(err.value).startswith(fragment) and "\n" not in str(err.value)
+
+
+def test_levels_are_sorted_and_calibration_needs_them() -> None:
+    assert check_quantiles([0.9, 0.1, 0.5]) == LEVELS and check_quantiles(None) == ()
+    assert level_name(0.1) == "q10" and level_name(0.025) == "q2.5"
+    with pytest.raises(UserError, match=r"^module.calibrate=conformal calibrates quantile"):
+        check_calibration("conformal", ())
+    with pytest.raises(UserError, match=r"^module.calibrate='cqr' is not one of"):
+        check_calibration("cqr", LEVELS)
+
+
+# ------------------------------------------------------------------ every model
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_every_model_forecasts_ordered_quantiles_around_its_point_forecast(tmp_path, name):
+    """Every model config: the centre level is the (anchored) point forecast, the levels
+    never cross, the outer levels train the head and not the model; a model without
+    trainable parameters takes residual quantiles instead of a head."""
+    torch.manual_seed(0)
+    config = tiny_model_config(tmp_path, name)
+    if "period" in config:  # seasonal naive: a season within the M input steps
+        config.period = 2
+    model = build_model(config, SPEC)
+    module = ForecastModule(model, None, spec=SPEC, anchor="last", quantiles=[0.05, 0.5, 0.9])
+    x, coords, target = random_batch()
+    batch = {"x": x, "coords": coords, "y": target, "y_mask": torch.ones_like(target).bool()}
+    if module.quantile_head is None:  # the naive floors
+        assert not any(p.requires_grad for p in module.parameters()), name
+        module.floor_offsets = torch.tensor([-1.0, 0.0, 2.0]).expand(SPEC.output_steps, 2, 3)
+    point = module(x, coords)
+    quantiles = module.quantile_forecast(point, batch)
+    assert quantiles.shape == (*point.shape, 3)
+    assert torch.equal(quantiles[..., 1], point), name
+    assert (quantiles.diff(dim=-1) > 0).all(), f"{name}: quantiles cross"
+    if module.quantile_head is None:
+        return
+    # the outer levels' losses reach the head, not the model (its fit is the median's)
+    outer = pinball_loss(quantiles[..., [0, 2]], target, batch["y_mask"], [0.05, 0.9])
+    outer.backward()
+    assert all(p.grad is None or not p.grad.any() for p in module.model.parameters()), name
+    assert any(p.grad is not None and p.grad.any() for p in module.quantile_head.parameters())
+
+
+# ------------------------------------------------------------------ runs
+
+T, N = 240, 6
+CHANNELS = ["no2", "pm25"]
+STAMPS = pd.Timestamp("2021-01-01") + pd.to_timedelta(np.arange(T), unit="h")
+
+
+def write_stream(path: Path, noise: float = 2.0, seed: int = 0) -> Path:
+    """A long-format CSV of daily cycles plus Gaussian noise, 2 channels at N points."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(T)[:, None, None]
+    phase = rng.uniform(0, 2 * np.pi, (1, N, len(CHANNELS)))
+    values = 50 + 20 * np.sin(2 * np.pi * t / 24 + phase) + rng.normal(0, noise, (T, N, 2))
+    coords = rng.uniform(0, 10, (N, 2))
+    rows = [[STAMPS[s], f"p{p}", *coords[p], *values[s, p]] for s in range(T) for p in range(N)]
+    pd.DataFrame(rows, columns=["timestamp", "id", "x", "y", *CHANNELS]).to_csv(path, index=False)
+    return path
+
+
+def run_overrides(stream: Path, *extra: str) -> list[str]:
+    keep = [o for o in TINY if not o.startswith("data.source.")]
+    return [*keep, "data=points", f"data.source.path={stream}", "logger=none", *extra]
+
+
+@pytest.fixture(scope="module")
+def quantile_run(tmp_path_factory):
+    """A tiny CloudLSTM run with 80 % and 50 % intervals, calibrated, with its figures."""
+    from cloudlstm.cli.train import train
+
+    tmp = tmp_path_factory.mktemp("quantiles")
+    stream = write_stream(tmp / "stream.csv")
+    levels = "module.quantiles=[0.1,0.25,0.5,0.75,0.9]"
+    cfg = compose_train(tmp, run_overrides(stream, levels, "module.calibrate=conformal"))
+    results = train(cfg)
+    return Path(cfg.paths.output_dir), results, stream
+
+
+def test_a_calibrated_run_reports_before_and_after(quantile_run):
+    run, results, _ = quantile_run
+    test = json.loads((run / "metrics.json").read_text())["test"]
+    assert test == results["test"]
+    for name in ("crps", "pinball", "coverage80", "width80", "coverage50", "width50"):
+        assert name in test["overall"] and name in test["per_step"], name
+        assert all(name in stats for stats in test["per_channel"].values())
+        assert name in test["uncalibrated"]["overall"], name
+    assert "mae" not in test["uncalibrated"]["overall"]  # the point forecast is not moved
+    before = test["uncalibrated"]["overall"]["width80"]["mean"]
+    assert before != test["overall"]["width80"]["mean"]  # the offsets moved the levels
+    assert len(test["per_step"]["crps"]["mean"]) == 3
+    # wider intervals are wider
+    assert test["overall"]["width80"]["mean"] > test["overall"]["width50"]["mean"] > 0
+    assert "val/crps" in results["val"]
+    assert (run / "figures" / "worst_points.png").is_file()
+
+
+def test_the_tested_checkpoint_holds_the_offsets_of_its_own_weights(quantile_run):
+    run = quantile_run[0]
+    tested = run / json.loads((run / "metrics.json").read_text())["checkpoint"]
+    stored = torch.load(tested, weights_only=False)
+    offsets = stored[CALIBRATION_KEY]
+    assert offsets["calibrated_at"] == stored["global_step"]
+    assert offsets["levels"] == [0.1, 0.25, 0.5, 0.75, 0.9]
+    conformal = torch.tensor(offsets["conformal"])
+    assert conformal.shape == (3, 2, 5) and not conformal[..., 2].any()  # (J, C, Q)
+    # round trip: the forecaster restores them, the last checkpoint's weights have none
+    best = Forecaster.load(run, device="cpu").module
+    assert best.calibration == "conformal" and best.quantile_levels == (0.1, 0.25, 0.5, 0.75, 0.9)
+    assert torch.equal(best.conformal_offsets, conformal)
+    last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
+    fits = last[CALIBRATION_KEY]["calibrated_at"] == last["global_step"]
+    assert (Forecaster.load(run, ckpt="last").module.conformal_offsets is not None) is fits
+
+
+def test_forecast_and_predict_py_write_one_column_per_quantile(quantile_run, tmp_path):
+    from cloudlstm.cli.predict import main
+
+    run, _, stream = quantile_run
+    history = pd.read_csv(stream)
+    history = history[pd.to_datetime(history["timestamp"]) < STAMPS[200]]
+    forecaster = Forecaster.load(run, device="cpu")
+    out = forecaster.forecast(history)
+    names = [f"{c}_q{p}" for c in CHANNELS for p in (10, 25, 50, 75, 90)]
+    assert list(out.columns) == [
+        "timestamp",
+        "horizon",
+        "id",
+        "x",
+        "y",
+        *CHANNELS,
+        *names,
+        FILLED_COLUMN,
+    ]
+    for c in CHANNELS:
+        np.testing.assert_allclose(out[f"{c}_q50"], out[c], rtol=1e-6)  # the median
+        levels = out[[f"{c}_q{p}" for p in (10, 25, 50, 75, 90)]].to_numpy()
+        assert (np.diff(levels, axis=1) >= 0).all()
+    # the calibrated quantiles of the module, by hand: raw plus offsets (then in order)
+    module = forecaster.module
+    assert module.conformal_offsets is not None and module.conformal_offsets.abs().sum() > 0
+    history.to_csv(tmp_path / "recent.csv", index=False)
+    cfg = OmegaConf.create(
+        {
+            "run": str(run),
+            "ckpt": "best",
+            "out": str(tmp_path / "forecast.csv"),
+            "device": "cpu",
+            "data": {"path": str(tmp_path / "recent.csv"), "source": {"path": None}},
+        }
+    )
+    written = pd.read_csv(main(cfg))
+    assert list(written.columns) == list(out.columns)
+    np.testing.assert_allclose(written[names].to_numpy(), out[names].to_numpy(), rtol=1e-5)
+
+
+def test_a_point_model_refuses_quantiles_it_has_not(tmp_path):
+    module = ForecastModule(build_model(tiny_model_config(tmp_path, "linear"), SPEC), None, SPEC)
+    x, coords, _ = random_batch()
+    with pytest.raises(UserError, match=r"^this model was trained without module.quantiles"):
+        module.predict_quantiles({"x": x, "coords": coords})
+
+
+def test_naive_floors_take_empirical_quantiles_of_their_training_residuals(tmp_path):
+    """Persistence: its levels are its forecast plus the conservative-rank quantiles of its
+    residuals over every training window (all of them: fewer than 200 batches), per step
+    and channel, computed here by hand from the training split."""
+    from cloudlstm.assembly.assemble import assemble
+
+    stream = write_stream(tmp_path / "stream.csv")
+    overrides = run_overrides(stream, "model=persistence", "module.quantiles=[0.1,0.5,0.9]")
+    overrides = [o for o in overrides if not o.startswith(("model.k", "model.hidden"))]
+    cfg = compose_train(tmp_path, [*overrides, "report.figures=false"])
+    (out := Path(cfg.paths.output_dir)).mkdir(parents=True)
+    job = assemble(cfg, out)
+    returned = job.trainer.test(job.module, datamodule=job.datamodule, verbose=False)
+    train = job.datamodule.train_dataset
+    windows = [train[i] for i in range(len(train))]
+    x = np.stack([w["x"][-1, :, :2].numpy() for w in windows])  # (W, N, C) last frame
+    y = np.stack([w["y"].numpy() for w in windows])  # (W, J, N, C)
+    residual = y - x[:, None]
+    expected = np.zeros((3, 2, 3))
+    for j in range(3):
+        for c in range(2):
+            r = np.sort(residual[:, j, :, c].ravel())
+            n = len(r)
+            expected[j, c, 0] = r[max(math.floor((n + 1) * 0.1), 1) - 1]
+            expected[j, c, 2] = r[min(math.ceil((n + 1) * 0.9), n) - 1]
+    np.testing.assert_allclose(job.module.floor_offsets.numpy(), expected, rtol=1e-5, atol=1e-6)
+    test = results_from(returned)
+    assert 0.5 < test["overall"]["coverage80"]["mean"] <= 1
+    assert "uncalibrated" not in test  # module.calibrate=none
+
+
+def test_compare_ranks_by_crps_and_bolds_no_coverage(quantile_run, tmp_path):
+    """Two rows, the calibrated run and persistence with residual quantiles: ranked by
+    CRPS when it comes first; coverage has no best cell."""
+    from cloudlstm.cli.compare.command import main as compare_main
+    from cloudlstm.cli.train import train
+
+    stream = quantile_run[2]
+    overrides = run_overrides(
+        stream, "model=persistence", "module.quantiles=[0.1,0.25,0.5,0.75,0.9]"
+    )
+    overrides = [o for o in overrides if not o.startswith(("model.k", "model.hidden"))]
+    floor = compose_train(tmp_path, [*overrides, "report.figures=false"])
+    train(floor)
+    runs = find_runs([quantile_run[0], Path(floor.paths.output_dir)])
+    table = compare(runs, metrics=["crps", "coverage80", "width80", "mae"])
+    crps = next(c for c in table if c.name == "crps")
+    means = [cell.mean for cell in crps.cells]
+    assert means == sorted(means) and crps.better == "min"
+    assert next(c for c in table if c.name == "coverage80").better is None
+    assert compare_main([str(quantile_run[0]), "--metrics", "crps", "mae"]) == 0
+
+
+def test_compare_reads_the_quantile_metrics_before_calibration(quantile_run, capsys):
+    from cloudlstm.cli.compare.command import main as compare_main
+
+    run = quantile_run[0]
+    test = json.loads((run / "metrics.json").read_text())["test"]
+    for flag, part in (([], test), (["--uncalibrated"], test["uncalibrated"])):
+        args = [str(run), "--metrics", "coverage80", "mae", "--format", "csv", *flag]
+        assert compare_main(args) == 0
+        row = pd.read_csv(io.StringIO(capsys.readouterr().out))
+        assert row["coverage80_mean"][0] == pytest.approx(part["overall"]["coverage80"]["mean"])
+        assert row["mae_mean"][0] == pytest.approx(test["overall"]["mae"]["mean"])  # not moved
+
+
+def test_the_fan_is_drawn_around_the_forecast(tmp_path):
+    """One shaded band per central interval, labelled with its coverage."""
+    from matplotlib.collections import PolyCollection
+
+    from cloudlstm.viz import series
+
+    drawn = []
+    real = series._draw_fan
+
+    def spy(ax, quantiles, levels):
+        real(ax, quantiles, levels)
+        drawn.append([c.get_label() for c in ax.collections if isinstance(c, PolyCollection)])
+
+    j, n, c = 3, 2, 1
+    truth = np.arange(j * n * c, dtype=float).reshape(j, n, c)
+    quantiles = truth[..., None] + np.array([-2.0, -1.0, 0.0, 1.0, 2.0])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(series, "_draw_fan", spy)
+        path = plot_worst_series(
+            np.zeros((4, n, c)),
+            truth + 1,
+            truth,
+            channel=0,
+            channel_name="no2",
+            path=tmp_path / "fan.png",
+            quantiles=quantiles,
+            levels=[0.1, 0.25, 0.5, 0.75, 0.9],
+        )
+    assert path.is_file() and drawn == [["80 % interval", "50 % interval"]] * n
+
+
+def test_train_py_refuses_bad_levels_in_one_line(tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "train.py",
+            "experiment=demo",
+            "model=linear",
+            "module.quantiles=[0.1,1.5]",
+            "logger=none",
+            f"hydra.run.dir={tmp_path / 'run'}",
+            f"paths.data_dir={tmp_path / 'data'}",
+        ],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    # Hydra frames the message (the overrides, HYDRA_FULL_ERROR); the message is one line
+    message = (
+        "module.quantiles=[0.1,1.5]: give distinct levels strictly between 0 and 1, e.g. "
+        "module.quantiles=[0.1,0.5,0.9] (null: point forecasts only)."
+    )
+    assert [line for line in done.stderr.splitlines() if "quantiles=[0.1,1.5]:" in line] == [
+        message
+    ], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr + done.stdout
