@@ -86,6 +86,7 @@ def states(db: Path) -> list[str]:
             return []
 
 
+@pytest.mark.slow  # a search killed and run again: about 15 s
 def test_a_killed_search_continues_with_the_same_command(tmp_path):
     sweep = tmp_path / "sweep"
     args = [*SEARCH, "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2"]
@@ -214,6 +215,7 @@ def test_a_trial_asked_but_never_launched_fails_and_does_not_count(tmp_path):
     assert _n_counted(study) == 1 and search.next_job == 1
 
 
+@pytest.mark.slow  # six trials in processes of their own: about 30 s
 def test_six_trials_two_at_a_time_through_local_submitit(tmp_path):
     """The same search through ``hydra/launcher=local`` (submitit's local executor, as a
     cluster runs jobs): three batches of two, every trial COMPLETE with its job's value."""

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 import cloudlstm
 from tests.conftest import ROOT, TINY
@@ -87,6 +88,7 @@ def fresh_venv(tmp_path: Path, wheel: Path) -> Path:
     return venv / "bin"
 
 
+@pytest.mark.slow  # builds a wheel into a new virtual environment: about 30 s
 def test_wheel_programs_run_outside_the_checkout(tmp_path):
     wheel = build_wheel(tmp_path)
     bin_dir = fresh_venv(tmp_path, wheel)

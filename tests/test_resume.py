@@ -120,6 +120,7 @@ def test_last_checkpoint_is_the_latest_epoch_when_validation_gets_worse(tiny_cfg
     assert best["epoch"] < 2, "the run must diverge for this test to mean anything"
 
 
+@pytest.mark.slow  # -m slurm requeues a real job; this is the same path without SLURM
 def test_hpc_checkpoint_of_an_epoch_start_resumes_from_last_bit_exactly(tmp_path):
     """SLURM's signal right as an epoch starts: Lightning's HPC checkpoint then holds what
     last.ckpt holds, but Lightning restores it as an epoch already run and fails. resume=auto

@@ -57,7 +57,10 @@ def test_shuffles_and_draws_as_a_shuffling_dataloader():
     assert torch.equal(torch.get_rng_state(), after)
 
 
-@pytest.mark.parametrize(("num_workers", "given"), [(0, 0), (0, 3), (0, 7), (0, 8), (2, 3), (2, 8)])
+@pytest.mark.parametrize(
+    ("num_workers", "given"),
+    [(0, 0), (0, 3), (0, 7), (0, 8), (2, 3), pytest.param(2, 8, marks=pytest.mark.slow)],
+)
 def test_a_resumed_pass_gives_the_rest_and_draws_nothing(num_workers, given):
     """Stopped after ``given`` batches of a pass (8: all of them), a new loader with the
     saved state and generator gives the batches the first one would have given next, and
@@ -197,7 +200,13 @@ def log_of(run_dir: Path) -> pd.DataFrame:
     return log.drop(columns=[c for c in log.columns if c.startswith("perf/") or c == "train/loss"])
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize(
+    "case",
+    [  # the case with workers and dropout takes the longest: slow
+        pytest.param(c, marks=pytest.mark.slow) if c == "dropout-workers" else c
+        for c in sorted(CASES)
+    ],
+)
 def test_a_run_killed_mid_epoch_resumes_bit_exactly(tmp_path, case):
     kill_at, extra = CASES[case]
     data = tmp_path / "data"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import ROOT, TINY, subprocess_env
@@ -28,6 +29,7 @@ def train_py(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow  # the joblib and SLURM launchers' tests cover the launch in processes
 def test_local_submitit_sweep_runs_every_job_in_its_own_process(tmp_path):
     sweep = tmp_path / "sweep"
     proc = train_py(
