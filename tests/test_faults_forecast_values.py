@@ -16,8 +16,8 @@ import pytest
 
 from cloudlstm.errors import UserError
 from cloudlstm.forecast import Forecaster
-from tests.conftest import ROOT, TINY, subprocess_env
-from tests.test_forecast import CHANNELS, SPLIT, STAMPS, T, long_table, raw_stream, train_run
+from tests.conftest import ROOT, subprocess_env
+from tests.test_forecast import CHANNELS, SPLIT, STAMPS, csv_run, long_table
 
 TRAIN_END = 144  # of T = 200 steps: the last 40 test, the last 16 of the rest validation
 RANGES = "data.valid_ranges={no2:[0,null]}"
@@ -26,12 +26,7 @@ RANGES = "data.valid_ranges={no2:[0,null]}"
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """A tiny CloudLSTM run on a CSV whose no2 readings are declared non-negative."""
-    tmp = tmp_path_factory.mktemp("values")
-    values, observed = raw_stream()
-    long_table(values, observed, range(T)).to_csv(tmp / "stream.csv", index=False)
-    keep = [o for o in TINY if not o.startswith("data.source.")]
-    path = f"data.source.path={tmp / 'stream.csv'}"
-    return train_run(tmp, [*keep, "data=points", path, RANGES]), values, observed
+    return csv_run(tmp_path_factory.mktemp("values"), RANGES)
 
 
 @pytest.fixture(scope="module")

@@ -69,6 +69,16 @@ def train_run(tmp: Path, overrides: list[str]) -> Path:
     return Path(cfg.paths.output_dir)
 
 
+def csv_run(tmp: Path, *extra: str) -> tuple[Path, np.ndarray, np.ndarray]:
+    """A tiny CloudLSTM run on :func:`raw_stream` written as a long-format CSV in ``tmp``
+    (``data=points``, ``extra`` overrides): its run directory, values and mask."""
+    values, observed = raw_stream()
+    long_table(values, observed, range(T)).to_csv(tmp / "stream.csv", index=False)
+    keep = [o for o in TINY if not o.startswith("data.source.")]
+    path = f"data.source.path={tmp / 'stream.csv'}"
+    return train_run(tmp, [*keep, "data=points", path, *extra]), values, observed
+
+
 def run_data(run: Path) -> tuple[PointCloudDataModule, np.ndarray]:
     """The run's datamodule (from its config.yaml) and its test-loop forecasts."""
     dm = instantiate(OmegaConf.load(run / "config.yaml").data)
@@ -86,18 +96,7 @@ def window_at(dm: PointCloudDataModule, split: int) -> int:
 def points_run(tmp_path_factory):
     """A tiny CloudLSTM run on the CSV, with ``predictions.npz`` of its test windows."""
     tmp = tmp_path_factory.mktemp("points")
-    values, observed = raw_stream()
-    long_table(values, observed, range(T)).to_csv(tmp / "stream.csv", index=False)
-    keep = [o for o in TINY if not o.startswith("data.source.")]
-    run = train_run(
-        tmp,
-        [
-            *keep,
-            "data=points",
-            f"data.source.path={tmp / 'stream.csv'}",
-            "module.save_predictions=true",
-        ],
-    )
+    run, values, observed = csv_run(tmp, "module.save_predictions=true")
     dm, prediction = run_data(run)
     return run, prediction[window_at(dm, SPLIT)], values, observed
 
