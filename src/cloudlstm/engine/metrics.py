@@ -132,6 +132,12 @@ class Snapshots:
         return self.mean(self.error.square())
 
     @cached_property
+    def nonzero_target(self) -> Tensor:
+        """``(..., N, C)`` True where an entry is observed and its target is not zero
+        (MAPE's entries; computed once for its value and where it is defined)."""
+        return self.mask & (self.target.abs() > MAPE_ZERO)
+
+    @cached_property
     def observed(self) -> Tensor:
         """``(...)`` True where a snapshot has an observed entry."""
         return self.count > 0
@@ -177,19 +183,14 @@ def _psnr_peak(v_max: float) -> float:
     return 20 * math.log10(v_max) if v_max > 0 else math.nan
 
 
-def _nonzero_target(s: Snapshots) -> Tensor:
-    """``(..., N, C)`` True where an entry is observed and its target is not zero."""
-    return s.mask & (s.target.abs() > MAPE_ZERO)
-
-
 def _mape(s: Snapshots) -> Tensor:
-    nonzero = _nonzero_target(s)
+    nonzero = s.nonzero_target
     ratio = torch.where(nonzero, (s.pred - s.target).abs() / s.target.abs(), 0.0)
     return 100 * ratio.sum(SNAPSHOT_DIMS) / nonzero.sum(SNAPSHOT_DIMS)
 
 
 def _has_nonzero_target(s: Snapshots) -> Tensor:
-    return _nonzero_target(s).any(-1).any(-1)
+    return s.nonzero_target.any(-1).any(-1)
 
 
 def _ssim(s: Snapshots) -> Tensor:
