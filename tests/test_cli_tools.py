@@ -48,6 +48,7 @@ def test_parameter_table_prints_a_row_per_model(capsys):
 
 COMMANDS = [
     *[["benchmarks/" + p.name] for p in sorted((ROOT / "benchmarks").glob("bench_*.py"))],
+    ["benchmarks/gpu_check.py"],
     ["-m", "cloudlstm.cli.compare"],
     ["-m", "cloudlstm.cli.models_table"],
     ["-m", "cloudlstm.cli.space_check"],

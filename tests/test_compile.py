@@ -71,11 +71,15 @@ def test_compile_takes_a_mode_and_refuses_anything_else(tmp_path, monkeypatch) -
     ]:
         build_model(_model_config(tmp_path, "persistence", value).model, SPEC)
         assert modes.pop() == expected
+    build_model(_model_config(tmp_path, "persistence", "auto").model, SPEC)
+    assert not modes  # auto: uncompiled, for the run to decide (tests/test_capture.py)
     built = []
     monkeypatch.setattr("hydra.utils.instantiate", lambda *a, **k: built.append(1))
     for typo in ("reduce_overhead", "yes", "1"):
         cfg = _model_config(tmp_path, "persistence", typo)
-        with pytest.raises(UserError, match="model.compile=.* is not a boolean or a torch") as err:
+        with pytest.raises(
+            UserError, match="model.compile=.* is not a boolean, auto or a torch"
+        ) as err:
             build_model(cfg.model, SPEC)
         assert all(mode in str(err.value) for mode in COMPILE_MODES)
     assert not built and not modes
@@ -214,13 +218,16 @@ UNTRACED = {"lstm"}
 def test_every_model_compiles_its_dense_work_into_one_graph(tmp_path, name: str) -> None:
     """Host work (the grid models' Hungarian mapping, STGCN's Laplacian cache, input checks)
     stays outside the graph as whole functions (``torch.compiler.disable``), so what is left
-    is one graph, not one per data-dependent check."""
+    is one graph, not one per data-dependent check. A model has a search in that graph
+    exactly when it declares ``searches_neighbours`` (which ``model.compile=auto`` reads to
+    capture it on a GPU only through the Triton search)."""
     from cloudlstm.models.build import build_model
 
     cfg = _model_config(tmp_path, name, "false")
     steps = 24 if name == "seasonal_naive" else 4
     model = build_model(cfg.model, DataSpec.sized(30, 2, steps, 3, steps_per_day=24))
-    model.compile(backend="eager")
+    graphs = []
+    model.compile(backend=lambda gm, _inputs: graphs.append(gm.graph) or gm.forward)
     x, coords = torch.randn(2, steps, 30, 2), torch.rand(2, 30, 2)
     for _ in range(2):
         out = model(x, coords)
@@ -229,3 +236,7 @@ def test_every_model_compiles_its_dense_work_into_one_graph(tmp_path, name: str)
     assert counters["stats"]["unique_graphs"] == 1
     breaks = [reason for reason in counters["graph_break"] if "disable()" not in reason]
     assert not breaks, breaks
+    searches = [
+        node for graph in graphs for node in graph.nodes if "cloudlstm.knn" in str(node.target)
+    ]
+    assert bool(searches) == model.searches_neighbours, (name, len(searches))

@@ -249,7 +249,8 @@ def test_reduce_overhead_replays_forward_and_backward_as_cuda_graphs() -> None:
 
 @pytest.mark.parametrize("precision", ["32", "bf16-mixed"])
 def test_train_py_on_one_gpu(tmp_path, precision: str) -> None:
-    """A whole run of train.py on the GPU: Lightning's CUDA accelerator, test metrics."""
+    """A whole run of train.py on the GPU: Lightning's CUDA accelerator, the model's step
+    replayed from CUDA graphs (``model.compile=auto``), test metrics."""
     tiny = [o for o in TINY if not o.startswith("trainer=")]
     cmd = [
         sys.executable, "train.py", *tiny, "trainer=gpu", f"trainer.precision={precision}",
@@ -257,6 +258,7 @@ def test_train_py_on_one_gpu(tmp_path, precision: str) -> None:
     ]  # fmt: skip
     done = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "model.compile=auto: reduce-overhead" in done.stdout + done.stderr
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     mae = metrics["test"]["overall"]["mae"]["mean"]
     assert mae == mae and mae > 0  # finite, not NaN

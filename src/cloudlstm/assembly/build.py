@@ -15,6 +15,7 @@ from hydra.errors import InstantiationException
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelSummary, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
+from cloudlstm.assembly.compile import compile_for_run
 from cloudlstm.assembly.config import instantiate_group
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.host_memory import keep_freed_memory, keeps_freed_memory
@@ -95,8 +96,11 @@ def build_module(
 ) -> L.LightningModule:
     """The forecaster (``model_config``, by default ``cfg.model``, sized for ``spec``) in the
     training module (``cfg.module``), which carries ``spec``."""
+    model_config = cfg.model if model_config is None else model_config
     with user_errors_unwrapped():
-        model = build_model(cfg.model if model_config is None else model_config, spec)
+        model = compile_for_run(
+            build_model(model_config, spec), model_config, cfg.get("trainer"), spec
+        )
     scheduler = cfg.get("scheduler")
     # partial, then called: Hydra would turn the spec (a dataclass) into a config
     make_module = instantiate(cfg.module, _partial_=True)

@@ -98,6 +98,13 @@ class ForecastModel(nn.Module):
     # False for forecasts that are absolute by construction (persistence, seasonal naive):
     # ``module.anchor=last`` adds the last observed frame to every other model's output.
     anchorable: bool = True
+    # True for models that search neighbours inside their forward (``cloudlstm.nn.knn``
+    # as an operator of the compiled graph): on CUDA such a forward is capturable in CUDA
+    # graphs only through the Triton search (:mod:`cloudlstm.models.capture`).
+    searches_neighbours: bool = False
+    # Why the model's training step is not captured in CUDA graphs on a GPU
+    # (``model.compile=auto`` then runs it eagerly), or None where it can be.
+    capture_refused: str | None = None
 
     def output_head(self) -> list[nn.Module]:
         """The layers that produce the forecast: with all their parameters zero the model

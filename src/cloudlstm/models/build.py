@@ -1,6 +1,6 @@
 """A forecaster from its ``model`` config, with the options that are not constructor arguments.
 
-``model.compile`` (default false) is such an option: it belongs to every model, so it lives
+``model.compile`` (default ``auto``) is such an option: it belongs to every model, so it lives
 once in ``conf/train.yaml`` instead of in each model's config, and is taken out before
 Hydra instantiates the ``_target_``.
 """
@@ -18,6 +18,7 @@ from torch import nn
 
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
+from cloudlstm.models.capture import AUTO
 from cloudlstm.nn.knn_checks import NeighbourCountError
 
 log = logging.getLogger(__name__)
@@ -51,8 +52,9 @@ def build_model(
 
     ``compile``: ``torch.compile`` the model in place (``nn.Module.compile``: the parameter
     names, so checkpoints, stay as they are): ``true`` in the default mode, or one of
-    :data:`COMPILE_MODES`. A CloudLSTM forward compiles to one graph, its neighbour searches
-    operators in it (:func:`cloudlstm.nn.knn.knn`); docs/design.md has the details.
+    :data:`COMPILE_MODES`; ``auto`` builds it uncompiled, for the run to decide. A CloudLSTM
+    forward compiles to one graph, its neighbour searches operators in it
+    (:func:`cloudlstm.nn.knn.knn`); docs/design.md has the details.
 
     Raises:
         UserError: ``compile`` is neither a boolean nor a mode, the config sets a size
@@ -221,16 +223,21 @@ def check_refused(model_cls: type, key: str, spec: DataSpec) -> None:
 
 
 def compile_mode(value: bool | str | None) -> str | None:
-    """``model.compile`` -> the torch.compile mode, or None for no compilation."""
-    if value is None or value is False:
+    """``model.compile`` -> the torch.compile mode, or None for no compilation.
+
+    ``auto`` is None here: a run decides it once it knows its device
+    (:func:`cloudlstm.models.capture.auto_compile`); a model built elsewhere (a forecast,
+    the models table) runs eagerly."""
+    if value is None or value is False or value == AUTO:
         return None
     if value is True:
         return "default"
     if isinstance(value, str) and value in COMPILE_MODES:
         return value
     raise UserError(
-        f"model.compile={value!r} is not a boolean or a torch.compile mode. Use "
-        f"model.compile=true (the default mode), false, or one of {list(COMPILE_MODES)}."
+        f"model.compile={value!r} is not a boolean, auto or a torch.compile mode. Use "
+        f"model.compile=auto (captured steps on one GPU, else eager), true (the default "
+        f"mode), false, or one of {list(COMPILE_MODES)}."
     )
 
 

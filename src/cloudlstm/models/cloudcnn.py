@@ -26,6 +26,8 @@ class CloudCNN(ForecastModel):
     features) -> ``(B, J, N, C_out)``.
     """
 
+    searches_neighbours = True
+
     def __init__(
         self,
         num_channels: int,

@@ -77,6 +77,8 @@ class CloudSeq2Seq(ForecastModel):
     F)`` with time features) -> ``(B, J, N, C_out)``.
     """
 
+    searches_neighbours = True
+
     NEIGHBOURS = ("dynamic", "static")
 
     def __init__(

@@ -43,6 +43,8 @@ class KNNLSTM(ForecastModel):
     features) -> ``(B, J, N, C_out)``.
     """
 
+    searches_neighbours = True
+
     def __init__(
         self,
         num_channels: int,

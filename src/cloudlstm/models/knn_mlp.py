@@ -29,6 +29,8 @@ class KNNMLP(ForecastModel):
     features) -> ``(B, J, N, C_out)``.
     """
 
+    searches_neighbours = True
+
     def __init__(
         self,
         num_channels: int,

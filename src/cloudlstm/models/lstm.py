@@ -26,6 +26,7 @@ class SeqLSTM(ForecastModel):
 
     fixed_points = "its layers are sized for the training points, in their order"
     point_parameters = "its layers hold weights of each training point, in their order"
+    capture_refused = "torch.compile does not trace nn.LSTM (its cuDNN kernels run eagerly)"
 
     def __init__(
         self,

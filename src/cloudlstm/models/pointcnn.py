@@ -31,6 +31,8 @@ class PointCNN(ForecastModel):
     features) -> ``(B, J, N, C_out)``.
     """
 
+    searches_neighbours = True
+
     def __init__(
         self,
         num_channels: int,

@@ -82,6 +82,8 @@ class PointLSTM(ForecastModel):
     features) -> ``(B, J, N, C_out)``.
     """
 
+    searches_neighbours = True
+
     def __init__(
         self,
         num_channels: int,

@@ -1,0 +1,160 @@
+"""The GPU check: the kernels proven and the steps timed, in one run of under 8 minutes.
+
+    python benchmarks/gpu_check.py [--out DIR] [--device cpu]
+
+On one CUDA GPU (an H100 or H200), each step a process of its own with a time limit
+(:data:`STEPS`; a step that fails or runs over is recorded and the next one runs):
+
+1. ``tests``: ``pytest -m gpu -x tests/test_gpu.py``, the kernels and the model on CUDA
+   against the CPU, stopping at the first failure;
+2. ``knn``: the neighbour search kernels (``bench_gpu.py --only knn --quick``);
+3. ``paper_epoch``: the paper-size epoch, CloudLSTM and ConvLSTM, float32 and bf16, eager
+   and with the whole step captured in a CUDA graph, then CloudLSTM as
+   ``model.compile=auto`` trains it (compiling takes most of its time, so it goes last);
+4. ``beijing_step``: the Beijing-size step, eager, captured and as ``model.compile=auto``
+   trains it, against the 15 ms target.
+
+It writes ``gpu_check.json`` (every figure, each step's status, the commit) and
+``gpu_check.txt`` (the same as tables) to ``--out``, by default ``$OUT`` or
+``./gpu_check_out``. ``--device cpu`` is its smoke check where there is no GPU: the same
+steps at the smallest sizes (the GPU tests skip, CUDA graph runs say "CUDA only").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = [sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py")]
+PAPER_LABELS = (
+    "cloudlstm,cloudlstm bf16,cloudlstm graph,cloudlstm graph bf16,"
+    "convlstm,convlstm bf16,convlstm graph bf16,cloudlstm auto"
+)
+BEIJING_LABELS = (
+    "cloudlstm_k3,cloudlstm_k3 graph,cloudlstm_k3 graph bf16,convlstm,stgcn,"
+    "cloudlstm_k3 bf16,cloudlstm_k3 auto"
+)
+# name -> (command, seconds allowed on a GPU): 465 s in all, under 8 minutes with the
+# processes' start-up; a bench step writes its JSON after every run, so one cut short by
+# its limit keeps what it measured
+STEPS: dict[str, tuple[list[str], int]] = {
+    "tests": ([sys.executable, "-m", "pytest", "-m", "gpu", "-x", "-q", "tests/test_gpu.py"], 165),
+    "knn": ([*BENCH, "--only", "knn", "--quick"], 30),
+    "paper_epoch": ([*BENCH, "--only", "epoch", "--steps", "30", "--labels", PAPER_LABELS], 160),
+    "beijing_step": (
+        [*BENCH, "--only", "beijing", "--beijing-steps", "100", "--labels", BEIJING_LABELS],
+        110,
+    ),
+}
+
+
+def run_step(name: str, command: list[str], limit_s: int, out: Path) -> dict[str, Any]:
+    """Run one step with its output in ``out/<name>.log``: its status (passed, failed or
+    timed out), seconds, and the figures its ``--json`` wrote."""
+    figures = out / f"{name}.json"
+    if command[:2] == BENCH:
+        command = [*command, "--json", str(figures)]
+    start = time.perf_counter()
+    with (out / f"{name}.log").open("w") as log:
+        try:
+            done = subprocess.run(
+                command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=limit_s
+            )
+            status = "passed" if done.returncode == 0 else f"failed (exit {done.returncode})"
+        except subprocess.TimeoutExpired:
+            status = f"timed out after {limit_s} s"
+    step = {"status": status, "seconds": round(time.perf_counter() - start, 1)}
+    if figures.exists():
+        step["figures"] = json.loads(figures.read_text())
+    step["last_line"] = _last_line(out / f"{name}.log")
+    return step
+
+
+def _last_line(log: Path) -> str:
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def commit() -> str:
+    """The checked-out commit, with ``+`` when the working tree has changes."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT, capture_output=True, text=True,
+        ).stdout.strip()  # fmt: skip
+    except OSError:
+        return "unknown"
+    return (head or "unknown") + ("+" if dirty else "")
+
+
+def tables(results: dict[str, Any]) -> str:
+    """The results as text: each step's status, then each bench step's runs."""
+    lines = [
+        f"GPU check, {results['date']}, commit {results['commit']}, {results['device']}",
+        "",
+        f"{'step':<14} {'status':<28} {'seconds':>8}",
+    ]
+    for name, step in results["steps"].items():
+        lines.append(f"{name:<14} {step['status']:<28} {step['seconds']:8.1f}")
+    tests = results["steps"].get("tests")
+    if tests:
+        lines += ["", f"tests: {tests['last_line']}"]
+    for name, step in results["steps"].items():
+        section = step.get("figures", {}).get(name)
+        if not section or "runs" not in section:
+            continue
+        lines += ["", f"{name}: {'run':<28} {'first step s':>12} {'ms/step':>9} {'epoch s':>8}"]
+        for label, run in section["runs"].items():
+            if "ms_per_step" not in run:  # failed, or skipped (CUDA graphs on CPU)
+                why = f"failed: {run['failed']}" if "failed" in run else run.get("skipped", "")
+                lines.append(f"  {label:<34} {why[:90]}")
+                continue
+            epoch = f"{run['epoch_s']:8.1f}" if "epoch_s" in run else ""
+            lines.append(f"  {label:<34} {run['first_s']:12.1f} {run['ms_per_step']:9.1f} {epoch}")
+    knn = results["steps"].get("knn", {}).get("figures", {}).get("knn_ms")
+    if knn:
+        lines += ["", "knn (ms per call, K = 9): " + "; ".join(f"{k} {v}" for k, v in knn.items())]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_check_out")))
+    parser.add_argument("--device", default="cuda", help="cpu: the smoke check of this script")
+    args = parser.parse_args()
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit(),
+        "device": args.device,
+        "steps": {},
+    }
+    for name, (command, limit_s) in STEPS.items():
+        if command[:2] == BENCH:
+            command = [*command, "--device", args.device]
+            if args.device != "cuda":  # the smoke check: small sizes, no bf16 (slow on CPU)
+                command += [*(["--quick"] if "--quick" not in command else []), "--skip", "bf16"]
+        print(f"{name}: {' '.join(command[1:])}", flush=True)
+        step = results["steps"][name] = run_step(name, command, limit_s, out)
+        results["device"] = step.get("figures", {}).get("device", results["device"])
+        print(f"  {step['status']} in {step['seconds']} s: {step['last_line']}", flush=True)
+        (out / "gpu_check.json").write_text(json.dumps(results, indent=2))
+    (out / "gpu_check.txt").write_text(tables(results))
+    print(f"\n{tables(results)}")
+    return 0 if all(s["status"] == "passed" for s in results["steps"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""``model.compile=auto`` in a run: the Trainer's device decides (cloudlstm.models.capture)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+from torch import nn
+
+from cloudlstm.data.spec import DataSpec
+from cloudlstm.models.capture import AUTO, RunDevice, auto_compile
+
+log = logging.getLogger(__name__)
+
+
+def run_device(trainer: DictConfig | dict[str, Any]) -> RunDevice:
+    """Where the Trainer of ``trainer`` (the ``trainer`` config) trains: on CUDA with
+    ``accelerator`` gpu or cuda (or auto with a GPU visible), on ``devices`` x ``num_nodes``
+    devices (``auto`` / -1: every visible GPU, a list: its length)."""
+    accelerator = str(trainer.get("accelerator", "auto")).lower()
+    cuda = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    count = _device_count(trainer.get("devices", "auto"), cuda)
+    return RunDevice(cuda=cuda, devices=count * int(trainer.get("num_nodes", 1) or 1))
+
+
+def _device_count(devices: Any, cuda: bool) -> int:
+    """How many devices Lightning's ``devices`` names: ``auto`` / -1 every visible one, an
+    int that many, ``"0,1"`` or a list those."""
+    if devices in ("auto", -1, "-1"):
+        return max(torch.cuda.device_count(), 1) if cuda else 1
+    if isinstance(devices, int):
+        return devices
+    if isinstance(devices, str):
+        return len([p for p in devices.split(",") if p.strip()]) if "," in devices else int(devices)
+    return len(devices)
+
+
+def compile_for_run(
+    model: nn.Module, model_cfg: DictConfig, trainer: DictConfig | None, spec: DataSpec
+) -> nn.Module:
+    """``model`` compiled in place as its ``model.compile=auto`` (in ``model_cfg``) decides
+    for the device of ``trainer`` (the ``trainer`` config), the decision logged (on CUDA,
+    where it is news: on CPU auto is always eager)."""
+    if model_cfg.get("compile") != AUTO:
+        return model
+    device = run_device(trainer or {})
+    checkpointing = bool(model_cfg.get("checkpointing", False))
+    capture = auto_compile(model, spec.num_points, spec.coord_features, device, checkpointing)
+    if capture.mode is not None:
+        model.compile(mode=capture.mode)
+    say = log.info if device.cuda else log.debug
+    say("model.compile=auto: %s (%s)", capture.mode or "eager", capture.why)
+    return model

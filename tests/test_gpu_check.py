@@ -1,0 +1,97 @@
+"""benchmarks/gpu_check.py: the GPU check's steps, their limits, its JSON and its tables; and,
+marked slow, the whole check in its CPU smoke mode (the GPU tests skip there)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, benchmark_module, subprocess_env
+
+FAKE_BENCH = """
+import json, sys
+out = sys.argv[sys.argv.index("--json") + 1]
+runs = {"cloudlstm_k3": {"first_s": 1.5, "ms_per_step": 12.5},
+        "cloudlstm_k3 graph": {"skipped": "CUDA graphs: CUDA only"},
+        "convlstm": {"failed": "RuntimeError: out of memory"}}
+json.dump({"device": "Fake GPU", "beijing_step": {"runs": runs}}, open(out, "w"))
+print("CloudLSTM K = 3 step: best 12.5 ms")
+"""
+
+
+@pytest.fixture
+def check(tmp_path, monkeypatch):
+    module = next(gen := benchmark_module("gpu_check"))
+    fake = tmp_path / "fake_bench.py"
+    fake.write_text(FAKE_BENCH)
+    monkeypatch.setattr(module, "BENCH", [sys.executable, str(fake)])
+    yield module
+    next(gen, None)
+
+
+def _python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_a_step_is_passed_failed_or_timed_out_with_its_last_line(check, tmp_path) -> None:
+    passed = check.run_step("a", _python("print('one'); print('  all good  ')"), 30, tmp_path)
+    assert passed["status"] == "passed" and passed["last_line"] == "all good"
+    assert (tmp_path / "a.log").read_text() == "one\n  all good  \n"
+    failed = check.run_step("b", _python("import sys; print('boom'); sys.exit(3)"), 30, tmp_path)
+    assert failed["status"] == "failed (exit 3)" and failed["last_line"] == "boom"
+    slow = check.run_step("c", _python("import time; time.sleep(30)"), 1, tmp_path)
+    assert slow["status"] == "timed out after 1 s" and slow["seconds"] < 20
+
+
+def test_a_bench_step_writes_its_figures_beside_its_log(check, tmp_path) -> None:
+    step = check.run_step("beijing_step", list(check.BENCH), 30, tmp_path)
+    assert step["status"] == "passed"
+    assert step["figures"]["beijing_step"]["runs"]["cloudlstm_k3"]["ms_per_step"] == 12.5
+    assert json.loads((tmp_path / "beijing_step.json").read_text()) == step["figures"]
+
+
+def test_the_check_writes_json_and_tables_and_fails_if_a_step_does(
+    check, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setattr(
+        check, "STEPS",
+        {"tests": (_python("print('3 passed in 1.0s')"), 30),
+         "beijing_step": (list(check.BENCH), 30),
+         "broken": (_python("raise SystemExit(2)"), 30)},
+    )  # fmt: skip
+    monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--out", str(tmp_path / "out")])
+    assert check.main() == 1  # one step failed
+    results = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    assert results["device"] == "Fake GPU" and results["commit"]
+    assert [s["status"] for s in results["steps"].values()] == [
+        "passed", "passed", "failed (exit 2)",
+    ]  # fmt: skip
+    text = (tmp_path / "out" / "gpu_check.txt").read_text()
+    assert "tests: 3 passed in 1.0s" in text
+    assert "cloudlstm_k3" in text and "12.5" in text
+    assert "CUDA graphs: CUDA only" in text and "failed: RuntimeError: out of memory" in text
+    assert "broken         failed (exit 2)" in text
+
+
+def test_the_steps_fit_in_eight_minutes(check) -> None:
+    assert sum(limit for _, limit in check.STEPS.values()) <= 8 * 60 - 15
+
+
+@pytest.mark.slow
+def test_the_smoke_check_runs_every_step_on_cpu(tmp_path) -> None:
+    """The whole check on CPU: every step passes at the smallest sizes, the CUDA-graph runs
+    say why they did not run, and model.compile=auto runs eagerly."""
+    done = subprocess.run(
+        [sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--out", str(tmp_path)],
+        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert set(results["steps"]) == {"tests", "knn", "paper_epoch", "beijing_step"}
+    beijing = results["steps"]["beijing_step"]["figures"]["beijing_step"]["runs"]
+    assert beijing["cloudlstm_k3 graph"] == {"skipped": "CUDA graphs: CUDA only"}
+    assert beijing["cloudlstm_k3 auto"]["ms_per_step"] > 0
+    assert "model.compile=auto: eager" in (tmp_path / "beijing_step.log").read_text()
+    assert (tmp_path / "gpu_check.txt").read_text().startswith("GPU check, ")
