@@ -234,3 +234,35 @@ def test_six_trials_two_at_a_time_through_local_submitit(tmp_path):
     for t in trials:
         assert t.value == metrics(sweep, t.number)["val"]["val/mae_best"]
     assert len({log.parent.name for log in (sweep / ".submitit").rglob("*_log.err")}) == 6
+
+
+def test_the_recipe_search_tunes_any_model_and_the_cloudlstm_search_adds_its_keys(tmp_path):
+    """hparams_search=optuna_recipe searches the optimiser alone, so it runs for a model
+    without K or cells (here STGCN); hparams_search=optuna is that space plus the CloudLSTM
+    family's K, width and cell."""
+    sweep = tmp_path / "sweep"
+    proc = train_py(
+        tmp_path,
+        *[a for a in SEARCH if a != "hparams_search=optuna"],
+        "hparams_search=optuna_recipe",
+        "model=stgcn",
+        "hydra.sweeper.n_trials=2",
+        f"hydra.sweep.dir={sweep}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trials = load(sweep).get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
+    for t in trials:
+        assert set(t.params) == {"optimizer.lr", "optimizer.weight_decay"}
+        config = yaml.safe_load((sweep / str(t.number) / "config.yaml").read_text())
+        assert config["optimizer"]["weight_decay"] == t.params["optimizer.weight_decay"]
+        assert config["model"]["_target_"].endswith("STGCN")
+    shown = subprocess.run(
+        [sys.executable, "train.py", "hparams_search=optuna", "--cfg", "hydra", "-p",
+         "hydra.sweeper.params"],
+        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
+    )  # fmt: skip
+    assert [line.split(":")[0] for line in shown.stdout.splitlines()[1:]] == [
+        "optimizer.lr", "optimizer.weight_decay", "model.k", "model.hidden_channels",
+        "model.cell",
+    ]  # fmt: skip
