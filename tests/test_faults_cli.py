@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from cloudlstm.assembly.build import build_trainer
@@ -114,3 +115,29 @@ def test_eval_py_names_a_moved_key_of_a_run_in_todays_form(tmp_path):
     assert line.startswith(
         "data.root moved to data.source.root: python eval.py data.source.root=/y"
     )
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available() or torch.backends.mps.is_available(), reason="a GPU is visible"
+)
+def test_trainer_gpu_without_a_gpu_is_one_line_before_the_data_load(tmp_path):
+    from tests.test_faults_metric_direction import one_line
+
+    line = one_line(
+        run(sys.executable, "train.py", *TINY, "trainer=gpu", f"hydra.run.dir={tmp_path}/run",
+            f"paths.data_dir={tmp_path}/data")
+    )  # fmt: skip
+    assert line.startswith("trainer.accelerator=gpu (trainer=gpu), but torch finds no GPU")
+    assert line.endswith("or train on the CPU with trainer=cpu.")
+    assert not (tmp_path / "data").exists()  # refused before the data were made
+
+
+def test_more_devices_than_gpus_is_refused_in_one_line(monkeypatch):
+    from cloudlstm.assembly.build import check_accelerator
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    check_accelerator({"accelerator": "gpu", "devices": 2})
+    check_accelerator({"accelerator": "cpu", "devices": 8})  # CPU processes: any number
+    with pytest.raises(UserError, match=r"trainer.devices=4, but torch sees 2 GPU\(s\): set "):
+        check_accelerator({"accelerator": "cuda", "devices": 4})

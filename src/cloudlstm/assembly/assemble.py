@@ -25,6 +25,7 @@ from cloudlstm.assembly.build import (
     build_loggers,
     build_module,
     build_trainer,
+    check_accelerator,
     instantiate_datamodule,
     save_job_config,
     set_up_datamodule,
@@ -83,10 +84,11 @@ def assemble(
     the model.
 
     Raises:
-        UserError: a data key is missing, the checkpoint cannot be read or does not fit,
-            or the model cannot forecast the points held out of training
-            (:mod:`~cloudlstm.assembly.held_out`).
+        UserError: the Trainer asks for GPUs torch does not see, a data key is missing,
+            the checkpoint cannot be read or does not fit, or the model cannot forecast the
+            points held out of training (:mod:`~cloudlstm.assembly.held_out`).
     """
+    check_accelerator(cfg.get("trainer") or {})
     trained = None
     if checkpoint is not None:
         trained = TrainedCheckpoint.read(

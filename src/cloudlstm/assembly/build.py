@@ -128,6 +128,31 @@ def build_loggers(cfg: DictConfig, run: dict[str, Any], output_dir: Path) -> lis
     return instantiate_group(cfg.get("logger"), **fill)
 
 
+def check_accelerator(trainer: DictConfig | dict[str, Any]) -> None:
+    """Refuse a GPU Trainer where torch sees no GPU, or fewer GPUs than it asks, before the
+    data are loaded (Lightning would say only "No supported gpu backend found!").
+
+    Raises:
+        UserError: names the setting, what torch sees and the way out.
+    """
+    accelerator = str(trainer.get("accelerator", "auto")).lower()
+    if accelerator not in ("gpu", "cuda"):
+        return
+    mps = accelerator == "gpu" and torch.backends.mps.is_available()  # Apple's GPU
+    if not torch.cuda.is_available() and not mps:
+        raise UserError(
+            f"trainer.accelerator={accelerator} (trainer=gpu), but torch finds no GPU "
+            f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'none'}): run on "
+            "a machine with a GPU and a CUDA build of torch, or train on the CPU with trainer=cpu."
+        )
+    devices, visible = trainer.get("devices", "auto"), torch.cuda.device_count()
+    if not mps and isinstance(devices, int) and devices > visible:
+        raise UserError(
+            f"trainer.devices={devices}, but torch sees {visible} GPU(s): set "
+            f"trainer.devices={visible} (or auto), or run where {devices} GPUs are visible."
+        )
+
+
 def build_trainer(cfg: DictConfig, loggers: list[Any]) -> L.Trainer:
     """The Lightning Trainer with the configured callbacks and these loggers.
 
