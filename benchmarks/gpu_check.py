@@ -83,6 +83,12 @@ def _last_line(log: Path) -> str:
     return lines[-1].strip() if lines else ""
 
 
+def _cuda_visible() -> bool:
+    """Whether torch sees a CUDA GPU (asked in a child process: this one stays light)."""
+    probe = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"
+    return subprocess.run([sys.executable, "-c", probe], cwd=ROOT).returncode == 0
+
+
 def commit() -> str:
     """The checked-out commit, with ``+`` when the working tree has changes."""
     try:
@@ -133,6 +139,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_check_out")))
     parser.add_argument("--device", default="cuda", help="cpu: the smoke check of this script")
     args = parser.parse_args()
+    if args.device == "cuda" and not _cuda_visible():
+        sys.exit(
+            "gpu_check.py: torch sees no CUDA GPU here: run it on the GPU machine, or "
+            "--device cpu for its smoke check."
+        )
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {

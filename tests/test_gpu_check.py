@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from conftest import ROOT, benchmark_module, subprocess_env
 
 FAKE_BENCH = """
@@ -61,6 +62,7 @@ def test_the_check_writes_json_and_tables_and_fails_if_a_step_does(
          "beijing_step": (list(check.BENCH), 30),
          "broken": (_python("raise SystemExit(2)"), 30)},
     )  # fmt: skip
+    monkeypatch.setattr(check, "_cuda_visible", lambda: True)  # as on the GPU machine
     monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--out", str(tmp_path / "out")])
     assert check.main() == 1  # one step failed
     results = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
@@ -73,6 +75,20 @@ def test_the_check_writes_json_and_tables_and_fails_if_a_step_does(
     assert "cloudlstm_k3" in text and "12.5" in text
     assert "CUDA graphs: CUDA only" in text and "failed: RuntimeError: out of memory" in text
     assert "broken         failed (exit 2)" in text
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")
+def test_without_a_gpu_the_check_says_so_in_one_line(tmp_path) -> None:
+    done = subprocess.run(
+        [sys.executable, "benchmarks/gpu_check.py", "--out", str(tmp_path)],
+        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "gpu_check.py: torch sees no CUDA GPU here: run it on the GPU machine, or --device cpu "
+        "for its smoke check."
+    )
+    assert not list(tmp_path.iterdir())
 
 
 def test_the_steps_fit_in_eight_minutes(check) -> None:
