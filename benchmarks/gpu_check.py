@@ -1,6 +1,6 @@
 """The GPU check: the kernels proven and the steps timed, in one run of under 8 minutes.
 
-    python benchmarks/gpu_check.py [--out DIR] [--device cpu]
+    python benchmarks/gpu_check.py [--out DIR] [--device cpu] [--only STEP,...]
 
 On one CUDA GPU (an H100 or H200), each step a process of its own with a time limit
 (:data:`STEPS`; a step that fails or runs over is recorded and the next one runs):
@@ -18,6 +18,8 @@ It writes ``gpu_check.json`` (every figure, each step's status, the commit) and
 ``gpu_check.txt`` (the same as tables) to ``--out``, by default ``$OUT`` or
 ``./gpu_check_out``. ``--device cpu`` is its smoke check where there is no GPU: the same
 steps at the smallest sizes (the GPU tests skip, CUDA graph runs say "CUDA only").
+``--only`` runs some steps alone: a second, shorter run after a fix
+(``--only tests,beijing_step``).
 """
 
 from __future__ import annotations
@@ -138,7 +140,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_check_out")))
     parser.add_argument("--device", default="cuda", help="cpu: the smoke check of this script")
+    parser.add_argument(
+        "--only", default="", help=f"these steps alone, comma-separated: {', '.join(STEPS)}"
+    )
     args = parser.parse_args()
+    only = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = sorted(set(only) - set(STEPS))
+    if unknown:
+        sys.exit(f"gpu_check.py: no step {', '.join(unknown)}; the steps: {', '.join(STEPS)}.")
     if args.device == "cuda" and not _cuda_visible():
         sys.exit(
             "gpu_check.py: torch sees no CUDA GPU here: run it on the GPU machine, or "
@@ -153,6 +162,8 @@ def main() -> int:
         "steps": {},
     }
     for name, (command, limit_s) in STEPS.items():
+        if only and name not in only:
+            continue
         if command[:2] == BENCH:
             command = [*command, "--device", args.device]
             if args.device != "cuda":  # the smoke check: small sizes, no bf16 (slow on CPU)

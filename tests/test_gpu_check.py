@@ -91,6 +91,19 @@ def test_without_a_gpu_the_check_says_so_in_one_line(tmp_path) -> None:
     assert not list(tmp_path.iterdir())
 
 
+def test_only_runs_the_steps_named_and_refuses_an_unknown_one(check, tmp_path, monkeypatch):
+    monkeypatch.setattr(check, "_cuda_visible", lambda: True)
+    monkeypatch.setattr(
+        check, "STEPS", {"a": (_python("print(1)"), 30), "b": (_python("print(2)"), 30)}
+    )
+    monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--out", str(tmp_path), "--only", "b"])
+    assert check.main() == 0
+    assert list(json.loads((tmp_path / "gpu_check.json").read_text())["steps"]) == ["b"]
+    monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--only", "b,knn"])
+    with pytest.raises(SystemExit, match="gpu_check.py: no step knn; the steps: a, b."):
+        check.main()
+
+
 def test_the_steps_fit_in_eight_minutes(check) -> None:
     assert sum(limit for _, limit in check.STEPS.values()) <= 8 * 60 - 15
 
