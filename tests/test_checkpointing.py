@@ -94,6 +94,7 @@ print(json.dumps({"checkpointed": step_peak_mb(True), "plain": step_peak_mb(Fals
 """
 
 
+@pytest.mark.slow  # two training steps measured for peak memory: about 15 s
 def test_checkpointing_cuts_peak_memory():
     """Peak RSS of one training step over the RSS before it, N=2000, M=J=8, 16 hidden
     channels, batch 1, in a fresh process, the peak reset before each step. The plain step

@@ -37,6 +37,7 @@ def metrics(sweep: Path, job: int) -> dict:
     return json.loads((sweep / str(job) / "metrics.json").read_text())
 
 
+@pytest.mark.slow  # four trials, two batches of two processes: about 17 s
 def test_parallel_trials_are_stored_with_each_jobs_objective(tmp_path):
     sweep = tmp_path / "sweep"
     proc = train_py(

@@ -164,6 +164,7 @@ def compare_paper(capsys, sweep: Path) -> list[str]:
     return capsys.readouterr().out.splitlines()
 
 
+@pytest.mark.slow  # a paper preset trained at its CPU scale and compared: about 12 s
 def test_cpu_form_of_a_preset_runs_to_a_paper_table(tmp_path, capsys):
     """Two jobs of experiment=paper/attention scale=cpu (one seed, one cluster, one epoch)."""
     sweep = tmp_path / "sweep"

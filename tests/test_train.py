@@ -123,6 +123,7 @@ def test_config_typos_are_refused_with_the_key(tmp_path, override):
     assert override.split("=")[0].split(".")[-1] in message or "cloudlstmm" in message
 
 
+@pytest.mark.slow  # four jobs in two joblib processes: about 18 s
 def test_joblib_multirun_gives_each_job_its_own_run(tmp_path):
     env = subprocess_env()
     sweep = tmp_path / "sweep"
