@@ -128,7 +128,7 @@ def test_trainer_gpu_without_a_gpu_is_one_line_before_the_data_load(tmp_path):
             f"paths.data_dir={tmp_path}/data")
     )  # fmt: skip
     assert line.startswith("trainer.accelerator=gpu (trainer=gpu), but torch finds no GPU")
-    assert line.endswith("or train on the CPU with trainer=cpu.")
+    assert line.endswith("or run on the CPU: trainer.accelerator=cpu.")
     assert not (tmp_path / "data").exists()  # refused before the data were made
 
 

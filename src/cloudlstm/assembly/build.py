@@ -143,7 +143,8 @@ def check_accelerator(trainer: DictConfig | dict[str, Any]) -> None:
         raise UserError(
             f"trainer.accelerator={accelerator} (trainer=gpu), but torch finds no GPU "
             f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'none'}): run on "
-            "a machine with a GPU and a CUDA build of torch, or train on the CPU with trainer=cpu."
+            "a machine with a GPU and a CUDA build of torch, or run on the CPU: "
+            "trainer.accelerator=cpu."
         )
     devices, visible = trainer.get("devices", "auto"), torch.cuda.device_count()
     if not mps and isinstance(devices, int) and devices > visible:
