@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,6 +50,17 @@ def subprocess_env() -> dict[str, str]:
     """
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
     return {**env, "PROJECT_ROOT": str(ROOT), "WANDB_SILENT": "true"}
+
+
+def one_line(proc: subprocess.CompletedProcess) -> str:
+    """The one line of a run that failed with a message, no traceback: besides Hydra's
+    framing (the job's overrides, its hint of HYDRA_FULL_ERROR), nothing else on stderr."""
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    framing = ("Error executing job with overrides", "Set the environment variable HYDRA_FULL")
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    (line,) = [line for line in lines if not line.startswith(framing)]
+    return line
 
 
 def compose_train(tmp_path: Path, overrides: list[str]) -> DictConfig:

@@ -17,7 +17,7 @@ from cloudlstm.assembly.build import build_trainer
 from cloudlstm.cli.scripts import refuse_moved_keys
 from cloudlstm.cli.train import train
 from cloudlstm.errors import UserError
-from tests.conftest import ROOT, TINY, compose_train, subprocess_env
+from tests.conftest import ROOT, TINY, compose_train, one_line, subprocess_env
 
 
 def run(*cmd: str) -> subprocess.CompletedProcess:
@@ -121,8 +121,6 @@ def test_eval_py_names_a_moved_key_of_a_run_in_todays_form(tmp_path):
     torch.cuda.is_available() or torch.backends.mps.is_available(), reason="a GPU is visible"
 )
 def test_trainer_gpu_without_a_gpu_is_one_line_before_the_data_load(tmp_path):
-    from tests.test_faults_metric_direction import one_line
-
     line = one_line(
         run(sys.executable, "train.py", *TINY, "trainer=gpu", f"hydra.run.dir={tmp_path}/run",
             f"paths.data_dir={tmp_path}/data")

@@ -15,7 +15,7 @@ import torch
 from cloudlstm.cli.train import train
 from cloudlstm.engine.metrics import monitor_mode
 from cloudlstm.errors import UserError
-from tests.conftest import ROOT, TINY, compose_train, subprocess_env
+from tests.conftest import ROOT, TINY, compose_train, one_line, subprocess_env
 
 
 @pytest.mark.parametrize(
@@ -105,17 +105,6 @@ def train_py(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600
     )
-
-
-def one_line(proc: subprocess.CompletedProcess) -> str:
-    """The one line of a run that failed with a message, no traceback: besides Hydra's
-    framing (the job's overrides, its hint of HYDRA_FULL_ERROR), nothing else on stderr."""
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    framing = ("Error executing job with overrides", "Set the environment variable HYDRA_FULL")
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    (line,) = [line for line in lines if not line.startswith(framing)]
-    return line
 
 
 def test_train_py_refuses_a_contrary_mode_in_one_line(tmp_path):

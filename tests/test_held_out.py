@@ -28,9 +28,8 @@ from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
 from cloudlstm.models.build import build_model
 from cloudlstm.models.held_out import held_out_refusal
-from tests.conftest import ROOT, TINY, compose_train, subprocess_env
+from tests.conftest import ROOT, TINY, compose_train, one_line, subprocess_env
 from tests.test_eval import compose_eval
-from tests.test_faults_metric_direction import one_line
 from tests.wandb_reader import read_offline_run
 
 # ---------------------------------------------------------------- a long-format file

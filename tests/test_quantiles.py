@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import ROOT, TINY, compose_train, subprocess_env
+from conftest import ROOT, TINY, compose_train, one_line, subprocess_env
 from omegaconf import OmegaConf
 from test_anchor_heads import MODELS, SPEC, random_batch, tiny_model_config
 
@@ -435,12 +435,11 @@ def test_train_py_refuses_bad_levels_in_one_line(tmp_path):
         timeout=300,
     )
     assert done.returncode == 1, done.stderr[-3000:]
-    # Hydra frames the message (the overrides, HYDRA_FULL_ERROR); the message is one line
+    # Hydra frames the message (the overrides, HYDRA_FULL_ERROR); the message is one line,
+    # nothing else on stderr
     message = (
         "module.quantiles=[0.1,1.5]: give distinct levels strictly between 0 and 1, e.g. "
         "module.quantiles=[0.1,0.5,0.9] (null: point forecasts only)."
     )
-    assert [line for line in done.stderr.splitlines() if "quantiles=[0.1,1.5]:" in line] == [
-        message
-    ], done.stderr[-3000:]
+    assert one_line(done) == message
     assert "Traceback" not in done.stderr + done.stdout
