@@ -37,6 +37,13 @@ class KillAtStep(L.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+class KillAtTestStart(L.Callback):
+    """SIGKILL the process as testing starts: training and its last checkpoint are done."""
+
+    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 class WaitAt(L.Callback):
     """Hold training at the start of epoch ``epoch`` (or of its training batch ``batch``)
     until file ``until`` exists.

@@ -98,6 +98,29 @@ def test_killed_run_resumes_bit_exactly_into_the_same_wandb_run(tmp_path):
     assert new_id != ids[0] and new_id in offline_run_ids(killed_dir)
 
 
+def test_run_killed_between_training_and_test_resumes_with_its_validation_metrics(tmp_path):
+    """Nothing is left to train: the resume validates the restored weights again, so the
+    validation metrics (a sweeper's objective) are the uninterrupted run's."""
+    data = tmp_path / "data"
+    no_wandb = ["logger=csv", "trainer.max_epochs=2"]
+    whole = run_train(tmp_path / "whole", data, *no_wandb)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    killed_dir = tmp_path / "killed"
+    kill = "+callbacks.kill._target_=tests.kill_callback.KillAtTestStart"
+    killed = run_train(killed_dir, data, *no_wandb, kill)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert not (killed_dir / "metrics.json").exists()
+
+    resumed = run_train(killed_dir, data, *no_wandb, "allow_changes=[callbacks.kill]")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expected = json.loads((tmp_path / "whole" / "metrics.json").read_text())
+    got = json.loads((killed_dir / "metrics.json").read_text())
+    assert got["resumed_from"] == str(killed_dir / "checkpoints" / "last.ckpt")
+    assert expected["val"] and got["val"] == expected["val"]
+    assert got["test"] == expected["test"]
+    assert (got["epochs"], got["steps"]) == (expected["epochs"], expected["steps"])
+
+
 def test_last_checkpoint_is_the_latest_epoch_when_validation_gets_worse(tiny_cfg):
     """Lightning 2.6's save_last follows new bests only; our last.ckpt follows every epoch."""
     from cloudlstm.cli.train import train

@@ -132,15 +132,32 @@ def _fit(job: Assembly) -> dict[str, Any]:
     job.trainer.fit(
         job.module, datamodule=job.datamodule, ckpt_path=resume_from, weights_only=False
     )
-    metrics = job.trainer.callback_metrics
+    val = _validation_metrics(job, resume_from)
     timer = EpochTimer.of(job.trainer)  # the whole run's time, earlier processes included
     return {
         "train_time_s": timer.fit_time_s if timer else time.perf_counter() - start,
         "resumed_from": resume_from,
         "epochs": job.trainer.current_epoch,
         "steps": job.trainer.global_step,
-        "val": {key: float(v) for key, v in metrics.items() if key.startswith("val/")},
+        "val": val,
     }
+
+
+def _validation_metrics(job: Assembly, resume_from: str | None) -> dict[str, float]:
+    """The ``val/`` metrics of the fit's last validation.
+
+    A run resumed from a checkpoint that had finished training (the process ended between
+    training and test) validates nothing in ``fit``, so the restored final weights are
+    validated again: where training ended with a validation, as the recipes' budgets do,
+    ``last.ckpt`` holds that validation's weights, and ``metrics.json`` and a sweeper's
+    objective get the values the uninterrupted run would have had.
+    """
+    trainer = job.trainer
+    if resume_from is not None and trainer.global_step == checkpoint_step(Path(resume_from)):
+        log.info("Training had finished before this resume: validating the restored weights.")
+        trainer.validate(job.module, datamodule=job.datamodule, verbose=False)
+    metrics = trainer.callback_metrics
+    return {key: float(v) for key, v in metrics.items() if key.startswith("val/")}
 
 
 def _test(job: Assembly, ckpt: str | None) -> dict[str, Any]:
