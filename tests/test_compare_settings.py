@@ -119,9 +119,24 @@ def test_evaluations_are_rows_of_their_own_when_asked(sweep, capsys):
     runs = find_runs([sweep], include_evals=True)
     table = columns(compare(runs))
     assert table["n"] == [3, 1]  # the re-test is not a fourth seed (rows: best MAE first)
-    assert table["evaluation"] == ["", "eval best.ckpt data.num_points=100"]
+    assert table["evaluation"] == ["", "eval best data.num_points=100"]
     code, out, err = run_main(capsys, sweep, "--include-evals")
     assert code == 0 and err == [] and len(out.splitlines()) == 4
+
+
+def test_the_seeds_re_tests_by_one_command_share_a_row(sweep):
+    """Each seed's best checkpoint is a file of its own step and the command ran with its
+    own threads: the re-tests are still the seeds of one evaluation."""
+    for seed, step in ((1, 4000), (2, 2500)):
+        run = sweep / str(seed)
+        folder = evaluation_of(run, 9.0 + seed)
+        results = json.loads((folder / "metrics.json").read_text())
+        results["checkpoint"] = f"checkpoints/epoch_003-step_{step:06d}.ckpt"
+        results["overrides"] += ["torch_threads=1"]
+        (folder / "metrics.json").write_text(json.dumps(results))
+    table = columns(compare(find_runs([sweep], include_evals=True)))
+    assert table["n"] == [3, 3]
+    assert table["evaluation"] == ["", "eval best data.num_points=100"]
 
 
 def test_labels_name_only_what_tells_a_models_groups_apart(tmp_path):

@@ -225,6 +225,20 @@ def test_held_out_readings_never_reach_training(tmp_path, history):
         assert results["test"] == base["test"]
 
 
+def test_both_modes_train_alike_so_eval_py_gives_the_no_history_test(tmp_path):
+    """Training never reads the held-out points in either mode, so a run trained with their
+    history and tested again by eval.py without it (data.holdout_history=false) has the
+    weights and the test results of a run trained without it: the campaign trains once."""
+    table = long_table()
+    kept, kept_weights = train_on(tmp_path / "kept", table, HOLDOUT)
+    none, none_weights = train_on(tmp_path / "none", table, HOLDOUT, "data.holdout_history=false")
+    assert_same_weights(kept_weights, none_weights)
+    assert kept["val"] == none["val"] and kept["test"] != none["test"]
+    run = next((tmp_path / "kept").rglob("metrics.json")).parent
+    again = evaluate(compose_eval(run, tmp_path / "eval", "data.holdout_history=false"))
+    assert again["test"] == none["test"]
+
+
 @pytest.mark.slow
 def test_garbage_held_out_readings_never_reach_training_but_trained_ones_do(tmp_path):
     """Finite garbage instead of NaN: the same weights and validation metrics; the same

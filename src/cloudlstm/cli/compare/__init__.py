@@ -15,7 +15,7 @@ split further by every setting that still differs inside such a group: every con
 but ``seed``, the folders (``*dir``, ``*dirpath``, ``paths.*``, data roots: they differ per
 run or machine), the loggers (``logger.*``, ``tags``, ``task_name``), the console and
 execution options (``torch_threads``, ``data.num_workers``, ``model.compile``, ...) and the
-derived ``data_info.*`` (:data:`cloudlstm.cli.compare.groups.NOT_SETTINGS`);
+derived ``data_info.*`` (:data:`cloudlstm.cli.compare.settings.NOT_SETTINGS`);
 ``recipe_name`` is a setting. So the seeds of one setting form one row and different
 settings never mix; with ``--by`` a warning names the keys that differ inside a row.
 ``eval.py``'s results (``<run>/eval/<time>/metrics.json``) test a run again and are left

@@ -10,11 +10,14 @@ from typing import Any
 
 import yaml
 
+from cloudlstm.cli.compare.settings import is_setting
 from cloudlstm.rundir.layout import CONFIG_FILE, METRICS_FILE
 from cloudlstm.rundir.old_configs import current_form
 
 RUN_KEYS = ("model", "data")  # recorded by train.py in metrics.json["run"]
 # The key of an evaluation's row (eval.py's re-test of a run): its checkpoint and overrides.
+# The checkpoints eval.py chooses by name (ckpt=best|last); any other is a file's path.
+CHOSEN_CHECKPOINTS = ("best", "last")
 EVALUATION_KEY = "evaluation"
 
 
@@ -88,7 +91,7 @@ def load_run(path: Path) -> Run | None:
     )
     keys = {"model": info.get("model", "?"), "data": info.get("data", "?"), **config}
     if results.get("run_dir"):
-        keys[EVALUATION_KEY] = _evaluation(results)
+        keys[EVALUATION_KEY] = _evaluation(results, config)
     return Run(
         path=path.parent,
         keys=keys,
@@ -113,10 +116,21 @@ def load_run(path: Path) -> Run | None:
     )
 
 
-def _evaluation(results: dict[str, Any]) -> str:
-    """An evaluation's row label: ``eval <checkpoint file> <overrides>``."""
-    checkpoint = Path(str(results.get("checkpoint") or "?")).name
-    return " ".join(["eval", checkpoint, *results.get("overrides", [])])
+def _evaluation(results: dict[str, Any], config: dict[str, Any]) -> str:
+    """An evaluation's row label: ``eval <checkpoint> <overrides>``.
+
+    The checkpoint as chosen (``best``, ``last``, else the file's name) and the overrides
+    of settings only (:func:`is_setting`: not ``torch_threads=1``), so that the re-tests of
+    a sweep's seeds with one command share a row, whichever step each seed's best was at.
+    """
+    chosen = config.get("ckpt")
+    checkpoint = (
+        chosen if chosen in CHOSEN_CHECKPOINTS else Path(str(results.get("checkpoint") or "?")).name
+    )
+    overrides = [
+        o for o in results.get("overrides", []) if is_setting(o.split("=", 1)[0].lstrip("+~"))
+    ]
+    return " ".join(["eval", checkpoint, *overrides])
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

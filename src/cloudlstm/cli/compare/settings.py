@@ -1,0 +1,48 @@
+"""Which keys of a run's config are settings (what it computed), and which only say where,
+how or under which name it ran: runs that differ only in the latter are seeds of one
+setting, and an evaluation's overrides of them do not name its row."""
+
+from __future__ import annotations
+
+from cloudlstm.assembly.config import EXECUTION_OPTIONS
+
+# Keys of config.yaml that say where, how or under which name a run ran and was logged,
+# not what it computed: runs that differ only in them are seeds of one setting, never
+# split into rows (--by may still name them). ``recipe_name`` is a setting.
+NOT_SETTINGS = frozenset(
+    {
+        "seed",  # what the mean ± std of a row is over
+        "data.holdout_seed",  # the draw of held-out points: by default the seed, likewise
+        "task_name", "tags", "print_config", "optimized_metric",
+        "resume", "run_lock", "ckpt_path", "torch_threads", "keep_freed_memory",
+        "run", "ckpt", "logger",  # eval.py's: the run and checkpoint tested, no logger
+        "module.save_predictions",
+        "data.num_workers", "data.pin_memory", "data.persistent_workers", "data.download",
+        "data.source.download",  # data=airq's, data.download in runs before the source node
+        "trainer.enable_progress_bar", "trainer.enable_model_summary",
+        "trainer.log_every_n_steps", "trainer.plugins",
+        "callbacks.model_checkpoint.filename",
+        *(f"model.{option}" for option in EXECUTION_OPTIONS),  # how, not what
+    }
+)  # fmt: skip
+NOT_SETTING_PREFIXES = (
+    "paths.", "data_info.", "logger.", "report.", "hydra.",
+    # the console, learning-rate log, timer, RNG states and the resume checkpoints
+    "callbacks.progress_bar.", "callbacks.model_summary.", "callbacks.lr_monitor.",
+    "callbacks.epoch_timer.", "callbacks.rng_state.", "callbacks.last_checkpoint.",
+    "callbacks.step_checkpoint.", "callbacks.sigterm_checkpoint.",
+)  # fmt: skip
+
+
+def is_setting(key: str) -> bool:
+    """False for the keys that may differ between the runs of one setting: seeds, paths
+    and folders (``*dir``, ``*dirpath``, data roots), loggers, the console, execution
+    options (threads, workers, compile) and eval.py's run and checkpoint; see
+    :data:`NOT_SETTINGS`. ``data_info.*`` is derived from ``data.*``."""
+    last = key.rsplit(".", 1)[-1]
+    return not (
+        key in NOT_SETTINGS
+        or key.startswith(NOT_SETTING_PREFIXES)
+        or last.endswith(("dir", "dirpath"))  # output, cache and checkpoint folders
+        or last == "root"  # where a data set lies on this machine
+    )
