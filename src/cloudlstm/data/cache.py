@@ -507,9 +507,9 @@ class CachedSource:
     config and the files' signatures (:attr:`cache_key`).
 
     What a source declares of its data besides the stream (the data-source protocol) is
-    the class attributes ``bad_values``, ``path``, ``time_col``, ``id_col``, ``coord_cols``
-    and the method :meth:`physical_ranges`: the defaults here are those of a source that
-    declares nothing, and a subclass that knows more sets them (e.g.
+    the class attributes ``bad_values``, ``path``, ``time_col``, ``id_col``, ``coord_cols``,
+    ``missing_value`` and the method :meth:`physical_ranges`: the defaults here are those
+    of a source that declares nothing, and a subclass that knows more sets them (e.g.
     :class:`~cloudlstm.data.sources.long_format.LongFormatSource` from its arguments). The
     datamodule also takes a bare stream or any object with ``load()``; these declare
     nothing (:meth:`declared_by`).
@@ -535,6 +535,9 @@ class CachedSource:
     time_col: str = "timestamp"
     id_col: str = "id"
     coord_cols: list[str] | None = None
+    # The value that means "no reading" in this data's files (METR-LA's 0), or None. Stored
+    # in the data description, so that a forecast's history reads it as missing too.
+    missing_value: float | None = None
 
     def physical_ranges(self) -> dict[str, tuple[float | None, float | None]]:
         """``{channel: (lo, hi)}``: the values each channel can physically take (None for

@@ -77,6 +77,9 @@ class DataSpec:
             channel's training median, spread and valid range, and ``data.max_abs_z``:
             :func:`~cloudlstm.data.pipeline.absurd_values.training_reference`), so that a
             forecast's history is checked alike; None in checkpoints written before it.
+        missing_value: the value the training files wrote for "no reading" (METR-LA's 0),
+            read as missing in a forecast's history too; None: none (and in checkpoints
+            written before it).
 
     A model reads ``C_in = input_channels`` channels (:attr:`input_names`) and forecasts
     ``C_out = num_channels`` (see :mod:`cloudlstm.data.covariates`).
@@ -105,6 +108,7 @@ class DataSpec:
     time_features: list[str] = field(default_factory=list)
     adjacency: list[list[float]] | None = None
     value_reference: dict[str, Any] | None = None
+    missing_value: float | None = None
 
     # ------------------------------------------------------------------ made from
     @classmethod
@@ -142,6 +146,7 @@ class DataSpec:
             time_features=list(datamodule.time_features),
             adjacency=_adjacency(source, stream.point_ids),
             value_reference=_value_reference(datamodule, source),
+            missing_value=source.missing_value,
         )
 
     @classmethod

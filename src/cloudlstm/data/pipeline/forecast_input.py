@@ -30,6 +30,7 @@ from cloudlstm.data.pipeline.model_input import (
     positions_before_covariates,
     with_time_features,
 )
+from cloudlstm.data.pipeline.wide_history import long_history
 from cloudlstm.data.sources.bad_values import channel_values, check_mode
 from cloudlstm.data.sources.tables import (
     check_columns,
@@ -199,8 +200,10 @@ def build_input(
 
     Args:
         df: long-format rows ``(time, id, coordinates, one column per value channel and
-            per measured covariate)``; missing cells or rows are filled. Time features
-            are computed from the times.
+            per measured covariate)``, or a wide table of a one-channel run's training
+            points (:func:`~cloudlstm.data.pipeline.wide_history.long_history`); missing
+            cells or rows, and cells of the training files' missing value, are filled.
+            Time features are computed from the times.
         info: the training data's description, from the checkpoint.
         what: how to name ``df`` in error messages.
         bad_values: what a value that is no finite number, outside its channel's valid
@@ -212,7 +215,8 @@ def build_input(
             or points the model cannot take.
     """
     mode = check_mode(bad_values)
-    table = parse_history(df, info, what).reset_index(drop=True)  # index: the table's rows
+    table = parse_history(long_history(df, info, what), info, what)
+    table = _marked_missing(table, info).reset_index(drop=True)  # index: the table's rows
     df, step = recent_window(table, info, what)
     need = info.history_steps
     ids = order_points(df[info.id_col].unique().tolist(), info, what)
@@ -286,6 +290,18 @@ def _checked_values(
     option = "data.source.bad_values"
     checked = checked_history(stream, info.value_reference, mode, what, option)
     return np.where(checked.mask, raw, np.nan).astype(np.float32)
+
+
+def _marked_missing(df: pd.DataFrame, info: DataSpec) -> pd.DataFrame:
+    """The cells holding the training files' "no reading" value (``info.missing_value``,
+    METR-LA's 0) made empty, missing as they were in training, and filled as gaps."""
+    if info.missing_value is None:
+        return df
+    marked = {
+        c: df[c].mask(pd.to_numeric(df[c], errors="coerce") == info.missing_value)
+        for c in _read_channels(info)
+    }
+    return df.assign(**marked)
 
 
 def _read_channels(info: DataSpec) -> list[str]:

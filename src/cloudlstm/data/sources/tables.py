@@ -405,6 +405,10 @@ def read_hdf(
     return frame
 
 
+# Columns named in a message about missing ones: a wide table may have hundreds.
+FOUND_SHOWN = 12
+
+
 def check_columns(df: pd.DataFrame, expected: Sequence[str], what: str, hint: str) -> None:
     """Raise a ``UserError`` listing expected vs found columns when some are missing."""
     missing = [c for c in expected if c not in df.columns]
@@ -413,8 +417,11 @@ def check_columns(df: pd.DataFrame, expected: Sequence[str], what: str, hint: st
     found = [str(c) for c in df.columns]
     close = {m: difflib.get_close_matches(m, found, n=1) for m in missing}
     guesses = ", ".join(f"{m!r} -> {g[0]!r}?" for m, g in close.items() if g)
+    shown = (
+        found if len(found) <= FOUND_SHOWN else f"{found[:FOUND_SHOWN]} ... ({len(found)} in all)"
+    )
     raise UserError(
-        f"{what} lacks column(s) {missing}. Expected {list(expected)}; found {found}."
+        f"{what} lacks column(s) {missing}. Expected {list(expected)}; found {shown}."
         + (f" Did you mean: {guesses}" if guesses else "")
         + f" {hint}"
     )

@@ -1,0 +1,78 @@
+"""A forecast's history given as a wide table -> the long-format rows forecasting reads.
+
+Traffic data comes wide (:mod:`~cloudlstm.data.sources.wide_table`): one row per time step,
+one column per sensor, e.g. DCRNN's ``metr-la.h5`` (the times in its index) or a CSV with a
+time column. A run trained on such data forecasts from a recent file of the same form: its
+columns are training points, whose coordinates the data description holds, and its cells
+are the one channel the run reads. :func:`long_history` melts it into the rows of the long
+format (time, id, empty coordinates: a training point's are its training ones) and leaves
+a long-format table as it is.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from cloudlstm.data.sources.tables import id_text
+from cloudlstm.data.spec import DataSpec
+from cloudlstm.errors import UserError
+
+# Names (lower case) of a wide history's time column besides the run's ``time_col``.
+TIME_NAMES = ("timestamp", "time", "datetime", "date")
+SHOWN = 5  # column names quoted in a message
+
+
+def long_history(df: pd.DataFrame, info: DataSpec, what: str) -> pd.DataFrame:
+    """``df`` as long-format rows: a wide table (no point-id column, training points as
+    columns) melted, any other table unchanged (its columns are checked later).
+
+    Raises:
+        UserError: a wide table whose run reads several channels, without times, or with
+            columns that are not training points.
+    """
+    if info.id_col in df.columns or not set(map(id_text, df.columns)) & set(info.point_ids):
+        return df
+    channels = [*info.value_channels, *info.covariate_names]
+    if len(channels) != 1:
+        raise UserError(
+            f"{what} is a wide table (one column per point), which holds one channel, but the "
+            f"model reads {len(channels)} ({', '.join(channels)}): give the long format, "
+            f"columns {[info.time_col, info.id_col, *info.coord_cols, *channels]}."
+        )
+    frame, time_col = _with_time_column(df, info, what)
+    columns = [c for c in frame.columns if c != time_col]
+    ids = [id_text(c) for c in columns]
+    unknown = [i for i in ids if i not in set(info.point_ids)]
+    if unknown:
+        raise UserError(
+            f"{what}: column(s) {_names(unknown)} are not points the model was trained on, "
+            "and a wide table gives no coordinates for new points: leave them out, or give "
+            f"the long format (columns {info.time_col}, {info.id_col}, "
+            f"{', '.join(info.coord_cols)}, {channels[0]})."
+        )
+    long = frame.rename(columns=dict(zip(columns, ids, strict=True))).melt(
+        id_vars=[time_col], value_vars=ids, var_name=info.id_col, value_name=channels[0]
+    )
+    long = long.rename(columns={time_col: info.time_col})
+    return long.assign(**{c: float("nan") for c in info.coord_cols})
+
+
+def _with_time_column(df: pd.DataFrame, info: DataSpec, what: str) -> tuple[pd.DataFrame, str]:
+    """``df`` with its times in a column, and that column's name: the run's ``time_col``,
+    a column named like a time, or the index of times (an .h5 file's)."""
+    lower = {str(c).lower(): c for c in df.columns}
+    for name in (info.time_col.lower(), *TIME_NAMES):
+        if name in lower:
+            return df, lower[name]
+    if isinstance(df.index, pd.DatetimeIndex):
+        return df.rename_axis(info.time_col).reset_index(), info.time_col
+    raise UserError(
+        f"{what} is a wide table (one column per point) without times: add a column "
+        f"{info.time_col!r} of the rows' times (a .h5 file may hold them as its index)."
+    )
+
+
+def _names(ids: list[str]) -> str:
+    """The first few of ``ids``, and how many there are."""
+    more = f" ... ({len(ids)} in all)" if len(ids) > SHOWN else ""
+    return ", ".join(ids[:SHOWN]) + more

@@ -1,0 +1,119 @@
+"""Forecasting with a run trained on a wide table (``data=metr_la``'s form: one column per
+sensor, 0 for a missing reading) from a recent file of the same form: the forecast the
+long format gives, the training files' missing value read as missing, and one line for
+what a wide history cannot give."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import ROOT, TINY, compose_train, subprocess_env
+
+from cloudlstm.cli.train import train
+from cloudlstm.errors import UserError
+from cloudlstm.forecast import FILLED_COLUMN, Forecaster
+
+STEPS, START, STEP = 200, pd.Timestamp("2012-03-01"), pd.Timedelta("5min")
+IDS = ["773869", "767541", "767542", "717447", "717446", "717445"]
+LON = np.linspace(-118.32, -118.22, len(IDS))
+LAT = np.array([34.15, 34.11, 34.12, 34.07, 34.09, 34.13])
+TIMES = START + STEP * np.arange(STEPS)
+
+
+def speeds() -> pd.DataFrame:
+    """Smooth speeds, one column per sensor, no time column (T-GCN's ``los_speed.csv``)."""
+    t = np.arange(STEPS)[:, None]
+    phase = np.arange(len(IDS))[None, :]
+    return pd.DataFrame(60 + 8 * np.sin(2 * np.pi * t / 48 + phase), columns=IDS)
+
+
+@pytest.fixture(scope="module")
+def forecaster(tmp_path_factory) -> Forecaster:
+    """A tiny CloudLSTM run on the wide table through ``data=metr_la``."""
+    folder = tmp_path_factory.mktemp("wide")
+    speeds().to_csv(folder / "los_speed.csv.gz", index=False)
+    locations = {"sensor_id": IDS, "latitude": LAT, "longitude": LON}
+    pd.DataFrame(locations).to_csv(folder / "graph_sensor_locations.csv", index=False)
+    keep = [o for o in TINY if not o.startswith("data.source.")]
+    overrides = [*keep, "data=metr_la", f"data.source.root={folder}", "data.input_steps=4"]
+    cfg = compose_train(folder, [*overrides, "logger=none", "report.figures=false"])
+    train(cfg)
+    return Forecaster.load(Path(cfg.paths.output_dir), device="cpu")
+
+
+def wide(rows: slice) -> pd.DataFrame:
+    """The rows' speeds with their times in a column."""
+    return speeds().iloc[rows].assign(timestamp=TIMES[rows])
+
+
+def long(table: pd.DataFrame) -> pd.DataFrame:
+    """The same readings in the long format, each sensor at its coordinates."""
+    rows = table.melt(id_vars="timestamp", var_name="id", value_name="speed")
+    place = dict(zip(IDS, zip(LON, LAT, strict=True), strict=True))
+    return rows.assign(x=[place[i][0] for i in rows.id], y=[place[i][1] for i in rows.id])
+
+
+RECENT = slice(STEPS - 10, STEPS)
+
+
+def test_a_wide_history_forecasts_as_the_long_format(forecaster):
+    expected = forecaster.forecast(long(wide(RECENT)))
+    pd.testing.assert_frame_equal(forecaster.forecast(wide(RECENT)), expected)
+    assert expected.horizon.max() == 3 and set(expected.id) == set(IDS)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tables") is None, reason="needs PyTables")
+def test_an_h5_history_with_its_times_in_the_index(forecaster, tmp_path):
+    """DCRNN's metr-la.h5: a DatetimeIndex, one column per sensor, read by predict.py."""
+    table = speeds().iloc[RECENT].set_axis(TIMES[RECENT])
+    table.to_hdf(tmp_path / "recent.h5", key="df")
+    done = subprocess.run(
+        [sys.executable, "predict.py", f"run={forecaster.checkpoint.parents[1]}"]
+        + [f"data.path={tmp_path / 'recent.h5'}", f"out={tmp_path / 'forecast.csv'}"],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = pd.read_csv(tmp_path / "forecast.csv", dtype={"id": str})
+    expected = forecaster.forecast(wide(RECENT))
+    assert np.allclose(written.speed, expected.speed, rtol=1e-5)
+
+
+def test_the_training_files_missing_value_is_missing_in_a_history(forecaster):
+    """METR-LA writes 0 for no reading: a 0 is forecast from as an empty cell is, filled."""
+    zero, empty = wide(RECENT), wide(RECENT)
+    zero.loc[zero.index[-2], IDS[1]] = 0.0
+    empty.loc[empty.index[-2], IDS[1]] = np.nan
+    got, expected = forecaster.forecast(zero), forecaster.forecast(empty)
+    pd.testing.assert_frame_equal(got, expected)
+    filled = got[got.horizon == 1].set_index("id")[FILLED_COLUMN]
+    assert filled[IDS[1]] == 1 and filled.drop(IDS[1]).eq(0).all()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda t: t.assign(other=1.0), "column(s) other are not points the model was trained on"),
+        (lambda t: t.drop(columns="timestamp"), "is a wide table (one column per point) without"),
+    ],
+)
+def test_what_a_wide_history_cannot_give_is_one_line(forecaster, change, message):
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
+        forecaster.forecast(change(wide(RECENT)))
+    assert "\n" not in str(err.value)
+
+
+def test_a_long_history_without_columns_names_few_of_many_found(forecaster):
+    table = wide(RECENT).rename(columns=lambda c: f"s{c}")
+    many = table.assign(**{f"extra{i}": 0.0 for i in range(30)})
+    with pytest.raises(UserError, match=r"\.\.\. \(37 in all\)"):
+        forecaster.forecast(many)
