@@ -26,11 +26,13 @@ from cloudlstm.paths import config_dir
 
 def train() -> None:
     """``cloudlstm-train [group=option ...] [key=value ...]``: train and test a model."""
+    from cloudlstm.cli.model_keys import refuse_foreign_model_keys
     from cloudlstm.cli.process_group import check_shared_run_dir
     from cloudlstm.errors import UserError
 
     try:
         refuse_moved_keys(sys.argv)
+        refuse_foreign_model_keys(sys.argv)
         check_shared_run_dir(sys.argv, os.environ)  # before Hydra makes a run directory
     except UserError as err:  # before Hydra, whose error would name no new place
         sys.exit(str(err))

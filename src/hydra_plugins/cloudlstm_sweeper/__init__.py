@@ -34,6 +34,7 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
 
+from cloudlstm.cli.model_keys import applicable_jobs
 from cloudlstm.cli.sweep_jobs import (
     first_line,
     own_overrides,
@@ -73,6 +74,26 @@ class ReportingSweeper(BasicSweeper):
             return returns
         self.hydra_context.callbacks.on_multirun_end(config=self.config)
         raise _failure(recorder.failed, recorder.launched, sweep_dir)
+
+    def split_arguments(  # type: ignore[override]  # Hydra's is static; this needs the config
+        self, overrides: list[Any], max_batch_size: int | None
+    ) -> list[list[list[str]]]:
+        """Hydra's jobs, less the model settings a job's model does not take
+        (:func:`~cloudlstm.cli.model_keys.applicable_jobs`), in batches of
+        ``max_batch_size``."""
+        jobs = [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+        applicable = applicable_jobs(jobs, self._model_keys)
+        if applicable.note:
+            log.info(applicable.note)
+        if max_batch_size is None:
+            return [applicable.jobs]
+        return list(BasicSweeper.split_overrides_to_chunks(applicable.jobs, max_batch_size))
+
+    def _model_keys(self, job: list[str]) -> tuple[str, set[str]]:
+        """The model a job's config chooses, and its settings."""
+        loader = self.hydra_context.config_loader
+        cfg = loader.load_sweep_config(self.config, job)
+        return str(cfg.hydra.runtime.choices.get("model")), set(cfg.get("model") or {})
 
     def is_done(self) -> bool:
         # after SIGTERM, no further batch (hydra.sweeper.max_batch_size) is launched
