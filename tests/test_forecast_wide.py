@@ -68,6 +68,14 @@ def test_a_wide_history_forecasts_as_the_long_format(forecaster):
     assert expected.horizon.max() == 3 and set(expected.id) == set(IDS)
 
 
+def test_wide_rows_fed_one_step_at_a_time_forecast_as_the_whole(forecaster):
+    expected = forecaster.forecast(wide(RECENT))
+    stream = Forecaster.load(forecaster.checkpoint.parents[1], device="cpu")
+    for row in range(RECENT.start, RECENT.stop):
+        stream.update(wide(slice(row, row + 1)).set_index("timestamp"))  # times as the index
+    pd.testing.assert_frame_equal(stream.forecast(), expected)
+
+
 @pytest.mark.skipif(importlib.util.find_spec("tables") is None, reason="needs PyTables")
 def test_an_h5_history_with_its_times_in_the_index(forecaster, tmp_path):
     """DCRNN's metr-la.h5: a DatetimeIndex, one column per sensor, read by predict.py."""

@@ -4,7 +4,7 @@ Everything the forecast needs travels in the checkpoint
 (:class:`~cloudlstm.data.spec.DataSpec`): the model is rebuilt from the run's
 ``config.yaml`` and the checkpoint's weights, and new data is normalised with the training
 statistics (never refitted). Input and output are long-format tables, as ``data=points``
-reads them::
+reads them (a run trained on a wide table, such as METR-LA's, also takes that form)::
 
     f = Forecaster.load("outputs/runs/2026-01-02/10-00-00-000000")
     forecast = f.forecast(history)   # history: timestamp, id, x, y, <channels>
@@ -30,6 +30,7 @@ from cloudlstm.data.pipeline.forecast_input import (
     history_step,
     parse_history,
 )
+from cloudlstm.data.pipeline.wide_history import long_history
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.module import ForecastModule
 from cloudlstm.engine.quantiles import level_name
@@ -180,9 +181,12 @@ class Forecaster:
     def update(self, snapshot: pd.DataFrame) -> None:
         """Add rows (usually one time step of readings) to the stream :meth:`forecast` reads.
 
-        Only the last ``history_steps`` steps are kept.
+        Only the last ``history_steps`` steps are kept. A run trained on a wide table takes
+        wide rows too (:func:`~cloudlstm.data.pipeline.wide_history.long_history`).
         """
-        rows = parse_history(snapshot, self.info, "the snapshot")
+        rows = parse_history(
+            long_history(snapshot, self.info, "the snapshot"), self.info, "the snapshot"
+        )
         stream = rows if self._buffer is None else pd.concat([self._buffer, rows])
         times = stream[self.info.time_col].to_numpy()
         step = history_step(times, self.info, "the stream fed to update()")
