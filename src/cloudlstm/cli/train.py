@@ -127,12 +127,14 @@ def _fit(job: Assembly) -> dict[str, Any]:
     if stopped is not None:
         raise stopped
     clear_divergence(job.output_dir)  # a new training: no longer the diverged one alone
+    # read now: the fit overwrites last.ckpt, often the checkpoint resumed from
+    resumed_step = None if resume_from is None else checkpoint_step(Path(resume_from))
     start = time.perf_counter()
     # our own checkpoints hold numpy objects (RNG states): not weights-only
     job.trainer.fit(
         job.module, datamodule=job.datamodule, ckpt_path=resume_from, weights_only=False
     )
-    val = _validation_metrics(job, resume_from)
+    val = _validation_metrics(job, resumed_step)
     timer = EpochTimer.of(job.trainer)  # the whole run's time, earlier processes included
     return {
         "train_time_s": timer.fit_time_s if timer else time.perf_counter() - start,
@@ -143,8 +145,9 @@ def _fit(job: Assembly) -> dict[str, Any]:
     }
 
 
-def _validation_metrics(job: Assembly, resume_from: str | None) -> dict[str, float]:
-    """The ``val/`` metrics of the fit's last validation.
+def _validation_metrics(job: Assembly, resumed_step: int | None) -> dict[str, float]:
+    """The ``val/`` metrics of the fit's last validation (``resumed_step``: the global step of
+    the checkpoint the fit resumed from, None for a fresh one).
 
     A run resumed from a checkpoint that had finished training (the process ended between
     training and test) validates nothing in ``fit``, so the restored final weights are
@@ -153,7 +156,7 @@ def _validation_metrics(job: Assembly, resume_from: str | None) -> dict[str, flo
     objective get the values the uninterrupted run would have had.
     """
     trainer = job.trainer
-    if resume_from is not None and trainer.global_step == checkpoint_step(Path(resume_from)):
+    if resumed_step is not None and trainer.global_step == resumed_step:
         log.info("Training had finished before this resume: validating the restored weights.")
         trainer.validate(job.module, datamodule=job.datamodule, verbose=False)
     metrics = trainer.callback_metrics
