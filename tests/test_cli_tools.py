@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -55,17 +56,51 @@ COMMANDS = [
 ]
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[-1])
-def test_every_documented_tool_parses_its_arguments(command):
-    """Each tool's main runs as documented far enough to print its usage (the benchmarks
-    import their whole stack to do so)."""
+# Runs each tool's main with --help in one interpreter, as its command would (a script with
+# its folder first on sys.path, a module as -m runs it): one start of the stack, not one
+# per tool. Prints {command: [exit code, stdout, stderr]} as JSON.
+DRIVER = """
+import contextlib, io, json, os, runpy, sys
+results = {}
+for command in json.loads(sys.argv[1]):
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    sys.argv = [command[-1], "--help"]
+    path = list(sys.path)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            if command[0] == "-m":
+                runpy.run_module(command[1], run_name="__main__", alter_sys=True)
+            else:
+                sys.path.insert(0, os.path.dirname(os.path.abspath(command[0])))
+                runpy.run_path(command[0], run_name="__main__")
+        except SystemExit as stop:
+            code = stop.code or 0
+        except BaseException as error:
+            code = repr(error)
+    sys.path[:] = path
+    results[" ".join(command)] = [code, out.getvalue(), err.getvalue()[-2000:]]
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def helps() -> dict[str, list]:
     done = subprocess.run(
-        [sys.executable, *command, "--help"],
+        [sys.executable, "-c", DRIVER, json.dumps(COMMANDS)],
         cwd=ROOT,
         env=subprocess_env(),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.startswith("usage:")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[-1])
+def test_every_documented_tool_parses_its_arguments(command, helps):
+    """Each tool's main runs as documented far enough to print its usage (the benchmarks
+    import their whole stack to do so)."""
+    code, out, err = helps[" ".join(command)]
+    assert code == 0, err
+    assert out.startswith("usage:")
