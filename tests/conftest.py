@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,6 +51,18 @@ def subprocess_env() -> dict[str, str]:
     """
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
     return {**env, "PROJECT_ROOT": str(ROOT), "WANDB_SILENT": "true"}
+
+
+def run_python(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python <args>`` in the repository, as from a fresh shell, its output captured."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def one_line(proc: subprocess.CompletedProcess) -> str:

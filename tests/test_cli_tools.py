@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from cloudlstm.cli import space_check
 from cloudlstm.cli.models_table import model_names, model_parameters
-from tests.conftest import ROOT, subprocess_env
+from tests.conftest import ROOT, run_python
 
 
 def test_parameter_counts_follow_the_configs():
@@ -85,14 +83,7 @@ print(json.dumps(results))
 
 @pytest.fixture(scope="module")
 def helps() -> dict[str, list]:
-    done = subprocess.run(
-        [sys.executable, "-c", DRIVER, json.dumps(COMMANDS)],
-        cwd=ROOT,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_python("-c", DRIVER, json.dumps(COMMANDS))
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.splitlines()[-1])
 

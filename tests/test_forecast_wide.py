@@ -6,14 +6,12 @@ what a wide history cannot give."""
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, TINY, compose_train, subprocess_env
+from conftest import TINY, compose_train, run_python
 
 from cloudlstm.cli.train import train
 from cloudlstm.errors import UserError
@@ -81,14 +79,11 @@ def test_an_h5_history_with_its_times_in_the_index(forecaster, tmp_path):
     """DCRNN's metr-la.h5: a DatetimeIndex, one column per sensor, read by predict.py."""
     table = speeds().iloc[RECENT].set_axis(TIMES[RECENT])
     table.to_hdf(tmp_path / "recent.h5", key="df")
-    done = subprocess.run(
-        [sys.executable, "predict.py", f"run={forecaster.checkpoint.parents[1]}"]
-        + [f"data.path={tmp_path / 'recent.h5'}", f"out={tmp_path / 'forecast.csv'}"],
-        cwd=ROOT,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
+    done = run_python(
+        "predict.py",
+        f"run={forecaster.checkpoint.parents[1]}",
+        f"data.path={tmp_path / 'recent.h5'}",
+        f"out={tmp_path / 'forecast.csv'}",
     )
     assert done.returncode == 0, done.stderr[-2000:]
     written = pd.read_csv(tmp_path / "forecast.csv", dtype={"id": str})
