@@ -121,14 +121,12 @@ def next_steps(run_dir: Path) -> str:
 def _fit(job: Assembly) -> dict[str, Any]:
     """Train, from the run directory's checkpoint where there is one (``resume``)."""
     resume_from = resume_checkpoint(job.cfg.get("resume", "auto"), job.output_dir)
-    if resume_from is not None:
-        check_resume_fits(job.module, check_checkpoint(Path(resume_from)), Path(resume_from))
+    # its step, kept: the fit overwrites last.ckpt, often that checkpoint
+    resumed_step = None if resume_from is None else _checked_resume(job, Path(resume_from))
     stopped = stopped_before_training(job.cfg, job.output_dir)  # a sweep got SIGTERM
     if stopped is not None:
         raise stopped
     clear_divergence(job.output_dir)  # a new training: no longer the diverged one alone
-    # read now: the fit overwrites last.ckpt, often the checkpoint resumed from
-    resumed_step = None if resume_from is None else checkpoint_step(Path(resume_from))
     start = time.perf_counter()
     # our own checkpoints hold numpy objects (RNG states): not weights-only
     job.trainer.fit(
@@ -143,6 +141,13 @@ def _fit(job: Assembly) -> dict[str, Any]:
         "steps": job.trainer.global_step,
         "val": val,
     }
+
+
+def _checked_resume(job: Assembly, path: Path) -> int | None:
+    """Check that the checkpoint to resume from is sound and fits the module; its step."""
+    resumed = check_checkpoint(path)
+    check_resume_fits(job.module, resumed, path)
+    return resumed.get("global_step")
 
 
 def _validation_metrics(job: Assembly, resumed_step: int | None) -> dict[str, float]:
