@@ -205,6 +205,12 @@ class DataSpec:
         return time_feature_names(self.time_features)
 
     @property
+    def read_channels(self) -> list[str]:
+        """The columns a forecast's history gives for each point: the value channels and
+        the measured covariates."""
+        return [*self.value_channels, *self.covariate_names]
+
+    @property
     def input_names(self) -> list[str]:
         """The C_in channels of a window's ``x``: targets, covariates, time features."""
         return input_names(self.channel_names, self.covariate_names, self.time_features)

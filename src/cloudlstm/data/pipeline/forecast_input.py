@@ -99,7 +99,7 @@ def parse_history(df: pd.DataFrame, info: DataSpec, what: str) -> pd.DataFrame:
     Raises:
         UserError: a column is missing (expected vs found), or a timestamp cannot be read.
     """
-    expected = [info.time_col, info.id_col, *info.coord_cols, *_read_channels(info)]
+    expected = [info.time_col, info.id_col, *info.coord_cols, *info.read_channels]
     with user_errors():
         check_columns(
             df,
@@ -224,7 +224,7 @@ def build_input(
     with user_errors():
         grid = pivot_long(df, info.time_col, info.id_col, step, "error", what)
         # as training reads them; messages name the rows of the table given
-        values = channel_values(df, _read_channels(info), what, mode, df.index.to_numpy())
+        values = channel_values(df, info.read_channels, what, mode, df.index.to_numpy())
         positions = np.stack([numeric_column(df, c, what) for c in info.coord_cols], axis=1)
     # the grid starts at the history's first row; the window ends at its last timestamp
     first = need - len(grid.timestamps)
@@ -283,7 +283,7 @@ def _checked_values(
         values=np.where(observed, raw, 0.0),
         mask=observed,
         coords=coords,
-        channel_names=_read_channels(info),
+        channel_names=info.read_channels,
         point_ids=ids,
         timestamps=times,
     )
@@ -299,14 +299,9 @@ def _marked_missing(df: pd.DataFrame, info: DataSpec) -> pd.DataFrame:
         return df
     marked = {
         c: df[c].mask(pd.to_numeric(df[c], errors="coerce") == info.missing_value)
-        for c in _read_channels(info)
+        for c in info.read_channels
     }
     return df.assign(**marked)
-
-
-def _read_channels(info: DataSpec) -> list[str]:
-    """The columns a history gives for each point: value channels, measured covariates."""
-    return [*info.value_channels, *info.covariate_names]
 
 
 def _time_inputs(

@@ -14,11 +14,10 @@ from __future__ import annotations
 import pandas as pd
 
 from cloudlstm.data.sources.tables import id_text
+from cloudlstm.data.sources.wide_table import TIME_NAMES
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
 
-# Names (lower case) of a wide history's time column besides the run's ``time_col``.
-TIME_NAMES = ("timestamp", "time", "datetime", "date")
 SHOWN = 5  # column names quoted in a message
 
 
@@ -30,9 +29,10 @@ def long_history(df: pd.DataFrame, info: DataSpec, what: str) -> pd.DataFrame:
         UserError: a wide table whose run reads several channels, without times, or with
             columns that are not training points.
     """
-    if info.id_col in df.columns or not set(map(id_text, df.columns)) & set(info.point_ids):
+    trained = set(info.point_ids)
+    if info.id_col in df.columns or not set(map(id_text, df.columns)) & trained:
         return df
-    channels = [*info.value_channels, *info.covariate_names]
+    channels = info.read_channels
     if len(channels) != 1:
         raise UserError(
             f"{what} is a wide table (one column per point), which holds one channel, but the "
@@ -42,7 +42,7 @@ def long_history(df: pd.DataFrame, info: DataSpec, what: str) -> pd.DataFrame:
     frame, time_col = _with_time_column(df, info, what)
     columns = [c for c in frame.columns if c != time_col]
     ids = [id_text(c) for c in columns]
-    unknown = [i for i in ids if i not in set(info.point_ids)]
+    unknown = [i for i in ids if i not in trained]
     if unknown:
         raise UserError(
             f"{what}: column(s) {_names(unknown)} are not points the model was trained on, "
@@ -59,7 +59,8 @@ def long_history(df: pd.DataFrame, info: DataSpec, what: str) -> pd.DataFrame:
 
 def _with_time_column(df: pd.DataFrame, info: DataSpec, what: str) -> tuple[pd.DataFrame, str]:
     """``df`` with its times in a column, and that column's name: the run's ``time_col``,
-    a column named like a time, or the index of times (an .h5 file's)."""
+    a column named like a time (as the wide-table source finds one), or the index of times
+    (an .h5 file's)."""
     lower = {str(c).lower(): c for c in df.columns}
     for name in (info.time_col.lower(), *TIME_NAMES):
         if name in lower:
