@@ -51,16 +51,17 @@ def applicable_jobs(jobs: Sequence[Sequence[str]], model_keys: ModelKeys) -> App
     """
     settings = [_job_model(job, model_keys) for job in jobs]
     set_keys = {k for job in jobs for o in job if (k := model_key(o)) is not None}
-    taken = set().union(*(keys for _, keys in settings)) if settings else set()
-    for key in sorted(set_keys - taken):
+    taken = set().union(*(keys for _, keys in settings))
+    untaken = sorted(set_keys - taken)
+    if untaken:
         names = sorted({name for name, _ in settings if name})
-        raise UserError(foreign_key_message(key, names, taken))
+        raise UserError(foreign_key_message(untaken[0], names, taken))
     kept: list[list[str]] = []
     dropped: dict[str, set[str]] = {}  # model -> its keys dropped
     for job, (name, keys) in zip(jobs, settings, strict=True):
-        foreign = {o for o in job if (k := model_key(o)) is not None and k not in keys}
+        foreign = {o: k for o in job if (k := model_key(o)) is not None and k not in keys}
         if foreign:
-            dropped.setdefault(name, set()).update(model_key(o) or "" for o in foreign)
+            dropped.setdefault(name, set()).update(foreign.values())
         own = [o for o in job if o not in foreign]
         if own not in kept:
             kept.append(own)
