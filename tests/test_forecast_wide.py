@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from conftest import TINY, compose_train, run_python
 
+from cloudlstm.cli.predict import read_history
 from cloudlstm.cli.train import train
 from cloudlstm.errors import UserError
 from cloudlstm.forecast import FILLED_COLUMN, Forecaster
@@ -89,6 +90,40 @@ def test_an_h5_history_with_its_times_in_the_index(forecaster, tmp_path):
     written = pd.read_csv(tmp_path / "forecast.csv", dtype={"id": str})
     expected = forecaster.forecast(wide(RECENT))
     assert np.allclose(written.speed, expected.speed, rtol=1e-5)
+
+
+def test_times_in_an_unnamed_first_column_as_pandas_writes_an_index(forecaster, tmp_path):
+    """Milan's shared table: ``to_csv`` of a frame indexed by time, header ``,23,292,...``;
+    a recent file of that form is read by its first column's times, as training read it."""
+    table = speeds().iloc[RECENT].set_axis(TIMES[RECENT])
+    table.to_csv(tmp_path / "recent.csv")
+    history = read_history(tmp_path / "recent.csv")
+    assert history.columns[0] == "Unnamed: 0"
+    expected = forecaster.forecast(wide(RECENT))
+    pd.testing.assert_frame_equal(forecaster.forecast(history), expected)
+
+
+def test_a_history_names_its_times_as_the_training_table_did(tmp_path):
+    """A run trained with ``data.source.time_col=ts`` reads a wide history's ``ts`` column;
+    the description stores the name, and a history without it is refused naming it."""
+    folder = tmp_path / "files"
+    folder.mkdir()
+    speeds().assign(ts=TIMES).to_csv(folder / "speeds.csv", index=False)
+    locations = {"sensor_id": IDS, "latitude": LAT, "longitude": LON}
+    pd.DataFrame(locations).to_csv(folder / "graph_sensor_locations.csv", index=False)
+    keep = [o for o in TINY if not o.startswith("data.source.")]
+    source = [f"data.source.root={folder}", "data.source.path=speeds.csv"]
+    source.append("data.source.time_col=ts")
+    overrides = [*keep, "data=metr_la", *source, "data.input_steps=4"]
+    cfg = compose_train(tmp_path, [*overrides, "logger=none", "report.figures=false"])
+    train(cfg)
+    run = Forecaster.load(Path(cfg.paths.output_dir), device="cpu")
+    assert run.info.wide_time_col == "ts"
+    history = wide(RECENT).rename(columns={"timestamp": "ts"})
+    got = run.forecast(history)
+    pd.testing.assert_frame_equal(got, run.forecast(long(wide(RECENT))))
+    with pytest.raises(UserError, match="add a column 'ts' of the rows' times"):
+        run.forecast(history.rename(columns={"ts": "when"}))
 
 
 def test_the_training_files_missing_value_is_missing_in_a_history(forecaster):

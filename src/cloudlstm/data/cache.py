@@ -508,11 +508,11 @@ class CachedSource:
 
     What a source declares of its data besides the stream (the data-source protocol) is
     the class attributes ``bad_values``, ``path``, ``time_col``, ``id_col``, ``coord_cols``,
-    ``missing_value`` and the method :meth:`physical_ranges`: the defaults here are those
-    of a source that declares nothing, and a subclass that knows more sets them (e.g.
-    :class:`~cloudlstm.data.sources.long_format.LongFormatSource` from its arguments). The
-    datamodule also takes a bare stream or any object with ``load()``; these declare
-    nothing (:meth:`declared_by`).
+    ``missing_value``, ``wide_time_col`` and the method :meth:`physical_ranges`: the
+    defaults here are those of a source that declares nothing, and a subclass that knows
+    more sets them (e.g. :class:`~cloudlstm.data.sources.long_format.LongFormatSource` from
+    its arguments). The datamodule also takes a bare stream or any object with ``load()``;
+    these declare nothing (:meth:`declared_by`).
     """
 
     cache_prefix = "stream"
@@ -538,6 +538,10 @@ class CachedSource:
     # The value that means "no reading" in this data's files (METR-LA's 0), or None. Stored
     # in the data description, so that a forecast's history reads it as missing too.
     missing_value: float | None = None
+    # The column of the times in a wide table of this data (one column per point) as the
+    # user named it (data.source.time_col), or None: found by its form. Stored in the data
+    # description, so that a forecast's wide history is read as the training table was.
+    wide_time_col: str | None = None
 
     def physical_ranges(self) -> dict[str, tuple[float | None, float | None]]:
         """``{channel: (lo, hi)}``: the values each channel can physically take (None for

@@ -80,6 +80,9 @@ class DataSpec:
         missing_value: the value the training files wrote for "no reading" (METR-LA's 0),
             read as missing in a forecast's history too; None: none (and in checkpoints
             written before it).
+        wide_time_col: the column of the times in the training table, when that table was
+            wide and the column named by the user (``data.source.time_col``); a forecast's
+            wide history may name it so. None: found by its form.
 
     A model reads ``C_in = input_channels`` channels (:attr:`input_names`) and forecasts
     ``C_out = num_channels`` (see :mod:`cloudlstm.data.covariates`).
@@ -109,6 +112,7 @@ class DataSpec:
     adjacency: list[list[float]] | None = None
     value_reference: dict[str, Any] | None = None
     missing_value: float | None = None
+    wide_time_col: str | None = None
 
     # ------------------------------------------------------------------ made from
     @classmethod
@@ -147,6 +151,7 @@ class DataSpec:
             adjacency=_adjacency(source, stream.point_ids),
             value_reference=_value_reference(datamodule, source),
             missing_value=source.missing_value,
+            wide_time_col=source.wide_time_col,
         )
 
     @classmethod

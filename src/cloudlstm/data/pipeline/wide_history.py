@@ -11,6 +11,8 @@ a long-format table as it is.
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from cloudlstm.data.sources.tables import id_text
@@ -19,6 +21,7 @@ from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
 
 SHOWN = 5  # column names quoted in a message
+UNNAMED = re.compile(r"Unnamed: 0")  # pandas's name of an empty first header
 
 
 def long_history(df: pd.DataFrame, info: DataSpec, what: str) -> pd.DataFrame:
@@ -58,18 +61,24 @@ def long_history(df: pd.DataFrame, info: DataSpec, what: str) -> pd.DataFrame:
 
 
 def _with_time_column(df: pd.DataFrame, info: DataSpec, what: str) -> tuple[pd.DataFrame, str]:
-    """``df`` with its times in a column, and that column's name: the run's ``time_col``,
-    a column named like a time (as the wide-table source finds one), or the index of times
-    (an .h5 file's)."""
+    """``df`` with its times in a column, and that column's name, found as the wide-table
+    source found the training table's: the column the run's ``data.source.time_col`` named,
+    the run's ``time_col``, a column named like a time, a first column without a name (a
+    written index: pandas reads it as ``Unnamed: 0``), or the index of times (an .h5 file's)."""
     lower = {str(c).lower(): c for c in df.columns}
-    for name in (info.time_col.lower(), *TIME_NAMES):
+    names = [info.wide_time_col, info.time_col, *TIME_NAMES]
+    for name in (n.lower() for n in names if n is not None):
         if name in lower:
             return df, lower[name]
+    first = str(df.columns[0]) if len(df.columns) else None
+    if first is not None and (first.strip() == "" or UNNAMED.fullmatch(first)):
+        return df, df.columns[0]
     if isinstance(df.index, pd.DatetimeIndex):
         return df.rename_axis(info.time_col).reset_index(), info.time_col
     raise UserError(
         f"{what} is a wide table (one column per point) without times: add a column "
-        f"{info.time_col!r} of the rows' times (a .h5 file may hold them as its index)."
+        f"{info.wide_time_col or info.time_col!r} of the rows' times (a .h5 file may hold "
+        "them as its index)."
     )
 
 

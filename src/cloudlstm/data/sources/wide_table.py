@@ -153,8 +153,9 @@ class WideTableSource(CachedSource):
         self.positions = self._under_root(positions)
         self.graph = None if graph is None else self._under_root(graph)
         # Not `time_col`: that attribute of the source protocol names the time column of a
-        # long-format history of this data (forecasting reads those), which stays the default.
-        self.time_column = None if time_col is None else str(time_col)
+        # long-format history of this data, which stays the default; this one is the wide
+        # table's, stored in the data description so that a wide history is read alike.
+        self.wide_time_col = None if time_col is None else str(time_col)
         self.start = None if start is None else _timestamp(start, "data.source.start")
         self.step = None if step is None else parse_freq(step)
         self.missing_value = None if missing_value is None else float(missing_value)
@@ -181,7 +182,7 @@ class WideTableSource(CachedSource):
         graph is not part of the stream)."""
         return {
             "version": _VERSION,
-            "time_col": self.time_column,
+            "time_col": self.wide_time_col,
             "start": None if self.start is None else str(self.start),
             "step": None if self.step is None else str(pd.Timedelta(self.step)),
             "missing_value": self.missing_value,
@@ -277,17 +278,17 @@ class WideTableSource(CachedSource):
 
     def _time_column(self, frame: pd.DataFrame, index_times: Any, what: str) -> str | None:
         """The column of the times (None: the index's, or none; see ``time_col``)."""
-        if self.time_column is not None:
-            if self.time_column not in frame.columns:
-                if index_times is not None and self.time_column in ("index", index_times.name):
+        if self.wide_time_col is not None:
+            if self.wide_time_col not in frame.columns:
+                if index_times is not None and self.wide_time_col in ("index", index_times.name):
                     return None
                 check_columns(
                     frame,
-                    [self.time_column],
+                    [self.wide_time_col],
                     what,
                     "Set data.source.time_col to the column of the times (null: found alone).",
                 )
-            return self.time_column
+            return self.wide_time_col
         if index_times is not None:
             return None
         first = frame.columns[0]
