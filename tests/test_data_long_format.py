@@ -96,7 +96,7 @@ def test_freq_is_inferred_or_given(tmp_path):
     assert LongFormatSource(path, freq="5min").load().num_steps == 12
     with pytest.raises(ValueError, match=r"not on the regular grid .* step 0 days 00:10:00"):
         LongFormatSource(path, freq="10min").load()
-    with pytest.raises(ValueError, match="freq must be a positive duration"):
+    with pytest.raises(ValueError, match=r"^data\.source\.freq='often': give a positive duration"):
         LongFormatSource(path, freq="often")
 
 

@@ -229,8 +229,11 @@ def test_times_must_lie_on_a_regular_grid(tmp_path):
     speeds(6).to_csv(tmp_path / "no_times.csv", index=False)
     with pytest.raises(UserError, match=r"has no time column: .*data\.source\.start="):
         source(tmp_path, path="no_times.csv", start=None).load()
-    with pytest.raises(UserError, match=r"freq must be a positive duration"):
+    with pytest.raises(UserError, match=r"^data\.source\.step='soon': give a positive duration"):
         source(tmp_path, step="soon")
+    with pytest.raises(UserError, match=r"^data\.source\.missing_value='none' is not a number"):
+        source(tmp_path, missing_value="none")
+    assert source(tmp_path, missing_value="0").missing_value == 0.0
     with pytest.raises(UserError, match=r"data\.source\.start='someday' is not a date"):
         source(tmp_path, start="someday")
 

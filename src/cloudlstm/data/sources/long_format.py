@@ -122,7 +122,7 @@ class LongFormatSource(CachedSource):
         if isinstance(value_cols, str):
             value_cols = [value_cols]
         self.value_cols = None if value_cols is None else [str(c) for c in value_cols]
-        self.freq = None if freq is None else parse_freq(freq)
+        self.freq = None if freq is None else parse_freq(freq, "data.source.freq")
         self.name = name or self.path.name.split(".")[0]
         self.moving = moving
         self.bad_values = check_mode(bad_values)

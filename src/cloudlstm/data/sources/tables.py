@@ -81,17 +81,26 @@ def parse_times(column: pd.Series, what: str) -> np.ndarray:
     return parsed.to_numpy(dtype="datetime64[ns]")
 
 
-def parse_freq(freq: Any) -> np.timedelta64:
-    """``"1h"``, ``"5min"``, ``"30s"`` or a timedelta -> a positive ``timedelta64[ns]``."""
+def parse_freq(freq: Any, option: str = "freq") -> np.timedelta64:
+    """``"1h"``, ``"5min"``, ``"30s"`` or a timedelta -> a positive ``timedelta64[ns]``;
+    ``option``: the setting that gave it, named in the error."""
     try:
         step = pd.Timedelta(freq).to_timedelta64()
     except (ValueError, TypeError):
         step = None
     if step is None or not step > np.timedelta64(0, "ns"):
         raise UserError(
-            f"freq must be a positive duration such as '1h', '5min' or '30s'; got {freq!r}."
+            f"{option}={freq!r}: give a positive duration such as '1h', '5min' or '30s'."
         )
     return step
+
+
+def parse_number(value: Any, option: str) -> float:
+    """A setting's number (a float, or text of one); ``option`` is named in the error."""
+    try:
+        return float(value)
+    except (ValueError, TypeError):
+        raise UserError(f"{option}={value!r} is not a number: give one, e.g. {option}=0.") from None
 
 
 def infer_step(times: np.ndarray, step_option: str = "freq") -> np.timedelta64:
@@ -178,7 +187,7 @@ def pivot_long(
     if len(df) == 0:
         raise UserError(f"{what} has no rows.")
     times = df[time_col].to_numpy(dtype="datetime64[ns]")
-    step = infer_step(times, step_option) if freq is None else parse_freq(freq)
+    step = infer_step(times, step_option) if freq is None else parse_freq(freq, step_option)
     t0 = times.min()
     offset = (times - t0).astype(np.int64)
     step_ns = int(step.astype("timedelta64[ns]").astype(np.int64))

@@ -109,7 +109,7 @@ class TelecomItaliaSource(CachedSource):
         self.channels = [str(c) for c in channels]
         self.root = Path(root)
         self.squares = None if squares is None else _square_ids(squares)
-        self.step = parse_freq(step)
+        self.step = parse_freq(step, "data.source.step")
         if self.step % _INTERVAL != np.timedelta64(0, "ns"):
             raise UserError(
                 f"data.source.step={step!r}: the files' intervals are 10 minutes, so the step "

@@ -35,6 +35,7 @@ from cloudlstm.data.sources.tables import (
     id_text,
     numeric_column,
     parse_freq,
+    parse_number,
     parse_times,
     pivot_long,
     read_hdf,
@@ -157,8 +158,12 @@ class WideTableSource(CachedSource):
         # table's, stored in the data description so that a wide history is read alike.
         self.wide_time_col = None if time_col is None else str(time_col)
         self.start = None if start is None else _timestamp(start, "data.source.start")
-        self.step = None if step is None else parse_freq(step)
-        self.missing_value = None if missing_value is None else float(missing_value)
+        self.step = None if step is None else parse_freq(step, "data.source.step")
+        self.missing_value = (
+            None
+            if missing_value is None
+            else parse_number(missing_value, "data.source.missing_value")
+        )
         self.channel = str(channel)
         self.key = None if key is None else str(key)
         if isinstance(position_cols, str):
