@@ -139,12 +139,23 @@ def test_markdown_cells_round_to_the_std(seeds):
     assert rows[3].startswith("| cloudlstm | synthetic | 3 | 3 | 300 | 2 | 20 | 2.3 ± 1.5 |")
 
 
-def test_round_off_spread_prints_as_one_value(tmp_path):
-    """A deterministic model's seeds give equal means up to summation order: no 17-digit std."""
-    for seed, mae in enumerate((100.93894990464587, 100.93894990464589, 100.93894990464587)):
+@pytest.mark.parametrize(
+    "maes",
+    [
+        (100.93894990464587, 100.93894990464589, 100.93894990464587),  # float64 order
+        (100.93894, 100.93895, 100.93894),  # float32 sums over other point orders
+    ],
+)
+def test_round_off_spread_prints_as_one_value(tmp_path, maes):
+    """A deterministic model's seeds give equal means up to summation order: no 9- or
+    17-digit std; a spread of one part in 10,000 is a spread."""
+    for seed, mae in enumerate(maes):
         write_run(tmp_path / str(seed), mae, model="persistence", seed=seed)
     row = to_markdown(compare(find_runs([tmp_path]))).splitlines()[2]
-    assert "| **100.9** |" in row and "±" not in row
+    assert "| **100.9** | **201.9** |" in row  # mae, rmse
+    write_run(tmp_path / "3", 100.95, model="persistence", seed=3)
+    row = to_markdown(compare(find_runs([tmp_path]))).splitlines()[2]
+    assert "| **100.9417 ± 0.0055** |" in row
 
 
 def test_group_by_several_keys(tmp_path, capsys):

@@ -10,6 +10,8 @@ from typing import Any, TextIO
 from cloudlstm.cli.compare.cells import Column, Diff, Stat
 from cloudlstm.cli.compare.table import best_rows
 
+ROUND_OFF = 1e-6  # a std below this fraction of the mean: float32 round-off (eps 6e-8)
+
 
 def cell_text(cell: Any, pm: str, escape: Callable[[str], str] = str) -> str:
     """A cell for markdown, LaTeX or HTML: ``mean ± std`` (mean alone for one run), 1,234.5."""
@@ -29,8 +31,9 @@ def _mean_std(stat: Stat, pm: str) -> str:
     if stat.decimals is not None:
         return f"{stat.mean:.{stat.decimals}f}{pm}{stat.std:.{stat.decimals}f}"
     # Equal values summed in another order differ in the last bits (a deterministic model's
-    # seeds): such a std is round-off, not spread, and would print 17 decimals.
-    if math.isnan(stat.std) or stat.std <= 1e-9 * abs(stat.mean):
+    # seeds, whose metrics are float32 sums over other point orders): such a std is
+    # round-off, not spread, and would print 9 to 17 decimals.
+    if math.isnan(stat.std) or stat.std <= ROUND_OFF * abs(stat.mean):
         return f"{stat.mean:.4g}"
     decimals = max(0, 1 - math.floor(math.log10(stat.std)))
     return f"{stat.mean:.{decimals}f}{pm}{stat.std:.{decimals}f}"
