@@ -103,3 +103,30 @@ def test_a_sweep_started_again_while_its_job_runs_is_refused_before_writing(tmp_
         assert line.startswith(f"Run directory {sweep / '0'} is in use by host ")
         assert f"pid {first.pid}," in line and line.endswith("another hydra.sweep.dir.")
         assert files(sweep) == before, "the refused sweep wrote into the sweep directory"
+
+
+@pytest.mark.slow
+def test_sweeps_over_other_jobs_of_one_sweep_directory_run_side_by_side(tmp_path):
+    """A fixed sweep directory with a job per setting (as experiment=beijing_held_out's
+    ``<model>/seed_<seed>``): a sweep over other settings runs while a job of the first
+    runs; one that would run the running job's setting again is refused, writing nothing."""
+    sweep = tmp_path / "sweep"
+    common = [
+        "-m", *[a for a in JOB if not a.startswith("model.k=")], f"hydra.sweep.dir={sweep}",
+        "hydra.sweep.subdir=k${model.k}", f"paths.data_dir={tmp_path / 'data'}",
+    ]  # fmt: skip
+    held = [*common, "model.k=2", *gate("${paths.output_dir}/go")]
+    with holding(held, sweep / "k2" / "go.waiting", tmp_path / "first.log") as first:
+        other = train_py(*common, "model.k=3")
+        assert other.returncode == 0, other.stderr[-3000:]
+        assert (sweep / "k3" / "metrics.json").is_file()
+
+        overlapping = train_py(*common, "model.k=4,2")
+        assert overlapping.returncode != 0
+        line = the_line(overlapping, "is in use by")
+        assert line.startswith(f"Run directory {sweep / 'k2'} is in use by host ")
+        assert f"pid {first.pid}," in line
+        assert not (sweep / "k4").exists(), "the refused sweep ran a job"
+
+        (sweep / "k2" / "go").touch()
+        assert first.wait(timeout=300) == 0, (tmp_path / "first.log").read_text()[-3000:]

@@ -102,6 +102,19 @@ def test_the_heartbeat_keeps_the_lock_fresh(tmp_path, monkeypatch):
         assert path.stat().st_mtime > time.time() - 60
 
 
+def test_the_run_directories_held_under_a_sweep_directory(tmp_path):
+    """What a sweep compares its jobs' directories with: live holders only, none taken."""
+    stale, live = tmp_path / "stgcn" / "seed_0", tmp_path / "cloudlstm_k3" / "seed_0"
+    leave_lock(stale, host=socket.gethostname(), pid=dead_pid())
+    with run_dir_lock(live):
+        held = run_lock.held_run_dirs(tmp_path, "auto")
+        assert list(held) == [str(live)]
+        assert held[str(live)].startswith(f"Run directory {live} is in use by host ")
+    assert run_lock.held_run_dirs(tmp_path, "auto") == {}
+    assert json.loads((stale / LOCK_NAME).read_text())["host"] == socket.gethostname()
+    assert run_lock.held_run_dirs(tmp_path / "none", "auto") == {}
+
+
 def test_a_wrong_mode_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="run_lock=sometimes"):
         RunLock(tmp_path).acquire("sometimes")

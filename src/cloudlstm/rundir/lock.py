@@ -24,7 +24,11 @@ lock is held from there to the run's end, rather than checked there and taken ag
 the job, so that no command can slip in between; the job's own :func:`run_dir_lock` then
 finds it held by its process and passes through. A sweep started again in a directory
 whose jobs still run is refused likewise, before it writes anything (its jobs' locks are
-looked at, not taken: each job takes its own as it starts).
+looked at, not taken: each job takes its own as it starts). Only its own jobs' directories
+count: two sweeps over different parts of one fixed sweep directory (``model=a,b`` and
+``model=c``, each job in ``<model>/seed_<seed>``) run side by side. The project's sweeper
+knows its jobs' directories (:mod:`hydra_plugins.cloudlstm_sweeper`); under another
+sweeper, any directory in use under the sweep directory refuses the sweep.
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ HEARTBEAT_S = 60.0
 # a lock from another host whose heartbeat is older than this is stale: its holder stopped
 # touching it (killed, or its node died); 15 heartbeats, so a busy file server is no cause
 FOREIGN_STALE_S = 15 * 60.0
+# the sweeper of conf/hydra/sweeper/reporting.yaml, which checks its jobs' directories itself
+OWN_SWEEPER = "hydra_plugins.cloudlstm_sweeper.ReportingSweeper"
 # where the launcher says which process is which rank (torchrun, Lightning, SLURM)
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCID")
 
@@ -327,10 +333,24 @@ class HoldBeforeTheRun(Callback):
         let_go()
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(os.path.abspath(str(config.hydra.sweep.dir)))
-        mode = _mode(config)
-        for path in sorted(sweep_dir.rglob(LOCK_FILE)) if sweep_dir.is_dir() else []:
-            _or_exit(lambda path=path: RunLock(path.parent, "hydra.sweep.dir").check(mode))
+        if str(config.hydra.sweeper.get("_target_")) == OWN_SWEEPER:
+            return  # it refuses its own jobs' directories in use, knowing which they are
+        sweep_dir = os.path.abspath(str(config.hydra.sweep.dir))
+        for refusal in held_run_dirs(sweep_dir, _mode(config)).values():
+            sys.exit(refusal)
+
+
+def held_run_dirs(sweep_dir: str | Path, mode: str) -> dict[str, str]:
+    """The run directories under ``sweep_dir`` that a live run holds (absolute path -> the
+    line refusing them, :meth:`RunLock.check`'s), found without taking or writing a lock."""
+    root = Path(os.path.abspath(sweep_dir))
+    held: dict[str, str] = {}
+    for path in sorted(root.rglob(LOCK_FILE)) if root.is_dir() else []:
+        try:
+            RunLock(path.parent, "hydra.sweep.dir").check(mode)
+        except UserError as err:
+            held[str(path.parent)] = str(err)
+    return held
 
 
 def _mode(config: DictConfig) -> str:

@@ -14,6 +14,10 @@ default of ``conf/hydra/default.yaml``) lets every batch of jobs run to its end,
   :class:`~cloudlstm.errors.UserError` is a bug: it is raised with its traceback, after
   that report is logged.
 
+Before anything runs, a sweep one of whose jobs' directories a live run holds is refused
+in one line naming it (:mod:`cloudlstm.rundir.lock`); other jobs of the same sweep
+directory may run meanwhile, so two sweeps over different settings share one.
+
 With ``hydra/launcher=joblib``, SIGTERM sent to this process is passed on to the running
 jobs (:mod:`cloudlstm.rundir.sweep_sigterm`); once they have stopped, the sweep names each
 unfinished job and how to continue them, and exits with 143.
@@ -25,14 +29,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
+from omegaconf import open_dict
 
 from cloudlstm.cli.model_keys import applicable_jobs
 from cloudlstm.cli.sweep_jobs import (
@@ -42,6 +49,7 @@ from cloudlstm.cli.sweep_jobs import (
     unfinished_report,
 )
 from cloudlstm.errors import UserError
+from cloudlstm.rundir.lock import held_run_dirs
 from cloudlstm.rundir.preemption import EXIT_CODE
 from cloudlstm.rundir.sweep_sigterm import PassSigtermOn, is_joblib
 
@@ -85,6 +93,7 @@ class ReportingSweeper(BasicSweeper):
         applicable = applicable_jobs(jobs, self._model_keys)
         if applicable.note:
             log.info(applicable.note)
+        self._refuse_jobs_in_use(applicable.jobs)
         if max_batch_size is None:
             return [applicable.jobs]
         return list(BasicSweeper.split_overrides_to_chunks(applicable.jobs, max_batch_size))
@@ -94,6 +103,34 @@ class ReportingSweeper(BasicSweeper):
         loader = self.hydra_context.config_loader
         cfg = loader.load_sweep_config(self.config, job)
         return str(cfg.hydra.runtime.choices.get("model")), set(cfg.get("model") or {})
+
+    def _refuse_jobs_in_use(self, jobs: list[list[str]]) -> None:
+        """Refuse the sweep, before it writes anything, if a live run holds one of its
+        jobs' directories (another sweep's jobs in the same sweep directory may run).
+
+        Raises:
+            UserError: the line refusing the first such directory.
+        """
+        mode = str(self.config.get("run_lock") or "auto")
+        held = held_run_dirs(str(self.config.hydra.sweep.dir), mode)
+        for num, job in enumerate(jobs if held else []):  # composing a job costs ~0.1 s
+            refusal = held.get(self._job_dir(job, num))
+            if refusal:
+                raise UserError(refusal)
+
+    def _job_dir(self, job: list[str], num: int) -> str:
+        """The directory job number ``num`` runs in, resolved as Hydra's launchers do."""
+        cfg = self.hydra_context.config_loader.load_sweep_config(self.config, job)
+        with open_dict(cfg):
+            cfg.hydra.job.id = f"{cfg.hydra.job.name}_{num}"
+            cfg.hydra.job.num = num
+        hydra_config = HydraConfig.instance()
+        previous = hydra_config.cfg
+        hydra_config.set_config(cfg)  # ${hydra:runtime.choices.model} in the subdir reads it
+        try:
+            return os.path.abspath(os.path.join(cfg.hydra.sweep.dir, cfg.hydra.sweep.subdir))
+        finally:
+            hydra_config.cfg = previous
 
     def is_done(self) -> bool:
         # after SIGTERM, no further batch (hydra.sweeper.max_batch_size) is launched
