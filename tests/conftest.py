@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -51,6 +52,12 @@ def subprocess_env() -> dict[str, str]:
     """
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
     return {**env, "PROJECT_ROOT": str(ROOT), "WANDB_SILENT": "true"}
+
+
+def as_in_a_terminal() -> None:
+    """``preexec_fn`` of a child that Ctrl-C (SIGINT) is sent to: SIGINT handled as in a
+    terminal, even where this test process ignores it (started with ``&`` by a script)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run_python(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:

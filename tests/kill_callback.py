@@ -44,6 +44,19 @@ class KillAtTestStart(L.Callback):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class SignalAtTest(L.Callback):
+    """Send ``signum`` to the process itself before test batch ``batch`` (SIGTERM: 15,
+    Ctrl-C: 2), as ``scancel`` or a user would while a run or an evaluation tests."""
+
+    def __init__(self, signum: int, batch: int = 1) -> None:
+        self.signum = signum
+        self.batch = batch
+
+    def on_test_batch_start(self, trainer: L.Trainer, _: object, __: object, idx: int) -> None:
+        if idx == self.batch:
+            os.kill(os.getpid(), self.signum)
+
+
 class WaitAt(L.Callback):
     """Hold training at the start of epoch ``epoch`` (or of its training batch ``batch``)
     until file ``until`` exists.
@@ -96,12 +109,15 @@ class SigtermAt(L.Callback):
     (as ``scancel`` or ``docker stop`` would during that step); under DDP in every process,
     or only in the process of global rank ``rank`` (``docker stop``, ``kill <pid>``)."""
 
-    def __init__(self, epoch: int, batch: int, rank: int | None = None) -> None:
+    def __init__(
+        self, epoch: int, batch: int, rank: int | None = None, signum: int = signal.SIGTERM
+    ) -> None:
         self.epoch = epoch
         self.batch = batch
         self.rank = rank
+        self.signum = signum  # SIGINT (2): a terminal's Ctrl-C, which every process gets
 
     def on_train_batch_start(self, trainer: L.Trainer, _: object, __: object, idx: int) -> None:
         mine = self.rank is None or trainer.global_rank == self.rank
         if mine and trainer.current_epoch == self.epoch and idx == self.batch:
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), self.signum)

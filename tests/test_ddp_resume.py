@@ -21,7 +21,7 @@ import torch
 from lightning.pytorch.trainer.states import TrainerFn
 
 from cloudlstm.engine.callbacks import RngState
-from tests.conftest import ROOT, subprocess_env
+from tests.conftest import ROOT, as_in_a_terminal, subprocess_env
 from tests.test_resume_mid_epoch import STEP_BUDGET, log_of
 
 # 20 steps of STID (dropout: every process's generators must be restored alike) in two
@@ -39,6 +39,11 @@ CASES = {
     # SLURM's preemption or scancel: every process gets it, during global step 10 (epoch
     # 1, batch 2); last.ckpt is saved as that step ends, in the middle of epoch 1
     "every process": (["+callbacks.kill.epoch=1", "+callbacks.kill.batch=2"], 10),
+    # Ctrl-C in the terminal: SIGINT to every process of the command, the same stop
+    "Ctrl-C": (
+        ["+callbacks.kill.epoch=1", "+callbacks.kill.batch=2", "+callbacks.kill.signum=2"],
+        10,
+    ),
     # docker stop or kill <pid>: only the process started by the command gets it, during
     # step 12, which a validation follows: the processes stop once it has run (its
     # checkpoint written); the other process learns of the signal from rank 0
@@ -55,8 +60,9 @@ def run_train(run_dir: Path, data_dir: Path, *extra: str) -> subprocess.Complete
         f"paths.data_dir={data_dir}", *extra,
     ]  # fmt: skip
     return subprocess.run(
-        cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300
-    )
+        cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300,
+        preexec_fn=as_in_a_terminal,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +81,10 @@ def test_a_ddp_run_stopped_by_sigterm_mid_epoch_resumes_bit_exactly(tmp_path, wh
     run_dir = tmp_path / "stopped"
     stopped = run_train(run_dir, tmp_path / "data", SIGTERM, *signal_args)
     output = stopped.stdout + stopped.stderr
-    assert stopped.returncode == 143, output[-3000:]  # not a hang, not Lightning's status 0
+    by, code = ("Ctrl-C", 130) if case == "Ctrl-C" else ("SIGTERM", 143)
+    assert stopped.returncode == code, output[-3000:]  # not a hang, not Lightning's status
     assert "Traceback" not in output
-    lines = [x for x in output.splitlines() if "interrupted by SIGTERM" in x]
+    lines = [x for x in output.splitlines() if f"interrupted by {by}" in x]
     assert len(lines) == 1, lines  # rank 0's line, with the command the user gave
     assert f"at step {saved_at}" in lines[0] and "hydra.job.name" not in lines[0]
     assert not (run_dir / "metrics.json").exists()

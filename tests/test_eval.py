@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,9 @@ from cloudlstm.cli.evaluate import evaluate, with_run_config
 from cloudlstm.cli.train import train
 from cloudlstm.data.spec import SPEC_KEY
 from cloudlstm.errors import UserError
+from cloudlstm.rundir.preemption import RunInterrupted
 from tests.conftest import ROOT, TINY, compose_train, subprocess_env
+from tests.kill_callback import SignalAtTest
 
 JOB = [*TINY, "logger=none", "report.figures=false", "module.save_predictions=true"]
 
@@ -59,6 +62,30 @@ def compose_eval(run: Path, out: Path, *overrides: str) -> DictConfig:
 
 def metrics(path: Path) -> dict:
     return json.loads((path / "metrics.json").read_text())
+
+
+@pytest.mark.parametrize(("signum", "by", "status"), [(15, "SIGTERM", 143), (2, "Ctrl-C", 130)])
+def test_an_evaluation_stopped_by_a_signal_says_so_with_its_status(
+    cloud_run, tmp_path, signum, by, status
+):
+    """Lightning ends a test stopped by SIGTERM (or Ctrl-C) with status 0: an evaluation
+    without metrics.json must not pass for a finished one."""
+    out = tmp_path / "eval"
+    stop = [f"+callbacks.stop._target_={SignalAtTest.__module__}.SignalAtTest"]
+    cfg = compose_eval(cloud_run, out, *stop, f"+callbacks.stop.signum={signum}")
+    # Ctrl-C as in a terminal, even where this process ignores SIGINT (started with `&`)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(RunInterrupted) as err:
+            evaluate(cfg)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert err.value.exit_code == status
+    assert str(err.value) == (
+        f"Evaluation interrupted by {by}: {out} has no metrics.json; the same command "
+        "evaluates again."
+    )
+    assert not (out / "metrics.json").exists()
 
 
 def test_eval_retests_the_run_in_its_own_directory(cloud_run, tmp_path):

@@ -17,7 +17,7 @@ import torch
 
 from cloudlstm.rundir.checkpoints import check_checkpoint
 from cloudlstm.rundir.preemption import EXIT_CODE, RunInterrupted
-from tests.conftest import ROOT, TINY, subprocess_env
+from tests.conftest import ROOT, TINY, as_in_a_terminal, subprocess_env
 
 # TINY: 3 training steps an epoch, validation and last.ckpt at each epoch's end
 JOB = [*TINY, "logger=csv", "report.figures=false", "torch_threads=1"]
@@ -35,6 +35,7 @@ def start(args: list[str], log: Path) -> subprocess.Popen:
         return subprocess.Popen(
             [sys.executable, "train.py", *args],
             cwd=ROOT, env=subprocess_env(), stdout=out, stderr=subprocess.STDOUT,
+            preexec_fn=as_in_a_terminal,
         )  # fmt: skip
 
 
@@ -95,6 +96,76 @@ def test_sigterm_saves_the_step_exits_143_and_the_printed_command_resumes(tmp_pa
     assert done.returncode == 0, done.stderr[-3000:]
     expected = json.loads((whole_dir / "metrics.json").read_text())
     assert (metrics["test"], metrics["val"]) == (expected["test"], expected["val"])
+
+
+def test_ctrl_c_stops_at_the_step_with_its_checkpoint_and_the_line_to_resume(tmp_path):
+    """Ctrl-C, as SIGTERM: last.ckpt of the step under way, one line, status 130; the
+    printed command finishes the run."""
+    run_dir, log = tmp_path / "run", tmp_path / "train.log"
+    args = [*JOB, *GATE, f"hydra.run.dir={run_dir}", f"paths.data_dir={tmp_path / 'data'}"]
+    proc = start(args, log)
+    wait_for(run_dir / "go.waiting", proc, log)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=300) == 130, log.read_text()[-3000:]
+
+    out = log.read_text()
+    last = run_dir / "checkpoints" / "last.ckpt"
+    assert check_checkpoint(last)["global_step"] == 5
+    assert not (run_dir / "metrics.json").exists()
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out
+    assert "Ctrl-C: the run stops at the end of this training step" in out
+    assert f"Run interrupted by Ctrl-C at step 5: saved {last}." in out
+    (line,) = [x for x in out.splitlines() if "interrupted by Ctrl-C" in x]
+    command = [sys.executable, *shlex.split(line.split("`")[1])[1:]]
+    (run_dir / "go").touch()
+    done = subprocess.run(
+        command, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["resumed_from"] == str(last) and metrics["steps"] == 6
+
+
+def test_a_second_ctrl_c_stops_at_once_naming_the_newest_checkpoint(tmp_path):
+    run_dir, log = tmp_path / "run", tmp_path / "train.log"
+    args = [*JOB, *GATE, f"hydra.run.dir={run_dir}", f"paths.data_dir={tmp_path / 'data'}"]
+    proc = start(args, log)
+    wait_for(run_dir / "go.waiting", proc, log)
+    proc.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + 60
+    while "Ctrl-C: the run stops" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)  # the gate still holds the step: no step ends
+    assert proc.wait(timeout=300) == 130, log.read_text()[-3000:]
+
+    out = log.read_text()
+    last = run_dir / "checkpoints" / "last.ckpt"
+    assert check_checkpoint(last)["global_step"] == 3  # epoch 0's, untouched
+    assert "Traceback" not in out
+    assert (
+        f"Run interrupted by Ctrl-C at step 4: not saved; the newest checkpoint is {last}, "
+        "of step 3." in out
+    )
+
+
+def test_a_run_that_ignores_ctrl_c_goes_on(tmp_path):
+    """Started with SIGINT ignored (``cmd &`` in a script), as Python leaves it: a Ctrl-C
+    sent to the process group stops nothing."""
+    run_dir, log = tmp_path / "run", tmp_path / "train.log"
+    args = [*JOB, *GATE, f"hydra.run.dir={run_dir}", f"paths.data_dir={tmp_path / 'data'}"]
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "train.py", *args],
+            cwd=ROOT, env=subprocess_env(), stdout=out, stderr=subprocess.STDOUT,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        )  # fmt: skip
+    wait_for(run_dir / "go.waiting", proc, log)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1)
+    (run_dir / "go").touch()
+    assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+    assert json.loads((run_dir / "metrics.json").read_text())["steps"] == 6
+    assert "Ctrl-C" not in log.read_text()
 
 
 def test_the_command_of_a_run_without_a_run_dir_names_it(tmp_path, tiny_cfg):

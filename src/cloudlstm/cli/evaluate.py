@@ -17,6 +17,7 @@ from typing import Any
 
 import lightning as L
 from hydra.core.hydra_config import HydraConfig
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from cloudlstm.assembly.assemble import assemble
@@ -34,6 +35,12 @@ from cloudlstm.rundir.layout import (
     write_metrics,
 )
 from cloudlstm.rundir.old_configs import current_config
+from cloudlstm.rundir.preemption import (
+    CTRL_C_EXIT_CODE,
+    EXIT_CODE,
+    RunInterrupted,
+    stopped_by_ctrl_c,
+)
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +119,13 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     log.info("Evaluating %s", path)
     job = assemble(cfg, output_dir, checkpoint=path, with_loggers=False)
     start = time.perf_counter()
-    # verbose=False: the short summary of report.add_test_report instead of Lightning's table
-    returned = job.trainer.test(job.module, datamodule=job.datamodule, verbose=False)
+    try:
+        # verbose=False: the short summary of report.add_test_report, not Lightning's table
+        returned = job.trainer.test(job.module, datamodule=job.datamodule, verbose=False)
+    except SIGTERMException:
+        # Lightning's stop (SIGTERM, or Ctrl-C through SignalsTogether) is a SystemExit of
+        # status 0: this evaluation did not finish, and says so with the signal's status
+        raise evaluation_stopped(job.trainer, output_dir) from None
     results: dict[str, Any] = {
         "run": _training_run(run),
         "run_dir": str(run),
@@ -139,6 +151,17 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         write_metrics(output_dir, results)
         log.info("Evaluation directory: %s", output_dir)
     return results
+
+
+def evaluation_stopped(trainer: L.Trainer, output_dir: Path) -> RunInterrupted:
+    """The line of an evaluation stopped by SIGTERM or Ctrl-C, logged, and its status."""
+    ctrl_c = stopped_by_ctrl_c(trainer)
+    message = (
+        f"Evaluation interrupted by {'Ctrl-C' if ctrl_c else 'SIGTERM'}: {output_dir} has no "
+        "metrics.json; the same command evaluates again."
+    )
+    log.error(message)
+    return RunInterrupted(message, CTRL_C_EXIT_CODE if ctrl_c else EXIT_CODE)
 
 
 def _training_run(run: Path) -> dict[str, Any] | None:

@@ -110,35 +110,45 @@ def _run_hydra(config_name: str, task: Callable[[DictConfig], Any]) -> None:
     _HYDRA_PID = os.getpid()
     os.environ.setdefault("PROJECT_ROOT", os.getcwd())
     main = hydra.main(version_base="1.3", config_path=str(config_dir()), config_name=config_name)
-    main(task)()
+    try:
+        main(task)()
+    except KeyboardInterrupt:
+        # Ctrl-C outside training's steps (preparing data, building, a second Ctrl-C):
+        # a stop the user asked for, said in one line with the shell's status for it
+        sys.stderr.write(f"{Path(sys.argv[0]).name}: stopped by Ctrl-C.\n")
+        raise SystemExit(130) from None
 
 
 def _train(cfg: DictConfig) -> float | None:
     from cloudlstm.cli import console
     from cloudlstm.cli.train import main
     from cloudlstm.errors import one_line_errors
-    from cloudlstm.rundir.preemption import EXIT_CODE, RunInterrupted
+    from cloudlstm.rundir.preemption import RunInterrupted
 
     console.set_up(cfg)
     try:
         with one_line_errors():
             return main(cfg)
-    except RunInterrupted:
+    except RunInterrupted as stop:
         if os.getpid() != _HYDRA_PID:
             raise  # a job in its own process: the sweep reports it and fails
         # a run, or a job of the basic launcher's sweep, which stops with it: its line is
-        # logged; SIGTERM's exit status, not Hydra's 1 of an error
-        raise SystemExit(EXIT_CODE) from None
+        # logged; the signal's exit status (143, 130 for Ctrl-C), not Hydra's 1 of an error
+        raise SystemExit(stop.exit_code) from None
 
 
 def _evaluate(cfg: DictConfig) -> None:
     from cloudlstm.cli import console
     from cloudlstm.cli.evaluate import evaluate
     from cloudlstm.errors import one_line_errors
+    from cloudlstm.rundir.preemption import RunInterrupted
 
     console.set_up(cfg)
-    with one_line_errors():
-        evaluate(cfg)
+    try:
+        with one_line_errors():
+            evaluate(cfg)
+    except RunInterrupted as stop:  # its line is logged; the signal's status, not Hydra's 1
+        raise SystemExit(stop.exit_code) from None
 
 
 def _predict(cfg: DictConfig) -> None:

@@ -25,12 +25,19 @@ noted (one all-reduce of two numbers) and act together, at the same step:
 
 A signal that comes while no training step runs (validation, testing, a sanity check) is
 acted on at the end of the next training step; one during testing lets the test finish.
+
+Ctrl-C (SIGINT) stops a run as SIGTERM does, with one process or several: the run ends
+at the end of the training step under way, saving ``last.ckpt`` there
+(``CheckpointOnSigterm``), and its line says how to continue it. Lightning's own handling
+stops at once, saves nothing and says nothing of resuming. A second Ctrl-C stops at once
+(Lightning's KeyboardInterrupt shutdown), from the newest checkpoint already written.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
+import threading
 from typing import Any
 
 import lightning as L
@@ -44,21 +51,28 @@ __all__ = ["SignalsTogether"]
 
 
 class SignalsTogether(L.Callback):
-    """Act on SIGTERM and SLURM's requeue signal in every DDP process at the same step.
+    """Act on SIGTERM, Ctrl-C and SLURM's requeue signal in every DDP process at the same
+    step; with one process, on Ctrl-C as Lightning acts on SIGTERM.
 
-    Inert with one process. Added by the trainer's assembly in front of the configured
-    callbacks (its step-end hook runs before ``CheckpointOnSigterm``'s), so that every
-    DDP run has it, ``callbacks=none`` included.
+    Added by the trainer's assembly in front of the configured callbacks (its step-end hook
+    runs before ``CheckpointOnSigterm``'s), so that every run has it, ``callbacks=none``
+    included.
     """
 
     def __init__(self) -> None:
         self.terminate = False  # SIGTERM noted in this process, not yet acted on
         self.requeue = False  # SLURM's requeue signal noted, not yet acted on
+        self.ctrl_c = 0  # Ctrl-Cs received
         self._after_validation = False  # stop once the validation under way has ended
         self._requeue_fn: Any = None  # Lightning's SIGUSR1 handler, run at the agreed step
         self._rank = 0
+        self._trainer: L.Trainer | None = None
+        self._sigint: Any = None  # the SIGINT handler before this one's, restored after
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._trainer = trainer
+        if self._sigint is None and _ctrl_c_reaches_us():
+            self._sigint = signal.signal(signal.SIGINT, self._note_ctrl_c)
         # Lightning registers its handlers after this hook (Trainer._run), from these
         # attributes of its signal connector: put the noting ones in their place
         if trainer.world_size < 2:
@@ -79,6 +93,27 @@ class SignalsTogether(L.Callback):
                 )
             )
         self.terminate = True
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self._sigint is not None:
+            signal.signal(signal.SIGINT, self._sigint)
+            self._sigint = None
+
+    def _note_ctrl_c(self, signum: int, _: Any) -> None:
+        self.ctrl_c += 1
+        if self.ctrl_c > 1:
+            raise KeyboardInterrupt  # the user insists: Lightning's shutdown, at once
+        log.warning(
+            rank_prefixed_message(
+                "Ctrl-C: the run stops at the end of this training step, saving a checkpoint "
+                "to continue from; Ctrl-C again stops it at once.",
+                self._rank,
+            )
+        )
+        if self._trainer is not None and self._trainer.world_size < 2:
+            self._trainer._signal_connector.received_sigterm = True
+        else:
+            self.terminate = True  # the processes stop together (on_train_batch_end)
 
     def _note_requeue(self, signum: int, _: Any) -> None:
         if not self.requeue:
@@ -112,6 +147,14 @@ class SignalsTogether(L.Callback):
         dist.all_reduce(noted, op=dist.ReduceOp.MAX)
         terminate, requeue = (bool(v) for v in noted.tolist())
         return terminate, requeue
+
+
+def _ctrl_c_reaches_us() -> bool:
+    """Whether this thread may handle SIGINT (the main thread) and the process does not
+    ignore it (as a job started with ``&`` by a script does, or under ``nohup``-like
+    launchers): then, as Python itself does, it stays ignored."""
+    main = threading.current_thread() is threading.main_thread()
+    return main and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
 
 
 def _validates_now(trainer: L.Trainer) -> bool:

@@ -50,8 +50,16 @@ log = logging.getLogger(__name__)
 EXIT_CODE = 128 + signal.SIGTERM  # 143, what a shell reports for a process ended by SIGTERM
 
 
+CTRL_C_EXIT_CODE = 128 + signal.SIGINT  # 130, what a shell reports after Ctrl-C
+
+
 class RunInterrupted(UserError):
-    """A training stopped by SIGTERM: the message names its checkpoint and how to go on."""
+    """A training stopped by SIGTERM or Ctrl-C: the message names its checkpoint and how
+    to go on; ``exit_code`` is the status the program leaves with."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_CODE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class CheckpointOnSigterm(L.Callback):
@@ -76,12 +84,12 @@ class CheckpointOnSigterm(L.Callback):
         if validates_now(trainer):
             # Lightning resumes a checkpoint of this point as one whose validation has run:
             # the validation would be skipped. Without it, the run goes on from the last one.
-            log.info("SIGTERM before a validation: resuming goes back to the last checkpoint.")
+            log.info("Stopped before a validation: resuming goes back to the last checkpoint.")
             return
         trainer.save_checkpoint(self.path, weights_only=False)  # every state, to resume
         self.saved = self.path
         if trainer.is_global_zero:  # every DDP process saved (together), rank 0 says so
-            log.info("SIGTERM: saved %s at step %d.", self.path, trainer.global_step)
+            log.info("Stopped: saved %s at step %d.", self.path, trainer.global_step)
 
 
 def validates_now(trainer: L.Trainer) -> bool:
@@ -106,7 +114,7 @@ def saves_on_sigterm(trainer: L.Trainer) -> bool:
 
 
 def interrupted(trainer: L.Trainer, run_dir: Path, cfg: Any) -> RunInterrupted:
-    """The :class:`RunInterrupted` of a run stopped by SIGTERM, its line logged."""
+    """The :class:`RunInterrupted` of a run stopped by SIGTERM or Ctrl-C, its line logged."""
     saved = next(
         (cb.saved for cb in trainer.callbacks if isinstance(cb, CheckpointOnSigterm)), None
     )
@@ -122,11 +130,18 @@ def interrupted(trainer: L.Trainer, run_dir: Path, cfg: Any) -> RunInterrupted:
             step = checkpoint_step(newest)
             state = f"not saved; the newest checkpoint is {newest}, of step {step}"
             goes_on = "continues from it"
-    what = f"interrupted by SIGTERM at step {trainer.global_step}: {state}."
+    ctrl_c = stopped_by_ctrl_c(trainer)
+    by = "Ctrl-C" if ctrl_c else "SIGTERM"
+    what = f"interrupted by {by} at step {trainer.global_step}: {state}."
     message = f"{who_stopped().capitalize()}{what} {continuation(run_dir, cfg, goes_on)}"
     if trainer.is_global_zero:  # the command of the other DDP processes is Lightning's
         log.error(message)
-    return RunInterrupted(message)
+    return RunInterrupted(message, CTRL_C_EXIT_CODE if ctrl_c else EXIT_CODE)
+
+
+def stopped_by_ctrl_c(trainer: L.Trainer) -> bool:
+    """Whether Ctrl-C stopped the trainer's run (:class:`SignalsTogether` noted one)."""
+    return any(isinstance(cb, SignalsTogether) and cb.ctrl_c > 0 for cb in trainer.callbacks)
 
 
 def who_stopped() -> str:
