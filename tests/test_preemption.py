@@ -126,6 +126,7 @@ def test_ctrl_c_stops_at_the_step_with_its_checkpoint_and_the_line_to_resume(tmp
     assert metrics["resumed_from"] == str(last) and metrics["steps"] == 6
 
 
+@pytest.mark.slow  # a training of ~20 s, a variant of the Ctrl-C test above
 def test_a_second_ctrl_c_stops_at_once_naming_the_newest_checkpoint(tmp_path):
     run_dir, log = tmp_path / "run", tmp_path / "train.log"
     args = [*JOB, *GATE, f"hydra.run.dir={run_dir}", f"paths.data_dir={tmp_path / 'data'}"]
@@ -148,6 +149,7 @@ def test_a_second_ctrl_c_stops_at_once_naming_the_newest_checkpoint(tmp_path):
     )
 
 
+@pytest.mark.slow  # a training of ~20 s, a variant of the Ctrl-C test above
 def test_a_run_that_ignores_ctrl_c_goes_on(tmp_path):
     """Started with SIGINT ignored (``cmd &`` in a script), as Python leaves it: a Ctrl-C
     sent to the process group stops nothing."""
