@@ -103,16 +103,15 @@ class SignalsTogether(L.Callback):
         self.ctrl_c += 1
         if self.ctrl_c > 1:
             raise KeyboardInterrupt  # the user insists: Lightning's shutdown, at once
-        log.warning(
-            rank_prefixed_message(
-                "Ctrl-C: the run stops at the end of this training step, saving a checkpoint "
-                "to continue from; Ctrl-C again stops it at once.",
-                self._rank,
-            )
+        message = (
+            "Ctrl-C: the run stops at the end of this training step, saving a checkpoint to "
+            "continue from; Ctrl-C again stops it at once."
         )
         if self._trainer is not None and self._trainer.world_size < 2:
+            log.warning(message)
             self._trainer._signal_connector.received_sigterm = True
         else:
+            log.warning(rank_prefixed_message(message, self._rank))
             self.terminate = True  # the processes stop together (on_train_batch_end)
 
     def _note_requeue(self, signum: int, _: Any) -> None:
