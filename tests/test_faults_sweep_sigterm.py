@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cloudlstm.rundir.checkpoints import check_checkpoint
-from tests.conftest import ROOT, subprocess_env
+from tests.conftest import ROOT, as_in_a_terminal, subprocess_env
 from tests.test_preemption import GATE, JOB
 
 
@@ -50,7 +50,16 @@ def wait_until(condition, proc: subprocess.Popen, log: Path, timeout_s: float = 
 
 
 @pytest.mark.slow
-def test_sigterm_to_a_joblib_sweeps_parent_stops_its_jobs_and_names_them(tmp_path):
+@pytest.mark.parametrize(
+    ("to_group", "signum", "status", "by"),
+    [(False, signal.SIGTERM, 143, "SIGTERM"), (True, signal.SIGINT, 130, "Ctrl-C")],
+    ids=["SIGTERM to the parent", "Ctrl-C to the process group"],
+)
+def test_sigterm_to_a_joblib_sweeps_parent_stops_its_jobs_and_names_them(
+    tmp_path, to_group, signum, status, by
+):
+    """SIGTERM to the parent alone, or Ctrl-C in the terminal (every process of the group:
+    the parent and the jobs' workers), stops the jobs at their step, saved."""
     sweep, log = tmp_path / "sweep", tmp_path / "sweep.log"
     args = [
         "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}",
@@ -60,15 +69,21 @@ def test_sigterm_to_a_joblib_sweeps_parent_stops_its_jobs_and_names_them(tmp_pat
     cmd = [sys.executable, "train.py", *args]
     jobs: list[int] = []
     with log.open("w") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=subprocess_env(), stdout=out, stderr=out)
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=subprocess_env(), stdout=out, stderr=out,
+            start_new_session=True, preexec_fn=as_in_a_terminal,
+        )  # fmt: skip
     try:
         # jobs 0 and 1 run (held before step 5), job 2 waits for a free worker
         waiting = [sweep / str(n) / "go.waiting" for n in (0, 1)]
         wait_until(lambda: all(w.exists() for w in waiting), proc, log)
         jobs = lock_pids(sweep)
         assert len(jobs) == 2 and proc.pid not in jobs
-        proc.send_signal(signal.SIGTERM)  # the parent only
-        assert proc.wait(timeout=300) == 143, log.read_text()[-3000:]
+        if to_group:
+            os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)  # the parent only
+        assert proc.wait(timeout=300) == status, log.read_text()[-3000:]
         out = log.read_text()
         deadline = time.monotonic() + 30
         while any(alive(pid) for pid in jobs) and time.monotonic() < deadline:
@@ -86,13 +101,13 @@ def test_sigterm_to_a_joblib_sweeps_parent_stops_its_jobs_and_names_them(tmp_pat
     assert not (sweep / "2" / "checkpoints").exists(), "job 2 trained after the signal"
     report = out[out.index("3 of 3 jobs of the sweep did not finish") :]
     lines = report.splitlines()
-    assert lines[0] == "3 of 3 jobs of the sweep did not finish (the sweep got SIGTERM):"
+    assert lines[0] == f"3 of 3 jobs of the sweep did not finish (the sweep got {by}):"
     for n, k in ((0, 2), (1, 3)):
         assert lines[1 + n].startswith(
-            f"  job {n} (model.k={k}): Job {n} of the sweep, interrupted by SIGTERM at step 5: "
+            f"  job {n} (model.k={k}): Job {n} of the sweep, interrupted by {by} at step 5: "
             f"saved {sweep / str(n) / 'checkpoints' / 'last.ckpt'}"
         )
-    assert lines[3].startswith("  job 2 (model.k=4): Job 2 of the sweep, stopped by SIGTERM before")
+    assert lines[3].startswith(f"  job 2 (model.k=4): Job 2 of the sweep, stopped by {by} before")
     assert lines[4].startswith(f"Start the same command with hydra.sweep.dir={sweep} to ")
 
     # what the report says: the same command continues the two and runs the third

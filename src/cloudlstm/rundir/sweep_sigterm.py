@@ -20,6 +20,11 @@ instead (the default sweeper, :mod:`hydra_plugins.cloudlstm_sweeper`, with
   continues them (the same command: finished jobs return their results at once, stopped
   ones resume from their checkpoints) and exits with 143.
 
+Ctrl-C in the terminal reaches the parent and every job (one process group): the parent
+then acts as on SIGTERM (the file, SIGTERM to its running jobs, which save and stop, the
+report) and exits with 130; the jobs note it as they note SIGTERM. A second Ctrl-C stops
+the parent at once.
+
 Why a file beside the signal: a job that takes its lock after the parent looked for the
 running jobs was not signalled; it takes its lock first, then looks for the file, which
 the parent wrote before looking, so no job is missed. The file is removed when the sweep
@@ -43,6 +48,8 @@ from omegaconf import DictConfig
 
 from cloudlstm.rundir.layout import LOCK_FILE
 from cloudlstm.rundir.preemption import (
+    CTRL_C_EXIT_CODE,
+    EXIT_CODE,
     RunInterrupted,
     checkpoint_step,
     continuation,
@@ -52,8 +59,8 @@ from cloudlstm.rundir.resume import resume_candidates
 
 log = logging.getLogger(__name__)
 
-STOP_FILE = "sweep.sigterm"  # in the sweep directory: the sweep got SIGTERM
-_noted: list[bool] = []  # in a job's worker process: SIGTERM came (see NoteSigtermInJobs)
+STOP_FILE = "sweep.sigterm"  # in the sweep directory: the sweep got SIGTERM or Ctrl-C
+_noted: list[int] = []  # in a job's worker process: the signals that came (NoteSigtermInJobs)
 
 
 def is_joblib(launcher: Any) -> bool:
@@ -64,35 +71,52 @@ def is_joblib(launcher: Any) -> bool:
 
 
 class PassSigtermOn:
-    """For the block (the sweep, in its parent process): SIGTERM passed on to the running
-    jobs, and :data:`STOP_FILE` written (module docstring). ``received``: it came."""
+    """For the block (the sweep, in its parent process): SIGTERM or Ctrl-C passed on to the
+    running jobs as SIGTERM, and :data:`STOP_FILE` written (module docstring).
+    ``received``: one came; ``by``: which ("SIGTERM" or "Ctrl-C")."""
 
     def __init__(self, sweep_dir: str | Path) -> None:
         self.sweep_dir = Path(sweep_dir)
         self.received = False
+        self.by = "SIGTERM"
         self._previous: Any = None
+        self._previous_sigint: Any = None
+
+    @property
+    def exit_code(self) -> int:
+        """The status the sweep leaves with once stopped: the signal's, as a shell reports."""
+        return CTRL_C_EXIT_CODE if self.by == "Ctrl-C" else EXIT_CODE
 
     def __enter__(self) -> PassSigtermOn:
         (self.sweep_dir / STOP_FILE).unlink(missing_ok=True)  # an earlier sweep's
         self._previous = signal.signal(signal.SIGTERM, self._pass_on)
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # else it stays ignored
+            self._previous_sigint = signal.signal(signal.SIGINT, self._pass_on)
         return self
 
     def __exit__(self, *_: object) -> None:
         signal.signal(signal.SIGTERM, self._previous)
+        if self._previous_sigint is not None:
+            signal.signal(signal.SIGINT, self._previous_sigint)
         (self.sweep_dir / STOP_FILE).unlink(missing_ok=True)
 
     def _pass_on(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGINT:
+            if self.by == "Ctrl-C":  # the second: at once
+                signal.signal(signal.SIGINT, self._previous_sigint)
+                raise KeyboardInterrupt
+            self.by = "Ctrl-C"
         self.received = True
         with contextlib.suppress(OSError):  # the jobs are signalled all the same
             self.sweep_dir.mkdir(parents=True, exist_ok=True)
-            (self.sweep_dir / STOP_FILE).touch()
+            (self.sweep_dir / STOP_FILE).write_text(self.by)  # named in later jobs' lines
         jobs = running_jobs(self.sweep_dir)
         for pid in jobs:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
         log.warning(
-            "SIGTERM: passed on to the running jobs (pids %s), which save and stop; the "
-            "jobs not started will not train.", ", ".join(map(str, jobs)) or "none"
+            "%s: passed on to the running jobs (pids %s), which save and stop; the jobs not "
+            "started will not train.", self.by, ", ".join(map(str, jobs)) or "none"
         )  # fmt: skip
 
 
@@ -135,12 +159,21 @@ class NoteSigtermInJobs(Callback):
         if not is_joblib(config.hydra.get("launcher") or {}):
             return
         _noted.clear()  # a signal to the worker's job before is not this job's
-        if signal.getsignal(signal.SIGTERM) is not _note:
-            signal.signal(signal.SIGTERM, _note)
+        for signum in (signal.SIGTERM, signal.SIGINT):  # Ctrl-C reaches the workers too
+            if signal.getsignal(signum) not in (_note, signal.SIG_IGN):
+                signal.signal(signum, _note)
 
 
 def _note(signum: int, frame: FrameType | None) -> None:
-    _noted.append(True)
+    _noted.append(signum)
+
+
+def _stop_signal(stop: Path) -> str:
+    """The signal the sweep got, as its :data:`STOP_FILE` names it (SIGTERM by default)."""
+    with contextlib.suppress(OSError):
+        if stop.read_text().strip() == "Ctrl-C":
+            return "Ctrl-C"
+    return "SIGTERM"
 
 
 def stopped_before_training(cfg: DictConfig, run_dir: Path) -> RunInterrupted | None:
@@ -161,9 +194,10 @@ def stopped_before_training(cfg: DictConfig, run_dir: Path) -> RunInterrupted | 
     if newest is not None:
         state = f"its newest checkpoint is {newest}, of step {checkpoint_step(newest)}"
         goes_on = "continues from it"
+    by = "Ctrl-C" if signal.SIGINT in _noted else _stop_signal(stop)
     message = (
-        f"{who_stopped().capitalize()}stopped by SIGTERM before training ({state}). "
+        f"{who_stopped().capitalize()}stopped by {by} before training ({state}). "
         f"{continuation(run_dir, cfg, goes_on)}"
     )
     log.error(message)
-    return RunInterrupted(message)
+    return RunInterrupted(message, CTRL_C_EXIT_CODE if by == "Ctrl-C" else EXIT_CODE)

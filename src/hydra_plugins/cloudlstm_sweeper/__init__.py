@@ -18,9 +18,9 @@ Before anything runs, a sweep one of whose jobs' directories a live run holds is
 in one line naming it (:mod:`cloudlstm.rundir.lock`); other jobs of the same sweep
 directory may run meanwhile, so two sweeps over different settings share one.
 
-With ``hydra/launcher=joblib``, SIGTERM sent to this process is passed on to the running
-jobs (:mod:`cloudlstm.rundir.sweep_sigterm`); once they have stopped, the sweep names each
-unfinished job and how to continue them, and exits with 143.
+With ``hydra/launcher=joblib``, SIGTERM sent to this process, or Ctrl-C, is passed on to the
+running jobs (:mod:`cloudlstm.rundir.sweep_sigterm`); once they have stopped, the sweep names
+each unfinished job and how to continue them, and exits with 143 (130 after Ctrl-C).
 
 Hydra finds sweepers only in the ``hydra_plugins`` namespace package, hence this module.
 """
@@ -50,7 +50,6 @@ from cloudlstm.cli.sweep_jobs import (
 )
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.lock import held_run_dirs
-from cloudlstm.rundir.preemption import EXIT_CODE
 from cloudlstm.rundir.sweep_sigterm import PassSigtermOn, is_joblib
 
 log = logging.getLogger(__name__)
@@ -76,8 +75,8 @@ class ReportingSweeper(BasicSweeper):
             self.launcher = launcher
         if self.stop is not None and self.stop.received:
             self.hydra_context.callbacks.on_multirun_end(config=self.config)
-            log.error(_stopped(recorder.failed, recorder.launched, sweep_dir))
-            raise SystemExit(EXIT_CODE)
+            log.error(_stopped(recorder.failed, recorder.launched, sweep_dir, self.stop.by))
+            raise SystemExit(self.stop.exit_code)
         if not recorder.failed:
             return returns
         self.hydra_context.callbacks.on_multirun_end(config=self.config)
@@ -186,17 +185,20 @@ def _failure(
 
 
 def _stopped(
-    failed: list[tuple[JobReturn, BaseException]], launched: list[Sequence[str]], sweep_dir: str
+    failed: list[tuple[JobReturn, BaseException]],
+    launched: list[Sequence[str]],
+    sweep_dir: str,
+    by: str,
 ) -> str:
-    """The report of a sweep stopped by SIGTERM: each unfinished job's line (where it
-    stopped, without its own command: the same command continues them all)."""
+    """The report of a sweep stopped by ``by`` (SIGTERM, Ctrl-C): each unfinished job's line
+    (where it stopped, without its own command: the same command continues them all)."""
     shared = shared_overrides(launched)
     lines = [
         f"job {_job_num(job)} ({own_overrides(job.overrides or [], shared)}): "
         f"{first_line(error).split(' Run dir ', 1)[0].rstrip('.')}; log {_log(job)}"
         for job, error in failed
     ]
-    what = "did not finish (the sweep got SIGTERM)"
+    what = f"did not finish (the sweep got {by})"
     return unfinished_report(lines, len(launched), sweep_dir, what)
 
 
