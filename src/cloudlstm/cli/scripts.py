@@ -115,8 +115,10 @@ def _run_hydra(config_name: str, task: Callable[[DictConfig], Any]) -> None:
     except KeyboardInterrupt:
         # Ctrl-C outside training's steps (preparing data, building, a second Ctrl-C):
         # a stop the user asked for, said in one line with the shell's status for it
+        from cloudlstm.rundir.preemption import CTRL_C_EXIT_CODE
+
         sys.stderr.write(f"{Path(sys.argv[0]).name}: stopped by Ctrl-C.\n")
-        raise SystemExit(130) from None
+        raise SystemExit(CTRL_C_EXIT_CODE) from None
 
 
 def _train(cfg: DictConfig) -> float | None:

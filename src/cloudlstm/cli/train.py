@@ -33,8 +33,6 @@ from cloudlstm.rundir.divergence import clear_divergence, record_divergence
 from cloudlstm.rundir.layout import METRICS_FILE, in_run, last_checkpoint, write_metrics
 from cloudlstm.rundir.lock import owns_run_dir
 from cloudlstm.rundir.preemption import (
-    CTRL_C_EXIT_CODE,
-    EXIT_CODE,
     checkpoint_step,
     interrupted,
     stopped_by_ctrl_c,
@@ -99,16 +97,17 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
     except SIGTERMException:
         # Lightning's stop on SIGTERM is a SystemExit without a code (status 0): the run is
         # not finished, its line says where it stands (src/cloudlstm/rundir/preemption.py)
-        code = CTRL_C_EXIT_CODE if stopped_by_ctrl_c(job.trainer) else EXIT_CODE
-        _finish_wandb(job.loggers, quietly=True, exit_code=code)
-        raise interrupted(job.trainer, output_dir, cfg) from None
+        stop = interrupted(job.trainer, output_dir, cfg)
+        _finish_wandb(job.loggers, quietly=True, exit_code=stop.exit_code)
+        raise stop from None
     except SystemExit:
         # a second Ctrl-C: Lightning's shutdown at once ends in sys.exit(1); the run's line
         # says where it stands as for the first
         if not stopped_by_ctrl_c(job.trainer):
             raise
-        _finish_wandb(job.loggers, quietly=True, exit_code=CTRL_C_EXIT_CODE)
-        raise interrupted(job.trainer, output_dir, cfg) from None
+        stop = interrupted(job.trainer, output_dir, cfg)
+        _finish_wandb(job.loggers, quietly=True, exit_code=stop.exit_code)
+        raise stop from None
     except TrainingDivergedError as err:
         # so that a rerun with other settings is told what happened (rundir/divergence.py)
         record_divergence(output_dir, job.trainer.global_step, str(err))
