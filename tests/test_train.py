@@ -91,6 +91,13 @@ def test_the_tested_checkpoint_is_the_epoch_of_least_validation_loss(tmp_path):
         Path(cfg.paths.output_dir) / results["checkpoint"], map_location="cpu", weights_only=False
     )
     assert tested["epoch"] == best, f"tested epoch {tested['epoch']}, val/loss {val.to_dict()}"
+    # metrics.json records the tested checkpoint's validation score, not the last one's
+    monitored = log.dropna(subset=[cfg.monitor]).set_index("epoch")[cfg.monitor]
+    assert results["selection"] == {
+        "monitor": cfg.monitor,
+        "score": pytest.approx(float(monitored.min()), rel=1e-6),
+    }
+    assert int(monitored.idxmin()) == tested["epoch"]
 
 
 def test_no_logger_with_default_callbacks(tiny_cfg):

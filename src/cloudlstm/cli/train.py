@@ -153,7 +153,18 @@ def _fit(job: Assembly) -> dict[str, Any]:
         "epochs": job.trainer.current_epoch,
         "steps": job.trainer.global_step,
         "val": val,
+        "selection": _selection(job.trainer),
     }
+
+
+def _selection(trainer: L.Trainer) -> dict[str, Any] | None:
+    """The validation score of the checkpoint that is tested, and its metric
+    (``{"monitor": "val/mae", "score": 50.4}``); None without a monitored checkpoint."""
+    callback = trainer.checkpoint_callback
+    score = None if callback is None else callback.best_model_score
+    if score is None or not callback.monitor:
+        return None
+    return {"monitor": callback.monitor, "score": float(score)}
 
 
 def _checked_resume(job: Assembly, path: Path) -> int | None:

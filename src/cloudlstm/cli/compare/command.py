@@ -98,6 +98,11 @@ def _parser() -> argparse.ArgumentParser:
         help="quantile metrics before the conformal calibration (module.calibrate=conformal)",
     )
     add(
+        "--val",
+        action="store_true",
+        help="also the validation score each run chose its checkpoint by (val/mae)",
+    )
+    add(
         "--include-evals",
         action="store_true",
         help="also eval.py's re-tests of runs (<run>/eval/<time>/), as rows of their own",
@@ -139,6 +144,7 @@ def _run(args: argparse.Namespace) -> int:
         args.channel_metric,
         args.groups,
         args.group_metric,
+        args.val,
     )
     # the page first: a path it cannot write is an error before any output
     page = _write_html(groups, table, args) if args.html else None

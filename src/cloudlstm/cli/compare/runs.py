@@ -42,6 +42,9 @@ class Run:
     train_steps: int | None = None  # optimiser steps (runs with a step budget)
     s_per_1k_steps: float | None = None  # training seconds per 1,000 steps
     evaluated_run: str = ""  # for eval.py's results: the run directory it tested again
+    # the validation score of the tested checkpoint, and its metric ("val/mae")
+    val_monitor: str | None = None
+    val_score: float | None = None
 
     def value(self, key: str) -> str:
         """The key's value as text; "" where this run's config lacks it or leaves it empty
@@ -113,7 +116,22 @@ def load_run(path: Path) -> Run | None:
         train_steps=results.get("steps"),
         s_per_1k_steps=(results.get("cost") or {}).get("train_s_per_1k_steps"),
         evaluated_run=str(results.get("run_dir") or ""),
+        **_selection(results, config),
     )
+
+
+def _selection(results: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """``val_monitor`` and ``val_score``: what train.py recorded of the tested checkpoint.
+
+    Runs from before that record, which chose their checkpoint on ``val/mae``, have it as
+    ``val/mae_best`` (the lowest validation MAE, that checkpoint's); others have none.
+    """
+    selection = results.get("selection")
+    if selection:
+        return {"val_monitor": selection["monitor"], "val_score": float(selection["score"])}
+    monitor = config.get("monitor")
+    score = (results.get("val") or {}).get(f"{monitor}_best") if monitor == "val/mae" else None
+    return {"val_monitor": monitor, "val_score": score} if score is not None else {}
 
 
 def _evaluation(results: dict[str, Any], config: dict[str, Any]) -> str:

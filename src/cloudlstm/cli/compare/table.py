@@ -35,13 +35,15 @@ def build_table(
     channel_metric: str = "mae",
     point_groups: Sequence[str] | None = None,
     group_metric: str = "mae",
+    validation: bool = False,
 ) -> list[Column]:
     """Columns: group keys, n, params, epochs, train_s (steps and s_per_1k_steps where runs
     have them), metrics (None: every declared one that a run reports, so that runs from
     before a metric existed show no empty column of it), horizon metric at each step,
     channel metric of each channel (``mae[CO]``), group metric of each point group
     (``held_out/mae``; ``point_groups`` None: the held-out protocol's groups, where runs
-    have them: :func:`default_point_groups`).
+    have them: :func:`default_point_groups`); ``validation``: after the test metrics, the
+    validation score each run chose its checkpoint by (:func:`validation_column`).
 
     Rows are sorted by data set, then best first on the first metric. A metric a row's runs
     lack (``smae`` in older metrics.json, another data set's channel) is an empty cell.
@@ -60,6 +62,8 @@ def build_table(
         if any(v is not None for v in values):
             columns.append(Column(name, values))
     columns += [Column(m, [g.metric(m) for g in rows], _better(m)) for m in metrics]
+    if validation:
+        columns.append(validation_column(rows))
     columns += [
         Column(
             f"{horizon_metric}@{h}",
@@ -78,6 +82,31 @@ def build_table(
         for c in channels
     ]
     return columns + _point_group_columns(rows, group_metric, point_groups)
+
+
+def validation_column(rows: Sequence[Group]) -> Column:
+    """The validation score of the tested checkpoints (``val/mae``), over each row's runs:
+    what model selection saw, beside what the test shows. An empty cell where a run has
+    none (a model without training).
+
+    Raises:
+        CompareError: runs that chose their checkpoints on different metrics.
+    """
+    monitors = {run.val_monitor for g in rows for run in g.runs if run.val_score is not None}
+    if len(monitors) > 1:
+        names = ", ".join(sorted(monitors))
+        raise CompareError(
+            f"the runs chose their checkpoints on different metrics ({names}): compare them "
+            "apart for --val"
+        )
+    if not monitors:
+        raise CompareError("no run records the validation score of its tested checkpoint")
+    (monitor,) = monitors
+    cells = []
+    for group in rows:
+        values = [run.val_score for run in group.runs]
+        cells.append(None if None in values else Stat.over(values))
+    return Column(monitor, cells, _better(monitor.removeprefix("val/")))
 
 
 def default_point_groups(groups: Sequence[Group]) -> list[str]:
