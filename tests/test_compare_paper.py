@@ -161,6 +161,7 @@ def test_command_line(tmp_path, capsys):
     assert float(rows[0]["diff_mae"]) == pytest.approx(-1.72)
     for argv, message in (
         (["--paper", "metric2", "--by", "model"], "compare: --paper takes no --by"),
+        (["--paper", "metric2", "--val"], "compare: --paper takes no --by"),
         (["--paper", "metric9"], "compare: argument --paper: invalid choice"),
         (["--paper", "metric"], "compare: no run matches a row of the paper's table metric"),
     ):

@@ -207,9 +207,10 @@ def _log_to_wandb(
 def _run_paper(runs: Sequence[Run], args: argparse.Namespace) -> int:
     """``--paper``: the runs next to a table of the paper, rows matched as paper.py says."""
     table_options = (args.by, args.horizons, args.channels, args.groups, args.plot, args.html)
-    if any(table_options) or args.wandb:
+    if any(table_options) or args.wandb or args.val:
         raise CompareError(
-            "--paper takes no --by, --horizons, --channels, --groups, --plot, --html or --wandb"
+            "--paper takes no --by, --horizons, --channels, --groups, --plot, --html, --wandb "
+            "or --val"
         )
     table, notes = paper_table(runs, args.paper, args.metrics or metric_names())
     for note in notes:
