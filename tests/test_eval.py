@@ -180,6 +180,24 @@ def test_a_missing_run_or_checkpoint_is_a_user_error(cloud_run, tmp_path):
         evaluate(compose_eval(untrained, tmp_path / "eval"))
 
 
+def test_a_run_of_a_model_without_parameters_is_evaluated_without_a_checkpoint(tmp_path):
+    """Persistence trains nothing and saves no checkpoint: eval.py rebuilds it from the config
+    and tests it, on the same data with the same numbers, on other data with its own."""
+    job = [o for o in JOB if not o.startswith("model.")]
+    cfg = compose_train(tmp_path / "train", [*job, "model=persistence"])
+    train(cfg)
+    run = Path(cfg.paths.output_dir)
+    assert not list(run.glob("checkpoints/*.ckpt"))
+    again = evaluate(compose_eval(run, tmp_path / "same"))
+    assert again["checkpoint"] is None
+    assert again["test"]["overall"] == metrics(run)["test"]["overall"]
+    other = evaluate(compose_eval(run, tmp_path / "other", "data.source.num_points=9"))
+    assert other["data"]["num_points"] == 9
+    assert other["test"]["overall"] != again["test"]["overall"]
+    with pytest.raises(UserError, match=r"No checkpoint 'nope.ckpt' in"):
+        evaluate(compose_eval(run, tmp_path / "path", "ckpt=nope.ckpt"))
+
+
 def run_eval(*args: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "eval.py", *args]
     return subprocess.run(

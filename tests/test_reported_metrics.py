@@ -137,6 +137,10 @@ def test_saved_predictions_and_targets_are_the_raw_stream_at_the_test_times(pers
     assert arrays["target"].shape == target.shape == (38, J, N, len(CHANNELS))
     np.testing.assert_allclose(arrays["target"], target, rtol=1e-6, atol=1e-4)
     np.testing.assert_allclose(arrays["prediction"], pred, rtol=1e-6, atol=1e-4)
+    # the time of each forecast step, as the CSV stamps it
+    stamps = (pd.Timestamp("2021-01-01") + pd.to_timedelta(np.arange(T), unit="h")).values
+    splits = range(FIRST_TARGET, T - J + 1)
+    np.testing.assert_array_equal(arrays["forecast_time"], [stamps[s : s + J] for s in splits])
 
 
 def group_members(saved: dict) -> dict[str, np.ndarray]:

@@ -115,8 +115,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     run = check_run_dir(cfg.run)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    path = find_checkpoint(run, cfg.ckpt)
-    log.info("Evaluating %s", path)
+    path = _checkpoint(run, cfg.ckpt)
+    log.info("Evaluating %s", path or f"{run} (a model without parameters: no checkpoint)")
     job = assemble(cfg, output_dir, checkpoint=path, with_loggers=False)
     start = time.perf_counter()
     try:
@@ -151,6 +151,19 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         write_metrics(output_dir, results)
         log.info("Evaluation directory: %s", output_dir)
     return results
+
+
+def _checkpoint(run: Path, ckpt: str) -> Path | None:
+    """The checkpoint to test (:func:`find_checkpoint`); None for a run of a model without
+    parameters (persistence), which has none: its model is rebuilt from the config, and its
+    scaler fitted on the same training part again."""
+    try:
+        return find_checkpoint(run, ckpt)
+    except UserError:
+        trained_nothing = (read_metrics(run) or {}).get("num_params") == 0
+        if trained_nothing and str(ckpt) in ("best", "last"):
+            return None
+        raise
 
 
 def evaluation_stopped(trainer: L.Trainer, output_dir: Path) -> RunInterrupted:

@@ -453,7 +453,20 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
         batches = [batch for rank in ranks for batch in rank]
         t0, pred, target = (np.concatenate([b[i] for b in batches]) for i in range(3))
         order = np.argsort(t0, kind="stable")
-        np.savez_compressed(path, prediction=pred[order], target=target[order])
+        times = self._forecast_times(t0[order], pred.shape[1])
+        np.savez_compressed(path, prediction=pred[order], target=target[order], **times)
+
+    def _forecast_times(self, starts: np.ndarray, horizon: int) -> dict[str, np.ndarray]:
+        """``{"forecast_time": (W, J) datetime64}``, the time of each forecast step of the
+        windows starting at ``starts`` (absolute steps), where the data has timestamps, so
+        that forecasts can be told apart by when they fall (a holiday, a weekday); else
+        empty."""
+        datamodule = getattr(self.trainer, "datamodule", None)
+        stamps = getattr(getattr(datamodule, "stream", None), "timestamps", None)
+        if stamps is None:
+            return {}
+        steps = starts[:, None] + datamodule.history_steps + np.arange(horizon)
+        return {"forecast_time": np.asarray(stamps, dtype="datetime64[ns]")[steps]}
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         """De-normalised forecast ``(B, J, N, C_out)`` of ``batch["x"]`` (normalised, ``(B,
