@@ -41,11 +41,11 @@ from cloudlstm.data.pipeline.preparation import (
     time_feature_values,
 )
 from cloudlstm.data.pipeline.resumable import ResumableLoader
+from cloudlstm.data.pipeline.split_rule import SplitRule
 from cloudlstm.data.pipeline.splits import (
     SPLITS,
     check_split_lengths,
     seasonal_input_offsets,
-    split_bounds,
     window_ranges,
 )
 from cloudlstm.data.pipeline.summary import print_summary, summary
@@ -71,6 +71,9 @@ class PointCloudDataModule(LightningDataModule):
         batch_size: windows per batch.
         val_fraction: fraction of the non-test steps used for validation (taken from the end).
         test_fraction: fraction of all steps used for testing (the last ones).
+        split_times: instead of the fractions, the times at which the parts begin:
+            ``{"val": ..., "test": ...}``, optionally ``"train"`` (where training begins) and
+            ``"end"`` (where the test ends) (:mod:`~cloudlstm.data.pipeline.split_rule`).
         stride: step between window starts (all splits).
         num_workers, pin_memory: passed to the DataLoaders.
         num_points: keep a random subset of this many points (seeded by ``subset_seed``); the
@@ -133,6 +136,7 @@ class PointCloudDataModule(LightningDataModule):
         batch_size: int = 32,
         val_fraction: float = 0.1,
         test_fraction: float = 0.2,
+        split_times: Mapping[str, Any] | None = None,
         stride: int = 1,
         num_workers: int = 0,
         pin_memory: bool = False,
@@ -175,6 +179,7 @@ class PointCloudDataModule(LightningDataModule):
         self.batch_size = int(batch_size)
         self.val_fraction = float(val_fraction)
         self.test_fraction = float(test_fraction)
+        self.split = SplitRule(self.val_fraction, self.test_fraction, split_times)
         self.stride = int(stride)
         self.num_workers = int(num_workers)
         self.pin_memory = bool(pin_memory)
@@ -220,7 +225,7 @@ class PointCloudDataModule(LightningDataModule):
             self._stream = prepared_stream(
                 self.source,
                 self.subset,
-                (self.val_fraction, self.test_fraction),
+                self.split,
                 self.max_abs_z,
                 self.valid_ranges,
                 self.holdout,
@@ -242,19 +247,14 @@ class PointCloudDataModule(LightningDataModule):
         if self._built:
             return
         stream = self.stream
-        self.bounds = split_bounds(stream.num_steps, self.val_fraction, self.test_fraction)
+        self.bounds = self.split.bounds(stream)
         self.window_bounds = window_ranges(self.bounds, self.history_steps)
-        optional = {
-            split
-            for split, fraction in (("val", self.val_fraction), ("test", self.test_fraction))
-            if fraction == 0
-        }
         check_split_lengths(
             self.bounds,
             self.window_bounds,
             self.history_steps,
             self.output_steps,
-            optional,
+            self.split.optional,
             stream.name,
             stream.num_steps,
         )

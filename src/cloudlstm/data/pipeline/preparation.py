@@ -24,7 +24,7 @@ from cloudlstm.data.pipeline.absurd_values import (
 )
 from cloudlstm.data.pipeline.held_out import HoldOut
 from cloudlstm.data.pipeline.model_input import positions_before_covariates
-from cloudlstm.data.pipeline.splits import split_bounds
+from cloudlstm.data.pipeline.split_rule import SplitRule
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.data.transforms import StandardScaler
 from cloudlstm.errors import UserError
@@ -61,7 +61,7 @@ def as_source(source: Any) -> Any:
 def prepared_stream(
     source: Any,
     subset: tuple[int, int] | None,
-    fractions: tuple[float, float],
+    split: SplitRule,
     max_abs_z: float | None,
     valid_ranges: Mapping[str, Range | None],
     holdout: HoldOut | None = None,
@@ -72,8 +72,7 @@ def prepared_stream(
     Args:
         source: a stream, or anything with ``.load() -> PointCloudStream``.
         subset: ``(num_points, seed)`` of a random point subset; None: every point.
-        fractions: ``(val_fraction, test_fraction)``: values are checked against the
-            training part (:func:`~cloudlstm.data.pipeline.splits.split_bounds`).
+        split: where the parts lie: values are checked against the training part.
         max_abs_z, valid_ranges: the datamodule's checks
             (:mod:`~cloudlstm.data.pipeline.absurd_values`).
         holdout: the points held out of training (:mod:`~cloudlstm.data.pipeline.held_out`),
@@ -89,7 +88,7 @@ def prepared_stream(
         )
     if subset is not None:
         stream = _random_subset(stream, *subset)
-    train = split_bounds(stream.num_steps, *fractions)["train"]
+    train = split.bounds(stream)["train"]
     held_out = None
     if holdout is not None:
         held_out = holdout.mask(stream.point_ids, data_name(source, stream))

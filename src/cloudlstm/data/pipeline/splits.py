@@ -112,7 +112,7 @@ def check_split_lengths(
             f"PointCloudDataModule: the {split} part of stream '{stream_name}' has "
             f"{end - start} steps (of T={num_steps}), but one window needs "
             f"{need}. Use a longer stream, shorter windows, or different val/test "
-            "fractions."
+            "fractions or data.split_times."
         )
 
 

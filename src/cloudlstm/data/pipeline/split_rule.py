@@ -1,0 +1,121 @@
+"""Where the train / val / test parts lie: the last fractions of the steps (the default), or
+the times at which each part begins (``data.split_times``), as a user who knows the
+calendar of the data chooses them: a test part of ordinary weeks rather than the holidays
+at the end of a series, or the parts of a published protocol's dates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cloudlstm.data.pipeline.splits import split_bounds
+from cloudlstm.data.stream import PointCloudStream
+from cloudlstm.errors import UserError
+
+# The keys of data.split_times: where training, validation and test begin, and where the
+# test ends (the steps from `end` on are not used); `train` and `end` are optional.
+SPLIT_TIMES = ("train", "val", "test", "end")
+EXAMPLE = 'data.split_times=\'{val: "2013-12-09", test: "2013-12-16"}\''
+
+
+@dataclass(frozen=True)
+class SplitRule:
+    """The chronological parts of a stream: by ``val_fraction`` and ``test_fraction``
+    (:func:`~cloudlstm.data.pipeline.splits.split_bounds`), or, with ``times``, between
+    the given times (:func:`bounds_at_times`)."""
+
+    val_fraction: float = 0.1
+    test_fraction: float = 0.2
+    times: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.times is not None:
+            object.__setattr__(self, "times", checked_times(self.times))
+
+    def bounds(self, stream: PointCloudStream) -> dict[str, tuple[int, int]]:
+        """``[start, end)`` steps of each part of ``stream``."""
+        if self.times is None:
+            return split_bounds(stream.num_steps, self.val_fraction, self.test_fraction)
+        return bounds_at_times(stream.timestamps, self.times, stream.name)
+
+    @property
+    def optional(self) -> set[str]:
+        """The parts that may hold no window: those given a zero fraction; with times, none."""
+        if self.times is not None:
+            return set()
+        fractions = {"val": self.val_fraction, "test": self.test_fraction}
+        return {part for part, fraction in fractions.items() if fraction == 0}
+
+
+def checked_times(times: Mapping[str, Any]) -> dict[str, pd.Timestamp]:
+    """``data.split_times`` as timestamps, refused in one line where a key is unknown, ``val``
+    or ``test`` is missing, or a value is not a time."""
+    if not isinstance(times, Mapping):
+        raise UserError(f"data.split_times={times!r} is not a mapping: give {EXAMPLE}.")
+    if unknown := sorted(set(times) - set(SPLIT_TIMES)):
+        raise UserError(
+            f"data.split_times has no key {', '.join(map(str, unknown))}: its keys are val and "
+            "test, where those parts begin, and optionally train (where training begins) and "
+            f"end (where the test ends), e.g. {EXAMPLE}."
+        )
+    if missing := [key for key in ("val", "test") if times.get(key) is None]:
+        raise UserError(f"data.split_times needs {' and '.join(missing)}: e.g. {EXAMPLE}.")
+    parsed = {}
+    for key, value in times.items():
+        if value is None:
+            continue
+        try:
+            parsed[key] = pd.Timestamp(value)
+        except (ValueError, TypeError):
+            raise UserError(
+                f"data.split_times.{key}={value!r} is not a time: e.g. '2013-12-16' or "
+                "'2013-12-16 08:00'."
+            ) from None
+        if parsed[key] is pd.NaT:
+            raise UserError(f"data.split_times.{key}={value!r} is not a time.")
+        if parsed[key].tzinfo is not None:  # the data's times are wall times without a zone
+            parsed[key] = parsed[key].tz_localize(None)
+    return parsed
+
+
+def bounds_at_times(
+    timestamps: np.ndarray | None, times: Mapping[str, pd.Timestamp], name: str
+) -> dict[str, tuple[int, int]]:
+    """The parts between ``times``: each begins at the first step at or after its time;
+    training at the first step without ``train``, and the test ends after the last step
+    without ``end``.
+
+    Raises:
+        UserError: the stream has no times, or the parts are not in order or one is empty.
+    """
+    if timestamps is None:
+        raise UserError(
+            f"data.split_times needs the data's times, and {name} has none: split it with "
+            "data.val_fraction and data.test_fraction."
+        )
+    stamps = np.asarray(timestamps, dtype="datetime64[ns]")
+    default = {"train": 0, "end": len(stamps)}
+    steps = {
+        key: int(np.searchsorted(stamps, np.datetime64(times[key].as_unit("ns")), "left"))
+        if key in times
+        else default[key]
+        for key in SPLIT_TIMES
+    }
+    order = [steps[key] for key in SPLIT_TIMES]
+    if any(a >= b for a, b in zip(order, order[1:], strict=False)):
+        given = ", ".join(f"{k}={times[k]}" for k in SPLIT_TIMES if k in times)
+        raise UserError(
+            f"data.split_times ({given}) must leave each part at least one step, in the order "
+            f"train < val < test < end, within the data's times ({name}: "
+            f"{pd.Timestamp(stamps[0])} to {pd.Timestamp(stamps[-1])})."
+        )
+    return {
+        "train": (steps["train"], steps["val"]),
+        "val": (steps["val"], steps["test"]),
+        "test": (steps["test"], steps["end"]),
+    }
