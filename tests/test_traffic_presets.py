@@ -67,6 +67,22 @@ def test_milan_presets_follow_the_papers_mobile_protocol(tmp_path):
     assert {c.data.output_steps for c in long} == {36}
     assert "stid" not in {c.hydra.runtime.choices.model for c in long}  # recurrent ones
     assert long[0].sweep.dir.endswith("milan/small_long")
+    ordinary = composed(tmp_path, "milan_ordinary_weeks")
+    assert {c.hydra.runtime.choices.model for c in ordinary} == ZOO | GRAPH | FAMILY
+    assert ordinary[0].sweep.dir.endswith("milan/small_ordinary_weeks")
+    times = {"val": "2013-12-02", "test": "2013-12-09", "end": "2013-12-21"}
+    assert all(OmegaConf.to_container(c.data.split_times) == times for c in ordinary)
+
+
+@pytest.mark.skipif(
+    not (SHARED / "milan_telecom").is_dir(), reason="../shared/data/milan_telecom is absent"
+)
+def test_milan_ordinary_weeks_end_before_the_holidays(tmp_path):
+    cfg = composed(tmp_path, "milan_ordinary_weeks")[0]
+    datamodule = instantiate_datamodule(cfg)
+    datamodule.setup("fit")
+    # hourly from 2013-11-04 00:00: 2 December is step 28 * 24, 21 December step 47 * 24
+    assert datamodule.bounds == {"train": (0, 672), "val": (672, 840), "test": (840, 1128)}
 
 
 def test_losloop_preset_is_one_model_per_horizon(tmp_path):
