@@ -74,13 +74,18 @@ def test_milan_presets_follow_the_papers_mobile_protocol(tmp_path):
     assert all(OmegaConf.to_container(c.data.split_times) == times for c in ordinary)
 
 
-@pytest.mark.skipif(
-    not (SHARED / "milan_telecom").is_dir(), reason="../shared/data/milan_telecom is absent"
-)
-def test_milan_ordinary_weeks_end_before_the_holidays(tmp_path):
-    cfg = composed(tmp_path, "milan_ordinary_weeks")[0]
-    datamodule = instantiate_datamodule(cfg)
+def set_up_first_job(tmp_path, preset: str, shared: str):
+    """The datamodule of the preset's first job, set up on ``../shared/data/<shared>``
+    (skipped, saying so, where it is absent)."""
+    if not (SHARED / shared).is_dir():
+        pytest.skip(f"../shared/data/{shared} is absent")
+    datamodule = instantiate_datamodule(composed(tmp_path, preset)[0])
     datamodule.setup("fit")
+    return datamodule
+
+
+def test_milan_ordinary_weeks_end_before_the_holidays(tmp_path):
+    datamodule = set_up_first_job(tmp_path, "milan_ordinary_weeks", "milan_telecom")
     # hourly from 2013-11-04 00:00: 2 December is step 28 * 24, 21 December step 47 * 24
     assert datamodule.bounds == {"train": (0, 672), "val": (672, 840), "test": (840, 1128)}
 
@@ -97,13 +102,8 @@ def test_losloop_preset_is_one_model_per_horizon(tmp_path):
     assert len(subdirs) == len(cfgs) and "stgcn/J9/seed_0" in subdirs
 
 
-@pytest.mark.skipif(
-    not (SHARED / "metr_la_week").is_dir(), reason="../shared/data/metr_la_week is absent"
-)
 def test_metr_la_split_is_70_10_20(tmp_path):
-    cfg = composed(tmp_path, "metr_la")[0]
-    datamodule = instantiate_datamodule(cfg)
-    datamodule.setup("fit")
+    datamodule = set_up_first_job(tmp_path, "metr_la", "metr_la_week")
     steps = datamodule.summary()["steps"]
     total = sum(steps.values())
     assert total == 2016
