@@ -70,6 +70,18 @@ def test_the_best_validation_score_is_bold_by_its_direction(tmp_path, capsys):
     assert "**50" in rows["stgcn"]
 
 
+@pytest.mark.parametrize(("monitor", "best"), [("val/loss", 0.2), ("val/ssim", 0.9)])
+def test_the_column_follows_the_monitors_direction(tmp_path, monitor, best):
+    """A loss (no declared metric) is best least, SSIM best greatest, as checkpointing read
+    them."""
+    for i, score in enumerate((0.2, 0.9)):
+        write_run(tmp_path / str(i), 1.0, model=f"m{i}")
+        with_results(tmp_path / str(i), **selected(score, monitor))
+    table = build_table(group_runs(find_runs([tmp_path])), ["mae"], validation=True)
+    column = next(c for c in table if c.name == monitor)
+    assert {"min": min, "max": max}[column.better](c.mean for c in column.cells) == best
+
+
 @pytest.mark.parametrize(
     ("results", "message"),
     [

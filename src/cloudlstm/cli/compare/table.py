@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from cloudlstm.cli.compare.cells import Column, Stat
 from cloudlstm.cli.compare.groups import Group, group_runs
 from cloudlstm.cli.compare.runs import CompareError, Run
-from cloudlstm.engine.metrics import metric_names
+from cloudlstm.engine.metrics import metric_names, monitor_mode
 from cloudlstm.engine.quantile_metrics import any_metric_info
 
 # the point groups of the held-out-sites protocol (cloudlstm.data.pipeline.held_out), shown
@@ -106,7 +106,8 @@ def validation_column(rows: Sequence[Group]) -> Column:
     for group in rows:
         values = [run.val_score for run in group.runs]
         cells.append(None if None in values else Stat.over(values))
-    return Column(monitor, cells, _better(monitor.removeprefix("val/")))
+    # the monitor's direction as checkpointing read it: val/loss is no declared metric
+    return Column(monitor, cells, monitor_mode(monitor, default=None))
 
 
 def default_point_groups(groups: Sequence[Group]) -> list[str]:
