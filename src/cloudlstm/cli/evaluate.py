@@ -27,6 +27,7 @@ from cloudlstm.errors import UserError
 from cloudlstm.models.build import count_parameters
 from cloudlstm.report import add_test_report
 from cloudlstm.rundir.layout import (
+    CHOSEN_CHECKPOINTS,
     CONFIG_FILE,
     check_run_dir,
     find_checkpoint,
@@ -161,7 +162,7 @@ def _checkpoint(run: Path, ckpt: str) -> Path | None:
         return find_checkpoint(run, ckpt)
     except UserError:
         trained_nothing = (read_metrics(run) or {}).get("num_params") == 0
-        if trained_nothing and str(ckpt) in ("best", "last"):
+        if trained_nothing and str(ckpt) in CHOSEN_CHECKPOINTS:
             return None
         raise
 

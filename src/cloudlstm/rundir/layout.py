@@ -40,6 +40,8 @@ WANDB_ID_FILE = "wandb_run_id.txt"
 CHECKPOINT_DIR = "checkpoints"
 LAST_CHECKPOINT = "last.ckpt"
 BEST_CHECKPOINTS = "epoch_*.ckpt"
+# The checkpoints chosen by name (ckpt=best|last); any other ckpt is a file's path.
+CHOSEN_CHECKPOINTS = ("best", "last")
 FIGURES_DIR = "figures"
 
 

@@ -11,13 +11,11 @@ from typing import Any
 import yaml
 
 from cloudlstm.cli.compare.settings import is_setting
-from cloudlstm.rundir.layout import CONFIG_FILE, METRICS_FILE
+from cloudlstm.rundir.layout import CHOSEN_CHECKPOINTS, CONFIG_FILE, METRICS_FILE
 from cloudlstm.rundir.old_configs import current_form
 
 RUN_KEYS = ("model", "data")  # recorded by train.py in metrics.json["run"]
 # The key of an evaluation's row (eval.py's re-test of a run): its checkpoint and overrides.
-# The checkpoints eval.py chooses by name (ckpt=best|last); any other is a file's path.
-CHOSEN_CHECKPOINTS = ("best", "last")
 EVALUATION_KEY = "evaluation"
 
 
