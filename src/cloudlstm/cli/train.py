@@ -33,6 +33,7 @@ from cloudlstm.rundir.divergence import clear_divergence, record_divergence
 from cloudlstm.rundir.layout import METRICS_FILE, in_run, last_checkpoint, write_metrics
 from cloudlstm.rundir.lock import owns_run_dir
 from cloudlstm.rundir.preemption import (
+    RunInterrupted,
     checkpoint_step,
     interrupted,
     stopped_by_ctrl_c,
@@ -97,17 +98,13 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
     except SIGTERMException:
         # Lightning's stop on SIGTERM is a SystemExit without a code (status 0): the run is
         # not finished, its line says where it stands (src/cloudlstm/rundir/preemption.py)
-        stop = interrupted(job.trainer, output_dir, cfg)
-        _finish_wandb(job.loggers, quietly=True, exit_code=stop.exit_code)
-        raise stop from None
+        raise _stopped(job, output_dir, cfg) from None
     except SystemExit:
         # a second Ctrl-C: Lightning's shutdown at once ends in sys.exit(1); the run's line
         # says where it stands as for the first
         if not stopped_by_ctrl_c(job.trainer):
             raise
-        stop = interrupted(job.trainer, output_dir, cfg)
-        _finish_wandb(job.loggers, quietly=True, exit_code=stop.exit_code)
-        raise stop from None
+        raise _stopped(job, output_dir, cfg) from None
     except TrainingDivergedError as err:
         # so that a rerun with other settings is told what happened (rundir/divergence.py)
         record_divergence(output_dir, job.trainer.global_step, str(err))
@@ -155,6 +152,14 @@ def _fit(job: Assembly) -> dict[str, Any]:
         "val": val,
         "selection": _selection(job.trainer),
     }
+
+
+def _stopped(job: Assembly, output_dir: Path, cfg: DictConfig) -> RunInterrupted:
+    """The run's stop by SIGTERM or Ctrl-C, its line logged, with the W&B run closed as
+    failed with the signal's status."""
+    stop = interrupted(job.trainer, output_dir, cfg)
+    _finish_wandb(job.loggers, quietly=True, exit_code=stop.exit_code)
+    return stop
 
 
 def _selection(trainer: L.Trainer) -> dict[str, Any] | None:
