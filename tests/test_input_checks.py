@@ -55,12 +55,12 @@ def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def the_line(done: subprocess.CompletedProcess, needle: str) -> str:
-    """The one line of the script's output holding ``needle``, besides Hydra's line that
-    repeats the overrides; no traceback anywhere."""
+    """The one line of the script's output holding ``needle``; no traceback anywhere, and
+    none of Hydra's framing (the overrides repeated, the hint of HYDRA_FULL_ERROR)."""
     out = done.stdout + done.stderr
-    assert "Traceback" not in out, out[-3000:]
-    framing = "Error executing job with overrides"
-    lines = [line for line in out.splitlines() if needle in line and framing not in line]
+    for unwanted in ("Traceback", "Error executing job", "HYDRA_FULL_ERROR"):
+        assert unwanted not in out, out[-3000:]
+    lines = [line for line in out.splitlines() if needle in line]
     assert len(lines) == 1, out[-3000:]
     return lines[0]
 
@@ -124,6 +124,33 @@ def test_train_py_with_k_zero_stops_with_one_line(tmp_path):
     done = run_script("train.py", *args, f"hydra.run.dir={tmp_path / 'run'}")
     assert done.returncode == 1
     assert the_line(done, "model.k=0").startswith("model.k=0 is not a number of neighbours")
+
+
+def test_hydra_s_own_errors_keep_their_message_without_the_debugging_hint(tmp_path):
+    done = run_script("train.py", "no_such_key=1", f"hydra.run.dir={tmp_path / 'run'}")
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "Could not override 'no_such_key'.",
+        "To append to your config use +no_such_key=1",
+        "Key 'no_such_key' is not in struct",
+        "    full_key: no_such_key",
+        "    object_type=dict",
+    ]
+
+
+def test_hydra_full_error_gives_a_user_error_its_traceback(tmp_path):
+    """Hydra's switch for debugging still works: the same error, with the stack."""
+    args = [*JOB, *SYNTHETIC, *QUIET, "model.k=0", f"hydra.run.dir={tmp_path / 'run'}"]
+    done = subprocess.run(
+        [sys.executable, "train.py", *args],
+        cwd=ROOT,
+        env={**subprocess_env(), "OMP_WAIT_POLICY": "PASSIVE", "HYDRA_FULL_ERROR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1
+    assert "Traceback" in done.stderr and "model.k=0 is not a number of neighbours" in done.stderr
 
 
 @pytest.mark.parametrize(

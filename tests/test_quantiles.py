@@ -435,8 +435,6 @@ def test_train_py_refuses_bad_levels_in_one_line(tmp_path):
         timeout=300,
     )
     assert done.returncode == 1, done.stderr[-3000:]
-    # Hydra frames the message (the overrides, HYDRA_FULL_ERROR); the message is one line,
-    # nothing else on stderr
     message = (
         "module.quantiles=[0.1,1.5]: give distinct levels strictly between 0 and 1, e.g. "
         "module.quantiles=[0.1,0.5,0.9] (null: point forecasts only)."

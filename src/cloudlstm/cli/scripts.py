@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -103,15 +104,20 @@ def predict() -> None:
 # the process that runs Hydra: jobs of the basic launcher run in it, joblib's and
 # submitit's in processes of their own
 _HYDRA_PID: int | None = None
+# the user asked for every error's whole traceback (Hydra's own switch)
+_FULL_ERROR = "HYDRA_FULL_ERROR"
+_full_error_wanted = False
 
 
 def _run_hydra(config_name: str, task: Callable[[DictConfig], Any]) -> None:
-    global _HYDRA_PID
+    global _HYDRA_PID, _full_error_wanted
     _HYDRA_PID = os.getpid()
+    _full_error_wanted = os.environ.get(_FULL_ERROR) == "1"
     os.environ.setdefault("PROJECT_ROOT", os.getcwd())
     main = hydra.main(version_base="1.3", config_path=str(config_dir()), config_name=config_name)
     try:
-        main(task)()
+        with _errors_without_hydra_hint():
+            main(task)()
     except KeyboardInterrupt:
         # Ctrl-C outside training's steps (preparing data, building, a second Ctrl-C):
         # a stop the user asked for, said in one line with the shell's status for it
@@ -121,15 +127,67 @@ def _run_hydra(config_name: str, task: Callable[[DictConfig], Any]) -> None:
         raise SystemExit(CTRL_C_EXIT_CODE) from None
 
 
+@contextmanager
+def _errors_without_hydra_hint() -> Iterator[None]:
+    """Errors that escape Hydra reported by their message alone, exit status 1.
+
+    Hydra ends every error it reports with "Set the environment variable HYDRA_FULL_ERROR=1
+    for a complete stack trace", a user's error too, where there is nothing to debug. So it
+    hands them on here (HYDRA_FULL_ERROR set while it runs): its own (an unknown config
+    group, a key not in the config) and a sweep's user errors (all ``CompactHydraException``)
+    keep their message and lose the hint; any other error is a bug and keeps its whole
+    traceback. A user who set HYDRA_FULL_ERROR=1 gets every traceback, as from Hydra.
+    """
+    from hydra.errors import CompactHydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    if _full_error_wanted:
+        yield
+        return
+    os.environ[_FULL_ERROR] = "1"
+    try:
+        yield
+    except CompactHydraException as err:
+        sys.stderr.write(f"{err}\n")
+        if isinstance(err.__cause__, OmegaConfBaseException):  # the key, as Hydra shows it
+            sys.stderr.write(f"{err.__cause__}\n")
+        raise SystemExit(1) from None
+    finally:
+        os.environ.pop(_FULL_ERROR, None)
+
+
+@contextmanager
+def _user_errors_in_one_line() -> Iterator[None]:
+    """A job's user error (:func:`cloudlstm.errors.one_line_errors`) as its one line.
+
+    In a run (not a sweep), Hydra would put "Error executing job with overrides: [...]",
+    the overrides just typed, before it: the line is written here and the run ends with
+    Hydra's status for an error, 1. A sweep's job raises it, for the sweep to say which
+    job failed (hydra_plugins/cloudlstm_sweeper).
+    """
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from cloudlstm.errors import UserError, one_line_errors
+
+    try:
+        with one_line_errors():
+            yield
+    except UserError as err:
+        if _full_error_wanted or HydraConfig.get().mode != RunMode.RUN:
+            raise
+        sys.stderr.write(f"{err}\n")
+        raise SystemExit(1) from None
+
+
 def _train(cfg: DictConfig) -> float | None:
     from cloudlstm.cli import console
     from cloudlstm.cli.train import main
-    from cloudlstm.errors import one_line_errors
     from cloudlstm.rundir.preemption import RunInterrupted
 
     console.set_up(cfg)
     try:
-        with one_line_errors():
+        with _user_errors_in_one_line():
             return main(cfg)
     except RunInterrupted as stop:
         if os.getpid() != _HYDRA_PID:
@@ -142,12 +200,11 @@ def _train(cfg: DictConfig) -> float | None:
 def _evaluate(cfg: DictConfig) -> None:
     from cloudlstm.cli import console
     from cloudlstm.cli.evaluate import evaluate
-    from cloudlstm.errors import one_line_errors
     from cloudlstm.rundir.preemption import RunInterrupted
 
     console.set_up(cfg)
     try:
-        with one_line_errors():
+        with _user_errors_in_one_line():
             evaluate(cfg)
     except RunInterrupted as stop:  # its line is logged; the signal's status, not Hydra's 1
         raise SystemExit(stop.exit_code) from None
@@ -155,7 +212,6 @@ def _evaluate(cfg: DictConfig) -> None:
 
 def _predict(cfg: DictConfig) -> None:
     from cloudlstm.cli.predict import main
-    from cloudlstm.errors import one_line_errors
 
-    with one_line_errors():
+    with _user_errors_in_one_line():
         main(cfg)
