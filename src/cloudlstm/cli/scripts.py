@@ -163,16 +163,21 @@ def _user_errors_in_one_line() -> Iterator[None]:
     In a run (not a sweep), Hydra would put "Error executing job with overrides: [...]",
     the overrides just typed, before it: the line is written here and the run ends with
     Hydra's status for an error, 1. A sweep's job raises it, for the sweep to say which
-    job failed (hydra_plugins/cloudlstm_sweeper).
+    job failed (hydra_plugins/cloudlstm_sweeper). A run stopped by a signal
+    (``RunInterrupted``) has logged its line, and leaves with the signal's status: the
+    caller's.
     """
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     from cloudlstm.errors import UserError, one_line_errors
+    from cloudlstm.rundir.preemption import RunInterrupted
 
     try:
         with one_line_errors():
             yield
+    except RunInterrupted:
+        raise
     except UserError as err:
         if _full_error_wanted or HydraConfig.get().mode != RunMode.RUN:
             raise
