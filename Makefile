@@ -22,11 +22,16 @@ $(VENV)/.installed: pyproject.toml
 train: setup
 	$(BIN)/python train.py experiment=demo $(ARGS)
 
+# the tests run in one process per CPU (pytest-xdist), each test file in one of them, so
+# that a file's shared fixtures are built once; TEST_WORKERS=0 runs them in this process
+TEST_WORKERS ?= logical
+XDIST := -n $(TEST_WORKERS) --dist loadfile
+
 test: setup
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(ARGS)
 
 test-all: setup
-	$(BIN)/python -m pytest -m "slow or not slow" $(ARGS)
+	$(BIN)/python -m pytest $(XDIST) -m "slow or not slow" $(ARGS)
 
 # The CUDA kernels' tests on CPU (Triton's interpreter, compiled for sm_90): they skip
 # without Triton, which `make setup` does not install (about 1 GB on disk).

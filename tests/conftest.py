@@ -21,6 +21,23 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 os.environ.setdefault("WANDB_SILENT", "true")
 
+
+def _cores_per_worker() -> int | None:
+    """The cores each of pytest-xdist's workers may use (``make test`` starts one per CPU),
+    or None outside xdist: threads beyond them would only wait for each other."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not workers:
+        return None
+    return max(1, len(os.sched_getaffinity(0)) // int(workers))
+
+
+if (_CORES := _cores_per_worker()) is not None:
+    import torch
+
+    torch.set_num_threads(_CORES)
+    # the programs the tests start (train.py, eval.py) take the same share
+    os.environ.setdefault("OMP_NUM_THREADS", str(_CORES))
+
 # A job small enough for seconds on 2 CPU cores, through every real component.
 TINY = [
     "data.source.num_points=12",
