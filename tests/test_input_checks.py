@@ -42,12 +42,15 @@ QUIET = ["logger=none", "report.figures=false", "print_config=false", "torch_thr
 SYNTHETIC = [o for o in TINY if o.startswith("data.source.")]
 
 
-def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
-    """``python <script> args...`` from the repository root, as a user runs it."""
+def run_script(
+    script: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """``python <script> args...`` from the repository root, as a user runs it, with the
+    variables of ``env`` set too."""
     return subprocess.run(
         [sys.executable, script, *args],
         cwd=ROOT,
-        env={**subprocess_env(), "OMP_WAIT_POLICY": "PASSIVE"},
+        env={**subprocess_env(), "OMP_WAIT_POLICY": "PASSIVE", **(env or {})},
         capture_output=True,
         text=True,
         timeout=300,
@@ -141,14 +144,7 @@ def test_hydra_s_own_errors_keep_their_message_without_the_debugging_hint(tmp_pa
 def test_hydra_full_error_gives_a_user_error_its_traceback(tmp_path):
     """Hydra's switch for debugging still works: the same error, with the stack."""
     args = [*JOB, *SYNTHETIC, *QUIET, "model.k=0", f"hydra.run.dir={tmp_path / 'run'}"]
-    done = subprocess.run(
-        [sys.executable, "train.py", *args],
-        cwd=ROOT,
-        env={**subprocess_env(), "OMP_WAIT_POLICY": "PASSIVE", "HYDRA_FULL_ERROR": "1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_script("train.py", *args, env={"HYDRA_FULL_ERROR": "1"})
     assert done.returncode == 1
     assert "Traceback" in done.stderr and "model.k=0 is not a number of neighbours" in done.stderr
 
