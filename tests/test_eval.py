@@ -18,7 +18,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from cloudlstm.cli.evaluate import evaluate, with_run_config
+from cloudlstm.cli.eval_args import with_run_config
+from cloudlstm.cli.evaluate import evaluate
 from cloudlstm.cli.train import train
 from cloudlstm.data.spec import SPEC_KEY
 from cloudlstm.errors import UserError
@@ -26,7 +27,7 @@ from cloudlstm.rundir.preemption import RunInterrupted
 from tests.conftest import ROOT, TINY, compose_train, subprocess_env
 from tests.kill_callback import SignalAtTest
 
-JOB = [*TINY, "logger=none", "report.figures=false", "module.save_predictions=true"]
+JOB = [*TINY, "logger=none", "module.save_predictions=true"]
 
 
 @pytest.fixture(scope="module")

@@ -75,7 +75,7 @@ def refuse_moved_keys(argv: list[str], keep: Collection[str] = ()) -> None:
 def evaluate() -> None:
     """``cloudlstm-eval run=<run dir> [ckpt=best|last|<path>] [key=value ...]``: test a
     trained run again."""
-    from cloudlstm.cli.evaluate import HELP_HEADER, run_data_keys, wants_help, with_run_config
+    from cloudlstm.cli.eval_args import HELP_HEADER, run_data_keys, wants_help, with_run_config
     from cloudlstm.errors import UserError
 
     if wants_help(sys.argv):

@@ -26,8 +26,6 @@ import string
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.utilities import rank_zero_only
-
 from cloudlstm.errors import UserError, out_of_space
 
 CONFIG_FILE = "config.yaml"
@@ -162,6 +160,10 @@ def wandb_run_id(output_dir: Path, new: bool = False) -> str | None:
     None on DDP ranks other than 0: only rank 0 opens the W&B run, and ranks that start at
     the same moment (SLURM) must not race to write different ids.
     """
+    # imported here: Hydra's plugin scan imports this module (through the run lock), and a
+    # config error is reported before Lightning, which takes seconds to import, is needed
+    from lightning.pytorch.utilities import rank_zero_only
+
     if rank_zero_only.rank != 0:
         return None
     path = output_dir / WANDB_ID_FILE

@@ -33,7 +33,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.hydra_config import HydraConfig
@@ -50,7 +50,9 @@ from cloudlstm.cli.sweep_jobs import (
 )
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.lock import held_run_dirs
-from cloudlstm.rundir.sweep_sigterm import PassSigtermOn, is_joblib
+
+if TYPE_CHECKING:
+    from cloudlstm.rundir.sweep_sigterm import PassSigtermOn
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,10 @@ class ReportingSweeper(BasicSweeper):
     stop: PassSigtermOn | None = None
 
     def sweep(self, arguments: list[str]) -> Any:
+        # imported here: Hydra imports this module at every start (its plugin scan), and
+        # the signal handling imports Lightning, seconds a config error need not wait
+        from cloudlstm.rundir.sweep_sigterm import PassSigtermOn, is_joblib
+
         launcher = self.launcher
         recorder = _FailureRecorder(launcher)
         self.launcher = recorder

@@ -1,0 +1,72 @@
+"""What ``eval.py`` reads from its command line before Hydra starts: the run directory
+(``run=``), put on Hydra's search path, and the help without a run.
+
+Kept apart from :mod:`cloudlstm.cli.evaluate`, which imports Lightning: a missing or wrong
+``run=`` and ``--help`` are answered at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from cloudlstm.errors import UserError
+from cloudlstm.rundir.layout import CONFIG_FILE, check_run_dir
+
+USAGE = "python eval.py run=<run dir> [ckpt=best|last|<path>] [key=value ...]"
+HELP_FLAGS = ("--help", "-h", "--hydra-help")
+# what --help without run= says first: the config it shows is eval.yaml's alone
+HELP_HEADER = (
+    f"Usage: {USAGE}\n"
+    "The base of the config is the run's own config.yaml (written by train.py): every key of "
+    "`python train.py --help` is overridden as there. With run=<run dir>, --help shows that "
+    "run's config below.\n"
+)
+
+
+def wants_help(argv: list[str]) -> bool:
+    """Whether ``argv`` asks for the help without a ``run=``: it is shown without a run."""
+    args = argv[1:]
+    return any(a in HELP_FLAGS for a in args) and not any(a.startswith("run=") for a in args)
+
+
+def with_run_config(argv: list[str], stand_in: Path | None = None) -> list[str]:
+    """``argv`` plus the override that puts the directory of its ``run=<dir>`` on Hydra's
+    search path, where ``conf/eval.yaml`` finds the run's ``config.yaml``.
+
+    Idempotent: DDP starts the other ranks with the argv already extended. With
+    ``stand_in``, a folder with an empty ``config.yaml``, the help (:func:`wants_help`) is
+    composed on it: Hydra composes the config to show the help.
+
+    Raises:
+        UserError: ``run=`` is missing, or names no run directory.
+    """
+    runs = [arg.split("=", 1)[1] for arg in argv[1:] if arg.startswith("run=")]
+    if not runs:
+        if stand_in is not None and wants_help(argv):
+            return [*argv, _searchpath(stand_in)]
+        raise UserError(f"eval.py needs the run directory: `{USAGE}`.")
+    searchpath = _searchpath(check_run_dir(runs[-1]).resolve())
+    return argv if searchpath in argv else [*argv, searchpath]
+
+
+def run_data_keys(argv: list[str]) -> set[str]:
+    """The keys at the top of the ``data`` node of the config of ``argv``'s ``run=``, which
+    an override of ``eval.py`` may name (an older run's may hold its source's keys there).
+
+    Raises:
+        UserError: ``run=`` is missing, or names no run directory.
+    """
+    runs = [arg.split("=", 1)[1] for arg in argv[1:] if arg.startswith("run=")]
+    if not runs:
+        raise UserError(f"eval.py needs the run directory: `{USAGE}`.")
+    data = OmegaConf.load(check_run_dir(runs[-1]) / CONFIG_FILE).get("data")
+    return {str(key) for key in data} if isinstance(data, DictConfig) else set()
+
+
+def _searchpath(folder: Path) -> str:
+    """The override that puts ``folder`` on Hydra's search path."""
+    # quoted, so that any character of the path survives Hydra's override grammar
+    quoted = str(folder).replace("\\", "\\\\").replace("'", "\\'")
+    return f"hydra.searchpath=['file://{quoted}']"
