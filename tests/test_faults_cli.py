@@ -52,6 +52,24 @@ def test_the_installed_eval_program_prints_the_help_too():
     assert "eval is powered by Hydra" in done.stdout
 
 
+@pytest.mark.parametrize("program", ["train.py", "eval.py"])
+def test_help_to_a_reader_that_left_ends_without_a_traceback(program):
+    """``python train.py --help | head -1``: the pipe is closed before the help is written;
+    the program stops there, quietly."""
+    proc = subprocess.Popen(
+        [sys.executable, program, "--help"],
+        cwd=ROOT,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    proc.stdout.close()  # the reader is gone
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=300) == 1
+    assert stderr == ""
+
+
 def test_eval_py_without_a_run_still_says_what_it_needs():
     line = error_line(run(sys.executable, "eval.py", "ckpt=last"))
     assert line.startswith("eval.py needs the run directory: `python eval.py run=<run dir>")

@@ -27,6 +27,11 @@ from cloudlstm.paths import config_dir
 
 def train() -> None:
     """``cloudlstm-train [group=option ...] [key=value ...]``: train and test a model."""
+    with _reader_may_leave():
+        _train_program()
+
+
+def _train_program() -> None:
     from cloudlstm.cli.model_keys import refuse_foreign_model_keys
     from cloudlstm.cli.process_group import check_shared_run_dir
     from cloudlstm.errors import UserError
@@ -75,6 +80,11 @@ def refuse_moved_keys(argv: list[str], keep: Collection[str] = ()) -> None:
 def evaluate() -> None:
     """``cloudlstm-eval run=<run dir> [ckpt=best|last|<path>] [key=value ...]``: test a
     trained run again."""
+    with _reader_may_leave():
+        _eval_program()
+
+
+def _eval_program() -> None:
     from cloudlstm.cli.eval_args import HELP_HEADER, run_data_keys, wants_help, with_run_config
     from cloudlstm.errors import UserError
 
@@ -98,7 +108,8 @@ def evaluate() -> None:
 
 def predict() -> None:
     """``cloudlstm-predict run=<run dir> data.path=<file>``: forecast new data."""
-    _run_hydra("predict", _predict)
+    with _reader_may_leave():
+        _run_hydra("predict", _predict)
 
 
 # the process that runs Hydra: jobs of the basic launcher run in it, joblib's and
@@ -125,6 +136,33 @@ def _run_hydra(config_name: str, task: Callable[[DictConfig], Any]) -> None:
 
         sys.stderr.write(f"{Path(sys.argv[0]).name}: stopped by Ctrl-C.\n")
         raise SystemExit(CTRL_C_EXIT_CODE) from None
+
+
+@contextmanager
+def _reader_may_leave() -> Iterator[None]:
+    """A program whose reader left (``train.py --help | head -1``) stops quietly, status 1.
+
+    Nothing more can be said, and there is nowhere to say it: stdout then goes to /dev/null
+    so that its flush at exit fails no more. A broken pipe of anything else is a bug, and
+    keeps its traceback.
+    """
+    try:
+        yield
+        sys.stdout.flush()  # here, where a reader that left is caught, not at exit
+    except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1) from None
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reading end is closed (poll says POLLERR)."""
+    import select
+
+    poller = select.poll()
+    poller.register(sys.stdout.fileno(), select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
 
 
 @contextmanager
