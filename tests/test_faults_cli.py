@@ -52,6 +52,23 @@ def test_the_installed_eval_program_prints_the_help_too():
     assert "eval is powered by Hydra" in done.stdout
 
 
+@pytest.mark.parametrize(
+    "args, said, also_imported",
+    [
+        # Hydra imports every plugin at start: the sweeper's run lock is imported too
+        (["train.py", "foo=1"], "Could not override 'foo'.", ["cloudlstm.rundir.lock"]),
+        (["eval.py", "run=/no/such/run"], "Run directory /no/such/run does not exist.", []),
+    ],
+)
+def test_a_command_line_error_is_answered_before_lightning_is_imported(args, said, also_imported):
+    """Lightning takes seconds to import: a typo is answered without it."""
+    done = run(sys.executable, "-X", "importtime", *args)
+    assert done.returncode == 1 and said in done.stderr
+    imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()]
+    assert set(also_imported) <= set(imported)
+    assert not [name for name in imported if name.startswith(("lightning", "torch"))]
+
+
 @pytest.mark.parametrize("program", ["train.py", "eval.py"])
 def test_help_to_a_reader_that_left_ends_without_a_traceback(program):
     """``python train.py --help | head -1``: the pipe is closed before the help is written;
