@@ -58,6 +58,8 @@ TINY = [
     "trainer.enable_progress_bar=false",
     "~callbacks.progress_bar",
     "~callbacks.model_summary",
+    # drawing the report's figures takes seconds a run: tests/test_dashboard.py draws them
+    "report.figures=false",
 ]
 
 

@@ -40,6 +40,7 @@ def wandb_run(tmp_path_factory):
         [
             *TINY,
             "logger=wandb",
+            "report.figures=true",
             "trainer.log_every_n_steps=1",
             "data.outlier_shift=1",
             "data.outlier_count=3",
@@ -163,7 +164,7 @@ def test_figures_are_pngs_in_the_run_dir_and_wandb_images(wandb_run):
 
 @pytest.mark.parametrize("logger", ["csv", "none"])
 def test_figures_are_written_without_wandb(tiny_cfg, logger):
-    cfg = tiny_cfg(f"logger={logger}", "trainer.max_epochs=1")
+    cfg = tiny_cfg(f"logger={logger}", "report.figures=true", "trainer.max_epochs=1")
     train(cfg)
     for name in FIGURES:
         assert_png(Path(cfg.paths.output_dir) / "figures" / f"{name}.png")

@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import ROOT, TINY, subprocess_env
 from tests.test_input_checks import the_line
 
-JOB = [*TINY, "logger=csv", "report.figures=false", "torch_threads=1"]
+JOB = [*TINY, "logger=csv", "torch_threads=1"]
 
 
 def gate(until: str) -> list[str]:

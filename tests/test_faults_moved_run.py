@@ -16,7 +16,7 @@ from cloudlstm.rundir.layout import find_checkpoint
 from tests.conftest import TINY, compose_train
 from tests.test_eval import compose_eval
 
-JOB = [*TINY, "logger=none", "report.figures=false"]
+JOB = [*TINY, "logger=none"]
 
 
 def metrics(run: Path) -> dict:

@@ -373,9 +373,7 @@ def held_out_run(tmp_path_factory) -> Path:
     """A trained CloudLSTM run directory with 3 of its 12 points held out, logged to W&B
     offline."""
     tmp = tmp_path_factory.mktemp("held_out")
-    cfg = compose_train(
-        tmp, [*TINY, "logger=wandb", "report.figures=false", "data.holdout_points=0.25"]
-    )
+    cfg = compose_train(tmp, [*TINY, "logger=wandb", "data.holdout_points=0.25"])
     train(cfg)
     return Path(cfg.paths.output_dir)
 

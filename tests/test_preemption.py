@@ -20,7 +20,7 @@ from cloudlstm.rundir.preemption import EXIT_CODE, RunInterrupted
 from tests.conftest import ROOT, TINY, as_in_a_terminal, subprocess_env
 
 # TINY: 3 training steps an epoch, validation and last.ckpt at each epoch's end
-JOB = [*TINY, "logger=csv", "report.figures=false", "torch_threads=1"]
+JOB = [*TINY, "logger=csv", "torch_threads=1"]
 # Hold training before batch 1 of epoch 1 (global step 4) until <run dir>/go exists
 GATE = [
     "+callbacks.gate._target_=tests.kill_callback.WaitAt",

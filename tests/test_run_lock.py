@@ -122,7 +122,7 @@ def test_a_wrong_mode_is_a_user_error(tmp_path):
 
 def train_py(run_dir: Path, data_dir: Path, *extra: str) -> subprocess.Popen:
     cmd = [
-        sys.executable, "train.py", *TINY, "logger=csv", "report.figures=false",
+        sys.executable, "train.py", *TINY, "logger=csv",
         f"hydra.run.dir={run_dir}", f"paths.data_dir={data_dir}", *extra,
     ]  # fmt: skip
     return subprocess.Popen(
