@@ -169,6 +169,7 @@ def test_compiled_cloudseq2seq_equals_eager_forward_and_gradients(options: dict)
         torch.testing.assert_close(p.grad, grads[name], rtol=1e-4, atol=1e-6, msg=name)
 
 
+@pytest.mark.slow  # two compilations of a training step: about 40 s
 def test_another_batch_size_compiles_one_dynamic_graph() -> None:
     """An epoch's last, smaller batch: dynamo traces the forward once more with a symbolic
     batch size (the operators' shape functions take one), and that graph serves every

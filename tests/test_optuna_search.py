@@ -122,6 +122,7 @@ def test_a_killed_search_continues_with_the_same_command(tmp_path):
     }
 
 
+@pytest.mark.slow  # a search of trials that train: about 20 s
 def test_pruned_trials_stop_early_and_the_search_ends_well(tmp_path):
     sweep = tmp_path / "sweep"
     budget = [a for a in SEARCH if not a.startswith("trainer.max_epochs")]
@@ -233,6 +234,7 @@ def test_six_trials_two_at_a_time_through_local_submitit(tmp_path):
     assert len({log.parent.name for log in (sweep / ".submitit").rglob("*_log.err")}) == 6
 
 
+@pytest.mark.slow  # two searches that train: about 30 s
 def test_the_recipe_search_tunes_any_model_and_the_cloudlstm_search_adds_its_keys(tmp_path):
     """hparams_search=optuna_recipe searches the optimiser alone, so it runs for a model
     without K or cells (here STGCN); hparams_search=optuna is that space plus the CloudLSTM

@@ -46,6 +46,9 @@ def offline_run_ids(run_dir: Path) -> list[str]:
     return [p.name.rsplit("-", 1)[-1] for p in sorted((run_dir / "wandb").glob("offline-run-*"))]
 
 
+# five trainings with W&B: about 80 s; the fast bit-exact resume is the deterministic case
+# of tests/test_resume_mid_epoch.py
+@pytest.mark.slow
 def test_killed_run_resumes_bit_exactly_into_the_same_wandb_run(tmp_path):
     data = tmp_path / "data"
     whole = run_train(tmp_path / "whole", data)
@@ -98,6 +101,7 @@ def test_killed_run_resumes_bit_exactly_into_the_same_wandb_run(tmp_path):
     assert new_id != ids[0] and new_id in offline_run_ids(killed_dir)
 
 
+@pytest.mark.slow  # three trainings: about 40 s
 def test_run_killed_between_training_and_test_resumes_with_its_validation_metrics(tmp_path):
     """Nothing is left to train: the resume validates the restored weights again, so the
     validation metrics (a sweeper's objective) are the uninterrupted run's."""

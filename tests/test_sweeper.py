@@ -29,6 +29,7 @@ def sweep(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow  # a sweep of three jobs in processes of their own: about 35 s
 def test_every_failed_job_of_a_joblib_sweep_is_named_and_the_finished_one_compared(tmp_path):
     done = sweep(tmp_path, "optimizer.lr=-1,1e-3,-2")
     out = done.stdout + done.stderr
