@@ -212,9 +212,24 @@ def test_inductor_compiled_cloudlstm_equals_eager_on_cpu() -> None:
 UNTRACED = {"lstm"}
 
 
+# presets of a model above with another K or loss: the same graph, compiled again (slow)
+VARIANTS = {
+    "cloudlstm_k3",
+    "cloudlstm_k6",
+    "cloudgru_k3",
+    "attention_cloudlstm_k3",
+    "cloudlstm_mae",
+}
+
+
 @pytest.mark.parametrize(
     "name",
-    sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml") if p.stem not in UNTRACED),
+    [
+        pytest.param(name, marks=pytest.mark.slow) if name in VARIANTS else name
+        for name in sorted(
+            p.stem for p in (ROOT / "conf" / "model").glob("*.yaml") if p.stem not in UNTRACED
+        )
+    ],
 )
 def test_every_model_compiles_its_dense_work_into_one_graph(tmp_path, name: str) -> None:
     """Host work (the grid models' Hungarian mapping, STGCN's Laplacian cache, input checks)
