@@ -1,5 +1,6 @@
-"""The traffic presets (experiment=metr_la, milan, milan_long, losloop_tgcn) and recipe=small:
-their job lists and the protocol each declares, composed as train.py composes them."""
+"""The traffic presets (experiment=metr_la, milan, milan_long, milan_held_out, losloop_tgcn)
+and recipe=small: their job lists and the protocol each declares, composed as train.py
+composes them."""
 
 from __future__ import annotations
 
@@ -88,6 +89,27 @@ def test_milan_ordinary_weeks_end_before_the_holidays(tmp_path):
     datamodule = set_up_first_job(tmp_path, "milan_ordinary_weeks", "milan_telecom")
     # hourly from 2013-11-04 00:00: 2 December is step 28 * 24, 21 December step 47 * 24
     assert datamodule.bounds == {"train": (0, 672), "val": (672, 840), "test": (840, 1128)}
+
+
+def test_milan_held_out_preset_is_milans_protocol_with_ten_squares_held_out(tmp_path):
+    cfgs = composed(tmp_path, "milan_held_out")
+    models = {cfg.hydra.runtime.choices.model for cfg in cfgs}
+    assert (
+        models == {"persistence", "linear", "knn_lstm", "knn_lstm_k3", "convlstm", "stgcn"} | FAMILY
+    )
+    assert {(c.data.input_steps, c.data.output_steps, c.recipe_name) for c in cfgs} == {
+        (6, 6, "small")
+    }
+    assert {(c.data.holdout_points, c.data.holdout_history) for c in cfgs} == {(10, True)}
+    assert cfgs[0].sweep.dir.endswith("milan_held_out/small_history_True")
+
+
+def test_milan_held_out_scores_ten_squares_apart_from_the_ninety_trained(tmp_path):
+    datamodule = set_up_first_job(tmp_path, "milan_held_out", "milan_telecom")
+    groups = datamodule.point_groups
+    assert datamodule.held_out.shape == (100,) and datamodule.held_out.sum() == 10
+    assert (groups["held_out"] == datamodule.held_out).all()
+    assert (groups["trained"] == ~datamodule.held_out).all()
 
 
 def test_losloop_preset_is_one_model_per_horizon(tmp_path):
