@@ -213,7 +213,7 @@ UNTRACED = {"lstm"}
 
 
 # presets of a model above with another K or loss: the same graph, compiled again (slow)
-VARIANTS = {
+PRESET_VARIANTS = {
     "cloudlstm_k3",
     "cloudlstm_k6",
     "cloudgru_k3",
@@ -225,7 +225,7 @@ VARIANTS = {
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(name, marks=pytest.mark.slow) if name in VARIANTS else name
+        pytest.param(name, marks=pytest.mark.slow) if name in PRESET_VARIANTS else name
         for name in sorted(
             p.stem for p in (ROOT / "conf" / "model").glob("*.yaml") if p.stem not in UNTRACED
         )
