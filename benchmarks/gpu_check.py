@@ -57,6 +57,8 @@ STEPS: dict[str, tuple[list[str], int]] = {
     ),
 }
 
+CPU_LIMIT_FACTOR = 4  # --device cpu: each step's limit is 4 times its GPU limit
+
 
 def run_step(name: str, command: list[str], limit_s: int, out: Path) -> dict[str, Any]:
     """Run one step with its output in ``out/<name>.log``: its status (passed, failed or
@@ -168,6 +170,10 @@ def main() -> int:
             command = [*command, "--device", args.device]
             if args.device != "cuda":  # the smoke check: small sizes, no bf16 (slow on CPU)
                 command += [*(["--quick"] if "--quick" not in command else []), "--skip", "bf16"]
+        if args.device != "cuda":
+            # the limits are the GPU's budget; the smoke check asks whether each step runs,
+            # on a CPU that may be shared: a longer limit, still one against a hang
+            limit_s *= CPU_LIMIT_FACTOR
         print(f"{name}: {' '.join(command[1:])}", flush=True)
         step = results["steps"][name] = run_step(name, command, limit_s, out)
         results["device"] = step.get("figures", {}).get("device", results["device"])
