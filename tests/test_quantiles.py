@@ -230,7 +230,8 @@ def quantile_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("quantiles")
     stream = write_stream(tmp / "stream.csv")
     levels = "module.quantiles=[0.1,0.25,0.5,0.75,0.9]"
-    cfg = compose_train(tmp, run_overrides(stream, levels, "module.calibrate=conformal"))
+    overrides = run_overrides(stream, levels, "module.calibrate=conformal", "report.figures=true")
+    cfg = compose_train(tmp, overrides)
     results = train(cfg)
     return Path(cfg.paths.output_dir), results, stream
 
