@@ -69,14 +69,27 @@ def test_a_command_line_error_is_answered_before_lightning_is_imported(args, sai
     assert not [name for name in imported if name.startswith(("lightning", "torch"))]
 
 
-@pytest.mark.parametrize("program", ["train.py", "eval.py"])
-def test_help_to_a_reader_that_left_ends_without_a_traceback(program):
-    """``python train.py --help | head -1``: the pipe is closed before the help is written;
-    the program stops there, quietly."""
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["train.py", "--help"],
+        ["eval.py", "--help"],
+        ["-m", "cloudlstm.cli.compare", "docs/results/beijing_strong"],
+    ],
+    ids=["train.py", "eval.py", "compare"],
+)
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+def test_output_to_a_reader_that_left_ends_without_a_traceback(command, buffered):
+    """``python train.py --help | head -1``: the pipe is closed before anything is written;
+    the program stops there, quietly, whether its output is written at once or at exit."""
+    env = subprocess_env()
+    env.pop("PYTHONUNBUFFERED", None)
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
     proc = subprocess.Popen(
-        [sys.executable, program, "--help"],
+        [sys.executable, *command],
         cwd=ROOT,
-        env=subprocess_env(),
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -19,6 +19,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
 
+from cloudlstm.cli.pipes import reader_may_leave
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.models.build import build_model, count_parameters
 from cloudlstm.paths import config_dir
@@ -87,4 +88,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    with reader_may_leave():  # `python -m cloudlstm.cli.models_table | head`
+        raise SystemExit(main())

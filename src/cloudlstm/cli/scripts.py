@@ -22,12 +22,13 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
+from cloudlstm.cli.pipes import reader_may_leave
 from cloudlstm.paths import config_dir
 
 
 def train() -> None:
     """``cloudlstm-train [group=option ...] [key=value ...]``: train and test a model."""
-    with _reader_may_leave():
+    with reader_may_leave():
         _train_program()
 
 
@@ -80,7 +81,7 @@ def refuse_moved_keys(argv: list[str], keep: Collection[str] = ()) -> None:
 def evaluate() -> None:
     """``cloudlstm-eval run=<run dir> [ckpt=best|last|<path>] [key=value ...]``: test a
     trained run again."""
-    with _reader_may_leave():
+    with reader_may_leave():
         _eval_program()
 
 
@@ -108,7 +109,7 @@ def _eval_program() -> None:
 
 def predict() -> None:
     """``cloudlstm-predict run=<run dir> data.path=<file>``: forecast new data."""
-    with _reader_may_leave():
+    with reader_may_leave():
         _run_hydra("predict", _predict)
 
 
@@ -136,33 +137,6 @@ def _run_hydra(config_name: str, task: Callable[[DictConfig], Any]) -> None:
 
         sys.stderr.write(f"{Path(sys.argv[0]).name}: stopped by Ctrl-C.\n")
         raise SystemExit(CTRL_C_EXIT_CODE) from None
-
-
-@contextmanager
-def _reader_may_leave() -> Iterator[None]:
-    """A program whose reader left (``train.py --help | head -1``) stops quietly, status 1.
-
-    Nothing more can be said, and there is nowhere to say it: stdout then goes to /dev/null
-    so that its flush at exit fails no more. A broken pipe of anything else is a bug, and
-    keeps its traceback.
-    """
-    try:
-        yield
-        sys.stdout.flush()  # here, where a reader that left is caught, not at exit
-    except BrokenPipeError:
-        if not _stdout_reader_gone():
-            raise
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise SystemExit(1) from None
-
-
-def _stdout_reader_gone() -> bool:
-    """Whether stdout is a pipe whose reading end is closed (poll says POLLERR)."""
-    import select
-
-    poller = select.poll()
-    poller.register(sys.stdout.fileno(), select.POLLOUT)
-    return any(events & select.POLLERR for _, events in poller.poll(0))
 
 
 @contextmanager
