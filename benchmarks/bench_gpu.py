@@ -72,7 +72,7 @@ def save_results() -> None:
 
 
 PAPER_EPOCH_S = 316.0  # CloudLSTM, air quality, one K40M (the paper's appendix)
-TARGET_EPOCH_S = 16.0  # issue 14's target on an H100
+TARGET_EPOCH_S = 16.0  # the project's target for the same epoch on an H100 (docs/performance.md)
 
 
 def synchronize() -> None:
