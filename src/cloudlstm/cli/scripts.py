@@ -26,13 +26,9 @@ from cloudlstm.cli.pipes import reader_may_leave
 from cloudlstm.paths import config_dir
 
 
+@reader_may_leave()
 def train() -> None:
     """``cloudlstm-train [group=option ...] [key=value ...]``: train and test a model."""
-    with reader_may_leave():
-        _train_program()
-
-
-def _train_program() -> None:
     from cloudlstm.cli.model_keys import refuse_foreign_model_keys
     from cloudlstm.cli.process_group import check_shared_run_dir
     from cloudlstm.errors import UserError
@@ -78,14 +74,10 @@ def refuse_moved_keys(argv: list[str], keep: Collection[str] = ()) -> None:
         )
 
 
+@reader_may_leave()
 def evaluate() -> None:
     """``cloudlstm-eval run=<run dir> [ckpt=best|last|<path>] [key=value ...]``: test a
     trained run again."""
-    with reader_may_leave():
-        _eval_program()
-
-
-def _eval_program() -> None:
     from cloudlstm.cli.eval_args import HELP_HEADER, run_data_keys, wants_help, with_run_config
     from cloudlstm.errors import UserError
 
@@ -107,10 +99,10 @@ def _eval_program() -> None:
     _run_hydra("eval", _evaluate)
 
 
+@reader_may_leave()
 def predict() -> None:
     """``cloudlstm-predict run=<run dir> data.path=<file>``: forecast new data."""
-    with reader_may_leave():
-        _run_hydra("predict", _predict)
+    _run_hydra("predict", _predict)
 
 
 # the process that runs Hydra: jobs of the basic launcher run in it, joblib's and
