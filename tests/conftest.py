@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -73,6 +74,38 @@ def subprocess_env() -> dict[str, str]:
     return {**env, "PROJECT_ROOT": str(ROOT), "WANDB_SILENT": "true"}
 
 
+# `python` for the programs the tests start (train.py, eval.py, predict.py, python -m ...): it
+# runs them as `python` does, forked from a Python that has imported torch, Lightning and
+# Hydra once per test worker (tests/warm_python.py), which takes seconds off each. A test
+# of the interpreter's own start (-X importtime, a fresh process group) uses sys.executable;
+# WARM_PYTHON=0 starts every program in a fresh Python.
+PYTHON = [sys.executable, "-S", "-E", str(ROOT / "tests" / "warm_python.py")]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warm_python(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The server behind :data:`PYTHON`, for this test process's session."""
+    if os.environ.get("WARM_PYTHON") == "0":
+        yield
+        return
+    folder = tmp_path_factory.mktemp("warm_python")
+    socket_path = folder / "sock"
+    with open(folder / "server.log", "w") as log:
+        server = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "warm_server.py"), str(socket_path)],
+            cwd=ROOT, env=subprocess_env(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+        )  # fmt: skip
+    while not socket_path.exists() and server.poll() is None:
+        time.sleep(0.02)
+    os.environ["WARM_PYTHON_SOCKET"] = str(socket_path)
+    try:
+        yield
+    finally:
+        os.environ.pop("WARM_PYTHON_SOCKET", None)
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def as_in_a_terminal() -> None:
     """``preexec_fn`` of a child that Ctrl-C (SIGINT) is sent to: SIGINT handled as in a
     terminal, even where this test process ignores it (started with ``&`` by a script)."""
@@ -82,7 +115,7 @@ def as_in_a_terminal() -> None:
 def run_python(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """``python <args>`` in the repository, as from a fresh shell, its output captured."""
     return subprocess.run(
-        [sys.executable, *args],
+        [*PYTHON, *args],
         cwd=ROOT,
         env=subprocess_env(),
         capture_output=True,

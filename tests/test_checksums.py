@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from cloudlstm.rundir.checkpoints import (
     file_sha256,
     write_checksum,
 )
-from tests.conftest import ROOT, TINY, subprocess_env
+from tests.conftest import PYTHON, ROOT, TINY, subprocess_env
 
 
 def flip_a_weight_byte(path: Path) -> str:
@@ -65,7 +64,7 @@ def test_a_changed_weight_is_refused_by_resume_and_eval_in_one_line(trained_run,
     assert torch.isfinite(changed).all(), "torch.load takes the damaged file without a word"
 
     cmd = [
-        sys.executable, "train.py", *TINY, "trainer.max_epochs=3", "logger=csv",
+        *PYTHON, "train.py", *TINY, "trainer.max_epochs=3", "logger=csv",
         "allow_changes=[trainer.max_epochs]",
         f"hydra.run.dir={trained_run}", f"paths.data_dir={tmp_path / 'data'}",
     ]  # fmt: skip
@@ -78,7 +77,7 @@ def test_a_changed_weight_is_refused_by_resume_and_eval_in_one_line(trained_run,
     best = next((trained_run / "checkpoints").glob("epoch_*.ckpt"))
     assert f"resume={best}" in lines[0] and "resume=never" in lines[0]
 
-    cmd = [sys.executable, "eval.py", f"run={trained_run}", "ckpt=last", "report.figures=false"]
+    cmd = [*PYTHON, "eval.py", f"run={trained_run}", "ckpt=last", "report.figures=false"]
     evaluated = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True)
     assert evaluated.returncode != 0
     assert "Traceback" not in evaluated.stderr

@@ -9,7 +9,6 @@ import json
 import logging
 import math
 import subprocess
-import sys
 import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -23,7 +22,7 @@ from cloudlstm.cli.compare import Stat, compare, find_runs, main
 from cloudlstm.cli.compare.formats import cell_text
 from cloudlstm.cli.compare.hydra_callback import CompareSweep
 from cloudlstm.cli.compare.wandb_run import _init_args
-from tests.conftest import ROOT, TINY, compose_train, subprocess_env
+from tests.conftest import PYTHON, ROOT, TINY, compose_train, subprocess_env
 from tests.test_compare import PNG_MAGIC, write_run
 from tests.test_compare_html import markdown_rows
 from tests.wandb_reader import OfflineRun, read_offline_run
@@ -155,7 +154,7 @@ def test_a_multirun_ends_with_its_comparison(tmp_path):
     in their group, and the page where ``html`` asks for it."""
     sweep = tmp_path / "sweep"
     cmd = [
-        sys.executable,
+        *PYTHON,
         "train.py",
         "-m",
         "model.k=2,3",

@@ -7,7 +7,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ import yaml
 
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.config_changes import CHANGES_FILE, check_config_changes, config_changes
-from tests.conftest import ROOT, TINY, compose_train, subprocess_env
+from tests.conftest import PYTHON, ROOT, TINY, compose_train, subprocess_env
 from tests.test_input_checks import the_line
 
 BASE = ["logger=csv", "report.figures=false"]
@@ -45,7 +44,7 @@ def stopped_run(tiny_cfg) -> Path:
 
 def train_py(run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     cmd = [
-        sys.executable, "train.py", *TINY, *BASE, f"hydra.run.dir={run_dir}",
+        *PYTHON, "train.py", *TINY, *BASE, f"hydra.run.dir={run_dir}",
         f"paths.data_dir={run_dir.parent / 'data'}", *extra,
     ]  # fmt: skip
     return subprocess.run(
@@ -71,7 +70,7 @@ def test_changed_settings_are_refused_in_one_line_and_nothing_is_written(stopped
     assert "model.k 3 -> 2" in k.stderr
     assert snapshot(stopped_run) == before
 
-    cmd = [sys.executable, "eval.py", f"run={stopped_run}", "report.figures=false"]
+    cmd = [*PYTHON, "eval.py", f"run={stopped_run}", "report.figures=false"]
     evaluated = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
 

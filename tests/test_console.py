@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 from cloudlstm.errors import UserError
-from tests.conftest import ROOT, TINY, subprocess_env
+from tests.conftest import PYTHON, ROOT, TINY, subprocess_env
 
 # Log lines of Hydra's console handler ("[12:00:00][INFO] ...") and of Lightning's own
 # ("INFO: ..."); the message is the second group.
@@ -35,7 +34,7 @@ def train_py(tmp_path: Path, *args: str, wandb_silent: bool = True) -> tuple[int
     if not wandb_silent:  # W&B's own warnings are part of what is checked
         env.pop("WANDB_SILENT", None)
     cmd = [
-        sys.executable,
+        *PYTHON,
         "train.py",
         *args,
         f"hydra.run.dir={tmp_path / 'run'}",

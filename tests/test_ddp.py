@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from cloudlstm.cli.train import train
-from tests.conftest import ROOT, TINY, compose_train, subprocess_env
+from tests.conftest import PYTHON, ROOT, TINY, compose_train, subprocess_env
 
 # The whole test part (no batch limit, which DDP would apply per rank), one training epoch.
 JOB = [
@@ -60,7 +59,7 @@ def test_two_ddp_processes_test_like_one(tmp_path):
     # metrics.json names the checkpoint relative to its run directory
     tested = Path(cfg.paths.output_dir) / single["checkpoint"]
     cmd = [
-        sys.executable,
+        *PYTHON,
         "train.py",
         *JOB,
         "trainer=ddp_cpu",

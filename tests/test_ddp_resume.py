@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,7 +20,7 @@ import torch
 from lightning.pytorch.trainer.states import TrainerFn
 
 from cloudlstm.engine.callbacks import RngState
-from tests.conftest import ROOT, as_in_a_terminal, subprocess_env
+from tests.conftest import PYTHON, ROOT, as_in_a_terminal, subprocess_env
 from tests.test_resume_mid_epoch import STEP_BUDGET, log_of
 
 # 20 steps of STID (dropout: every process's generators must be restored alike) in two
@@ -56,7 +55,7 @@ CASES = {
 
 def run_train(run_dir: Path, data_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     cmd = [
-        sys.executable, "train.py", *JOB, f"hydra.run.dir={run_dir}",
+        *PYTHON, "train.py", *JOB, f"hydra.run.dir={run_dir}",
         f"paths.data_dir={data_dir}", *extra,
     ]  # fmt: skip
     return subprocess.run(

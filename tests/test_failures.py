@@ -11,7 +11,6 @@ import logging
 import math
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import lightning as L
@@ -27,6 +26,7 @@ from cloudlstm.engine.module import ForecastModule, TrainingDivergedError
 from cloudlstm.errors import UserError
 from cloudlstm.models.base import ForecastModel
 from tests.conftest import (
+    PYTHON,
     ROOT,
     TINY,
     build_datamodule,
@@ -218,7 +218,7 @@ def bad_cell_file(path: Path) -> Path:
 def test_a_bad_data_file_stops_train_py_with_one_line_and_no_traceback(tmp_path):
     path = bad_cell_file(tmp_path / "fleet.csv")
     cmd = [
-        sys.executable,
+        *PYTHON,
         "train.py",
         "data=points",
         f"data.source.path={path}",

@@ -17,7 +17,7 @@ from cloudlstm.assembly.build import build_trainer
 from cloudlstm.cli.scripts import refuse_moved_keys
 from cloudlstm.cli.train import train
 from cloudlstm.errors import UserError
-from tests.conftest import ROOT, TINY, compose_train, one_line, subprocess_env
+from tests.conftest import PYTHON, ROOT, TINY, compose_train, one_line, subprocess_env
 
 
 def run(*cmd: str) -> subprocess.CompletedProcess:
@@ -36,7 +36,7 @@ def error_line(proc: subprocess.CompletedProcess) -> str:
 
 @pytest.mark.parametrize("flag", ["--help", "-h"])
 def test_eval_py_help_prints_the_help(flag):
-    done = run(sys.executable, "eval.py", flag)
+    done = run(*PYTHON, "eval.py", flag)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("Usage: python eval.py run=<run dir> [ckpt=best|last|<path>]")
     assert "eval is powered by Hydra" in done.stdout
@@ -101,7 +101,7 @@ def test_output_to_a_reader_that_left_ends_without_a_traceback(command, buffered
 
 
 def test_eval_py_without_a_run_still_says_what_it_needs():
-    line = error_line(run(sys.executable, "eval.py", "ckpt=last"))
+    line = error_line(run(*PYTHON, "eval.py", "ckpt=last"))
     assert line.startswith("eval.py needs the run directory: `python eval.py run=<run dir>")
 
 
@@ -140,7 +140,7 @@ def test_lightnings_progress_bar_switch_turns_the_bar_off(tmp_path):
     ],
 )
 def test_a_moved_data_key_is_named_with_its_new_place(override, line):
-    got = error_line(run(sys.executable, "train.py", "data=points", override))
+    got = error_line(run(*PYTHON, "train.py", "data=points", override))
     assert got.startswith(line)
 
 
@@ -159,7 +159,7 @@ def test_eval_py_names_a_moved_key_of_a_run_in_todays_form(tmp_path):
     new = tmp_path / "run"
     new.mkdir()
     OmegaConf.save({"data": {"source": {"root": "/x"}}}, new / "config.yaml")
-    line = error_line(run(sys.executable, "eval.py", f"run={new}", "data.root=/y"))
+    line = error_line(run(*PYTHON, "eval.py", f"run={new}", "data.root=/y"))
     assert line.startswith(
         "data.root moved to data.source.root: python eval.py data.source.root=/y"
     )
@@ -170,7 +170,7 @@ def test_eval_py_names_a_moved_key_of_a_run_in_todays_form(tmp_path):
 )
 def test_trainer_gpu_without_a_gpu_is_one_line_before_the_data_load(tmp_path):
     line = one_line(
-        run(sys.executable, "train.py", *TINY, "trainer=gpu", f"hydra.run.dir={tmp_path}/run",
+        run(*PYTHON, "train.py", *TINY, "trainer=gpu", f"hydra.run.dir={tmp_path}/run",
             f"paths.data_dir={tmp_path}/data")
     )  # fmt: skip
     assert line.startswith("trainer.accelerator=gpu (trainer=gpu), but torch finds no GPU")

@@ -5,7 +5,6 @@ and a contrary mode given is refused in one line."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -15,7 +14,7 @@ import torch
 from cloudlstm.cli.train import train
 from cloudlstm.engine.metrics import monitor_mode
 from cloudlstm.errors import UserError
-from tests.conftest import ROOT, TINY, compose_train, one_line, subprocess_env
+from tests.conftest import PYTHON, ROOT, TINY, compose_train, one_line, subprocess_env
 
 
 @pytest.mark.parametrize(
@@ -101,7 +100,7 @@ def test_a_plateau_scheduler_built_in_python_takes_the_metrics_mode():
 
 
 def train_py(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "train.py", *args, f"paths.data_dir={tmp_path / 'data'}"]
+    cmd = [*PYTHON, "train.py", *args, f"paths.data_dir={tmp_path / 'data'}"]
     return subprocess.run(
         cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600
     )

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ import yaml
 
 from cloudlstm.cli.train import train
 from cloudlstm.errors import UserError
-from tests.conftest import ROOT, TINY, compose_train, subprocess_env
+from tests.conftest import PYTHON, ROOT, TINY, compose_train, subprocess_env
 from tests.test_config_changes import snapshot
 from tests.test_input_checks import the_line
 
@@ -36,7 +35,7 @@ def test_allow_changes_of_model_k_is_refused_before_anything_is_written(stopped_
     before = snapshot(stopped_run)
     done = subprocess.run(
         [
-            sys.executable, "train.py", *TINY, *BASE, f"hydra.run.dir={stopped_run}",
+            *PYTHON, "train.py", *TINY, *BASE, f"hydra.run.dir={stopped_run}",
             f"paths.data_dir={stopped_run.parent / 'data'}", "model.k=2",
             "allow_changes=[model.k]",
         ],

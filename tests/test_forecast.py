@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import importlib.util
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import ROOT, TINY, compose_train, one_line, subprocess_env
+from conftest import PYTHON, ROOT, TINY, compose_train, one_line, subprocess_env
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
@@ -322,7 +321,7 @@ def test_run_directory_and_checkpoint_errors(points_run, tmp_path):
 
 def predict(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(ROOT / "predict.py"), *args],
+        [*PYTHON, str(ROOT / "predict.py"), *args],
         cwd=ROOT,
         env={**subprocess_env(), "OMP_WAIT_POLICY": "PASSIVE"},
         capture_output=True,

@@ -8,7 +8,6 @@ import csv
 import io
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,7 @@ from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
 from cloudlstm.models.build import build_model
 from cloudlstm.models.held_out import held_out_refusal
-from tests.conftest import ROOT, TINY, compose_train, one_line, subprocess_env
+from tests.conftest import PYTHON, ROOT, TINY, compose_train, one_line, subprocess_env
 from tests.test_eval import compose_eval
 from tests.wandb_reader import read_offline_run
 
@@ -344,7 +343,7 @@ def test_train_py_refuses_a_model_in_one_line(tmp_path, overrides, start):
         f"paths.data_dir={tmp_path / 'data'}",
     ]
     proc = subprocess.run(
-        [sys.executable, "train.py", *cmd],
+        [*PYTHON, "train.py", *cmd],
         cwd=ROOT,
         env=subprocess_env(),
         capture_output=True,

@@ -13,7 +13,6 @@ import logging
 import math
 import re
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -34,7 +33,7 @@ from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.engine.distributed import per_process_limits
 from cloudlstm.errors import UserError, one_line_errors
 from cloudlstm.nn import DConv, NeighbourCountError, XConv
-from tests.conftest import ROOT, TINY, compose_train, subprocess_env
+from tests.conftest import PYTHON, ROOT, TINY, compose_train, subprocess_env
 
 # TINY without its model and synthetic-data settings: each test names its own
 JOB = [o for o in TINY if not o.startswith(("model.", "data.source."))]
@@ -48,7 +47,7 @@ def run_script(
     """``python <script> args...`` from the repository root, as a user runs it, with the
     variables of ``env`` set too."""
     return subprocess.run(
-        [sys.executable, script, *args],
+        [*PYTHON, script, *args],
         cwd=ROOT,
         env={**subprocess_env(), "OMP_WAIT_POLICY": "PASSIVE", **(env or {})},
         capture_output=True,

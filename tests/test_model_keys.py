@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import yaml
 
 from cloudlstm.cli.model_keys import applicable_jobs, model_key
 from cloudlstm.errors import UserError
-from tests.conftest import ROOT, TINY, one_line, subprocess_env
+from tests.conftest import PYTHON, ROOT, TINY, one_line, subprocess_env
 
 SETTINGS = {"cloudlstm": {"k", "cell", "hidden_channels"}, "convlstm": {"hidden_channels"}}
 
@@ -66,7 +65,7 @@ def test_which_overrides_set_a_model_setting(override, key):
 def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     base = [a for a in TINY if not a.startswith("model.k")]
     cmd = [
-        sys.executable, "train.py", *args, *base, "logger=csv", "report.figures=false",
+        *PYTHON, "train.py", *args, *base, "logger=csv", "report.figures=false",
         "torch_threads=1", "trainer.max_epochs=1", f"paths.data_dir={tmp_path / 'data'}",
     ]  # fmt: skip
     env = {**subprocess_env(), "OMP_WAIT_POLICY": "PASSIVE"}

@@ -7,7 +7,6 @@ import json
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from tests.conftest import ROOT, one_line, subprocess_env
+from tests.conftest import PYTHON, ROOT, one_line, subprocess_env
 from tests.test_sweeps import ONE_EPOCH, train_py
 
 SEARCH = [
@@ -92,7 +91,7 @@ def test_a_killed_search_continues_with_the_same_command(tmp_path):
     sweep = tmp_path / "sweep"
     args = [*SEARCH, "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2"]
     args += [f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path / 'data'}"]
-    cmd = [sys.executable, "train.py", *args]
+    cmd = [*PYTHON, "train.py", *args]
     first = subprocess.Popen(cmd, cwd=ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.monotonic() + 300
@@ -257,7 +256,7 @@ def test_the_recipe_search_tunes_any_model_and_the_cloudlstm_search_adds_its_key
         assert config["optimizer"]["weight_decay"] == t.params["optimizer.weight_decay"]
         assert config["model"]["_target_"].endswith("STGCN")
     shown = subprocess.run(
-        [sys.executable, "train.py", "hparams_search=optuna", "--cfg", "hydra", "-p",
+        [*PYTHON, "train.py", "hparams_search=optuna", "--cfg", "hydra", "-p",
          "hydra.sweeper.params"],
         cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
     )  # fmt: skip

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, compose_train, subprocess_env
+from conftest import PYTHON, ROOT, compose_train, subprocess_env
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -152,7 +151,7 @@ def test_every_job_of_every_preset_composes(tmp_path, form):
 
 
 def train_py(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "train.py", *args, f"paths.data_dir={tmp_path / 'data'}"]
+    cmd = [*PYTHON, "train.py", *args, f"paths.data_dir={tmp_path / 'data'}"]
     env = {**subprocess_env(), "OMP_WAIT_POLICY": "PASSIVE"}
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 

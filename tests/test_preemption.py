@@ -8,7 +8,6 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import torch
 
 from cloudlstm.rundir.checkpoints import check_checkpoint
 from cloudlstm.rundir.preemption import EXIT_CODE, RunInterrupted
-from tests.conftest import ROOT, TINY, as_in_a_terminal, subprocess_env
+from tests.conftest import PYTHON, ROOT, TINY, as_in_a_terminal, run_python, subprocess_env
 
 # TINY: 3 training steps an epoch, validation and last.ckpt at each epoch's end
 JOB = [*TINY, "logger=csv", "torch_threads=1"]
@@ -33,7 +32,7 @@ GATE = [
 def start(args: list[str], log: Path) -> subprocess.Popen:
     with log.open("w") as out:
         return subprocess.Popen(
-            [sys.executable, "train.py", *args],
+            [*PYTHON, "train.py", *args],
             cwd=ROOT, env=subprocess_env(), stdout=out, stderr=subprocess.STDOUT,
             preexec_fn=as_in_a_terminal,
         )  # fmt: skip
@@ -49,11 +48,12 @@ def wait_for(path: Path, proc: subprocess.Popen, log: Path, timeout_s: float = 3
 
 
 def quoted_command(text: str) -> list[str]:
-    """The command between backticks in the interruption's line, ready to run here."""
+    """The arguments of ``python`` in the command between backticks in the interruption's
+    line (``train.py ...``)."""
     (line,) = [x for x in text.splitlines() if "interrupted by SIGTERM" in x]
     command = shlex.split(line.split("`")[1])
     assert command[:2] == ["python", "train.py"], line
-    return [sys.executable, *command[1:]]
+    return command[1:]
 
 
 def test_sigterm_saves_the_step_exits_143_and_the_printed_command_resumes(tmp_path):
@@ -77,10 +77,8 @@ def test_sigterm_saves_the_step_exits_143_and_the_printed_command_resumes(tmp_pa
     (run_dir / "go").touch()  # the gate, part of the command, lets the resumed run through
     command = quoted_command(out)
     # the very command (Hydra's overrides after the others), interpolations as given
-    assert command[1] == "train.py" and sorted(command[2:]) == sorted(args)
-    done = subprocess.run(
-        command, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600
-    )
+    assert command[0] == "train.py" and sorted(command[1:]) == sorted(args)
+    done = run_python(*command, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["resumed_from"] == str(last)
@@ -90,7 +88,7 @@ def test_sigterm_saves_the_step_exits_143_and_the_printed_command_resumes(tmp_pa
     whole_dir = tmp_path / "whole"
     whole = [*JOB, f"hydra.run.dir={whole_dir}", f"paths.data_dir={tmp_path / 'data'}"]
     done = subprocess.run(
-        [sys.executable, "train.py", *whole],
+        [*PYTHON, "train.py", *whole],
         cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
@@ -117,7 +115,7 @@ def test_ctrl_c_stops_at_the_step_with_its_checkpoint_and_the_line_to_resume(tmp
     assert "[rank" not in said  # one process: no rank to name
     assert f"Run interrupted by Ctrl-C at step 5: saved {last}." in out
     (line,) = [x for x in out.splitlines() if "interrupted by Ctrl-C" in x]
-    command = [sys.executable, *shlex.split(line.split("`")[1])[1:]]
+    command = [*PYTHON, *shlex.split(line.split("`")[1])[1:]]
     (run_dir / "go").touch()
     done = subprocess.run(
         command, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600
@@ -158,7 +156,7 @@ def test_a_run_that_ignores_ctrl_c_goes_on(tmp_path):
     args = [*JOB, *GATE, f"hydra.run.dir={run_dir}", f"paths.data_dir={tmp_path / 'data'}"]
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "train.py", *args],
+            [*PYTHON, "train.py", *args],
             cwd=ROOT, env=subprocess_env(), stdout=out, stderr=subprocess.STDOUT,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
         )  # fmt: skip

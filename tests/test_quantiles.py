@@ -8,14 +8,13 @@ import io
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import ROOT, TINY, compose_train, one_line, subprocess_env
+from conftest import PYTHON, ROOT, TINY, compose_train, one_line, subprocess_env
 from omegaconf import OmegaConf
 from test_anchor_heads import MODELS, SPEC, random_batch, tiny_model_config
 
@@ -420,7 +419,7 @@ def test_the_fan_is_drawn_around_the_forecast(tmp_path):
 def test_train_py_refuses_bad_levels_in_one_line(tmp_path):
     done = subprocess.run(
         [
-            sys.executable,
+            *PYTHON,
             "train.py",
             "experiment=demo",
             "model=linear",

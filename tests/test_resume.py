@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ import torch
 from cloudlstm.engine.callbacks import EpochTimer
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.resume import resume_checkpoint
-from tests.conftest import ROOT, TINY, subprocess_env
+from tests.conftest import PYTHON, ROOT, TINY, subprocess_env
 
 # Four full epochs, deterministic kernels, the W&B logger (offline) on; validation and
 # checkpoints at epoch ends (the paper recipe's), from which a resume is bit-exact.
@@ -32,7 +31,7 @@ RESUMABLE = [
 def run_train(run_dir: Path, data_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     env = subprocess_env()
     cmd = [
-        sys.executable,
+        *PYTHON,
         "train.py",
         *RESUMABLE,
         f"hydra.run.dir={run_dir}",

@@ -12,7 +12,6 @@ import json
 import logging
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,7 +23,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from cloudlstm.data.pipeline.resumable import ResumableLoader, ShuffleSampler
 from cloudlstm.engine.callbacks import RngState
-from tests.conftest import ROOT, TINY, subprocess_env
+from tests.conftest import PYTHON, ROOT, TINY, subprocess_env
 
 WINDOWS = TensorDataset(torch.arange(37))  # 8 batches of 5, the last of 2
 
@@ -179,7 +178,7 @@ def run_train(run_dir: Path, data_dir: Path, *extra: str) -> subprocess.Complete
     model_options = ("model.k", "model.hidden_channels")
     base = [a for a in STEP_BUDGET if not ("model=stid" in extra and a.startswith(model_options))]
     cmd = [
-        sys.executable,
+        *PYTHON,
         "train.py",
         *base,
         f"hydra.run.dir={run_dir}",

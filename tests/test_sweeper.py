@@ -4,7 +4,6 @@ job in one line (the default sweeper, hydra_plugins.cloudlstm_sweeper)."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ from omegaconf import OmegaConf
 
 from cloudlstm.errors import UserError
 from hydra_plugins.cloudlstm_sweeper import _failure
-from tests.conftest import ROOT, TINY, subprocess_env
+from tests.conftest import PYTHON, ROOT, TINY, subprocess_env
 
 QUIET = ["logger=csv", "report.figures=false", "torch_threads=1", "trainer.max_epochs=1"]
 
@@ -21,7 +20,7 @@ QUIET = ["logger=csv", "report.figures=false", "torch_threads=1", "trainer.max_e
 def sweep(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     base = [a for a in TINY if not a.startswith("trainer.max_epochs")]
     cmd = [
-        sys.executable, "train.py", "-m", *base, *QUIET, "hydra/launcher=joblib",
+        *PYTHON, "train.py", "-m", *base, *QUIET, "hydra/launcher=joblib",
         "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={tmp_path / 'sweep'}",
         f"paths.data_dir={tmp_path / 'data'}", *args,
     ]  # fmt: skip
@@ -78,7 +77,7 @@ def test_one_failure_is_its_own_error_and_a_bug_keeps_its_traceback(caplog):
 @pytest.mark.parametrize("group", ["", "hparams_search=optuna"])
 def test_the_reporting_sweeper_is_the_default_and_optuna_still_replaces_it(group):
     cmd = [
-        sys.executable,
+        *PYTHON,
         "train.py",
         *filter(None, [group]),
         "--cfg",

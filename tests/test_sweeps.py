@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, TINY, subprocess_env
+from tests.conftest import PYTHON, ROOT, TINY, subprocess_env
 
 ONE_EPOCH = [
     *[a for a in TINY if not a.startswith(("trainer.max_epochs", "model.k="))],
@@ -25,7 +25,7 @@ ONE_EPOCH = [
 
 def train_py(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     env = {**subprocess_env(), **(env or {})}
-    cmd = [sys.executable, "train.py", *args, f"paths.data_dir={tmp_path / 'data'}"]
+    cmd = [*PYTHON, "train.py", *args, f"paths.data_dir={tmp_path / 'data'}"]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 

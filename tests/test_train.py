@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -14,7 +13,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from cloudlstm.cli.train import train
-from tests.conftest import ROOT, TINY, compose_train, subprocess_env
+from tests.conftest import PYTHON, ROOT, TINY, compose_train, subprocess_env
 
 METRICS = ("mae", "rmse", "psnr", "ssim")
 
@@ -135,7 +134,7 @@ def test_joblib_multirun_gives_each_job_its_own_run(tmp_path):
     env = subprocess_env()
     sweep = tmp_path / "sweep"
     cmd = [
-        sys.executable,
+        *PYTHON,
         "train.py",
         "-m",
         "model.k=2,3",
