@@ -71,7 +71,9 @@ def subprocess_env() -> dict[str, str]:
     its own W&B service like a new job does, instead of sharing this process's one.
     """
     env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
-    return {**env, "PROJECT_ROOT": str(ROOT), "WANDB_SILENT": "true"}
+    # the programs share the cores with the tests' processes: OpenMP threads that spin while
+    # they wait would take turns from each other
+    return {**env, "PROJECT_ROOT": str(ROOT), "WANDB_SILENT": "true", "OMP_WAIT_POLICY": "PASSIVE"}
 
 
 # `python` for the programs the tests start (train.py, eval.py, predict.py, python -m ...): it

@@ -323,7 +323,7 @@ def predict(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [*PYTHON, str(ROOT / "predict.py"), *args],
         cwd=ROOT,
-        env={**subprocess_env(), "OMP_WAIT_POLICY": "PASSIVE"},
+        env=subprocess_env(),
         capture_output=True,
         text=True,
         timeout=300,

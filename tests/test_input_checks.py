@@ -49,7 +49,7 @@ def run_script(
     return subprocess.run(
         [*PYTHON, script, *args],
         cwd=ROOT,
-        env={**subprocess_env(), "OMP_WAIT_POLICY": "PASSIVE", **(env or {})},
+        env={**subprocess_env(), **(env or {})},
         capture_output=True,
         text=True,
         timeout=300,

@@ -68,7 +68,7 @@ def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
         *PYTHON, "train.py", *args, *base, "logger=csv", "report.figures=false",
         "torch_threads=1", "trainer.max_epochs=1", f"paths.data_dir={tmp_path / 'data'}",
     ]  # fmt: skip
-    env = {**subprocess_env(), "OMP_WAIT_POLICY": "PASSIVE"}
+    env = subprocess_env()
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 

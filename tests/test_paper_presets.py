@@ -152,7 +152,7 @@ def test_every_job_of_every_preset_composes(tmp_path, form):
 
 def train_py(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     cmd = [*PYTHON, "train.py", *args, f"paths.data_dir={tmp_path / 'data'}"]
-    env = {**subprocess_env(), "OMP_WAIT_POLICY": "PASSIVE"}
+    env = subprocess_env()
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
 

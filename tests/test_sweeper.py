@@ -24,7 +24,7 @@ def sweep(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
         "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={tmp_path / 'sweep'}",
         f"paths.data_dir={tmp_path / 'data'}", *args,
     ]  # fmt: skip
-    env = {**subprocess_env(), "OMP_WAIT_POLICY": "PASSIVE"}
+    env = subprocess_env()
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 

@@ -143,12 +143,14 @@ def _state(pid: int) -> str:
 
 
 @pytest.mark.parametrize(
-    "args, env",
+    "args, env, why",
     [
-        (["-X", "importtime", "-c", REPORT], {}),  # an interpreter option
-        (["-c", REPORT], {"PYTHONPATH": "/nowhere"}),  # a setting read when Python starts
-        (["-c", REPORT], {"CLOUDLSTM_TRITON": "0"}),  # one read when cloudlstm is imported
+        (["-X", "importtime", "-c", REPORT], {}, "an interpreter option"),
+        (["-c", REPORT], {"PYTHONPATH": "/nowhere"}, "PYTHONPATH differ"),  # read at the start
+        (["-c", REPORT], {"CLOUDLSTM_TRITON": "0"}, "CLOUDLSTM_TRITON differ"),  # at import
     ],
 )
-def test_what_a_preloaded_python_would_run_differently_starts_fresh(tmp_path, args, env):
+def test_what_a_preloaded_python_would_run_differently_starts_fresh(tmp_path, args, env, why):
     assert report(PYTHON, *args, cwd=tmp_path, env=env)["preloaded"] is False
+    log = Path(os.environ["WARM_PYTHON_SOCKET"] + ".fresh.log").read_text().splitlines()
+    assert why in log[-1]

@@ -40,6 +40,8 @@ _READ_AT_IMPORT = (
 _EMULATED = {"PYTHONUNBUFFERED", "PYTHONIOENCODING", "OMP_NUM_THREADS"}
 # the server records its environment here, read by the clients
 ENV_FILE_SUFFIX = ".env.json"
+# and the clients write here why they started a fresh Python
+FRESH_LOG_SUFFIX = ".fresh.log"
 FORWARDED = (
     signal.SIGTERM,
     signal.SIGINT,
@@ -58,12 +60,16 @@ def _startup_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(_READ_AT_IMPORT) and k not in _EMULATED}
 
 
-def _warm_fits(args: list[str], env: dict[str, str], server_env: dict[str, str]) -> bool:
+def _why_fresh(args: list[str], env: dict[str, str], server_env: dict[str, str]) -> str:
+    """Why a Python that has imported what the server did would run ``args`` differently
+    under ``env``; "" when it would not."""
     if not args or (args[0].startswith("-") and args[0] not in ("-m", "-c")):
-        return False
+        return "an interpreter option"
     if args[0] in ("-m", "-c") and len(args) < 2:
-        return False
-    return _startup_env(env) == _startup_env(server_env)
+        return "no module or code"
+    ours, its = _startup_env(env), _startup_env(server_env)
+    differ = sorted(k for k in ours.keys() | its.keys() if ours.get(k) != its.get(k))
+    return f"{', '.join(differ)} differ from the server's" if differ else ""
 
 
 def _server_env(path: str, conn: socket.socket) -> dict | None:
@@ -102,7 +108,12 @@ def main(args: list[str]) -> None:
         _fresh(args)
     server = _server_env(path, conn)
     # what the preloaded imports added, the program's imports would add too
-    if server is None or not _warm_fits(args, {**server["added"], **env}, server["env"]):
+    if server is None:
+        _fresh(args)
+    differs = _why_fresh(args, {**server["added"], **env}, server["env"])
+    if differs:
+        with open(path + FRESH_LOG_SUFFIX, "a") as log:  # why a test's program is slow
+            log.write(f"{differs}: {json.dumps(args)[:200]}\n")
         _fresh(args)
     # a Python started with SIGINT ignored (`cmd &` in a script) leaves it so
     sigint_ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
