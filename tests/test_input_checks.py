@@ -152,13 +152,14 @@ def test_hydra_full_error_gives_a_user_error_its_traceback(tmp_path):
     ("override", "said"),
     [("optimizer.lr=-1", "Invalid learning rate: -1"), ("optimizer.weight_decay=-0.5", "-0.5")],
 )
-def test_an_invalid_optimizer_value_is_one_line_before_a_step(tmp_path, override, said):
+def test_an_invalid_optimizer_value_is_one_line_before_the_data_are_read(tmp_path, override, said):
     args = [*JOB, *SYNTHETIC, *QUIET, "model.hidden_channels=4", override]
     done = run_script("train.py", *args, f"hydra.run.dir={tmp_path / 'run'}")
     assert done.returncode == 1
     line = the_line(done, said)
     assert line.startswith("optimizer (AdamW): Invalid") and "optimizer.* key" in line
-    assert not list((tmp_path / "run").glob("checkpoints/*.ckpt")), "no step was trained"
+    written = {p.name for p in (tmp_path / "run").iterdir()}
+    assert not written & {"data_summary.json", "config.yaml", "checkpoints"}, written
 
 
 def test_layers_refuse_k_and_dilation_below_one():

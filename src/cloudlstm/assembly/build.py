@@ -20,6 +20,7 @@ from cloudlstm.assembly.config import instantiate_group
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.host_memory import keep_freed_memory, keeps_freed_memory
 from cloudlstm.engine.metrics import monitor_mode
+from cloudlstm.engine.module import make_optimizer
 from cloudlstm.engine.signals import SignalsTogether
 from cloudlstm.errors import UserError
 from cloudlstm.models.build import build_model
@@ -174,6 +175,18 @@ def build_trainer(cfg: DictConfig, loggers: list[Any]) -> L.Trainer:
     # signal stops the run, before CheckpointOnSigterm's saves (engine/signals.py)
     callbacks = [SignalsTogether(), *callbacks]
     return hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+
+
+def check_optimizer(cfg: DictConfig) -> None:
+    """Build the configured optimizer over one stand-in weight: an invalid value
+    (``optimizer.lr=-1``) is refused before the data are read and a logger starts, not at
+    the first step.
+
+    Raises:
+        UserError: one of the optimizer's values is invalid.
+    """
+    if cfg.get("optimizer") is not None:
+        make_optimizer(hydra.utils.instantiate(cfg.optimizer), [torch.nn.Parameter(torch.zeros(1))])
 
 
 def check_metric_modes(cfg: DictConfig) -> None:

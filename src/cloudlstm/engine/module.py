@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -67,6 +67,26 @@ def real_unit_weights(std: np.ndarray, kind: str) -> torch.Tensor:
     power = 2 if kind == "mse" else 1
     weights = torch.as_tensor(np.asarray(std, dtype=np.float64).reshape(-1)) ** power
     return (weights / weights.mean()).float()
+
+
+def make_optimizer(
+    factory: Callable[..., torch.optim.Optimizer], params: Iterable[torch.nn.Parameter]
+) -> torch.optim.Optimizer:
+    """``factory(params=params)``: the configured optimizer (``optimizer``, a partial).
+
+    Raises:
+        UserError: one of its values is invalid (torch's "Invalid learning rate: -1").
+    """
+    try:
+        return factory(params=params)
+    except ValueError as err:  # torch's "Invalid learning rate: -1", "Invalid beta ..."
+        if not str(err).startswith("Invalid"):
+            raise
+        inner = getattr(factory, "func", factory)
+        raise UserError(
+            f"optimizer ({getattr(inner, '__name__', inner)}): {err}. Set a valid value of "
+            "that optimizer.* key (optimizer.lr > 0, weight_decay >= 0, betas in [0, 1))."
+        ) from None
 
 
 class TrainingDivergedError(UserError):
@@ -493,17 +513,7 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
             self.use_spec(DataSpec.from_dict(state))
 
     def configure_optimizers(self) -> dict[str, Any]:
-        try:
-            optimizer = self.hparams.optimizer(params=self.parameters())
-        except ValueError as err:  # torch's "Invalid learning rate: -1", "Invalid beta ..."
-            if not str(err).startswith("Invalid"):
-                raise
-            factory = getattr(self.hparams.optimizer, "func", self.hparams.optimizer)
-            raise UserError(
-                f"optimizer ({getattr(factory, '__name__', factory)}): {err}. Set a valid "
-                "value of that optimizer.* key (optimizer.lr > 0, weight_decay >= 0, "
-                "betas in [0, 1))."
-            ) from None
+        optimizer = make_optimizer(self.hparams.optimizer, self.parameters())
         if self.hparams.scheduler is None:
             return {"optimizer": optimizer}
         scheduler = self.hparams.scheduler(optimizer=optimizer, **self._plateau_mode())
