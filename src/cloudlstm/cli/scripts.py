@@ -11,6 +11,8 @@ it is set already.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 import sys
 import tempfile
@@ -118,6 +120,10 @@ def _run_hydra(config_name: str, task: Callable[[DictConfig], Any]) -> None:
     _HYDRA_PID = os.getpid()
     _full_error_wanted = os.environ.get(_FULL_ERROR) == "1"
     os.environ.setdefault("PROJECT_ROOT", os.getcwd())
+    # Registered first, so run last of the exit handlers (after W&B's and Lightning's): the
+    # interpreter's collections at its end would otherwise go through the millions of objects
+    # torch's imports make (seconds) to free memory that the exit frees anyway.
+    atexit.register(gc.freeze)
     main = hydra.main(version_base="1.3", config_path=str(config_dir()), config_name=config_name)
     try:
         with _errors_without_hydra_hint():
