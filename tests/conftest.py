@@ -18,6 +18,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
+from tests.warm_python import SOCKET_VARIABLE
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 os.environ.setdefault("WANDB_SILENT", "true")
@@ -99,11 +101,11 @@ def warm_python(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         )  # fmt: skip
     while not socket_path.exists() and server.poll() is None:
         time.sleep(0.02)
-    os.environ["WARM_PYTHON_SOCKET"] = str(socket_path)
+    os.environ[SOCKET_VARIABLE] = str(socket_path)
     try:
         yield
     finally:
-        os.environ.pop("WARM_PYTHON_SOCKET", None)
+        os.environ.pop(SOCKET_VARIABLE, None)
         server.terminate()
         server.wait(timeout=30)
 

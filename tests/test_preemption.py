@@ -47,10 +47,10 @@ def wait_for(path: Path, proc: subprocess.Popen, log: Path, timeout_s: float = 3
         time.sleep(0.2)
 
 
-def quoted_command(text: str) -> list[str]:
-    """The arguments of ``python`` in the command between backticks in the interruption's
-    line (``train.py ...``)."""
-    (line,) = [x for x in text.splitlines() if "interrupted by SIGTERM" in x]
+def quoted_command(text: str, stop: str = "SIGTERM") -> list[str]:
+    """The arguments of ``python`` in the command between backticks in the line of the
+    interruption by ``stop`` (``train.py ...``)."""
+    (line,) = [x for x in text.splitlines() if f"interrupted by {stop}" in x]
     command = shlex.split(line.split("`")[1])
     assert command[:2] == ["python", "train.py"], line
     return command[1:]
@@ -87,10 +87,7 @@ def test_sigterm_saves_the_step_exits_143_and_the_printed_command_resumes(tmp_pa
     # a step checkpoint: the run ends as one never stopped, bit for bit
     whole_dir = tmp_path / "whole"
     whole = [*JOB, f"hydra.run.dir={whole_dir}", f"paths.data_dir={tmp_path / 'data'}"]
-    done = subprocess.run(
-        [*PYTHON, "train.py", *whole],
-        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    done = run_python("train.py", *whole, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     expected = json.loads((whole_dir / "metrics.json").read_text())
     assert (metrics["test"], metrics["val"]) == (expected["test"], expected["val"])
@@ -114,12 +111,9 @@ def test_ctrl_c_stops_at_the_step_with_its_checkpoint_and_the_line_to_resume(tmp
     (said,) = [x for x in out.splitlines() if "Ctrl-C: the run stops at the end" in x]
     assert "[rank" not in said  # one process: no rank to name
     assert f"Run interrupted by Ctrl-C at step 5: saved {last}." in out
-    (line,) = [x for x in out.splitlines() if "interrupted by Ctrl-C" in x]
-    command = [*PYTHON, *shlex.split(line.split("`")[1])[1:]]
+    command = quoted_command(out, stop="Ctrl-C")
     (run_dir / "go").touch()
-    done = subprocess.run(
-        command, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600
-    )
+    done = run_python(*command, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["resumed_from"] == str(last) and metrics["steps"] == 6

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PYTHON, subprocess_env
+from tests.warm_python import FRESH_LOG_SUFFIX, SOCKET_VARIABLE
 
 
 @pytest.fixture(autouse=True)
 def _a_warm_server() -> None:
-    if "WARM_PYTHON_SOCKET" not in os.environ:
+    if SOCKET_VARIABLE not in os.environ:
         pytest.skip("WARM_PYTHON=0: no warm server to test")
 
 
@@ -152,5 +153,5 @@ def _state(pid: int) -> str:
 )
 def test_what_a_preloaded_python_would_run_differently_starts_fresh(tmp_path, args, env, why):
     assert report(PYTHON, *args, cwd=tmp_path, env=env)["preloaded"] is False
-    log = Path(os.environ["WARM_PYTHON_SOCKET"] + ".fresh.log").read_text().splitlines()
+    log = Path(os.environ[SOCKET_VARIABLE] + FRESH_LOG_SUFFIX).read_text().splitlines()
     assert why in log[-1]

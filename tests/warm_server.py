@@ -28,6 +28,8 @@ import sys
 import types
 from typing import Any
 
+from warm_python import ENV_FILE_SUFFIX  # this script's folder, tests/
+
 # what the programs import; importing them again in a fork costs nothing. Not W&B: it makes
 # a media folder when imported, which the first program to end would delete for all.
 PRELOAD = (
@@ -172,7 +174,7 @@ if __name__ == "__main__":
     _listener.bind(sys.argv[1])
     _listener.listen(64)
     _added_env = _preload()
-    with open(sys.argv[1] + ".env.json", "w") as _f:  # what the clients compare theirs with
+    with open(sys.argv[1] + ENV_FILE_SUFFIX, "w") as _f:  # what the clients compare theirs with
         json.dump({"env": dict(os.environ), "added": _added_env}, _f)
     _kind, _what = _become(_serve(_listener, os.getppid()), _added_env)
     del _listener
