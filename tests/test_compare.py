@@ -7,10 +7,13 @@ import io
 import json
 import math
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import subprocess_env
 
 from cloudlstm.cli.compare import compare, find_runs, main, to_latex, to_markdown, write_csv
 from cloudlstm.cli.compare.groups import group_runs
@@ -263,6 +266,28 @@ def test_plot_writes_pngs(seeds, tmp_path, capsys):
         assert path.read_bytes()[:8] == PNG_MAGIC
         height, width, _ = imread(path).shape
         assert height > 100 and width > 100
+
+
+def test_a_table_starts_without_torch_or_matplotlib(seeds):
+    """The table of ``python -m cloudlstm.cli.compare`` imports neither torch (the metric
+    declarations need none) nor matplotlib (only ``--plot`` does): they were nine tenths of
+    its time. A fresh interpreter, as a user's shell starts it."""
+    check = (
+        "import runpy, sys; sys.argv = ['compare', sys.argv[1]]\n"
+        "try: runpy.run_module('cloudlstm.cli.compare', run_name='__main__')\n"
+        "except SystemExit as end: assert end.code in (0, None), end.code\n"
+        "heavy = sorted({'torch', 'torchmetrics', 'lightning', 'matplotlib'} & set(sys.modules))\n"
+        "print('heavy:', heavy)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check, str(seeds)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "| model |" in done.stdout and done.stdout.splitlines()[-1] == "heavy: []"
 
 
 def test_unknown_key_names_the_closest_keys_only(seeds, capsys):

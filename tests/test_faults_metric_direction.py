@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from cloudlstm.cli.train import train
-from cloudlstm.engine.metrics import monitor_mode
+from cloudlstm.engine.declared_metrics import monitor_mode
 from cloudlstm.errors import UserError
 from tests.conftest import PYTHON, ROOT, TINY, compose_train, one_line, subprocess_env
 

@@ -14,14 +14,9 @@ import pytest
 import torch
 from metric_reference import METRICS, assert_close, numpy_reference, ref_snapshots
 
-from cloudlstm.engine import metrics
-from cloudlstm.engine.metrics import (
-    ForecastMetrics,
-    MetricInfo,
-    Snapshots,
-    metric_names,
-    scale_free_mae,
-)
+from cloudlstm.engine import declared_metrics
+from cloudlstm.engine.declared_metrics import MetricInfo, metric_names
+from cloudlstm.engine.metrics import ForecastMetrics, Snapshots, scale_free_mae
 
 B, J, N, C = 4, 2, 4, 2
 NAMES = ["no2", "pm25"]
@@ -261,7 +256,7 @@ def test_mape_by_hand_leaves_out_zero_targets() -> None:
     assert result["num_instances"] == 2
     # channel pm25 (index 1): instance 0 step 1 targets 20, 5 -> (20 + 20) / 2; instance 1: 25
     assert result["per_channel"]["pm25"]["mape"]["mean"] == pytest.approx((20 + 25) / 2)
-    assert metrics.metric_info("mape").best == "min"
+    assert declared_metrics.metric_info("mape").best == "min"
 
 
 def test_scale_free_mae_matches_numpy_reference(data) -> None:
@@ -295,7 +290,7 @@ def test_every_declared_metric_is_computed_and_read_from_its_declaration() -> No
     forecast = ForecastMetrics(2, 3, channel_std=[1.0, 2.0, 4.0])
     forecast.update(torch.rand(4, 2, 5, 3), torch.rand(4, 2, 5, 3))
     results = forecast.compute()
-    for info in metrics.declared():
+    for info in declared_metrics.declared():
         assert info.name in results["overall"] and info.name in results["per_step"], info.name
         assert higher_is_better(info.name) is info.higher_is_better
         assert best_summaries()[f"val/{info.name}"] == ("max" if info.higher_is_better else "min")
@@ -312,9 +307,9 @@ def _mean_error(s: Snapshots) -> torch.Tensor:
 
 @pytest.fixture
 def bias_declared(monkeypatch) -> MetricInfo:
-    """A metric declared in :mod:`cloudlstm.engine.metrics`, and nowhere else."""
+    """A metric declared in :mod:`cloudlstm.engine.declared_metrics`, and nowhere else."""
     bias = MetricInfo("bias", "mean error", _mean_error)
-    monkeypatch.setattr(metrics, "DECLARED", (*metrics.DECLARED, bias))
+    monkeypatch.setattr(declared_metrics, "DECLARED", (*declared_metrics.DECLARED, bias))
     return bias
 
 

@@ -19,13 +19,9 @@ from omegaconf import OmegaConf
 from test_anchor_heads import MODELS, SPEC, random_batch, tiny_model_config
 
 from cloudlstm.cli.compare import compare, find_runs
+from cloudlstm.engine.metrics import quantile_forecast_metrics
 from cloudlstm.engine.module import ForecastModule
-from cloudlstm.engine.quantile_metrics import (
-    any_metric_info,
-    crps_weights,
-    quantile_forecast_metrics,
-    quantile_metric_info,
-)
+from cloudlstm.engine.quantile_metrics import any_metric_info, crps_weights, quantile_metric_info
 from cloudlstm.engine.quantiles import (
     CALIBRATION_KEY,
     check_calibration,

@@ -5,6 +5,7 @@ parameter counts their metrics.json recorded, and the same data."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import hydra
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from cloudlstm.assembly.build import instantiate_datamodule
@@ -24,10 +26,12 @@ from cloudlstm.data.sources.synthetic import SyntheticAdvectionDiffusion
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.module import ForecastModule
 from cloudlstm.models.build import build_model, count_parameters
+from cloudlstm.rundir import old_configs
 from cloudlstm.rundir.old_configs import (
     DATAMODULE,
     OLD_DATAMODULES,
     current_config,
+    current_form,
     move_source_keys,
     rename_old_targets,
 )
@@ -282,3 +286,37 @@ def test_a_current_data_node_is_left_alone() -> None:
     before = OmegaConf.to_container(node)
     move_source_keys(node)
     assert OmegaConf.to_container(node) == before
+
+
+def _upgraded_in_full(config: dict, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """``current_form(config)`` through the DictConfig upgrade, with no shortcut."""
+    with monkeypatch.context() as patch:
+        patch.setattr(old_configs, "_already_current", lambda config: False)
+        return current_form(copy.deepcopy(config))
+
+
+def test_the_current_form_of_every_committed_run_is_that_of_the_full_upgrade(monkeypatch):
+    """compare takes a config already in today's form as it is: for each committed
+    setting's first seed (older and newer forms alike) the result is the full upgrade's."""
+    configs = sorted((ROOT / "docs" / "results").rglob("seed_0/config.yaml"))
+    assert len(configs) > 50
+    for path in configs:
+        config = yaml.safe_load(path.read_text())
+        assert current_form(config) == _upgraded_in_full(config, monkeypatch), path
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"model": {"_target_": "cloudlstm.lit.ForecastModule"}},  # a module that moved
+        {"data": {"_target_": "cloudlstm.data.beijing.BeijingDataModule", "root": "/r"}},
+        {"data": {"_target_": next(iter(OLD_DATAMODULES)), "root": "/r"}},
+        {"model": {"_target_": "m.M", "num_channels": 6}, "data_info": {"num_channels": 6}},
+        {"trainer": {"callbacks": [{"_target_": "cloudlstm.callbacks.X"}]}},  # in a list
+    ],
+    ids=["moved-module", "flat-data-layout", "old-datamodule", "copied-sizes", "in-a-list"],
+)
+def test_an_older_config_is_upgraded(config: dict, monkeypatch) -> None:
+    before = copy.deepcopy(config)
+    assert current_form(config) == _upgraded_in_full(config, monkeypatch) != before
+    assert config == before  # the caller's tree is not changed

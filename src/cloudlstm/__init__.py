@@ -26,8 +26,8 @@ os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 def _metric_mode(key: str) -> str:
     """``${metric_mode:<key>}`` in the configs: ``min`` or ``max``, the direction declared
-    with the metric (``cloudlstm.engine.metrics.monitor_mode``)."""
-    from cloudlstm.engine.metrics import monitor_mode
+    with the metric (``cloudlstm.engine.declared_metrics.monitor_mode``)."""
+    from cloudlstm.engine.declared_metrics import monitor_mode
 
     return str(monitor_mode(str(key)))
 
@@ -41,8 +41,8 @@ def _gpus_per_node(accelerator: str, devices: object) -> object:
 
 def _register_resolver() -> None:
     # Here, because every program (train.py, eval.py, the sweeper, a SLURM job unpickling
-    # its task) imports this package before Hydra resolves a config; the metrics module
-    # (and torch) is imported only when a value is resolved.
+    # its task) imports this package before Hydra resolves a config; the metric
+    # declarations are imported only when a value is resolved.
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver("metric_mode"):

@@ -18,8 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 from cloudlstm.assembly.compile import compile_for_run
 from cloudlstm.assembly.config import instantiate_group
 from cloudlstm.data.spec import DataSpec
+from cloudlstm.engine.declared_metrics import monitor_mode
 from cloudlstm.engine.host_memory import keep_freed_memory, keeps_freed_memory
-from cloudlstm.engine.metrics import monitor_mode
 from cloudlstm.engine.module import make_optimizer
 from cloudlstm.engine.signals import SignalsTogether
 from cloudlstm.errors import UserError

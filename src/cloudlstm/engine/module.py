@@ -16,9 +16,10 @@ from torch.nn.utils import get_total_norm
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from cloudlstm.data.spec import SPEC_KEY, DataSpec, stored_spec
+from cloudlstm.engine.declared_metrics import declared, monitor_mode
 from cloudlstm.engine.distributed import gather_on_rank_zero
-from cloudlstm.engine.metrics import ForecastMetrics, declared, monitor_mode
-from cloudlstm.engine.quantile_metrics import QUANTILE_DECLARED, quantile_forecast_metrics
+from cloudlstm.engine.metrics import ForecastMetrics, quantile_forecast_metrics
+from cloudlstm.engine.quantile_metrics import QUANTILE_DECLARED
 from cloudlstm.engine.quantile_module import QuantileForecasting
 from cloudlstm.engine.quantiles import check_calibration, check_quantiles, pinball_loss
 from cloudlstm.engine.results import results_scalars

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import lightning as L
 
-from cloudlstm.engine.metrics import monitor_mode
+from cloudlstm.engine.declared_metrics import monitor_mode
 from cloudlstm.errors import UserError
 
 if TYPE_CHECKING:

@@ -18,7 +18,8 @@ them as ``quantiles (..., N, C, Q)``. With ``y`` the target and the pinball (qua
 
 Each is then a snapshot's mean over its observed entries, aggregated over instances, steps,
 channels and point groups exactly as the point metrics, by the same
-:class:`ForecastMetrics` (:func:`quantile_forecast_metrics`). Coverage has no better
+:class:`~cloudlstm.engine.metrics.ForecastMetrics`
+(:func:`~cloudlstm.engine.metrics.quantile_forecast_metrics`). Coverage has no better
 direction (the nominal one is right), so compare bolds none of its cells; the others are
 losses.
 
@@ -34,12 +35,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor
+from cloudlstm.engine.declared_metrics import MetricInfo, metric_info
 
-from cloudlstm.engine.metrics import ForecastMetrics, MetricInfo, Snapshots, metric_info
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from cloudlstm.engine.metrics import Snapshots
 
 # The levels whose metrics are declared (and offered by compare): the usual central
 # intervals 95, 90, 80 and 50 % around the median.
@@ -61,7 +64,7 @@ class CoverageInfo(MetricInfo):
 def pinball(tau: float | Tensor, error: Tensor) -> Tensor:
     """``rho_tau(error)``, ``error = target - quantile``: ``tau e`` above, ``(tau - 1) e``
     below (elementwise, any shapes that broadcast)."""
-    return torch.maximum(tau * error, (tau - 1) * error)
+    return (tau * error).maximum((tau - 1) * error)
 
 
 def crps_weights(levels: Sequence[float]) -> list[float]:
@@ -111,13 +114,13 @@ def _errors(s: Snapshots) -> Tensor:
 
 
 def _pinball(s: Snapshots) -> Tensor:
-    taus = torch.tensor(s.levels, dtype=s.y.dtype, device=s.y.device)
+    taus = s.y.new_tensor(s.levels)
     return s.mean(pinball(taus, _errors(s)).mean(-1))
 
 
 def _crps(s: Snapshots) -> Tensor:
-    taus = torch.tensor(s.levels, dtype=s.y.dtype, device=s.y.device)
-    weights = torch.tensor(crps_weights(s.levels), dtype=s.y.dtype, device=s.y.device)
+    taus = s.y.new_tensor(s.levels)
+    weights = s.y.new_tensor(crps_weights(s.levels))
     return s.mean(2 * (pinball(taus, _errors(s)) * weights).sum(-1))
 
 
@@ -188,33 +191,13 @@ def quantile_metric_info(name: str) -> MetricInfo | None:
 
 def any_metric_info(name: str) -> MetricInfo:
     """The declaration of metric ``name``: a point metric's
-    (:func:`~cloudlstm.engine.metrics.metric_info`) or a quantile forecast's.
+    (:func:`~cloudlstm.engine.declared_metrics.metric_info`) or a quantile forecast's.
 
     Raises:
         KeyError: no metric of that name is declared.
     """
     info = quantile_metric_info(name)
     return metric_info(name) if info is None else info
-
-
-def quantile_forecast_metrics(
-    num_steps: int,
-    num_channels: int,
-    channel_names: Sequence[str] | None = None,
-    channel_std: Sequence[float] | None = None,
-    levels: Sequence[float] = (),
-) -> ForecastMetrics:
-    """:class:`ForecastMetrics` of point forecasts and, with ``levels``, of quantile
-    forecasts at them (:func:`quantile_infos`)."""
-    levels = tuple(levels)
-    return ForecastMetrics(
-        num_steps,
-        num_channels,
-        channel_names,
-        channel_std=channel_std,
-        quantile_levels=levels or None,
-        quantile_metrics=quantile_infos(levels) if levels else (),
-    )
 
 
 def only_quantile_metrics(results: dict[str, Any]) -> dict[str, Any]:

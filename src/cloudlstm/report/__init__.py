@@ -69,7 +69,7 @@ def print_test_summary(test: dict[str, Any], metrics_file: Path) -> None:
     from rich import get_console
     from rich.table import Table
 
-    from cloudlstm.engine.metrics import metric_names
+    from cloudlstm.engine.declared_metrics import metric_names
     from cloudlstm.engine.quantile_metrics import is_quantile_metric
 
     overall = test.get("overall", {})

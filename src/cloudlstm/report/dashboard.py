@@ -9,7 +9,7 @@ from typing import Any
 
 from lightning.pytorch.loggers import WandbLogger
 
-from cloudlstm.engine.metrics import declared, metric_names
+from cloudlstm.engine.declared_metrics import declared, metric_names
 from cloudlstm.engine.quantile_metrics import QUANTILE_DECLARED, is_quantile_metric
 
 

@@ -12,7 +12,7 @@ grammar (``choice``, ``range``, ``interval``, ``tag(log, ...)``); and:
 * ``n_jobs`` trials are asked at once and launched as one batch through the configured
   launcher (with ``hydra/launcher=slurm``: one SLURM array per batch);
 * ``direction: null`` (what ``hparams_search=optuna`` sets) is ``optimized_metric``'s,
-  declared with its metric (:func:`cloudlstm.engine.metrics.monitor_mode`: ``maximize`` for
+  declared with its metric (:func:`cloudlstm.engine.declared_metrics.monitor_mode`: ``maximize`` for
   ``val/ssim``); a contrary one is refused, and so is a pruning monitor of the other
   direction;
 * ``pruner``: the jobs report their validation metric to their trial through the storage

@@ -33,7 +33,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
-from cloudlstm.engine.metrics import monitor_mode
+from cloudlstm.engine.declared_metrics import monitor_mode
 from cloudlstm.engine.pruning import (
     PRUNED_ATTR,
     STORAGE_ENV,
@@ -390,7 +390,7 @@ def _positive_int(name: str, value: Any) -> int:
 def objective_direction(value: Any, metric: Any) -> str:
     """The study's direction: ``hydra.sweeper.direction`` (``value``), or where that is
     null, the one declared with ``optimized_metric``'s metric (``metric``;
-    :func:`cloudlstm.engine.metrics.monitor_mode`): ``maximize`` for ``val/ssim``,
+    :func:`cloudlstm.engine.declared_metrics.monitor_mode`): ``maximize`` for ``val/ssim``,
     ``minimize`` for ``val/mae_best`` and for a key this package does not declare.
 
     Raises:

@@ -11,10 +11,9 @@ from cloudlstm.cli.compare.cells import Column
 from cloudlstm.cli.compare.formats import to_latex, to_markdown, write_csv
 from cloudlstm.cli.compare.groups import Group, group_runs, mixed_keys
 from cloudlstm.cli.compare.paper import TABLES, paper_table
-from cloudlstm.cli.compare.plots import plot
 from cloudlstm.cli.compare.runs import CompareError, Run, find_runs
 from cloudlstm.cli.compare.table import build_table, reported_metrics
-from cloudlstm.engine.metrics import metric_names
+from cloudlstm.engine.declared_metrics import metric_names
 from cloudlstm.engine.quantile_metrics import quantile_metric_names
 
 
@@ -151,8 +150,12 @@ def _run(args: argparse.Namespace) -> int:
     _print_table(table, args.format)
     if page:
         print(f"wrote {page}", file=sys.stderr)
-    for path in plot(groups, args.horizon_metric, args.plot) if args.plot else []:
-        print(f"wrote {path}", file=sys.stderr)
+    if args.plot:
+        # imported here: matplotlib takes most of a table's start, and only --plot needs it
+        from cloudlstm.cli.compare.plots import plot
+
+        for path in plot(groups, args.horizon_metric, args.plot):
+            print(f"wrote {path}", file=sys.stderr)
     if args.wandb:
         folder = _log_to_wandb(groups, table, args)
         print(f"wrote W&B run {folder}; publish it with: wandb sync {folder}", file=sys.stderr)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from cloudlstm.cli.compare.cells import Column, Stat
 from cloudlstm.cli.compare.groups import Group, group_runs
 from cloudlstm.cli.compare.runs import CompareError, Run
-from cloudlstm.engine.metrics import metric_names, monitor_mode
+from cloudlstm.engine.declared_metrics import metric_names, monitor_mode
 from cloudlstm.engine.quantile_metrics import any_metric_info
 
 # the point groups of the held-out-sites protocol (cloudlstm.data.pipeline.held_out), shown
