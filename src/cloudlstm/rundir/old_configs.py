@@ -187,7 +187,11 @@ def current_config(cfg: DictConfig) -> DictConfig:
     (:func:`rename_old_targets`) and the data node upgraded (:func:`upgrade_data`).
     Interpolations stay as they are; ``cfg`` itself is not changed, and a config of today
     comes back equal."""
-    cfg = copy.deepcopy(cfg)
+    return _upgraded(copy.deepcopy(cfg))
+
+
+def _upgraded(cfg: DictConfig) -> DictConfig:
+    """``cfg`` itself, upgraded in place as :func:`current_config` says."""
     rename_old_targets(cfg)  # the data node's too: upgrade_data's own renaming finds none left
     if isinstance(cfg.get("data"), DictConfig):
         upgrade_data(cfg.data)
@@ -201,7 +205,7 @@ def current_form(config: dict[str, Any]) -> dict[str, Any]:
     today's configs leave them for the data to give. A config of today comes back equal."""
     if _already_current(config):
         return config  # compare reads many; building each as a DictConfig took most its time
-    cfg = current_config(OmegaConf.create(config))
+    cfg = _upgraded(OmegaConf.create(config))  # a tree of its own: no copy to make
     sizes = config.get("data_info") or {}
     model = cfg.get("model")
     if isinstance(model, DictConfig):
