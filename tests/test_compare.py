@@ -317,6 +317,30 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys):
     assert code == 2 and len(err) == 1 and err[0].startswith("compare: argument --format")
 
 
+@pytest.mark.parametrize(
+    ("name", "content", "problem"),
+    [
+        ("config.yaml", b"model: [unclosed\n", "is not valid YAML (while parsing a flow sequence"),
+        ("config.yaml", b"", "holds nothing, not a mapping of settings"),
+        ("config.yaml", b"- 1\n- 2\n", "holds a list, not a mapping of settings"),
+        ("config.yaml", b"\xff\xfe model: x", "is not UTF-8 text"),
+        ("metrics.json", b"[1, 2]", "holds a JSON list, not a run's results"),
+        ("metrics.json", b"\xff{}", "is not UTF-8 text"),
+    ],
+    ids=["bad-yaml", "empty-config", "list-config", "not-utf8-config", "list-json", "not-utf8"],
+)
+def test_a_run_file_that_cannot_be_read_is_one_line_naming_it(
+    tmp_path, capsys, name, content, problem
+):
+    write_run(tmp_path / "runs" / "a", 1.0)
+    write_run(tmp_path / "runs" / "b", 2.0)
+    path = tmp_path / "runs" / "b" / name
+    path.write_bytes(content)
+    code, out, err = run_main(capsys, tmp_path / "runs")
+    assert code == 2 and out == "" and len(err) == 1
+    assert err[0].startswith(f"compare: {path} {problem}"), err[0]
+
+
 def test_runs_without_config_and_metrics_files_as_arguments(tmp_path):
     write_run(tmp_path / "a", 2.0, config=False)
     write_run(tmp_path / "b", 1.0, model="lstm", config=False)

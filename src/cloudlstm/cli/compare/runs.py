@@ -80,20 +80,18 @@ def find_runs(roots: Sequence[Path], include_evals: bool = False) -> list[Run]:
 def load_run(path: Path) -> Run | None:
     """The run of one ``metrics.json``; None if it has no test results (e.g. a failed run)."""
     try:
-        results = json.loads(path.read_text())
+        results = json.loads(_text(path))
     except json.JSONDecodeError as err:  # e.g. a file being written by a running job
         raise CompareError(f"{path} is not valid JSON ({err})") from None
+    if not isinstance(results, dict):
+        raise CompareError(f"{path} holds a JSON {type(results).__name__}, not a run's results")
     test = results.get("test")
     if not test:
         return None
     info = results.get("run") or {}  # null in an evaluation of an unfinished run
     config_path = path.parent / CONFIG_FILE
     # in today's form: runs of one setting from before and after a class moved group together
-    config = (
-        flatten(current_form(yaml.load(config_path.read_text(), Loader=YAML_LOADER)))
-        if config_path.exists()
-        else {}
-    )
+    config = flatten(current_form(read_yaml_mapping(config_path))) if config_path.exists() else {}
     keys = {"model": info.get("model", "?"), "data": info.get("data", "?"), **config}
     if results.get("run_dir"):
         keys[EVALUATION_KEY] = _evaluation(results, config)
@@ -134,6 +132,34 @@ def _selection(results: dict[str, Any], config: dict[str, Any]) -> dict[str, Any
     monitor = config.get("monitor")
     score = (results.get("val") or {}).get(f"{monitor}_best") if monitor == "val/mae" else None
     return {"val_monitor": monitor, "val_score": score} if score is not None else {}
+
+
+def read_yaml_mapping(path: Path) -> dict[str, Any]:
+    """The mapping a YAML file such as a run's ``config.yaml`` holds.
+
+    Raises:
+        CompareError: the file cannot be read, is not YAML, or holds no mapping; the
+            message names it.
+    """
+    try:
+        tree = yaml.load(_text(path), Loader=YAML_LOADER)
+    except yaml.YAMLError as err:
+        detail = " ".join(str(err).split())  # PyYAML's message spans lines
+        raise CompareError(f"{path} is not valid YAML ({detail})") from None
+    if not isinstance(tree, dict):
+        held = "nothing" if tree is None else f"a {type(tree).__name__}"
+        raise CompareError(f"{path} holds {held}, not a mapping of settings")
+    return tree
+
+
+def _text(path: Path) -> str:
+    """A file's text, any failure to read it as UTF-8 a :class:`CompareError`."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise CompareError(f"{path} is not UTF-8 text") from None
+    except OSError as err:
+        raise CompareError(f"cannot read {path}: {err.strerror or err}") from None
 
 
 def _evaluation(results: dict[str, Any], config: dict[str, Any]) -> str:

@@ -16,13 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from cloudlstm.cli.compare.cells import Column
 from cloudlstm.cli.compare.formats import plain_table
 from cloudlstm.cli.compare.groups import Group
 from cloudlstm.cli.compare.plots import plot
-from cloudlstm.cli.compare.runs import CompareError, Run
+from cloudlstm.cli.compare.runs import CompareError, Run, read_yaml_mapping
 from cloudlstm.cli.compare.table import ranked
 
 PROJECT = "cloudlstm"  # conf/logger/wandb.yaml's, for runs whose config names none
@@ -98,7 +96,7 @@ def _log_searches(run: Any, wandb: Any, sources: Sequence[Path]) -> None:
         path = Path(source) / "optimization_results.yaml"
         if not path.is_file():
             continue
-        found = yaml.safe_load(path.read_text()) or {}
+        found = read_yaml_mapping(path)
         prefix = "search" if len(sources) == 1 else f"search/{Path(source).name}"
         for key in ("best_value", "best_params", "best_trial", "best_config"):
             if found.get(key) is not None:
