@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.config_changes import CHANGES_FILE, check_config_changes, config_changes
@@ -122,7 +123,9 @@ def test_a_run_that_never_trained_is_not_a_resume(tmp_path):
     cfg = compose_train(tmp_path, [*TINY, *BASE])
     run = Path(cfg.paths.output_dir)
     run.mkdir()
-    (run / "config.yaml").write_text(yaml.safe_dump({"optimizer": {"lr": 1.0}, "seed": 0}))
+    nodes = {key: OmegaConf.to_container(cfg[key], resolve=False) for key in ("model", "data")}
+    saved = {**nodes, "optimizer": {"lr": 1.0}, "seed": 0}
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
     assert check_config_changes(cfg, run) == []  # no checkpoint: nothing to continue
     (run / "checkpoints").mkdir()
     (run / "checkpoints" / "last.ckpt").write_bytes(b"")

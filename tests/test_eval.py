@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from cloudlstm.assembly.assemble import restore
 from cloudlstm.cli.eval_args import with_run_config
 from cloudlstm.cli.evaluate import evaluate
 from cloudlstm.cli.train import train
@@ -178,6 +180,34 @@ def test_a_missing_run_or_checkpoint_is_a_user_error(cloud_run, tmp_path):
     shutil.copy(cloud_run / "config.yaml", untrained)
     with pytest.raises(UserError, match=r"No checkpoint 'best' in .*untrained"):
         evaluate(compose_eval(untrained, tmp_path / "eval"))
+
+
+DAMAGED_CONFIGS = {
+    "cut-short": ("model:\n  _target_: [cloudlstm.models", "it is not valid YAML: "),
+    "empty": ("", "it has no model or data node"),
+    "no-data": ("model:\n  k: 3\n", "it has no data node"),
+    "a-list": ("- model\n- data\n", "it is not a mapping"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGED_CONFIGS)
+def test_a_damaged_run_config_is_one_user_error_for_eval_restore_and_resume(
+    cloud_run, tmp_path, damage
+):
+    """A run whose config.yaml is cut short or emptied (a full disk, a bad copy) is named,
+    by every entry point that reads it: eval.py, restoring (predict.py, Forecaster) and
+    resuming its training."""
+    text, problem = DAMAGED_CONFIGS[damage]
+    run = tmp_path / "run"
+    shutil.copytree(cloud_run, run)
+    (run / "config.yaml").write_text(text)
+    message = re.escape(f"{run / 'config.yaml'} is not the config of a run ({problem}")
+    with pytest.raises(UserError, match=message):
+        with_run_config(["eval.py", f"run={run}"])
+    with pytest.raises(UserError, match=message):
+        restore(run)
+    with pytest.raises(UserError, match=message):
+        train(compose_train(tmp_path, [*JOB, "resume=auto"]))
 
 
 def test_a_run_of_a_model_without_parameters_is_evaluated_without_a_checkpoint(tmp_path):

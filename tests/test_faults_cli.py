@@ -158,7 +158,8 @@ def test_eval_takes_a_moved_key_where_the_runs_config_still_has_it(tmp_path):
 def test_eval_py_names_a_moved_key_of_a_run_in_todays_form(tmp_path):
     new = tmp_path / "run"
     new.mkdir()
-    OmegaConf.save({"data": {"source": {"root": "/x"}}}, new / "config.yaml")
+    config = {"model": {"_target_": "cloudlstm.models.LSTM"}, "data": {"source": {"root": "/x"}}}
+    OmegaConf.save(config, new / "config.yaml")
     line = error_line(run(*PYTHON, "eval.py", f"run={new}", "data.root=/y"))
     assert line.startswith(
         "data.root moved to data.source.root: python eval.py data.source.root=/y"

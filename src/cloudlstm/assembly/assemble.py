@@ -18,7 +18,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import nn
 
 from cloudlstm.assembly.build import (
@@ -43,7 +43,7 @@ from cloudlstm.engine.distributed import per_process_limits
 from cloudlstm.engine.module import ForecastModule
 from cloudlstm.models.build import build_model, with_sizes
 from cloudlstm.report.dashboard import define_wandb_metrics
-from cloudlstm.rundir.layout import CONFIG_FILE, check_run_dir, find_checkpoint
+from cloudlstm.rundir.layout import check_run_dir, find_checkpoint, read_run_config
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ def restore(
     run = check_run_dir(run_dir)
     trained = TrainedCheckpoint.read(find_checkpoint(run, ckpt))
     spec = trained.forecasting_spec()
-    model = build_model(OmegaConf.load(run / CONFIG_FILE).model, spec, compile=False)
+    model = build_model(read_run_config(run).model, spec, compile=False)
     hparams = trained.contents.get("hyper_parameters", {})
     module = ForecastModule(
         model,

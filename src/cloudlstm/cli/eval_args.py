@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from cloudlstm.errors import UserError
-from cloudlstm.rundir.layout import CONFIG_FILE, check_run_dir
+from cloudlstm.rundir.layout import check_run_dir, read_run_config
 
 USAGE = "python eval.py run=<run dir> [ckpt=best|last|<path>] [key=value ...]"
 HELP_FLAGS = ("--help", "-h", "--hydra-help")
@@ -61,7 +61,7 @@ def run_data_keys(argv: list[str]) -> set[str]:
     runs = [arg.split("=", 1)[1] for arg in argv[1:] if arg.startswith("run=")]
     if not runs:
         raise UserError(f"eval.py needs the run directory: `{USAGE}`.")
-    data = OmegaConf.load(check_run_dir(runs[-1]) / CONFIG_FILE).get("data")
+    data = read_run_config(check_run_dir(runs[-1])).get("data")
     return {str(key) for key in data} if isinstance(data, DictConfig) else set()
 
 

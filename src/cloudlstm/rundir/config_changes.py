@@ -49,7 +49,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.divergence import divergence, what_diverged
-from cloudlstm.rundir.layout import CHANGES_FILE, CONFIG_FILE, METRICS_FILE
+from cloudlstm.rundir.layout import CHANGES_FILE, CONFIG_FILE, METRICS_FILE, read_run_config
 from cloudlstm.rundir.resume import resume_candidates
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ def resumes(cfg: DictConfig, run_dir: Path) -> bool:
 def config_changes(cfg: DictConfig, run_dir: Path) -> list[Change]:
     """The differences of ``cfg`` (without ``hydra``) from ``run_dir``'s ``config.yaml``."""
     new = _job_container(cfg)
-    old = OmegaConf.to_container(OmegaConf.load(run_dir / CONFIG_FILE), resolve=False)
+    old = OmegaConf.to_container(read_run_config(run_dir), resolve=False)
     old_paths, new_paths = old.get("paths") or {}, new.get("paths") or {}
     # values built from the paths follow them; the paths' own change is recorded
     old = {k: v if k == "paths" else _moved(v, old_paths, new_paths) for k, v in old.items()}

@@ -26,6 +26,10 @@ import string
 from pathlib import Path
 from typing import Any
 
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
 from cloudlstm.errors import UserError, out_of_space
 
 CONFIG_FILE = "config.yaml"
@@ -54,7 +58,37 @@ def check_run_dir(run_dir: str | Path) -> Path:
         raise UserError(f"Run directory {run} does not exist.")
     if not (run / CONFIG_FILE).is_file():
         raise UserError(f"{run} is not a run directory: it has no {CONFIG_FILE}.")
+    read_run_config(run)
     return run
+
+
+def read_run_config(run: Path) -> DictConfig:
+    """The ``config.yaml`` of run directory ``run``, as written (interpolations unresolved).
+
+    Raises:
+        UserError: it cannot be read, or is not a run's config: a mapping with its
+            ``model`` and ``data`` nodes (a damaged file, e.g. cut short by a full disk).
+    """
+    path = run / CONFIG_FILE
+    try:
+        cfg = OmegaConf.load(path)
+    except OSError as err:
+        raise UserError(f"Cannot read {path}: {err.strerror or err}.") from None
+    except UnicodeDecodeError:
+        problem = "it is not UTF-8 text"
+    except (yaml.YAMLError, OmegaConfBaseException) as err:
+        problem = "it is not valid YAML: " + " ".join(str(err).split())
+    else:
+        if not isinstance(cfg, DictConfig):
+            problem = "it is not a mapping"
+        elif missing := [k for k in ("model", "data") if not isinstance(cfg.get(k), DictConfig)]:
+            problem = f"it has no {' or '.join(missing)} node"
+        else:
+            return cfg
+    raise UserError(
+        f"{path} is not the config of a run ({problem}). Restore the file, or train the run "
+        "again in a new directory."
+    )
 
 
 def last_checkpoint(run: Path) -> Path:
