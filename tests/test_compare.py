@@ -341,6 +341,37 @@ def test_a_run_file_that_cannot_be_read_is_one_line_naming_it(
     assert err[0].startswith(f"compare: {path} {problem}"), err[0]
 
 
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--horizons", "1,2,1"], "argument --horizons: step 1 given twice in '1,2,1'"),
+        (["--channels", "a,b,a"], "argument --channels: channel a given twice in 'a,b,a'"),
+        (["--groups", "x,x"], "argument --groups: point group x given twice in 'x,x'"),
+        (["--metrics", "mae", "ssim", "mae"], "argument --metrics: metric mae given twice in"),
+        (["--by", "model", "model"], "argument --by: key model given twice in 'model model'"),
+    ],
+    ids=["horizons", "channels", "groups", "metrics", "by"],
+)
+def test_a_repeated_column_is_one_line(seeds, capsys, option, message):
+    code, out, err = run_main(capsys, seeds, *option)
+    assert (code, out, len(err)) == (2, "", 1)
+    assert err[0].startswith(f"compare: {message}"), err[0]
+
+
+def test_plot_into_a_file_or_an_unwritable_place_is_one_line_before_any_table(
+    seeds, tmp_path, capsys
+):
+    afile = tmp_path / "figures"
+    afile.write_text("not a folder")
+    code, out, err = run_main(capsys, seeds, "--plot", afile)
+    assert (code, out) == (2, "")
+    assert err == [f"compare: --plot {afile} is a file; --plot takes a folder for the figures"]
+    below_a_file = afile / "inside"
+    code, out, err = run_main(capsys, seeds, "--plot", below_a_file)
+    assert (code, out) == (2, "")
+    assert err == [f"compare: cannot make the folder {below_a_file}: Not a directory"]
+
+
 def test_runs_without_config_and_metrics_files_as_arguments(tmp_path):
     write_run(tmp_path / "a", 2.0, config=False)
     write_run(tmp_path / "b", 1.0, model="lstm", config=False)

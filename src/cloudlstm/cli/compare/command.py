@@ -31,13 +31,30 @@ def _horizons(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected steps like 1,6,12; got {text!r}") from None
     if min(horizons) < 1:
         raise argparse.ArgumentTypeError(f"forecast steps count from 1; got {text!r}")
+    _check_once(horizons, "step", text)
     return horizons
+
+
+def _check_once(items: Sequence, kind: str, text: str) -> None:
+    """``items`` read from ``text`` name each thing once (a repeat would repeat a column)."""
+    if repeated := sorted({str(item) for item in items if items.count(item) > 1}):
+        raise argparse.ArgumentTypeError(f"{kind} {', '.join(repeated)} given twice in {text!r}")
+
+
+def _check_lists(args: argparse.Namespace) -> None:
+    """``--metrics`` and ``--by`` name each metric or key once."""
+    for option, kind, values in (("--metrics", "metric", args.metrics), ("--by", "key", args.by)):
+        try:
+            _check_once(values or [], kind, " ".join(values or []))
+        except argparse.ArgumentTypeError as err:
+            raise CompareError(f"argument {option}: {err}") from None
 
 
 def _channels(text: str) -> list[str]:
     channels = [c.strip() for c in text.split(",")]
     if not all(channels):
         raise argparse.ArgumentTypeError(f"expected channel names like PM2.5,CO; got {text!r}")
+    _check_once(channels, "channel", text)
     return channels
 
 
@@ -47,6 +64,7 @@ def _point_groups(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(
             f"expected point groups like held_out,trained; got {text!r}"
         )
+    _check_once(groups, "point group", text)
     return groups
 
 
@@ -118,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    _check_lists(args)
     runs = _find_runs(args.dirs, args.include_evals)
     if args.uncalibrated:
         from cloudlstm.cli.compare.calibration import before_calibration
@@ -145,8 +164,11 @@ def _run(args: argparse.Namespace) -> int:
         args.group_metric,
         args.val,
     )
-    # the page first: a path it cannot write is an error before any output
+    # the page and the figures' folder first: a path they cannot be written to is an error
+    # before any output
     page = _write_html(groups, table, args) if args.html else None
+    if args.plot:
+        _make_folder(args.plot)
     _print_table(table, args.format)
     if page:
         print(f"wrote {page}", file=sys.stderr)
@@ -160,6 +182,16 @@ def _run(args: argparse.Namespace) -> int:
         folder = _log_to_wandb(groups, table, args)
         print(f"wrote W&B run {folder}; publish it with: wandb sync {folder}", file=sys.stderr)
     return 0
+
+
+def _make_folder(folder: Path) -> None:
+    """Create ``folder`` (``--plot``) and its parents, any failure a :class:`CompareError`."""
+    if folder.exists() and not folder.is_dir():
+        raise CompareError(f"--plot {folder} is a file; --plot takes a folder for the figures")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise CompareError(f"cannot make the folder {folder}: {err.strerror or err}") from None
 
 
 def _find_runs(dirs: Sequence[Path], include_evals: bool) -> list[Run]:
