@@ -16,7 +16,8 @@ from metric_reference import METRICS, assert_close, numpy_reference, ref_snapsho
 
 from cloudlstm.engine import declared_metrics
 from cloudlstm.engine.declared_metrics import MetricInfo, metric_names
-from cloudlstm.engine.metrics import ForecastMetrics, Snapshots, scale_free_mae
+from cloudlstm.engine.metrics import ForecastMetrics, scale_free_mae
+from cloudlstm.engine.snapshots import Snapshots
 
 B, J, N, C = 4, 2, 4, 2
 NAMES = ["no2", "pm25"]

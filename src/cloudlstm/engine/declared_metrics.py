@@ -19,12 +19,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from cloudlstm.engine.metrics import Snapshots
+    from cloudlstm.engine.snapshots import Snapshots
 
 SSIM_L, SSIM_K1, SSIM_K2 = 2.0, 0.1, 0.3
 MSE_EPS = 1e-12
-MAPE_ZERO = 1e-3  # targets at or below this, in real units, are zeros for MAPE
-SNAPSHOT_DIMS = (-2, -1)  # a snapshot's points and channels
 
 
 # ------------------------------------------------------------- per-snapshot computations
@@ -50,7 +48,7 @@ def _psnr_peak(v_max: float) -> float:
 def _mape(s: Snapshots) -> Tensor:
     nonzero = s.nonzero_target
     ratio = ((s.pred - s.target).abs() / s.target.abs()).where(nonzero, 0.0)
-    return 100 * ratio.sum(SNAPSHOT_DIMS) / nonzero.sum(SNAPSHOT_DIMS)
+    return 100 * ratio.sum(s.dims) / nonzero.sum(s.dims)
 
 
 def _has_nonzero_target(s: Snapshots) -> Tensor:

@@ -42,7 +42,7 @@ from cloudlstm.engine.declared_metrics import MetricInfo, metric_info
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from cloudlstm.engine.metrics import Snapshots
+    from cloudlstm.engine.snapshots import Snapshots
 
 # The levels whose metrics are declared (and offered by compare): the usual central
 # intervals 95, 90, 80 and 50 % around the median.
