@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.config_changes import CHANGES_FILE, check_config_changes, config_changes
-from tests.conftest import PYTHON, ROOT, TINY, compose_train, subprocess_env
+from tests.conftest import PYTHON, ROOT, TINY, compose_train, run_python, subprocess_env
 from tests.test_input_checks import the_line
 
 BASE = ["logger=csv", "report.figures=false"]
@@ -44,13 +44,10 @@ def stopped_run(tiny_cfg) -> Path:
 
 
 def train_py(run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
-    cmd = [
-        *PYTHON, "train.py", *TINY, *BASE, f"hydra.run.dir={run_dir}",
-        f"paths.data_dir={run_dir.parent / 'data'}", *extra,
-    ]  # fmt: skip
-    return subprocess.run(
-        cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600
-    )
+    return run_python(
+        "train.py", *TINY, *BASE, f"hydra.run.dir={run_dir}",
+        f"paths.data_dir={run_dir.parent / 'data'}", *extra, timeout=600,
+    )  # fmt: skip
 
 
 def test_changed_settings_are_refused_in_one_line_and_nothing_is_written(stopped_run):

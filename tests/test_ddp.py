@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from cloudlstm.cli.train import train
-from tests.conftest import PYTHON, ROOT, TINY, compose_train, subprocess_env
+from tests.conftest import TINY, compose_train, run_python
 
 # The whole test part (no batch limit, which DDP would apply per rank), one training epoch.
 JOB = [
@@ -58,8 +57,7 @@ def test_two_ddp_processes_test_like_one(tmp_path):
     ddp_dir = tmp_path / "ddp"
     # metrics.json names the checkpoint relative to its run directory
     tested = Path(cfg.paths.output_dir) / single["checkpoint"]
-    cmd = [
-        *PYTHON,
+    proc = run_python(
         "train.py",
         *JOB,
         "trainer=ddp_cpu",
@@ -67,9 +65,7 @@ def test_two_ddp_processes_test_like_one(tmp_path):
         f"ckpt_path={tested}",
         f"hydra.run.dir={ddp_dir}",
         f"paths.data_dir={tmp_path / 'data'}",
-    ]
-    proc = subprocess.run(
-        cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
 

@@ -25,7 +25,7 @@ from cloudlstm.cli.train import train
 from cloudlstm.data.spec import SPEC_KEY
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.preemption import RunInterrupted
-from tests.conftest import PYTHON, ROOT, TINY, compose_train, subprocess_env
+from tests.conftest import ROOT, TINY, compose_train, run_python
 from tests.kill_callback import SignalAtTest
 
 JOB = [*TINY, "logger=none", "module.save_predictions=true"]
@@ -229,10 +229,7 @@ def test_a_run_of_a_model_without_parameters_is_evaluated_without_a_checkpoint(t
 
 
 def run_eval(*args: str) -> subprocess.CompletedProcess:
-    cmd = [*PYTHON, "eval.py", *args]
-    return subprocess.run(
-        cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300
-    )
+    return run_python("eval.py", *args)
 
 
 def test_eval_py_writes_under_the_run_directory(cloud_run):

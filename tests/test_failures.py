@@ -10,7 +10,6 @@ import itertools
 import logging
 import math
 import re
-import subprocess
 from pathlib import Path
 
 import lightning as L
@@ -26,13 +25,11 @@ from cloudlstm.engine.module import ForecastModule, TrainingDivergedError
 from cloudlstm.errors import UserError
 from cloudlstm.models.base import ForecastModel
 from tests.conftest import (
-    PYTHON,
-    ROOT,
     TINY,
     build_datamodule,
     compose_train,
     rebuilding_fails,
-    subprocess_env,
+    run_python,
 )
 
 
@@ -217,16 +214,12 @@ def bad_cell_file(path: Path) -> Path:
 
 def test_a_bad_data_file_stops_train_py_with_one_line_and_no_traceback(tmp_path):
     path = bad_cell_file(tmp_path / "fleet.csv")
-    cmd = [
-        *PYTHON,
+    proc = run_python(
         "train.py",
         "data=points",
         f"data.source.path={path}",
         "logger=none",
         f"hydra.run.dir={tmp_path / 'run'}",
-    ]
-    proc = subprocess.run(
-        cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr

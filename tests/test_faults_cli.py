@@ -21,6 +21,7 @@ from tests.conftest import PYTHON, ROOT, TINY, compose_train, one_line, subproce
 
 
 def run(*cmd: str) -> subprocess.CompletedProcess:
+    """``cmd`` from the repository root, with the tests' environment; its output captured."""
     return subprocess.run(
         list(cmd), cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300
     )

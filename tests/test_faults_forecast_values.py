@@ -15,7 +15,7 @@ import pytest
 
 from cloudlstm.errors import UserError
 from cloudlstm.forecast import Forecaster
-from tests.conftest import PYTHON, ROOT, subprocess_env
+from tests.conftest import run_python
 from tests.test_forecast import CHANNELS, SPLIT, STAMPS, csv_run, long_table
 
 TRAIN_END = 144  # of T = 200 steps: the last 40 test, the last 16 of the rest validation
@@ -110,10 +110,7 @@ def test_bad_values_warn_treats_them_as_missing(run, forecaster, caplog):
 
 
 def predict(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*PYTHON, "predict.py", *args],
-        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    return run_python("predict.py", *args)
 
 
 def test_predict_py_refuses_an_absurd_history_in_one_line(run, forecaster, tmp_path):

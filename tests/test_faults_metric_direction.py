@@ -14,7 +14,7 @@ import torch
 from cloudlstm.cli.train import train
 from cloudlstm.engine.declared_metrics import monitor_mode
 from cloudlstm.errors import UserError
-from tests.conftest import PYTHON, ROOT, TINY, compose_train, one_line, subprocess_env
+from tests.conftest import TINY, compose_train, one_line, run_python
 
 
 @pytest.mark.parametrize(
@@ -100,10 +100,7 @@ def test_a_plateau_scheduler_built_in_python_takes_the_metrics_mode():
 
 
 def train_py(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [*PYTHON, "train.py", *args, f"paths.data_dir={tmp_path / 'data'}"]
-    return subprocess.run(
-        cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600
-    )
+    return run_python("train.py", *args, f"paths.data_dir={tmp_path / 'data'}", timeout=600)
 
 
 def test_train_py_refuses_a_contrary_mode_in_one_line(tmp_path):

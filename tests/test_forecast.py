@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import PYTHON, ROOT, TINY, compose_train, one_line, subprocess_env
+from conftest import ROOT, TINY, compose_train, one_line, run_python
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
@@ -320,14 +320,7 @@ def test_run_directory_and_checkpoint_errors(points_run, tmp_path):
 
 
 def predict(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*PYTHON, str(ROOT / "predict.py"), *args],
-        cwd=ROOT,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_python(str(ROOT / "predict.py"), *args)
 
 
 @pytest.mark.parametrize("out", ["forecast.csv", "forecast.parquet"])

@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +26,7 @@ from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
 from cloudlstm.models.build import build_model
 from cloudlstm.models.held_out import held_out_refusal
-from tests.conftest import PYTHON, ROOT, TINY, compose_train, one_line, subprocess_env
+from tests.conftest import ROOT, TINY, compose_train, one_line, run_python
 from tests.test_eval import compose_eval
 from tests.wandb_reader import read_offline_run
 
@@ -342,14 +341,7 @@ def test_train_py_refuses_a_model_in_one_line(tmp_path, overrides, start):
         f"hydra.run.dir={tmp_path / 'run'}",
         f"paths.data_dir={tmp_path / 'data'}",
     ]
-    proc = subprocess.run(
-        [*PYTHON, "train.py", *cmd],
-        cwd=ROOT,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_python("train.py", *cmd)
     assert one_line(proc).startswith(start)
     assert not (tmp_path / "run" / "metrics.json").exists()
 

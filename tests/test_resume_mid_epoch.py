@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from cloudlstm.data.pipeline.resumable import ResumableLoader, ShuffleSampler
 from cloudlstm.engine.callbacks import RngState
-from tests.conftest import PYTHON, ROOT, TINY, subprocess_env
+from tests.conftest import TINY, run_python
 
 WINDOWS = TensorDataset(torch.arange(37))  # 8 batches of 5, the last of 2
 
@@ -177,16 +177,13 @@ CASES = {
 def run_train(run_dir: Path, data_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     model_options = ("model.k", "model.hidden_channels")
     base = [a for a in STEP_BUDGET if not ("model=stid" in extra and a.startswith(model_options))]
-    cmd = [
-        *PYTHON,
+    return run_python(
         "train.py",
         *base,
         f"hydra.run.dir={run_dir}",
         f"paths.data_dir={data_dir}",
         *extra,
-    ]
-    return subprocess.run(
-        cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600
+        timeout=600,
     )
 
 
