@@ -162,6 +162,37 @@ def test_an_invalid_optimizer_value_is_one_line_before_the_data_are_read(tmp_pat
     assert not written & {"data_summary.json", "config.yaml", "checkpoints"}, written
 
 
+@pytest.mark.parametrize("clip", ["-1", "inf", "abc"])
+def test_a_negative_gradient_clip_is_one_line_before_the_data_are_read(tmp_path, clip):
+    """Lightning takes a negative ``gradient_clip_val`` for no clipping at all: a recipe's
+    clipping would be gone without a word."""
+    args = [*JOB, *SYNTHETIC, *QUIET, "model.hidden_channels=4"]
+    done = run_script(
+        "train.py", *args, f"trainer.gradient_clip_val={clip}", f"hydra.run.dir={tmp_path / 'run'}"
+    )
+    assert done.returncode == 1
+    line = the_line(done, "trainer.gradient_clip_val=")
+    assert line.endswith(
+        ": give a number >= 0 (0 or null: no clipping), e.g. trainer.gradient_clip_val=1.0."
+    )
+    written = {p.name for p in (tmp_path / "run").iterdir()}
+    assert not written & {"data_summary.json", "config.yaml", "checkpoints"}, written
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("trainer.precision=17", "trainer: Precision 17 is invalid. Allowed precision values: "),
+        ("trainer.val_check_interval=-2", "trainer: You have passed invalid value -2 for val_"),
+    ],
+)
+def test_a_trainer_setting_lightning_refuses_is_one_line(tmp_path, override, said):
+    args = [*JOB, *SYNTHETIC, *QUIET, "model.hidden_channels=4", override]
+    done = run_script("train.py", *args, f"hydra.run.dir={tmp_path / 'run'}")
+    assert done.returncode == 1
+    assert the_line(done, said).startswith(said)
+
+
 def test_layers_refuse_k_and_dilation_below_one():
     for bad in (0, -1, 2.5, True):
         with pytest.raises(NeighbourCountError, match=rf"model\.k={bad!r} is not"):

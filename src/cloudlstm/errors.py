@@ -148,24 +148,41 @@ def user_error_of(err: InstantiationException) -> UserError | None:
             return cause
         if (full := out_of_space(cause)) is not None:
             return full
-        if isinstance(cause, ValueError) and _raised_here(cause):
-            target = _target_of(err)
-            if target is None or not target.startswith(f"{__package__}."):
+        target = _target_of(err) or ""
+        if isinstance(cause, ValueError) and _raised_in(cause, __package__):
+            if not target.startswith(f"{__package__}."):
                 return None
             return UserError(f"{target.rsplit('.', 1)[-1]}: {cause}")
+        if _refused_by_lightning(cause) and target.startswith("lightning."):
+            return UserError(f"{_full_key_of(err) or target}: {cause}")
         cause = cause.__cause__
     return None
 
 
-def _raised_here(err: BaseException) -> bool:
-    """True if the innermost frame of ``err``'s traceback is in this package."""
+def _refused_by_lightning(err: BaseException) -> bool:
+    """True for Lightning's refusal of a setting (``trainer.precision=17``,
+    ``trainer.val_check_interval=-2``): a ``ValueError`` or a ``MisconfigurationException``
+    (matched by name: this module does not import Lightning) raised in its own code."""
+    kinds = {kind.__name__ for kind in type(err).__mro__}
+    refused = "ValueError" in kinds or "MisconfigurationException" in kinds
+    return refused and _raised_in(err, "lightning")
+
+
+def _raised_in(err: BaseException, package: str) -> bool:
+    """True if the innermost frame of ``err``'s traceback is in ``package``."""
     tb = err.__traceback__
     if tb is None:
         return False
     while tb.tb_next is not None:
         tb = tb.tb_next
     module = tb.tb_frame.f_globals.get("__name__", "")
-    return module == __package__ or module.startswith(f"{__package__}.")
+    return module == package or module.startswith(f"{package}.")
+
+
+def _full_key_of(err: InstantiationException) -> str | None:
+    """The config key Hydra names in its message (``full_key: trainer``)."""
+    match = re.search(r"full_key: ([\w.]+)", str(err))
+    return match.group(1) if match else None
 
 
 def _target_of(err: InstantiationException) -> str | None:

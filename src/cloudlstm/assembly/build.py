@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -178,15 +179,25 @@ def build_trainer(cfg: DictConfig, loggers: list[Any]) -> L.Trainer:
 
 
 def check_optimizer(cfg: DictConfig) -> None:
-    """Build the configured optimizer over one stand-in weight: an invalid value
-    (``optimizer.lr=-1``) is refused before the data are read and a logger starts, not at
-    the first step.
+    """Build the configured optimizer over one stand-in weight, and check the gradient
+    clipping of its steps: an invalid value (``optimizer.lr=-1``) is refused before the data
+    are read and a logger starts, not at the first step.
 
     Raises:
-        UserError: one of the optimizer's values is invalid.
+        UserError: one of the optimizer's values is invalid, or
+            ``trainer.gradient_clip_val`` is negative or not finite (Lightning would not
+            clip at all: a recipe's clipping silently gone).
     """
     if cfg.get("optimizer") is not None:
         make_optimizer(hydra.utils.instantiate(cfg.optimizer), [torch.nn.Parameter(torch.zeros(1))])
+    clip = (cfg.get("trainer") or {}).get("gradient_clip_val")
+    if clip is not None and not (
+        isinstance(clip, int | float) and not isinstance(clip, bool) and 0 <= clip < math.inf
+    ):
+        raise UserError(
+            f"trainer.gradient_clip_val={clip!r}: give a number >= 0 (0 or null: no "
+            "clipping), e.g. trainer.gradient_clip_val=1.0."
+        )
 
 
 def check_metric_modes(cfg: DictConfig) -> None:
