@@ -54,10 +54,10 @@ A metric is one declaration: a :class:`~cloudlstm.engine.declared_metrics.Metric
 :data:`~cloudlstm.engine.declared_metrics.DECLARED` holds its name, label, direction and
 where it is logged, and its per-snapshot computation (``per_snapshot``, a function of
 :class:`~cloudlstm.engine.snapshots.Snapshots`). :class:`ForecastMetrics` computes and
-aggregates every declared metric, so a new entry is in ``metrics.json``, the ``val/`` and ``test/`` logs, compare's table, the
-W&B summaries and tables, with nothing else to change. The readers take the declarations
-when they run (``declared``, ``metric_names``, ``metric_info``), not as a copy made at
-import.
+aggregates every declared metric, so a new entry is in ``metrics.json``, the ``val/`` and
+``test/`` logs, compare's table, the W&B summaries and tables, with nothing else to change.
+The readers take the declarations when they run (``declared``, ``metric_names``,
+``metric_info``), not as a copy made at import.
 """
 
 from __future__ import annotations
