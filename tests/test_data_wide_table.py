@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 
 import numpy as np
 import pandas as pd
@@ -174,6 +175,11 @@ def test_missing_files_say_where_to_get_them(los):
         source(los, path="nope.csv", missing_hint=hint).load()
     with pytest.raises(MissingFileError, match=r"data\.source\.positions=where\.csv"):
         source(los, positions="where.csv").load()
+    # a path of its own, which the root does not prefix, is named as given, without the root
+    elsewhere = los.parent / "elsewhere" / "speed.csv"
+    message = re.escape(f"No file {elsewhere} (data.source.path={elsewhere}): set data.source.root")
+    with pytest.raises(MissingFileError, match=message):
+        source(los, path=str(elsewhere)).load()
     (los / "table.xlsx").write_bytes(b"")
     with pytest.raises(UserError, match=r"unknown table format \(suffix '\.xlsx'\)"):
         source(los, path="table.xlsx").load()

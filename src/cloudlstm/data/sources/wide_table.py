@@ -179,6 +179,14 @@ class WideTableSource(CachedSource):
         path = Path(path)
         return path if self.root is None or path.is_absolute() else self.root / path
 
+    def _as_given(self, option: str, file: Path) -> str:
+        """``data.source.<option>=...`` as the user gave it: a path under the root, with the
+        root, or an absolute path, which the root does not prefix."""
+        if self.root is not None and file.is_relative_to(self.root):
+            under = file.relative_to(self.root)
+            return f"data.source.{option}={under} in data.source.root={self.root}"
+        return f"data.source.{option}={file}"
+
     def __repr__(self) -> str:
         return f"WideTableSource(path={str(self.path)!r}, positions={str(self.positions)!r})"
 
@@ -209,10 +217,9 @@ class WideTableSource(CachedSource):
             if file.is_dir():
                 raise UserError(f"data.source.{option}={file.resolve()} is a folder, not a file.")
             if not file.is_file():
-                where = f" in data.source.root={self.root}" if self.root is not None else ""
                 hint = f" {self.missing_hint}" if self.missing_hint else ""
                 raise MissingFileError(
-                    f"No file {file.resolve()} (data.source.{option}={file.name}{where}): set "
+                    f"No file {file.resolve()} ({self._as_given(option, file)}): set "
                     f"data.source.root and data.source.{option}.{hint}"
                 )
         table_format(self.path)
