@@ -382,13 +382,26 @@ def test_out_is_a_file_name_in_the_run_or_a_path_of_its_own(tmp_path, monkeypatc
     [
         (["run=/no/such/run", "data.path=x.csv"], "Run directory /no/such/run does not exist."),
         (["run=RUN", "data.path=SHORT"], "covers 2 step(s) of 1h"),
+        (["run=RUN", "data.path=FULL", "out=TMP/f.xlsx"], "out=TMP/f.xlsx: name a .csv (.csv"),
+        (
+            ["run=RUN", "data.path=FULL", "out=FULL/f.csv"],
+            "out=FULL/f.csv: cannot write FULL/f.csv (",  # FULL is a file, not a folder
+        ),
     ],
-    ids=["no-run", "short-history"],
+    ids=["no-run", "short-history", "not-a-table", "below-a-file"],
 )
 def test_predict_py_errors_are_one_line(points_run, tmp_path, args, message):
-    short = tmp_path / "short.csv"
+    short, full = tmp_path / "short.csv", tmp_path / "full.csv"
     history(points_run)[lambda df: df["timestamp"] >= STAMPS[SPLIT - 2]].to_csv(short, index=False)
-    args = [a.replace("RUN", str(points_run[0])).replace("SHORT", str(short)) for a in args]
+    history(points_run).to_csv(full, index=False)
+    places = {"RUN": points_run[0], "SHORT": short, "FULL": full, "TMP": tmp_path}
+
+    def placed(text: str) -> str:
+        for name, path in places.items():
+            text = text.replace(name, str(path))
+        return text
+
+    args, message = [placed(a) for a in args], placed(message)
     outputs = points_run[0] / "predict"
     before = sorted(outputs.iterdir()) if outputs.is_dir() else []
     done = predict(*args)

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from cloudlstm.data.pipeline.forecast_input import user_errors
 from cloudlstm.data.sources.long_format import folder_given
 from cloudlstm.data.sources.tables import read_table
-from cloudlstm.errors import UserError
+from cloudlstm.errors import UserError, out_of_space
 from cloudlstm.forecast import Forecaster
 
 USAGE = "python predict.py run=<run dir> data.path=<history.csv> [ckpt=best] [out=forecast.csv]"
@@ -37,19 +37,37 @@ def main(cfg: DictConfig) -> Path:
     if missing:
         raise UserError(f"predict.py needs {', '.join(missing)}: `{USAGE}`.")
     out = str(cfg.out)
-    check_format(Path(out).name)
+    check_format(out)
     forecaster = Forecaster.load(cfg.run, ckpt=cfg.ckpt, device=cfg.get("device"))
     source = Path(str(given)).expanduser()
     bad_values = str((cfg.data.get("source") or {}).get("bad_values") or "error")
     forecast = forecaster.forecast(read_history(source, key), f"{key}={source}", bad_values)
     path = output_path(out, Path(cfg.run))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix.lower() in PARQUET:
-        forecast.to_parquet(path, index=False)
-    else:
-        forecast.to_csv(path, index=False)
+    write_forecast(forecast, path, out)
     print(path)
     return path
+
+
+def write_forecast(forecast: pd.DataFrame, path: Path, out: str) -> None:
+    """Write ``forecast`` to ``path`` (Parquet or CSV by its suffix), its folders made.
+
+    Raises:
+        UserError: the file cannot be written (``out=`` as given named in the message), or
+            the disk is full (:class:`~cloudlstm.errors.OutOfSpaceError`).
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix.lower() in PARQUET:
+            forecast.to_parquet(path, index=False)
+        else:
+            forecast.to_csv(path, index=False)
+    except OSError as err:
+        if (full := out_of_space(err, path)) is not None:
+            raise full from None
+        raise UserError(
+            f"out={out}: cannot write {path} ({err.strerror or err}): name a file in a folder "
+            "you can write to."
+        ) from None
 
 
 def history_key(cfg: DictConfig) -> tuple[str, str | None]:
@@ -81,14 +99,14 @@ def output_path(out: str, run: Path) -> Path:
     return run / "predict" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f") / out
 
 
-def check_format(name: str) -> None:
-    """Refuse an output name that is neither CSV nor Parquet, or Parquet without pyarrow."""
-    suffixes = [s.lower() for s in Path(name).suffixes]
+def check_format(out: str) -> None:
+    """Refuse an ``out=`` that is neither CSV nor Parquet, or Parquet without pyarrow."""
+    suffixes = [s.lower() for s in Path(out).suffixes]
     if suffixes[-1:] and suffixes[-1] in PARQUET:
         if not any(importlib.util.find_spec(m) for m in ("pyarrow", "fastparquet")):
-            raise UserError(f"out={name}: writing Parquet needs pyarrow (`pip install pyarrow`).")
+            raise UserError(f"out={out}: writing Parquet needs pyarrow (`pip install pyarrow`).")
     elif ".csv" not in suffixes:
-        raise UserError(f"out={name}: name a .csv (.csv.gz, ...) or .parquet file.")
+        raise UserError(f"out={out}: name a .csv (.csv.gz, ...) or .parquet file.")
 
 
 def read_history(path: Path, key: str = "data.path") -> pd.DataFrame:
