@@ -193,6 +193,26 @@ def test_a_trainer_setting_lightning_refuses_is_one_line(tmp_path, override, sai
     assert the_line(done, said).startswith(said)
 
 
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("seed=abc", "seed='abc': give a whole number from 0 to 4294967295, e.g. seed=42."),
+        ("seed=-1", "seed=-1: give a whole number from 0 to 4294967295, e.g. seed=42."),
+        ("torch_threads=0", "torch_threads=0: give a number of threads >= 1, or null for"),
+        ("torch_threads=two", "torch_threads='two': give a number of threads >= 1, or null"),
+    ],
+)
+def test_a_bad_seed_or_thread_count_is_one_line_before_the_data_are_read(tmp_path, override, said):
+    """numpy's and int()'s tracebacks before; ``torch_threads=0`` silently meant torch's
+    default."""
+    args = [*JOB, *SYNTHETIC, *QUIET, "model.hidden_channels=4", override]
+    done = run_script("train.py", *args, f"hydra.run.dir={tmp_path / 'run'}")
+    assert done.returncode == 1
+    assert the_line(done, said.split(":")[0] + ":").startswith(said)
+    written = {p.name for p in (tmp_path / "run").iterdir()}
+    assert not written & {"data_summary.json", "config.yaml", "checkpoints"}, written
+
+
 def test_layers_refuse_k_and_dilation_below_one():
     for bad in (0, -1, 2.5, True):
         with pytest.raises(NeighbourCountError, match=rf"model\.k={bad!r} is not"):

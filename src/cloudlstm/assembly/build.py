@@ -58,11 +58,34 @@ def configure_process(cfg: DictConfig) -> None:
     unless ``model.checkpointing`` is on: a run that checkpoints has chosen memory over
     speed, and kept memory raised its peak at N = 13,000 from 1.9 to 2.4 GB.
     """
-    if cfg.get("torch_threads"):
+    check_process_settings(cfg)
+    if cfg.get("torch_threads") is not None:
         torch.set_num_threads(int(cfg.torch_threads))
     checkpointing = (cfg.get("model") or {}).get("checkpointing", False)
     if keeps_freed_memory(cfg.get("keep_freed_memory", "auto"), checkpointing):
         keep_freed_memory()
+
+
+def check_process_settings(cfg: DictConfig) -> None:
+    """``seed`` (a whole number numpy takes, 0 to 2**32 - 1) and ``torch_threads`` (null for
+    torch's default, or a number of threads >= 1).
+
+    Raises:
+        UserError: either is something else (``seed=abc``, ``torch_threads=0``).
+    """
+    seed = cfg.get("seed")
+    if not _whole(seed) or not 0 <= seed < 2**32:
+        raise UserError(f"seed={seed!r}: give a whole number from 0 to {2**32 - 1}, e.g. seed=42.")
+    threads = cfg.get("torch_threads")
+    if threads is not None and not (_whole(threads) and threads >= 1):
+        raise UserError(
+            f"torch_threads={threads!r}: give a number of threads >= 1, or null for torch's "
+            "default (one per core)."
+        )
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def instantiate_datamodule(cfg: DictConfig) -> L.LightningDataModule:

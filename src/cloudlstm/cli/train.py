@@ -18,7 +18,12 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from cloudlstm.assembly.assemble import Assembly, assemble
-from cloudlstm.assembly.build import check_metric_modes, check_optimizer, configure_process
+from cloudlstm.assembly.build import (
+    check_metric_modes,
+    check_optimizer,
+    check_process_settings,
+    configure_process,
+)
 from cloudlstm.assembly.checkpoint_fit import check_resume_fits
 from cloudlstm.assembly.resume_shapes import check_resume_shapes
 from cloudlstm.engine.callbacks import EpochTimer
@@ -51,10 +56,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         UserError: it resumes a run of other settings (:mod:`cloudlstm.rundir.config_changes`)
             or with an allowed change that reshapes its weights
             (:mod:`cloudlstm.assembly.resume_shapes`), or a ``mode`` contradicts its
-            metric's direction (:func:`check_metric_modes`), or an optimizer value is invalid
-            (:func:`check_optimizer`), checked before anything is written to the run
+            metric's direction (:func:`check_metric_modes`), or an optimizer value, the seed
+            or the thread count is invalid (:func:`check_optimizer`,
+            :func:`check_process_settings`), checked before anything is written to the run
             directory.
     """
+    check_process_settings(cfg)
     check_metric_modes(cfg)
     check_optimizer(cfg)
     changes = check_config_changes(cfg, Path(cfg.paths.output_dir))
