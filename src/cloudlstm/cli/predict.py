@@ -64,9 +64,11 @@ def write_forecast(forecast: pd.DataFrame, path: Path, out: str) -> None:
     except OSError as err:
         if (full := out_of_space(err, path)) is not None:
             raise full from None
+        # mkdir's "File exists" / "Not a directory": a part of the path is a file
+        blocked = isinstance(err, FileExistsError | NotADirectoryError)
+        reason = "a part of it is a file, not a folder" if blocked else err.strerror or err
         raise UserError(
-            f"out={out}: cannot write {path} ({err.strerror or err}): name a file in a folder "
-            "you can write to."
+            f"out={out}: cannot write {path} ({reason}): name a file in a folder you can write to."
         ) from None
 
 
