@@ -73,7 +73,7 @@ def check_process_settings(cfg: DictConfig) -> None:
     Raises:
         UserError: either is something else (``seed=abc``, ``torch_threads=0``).
     """
-    seed = cfg.get("seed")
+    seed = cfg.get("seed", 0)  # a job's config always has one
     if not _whole(seed) or not 0 <= seed < 2**32:
         raise UserError(f"seed={seed!r}: give a whole number from 0 to {2**32 - 1}, e.g. seed=42.")
     threads = cfg.get("torch_threads")
