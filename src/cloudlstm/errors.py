@@ -142,13 +142,13 @@ def one_line_errors() -> Iterator[None]:
 
 def user_error_of(err: InstantiationException) -> UserError | None:
     """The one-line error of a failed instantiation, or None where it is not a user's."""
+    target = _target_of(err) or ""
     cause = err.__cause__
     while cause is not None:
         if isinstance(cause, UserError):
             return cause
         if (full := out_of_space(cause)) is not None:
             return full
-        target = _target_of(err) or ""
         if isinstance(cause, ValueError) and _raised_in(cause, __package__):
             if not target.startswith(f"{__package__}."):
                 return None

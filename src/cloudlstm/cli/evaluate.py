@@ -22,7 +22,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from cloudlstm.assembly.assemble import assemble
-from cloudlstm.assembly.build import configure_process
+from cloudlstm.assembly.build import check_process_settings, configure_process
 from cloudlstm.engine.results import results_from
 from cloudlstm.errors import UserError
 from cloudlstm.models.build import count_parameters
@@ -54,6 +54,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     class paths renamed, older data nodes in today's form), as a copy, once.
     """
     cfg = current_config(cfg)
+    check_process_settings(cfg)
     configure_process(cfg)
     L.seed_everything(cfg.seed, workers=True)
     run = check_run_dir(cfg.run)
