@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 
 from cloudlstm.assembly.assemble import warn_per_process_limits
+from cloudlstm.assembly.build import check_trainer_settings
 from cloudlstm.cli.train import train
 from cloudlstm.data.pipeline.absurd_values import (
     DEFAULT_MAX_ABS_Z,
@@ -184,13 +185,21 @@ def test_a_negative_gradient_clip_is_one_line_before_the_data_are_read(tmp_path,
     [
         ("trainer.precision=17", "trainer: Precision 17 is invalid. Allowed precision values: "),
         ("trainer.val_check_interval=-2", "trainer: You have passed invalid value -2 for val_"),
+        ("trainer.devices=0", "trainer: `Trainer(devices=0)` value is not a valid input"),
+        ("trainer.log_every_n_steps=-1", "trainer.log_every_n_steps=-1: give a whole number"),
     ],
 )
-def test_a_trainer_setting_lightning_refuses_is_one_line(tmp_path, override, said):
+def test_a_trainer_setting_lightning_refuses_is_one_line_before_the_data_are_read(
+    tmp_path, override, said
+):
+    """Lightning refuses most when its Trainer is built; a negative ``log_every_n_steps`` it
+    takes for "log every step", so that one is refused here."""
     args = [*JOB, *SYNTHETIC, *QUIET, "model.hidden_channels=4", override]
     done = run_script("train.py", *args, f"hydra.run.dir={tmp_path / 'run'}")
     assert done.returncode == 1
-    assert the_line(done, said).startswith(said)
+    assert the_line(done, said.split(":")[0] + ":").startswith(said)
+    written = {p.name for p in (tmp_path / "run").iterdir()}
+    assert not written & {"data_summary.json", "config.yaml", "checkpoints"}, written
 
 
 @pytest.mark.parametrize(
@@ -624,3 +633,18 @@ def test_ddp_run_with_a_test_limit_warns_at_startup(tmp_path):
     assert log.count("trainer.limit_test_batches=2 counts batches per process") == 1
     test = json.loads((tmp_path / "ddp" / "metrics.json").read_text())["data"]["windows"]["test"]
     assert f"{test} test windows in all (16 in one process)" in log
+
+
+def test_the_trainer_check_is_silent_and_leaves_lightning_s_logging_as_it_was(
+    tmp_path, capsys, recwarn
+):
+    """The Trainer built in earnest says the device lines; the one built to check the
+    settings must not say them a second time."""
+    cfg = compose_train(tmp_path, [*TINY, "trainer.log_every_n_steps=0"])
+    lightning = logging.getLogger("lightning.pytorch")
+    before = lightning.level
+    check_trainer_settings(cfg.trainer)
+    out = capsys.readouterr()
+    assert "GPU available" not in out.out + out.err and not recwarn.list
+    assert lightning.level == before
+    check_trainer_settings(None)  # a config without a trainer (a space check's)

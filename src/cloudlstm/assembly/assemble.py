@@ -26,6 +26,7 @@ from cloudlstm.assembly.build import (
     build_module,
     build_trainer,
     check_accelerator,
+    check_trainer_settings,
     instantiate_datamodule,
     save_job_config,
     set_up_datamodule,
@@ -84,11 +85,14 @@ def assemble(
     the model.
 
     Raises:
-        UserError: the Trainer asks for GPUs torch does not see, a data key is missing,
+        UserError: the Trainer asks for GPUs torch does not see or has a setting Lightning
+            refuses (:func:`~cloudlstm.assembly.build.check_trainer_settings`, both before
+            the data are read), a data key is missing,
             the checkpoint cannot be read or does not fit, or the model cannot forecast the
             points held out of training (:mod:`~cloudlstm.assembly.held_out`).
     """
     check_accelerator(cfg.get("trainer") or {})
+    check_trainer_settings(cfg.get("trainer"))
     trained = None
     if checkpoint is not None:
         trained = TrainedCheckpoint.read(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -177,6 +179,45 @@ def check_accelerator(trainer: DictConfig | dict[str, Any]) -> None:
             f"trainer.devices={devices}, but torch sees {visible} GPU(s): set "
             f"trainer.devices={visible} (or auto), or run where {devices} GPUs are visible."
         )
+
+
+def check_trainer_settings(trainer: DictConfig | None) -> None:
+    """Build the configured Trainer once, quietly and without callbacks or loggers, so that
+    a setting Lightning refuses (``trainer.precision=17``, ``trainer.devices=0``) is
+    reported before the data are read, not after; and refuse a negative
+    ``trainer.log_every_n_steps``, which Lightning takes for "every step".
+
+    Raises:
+        UserError: ``log_every_n_steps`` is not a whole number >= 0. Lightning's own
+            refusals leave as Hydra's ``InstantiationException``, which
+            :func:`cloudlstm.errors.user_error_of` turns into one line.
+    """
+    if trainer is None:
+        return
+    every = trainer.get("log_every_n_steps")
+    if every is not None and not (_whole(every) and every >= 0):
+        raise UserError(
+            f"trainer.log_every_n_steps={every!r}: give a whole number of steps >= 1 (0: no "
+            "training metrics logged within an epoch), e.g. trainer.log_every_n_steps=50."
+        )
+    with _lightning_quiet():
+        instantiate(trainer, callbacks=[], logger=False)
+
+
+@contextmanager
+def _lightning_quiet() -> Iterator[None]:
+    """No log line or warning from Lightning: the Trainer built in earnest says them."""
+    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
+    levels = [lg.level for lg in loggers]
+    try:
+        for lg in loggers:
+            lg.setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
 
 
 def build_trainer(cfg: DictConfig, loggers: list[Any]) -> L.Trainer:
