@@ -118,6 +118,13 @@ def test_a_bad_selection_is_refused_before_any_data_is_read(points, seed, messag
         check_holdout(points, seed, True)
 
 
+@pytest.mark.parametrize("points", [None, 0.25])
+def test_a_holdout_history_that_is_not_a_boolean_is_refused_with_or_without_points(points):
+    """Without held-out points the value is unused, but a typo there is still no choice."""
+    with pytest.raises(UserError, match=r"data.holdout_history='maybe': use true or false"):
+        check_holdout(points, 0, "maybe")
+
+
 def test_a_selection_the_data_cannot_give_names_its_points():
     ids = [f"p{i}" for i in range(4)]
     with pytest.raises(UserError, match=r"names p9, not points of the data, whose 4 points"):

@@ -243,17 +243,21 @@ def build_trainer(cfg: DictConfig, loggers: list[Any]) -> L.Trainer:
 
 
 def check_optimizer(cfg: DictConfig) -> None:
-    """Build the configured optimizer over one stand-in weight, and check the gradient
-    clipping of its steps: an invalid value (``optimizer.lr=-1``) is refused before the data
-    are read and a logger starts, not at the first step.
+    """Build the configured optimizer over one stand-in weight, and its learning-rate
+    schedule, and check the gradient clipping of its steps: an invalid value
+    (``optimizer.lr=-1``, ``scheduler.warmup_steps`` beyond ``trainer.max_steps``) is refused
+    before the data are read and a logger starts, not at the first step.
 
     Raises:
-        UserError: one of the optimizer's values is invalid, or
+        UserError: one of the optimizer's or the schedule's values is invalid, or
             ``trainer.gradient_clip_val`` is negative or not finite (Lightning would not
             clip at all: a recipe's clipping silently gone).
     """
     if cfg.get("optimizer") is not None:
-        make_optimizer(hydra.utils.instantiate(cfg.optimizer), [torch.nn.Parameter(torch.zeros(1))])
+        weight = torch.nn.Parameter(torch.zeros(1))
+        optimizer = make_optimizer(hydra.utils.instantiate(cfg.optimizer), [weight])
+        if cfg.get("scheduler") is not None:  # its budget against trainer.max_steps
+            hydra.utils.instantiate(cfg.scheduler)(optimizer=optimizer)
     clip = (cfg.get("trainer") or {}).get("gradient_clip_val")
     if clip is not None and not (
         isinstance(clip, int | float) and not isinstance(clip, bool) and 0 <= clip < math.inf

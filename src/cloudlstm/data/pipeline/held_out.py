@@ -92,10 +92,10 @@ def check_holdout(points: Any, seed: Any, history: Any) -> HoldOut | None:
         UserError: ``points`` is neither a fraction in (0, 1), a count >= 1 nor a list of
             distinct ids; ``seed`` is no whole number >= 0; ``history`` no boolean.
     """
+    if not isinstance(history, bool):  # also without held-out points: a typo is no choice
+        raise UserError(f"data.holdout_history={history!r}: use true or false.")
     if points is None:
         return None
-    if not isinstance(history, bool):
-        raise UserError(f"data.holdout_history={history!r}: use true or false.")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise UserError(
             f"data.holdout_seed={seed!r}: use a whole number >= 0 (the draw of the held-out "
