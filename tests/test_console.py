@@ -65,7 +65,8 @@ def test_each_log_line_is_printed_once(demo_console):
 def test_no_advertisements_or_empty_numbers(demo_console):
     out, err = demo_console
     text = out + err
-    for noise in ("Total FLOPs", "v_num", "anonymous", "💡", "litlogger", "TPU available"):
+    noises = ("Total FLOPs", "v_num", "anonymous", "💡", "litlogger", "TPU available", "NumExpr")
+    for noise in noises:
         assert noise not in text, noise
     assert "Trainable params" in out  # the model summary is still there
 
@@ -141,3 +142,14 @@ def test_the_run_ends_with_its_directory_and_what_to_do_next(demo_console):
     for command in (f"python eval.py run={run_dir}", f"python predict.py run={run_dir}"):
         assert command in nxt
     assert "python -m cloudlstm.cli.compare" in nxt
+
+
+def test_a_program_s_one_line_error_is_all_it_prints(tmp_path):
+    """No library's start-up line (numexpr's thread count) before the error's line."""
+    done = subprocess.run(
+        [*PYTHON, "predict.py", f"run={tmp_path}"],
+        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("predict.py needs data.path"), lines

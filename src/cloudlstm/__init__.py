@@ -1,5 +1,6 @@
 """cloudlstm: forecasting point-cloud streams with CloudLSTM and its baselines."""
 
+import logging
 import os
 from importlib.metadata import PackageNotFoundError, version
 
@@ -22,6 +23,11 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 # 2026-11-27, at f4a0dcd; docs/performance.md).
 # Read once, when torch loads its OpenMP runtime: so only if cloudlstm is imported first.
 os.environ.setdefault("GOMP_SPINCOUNT", "10000")
+
+# numexpr, imported by pandas, logs its default thread count at INFO: a line of every
+# program's output that says nothing to the user, and before a program's one-line error
+# a second line. Its default is kept; only the line is not said.
+logging.getLogger("numexpr.utils").setLevel(logging.WARNING)
 
 
 def _metric_mode(key: str) -> str:
