@@ -175,6 +175,12 @@ def test_a_missing_run_or_checkpoint_is_a_user_error(cloud_run, tmp_path):
         with_run_config(["eval.py", f"run={tmp_path / 'nope'}"])
     with pytest.raises(UserError, match="is not a run directory: it has no config.yaml"):
         with_run_config(["eval.py", f"run={tmp_path}"])
+    config = cloud_run / "config.yaml"
+    with pytest.raises(UserError, match=f"^{config} is a file of a run: give its folder, run="):
+        with_run_config(["eval.py", f"run={config}"])
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(UserError, match="notes.txt is a file, not a run directory: give a run"):
+        with_run_config(["eval.py", f"run={tmp_path / 'notes.txt'}"])
     untrained = tmp_path / "untrained"
     untrained.mkdir()
     shutil.copy(cloud_run / "config.yaml", untrained)

@@ -51,9 +51,13 @@ def check_run_dir(run_dir: str | Path) -> Path:
     """``run_dir`` as a path, checked to be a run directory (it has the run's config.yaml).
 
     Raises:
-        UserError: it does not exist, or is not a run directory.
+        UserError: it does not exist, is a file, or is not a run directory.
     """
     run = Path(run_dir).expanduser()
+    if run.is_file() and (run.parent / CONFIG_FILE).is_file():  # run=<run>/config.yaml
+        raise UserError(f"{run} is a file of a run: give its folder, run={run.parent}.")
+    if run.exists() and not run.is_dir():
+        raise UserError(f"{run} is a file, not a run directory: give a run's folder.")
     if not run.is_dir():
         raise UserError(f"Run directory {run} does not exist.")
     if not (run / CONFIG_FILE).is_file():
