@@ -30,6 +30,8 @@ from cloudlstm.data.pipeline.absurd_values import (
     merged_ranges,
     robust_spread,
 )
+from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
+from cloudlstm.data.sources.synthetic import SyntheticAdvectionDiffusion
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.engine.distributed import per_process_limits
 from cloudlstm.errors import UserError, one_line_errors
@@ -653,3 +655,32 @@ def test_the_trainer_check_is_silent_and_leaves_lightning_s_logging_as_it_was(
     assert "GPU available" not in out.out + out.err and not recwarn.list
     assert lightning.level == before
     check_trainer_settings(None)  # a config without a trainer (a space check's)
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        ({"score_filled": "maybe"}, "data.score_filled='maybe': use true or false."),
+        ({"pin_memory": 1}, "data.pin_memory=1: use true or false."),
+        ({"seasonal": "no"}, "data.seasonal='no': use true or false."),
+        ({"seasonal_days": 0}, "data.seasonal_days=0: use a finite number > 0."),
+        ({"seasonal_every_minutes": math.inf}, "data.seasonal_every_minutes=inf: use a finite"),
+        ({"dbscan_eps": -0.1}, "data.dbscan_eps=-0.1: use a finite number > 0 or null."),
+        ({"dbscan_min_samples": 0}, "data.dbscan_min_samples=0: use a whole number >= 1."),
+        ({"outlier_shift": -1}, "data.outlier_shift=-1: use a finite number >= 0 or null."),
+        ({"outlier_count": 2.5}, "data.outlier_count=2.5: use a whole number >= 1."),
+        ({"outlier_seed": -3}, "data.outlier_seed=-3: use a whole number >= 0."),
+        ({"subset_seed": -1}, "data.subset_seed=-1: use a whole number >= 0."),
+    ],
+)
+def test_a_switch_seed_or_study_size_out_of_range_is_refused_before_the_data_are_read(option, said):
+    """``bool("maybe")`` was True, and the seeds and DBSCAN's sizes failed with numpy's or
+    scikit-learn's error once the data were loaded. The source is not loaded here."""
+    with pytest.raises(UserError) as refused:
+        PointCloudDataModule(SyntheticAdvectionDiffusion(num_points=4, num_steps=40), **option)
+    assert str(refused.value).startswith(said)
+
+
+def test_the_studies_defaults_and_their_documented_values_pass():
+    for option in ({"outlier_shift": 0}, {"outlier_shift": 0.5}, {"dbscan_eps": 0.2}, {}):
+        PointCloudDataModule(SyntheticAdvectionDiffusion(num_points=4, num_steps=40), **option)

@@ -33,6 +33,7 @@ from cloudlstm.data.pipeline.loaders import (
     ordered_loader,
     training_loader,
 )
+from cloudlstm.data.pipeline.options import check_study_options, check_switch, check_whole
 from cloudlstm.data.pipeline.preparation import (
     as_source,
     data_name,
@@ -161,6 +162,13 @@ class PointCloudDataModule(LightningDataModule):
     ) -> None:
         super().__init__()
         check_outlier_options(outliers, outlier_shift)
+        check_study_options(
+            seasonal,
+            seasonal_days,
+            seasonal_every_minutes,
+            (dbscan_eps, dbscan_min_samples),
+            (outlier_shift, outlier_count, outlier_seed),
+        )
         self.holdout = check_holdout(holdout_points, holdout_seed, holdout_history)
         _check_sizes(
             num_points,
@@ -182,8 +190,9 @@ class PointCloudDataModule(LightningDataModule):
         self.split = SplitRule(self.val_fraction, self.test_fraction, split_times)
         self.stride = int(stride)
         self.num_workers = int(num_workers)
-        self.pin_memory = bool(pin_memory)
-        self.subset = None if num_points is None else (int(num_points), int(subset_seed))
+        self.pin_memory = check_switch("pin_memory", pin_memory)
+        subset_seed = check_whole("subset_seed", subset_seed, 0)
+        self.subset = None if num_points is None else (int(num_points), subset_seed)
         self.max_abs_z = check_max_abs_z(max_abs_z)
         self.valid_ranges = check_valid_ranges(valid_ranges)
         self.seasonal = (float(seasonal_days), float(seasonal_every_minutes)) if seasonal else None
@@ -195,7 +204,7 @@ class PointCloudDataModule(LightningDataModule):
             "outlier_count": int(outlier_count),
             "outlier_seed": int(outlier_seed),
         }
-        self.score_filled = bool(score_filled)
+        self.score_filled = check_switch("score_filled", score_filled)
         self.time_features = check_time_features(time_features)
         self._clear()
 
