@@ -19,6 +19,7 @@ from torch import nn
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
 from cloudlstm.models.capture import AUTO
+from cloudlstm.models.options import check_option_types
 from cloudlstm.nn.knn_checks import NeighbourCountError
 
 log = logging.getLogger(__name__)
@@ -57,13 +58,15 @@ def build_model(
     (:func:`cloudlstm.nn.knn.knn`); docs/design.md has the details.
 
     Raises:
-        UserError: ``compile`` is neither a boolean nor a mode, the config sets a size
+        UserError: ``compile`` is neither a boolean nor a mode, an option is not of the
+            type its constructor declares (:mod:`cloudlstm.models.options`), the config sets a size
             the data does not have, asks more neighbours than the data has points, or the
             data has a graph that the model cannot take.
     """
     config = resolved(config)
     options = {key: config.pop(key, None) for key in BUILD_OPTIONS}
     mode = compile_mode(compile if compile is not None else options["compile"])
+    check_option_types(hydra.utils.get_class(config._target_), config)
     sizes = data_sizes(config, spec) if spec is not None else {}
     graph = graph_argument(config, spec) if spec is not None else {}
     if spec is not None:
