@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from cloudlstm.cli.train import train
-from cloudlstm.engine.declared_metrics import monitor_mode
+from cloudlstm.engine.declared_metrics import check_optimized_metric, monitor_mode
 from cloudlstm.errors import UserError
 from tests.conftest import TINY, compose_train, one_line, run_python
 
@@ -170,3 +170,22 @@ def test_a_search_on_ssim_maximises_it(tmp_path):
     assert study.direction == optuna.study.StudyDirection.MAXIMIZE
     (trial,) = study.trials
     assert trial.value is not None and list(trial.intermediate_values) == [3]
+
+
+@pytest.mark.parametrize(
+    "key", ["val/mae_best", "val/ssim", "val/loss", "val/rmse_h03", "val/crps_best", None]
+)
+def test_a_metric_the_runs_log_is_taken_as_the_objective(key):
+    check_optimized_metric(key)
+
+
+@pytest.mark.parametrize("key", ["val/foo", "train/loss", "mae_best", "test/mae"])
+def test_an_objective_no_run_logs_is_refused_before_any_trial_trains(tmp_path, key):
+    """The check after a trial (cli/train.py::objective) came only once it had trained."""
+    with pytest.raises(UserError, match=f"^optimized_metric={key} is no validation metric"):
+        check_optimized_metric(key)
+    sweep = tmp_path / "sweep"
+    args = ["hparams_search=optuna", *TINY, "logger=none", f"optimized_metric={key}"]
+    proc = train_py(tmp_path, *args, f"hydra.sweep.dir={sweep}")
+    assert one_line(proc).startswith(f"optimized_metric={key} is no validation metric")
+    assert not list(sweep.glob("*/metrics.json")) and not list(sweep.glob("*/config.yaml"))

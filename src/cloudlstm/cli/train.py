@@ -27,6 +27,7 @@ from cloudlstm.assembly.build import (
 from cloudlstm.assembly.checkpoint_fit import check_resume_fits
 from cloudlstm.assembly.resume_shapes import check_resume_shapes
 from cloudlstm.engine.callbacks import EpochTimer
+from cloudlstm.engine.declared_metrics import check_optimized_metric
 from cloudlstm.engine.module import TrainingDivergedError
 from cloudlstm.engine.results import results_from
 from cloudlstm.errors import UserError
@@ -63,6 +64,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     """
     check_process_settings(cfg)
     check_metric_modes(cfg)
+    check_optimized_metric(cfg.get("optimized_metric"))
     check_optimizer(cfg)
     changes = check_config_changes(cfg, Path(cfg.paths.output_dir))
     check_resume_shapes(cfg, Path(cfg.paths.output_dir), changes)

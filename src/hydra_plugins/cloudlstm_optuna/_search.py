@@ -33,7 +33,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
-from cloudlstm.engine.declared_metrics import monitor_mode
+from cloudlstm.engine.declared_metrics import check_optimized_metric, monitor_mode
 from cloudlstm.engine.pruning import (
     PRUNED_ATTR,
     STORAGE_ENV,
@@ -93,6 +93,7 @@ class OptunaSearch(Sweeper):
             )
         self.n_trials = _positive_int("n_trials", s.get("n_trials", 20))
         self.n_jobs = _positive_int("n_jobs", s.get("n_jobs", 1))
+        check_optimized_metric(config.get("optimized_metric"))  # before any trial trains
         self.direction = objective_direction(s.get("direction"), config.get("optimized_metric"))
         self.max_failure_rate = _failure_rate(s.get("max_failure_rate", 0.0))
         self.sampler = _build("sampler", s.get("sampler"), optuna.samplers.BaseSampler)
