@@ -45,6 +45,38 @@ def test_parameter_table_prints_a_row_per_model(capsys):
     assert rows[-2:] == ["| `persistence` | 0 |", f"| `mlp` | {mlp:,} |"]
 
 
+def test_a_model_the_sizes_cannot_build_says_why_in_its_row(capsys):
+    from cloudlstm.cli import models_table
+
+    assert models_table.main(["--num-points", "2", "cloudlstm", "linear"]) == 1
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[-2] == (
+        "| `cloudlstm` | not built at these sizes: model.k=9 neighbours but the data has 2 "
+        "point(s): set model.k <= 2 (model.k=1: each point alone), or give the data more "
+        "points. |"
+    )
+    assert rows[-1] == "| `linear` | 936 |"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["nope"], "error: no model 'nope'; the models: agcrn, "),
+        (["--num-points", "0"], "error: argument --num-points: 0 is below 1"),
+        (["--input-steps", "x"], "error: argument --input-steps: 'x' is not a whole number"),
+    ],
+)
+def test_the_parameter_table_refuses_an_unknown_model_or_size_in_one_line(capsys, args, said):
+    """A ZeroDivisionError, a ValueError or Hydra's search path before."""
+    from cloudlstm.cli import models_table
+
+    with pytest.raises(SystemExit) as stopped:
+        models_table.main(args)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and said in err.splitlines()[-1]
+
+
 COMMANDS = [
     *[["benchmarks/" + p.name] for p in sorted((ROOT / "benchmarks").glob("bench_*.py"))],
     ["benchmarks/gpu_check.py"],

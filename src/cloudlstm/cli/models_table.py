@@ -21,6 +21,7 @@ from omegaconf import open_dict
 
 from cloudlstm.cli.pipes import reader_may_leave
 from cloudlstm.data.spec import DataSpec
+from cloudlstm.errors import UserError, one_line_errors
 from cloudlstm.models.build import build_model, count_parameters
 from cloudlstm.paths import config_dir
 
@@ -63,28 +64,54 @@ def model_for_shape(
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Print the table; 1 if a model cannot be built at the sizes given (its row says why),
+    2 for a bad option (argparse's usage and one line)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-points", type=int, default=274)
-    parser.add_argument("--num-channels", type=int, default=6)
-    parser.add_argument("--input-steps", type=int, default=12)
-    parser.add_argument("--output-steps", type=int, default=12)
+    for flag, default in SIZES.items():
+        parser.add_argument(flag, type=_at_least_one, default=default)
     parser.add_argument("models", nargs="*", help="model config names (default: all)")
     args = parser.parse_args(argv)
+    known = model_names()
+    unknown = [name for name in args.models if name not in known]
+    if unknown:
+        parser.error(f"no model {unknown[0]!r}; the models: {', '.join(known)}")
     print(
         f"Parameters at N={args.num_points}, C={args.num_channels}, "
         f"M={args.input_steps}, J={args.output_steps}:\n"
     )
     print("| model | parameters |\n|---|---|")
-    for name in args.models or model_names():
-        count = model_parameters(
-            name,
-            num_points=args.num_points,
-            num_channels=args.num_channels,
-            input_steps=args.input_steps,
-            output_steps=args.output_steps,
-        )
-        print(f"| `{name}` | {count:,} |")
-    return 0
+    built = [_row(name, args) for name in args.models or known]
+    return 0 if all(built) else 1
+
+
+# The table's size options and their defaults: the paper's air-quality cluster A.
+SIZES = {"--num-points": 274, "--num-channels": 6, "--input-steps": 12, "--output-steps": 12}
+
+
+def _at_least_one(text: str) -> int:
+    """A size option: a whole number >= 1 (argparse reports anything else)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is below 1")
+    return value
+
+
+def _row(name: str, args: argparse.Namespace) -> bool:
+    """Print ``name``'s row: its parameter count, or why it cannot be built at these sizes
+    (a model that needs more points than given, say). True if it was built."""
+    sizes = {key: getattr(args, key) for key in ("num_points", "num_channels")}
+    sizes |= {key: getattr(args, key) for key in ("input_steps", "output_steps")}
+    try:
+        with one_line_errors():
+            count = model_parameters(name, **sizes)
+    except UserError as err:
+        print(f"| `{name}` | not built at these sizes: {err} |")
+        return False
+    print(f"| `{name}` | {count:,} |")
+    return True
 
 
 if __name__ == "__main__":
