@@ -242,6 +242,9 @@ def test_times_must_lie_on_a_regular_grid(tmp_path):
     assert source(tmp_path, missing_value="0").missing_value == 0.0
     with pytest.raises(UserError, match=r"data\.source\.start='someday' is not a date"):
         source(tmp_path, start="someday")
+    for unnamed in ("", " ", None):  # `data.source.channel=` on the command line
+        with pytest.raises(UserError, match=r"data\.source\.channel=.*: give the channel a name"):
+            source(tmp_path, channel=unnamed)
 
 
 def test_repeated_columns_and_covariates_are_refused(tmp_path):

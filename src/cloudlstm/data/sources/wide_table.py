@@ -164,6 +164,11 @@ class WideTableSource(CachedSource):
             if missing_value is None
             else parse_number(missing_value, "data.source.missing_value")
         )
+        if channel is None or not str(channel).strip():
+            raise UserError(
+                f"data.source.channel={channel!r}: give the channel a name, e.g. "
+                "data.source.channel=speed."
+            )
         self.channel = str(channel)
         self.key = None if key is None else str(key)
         if isinstance(position_cols, str):
