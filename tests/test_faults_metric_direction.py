@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from cloudlstm.cli.train import train
-from cloudlstm.engine.declared_metrics import check_optimized_metric, monitor_mode
+from cloudlstm.engine.declared_metrics import monitor_mode
+from cloudlstm.engine.objective import check_optimized_metric
 from cloudlstm.errors import UserError
 from tests.conftest import TINY, compose_train, one_line, run_python
 

@@ -27,8 +27,8 @@ from cloudlstm.assembly.build import (
 from cloudlstm.assembly.checkpoint_fit import check_resume_fits
 from cloudlstm.assembly.resume_shapes import check_resume_shapes
 from cloudlstm.engine.callbacks import EpochTimer
-from cloudlstm.engine.declared_metrics import check_optimized_metric
 from cloudlstm.engine.module import TrainingDivergedError
+from cloudlstm.engine.objective import check_optimized_metric
 from cloudlstm.engine.results import results_from
 from cloudlstm.errors import UserError
 from cloudlstm.models.build import count_parameters

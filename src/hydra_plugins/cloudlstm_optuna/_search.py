@@ -33,7 +33,8 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
-from cloudlstm.engine.declared_metrics import check_optimized_metric, monitor_mode
+from cloudlstm.engine.declared_metrics import monitor_mode
+from cloudlstm.engine.objective import check_optimized_metric
 from cloudlstm.engine.pruning import (
     PRUNED_ATTR,
     STORAGE_ENV,
