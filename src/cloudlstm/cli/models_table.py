@@ -102,8 +102,7 @@ def _at_least_one(text: str) -> int:
 def _row(name: str, args: argparse.Namespace) -> bool:
     """Print ``name``'s row: its parameter count, or why it cannot be built at these sizes
     (a model that needs more points than given, say). True if it was built."""
-    sizes = {key: getattr(args, key) for key in ("num_points", "num_channels")}
-    sizes |= {key: getattr(args, key) for key in ("input_steps", "output_steps")}
+    sizes = {key: value for key, value in vars(args).items() if key != "models"}
     try:
         with one_line_errors():
             count = model_parameters(name, **sizes)

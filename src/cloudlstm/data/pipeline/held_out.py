@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from cloudlstm.data.pipeline.options import check_switch
 from cloudlstm.errors import UserError
 
 __all__ = ["HELD_OUT", "TRAINED", "HoldOut", "check_holdout", "held_out_groups"]
@@ -92,8 +93,7 @@ def check_holdout(points: Any, seed: Any, history: Any) -> HoldOut | None:
         UserError: ``points`` is neither a fraction in (0, 1), a count >= 1 nor a list of
             distinct ids; ``seed`` is no whole number >= 0; ``history`` no boolean.
     """
-    if not isinstance(history, bool):  # also without held-out points: a typo is no choice
-        raise UserError(f"data.holdout_history={history!r}: use true or false.")
+    check_switch("holdout_history", history)  # also without held-out points: a typo is no choice
     if points is None:
         return None
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
