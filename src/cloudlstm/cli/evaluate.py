@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 
 from cloudlstm.assembly.assemble import assemble
 from cloudlstm.assembly.build import check_process_settings, configure_process
+from cloudlstm.assembly.known_keys import check_known_keys
 from cloudlstm.engine.results import results_from
 from cloudlstm.errors import UserError
 from cloudlstm.models.build import count_parameters
@@ -54,6 +55,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     class paths renamed, older data nodes in today's form), as a copy, once.
     """
     cfg = current_config(cfg)
+    check_known_keys(cfg)
     check_process_settings(cfg)
     configure_process(cfg)
     L.seed_everything(cfg.seed, workers=True)

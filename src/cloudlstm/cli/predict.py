@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
+from cloudlstm.assembly.known_keys import check_added_top_level_keys
 from cloudlstm.data.pipeline.forecast_input import user_errors
 from cloudlstm.data.sources.long_format import folder_given
 from cloudlstm.data.sources.tables import read_table
@@ -32,6 +33,7 @@ def main(cfg: DictConfig) -> Path:
     Writes the forecast to :func:`output_path` (CSV, or Parquet by extension), prints its
     path and returns it.
     """
+    check_added_top_level_keys(cfg)
     key, given = history_key(cfg)
     missing = sorted({*OmegaConf.missing_keys(cfg), *(["data.path"] if given is None else [])})
     if missing:

@@ -25,6 +25,7 @@ from cloudlstm.assembly.build import (
     configure_process,
 )
 from cloudlstm.assembly.checkpoint_fit import check_resume_fits
+from cloudlstm.assembly.known_keys import check_known_keys
 from cloudlstm.assembly.resume_shapes import check_resume_shapes
 from cloudlstm.engine.callbacks import EpochTimer
 from cloudlstm.engine.module import TrainingDivergedError
@@ -59,9 +60,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             (:mod:`cloudlstm.assembly.resume_shapes`), or a ``mode`` contradicts its
             metric's direction (:func:`check_metric_modes`), or an optimizer value, the seed
             or the thread count is invalid (:func:`check_optimizer`,
-            :func:`check_process_settings`), checked before anything is written to the run
+            :func:`check_process_settings`), or a key is one that nothing reads
+            (:func:`check_known_keys`), checked before anything is written to the run
             directory.
     """
+    check_known_keys(cfg)
     check_process_settings(cfg)
     check_metric_modes(cfg)
     check_optimized_metric(cfg.get("optimized_metric"))

@@ -1,0 +1,128 @@
+"""Settings that nothing would read, refused by name before anything is built.
+
+Hydra adds a key with ``+``: ``+model.kk=3`` puts ``kk`` in the model's config, where its
+constructor fails with a ``TypeError`` of several lines, or a traceback for the optimizer,
+the schedule and the training module; ``+foo=1`` at the top puts a key in the run's config
+that no code reads, and the run trains as if it were not there. A key misspelt in a config
+file does the same. So before the data are read:
+
+* each node with a ``_target_`` (the model, the datamodule and its source, the optimizer,
+  the schedule, the Trainer, the callbacks, the loggers) may hold only the arguments its
+  target declares, unless the target takes ``**kwargs`` (the W&B logger passes them on);
+* a top-level key added with ``+key=value`` is refused: the top-level settings are fixed.
+
+A key added inside another plain node (``+paths.foo=1``) is not checked: such nodes are
+read key by key, and an extra key there changes nothing.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf
+
+from cloudlstm.errors import UserError
+from cloudlstm.models.build import BUILD_OPTIONS
+
+# Hydra's own keys of a node it instantiates
+_HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
+# keys a node may hold beyond its target's arguments: they are taken out before it is built
+_BUILD_KEYS = {"model": set(BUILD_OPTIONS)}
+# an argument list longer than this is not written out in the message
+_LIST_AT_MOST = 16
+
+
+def check_known_keys(cfg: DictConfig) -> None:
+    """Refuse a key of ``cfg`` that nothing reads (module docstring).
+
+    Raises:
+        UserError: names the key, the class or function it was meant for, the nearest
+            argument it takes and the way out.
+    """
+    check_added_top_level_keys(cfg)
+    for path, node in _target_nodes(cfg, ""):
+        _check_node(path, node)
+
+
+def check_added_top_level_keys(cfg: DictConfig) -> None:
+    """Refuse ``+key=value`` at the top level of a config composed by Hydra (no code reads
+    a new top-level key). Nothing is checked outside a Hydra job, or for a config group
+    added with ``+`` (``+experiment=...``).
+
+    Raises:
+        UserError: names the override and the nearest top-level setting.
+    """
+    if not HydraConfig.initialized():
+        return
+    hydra_cfg = HydraConfig.get()
+    groups = set(hydra_cfg.runtime.choices)
+    for override in OverridesParser.create().parse_overrides(list(hydra_cfg.overrides.task)):
+        key = override.key_or_group
+        if not override.is_add() or "." in key or "/" in key or key in groups:
+            continue
+        known = [k for k in cfg if k != key and k != "hydra"]
+        raise UserError(
+            f"{override.input_line}: there is no top-level setting {key}, so nothing would "
+            f"read it{_nearest(key, known)}. Give a setting the config has (`--cfg job` "
+            "after the command prints them), without the +."
+        )
+
+
+def _target_nodes(node: DictConfig, path: str) -> Iterator[tuple[str, DictConfig]]:
+    """``(path, node)`` of each node with a ``_target_`` at or below ``node``, ``hydra``
+    left out; a node that is an interpolation is not followed."""
+    if "_target_" in node:
+        yield path, node
+    for key in node:
+        if (not path and key == "hydra") or OmegaConf.is_interpolation(node, str(key)):
+            continue
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+            yield from _target_nodes(child, f"{path}.{key}" if path else str(key))
+
+
+def _check_node(path: str, node: DictConfig) -> None:
+    """Refuse a key of ``node`` that its target does not take."""
+    arguments = _arguments(str(node._get_node("_target_")._value()))
+    if arguments is None:
+        return  # takes **kwargs, or cannot be looked up: instantiating it will say why
+    allowed = arguments | _HYDRA_KEYS | _BUILD_KEYS.get(path, set())
+    for key in node:
+        if key in allowed:
+            continue
+        target = str(node._target_).rsplit(".", 1)[-1]
+        if len(arguments) <= _LIST_AT_MOST:
+            takes = f"; it takes {', '.join(sorted(arguments))}"
+        else:
+            takes = f" (it takes {len(arguments)} settings, its documentation lists them)"
+        raise UserError(
+            f"{path}.{key}: {target} has no setting {key}{_nearest(key, arguments, path)}"
+            f"{takes}. Correct the name, or leave it out."
+        )
+
+
+def _arguments(target: str) -> set[str] | None:
+    """The names of the arguments ``target`` takes, or None where it takes any
+    (``**kwargs``) or cannot be looked up here."""
+    try:
+        parameters = inspect.signature(hydra.utils.get_object(target)).parameters
+    except Exception:  # noqa: BLE001 - instantiate reports a bad target in its own words
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return None
+    positional = inspect.Parameter.VAR_POSITIONAL
+    return {name for name, p in parameters.items() if p.kind is not positional}
+
+
+def _nearest(key: str, names: Any, path: str = "") -> str:
+    """``" (did you mean <path>.<name>?)"`` for the closest of ``names``, or ``""``."""
+    close = difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.6)
+    if not close:
+        return ""
+    return f" (did you mean {path + '.' if path else ''}{close[0]}?)"

@@ -1,0 +1,111 @@
+"""A key that nothing would read (``+model.kk=3``, ``+seeed=1``, a misspelt key in a config
+file) is refused by name before anything is built (cloudlstm.assembly.known_keys)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from cloudlstm.assembly.known_keys import check_known_keys
+from cloudlstm.errors import UserError
+from cloudlstm.rundir.old_configs import current_config
+from tests.conftest import PYTHON, ROOT, TINY, compose_train, one_line, subprocess_env
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("+model.kk=3", "model.kk: CloudSeq2Seq has no setting kk (did you mean model.k?); it"),
+        ("+optimizer.foo=1", "optimizer.foo: AdamW has no setting foo; it takes amsgrad, betas,"),
+        ("+scheduler.warmup=5", "scheduler.warmup: warmup_cosine has no setting warmup (did you "
+                                "mean scheduler.warmup_steps?)"),
+        ("+module.foo=1", "module.foo: ForecastModule has no setting foo; it takes anchor,"),
+        ("+data.batchsize=8", "data.batchsize: PointCloudDataModule has no setting batchsize "
+                              "(did you mean data.batch_size?) (it takes"),
+        ("+data.source.foo=1", "data.source.foo: SyntheticAdvectionDiffusion has no setting"),
+        ("+trainer.max_step=5", "trainer.max_step: Trainer has no setting max_step (did you mean "
+                                "trainer.max_steps?)"),
+        ("+callbacks.early_stopping.patiense=3", "callbacks.early_stopping.patiense: "
+         "EarlyStopping has no setting patiense (did you mean callbacks.early_stopping.patience?)"),
+        ("+seeed=3", "+seeed=3: there is no top-level setting seeed, so nothing would read it "
+                     "(did you mean seed?)."),
+        ("+foo=1", "+foo=1: there is no top-level setting foo, so nothing would read it. Give"),
+    ],
+)  # fmt: skip
+def test_a_key_nothing_reads_is_refused_by_name(tmp_path: Path, override: str, said: str):
+    cfg = compose_train(tmp_path, [override])
+    with pytest.raises(UserError) as refused:
+        check_known_keys(cfg)
+    assert str(refused.value).startswith(said), str(refused.value)
+    assert str(refused.value).endswith(("Correct the name, or leave it out.", "without the +."))
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["+trainer.profiler=simple"],  # a Trainer argument the config does not set
+        ["++seed=3", "++trainer.max_steps=7"],  # ++ on keys that exist
+        ["logger=wandb", "+logger.wandb.notes=x"],  # the W&B logger passes **kwargs on
+        ["model.compile=true"],  # a build option of the model node, not an argument
+        ["+paths.extra=1"],  # a plain node: not checked (module docstring)
+        ["experiment=demo", "model=stgcn"],
+    ],
+)
+def test_keys_that_are_read_pass(tmp_path: Path, overrides: list[str]):
+    check_known_keys(compose_train(tmp_path, overrides))
+
+
+GROUPS = ("model", "data", "experiment", "callbacks", "logger", "trainer", "recipe", "debug")
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_every_shipped_config_passes(tmp_path: Path, group: str):
+    options = sorted(p.relative_to(ROOT / "conf" / group).with_suffix("").as_posix()
+                     for p in (ROOT / "conf" / group).rglob("*.yaml"))  # fmt: skip
+    assert options
+    for option in options:
+        check_known_keys(compose_train(tmp_path, [f"{group}={option}"]))
+
+
+def test_every_committed_run_config_passes():
+    """The run configs of docs/results, in today's form as eval.py reads them."""
+    configs = sorted((ROOT / "docs" / "results").rglob("config.yaml"))
+    assert len(configs) > 100
+    for path in configs:
+        check_known_keys(current_config(OmegaConf.load(path)))
+
+
+def test_a_misspelt_key_in_a_config_node_is_refused_outside_hydra_too():
+    cfg = OmegaConf.create(
+        {"model": {"_target_": "cloudlstm.models.linear.TimeLinear", "share_chanels": True}}
+    )
+    with pytest.raises(UserError, match=r"model.share_chanels: TimeLinear has no setting"):
+        check_known_keys(cfg)
+
+
+def test_train_py_refuses_an_added_key_in_one_line_before_writing_a_run(tmp_path: Path):
+    run = tmp_path / "run"
+    done = subprocess.run(
+        [*PYTHON, "train.py", *TINY, "logger=none", "+model.hiden_channels=4",
+         f"hydra.run.dir={run}", f"paths.data_dir={tmp_path / 'data'}"],
+        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert one_line(done).startswith(
+        "model.hiden_channels: CloudSeq2Seq has no setting hiden_channels "
+        "(did you mean model.hidden_channels?)"
+    )
+    assert not (run / "config.yaml").exists() and not (tmp_path / "data").exists()
+
+
+def test_predict_py_refuses_an_added_top_level_key_in_one_line(tmp_path: Path):
+    done = subprocess.run(
+        [*PYTHON, "predict.py", f"run={tmp_path}", "data.path=x.csv", "+outt=f.csv"],
+        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert one_line(done).startswith(
+        "+outt=f.csv: there is no top-level setting outt, so nothing would read it (did you "
+        "mean out?)"
+    )
