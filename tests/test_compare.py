@@ -342,6 +342,53 @@ def test_a_run_file_that_cannot_be_read_is_one_line_naming_it(
 
 
 @pytest.mark.parametrize(
+    ("key", "value", "problem"),
+    [
+        ("test.overall.mae.mean", "abc", "test.overall.mae.mean is 'abc', not a number"),
+        ("test.overall.mae", {"median": 1}, "test.overall.mae.mean is None, not a number"),
+        ("test.overall.mae", True, "test.overall.mae.mean is None, not a number"),
+        ("test.overall", [1], "test.overall is [1], not a mapping"),
+        ("test", "yes", "test is 'yes', not a mapping"),
+        ("test.per_step.mae.mean", [1, None],
+         "test.per_step.mae.mean is [1, None], not a list of numbers"),
+        ("train_time_s", "12", "train_time_s is '12', not a number"),
+        ("num_params", True, "num_params is True, not a number"),
+    ],
+)  # fmt: skip
+def test_a_metrics_json_of_another_shape_is_one_line_naming_the_part(
+    tmp_path, capsys, key, value, problem
+):
+    """A hand-edited file, or another tool's metrics.json among the runs, was a KeyError or
+    a TypeError from deep in the table."""
+    write_run(tmp_path / "runs" / "a", 1.0)
+    write_run(tmp_path / "runs" / "b", 2.0)
+    path = tmp_path / "runs" / "b" / "metrics.json"
+    results = json.loads(path.read_text())
+    *parents, last = key.split(".")
+    node = results
+    for part in parents:
+        node = node[part]
+    node[last] = value
+    path.write_text(json.dumps(results))
+    code, out, err = run_main(capsys, tmp_path / "runs")
+    assert code == 2 and out == "" and len(err) == 1
+    assert err[0] == (
+        f"compare: {path}: {problem}: this file is not a run's results as train.py and eval.py "
+        "write them (move it out of the folder)"
+    ), err[0]
+
+
+def test_a_nan_metric_is_a_number_and_stays_in_the_table(tmp_path, capsys):
+    write_run(tmp_path / "runs" / "a", 1.0)
+    path = tmp_path / "runs" / "a" / "metrics.json"
+    results = json.loads(path.read_text())
+    results["test"]["overall"]["mae"]["mean"] = math.nan  # a metric with nothing to score
+    path.write_text(json.dumps(results))
+    code, out, err = run_main(capsys, tmp_path / "runs", "--metrics", "mae", "rmse")
+    assert code == 0 and err == [] and "nan" in out.lower()
+
+
+@pytest.mark.parametrize(
     ("option", "message"),
     [
         (["--horizons", "1,2,1"], "argument --horizons: step 1 given twice in '1,2,1'"),

@@ -95,32 +95,89 @@ def load_run(path: Path) -> Run | None:
     keys = {"model": info.get("model", "?"), "data": info.get("data", "?"), **config}
     if results.get("run_dir"):
         keys[EVALUATION_KEY] = _evaluation(results, config)
+    results_of = _Results(path)
+    test = results_of.mapping(test, "test")
     return Run(
         path=path.parent,
         keys=keys,
-        params=results.get("num_params"),
-        epochs=results.get("epochs"),
-        train_s=results.get("train_time_s"),
-        overall={m: stats["mean"] for m, stats in test["overall"].items()},
-        per_step={m: stats["mean"] for m, stats in test.get("per_step", {}).items()},
+        params=results_of.number(results, "num_params"),
+        epochs=results_of.number(results, "epochs"),
+        train_s=results_of.number(results, "train_time_s"),
+        overall=results_of.means(test.get("overall"), "test.overall"),
+        per_step=results_of.means(test.get("per_step", {}), "test.per_step", per_step=True),
         groups={
-            group: {m: stats["mean"] for m, stats in res["overall"].items()}
-            for group, res in test.get("groups", {}).items()
+            group: results_of.means(
+                results_of.mapping(res, f"test.groups.{group}").get("overall"),
+                f"test.groups.{group}.overall",
+            )
+            for group, res in results_of.mapping(test.get("groups", {}), "test.groups").items()
         },
         channels={
-            name: {m: stats["mean"] for m, stats in res.items()}
-            for name, res in test.get("per_channel", {}).items()
+            name: results_of.means(res, f"test.per_channel.{name}")
+            for name, res in results_of.mapping(
+                test.get("per_channel", {}), "test.per_channel"
+            ).items()
         },
         # train.py records the group it gave the loggers; a config may name one itself
         wandb_group=info.get("group") or config.get("logger.wandb.group") or "",
-        train_steps=results.get("steps"),
-        s_per_1k_steps=(results.get("cost") or {}).get("train_s_per_1k_steps"),
+        train_steps=results_of.number(results, "steps"),
+        s_per_1k_steps=results_of.number(results.get("cost") or {}, "train_s_per_1k_steps"),
         evaluated_run=str(results.get("run_dir") or ""),
-        **_selection(results, config),
+        **_selection(results, config, results_of),
     )
 
 
-def _selection(results: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+class _Results:
+    """Reads the parts of one ``metrics.json``, each checked to be of the shape train.py
+    and eval.py write: a hand-edited file, or another tool's ``metrics.json`` in the
+    folder, is refused naming the file and the part, not a traceback."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def refuse(self, where: str, value: Any, wanted: str) -> CompareError:
+        return CompareError(
+            f"{self.path}: {where} is {value!r}, not {wanted}: this file is not a run's "
+            "results as train.py and eval.py write them (move it out of the folder)"
+        )
+
+    def mapping(self, value: Any, where: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.refuse(where, value, "a mapping")
+        return value
+
+    def number(self, node: dict[str, Any], key: str) -> Any:
+        """``node[key]``: a number, or None where it is absent or null."""
+        value = node.get(key)
+        if value is not None and not _is_number(value):
+            raise self.refuse(key, value, "a number")
+        return value
+
+    def means(self, node: Any, where: str, per_step: bool = False) -> dict[str, Any]:
+        """metric -> its ``mean``: a number, or with ``per_step`` a list of numbers."""
+        means = {}
+        for metric, stats in self.mapping(node, where).items():
+            mean = stats.get("mean") if isinstance(stats, dict) else None
+            ok = (
+                isinstance(mean, list) and all(map(_is_number, mean))
+                if per_step
+                else _is_number(mean)
+            )
+            if not ok:
+                wanted = "a list of numbers" if per_step else "a number"
+                raise self.refuse(f"{where}.{metric}.mean", mean, wanted)
+            means[metric] = mean
+        return means
+
+
+def _is_number(value: Any) -> bool:
+    """An int or float that is not a bool (NaN is a number: a metric with nothing to score)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _selection(
+    results: dict[str, Any], config: dict[str, Any], results_of: _Results
+) -> dict[str, Any]:
     """``val_monitor`` and ``val_score``: what train.py recorded of the tested checkpoint.
 
     Runs from before that record, which chose their checkpoint on ``val/mae``, have it as
@@ -128,9 +185,14 @@ def _selection(results: dict[str, Any], config: dict[str, Any]) -> dict[str, Any
     """
     selection = results.get("selection")
     if selection:
-        return {"val_monitor": selection["monitor"], "val_score": float(selection["score"])}
+        selection = results_of.mapping(selection, "selection")
+        return {
+            "val_monitor": selection.get("monitor"),
+            "val_score": results_of.number(selection, "score"),
+        }
     monitor = config.get("monitor")
-    score = (results.get("val") or {}).get(f"{monitor}_best") if monitor == "val/mae" else None
+    val = results_of.mapping(results.get("val") or {}, "val")
+    score = results_of.number(val, f"{monitor}_best") if monitor == "val/mae" else None
     return {"val_monitor": monitor, "val_score": score} if score is not None else {}
 
 
