@@ -44,6 +44,29 @@ def test_a_key_nothing_reads_is_refused_by_name(tmp_path: Path, override: str, s
 
 
 @pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("callbacks.early_stopping.patience=-1", "EarlyStopping: callbacks.early_stopping."
+         "patience=-1: use a whole number >= 0 (the validations without improvement to wait)."),
+        ("callbacks.early_stopping.patience=maybe", "EarlyStopping: callbacks.early_stopping."
+         "patience='maybe': use a whole number."),
+        ("+callbacks.early_stopping.verbose=1", "EarlyStopping: callbacks.early_stopping."
+         "verbose=1: use true or false."),
+        ("trainer.max_steps=2.5", "Trainer: trainer.max_steps=2.5: use a whole number."),
+        ("optimizer.weight_decay=nan", "AdamW: optimizer.weight_decay=nan: use a finite number."),
+        ("model.hidden_channels=4.5", "CloudSeq2Seq: model.hidden_channels=4.5: use a whole"),
+    ],
+)  # fmt: skip
+def test_a_value_of_another_type_than_declared_is_refused_for_every_node(
+    tmp_path: Path, override: str, said: str
+):
+    """As a model's options are (test_model_options.py), now before the data are read."""
+    with pytest.raises(UserError) as refused:
+        check_known_keys(compose_train(tmp_path, [override]))
+    assert str(refused.value).startswith(said), str(refused.value)
+
+
+@pytest.mark.parametrize(
     "overrides",
     [
         ["+trainer.profiler=simple"],  # a Trainer argument the config does not set

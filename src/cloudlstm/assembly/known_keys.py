@@ -9,7 +9,10 @@ file does the same. So before the data are read:
 * each node with a ``_target_`` (the model, the datamodule and its source, the optimizer,
   the schedule, the Trainer, the callbacks, the loggers) may hold only the arguments its
   target declares, unless the target takes ``**kwargs`` (the W&B logger passes them on);
-* a top-level key added with ``+key=value`` is refused: the top-level settings are fixed.
+* a top-level key added with ``+key=value`` is refused: the top-level settings are fixed;
+* a value of a type other than its target declares (``bool``, ``int``, ``float``) is
+  refused as a model's option is (:mod:`cloudlstm.models.options`): an early stopping's
+  ``patience=maybe`` or ``-1``, a Trainer's ``max_steps=2.5``.
 
 A key added inside another plain node (``+paths.foo=1``) is not checked: such nodes are
 read key by key, and an extra key there changes nothing.
@@ -19,16 +22,17 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cloudlstm.errors import UserError
 from cloudlstm.models.build import BUILD_OPTIONS
+from cloudlstm.models.options import check_option_types
 
 # Hydra's own keys of a node it instantiates
 _HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
@@ -88,32 +92,58 @@ def _target_nodes(node: DictConfig, path: str) -> Iterator[tuple[str, DictConfig
 
 
 def _check_node(path: str, node: DictConfig) -> None:
-    """Refuse a key of ``node`` that its target does not take."""
-    arguments = _arguments(str(node._get_node("_target_")._value()))
-    if arguments is None:
-        return  # takes **kwargs, or cannot be looked up: instantiating it will say why
-    allowed = arguments | _HYDRA_KEYS | _BUILD_KEYS.get(path, set())
+    """Refuse a key of ``node`` that its target does not take, then a value of another type
+    than its target declares (:func:`~cloudlstm.models.options.check_option_types`)."""
+    target = _target(str(node._get_node("_target_")._value()))
+    if target is None:
+        return  # cannot be looked up: instantiating it will say why
+    arguments = _arguments(target)  # None: takes **kwargs, so any key
+    allowed = (arguments or set()) | _HYDRA_KEYS | _BUILD_KEYS.get(path, set())
     for key in node:
-        if key in allowed:
+        if arguments is None or key in allowed:
             continue
-        target = str(node._target_).rsplit(".", 1)[-1]
+        name = getattr(target, "__name__", str(node._target_))
         if len(arguments) <= _LIST_AT_MOST:
             takes = f"; it takes {', '.join(sorted(arguments))}"
         else:
             takes = f" (it takes {len(arguments)} settings, its documentation lists them)"
         raise UserError(
-            f"{path}.{key}: {target} has no setting {key}{_nearest(key, arguments, path)}"
+            f"{path}.{key}: {name} has no setting {key}{_nearest(key, arguments, path)}"
             f"{takes}. Correct the name, or leave it out."
         )
+    check_option_types(target, _plain_values(node), where=path)
 
 
-def _arguments(target: str) -> set[str] | None:
-    """The names of the arguments ``target`` takes, or None where it takes any
-    (``**kwargs``) or cannot be looked up here."""
+def _target(name: str) -> Callable[..., Any] | None:
+    """The class or function ``name`` (a ``_target_``) with a signature, or None."""
     try:
-        parameters = inspect.signature(hydra.utils.get_object(target)).parameters
+        target = hydra.utils.get_object(name)
+        inspect.signature(target)
     except Exception:  # noqa: BLE001 - instantiate reports a bad target in its own words
         return None
+    return target
+
+
+def _plain_values(node: DictConfig) -> dict[str, Any]:
+    """The keys of ``node`` whose values are set and resolve here to a plain value (not a
+    node): an interpolation that resolves only later (``${hydra:...}``) is left out."""
+    values = {}
+    for key in node:
+        if OmegaConf.is_missing(node, str(key)):
+            continue
+        try:
+            value = node[key]
+        except Exception:  # noqa: BLE001 - resolved where it is used, and reported there
+            continue
+        if not isinstance(value, DictConfig | ListConfig):
+            values[str(key)] = value
+    return values
+
+
+def _arguments(target: Callable[..., Any]) -> set[str] | None:
+    """The names of the arguments ``target`` takes, or None where it takes any
+    (``**kwargs``)."""
+    parameters = inspect.signature(target).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return None
     positional = inspect.Parameter.VAR_POSITIONAL

@@ -4,15 +4,18 @@ A constructor that declares ``attention: bool`` would take ``model.attention=may
 true (a non-empty string), and one that declares ``forget_bias: float`` would take ``nan``
 and fail steps later, in a neighbour search. So each option is checked against its declared
 type before the model is built: ``bool`` takes true or false, ``int`` a whole number,
-``float`` a finite number (``| None``: or null), and a ``dropout`` a probability in [0, 1).
-Ranges beyond these are each constructor's own (``hidden_channels >= 1``).
+``float`` a finite number (``| None``: or null), a ``dropout`` a probability in [0, 1) and a
+``patience`` a number >= 0. Ranges beyond these are each constructor's own
+(``hidden_channels >= 1``). The same check serves every other node of a config with a
+``_target_`` (:mod:`cloudlstm.assembly.known_keys`): an early stopping's ``patience``, a
+Trainer's ``max_steps``, an optimizer's ``weight_decay``.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cloudlstm.errors import UserError
@@ -20,11 +23,14 @@ from cloudlstm.errors import UserError
 _KINDS = ("bool", "int", "float")
 
 
-def check_option_types(model_cls: type, options: Mapping[str, Any]) -> None:
-    """Refuse an option of ``options`` (a model config) its constructor declares otherwise.
+def check_option_types(
+    model_cls: Callable[..., Any], options: Mapping[str, Any], where: str = "model"
+) -> None:
+    """Refuse an option of ``options`` (a model config, or the config node ``where`` of any
+    other class or function) that its signature declares otherwise.
 
     Raises:
-        UserError: names the model, the ``model.<key>`` and what to give.
+        UserError: names the class, the ``<where>.<key>`` and what to give.
     """
     parameters = inspect.signature(model_cls).parameters
     for key, value in options.items():
@@ -32,7 +38,8 @@ def check_option_types(model_cls: type, options: Mapping[str, Any]) -> None:
             continue  # _target_, or a key the build path reports in its own words
         problem = _problem(key, value, _declared(parameters[key].annotation))
         if problem:
-            raise UserError(f"{model_cls.__name__}: model.{key}={value!r}: {problem}")
+            name = getattr(model_cls, "__name__", str(model_cls))
+            raise UserError(f"{name}: {where}.{key}={value!r}: {problem}")
 
 
 def _declared(annotation: Any) -> tuple[str | None, bool]:
@@ -61,4 +68,6 @@ def _problem(key: str, value: Any, declared: tuple[str | None, bool]) -> str | N
         return "use a finite number."
     if key == "dropout" and number and not 0 <= value < 1:
         return "use a probability in [0, 1) (0: no dropout)."
+    if key == "patience" and number and value < 0:  # Lightning would stop at once
+        return "use a whole number >= 0 (the validations without improvement to wait)."
     return None
