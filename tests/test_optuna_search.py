@@ -150,6 +150,7 @@ def test_pruned_trials_stop_early_and_the_search_ends_well(tmp_path):
     ("override", "named"),
     [
         ("hydra.sweeper.n_jobs=0", "hydra.sweeper.n_jobs=0"),
+        ("hydra/launcher=joblib hydra.launcher.n_jobs=0", "hydra.launcher.n_jobs=0: give how"),
         (
             "hydra.sweeper.sampler._target_=optuna.samplers.NoSuchSampler",
             "there is no optuna.samplers.NoSuchSampler; Optuna's: ",
@@ -157,7 +158,7 @@ def test_pruned_trials_stop_early_and_the_search_ends_well(tmp_path):
     ],
 )
 def test_bad_sweeper_settings_are_one_line(tmp_path, override, named):
-    proc = train_py(tmp_path, *SEARCH, override, f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    proc = train_py(tmp_path, *SEARCH, *override.split(), f"hydra.sweep.dir={tmp_path / 'sweep'}")
     assert proc.returncode == 1
     assert named in one_line(proc), proc.stderr
 

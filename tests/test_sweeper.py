@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from cloudlstm.errors import UserError
 from hydra_plugins.cloudlstm_sweeper import _failure
-from tests.conftest import PYTHON, ROOT, TINY, subprocess_env
+from tests.conftest import PYTHON, ROOT, TINY, one_line, subprocess_env
 
 QUIET = ["logger=csv", "report.figures=false", "torch_threads=1", "trainer.max_epochs=1"]
 
@@ -88,3 +88,21 @@ def test_the_reporting_sweeper_is_the_default_and_optuna_still_replaces_it(group
     shown = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True)
     target = "cloudlstm_optuna.OptunaSweeper" if group else "cloudlstm_sweeper.ReportingSweeper"
     assert f"_target_: hydra_plugins.{target}\n" in shown.stdout, shown.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        ("hydra.launcher.n_jobs=0", "hydra.launcher.n_jobs=0: give how many jobs run at once"),
+        ("hydra.launcher.backend=dask", "hydra.launcher.backend=dask: joblib's backends are "
+                                        "loky, multiprocessing, sequential, threading"),
+        ("hydra.launcher.prefer=fast", "hydra.launcher.prefer=fast: use processes or threads"),
+        ("hydra.launcher.require=all", "hydra.launcher.require=all: use sharedmem, or null."),
+    ],
+)  # fmt: skip
+def test_a_joblib_setting_joblib_refuses_is_one_line_before_any_job(tmp_path, setting, said):
+    """joblib raised it with a traceback once the sweep had started."""
+    done = sweep(tmp_path, "seed=1,2", setting)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert one_line(done).startswith(said)
+    assert not list((tmp_path / "sweep").glob("*/metrics.json"))

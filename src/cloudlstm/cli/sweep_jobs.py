@@ -1,14 +1,48 @@
-"""How a sweep names its jobs that did not finish: one line per job, then what to do.
+"""How a sweep names its jobs that did not finish: one line per job, then what to do; and
+the joblib launcher's settings, checked before a job runs.
 
 Shared by the default sweeper (``hydra_plugins.cloudlstm_sweeper``: jobs run here or by
-joblib) and the SLURM launcher (``hydra_plugins.cloudlstm_launchers``).
+joblib), the Optuna sweeper and the SLURM launcher (``hydra_plugins.cloudlstm_launchers``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from hydra.core.utils import filter_overrides
+
+from cloudlstm.errors import UserError
+
+# joblib's hints for choosing a backend (joblib.Parallel's prefer and require)
+JOBLIB_HINTS = {"prefer": ("processes", "threads"), "require": ("sharedmem",)}
+
+
+def check_joblib_launcher(launcher: Mapping[str, Any]) -> None:
+    """Refuse a setting of ``hydra/launcher=joblib`` that joblib would refuse with a
+    traceback once the sweep has started: ``n_jobs=0``, a backend it does not have, or a
+    ``prefer`` or ``require`` it does not know.
+
+    Raises:
+        UserError: names the setting and what to give.
+    """
+    from joblib.parallel import BACKENDS
+
+    if launcher.get("n_jobs") == 0:
+        raise UserError(
+            "hydra.launcher.n_jobs=0: give how many jobs run at once, >= 1 (-1: one per "
+            "CPU, -2: all but one), e.g. hydra.launcher.n_jobs=2."
+        )
+    backend = launcher.get("backend")
+    if backend is not None and backend not in BACKENDS:
+        raise UserError(
+            f"hydra.launcher.backend={backend}: joblib's backends are "
+            f"{', '.join(sorted(BACKENDS))} (null: joblib chooses)."
+        )
+    for key, known in JOBLIB_HINTS.items():
+        value = launcher.get(key)
+        if value is not None and value not in known:
+            raise UserError(f"hydra.launcher.{key}={value}: use {' or '.join(known)}, or null.")
 
 
 def own_overrides(overrides: Sequence[str], shared: set[str]) -> str:

@@ -33,6 +33,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
+from cloudlstm.cli.sweep_jobs import check_joblib_launcher
 from cloudlstm.engine.declared_metrics import monitor_mode
 from cloudlstm.engine.objective import check_optimized_metric
 from cloudlstm.engine.pruning import (
@@ -109,6 +110,8 @@ class OptunaSearch(Sweeper):
         self.own_storage = not storage
         self.storage_url = str(storage or f"sqlite:///{self.sweep_dir / STORAGE_FILE}")
         self.config, self.hydra_context = config, hydra_context
+        if "joblib" in str(config.hydra.launcher.get("_target_", "")):
+            check_joblib_launcher(config.hydra.launcher)  # before any trial runs
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config
         )

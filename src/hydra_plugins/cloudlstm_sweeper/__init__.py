@@ -14,9 +14,11 @@ default of ``conf/hydra/default.yaml``) lets every batch of jobs run to its end,
   :class:`~cloudlstm.errors.UserError` is a bug: it is raised with its traceback, after
   that report is logged.
 
-Before anything runs, a sweep one of whose jobs' directories a live run holds is refused
-in one line naming it (:mod:`cloudlstm.rundir.lock`); other jobs of the same sweep
-directory may run meanwhile, so two sweeps over different settings share one.
+Before anything runs, the joblib launcher's settings are checked (``n_jobs=0``, an unknown
+backend: :func:`~cloudlstm.cli.sweep_jobs.check_joblib_launcher`), and a sweep one of whose
+jobs' directories a live run holds is refused in one line naming it
+(:mod:`cloudlstm.rundir.lock`); other jobs of the same sweep directory may run meanwhile,
+so two sweeps over different settings share one.
 
 With ``hydra/launcher=joblib``, SIGTERM sent to this process, or Ctrl-C, is passed on to the
 running jobs (:mod:`cloudlstm.rundir.sweep_sigterm`); once they have stopped, the sweep names
@@ -43,6 +45,7 @@ from omegaconf import open_dict
 
 from cloudlstm.cli.model_keys import applicable_jobs
 from cloudlstm.cli.sweep_jobs import (
+    check_joblib_launcher,
     first_line,
     own_overrides,
     shared_overrides,
@@ -68,6 +71,8 @@ class ReportingSweeper(BasicSweeper):
         from cloudlstm.rundir.sweep_sigterm import PassSigtermOn, is_joblib
 
         launcher = self.launcher
+        if is_joblib(launcher):
+            check_joblib_launcher(self.config.hydra.launcher)  # before any job runs
         recorder = _FailureRecorder(launcher)
         self.launcher = recorder
         sweep_dir = str(self.config.hydra.sweep.dir)
