@@ -6,13 +6,15 @@ from __future__ import annotations
 import math
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import hydra
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
 from cloudlstm.errors import UserError
-from cloudlstm.models.build import build_model
+from cloudlstm.models.build import build_model, data_sizes
 from cloudlstm.models.options import check_option_types
 from tests.conftest import PYTHON, ROOT, TINY, one_line, subprocess_env
 
@@ -67,3 +69,17 @@ def test_train_py_refuses_a_non_boolean_switch_in_one_line(tmp_path: Path):
     )  # fmt: skip
     assert done.returncode == 1
     assert one_line(done) == "CloudSeq2Seq: model.attention='maybe': use true or false."
+
+
+def test_a_size_set_against_the_data_is_refused_naming_the_key():
+    """A saved run built for 12 forecast steps, evaluated on windows of 5."""
+    config = OmegaConf.create(
+        {"_target_": "cloudlstm.models.linear.TimeLinear", "output_steps": 12}
+    )
+    with pytest.raises(UserError) as refused:
+        data_sizes(config, SimpleNamespace(sizes={"output_steps": 5}))
+    assert str(refused.value) == (
+        "The model was built for output_steps=12 (model.output_steps), but the data give "
+        "output_steps=5. Keep the data.* settings that sized the model (e.g. data.input_steps, "
+        "data.output_steps), or leave model.output_steps out."
+    )

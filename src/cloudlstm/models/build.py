@@ -172,7 +172,7 @@ def data_sizes(config: DictConfig, spec: DataSpec) -> dict[str, Any]:
             raise UserError(
                 f"The model was built for {key}={config[key]} (model.{key}), but the data give "
                 f"{key}={value}. Keep the data.* settings that sized the model (e.g. "
-                "data.input_steps, data.output_steps), or leave model.{key} out."
+                f"data.input_steps, data.output_steps), or leave model.{key} out."
             )
     return sizes
 
