@@ -55,8 +55,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     class paths renamed, older data nodes in today's form), as a copy, once.
     """
     cfg = current_config(cfg)
+    check_process_settings(cfg)  # first: data.holdout_seed and others interpolate the seed
     check_known_keys(cfg)
-    check_process_settings(cfg)
     configure_process(cfg)
     L.seed_everything(cfg.seed, workers=True)
     run = check_run_dir(cfg.run)

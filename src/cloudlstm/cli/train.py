@@ -64,8 +64,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             (:func:`check_known_keys`), checked before anything is written to the run
             directory.
     """
+    check_process_settings(cfg)  # first: data.holdout_seed and others interpolate the seed
     check_known_keys(cfg)
-    check_process_settings(cfg)
     check_metric_modes(cfg)
     check_optimized_metric(cfg.get("optimized_metric"))
     check_optimizer(cfg)
