@@ -99,9 +99,9 @@ def _check_node(path: str, node: DictConfig) -> None:
         return  # cannot be looked up: instantiating it will say why
     arguments = _arguments(target)  # None: takes **kwargs, so any key
     allowed = (arguments or set()) | _HYDRA_KEYS | _BUILD_KEYS.get(path, set())
-    for key in node:
-        if arguments is None or key in allowed:
-            continue
+    unknown = [] if arguments is None else [key for key in node if key not in allowed]
+    if unknown:
+        key = unknown[0]
         name = getattr(target, "__name__", str(node._target_))
         if len(arguments) <= _LIST_AT_MOST:
             takes = f"; it takes {', '.join(sorted(arguments))}"

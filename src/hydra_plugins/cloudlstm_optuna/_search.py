@@ -110,7 +110,9 @@ class OptunaSearch(Sweeper):
         self.own_storage = not storage
         self.storage_url = str(storage or f"sqlite:///{self.sweep_dir / STORAGE_FILE}")
         self.config, self.hydra_context = config, hydra_context
-        if "joblib" in str(config.hydra.launcher.get("_target_", "")):
+        from cloudlstm.rundir.sweep_sigterm import is_joblib  # imports Lightning: not at start-up
+
+        if is_joblib(config.hydra.launcher):
             check_joblib_launcher(config.hydra.launcher)  # before any trial runs
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config
