@@ -165,6 +165,9 @@ CASES = {
     # killed before step 14: resumed from step 12 of the first epoch's 14, it crosses into
     # the second epoch; its best checkpoint (step 16) comes from the resumed run
     "deterministic": (14, ["trainer.deterministic=true", "optimizer.lr=3e-2"]),
+    # as "deterministic", validating and testing an average of the weights: the average
+    # and its number of updates travel in the checkpoint beside the live weights
+    "ema": (14, ["trainer.deterministic=true", "optimizer.lr=3e-2", "callbacks=ema"]),
     # killed before step 18: resumed 2 batches into the second epoch; dropout (STID's),
     # worker processes, and default (non-deterministic) kernels, on a CPU
     "dropout-workers": (
@@ -244,9 +247,11 @@ def test_a_run_killed_mid_epoch_resumes_bit_exactly(tmp_path, case):
         for d in (tmp_path / "whole", run_dir)
     ]
     assert final[0]["global_step"] == final[1]["global_step"] == 20
-    weights = [f["state_dict"] for f in final]
-    assert weights[0].keys() == weights[1].keys()
-    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    for key in ("state_dict", "current_model_state", "averaging_state"):  # the last two: ema
+        weights = [f.get(key, {}) for f in final]
+        assert weights[0].keys() == weights[1].keys()
+        assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert ("averaging_state" in final[0]) == (case == "ema")
     moments = [f["optimizer_states"][0]["state"] for f in final]
     assert all(
         torch.equal(moments[0][p][s], moments[1][p][s]) for p in moments[0] for s in moments[0][p]

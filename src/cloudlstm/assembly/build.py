@@ -228,7 +228,8 @@ def build_trainer(cfg: DictConfig, loggers: list[Any]) -> L.Trainer:
     summary with ``trainer.enable_model_summary=false``, the learning-rate monitor without
     a logger.
     """
-    callbacks = instantiate_group(cfg.get("callbacks"))
+    with user_errors_unwrapped():  # a callback's own refusal (callbacks.ema_weights.decay)
+        callbacks = instantiate_group(cfg.get("callbacks"))
     trainer = cfg.get("trainer") or {}
     if not loggers:  # nothing to write learning rates to
         callbacks = [cb for cb in callbacks if not isinstance(cb, LearningRateMonitor)]
