@@ -169,6 +169,29 @@ def test_an_option_left_empty_is_the_runs_from_before_it(tmp_path):
     assert table["data.source.covariates"] == ["", "['TEMP']"] and table["n"] == [3, 1]
 
 
+def test_a_setting_added_since_reads_as_what_runs_before_it_did(tmp_path):
+    """Runs from before ``data.holdout_history`` and ``module.calibrate`` existed did what
+    their defaults do: seeds of one setting with runs of today at those defaults; a run
+    with another value of either is a row of its own."""
+    forms = (
+        {},
+        {"data": {"holdout_history": True}, "module": {"calibrate": "none"}},
+        {"data": {"holdout_history": True}, "module": {"calibrate": "conformal"}},
+        {"data": {"holdout_history": False}, "module": {"calibrate": "none"}},
+    )
+    for seed, form in enumerate(forms):
+        write_run(tmp_path / str(seed), 1.0 + seed, seed=seed)
+        cfg = yaml.safe_load((tmp_path / str(seed) / "config.yaml").read_text())
+        (tmp_path / str(seed) / "config.yaml").write_text(yaml.safe_dump({**cfg, **form}))
+    table = columns(compare(find_runs([tmp_path])))
+    rows = zip(table["module.calibrate"], table["data.holdout_history"], strict=True)
+    assert dict(zip(rows, table["n"], strict=True)) == {
+        ("none", "True"): 2,
+        ("conformal", "True"): 1,
+        ("none", "False"): 1,
+    }
+
+
 def test_a_config_of_an_older_form_is_read_in_todays(tmp_path):
     """A run from before classes moved (its training module in ``cloudlstm.lit``, Beijing's
     old datamodule holding its source's keys, model sizes copied from ``data_info``) and a

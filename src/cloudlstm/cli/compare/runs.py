@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from cloudlstm.cli.compare.settings import is_setting
+from cloudlstm.cli.compare.settings import ADDED_SINCE, is_setting
 from cloudlstm.rundir.layout import CHOSEN_CHECKPOINTS, CONFIG_FILE, METRICS_FILE
 from cloudlstm.rundir.old_configs import current_form
 
@@ -92,6 +92,8 @@ def load_run(path: Path) -> Run | None:
     config_path = path.parent / CONFIG_FILE
     # in today's form: runs of one setting from before and after a class moved group together
     config = flatten(current_form(read_yaml_mapping(config_path))) if config_path.exists() else {}
+    if config:  # a run from before a setting existed did what its value in ADDED_SINCE does
+        config = {**ADDED_SINCE, **config}
     keys = {"model": info.get("model", "?"), "data": info.get("data", "?"), **config}
     if results.get("run_dir"):
         keys[EVALUATION_KEY] = _evaluation(results, config)

@@ -34,6 +34,16 @@ NOT_SETTING_PREFIXES = (
 )  # fmt: skip
 
 
+# Settings added since some runs were made, at the value that does what those runs did: a
+# run from before a key existed reads as having this value, so it is a seed of the same
+# setting as a run of today with it (a key whose default is empty, null or [], needs no
+# entry: an absent key reads as empty).
+ADDED_SINCE = {
+    "data.holdout_history": True,  # nothing held out, or held-out points keep their readings
+    "module.calibrate": "none",  # no conformal calibration of quantile forecasts
+}
+
+
 def is_setting(key: str) -> bool:
     """False for the keys that may differ between the runs of one setting: seeds, paths
     and folders (``*dir``, ``*dirpath``, data roots), loggers, the console, execution
