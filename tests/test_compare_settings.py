@@ -39,7 +39,10 @@ def config_as_today(run: Path, seed: int, machine: str, recipe: str = "strong") 
                 "root": f"/home/{machine}/beijing",
                 "source": {"cache_dir": f"/scratch/{machine}/cache"},
                 "num_workers": seed,
+                # checks a finished run passed; runs from before them have none
+                **({"max_abs_z": 10000} if seed else {}),
             },
+            **({"module": {"diverge_factor": 10}} if seed else {}),
             "logger": {
                 "wandb": {
                     "save_dir": str(run),

@@ -17,6 +17,9 @@ NOT_SETTINGS = frozenset(
         "resume", "run_lock", "ckpt_path", "torch_threads", "keep_freed_memory",
         "run", "ckpt", "logger",  # eval.py's: the run and checkpoint tested, no logger
         "module.save_predictions",
+        # checks that refuse a run's data or stop a diverged run: a run that finished passed
+        # them, and its numbers are those it would have had without them
+        "data.max_abs_z", "module.diverge_factor",
         "data.num_workers", "data.pin_memory", "data.persistent_workers", "data.download",
         "data.source.download",  # data=airq's, data.download in runs before the source node
         "trainer.enable_progress_bar", "trainer.enable_model_summary",
