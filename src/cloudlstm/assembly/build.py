@@ -14,12 +14,11 @@ from typing import Any
 import hydra
 import lightning as L
 import torch
-from hydra.errors import InstantiationException
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelSummary, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from cloudlstm.assembly.compile import compile_for_run
-from cloudlstm.assembly.config import instantiate_group
+from cloudlstm.assembly.config import instantiate_group, user_errors_unwrapped
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.declared_metrics import monitor_mode
 from cloudlstm.engine.host_memory import keep_freed_memory, keeps_freed_memory
@@ -28,21 +27,6 @@ from cloudlstm.engine.signals import SignalsTogether
 from cloudlstm.errors import UserError
 from cloudlstm.models.build import build_model
 from cloudlstm.rundir.layout import CONFIG_FILE, DATA_SUMMARY_FILE, wandb_run_id
-
-
-@contextmanager
-def user_errors_unwrapped() -> Iterator[None]:
-    """Let a :class:`UserError` raised by a constructor out as itself: Hydra would wrap it
-    in an ``InstantiationException`` of several lines."""
-    try:
-        yield
-    except InstantiationException as err:
-        cause = err.__cause__
-        while cause is not None and not isinstance(cause, UserError):
-            cause = cause.__cause__  # nested: a data source built by its datamodule
-        if cause is None:
-            raise
-        raise cause from None
 
 
 def instantiate(config: Any, **kwargs: Any) -> Any:
@@ -228,8 +212,7 @@ def build_trainer(cfg: DictConfig, loggers: list[Any]) -> L.Trainer:
     summary with ``trainer.enable_model_summary=false``, the learning-rate monitor without
     a logger.
     """
-    with user_errors_unwrapped():  # a callback's own refusal (callbacks.ema_weights.decay)
-        callbacks = instantiate_group(cfg.get("callbacks"))
+    callbacks = instantiate_group(cfg.get("callbacks"))
     trainer = cfg.get("trainer") or {}
     if not loggers:  # nothing to write learning rates to
         callbacks = [cb for cb in callbacks if not isinstance(cb, LearningRateMonitor)]

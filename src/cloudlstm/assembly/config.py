@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
 from hydra.types import RunMode
 from omegaconf import DictConfig
+
+from cloudlstm.errors import UserError
 
 # Short forms of keys in run names; a key not listed keeps its own name.
 NAME_ALIASES = {
@@ -31,18 +36,35 @@ EXECUTION_OPTIONS = ("compile", "checkpointing")
 TAG_KEYS = ("k", "cell", "attention")
 
 
+@contextmanager
+def user_errors_unwrapped() -> Iterator[None]:
+    """Let a :class:`UserError` raised by a constructor out as itself: Hydra would wrap it
+    in an ``InstantiationException`` of several lines."""
+    try:
+        yield
+    except InstantiationException as err:
+        cause = err.__cause__
+        while cause is not None and not isinstance(cause, UserError):
+            cause = cause.__cause__  # nested: a data source built by its datamodule
+        if cause is None:
+            raise
+        raise cause from None
+
+
 def instantiate_group(configs: DictConfig | None, **overrides: Any) -> list[Any]:
     """Instantiate every ``_target_`` entry of a dict-of-configs group (callbacks, loggers).
 
     ``overrides`` fill keys the entries declare with a null value (e.g. a logger's run
-    name), so a logger that has no such key is left untouched.
+    name), so a logger that has no such key is left untouched. A constructor's own
+    refusal (``callbacks.ema_weights.decay=1.5``) leaves as its :class:`UserError`.
     """
     objects = []
     for conf in (configs or {}).values():
         if not isinstance(conf, DictConfig) or "_target_" not in conf:
             continue
         fill = {k: v for k, v in overrides.items() if k in conf and conf[k] is None}
-        objects.append(hydra.utils.instantiate(conf, **fill))
+        with user_errors_unwrapped():
+            objects.append(hydra.utils.instantiate(conf, **fill))
     return objects
 
 
