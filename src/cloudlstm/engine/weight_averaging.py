@@ -30,7 +30,8 @@ from torch import Tensor
 
 from cloudlstm.errors import UserError
 
-# The number of updates at which the warm-up decay (1 + n) / (10 + n) reaches 0.9.
+# The warm-up decay is (1 + n) / (_WARMUP + n) after n updates: 0.5 after 8, 0.9 after 80,
+# 0.99 after 890.
 _WARMUP = 10
 
 
@@ -71,7 +72,6 @@ class EMAWeights(WeightAveraging):
 
     def __init__(self, decay: float = 0.99) -> None:
         super().__init__(use_buffers=False, avg_fn=ema_update(check_decay(decay)))
-        self.decay = float(decay)
 
     def on_load_checkpoint(
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
