@@ -24,6 +24,9 @@ Measured in one run on the first CUDA device (all timings synchronise the device
    positions, resident on the GPU: this is the model's cost, not the data loader's.
    The paper reports 316 s per CloudLSTM epoch on a K40M, and CloudLSTM at +18-21 % of
    ConvLSTM's epoch time; the FLOP ratio of the two steps is printed beside our time ratio.
+   Then the device time of one CloudLSTM step in bf16 by part (benchmarks/device_profile.py:
+   searches, matrix products, gathers, state update, the rest) and its costliest kernels
+   (``--labels`` must name ``profile`` for it).
 3. A Beijing-size training step (N = 12, C = 6, M = J = 12, batch 32: launch-bound on a
    GPU) for CloudLSTM K = 3 eager, as ``model.compile=auto`` runs it (reduce-overhead on
    CUDA), and captured whole in one CUDA graph, in float32 and bf16; ConvLSTM and STGCN
@@ -45,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from device_profile import step_parts
 from layouts import city_layout
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -141,6 +145,52 @@ def bench_knn(quick: bool) -> None:
         save_results()
 
 
+def train_step(
+    model: torch.nn.Module,
+    optimiser: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    coords: torch.Tensor,
+    bf16: bool,
+    graph: bool = False,
+) -> None:
+    """Forward, MSE, backward and the optimiser's step on windows ``x``, ``y`` ``(B, M, N,
+    C)`` at positions ``coords (B, N, 2)``; gradients accumulate (the caller clears them)."""
+    # no autocast weight cache under a graph: it would hold casts from the capture
+    with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=bf16, cache_enabled=not graph):
+        loss = torch.nn.functional.mse_loss(model(x, coords).float(), y)
+    loss.backward()
+    optimiser.step()
+
+
+def profile_paper_step(data: dict[str, torch.Tensor], shape: dict[str, int]) -> None:
+    """Where the device time of one paper-size CloudLSTM step in bf16 autocast goes
+    (:mod:`device_profile`), printed and saved in the epoch's section; on CPU, float32."""
+    torch.manual_seed(0)
+    model = model_for_shape("cloudlstm", num_points=data["coords"].shape[1], **shape)
+    model = model.to(DEVICE)
+    optimiser = torch.optim.Adam(model.parameters(), lr=1e-3)
+    batch = PAPER["batch"]
+    x, y, coords = data["x"][:batch], data["y"][:batch], data["coords"].expand(batch, -1, -1)
+
+    def step() -> None:
+        optimiser.zero_grad(set_to_none=True)
+        train_step(model, optimiser, x, y, coords, bf16=DEVICE == "cuda")
+        synchronize()
+
+    step(), step()  # autotuning, the allocator
+    profile = RESULTS["paper_epoch"]["profile"] = step_parts(step, device=DEVICE == "cuda")
+    ms = profile["ms"]
+    parts = " + ".join(f"{part} {ms[part]:.1f}" for part in ms if part not in ("total", "unlinked"))
+    what = "bf16, device ms" if DEVICE == "cuda" else "float32, CPU ms of the ops' own time"
+    print(f"\n   Profile of a CloudLSTM step ({what}): {ms['total']:.1f} = {parts}")
+    if "unlinked" in ms:
+        print(f"   kernels tied to no op: {ms['unlinked']:.1f} ms")
+    for name, t in profile["top"]:
+        print(f"     {t:8.2f}  {name}")
+    save_results()
+
+
 def train_epoch(
     model: torch.nn.Module,
     data: dict[str, torch.Tensor],
@@ -168,11 +218,7 @@ def train_epoch(
         return x_all[index], y_all[index]
 
     def forward_backward(x: torch.Tensor, y: torch.Tensor) -> None:
-        # no autocast weight cache under a graph: it would hold casts from the capture
-        with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=bf16, cache_enabled=not graph):
-            loss = torch.nn.functional.mse_loss(model(x, coords).float(), y)
-        loss.backward()
-        optimiser.step()
+        train_step(model, optimiser, x, y, coords, bf16, graph)
 
     def step(i: int) -> None:
         optimiser.zero_grad(set_to_none=True)
@@ -289,6 +335,8 @@ def bench_paper_epoch(steps: int, select: list[str], skip: list[str]) -> None:
     )
     epoch = {label: run["epoch_s"] for label, run in timed.items() if "epoch_s" in run}
     summarise_epochs(epoch, flops, kernels)
+    if not LABELS or "profile" in LABELS:
+        profile_paper_step(data, shape)
 
 
 def time_runs(

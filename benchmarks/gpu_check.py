@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = [sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py")]
 PAPER_LABELS = (
     "cloudlstm,cloudlstm bf16,cloudlstm graph,cloudlstm graph bf16,"
-    "convlstm,convlstm bf16,cloudlstm auto"
+    "convlstm,convlstm bf16,profile,cloudlstm auto"
 )
 BEIJING_LABELS = (
     "cloudlstm_k3,cloudlstm_k3 graph,cloudlstm_k3 graph bf16,convlstm,stgcn,cloudlstm_k3 auto"
@@ -137,6 +137,12 @@ def tables(results: dict[str, Any]) -> str:
                 continue
             epoch = f"{run['epoch_s']:8.1f}" if "epoch_s" in run else ""
             lines.append(f"  {label:<34} {run['first_s']:12.1f} {run['ms_per_step']:9.1f} {epoch}")
+    profile = results["steps"].get("paper_epoch", {}).get("figures", {})
+    profile = profile.get("paper_epoch", {}).get("profile")
+    if profile:
+        parts = ", ".join(f"{part} {ms}" for part, ms in profile["ms"].items())
+        lines += ["", f"paper-size CloudLSTM step by part (ms): {parts}"]
+        lines += [f"  {ms:8.2f}  {name}" for name, ms in profile["top"]]
     knn = results["steps"].get("knn", {}).get("figures", {}).get("knn_ms")
     if knn:
         lines += ["", "knn (ms per call, K = 9): " + "; ".join(f"{k} {v}" for k, v in knn.items())]

@@ -10,9 +10,12 @@ from torch.profiler import ProfilerActivity, profile, record_function
 import cloudlstm.nn.dconv as dconv
 
 
-def profiled_step(step: Callable[[], float], search_label: str) -> tuple[profile, float]:
+def profiled_step(
+    step: Callable[[], float], search_label: str, device: bool = False
+) -> tuple[profile, float]:
     """``step()`` under the profiler, each search inside ``record_function(search_label)``
-    (every search goes through ``dconv.knn``) -> the profile and what ``step`` returned."""
+    (every search goes through ``dconv.knn``) -> the profile and what ``step`` returned.
+    ``device``: record the CUDA kernels too."""
     real_knn = dconv.knn
 
     def knn(points, k, **options):
@@ -21,7 +24,8 @@ def profiled_step(step: Callable[[], float], search_label: str) -> tuple[profile
 
     dconv.knn = knn
     try:
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if device else [])]
+        with profile(activities=activities) as prof:
             result = step()
     finally:  # a failed step must not leave the wrapper in place (tests run this in-process)
         dconv.knn = real_knn

@@ -1,0 +1,85 @@
+"""benchmarks/device_profile.py: a step's time by part, on CPU (ops' own time stands in
+for the kernels a GPU profile reads). The parts add up to the whole, a search is search time
+whatever it runs, and each part gets the ops it names."""
+
+import pytest
+import torch
+from conftest import benchmark_module
+
+
+@pytest.fixture(scope="module")
+def profiler():
+    yield from benchmark_module("device_profile")
+
+
+@pytest.mark.parametrize(
+    ("name", "part"),
+    [
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "matmul"),
+        ("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NNT", "matmul"),
+        ("mkldnn::_linear_pointwise", "matmul"),
+        ("_gather_kernel", "gather"),
+        (
+            "void at::native::indexFuncLargeIndex<float, long, unsigned int, 2, 2, -2, true>",
+            "gather",
+        ),
+        ("_forward_kernel", "state update"),
+        ("_LSTMPointwiseBackward", "state update"),
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>",
+            "other",
+        ),
+    ],
+)
+def test_kernels_and_ops_go_to_their_part(profiler, name: str, part: str) -> None:
+    assert profiler.part_of(name) == part
+
+
+def test_a_cloudlstm_step_splits_into_parts_that_add_up(profiler) -> None:
+    from cloudlstm.models import CloudSeq2Seq
+
+    torch.manual_seed(0)
+    model = CloudSeq2Seq(num_channels=2, output_steps=3, k=3, hidden_channels=8)
+    x, coords = torch.randn(2, 3, 30, 2), torch.rand(2, 30, 2)
+
+    def step() -> None:
+        model.zero_grad(set_to_none=True)
+        model(x, coords).square().mean().backward()
+
+    step()
+    profile = profiler.step_parts(step, device=False, top=5)
+    ms = profile["ms"]
+    assert set(ms) == {"search", "matmul", "gather", "state update", "other", "total"}
+    parts = sum(t for part, t in ms.items() if part != "total")
+    assert parts == pytest.approx(ms["total"], abs=0.05)  # each part rounded to 0.01 ms
+    assert min(ms["search"], ms["matmul"], ms["gather"], ms["state update"]) > 0
+    assert len(profile["top"]) == 5
+    assert [t for _, t in profile["top"]] == sorted((t for _, t in profile["top"]), reverse=True)
+
+
+def test_kernels_launched_inside_a_search_are_search_time(profiler, monkeypatch) -> None:
+    """A product run inside a search (here: a search that also multiplies) counts as
+    search, not as matmul."""
+    import cloudlstm.nn.dconv as dconv
+
+    real_knn = dconv.knn
+    a = torch.randn(400, 400)
+
+    def knn_with_a_product(points, k, **options):
+        (a @ a).sum()
+        return real_knn(points, k, **options)
+
+    monkeypatch.setattr(dconv, "knn", knn_with_a_product)
+    from cloudlstm.nn import DConv
+
+    conv = DConv(2, 3, k=3)
+    cloud = torch.rand(2, 30, 2, 3)
+
+    def step() -> None:
+        conv(cloud).sum()
+
+    with_product = profiler.step_parts(step, device=False)["ms"]
+    monkeypatch.setattr(dconv, "knn", real_knn)
+    without = profiler.step_parts(step, device=False)["ms"]
+    assert with_product["search"] > without["search"]
+    assert with_product["matmul"] < with_product["search"]
