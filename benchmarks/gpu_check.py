@@ -36,6 +36,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = [sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py")]
+PYTEST_GPU = [sys.executable, "-m", "pytest", "-m", "gpu"]
 PAPER_LABELS = (
     "cloudlstm,cloudlstm bf16,cloudlstm graph,cloudlstm graph bf16,"
     "convlstm,convlstm bf16,profile,cloudlstm auto"
@@ -51,7 +52,7 @@ BEIJING_LABELS = (
 # Beijing step took 67 s.
 STEPS: dict[str, tuple[list[str], int]] = {
     "tests": (
-        [sys.executable, "-m", "pytest", "-m", "gpu", "-x", "-q", "-n", "4", "tests/test_gpu.py"],
+        [*PYTEST_GPU, "-x", "-q", "-n", "4", "--durations=10", "tests/test_gpu.py"],
         160,
     ),
     "knn": ([*BENCH, "--only", "knn", "--quick"], 40),
