@@ -48,9 +48,8 @@ BEIJING_LABELS = (
 # processes' start-up; a bench step writes its JSON after every run, so one cut short by
 # its limit keeps what it measured. The limits follow the H200's times (2026-11-29): the
 # GPU tests took over 210 s in one process for 13 of their 15 (compiling dominates: CPU
-# work), so they run in 4;
-# the kNN step autotunes each cloud size's kernels (2-4 s each); compile=auto's first
-# Beijing step took 67 s.
+# work), so they run in 4; the kNN step autotunes each cloud size's kernels (2-4 s each);
+# compile=auto's first Beijing step took 67 s.
 STEPS: dict[str, tuple[list[str], int]] = {
     "tests": (
         [*PYTEST_GPU, "-x", "-q", "-n", "4", "--durations=10", "tests/test_gpu.py"],
