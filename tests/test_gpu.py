@@ -57,6 +57,7 @@ FIXED_BLOCKS = {"passes": {"BLOCK_Q": 32, "BLOCK_N": 64}, "insert": {"BLOCK_Q": 
 def test_knn_on_cuda_equals_the_cpu_reference(k: int) -> None:
     """Same indices in the same order, ties included: distances are summed per axis in the
     same order with the same IEEE float32 operations on both devices."""
+    assert set(FIXED_BLOCKS) == set(knn_triton.ALGORITHMS)  # every kernel on every layout
     for name, coords in _layouts().items():
         expected = knn(coords, k) if name == "large" else knn_reference(coords, k)
         if name in ("uniform", "large"):  # autotuned Triton; the cell list past 2,048 points
