@@ -184,8 +184,9 @@ def test_cloudlstm_triton_0_runs_the_torch_paths_on_cuda(tmp_path) -> None:
     neighbour set can differ: K = 1, and K = 6 with static neighbours (searched once, in the
     input's positions). Where the model searches the clouds it computes (K = 6, dynamic), a
     rounding difference can flip a near tie and move the forecast by percents: on CPU, noise
-    of 1e-6 relative in the hidden state moves that forecast by 1.8 % (mean relative) and the
-    other two by 1e-6. There both paths must only run and give finite forecasts."""
+    of 1e-6 relative in the hidden state moves this untrained model's forecast by 1.8 % (mean
+    relative) and the other two by 1e-6. There both paths must only run and give finite
+    forecasts."""
     script = (
         "import torch\n"
         "from cloudlstm.models import CloudSeq2Seq\n"
