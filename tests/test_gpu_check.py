@@ -77,6 +77,20 @@ def test_the_check_writes_json_and_tables_and_fails_if_a_step_does(
     assert "broken         failed (exit 2)" in text
 
 
+def test_the_tables_give_the_paper_step_by_part(check) -> None:
+    profile = {
+        "ms": {"search": 40.0, "matmul": 20.5, "other": 9.5, "total": 70.0},
+        "top": [["_knn_insert_kernel", 38.2], ["nvjet_hsh_128x256", 12.0]],
+    }
+    figures = {"paper_epoch": {"runs": {}, "profile": profile}}
+    results = {"date": "today", "commit": "abc", "device": "Fake GPU",
+               "steps": {"paper_epoch": {"status": "passed", "seconds": 1.0,
+                                         "figures": figures}}}  # fmt: skip
+    text = check.tables(results)
+    assert "by part (ms): search 40.0, matmul 20.5, other 9.5, total 70.0" in text
+    assert "38.20  _knn_insert_kernel" in text and "12.00  nvjet_hsh_128x256" in text
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")
 def test_without_a_gpu_the_check_says_so_in_one_line(tmp_path) -> None:
     done = subprocess.run(
