@@ -124,6 +124,25 @@ def test_diffusion_convolution_sums_k_steps_of_each_walk():
         conv(x, [walks[:, 0]])
 
 
+def test_diffusion_over_time_steps_equals_each_step_diffused_alone():
+    """x with a middle (time) dimension: each time step is diffused as a (B, N, C) input
+    would be, for one graph for the batch (N, N) or (1, N, N), and one per sample (B, N, N);
+    gradients reach every input and support."""
+    g = torch.Generator().manual_seed(0)
+    conv = DiffusionConv(3, 4, supports=3, steps=2)
+    x = torch.randn(2, 5, 6, 3, generator=g, requires_grad=True)  # (B, T, N, C)
+    shared = torch.rand(6, 6, generator=g).requires_grad_()
+    single = torch.rand(1, 6, 6, generator=g)
+    per_sample = torch.rand(2, 6, 6, generator=g).requires_grad_()
+    supports = [shared, single, per_sample]
+    out = conv(x, supports)
+    assert out.shape == (2, 5, 6, 4)
+    for t in range(5):
+        torch.testing.assert_close(out[:, t], conv(x[:, t], supports), rtol=1e-5, atol=1e-6)
+    out.square().sum().backward()
+    assert all(v.grad is not None and v.grad.abs().sum() > 0 for v in (x, shared, per_sample))
+
+
 def test_dcrnn_kernel_keeps_self_loops_and_drops_weights_below_epsilon():
     """Points at 0, 0.5 and 2 with sigma = 1: ``exp(-0.25)`` kept, ``exp(-2.25) = 0.105``
     kept at epsilon 0.1, ``exp(-4)`` dropped; each point weighs itself 1."""

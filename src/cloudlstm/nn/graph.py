@@ -293,16 +293,21 @@ class DiffusionConv(nn.Module):
     def forward(self, x: torch.Tensor, supports: list[torch.Tensor]) -> torch.Tensor:
         if len(supports) != self.supports:
             raise ValueError(f"expected {self.supports} supports, got {len(supports)}.")
-        terms = [x]
+        # The middle dimensions (Graph WaveNet's time) go beside the channels: (B, N, M*C),
+        # so that each product is one (N, N) x (N, M*C) per sample. Broadcasting a support
+        # over them instead would copy it B*M times and multiply B*M thin matrices.
+        points_first = x.movedim(-2, 1)  # (B, N, ..., C)
+        folded = points_first.reshape(x.shape[0], x.shape[-2], -1)  # (B, N, M*C)
+        terms = [folded]
         for support in supports:
-            if support.dim() == 3:  # per sample: broadcast over the middle dimensions of x
-                middle = [1] * (x.dim() - 3)
-                support = support.reshape(support.shape[0], *middle, *support.shape[1:])
-            power = x
+            if support.dim() == 3 and support.shape[0] == 1:
+                support = support[0]  # one graph for the whole batch
+            power = folded
             for _ in range(self.steps):
                 power = support @ power
                 terms.append(power)
-        return self.linear(torch.cat(terms, dim=-1))
+        stacked = torch.cat([t.view(points_first.shape) for t in terms], dim=-1)
+        return self.linear(stacked).movedim(1, -2)
 
 
 class StaticPositions:
