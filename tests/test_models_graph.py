@@ -319,6 +319,24 @@ def test_staeformer_attends_over_time_at_each_point_then_over_points_at_each_ste
     assert moved[0, 1, :].all() and not moved[0, [0, 2, 3], :].any()  # step 1's points
 
 
+def test_staeformer_attention_is_multi_head_softmax_attention_per_sequence():
+    """The layer's attention against softmax(q k^T / sqrt(d)) v written out per head, on
+    (B, T, N, D) tokens attended over the points; gradients agree too."""
+    from cloudlstm.models.staeformer import SelfAttentionLayer
+
+    torch.manual_seed(0)
+    layer = SelfAttentionLayer(model_dim=8, feed_forward_dim=16, num_heads=2, dropout=0.0)
+    x = torch.randn(2, 3, 5, 8, requires_grad=True)
+    got = layer.attention(x)
+    q, k, v = (f(x).unflatten(-1, (2, 4)) for f in (layer.query, layer.key, layer.value))
+    scores = torch.einsum("btnhd,btmhd->bthnm", q, k) / 2.0  # sqrt(d) = 2
+    heads = torch.einsum("bthnm,btmhd->btnhd", scores.softmax(-1), v)
+    expected = layer.out(heads.flatten(-2))
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    grads = [torch.autograd.grad(y.square().sum(), x)[0] for y in (got, expected)]
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-6)
+
+
 # ---------------------------------------------------------------- all four
 def spatial_task(samples: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Space matters: each point's next two values are the weighted mean of its neighbours'

@@ -49,12 +49,16 @@ class SelfAttentionLayer(nn.Module):
     def attention(self, x: torch.Tensor) -> torch.Tensor:
         """Multi-head self-attention over the second-last axis: ``(..., S, D)`` -> same."""
 
-        def heads(t: torch.Tensor) -> torch.Tensor:  # (..., S, D) -> (..., H, S, D / H)
-            return t.unflatten(-1, (self.num_heads, -1)).transpose(-2, -3)
+        # (..., S, D) -> (R, H, S, D / H), all leading axes as one: the fused attention
+        # kernels (flash on CPU and CUDA) take 4-D inputs only; 5-D falls back to the
+        # unfused softmax(q k^T) v, about twice as slow on CPU.
+        def heads(t: torch.Tensor) -> torch.Tensor:
+            return t.flatten(0, -3).unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
 
         q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
         out = F.scaled_dot_product_attention(q, k, v)  # softmax(q k^T / sqrt(D / H)) v
-        return self.out(out.transpose(-2, -3).flatten(-2))
+        out = out.transpose(1, 2).flatten(-2)  # (R, S, D)
+        return self.out(out.unflatten(0, x.shape[:-2]))
 
     def forward(self, x: torch.Tensor, axis: int) -> torch.Tensor:
         x = x.transpose(axis, -2)  # the attended axis next to the features
