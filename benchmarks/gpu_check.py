@@ -138,8 +138,8 @@ def tables(results: dict[str, Any]) -> str:
                 continue
             epoch = f"{run['epoch_s']:8.1f}" if "epoch_s" in run else ""
             lines.append(f"  {label:<34} {run['first_s']:12.1f} {run['ms_per_step']:9.1f} {epoch}")
-    profile = results["steps"].get("paper_epoch", {}).get("figures", {})
-    profile = profile.get("paper_epoch", {}).get("profile")
+    epoch_figures = results["steps"].get("paper_epoch", {}).get("figures", {})
+    profile = epoch_figures.get("paper_epoch", {}).get("profile")
     if profile:
         parts = ", ".join(f"{part} {ms}" for part, ms in profile["ms"].items())
         lines += ["", f"paper-size CloudLSTM step by part (ms): {parts}"]
