@@ -52,8 +52,12 @@ def wait_until(condition, proc: subprocess.Popen, log: Path, timeout_s: float = 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("to_group", "signum", "status", "by"),
-    [(False, signal.SIGTERM, 143, "SIGTERM"), (True, signal.SIGINT, 130, "Ctrl-C")],
-    ids=["SIGTERM to the parent", "Ctrl-C to the process group"],
+    [
+        (False, signal.SIGTERM, 143, "SIGTERM"),
+        (True, signal.SIGTERM, 143, "SIGTERM"),
+        (True, signal.SIGINT, 130, "Ctrl-C"),
+    ],
+    ids=["SIGTERM to the parent", "SIGTERM to the process group", "Ctrl-C to the process group"],
 )
 def test_sigterm_to_a_joblib_sweeps_parent_stops_its_jobs_and_names_them(
     tmp_path, to_group, signum, status, by
@@ -120,3 +124,98 @@ def test_sigterm_to_a_joblib_sweeps_parent_stops_its_jobs_and_names_them(
         assert metrics["steps"] == 6
         resumed = None if n == 2 else str(sweep / str(n) / "checkpoints" / "last.ckpt")
         assert metrics["resumed_from"] == resumed
+
+
+def workers(parent: int) -> list[int]:
+    """The pids of loky's worker processes among ``parent``'s children (not its resource
+    tracker)."""
+    pids = []
+    for child in Path(f"/proc/{parent}/task").glob("*/children"):
+        for pid in map(int, child.read_text().split()):
+            with contextlib.suppress(OSError):
+                cmdline = Path(f"/proc/{pid}/cmdline").read_text()
+                if "loky" in cmdline and "resource_tracker" not in cmdline:
+                    pids.append(pid)
+    return pids
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (its ``SigCgt`` mask)."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
+def sweep_command(sweep: Path, tmp_path: Path, *extra: str) -> list[str]:
+    """A joblib sweep of 3 tiny jobs (model.k=2,3,4) on 2 workers."""
+    return [
+        sys.executable, "train.py", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+        f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path / 'data'}",
+        *[a for a in JOB if not a.startswith("model.k=")], "model.k=2,3,4", *extra,
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_joblib_worker_signalled_as_it_starts_stops_its_job_and_not_the_pool(tmp_path):
+    """SIGTERM to the workers alone while they import their jobs, before a job's own handler
+    exists: each worker notes it from its start (loky's initializer), its job stops before
+    training with its line, and the third job trains in a freed worker. Without the
+    initializer the workers died of it, and joblib failed the sweep with a traceback."""
+    sweep, log = tmp_path / "sweep", tmp_path / "sweep.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            sweep_command(sweep, tmp_path), cwd=ROOT, env=subprocess_env(), stdout=out,
+            stderr=out, start_new_session=True,
+        )  # fmt: skip
+    try:
+        wait_until(lambda: len(workers(proc.pid)) == 2, proc, log)
+        pids = workers(proc.pid)
+        wait_until(lambda: all(catches(pid, signal.SIGTERM) for pid in pids), proc, log)
+        # before the jobs start: Hydra writes a job's .hydra/ before its on_job_start
+        assert not list(sweep.glob("*/.hydra")), "the workers noted signals only once in a job"
+        for pid in pids:
+            os.kill(pid, signal.SIGTERM)
+        proc.wait(timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = log.read_text()
+    assert "Traceback" not in out and "BrokenProcessPool" not in out, out[-3000:]
+    assert proc.returncode == 1
+    report = out[out.index("2 of 3 jobs of the sweep failed") :].splitlines()
+    for line, n in zip(report[1:3], (0, 1), strict=True):
+        assert f"Job {n} of the sweep, stopped by SIGTERM before training" in line
+    assert json.loads((sweep / "2" / "metrics.json").read_text())["steps"] == 6
+
+
+@pytest.mark.slow
+def test_a_joblib_worker_killed_mid_sweep_is_reported_in_lines_not_a_traceback(tmp_path):
+    """A worker killed with SIGKILL (as the out-of-memory killer does) breaks joblib's pool,
+    which ends every job at once: the sweep says so and names each unfinished job with its
+    newest checkpoint, in lines and without a traceback, and exits with 1."""
+    sweep, log = tmp_path / "sweep", tmp_path / "sweep.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            sweep_command(sweep, tmp_path, *GATE), cwd=ROOT, env=subprocess_env(),
+            stdout=out, stderr=out, start_new_session=True,
+        )  # fmt: skip
+    try:
+        waiting = [sweep / str(n) / "go.waiting" for n in (0, 1)]
+        wait_until(lambda: all(w.exists() for w in waiting), proc, log)
+        os.kill(lock_pids(sweep)[0], signal.SIGKILL)
+        assert proc.wait(timeout=300) == 1
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = log.read_text()
+    assert "Traceback" not in out, out[-3000:]
+    lines = out[out.index("3 of 3 jobs of the sweep did not finish") :].splitlines()
+    assert lines[0] == (
+        "3 of 3 jobs of the sweep did not finish (a worker process died (SIGKILL(-9)): killed, "
+        "by the machine's out-of-memory killer for one, and joblib ended the other jobs at "
+        "once):"
+    )
+    assert lines[3] == "  job 2 (model.k=4): ended by joblib, no checkpoint"
+    assert lines[4].startswith(f"Start the same command with hydra.sweep.dir={sweep} to ")

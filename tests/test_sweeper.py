@@ -10,6 +10,7 @@ import pytest
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
+from cloudlstm.cli.sweep_jobs import pool_break_cause, pool_broken_report
 from cloudlstm.errors import UserError
 from hydra_plugins.cloudlstm_sweeper import _failure
 from tests.conftest import PYTHON, ROOT, TINY, one_line, subprocess_env
@@ -106,3 +107,48 @@ def test_a_joblib_setting_joblib_refuses_is_one_line_before_any_job(tmp_path, se
     assert done.returncode == 1, done.stderr[-3000:]
     assert one_line(done).startswith(said)
     assert not list((tmp_path / "sweep").glob("*/metrics.json"))
+
+
+def test_a_broken_joblib_pool_is_explained_when_a_signal_or_a_worker_death_broke_it():
+    """Why joblib's pool broke, where the sweep can say it (pool_break_cause): the signal the
+    sweep got, or a worker's death as joblib reports it; a task that failed to unpickle in
+    its worker is a bug, left to its traceback (None)."""
+    from joblib.externals.loky.process_executor import BrokenProcessPool, TerminatedWorkerError
+
+    killed = TerminatedWorkerError(
+        "A worker process managed by the executor was unexpectedly terminated. ...\n\n"
+        "The exit codes of the workers are {SIGKILL(-9)}"
+    )
+    crashed = TerminatedWorkerError("... The exit codes of the workers are {SIGSEGV(-11)}")
+    unpickling = BrokenProcessPool("A task has failed to un-serialize.")
+    assert pool_break_cause(killed, None) == (
+        "a worker process died (SIGKILL(-9)): killed, by the machine's out-of-memory killer for one"
+    )
+    assert pool_break_cause(crashed, None) == "a worker process died (SIGSEGV(-11))"
+    assert pool_break_cause(unpickling, None) is None
+    assert pool_break_cause(unpickling, "Ctrl-C") == (
+        "the sweep got Ctrl-C; a worker process it reached as it started died of it"
+    )
+
+
+def test_a_broken_pool_names_each_unfinished_job_with_its_newest_checkpoint(tmp_path):
+    """Joblib ends every job when its pool breaks: the report names each job without
+    metrics.json, with the checkpoint the same command continues from, and skips the
+    finished ones."""
+    runs = [tmp_path / str(n) for n in range(3)]
+    for run in runs:
+        run.mkdir()
+    (runs[0] / "metrics.json").write_text("{}")
+    (runs[1] / "checkpoints").mkdir()
+    (runs[1] / "checkpoints" / "last.ckpt").write_bytes(b"")
+    jobs = [(["seed=0", f"model.k={k}"], run) for k, run in zip((2, 3, 4), runs, strict=True)]
+    report = pool_broken_report("a worker process died (SIGKILL(-9))", jobs, "/sweeps/a")
+    assert report.splitlines() == [
+        "2 of 3 jobs of the sweep did not finish (a worker process died (SIGKILL(-9)), and "
+        "joblib ended the other jobs at once):",
+        f"  job 1 (model.k=3): ended by joblib, its newest checkpoint is "
+        f"{runs[1] / 'checkpoints' / 'last.ckpt'}",
+        "  job 2 (model.k=4): ended by joblib, no checkpoint",
+        "Start the same command with hydra.sweep.dir=/sweeps/a to run them again (finished "
+        "jobs return their results at once).",
+    ]

@@ -1,5 +1,6 @@
-"""How a sweep names its jobs that did not finish: one line per job, then what to do; and
-the joblib launcher's settings, checked before a job runs.
+"""How a sweep names its jobs that did not finish: one line per job, then what to do (also
+where joblib's pool of workers broke); and the joblib launcher's settings, checked before a
+job runs.
 
 Shared by the default sweeper (``hydra_plugins.cloudlstm_sweeper``: jobs run here or by
 joblib), the Optuna sweeper and the SLURM launcher (``hydra_plugins.cloudlstm_launchers``).
@@ -7,7 +8,9 @@ joblib), the Optuna sweeper and the SLURM launcher (``hydra_plugins.cloudlstm_la
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from hydra.core.utils import filter_overrides
@@ -70,3 +73,42 @@ def unfinished_report(lines: Sequence[str], total: int, sweep_dir: str, what: st
         + f"\nStart the same command with hydra.sweep.dir={sweep_dir} to run them again "
         "(finished jobs return their results at once)."
     )
+
+
+def pool_break_cause(error: BaseException, stopped_by: str | None) -> str | None:
+    """Why joblib's pool of workers broke (``error``), in words, where a report can say it:
+    the signal the sweep got (``stopped_by``), which reached a worker as it started, before
+    it could note it (:mod:`cloudlstm.rundir.worker_signals`); or a worker that died, of
+    SIGKILL (the machine's out-of-memory killer, for one) or a crash, as joblib says.
+    None: neither (a task that failed to unpickle in its worker, say): a bug."""
+    from joblib.externals.loky.process_executor import TerminatedWorkerError
+
+    if stopped_by is not None:
+        return f"the sweep got {stopped_by}; a worker process it reached as it started died of it"
+    if not isinstance(error, TerminatedWorkerError):
+        return None
+    codes = re.search(r"exit codes of the workers are \{(.*)\}", str(error))
+    how = codes.group(1) if codes else "how, joblib does not say"
+    killed = ": killed, by the machine's out-of-memory killer for one" if "SIGKILL" in how else ""
+    return f"a worker process died ({how}){killed}"
+
+
+def pool_broken_report(
+    cause: str, jobs: Sequence[tuple[Sequence[str], Path]], sweep_dir: str
+) -> str:
+    """The report of a joblib sweep whose pool broke (``cause``): joblib ends every job at
+    once, so each launched job (its overrides and run directory) that has no ``metrics.json``
+    is named, with its newest checkpoint, the one the same command continues from."""
+    from cloudlstm.rundir.layout import METRICS_FILE
+    from cloudlstm.rundir.resume import resume_candidates
+
+    shared = shared_overrides([overrides for overrides, _ in jobs])
+    lines = []
+    for num, (overrides, run_dir) in enumerate(jobs):
+        if (run_dir / METRICS_FILE).is_file():
+            continue
+        newest = max(resume_candidates(run_dir), key=lambda p: p.stat().st_mtime_ns, default=None)
+        saved = f"its newest checkpoint is {newest}" if newest else "no checkpoint"
+        lines.append(f"job {num} ({own_overrides(overrides, shared)}): ended by joblib, {saved}")
+    what = f"did not finish ({cause}, and joblib ended the other jobs at once)"
+    return unfinished_report(lines, len(jobs), sweep_dir, what)

@@ -14,8 +14,9 @@ instead (the default sweeper, :mod:`hydra_plugins.cloudlstm_sweeper`, with
   (:mod:`cloudlstm.rundir.preemption`), as a run does;
 * a job that had not started training (waiting for a worker, or loading its data) stops
   before it trains (:func:`stopped_before_training`): it sees :data:`STOP_FILE`, or the
-  signal, which its worker process notes from the job's start (:class:`NoteSigtermInJobs`)
-  rather than die of it, which would break the worker pool and lose the others' results;
+  signal, which its worker process notes from the worker's own start
+  (:func:`workers_note_signals`, :class:`NoteSigtermInJobs`) rather than die of it, which
+  would break the worker pool and end the others' jobs at once;
 * the parent waits for its jobs, prints a line per unfinished job and the command that
   continues them (the same command: finished jobs return their results at once, stopped
   ones resume from their checkpoints) and exits with 143.
@@ -23,7 +24,10 @@ instead (the default sweeper, :mod:`hydra_plugins.cloudlstm_sweeper`, with
 Ctrl-C in the terminal reaches the parent and every job (one process group): the parent
 then acts as on SIGTERM (the file, SIGTERM to its running jobs, which save and stop, the
 report) and exits with 130; the jobs note it as they note SIGTERM. A second Ctrl-C stops
-the parent at once.
+the parent at once. SIGTERM to the whole group (``timeout``, a batch system's time limit)
+goes the same way, with 143. A worker that dies all the same (signalled in its first
+moments, before its initializer ran) breaks the pool: the sweeper then names each
+unfinished job (:func:`~cloudlstm.cli.sweep_jobs.pool_broken_report`).
 
 Why a file beside the signal: a job that takes its lock after the parent looked for the
 running jobs was not signalled; it takes its lock first, then looks for the file, which
@@ -34,11 +38,13 @@ ends, and when a sweep starts in the directory.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
 import signal
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -56,11 +62,11 @@ from cloudlstm.rundir.preemption import (
     who_stopped,
 )
 from cloudlstm.rundir.resume import resume_candidates
+from cloudlstm.rundir.worker_signals import note_signals, noted
 
 log = logging.getLogger(__name__)
 
 STOP_FILE = "sweep.sigterm"  # in the sweep directory: the sweep got SIGTERM or Ctrl-C
-_noted: list[int] = []  # in a job's worker process: the signals that came (NoteSigtermInJobs)
 
 
 def is_joblib(launcher: Any) -> bool:
@@ -148,24 +154,40 @@ def _parent(pid: int) -> int | None:
 
 class NoteSigtermInJobs(Callback):
     """``hydra.callbacks.sweep_sigterm`` of ``train.py``: in a job of a joblib sweep, SIGTERM
-    is noted from the job's start on (Lightning's own handler, installed when training
-    starts, calls this one too), so that a job signalled before it trains stops there
-    instead of dying with its worker (a worker that dies breaks joblib's pool, and the
-    other jobs' results are lost). The handler stays for the worker's later jobs: a signal
-    between two jobs is noted rather than fatal, and each job starts with no note (a
-    sweep that got SIGTERM tells its later jobs by :data:`STOP_FILE`)."""
+    and Ctrl-C are noted (:mod:`~cloudlstm.rundir.worker_signals`; Lightning's own handler,
+    installed when training starts, calls that one too), so that a job signalled before it
+    trains stops there instead of dying with its worker. The worker notes them from its own
+    start (:func:`workers_note_signals`), and this callback from the job's start, for a
+    pool started without that initializer. A job's notes end with it: a signal during one job
+    is not the next one's (a sweep that got SIGTERM tells its later jobs by
+    :data:`STOP_FILE`); one before the worker's first job, or between two, is the next's."""
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if not is_joblib(config.hydra.get("launcher") or {}):
-            return
-        _noted.clear()  # a signal to the worker's job before is not this job's
-        for signum in (signal.SIGTERM, signal.SIGINT):  # Ctrl-C reaches the workers too
-            if signal.getsignal(signum) not in (_note, signal.SIG_IGN):
-                signal.signal(signum, _note)
+        if is_joblib(config.hydra.get("launcher") or {}):
+            note_signals()
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        if is_joblib(config.hydra.get("launcher") or {}):
+            noted.clear()
 
 
-def _note(signum: int, frame: FrameType | None) -> None:
-    _noted.append(signum)
+@contextlib.contextmanager
+def workers_note_signals() -> Iterator[None]:
+    """For the block (a joblib sweep, in its parent process): the worker processes that
+    joblib's ``loky`` backend starts note SIGTERM and Ctrl-C from their start
+    (:func:`~cloudlstm.rundir.worker_signals.note_signals` as loky's initializer), not
+    only once their job has started: a worker signalled while it imports its job would
+    die, and take the pool with it. Hydra's joblib launcher names the backend ``loky``, so
+    the name is bound to a loky backend with that initializer, and bound back after."""
+    from joblib import register_parallel_backend
+    from joblib.parallel import BACKENDS
+
+    loky = BACKENDS["loky"]
+    register_parallel_backend("loky", functools.partial(loky, initializer=note_signals))
+    try:
+        yield
+    finally:
+        BACKENDS["loky"] = loky
 
 
 def _stop_signal(stop: Path) -> str:
@@ -187,14 +209,14 @@ def stopped_before_training(cfg: DictConfig, run_dir: Path) -> RunInterrupted | 
     if not is_joblib(HydraConfig.get().get("launcher") or {}):
         return None
     stop = Path(str(HydraConfig.get().sweep.dir)) / STOP_FILE
-    if not (_noted or stop.is_file()):
+    if not (noted or stop.is_file()):
         return None
     newest = max(resume_candidates(run_dir), key=lambda p: p.stat().st_mtime_ns, default=None)
     state, goes_on = "no checkpoint yet", "starts it"
     if newest is not None:
         state = f"its newest checkpoint is {newest}, of step {checkpoint_step(newest)}"
         goes_on = "continues from it"
-    by = "Ctrl-C" if signal.SIGINT in _noted else _stop_signal(stop)
+    by = "Ctrl-C" if signal.SIGINT in noted else _stop_signal(stop)
     message = (
         f"{who_stopped().capitalize()}stopped by {by} before training ({state}). "
         f"{continuation(run_dir, cfg, goes_on)}"

@@ -34,6 +34,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,8 @@ from cloudlstm.cli.sweep_jobs import (
     check_joblib_launcher,
     first_line,
     own_overrides,
+    pool_break_cause,
+    pool_broken_report,
     shared_overrides,
     unfinished_report,
 )
@@ -68,7 +71,7 @@ class ReportingSweeper(BasicSweeper):
     def sweep(self, arguments: list[str]) -> Any:
         # imported here: Hydra imports this module at every start (its plugin scan), and
         # the signal handling imports Lightning, seconds a config error need not wait
-        from cloudlstm.rundir.sweep_sigterm import PassSigtermOn, is_joblib
+        from cloudlstm.rundir.sweep_sigterm import PassSigtermOn, is_joblib, workers_note_signals
 
         launcher = self.launcher
         if is_joblib(launcher):
@@ -80,8 +83,21 @@ class ReportingSweeper(BasicSweeper):
         # would leave running: it is passed on to them (the basic launcher's jobs run here)
         self.stop = PassSigtermOn(sweep_dir) if is_joblib(launcher) else None
         try:
-            with self.stop or contextlib.nullcontext():
+            noting = workers_note_signals() if self.stop else contextlib.nullcontext()
+            with self.stop or contextlib.nullcontext(), noting:
                 returns = super().sweep(arguments)
+        except BrokenProcessPool as error:
+            stopped = self.stop.by if self.stop is not None and self.stop.received else None
+            cause = pool_break_cause(error, stopped)
+            if cause is None:
+                raise  # a task that a worker could not unpickle, say: a bug
+            self.hydra_context.callbacks.on_multirun_end(config=self.config)
+            jobs = [(job, Path(self._job_dir(job, n))) for n, job in enumerate(recorder.launched)]
+            report = pool_broken_report(cause, jobs, sweep_dir)
+            if self.stop is None or not self.stop.received:
+                raise UserError(report) from None
+            log.error(report)
+            raise SystemExit(self.stop.exit_code) from None
         finally:
             self.launcher = launcher
         if self.stop is not None and self.stop.received:
@@ -162,8 +178,8 @@ class _FailureRecorder(Launcher):
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> Sequence[JobReturn]:
+        self.launched += job_overrides  # before: a launch that raises has launched them too
         results = self.launcher.launch(job_overrides, initial_job_idx=initial_job_idx)
-        self.launched += job_overrides
         for result in results:
             if result.status == JobStatus.FAILED:
                 self.failed.append((result, result._return_value))  # the job's exception
