@@ -100,14 +100,14 @@ def pool_broken_report(
     once, so each launched job (its overrides and run directory) that has no ``metrics.json``
     is named, with its newest checkpoint, the one the same command continues from."""
     from cloudlstm.rundir.layout import METRICS_FILE
-    from cloudlstm.rundir.resume import resume_candidates
+    from cloudlstm.rundir.resume import newest_checkpoint
 
     shared = shared_overrides([overrides for overrides, _ in jobs])
     lines = []
     for num, (overrides, run_dir) in enumerate(jobs):
         if (run_dir / METRICS_FILE).is_file():
             continue
-        newest = max(resume_candidates(run_dir), key=lambda p: p.stat().st_mtime_ns, default=None)
+        newest = newest_checkpoint(run_dir)
         saved = f"its newest checkpoint is {newest}" if newest else "no checkpoint"
         lines.append(f"job {num} ({own_overrides(overrides, shared)}): ended by joblib, {saved}")
     what = f"did not finish ({cause}, and joblib ended the other jobs at once)"

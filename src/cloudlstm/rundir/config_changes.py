@@ -50,7 +50,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.divergence import divergence, what_diverged
 from cloudlstm.rundir.layout import CHANGES_FILE, CONFIG_FILE, METRICS_FILE, read_run_config
-from cloudlstm.rundir.resume import resume_candidates
+from cloudlstm.rundir.resume import newest_checkpoint, resume_candidates
 
 log = logging.getLogger(__name__)
 
@@ -281,7 +281,7 @@ def record_changes(run_dir: Path, changes: list[Change], cfg: DictConfig) -> Non
     run_dir = Path(run_dir)
     resume = cfg.get("resume", "auto")
     if resume == "auto":
-        newest = max(resume_candidates(run_dir), key=lambda p: p.stat().st_mtime_ns, default=None)
+        newest = newest_checkpoint(run_dir)
         resume = None if newest is None else str(newest)
     entry = {
         "date": datetime.now().astimezone().isoformat(timespec="seconds"),

@@ -121,9 +121,9 @@ def interrupted(trainer: L.Trainer, run_dir: Path, cfg: Any) -> RunInterrupted:
     if saved is not None:
         state, goes_on = f"saved {saved}", "continues from it"
     else:
-        from cloudlstm.rundir.resume import resume_candidates
+        from cloudlstm.rundir.resume import newest_checkpoint
 
-        newest = max(resume_candidates(run_dir), key=lambda p: p.stat().st_mtime_ns, default=None)
+        newest = newest_checkpoint(run_dir)
         if newest is None:
             state, goes_on = "no checkpoint yet", "starts it over"
         else:

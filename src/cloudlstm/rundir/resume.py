@@ -63,6 +63,11 @@ def resume_candidates(run_dir: Path) -> list[Path]:
     return [p for p in candidates if p.is_file()]
 
 
+def newest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest of :func:`resume_candidates` (by modification time), or None."""
+    return max(resume_candidates(run_dir), key=lambda p: p.stat().st_mtime_ns, default=None)
+
+
 def _prefer_last(path: Path, checkpoint: dict[str, Any], run_dir: Path) -> Path:
     """``last.ckpt`` instead of an HPC checkpoint of the same training step.
 

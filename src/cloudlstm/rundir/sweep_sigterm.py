@@ -61,7 +61,7 @@ from cloudlstm.rundir.preemption import (
     continuation,
     who_stopped,
 )
-from cloudlstm.rundir.resume import resume_candidates
+from cloudlstm.rundir.resume import newest_checkpoint
 from cloudlstm.rundir.worker_signals import note_signals, noted
 
 log = logging.getLogger(__name__)
@@ -211,7 +211,7 @@ def stopped_before_training(cfg: DictConfig, run_dir: Path) -> RunInterrupted | 
     stop = Path(str(HydraConfig.get().sweep.dir)) / STOP_FILE
     if not (noted or stop.is_file()):
         return None
-    newest = max(resume_candidates(run_dir), key=lambda p: p.stat().st_mtime_ns, default=None)
+    newest = newest_checkpoint(run_dir)
     state, goes_on = "no checkpoint yet", "starts it"
     if newest is not None:
         state = f"its newest checkpoint is {newest}, of step {checkpoint_step(newest)}"
