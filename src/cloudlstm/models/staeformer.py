@@ -51,7 +51,8 @@ class SelfAttentionLayer(nn.Module):
 
         # (..., S, D) -> (R, H, S, D / H), all leading axes as one: the fused attention
         # kernels (flash on CPU and CUDA) take 4-D inputs only; 5-D falls back to the
-        # unfused softmax(q k^T) v, about twice as slow on CPU.
+        # unfused softmax(q k^T) v, which holds every (S, S) score (a METR-LA-size step's
+        # peak memory 24 % higher, docs/performance.md).
         def heads(t: torch.Tensor) -> torch.Tensor:
             return t.flatten(0, -3).unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
 

@@ -87,17 +87,17 @@ class ReportingSweeper(BasicSweeper):
             with self.stop or contextlib.nullcontext(), noting:
                 returns = super().sweep(arguments)
         except BrokenProcessPool as error:
-            stopped = self.stop.by if self.stop is not None and self.stop.received else None
-            cause = pool_break_cause(error, stopped)
+            stop = self.stop if self.stop is not None and self.stop.received else None
+            cause = pool_break_cause(error, stop.by if stop else None)
             if cause is None:
                 raise  # a task that a worker could not unpickle, say: a bug
             self.hydra_context.callbacks.on_multirun_end(config=self.config)
             jobs = [(job, Path(self._job_dir(job, n))) for n, job in enumerate(recorder.launched)]
             report = pool_broken_report(cause, jobs, sweep_dir)
-            if self.stop is None or not self.stop.received:
+            if stop is None:
                 raise UserError(report) from None
             log.error(report)
-            raise SystemExit(self.stop.exit_code) from None
+            raise SystemExit(stop.exit_code) from None
         finally:
             self.launcher = launcher
         if self.stop is not None and self.stop.received:
