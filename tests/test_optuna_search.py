@@ -213,6 +213,75 @@ def test_a_trial_asked_but_never_launched_fails_and_does_not_count(tmp_path):
     assert _n_counted(study) == 1 and search.next_job == 1
 
 
+def test_a_trial_whose_job_a_signal_stopped_stays_running_and_others_are_told(tmp_path):
+    """A job stopped by SIGTERM (RunInterrupted) leaves its trial RUNNING, as a killed one,
+    for the same command to continue from its checkpoint; a job that failed otherwise is
+    FAIL, and a finished one COMPLETE."""
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from cloudlstm.rundir.preemption import RunInterrupted
+    from hydra_plugins.cloudlstm_optuna._search import Job, OptunaSearch
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(storage=storage)
+    search = OptunaSearch({})
+    search.storage = optuna.storages.RDBStorage(storage)
+    search.study_id = search.storage.get_study_id_from_name(study.study_name)
+    stopped, failed, done = JobReturn(), JobReturn(), JobReturn()
+    stopped.status, stopped.return_value = JobStatus.FAILED, RunInterrupted("saved step 5")
+    failed.status, failed.return_value = JobStatus.FAILED, ValueError("a bug")
+    done.status, done.return_value = JobStatus.COMPLETED, 0.25
+    told = []
+    for n, ret in enumerate((stopped, failed, done)):
+        study.ask({"x": FloatDistribution(0, 1)})
+        told.append(search._tell(study, Job(n, n, {}), ret))
+    assert told == [False, False, True]
+    states = [t.state for t in study.get_trials()]
+    assert states == [TrialState.RUNNING, TrialState.FAIL, TrialState.COMPLETE]
+    assert [(job.trial, str(err)) for job, err in search.interrupted] == [(0, "saved step 5")]
+
+
+@pytest.mark.slow  # two trials stopped, then continued: about 40 s
+def test_sigterm_to_a_joblib_search_saves_its_trials_which_the_same_command_finishes(tmp_path):
+    """SIGTERM to the search's process alone (a job manager's, ``kill <pid>``): passed on to
+    the trials' worker processes, which save their step; the search leaves them RUNNING in
+    the study, names each, and exits with 143. The same command continues both from their
+    checkpoints and completes the study."""
+    from tests.test_preemption import GATE, start, wait_for
+
+    sweep, log = tmp_path / "sweep", tmp_path / "search.log"
+    args = [
+        *SEARCH, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.n_jobs=2", f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path / 'data'}",
+        "trainer.max_epochs=2", *GATE,
+    ]  # fmt: skip
+    proc = start(args, log)
+    for job in (0, 1):  # both trials wait at their gate, before step 5
+        wait_for(sweep / str(job) / "go.waiting", proc, log)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=300) == 143, log.read_text()[-3000:]
+    out = log.read_text()
+    assert "Traceback" not in out
+    assert [t.state for t in load(sweep).get_trials()] == [TrialState.RUNNING] * 2
+    report = out[out.index("2 trials of the search did not finish (it got SIGTERM)") :]
+    for job in (0, 1):
+        last = sweep / str(job) / "checkpoints" / "last.ckpt"
+        assert f"trial {job}: Job {job} of the sweep, interrupted by SIGTERM at step 5: " \
+            f"saved {last}" in report  # fmt: skip
+    assert f"Start the same command with hydra.sweep.dir={sweep} to continue them" in report
+
+    for job in (0, 1):
+        (sweep / str(job) / "go").touch()
+    again = start(args, tmp_path / "again.log")
+    assert again.wait(timeout=600) == 0, (tmp_path / "again.log").read_text()[-3000:]
+    trials = load(sweep).get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
+    for t in trials:
+        resumed = metrics(sweep, t.number)
+        assert resumed["resumed_from"] == str(sweep / str(t.number) / "checkpoints" / "last.ckpt")
+        assert t.value == resumed["val"]["val/mae_best"]
+
+
 @pytest.mark.slow  # six trials in processes of their own: about 30 s
 def test_six_trials_two_at_a_time_through_local_submitit(tmp_path):
     """The same search through ``hydra/launcher=local`` (submitit's local executor, as a

@@ -141,7 +141,7 @@ def test_a_broken_pool_names_each_unfinished_job_with_its_newest_checkpoint(tmp_
     (runs[0] / "metrics.json").write_text("{}")
     (runs[1] / "checkpoints").mkdir()
     (runs[1] / "checkpoints" / "last.ckpt").write_bytes(b"")
-    jobs = [(["seed=0", f"model.k={k}"], run) for k, run in zip((2, 3, 4), runs, strict=True)]
+    jobs = [(n, ["seed=0", f"model.k={n + 2}"], run) for n, run in enumerate(runs)]
     report = pool_broken_report("a worker process died (SIGKILL(-9))", jobs, "/sweeps/a")
     assert report.splitlines() == [
         "2 of 3 jobs of the sweep did not finish (a worker process died (SIGKILL(-9)), and "

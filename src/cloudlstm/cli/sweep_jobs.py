@@ -8,14 +8,21 @@ joblib), the Optuna sweeper and the SLURM launcher (``hydra_plugins.cloudlstm_la
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.utils import filter_overrides
 
 from cloudlstm.errors import UserError
+
+if TYPE_CHECKING:
+    from cloudlstm.rundir.sweep_sigterm import PassSigtermOn
+
+log = logging.getLogger(__name__)
 
 # joblib's hints for choosing a backend (joblib.Parallel's prefer and require)
 JOBLIB_HINTS = {"prefer": ("processes", "threads"), "require": ("sharedmem",)}
@@ -94,17 +101,18 @@ def pool_break_cause(error: BaseException, stopped_by: str | None) -> str | None
 
 
 def pool_broken_report(
-    cause: str, jobs: Sequence[tuple[Sequence[str], Path]], sweep_dir: str
+    cause: str, jobs: Sequence[tuple[int, Sequence[str], Path]], sweep_dir: str
 ) -> str:
     """The report of a joblib sweep whose pool broke (``cause``): joblib ends every job at
-    once, so each launched job (its overrides and run directory) that has no ``metrics.json``
-    is named, with its newest checkpoint, the one the same command continues from."""
+    once, so each launched job (its number, overrides and run directory) that has no
+    ``metrics.json`` is named, with its newest checkpoint, the one the same command
+    continues from."""
     from cloudlstm.rundir.layout import METRICS_FILE
     from cloudlstm.rundir.resume import newest_checkpoint
 
-    shared = shared_overrides([overrides for overrides, _ in jobs])
+    shared = shared_overrides([overrides for _, overrides, _ in jobs])
     lines = []
-    for num, (overrides, run_dir) in enumerate(jobs):
+    for num, overrides, run_dir in jobs:
         if (run_dir / METRICS_FILE).is_file():
             continue
         newest = newest_checkpoint(run_dir)
@@ -112,3 +120,24 @@ def pool_broken_report(
         lines.append(f"job {num} ({own_overrides(overrides, shared)}): ended by joblib, {saved}")
     what = f"did not finish ({cause}, and joblib ended the other jobs at once)"
     return unfinished_report(lines, len(jobs), sweep_dir, what)
+
+
+def broken_pool_ending(
+    error: BrokenProcessPool,
+    stop: PassSigtermOn | None,
+    jobs: Sequence[tuple[int, Sequence[str], Path]],
+    sweep_dir: str,
+) -> BaseException:
+    """What a joblib sweep whose pool broke (``error``) ends with, given its signal handling
+    (``stop``) and the jobs it launched (as :func:`pool_broken_report` takes them): after a
+    signal, the exit status of that signal, the report logged; after a worker's death, a
+    UserError that is the report; otherwise ``error`` itself, a bug."""
+    stopped = stop is not None and stop.received
+    cause = pool_break_cause(error, stop.by if stop is not None and stopped else None)
+    if cause is None:
+        return error
+    report = pool_broken_report(cause, jobs, sweep_dir)
+    if stop is None or not stopped:
+        return UserError(report)
+    log.error(report)
+    return SystemExit(stop.exit_code)

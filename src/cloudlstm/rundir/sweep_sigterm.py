@@ -4,8 +4,9 @@ manager that signals one process): passed on to its jobs, which stop as a run do
 The joblib launcher runs each job in a worker process of its own. Left to the default
 disposition, the parent died at once, without a word; its workers went on, each training
 its job to the end (or waiting forever for a parent that no longer reads its result). Here
-instead (the default sweeper, :mod:`hydra_plugins.cloudlstm_sweeper`, with
-``hydra/launcher=joblib``):
+instead (the default sweeper, :mod:`hydra_plugins.cloudlstm_sweeper`, and the Optuna
+sweeper, :mod:`hydra_plugins.cloudlstm_optuna`, with ``hydra/launcher=joblib``:
+:func:`joblib_sweep_stop`):
 
 * the parent, on SIGTERM (:class:`PassSigtermOn`), writes :data:`STOP_FILE` into the sweep
   directory, then sends SIGTERM to each job that runs: the processes, its own children,
@@ -188,6 +189,20 @@ def workers_note_signals() -> Iterator[None]:
         yield
     finally:
         BACKENDS["loky"] = loky
+
+
+@contextlib.contextmanager
+def joblib_sweep_stop(sweep_dir: str | Path, launcher: Any) -> Iterator[PassSigtermOn | None]:
+    """For the block (a sweep, in its parent process), where ``launcher`` (the plugin, or its
+    config) is joblib's: SIGTERM and Ctrl-C passed on to the running jobs
+    (:class:`PassSigtermOn`, which it yields), and noted by the worker processes from their
+    start (:func:`workers_note_signals`). Another launcher's jobs run in this process, or are
+    the batch system's to signal: nothing is done, and it yields None."""
+    if not is_joblib(launcher):
+        yield None
+        return
+    with PassSigtermOn(sweep_dir) as stop, workers_note_signals():
+        yield stop
 
 
 def _stop_signal(stop: Path) -> str:

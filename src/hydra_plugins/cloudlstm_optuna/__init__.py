@@ -17,6 +17,10 @@ grammar (``choice``, ``range``, ``interval``, ``tag(log, ...)``); and:
   direction;
 * ``pruner``: the jobs report their validation metric to their trial through the storage
   and stop early when pruned (:mod:`cloudlstm.engine.pruning`); such trials are recorded PRUNED.
+* a trial whose job SIGTERM or Ctrl-C stopped stays RUNNING, for the same command to
+  continue; with ``hydra/launcher=joblib`` the signal to the search is passed on to its
+  running trials, as in the default sweeper (:mod:`cloudlstm.rundir.sweep_sigterm`), and the
+  search ends with the signal's status after naming them.
 
 Hydra finds sweepers only in the ``hydra_plugins`` namespace package, hence this module.
 """

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
-from cloudlstm.cli.sweep_jobs import check_joblib_launcher
+from cloudlstm.cli.sweep_jobs import broken_pool_ending, check_joblib_launcher, first_line
 from cloudlstm.engine.declared_metrics import monitor_mode
 from cloudlstm.engine.objective import check_optimized_metric
 from cloudlstm.engine.pruning import (
@@ -45,6 +46,8 @@ from cloudlstm.engine.pruning import (
     open_storage,
 )
 from cloudlstm.errors import UserError
+from cloudlstm.rundir.preemption import RunInterrupted
+from cloudlstm.rundir.sweep_sigterm import PassSigtermOn, is_joblib, joblib_sweep_stop
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +84,8 @@ class OptunaSearch(Sweeper):
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.launcher: Launcher | None = None
+        self.stop: PassSigtermOn | None = None
+        self.interrupted: list[tuple[Job, RunInterrupted]] = []  # trials left RUNNING
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
@@ -110,8 +115,6 @@ class OptunaSearch(Sweeper):
         self.own_storage = not storage
         self.storage_url = str(storage or f"sqlite:///{self.sweep_dir / STORAGE_FILE}")
         self.config, self.hydra_context = config, hydra_context
-        from cloudlstm.rundir.sweep_sigterm import is_joblib  # imports Lightning: not at start-up
-
         if is_joblib(config.hydra.launcher):
             check_joblib_launcher(config.hydra.launcher)  # before any trial runs
         self.launcher = Plugins.instance().instantiate_launcher(
@@ -124,10 +127,39 @@ class OptunaSearch(Sweeper):
         self.space, self.fixed = search_space(self.params, arguments)
         self.sweep_dir.mkdir(parents=True, exist_ok=True)  # SQLite creates no folders
         study = self._open_study()
-        self._continue_unfinished(study)
-        while (to_go := self.n_trials - _n_counted(study)) > 0:
-            self._run(study, [self._ask(study) for _ in range(min(self.n_jobs, to_go))])
+        # joblib's jobs run in processes of their own, which SIGTERM to this one alone would
+        # leave running: it is passed on to them (the basic launcher's run here, and stop
+        # with it; SLURM's are SLURM's to signal)
+        with joblib_sweep_stop(self.sweep_dir, self.launcher) as self.stop:
+            self._continue_unfinished(study)
+            while not self._stopped() and (to_go := self.n_trials - _n_counted(study)) > 0:
+                self._run(study, [self._ask(study) for _ in range(min(self.n_jobs, to_go))])
         self._write_results(study)
+        if self.stop is not None and self.stop.received:
+            log.error(self._stopped_report())
+            raise SystemExit(self.stop.exit_code)
+
+    def _stopped(self) -> bool:
+        """The search got SIGTERM or Ctrl-C (joblib's launcher): no further batch."""
+        return self.stop is not None and self.stop.received
+
+    def _stopped_report(self) -> str:
+        """The trials a signal stopped, each with the step it saved, and how to go on."""
+        assert self.stop is not None
+        lines = [
+            f"trial {job.trial}: {first_line(error).split(' Run dir ', 1)[0].rstrip('.')}"
+            for job, error in self.interrupted
+        ]
+        stopped = (
+            f"{len(lines)} trials of the search did not finish (it got {self.stop.by}); the "
+            "study keeps them running:\n  " + "\n  ".join(lines)
+            if lines
+            else f"The search got {self.stop.by} between two batches of trials."
+        )
+        return (
+            f"{stopped}\nStart the same command with hydra.sweep.dir={self.sweep_dir} to "
+            f"continue them and go on to {self.n_trials} trials."
+        )
 
     def _open_study(self) -> optuna.Study:
         """Create the study, or load it where it exists (a continued search)."""
@@ -180,6 +212,8 @@ class OptunaSearch(Sweeper):
                 len(jobs), ", ".join(str(j.trial) for j in jobs),
             )  # fmt: skip
         for start in range(0, len(jobs), self.n_jobs):
+            if self._stopped():
+                break
             self._run(study, jobs[start : start + self.n_jobs])
 
     def _is_mine(self, trial: FrozenTrial) -> bool:
@@ -209,12 +243,24 @@ class OptunaSearch(Sweeper):
                 for job in run:
                     study.tell(job.trial, state=TrialState.FAIL)
                 raise
-            returns = self.launcher.launch(overrides, initial_job_idx=run[0].number)
+            try:
+                returns = self.launcher.launch(overrides, initial_job_idx=run[0].number)
+            except BrokenProcessPool as error:  # its trials stay RUNNING: continued later
+                pairs = zip(run, overrides, strict=True)
+                jobs = [
+                    (job.number, job_overrides, self._run_dir(job)) for job, job_overrides in pairs
+                ]
+                ending = broken_pool_ending(error, self.stop, jobs, str(self.sweep_dir))
+                if ending is error:
+                    raise  # a task that a worker could not unpickle, say: a bug
+                raise ending from None
             failed = [
                 (job, ret)
                 for job, ret in zip(run, returns, strict=True)
                 if not self._tell(study, job, ret)
             ]
+            if self._stopped():
+                return  # the stopped trials are reported as such, not as failures
             if failed and len(failed) / len(run) > self.max_failure_rate:
                 _raise_failure(*failed[0], self._run_dir(failed[0][0]))
 
@@ -231,7 +277,16 @@ class OptunaSearch(Sweeper):
         ]
 
     def _tell(self, study: optuna.Study, job: Job, ret: JobReturn) -> bool:
-        """Record the job's outcome in the study; False where the job failed."""
+        """Record the job's outcome in the study; False where the job failed. A job stopped
+        by a signal (SIGTERM, Ctrl-C) leaves its trial RUNNING, as a killed one does: the
+        same command continues it from its checkpoint."""
+        if ret.status == JobStatus.FAILED and isinstance(ret._return_value, RunInterrupted):
+            self.interrupted.append((job, ret._return_value))
+            log.warning(
+                "Trial %d (job %d) was stopped: the study keeps it running, and the same "
+                "command continues it.", job.trial, job.number,
+            )  # fmt: skip
+            return False
         if ret.status == JobStatus.FAILED:
             study.tell(job.trial, state=TrialState.FAIL)
             log.warning("Trial %d (job %d) failed.", job.trial, job.number)

@@ -29,7 +29,6 @@ Hydra finds sweepers only in the ``hydra_plugins`` namespace package, hence this
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sys
@@ -46,11 +45,10 @@ from omegaconf import open_dict
 
 from cloudlstm.cli.model_keys import applicable_jobs
 from cloudlstm.cli.sweep_jobs import (
+    broken_pool_ending,
     check_joblib_launcher,
     first_line,
     own_overrides,
-    pool_break_cause,
-    pool_broken_report,
     shared_overrides,
     unfinished_report,
 )
@@ -71,7 +69,7 @@ class ReportingSweeper(BasicSweeper):
     def sweep(self, arguments: list[str]) -> Any:
         # imported here: Hydra imports this module at every start (its plugin scan), and
         # the signal handling imports Lightning, seconds a config error need not wait
-        from cloudlstm.rundir.sweep_sigterm import PassSigtermOn, is_joblib, workers_note_signals
+        from cloudlstm.rundir.sweep_sigterm import is_joblib, joblib_sweep_stop
 
         launcher = self.launcher
         if is_joblib(launcher):
@@ -79,25 +77,20 @@ class ReportingSweeper(BasicSweeper):
         recorder = _FailureRecorder(launcher)
         self.launcher = recorder
         sweep_dir = str(self.config.hydra.sweep.dir)
-        # joblib's jobs run in processes of their own, which SIGTERM to this one alone
-        # would leave running: it is passed on to them (the basic launcher's jobs run here)
-        self.stop = PassSigtermOn(sweep_dir) if is_joblib(launcher) else None
         try:
-            noting = workers_note_signals() if self.stop else contextlib.nullcontext()
-            with self.stop or contextlib.nullcontext(), noting:
+            # joblib's jobs run in processes of their own, which SIGTERM to this one alone
+            # would leave running: it is passed on to them (the basic launcher's run here)
+            with joblib_sweep_stop(sweep_dir, launcher) as self.stop:
                 returns = super().sweep(arguments)
         except BrokenProcessPool as error:
-            stop = self.stop if self.stop is not None and self.stop.received else None
-            cause = pool_break_cause(error, stop.by if stop else None)
-            if cause is None:
-                raise  # a task that a worker could not unpickle, say: a bug
+            jobs = [
+                (n, job, Path(self._job_dir(job, n))) for n, job in enumerate(recorder.launched)
+            ]
             self.hydra_context.callbacks.on_multirun_end(config=self.config)
-            jobs = [(job, Path(self._job_dir(job, n))) for n, job in enumerate(recorder.launched)]
-            report = pool_broken_report(cause, jobs, sweep_dir)
-            if stop is None:
-                raise UserError(report) from None
-            log.error(report)
-            raise SystemExit(stop.exit_code) from None
+            ending = broken_pool_ending(error, self.stop, jobs, sweep_dir)
+            if ending is error:
+                raise  # a task that a worker could not unpickle, say: a bug
+            raise ending from None
         finally:
             self.launcher = launcher
         if self.stop is not None and self.stop.received:
