@@ -3,7 +3,9 @@ Optuna, real Hydra, real tiny trainings in ``python train.py`` subprocesses."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import sqlite3
 import subprocess
@@ -280,6 +282,48 @@ def test_sigterm_to_a_joblib_search_saves_its_trials_which_the_same_command_fini
         resumed = metrics(sweep, t.number)
         assert resumed["resumed_from"] == str(sweep / str(t.number) / "checkpoints" / "last.ckpt")
         assert t.value == resumed["val"]["val/mae_best"]
+
+
+@pytest.mark.slow  # two trials, one worker killed, then the search continued: about 40 s
+def test_a_worker_killed_mid_search_leaves_its_batch_running_for_the_same_command(tmp_path):
+    """SIGKILL to a trial's worker (the out-of-memory killer's way) breaks joblib's pool,
+    which ends the batch's trials at once: the search names each in lines, without a
+    traceback, exits with 1, and leaves them RUNNING; the same command finishes them."""
+    from tests.test_faults_sweep_sigterm import lock_pids
+    from tests.test_preemption import GATE, wait_for
+
+    sweep, log = tmp_path / "sweep", tmp_path / "search.log"
+    args = [
+        *SEARCH, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.n_jobs=2", f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path / 'data'}",
+        "trainer.max_epochs=2", *GATE,
+    ]  # fmt: skip
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [*PYTHON, "train.py", *args], cwd=ROOT, env=subprocess_env(), stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        for job in (0, 1):
+            wait_for(sweep / str(job) / "go.waiting", proc, log)
+        os.kill(lock_pids(sweep)[0], signal.SIGKILL)
+        assert proc.wait(timeout=300) == 1, log.read_text()[-3000:]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = log.read_text()
+    assert "Traceback" not in out, out[-3000:]
+    lines = out[out.index("2 of 2 jobs of the sweep did not finish") :].splitlines()
+    assert "a worker process died (SIGKILL(-9))" in lines[0]
+    for job, line in enumerate(lines[1:3]):
+        assert line.startswith(f"  job {job} (") and "ended by joblib" in line, line
+    assert [t.state for t in load(sweep).get_trials()] == [TrialState.RUNNING] * 2
+
+    for job in (0, 1):
+        (sweep / str(job) / "go").touch()
+    again = train_py(tmp_path, *[a for a in args if not a.startswith("paths.data_dir=")])
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert [t.state for t in load(sweep).get_trials()] == [TrialState.COMPLETE] * 2
 
 
 @pytest.mark.slow  # six trials in processes of their own: about 30 s
