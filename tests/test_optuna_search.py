@@ -165,6 +165,73 @@ def test_bad_sweeper_settings_are_one_line(tmp_path, override, named):
     assert named in one_line(proc), proc.stderr
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_a_study_on_a_full_disk_is_one_line(tmp_path):
+    """/dev/full refuses every write with ENOSPC, as a full disk does: SQLite's "database or
+    disk is full" is one line naming the study and what to do, not SQLAlchemy's traceback."""
+    proc = train_py(tmp_path, *SEARCH, "hydra.sweeper.storage=sqlite:////dev/full",
+                    f"hydra.sweep.dir={tmp_path / 'sweep'}")  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert one_line(proc).startswith(
+        "Cannot write the Optuna study /dev/full: no room ("
+    ) and one_line(proc).endswith("run the search's command again: it continues from what "
+                                  "its study holds.")  # fmt: skip
+
+
+def full_study(tmp_path: Path) -> tuple[str, optuna.Trial]:
+    """A study in an SQLite file that SQLite lets grow by no page (``max_page_count``: its
+    "database or disk is full", as on a full disk), and a trial of it."""
+    import sqlalchemy
+
+    from cloudlstm.engine.pruning import open_storage
+
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    storage = open_storage(url)
+    trial = optuna.create_study(storage=storage, study_name="s").ask()
+    pages = (tmp_path / "optuna.db").stat().st_size // 4096
+
+    @sqlalchemy.event.listens_for(storage.engine, "connect")
+    def no_room(connection, _record) -> None:
+        connection.execute(f"PRAGMA max_page_count={pages}")
+
+    storage.engine.dispose()  # the pooled connections open again, with the cap
+    return url, trial
+
+
+def test_a_study_that_fills_its_disk_mid_search_is_one_line_in_the_search_and_its_jobs(
+    tmp_path, monkeypatch
+):
+    """Reporting to a study whose file can no longer grow: the job's pruning callback stops
+    with the one line of a full disk, naming the study; the sweeper reads the same error
+    from a write of its own as that line too; another error is left alone."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from cloudlstm.engine.pruning import STORAGE_ENV, OptunaPruning, storage_write_fault
+    from cloudlstm.errors import OutOfSpaceError
+
+    url, trial = full_study(tmp_path)
+    monkeypatch.setenv(STORAGE_ENV, url)
+    callback = OptunaPruning()
+    callback._trial = trial
+    trainer = SimpleNamespace(callback_metrics={"val/mae": torch.tensor(0.5)}, global_step=0)
+    with pytest.raises(OutOfSpaceError) as raised:
+        for step in range(10_000):  # each report adds a row, until the file cannot grow
+            trainer.global_step = step
+            callback._report(trainer)
+    assert str(raised.value).startswith(
+        f"Cannot write the Optuna study {tmp_path / 'optuna.db'}: no room ("
+    )
+    assert "[database or disk is full, SQLITE_FULL]" in str(raised.value)
+    with pytest.raises(Exception) as sweeper_write:
+        trial.set_user_attr("pad", "x" * 100_000)
+    assert str(storage_write_fault(sweeper_write.value, url)) == str(raised.value)
+    assert storage_write_fault(ValueError("not a write"), url) is None
+    assert storage_write_fault(sweeper_write.value, "postgresql://host/db") is None
+
+
 def distribution(line: str):
     from hydra_plugins.cloudlstm_optuna._search import distribution
 

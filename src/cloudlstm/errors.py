@@ -78,6 +78,36 @@ def out_of_space(
     return OutOfSpaceError(f"{target}: {why} [{reason}]. {then}")
 
 
+# SQLite's primary result codes (https://sqlite.org/rescode.html) of a write that the disk
+# refused: SQLITE_FULL (no room: ENOSPC, or a short write at a file size limit) and
+# SQLITE_IOERR (EDQUOT, EFBIG at a limit, an I/O error)
+SQLITE_WRITE_FAULTS = {13: "no room", 10: "a failed write"}
+
+
+def sqlite_write_fault(
+    err: BaseException, path: str | Path, then: str = AGAIN, what: str = "the database"
+) -> OutOfSpaceError | None:
+    """The one-line error of an SQLite database at ``path`` (``what`` it holds) that could
+    not be written (the disk full, a quota, a file size limit, an I/O error), found in
+    ``err``'s chain of causes (SQLAlchemy and Optuna wrap it); None for any other error."""
+    import sqlite3
+
+    cause: BaseException | None = err
+    while cause is not None:
+        code = getattr(cause, "sqlite_errorcode", -1) & 0xFF
+        if isinstance(cause, sqlite3.OperationalError) and code in SQLITE_WRITE_FAULTS:
+            folder = _existing_folder(path)
+            free = _free_space(folder)
+            room = f"{_size(free)} free in {folder}" if free is not None else "no room"
+            name = getattr(cause, "sqlite_errorname", "")
+            return OutOfSpaceError(
+                f"Cannot write {what} {path}: {SQLITE_WRITE_FAULTS[code]} ({room}) [{cause}, "
+                f"{name}]. {then}"
+            )
+        cause = cause.__cause__ or (None if cause.__suppress_context__ else cause.__context__)
+    return None
+
+
 def _existing_folder(path: str | Path | None) -> Path:
     """The nearest folder of ``path`` that exists (the working directory without a path)."""
     folder = Path(path).expanduser().absolute().parent if path else Path.cwd()

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import lightning as L
 
 from cloudlstm.engine.declared_metrics import monitor_mode
-from cloudlstm.errors import UserError
+from cloudlstm.errors import UserError, sqlite_write_fault
 
 if TYPE_CHECKING:
     import optuna
@@ -54,6 +54,23 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
     if url.startswith("sqlite:"):
         engine_kwargs["connect_args"] = {"timeout": SQLITE_LOCK_TIMEOUT_S}
     return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+
+
+# What to do where the study cannot be written: the same command continues the search.
+STUDY_FULL_THEN = (
+    "Make room (or raise the limit), then run the search's command again: it continues from "
+    "what its study holds."
+)
+
+
+def storage_write_fault(err: BaseException, url: str) -> UserError | None:
+    """The one-line error of a study in an SQLite file (``url``) that could not be written:
+    a full disk, a quota, a file size limit, an I/O error
+    (:func:`~cloudlstm.errors.sqlite_write_fault`); None for any other error or storage."""
+    if not url.startswith("sqlite:///"):
+        return None
+    path = url.removeprefix("sqlite:///")
+    return sqlite_write_fault(err, path, STUDY_FULL_THEN, what="the Optuna study")
 
 
 def trial_of_this_job(pruner: optuna.pruners.BasePruner | None) -> optuna.Trial | None:
@@ -144,10 +161,16 @@ class OptunaPruning(L.Callback):
                 f"{', '.join(sorted(k for k in trainer.callback_metrics if k.startswith('val/')))}."
             )
         step = trainer.global_step
-        trial.report(float(value), step)
-        if not trial.should_prune():
-            return False
-        trial.set_user_attr(PRUNED_ATTR, step)
+        try:
+            trial.report(float(value), step)
+            if not trial.should_prune():
+                return False
+            trial.set_user_attr(PRUNED_ATTR, step)
+        except Exception as err:  # SQLAlchemy's and Optuna's many errors
+            fault = storage_write_fault(err, os.environ[STORAGE_ENV])
+            if fault is None:
+                raise
+            raise fault from None
         log.info(
             "Optuna pruned trial %d at step %d (%s=%.6g): training stops here.",
             trial.number, step, self.monitor, float(value),

@@ -44,6 +44,7 @@ from cloudlstm.engine.pruning import (
     TRIAL_ENV,
     check_direction,
     open_storage,
+    storage_write_fault,
 )
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.preemption import RunInterrupted
@@ -126,6 +127,18 @@ class OptunaSearch(Sweeper):
         hold for every trial."""
         self.space, self.fixed = search_space(self.params, arguments)
         self.sweep_dir.mkdir(parents=True, exist_ok=True)  # SQLite creates no folders
+        try:
+            self._search()
+        except UserError:
+            raise
+        except Exception as err:  # SQLAlchemy's and Optuna's many errors
+            fault = storage_write_fault(err, self.storage_url)  # a full disk, say: one line
+            if fault is None:
+                raise
+            raise fault from None
+
+    def _search(self) -> None:
+        """Ask, launch and tell trials until the study holds ``n_trials``, or a signal."""
         study = self._open_study()
         # joblib's jobs run in processes of their own, which SIGTERM to this one alone would
         # leave running: it is passed on to them (the basic launcher's run here, and stop
@@ -170,6 +183,9 @@ class OptunaSearch(Sweeper):
                 pruner=self.pruner, direction=self.direction, load_if_exists=True,
             )  # fmt: skip
         except Exception as err:  # SQLAlchemy's many errors: a bad URL, no server, no driver
+            fault = storage_write_fault(err, self.storage_url)  # or a disk without room
+            if fault is not None:
+                raise fault from None
             raise UserError(
                 f"hydra.sweeper.storage={self.storage_url} cannot be opened: {_one_line(err)}"
             ) from None
