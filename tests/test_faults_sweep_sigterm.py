@@ -49,6 +49,28 @@ def wait_until(condition, proc: subprocess.Popen, log: Path, timeout_s: float = 
         time.sleep(0.2)
 
 
+def kill_a_worker_at_the_gates(command: list[str], sweep: Path, log: Path) -> str:
+    """Run the sweep ``command`` (its own session, output to ``log``) until jobs 0 and 1
+    wait at their gates (:data:`~tests.test_preemption.GATE`), SIGKILL one job's worker, as
+    the out-of-memory killer does, and return the output once the sweep has exited with 1."""
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            command, cwd=ROOT, env=subprocess_env(), stdout=out, stderr=out,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        waiting = [sweep / str(n) / "go.waiting" for n in (0, 1)]
+        wait_until(lambda: all(w.exists() for w in waiting), proc, log)
+        os.kill(lock_pids(sweep)[0], signal.SIGKILL)
+        assert proc.wait(timeout=300) == 1, log.read_text()[-3000:]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = log.read_text()
+    assert "Traceback" not in out, out[-3000:]
+    return out
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("to_group", "signum", "status", "by"),
@@ -195,22 +217,10 @@ def test_a_joblib_worker_killed_mid_sweep_is_reported_in_lines_not_a_traceback(t
     """A worker killed with SIGKILL (as the out-of-memory killer does) breaks joblib's pool,
     which ends every job at once: the sweep says so and names each unfinished job with its
     newest checkpoint, in lines and without a traceback, and exits with 1."""
-    sweep, log = tmp_path / "sweep", tmp_path / "sweep.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            sweep_command(sweep, tmp_path, *GATE), cwd=ROOT, env=subprocess_env(),
-            stdout=out, stderr=out, start_new_session=True,
-        )  # fmt: skip
-    try:
-        waiting = [sweep / str(n) / "go.waiting" for n in (0, 1)]
-        wait_until(lambda: all(w.exists() for w in waiting), proc, log)
-        os.kill(lock_pids(sweep)[0], signal.SIGKILL)
-        assert proc.wait(timeout=300) == 1
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    out = log.read_text()
-    assert "Traceback" not in out, out[-3000:]
+    sweep = tmp_path / "sweep"
+    out = kill_a_worker_at_the_gates(
+        sweep_command(sweep, tmp_path, *GATE), sweep, tmp_path / "sweep.log"
+    )
     lines = out[out.index("3 of 3 jobs of the sweep did not finish") :].splitlines()
     assert lines[0] == (
         "3 of 3 jobs of the sweep did not finish (a worker process died (SIGKILL(-9)): killed, "

@@ -3,9 +3,7 @@ Optuna, real Hydra, real tiny trainings in ``python train.py`` subprocesses."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
 import sqlite3
 import subprocess
@@ -356,30 +354,16 @@ def test_a_worker_killed_mid_search_leaves_its_batch_running_for_the_same_comman
     """SIGKILL to a trial's worker (the out-of-memory killer's way) breaks joblib's pool,
     which ends the batch's trials at once: the search names each in lines, without a
     traceback, exits with 1, and leaves them RUNNING; the same command finishes them."""
-    from tests.test_faults_sweep_sigterm import lock_pids
-    from tests.test_preemption import GATE, wait_for
+    from tests.test_faults_sweep_sigterm import kill_a_worker_at_the_gates
+    from tests.test_preemption import GATE
 
-    sweep, log = tmp_path / "sweep", tmp_path / "search.log"
+    sweep = tmp_path / "sweep"
     args = [
         *SEARCH, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.sweeper.n_trials=2",
         "hydra.sweeper.n_jobs=2", f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path / 'data'}",
         "trainer.max_epochs=2", *GATE,
     ]  # fmt: skip
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [*PYTHON, "train.py", *args], cwd=ROOT, env=subprocess_env(), stdout=out,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-    try:
-        for job in (0, 1):
-            wait_for(sweep / str(job) / "go.waiting", proc, log)
-        os.kill(lock_pids(sweep)[0], signal.SIGKILL)
-        assert proc.wait(timeout=300) == 1, log.read_text()[-3000:]
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    out = log.read_text()
-    assert "Traceback" not in out, out[-3000:]
+    out = kill_a_worker_at_the_gates([*PYTHON, "train.py", *args], sweep, tmp_path / "search.log")
     lines = out[out.index("2 of 2 jobs of the sweep did not finish") :].splitlines()
     assert "a worker process died (SIGKILL(-9))" in lines[0]
     for job, line in enumerate(lines[1:3]):
