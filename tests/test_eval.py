@@ -24,7 +24,7 @@ from cloudlstm.cli.evaluate import evaluate
 from cloudlstm.cli.train import train
 from cloudlstm.data.spec import SPEC_KEY
 from cloudlstm.errors import UserError
-from cloudlstm.rundir.preemption import RunInterrupted
+from cloudlstm.rundir.stops import RunInterrupted
 from tests.conftest import ROOT, TINY, compose_train, run_python
 from tests.kill_callback import SignalAtTest
 

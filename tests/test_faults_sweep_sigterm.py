@@ -125,6 +125,8 @@ def test_sigterm_to_a_joblib_sweeps_parent_stops_its_jobs_and_names_them(
         assert check_checkpoint(sweep / str(n) / "checkpoints" / "last.ckpt")["global_step"] == 5
         assert not (sweep / str(n) / "metrics.json").exists()
     assert not (sweep / "2" / "checkpoints").exists(), "job 2 trained after the signal"
+    # nor did it read its data or build its model first: it stopped as it began
+    assert not (sweep / "2" / "data_summary.json").exists()
     report = out[out.index("3 of 3 jobs of the sweep did not finish") :]
     lines = report.splitlines()
     assert lines[0] == f"3 of 3 jobs of the sweep did not finish (the sweep got {by}):"
@@ -146,6 +148,29 @@ def test_sigterm_to_a_joblib_sweeps_parent_stops_its_jobs_and_names_them(
         assert metrics["steps"] == 6
         resumed = None if n == 2 else str(sweep / str(n) / "checkpoints" / "last.ckpt")
         assert metrics["resumed_from"] == resumed
+
+
+def test_what_a_joblib_worker_reads_before_its_job_imports_no_torch():
+    """A worker unpickles train.py's Hydra callbacks and its task, then its job checks for
+    a stop (rundir/stops.py): none of that may import torch or Lightning, whose import takes
+    tens of seconds on a loaded machine, longer than a batch system waits after SIGTERM."""
+    import yaml
+
+    callbacks = {}
+    for config in ("train.yaml", "hydra/default.yaml"):  # hydra: at the top of the latter
+        tree = yaml.safe_load((ROOT / "conf" / config).read_text())
+        callbacks |= (tree.get("hydra", tree)).get("callbacks") or {}
+    modules = {c["_target_"].rsplit(".", 1)[0] for c in callbacks.values()}
+    assert len(modules) >= 4, callbacks
+    modules |= {"cloudlstm.cli.scripts", "cloudlstm.rundir.stops"}
+    code = f"import sys\nfor m in {sorted(modules)}: __import__(m)\n" + (
+        "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=subprocess_env(), capture_output=True,
+        text=True, check=True,
+    )  # fmt: skip
+    assert done.stdout.strip() == "[]", modules
 
 
 def workers(parent: int) -> list[int]:

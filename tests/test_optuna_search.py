@@ -286,7 +286,7 @@ def test_a_trial_whose_job_a_signal_stopped_stays_running_and_others_are_told(tm
     FAIL, and a finished one COMPLETE."""
     from hydra.core.utils import JobReturn, JobStatus
 
-    from cloudlstm.rundir.preemption import RunInterrupted
+    from cloudlstm.rundir.stops import RunInterrupted
     from hydra_plugins.cloudlstm_optuna._search import Job, OptunaSearch
 
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from cloudlstm.rundir.checkpoints import check_checkpoint
-from cloudlstm.rundir.preemption import EXIT_CODE, RunInterrupted
+from cloudlstm.rundir.stops import EXIT_CODE, RunInterrupted
 from tests.conftest import PYTHON, ROOT, TINY, as_in_a_terminal, run_python, subprocess_env
 
 # TINY: 3 training steps an epoch, validation and last.ckpt at each epoch's end
@@ -169,7 +169,7 @@ def test_the_command_of_a_run_without_a_run_dir_names_it(tmp_path, tiny_cfg):
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import read_write
 
-    from cloudlstm.rundir.preemption import continuation
+    from cloudlstm.rundir.stops import continuation
 
     cfg = tiny_cfg("resume=never")
     hydra = HydraConfig.get()

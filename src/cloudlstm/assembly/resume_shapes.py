@@ -9,15 +9,15 @@ loads the weights, the run would by then have written the new settings into its
 never made into ``config_changes.yaml``.
 
 So the check comes first, with the config check (``train.py``'s Hydra callback,
-:class:`CheckResumeBeforeTheRun`, before Hydra writes ``.hydra/``; and ``train``). Which
-settings shape the weights is not listed by hand, as that list would age with every model:
-the training module the new settings build is compared, weight by weight, with the
-checkpoint's (:func:`~cloudlstm.assembly.checkpoint_fit.weight_differences`), and where they
-differ, each allowed change is tried alone (the other allowed ones at their old values) to
-name those that reshape. Building a model costs a fraction of a second; it is sized from
-the data description stored in the checkpoint, or, where an allowed change is one of the
-data's (``data.*``), from the new data's, read as the run would read them (through the data
-cache).
+:class:`~cloudlstm.assembly.resume_check.CheckResumeBeforeTheRun`, before Hydra writes
+``.hydra/``; and ``train``). Which settings shape the weights is not listed by hand, as that
+list would age with every model: the training module the new settings build is compared,
+weight by weight, with the checkpoint's
+(:func:`~cloudlstm.assembly.checkpoint_fit.weight_differences`), and where they differ, each
+allowed change is tried alone (the other allowed ones at their old values) to name those
+that reshape. Building a model costs a fraction of a second; it is sized from the data
+description stored in the checkpoint, or, where an allowed change is one of the data's
+(``data.*``), from the new data's, read as the run would read them (through the data cache).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from cloudlstm.assembly.build import build_module, instantiate_datamodule
 from cloudlstm.assembly.checkpoint_fit import TrainedCheckpoint, weight_differences
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
-from cloudlstm.rundir import config_changes
-from cloudlstm.rundir.config_changes import ABSENT, Change, check_config_changes
-from cloudlstm.rundir.resume import damaged_checkpoint_remedy, resume_candidates
+from cloudlstm.rundir.config_changes import ABSENT, Change
+from cloudlstm.rundir.layout import resume_candidates
+from cloudlstm.rundir.resume import damaged_checkpoint_remedy
 
 
 def check_resume_shapes(cfg: DictConfig, run_dir: Path, changes: list[Change]) -> None:
@@ -78,14 +78,6 @@ def check_resume_shapes(cfg: DictConfig, run_dir: Path, changes: list[Change]) -
         "its weights. Start fresh with resume=never (better in a new directory), or drop "
         f"{'that change' if len(named) == 1 else 'those changes'}."
     )
-
-
-class CheckResumeBeforeTheRun(config_changes.CheckBeforeTheRun):
-    """``hydra.callbacks.config_changes`` of ``train.py``: the config check, then
-    :func:`check_resume_shapes`, before Hydra writes ``.hydra/`` into the run directory."""
-
-    def check(self, cfg: DictConfig, run_dir: Path) -> None:
-        check_resume_shapes(cfg, run_dir, check_config_changes(cfg, run_dir))
 
 
 def _differences(cfg: DictConfig, spec: DataSpec, state: dict[str, Any]) -> str:

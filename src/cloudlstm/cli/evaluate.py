@@ -37,12 +37,8 @@ from cloudlstm.rundir.layout import (
     write_metrics,
 )
 from cloudlstm.rundir.old_configs import current_config
-from cloudlstm.rundir.preemption import (
-    CTRL_C_EXIT_CODE,
-    EXIT_CODE,
-    RunInterrupted,
-    stopped_by_ctrl_c,
-)
+from cloudlstm.rundir.preemption import stopped_by_ctrl_c
+from cloudlstm.rundir.stops import CTRL_C_EXIT_CODE, EXIT_CODE, RunInterrupted
 
 log = logging.getLogger(__name__)
 

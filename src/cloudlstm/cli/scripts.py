@@ -131,7 +131,7 @@ def _run_hydra(config_name: str, task: Callable[[DictConfig], Any]) -> None:
     except KeyboardInterrupt:
         # Ctrl-C outside training's steps (preparing data, building, a second Ctrl-C):
         # a stop the user asked for, said in one line with the shell's status for it
-        from cloudlstm.rundir.preemption import CTRL_C_EXIT_CODE
+        from cloudlstm.rundir.stops import CTRL_C_EXIT_CODE
 
         sys.stderr.write(f"{Path(sys.argv[0]).name}: stopped by Ctrl-C.\n")
         raise SystemExit(CTRL_C_EXIT_CODE) from None
@@ -181,7 +181,7 @@ def _user_errors_in_one_line() -> Iterator[None]:
     from hydra.types import RunMode
 
     from cloudlstm.errors import UserError, one_line_errors
-    from cloudlstm.rundir.preemption import RunInterrupted
+    from cloudlstm.rundir.stops import RunInterrupted
 
     try:
         with one_line_errors():
@@ -196,12 +196,19 @@ def _user_errors_in_one_line() -> Iterator[None]:
 
 
 def _train(cfg: DictConfig) -> float | None:
-    from cloudlstm.cli import console
-    from cloudlstm.cli.train import main
-    from cloudlstm.rundir.preemption import RunInterrupted
+    from cloudlstm.rundir.stops import RunInterrupted
+    from cloudlstm.rundir.sweep_sigterm import stopped_before_training
 
-    console.set_up(cfg)
     try:
+        # a joblib sweep's job whose stop came before it began (one waiting for a worker)
+        # says so at once, before it imports torch and Lightning and reads its data
+        stopped = stopped_before_training(cfg, Path(cfg.paths.output_dir))
+        if stopped is not None:
+            raise stopped
+        from cloudlstm.cli import console
+        from cloudlstm.cli.train import main
+
+        console.set_up(cfg)
         with _user_errors_in_one_line():
             return main(cfg)
     except RunInterrupted as stop:
@@ -215,7 +222,7 @@ def _train(cfg: DictConfig) -> float | None:
 def _evaluate(cfg: DictConfig) -> None:
     from cloudlstm.cli import console
     from cloudlstm.cli.evaluate import evaluate
-    from cloudlstm.rundir.preemption import RunInterrupted
+    from cloudlstm.rundir.stops import RunInterrupted
 
     console.set_up(cfg)
     try:

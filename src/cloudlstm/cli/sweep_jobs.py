@@ -107,8 +107,7 @@ def pool_broken_report(
     once, so each launched job (its number, overrides and run directory) that has no
     ``metrics.json`` is named, with its newest checkpoint, the one the same command
     continues from."""
-    from cloudlstm.rundir.layout import METRICS_FILE
-    from cloudlstm.rundir.resume import newest_checkpoint
+    from cloudlstm.rundir.layout import METRICS_FILE, newest_checkpoint
 
     shared = shared_overrides([overrides for _, overrides, _ in jobs])
     lines = []

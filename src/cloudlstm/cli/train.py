@@ -39,13 +39,9 @@ from cloudlstm.rundir.config_changes import check_config_changes, record_changes
 from cloudlstm.rundir.divergence import clear_divergence, record_divergence
 from cloudlstm.rundir.layout import METRICS_FILE, in_run, last_checkpoint, write_metrics
 from cloudlstm.rundir.lock import owns_run_dir
-from cloudlstm.rundir.preemption import (
-    RunInterrupted,
-    checkpoint_step,
-    interrupted,
-    stopped_by_ctrl_c,
-)
+from cloudlstm.rundir.preemption import interrupted, stopped_by_ctrl_c
 from cloudlstm.rundir.resume import resume_checkpoint
+from cloudlstm.rundir.stops import RunInterrupted, checkpoint_step
 from cloudlstm.rundir.sweep_sigterm import stopped_before_training
 
 log = logging.getLogger(__name__)

@@ -49,8 +49,14 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.divergence import divergence, what_diverged
-from cloudlstm.rundir.layout import CHANGES_FILE, CONFIG_FILE, METRICS_FILE, read_run_config
-from cloudlstm.rundir.resume import newest_checkpoint, resume_candidates
+from cloudlstm.rundir.layout import (
+    CHANGES_FILE,
+    CONFIG_FILE,
+    METRICS_FILE,
+    newest_checkpoint,
+    read_run_config,
+    resume_candidates,
+)
 
 log = logging.getLogger(__name__)
 

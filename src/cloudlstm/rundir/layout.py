@@ -100,6 +100,18 @@ def last_checkpoint(run: Path) -> Path:
     return run / CHECKPOINT_DIR / LAST_CHECKPOINT
 
 
+def resume_candidates(run_dir: Path) -> list[Path]:
+    """The checkpoints of ``run_dir`` that ``resume=auto`` chooses from (those that exist):
+    ``checkpoints/last.ckpt`` and SLURM's ``hpc_ckpt_<n>.ckpt``."""
+    candidates = [last_checkpoint(run_dir), *run_dir.glob("hpc_ckpt_*.ckpt")]
+    return [p for p in candidates if p.is_file()]
+
+
+def newest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest of :func:`resume_candidates` (by modification time), or None."""
+    return max(resume_candidates(run_dir), key=lambda p: p.stat().st_mtime_ns, default=None)
+
+
 def find_checkpoint(run: Path, ckpt: str | Path) -> Path:
     """The checkpoint file ``ckpt`` (``"best"``, ``"last"`` or a path) of run directory ``run``.
 

@@ -32,34 +32,17 @@ the save, a collective operation, is made there by all of them.
 from __future__ import annotations
 
 import logging
-import shlex
-import signal
-import sys
 from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 from lightning.fabric.plugins.environments import SLURMEnvironment
 
 from cloudlstm.engine.signals import SignalsTogether
-from cloudlstm.errors import UserError
+from cloudlstm.rundir.layout import newest_checkpoint
+from cloudlstm.rundir.stops import RunInterrupted, checkpoint_step, stop_error
 
 log = logging.getLogger(__name__)
-
-EXIT_CODE = 128 + signal.SIGTERM  # 143, what a shell reports for a process ended by SIGTERM
-
-
-CTRL_C_EXIT_CODE = 128 + signal.SIGINT  # 130, what a shell reports after Ctrl-C
-
-
-class RunInterrupted(UserError):
-    """A training stopped by SIGTERM or Ctrl-C: the message names its checkpoint and how
-    to go on; ``exit_code`` is the status the program leaves with."""
-
-    def __init__(self, message: str, exit_code: int = EXIT_CODE) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 class CheckpointOnSigterm(L.Callback):
@@ -121,8 +104,6 @@ def interrupted(trainer: L.Trainer, run_dir: Path, cfg: Any) -> RunInterrupted:
     if saved is not None:
         state, goes_on = f"saved {saved}", "continues from it"
     else:
-        from cloudlstm.rundir.resume import newest_checkpoint
-
         newest = newest_checkpoint(run_dir)
         if newest is None:
             state, goes_on = "no checkpoint yet", "starts it over"
@@ -130,69 +111,14 @@ def interrupted(trainer: L.Trainer, run_dir: Path, cfg: Any) -> RunInterrupted:
             step = checkpoint_step(newest)
             state = f"not saved; the newest checkpoint is {newest}, of step {step}"
             goes_on = "continues from it"
-    ctrl_c = stopped_by_ctrl_c(trainer)
-    by = "Ctrl-C" if ctrl_c else "SIGTERM"
+    by = "Ctrl-C" if stopped_by_ctrl_c(trainer) else "SIGTERM"
     what = f"interrupted by {by} at step {trainer.global_step}: {state}."
-    message = f"{who_stopped().capitalize()}{what} {continuation(run_dir, cfg, goes_on)}"
+    error = stop_error(what, run_dir, cfg, goes_on, by)
     if trainer.is_global_zero:  # the command of the other DDP processes is Lightning's
-        log.error(message)
-    return RunInterrupted(message, CTRL_C_EXIT_CODE if ctrl_c else EXIT_CODE)
+        log.error(str(error))
+    return error
 
 
 def stopped_by_ctrl_c(trainer: L.Trainer) -> bool:
     """Whether Ctrl-C stopped the trainer's run (:class:`SignalsTogether` noted one)."""
     return any(isinstance(cb, SignalsTogether) and cb.ctrl_c > 0 for cb in trainer.callbacks)
-
-
-def who_stopped() -> str:
-    """``job <n> of the sweep, `` under a multirun, else nothing."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
-        return f"job {HydraConfig.get().job.num} of the sweep, "
-    return "run "
-
-
-def continuation(run_dir: Path, cfg: Any, goes_on: str = "continues it") -> str:
-    """How to continue the run in ``run_dir``, as commands to copy (resume=auto)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-    from omegaconf import OmegaConf
-
-    if not HydraConfig.initialized():  # train() called from Python
-        return f"Run dir {run_dir}: training with paths.output_dir={run_dir} {goes_on}."
-    hydra = HydraConfig.get()
-    # as given: an interpolation in an override stays one
-    given = OmegaConf.to_container(hydra.overrides, resolve=False)
-    task = [o for o in given["task"] if o.lstrip("+~").split("=")[0] != "resume"]
-    if str(cfg.get("resume", "auto")) != "auto":
-        task.append("resume=auto")  # never, or an older checkpoint, would not continue it
-    if hydra.mode == RunMode.MULTIRUN:
-        alone = shlex.join([*program(), *task, f"hydra.run.dir={run_dir}"])
-        return (
-            f"Run dir {run_dir}: `{alone}` {goes_on} alone, or the sweep's command with "
-            f"hydra.sweep.dir={hydra.sweep.dir} runs its unfinished jobs (finished ones "
-            "return their results at once)."
-        )
-    kept = [o for o in given["hydra"] if o.split("=")[0] not in ("hydra.mode", "hydra.run.dir")]
-    command = shlex.join([*program(), *task, *kept, f"hydra.run.dir={run_dir}"])
-    return f"Run dir {run_dir}: `{command}` {goes_on} (resume=auto)."
-
-
-def program() -> list[str]:
-    """The command that started training: ``cloudlstm-train`` or ``python <train.py>``."""
-    name = Path(sys.argv[0]).name
-    if name == "cloudlstm-train":
-        return [name]
-    return ["python", sys.argv[0] if name == "train.py" else "train.py"]
-
-
-def checkpoint_step(path: Path) -> int | None:
-    """The ``global_step`` of a checkpoint, read without loading its tensors (None if it
-    cannot be read)."""
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    except Exception:
-        return None
-    return checkpoint.get("global_step") if isinstance(checkpoint, dict) else None

@@ -17,7 +17,12 @@ from typing import Any
 
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.checkpoints import check_checkpoint
-from cloudlstm.rundir.layout import BEST_CHECKPOINTS, CHECKPOINT_DIR, last_checkpoint
+from cloudlstm.rundir.layout import (
+    BEST_CHECKPOINTS,
+    CHECKPOINT_DIR,
+    last_checkpoint,
+    resume_candidates,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,18 +59,6 @@ def resume_checkpoint(resume: Any, run_dir: Path) -> str | None:
         )
     check_checkpoint(path, damaged_checkpoint_remedy(run_dir))
     return str(path)
-
-
-def resume_candidates(run_dir: Path) -> list[Path]:
-    """The checkpoints of ``run_dir`` that ``resume=auto`` chooses from (those that exist):
-    ``checkpoints/last.ckpt`` and SLURM's ``hpc_ckpt_<n>.ckpt``."""
-    candidates = [last_checkpoint(run_dir), *run_dir.glob("hpc_ckpt_*.ckpt")]
-    return [p for p in candidates if p.is_file()]
-
-
-def newest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest of :func:`resume_candidates` (by modification time), or None."""
-    return max(resume_candidates(run_dir), key=lambda p: p.stat().st_mtime_ns, default=None)
 
 
 def _prefer_last(path: Path, checkpoint: dict[str, Any], run_dir: Path) -> Path:

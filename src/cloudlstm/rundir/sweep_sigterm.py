@@ -53,16 +53,14 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from cloudlstm.rundir.layout import LOCK_FILE
-from cloudlstm.rundir.preemption import (
+from cloudlstm.rundir.layout import LOCK_FILE, newest_checkpoint
+from cloudlstm.rundir.stops import (
     CTRL_C_EXIT_CODE,
     EXIT_CODE,
     RunInterrupted,
     checkpoint_step,
-    continuation,
-    who_stopped,
+    stop_error,
 )
-from cloudlstm.rundir.resume import newest_checkpoint
 from cloudlstm.rundir.worker_signals import note_signals, noted
 
 log = logging.getLogger(__name__)
@@ -232,9 +230,6 @@ def stopped_before_training(cfg: DictConfig, run_dir: Path) -> RunInterrupted | 
         state = f"its newest checkpoint is {newest}, of step {checkpoint_step(newest)}"
         goes_on = "continues from it"
     by = "Ctrl-C" if signal.SIGINT in noted else _stop_signal(stop)
-    message = (
-        f"{who_stopped().capitalize()}stopped by {by} before training ({state}). "
-        f"{continuation(run_dir, cfg, goes_on)}"
-    )
-    log.error(message)
-    return RunInterrupted(message, CTRL_C_EXIT_CODE if by == "Ctrl-C" else EXIT_CODE)
+    error = stop_error(f"stopped by {by} before training ({state}).", run_dir, cfg, goes_on, by)
+    log.error(str(error))
+    return error

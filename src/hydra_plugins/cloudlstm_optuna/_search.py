@@ -47,7 +47,7 @@ from cloudlstm.engine.pruning import (
     storage_write_fault,
 )
 from cloudlstm.errors import UserError
-from cloudlstm.rundir.preemption import RunInterrupted
+from cloudlstm.rundir.stops import RunInterrupted
 from cloudlstm.rundir.sweep_sigterm import PassSigtermOn, is_joblib, joblib_sweep_stop
 
 log = logging.getLogger(__name__)
