@@ -163,16 +163,17 @@ class OptunaSearch(Sweeper):
             f"trial {job.trial}: {first_line(error).split(' Run dir ', 1)[0].rstrip('.')}"
             for job, error in self.interrupted
         ]
-        stopped = (
-            f"{len(lines)} trials of the search did not finish (it got {self.stop.by}); the "
-            "study keeps them running:\n  " + "\n  ".join(lines)
-            if lines
-            else f"The search got {self.stop.by} between two batches of trials."
-        )
-        return (
-            f"{stopped}\nStart the same command with hydra.sweep.dir={self.sweep_dir} to "
-            f"continue them and go on to {self.n_trials} trials."
-        )
+        go_on = f"go on to {self.n_trials} trials"
+        if not lines:
+            stopped = f"The search got {self.stop.by} between two batches of trials."
+        else:
+            stopped = (
+                f"{len(lines)} trials of the search did not finish (it got {self.stop.by}); "
+                "the study keeps them running:\n  " + "\n  ".join(lines)
+            )
+            go_on = f"continue them and {go_on}"
+        again = f"Start the same command with hydra.sweep.dir={self.sweep_dir} to {go_on}."
+        return f"{stopped}\n{again}"
 
     def _open_study(self) -> optuna.Study:
         """Create the study, or load it where it exists (a continued search)."""
