@@ -308,6 +308,22 @@ def test_a_trial_whose_job_a_signal_stopped_stays_running_and_others_are_told(tm
     assert [(job.trial, str(err)) for job, err in search.interrupted] == [(0, "saved step 5")]
 
 
+def test_a_search_stopped_between_batches_says_so_and_how_to_go_on(tmp_path):
+    """SIGTERM while no trial runs (the search asking its next batch): no trial to name, and
+    the same command goes on to n_trials."""
+    from types import SimpleNamespace
+
+    from hydra_plugins.cloudlstm_optuna._search import OptunaSearch
+
+    search = OptunaSearch({})
+    search.stop = SimpleNamespace(by="Ctrl-C", received=True)
+    search.sweep_dir, search.n_trials = tmp_path, 4
+    assert search._stopped_report().splitlines() == [
+        "The search got Ctrl-C between two batches of trials.",
+        f"Start the same command with hydra.sweep.dir={tmp_path} to go on to 4 trials.",
+    ]
+
+
 @pytest.mark.slow  # two trials stopped, then continued: about 40 s
 def test_sigterm_to_a_joblib_search_saves_its_trials_which_the_same_command_finishes(tmp_path):
     """SIGTERM to the search's process alone (a job manager's, ``kill <pid>``): passed on to
