@@ -50,9 +50,10 @@ def wait_until(condition, proc: subprocess.Popen, log: Path, timeout_s: float = 
 
 
 def kill_a_worker_at_the_gates(command: list[str], sweep: Path, log: Path) -> str:
-    """Run the sweep ``command`` (its own session, output to ``log``) until jobs 0 and 1
-    wait at their gates (:data:`~tests.test_preemption.GATE`), SIGKILL one job's worker, as
-    the out-of-memory killer does, and return the output once the sweep has exited with 1."""
+    """Run the sweep ``command`` (a process group of its own, output to ``log``) until jobs
+    0 and 1 wait at their gates (:data:`~tests.test_preemption.GATE`), SIGKILL one job's
+    worker, as the out-of-memory killer does, and return the output once the sweep has
+    exited with 1."""
     with log.open("w") as out:
         proc = subprocess.Popen(
             command, cwd=ROOT, env=subprocess_env(), stdout=out, stderr=out,
