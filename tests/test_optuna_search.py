@@ -310,10 +310,11 @@ def test_a_trial_whose_job_a_signal_stopped_stays_running_and_others_are_told(tm
 
 def test_a_search_stopped_between_batches_says_so_and_how_to_go_on(tmp_path):
     """SIGTERM while no trial runs (the search asking its next batch): no trial to name, and
-    the same command goes on to n_trials."""
+    the same command goes on to n_trials; with one stopped trial, it is named."""
     from types import SimpleNamespace
 
-    from hydra_plugins.cloudlstm_optuna._search import OptunaSearch
+    from cloudlstm.rundir.stops import RunInterrupted
+    from hydra_plugins.cloudlstm_optuna._search import Job, OptunaSearch
 
     search = OptunaSearch({})
     search.stop = SimpleNamespace(by="Ctrl-C", received=True)
@@ -321,6 +322,13 @@ def test_a_search_stopped_between_batches_says_so_and_how_to_go_on(tmp_path):
     assert search._stopped_report().splitlines() == [
         "The search got Ctrl-C between two batches of trials.",
         f"Start the same command with hydra.sweep.dir={tmp_path} to go on to 4 trials.",
+    ]
+    search.interrupted = [(Job(3, 5, {}), RunInterrupted("Job 5 ..., saved x. Run dir y"))]
+    assert search._stopped_report().splitlines() == [
+        "1 trial of the search did not finish (it got Ctrl-C); the study keeps it running:",
+        "  trial 3: Job 5 ..., saved x",
+        f"Start the same command with hydra.sweep.dir={tmp_path} to continue it and go on to 4 "
+        "trials.",
     ]
 
 

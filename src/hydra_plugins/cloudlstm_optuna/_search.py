@@ -167,11 +167,12 @@ class OptunaSearch(Sweeper):
         if not lines:
             stopped = f"The search got {self.stop.by} between two batches of trials."
         else:
+            them = "them" if len(lines) > 1 else "it"
             stopped = (
-                f"{len(lines)} trials of the search did not finish (it got {self.stop.by}); "
-                "the study keeps them running:\n  " + "\n  ".join(lines)
+                f"{len(lines)} trial{'s' * (len(lines) > 1)} of the search did not finish (it "
+                f"got {self.stop.by}); the study keeps {them} running:\n  " + "\n  ".join(lines)
             )
-            go_on = f"continue them and {go_on}"
+            go_on = f"continue {them} and {go_on}"
         again = f"Start the same command with hydra.sweep.dir={self.sweep_dir} to {go_on}."
         return f"{stopped}\n{again}"
 
