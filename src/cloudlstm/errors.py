@@ -61,7 +61,6 @@ def out_of_space(
         return None
     path = path if path is not None else err.filename
     target = f"Cannot write {path}" if path else "Cannot write a file"
-    folder = _existing_folder(path)
     if err.errno == errno.EFBIG:
         limit = _file_size_limit()
         why = (
@@ -70,10 +69,8 @@ def out_of_space(
             else "it would be larger than its file system takes"
         )
     else:
-        free = _free_space(folder)
-        room = f"{_size(free)} free in {folder}" if free is not None else "no room"
         quota = "your disk quota is exceeded" if err.errno == errno.EDQUOT else "the disk is full"
-        why = f"{quota} ({room})"
+        why = f"{quota} ({_room_left(path)})"
     reason = err.strerror or errno.errorcode[err.errno]
     return OutOfSpaceError(f"{target}: {why} [{reason}]. {then}")
 
@@ -96,16 +93,21 @@ def sqlite_write_fault(
     while cause is not None:
         code = getattr(cause, "sqlite_errorcode", -1) & 0xFF
         if isinstance(cause, sqlite3.OperationalError) and code in SQLITE_WRITE_FAULTS:
-            folder = _existing_folder(path)
-            free = _free_space(folder)
-            room = f"{_size(free)} free in {folder}" if free is not None else "no room"
             name = getattr(cause, "sqlite_errorname", "")
             return OutOfSpaceError(
-                f"Cannot write {what} {path}: {SQLITE_WRITE_FAULTS[code]} ({room}) [{cause}, "
-                f"{name}]. {then}"
+                f"Cannot write {what} {path}: {SQLITE_WRITE_FAULTS[code]} "
+                f"({_room_left(path)}) [{cause}, {name}]. {then}"
             )
         cause = cause.__cause__ or (None if cause.__suppress_context__ else cause.__context__)
     return None
+
+
+def _room_left(path: str | Path | None) -> str:
+    """``<size> free in <folder>``, the folder being the nearest existing one of ``path``; or
+    ``no room`` where its file system does not say."""
+    folder = _existing_folder(path)
+    free = _free_space(folder)
+    return f"{_size(free)} free in {folder}" if free is not None else "no room"
 
 
 def _existing_folder(path: str | Path | None) -> Path:

@@ -131,12 +131,12 @@ def broken_pool_ending(
     (``stop``) and the jobs it launched (as :func:`pool_broken_report` takes them): after a
     signal, the exit status of that signal, the report logged; after a worker's death, a
     UserError that is the report; otherwise ``error`` itself, a bug."""
-    stopped = stop is not None and stop.received
-    cause = pool_break_cause(error, stop.by if stop is not None and stopped else None)
+    stopped = stop if stop is not None and stop.received else None
+    cause = pool_break_cause(error, stopped.by if stopped else None)
     if cause is None:
         return error
     report = pool_broken_report(cause, jobs, sweep_dir)
-    if stop is None or not stopped:
+    if stopped is None:
         return UserError(report)
     log.error(report)
-    return SystemExit(stop.exit_code)
+    return SystemExit(stopped.exit_code)

@@ -148,7 +148,7 @@ class OptunaSearch(Sweeper):
             while not self._stopped() and (to_go := self.n_trials - _n_counted(study)) > 0:
                 self._run(study, [self._ask(study) for _ in range(min(self.n_jobs, to_go))])
         self._write_results(study)
-        if self.stop is not None and self.stop.received:
+        if self._stopped():
             log.error(self._stopped_report())
             raise SystemExit(self.stop.exit_code)
 

@@ -35,7 +35,7 @@ import sys
 from collections.abc import Sequence
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.hydra_config import HydraConfig
@@ -54,9 +54,7 @@ from cloudlstm.cli.sweep_jobs import (
 )
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.lock import held_run_dirs
-
-if TYPE_CHECKING:
-    from cloudlstm.rundir.sweep_sigterm import PassSigtermOn
+from cloudlstm.rundir.sweep_sigterm import PassSigtermOn, is_joblib, joblib_sweep_stop
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +65,6 @@ class ReportingSweeper(BasicSweeper):
     stop: PassSigtermOn | None = None
 
     def sweep(self, arguments: list[str]) -> Any:
-        # imported here: Hydra imports this module at every start (its plugin scan), and
-        # the signal handling imports Lightning, seconds a config error need not wait
-        from cloudlstm.rundir.sweep_sigterm import is_joblib, joblib_sweep_stop
-
         launcher = self.launcher
         if is_joblib(launcher):
             check_joblib_launcher(self.config.hydra.launcher)  # before any job runs
