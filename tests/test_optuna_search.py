@@ -207,11 +207,14 @@ def test_a_study_that_fills_its_disk_mid_search_is_one_line_in_the_search_and_it
 
     import torch
 
-    from cloudlstm.engine.pruning import STORAGE_ENV, OptunaPruning, storage_write_fault
+    from cloudlstm.engine.pruning import OptunaPruning, storage_write_fault
+    from cloudlstm.engine.trial_env import STORAGE_ENV, STUDY_ENV, TRIAL_ENV
     from cloudlstm.errors import OutOfSpaceError
 
     url, trial = full_study(tmp_path)
     monkeypatch.setenv(STORAGE_ENV, url)
+    monkeypatch.setenv(STUDY_ENV, trial.study.study_name)
+    monkeypatch.setenv(TRIAL_ENV, str(trial.number))
     callback = OptunaPruning()
     callback._trial = trial
     trainer = SimpleNamespace(callback_metrics={"val/mae": torch.tensor(0.5)}, global_step=0)
@@ -256,7 +259,8 @@ def test_the_storage_url_reaches_the_job_verbatim(tmp_path):
 
 
 def test_the_pruning_callback_is_inert_outside_a_search(monkeypatch):
-    from cloudlstm.engine.pruning import STORAGE_ENV, OptunaPruning
+    from cloudlstm.engine.pruning import OptunaPruning
+    from cloudlstm.engine.trial_env import STORAGE_ENV
 
     monkeypatch.delenv(STORAGE_ENV, raising=False)
     assert not OptunaPruning().active
@@ -359,6 +363,8 @@ def test_sigterm_to_a_joblib_search_saves_its_trials_which_the_same_command_fini
         last = sweep / str(job) / "checkpoints" / "last.ckpt"
         assert f"trial {job}: Job {job} of the sweep, interrupted by SIGTERM at step 5: " \
             f"saved {last}" in report  # fmt: skip
+        job_log = (sweep / str(job) / "train.log").read_text()  # the job's line: the search
+        assert f"with hydra.sweep.dir={sweep} continues from it as Optuna trial {job}," in job_log
     assert f"Start the same command with hydra.sweep.dir={sweep} to continue them" in report
 
     for job in (0, 1):

@@ -184,6 +184,43 @@ def test_the_command_of_a_run_without_a_run_dir_names_it(tmp_path, tiny_cfg):
     ]  # fmt: skip
 
 
+def test_a_stopped_trial_of_an_optuna_search_is_continued_by_the_search(
+    tmp_path, tiny_cfg, monkeypatch
+):
+    """A sweep's job that is an Optuna trial: trained alone, its result would never reach
+    the study, so the line gives the search's command first, and says what alone would
+    not do; a job of an ordinary sweep keeps both ways as equals."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import read_write
+
+    from cloudlstm.engine.trial_env import STORAGE_ENV, STUDY_ENV, TRIAL_ENV
+    from cloudlstm.rundir.stops import continuation
+
+    cfg = tiny_cfg()
+    hydra = HydraConfig.get()
+    with read_write(hydra):
+        hydra.mode = RunMode.MULTIRUN
+        hydra.sweep.dir = str(tmp_path / "search")
+        hydra.overrides.task = ["model.k=3"]
+    run_dir = tmp_path / "search" / "2"
+    plain = continuation(run_dir, cfg, "continues from it")
+    assert "` continues from it alone, or the sweep's command with hydra.sweep.dir=" in plain
+
+    for name, value in ((STORAGE_ENV, "sqlite:///x.db"), (STUDY_ENV, "s"), (TRIAL_ENV, "7")):
+        monkeypatch.setenv(name, value)
+    line = continuation(run_dir, cfg, "continues from it")
+    assert line.startswith(
+        f"Run dir {run_dir}: the search's command with hydra.sweep.dir={tmp_path / 'search'} "
+        "continues from it as Optuna trial 7, which its study keeps running, and tells the "
+        "study its result (`"
+    )
+    assert line.endswith(
+        f"hydra.run.dir={run_dir}` would train it alone, and the study would never hear of it)."
+    )
+    assert "\n" not in line
+
+
 def test_sigterm_at_a_step_before_validation_keeps_the_last_checkpoint(tiny_cfg):
     """Lightning would resume a checkpoint of that step past the validation, unrun: the run
     goes back to the last checkpoint instead, and says so."""

@@ -4,9 +4,8 @@
 Hydra launcher is configured (in-process, joblib, SLURM). The sweeper
 (``hydra_plugins.cloudlstm_optuna``) keeps the study in a storage that the jobs can reach
 (by default an SQLite file in the sweep directory) and names each job's trial in the job's
-environment (``hydra.job.env_set``): the storage URL, the study name and the trial number.
-Environment variables, not config keys, so that they appear neither in the run's name nor
-in its ``config.yaml``, which comparisons read.
+environment (:mod:`cloudlstm.engine.trial_env`): the storage URL, the study name and the
+trial number.
 
 :class:`OptunaPruning` (``callbacks.optuna_pruning``, set by ``conf/hparams_search/optuna.yaml``)
 reports the monitored validation metric to that trial at every validation, with the global
@@ -21,12 +20,12 @@ job has returned. The job itself ends normally (its best checkpoint tested, its
 from __future__ import annotations
 
 import logging
-import os
 from typing import TYPE_CHECKING, Any
 
 import lightning as L
 
 from cloudlstm.engine.declared_metrics import monitor_mode
+from cloudlstm.engine.trial_env import named_trial
 from cloudlstm.errors import UserError, sqlite_write_fault
 
 if TYPE_CHECKING:
@@ -34,10 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# What the sweeper tells each job: where the study is, and which trial the job is.
-STORAGE_ENV = "CLOUDLSTM_OPTUNA_STORAGE"
-STUDY_ENV = "CLOUDLSTM_OPTUNA_STUDY"
-TRIAL_ENV = "CLOUDLSTM_OPTUNA_TRIAL"
 # Trial user attribute: the global step at which the job stopped on the pruner's word.
 PRUNED_ATTR = "pruned_at_step"
 # SQLite waits this long for another process's write lock before it fails: the sweeper and
@@ -76,15 +71,16 @@ def storage_write_fault(err: BaseException, url: str) -> UserError | None:
 def trial_of_this_job(pruner: optuna.pruners.BasePruner | None) -> optuna.Trial | None:
     """The running trial this process trains, as named by the sweeper in the environment;
     None when the job is not a trial of a search."""
-    url, name, number = (os.environ.get(k) for k in (STORAGE_ENV, STUDY_ENV, TRIAL_ENV))
-    if not (url and name and number):
+    named = named_trial()
+    if named is None:
         return None
+    url, name, number = named
     import optuna
 
     storage = open_storage(url)
     study = optuna.load_study(study_name=name, storage=storage, pruner=pruner)
     study_id = storage.get_study_id_from_name(name)
-    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, int(number))
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
     return optuna.Trial(study, trial_id)
 
 
@@ -125,7 +121,8 @@ class OptunaPruning(L.Callback):
     ) -> None:
         self.monitor = monitor
         self.pruner = pruner
-        self.active = all(os.environ.get(k) for k in (STORAGE_ENV, STUDY_ENV, TRIAL_ENV))
+        self.named = named_trial()  # (storage URL, study, trial number); None: no search
+        self.active = self.named is not None
         self._trial: optuna.Trial | None = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -138,7 +135,7 @@ class OptunaPruning(L.Callback):
                 check_direction(self.monitor, self._trial.study.direction.name.lower())
             log.info(
                 "Optuna trial %d of study %s: reporting %s at every validation.",
-                self._trial.number, os.environ[STUDY_ENV], self.monitor,
+                self._trial.number, self._trial.study.study_name, self.monitor,
             )  # fmt: skip
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -167,7 +164,8 @@ class OptunaPruning(L.Callback):
                 return False
             trial.set_user_attr(PRUNED_ATTR, step)
         except Exception as err:  # SQLAlchemy's and Optuna's many errors
-            fault = storage_write_fault(err, os.environ[STORAGE_ENV])
+            assert self.named is not None
+            fault = storage_write_fault(err, self.named[0])
             if fault is None:
                 raise
             raise fault from None

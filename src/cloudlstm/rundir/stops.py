@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cloudlstm.engine.trial_env import named_trial
 from cloudlstm.errors import UserError
 
 EXIT_CODE = 128 + signal.SIGTERM  # 143, what a shell reports for a process ended by SIGTERM
@@ -67,6 +68,14 @@ def continuation(run_dir: Path, cfg: Any, goes_on: str = "continues it") -> str:
         task.append("resume=auto")  # never, or an older checkpoint, would not continue it
     if hydra.mode == RunMode.MULTIRUN:
         alone = shlex.join([*program(), *task, f"hydra.run.dir={run_dir}"])
+        trial = named_trial()
+        if trial is not None:  # only the search's command tells the study what the job gives
+            return (
+                f"Run dir {run_dir}: the search's command with hydra.sweep.dir="
+                f"{hydra.sweep.dir} {goes_on} as Optuna trial {trial[2]}, which its study "
+                f"keeps running, and tells the study its result (`{alone}` would train it "
+                "alone, and the study would never hear of it)."
+            )
         return (
             f"Run dir {run_dir}: `{alone}` {goes_on} alone, or the sweep's command with "
             f"hydra.sweep.dir={hydra.sweep.dir} runs its unfinished jobs (finished ones "

@@ -37,15 +37,8 @@ from optuna.trial import FrozenTrial, TrialState
 from cloudlstm.cli.sweep_jobs import broken_pool_ending, check_joblib_launcher, first_line
 from cloudlstm.engine.declared_metrics import monitor_mode
 from cloudlstm.engine.objective import check_optimized_metric
-from cloudlstm.engine.pruning import (
-    PRUNED_ATTR,
-    STORAGE_ENV,
-    STUDY_ENV,
-    TRIAL_ENV,
-    check_direction,
-    open_storage,
-    storage_write_fault,
-)
+from cloudlstm.engine.pruning import PRUNED_ATTR, check_direction, open_storage, storage_write_fault
+from cloudlstm.engine.trial_env import STORAGE_ENV, STUDY_ENV, TRIAL_ENV
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.stops import RunInterrupted
 from cloudlstm.rundir.sweep_sigterm import PassSigtermOn, is_joblib, joblib_sweep_stop
