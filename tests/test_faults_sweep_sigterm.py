@@ -41,12 +41,14 @@ def alive(pid: int) -> bool:
     )
 
 
-def wait_until(condition, proc: subprocess.Popen, log: Path, timeout_s: float = 300) -> None:
+def wait_until(
+    condition, proc: subprocess.Popen, log: Path, timeout_s: float = 300, poll_s: float = 0.2
+) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         if proc.poll() is not None or time.monotonic() > deadline:
             pytest.fail(f"the sweep did not get there: {log.read_text()[-3000:]}")
-        time.sleep(0.2)
+        time.sleep(poll_s)
 
 
 def kill_a_worker_at_the_gates(command: list[str], sweep: Path, log: Path) -> str:
@@ -187,13 +189,57 @@ def workers(parent: int) -> list[int]:
     return pids
 
 
-def catches(pid: int, signum: int) -> bool:
-    """Whether process ``pid`` has a handler for ``signum`` (its ``SigCgt`` mask)."""
+def catches(pid: int, signum: int, mask: str = "SigCgt") -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (its ``SigCgt`` mask), or with
+    ``mask="SigBlk"``, blocks it."""
     with contextlib.suppress(OSError):
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("SigCgt:"):
+            if line.startswith(f"{mask}:"):
                 return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
     return False
+
+
+def worker_start(gate: Path, noted_file: Path) -> None:
+    """A loky process's task standing in for a worker's first moments: it waits at ``gate``
+    (``<gate>.waiting`` says it is there), then runs the workers' initializer and writes the
+    signals noted to ``noted_file``."""
+    from cloudlstm.rundir.worker_signals import note_signals, noted
+
+    gate.with_suffix(".waiting").touch()
+    while not gate.exists():
+        time.sleep(0.01)
+    note_signals()
+    noted_file.write_text(json.dumps(noted))
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_a_worker_signalled_before_its_initializer_holds_the_signal_until_then(tmp_path, held):
+    """A process that loky starts in a joblib sweep (held) is signalled before it could
+    handle the signal: it lives, and its initializer notes the signal. Started outside a
+    sweep's block, the same process dies of it, as workers did."""
+    from joblib.externals.loky.backend.process import LokyProcess
+
+    from cloudlstm.rundir.sweep_sigterm import workers_note_signals
+
+    gate, noted_file = tmp_path / "go", tmp_path / "noted.json"
+    worker = LokyProcess(target=worker_start, args=(gate, noted_file))
+    with workers_note_signals() if held else contextlib.nullcontext():
+        worker.start()
+    deadline = time.monotonic() + 120
+    while not gate.with_suffix(".waiting").exists():
+        assert worker.is_alive() and time.monotonic() < deadline, "the process did not start"
+        time.sleep(0.05)
+    assert catches(worker.pid, signal.SIGTERM, "SigBlk") == held
+    assert not catches(worker.pid, signal.SIGTERM)  # no handler yet
+    os.kill(worker.pid, signal.SIGTERM)
+    gate.touch()
+    worker.join(timeout=120)
+    if held:
+        assert worker.exitcode == 0
+        assert json.loads(noted_file.read_text()) == [signal.SIGTERM]
+    else:
+        assert worker.exitcode == -signal.SIGTERM
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == set(), "this process's mask is back"
 
 
 def sweep_command(sweep: Path, tmp_path: Path, *extra: str) -> list[str]:
@@ -207,10 +253,10 @@ def sweep_command(sweep: Path, tmp_path: Path, *extra: str) -> list[str]:
 
 @pytest.mark.slow
 def test_a_joblib_worker_signalled_as_it_starts_stops_its_job_and_not_the_pool(tmp_path):
-    """SIGTERM to the workers alone while they import their jobs, before a job's own handler
-    exists: each worker notes it from its start (loky's initializer), its job stops before
-    training with its line, and the third job trains in a freed worker. Without the
-    initializer the workers died of it, and joblib failed the sweep with a traceback."""
+    """SIGTERM to the workers alone as soon as they exist, before a job's own handler does:
+    each worker holds it (blocked) until its initializer notes it, its job stops before
+    training with its line, and the third job trains in a freed worker. Without both the
+    workers died of it, and joblib failed the sweep with a traceback, or a broken pool."""
     sweep, log = tmp_path / "sweep", tmp_path / "sweep.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
@@ -218,13 +264,13 @@ def test_a_joblib_worker_signalled_as_it_starts_stops_its_job_and_not_the_pool(t
             stderr=out, start_new_session=True,
         )  # fmt: skip
     try:
-        wait_until(lambda: len(workers(proc.pid)) == 2, proc, log)
-        pids = workers(proc.pid)
-        wait_until(lambda: all(catches(pid, signal.SIGTERM) for pid in pids), proc, log)
+        wait_until(lambda: len(workers(proc.pid)) == 2, proc, log, poll_s=0.005)
+        for pid in workers(proc.pid):
+            blocked_or_noted = [catches(pid, signal.SIGTERM, m) for m in ("SigBlk", "SigCgt")]
+            os.kill(pid, signal.SIGTERM)
+            assert any(blocked_or_noted), "a worker could die of the signal"
         # before the jobs start: Hydra writes a job's .hydra/ before its on_job_start
         assert not list(sweep.glob("*/.hydra")), "the workers noted signals only once in a job"
-        for pid in pids:
-            os.kill(pid, signal.SIGTERM)
         proc.wait(timeout=300)
     finally:
         with contextlib.suppress(ProcessLookupError):

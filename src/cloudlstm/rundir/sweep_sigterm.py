@@ -26,9 +26,11 @@ Ctrl-C in the terminal reaches the parent and every job (one process group): the
 then acts as on SIGTERM (the file, SIGTERM to its running jobs, which save and stop, the
 report) and exits with 130; the jobs note it as they note SIGTERM. A second Ctrl-C stops
 the parent at once. SIGTERM to the whole group (``timeout``, a batch system's time limit)
-goes the same way, with 143. A worker that dies all the same (signalled in its first
-moments, before its initializer ran) breaks the pool: the sweeper then names each
-unfinished job (:func:`~cloudlstm.cli.sweep_jobs.pool_broken_report`).
+goes the same way, with 143. A worker signalled in its first moments, before its
+initializer runs, holds the signal until then: it starts with SIGTERM and SIGINT blocked
+(:func:`workers_note_signals`), as CPython's resource tracker does. A worker that dies all
+the same (SIGKILL) breaks the pool: the sweeper then names each unfinished job
+(:func:`~cloudlstm.cli.sweep_jobs.pool_broken_report`).
 
 Why a file beside the signal: a job that takes its lock after the parent looked for the
 running jobs was not signalled; it takes its lock first, then looks for the file, which
@@ -45,7 +47,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -61,7 +63,7 @@ from cloudlstm.rundir.stops import (
     checkpoint_step,
     stop_error,
 )
-from cloudlstm.rundir.worker_signals import note_signals, noted
+from cloudlstm.rundir.worker_signals import NOTED_SIGNALS, note_signals, noted
 
 log = logging.getLogger(__name__)
 
@@ -177,16 +179,41 @@ def workers_note_signals() -> Iterator[None]:
     (:func:`~cloudlstm.rundir.worker_signals.note_signals` as loky's initializer), not
     only once their job has started: a worker signalled while it imports its job would
     die, and take the pool with it. Hydra's joblib launcher names the backend ``loky``, so
-    the name is bound to a loky backend with that initializer, and bound back after."""
+    the name is bound to a loky backend with that initializer, and bound back after.
+
+    Before its initializer runs, a new worker (Python starting, loky unpickling the
+    initializer) would still die of the signal; so each starts with the signals blocked,
+    held pending until its initializer installs the handler and unblocks them
+    (:func:`spawned_holding_signals`)."""
     from joblib import register_parallel_backend
+    from joblib.externals.loky.backend import fork_exec
     from joblib.parallel import BACKENDS
 
-    loky = BACKENDS["loky"]
+    loky, spawn = BACKENDS["loky"], fork_exec.fork_exec
     register_parallel_backend("loky", functools.partial(loky, initializer=note_signals))
+    fork_exec.fork_exec = spawned_holding_signals(spawn)  # loky's workers start through it
     try:
         yield
     finally:
-        BACKENDS["loky"] = loky
+        BACKENDS["loky"], fork_exec.fork_exec = loky, spawn
+
+
+def spawned_holding_signals(spawn: Callable[..., int]) -> Callable[..., int]:
+    """``spawn`` (a function that forks and executes a process) with SIGTERM and SIGINT
+    blocked in the calling thread while it runs: the new process inherits the blocked mask
+    across fork and exec, so a signal sent to it before it can handle one is held pending,
+    not fatal. The caller's mask is restored at once; a signal that came meanwhile is then
+    delivered to it."""
+
+    @functools.wraps(spawn)
+    def holding(*args: Any, **kwargs: Any) -> int:
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, NOTED_SIGNALS)
+        try:
+            return spawn(*args, **kwargs)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+    return holding
 
 
 @contextlib.contextmanager

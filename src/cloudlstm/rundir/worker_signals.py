@@ -6,7 +6,8 @@ ended at once, unsaved, and the sweep would fail with a traceback. Noted, the si
 the worker's job before it trains, or at its step if it trains
 (:mod:`cloudlstm.rundir.sweep_sigterm`). This module imports nothing but :mod:`signal`, so
 that a new worker unpickles its initializer in the time the :mod:`cloudlstm` package takes
-to import; a signal before that is the one the sweep's parent still reports in a line.
+to import; a signal before that is held blocked until then
+(:func:`cloudlstm.rundir.sweep_sigterm.workers_note_signals`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ def note(signum: int, frame: FrameType | None) -> None:
 
 def note_signals() -> None:
     """Note :data:`NOTED_SIGNALS` from now on, except one the process ignores (a sweep started
-    with Ctrl-C ignored keeps it ignored in its jobs)."""
+    with Ctrl-C ignored keeps it ignored in its jobs); then unblock them, for a worker that
+    started with them blocked: one that came before is noted now."""
     for signum in NOTED_SIGNALS:
         if signal.getsignal(signum) not in (note, signal.SIG_IGN):
             signal.signal(signum, note)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, NOTED_SIGNALS)
