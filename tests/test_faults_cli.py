@@ -57,7 +57,7 @@ def test_the_installed_eval_program_prints_the_help_too():
     "args, said, also_imported",
     [
         # Hydra imports every plugin at start: the sweeper's run lock is imported too
-        (["train.py", "foo=1"], "Could not override 'foo'.", ["cloudlstm.rundir.lock"]),
+        (["train.py", "foo=1"], "Could not override 'foo':", ["cloudlstm.rundir.lock"]),
         (["eval.py", "run=/no/such/run"], "Run directory /no/such/run does not exist.", []),
     ],
 )

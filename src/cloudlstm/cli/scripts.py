@@ -144,12 +144,13 @@ def _errors_without_hydra_hint() -> Iterator[None]:
     Hydra ends every error it reports with "Set the environment variable HYDRA_FULL_ERROR=1
     for a complete stack trace", a user's error too, where there is nothing to debug. So it
     hands them on here (HYDRA_FULL_ERROR set while it runs): its own (an unknown config
-    group, a key not in the config) and a sweep's user errors (all ``CompactHydraException``)
-    keep their message and lose the hint; any other error is a bug and keeps its whole
-    traceback. A user who set HYDRA_FULL_ERROR=1 gets every traceback, as from Hydra.
+    group, a key not in the config, a value of the wrong type, an override that does not
+    parse) become one line (:func:`hydra_error_line`), a sweep's user errors (all
+    ``CompactHydraException``) keep their message, and both lose the hint; any other error
+    is a bug and keeps its whole traceback. A user who set HYDRA_FULL_ERROR=1 gets every
+    traceback, as from Hydra.
     """
     from hydra.errors import CompactHydraException
-    from omegaconf.errors import OmegaConfBaseException
 
     if _full_error_wanted:
         yield
@@ -158,12 +159,38 @@ def _errors_without_hydra_hint() -> Iterator[None]:
     try:
         yield
     except CompactHydraException as err:
-        sys.stderr.write(f"{err}\n")
-        if isinstance(err.__cause__, OmegaConfBaseException):  # the key, as Hydra shows it
-            sys.stderr.write(f"{err.__cause__}\n")
+        sys.stderr.write(f"{hydra_error_line(err)}\n")
         raise SystemExit(1) from None
     finally:
         os.environ.pop(_FULL_ERROR, None)
+
+
+def hydra_error_line(err: Exception) -> str:
+    """One line for an error of Hydra's own, whose message spans several: what failed, why
+    (the OmegaConf error under it, without its key and type lines) and the fix Hydra gives,
+    e.g. ``Could not override 'foo': Key 'foo' is not in struct. To append to your config
+    use +foo=1``; an unknown config group's option with the options there are. A sweep's
+    error (a message of its own lines, not Hydra's) is left as it is."""
+    from hydra.errors import (
+        ConfigCompositionException,
+        MissingConfigException,
+        OverrideParseException,
+    )
+    from omegaconf.errors import OmegaConfBaseException
+
+    if not isinstance(err, ConfigCompositionException | OverrideParseException):
+        return str(err)
+    lines = [line.strip() for line in str(err).split("Config search path:")[0].splitlines()]
+    lines = [line for line in lines if line]
+    if isinstance(err, MissingConfigException) and err.options:
+        return f"{lines[0]}: choose one of {', '.join(err.options)}."
+    if isinstance(err, OverrideParseException):  # its message does not name the override
+        lines.insert(0, f"Cannot parse the override {err.override!r}")
+    cause = err.__cause__
+    if isinstance(cause, OmegaConfBaseException):  # its first line: the message, not the key
+        lines.insert(1, str(cause).splitlines()[0])
+    why = ". ".join(line.rstrip(".") for line in lines[1:])
+    return f"{lines[0].rstrip('.')}: {why}." if why else lines[0]
 
 
 @contextmanager
