@@ -54,6 +54,11 @@ def test_a_key_nothing_reads_is_refused_by_name(tmp_path: Path, override: str, s
          "verbose=1: use true or false."),
         ("trainer.max_steps=2.5", "Trainer: trainer.max_steps=2.5: use a whole number."),
         ("optimizer.weight_decay=nan", "AdamW: optimizer.weight_decay=nan: use a finite number."),
+        # declared float | Tensor, Optional[int] and Union[int, float, None]
+        ("optimizer.lr=abc", "AdamW: optimizer.lr='abc': use a finite number."),
+        ("trainer.max_epochs=abc", "Trainer: trainer.max_epochs='abc': use a whole number."),
+        ("trainer.limit_val_batches=all", "Trainer: trainer.limit_val_batches='all': use a "
+         "finite number."),
         ("model.hidden_channels=4.5", "CloudSeq2Seq: model.hidden_channels=4.5: use a whole"),
     ],
 )  # fmt: skip

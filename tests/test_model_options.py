@@ -51,6 +51,25 @@ def test_an_option_of_another_type_than_declared_is_refused_before_the_model_is_
     assert str(refused.value).startswith(f"{target.rsplit('.', 1)[-1]}: model.{said}")
 
 
+@pytest.mark.parametrize(
+    ("annotation", "declared"),
+    [
+        ("float | None", ("float", True)),
+        ("Optional[int]", ("int", True)),
+        ("typing.Optional[int]", ("int", True)),
+        ("Union[int, float, NoneType]", ("number", True)),
+        ("float | torch.Tensor", ("float", False)),  # no config gives a tensor
+        ("Union[int, float, str, datetime.timedelta, dict[str, int], NoneType]", (None, True)),
+        ("tuple[float | torch.Tensor, float | torch.Tensor]", (None, False)),
+        ("bool", ("bool", False)),
+    ],
+)
+def test_the_declared_kind_is_read_from_every_way_of_writing_an_annotation(annotation, declared):
+    from cloudlstm.models.options import _declared
+
+    assert _declared(annotation) == declared
+
+
 def test_every_model_config_passes_and_null_goes_where_it_is_declared():
     """The shipped configs are of the declared types; ``sigma: float | None`` takes null."""
     for path in sorted((ROOT / "conf" / "model").glob("*.yaml")):

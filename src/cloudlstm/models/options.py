@@ -4,7 +4,9 @@ A constructor that declares ``attention: bool`` would take ``model.attention=may
 true (a non-empty string), and one that declares ``forget_bias: float`` would take ``nan``
 and fail steps later, in a neighbour search. So each option is checked against its declared
 type before the model is built: ``bool`` takes true or false, ``int`` a whole number,
-``float`` a finite number (``| None``: or null), a ``dropout`` a probability in [0, 1) and a
+``float`` a finite number (``| None``: or null; ``int | float`` either; an annotation
+written ``Optional[...]`` or ``Union[...]``, as Lightning's and torch's are, reads the same),
+a ``dropout`` a probability in [0, 1) and a
 ``patience`` a number >= 0. Ranges beyond these are each constructor's own
 (``hidden_channels >= 1``). The same check serves every other node of a config with a
 ``_target_`` (:mod:`cloudlstm.assembly.known_keys`): an early stopping's ``patience``, a
@@ -43,14 +45,47 @@ def check_option_types(
 
 
 def _declared(annotation: Any) -> tuple[str | None, bool]:
-    """``(kind, optional)``: one of :data:`_KINDS` (None for any other type) and whether
-    None is allowed, from an annotation such as ``"float | None"``."""
+    """``(kind, optional)``: one of :data:`_KINDS`, ``"number"`` (``int | float``) or None
+    (any other type), and whether None is allowed, from an annotation as a string
+    (``"float | None"``) or an object (``Optional[int]``, ``Union[int, float, None]``). A
+    tensor, which no config gives, is left out: ``lr: float | Tensor`` is a float."""
     text = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
-    parts = [part.strip() for part in text.split("|")]
-    optional = "None" in parts
-    kinds = [part for part in parts if part != "None"]
-    kind = kinds[0] if len(kinds) == 1 and kinds[0] in _KINDS else None
-    return kind, optional
+    names = _type_names(text)
+    optional = bool(names & {"None", "NoneType"})
+    kinds = names - {"None", "NoneType", "Tensor"}
+    if kinds == {"int", "float"}:
+        return "number", optional
+    kind = next(iter(kinds)) if len(kinds) == 1 else None
+    return (kind if kind in _KINDS else None), optional
+
+
+def _type_names(text: str) -> set[str]:
+    """The types an annotation's text unites, each by its last dotted name:
+    ``"Union[int, torch.Tensor, None]"`` and ``"int | torch.Tensor | None"`` give
+    ``{"int", "Tensor", "None"}``; ``"Optional[int]"`` gives ``{"int", "None"}``; a generic
+    such as ``"dict[str, int]"`` is one name, ``"dict"``."""
+    text = text.strip()
+    parts = _split_outside_brackets(text, "|")
+    if len(parts) > 1:
+        return set().union(*map(_type_names, parts))
+    head, _, inner = text.partition("[")
+    head = head.rsplit(".", 1)[-1]
+    if head == "Optional":
+        return _type_names(inner[:-1]) | {"None"}
+    if head == "Union":
+        return set().union(*map(_type_names, _split_outside_brackets(inner[:-1], ",")))
+    return {head}
+
+
+def _split_outside_brackets(text: str, separator: str) -> list[str]:
+    """``text`` split at each ``separator`` outside square brackets."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == separator and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return [*parts, text[start:]]
 
 
 def _problem(key: str, value: Any, declared: tuple[str | None, bool]) -> str | None:
@@ -64,7 +99,7 @@ def _problem(key: str, value: Any, declared: tuple[str | None, bool]) -> str | N
     number = isinstance(value, int | float) and not isinstance(value, bool)
     if kind == "int" and not (number and isinstance(value, int)):
         return "use a whole number."
-    if kind == "float" and not (number and math.isfinite(value)):
+    if kind in ("float", "number") and not (number and math.isfinite(value)):
         return "use a finite number."
     if key == "dropout" and number and not 0 <= value < 1:
         return "use a probability in [0, 1) (0: no dropout)."
