@@ -246,6 +246,17 @@ def test_eval_py_writes_under_the_run_directory(cloud_run):
     assert (out / "eval.log").is_file()
 
 
+def test_a_refused_evaluation_leaves_no_folder_in_the_runs_eval(cloud_run):
+    """Hydra makes the evaluation's folder before the checkpoint is looked for: a refused
+    one is removed, so that the run's eval/ holds only evaluations that ran."""
+    folders = lambda: set((cloud_run / "eval").glob("*"))  # noqa: E731
+    before = folders()
+    proc = run_eval(f"run={cloud_run}", "ckpt=nosuch")
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"No checkpoint 'nosuch' in {cloud_run} ("), proc.stderr
+    assert folders() == before
+
+
 def test_a_truncated_checkpoint_stops_eval_py_with_one_line(cloud_run, tmp_path):
     cut = tmp_path / "cut.ckpt"
     cut.write_bytes((cloud_run / "checkpoints" / "last.ckpt").read_bytes()[:5000])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import gc
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Collection, Iterator
@@ -253,10 +254,31 @@ def _evaluate(cfg: DictConfig) -> None:
 
     console.set_up(cfg)
     try:
-        with _user_errors_in_one_line():
+        with _user_errors_in_one_line(), _no_folder_if_refused(Path(cfg.paths.output_dir)):
             evaluate(cfg)
     except RunInterrupted as stop:  # its line is logged; the signal's status, not Hydra's 1
         raise SystemExit(stop.exit_code) from None
+
+
+@contextmanager
+def _no_folder_if_refused(eval_dir: Path) -> Iterator[None]:
+    """An evaluation refused by a user error (a checkpoint not there, a bad value) leaves
+    no folder in the run's ``eval/``: Hydra made it before the check, and it would hold only
+    Hydra's files and the start of a log, beside the evaluations that have results (a
+    run's folder is often a results folder, kept or committed). A stopped evaluation keeps
+    its folder, which its line names; a folder with anything else in it is kept too."""
+    from cloudlstm.errors import UserError
+    from cloudlstm.rundir.stops import RunInterrupted
+
+    try:
+        yield
+    except RunInterrupted:
+        raise
+    except UserError:
+        hydra_only = all(p.name == ".hydra" or p.suffix == ".log" for p in eval_dir.iterdir())
+        if hydra_only and eval_dir.parent.name == "eval":
+            shutil.rmtree(eval_dir, ignore_errors=True)
+        raise
 
 
 def _predict(cfg: DictConfig) -> None:
