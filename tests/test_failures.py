@@ -47,8 +47,18 @@ def test_diverging_cloudlstm_stops_at_the_batch_whose_coordinates_blew_up(tiny_c
     assert not (Path(cfg.paths.output_dir) / "metrics.json").exists()
 
 
+class InfiniteGradient(L.Callback):
+    """Makes the first weight's gradient infinite before the first update: a finite loss
+    whose update makes the weights non-finite (an infinite learning rate, which did the same,
+    is refused before training)."""
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        if trainer.global_step == 0:
+            next(p for p in pl_module.parameters() if p.grad is not None).grad.fill_(math.inf)
+
+
 def test_an_update_to_non_finite_weights_stops_at_that_batch(tiny_cfg):
-    cfg = tiny_cfg("optimizer.lr=inf", "logger=none")
+    cfg = tiny_cfg("+callbacks.inf._target_=tests.test_failures.InfiniteGradient", "logger=none")
     with pytest.raises(TrainingDivergedError, match=r"epoch 0, batch 0 .*weights non-finite"):
         train(cfg)
     assert not (Path(cfg.paths.output_dir) / "metrics.json").exists()

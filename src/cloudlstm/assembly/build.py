@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -228,28 +227,19 @@ def build_trainer(cfg: DictConfig, loggers: list[Any]) -> L.Trainer:
 
 def check_optimizer(cfg: DictConfig) -> None:
     """Build the configured optimizer over one stand-in weight, and its learning-rate
-    schedule, and check the gradient clipping of its steps: an invalid value
-    (``optimizer.lr=-1``, ``scheduler.warmup_steps`` beyond ``trainer.max_steps``) is refused
-    before the data are read and a logger starts, not at the first step.
+    schedule: an invalid value (``optimizer.lr=-1``, ``scheduler.warmup_steps`` beyond
+    ``trainer.max_steps``) is refused before the data are read and a logger starts, not at
+    the first step. (The gradient clipping of its steps is checked with the Trainer's other
+    values, :func:`~cloudlstm.models.options.check_option_types`.)
 
     Raises:
-        UserError: one of the optimizer's or the schedule's values is invalid, or
-            ``trainer.gradient_clip_val`` is negative or not finite (Lightning would not
-            clip at all: a recipe's clipping silently gone).
+        UserError: one of the optimizer's or the schedule's values is invalid.
     """
     if cfg.get("optimizer") is not None:
         weight = torch.nn.Parameter(torch.zeros(1))
         optimizer = make_optimizer(hydra.utils.instantiate(cfg.optimizer), [weight])
         if cfg.get("scheduler") is not None:  # its budget against trainer.max_steps
             hydra.utils.instantiate(cfg.scheduler)(optimizer=optimizer)
-    clip = (cfg.get("trainer") or {}).get("gradient_clip_val")
-    if clip is not None and not (
-        isinstance(clip, int | float) and not isinstance(clip, bool) and 0 <= clip < math.inf
-    ):
-        raise UserError(
-            f"trainer.gradient_clip_val={clip!r}: give a number >= 0 (0 or null: no "
-            "clipping), e.g. trainer.gradient_clip_val=1.0."
-        )
 
 
 def check_metric_modes(cfg: DictConfig) -> None:

@@ -6,8 +6,8 @@ and fail steps later, in a neighbour search. So each option is checked against i
 type before the model is built: ``bool`` takes true or false, ``int`` a whole number,
 ``float`` a finite number (``| None``: or null; ``int | float`` either; an annotation
 written ``Optional[...]`` or ``Union[...]``, as Lightning's and torch's are, reads the same),
-a ``dropout`` a probability in [0, 1) and a
-``patience`` a number >= 0. Ranges beyond these are each constructor's own
+a ``dropout`` a probability in [0, 1), a ``patience`` a number >= 0 and a
+``gradient_clip_val`` a finite number >= 0. Ranges beyond these are each constructor's own
 (``hidden_channels >= 1``). The same check serves every other node of a config with a
 ``_target_`` (:mod:`cloudlstm.assembly.known_keys`): an early stopping's ``patience``, a
 Trainer's ``max_steps``, an optimizer's ``weight_decay``.
@@ -97,6 +97,9 @@ def _problem(key: str, value: Any, declared: tuple[str | None, bool]) -> str | N
     if kind == "bool" and not isinstance(value, bool):
         return "use true or false."
     number = isinstance(value, int | float) and not isinstance(value, bool)
+    if key == "gradient_clip_val" and not (number and 0 <= value < math.inf):
+        # Lightning takes a negative value for no clipping: a recipe's clipping silently gone
+        return "give a number >= 0 (0 or null: no clipping), e.g. trainer.gradient_clip_val=1.0."
     if kind == "int" and not (number and isinstance(value, int)):
         return "use a whole number."
     if kind in ("float", "number") and not (number and math.isfinite(value)):
