@@ -275,8 +275,8 @@ def _no_folder_if_refused(eval_dir: Path) -> Iterator[None]:
     except RunInterrupted:
         raise
     except UserError:
-        hydra_only = all(p.name == ".hydra" or p.suffix == ".log" for p in eval_dir.iterdir())
-        if hydra_only and eval_dir.parent.name == "eval":
+        made = eval_dir.is_dir() and eval_dir.parent.name == "eval"
+        if made and all(p.name == ".hydra" or p.suffix == ".log" for p in eval_dir.iterdir()):
             shutil.rmtree(eval_dir, ignore_errors=True)
         raise
 
