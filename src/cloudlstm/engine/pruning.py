@@ -68,12 +68,11 @@ def storage_write_fault(err: BaseException, url: str) -> UserError | None:
     return sqlite_write_fault(err, path, STUDY_FULL_THEN, what="the Optuna study")
 
 
-def trial_of_this_job(pruner: optuna.pruners.BasePruner | None) -> optuna.Trial | None:
-    """The running trial this process trains, as named by the sweeper in the environment;
-    None when the job is not a trial of a search."""
-    named = named_trial()
-    if named is None:
-        return None
+def trial_of_this_job(
+    named: tuple[str, str, int], pruner: optuna.pruners.BasePruner | None
+) -> optuna.Trial:
+    """The running trial this process trains, as the sweeper named it in the environment
+    (:func:`~cloudlstm.engine.trial_env.named_trial`: storage URL, study, trial number)."""
     url, name, number = named
     import optuna
 
@@ -122,13 +121,16 @@ class OptunaPruning(L.Callback):
         self.monitor = monitor
         self.pruner = pruner
         self.named = named_trial()  # (storage URL, study, trial number); None: no search
-        self.active = self.named is not None
         self._trial: optuna.Trial | None = None
 
+    @property
+    def active(self) -> bool:
+        """Whether this job is a trial of a search."""
+        return self.named is not None
+
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if self.active and stage == "fit" and trainer.is_global_zero:
-            self._trial = trial_of_this_job(self.pruner)
-            assert self._trial is not None
+        if self.named is not None and stage == "fit" and trainer.is_global_zero:
+            self._trial = trial_of_this_job(self.named, self.pruner)
             import optuna
 
             if self.pruner is not None and not isinstance(self.pruner, optuna.pruners.NopPruner):
