@@ -10,6 +10,8 @@ from pathlib import Path
 
 import lightning as L
 
+from cloudlstm.engine.signals import SignalsTogether
+
 
 class KillAtEpochStart(L.Callback):
     """SIGKILL the process as training epoch ``epoch`` (0-based) starts.
@@ -83,7 +85,7 @@ class WaitAt(L.Callback):
         waiting = self.until.with_name(self.until.name + ".waiting")
         waiting.touch()
         deadline = time.monotonic() + timeout_s
-        while not self.until.exists() and not trainer.received_sigterm:
+        while not self.until.exists() and not stop_noted(trainer):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{self.until} did not appear in {timeout_s} s")
             time.sleep(0.2)
@@ -121,3 +123,26 @@ class SigtermAt(L.Callback):
         mine = self.rank is None or trainer.global_rank == self.rank
         if mine and trainer.current_epoch == self.epoch and idx == self.batch:
             os.kill(os.getpid(), self.signum)
+
+
+class SignalAfterStep(L.Callback):
+    """Send ``signum`` to the process itself at the end of training batch ``batch`` of epoch
+    ``epoch``, after the hooks of the callbacks before it (``CheckpointOnSigterm``'s
+    included): where Lightning's own handler left a run stopped without the step's
+    checkpoint, its stop flag set after the callbacks had looked."""
+
+    def __init__(self, epoch: int, batch: int, signum: int = signal.SIGTERM) -> None:
+        self.epoch = epoch
+        self.batch = batch
+        self.signum = signum
+
+    def on_train_batch_end(self, trainer: L.Trainer, _: object, __: object, ___: object,
+                           idx: int) -> None:  # fmt: skip
+        if trainer.current_epoch == self.epoch and idx == self.batch:
+            os.kill(os.getpid(), self.signum)
+
+
+def stop_noted(trainer: L.Trainer) -> bool:
+    """Whether the run was told to stop (SIGTERM, Ctrl-C), acted on or not yet."""
+    pending = any(cb.stop_pending for cb in trainer.callbacks if isinstance(cb, SignalsTogether))
+    return trainer.received_sigterm or pending

@@ -241,6 +241,67 @@ def test_sigterm_at_a_step_before_validation_keeps_the_last_checkpoint(tiny_cfg)
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # Lightning's handler is gone
 
 
+@pytest.mark.parametrize(("signum", "by"), [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C")])
+def test_a_signal_just_after_the_checkpoint_hook_saves_the_next_step(tiny_cfg, signum, by):
+    """A signal after the step's end hooks had run (Lightning's handler set its flag there,
+    and the run stopped without the step's checkpoint) is acted on at the next step's end."""
+    from cloudlstm.cli.train import train
+
+    cfg = tiny_cfg(
+        "logger=none",
+        "+callbacks.after._target_=tests.kill_callback.SignalAfterStep",
+        "+callbacks.after.epoch=1",
+        "+callbacks.after.batch=0",  # global step 4, which no validation follows
+        f"+callbacks.after.signum={int(signum)}",
+    )
+    with pytest.raises(RunInterrupted) as err:
+        train(cfg)
+    last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=False)["global_step"] == 5
+    assert f"interrupted by {by} at step 5: saved {last}." in str(err.value)
+
+
+def test_a_signal_after_an_epoch_s_last_step_saves_the_next_epoch_s_first(tiny_cfg):
+    """After the epoch's last step had ended: its validation runs whole, and the run stops
+    at the end of the next step, with its checkpoint, from which it finishes as it would."""
+    from cloudlstm.cli.train import train
+
+    cfg = tiny_cfg(
+        "logger=none",
+        "+callbacks.after._target_=tests.kill_callback.SignalAfterStep",
+        "+callbacks.after.epoch=0",
+        "+callbacks.after.batch=2",  # global step 3, validated after
+    )
+    with pytest.raises(RunInterrupted) as err:
+        train(cfg)
+    last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=False)["global_step"] == 4
+    assert f"interrupted by SIGTERM at step 4: saved {last}." in str(err.value)
+    resumed = train(cfg)  # the same command: the signal came in epoch 0, which is done
+    assert resumed["resumed_from"] == str(last) and (resumed["epochs"], resumed["steps"]) == (2, 6)
+
+
+def test_a_signal_after_the_last_training_step_stops_the_testing(tiny_cfg):
+    """No step is left to stop at: the testing that follows stops, and the run is not
+    finished (no metrics.json); continued, it tests."""
+    from cloudlstm.cli.train import train
+
+    cfg = tiny_cfg(
+        "logger=none",
+        "+callbacks.after._target_=tests.kill_callback.SignalAfterStep",
+        "+callbacks.after.epoch=1",
+        "+callbacks.after.batch=2",  # global step 6, the last
+    )
+    with pytest.raises(RunInterrupted) as err:
+        train(cfg)
+    run_dir = Path(cfg.paths.output_dir)
+    last = run_dir / "checkpoints" / "last.ckpt"  # the last validation's
+    assert f"at step 6: not saved; the newest checkpoint is {last}, of step 6" in str(err.value)
+    assert not (run_dir / "metrics.json").exists()
+    finished = train(cfg)
+    assert finished["steps"] == 6 and "mae" in finished["test"]["overall"]
+
+
 @pytest.mark.slow
 def test_a_sigtermed_job_of_a_joblib_sweep_fails_the_sweep_and_continues(tmp_path):
     """Job 1 gets SIGTERM, job 0 finishes: the sweep exits non-zero with job 1's line; the

@@ -1,9 +1,23 @@
-"""Signals that stop or requeue a run, acted on by every DDP process at the same step.
+"""Signals that stop or requeue a run, acted on at the end of a training step, by every DDP
+process at the same step.
 
-With one process Lightning's own handling holds: SIGTERM notes the signal and the loops
-stop at the next check; SLURM's requeue signal (SIGUSR1) saves ``hpc_ckpt_<n>.ckpt`` and
-requeues the job. With several processes both go wrong, because each process acts where
-the signal finds it:
+Lightning's own handling of SIGTERM sets its stop flag in the handler, wherever the signal
+finds the loop, and the loop checks the flag after the step's end hooks (and after the
+validation that follows, when one does). A SIGTERM between ``CheckpointOnSigterm``'s
+step-end hook and that check stopped the run without the checkpoint of its step. So with one
+process :class:`SignalsTogether` notes a SIGTERM (or Ctrl-C) that comes while the run trains
+and sets Lightning's flag at the end of the next training step, before
+``CheckpointOnSigterm`` looks at it: every such stop saves its step (or goes back to the
+last checkpoint where a validation follows, as ``CheckpointOnSigterm`` says), whereas a
+checkpoint saved at an epoch's end resumes into the wrong epoch count (Lightning counts the
+epoch's end again). One noted after the last training step is acted on as testing starts,
+which then stops. One that comes while the run validates, tests or checks its validation
+loop sets the flag at once: the evaluation stops at its next batch, as Lightning's does.
+SLURM's requeue signal (SIGUSR1) is Lightning's: it saves ``hpc_ckpt_<n>.ckpt`` and
+requeues the job.
+
+With several processes Lightning's handling goes wrong, because each process acts where the
+signal finds it:
 
 * Lightning's SIGTERM handler runs a ``broadcast`` inside the handler, in every process the
   signal reaches (and rank 0 passes the signal on to the processes it started, which then
@@ -75,16 +89,27 @@ class SignalsTogether(L.Callback):
             self._sigint = signal.signal(signal.SIGINT, self._note_ctrl_c)
         # Lightning registers its handlers after this hook (Trainer._run), from these
         # attributes of its signal connector: put the noting ones in their place
+        connector = trainer._signal_connector
+        connector._sigterm_notifier_fn = self._note_sigterm
         if trainer.world_size < 2:
             return
         self._rank = trainer.global_rank
-        connector = trainer._signal_connector
-        connector._sigterm_notifier_fn = self._note_sigterm
         if self._requeue_fn is None:
             self._requeue_fn = connector._slurm_sigusr_handler_fn
         connector._slurm_sigusr_handler_fn = self._note_requeue
 
+    @property
+    def stop_pending(self) -> bool:
+        """Whether a SIGTERM or Ctrl-C was noted and the run not yet told to stop."""
+        trainer = self._trainer
+        return self.terminate and not (trainer is not None and trainer.received_sigterm)
+
     def _note_sigterm(self, signum: int, _: Any) -> None:
+        if self._one_process():
+            if not self.stop_pending:
+                where = "at the end of this training step" if self._stop() else "now"
+                log.info("Received SIGTERM: the run stops %s.", where)
+            return
         if not self.terminate:
             log.info(
                 rank_prefixed_message(
@@ -93,6 +118,19 @@ class SignalsTogether(L.Callback):
                 )
             )
         self.terminate = True
+
+    def _one_process(self) -> bool:
+        return self._trainer is None or self._trainer.world_size < 2
+
+    def _stop(self) -> bool:
+        """One process: stop at the end of the training step under way (True), or at once
+        where the run is not training (an evaluation then stops at its next batch)."""
+        trainer = self._trainer
+        if trainer is None or trainer.training:
+            self.terminate = True  # Lightning's flag is set at the step's end
+            return True
+        trainer._signal_connector.received_sigterm = True
+        return False
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self._sigint is not None:
@@ -107,9 +145,9 @@ class SignalsTogether(L.Callback):
             "Ctrl-C: the run stops at the end of this training step, saving a checkpoint to "
             "continue from; Ctrl-C again stops it at once."
         )
-        if self._trainer is not None and self._trainer.world_size < 2:
+        if self._one_process():
             log.warning(message)
-            self._trainer._signal_connector.received_sigterm = True
+            self._stop()
         else:
             log.warning(rank_prefixed_message(message, self._rank))
             self.terminate = True  # the processes stop together (on_train_batch_end)
@@ -121,7 +159,10 @@ class SignalsTogether(L.Callback):
         self.requeue = True
 
     def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
-        if trainer.world_size < 2 or not (dist.is_available() and dist.is_initialized()):
+        if trainer.world_size < 2:
+            self._act_on_noted_stop(trainer)
+            return
+        if not (dist.is_available() and dist.is_initialized()):
             return
         terminate, requeue = self._agree(trainer)
         if requeue and self._requeue_fn is not None:
@@ -132,6 +173,14 @@ class SignalsTogether(L.Callback):
                 self._after_validation = True
             else:
                 trainer._signal_connector.received_sigterm = True
+
+    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.world_size < 2:  # noted after the last training step had ended
+            self._act_on_noted_stop(trainer)
+
+    def _act_on_noted_stop(self, trainer: L.Trainer) -> None:
+        if self.stop_pending:
+            trainer._signal_connector.received_sigterm = True
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._after_validation:  # every process ran the whole validation

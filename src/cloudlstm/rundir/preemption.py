@@ -7,9 +7,10 @@ would leave with status 0 (success), without a checkpoint of the steps since the
 Here instead:
 
 * :class:`CheckpointOnSigterm` (``callbacks.sigterm_checkpoint``) saves
-  ``checkpoints/last.ckpt`` at the end of the training step during which the signal came,
-  through ``trainer.save_checkpoint`` (and so with its ``.checksum``), as a step checkpoint
-  of ``callbacks.step_checkpoint`` would be saved. Not at a step that a validation
+  ``checkpoints/last.ckpt`` at the end of the training step during which the signal came
+  (:mod:`cloudlstm.engine.signals` sets Lightning's flag there and only there), through
+  ``trainer.save_checkpoint`` (and so with its ``.checksum``), as a step checkpoint of
+  ``callbacks.step_checkpoint`` would be saved. Not at a step that a validation
   follows (Lightning would resume past that validation without running it), nor during a
   validation: the ``last.ckpt`` there is (of the last validation or step checkpoint)
   stays the one to resume from, and the run's line says so.
