@@ -125,6 +125,19 @@ def test_a_holdout_history_that_is_not_a_boolean_is_refused_with_or_without_poin
         check_holdout(points, 0, "maybe")
 
 
+def test_no_history_without_held_out_points_is_refused_as_changing_nothing():
+    """An evaluation "without the held-out points' readings" of a run that holds none out
+    would be the ordinary one, under another name."""
+    with pytest.raises(UserError) as refused:
+        check_holdout(None, 0, False)
+    assert str(refused.value) == (
+        "data.holdout_history=false hides the held-out points' readings at test, and no "
+        "point is held out (data.holdout_points is null): hold points out, e.g. "
+        "data.holdout_points=3, or leave data.holdout_history out."
+    )
+    assert check_holdout(None, 0, True) is None
+
+
 def test_a_selection_the_data_cannot_give_names_its_points():
     ids = [f"p{i}" for i in range(4)]
     with pytest.raises(UserError, match=r"names p9, not points of the data, whose 4 points"):

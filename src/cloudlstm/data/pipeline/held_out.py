@@ -91,10 +91,18 @@ def check_holdout(points: Any, seed: Any, history: Any) -> HoldOut | None:
 
     Raises:
         UserError: ``points`` is neither a fraction in (0, 1), a count >= 1 nor a list of
-            distinct ids; ``seed`` is no whole number >= 0; ``history`` no boolean.
+            distinct ids; ``seed`` is no whole number >= 0; ``history`` no boolean, or
+            false where no point is held out (it would change nothing: an evaluation
+            "without the held-out points' readings" that is the ordinary one).
     """
     check_switch("holdout_history", history)  # also without held-out points: a typo is no choice
     if points is None:
+        if history is False:
+            raise UserError(
+                "data.holdout_history=false hides the held-out points' readings at test, and "
+                "no point is held out (data.holdout_points is null): hold points out, e.g. "
+                "data.holdout_points=3, or leave data.holdout_history out."
+            )
         return None
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise UserError(
