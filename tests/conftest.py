@@ -224,8 +224,14 @@ def benchmark_module(name: str) -> Iterator[object]:
 def build_datamodule(cfg: DictConfig, output_dir: Path) -> tuple[Any, dict[str, Any]]:
     """The data of ``cfg`` as a run builds it: instantiated, loaded and set up, with its
     summary (also written to ``output_dir/data_summary.json``)."""
-    from cloudlstm.assembly.build import instantiate_datamodule, set_up_datamodule
+    from cloudlstm.assembly.build import (
+        instantiate_datamodule,
+        set_up_datamodule,
+        write_data_summary,
+    )
 
     datamodule = instantiate_datamodule(cfg)
     datamodule.prepare_data()
-    return datamodule, set_up_datamodule(datamodule, output_dir)
+    summary = set_up_datamodule(datamodule)
+    write_data_summary(output_dir, summary)
+    return datamodule, summary

@@ -19,8 +19,10 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 
 from cloudlstm.assembly.assemble import warn_per_process_limits
+from cloudlstm.assembly.batch_limits import check_batch_limits
 from cloudlstm.assembly.build import check_trainer_settings
 from cloudlstm.cli.train import train
 from cloudlstm.data.pipeline.absurd_values import (
@@ -132,6 +134,29 @@ def test_train_py_with_k_zero_stops_with_one_line(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("bad", "said"),
+    [
+        ("optimizer.lr=abc", "AdamW: optimizer.lr='abc': use a finite number."),
+        ("trainer.precision=13", "trainer: Precision 13 is invalid."),  # Lightning's, later
+    ],
+)
+def test_a_refused_run_leaves_no_folder_and_a_named_one_is_kept(tmp_path, bad, said):
+    """Hydra makes the run's folder before the checks: a refused run's folder, stamped with
+    its start, is removed with its date folder (left empty), so that the runs folder holds
+    runs; one the command named is the user's, and stays."""
+    args = [*JOB, *SYNTHETIC, *QUIET, "model.hidden_channels=4", bad]
+    done = run_script("train.py", *args, f"paths.log_dir={tmp_path / 'logs'}")
+    assert done.returncode == 1
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(said), line
+    assert list((tmp_path / "logs" / "runs").iterdir()) == []
+
+    named = tmp_path / "named"
+    done = run_script("train.py", *args, f"hydra.run.dir={named}")
+    assert done.returncode == 1 and (named / ".hydra").is_dir()
+
+
+@pytest.mark.parametrize(
     ("args", "line"),
     [
         (
@@ -213,7 +238,7 @@ def test_a_negative_gradient_clip_is_one_line_before_the_data_are_read(tmp_path,
     ("override", "said"),
     [
         ("trainer.precision=17", "trainer: Precision 17 is invalid. Allowed precision values: "),
-        ("trainer.val_check_interval=-2", "trainer: You have passed invalid value -2 for val_"),
+        ("trainer.limit_val_batches=-1", "trainer: You have passed invalid value -1 for limit_"),
         ("trainer.devices=0", "trainer: `Trainer(devices=0)` value is not a valid input"),
         ("trainer.log_every_n_steps=-1", "trainer.log_every_n_steps=-1: give a whole number"),
     ],
@@ -633,6 +658,57 @@ def test_batch_limits_per_process_are_named_with_the_windows_they_cover():
     note = per_process_limits({"train": 3, "test": 1}, windows, 8, world_size=4)
     assert note.startswith("trainer.limit_train_batches=3 and trainer.limit_test_batches=1 count")
     assert "96 training windows per epoch in all (24 in one process) and 30 test windows" in note
+
+
+@pytest.mark.parametrize(
+    ("cfg", "said"),
+    [
+        ({"trainer": {"limit_train_batches": 0}}, "trainer.limit_train_batches=0: no train "
+         "batch would run: leave it out for every batch, or train=false to test without "
+         "training."),
+        ({"trainer": {"limit_test_batches": 0}}, "trainer.limit_test_batches=0: no test batch "
+         "would run: leave it out for every batch, or test=false to train without testing."),
+        # 30 test windows in batches of 8: 4 batches, 0.2 of them is none
+        ({"trainer": {"limit_test_batches": 0.2}}, "trainer.limit_test_batches=0.2: less than "
+         "one of the test split's 4 batches: give a fraction of at least 0.25, a whole number "
+         "of batches, or leave it out for every batch."),
+        ({"trainer": {"limit_val_batches": 0.3}}, "trainer.limit_val_batches=0.3: less than "
+         "one of the val split's 2 batches: give a fraction of at least 0.5,"),
+        # an evaluation only tests: no other way out than every batch
+        ({"task_name": "eval", "trainer": {"limit_test_batches": 0}}, "trainer."
+         "limit_test_batches=0: no test batch would run: leave it out for every batch."),
+    ],
+)  # fmt: skip
+def test_a_batch_limit_that_runs_no_batch_of_a_split_is_one_line(cfg, said):
+    cfg = OmegaConf.create({"train": True, "test": True, **cfg})
+    with pytest.raises(UserError) as refused:
+        check_batch_limits(cfg, {"train": 109, "val": 11, "test": 30}, batch_size=8)
+    assert str(refused.value).startswith(said), str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        {"trainer": {"limit_val_batches": 0}},  # no validation: allowed, and warned of
+        {"trainer": {"limit_test_batches": 0.25, "limit_train_batches": 1.0}},
+        {"trainer": {"limit_train_batches": 2, "limit_test_batches": 1}},
+        {"test": False, "trainer": {"limit_test_batches": 0}},  # no testing anyway
+        {"task_name": "eval", "trainer": {"limit_train_batches": 0}},  # it does not train
+    ],
+)
+def test_batch_limits_that_run_each_split_pass(cfg):
+    cfg = OmegaConf.create({"train": True, "test": True, **cfg})
+    check_batch_limits(cfg, {"train": 109, "val": 11, "test": 30}, batch_size=8)
+
+
+def test_train_py_refuses_a_test_limit_of_zero_before_training(tmp_path):
+    """Lightning would have trained, then failed to test with a traceback."""
+    run_dir = tmp_path / "run"
+    args = [*JOB, *SYNTHETIC, *QUIET, "model.hidden_channels=4", "trainer.limit_test_batches=0"]
+    done = run_script("train.py", *args, f"hydra.run.dir={run_dir}")
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1].startswith("trainer.limit_test_batches=0: no test batch")
+    assert "Traceback" not in done.stderr and not (run_dir / "checkpoints").exists()
 
 
 def test_the_limit_warning_is_logged_once_at_assembly(caplog):

@@ -21,6 +21,7 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
+from cloudlstm.assembly.batch_limits import check_batch_limits, splits_run
 from cloudlstm.assembly.build import (
     build_loggers,
     build_module,
@@ -30,6 +31,7 @@ from cloudlstm.assembly.build import (
     instantiate_datamodule,
     save_job_config,
     set_up_datamodule,
+    write_data_summary,
 )
 from cloudlstm.assembly.checkpoint_fit import (
     TrainedCheckpoint,
@@ -103,7 +105,9 @@ def assemble(
     datamodule.prepare_data()
     if trained is not None:
         restore_scaler(datamodule, trained)
-    summary = set_up_datamodule(datamodule, output_dir)
+    summary = set_up_datamodule(datamodule)
+    check_batch_limits(cfg, summary.get("windows", {}), int(getattr(datamodule, "batch_size", 1)))
+    write_data_summary(output_dir, summary)
     job_cfg = save_job_config(cfg, output_dir)
     spec = datamodule.spec
     module = build_module(cfg, spec, _as_trained(cfg.model, trained))
@@ -130,10 +134,7 @@ def warn_per_process_limits(
     (:func:`cloudlstm.engine.distributed.per_process_limits`)."""
     if not trainer.is_global_zero:
         return
-    train = cfg.get("train", False)  # eval.py's config has neither: it only tests
-    splits = ["train", "val"] if train else []
-    splits += ["test"] if cfg.get("test", not train) else []
-    limits = {split: getattr(trainer, f"limit_{split}_batches", None) for split in splits}
+    limits = {split: getattr(trainer, f"limit_{split}_batches", None) for split in splits_run(cfg)}
     batch_size = int(getattr(datamodule, "batch_size", 1))
     note = per_process_limits(limits, summary.get("windows", {}), batch_size, trainer.world_size)
     if note:

@@ -92,13 +92,16 @@ def instantiate_datamodule(cfg: DictConfig) -> L.LightningDataModule:
     return instantiate(cfg.data)
 
 
-def set_up_datamodule(datamodule: L.LightningDataModule, output_dir: Path) -> dict[str, Any]:
-    """Set up a loaded datamodule, write ``data_summary.json`` and return that summary."""
+def set_up_datamodule(datamodule: L.LightningDataModule) -> dict[str, Any]:
+    """Set up a loaded datamodule, print its summary and return it."""
     datamodule.setup("fit")
     datamodule.print_summary()
-    summary = datamodule.summary()
+    return datamodule.summary()
+
+
+def write_data_summary(output_dir: Path, summary: dict[str, Any]) -> None:
+    """``<output_dir>/data_summary.json``."""
     (output_dir / DATA_SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
-    return summary
 
 
 def build_module(

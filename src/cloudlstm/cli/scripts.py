@@ -14,11 +14,12 @@ from __future__ import annotations
 import atexit
 import gc
 import os
+import re
 import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Collection, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -235,9 +236,15 @@ def _train(cfg: DictConfig) -> float | None:
             raise stopped
         from cloudlstm.cli import console
         from cloudlstm.cli.train import main
+        from cloudlstm.errors import one_line_errors
 
         console.set_up(cfg)
-        with _user_errors_in_one_line():
+        run_dir = Path(cfg.paths.output_dir)
+        with (
+            _user_errors_in_one_line(),
+            _no_folder_if_refused(run_dir, _stamped_now(run_dir)),
+            one_line_errors(),  # inside: a library's refusal of a value is a user error too
+        ):
             return main(cfg)
     except RunInterrupted as stop:
         if os.getpid() != _HYDRA_PID:
@@ -250,23 +257,34 @@ def _train(cfg: DictConfig) -> float | None:
 def _evaluate(cfg: DictConfig) -> None:
     from cloudlstm.cli import console
     from cloudlstm.cli.evaluate import evaluate
+    from cloudlstm.errors import one_line_errors
     from cloudlstm.rundir.stops import RunInterrupted
 
     console.set_up(cfg)
     try:
-        with _user_errors_in_one_line(), _no_folder_if_refused(Path(cfg.paths.output_dir)):
+        eval_dir = Path(cfg.paths.output_dir)
+        with (
+            _user_errors_in_one_line(),
+            _no_folder_if_refused(eval_dir, _stamped_now(eval_dir)),
+            one_line_errors(),
+        ):
             evaluate(cfg)
     except RunInterrupted as stop:  # its line is logged; the signal's status, not Hydra's 1
         raise SystemExit(stop.exit_code) from None
 
 
 @contextmanager
-def _no_folder_if_refused(eval_dir: Path) -> Iterator[None]:
-    """An evaluation refused by a user error (a checkpoint not there, a bad value) leaves
-    no folder in the run's ``eval/``: Hydra made it before the check, and it would hold only
-    Hydra's files and the start of a log, beside the evaluations that have results (a
-    run's folder is often a results folder, kept or committed). A stopped evaluation keeps
-    its folder, which its line names; a folder with anything else in it is kept too."""
+def _no_folder_if_refused(folder: Path, made_now: bool) -> Iterator[None]:
+    """A run or an evaluation refused by a user error (a bad value, a checkpoint not there)
+    leaves no folder: Hydra made it before the check, and it would hold only Hydra's files
+    and the start of a log, beside the runs (or a run's evaluations) that have results, and
+    ``compare`` would list it as a run that never finished. Only a folder Hydra stamped with
+    this moment (``made_now``) is looked into, and removed only when it holds nothing else
+    (its date folder too, when that is left empty); one named by the command
+    (``hydra.run.dir=``), a sweep's job and a stopped run keep theirs."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
     from cloudlstm.errors import UserError
     from cloudlstm.rundir.stops import RunInterrupted
 
@@ -275,10 +293,26 @@ def _no_folder_if_refused(eval_dir: Path) -> Iterator[None]:
     except RunInterrupted:
         raise
     except UserError:
-        made = eval_dir.is_dir() and eval_dir.parent.name == "eval"
-        if made and all(p.name == ".hydra" or p.suffix == ".log" for p in eval_dir.iterdir()):
-            shutil.rmtree(eval_dir, ignore_errors=True)
+        one_run = HydraConfig.get().mode == RunMode.RUN
+        if one_run and made_now and folder.is_dir() and _only_hydra_files(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            with suppress(OSError):  # not empty: other runs of that day
+                folder.parent.rmdir()
         raise
+
+
+def _only_hydra_files(folder: Path) -> bool:
+    """Hydra's files, the log and the run's lock (released by then)."""
+    from cloudlstm.rundir.layout import LOCK_FILE
+
+    return all(p.name in (".hydra", LOCK_FILE) or p.suffix == ".log" for p in folder.iterdir())
+
+
+def _stamped_now(folder: Path) -> bool:
+    """Whether ``folder`` is one Hydra names by the moment it starts, to the microsecond
+    (conf/hydra/default.yaml, conf/eval.yaml): made for this command, not named by it."""
+    stamp = folder.name if folder.parent.name == "eval" else f"{folder.parent.name}/{folder.name}"
+    return re.fullmatch(r"\d{4}-\d\d-\d\d[/_]\d\d-\d\d-\d\d-\d{6}", stamp) is not None
 
 
 def _predict(cfg: DictConfig) -> None:

@@ -6,11 +6,12 @@ and fail steps later, in a neighbour search. So each option is checked against i
 type before the model is built: ``bool`` takes true or false, ``int`` a whole number,
 ``float`` a finite number (``| None``: or null; ``int | float`` either; an annotation
 written ``Optional[...]`` or ``Union[...]``, as Lightning's and torch's are, reads the same),
-a ``dropout`` a probability in [0, 1), a ``patience`` a number >= 0 and a
-``gradient_clip_val`` a finite number >= 0. Ranges beyond these are each constructor's own
-(``hidden_channels >= 1``). The same check serves every other node of a config with a
-``_target_`` (:mod:`cloudlstm.assembly.known_keys`): an early stopping's ``patience``, a
-Trainer's ``max_steps``, an optimizer's ``weight_decay``.
+a ``dropout`` a probability in [0, 1), a ``patience`` a number >= 0, a
+``gradient_clip_val`` a finite number >= 0 and a ``val_check_interval`` a number > 0.
+Ranges beyond these are each constructor's own (``hidden_channels >= 1``). The same check
+serves every other node of a config with a ``_target_``
+(:mod:`cloudlstm.assembly.known_keys`): an early stopping's ``patience``, a Trainer's
+``max_steps``, an optimizer's ``weight_decay``.
 """
 
 from __future__ import annotations
@@ -106,6 +107,8 @@ def _problem(key: str, value: Any, declared: tuple[str | None, bool]) -> str | N
         return "use a finite number."
     if key == "dropout" and number and not 0 <= value < 1:
         return "use a probability in [0, 1) (0: no dropout)."
+    if key == "val_check_interval" and number and not value > 0:  # Lightning divides by it
+        return "give a number of training batches >= 1 or a fraction of an epoch in (0, 1]."
     if key == "patience" and number and value < 0:  # Lightning would stop at once
         return "use a whole number >= 0 (the validations without improvement to wait)."
     return None

@@ -1,0 +1,76 @@
+"""``trainer.limit_<split>_batches`` checked against the data before anything is run.
+
+Lightning takes ``limit_train_batches=0`` for a training of no step, after which the run
+tests the untrained model and is written up as finished; ``limit_test_batches=0`` fails
+only once training is over (``trainer.test() returned no test results``); and a fraction
+that leaves less than one batch of a split is refused where that split first runs, after
+the training for the test split, each with a traceback. Here each of them is one line
+before the data's first batch, naming the value and what to give. A validation limit of 0
+stays allowed: no validation, which the run warns of (it then tests the final weights).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from omegaconf import DictConfig
+
+from cloudlstm.errors import UserError
+
+_INSTEAD = {
+    "train": "train=false to test without training",
+    "test": "test=false to train without testing",
+}
+
+
+def splits_run(cfg: DictConfig) -> list[str]:
+    """The splits this job runs: train and val where it trains, test where it tests.
+    An evaluation only tests, whatever the flags of the run's config it builds on say."""
+    if _evaluates(cfg):
+        return ["test"]
+    splits = ["train", "val"] if cfg.get("train") else []
+    return [*splits, "test"] if cfg.get("test") else splits
+
+
+def _evaluates(cfg: DictConfig) -> bool:
+    return cfg.get("task_name") == "eval"  # conf/eval.yaml
+
+
+def check_batch_limits(cfg: DictConfig, windows: dict[str, int], batch_size: int) -> None:
+    """Refuse a ``trainer.limit_<split>_batches`` that leaves a split this job runs without
+    a batch (0 for training or testing; a fraction below one batch for any split).
+
+    Args:
+        cfg: the job's config (``trainer``, ``train``, ``test``).
+        windows: split -> its windows (the data summary's ``windows``).
+        batch_size: windows per batch.
+
+    Raises:
+        UserError: names the key, the split's batches and what to give instead.
+    """
+    trainer = cfg.get("trainer") or {}
+    other_ways = not _evaluates(cfg)  # train.py may skip one; eval.py only tests
+    for split in splits_run(cfg):
+        key = f"limit_{split}_batches"
+        limit = trainer.get(key)
+        batches = math.ceil(windows.get(split, 0) / max(batch_size, 1))
+        problem = _problem(split, limit, batches, other_ways)
+        if problem:
+            raise UserError(f"trainer.{key}={limit}: {problem}.")
+
+
+def _problem(split: str, limit: Any, batches: int, other_ways: bool) -> str | None:
+    if limit is None or isinstance(limit, bool) or not isinstance(limit, int | float):
+        return None  # Lightning's default (every batch), or a value its own check refuses
+    if limit == 0 and split in _INSTEAD:
+        instead = f", or {_INSTEAD[split]}" if other_ways else ""
+        return f"no {split} batch would run: leave it out for every batch{instead}"
+    fraction = isinstance(limit, float) and 0 < limit < 1
+    if fraction and batches > 0 and int(limit * batches) < 1:
+        of = f"{batches} batch{'es' if batches > 1 else ''}"
+        return (
+            f"less than one of the {split} split's {of}: give a fraction of at least "
+            f"{1 / batches:.3g}, a whole number of batches, or leave it out for every batch"
+        )
+    return None
