@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 from cloudlstm.assembly.assemble import warn_per_process_limits
 from cloudlstm.assembly.batch_limits import check_batch_limits
 from cloudlstm.assembly.build import check_trainer_settings
+from cloudlstm.cli.scripts import multirun_flag_first
 from cloudlstm.cli.train import train
 from cloudlstm.data.pipeline.absurd_values import (
     DEFAULT_MAX_ABS_Z,
@@ -188,6 +189,23 @@ def test_hydra_s_own_errors_are_one_line_without_the_debugging_hint(tmp_path, ar
     done = run_script("train.py", *args, f"hydra.run.dir={tmp_path / 'run'}")
     assert done.returncode == 1
     assert done.stderr.splitlines() == [line]
+
+
+def test_the_multirun_flag_may_come_after_overrides():
+    """Hydra's parser took `a=1 -m b=2,3` for unrecognized arguments, under its usage."""
+    argv = ["train.py", "model=lstm", "-m", "seed=0,1", "--multirun"]
+    assert multirun_flag_first(argv) == ["train.py", "-m", "model=lstm", "seed=0,1"]
+    assert multirun_flag_first(["train.py", "seed=1"]) == ["train.py", "seed=1"]
+
+
+def test_a_sweep_flagged_between_overrides_runs_its_jobs(tmp_path):
+    args = [*JOB, *SYNTHETIC, *QUIET, "model.hidden_channels=4"]
+    sweep = f"hydra.sweep.dir={tmp_path / 'sweep'}"
+    done = run_script("train.py", *args, "-m", "model.k=0,-1", sweep)
+    assert "unrecognized arguments" not in done.stderr
+    assert done.returncode == 1  # both jobs refused, each in its line
+    assert "model.k=0 is not a number of neighbours" in done.stderr
+    assert "model.k=-1 is not a number of neighbours" in done.stderr
 
 
 def test_hydra_full_error_gives_a_user_error_its_traceback(tmp_path):

@@ -109,6 +109,22 @@ def predict() -> None:
     _run_hydra("predict", _predict)
 
 
+_MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
+def multirun_flag_first(argv: list[str]) -> list[str]:
+    """``argv`` with ``-m`` (``--multirun``) moved before the overrides.
+
+    ``python train.py model=lstm -m seed=0,1,2`` means a sweep, but Hydra's argument parser
+    takes the overrides as one run of positional arguments: those after the flag are
+    "unrecognized arguments", under twenty lines of usage. The flag takes no value, so its
+    place changes nothing else.
+    """
+    flags = [arg for arg in argv[1:] if arg in _MULTIRUN_FLAGS]
+    rest = [arg for arg in argv[1:] if arg not in _MULTIRUN_FLAGS]
+    return [argv[0], *flags[:1], *rest]
+
+
 # the process that runs Hydra: jobs of the basic launcher run in it, joblib's and
 # submitit's in processes of their own
 _HYDRA_PID: int | None = None
@@ -122,6 +138,7 @@ def _run_hydra(config_name: str, task: Callable[[DictConfig], Any]) -> None:
     _HYDRA_PID = os.getpid()
     _full_error_wanted = os.environ.get(_FULL_ERROR) == "1"
     os.environ.setdefault("PROJECT_ROOT", os.getcwd())
+    sys.argv = multirun_flag_first(sys.argv)
     # Registered first, so run last of the exit handlers (after W&B's and Lightning's): the
     # interpreter's collections at its end would otherwise go through the millions of objects
     # torch's imports make (seconds) to free memory that the exit frees anyway.
