@@ -114,6 +114,25 @@ def test_seeds_aggregate_to_mean_and_sample_std(seeds):
     assert table["train_s"] == [10.0, 20.0] and table["params"] == [600.0, 300.0]
 
 
+def test_runs_without_results_are_named_beside_the_table(seeds, capsys):
+    """A sweep in progress: the table's n is one short where a seed still trains, which the
+    note says, with which run; an evaluation's folder and a finished run are not in it."""
+    for finished in (seeds / "0", seeds / "1"):
+        (finished / "train.log").write_text("trained\n")
+        (finished / "eval" / "2026-11-30_10-00-00-000000").mkdir(parents=True)
+        (finished / "eval" / "2026-11-30_10-00-00-000000" / "train.log").write_text("")
+    for pending in ("4", "5"):
+        (seeds / pending).mkdir()
+        (seeds / pending / "train.log").write_text("step 100\n")
+    (seeds / "5" / "metrics.json").write_text(json.dumps({"num_params": 3}))  # test=false
+    code, out, err = run_main(capsys, seeds)
+    assert code == 0 and len(out.splitlines()) == 4
+    assert err == [
+        "compare: 2 run(s) without test results (training, stopped, failed, or test=false) "
+        "have no row: 4, 5"
+    ]
+
+
 def test_execution_options_split_no_rows(tmp_path):
     """model.checkpointing / model.compile change how a run computed, not what: runs that
     differ only there (and in the seed) are one setting."""

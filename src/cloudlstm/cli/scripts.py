@@ -328,7 +328,9 @@ def _only_hydra_files(folder: Path) -> bool:
 def _stamped_now(folder: Path) -> bool:
     """Whether ``folder`` is one Hydra names by the moment it starts, to the microsecond
     (conf/hydra/default.yaml, conf/eval.yaml): made for this command, not named by it."""
-    stamp = folder.name if folder.parent.name == "eval" else f"{folder.parent.name}/{folder.name}"
+    from cloudlstm.rundir.layout import EVAL_DIR
+
+    stamp = folder.name if folder.parent.name == EVAL_DIR else f"{folder.parent.name}/{folder.name}"
     return re.fullmatch(r"\d{4}-\d\d-\d\d[/_]\d\d-\d\d-\d\d-\d{6}", stamp) is not None
 
 

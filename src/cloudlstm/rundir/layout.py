@@ -45,6 +45,8 @@ BEST_CHECKPOINTS = "epoch_*.ckpt"
 # The checkpoints chosen by name (ckpt=best|last); any other ckpt is a file's path.
 CHOSEN_CHECKPOINTS = ("best", "last")
 FIGURES_DIR = "figures"
+TRAIN_LOG = "train.log"  # train.py's log (conf/hydra/default.yaml: <task_name>.log), from its start
+EVAL_DIR = "eval"  # a run's evaluations by eval.py, one folder each (conf/eval.yaml)
 
 
 def check_run_dir(run_dir: str | Path) -> Path:

@@ -11,7 +11,7 @@ from cloudlstm.cli.compare.cells import Column
 from cloudlstm.cli.compare.formats import to_latex, to_markdown, write_csv
 from cloudlstm.cli.compare.groups import Group, group_runs, mixed_keys
 from cloudlstm.cli.compare.paper import TABLES, paper_table
-from cloudlstm.cli.compare.runs import CompareError, Run, find_runs
+from cloudlstm.cli.compare.runs import CompareError, Run, find_runs, runs_without_results
 from cloudlstm.cli.compare.table import build_table, reported_metrics
 from cloudlstm.engine.declared_metrics import metric_names
 from cloudlstm.engine.quantile_metrics import quantile_metric_names
@@ -204,10 +204,32 @@ def _find_runs(dirs: Sequence[Path], include_evals: bool) -> list[Run]:
             "--include-evals shows them",
             file=sys.stderr,
         )
+    if pending := runs_without_results(dirs):
+        print(f"compare: {_no_row(pending, dirs)}", file=sys.stderr)
     if not runs:
         where = " ".join(map(str, dirs))
         raise CompareError(f"no metrics.json with test results under {where}")
     return runs
+
+
+def _no_row(pending: Sequence[Path], dirs: Sequence[Path], shown: int = 5) -> str:
+    """The note on runs that have no row yet, so that a table of a sweep in progress (its
+    ``n`` one short for a model) does not pass for the whole sweep."""
+    names = [_relative(folder, dirs) for folder in pending]
+    listed = ", ".join(names[:shown]) + (
+        f" and {len(names) - shown} more" if len(names) > shown else ""
+    )
+    return (
+        f"{len(names)} run(s) without test results (training, stopped, failed, or test=false) "
+        f"have no row: {listed}"
+    )
+
+
+def _relative(folder: Path, dirs: Sequence[Path]) -> str:
+    for root in map(Path, dirs):
+        if root.is_dir() and folder.is_relative_to(root) and folder != root:
+            return folder.relative_to(root).as_posix()
+    return str(folder)
 
 
 def _write_html(groups: Sequence[Group], table: Sequence[Column], args: argparse.Namespace) -> Path:

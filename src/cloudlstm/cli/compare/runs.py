@@ -11,7 +11,13 @@ from typing import Any
 import yaml
 
 from cloudlstm.cli.compare.settings import ADDED_SINCE, is_setting
-from cloudlstm.rundir.layout import CHOSEN_CHECKPOINTS, CONFIG_FILE, METRICS_FILE
+from cloudlstm.rundir.layout import (
+    CHOSEN_CHECKPOINTS,
+    CONFIG_FILE,
+    EVAL_DIR,
+    METRICS_FILE,
+    TRAIN_LOG,
+)
 from cloudlstm.rundir.old_configs import current_form
 
 # libyaml's parser where PyYAML has it: the same trees, read about ten times faster (a
@@ -75,6 +81,24 @@ def find_runs(roots: Sequence[Path], include_evals: bool = False) -> list[Run]:
         paths = [root] if root.is_file() else sorted(root.rglob(METRICS_FILE))
         runs.extend(run for path in paths if (run := load_run(path)) is not None)
     return [run for run in runs if include_evals or not run.evaluated_run]
+
+
+def runs_without_results(roots: Sequence[Path]) -> list[Path]:
+    """The run directories under ``roots`` that have no test results: training still, stopped,
+    failed, or trained without testing. ``train.py`` logs to ``train.log`` in its run
+    directory from the start; evaluations (``eval/``) are not runs."""
+    found = []
+    for root in map(Path, roots):
+        if not root.is_dir():
+            continue
+        for log in sorted(root.rglob(TRAIN_LOG)):
+            folder = log.parent
+            if EVAL_DIR in folder.relative_to(root).parts:
+                continue
+            metrics = folder / METRICS_FILE
+            if not metrics.is_file() or load_run(metrics) is None:
+                found.append(folder)
+    return found
 
 
 def load_run(path: Path) -> Run | None:
