@@ -241,24 +241,31 @@ def test_sigterm_at_a_step_before_validation_keeps_the_last_checkpoint(tiny_cfg)
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # Lightning's handler is gone
 
 
-@pytest.mark.parametrize(("signum", "by"), [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C")])
-def test_a_signal_just_after_the_checkpoint_hook_saves_the_next_step(tiny_cfg, signum, by):
-    """A signal after the step's end hooks had run (Lightning's handler set its flag there,
-    and the run stopped without the step's checkpoint) is acted on at the next step's end."""
+def signalled_after_step(tiny_cfg, epoch: int, batch: int, signum: int = signal.SIGTERM):
+    """The config of a tiny run signalled at the end of training batch ``batch`` of epoch
+    ``epoch``, after the step's end hooks (``SignalAfterStep``), and its stop."""
     from cloudlstm.cli.train import train
 
     cfg = tiny_cfg(
         "logger=none",
         "+callbacks.after._target_=tests.kill_callback.SignalAfterStep",
-        "+callbacks.after.epoch=1",
-        "+callbacks.after.batch=0",  # global step 4, which no validation follows
+        f"+callbacks.after.epoch={epoch}",
+        f"+callbacks.after.batch={batch}",
         f"+callbacks.after.signum={int(signum)}",
     )
     with pytest.raises(RunInterrupted) as err:
         train(cfg)
+    return cfg, str(err.value)
+
+
+@pytest.mark.parametrize(("signum", "by"), [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C")])
+def test_a_signal_just_after_the_checkpoint_hook_saves_the_next_step(tiny_cfg, signum, by):
+    """A signal after the step's end hooks had run (Lightning's handler set its flag there,
+    and the run stopped without the step's checkpoint) is acted on at the next step's end."""
+    cfg, stop = signalled_after_step(tiny_cfg, epoch=1, batch=0, signum=signum)  # step 4
     last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
     assert torch.load(last, weights_only=False)["global_step"] == 5
-    assert f"interrupted by {by} at step 5: saved {last}." in str(err.value)
+    assert f"interrupted by {by} at step 5: saved {last}." in stop
 
 
 def test_a_signal_after_an_epoch_s_last_step_saves_the_next_epoch_s_first(tiny_cfg):
@@ -266,17 +273,10 @@ def test_a_signal_after_an_epoch_s_last_step_saves_the_next_epoch_s_first(tiny_c
     at the end of the next step, with its checkpoint, from which it finishes as it would."""
     from cloudlstm.cli.train import train
 
-    cfg = tiny_cfg(
-        "logger=none",
-        "+callbacks.after._target_=tests.kill_callback.SignalAfterStep",
-        "+callbacks.after.epoch=0",
-        "+callbacks.after.batch=2",  # global step 3, validated after
-    )
-    with pytest.raises(RunInterrupted) as err:
-        train(cfg)
+    cfg, stop = signalled_after_step(tiny_cfg, epoch=0, batch=2)  # step 3, validated after
     last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
     assert torch.load(last, weights_only=False)["global_step"] == 4
-    assert f"interrupted by SIGTERM at step 4: saved {last}." in str(err.value)
+    assert f"interrupted by SIGTERM at step 4: saved {last}." in stop
     resumed = train(cfg)  # the same command: the signal came in epoch 0, which is done
     assert resumed["resumed_from"] == str(last) and (resumed["epochs"], resumed["steps"]) == (2, 6)
 
@@ -286,17 +286,10 @@ def test_a_signal_after_the_last_training_step_stops_the_testing(tiny_cfg):
     finished (no metrics.json); continued, it tests."""
     from cloudlstm.cli.train import train
 
-    cfg = tiny_cfg(
-        "logger=none",
-        "+callbacks.after._target_=tests.kill_callback.SignalAfterStep",
-        "+callbacks.after.epoch=1",
-        "+callbacks.after.batch=2",  # global step 6, the last
-    )
-    with pytest.raises(RunInterrupted) as err:
-        train(cfg)
+    cfg, stop = signalled_after_step(tiny_cfg, epoch=1, batch=2)  # step 6, the last
     run_dir = Path(cfg.paths.output_dir)
     last = run_dir / "checkpoints" / "last.ckpt"  # the last validation's
-    assert f"at step 6: not saved; the newest checkpoint is {last}, of step 6" in str(err.value)
+    assert f"at step 6: not saved; the newest checkpoint is {last}, of step 6" in stop
     assert not (run_dir / "metrics.json").exists()
     finished = train(cfg)
     assert finished["steps"] == 6 and "mae" in finished["test"]["overall"]
