@@ -253,8 +253,13 @@ def signalled_after_step(tiny_cfg, epoch: int, batch: int, signum: int = signal.
         f"+callbacks.after.batch={batch}",
         f"+callbacks.after.signum={int(signum)}",
     )
-    with pytest.raises(RunInterrupted) as err:
-        train(cfg)
+    # Ctrl-C reaches a program started from a terminal; pytest-xdist's workers ignore it
+    ignoring = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(RunInterrupted) as err:
+            train(cfg)
+    finally:
+        signal.signal(signal.SIGINT, ignoring)
     return cfg, str(err.value)
 
 
