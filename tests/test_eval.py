@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import signal
@@ -88,6 +89,22 @@ def test_an_evaluation_stopped_by_a_signal_says_so_with_its_status(
         "evaluates again."
     )
     assert not (out / "metrics.json").exists()
+
+
+def test_ctrl_c_during_an_evaluation_says_it_stops_there(cloud_run, tmp_path, caplog):
+    """Not "at the end of this training step": no training runs, and nothing is saved."""
+    stop = [f"+callbacks.stop._target_={SignalAtTest.__module__}.SignalAtTest"]
+    cfg = compose_eval(cloud_run, tmp_path / "eval", *stop, "+callbacks.stop.signum=2")
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(RunInterrupted), caplog.at_level(logging.WARNING):
+            evaluate(cfg)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Ctrl-C")]
+    assert said == [
+        "Ctrl-C: the run stops after this batch of its evaluation; Ctrl-C again stops it at once."
+    ]
 
 
 def test_eval_retests_the_run_in_its_own_directory(cloud_run, tmp_path):

@@ -141,16 +141,18 @@ class SignalsTogether(L.Callback):
         self.ctrl_c += 1
         if self.ctrl_c > 1:
             raise KeyboardInterrupt  # the user insists: Lightning's shutdown, at once
+        again = "Ctrl-C again stops it at once."
         message = (
             "Ctrl-C: the run stops at the end of this training step, saving a checkpoint to "
-            "continue from; Ctrl-C again stops it at once."
+            f"continue from; {again}"
         )
-        if self._one_process():
-            log.warning(message)
-            self._stop()
-        else:
+        if not self._one_process():
             log.warning(rank_prefixed_message(message, self._rank))
             self.terminate = True  # the processes stop together (on_train_batch_end)
+        elif self._stop():
+            log.warning(message)
+        else:  # validating or testing: no checkpoint to save there
+            log.warning("Ctrl-C: the run stops after this batch of its evaluation; %s", again)
 
     def _note_requeue(self, signum: int, _: Any) -> None:
         if not self.requeue:
