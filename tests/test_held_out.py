@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -154,6 +155,21 @@ def toy_stream(values: np.ndarray) -> PointCloudStream:
     times = np.datetime64("2021-01-01T00:00") + np.arange(steps) * np.timedelta64(1, "h")
     coords = np.random.default_rng(0).uniform(0, 10, size=(points, 2))
     return PointCloudStream.from_values(values, coords, timestamps=times, name="toy")
+
+
+def test_a_channel_that_does_not_vary_in_training_is_warned_of(caplog):
+    """Its test error is about 0 whatever the model: a table would read it as skill."""
+    from cloudlstm.data.pipeline.preparation import fitted_scaler
+
+    values = toy_values()
+    values[..., 1] = 3.0  # the second channel: the same reading everywhere
+    with caplog.at_level(logging.WARNING):
+        fitted_scaler(toy_stream(values), (0, 150), None, "toy", max_abs_z=None)
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        "toy: channel 'ch1' does not vary over the training part (every reading is 3): there "
+        "is nothing to forecast in it, and its test error will be about 0 whatever the model."
+    ]
 
 
 def toy_values(steps: int = 200, points: int = 6) -> np.ndarray:

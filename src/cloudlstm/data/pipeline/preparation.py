@@ -9,6 +9,7 @@ a bare stream, or any other object with ``load()``, declares its defaults.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,12 +30,15 @@ from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.data.transforms import StandardScaler
 from cloudlstm.errors import UserError
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "as_source",
     "data_name",
     "fitted_scaler",
     "prepared_stream",
     "time_feature_values",
+    "warn_flat_channels",
     "with_position_channels",
 ]
 
@@ -183,6 +187,22 @@ def time_feature_values(stream: PointCloudStream, names: list[str]) -> np.ndarra
     return time_features(stream.timestamps, names)
 
 
+def warn_flat_channels(scaler: StandardScaler, channels: list[str], what: str) -> None:
+    """Warn of each channel whose training readings do not vary (the scaler's standard
+    deviation at its floor): there is nothing to forecast in it, and its test error is
+    about 0 whatever the model, which a table would show as skill."""
+    for k, name in enumerate(channels):
+        if scaler.std[k] <= scaler.min_std:
+            log.warning(
+                "%s: channel %r does not vary over the training part (every reading is "
+                "%.6g): there is nothing to forecast in it, and its test error will be about "
+                "0 whatever the model.",
+                what,
+                name,
+                scaler.mean[k],
+            )
+
+
 def fitted_scaler(
     stream: PointCloudStream,
     train: tuple[int, int],
@@ -218,6 +238,7 @@ def fitted_scaler(
             mask[:, held_out] = False
         scaler = StandardScaler().fit(stream.values[tr0:tr1], mask)
         check_resolution(stream, (tr0, tr1), scaler, what, max_abs_z, held_out)
+        warn_flat_channels(scaler, stream.channel_names, what)
     if scaler.num_channels != stream.num_channels:
         raise UserError(
             f"PointCloudDataModule: restored scaler has {scaler.num_channels} channels "
