@@ -314,8 +314,8 @@ def _points_with_data(
     has an observed value: there would be nothing to fill its gaps from."""
     has_data = np.isfinite(values).any(axis=(0, 2))
     dropped = [p for p, ok in zip(point_ids, has_data, strict=True) if not ok]
-    if dropped:
-        log.info(
+    if dropped:  # a warning: the user's file named them, and the model will not know them
+        log.warning(
             "%s: dropping %d point(s) with no data at all: %s",
             name,
             len(dropped),
