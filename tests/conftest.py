@@ -235,3 +235,15 @@ def build_datamodule(cfg: DictConfig, output_dir: Path) -> tuple[Any, dict[str, 
     summary = set_up_datamodule(datamodule)
     write_data_summary(output_dir, summary)
     return datamodule, summary
+
+
+@contextmanager
+def ctrl_c_as_in_a_terminal() -> Iterator[None]:
+    """Within the block SIGINT raises KeyboardInterrupt, as in a program started from a
+    terminal, even where this process ignores it (pytest-xdist's workers, a job started
+    with `&`); the handler before is restored after."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)

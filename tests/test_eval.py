@@ -6,7 +6,6 @@ import json
 import logging
 import re
 import shutil
-import signal
 import subprocess
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from cloudlstm.cli.train import train
 from cloudlstm.data.spec import SPEC_KEY
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.stops import RunInterrupted
-from tests.conftest import ROOT, TINY, compose_train, run_python
+from tests.conftest import ROOT, TINY, compose_train, ctrl_c_as_in_a_terminal, run_python
 from tests.kill_callback import SignalAtTest
 
 JOB = [*TINY, "logger=none", "module.save_predictions=true"]
@@ -76,13 +75,8 @@ def test_an_evaluation_stopped_by_a_signal_says_so_with_its_status(
     out = tmp_path / "eval"
     stop = [f"+callbacks.stop._target_={SignalAtTest.__module__}.SignalAtTest"]
     cfg = compose_eval(cloud_run, out, *stop, f"+callbacks.stop.signum={signum}")
-    # Ctrl-C as in a terminal, even where this process ignores SIGINT (started with `&`)
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        with pytest.raises(RunInterrupted) as err:
-            evaluate(cfg)
-    finally:
-        signal.signal(signal.SIGINT, before)
+    with ctrl_c_as_in_a_terminal(), pytest.raises(RunInterrupted) as err:
+        evaluate(cfg)
     assert err.value.exit_code == status
     assert str(err.value) == (
         f"Evaluation interrupted by {by}: {out} has no metrics.json; the same command "
@@ -95,12 +89,8 @@ def test_ctrl_c_during_an_evaluation_says_it_stops_there(cloud_run, tmp_path, ca
     """Not "at the end of this training step": no training runs, and nothing is saved."""
     stop = [f"+callbacks.stop._target_={SignalAtTest.__module__}.SignalAtTest"]
     cfg = compose_eval(cloud_run, tmp_path / "eval", *stop, "+callbacks.stop.signum=2")
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        with pytest.raises(RunInterrupted), caplog.at_level(logging.WARNING):
-            evaluate(cfg)
-    finally:
-        signal.signal(signal.SIGINT, before)
+    with ctrl_c_as_in_a_terminal(), pytest.raises(RunInterrupted), caplog.at_level(logging.WARNING):
+        evaluate(cfg)
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Ctrl-C")]
     assert said == [
         "Ctrl-C: the run stops after this batch of its evaluation; Ctrl-C again stops it at once."

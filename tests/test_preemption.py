@@ -16,7 +16,15 @@ import torch
 
 from cloudlstm.rundir.checkpoints import check_checkpoint
 from cloudlstm.rundir.stops import EXIT_CODE, RunInterrupted
-from tests.conftest import PYTHON, ROOT, TINY, as_in_a_terminal, run_python, subprocess_env
+from tests.conftest import (
+    PYTHON,
+    ROOT,
+    TINY,
+    as_in_a_terminal,
+    ctrl_c_as_in_a_terminal,
+    run_python,
+    subprocess_env,
+)
 
 # TINY: 3 training steps an epoch, validation and last.ckpt at each epoch's end
 JOB = [*TINY, "logger=csv", "torch_threads=1"]
@@ -253,13 +261,8 @@ def signalled_after_step(tiny_cfg, epoch: int, batch: int, signum: int = signal.
         f"+callbacks.after.batch={batch}",
         f"+callbacks.after.signum={int(signum)}",
     )
-    # Ctrl-C reaches a program started from a terminal; pytest-xdist's workers ignore it
-    ignoring = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        with pytest.raises(RunInterrupted) as err:
-            train(cfg)
-    finally:
-        signal.signal(signal.SIGINT, ignoring)
+    with ctrl_c_as_in_a_terminal(), pytest.raises(RunInterrupted) as err:
+        train(cfg)
     return cfg, str(err.value)
 
 
