@@ -204,7 +204,7 @@ def _find_runs(dirs: Sequence[Path], include_evals: bool) -> list[Run]:
             "--include-evals shows them",
             file=sys.stderr,
         )
-    if pending := runs_without_results(dirs):
+    if pending := runs_without_results(dirs, found):
         print(f"compare: {_no_row(pending, dirs)}", file=sys.stderr)
     if not runs:
         where = " ".join(map(str, dirs))

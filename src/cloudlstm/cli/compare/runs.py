@@ -83,22 +83,21 @@ def find_runs(roots: Sequence[Path], include_evals: bool = False) -> list[Run]:
     return [run for run in runs if include_evals or not run.evaluated_run]
 
 
-def runs_without_results(roots: Sequence[Path]) -> list[Path]:
-    """The run directories under ``roots`` that have no test results: training still, stopped,
-    failed, or trained without testing. ``train.py`` logs to ``train.log`` in its run
-    directory from the start; evaluations (``eval/``) are not runs."""
-    found = []
+def runs_without_results(roots: Sequence[Path], runs: Sequence[Run]) -> list[Path]:
+    """The run directories under ``roots`` that are none of ``runs`` (those with test
+    results, :func:`find_runs`): training still, stopped, failed, or trained without
+    testing. ``train.py`` logs to ``train.log`` in its run directory from the start;
+    evaluations (``eval/``) are not runs."""
+    with_results = {run.path for run in runs}
+    pending = []
     for root in map(Path, roots):
         if not root.is_dir():
             continue
         for log in sorted(root.rglob(TRAIN_LOG)):
             folder = log.parent
-            if EVAL_DIR in folder.relative_to(root).parts:
-                continue
-            metrics = folder / METRICS_FILE
-            if not metrics.is_file() or load_run(metrics) is None:
-                found.append(folder)
-    return found
+            if EVAL_DIR not in folder.relative_to(root).parts and folder not in with_results:
+                pending.append(folder)
+    return pending
 
 
 def load_run(path: Path) -> Run | None:
