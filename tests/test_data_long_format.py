@@ -183,7 +183,7 @@ def test_missing_columns_list_expected_and_found(tmp_path):
 def test_unparsable_timestamp_shows_the_value(tmp_path):
     df = long_table()
     df.loc[7, "timestamp"] = "yesterday-ish"
-    with pytest.raises(ValueError, match="'yesterday-ish' is not a date/time"):
+    with pytest.raises(ValueError, match="data row 7, 'yesterday-ish', is not a date/time"):
         LongFormatSource(write(tmp_path, df)).load()
     df.loc[7, "timestamp"] = np.nan
     with pytest.raises(ValueError, match="1 empty timestamp.*row 7"):

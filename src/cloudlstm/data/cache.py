@@ -508,10 +508,11 @@ class CachedSource:
 
     What a source declares of its data besides the stream (the data-source protocol) is
     the class attributes ``bad_values``, ``path``, ``time_col``, ``id_col``, ``coord_cols``,
-    ``missing_value``, ``wide_time_col`` and the method :meth:`physical_ranges`: the
-    defaults here are those of a source that declares nothing, and a subclass that knows
-    more sets them (e.g. :class:`~cloudlstm.data.sources.long_format.LongFormatSource` from
-    its arguments). The datamodule also takes a bare stream or any object with ``load()``;
+    ``missing_value``, ``wide_time_col``, ``time_format``, ``time_unit`` and the method
+    :meth:`physical_ranges`: the defaults here are those of a source that declares nothing,
+    and a subclass that knows more sets them (e.g.
+    :class:`~cloudlstm.data.sources.long_format.LongFormatSource` from its arguments). The
+    datamodule also takes a bare stream or any object with ``load()``;
     these declare nothing (:meth:`declared_by`).
     """
 
@@ -542,6 +543,11 @@ class CachedSource:
     # user named it (data.source.time_col), or None: found by its form. Stored in the data
     # description, so that a forecast's wide history is read as the training table was.
     wide_time_col: str | None = None
+    # How this data's files write their times (data.source.time_format, a strftime format,
+    # or data.source.time_unit, numbers since 1970), or None: dates pandas infers. Stored in
+    # the data description, so that a forecast's history is read as the training file was.
+    time_format: str | None = None
+    time_unit: str | None = None
 
     def physical_ranges(self) -> dict[str, tuple[float | None, float | None]]:
         """``{channel: (lo, hi)}``: the values each channel can physically take (None for

@@ -83,6 +83,9 @@ class DataSpec:
         wide_time_col: the column of the times in the training table, when that table was
             wide and the column named by the user (``data.source.time_col``); a forecast's
             wide history may name it so. None: found by its form.
+        time_format, time_unit: how the training files wrote their times
+            (``data.source.time_format`` or ``time_unit``), so that a forecast's history is
+            read alike; None: dates pandas infers (and in checkpoints written before them).
 
     A model reads ``C_in = input_channels`` channels (:attr:`input_names`) and forecasts
     ``C_out = num_channels`` (see :mod:`cloudlstm.data.covariates`).
@@ -113,6 +116,8 @@ class DataSpec:
     value_reference: dict[str, Any] | None = None
     missing_value: float | None = None
     wide_time_col: str | None = None
+    time_format: str | None = None
+    time_unit: str | None = None
 
     # ------------------------------------------------------------------ made from
     @classmethod
@@ -152,6 +157,8 @@ class DataSpec:
             value_reference=_value_reference(datamodule, source),
             missing_value=source.missing_value,
             wide_time_col=source.wide_time_col,
+            time_format=source.time_format,
+            time_unit=source.time_unit,
         )
 
     @classmethod

@@ -37,9 +37,9 @@ from cloudlstm.data.sources.tables import (
     infer_step,
     interpolate_gaps,
     numeric_column,
-    parse_times,
     pivot_long,
 )
+from cloudlstm.data.sources.times import parse_times
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.data.transforms import scale_coords
@@ -107,7 +107,13 @@ def parse_history(df: pd.DataFrame, info: DataSpec, what: str) -> pd.DataFrame:
             what,
             f"The model ({info.model}) was trained on these columns; rename yours to match.",
         )
-        times = parse_times(df[info.time_col], f"column {info.time_col!r} of {what}")
+        times = parse_times(
+            df[info.time_col],
+            f"column {info.time_col!r} of {what}",
+            info.time_format,
+            info.time_unit,
+            options=None,
+        )
     if df[info.id_col].isna().any():
         raise UserError(f"{what}: column {info.id_col!r} has empty point ids.")
     return df.assign(**{info.time_col: times, info.id_col: df[info.id_col].astype(str)})

@@ -26,10 +26,10 @@ from cloudlstm.data.sources.tables import (
     check_columns,
     numeric_column,
     parse_freq,
-    parse_times,
     pivot_long,
     read_table,
 )
+from cloudlstm.data.sources.times import check_time_reading, parse_times
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingFileError, UserError
 
@@ -70,7 +70,8 @@ class LongFormatSource(CachedSource):
 
     Args:
         path: the file (``.csv``, ``.csv.gz`` and other pandas compressions, ``.parquet``).
-        time_col: timestamp column (any format pandas parses; timezones become naive UTC).
+        time_col: timestamp column (dates in the format pandas infers from the first row;
+            timezones become naive UTC).
         id_col: point id column.
         coord_cols: the L coordinate columns (2 or 3 in practice).
         value_cols: channel columns; ``None`` = every other column that is mostly numbers
@@ -87,6 +88,11 @@ class LongFormatSource(CachedSource):
             (:mod:`cloudlstm.data.sources.bad_values`).
         cache_dir: folder of the stream cache, keyed by these arguments and the file's
             signature (``None``, the default: the file is read at every load).
+        time_format: the strftime format of the times (``"%d/%m/%Y %H:%M"``) where pandas
+            would infer another, or of dates written as digits (``"%Y%m%d%H"``).
+        time_unit: the times are numbers of this unit since 1970-01-01 UTC (``"s"``: Unix
+            time; ``"ms"``, ``"us"``, ``"ns"``); numbers without it are refused
+            (:mod:`~cloudlstm.data.sources.times`).
 
     :meth:`load` lays the rows on a regular grid, fills gaps linearly in time (``mask`` False
     there; leading/trailing gaps take the nearest value) and drops points with no value at
@@ -110,6 +116,8 @@ class LongFormatSource(CachedSource):
         bad_values: str = "error",
         cache_dir: str | os.PathLike | None = None,
         covariate_cols: Sequence[str] = (),
+        time_format: str | None = None,
+        time_unit: str | None = None,
     ) -> None:
         self.path = Path(path)
         self.time_col = str(time_col)
@@ -123,6 +131,7 @@ class LongFormatSource(CachedSource):
             value_cols = [value_cols]
         self.value_cols = None if value_cols is None else [str(c) for c in value_cols]
         self.freq = None if freq is None else parse_freq(freq, "data.source.freq")
+        self.time_format, self.time_unit = check_time_reading(time_format, time_unit)
         self.name = name or self.path.name.split(".")[0]
         self.moving = moving
         self.bad_values = check_mode(bad_values)
@@ -154,6 +163,8 @@ class LongFormatSource(CachedSource):
             "bad_values": self.bad_values,
             # only when set: the key (and the cache) of before covariates existed otherwise
             **({"covariate_cols": self.covariate_cols} if self.covariate_cols else {}),
+            **({"time_format": self.time_format} if self.time_format else {}),
+            **({"time_unit": self.time_unit} if self.time_unit else {}),
         }
 
     def input_files(self) -> list[Path]:
@@ -176,9 +187,13 @@ class LongFormatSource(CachedSource):
         channels = [*value_cols, *self.covariate_cols]
         values = channel_values(df, channels, what, self.bad_values)  # (R, C)
         positions = self._row_positions(df, what)  # (R, L)
-        df = df.assign(
-            **{self.time_col: parse_times(df[self.time_col], f"column {self.time_col!r} of {what}")}
+        times = parse_times(
+            df[self.time_col],
+            f"column {self.time_col!r} of {what}",
+            self.time_format,
+            self.time_unit,
         )
+        df = df.assign(**{self.time_col: times})
         grid = pivot_long(df, self.time_col, self.id_col, self.freq, "error", what)
         static, trajectory = self._placed(grid, positions, what)
         stream = build_stream(

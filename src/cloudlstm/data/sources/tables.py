@@ -3,8 +3,9 @@
 A raw table has one row per ``(time, point)`` (or is brought to that shape by its reader):
 
 * :func:`read_table` reads a CSV (any pandas compression), Parquet or pandas HDF5 file;
-  :func:`check_columns`, :func:`numeric_column` and :func:`parse_times` check and convert its
-  columns, naming the file and the offending cell in their errors;
+  :func:`check_columns` and :func:`numeric_column` (and the times module's
+  :func:`~cloudlstm.data.sources.times.parse_times`) check and convert its columns, naming
+  the file and the offending cell in their errors;
 * :func:`pivot_long` places rows on a regular time grid (:class:`LongGrid`);
 * :func:`interpolate_gaps` fills gaps linearly in time and returns the "really observed" mask;
 * :func:`build_stream` drops points without any data, fills gaps and assembles the
@@ -19,7 +20,9 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import itertools
 import logging
+import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pandas.io.common import get_handle
 
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingPackageError, UserError
@@ -41,7 +45,6 @@ __all__ = [
     "interpolate_gaps",
     "numeric_column",
     "parse_freq",
-    "parse_times",
     "pivot_long",
     "read_hdf",
     "read_table",
@@ -53,34 +56,6 @@ _DAY = np.timedelta64(1, "D").astype("timedelta64[ns]")
 
 
 # ---------------------------------------------------------------------- time grid
-def parse_times(column: pd.Series, what: str) -> np.ndarray:
-    """Parse a column of timestamps into ``(R,)`` ``datetime64[ns]`` (timezones -> naive UTC).
-
-    Raises a ``UserError`` naming ``what`` (e.g. "column 'time' of data.csv") and showing one
-    value that cannot be parsed, or the first row with an empty timestamp.
-    """
-    try:
-        parsed = pd.to_datetime(column)
-    except (ValueError, TypeError, OverflowError):
-        # The fast path infers one format from the first value; find an offending value.
-        loose = pd.to_datetime(column, errors="coerce", format="mixed")
-        bad = column[loose.isna() & column.notna()]
-        example = bad.iloc[0] if len(bad) else column.iloc[0]
-        raise UserError(
-            f"Cannot parse the timestamps in {what}: e.g. {example!r} is not a date/time (or the "
-            "column mixes formats). Use ISO 8601 values such as '2014-05-01 13:00:00' in every row."
-        ) from None
-    if parsed.isna().any():
-        row = int(np.flatnonzero(parsed.isna().to_numpy())[0])
-        raise UserError(
-            f"{what} has {int(parsed.isna().sum())} empty timestamp(s) (first at data row {row}); "
-            "every row needs a time."
-        )
-    if getattr(parsed.dt, "tz", None) is not None:
-        parsed = parsed.dt.tz_convert("UTC").dt.tz_localize(None)
-    return parsed.to_numpy(dtype="datetime64[ns]")
-
-
 def parse_freq(freq: Any, option: str = "freq") -> np.timedelta64:
     """``"1h"``, ``"5min"``, ``"30s"`` or a timedelta -> a positive ``timedelta64[ns]``;
     ``option``: the setting that gave it, named in the error."""
@@ -349,6 +324,8 @@ def _log_stream(stream: PointCloudStream, step: np.timedelta64, dropped: int) ->
 
 # ---------------------------------------------------------------------- user files
 PARQUET_SUFFIXES = (".parquet", ".pq")
+# A number written with a decimal comma: "-0,25", "12,5e-3"
+_DECIMAL_COMMA = re.compile(r"^([+-]?\d+),(\d+(?:[eE][+-]?\d+)?)$")
 HDF_SUFFIXES = (".h5", ".hdf5", ".hdf")
 
 
@@ -367,10 +344,38 @@ def read_table(
         return pd.read_parquet(path)
     if suffix in HDF_SUFFIXES:
         return read_hdf(path, what, hdf_key)
+    dialect = {} if "sep" in csv_kwargs else csv_dialect(path)
     try:
-        return pd.read_csv(path, **csv_kwargs)
+        table = pd.read_csv(path, **dialect, **csv_kwargs)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
         raise UserError(f"Cannot read {what} {path} as CSV: {err}") from None
+    if dialect.get("decimal") == "," and csv_kwargs.get("dtype") is str:
+        # pandas applies `decimal` to the numbers it parses, not to text it keeps
+        table = table.apply(lambda col: col.str.replace(_DECIMAL_COMMA, r"\1.\2", regex=True))
+    return table
+
+
+def csv_dialect(path: Path, lines: int = 50) -> dict[str, str]:
+    """How a CSV file separates its columns and decimals, when not as pandas assumes.
+
+    A header without a comma but with a semicolon or a tab gives that separator (as
+    spreadsheets write CSV in many locales); with such a separator, a cell of the first
+    ``lines`` rows written as a decimal-comma number (``-0,25``) gives ``decimal=","``.
+    Returns ``read_csv`` arguments, ``{}`` for a comma-separated file.
+    """
+    try:
+        with get_handle(path, "r", compression="infer", errors="replace") as handle:
+            head = [line.rstrip("\r\n") for line in itertools.islice(handle.handle, lines + 1)]
+    except (OSError, EOFError, ValueError):
+        return {}  # read_csv then names what is wrong with the file
+    header = head[0].lstrip("\ufeff") if head else ""
+    sep = next((s for s in (";", "\t") if "," not in header and s in header), None)
+    if sep is None:
+        return {}
+    cells = (cell.strip() for line in head[1:] for cell in line.split(sep))
+    comma = any(_DECIMAL_COMMA.fullmatch(cell) for cell in cells)
+    log.info("%s: columns separated by %r%s.", path, sep, ", decimal commas" if comma else "")
+    return {"sep": sep, **({"decimal": ","} if comma else {})}
 
 
 def read_hdf(

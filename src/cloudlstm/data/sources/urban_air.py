@@ -20,10 +20,10 @@ from cloudlstm.data.sources.download import download_and_extract
 from cloudlstm.data.sources.tables import (
     build_stream,
     check_columns,
-    parse_times,
     pivot_long,
     read_table,
 )
+from cloudlstm.data.sources.times import parse_times
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingFileError, UserError
 
@@ -185,7 +185,7 @@ class UrbanAirSource(CachedSource):
             log.info("Urban Air: %d station(s) have no reading at all: %s", len(absent), absent)
         if readings.empty:
             raise UserError(f"Urban Air: {path} has no reading of cluster {self.cluster}.")
-        times = parse_times(readings["time"], f"column 'time' of {path}")
+        times = parse_times(readings["time"], f"column 'time' of {path}", options=None)
         readings = readings.assign(time=times.astype("datetime64[h]").astype("datetime64[ns]"))
         grid = pivot_long(readings, "time", "station_id", "1h", duplicates="mean", what=str(path))
         # "NULL" or other text in a reading counts as missing.

@@ -36,11 +36,11 @@ from cloudlstm.data.sources.tables import (
     numeric_column,
     parse_freq,
     parse_number,
-    parse_times,
     pivot_long,
     read_hdf,
     read_table,
 )
+from cloudlstm.data.sources.times import check_time_reading, parse_times
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingFileError, UserError
 
@@ -112,6 +112,8 @@ class WideTableSource(CachedSource):
             covariate at every point (see :meth:`__init__`'s error).
         missing_hint: where to get the files, added to the error when they are absent.
         cache_dir: folder of the stream cache (None: the file is read at every load).
+        time_format, time_unit: how the time column writes its times, as
+            :class:`~cloudlstm.data.sources.long_format.LongFormatSource` takes them.
 
     Coordinates are the positions file's: ``(x, y[, z])``, or ``(longitude, latitude)`` in
     degrees for latitude/longitude columns, as :class:`~cloudlstm.data.sources.beijing`
@@ -141,6 +143,8 @@ class WideTableSource(CachedSource):
         covariate_cols: Sequence[str] = (),
         missing_hint: str | None = None,
         cache_dir: str | os.PathLike | None = None,
+        time_format: str | None = None,
+        time_unit: str | None = None,
     ) -> None:
         if covariate_cols:
             raise UserError(
@@ -159,6 +163,7 @@ class WideTableSource(CachedSource):
         self.wide_time_col = None if time_col is None else str(time_col)
         self.start = None if start is None else _timestamp(start, "data.source.start")
         self.step = None if step is None else parse_freq(step, "data.source.step")
+        self.time_format, self.time_unit = check_time_reading(time_format, time_unit)
         self.missing_value = (
             None
             if missing_value is None
@@ -209,6 +214,8 @@ class WideTableSource(CachedSource):
             "position_cols": self.position_cols,
             "name": self.name,
             "bad_values": self.bad_values,
+            **({"time_format": self.time_format} if self.time_format else {}),
+            **({"time_unit": self.time_unit} if self.time_unit else {}),
         }
 
     def input_files(self) -> list[Path]:
@@ -248,7 +255,9 @@ class WideTableSource(CachedSource):
         else:
             raw = index_times if time_col is None else frame[time_col]
             label = "the index" if time_col is None else f"column {time_col!r}"
-            times = parse_times(pd.Series(raw), f"{label} of {what}")
+            times = parse_times(
+                pd.Series(raw), f"{label} of {what}", self.time_format, self.time_unit
+            )
             timestamps, step, values = self._on_grid(times, values, what)
         stream = build_stream(
             timestamps,
@@ -351,6 +360,14 @@ class WideTableSource(CachedSource):
                 f"{what} has no time column: give the first row's time and the sampling "
                 "period (data.source.start='2012-03-01 00:00' data.source.step=5min), or "
                 "name its time column (data.source.time_col)."
+            )
+        given = self.time_format or self.time_unit
+        if given:
+            option = "time_format" if self.time_format else "time_unit"
+            raise UserError(
+                f"data.source.{option}={given!r}, but {what} has no time column to read with "
+                "it (its times are data.source.start and step): name the column "
+                f"(data.source.time_col), or leave {option} out."
             )
         start = np.datetime64(self.start, "ns")
         return start + np.arange(rows) * self.step, self.step

@@ -1,0 +1,261 @@
+"""A table's time column -> ``datetime64[ns]``, as the user's files write their times.
+
+Dates as text are read in the format pandas infers from the first row, or in the
+``time_format`` the user gives (strftime codes, ``"%d/%m/%Y %H:%M"``); where pandas reads
+``01/02/2024`` month first and no row shows otherwise, a warning says so. Numbers are counts
+since 1970-01-01 UTC (Unix time) in the ``time_unit`` the user gives; without one they are
+refused, because pandas would read them as nanoseconds and an hourly file in seconds would
+become a stream of 3.6-microsecond steps in 1970. Every failure is one line naming the row,
+the value and the setting that reads it.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pandas.tseries.api import guess_datetime_format
+
+from cloudlstm.errors import UserError
+
+__all__ = ["SOURCE_OPTIONS", "TIME_UNITS", "check_time_reading", "parse_times"]
+
+log = logging.getLogger(__name__)
+
+TIME_UNITS = ("s", "ms", "us", "ns")
+# Where a data source's time settings live, named in the messages' fixes.
+SOURCE_OPTIONS = "data.source."
+ISO_EXAMPLE = "'2014-05-01 13:00:00'"
+
+
+def check_time_reading(
+    time_format: str | None, time_unit: str | None
+) -> tuple[str | None, str | None]:
+    """``(time_format, time_unit)`` checked: at most one of them, a format with a ``%``
+    code, a unit of :data:`TIME_UNITS`; a :class:`UserError` naming the setting otherwise."""
+    if time_unit is not None and str(time_unit) not in TIME_UNITS:
+        raise UserError(
+            f"data.source.time_unit={time_unit!r}: give what the time column's numbers count, "
+            f"one of {list(TIME_UNITS)} since 1970-01-01 UTC (s: Unix time in seconds)."
+        )
+    if time_format is not None and "%" not in str(time_format):
+        raise UserError(
+            f"data.source.time_format={time_format!r} has no strftime code: write it as "
+            "'%d/%m/%Y %H:%M' (which reads '31/12/2024 23:00')."
+        )
+    if time_format is not None and time_unit is not None:
+        raise UserError(
+            f"data.source.time_format={time_format!r} and time_unit={time_unit!r}: a time "
+            "column holds dates (time_format) or numbers (time_unit); give the one it holds."
+        )
+    return (
+        None if time_format is None else str(time_format),
+        None if time_unit is None else str(time_unit),
+    )
+
+
+def parse_times(
+    column: pd.Series,
+    what: str,
+    time_format: str | None = None,
+    time_unit: str | None = None,
+    options: str | None = SOURCE_OPTIONS,
+) -> np.ndarray:
+    """Parse a column of times into ``(R,)`` ``datetime64[ns]`` (timezones -> naive UTC).
+
+    Args:
+        column: the R times: text, datetimes, or numbers when ``time_unit`` is given.
+        what: the column and file, for messages ("column 'time' of file data.csv").
+        time_format: the strftime format of text dates (and of dates written as digits,
+            ``"%Y%m%d"``); None: inferred from the first row.
+        time_unit: the column holds numbers counted in this unit since 1970-01-01 UTC.
+        options: where ``time_format`` and ``time_unit`` are set, named in the fixes;
+            None where the user sets neither (a file of a fixed format; a forecast's
+            history, read with the training data's settings).
+
+    Raises:
+        UserError: a value that cannot be read (its data row, the value and the setting
+            that would read it), numbers without a unit, or an empty time.
+    """
+    if time_unit is not None:
+        parsed = _counted(column, what, time_unit)
+    else:
+        if time_format is None and _numbers(column):
+            raise UserError(_numbers_given(column, what, options))
+        parsed = _dated(column, what, time_format, options)
+    if parsed.isna().any():
+        row = int(np.flatnonzero(parsed.isna().to_numpy())[0])
+        raise UserError(
+            f"{what} has {int(parsed.isna().sum())} empty timestamp(s) (first at data row {row}); "
+            "every row needs a time."
+        )
+    if getattr(parsed.dt, "tz", None) is not None:
+        parsed = parsed.dt.tz_convert("UTC").dt.tz_localize(None)
+    return parsed.to_numpy(dtype="datetime64[ns]")
+
+
+def _numbers(column: pd.Series) -> bool:
+    return pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
+
+
+def _numbers_given(column: pd.Series, what: str, options: str | None) -> str:
+    example = _first_value(column)
+    found = f"{what} holds numbers (e.g. {example!r}), not dates"
+    if options is None:
+        return f"{found}: write the times as dates such as {ISO_EXAMPLE}."
+    return (
+        f"{found}: say what they count with {options}time_unit=s (seconds since 1970-01-01 "
+        f"UTC; or ms, us, ns), or, for dates written as digits (20240131), give their format: "
+        f"{options}time_format='%Y%m%d'."
+    )
+
+
+def _counted(column: pd.Series, what: str, unit: str) -> pd.Series:
+    """Numbers of ``unit`` since 1970-01-01 UTC as datetimes."""
+    numbers = pd.to_numeric(column, errors="coerce")
+    bad = np.flatnonzero((numbers.isna() & column.notna()).to_numpy())
+    if len(bad):
+        raise UserError(
+            f"{what}: data row {int(bad[0])} holds {column.iloc[bad[0]]!r}, not a number of "
+            f"{unit} since 1970-01-01 (time_unit={unit})."
+        )
+    try:
+        return pd.to_datetime(numbers, unit=unit)
+    except (ValueError, OverflowError):
+        raise UserError(
+            f"{what}: {_first_value(numbers)!r} {unit} since 1970-01-01 is beyond the dates "
+            f"pandas holds (1677-2262): are the numbers counted in {unit} (time_unit={unit})?"
+        ) from None
+
+
+def _dated(column: pd.Series, what: str, time_format: str | None, options: str | None) -> pd.Series:
+    """Text or datetime values read in ``time_format`` (None: inferred from the first)."""
+    if time_format is not None and _numbers(column):
+        column = _digits(column)
+    try:
+        with _quiet_guess():
+            parsed = pd.to_datetime(column, format=time_format)
+    except (ValueError, TypeError, OverflowError):
+        raise UserError(
+            f"Cannot parse the timestamps in {what}: {_why_not(column, time_format, options)}"
+        ) from None
+    if time_format is None and options is not None:
+        _say_a_guessed_month_first(column, parsed, what, options)
+    return parsed
+
+
+def _say_a_guessed_month_first(
+    column: pd.Series, parsed: pd.Series, what: str, options: str
+) -> None:
+    """Warn where pandas read ``01/02/2024`` month first and no row shows it is not day
+    first (a day above 12 in the first place would have)."""
+    used = _guessed_format(column)
+    if used is None or not used.startswith("%m"):
+        return
+    day_first = _day_first(used)
+    other = pd.to_datetime(column, format=day_first, errors="coerce")
+    if (other.isna() & column.notna()).any():
+        return  # some row reads month first only
+    differ = np.flatnonzero((other != parsed).to_numpy())
+    if not len(differ):
+        return  # every date reads the same both ways (day = month)
+    row = int(differ[0])
+    log.warning(
+        "%s: read month first (%r: %r is %s); if the dates are day first, give %stime_format=%r.",
+        what,
+        used,
+        column.iloc[row],
+        parsed.iloc[row].strftime("%Y-%m-%d %H:%M"),
+        options,
+        day_first,
+    )
+
+
+def _day_first(month_first: str) -> str:
+    """``"%m/%d/%Y %H:%M"`` -> ``"%d/%m/%Y %H:%M"``."""
+    return "%d" + month_first[2] + "%m" + month_first[5:]
+
+
+def _digits(column: pd.Series) -> pd.Series:
+    """Dates written as whole numbers (20240131, read as int or, with gaps, as float) as text."""
+    return column.map(lambda v: v if pd.isna(v) else str(int(v)))
+
+
+def _why_not(column: pd.Series, time_format: str | None, options: str | None) -> str:
+    """The first row that does not match the format (``time_format``, else the one pandas
+    infers from the first row), and the setting that would read it."""
+    first = _first_value(column)
+    used = time_format or _guessed_format(column)
+    if used is None:
+        return _unreadable(column, options)
+    strict = pd.to_datetime(column, format=used, errors="coerce")
+    rows = np.flatnonzero((strict.isna() & column.notna()).to_numpy())
+    if not len(rows):
+        return _unreadable(column, options)
+    value = column.iloc[rows[0]]
+    at = f"data row {int(rows[0])}, {value!r},"
+    if _no_date(value):
+        return f"{at} is not a date/time (the first row: {first!r}); correct or remove that row."
+    if time_format is not None:
+        return (
+            f"{at} does not match {options or ''}time_format={time_format!r}: correct the format "
+            "(strftime codes: '%d/%m/%Y %H:%M' reads '31/12/2024 23:00') or that row."
+        )
+    found = f"{at} does not match the format {used!r} of the first row ({first!r})."
+    if options is None:
+        return f"{found} Write every row in one format (ISO 8601, e.g. {ISO_EXAMPLE})."
+    if used.startswith("%m"):
+        return (
+            f"{found} If the dates are day first, give {options}time_format={_day_first(used)!r}."
+        )
+    return (
+        f"{found} Write every row in one format (ISO 8601, e.g. {ISO_EXAMPLE}), or give the "
+        f"format: {options}time_format='%d/%m/%Y %H:%M' (strftime codes)."
+    )
+
+
+def _unreadable(column: pd.Series, options: str | None) -> str:
+    """A value that is no date in any format, or the column's formats mixed."""
+    loose = pd.to_datetime(column, errors="coerce", format="mixed")
+    bad = column[loose.isna() & column.notna()]
+    fix = f"Use ISO 8601 values such as {ISO_EXAMPLE} in every row"
+    if options is not None:
+        fix += f", or give their format: {options}time_format='%d/%m/%Y %H:%M'"
+    if len(bad):
+        return f"e.g. {bad.iloc[0]!r} is not a date/time. {fix}."
+    return f"the rows mix formats (the first: {_first_value(column)!r}). {fix}."
+
+
+def _no_date(value: Any) -> bool:
+    """Whether ``value`` reads as a date in no format at all."""
+    with _quiet_guess():
+        return pd.isna(pd.to_datetime(pd.Series([value]), errors="coerce", format="mixed")[0])
+
+
+def _guessed_format(column: pd.Series) -> str | None:
+    """The format pandas infers from the column's first value (None: not text, or none)."""
+    first = _first_value(column)
+    if not isinstance(first, str):
+        return None
+    with _quiet_guess():
+        return guess_datetime_format(first)
+
+
+@contextmanager
+def _quiet_guess() -> Iterator[None]:
+    """pandas warns where the first value shows day first ('13/01/2024'), which it then
+    reads right; the messages here say what was read where it matters."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Parsing dates in .* when dayfirst", UserWarning)
+        yield
+
+
+def _first_value(column: pd.Series) -> Any:
+    filled = column.dropna()
+    value = filled.iloc[0] if len(filled) else None
+    return value.item() if isinstance(value, np.generic) else value

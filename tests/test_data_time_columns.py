@@ -1,0 +1,291 @@
+"""Times and CSV dialects as users' files write them.
+
+Day-first dates, Unix times and dates written as digits are read with
+``data.source.time_format`` / ``time_unit`` (numbers without a unit are refused, never read
+as nanoseconds); semicolon- and tab-separated files, with decimal commas, read like comma
+files. Each reading is compared with the same data written the ordinary way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import one_line, run_python
+
+from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
+from cloudlstm.data.pipeline.forecast_input import build_input
+from cloudlstm.data.sources.long_format import LongFormatSource
+from cloudlstm.data.sources.tables import csv_dialect
+from cloudlstm.data.sources.times import check_time_reading, parse_times
+from cloudlstm.data.sources.wide_table import WideTableSource, read_positions
+from cloudlstm.data.spec import DataSpec
+from cloudlstm.errors import UserError
+
+T, N = 40, 3
+STAMPS = pd.date_range("2024-01-01", periods=T, freq="h")
+UNIX = (STAMPS - pd.Timestamp("1970-01-01")) // pd.Timedelta("1s")
+
+
+def table() -> pd.DataFrame:
+    """Rows ``timestamp, id, x, y, v`` of N points over T hourly steps (ISO dates)."""
+    rng = np.random.default_rng(0)
+    rows = [
+        [STAMPS[t], f"p{p}", 0.5 + p, 1.25 * p, rng.normal(10, 3)]
+        for t in range(T)
+        for p in range(N)
+    ]
+    return pd.DataFrame(rows, columns=["timestamp", "id", "x", "y", "v"])
+
+
+def stream_of(path: Path, **kwargs):
+    return LongFormatSource(path, **kwargs).load()
+
+
+def assert_same_stream(a, b) -> None:
+    np.testing.assert_array_equal(a.timestamps, b.timestamps)
+    np.testing.assert_array_equal(a.values, b.values)
+    np.testing.assert_array_equal(a.coords, b.coords)
+    assert a.point_ids == b.point_ids
+
+
+@pytest.fixture
+def reference(tmp_path):
+    path = tmp_path / "iso.csv"
+    table().to_csv(path, index=False)
+    return stream_of(path)
+
+
+# ---------------------------------------------------------------------- times
+def test_day_first_dates_name_the_row_and_the_format_that_reads_them(tmp_path, reference):
+    """From 12 January: the first row reads month first, and 13/01 (row 24 * N) cannot."""
+    shift = pd.Timedelta("11D")
+    df = table().assign(timestamp=lambda d: (d["timestamp"] + shift).dt.strftime("%d/%m/%Y %H:%M"))
+    df.to_csv(path := tmp_path / "day_first.csv", index=False)
+    with pytest.raises(UserError) as err:
+        stream_of(path)
+    assert str(err.value) == (
+        f"Cannot parse the timestamps in column 'timestamp' of file {path}: data row {24 * N}, "
+        "'13/01/2024 00:00', does not match the format '%m/%d/%Y %H:%M' of the first row "
+        "('12/01/2024 00:00'). If the dates are day first, give "
+        "data.source.time_format='%d/%m/%Y %H:%M'."
+    )
+    stream = stream_of(path, time_format="%d/%m/%Y %H:%M")
+    np.testing.assert_array_equal(stream.timestamps, reference.timestamps + shift.to_timedelta64())
+    np.testing.assert_array_equal(stream.values, reference.values)
+
+
+def test_dates_read_month_first_by_guess_are_said(caplog):
+    """No row tells 1 February from 2 January: the reading pandas guesses is said."""
+    dates = pd.Series(["01/01/2024 00:00", "02/01/2024 00:00"])
+    with caplog.at_level("WARNING", logger="cloudlstm.data.sources.times"):
+        read = parse_times(dates, "col")
+    np.testing.assert_array_equal(read, pd.to_datetime(["2024-01-01", "2024-02-01"]).to_numpy())
+    (record,) = caplog.records
+    assert record.getMessage() == (
+        "col: read month first ('%m/%d/%Y %H:%M': '02/01/2024 00:00' is 2024-02-01 00:00); "
+        "if the dates are day first, give data.source.time_format='%d/%m/%Y %H:%M'."
+    )
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="cloudlstm.data.sources.times"):
+        read = parse_times(dates, "col", time_format="%d/%m/%Y %H:%M")
+        parse_times(pd.Series(["13/01/2024 00:00"]), "col")  # the first row says day first
+        parse_times(pd.Series(["01/13/2024 00:00"]), "col")  # ... or month first
+    np.testing.assert_array_equal(read, pd.to_datetime(["2024-01-01", "2024-01-02"]).to_numpy())
+    assert not caplog.records
+
+
+@pytest.mark.parametrize(
+    ("values", "kwargs", "message"),
+    [
+        (
+            ["2024-01-01 00:00", "2024-01-01 00:00:30"],
+            {},
+            r"data row 1, '2024-01-01 00:00:30', "
+            r"does not match the format '%Y-%m-%d %H:%M' of the first row .* one format",
+        ),
+        (
+            ["2024-01-01", "garbage"],
+            {},
+            r"data row 1, 'garbage', is not a date/time \(the first "
+            r"row: '2024-01-01'\); correct or remove that row\.$",
+        ),
+        (
+            ["2024-01-01 00:00"],
+            {"time_format": "%Y"},
+            r"data row 0, '2024-01-01 00:00', does "
+            r"not match data\.source\.time_format='%Y': correct the format",
+        ),
+        (
+            ["2024-01-01 00:00"],
+            {"time_unit": "s"},
+            r"data row 0 holds '2024-01-01 00:00', not "
+            r"a number of s since 1970-01-01",
+        ),
+        ([1e30], {"time_unit": "s"}, r"beyond the dates pandas holds"),
+    ],
+    ids=["mixed-formats", "not-a-date", "wrong-format", "text-with-unit", "beyond-2262"],
+)
+def test_unreadable_times_name_row_value_and_setting(values, kwargs, message):
+    with pytest.raises(UserError, match=message):
+        parse_times(pd.Series(values), "col", **kwargs)
+
+
+def test_numbers_are_refused_without_a_unit_and_read_with_one(tmp_path, reference):
+    """pandas would read 1704067200 as nanoseconds: hourly data in seconds would become a
+    stream of 3.6-microsecond steps in 1970."""
+    df = table().assign(timestamp=np.repeat(UNIX, N))
+    df.to_csv(path := tmp_path / "unix.csv", index=False)
+    with pytest.raises(
+        UserError,
+        match=r"holds numbers \(e\.g\. 1704067200\), not dates: say "
+        r"what they count with data\.source\.time_unit=s",
+    ):
+        stream_of(path)
+    assert_same_stream(stream_of(path, time_unit="s"), reference)
+    df.assign(timestamp=df["timestamp"] * 1000).to_csv(path, index=False)
+    assert_same_stream(stream_of(path, time_unit="ms"), reference)
+
+
+def test_dates_written_as_digits_read_with_their_format(tmp_path, reference):
+    df = table().assign(timestamp=np.repeat(STAMPS.strftime("%Y%m%d%H").astype(int), N))
+    df.to_csv(path := tmp_path / "digits.csv", index=False)
+    with pytest.raises(UserError, match="holds numbers .*time_format='%Y%m%d'"):
+        stream_of(path)
+    assert_same_stream(stream_of(path, time_format="%Y%m%d%H"), reference)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "unit", "message"),
+    [
+        (None, "h", r"time_unit='h': give what .* one of \['s', 'ms', 'us', 'ns'\]"),
+        ("dd/mm/yyyy", None, r"time_format='dd/mm/yyyy' has no strftime code"),
+        ("%Y", "s", r"holds dates \(time_format\) or numbers \(time_unit\)"),
+    ],
+)
+def test_time_settings_are_checked_when_the_source_is_made(fmt, unit, message):
+    with pytest.raises(UserError, match=message):
+        check_time_reading(fmt, unit)
+    with pytest.raises(UserError, match=message):
+        LongFormatSource("any.csv", time_format=fmt, time_unit=unit)
+
+
+def test_the_time_settings_key_the_cache_and_leave_old_keys_alone(tmp_path):
+    plain = LongFormatSource(tmp_path / "a.csv")
+    assert "time_unit" not in plain.config() and "time_format" not in plain.config()
+    assert LongFormatSource(tmp_path / "a.csv", time_unit="s").config()["time_unit"] == "s"
+
+
+def test_a_wide_table_reads_its_time_column_in_unix_time(tmp_path):
+    wide = table().pivot(index="timestamp", columns="id", values="v")
+    positions = table().drop_duplicates("id")[["id", "x", "y"]]
+    positions.to_csv(tmp_path / "pos.csv", index=False)
+    wide.rename_axis("time").reset_index().to_csv(tmp_path / "dated.csv", index=False)
+    wide.set_axis(UNIX, axis=0).rename_axis("time").reset_index().to_csv(
+        tmp_path / "unix.csv", index=False
+    )
+    dated = WideTableSource(tmp_path / "dated.csv", tmp_path / "pos.csv").load()
+    with pytest.raises(UserError, match="holds numbers"):
+        WideTableSource(tmp_path / "unix.csv", tmp_path / "pos.csv").load()
+    unix = WideTableSource(tmp_path / "unix.csv", tmp_path / "pos.csv", time_unit="s").load()
+    assert_same_stream(unix, dated)
+    wide.to_csv(tmp_path / "untimed.csv", index=False)
+    untimed = WideTableSource(
+        tmp_path / "untimed.csv", tmp_path / "pos.csv", start="2024-01-01", step="1h", time_unit="s"
+    )
+    with pytest.raises(UserError, match=r"time_unit='s', but .* has no time column to read"):
+        untimed.load()
+
+
+# ---------------------------------------------------------------------- forecasting
+def spec(**time_reading) -> DataSpec:
+    return DataSpec(
+        scaler={"mean": [0.0], "std": [1.0]},
+        channel_names=["v"],
+        value_channels=["v"],
+        point_ids=["p0", "p1"],
+        coords=[[0.0, 0.0], [1.0, 1.0]],
+        coord_lo=[0.0, 0.0],
+        coord_span=[1.0, 1.0],
+        coord_degenerate=[False, False],
+        input_offsets=list(range(-4, 0)),
+        output_steps=1,
+        step_minutes=60.0,
+        steps_per_day=24,
+        moving=False,
+        coord_cols=["x", "y"],
+        model="CloudLSTM",
+        **time_reading,
+    )
+
+
+def test_a_forecast_reads_its_history_as_the_training_file_was_read(tmp_path):
+    source = LongFormatSource(tmp_path / "unix.csv", time_unit="s")
+    table().assign(timestamp=np.repeat(UNIX, N)).to_csv(source.path, index=False)
+    dm = PointCloudDataModule(source, input_steps=4, output_steps=1, batch_size=4)
+    dm.setup()
+    assert DataSpec.from_datamodule(dm).time_unit == "s"
+
+    dated = table()[lambda d: d["id"].isin(["p0", "p1"])]
+    unix = dated.assign(timestamp=np.repeat(UNIX, 2))
+    expected = build_input(dated, spec())
+    window = build_input(unix, spec(time_unit="s"))
+    np.testing.assert_array_equal(window.x, expected.x)
+    assert window.last_time == expected.last_time == np.datetime64(STAMPS[-1])
+    with pytest.raises(UserError, match=r"holds numbers .*not dates: write the times as dates"):
+        build_input(unix, spec())
+
+
+def test_old_descriptions_read_without_time_settings():
+    state = spec().to_dict()
+    del state["time_format"], state["time_unit"]
+    assert DataSpec.from_dict(state).time_unit is None
+
+
+# ---------------------------------------------------------------------- CSV dialects
+@pytest.mark.parametrize(
+    ("name", "sep", "decimal"),
+    [("semi.csv", ";", "."), ("semi_comma.csv.gz", ";", ","), ("tab.tsv", "\t", ",")],
+)
+def test_semicolon_and_tab_files_read_like_comma_files(tmp_path, reference, name, sep, decimal):
+    table().to_csv(path := tmp_path / name, index=False, sep=sep, decimal=decimal)
+    expected = {"sep": sep, **({"decimal": ","} if decimal == "," else {})}
+    assert csv_dialect(path) == expected
+    assert_same_stream(stream_of(path), reference)
+
+
+def test_a_positions_file_with_decimal_commas_reads_its_coordinates(tmp_path):
+    positions = table().drop_duplicates("id")[["id", "x", "y"]]
+    positions.to_csv(path := tmp_path / "pos.csv", index=False, sep=";", decimal=",")
+    ids, coords = read_positions(path)
+    assert ids == ["p0", "p1", "p2"]
+    np.testing.assert_array_equal(coords, positions[["x", "y"]].to_numpy())
+
+
+def test_a_comma_file_is_read_as_pandas_reads_it(tmp_path):
+    """A comma in the header decides, whatever the cells hold ('a;b' text, '1,5' quoted)."""
+    pd.DataFrame({"id": ["a;b"], "note": ["1,5"], "v": [1.0]}).to_csv(
+        path := tmp_path / "comma.csv", index=False
+    )
+    assert csv_dialect(path) == {}
+    assert csv_dialect(tmp_path / "absent.csv") == {}
+
+
+def test_train_py_says_the_unit_in_one_line(tmp_path):
+    table().assign(timestamp=np.repeat(UNIX, N)).to_csv(path := tmp_path / "unix.csv", index=False)
+    proc = run_python(
+        "train.py",
+        "data=points",
+        f"data.source.path={path}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        "logger=none",
+        "debug=fdr",
+    )
+    assert one_line(proc) == (
+        f"column 'timestamp' of file {path} holds numbers (e.g. 1704067200), not dates: say "
+        "what they count with data.source.time_unit=s (seconds since 1970-01-01 UTC; or ms, "
+        "us, ns), or, for dates written as digits (20240131), give their format: "
+        "data.source.time_format='%Y%m%d'."
+    )
