@@ -286,8 +286,25 @@ def test_input_steps_follow_the_stored_offsets():
             lambda df: df[df["timestamp"].isin(STAMPS[::2])],
             r"sampled every 2h, but the model was trained on data every 1h",
         ),
+        (
+            lambda df: df.iloc[:0],
+            r"has no rows, only its columns: give the readings of the "
+            r"last 4 steps\.$",
+        ),
+        (
+            lambda df: df.assign(pm25=np.nan),
+            r"has no reading of 'pm25' at any point in the 4 steps read \(.* to .*\): the "
+            r"forecast would start from invented values",
+        ),
     ],
-    ids=["too-little-history", "missing-channel", "other-interval", "every-other-step"],
+    ids=[
+        "too-little-history",
+        "missing-channel",
+        "other-interval",
+        "every-other-step",
+        "header-only",
+        "channel-never-read",
+    ],
 )
 def test_history_errors_say_what_is_expected(points_run, forecaster, change, message):
     with pytest.raises(UserError, match=message):

@@ -114,6 +114,11 @@ def parse_history(df: pd.DataFrame, info: DataSpec, what: str) -> pd.DataFrame:
             info.time_unit,
             options=None,
         )
+    if df.empty:
+        raise UserError(
+            f"{what} has no rows, only its columns: give the readings of the last "
+            f"{info.history_steps} steps."
+        )
     if df[info.id_col].isna().any():
         raise UserError(f"{what}: column {info.id_col!r} has empty point ids.")
     return df.assign(**{info.time_col: times, info.id_col: df[info.id_col].astype(str)})
@@ -242,6 +247,7 @@ def build_input(
     raw_coords, track, located = _coordinates(pos, ids, info, what)
     times = grid.timestamps[-1] - step * np.arange(need - 1, -1, -1)
     raw = _checked_values(raw, ids, raw_coords, times, info, what, mode)
+    _refuse_unread_channels(raw, info, times, what)
     filled, observed = interpolate_gaps(raw)
     if info.moving:  # positions are channels too, as in training
         cut = len(info.value_channels)
@@ -296,6 +302,24 @@ def _checked_values(
     option = "data.source.bad_values"
     checked = checked_history(stream, info.value_reference, mode, what, option)
     return np.where(checked.mask, raw, np.nan).astype(np.float32)
+
+
+def _refuse_unread_channels(raw: np.ndarray, info: DataSpec, times: np.ndarray, what: str) -> None:
+    """A channel without a reading at any point of the history ``raw (H, N, C)`` (NaN:
+    missing) is refused: filling it would give every point its training mean, a forecast
+    started from invented inputs. (A point without readings is filled from the others',
+    as in training, and counted in ``filled_inputs``.)"""
+    unread = [
+        c
+        for c, seen in zip(info.read_channels, np.isfinite(raw).any(axis=(0, 1)), strict=True)
+        if not seen
+    ]
+    if unread:
+        raise UserError(
+            f"{what} has no reading of {', '.join(map(repr, unread))} at any point in the "
+            f"{len(times)} steps read ({pd.Timestamp(times[0])} to {pd.Timestamp(times[-1])}): "
+            "the forecast would start from invented values; give the readings of those steps."
+        )
 
 
 def _marked_missing(df: pd.DataFrame, info: DataSpec) -> pd.DataFrame:
