@@ -25,7 +25,14 @@ from cloudlstm.cli.train import train
 from cloudlstm.data.spec import SPEC_KEY
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.stops import RunInterrupted
-from tests.conftest import ROOT, TINY, compose_train, ctrl_c_as_in_a_terminal, run_python
+from tests.conftest import (
+    ROOT,
+    TINY,
+    compose_train,
+    ctrl_c_as_in_a_terminal,
+    one_line,
+    run_python,
+)
 from tests.kill_callback import SignalAtTest
 
 JOB = [*TINY, "logger=none", "module.save_predictions=true"]
@@ -262,6 +269,29 @@ def test_a_refused_evaluation_leaves_no_folder_in_the_runs_eval(cloud_run):
     assert proc.returncode == 1
     assert proc.stderr.startswith(f"No checkpoint 'nosuch' in {cloud_run} ("), proc.stderr
     assert folders() == before
+
+
+@pytest.mark.parametrize(
+    ("choice", "fix"),
+    [
+        (
+            "model=convlstm",
+            "change single keys instead (model.<key>=...), or train a run with model=convlstm.",
+        ),
+        (
+            "+data=beijing",
+            "change single keys instead (data.<key>=...), or train a run with +data=beijing.",
+        ),
+        ("logger=csv", "logger=<option> is train.py's."),
+    ],
+)
+def test_another_option_of_a_train_py_group_is_one_line(cloud_run, choice, fix):
+    """Hydra said "No match in the defaults list" and proposed ``+model=convlstm``, which
+    merged the two models' keys into a config that failed elsewhere."""
+    assert one_line(run_eval(f"run={cloud_run}", choice)) == (
+        f"eval.py {choice}: eval.py tests the checkpoint as the run's config.yaml set it up "
+        f"and, of the config groups, takes trainer=<option> alone; {fix}"
+    )
 
 
 def test_a_truncated_checkpoint_stops_eval_py_with_one_line(cloud_run, tmp_path):

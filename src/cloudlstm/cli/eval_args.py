@@ -12,6 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from cloudlstm.errors import UserError
+from cloudlstm.paths import config_dir
 from cloudlstm.rundir.layout import check_run_dir, read_run_config
 
 USAGE = "python eval.py run=<run dir> [ckpt=best|last|<path>] [key=value ...]"
@@ -49,6 +50,37 @@ def with_run_config(argv: list[str], stand_in: Path | None = None) -> list[str]:
         raise UserError(f"eval.py needs the run directory: `{USAGE}`.")
     searchpath = _searchpath(check_run_dir(runs[-1]).resolve())
     return argv if searchpath in argv else [*argv, searchpath]
+
+
+# The config groups eval.py takes: another trainer runs the same test (trainer=cpu for a
+# run trained on GPUs); hydra/* choose how Hydra itself runs.
+EVAL_GROUPS = ("trainer", "hydra")
+
+
+def refuse_group_choices(argv: list[str]) -> None:
+    """Refuse, in one line, an override choosing another option of a train.py config group
+    (``model=convlstm``, ``data=beijing``, ``+recipe=paper``): the run's config.yaml holds
+    what trained the checkpoint, and Hydra would say "No match in the defaults list" and
+    propose ``+model=...``, which merges two models' keys.
+
+    Raises:
+        UserError: naming the override and what eval.py takes instead.
+    """
+    groups = {d.name for d in config_dir().iterdir() if d.is_dir()} - set(EVAL_GROUPS)
+    for arg in argv[1:]:
+        key, sep, _ = arg.lstrip("+~").partition("=")
+        if arg.startswith("-") or not sep or key.split("/")[0] not in groups:
+            continue
+        group = key.split("/")[0]
+        fix = (
+            f"change single keys instead ({group}.<key>=...), or train a run with {arg}"
+            if group in ("model", "data")
+            else f"{group}=<option> is train.py's"
+        )
+        raise UserError(
+            f"eval.py {arg}: eval.py tests the checkpoint as the run's config.yaml set it up "
+            f"and, of the config groups, takes trainer=<option> alone; {fix}."
+        )
 
 
 def run_data_keys(argv: list[str]) -> set[str]:

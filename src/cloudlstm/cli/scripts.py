@@ -82,7 +82,13 @@ def refuse_moved_keys(argv: list[str], keep: Collection[str] = ()) -> None:
 def evaluate() -> None:
     """``cloudlstm-eval run=<run dir> [ckpt=best|last|<path>] [key=value ...]``: test a
     trained run again."""
-    from cloudlstm.cli.eval_args import HELP_HEADER, run_data_keys, wants_help, with_run_config
+    from cloudlstm.cli.eval_args import (
+        HELP_HEADER,
+        refuse_group_choices,
+        run_data_keys,
+        wants_help,
+        with_run_config,
+    )
     from cloudlstm.errors import UserError
 
     if wants_help(sys.argv):
@@ -96,6 +102,7 @@ def evaluate() -> None:
         return
     try:
         sys.argv = with_run_config(sys.argv)
+        refuse_group_choices(sys.argv)
         # an older run's config.yaml may still hold a source's key at the top of data
         refuse_moved_keys(sys.argv, keep=run_data_keys(sys.argv))
     except UserError as err:  # before Hydra, which would print it the same way
