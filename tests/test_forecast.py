@@ -404,8 +404,26 @@ def test_out_is_a_file_name_in_the_run_or_a_path_of_its_own(tmp_path, monkeypatc
             ["run=RUN", "data.path=FULL", "out=FULL/f.csv"],
             "out=FULL/f.csv: cannot write FULL/f.csv (a part of it is a file, not a folder)",
         ),
+        (
+            ["run=RUN", "data.path=FULL", "+data.source.time_unit=s"],
+            "predict.py data.source.time_unit: nothing reads it; predict.py forecasts with the "
+            "run's model and data settings as its checkpoint holds them",
+        ),
+        (
+            ["run=RUN", "data.path=FULL", "model=convlstm"],
+            "predict.py model=convlstm: predict.py forecasts with the run's model",
+        ),
+        (["run=RUN", "data.path=FULL", "+data=beijing"], "predict.py +data=beijing: predict"),
     ],
-    ids=["no-run", "short-history", "not-a-table", "below-a-file"],
+    ids=[
+        "no-run",
+        "short-history",
+        "not-a-table",
+        "below-a-file",
+        "added-data-key",
+        "another-model",
+        "added-data-group",
+    ],
 )
 def test_predict_py_errors_are_one_line(points_run, tmp_path, args, message):
     short, full = tmp_path / "short.csv", tmp_path / "full.csv"

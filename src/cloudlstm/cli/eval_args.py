@@ -11,8 +11,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from cloudlstm.cli.group_choices import group_choices
 from cloudlstm.errors import UserError
-from cloudlstm.paths import config_dir
 from cloudlstm.rundir.layout import check_run_dir, read_run_config
 
 USAGE = "python eval.py run=<run dir> [ckpt=best|last|<path>] [key=value ...]"
@@ -59,19 +59,13 @@ EVAL_GROUPS = ("trainer", "hydra")
 
 def refuse_group_choices(argv: list[str]) -> None:
     """Refuse, in one line, an override choosing another option of a train.py config group
-    (``model=convlstm``, ``data=beijing``, ``+recipe=paper``): the run's config.yaml holds
-    what trained the checkpoint, and Hydra would say "No match in the defaults list" and
-    propose ``+model=...``, which merges two models' keys.
+    (:mod:`~cloudlstm.cli.group_choices`): the run's config.yaml holds what trained the
+    checkpoint.
 
     Raises:
         UserError: naming the override and what eval.py takes instead.
     """
-    groups = {d.name for d in config_dir().iterdir() if d.is_dir()} - set(EVAL_GROUPS)
-    for arg in argv[1:]:
-        key, sep, _ = arg.lstrip("+~").partition("=")
-        if arg.startswith("-") or not sep or key.split("/")[0] not in groups:
-            continue
-        group = key.split("/")[0]
+    for arg, group in group_choices(argv, keep=EVAL_GROUPS):
         fix = (
             f"change single keys instead ({group}.<key>=...), or train a run with {arg}"
             if group in ("model", "data")

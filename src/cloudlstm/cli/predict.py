@@ -16,14 +16,62 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from cloudlstm.assembly.known_keys import check_added_top_level_keys
+from cloudlstm.cli.group_choices import group_choices
 from cloudlstm.data.pipeline.forecast_input import user_errors
 from cloudlstm.data.sources.long_format import folder_given
 from cloudlstm.data.sources.tables import read_table
 from cloudlstm.errors import UserError, out_of_space
 from cloudlstm.forecast import Forecaster
+from cloudlstm.paths import config_dir
 
 USAGE = "python predict.py run=<run dir> data.path=<history.csv> [ckpt=best] [out=forecast.csv]"
 PARQUET = (".parquet", ".pq")
+TAKES = (
+    "predict.py forecasts with the run's model and data settings as its checkpoint holds "
+    "them (time format, missing value, ...), and takes run, ckpt, out, device, data.path "
+    "(or data.source.path) and data.source.bad_values alone"
+)
+
+
+def refuse_group_choices(argv: list[str]) -> None:
+    """Refuse an override choosing an option of a train.py config group (``model=``,
+    ``+data=beijing``) in one line, before Hydra composes it
+    (:mod:`~cloudlstm.cli.group_choices`).
+
+    Raises:
+        UserError: naming the override and what predict.py takes.
+    """
+    for arg, _ in group_choices(argv, keep=("hydra",)):
+        raise UserError(f"predict.py {arg}: {TAKES}.")
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """Refuse a setting that ``conf/predict.yaml`` does not have (``+data.source.step=5min``):
+    nothing would read it.
+
+    Raises:
+        UserError: naming the first such setting and what predict.py takes.
+    """
+    declared = OmegaConf.load(config_dir() / "predict.yaml")
+    extra = _extra_keys(cfg, declared, "")
+    if extra:
+        raise UserError(f"predict.py {extra[0]}: nothing reads it; {TAKES}.")
+
+
+def _extra_keys(node: DictConfig, declared: DictConfig, path: str) -> list[str]:
+    """The keys of ``node`` (``hydra`` left out) that ``declared`` does not have."""
+    extra = []
+    for key in node:
+        where = f"{path}{key}"
+        if where in ("hydra", "defaults"):
+            continue
+        if key not in set(declared.keys()):  # `in` is False for a key whose value is ???
+            extra.append(where)
+            continue
+        child, known = node._get_node(key), declared._get_node(key)
+        if isinstance(child, DictConfig) and isinstance(known, DictConfig):
+            extra += _extra_keys(child, known, f"{where}.")
+    return extra
 
 
 def main(cfg: DictConfig) -> Path:
@@ -33,7 +81,8 @@ def main(cfg: DictConfig) -> Path:
     Writes the forecast to :func:`output_path` (CSV, or Parquet by extension), prints its
     path and returns it.
     """
-    check_added_top_level_keys(cfg)
+    check_added_top_level_keys(cfg)  # the nearest setting named
+    check_settings(cfg)
     key, given = history_key(cfg)
     missing = sorted({*OmegaConf.missing_keys(cfg), *(["data.path"] if given is None else [])})
     if missing:

@@ -113,6 +113,13 @@ def evaluate() -> None:
 @reader_may_leave()
 def predict() -> None:
     """``cloudlstm-predict run=<run dir> data.path=<file>``: forecast new data."""
+    from cloudlstm.cli.predict import refuse_group_choices
+    from cloudlstm.errors import UserError
+
+    try:
+        refuse_group_choices(sys.argv)
+    except UserError as err:  # before Hydra, which would propose adding it with +
+        sys.exit(str(err))
     _run_hydra("predict", _predict)
 
 
