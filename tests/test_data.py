@@ -293,6 +293,39 @@ def test_datamodule_errors():
         PointCloudDataModule(object())
 
 
+def gap_over(stream: PointCloudStream, first: int, end: int, channels: slice) -> PointCloudStream:
+    """``stream`` with no observed value of ``channels`` in steps ``[first, end)`` (filled
+    values kept, as a source's interpolation leaves them)."""
+    mask = stream.mask.copy()
+    mask[first:end, :, channels] = False
+    return PointCloudStream(**{**vars(stream), "mask": mask})
+
+
+@pytest.mark.parametrize(("split", "first", "end"), [("val", 144, 160), ("test", 160, 200)])
+def test_a_part_without_an_observed_target_is_refused(split, first, end):
+    """Its loss or scores would be empty: a NaN validation MAE that selects no checkpoint,
+    or a test of no value. Filled values count only with score_filled=true."""
+    stream = gap_over(make_stream(t=200), first, end, slice(None))
+    with pytest.raises(ValueError, match=(
+        rf"the {split} part of stream 'toy' \(steps \[{first}, {end}\), 2021-03-0. ..:00 to "
+        r".*\) has no observed value of a forecast channel, only values filled across a gap "
+        r"\(\d+\.\d% of the stream is filled\).*data\.score_filled=true\)\.$"
+    )):  # fmt: skip
+        PointCloudDataModule(stream, input_steps=5, output_steps=3).setup()
+    PointCloudDataModule(stream, input_steps=5, output_steps=3, score_filled=True).setup()
+
+
+def test_one_observed_target_or_an_observed_input_channel_decides():
+    """One observed forecast value in the part is enough; an observed covariate is not."""
+    stream = gap_over(make_stream(t=200), 144, 160, slice(None))
+    stream.mask[159, 4, 1] = True
+    PointCloudDataModule(stream, input_steps=5, output_steps=3).setup()
+    covariate_only = gap_over(make_stream(t=200), 144, 160, slice(0, 2))
+    covariate_only.metadata["covariates"] = ["c2"]
+    with pytest.raises(ValueError, match="the val part"):
+        PointCloudDataModule(covariate_only, input_steps=5, output_steps=3).setup()
+
+
 # ---------------------------------------------------------------- synthetic generator
 def test_generator_deterministic_and_plausible():
     a = SyntheticAdvectionDiffusion(**SMALL, seed=5, cache_dir=None).load()

@@ -93,7 +93,7 @@ def _history(stream: PointCloudStream, steps: range) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("moving", [False, True], ids=["static", "moving"])
-def test_a_training_window_and_the_forecast_input_of_its_history_are_the_same(moving):
+def test_a_training_window_and_the_forecast_input_of_its_history_are_the_same(moving, caplog):
     stream = _stream(moving)
     dm = PointCloudDataModule(
         stream, input_steps=M, output_steps=J, test_fraction=0.2, time_features=["hour"]
@@ -109,7 +109,10 @@ def test_a_training_window_and_the_forecast_input_of_its_history_are_the_same(mo
     assert not item["x_mask"][..., targets + 1].any()
     assert (item["x"][..., targets + 1] == 0).all()
 
-    served = build_input(_history(stream, range(split - M - 2, split)), dm.spec)
+    with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.forecast_input"):
+        served = build_input(_history(stream, range(split - M - 2, split)), dm.spec)
+    (said,) = caplog.messages  # the covariate read nowhere is its training mean, said so
+    assert said.startswith("the history has no reading of the covariate(s) 'w1' at any point")
 
     np.testing.assert_array_equal(served.x, item["x"].numpy())
     np.testing.assert_array_equal(served.future, item["future"].numpy())

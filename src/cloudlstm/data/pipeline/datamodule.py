@@ -45,6 +45,7 @@ from cloudlstm.data.pipeline.resumable import ResumableLoader
 from cloudlstm.data.pipeline.split_rule import SplitRule
 from cloudlstm.data.pipeline.splits import (
     SPLITS,
+    check_observed_targets,
     check_split_lengths,
     seasonal_input_offsets,
     window_ranges,
@@ -250,6 +251,11 @@ class PointCloudDataModule(LightningDataModule):
         # Generates / downloads (and caches) the data; loads it only once per process.
         _ = self.stream
 
+    def _windowed_splits(self) -> list[str]:
+        """The splits long enough for a window (an optional one may be shorter)."""
+        span = self.history_steps + self.output_steps
+        return [s for s, (first, end) in self.window_bounds.items() if end - first >= span]
+
     def setup(self, stage: str | None = None) -> None:
         """Split the stream, fit (or restore) the scaler, normalise the coordinates and cut
         each split's windows; once (later calls do nothing)."""
@@ -267,6 +273,16 @@ class PointCloudDataModule(LightningDataModule):
             stream.name,
             stream.num_steps,
         )
+        if not self.score_filled:
+            check_observed_targets(
+                stream.mask,
+                self.bounds,
+                self.num_channels,
+                self._windowed_splits(),
+                stream.name,
+                stream.missing_fraction,
+                stream.timestamps,
+            )
         if self.holdout is not None:
             self.held_out = self.holdout.mask(stream.point_ids, data_name(self.source, stream))
         self.scaler = fitted_scaler(
@@ -287,9 +303,10 @@ class PointCloudDataModule(LightningDataModule):
         # when it comes from the cache) and normalised when it is asked for; filled
         # (interpolated) values are kept, only entries with no value at all become 0.
         mask = None if self.score_filled else stream.mask  # None: every finite value counts
-        offsets, span = self.input_offsets, self.history_steps + self.output_steps
+        offsets = self.input_offsets
+        windowed = self._windowed_splits()
         for split, (first, end) in self.window_bounds.items():
-            if end - first < span:
+            if split not in windowed:
                 self.datasets[split] = None
                 continue
             hide_inputs, hide_targets = self._hidden(split)

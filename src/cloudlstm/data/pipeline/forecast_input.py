@@ -16,6 +16,7 @@ channel's valid range or absurd against the training medians and spreads
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ from cloudlstm.data.spec import DataSpec
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.data.transforms import scale_coords
 from cloudlstm.errors import UserError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -306,20 +309,30 @@ def _checked_values(
 
 def _refuse_unread_channels(raw: np.ndarray, info: DataSpec, times: np.ndarray, what: str) -> None:
     """A channel without a reading at any point of the history ``raw (H, N, C)`` (NaN:
-    missing) is refused: filling it would give every point its training mean, a forecast
-    started from invented inputs. (A point without readings is filled from the others',
-    as in training, and counted in ``filled_inputs``.)"""
-    unread = [
-        c
-        for c, seen in zip(info.read_channels, np.isfinite(raw).any(axis=(0, 1)), strict=True)
-        if not seen
-    ]
-    if unread:
+    missing) becomes its training mean at every point and step, as an entry no point had
+    does in training. A forecast channel so filled is refused: the forecast would start
+    from invented values. A measured covariate so filled is warned of: the forecast stands
+    on the other inputs. (A point without readings is filled from the others', as in
+    training, and counted in ``filled_inputs``.)"""
+    seen = np.isfinite(raw).any(axis=(0, 1))
+    unread = [c for c, s in zip(info.read_channels, seen, strict=True) if not s]
+    if not unread:
+        return
+    steps = f"{len(times)} steps read ({pd.Timestamp(times[0])} to {pd.Timestamp(times[-1])})"
+    forecast = [c for c in unread if c in info.value_channels]
+    if forecast:
         raise UserError(
-            f"{what} has no reading of {', '.join(map(repr, unread))} at any point in the "
-            f"{len(times)} steps read ({pd.Timestamp(times[0])} to {pd.Timestamp(times[-1])}): "
-            "the forecast would start from invented values; give the readings of those steps."
+            f"{what} has no reading of {', '.join(map(repr, forecast))} at any point in the "
+            f"{steps}: the forecast would start from invented values; give the readings of "
+            "those steps."
         )
+    log.warning(
+        "%s has no reading of the covariate(s) %s at any point in the %s: they are their "
+        "training means there.",
+        what,
+        ", ".join(map(repr, unread)),
+        steps,
+    )
 
 
 def _marked_missing(df: pd.DataFrame, info: DataSpec) -> pd.DataFrame:

@@ -116,6 +116,56 @@ def check_split_lengths(
         )
 
 
+# Steps read at a time where a split's observed targets are looked for: a memory-mapped
+# mask is read only until the first observed value.
+_MASK_CHUNK_STEPS = 256
+
+
+def check_observed_targets(
+    mask: np.ndarray,
+    bounds: Mapping[str, tuple[int, int]],
+    num_targets: int,
+    splits: list[str],
+    stream_name: str,
+    filled: float,
+    timestamps: np.ndarray | None = None,
+) -> None:
+    """A ``UserError`` when one of ``splits`` has no observed target value: its steps lie
+    in a gap of the data, so every target is a filled (interpolated) one, which a run with
+    ``data.score_filled=false`` neither trains on nor scores: its loss or scores would be
+    empty (a NaN validation MAE that selects no checkpoint).
+
+    Args:
+        mask: ``(T, N, C)`` True where a value was observed; the first ``num_targets``
+            channels are the forecast ones.
+        bounds: where each split's targets lie (:func:`split_bounds`).
+        splits: the splits that hold windows.
+        stream_name, filled, timestamps: the stream's name, filled fraction and ``(T,)``
+            times (None: it has none), for the message.
+    """
+    for split in splits:
+        first, end = bounds[split]
+        if any(
+            mask[t : min(t + _MASK_CHUNK_STEPS, end), :, :num_targets].any()
+            for t in range(first, end, _MASK_CHUNK_STEPS)
+        ):
+            continue
+        when = ""
+        if timestamps is not None:
+            first_time, last_time = (
+                np.datetime_as_string(timestamps[t].astype("datetime64[m]")).replace("T", " ")
+                for t in (first, end - 1)
+            )
+            when = f", {first_time} to {last_time}"
+        raise UserError(
+            f"PointCloudDataModule: the {split} part of stream '{stream_name}' (steps "
+            f"[{first}, {end}){when}) has no observed value of a forecast channel, only values "
+            f"filled across a gap ({100 * filled:.1f}% of the stream is filled), so it has "
+            "nothing to train on or score. Put the parts where there are readings "
+            "(data.split_times), or score the filled values too (data.score_filled=true)."
+        )
+
+
 def seasonal_offsets(
     recent_steps: int, steps_per_day: int, days: float = 7, every_minutes: float = 120
 ) -> np.ndarray:
