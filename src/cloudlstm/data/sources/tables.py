@@ -324,6 +324,16 @@ def _log_stream(stream: PointCloudStream, step: np.timedelta64, dropped: int) ->
 
 # ---------------------------------------------------------------------- user files
 PARQUET_SUFFIXES = (".parquet", ".pq")
+# Files that are tables, but of formats not read here: the suffix and what it is.
+OTHER_FORMATS = {
+    ".xlsx": "an Excel workbook",
+    ".xls": "an Excel workbook",
+    ".ods": "an OpenDocument spreadsheet",
+    ".json": "a JSON file",
+    ".feather": "a Feather file",
+    ".npz": "a NumPy archive",
+    ".npy": "a NumPy array",
+}
 # A number written with a decimal comma: "-0,25", "12,5e-3"
 _DECIMAL_COMMA = re.compile(r"^([+-]?\d+),(\d+(?:[eE][+-]?\d+)?)$")
 HDF_SUFFIXES = (".h5", ".hdf5", ".hdf")
@@ -333,21 +343,41 @@ def read_table(
     path: Path, what: str, hdf_key: str | None = None, **csv_kwargs: Any
 ) -> pd.DataFrame:
     """Read a CSV (compression from the suffix: .gz, .bz2, .zip, .xz), Parquet or pandas
-    HDF5 file (``hdf_key``: the table of an HDF5 file, see :func:`read_hdf`)."""
+    HDF5 file (``hdf_key``: the table of an HDF5 file, see :func:`read_hdf`).
+
+    Raises:
+        UserError: a file of a format that is no table of these (an Excel workbook, JSON),
+            or one that cannot be read as its suffix says (named with pandas' reason).
+    """
     suffix = path.suffix.lower()
+    if suffix in OTHER_FORMATS:
+        raise UserError(
+            f"{what[:1].upper()}{what[1:]} {path} is {OTHER_FORMATS[suffix]}, which is not "
+            "read: save it as CSV "
+            "(.csv, .csv.gz, ...), Parquet (.parquet) or pandas HDF5 (.h5)."
+        )
     if suffix in PARQUET_SUFFIXES:
         if not any(importlib.util.find_spec(m) for m in ("pyarrow", "fastparquet")):
             raise MissingPackageError(
                 f"Reading the Parquet file {path} needs pyarrow: `pip install pyarrow` "
                 "(or convert the file to CSV)."
             )
-        return pd.read_parquet(path)
+        try:
+            return pd.read_parquet(path)
+        except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+            raise UserError(f"Cannot read {what} {path} as Parquet: {err}") from None
     if suffix in HDF_SUFFIXES:
         return read_hdf(path, what, hdf_key)
     dialect = {} if "sep" in csv_kwargs else csv_dialect(path)
     try:
         table = pd.read_csv(path, **dialect, **csv_kwargs)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+    except UnicodeDecodeError as err:
+        raise UserError(
+            f"Cannot read {what} {path} as CSV: it is not UTF-8 text (a byte "
+            f"0x{err.object[err.start]:02x}). Save it as UTF-8 (spreadsheets: CSV UTF-8)."
+        ) from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as err:
+        # ValueError: a .zip holding several files, among others
         raise UserError(f"Cannot read {what} {path} as CSV: {err}") from None
     if dialect.get("decimal") == "," and csv_kwargs.get("dtype") is str:
         # pandas applies `decimal` to the numbers it parses, not to text it keeps

@@ -1,4 +1,4 @@
-"""Times and CSV dialects as users' files write them.
+"""Times, CSV dialects and file formats as users' files have them.
 
 Day-first dates, Unix times and dates written as digits are read with
 ``data.source.time_format`` / ``time_unit`` (numbers without a unit are refused, never read
@@ -8,6 +8,7 @@ files. Each reading is compared with the same data written the ordinary way.
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -289,3 +290,37 @@ def test_train_py_says_the_unit_in_one_line(tmp_path):
         "us, ns), or, for dates written as digits (20240131), give their format: "
         "data.source.time_format='%Y%m%d'."
     )
+
+
+# ---------------------------------------------------------------------- file formats
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        (
+            "data.xlsx",
+            b"PK\x03\x04",
+            r"^The long-format file .*data\.xlsx is an Excel workbook, "
+            r"which is not read: save it as CSV \(\.csv, \.csv\.gz, \.\.\.\), Parquet",
+        ),
+        ("data.json", b"[]", r"is a JSON file, which is not read"),
+        (
+            "data.csv",
+            "timestamp,id\n2024-01-01,caf\u00e9\n".encode("latin-1"),
+            r"as CSV: it is not UTF-8 text \(a byte 0xe9\)\. Save it as UTF-8",
+        ),
+        ("data.parquet", b"PAR1 no parquet", r"^Cannot read the long-format file .* as Parquet: "),
+    ],
+    ids=["excel", "json", "latin-1", "broken-parquet"],
+)
+def test_a_file_that_is_no_readable_table_is_one_line(tmp_path, name, content, message):
+    (path := tmp_path / name).write_bytes(content)
+    with pytest.raises(UserError, match=message):
+        stream_of(path)
+
+
+def test_a_zip_of_several_files_is_one_line(tmp_path):
+    with zipfile.ZipFile(path := tmp_path / "data.csv.zip", "w") as archive:
+        archive.writestr("a.csv", "timestamp,id,x,y,v\n")
+        archive.writestr("b.csv", "timestamp,id,x,y,v\n")
+    with pytest.raises(UserError, match=r"as CSV: Multiple files found in ZIP file"):
+        stream_of(path)
