@@ -152,6 +152,32 @@ def test_update_one_step_at_a_time_equals_the_whole_history(points_run, forecast
     pd.testing.assert_frame_equal(f.forecast(), forecaster.forecast(whole))
 
 
+def test_a_reading_fed_again_replaces_the_earlier_one(points_run, forecaster):
+    """A stream sends a step again, corrected, or late: the last row of a time and point
+    counts (two rows of one time and point made the forecast refuse the stream)."""
+    whole = history(points_run)
+    recent = whole[whole["timestamp"] >= STAMPS[SPLIT - M]]
+    f = Forecaster.load(points_run[0], device="cpu")
+    f.update(recent.assign(no2=recent["no2"] + 7.0))  # wrong readings,
+    f.update(recent)  # sent again, corrected,
+    f.update(recent[recent["timestamp"] == STAMPS[SPLIT - M]])  # and the oldest step late
+    assert len(f._buffer) == len(recent)
+    pd.testing.assert_frame_equal(f.forecast(), forecaster.forecast(whole))
+
+
+@pytest.mark.parametrize("given", [{"timestamp": ["2021-01-01"]}, [1, 2, 3]], ids=["dict", "list"])
+def test_a_history_that_is_no_dataframe_is_one_line(forecaster, given):
+    kind = type(given).__name__
+    with pytest.raises(
+        UserError,
+        match=rf"^the history is a {kind}, not a pandas DataFrame of readings \(columns "
+        r"\['timestamp', 'id', 'x', 'y', 'no2', 'pm25'\]\): give pd\.DataFrame\(rows\)",
+    ):
+        forecaster.forecast(given)
+    with pytest.raises(UserError, match=rf"^the snapshot is a {kind}, not a pandas DataFrame"):
+        forecaster.update(given)
+
+
 def test_new_point_and_missing_snapshot_rows_for_cloudlstm(points_run, forecaster):
     df = history(points_run)
     new = df[df["id"] == "p0"].assign(id="q9", x=5.0, y=5.0, no2=lambda d: d["no2"] + 3.0)

@@ -181,13 +181,17 @@ class Forecaster:
     def update(self, snapshot: pd.DataFrame) -> None:
         """Add rows (usually one time step of readings) to the stream :meth:`forecast` reads.
 
-        Only the last ``history_steps`` steps are kept. A run trained on a wide table takes
+        Only the last ``history_steps`` steps are kept. A row for a time and point fed
+        before replaces the earlier one (a reading sent again, or corrected); rows of an
+        earlier time than the newest fill that step. A run trained on a wide table takes
         wide rows too (:func:`~cloudlstm.data.pipeline.wide_history.long_history`).
         """
         rows = parse_history(
             long_history(snapshot, self.info, "the snapshot"), self.info, "the snapshot"
         )
         stream = rows if self._buffer is None else pd.concat([self._buffer, rows])
+        key = [self.info.time_col, self.info.id_col]
+        stream = stream.drop_duplicates(subset=key, keep="last")
         times = stream[self.info.time_col].to_numpy()
         step = history_step(times, self.info, "the stream fed to update()")
         stream = stream[times > times.max() - self.history_steps * step]

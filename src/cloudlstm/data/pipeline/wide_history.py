@@ -29,9 +29,15 @@ def long_history(df: pd.DataFrame, info: DataSpec, what: str) -> pd.DataFrame:
     columns) melted, any other table unchanged (its columns are checked later).
 
     Raises:
-        UserError: a wide table whose run reads several channels, without times, or with
-            columns that are not training points.
+        UserError: ``df`` is no DataFrame; a wide table whose run reads several channels,
+            without times, or with columns that are not training points.
     """
+    if not isinstance(df, pd.DataFrame):
+        raise UserError(
+            f"{what} is a {type(df).__name__}, not a pandas DataFrame of readings (columns "
+            f"{[info.time_col, info.id_col, *info.coord_cols, *info.read_channels]}): give "
+            "pd.DataFrame(rows), pd.read_csv(path) or the like."
+        )
     trained = set(info.point_ids)
     if info.id_col in df.columns or not set(map(id_text, df.columns)) & trained:
         return df
