@@ -26,6 +26,7 @@ from cloudlstm.assembly.build import (
 )
 from cloudlstm.assembly.checkpoint_fit import check_resume_fits
 from cloudlstm.assembly.known_keys import check_known_keys
+from cloudlstm.assembly.resume_data import check_resume_data
 from cloudlstm.assembly.resume_shapes import check_resume_shapes
 from cloudlstm.engine.callbacks import EpochTimer
 from cloudlstm.engine.module import TrainingDivergedError
@@ -183,9 +184,11 @@ def _selection(trainer: L.Trainer) -> dict[str, Any] | None:
 
 
 def _checked_resume(job: Assembly, path: Path) -> int | None:
-    """Check that the checkpoint to resume from is sound and fits the module; its step."""
+    """Check that the checkpoint to resume from is sound and fits the module and the data;
+    its step."""
     resumed = check_checkpoint(path)
     check_resume_fits(job.module, resumed, path)
+    check_resume_data(job.spec, resumed, path, list(job.cfg.get("allow_changes") or []))
     return resumed.get("global_step")
 
 
