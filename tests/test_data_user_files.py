@@ -9,6 +9,7 @@ files. Each reading is compared with the same data written the ordinary way.
 from __future__ import annotations
 
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -202,23 +203,11 @@ def test_a_wide_table_reads_its_time_column_in_unix_time(tmp_path):
 
 # ---------------------------------------------------------------------- forecasting
 def spec(**time_reading) -> DataSpec:
-    return DataSpec(
-        scaler={"mean": [0.0], "std": [1.0]},
-        channel_names=["v"],
-        value_channels=["v"],
-        point_ids=["p0", "p1"],
-        coords=[[0.0, 0.0], [1.0, 1.0]],
-        coord_lo=[0.0, 0.0],
-        coord_span=[1.0, 1.0],
-        coord_degenerate=[False, False],
-        input_offsets=list(range(-4, 0)),
-        output_steps=1,
-        step_minutes=60.0,
-        steps_per_day=24,
-        moving=False,
-        coord_cols=["x", "y"],
-        model="CloudLSTM",
-        **time_reading,
+    """Two points ``p0``, ``p1`` of one channel ``v``, hourly, 4 input steps."""
+    sized = DataSpec.sized(num_points=2, num_channels=1, input_steps=4, output_steps=1,
+                           steps_per_day=24)  # fmt: skip
+    return replace(
+        sized, channel_names=["v"], value_channels=["v"], point_ids=["p0", "p1"], **time_reading
     )
 
 
