@@ -38,10 +38,12 @@ __all__ = ["LongFormatSource"]
 log = logging.getLogger(__name__)
 
 # Bump when the reading changes, so stale caches are not reused.
-_VERSION = 1
+_VERSION = 2
 
 
 DATA_SUFFIXES = (".csv", ".parquet", ".pq")
+# How pandas names a column whose header cell is empty
+_UNNAMED = "Unnamed: "
 
 
 def folder_given(path: Path, option: str) -> str:
@@ -267,7 +269,19 @@ class LongFormatSource(CachedSource):
         return pos[known.argmax(axis=0), np.arange(pos.shape[1])], None
 
     def _numeric_columns(self, df: pd.DataFrame, keys: list[str]) -> list[str]:
+        """The channel columns found alone: the (mostly) numeric columns besides ``keys``,
+        but one without a name (``Unnamed: 0``, the row numbers ``DataFrame.to_csv``
+        writes as its first column by default), which would be forecast as a channel."""
         others = [c for c in df.columns if c not in keys]
+        unnamed = [str(c) for c in others if str(c).startswith(_UNNAMED)]
+        if unnamed:
+            log.info(
+                "%s: skipping column(s) without a name %s (an index written with the rows); "
+                "name a column and list it in data.source.value_cols to forecast it.",
+                self.path,
+                unnamed,
+            )
+            others = [c for c in others if str(c) not in unnamed]
         numeric = [str(c) for c in others if mostly_numeric(df[c])]
         skipped = [str(c) for c in others if str(c) not in numeric]
         if skipped:

@@ -49,7 +49,7 @@ __all__ = ["WideTableSource", "read_positions"]
 log = logging.getLogger(__name__)
 
 # Bump when the reading changes, so stale caches are not reused.
-_VERSION = 1
+_VERSION = 2
 # Names (lower case) a positions file's id column goes by, in the order they are looked for.
 ID_NAMES = ("id", "sensor_id", "cellid", "cell_id", "square_id", "station", "node_id")
 LONGITUDE_NAMES = ("longitude", "lon", "lng")
