@@ -445,6 +445,23 @@ def test_runs_without_config_and_metrics_files_as_arguments(tmp_path):
     assert table["model"] == ["lstm", "cloudlstm"] and table["n"] == [1, 1]
 
 
+def test_a_run_without_config_is_a_row_of_its_own_among_runs_with_one(seeds, capsys):
+    """Its settings are unknown: they made every setting of the others a column, and it is
+    no seed of any of their rows."""
+    write_run(seeds / "copied", 3.0, config=False)
+    code, out, err = run_main(capsys, seeds, "--metrics", "mae")
+    assert code == 0
+    assert err == [
+        f"compare: 1 run(s) without config.yaml, whose settings are unknown: each is a row of "
+        f"its own ({seeds / 'copied'})"
+    ]
+    header, _, *rows = out.splitlines()
+    assert header.startswith("| model | data | config.yaml | model.k | n |")
+    assert sorted(row.split(" | ")[2:5] for row in rows) == [
+        ["", "3", "3"], ["", "6", "1"], ["absent", "", "1"]
+    ]  # fmt: skip
+
+
 def test_scale_free_mae_column_and_older_files(tmp_path, capsys):
     """smae aggregates like the other metrics; runs written before it show an empty cell."""
     for seed, mae in enumerate((1.0, 2.0, 4.0)):

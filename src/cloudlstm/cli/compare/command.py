@@ -206,6 +206,13 @@ def _find_runs(dirs: Sequence[Path], include_evals: bool) -> list[Run]:
         )
     if pending := runs_without_results(dirs, found):
         print(f"compare: {_no_row(pending, dirs)}", file=sys.stderr)
+    if unknown := [run.path for run in runs if not run.has_config]:
+        shown = ", ".join(map(str, unknown[:3])) + (" ..." if len(unknown) > 3 else "")
+        print(
+            f"compare: {len(unknown)} run(s) without config.yaml, whose settings are unknown: "
+            f"each is a row of its own ({shown})",
+            file=sys.stderr,
+        )
     if not runs:
         where = " ".join(map(str, dirs))
         raise CompareError(f"no metrics.json with test results under {where}")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cloudlstm.cli.compare.cells import Stat
-from cloudlstm.cli.compare.runs import RUN_KEYS, CompareError, Run
+from cloudlstm.cli.compare.runs import NO_CONFIG_KEY, RUN_KEYS, CompareError, Run
 from cloudlstm.cli.compare.settings import is_setting
 
 # Hint of an unknown --by key: at most this many names.
@@ -117,14 +117,19 @@ def default_keys(runs: Sequence[Run]) -> list[str]:
     extra = set()
     for members in _partition(runs, RUN_KEYS).values():
         extra.update(varying_keys(members))
+        if len({run.has_config for run in members}) > 1:
+            extra.add(NO_CONFIG_KEY)
     return [*RUN_KEYS, *sorted(extra)]
 
 
 def varying_keys(runs: Sequence[Run]) -> list[str]:
-    """Settings (:func:`is_setting`) whose values differ between ``runs``."""
-    keys = set().union(*(run.keys for run in runs))
+    """Settings (:func:`is_setting`) whose values differ between ``runs``; those with a
+    ``config.yaml`` decide where there are any (a run without one would make every setting
+    differ; its unknown settings keep it in a row of its own)."""
+    known = [run for run in runs if run.has_config] or list(runs)
+    keys = set().union(*(run.keys for run in known))
     return sorted(
-        key for key in keys if is_setting(key) and len({run.value(key) for run in runs}) > 1
+        key for key in keys if is_setting(key) and len({run.value(key) for run in known}) > 1
     )
 
 

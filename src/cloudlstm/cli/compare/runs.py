@@ -27,6 +27,8 @@ YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 RUN_KEYS = ("model", "data")  # recorded by train.py in metrics.json["run"]
 # The key of an evaluation's row (eval.py's re-test of a run): its checkpoint and overrides.
 EVALUATION_KEY = "evaluation"
+# The key of the runs without config.yaml, "absent", which keeps them in rows of their own
+NO_CONFIG_KEY = "config.yaml"
 
 
 class CompareError(Exception):
@@ -53,6 +55,7 @@ class Run:
     # the validation score of the tested checkpoint, and its metric ("val/mae")
     val_monitor: str | None = None
     val_score: float | None = None
+    has_config: bool = True  # False: no config.yaml beside its metrics.json
 
     def value(self, key: str) -> str:
         """The key's value as text; "" where this run's config lacks it or leaves it empty
@@ -120,6 +123,8 @@ def load_run(path: Path) -> Run | None:
     keys = {"model": info.get("model", "?"), "data": info.get("data", "?"), **config}
     if results.get("run_dir"):
         keys[EVALUATION_KEY] = _evaluation(results, config)
+    if not config_path.exists():
+        keys[NO_CONFIG_KEY] = "absent"
     results_of = _Results(path)
     test = results_of.mapping(test, "test")
     return Run(
@@ -148,6 +153,7 @@ def load_run(path: Path) -> Run | None:
         train_steps=results_of.number(results, "steps"),
         s_per_1k_steps=results_of.number(results.get("cost") or {}, "train_s_per_1k_steps"),
         evaluated_run=str(results.get("run_dir") or ""),
+        has_config=config_path.exists(),
         **_selection(results, config, results_of),
     )
 
