@@ -396,7 +396,7 @@ def csv_dialect(path: Path, lines: int = 50) -> dict[str, str]:
     try:
         with get_handle(path, "r", compression="infer", errors="replace") as handle:
             head = [line.rstrip("\r\n") for line in itertools.islice(handle.handle, lines + 1)]
-    except (OSError, EOFError, ValueError):
+    except (OSError, EOFError, ValueError, ImportError):  # ImportError: .zst without zstandard
         return {}  # read_csv then names what is wrong with the file
     header = head[0].lstrip("\ufeff") if head else ""
     sep = next((s for s in (";", "\t") if "," not in header and s in header), None)
