@@ -55,7 +55,11 @@ class Run:
     # the validation score of the tested checkpoint, and its metric ("val/mae")
     val_monitor: str | None = None
     val_score: float | None = None
-    has_config: bool = True  # False: no config.yaml beside its metrics.json
+
+    @property
+    def has_config(self) -> bool:
+        """Whether a ``config.yaml`` lies beside its ``metrics.json``."""
+        return NO_CONFIG_KEY not in self.keys
 
     def value(self, key: str) -> str:
         """The key's value as text; "" where this run's config lacks it or leaves it empty
@@ -116,14 +120,15 @@ def load_run(path: Path) -> Run | None:
         return None
     info = results.get("run") or {}  # null in an evaluation of an unfinished run
     config_path = path.parent / CONFIG_FILE
+    has_config = config_path.exists()
     # in today's form: runs of one setting from before and after a class moved group together
-    config = flatten(current_form(read_yaml_mapping(config_path))) if config_path.exists() else {}
+    config = flatten(current_form(read_yaml_mapping(config_path))) if has_config else {}
     if config:  # a run from before a setting existed did what its value in ADDED_SINCE does
         config = {**ADDED_SINCE, **config}
     keys = {"model": info.get("model", "?"), "data": info.get("data", "?"), **config}
     if results.get("run_dir"):
         keys[EVALUATION_KEY] = _evaluation(results, config)
-    if not config_path.exists():
+    if not has_config:
         keys[NO_CONFIG_KEY] = "absent"
     results_of = _Results(path)
     test = results_of.mapping(test, "test")
@@ -153,7 +158,6 @@ def load_run(path: Path) -> Run | None:
         train_steps=results_of.number(results, "steps"),
         s_per_1k_steps=results_of.number(results.get("cost") or {}, "train_s_per_1k_steps"),
         evaluated_run=str(results.get("run_dir") or ""),
-        has_config=config_path.exists(),
         **_selection(results, config, results_of),
     )
 
