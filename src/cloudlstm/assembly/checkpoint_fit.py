@@ -83,7 +83,7 @@ def restore_scaler(datamodule: Any, trained: TrainedCheckpoint) -> None:
             "a run on another kind of data. Evaluate it with its own run (run=<its run dir>)."
         )
     # the scaler's channels: the targets, then the covariates
-    names = None if spec is None else [*spec.channel_names, *spec.covariate_names]
+    names = None if spec is None else spec.scaled_channels
     count = len(scaler["mean"])  # made a scaler once, by use_scaler
     have = [*datamodule.channel_names, *datamodule.covariate_names]
     if count != len(have) or (names is not None and names != have):

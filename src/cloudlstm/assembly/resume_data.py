@@ -59,7 +59,7 @@ def check_resume_data(
 
 def data_difference(then: DataSpec, now: DataSpec) -> str:
     """The first difference between the data of two descriptions, in words; "" if none."""
-    if [*then.channel_names, *then.covariate_names] != [*now.channel_names, *now.covariate_names]:
+    if then.scaled_channels != now.scaled_channels:
         return f"its channels were {_listed(then)}, they are {_listed(now)}"
     if then.point_ids != now.point_ids:
         return _points_differ(then.point_ids, now.point_ids)
@@ -73,7 +73,7 @@ def data_difference(then: DataSpec, now: DataSpec) -> str:
 
 def _scaler_difference(then: DataSpec, now: DataSpec) -> str:
     """The first channel whose training-part mean or spread changed, in words."""
-    names = [*now.channel_names, *now.covariate_names]
+    names = now.scaled_channels
     old, new = then.scaler, now.scaler
     for stat in ("mean", "std"):
         a, b = np.asarray(old[stat], dtype=float), np.asarray(new[stat], dtype=float)
@@ -99,4 +99,4 @@ def _points_differ(then: list[str], now: list[str]) -> str:
 
 
 def _listed(spec: DataSpec) -> str:
-    return "[" + ", ".join([*spec.channel_names, *spec.covariate_names]) + "]"
+    return "[" + ", ".join(spec.scaled_channels) + "]"

@@ -217,6 +217,12 @@ class DataSpec:
         return time_feature_names(self.time_features)
 
     @property
+    def scaled_channels(self) -> list[str]:
+        """The channels the scaler normalises, in its order: the stream's (targets, with
+        moving points' positions), then the measured covariates."""
+        return [*self.channel_names, *self.covariate_names]
+
+    @property
     def read_channels(self) -> list[str]:
         """The columns a forecast's history gives for each point: the value channels and
         the measured covariates."""
