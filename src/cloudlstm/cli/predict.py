@@ -61,11 +61,12 @@ def check_settings(cfg: DictConfig) -> None:
 def _extra_keys(node: DictConfig, declared: DictConfig, path: str) -> list[str]:
     """The keys of ``node`` (``hydra`` left out) that ``declared`` does not have."""
     extra = []
+    known_keys = set(declared.keys())  # not `key in declared`: False for a key set to ???
     for key in node:
         where = f"{path}{key}"
         if where in ("hydra", "defaults"):
             continue
-        if key not in set(declared.keys()):  # `in` is False for a key whose value is ???
+        if key not in known_keys:
             extra.append(where)
             continue
         child, known = node._get_node(key), declared._get_node(key)

@@ -324,6 +324,7 @@ def _log_stream(stream: PointCloudStream, step: np.timedelta64, dropped: int) ->
 
 # ---------------------------------------------------------------------- user files
 PARQUET_SUFFIXES = (".parquet", ".pq")
+HDF_SUFFIXES = (".h5", ".hdf5", ".hdf")
 # Files that are tables, but of formats not read here: the suffix and what it is.
 OTHER_FORMATS = {
     ".xlsx": "an Excel workbook",
@@ -336,7 +337,6 @@ OTHER_FORMATS = {
 }
 # A number written with a decimal comma: "-0,25", "12,5e-3"
 _DECIMAL_COMMA = re.compile(r"^([+-]?\d+),(\d+(?:[eE][+-]?\d+)?)$")
-HDF_SUFFIXES = (".h5", ".hdf5", ".hdf")
 
 
 def read_table(
@@ -353,8 +353,7 @@ def read_table(
     if suffix in OTHER_FORMATS:
         raise UserError(
             f"{what[:1].upper()}{what[1:]} {path} is {OTHER_FORMATS[suffix]}, which is not "
-            "read: save it as CSV "
-            "(.csv, .csv.gz, ...), Parquet (.parquet) or pandas HDF5 (.h5)."
+            "read: save it as CSV (.csv, .csv.gz, ...), Parquet (.parquet) or pandas HDF5 (.h5)."
         )
     if suffix in PARQUET_SUFFIXES:
         if not any(importlib.util.find_spec(m) for m in ("pyarrow", "fastparquet")):
