@@ -1,0 +1,298 @@
+"""Result campaigns on a GPU machine: the runs that take a CPU core hours each, side by side
+on one GPU under a deadline, their results packed into one archive.
+
+    python benchmarks/gpu_campaign.py PLAN [--seconds S] [--out DIR] [--work DIR] [--data DIR]
+                                           [--device cpu] [--smoke]
+
+A plan (:data:`PLANS`) is one or more ``train.py -m`` sweeps of an experiment preset, each
+run with Hydra's joblib launcher (every job of a sweep at once) on the one GPU, followed by
+the ``eval.py`` re-tests its runs need. The runs write where the preset puts them, under
+``<work>/outputs/`` (``--work``, by default a folder in the system's temporary one), so the
+archive unpacks into a checkout's ``outputs/`` as if they had run there.
+
+* **Deadline.** At ``--seconds`` the sweep gets SIGTERM: its running jobs save
+  ``last.ckpt`` and stop (docs/cluster.md, "A stopped run says so"). The archive holds
+  finished runs only, since a GPU machine starts bare and a checkpoint is too large to
+  bring back; ``campaign.json`` names every run and whether it finished.
+* **Float32 as on a CPU.** ``NVIDIA_TF32_OVERRIDE=0`` keeps cuBLAS and cuDNN from rounding
+  float32 products to TF32 (cuDNN's RNNs and convolutions do by default on Ampere and
+  newer), so a run differs from its CPU twin by rounding order alone.
+* **Data.** ``--data DIR`` (default ``.gpu_data`` in the checkout, where
+  ``benchmarks/gpu_prepare.sh`` copies the shared data sets, when it exists) is where the
+  presets read Beijing, METR-LA and Milan (their ``CLOUDLSTM_*_ROOT`` variables).
+* **Output.** ``runs.tar.gz`` (each finished run's ``metrics.json`` and ``config.yaml``,
+  and its ``eval/*/`` ones, paths from ``outputs/``), ``campaign.json`` (the commands, their
+  exit codes and seconds, each run folder and whether it finished) and ``campaign.log``.
+
+``--device cpu`` runs the same commands with ``trainer=cpu``; with ``--smoke`` every run
+trains a few steps, which checks a plan end to end where there is no GPU. On the GPU
+machine, after ``benchmarks/gpu_wheels.sh``'s install line::
+
+    PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 \\
+        python3 benchmarks/gpu_campaign.py beijing_knn --seconds 420 --out $OUT
+
+and here, with the files that came back (``files_at``)::
+
+    tar xzf <files_at>/runs.tar.gz -C outputs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA_ROOTS = {  # preset variable -> folder of ../shared/data (and of --data)
+    "CLOUDLSTM_BEIJING_ROOT": "beijing_multisite",
+    "CLOUDLSTM_METR_LA_ROOT": "metr_la_week",
+    "CLOUDLSTM_MILAN_ROOT": "milan_telecom",
+}
+GRACE_S = 120  # after SIGTERM: the jobs' save and the sweep's report, then SIGKILL
+# --smoke: a few steps per run; eval.py takes the last one
+SMOKE = ("trainer.max_steps=4", "scheduler.warmup_steps=1", "trainer.val_check_interval=2",
+         "trainer.limit_val_batches=2", "trainer.limit_test_batches=2")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Eval:
+    """``eval.py run=<dir> <overrides>`` for each finished run whose folder, relative to
+    ``outputs/``, matches ``runs`` (a glob)."""
+
+    runs: str
+    overrides: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One ``train.py -m <overrides>``, its ``jobs`` runs all at once, then its evals."""
+
+    overrides: tuple[str, ...]
+    jobs: int
+    evals: tuple[Eval, ...] = ()
+
+
+PLANS: dict[str, tuple[Sweep, ...]] = {
+    # docs/held_out_sites.md: the two kNN-LSTMs' three draws, and K = 3's test without
+    # the held-out stations' readings.
+    "beijing_knn": (
+        Sweep(
+            ("experiment=beijing_held_out", "model=knn_lstm,knn_lstm_k3", "seed=0,1,2"),
+            jobs=6,
+            evals=(Eval("beijing_held_out/*/knn_lstm_k3/seed_*", ("data.holdout_history=false",)),),
+        ),
+    ),
+    # docs/results.md, "Held-out squares on Milan": the models CPU runs have not reached.
+    "milan_held_out": (
+        Sweep(
+            (
+                "experiment=milan_held_out",
+                "model=knn_lstm,knn_lstm_k3,cloudlstm_k3,cloudgru_k3,attention_cloudlstm_k3",
+                "seed=0,1,2",
+            ),
+            jobs=15,
+            evals=tuple(
+                Eval(f"milan_held_out/*/{model}/seed_*", ("data.holdout_history=false",))
+                for model in (
+                    "knn_lstm_k3",
+                    "cloudlstm_k3",
+                    "cloudgru_k3",
+                    "attention_cloudlstm_k3",
+                )
+            ),
+        ),
+    ),
+    # docs/results.md, "METR-LA's week": the graph baselines, then the CloudLSTM family.
+    "metr_la_graph": (
+        Sweep(
+            ("experiment=metr_la", "model=dcrnn,graph_wavenet,agcrn,staeformer", "seed=0,1,2"),
+            jobs=12,
+        ),
+    ),
+    "metr_la_cloud": (
+        Sweep(
+            (
+                "experiment=metr_la",
+                "model=convlstm,predrnnpp,cloudlstm_k3,cloudgru_k3,attention_cloudlstm_k3",
+                "seed=0,1,2",
+            ),
+            jobs=15,
+        ),
+    ),
+    # docs/results.md, "Milan": the CloudLSTM family's other two cells on both splits.
+    "milan_cloud": tuple(
+        Sweep(
+            (f"experiment={preset}", "model=cloudgru_k3,attention_cloudlstm_k3", "seed=0,1,2"),
+            jobs=6,
+        )
+        for preset in ("milan", "milan_ordinary_weeks")
+    ),
+}
+
+
+@dataclass
+class Step:
+    """One command of the campaign and what became of it."""
+
+    command: list[str]
+    exit_code: int | None = None
+    seconds: float = 0.0
+    stopped_at_deadline: bool = False
+
+
+def run_until(command: list[str], deadline: float, env: dict[str, str], log: Path) -> Step:
+    """Run ``command`` from the checkout, appending its output to ``log``; at ``deadline``
+    (a ``time.monotonic()``) SIGTERM its process alone (a sweep's parent passes it on to its
+    jobs), then SIGKILL its process group ``GRACE_S`` later."""
+    step = Step(command)
+    start = time.monotonic()
+    with log.open("a") as out:
+        out.write(f"\n$ {' '.join(command)}\n")
+        out.flush()
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            step.exit_code = process.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            step.stopped_at_deadline = True
+            process.send_signal(signal.SIGTERM)
+            try:
+                step.exit_code = process.wait(timeout=GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                step.exit_code = process.wait()
+    step.seconds = round(time.monotonic() - start, 1)
+    return step
+
+
+def run_folders(outputs: Path, pattern: str) -> list[Path]:
+    """The run folders under ``outputs`` matching ``pattern`` (those with a
+    ``config.yaml``, i.e. runs that began), sorted."""
+    return sorted(p for p in outputs.glob(pattern) if (p / "config.yaml").is_file())
+
+
+def finished(run: Path) -> bool:
+    """A run is finished when it wrote its ``metrics.json``."""
+    return (run / "metrics.json").is_file()
+
+
+def state(run: Path) -> dict[str, Any]:
+    """Whether ``run`` finished, and the checkpoints it left (where an unfinished one got)."""
+    checkpoints = sorted(p.name for p in (run / "checkpoints").glob("*.ckpt"))
+    return {"finished": finished(run), "checkpoints": checkpoints}
+
+
+def pack(outputs: Path, archive: Path) -> list[str]:
+    """Write each finished run's ``metrics.json`` and ``config.yaml`` (and those of its
+    ``eval/*/``) to ``archive``, as paths relative to ``outputs``; return the runs."""
+    runs = sorted(
+        m.parent for m in outputs.rglob("metrics.json")
+        if m.parent.parent.name != "eval" and (m.parent / "config.yaml").is_file()
+    )  # fmt: skip
+    with tarfile.open(archive, "w:gz") as tar:
+        for run in runs:
+            for name in ("metrics.json", "config.yaml"):
+                tar.add(run / name, arcname=str((run / name).relative_to(outputs)))
+            for evaluation in sorted((run / "eval").glob("*/metrics.json")):
+                for name in ("metrics.json", "config.yaml"):
+                    path = evaluation.parent / name
+                    if path.is_file():
+                        tar.add(path, arcname=str(path.relative_to(outputs)))
+    return [str(r.relative_to(outputs)) for r in runs]
+
+
+def environment(data: Path | None, device: str) -> dict[str, str]:
+    """The commands' environment: the data roots, the outputs' root, float32 kept."""
+    env = dict(os.environ, PROJECT_ROOT=str(ROOT), PYTHONUNBUFFERED="1")
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if device == "gpu":
+        env["NVIDIA_TF32_OVERRIDE"] = "0"
+    if data is not None:
+        for variable, folder in DATA_ROOTS.items():
+            if (data / folder).is_dir():
+                env[variable] = str(data / folder)
+    return env
+
+
+def train_command(sweep: Sweep, outputs: Path, device: str, smoke: bool) -> list[str]:
+    """``train.py -m`` for ``sweep``: all its jobs at once on the device, CSV logs."""
+    threads = max(1, (os.cpu_count() or 1) // sweep.jobs)
+    return [
+        sys.executable, "train.py", "-m", *sweep.overrides,
+        f"trainer={device}", "hydra/launcher=joblib", f"hydra.launcher.n_jobs={sweep.jobs}",
+        f"torch_threads={threads}", "logger=csv", f"paths.log_dir={outputs}",
+        *(SMOKE if smoke else ()),
+    ]  # fmt: skip
+
+
+def eval_commands(evaluation: Eval, outputs: Path, device: str, smoke: bool) -> list[list[str]]:
+    """``eval.py`` for each finished run the evaluation names."""
+    return [
+        [sys.executable, "eval.py", f"run={run}", *evaluation.overrides, f"trainer={device}",
+         *(SMOKE[-1:] if smoke else ())]
+        for run in run_folders(outputs, evaluation.runs)
+        if finished(run)
+    ]  # fmt: skip
+
+
+def campaign(plan: str, seconds: float, out: Path, work: Path, data: Path | None,
+             device: str, smoke: bool) -> dict[str, Any]:  # fmt: skip
+    """Run ``plan`` until ``seconds`` from now; write the archive, the JSON and the log."""
+    deadline = time.monotonic() + seconds
+    outputs = work / "outputs"
+    outputs.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    env, log = environment(data, device), out / "campaign.log"
+    steps: list[Step] = []
+    for sweep in PLANS[plan]:
+        if time.monotonic() >= deadline:
+            break
+        steps.append(run_until(train_command(sweep, outputs, device, smoke), deadline, env, log))
+        for evaluation in sweep.evals:
+            for command in eval_commands(evaluation, outputs, device, smoke):
+                if time.monotonic() < deadline:
+                    steps.append(run_until(command, deadline, env, log))
+    results = {
+        "plan": plan,
+        "device": device,
+        "smoke": smoke,
+        "steps": [asdict(s) for s in steps],
+        "runs": {str(r.relative_to(outputs)): state(r) for r in run_folders(outputs, "**/seed_*")},
+        "packed": pack(outputs, out / "runs.tar.gz"),
+    }
+    (out / "campaign.json").write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("plan", choices=sorted(PLANS))
+    parser.add_argument("--seconds", type=float, default=420.0)
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_campaign_out")))
+    parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument("--data", type=Path, default=ROOT / ".gpu_data")
+    parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
+    parser.add_argument("--smoke", action="store_true", help="a few steps per run")
+    args = parser.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="gpu_campaign_"))
+    data = args.data if args.data.is_dir() else None
+    results = campaign(args.plan, args.seconds, args.out, work, data, args.device, args.smoke)
+    done = sum(run["finished"] for run in results["runs"].values())
+    print(f"{args.plan}: {done} of {len(results['runs'])} runs finished; "
+          f"{len(results['packed'])} packed in {args.out / 'runs.tar.gz'}")  # fmt: skip
+    return 0 if results["runs"] and done == len(results["runs"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
