@@ -315,6 +315,25 @@ def test_a_part_without_an_observed_target_is_refused(split, first, end):
     PointCloudDataModule(stream, input_steps=5, output_steps=3, score_filled=True).setup()
 
 
+def test_an_evaluation_checks_only_the_test_part_it_scores():
+    """With a trained run's scaler the data serve its evaluation, which neither trains nor
+    validates: a validation part in a gap is no reason to refuse, a test part in one is."""
+    trained = PointCloudDataModule(make_stream(t=200), input_steps=5, output_steps=3)
+    scaler = trained.spec.scaler
+    val_gap = PointCloudDataModule(
+        gap_over(make_stream(t=200), 144, 160, slice(None)), input_steps=5, output_steps=3
+    )
+    val_gap.use_scaler(scaler)
+    val_gap.setup()
+    assert val_gap.window_bounds["test"] == trained.window_bounds["test"]
+    test_gap = PointCloudDataModule(
+        gap_over(make_stream(t=200), 160, 200, slice(None)), input_steps=5, output_steps=3
+    )
+    test_gap.use_scaler(scaler)
+    with pytest.raises(ValueError, match="the test part of stream 'toy'"):
+        test_gap.setup()
+
+
 def test_one_observed_target_or_an_observed_input_channel_decides():
     """One observed forecast value in the part is enough; an observed covariate is not."""
     stream = gap_over(make_stream(t=200), 144, 160, slice(None))

@@ -9,7 +9,9 @@ So the description of the data the checkpoint was trained on (its
 :class:`~cloudlstm.data.spec.DataSpec`) is compared with the data's now: channels, points,
 their coordinates, the sampling step and the training part's scaler. A difference stops
 the run in one line; ``allow_changes=[data...]`` (a data setting changed on purpose) and
-checkpoints written before they stored the description are not checked.
+checkpoints written before they stored the description are not checked, unless the
+allowed setting is one that serves the same data otherwise (``data.batch_size``,
+``data.stride``, ``data.holdout_history``), which lets no other data through.
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ from cloudlstm.errors import UserError
 
 __all__ = ["check_resume_data"]
 
+# Data settings that change how the same data are served (the batches, the windows' stride,
+# the test-time held-out mode), never the description compared here: allowing one of them
+# to change lets no other data through.
+_SERVING_KEYS = frozenset({"batch_size", "stride", "holdout_history"})
+
 # Relative tolerance on the scaler's statistics: the same values fitted again on another
 # machine may differ in their last bits; a changed reading moves them far more.
 _RTOL = 1e-6
@@ -38,12 +45,13 @@ def check_resume_data(
     Args:
         spec: the description of the data now.
         checkpoint: the checkpoint's contents.
-        allowed: the run's ``allow_changes``: one under ``data`` lets any data through.
+        allowed: the run's ``allow_changes``: one under ``data``, but for those that serve
+            the same data otherwise, lets any data through.
 
     Raises:
         UserError: naming the first difference, and the ways on.
     """
-    if any(str(key).split(".")[0] == "data" for key in allowed):
+    if any(_changes_data(str(key)) for key in allowed):
         return
     state = stored_spec(checkpoint)
     if state is None:
@@ -55,6 +63,12 @@ def check_resume_data(
             "the data the run trained on to resume it, or train on these afresh: resume=never "
             "(better in a new run directory)."
         )
+
+
+def _changes_data(key: str) -> bool:
+    """Whether allowing ``key`` to change allows the data to (``data``, ``data.source``)."""
+    parts = key.split(".")
+    return parts[0] == "data" and (len(parts) == 1 or parts[1] not in _SERVING_KEYS)
 
 
 def data_difference(then: DataSpec, now: DataSpec) -> str:

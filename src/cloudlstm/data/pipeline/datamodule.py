@@ -256,6 +256,13 @@ class PointCloudDataModule(LightningDataModule):
         span = self.history_steps + self.output_steps
         return [s for s, (first, end) in self.window_bounds.items() if end - first >= span]
 
+    def _scored_splits(self) -> list[str]:
+        """The splits whose targets are trained on or scored: the windowed ones, or, with a
+        trained run's scaler (:meth:`use_scaler`: the data serve its evaluation), the test
+        part alone."""
+        splits = self._windowed_splits()
+        return [s for s in splits if s == "test"] if self._scaler_state is not None else splits
+
     def setup(self, stage: str | None = None) -> None:
         """Split the stream, fit (or restore) the scaler, normalise the coordinates and cut
         each split's windows; once (later calls do nothing)."""
@@ -278,7 +285,7 @@ class PointCloudDataModule(LightningDataModule):
                 stream.mask,
                 self.bounds,
                 self.num_channels,
-                self._windowed_splits(),
+                self._scored_splits(),
                 stream.name,
                 stream.missing_fraction,
                 stream.timestamps,
@@ -451,7 +458,8 @@ class PointCloudDataModule(LightningDataModule):
     def use_scaler(self, scaler: dict[str, Any]) -> None:
         """Normalise with ``scaler`` (:meth:`StandardScaler.to_dict`, a training run's)
         instead of fitting one: call before :meth:`setup`. Checkpoints hold the scaler in
-        their :class:`DataSpec`, not in a datamodule state of their own."""
+        their :class:`DataSpec`, not in a datamodule state of their own. The data then serve
+        that run's evaluation: only their test part must hold observed targets."""
         self._scaler_state = dict(scaler)
         self.scaler = StandardScaler.from_dict(self._scaler_state)
 
