@@ -719,6 +719,24 @@ def test_batch_limits_that_run_each_split_pass(cfg):
     check_batch_limits(cfg, {"train": 109, "val": 11, "test": 30}, batch_size=8)
 
 
+def test_data_without_a_test_part_are_refused_where_the_job_tests():
+    """data.test_fraction=0 leaves the test part empty on purpose; a job that tests trained
+    to the end and then failed with a traceback (trainer.test() returned no results)."""
+    windows = {"train": 109, "val": 11, "test": 0}
+    for cfg, said in [
+        ({"train": True, "test": True}, "The data have no test part to test the run on: give "
+         "the data a test part (data.test_fraction > 0, or data.split_times), or train "
+         "without testing: test=false."),
+        ({"task_name": "eval", "train": True, "test": False}, "The data have no test part to "
+         "evaluate the run on: give the data a test part (data.test_fraction > 0, or "
+         "data.split_times)."),
+    ]:  # fmt: skip
+        with pytest.raises(UserError) as refused:
+            check_batch_limits(OmegaConf.create(cfg), windows, batch_size=8)
+        assert str(refused.value) == said
+    check_batch_limits(OmegaConf.create({"train": True, "test": False}), windows, batch_size=8)
+
+
 def test_train_py_refuses_a_test_limit_of_zero_before_training(tmp_path):
     """Lightning would have trained, then failed to test with a traceback."""
     run_dir = tmp_path / "run"

@@ -7,6 +7,8 @@ that leaves less than one batch of a split is refused where that split first run
 the training for the test split, each with a traceback. Here each of them is one line
 before the data's first batch, naming the value and what to give. A validation limit of 0
 stays allowed: no validation, which the run warns of (it then tests the final weights).
+So does a test part left empty on purpose (``data.test_fraction=0``) where the job tests:
+it trained to the end and then failed with the same traceback.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ def check_batch_limits(cfg: DictConfig, windows: dict[str, int], batch_size: int
     """
     trainer = cfg.get("trainer") or {}
     other_ways = not _evaluates(cfg)  # train.py may skip one; eval.py only tests
+    if "test" in splits_run(cfg) and not windows.get("test", 0):
+        raise UserError(_no_test_part(other_ways))
     for split in splits_run(cfg):
         key = f"limit_{split}_batches"
         limit = trainer.get(key)
@@ -58,6 +62,17 @@ def check_batch_limits(cfg: DictConfig, windows: dict[str, int], batch_size: int
         problem = _problem(split, limit, batches, other_ways)
         if problem:
             raise UserError(f"trainer.{key}={limit}: {problem}.")
+
+
+def _no_test_part(other_ways: bool) -> str:
+    """The line for data without a test window (a zero ``data.test_fraction``)."""
+    fix = "give the data a test part (data.test_fraction > 0, or data.split_times)"
+    if other_ways:
+        return (
+            f"The data have no test part to test the run on: {fix}, or train without "
+            "testing: test=false."
+        )
+    return f"The data have no test part to evaluate the run on: {fix}."
 
 
 def _problem(split: str, limit: Any, batches: int, other_ways: bool) -> str | None:
