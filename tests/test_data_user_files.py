@@ -323,3 +323,35 @@ def test_a_zip_of_several_files_is_one_line(tmp_path):
         archive.writestr("b.csv", "timestamp,id,x,y,v\n")
     with pytest.raises(UserError, match=r"as CSV: Multiple files found in ZIP file"):
         stream_of(path)
+
+
+# ---------------------------------------------------------------------- point ids
+def test_point_ids_are_kept_as_the_file_writes_them(tmp_path):
+    """A number rewrote ids such as 007 (read as 7, the forecasts then named point 7);
+    ids written as their numbers print keep the numeric order they always had."""
+    padded = table().assign(id=table()["id"].map({"p0": "007", "p1": "010", "p2": "100"}))
+    padded.to_csv(path := tmp_path / "padded.csv", index=False)
+    assert stream_of(path).point_ids == ["007", "010", "100"]
+    numbers = table().assign(id=table()["id"].map({"p0": "2", "p1": "10", "p2": "1"}))
+    numbers.to_csv(path := tmp_path / "numbers.csv", index=False)
+    assert stream_of(path).point_ids == ["1", "2", "10"]  # not "1", "10", "2"
+    padded.to_parquet(path := tmp_path / "padded.parquet")
+    assert stream_of(path).point_ids == ["007", "010", "100"]
+
+
+def test_a_forecast_history_keeps_its_ids_as_written(tmp_path):
+    """predict.py read 007 as 7 (no such training point), and a DataFrame's whole-number
+    float ids as '7.0'."""
+    from cloudlstm.cli.predict import read_history
+
+    padded = replace(spec(), point_ids=["007", "010"])
+    dated = table()[lambda d: d["id"].isin(["p0", "p1"])]
+    named = dated.assign(id=dated["id"].map({"p0": "007", "p1": "010"}))
+    named.to_csv(path := tmp_path / "history.csv", index=False)
+    window = build_input(read_history(path), padded)
+    np.testing.assert_array_equal(window.x, build_input(dated, spec()).x)
+    assert list(window.point_ids) == ["007", "010"]
+    floats = dated.assign(id=dated["id"].map({"p0": 7.0, "p1": 10.0}))
+    assert list(build_input(floats, replace(spec(), point_ids=["7", "10"])).point_ids) == [
+        "7", "10",
+    ]  # fmt: skip

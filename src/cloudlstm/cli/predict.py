@@ -93,7 +93,8 @@ def main(cfg: DictConfig) -> Path:
     forecaster = Forecaster.load(cfg.run, ckpt=cfg.ckpt, device=cfg.get("device"))
     source = Path(str(given)).expanduser()
     bad_values = str((cfg.data.get("source") or {}).get("bad_values") or "error")
-    forecast = forecaster.forecast(read_history(source, key), f"{key}={source}", bad_values)
+    history = read_history(source, key, forecaster.info.id_col)
+    forecast = forecaster.forecast(history, f"{key}={source}", bad_values)
     path = output_path(out, Path(cfg.run))
     write_forecast(forecast, path, out)
     print(path)
@@ -163,14 +164,15 @@ def check_format(out: str) -> None:
         raise UserError(f"out={out}: name a .csv (.csv.gz, ...) or .parquet file.")
 
 
-def read_history(path: Path, key: str = "data.path") -> pd.DataFrame:
-    """The long-format history file (CSV, compressed CSV or Parquet), given as ``key``."""
+def read_history(path: Path, key: str = "data.path", id_col: str = "id") -> pd.DataFrame:
+    """The long-format history file (CSV, compressed CSV or Parquet), given as ``key``, its
+    point ids (``id_col``) read as text, as training read them."""
     if path.is_dir():
         raise UserError(folder_given(path, key))
     if not path.is_file():
         raise UserError(f"{key}={path}: no such file (the history to forecast from).")
     try:
         with user_errors():
-            return read_table(path, "the history file")
+            return read_table(path, "the history file", dtype={id_col: str})
     except ImportError as err:  # Parquet without pyarrow
         raise UserError(str(err)) from None

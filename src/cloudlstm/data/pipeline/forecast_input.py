@@ -35,6 +35,7 @@ from cloudlstm.data.pipeline.wide_history import long_history
 from cloudlstm.data.sources.bad_values import channel_values, check_mode
 from cloudlstm.data.sources.tables import (
     check_columns,
+    id_text,
     infer_step,
     interpolate_gaps,
     numeric_column,
@@ -124,7 +125,8 @@ def parse_history(df: pd.DataFrame, info: DataSpec, what: str) -> pd.DataFrame:
         )
     if df[info.id_col].isna().any():
         raise UserError(f"{what}: column {info.id_col!r} has empty point ids.")
-    return df.assign(**{info.time_col: times, info.id_col: df[info.id_col].astype(str)})
+    ids = df[info.id_col].map(id_text)  # as the training file's: 007 stays 007, 7.0 is 7
+    return df.assign(**{info.time_col: times, info.id_col: ids})
 
 
 def history_step(times: np.ndarray, info: DataSpec, what: str) -> np.timedelta64:

@@ -28,6 +28,7 @@ from cloudlstm.data.sources.tables import (
     parse_freq,
     pivot_long,
     read_table,
+    written_ids,
 )
 from cloudlstm.data.sources.times import check_time_reading, parse_times
 from cloudlstm.data.stream import PointCloudStream
@@ -38,7 +39,7 @@ __all__ = ["LongFormatSource"]
 log = logging.getLogger(__name__)
 
 # Bump when the reading changes, so stale caches are not reused.
-_VERSION = 2
+_VERSION = 3
 
 
 DATA_SUFFIXES = (".csv", ".parquet", ".pq")
@@ -215,7 +216,8 @@ class LongFormatSource(CachedSource):
 
     def _read(self, what: str) -> tuple[pd.DataFrame, list[str]]:
         """The file's rows, its key columns checked, and the channel columns."""
-        df = read_table(self.path, "the long-format file")
+        # ids as text: a number would rewrite an id such as 007 (written_ids)
+        df = read_table(self.path, "the long-format file", dtype={self.id_col: str})
         keys = [self.time_col, self.id_col, *self.coord_cols]
         check_columns(
             df,
@@ -228,7 +230,7 @@ class LongFormatSource(CachedSource):
         if df[self.id_col].isna().any():
             row = int(np.flatnonzero(df[self.id_col].isna().to_numpy())[0])
             raise UserError(f"{what}: column {self.id_col!r} is empty at data row {row}.")
-        return df, value_cols
+        return df.assign(**{self.id_col: written_ids(df[self.id_col])}), value_cols
 
     def _row_positions(self, df: pd.DataFrame, what: str) -> np.ndarray:
         """``(R, L)`` coordinates of every row (NaN where a cell is empty; never infinite)."""

@@ -194,7 +194,7 @@ def pivot_long(
             )
         dup_mode = "mean"
     timestamps = t0 + np.arange(int(t_idx.max()) + 1) * step
-    return LongGrid(timestamps, [str(u) for u in uniques], step, t_idx, p_idx, dup_mode)
+    return LongGrid(timestamps, [id_text(u) for u in uniques], step, t_idx, p_idx, dup_mode)
 
 
 # ---------------------------------------------------------------------- gap filling
@@ -484,6 +484,22 @@ def numeric_column(df: pd.DataFrame, col: str, what: str) -> np.ndarray:
             "readings empty (or NA) and remove units/text from the cells."
         )
     return coerced.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def written_ids(column: pd.Series) -> pd.Series:
+    """A point-id column read as text (``dtype=str``), ready for :func:`pivot_long`: as
+    numbers where every id is written as its number prints (``7``, ``42``: they sort as
+    numbers, as pandas would have read them), else as the text itself (``007``, ``A1``),
+    which a number would rewrite (``007`` read as 7 becomes the point ``7``). A column
+    read as numbers (Parquet) is returned as it is. Empty ids stay empty."""
+    if pd.api.types.is_numeric_dtype(column):
+        return column
+    text = column.map(lambda v: v if pd.isna(v) else id_text(v))
+    given = text.dropna()
+    numbers = pd.to_numeric(given, errors="coerce")
+    if len(given) and numbers.notna().all() and (numbers.map(id_text) == given).all():
+        return pd.to_numeric(text)
+    return text
 
 
 def id_text(value: Any) -> str:
