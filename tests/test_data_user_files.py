@@ -20,7 +20,7 @@ from conftest import one_line, run_python
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.pipeline.forecast_input import build_input
 from cloudlstm.data.sources.long_format import LongFormatSource
-from cloudlstm.data.sources.tables import csv_dialect
+from cloudlstm.data.sources.tables import csv_dialect, pivot_long
 from cloudlstm.data.sources.times import check_time_reading, parse_times
 from cloudlstm.data.sources.wide_table import WideTableSource, read_positions
 from cloudlstm.data.spec import DataSpec
@@ -355,3 +355,30 @@ def test_a_forecast_history_keeps_its_ids_as_written(tmp_path):
     assert list(build_input(floats, replace(spec(), point_ids=["7", "10"])).point_ids) == [
         "7", "10",
     ]  # fmt: skip
+
+
+# ---------------------------------------------------------------------- clock changes
+def test_times_with_utc_offsets_that_change_are_read_as_utc(tmp_path):
+    """Local times written with their offset (+01:00, then +02:00 after the clocks go
+    forward on 31 March) were pandas' 'Mixed timezones detected' traceback."""
+    utc = pd.date_range("2024-03-30 12:00", periods=T, freq="h")
+    table().assign(timestamp=np.repeat(utc, N)).to_csv(plain := tmp_path / "utc.csv", index=False)
+    local = [t.isoformat() for t in utc.tz_localize("UTC").tz_convert("Europe/Rome")]
+    assert {t[-6:] for t in local} == {"+01:00", "+02:00"}
+    table().assign(timestamp=np.repeat(local, N)).to_csv(path := tmp_path / "rome.csv", index=False)
+    assert_same_stream(stream_of(path), stream_of(plain))
+
+
+def test_the_hour_repeated_when_the_clocks_go_back_is_named():
+    clock = pd.date_range("2024-10-27 00:00", periods=T, freq="h", tz="Europe/Rome")
+    rows = table().assign(timestamp=np.repeat(clock.strftime("%Y-%m-%d %H:%M"), N))
+    with pytest.raises(UserError, match=(
+        r"time 2024-10-27 02:00:00 and id='p0'.*drop the duplicates\); if the file writes local "
+        r"clock times, that is the hour which repeats when the clocks go back: write the times "
+        r"in UTC or with their offset \(2024-10-27T02:00:00\+01:00\), which are read as UTC\.$"
+    )):  # fmt: skip
+        pivot_long(rows.assign(timestamp=pd.to_datetime(rows["timestamp"])), "timestamp", "id",
+                   "1h", "error", "file local.csv")  # fmt: skip
+    one_extra = pd.concat([table(), table().iloc[[4]]], ignore_index=True)
+    with pytest.raises(UserError, match=r"drop the duplicates\)\.$"):  # no clock hint
+        pivot_long(one_extra, "timestamp", "id", "1h", "error", "file local.csv")

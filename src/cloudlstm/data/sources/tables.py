@@ -135,6 +135,9 @@ class LongGrid:
         return out
 
 
+ISO_OFFSET_EXAMPLE = "2024-10-27T02:00:00+01:00"
+
+
 def pivot_long(
     df: pd.DataFrame,
     time_col: str,
@@ -187,14 +190,27 @@ def pivot_long(
         if duplicates == "error":
             first = order[repeats[0]]
             point = str(df[id_col].iloc[first])
+            hint = _clock_change(t_idx[order[repeats]], n)
             raise UserError(
                 f"{what} has several rows for the same (time, point), e.g. time "
                 f"{pd.Timestamp(times[first])} and {id_col}={point!r}. Keep one row per time "
-                "and point (aggregate or drop the duplicates)."
+                f"and point (aggregate or drop the duplicates){hint}."
             )
         dup_mode = "mean"
     timestamps = t0 + np.arange(int(t_idx.max()) + 1) * step
     return LongGrid(timestamps, [id_text(u) for u in uniques], step, t_idx, p_idx, dup_mode)
+
+
+def _clock_change(repeated_steps: np.ndarray, num_points: int) -> str:
+    """A hint where every point has one row too many, all at one time: local clock times
+    repeat the hour at which the clocks go back."""
+    if len(repeated_steps) != num_points or len(np.unique(repeated_steps)) != 1:
+        return ""
+    return (
+        "; if the file writes local clock times, that is the hour which repeats when the "
+        "clocks go back: write the times in UTC or with their offset "
+        f"({ISO_OFFSET_EXAMPLE}), which are read as UTC"
+    )
 
 
 # ---------------------------------------------------------------------- gap filling

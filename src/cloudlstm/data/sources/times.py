@@ -139,7 +139,7 @@ def _dated(column: pd.Series, what: str, time_format: str | None, options: str |
         column = _digits(column)
     try:
         with _quiet_guess():
-            parsed = pd.to_datetime(column, format=time_format)
+            parsed = pd.to_datetime(column, format=time_format, utc=True)
     except (ValueError, TypeError, OverflowError):
         raise UserError(
             f"Cannot parse the timestamps in {what}: {_why_not(column, time_format, options)}"
@@ -158,7 +158,7 @@ def _say_a_guessed_month_first(
     if used is None or not used.startswith("%m"):
         return
     day_first = _day_first(used)
-    other = pd.to_datetime(column, format=day_first, errors="coerce")
+    other = pd.to_datetime(column, format=day_first, errors="coerce", utc=True)
     if (other.isna() & column.notna()).any():
         return  # some row reads month first only
     differ = np.flatnonzero((other != parsed).to_numpy())
@@ -193,7 +193,7 @@ def _why_not(column: pd.Series, time_format: str | None, options: str | None) ->
     used = time_format or _guessed_format(column)
     if used is None:
         return _unreadable(column, options)
-    strict = pd.to_datetime(column, format=used, errors="coerce")
+    strict = pd.to_datetime(column, format=used, errors="coerce", utc=True)
     rows = np.flatnonzero((strict.isna() & column.notna()).to_numpy())
     if not len(rows):
         return _unreadable(column, options)
@@ -221,7 +221,7 @@ def _why_not(column: pd.Series, time_format: str | None, options: str | None) ->
 
 def _unreadable(column: pd.Series, options: str | None) -> str:
     """A value that is no date in any format, or the column's formats mixed."""
-    loose = pd.to_datetime(column, errors="coerce", format="mixed")
+    loose = pd.to_datetime(column, errors="coerce", format="mixed", utc=True)
     bad = column[loose.isna() & column.notna()]
     fix = f"Use ISO 8601 values such as {ISO_EXAMPLE} in every row"
     if options is not None:
@@ -234,7 +234,9 @@ def _unreadable(column: pd.Series, options: str | None) -> str:
 def _no_date(value: Any) -> bool:
     """Whether ``value`` reads as a date in no format at all."""
     with _quiet_guess():
-        return pd.isna(pd.to_datetime(pd.Series([value]), errors="coerce", format="mixed")[0])
+        return pd.isna(
+            pd.to_datetime(pd.Series([value]), errors="coerce", format="mixed", utc=True)[0]
+        )
 
 
 def _guessed_format(column: pd.Series) -> str | None:
