@@ -128,11 +128,16 @@ PLANS: dict[str, tuple[Sweep, ...]] = {
             jobs=15,
         ),
     ),
-    # docs/results.md, "Milan": the CloudLSTM family's other two cells on both splits.
+    # docs/results.md, "Milan": the CloudLSTM family's other two cells, and CloudLSTM at
+    # K = 6 and 9 for K chosen on validation, on both splits.
     "milan_cloud": tuple(
         Sweep(
-            (f"experiment={preset}", "model=cloudgru_k3,attention_cloudlstm_k3", "seed=0,1,2"),
-            jobs=6,
+            (
+                f"experiment={preset}",
+                "model=cloudgru_k3,attention_cloudlstm_k3,cloudlstm_k6,cloudlstm",
+                "seed=0,1,2",
+            ),
+            jobs=12,
         )
         for preset in ("milan", "milan_ordinary_weeks")
     ),
