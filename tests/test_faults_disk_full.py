@@ -178,3 +178,52 @@ def test_a_full_disk_anywhere_is_one_line_naming_the_file(tmp_path, code):
 def test_other_os_errors_keep_their_traceback():
     with pytest.raises(PermissionError), one_line_errors():
         raise PermissionError(errno.EACCES, "Permission denied", "/root/x")
+
+
+SAVE_PNG = """
+import resource, signal, sys
+from pathlib import Path
+import numpy as np
+from cloudlstm.viz._common import new_figure, save_png
+from cloudlstm.errors import OutOfSpaceError
+fig = new_figure(6, 4)
+fig.add_subplot().imshow(np.random.default_rng(0).random((200, 200)))  # ~100 kB as PNG
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (8000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+try:
+    save_png(fig, Path(sys.argv[1]) / "figures" / "map.png")
+except OutOfSpaceError as err:
+    print(err)
+"""
+
+
+def test_a_figure_without_room_is_one_line_naming_it_and_leaves_no_broken_file(tmp_path):
+    """matplotlib's failed write named no file ('Cannot write a file'), and left a PNG cut
+    short."""
+    done = run_script(SAVE_PNG, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figure = tmp_path / "figures" / "map.png"
+    assert done.stdout.startswith(f"Cannot write {figure}: it would exceed"), done.stdout
+    assert not figure.exists()
+
+
+@pytest.mark.slow
+def test_saved_predictions_without_room_are_one_line_naming_the_file(tmp_path):
+    """eval.py module.save_predictions=true: the forecasts' file is named, none is left."""
+    run = tmp_path / "run"
+    common = {"cwd": ROOT, "env": subprocess_env(), "capture_output": True, "text": True}
+    trained = subprocess.run(
+        [sys.executable, "train.py", *TINY, "logger=none", "report.figures=false",
+         f"hydra.run.dir={run}", f"paths.data_dir={tmp_path / 'data'}"],
+        timeout=600, **common,
+    )  # fmt: skip
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    full = subprocess.run(
+        [sys.executable, "eval.py", f"run={run}", "module.save_predictions=true",
+         "report.figures=false"],
+        timeout=600, preexec_fn=file_size_limit(6000), **common,
+    )  # fmt: skip
+    line = the_error(full)
+    (evaluation,) = (run / "eval").iterdir()
+    assert line.startswith(f"Cannot write {evaluation / 'predictions.npz'}: it would exceed")
+    assert not (evaluation / "predictions.npz").exists()

@@ -14,6 +14,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from cloudlstm.errors import out_of_space
+
 DPI = 100
 # Line and bar colours, no two alike: matplotlib's tab10 without its grey (the reference
 # line's), then darker hues, where tab10 would start again at blue with the 11th series.
@@ -53,7 +55,11 @@ def save_png(fig: Figure, path: str | os.PathLike) -> Path:
     """Write ``fig`` as a PNG to ``path`` (parent folders created) and return the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=DPI)
+    try:
+        fig.savefig(path, format="png", dpi=DPI)
+    except OSError as err:  # a failed write names no file: say which, leave no broken one
+        path.unlink(missing_ok=True)
+        raise out_of_space(err, path) or err from None
     return path
 
 
