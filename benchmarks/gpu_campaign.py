@@ -58,6 +58,8 @@ DATA_ROOTS = {  # preset variable -> folder of ../shared/data (and of --data)
     "CLOUDLSTM_MILAN_ROOT": "milan_telecom",
 }
 GRACE_S = 120  # after SIGTERM: the jobs' save and the sweep's report, then SIGKILL
+# every job's progress bar would write to the one log that comes back (16 MiB at most)
+QUIET = ("trainer.enable_progress_bar=false",)
 # --smoke: a few steps per run; eval.py takes the last one
 SMOKE = ("trainer.max_steps=4", "scheduler.warmup_steps=1", "trainer.val_check_interval=2",
          "trainer.limit_val_batches=2", "trainer.limit_test_batches=2")  # fmt: skip
@@ -236,7 +238,7 @@ def train_command(sweep: Sweep, outputs: Path, device: str, smoke: bool) -> list
     return [
         sys.executable, "train.py", "-m", *sweep.overrides,
         f"trainer={device}", "hydra/launcher=joblib", f"hydra.launcher.n_jobs={sweep.jobs}",
-        f"torch_threads={threads}", "logger=csv", f"paths.log_dir={outputs}",
+        f"torch_threads={threads}", "logger=csv", f"paths.log_dir={outputs}", *QUIET,
         *(SMOKE if smoke else ()),
     ]  # fmt: skip
 
@@ -245,7 +247,7 @@ def eval_commands(evaluation: Eval, outputs: Path, device: str, smoke: bool) -> 
     """``eval.py`` for each finished run the evaluation names."""
     return [
         [sys.executable, "eval.py", f"run={run}", *evaluation.overrides, f"trainer={device}",
-         *(SMOKE[-1:] if smoke else ())]
+         *QUIET, *(SMOKE[-1:] if smoke else ())]
         for run in run_folders(outputs, evaluation.runs)
         if finished(run)
     ]  # fmt: skip

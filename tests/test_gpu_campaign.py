@@ -129,7 +129,12 @@ def test_the_archive_holds_the_finished_runs_and_their_evaluations_only(campaign
     evaluation = campaign.Eval("exp/*/a/seed_*", ("data.holdout_history=false",))
     commands = campaign.eval_commands(evaluation, outputs, "gpu", smoke=False)
     assert [c[2:] for c in commands] == [
-        [f"run={outputs}/exp/tag/a/seed_0", "data.holdout_history=false", "trainer=gpu"]
+        [
+            f"run={outputs}/exp/tag/a/seed_0",
+            "data.holdout_history=false",
+            "trainer=gpu",
+            "trainer.enable_progress_bar=false",
+        ]
     ]
 
 
