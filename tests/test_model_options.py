@@ -13,7 +13,8 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from cloudlstm.errors import UserError
+from cloudlstm.data.spec import DataSpec
+from cloudlstm.errors import UserError, one_line_errors
 from cloudlstm.models.build import build_model, data_sizes
 from cloudlstm.models.options import check_option_types
 from tests.conftest import PYTHON, ROOT, TINY, one_line, subprocess_env
@@ -102,3 +103,40 @@ def test_a_size_set_against_the_data_is_refused_naming_the_key():
         "output_steps=5. Keep the data.* settings that sized the model (e.g. data.input_steps, "
         "data.output_steps), or leave model.output_steps out."
     )
+
+
+def _model_config(name: str) -> dict:
+    """``conf/model/<name>.yaml`` with the configs of its defaults list under it, and its
+    interpolated values (a cache folder under ``paths``) left to their defaults."""
+    config = yaml.safe_load((ROOT / "conf" / "model" / f"{name}.yaml").read_text())
+    merged: dict = {}
+    for parent in (d for d in config.pop("defaults", []) if d != "_self_"):
+        merged |= _model_config(parent)
+    merged |= config
+    return {k: v for k, v in merged.items() if not (isinstance(v, str) and "${" in v)}
+
+
+@pytest.mark.parametrize(
+    "name", sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml")
+                   if "_global_" not in p.read_text())
+)  # fmt: skip
+def test_every_size_of_every_model_below_zero_is_one_line_naming_it(name):
+    """A whole-number setting at -1 was torch's 'negative dimension' traceback for some
+    models (CloudCNN's, the CNNs' hidden_channels) or was taken as none (CloudCNN's
+    num_layers), and Hydra's two-line wrapper of torch's own check for the kNN-LSTM's
+    hidden_size. At 0 a setting is refused the same way, or builds where none is a
+    choice (DCRNN's diffusion_steps, STAEformer's embeddings, CloudCNN's hidden layers);
+    it was a ZeroDivisionError for CloudCNN's hidden_channels."""
+    spec = DataSpec.sized(num_points=16, num_channels=2, input_steps=6, output_steps=3,
+                          steps_per_day=24)  # fmt: skip
+    config = _model_config(name)
+    sizes = [k for k, v in config.items() if isinstance(v, int) and not isinstance(v, bool)]
+    for key in sizes:
+        with pytest.raises(UserError) as refused, one_line_errors():
+            build_model({**config, key: -1}, spec)
+        assert key in str(refused.value), (name, key, str(refused.value))
+        try:
+            with one_line_errors():
+                build_model({**config, key: 0}, spec)
+        except UserError as err:
+            assert key in str(err), (name, key, str(err))

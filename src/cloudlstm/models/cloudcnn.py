@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import Channels, ForecastModel, values_to_cloud
+from cloudlstm.models.base import Channels, ForecastModel, check_sizes, values_to_cloud
 from cloudlstm.nn import DConv, check_k, check_k_option
 
 
@@ -41,6 +41,9 @@ class CloudCNN(ForecastModel):
         future_channels: int = 0,
     ) -> None:
         super().__init__()
+        check_sizes(hidden_channels=hidden_channels)
+        if num_layers < 0:
+            raise ValueError(f"model.num_layers must be >= 0 (hidden layers), got {num_layers}.")
         self.output_steps = output_steps
         self.num_channels = num_channels
         self.channels = Channels.of(num_channels, input_channels, future_channels)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import Channels
+from cloudlstm.models.base import Channels, check_sizes
 from cloudlstm.models.grid_base import GridForecaster, check_window
 
 
@@ -40,6 +40,7 @@ class CNN2D(GridForecaster):
         super().__init__(output_steps, grid_cache_dir)
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1 (the output layer), got {num_layers}.")
+        check_sizes(hidden_channels=hidden_channels)
         self.channels = Channels.of(num_channels, input_channels, future_channels)
         self.num_channels = num_channels
         self.input_steps = input_steps

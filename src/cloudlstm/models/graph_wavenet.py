@@ -121,6 +121,8 @@ class GraphWaveNet(ForecastModel):
             layers=layers,
             node_dim=node_dim,
         )
+        if diffusion_steps < 0:
+            raise ValueError(f"model.diffusion_steps must be >= 0, got {diffusion_steps}.")
         if graph not in GRAPHS:
             raise ValueError(f"model.graph={graph!r} is not one of {list(GRAPHS)}.")
         self.output_steps = output_steps

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import Channels, ForecastModel
+from cloudlstm.models.base import Channels, ForecastModel, check_sizes
 from cloudlstm.nn import check_k_option, knn
 
 
@@ -56,6 +56,7 @@ class KNNLSTM(ForecastModel):
         future_channels: int = 0,
     ) -> None:
         super().__init__()
+        check_sizes(hidden_size=hidden_size, num_layers=num_layers)
         self.output_steps = output_steps
         self.channels = Channels.of(num_channels, input_channels, future_channels)
         self.k = check_k_option(k)

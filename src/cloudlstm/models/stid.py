@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import Channels, ForecastModel
+from cloudlstm.models.base import Channels, ForecastModel, check_sizes
 from cloudlstm.models.time_slots import time_slot, time_slots
 
 
@@ -75,6 +75,9 @@ class STID(ForecastModel):
                 "STID needs num_points, num_channels, input_steps, output_steps, "
                 "model.embed_dim and model.node_dim >= 1."
             )
+        check_sizes(time_dim=time_dim)
+        if num_layers < 0:
+            raise ValueError(f"model.num_layers must be >= 0 (MLP blocks), got {num_layers}.")
         self.output_steps = output_steps
         self.channels = Channels.of(num_channels, input_channels, future_channels)
         self.window = (input_steps, num_points, self.channels.inp)
