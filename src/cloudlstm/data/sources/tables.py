@@ -53,6 +53,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _DAY = np.timedelta64(1, "D").astype("timedelta64[ns]")
+# a local time written with its UTC offset, as the hint for clock changes shows it
+_ISO_OFFSET_EXAMPLE = "2024-10-27T02:00:00+01:00"
 
 
 # ---------------------------------------------------------------------- time grid
@@ -135,9 +137,6 @@ class LongGrid:
         return out
 
 
-ISO_OFFSET_EXAMPLE = "2024-10-27T02:00:00+01:00"
-
-
 def pivot_long(
     df: pd.DataFrame,
     time_col: str,
@@ -209,7 +208,7 @@ def _clock_change(repeated_steps: np.ndarray, num_points: int) -> str:
     return (
         "; if the file writes local clock times, that is the hour which repeats when the "
         "clocks go back: write the times in UTC or with their offset "
-        f"({ISO_OFFSET_EXAMPLE}), which are read as UTC"
+        f"({_ISO_OFFSET_EXAMPLE}), which are read as UTC"
     )
 
 
