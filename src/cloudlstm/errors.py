@@ -146,6 +146,21 @@ def _size(n: int) -> str:
 
 
 @contextmanager
+def writing(path: str | Path) -> Iterator[None]:
+    """Around the write of ``path`` by a library that names no file when it fails
+    (matplotlib, NumPy): a failed write leaves no part of the file, and one for want of
+    room is an :class:`OutOfSpaceError` naming it (:func:`out_of_space`)."""
+    try:
+        yield
+    except OSError as err:
+        Path(path).unlink(missing_ok=True)
+        full = out_of_space(err, path)
+        if full is None:
+            raise
+        raise full from None
+
+
+@contextmanager
 def one_line_errors() -> Iterator[None]:
     """A bad option of one of our own models or data sets, or a write that failed for want
     of room (:func:`out_of_space`: a full disk, a quota, ``ulimit -f``), reaches the user as

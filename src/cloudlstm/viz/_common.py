@@ -14,7 +14,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from cloudlstm.errors import out_of_space
+from cloudlstm.errors import writing
 
 DPI = 100
 # Line and bar colours, no two alike: matplotlib's tab10 without its grey (the reference
@@ -55,11 +55,8 @@ def save_png(fig: Figure, path: str | os.PathLike) -> Path:
     """Write ``fig`` as a PNG to ``path`` (parent folders created) and return the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    with writing(path):
         fig.savefig(path, format="png", dpi=DPI)
-    except OSError as err:  # a failed write names no file: say which, leave no broken one
-        path.unlink(missing_ok=True)
-        raise out_of_space(err, path) or err from None
     return path
 
 
