@@ -60,9 +60,10 @@ DATA_ROOTS = {  # preset variable -> folder of ../shared/data (and of --data)
 GRACE_S = 120  # after SIGTERM: the jobs' save and the sweep's report, then SIGKILL
 # every job's progress bar would write to the one log that comes back (16 MiB at most)
 QUIET = ("trainer.enable_progress_bar=false",)
-# --smoke: a few steps per run; eval.py takes the last one
+# --smoke: a few batches per test, and a few steps per run
+SMOKE_TEST = ("trainer.limit_test_batches=2",)
 SMOKE = ("trainer.max_steps=4", "scheduler.warmup_steps=1", "trainer.val_check_interval=2",
-         "trainer.limit_val_batches=2", "trainer.limit_test_batches=2")  # fmt: skip
+         "trainer.limit_val_batches=2", *SMOKE_TEST)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,10 @@ def run_until(command: list[str], deadline: float, env: dict[str, str], log: Pat
     return step
 
 
+# the run folders of every plan's presets: <model>/seed_<s> under the preset's sweep folder
+RUNS = "**/seed_*"
+
+
 def run_folders(outputs: Path, pattern: str) -> list[Path]:
     """The run folders under ``outputs`` matching ``pattern`` (those with a
     ``config.yaml``, i.e. runs that began), sorted."""
@@ -203,10 +208,7 @@ def state(run: Path) -> dict[str, Any]:
 def pack(outputs: Path, archive: Path) -> list[str]:
     """Write each finished run's ``metrics.json`` and ``config.yaml`` (and those of its
     ``eval/*/``) to ``archive``, as paths relative to ``outputs``; return the runs."""
-    runs = sorted(
-        m.parent for m in outputs.rglob("metrics.json")
-        if m.parent.parent.name != "eval" and (m.parent / "config.yaml").is_file()
-    )  # fmt: skip
+    runs = [run for run in run_folders(outputs, RUNS) if finished(run)]
     with tarfile.open(archive, "w:gz") as tar:
         for run in runs:
             for name in ("metrics.json", "config.yaml"):
@@ -247,7 +249,7 @@ def eval_commands(evaluation: Eval, outputs: Path, device: str, smoke: bool) -> 
     """``eval.py`` for each finished run the evaluation names."""
     return [
         [sys.executable, "eval.py", f"run={run}", *evaluation.overrides, f"trainer={device}",
-         *QUIET, *(SMOKE[-1:] if smoke else ())]
+         *QUIET, *(SMOKE_TEST if smoke else ())]
         for run in run_folders(outputs, evaluation.runs)
         if finished(run)
     ]  # fmt: skip
@@ -275,7 +277,7 @@ def campaign(plan: str, seconds: float, out: Path, work: Path, data: Path | None
         "device": device,
         "smoke": smoke,
         "steps": [asdict(s) for s in steps],
-        "runs": {str(r.relative_to(outputs)): state(r) for r in run_folders(outputs, "**/seed_*")},
+        "runs": {str(r.relative_to(outputs)): state(r) for r in run_folders(outputs, RUNS)},
         "packed": pack(outputs, out / "runs.tar.gz"),
     }
     (out / "campaign.json").write_text(json.dumps(results, indent=2) + "\n")
