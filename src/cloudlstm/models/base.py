@@ -143,6 +143,18 @@ def check_sizes(**sizes: int) -> None:
             raise ValueError(f"model.{name} must be >= 1, got {value}.")
 
 
+def check_counts(**counts: int) -> None:
+    """Refuse a count setting below 0 (where 0 means "none", e.g. no hidden layer), naming
+    the first such ``model.<name>``.
+
+    Raises:
+        ValueError: ``model.<name> must be >= 0, got <value>.``
+    """
+    for name, value in counts.items():
+        if value < 0:
+            raise ValueError(f"model.{name} must be >= 0, got {value}.")
+
+
 def check_channels(
     channels: Channels, x: torch.Tensor, future: torch.Tensor | None, output_steps: int
 ) -> None:

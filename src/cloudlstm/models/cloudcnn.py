@@ -5,7 +5,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import Channels, ForecastModel, check_sizes, values_to_cloud
+from cloudlstm.models.base import (
+    Channels,
+    ForecastModel,
+    check_counts,
+    check_sizes,
+    values_to_cloud,
+)
 from cloudlstm.nn import DConv, check_k, check_k_option
 
 
@@ -42,8 +48,7 @@ class CloudCNN(ForecastModel):
     ) -> None:
         super().__init__()
         check_sizes(hidden_channels=hidden_channels)
-        if num_layers < 0:
-            raise ValueError(f"model.num_layers must be >= 0 (hidden layers), got {num_layers}.")
+        check_counts(num_layers=num_layers)  # 0: no hidden layer
         self.output_steps = output_steps
         self.num_channels = num_channels
         self.channels = Channels.of(num_channels, input_channels, future_channels)

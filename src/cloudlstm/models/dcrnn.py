@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import Channels, ForecastModel, check_sizes
+from cloudlstm.models.base import Channels, ForecastModel, check_counts, check_sizes
 from cloudlstm.nn.graph import (
     DiffusionConv,
     TransitionGraph,
@@ -100,8 +100,7 @@ class DCRNN(ForecastModel):
             hidden_channels=hidden_channels,
             num_layers=num_layers,
         )
-        if diffusion_steps < 0:
-            raise ValueError(f"model.diffusion_steps must be >= 0, got {diffusion_steps}.")
+        check_counts(diffusion_steps=diffusion_steps)
         self.output_steps = output_steps
         self.channels = Channels.of(num_channels, input_channels, future_channels)
         self.graph = TransitionGraph(sigma, epsilon, neighbours)

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cloudlstm.models.base import Channels, ForecastModel, check_sizes
+from cloudlstm.models.base import Channels, ForecastModel, check_counts, check_sizes
 from cloudlstm.nn.graph import (
     DiffusionConv,
     StaticPositions,
@@ -121,8 +121,7 @@ class GraphWaveNet(ForecastModel):
             layers=layers,
             node_dim=node_dim,
         )
-        if diffusion_steps < 0:
-            raise ValueError(f"model.diffusion_steps must be >= 0, got {diffusion_steps}.")
+        check_counts(diffusion_steps=diffusion_steps)
         if graph not in GRAPHS:
             raise ValueError(f"model.graph={graph!r} is not one of {list(GRAPHS)}.")
         self.output_steps = output_steps

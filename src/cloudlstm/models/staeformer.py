@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cloudlstm.models.base import Channels, ForecastModel, check_sizes
+from cloudlstm.models.base import Channels, ForecastModel, check_counts, check_sizes
 from cloudlstm.models.time_slots import time_slot, time_slots
 from cloudlstm.nn.graph import StaticPositions
 
@@ -128,8 +128,7 @@ class STAEformer(ForecastModel):
             num_heads=num_heads,
             num_layers=num_layers,
         )
-        if min(time_dim, node_dim, adaptive_dim) < 0:
-            raise ValueError("model.time_dim, node_dim and adaptive_dim must be >= 0.")
+        check_counts(time_dim=time_dim, node_dim=node_dim, adaptive_dim=adaptive_dim)
         self.output_steps = output_steps
         self.channels = Channels.of(num_channels, input_channels, future_channels)
         self.window = (input_steps, num_points, self.channels.inp)

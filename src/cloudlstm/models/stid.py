@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import Channels, ForecastModel, check_sizes
+from cloudlstm.models.base import Channels, ForecastModel, check_counts, check_sizes
 from cloudlstm.models.time_slots import time_slot, time_slots
 
 
@@ -70,14 +70,16 @@ class STID(ForecastModel):
         time_dim: int = 32,
     ) -> None:
         super().__init__()
-        if min(num_points, num_channels, input_steps, output_steps, embed_dim, node_dim) < 1:
-            raise ValueError(
-                "STID needs num_points, num_channels, input_steps, output_steps, "
-                "model.embed_dim and model.node_dim >= 1."
-            )
-        check_sizes(time_dim=time_dim)
-        if num_layers < 0:
-            raise ValueError(f"model.num_layers must be >= 0 (MLP blocks), got {num_layers}.")
+        check_sizes(
+            num_points=num_points,
+            num_channels=num_channels,
+            input_steps=input_steps,
+            output_steps=output_steps,
+            embed_dim=embed_dim,
+            node_dim=node_dim,
+            time_dim=time_dim,
+        )
+        check_counts(num_layers=num_layers)  # 0: no MLP block
         self.output_steps = output_steps
         self.channels = Channels.of(num_channels, input_channels, future_channels)
         self.window = (input_steps, num_points, self.channels.inp)
