@@ -9,6 +9,7 @@ window inside the test loop: the same normalisation, nothing refitted on the new
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 from pathlib import Path
 
@@ -190,6 +191,32 @@ def test_new_point_and_missing_snapshot_rows_for_cloudlstm(points_run, forecaste
     filled = out.groupby("id")[FILLED_COLUMN].first()
     assert filled["p3"] >= len(CHANNELS)  # its last step was filled
     np.testing.assert_allclose(out.loc[out["id"] == "q9", ["x", "y"]].to_numpy(), 5.0)
+
+
+def test_a_point_without_readings_of_its_own_is_forecast_with_one_warning(
+    points_run, forecaster, caplog
+):
+    """p3's rows are there, every reading empty: forecast from the other points, said once;
+    a point with gaps only is not named."""
+    df = history(points_run)
+    recent = df["timestamp"] >= STAMPS[SPLIT - M]
+    df.loc[recent & (df["id"] == "p3"), CHANNELS] = np.nan
+    with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.forecast_input"):
+        out = forecaster.forecast(df)
+    warned = [r.getMessage() for r in caplog.records if "of their own" in r.getMessage()]
+    assert len(warned) == 1
+    assert re.search(
+        r"has 1 point\(s\) without a reading of their own in the \d+ steps read "
+        r"\(.* to .*\): p3\. Their inputs are the other points. mean",
+        warned[0],
+    )
+    filled = out.groupby("id")[FILLED_COLUMN].first()
+    assert filled["p3"] == M * len(CHANNELS)
+    assert np.isfinite(out[CHANNELS].to_numpy()).all()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.forecast_input"):
+        forecaster.forecast(history(points_run))  # gaps, but every point read
+    assert not [r for r in caplog.records if "of their own" in r.getMessage()]
 
 
 @pytest.fixture(scope="module")

@@ -253,6 +253,7 @@ def build_input(
     times = grid.timestamps[-1] - step * np.arange(need - 1, -1, -1)
     raw = _checked_values(raw, ids, raw_coords, times, info, what, mode)
     _refuse_unread_channels(raw, info, times, what)
+    _warn_unread_points(raw, ids, info, times, what)
     filled, observed = interpolate_gaps(raw)
     if info.moving:  # positions are channels too, as in training
         cut = len(info.value_channels)
@@ -334,6 +335,32 @@ def _refuse_unread_channels(raw: np.ndarray, info: DataSpec, times: np.ndarray, 
         what,
         ", ".join(map(repr, unread)),
         steps,
+    )
+
+
+def _warn_unread_points(
+    raw: np.ndarray, ids: list[str], info: DataSpec, times: np.ndarray, what: str
+) -> None:
+    """One warning naming the points of the history ``raw (H, N, C)`` (NaN: missing) without
+    a reading of some forecast channel in any step: their inputs there are filled from the
+    other points', so their forecasts stand on their neighbours alone, which a glance at
+    ``filled_inputs`` would not tell from a few gaps."""
+    forecast = [info.read_channels.index(c) for c in info.value_channels]
+    unread = ~np.isfinite(raw[:, :, forecast]).any(axis=0).all(axis=1)  # (N,)
+    if not unread.any():
+        return
+    names = [p for p, u in zip(ids, unread, strict=True) if u]
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    log.warning(
+        "%s has %d point(s) without a reading of their own in the %d steps read (%s to %s): "
+        "%s. Their inputs are the other points' mean at each step, so their forecasts stand on the "
+        "other points' readings alone.",
+        what,
+        len(names),
+        len(times),
+        pd.Timestamp(times[0]),
+        pd.Timestamp(times[-1]),
+        shown,
     )
 
 
