@@ -20,6 +20,7 @@ from cloudlstm.data import (
     normalize_coords,
     split_bounds,
 )
+from cloudlstm.data.pipeline.coordinates import model_coords
 from cloudlstm.data.pipeline.resumable import ShuffleSampler
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,6 +151,33 @@ def test_normalize_coords_invariant_to_shift_and_scale():
     np.testing.assert_allclose(d[:, 0], out[:, 0])
     with pytest.raises(ValueError, match="NaN"):
         normalize_coords(np.array([[0.0, 1.0], [np.nan, 2.0]]))
+
+
+@pytest.mark.parametrize(
+    ("positions", "warned"),
+    [("one", True), ("one axis", False), ("spread", False), ("single point", False)],
+)
+def test_points_that_all_share_one_position_are_warned_of(caplog, positions, warned):
+    """All points at one place: the models that read positions cannot tell them apart."""
+    n = 1 if positions == "single point" else 5
+    stream = make_stream(t=40, n=n)
+    if positions == "one":
+        stream.coords[:] = [3.0, -1.5]
+    elif positions == "one axis":
+        stream.coords[:, 1] = 2.0  # points on a line: still apart
+    with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.coordinates"):
+        model_coords(
+            stream, train_end=30, outlier_options={"outliers": None, "outlier_shift": None}
+        )
+    messages = [r.getMessage() for r in caplog.records]
+    if warned:
+        assert messages == [
+            "stream 'toy': all 5 points have the same position (3, -1.5), so the models that "
+            "read positions tell them apart by their order alone; give each point its own "
+            "position in the data."
+        ]
+    else:
+        assert messages == []
 
 
 # ---------------------------------------------------------------- windows / splits

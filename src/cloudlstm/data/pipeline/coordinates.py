@@ -6,6 +6,7 @@ training part saw.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +17,8 @@ from cloudlstm.data.pipeline.outliers import dbscan_outliers, shift_outliers
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.data.transforms import coord_scale, normalize_coords, scale_coords
 from cloudlstm.errors import UserError
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "OUTLIER_METHODS",
@@ -70,8 +73,26 @@ def model_coords(
         track = torch.as_tensor(normalize_track(stream.trajectory, train_end), dtype=torch.float32)
         return track[0], track, scale, {}
     scale = coord_scale(stream.coords)
+    _warn_one_position(stream, scale[2])
     coords, groups = _with_outliers(normalize_coords(stream.coords), outlier_options)
     return torch.as_tensor(coords, dtype=torch.float32), None, scale, groups
+
+
+def _warn_one_position(stream: PointCloudStream, degenerate: np.ndarray) -> None:
+    """Warn when every static point has the same position (each coordinate ``degenerate``):
+    the models that read positions (point-cloud models' neighbours, graphs built from
+    positions, the grid mapping) then tell the points apart by their order alone, which
+    usually means the coordinate columns were not filled."""
+    if stream.num_points > 1 and np.asarray(degenerate, dtype=bool).all():
+        where = ", ".join(f"{v:g}" for v in stream.coords[0])
+        log.warning(
+            "stream '%s': all %d points have the same position (%s), so the models that read "
+            "positions tell them apart by their order alone; give each point its own "
+            "position in the data.",
+            stream.name,
+            stream.num_points,
+            where,
+        )
 
 
 def _with_outliers(
