@@ -18,7 +18,7 @@ from cloudlstm.errors import UserError
 from cloudlstm.rundir import lock as run_lock
 from cloudlstm.rundir.layout import LOCK_FILE as LOCK_NAME
 from cloudlstm.rundir.lock import RunLock, run_dir_lock
-from tests.conftest import ROOT, TINY, subprocess_env
+from tests.conftest import ROOT, TINY, one_line, run_python, subprocess_env
 
 
 def leave_lock(run_dir: Path, **holder: object) -> Path:
@@ -118,6 +118,39 @@ def test_the_run_directories_held_under_a_sweep_directory(tmp_path):
 def test_a_wrong_mode_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="run_lock=sometimes"):
         RunLock(tmp_path).acquire("sometimes")
+
+
+def test_a_run_directory_that_cannot_be_made_is_one_line_naming_it(tmp_path):
+    in_the_way = tmp_path / "notes.txt"
+    in_the_way.write_text("a file where the run directory goes")
+    for run_dir in (in_the_way, in_the_way / "run"):
+        with pytest.raises(UserError) as err:
+            RunLock(run_dir).acquire()
+        assert str(err.value) == (
+            f"Cannot make the directory {run_dir}: {in_the_way} is a file, not a folder. "
+            "Name a folder you can write with hydra.run.dir=<dir>."
+        )
+    assert in_the_way.read_text() == "a file where the run directory goes"
+    with pytest.raises(
+        UserError,
+        match=r"^Cannot make the directory /proc/no_such_run: No such "
+        r"file or directory \(/proc/no_such_run\)\. Name a folder",
+    ):
+        RunLock("/proc/no_such_run").acquire()  # procfs makes no folder
+
+
+@pytest.mark.parametrize("sweep", [False, True], ids=["run", "sweep"])
+def test_train_py_into_a_file_is_one_line(tmp_path, sweep):
+    in_the_way = tmp_path / "results"
+    in_the_way.write_text("")
+    key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
+    proc = run_python(
+        "train.py", *(["-m", "seed=0,1"] if sweep else []), *TINY, f"{key}={in_the_way}"
+    )
+    assert one_line(proc) == (
+        f"Cannot make the directory {in_the_way}: {in_the_way} is a file, not a folder. "
+        f"Name a folder you can write with {key}=<dir>."
+    )
 
 
 def train_py(run_dir: Path, data_dir: Path, *extra: str) -> subprocess.Popen:

@@ -52,7 +52,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from cloudlstm.errors import UserError
+from cloudlstm.errors import UserError, out_of_space
 from cloudlstm.rundir.layout import LOCK_FILE
 
 log = logging.getLogger(__name__)
@@ -98,6 +98,14 @@ class RunLock:
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
 
+    def _open(self) -> int:
+        """The lock file's descriptor, the run directory made first (:func:`make_dir`)."""
+        make_dir(self.run_dir, self.elsewhere)
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise _cannot_make(self.run_dir, self.elsewhere, err) from None
+
     def acquire(self, mode: str = "auto") -> None:
         """Hold the directory, or raise a UserError naming the run that holds it.
 
@@ -107,8 +115,7 @@ class RunLock:
         """
         if mode not in MODES:
             raise UserError(f"run_lock={mode} is not one of {', '.join(MODES)}.")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = self._open()
         try:
             holder = self._lock(fd)
             if holder:
@@ -333,11 +340,45 @@ class HoldBeforeTheRun(Callback):
         let_go()
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = os.path.abspath(str(config.hydra.sweep.dir))
+        _or_exit(lambda: make_dir(Path(sweep_dir), "hydra.sweep.dir"))
         if str(config.hydra.sweeper.get("_target_")) == OWN_SWEEPER:
             return  # it refuses its own jobs' directories in use, knowing which they are
-        sweep_dir = os.path.abspath(str(config.hydra.sweep.dir))
         for refusal in held_run_dirs(sweep_dir, _mode(config)).values():
             sys.exit(refusal)
+
+
+def make_dir(path: Path, setting: str) -> None:
+    """Make the folder ``path`` (and its parents), or raise one line naming it and
+    ``setting``: a file in its place, no permission, a read-only or a full disk."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise _cannot_make(path, setting, err) from None
+
+
+def _cannot_make(path: Path, setting: str, err: OSError) -> UserError:
+    full = out_of_space(err)
+    if full is not None:
+        return full
+    blocker = _file_in_the_way(path)
+    why = (
+        f"{blocker} is a file, not a folder"
+        if blocker is not None
+        else f"{err.strerror or err} ({err.filename or path})"
+    )
+    return UserError(
+        f"Cannot make the directory {path}: {why}. Name a folder you can write with "
+        f"{setting}=<dir>."
+    )
+
+
+def _file_in_the_way(path: Path) -> Path | None:
+    """``path`` or the nearest of its parents that exists, when that is not a folder."""
+    for part in (path, *path.parents):
+        if part.exists() or part.is_symlink():
+            return None if part.is_dir() else part
+    return None
 
 
 def held_run_dirs(sweep_dir: str | Path, mode: str) -> dict[str, str]:
