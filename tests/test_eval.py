@@ -187,8 +187,19 @@ def test_a_missing_run_or_checkpoint_is_a_user_error(cloud_run, tmp_path):
         with_run_config(["eval.py", "data.num_points=7"])
     with pytest.raises(UserError, match=f"Run directory {tmp_path / 'nope'} does not exist"):
         with_run_config(["eval.py", f"run={tmp_path / 'nope'}"])
-    with pytest.raises(UserError, match="is not a run directory: it has no config.yaml"):
+    with pytest.raises(UserError, match="is not a run directory: it has no config.yaml.$"):
         with_run_config(["eval.py", f"run={tmp_path}"])
+    sweep = tmp_path / "sweep"  # a sweep's folder: the line names the runs in it
+    for run in ("lstm/seed_0", "lstm/seed_1", "cloudlstm/seed_0", "a/b/c/too_deep"):
+        (sweep / run / "checkpoints").mkdir(parents=True)
+        shutil.copy(cloud_run / "config.yaml", sweep / run)
+    with pytest.raises(UserError) as err:
+        with_run_config(["eval.py", f"run={sweep}"])
+    assert str(err.value) == (
+        f"{sweep} is not a run directory: it has no config.yaml. It holds 3 run(s) "
+        f"(cloudlstm/seed_0, lstm/seed_0, lstm/seed_1): give one, e.g. "
+        f"run={sweep / 'cloudlstm/seed_0'}."
+    )
     config = cloud_run / "config.yaml"
     with pytest.raises(UserError, match=f"^{config} is a file of a run: give its folder, run="):
         with_run_config(["eval.py", f"run={config}"])

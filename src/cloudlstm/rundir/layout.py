@@ -63,9 +63,22 @@ def check_run_dir(run_dir: str | Path) -> Path:
     if not run.is_dir():
         raise UserError(f"Run directory {run} does not exist.")
     if not (run / CONFIG_FILE).is_file():
-        raise UserError(f"{run} is not a run directory: it has no {CONFIG_FILE}.")
+        raise UserError(f"{run} is not a run directory: it has no {CONFIG_FILE}.{_runs_in(run)}")
     read_run_config(run)
     return run
+
+
+def _runs_in(folder: Path, shown: int = 3) -> str:
+    """`` It holds N run(s) (a, b, c, ...): give one, ...`` for a sweep's folder (run
+    directories, a ``config.yaml`` beside a ``checkpoints/``, one to three levels below),
+    else ``""``. Not deeper: a home folder given by mistake is not searched through."""
+    configs = (c for depth in (1, 2, 3) for c in folder.glob("*/" * depth + CONFIG_FILE))
+    runs = sorted(c.parent for c in configs if (c.parent / CHECKPOINT_DIR).is_dir())
+    if not runs:
+        return ""
+    names = ", ".join(str(r.relative_to(folder)) for r in runs[:shown])
+    more = ", ..." if len(runs) > shown else ""
+    return f" It holds {len(runs)} run(s) ({names}{more}): give one, e.g. run={runs[0]}."
 
 
 def read_run_config(run: Path) -> DictConfig:
