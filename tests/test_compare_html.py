@@ -175,6 +175,8 @@ def test_unwritable_page_is_one_line_and_exit_2(sweep, tmp_path, capsys, bad):
     code, out, err = run_main(capsys, sweep, "--html", path)
     assert code == 2 and out == "" and len(err) == 1
     assert err[0].startswith(f"compare: cannot write {path}: ")
+    if bad == "file":
+        assert err[0].endswith(f": {tmp_path / 'file'} is a file, not a folder")
 
 
 # --- in a browser ---------------------------------------------------------------------------

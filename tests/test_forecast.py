@@ -455,7 +455,7 @@ def test_out_is_a_file_name_in_the_run_or_a_path_of_its_own(tmp_path, monkeypatc
         (["run=RUN", "data.path=FULL", "out=TMP/f.xlsx"], "out=TMP/f.xlsx: name a .csv (.csv"),
         (
             ["run=RUN", "data.path=FULL", "out=FULL/f.csv"],
-            "out=FULL/f.csv: cannot write FULL/f.csv (a part of it is a file, not a folder)",
+            "out=FULL/f.csv: cannot write FULL/f.csv (FULL is a file, not a folder)",
         ),
         (
             ["run=RUN", "data.path=FULL", "+data.source.time_unit=s"],

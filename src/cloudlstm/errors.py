@@ -145,6 +145,15 @@ def _size(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+def file_in_the_way(path: str | Path) -> Path | None:
+    """``path`` or the nearest of its parents that exists, when that is a file, not a
+    folder: what a "File exists" or "Not a directory" from making ``path``'s folders means."""
+    for part in (Path(path), *Path(path).parents):
+        if part.exists() or part.is_symlink():
+            return None if part.is_dir() else part
+    return None
+
+
 @contextmanager
 def writing(path: str | Path) -> Iterator[None]:
     """Around the write of ``path`` by a library that names no file when it fails

@@ -52,7 +52,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from cloudlstm.errors import UserError, out_of_space
+from cloudlstm.errors import UserError, file_in_the_way, out_of_space
 from cloudlstm.rundir.layout import LOCK_FILE
 
 log = logging.getLogger(__name__)
@@ -361,7 +361,7 @@ def _cannot_make(path: Path, setting: str, err: OSError) -> UserError:
     full = out_of_space(err)
     if full is not None:
         return full
-    blocker = _file_in_the_way(path)
+    blocker = file_in_the_way(path)
     why = (
         f"{blocker} is a file, not a folder"
         if blocker is not None
@@ -371,14 +371,6 @@ def _cannot_make(path: Path, setting: str, err: OSError) -> UserError:
         f"Cannot make the directory {path}: {why}. Name a folder you can write with "
         f"{setting}=<dir>."
     )
-
-
-def _file_in_the_way(path: Path) -> Path | None:
-    """``path`` or the nearest of its parents that exists, when that is not a folder."""
-    for part in (path, *path.parents):
-        if part.exists() or part.is_symlink():
-            return None if part.is_dir() else part
-    return None
 
 
 def held_run_dirs(sweep_dir: str | Path, mode: str) -> dict[str, str]:
