@@ -220,6 +220,7 @@ def test_hydra_full_error_gives_a_user_error_its_traceback(tmp_path):
     ("override", "said"),
     [
         ("optimizer.lr=-1", "optimizer (AdamW): Invalid learning rate: -1"),
+        ("optimizer.lr=0", "optimizer (AdamW): optimizer.lr=0 would never change the weights"),
         ("optimizer.weight_decay=-0.5", "optimizer (AdamW): Invalid weight_decay value: -0.5"),
         ("scheduler.warmup_steps=6000", "scheduler.warmup_steps=6000 must be in [0, trainer.max"),
     ],
@@ -230,7 +231,10 @@ def test_an_invalid_optimizer_value_is_one_line_before_the_data_are_read(tmp_pat
     assert done.returncode == 1
     line = the_line(done, said.split(":")[0])
     assert line.startswith(said)
-    assert "optimizer.* key" in line or not override.startswith("optimizer")
+    if override.startswith("optimizer.lr=0"):
+        assert line.endswith("give a rate > 0, e.g. optimizer.lr=0.001.")
+    else:
+        assert "optimizer.* key" in line or not override.startswith("optimizer")
     written = {p.name for p in (tmp_path / "run").iterdir()}
     assert not written & {"data_summary.json", "config.yaml", "checkpoints"}, written
 

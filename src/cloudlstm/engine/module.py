@@ -78,16 +78,24 @@ def make_optimizer(
     Raises:
         UserError: one of its values is invalid (torch's "Invalid learning rate: -1").
     """
+    inner = getattr(factory, "func", factory)
+    name = getattr(inner, "__name__", inner)
     try:
-        return factory(params=params)
+        optimizer = factory(params=params)
     except ValueError as err:  # torch's "Invalid learning rate: -1", "Invalid beta ..."
         if not str(err).startswith("Invalid"):
             raise
-        inner = getattr(factory, "func", factory)
         raise UserError(
-            f"optimizer ({getattr(inner, '__name__', inner)}): {err}. Set a valid value of "
+            f"optimizer ({name}): {err}. Set a valid value of "
             "that optimizer.* key (optimizer.lr > 0, weight_decay >= 0, betas in [0, 1))."
         ) from None
+    # torch takes a rate of 0, with which training runs its whole budget and learns nothing
+    if any(group.get("lr") == 0 for group in optimizer.param_groups):
+        raise UserError(
+            f"optimizer ({name}): optimizer.lr=0 would never change the weights: give a "
+            "rate > 0, e.g. optimizer.lr=0.001."
+        )
+    return optimizer
 
 
 class TrainingDivergedError(UserError):
