@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -444,6 +445,20 @@ def test_eval_py_refuses_to_score_other_points_as_held_out(held_out_run, tmp_pat
         evaluate(compose_eval(held_out_run, tmp_path / "other", "data.holdout_seed=12345"))
     named = f"data.holdout_points=[{','.join(held)}]"
     assert "groups" in evaluate(compose_eval(held_out_run, tmp_path / "named", named))["test"]
+
+
+def test_eval_py_refuses_to_hold_out_points_a_run_trained_on(tmp_path):
+    cfg = compose_train(tmp_path / "every", TINY)
+    train(cfg)
+    run = Path(cfg.paths.output_dir)
+    with pytest.raises(UserError) as err:
+        evaluate(compose_eval(run, tmp_path / "held", "data.holdout_points=2"))
+    assert re.fullmatch(
+        rf"{re.escape(str(run))}/checkpoints/\S+\.ckpt was trained on every point, \S+, \S+ "
+        r"too, so a held_out group of them would not measure forecasts at sites the model "
+        r"never saw\. Train with data.holdout_points to measure that, or evaluate without it\.",
+        str(err.value),
+    )
 
 
 def write_run(path: Path, seed: int, held_mae: float, trained_mae: float) -> None:

@@ -67,8 +67,9 @@ def held_out_ids(point_ids: list[str], groups: dict[str, Any]) -> list[str] | No
 
 def check_same_held_out(datamodule: Any, trained: TrainedCheckpoint) -> None:
     """Refuse to score as ``held_out`` other points than those the checkpoint's run held
-    out of training (the data's points changed, e.g. ``data.num_points``); nothing to check
-    when either holds none out.
+    out of training (the data's points changed, e.g. ``data.num_points``), or any point of a
+    run that held none out; nothing to check when the data hold none out (or the checkpoint
+    has no data description).
 
     Raises:
         UserError: naming both selections and the override that gives the run's.
@@ -79,7 +80,13 @@ def check_same_held_out(datamodule: Any, trained: TrainedCheckpoint) -> None:
         return
     before = held_out_ids(spec.point_ids, spec.point_groups)
     now = [str(p) for p in np.asarray(datamodule.stream.point_ids)[held_out]]
-    if before is None or sorted(before) == sorted(now):
+    if before is None:
+        raise UserError(
+            f"{trained.path} was trained on every point, {_listed(now)} too, so a held_out "
+            "group of them would not measure forecasts at sites the model never saw. Train "
+            "with data.holdout_points to measure that, or evaluate without it."
+        )
+    if sorted(before) == sorted(now):
         return
     raise UserError(
         f"{trained.path} was trained with {_listed(before)} held out, but the data now holds "
