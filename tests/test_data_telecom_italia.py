@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -204,3 +205,24 @@ def test_malformed_files_are_named(tmp_path, line, words):
     write_grid(folder / "milano-grid.geojson.gz")
     with pytest.raises(UserError, match=words):
         TelecomItaliaSource(folder).load()
+
+
+def test_a_file_cut_short_is_one_line_and_a_days_gz_is_read_before_its_txt(tmp_path):
+    folder = tmp_path / "gz"
+    write_files(folder, gz=True)
+    whole = TelecomItaliaSource(folder).load()
+    day = folder / "sms-call-internet-mi-2013-11-02.txt.gz"
+    text = gzip.decompress(day.read_bytes()).decode()
+    # a gunzip stopped half-way: the .txt beside the .gz ends at a line's end
+    (folder / day.stem).write_text(text[: text.rindex("\n", 0, len(text) // 2) + 1])
+    again = TelecomItaliaSource(folder).load()
+    np.testing.assert_array_equal(again.values, whole.values)
+    data = day.read_bytes()
+    day.write_bytes(data[: len(data) // 2])  # a download cut short
+    with pytest.raises(UserError) as err:
+        TelecomItaliaSource(folder).load()
+    assert str(err.value).startswith(f"Cannot read the Telecom Italia file {day}: Compressed ")
+    grid = folder / "milano-grid.geojson.gz"
+    grid.write_bytes(grid.read_bytes()[:40])
+    with pytest.raises(UserError, match=rf"^Cannot read the grid {re.escape(str(grid))}: .*cut "):
+        grid_centroids(grid)

@@ -8,6 +8,7 @@ files. Each reading is compared with the same data written the ordinary way.
 
 from __future__ import annotations
 
+import re
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +21,7 @@ from conftest import one_line, run_python
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.pipeline.forecast_input import build_input
 from cloudlstm.data.sources.long_format import LongFormatSource
-from cloudlstm.data.sources.tables import csv_dialect, pivot_long
+from cloudlstm.data.sources.tables import csv_dialect, pivot_long, read_table
 from cloudlstm.data.sources.times import check_time_reading, parse_times
 from cloudlstm.data.sources.wide_table import WideTableSource, read_positions
 from cloudlstm.data.spec import DataSpec
@@ -382,3 +383,50 @@ def test_the_hour_repeated_when_the_clocks_go_back_is_named():
     one_extra = pd.concat([table(), table().iloc[[4]]], ignore_index=True)
     with pytest.raises(UserError, match=r"drop the duplicates\)\.$"):  # no clock hint
         pivot_long(one_extra, "timestamp", "id", "1h", "error", "file local.csv")
+
+
+# ---------------------------------------------------------------------- damaged files
+CUT_SHORT = "It is cut short or not compressed as its name says (e.g. a download that stopped)"
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".bz2", ".xz", ".zip"])
+def test_a_compressed_file_cut_short_is_one_line(tmp_path, reference, suffix):
+    """A download that stopped half-way: each codec's own error, named with the file."""
+    table().to_csv(whole := tmp_path / f"whole.csv{suffix}", index=False)
+    assert_same_stream(stream_of(whole), reference)
+    data = whole.read_bytes()
+    (cut := tmp_path / f"cut.csv{suffix}").write_bytes(data[: len(data) // 2])
+    with pytest.raises(UserError) as err:
+        stream_of(cut)
+    message = str(err.value)
+    assert message.startswith(f"Cannot read the long-format file {cut}: ")
+    assert message.endswith(f"{CUT_SHORT}: fetch it again, or name it by its format.")
+    assert "\n" not in message
+
+
+def test_a_file_not_compressed_as_its_name_says_is_one_line(tmp_path):
+    table().to_csv(plain := tmp_path / "plain.csv.gz", compression=None, index=False)
+    proc = run_python(
+        "train.py", "data=points", f"data.source.path={plain}",
+        f"hydra.run.dir={tmp_path / 'run'}", "logger=none", "debug=fdr",
+    )  # fmt: skip
+    assert one_line(proc) == (
+        f"Cannot read the long-format file {plain}: Not a gzipped file (b'ti'). {CUT_SHORT}: "
+        "fetch it again, or name it by its format."
+    )
+
+
+def test_an_hdf5_file_cut_short_is_one_line_with_the_librarys_reason(tmp_path):
+    pytest.importorskip("tables")
+    frame = pd.DataFrame({"a": np.arange(50.0)}, index=STAMPS[:1].repeat(50))
+    frame.to_hdf(whole := tmp_path / "whole.h5", key="df")
+    data = whole.read_bytes()
+    (cut := tmp_path / "cut.h5").write_bytes(data[: len(data) // 2])
+    with pytest.raises(UserError) as err:
+        read_table(cut, "the wide table")
+    assert re.fullmatch(
+        rf"Cannot read the wide table {re.escape(str(cut))} as a pandas HDF5 file: truncated "
+        r"file: eof = \d+, .*: it is cut short \(e\.g\. a download that stopped\), fetch it "
+        r"again\.",
+        str(err.value),
+    )

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cloudlstm.data.sources.tables import id_text
+from cloudlstm.data.sources.tables import DAMAGED, damaged_file, id_text
 from cloudlstm.errors import MissingFileError, UserError
 
 __all__ = ["GRAPH_SUFFIXES", "graph_among", "read_graph"]
@@ -190,6 +190,8 @@ def _read_matrix(path: Path, kind: str) -> np.ndarray:
         table = pd.read_csv(path, header=None)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
         raise UserError(f"Cannot read {OPTION}={path} as CSV: {err}") from None
+    except DAMAGED as err:
+        raise damaged_file(path, OPTION, err) from None
     numbers = table.apply(pd.to_numeric, errors="coerce")
     bad = numbers.isna() & table.notna()
     if bad.to_numpy().any():

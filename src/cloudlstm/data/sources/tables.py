@@ -22,8 +22,11 @@ import difflib
 import importlib.util
 import itertools
 import logging
+import lzma
 import re
 import warnings
+import zipfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -351,6 +354,29 @@ OTHER_FORMATS = {
     ".npy": "a NumPy array",
 }
 # A number written with a decimal comma: "-0,25", "12,5e-3"
+# The suffixes of compressed files pandas reads, and what reading one raises when it is cut
+# short (every codec: EOFError) or not compressed as its suffix says (gzip and bz2: an
+# OSError, zip: BadZipFile, xz: LZMAError, a damaged deflate stream: zlib.error).
+COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zip", ".zst", ".tar")
+DAMAGED = (EOFError, OSError, zipfile.BadZipFile, lzma.LZMAError, zlib.error)
+
+
+def damaged_file(path: Path, what: str, err: BaseException) -> UserError:
+    """The line for a file that reading failed on with one of :data:`DAMAGED`."""
+    reason = str(err) or type(err).__name__
+    if Path(path).suffix.lower() not in COMPRESSED_SUFFIXES:
+        return UserError(f"Cannot read {what} {path}: {reason}.")
+    return UserError(
+        f"Cannot read {what} {path}: {reason}. It is cut short or not compressed as its "
+        "name says (e.g. a download that stopped): fetch it again, or name it by its format."
+    )
+
+
+def missing_codec(path: Path, err: ImportError) -> MissingPackageError:
+    """The line for a compressed file whose codec's package is not installed (.zst)."""
+    return MissingPackageError(f"Reading {path}: {err} (or decompress the file).")
+
+
 _DECIMAL_COMMA = re.compile(r"^([+-]?\d+),(\d+(?:[eE][+-]?\d+)?)$")
 
 
@@ -393,6 +419,10 @@ def read_table(
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as err:
         # ValueError: a .zip holding several files, among others
         raise UserError(f"Cannot read {what} {path} as CSV: {err}") from None
+    except DAMAGED as err:
+        raise damaged_file(path, what, err) from None
+    except ImportError as err:
+        raise missing_codec(path, err) from None
     if dialect.get("decimal") == "," and csv_kwargs.get("dtype") is str:
         # pandas applies `decimal` to the numbers it parses, not to text it keeps
         table = table.apply(lambda col: col.str.replace(_DECIMAL_COMMA, r"\1.\2", regex=True))
@@ -410,7 +440,7 @@ def csv_dialect(path: Path, lines: int = 50) -> dict[str, str]:
     try:
         with get_handle(path, "r", compression="infer", errors="replace") as handle:
             head = [line.rstrip("\r\n") for line in itertools.islice(handle.handle, lines + 1)]
-    except (OSError, EOFError, ValueError, ImportError):  # ImportError: .zst without zstandard
+    except (*DAMAGED, ValueError, ImportError):  # ImportError: .zst without zstandard
         return {}  # read_csv then names what is wrong with the file
     header = head[0].lstrip("\ufeff") if head else ""
     sep = next((s for s in (";", "\t") if "," not in header and s in header), None)
@@ -420,6 +450,18 @@ def csv_dialect(path: Path, lines: int = 50) -> dict[str, str]:
     comma = any(_DECIMAL_COMMA.fullmatch(cell) for cell in cells)
     log.info("%s: columns separated by %r%s.", path, sep, ", decimal commas" if comma else "")
     return {"sep": sep, **({"decimal": ","} if comma else {})}
+
+
+def _hdf5_reason(err: BaseException) -> str:
+    """The error's message, or of an HDF5 library error its innermost line (a dozen lines
+    of the library's call stack end with the reason, e.g. "truncated file: eof = ...")."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if "End of HDF5 error back trace" not in lines:
+        return " ".join(lines)
+    reason = lines[lines.index("End of HDF5 error back trace") - 1]
+    if reason.startswith("truncated file"):
+        return f"{reason}: it is cut short (e.g. a download that stopped), fetch it again."
+    return reason
 
 
 def read_hdf(
@@ -455,7 +497,9 @@ def read_hdf(
     except UserError:
         raise
     except Exception as err:  # PyTables' and pandas' many errors for a file they cannot read
-        raise UserError(f"Cannot read {what} {path} as a pandas HDF5 file: {err}") from None
+        raise UserError(
+            f"Cannot read {what} {path} as a pandas HDF5 file: {_hdf5_reason(err)}"
+        ) from None
     if not isinstance(frame, pd.DataFrame):
         raise UserError(
             f"{what} {path}: the table {key!r} is a {type(frame).__name__}, not a DataFrame."

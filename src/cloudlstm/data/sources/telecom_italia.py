@@ -32,7 +32,14 @@ import numpy as np
 import pandas as pd
 
 from cloudlstm.data.cache import CachedSource
-from cloudlstm.data.sources.tables import build_stream, numeric_column, parse_freq, pivot_long
+from cloudlstm.data.sources.tables import (
+    DAMAGED,
+    build_stream,
+    damaged_file,
+    numeric_column,
+    parse_freq,
+    pivot_long,
+)
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingFileError, UserError
 
@@ -149,12 +156,15 @@ class TelecomItaliaSource(CachedSource):
         Raises:
             MissingFileError: none in ``root`` (in the chosen days).
         """
-        found = {}
+        found: dict[str, Path] = {}
         if self.root.is_dir():
-            for path in self.root.iterdir():
+            # a day's .txt.gz before its .txt: a .txt beside it is most likely its own
+            # decompressed copy, which a stopped gunzip leaves cut short at a line's end,
+            # where the .gz's checksum finds any cut
+            for path in sorted(self.root.iterdir(), key=lambda p: not p.name.endswith(".gz")):
                 match = _DAY_FILE.match(path.name)
                 if match and path.is_file():
-                    found.setdefault(match.group(1), path)  # .txt before .txt.gz of a day
+                    found.setdefault(match.group(1), path)
         days = sorted(
             d
             for d in found
@@ -306,7 +316,9 @@ def grid_centroids(path: Path) -> dict[str, tuple[float, float]]:
     try:
         with opener(path, "rt", encoding="utf-8") as f:
             features = json.load(f)["features"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except DAMAGED as err:
+        raise damaged_file(path, "the grid", err) from None
+    except (ValueError, KeyError, TypeError) as err:
         raise UserError(f"Cannot read the grid {path} as GeoJSON features: {err!r}") from None
     centroids = {}
     for k, feature in enumerate(features):
@@ -345,8 +357,10 @@ def _read_rows(path: Path, what: str) -> pd.DataFrame:
             rows = pd.read_csv(path, dtype=np.float64, **kwargs)
         except ValueError:  # a field that is not a number: read as text to name it
             rows = pd.read_csv(path, dtype=str, **kwargs)
-    except (pd.errors.ParserError, UnicodeDecodeError, OSError) as err:
+    except (pd.errors.ParserError, UnicodeDecodeError) as err:
         raise UserError(f"Cannot read {what} as tab-separated values: {err}") from None
+    except DAMAGED as err:
+        raise damaged_file(path, "the Telecom Italia file", err) from None
     except pd.errors.EmptyDataError:
         raise UserError(f"{what} is empty.") from None
     if rows.shape[1] != len(_FIELD_NAMES):
