@@ -282,6 +282,15 @@ def test_a_refused_evaluation_leaves_no_folder_in_the_runs_eval(cloud_run):
     assert folders() == before
 
 
+def test_an_evaluation_folder_below_a_file_is_one_line(cloud_run, tmp_path):
+    (notes := tmp_path / "notes.txt").write_text("")
+    proc = run_eval(f"run={cloud_run}", f"hydra.run.dir={notes}/eval")
+    assert one_line(proc) == (
+        f"Cannot make the directory {notes}/eval: {notes} is a file, not a folder. Name a "
+        "folder you can write with hydra.run.dir=<dir>."
+    )
+
+
 @pytest.mark.parametrize(
     ("choice", "fix"),
     [

@@ -467,6 +467,11 @@ def test_out_is_a_file_name_in_the_run_or_a_path_of_its_own(tmp_path, monkeypatc
             "predict.py model=convlstm: predict.py forecasts with the run's model",
         ),
         (["run=RUN", "data.path=FULL", "+data=beijing"], "predict.py +data=beijing: predict"),
+        (
+            ["run=RUN", "data.path=FULL", "hydra.run.dir=FULL/run"],
+            "Cannot make the directory FULL/run: FULL is a file, not a folder. Name a folder "
+            "you can write with hydra.run.dir=<dir>.",
+        ),
     ],
     ids=[
         "no-run",
@@ -476,6 +481,7 @@ def test_out_is_a_file_name_in_the_run_or_a_path_of_its_own(tmp_path, monkeypatc
         "added-data-key",
         "another-model",
         "added-data-group",
+        "run-dir-below-a-file",
     ],
 )
 def test_predict_py_errors_are_one_line(points_run, tmp_path, args, message):

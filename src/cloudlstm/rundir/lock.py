@@ -340,10 +340,9 @@ class HoldBeforeTheRun(Callback):
         let_go()
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = os.path.abspath(str(config.hydra.sweep.dir))
-        _or_exit(lambda: make_dir(Path(sweep_dir), "hydra.sweep.dir"))
         if str(config.hydra.sweeper.get("_target_")) == OWN_SWEEPER:
             return  # it refuses its own jobs' directories in use, knowing which they are
+        sweep_dir = os.path.abspath(str(config.hydra.sweep.dir))
         for refusal in held_run_dirs(sweep_dir, _mode(config)).values():
             sys.exit(refusal)
 
@@ -371,6 +370,22 @@ def _cannot_make(path: Path, setting: str, err: OSError) -> UserError:
         f"Cannot make the directory {path}: {why}. Name a folder you can write with "
         f"{setting}=<dir>."
     )
+
+
+class MakeTheRunDirectory(Callback):
+    """``hydra.callbacks.run_dir`` of every program (conf/hydra/default.yaml, predict.yaml):
+    the run or sweep directory made before Hydra makes it, so that one that cannot be made (a
+    file in its place, a read-only place, no room) is one line naming it and its setting
+    instead of Hydra's traceback."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _or_exit(lambda: make_dir(Path(os.path.abspath(str(config.hydra.run.dir))), RUN_KEY))
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _or_exit(lambda: make_dir(Path(os.path.abspath(str(config.hydra.sweep.dir))), SWEEP_KEY))
+
+
+RUN_KEY, SWEEP_KEY = "hydra.run.dir", "hydra.sweep.dir"
 
 
 def held_run_dirs(sweep_dir: str | Path, mode: str) -> dict[str, str]:
