@@ -353,7 +353,6 @@ OTHER_FORMATS = {
     ".npz": "a NumPy archive",
     ".npy": "a NumPy array",
 }
-# A number written with a decimal comma: "-0,25", "12,5e-3"
 # The suffixes of compressed files pandas reads, and what reading one raises when it is cut
 # short (every codec: EOFError) or not compressed as its suffix says (gzip and bz2: an
 # OSError, zip: BadZipFile, xz: LZMAError, a damaged deflate stream: zlib.error).
@@ -377,6 +376,7 @@ def missing_codec(path: Path, err: ImportError) -> MissingPackageError:
     return MissingPackageError(f"Reading {path}: {err} (or decompress the file).")
 
 
+# A number written with a decimal comma: "-0,25", "12,5e-3"
 _DECIMAL_COMMA = re.compile(r"^([+-]?\d+),(\d+(?:[eE][+-]?\d+)?)$")
 
 
