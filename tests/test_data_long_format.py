@@ -128,6 +128,42 @@ def test_moving_points_get_an_interpolated_trajectory(tmp_path):
     assert static.moving and np.ptp(static.trajectory, axis=0).max() == 0
 
 
+@pytest.mark.parametrize(
+    ("wobble", "moving", "warned"),
+    [(0.0, False, False), (1e-9, False, False), (1e-3, True, True), (0.5, True, False)],
+    ids=["fixed", "float-noise", "rounding", "driving"],
+)
+def test_how_far_a_point_moves_decides_moving_and_a_warning(
+    tmp_path, caplog, wobble, moving, warned
+):
+    """st1's x alternates by ``wobble`` from row to row (the points span 9 in y): float
+    noise is no motion, a rounding-sized change is motion said in a warning, a drive is
+    motion without one."""
+    df = long_table(n=4)
+    at = df["id"] == "st1"
+    df.loc[at, "x"] += wobble * (np.arange(at.sum()) % 2)
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.data.sources.long_format"):
+        stream = LongFormatSource(write(tmp_path, df)).load()
+    assert stream.moving is moving
+    if not moving:
+        np.testing.assert_array_equal(stream.coords[1], [1.0, 1.0])  # its first row's place
+    said = [r.getMessage() for r in caplog.records if "change coordinates" in r.getMessage()]
+    assert len(said) == int(warned)
+    if warned:
+        assert said[0].endswith(
+            "1 point(s) change coordinates over time (e.g. id='st1'), by at most 0.001 (0.011 % "
+            "of the points' extent), so they are read as moving points, whose positions are "
+            "forecast too. If they are fixed sensors whose coordinates differ by rounding, give "
+            "each one location (e.g. round the coordinate columns); to read them as moving "
+            "without this warning, set data.source.moving=true."
+        )
+    if wobble:
+        caplog.clear()
+        forced = LongFormatSource(write(tmp_path, df, "forced.csv"), moving=True).load()
+        assert forced.moving
+        assert not [r for r in caplog.records if "change coordinates" in r.getMessage()]
+
+
 def test_interpolate_gaps_properties():
     rng = np.random.default_rng(0)
     values = rng.normal(size=(50, 3, 2)).astype(np.float32)

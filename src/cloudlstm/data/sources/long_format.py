@@ -68,6 +68,25 @@ def folder_given(path: Path, option: str) -> str:
     )
 
 
+# Coordinates of one point that differ by less than this fraction of the cloud's extent are
+# one place (float noise): normalised to [0, 1] in float32 (7 digits), they would be equal.
+SAME_PLACE = 1e-6
+# Points that move less than this fraction of the cloud's extent are warned of (rounding?).
+LITTLE_MOTION = 0.01
+
+
+def _spans(pos: np.ndarray) -> np.ndarray:
+    """``(N, L)``: how far each point's known coordinates ``pos (T, N, L)`` range."""
+    with warnings.catch_warnings():  # all-NaN slices were refused before
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmax(pos, axis=0) - np.nanmin(pos, axis=0)
+
+
+def _extent(pos: np.ndarray) -> float:
+    """The largest range of any coordinate over all points and steps of ``pos (T, N, L)``."""
+    return float(np.max(np.nanmax(pos, axis=(0, 1)) - np.nanmin(pos, axis=(0, 1))))
+
+
 class LongFormatSource(CachedSource):
     """A long-format CSV / Parquet file of a point-cloud stream (one row per time and point).
 
@@ -258,6 +277,8 @@ class LongFormatSource(CachedSource):
             )
         moves = self._moving_points(pos)
         moving = bool(moves.any()) if self.moving is None else bool(self.moving)
+        if self.moving is None and moving:
+            self._warn_little_motion(pos, moves, grid.point_ids, what)
         if moves.any() and not moving:
             first = grid.point_ids[int(np.flatnonzero(moves)[0])]
             raise UserError(
@@ -297,8 +318,34 @@ class LongFormatSource(CachedSource):
 
     @staticmethod
     def _moving_points(pos: np.ndarray) -> np.ndarray:
-        """``(N,)`` True for points whose known coordinates are not all equal."""
-        with warnings.catch_warnings():  # all-NaN slices were refused before
-            warnings.simplefilter("ignore", RuntimeWarning)
-            span = np.nanmax(pos, axis=0) - np.nanmin(pos, axis=0)  # (N, L)
-        return (span > 0).any(axis=1)
+        """``(N,)`` True for points whose known coordinates ``pos (T, N, L)`` differ by more
+        than :data:`SAME_PLACE` of the cloud's extent: float noise below it (a coordinate
+        printed as ``6.3696168732`` in one row and ``6.36961687320001`` in the next) is no
+        motion, and the model's float32 coordinates could not show it."""
+        span = _spans(pos)  # (N, L)
+        return (span > SAME_PLACE * _extent(pos)).any(axis=1)
+
+    def _warn_little_motion(
+        self, pos: np.ndarray, moves: np.ndarray, ids: list[str], what: str
+    ) -> None:
+        """Warn when the points found moving move by less than :data:`LITTLE_MOTION` of the
+        cloud's extent: more likely fixed sensors whose coordinates differ by rounding
+        between rows than vehicles, and reading them as moving forecasts their positions."""
+        extent = _extent(pos)
+        reach = _spans(pos)[moves].max(axis=1)  # (moving points,)
+        if extent == 0 or reach.max() >= LITTLE_MOTION * extent:
+            return
+        first = ids[int(np.flatnonzero(moves)[0])]
+        log.warning(
+            "%s: %d point(s) change coordinates over time (e.g. %s=%r), by at most %.3g "
+            "(%.2g %% of the points' extent), so they are read as moving points, whose positions "
+            "are forecast too. If they are fixed sensors whose coordinates differ by rounding, "
+            "give each one location (e.g. round the coordinate columns); to read them as moving "
+            "without this warning, set data.source.moving=true.",
+            what,
+            int(moves.sum()),
+            self.id_col,
+            first,
+            reach.max(),
+            100 * reach.max() / extent,
+        )
