@@ -39,7 +39,7 @@ __all__ = ["LongFormatSource"]
 log = logging.getLogger(__name__)
 
 # Bump when the reading changes, so stale caches are not reused.
-_VERSION = 3
+_VERSION = 4
 
 
 DATA_SUFFIXES = (".csv", ".parquet", ".pq")
