@@ -87,6 +87,15 @@ def _extent(pos: np.ndarray) -> float:
     return float(np.max(np.nanmax(pos, axis=(0, 1)) - np.nanmin(pos, axis=(0, 1))))
 
 
+def _moving_points(spans: np.ndarray, extent: float) -> np.ndarray:
+    """``(N,)`` True for points whose coordinates range (``spans (N, L)``, :func:`_spans`)
+    over more than :data:`SAME_PLACE` of the cloud's ``extent`` (:func:`_extent`): float
+    noise below it (a coordinate printed as ``6.3696168732`` in one row and
+    ``6.36961687320001`` in the next) is no motion, and the model's float32 coordinates
+    could not show it."""
+    return (spans > SAME_PLACE * extent).any(axis=1)
+
+
 class LongFormatSource(CachedSource):
     """A long-format CSV / Parquet file of a point-cloud stream (one row per time and point).
 
@@ -275,10 +284,11 @@ class LongFormatSource(CachedSource):
                 f"{what}: point(s) {lost[:5]} have no coordinates in any row (columns "
                 f"{self.coord_cols}). Every point needs a location in at least one row."
             )
-        moves = self._moving_points(pos)
+        spans, extent = _spans(pos), _extent(pos)
+        moves = _moving_points(spans, extent)
         moving = bool(moves.any()) if self.moving is None else bool(self.moving)
         if self.moving is None and moving:
-            self._warn_little_motion(pos, moves, grid.point_ids, what)
+            self._warn_little_motion(spans, extent, moves, grid.point_ids, what)
         if moves.any() and not moving:
             first = grid.point_ids[int(np.flatnonzero(moves)[0])]
             raise UserError(
@@ -316,23 +326,14 @@ class LongFormatSource(CachedSource):
             )
         return numeric
 
-    @staticmethod
-    def _moving_points(pos: np.ndarray) -> np.ndarray:
-        """``(N,)`` True for points whose known coordinates ``pos (T, N, L)`` differ by more
-        than :data:`SAME_PLACE` of the cloud's extent: float noise below it (a coordinate
-        printed as ``6.3696168732`` in one row and ``6.36961687320001`` in the next) is no
-        motion, and the model's float32 coordinates could not show it."""
-        span = _spans(pos)  # (N, L)
-        return (span > SAME_PLACE * _extent(pos)).any(axis=1)
-
     def _warn_little_motion(
-        self, pos: np.ndarray, moves: np.ndarray, ids: list[str], what: str
+        self, spans: np.ndarray, extent: float, moves: np.ndarray, ids: list[str], what: str
     ) -> None:
-        """Warn when the points found moving move by less than :data:`LITTLE_MOTION` of the
+        """Warn when the points found moving (``moves (N,)``; ``spans (N, L)``, ``extent`` as
+        :func:`_moving_points` takes them) move by less than :data:`LITTLE_MOTION` of the
         cloud's extent: more likely fixed sensors whose coordinates differ by rounding
         between rows than vehicles, and reading them as moving forecasts their positions."""
-        extent = _extent(pos)
-        reach = _spans(pos)[moves].max(axis=1)  # (moving points,)
+        reach = spans[moves].max(axis=1)  # (moving points,)
         if extent == 0 or reach.max() >= LITTLE_MOTION * extent:
             return
         first = ids[int(np.flatnonzero(moves)[0])]
