@@ -154,6 +154,13 @@ def file_in_the_way(path: str | Path) -> Path | None:
     return None
 
 
+def why_not_written(folder: str | Path, err: OSError) -> str:
+    """Why a file in ``folder`` could not be written (``err``): the file that stands where
+    a folder should (:func:`file_in_the_way`), else the system's reason."""
+    blocker = file_in_the_way(folder)
+    return f"{blocker} is a file, not a folder" if blocker else str(err.strerror or err)
+
+
 @contextmanager
 def writing(path: str | Path) -> Iterator[None]:
     """Around the write of ``path`` by a library that names no file when it fails

@@ -20,7 +20,7 @@ from cloudlstm.cli.group_choices import group_choices
 from cloudlstm.data.pipeline.forecast_input import user_errors
 from cloudlstm.data.sources.long_format import folder_given
 from cloudlstm.data.sources.tables import read_table
-from cloudlstm.errors import UserError, file_in_the_way, out_of_space
+from cloudlstm.errors import UserError, out_of_space, why_not_written
 from cloudlstm.forecast import Forecaster
 from cloudlstm.paths import config_dir
 
@@ -117,8 +117,7 @@ def write_forecast(forecast: pd.DataFrame, path: Path, out: str) -> None:
     except OSError as err:
         if (full := out_of_space(err, path)) is not None:
             raise full from None
-        blocker = file_in_the_way(path.parent)
-        reason = f"{blocker} is a file, not a folder" if blocker else err.strerror or err
+        reason = why_not_written(path.parent, err)
         raise UserError(
             f"out={out}: cannot write {path} ({reason}): name a file in a folder you can write to."
         ) from None

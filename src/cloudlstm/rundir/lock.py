@@ -87,10 +87,14 @@ def slurm_job() -> str | None:
     return os.environ.get("SLURM_JOB_ID")
 
 
+# the settings that name a run's and a sweep's directory, in the lines that refuse one
+RUN_KEY, SWEEP_KEY = "hydra.run.dir", "hydra.sweep.dir"
+
+
 class RunLock:
     """The lock of one run directory, held from :meth:`acquire` to :meth:`release`."""
 
-    def __init__(self, run_dir: str | Path, elsewhere: str = "hydra.run.dir") -> None:
+    def __init__(self, run_dir: str | Path, elsewhere: str = RUN_KEY) -> None:
         self.run_dir = Path(run_dir)
         self.elsewhere = elsewhere  # the key that names another directory, for a refusal
         self.path = self.run_dir / LOCK_FILE
@@ -385,9 +389,6 @@ class MakeTheRunDirectory(Callback):
         _or_exit(lambda: make_dir(Path(os.path.abspath(str(config.hydra.sweep.dir))), SWEEP_KEY))
 
 
-RUN_KEY, SWEEP_KEY = "hydra.run.dir", "hydra.sweep.dir"
-
-
 def held_run_dirs(sweep_dir: str | Path, mode: str) -> dict[str, str]:
     """The run directories under ``sweep_dir`` that a live run holds (absolute path -> the
     line refusing them, :meth:`RunLock.check`'s), found without taking or writing a lock."""
@@ -395,7 +396,7 @@ def held_run_dirs(sweep_dir: str | Path, mode: str) -> dict[str, str]:
     held: dict[str, str] = {}
     for path in sorted(root.rglob(LOCK_FILE)) if root.is_dir() else []:
         try:
-            RunLock(path.parent, "hydra.sweep.dir").check(mode)
+            RunLock(path.parent, SWEEP_KEY).check(mode)
         except UserError as err:
             held[str(path.parent)] = str(err)
     return held

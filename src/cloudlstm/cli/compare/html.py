@@ -30,7 +30,7 @@ from cloudlstm.cli.compare.groups import Group
 from cloudlstm.cli.compare.runs import CompareError, Run
 from cloudlstm.cli.compare.style import REFERENCE, close_range, is_reference
 from cloudlstm.cli.compare.table import best_rows, higher_is_better, ranked
-from cloudlstm.errors import file_in_the_way
+from cloudlstm.errors import why_not_written
 from cloudlstm.rundir.layout import CONFIG_FILE, FIGURES_DIR, METRICS_FILE
 from cloudlstm.viz._common import COLOURS, REFERENCE_COLOUR
 
@@ -70,8 +70,7 @@ def write_html(
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(page, encoding="utf-8")
     except OSError as err:
-        blocker = file_in_the_way(path.parent)
-        reason = f"{blocker} is a file, not a folder" if blocker else err.strerror or err
+        reason = why_not_written(path.parent, err)
         raise CompareError(f"cannot write {path}: {reason}") from None
     return path
 
