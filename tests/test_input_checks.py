@@ -223,6 +223,8 @@ def test_hydra_full_error_gives_a_user_error_its_traceback(tmp_path):
         ("optimizer.lr=0", "optimizer (AdamW): optimizer.lr=0 would never change the weights"),
         ("optimizer.weight_decay=-0.5", "optimizer (AdamW): Invalid weight_decay value: -0.5"),
         ("scheduler.warmup_steps=6000", "scheduler.warmup_steps=6000 must be in [0, trainer.max"),
+        # float16 weights: AdamW's eps is 0 there, and the first update divides by it
+        ("trainer.precision=16-true", "trainer.precision=16-true keeps the weights in float16"),
     ],
 )
 def test_an_invalid_optimizer_value_is_one_line_before_the_data_are_read(tmp_path, override, said):

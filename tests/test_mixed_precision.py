@@ -11,9 +11,13 @@ not removed. The neighbour search itself always runs on float32 coordinates.
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
 import pytest
 import torch
 
+from cloudlstm.cli.train import train
 from cloudlstm.models import CloudSeq2Seq
 from cloudlstm.nn import DConv, channel_neighbours
 from cloudlstm.nn.knn import knn
@@ -71,3 +75,19 @@ def test_seq2seq_trains_under_autocast(cell: str) -> None:
     assert float((out.float() - reference).abs().mean() / reference.abs().mean()) < 0.15
     for name, param in model.named_parameters():
         assert param.grad is not None and bool(torch.isfinite(param.grad).all()), name
+
+
+@pytest.mark.parametrize(
+    ("precision", "dtype"), [("64", torch.float64), ("bf16-true", torch.bfloat16)]
+)
+def test_train_py_trains_tests_and_reports_in_the_precision_asked(tiny_cfg, precision, dtype):
+    """Weights held in float64 or bf16 (``-true``): the run trains, tests and reports its
+    forecast's cost, whose stand-in batch (the run's first test windows) is cast to the
+    weights' type as the Trainer casts the batches."""
+    cfg = tiny_cfg(f"trainer.precision={precision}", "logger=none")
+    results = train(cfg)
+    run = Path(cfg.paths.output_dir)
+    weights = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    assert {w.dtype for w in weights.values() if w.is_floating_point()} == {dtype}
+    assert math.isfinite(results["test"]["overall"]["mae"]["mean"])
+    assert results["cost"]["inference_ms_per_sample"] > 0

@@ -241,8 +241,29 @@ def check_optimizer(cfg: DictConfig) -> None:
     if cfg.get("optimizer") is not None:
         weight = torch.nn.Parameter(torch.zeros(1))
         optimizer = make_optimizer(hydra.utils.instantiate(cfg.optimizer), [weight])
+        check_half_weights(optimizer, (cfg.get("trainer") or {}).get("precision"))
         if cfg.get("scheduler") is not None:  # its budget against trainer.max_steps
             hydra.utils.instantiate(cfg.scheduler)(optimizer=optimizer)
+
+
+def check_half_weights(optimizer: torch.optim.Optimizer, precision: Any) -> None:
+    """Refuse float16 weights (``trainer.precision=16-true``) under an optimizer that
+    divides by a running root mean square plus ``eps`` (the Adam family, the recipe's
+    AdamW): float16 rounds its ``eps`` of 1e-8 to 0 and a small gradient's square to 0, so
+    the first update divides 0 by 0 and the run stops as diverged, blaming the learning rate.
+
+    Raises:
+        UserError: names the setting and the precisions that train.
+    """
+    eps = optimizer.param_groups[0].get("eps")
+    if str(precision) != "16-true" or not isinstance(eps, float):
+        return
+    raise UserError(
+        f"trainer.precision=16-true keeps the weights in float16, where "
+        f"{type(optimizer).__name__}'s update divides by zero at the first step (its eps="
+        f"{eps:g} is 0 in float16): train with trainer.precision=16-mixed (float16 "
+        "arithmetic, float32 weights; a GPU), bf16-mixed or bf16-true."
+    )
 
 
 def check_metric_modes(cfg: DictConfig) -> None:

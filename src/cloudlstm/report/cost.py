@@ -47,8 +47,8 @@ def inference_ms_per_sample(
         return float("nan")
     items = [dataset[i] for i in range(min(batch, len(dataset)))]
     times = []
-    with _evaluating(model) as device:
-        inputs = model_inputs(items, device)
+    with evaluating(model) as (device, dtype):
+        inputs = model_inputs(items, device, dtype)
         model(*inputs)  # warm-up: first-call allocations and kernel selection
         while len(times) < 3 and sum(times) < budget_s:
             if device.type == "cuda":
@@ -61,19 +61,24 @@ def inference_ms_per_sample(
     return 1000 * min(times) / len(items)
 
 
-def model_inputs(items: list[dict[str, torch.Tensor]], device: torch.device) -> list:
-    """A forward's arguments from dataset items, batched on ``device``: ``x``, ``coords`` and,
-    with time features, ``future``."""
+def model_inputs(
+    items: list[dict[str, torch.Tensor]], device: torch.device, dtype: torch.dtype | None = None
+) -> list:
+    """A forward's arguments from dataset items, batched on ``device`` and, given ``dtype``,
+    in the model's float type (``trainer.precision=64`` trains in float64): ``x``,
+    ``coords`` and, with time features, ``future``."""
     keys = [key for key in ("x", "coords", "future") if key in items[0]]
-    return [torch.stack([it[key] for it in items]).to(device) for key in keys]
+    return [torch.stack([it[key] for it in items]).to(device, dtype) for key in keys]
 
 
 @contextmanager
-def _evaluating(model: torch.nn.Module) -> Iterator[torch.device]:
-    """The model in eval mode on its device (yielded), its training mode restored after."""
+def evaluating(model: torch.nn.Module) -> Iterator[tuple[torch.device, torch.dtype]]:
+    """The model in eval mode, its device and float type yielded, its training mode restored
+    after."""
     was_training = model.training
     model.eval()
     try:
-        yield next(model.parameters(), torch.empty(0)).device
+        weight = next(model.parameters(), torch.empty(0))
+        yield weight.device, weight.dtype
     finally:
         model.train(was_training)

@@ -12,7 +12,7 @@ import torch
 
 from cloudlstm.data.cache import CachedSource
 from cloudlstm.errors import UserError
-from cloudlstm.report.cost import _evaluating, model_inputs
+from cloudlstm.report.cost import evaluating, model_inputs
 from cloudlstm.viz import plot_forecast_maps, plot_horizon_curve, plot_worst_series
 
 
@@ -42,10 +42,10 @@ def draw_figures(
     index = window % len(dataset)
     item = dataset[index]
     model = module.model
-    with _evaluating(model) as device:
+    with evaluating(model) as (device, dtype):
         # the module's forward: the forecast as trained (anchored on the last frame or not)
-        inputs = model_inputs([item], device)
-        pred = module(*inputs)[0].cpu()
+        inputs = model_inputs([item], device, dtype)
+        pred = module(*inputs)[0].cpu().float()
         fan = _quantiles(module, item, inputs)
     scaler = module.scaler  # the forecast channels' (the first of the input's)
     targets = {"x": item["x"][..., : len(names)], "y": item["y"]}
