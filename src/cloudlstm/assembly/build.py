@@ -171,10 +171,13 @@ def check_trainer_settings(trainer: DictConfig | None) -> None:
     """Build the configured Trainer once, quietly and without callbacks or loggers, so that
     a setting Lightning refuses (``trainer.precision=17``, ``trainer.devices=0``) is
     reported before the data are read, not after; and refuse a negative
-    ``trainer.log_every_n_steps``, which Lightning takes for "every step".
+    ``trainer.log_every_n_steps``, which Lightning takes for "every step", and a fraction
+    of an epoch as ``val_check_interval`` under a recipe that validates by steps (Lightning
+    refuses it without saying that the recipe set ``check_val_every_n_epoch=null``).
 
     Raises:
-        UserError: ``log_every_n_steps`` is not a whole number >= 0. Lightning's own
+        UserError: ``log_every_n_steps`` is not a whole number >= 0, or
+            ``val_check_interval`` is a fraction where steps are counted. Lightning's own
             refusals leave as Hydra's ``InstantiationException``, which
             :func:`cloudlstm.errors.user_error_of` turns into one line.
     """
@@ -185,6 +188,14 @@ def check_trainer_settings(trainer: DictConfig | None) -> None:
         raise UserError(
             f"trainer.log_every_n_steps={every!r}: give a whole number of steps >= 1 (0: no "
             "training metrics logged within an epoch), e.g. trainer.log_every_n_steps=50."
+        )
+    interval = trainer.get("val_check_interval")
+    if isinstance(interval, float) and trainer.get("check_val_every_n_epoch", 1) is None:
+        raise UserError(
+            f"trainer.val_check_interval={interval}: a fraction of an epoch, but the recipe "
+            "validates every N training steps across epochs (trainer.check_val_every_n_epoch"
+            "=null): give a number of steps, e.g. trainer.val_check_interval=250, or validate "
+            "within each epoch with trainer.check_val_every_n_epoch=1."
         )
     with _lightning_quiet():
         instantiate(trainer, callbacks=[], logger=False)
