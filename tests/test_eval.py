@@ -161,7 +161,11 @@ def test_a_grid_model_refuses_other_points_and_says_why(grid_run, tmp_path):
             "data.source.num_channels=3",
             r"was trained on 2 channels \(pm25_like, no2_like\), but the data has 3",
         ),
-        ("data.output_steps=2", r"built for output_steps=3 \(model.output_steps\).*give output"),
+        (
+            "data.output_steps=2",
+            r"holds a model built for output_steps=3, and the data give output_steps=2: "
+            r"evaluate it with data.output_steps=3, or train a model for these data.$",
+        ),
     ],
 )
 def test_data_the_checkpoint_does_not_fit_is_named(cloud_run, tmp_path, override, message):

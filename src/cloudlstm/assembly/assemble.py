@@ -36,6 +36,7 @@ from cloudlstm.assembly.build import (
 from cloudlstm.assembly.checkpoint_fit import (
     TrainedCheckpoint,
     check_points,
+    check_trained_sizes,
     load_weights,
     restore_scaler,
 )
@@ -110,7 +111,10 @@ def assemble(
     write_data_summary(output_dir, summary)
     job_cfg = save_job_config(cfg, output_dir)
     spec = datamodule.spec
-    module = build_module(cfg, spec, _as_trained(cfg.model, trained))
+    model_config = _as_trained(cfg.model, trained)
+    if model_config is not None:
+        check_trained_sizes(model_config, spec, trained)
+    module = build_module(cfg, spec, model_config)
     if trained is not None:
         check_points(module.model, datamodule, trained)
         check_same_held_out(datamodule, trained)

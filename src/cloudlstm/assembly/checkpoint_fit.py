@@ -95,6 +95,29 @@ def restore_scaler(datamodule: Any, trained: TrainedCheckpoint) -> None:
     datamodule.use_scaler(scaler)
 
 
+def check_trained_sizes(model_config: Any, spec: DataSpec, trained: TrainedCheckpoint) -> None:
+    """Refuse data of other sizes than the trained model was built for (``model_config``:
+    the run's model config with the checkpoint's sizes), naming the data setting to keep:
+    ``eval.py data.output_steps=6`` on a run trained to forecast 3 steps.
+
+    Raises:
+        UserError: a size the model was built with differs from the data's.
+    """
+    for key, value in spec.sizes.items():
+        built = model_config.get(key)
+        if built is None or built == value:
+            continue
+        keep = (
+            f"data.{key}={built}"
+            if key in ("input_steps", "output_steps")
+            else ("the data settings it was trained with (its config.yaml)")
+        )
+        raise UserError(
+            f"{trained.path} holds a model built for {key}={built}, and the data give "
+            f"{key}={value}: evaluate it with {keep}, or train a model for these data."
+        )
+
+
 def check_points(model: Any, datamodule: Any, trained: TrainedCheckpoint) -> None:
     """Refuse other points than the training ones for a model tied to them (grid models,
     MLP, LSTM: ``model.fixed_points`` says why); point models take any points.
