@@ -3,8 +3,8 @@
 ``eval.py`` may pair a run's model with other data (``data.*`` overrides) or another
 checkpoint (``ckpt=<path>``). Each check here names the mismatch as a
 :class:`~cloudlstm.errors.UserError` before anything fails obscurely: the training scaler
-(restored before the data are normalised), the points of models tied to theirs, the weights
-themselves (the sizes the model was built for are checked when it is built).
+(restored before the data are normalised), the sizes the model was built for (a horizon, a
+channel count), the points of models tied to theirs, the weights themselves.
 """
 
 from __future__ import annotations
