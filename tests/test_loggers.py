@@ -1,12 +1,16 @@
-"""The CSV logger keeps one log per run directory (cloudlstm.engine.loggers.CSVLogger)."""
+"""The CSV logger keeps one log per run directory (cloudlstm.engine.loggers.CSVLogger); an
+online W&B run that cannot start is one line (cloudlstm.engine.loggers.WandbLogger)."""
 
 from __future__ import annotations
+
+import subprocess
 
 import pandas as pd
 import pytest
 
 from cloudlstm.engine.loggers import CSVLogger
 from cloudlstm.errors import UserError
+from tests.conftest import PYTHON, ROOT, TINY, subprocess_env
 
 
 def write(save_dir, rows: list[tuple[int, dict[str, float]]]) -> None:
@@ -72,3 +76,38 @@ def test_a_complete_row_the_logger_did_not_write_stops_the_restart_in_one_line(t
     with pytest.raises(UserError, match=r"metrics\.csv, line 3, is not a row"):
         write(tmp_path, [(3, {"a": 9.0, "b": 2.0})])
     assert path.read_text() == damaged  # left as it was, for the user to fix
+
+
+@pytest.mark.parametrize(
+    ("env", "reason"),
+    [
+        ({}, "(No API key configured"),
+        # a key, and a server that refuses every connection: W&B retries until its timeout
+        (
+            {
+                "WANDB_API_KEY": "a" * 40,
+                "WANDB_BASE_URL": "http://127.0.0.1:9",
+                "WANDB_INIT_TIMEOUT": "3",
+            },
+            "connection refused",
+        ),
+    ],
+)
+def test_an_online_wandb_run_that_cannot_start_is_one_line(tmp_path, env, reason):
+    """``logger.wandb.offline=false`` without an API key, or without the server: W&B's
+    error, which left ``train.py`` as a traceback, is one line with its reason and the way
+    out (offline logging, then ``wandb sync``)."""
+    home = {"HOME": str(tmp_path / "home"), "WANDB_CONFIG_DIR": str(tmp_path / "wandb_config")}
+    plain = {k: v for k, v in subprocess_env().items() if not k.startswith("WANDB_")}
+    done = subprocess.run(
+        [*PYTHON, "train.py", *TINY, "logger=wandb", "logger.wandb.offline=false",
+         f"hydra.run.dir={tmp_path / 'run'}", f"paths.data_dir={tmp_path / 'data'}"],
+        cwd=ROOT, env={**plain, **home, "WANDB_SILENT": "true", **env},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("logger=wandb:")]
+    assert line.startswith("logger=wandb: W&B could not start the run (")
+    assert reason in line
+    assert line.endswith("upload the run later with `wandb sync <run dir>/wandb/offline-run-*`.")

@@ -32,6 +32,34 @@ class WandbLogger(LightningWandbLogger):
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         super().log_metrics(without_results(metrics), step)
 
+    @property
+    def experiment(self) -> Any:
+        """The W&B run, started on first use (Lightning's).
+
+        Raises:
+            UserError: W&B cannot start it: no API key for an online run, a server it
+                cannot reach, a key it refuses. One line with W&B's reason and the way out.
+        """
+        from wandb.errors import Error as WandbError
+
+        try:
+            return super().experiment
+        except WandbError as err:
+            # W&B's first line says what failed, its last why ("while retrying: ... dial tcp
+            # ...: connection refused")
+            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+            lines = lines or [type(err).__name__]
+            reason = "; ".join(dict.fromkeys([lines[0], lines[-1]])).rstrip(".")
+            way = (
+                "log offline (logger.wandb.offline=true, the default) and upload the run "
+                "later with `wandb sync <run dir>/wandb/offline-run-*`"
+                if not self._offline
+                else "run without W&B (logger=csv)"
+            )
+            raise UserError(
+                f"logger=wandb: W&B could not start the run ({reason}): fix that, or {way}."
+            ) from None
+
 
 class _ContinuedCSV(ExperimentWriter):
     """Lightning's CSV writer that continues the ``metrics.csv`` it finds instead of
