@@ -225,3 +225,17 @@ def test_a_searchs_best_trial_and_parameter_importance(logged):
     table = json.loads((folder / "files" / run.summary["search/param_importance/path"]).read_text())
     assert table["columns"] == ["parameter", "importance"]
     assert table["data"] == [["model.k", 0.75], ["optimizer.lr", 0.25]]
+
+
+def test_an_online_comparison_without_an_api_key_is_one_line(tmp_path):
+    write_run(tmp_path / "sweep" / "k3", 1.0)
+    plain = {k: v for k, v in subprocess_env().items() if not k.startswith("WANDB_")}
+    done = subprocess.run(
+        [*PYTHON, "-m", "cloudlstm.cli.compare", str(tmp_path / "sweep"), "--wandb"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**plain, "HOME": str(tmp_path), "WANDB_CONFIG_DIR": str(tmp_path / "wandb_config"),
+             "WANDB_MODE": "online", "WANDB_SILENT": "true"},
+    )  # fmt: skip
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    lines = [line for line in done.stderr.splitlines() if "W&B" in line]
+    assert len(lines) == 1 and "W&B could not start the run: No API key configured" in lines[0]

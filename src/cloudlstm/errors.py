@@ -252,3 +252,11 @@ def _target_of(err: InstantiationException) -> str | None:
     """The ``_target_`` Hydra names in its message (``Error in call to target 'a.B':``)."""
     match = re.search(r"target '([\w.]+)'", str(err))
     return match.group(1) if match else None
+
+
+def wandb_error_reason(err: BaseException) -> str:
+    """W&B's error in one line: its first line, which says what failed, and its last, which
+    says why (``while retrying: ... dial tcp ...: connection refused``)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    lines = lines or [type(err).__name__]
+    return "; ".join(dict.fromkeys([lines[0], lines[-1]])).rstrip(".")

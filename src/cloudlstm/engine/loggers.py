@@ -15,7 +15,7 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
 from cloudlstm.engine.results import without_results
-from cloudlstm.errors import UserError
+from cloudlstm.errors import UserError, wandb_error_reason
 
 
 class WandbLogger(LightningWandbLogger):
@@ -45,11 +45,7 @@ class WandbLogger(LightningWandbLogger):
         try:
             return super().experiment
         except WandbError as err:
-            # W&B's first line says what failed, its last why ("while retrying: ... dial tcp
-            # ...: connection refused")
-            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-            lines = lines or [type(err).__name__]
-            reason = "; ".join(dict.fromkeys([lines[0], lines[-1]])).rstrip(".")
+            reason = wandb_error_reason(err)
             way = (
                 "log offline (logger.wandb.offline=true, the default) and upload the run "
                 "later with `wandb sync <run dir>/wandb/offline-run-*`"

@@ -22,6 +22,7 @@ from cloudlstm.cli.compare.groups import Group
 from cloudlstm.cli.compare.plots import plot
 from cloudlstm.cli.compare.runs import CompareError, Run, read_yaml_mapping
 from cloudlstm.cli.compare.table import ranked
+from cloudlstm.errors import wandb_error_reason
 
 PROJECT = "cloudlstm"  # conf/logger/wandb.yaml's, for runs whose config names none
 
@@ -53,7 +54,7 @@ def log_to_wandb(
     try:
         run = wandb.init(**_init_args(runs, sources, datasets, table))
     except Exception as err:  # W&B raises its own types (UsageError, CommError, ...)
-        raise CompareError(f"W&B could not start the run: {err}") from None
+        raise CompareError(f"W&B could not start the run: {wandb_error_reason(err)}") from None
     try:
         _log(run, wandb, rows, table, rank_metric, curve_metric)
         _log_searches(run, wandb, sources)
