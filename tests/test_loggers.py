@@ -10,6 +10,7 @@ import pytest
 
 from cloudlstm.engine.loggers import CSVLogger
 from cloudlstm.errors import UserError
+from cloudlstm.rundir.layout import wandb_run_id
 from tests.conftest import PYTHON, ROOT, TINY, subprocess_env
 
 
@@ -111,3 +112,16 @@ def test_an_online_wandb_run_that_cannot_start_is_one_line(tmp_path, env, reason
     assert line.startswith("logger=wandb: W&B could not start the run (")
     assert reason in line
     assert line.endswith("upload the run later with `wandb sync <run dir>/wandb/offline-run-*`.")
+
+
+@pytest.mark.parametrize("stored", ["ab/c:d?", "two words", "\x00\x00\x01"])
+def test_a_stored_wandb_id_w_and_b_refuses_names_its_file(tmp_path, stored):
+    """The run directory's W&B id, damaged or edited: the file is named, not only W&B's
+    complaint; a new id (``resume=never``) replaces it."""
+    (tmp_path / "wandb_run_id.txt").write_text(stored + "\n")
+    with pytest.raises(UserError) as refused:
+        wandb_run_id(tmp_path)
+    assert str(refused.value).startswith(f"{tmp_path / 'wandb_run_id.txt'} holds ")
+    assert str(refused.value).endswith("or delete the file to log to a new W&B run.")
+    fresh = wandb_run_id(tmp_path, new=True)
+    assert fresh.isalnum() and len(fresh) == 8 and wandb_run_id(tmp_path) == fresh

@@ -219,11 +219,18 @@ def write_metrics(output_dir: Path, results: dict[str, Any]) -> Path:
     return path
 
 
+# the characters W&B refuses in a run id
+NOT_IN_A_WANDB_ID = ":;,#?/'"
+
+
 def wandb_run_id(output_dir: Path, new: bool = False) -> str | None:
     """The run directory's W&B run id, created and stored on first call (or if ``new``).
 
     None on DDP ranks other than 0: only rank 0 opens the W&B run, and ranks that start at
     the same moment (SLURM) must not race to write different ids.
+
+    Raises:
+        UserError: the stored id is none W&B takes (a file edited or damaged).
     """
     # imported here: Hydra's plugin scan imports this module (through the run lock), and a
     # config error is reported before Lightning, which takes seconds to import, is needed
@@ -233,7 +240,13 @@ def wandb_run_id(output_dir: Path, new: bool = False) -> str | None:
         return None
     path = output_dir / WANDB_ID_FILE
     if path.is_file() and not new:
-        run_id = path.read_text().strip()
+        run_id = path.read_text(errors="replace").strip()
+        if any(c in NOT_IN_A_WANDB_ID or c.isspace() or not c.isprintable() for c in run_id):
+            raise UserError(
+                f"{path} holds {run_id[:40]!r}, which is no W&B run id (W&B refuses spaces and "
+                f"the characters {NOT_IN_A_WANDB_ID}): write the run's id into it, or delete "
+                "the file to log to a new W&B run."
+            )
         if run_id:
             return run_id
     # W&B's own format: 8 lowercase letters and digits
