@@ -40,11 +40,13 @@ class WandbLogger(LightningWandbLogger):
             UserError: W&B cannot start it: no API key for an online run, a server it
                 cannot reach, a key it refuses. One line with W&B's reason and the way out.
         """
-        from wandb.errors import Error as WandbError
-
         try:
-            return super().experiment
-        except WandbError as err:
+            return super().experiment  # read at every log call: nothing more on this path
+        except Exception as err:
+            from wandb.errors import Error as WandbError
+
+            if not isinstance(err, WandbError):
+                raise
             reason = wandb_error_reason(err)
             way = (
                 "log offline (logger.wandb.offline=true, the default) and upload the run "
