@@ -7,7 +7,8 @@ given by the user, which callers that catch ``ValueError`` keep handling.
 
 A write that finds no room (a full disk, a quota, a file size limit) is the user's to fix
 too: :func:`out_of_space` makes it an :class:`OutOfSpaceError` naming the file, the room
-left or the limit, and what to do.
+left or the limit, and what to do. So is an allocation that finds no memory, on the CPU or
+a GPU (:func:`out_of_memory`): the sizes asked for more than the machine has.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ class DownloadError(UserError, RuntimeError):
 
 class OutOfSpaceError(UserError):
     """A file could not be written for want of room: a full disk, a quota, a file size limit."""
+
+
+class OutOfMemoryError(UserError):
+    """A tensor or an array could not be allocated: the sizes asked for more memory than the
+    device, or this process, has."""
 
 
 # errno values of a write that failed for want of room (the disk, a quota, a file size limit)
@@ -102,6 +108,77 @@ def sqlite_write_fault(
     return None
 
 
+# what torch's allocators (the CPU's, CUDA's, MPS's) and NumPy say when memory runs out
+OUT_OF_MEMORY = (
+    "can't allocate memory",
+    "not enough memory",
+    "out of memory",
+    "unable to allocate",
+)
+SMALLER = (
+    "Make the job smaller: fewer windows a batch (data.batch_size), a smaller model (its "
+    "hidden channels, layers or K), or, on a GPU, trainer.precision=bf16-mixed; or run it "
+    "where more memory is free."
+)
+
+
+def out_of_memory(err: BaseException) -> OutOfMemoryError | None:
+    """The one-line error of an allocation that found no memory (torch on the CPU, a GPU,
+    NumPy), or None for any other error.
+
+    torch raises ``torch.OutOfMemoryError`` on a GPU and a ``RuntimeError`` of its CPU
+    allocator (``DefaultCPUAllocator: can't allocate memory: you tried to allocate N
+    bytes``) on the CPU, also where a memory limit (``ulimit -v``) refuses; NumPy raises a
+    ``MemoryError``. A DataLoader worker's error reaches the main process as a
+    ``RuntimeError`` that quotes it, and is matched by the same words.
+    """
+    kinds = {kind.__name__ for kind in type(err).__mro__}
+    text = str(err)
+    if not (
+        "MemoryError" in kinds
+        or "OutOfMemoryError" in kinds
+        or ("RuntimeError" in kinds and any(m in text.lower() for m in OUT_OF_MEMORY))
+    ):
+        return None
+    return OutOfMemoryError(f"Out of memory: {_failed_allocation(text)}. {SMALLER}")
+
+
+def _failed_allocation(text: str) -> str:
+    """What could not be allocated, where, and the memory there, from the allocator's
+    message."""
+    cuda = re.search(
+        r"Tried to allocate ([\d.]+ \w+)\. GPU (\d+) has a total capacity of ([\d.]+ \w+) "
+        r"of which ([\d.]+ \w+) is free",
+        text,
+    )
+    if cuda:
+        size, gpu, total, free = cuda.groups()
+        return f"GPU {gpu} could not allocate {size} ({free} free of {total})"
+    cpu = re.search(r"you tried to allocate (\d+) bytes", text)
+    if cpu:
+        return f"the CPU could not allocate {_size(int(cpu.group(1)))} ({_memory_left()})"
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "no memory")
+    line = re.sub(r"^\[enforce fail at [^\]]*\]\s*(err == 0\.\s*)?", "", line)
+    return f"{line[:300].rstrip('.')} ({_memory_left()})"
+
+
+def _memory_left() -> str:
+    """The memory this machine has available, and this process's limit where it has one
+    (``ulimit -v``)."""
+    left = "memory available: unknown"
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        available = int(fields["MemAvailable"].split()[0]) * 1024
+        total = int(fields["MemTotal"].split()[0]) * 1024
+        left = f"{_size(available)} available of {_size(total)}"
+    except (OSError, KeyError, ValueError):
+        pass
+    limit = _process_limit("RLIMIT_AS")
+    if limit is not None:
+        left += f", and this process may use at most {_size(limit)}: `ulimit -v`"
+    return left
+
+
 def _room_left(path: str | Path | None) -> str:
     """``<size> free in <folder>``, the folder being the nearest existing one of ``path``; or
     ``no room`` where its file system does not say."""
@@ -127,11 +204,16 @@ def _free_space(folder: Path) -> int | None:
 
 def _file_size_limit() -> int | None:
     """This process's file size limit (``RLIMIT_FSIZE``) in bytes; None where there is none."""
+    return _process_limit("RLIMIT_FSIZE")
+
+
+def _process_limit(name: str) -> int | None:
+    """This process's soft limit ``resource.<name>``; None where there is none."""
     try:
         import resource
     except ImportError:  # not on a POSIX system
         return None
-    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    soft, _ = resource.getrlimit(getattr(resource, name))
     return None if soft == resource.RLIM_INFINITY else soft
 
 
@@ -178,9 +260,9 @@ def writing(path: str | Path) -> Iterator[None]:
 
 @contextmanager
 def one_line_errors() -> Iterator[None]:
-    """A bad option of one of our own models or data sets, or a write that failed for want
-    of room (:func:`out_of_space`: a full disk, a quota, ``ulimit -f``), reaches the user as
-    one line.
+    """A bad option of one of our own models or data sets, a write that failed for want of
+    room (:func:`out_of_space`: a full disk, a quota, ``ulimit -f``), or an allocation that
+    found no memory (:func:`out_of_memory`), reaches the user as one line.
 
     Our constructors refuse bad options with a ``ValueError`` that names the key
     (``model.cell='lstmm' is not one of [...]``); Hydra wraps it in an
@@ -201,6 +283,11 @@ def one_line_errors() -> Iterator[None]:
         if full is None:
             raise
         raise full from None
+    except (MemoryError, RuntimeError) as err:  # torch's and NumPy's allocations
+        short = out_of_memory(err)
+        if short is None:
+            raise
+        raise short from None
 
 
 def user_error_of(err: InstantiationException) -> UserError | None:
@@ -210,7 +297,7 @@ def user_error_of(err: InstantiationException) -> UserError | None:
     while cause is not None:
         if isinstance(cause, UserError):
             return cause
-        if (full := out_of_space(cause)) is not None:
+        if (full := out_of_space(cause) or out_of_memory(cause)) is not None:
             return full
         if isinstance(cause, ValueError) and _raised_in(cause, __package__):
             if not target.startswith(f"{__package__}."):

@@ -1,0 +1,136 @@
+"""An allocation that finds no memory (a batch or a model too large for the machine) stops
+the program with one line saying what could not be allocated, the memory there and what to
+make smaller; no traceback. The machine's memory is a limit on the child's address space
+(``RLIMIT_AS``, ``ulimit -v``), so the allocation fails where a run asks for more than it
+allows, as on a machine of that size; CUDA's message is torch's own, as its allocator
+writes it."""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from cloudlstm.errors import OutOfMemoryError, one_line_errors, out_of_memory
+from tests.conftest import ROOT, TINY, subprocess_env
+
+LIMIT = 4 * 2**30  # bytes of address space: the programs need about 2 GB at these sizes
+
+
+def memory_limit(limit: int) -> Callable[[], None]:
+    """``preexec_fn``: at most ``limit`` bytes of address space in the child."""
+
+    def set_limit() -> None:
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+    return set_limit
+
+
+def train_py(run: Path, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            sys.executable,
+            "train.py",
+            *TINY,
+            "logger=none",
+            "report.figures=false",
+            f"hydra.run.dir={run}",
+            *overrides,
+        ],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        preexec_fn=memory_limit(LIMIT),
+    )
+
+
+def the_line(proc: subprocess.CompletedProcess) -> str:
+    """The program's one error line; no traceback."""
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "RuntimeError" not in proc.stderr, proc.stderr[-3000:]
+    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("Out of memory")]
+    return line
+
+
+def test_a_run_too_large_for_the_memory_stops_with_one_line(tmp_path):
+    # CloudLSTM with 2,048 hidden channels at 200 points asks for more at once than the
+    # 4 GiB address space leaves
+    proc = train_py(
+        tmp_path / "run",
+        "model=cloudlstm",
+        "data.source.num_points=200",
+        "model.hidden_channels=2048",
+    )
+    line = the_line(proc)
+    assert line.startswith("Out of memory: the CPU could not allocate ")
+    assert "this process may use at most 4.3 GB: `ulimit -v`" in line
+    assert "fewer windows a batch (data.batch_size)" in line
+
+
+def test_a_model_too_large_for_the_memory_is_one_line_when_it_is_built(tmp_path):
+    # an LSTM of 100,000 hidden units: 160 GB of weights, refused as the model is built
+    tiny = [o for o in TINY if not o.startswith("model.")]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "train.py",
+            *tiny,
+            "model=lstm",
+            "model.hidden_size=100000",
+            "logger=none",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        preexec_fn=memory_limit(LIMIT),
+    )
+    line = the_line(proc)
+    assert line.startswith("Out of memory: the CPU could not allocate 160.0 GB (")
+
+
+def test_torch_and_numpy_allocations_beyond_any_machine_are_one_line():
+    # 256 TB: more than a 64-bit process can address, refused whatever the machine
+    torch_line = r"^Out of memory: the CPU could not allocate 281\.5 TB"
+    with pytest.raises(OutOfMemoryError, match=torch_line), one_line_errors():
+        torch.empty(2**46)
+    numpy_line = r"^Out of memory: Unable to allocate 256\. TiB"
+    with pytest.raises(OutOfMemoryError, match=numpy_line), one_line_errors():
+        np.empty(2**45)
+
+
+def test_a_gpu_out_of_memory_names_the_gpu_its_free_memory_and_the_allocation():
+    # the message of torch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp)
+    err = torch.OutOfMemoryError(
+        "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of "
+        "79.19 GiB of which 1.55 GiB is free. Including non-PyTorch memory, this process has "
+        "77.63 GiB memory in use. Of the allocated memory 76.90 GiB is allocated by PyTorch, "
+        "and 123.00 MiB is reserved by PyTorch but unallocated. If reserved but unallocated "
+        "memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to "
+        "avoid fragmentation.  See documentation for Memory Management  "
+        "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+    )
+    line = str(out_of_memory(err))
+    assert line.startswith(
+        "Out of memory: GPU 0 could not allocate 20.00 GiB (1.55 GiB free of 79.19 GiB). "
+    )
+    assert "trainer.precision=bf16-mixed" in line and "\n" not in line
+
+
+def test_other_runtime_errors_keep_their_traceback():
+    # a bug is not a user's error: left as it is
+    assert out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None
+    assert out_of_memory(ValueError("out of memory")) is None
+    with pytest.raises(RuntimeError, match="shapes"), one_line_errors():
+        torch.ones(2, 3) @ torch.ones(2, 3)
