@@ -23,14 +23,15 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig
 
+from cloudlstm.cli.ctrl_c import ctrl_c_is_a_stop
 from cloudlstm.cli.pipes import reader_may_leave
 from cloudlstm.paths import config_dir
 
 
 @reader_may_leave()
+@ctrl_c_is_a_stop()  # at any moment: checking the command, reading data, a second Ctrl-C
 def train() -> None:
     """``cloudlstm-train [group=option ...] [key=value ...]``: train and test a model."""
     from cloudlstm.cli.model_keys import refuse_foreign_model_keys
@@ -79,6 +80,7 @@ def refuse_moved_keys(argv: list[str], keep: Collection[str] = ()) -> None:
 
 
 @reader_may_leave()
+@ctrl_c_is_a_stop()  # at any moment: checking the command, reading data, a second Ctrl-C
 def evaluate() -> None:
     """``cloudlstm-eval run=<run dir> [ckpt=best|last|<path>] [key=value ...]``: test a
     trained run again."""
@@ -111,6 +113,7 @@ def evaluate() -> None:
 
 
 @reader_may_leave()
+@ctrl_c_is_a_stop()  # at any moment: checking the command, reading data, a second Ctrl-C
 def predict() -> None:
     """``cloudlstm-predict run=<run dir> data.path=<file>``: forecast new data."""
     from cloudlstm.cli.predict import refuse_group_choices
@@ -157,17 +160,11 @@ def _run_hydra(config_name: str, task: Callable[[DictConfig], Any]) -> None:
     # interpreter's collections at its end would otherwise go through the millions of objects
     # torch's imports make (seconds) to free memory that the exit frees anyway.
     atexit.register(gc.freeze)
-    main = hydra.main(version_base="1.3", config_path=str(config_dir()), config_name=config_name)
-    try:
-        with _errors_without_hydra_hint():
-            main(task)()
-    except KeyboardInterrupt:
-        # Ctrl-C outside training's steps (preparing data, building, a second Ctrl-C):
-        # a stop the user asked for, said in one line with the shell's status for it
-        from cloudlstm.rundir.stops import CTRL_C_EXIT_CODE
+    import hydra  # here: a Ctrl-C while it is imported is the program's stop (ctrl_c_is_a_stop)
 
-        sys.stderr.write(f"{Path(sys.argv[0]).name}: stopped by Ctrl-C.\n")
-        raise SystemExit(CTRL_C_EXIT_CODE) from None
+    main = hydra.main(version_base="1.3", config_path=str(config_dir()), config_name=config_name)
+    with _errors_without_hydra_hint():
+        main(task)()
 
 
 @contextmanager

@@ -1,0 +1,133 @@
+"""Ctrl-C at any moment of a program's start (checking the command, importing torch,
+composing the config, reading the data) stops it with one line and status 130: no
+traceback, no abort of an extension module interrupted as it initialised, no press lost.
+Training's own Ctrl-C is tests/test_preemption.py's."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import lightning as L
+import pytest
+from lightning.pytorch.demos.boring_classes import BoringModel
+
+from cloudlstm.engine import ctrl_c_noted
+from cloudlstm.engine.signals import SignalsTogether
+from cloudlstm.rundir.preemption import stopped_by_ctrl_c
+from tests.conftest import ROOT, TINY, as_in_a_terminal, subprocess_env
+
+# an import whose body is interrupted by a Ctrl-C, with a nested import also interrupted:
+# the press must arrive once both bodies have run to their end, not in the middle of either
+# (the import statement then fails with it, and the program stops)
+INTERRUPTED_IMPORT = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[1])
+{hold}
+try:
+    import outer
+except KeyboardInterrupt:
+    done = os.environ.get("OUTER_DONE") == "1"
+    print("interrupted;", "outer done:", done, "inner:", "inner" in sys.modules)
+else:
+    print("not interrupted")
+"""
+HOLD = "from cloudlstm.cli.ctrl_c import hold_ctrl_c_while_importing\nhold_ctrl_c_while_importing()"
+MODULES = {
+    "outer.py": "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(0.2)\n"
+    "import inner\nos.environ['OUTER_DONE'] = '1'\n",
+    "inner.py": "import os, signal\nos.kill(os.getpid(), signal.SIGINT)\nvalue = 1\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("hold", "printed"),
+    [(True, "outer done: True inner: True"), (False, "outer done: False inner: False")],
+)
+def test_a_ctrl_c_during_an_import_arrives_when_the_import_is_done(tmp_path, hold, printed):
+    for name, source in MODULES.items():
+        (tmp_path / name).write_text(source)
+    code = textwrap.dedent(INTERRUPTED_IMPORT).format(hold=HOLD if hold else "")
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=as_in_a_terminal,
+    )
+    assert proc.stdout.strip() == f"interrupted; {printed}", proc.stderr[-2000:]
+
+
+def test_ctrl_c_at_any_moment_of_the_start_is_one_line(tmp_path):
+    """A fresh Python (not the tests' warm one, which has imported torch already)."""
+    command = [
+        sys.executable,
+        "train.py",
+        *TINY,
+        "trainer.max_epochs=200",
+        "logger=none",
+        "report.figures=false",
+    ]
+    for after_s in (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0):
+        run = tmp_path / f"run_{after_s}"
+        proc = subprocess.Popen(
+            [*command, f"hydra.run.dir={run}"],
+            cwd=ROOT,
+            env=subprocess_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=as_in_a_terminal,
+        )
+        time.sleep(after_s)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 130, f"after {after_s} s: {err[-3000:]}"
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert lines[-1:] == ["train.py: stopped by Ctrl-C."], f"after {after_s} s: {err[-3000:]}"
+        assert "Traceback" not in err and "FakeTensor" not in err, f"after {after_s} s: {err}"
+
+
+@pytest.fixture
+def sigint_handler_kept():
+    """Lightning's shutdown after a KeyboardInterrupt ignores SIGINT from then on: this
+    test process's handler is put back after the test."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.usefixtures("sigint_handler_kept")
+def test_a_ctrl_c_that_python_lost_stops_training_before_it_starts(tmp_path):
+    # the press is noted, and its KeyboardInterrupt dropped, as CPython drops one raised in
+    # a __eq__ that a C function calls for a dict look-up
+    with pytest.raises(KeyboardInterrupt):
+        ctrl_c_noted.note_and_interrupt(signal.SIGINT, None)
+    trainer = L.Trainer(
+        max_steps=5,
+        callbacks=[SignalsTogether()],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        default_root_dir=tmp_path,
+    )
+    with pytest.raises(SystemExit):  # Lightning's shutdown after a KeyboardInterrupt
+        trainer.fit(BoringModel())
+    assert trainer.global_step == 0
+    assert stopped_by_ctrl_c(trainer)  # so the programs say it (rundir.preemption)
+    # noted once: the next training runs
+    trainer = L.Trainer(
+        max_steps=2,
+        callbacks=[SignalsTogether()],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(BoringModel())
+    assert trainer.global_step == 2
