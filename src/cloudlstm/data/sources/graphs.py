@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cloudlstm.data.sources.cut_short import refuse_cut_short
 from cloudlstm.data.sources.tables import DAMAGED, damaged_file, id_text
 from cloudlstm.errors import MissingFileError, UserError
 
@@ -186,6 +187,7 @@ def _read_matrix(path: Path, kind: str) -> np.ndarray:
             return _as_matrix(np.load(path, allow_pickle=False), f"{OPTION}={path}")
         except (OSError, ValueError) as err:
             raise UserError(f"Cannot read {OPTION}={path} as a .npy array: {err}") from None
+    refuse_cut_short(path, "the graph")
     try:
         table = pd.read_csv(path, header=None)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:

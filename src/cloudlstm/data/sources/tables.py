@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 from pandas.io.common import get_handle
 
+from cloudlstm.data.sources.cut_short import refuse_cut_short
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingPackageError, UserError
 
@@ -388,7 +389,8 @@ def read_table(
 
     Raises:
         UserError: a file of a format that is no table of these (an Excel workbook, JSON),
-            or one that cannot be read as its suffix says (named with pandas' reason).
+            one that cannot be read as its suffix says (named with pandas' reason), or a
+            text file cut short inside a row (:func:`refuse_cut_short`).
     """
     suffix = path.suffix.lower()
     if suffix in OTHER_FORMATS:
@@ -409,6 +411,7 @@ def read_table(
     if suffix in HDF_SUFFIXES:
         return read_hdf(path, what, hdf_key)
     dialect = {} if "sep" in csv_kwargs else csv_dialect(path)
+    refuse_cut_short(path, what, csv_kwargs.get("sep") or dialect.get("sep") or ",")
     try:
         table = pd.read_csv(path, **dialect, **csv_kwargs)
     except UnicodeDecodeError as err:

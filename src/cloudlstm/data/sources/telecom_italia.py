@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from cloudlstm.data.cache import CachedSource
+from cloudlstm.data.sources.cut_short import refuse_cut_short
 from cloudlstm.data.sources.tables import (
     DAMAGED,
     build_stream,
@@ -352,6 +353,7 @@ def _read_rows(path: Path, what: str) -> pd.DataFrame:
     """A file's rows as numbers (columns 0-7), or as text when some field is not a number
     (so that :func:`numeric_column` names it)."""
     kwargs: dict[str, Any] = {"sep": "\t", "header": None}
+    refuse_cut_short(path, "the Telecom Italia file", "\t")
     try:
         try:
             rows = pd.read_csv(path, dtype=np.float64, **kwargs)
