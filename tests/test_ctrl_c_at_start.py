@@ -93,6 +93,18 @@ def test_ctrl_c_at_any_moment_of_the_start_is_one_line(tmp_path):
         assert "Traceback" not in err and "FakeTensor" not in err, f"after {after_s} s: {err}"
 
 
+def boring_trainer(folder, max_steps: int) -> L.Trainer:
+    """A Trainer with the programs' signal handling and nothing else."""
+    return L.Trainer(
+        max_steps=max_steps,
+        callbacks=[SignalsTogether()],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        default_root_dir=folder,
+    )
+
+
 @pytest.fixture
 def sigint_handler_kept():
     """Lightning's shutdown after a KeyboardInterrupt ignores SIGINT from then on: this
@@ -108,26 +120,12 @@ def test_a_ctrl_c_that_python_lost_stops_training_before_it_starts(tmp_path):
     # a __eq__ that a C function calls for a dict look-up
     with pytest.raises(KeyboardInterrupt):
         ctrl_c_noted.note_and_interrupt(signal.SIGINT, None)
-    trainer = L.Trainer(
-        max_steps=5,
-        callbacks=[SignalsTogether()],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        default_root_dir=tmp_path,
-    )
+    trainer = boring_trainer(tmp_path, max_steps=5)
     with pytest.raises(SystemExit):  # Lightning's shutdown after a KeyboardInterrupt
         trainer.fit(BoringModel())
     assert trainer.global_step == 0
     assert stopped_by_ctrl_c(trainer)  # so the programs say it (rundir.preemption)
     # noted once: the next training runs
-    trainer = L.Trainer(
-        max_steps=2,
-        callbacks=[SignalsTogether()],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        default_root_dir=tmp_path,
-    )
+    trainer = boring_trainer(tmp_path, max_steps=2)
     trainer.fit(BoringModel())
     assert trainer.global_step == 2

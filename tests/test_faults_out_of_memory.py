@@ -33,12 +33,12 @@ def memory_limit(limit: int) -> Callable[[], None]:
     return set_limit
 
 
-def train_py(run: Path, *overrides: str) -> subprocess.CompletedProcess:
+def train_py(run: Path, *overrides: str, tiny: list[str] = TINY) -> subprocess.CompletedProcess:
     return subprocess.run(
         [
             sys.executable,
             "train.py",
-            *TINY,
+            *tiny,
             "logger=none",
             "report.figures=false",
             f"hydra.run.dir={run}",
@@ -79,23 +79,7 @@ def test_a_run_too_large_for_the_memory_stops_with_one_line(tmp_path):
 def test_a_model_too_large_for_the_memory_is_one_line_when_it_is_built(tmp_path):
     # an LSTM of 100,000 hidden units: 160 GB of weights, refused as the model is built
     tiny = [o for o in TINY if not o.startswith("model.")]
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "train.py",
-            *tiny,
-            "model=lstm",
-            "model.hidden_size=100000",
-            "logger=none",
-            f"hydra.run.dir={tmp_path / 'run'}",
-        ],
-        cwd=ROOT,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        preexec_fn=memory_limit(LIMIT),
-    )
+    proc = train_py(tmp_path / "run", "model=lstm", "model.hidden_size=100000", tiny=tiny)
     line = the_line(proc)
     assert line.startswith("Out of memory: the CPU could not allocate 160.0 GB (")
 
