@@ -284,3 +284,14 @@ def test_train_py_on_one_gpu(tmp_path, precision: str) -> None:
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     mae = metrics["test"]["overall"]["mae"]["mean"]
     assert mae == mae and mae > 0  # finite, not NaN
+
+
+def test_an_allocation_beyond_the_gpu_is_one_line_naming_it() -> None:
+    # torch's own message of a failed CUDA allocation, read by errors.out_of_memory
+    from cloudlstm.errors import OutOfMemoryError, one_line_errors
+
+    total = torch.cuda.get_device_properties(0).total_memory
+    with pytest.raises(OutOfMemoryError) as err, one_line_errors():
+        torch.empty(2 * total, dtype=torch.uint8, device="cuda")
+    assert str(err.value).startswith("Out of memory: GPU 0 could not allocate "), err.value
+    assert " free of " in str(err.value) and "\n" not in str(err.value)
