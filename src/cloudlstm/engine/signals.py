@@ -86,12 +86,12 @@ class SignalsTogether(L.Callback):
         self._sigint: Any = None  # the SIGINT handler before this one's, restored after
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if ctrl_c_noted.pressed_before_training():  # and Python lost it on the way
-            self.ctrl_c += 1  # the run's stop is a Ctrl-C's (rundir.preemption)
-            raise KeyboardInterrupt  # Lightning's shutdown; nothing has trained
         self._trainer = trainer
         if self._sigint is None and _ctrl_c_reaches_us():
             self._sigint = signal.signal(signal.SIGINT, self._note_ctrl_c)
+        if ctrl_c_noted.pressed_before_training():  # and Python lost it on the way
+            self.ctrl_c += 1  # the run's stop is a Ctrl-C's (rundir.preemption)
+            raise KeyboardInterrupt  # Lightning's shutdown, before any step
         # Lightning registers its handlers after this hook (Trainer._run), from these
         # attributes of its signal connector: put the noting ones in their place
         connector = trainer._signal_connector
