@@ -99,6 +99,9 @@ def test_the_end_is_found_past_the_bytes_looked_at_and_in_short_files(tmp_path):
     one_line = tmp_path / "one.csv"
     one_line.write_text("a,b,c")  # a header alone, no newline: nothing to compare
     refuse_cut_short(one_line, "the table")
+    # a whole last row whose quoted field spans two lines is no cut
+    (tmp_path / "two_lines.csv").write_text('id,name,v\n1,a,3\n2,"two\nlines",4')
+    refuse_cut_short(tmp_path / "two_lines.csv", "the table")
     (tmp_path / "quoted.csv").write_text('id,name\n1,"Milan, Italy"\n2,"Rome')
     with pytest.raises(UserError, match=r"\'2,\"Rome\' \(no newline\) ends inside a quoted field"):
         refuse_cut_short(tmp_path / "quoted.csv", "the table")

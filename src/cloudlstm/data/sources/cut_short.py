@@ -46,14 +46,16 @@ def refuse_cut_short(path: Path, what: str, sep: str = ",") -> None:
     if len(whole) < 2:
         return
     previous = _fields(whole[0], sep)
+    if previous is None:  # a quoted field goes on over the line: nothing to compare with
+        return
     last = _fields(whole[1], sep)
-    if last is not None and previous is not None and len(last) >= len(previous):
+    if last is not None and len(last) >= len(previous):
         return
     shown = whole[1] if len(whole[1]) <= 60 else f"...{whole[1][-57:]}"
     why = (
         "ends inside a quoted field"
         if last is None
-        else f"has {len(last)} of the {len(previous or [])} fields of the line before"
+        else f"has {len(last)} of the {len(previous)} fields of the line before"
     )
     raise UserError(
         f"Cannot read {what} {path}: it ends inside a row, its last line {shown!r} (no "
