@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -236,7 +236,31 @@ def build_trainer(cfg: DictConfig, loggers: list[Any]) -> L.Trainer:
     # first: under DDP its step-end hook decides, for every process at once, whether a
     # signal stops the run, before CheckpointOnSigterm's saves (engine/signals.py)
     callbacks = [SignalsTogether(), *callbacks]
-    return hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    return hydra.utils.instantiate(
+        cfg.trainer,
+        callbacks=callbacks,
+        logger=loggers or False,
+        **validation_in_optimizer_steps(trainer),
+    )
+
+
+def validation_in_optimizer_steps(trainer: Mapping[str, Any]) -> dict[str, int]:
+    """The ``val_check_interval`` Lightning is given where the recipe validates every N
+    optimizer steps across epochs (``check_val_every_n_epoch=null``) and gradients are
+    accumulated over A batches: N x A batches, which Lightning counts; empty where nothing
+    changes.
+
+    Why: Lightning counts that interval in training batches, while ``max_steps``, the
+    schedules and the step checkpoints count optimizer steps. Given as it is, A = 4 would
+    validate the recipe's "every 250 steps" every 62.5 steps, and early stopping, whose
+    patience counts validations, would act after a quarter of the steps it is meant to.
+    """
+    interval = trainer.get("val_check_interval")
+    accumulate = trainer.get("accumulate_grad_batches", 1)
+    by_steps = trainer.get("check_val_every_n_epoch", 1) is None
+    if not (by_steps and _whole(interval) and _whole(accumulate) and accumulate > 1):
+        return {}
+    return {"val_check_interval": interval * accumulate}
 
 
 def check_optimizer(cfg: DictConfig) -> None:

@@ -40,6 +40,10 @@ noted (one all-reduce of two numbers) and act together, at the same step:
 A signal that comes while no training step runs (validation, testing, a sanity check) is
 acted on at the end of the next training step; one during testing lets the test finish.
 
+Where gradients are accumulated over several batches (``trainer.accumulate_grad_batches``),
+"the end of a training step" is the end of the optimizer step: the batches of a window
+still to come run first, so the checkpoint holds no half-gathered gradient.
+
 Ctrl-C (SIGINT) stops a run as SIGTERM does, with one process or several: the run ends
 at the end of the training step under way, saving ``last.ckpt`` there
 (``CheckpointOnSigterm``), and its line says how to continue it. Lightning's own handling
@@ -167,11 +171,14 @@ class SignalsTogether(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
         if trainer.world_size < 2:
-            self._act_on_noted_stop(trainer)
+            if not _accumulating(trainer):
+                self._act_on_noted_stop(trainer)
             return
         if not (dist.is_available() and dist.is_initialized()):
             return
         terminate, requeue = self._agree(trainer)
+        if _accumulating(trainer):  # every process is at the same batch of the window
+            return
         if requeue and self._requeue_fn is not None:
             self.requeue = False
             self._requeue_fn(signal.SIGUSR1, None)  # saves (collectively) and requeues
@@ -210,6 +217,19 @@ def _ctrl_c_reaches_us() -> bool:
     launchers): then, as Python itself does, it stays ignored."""
     main = threading.current_thread() is threading.main_thread()
     return main and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+
+
+def _accumulating(trainer: L.Trainer) -> bool:
+    """Whether the training batch that just ended only added its gradients to an optimizer
+    step still to come (``trainer.accumulate_grad_batches`` > 1). A stop waits for that
+    step: stopped between, the checkpoint would lose the gradients gathered so far, and the
+    resumed run would take its next step on part of a window."""
+    if trainer.accumulate_grad_batches == 1:
+        return False
+    try:
+        return bool(trainer.fit_loop.epoch_loop._should_accumulate())
+    except Exception:  # Lightning's private API changed: stop where the signal came
+        return False
 
 
 def _validates_now(trainer: L.Trainer) -> bool:
