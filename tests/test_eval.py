@@ -6,6 +6,7 @@ import json
 import logging
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -89,6 +90,28 @@ def test_an_evaluation_stopped_by_a_signal_says_so_with_its_status(
         f"Evaluation interrupted by {by}: {out} has no metrics.json; the same command "
         "evaluates again."
     )
+    assert not (out / "metrics.json").exists()
+
+
+def test_a_second_ctrl_c_during_an_evaluation_says_so_and_leaves_ctrl_c_working(
+    cloud_run, tmp_path
+):
+    """Lightning's shutdown at once ends in sys.exit(1), with SIGINT ignored for good: the
+    evaluation's line and 130 instead, and Ctrl-C interrupts the process again after it."""
+    out = tmp_path / "eval"
+    twice = [
+        f"+callbacks.{name}._target_={SignalAtTest.__module__}.SignalAtTest"
+        for name in ("first", "again")
+    ]
+    cfg = compose_eval(
+        cloud_run, out, *twice, "+callbacks.first.signum=2", "+callbacks.again.signum=2"
+    )
+    with ctrl_c_as_in_a_terminal():
+        with pytest.raises(RunInterrupted) as err:
+            evaluate(cfg)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert err.value.exit_code == 130
+    assert str(err.value).startswith("Evaluation interrupted by Ctrl-C:")
     assert not (out / "metrics.json").exists()
 
 

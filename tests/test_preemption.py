@@ -150,6 +150,30 @@ def test_a_second_ctrl_c_stops_at_once_naming_the_newest_checkpoint(tmp_path):
     )
 
 
+def test_after_a_second_ctrl_c_the_process_still_takes_ctrl_c(tiny_cfg):
+    """Lightning's shutdown at once leaves SIGINT ignored: a process that goes on (a
+    notebook's kernel, a script training models in turn) could no longer be interrupted."""
+    from cloudlstm.cli.train import train
+
+    cfg = tiny_cfg(
+        "logger=none",
+        *[
+            f"+callbacks.{name}.{key}={value}"
+            for name in ("first", "again")
+            for key, value in [
+                ("_target_", "tests.kill_callback.SigtermAt"), ("epoch", 1), ("batch", 0),
+                ("signum", int(signal.SIGINT)),
+            ]
+        ],
+    )  # fmt: skip
+    with ctrl_c_as_in_a_terminal():
+        with pytest.raises(RunInterrupted) as err:
+            train(cfg)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert err.value.exit_code == 130
+    assert "interrupted by Ctrl-C at step 3" in str(err.value)
+
+
 @pytest.mark.slow  # a training of ~20 s, a variant of the Ctrl-C test above
 def test_a_run_that_ignores_ctrl_c_goes_on(tmp_path):
     """Started with SIGINT ignored (``cmd &`` in a script), as Python leaves it: a Ctrl-C

@@ -25,6 +25,7 @@ from cloudlstm.assembly.assemble import assemble
 from cloudlstm.assembly.build import check_process_settings, configure_process
 from cloudlstm.assembly.known_keys import check_known_keys
 from cloudlstm.engine.results import results_from
+from cloudlstm.engine.signals import ctrl_c_kept
 from cloudlstm.errors import UserError
 from cloudlstm.models.build import count_parameters
 from cloudlstm.report import add_test_report
@@ -63,11 +64,17 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     job = assemble(cfg, output_dir, checkpoint=path, with_loggers=False)
     start = time.perf_counter()
     try:
-        # verbose=False: the short summary of report.add_test_report, not Lightning's table
-        returned = job.trainer.test(job.module, datamodule=job.datamodule, verbose=False)
+        with ctrl_c_kept():
+            # verbose=False: the short summary of report.add_test_report, not Lightning's
+            returned = job.trainer.test(job.module, datamodule=job.datamodule, verbose=False)
     except SIGTERMException:
         # Lightning's stop (SIGTERM, or Ctrl-C through SignalsTogether) is a SystemExit of
         # status 0: this evaluation did not finish, and says so with the signal's status
+        raise evaluation_stopped(job.trainer, output_dir) from None
+    except SystemExit:
+        # a second Ctrl-C: Lightning's shutdown at once ends in sys.exit(1)
+        if not stopped_by_ctrl_c(job.trainer):
+            raise
         raise evaluation_stopped(job.trainer, output_dir) from None
     results: dict[str, Any] = {
         "run": _training_run(run),

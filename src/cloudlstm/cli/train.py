@@ -32,6 +32,7 @@ from cloudlstm.engine.callbacks import EpochTimer
 from cloudlstm.engine.module import TrainingDivergedError
 from cloudlstm.engine.objective import check_optimized_metric
 from cloudlstm.engine.results import results_from
+from cloudlstm.engine.signals import ctrl_c_kept
 from cloudlstm.errors import UserError
 from cloudlstm.models.build import count_parameters
 from cloudlstm.report import add_test_report
@@ -68,7 +69,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     check_optimizer(cfg)
     changes = check_config_changes(cfg, Path(cfg.paths.output_dir))
     check_resume_shapes(cfg, Path(cfg.paths.output_dir), changes)
-    return _train(cfg)
+    with ctrl_c_kept():
+        return _train(cfg)
 
 
 @owns_run_dir  # one run at a time in a run directory (run.lock)

@@ -56,6 +56,8 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import lightning as L
@@ -67,7 +69,7 @@ from cloudlstm.engine import ctrl_c_noted
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SignalsTogether"]
+__all__ = ["SignalsTogether", "ctrl_c_kept"]
 
 
 class SignalsTogether(L.Callback):
@@ -209,6 +211,28 @@ class SignalsTogether(L.Callback):
         dist.all_reduce(noted, op=dist.ReduceOp.MAX)
         terminate, requeue = (bool(v) for v in noted.tolist())
         return terminate, requeue
+
+
+@contextmanager
+def ctrl_c_kept() -> Iterator[None]:
+    """Within the block, a Trainer may fit or test: after it, SIGINT is handled as before it.
+
+    Why: Lightning's shutdown after a KeyboardInterrupt (a second Ctrl-C, or one Python lost
+    before training) skips the callbacks' teardown, so :class:`SignalsTogether` cannot put
+    back the handler it replaced: SIGINT is left ignored (Lightning's shutdown ignores it,
+    for good) or with the finished run's handler. A process that goes on (a notebook's
+    kernel, a script training one model after another) could then no longer be interrupted
+    as before.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread handles signals
+        return
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        if before is not None and signal.getsignal(signal.SIGINT) is not before:
+            signal.signal(signal.SIGINT, before)
 
 
 def _ctrl_c_reaches_us() -> bool:
