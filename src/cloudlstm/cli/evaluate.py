@@ -39,6 +39,7 @@ from cloudlstm.rundir.layout import (
 )
 from cloudlstm.rundir.old_configs import current_config
 from cloudlstm.rundir.preemption import stopped_by_ctrl_c
+from cloudlstm.rundir.provenance import this_process
 from cloudlstm.rundir.stops import CTRL_C_EXIT_CODE, EXIT_CODE, RunInterrupted
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         "data": job.summary,
         "test_time_s": time.perf_counter() - start,
         "test": results_from(returned),
+        "provenance": [this_process(job.trainer.strategy.root_device)],
     }
     if job.trainer.is_global_zero:
         training_run = results["run"] or {}

@@ -42,6 +42,12 @@ from cloudlstm.rundir.divergence import clear_divergence, record_divergence
 from cloudlstm.rundir.layout import METRICS_FILE, in_run, last_checkpoint, write_metrics
 from cloudlstm.rundir.lock import owns_run_dir
 from cloudlstm.rundir.preemption import interrupted, stopped_by_ctrl_c
+from cloudlstm.rundir.provenance import (
+    record_training,
+    this_process,
+    training_processes,
+    warn_if_the_code_changed,
+)
 from cloudlstm.rundir.resume import resume_checkpoint
 from cloudlstm.rundir.stops import RunInterrupted, checkpoint_step
 from cloudlstm.rundir.sweep_sigterm import stopped_before_training
@@ -150,6 +156,8 @@ def _fit(job: Assembly) -> dict[str, Any]:
     if stopped is not None:
         raise stopped
     clear_divergence(job.output_dir)  # a new training: no longer the diverged one alone
+    if job.trainer.is_global_zero:
+        _record_this_process(job, resume_from, resumed_step)
     start = time.perf_counter()
     # our own checkpoints hold numpy objects (RNG states): not weights-only
     job.trainer.fit(
@@ -164,7 +172,17 @@ def _fit(job: Assembly) -> dict[str, Any]:
         "steps": job.trainer.global_step,
         "val": val,
         "selection": _selection(job.trainer),
+        "provenance": training_processes(job.output_dir),
     }
+
+
+def _record_this_process(job: Assembly, resume_from: str | None, step: int | None) -> None:
+    """This process's code, packages, machine and command in the run's provenance, and a
+    log line where it resumes a run that other code trained."""
+    entry = this_process(job.trainer.strategy.root_device, from_step=step or 0)
+    if resume_from is not None:
+        warn_if_the_code_changed(training_processes(job.output_dir), entry)
+    record_training(job.output_dir, entry, resumed=resume_from is not None)
 
 
 def _stopped(job: Assembly, output_dir: Path, cfg: DictConfig) -> RunInterrupted:

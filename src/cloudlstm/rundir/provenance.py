@@ -1,0 +1,188 @@
+"""What produced a run's numbers: the code, the packages, the machine and the command of
+every process that trained it, recorded in the run directory.
+
+A number put in a paper must say which code made it, on what, and how; a run stopped and
+resumed may have been continued by other code (a pull between the two) or on another
+machine, which its numbers alone cannot show. So each training process appends one line to
+``<run dir>/provenance.jsonl`` as it starts training (a fresh run starts the file anew),
+with the step it starts from; ``metrics.json`` lists them all under ``provenance``, and a
+resume under other code says so in the log. An evaluation records its own process in its
+own ``metrics.json``.
+
+The code's commit is read from git where the package runs from a checkout (``changed``:
+tracked files differ from that commit), else it is ``null`` and the package's version
+stands for it (an installed wheel).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from datetime import datetime, timezone
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import cloudlstm
+from cloudlstm.errors import out_of_space
+from cloudlstm.rundir.layout import PROVENANCE_FILE
+
+log = logging.getLogger(__name__)
+
+_PACKAGES = ("torch", "lightning", "numpy", "pandas", "hydra-core", "triton")
+
+
+def this_process(device: torch.device, from_step: int = 0) -> dict[str, Any]:
+    """This process's entry: when it started, what it ran, on what, from which step."""
+    return {
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "from_step": from_step,
+        "command": _command(),
+        "code": code_version(),
+        "packages": _packages(),
+        "machine": _machine(device),
+    }
+
+
+def record_training(run_dir: Path, entry: dict[str, Any], resumed: bool) -> None:
+    """Append ``entry`` to the run's file; a fresh run (``resumed`` False) starts it anew.
+
+    Raises:
+        OutOfSpaceError: no room for the line (the training would find none either).
+    """
+    path = Path(run_dir) / PROVENANCE_FILE
+    try:
+        with path.open("a" if resumed else "w") as out:
+            out.write(json.dumps(entry) + "\n")
+    except OSError as err:
+        full = out_of_space(err, path)
+        if full is None:
+            raise
+        raise full from err
+
+
+def training_processes(run_dir: Path) -> list[dict[str, Any]]:
+    """The entries of the processes that trained the run, first to last. A line cut short
+    (a process killed as it wrote it) is left out: it recorded no training."""
+    path = Path(run_dir) / PROVENANCE_FILE
+    if not path.is_file():
+        return []
+    entries = []
+    for line in path.read_text().splitlines():
+        try:
+            entries.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return entries
+
+
+def warn_if_the_code_changed(earlier: list[dict[str, Any]], now: dict[str, Any]) -> None:
+    """A log line where this process resumes a run that an earlier one trained with other
+    code (another commit, or changes not committed), naming both."""
+    if not earlier:
+        return
+    before, after = earlier[-1]["code"], now["code"]
+    if _same_code(before, after):
+        return
+    log.warning(
+        "This run was trained up to step %d by %s, and continues under %s: its numbers come "
+        "from both (metrics.json lists them under provenance).",
+        now["from_step"], _describe(before), _describe(after),
+    )  # fmt: skip
+
+
+def _same_code(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    if a.get("changed") or b.get("changed"):
+        return False  # uncommitted changes may differ: no way to tell
+    return (a.get("commit"), a.get("version")) == (b.get("commit"), b.get("version"))
+
+
+def _describe(code: dict[str, Any]) -> str:
+    if code.get("commit") is None:
+        return f"cloudlstm {code.get('version')}"
+    changed = " with uncommitted changes" if code.get("changed") else ""
+    return f"commit {code['commit'][:10]}{changed}"
+
+
+@cache
+def code_version() -> dict[str, Any]:
+    """``{"version", "commit", "changed"}`` of the running package: the commit of the git
+    checkout it runs from, None when it is installed (no checkout of its own)."""
+    package = Path(cloudlstm.__file__).resolve().parent
+    top = _git(package, "rev-parse", "--show-toplevel")
+    own_checkout = top is not None and _is_own_checkout(package, Path(top))
+    commit = _git(package, "rev-parse", "HEAD") if own_checkout else None
+    changed = None
+    if commit is not None:
+        status = _git(package, "status", "--porcelain", "--untracked-files=no")
+        changed = None if status is None else bool(status)
+    return {"version": cloudlstm.__version__, "commit": commit, "changed": changed}
+
+
+def _is_own_checkout(package: Path, top: Path) -> bool:
+    """Whether ``top`` is this project's checkout, not a repository that happens to hold an
+    installed copy (a virtual environment inside a user's own repository)."""
+    try:
+        inside = package.relative_to(top.resolve())
+    except ValueError:
+        return False
+    return "site-packages" not in inside.parts and "dist-packages" not in inside.parts
+
+
+def _git(where: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(where), *args], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):  # no git, or a hung file system
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _command() -> str:
+    return shlex.join([Path(sys.executable).name, *sys.argv])
+
+
+@cache
+def _packages() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found: dict[str, str | None] = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def _machine(device: torch.device) -> dict[str, Any]:
+    machine: dict[str, Any] = {
+        "system": f"{platform.system()} {platform.machine()}",
+        "cpu": _cpu_model(),
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": str(device),
+    }
+    if device.type == "cuda":
+        machine["gpu"] = torch.cuda.get_device_name(device)
+        machine["cuda"] = torch.version.cuda
+    return machine
+
+
+@cache
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

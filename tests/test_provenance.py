@@ -1,0 +1,91 @@
+"""A run records what produced its numbers: the code, packages, machine and command of each
+process that trained it, and a resume under other code says so."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from cloudlstm.rundir.layout import PROVENANCE_FILE
+from cloudlstm.rundir.provenance import (
+    _is_own_checkout,
+    code_version,
+    this_process,
+    training_processes,
+)
+from tests.conftest import ROOT
+
+
+def git(*args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def test_the_code_is_the_checkout_s_commit_and_whether_it_was_changed():
+    if not (ROOT / ".git").exists():
+        pytest.skip("the tests do not run from a git checkout of the project")
+    code = code_version()
+    assert code["commit"] == git("rev-parse", "HEAD")
+    assert code["changed"] == bool(git("status", "--porcelain", "--untracked-files=no"))
+
+
+def test_a_copy_installed_inside_another_repository_has_no_commit(tmp_path):
+    """A virtual environment inside a user's own repository: its commit is not the code's."""
+    top = tmp_path / "their_project"
+    installed = top / ".venv" / "lib" / "python3.11" / "site-packages" / "cloudlstm"
+    assert not _is_own_checkout(installed, top)
+    assert _is_own_checkout(top / "src" / "cloudlstm", top)
+    assert not _is_own_checkout(tmp_path / "elsewhere" / "cloudlstm", top)
+
+
+def test_an_entry_names_the_packages_machine_and_command():
+    entry = this_process(torch.device("cpu"), from_step=250)
+    assert entry["from_step"] == 250
+    assert entry["packages"]["torch"] == torch.__version__
+    assert entry["machine"]["device"] == "cpu"
+    assert entry["machine"]["torch_threads"] == torch.get_num_threads()
+    assert entry["machine"]["cpus"] >= 1 and entry["machine"]["cpu"]
+    json.dumps(entry)  # written as one JSON line
+
+
+def test_a_line_cut_short_is_left_out(tmp_path):
+    whole = {"from_step": 0, "code": {"commit": None, "version": "1"}}
+    (tmp_path / PROVENANCE_FILE).write_text(json.dumps(whole) + "\n" + '{"from_step": 25')
+    assert training_processes(tmp_path) == [whole]
+    assert training_processes(tmp_path / "none") == []
+
+
+def test_a_run_lists_its_processes_and_a_resume_under_other_code_says_so(tiny_cfg, caplog):
+    from cloudlstm.cli.train import train
+
+    first = train(tiny_cfg("logger=none", "trainer.max_epochs=1"))
+    run_dir = Path(tiny_cfg().paths.output_dir)
+    (entry,) = first["provenance"]
+    assert entry["from_step"] == 0 and entry["code"] == code_version()
+    assert training_processes(run_dir) == first["provenance"]
+
+    # as if the first process had run another commit
+    entry["code"] = {
+        "version": "0.0.9",
+        "commit": "0123456789abcdef" * 2 + "01234567",
+        "changed": False,
+    }
+    (run_dir / PROVENANCE_FILE).write_text(json.dumps(entry) + "\n")
+    (run_dir / "metrics.json").unlink()  # so that the run goes on
+    cfg = tiny_cfg("logger=none", "trainer.max_epochs=2", "allow_changes=[trainer.max_epochs]")
+    with caplog.at_level(logging.WARNING):
+        second = train(cfg)
+    assert [p["from_step"] for p in second["provenance"]] == [0, 3]
+    assert second["provenance"][0]["code"]["commit"].startswith("0123456789")
+    said = [r.getMessage() for r in caplog.records if "continues under" in r.getMessage()]
+    assert len(said) == 1
+    assert said[0].startswith("This run was trained up to step 3 by commit 0123456789, and ")
+
+    again = train(tiny_cfg("logger=none", "trainer.max_epochs=1", "resume=never"))
+    assert [p["from_step"] for p in again["provenance"]] == [0]  # a fresh run starts anew
