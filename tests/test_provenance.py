@@ -15,6 +15,7 @@ from cloudlstm.rundir.layout import PROVENANCE_FILE
 from cloudlstm.rundir.provenance import (
     _is_own_checkout,
     code_version,
+    record_training,
     this_process,
     training_processes,
 )
@@ -59,6 +60,8 @@ def test_a_line_cut_short_is_left_out(tmp_path):
     (tmp_path / PROVENANCE_FILE).write_text(json.dumps(whole) + "\n" + '{"from_step": 25')
     assert training_processes(tmp_path) == [whole]
     assert training_processes(tmp_path / "none") == []
+    record_training(tmp_path, {"from_step": 50}, resumed=True)  # the next line is whole
+    assert training_processes(tmp_path) == [whole, {"from_step": 50}]
 
 
 def test_a_run_lists_its_processes_and_a_resume_under_other_code_says_so(tiny_cfg, caplog):

@@ -58,14 +58,26 @@ def record_training(run_dir: Path, entry: dict[str, Any], resumed: bool) -> None
         OutOfSpaceError: no room for the line (the training would find none either).
     """
     path = Path(run_dir) / PROVENANCE_FILE
+    line = json.dumps(entry) + "\n"
+    if resumed and _ends_inside_a_line(path):  # a process killed as it wrote its line
+        line = "\n" + line
     try:
         with path.open("a" if resumed else "w") as out:
-            out.write(json.dumps(entry) + "\n")
+            out.write(line)
     except OSError as err:
         full = out_of_space(err, path)
         if full is None:
             raise
         raise full from err
+
+
+def _ends_inside_a_line(path: Path) -> bool:
+    try:
+        with path.open("rb") as file:
+            file.seek(-1, os.SEEK_END)
+            return file.read(1) != b"\n"
+    except OSError:  # no file, or an empty one
+        return False
 
 
 def training_processes(run_dir: Path) -> list[dict[str, Any]]:
