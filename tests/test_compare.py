@@ -36,12 +36,14 @@ def write_run(
     model_keys: dict | None = None,
     smae: bool = True,
     channels: dict[str, float] | None = None,
+    code: list[dict] | None = None,
 ) -> None:
     """A run dir as train.py leaves it. PSNR and SSIM fall as MAE rises, so that the best
     row is the same for every metric, whether the best is the lowest or the highest.
 
     ``smae=False`` writes a metrics.json of before the scale-free MAE (``mae / 10`` here);
-    ``channels`` maps channel names to their MAE (none by default)."""
+    ``channels`` maps channel names to their MAE (none by default); ``code`` the ``code`` of
+    each process that trained it (metrics.json's ``provenance``; none: a run from before)."""
     path.mkdir(parents=True)
     overall = {"mae": mae, "rmse": 2 * mae, "psnr": 40 - mae, "ssim": 1 - mae / 100}
     if smae:
@@ -62,6 +64,8 @@ def write_run(
             },
         },
     }
+    if code is not None:
+        results["provenance"] = [{"from_step": 0, "code": c} for c in code]
     (path / "metrics.json").write_text(json.dumps(results))
     if config:
         cfg = {
@@ -131,6 +135,32 @@ def test_runs_without_results_are_named_beside_the_table(seeds, capsys):
         "compare: 2 run(s) without test results (training, stopped, failed, or test=false) "
         "have no row: 4, 5"
     ]
+
+
+def test_a_row_of_runs_from_different_code_is_noted(tmp_path, capsys):
+    """Seeds trained by two commits, or a run continued by another, pool into one row as
+    before (the code is no setting), and a note names the row and the versions."""
+    commit_a = {"version": "0.1.0", "commit": "a" * 40, "changed": False}
+    commit_b = {"version": "0.1.0", "commit": "b" * 40, "changed": False}
+    changed = {**commit_a, "changed": True}
+    write_run(tmp_path / "k3" / "0", 1.0, seed=0, code=[commit_a])
+    write_run(tmp_path / "k3" / "1", 2.0, seed=1, code=[commit_a, commit_b])
+    write_run(tmp_path / "k6" / "0", 1.0, k=6, code=[commit_a])
+    write_run(tmp_path / "k6" / "1", 2.0, k=6, seed=1)  # before provenance: no version
+    code, out, err = run_main(capsys, tmp_path)
+    assert code == 0 and len(out.splitlines()) == 4  # two rows
+    assert err == [
+        "compare: 1 row(s) come from more than one version of the code, or from code with "
+        "uncommitted changes: cloudlstm k=3 (aaaaaaa, bbbbbbb). Each run's metrics.json "
+        "names its code under provenance."
+    ]
+
+    write_run(tmp_path / "k6" / "2", 3.0, k=6, seed=2, code=[changed])
+    write_run(tmp_path / "k9" / "0", 3.0, k=9, code=[{"commit": None, "version": "0.2.0"}])
+    _, _, err = run_main(capsys, tmp_path)
+    assert "cloudlstm k=6 (aaaaaaa, aaaaaaa+changes)" in err[0]
+    assert "k=9" not in err[0]  # one installed version
+    assert err[0].startswith("compare: 2 row(s)")
 
 
 def test_execution_options_split_no_rows(tmp_path):

@@ -10,7 +10,8 @@ resume under other code says so in the log. An evaluation records its own proces
 own ``metrics.json``.
 
 The code's commit is read from git where the package runs from a checkout (``changed``:
-tracked files differ from that commit), else it is ``null`` and the package's version
+the package's tracked files differ from that commit; a changed config is the run's
+``config.yaml``), else it is ``null`` and the package's version
 stands for it (an installed wheel).
 """
 
@@ -133,7 +134,8 @@ def code_version() -> dict[str, Any]:
     commit = _git(package, "rev-parse", "HEAD") if own_checkout else None
     changed = None
     if commit is not None:
-        status = _git(package, "status", "--porcelain", "--untracked-files=no")
+        # the code only: a changed config is in the run's config.yaml already
+        status = _git(package, "status", "--porcelain", "--untracked-files=no", "--", str(package))
         changed = None if status is None else bool(status)
     return {"version": cloudlstm.__version__, "commit": commit, "changed": changed}
 

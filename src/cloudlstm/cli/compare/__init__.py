@@ -18,7 +18,10 @@ execution options (``torch_threads``, ``data.num_workers``, ``model.compile``, .
 derived ``data_info.*`` (:data:`cloudlstm.cli.compare.settings.NOT_SETTINGS`);
 ``recipe_name`` is a setting. So the seeds of one setting form one row and different
 settings never mix; with ``--by`` a warning names the keys that differ inside a row.
-``eval.py``'s results (``<run>/eval/<time>/metrics.json``) test a run again and are left
+The code is no setting: seeds trained by different commits pool into one row, and a note
+names each row whose runs came from more than one version of the code, or from code with
+uncommitted changes (``provenance`` in ``metrics.json``). ``eval.py``'s results
+(``<run>/eval/<time>/metrics.json``) test a run again and are left
 out (a note says how many); ``--include-evals`` adds them as rows of their own.
 
 Each metric cell is ``mean ± std`` over the runs (seeds) of a row: the mean and the sample

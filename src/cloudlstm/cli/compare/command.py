@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cloudlstm.cli.compare.cells import Column
 from cloudlstm.cli.compare.formats import to_latex, to_markdown, write_csv
-from cloudlstm.cli.compare.groups import Group, group_runs, mixed_keys
+from cloudlstm.cli.compare.groups import Group, code_note, group_runs, mixed_keys
 from cloudlstm.cli.compare.paper import TABLES, paper_table
 from cloudlstm.cli.compare.runs import CompareError, Run, find_runs, runs_without_results
 from cloudlstm.cli.compare.table import build_table, reported_metrics
@@ -153,6 +153,8 @@ def _run(args: argparse.Namespace) -> int:
             "add them to --by to split the rows",
             file=sys.stderr,
         )
+    if note := code_note(groups):
+        print(f"compare: {note}", file=sys.stderr)
     table = build_table(
         groups,
         args.metrics,

@@ -138,6 +138,25 @@ def mixed_keys(groups: Sequence[Group]) -> list[str]:
     return sorted(set().union(*(varying_keys(g.runs) for g in groups)))
 
 
+def code_note(groups: Sequence[Group], shown: int = 3) -> str | None:
+    """A note where a row pools runs trained by different code (other commits, or changes
+    not committed), or one run was continued by other code: its numbers may mix versions.
+    None where every row's runs ran one version, or no run records it (older runs)."""
+    mixed = []
+    for group in groups:
+        versions = list(dict.fromkeys(c for run in group.runs for c in run.code))
+        if len(versions) > 1 or any(c.endswith("+changes") for c in versions):
+            mixed.append(f"{group.label} ({', '.join(versions)})")
+    if not mixed:
+        return None
+    more = f" and {len(mixed) - shown} more" if len(mixed) > shown else ""
+    return (
+        f"{len(mixed)} row(s) come from more than one version of the code, or from code with "
+        f"uncommitted changes: {'; '.join(mixed[:shown])}{more}. Each run's metrics.json "
+        "names its code under provenance."
+    )
+
+
 def _checked_keys(runs: Sequence[Run], by: Sequence[str]) -> list[str]:
     valid = set().union(*(run.keys for run in runs))
     for key in by:

@@ -55,6 +55,10 @@ class Run:
     # the validation score of the tested checkpoint, and its metric ("val/mae")
     val_monitor: str | None = None
     val_score: float | None = None
+    # the code of the processes that trained it (or of eval.py's), first to last: a commit's
+    # first 7 characters, "+changes" where tracked files differed from it, or the version of
+    # an installed copy (:mod:`cloudlstm.rundir.provenance`); empty for older runs
+    code: tuple[str, ...] = ()
 
     @property
     def has_config(self) -> bool:
@@ -158,8 +162,25 @@ def load_run(path: Path) -> Run | None:
         train_steps=results_of.number(results, "steps"),
         s_per_1k_steps=results_of.number(results.get("cost") or {}, "train_s_per_1k_steps"),
         evaluated_run=str(results.get("run_dir") or ""),
+        code=_code(results.get("provenance")),
         **_selection(results, config, results_of),
     )
+
+
+def _code(processes: Any) -> tuple[str, ...]:
+    """The labels of the code of a run's processes (metrics.json's ``provenance``); an entry
+    of another shape (a hand-edited file) is left out: the label only informs a note."""
+    labels = []
+    for process in processes if isinstance(processes, list) else []:
+        code = process.get("code") if isinstance(process, dict) else None
+        if not isinstance(code, dict):
+            continue
+        commit = code.get("commit")
+        if isinstance(commit, str) and commit:
+            labels.append(commit[:7] + ("+changes" if code.get("changed") else ""))
+        elif code.get("version"):
+            labels.append(f"cloudlstm {code['version']}")
+    return tuple(labels)
 
 
 class _Results:
