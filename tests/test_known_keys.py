@@ -62,7 +62,9 @@ def test_a_key_nothing_reads_is_refused_by_name(tmp_path: Path, override: str, s
         ("model.hidden_channels=4.5", "CloudSeq2Seq: model.hidden_channels=4.5: use a whole"),
         # Lightning divides by it at the first step (ZeroDivisionError)
         ("trainer.val_check_interval=0", "Trainer: trainer.val_check_interval=0: give a number"
-         " of training batches >= 1 or a fraction of an epoch in (0, 1]."),
+         " of training steps >= 1 or a fraction of an epoch in (0, 1]."),
+        ("trainer.accumulate_grad_batches=0", "Trainer: trainer.accumulate_grad_batches=0: give"
+         " a whole number of batches >= 1 (1: a step for every batch)."),
     ],
 )  # fmt: skip
 def test_a_value_of_another_type_than_declared_is_refused_for_every_node(

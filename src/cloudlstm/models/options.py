@@ -7,7 +7,8 @@ type before the model is built: ``bool`` takes true or false, ``int`` a whole nu
 ``float`` a finite number (``| None``: or null; ``int | float`` either; an annotation
 written ``Optional[...]`` or ``Union[...]``, as Lightning's and torch's are, reads the same),
 a ``dropout`` a probability in [0, 1), a ``patience`` a number >= 0, a
-``gradient_clip_val`` a finite number >= 0 and a ``val_check_interval`` a number > 0.
+``gradient_clip_val`` a finite number >= 0, a ``val_check_interval`` a number > 0 and an
+``accumulate_grad_batches`` a whole number >= 1.
 Ranges beyond these are each constructor's own (``hidden_channels >= 1``). The same check
 serves every other node of a config with a ``_target_``
 (:mod:`cloudlstm.assembly.known_keys`): an early stopping's ``patience``, a Trainer's
@@ -108,7 +109,9 @@ def _problem(key: str, value: Any, declared: tuple[str | None, bool]) -> str | N
     if key == "dropout" and number and not 0 <= value < 1:
         return "use a probability in [0, 1) (0: no dropout)."
     if key == "val_check_interval" and number and not value > 0:  # Lightning divides by it
-        return "give a number of training batches >= 1 or a fraction of an epoch in (0, 1]."
+        return "give a number of training steps >= 1 or a fraction of an epoch in (0, 1]."
+    if key == "accumulate_grad_batches" and number and value < 1:  # Lightning divides by it
+        return "give a whole number of batches >= 1 (1: a step for every batch)."
     if key == "patience" and number and value < 0:  # Lightning would stop at once
         return "use a whole number >= 0 (the validations without improvement to wait)."
     return None
