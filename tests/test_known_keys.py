@@ -65,6 +65,11 @@ def test_a_key_nothing_reads_is_refused_by_name(tmp_path: Path, override: str, s
          " of training steps >= 1 or a fraction of an epoch in (0, 1]."),
         ("trainer.accumulate_grad_batches=0", "Trainer: trainer.accumulate_grad_batches=0: give"
          " a whole number of batches >= 1 (1: a step for every batch)."),
+        ("trainer.check_val_every_n_epoch=0", "Trainer: trainer.check_val_every_n_epoch=0: give"
+         " a whole number of epochs >= 1, or null"),
+        # Lightning trains nothing; the untrained model's test would be a finished run
+        ("trainer.max_epochs=0", "Trainer: trainer.max_epochs=0: no step would train: give -1"),
+        ("trainer.max_steps=0", "Trainer: trainer.max_steps=0: no step would train: give -1"),
     ],
 )  # fmt: skip
 def test_a_value_of_another_type_than_declared_is_refused_for_every_node(

@@ -7,8 +7,10 @@ type before the model is built: ``bool`` takes true or false, ``int`` a whole nu
 ``float`` a finite number (``| None``: or null; ``int | float`` either; an annotation
 written ``Optional[...]`` or ``Union[...]``, as Lightning's and torch's are, reads the same),
 a ``dropout`` a probability in [0, 1), a ``patience`` a number >= 0, a
-``gradient_clip_val`` a finite number >= 0, a ``val_check_interval`` a number > 0 and an
-``accumulate_grad_batches`` a whole number >= 1.
+``gradient_clip_val`` a finite number >= 0, a ``val_check_interval`` a number > 0, an
+``accumulate_grad_batches`` and a ``check_val_every_n_epoch`` a whole number >= 1, and a
+``max_epochs`` or ``max_steps`` anything but 0 (no training, then a test written up as a
+finished run).
 Ranges beyond these are each constructor's own (``hidden_channels >= 1``). The same check
 serves every other node of a config with a ``_target_``
 (:mod:`cloudlstm.assembly.known_keys`): an early stopping's ``patience``, a Trainer's
@@ -112,6 +114,17 @@ def _problem(key: str, value: Any, declared: tuple[str | None, bool]) -> str | N
         return "give a number of training steps >= 1 or a fraction of an epoch in (0, 1]."
     if key == "accumulate_grad_batches" and number and value < 1:  # Lightning divides by it
         return "give a whole number of batches >= 1 (1: a step for every batch)."
+    if key == "check_val_every_n_epoch" and number and value < 1:  # Lightning divides by it
+        return (
+            "give a whole number of epochs >= 1, or null to validate every "
+            "trainer.val_check_interval steps across epochs (the recipe's)."
+        )
+    if key in ("max_epochs", "max_steps") and value == 0:
+        # Lightning trains no step, and the run would test the untrained model as finished
+        return (
+            "no step would train: give -1 (no limit) or a number >= 1; train=false tests "
+            "without training."
+        )
     if key == "patience" and number and value < 0:  # Lightning would stop at once
         return "use a whole number >= 0 (the validations without improvement to wait)."
     return None
