@@ -23,6 +23,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from cloudlstm.assembly.assemble import assemble
+from cloudlstm.assembly.build import LAUNCHER_VARIABLES, check_nodes_started
 from cloudlstm.cli.process_group import check_shared_run_dir, launched_processes
 from cloudlstm.data.pipeline.loaders import each_window_once
 from cloudlstm.engine.distributed import per_process_limits
@@ -189,6 +190,43 @@ def test_a_launch_among_several_processes_is_recognised(environ, argv, started):
             check_shared_run_dir(["train.py", *argv], environ)
         check_shared_run_dir(["train.py", *argv, "hydra.run.dir=/scratch/run"], environ)
         check_shared_run_dir(["train.py", "-m", *argv], environ)  # a sweep: its launcher's
+
+
+@pytest.mark.parametrize(
+    ("environ", "refused"),
+    [
+        ({}, True),  # a laptop, or a login node: nothing would ever join
+        ({"WORLD_SIZE": "2", "RANK": "0"}, False),  # torchrun
+        ({"SLURM_NTASKS": "2"}, False),  # srun
+        ({"MASTER_ADDR": "node0", "NODE_RANK": "0"}, False),  # by hand
+        ({"OMPI_COMM_WORLD_SIZE": "2"}, False),  # mpirun
+    ],
+)
+def test_several_nodes_without_a_launcher_are_refused_in_one_line(environ, refused):
+    """Lightning would wait for nodes that never come, for torch's 30 minutes."""
+    trainer = {"num_nodes": 2, "plugins": [{"_target_": "cloudlstm.rundir.checkpoint_io.X"}]}
+    if not refused:
+        check_nodes_started(trainer, environ)
+        return
+    with pytest.raises(UserError) as err:
+        check_nodes_started(trainer, environ)
+    assert str(err.value).startswith("trainer.num_nodes=2, but no launcher started this")
+    assert str(err.value).endswith("or run on this machine alone: trainer.num_nodes=1.")
+    check_nodes_started({"num_nodes": 1}, environ)
+    own = {"_target_": "lightning.fabric.plugins.environments.KubeflowEnvironment"}
+    check_nodes_started({"num_nodes": 2, "plugins": [own]}, environ)  # the user's launcher
+
+
+def test_several_nodes_started_alone_stop_at_once(tmp_path):
+    """The whole program: the line and status 1 in seconds, not a hang."""
+    alone = {k: v for k, v in subprocess_env().items() if k not in LAUNCHER_VARIABLES}
+    proc = subprocess.run(
+        [sys.executable, "train.py", "trainer.num_nodes=2", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=ROOT, env=alone, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("trainer.num_nodes=2, but no launcher")
 
 
 def test_validation_and_test_windows_are_dealt_once_while_every_process_gets_one(caplog):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -197,8 +198,41 @@ def check_trainer_settings(trainer: DictConfig | None) -> None:
             "=null): give a number of steps, e.g. trainer.val_check_interval=250, or validate "
             "within each epoch with trainer.check_val_every_n_epoch=1."
         )
+    check_nodes_started(trainer, os.environ)
     with _lightning_quiet():
         instantiate(trainer, callbacks=[], logger=False)
+
+
+# What a launcher of one process per node (or per task) leaves in each process's environment:
+# torchrun, SLURM, LSF, MPI, and Lightning's own variables for a launch by hand
+LAUNCHER_VARIABLES = (
+    "WORLD_SIZE", "TORCHELASTIC_RUN_ID", "NODE_RANK", "MASTER_ADDR", "SLURM_NTASKS",
+    "LSB_JOBID", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+)  # fmt: skip
+
+
+def check_nodes_started(trainer: Mapping[str, Any], environ: Mapping[str, str]) -> None:
+    """Refuse ``trainer.num_nodes`` above 1 in a process that no launcher started as one
+    node of several: it would wait for nodes that never come (torch's rendezvous gives up
+    after 30 minutes), as on a laptop evaluating a run trained on two nodes. A cluster
+    environment given as a plugin is the user's own launcher, and is trusted.
+
+    Raises:
+        UserError: names the setting, the ways to start the nodes and the way out.
+    """
+    nodes = trainer.get("num_nodes", 1)
+    if not (_whole(nodes) and nodes > 1) or any(v in environ for v in LAUNCHER_VARIABLES):
+        return
+    plugins = trainer.get("plugins") or []
+    if any("environments" in str(p.get("_target_", "")) for p in plugins if hasattr(p, "get")):
+        return
+    raise UserError(
+        f"trainer.num_nodes={nodes}, but no launcher started this process as one of "
+        f"{nodes} nodes: it would wait for the others for 30 minutes, then fail. Start it "
+        f"on every node (srun in a job of --nodes={nodes}, torchrun --nnodes {nodes}, "
+        "hydra/launcher=slurm, or by hand with MASTER_ADDR, MASTER_PORT and NODE_RANK: "
+        "docs/cluster.md#several-nodes), or run on this machine alone: trainer.num_nodes=1."
+    )
 
 
 @contextmanager
