@@ -70,6 +70,7 @@ def test_a_key_nothing_reads_is_refused_by_name(tmp_path: Path, override: str, s
         # Lightning trains nothing; the untrained model's test would be a finished run
         ("trainer.max_epochs=0", "Trainer: trainer.max_epochs=0: no step would train: give -1"),
         ("trainer.max_steps=0", "Trainer: trainer.max_steps=0: no step would train: give -1"),
+        ("trainer.max_time=00:00:00:00", "Trainer: trainer.max_time='00:00:00:00': no time to"),
     ],
 )  # fmt: skip
 def test_a_value_of_another_type_than_declared_is_refused_for_every_node(

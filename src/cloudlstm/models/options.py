@@ -119,6 +119,9 @@ def _problem(key: str, value: Any, declared: tuple[str | None, bool]) -> str | N
             "give a whole number of epochs >= 1, or null to validate every "
             "trainer.val_check_interval steps across epochs (the recipe's)."
         )
+    if key == "max_time" and _no_time(value):
+        # Lightning's timer then stops after the first epoch or validation, as a finished run
+        return 'no time to train: give a duration "DD:HH:MM:SS" above 0, or null for none.'
     if key in ("max_epochs", "max_steps") and value == 0:
         # Lightning trains no step, and the run would test the untrained model as finished
         return (
@@ -128,3 +131,12 @@ def _problem(key: str, value: Any, declared: tuple[str | None, bool]) -> str | N
     if key == "patience" and number and value < 0:  # Lightning would stop at once
         return "use a whole number >= 0 (the validations without improvement to wait)."
     return None
+
+
+def _no_time(value: Any) -> bool:
+    """Whether a ``max_time`` written ``"DD:HH:MM:SS"`` is a duration of 0; a value of
+    another form is Lightning's to read or refuse."""
+    if not isinstance(value, str):
+        return False
+    parts = value.split(":")
+    return all(p.strip().isdigit() for p in parts) and all(int(p) == 0 for p in parts)
