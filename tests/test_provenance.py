@@ -73,6 +73,7 @@ def test_a_run_lists_its_processes_and_a_resume_under_other_code_says_so(tiny_cf
     run_dir = Path(tiny_cfg().paths.output_dir)
     (entry,) = first["provenance"]
     assert entry["from_step"] == 0 and entry["code"] == code_version()
+    assert entry["command"].endswith("logger=none trainer.max_epochs=1")  # the job's own
     assert training_processes(run_dir) == first["provenance"]
 
     # as if the first process had run another commit

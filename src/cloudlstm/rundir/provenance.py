@@ -161,7 +161,23 @@ def _git(where: Path, *args: str) -> str | None:
 
 
 def _command() -> str:
-    return shlex.join([Path(sys.executable).name, *sys.argv])
+    """The command of this job as a user would type it: the program and the job's own
+    overrides (in a sweep, those of this job, not the sweep's command a worker of a joblib
+    launcher does not even have)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    name = Path(sys.argv[0]).name
+    if name.endswith(".py"):
+        program = ["python", sys.argv[0]]
+    elif name.startswith("cloudlstm-"):
+        program = [name]
+    else:  # a sweep's worker process: only training sweeps
+        program = ["python", "train.py"]
+    if not HydraConfig.initialized():  # called from Python
+        return shlex.join([*program, *sys.argv[1:]])
+    given = OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False)
+    return shlex.join([*program, *given])
 
 
 @cache
