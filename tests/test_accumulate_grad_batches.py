@@ -45,6 +45,10 @@ def test_the_recipe_validates_every_n_optimizer_steps(tmp_path):
     # after steps 4 and 8 (the CSV log names a validation by the steps done before it);
     # Lightning, counting batches, would validate after steps 2, 4, 6, 8 and 10
     assert validated_steps(Path(cfg.paths.output_dir)) == [3, 7]
+    # the cost per 1,000 steps counts optimizer steps, each of 2 batches: 8 by step 8's
+    (validated,) = (Path(cfg.paths.output_dir) / "checkpoints").glob("*-step_000008.ckpt")
+    timer = torch.load(validated, weights_only=False)["callbacks"]["EpochTimer"]
+    assert timer["train_steps"] == 8
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,21 @@ from lightning.pytorch.utilities.model_summary import get_human_readable_count
 log = logging.getLogger(__name__)
 
 
+def accumulating(trainer: L.Trainer) -> bool:
+    """Whether the training batch that just ended (in ``on_train_batch_end``) only added its
+    gradients to an optimizer step still to come (``trainer.accumulate_grad_batches`` > 1).
+
+    A stop waits for that step (:mod:`cloudlstm.engine.signals`): stopped between, the
+    checkpoint would lose the gradients gathered so far; and the timer counts steps, not
+    batches (:class:`EpochTimer`)."""
+    if trainer.accumulate_grad_batches == 1:
+        return False
+    try:
+        return bool(trainer.fit_loop.epoch_loop._should_accumulate())
+    except Exception:  # Lightning's private API changed: every batch a step
+        return False
+
+
 class EpochTimer(L.Callback):
     """Time per epoch, per 1,000 optimiser steps, and training throughput.
 
@@ -79,7 +94,8 @@ class EpochTimer(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, *_: Any
     ) -> None:
         self.train_time_s += time.perf_counter() - self._batch_start
-        self.train_steps += 1
+        if not accumulating(trainer):  # a step's time is that of all its batches
+            self.train_steps += 1
         self._samples += int(batch["x"].shape[0])
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

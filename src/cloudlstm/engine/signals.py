@@ -66,6 +66,7 @@ import torch.distributed as dist
 from lightning.pytorch.utilities.rank_zero import rank_prefixed_message
 
 from cloudlstm.engine import ctrl_c_noted
+from cloudlstm.engine.callbacks import accumulating
 
 log = logging.getLogger(__name__)
 
@@ -173,13 +174,13 @@ class SignalsTogether(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
         if trainer.world_size < 2:
-            if not _accumulating(trainer):
+            if not accumulating(trainer):
                 self._act_on_noted_stop(trainer)
             return
         if not (dist.is_available() and dist.is_initialized()):
             return
         terminate, requeue = self._agree(trainer)
-        if _accumulating(trainer):  # every process is at the same batch of the window
+        if accumulating(trainer):  # every process is at the same batch of the window
             return
         if requeue and self._requeue_fn is not None:
             self.requeue = False
@@ -241,19 +242,6 @@ def _ctrl_c_reaches_us() -> bool:
     launchers): then, as Python itself does, it stays ignored."""
     main = threading.current_thread() is threading.main_thread()
     return main and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
-
-
-def _accumulating(trainer: L.Trainer) -> bool:
-    """Whether the training batch that just ended only added its gradients to an optimizer
-    step still to come (``trainer.accumulate_grad_batches`` > 1). A stop waits for that
-    step: stopped between, the checkpoint would lose the gradients gathered so far, and the
-    resumed run would take its next step on part of a window."""
-    if trainer.accumulate_grad_batches == 1:
-        return False
-    try:
-        return bool(trainer.fit_loop.epoch_loop._should_accumulate())
-    except Exception:  # Lightning's private API changed: stop where the signal came
-        return False
 
 
 def _validates_now(trainer: L.Trainer) -> bool:
