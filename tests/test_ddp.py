@@ -71,6 +71,8 @@ def test_two_ddp_processes_test_like_one(tmp_path):
 
     ddp = json.loads((ddp_dir / "metrics.json").read_text())
     assert ddp["checkpoint"] == str(tested)  # outside the DDP run's directory: absolute
+    (process,) = ddp["provenance"]  # rank 0's, for both
+    assert process["machine"]["processes"] == 2
     assert_close(ddp["test"], single["test"])
     with (
         np.load(Path(cfg.paths.output_dir) / "predictions.npz") as one,

@@ -51,7 +51,7 @@ def test_an_entry_names_the_packages_machine_and_command():
     entry = this_process(torch.device("cpu"), from_step=250)
     assert entry["from_step"] == 250
     assert entry["packages"]["torch"] == torch.__version__
-    assert entry["machine"]["device"] == "cpu"
+    assert entry["machine"]["device"] == "cpu" and entry["machine"]["processes"] == 1
     assert entry["machine"]["torch_threads"] == torch.get_num_threads()
     assert entry["machine"]["cpus"] >= 1 and entry["machine"]["cpu"]
     json.dumps(entry)  # written as one JSON line

@@ -86,7 +86,9 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         "data": job.summary,
         "test_time_s": time.perf_counter() - start,
         "test": results_from(returned),
-        "provenance": [this_process(job.trainer.strategy.root_device)],
+        "provenance": [
+            this_process(job.trainer.strategy.root_device, processes=job.trainer.world_size)
+        ],
     }
     if job.trainer.is_global_zero:
         training_run = results["run"] or {}

@@ -40,15 +40,16 @@ log = logging.getLogger(__name__)
 _PACKAGES = ("torch", "lightning", "numpy", "pandas", "hydra-core", "triton")
 
 
-def this_process(device: torch.device, from_step: int = 0) -> dict[str, Any]:
-    """This process's entry: when it started, what it ran, on what, from which step."""
+def this_process(device: torch.device, from_step: int = 0, processes: int = 1) -> dict[str, Any]:
+    """This process's entry: when it started, what it ran, on what (``processes``: how many
+    DDP processes run it together, this one the first), from which step."""
     return {
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "from_step": from_step,
         "command": _command(),
         "code": code_version(),
         "packages": _packages(),
-        "machine": _machine(device),
+        "machine": {**_machine(device), "processes": processes},
     }
 
 
