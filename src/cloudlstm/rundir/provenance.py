@@ -11,8 +11,8 @@ own ``metrics.json``.
 
 The code's commit is read from git where the package runs from a checkout (``changed``:
 the package's tracked files differ from that commit; a changed config is the run's
-``config.yaml``), else it is ``null`` and the package's version
-stands for it (an installed wheel).
+``config.yaml``), else it is ``null`` and the package's version stands for it (an
+installed wheel).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def this_process(device: torch.device, from_step: int = 0, processes: int = 1) -
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "from_step": from_step,
         "command": _command(),
-        "code": code_version(),
-        "packages": _packages(),
+        "code": dict(code_version()),  # copies: the cached ones stay as read
+        "packages": dict(_packages()),
         "machine": {**_machine(device), "processes": processes},
     }
 
