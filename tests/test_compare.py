@@ -16,7 +16,7 @@ import yaml
 from conftest import subprocess_env
 
 from cloudlstm.cli.compare import compare, find_runs, main, to_latex, to_markdown, write_csv
-from cloudlstm.cli.compare.groups import group_runs
+from cloudlstm.cli.compare.groups import code_summary, group_runs
 from cloudlstm.cli.compare.table import build_table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -161,6 +161,14 @@ def test_a_row_of_runs_from_different_code_is_noted(tmp_path, capsys):
     assert "cloudlstm k=6 (aaaaaaa, aaaaaaa+changes)" in err[0]
     assert "k=9" not in err[0]  # one installed version
     assert err[0].startswith("compare: 2 row(s)")
+    # the page, which travels without the run folders, names them all
+    assert code_summary(group_runs(find_runs([tmp_path]))) == (
+        "aaaaaaa (3 runs), bbbbbbb (1 run), aaaaaaa+changes (1 run), cloudlstm 0.2.0 (1 run); "
+        "1 run does not record it"
+    )
+    page = tmp_path / "page.html"
+    assert main([str(tmp_path), "--html", str(page)]) == 0
+    assert '<p class="note">Code: aaaaaaa (3 runs), bbbbbbb (1 run)' in page.read_text()
 
 
 def test_execution_options_split_no_rows(tmp_path):

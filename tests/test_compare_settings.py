@@ -195,6 +195,20 @@ def test_a_setting_added_since_reads_as_what_runs_before_it_did(tmp_path):
     }
 
 
+def test_runs_from_before_gradient_accumulation_are_seeds_of_runs_without_it(tmp_path):
+    """``trainer.accumulate_grad_batches`` entered the trainer's defaults at 1: runs from
+    before it pool with today's at 1, and one that accumulates is a row of its own."""
+    for seed, trainer in enumerate(
+        ({}, {"accumulate_grad_batches": 1}, {"accumulate_grad_batches": 4})
+    ):
+        write_run(tmp_path / str(seed), 1.0 + seed, seed=seed)
+        cfg = yaml.safe_load((tmp_path / str(seed) / "config.yaml").read_text())
+        cfg["trainer"].update(trainer)
+        (tmp_path / str(seed) / "config.yaml").write_text(yaml.safe_dump(cfg))
+    table = columns(compare(find_runs([tmp_path])))
+    assert table["trainer.accumulate_grad_batches"] == ["1", "4"] and table["n"] == [2, 1]
+
+
 def test_a_config_of_an_older_form_is_read_in_todays(tmp_path):
     """A run from before classes moved (its training module in ``cloudlstm.lit``, Beijing's
     old datamodule holding its source's keys, model sizes copied from ``data_info``) and a

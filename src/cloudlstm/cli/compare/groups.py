@@ -157,6 +157,28 @@ def code_note(groups: Sequence[Group], shown: int = 3) -> str | None:
     )
 
 
+def code_summary(groups: Sequence[Group]) -> str | None:
+    """Which code the runs came from, with how many runs each (a run continued by other
+    code counts for each), for a page that travels without the run folders:
+    ``"8fa04ce (6 runs), a3a3cf5+changes (1 run); 2 runs do not record it"``. None where no
+    run records it."""
+    runs = [run for group in groups for run in group.runs]
+    counts: dict[str, int] = {}
+    for run in runs:
+        for version in dict.fromkeys(run.code):
+            counts[version] = counts.get(version, 0) + 1
+    if not counts:
+        return None
+    plural = {True: "runs", False: "run"}
+    parts = ", ".join(f"{v} ({n} {plural[n != 1]})" for v, n in counts.items())
+    unknown = sum(not run.code for run in runs)
+    if unknown:
+        parts += (
+            f"; {unknown} {plural[unknown != 1]} {'do' if unknown != 1 else 'does'} not record it"
+        )
+    return parts
+
+
 def _checked_keys(runs: Sequence[Run], by: Sequence[str]) -> list[str]:
     valid = set().union(*(run.keys for run in runs))
     for key in by:

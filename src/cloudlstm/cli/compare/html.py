@@ -26,7 +26,7 @@ from plotly.offline import get_plotlyjs
 
 from cloudlstm.cli.compare.cells import Column, Stat
 from cloudlstm.cli.compare.formats import cell_text
-from cloudlstm.cli.compare.groups import Group
+from cloudlstm.cli.compare.groups import Group, code_summary
 from cloudlstm.cli.compare.runs import CompareError, Run
 from cloudlstm.cli.compare.style import REFERENCE, close_range, is_reference
 from cloudlstm.cli.compare.table import best_rows, higher_is_better, ranked
@@ -385,12 +385,18 @@ def _page(
 <p class="note">From <code>{html.escape(where)}</code>, {datetime.now():%Y-%m-%d %H:%M}.
 Cells are <em>mean ± std</em> over the runs (seeds) of a setting: sample std (ddof=1) of
 each run's overall test mean; bold: the best of the data set. Click a header to sort.</p>
-<nav>{contents}</nav>
+{_code_note(groups)}<nav>{contents}</nav>
 {"".join(sections)}
 <script>{SORT_SCRIPT}{RESIZE_SCRIPT}</script>
 </body>
 </html>
 """
+
+
+def _code_note(groups: Sequence[Group]) -> str:
+    """The code the runs came from (their metrics.json's ``provenance``), as a note."""
+    summary = code_summary(groups)
+    return "" if summary is None else f'<p class="note">Code: {html.escape(summary)}.</p>\n'
 
 
 STYLE = """

@@ -44,6 +44,7 @@ NOT_SETTING_PREFIXES = (
 ADDED_SINCE = {
     "data.holdout_history": True,  # nothing held out, or held-out points keep their readings
     "module.calibrate": "none",  # no conformal calibration of quantile forecasts
+    "trainer.accumulate_grad_batches": 1,  # a step for every batch
 }
 
 
