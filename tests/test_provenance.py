@@ -34,7 +34,7 @@ def test_the_code_is_the_checkout_s_commit_and_whether_it_was_changed():
     code = code_version()
     assert code["commit"] == git("rev-parse", "HEAD")
     package = ROOT / "src" / "cloudlstm"
-    changes = git("status", "--porcelain", "--untracked-files=no", "--", str(package))
+    changes = git("status", "--porcelain", "--", str(package))
     assert code["changed"] == bool(changes)
 
 

@@ -10,9 +10,9 @@ resume under other code says so in the log. An evaluation records its own proces
 own ``metrics.json``.
 
 The code's commit is read from git where the package runs from a checkout (``changed``:
-the package's tracked files differ from that commit; a changed config is the run's
-``config.yaml``), else it is ``null`` and the package's version stands for it (an
-installed wheel).
+the package's files differ from that commit, or it has files git does not track; a
+changed config is the run's ``config.yaml``), else it is ``null`` and the package's
+version stands for it (an installed wheel).
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def code_version() -> dict[str, Any]:
     changed = None
     if commit is not None:
         # the code only: a changed config is in the run's config.yaml already
-        status = _git(package, "status", "--porcelain", "--untracked-files=no", "--", str(package))
+        status = _git(package, "status", "--porcelain", "--", str(package))
         changed = None if status is None else bool(status)
     return {"version": cloudlstm.__version__, "commit": commit, "changed": changed}
 
