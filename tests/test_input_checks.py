@@ -267,6 +267,8 @@ def test_a_negative_gradient_clip_is_one_line_before_the_data_are_read(tmp_path,
         ("trainer.log_every_n_steps=-1", "trainer.log_every_n_steps=-1: give a whole number"),
         # the recipe validates by steps; Lightning's refusal does not say that the recipe does
         ("trainer.val_check_interval=0.5", "trainer.val_check_interval=0.5: a fraction of an"),
+        # Lightning stops at the maximum without a word
+        ("trainer.min_epochs=5", "trainer.min_epochs=5: above trainer.max_epochs=2, where"),
     ],
 )
 def test_a_trainer_setting_lightning_refuses_is_one_line_before_the_data_are_read(

@@ -198,9 +198,22 @@ def check_trainer_settings(trainer: DictConfig | None) -> None:
             "=null): give a number of steps, e.g. trainer.val_check_interval=250, or validate "
             "within each epoch with trainer.check_val_every_n_epoch=1."
         )
+    _check_minimum_below_maximum(trainer)
     check_nodes_started(trainer, os.environ)
     with _lightning_quiet():
         instantiate(trainer, callbacks=[], logger=False)
+
+
+def _check_minimum_below_maximum(trainer: Mapping[str, Any]) -> None:
+    """Refuse ``min_epochs`` above ``max_epochs`` (or ``min_steps`` above ``max_steps``):
+    Lightning stops at the maximum without a word, so the minimum asked for is not run."""
+    for unit in ("epochs", "steps"):
+        low, high = trainer.get(f"min_{unit}"), trainer.get(f"max_{unit}")
+        if _whole(low) and _whole(high) and high >= 0 and low > high:
+            raise UserError(
+                f"trainer.min_{unit}={low}: above trainer.max_{unit}={high}, where Lightning "
+                f"stops without a word: lower it, or raise trainer.max_{unit} (-1: no limit)."
+            )
 
 
 # What a launcher of one process per node (or per task) leaves in each process's environment:
