@@ -7,6 +7,7 @@ import json
 import logging
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -48,7 +49,10 @@ def test_a_copy_installed_inside_another_repository_has_no_commit(tmp_path):
 
 
 def test_an_entry_names_the_packages_machine_and_command():
-    entry = this_process(torch.device("cpu"), from_step=250)
+    trainer = SimpleNamespace(
+        strategy=SimpleNamespace(root_device=torch.device("cpu")), world_size=1
+    )
+    entry = this_process(trainer, from_step=250)
     assert entry["from_step"] == 250
     assert entry["packages"]["torch"] == torch.__version__
     assert entry["machine"]["device"] == "cpu" and entry["machine"]["processes"] == 1

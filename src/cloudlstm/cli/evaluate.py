@@ -86,9 +86,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         "data": job.summary,
         "test_time_s": time.perf_counter() - start,
         "test": results_from(returned),
-        "provenance": [
-            this_process(job.trainer.strategy.root_device, processes=job.trainer.world_size)
-        ],
+        "provenance": [this_process(job.trainer)],
     }
     if job.trainer.is_global_zero:
         training_run = results["run"] or {}

@@ -108,9 +108,7 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
         if fit:
             results.update(_fit(job))
         else:  # a test of a given checkpoint: this process made the numbers
-            trainer = job.trainer
-            entry = this_process(trainer.strategy.root_device, processes=trainer.world_size)
-            results["provenance"] = [entry]
+            results["provenance"] = [this_process(job.trainer)]
         if cfg.get("test"):
             tested = _best_checkpoint(job.trainer, output_dir) if fit else cfg.ckpt_path
             results.update(_test(job, tested))
@@ -183,8 +181,7 @@ def _fit(job: Assembly) -> dict[str, Any]:
 def _record_this_process(job: Assembly, resume_from: str | None, step: int | None) -> None:
     """This process's code, packages, machine and command in the run's provenance, and a
     log line where it resumes a run that other code trained."""
-    trainer = job.trainer
-    entry = this_process(trainer.strategy.root_device, step or 0, trainer.world_size)
+    entry = this_process(job.trainer, step or 0)
     if resume_from is not None:
         warn_if_the_code_changed(training_processes(job.output_dir), entry)
     record_training(job.output_dir, entry, resumed=resume_from is not None)

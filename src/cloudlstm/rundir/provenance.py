@@ -27,7 +27,7 @@ import sys
 from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -35,21 +35,25 @@ import cloudlstm
 from cloudlstm.errors import out_of_space
 from cloudlstm.rundir.layout import PROVENANCE_FILE
 
+if TYPE_CHECKING:
+    import lightning as L
+
 log = logging.getLogger(__name__)
 
 _PACKAGES = ("torch", "lightning", "numpy", "pandas", "hydra-core", "triton")
 
 
-def this_process(device: torch.device, from_step: int = 0, processes: int = 1) -> dict[str, Any]:
-    """This process's entry: when it started, what it ran, on what (``processes``: how many
-    DDP processes run it together, this one the first), from which step."""
+def this_process(trainer: L.Trainer, from_step: int = 0) -> dict[str, Any]:
+    """This process's entry: when it started, what it ran, on what (the trainer's device,
+    and how many DDP processes run it together, this one the first), from which step."""
+    machine = _machine(trainer.strategy.root_device)
     return {
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "from_step": from_step,
         "command": _command(),
         "code": dict(code_version()),  # copies: the cached ones stay as read
         "packages": dict(_packages()),
-        "machine": {**_machine(device), "processes": processes},
+        "machine": {**machine, "processes": trainer.world_size},
     }
 
 
