@@ -169,14 +169,15 @@ def code_summary(groups: Sequence[Group]) -> str | None:
             counts[version] = counts.get(version, 0) + 1
     if not counts:
         return None
-    plural = {True: "runs", False: "run"}
-    parts = ", ".join(f"{v} ({n} {plural[n != 1]})" for v, n in counts.items())
+    parts = ", ".join(f"{v} ({_runs(n)})" for v, n in counts.items())
     unknown = sum(not run.code for run in runs)
     if unknown:
-        parts += (
-            f"; {unknown} {plural[unknown != 1]} {'do' if unknown != 1 else 'does'} not record it"
-        )
+        parts += f"; {_runs(unknown)} {'does' if unknown == 1 else 'do'} not record it"
     return parts
+
+
+def _runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
 
 
 def _checked_keys(runs: Sequence[Run], by: Sequence[str]) -> list[str]:
