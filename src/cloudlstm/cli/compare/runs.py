@@ -56,7 +56,7 @@ class Run:
     val_monitor: str | None = None
     val_score: float | None = None
     # the code of the processes that trained it (or of eval.py's), first to last: a commit's
-    # first 7 characters, "+changes" where tracked files differed from it, or the version of
+    # first 7 characters, "+changes" where the package's files differed from it, or the version of
     # an installed copy (:mod:`cloudlstm.rundir.provenance`); empty for older runs
     code: tuple[str, ...] = ()
 
