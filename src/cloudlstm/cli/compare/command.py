@@ -153,7 +153,7 @@ def _run(args: argparse.Namespace) -> int:
             "add them to --by to split the rows",
             file=sys.stderr,
         )
-    if note := code_note(groups):
+    if note := code_note([(group.label, group.runs) for group in groups]):
         print(f"compare: {note}", file=sys.stderr)
     table = build_table(
         groups,

@@ -138,15 +138,16 @@ def mixed_keys(groups: Sequence[Group]) -> list[str]:
     return sorted(set().union(*(varying_keys(g.runs) for g in groups)))
 
 
-def code_note(groups: Sequence[Group], shown: int = 3) -> str | None:
-    """A note where a row pools runs trained by different code (other commits, or changes
-    not committed), or one run was continued by other code: its numbers may mix versions.
-    None where every row's runs ran one version, or no run records it (older runs)."""
+def code_note(rows: Sequence[tuple[str, Sequence[Run]]], shown: int = 3) -> str | None:
+    """A note where a row, given as its label and its runs, pools runs trained by different
+    code (other commits, or changes not committed), or one run was continued by other code:
+    its numbers may mix versions. None where every row's runs ran one version, or no run
+    records it (older runs)."""
     mixed = []
-    for group in groups:
-        versions = list(dict.fromkeys(c for run in group.runs for c in run.code))
+    for label, runs in rows:
+        versions = list(dict.fromkeys(c for run in runs for c in run.code))
         if len(versions) > 1 or any(c.endswith("+changes") for c in versions):
-            mixed.append(f"{group.label} ({', '.join(versions)})")
+            mixed.append(f"{label} ({', '.join(versions)})")
     if not mixed:
         return None
     more = f" and {len(mixed) - shown} more" if len(mixed) > shown else ""

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from cloudlstm.cli.compare.cells import Column, Diff, Stat
-from cloudlstm.cli.compare.groups import varying_keys
+from cloudlstm.cli.compare.groups import code_note, varying_keys
 from cloudlstm.cli.compare.runs import CompareError, Run
 
 PAPER_DIR = Path(__file__).resolve().parents[4] / "docs" / "paper"
@@ -204,4 +204,6 @@ def _notes(runs: Sequence[Run], pairs: Sequence[tuple[Row, list[Run]]], name: st
         if mixed := varying_keys(members):
             where = f"{row.model}, {row.dataset}"
             notes.append(f"warning: the runs of {where} differ in {', '.join(mixed)}")
+    if note := code_note([(f"{row.model}, {row.dataset}", members) for row, members in pairs]):
+        notes.append(note)
     return notes
