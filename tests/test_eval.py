@@ -436,3 +436,19 @@ def test_training_changes_nothing_in_the_config_it_is_given(tmp_path):
     OmegaConf.set_readonly(cfg, True)
     train(cfg)
     assert OmegaConf.to_yaml(cfg) == before
+
+
+def test_a_run_folder_named_by_a_number_is_found(cloud_run, tmp_path, monkeypatch):
+    """Hydra reads ``run=0``, a sweep's job folder, as the number 0: it names folder 0. A
+    value that is no path's text (``ckpt=true``, read as True) is one line."""
+    shutil.copytree(cloud_run, tmp_path / "0", ignore=shutil.ignore_patterns("eval"))
+    monkeypatch.chdir(tmp_path)
+    cfg = compose_eval(Path("0"), tmp_path / "out")
+    assert cfg.run == 0
+    evaluate(cfg)
+    assert (tmp_path / "out" / "metrics.json").is_file()
+    with pytest.raises(UserError) as err:
+        evaluate(compose_eval(Path("0"), tmp_path / "out2", "ckpt=true"))
+    assert str(err.value) == "ckpt=True was read as a bool, not a path: quote it, ckpt='<path>'."
+    with pytest.raises(UserError, match=r"^No checkpoint '3' in 0 \("):
+        evaluate(compose_eval(Path("0"), tmp_path / "out3", "ckpt=3"))

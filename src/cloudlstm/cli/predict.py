@@ -23,6 +23,7 @@ from cloudlstm.data.sources.tables import read_table
 from cloudlstm.errors import UserError, out_of_space, why_not_written
 from cloudlstm.forecast import Forecaster
 from cloudlstm.paths import config_dir
+from cloudlstm.rundir.layout import path_option
 
 USAGE = "python predict.py run=<run dir> data.path=<history.csv> [ckpt=best] [out=forecast.csv]"
 PARQUET = (".parquet", ".pq")
@@ -95,7 +96,7 @@ def main(cfg: DictConfig) -> Path:
     bad_values = str((cfg.data.get("source") or {}).get("bad_values") or "error")
     history = read_history(source, key, forecaster.info.id_col)
     forecast = forecaster.forecast(history, f"{key}={source}", bad_values)
-    path = output_path(out, Path(cfg.run))
+    path = output_path(out, Path(path_option(cfg.run, "run")))
     write_forecast(forecast, path, out)
     print(path)
     return path

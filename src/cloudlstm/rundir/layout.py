@@ -50,13 +50,32 @@ TRAIN_LOG = "train.log"  # train.py's log (conf/hydra/default.yaml: <task_name>.
 EVAL_DIR = "eval"  # a run's evaluations by eval.py, one folder each (conf/eval.yaml)
 
 
-def check_run_dir(run_dir: str | Path) -> Path:
+def path_option(value: object, key: str) -> str:
+    """A path option's text as typed: Hydra reads ``run=0`` (a sweep's job folder) as the
+    number 0, whose text is the same; any other value that is no text (``ckpt=true``,
+    ``run=1e3``, read as 1000.0) is not the name typed.
+
+    Raises:
+        UserError: the value is neither text nor a whole number.
+    """
+    if isinstance(value, str | os.PathLike):
+        return str(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise UserError(
+        f"{key}={value!r} was read as a {type(value).__name__}, not a path: quote it, "
+        f"{key}='<path>'."
+    )
+
+
+def check_run_dir(run_dir: object) -> Path:
     """``run_dir`` as a path, checked to be a run directory (it has the run's config.yaml).
 
     Raises:
-        UserError: it does not exist, is a file, or is not a run directory.
+        UserError: it is no path (:func:`path_option`), does not exist, is a file, or is
+            not a run directory.
     """
-    run = Path(run_dir).expanduser()
+    run = Path(path_option(run_dir, "run")).expanduser()
     if run.is_file() and (run.parent / CONFIG_FILE).is_file():  # run=<run>/config.yaml
         raise UserError(f"{run} is a file of a run: give its folder, run={run.parent}.")
     if run.exists() and not run.is_dir():
@@ -128,7 +147,7 @@ def newest_checkpoint(run_dir: Path) -> Path | None:
     return max(resume_candidates(run_dir), key=lambda p: p.stat().st_mtime_ns, default=None)
 
 
-def find_checkpoint(run: Path, ckpt: str | Path) -> Path:
+def find_checkpoint(run: Path, ckpt: object) -> Path:
     """The checkpoint file ``ckpt`` (``"best"``, ``"last"`` or a path) of run directory ``run``.
 
     ``best`` is the checkpoint the run was tested with (``metrics.json``), else the
@@ -138,13 +157,14 @@ def find_checkpoint(run: Path, ckpt: str | Path) -> Path:
     wherever it was copied or moved.
 
     Raises:
-        UserError: there is no such checkpoint.
+        UserError: there is no such checkpoint, or ``ckpt`` is no path (:func:`path_option`).
     """
     folder = run / CHECKPOINT_DIR
-    if str(ckpt) == "best":
+    ckpt = path_option(ckpt, "ckpt")
+    if ckpt == "best":
         newest = max(folder.glob(BEST_CHECKPOINTS), key=lambda p: p.stat().st_mtime, default=None)
         found = _tested_checkpoint(run) or newest
-    elif str(ckpt) == "last":
+    elif ckpt == "last":
         found = last_checkpoint(run)
     else:
         given = Path(ckpt).expanduser()
