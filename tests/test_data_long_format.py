@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import compose_train, rebuilding_fails
+from conftest import compose_train, one_line, rebuilding_fails, run_python
 from hydra.utils import instantiate
 from omegaconf.errors import MissingMandatoryValue
 
@@ -214,6 +214,76 @@ def test_missing_columns_list_expected_and_found(tmp_path):
     assert "'timestamp' -> 'time'?" in msg and "time_col" in msg
     with pytest.raises(ValueError, match=r"lacks column\(s\) \['pm10'\]"):
         LongFormatSource(path, time_col="time", value_cols=["a", "pm10"]).load()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            {"coord_cols": ["x"]},
+            "data.source.coord_cols=[x] names 1 coordinate column(s): a point's place takes "
+            "2 or 3 (x,y[,z] or lon,lat), e.g. data.source.coord_cols=[x,y].",
+        ),
+        ({"coord_cols": ["x", "y", "a", "b"]}, "names 4 coordinate column(s)"),
+        (
+            {"coord_cols": ["x", "x"]},
+            "data.source.coord_cols=[x,x] names x twice: name each column once.",
+        ),
+        ({"covariate_cols": ["b", "b"]}, "data.source.covariate_cols=[b,b] names b twice"),
+        ({"value_cols": ["a", "b", "a"]}, "data.source.value_cols=[a,b,a] names a twice"),
+        (
+            {"value_cols": ["a", "x"]},
+            "data.source.coord_cols and data.source.value_cols both name the column 'x': a "
+            "column is either a coordinate or a channel to forecast, not both; name it in one "
+            "of them.",
+        ),
+        (
+            {"value_cols": ["a"], "covariate_cols": ["a"]},
+            "data.source.value_cols and data.source.covariate_cols both name the column 'a'",
+        ),
+        ({"id_col": "x"}, "data.source.id_col and data.source.coord_cols both name the col"),
+        ({"time_col": "id"}, "data.source.time_col and data.source.id_col both name the col"),
+        (
+            {"value_cols": []},
+            "data.source.value_cols=[] names no column to forecast: name them (e.g. "
+            "data.source.value_cols=[pm25]), or give null to forecast every other column",
+        ),
+    ],
+    ids=[
+        "1-d",
+        "4-d",
+        "coord-twice",
+        "covariate-twice",
+        "value-twice",
+        "value-is-coord",
+        "value-is-covariate",
+        "id-is-coord",
+        "time-is-id",
+        "no-values",
+    ],
+)
+def test_column_options_give_each_column_one_role(tmp_path, options, message):
+    """A column named twice was read twice (an input doubled; a value channel doubled
+    failed deep in the metrics), or in two roles (a coordinate also forecast); one column
+    made a 1-D cloud that forecast the other coordinate; [] read every column, as null."""
+    path = write(tmp_path, long_table())
+    with pytest.raises(UserError) as err:
+        LongFormatSource(path, **options).load()
+    assert message in str(err.value)
+
+
+def test_a_value_column_named_twice_is_one_line_from_train_py(tmp_path):
+    path = write(tmp_path, long_table(t_steps=30))
+    proc = run_python(
+        "train.py",
+        "data=points",
+        f"data.source.path={path}",
+        "data.source.value_cols=[a,a]",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        "logger=none",
+        "debug=fdr",
+    )
+    assert one_line(proc) == "data.source.value_cols=[a,a] names a twice: name each column once."
 
 
 def test_unparsable_timestamp_shows_the_value(tmp_path):

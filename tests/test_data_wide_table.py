@@ -126,6 +126,31 @@ def test_a_named_time_column_and_x_y_positions(tmp_path):
     np.testing.assert_array_equal(picked.coords, places[["y", "x"]].to_numpy())
 
 
+@pytest.mark.parametrize(
+    ("position_cols", "message"),
+    [
+        (
+            ["id", "x"],
+            "data.source.position_cols=[id,x] names 1 coordinate column(s): a point's place "
+            "takes 2 or 3 (x,y[,z] or lon,lat), e.g. data.source.position_cols=[id,x,y].",
+        ),
+        (["id", "x", "y", "z", "x"], "names 4 coordinate column(s)"),
+        (["id", "x", "x"], "data.source.position_cols=[id,x,x] names x twice: name each column"),
+        (["x", "x", "y"], "data.source.position_cols=[x,x,y] names x twice"),
+    ],
+)
+def test_position_columns_are_an_id_and_two_or_three_coordinates(tmp_path, position_cols, message):
+    speeds(6).to_csv(tmp_path / "wide.csv", index=False)
+    places = pd.DataFrame({"id": IDS, "x": [0.0, 1, 2, 3], "y": [5.0, 4, 3, 2], "z": 1.0})
+    places.to_csv(tmp_path / "places.csv", index=False)
+    with pytest.raises(UserError) as err:
+        WideTableSource(tmp_path / "wide.csv", tmp_path / "places.csv", position_cols=position_cols)
+    assert message in str(err.value)
+    with pytest.raises(UserError) as err:
+        read_positions(tmp_path / "places.csv", position_cols)
+    assert message in str(err.value)
+
+
 def test_pandas_hdf5_as_dcrnn_distributes_metr_la(tmp_path):
     pytest.importorskip("tables", reason="PyTables is not installed")
     table = speeds()

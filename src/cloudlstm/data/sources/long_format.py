@@ -23,7 +23,9 @@ from cloudlstm.data.sources.bad_values import channel_values, check_mode, mostly
 from cloudlstm.data.sources.tables import (
     LongGrid,
     build_stream,
+    check_column_roles,
     check_columns,
+    check_coordinate_columns,
     numeric_column,
     parse_freq,
     pivot_long,
@@ -104,9 +106,10 @@ class LongFormatSource(CachedSource):
         time_col: timestamp column (dates in the format pandas infers from the first row;
             timezones become naive UTC).
         id_col: point id column.
-        coord_cols: the L coordinate columns (2 or 3 in practice).
-        value_cols: channel columns; ``None`` = every other column that is mostly numbers
-            (other than ``covariate_cols``).
+        coord_cols: the L coordinate columns, 2 or 3.
+        value_cols: channel columns (at least one); ``None`` = every other column that is
+            mostly numbers (other than ``covariate_cols``). A column has one role: the
+            time, the id, a coordinate, a value or a covariate, named once.
         covariate_cols: columns read as measured covariates: input-only channels after
             the value channels, seen in the input window, never forecast or scored
             (:mod:`cloudlstm.data.covariates`).
@@ -156,11 +159,16 @@ class LongFormatSource(CachedSource):
         if isinstance(coord_cols, str):
             coord_cols = [coord_cols]
         self.coord_cols = [str(c) for c in coord_cols]
-        if not self.coord_cols:
-            raise UserError("LongFormatSource: coord_cols needs at least one column.")
+        check_coordinate_columns(self.coord_cols, "data.source.coord_cols", self.coord_cols)
         if isinstance(value_cols, str):
             value_cols = [value_cols]
         self.value_cols = None if value_cols is None else [str(c) for c in value_cols]
+        if self.value_cols == []:
+            raise UserError(
+                "data.source.value_cols=[] names no column to forecast: name them (e.g. "
+                "data.source.value_cols=[pm25]), or give null to forecast every other column "
+                "of numbers."
+            )
         self.freq = None if freq is None else parse_freq(freq, "data.source.freq")
         self.time_format, self.time_unit = check_time_reading(time_format, time_unit)
         self.name = name or self.path.name.split(".")[0]
@@ -170,12 +178,15 @@ class LongFormatSource(CachedSource):
         if isinstance(covariate_cols, str):
             covariate_cols = [covariate_cols]
         self.covariate_cols = [str(c) for c in covariate_cols or []]
-        both = set(self.covariate_cols) & set(self.value_cols or [])
-        if both:
-            raise UserError(
-                f"data.source.covariate_cols and value_cols both name {sorted(both)}: a column "
-                "is either forecast (value_cols) or an input only (covariate_cols)."
-            )
+        check_column_roles(
+            {
+                "time_col": self.time_col,
+                "id_col": self.id_col,
+                "coord_cols": self.coord_cols,
+                "value_cols": self.value_cols,
+                "covariate_cols": self.covariate_cols,
+            }
+        )
 
     def __repr__(self) -> str:
         return f"LongFormatSource(path={str(self.path)!r}, name={self.name!r})"

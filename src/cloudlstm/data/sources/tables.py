@@ -43,7 +43,9 @@ from cloudlstm.errors import MissingPackageError, UserError
 __all__ = [
     "LongGrid",
     "build_stream",
+    "check_column_roles",
     "check_columns",
+    "check_coordinate_columns",
     "id_text",
     "infer_step",
     "interpolate_gaps",
@@ -530,6 +532,69 @@ def check_columns(df: pd.DataFrame, expected: Sequence[str], what: str, hint: st
         + (f" Did you mean: {guesses}" if guesses else "")
         + f" {hint}"
     )
+
+
+# How many coordinates a point has: a place in the plane or in space.
+COORDINATE_DIMS = (2, 3)
+# The role of the column(s) each column option names, in the message of a column in two roles.
+ROLES = {
+    "time_col": "the time",
+    "id_col": "the point id",
+    "coord_cols": "a coordinate",
+    "value_cols": "a channel to forecast",
+    "covariate_cols": "an input-only covariate",
+}
+
+
+def _listed(cols: Sequence[str]) -> str:
+    """Column names as an override writes them: ``[x,y]``."""
+    return f"[{','.join(cols)}]"
+
+
+def check_column_roles(roles: dict[str, Any], prefix: str = "data.source") -> None:
+    """Refuse column options that name a column twice, in one list or in two options: a
+    column read twice would be a doubled input or channel, or a coordinate also forecast.
+
+    Args:
+        roles: each option (``coord_cols``) -> its column (text) or columns (a list; None:
+            found in the file), in the order they are named in the messages.
+        prefix: the config node of the options.
+
+    Raises:
+        UserError: naming the option(s) and the column.
+    """
+    seen: dict[str, str] = {}
+    for option, cols in roles.items():
+        if cols is None:
+            continue
+        cols = [str(cols)] if isinstance(cols, str) else [str(c) for c in cols]
+        twice = list(dict.fromkeys(c for c in cols if cols.count(c) > 1))
+        if twice:
+            raise UserError(
+                f"{prefix}.{option}={_listed(cols)} names {', '.join(twice)} twice: name each "
+                "column once."
+            )
+        for col in cols:
+            if col in seen:
+                first = seen[col]
+                raise UserError(
+                    f"{prefix}.{first} and {prefix}.{option} both name the column {col!r}: "
+                    f"a column is either {ROLES.get(first, first)} or "
+                    f"{ROLES.get(option, option)}, not both; name it in one of them."
+                )
+            seen[col] = option
+
+
+def check_coordinate_columns(cols: Sequence[str], option: str, given: Sequence[str]) -> None:
+    """Refuse ``cols``, the coordinate columns of the setting ``option`` (given as
+    ``given``), unless they are 2 or 3: a point's place in the plane or in space. One
+    column would make a line of the cloud and read the next one as a channel."""
+    if len(cols) not in COORDINATE_DIMS:
+        raise UserError(
+            f"{option}={_listed(given)} names {len(cols)} coordinate column(s): a point's "
+            "place takes 2 or 3 (x,y[,z] or lon,lat), e.g. "
+            f"{option}={_listed([*given[: len(given) - len(cols)], 'x', 'y'])}."
+        )
 
 
 def numeric_column(df: pd.DataFrame, col: str, what: str) -> np.ndarray:

@@ -31,7 +31,9 @@ from cloudlstm.data.sources.tables import (
     HDF_SUFFIXES,
     PARQUET_SUFFIXES,
     build_stream,
+    check_column_roles,
     check_columns,
+    check_coordinate_columns,
     id_text,
     numeric_column,
     parse_freq,
@@ -179,6 +181,8 @@ class WideTableSource(CachedSource):
         if isinstance(position_cols, str):
             position_cols = [position_cols]
         self.position_cols = None if position_cols is None else [str(c) for c in position_cols]
+        if self.position_cols is not None:
+            check_position_cols(self.position_cols)
         self.name = name or self.path.name.split(".")[0]
         self.bad_values = check_mode(bad_values)
         self.missing_hint = missing_hint
@@ -459,17 +463,21 @@ def read_positions(
     return ids, coords
 
 
+def check_position_cols(position_cols: Sequence[str]) -> None:
+    """Refuse ``data.source.position_cols`` unless it is the id column then 2 or 3
+    coordinate columns, each named once."""
+    given = [str(c) for c in position_cols]
+    check_coordinate_columns(given[1:], "data.source.position_cols", given)
+    check_column_roles({"position_cols": given})
+
+
 def _position_columns(
     table: pd.DataFrame, position_cols: Sequence[str] | None, what: str
 ) -> tuple[str, list[str]]:
     """The id column and the coordinate columns of a positions table."""
     hint = "Set data.source.position_cols=[<id column>, <x or longitude>, <y or latitude>]."
     if position_cols is not None:
-        if len(position_cols) < 2:
-            raise UserError(
-                f"data.source.position_cols={list(position_cols)}: give the id column and at "
-                "least one coordinate column."
-            )
+        check_position_cols(position_cols)
         check_columns(table, list(position_cols), what, hint)
         return position_cols[0], list(position_cols[1:])
     by_name = {c.lower(): c for c in table.columns}
