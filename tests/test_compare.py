@@ -462,6 +462,26 @@ def test_a_repeated_column_is_one_line(seeds, capsys, option, message):
     assert err[0].startswith(f"compare: {message}"), err[0]
 
 
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--by", "model.k", "--by", "seed"], "--by given twice: give it once with all its values"),
+        (["--metrics", "mae", "--metrics", "rmse"], "--metrics given twice: give it once with"),
+        (["--horizons", "1", "--horizons", "2"], "--horizons given twice: give it once"),
+        (["--format", "csv", "--format", "latex"], "--format given twice: give it once"),
+        (["--val", "--val"], "--val given twice: give it once"),
+        (["--form", "csv", "--format=latex"], "--format given twice: give it once"),
+    ],
+    ids=["by", "metrics", "horizons", "format", "flag", "abbreviated"],
+)
+def test_an_option_given_twice_is_one_line(seeds, capsys, option, message):
+    """argparse keeps an option's last value: ``--by model.k --by seed`` grouped by seed
+    alone, without a word."""
+    code, out, err = run_main(capsys, seeds, *option)
+    assert (code, out, len(err)) == (2, "", 1)
+    assert err[0].startswith(f"compare: argument {message}"), err[0]
+
+
 def test_plot_into_a_file_or_an_unwritable_place_is_one_line_before_any_table(
     seeds, tmp_path, capsys
 ):

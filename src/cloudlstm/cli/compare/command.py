@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from cloudlstm.cli.compare.cells import Column
 from cloudlstm.cli.compare.formats import to_latex, to_markdown, write_csv
@@ -18,10 +19,39 @@ from cloudlstm.engine.quantile_metrics import quantile_metric_names
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors become one ``compare: ...`` line too, like the other user errors."""
+    """Usage errors become one ``compare: ...`` line too, like the other user errors, and an
+    option given twice is one: argparse keeps its last value without a word, so ``--by
+    model.k --by seed`` would group by seed alone."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.given: set[str] = set()  # the options met on this command line
+        for name in (None, "store", "store_true"):
+            self.register("action", name, _given_once(self._registry_get("action", name)))
+
+    def parse_known_args(self, *args: Any, **kwargs: Any) -> Any:
+        self.given = set()
+        return super().parse_known_args(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise CompareError(message)
+
+
+def _given_once(action: type[argparse.Action]) -> type[argparse.Action]:
+    """``action`` that refuses its option a second time on one command line."""
+
+    class GivenOnce(action):  # type: ignore[misc, valid-type]
+        def __call__(self, parser, namespace, values, option_string=None):  # noqa: ANN001
+            if self.option_strings:
+                if self.dest in parser.given:
+                    values_once = " with all its values" if self.nargs == "+" else ""
+                    parser.error(
+                        f"argument {self.option_strings[0]} given twice: give it once{values_once}"
+                    )
+                parser.given.add(self.dest)
+            super().__call__(parser, namespace, values, option_string)
+
+    return GivenOnce
 
 
 def _horizons(text: str) -> list[int]:
