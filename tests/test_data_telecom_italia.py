@@ -94,14 +94,17 @@ def cell(square: int) -> tuple[float, float]:
     ) + 0.001
 
 
-def write_grid(path: Path, squares=(1, 2, 3, 10, 101)) -> None:
+def write_grid(path: Path, squares=(1, 2, 3, 10, 101), ids=None) -> None:
+    """The grid of ``squares``, their cellIds written as ``ids`` (by default the numbers)."""
     features = []
-    for s in squares:
+    for s, written in zip(squares, ids or squares, strict=True):
         x, y = cell(s)
         ring = [[x - 0.0015, y + 0.001], [x + 0.0015, y + 0.001], [x + 0.0015, y - 0.001]]
         ring += [[x - 0.0015, y - 0.001], [x - 0.0015, y + 0.001]]
         geometry = {"type": "Polygon", "coordinates": [ring]}
-        features.append({"geometry": geometry, "type": "Feature", "properties": {"cellId": s}})
+        features.append(
+            {"geometry": geometry, "type": "Feature", "properties": {"cellId": written}}
+        )
     with gzip.open(path, "wt") as f:
         json.dump({"type": "FeatureCollection", "features": features}, f)
 
@@ -184,6 +187,56 @@ def test_bad_options_and_files(milan, tmp_path):
         TelecomItaliaSource(folder, grid=folder / "small.geojson.gz").load()
     with pytest.raises(MissingFileError, match=r"No grid file .*data\.source\.grid="):
         TelecomItaliaSource(folder, grid=folder / "none.geojson").load()
+
+
+@pytest.mark.parametrize(
+    ("written", "shown"),
+    [("c2", '"c2"'), (None, "null"), ("2.0", '"2.0"'), (2.5, "2.5"), (True, "true")],
+)
+def test_a_grid_cell_id_that_is_no_whole_number_is_one_line(milan, written, shown):
+    """It was a traceback of int(), or 2.5 was read as square 2."""
+    folder, _ = milan
+    grid = folder / "odd.geojson.gz"
+    write_grid(grid, squares=(1, 2, 10), ids=[1, written, 10])
+    with pytest.raises(UserError) as err:
+        TelecomItaliaSource(folder, grid=grid).load()
+    assert str(err.value) == (
+        f'{grid}: feature 1 has the cellId {shown}, not a whole number (101 or "101"); the '
+        "Milano grid's cells are numbered 1-10000."
+    )
+
+
+def test_grid_cell_ids_written_as_text_or_whole_floats_are_read(milan):
+    folder, _ = milan
+    write_grid(grid := folder / "text.geojson.gz", squares=(1, 2, 10), ids=["1", 2.0, " 10"])
+    assert TelecomItaliaSource(folder, grid=grid).load().point_ids == ["1", "2", "10"]
+    write_grid(grid := folder / "twice.geojson.gz", squares=(1, 2, 10), ids=[1, 2, "2"])
+    with pytest.raises(UserError, match=r"feature 2 has the cellId 2 of an earlier feature"):
+        TelecomItaliaSource(folder, grid=grid).load()
+
+
+@pytest.mark.parametrize(
+    ("squares", "message"),
+    [
+        (
+            [101.7, 102, 103],
+            "data.source.squares=[101.7, 102, 103]: 101.7 is not a square id; give whole "
+            "numbers (1-10000).",
+        ),
+        (
+            ["c1"],
+            "data.source.squares=['c1']: 'c1' is not a square id; give whole numbers (1-10000).",
+        ),
+        ([1, 2, 2, 10, 1], "data.source.squares names 1, 2 twice: name each once."),
+    ],
+)
+def test_squares_are_whole_numbers_each_named_once(milan, squares, message):
+    """101.7 was read as 101 and a repeated square dropped, without a word."""
+    folder, _ = milan
+    with pytest.raises(UserError) as err:
+        TelecomItaliaSource(folder, squares=squares)
+    assert str(err.value) == message
+    assert TelecomItaliaSource(folder, squares=[10, 2.0, "1"]).squares == [1, 2, 10]
 
 
 @pytest.mark.parametrize(

@@ -331,8 +331,35 @@ def grid_centroids(path: Path) -> dict[str, tuple[float, float]]:
                 f"{path}: feature {k} has no properties.cellId and Polygon coordinates, as the "
                 "Milano grid's features have."
             ) from None
-        centroids[str(int(cell))] = _centroid(ring)
+        square = whole_number(cell)
+        if square is None:
+            raise UserError(
+                f"{path}: feature {k} has the cellId {json.dumps(cell)}, not a whole number "
+                '(101 or "101"); the Milano '
+                "grid's cells are numbered 1-10000."
+            )
+        if str(square) in centroids:
+            raise UserError(
+                f"{path}: feature {k} has the cellId {square} of an earlier feature; each cell "
+                "of the Milano grid is one feature."
+            )
+        centroids[str(square)] = _centroid(ring)
     return centroids
+
+
+def whole_number(value: Any) -> int | None:
+    """``value`` as a square id: a whole number (``101``, ``101.0``) or its digits as text
+    (``"101"``); None for anything else (``101.5``, ``"c101"``, ``"101.0"``, None, a
+    boolean), which truncating to an int would turn into another square, or fail on."""
+    if isinstance(value, str):
+        return int(value) if re.fullmatch(r"\s*[+-]?[0-9]+\s*", value) else None
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)) and np.isfinite(value) and value.is_integer():
+        return int(value)
+    return None
 
 
 def _centroid(ring: np.ndarray) -> tuple[float, float]:
@@ -375,17 +402,25 @@ def _read_rows(path: Path, what: str) -> pd.DataFrame:
 
 
 def _square_ids(squares: Sequence[Any]) -> list[int]:
-    if isinstance(squares, (str, int)):
+    """The square ids of ``data.source.squares``, sorted: whole numbers, each named once."""
+    if isinstance(squares, (str, int, float)):
         squares = [squares]
-    try:
-        ids = [int(s) for s in squares]
-    except (TypeError, ValueError):
+    squares = list(squares)
+    ids = [whole_number(s) for s in squares]
+    bad = [s for s, i in zip(squares, ids, strict=True) if i is None]
+    if bad:
         raise UserError(
-            f"data.source.squares={list(squares)}: give square ids (1-10000)."
-        ) from None
+            f"data.source.squares={squares}: {bad[0]!r} is not a square id; give whole "
+            "numbers (1-10000)."
+        )
     if not ids:
         raise UserError("data.source.squares=[]: give square ids, or null for every square.")
-    return sorted(set(ids))
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise UserError(
+            f"data.source.squares names {', '.join(map(str, twice))} twice: name each once."
+        )
+    return sorted(ids)
 
 
 def _day(value: Any, option: str) -> str:
