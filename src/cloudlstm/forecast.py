@@ -37,13 +37,63 @@ from cloudlstm.engine.quantiles import level_name
 from cloudlstm.errors import UserError
 from cloudlstm.models.build import neighbours_needed, neighbours_setting
 
-__all__ = ["FILLED_COLUMN", "Forecaster"]
+__all__ = ["FILLED_COLUMN", "Forecaster", "check_device"]
 
 # Output column: how many of the point's input entries (input steps x channels) were filled
 # by interpolation instead of read; 0 means the forecast saw only real readings.
 FILLED_COLUMN = "filled_inputs"
 
 log = logging.getLogger(__name__)
+
+
+# the kinds of device a forecast runs on (torch knows more, none of which runs a model here)
+DEVICE_KINDS = ("cpu", "cuda", "mps")
+
+
+def check_device(device: object) -> str | None:
+    """``device`` (``device=`` of predict.py) as torch names it, checked to be one this
+    machine has; None stays None (a GPU when there is one).
+
+    Raises:
+        UserError: no device kind of :data:`DEVICE_KINDS` (``device=gpu``), a GPU where torch
+            finds none (as train.py refuses ``trainer=gpu`` there), or a GPU number beyond
+            those torch sees.
+    """
+    if device is None:
+        return None
+    text = str(device)
+    here = ["cpu"]
+    if torch.cuda.is_available():
+        here += ["cuda", *(f"cuda:{n}" for n in range(torch.cuda.device_count()))]
+    if torch.backends.mps.is_available():
+        here.append("mps")
+    try:
+        kind = torch.device(text)
+    except RuntimeError:
+        kind = None
+    if kind is None or kind.type not in DEVICE_KINDS:
+        raise UserError(
+            f"device={text} is no device to forecast on: give one of {', '.join(DEVICE_KINDS)} "
+            f"or cuda:<n> (this machine has {', '.join(here)}), or leave it out for a GPU when "
+            "there is one."
+        )
+    if kind.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(
+            f"device={text}, but torch finds no GPU (torch {torch.__version__}, CUDA build: "
+            f"{torch.version.cuda or 'none'}): run on a machine with a GPU and a CUDA build of "
+            "torch, or forecast on the CPU: device=cpu."
+        )
+    if kind.type == "cuda" and kind.index is not None and kind.index >= torch.cuda.device_count():
+        raise UserError(
+            f"device={text}, but torch sees {torch.cuda.device_count()} GPU(s): give one of "
+            f"{', '.join(here)}."
+        )
+    if kind.type == "mps" and not torch.backends.mps.is_available():
+        raise UserError(
+            f"device={text}, but torch finds no Apple GPU (MPS) here: give one of "
+            f"{', '.join(here)}."
+        )
+    return text
 
 
 class Forecaster:
@@ -81,15 +131,17 @@ class Forecaster:
         Args:
             run_dir: the run directory (``outputs/runs/<date>/<time>``).
             ckpt: ``"best"`` (the tested checkpoint), ``"last"``, or the path of a ``.ckpt``.
-            device: ``"cpu"``, ``"cuda"``, ...; None = a GPU when there is one.
+            device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``; None = a GPU when there
+                is one.
 
         Raises:
-            UserError: no such run directory or checkpoint, or a checkpoint written before
-                checkpoints stored what forecasting needs.
+            UserError: no such run directory or checkpoint, a checkpoint written before
+                checkpoints stored what forecasting needs, or a device this machine does not
+                have (:func:`check_device`).
         """
         from cloudlstm.assembly.assemble import restore  # the CLI's build path, loaded on use
 
-        module, path = restore(run_dir, ckpt, device)
+        module, path = restore(run_dir, ckpt, check_device(device))
         return cls(module, path)
 
     @property
