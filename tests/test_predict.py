@@ -5,6 +5,8 @@ histories written by each test."""
 from __future__ import annotations
 
 import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +14,8 @@ import pandas as pd
 import pytest
 import torch
 
-from tests.conftest import ROOT, one_line, run_python
+from tests.conftest import ROOT, one_line, run_python, subprocess_env
+from tests.test_faults_disk_full import file_size_limit
 from tests.test_forecast import SPLIT, csv_run, long_table
 
 
@@ -43,3 +46,40 @@ def test_a_device_this_machine_lacks_is_one_line(run, tmp_path):
     line = one_line(predict(run, history(run), tmp_path, "device=foo"))
     assert line.startswith("device=foo is no device to forecast on: give one of cpu, cuda, mps")
     assert "(this machine has cpu" in line
+
+
+def test_a_write_without_room_leaves_the_earlier_forecast_and_no_part(run, tmp_path):
+    """``ulimit -f``: one line naming the file; the forecast written there before stays."""
+    data, target = tmp_path / "recent.csv", tmp_path / "out" / "forecast.csv"
+    history(run).to_csv(data, index=False)
+    target.parent.mkdir()
+    target.write_text("an earlier forecast\n")
+    done = subprocess.run(
+        [sys.executable, "predict.py", f"run={run[0]}", f"data.path={data}", f"out={target}"],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=file_size_limit(1000),  # the forecast's 18 rows are larger
+    )
+    line = one_line(done)
+    assert line.startswith(f"Cannot write {target}: it would exceed this process's file size")
+    assert target.read_text() == "an earlier forecast\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["forecast.csv"]  # no part
+
+
+@pytest.mark.parametrize("out", ["forecast.csv.gz", "forecast.csv.zip", "forecast.parquet"])
+def test_the_forecast_replaces_an_earlier_one_in_the_format_its_name_says(run, tmp_path, out):
+    if out.endswith(".parquet"):
+        pytest.importorskip("pyarrow")
+    target = tmp_path / "out" / out
+    target.parent.mkdir()
+    target.write_text("an earlier forecast\n")
+    done = predict(run, history(run), tmp_path, f"out={target}")
+    assert done.returncode == 0, done.stderr
+    written = pd.read_parquet(target) if out.endswith(".parquet") else pd.read_csv(target)
+    assert len(written) == 3 * 6 and "filled_inputs" in written
+    if out.endswith(".zip"):  # the member is named as the file, not as a temporary one
+        assert zipfile.ZipFile(target).namelist() == ["forecast.csv"]
+    assert sorted(p.name for p in target.parent.iterdir()) == [out]

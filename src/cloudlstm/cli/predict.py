@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import tempfile
 from datetime import datetime
 from pathlib import Path
 
@@ -105,16 +107,25 @@ def main(cfg: DictConfig) -> Path:
 def write_forecast(forecast: pd.DataFrame, path: Path, out: str) -> None:
     """Write ``forecast`` to ``path`` (Parquet or CSV by its suffix), its folders made.
 
+    The file is written under its own name in a new hidden folder beside ``path`` (so the
+    format, compression and a zip's member name are those of ``path``), then renamed over
+    ``path``: a write that fails leaves no part of a file, and an earlier forecast there
+    as it was.
+
     Raises:
         UserError: the file cannot be written (``out=`` as given named in the message), or
             the disk is full (:class:`~cloudlstm.errors.OutOfSpaceError`).
     """
+    folder = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent))
+        part = folder / path.name
         if path.suffix.lower() in PARQUET:
-            forecast.to_parquet(path, index=False)
+            forecast.to_parquet(part, index=False)
         else:
-            forecast.to_csv(path, index=False)
+            forecast.to_csv(part, index=False)
+        os.replace(part, path)
     except OSError as err:
         if (full := out_of_space(err, path)) is not None:
             raise full from None
@@ -122,6 +133,9 @@ def write_forecast(forecast: pd.DataFrame, path: Path, out: str) -> None:
         raise UserError(
             f"out={out}: cannot write {path} ({reason}): name a file in a folder you can write to."
         ) from None
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def history_key(cfg: DictConfig) -> tuple[str, str | None]:
