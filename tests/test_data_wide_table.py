@@ -334,6 +334,49 @@ def test_a_graph_must_be_square_finite_and_non_negative(los, matrix, words):
         read_graph(los / "bad.csv", IDS)
 
 
+@pytest.mark.parametrize("diagonal", [0.0, 1.0])
+def test_a_graph_without_edges_is_refused(los, diagonal):
+    """A graph of zeros (the wrong file, a threshold too high) trained STGCN and DCRNN on
+    no edges at all, without a word; self-loops alone are no edges either."""
+    dcrnn_pickle(los / "zeros.pkl", IDS, np.eye(4, dtype=np.float32) * diagonal)
+    with pytest.raises(UserError) as err:
+        source(los, graph="zeros.pkl").adjacency(IDS)
+    assert str(err.value) == (
+        f"data.source.graph={los / 'zeros.pkl'}: its 4 x 4 weights have no edge between two "
+        "distinct points (every weight off the diagonal is 0): a graph without edges is most "
+        "likely the wrong file, or one thresholded too high; give the graph of the points, or "
+        "leave data.source.graph out."
+    )
+    one_edge = np.zeros((4, 4))
+    one_edge[2, 1] = 0.3
+    pd.DataFrame(one_edge).to_csv(los / "one_edge.csv", header=False, index=False)
+    np.testing.assert_array_equal(source(los, graph="one_edge.csv").adjacency(IDS), one_edge)
+
+
+def test_a_dcrnn_pickle_of_a_sparse_matrix_is_read(los):
+    sparse = pytest.importorskip("scipy.sparse")
+    for kind in (sparse.csr_matrix, sparse.coo_matrix, sparse.csr_array):
+        dcrnn_pickle(los / "sparse.pkl", IDS, kind(WEIGHTS.astype(np.float32)))
+        np.testing.assert_allclose(
+            source(los, graph="sparse.pkl").adjacency(IDS), WEIGHTS, rtol=1e-6
+        )
+
+
+def test_a_csv_adjacency_separated_by_tabs_or_semicolons(los):
+    for sep in ("\t", ";"):
+        pd.DataFrame(WEIGHTS).to_csv(los / "adj.csv", sep=sep, header=False, index=False)
+        np.testing.assert_array_equal(source(los, graph="adj.csv").adjacency(IDS), WEIGHTS)
+    # decimal commas put a comma in the first row: the tabs are then named, not the row
+    (los / "commas.csv").write_text("\n".join("\t".join(["0,5"] * 4) for _ in range(4)) + "\n")
+    with pytest.raises(UserError) as err:
+        source(los, graph="commas.csv").adjacency(IDS)
+    assert str(err.value).endswith(
+        "the cell at row 0, column 1 is '5\\t0', not a number (it holds tabs: a file "
+        "separated by tabs is read as such where its first row has no comma; write its "
+        "decimals with a dot)."
+    )
+
+
 def test_graph_files_that_are_not_graphs(los):
     with pytest.raises(MissingFileError, match=r"data\.source\.graph=.*nowhere\.pkl: no such"):
         read_graph(los / "nowhere.pkl", IDS)

@@ -8,7 +8,9 @@ Two forms users have:
   read with ``encoding="latin1"``. A pickle can run code when it is loaded: read only files
   you trust;
 * an ``(N, N)`` matrix without ids, in the order of the data file's point columns: a CSV
-  with no header (T-GCN's ``los_adj.csv``, any pandas compression) or a ``.npy`` file.
+  with no header (T-GCN's ``los_adj.csv``, any pandas compression; separated by commas,
+  or by tabs or semicolons as :func:`~cloudlstm.data.sources.tables.csv_dialect` finds
+  them) or a ``.npy`` file. DCRNN's ``adj_mx`` may be a SciPy sparse matrix (made dense).
 
 :func:`read_graph` reads and checks either (square, finite, non-negative, as many ids as
 rows); :func:`graph_among` takes the ``(N, N)`` block of a stream's points, in the stream's
@@ -28,13 +30,15 @@ import numpy as np
 import pandas as pd
 
 from cloudlstm.data.sources.cut_short import refuse_cut_short
-from cloudlstm.data.sources.tables import DAMAGED, damaged_file, id_text
+from cloudlstm.data.sources.tables import DAMAGED, csv_dialect, damaged_file, id_text
 from cloudlstm.errors import MissingFileError, UserError
 
 __all__ = ["GRAPH_SUFFIXES", "graph_among", "read_graph"]
 
 GRAPH_SUFFIXES = (".pkl", ".pickle", ".csv", ".npy")
 OPTION = "data.source.graph"
+# Column separators other than a comma, named in the error of a cell that holds one
+SEPARATORS = {"\t": "tabs", ";": "semicolons"}
 
 
 def read_graph(path: Path, column_ids: Sequence[str] | None) -> tuple[list[str], np.ndarray]:
@@ -50,7 +54,7 @@ def read_graph(path: Path, column_ids: Sequence[str] | None) -> tuple[list[str],
         MissingFileError: no such file.
         UserError: an unknown suffix, an unreadable file, a pickle that is not DCRNN's
             triple, a matrix that is not square, not as large as the ids, with NaN, inf or
-            negative weights, or ids repeated.
+            negative weights, without an edge between distinct points, or ids repeated.
     """
     path = Path(path)
     if not path.is_file():
@@ -85,7 +89,8 @@ def read_graph(path: Path, column_ids: Sequence[str] | None) -> tuple[list[str],
 
 
 def check_weights(matrix: np.ndarray, what: str) -> None:
-    """Refuse a weight matrix that is not square or holds NaN, inf or a negative weight.
+    """Refuse a weight matrix that is not square, holds NaN, inf or a negative weight, or
+    has no edge between two distinct points (of two points or more).
 
     Raises:
         UserError: naming the first offending entry.
@@ -103,6 +108,13 @@ def check_weights(matrix: np.ndarray, what: str) -> None:
                 f"{what}: {int(bad.sum())} weight(s) are {words}, e.g. {matrix[i, j]} at row "
                 f"{i}, column {j}; a graph's weights are finite and >= 0 (0: no edge)."
             )
+    if len(matrix) > 1 and not (matrix - np.diag(np.diag(matrix))).any():
+        raise UserError(
+            f"{what}: its {len(matrix)} x {len(matrix)} weights have no edge between two "
+            "distinct points (every weight off the diagonal is 0): a graph without edges is "
+            "most likely the wrong file, or one thresholded too high; give the graph of the "
+            "points, or leave data.source.graph out."
+        )
 
 
 def graph_among(
@@ -187,9 +199,10 @@ def _read_matrix(path: Path, kind: str) -> np.ndarray:
             return _as_matrix(np.load(path, allow_pickle=False), f"{OPTION}={path}")
         except (OSError, ValueError) as err:
             raise UserError(f"Cannot read {OPTION}={path} as a .npy array: {err}") from None
-    refuse_cut_short(path, "the graph")
+    dialect = csv_dialect(path)  # its first row stands for a header: tabs, semicolons
+    refuse_cut_short(path, "the graph", dialect.get("sep", ","))
     try:
-        table = pd.read_csv(path, header=None)
+        table = pd.read_csv(path, header=None, **dialect)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
         raise UserError(f"Cannot read {OPTION}={path} as CSV: {err}") from None
     except DAMAGED as err:
@@ -198,7 +211,15 @@ def _read_matrix(path: Path, kind: str) -> np.ndarray:
     bad = numbers.isna() & table.notna()
     if bad.to_numpy().any():
         i, j = np.argwhere(bad.to_numpy())[0]
-        hint = " (a header row? A CSV adjacency has none)" if i == 0 else ""
+        cell = str(table.iat[i, j])
+        separators = [name for sep, name in SEPARATORS.items() if sep in cell]
+        if separators:
+            hint = (
+                f" (it holds {separators[0]}: a file separated by {separators[0]} is read as "
+                "such where its first row has no comma; write its decimals with a dot)"
+            )
+        else:
+            hint = " (a header row? A CSV adjacency has none)" if i == 0 else ""
         raise UserError(
             f"{OPTION}={path}: the cell at row {i}, column {j} is {table.iat[i, j]!r}, not a "
             f"number{hint}."
@@ -207,6 +228,10 @@ def _read_matrix(path: Path, kind: str) -> np.ndarray:
 
 
 def _as_matrix(value: Any, what: str) -> np.ndarray:
+    """``value`` as a float64 array: a NumPy array, nested lists, or a SciPy sparse matrix
+    or array (as graphs are often stored), made dense."""
+    if type(value).__module__.startswith("scipy.sparse"):
+        value = value.toarray()  # the module of a sparse matrix loaded is importable
     try:
         matrix = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
