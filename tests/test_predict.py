@@ -83,3 +83,24 @@ def test_the_forecast_replaces_an_earlier_one_in_the_format_its_name_says(run, t
     if out.endswith(".zip"):  # the member is named as the file, not as a temporary one
         assert zipfile.ZipFile(target).namelist() == ["forecast.csv"]
     assert sorted(p.name for p in target.parent.iterdir()) == [out]
+
+
+def test_a_file_that_is_no_checkpoint_gets_a_fix_for_forecasting(run, tmp_path):
+    line = one_line(predict(run, history(run), tmp_path, f"ckpt={tmp_path / 'recent.csv'}"))
+    assert line.startswith(f"Cannot read checkpoint {tmp_path / 'recent.csv'} (")
+    assert line.endswith(
+        "Forecast with another checkpoint of the run: ckpt=best, ckpt=last or the path of a "
+        ".ckpt that training wrote."
+    )
+    assert "resume=" not in line
+
+
+def test_torch_threads_caps_the_forecast_and_is_checked(run, tmp_path):
+    done = predict(run, history(run), tmp_path, "torch_threads=1", f"out={tmp_path / 'f.csv'}")
+    assert done.returncode == 0, done.stderr
+    assert len(pd.read_csv(tmp_path / "f.csv")) == 3 * 6
+    line = one_line(predict(run, history(run), tmp_path, "torch_threads=0"))
+    assert line == (
+        "torch_threads=0: give a number of threads >= 1, or null for torch's default (one per "
+        "core)."
+    )

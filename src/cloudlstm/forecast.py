@@ -46,6 +46,11 @@ FILLED_COLUMN = "filled_inputs"
 log = logging.getLogger(__name__)
 
 
+# what to do about a checkpoint that cannot be read
+OTHER_CHECKPOINT = (
+    "Forecast with another checkpoint of the run: ckpt=best, ckpt=last or the path of a .ckpt "
+    "that training wrote."
+)
 # the kinds of device a forecast runs on (torch knows more, none of which runs a model here)
 DEVICE_KINDS = ("cpu", "cuda", "mps")
 
@@ -141,7 +146,7 @@ class Forecaster:
         """
         from cloudlstm.assembly.assemble import restore  # the CLI's build path, loaded on use
 
-        module, path = restore(run_dir, ckpt, check_device(device))
+        module, path = restore(run_dir, ckpt, check_device(device), OTHER_CHECKPOINT)
         return cls(module, path)
 
     @property

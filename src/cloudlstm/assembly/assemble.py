@@ -154,10 +154,14 @@ def _as_trained(model: DictConfig, trained: TrainedCheckpoint | None) -> DictCon
 
 
 def restore(
-    run_dir: str | Path, ckpt: str | Path = "best", device: str | None = None
+    run_dir: str | Path,
+    ckpt: str | Path = "best",
+    device: str | None = None,
+    remedy: str | None = None,
 ) -> tuple[ForecastModule, Path]:
     """A trained run's training module, from its directory alone, in eval mode on ``device``
-    (None: a GPU when there is one); and the checkpoint it came from.
+    (None: a GPU when there is one); and the checkpoint it came from. ``remedy`` ends the
+    message of a checkpoint that cannot be read (by default one about ``resume=``).
 
     The model is rebuilt from the run's ``config.yaml``, sized from the description stored
     in the checkpoint, anchored as it was trained (the module's ``anchor`` hyperparameter),
@@ -169,7 +173,7 @@ def restore(
             the run's model.
     """
     run = check_run_dir(run_dir)
-    trained = TrainedCheckpoint.read(find_checkpoint(run, ckpt))
+    trained = TrainedCheckpoint.read(find_checkpoint(run, ckpt), remedy)
     spec = trained.forecasting_spec()
     model = build_model(read_run_config(run).model, spec, compile=False)
     hparams = trained.contents.get("hyper_parameters", {})

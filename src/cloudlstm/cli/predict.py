@@ -15,8 +15,10 @@ from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
+import torch
 from omegaconf import DictConfig, OmegaConf
 
+from cloudlstm.assembly.build import check_process_settings
 from cloudlstm.assembly.known_keys import check_added_top_level_keys
 from cloudlstm.cli.group_choices import group_choices
 from cloudlstm.data.pipeline.forecast_input import user_errors
@@ -31,8 +33,8 @@ USAGE = "python predict.py run=<run dir> data.path=<history.csv> [ckpt=best] [ou
 PARQUET = (".parquet", ".pq")
 TAKES = (
     "predict.py forecasts with the run's model and data settings as its checkpoint holds "
-    "them (time format, missing value, ...), and takes run, ckpt, out, device, data.path "
-    "(or data.source.path) and data.source.bad_values alone"
+    "them (time format, missing value, ...), and takes run, ckpt, out, device, torch_threads, "
+    "data.path (or data.source.path) and data.source.bad_values alone"
 )
 
 
@@ -91,6 +93,9 @@ def main(cfg: DictConfig) -> Path:
     missing = sorted({*OmegaConf.missing_keys(cfg), *(["data.path"] if given is None else [])})
     if missing:
         raise UserError(f"predict.py needs {', '.join(missing)}: `{USAGE}`.")
+    check_process_settings(cfg)
+    if cfg.torch_threads is not None:
+        torch.set_num_threads(cfg.torch_threads)
     out = str(cfg.out)
     check_format(out)
     forecaster = Forecaster.load(cfg.run, ckpt=cfg.ckpt, device=cfg.get("device"))
