@@ -233,6 +233,30 @@ def test_columns_and_positions_must_match(los):
         read_positions(los / "twice.csv")
 
 
+def test_ids_that_differ_in_case_alone_are_named_so(los):
+    """Columns S001 for the positions' s001 read as points without a position, no more."""
+    lower = ["s001", "s002", "s003", "s004"]
+    locations = write_locations(los, lower, "lower.csv")
+    speeds().set_axis([i.upper() for i in lower], axis=1).to_csv(los / "upper.csv", index=False)
+    with pytest.raises(UserError) as err:
+        source(los, path="upper.csv", positions="lower.csv").load()
+    assert str(err.value).endswith(
+        "(its ids: e.g. ['s001', 's002', 's003']). Give every column a row of the positions "
+        "file. All 4 differ from an id of the positions file only in case (e.g. 'S001' and "
+        "'s001'): ids are matched as written, so write them alike in both."
+    )
+    speeds().set_axis(["S001", "x2", "x3", "x4"], axis=1).to_csv(los / "one.csv", index=False)
+    with pytest.raises(UserError, match=r"file\. 1 of them differs from an id of the positions"):
+        source(los, path="one.csv", positions=locations.name).load()
+    write_locations(los, IDS, "other.csv")
+    with pytest.raises(UserError) as err:
+        source(los, path="upper.csv", positions="other.csv").load()
+    assert "only in case" not in str(err.value)
+    dcrnn_pickle(los / "upper.pkl", [i.upper() for i in IDS[:2]] + ["A9", "B9"], WEIGHTS)
+    with pytest.raises(UserError, match=r"graph of these points\. 2 of them differ from an id"):
+        source(los, graph="upper.pkl").adjacency(["a9", "b9", "c9"])
+
+
 def test_unreadable_values_are_named_or_missing_with_warn(los, caplog):
     table = speeds().astype(object)
     table.iloc[5, 2] = "55 mph"

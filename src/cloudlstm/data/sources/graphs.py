@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from cloudlstm.data.sources.cut_short import refuse_cut_short
-from cloudlstm.data.sources.tables import DAMAGED, csv_dialect, damaged_file, id_text
+from cloudlstm.data.sources.tables import DAMAGED, case_hint, csv_dialect, damaged_file, id_text
 from cloudlstm.errors import MissingFileError, UserError
 
 __all__ = ["GRAPH_SUFFIXES", "graph_among", "read_graph"]
@@ -132,7 +132,7 @@ def graph_among(
         raise UserError(
             f"{what}: {len(lost)} point(s) of the data are not in the graph, e.g. "
             f"{lost[:5]}; the graph has {len(ids)} node(s), e.g. {list(ids[:3])}. Give the "
-            "graph of these points."
+            f"graph of these points.{case_hint(lost, [str(i) for i in ids], 'the graph')}"
         )
     order = np.array([where[str(p)] for p in point_ids], dtype=np.int64)
     return np.asarray(matrix, dtype=np.float64)[np.ix_(order, order)]

@@ -43,6 +43,7 @@ from cloudlstm.errors import MissingPackageError, UserError
 __all__ = [
     "LongGrid",
     "build_stream",
+    "case_hint",
     "check_column_roles",
     "check_columns",
     "check_coordinate_columns",
@@ -627,6 +628,25 @@ def written_ids(column: pd.Series) -> pd.Series:
     if len(given) and numbers.notna().all() and (numbers.map(id_text) == given).all():
         return pd.to_numeric(text)
     return text
+
+
+def case_hint(unmatched: Sequence[str], known: Sequence[str], where: str) -> str:
+    """The sentence to add to the message of point ids ``unmatched`` that are none of
+    ``known`` (the ids of ``where``) when some would be one ignoring the case (``S001`` and
+    ``s001``), the likely cause; ``""`` otherwise. Ids are matched as written (two points
+    may differ in case alone), so the case is named, never ignored."""
+    folded = {str(k).casefold(): str(k) for k in known}
+    pairs = [(str(u), folded[str(u).casefold()]) for u in unmatched if str(u).casefold() in folded]
+    if not pairs:
+        return ""
+    if len(pairs) == len(unmatched):
+        count = f"All {len(pairs)} differ" if len(pairs) > 1 else "It differs"
+    else:
+        count = f"{len(pairs)} of them {'differ' if len(pairs) > 1 else 'differs'}"
+    return (
+        f" {count} from an id of {where} only in case (e.g. {pairs[0][0]!r} and "
+        f"{pairs[0][1]!r}): ids are matched as written, so write them alike in both."
+    )
 
 
 def id_text(value: Any) -> str:

@@ -31,6 +31,7 @@ from cloudlstm.data.sources.tables import (
     HDF_SUFFIXES,
     PARQUET_SUFFIXES,
     build_stream,
+    case_hint,
     check_column_roles,
     check_columns,
     check_coordinate_columns,
@@ -347,7 +348,7 @@ class WideTableSource(CachedSource):
             raise UserError(
                 f"{what}: {len(unplaced)} point column(s) have no position in {positions}, "
                 f"e.g. {unplaced[:5]} (its ids: e.g. {place_ids[:3]}). Give every column a "
-                "row of the positions file."
+                f"row of the positions file.{case_hint(unplaced, place_ids, 'the positions file')}"
             )
         unused = sorted(set(place_ids) - set(ids), key=where.get)
         if unused:
