@@ -104,3 +104,88 @@ def test_torch_threads_caps_the_forecast_and_is_checked(run, tmp_path):
         "torch_threads=0: give a number of threads >= 1, or null for torch's default (one per "
         "core)."
     )
+
+
+def new_point(table: pd.DataFrame, x: float | list[float]) -> pd.DataFrame:
+    """``table`` with a point ``new`` at y=5 and x ``x`` (one value, or one per step), its
+    readings those of p0."""
+    rows = table[table["id"] == "p0"].assign(id="new", x=x, y=5.0)
+    return pd.concat([table, rows], ignore_index=True)  # rows 60 to 69, one per step
+
+
+def changed(table: pd.DataFrame, rows: list[int] | slice, column: str, value) -> pd.DataFrame:
+    table = table.copy()
+    table.loc[rows, column] = value
+    return table
+
+
+def p2_moving(table: pd.DataFrame, by: float) -> pd.DataFrame:
+    """``table`` with p2's x growing by ``by`` at each step."""
+    p2 = table["id"] == "p2"
+    return changed(table, p2, "x", table.loc[p2, "x"] + by * np.arange(p2.sum()))
+
+
+LAST = pd.Timestamp("2021-01-01") + pd.Timedelta(hours=SPLIT - 1)  # the history's last step
+FIRST = LAST - pd.Timedelta(hours=3)  # the first of the 4 steps the model reads
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (  # a training point's inf: not its training coordinates instead
+            lambda t: changed(t, [57], "x", np.inf),
+            f"point p3 has x=inf at {LAST} (data row 57): a coordinate must be a finite number",
+        ),
+        (  # a new point's inf in its last row: not its other rows' position instead
+            lambda t: changed(new_point(t, 3.0), [69], "x", -np.inf),
+            f"point new has x=-inf at {LAST} (data row 69): a coordinate must be a finite",
+        ),
+        (  # every x inf: named, not "no coordinates"
+            lambda t: new_point(t, np.inf),
+            f"point new has x=inf at {FIRST} (data row 66; 4 such cells in the steps read): a",
+        ),
+        (  # finite, but no float32 once scaled
+            lambda t: new_point(t, 1e300),
+            f"point new has x=1e+300 at {FIRST} (data row 66; 4 such cells in the steps read), "
+            "which the model cannot place: scaled as the run's coordinates were (x ",
+        ),
+        (
+            lambda t: p2_moving(t, 0.5),
+            f"point p2 moves between {FIRST} (x=",
+        ),
+        (
+            lambda t: new_point(t, [3.0] * 9 + [4.0]),
+            f"point new moves between {FIRST} (x=3, y=5) and {LAST} (x=4, y=5), but the run "
+            "was trained on points that stay in place: give one position per point, or train "
+            "on moving points (data.source.moving=true).",
+        ),
+    ],
+    ids=[
+        "inf-training-point",
+        "inf-last-row",
+        "inf-every-row",
+        "beyond-float32",
+        "p2-moves",
+        "new-point-moves",
+    ],
+)
+def test_a_coordinate_the_model_cannot_take_is_one_line(run, tmp_path, change, message):
+    done = predict(run, change(history(run)), tmp_path)
+    line = one_line(done)
+    assert line.startswith(f"data.path={tmp_path / 'recent.csv'}: ")
+    assert message in line
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda t: p2_moving(t, 1e-9),  # float noise is no motion
+        lambda t: changed(new_point(t, 3.0), [69], "x", np.nan),  # missing: its other rows
+        lambda t: changed(t, [57], "x", np.nan),  # missing: its training coordinates
+    ],
+    ids=["float-noise", "new-point-missing-x", "training-point-missing-x"],
+)
+def test_missing_coordinates_and_float_noise_are_forecast(run, tmp_path, change):
+    done = predict(run, change(history(run)), tmp_path, f"out={tmp_path / 'f.csv'}")
+    assert done.returncode == 0, done.stderr
+    assert len(pd.read_csv(tmp_path / "f.csv")) % 3 == 0

@@ -33,6 +33,7 @@ from cloudlstm.data.pipeline.model_input import (
 )
 from cloudlstm.data.pipeline.wide_history import long_history
 from cloudlstm.data.sources.bad_values import channel_values, check_mode
+from cloudlstm.data.sources.long_format import SAME_PLACE, _moving_points, _spans
 from cloudlstm.data.sources.tables import (
     check_columns,
     id_text,
@@ -242,6 +243,7 @@ def build_input(
         # as training reads them; messages name the rows of the table given
         values = channel_values(df, info.read_channels, what, mode, df.index.to_numpy())
         positions = np.stack([numeric_column(df, c, what) for c in info.coord_cols], axis=1)
+    _refuse_unplaceable(df, positions, info, what)
     # the grid starts at the history's first row; the window ends at its last timestamp
     first = need - len(grid.timestamps)
     column = np.array([index[p] for p in grid.point_ids])
@@ -249,8 +251,8 @@ def build_input(
     raw[first:, column] = grid.scatter(values, dtype=np.float32)
     pos = np.full((need, len(ids), info.num_dims), np.nan)
     pos[first:, column] = grid.scatter(positions)
-    raw_coords, track, located = _coordinates(pos, ids, info, what)
     times = grid.timestamps[-1] - step * np.arange(need - 1, -1, -1)
+    raw_coords, track, located = _coordinates(pos, ids, info, times, what)
     raw = _checked_values(raw, ids, raw_coords, times, info, what, mode)
     _refuse_unread_channels(raw, info, times, what)
     _warn_unread_points(raw, ids, info, times, what)
@@ -436,10 +438,46 @@ def _times(value: float) -> str:
     return f"{value:,.0f}x" if value >= 10 else f"{value:.2g}x"
 
 
+def _refuse_unplaceable(df: pd.DataFrame, positions: np.ndarray, info: DataSpec, what: str) -> None:
+    """Refuse a coordinate of the rows ``df`` (``positions (R, L)``) that is infinite, or
+    beyond float32 once scaled as the run's coordinates were (the model's are float32): no
+    place the model can take. An empty cell (NaN) is a missing coordinate, left to
+    :func:`_coordinates`.
+
+    Raises:
+        UserError: naming the first such cell's point, time, data row and value.
+    """
+    lo, span = np.asarray(info.coord_lo), np.asarray(info.coord_span)
+    with np.errstate(over="ignore", invalid="ignore"):
+        scaled = (positions - lo) / span
+    infinite = np.isinf(positions)
+    bad = infinite | (np.abs(scaled) > np.finfo(np.float32).max)
+    if not bad.any():
+        return
+    r, d = (int(i) for i in np.argwhere(bad)[0])
+    column, value = info.coord_cols[d], positions[r, d]
+    more = f"; {int(bad.sum())} such cells in the steps read" if bad.sum() > 1 else ""
+    at = (
+        f"{what}: point {df[info.id_col].iloc[r]} has {column}={value:g} at "
+        f"{pd.Timestamp(df[info.time_col].iloc[r])} (data row {df.index[r]}{more})"
+    )
+    if infinite[r, d]:
+        raise UserError(
+            f"{at}: a coordinate must be a finite number (an empty cell where it is not "
+            "known); fix or remove those rows."
+        )
+    raise UserError(
+        f"{at}, which the model cannot place: scaled as the run's coordinates were ({column} "
+        f"{lo[d]:g} to {lo[d] + span[d]:g} is 0 to 1), it is beyond float32's range "
+        f"({np.finfo(np.float32).max:.3g}); fix or remove those rows."
+    )
+
+
 def _coordinates(
-    pos: np.ndarray, ids: list[str], info: DataSpec, what: str
+    pos: np.ndarray, ids: list[str], info: DataSpec, times: np.ndarray, what: str
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-    """Coordinates from the rows' positions ``pos (H, N, L)`` (NaN where not given).
+    """Coordinates from the rows' positions ``pos (H, N, L)`` (NaN where not given) at
+    ``times (H,)``.
 
     Returns ``(coords (N, L), track (H, N, L) or None, given (H, N, L))``: static points take
     the coordinates of their first row that has them (a training point whose rows have
@@ -447,7 +485,8 @@ def _coordinates(
     (``track``), and their last positions are the coordinates.
 
     Raises:
-        UserError: a new (or moving) point has no coordinates in any row.
+        UserError: a new (or moving) point has no coordinates in any row, or a point of a
+            run trained on static points moves (:func:`_refuse_moving`).
     """
     given = np.isfinite(pos)
     located = given.all(axis=2)  # (H, N)
@@ -464,7 +503,51 @@ def _coordinates(
             f"{what}: new point(s) {unknown[:5]} have no coordinates ({info.coord_cols}) in any "
             "row; give each new point its location."
         )
+    _refuse_moving(pos, located, ids, info, times, what)
     coords = pos[located.argmax(axis=0), np.arange(len(ids))]
     for n in np.flatnonzero(~located.any(axis=0)):
         coords[n] = training[ids[n]]
     return coords, None, given
+
+
+def _refuse_moving(
+    pos: np.ndarray,
+    located: np.ndarray,
+    ids: list[str],
+    info: DataSpec,
+    times: np.ndarray,
+    what: str,
+) -> None:
+    """Refuse a point whose positions ``pos (H, N, L)`` (``located (H, N)``: rows with all
+    of them) change across the steps ``times`` read, in a run trained on static points: it
+    would be placed at its first row's position. A change within float noise of the training
+    area's extent is none (:data:`~cloudlstm.data.sources.long_format.SAME_PLACE`, the rule
+    training found moving points by).
+
+    Raises:
+        UserError: naming the first such point, the two times and positions, and the fixes.
+    """
+    trained = [
+        s for s, flat in zip(info.coord_span, info.coord_degenerate, strict=True) if not flat
+    ]
+    seen = pos[located]  # (rows with all coordinates, L)
+    here = float(np.max(seen.max(axis=0) - seen.min(axis=0))) if len(seen) else 0.0
+    extent = max([here, *trained])
+    moves = np.flatnonzero(_moving_points(_spans(pos), extent))
+    if not len(moves):
+        return
+    n = int(moves[0])
+    first = int(located[:, n].argmax())
+    apart = located[:, n] & (np.abs(pos[:, n] - pos[first, n]) > SAME_PLACE * extent).any(axis=1)
+    then = int(apart.argmax())
+
+    def place(t: int) -> str:
+        return ", ".join(f"{c}={v:g}" for c, v in zip(info.coord_cols, pos[t, n], strict=True))
+
+    more = f" ({len(moves)} points move)" if len(moves) > 1 else ""
+    raise UserError(
+        f"{what}: point {ids[n]} moves between {pd.Timestamp(times[first])} ({place(first)}) "
+        f"and {pd.Timestamp(times[then])} ({place(then)}){more}, but the run was trained on "
+        "points that stay in place: give one position per point, or train on moving points "
+        "(data.source.moving=true)."
+    )
