@@ -209,6 +209,17 @@ def test_a_checkpoint_of_another_model_is_named(cloud_run, grid_run, tmp_path):
         evaluate(compose_eval(cloud_run, tmp_path / "eval", f"ckpt={tmp_path / 'old.ckpt'}"))
 
 
+def test_another_models_checkpoint_on_other_points_is_named_as_another_model(
+    cloud_run, grid_run, tmp_path
+):
+    """A grid run given a CloudLSTM checkpoint and other points: the line names the other
+    model, not the grid model's tie to its points as if it were the checkpoint's."""
+    cloud_ckpt = cloud_run / metrics(cloud_run)["checkpoint"]
+    cfg = compose_eval(grid_run, tmp_path / "eval", f"ckpt={cloud_ckpt}", "data.num_points=7")
+    with pytest.raises(UserError, match=r"holds a CloudSeq2Seq model, but the run's config b"):
+        evaluate(cfg)
+
+
 def test_a_missing_run_or_checkpoint_is_a_user_error(cloud_run, tmp_path):
     with pytest.raises(UserError, match="needs the run directory"):
         with_run_config(["eval.py", "data.num_points=7"])

@@ -126,8 +126,11 @@ def check_points(model: Any, datamodule: Any, trained: TrainedCheckpoint) -> Non
     model's sizes against the data's, :func:`cloudlstm.models.build.build_model`).
 
     Raises:
-        UserError: the data's points (ids or coordinates) are not the training points.
+        UserError: the checkpoint holds another model than ``model`` (whose points would be
+            the wrong question), or the data's points (ids or coordinates) are not the
+            training points.
     """
+    check_same_model(type(model).__name__, trained)
     reason, spec = getattr(model, "fixed_points", None), trained.spec
     if reason is None or spec is None:
         return
@@ -144,6 +147,21 @@ def check_points(model: Any, datamodule: Any, trained: TrainedCheckpoint) -> Non
         )
 
 
+def check_same_model(built: str, trained: TrainedCheckpoint) -> None:
+    """Refuse a checkpoint of another model class than ``built``, the one the run's config
+    builds (a config.yaml or checkpoint copied from another run).
+
+    Raises:
+        UserError: the checkpoint names another model class.
+    """
+    stored = None if trained.spec is None else trained.spec.model
+    if stored is not None and stored != built:
+        raise UserError(
+            f"{trained.path} holds a {stored} model, but the run's config builds a {built}. "
+            "Give a checkpoint of this run, or run=<the checkpoint's run directory>."
+        )
+
+
 def load_weights(module: L.LightningModule, trained: TrainedCheckpoint) -> None:
     """Load the checkpoint's weights (and what ``on_load_checkpoint`` restores) into ``module``.
 
@@ -152,12 +170,7 @@ def load_weights(module: L.LightningModule, trained: TrainedCheckpoint) -> None:
     """
     built = type(module.model).__name__
     path, checkpoint = trained.path, trained.contents
-    stored = None if trained.spec is None else trained.spec.model
-    if stored is not None and stored != built:
-        raise UserError(
-            f"{path} holds a {stored} model, but the run's config builds a {built}. Give a "
-            "checkpoint of this run, or run=<the checkpoint's run directory>."
-        )
+    check_same_model(built, trained)
     differences = weight_differences(module, checkpoint["state_dict"])
     if differences:
         raise UserError(
