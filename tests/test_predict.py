@@ -189,3 +189,73 @@ def test_missing_coordinates_and_float_noise_are_forecast(run, tmp_path, change)
     done = predict(run, change(history(run)), tmp_path, f"out={tmp_path / 'f.csv'}")
     assert done.returncode == 0, done.stderr
     assert len(pd.read_csv(tmp_path / "f.csv")) % 3 == 0
+
+
+def restamped(table: pd.DataFrame, first: str, write) -> pd.DataFrame:
+    """``table``'s 10 hourly steps moved to start at ``first`` (UTC), each time written
+    by ``write(timestamp, step)``."""
+    hours = (table["timestamp"] - table["timestamp"].min()) // pd.Timedelta(hours=1)
+    stamps = pd.Timestamp(first, tz="UTC") + pd.to_timedelta(hours, unit="h")
+    return table.assign(timestamp=[write(t, h) for t, h in zip(stamps, hours, strict=True)])
+
+
+def day_first(table: pd.DataFrame) -> pd.DataFrame:
+    """``table``'s times on 5 March 2021, written day first: 05/03/2021 10:00."""
+    return restamped(table, "2021-03-05 10:00", lambda t, _: t.strftime("%d/%m/%Y %H:%M"))
+
+
+def test_dates_read_month_first_are_warned_of_and_time_format_reads_them(run, tmp_path):
+    out = tmp_path / "f.csv"
+    done = predict(run, day_first(history(run)), tmp_path, f"out={out}")
+    assert done.returncode == 0, done.stderr
+    assert (
+        "read month first ('%m/%d/%Y %H:%M': '05/03/2021 10:00' is 2021-05-03 10:00); if the "
+        "dates are day first, give data.source.time_format='%d/%m/%Y %H:%M'."
+    ) in done.stdout + done.stderr
+    assert pd.read_csv(out)["timestamp"][0] == "2021-05-03 20:00:00"
+    done = predict(
+        run,
+        day_first(history(run)),
+        tmp_path,
+        f"out={out}",
+        "data.source.time_format='%d/%m/%Y %H:%M'",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "month first" not in done.stdout + done.stderr
+    assert pd.read_csv(out)["timestamp"][0] == "2021-03-05 20:00:00"
+    line = one_line(predict(run, history(run), tmp_path, "data.source.time_format=dmY"))
+    assert line.startswith("data.source.time_format='dmY' has no strftime code")
+
+
+@pytest.mark.parametrize(
+    ("write", "first"),
+    [
+        (lambda t, _: t.tz_convert("+01:00").isoformat(), "2021-03-05 21:00:00+01:00"),
+        # the clocks change: UTC, said so
+        (
+            lambda t, h: t.tz_convert("+01:00" if h < 5 else "+02:00").isoformat(),
+            "2021-03-05 20:00:00+00:00",
+        ),
+        (lambda t, _: t.strftime("%Y-%m-%d %H:%M"), "2021-03-05 20:00:00"),  # no zone
+    ],
+    ids=["one-offset", "two-offsets", "no-zone"],
+)
+def test_forecast_times_are_in_the_history_s_time_zone(run, tmp_path, write, first):
+    table = restamped(history(run), "2021-03-05 10:00", write)
+    out = tmp_path / "f.csv"
+    done = predict(run, table, tmp_path, f"out={out}")
+    assert done.returncode == 0, done.stderr
+    times = pd.read_csv(out)["timestamp"]
+    assert times[0] == first and times.iloc[-1].endswith(first[19:])
+
+
+def test_forecaster_gives_the_zone_of_the_times_fed_to_update(run):
+    from cloudlstm.forecast import Forecaster
+
+    f = Forecaster.load(run[0], device="cpu")
+    table = restamped(history(run), "2021-03-05 10:00", lambda t, _: t.tz_convert("+01:00"))
+    for _, snapshot in table.groupby("timestamp"):
+        f.update(snapshot)
+    times = f.forecast()["timestamp"]
+    assert times[0] == pd.Timestamp("2021-03-05 21:00", tz="+01:00")
+    assert str(times.dt.tz) == "UTC+01:00"

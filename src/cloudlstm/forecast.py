@@ -17,6 +17,7 @@ reads them (a run trained on a wide table, such as METR-LA's, also takes that fo
 from __future__ import annotations
 
 import logging
+from datetime import tzinfo
 from pathlib import Path
 
 import numpy as np
@@ -25,10 +26,12 @@ import torch
 
 from cloudlstm.data.pipeline.forecast_input import (
     ForecastInput,
+    TimeReading,
     build_input,
     far_outside,
     history_step,
     parse_history,
+    time_zone,
 )
 from cloudlstm.data.pipeline.wide_history import long_history
 from cloudlstm.data.spec import DataSpec
@@ -120,6 +123,7 @@ class Forecaster:
         self.module = module
         self.checkpoint = checkpoint
         self._buffer: pd.DataFrame | None = None
+        self._zone: tzinfo | None = None  # of the times fed to update()
 
     @property
     def info(self) -> DataSpec:
@@ -164,6 +168,7 @@ class Forecaster:
         history: pd.DataFrame | None = None,
         what: str = "the history",
         bad_values: str = "error",
+        reading: TimeReading | None = None,
     ) -> pd.DataFrame:
         """The forecast of the J steps after the last timestamp of ``history``.
 
@@ -176,9 +181,14 @@ class Forecaster:
                 (``data.valid_ranges`` of the run, and its source's) or absurd against the
                 training median and spread (the run's ``data.max_abs_z``) is refused in one
                 line (``error``) or, with ``warn``, logged and treated as missing (filled).
+            reading: how the history's times are read
+                (:class:`~cloudlstm.data.pipeline.forecast_input.TimeReading`); None: as the
+                run's training data were.
 
         Returns:
-            One row per (step, point): the time, ``horizon`` (1..J), the point id, its
+            One row per (step, point): the time (in the history's time zone where its
+            times had one, :func:`~cloudlstm.data.pipeline.forecast_input.time_zone`),
+            ``horizon`` (1..J), the point id, its
             coordinates (moving points: the forecast positions), one column per value channel
             in real units, with ``module.quantiles`` one per channel and level
             (``PM2.5_q10``, ``PM2.5_q50``, ...; calibrated where the run was), and
@@ -198,7 +208,9 @@ class Forecaster:
             if self._buffer is None:
                 raise UserError("Nothing to forecast from: pass a history or call update() first.")
             history = self._buffer
-        window = build_input(history, self.info, what, bad_values)
+        window = build_input(history, self.info, what, bad_values, reading)
+        if history is self._buffer:
+            window.zone = self._zone
         self._check_enough_points(len(window.point_ids), what)
         far = far_outside(window, self.info, what)
         if far:
@@ -243,9 +255,9 @@ class Forecaster:
         earlier time than the newest fill that step. A run trained on a wide table takes
         wide rows too (:func:`~cloudlstm.data.pipeline.wide_history.long_history`).
         """
-        rows = parse_history(
-            long_history(snapshot, self.info, "the snapshot"), self.info, "the snapshot"
-        )
+        long = long_history(snapshot, self.info, "the snapshot")
+        rows = parse_history(long, self.info, "the snapshot")
+        self._zone = time_zone(long[self.info.time_col], self.info.time_format, self.info.time_unit)
         stream = rows if self._buffer is None else pd.concat([self._buffer, rows])
         key = [self.info.time_col, self.info.id_col]
         stream = stream.drop_duplicates(subset=key, keep="last")
@@ -267,8 +279,11 @@ class Forecaster:
         else:
             coords = np.broadcast_to(window.raw_coords, (j, n, info.num_dims))
         horizon = np.repeat(np.arange(1, j + 1), n)
+        times = pd.DatetimeIndex(window.last_time + horizon * window.step)
+        if window.zone is not None:  # the times are UTC
+            times = times.tz_localize("UTC").tz_convert(window.zone)
         columns = {
-            info.time_col: window.last_time + horizon * window.step,
+            info.time_col: times,
             "horizon": horizon,
             info.id_col: np.tile(window.point_ids, j),
             **{c: coords[..., d].ravel() for d, c in enumerate(info.coord_cols)},

@@ -21,9 +21,10 @@ from omegaconf import DictConfig, OmegaConf
 from cloudlstm.assembly.build import check_process_settings
 from cloudlstm.assembly.known_keys import check_added_top_level_keys
 from cloudlstm.cli.group_choices import group_choices
-from cloudlstm.data.pipeline.forecast_input import user_errors
+from cloudlstm.data.pipeline.forecast_input import TimeReading, user_errors
 from cloudlstm.data.sources.long_format import folder_given
 from cloudlstm.data.sources.tables import read_table
+from cloudlstm.data.sources.times import SOURCE_OPTIONS, check_time_reading
 from cloudlstm.errors import UserError, out_of_space, why_not_written
 from cloudlstm.forecast import Forecaster
 from cloudlstm.paths import config_dir
@@ -33,8 +34,8 @@ USAGE = "python predict.py run=<run dir> data.path=<history.csv> [ckpt=best] [ou
 PARQUET = (".parquet", ".pq")
 TAKES = (
     "predict.py forecasts with the run's model and data settings as its checkpoint holds "
-    "them (time format, missing value, ...), and takes run, ckpt, out, device, torch_threads, "
-    "data.path (or data.source.path) and data.source.bad_values alone"
+    "them (missing value, ...), and takes run, ckpt, out, device, torch_threads, data.path "
+    "(or data.source.path), data.source.bad_values and data.source.time_format alone"
 )
 
 
@@ -100,9 +101,14 @@ def main(cfg: DictConfig) -> Path:
     check_format(out)
     forecaster = Forecaster.load(cfg.run, ckpt=cfg.ckpt, device=cfg.get("device"))
     source = Path(str(given)).expanduser()
-    bad_values = str((cfg.data.get("source") or {}).get("bad_values") or "error")
+    options = cfg.data.get("source") or {}
+    bad_values = str(options.get("bad_values") or "error")
+    reading = TimeReading(
+        *check_time_reading(options.get("time_format"), None),
+        options=SOURCE_OPTIONS,
+    )
     history = read_history(source, key, forecaster.info.id_col)
-    forecast = forecaster.forecast(history, f"{key}={source}", bad_values)
+    forecast = forecaster.forecast(history, f"{key}={source}", bad_values, reading)
     path = output_path(out, Path(path_option(cfg.run, "run")))
     write_forecast(forecast, path, out)
     print(path)

@@ -17,9 +17,11 @@ channel's valid range or absurd against the training medians and spreads
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timezone, tzinfo
 
 import numpy as np
 import pandas as pd
@@ -66,6 +68,8 @@ class ForecastInput:
         filled: ``(N,)`` how many of each point's M x C input entries were filled.
         last_time: the last timestamp of the history.
         step: the sampling period.
+        zone: the time zone the history's times were written in (:func:`time_zone`), in
+            which the forecast's times are given; None: without one (naive, as read).
     """
 
     x: np.ndarray
@@ -76,6 +80,7 @@ class ForecastInput:
     last_time: np.datetime64
     step: np.timedelta64
     future: np.ndarray | None = None
+    zone: tzinfo | None = None
 
 
 def step_text(step: np.timedelta64) -> str:
@@ -98,12 +103,59 @@ def user_errors() -> Iterator[None]:
         raise UserError(str(err)) from None
 
 
-def parse_history(df: pd.DataFrame, info: DataSpec, what: str) -> pd.DataFrame:
-    """Check the columns and parse the time column (to ``datetime64[ns]``, naive UTC).
+@dataclass(frozen=True)
+class TimeReading:
+    """How a history's times are read: in ``time_format`` or ``time_unit`` where either is
+    given, else as the run's training data were (the checkpoint's). ``options`` is where the
+    user sets them (``"data.source."`` for predict.py), named in the fixes of messages; with
+    it, a date pandas read month first is warned of, as in training. None: nowhere."""
+
+    time_format: str | None = None
+    time_unit: str | None = None
+    options: str | None = None
+
+    def settings(self, info: DataSpec) -> tuple[str | None, str | None]:
+        """``(time_format, time_unit)``: the ones given, else the run's."""
+        if self.time_format is None and self.time_unit is None:
+            return info.time_format, info.time_unit
+        return self.time_format, self.time_unit
+
+
+def time_zone(column: pd.Series, time_format: str | None, time_unit: str | None) -> tzinfo | None:
+    """The time zone the times of ``column`` are written in, which the forecast's times are
+    given in: the column's own, or that of text with a UTC offset (``+01:00``); UTC where
+    the rows mix offsets (the clocks changed) or mix them with times without one; None for
+    times without a zone and for numbers (counted in UTC: the forecast's times are too).
+    """
+    if isinstance(column.dtype, pd.DatetimeTZDtype):
+        return column.dt.tz
+    if time_unit is not None or pd.api.types.is_datetime64_dtype(column):
+        return None
+    values = pd.Series(column.dropna().unique())
+    if not len(values) or pd.api.types.is_numeric_dtype(values):
+        return None
+    with warnings.catch_warnings():  # pandas' word on mixed offsets: UTC below
+        warnings.simplefilter("ignore")
+        try:
+            parsed = pd.to_datetime(values, format=time_format)
+        except (ValueError, TypeError, OverflowError):
+            return timezone.utc
+    if isinstance(parsed.dtype, pd.DatetimeTZDtype):
+        return parsed.dt.tz
+    return None if pd.api.types.is_datetime64_dtype(parsed) else timezone.utc
+
+
+def parse_history(
+    df: pd.DataFrame, info: DataSpec, what: str, reading: TimeReading | None = None
+) -> pd.DataFrame:
+    """Check the columns and parse the time column (to ``datetime64[ns]``, naive UTC) as
+    ``reading`` says (None: as the run's training data were).
 
     Raises:
         UserError: a column is missing (expected vs found), or a timestamp cannot be read.
     """
+    reading = reading or TimeReading()
+    time_format, time_unit = reading.settings(info)
     expected = [info.time_col, info.id_col, *info.coord_cols, *info.read_channels]
     with user_errors():
         check_columns(
@@ -115,9 +167,9 @@ def parse_history(df: pd.DataFrame, info: DataSpec, what: str) -> pd.DataFrame:
         times = parse_times(
             df[info.time_col],
             f"column {info.time_col!r} of {what}",
-            info.time_format,
-            info.time_unit,
-            options=None,
+            time_format,
+            time_unit,
+            options=reading.options,
         )
     if df.empty:
         raise UserError(
@@ -211,7 +263,11 @@ def order_points(ids: list[str], info: DataSpec, what: str) -> list[str]:
 
 
 def build_input(
-    df: pd.DataFrame, info: DataSpec, what: str = "the history", bad_values: str = "error"
+    df: pd.DataFrame,
+    info: DataSpec,
+    what: str = "the history",
+    bad_values: str = "error",
+    reading: TimeReading | None = None,
 ) -> ForecastInput:
     """The normalised model input of the forecast after the last timestamp of ``df``.
 
@@ -225,6 +281,7 @@ def build_input(
         what: how to name ``df`` in error messages.
         bad_values: what a value that is no finite number, outside its channel's valid
             range or absurd does: ``error``, or ``warn`` (it is missing, and filled).
+        reading: how the times are read (:class:`TimeReading`); None: as the run's were.
 
     Raises:
         UserError: missing columns, unreadable cells, bad values (``bad_values=error``),
@@ -232,7 +289,9 @@ def build_input(
             or points the model cannot take.
     """
     mode = check_mode(bad_values)
-    table = parse_history(long_history(df, info, what), info, what)
+    long = long_history(df, info, what)
+    table = parse_history(long, info, what, reading)
+    zone = time_zone(long[info.time_col], *(reading or TimeReading()).settings(info))
     table = _marked_missing(table, info).reset_index(drop=True)  # index: the table's rows
     df, step = recent_window(table, info, what)
     need = info.history_steps
@@ -281,6 +340,7 @@ def build_input(
         last_time=last_time,
         step=step,
         future=future,
+        zone=zone,
     )
 
 
