@@ -5,6 +5,7 @@ what a wide history cannot give."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from conftest import TINY, compose_train, run_python
 
 from cloudlstm.cli.predict import read_history
 from cloudlstm.cli.train import train
+from cloudlstm.data.pipeline.wide_history import long_history
 from cloudlstm.errors import UserError
 from cloudlstm.forecast import FILLED_COLUMN, Forecaster
 
@@ -155,3 +157,25 @@ def test_a_long_history_without_columns_names_few_of_many_found(forecaster):
     many = table.assign(**{f"extra{i}": 0.0 for i in range(30)})
     with pytest.raises(UserError, match=r"\.\.\. \(37 in all\)"):
         forecaster.forecast(many)
+
+
+def test_point_columns_in_another_case_are_named_so(forecaster):
+    """Sensors trained as ``s773869`` given as ``S773869``: a wide table written otherwise,
+    not a long one without its id column (ids are matched as written, never folded)."""
+    info = dataclasses.replace(forecaster.info, point_ids=[f"s{i}" for i in IDS])
+    table = wide(RECENT).rename(columns=lambda c: c if c == "timestamp" else f"S{c}")
+    with pytest.raises(UserError) as err:
+        long_history(table, info, "history")
+    assert str(err.value) == (
+        "history has no id column, and its column(s) S773869, S767541, S767542, S717447, "
+        "S717446 ... (6 in all) are no training point's id. All 6 differ from an id of the "
+        "training points only in case (e.g. 'S773869' and 's773869'): ids are matched as "
+        "written, so write them alike in both."
+    )
+    some = table.rename(columns={"S773869": "s773869"})
+    with pytest.raises(
+        UserError,
+        match=r"column\(s\) S767541, .* are not points the model .*"
+        r" All 5 differ from an id of the training points only in case",
+    ):
+        long_history(some, info, "history")

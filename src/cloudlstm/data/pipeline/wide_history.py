@@ -15,13 +15,30 @@ import re
 
 import pandas as pd
 
-from cloudlstm.data.sources.tables import id_text
+from cloudlstm.data.sources.tables import case_hint, id_text
 from cloudlstm.data.sources.wide_table import TIME_NAMES
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
 
 SHOWN = 5  # column names quoted in a message
 UNNAMED = re.compile(r"Unnamed: 0")  # pandas's name of an empty first header
+
+
+def _check_not_points_in_another_case(df: pd.DataFrame, info: DataSpec, what: str) -> None:
+    """A table none of whose columns is a training point, though some would be one ignoring
+    the case (``S001`` for ``s001``), is a wide table written otherwise: say so, rather than
+    read it as the long format and miss its id column.
+
+    Raises:
+        UserError: some columns are training points in another case.
+    """
+    folded = {str(p).casefold() for p in info.point_ids}
+    unmatched = [c for c in map(id_text, df.columns) if c.casefold() in folded]
+    if hint := case_hint(unmatched, info.point_ids, "the training points"):
+        raise UserError(
+            f"{what} has no {info.id_col} column, and its column(s) {_names(unmatched)} are "
+            f"no training point's id.{hint}"
+        )
 
 
 def long_history(df: pd.DataFrame, info: DataSpec, what: str) -> pd.DataFrame:
@@ -39,7 +56,10 @@ def long_history(df: pd.DataFrame, info: DataSpec, what: str) -> pd.DataFrame:
             "pd.DataFrame(rows), pd.read_csv(path) or the like."
         )
     trained = set(info.point_ids)
-    if info.id_col in df.columns or not set(map(id_text, df.columns)) & trained:
+    if info.id_col in df.columns:
+        return df
+    if not set(map(id_text, df.columns)) & trained:
+        _check_not_points_in_another_case(df, info, what)
         return df
     channels = info.read_channels
     if len(channels) != 1:
@@ -58,6 +78,7 @@ def long_history(df: pd.DataFrame, info: DataSpec, what: str) -> pd.DataFrame:
             "and a wide table gives no coordinates for new points: leave them out, or give "
             f"the long format (columns {info.time_col}, {info.id_col}, "
             f"{', '.join(info.coord_cols)}, {channels[0]})."
+            + case_hint(unknown, info.point_ids, "the training points")
         )
     long = frame.rename(columns=dict(zip(columns, ids, strict=True))).melt(
         id_vars=[time_col], value_vars=ids, var_name=info.id_col, value_name=channels[0]
