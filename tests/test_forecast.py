@@ -458,8 +458,8 @@ def test_out_is_a_file_name_in_the_run_or_a_path_of_its_own(tmp_path, monkeypatc
             "out=FULL/f.csv: cannot write FULL/f.csv (FULL is a file, not a folder)",
         ),
         (
-            ["run=RUN", "data.path=FULL", "+data.source.time_unit=s"],
-            "predict.py data.source.time_unit: nothing reads it; predict.py forecasts with the "
+            ["run=RUN", "data.path=FULL", "+data.source.freq=1h"],
+            "predict.py data.source.freq: nothing reads it; predict.py forecasts with the "
             "run's model and data settings as its checkpoint holds them",
         ),
         (

@@ -227,6 +227,18 @@ def test_dates_read_month_first_are_warned_of_and_time_format_reads_them(run, tm
     assert line.startswith("data.source.time_format='dmY' has no strftime code")
 
 
+def test_times_given_as_numbers_are_read_with_time_unit_as_the_message_says(run, tmp_path):
+    """A run that read dates, a history whose times are Unix seconds: the line's fix,
+    ``data.source.time_unit=s``, is one predict.py takes."""
+    seconds = restamped(history(run), "2021-03-05 10:00", lambda t, _: int(t.timestamp()))
+    line = one_line(predict(run, seconds, tmp_path))
+    assert "data.source.time_unit=s" in line
+    out = tmp_path / "f.csv"
+    done = predict(run, seconds, tmp_path, f"out={out}", "data.source.time_unit=s")
+    assert done.returncode == 0, done.stderr
+    assert pd.read_csv(out)["timestamp"][0].startswith("2021-03-05 20:00:00")
+
+
 @pytest.mark.parametrize(
     ("write", "first"),
     [

@@ -35,7 +35,8 @@ PARQUET = (".parquet", ".pq")
 TAKES = (
     "predict.py forecasts with the run's model and data settings as its checkpoint holds "
     "them (missing value, ...), and takes run, ckpt, out, device, torch_threads, data.path "
-    "(or data.source.path), data.source.bad_values and data.source.time_format alone"
+    "(or data.source.path), data.source.bad_values, data.source.time_format and "
+    "data.source.time_unit alone"
 )
 
 
@@ -104,7 +105,7 @@ def main(cfg: DictConfig) -> Path:
     options = cfg.data.get("source") or {}
     bad_values = str(options.get("bad_values") or "error")
     reading = TimeReading(
-        *check_time_reading(options.get("time_format"), None),
+        *check_time_reading(options.get("time_format"), options.get("time_unit")),
         options=SOURCE_OPTIONS,
     )
     history = read_history(source, key, forecaster.info.id_col)
