@@ -180,6 +180,26 @@ def test_points_that_all_share_one_position_are_warned_of(caplog, positions, war
         assert messages == []
 
 
+def test_a_coordinate_far_from_the_rest_that_merges_the_cloud_is_named(caplog):
+    """x = 1e300 for one point (a typo): the others' x all scale to 0 in float32, and the
+    warning names the point; a cloud whose positions stay apart is not warned of."""
+    stream = make_stream(t=40, n=5)
+    stream.coords[:] = [[0.0, 0.0], [1.0, 0.0], [2.0, 0.0], [3.0, 0.0], [4.0, 0.0]]
+    options = {"outliers": None, "outlier_shift": None}
+    with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.coordinates"):
+        model_coords(stream, train_end=30, outlier_options=options)
+        assert caplog.records == []
+        stream.coords[3, 0] = 1e300
+        model_coords(stream, train_end=30, outlier_options=options)
+    [message] = [r.getMessage() for r in caplog.records]
+    assert message == (
+        f"stream 'toy': 5 distinct point positions become 2 once scaled to [0, 1] in float32, "
+        "so the models that read positions cannot tell some points apart. The farthest "
+        f"coordinate from the others is point {stream.point_ids[3]}'s x (1e+300, where the "
+        "median is 2): if it is wrong, correct it in the data."
+    )
+
+
 # ---------------------------------------------------------------- windows / splits
 def test_window_dataset_items_and_too_few_steps():
     s = make_stream(t=30, n=4, c=2)

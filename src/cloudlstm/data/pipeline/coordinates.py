@@ -74,7 +74,9 @@ def model_coords(
         return track[0], track, scale, {}
     scale = coord_scale(stream.coords)
     _warn_one_position(stream, scale[2])
-    coords, groups = _with_outliers(normalize_coords(stream.coords), outlier_options)
+    normalised = normalize_coords(stream.coords)
+    _warn_merged_positions(stream, normalised)
+    coords, groups = _with_outliers(normalised, outlier_options)
     return torch.as_tensor(coords, dtype=torch.float32), None, scale, groups
 
 
@@ -93,6 +95,33 @@ def _warn_one_position(stream: PointCloudStream, degenerate: np.ndarray) -> None
             stream.num_points,
             where,
         )
+
+
+def _warn_merged_positions(stream: PointCloudStream, normalised: np.ndarray) -> None:
+    """Warn when points at distinct positions share one once scaled to [0, 1] in float32,
+    as the model sees them: the kNN, graphs and grid can no longer tell them apart. Two
+    sensors a millimetre apart in a city do that; most of a cloud doing it means one
+    coordinate far from the rest (a typo, 1e300 for 13.4), which the warning names."""
+    raw = np.asarray(stream.coords, dtype=np.float64)
+    distinct = len(np.unique(raw, axis=0))
+    seen = len(np.unique(normalised.astype(np.float32), axis=0))
+    if seen == distinct:
+        return
+    spread = np.abs(raw - np.median(raw, axis=0))
+    farthest, axis = np.unravel_index(np.argmax(spread), spread.shape)
+    log.warning(
+        "stream '%s': %d distinct point positions become %d once scaled to [0, 1] in float32, "
+        "so the models that read positions cannot tell some points apart. The farthest "
+        "coordinate from the others is point %s's %s (%g, where the median is %g): if it is "
+        "wrong, correct it in the data.",
+        stream.name,
+        distinct,
+        seen,
+        stream.point_ids[farthest],
+        "xyz"[axis],
+        raw[farthest, axis],
+        np.median(raw[:, axis]),
+    )
 
 
 def _with_outliers(
