@@ -96,8 +96,8 @@ def main(cfg: DictConfig) -> Path:
     if missing:
         raise UserError(f"predict.py needs {', '.join(missing)}: `{USAGE}`.")
     check_process_settings(cfg)
-    if cfg.torch_threads is not None:
-        torch.set_num_threads(cfg.torch_threads)
+    if (threads := cfg.get("torch_threads")) is not None:  # a config made by hand may lack it
+        torch.set_num_threads(threads)
     out = str(cfg.out)
     check_format(out)
     forecaster = Forecaster.load(cfg.run, ckpt=cfg.ckpt, device=cfg.get("device"))
