@@ -228,10 +228,16 @@ def test_grid_cell_ids_written_as_text_or_whole_floats_are_read(milan):
             "data.source.squares=['c1']: 'c1' is not a square id; give whole numbers (1-10000).",
         ),
         ([1, 2, 2, 10, 1], "data.source.squares names 1, 2 twice: name each once."),
+        (
+            [5, 0],
+            "data.source.squares=[5, 0]: 0 is not a square id; give whole numbers (1-10000).",
+        ),
+        ([-3], "data.source.squares=[-3]: -3 is not a square id; give whole numbers (1-10000)."),
     ],
 )
 def test_squares_are_whole_numbers_each_named_once(milan, squares, message):
-    """101.7 was read as 101 and a repeated square dropped, without a word."""
+    """101.7 was read as 101 and a repeated square dropped, without a word; 0 and -3 were
+    looked for in the files, which number their cells from 1."""
     folder, _ = milan
     with pytest.raises(UserError) as err:
         TelecomItaliaSource(folder, squares=squares)

@@ -407,7 +407,7 @@ def _square_ids(squares: Sequence[Any]) -> list[int]:
         squares = [squares]
     squares = list(squares)
     ids = [whole_number(s) for s in squares]
-    bad = [s for s, i in zip(squares, ids, strict=True) if i is None]
+    bad = [s for s, i in zip(squares, ids, strict=True) if i is None or i < 1]  # cells count from 1
     if bad:
         raise UserError(
             f"data.source.squares={squares}: {bad[0]!r} is not a square id; give whole "
