@@ -377,6 +377,24 @@ def test_a_graph_without_edges_is_refused(los, diagonal):
     np.testing.assert_array_equal(source(los, graph="one_edge.csv").adjacency(IDS), one_edge)
 
 
+def test_points_without_an_edge_among_them_are_warned_of(los, caplog):
+    """The graph has edges, but none among the points the data keep (a part of the graph):
+    the graph models would see no neighbour."""
+    pd.DataFrame(WEIGHTS).to_csv(los / "adj.csv", header=False, index=False)
+    made = source(los, graph="adj.csv")
+    with caplog.at_level("WARNING", logger="cloudlstm.data.sources.graphs"):
+        made.adjacency([IDS[0], IDS[1]])  # 0.5 and 0.3 between them
+        assert caplog.records == []
+        made.adjacency([IDS[0], IDS[2]])  # 0 both ways
+    [record] = caplog.records
+    assert record.getMessage() == (
+        f"data.source.graph={los / 'adj.csv'}: the graph has no edge among the 2 points of the "
+        "data (of "
+        "its 4 nodes), so the models that read the graph see no neighbour; choose points "
+        "that are connected, or all of the graph's."
+    )
+
+
 def test_a_dcrnn_pickle_of_a_sparse_matrix_is_read(los):
     sparse = pytest.importorskip("scipy.sparse")
     for kind in (sparse.csr_matrix, sparse.coo_matrix, sparse.csr_array):

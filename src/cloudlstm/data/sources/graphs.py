@@ -21,6 +21,7 @@ self-loops and keeps the larger weight of each pair of directions).
 
 from __future__ import annotations
 
+import logging
 import pickle
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -34,6 +35,8 @@ from cloudlstm.data.sources.tables import DAMAGED, case_hint, csv_dialect, damag
 from cloudlstm.errors import MissingFileError, UserError
 
 __all__ = ["GRAPH_SUFFIXES", "graph_among", "read_graph"]
+
+log = logging.getLogger(__name__)
 
 GRAPH_SUFFIXES = (".pkl", ".pickle", ".csv", ".npy")
 OPTION = "data.source.graph"
@@ -123,6 +126,9 @@ def graph_among(
     """The ``(N, N)`` weights among ``point_ids``, in their order, from the graph
     ``(ids, matrix (G, G))``; the graph may have more nodes than the points.
 
+    A warning where the points, a part of the graph (``data.num_points``), have no edge
+    among them: the graph models then see no neighbour.
+
     Raises:
         UserError: some points are not in the graph.
     """
@@ -135,7 +141,17 @@ def graph_among(
             f"graph of these points.{case_hint(lost, [str(i) for i in ids], 'the graph')}"
         )
     order = np.array([where[str(p)] for p in point_ids], dtype=np.int64)
-    return np.asarray(matrix, dtype=np.float64)[np.ix_(order, order)]
+    block = np.asarray(matrix, dtype=np.float64)[np.ix_(order, order)]
+    if len(block) > 1 and not (block - np.diag(np.diag(block))).any():
+        log.warning(
+            "%s: the graph has no edge among the %d points of the data (of its %d nodes), so "
+            "the models that read the graph see no neighbour; choose points that are "
+            "connected, or all of the graph's.",
+            what,
+            len(block),
+            len(ids),
+        )
+    return block
 
 
 def _kind(path: Path) -> str:
