@@ -389,9 +389,8 @@ def test_points_without_an_edge_among_them_are_warned_of(los, caplog):
     [record] = caplog.records
     assert record.getMessage() == (
         f"data.source.graph={los / 'adj.csv'}: the graph has no edge among the 2 points of the "
-        "data (of "
-        "its 4 nodes), so the models that read the graph see no neighbour; choose points "
-        "that are connected, or all of the graph's."
+        "data (of its 4 nodes), so the models that read the graph see no neighbour; choose "
+        "points that are connected, or all of the graph's."
     )
 
 
