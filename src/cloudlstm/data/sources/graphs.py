@@ -111,13 +111,19 @@ def check_weights(matrix: np.ndarray, what: str) -> None:
                 f"{what}: {int(bad.sum())} weight(s) are {words}, e.g. {matrix[i, j]} at row "
                 f"{i}, column {j}; a graph's weights are finite and >= 0 (0: no edge)."
             )
-    if len(matrix) > 1 and not (matrix - np.diag(np.diag(matrix))).any():
+    if len(matrix) > 1 and not _has_edge(matrix):
         raise UserError(
             f"{what}: its {len(matrix)} x {len(matrix)} weights have no edge between two "
             "distinct points (every weight off the diagonal is 0): a graph without edges is "
             "most likely the wrong file, or one thresholded too high; give the graph of the "
             "points, or leave data.source.graph out."
         )
+
+
+def _has_edge(matrix: np.ndarray) -> bool:
+    """Whether a square weight matrix has a weight between two distinct points (self-loops
+    on the diagonal are no edges)."""
+    return bool((matrix - np.diag(np.diag(matrix))).any())
 
 
 def graph_among(
@@ -142,7 +148,7 @@ def graph_among(
         )
     order = np.array([where[str(p)] for p in point_ids], dtype=np.int64)
     block = np.asarray(matrix, dtype=np.float64)[np.ix_(order, order)]
-    if len(block) > 1 and not (block - np.diag(np.diag(block))).any():
+    if len(block) > 1 and not _has_edge(block):
         log.warning(
             "%s: the graph has no edge among the %d points of the data (of its %d nodes), so "
             "the models that read the graph see no neighbour; choose points that are "
