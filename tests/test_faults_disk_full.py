@@ -19,6 +19,7 @@ import pytest
 from cloudlstm.errors import OutOfSpaceError, one_line_errors
 from cloudlstm.rundir.checkpoints import check_checkpoint
 from tests.conftest import ROOT, TINY, subprocess_env
+from tests.test_compare import write_run
 
 
 def file_size_limit(limit: int) -> Callable[[], None]:
@@ -186,25 +187,53 @@ from pathlib import Path
 import numpy as np
 from cloudlstm.viz._common import new_figure, save_png
 from cloudlstm.errors import OutOfSpaceError
+path = Path(sys.argv[1]) / "figures" / "map.png"
+save_png(new_figure(1, 1), path)  # an earlier figure, small
 fig = new_figure(6, 4)
 fig.add_subplot().imshow(np.random.default_rng(0).random((200, 200)))  # ~100 kB as PNG
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (8000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 try:
-    save_png(fig, Path(sys.argv[1]) / "figures" / "map.png")
+    save_png(fig, path)
 except OutOfSpaceError as err:
     print(err)
 """
 
 
-def test_a_figure_without_room_is_one_line_naming_it_and_leaves_no_broken_file(tmp_path):
+def test_a_figure_without_room_is_one_line_naming_it_and_leaves_the_earlier_one(tmp_path):
     """matplotlib's failed write named no file ('Cannot write a file'), and left a PNG cut
-    short."""
+    short in place of the earlier one."""
     done = run_script(SAVE_PNG, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     figure = tmp_path / "figures" / "map.png"
     assert done.stdout.startswith(f"Cannot write {figure}: it would exceed"), done.stdout
-    assert not figure.exists()
+    assert figure.read_bytes().startswith(b"\x89PNG") and figure.stat().st_size < 8000
+    assert [p.name for p in figure.parent.iterdir()] == ["map.png"]  # no part left
+
+
+@pytest.mark.parametrize("output", ["--html", "--plot"])
+def test_a_comparison_without_room_is_one_line_and_leaves_no_part(tmp_path, output):
+    """compare's page and figures: one line and status 2 (a figure's was a traceback), the
+    earlier page kept whole (it was cut short)."""
+    for seed in range(2):
+        write_run(tmp_path / "runs" / f"seed_{seed}", 1.0 + seed, seed=seed)
+    target = tmp_path / ("page.html" if output == "--html" else "figures")
+    if output == "--html":
+        target.write_text("<html>earlier</html>")
+    done = subprocess.run(
+        [sys.executable, "-m", "cloudlstm.cli.compare", str(tmp_path / "runs"), output,
+         str(target)],
+        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=120,
+        preexec_fn=file_size_limit(4000),
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    (line,) = [line for line in done.stderr.splitlines() if "Cannot write" in line]
+    assert line.startswith(f"compare: Cannot write {target}") and "file size limit" in line
+    if output == "--html":
+        assert target.read_text() == "<html>earlier</html>"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["page.html", "runs"]
+    else:
+        assert list(target.iterdir()) == []
 
 
 @pytest.mark.slow

@@ -227,6 +227,19 @@ def _size(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+def no_gpu(setting: str, on_the_cpu: str) -> UserError:
+    """The error of ``setting`` asking for a GPU where torch finds none: which torch and
+    CUDA build this is, and the ways out (``on_the_cpu``, e.g. ``run on the CPU:
+    trainer.accelerator=cpu``)."""
+    import torch  # here: the errors of programs that never touch torch import no torch
+
+    return UserError(
+        f"{setting}, but torch finds no GPU (torch {torch.__version__}, CUDA build: "
+        f"{torch.version.cuda or 'none'}): run on a machine with a GPU and a CUDA build of "
+        f"torch, or {on_the_cpu}."
+    )
+
+
 def file_in_the_way(path: str | Path) -> Path | None:
     """``path`` or the nearest of its parents that exists, when that is a file, not a
     folder: what a "File exists" or "Not a directory" from making ``path``'s folders means."""
@@ -241,21 +254,6 @@ def why_not_written(folder: str | Path, err: OSError) -> str:
     a folder should (:func:`file_in_the_way`), else the system's reason."""
     blocker = file_in_the_way(folder)
     return f"{blocker} is a file, not a folder" if blocker else str(err.strerror or err)
-
-
-@contextmanager
-def writing(path: str | Path) -> Iterator[None]:
-    """Around the write of ``path`` by a library that names no file when it fails
-    (matplotlib, NumPy): a failed write leaves no part of the file, and one for want of
-    room is an :class:`OutOfSpaceError` naming it (:func:`out_of_space`)."""
-    try:
-        yield
-    except OSError as err:
-        Path(path).unlink(missing_ok=True)
-        full = out_of_space(err, path)
-        if full is None:
-            raise
-        raise full from None
 
 
 @contextmanager

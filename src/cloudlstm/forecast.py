@@ -37,7 +37,7 @@ from cloudlstm.data.pipeline.wide_history import long_history
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.module import ForecastModule
 from cloudlstm.engine.quantiles import level_name
-from cloudlstm.errors import UserError
+from cloudlstm.errors import UserError, no_gpu
 from cloudlstm.models.build import neighbours_needed, neighbours_setting
 
 __all__ = ["FILLED_COLUMN", "Forecaster", "check_device"]
@@ -86,11 +86,7 @@ def check_device(device: object) -> str | None:
             "there is one."
         )
     if kind.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(
-            f"device={text}, but torch finds no GPU (torch {torch.__version__}, CUDA build: "
-            f"{torch.version.cuda or 'none'}): run on a machine with a GPU and a CUDA build of "
-            "torch, or forecast on the CPU: device=cpu."
-        )
+        raise no_gpu(f"device={text}", "forecast on the CPU: device=cpu")
     if kind.type == "cuda" and kind.index is not None and kind.index >= torch.cuda.device_count():
         raise UserError(
             f"device={text}, but torch sees {torch.cuda.device_count()} GPU(s): give one of "

@@ -24,7 +24,8 @@ from cloudlstm.engine.declared_metrics import monitor_mode
 from cloudlstm.engine.host_memory import keep_freed_memory, keeps_freed_memory
 from cloudlstm.engine.module import make_optimizer
 from cloudlstm.engine.signals import SignalsTogether
-from cloudlstm.errors import UserError
+from cloudlstm.errors import UserError, no_gpu
+from cloudlstm.files import replacing
 from cloudlstm.models.build import build_model
 from cloudlstm.rundir.layout import CONFIG_FILE, DATA_SUMMARY_FILE, wandb_run_id
 
@@ -45,11 +46,17 @@ def configure_process(cfg: DictConfig) -> None:
     speed, and kept memory raised its peak at N = 13,000 from 1.9 to 2.4 GB.
     ``torch_threads`` is checked already (:func:`check_process_settings`).
     """
-    if cfg.get("torch_threads") is not None:
-        torch.set_num_threads(int(cfg.torch_threads))
+    set_torch_threads(cfg)
     checkpointing = (cfg.get("model") or {}).get("checkpointing", False)
     if keeps_freed_memory(cfg.get("keep_freed_memory", "auto"), checkpointing):
         keep_freed_memory()
+
+
+def set_torch_threads(cfg: DictConfig) -> None:
+    """torch's intra-op threads, ``torch_threads`` (checked already,
+    :func:`check_process_settings`); null, or a config without it, keeps torch's default."""
+    if cfg.get("torch_threads") is not None:
+        torch.set_num_threads(int(cfg.torch_threads))
 
 
 def check_process_settings(cfg: DictConfig) -> None:
@@ -101,8 +108,13 @@ def set_up_datamodule(datamodule: L.LightningDataModule) -> dict[str, Any]:
 
 
 def write_data_summary(output_dir: Path, summary: dict[str, Any]) -> None:
-    """``<output_dir>/data_summary.json``."""
-    (output_dir / DATA_SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+    """``<output_dir>/data_summary.json``.
+
+    Raises:
+        OutOfSpaceError: no room for it, naming it (:func:`~cloudlstm.files.replacing`).
+    """
+    with replacing(output_dir / DATA_SUMMARY_FILE) as part:
+        part.write_text(json.dumps(summary, indent=2))
 
 
 def build_module(
@@ -154,11 +166,9 @@ def check_accelerator(trainer: DictConfig | dict[str, Any]) -> None:
         return
     mps = accelerator == "gpu" and torch.backends.mps.is_available()  # Apple's GPU
     if not torch.cuda.is_available() and not mps:
-        raise UserError(
-            f"trainer.accelerator={accelerator} (trainer=gpu), but torch finds no GPU "
-            f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'none'}): run on "
-            "a machine with a GPU and a CUDA build of torch, or run on the CPU: "
-            "trainer.accelerator=cpu."
+        raise no_gpu(
+            f"trainer.accelerator={accelerator} (trainer=gpu)",
+            "run on the CPU: trainer.accelerator=cpu",
         )
     devices, visible = trainer.get("devices", "auto"), torch.cuda.device_count()
     if not mps and isinstance(devices, int) and devices > visible:

@@ -9,23 +9,21 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
-import tempfile
 from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
-import torch
 from omegaconf import DictConfig, OmegaConf
 
-from cloudlstm.assembly.build import check_process_settings
+from cloudlstm.assembly.build import check_process_settings, set_torch_threads
 from cloudlstm.assembly.known_keys import check_added_top_level_keys
 from cloudlstm.cli.group_choices import group_choices
 from cloudlstm.data.pipeline.forecast_input import TimeReading, user_errors
 from cloudlstm.data.sources.long_format import folder_given
 from cloudlstm.data.sources.tables import read_table
 from cloudlstm.data.sources.times import SOURCE_OPTIONS, check_time_reading
-from cloudlstm.errors import UserError, out_of_space, why_not_written
+from cloudlstm.errors import UserError, why_not_written
+from cloudlstm.files import replacing
 from cloudlstm.forecast import Forecaster
 from cloudlstm.paths import config_dir
 from cloudlstm.rundir.layout import path_option
@@ -96,8 +94,7 @@ def main(cfg: DictConfig) -> Path:
     if missing:
         raise UserError(f"predict.py needs {', '.join(missing)}: `{USAGE}`.")
     check_process_settings(cfg)
-    if (threads := cfg.get("torch_threads")) is not None:  # a config made by hand may lack it
-        torch.set_num_threads(threads)
+    set_torch_threads(cfg)
     out = str(cfg.out)
     check_format(out)
     forecaster = Forecaster.load(cfg.run, ckpt=cfg.ckpt, device=cfg.get("device"))
@@ -121,33 +118,24 @@ def write_forecast(forecast: pd.DataFrame, path: Path, out: str) -> None:
 
     The file is written under its own name in a new hidden folder beside ``path`` (so the
     format, compression and a zip's member name are those of ``path``), then renamed over
-    ``path``: a write that fails leaves no part of a file, and an earlier forecast there
-    as it was.
+    ``path`` (:func:`~cloudlstm.files.replacing`): a write that fails leaves no part of a
+    file, and an earlier forecast there as it was.
 
     Raises:
         UserError: the file cannot be written (``out=`` as given named in the message), or
             the disk is full (:class:`~cloudlstm.errors.OutOfSpaceError`).
     """
-    folder = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        folder = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent))
-        part = folder / path.name
-        if path.suffix.lower() in PARQUET:
-            forecast.to_parquet(part, index=False)
-        else:
-            forecast.to_csv(part, index=False)
-        os.replace(part, path)
+        with replacing(path) as part:
+            if path.suffix.lower() in PARQUET:
+                forecast.to_parquet(part, index=False)
+            else:
+                forecast.to_csv(part, index=False)
     except OSError as err:
-        if (full := out_of_space(err, path)) is not None:
-            raise full from None
         reason = why_not_written(path.parent, err)
         raise UserError(
             f"out={out}: cannot write {path} ({reason}): name a file in a folder you can write to."
         ) from None
-    finally:
-        if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
 
 
 def history_key(cfg: DictConfig) -> tuple[str, str | None]:

@@ -23,7 +23,8 @@ from cloudlstm.engine.quantile_metrics import QUANTILE_DECLARED
 from cloudlstm.engine.quantile_module import QuantileForecasting
 from cloudlstm.engine.quantiles import check_calibration, check_quantiles, pinball_loss
 from cloudlstm.engine.results import results_scalars
-from cloudlstm.errors import UserError, writing
+from cloudlstm.errors import UserError
+from cloudlstm.files import replacing
 from cloudlstm.models.base import silence_output_head
 from cloudlstm.nn.knn_finite import NonFiniteCoordinatesError
 
@@ -483,8 +484,8 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
         t0, pred, target = (np.concatenate([b[i] for b in batches]) for i in range(3))
         order = np.argsort(t0, kind="stable")
         times = self._forecast_times(t0[order], pred.shape[1])
-        with writing(path):
-            np.savez_compressed(path, prediction=pred[order], target=target[order], **times)
+        with replacing(path) as part:
+            np.savez_compressed(part, prediction=pred[order], target=target[order], **times)
 
     def _forecast_times(self, starts: np.ndarray, horizon: int) -> dict[str, np.ndarray]:
         """``{"forecast_time": (W, J) datetime64}``, the time of each forecast step of the

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
+
+from cloudlstm.files import replacing
 
 
 def grid_shape(num_points: int) -> tuple[int, int]:
@@ -140,10 +140,7 @@ def hungarian_grid(coords: np.ndarray, cache_dir: str | Path | None = None) -> G
         with np.load(path) as saved:
             return GridMapping(int(saved["height"]), int(saved["width"]), saved["cell"])
     mapping = _assign(coords)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # write then rename, so parallel jobs (DDP, sweeps) never read a half-written file
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
-    with os.fdopen(fd, "wb") as f:
-        np.savez(f, height=mapping.height, width=mapping.width, cell=mapping.cell)
-    os.replace(tmp, path)
+    # written beside it, then renamed: parallel jobs (DDP, sweeps) never read a part of it
+    with replacing(path) as part:
+        np.savez(part, height=mapping.height, width=mapping.width, cell=mapping.cell)
     return mapping

@@ -30,7 +30,8 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from cloudlstm.errors import UserError, out_of_space
+from cloudlstm.errors import UserError
+from cloudlstm.files import replacing
 
 CONFIG_FILE = "config.yaml"
 DATA_SUMMARY_FILE = "data_summary.json"
@@ -219,24 +220,16 @@ def read_metrics(run: Path) -> dict[str, Any] | None:
 def write_metrics(output_dir: Path, results: dict[str, Any]) -> Path:
     """``results`` as ``<output_dir>/metrics.json``; returns its path.
 
-    Written to a temporary file, then renamed over the old one: ``metrics.json`` marks a
-    finished run, so a part of one must never be there.
+    Written beside it, then renamed over the old one (:func:`~cloudlstm.files.replacing`):
+    ``metrics.json`` marks a finished run, so a part of one must never be there.
 
     Raises:
         OutOfSpaceError: no room for it (a full disk, a quota, ``ulimit -f``); a training's
             checkpoints are intact, and the same command then tests it again and writes it.
     """
     path = Path(output_dir) / METRICS_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps(results, indent=2))
-        os.replace(tmp, path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        full = out_of_space(err, path)
-        if full is None:
-            raise
-        raise full from err
+    with replacing(path) as part:
+        part.write_text(json.dumps(results, indent=2))
     return path
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from cloudlstm.errors import writing
+from cloudlstm.files import replacing
 
 DPI = 100
 # Line and bar colours, no two alike: matplotlib's tab10 without its grey (the reference
@@ -54,9 +54,8 @@ def new_figure(width: float, height: float) -> Figure:
 def save_png(fig: Figure, path: str | os.PathLike) -> Path:
     """Write ``fig`` as a PNG to ``path`` (parent folders created) and return the path."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with writing(path):
-        fig.savefig(path, format="png", dpi=DPI)
+    with replacing(path) as part:
+        fig.savefig(part, format="png", dpi=DPI)
     return path
 
 

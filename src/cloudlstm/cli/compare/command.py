@@ -16,6 +16,7 @@ from cloudlstm.cli.compare.runs import CompareError, Run, find_runs, runs_withou
 from cloudlstm.cli.compare.table import build_table, reported_metrics
 from cloudlstm.engine.declared_metrics import metric_names
 from cloudlstm.engine.quantile_metrics import quantile_metric_names
+from cloudlstm.errors import UserError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -160,7 +161,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run(_parser().parse_args(argv))
-    except CompareError as err:
+    except (CompareError, UserError) as err:  # UserError: a figure or a page finding no room
         print(f"compare: {err}", file=sys.stderr)
         return 2
 

@@ -31,6 +31,7 @@ from cloudlstm.cli.compare.runs import CompareError, Run
 from cloudlstm.cli.compare.style import REFERENCE, close_range, is_reference
 from cloudlstm.cli.compare.table import best_rows, higher_is_better, ranked
 from cloudlstm.errors import why_not_written
+from cloudlstm.files import replacing
 from cloudlstm.rundir.layout import CONFIG_FILE, FIGURES_DIR, METRICS_FILE
 from cloudlstm.viz._common import COLOURS, REFERENCE_COLOUR
 
@@ -67,8 +68,8 @@ def write_html(
     ]
     page = _page(sections, datasets, rows, sources)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(page, encoding="utf-8")
+        with replacing(path) as part:
+            part.write_text(page, encoding="utf-8")
     except OSError as err:
         reason = why_not_written(path.parent, err)
         raise CompareError(f"cannot write {path}: {reason}") from None

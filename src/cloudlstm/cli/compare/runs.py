@@ -89,9 +89,20 @@ def find_runs(roots: Sequence[Path], include_evals: bool = False) -> list[Run]:
     for root in map(Path, roots):
         if not root.exists():
             raise CompareError(f"{root} does not exist")
-        paths = [root] if root.is_file() else sorted(root.rglob(METRICS_FILE))
+        paths = [root] if root.is_file() else _results_under(root)
         runs.extend(run for path in paths if (run := load_run(path)) is not None)
     return [run for run in runs if include_evals or not run.evaluated_run]
+
+
+def _results_under(root: Path) -> list[Path]:
+    """The ``metrics.json`` files under ``root``, outside hidden folders: those hold no run
+    (Hydra's ``.hydra``), or a file being written (:func:`cloudlstm.files.replacing`), or
+    one whose write was killed."""
+    return [
+        path
+        for path in sorted(root.rglob(METRICS_FILE))
+        if not any(part.startswith(".") for part in path.relative_to(root).parts)
+    ]
 
 
 def runs_without_results(roots: Sequence[Path], runs: Sequence[Run]) -> list[Path]:
