@@ -531,3 +531,43 @@ def test_space_matters_in_synthetic_data(seed):
     assert np.all(ratio < 0.9) and ratio.mean() < 0.83, (
         f"seed {seed}: MSE ratio neighbours/own per channel {ratio}"
     )
+
+
+def test_moving_points_that_meet_only_once_scaled_are_warned_of_with_the_steps(caplog):
+    """Two vehicles 1e-9 km apart in a 10 km cloud, at 3 of 40 steps, share a position in
+    float32; points that truly meet (the same raw position) are no warning."""
+    stream = make_stream(t=40, n=5)
+    rng = np.random.default_rng(1)
+    track = rng.uniform(0.0, 10.0, size=(40, 5, 2))
+    track[:, 1] = track[:, 0]  # points 0 and 1 drive together: no warning
+    stream.trajectory, stream.coords = track, track[0].copy()
+    options = {"outliers": None, "outlier_shift": None}
+    with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.coordinates"):
+        model_coords(stream, train_end=30, outlier_options=options)
+        assert caplog.records == []
+        for step in (7, 8, 35):
+            track[step, 2] = [5.0, 5.0]
+            track[step, 3] = [5.0 + 1e-9, 5.0]
+        model_coords(stream, train_end=30, outlier_options=options)
+    [message] = [r.getMessage() for r in caplog.records]
+    assert message.startswith(
+        "stream 'toy': at 3 of 40 steps (the first: step 7) points at distinct positions "
+        "share one once scaled to [0, 1] in float32, so the models that read positions cannot "
+        "tell them apart there. The farthest coordinate from the others is point "
+    )
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_the_fast_search_for_merged_steps_agrees_with_the_full_comparison(dims):
+    """Points on a small grid (many share a position in truth), some moved by 1e-12 (they
+    share one only once scaled): the sort by a 64-bit key finds the steps the full
+    comparison finds, in 1, 2 and 3 dimensions."""
+    from cloudlstm.data.pipeline.coordinates import _merged_steps, _shared_by_distinct
+
+    rng = np.random.default_rng(dims)
+    raw = rng.integers(0, 3, size=(300, 6, dims)).astype(np.float64)
+    raw[::7, 0, -1] += 1e-12
+    seen = (raw / 3).astype(np.float32)
+    merged = _merged_steps(raw, seen)
+    np.testing.assert_array_equal(merged, _shared_by_distinct(raw, seen))
+    assert 0 < merged.sum() < len(raw)

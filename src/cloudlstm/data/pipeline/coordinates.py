@@ -71,6 +71,7 @@ def model_coords(
     if stream.moving:
         scale = track_scale(stream.trajectory, train_end)
         track = torch.as_tensor(normalize_track(stream.trajectory, train_end), dtype=torch.float32)
+        _warn_merged_track(stream, track.numpy())
         return track[0], track, scale, {}
     scale = coord_scale(stream.coords)
     _warn_one_position(stream, scale[2])
@@ -122,6 +123,70 @@ def _warn_merged_positions(stream: PointCloudStream, normalised: np.ndarray) -> 
         raw[farthest, axis],
         np.median(raw[:, axis]),
     )
+
+
+def _warn_merged_track(stream: PointCloudStream, seen: np.ndarray) -> None:
+    """:func:`_warn_merged_positions` for moving points: warn when, at some steps, points at
+    distinct positions share one in ``seen``, the ``(T, N, L)`` float32 positions the model
+    sees, naming how many steps, the first, and the coordinate farthest from the rest."""
+    raw = np.asarray(stream.trajectory, dtype=np.float64)
+    merged = np.concatenate(
+        [
+            _merged_steps(raw[t : t + _STEPS_AT_ONCE], seen[t : t + _STEPS_AT_ONCE])
+            for t in range(0, len(raw), _STEPS_AT_ONCE)
+        ]
+    )
+    if not merged.any():
+        return
+    median = np.median(raw.reshape(-1, raw.shape[-1]), axis=0)  # a trajectory is finite
+    spread = np.abs(raw - median)
+    step, point, axis = np.unravel_index(np.argmax(spread), spread.shape)
+    log.warning(
+        "stream '%s': at %d of %d steps (the first: step %d) points at distinct positions "
+        "share one once scaled to [0, 1] in float32, so the models that read positions cannot "
+        "tell them apart there. The farthest coordinate from the others is point %s's %s at "
+        "step %d (%g, where the median is %g): if it is wrong, correct it in the data.",
+        stream.name,
+        int(merged.sum()),
+        len(merged),
+        int(np.argmax(merged)),
+        stream.point_ids[point],
+        "xyz"[axis],
+        step,
+        raw[step, point, axis],
+        median[axis],
+    )
+
+
+# steps of a trajectory checked at once: bounded memory for long streams of many points
+_STEPS_AT_ONCE = 4096
+
+
+def _merged_steps(raw: np.ndarray, seen: np.ndarray) -> np.ndarray:
+    """``(T,)`` bool: the steps at which two points at distinct ``raw`` positions ``(T, N, L)``
+    share one in ``seen`` (the same positions as the model sees them, float32).
+
+    The steps where two points share their first two seen coordinates are found first, by
+    sorting those as one 64-bit key (fast); only those steps are compared in full.
+    """
+    first = np.ascontiguousarray(seen[..., :2] + np.float32(0.0))  # -0.0 as 0.0: equal keys
+    keys = np.sort(first.view(np.uint64 if first.shape[-1] == 2 else np.uint32)[..., 0], axis=1)
+    merged = np.zeros(len(seen), dtype=bool)
+    candidates = (keys[:, 1:] == keys[:, :-1]).any(axis=1)
+    if candidates.any():
+        merged[candidates] = _shared_by_distinct(raw[candidates], seen[candidates])
+    return merged
+
+
+def _shared_by_distinct(raw: np.ndarray, seen: np.ndarray) -> np.ndarray:
+    """:func:`_merged_steps` in full: sorted by their seen position, points that share one
+    are neighbours, so adjacent pairs suffice."""
+    keys = tuple(seen[..., axis] for axis in reversed(range(seen.shape[-1])))
+    order = np.lexsort(keys, axis=-1)[..., None]
+    seen, raw = np.take_along_axis(seen, order, axis=1), np.take_along_axis(raw, order, axis=1)
+    shared = (seen[:, 1:] == seen[:, :-1]).all(axis=-1)
+    distinct = (raw[:, 1:] != raw[:, :-1]).any(axis=-1)
+    return (shared & distinct).any(axis=-1)
 
 
 def _with_outliers(
