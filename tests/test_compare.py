@@ -381,10 +381,19 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys):
         ("config.yaml", b"", "holds nothing, not a mapping of settings"),
         ("config.yaml", b"- 1\n- 2\n", "holds a list, not a mapping of settings"),
         ("config.yaml", b"\xff\xfe model: x", "is not UTF-8 text"),
-        ("metrics.json", b"[1, 2]", "holds a JSON list, not a run's results"),
-        ("metrics.json", b"\xff{}", "is not UTF-8 text"),
+        ("metrics.json", b"[1, 2]", "is damaged (a JSON list, not a run's results), so its "),
+        ("metrics.json", b"\xff{}", "is damaged (not valid JSON: 'utf-8' codec can't decode"),
+        ("metrics.json", b'{"test": {"overall', "is damaged (not valid JSON: Unterminated"),
     ],
-    ids=["bad-yaml", "empty-config", "list-config", "not-utf8-config", "list-json", "not-utf8"],
+    ids=[
+        "bad-yaml",
+        "empty-config",
+        "list-config",
+        "not-utf8-config",
+        "list-json",
+        "not-utf8",
+        "cut-short",
+    ],
 )
 def test_a_run_file_that_cannot_be_read_is_one_line_naming_it(
     tmp_path, capsys, name, content, problem

@@ -203,10 +203,10 @@ def test_callback_without_runs_or_with_a_broken_one_does_not_fail_the_sweep(
         f"compare: no finished runs under {tmp_path / 'never-made'} to compare",
         f"compare: no finished runs under {tmp_path} to compare",
     ]
-    (tmp_path / "failed" / "metrics.json").write_text("{")  # being written
+    (tmp_path / "failed" / "metrics.json").write_text("{")  # damaged since it was written
     callback.on_multirun_end(callback_config(tmp_path))
     assert caplog.records[-1].levelname == "WARNING"
-    assert "is not valid JSON" in caplog.records[-1].getMessage()
+    assert "is damaged (not valid JSON" in caplog.records[-1].getMessage()
     assert not (tmp_path / "wandb").exists() and not (tmp_path / "compare.html").exists()
     assert capsys.readouterr().out == ""
 

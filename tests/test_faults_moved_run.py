@@ -5,6 +5,7 @@ a resumed copy keeps to its own checkpoints."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from cloudlstm.cli.evaluate import evaluate
 from cloudlstm.cli.train import train
+from cloudlstm.errors import UserError
 from cloudlstm.rundir.layout import find_checkpoint
 from tests.conftest import TINY, compose_train
 from tests.test_eval import compose_eval
@@ -96,3 +98,23 @@ def test_a_copy_trained_further_keeps_one_best_checkpoint_of_its_own(trained, tm
     assert [p.relative_to(copy).as_posix() for p in best] == [results["checkpoint"]]
     after = {p.name: p.stat().st_mtime_ns for p in (trained / "checkpoints").iterdir()}
     assert after == before  # the original's files untouched
+
+
+def test_a_damaged_metrics_json_is_one_line_and_the_training_command_writes_it_anew(
+    trained, tmp_path
+):
+    """A metrics.json cut short (a copy that stopped): eval.py's ``ckpt=best`` and
+    train.py's "this run has finished" read it, and said so with a JSONDecodeError's
+    traceback. The line's way out works: without the file, the training command tests the
+    run again."""
+    copy = copy_of(trained, tmp_path)
+    whole = (copy / "metrics.json").read_text()
+    (copy / "metrics.json").write_text(whole[: len(whole) // 2])
+    damaged = f"{copy / 'metrics.json'} is damaged (not valid JSON: Unterminated string starting "
+    with pytest.raises(UserError, match=re.escape(damaged)):
+        evaluate(compose_eval(copy, tmp_path / "eval_best", "ckpt=best"))
+    with pytest.raises(UserError, match="or delete it and run the run's training command again"):
+        train(compose_train(tmp_path, JOB))
+    (copy / "metrics.json").unlink()
+    assert train(compose_train(tmp_path, JOB))["test"] == metrics(trained)["test"]
+    assert metrics(copy)["test"] == metrics(trained)["test"]

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
@@ -39,7 +38,13 @@ from cloudlstm.report import add_test_report
 from cloudlstm.rundir.checkpoints import check_checkpoint
 from cloudlstm.rundir.config_changes import check_config_changes, record_changes
 from cloudlstm.rundir.divergence import clear_divergence, record_divergence
-from cloudlstm.rundir.layout import METRICS_FILE, in_run, last_checkpoint, write_metrics
+from cloudlstm.rundir.layout import (
+    METRICS_FILE,
+    in_run,
+    last_checkpoint,
+    load_metrics,
+    write_metrics,
+)
 from cloudlstm.rundir.lock import owns_run_dir
 from cloudlstm.rundir.preemption import interrupted, stopped_by_ctrl_c
 from cloudlstm.rundir.provenance import (
@@ -90,7 +95,7 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
     if cfg.get("train") and cfg.get("resume", "auto") == "auto" and finished.is_file():
         # e.g. a sweep started again in its directory: finished jobs are not redone
         log.info("%s exists: this run has finished (resume=never trains it again).", finished)
-        return json.loads(finished.read_text())
+        return load_metrics(finished)  # a damaged one: one line naming it
     record_changes(output_dir, changes, cfg)
 
     job = assemble(cfg, output_dir)

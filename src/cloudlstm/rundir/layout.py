@@ -212,9 +212,38 @@ def in_run(path: str | Path | None, run: Path) -> str | None:
 
 
 def read_metrics(run: Path) -> dict[str, Any] | None:
-    """A run's ``metrics.json``; None before the run finished."""
+    """A run's ``metrics.json`` (:func:`load_metrics`); None before the run finished."""
     path = run / METRICS_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+    return load_metrics(path) if path.is_file() else None
+
+
+def load_metrics(path: Path) -> dict[str, Any]:
+    """The results in the ``metrics.json`` at ``path`` (a run's, or an evaluation's).
+
+    Raises:
+        UserError: the file cannot be read, or is damaged (no JSON, cut short, or JSON
+            that is no mapping), naming it and the ways out; this package writes it whole
+            or not at all (:func:`write_metrics`), so a damaged one was damaged since.
+    """
+    try:
+        text = path.read_bytes()
+    except OSError as err:  # no permission to read it, a folder in its place
+        raise UserError(f"cannot read {path} ({err.strerror or err}): make it readable.") from None
+    try:
+        results = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(_damaged(path, f"not valid JSON: {err}")) from None
+    if not isinstance(results, dict):
+        raise UserError(_damaged(path, f"a JSON {type(results).__name__}, not a run's results"))
+    return results
+
+
+def _damaged(path: Path, problem: str) -> str:
+    return (
+        f"{path} is damaged ({problem}), so its test results cannot be read: restore it from "
+        "a copy, or delete it and run the run's training command again, which tests the run "
+        "again and writes a new one."
+    )
 
 
 def write_metrics(output_dir: Path, results: dict[str, Any]) -> Path:

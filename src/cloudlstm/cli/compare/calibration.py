@@ -9,17 +9,16 @@ table before and after calibration; runs without them keep their own values.
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 from cloudlstm.cli.compare.runs import Run
-from cloudlstm.rundir.layout import METRICS_FILE
+from cloudlstm.rundir.layout import METRICS_FILE, load_metrics
 
 
 def before_calibration(run: Run) -> Run:
     """``run`` with its quantile metrics replaced by those before calibration, where its
     ``metrics.json`` has them."""
-    test = json.loads((run.path / METRICS_FILE).read_text()).get("test") or {}
+    test = load_metrics(run.path / METRICS_FILE).get("test") or {}
     raw = test.get("uncalibrated")
     if not raw:
         return run

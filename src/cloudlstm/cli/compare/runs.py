@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from cloudlstm.rundir.layout import (
     EVAL_DIR,
     METRICS_FILE,
     TRAIN_LOG,
+    load_metrics,
 )
 from cloudlstm.rundir.old_configs import current_form
 
@@ -124,12 +124,7 @@ def runs_without_results(roots: Sequence[Path], runs: Sequence[Run]) -> list[Pat
 
 def load_run(path: Path) -> Run | None:
     """The run of one ``metrics.json``; None if it has no test results (e.g. a failed run)."""
-    try:
-        results = json.loads(_text(path))
-    except json.JSONDecodeError as err:  # e.g. a file being written by a running job
-        raise CompareError(f"{path} is not valid JSON ({err})") from None
-    if not isinstance(results, dict):
-        raise CompareError(f"{path} holds a JSON {type(results).__name__}, not a run's results")
+    results = load_metrics(path)  # a damaged file: a UserError naming it and the ways out
     test = results.get("test")
     if not test:
         return None
