@@ -430,3 +430,74 @@ def test_an_hdf5_file_cut_short_is_one_line_with_the_librarys_reason(tmp_path):
         r"again\.",
         str(err.value),
     )
+
+
+# ---------------------------------------------------------------------- Parquet datasets
+def write_dataset(folder: Path, frame: pd.DataFrame, partition: str | None = None) -> None:
+    """``frame`` as Spark, Dask and pyarrow write it: part files (in ``<partition>=<value>``
+    subfolders when given), a ``_SUCCESS`` marker and hidden checksums beside them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if partition:
+        pq.write_to_dataset(pa.Table.from_pandas(frame), folder, partition_cols=[partition])
+    else:
+        folder.mkdir()
+        for i, part in enumerate(np.array_split(np.arange(len(frame)), 3)):
+            frame.iloc[part].to_parquet(folder / f"part-{i:05d}.snappy.parquet", index=False)
+            (folder / f".part-{i:05d}.snappy.parquet.crc").write_bytes(b"\x00")
+    (folder / "_SUCCESS").touch()
+
+
+@pytest.mark.parametrize("partition", [None, "id"], ids=["parts", "partitioned-by-id"])
+def test_a_parquet_dataset_folder_reads_as_its_rows_in_one_file(tmp_path, reference, partition):
+    """Point ids in partition folders stay as written: inferred, ``id=007`` read as 7."""
+    frame = table().assign(id=table()["id"].map({"p0": "007", "p1": "p1", "p2": "p2"}))
+    frame.to_parquet(one_file := tmp_path / "one.parquet", index=False)
+    write_dataset(folder := tmp_path / "dataset", frame, partition)
+    from_folder = stream_of(folder)
+    assert_same_stream(from_folder, stream_of(one_file))
+    assert from_folder.point_ids == ["007", "p1", "p2"]
+    assert_same_stream(from_folder, replace(reference, point_ids=["007", "p1", "p2"]))
+
+
+def test_a_parquet_dataset_is_cached_by_its_parts(tmp_path):
+    """A part rewritten, or a partition renamed, is another stream: the cache key changes."""
+    write_dataset(folder := tmp_path / "dataset", table(), "id")
+    key = LongFormatSource(folder).cache_key
+    assert LongFormatSource(folder).cache_key == key
+    (folder / "id=p2").rename(folder / "id=p9")
+    renamed = LongFormatSource(folder).cache_key
+    assert renamed != key and stream_of(folder).point_ids == ["p0", "p1", "p9"]
+    part = next((folder / "id=p0").iterdir())
+    pd.read_parquet(part).head(5).to_parquet(part)
+    assert LongFormatSource(folder).cache_key != renamed
+
+
+def test_a_folder_that_is_no_parquet_dataset_is_one_line(tmp_path):
+    """A CSV beside the parts (which rows belong?) or CSV parts alone: one line, the
+    folder's files named, and the two ways out."""
+    write_dataset(folder := tmp_path / "dataset", table())
+    table().to_csv(folder / "positions.csv", index=False)
+    with pytest.raises(UserError) as err:
+        stream_of(folder)
+    assert str(err.value).startswith(
+        f"data.source.path={folder.resolve()} is a folder that is no Parquet dataset (it holds "
+        "part-00000.snappy.parquet, part-00001.snappy.parquet, part-00002.snappy.parquet and "
+        "1 more): name one long-format file, e.g. "
+    )
+    assert str(err.value).endswith(
+        "or write them as one Parquet dataset (a folder of .parquet parts)."
+    )
+
+
+def test_a_forecast_history_may_be_a_parquet_dataset(tmp_path):
+    from cloudlstm.cli.predict import read_history
+
+    write_dataset(folder := tmp_path / "recent", table(), "id")
+    read = read_history(folder).sort_values(["timestamp", "id"], ignore_index=True)
+    pd.testing.assert_frame_equal(
+        read[table().columns].astype({"id": object}),
+        table().astype({"id": object}),
+        check_dtype=False,
+    )

@@ -346,9 +346,10 @@ def test_a_folder_as_the_data_file_is_one_line(tmp_path):
     done = run_script("train.py", *args, f"hydra.run.dir={tmp_path / 'run'}")
     assert done.returncode == 1
     assert the_line(done, "is a folder") == (
-        f"data.source.path={folder} is a folder, not a file (it holds a.csv): name one "
-        f"long-format file, e.g. data.source.path={folder / 'a.csv'}; to train on several, "
-        "concatenate their rows into one file."
+        f"data.source.path={folder} is a folder that is no Parquet dataset (it holds a.csv): "
+        f"name one long-format file, e.g. data.source.path={folder / 'a.csv'}; to train on "
+        "several, concatenate their rows into one file, or write them as one Parquet dataset "
+        "(a folder of .parquet parts)."
     )
 
 
@@ -669,7 +670,8 @@ def test_predict_py_with_fewer_points_than_neighbours_or_a_folder_is_one_line(fl
     )
     done = run_script("predict.py", f"run={run}", f"data.path={tmp_path}", "out=f.csv")
     assert done.returncode == 1
-    assert the_line(done, "is a folder").startswith(f"data.path={tmp_path} is a folder, not a file")
+    line = the_line(done, "is a folder")
+    assert line.startswith(f"data.path={tmp_path} is a folder that is no Parquet dataset")
 
 
 # ---------------------------------------------------------------- DDP batch limits

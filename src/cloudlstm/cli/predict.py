@@ -20,7 +20,7 @@ from cloudlstm.assembly.known_keys import check_added_top_level_keys
 from cloudlstm.cli.group_choices import group_choices
 from cloudlstm.data.pipeline.forecast_input import TimeReading, user_errors
 from cloudlstm.data.sources.long_format import folder_given
-from cloudlstm.data.sources.tables import read_table
+from cloudlstm.data.sources.tables import parquet_dataset_parts, read_table
 from cloudlstm.data.sources.times import SOURCE_OPTIONS, check_time_reading
 from cloudlstm.errors import UserError, why_not_written
 from cloudlstm.files import replacing
@@ -178,11 +178,13 @@ def check_format(out: str) -> None:
 
 
 def read_history(path: Path, key: str = "data.path", id_col: str = "id") -> pd.DataFrame:
-    """The long-format history file (CSV, compressed CSV or Parquet), given as ``key``, its
-    point ids (``id_col``) read as text, as training read them."""
+    """The long-format history file (CSV, compressed CSV, Parquet, or a Parquet dataset
+    folder), given as ``key``, its point ids (``id_col``) read as text, as training read
+    them."""
     if path.is_dir():
-        raise UserError(folder_given(path, key))
-    if not path.is_file():
+        if not parquet_dataset_parts(path):
+            raise UserError(folder_given(path, key))
+    elif not path.is_file():
         raise UserError(f"{key}={path}: no such file (the history to forecast from).")
     try:
         with user_errors():

@@ -27,6 +27,7 @@ from cloudlstm.data.sources.tables import (
     check_columns,
     check_coordinate_columns,
     numeric_column,
+    parquet_dataset_parts,
     parse_freq,
     pivot_long,
     read_table,
@@ -50,12 +51,15 @@ _UNNAMED = "Unnamed: "
 
 
 def folder_given(path: Path, option: str) -> str:
-    """The one-line error for a folder given where a long-format file is read: the folder's
-    data files, one of them as the example to give instead."""
+    """The one-line error for a folder given where a long-format file is read, which is no
+    Parquet dataset (:func:`~cloudlstm.data.sources.tables.parquet_dataset_parts`): the
+    folder's data files, one of them as the example to give instead."""
     files = sorted(
         f.name
         for f in path.iterdir()
-        if f.is_file() and any(s in DATA_SUFFIXES for s in (x.lower() for x in f.suffixes))
+        if f.is_file()
+        and f.name[:1] not in ("_", ".")  # _SUCCESS, .crc checksums: no data
+        and any(s in DATA_SUFFIXES for s in (x.lower() for x in f.suffixes))
     )
     if not files:
         inside = "it holds no .csv or .parquet file"
@@ -65,8 +69,9 @@ def folder_given(path: Path, option: str) -> str:
         inside = f"it holds {', '.join(files[:3])}{more}"
         example = f"{option}={path.resolve() / files[0]}"
     return (
-        f"{option}={path.resolve()} is a folder, not a file ({inside}): name one long-format "
-        f"file, e.g. {example}; to train on several, concatenate their rows into one file."
+        f"{option}={path.resolve()} is a folder that is no Parquet dataset ({inside}): name "
+        f"one long-format file, e.g. {example}; to train on several, concatenate their rows "
+        "into one file, or write them as one Parquet dataset (a folder of .parquet parts)."
     )
 
 
@@ -207,12 +212,21 @@ class LongFormatSource(CachedSource):
             **({"covariate_cols": self.covariate_cols} if self.covariate_cols else {}),
             **({"time_format": self.time_format} if self.time_format else {}),
             **({"time_unit": self.time_unit} if self.time_unit else {}),
+            # a dataset's parts by their place in it (their signatures name files alone):
+            # a partition renamed (id=007 to id=7) is another stream
+            **({"parts": self._parts()} if self.path.is_dir() else {}),
         }
 
+    def _parts(self) -> list[str]:
+        return [p.relative_to(self.path).as_posix() for p in parquet_dataset_parts(self.path)]
+
     def input_files(self) -> list[Path]:
-        """The file; a ``MissingFileError`` naming ``data.source.path`` when it is absent,
-        a :class:`UserError` when it is a folder (one file holds the whole stream)."""
+        """The file, or the parts of a Parquet dataset folder; a ``MissingFileError`` naming
+        ``data.source.path`` when it is absent, a :class:`UserError` when it is another
+        folder (one file, or one dataset, holds the whole stream)."""
         if self.path.is_dir():
+            if parts := parquet_dataset_parts(self.path):
+                return parts
             raise UserError(folder_given(self.path, "data.source.path"))
         if not self.path.is_file():
             raise MissingFileError(
@@ -223,8 +237,9 @@ class LongFormatSource(CachedSource):
 
     def generate(self, cache_path: Path | None = None) -> PointCloudStream:
         """Read, check and pivot the file (see the class docstring), cached at ``cache_path``."""
-        path = self.input_files()[0]
-        what = f"file {path}"
+        self.input_files()  # there, and a file or a dataset
+        path = self.path
+        what = f"{'Parquet dataset' if path.is_dir() else 'file'} {path}"
         df, value_cols = self._read(what)
         channels = [*value_cols, *self.covariate_cols]
         values = channel_values(df, channels, what, self.bad_values)  # (R, C)

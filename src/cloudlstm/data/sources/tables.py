@@ -388,13 +388,16 @@ def read_table(
     path: Path, what: str, hdf_key: str | None = None, **csv_kwargs: Any
 ) -> pd.DataFrame:
     """Read a CSV (compression from the suffix: .gz, .bz2, .zip, .xz), Parquet or pandas
-    HDF5 file (``hdf_key``: the table of an HDF5 file, see :func:`read_hdf`).
+    HDF5 file (``hdf_key``: the table of an HDF5 file, see :func:`read_hdf`), or a Parquet
+    dataset folder (:func:`parquet_dataset_parts`; its partition keys read as text).
 
     Raises:
         UserError: a file of a format that is no table of these (an Excel workbook, JSON),
             one that cannot be read as its suffix says (named with pandas' reason), or a
             text file cut short inside a row (:func:`refuse_cut_short`).
     """
+    if path.is_dir():  # a Parquet dataset (:func:`parquet_dataset_parts`)
+        return _read_parquet(path, what, partitioning=_partitions_as_text(path))
     suffix = path.suffix.lower()
     if suffix in OTHER_FORMATS:
         raise UserError(
@@ -402,15 +405,7 @@ def read_table(
             "read: save it as CSV (.csv, .csv.gz, ...), Parquet (.parquet) or pandas HDF5 (.h5)."
         )
     if suffix in PARQUET_SUFFIXES:
-        if not any(importlib.util.find_spec(m) for m in ("pyarrow", "fastparquet")):
-            raise MissingPackageError(
-                f"Reading the Parquet file {path} needs pyarrow: `pip install pyarrow` "
-                "(or convert the file to CSV)."
-            )
-        try:
-            return pd.read_parquet(path)
-        except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
-            raise UserError(f"Cannot read {what} {path} as Parquet: {err}") from None
+        return _read_parquet(path, what)
     if suffix in HDF_SUFFIXES:
         return read_hdf(path, what, hdf_key)
     dialect = {} if "sep" in csv_kwargs else csv_dialect(path)
@@ -433,6 +428,49 @@ def read_table(
         # pandas applies `decimal` to the numbers it parses, not to text it keeps
         table = table.apply(lambda col: col.str.replace(_DECIMAL_COMMA, r"\1.\2", regex=True))
     return table
+
+
+def _read_parquet(path: Path, what: str, **options: Any) -> pd.DataFrame:
+    """A Parquet file or dataset folder as a frame; ``options`` go to pyarrow."""
+    if not any(importlib.util.find_spec(m) for m in ("pyarrow", "fastparquet")):
+        raise MissingPackageError(
+            f"Reading the Parquet file {path} needs pyarrow: `pip install pyarrow` "
+            "(or convert the file to CSV)."
+        )
+    try:
+        return pd.read_parquet(path, **options)
+    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+        raise UserError(f"Cannot read {what} {path} as Parquet: {err}") from None
+
+
+def parquet_dataset_parts(folder: Path) -> list[Path]:
+    """The part files of ``folder`` when it is a Parquet dataset, as Spark, Dask and pyarrow
+    write one: ``.parquet`` files, in ``key=value`` subfolders when it is partitioned, beside
+    files whose names start with ``_`` or ``.`` (``_SUCCESS``, ``_metadata``, ``.crc``
+    checksums), which readers skip. [] when it holds another file, or no part."""
+    files = [
+        path
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+        and not any(part[:1] in ("_", ".") for part in path.relative_to(folder).parts)
+    ]
+    parquet = all(path.suffix.lower() in PARQUET_SUFFIXES for path in files)
+    return files if parquet else []
+
+
+def _partitions_as_text(folder: Path) -> Any:
+    """pyarrow's reading of the ``key=value`` folders of a partitioned dataset, every key a
+    text column: inferred, ``id=007`` would become the number 7, another point's id."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    keys = {
+        segment.split("=", 1)[0]
+        for part in parquet_dataset_parts(folder)
+        for segment in part.relative_to(folder).parts[:-1]
+        if "=" in segment
+    }
+    return ds.partitioning(pa.schema([(key, pa.string()) for key in sorted(keys)]), flavor="hive")
 
 
 def csv_dialect(path: Path, lines: int = 50) -> dict[str, str]:
