@@ -501,3 +501,16 @@ def test_a_forecast_history_may_be_a_parquet_dataset(tmp_path):
         table().astype({"id": object}),
         check_dtype=False,
     )
+
+
+def test_a_folder_given_as_a_wide_table_or_its_positions_is_one_line(tmp_path):
+    table().drop_duplicates("id")[["id", "x", "y"]].to_csv(tmp_path / "pos.csv", index=False)
+    (tmp_path / "speeds").mkdir()
+    with pytest.raises(UserError) as err:
+        WideTableSource(tmp_path / "speeds", tmp_path / "pos.csv").load()
+    assert str(err.value) == (
+        f"data.source.path={tmp_path / 'speeds'} is a folder, not a file: name the table "
+        "itself (CSV, Parquet or HDF5) in it."
+    )
+    with pytest.raises(UserError, match=r"data.source.positions=.* is a folder, not a file: name"):
+        WideTableSource(tmp_path / "pos.csv", tmp_path / "speeds").load()

@@ -232,7 +232,11 @@ class WideTableSource(CachedSource):
         """
         for option, file in (("path", self.path), ("positions", self.positions)):
             if file.is_dir():
-                raise UserError(f"data.source.{option}={file.resolve()} is a folder, not a file.")
+                raise UserError(
+                    f"data.source.{option}={file.resolve()} is a folder, not a file: name the "
+                    f"{'table' if option == 'path' else 'positions file'} itself (CSV, Parquet"
+                    f"{' or HDF5' if option == 'path' else ''}) in it."
+                )
             if not file.is_file():
                 hint = f" {self.missing_hint}" if self.missing_hint else ""
                 raise MissingFileError(
