@@ -131,6 +131,19 @@ PLANS: dict[str, tuple[Sweep, ...]] = {
             jobs=15,
         ),
     ),
+    # docs/results.md, "Milan": the baselines the CPU runs have not reached, on both splits
+    # (a run the CPU finished first is simply run again here).
+    "milan_zoo": (
+        Sweep(("experiment=milan", "model=staeformer,predrnnpp", "seed=0,1,2"), jobs=6),
+        Sweep(
+            (
+                "experiment=milan_ordinary_weeks",
+                "model=dcrnn,graph_wavenet,staeformer,predrnnpp",
+                "seed=0,1,2",
+            ),
+            jobs=12,
+        ),
+    ),
     # docs/results.md, "Milan": the CloudLSTM family's other two cells, and CloudLSTM at
     # K = 6 and 9 for K chosen on validation, on both splits.
     "milan_cloud": tuple(
