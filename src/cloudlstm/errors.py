@@ -7,15 +7,19 @@ given by the user, which callers that catch ``ValueError`` keep handling.
 
 A write that finds no room (a full disk, a quota, a file size limit) is the user's to fix
 too: :func:`out_of_space` makes it an :class:`OutOfSpaceError` naming the file, the room
-left or the limit, and what to do. So is an allocation that finds no memory, on the CPU or
-a GPU (:func:`out_of_memory`): the sizes asked for more than the machine has.
+left or the limit, and what to do; :func:`replacing` writes a file whole or not at all, so
+that such a write leaves the earlier file as it was. So is an allocation that finds no
+memory, on the CPU or a GPU (:func:`out_of_memory`): the sizes asked for more than the
+machine has.
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import re
 import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -254,6 +258,35 @@ def why_not_written(folder: str | Path, err: OSError) -> str:
     a folder should (:func:`file_in_the_way`), else the system's reason."""
     blocker = file_in_the_way(folder)
     return f"{blocker} is a file, not a folder" if blocker else str(err.strerror or err)
+
+
+@contextmanager
+def replacing(path: str | Path) -> Iterator[Path]:
+    """Where to write ``path``: a file of the same name (so a format or a compression read
+    from its suffix, or a name NumPy would extend, stays that of ``path``) in a new hidden
+    folder beside it, renamed over ``path`` when the block ends. ``path``'s folders are
+    made first.
+
+    Raises:
+        OutOfSpaceError: the write failed for want of room (a full disk, a quota,
+            ``ulimit -f``), naming ``path``; ``path`` is as it was.
+        OSError: any other failure to write, ``path`` as it was too.
+    """
+    path = Path(path)
+    folder = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent))
+        yield folder / path.name
+        os.replace(folder / path.name, path)
+    except OSError as err:
+        full = out_of_space(err, path)
+        if full is None:
+            raise
+        raise full from None
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextmanager

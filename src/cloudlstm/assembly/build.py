@@ -24,8 +24,7 @@ from cloudlstm.engine.declared_metrics import monitor_mode
 from cloudlstm.engine.host_memory import keep_freed_memory, keeps_freed_memory
 from cloudlstm.engine.module import make_optimizer
 from cloudlstm.engine.signals import SignalsTogether
-from cloudlstm.errors import UserError, no_gpu
-from cloudlstm.files import replacing
+from cloudlstm.errors import UserError, no_gpu, replacing
 from cloudlstm.models.build import build_model
 from cloudlstm.rundir.layout import CONFIG_FILE, DATA_SUMMARY_FILE, wandb_run_id
 
@@ -111,7 +110,7 @@ def write_data_summary(output_dir: Path, summary: dict[str, Any]) -> None:
     """``<output_dir>/data_summary.json``.
 
     Raises:
-        OutOfSpaceError: no room for it, naming it (:func:`~cloudlstm.files.replacing`).
+        OutOfSpaceError: no room for it, naming it (:func:`~cloudlstm.errors.replacing`).
     """
     with replacing(output_dir / DATA_SUMMARY_FILE) as part:
         part.write_text(json.dumps(summary, indent=2))

@@ -22,8 +22,7 @@ from cloudlstm.data.pipeline.forecast_input import TimeReading, user_errors
 from cloudlstm.data.sources.long_format import folder_given
 from cloudlstm.data.sources.tables import parquet_dataset_parts, read_table
 from cloudlstm.data.sources.times import SOURCE_OPTIONS, check_time_reading
-from cloudlstm.errors import UserError, why_not_written
-from cloudlstm.files import replacing
+from cloudlstm.errors import UserError, replacing, why_not_written
 from cloudlstm.forecast import Forecaster
 from cloudlstm.paths import config_dir
 from cloudlstm.rundir.layout import path_option
@@ -118,7 +117,7 @@ def write_forecast(forecast: pd.DataFrame, path: Path, out: str) -> None:
 
     The file is written under its own name in a new hidden folder beside ``path`` (so the
     format, compression and a zip's member name are those of ``path``), then renamed over
-    ``path`` (:func:`~cloudlstm.files.replacing`): a write that fails leaves no part of a
+    ``path`` (:func:`~cloudlstm.errors.replacing`): a write that fails leaves no part of a
     file, and an earlier forecast there as it was.
 
     Raises:

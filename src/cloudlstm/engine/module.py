@@ -23,8 +23,7 @@ from cloudlstm.engine.quantile_metrics import QUANTILE_DECLARED
 from cloudlstm.engine.quantile_module import QuantileForecasting
 from cloudlstm.engine.quantiles import check_calibration, check_quantiles, pinball_loss
 from cloudlstm.engine.results import results_scalars
-from cloudlstm.errors import UserError
-from cloudlstm.files import replacing
+from cloudlstm.errors import UserError, replacing
 from cloudlstm.models.base import silence_output_head
 from cloudlstm.nn.knn_finite import NonFiniteCoordinatesError
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from cloudlstm.files import replacing
+from cloudlstm.errors import replacing
 
 
 def grid_shape(num_points: int) -> tuple[int, int]:

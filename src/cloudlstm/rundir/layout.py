@@ -30,8 +30,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from cloudlstm.errors import UserError
-from cloudlstm.files import replacing
+from cloudlstm.errors import UserError, replacing
 
 CONFIG_FILE = "config.yaml"
 DATA_SUMMARY_FILE = "data_summary.json"
@@ -249,7 +248,7 @@ def _damaged(path: Path, problem: str) -> str:
 def write_metrics(output_dir: Path, results: dict[str, Any]) -> Path:
     """``results`` as ``<output_dir>/metrics.json``; returns its path.
 
-    Written beside it, then renamed over the old one (:func:`~cloudlstm.files.replacing`):
+    Written beside it, then renamed over the old one (:func:`~cloudlstm.errors.replacing`):
     ``metrics.json`` marks a finished run, so a part of one must never be there.
 
     Raises:

@@ -14,7 +14,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from cloudlstm.files import replacing
+from cloudlstm.errors import replacing
 
 DPI = 100
 # Line and bar colours, no two alike: matplotlib's tab10 without its grey (the reference

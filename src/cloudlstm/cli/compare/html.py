@@ -30,8 +30,7 @@ from cloudlstm.cli.compare.groups import Group, code_summary
 from cloudlstm.cli.compare.runs import CompareError, Run
 from cloudlstm.cli.compare.style import REFERENCE, close_range, is_reference
 from cloudlstm.cli.compare.table import best_rows, higher_is_better, ranked
-from cloudlstm.errors import why_not_written
-from cloudlstm.files import replacing
+from cloudlstm.errors import replacing, why_not_written
 from cloudlstm.rundir.layout import CONFIG_FILE, FIGURES_DIR, METRICS_FILE
 from cloudlstm.viz._common import COLOURS, REFERENCE_COLOUR
 

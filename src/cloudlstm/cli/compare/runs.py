@@ -96,7 +96,7 @@ def find_runs(roots: Sequence[Path], include_evals: bool = False) -> list[Run]:
 
 def _results_under(root: Path) -> list[Path]:
     """The ``metrics.json`` files under ``root``, outside hidden folders: those hold no run
-    (Hydra's ``.hydra``), or a file being written (:func:`cloudlstm.files.replacing`), or
+    (Hydra's ``.hydra``), or a file being written (:func:`cloudlstm.errors.replacing`), or
     one whose write was killed."""
     return [
         path

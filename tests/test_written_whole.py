@@ -1,4 +1,4 @@
-"""Writing a file whole or not at all (cloudlstm.files.replacing), and the comparison tool's
+"""Writing a file whole or not at all (cloudlstm.errors.replacing), and the comparison tool's
 view of a write in progress."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from cloudlstm.cli.compare import find_runs
-from cloudlstm.files import replacing
+from cloudlstm.errors import replacing
 from tests.test_compare import write_run
 
 
