@@ -8,9 +8,9 @@ given by the user, which callers that catch ``ValueError`` keep handling.
 A write that finds no room (a full disk, a quota, a file size limit) is the user's to fix
 too: :func:`out_of_space` makes it an :class:`OutOfSpaceError` naming the file, the room
 left or the limit, and what to do; :func:`replacing` writes a file whole or not at all, so
-that such a write leaves the earlier file as it was. So is an allocation that finds no
-memory, on the CPU or a GPU (:func:`out_of_memory`): the sizes asked for more than the
-machine has.
+that such a write leaves the earlier file as it was. An allocation that finds no memory,
+on the CPU or a GPU, is the user's to fix as well (:func:`out_of_memory`): the sizes asked
+for more than the machine has.
 """
 
 from __future__ import annotations
