@@ -514,3 +514,21 @@ def test_a_folder_given_as_a_wide_table_or_its_positions_is_one_line(tmp_path):
     )
     with pytest.raises(UserError, match=r"data.source.positions=.* is a folder, not a file: name"):
         WideTableSource(tmp_path / "pos.csv", tmp_path / "speeds").load()
+
+
+def test_a_parquet_dataset_without_pyarrow_is_one_line(tmp_path, monkeypatch):
+    import importlib.util
+
+    from cloudlstm.errors import MissingPackageError
+
+    write_dataset(folder := tmp_path / "dataset", table(), "id")
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "pyarrow" else find_spec(name, *a),
+    )
+    with pytest.raises(
+        MissingPackageError, match=r"Parquet dataset .* needs pyarrow: `pip install"
+    ):
+        stream_of(folder)

@@ -397,6 +397,11 @@ def read_table(
             text file cut short inside a row (:func:`refuse_cut_short`).
     """
     if path.is_dir():  # a Parquet dataset (:func:`parquet_dataset_parts`)
+        if importlib.util.find_spec("pyarrow") is None:  # the text partitioning is pyarrow's
+            raise MissingPackageError(
+                f"Reading the Parquet dataset {path} needs pyarrow: `pip install pyarrow` "
+                "(or write its rows into one file)."
+            )
         return _read_parquet(path, what, partitioning=_partitions_as_text(path))
     suffix = path.suffix.lower()
     if suffix in OTHER_FORMATS:
