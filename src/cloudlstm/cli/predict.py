@@ -19,8 +19,8 @@ from cloudlstm.assembly.build import check_process_settings, set_torch_threads
 from cloudlstm.assembly.known_keys import check_added_top_level_keys
 from cloudlstm.cli.group_choices import group_choices
 from cloudlstm.data.pipeline.forecast_input import TimeReading, user_errors
-from cloudlstm.data.sources.long_format import folder_given
-from cloudlstm.data.sources.tables import parquet_dataset_parts, read_table
+from cloudlstm.data.sources.long_format import dataset_parts
+from cloudlstm.data.sources.tables import read_table
 from cloudlstm.data.sources.times import SOURCE_OPTIONS, check_time_reading
 from cloudlstm.errors import UserError, replacing, why_not_written
 from cloudlstm.forecast import Forecaster
@@ -181,8 +181,7 @@ def read_history(path: Path, key: str = "data.path", id_col: str = "id") -> pd.D
     folder), given as ``key``, its point ids (``id_col``) read as text, as training read
     them."""
     if path.is_dir():
-        if not parquet_dataset_parts(path):
-            raise UserError(folder_given(path, key))
+        dataset_parts(path, key)  # or one line: the folder is no Parquet dataset
     elif not path.is_file():
         raise UserError(f"{key}={path}: no such file (the history to forecast from).")
     try:

@@ -108,8 +108,7 @@ def _warn_merged_positions(stream: PointCloudStream, normalised: np.ndarray) -> 
     seen = len(np.unique(normalised.astype(np.float32), axis=0))
     if seen == distinct:
         return
-    spread = np.abs(raw - np.median(raw, axis=0))
-    farthest, axis = np.unravel_index(np.argmax(spread), spread.shape)
+    (farthest,), axis, median = _farthest_coordinate(raw)
     log.warning(
         "stream '%s': %d distinct point positions become %d once scaled to [0, 1] in float32, "
         "so the models that read positions cannot tell some points apart. The farthest "
@@ -121,7 +120,7 @@ def _warn_merged_positions(stream: PointCloudStream, normalised: np.ndarray) -> 
         stream.point_ids[farthest],
         "xyz"[axis],
         raw[farthest, axis],
-        np.median(raw[:, axis]),
+        median[axis],
     )
 
 
@@ -138,9 +137,7 @@ def _warn_merged_track(stream: PointCloudStream, seen: np.ndarray) -> None:
     )
     if not merged.any():
         return
-    median = np.median(raw.reshape(-1, raw.shape[-1]), axis=0)  # a trajectory is finite
-    spread = np.abs(raw - median)
-    step, point, axis = np.unravel_index(np.argmax(spread), spread.shape)
+    (step, point), axis, median = _farthest_coordinate(raw)
     log.warning(
         "stream '%s': at %d of %d steps (the first: step %d) points at distinct positions "
         "share one once scaled to [0, 1] in float32, so the models that read positions cannot "
@@ -156,6 +153,15 @@ def _warn_merged_track(stream: PointCloudStream, seen: np.ndarray) -> None:
         raw[step, point, axis],
         median[axis],
     )
+
+
+def _farthest_coordinate(raw: np.ndarray) -> tuple[tuple[int, ...], int, np.ndarray]:
+    """Where in ``raw`` (``(..., L)`` finite positions) the coordinate farthest from its
+    axis's median is: its index over the leading dimensions, its axis, and the ``(L,)``
+    medians."""
+    median = np.median(raw.reshape(-1, raw.shape[-1]), axis=0)
+    *where, axis = np.unravel_index(np.argmax(np.abs(raw - median)), raw.shape)
+    return tuple(int(i) for i in where), int(axis), median
 
 
 # steps of a trajectory checked at once: bounded memory for long streams of many points

@@ -50,10 +50,21 @@ DATA_SUFFIXES = (".csv", ".parquet", ".pq")
 _UNNAMED = "Unnamed: "
 
 
-def folder_given(path: Path, option: str) -> str:
-    """The one-line error for a folder given where a long-format file is read, which is no
-    Parquet dataset (:func:`~cloudlstm.data.sources.tables.parquet_dataset_parts`): the
-    folder's data files, one of them as the example to give instead."""
+def dataset_parts(path: Path, option: str) -> list[Path]:
+    """The parts of the folder ``path`` given as ``option`` where a long-format file is
+    read: a Parquet dataset (:func:`~cloudlstm.data.sources.tables.parquet_dataset_parts`).
+
+    Raises:
+        UserError: it is no Parquet dataset (:func:`_folder_given`).
+    """
+    if parts := parquet_dataset_parts(path):
+        return parts
+    raise UserError(_folder_given(path, option))
+
+
+def _folder_given(path: Path, option: str) -> str:
+    """The one-line error for a folder that is no Parquet dataset: the folder's data files,
+    one of them as the example to give instead."""
     files = sorted(
         f.name
         for f in path.iterdir()
@@ -225,9 +236,7 @@ class LongFormatSource(CachedSource):
         ``data.source.path`` when it is absent, a :class:`UserError` when it is another
         folder (one file, or one dataset, holds the whole stream)."""
         if self.path.is_dir():
-            if parts := parquet_dataset_parts(self.path):
-                return parts
-            raise UserError(folder_given(self.path, "data.source.path"))
+            return dataset_parts(self.path, "data.source.path")
         if not self.path.is_file():
             raise MissingFileError(
                 f"Long-format data file not found: {self.path.resolve()}. Set the path of your "
