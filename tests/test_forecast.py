@@ -33,6 +33,7 @@ T, N, M, J = 200, 6, 4, 3
 CHANNELS = ["no2", "pm25"]
 IDS = [f"p{p}" for p in range(N)]  # sorted: the loader's point order
 STAMPS = pd.Timestamp("2021-01-01") + pd.to_timedelta(np.arange(T), unit="h")
+OFF_GRID = pd.Timedelta("7min")  # a clock that drifted: not a whole step
 SPLIT = 169  # the first target step of the test window compared (the test part: [160, 200))
 COORDS = np.random.default_rng(1).uniform(0, 10, (N, 2))
 
@@ -164,6 +165,27 @@ def test_a_reading_fed_again_replaces_the_earlier_one(points_run, forecaster):
     f.update(recent[recent["timestamp"] == STAMPS[SPLIT - M]])  # and the oldest step late
     assert len(f._buffer) == len(recent)
     pd.testing.assert_frame_equal(f.forecast(), forecaster.forecast(whole))
+
+
+def test_a_refused_snapshot_leaves_the_stream_as_it_was(points_run, forecaster):
+    """A snapshot off the step grid, in another time zone, is refused; the stream keeps its
+    rows and its zone, so the next forecast is the one before."""
+    recent = history(points_run)
+    recent = recent[recent["timestamp"] >= STAMPS[SPLIT - M]]
+    in_rome = recent.assign(
+        timestamp=recent["timestamp"].dt.tz_localize("UTC").dt.tz_convert("Europe/Rome")
+    )
+    f = Forecaster.load(points_run[0], device="cpu")
+    f.update(in_rome)
+    before = f.forecast()
+    last = recent[recent["timestamp"] == STAMPS[SPLIT - 1]]
+    drifted = last.assign(
+        timestamp=(last["timestamp"] + OFF_GRID).dt.tz_localize("UTC").dt.tz_convert("Asia/Tokyo")
+    )
+    with pytest.raises(UserError, match=r"^the stream fed to update\(\): timestamp .* is not a"):
+        f.update(drifted)
+    pd.testing.assert_frame_equal(f.forecast(), before)
+    assert str(before["timestamp"].dt.tz) == "Europe/Rome"
 
 
 @pytest.mark.parametrize("given", [{"timestamp": ["2021-01-01"]}, [1, 2, 3]], ids=["dict", "list"])
@@ -340,6 +362,12 @@ def test_input_steps_follow_the_stored_offsets():
             r"sampled every 2h, but the model was trained on data every 1h",
         ),
         (
+            lambda df: df.replace({"timestamp": {STAMPS[SPLIT - 2]: STAMPS[SPLIT - 2] + OFF_GRID}}),
+            r"timestamp 2021-01-07 23:07:00 is not a whole number of 1h steps after its first, "
+            r"2021-01-01 00:00:00 \(1 such timestamp\(s\)\), but the model was trained on data "
+            r"every 1h: resample the history onto that grid\.$",
+        ),
+        (
             lambda df: df.iloc[:0],
             r"has no rows, only its columns: give the readings of the "
             r"last 4 steps\.$",
@@ -355,6 +383,7 @@ def test_input_steps_follow_the_stored_offsets():
         "missing-channel",
         "other-interval",
         "every-other-step",
+        "a-step-off-the-grid",
         "header-only",
         "channel-never-read",
     ],

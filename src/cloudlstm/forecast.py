@@ -253,14 +253,15 @@ class Forecaster:
         """
         long = long_history(snapshot, self.info, "the snapshot")
         rows = parse_history(long, self.info, "the snapshot")
-        self._zone = time_zone(long[self.info.time_col], self.info.time_format, self.info.time_unit)
+        zone = time_zone(long[self.info.time_col], self.info.time_format, self.info.time_unit)
         stream = rows if self._buffer is None else pd.concat([self._buffer, rows])
         key = [self.info.time_col, self.info.id_col]
         stream = stream.drop_duplicates(subset=key, keep="last")
         times = stream[self.info.time_col].to_numpy()
         step = history_step(times, self.info, "the stream fed to update()")
         stream = stream[times > times.max() - self.history_steps * step]
-        self._buffer = stream.reset_index(drop=True)
+        # set together, after every check: a refused snapshot leaves the stream as it was
+        self._buffer, self._zone = stream.reset_index(drop=True), zone
 
     def _table(
         self, window: ForecastInput, pred: np.ndarray, quantiles: np.ndarray | None = None

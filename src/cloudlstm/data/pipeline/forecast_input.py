@@ -186,31 +186,47 @@ def history_step(times: np.ndarray, info: DataSpec, what: str) -> np.timedelta64
     """The training sampling period, checked against the history's own.
 
     Raises:
-        UserError: the history is sampled at another interval, or the period is unknown.
+        UserError: the history is sampled at another interval, has a timestamp off the
+            training step's grid, or the period is unknown.
     """
     distinct = np.unique(times)
     found = infer_step(distinct) if len(distinct) > 1 else None
     expected = info.step
     if expected is None and found is None:
         raise UserError(f"{what} has one timestamp and the training data had no sampling step.")
-    if expected is not None and found is not None and not on_grid(distinct, expected):
-        raise UserError(
-            f"{what} is sampled every {step_text(found)}, but the model was trained on data "
-            f"every {step_text(expected)}: resample the history to {step_text(expected)} steps."
-        )
+    if expected is not None and found is not None:
+        check_on_grid(distinct, expected, found, what)
     return expected if expected is not None else found
 
 
-def on_grid(distinct: np.ndarray, step: np.timedelta64) -> bool:
-    """Whether sorted distinct ``times`` are samples of a ``step`` grid with gaps allowed.
+def check_on_grid(
+    distinct: np.ndarray, step: np.timedelta64, found: np.timedelta64, what: str
+) -> None:
+    """Refuse sorted distinct ``times`` that are no samples of a ``step`` grid.
 
-    Every gap must be a whole number of steps, and at least one exactly one step: a history
-    with missing steps is fine (they are filled), one sampled every 2 steps is another
-    interval, not a sparse history.
+    Every time must be a whole number of steps after the first, and at least one gap
+    exactly one step: a history with missing steps is fine (they are filled), one sampled
+    every 2 steps (``found``, its most common gap) is another interval, not a sparse history.
+
+    Raises:
+        UserError: naming the first time off the grid where the history is sampled at the
+            step, else the history's own interval.
     """
-    gaps = np.diff(distinct).astype("timedelta64[ns]").astype(np.int64)
     unit = int(step / np.timedelta64(1, "ns"))
-    return bool((gaps % unit == 0).all() and (gaps == unit).any())
+    offsets = (distinct - distinct[0]).astype("timedelta64[ns]").astype(np.int64)
+    off_grid = np.flatnonzero(offsets % unit)
+    if len(off_grid) and found == step:  # sampled at the step, some times drifted off it
+        raise UserError(
+            f"{what}: timestamp {pd.Timestamp(distinct[off_grid[0]])} is not a whole number of "
+            f"{step_text(step)} steps after its first, {pd.Timestamp(distinct[0])} "
+            f"({len(off_grid)} such timestamp(s)), but the model was trained on data every "
+            f"{step_text(step)}: resample the history onto that grid."
+        )
+    if len(off_grid) or not (np.diff(offsets) == unit).any():
+        raise UserError(
+            f"{what} is sampled every {step_text(found)}, but the model was trained on data "
+            f"every {step_text(step)}: resample the history to {step_text(step)} steps."
+        )
 
 
 def recent_window(
