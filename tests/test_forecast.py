@@ -241,6 +241,26 @@ def test_a_point_without_readings_of_its_own_is_forecast_with_one_warning(
     assert not [r for r in caplog.records if "of their own" in r.getMessage()]
 
 
+def test_steps_without_any_reading_are_forecast_with_one_warning(points_run, forecaster, caplog):
+    """The whole network silent for 2 of the 4 steps read: they are filled in time, said
+    once; a history with scattered gaps is not warned of."""
+    df = history(points_run)
+    silent = df[~df["timestamp"].isin(STAMPS[[SPLIT - 3, SPLIT - 2]])]
+    with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.forecast_input"):
+        out = forecaster.forecast(silent)
+    warned = [r.getMessage() for r in caplog.records if "at any point in" in r.getMessage()]
+    assert warned == [
+        "the history has no reading at any point in 2 of the 4 steps the model reads "
+        "(2021-01-07 22:00:00, 2021-01-07 23:00:00): they are filled in time from the steps "
+        "around, so the forecast stands on 2 step(s) of readings."
+    ]
+    assert (out[FILLED_COLUMN] >= 2 * len(CHANNELS)).all()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.forecast_input"):
+        forecaster.forecast(df)  # 10 % of the cells missing, no step silent
+    assert not [r for r in caplog.records if "at any point in" in r.getMessage()]
+
+
 @pytest.fixture(scope="module")
 def grid_run(tmp_path_factory, points_run):
     """A tiny ConvLSTM (a grid model) on the same CSV; trained only, not tested."""

@@ -331,6 +331,7 @@ def build_input(
     raw = _checked_values(raw, ids, raw_coords, times, info, what, mode)
     _refuse_unread_channels(raw, info, times, what)
     _warn_unread_points(raw, ids, info, times, what)
+    _warn_unread_steps(raw, info, times, what)
     filled, observed = interpolate_gaps(raw)
     if info.moving:  # positions are channels too, as in training
         cut = len(info.value_channels)
@@ -413,6 +414,30 @@ def _refuse_unread_channels(raw: np.ndarray, info: DataSpec, times: np.ndarray, 
         what,
         ", ".join(map(repr, unread)),
         steps,
+    )
+
+
+def _warn_unread_steps(raw: np.ndarray, info: DataSpec, times: np.ndarray, what: str) -> None:
+    """One warning when steps the model reads of the history ``raw (H, N, C)`` (NaN:
+    missing) have no forecast channel's reading at any point, as after an outage of the
+    whole network: they are filled in time from the steps around, at every point alike,
+    which ``filled_inputs`` would not tell from scattered gaps."""
+    forecast = [info.read_channels.index(c) for c in info.value_channels]
+    read = len(times) + np.asarray(info.input_offsets)  # the steps the model reads
+    empty = read[~np.isfinite(raw[read][:, :, forecast]).any(axis=(1, 2))]
+    if not len(empty):
+        return
+    shown = ", ".join(str(pd.Timestamp(times[t])) for t in empty[:3])
+    log.warning(
+        "%s has no reading at any point in %d of the %d steps the model reads (%s%s): they "
+        "are filled in time from the steps around, so the forecast stands on %d step(s) of "
+        "readings.",
+        what,
+        len(empty),
+        len(read),
+        shown,
+        " ..." if len(empty) > 3 else "",
+        len(read) - len(empty),
     )
 
 
