@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -433,6 +434,29 @@ def test_points_config_builds_a_datamodule(tmp_path):
 
 
 # ---------------------------------------------------------------- cache
+def test_files_alike_in_name_size_and_time_are_cached_apart(tmp_path):
+    """Two sites' exports unpacked from one archive: the same name, size and time, other
+    readings. Each is its own stream, not the first one's from the cache."""
+    sites = []
+    for site, offset in (("a", 0.0), ("b", 1.0)):  # 1.5 and 2.5 are as long as text
+        folder = tmp_path / site
+        folder.mkdir()
+        df = long_table()
+        df["a"] = 1.5 + offset
+        sites.append(write(folder, df))
+    os.utime(sites[1], ns=(sites[0].stat().st_mtime_ns,) * 2)
+    assert sites[0].name == sites[1].name and sites[0].stat().st_size == sites[1].stat().st_size
+    streams = [LongFormatSource(p, cache_dir=tmp_path / "cache").load() for p in sites]
+    assert np.unique(streams[0].values[..., 0]).tolist() == [1.5]
+    assert np.unique(streams[1].values[..., 0]).tolist() == [2.5]
+    moved = tmp_path / "moved" / sites[0].name
+    moved.parent.mkdir()
+    shutil.copy2(sites[0], moved)  # the same readings elsewhere: the same stream
+    source = LongFormatSource(moved, cache_dir=tmp_path / "cache")
+    source.load()
+    assert source.last_load_from_cache
+
+
 def test_a_cache_dir_caches_the_stream_until_the_file_changes(tmp_path):
     path = write(tmp_path, long_table(drop={(5, 0)}))
     source = LongFormatSource(path, cache_dir=tmp_path / "cache")

@@ -80,6 +80,22 @@ def test_relative_links_resolve(path):
     assert not broken, "broken links:\n" + "\n".join(broken)
 
 
+CODE_PATH = re.compile(r"`((?:[\w.-]+/)+[\w.-]+\.py)`")
+#: where a module path named in the docs may start
+CODE_ROOTS = [ROOT, ROOT / "src" / "cloudlstm", ROOT / "src"]
+
+
+@pytest.mark.parametrize("path", DOCS, ids=ids(DOCS))
+def test_module_paths_named_exist(path):
+    """A source path the docs name (`data/cache.py`, `benchmarks/bench_step.py`) is there:
+    a module that moved leaves no stale name behind."""
+    text = path.read_text(encoding="utf-8")
+    stale = sorted(
+        {p for p in CODE_PATH.findall(text) if not any((r / p).exists() for r in CODE_ROOTS)}
+    )
+    assert not stale, "no such file: " + ", ".join(stale)
+
+
 def test_slug_rule():
     assert slug("Reproducing the paper's tables") == "reproducing-the-papers-tables"
     assert slug("How `--paper` matches runs to the paper's rows") == (

@@ -46,6 +46,7 @@ from cloudlstm.errors import UserError
 
 __all__ = [
     "FORMAT",
+    "SIGNATURE_BYTES",
     "VERIFY_BYTES",
     "CachedSource",
     "StreamWriter",
@@ -450,13 +451,36 @@ def load_stream_cache(path: Path, key: str, verify: bool | None = None) -> Point
         return None
 
 
-def file_signature(paths: Sequence[Path]) -> list[tuple[str, int, int]]:
-    """``(name, size, mtime_ns)`` of each file: cheap to compute, changes when a file does."""
+#: bytes read from each end of an input file for its signature's digest
+SIGNATURE_BYTES = 1 << 16
+
+
+def file_signature(paths: Sequence[Path]) -> list[tuple[str, int, int, str | None]]:
+    """``(name, size, mtime_ns, digest)`` of each file: cheap to compute, changes when a
+    file does. The digest (of the file's first and last :data:`SIGNATURE_BYTES`) tells apart
+    files that share a name, a size and a time but not their readings, such as two sites'
+    exports unpacked from one archive (whole-second times), which would share a cache."""
     out = []
     for p in paths:
-        st = Path(p).stat()
-        out.append((Path(p).name, st.st_size, st.st_mtime_ns))
+        path = Path(p)
+        st = path.stat()
+        out.append((path.name, st.st_size, st.st_mtime_ns, _ends_digest(path, st.st_size)))
     return out
+
+
+def _ends_digest(path: Path, size: int) -> str | None:
+    """16 hex digits of the SHA-256 of the file's first and last :data:`SIGNATURE_BYTES`;
+    None where it cannot be read (the reading that follows says why, in one line)."""
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as f:
+            digest.update(f.read(SIGNATURE_BYTES))
+            if size > SIGNATURE_BYTES:
+                f.seek(max(SIGNATURE_BYTES, size - SIGNATURE_BYTES))
+                digest.update(f.read(SIGNATURE_BYTES))
+    except OSError:
+        return None
+    return digest.hexdigest()[:16]
 
 
 def check_int(owner: str, name: str, value: Any, lo: int) -> int:
