@@ -211,6 +211,25 @@ def test_auto_takes_the_newest_of_last_and_hpc_checkpoints(tmp_path):
     assert resume_checkpoint("auto", tmp_path) == str(last)
 
 
+def test_auto_takes_the_latest_step_whatever_the_files_times(tmp_path):
+    """A run directory copied without its files' times (``cp -r``) may give an older HPC
+    checkpoint the newer time: the training step decides, and at a tie ``last.ckpt``."""
+    (tmp_path / "checkpoints").mkdir()
+    last, hpc = tmp_path / "checkpoints" / "last.ckpt", tmp_path / "hpc_ckpt_1.ckpt"
+
+    def save(path: Path, step: int, mtime: int) -> None:
+        torch.save({"state_dict": {}, "global_step": step}, path)
+        os.utime(path, (mtime, mtime))
+
+    save(last, 20, 1_000)
+    save(hpc, 10, 2_000)
+    assert resume_checkpoint("auto", tmp_path) == str(last)
+    save(hpc, 20, 2_000)
+    assert resume_checkpoint("auto", tmp_path) == str(last)
+    save(hpc, 30, 500)
+    assert resume_checkpoint("auto", tmp_path) == str(hpc)
+
+
 @pytest.mark.parametrize(
     "content, message",
     [

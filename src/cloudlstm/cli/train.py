@@ -40,6 +40,7 @@ from cloudlstm.rundir.config_changes import check_config_changes, record_changes
 from cloudlstm.rundir.divergence import clear_divergence, record_divergence
 from cloudlstm.rundir.layout import (
     METRICS_FILE,
+    checkpoint_step,
     in_run,
     last_checkpoint,
     load_metrics,
@@ -54,7 +55,7 @@ from cloudlstm.rundir.provenance import (
     warn_if_the_code_changed,
 )
 from cloudlstm.rundir.resume import resume_checkpoint
-from cloudlstm.rundir.stops import RunInterrupted, checkpoint_step
+from cloudlstm.rundir.stops import RunInterrupted
 from cloudlstm.rundir.sweep_sigterm import stopped_before_training
 
 log = logging.getLogger(__name__)

@@ -28,8 +28,8 @@ from typing import Any
 
 import lightning as L
 
+from cloudlstm.rundir.layout import checkpoint_step
 from cloudlstm.rundir.preemption import validates_now
-from cloudlstm.rundir.stops import checkpoint_step
 
 log = logging.getLogger(__name__)
 

@@ -143,8 +143,31 @@ def resume_candidates(run_dir: Path) -> list[Path]:
 
 
 def newest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest of :func:`resume_candidates` (by modification time), or None."""
-    return max(resume_candidates(run_dir), key=lambda p: p.stat().st_mtime_ns, default=None)
+    """The newest of :func:`resume_candidates`, or None: the one of the latest training step
+    (at a tie ``last.ckpt``, then the newer file), so that a run directory copied without
+    its files' times (``cp -r``) keeps its order. Where one cannot be read, or holds no
+    step, the newest by modification time (whose check then names the damage)."""
+    candidates = resume_candidates(run_dir)
+    steps = {p: checkpoint_step(p) for p in candidates}
+    if None in steps.values():
+        return max(candidates, key=lambda p: p.stat().st_mtime_ns, default=None)
+    return max(
+        candidates,
+        key=lambda p: (steps[p], p.name == LAST_CHECKPOINT, p.stat().st_mtime_ns),
+        default=None,
+    )
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The ``global_step`` of a checkpoint, read without loading its tensors (None if it
+    cannot be read, or holds none)."""
+    import torch  # here: the module's other parts need no torch
+
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    except Exception:
+        return None
+    return checkpoint.get("global_step") if isinstance(checkpoint, dict) else None
 
 
 def find_checkpoint(run: Path, ckpt: object) -> Path:

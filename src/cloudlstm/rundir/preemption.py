@@ -40,8 +40,8 @@ import lightning as L
 from lightning.fabric.plugins.environments import SLURMEnvironment
 
 from cloudlstm.engine.signals import SignalsTogether
-from cloudlstm.rundir.layout import newest_checkpoint
-from cloudlstm.rundir.stops import RunInterrupted, checkpoint_step, stop_error
+from cloudlstm.rundir.layout import checkpoint_step, newest_checkpoint
+from cloudlstm.rundir.stops import RunInterrupted, stop_error
 
 log = logging.getLogger(__name__)
 

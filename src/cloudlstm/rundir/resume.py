@@ -21,7 +21,7 @@ from cloudlstm.rundir.layout import (
     BEST_CHECKPOINTS,
     CHECKPOINT_DIR,
     last_checkpoint,
-    resume_candidates,
+    newest_checkpoint,
 )
 
 log = logging.getLogger(__name__)
@@ -43,10 +43,9 @@ def resume_checkpoint(resume: Any, run_dir: Path) -> str | None:
     if resume in (None, False, "never"):
         return None
     if resume == "auto":
-        existing = resume_candidates(run_dir)
-        if not existing:
+        path = newest_checkpoint(run_dir)
+        if path is None:
             return None
-        path = max(existing, key=lambda p: p.stat().st_mtime_ns)
         checkpoint = check_checkpoint(path, damaged_checkpoint_remedy(run_dir))
         path = _prefer_last(path, checkpoint, run_dir)
         log.info("Resuming from %s (resume=auto; resume=never starts fresh).", path)

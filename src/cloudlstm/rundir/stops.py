@@ -5,7 +5,8 @@ A joblib sweep's worker reads a stop before its job trains
 (:func:`cloudlstm.rundir.sweep_sigterm.stopped_before_training`) and should not first spend
 the seconds that importing torch and Lightning take (tens of seconds on a loaded machine,
 where a batch system's grace period after SIGTERM is 20-30 s); so this module imports only
-the standard library, and torch inside :func:`checkpoint_step` alone.
+the standard library (a checkpoint's step is read by
+:func:`cloudlstm.rundir.layout.checkpoint_step`, which loads torch when it is called).
 """
 
 from __future__ import annotations
@@ -92,15 +93,3 @@ def program() -> list[str]:
     if name == "cloudlstm-train":
         return [name]
     return ["python", sys.argv[0] if name == "train.py" else "train.py"]
-
-
-def checkpoint_step(path: Path) -> int | None:
-    """The ``global_step`` of a checkpoint, read without loading its tensors (None if it
-    cannot be read)."""
-    import torch  # here: the module's other parts need no torch
-
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    except Exception:
-        return None
-    return checkpoint.get("global_step") if isinstance(checkpoint, dict) else None

@@ -55,14 +55,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from cloudlstm.rundir.layout import LOCK_FILE, newest_checkpoint
-from cloudlstm.rundir.stops import (
-    CTRL_C_EXIT_CODE,
-    EXIT_CODE,
-    RunInterrupted,
-    checkpoint_step,
-    stop_error,
-)
+from cloudlstm.rundir.layout import LOCK_FILE, checkpoint_step, newest_checkpoint
+from cloudlstm.rundir.stops import CTRL_C_EXIT_CODE, EXIT_CODE, RunInterrupted, stop_error
 from cloudlstm.rundir.worker_signals import NOTED_SIGNALS, note_signals, noted
 
 log = logging.getLogger(__name__)
