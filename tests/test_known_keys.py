@@ -44,6 +44,31 @@ def test_a_key_nothing_reads_is_refused_by_name(tmp_path: Path, override: str, s
 
 
 @pytest.mark.parametrize(
+    ("overrides", "said"),
+    [
+        (["+callbacks.early_stop.patience=5"], "callbacks.early_stop: there is no callbacks "
+         "entry early_stop (did you mean callbacks.early_stopping?), and this one has no "
+         "_target_, so nothing would be built from it. Set a key of one of early_stopping, "),
+        (["logger=csv", "+logger.csvv.save_dir=x"], "logger.csvv: there is no logger entry "
+         "csvv (did you mean logger.csv?), and this one has no _target_, so nothing would be "
+         "built from it. Set a key of csv, or give it a _target_."),
+        (["+callbacks.foo=1"], "callbacks.foo: there is no callbacks entry foo, and this one "),
+        (["logger=none", "+logger.csv.save_dir=x"], "logger.csv: there is no logger entry csv, "
+         "and this one has no _target_, so nothing would be built from it. This config builds "
+         "no logger: give it a _target_, or leave it out."),
+    ],
+)  # fmt: skip
+def test_an_entry_of_callbacks_or_logger_that_builds_nothing_is_refused(
+    tmp_path: Path, overrides: list[str], said: str
+):
+    """A misspelt callback or logger added with + would be an entry no code builds: the
+    run would go on as if its settings were not there."""
+    with pytest.raises(UserError) as refused:
+        check_known_keys(compose_train(tmp_path, overrides))
+    assert str(refused.value).startswith(said), str(refused.value)
+
+
+@pytest.mark.parametrize(
     ("override", "said"),
     [
         ("callbacks.early_stopping.patience=-1", "EarlyStopping: callbacks.early_stopping."
@@ -90,6 +115,7 @@ def test_a_value_of_another_type_than_declared_is_refused_for_every_node(
         ["logger=wandb", "+logger.wandb.notes=x"],  # the W&B logger passes **kwargs on
         ["model.compile=true"],  # a build option of the model node, not an argument
         ["+paths.extra=1"],  # a plain node: not checked (module docstring)
+        ["callbacks.early_stopping=null", "+callbacks.extra=null"],  # null: left out
         ["experiment=demo", "model=stgcn"],
     ],
 )

@@ -10,6 +10,12 @@ file does the same. So before the data are read:
   the schedule, the Trainer, the callbacks, the loggers) may hold only the arguments its
   target declares, unless the target takes ``**kwargs`` (the W&B logger passes them on);
 * a top-level key added with ``+key=value`` is refused: the top-level settings are fixed;
+* each entry of a group of objects (``callbacks``, ``logger``) is one to build, with a
+  ``_target_``, or null (left out): ``+callbacks.early_stop.patience=5``, a misspelt
+  ``early_stopping``, would make an entry that nothing builds. Where the group builds
+  nothing (``callbacks=none``), a recipe's setting of a callback it would have
+  (``callbacks.early_stopping.patience``) is moot, and only entries added with ``+`` are
+  refused;
 * a value of a type other than its target declares (``bool``, ``int``, ``float``) is
   refused as a model's option is (:mod:`cloudlstm.models.options`): an early stopping's
   ``patience=maybe`` or ``-1``, a Trainer's ``max_steps=2.5``.
@@ -40,6 +46,8 @@ _HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
 _BUILD_KEYS = {"model": set(BUILD_OPTIONS)}
 # an argument list longer than this is not written out in the message
 _LIST_AT_MOST = 16
+# the groups whose entries are each an object to build (assembly.config.instantiate_group)
+OBJECT_GROUPS = ("callbacks", "logger")
 
 
 def check_known_keys(cfg: DictConfig) -> None:
@@ -50,6 +58,9 @@ def check_known_keys(cfg: DictConfig) -> None:
             argument it takes and the way out.
     """
     check_added_top_level_keys(cfg)
+    added = _added_keys()
+    for group in OBJECT_GROUPS:
+        check_group_entries(cfg, group, added)
     for path, node in _target_nodes(cfg, ""):
         _check_node(path, node)
 
@@ -76,6 +87,51 @@ def check_added_top_level_keys(cfg: DictConfig) -> None:
             f"read it{_nearest(key, known)}. Give a setting the config has (`--cfg job` "
             "after the command prints them), without the +."
         )
+
+
+def _added_keys() -> set[str]:
+    """The keys of the overrides that add one with ``+`` (none outside a Hydra job)."""
+    if not HydraConfig.initialized():
+        return set()
+    overrides = OverridesParser.create().parse_overrides(list(HydraConfig.get().overrides.task))
+    return {o.key_or_group for o in overrides if o.is_add()}
+
+
+def check_group_entries(cfg: DictConfig, group: str, added: set[str] = frozenset()) -> None:
+    """Refuse an entry of the group ``group`` of ``cfg`` that is neither null nor a node with
+    a ``_target_``: nothing would build it, so what it sets would change nothing. Where no
+    entry builds an object, only an entry ``added`` with ``+`` (keys of overrides) is.
+
+    Raises:
+        UserError: names the entry, the nearest entry that builds an object and the way out.
+    """
+    entries = cfg.get(group)
+    if not isinstance(entries, DictConfig):
+        return
+    buildable = [str(k) for k in entries if _builds(entries, str(k))]
+    for key in entries:
+        key = str(key)
+        node = entries._get_node(key)
+        if node._is_none() or OmegaConf.is_interpolation(entries, key) or _builds(entries, key):
+            continue
+        entry = f"{group}.{key}"
+        if not buildable and not any(a == entry or a.startswith(f"{entry}.") for a in added):
+            continue  # a setting of a callback the chosen group does not have
+        if buildable:
+            names = ("one of " if len(buildable) > 1 else "") + ", ".join(sorted(buildable))
+            way_out = f"Set a key of {names}, or give it a _target_."
+        else:
+            way_out = f"This config builds no {group}: give it a _target_, or leave it out."
+        raise UserError(
+            f"{group}.{key}: there is no {group} entry {key}{_nearest(key, buildable, group)}, "
+            f"and this one has no _target_, so nothing would be built from it. {way_out}"
+        )
+
+
+def _builds(entries: DictConfig, key: str) -> bool:
+    """Whether entry ``key`` of ``entries`` is a node with a ``_target_``."""
+    node = entries._get_node(key)
+    return isinstance(node, DictConfig) and not node._is_none() and "_target_" in node
 
 
 def _target_nodes(node: DictConfig, path: str) -> Iterator[tuple[str, DictConfig]]:
