@@ -308,6 +308,22 @@ def test_forecast_and_predict_py_write_one_column_per_quantile(quantile_run, tmp
     np.testing.assert_allclose(written[names].to_numpy(), out[names].to_numpy(), rtol=1e-5)
 
 
+def test_the_median_alone_trains_and_is_the_forecast(tmp_path):
+    """``module.quantiles=[0.5]``: a head without gaps to learn (empty weights), whose one
+    level is the point forecast; the check for weights made non-finite skips the empty ones."""
+    from cloudlstm.cli.train import train
+
+    stream = write_stream(tmp_path / "stream.csv")
+    overrides = run_overrides(stream, "model=linear", "module.quantiles=[0.5]")
+    overrides = [o for o in overrides if not o.startswith(("model.k", "model.hidden"))]
+    cfg = compose_train(tmp_path, [*overrides, "report.figures=false"])
+    train(cfg)
+    metrics = json.loads((Path(cfg.paths.output_dir) / "metrics.json").read_text())
+    overall = metrics["test"]["overall"]
+    assert overall["crps"]["mean"] == pytest.approx(overall["mae"]["mean"], rel=1e-6)
+    assert overall["pinball"]["mean"] == pytest.approx(overall["mae"]["mean"] / 2, rel=1e-6)
+
+
 def test_a_point_model_refuses_quantiles_it_has_not(tmp_path):
     module = ForecastModule(build_model(tiny_model_config(tmp_path, "linear"), SPEC), None, SPEC)
     x, coords, _ = random_batch()
