@@ -99,6 +99,24 @@ def _callback(trainer, kind):
     return next(cb for cb in trainer.callbacks if type(cb) is kind and cb.monitor)
 
 
+def test_the_warmup_fits_a_short_budget_and_the_demo_runs_under_any_recipe(tmp_path) -> None:
+    """250 warm-up steps, or a sixth of a budget of at most 250 steps (the demo's 150 warm
+    up for 25, as they did when the demo set it); the demo leaves the schedule alone, so
+    the paper recipe's plateau scheduler gets no warm-up setting it does not take."""
+    from cloudlstm.assembly.known_keys import check_known_keys
+
+    def warmup(*overrides: str) -> int:
+        return compose_train(tmp_path, list(overrides)).scheduler.warmup_steps
+
+    assert warmup() == 250 and warmup("trainer.max_steps=251") == 250
+    assert warmup("trainer.max_steps=250") == 41 and warmup("experiment=demo") == 25
+    assert warmup("experiment=metr_la") == 100  # recipe=small's own
+    paper_demo = compose_train(tmp_path, ["experiment=demo", "recipe=paper"])
+    assert "warmup_steps" not in paper_demo.scheduler
+    assert paper_demo.trainer.check_val_every_n_epoch is None
+    check_known_keys(paper_demo)
+
+
 def test_a_step_budget_validates_across_epochs_and_selects_on_the_real_unit_mae(
     tiny_cfg, monkeypatch
 ) -> None:
@@ -128,6 +146,57 @@ def test_a_step_budget_validates_across_epochs_and_selects_on_the_real_unit_mae(
     assert results["val"]["val/mae_best"] == pytest.approx(min(seen.values()))
     saved = json.loads((Path(cfg.paths.output_dir) / "metrics.json").read_text())
     assert math.isfinite(saved["test"]["overall"]["mae"]["mean"])
+
+
+def test_the_plateau_schedule_steps_after_each_validation_across_epochs(
+    tiny_cfg, monkeypatch
+) -> None:
+    """recipe=paper validated every 2 steps across epochs of 3 batches (as experiment=demo
+    validates under any recipe): ReduceLROnPlateau steps after each validation, on its
+    val/loss. Stepped at epochs' ends, it found no metric there and stopped the run."""
+    from torch.optim.lr_scheduler import ReduceLROnPlateau
+
+    seen: dict[int, float] = {}
+    stepped: list[float] = []
+    on_validation_end = ForecastModule.on_validation_epoch_end
+    plateau_step = ReduceLROnPlateau.step
+
+    def record(self):
+        on_validation_end(self)
+        if not self.trainer.sanity_checking:
+            seen[self.global_step] = float(self.trainer.callback_metrics["val/loss"])
+
+    def step(self, metrics, *args, **kwargs):
+        stepped.append(float(metrics))
+        return plateau_step(self, metrics, *args, **kwargs)
+
+    monkeypatch.setattr(ForecastModule, "on_validation_epoch_end", record)
+    monkeypatch.setattr(ReduceLROnPlateau, "step", step)
+    cfg = tiny_cfg(
+        "recipe=paper",
+        "trainer.max_steps=7",
+        "trainer.max_epochs=-1",
+        "trainer.val_check_interval=2",
+        "trainer.check_val_every_n_epoch=null",
+    )
+    train(cfg)
+    assert sorted(seen) == [2, 4, 6]
+    assert stepped == [seen[2], seen[4], seen[6]]
+
+
+def test_a_step_interval_longer_than_an_epoch_of_epoch_validations_is_one_line(
+    tiny_cfg,
+) -> None:
+    """Validations at epochs' ends (recipe=paper) every 4 steps, in epochs of 3 batches:
+    Lightning's ValueError when training starts, here one line with both ways out."""
+    cfg = tiny_cfg("recipe=paper", "trainer.val_check_interval=4")
+    with pytest.raises(UserError, match=(
+        r"^trainer.val_check_interval=4 steps is longer than an epoch of training \(3 batches "
+        r"per process\), and trainer.check_val_every_n_epoch=1 validates at epochs' ends: give "
+        r"trainer.check_val_every_n_epoch=null to validate every 4 steps across epochs, or a "
+        r"trainer.val_check_interval of at most 3\.$"
+    )):  # fmt: skip
+        train(cfg)
 
 
 def test_the_recipe_callbacks_follow_the_monitor_setting(tiny_cfg) -> None:

@@ -45,6 +45,16 @@ def _gpus_per_node(accelerator: str, devices: object) -> object:
     return None if str(accelerator) == "cpu" else devices
 
 
+def _warmup_within(steps: int, budget: int) -> int:
+    """``${warmup_within:250,${trainer.max_steps}}`` in the strong recipe: ``steps`` of
+    warm-up, or a sixth of a step budget too short to hold them (the demo's 150 steps warm
+    up for 25), so that a short run needs no schedule setting of its own and any recipe
+    runs at any budget. A budget of no steps (-1: epochs) keeps ``steps``, which the
+    schedule then refuses with the reason."""
+    steps, budget = int(steps), int(budget)
+    return steps if budget <= 0 or steps < budget else budget // 6
+
+
 def _register_resolver() -> None:
     # Here, because every program (train.py, eval.py, the sweeper, a SLURM job unpickling
     # its task) imports this package before Hydra resolves a config; the metric
@@ -55,6 +65,8 @@ def _register_resolver() -> None:
         OmegaConf.register_new_resolver("metric_mode", _metric_mode)
     if not OmegaConf.has_resolver("gpus_per_node"):
         OmegaConf.register_new_resolver("gpus_per_node", _gpus_per_node)
+    if not OmegaConf.has_resolver("warmup_within"):
+        OmegaConf.register_new_resolver("warmup_within", _warmup_within)
 
 
 _register_resolver()

@@ -21,7 +21,11 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from cloudlstm.assembly.batch_limits import check_batch_limits, splits_run
+from cloudlstm.assembly.batch_limits import (
+    check_batch_limits,
+    check_validation_interval,
+    splits_run,
+)
 from cloudlstm.assembly.build import (
     build_loggers,
     build_module,
@@ -107,7 +111,9 @@ def assemble(
     if trained is not None:
         restore_scaler(datamodule, trained)
     summary = set_up_datamodule(datamodule)
-    check_batch_limits(cfg, summary.get("windows", {}), int(getattr(datamodule, "batch_size", 1)))
+    batch_size = int(getattr(datamodule, "batch_size", 1))
+    check_batch_limits(cfg, summary.get("windows", {}), batch_size)
+    check_validation_interval(cfg, summary.get("windows", {}), batch_size)
     write_data_summary(output_dir, summary)
     job_cfg = save_job_config(cfg, output_dir)
     spec = datamodule.spec

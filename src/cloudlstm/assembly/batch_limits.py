@@ -9,11 +9,16 @@ before the data's first batch, naming the value and what to give. A validation l
 stays allowed: no validation, which the run warns of (it then tests the final weights).
 So does a test part left empty on purpose (``data.test_fraction=0``) where the job tests:
 it trained to the end and then failed with the same traceback.
+
+``trainer.val_check_interval`` in steps is checked against an epoch too: where validation
+also counts epochs (``trainer.check_val_every_n_epoch`` set, as under ``recipe=paper``),
+Lightning refuses an interval longer than an epoch with a traceback when training starts.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from omegaconf import DictConfig
@@ -62,6 +67,48 @@ def check_batch_limits(cfg: DictConfig, windows: dict[str, int], batch_size: int
         problem = _problem(split, limit, batches, other_ways)
         if problem:
             raise UserError(f"trainer.{key}={limit}: {problem}.")
+
+
+def check_validation_interval(cfg: DictConfig, windows: dict[str, int], batch_size: int) -> None:
+    """Refuse a ``trainer.val_check_interval`` of more steps than an epoch's training batches
+    on each process where ``trainer.check_val_every_n_epoch`` is set (validations at
+    epochs' ends), as Lightning does when training starts, with a traceback.
+
+    Raises:
+        UserError: names both settings, the epoch's batches and the two ways out.
+    """
+    trainer = cfg.get("trainer") or {}
+    interval, every = trainer.get("val_check_interval"), trainer.get("check_val_every_n_epoch")
+    if "train" not in splits_run(cfg) or every is None:
+        return
+    if isinstance(interval, bool) or not isinstance(interval, int):
+        return  # a fraction of an epoch, or Lightning's default (every epoch)
+    batches = _train_batches(trainer, windows.get("train", 0), batch_size)
+    if 0 < batches < interval:
+        raise UserError(
+            f"trainer.val_check_interval={interval} steps is longer than an epoch of training "
+            f"({batches} batches per process), and trainer.check_val_every_n_epoch={every} "
+            "validates at epochs' ends: give trainer.check_val_every_n_epoch=null to validate "
+            f"every {interval} steps across epochs, or a trainer.val_check_interval of at most "
+            f"{batches}."
+        )
+
+
+def _train_batches(trainer: Any, windows: int, batch_size: int) -> int:
+    """The training batches of an epoch on each process, as Lightning counts them: the
+    loader's, shared by the processes (``devices`` x ``num_nodes``), then
+    ``limit_train_batches``."""
+    devices, nodes = trainer.get("devices"), trainer.get("num_nodes")
+    listed = isinstance(devices, Sequence) and not isinstance(devices, str)
+    world = len(devices) if listed else devices
+    world = (world if isinstance(world, int) and world > 0 else 1) * (
+        nodes if isinstance(nodes, int) and nodes > 0 else 1
+    )
+    batches = math.ceil(math.ceil(windows / max(batch_size, 1)) / world)
+    limit = trainer.get("limit_train_batches")
+    if isinstance(limit, bool) or not isinstance(limit, int | float):
+        return batches
+    return min(batches, limit) if isinstance(limit, int) else int(batches * limit)
 
 
 def _no_test_part(other_ways: bool) -> str:

@@ -36,7 +36,12 @@ NOISE = (
 )
 # Python warnings of libraries about each other, not about this run (Lightning on a newer
 # torch's pytree API).
-NOISY_WARNINGS = (r".*isinstance\(treespec, LeafSpec\)` is deprecated.*",)
+NOISY_WARNINGS = (
+    r".*isinstance\(treespec, LeafSpec\)` is deprecated.*",
+    # a plateau scheduler offered its metric at every step before the first validation
+    # (engine/module.py, ForecastModule._plateau_cadence): skipped by design
+    r"ReduceLROnPlateau conditioned on metric .* which is not available but strict",
+)
 # The config tree's first branches, in this order; the other top-level keys follow.
 TREE_ORDER = ("data", "model", "module", "optimizer", "scheduler", "trainer", "callbacks")
 

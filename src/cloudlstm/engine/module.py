@@ -207,6 +207,7 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
         self.group_points: dict[str, torch.Tensor] = {}
         # best (lowest) validation MAE in real units so far; the sweepers' objective
         self.val_mae_best = math.inf
+        self._validated_at: int | None = None  # the global step of the last validation
         # the validation MAE of forecasting the training mean, the divergence check's
         # reference (measured at a fit's first validation by mean_forecast_metrics)
         self.mean_forecast_mae: float | None = None
@@ -378,6 +379,7 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
         ``at_validation``, and ``val/mae_best``."""
         if self.trainer.sanity_checking:  # two batches only: not a validation result
             return
+        self._validated_at = self.global_step
         if self._collects_calibration():
             self._calibrated(self.residual_bank.offsets(self.quantile_levels, self.centre))
         overall = self.val_metrics.compute()["overall"]
@@ -529,10 +531,39 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
             return {"optimizer": optimizer}
         scheduler = self.hparams.scheduler(optimizer=optimizer, **self._plateau_mode())
         if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-            config = {"monitor": self.hparams.monitor, "interval": "epoch"}
+            config = {"monitor": self.hparams.monitor, **self._plateau_cadence()}
         else:  # a schedule over optimiser steps (the recipe's warm-up + cosine)
             config = {"interval": "step"}
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, **config}}
+
+    def _plateau_cadence(self) -> dict[str, Any]:
+        """When a plateau scheduler steps: after each validation, whose metric it reads. At
+        the end of every k-th epoch where validations are (``check_val_every_n_epoch=k``).
+        Where they come every N steps across epochs (``check_val_every_n_epoch=null``), at
+        epochs' ends the metric would be missing, or the last one again; and Lightning
+        counts a frequency in the epoch's batches, not in steps. So it is offered the
+        metric at every step (none before the first validation: skipped, ``strict``
+        false) and :meth:`lr_scheduler_step` steps it after a validation alone."""
+        if self._validates_by_steps():
+            return {"interval": "step", "frequency": 1, "strict": False}
+        every = getattr(getattr(self, "_trainer", None), "check_val_every_n_epoch", 1)
+        return {"interval": "epoch", "frequency": every or 1}
+
+    def _validates_by_steps(self) -> bool:
+        """Whether validations come every N steps across epochs."""
+        trainer = getattr(self, "_trainer", None)
+        every = getattr(trainer, "check_val_every_n_epoch", 1)
+        interval = getattr(trainer, "val_check_interval", 1.0)
+        return every is None and isinstance(interval, int) and not isinstance(interval, bool)
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        """A plateau scheduler under validations every N steps steps right after one (on
+        its metric), never on the metric of an earlier one (:meth:`_plateau_cadence`)."""
+        if isinstance(scheduler, ReduceLROnPlateau) and self._validates_by_steps():
+            if self._validated_at == self.global_step:
+                scheduler.step(metric)
+            return
+        super().lr_scheduler_step(scheduler, metric)
 
     def _plateau_mode(self) -> dict[str, str]:
         """``mode`` for a plateau scheduler: the direction declared with the monitored
