@@ -162,8 +162,20 @@ def test_a_refused_run_leaves_no_folder_and_a_named_one_is_kept(tmp_path, bad, s
     [
         (
             ["no_such_key=1"],
-            "Could not override 'no_such_key': Key 'no_such_key' is not in struct. To append "
-            "to your config use +no_such_key=1.",
+            "Could not override 'no_such_key': the config has no setting no_such_key. Correct "
+            "the name; `--cfg job` after the command prints the settings.",
+        ),
+        (  # not Hydra's +trainer.max_step=5, which adds a key nothing reads
+            ["trainer.max_step=5"],
+            "Could not override 'trainer.max_step': the config has no setting trainer.max_step "
+            "(did you mean trainer.max_steps?). Correct the name; `--cfg job` after the "
+            "command prints the settings.",
+        ),
+        (  # the same name elsewhere in the config
+            ["trainer.seed=5"],
+            "Could not override 'trainer.seed': the config has no setting trainer.seed (did "
+            "you mean seed?). Correct the name; `--cfg job` after the command prints the "
+            "settings.",
         ),
         (
             ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=1.5"],
@@ -181,7 +193,7 @@ def test_a_refused_run_leaves_no_folder_and_a_named_one_is_kept(tmp_path, bad, s
             "milan, mobile, points, synthetic, synthetic_moving.",
         ),
     ],
-    ids=["unknown key", "wrong type", "no parse", "unknown option"],
+    ids=["unknown key", "misspelt key", "key elsewhere", "wrong type", "no parse", "no option"],
 )
 def test_hydra_s_own_errors_are_one_line_without_the_debugging_hint(tmp_path, args, line):
     """Hydra's messages span several lines (what failed, the OmegaConf error with its key

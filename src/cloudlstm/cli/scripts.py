@@ -12,6 +12,7 @@ it is set already.
 from __future__ import annotations
 
 import atexit
+import difflib
 import gc
 import os
 import re
@@ -217,10 +218,55 @@ def hydra_error_line(err: Exception) -> str:
     if isinstance(err, OverrideParseException):  # its message does not name the override
         lines.insert(0, f"Cannot parse the override {err.override!r}")
     cause = err.__cause__
+    unknown = _unknown_key_line(cause)
+    if unknown is not None:
+        return unknown
     if isinstance(cause, OmegaConfBaseException):  # its first line: the message, not the key
         lines.insert(1, str(cause).splitlines()[0])
     why = ". ".join(line.rstrip(".") for line in lines[1:])
     return f"{lines[0].rstrip('.')}: {why}." if why else lines[0]
+
+
+def _unknown_key_line(cause: BaseException | None) -> str | None:
+    """The line for an override of a key the config does not have (OmegaConf's "not in
+    struct"), or None for another error. Hydra's fix, ``+key=value``, adds a key that
+    nothing reads, which the programs then refuse: the line names the setting meant
+    instead, the same name elsewhere in the config (``bad_values`` is
+    ``data.source.bad_values``) or the nearest name beside it (``trainer.max_step``)."""
+    from omegaconf import DictConfig
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    missing = ConfigKeyError | ConfigAttributeError
+    if not isinstance(cause, missing) or "not in struct" not in str(cause):
+        return None
+    key, parent = str(cause.full_key), cause.parent_node
+    name = key.rsplit(".", 1)[-1]
+    meant = None
+    if isinstance(parent, DictConfig):
+        root = parent._get_root()
+        elsewhere = [k for k in _dotted_keys(root) if k.rsplit(".", 1)[-1] == name]
+        prefix = key.rsplit(".", 1)[0] + "." if "." in key else ""
+        beside = difflib.get_close_matches(name, [str(k) for k in parent], n=1, cutoff=0.6)
+        meant = elsewhere[0] if elsewhere else (prefix + beside[0] if beside else None)
+    hint = f" (did you mean {meant}?)" if meant else ""
+    return (
+        f"Could not override '{key}': the config has no setting {key}{hint}. Correct the "
+        "name; `--cfg job` after the command prints the settings."
+    )
+
+
+def _dotted_keys(node: Any, path: str = "") -> Iterator[str]:
+    """The dotted keys of a config's nodes, depth first, Hydra's own left out."""
+    from omegaconf import DictConfig
+
+    for key in node:
+        if not path and key == "hydra":
+            continue
+        dotted = f"{path}.{key}" if path else str(key)
+        yield dotted
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_none() and not child._is_missing():
+            yield from _dotted_keys(child, dotted)
 
 
 @contextmanager
