@@ -75,26 +75,30 @@ def check_added_top_level_keys(cfg: DictConfig) -> None:
     """
     if not HydraConfig.initialized():
         return
-    hydra_cfg = HydraConfig.get()
-    groups = set(hydra_cfg.runtime.choices)
-    for override in OverridesParser.create().parse_overrides(list(hydra_cfg.overrides.task)):
+    groups = set(HydraConfig.get().runtime.choices)
+    for override in _adding_overrides():
         key = override.key_or_group
-        if not override.is_add() or "." in key or "/" in key or key in groups:
+        if "." in key or "/" in key or key in groups:
             continue
         known = [k for k in cfg if k != key and k != "hydra"]
         raise UserError(
             f"{override.input_line}: there is no top-level setting {key}, so nothing would "
-            f"read it{_nearest(key, known)}. Give a setting the config has (`--cfg job` "
+            f"read it{nearest_name(key, known)}. Give a setting the config has (`--cfg job` "
             "after the command prints them), without the +."
         )
 
 
 def _added_keys() -> set[str]:
     """The keys of the overrides that add one with ``+`` (none outside a Hydra job)."""
+    return {o.key_or_group for o in _adding_overrides()}
+
+
+def _adding_overrides() -> list[Any]:
+    """The job's overrides that add a key with ``+`` (none outside a Hydra job)."""
     if not HydraConfig.initialized():
-        return set()
+        return []
     overrides = OverridesParser.create().parse_overrides(list(HydraConfig.get().overrides.task))
-    return {o.key_or_group for o in overrides if o.is_add()}
+    return [o for o in overrides if o.is_add()]
 
 
 def check_group_entries(cfg: DictConfig, group: str, added: set[str] = frozenset()) -> None:
@@ -123,7 +127,7 @@ def check_group_entries(cfg: DictConfig, group: str, added: set[str] = frozenset
         else:
             way_out = f"This config builds no {group}: give it a _target_, or leave it out."
         raise UserError(
-            f"{group}.{key}: there is no {group} entry {key}{_nearest(key, buildable, group)}, "
+            f"{group}.{key}: there is no {group} entry {key}{nearest_name(key, buildable, group)}, "
             f"and this one has no _target_, so nothing would be built from it. {way_out}"
         )
 
@@ -164,7 +168,7 @@ def _check_node(path: str, node: DictConfig) -> None:
         else:
             takes = f" (it takes {len(arguments)} settings, its documentation lists them)"
         raise UserError(
-            f"{path}.{key}: {name} has no setting {key}{_nearest(key, arguments, path)}"
+            f"{path}.{key}: {name} has no setting {key}{nearest_name(key, arguments, path)}"
             f"{takes}. Correct the name, or leave it out."
         )
     check_option_types(target, _plain_values(node), where=path)
@@ -206,7 +210,7 @@ def _arguments(target: Callable[..., Any]) -> set[str] | None:
     return {name for name, p in parameters.items() if p.kind is not positional}
 
 
-def _nearest(key: str, names: Any, path: str = "") -> str:
+def nearest_name(key: str, names: Any, path: str = "") -> str:
     """``" (did you mean <path>.<name>?)"`` for the closest of ``names``, or ``""``."""
     close = difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.6)
     if not close:

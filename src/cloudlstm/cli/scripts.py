@@ -12,7 +12,6 @@ it is set already.
 from __future__ import annotations
 
 import atexit
-import difflib
 import gc
 import os
 import re
@@ -236,19 +235,18 @@ def _unknown_key_line(cause: BaseException | None) -> str | None:
     from omegaconf import DictConfig
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
+    from cloudlstm.assembly.known_keys import nearest_name
+
     missing = ConfigKeyError | ConfigAttributeError
     if not isinstance(cause, missing) or "not in struct" not in str(cause):
         return None
     key, parent = str(cause.full_key), cause.parent_node
-    name = key.rsplit(".", 1)[-1]
-    meant = None
+    path, _, name = key.rpartition(".")
+    hint = ""
     if isinstance(parent, DictConfig):
-        root = parent._get_root()
-        elsewhere = [k for k in _dotted_keys(root) if k.rsplit(".", 1)[-1] == name]
-        prefix = key.rsplit(".", 1)[0] + "." if "." in key else ""
-        beside = difflib.get_close_matches(name, [str(k) for k in parent], n=1, cutoff=0.6)
-        meant = elsewhere[0] if elsewhere else (prefix + beside[0] if beside else None)
-    hint = f" (did you mean {meant}?)" if meant else ""
+        elsewhere = [k for k in _dotted_keys(parent._get_root()) if k.rsplit(".", 1)[-1] == name]
+        hint = f" (did you mean {elsewhere[0]}?)" if elsewhere else ""
+        hint = hint or nearest_name(name, [str(k) for k in parent], path)
     return (
         f"Could not override '{key}': the config has no setting {key}{hint}. Correct the "
         "name; `--cfg job` after the command prints the settings."
