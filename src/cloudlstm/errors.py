@@ -15,12 +15,13 @@ for more than the machine has.
 
 from __future__ import annotations
 
+import difflib
 import errno
 import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -229,6 +230,14 @@ def _size(n: int) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1000
     raise AssertionError("unreachable")
+
+
+def nearest_name(key: str, names: Iterable[str], path: str = "") -> str:
+    """``" (did you mean <path>.<name>?)"`` for the closest of ``names``, or ``""``."""
+    close = difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.6)
+    if not close:
+        return ""
+    return f" (did you mean {path + '.' if path else ''}{close[0]}?)"
 
 
 def no_gpu(setting: str, on_the_cpu: str) -> UserError:

@@ -26,7 +26,6 @@ read key by key, and an extra key there changes nothing.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -36,7 +35,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from cloudlstm.errors import UserError
+from cloudlstm.errors import UserError, nearest_name
 from cloudlstm.models.build import BUILD_OPTIONS
 from cloudlstm.models.options import check_option_types
 
@@ -208,11 +207,3 @@ def _arguments(target: Callable[..., Any]) -> set[str] | None:
         return None
     positional = inspect.Parameter.VAR_POSITIONAL
     return {name for name, p in parameters.items() if p.kind is not positional}
-
-
-def nearest_name(key: str, names: Any, path: str = "") -> str:
-    """``" (did you mean <path>.<name>?)"`` for the closest of ``names``, or ``""``."""
-    close = difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.6)
-    if not close:
-        return ""
-    return f" (did you mean {path + '.' if path else ''}{close[0]}?)"

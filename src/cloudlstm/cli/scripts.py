@@ -235,7 +235,7 @@ def _unknown_key_line(cause: BaseException | None) -> str | None:
     from omegaconf import DictConfig
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-    from cloudlstm.assembly.known_keys import nearest_name
+    from cloudlstm.errors import nearest_name
 
     missing = ConfigKeyError | ConfigAttributeError
     if not isinstance(cause, missing) or "not in struct" not in str(cause):
