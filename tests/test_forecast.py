@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from cloudlstm.cli.train import train
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
-from cloudlstm.data.pipeline.forecast_input import build_input
+from cloudlstm.data.pipeline.forecast_input import TimeReading, build_input
 from cloudlstm.data.pipeline.splits import seasonal_offsets
 from cloudlstm.data.spec import SPEC_KEY, DataSpec
 from cloudlstm.errors import UserError
@@ -199,6 +199,19 @@ def test_a_history_that_is_no_dataframe_is_one_line(forecaster, given):
         forecaster.forecast(given)
     with pytest.raises(UserError, match=rf"^the snapshot is a {kind}, not a pandas DataFrame"):
         forecaster.update(given)
+
+
+def test_a_reading_that_is_no_time_reading_is_one_line(points_run, forecaster):
+    """A time format given where a TimeReading is asked for is named, with the fix."""
+    with pytest.raises(UserError) as err:
+        forecaster.forecast(history(points_run), reading="%Y-%m-%d %H:%M")
+    assert str(err.value) == (
+        "reading='%Y-%m-%d %H:%M' is a str, not a TimeReading: give "
+        "TimeReading(time_format=...) or TimeReading(time_unit=...), or leave it out to read "
+        "the times as the training data's were."
+    )
+    given = TimeReading(time_format="%Y-%m-%d %H:%M:%S")  # the right type is read
+    assert len(forecaster.forecast(history(points_run), reading=given))
 
 
 def test_new_point_and_missing_snapshot_rows_for_cloudlstm(points_run, forecaster):

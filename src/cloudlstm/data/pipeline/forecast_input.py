@@ -278,6 +278,16 @@ def order_points(ids: list[str], info: DataSpec, what: str) -> list[str]:
     return known + new
 
 
+def _check_reading(reading: object) -> None:
+    """Refuse a ``reading`` that is no :class:`TimeReading` (a format string given for it)."""
+    if reading is not None and not isinstance(reading, TimeReading):
+        raise UserError(
+            f"reading={reading!r} is a {type(reading).__name__}, not a TimeReading: give "
+            "TimeReading(time_format=...) or TimeReading(time_unit=...), or leave it out to "
+            "read the times as the training data's were."
+        )
+
+
 def build_input(
     df: pd.DataFrame,
     info: DataSpec,
@@ -300,11 +310,12 @@ def build_input(
         reading: how the times are read (:class:`TimeReading`); None: as the run's were.
 
     Raises:
-        UserError: missing columns, unreadable cells, bad values (``bad_values=error``),
-            another sampling interval, too little history, points without coordinates,
-            or points the model cannot take.
+        UserError: ``reading`` is no :class:`TimeReading`, missing columns, unreadable
+            cells, bad values (``bad_values=error``), another sampling interval, too little
+            history, points without coordinates, or points the model cannot take.
     """
     mode = check_mode(bad_values)
+    _check_reading(reading)
     long = long_history(df, info, what)
     table = parse_history(long, info, what, reading)
     zone = time_zone(long[info.time_col], *(reading or TimeReading()).settings(info))
