@@ -148,12 +148,9 @@ def test_a_step_budget_validates_across_epochs_and_selects_on_the_real_unit_mae(
     assert math.isfinite(saved["test"]["overall"]["mae"]["mean"])
 
 
-def test_the_plateau_schedule_steps_after_each_validation_across_epochs(
-    tiny_cfg, monkeypatch
-) -> None:
-    """recipe=paper validated every 2 steps across epochs of 3 batches (as experiment=demo
-    validates under any recipe): ReduceLROnPlateau steps after each validation, on its
-    val/loss. Stepped at epochs' ends, it found no metric there and stopped the run."""
+def plateau_steps(tiny_cfg, monkeypatch, *overrides: str) -> tuple[dict[int, float], list]:
+    """Train under recipe=paper and ``overrides``: each validation's val/loss by the global
+    step after it, and the metrics ReduceLROnPlateau stepped on, in order."""
     from torch.optim.lr_scheduler import ReduceLROnPlateau
 
     seen: dict[int, float] = {}
@@ -172,16 +169,45 @@ def test_the_plateau_schedule_steps_after_each_validation_across_epochs(
 
     monkeypatch.setattr(ForecastModule, "on_validation_epoch_end", record)
     monkeypatch.setattr(ReduceLROnPlateau, "step", step)
-    cfg = tiny_cfg(
-        "recipe=paper",
+    train(tiny_cfg("recipe=paper", *overrides))
+    return seen, stepped
+
+
+def test_the_plateau_schedule_steps_after_each_validation_across_epochs(
+    tiny_cfg, monkeypatch
+) -> None:
+    """recipe=paper validated every 2 steps across epochs of 3 batches (as experiment=demo
+    validates under any recipe): ReduceLROnPlateau steps after each validation, on its
+    val/loss. Stepped at epochs' ends, it found no metric there and stopped the run."""
+    seen, stepped = plateau_steps(
+        tiny_cfg,
+        monkeypatch,
         "trainer.max_steps=7",
         "trainer.max_epochs=-1",
         "trainer.val_check_interval=2",
         "trainer.check_val_every_n_epoch=null",
     )
-    train(cfg)
     assert sorted(seen) == [2, 4, 6]
     assert stepped == [seen[2], seen[4], seen[6]]
+
+
+@pytest.mark.parametrize("interval", ["1", "0.5"], ids=["steps", "fraction"])
+def test_the_plateau_schedule_counts_validations_within_an_epoch(
+    tiny_cfg, monkeypatch, interval
+) -> None:
+    """recipe=paper validated after every batch within epochs of 3 batches (as
+    experiment=compare validates every 50 steps under it): ReduceLROnPlateau steps after each
+    validation, on its val/loss, so its patience counts validations, as early stopping's
+    does. Stepped at epochs' ends, it saw one of every three, and counted epochs."""
+    seen, stepped = plateau_steps(
+        tiny_cfg,
+        monkeypatch,
+        "trainer.max_steps=6",
+        f"trainer.val_check_interval={interval}",
+        "trainer.check_val_every_n_epoch=1",
+    )
+    assert sorted(seen) == [1, 2, 3, 4, 5, 6]
+    assert stepped == [seen[n] for n in sorted(seen)]
 
 
 def test_a_step_interval_longer_than_an_epoch_of_epoch_validations_is_one_line(

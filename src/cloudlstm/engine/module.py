@@ -537,29 +537,35 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, **config}}
 
     def _plateau_cadence(self) -> dict[str, Any]:
-        """When a plateau scheduler steps: after each validation, whose metric it reads. At
-        the end of every k-th epoch where validations are (``check_val_every_n_epoch=k``).
-        Where they come every N steps across epochs (``check_val_every_n_epoch=null``), at
-        epochs' ends the metric would be missing, or the last one again; and Lightning
-        counts a frequency in the epoch's batches, not in steps. So it is offered the
-        metric at every step (none before the first validation: skipped, ``strict``
+        """When a plateau scheduler steps: after each validation, whose metric it reads, so
+        that its patience counts validations, as early stopping's does. At the end of every
+        k-th epoch where validations are there alone (``check_val_every_n_epoch=k``,
+        ``val_check_interval=1.0``). Where they come every N steps or several times an
+        epoch (``experiment=compare`` under ``recipe=paper``), at epochs' ends the metric
+        would be missing, or the last one again, and the patience would count epochs; and
+        Lightning counts a frequency in the epoch's batches, not in steps. So it is offered
+        the metric at every step (none before the first validation: skipped, ``strict``
         false) and :meth:`lr_scheduler_step` steps it after a validation alone."""
-        if self._validates_by_steps():
+        if self._validates_within_epochs():
             return {"interval": "step", "frequency": 1, "strict": False}
         every = getattr(getattr(self, "_trainer", None), "check_val_every_n_epoch", 1)
         return {"interval": "epoch", "frequency": every or 1}
 
-    def _validates_by_steps(self) -> bool:
-        """Whether validations come every N steps across epochs."""
+    def _validates_within_epochs(self) -> bool:
+        """Whether validations come other than once, at an epoch's end: every N steps
+        (across epochs or within each), at a fraction of an epoch, or every so much time
+        (Lightning keeps that interval apart from ``val_check_interval``)."""
         trainer = getattr(self, "_trainer", None)
         every = getattr(trainer, "check_val_every_n_epoch", 1)
         interval = getattr(trainer, "val_check_interval", 1.0)
-        return every is None and isinstance(interval, int) and not isinstance(interval, bool)
+        if every is None or getattr(trainer, "_val_check_time_interval", None) is not None:
+            return True
+        return not (isinstance(interval, float) and interval >= 1.0)
 
     def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
-        """A plateau scheduler under validations every N steps steps right after one (on
+        """A plateau scheduler under validations within epochs steps right after one (on
         its metric), never on the metric of an earlier one (:meth:`_plateau_cadence`)."""
-        if isinstance(scheduler, ReduceLROnPlateau) and self._validates_by_steps():
+        if isinstance(scheduler, ReduceLROnPlateau) and self._validates_within_epochs():
             if self._validated_at == self.global_step:
                 scheduler.step(metric)
             return
