@@ -13,7 +13,7 @@ import torch
 
 from cloudlstm.cli.train import train
 from cloudlstm.engine.declared_metrics import monitor_mode
-from cloudlstm.engine.objective import check_optimized_metric
+from cloudlstm.engine.objective import check_monitored, check_optimized_metric
 from cloudlstm.errors import UserError
 from tests.conftest import TINY, compose_train, one_line, run_python
 
@@ -190,3 +190,40 @@ def test_an_objective_no_run_logs_is_refused_before_any_trial_trains(tmp_path, k
     proc = train_py(tmp_path, *args, f"hydra.sweep.dir={sweep}")
     assert one_line(proc).startswith(f"optimized_metric={key} is no validation metric")
     assert not list(sweep.glob("*/metrics.json")) and not list(sweep.glob("*/config.yaml"))
+
+
+LOGGED = "val/loss, val/mae, val/rmse, val/mape, val/psnr, val/ssim, val/smae, val/mae_best"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["monitor=val/foo"], "monitor=val/foo"),
+        (["monitor=mae"], "monitor=mae"),
+        (["callbacks.early_stopping.monitor=val/rmse_h03"], "callbacks.early_stopping.monitor"),
+        (["module.monitor=train/loss"], "module.monitor=train/loss"),
+    ],
+)
+def test_a_monitor_no_validation_logs_is_refused_before_training(tiny_cfg, overrides, named):
+    """Lightning's EarlyStopping said so at the end of the first validation, with a
+    traceback, after the steps before it had trained."""
+    cfg = tiny_cfg("logger=none", *overrides)
+    with pytest.raises(UserError) as err:
+        train(cfg)
+    assert str(err.value).startswith(f"{named}")
+    assert f"is no metric a validation logs: name one of {LOGGED} (val/crps with " in str(err.value)
+    assert not Path(cfg.paths.output_dir).exists()
+
+
+def test_crps_is_monitored_in_a_run_of_quantile_forecasts_alone(tiny_cfg):
+    with pytest.raises(UserError, match="^monitor=val/crps is no metric a validation logs"):
+        check_monitored(tiny_cfg("monitor=val/crps"))
+    check_monitored(tiny_cfg("monitor=val/crps", "module.quantiles=[0.1,0.5,0.9]"))
+    for key in LOGGED.split(", "):
+        check_monitored(tiny_cfg(f"monitor={key}"))
+
+
+def test_train_py_refuses_a_monitor_no_validation_logs_in_one_line(tmp_path):
+    proc = train_py(tmp_path, *TINY, "monitor=val/foo", f"hydra.run.dir={tmp_path / 'run'}")
+    assert one_line(proc).startswith("monitor=val/foo is no metric a validation logs")
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -29,7 +29,7 @@ from cloudlstm.assembly.resume_data import check_resume_data
 from cloudlstm.assembly.resume_shapes import check_resume_shapes
 from cloudlstm.engine.callbacks import EpochTimer
 from cloudlstm.engine.module import TrainingDivergedError
-from cloudlstm.engine.objective import check_optimized_metric
+from cloudlstm.engine.objective import check_monitored, check_optimized_metric
 from cloudlstm.engine.results import results_from
 from cloudlstm.engine.signals import ctrl_c_kept
 from cloudlstm.errors import UserError
@@ -68,7 +68,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         UserError: it resumes a run of other settings (:mod:`cloudlstm.rundir.config_changes`)
             or with an allowed change that reshapes its weights
             (:mod:`cloudlstm.assembly.resume_shapes`), or a ``mode`` contradicts its
-            metric's direction (:func:`check_metric_modes`), or an optimizer value, the seed
+            metric's direction (:func:`check_metric_modes`), a ``monitor`` is no metric a
+            validation logs (:func:`check_monitored`), or an optimizer value, the seed
             or the thread count is invalid (:func:`check_optimizer`,
             :func:`check_process_settings`), or a key is one that nothing reads
             (:func:`check_known_keys`), checked before anything is written to the run
@@ -77,6 +78,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     check_process_settings(cfg)  # first: data.holdout_seed and others interpolate the seed
     check_known_keys(cfg)
     check_metric_modes(cfg)
+    check_monitored(cfg)
     check_optimized_metric(cfg.get("optimized_metric"))
     check_optimizer(cfg)
     changes = check_config_changes(cfg, Path(cfg.paths.output_dir))
