@@ -374,6 +374,22 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys):
     assert code == 2 and len(err) == 1 and err[0].startswith("compare: argument --format")
 
 
+def test_a_file_that_is_no_metrics_json_is_refused_as_such(seeds, capsys):
+    """A file given among the runs (the README beside them) is no run whose results are
+    damaged: the line says what to give, and does not ask for the file to be deleted."""
+    notes = seeds / "notes.md"
+    notes.write_text("# the seeds\n")
+    code, out, err = run_main(capsys, seeds, notes)
+    assert (code, out) == (2, "")
+    assert err == [
+        f"compare: {notes} is no run's metrics.json: give run or multirun directories (or "
+        "outputs/), or the metrics.json of runs"
+    ]
+    one = next(seeds.rglob("metrics.json"))
+    code, out, _ = run_main(capsys, one)  # a run's own file is read
+    assert code == 0 and out
+
+
 @pytest.mark.parametrize(
     ("name", "content", "problem"),
     [

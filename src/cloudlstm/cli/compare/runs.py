@@ -89,6 +89,11 @@ def find_runs(roots: Sequence[Path], include_evals: bool = False) -> list[Run]:
     for root in map(Path, roots):
         if not root.exists():
             raise CompareError(f"{root} does not exist")
+        if root.is_file() and root.name != METRICS_FILE:
+            raise CompareError(
+                f"{root} is no run's {METRICS_FILE}: give run or multirun directories (or "
+                f"outputs/), or the {METRICS_FILE} of runs"
+            )
         paths = [root] if root.is_file() else _results_under(root)
         runs.extend(run for path in paths if (run := load_run(path)) is not None)
     return [run for run in runs if include_evals or not run.evaluated_run]
