@@ -84,6 +84,18 @@ def test_an_absurd_value_is_refused_in_one_line_naming_it(run, forecaster):
     assert len(forecaster.forecast(with_cell(table, 3 * run[1].max()))) == 3 * 6
 
 
+def test_an_absurd_value_s_time_is_named_in_the_history_s_zone(run, forecaster):
+    table = with_cell(history(run), 1e30)
+    utc = table.loc[57, "timestamp"]
+    rome = table.assign(
+        timestamp=table["timestamp"].dt.tz_localize("UTC").dt.tz_convert("Europe/Rome")
+    )
+    with pytest.raises(UserError) as err:
+        forecaster.forecast(rome)
+    local = utc.tz_localize("UTC").tz_convert("Europe/Rome")
+    assert f", time {local} (step " in str(err.value) and "+01:00" in str(local)
+
+
 @pytest.mark.parametrize(
     ("cell", "words"),
     [

@@ -426,6 +426,42 @@ def test_history_errors_say_what_is_expected(points_run, forecaster, change, mes
         forecaster.forecast(change(history(points_run)))
 
 
+def in_rome(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its times written in Rome's zone (UTC+01:00 in January)."""
+    local = df["timestamp"].dt.tz_localize("UTC").dt.tz_convert("Europe/Rome")
+    return df.assign(timestamp=local)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda df: df[df["timestamp"] >= STAMPS[SPLIT - 3]],
+            r"covers 3 step\(s\) of 1h \(2021-01-07 23:00:00\+01:00 to 2021-01-08 "
+            r"01:00:00\+01:00\), but the model needs 4: give at least 4 steps, i\.e\. from "
+            r"2021-01-07 22:00:00\+01:00 on\.$",
+        ),
+        (
+            lambda df: df.replace({"timestamp": {STAMPS[SPLIT - 2]: STAMPS[SPLIT - 2] + OFF_GRID}}),
+            r"timestamp 2021-01-08 00:07:00\+01:00 is not a whole number of 1h steps after its "
+            r"first, 2021-01-01 01:00:00\+01:00",
+        ),
+        (
+            lambda df: df.assign(pm25=np.nan),
+            r"in the 4 steps read \(2021-01-07 22:00:00\+01:00 to 2021-01-08 01:00:00\+01:00\)",
+        ),
+    ],
+    ids=["too-little-history", "a-step-off-the-grid", "channel-never-read"],
+)
+def test_history_errors_name_times_as_the_history_writes_them(
+    points_run, forecaster, change, message
+):
+    """A history written in Rome's time is told of its times in Rome's time, as its file
+    has them, not in the UTC they are read in."""
+    with pytest.raises(UserError, match=message):
+        forecaster.forecast(in_rome(change(history(points_run))))
+
+
 def test_a_history_with_missing_steps_is_not_another_interval(points_run, forecaster):
     """Most early steps missing (the commonest gap 2 h) is still 1-hour data, filled."""
     df = history(points_run)

@@ -258,7 +258,7 @@ class Forecaster:
         key = [self.info.time_col, self.info.id_col]
         stream = stream.drop_duplicates(subset=key, keep="last")
         times = stream[self.info.time_col].to_numpy()
-        step = history_step(times, self.info, "the stream fed to update()")
+        step = history_step(times, self.info, "the stream fed to update()", zone or self._zone)
         stream = stream[times > times.max() - self.history_steps * step]
         # set together, after every check: a refused snapshot leaves the stream as it was
         self._buffer, self._zone = stream.reset_index(drop=True), zone

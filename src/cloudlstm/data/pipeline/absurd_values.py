@@ -260,14 +260,20 @@ def checked_stream(
 
 
 def _checked(
-    stream: PointCloudStream, bounds: _Bounds, mode: str, what: str, mode_option: str | None
+    stream: PointCloudStream,
+    bounds: _Bounds,
+    mode: str,
+    what: str,
+    mode_option: str | None,
+    shown: pd.DatetimeIndex | None = None,
 ) -> PointCloudStream:
     """``stream`` when every observed value lies within ``bounds``; else the one line, as an
-    error or (``mode="warn"``) a warning, and a copy where those values are missing."""
+    error or (``mode="warn"``) a warning, and a copy where those values are missing. The
+    line names times as ``shown`` has them (the stream's own where None)."""
     found = _find(stream, bounds)
     if found is None:
         return stream
-    message = _describe(stream, found, bounds, what)
+    message = _describe(stream, found, bounds, what, shown)
     if mode != "warn":
         warn = f", set {mode_option}=warn to treat them as missing" if mode_option else ""
         first = stream.channel_names[found.first[0][2]]
@@ -454,22 +460,30 @@ def _find(stream: PointCloudStream, bounds: _Bounds) -> _Found | None:
     return _Found(len(hits), per_channel, first, hits)
 
 
-def _describe(stream: PointCloudStream, found: _Found, bounds: _Bounds, what: str) -> str:
+def _describe(
+    stream: PointCloudStream,
+    found: _Found,
+    bounds: _Bounds,
+    what: str,
+    shown: pd.DatetimeIndex | None = None,
+) -> str:
     """One line: how many, in which channels, the first few (channel, point, time, value)."""
     names = stream.channel_names
     channels = ", ".join(
         f"{names[c]!r} ({count})" for c, count in enumerate(found.per_channel) if count
     )
     cells = "; ".join(
-        f"channel {names[c]!r}, point {stream.point_ids[n]}, {_time(stream, t)}: {value:.6g} "
-        f"({bounds.detail(c, value)})"
+        f"channel {names[c]!r}, point {stream.point_ids[n]}, {_time(stream, t, shown)}: "
+        f"{value:.6g} ({bounds.detail(c, value)})"
         for t, n, c, value in found.first
     )
     more = f" (first {len(found.first)})" if found.count > len(found.first) else ""
     return f"{what}: {found.count} value(s) {bounds.beyond}, in {channels}{more}: {cells}."
 
 
-def _time(stream: PointCloudStream, t: int) -> str:
+def _time(stream: PointCloudStream, t: int, shown: pd.DatetimeIndex | None = None) -> str:
+    if shown is not None:
+        return f"time {shown[t]} (step {t})"
     if stream.timestamps is None:
         return f"step {t}"
     return f"time {pd.Timestamp(stream.timestamps[t])} (step {t})"
@@ -537,11 +551,13 @@ def checked_history(
     mode: str,
     what: str,
     mode_option: str | None,
+    shown: pd.DatetimeIndex | None = None,
 ) -> PointCloudStream:
     """A forecast's history ``stream``, checked as :func:`checked_stream` checks training
     data, against the training data's ``reference`` (:func:`training_reference`; channels
     it lacks are not checked); with ``mode="warn"`` a copy in which the values found are
-    missing (and filled).
+    missing (and filled). Messages name times as ``shown`` has them (the history's own
+    zone), the stream's where None.
 
     Raises:
         UserError: ``mode="error"`` and some values are out of range or absurd.
@@ -558,7 +574,8 @@ def checked_history(
         def wider(name: str) -> str:
             return f"retrain with a wider {RANGES_OPTION} if they are real readings"
 
-        stream = _checked(stream, _range_bounds(stream, ranges, wider), mode, what, mode_option)
+        bounds = _range_bounds(stream, ranges, wider)
+        stream = _checked(stream, bounds, mode, what, mode_option, shown)
     max_abs_z = reference.get("max_abs_z")
     if max_abs_z is None:
         return stream
@@ -573,4 +590,4 @@ def checked_history(
         )
 
     bounds = _z_bounds_of(stat("median"), stat("spread"), float(max_abs_z), higher)
-    return _checked(stream, bounds, mode, what, mode_option)
+    return _checked(stream, bounds, mode, what, mode_option, shown)

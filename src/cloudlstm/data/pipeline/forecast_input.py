@@ -182,8 +182,24 @@ def parse_history(
     return df.assign(**{info.time_col: times, info.id_col: ids})
 
 
-def history_step(times: np.ndarray, info: DataSpec, what: str) -> np.timedelta64:
-    """The training sampling period, checked against the history's own.
+def shown_time(time: np.datetime64, zone: tzinfo | None = None) -> pd.Timestamp:
+    """A parsed time (UTC where the history's had a zone) as a message shows it: in the
+    history's own zone (:func:`time_zone`), so that it can be found in the user's file."""
+    stamp = pd.Timestamp(time)
+    return stamp if zone is None else stamp.tz_localize("UTC").tz_convert(zone)
+
+
+def shown_times(times: np.ndarray, zone: tzinfo | None = None) -> pd.DatetimeIndex:
+    """Parsed times as messages show them (:func:`shown_time`), all at once."""
+    index = pd.DatetimeIndex(times)
+    return index if zone is None else index.tz_localize("UTC").tz_convert(zone)
+
+
+def history_step(
+    times: np.ndarray, info: DataSpec, what: str, zone: tzinfo | None = None
+) -> np.timedelta64:
+    """The training sampling period, checked against the history's own; messages show
+    times in ``zone`` (:func:`shown_time`).
 
     Raises:
         UserError: the history is sampled at another interval, has a timestamp off the
@@ -195,12 +211,16 @@ def history_step(times: np.ndarray, info: DataSpec, what: str) -> np.timedelta64
     if expected is None and found is None:
         raise UserError(f"{what} has one timestamp and the training data had no sampling step.")
     if expected is not None and found is not None:
-        check_on_grid(distinct, expected, found, what)
+        check_on_grid(distinct, expected, found, what, zone)
     return expected if expected is not None else found
 
 
 def check_on_grid(
-    distinct: np.ndarray, step: np.timedelta64, found: np.timedelta64, what: str
+    distinct: np.ndarray,
+    step: np.timedelta64,
+    found: np.timedelta64,
+    what: str,
+    zone: tzinfo | None = None,
 ) -> None:
     """Refuse sorted distinct ``times`` that are no samples of a ``step`` grid.
 
@@ -217,8 +237,8 @@ def check_on_grid(
     off_grid = np.flatnonzero(offsets % unit)
     if len(off_grid) and found == step:  # sampled at the step, some times drifted off it
         raise UserError(
-            f"{what}: timestamp {pd.Timestamp(distinct[off_grid[0]])} is not a whole number of "
-            f"{step_text(step)} steps after its first, {pd.Timestamp(distinct[0])} "
+            f"{what}: timestamp {shown_time(distinct[off_grid[0]], zone)} is not a whole number "
+            f"of {step_text(step)} steps after its first, {shown_time(distinct[0], zone)} "
             f"({len(off_grid)} such timestamp(s)), but the model was trained on data every "
             f"{step_text(step)}: resample the history onto that grid."
         )
@@ -230,24 +250,25 @@ def check_on_grid(
 
 
 def recent_window(
-    df: pd.DataFrame, info: DataSpec, what: str
+    df: pd.DataFrame, info: DataSpec, what: str, zone: tzinfo | None = None
 ) -> tuple[pd.DataFrame, np.timedelta64]:
-    """The rows of the last ``history_steps`` steps of a parsed history, and the step.
+    """The rows of the last ``history_steps`` steps of a parsed history, and the step;
+    messages show times in ``zone`` (:func:`shown_time`).
 
     Raises:
         UserError: the history spans fewer steps than the model's input needs.
     """
     times = df[info.time_col].to_numpy()
-    step, need = history_step(times, info, what), info.history_steps
+    step, need = history_step(times, info, what, zone), info.history_steps
     first, last = times.min(), times.max()
     covered = int((last - first) // step) + 1
     if covered < need:
         reach = f" ({info.input_steps} input steps reaching back {need})"
         raise UserError(
-            f"{what} covers {covered} step(s) of {step_text(step)} ({pd.Timestamp(first)} "
-            f"to {pd.Timestamp(last)}), but the model needs {need}"
+            f"{what} covers {covered} step(s) of {step_text(step)} ({shown_time(first, zone)} "
+            f"to {shown_time(last, zone)}), but the model needs {need}"
             f"{reach if need != info.input_steps else ''}: give at least {need} steps, i.e. "
-            f"from {pd.Timestamp(last - (need - 1) * step)} on."
+            f"from {shown_time(last - (need - 1) * step, zone)} on."
         )
     return df[times > last - need * step], step
 
@@ -320,7 +341,7 @@ def build_input(
     table = parse_history(long, info, what, reading)
     zone = time_zone(long[info.time_col], *(reading or TimeReading()).settings(info))
     table = _marked_missing(table, info).reset_index(drop=True)  # index: the table's rows
-    df, step = recent_window(table, info, what)
+    df, step = recent_window(table, info, what, zone)
     need = info.history_steps
     ids = order_points(df[info.id_col].unique().tolist(), info, what)
     index = {p: n for n, p in enumerate(ids)}
@@ -329,7 +350,7 @@ def build_input(
         # as training reads them; messages name the rows of the table given
         values = channel_values(df, info.read_channels, what, mode, df.index.to_numpy())
         positions = np.stack([numeric_column(df, c, what) for c in info.coord_cols], axis=1)
-    _refuse_unplaceable(df, positions, info, what)
+    _refuse_unplaceable(df, positions, info, what, zone)
     # the grid starts at the history's first row; the window ends at its last timestamp
     first = need - len(grid.timestamps)
     column = np.array([index[p] for p in grid.point_ids])
@@ -338,11 +359,12 @@ def build_input(
     pos = np.full((need, len(ids), info.num_dims), np.nan)
     pos[first:, column] = grid.scatter(positions)
     times = grid.timestamps[-1] - step * np.arange(need - 1, -1, -1)
-    raw_coords, track, located = _coordinates(pos, ids, info, times, what)
-    raw = _checked_values(raw, ids, raw_coords, times, info, what, mode)
-    _refuse_unread_channels(raw, info, times, what)
-    _warn_unread_points(raw, ids, info, times, what)
-    _warn_unread_steps(raw, info, times, what)
+    shown = shown_times(times, zone)  # as the messages name them
+    raw_coords, track, located = _coordinates(pos, ids, info, shown, what)
+    raw = _checked_values(raw, ids, raw_coords, times, info, what, mode, shown)
+    _refuse_unread_channels(raw, info, shown, what)
+    _warn_unread_points(raw, ids, info, shown, what)
+    _warn_unread_steps(raw, info, shown, what)
     filled, observed = interpolate_gaps(raw)
     if info.moving:  # positions are channels too, as in training
         cut = len(info.value_channels)
@@ -380,10 +402,12 @@ def _checked_values(
     info: DataSpec,
     what: str,
     mode: str,
+    shown: pd.DatetimeIndex | None = None,
 ) -> np.ndarray:
     """``raw (H, N, C)`` (NaN: missing) checked for values outside their channel's valid
     range and absurd ones, against the training data's (``info.value_reference``; a
-    checkpoint written before it: not checked); with ``mode="warn"`` those made NaN."""
+    checkpoint written before it: not checked); with ``mode="warn"`` those made NaN.
+    Messages name ``times`` as ``shown`` has them."""
     if info.value_reference is None:
         return raw
     observed = np.isfinite(raw)
@@ -396,11 +420,13 @@ def _checked_values(
         timestamps=times,
     )
     option = "data.source.bad_values"
-    checked = checked_history(stream, info.value_reference, mode, what, option)
+    checked = checked_history(stream, info.value_reference, mode, what, option, shown)
     return np.where(checked.mask, raw, np.nan).astype(np.float32)
 
 
-def _refuse_unread_channels(raw: np.ndarray, info: DataSpec, times: np.ndarray, what: str) -> None:
+def _refuse_unread_channels(
+    raw: np.ndarray, info: DataSpec, times: pd.DatetimeIndex, what: str
+) -> None:
     """A channel without a reading at any point of the history ``raw (H, N, C)`` (NaN:
     missing) becomes its training mean at every point and step, as an entry no point had
     does in training. A forecast channel so filled is refused: the forecast would start
@@ -411,7 +437,7 @@ def _refuse_unread_channels(raw: np.ndarray, info: DataSpec, times: np.ndarray, 
     unread = [c for c, s in zip(info.read_channels, seen, strict=True) if not s]
     if not unread:
         return
-    steps = f"{len(times)} steps read ({pd.Timestamp(times[0])} to {pd.Timestamp(times[-1])})"
+    steps = f"{len(times)} steps read ({times[0]} to {times[-1]})"
     forecast = [c for c in unread if c in info.value_channels]
     if forecast:
         raise UserError(
@@ -428,7 +454,7 @@ def _refuse_unread_channels(raw: np.ndarray, info: DataSpec, times: np.ndarray, 
     )
 
 
-def _warn_unread_steps(raw: np.ndarray, info: DataSpec, times: np.ndarray, what: str) -> None:
+def _warn_unread_steps(raw: np.ndarray, info: DataSpec, times: pd.DatetimeIndex, what: str) -> None:
     """One warning when steps the model reads of the history ``raw (H, N, C)`` (NaN:
     missing) have no forecast channel's reading at any point, as after an outage of the
     whole network: they are filled in time from the steps around, at every point alike,
@@ -438,7 +464,7 @@ def _warn_unread_steps(raw: np.ndarray, info: DataSpec, times: np.ndarray, what:
     empty = read[~np.isfinite(raw[read][:, :, forecast]).any(axis=(1, 2))]
     if not len(empty):
         return
-    shown = ", ".join(str(pd.Timestamp(times[t])) for t in empty[:3])
+    shown = ", ".join(str(times[t]) for t in empty[:3])
     log.warning(
         "%s has no reading at any point in %d of the %d steps the model reads (%s%s): they "
         "are filled in time from the steps around, so the forecast stands on %d step(s) of "
@@ -453,7 +479,7 @@ def _warn_unread_steps(raw: np.ndarray, info: DataSpec, times: np.ndarray, what:
 
 
 def _warn_unread_points(
-    raw: np.ndarray, ids: list[str], info: DataSpec, times: np.ndarray, what: str
+    raw: np.ndarray, ids: list[str], info: DataSpec, times: pd.DatetimeIndex, what: str
 ) -> None:
     """One warning naming the points of the history ``raw (H, N, C)`` (NaN: missing) without
     a reading of some forecast channel in any step: their inputs there are filled from the
@@ -472,8 +498,8 @@ def _warn_unread_points(
         what,
         len(names),
         len(times),
-        pd.Timestamp(times[0]),
-        pd.Timestamp(times[-1]),
+        times[0],
+        times[-1],
         shown,
     )
 
@@ -550,7 +576,13 @@ def _times(value: float) -> str:
     return f"{value:,.0f}x" if value >= 10 else f"{value:.2g}x"
 
 
-def _refuse_unplaceable(df: pd.DataFrame, positions: np.ndarray, info: DataSpec, what: str) -> None:
+def _refuse_unplaceable(
+    df: pd.DataFrame,
+    positions: np.ndarray,
+    info: DataSpec,
+    what: str,
+    zone: tzinfo | None = None,
+) -> None:
     """Refuse a coordinate of the rows ``df`` (``positions (R, L)``) that is infinite, or
     beyond float32 once scaled as the run's coordinates were (the model's are float32): no
     place the model can take. An empty cell (NaN) is a missing coordinate, left to
@@ -571,7 +603,7 @@ def _refuse_unplaceable(df: pd.DataFrame, positions: np.ndarray, info: DataSpec,
     more = f"; {int(bad.sum())} such cells in the steps read" if bad.sum() > 1 else ""
     at = (
         f"{what}: point {df[info.id_col].iloc[r]} has {column}={value:g} at "
-        f"{pd.Timestamp(df[info.time_col].iloc[r])} (data row {df.index[r]}{more})"
+        f"{shown_time(df[info.time_col].iloc[r], zone)} (data row {df.index[r]}{more})"
     )
     if infinite[r, d]:
         raise UserError(
@@ -586,7 +618,7 @@ def _refuse_unplaceable(df: pd.DataFrame, positions: np.ndarray, info: DataSpec,
 
 
 def _coordinates(
-    pos: np.ndarray, ids: list[str], info: DataSpec, times: np.ndarray, what: str
+    pos: np.ndarray, ids: list[str], info: DataSpec, times: pd.DatetimeIndex, what: str
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
     """Coordinates from the rows' positions ``pos (H, N, L)`` (NaN where not given) at
     ``times (H,)``.
@@ -627,7 +659,7 @@ def _refuse_moving(
     located: np.ndarray,
     ids: list[str],
     info: DataSpec,
-    times: np.ndarray,
+    times: pd.DatetimeIndex,
     what: str,
 ) -> None:
     """Refuse a point whose positions ``pos (H, N, L)`` (``located (H, N)``: rows with all
@@ -658,8 +690,8 @@ def _refuse_moving(
 
     more = f" ({len(moves)} points move)" if len(moves) > 1 else ""
     raise UserError(
-        f"{what}: point {ids[n]} moves between {pd.Timestamp(times[first])} ({place(first)}) "
-        f"and {pd.Timestamp(times[then])} ({place(then)}){more}, but the run was trained on "
+        f"{what}: point {ids[n]} moves between {times[first]} ({place(first)}) "
+        f"and {times[then]} ({place(then)}){more}, but the run was trained on "
         "points that stay in place: give one position per point, or train on moving points "
         "(data.source.moving=true)."
     )
