@@ -43,6 +43,7 @@ from cloudlstm.data.sources.tables import (
     interpolate_gaps,
     numeric_column,
     pivot_long,
+    step_text,
 )
 from cloudlstm.data.sources.times import parse_times
 from cloudlstm.data.spec import DataSpec
@@ -81,15 +82,6 @@ class ForecastInput:
     step: np.timedelta64
     future: np.ndarray | None = None
     zone: tzinfo | None = None
-
-
-def step_text(step: np.timedelta64) -> str:
-    """A sampling step as a frequency string: ``1h``, ``5min``, ``30s``."""
-    seconds = pd.Timedelta(step).total_seconds()
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:g}{unit}"
-    return str(pd.Timedelta(step))
 
 
 @contextmanager

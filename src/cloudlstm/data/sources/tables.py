@@ -102,7 +102,12 @@ def infer_step(times: np.ndarray, step_option: str = "freq") -> np.timedelta64:
     return gaps[np.argmax(counts)]
 
 
-def _step_text(step: np.timedelta64) -> str:
+def step_text(step: np.timedelta64) -> str:
+    """A sampling step as a frequency string: ``1h``, ``5min``, ``30s``."""
+    seconds = pd.Timedelta(step).total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
     return str(pd.Timedelta(step))
 
 
@@ -180,7 +185,7 @@ def pivot_long(
         bad = int(np.flatnonzero(off_grid)[0])
         raise UserError(
             f"{what}: timestamp {pd.Timestamp(times[bad])} is not on the regular grid that starts "
-            f"at {pd.Timestamp(t0)} with step {_step_text(step)} "
+            f"at {pd.Timestamp(t0)} with step {step_text(step)} "
             f"({int(off_grid.sum())} such rows). Set {step_option} to the sampling period, or "
             "resample the data onto a regular grid first."
         )
@@ -335,7 +340,7 @@ def _log_stream(stream: PointCloudStream, step: np.timedelta64, dropped: int) ->
         "%s: T=%d steps of %s, N=%d points (%d dropped), C=%d channels, %.1f%% filled%s.",
         stream.name,
         stream.num_steps,
-        _step_text(step),
+        step_text(step),
         stream.num_points,
         dropped,
         stream.num_channels,
