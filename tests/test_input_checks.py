@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from cloudlstm.assembly.assemble import warn_per_process_limits
 from cloudlstm.assembly.batch_limits import check_batch_limits
-from cloudlstm.assembly.build import check_trainer_settings
+from cloudlstm.assembly.build import check_process_settings, check_trainer_settings
 from cloudlstm.cli.scripts import multirun_flag_first
 from cloudlstm.cli.train import train
 from cloudlstm.data.pipeline.absurd_values import (
@@ -314,6 +314,59 @@ def test_a_bad_seed_or_thread_count_is_one_line_before_the_data_are_read(tmp_pat
     assert the_line(done, said.split(":")[0] + ":").startswith(said)
     written = {p.name for p in (tmp_path / "run").iterdir()}
     assert not written & {"data_summary.json", "config.yaml", "checkpoints"}, written
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("train=maybe", "train='maybe': use true or false."),
+        ("test=1", "test=1: use true or false."),
+        ("print_config=yes", "print_config='yes': use true or false."),
+        ("report.figures=0", "report.figures=0: use true or false."),
+        ("tags=5", "tags=5: give a list, e.g. tags=[baseline,first_try]."),
+        (
+            "ckpt_path=/runs/a/best.ckpt",
+            "ckpt_path=/runs/a/best.ckpt is the checkpoint that train=false tests: give "
+            "train=false to test it, or resume=/runs/a/best.ckpt to train on from it.",
+        ),
+        ("report.window=-1", "report.window=-1: give the index of the test window the figures"),
+        ("report.window=0.5", "report.window=0.5: give the index of the test window"),
+        ("report.channel=-2", "report.channel=-2: give the channel the figures draw, by name"),
+    ],
+)
+def test_a_switch_tags_or_report_option_of_another_kind_is_refused(override, said, tiny_cfg):
+    """Each was taken as something else: "maybe" as true, a tags of 5 a TypeError, a
+    ckpt_path beside a training ignored, a negative window counted from the end."""
+    cfg = tiny_cfg(override)
+    with pytest.raises(UserError) as err:
+        check_process_settings(cfg)
+    assert str(err.value).startswith(said)
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("report.window=100000", "report.window=100000: the test part has "),
+        (
+            "report.channel=nope",
+            "report.channel=nope: the data has channels ['pm25_like', 'no2_like']; ",
+        ),
+        (
+            "report.channel=2",
+            "report.channel=2: the data has channels ['pm25_like', 'no2_like']; give ",
+        ),
+    ],
+)
+def test_a_report_window_or_channel_the_data_lack_is_refused_before_training(
+    override, said, tiny_cfg
+):
+    """They were found out when the figures were drawn, after the whole training, and the
+    run ended without its metrics.json."""
+    cfg = tiny_cfg("report.figures=true", override)
+    with pytest.raises(UserError) as err:
+        train(cfg)
+    assert str(err.value).startswith(said)
+    assert not (Path(cfg.paths.output_dir) / "checkpoints").exists()
 
 
 def test_layers_refuse_k_and_dilation_below_one():

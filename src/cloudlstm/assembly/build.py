@@ -15,7 +15,7 @@ import hydra
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelSummary, ProgressBar
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cloudlstm.assembly.compile import compile_for_run
 from cloudlstm.assembly.config import instantiate_group, user_errors_unwrapped
@@ -59,12 +59,30 @@ def set_torch_threads(cfg: DictConfig) -> None:
 
 
 def check_process_settings(cfg: DictConfig) -> None:
-    """``seed`` (a whole number numpy takes, 0 to 2**32 - 1) and ``torch_threads`` (null for
-    torch's default, or a number of threads >= 1).
+    """``seed`` (a whole number numpy takes, 0 to 2**32 - 1), ``torch_threads`` (null for
+    torch's default, or a number of threads >= 1), the switches (``train``, ``test``,
+    ``print_config``, ``report.figures``: true or false), ``tags`` (a list) and the report's
+    ``window`` (an index >= 0) and ``channel`` (an index >= 0 or a name); ``ckpt_path``,
+    the checkpoint to test, only with ``train=false``.
 
     Raises:
-        UserError: either is something else (``seed=abc``, ``torch_threads=0``).
+        UserError: one is something else (``seed=abc``, ``torch_threads=0``,
+            ``train=maybe``, ``tags=5``), or a ``ckpt_path`` is given to a training.
     """
+    for key in ("train", "test", "print_config", "report.figures"):
+        value = OmegaConf.select(cfg, key)
+        if value is not None and not isinstance(value, bool):
+            raise UserError(f"{key}={value!r}: use true or false.")
+    tags = cfg.get("tags")
+    if tags is not None and not isinstance(tags, (list, ListConfig)):
+        raise UserError(f"tags={tags!r}: give a list, e.g. tags=[baseline,first_try].")
+    if cfg.get("train") and cfg.get("ckpt_path") is not None:
+        raise UserError(
+            f"ckpt_path={cfg.ckpt_path} is the checkpoint that train=false tests: give "
+            f"train=false to test it, or resume={cfg.ckpt_path} to train on from it."
+        )
+    _check_report_indices(cfg.get("report") or {})
+
     seed = cfg.get("seed", 0)  # a job's config always has one
     if not _whole(seed) or not 0 <= seed < 2**32:
         raise UserError(f"seed={seed!r}: give a whole number from 0 to {2**32 - 1}, e.g. seed=42.")
@@ -73,6 +91,23 @@ def check_process_settings(cfg: DictConfig) -> None:
         raise UserError(
             f"torch_threads={threads!r}: give a number of threads >= 1, or null for torch's "
             "default (one per core)."
+        )
+
+
+def _check_report_indices(report: Mapping[str, Any]) -> None:
+    """``report.window`` an index >= 0, ``report.channel`` an index >= 0 or a name: which
+    window and channel exist is known once the data are read
+    (:func:`cloudlstm.report.figures.figure_choice`)."""
+    window, channel = report.get("window", 0), report.get("channel", 0)
+    if not (_whole(window) and window >= 0):
+        raise UserError(
+            f"report.window={window!r}: give the index of the test window the figures draw, "
+            "from 0 (the first)."
+        )
+    if not ((_whole(channel) and channel >= 0) or (isinstance(channel, str) and channel)):
+        raise UserError(
+            f"report.channel={channel!r}: give the channel the figures draw, by name or by "
+            "index from 0 (the first)."
         )
 
 

@@ -35,6 +35,7 @@ from cloudlstm.engine.signals import ctrl_c_kept
 from cloudlstm.errors import UserError
 from cloudlstm.models.build import count_parameters
 from cloudlstm.report import add_test_report
+from cloudlstm.report.figures import figure_choice
 from cloudlstm.rundir.checkpoints import check_checkpoint
 from cloudlstm.rundir.config_changes import check_config_changes, record_changes
 from cloudlstm.rundir.divergence import clear_divergence, record_divergence
@@ -102,6 +103,9 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
     record_changes(output_dir, changes, cfg)
 
     job = assemble(cfg, output_dir)
+    report = cfg.get("report") or {}
+    if cfg.get("test") and report.get("figures", True):  # refused now, not after training
+        figure_choice(job.datamodule, report.get("window", 0), report.get("channel", 0))
     num_params = count_parameters(job.model)
     for lg in job.loggers:
         lg.log_hyperparams(

@@ -49,7 +49,7 @@ def add_test_report(
             datamodule,
             results["test"],
             output_dir / FIGURES_DIR,
-            window=int(options.get("window", 0)),
+            window=options.get("window", 0),
             channel=options.get("channel", 0),
             model_name=model_name,
         )

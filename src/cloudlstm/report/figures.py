@@ -16,6 +16,33 @@ from cloudlstm.report.cost import evaluating, model_inputs
 from cloudlstm.viz import plot_forecast_maps, plot_horizon_curve, plot_worst_series
 
 
+def figure_choice(datamodule: Any, window: object, channel: object) -> tuple[int, int]:
+    """``(window, channel index)`` of the test window and channel the figures draw
+    (``report.window``, ``report.channel``: an index or a name), checked against the set-up
+    data, so that a run can be refused before it trains rather than after.
+
+    Raises:
+        UserError: no such test window or channel.
+    """
+    names = list(datamodule.channel_names)
+    if isinstance(channel, str) and channel in names:
+        c = names.index(channel)
+    elif isinstance(channel, int) and not isinstance(channel, bool) and 0 <= channel < len(names):
+        c = channel
+    else:
+        raise UserError(
+            f"report.channel={channel}: the data has channels {names}; give one of their names "
+            f"or an index from 0 to {len(names) - 1}."
+        )
+    windows = len(datamodule.test_dataset or ())
+    if windows and not (isinstance(window, int) and 0 <= window < windows):
+        raise UserError(
+            f"report.window={window}: the test part has {windows} window(s); give an index "
+            f"from 0 to {windows - 1}."
+        )
+    return (window if windows else 0), c
+
+
 @torch.no_grad()
 def draw_figures(
     module: L.LightningModule,
@@ -35,11 +62,8 @@ def draw_figures(
     dataset = datamodule.test_dataset
     if not dataset:
         return {}
+    index, c = figure_choice(datamodule, window, channel)
     names = list(datamodule.channel_names)
-    c = names.index(channel) if isinstance(channel, str) and channel in names else int(channel)
-    if not 0 <= c < len(names):
-        raise UserError(f"report.channel={channel}: the data has channels {names}")
-    index = window % len(dataset)
     item = dataset[index]
     model = module.model
     with evaluating(model) as (device, dtype):
