@@ -182,6 +182,17 @@ def test_a_refused_run_leaves_no_folder_and_a_named_one_is_kept(tmp_path, bad, s
             "Error merging override hydra.launcher.n_jobs=1.5: Value '1.5' of type 'float' "
             "could not be converted to Integer.",
         ),
+        (  # not Hydra's +hydra.launcher.n_jobs, which the basic launcher would not read
+            ["-m", "hydra.launcher.n_jobs=2"],
+            "Could not override 'hydra.launcher.n_jobs': this launcher has no setting n_jobs; "
+            "choose one that has it: hydra/launcher=joblib.",
+        ),
+        (  # submitit's SLURM launcher and this package's option built on it
+            ["-m", "hydra.launcher.partition=gpu"],
+            "Could not override 'hydra.launcher.partition': this launcher has no setting "
+            "partition; choose one that has it: hydra/launcher=submitit_slurm or "
+            "hydra/launcher=slurm.",
+        ),
         (
             ["model.k=[1,"],
             "Cannot parse the override 'model.k=[1,': no viable alternative at input '[1,'. "
@@ -193,7 +204,16 @@ def test_a_refused_run_leaves_no_folder_and_a_named_one_is_kept(tmp_path, bad, s
             "milan, mobile, points, synthetic, synthetic_moving.",
         ),
     ],
-    ids=["unknown key", "misspelt key", "key elsewhere", "wrong type", "no parse", "no option"],
+    ids=[
+        "unknown key",
+        "misspelt key",
+        "key elsewhere",
+        "wrong type",
+        "launcher key",
+        "slurm key",
+        "no parse",
+        "no option",
+    ],
 )
 def test_hydra_s_own_errors_are_one_line_without_the_debugging_hint(tmp_path, args, line):
     """Hydra's messages span several lines (what failed, the OmegaConf error with its key

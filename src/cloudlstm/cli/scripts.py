@@ -238,9 +238,14 @@ def _unknown_key_line(cause: BaseException | None) -> str | None:
     from cloudlstm.errors import nearest_name
 
     missing = ConfigKeyError | ConfigAttributeError
-    if not isinstance(cause, missing) or "not in struct" not in str(cause):
+    if not isinstance(cause, missing):
         return None
     key, parent = str(cause.full_key), cause.parent_node
+    plugin = _plugin_option_line(key)
+    if plugin is not None:
+        return plugin
+    if "not in struct" not in str(cause):
+        return None
     path, _, name = key.rpartition(".")
     hint = ""
     if isinstance(parent, DictConfig):
@@ -251,6 +256,35 @@ def _unknown_key_line(cause: BaseException | None) -> str | None:
         f"Could not override '{key}': the config has no setting {key}{hint}. Correct the "
         "name; `--cfg job` after the command prints the settings."
     )
+
+
+def _plugin_option_line(key: str) -> str | None:
+    """For ``hydra.launcher.<name>`` or ``hydra.sweeper.<name>`` that the chosen launcher
+    or sweeper lacks (``hydra.launcher.n_jobs`` of the basic launcher, where Hydra's fix,
+    ``+hydra.launcher.n_jobs``, would add a setting nothing reads): the line naming the
+    options of that group that have it (``hydra/launcher=joblib``); None for another key."""
+    parts = key.split(".")
+    if len(parts) < 3 or parts[0] != "hydra" or parts[1] not in ("launcher", "sweeper"):
+        return None
+    import yaml
+    from hydra.core.config_store import ConfigStore
+
+    group, name = parts[1], parts[2]
+    store, having = ConfigStore.instance(), []
+    for option in store.list(f"hydra/{group}"):
+        if name in (store.load(f"hydra/{group}/{option}").node or {}):
+            having.append(option.removesuffix(".yaml"))
+    for path in sorted((config_dir() / "hydra" / group).glob("*.yaml")):  # built on those
+        own = yaml.safe_load(path.read_text()) or {}
+        bases = [base for base in own.get("defaults", []) if isinstance(base, str)]
+        if name in own or set(bases) & set(having):
+            having.append(path.stem)
+    choose = (
+        f"choose one that has it: {' or '.join(f'hydra/{group}={o}' for o in having)}"
+        if having
+        else f"none of the {group}s here has it; `--cfg hydra` prints the settings"
+    )
+    return f"Could not override '{key}': this {group} has no setting {name}; {choose}."
 
 
 def _dotted_keys(node: Any, path: str = "") -> Iterator[str]:
