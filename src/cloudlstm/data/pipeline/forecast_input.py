@@ -174,17 +174,16 @@ def parse_history(
     return df.assign(**{info.time_col: times, info.id_col: ids})
 
 
-def shown_time(time: np.datetime64, zone: tzinfo | None = None) -> pd.Timestamp:
-    """A parsed time (UTC where the history's had a zone) as a message shows it: in the
-    history's own zone (:func:`time_zone`), so that it can be found in the user's file."""
-    stamp = pd.Timestamp(time)
-    return stamp if zone is None else stamp.tz_localize("UTC").tz_convert(zone)
-
-
 def shown_times(times: np.ndarray, zone: tzinfo | None = None) -> pd.DatetimeIndex:
-    """Parsed times as messages show them (:func:`shown_time`), all at once."""
+    """Parsed times (UTC where the history's had a zone) as messages show them: in the
+    history's own zone (:func:`time_zone`), so that they can be found in the user's file."""
     index = pd.DatetimeIndex(times)
     return index if zone is None else index.tz_localize("UTC").tz_convert(zone)
+
+
+def shown_time(time: np.datetime64, zone: tzinfo | None = None) -> pd.Timestamp:
+    """One parsed time as messages show it (:func:`shown_times`)."""
+    return shown_times(np.asarray([time], dtype="datetime64[ns]"), zone)[0]
 
 
 def history_step(
