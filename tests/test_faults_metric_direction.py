@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 import torch
 
+from cloudlstm.assembly.build import check_monitored
 from cloudlstm.cli.train import train
 from cloudlstm.engine.declared_metrics import monitor_mode
-from cloudlstm.engine.objective import check_monitored, check_optimized_metric
+from cloudlstm.engine.objective import check_optimized_metric
 from cloudlstm.errors import UserError
 from tests.conftest import TINY, compose_train, one_line, run_python
 

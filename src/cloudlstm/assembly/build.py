@@ -20,7 +20,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from cloudlstm.assembly.compile import compile_for_run
 from cloudlstm.assembly.config import instantiate_group, user_errors_unwrapped
 from cloudlstm.data.spec import DataSpec
-from cloudlstm.engine.declared_metrics import monitor_mode
+from cloudlstm.engine.declared_metrics import metric_names, monitor_mode
 from cloudlstm.engine.host_memory import keep_freed_memory, keeps_freed_memory
 from cloudlstm.engine.module import make_optimizer
 from cloudlstm.engine.signals import SignalsTogether
@@ -405,11 +405,7 @@ def check_metric_modes(cfg: DictConfig) -> None:
     Raises:
         UserError: a callback's or the scheduler's ``mode`` is the other one.
     """
-    settings = [
-        (f"callbacks.{name}", node)
-        for name, node in (cfg.get("callbacks") or {}).items()
-        if isinstance(node, DictConfig)
-    ]
+    settings = _callback_nodes(cfg)
     scheduler = cfg.get("scheduler")
     if isinstance(scheduler, DictConfig) and "mode" in scheduler:  # a plateau scheduler
         module = cfg.get("module") or {}
@@ -424,6 +420,41 @@ def check_metric_modes(cfg: DictConfig) -> None:
             f"{'higher' if declared == 'max' else 'lower'} (mode {declared}, declared with the "
             f"metric): leave {where}.mode out, it follows the metric."
         )
+
+
+def check_monitored(cfg: DictConfig) -> None:
+    """Refuse a ``monitor`` (the top-level one, the training module's, a callback's) that
+    no validation logs: Lightning would find out at the end of the first validation, after
+    the steps before it had trained, with a traceback.
+
+    Raises:
+        UserError: the key is not ``val/loss``, ``val/mae_best``, ``val/<a declared
+            metric>``, or ``val/crps`` for a run of quantile forecasts.
+    """
+    module = cfg.get("module") or {}
+    logged = ["val/loss", *(f"val/{name}" for name in metric_names()), "val/mae_best"]
+    if module.get("quantiles"):
+        logged.append("val/crps")
+    settings = [("monitor", cfg.get("monitor")), ("module.monitor", module.get("monitor"))]
+    for where, node in _callback_nodes(cfg):
+        settings.append((f"{where}.monitor", node.get("monitor")))
+    for where, key in settings:
+        if key is None or str(key) in logged:
+            continue
+        quantile = "" if module.get("quantiles") else " (val/crps with module.quantiles)"
+        raise UserError(
+            f"{where}={key} is no metric a validation logs: name one of {', '.join(logged)}"
+            f"{quantile}, e.g. monitor=val/mae."
+        )
+
+
+def _callback_nodes(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
+    """``(callbacks.<name>, node)`` of each callback entry the config builds or sets."""
+    return [
+        (f"callbacks.{name}", node)
+        for name, node in (cfg.get("callbacks") or {}).items()
+        if isinstance(node, DictConfig)
+    ]
 
 
 def save_job_config(cfg: DictConfig, output_dir: Path) -> DictConfig:

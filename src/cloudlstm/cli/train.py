@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from cloudlstm.assembly.assemble import Assembly, assemble
 from cloudlstm.assembly.build import (
     check_metric_modes,
+    check_monitored,
     check_optimizer,
     check_process_settings,
     configure_process,
@@ -29,7 +30,7 @@ from cloudlstm.assembly.resume_data import check_resume_data
 from cloudlstm.assembly.resume_shapes import check_resume_shapes
 from cloudlstm.engine.callbacks import EpochTimer
 from cloudlstm.engine.module import TrainingDivergedError
-from cloudlstm.engine.objective import check_monitored, check_optimized_metric
+from cloudlstm.engine.objective import check_optimized_metric
 from cloudlstm.engine.results import results_from
 from cloudlstm.engine.signals import ctrl_c_kept
 from cloudlstm.errors import UserError

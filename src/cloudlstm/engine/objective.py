@@ -1,12 +1,9 @@
-"""A search's objective (``optimized_metric``) and the metric a run follows (``monitor``),
-checked before anything trains: by ``train.py`` for its run and by the Optuna sweeper
-before its first trial."""
+"""A search's objective (``optimized_metric``), checked before anything trains: by
+``train.py`` for its run and by the Optuna sweeper before its first trial."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any
 
 from cloudlstm.engine.declared_metrics import metric_names, monitor_mode
 from cloudlstm.engine.quantile_metrics import is_quantile_metric
@@ -34,30 +31,3 @@ def check_optimized_metric(key: object) -> None:
         "or, for quantile forecasts, val/crps (with _best for the best so far), e.g. "
         "optimized_metric=val/mae_best."
     )
-
-
-def check_monitored(cfg: Mapping[str, Any]) -> None:
-    """Refuse a ``monitor`` (the top-level one, the training module's, a callback's) that
-    no validation logs: Lightning would find out at the end of the first validation, after
-    the steps before it had trained, with a traceback.
-
-    Raises:
-        UserError: the key is not ``val/loss``, ``val/mae_best``, ``val/<a declared
-            metric>``, or ``val/crps`` for a run of quantile forecasts.
-    """
-    module = cfg.get("module") or {}
-    logged = ["val/loss", *(f"val/{name}" for name in metric_names()), "val/mae_best"]
-    if module.get("quantiles"):
-        logged.append("val/crps")
-    settings = [("monitor", cfg.get("monitor")), ("module.monitor", module.get("monitor"))]
-    for name, node in (cfg.get("callbacks") or {}).items():
-        if isinstance(node, Mapping) and node.get("monitor") is not None:
-            settings.append((f"callbacks.{name}.monitor", node.get("monitor")))
-    for where, key in settings:
-        if key is None or str(key) in logged:
-            continue
-        quantile = "" if module.get("quantiles") else " (val/crps with module.quantiles)"
-        raise UserError(
-            f"{where}={key} is no metric a validation logs: name one of {', '.join(logged)}"
-            f"{quantile}, e.g. monitor=val/mae."
-        )
