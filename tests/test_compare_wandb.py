@@ -9,13 +9,11 @@ import json
 import logging
 import math
 import subprocess
-import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 import yaml
-from google.protobuf.message import DecodeError
 from omegaconf import DictConfig, OmegaConf
 
 from cloudlstm.cli.compare import Stat, compare, find_runs, main
@@ -25,7 +23,7 @@ from cloudlstm.cli.compare.wandb_run import _init_args
 from tests.conftest import PYTHON, ROOT, TINY, compose_train, subprocess_env
 from tests.test_compare import PNG_MAGIC, write_run
 from tests.test_compare_html import markdown_rows
-from tests.wandb_reader import OfflineRun, read_offline_run
+from tests.wandb_reader import finished_run
 
 GROUP = "cloudlstm-synthetic-sweep-2026-01-01_12-00-00"
 
@@ -68,24 +66,9 @@ def logged(tmp_path_factory):
         env.delenv("WANDB_DIR", raising=False)  # the run goes into the sweep folder
         code = main([str(root), "--wandb"])
     assert code == 0, err.getvalue()
-    (run_file,) = root.glob("wandb/offline-run-*/run-*.wandb")
+    run_file, run = finished_run(root)
     lines = err.getvalue().splitlines()
-    return markdown_rows(out.getvalue()), lines, run_file.parent, read_finished(run_file)
-
-
-def read_finished(run_file: Path, timeout_s: float = 60) -> OfflineRun:
-    """The run once its file is complete: W&B's service process writes the file after
-    ``finish()`` returns (the process's exit waits for it; a test reads it sooner)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            run = read_offline_run(run_file)
-        except DecodeError:  # a record half written
-            run = OfflineRun()
-        if run.exited:
-            return run
-        time.sleep(0.2)
-    raise AssertionError(f"{run_file} has no exit record after {timeout_s} s")
+    return markdown_rows(out.getvalue()), lines, run_file.parent, run
 
 
 def test_one_offline_run_named_after_the_sweep_in_its_group(logged):
@@ -172,8 +155,7 @@ def test_a_multirun_ends_with_its_comparison(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| cloudlstm | synthetic | 2 | 1 |" in proc.stdout
     assert f"wrote {sweep / 'compare.html'}" in proc.stderr
-    (run_file,) = sweep.glob("wandb/offline-run-*/run-*.wandb")
-    run = read_finished(run_file)
+    _, run = finished_run(sweep)
     group = json.loads((sweep / "0" / "metrics.json").read_text())["run"]["group"]
     assert run.name == "compare-sweep" and run.group == group
     assert run.summary["synthetic/table/nrows"] == 2

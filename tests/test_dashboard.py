@@ -20,7 +20,7 @@ from cloudlstm.cli.train import train
 from cloudlstm.engine.module import ForecastModule
 from cloudlstm.models.build import build_model
 from tests.conftest import TINY, compose_train
-from tests.wandb_reader import read_offline_run
+from tests.wandb_reader import finished_run
 
 FIGURES = ("forecast_maps", "worst_points", "error_vs_horizon")
 
@@ -50,8 +50,7 @@ def wandb_run(tmp_path_factory):
     )
     results = train(cfg)
     run_dir = Path(cfg.paths.output_dir)
-    (run_file,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
-    return cfg, results, run_dir, read_offline_run(run_file)
+    return cfg, results, run_dir, finished_run(run_dir)[1]
 
 
 def test_identity_name_group_tags_and_whole_config(wandb_run):

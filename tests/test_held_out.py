@@ -30,7 +30,7 @@ from cloudlstm.models.build import build_model
 from cloudlstm.models.held_out import held_out_refusal
 from tests.conftest import ROOT, TINY, compose_train, one_line, run_python
 from tests.test_eval import compose_eval
-from tests.wandb_reader import read_offline_run
+from tests.wandb_reader import finished_run
 
 # ---------------------------------------------------------------- a long-format file
 STEPS, POINTS, CHANNELS = 160, 10, ["no2", "pm25"]
@@ -412,8 +412,7 @@ def metrics(path: Path) -> dict:
 
 def test_wandb_gets_both_point_groups(held_out_run):
     groups = metrics(held_out_run)["test"]["groups"]
-    (run_file,) = held_out_run.glob("wandb/offline-run-*/run-*.wandb")
-    run = read_offline_run(run_file)
+    _, run = finished_run(held_out_run)
     last = run.history[-1] | run.summary
     for group in ("held_out", "trained"):
         mae = groups[group]["overall"]["mae"]["mean"]

@@ -7,12 +7,16 @@ middle / last chunk), whose payloads are ``wandb_internal_pb2.Record`` protobufs
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import struct
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from google.protobuf.message import DecodeError
 from wandb.proto import wandb_internal_pb2 as pb
 
 HEADER = struct.Struct("<4sHB")
@@ -102,3 +106,38 @@ def read_offline_run(path: Path) -> OfflineRun:
         elif kind == "exit":
             run.exited = True
     return run
+
+
+def finished_run(folder: Path, timeout_s: float = 60) -> tuple[Path, OfflineRun]:
+    """The one offline run under ``folder/wandb``, its file and what it holds, once the file
+    ends with the exit record: W&B's service process writes the file, and may finish it
+    after ``finish()`` returns in this process (the process's exit waits for it).
+
+    Raises:
+        AssertionError: no single complete run within ``timeout_s``, with what the folder
+            holds and W&B's state in this process, to tell why.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        files = sorted(folder.glob("wandb/offline-run-*/run-*.wandb"))
+        run = OfflineRun()
+        if len(files) == 1:
+            with contextlib.suppress(DecodeError):  # a record half written
+                run = read_offline_run(files[0])
+            if run.exited:
+                return files[0], run
+        if time.monotonic() > deadline:
+            raise AssertionError(_no_finished_run(folder, files, timeout_s))
+        time.sleep(0.2)
+
+
+def _no_finished_run(folder: Path, files: list[Path], timeout_s: float) -> str:
+    import wandb
+
+    held = sorted(str(p.relative_to(folder)) for p in folder.glob("wandb/**/*"))
+    env = {k: v for k, v in os.environ.items() if k.startswith("WANDB_")}
+    state = "none" if wandb.run is None else f"{wandb.run.id} in {wandb.run.dir}"
+    return (
+        f"{len(files)} run files under {folder}/wandb, none complete after {timeout_s} s; "
+        f"it holds {held}; the W&B run in progress: {state}; W&B's variables: {env}"
+    )
