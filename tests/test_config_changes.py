@@ -149,3 +149,31 @@ def test_a_moved_run_directory_and_keys_new_in_the_code_are_no_change(stopped_ru
     cfg.paths.output_dir = str(moved)
     with pytest.raises(UserError, match=r"data.score_filled \(not set\) -> false"):
         check_config_changes(cfg, moved)
+
+
+def test_a_misspelt_allow_changes_entry_is_one_line_naming_the_key_meant(stopped_run):
+    before = snapshot(stopped_run)
+    typo = train_py(stopped_run, "optimizer.lr=0.01", "allow_changes=[optimzer]")
+    assert typo.returncode != 0
+    line = the_line(typo, "allow_changes=[optimzer]")
+    assert line == (
+        "allow_changes=[optimzer]: the config has no key optimzer (did you mean optimizer?); "
+        "name keys of the run or their prefixes, e.g. allow_changes=[optimizer] or "
+        "allow_changes=[optimizer.lr]."
+    )
+    not_a_list = train_py(stopped_run, "optimizer.lr=0.01", "allow_changes=optimizer.lr")
+    assert the_line(not_a_list, "allow_changes=") == (
+        "allow_changes='optimizer.lr': give a list of keys, e.g. allow_changes=[optimizer.lr]."
+    )
+    assert snapshot(stopped_run) == before
+
+
+def test_allow_changes_names_keys_of_the_config_or_of_the_saved_run(tmp_path):
+    from cloudlstm.rundir.config_changes import check_allowed_keys
+
+    cfg = compose_train(tmp_path, [*TINY, "allow_changes=[optimizer.lr,model,hydra.job.name]"])
+    check_allowed_keys(cfg, {})
+    gone = compose_train(tmp_path, [*TINY, "allow_changes=[callbacks.old_one.patience]"])
+    check_allowed_keys(gone, {"callbacks": {"old_one": {"patience": 3}}})  # removed since
+    with pytest.raises(UserError, match=r"no key callbacks\.old_one\.patience"):
+        check_allowed_keys(gone, {})  # a fresh run is checked too

@@ -47,7 +47,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from cloudlstm.errors import UserError
+from cloudlstm.errors import UserError, nearest_name
 from cloudlstm.rundir.divergence import divergence, what_diverged
 from cloudlstm.rundir.layout import (
     CHANGES_FILE,
@@ -155,7 +155,10 @@ def check_config_changes(cfg: DictConfig, run_dir: Path) -> list[Change]:
         UserError: a setting changed that is neither an execution option nor allowed.
     """
     run_dir = Path(run_dir)
-    if not resumes(cfg, run_dir):
+    resuming = resumes(cfg, run_dir)
+    saved = OmegaConf.to_container(read_run_config(run_dir)) if resuming else {}
+    check_allowed_keys(cfg, saved)
+    if not resuming:
         return []
     changes = config_changes(cfg, run_dir)
     refused = [c for c in changes if c.allowed_by is None]
@@ -168,6 +171,42 @@ def check_config_changes(cfg: DictConfig, run_dir: Path) -> list[Change]:
             "diverge again (resume=never starts fresh).", run_dir, what_diverged(diverged)
         )  # fmt: skip
     return changes
+
+
+def check_allowed_keys(cfg: DictConfig, saved: dict[str, Any]) -> None:
+    """``allow_changes`` is a list of keys, each a key (or a prefix of keys) of the config
+    or of the resumed run's ``saved`` one: a misspelt entry would let nothing through, and
+    the refusal it was meant to answer would come again.
+
+    Raises:
+        UserError: ``allow_changes`` is no list, or an entry names no key.
+    """
+    entries = cfg.get("allow_changes")
+    if entries is None:
+        return
+    if not OmegaConf.is_list(entries) and not isinstance(entries, list):
+        raise UserError(
+            f"allow_changes={entries!r}: give a list of keys, e.g. allow_changes=[{entries}]."
+        )
+    keys = set(_dotted_keys(_job_container(cfg))) | set(_dotted_keys(saved))
+    for entry in map(str, entries):
+        if entry not in keys and not _under(entry, ["hydra"]):
+            raise UserError(
+                f"allow_changes=[{entry}]: the config has no key {entry}"
+                f"{nearest_name(entry, keys)}; name keys of the run or their prefixes, "
+                "e.g. allow_changes=[optimizer] or allow_changes=[optimizer.lr]."
+            )
+
+
+def _dotted_keys(node: Any, prefix: str = "") -> list[str]:
+    """Every key of the nested mappings ``node``, dotted, those of mappings included."""
+    if not isinstance(node, dict):
+        return []
+    out = []
+    for key, value in node.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        out += [path, *_dotted_keys(value, path)]
+    return out
 
 
 class CheckBeforeTheRun(Callback):
