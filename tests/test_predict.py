@@ -271,3 +271,28 @@ def test_forecaster_gives_the_zone_of_the_times_fed_to_update(run):
     times = f.forecast()["timestamp"]
     assert times[0] == pd.Timestamp("2021-03-05 21:00", tz="+01:00")
     assert str(times.dt.tz) == "UTC+01:00"
+
+
+def test_out_dash_prints_the_forecast_alone_for_a_pipe(run, tmp_path):
+    """``out=-``: standard output is the CSV alone (the log goes to standard error), the same
+    forecast as a file holds, and nothing is written into the run."""
+    to_file = predict(run, history(run), tmp_path, f"out={tmp_path / 'f.csv'}")
+    assert to_file.returncode == 0, to_file.stderr
+    before = sorted(run[0].rglob("*"))
+    piped = predict(run, history(run), tmp_path, "out=-")
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout == (tmp_path / "f.csv").read_text(), piped.stderr
+    assert sorted(run[0].rglob("*")) == before
+
+
+def test_a_reader_that_stops_early_ends_the_forecast_quietly(run, tmp_path):
+    data = tmp_path / "recent.csv"
+    history(run).to_csv(data, index=False)
+    cmd = [sys.executable, "predict.py", f"run={run[0]}", f"data.path={data}", "out=-"]
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    proc.stdout.close()  # as `| head` does once it has its lines
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 1, err  # as `yes | head` ends
+    assert "Traceback" not in err and "BrokenPipe" not in err

@@ -8,9 +8,14 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stdout
 from datetime import datetime
 from pathlib import Path
+from typing import TextIO
 
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
@@ -29,6 +34,7 @@ from cloudlstm.rundir.layout import path_option
 
 USAGE = "python predict.py run=<run dir> data.path=<history.csv> [ckpt=best] [out=forecast.csv]"
 PARQUET = (".parquet", ".pq")
+STDOUT = "-"  # out=-: the forecast as CSV on standard output, for a pipe
 TAKES = (
     "predict.py forecasts with the run's model and data settings as its checkpoint holds "
     "them (missing value, ...), and takes run, ckpt, out, device, torch_threads, data.path "
@@ -79,12 +85,13 @@ def _extra_keys(node: DictConfig, declared: DictConfig, path: str) -> list[str]:
     return extra
 
 
-def main(cfg: DictConfig) -> Path:
+def main(cfg: DictConfig) -> Path | None:
     """Forecast the J steps after the last timestamp of ``data.path`` (or
     ``data.source.path``, as ``train.py`` names it) for every point in it.
 
     Writes the forecast to :func:`output_path` (CSV, or Parquet by extension), prints its
-    path and returns it.
+    path and returns it; with ``out=-``, prints the forecast as CSV alone (the log goes to
+    standard error) and returns None.
     """
     check_added_top_level_keys(cfg)  # the nearest setting named
     check_settings(cfg)
@@ -95,7 +102,21 @@ def main(cfg: DictConfig) -> Path:
     check_process_settings(cfg)
     set_torch_threads(cfg)
     out = str(cfg.out)
+    if out == STDOUT:
+        with _output_to_stderr() as table_out:  # standard output carries the table alone
+            forecast = _forecast(cfg, key, given)
+        forecast.to_csv(table_out, index=False)  # a reader may leave: scripts.predict
+        return None
     check_format(out)
+    forecast = _forecast(cfg, key, given)
+    path = output_path(out, Path(path_option(cfg.run, "run")))
+    write_forecast(forecast, path, out)
+    print(path)
+    return path
+
+
+def _forecast(cfg: DictConfig, key: str, given: str) -> pd.DataFrame:
+    """The forecast of the run's model from the history file ``given`` as ``key``."""
     forecaster = Forecaster.load(cfg.run, ckpt=cfg.ckpt, device=cfg.get("device"))
     source = Path(str(given)).expanduser()
     options = cfg.data.get("source") or {}
@@ -105,11 +126,7 @@ def main(cfg: DictConfig) -> Path:
         options=SOURCE_OPTIONS,
     )
     history = read_history(source, key, forecaster.info.id_col)
-    forecast = forecaster.forecast(history, f"{key}={source}", bad_values, reading)
-    path = output_path(out, Path(path_option(cfg.run, "run")))
-    write_forecast(forecast, path, out)
-    print(path)
-    return path
+    return forecaster.forecast(history, f"{key}={source}", bad_values, reading)
 
 
 def write_forecast(forecast: pd.DataFrame, path: Path, out: str) -> None:
@@ -135,6 +152,27 @@ def write_forecast(forecast: pd.DataFrame, path: Path, out: str) -> None:
         raise UserError(
             f"out={out}: cannot write {path} ({reason}): name a file in a folder you can write to."
         ) from None
+
+
+@contextmanager
+def _output_to_stderr() -> Iterator[TextIO]:
+    """Within the block, what would go to standard output (the log's handlers there, as
+    predict.py logs, and any print) goes to standard error; yields standard output."""
+    table_out = sys.stdout
+    moved = [
+        handler
+        for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+        for handler in getattr(logger, "handlers", [])
+        if isinstance(handler, logging.StreamHandler) and handler.stream is table_out
+    ]
+    for handler in moved:
+        handler.setStream(sys.stderr)
+    try:
+        with redirect_stdout(sys.stderr):
+            yield table_out
+    finally:
+        for handler in moved:
+            handler.setStream(table_out)
 
 
 def history_key(cfg: DictConfig) -> tuple[str, str | None]:
