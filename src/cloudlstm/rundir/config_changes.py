@@ -188,6 +188,8 @@ def check_allowed_keys(cfg: DictConfig, saved: dict[str, Any]) -> None:
         raise UserError(
             f"allow_changes={entries!r}: give a list of keys, e.g. allow_changes=[{entries}]."
         )
+    if not entries:
+        return  # the default: nothing to look up
     keys = set(_dotted_keys(_job_container(cfg))) | set(_dotted_keys(saved))
     for entry in map(str, entries):
         if entry not in keys and not _under(entry, ["hydra"]):
