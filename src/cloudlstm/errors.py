@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from hydra.errors import CompactHydraException, InstantiationException
+from omegaconf import DictConfig
 
 
 class UserError(CompactHydraException, ValueError):
@@ -238,6 +239,19 @@ def nearest_name(key: str, names: Iterable[str], path: str = "") -> str:
     if not close:
         return ""
     return f" (did you mean {path + '.' if path else ''}{close[0]}?)"
+
+
+def config_keys(node: DictConfig, path: str = "") -> Iterator[str]:
+    """The dotted keys of a config's nodes, depth first, Hydra's own left out, read
+    without resolving interpolations: the names a "did you mean" chooses among."""
+    for key in node:
+        if not path and key == "hydra":
+            continue
+        dotted = f"{path}.{key}" if path else str(key)
+        yield dotted
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_none() and not child._is_missing():
+            yield from config_keys(child, dotted)
 
 
 def no_gpu(setting: str, on_the_cpu: str) -> UserError:

@@ -235,7 +235,7 @@ def _unknown_key_line(cause: BaseException | None) -> str | None:
     from omegaconf import DictConfig
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-    from cloudlstm.errors import nearest_name
+    from cloudlstm.errors import config_keys, nearest_name
 
     missing = ConfigKeyError | ConfigAttributeError
     if not isinstance(cause, missing):
@@ -249,7 +249,7 @@ def _unknown_key_line(cause: BaseException | None) -> str | None:
     path, _, name = key.rpartition(".")
     hint = ""
     if isinstance(parent, DictConfig):
-        elsewhere = [k for k in _dotted_keys(parent._get_root()) if k.rsplit(".", 1)[-1] == name]
+        elsewhere = [k for k in config_keys(parent._get_root()) if k.rsplit(".", 1)[-1] == name]
         hint = f" (did you mean {elsewhere[0]}?)" if elsewhere else ""
         hint = hint or nearest_name(name, [str(k) for k in parent], path)
     return (
@@ -285,20 +285,6 @@ def _plugin_option_line(key: str) -> str | None:
         else f"none of the {group}s here has it; `--cfg hydra` prints the settings"
     )
     return f"Could not override '{key}': this {group} has no setting {name}; {choose}."
-
-
-def _dotted_keys(node: Any, path: str = "") -> Iterator[str]:
-    """The dotted keys of a config's nodes, depth first, Hydra's own left out."""
-    from omegaconf import DictConfig
-
-    for key in node:
-        if not path and key == "hydra":
-            continue
-        dotted = f"{path}.{key}" if path else str(key)
-        yield dotted
-        child = node._get_node(key)
-        if isinstance(child, DictConfig) and not child._is_none() and not child._is_missing():
-            yield from _dotted_keys(child, dotted)
 
 
 @contextmanager

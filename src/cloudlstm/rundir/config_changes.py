@@ -47,7 +47,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from cloudlstm.errors import UserError, nearest_name
+from cloudlstm.errors import UserError, config_keys, nearest_name
 from cloudlstm.rundir.divergence import divergence, what_diverged
 from cloudlstm.rundir.layout import (
     CHANGES_FILE,
@@ -109,10 +109,12 @@ def resumes(cfg: DictConfig, run_dir: Path) -> bool:
     return bool(resume_candidates(run_dir)) or (run_dir / METRICS_FILE).is_file()
 
 
-def config_changes(cfg: DictConfig, run_dir: Path) -> list[Change]:
-    """The differences of ``cfg`` (without ``hydra``) from ``run_dir``'s ``config.yaml``."""
+def config_changes(cfg: DictConfig, run_dir: Path, saved: DictConfig | None = None) -> list[Change]:
+    """The differences of ``cfg`` (without ``hydra``) from ``run_dir``'s ``config.yaml``
+    (``saved``, where it has been read already)."""
     new = _job_container(cfg)
-    old = OmegaConf.to_container(read_run_config(run_dir), resolve=False)
+    saved = read_run_config(run_dir) if saved is None else saved
+    old = OmegaConf.to_container(saved, resolve=False)
     old_paths, new_paths = old.get("paths") or {}, new.get("paths") or {}
     # values built from the paths follow them; the paths' own change is recorded
     old = {k: v if k == "paths" else _moved(v, old_paths, new_paths) for k, v in old.items()}
@@ -155,12 +157,11 @@ def check_config_changes(cfg: DictConfig, run_dir: Path) -> list[Change]:
         UserError: a setting changed that is neither an execution option nor allowed.
     """
     run_dir = Path(run_dir)
-    resuming = resumes(cfg, run_dir)
-    saved = OmegaConf.to_container(read_run_config(run_dir)) if resuming else {}
+    saved = read_run_config(run_dir) if resumes(cfg, run_dir) else None
     check_allowed_keys(cfg, saved)
-    if not resuming:
+    if saved is None:
         return []
-    changes = config_changes(cfg, run_dir)
+    changes = config_changes(cfg, run_dir, saved)
     refused = [c for c in changes if c.allowed_by is None]
     if refused:
         raise UserError(_refusal(run_dir, refused))
@@ -173,10 +174,10 @@ def check_config_changes(cfg: DictConfig, run_dir: Path) -> list[Change]:
     return changes
 
 
-def check_allowed_keys(cfg: DictConfig, saved: dict[str, Any]) -> None:
+def check_allowed_keys(cfg: DictConfig, saved: DictConfig | None) -> None:
     """``allow_changes`` is a list of keys, each a key (or a prefix of keys) of the config
-    or of the resumed run's ``saved`` one: a misspelt entry would let nothing through, and
-    the refusal it was meant to answer would come again.
+    or of the resumed run's ``saved`` one (None for a fresh run): a misspelt entry would
+    let nothing through, and the refusal it was meant to answer would come again.
 
     Raises:
         UserError: ``allow_changes`` is no list, or an entry names no key.
@@ -190,7 +191,7 @@ def check_allowed_keys(cfg: DictConfig, saved: dict[str, Any]) -> None:
         )
     if not entries:
         return  # the default: nothing to look up
-    keys = set(_dotted_keys(_job_container(cfg))) | set(_dotted_keys(saved))
+    keys = {*config_keys(cfg), *(config_keys(saved) if saved is not None else ())}
     for entry in map(str, entries):
         if entry not in keys and not _under(entry, ["hydra"]):
             raise UserError(
@@ -198,17 +199,6 @@ def check_allowed_keys(cfg: DictConfig, saved: dict[str, Any]) -> None:
                 f"{nearest_name(entry, keys)}; name keys of the run or their prefixes, "
                 "e.g. allow_changes=[optimizer] or allow_changes=[optimizer.lr]."
             )
-
-
-def _dotted_keys(node: Any, prefix: str = "") -> list[str]:
-    """Every key of the nested mappings ``node``, dotted, those of mappings included."""
-    if not isinstance(node, dict):
-        return []
-    out = []
-    for key, value in node.items():
-        path = f"{prefix}.{key}" if prefix else str(key)
-        out += [path, *_dotted_keys(value, path)]
-    return out
 
 
 class CheckBeforeTheRun(Callback):
