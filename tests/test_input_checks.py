@@ -39,6 +39,7 @@ from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.engine.distributed import per_process_limits
 from cloudlstm.errors import UserError, one_line_errors
 from cloudlstm.nn import DConv, NeighbourCountError, XConv
+from cloudlstm.report.figures import figure_choice
 from tests.conftest import PYTHON, ROOT, TINY, compose_train, subprocess_env
 
 # TINY without its model and synthetic-data settings: each test names its own
@@ -387,6 +388,15 @@ def test_a_report_window_or_channel_the_data_lack_is_refused_before_training(
         train(cfg)
     assert str(err.value).startswith(said)
     assert not (Path(cfg.paths.output_dir) / "checkpoints").exists()
+
+
+@pytest.mark.parametrize(("window", "channel"), [(True, 0), (0, False), (1.0, 0), (0, 1.0)])
+def test_figure_choice_takes_no_bool_or_float_for_an_index(window, channel):
+    """From Python, ``window=True`` passed the int test and drew window 1."""
+    data = SimpleNamespace(channel_names=["pm25", "no2"], test_dataset=[None] * 4)
+    with pytest.raises(UserError, match=r"^report\.(window|channel)="):
+        figure_choice(data, window, channel)
+    assert figure_choice(data, 3, "no2") == (3, 1)
 
 
 def test_layers_refuse_k_and_dilation_below_one():

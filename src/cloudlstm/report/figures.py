@@ -27,7 +27,7 @@ def figure_choice(datamodule: Any, window: object, channel: object) -> tuple[int
     names = list(datamodule.channel_names)
     if isinstance(channel, str) and channel in names:
         c = names.index(channel)
-    elif isinstance(channel, int) and not isinstance(channel, bool) and 0 <= channel < len(names):
+    elif _is_index(channel, len(names)):
         c = channel
     else:
         raise UserError(
@@ -35,12 +35,18 @@ def figure_choice(datamodule: Any, window: object, channel: object) -> tuple[int
             f"or an index from 0 to {len(names) - 1}."
         )
     windows = len(datamodule.test_dataset or ())
-    if windows and not (isinstance(window, int) and 0 <= window < windows):
+    if windows and not _is_index(window, windows):
         raise UserError(
             f"report.window={window}: the test part has {windows} window(s); give an index "
             f"from 0 to {windows - 1}."
         )
     return (window if windows else 0), c
+
+
+def _is_index(value: object, count: int) -> bool:
+    """Whether ``value`` is an int in ``[0, count)``; a bool is not one, though Python's
+    ``True`` is an int."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < count
 
 
 @torch.no_grad()
