@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import open_dict
 
+from cloudlstm.cli.ctrl_c import ctrl_c_is_a_stop
 from cloudlstm.cli.pipes import reader_may_leave
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError, one_line_errors
@@ -61,6 +62,14 @@ def model_for_shape(
         cfg.paths.data_dir = str(Path.cwd() / "data")
         cfg.model.update(model_keys)
     return build_model(cfg.model, spec, compile=False)
+
+
+@reader_may_leave()  # `cloudlstm-models | head`
+@ctrl_c_is_a_stop()
+def program() -> NoReturn:
+    """``cloudlstm-models`` and ``python -m cloudlstm.cli.models_table``: :func:`main` on the
+    command line, its status the program's."""
+    raise SystemExit(main())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,5 +123,4 @@ def _row(name: str, args: argparse.Namespace) -> bool:
 
 
 if __name__ == "__main__":
-    with reader_may_leave():  # `python -m cloudlstm.cli.models_table | head`
-        raise SystemExit(main())
+    program()

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from cloudlstm.cli.compare.cells import Column
 from cloudlstm.cli.compare.formats import to_latex, to_markdown, write_csv
@@ -14,6 +14,8 @@ from cloudlstm.cli.compare.groups import Group, code_note, group_runs, mixed_key
 from cloudlstm.cli.compare.paper import TABLES, paper_table
 from cloudlstm.cli.compare.runs import CompareError, Run, find_runs, runs_without_results
 from cloudlstm.cli.compare.table import build_table, reported_metrics
+from cloudlstm.cli.ctrl_c import ctrl_c_is_a_stop
+from cloudlstm.cli.pipes import reader_may_leave
 from cloudlstm.engine.declared_metrics import metric_names
 from cloudlstm.engine.quantile_metrics import quantile_metric_names
 from cloudlstm.errors import UserError
@@ -156,6 +158,14 @@ def _parser() -> argparse.ArgumentParser:
         help="also eval.py's re-tests of runs (<run>/eval/<time>/), as rows of their own",
     )
     return parser
+
+
+@reader_may_leave()  # `compare ... | head`
+@ctrl_c_is_a_stop()
+def program() -> NoReturn:
+    """``cloudlstm-compare`` and ``python -m cloudlstm.cli.compare``: :func:`main` on the
+    command line, its status the program's."""
+    raise SystemExit(main())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,48 @@
+"""The programs' entry points: the installed ``cloudlstm-train``, ``-eval``, ``-predict``,
+``-compare`` and ``-models`` (pyproject.toml's console scripts), and the repository's
+``train.py``, ``eval.py`` and ``predict.py``.
+
+A module outside the cloudlstm package, so that a Ctrl-C while the package loads is the
+program's stop, one line and status 130, as at any later moment (``cloudlstm.cli.ctrl_c``):
+importing ``cloudlstm`` takes about half a second (``importlib.metadata``, omegaconf), and a
+console script that imported a program's module itself would print that import's traceback.
+"""
+
+from __future__ import annotations
+
+# small modules of the standard library alone (not typing, not pathlib: 20-30 ms each), as
+# every import here is a moment without the guard
+import importlib
+import os
+import sys
+
+# the shell's status after Ctrl-C, cloudlstm.rundir.stops.CTRL_C_EXIT_CODE, which cannot be
+# imported before the package
+CTRL_C_EXIT_CODE = 130
+
+
+class _Program:
+    """A program that imports ``module`` and runs its ``function``: the package under
+    Ctrl-C's guard here, the program's module with Ctrl-C held until its imports are done
+    (torch's initialisation must not be interrupted)."""
+
+    def __init__(self, module: str, function: str) -> None:
+        self.module, self.function = module, function
+        self.__doc__ = f"Runs ``{module}.{function}``."
+
+    def __call__(self) -> object:
+        try:
+            from cloudlstm.cli.ctrl_c import ctrl_c_is_a_stop
+        except KeyboardInterrupt:
+            sys.stderr.write(f"{os.path.basename(sys.argv[0])}: stopped by Ctrl-C.\n")
+            raise SystemExit(CTRL_C_EXIT_CODE) from None
+        with ctrl_c_is_a_stop():
+            main = getattr(importlib.import_module(self.module), self.function)
+        return main()
+
+
+train = _Program("cloudlstm.cli.scripts", "train")
+evaluate = _Program("cloudlstm.cli.scripts", "evaluate")
+predict = _Program("cloudlstm.cli.scripts", "predict")
+compare = _Program("cloudlstm.cli.compare.command", "program")
+models = _Program("cloudlstm.cli.models_table", "program")
