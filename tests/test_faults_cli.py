@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from cloudlstm.assembly.build import build_trainer
 from cloudlstm.cli.scripts import refuse_moved_keys
-from cloudlstm.cli.train import train
+from cloudlstm.cli.train import next_steps, train
 from cloudlstm.errors import UserError
 from tests.conftest import PYTHON, ROOT, TINY, compose_train, one_line, subprocess_env
 
@@ -51,6 +51,30 @@ def test_the_installed_eval_program_prints_the_help_too():
     done = run(program, "--help")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "eval is powered by Hydra" in done.stdout
+    # its own command, where it said `python eval.py`, which an installed package lacks
+    assert done.stdout.startswith("Usage: cloudlstm-eval run=<run dir> [ckpt=best|last|<path>]")
+    assert "every key of `cloudlstm-train --help` is overridden" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv0", "said"),
+    [
+        (
+            "/env/bin/cloudlstm-train",
+            "`cloudlstm-eval run=/r/a`, forecast new data `cloudlstm-predict",
+        ),
+        ("train.py", "`python eval.py run=/r/a`, forecast new data `python predict.py"),
+        ("-c", "`python eval.py run=/r/a`, forecast new data `python predict.py"),  # the API
+    ],
+)
+def test_next_steps_name_the_programs_as_the_user_runs_them(argv0, said, monkeypatch):
+    monkeypatch.setattr(sys, "argv", [argv0])
+    steps = next_steps(Path("/r/a"))
+    assert said in steps
+    compare = (
+        "cloudlstm-compare /r" if "cloudlstm" in argv0 else "python -m cloudlstm.cli.compare /r"
+    )
+    assert steps.endswith(f"`{compare}`.")
 
 
 @pytest.mark.parametrize(

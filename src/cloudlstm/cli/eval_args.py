@@ -12,18 +12,26 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from cloudlstm.cli.group_choices import group_choices
+from cloudlstm.cli.invoked import command
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.layout import check_run_dir, read_run_config
 
-USAGE = "python eval.py run=<run dir> [ckpt=best|last|<path>] [key=value ...]"
 HELP_FLAGS = ("--help", "-h", "--hydra-help")
-# what --help without run= says first: the config it shows is eval.yaml's alone
-HELP_HEADER = (
-    f"Usage: {USAGE}\n"
-    "The base of the config is the run's own config.yaml (written by train.py): every key of "
-    "`python train.py --help` is overridden as there. With run=<run dir>, --help shows that "
-    "run's config below.\n"
-)
+
+
+def usage() -> str:
+    """The command line, as the user runs the program."""
+    return f"{command('eval')} run=<run dir> [ckpt=best|last|<path>] [key=value ...]"
+
+
+def help_header() -> str:
+    """What --help without run= says first: the config it shows is eval.yaml's alone."""
+    return (
+        f"Usage: {usage()}\n"
+        "The base of the config is the run's own config.yaml (written by train.py): every key "
+        f"of `{command('train')} --help` is overridden as there. With run=<run dir>, --help "
+        "shows that run's config below.\n"
+    )
 
 
 def wants_help(argv: list[str]) -> bool:
@@ -47,7 +55,7 @@ def with_run_config(argv: list[str], stand_in: Path | None = None) -> list[str]:
     if not runs:
         if stand_in is not None and wants_help(argv):
             return [*argv, _searchpath(stand_in)]
-        raise UserError(f"eval.py needs the run directory: `{USAGE}`.")
+        raise UserError(f"eval.py needs the run directory: `{usage()}`.")
     searchpath = _searchpath(check_run_dir(runs[-1]).resolve())
     return argv if searchpath in argv else [*argv, searchpath]
 
@@ -86,7 +94,7 @@ def run_data_keys(argv: list[str]) -> set[str]:
     """
     runs = [arg.split("=", 1)[1] for arg in argv[1:] if arg.startswith("run=")]
     if not runs:
-        raise UserError(f"eval.py needs the run directory: `{USAGE}`.")
+        raise UserError(f"eval.py needs the run directory: `{usage()}`.")
     data = read_run_config(check_run_dir(runs[-1])).get("data")
     return {str(key) for key in data} if isinstance(data, DictConfig) else set()
 

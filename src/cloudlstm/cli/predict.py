@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from cloudlstm.assembly.build import check_process_settings, set_torch_threads
 from cloudlstm.assembly.known_keys import check_added_top_level_keys
 from cloudlstm.cli.group_choices import group_choices
+from cloudlstm.cli.invoked import command
 from cloudlstm.data.pipeline.forecast_input import TimeReading, user_errors
 from cloudlstm.data.sources.long_format import dataset_parts
 from cloudlstm.data.sources.tables import read_table
@@ -32,7 +33,6 @@ from cloudlstm.forecast import Forecaster
 from cloudlstm.paths import config_dir
 from cloudlstm.rundir.layout import path_option
 
-USAGE = "python predict.py run=<run dir> data.path=<history.csv> [ckpt=best] [out=forecast.csv]"
 PARQUET = (".parquet", ".pq")
 STDOUT = "-"  # out=-: the forecast as CSV on standard output, for a pipe
 TAKES = (
@@ -98,7 +98,11 @@ def main(cfg: DictConfig) -> Path | None:
     key, given = history_key(cfg)
     missing = sorted({*OmegaConf.missing_keys(cfg), *(["data.path"] if given is None else [])})
     if missing:
-        raise UserError(f"predict.py needs {', '.join(missing)}: `{USAGE}`.")
+        usage = (
+            f"{command('predict')} run=<run dir> data.path=<history.csv> [ckpt=best] "
+            "[out=forecast.csv]"
+        )
+        raise UserError(f"predict.py needs {', '.join(missing)}: `{usage}`.")
     check_process_settings(cfg)
     set_torch_threads(cfg)
     out = str(cfg.out)

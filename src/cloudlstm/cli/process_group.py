@@ -13,8 +13,8 @@ the command must name it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
+from cloudlstm.cli.invoked import this_program
 from cloudlstm.errors import UserError
 
 __all__ = ["check_shared_run_dir", "launched_processes"]
@@ -53,8 +53,7 @@ def check_shared_run_dir(argv: Sequence[str], environ: Mapping[str, str]) -> Non
     how = launched_processes(environ, argv)
     if how is None or "hydra.run.dir" in {_key(a) for a in argv[1:]}:
         return
-    name = Path(argv[0]).name
-    program = f"python {name}" if name.endswith(".py") else name
+    program = this_program()
     raise UserError(
         f"{program} runs here as {how}, and each process would make a run directory of its "
         "own (named by the time it started): give them one, hydra.run.dir=<dir>, the same "

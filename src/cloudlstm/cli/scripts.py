@@ -26,6 +26,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from cloudlstm.cli.ctrl_c import ctrl_c_is_a_stop
+from cloudlstm.cli.invoked import this_program
 from cloudlstm.cli.pipes import reader_may_leave
 from cloudlstm.paths import config_dir
 
@@ -64,8 +65,7 @@ def refuse_moved_keys(argv: list[str], keep: Collection[str] = ()) -> None:
     from cloudlstm.rundir.old_configs import OLD_DATAMODULES
 
     moved = {key for _, keys in OLD_DATAMODULES.values() for key in keys} - set(keep)
-    name = Path(argv[0]).name
-    program = f"python {name}" if name.endswith(".py") else name
+    program = this_program()
     for arg in argv[1:]:
         key, sep, value = arg.lstrip("+~").partition("=")
         parts = key.split(".")
@@ -85,7 +85,7 @@ def evaluate() -> None:
     """``cloudlstm-eval run=<run dir> [ckpt=best|last|<path>] [key=value ...]``: test a
     trained run again."""
     from cloudlstm.cli.eval_args import (
-        HELP_HEADER,
+        help_header,
         refuse_group_choices,
         run_data_keys,
         wants_help,
@@ -99,7 +99,7 @@ def evaluate() -> None:
         with tempfile.TemporaryDirectory() as stand_in:
             (Path(stand_in) / "config.yaml").write_text("{}\n")
             sys.argv = with_run_config(sys.argv, Path(stand_in))
-            print(HELP_HEADER)
+            print(help_header())
             _run_hydra("eval", _evaluate)
         return
     try:

@@ -28,6 +28,7 @@ from cloudlstm.assembly.checkpoint_fit import check_resume_fits
 from cloudlstm.assembly.known_keys import check_known_keys
 from cloudlstm.assembly.resume_data import check_resume_data
 from cloudlstm.assembly.resume_shapes import check_resume_shapes
+from cloudlstm.cli.invoked import command
 from cloudlstm.engine.callbacks import EpochTimer
 from cloudlstm.engine.module import TrainingDivergedError
 from cloudlstm.engine.objective import check_optimized_metric
@@ -156,9 +157,9 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
 def next_steps(run_dir: Path) -> str:
     """What a user can do with a finished run, as commands to copy."""
     return (
-        f"Next: evaluate it again `python eval.py run={run_dir}`, forecast new data "
-        f"`python predict.py run={run_dir} data.path=<recent.csv>`, or compare it with "
-        f"other runs `python -m cloudlstm.cli.compare {run_dir.parent}`."
+        f"Next: evaluate it again `{command('eval')} run={run_dir}`, forecast new data "
+        f"`{command('predict')} run={run_dir} data.path=<recent.csv>`, or compare it with "
+        f"other runs `{command('compare')} {run_dir.parent}`."
     )
 
 

@@ -15,6 +15,7 @@ from cloudlstm.cli.compare.paper import TABLES, paper_table
 from cloudlstm.cli.compare.runs import CompareError, Run, find_runs, runs_without_results
 from cloudlstm.cli.compare.table import build_table, reported_metrics
 from cloudlstm.cli.ctrl_c import ctrl_c_is_a_stop
+from cloudlstm.cli.invoked import command
 from cloudlstm.cli.pipes import reader_may_leave
 from cloudlstm.engine.declared_metrics import metric_names
 from cloudlstm.engine.quantile_metrics import quantile_metric_names
@@ -103,7 +104,7 @@ def _point_groups(text: str) -> list[str]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="python -m cloudlstm.cli.compare",
+        prog=command("compare"),
         description=sys.modules[__package__].__doc__.split("\n\n")[0],  # the package's
         epilog="See the module docstring or README (Comparing runs) for the statistics.",
     )

@@ -1,0 +1,29 @@
+"""The programs' commands as the user runs them, for the commands a message writes out:
+``python eval.py`` from the repository, ``cloudlstm-eval`` where the installed programs run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# each program's command: the repository's form, the installed one
+COMMANDS = {
+    "train": ("python train.py", "cloudlstm-train"),
+    "eval": ("python eval.py", "cloudlstm-eval"),
+    "predict": ("python predict.py", "cloudlstm-predict"),
+    "compare": ("python -m cloudlstm.cli.compare", "cloudlstm-compare"),
+}
+
+
+def command(program: str) -> str:
+    """The command of ``program`` (a key of :data:`COMMANDS`) in the form this process was
+    started in: ``cloudlstm-eval`` when an installed program runs, ``python eval.py``
+    otherwise (the repository's scripts, or the Python API)."""
+    repository, installed = COMMANDS[program]
+    return installed if Path(sys.argv[0]).name.startswith("cloudlstm-") else repository
+
+
+def this_program() -> str:
+    """The command that started this process: ``python train.py`` or ``cloudlstm-train``."""
+    name = Path(sys.argv[0]).name
+    return f"python {name}" if name.endswith(".py") else name
