@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -20,6 +22,21 @@ def test_parameter_counts_follow_the_configs():
     expected = (d * 500 + 500) + 4 * (500 * 500 + 500) + (500 * d + d)
     assert model_parameters("mlp") == expected
     assert model_parameters("mlp", num_points=10) < expected
+
+
+def test_the_models_table_module_imports_no_torch_before_its_program_runs():
+    """As ``python -m cloudlstm.cli.models_table`` its imports run before program() holds a
+    Ctrl-C, and a Ctrl-C in torch's initialisation can abort the process."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import cloudlstm.cli.models_table"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    assert "cloudlstm.cli.models_table" in imported and "torch" not in imported
 
 
 @pytest.mark.slow  # two kNN-LSTM trainings on Beijing-size data: minutes on 2 cores

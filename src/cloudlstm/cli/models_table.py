@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, NoReturn
-
-import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from omegaconf import open_dict
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from cloudlstm.cli.ctrl_c import ctrl_c_is_a_stop
 from cloudlstm.cli.pipes import reader_may_leave
-from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError, one_line_errors
-from cloudlstm.models.build import build_model, count_parameters
 from cloudlstm.paths import config_dir
+
+if TYPE_CHECKING:
+    import torch
+
+# torch, Hydra and the models are imported where they are used: as
+# `python -m cloudlstm.cli.models_table`, this module's own imports run before program()
+# holds a Ctrl-C until an import is done, and torch's initialisation must not be interrupted
 
 CONF_DIR = config_dir()
 
@@ -36,6 +36,8 @@ def model_names(conf_dir: Path = CONF_DIR) -> list[str]:
 def model_parameters(name: str, **sizes: Any) -> int:
     """Parameters of ``model=<name>`` with its config defaults and the given data sizes
     (the keyword arguments of :func:`model_for_shape`)."""
+    from cloudlstm.models.build import count_parameters
+
     return count_parameters(model_for_shape(name, **sizes))
 
 
@@ -52,6 +54,13 @@ def model_for_shape(
 ) -> torch.nn.Module:
     """``model=<name>`` as train.py builds it for data of these sizes (the Urban Air shape by
     default), with ``model_keys`` set over its config; never compiled."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import open_dict
+
+    from cloudlstm.data.spec import DataSpec
+    from cloudlstm.models.build import build_model
+
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
         cfg = compose("train", overrides=[f"model={name}"])
