@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 # each program's command: the repository's form, the installed one
@@ -23,7 +24,8 @@ def command(program: str) -> str:
     return installed if Path(sys.argv[0]).name.startswith("cloudlstm-") else repository
 
 
-def this_program() -> str:
-    """The command that started this process: ``python train.py`` or ``cloudlstm-train``."""
-    name = Path(sys.argv[0]).name
+def this_program(argv: Sequence[str] | None = None) -> str:
+    """The command that started this process (``argv``, by default ``sys.argv``):
+    ``python train.py`` or ``cloudlstm-train``."""
+    name = Path((sys.argv if argv is None else argv)[0]).name
     return f"python {name}" if name.endswith(".py") else name

@@ -53,7 +53,7 @@ def check_shared_run_dir(argv: Sequence[str], environ: Mapping[str, str]) -> Non
     how = launched_processes(environ, argv)
     if how is None or "hydra.run.dir" in {_key(a) for a in argv[1:]}:
         return
-    program = this_program()
+    program = this_program(argv)
     raise UserError(
         f"{program} runs here as {how}, and each process would make a run directory of its "
         "own (named by the time it started): give them one, hydra.run.dir=<dir>, the same "

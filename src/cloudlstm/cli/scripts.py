@@ -65,7 +65,7 @@ def refuse_moved_keys(argv: list[str], keep: Collection[str] = ()) -> None:
     from cloudlstm.rundir.old_configs import OLD_DATAMODULES
 
     moved = {key for _, keys in OLD_DATAMODULES.values() for key in keys} - set(keep)
-    program = this_program()
+    program = this_program(argv)
     for arg in argv[1:]:
         key, sep, value = arg.lstrip("+~").partition("=")
         parts = key.split(".")
