@@ -121,7 +121,6 @@ getattr(cloudlstm_programs, sys.argv[0].removeprefix("cloudlstm-"))()
     ("program", "press_at"),
     [
         ("cloudlstm-models", "cloudlstm"),  # the package: half a second of imports
-        ("cloudlstm-models", "torch"),  # the program's imports, Ctrl-C held meanwhile
         ("cloudlstm-compare", "cloudlstm"),
     ],
 )
