@@ -24,8 +24,7 @@ def command(program: str) -> str:
     return installed if Path(sys.argv[0]).name.startswith("cloudlstm-") else repository
 
 
-def this_program(argv: Sequence[str] | None = None) -> str:
-    """The command that started this process (``argv``, by default ``sys.argv``):
-    ``python train.py`` or ``cloudlstm-train``."""
-    name = Path((sys.argv if argv is None else argv)[0]).name
+def this_program(argv: Sequence[str]) -> str:
+    """The command of the command line ``argv``: ``python train.py`` or ``cloudlstm-train``."""
+    name = Path(argv[0]).name
     return f"python {name}" if name.endswith(".py") else name
