@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from cloudlstm.cli.compare import runs
+from cloudlstm.compare import runs
 from cloudlstm.rundir import old_configs
 
 ROOT = Path(__file__).resolve().parents[1]

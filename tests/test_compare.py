@@ -15,9 +15,10 @@ import pytest
 import yaml
 from conftest import subprocess_env
 
-from cloudlstm.cli.compare import compare, find_runs, main, to_latex, to_markdown, write_csv
-from cloudlstm.cli.compare.groups import code_summary, group_runs
-from cloudlstm.cli.compare.table import build_table
+from cloudlstm.cli.compare.command import main
+from cloudlstm.compare import compare, find_runs, to_latex, to_markdown, write_csv
+from cloudlstm.compare.groups import code_summary, group_runs
+from cloudlstm.compare.table import build_table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from cloudlstm.cli.compare.style import close_range as _close_range
+from cloudlstm.compare.style import close_range as _close_range
 from tests.browser import Chromium, find_chromium
 from tests.test_compare import PNG_MAGIC, run_main, write_run
 

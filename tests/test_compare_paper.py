@@ -12,8 +12,9 @@ import yaml
 from conftest import compose_train
 from omegaconf import OmegaConf
 
-from cloudlstm.cli.compare import find_runs, flatten, main
-from cloudlstm.cli.compare.paper import load_table, paper_model, paper_table
+from cloudlstm.cli.compare.command import main
+from cloudlstm.compare import CompareError, find_runs, flatten
+from cloudlstm.compare.paper import load_table, paper_model, paper_table
 
 CLOUD = "cloudlstm.models.CloudSeq2Seq"
 
@@ -186,3 +187,11 @@ def test_command_line(tmp_path, capsys):
     ):
         assert main([str(tmp_path), *argv]) == 2
         assert capsys.readouterr().err.startswith(message)
+
+
+def test_a_paper_table_missing_from_disk_says_where_it_was_looked_for(tmp_path):
+    """An installed wheel has no docs/: the valid name is not called unknown."""
+    with pytest.raises(CompareError, match=r"'metric2' is not at .*run it from a checkout"):
+        load_table("metric2", paper_dir=tmp_path)
+    with pytest.raises(CompareError, match="no paper table 'metric9'; valid: metric, "):
+        load_table("metric9")

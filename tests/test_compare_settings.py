@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cloudlstm.cli.compare import compare, find_runs
-from cloudlstm.cli.compare.groups import group_runs
+from cloudlstm.compare import compare, find_runs
+from cloudlstm.compare.groups import group_runs
 from tests.test_compare import run_main, write_run
 
 PUBLISHED = Path(__file__).resolve().parents[1] / "docs" / "results" / "beijing_gpu_s23"

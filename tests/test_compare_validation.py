@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from cloudlstm.cli.compare import find_runs
-from cloudlstm.cli.compare.groups import group_runs
-from cloudlstm.cli.compare.table import build_table
+from cloudlstm.compare import find_runs
+from cloudlstm.compare.groups import group_runs
+from cloudlstm.compare.table import build_table
 from tests.test_compare import run_main, write_run
 
 

@@ -16,10 +16,11 @@ import pytest
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from cloudlstm.cli.compare import Stat, compare, find_runs, main
-from cloudlstm.cli.compare.formats import cell_text
+from cloudlstm.cli.compare.command import main
 from cloudlstm.cli.compare.hydra_callback import CompareSweep
-from cloudlstm.cli.compare.wandb_run import _init_args
+from cloudlstm.compare import Stat, compare, find_runs
+from cloudlstm.compare.formats import cell_text
+from cloudlstm.compare.wandb_run import _init_args
 from tests.conftest import PYTHON, ROOT, TINY, compose_train, subprocess_env
 from tests.test_compare import PNG_MAGIC, write_run
 from tests.test_compare_html import markdown_rows

@@ -131,6 +131,46 @@ def test_an_installed_program_stops_on_ctrl_c_as_its_package_loads(program):
     assert (proc.returncode, proc.stderr) == (130, f"{program}: stopped by Ctrl-C.\n")
 
 
+# ``python -m cloudlstm.cli.compare`` (runpy does what -m does), with a Ctrl-C pressed as the
+# import of the module named first begins
+PRESS_AS_A_MODULE_LOADS = """
+import os, runpy, signal, sys
+
+AT = sys.argv[1]
+
+class PressAt:
+    def find_spec(self, name, path, target=None):
+        if name == AT:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, PressAt())
+sys.argv = ["-m", *sys.argv[2:]]
+runpy.run_module("cloudlstm.cli.compare", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("module", ["cloudlstm.cli.compare.command", "cloudlstm.compare.table"])
+def test_python_m_compare_stops_on_ctrl_c_as_its_modules_load(module):
+    """``python -m`` imports a package before its ``__main__``: the comparison's modules
+    loaded there, before anything held a Ctrl-C, and a press was a traceback. Its line names
+    the command as typed, not ``__main__.py``."""
+    proc = subprocess.run(
+        [sys.executable, "-c", PRESS_AS_A_MODULE_LOADS, module, str(ROOT / "docs" / "results")],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=as_in_a_terminal,
+    )
+    assert (proc.returncode, proc.stderr) == (
+        130,
+        "python -m cloudlstm.cli.compare: stopped by Ctrl-C.\n",
+    )
+
+
 def boring_trainer(folder, max_steps: int) -> L.Trainer:
     """A Trainer with the programs' signal handling and nothing else."""
     return L.Trainer(

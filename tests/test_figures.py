@@ -11,7 +11,7 @@ import pytest
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
-from cloudlstm.cli.compare import find_runs, group_runs, plot
+from cloudlstm.compare import find_runs, group_runs, plot
 from cloudlstm.viz import _common, curves, maps, plot_forecast_maps
 from tests.test_compare import write_run
 
@@ -21,7 +21,7 @@ PUBLISHED = Path(__file__).resolve().parents[1] / "docs" / "results" / "beijing_
 @pytest.fixture
 def figures(monkeypatch) -> dict[str, Figure]:
     """The figures written during a test, by file name."""
-    from cloudlstm.cli.compare import plots
+    from cloudlstm.compare import plots
 
     saved: dict[str, Figure] = {}
 

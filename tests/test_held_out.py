@@ -18,7 +18,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from cloudlstm.cli.compare import main as compare_main
+from cloudlstm.cli.compare.command import main as compare_main
 from cloudlstm.cli.evaluate import evaluate
 from cloudlstm.cli.train import train
 from cloudlstm.data import PointCloudDataModule, PointCloudStream

@@ -284,7 +284,7 @@ def test_scale_free_mae_checks_its_std() -> None:
 def test_every_declared_metric_is_computed_and_read_from_its_declaration() -> None:
     """The declarations are the one list: the metrics compute each declared metric, compare
     ranks by its direction, W&B keeps its best, the module logs its horizons."""
-    from cloudlstm.cli.compare.table import higher_is_better
+    from cloudlstm.compare.table import higher_is_better
     from cloudlstm.engine.module import horizon_metrics
     from cloudlstm.report.dashboard import best_summaries
 
@@ -315,8 +315,8 @@ def bias_declared(monkeypatch) -> MetricInfo:
 
 
 def test_a_metric_declared_once_is_in_metrics_json_the_logs_and_compare(bias_declared, tiny_cfg):
-    from cloudlstm.cli.compare import compare, find_runs
     from cloudlstm.cli.train import train
+    from cloudlstm.compare import compare, find_runs
 
     cfg = tiny_cfg("logger=csv", "module.save_predictions=true")
     results = train(cfg)

@@ -22,6 +22,7 @@ LAYERS = (
     ("report",),
     ("assembly",),
     ("forecast",),
+    ("compare",),
     ("cli",),
 )
 PUBLIC_ROOT = {"__init__.py", "forecast.py", "errors.py", "paths.py"}

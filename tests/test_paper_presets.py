@@ -18,8 +18,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from cloudlstm.assembly.config import describe_run
-from cloudlstm.cli.compare import flatten
-from cloudlstm.cli.compare.paper import TABLES, load_table, paper_dataset, paper_model
+from cloudlstm.compare import flatten
+from cloudlstm.compare.paper import TABLES, load_table, paper_dataset, paper_model
 
 # preset: (jobs, the paper table its runs are compared with; None: a figure, J = that)
 PRESETS = {
@@ -80,7 +80,7 @@ def test_preset_jobs_compose_and_match_their_paper_table(tmp_path, name):
         models.add(paper_model(keys(cfg)))
         datasets.add(paper_dataset(keys(cfg)))
         steps = (cfg.data.input_steps, cfg.data.output_steps)
-        if isinstance(table, str):  # its runs meet the table's conditions (cli.compare.paper)
+        if isinstance(table, str):  # its runs meet the table's conditions (cloudlstm.compare.paper)
             assert steps == TABLES[table].steps
             assert (cfg.data.num_points is not None) == TABLES[table].subset
         else:
@@ -157,7 +157,7 @@ def train_py(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def compare_paper(capsys, sweep: Path) -> list[str]:
-    from cloudlstm.cli.compare import main
+    from cloudlstm.cli.compare.command import main
 
     assert main([str(sweep), "--paper", "metric2", "--metrics", "mae"]) == 0
     return capsys.readouterr().out.splitlines()

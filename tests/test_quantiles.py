@@ -18,7 +18,7 @@ from conftest import PYTHON, ROOT, TINY, compose_train, one_line, subprocess_env
 from omegaconf import OmegaConf
 from test_anchor_heads import MODELS, SPEC, random_batch, tiny_model_config
 
-from cloudlstm.cli.compare import compare, find_runs
+from cloudlstm.compare import compare, find_runs
 from cloudlstm.engine.metrics import quantile_forecast_metrics
 from cloudlstm.engine.module import ForecastModule
 from cloudlstm.engine.quantile_metrics import any_metric_info, crps_weights, quantile_metric_info

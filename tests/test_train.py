@@ -159,7 +159,7 @@ def test_joblib_multirun_gives_each_job_its_own_run(tmp_path):
         assert len(list((job / "wandb").glob("offline-run-*"))) == 1
     assert len(seen) == 4, "each job has its own settings, name and tags"
     # The comparison table has a row per setting (the swept keys), best MAE first.
-    from cloudlstm.cli.compare import compare, find_runs, to_markdown
+    from cloudlstm.compare import compare, find_runs, to_markdown
 
     table = compare(find_runs([sweep]))
     cells = {c.name: c.cells for c in table}

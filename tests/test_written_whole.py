@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cloudlstm.cli.compare import find_runs
+from cloudlstm.compare import find_runs
 from cloudlstm.errors import replacing
 from tests.test_compare import write_run
 

@@ -37,7 +37,7 @@ PRELOAD = (
     "cloudlstm.cli.train",
     "cloudlstm.cli.evaluate",
     "cloudlstm.cli.predict",
-    "cloudlstm.cli.compare",
+    "cloudlstm.cli.compare.command",
 )
 
 

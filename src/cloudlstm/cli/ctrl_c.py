@@ -26,10 +26,10 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from cloudlstm.cli.invoked import this_process
 from cloudlstm.engine import ctrl_c_noted
 
 __all__ = ["ctrl_c_is_a_stop", "hold_ctrl_c_while_importing"]
@@ -52,7 +52,7 @@ def ctrl_c_is_a_stop() -> Iterator[None]:
     except KeyboardInterrupt:
         from cloudlstm.rundir.stops import CTRL_C_EXIT_CODE
 
-        sys.stderr.write(f"{Path(sys.argv[0]).name}: stopped by Ctrl-C.\n")
+        sys.stderr.write(f"{this_process()}: stopped by Ctrl-C.\n")
         raise SystemExit(CTRL_C_EXIT_CODE) from None
 
 

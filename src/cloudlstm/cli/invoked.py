@@ -28,3 +28,13 @@ def this_program(argv: Sequence[str]) -> str:
     """The command of the command line ``argv``: ``python train.py`` or ``cloudlstm-train``."""
     name = Path(argv[0]).name
     return f"python {name}" if name.endswith(".py") else name
+
+
+def this_process() -> str:
+    """How this process's program was started, as its last line names it: ``train.py``,
+    ``cloudlstm-compare``, or ``python -m cloudlstm.cli.compare`` (whose ``sys.argv[0]`` is a
+    ``__main__.py``, a name the user never typed)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None:  # started by python -m
+        return f"python -m {spec.name.removesuffix('.__main__')}"
+    return Path(sys.argv[0]).name

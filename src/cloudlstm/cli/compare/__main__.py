@@ -1,9 +1,10 @@
-"""``python -m cloudlstm.cli.compare``: runs :func:`cloudlstm.cli.compare.command.program`."""
+"""``python -m cloudlstm.cli.compare``: the installed ``cloudlstm-compare``'s start.
 
-from cloudlstm.cli.compare.command import program
+:mod:`cloudlstm_programs` imports the command with a Ctrl-C held, so a press while it loads
+is the program's one-line stop (status 130), as for ``cloudlstm-compare``.
+"""
 
-# Only this file runs as __main__: the classes stay in the package's modules, so the cells
-# cli.compare.paper builds are of the same types the formats check for (the single module
-# compare.py had to re-import itself for that).
+from cloudlstm_programs import compare
+
 if __name__ == "__main__":
-    program()
+    compare()

@@ -8,15 +8,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from cloudlstm.cli.compare.cells import Column
-from cloudlstm.cli.compare.formats import to_latex, to_markdown, write_csv
-from cloudlstm.cli.compare.groups import Group, code_note, group_runs, mixed_keys
-from cloudlstm.cli.compare.paper import TABLES, paper_table
-from cloudlstm.cli.compare.runs import CompareError, Run, find_runs, runs_without_results
-from cloudlstm.cli.compare.table import build_table, reported_metrics
+import cloudlstm.compare
 from cloudlstm.cli.ctrl_c import ctrl_c_is_a_stop
 from cloudlstm.cli.invoked import command
 from cloudlstm.cli.pipes import reader_may_leave
+from cloudlstm.compare.cells import Column
+from cloudlstm.compare.formats import to_latex, to_markdown, write_csv
+from cloudlstm.compare.groups import Group, code_note, group_runs, mixed_keys
+from cloudlstm.compare.paper import TABLES, paper_table
+from cloudlstm.compare.runs import CompareError, Run, find_runs, runs_without_results
+from cloudlstm.compare.table import build_table, reported_metrics
 from cloudlstm.engine.declared_metrics import metric_names
 from cloudlstm.engine.quantile_metrics import quantile_metric_names
 from cloudlstm.errors import UserError
@@ -105,7 +106,7 @@ def _point_groups(text: str) -> list[str]:
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=command("compare"),
-        description=sys.modules[__package__].__doc__.split("\n\n")[0],  # the package's
+        description=cloudlstm.compare.__doc__.split("\n\n")[0],  # the library's
         epilog="See the module docstring or README (Comparing runs) for the statistics.",
     )
     add = parser.add_argument
@@ -181,7 +182,7 @@ def _run(args: argparse.Namespace) -> int:
     _check_lists(args)
     runs = _find_runs(args.dirs, args.include_evals)
     if args.uncalibrated:
-        from cloudlstm.cli.compare.calibration import before_calibration
+        from cloudlstm.compare.calibration import before_calibration
 
         runs = [before_calibration(run) for run in runs]
     if args.paper:
@@ -218,7 +219,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"wrote {page}", file=sys.stderr)
     if args.plot:
         # imported here: matplotlib takes most of a table's start, and only --plot needs it
-        from cloudlstm.cli.compare.plots import plot
+        from cloudlstm.compare.plots import plot
 
         for path in plot(groups, args.horizon_metric, args.plot):
             print(f"wrote {path}", file=sys.stderr)
@@ -285,7 +286,7 @@ def _relative(folder: Path, dirs: Sequence[Path]) -> str:
 
 def _write_html(groups: Sequence[Group], table: Sequence[Column], args: argparse.Namespace) -> Path:
     # imported here: plotly takes a while to import, and only --html needs it
-    from cloudlstm.cli.compare.html import write_html
+    from cloudlstm.compare.html import write_html
 
     return write_html(
         groups,
@@ -301,7 +302,7 @@ def _log_to_wandb(
     groups: Sequence[Group], table: Sequence[Column], args: argparse.Namespace
 ) -> Path:
     # imported here: wandb takes seconds to import, and only --wandb needs it
-    from cloudlstm.cli.compare.wandb_run import log_to_wandb
+    from cloudlstm.compare.wandb_run import log_to_wandb
 
     return log_to_wandb(
         groups,

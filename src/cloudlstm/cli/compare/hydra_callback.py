@@ -38,7 +38,7 @@ class CompareSweep(Callback):
     def _compare(self, config: DictConfig) -> None:
         # imported here: Hydra builds the callback for single runs too, which never use it
         from cloudlstm.cli.compare.command import main
-        from cloudlstm.cli.compare.runs import find_runs
+        from cloudlstm.compare.runs import find_runs
 
         sweep = Path(config.hydra.sweep.dir)
         # every job failed, or tested nothing (test=false): no table, and no error either

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cloudlstm.cli.compare.runs import Run
+from cloudlstm.compare.runs import Run
 from cloudlstm.rundir.layout import METRICS_FILE, load_metrics
 
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cloudlstm.cli.compare.cells import Stat
-from cloudlstm.cli.compare.runs import NO_CONFIG_KEY, RUN_KEYS, CompareError, Run
-from cloudlstm.cli.compare.settings import is_setting
+from cloudlstm.compare.cells import Stat
+from cloudlstm.compare.runs import NO_CONFIG_KEY, RUN_KEYS, CompareError, Run
+from cloudlstm.compare.settings import is_setting
 
 # Hint of an unknown --by key: at most this many names.
 MAX_NAMES = 10

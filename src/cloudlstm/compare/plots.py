@@ -1,6 +1,6 @@
 """Figures of the groups: a metric against the forecast step, and its overall value as bars.
 
-The persistence forecast (:func:`~cloudlstm.cli.compare.style.is_reference`) is the line to
+The persistence forecast (:func:`~cloudlstm.compare.style.is_reference`) is the line to
 beat in both: a grey dashed line, not one more series or bar. Each other group keeps its
 colour from one figure to the other.
 """
@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 from matplotlib.axes import Axes
 
-from cloudlstm.cli.compare.cells import Stat
-from cloudlstm.cli.compare.groups import Group
-from cloudlstm.cli.compare.style import close_range, is_reference
-from cloudlstm.cli.compare.table import ranked
+from cloudlstm.compare.cells import Stat
+from cloudlstm.compare.groups import Group
+from cloudlstm.compare.style import close_range, is_reference
+from cloudlstm.compare.table import ranked
 from cloudlstm.viz import plot_horizon_curve
 from cloudlstm.viz._common import new_figure, reference_style, save_png, series_style
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from cloudlstm.cli.compare.settings import ADDED_SINCE, is_setting
+from cloudlstm.compare.settings import ADDED_SINCE, is_setting
 from cloudlstm.rundir.layout import (
     CHOSEN_CHECKPOINTS,
     CONFIG_FILE,

@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cloudlstm.cli.compare.cells import Column, Diff, Stat
-from cloudlstm.cli.compare.groups import code_note, varying_keys
-from cloudlstm.cli.compare.runs import CompareError, Run
+from cloudlstm.compare.cells import Column, Diff, Stat
+from cloudlstm.compare.groups import code_note, varying_keys
+from cloudlstm.compare.runs import CompareError, Run
 
-PAPER_DIR = Path(__file__).resolve().parents[4] / "docs" / "paper"
+# the checkout's docs/paper: src/cloudlstm/compare/paper.py -> the repository's root
+PAPER_DIR = Path(__file__).resolve().parents[3] / "docs" / "paper"
 SETTINGS = ("d", "group", "seasonal")  # setting columns a paper table may have
 
 
@@ -136,8 +137,13 @@ def _same(ours: Any, theirs: str | None) -> bool:
 def load_table(name: str, paper_dir: Path = PAPER_DIR) -> list[Row]:
     """The rows of ``docs/paper/<name>.csv``, in the paper's order."""
     path = paper_dir / f"{name}.csv"
-    if name not in TABLES or not path.is_file():
+    if name not in TABLES:
         raise CompareError(f"no paper table {name!r}; valid: {', '.join(TABLES)}")
+    if not path.is_file():  # an installed wheel carries no docs/
+        raise CompareError(
+            f"the paper's table {name!r} is not at {path}: --paper reads the repository's "
+            "docs/paper/, so run it from a checkout"
+        )
     rows: dict[tuple, Row] = {}
     with path.open(newline="") as f:
         for rec in csv.DictReader(f):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from cloudlstm.cli.compare.cells import Column, Stat
-from cloudlstm.cli.compare.groups import Group, group_runs
-from cloudlstm.cli.compare.runs import CompareError, Run
+from cloudlstm.compare.cells import Column, Stat
+from cloudlstm.compare.groups import Group, group_runs
+from cloudlstm.compare.runs import CompareError, Run
 from cloudlstm.engine.declared_metrics import metric_names, monitor_mode
 from cloudlstm.engine.quantile_metrics import any_metric_info
 

@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cloudlstm.cli.compare.cells import Column
-from cloudlstm.cli.compare.formats import plain_table
-from cloudlstm.cli.compare.groups import Group
-from cloudlstm.cli.compare.plots import plot
-from cloudlstm.cli.compare.runs import CompareError, Run, read_yaml_mapping
-from cloudlstm.cli.compare.table import ranked
+from cloudlstm.compare.cells import Column
+from cloudlstm.compare.formats import plain_table
+from cloudlstm.compare.groups import Group
+from cloudlstm.compare.plots import plot
+from cloudlstm.compare.runs import CompareError, Run, read_yaml_mapping
+from cloudlstm.compare.table import ranked
 from cloudlstm.errors import wandb_error_reason
 
 PROJECT = "cloudlstm"  # conf/logger/wandb.yaml's, for runs whose config names none

@@ -24,12 +24,12 @@ from urllib.parse import quote
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from cloudlstm.cli.compare.cells import Column, Stat
-from cloudlstm.cli.compare.formats import cell_text
-from cloudlstm.cli.compare.groups import Group, code_summary
-from cloudlstm.cli.compare.runs import CompareError, Run
-from cloudlstm.cli.compare.style import REFERENCE, close_range, is_reference
-from cloudlstm.cli.compare.table import best_rows, higher_is_better, ranked
+from cloudlstm.compare.cells import Column, Stat
+from cloudlstm.compare.formats import cell_text
+from cloudlstm.compare.groups import Group, code_summary
+from cloudlstm.compare.runs import CompareError, Run
+from cloudlstm.compare.style import REFERENCE, close_range, is_reference
+from cloudlstm.compare.table import best_rows, higher_is_better, ranked
 from cloudlstm.errors import replacing, why_not_written
 from cloudlstm.rundir.layout import CONFIG_FILE, FIGURES_DIR, METRICS_FILE
 from cloudlstm.viz._common import COLOURS, REFERENCE_COLOUR
@@ -51,7 +51,7 @@ def write_html(
     sources: Sequence[Path],
 ) -> Path:
     """Write the page for ``groups`` and their ``table`` (rows ranked by ``rank_metric``,
-    as :func:`cloudlstm.cli.compare.table.build_table` orders them) to ``path``.
+    as :func:`cloudlstm.compare.table.build_table` orders them) to ``path``.
 
     ``curve_metric`` is the metric of the horizon curves and bars (``--horizon-metric``);
     ``sources`` are the folders given on the command line, named in the page's header.

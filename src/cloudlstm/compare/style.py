@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cloudlstm.cli.compare.groups import Group
+from cloudlstm.compare.groups import Group
 
 REFERENCE = "persistence"  # the model drawn as a dashed reference line, not as a series
 

@@ -7,8 +7,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from cloudlstm.cli.compare.cells import Column, Diff, Stat
-from cloudlstm.cli.compare.table import best_rows
+from cloudlstm.compare.cells import Column, Diff, Stat
+from cloudlstm.compare.table import best_rows
 
 ROUND_OFF = 1e-6  # a std below this fraction of the mean: float32 round-off (eps 6e-8)
 
