@@ -110,6 +110,19 @@ def warm_python(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         server.wait(timeout=30)
 
 
+@pytest.fixture(autouse=True)
+def no_wandb_run_left_open(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A W&B run that a test leaves open in this process is taken over by the next
+    training's logger, which then logs into it: the test that left it fails, by name, here
+    (a module's fixture that trains with W&B finishes its run before the module's tests)."""
+    yield
+    wandb = sys.modules.get("wandb")
+    run = getattr(wandb, "run", None)
+    if run is not None:
+        run.finish()
+        pytest.fail(f"{request.node.nodeid} left the W&B run {run.id} open ({run.dir})")
+
+
 def as_in_a_terminal() -> None:
     """``preexec_fn`` of a child that Ctrl-C (SIGINT) is sent to: SIGINT handled as in a
     terminal, even where this test process ignores it (started with ``&`` by a script)."""

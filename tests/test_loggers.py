@@ -1,17 +1,21 @@
 """The CSV logger keeps one log per run directory (cloudlstm.engine.loggers.CSVLogger); an
-online W&B run that cannot start is one line (cloudlstm.engine.loggers.WandbLogger)."""
+online W&B run that cannot start is one line, and each training logs to a W&B run of its
+own (cloudlstm.engine.loggers.WandbLogger)."""
 
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from cloudlstm.cli.train import train
 from cloudlstm.engine.loggers import CSVLogger
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.layout import wandb_run_id
-from tests.conftest import PYTHON, ROOT, TINY, subprocess_env
+from tests.conftest import PYTHON, ROOT, TINY, compose_train, subprocess_env
+from tests.wandb_reader import finished_run
 
 
 def write(save_dir, rows: list[tuple[int, dict[str, float]]]) -> None:
@@ -125,3 +129,42 @@ def test_a_stored_wandb_id_w_and_b_refuses_names_its_file(tmp_path, stored):
     assert str(refused.value).endswith("or delete the file to log to a new W&B run.")
     fresh = wandb_run_id(tmp_path, new=True)
     assert fresh.isalnum() and len(fresh) == 8 and wandb_run_id(tmp_path) == fresh
+
+
+def test_a_run_refused_after_its_wandb_run_began_closes_it_for_the_next(tmp_path):
+    """A report window past the test data is refused after the assembly has started the W&B
+    run. Left open, Lightning's logger of the next training in this process (a sweep's
+    worker, a notebook) took that run over: its logs went into the refused run's folder,
+    and its own held nothing."""
+    import wandb
+
+    refused = compose_train(
+        tmp_path / "refused", [*TINY, "logger=wandb", "report.figures=true", "report.window=100000"]
+    )
+    with pytest.raises(UserError, match=r"^report.window=100000: "):
+        train(refused)
+    assert wandb.run is None
+    cfg = compose_train(tmp_path / "next", [*TINY, "logger=wandb"])
+    train(cfg)
+    _, run = finished_run(Path(cfg.paths.output_dir))
+    assert run.exited and run.summary["test/mae"] > 0
+
+
+def test_a_wandb_run_open_in_the_process_is_not_taken_over(tmp_path):
+    """A notebook's own W&B run: training refuses to log into it, in one line, and leaves it
+    open."""
+    import wandb
+
+    theirs = wandb.init(mode="offline", dir=tmp_path, project="notebook")
+    try:
+        cfg = compose_train(tmp_path / "t", [*TINY, "logger=wandb"])
+        with pytest.raises(UserError) as refused:
+            train(cfg)
+        assert str(refused.value) == (
+            f"logger=wandb: the W&B run {theirs.id} ({theirs.dir}) is still open in this "
+            "process, and this run's logs would go into it: close it first (wandb.finish())."
+        )
+        assert wandb.run is theirs
+        assert not (Path(cfg.paths.output_dir) / "wandb").exists()
+    finally:
+        theirs.finish()

@@ -48,6 +48,7 @@ from cloudlstm.assembly.config import describe_run
 from cloudlstm.assembly.held_out import check_model_forecasts_held_out, check_same_held_out
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.distributed import per_process_limits
+from cloudlstm.engine.loggers import finish_wandb
 from cloudlstm.engine.module import ForecastModule
 from cloudlstm.models.build import build_model, with_sizes
 from cloudlstm.report.dashboard import define_wandb_metrics
@@ -128,9 +129,13 @@ def assemble(
     run = describe_run(cfg)
     check_model_forecasts_held_out(module.model, datamodule, run["model"])
     loggers = build_loggers(cfg, run, output_dir) if with_loggers else []
-    define_wandb_metrics(loggers)
-    trainer = build_trainer(cfg, loggers)
-    warn_per_process_limits(cfg, trainer, summary, datamodule)
+    try:
+        define_wandb_metrics(loggers)  # starts the W&B run
+        trainer = build_trainer(cfg, loggers)
+        warn_per_process_limits(cfg, trainer, summary, datamodule)
+    except BaseException:
+        finish_wandb(loggers, quietly=True)  # the next job of this process gets its own
+        raise
     return Assembly(
         cfg, job_cfg, output_dir, datamodule, summary, spec, module, loggers, trainer, run
     )

@@ -30,6 +30,7 @@ from cloudlstm.assembly.resume_data import check_resume_data
 from cloudlstm.assembly.resume_shapes import check_resume_shapes
 from cloudlstm.cli.invoked import command
 from cloudlstm.engine.callbacks import EpochTimer
+from cloudlstm.engine.loggers import finish_wandb
 from cloudlstm.engine.module import TrainingDivergedError
 from cloudlstm.engine.objective import check_optimized_metric
 from cloudlstm.engine.results import results_from
@@ -105,6 +106,37 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
     record_changes(output_dir, changes, cfg)
 
     job = assemble(cfg, output_dir)
+    try:
+        return _train_assembled(job)
+    except SIGTERMException:
+        # Lightning's stop on SIGTERM is a SystemExit without a code (status 0): the run is
+        # not finished, its line says where it stands (src/cloudlstm/rundir/preemption.py)
+        raise _stopped(job) from None
+    except SystemExit:
+        # a second Ctrl-C: Lightning's shutdown at once ends in sys.exit(1); the run's line
+        # says where it stands as for the first
+        if stopped_by_ctrl_c(job.trainer):
+            raise _stopped(job) from None
+        finish_wandb(job.loggers, quietly=True)
+        raise
+    except TrainingDivergedError as err:
+        # so that a rerun with other settings is told what happened (rundir/divergence.py)
+        record_divergence(output_dir, job.trainer.global_step, str(err))
+        finish_wandb(job.loggers, quietly=True)
+        raise
+    except BaseException:
+        # the run's own error (or signal) is what the user must see: closing W&B after it,
+        # e.g. with its service already killed by SLURM's SIGTERM, must not replace it. A
+        # refusal before training closes it too: the next job of this process (a sweep's
+        # worker, a notebook) gets a run of its own
+        finish_wandb(job.loggers, quietly=True)
+        raise
+
+
+def _train_assembled(job: Assembly) -> dict[str, Any]:
+    """Train and test the assembled run (as its config says), write ``metrics.json`` and
+    close its W&B run; returns the results."""
+    cfg, output_dir = job.cfg, job.output_dir
     report = cfg.get("report") or {}
     if cfg.get("test") and report.get("figures", True):  # refused now, not after training
         figure_choice(job.datamodule, report.get("window", 0), report.get("channel", 0))
@@ -118,39 +150,18 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
     if cfg.get("train") and not trainable:
         log.info("%s has no trainable parameters: skipping training.", type(job.model).__name__)
     fit = bool(cfg.get("train")) and trainable
-    try:
-        if fit:
-            results.update(_fit(job))
-        else:  # a test of a given checkpoint: this process made the numbers
-            results["provenance"] = [this_process(job.trainer)]
-        if cfg.get("test"):
-            tested = _best_checkpoint(job.trainer, output_dir) if fit else cfg.ckpt_path
-            results.update(_test(job, tested))
-        if job.trainer.is_global_zero:
-            write_metrics(output_dir, results)
-            log.info("Run directory: %s", output_dir)
-            log.info(next_steps(output_dir))
-    except SIGTERMException:
-        # Lightning's stop on SIGTERM is a SystemExit without a code (status 0): the run is
-        # not finished, its line says where it stands (src/cloudlstm/rundir/preemption.py)
-        raise _stopped(job, output_dir, cfg) from None
-    except SystemExit:
-        # a second Ctrl-C: Lightning's shutdown at once ends in sys.exit(1); the run's line
-        # says where it stands as for the first
-        if not stopped_by_ctrl_c(job.trainer):
-            raise
-        raise _stopped(job, output_dir, cfg) from None
-    except TrainingDivergedError as err:
-        # so that a rerun with other settings is told what happened (rundir/divergence.py)
-        record_divergence(output_dir, job.trainer.global_step, str(err))
-        _finish_wandb(job.loggers, quietly=True)
-        raise
-    except BaseException:
-        # the run's own error (or signal) is what the user must see: closing W&B after it,
-        # e.g. with its service already killed by SLURM's SIGTERM, must not replace it
-        _finish_wandb(job.loggers, quietly=True)
-        raise
-    _finish_wandb(job.loggers)
+    if fit:
+        results.update(_fit(job))
+    else:  # a test of a given checkpoint: this process made the numbers
+        results["provenance"] = [this_process(job.trainer)]
+    if cfg.get("test"):
+        tested = _best_checkpoint(job.trainer, output_dir) if fit else cfg.ckpt_path
+        results.update(_test(job, tested))
+    if job.trainer.is_global_zero:
+        write_metrics(output_dir, results)
+        log.info("Run directory: %s", output_dir)
+        log.info(next_steps(output_dir))
+    finish_wandb(job.loggers)
     return results
 
 
@@ -201,11 +212,11 @@ def _record_this_process(job: Assembly, resume_from: str | None, step: int | Non
     record_training(job.output_dir, entry, resumed=resume_from is not None)
 
 
-def _stopped(job: Assembly, output_dir: Path, cfg: DictConfig) -> RunInterrupted:
+def _stopped(job: Assembly) -> RunInterrupted:
     """The run's stop by SIGTERM or Ctrl-C, its line logged, with the W&B run closed as
     failed with the signal's status."""
-    stop = interrupted(job.trainer, output_dir, cfg)
-    _finish_wandb(job.loggers, quietly=True, exit_code=stop.exit_code)
+    stop = interrupted(job.trainer, job.output_dir, job.cfg)
+    finish_wandb(job.loggers, quietly=True, exit_code=stop.exit_code)
     return stop
 
 
@@ -284,23 +295,6 @@ def _best_checkpoint(trainer: L.Trainer, run_dir: Path) -> str | None:
         return str(last)
     log.warning("No best checkpoint available: testing with the final weights.")
     return None
-
-
-def _finish_wandb(loggers: list, quietly: bool = False, exit_code: int | None = None) -> None:
-    """Close the W&B run so each multirun job gets its own run; ``quietly``: a failure to
-    close is logged, not raised; ``exit_code``: the run's, where it is not 0 (W&B shows the
-    run as failed)."""
-    from lightning.pytorch.loggers import WandbLogger
-
-    if any(isinstance(lg, WandbLogger) for lg in loggers):
-        import wandb
-
-        try:
-            wandb.finish(exit_code=exit_code)
-        except Exception as err:
-            if not quietly:
-                raise
-            log.warning("Could not close the W&B run (%s: %s).", type(err).__name__, err)
 
 
 def objective(cfg: DictConfig, results: dict[str, Any]) -> float | None:

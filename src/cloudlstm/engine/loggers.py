@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -16,6 +17,8 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 
 from cloudlstm.engine.results import without_results
 from cloudlstm.errors import UserError, wandb_error_reason
+
+log = logging.getLogger(__name__)
 
 
 class WandbLogger(LightningWandbLogger):
@@ -39,7 +42,10 @@ class WandbLogger(LightningWandbLogger):
         Raises:
             UserError: W&B cannot start it: no API key for an online run, a server it
                 cannot reach, a key it refuses. One line with W&B's reason and the way out.
+                Or another W&B run is open in this process (:meth:`_refuse_a_run_in_progress`).
         """
+        if self._experiment is None:
+            self._refuse_a_run_in_progress()
         try:
             return super().experiment  # read at every log call: nothing more on this path
         except Exception as err:
@@ -57,6 +63,43 @@ class WandbLogger(LightningWandbLogger):
             raise UserError(
                 f"logger=wandb: W&B could not start the run ({reason}): fix that, or {way}."
             ) from None
+
+    def _refuse_a_run_in_progress(self) -> None:
+        """Lightning's logger takes over a W&B run that is open in the process, as its own:
+        this run's curves and tables would go into another run's folder and name, and its
+        own folder would stay empty. (A notebook's ``wandb.init()``, or a job before in the
+        same process that was never finished.)
+
+        Raises:
+            UserError: names the open run and how to close it.
+        """
+        import wandb
+
+        run = wandb.run
+        if run is None or run.id == self._wandb_init.get("id"):
+            return
+        raise UserError(
+            f"logger=wandb: the W&B run {run.id} ({run.dir}) is still open in this process, "
+            "and this run's logs would go into it: close it first (wandb.finish())."
+        )
+
+
+def finish_wandb(loggers: list[Any], quietly: bool = False, exit_code: int | None = None) -> None:
+    """Close the W&B run that a logger of ``loggers`` started, so that the next job in this
+    process gets its own run; a run this process has open otherwise (a notebook's own) is
+    left as it is. ``quietly``: a failure to close is logged, not raised; ``exit_code``:
+    the run's, where it is not 0 (W&B shows the run as failed)."""
+    for logger in loggers:
+        # Lightning's logger keeps the run it started (or took over) in _experiment
+        run = getattr(logger, "_experiment", None)
+        if not isinstance(logger, LightningWandbLogger) or run is None:
+            continue
+        try:
+            run.finish(exit_code=exit_code)
+        except Exception as err:
+            if not quietly:
+                raise
+            log.warning("Could not close the W&B run (%s: %s).", type(err).__name__, err)
 
 
 class _ContinuedCSV(ExperimentWriter):
