@@ -26,6 +26,7 @@ read key by key, and an extra key there changes nothing.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -37,7 +38,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cloudlstm.errors import UserError, nearest_name
 from cloudlstm.models.build import BUILD_OPTIONS
-from cloudlstm.models.options import check_option_types
+from cloudlstm.models.options import check_option_types, parameters_of
 
 # Hydra's own keys of a node it instantiates
 _HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
@@ -173,11 +174,12 @@ def _check_node(path: str, node: DictConfig) -> None:
     check_option_types(target, _plain_values(node), where=path)
 
 
+@functools.cache  # the same few targets in every config a process checks (a sweep's jobs)
 def _target(name: str) -> Callable[..., Any] | None:
     """The class or function ``name`` (a ``_target_``) with a signature, or None."""
     try:
         target = hydra.utils.get_object(name)
-        inspect.signature(target)
+        parameters_of(target)
     except Exception:  # noqa: BLE001 - instantiate reports a bad target in its own words
         return None
     return target
@@ -202,7 +204,7 @@ def _plain_values(node: DictConfig) -> dict[str, Any]:
 def _arguments(target: Callable[..., Any]) -> set[str] | None:
     """The names of the arguments ``target`` takes, or None where it takes any
     (``**kwargs``)."""
-    parameters = inspect.signature(target).parameters
+    parameters = parameters_of(target)
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return None
     positional = inspect.Parameter.VAR_POSITIONAL

@@ -19,6 +19,7 @@ serves every other node of a config with a ``_target_``
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Callable, Mapping
@@ -38,7 +39,7 @@ def check_option_types(
     Raises:
         UserError: names the class, the ``<where>.<key>`` and what to give.
     """
-    parameters = inspect.signature(model_cls).parameters
+    parameters = parameters_of(model_cls)
     for key, value in options.items():
         if key not in parameters:
             continue  # _target_, or a key the build path reports in its own words
@@ -48,6 +49,13 @@ def check_option_types(
             raise UserError(f"{name}: {where}.{key}={value!r}: {problem}")
 
 
+@functools.cache  # the same few classes in every config a process checks (a sweep's jobs)
+def parameters_of(target: Callable[..., Any]) -> Mapping[str, inspect.Parameter]:
+    """``inspect.signature(target).parameters``, read once per class or function."""
+    return inspect.signature(target).parameters
+
+
+@functools.cache
 def _declared(annotation: Any) -> tuple[str | None, bool]:
     """``(kind, optional)``: one of :data:`_KINDS`, ``"number"`` (``int | float``) or None
     (any other type), and whether None is allowed, from an annotation as a string
