@@ -43,6 +43,20 @@ MODULES = {
 }
 
 
+def python_c(code: str, *args: str) -> subprocess.CompletedProcess:
+    """``python -c <code> <args>`` in the repository, in a fresh Python that a Ctrl-C stops
+    as in a terminal, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=as_in_a_terminal,
+    )
+
+
 @pytest.mark.parametrize(
     ("hold", "printed"),
     [(True, "outer done: True inner: True"), (False, "outer done: False inner: False")],
@@ -51,15 +65,7 @@ def test_a_ctrl_c_during_an_import_arrives_when_the_import_is_done(tmp_path, hol
     for name, source in MODULES.items():
         (tmp_path / name).write_text(source)
     code = textwrap.dedent(INTERRUPTED_IMPORT).format(hold=HOLD if hold else "")
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path)],
-        cwd=ROOT,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        preexec_fn=as_in_a_terminal,
-    )
+    proc = python_c(code, str(tmp_path))
     assert proc.stdout.strip() == f"interrupted; {printed}", proc.stderr[-2000:]
 
 
@@ -96,47 +102,11 @@ def test_ctrl_c_at_any_moment_of_the_start_is_one_line(tmp_path):
         assert "Traceback" not in out and "FakeTensor" not in out, f"after {after_s} s: {out}"
 
 
-# an installed program started as its console script does (argv: its name, then its
-# arguments), with a Ctrl-C pressed as the import of the cloudlstm package begins
-PRESS_AS_THE_PACKAGE_LOADS = """
-import os, signal, sys
-
-class PressAt:
-    def find_spec(self, name, path, target=None):
-        if name == "cloudlstm":
-            sys.meta_path.remove(self)
-            os.kill(os.getpid(), signal.SIGINT)
-        return None
-
-sys.meta_path.insert(0, PressAt())
-sys.argv = sys.argv[1:]
-import cloudlstm_programs
-getattr(cloudlstm_programs, sys.argv[0].removeprefix("cloudlstm-"))()
-"""
-
-
-@pytest.mark.parametrize("program", ["cloudlstm-models", "cloudlstm-compare"])
-def test_an_installed_program_stops_on_ctrl_c_as_its_package_loads(program):
-    """The console scripts imported the package themselves: a Ctrl-C in their first half
-    second, while ``import cloudlstm`` ran, was that import's traceback."""
-    proc = subprocess.run(
-        [sys.executable, "-c", PRESS_AS_THE_PACKAGE_LOADS, program, str(ROOT / "docs")],
-        cwd=ROOT,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        preexec_fn=as_in_a_terminal,
-    )
-    assert (proc.returncode, proc.stderr) == (130, f"{program}: stopped by Ctrl-C.\n")
-
-
-# ``python -m cloudlstm.cli.compare`` (runpy does what -m does), with a Ctrl-C pressed as the
-# import of the module named first begins
-PRESS_AS_A_MODULE_LOADS = """
+# a Ctrl-C pressed as the import of the module named by the first argument begins
+PRESS_AT = """
 import os, runpy, signal, sys
 
-AT = sys.argv[1]
+AT = sys.argv.pop(1)
 
 class PressAt:
     def find_spec(self, name, path, target=None):
@@ -146,9 +116,27 @@ class PressAt:
         return None
 
 sys.meta_path.insert(0, PressAt())
-sys.argv = ["-m", *sys.argv[2:]]
+"""
+# an installed program started as its console script does (argv: its name, then its
+# arguments)
+INSTALLED_PROGRAM = """
+sys.argv = sys.argv[1:]
+import cloudlstm_programs
+getattr(cloudlstm_programs, sys.argv[0].removeprefix("cloudlstm-"))()
+"""
+# ``python -m cloudlstm.cli.compare <args>``: runpy does what -m does
+PYTHON_M_COMPARE = """
+sys.argv = ["-m", *sys.argv[1:]]
 runpy.run_module("cloudlstm.cli.compare", run_name="__main__", alter_sys=True)
 """
+
+
+@pytest.mark.parametrize("program", ["cloudlstm-models", "cloudlstm-compare"])
+def test_an_installed_program_stops_on_ctrl_c_as_its_package_loads(program):
+    """The console scripts imported the package themselves: a Ctrl-C in their first half
+    second, while ``import cloudlstm`` ran, was that import's traceback."""
+    proc = python_c(PRESS_AT + INSTALLED_PROGRAM, "cloudlstm", program, str(ROOT / "docs"))
+    assert (proc.returncode, proc.stderr) == (130, f"{program}: stopped by Ctrl-C.\n")
 
 
 @pytest.mark.parametrize("module", ["cloudlstm.cli.compare.command", "cloudlstm.compare.table"])
@@ -156,15 +144,7 @@ def test_python_m_compare_stops_on_ctrl_c_as_its_modules_load(module):
     """``python -m`` imports a package before its ``__main__``: the comparison's modules
     loaded there, before anything held a Ctrl-C, and a press was a traceback. Its line names
     the command as typed, not ``__main__.py``."""
-    proc = subprocess.run(
-        [sys.executable, "-c", PRESS_AS_A_MODULE_LOADS, module, str(ROOT / "docs" / "results")],
-        cwd=ROOT,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        preexec_fn=as_in_a_terminal,
-    )
+    proc = python_c(PRESS_AT + PYTHON_M_COMPARE, module, str(ROOT / "docs" / "results"))
     assert (proc.returncode, proc.stderr) == (
         130,
         "python -m cloudlstm.cli.compare: stopped by Ctrl-C.\n",
