@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -144,3 +145,10 @@ def test_every_documented_tool_parses_its_arguments(command, helps):
     code, out, err = helps[" ".join(command)]
     assert code == 0, err
     assert out.startswith("usage:")
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[-1])
+def test_a_tools_help_has_no_docstring_markup(command, helps):
+    """Descriptions taken from docstrings read as prose in a terminal: no Sphinx roles."""
+    _, out, _ = helps[" ".join(command)]
+    assert not re.search(r":(mod|func|class|data|meth):`", out), out

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-import cloudlstm.compare
 from cloudlstm.cli.ctrl_c import ctrl_c_is_a_stop
 from cloudlstm.cli.invoked import command
 from cloudlstm.cli.pipes import reader_may_leave
@@ -106,8 +105,9 @@ def _point_groups(text: str) -> list[str]:
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=command("compare"),
-        description=cloudlstm.compare.__doc__.split("\n\n")[0],  # the library's
-        epilog="See the module docstring or README (Comparing runs) for the statistics.",
+        description=sys.modules[__package__].__doc__.split("\n\n")[0],  # the package's
+        epilog="See the docstring of cloudlstm.compare or README (Comparing runs) for the "
+        "statistics.",
     )
     add = parser.add_argument
     metrics = metric_names()
