@@ -144,10 +144,11 @@ def test_a_run_refused_after_its_wandb_run_began_closes_it_for_the_next(tmp_path
     with pytest.raises(UserError, match=r"^report.window=100000: "):
         train(refused)
     assert wandb.run is None
+    assert finished_run(Path(refused.paths.output_dir))[1].exit_code == 1  # shown as failed
     cfg = compose_train(tmp_path / "next", [*TINY, "logger=wandb"])
     train(cfg)
     _, run = finished_run(Path(cfg.paths.output_dir))
-    assert run.exited and run.summary["test/mae"] > 0
+    assert run.exit_code == 0 and run.summary["test/mae"] > 0
 
 
 def test_a_wandb_run_open_in_the_process_is_not_taken_over(tmp_path):

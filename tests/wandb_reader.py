@@ -37,6 +37,7 @@ class OfflineRun:
     metric_summaries: dict[str, list[str]] = field(default_factory=dict)  # define_metric
     files: list[str] = field(default_factory=list)
     exited: bool = False  # the file ends with the run's exit record: it is complete
+    exit_code: int | None = None  # the exit record's: not 0 for a run that failed
 
     def history_keys(self) -> set[str]:
         return set().union(*self.history) if self.history else set()
@@ -104,7 +105,7 @@ def read_offline_run(path: Path) -> OfflineRun:
         elif kind == "files":
             run.files += [f.path for f in rec.files.files]
         elif kind == "exit":
-            run.exited = True
+            run.exited, run.exit_code = True, rec.exit.exit_code
     return run
 
 

@@ -134,7 +134,8 @@ def assemble(
         trainer = build_trainer(cfg, loggers)
         warn_per_process_limits(cfg, trainer, summary, datamodule)
     except BaseException:
-        finish_wandb(loggers, quietly=True)  # the next job of this process gets its own
+        # closed as failed: the next job of this process gets a run of its own
+        finish_wandb(loggers, quietly=True, exit_code=1)
         raise
     return Assembly(
         cfg, job_cfg, output_dir, datamodule, summary, spec, module, loggers, trainer, run

@@ -117,19 +117,19 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
         # says where it stands as for the first
         if stopped_by_ctrl_c(job.trainer):
             raise _stopped(job) from None
-        finish_wandb(job.loggers, quietly=True)
+        finish_wandb(job.loggers, quietly=True, exit_code=1)
         raise
     except TrainingDivergedError as err:
         # so that a rerun with other settings is told what happened (rundir/divergence.py)
         record_divergence(output_dir, job.trainer.global_step, str(err))
-        finish_wandb(job.loggers, quietly=True)
+        finish_wandb(job.loggers, quietly=True, exit_code=1)
         raise
     except BaseException:
         # the run's own error (or signal) is what the user must see: closing W&B after it,
         # e.g. with its service already killed by SLURM's SIGTERM, must not replace it. A
         # refusal before training closes it too: the next job of this process (a sweep's
-        # worker, a notebook) gets a run of its own
-        finish_wandb(job.loggers, quietly=True)
+        # worker, a notebook) gets a run of its own. W&B shows it as failed
+        finish_wandb(job.loggers, quietly=True, exit_code=1)
         raise
 
 
