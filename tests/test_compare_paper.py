@@ -190,8 +190,8 @@ def test_command_line(tmp_path, capsys):
 
 
 def test_a_paper_table_missing_from_disk_says_where_it_was_looked_for(tmp_path):
-    """An installed wheel has no docs/: the valid name is not called unknown."""
-    with pytest.raises(CompareError, match=r"'metric2' is not at .*run it from a checkout"):
+    """A folder without the table: the valid name is not called unknown."""
+    with pytest.raises(CompareError, match=r"'metric2' is not at .*lacks the tables of docs"):
         load_table("metric2", paper_dir=tmp_path)
     with pytest.raises(CompareError, match="no paper table 'metric9'; valid: metric, "):
         load_table("metric9")

@@ -18,18 +18,21 @@ import cloudlstm
 from tests.conftest import ROOT, TINY
 
 # What a wheel is built from (a copy: building in the checkout would leave build/ there)
-SOURCES = ("pyproject.toml", "README.md", "conf", "src")
+SOURCES = ("pyproject.toml", "README.md", "conf", "docs/paper", "src")
 PROGRAMS = ("train", "eval", "predict", "compare", "models")
-# where an interpreter finds the package and its configs
-WHERE = "import cloudlstm.paths as p; print(p.__file__, p.config_dir())"
+# where an interpreter finds the package, its configs and the paper's tables
+WHERE = "import cloudlstm.paths as p; print(p.__file__, p.config_dir(), p.paper_dir())"
 
 
-def test_version_and_config_dir_of_the_checkout():
-    from cloudlstm.paths import config_dir
+def test_version_config_dir_and_paper_tables_of_the_checkout():
+    from cloudlstm.paths import config_dir, paper_dir
 
     assert cloudlstm.__version__ and cloudlstm.__version__ != "0+unknown"
     assert config_dir() == ROOT / "conf"
-    assert (ROOT / "src" / "cloudlstm" / "conf").resolve() == ROOT / "conf"  # the link
+    assert (ROOT / "src" / "cloudlstm" / "conf").resolve() == ROOT / "conf"  # the links
+    assert paper_dir() == ROOT / "docs" / "paper"
+    tables = ROOT / "src" / "cloudlstm" / "compare" / "paper_tables"
+    assert tables.resolve() == paper_dir()
 
 
 def test_torch_is_a_range_not_a_pin():
@@ -96,8 +99,11 @@ def test_wheel_programs_run_outside_the_checkout(tmp_path):
     work.mkdir()
     where = run([bin_dir / "python", "-c", WHERE], work).split()
     site = str(bin_dir.parent / "lib")
-    assert where[0].startswith(site) and where[1].startswith(site)  # the wheel, not the checkout
+    assert all(w.startswith(site) for w in where)  # the wheel, not the checkout
     assert (Path(where[1]) / "train.yaml").is_file()
+    assert {p.name for p in Path(where[2]).glob("*.csv")} == {
+        p.name for p in (ROOT / "docs" / "paper").glob("*.csv")
+    }
     assert all((bin_dir / f"cloudlstm-{p}").is_file() for p in PROGRAMS)
 
     assert run([bin_dir / "cloudlstm-train", "--cfg", "job"], work).startswith("task_name: train")

@@ -32,9 +32,9 @@ from typing import Any
 from cloudlstm.compare.cells import Column, Diff, Stat
 from cloudlstm.compare.groups import code_note, varying_keys
 from cloudlstm.compare.runs import CompareError, Run
+from cloudlstm.paths import paper_dir as _paper_dir
 
-# the checkout's docs/paper: src/cloudlstm/compare/paper.py -> the repository's root
-PAPER_DIR = Path(__file__).resolve().parents[3] / "docs" / "paper"
+PAPER_DIR = _paper_dir()  # the checkout's docs/paper, or the wheel's copy
 SETTINGS = ("d", "group", "seasonal")  # setting columns a paper table may have
 
 
@@ -139,10 +139,10 @@ def load_table(name: str, paper_dir: Path = PAPER_DIR) -> list[Row]:
     path = paper_dir / f"{name}.csv"
     if name not in TABLES:
         raise CompareError(f"no paper table {name!r}; valid: {', '.join(TABLES)}")
-    if not path.is_file():  # an installed wheel carries no docs/
+    if not path.is_file():  # a wheel built from a checkout without its links
         raise CompareError(
-            f"the paper's table {name!r} is not at {path}: --paper reads the repository's "
-            "docs/paper/, so run it from a checkout"
+            f"the paper's table {name!r} is not at {path}: this installation lacks the "
+            "tables of docs/paper/; reinstall the package, or run it from a checkout"
         )
     rows: dict[tuple, Row] = {}
     with path.open(newline="") as f:
