@@ -267,18 +267,61 @@ def test_agcrn_weights_are_each_points_embedding_times_the_pools():
     conv = NodeAdaptiveGraphConv(2, 3, cheb_k=2, node_dim=2)
     embeddings = torch.randn(4, 2)
     adjacency = adaptive_adjacency(embeddings, embeddings)
-    x = torch.randn(1, 4, 2)
-    out = conv(x, adjacency, embeddings)[0]
-    spread = adjacency @ x[0]
+    x = torch.randn(4, 1, 2)  # point-major: (N, B, C_in)
+    out = conv(x, adjacency, conv.node_parameters(embeddings))[:, 0]
+    spread = adjacency @ x[:, 0]
     for n in range(4):
         w = [sum(embeddings[n, d] * conv.weights_pool[d, k] for d in range(2)) for k in range(2)]
         b = sum(embeddings[n, d] * conv.bias_pool[d] for d in range(2))
-        torch.testing.assert_close(out[n], x[0, n] @ w[0] + spread[n] @ w[1] + b)
+        torch.testing.assert_close(out[n], x[n, 0] @ w[0] + spread[n] @ w[1] + b)
     # points with one embedding share one set of weights
     twins = embeddings.clone()
     twins[1] = twins[0]
     weights, bias = conv.node_parameters(twins)
     assert torch.equal(weights[0], weights[1]) and torch.equal(bias[0], bias[1])
+
+
+def _agcrn_batch_major(model: AGCRN, x: torch.Tensor) -> torch.Tensor:
+    """AGCRN's equations as written, batch-major and each point's weights made again at
+    every step of every cell: the reference the model's point-major form must equal."""
+
+    def conv(g: NodeAdaptiveGraphConv, h: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        terms = [h, s @ h]  # (B, N, C) each; Chebyshev terms T_0, T_1
+        for _ in range(2, g.cheb_k):
+            terms.append(2 * (s @ terms[-1]) - terms[-2])
+        weights = torch.einsum("nd,dkio->nkio", model.embeddings, g.weights_pool)
+        out = torch.einsum("bnki,nkio->bno", torch.stack(terms[: g.cheb_k], dim=2), weights)
+        return out + model.embeddings @ g.bias_pool
+
+    s = model.adjacency()
+    b, m, n, _ = x.shape
+    states = [x.new_zeros(b, n, cell.hidden_channels) for cell in model.cells]
+    for t in range(m):
+        inp = x[:, t]
+        for layer, cell in enumerate(model.cells):
+            h = states[layer]
+            z, r = torch.sigmoid(conv(cell.gates, torch.cat([inp, h], -1), s)).chunk(2, -1)
+            c = torch.tanh(conv(cell.candidate, torch.cat([inp, r * h], -1), s))
+            inp = states[layer] = z * h + (1 - z) * c
+    return model.head(states[-1]).view(b, n, model.output_steps, -1).transpose(1, 2)
+
+
+@pytest.mark.parametrize("cheb_k", [1, 2, 3])
+def test_agcrn_computes_its_equations_and_their_gradients(cheb_k: int):
+    """The point-major model with each point's weights made once per forward equals the
+    equations written batch-major, weights made at every step: forecasts and gradients."""
+    torch.manual_seed(cheb_k)
+    model = AGCRN(num_points=7, num_channels=2, output_steps=3, hidden_channels=5, cheb_k=cheb_k)
+    x = torch.randn(4, 6, 7, 2)
+    coords = torch.rand(1, 7, 2).expand(4, 7, 2)
+    out = model(x, coords)
+    assert out.shape == (4, 3, 7, 2)
+    grads = torch.autograd.grad(out.square().sum(), list(model.parameters()))
+    reference = _agcrn_batch_major(model, x)
+    expected = torch.autograd.grad(reference.square().sum(), list(model.parameters()))
+    torch.testing.assert_close(out, reference)
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want)
 
 
 # ---------------------------------------------------------------- STAEformer

@@ -25,7 +25,13 @@ class NodeAdaptiveGraphConv(nn.Module):
     ``T_0 = I``, ``T_1 = S``, ``T_k = 2 S T_{k-1} - T_{k-2}`` of the adaptive adjacency S,
     each with its own weights, and point n's weights ``(C_in, C_out)`` and bias the
     combination of ``d`` pooled ones by its embedding ``E_n``.
-    x ``(B, N, C_in)``, S ``(N, N)``, E ``(N, d)`` -> ``(B, N, C_out)``.
+
+    Tensors are point-major, ``(N, B, C)``: each term ``S x`` is then one matrix product
+    over the whole batch, and the points' own weights one batched product over the points,
+    with no copy between them. The points' weights depend only on E, so a recurrence
+    computes them once (:meth:`node_parameters`) and passes them to every step.
+    x ``(N, B, C_in)``, S ``(N, N)``, parameters from :meth:`node_parameters` ->
+    ``(N, B, C_out)``.
     """
 
     def __init__(self, in_channels: int, out_channels: int, cheb_k: int, node_dim: int):
@@ -38,26 +44,35 @@ class NodeAdaptiveGraphConv(nn.Module):
         nn.init.xavier_uniform_(self.bias_pool)
 
     def node_parameters(self, embeddings: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each point's weights ``(N, K, C_in, C_out)`` and bias ``(N, C_out)``."""
-        weights = torch.einsum("nd,dkio->nkio", embeddings, self.weights_pool)
-        return weights, embeddings @ self.bias_pool
+        """Each point's weights ``(N, K * C_in, C_out)`` (term k's rows ``k * C_in ...``) and
+        bias ``(N, 1, C_out)`` from the embeddings ``E (N, d)``."""
+        d, k, c_in, c_out = self.weights_pool.shape
+        weights = embeddings @ self.weights_pool.view(d, k * c_in * c_out)
+        bias = embeddings @ self.bias_pool
+        return weights.view(-1, k * c_in, c_out), bias.unsqueeze(1)
 
     def forward(
-        self, x: torch.Tensor, adjacency: torch.Tensor, embeddings: torch.Tensor
+        self,
+        x: torch.Tensor,
+        adjacency: torch.Tensor,
+        parameters: tuple[torch.Tensor, torch.Tensor],
     ) -> torch.Tensor:
+        n, b, c = x.shape
         terms = [x]
         if self.cheb_k > 1:
-            terms.append(adjacency @ x)
+            terms.append((adjacency @ x.reshape(n, b * c)).view(n, b, c))
         for _ in range(2, self.cheb_k):
-            terms.append(2 * (adjacency @ terms[-1]) - terms[-2])
-        weights, bias = self.node_parameters(embeddings)
-        return torch.einsum("bnki,nkio->bno", torch.stack(terms, dim=2), weights) + bias
+            spread = (adjacency @ terms[-1].reshape(n, b * c)).view(n, b, c)
+            terms.append(2 * spread - terms[-2])
+        weights, bias = parameters
+        return torch.baddbmm(bias, torch.cat(terms, dim=-1), weights)
 
 
 class AGCRNCell(nn.Module):
     """AGCRN's GRU cell (paper, Eq. 7): ``z, r = sigmoid(G([x, h]))``,
     ``c = tanh(G([x, r h]))``, ``h' = z h + (1 - z) c``, each G a
-    :class:`NodeAdaptiveGraphConv`. x ``(B, N, C_in)``, h ``(B, N, C_h)`` -> h'."""
+    :class:`NodeAdaptiveGraphConv`, point-major as it is. x ``(N, B, C_in)``,
+    h ``(N, B, C_h)``, ``parameters`` from :meth:`node_parameters` -> h'."""
 
     def __init__(self, input_channels: int, hidden_channels: int, cheb_k: int, node_dim: int):
         super().__init__()
@@ -66,17 +81,22 @@ class AGCRNCell(nn.Module):
         self.gates = NodeAdaptiveGraphConv(width, 2 * hidden_channels, cheb_k, node_dim)
         self.candidate = NodeAdaptiveGraphConv(width, hidden_channels, cheb_k, node_dim)
 
+    def node_parameters(self, embeddings: torch.Tensor) -> tuple[tuple, tuple]:
+        """The points' weights and biases of both convolutions, for every step."""
+        return self.gates.node_parameters(embeddings), self.candidate.node_parameters(embeddings)
+
     def forward(
         self,
         x: torch.Tensor,
         hidden: torch.Tensor,
         adjacency: torch.Tensor,
-        embeddings: torch.Tensor,
+        parameters: tuple[tuple, tuple],
     ) -> torch.Tensor:
+        gates, candidate = parameters
         both = torch.cat([x, hidden], dim=-1)
-        update, reset = torch.sigmoid(self.gates(both, adjacency, embeddings)).chunk(2, dim=-1)
+        update, reset = torch.sigmoid(self.gates(both, adjacency, gates)).chunk(2, dim=-1)
         again = torch.cat([x, reset * hidden], dim=-1)
-        candidate = torch.tanh(self.candidate(again, adjacency, embeddings))
+        candidate = torch.tanh(self.candidate(again, adjacency, candidate))
         return update * hidden + (1 - update) * candidate
 
 
@@ -159,10 +179,12 @@ class AGCRN(ForecastModel):
         self.check_input(x, coords, future)
         b, m, n, _ = x.shape
         adjacency = self.adjacency()
-        states = [x.new_zeros(b, n, cell.hidden_channels) for cell in self.cells]
+        parameters = [cell.node_parameters(self.embeddings) for cell in self.cells]
+        frames = x.permute(1, 2, 0, 3)  # (M, N, B, C_in): the cells are point-major
+        states = [x.new_zeros(n, b, cell.hidden_channels) for cell in self.cells]
         for t in range(m):
-            inp = x[:, t]
+            inp = frames[t]
             for layer, cell in enumerate(self.cells):
-                inp = states[layer] = cell(inp, states[layer], adjacency, self.embeddings)
-        out = self.head(states[-1])  # (B, N, J * C_out)
-        return out.view(b, n, self.output_steps, self.channels.out).transpose(1, 2)
+                inp = states[layer] = cell(inp, states[layer], adjacency, parameters[layer])
+        out = self.head(states[-1])  # (N, B, J * C_out)
+        return out.view(n, b, self.output_steps, self.channels.out).permute(1, 2, 0, 3)
