@@ -108,23 +108,17 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
     job = assemble(cfg, output_dir)
     try:
         return _train_assembled(job)
-    except SIGTERMException:
-        # Lightning's stop on SIGTERM is a SystemExit without a code (status 0): the run is
-        # not finished, its line says where it stands (src/cloudlstm/rundir/preemption.py)
-        raise _stopped(job) from None
-    except SystemExit:
-        # a second Ctrl-C: Lightning's shutdown at once ends in sys.exit(1); the run's line
-        # says where it stands as for the first
-        if stopped_by_ctrl_c(job.trainer):
+    except BaseException as err:
+        # Lightning's stop on SIGTERM is a SystemExit without a code (status 0), and a
+        # second Ctrl-C's shutdown at once ends in sys.exit(1): the run is not finished, its
+        # line says where it stands (src/cloudlstm/rundir/preemption.py)
+        if isinstance(err, SIGTERMException) or (
+            isinstance(err, SystemExit) and stopped_by_ctrl_c(job.trainer)
+        ):
             raise _stopped(job) from None
-        finish_wandb(job.loggers, quietly=True, exit_code=1)
-        raise
-    except TrainingDivergedError as err:
-        # so that a rerun with other settings is told what happened (rundir/divergence.py)
-        record_divergence(output_dir, job.trainer.global_step, str(err))
-        finish_wandb(job.loggers, quietly=True, exit_code=1)
-        raise
-    except BaseException:
+        if isinstance(err, TrainingDivergedError):
+            # so that a rerun with other settings is told what happened (rundir/divergence.py)
+            record_divergence(output_dir, job.trainer.global_step, str(err))
         # the run's own error (or signal) is what the user must see: closing W&B after it,
         # e.g. with its service already killed by SLURM's SIGTERM, must not replace it. A
         # refusal before training closes it too: the next job of this process (a sweep's
