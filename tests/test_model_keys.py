@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cloudlstm.cli.model_keys import applicable_jobs, model_key
+from cloudlstm.cli.model_keys import applicable_jobs, checked_model_keys, model_key
 from cloudlstm.errors import UserError
 from tests.conftest import PYTHON, ROOT, TINY, one_line, subprocess_env
 
@@ -54,6 +54,39 @@ def test_a_setting_no_model_of_the_sweep_has_is_refused():
 
 
 @pytest.mark.parametrize(
+    "command",
+    [
+        ["-m", "model=lstm,knn_lstm", "model.hidden_size=8"],
+        ["--multirun", "model=lstm,knn_lstm", "seed=0,1", "model.hidden_size=8"],
+        ["experiment=metr_la", "model.hidden_size=8"],  # a preset that sweeps
+    ],
+)
+def test_in_a_sweep_a_setting_the_first_model_lacks_becomes_a_sweep_of_its_value(command):
+    # the config Hydra composes first has CloudLSTM, without hidden_size: Hydra would fail
+    # there, before the jobs, whose models have it
+    got = checked_model_keys(["train.py", *command])
+    assert got == ["train.py", *command[:-1], "model.hidden_size=choice(8)"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["model=lstm", "model.hidden_size=8"],  # its model has it
+        ["-m", "model=lstm,knn_lstm", "model.hidden_size=8,16"],  # swept: the sweeper's
+        ["-m", "model=cloudlstm,lstm", "model.k=3"],  # the first model has it
+        ["seed=1"],
+    ],
+)
+def test_a_command_hydra_composes_as_it_is_is_left_alone(command):
+    assert checked_model_keys(["train.py", *command]) == ["train.py", *command]
+
+
+def test_in_a_single_run_a_setting_its_model_lacks_is_refused():
+    with pytest.raises(UserError, match=r"^model\.hidden_size: model=cloudlstm has no setting"):
+        checked_model_keys(["train.py", "model.hidden_size=8"])
+
+
+@pytest.mark.parametrize(
     ("override", "key"),
     [("model.k=3", "k"), ("model.cell.x=1", "cell"), ("model=convlstm", None),
      ("+model.k=3", None), ("~model.k", None), ("data.k=3", None)],
@@ -62,8 +95,8 @@ def test_which_overrides_set_a_model_setting(override, key):
     assert model_key(override) == key
 
 
-def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    base = [a for a in TINY if not a.startswith("model.k")]
+def run(tmp_path: Path, *args: str, without: str = "model.k") -> subprocess.CompletedProcess:
+    base = [a for a in TINY if not a.startswith(without)]
     cmd = [
         *PYTHON, "train.py", *args, *base, "logger=csv", "report.figures=false",
         "torch_threads=1", "trainer.max_epochs=1", f"paths.data_dir={tmp_path / 'data'}",
@@ -88,6 +121,24 @@ def test_the_sweep_of_models_and_k_trains_each_model_once_per_k_it_has(tmp_path)
     assert list(zip(models, ks, strict=True)) == [
         ("cloudlstm", 2), ("cloudlstm", 3), ("convlstm", None), ("lstm", None)
     ]  # fmt: skip
+
+
+def test_a_sweep_of_models_sets_what_they_have_though_the_default_model_lacks_it(tmp_path):
+    root = tmp_path / "sweep"
+    done = run(
+        tmp_path,
+        "-m",
+        "model=lstm,knn_lstm",
+        "model.hidden_size=6",
+        f"hydra.sweep.dir={root}",
+        without="model.",
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    jobs = sorted(root.glob("*/metrics.json"))
+    models = [json.loads(p.read_text())["run"]["model"] for p in jobs]
+    configs = [yaml.safe_load((p.parent / "config.yaml").read_text()) for p in jobs]
+    sizes = [config["model"]["hidden_size"] for config in configs]
+    assert list(zip(models, sizes, strict=True)) == [("lstm", 6), ("knn_lstm", 6)]
 
 
 @pytest.mark.parametrize("multirun", [[], ["-m"]])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from cloudlstm.errors import UserError
 from cloudlstm.paths import config_dir
@@ -94,36 +95,61 @@ def _note(dropped: dict[str, set[str]], before: int, after: int) -> str:
     )
 
 
-def refuse_foreign_model_keys(argv: Sequence[str], config_name: str = "train") -> None:
-    """Refuse, in one line, a ``model.<key>=<value>`` (one value, not a sweep) that the model
+def checked_model_keys(argv: Sequence[str], config_name: str = "train") -> list[str]:
+    """``argv``, checked for a ``model.<key>=<value>`` (one value, not a sweep) that the model
     of the command's config does not take.
 
     Hydra applies such an override to the config it composes first (a run's, or a sweep's
     before its jobs) and fails there, suggesting ``+model.<key>=``. So the config is composed
     here as Hydra will, without the model settings (a second or so, only where the command
-    has one); a swept setting is left to the sweeper (:func:`applicable_jobs`), and a
-    command Hydra cannot compose to Hydra's own message.
+    has one). A setting its model lacks is then
+
+    * in a single run, refused in one line;
+    * in a sweep, whose jobs may choose other models (``-m model=lstm,knn_lstm
+      model.hidden_size=8`` where the config's model is CloudLSTM), made a sweep of its one
+      value (``model.hidden_size=choice(8)``): Hydra then applies it job by job, and the
+      sweeper drops it from the jobs whose model lacks it, or refuses it when no job's model
+      takes it (:func:`applicable_jobs`).
+
+    A swept setting is left to the sweeper, and a command Hydra cannot compose to Hydra's own
+    message.
 
     Raises:
-        UserError: the config's model does not take a ``model.<key>`` given.
+        UserError: a single run's model does not take a ``model.<key>`` given.
     """
     overrides = [a for a in argv[1:] if not a.startswith("-")]
     if not any(model_key(o) for o in overrides):
-        return
+        return list(argv)
     from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.types import RunMode
 
     try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
+        parser = OverridesParser.create()
+        parsed = parser.parse_overrides(overrides)
         single = [o for o, p in zip(overrides, parsed, strict=True) if not p.is_sweep_override()]
-        keys = [k for o in single if (k := model_key(o)) is not None]
         rest = [o for o in single if model_key(o) is None]
         with initialize_config_dir(str(config_dir()), version_base="1.3"):
             cfg = compose(config_name, overrides=rest, return_hydra_config=True)
     except Exception:  # Hydra reports it as it runs the command
-        return
+        return list(argv)
     settings = set(cfg.get("model") or {})
-    for key in keys:
-        if key not in settings:
-            name = str(cfg.hydra.runtime.choices.get("model"))
-            raise UserError(foreign_key_message(key, [name], settings))
+    foreign = [o for o in single if (k := model_key(o)) is not None and k not in settings]
+    if not foreign:
+        return list(argv)
+    if any(a in ("-m", "--multirun") for a in argv) or cfg.hydra.mode == RunMode.MULTIRUN:
+        return [_one_value_sweep(a, parser) if a in foreign else a for a in argv]
+    name = str(cfg.hydra.runtime.choices.get("model"))
+    raise UserError(foreign_key_message(str(model_key(foreign[0])), [name], settings))
+
+
+def _one_value_sweep(override: str, parser: Any) -> str:
+    """``model.k=3`` as the sweep ``model.k=choice(3)``; unchanged where that is no override
+    (an empty value), for Hydra to report."""
+    key, _, value = override.partition("=")
+    sweep = f"{key}=choice({value})"
+    try:
+        parser.parse_override(sweep)
+    except Exception:
+        return override
+    return sweep

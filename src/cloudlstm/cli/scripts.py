@@ -35,13 +35,13 @@ from cloudlstm.paths import config_dir
 @ctrl_c_is_a_stop()  # at any moment: checking the command, reading data, a second Ctrl-C
 def train() -> None:
     """``cloudlstm-train [group=option ...] [key=value ...]``: train and test a model."""
-    from cloudlstm.cli.model_keys import refuse_foreign_model_keys
+    from cloudlstm.cli.model_keys import checked_model_keys
     from cloudlstm.cli.process_group import check_shared_run_dir
     from cloudlstm.errors import UserError
 
     try:
         refuse_moved_keys(sys.argv)
-        refuse_foreign_model_keys(sys.argv)
+        sys.argv = checked_model_keys(sys.argv)
         check_shared_run_dir(sys.argv, os.environ)  # before Hydra makes a run directory
     except UserError as err:  # before Hydra, whose error would name no new place
         sys.exit(str(err))
