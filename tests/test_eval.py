@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from cloudlstm.assembly.assemble import restore
 from cloudlstm.cli.eval_args import with_run_config
 from cloudlstm.cli.evaluate import evaluate
+from cloudlstm.cli.override_text import as_override
 from cloudlstm.cli.train import train
 from cloudlstm.data.spec import SPEC_KEY
 from cloudlstm.errors import UserError
@@ -463,3 +464,15 @@ def test_a_run_folder_named_by_a_number_is_found(cloud_run, tmp_path, monkeypatc
     assert str(err.value) == "ckpt=True was read as a bool, not a path: quote it, ckpt='<path>'."
     with pytest.raises(UserError, match=r"^No checkpoint '3' in 0 \("):
         evaluate(compose_eval(Path("0"), tmp_path / "out3", "ckpt=3"))
+
+
+@pytest.mark.parametrize("typed", ["as it is", "quoted for Hydra"])
+def test_a_run_folder_hydras_grammar_reads_only_quoted_is_found(cloud_run, tmp_path, typed):
+    """``run=/data/my run ü`` is one argument of the shell, which Hydra's grammar cannot read
+    unquoted: eval.py takes it as typed, and as ``run='...'``, as training's hint prints it."""
+    run = tmp_path / "my run ü (1)"
+    shutil.copytree(cloud_run, run, ignore=shutil.ignore_patterns("eval"))
+    arg = f"run={run}" if typed == "as it is" else as_override("run", str(run))
+    proc = run_eval(arg, "report.figures=false")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(list(run.glob("eval/*/metrics.json"))) == 1

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import torch
 from omegaconf import OmegaConf
 
 from cloudlstm.assembly.build import build_trainer
+from cloudlstm.cli.override_text import override_text
 from cloudlstm.cli.scripts import refuse_moved_keys
 from cloudlstm.cli.train import next_steps, train
 from cloudlstm.errors import UserError
@@ -75,6 +77,15 @@ def test_next_steps_name_the_programs_as_the_user_runs_them(argv0, said, monkeyp
         "cloudlstm-compare /r" if "cloudlstm" in argv0 else "python -m cloudlstm.cli.compare /r"
     )
     assert steps.endswith(f"`{compare}`.")
+
+
+def test_next_steps_quote_a_run_folder_for_hydra_and_the_shell(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+    run = Path("/data/my run ü")
+    steps = next_steps(run)
+    evaluate = steps.split("`")[1]
+    assert evaluate == "python eval.py \"run='/data/my run ü'\""
+    assert override_text(shlex.split(evaluate)[2]) == str(run)
 
 
 @pytest.mark.parametrize(

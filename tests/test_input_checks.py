@@ -199,6 +199,13 @@ def test_a_refused_run_leaves_no_folder_and_a_named_one_is_kept(tmp_path, bad, s
             "Cannot parse the override 'model.k=[1,': no viable alternative at input '[1,'. "
             "See https://hydra.cc/docs/1.2/advanced/override_grammar/basic for details.",
         ),
+        (  # a folder's name the grammar reads only quoted
+            ["data=points", "data.source.path=/data/dü/f.csv"],
+            "Cannot parse the override 'data.source.path=/data/dü/f.csv': "
+            "LexerNoViableAltException: data.source.path=/data/dü/f.csv. ^. See "
+            "https://hydra.cc/docs/1.2/advanced/override_grammar/basic for details. If the "
+            "value is one string (a path, say), quote it: \"data.source.path='/data/dü/f.csv'\".",
+        ),
         (
             ["data=nosuch"],
             "In 'train': Could not find 'data/nosuch': choose one of airq, beijing, metr_la, "
@@ -213,6 +220,7 @@ def test_a_refused_run_leaves_no_folder_and_a_named_one_is_kept(tmp_path, bad, s
         "launcher key",
         "slurm key",
         "no parse",
+        "no parse, quote",
         "no option",
     ],
 )

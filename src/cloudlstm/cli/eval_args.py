@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 
 from cloudlstm.cli.group_choices import group_choices
 from cloudlstm.cli.invoked import command
+from cloudlstm.cli.override_text import as_override, hydra_quoted, override_text
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.layout import check_run_dir, read_run_config
 
@@ -42,7 +43,8 @@ def wants_help(argv: list[str]) -> bool:
 
 def with_run_config(argv: list[str], stand_in: Path | None = None) -> list[str]:
     """``argv`` plus the override that puts the directory of its ``run=<dir>`` on Hydra's
-    search path, where ``conf/eval.yaml`` finds the run's ``config.yaml``.
+    search path, where ``conf/eval.yaml`` finds the run's ``config.yaml``, and with ``run=``
+    quoted for Hydra where its grammar would not read the folder (``run=/data/dü``).
 
     Idempotent: DDP starts the other ranks with the argv already extended. With
     ``stand_in``, a folder with an empty ``config.yaml``, the help (:func:`wants_help`) is
@@ -51,13 +53,19 @@ def with_run_config(argv: list[str], stand_in: Path | None = None) -> list[str]:
     Raises:
         UserError: ``run=`` is missing, or names no run directory.
     """
-    runs = [arg.split("=", 1)[1] for arg in argv[1:] if arg.startswith("run=")]
+    runs = _run_folders(argv)
     if not runs:
         if stand_in is not None and wants_help(argv):
             return [*argv, _searchpath(stand_in)]
         raise UserError(f"eval.py needs the run directory: `{usage()}`.")
     searchpath = _searchpath(check_run_dir(runs[-1]).resolve())
-    return argv if searchpath in argv else [*argv, searchpath]
+    quoted = [as_override("run", override_text(a)) if a.startswith("run=") else a for a in argv]
+    return quoted if searchpath in quoted else [*quoted, searchpath]
+
+
+def _run_folders(argv: list[str]) -> list[str]:
+    """The folders ``argv``'s ``run=`` arguments name, in order."""
+    return [override_text(arg) for arg in argv[1:] if arg.startswith("run=")]
 
 
 # The config groups eval.py takes: another trainer runs the same test (trainer=cpu for a
@@ -92,7 +100,7 @@ def run_data_keys(argv: list[str]) -> set[str]:
     Raises:
         UserError: ``run=`` is missing, or names no run directory.
     """
-    runs = [arg.split("=", 1)[1] for arg in argv[1:] if arg.startswith("run=")]
+    runs = _run_folders(argv)
     if not runs:
         raise UserError(f"eval.py needs the run directory: `{usage()}`.")
     data = read_run_config(check_run_dir(runs[-1])).get("data")
@@ -102,5 +110,4 @@ def run_data_keys(argv: list[str]) -> set[str]:
 def _searchpath(folder: Path) -> str:
     """The override that puts ``folder`` on Hydra's search path."""
     # quoted, so that any character of the path survives Hydra's override grammar
-    quoted = str(folder).replace("\\", "\\\\").replace("'", "\\'")
-    return f"hydra.searchpath=['file://{quoted}']"
+    return f"hydra.searchpath=[{hydra_quoted(f'file://{folder}')}]"

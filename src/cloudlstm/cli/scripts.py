@@ -216,6 +216,8 @@ def hydra_error_line(err: Exception) -> str:
         return f"{lines[0]}: choose one of {', '.join(err.options)}."
     if isinstance(err, OverrideParseException):  # its message does not name the override
         lines.insert(0, f"Cannot parse the override {err.override!r}")
+        fix = _quoting_fix(str(err.override))
+        lines += [fix] if fix else []
     cause = err.__cause__
     unknown = _unknown_key_line(cause)
     if unknown is not None:
@@ -224,6 +226,20 @@ def hydra_error_line(err: Exception) -> str:
         lines.insert(1, str(cause).splitlines()[0])
     why = ". ".join(line.rstrip(".") for line in lines[1:])
     return f"{lines[0].rstrip('.')}: {why}." if why else lines[0]
+
+
+def _quoting_fix(override: str) -> str:
+    """How to give an override's value as one string, for a value the grammar cannot read
+    unquoted (``data.source.path=/data/dü``, ``(`` in a name)."""
+    from cloudlstm.cli.override_text import shell_override
+
+    key, sep, value = override.partition("=")
+    # a list, a dict or a sweep function (``choice(``) is no string gone wrong, nor is a
+    # value of the characters the grammar reads unquoted (``lstm,``: a sweep cut short)
+    structured = value[:1] in "[{'\"" or re.match(r"\w+\(", value)
+    if not sep or structured or re.fullmatch(r"[\w/.\-:~+@%, \[\]{}=*?$]*", value, re.ASCII):
+        return ""
+    return f"If the value is one string (a path, say), quote it: {shell_override(key, value)}"
 
 
 def _unknown_key_line(cause: BaseException | None) -> str | None:

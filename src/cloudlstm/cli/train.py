@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from cloudlstm.assembly.known_keys import check_known_keys
 from cloudlstm.assembly.resume_data import check_resume_data
 from cloudlstm.assembly.resume_shapes import check_resume_shapes
 from cloudlstm.cli.invoked import command
+from cloudlstm.cli.override_text import shell_override
 from cloudlstm.engine.callbacks import EpochTimer
 from cloudlstm.engine.loggers import finish_wandb
 from cloudlstm.engine.module import TrainingDivergedError
@@ -154,17 +156,19 @@ def _train_assembled(job: Assembly) -> dict[str, Any]:
     if job.trainer.is_global_zero:
         write_metrics(output_dir, results)
         log.info("Run directory: %s", output_dir)
-        log.info(next_steps(output_dir))
+        if any(last_checkpoint(output_dir).parent.glob("*.ckpt")):  # none after debug=fdr
+            log.info(next_steps(output_dir))
     finish_wandb(job.loggers)
     return results
 
 
 def next_steps(run_dir: Path) -> str:
     """What a user can do with a finished run, as commands to copy."""
+    run = shell_override("run", str(run_dir))
     return (
-        f"Next: evaluate it again `{command('eval')} run={run_dir}`, forecast new data "
-        f"`{command('predict')} run={run_dir} data.path=<recent.csv>`, or compare it with "
-        f"other runs `{command('compare')} {run_dir.parent}`."
+        f"Next: evaluate it again `{command('eval')} {run}`, forecast new data "
+        f"`{command('predict')} {run} data.path=<recent.csv>`, or compare it with "
+        f"other runs `{command('compare')} {shlex.quote(str(run_dir.parent))}`."
     )
 
 
