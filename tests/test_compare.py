@@ -104,6 +104,14 @@ def seeds(tmp_path) -> Path:
     return tmp_path / "sweep"
 
 
+def test_a_run_under_two_of_the_folders_given_counts_once(seeds):
+    # outputs/ and a sweep in it, a folder twice, a run's folder and its metrics.json
+    roots = [seeds.parent, seeds, seeds / "0", seeds / "0" / "metrics.json", seeds]
+    runs = find_runs(roots)
+    assert sorted(run.path.name for run in runs) == ["0", "1", "2", "3"]
+    assert columns(compare(runs))["n"] == [1, 3]
+
+
 def test_seeds_aggregate_to_mean_and_sample_std(seeds):
     table = columns(compare(find_runs([seeds])))
     # seed and the per-run output dirs differ too, but only k splits the rows

@@ -84,8 +84,9 @@ def find_runs(roots: Sequence[Path], include_evals: bool = False) -> list[Run]:
     The results of ``eval.py`` (``<run dir>/eval/<time>/metrics.json``, marked by their
     ``run_dir``) test a run again: they are left out, as they would count one run twice,
     unless ``include_evals``, where they are rows of their own (:data:`EVALUATION_KEY`).
+    A run under two of ``roots`` (``outputs/`` and a sweep in it) is one run.
     """
-    runs = []
+    paths: dict[Path, Path] = {}  # each file once, by where it is: folders may overlap
     for root in map(Path, roots):
         if not root.exists():
             raise CompareError(f"{root} does not exist")
@@ -94,8 +95,9 @@ def find_runs(roots: Sequence[Path], include_evals: bool = False) -> list[Run]:
                 f"{root} is no run's {METRICS_FILE}: give run or multirun directories (or "
                 f"outputs/), or the {METRICS_FILE} of runs"
             )
-        paths = [root] if root.is_file() else _results_under(root)
-        runs.extend(run for path in paths if (run := load_run(path)) is not None)
+        for path in [root] if root.is_file() else _results_under(root):
+            paths.setdefault(path.resolve(), path)
+    runs = [run for path in paths.values() if (run := load_run(path)) is not None]
     return [run for run in runs if include_evals or not run.evaluated_run]
 
 
