@@ -308,9 +308,14 @@ def test_a_written_index_is_no_channel(tmp_path, reference, caplog):
             "timestamp,id\n2024-01-01,caf\u00e9\n".encode("latin-1"),
             r"as CSV: it is not UTF-8 text \(a byte 0xe9\)\. Save it as UTF-8",
         ),
+        (  # as PowerShell and "Unicode text" in spreadsheets write it: not a file cut short
+            "data.csv",
+            "timestamp,id\n2024-01-01,a\n".encode("utf-16"),
+            r"as CSV: it is not UTF-8 text \(a byte 0xff\)\. Save it as UTF-8",
+        ),
         ("data.parquet", b"PAR1 no parquet", r"^Cannot read the long-format file .* as Parquet: "),
     ],
-    ids=["excel", "json", "latin-1", "broken-parquet"],
+    ids=["excel", "json", "latin-1", "utf-16", "broken-parquet"],
 )
 def test_a_file_that_is_no_readable_table_is_one_line(tmp_path, name, content, message):
     (path := tmp_path / name).write_bytes(content)

@@ -28,7 +28,8 @@ def refuse_cut_short(path: Path, what: str, sep: str = ",") -> None:
     newline and fewer ``sep``-separated fields than the line before it.
 
     A last line without a newline but with every field is read (files written by hand
-    often end so); a file of other suffixes (compressed, Parquet, HDF5) is not looked at.
+    often end so); a file of other suffixes (compressed, Parquet, HDF5), or of NUL bytes
+    (UTF-16 text, which the CSV reader refuses as not UTF-8), is not looked at.
 
     Raises:
         UserError: the file ends inside a row.
@@ -40,6 +41,8 @@ def refuse_cut_short(path: Path, what: str, sep: str = ",") -> None:
     except OSError:  # the reader that follows names the problem
         return
     if not tail or tail.endswith(b"\n"):
+        return
+    if b"\x00" in tail:  # UTF-16 or -32 text, whose lines end in "\n\x00": the reader says
         return
     lines = tail.decode("utf-8", errors="replace").split("\n")
     whole = lines[-2:] if start == 0 else lines[1:][-2:]  # the first may start mid-line
