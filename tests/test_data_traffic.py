@@ -58,6 +58,8 @@ def test_configs_default_to_the_shared_copies(name, env, folder, monkeypatch, tm
     assert Path(cfg.data.source.root).resolve() == folder.resolve()
     assert cfg.data.source._target_ == "cloudlstm.data.sources.wide_table.WideTableSource"
     assert cfg.data.source.graph is None
+    # an .h5 of several tables names the one to read with it, as the refusal says
+    assert compose_train(tmp_path, [f"data={name}", "data.source.key=a"]).data.source.key == "a"
     assert list(cfg.data.valid_ranges.values()) == [[0, None]]  # no negative speed or traffic
     monkeypatch.setenv(env, "/somewhere/else")
     assert compose_train(tmp_path, [f"data={name}"]).data.source.root == "/somewhere/else"

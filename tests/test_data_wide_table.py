@@ -168,7 +168,7 @@ def test_pandas_hdf5_as_dcrnn_distributes_metr_la(tmp_path):
 
     table.to_hdf(tmp_path / "two.h5", key="speed")
     table.to_hdf(tmp_path / "two.h5", key="other")
-    with pytest.raises(UserError, match=r"holds the tables \['other', 'speed'\].*source.key"):
+    with pytest.raises(UserError, match=r"tables \['other', 'speed'\]: .*data\.source\.key=other,"):
         source(tmp_path, path="two.h5").load()
     assert source(tmp_path, path="two.h5", key="speed").load().num_points == 4
     with pytest.raises(UserError, match=r"has no table 'nope'"):

@@ -539,10 +539,11 @@ def read_hdf(
         with pd.HDFStore(path, mode="r") as store:
             keys = [k.lstrip("/") for k in store]  # the tables' keys
             if key is None and len(keys) != 1:
-                held = f"the tables {keys}" if keys else "no pandas table"
+                if not keys:
+                    raise UserError(f"{what} {path} holds no table that pandas wrote (to_hdf).")
                 raise UserError(
-                    f"{what} {path} holds {held}: name the one to read with the source's "
-                    "key option (e.g. data.source.key=df)."
+                    f"{what} {path} holds the tables {keys}: name the one to read with the "
+                    f"source's key option (data.source.key={keys[0]}, say)."
                 )
             key = keys[0] if key is None else str(key).lstrip("/")
             if key not in keys:
