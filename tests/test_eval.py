@@ -451,12 +451,13 @@ def test_training_changes_nothing_in_the_config_it_is_given(tmp_path):
 
 
 def test_a_run_folder_named_by_a_number_is_found(cloud_run, tmp_path, monkeypatch):
-    """Hydra reads ``run=0``, a sweep's job folder, as the number 0: it names folder 0. A
-    value that is no path's text (``ckpt=true``, read as True) is one line."""
+    """Hydra reads ``run=0``, a sweep's job folder, as the number 0: eval.py gives it to
+    Hydra quoted, as the folder's name. A value that is no path's text (``ckpt=true``, read
+    as True) is one line."""
     shutil.copytree(cloud_run, tmp_path / "0", ignore=shutil.ignore_patterns("eval"))
     monkeypatch.chdir(tmp_path)
     cfg = compose_eval(Path("0"), tmp_path / "out")
-    assert cfg.run == 0
+    assert cfg.run == "0"
     evaluate(cfg)
     assert (tmp_path / "out" / "metrics.json").is_file()
     with pytest.raises(UserError) as err:
