@@ -24,6 +24,15 @@ def command(program: str) -> str:
     return installed if Path(sys.argv[0]).name.startswith("cloudlstm-") else repository
 
 
+# Hydra's flag for a sweep; the config may ask for one too (``hydra.mode: MULTIRUN``)
+MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
+def multirun_flagged(argv: Sequence[str]) -> bool:
+    """Whether the command line ``argv`` carries the sweep flag ``-m`` (``--multirun``)."""
+    return any(arg in MULTIRUN_FLAGS for arg in argv[1:])
+
+
 def this_program(argv: Sequence[str]) -> str:
     """The command of the command line ``argv``: ``python train.py`` or ``cloudlstm-train``."""
     name = Path(argv[0]).name

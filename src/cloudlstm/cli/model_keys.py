@@ -13,10 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
+from cloudlstm.cli.invoked import multirun_flagged
 from cloudlstm.errors import UserError
 from cloudlstm.paths import config_dir
+
+if TYPE_CHECKING:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
 
 ModelKeys = Callable[[list[str]], tuple[str, set[str]]]
 SHOWN = 12  # settings named in a message
@@ -137,13 +141,13 @@ def checked_model_keys(argv: Sequence[str], config_name: str = "train") -> list[
     foreign = [o for o in single if (k := model_key(o)) is not None and k not in settings]
     if not foreign:
         return list(argv)
-    if any(a in ("-m", "--multirun") for a in argv) or cfg.hydra.mode == RunMode.MULTIRUN:
+    if multirun_flagged(argv) or cfg.hydra.mode == RunMode.MULTIRUN:
         return [_one_value_sweep(a, parser) if a in foreign else a for a in argv]
     name = str(cfg.hydra.runtime.choices.get("model"))
     raise UserError(foreign_key_message(str(model_key(foreign[0])), [name], settings))
 
 
-def _one_value_sweep(override: str, parser: Any) -> str:
+def _one_value_sweep(override: str, parser: OverridesParser) -> str:
     """``model.k=3`` as the sweep ``model.k=choice(3)``; unchanged where that is no override
     (an empty value), for Hydra to report."""
     key, _, value = override.partition("=")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from cloudlstm.cli.invoked import this_program
+from cloudlstm.cli.invoked import multirun_flagged, this_program
 from cloudlstm.errors import UserError
 
 __all__ = ["check_shared_run_dir", "launched_processes"]
@@ -48,7 +48,7 @@ def check_shared_run_dir(argv: Sequence[str], environ: Mapping[str, str]) -> Non
     Raises:
         UserError: one line naming how the process was started and the override to add.
     """
-    if {"-m", "--multirun"} & set(argv[1:]):
+    if multirun_flagged(argv):
         return  # a sweep's launcher composes each job's directory once, for all its tasks
     how = launched_processes(environ, argv)
     if how is None or "hydra.run.dir" in {_key(a) for a in argv[1:]}:

@@ -26,7 +26,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from cloudlstm.cli.ctrl_c import ctrl_c_is_a_stop
-from cloudlstm.cli.invoked import this_program
+from cloudlstm.cli.invoked import MULTIRUN_FLAGS, this_program
 from cloudlstm.cli.pipes import reader_may_leave
 from cloudlstm.paths import config_dir
 
@@ -126,9 +126,6 @@ def predict() -> None:
     _run_hydra("predict", _predict)
 
 
-_MULTIRUN_FLAGS = ("-m", "--multirun")
-
-
 def multirun_flag_first(argv: list[str]) -> list[str]:
     """``argv`` with ``-m`` (``--multirun``) moved before the overrides.
 
@@ -137,8 +134,8 @@ def multirun_flag_first(argv: list[str]) -> list[str]:
     "unrecognized arguments", under twenty lines of usage. The flag takes no value, so its
     place changes nothing else.
     """
-    flags = [arg for arg in argv[1:] if arg in _MULTIRUN_FLAGS]
-    rest = [arg for arg in argv[1:] if arg not in _MULTIRUN_FLAGS]
+    flags = [arg for arg in argv[1:] if arg in MULTIRUN_FLAGS]
+    rest = [arg for arg in argv[1:] if arg not in MULTIRUN_FLAGS]
     return [argv[0], *flags[:1], *rest]
 
 
