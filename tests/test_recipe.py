@@ -232,3 +232,18 @@ def test_the_recipe_callbacks_follow_the_monitor_setting(tiny_cfg) -> None:
         trainer = build_trainer(tiny_cfg(f"recipe={recipe}"), [])
         assert _callback(trainer, ModelCheckpoint).monitor == metric
         assert _callback(trainer, EarlyStopping).monitor == metric
+
+
+def test_a_step_budget_that_ends_before_the_first_epoch_validation_tests_the_final_weights(
+    tiny_cfg, caplog
+) -> None:
+    """recipe=paper validates at epochs' ends; a budget of 2 steps ends within the first
+    epoch of 3 batches, so no validation ran. The run tests its final weights and says so,
+    as under a step recipe; early stopping found no val/loss at the epoch's end and stopped
+    it with a traceback."""
+    every_epoch = ("trainer.val_check_interval=1.0", "trainer.check_val_every_n_epoch=1")
+    results = train(tiny_cfg("recipe=paper", *every_epoch, "trainer.max_steps=2", "logger=none"))
+    assert results["steps"] == 2 and results["val"] == {}
+    assert results["checkpoint"] == "checkpoints/last.ckpt"
+    assert math.isfinite(results["test"]["overall"]["mae"]["mean"])
+    assert "No best checkpoint (no validation): testing the final weights" in caplog.text
