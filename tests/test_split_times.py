@@ -52,6 +52,17 @@ def test_training_may_begin_later():
     np.testing.assert_array_equal(x, [24, 25, 26, 27])
 
 
+def test_a_time_with_a_utc_offset_is_the_utc_time_it_names():
+    """The data's times are UTC where their files gave an offset: 8 January 01:00 at +01:00
+    is midnight UTC, step 168; its wall time, 01:00, was step 169."""
+    with_offsets = {"val": "2021-01-08T01:00+01:00", "test": "2021-01-10T07:00-05:00"}
+    assert (
+        datamodule(with_offsets).bounds
+        == datamodule({"val": "2021-01-08 00:00", "test": "2021-01-10 12:00"}).bounds
+    )
+    assert datamodule(with_offsets).bounds["val"][0] == 168
+
+
 @pytest.mark.parametrize(
     ("times", "message"),
     [

@@ -54,7 +54,9 @@ class SplitRule:
 
 def checked_times(times: Mapping[str, Any]) -> dict[str, pd.Timestamp]:
     """``data.split_times`` as timestamps, refused in one line where a key is unknown, ``val``
-    or ``test`` is missing, or a value is not a time."""
+    or ``test`` is missing, or a value is not a time. A time with a UTC offset becomes UTC,
+    as the data readers store such times (``data/sources/times.py``); one without is taken
+    as the data's own times."""
     if not isinstance(times, Mapping):
         raise UserError(f"data.split_times={times!r} is not a mapping: give {EXAMPLE}.")
     if unknown := sorted(set(times) - set(SPLIT_TIMES)):
@@ -78,8 +80,8 @@ def checked_times(times: Mapping[str, Any]) -> dict[str, pd.Timestamp]:
             ) from None
         if parsed[key] is pd.NaT:
             raise UserError(f"data.split_times.{key}={value!r} is not a time.")
-        if parsed[key].tzinfo is not None:  # the data's times are wall times without a zone
-            parsed[key] = parsed[key].tz_localize(None)
+        if parsed[key].tzinfo is not None:  # as the readers store times with an offset
+            parsed[key] = parsed[key].tz_convert("UTC").tz_localize(None)
     return parsed
 
 
