@@ -777,6 +777,21 @@ def test_predict_py_with_fewer_points_than_neighbours_or_a_folder_is_one_line(fl
     assert line.startswith(f"data.path={tmp_path} is a folder that is no Parquet dataset")
 
 
+def test_eval_py_on_data_at_another_interval_is_one_line(fleet_run, tmp_path):
+    """predict.py refuses a history sampled at another interval; so does eval.py, where it
+    scored the hourly model's forecasts on two-hourly steps without a word."""
+    run, data = fleet_run
+    table = pd.read_csv(data, parse_dates=["timestamp"])
+    every_two = tmp_path / "two_hourly.csv"
+    table[table["timestamp"].dt.hour % 2 == 0].to_csv(every_two, index=False)
+    done = run_script("eval.py", f"run={run}", f"data.source.path={every_two}")
+    assert done.returncode == 1
+    assert the_line(done, "sampled every").endswith(
+        "was trained on data every 1h, and these data are sampled every 2h: evaluate it on "
+        "data every 1h (resample them), or train a model for these data."
+    )
+
+
 # ---------------------------------------------------------------- DDP batch limits
 def test_batch_limits_per_process_are_named_with_the_windows_they_cover():
     windows = {"train": 109, "val": 11, "test": 30}

@@ -40,6 +40,7 @@ from cloudlstm.assembly.build import (
 from cloudlstm.assembly.checkpoint_fit import (
     TrainedCheckpoint,
     check_points,
+    check_same_step,
     check_trained_sizes,
     load_weights,
     restore_scaler,
@@ -121,6 +122,8 @@ def assemble(
     model_config = _as_trained(cfg.model, trained)
     if model_config is not None:
         check_trained_sizes(model_config, spec, trained)
+    if trained is not None:
+        check_same_step(spec, trained)
     module = build_module(cfg, spec, model_config)
     if trained is not None:
         check_points(module.model, datamodule, trained)

@@ -4,7 +4,8 @@
 checkpoint (``ckpt=<path>``). Each check here names the mismatch as a
 :class:`~cloudlstm.errors.UserError` before anything fails obscurely: the training scaler
 (restored before the data are normalised), the sizes the model was built for (a horizon, a
-channel count), the points of models tied to theirs, the weights themselves.
+channel count), the sampling interval, the points of models tied to theirs, the weights
+themselves.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 
+from cloudlstm.data.sources.tables import step_text
 from cloudlstm.data.spec import DataSpec, stored_spec
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.checkpoints import check_checkpoint
@@ -116,6 +118,27 @@ def check_trained_sizes(model_config: Any, spec: DataSpec, trained: TrainedCheck
             f"{trained.path} holds a model built for {key}={built}, and the data give "
             f"{key}={value}: evaluate it with {keep}, or train a model for these data."
         )
+
+
+def check_same_step(spec: DataSpec, trained: TrainedCheckpoint) -> None:
+    """Refuse data sampled at another interval than the training data (``eval.py`` with a
+    ``data.path`` of 2-hour steps on a model trained on hourly ones): its input would span
+    other hours, its forecast steps other lead times, as ``predict.py`` refuses such a
+    history. Nothing to check where either step is unknown (data without a clock, or a
+    checkpoint without a data description).
+
+    Raises:
+        UserError: naming both steps.
+    """
+    then = None if trained.spec is None else trained.spec.step
+    now = spec.step
+    if then is None or now is None or then == now:
+        return
+    raise UserError(
+        f"{trained.path} was trained on data every {step_text(then)}, and these data are "
+        f"sampled every {step_text(now)}: evaluate it on data every {step_text(then)} "
+        "(resample them), or train a model for these data."
+    )
 
 
 def check_points(model: Any, datamodule: Any, trained: TrainedCheckpoint) -> None:
