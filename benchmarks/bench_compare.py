@@ -28,6 +28,7 @@ from pathlib import Path
 
 import yaml
 
+from cloudlstm.cli.arguments import at_least_one
 from cloudlstm.compare import runs
 from cloudlstm.rundir import old_configs
 
@@ -73,7 +74,7 @@ def read_runs(folder: Path, shortcut: bool, loader: type) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", nargs="?", type=Path, default=ROOT / "docs" / "results")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=at_least_one, default=5)
     args = parser.parse_args()
     count = len(runs.find_runs([args.folder], include_evals=True))
     print(f"{count} runs under {args.folder}; medians of {args.repeats}")

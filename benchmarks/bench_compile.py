@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import torch
 
+from cloudlstm.cli.arguments import at_least_one
 from cloudlstm.cli.models_table import model_for_shape
 
 
@@ -74,9 +75,9 @@ def run(args: argparse.Namespace, compiled: bool, checkpointing: bool) -> dict[s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--points", type=int, default=274)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=3, help="timed steps after the first")
+    parser.add_argument("--points", type=at_least_one, default=274)
+    parser.add_argument("--batch", type=at_least_one, default=8)
+    parser.add_argument("--steps", type=at_least_one, default=3, help="timed steps after the first")
     parser.add_argument("--mode", default="default", help="torch.compile's mode")
     parser.add_argument("--device", default="cpu")
     parser.add_argument(

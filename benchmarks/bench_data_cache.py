@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cloudlstm.cli.arguments import at_least_one, positive_number
 from cloudlstm.data import chunks
 from cloudlstm.data.cache import CachedSource
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
@@ -133,14 +134,16 @@ def windows_per_second(dm: PointCloudDataModule, seconds: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=at_least_one, default=3)
     default_root = os.environ.get(
         "CLOUDLSTM_BEIJING_ROOT", str(ROOT.parent / "shared" / "data" / "beijing_multisite")
     )
     parser.add_argument("--beijing-root", type=Path, default=Path(default_root))
-    parser.add_argument("--stream-mb", type=float, default=200.0, help="values of part 2")
-    parser.add_argument("--chunk-mb", type=float, default=8.0, help="chunks of part 2")
-    parser.add_argument("--seconds", type=float, default=3.0, help="reading time per case")
+    parser.add_argument("--stream-mb", type=positive_number, default=200.0, help="values of part 2")
+    parser.add_argument("--chunk-mb", type=positive_number, default=8.0, help="chunks of part 2")
+    parser.add_argument(
+        "--seconds", type=positive_number, default=3.0, help="reading time per case"
+    )
     args = parser.parse_args()
     print(f"{'source':<46} {'cold (s)':>9} {'cached (s)':>11} {'ratio':>7}")
     for name, make in sources(args.beijing_root).items():

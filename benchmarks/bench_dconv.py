@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import torch
 
+from cloudlstm.cli.arguments import at_least_one
 from cloudlstm.nn import (
     CloudLSTMCell,
     channel_neighbours,
@@ -90,12 +91,14 @@ def model_like_clouds(cell: CloudLSTMCell, b: int, n: int) -> tuple[torch.Tensor
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--points", type=int, default=274)
-    parser.add_argument("--channels", type=int, default=36)
-    parser.add_argument("--k", type=int, default=9)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--batch", type=at_least_one, default=32)
+    parser.add_argument("--points", type=at_least_one, default=274)
+    parser.add_argument("--channels", type=at_least_one, default=36)
+    parser.add_argument("--k", type=at_least_one, default=9)
+    parser.add_argument("--repeats", type=at_least_one, default=7)
     args = parser.parse_args()
+    if args.k > args.points:
+        parser.error(f"--k {args.k} neighbours need at least as many --points ({args.points})")
     torch.manual_seed(0)
     b, n, u, k = args.batch, args.points, args.channels, args.k
     print(

@@ -32,6 +32,7 @@ import yaml
 from flops import rnn_layer_flops  # noqa: F401 (registers the RNN layers' FLOP formulas)
 from torch.utils.flop_counter import FlopCounterMode
 
+from cloudlstm.cli.arguments import at_least_one
 from cloudlstm.cli.models_table import model_for_shape
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,7 +103,7 @@ def step_gflops(model: str, run_dir: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="beijing")
-    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--batches", type=at_least_one, default=20)
     parser.add_argument("--models", nargs="*", default=MODELS)
     args = parser.parse_args()
     seconds, gflops, speed = {}, {}, {}

@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+from cloudlstm.cli.arguments import at_least_one
+
 PROGRAM = """
 import gc, sys, time
 import cloudlstm.cli.train, cloudlstm.cli.evaluate
@@ -40,7 +42,7 @@ def seconds_to_end(mode: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=at_least_one, default=5)
     repeats = parser.parse_args().repeats
     medians = {}
     for mode in ("collected", "frozen"):

@@ -52,6 +52,7 @@ from device_profile import step_parts
 from layouts import city_layout
 from torch.utils.flop_counter import FlopCounterMode
 
+from cloudlstm.cli.arguments import at_least_one
 from cloudlstm.cli.models_table import model_for_shape
 from cloudlstm.models.capture import RunDevice, auto_compile
 from cloudlstm.nn import knn_triton
@@ -534,9 +535,11 @@ def bench_city_step(n: int, quick: bool) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=219, help="timed steps per epoch run")
-    parser.add_argument("--beijing-steps", type=int, default=200, help="timed Beijing steps")
-    parser.add_argument("--large-points", type=int, default=13000)
+    parser.add_argument("--steps", type=at_least_one, default=219, help="timed steps per epoch run")
+    parser.add_argument(
+        "--beijing-steps", type=at_least_one, default=200, help="timed Beijing steps"
+    )
+    parser.add_argument("--large-points", type=at_least_one, default=13000)
     parser.add_argument("--quick", action="store_true", help="few steps, small sizes")
     parser.add_argument("--only", choices=["knn", "epoch", "beijing", "city"], default=None)
     parser.add_argument("--device", default="cuda", help="cpu: smoke-check the script")

@@ -27,6 +27,7 @@ import torch
 from bench_dconv import timed_together
 from torch.utils.flop_counter import FlopCounterMode
 
+from cloudlstm.cli.arguments import at_least_one
 from cloudlstm.cli.models_table import model_for_shape
 from cloudlstm.models.build import count_parameters
 from cloudlstm.nn import onednn_matmul
@@ -100,8 +101,8 @@ def matmul_gflops(model: torch.nn.Module, device: str, repeats: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--repeats", type=at_least_one, default=5)
+    parser.add_argument("--threads", type=at_least_one, default=None, help="torch CPU threads")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from cloudlstm.cli.arguments import at_least_one
+
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {
     "default (wandb, figures)": [],
@@ -44,7 +46,7 @@ def run(overrides: list[str], run_dir: Path, data_dir: Path) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=at_least_one, default=2)
     parser.add_argument("overrides", nargs="*", help="extra train.py overrides for every run")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

@@ -34,6 +34,8 @@ import subprocess
 import sys
 import time
 
+from cloudlstm.cli.arguments import at_least_one, positive_number
+
 C, M, J, K, HIDDEN, LAYERS = 2, 6, 6, 9, 36, 2
 WARM_POINTS = 50
 
@@ -158,9 +160,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="274,1000,5000,13000")
     parser.add_argument("--batch", default="1,4", help="batch sizes, comma-separated")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=at_least_one, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-gb", type=float, default=None)
+    parser.add_argument("--max-gb", type=positive_number, default=None)
     parser.add_argument(
         "--quick", action="store_true", help="smoke check: the first size only, batch 1, one repeat"
     )

@@ -47,6 +47,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
+from cloudlstm.cli.arguments import at_least_one
+
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ["cloudlstm_k3", "cloudlstm", "convlstm", "stgcn"]
 SIZES = [12, 35, 100, 207, 274]
@@ -245,10 +247,10 @@ def table(results: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=MODELS)
-    parser.add_argument("--sizes", nargs="+", type=int, default=SIZES)
-    parser.add_argument("--channels", nargs="+", type=int, default=[1, 6])
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--sizes", nargs="+", type=at_least_one, default=SIZES)
+    parser.add_argument("--channels", nargs="+", type=at_least_one, default=[1, 6])
+    parser.add_argument("--batch", type=at_least_one, default=32)
+    parser.add_argument("--repeats", type=at_least_one, default=5)
     parser.add_argument("--json", type=Path, help="also write the results to this file")
     parser.add_argument("--quick", action="store_true", help="smoke check: N=12, C=1, 1 repeat")
     args = parser.parse_args(argv)

@@ -51,6 +51,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from cloudlstm.cli.arguments import positive_number
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA_ROOTS = {  # preset variable -> folder of ../shared/data (and of --data)
     "CLOUDLSTM_BEIJING_ROOT": "beijing_multisite",
@@ -300,7 +302,7 @@ def campaign(plan: str, seconds: float, out: Path, work: Path, data: Path | None
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("plan", choices=sorted(PLANS))
-    parser.add_argument("--seconds", type=float, default=420.0)
+    parser.add_argument("--seconds", type=positive_number, default=420.0)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_campaign_out")))
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--data", type=Path, default=ROOT / ".gpu_data")

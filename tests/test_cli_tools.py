@@ -104,15 +104,16 @@ COMMANDS = [
 ]
 
 
-# Runs each tool's main with --help in one interpreter, as its command would (a script with
-# its folder first on sys.path, a module as -m runs it): one start of the stack, not one
-# per tool. Prints {command: [exit code, stdout, stderr]} as JSON.
+# Runs each tool's main with its arguments in one interpreter, as its command would (a script
+# with its folder first on sys.path, a module as -m runs it): one start of the stack, not
+# one per tool. Takes [[command, arguments], ...]; prints [[exit code, stdout, stderr], ...]
+# in that order as JSON.
 DRIVER = """
 import contextlib, io, json, os, runpy, sys
-results = {}
-for command in json.loads(sys.argv[1]):
+results = []
+for command, arguments in json.loads(sys.argv[1]):
     out, err, code = io.StringIO(), io.StringIO(), 0
-    sys.argv = [command[-1], "--help"]
+    sys.argv = [command[-1], *arguments]
     path = list(sys.path)
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
@@ -126,16 +127,48 @@ for command in json.loads(sys.argv[1]):
         except BaseException as error:
             code = repr(error)
     sys.path[:] = path
-    results[" ".join(command)] = [code, out.getvalue(), err.getvalue()[-2000:]]
+    results.append([code, out.getvalue(), err.getvalue()[-2000:]])
 print(json.dumps(results))
 """
 
 
-@pytest.fixture(scope="module")
-def helps() -> dict[str, list]:
-    done = run_python("-c", DRIVER, json.dumps(COMMANDS))
+def run_tools(calls: list[tuple[list[str], list[str]]]) -> list[list]:
+    """Each (command, arguments) run by :data:`DRIVER`: its [exit code, out, err]."""
+    done = run_python("-c", DRIVER, json.dumps(calls))
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def helps() -> dict[str, list]:
+    done = run_tools([(command, ["--help"]) for command in COMMANDS])
+    return {" ".join(command): result for command, result in zip(COMMANDS, done, strict=True)}
+
+
+# A count or amount below its least value, given to tools that then failed with a traceback
+# further in (a range of 0 epochs, K = 0 neighbours, a division by 0 repeats)
+BELOW_LEAST = [
+    (["-m", "cloudlstm.cli.space_check"], ["--epochs", "0"], "argument --epochs: 0 is below 1"),
+    (["benchmarks/bench_dconv.py"], ["--k", "0"], "argument --k: 0 is below 1"),
+    (
+        ["benchmarks/bench_dconv.py"],
+        ["--k", "30", "--points", "20"],
+        "--k 30 neighbours need at least as many --points (20)",
+    ),
+    (["benchmarks/bench_step.py"], ["--repeats", "-2"], "argument --repeats: -2 is below 1"),
+    (
+        ["benchmarks/bench_data_cache.py"],
+        ["--seconds", "nan"],
+        "argument --seconds: nan is not a number above 0",
+    ),
+]
+
+
+def test_a_count_below_its_least_is_argparses_one_line():
+    results = run_tools([(command, arguments) for command, arguments, _ in BELOW_LEAST])
+    for (_, _, said), (code, _, err) in zip(BELOW_LEAST, results, strict=True):
+        assert code == 2 and "Traceback" not in err, err
+        assert err.splitlines()[-1].endswith(f"error: {said}"), err
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[-1])

@@ -14,6 +14,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from cloudlstm.cli.arguments import at_least_one
 from cloudlstm.cli.ctrl_c import ctrl_c_is_a_stop
 from cloudlstm.cli.pipes import reader_may_leave
 from cloudlstm.errors import UserError, one_line_errors
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     2 for a bad option (argparse's usage and one line)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for flag, default in SIZES.items():
-        parser.add_argument(flag, type=_at_least_one, default=default)
+        parser.add_argument(flag, type=at_least_one, default=default)
     parser.add_argument("models", nargs="*", help="model config names (default: all)")
     args = parser.parse_args(argv)
     known = model_names()
@@ -104,17 +105,6 @@ def main(argv: list[str] | None = None) -> int:
 
 # The table's size options and their defaults: the paper's air-quality cluster A.
 SIZES = {"--num-points": 274, "--num-channels": 6, "--input-steps": 12, "--output-steps": 12}
-
-
-def _at_least_one(text: str) -> int:
-    """A size option: a whole number >= 1 (argparse reports anything else)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is below 1")
-    return value
 
 
 def _row(name: str, args: argparse.Namespace) -> bool:

@@ -37,6 +37,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, open_dict
 
 from cloudlstm.assembly.assemble import assemble
+from cloudlstm.cli.arguments import at_least_one
 from cloudlstm.paths import config_dir
 
 # (B, M, N, C) sizes of the check: small enough for a CPU, long enough that the test period
@@ -123,7 +124,7 @@ def fit_and_test(cfg: DictConfig) -> float:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument("--epochs", type=at_least_one, default=EPOCHS)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     args = parser.parse_args(argv)
     if args.models[0] != "lstm_k1":
