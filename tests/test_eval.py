@@ -252,6 +252,21 @@ def test_a_missing_run_or_checkpoint_is_a_user_error(cloud_run, tmp_path):
         evaluate(compose_eval(untrained, tmp_path / "eval"))
 
 
+def test_an_evaluations_folder_given_as_the_run_names_the_run(cloud_run, tmp_path):
+    """eval.py's output has a config.yaml too, so it read as a run without a checkpoint."""
+    run = tmp_path / "run"
+    shutil.copytree(cloud_run, run)
+    evaluation = run / "eval" / "2026-01-01_00-00-00-000000"
+    evaluate(compose_eval(run, evaluation))
+    for script in ("eval.py", "predict.py"):
+        with pytest.raises(UserError) as err:
+            with_run_config([script, f"run={evaluation}"])
+        assert str(err.value) == (
+            f"{evaluation} is an evaluation of a run (eval.py's output), not a run: give the "
+            f"run it evaluated, run={run}."
+        )
+
+
 DAMAGED_CONFIGS = {
     "cut-short": ("model:\n  _target_: [cloudlstm.models", "it is not valid YAML: "),
     "empty": ("", "it has no model or data node"),

@@ -84,8 +84,21 @@ def check_run_dir(run_dir: object) -> Path:
         raise UserError(f"Run directory {run} does not exist.")
     if not (run / CONFIG_FILE).is_file():
         raise UserError(f"{run} is not a run directory: it has no {CONFIG_FILE}.{_runs_in(run)}")
-    read_run_config(run)
+    if read_run_config(run).get("task_name") == "eval":
+        raise UserError(
+            f"{run} is an evaluation of a run (eval.py's output), not a run: give the run it "
+            f"evaluated, run={_evaluated_run(run)}."
+        )
     return run
+
+
+def _evaluated_run(evaluation: Path) -> Path:
+    """The run an evaluation's folder belongs to: the folder above its ``eval/`` (eval.py
+    writes ``<run>/eval/<time>``), else the run its config names."""
+    above = evaluation.parent.parent
+    if evaluation.parent.name == "eval" and (above / CONFIG_FILE).is_file():
+        return above
+    return Path(str(read_run_config(evaluation).get("run")))
 
 
 def _runs_in(folder: Path, shown: int = 3) -> str:
