@@ -38,7 +38,10 @@ forecast steps (1 = first), aggregated the same way; ``--channels PM2.5,CO`` add
 for rows whose data has no such channel). Runs of the held-out-sites protocol
 (``data.holdout_points``) get the MAE of their point groups (columns ``held_out/mae``,
 ``trained/mae``); ``--groups`` names other point groups and ``--group-metric`` another
-metric. The best cell of each metric column is bold (lowest MAE/RMSE/sMAE, highest
+metric. ``--pooled`` adds the test metrics pooled over every forecast value of a run
+(``pooled/mae``, ``pooled/rmse``: the RMSE of all squared errors, as DCRNN's and T-GCN's
+tables give it; the ``rmse`` column averages each test window's). The best cell of each
+metric column is bold (lowest MAE/RMSE/sMAE, highest
 PSNR/SSIM), compared within each data set. Rows are sorted by data set, then best first on
 the first metric.
 

@@ -47,6 +47,8 @@ class Run:
     overall: dict[str, float]  # metric -> mean over test instances
     per_step: dict[str, list[float]]  # metric -> that mean at each forecast step
     groups: dict[str, dict[str, float]] = field(default_factory=dict)  # inliers/outliers
+    # metric -> its value over every forecast value of the test part (test.pooled)
+    pooled: dict[str, float] = field(default_factory=dict)
     channels: dict[str, dict[str, float]] = field(default_factory=dict)  # name -> metric -> mean
     wandb_group: str = ""  # the run's W&B group (its sweep), "" if unknown
     train_steps: int | None = None  # optimiser steps (runs with a step budget)
@@ -157,6 +159,7 @@ def load_run(path: Path) -> Run | None:
         train_s=results_of.number(results, "train_time_s"),
         overall=results_of.means(test.get("overall"), "test.overall"),
         per_step=results_of.means(test.get("per_step", {}), "test.per_step", per_step=True),
+        pooled=results_of.numbers(test.get("pooled", {}), "test.pooled"),
         groups={
             group: results_of.means(
                 results_of.mapping(res, f"test.groups.{group}").get("overall"),
@@ -221,6 +224,14 @@ class _Results:
         if value is not None and not _is_number(value):
             raise self.refuse(key, value, "a number")
         return value
+
+    def numbers(self, node: Any, where: str) -> dict[str, Any]:
+        """metric -> its value, a number."""
+        values = self.mapping(node, where)
+        for metric, value in values.items():
+            if not _is_number(value):
+                raise self.refuse(f"{where}.{metric}", value, "a number")
+        return dict(values)
 
     def means(self, node: Any, where: str, per_step: bool = False) -> dict[str, Any]:
         """metric -> its ``mean``: a number, or with ``per_step`` a list of numbers."""

@@ -36,6 +36,7 @@ def build_table(
     point_groups: Sequence[str] | None = None,
     group_metric: str = "mae",
     validation: bool = False,
+    pooled: bool = False,
 ) -> list[Column]:
     """Columns: group keys, n, params, epochs, train_s (steps and s_per_1k_steps where runs
     have them), metrics (None: every declared one that a run reports, so that runs from
@@ -43,7 +44,9 @@ def build_table(
     channel metric of each channel (``mae[CO]``), group metric of each point group
     (``held_out/mae``; ``point_groups`` None: the held-out protocol's groups, where runs
     have them: :func:`default_point_groups`); ``validation``: after the test metrics, the
-    validation score each run chose its checkpoint by (:func:`validation_column`).
+    validation score each run chose its checkpoint by (:func:`validation_column`);
+    ``pooled``: after the test metrics, those pooled over every forecast value of the test
+    part (:func:`pooled_columns`).
 
     Rows are sorted by data set, then best first on the first metric. A metric a row's runs
     lack (``smae`` in older metrics.json, another data set's channel) is an empty cell.
@@ -62,6 +65,8 @@ def build_table(
         if any(v is not None for v in values):
             columns.append(Column(name, values))
     columns += [Column(m, [g.metric(m) for g in rows], _better(m)) for m in metrics]
+    if pooled:
+        columns += pooled_columns(rows)
     if validation:
         columns.append(validation_column(rows))
     columns += [
@@ -82,6 +87,30 @@ def build_table(
         for c in channels
     ]
     return columns + _point_group_columns(rows, group_metric, point_groups)
+
+
+def pooled_columns(rows: Sequence[Group]) -> list[Column]:
+    """The metrics pooled over every forecast value of a run's test part (``test.pooled``:
+    an RMSE of all squared errors, as DCRNN's and T-GCN's tables give it, where the
+    ``rmse`` column averages each test window's RMSE), over each row's runs: ``pooled/mae``,
+    ``pooled/rmse``. An empty cell where a run has none (metrics.json from before them).
+
+    Raises:
+        CompareError: no run has pooled metrics.
+    """
+    have = {name for g in rows for run in g.runs for name in run.pooled}
+    if not have:
+        raise CompareError("no run records pooled test metrics (test.pooled in metrics.json)")
+    names = [m for m in metric_names() if m in have]
+    return [
+        Column(f"pooled/{name}", [_pooled_metric(g, name) for g in rows], _better(name))
+        for name in names
+    ]
+
+
+def _pooled_metric(group: Group, metric: str) -> Stat | None:
+    values = [run.pooled.get(metric) for run in group.runs]
+    return None if None in values else Stat.over(values)
 
 
 def validation_column(rows: Sequence[Group]) -> Column:

@@ -155,6 +155,12 @@ def _parser() -> argparse.ArgumentParser:
         help="also the validation score each run chose its checkpoint by (val/mae)",
     )
     add(
+        "--pooled",
+        action="store_true",
+        help="also the test metrics pooled over every forecast value (pooled/rmse: the "
+        "RMSE of all squared errors, as DCRNN and T-GCN report it)",
+    )
+    add(
         "--include-evals",
         action="store_true",
         help="also eval.py's re-tests of runs (<run>/eval/<time>/), as rows of their own",
@@ -208,6 +214,7 @@ def _run(args: argparse.Namespace) -> int:
         args.groups,
         args.group_metric,
         args.val,
+        args.pooled,
     )
     # the page and the figures' folder first: a path they cannot be written to is an error
     # before any output
@@ -316,10 +323,10 @@ def _log_to_wandb(
 def _run_paper(runs: Sequence[Run], args: argparse.Namespace) -> int:
     """``--paper``: the runs next to a table of the paper, rows matched as paper.py says."""
     table_options = (args.by, args.horizons, args.channels, args.groups, args.plot, args.html)
-    if any(table_options) or args.wandb or args.val:
+    if any(table_options) or args.wandb or args.val or args.pooled:
         raise CompareError(
-            "--paper takes no --by, --horizons, --channels, --groups, --plot, --html, --wandb "
-            "or --val"
+            "--paper takes no --by, --horizons, --channels, --groups, --plot, --html, --wandb, "
+            "--val or --pooled"
         )
     table, notes = paper_table(runs, args.paper, args.metrics or metric_names())
     for note in notes:
