@@ -235,3 +235,20 @@ def test_more_devices_than_gpus_is_refused_in_one_line(monkeypatch):
     check_accelerator({"accelerator": "cpu", "devices": 8})  # CPU processes: any number
     with pytest.raises(UserError, match=r"trainer.devices=4, but torch sees 2 GPU\(s\): set "):
         check_accelerator({"accelerator": "cuda", "devices": 4})
+
+
+@pytest.mark.parametrize("escaped", [False, True], ids=["plain", "escaped"])
+def test_a_dollar_brace_in_a_path_is_one_line(tmp_path, escaped):
+    """A folder named ``a${b}``: OmegaConf reads ``${b}`` as a reference to a setting b,
+    escaped too, and ended in its InterpolationKeyError's traceback."""
+    folder = tmp_path / "a${b}"
+    folder.mkdir()
+    typed = str(folder / "f.csv").replace("${", "\\${" if escaped else "${")
+    override = f"data.source.path={typed}"
+    proc = run(*PYTHON, "train.py", "data=points", override, f"paths.log_dir={tmp_path}")
+    assert error_line(proc) == (
+        f"{override}: ${{b}} reads as a reference to the setting b, which the config does not "
+        "have: name a setting (e.g. ${seed}), or, for a '${' in a file's or folder's name, "
+        "rename it or give a link to it whose name has none (ln -s)."
+    )
+    assert not list(tmp_path.glob("runs/*/*")), "a refused run leaves no folder"

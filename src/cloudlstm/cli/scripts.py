@@ -302,7 +302,7 @@ def _plugin_option_line(key: str) -> str | None:
 
 @contextmanager
 def _user_errors_in_one_line() -> Iterator[None]:
-    """A job's user error (:func:`cloudlstm.errors.one_line_errors`) as its one line.
+    """A job's user error (:func:`_as_user_errors`) as its one line.
 
     In a run (not a sweep), Hydra would put "Error executing job with overrides: [...]",
     the overrides just typed, before it: the line is written here and the run ends with
@@ -314,11 +314,11 @@ def _user_errors_in_one_line() -> Iterator[None]:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from cloudlstm.errors import UserError, one_line_errors
+    from cloudlstm.errors import UserError
     from cloudlstm.rundir.stops import RunInterrupted
 
     try:
-        with one_line_errors():
+        with _as_user_errors():
             yield
     except RunInterrupted:
         raise
@@ -327,6 +327,42 @@ def _user_errors_in_one_line() -> Iterator[None]:
             raise
         sys.stderr.write(f"{err}\n")
         raise SystemExit(1) from None
+
+
+@contextmanager
+def _as_user_errors() -> Iterator[None]:
+    """The errors that are the user's, as :class:`~cloudlstm.errors.UserError`: those of
+    :func:`cloudlstm.errors.one_line_errors`, and a ``${...}`` typed in a value that names
+    no setting (:func:`_typed_interpolations`)."""
+    from cloudlstm.errors import one_line_errors
+
+    with one_line_errors(), _typed_interpolations():
+        yield
+
+
+@contextmanager
+def _typed_interpolations() -> Iterator[None]:
+    """A ``${...}`` typed in a value that names no setting of the config (a folder named
+    ``a${b}``) as a user error: OmegaConf reads it as a reference wherever the value is
+    used, and escaped (``\\${b}``) too, since building an object resolves the value again.
+    One that no override holds is the config's own, a bug: its traceback stays."""
+    from omegaconf.errors import InterpolationKeyError
+
+    from cloudlstm.errors import UserError
+
+    try:
+        yield
+    except InterpolationKeyError as err:
+        found = re.search(r"Interpolation key '([^']+)' not found", str(err))
+        key = found.group(1) if found else None
+        typed = [a for a in sys.argv[1:] if key and "${" + key in a]
+        if not typed:
+            raise
+        raise UserError(
+            f"{typed[0]}: ${{{key}}} reads as a reference to the setting {key}, which the "
+            "config does not have: name a setting (e.g. ${seed}), or, for a '${' in a file's "
+            "or folder's name, rename it or give a link to it whose name has none (ln -s)."
+        ) from None
 
 
 def _train(cfg: DictConfig) -> float | None:
@@ -341,14 +377,13 @@ def _train(cfg: DictConfig) -> float | None:
             raise stopped
         from cloudlstm.cli import console
         from cloudlstm.cli.train import main
-        from cloudlstm.errors import one_line_errors
 
         console.set_up(cfg)
         run_dir = Path(cfg.paths.output_dir)
         with (
             _user_errors_in_one_line(),
             _no_folder_if_refused(run_dir, _stamped_now(run_dir)),
-            one_line_errors(),  # inside: a library's refusal of a value is a user error too
+            _as_user_errors(),  # inside: a library's refusal of a value is a user error too
         ):
             return main(cfg)
     except RunInterrupted as stop:
@@ -362,7 +397,6 @@ def _train(cfg: DictConfig) -> float | None:
 def _evaluate(cfg: DictConfig) -> None:
     from cloudlstm.cli import console
     from cloudlstm.cli.evaluate import evaluate
-    from cloudlstm.errors import one_line_errors
     from cloudlstm.rundir.stops import RunInterrupted
 
     console.set_up(cfg)
@@ -371,7 +405,7 @@ def _evaluate(cfg: DictConfig) -> None:
         with (
             _user_errors_in_one_line(),
             _no_folder_if_refused(eval_dir, _stamped_now(eval_dir)),
-            one_line_errors(),
+            _as_user_errors(),
         ):
             evaluate(cfg)
     except RunInterrupted as stop:  # its line is logged; the signal's status, not Hydra's 1
