@@ -209,6 +209,29 @@ def test_runs_from_before_gradient_accumulation_are_seeds_of_runs_without_it(tmp
     assert table["trainer.accumulate_grad_batches"] == ["1", "4"] and table["n"] == [2, 1]
 
 
+def test_runs_from_before_early_stoppings_check_setting_pool_with_todays(tmp_path):
+    """``callbacks.early_stopping.check_on_train_epoch_end`` entered the callback's config
+    at false: runs with early stopping from before it pool with today's; a run that checks
+    at epochs' ends is a row of its own, and so is a run without early stopping, which
+    does not read as having the setting."""
+    stopping = {"_target_": "lightning.pytorch.callbacks.EarlyStopping", "patience": 5}
+    forms = (
+        {"early_stopping": stopping},
+        {"early_stopping": {**stopping, "check_on_train_epoch_end": False}},
+        {"early_stopping": {**stopping, "check_on_train_epoch_end": True}},
+        {},
+    )
+    for seed, callbacks in enumerate(forms):
+        write_run(tmp_path / str(seed), 1.0 + seed, seed=seed)
+        cfg = yaml.safe_load((tmp_path / str(seed) / "config.yaml").read_text())
+        (tmp_path / str(seed) / "config.yaml").write_text(
+            yaml.safe_dump({**cfg, "callbacks": callbacks})
+        )
+    table = columns(compare(find_runs([tmp_path])))
+    rows = zip(table["callbacks.early_stopping.check_on_train_epoch_end"], table["n"], strict=True)
+    assert sorted(rows) == [("", 1), ("False", 2), ("True", 1)]
+
+
 def test_a_config_of_an_older_form_is_read_in_todays(tmp_path):
     """A run from before classes moved (its training module in ``cloudlstm.lit``, Beijing's
     old datamodule holding its source's keys, model sizes copied from ``data_info``) and a

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from cloudlstm.compare.settings import ADDED_SINCE, is_setting
+from cloudlstm.compare.settings import is_setting, with_added_settings
 from cloudlstm.rundir.layout import (
     CHOSEN_CHECKPOINTS,
     CONFIG_FILE,
@@ -143,7 +143,7 @@ def load_run(path: Path) -> Run | None:
     # in today's form: runs of one setting from before and after a class moved group together
     config = flatten(current_form(read_yaml_mapping(config_path))) if has_config else {}
     if config:  # a run from before a setting existed did what its value in ADDED_SINCE does
-        config = {**ADDED_SINCE, **config}
+        config = with_added_settings(config)
     keys = {"model": info.get("model", "?"), "data": info.get("data", "?"), **config}
     if results.get("run_dir"):
         keys[EVALUATION_KEY] = _evaluation(results, config)

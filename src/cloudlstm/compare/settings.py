@@ -4,6 +4,8 @@ setting, and an evaluation's overrides of them do not name its row."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from cloudlstm.assembly.config import EXECUTION_OPTIONS
 
 # Keys of config.yaml that say where, how or under which name a run ran and was logged,
@@ -46,6 +48,24 @@ ADDED_SINCE = {
     "module.calibrate": "none",  # no conformal calibration of quantile forecasts
     "trainer.accumulate_grad_batches": 1,  # a step for every batch
 }
+
+# The same, for settings inside a node that a run may not have (a callback left out by
+# callbacks=none): read as this value only in the runs that have the node.
+ADDED_SINCE_IN_NODE = {
+    # early stopping checked after validations alone; before, also at the ends of epochs
+    # where validations came there, which stopped at the same validations
+    "callbacks.early_stopping.check_on_train_epoch_end": False,
+}
+
+
+def with_added_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """A flattened run config with the settings added since it was made
+    (:data:`ADDED_SINCE`, :data:`ADDED_SINCE_IN_NODE`) at what the run did."""
+    nodes = {key.rsplit(".", 1)[0] for key in config}
+    in_nodes = {
+        key: value for key, value in ADDED_SINCE_IN_NODE.items() if key.rsplit(".", 1)[0] in nodes
+    }
+    return {**ADDED_SINCE, **in_nodes, **config}
 
 
 def is_setting(key: str) -> bool:
