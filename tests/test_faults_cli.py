@@ -252,3 +252,15 @@ def test_a_dollar_brace_in_a_path_is_one_line(tmp_path, escaped):
         "rename it or give a link to it whose name has none (ln -s)."
     )
     assert not list(tmp_path.glob("runs/*/*")), "a refused run leaves no folder"
+
+
+def test_a_model_refusing_the_datas_sizes_is_one_line_and_leaves_no_folder(tmp_path):
+    """Seasonal naive's default season of a day (24 steps) in a window of 12: refused where
+    the model is built, after the run's config and data summary were written, which kept
+    the folder of a run that never trained."""
+    proc = run(*PYTHON, "train.py", "model=seasonal_naive", f"paths.log_dir={tmp_path}")
+    assert error_line(proc).startswith(
+        "SeasonalNaive: seasonal naive needs one whole season in the input window, but "
+        "input_steps M=12 < period=24 steps."
+    )
+    assert not list(tmp_path.glob("runs/*/*"))

@@ -167,3 +167,42 @@ def test_a_model_built_for_one_grid_refuses_another_number_of_points():
     assert model(torch.randn(1, 2, 11, 1), torch.rand(1, 11, 2)).shape == (1, 1, 11, 1)  # 3x4
     with pytest.raises(ValueError, match="model.num_points=20"):
         model(torch.randn(1, 2, 20, 1), torch.rand(1, 20, 2))
+
+
+def grid_model_names() -> list[str]:
+    """The models of conf/model/ that place points on a grid."""
+    import hydra
+    import yaml
+
+    from tests.conftest import ROOT
+
+    names = []
+    for path in sorted((ROOT / "conf" / "model").glob("*.yaml")):
+        target = (yaml.safe_load(path.read_text()) or {}).get("_target_")
+        if target and issubclass(hydra.utils.get_class(target), GridForecaster):
+            names.append(path.stem)
+    return names
+
+
+def test_every_grid_model_is_refused_3d_points_before_it_is_built(tmp_path):
+    """One line naming both dimensions and the ways out; a grid model was built and failed
+    in its first forward, with a traceback, after the run's folder was made."""
+    from cloudlstm.data.spec import DataSpec
+    from cloudlstm.errors import UserError, one_line_errors
+    from cloudlstm.models.build import build_model
+    from tests.conftest import compose_train
+
+    names = grid_model_names()
+    assert {"convlstm", "cnn", "predrnnpp"} <= set(names)
+    sizes = {"num_channels": 2, "num_points": 9, "input_steps": 6, "output_steps": 3}
+    flat = DataSpec.sized(**sizes)
+    for name in names:
+        cfg = compose_train(tmp_path, [f"model={name}"])
+        with pytest.raises(UserError) as refused, one_line_errors():
+            build_model(cfg.model, DataSpec.sized(**sizes, coord_features=3))
+        assert str(refused.value).endswith(
+            "places points on a 2-D grid, and the data's points have 3 coordinate(s): give 2 "
+            "coordinate columns (data.source.coord_cols), or choose a point-cloud model "
+            "(e.g. model=cloudlstm)."
+        )
+        assert isinstance(build_model(cfg.model, flat), GridForecaster)

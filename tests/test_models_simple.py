@@ -8,6 +8,7 @@ from conftest import compose_train
 from model_checks import check_forecaster, tiny_batch
 
 from cloudlstm.data.spec import DataSpec
+from cloudlstm.errors import UserError, one_line_errors
 from cloudlstm.models.build import build_model
 from cloudlstm.models.knn_lstm import neighbour_histories
 from cloudlstm.models.knn_mlp import KNNMLP
@@ -148,6 +149,18 @@ def test_seasonal_naive_needs_a_whole_season_of_input():
         SeasonalNaive(output_steps=12, period=24)(x, coords)
     with pytest.raises(ValueError, match=r"no known sampling period.*model\.period"):
         SeasonalNaive(output_steps=3, period=None)
+
+
+def test_seasonal_naive_built_for_a_window_shorter_than_its_season_is_refused(tmp_path):
+    """Built for data (the default: a day of 24 steps, M = 12) it is refused before any
+    training, as one line; it failed in its first forward, with a traceback."""
+    cfg = compose_train(tmp_path, ["model=seasonal_naive"])
+    spec = DataSpec.sized(
+        num_channels=2, num_points=7, input_steps=12, output_steps=5, steps_per_day=24
+    )
+    refused = pytest.raises(UserError, match=r"^SeasonalNaive: .* M=12 < period=24 ")
+    with refused, one_line_errors():  # one_line_errors: as the entry points build it
+        build_model(cfg.model, spec)
 
 
 def test_paper_size_parameter_counts():

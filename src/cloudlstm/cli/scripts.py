@@ -415,9 +415,10 @@ def _evaluate(cfg: DictConfig) -> None:
 @contextmanager
 def _no_folder_if_refused(folder: Path, made_now: bool) -> Iterator[None]:
     """A run or an evaluation refused by a user error (a bad value, a checkpoint not there)
-    leaves no folder: Hydra made it before the check, and it would hold only Hydra's files
-    and the start of a log, beside the runs (or a run's evaluations) that have results, and
-    ``compare`` would list it as a run that never finished. Only a folder Hydra stamped with
+    leaves no folder: Hydra made it before the check, and it would hold only Hydra's files,
+    the start of a log (and, refused by the model, the config and the data's summary),
+    beside the runs (or a run's evaluations) that have results, and ``compare`` would list
+    it as a run that never finished. Only a folder Hydra stamped with
     this moment (``made_now``) is looked into, and removed only when it holds nothing else
     (its date folder too, when that is left empty); one named by the command
     (``hydra.run.dir=``), a sweep's job and a stopped run keep theirs."""
@@ -441,10 +442,13 @@ def _no_folder_if_refused(folder: Path, made_now: bool) -> Iterator[None]:
 
 
 def _only_hydra_files(folder: Path) -> bool:
-    """Hydra's files, the log and the run's lock (released by then)."""
-    from cloudlstm.rundir.layout import LOCK_FILE
+    """Hydra's files, the log, the run's lock (released by then), and the config and data
+    summary written before the model is built (a model refusing the data's sizes): nothing
+    trained or tested."""
+    from cloudlstm.rundir.layout import CONFIG_FILE, DATA_SUMMARY_FILE, LOCK_FILE
 
-    return all(p.name in (".hydra", LOCK_FILE) or p.suffix == ".log" for p in folder.iterdir())
+    before_the_model = (".hydra", LOCK_FILE, CONFIG_FILE, DATA_SUMMARY_FILE)
+    return all(p.name in before_the_model or p.suffix == ".log" for p in folder.iterdir())
 
 
 def _stamped_now(folder: Path) -> bool:

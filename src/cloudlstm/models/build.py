@@ -204,12 +204,21 @@ def graph_argument(config: DictConfig, spec: DataSpec) -> dict[str, Any]:
 
 def check_refused(model_cls: type, key: str, spec: DataSpec) -> None:
     """Refuse data with input-only channels for a model whose constructor does not take
-    ``key`` (``input_channels``: covariates; ``future_channels``: time features).
+    ``key`` (``input_channels``: covariates; ``future_channels``: time features), and
+    points of other dimensions than a model that takes no ``coord_features`` places
+    (its class's ``coordinate_dims``: a grid model's 2).
 
     Raises:
         UserError: the data has them; says why the model takes none (its class's
-            ``covariates_refused``) and how to drop them.
+            ``covariates_refused``) and how to drop them; or names both dimensions.
     """
+    dims = getattr(model_cls, "coordinate_dims", None)
+    if key == "coord_features" and dims is not None and spec.coord_features != dims:
+        raise UserError(
+            f"{model_cls.__name__} places points on a {dims}-D grid, and the data's points "
+            f"have {spec.coord_features} coordinate(s): give {dims} coordinate columns "
+            "(data.source.coord_cols), or choose a point-cloud model (e.g. model=cloudlstm)."
+        )
     if key == "input_channels" and spec.input_channels != spec.num_channels:
         what = f"input-only channels {[*spec.covariate_names, *spec.future_names]}"
     elif key == "future_channels" and spec.future_channels:

@@ -48,6 +48,9 @@ class GridForecaster(ForecastModel):
     """
 
     grid_size: tuple[int, int] | None = None
+    # the coordinates it places on a grid: x and y (refused otherwise before it is built,
+    # cloudlstm.models.build.check_refused)
+    coordinate_dims = 2
     # True: forward_grid takes the gridded ``future`` too (when the data has time features)
     reads_future: bool = False
     fixed_points = (

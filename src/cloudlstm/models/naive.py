@@ -60,6 +60,7 @@ class SeasonalNaive(ForecastModel):
         output_steps: int,
         period: int | None = None,
         steps_per_day: int | None = None,
+        input_steps: int | None = None,
         num_channels: int | None = None,
         input_channels: int | None = None,
         future_channels: int = 0,
@@ -79,19 +80,24 @@ class SeasonalNaive(ForecastModel):
             )
         self.output_steps = output_steps
         self.period = period
+        if input_steps is not None:  # known when built for data: refused before training
+            self._check_window(input_steps)
+
+    def _check_window(self, steps: int) -> None:
+        if steps < self.period:
+            raise ValueError(
+                f"seasonal naive needs one whole season in the input window, but "
+                f"input_steps M={steps} < period={self.period} steps. Set "
+                f"data.input_steps to at least {self.period} (e.g. "
+                f"data.input_steps={self.period}, with data.seasonal=false), or set "
+                f"model.period to a season of at most {steps} steps."
+            )
 
     def check_input(
         self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
     ) -> None:
         super().check_input(x, coords, future)
-        if x.shape[1] < self.period:
-            raise ValueError(
-                f"seasonal naive needs one whole season in the input window, but "
-                f"input_steps M={x.shape[1]} < period={self.period} steps. Set "
-                f"data.input_steps to at least {self.period} (e.g. "
-                f"data.input_steps={self.period}, with data.seasonal=false), or set "
-                f"model.period to a season of at most {x.shape[1]} steps."
-            )
+        self._check_window(x.shape[1])
 
     def forward(
         self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None
