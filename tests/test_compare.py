@@ -299,6 +299,17 @@ def test_latex_output(tmp_path):
     assert lines[-2:] == [r"\hline", r"\end{tabular}"]
 
 
+def test_latex_output_escapes_every_special_character(tmp_path):
+    """A channel named with each of LaTeX's ten special characters: each printed as itself;
+    an unescaped $ opened math mode, and the table did not compile."""
+    name = "a&b%c$d#e_f{g}h~i^j\\k"
+    write_run(tmp_path / "a", 1.0, channels={name: 2.0})
+    header = to_latex(compare(find_runs([tmp_path]), metrics=["mae"], channels=[name]))
+    assert header.splitlines()[2].endswith(
+        r"mae[a\&b\%c\$d\#e\_f\{g\}h\textasciitilde{}i\textasciicircum{}j\textbackslash{}k] \\"
+    )
+
+
 def test_csv_output(seeds):
     out = io.StringIO()
     write_csv(compare(find_runs([seeds]), horizons=[2]), out)

@@ -71,8 +71,24 @@ def to_latex(columns: Sequence[Column]) -> str:
     )
 
 
+# LaTeX's special characters in text (a channel named "o3^~{x}", a path with "$"), each as
+# the command that prints it; one pass, so that no replacement is replaced again
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
+
+
 def _latex_escape(text: str) -> str:
-    return text.replace("&", r"\&").replace("%", r"\%").replace("#", r"\#").replace("_", r"\_")
+    return "".join(_LATEX_SPECIAL.get(char, char) for char in text)
 
 
 def plain_table(
