@@ -368,6 +368,16 @@ def test_text_columns_are_not_channels(tmp_path):
         ).load()
 
 
+@pytest.mark.parametrize("value_cols", [None, ["a", "b"]], ids=["found", "named"])
+def test_a_file_of_columns_without_rows_says_so(tmp_path, value_cols):
+    """Its empty columns read as not numeric: the line told to set value_cols."""
+    path = write(tmp_path, long_table().iloc[:0])
+    with pytest.raises(
+        UserError, match=r"^[Ff]ile .*data\.csv has no rows, only its columns: give "
+    ):
+        LongFormatSource(path, value_cols=value_cols).load()
+
+
 def test_parquet(tmp_path):
     df = long_table()
     df["timestamp"] = pd.to_datetime(df["timestamp"])

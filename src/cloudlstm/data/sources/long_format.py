@@ -289,6 +289,8 @@ class LongFormatSource(CachedSource):
             "Set time_col / id_col / coord_cols / value_cols (data.source.time_col=... etc.) "
             "to the file's column names.",
         )
+        if df.empty:  # before the channels are looked for: an empty column is no number
+            raise UserError(f"{what} has no rows, only its columns: give a file with the readings.")
         value_cols = self.value_cols or self._numeric_columns(df, keys + self.covariate_cols)
         if df[self.id_col].isna().any():
             row = int(np.flatnonzero(df[self.id_col].isna().to_numpy())[0])
