@@ -378,6 +378,16 @@ def test_a_file_of_columns_without_rows_says_so(tmp_path, value_cols):
         LongFormatSource(path, value_cols=value_cols).load()
 
 
+def test_a_path_in_the_home_folder_is_found(tmp_path, monkeypatch):
+    """``data.source.path='~/data.csv'`` (quoted: Hydra's grammar reads ~ only so) was
+    looked for under the working folder, in a folder named ~."""
+    write(tmp_path, long_table())
+    monkeypatch.setenv("HOME", str(tmp_path))
+    source = LongFormatSource("~/data.csv")
+    assert source.path == tmp_path / "data.csv"
+    assert source.load().num_points == 3  # long_table's last point has no values
+
+
 def test_parquet(tmp_path):
     df = long_table()
     df["timestamp"] = pd.to_datetime(df["timestamp"])

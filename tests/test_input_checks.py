@@ -206,6 +206,13 @@ def test_a_refused_run_leaves_no_folder_and_a_named_one_is_kept(tmp_path, bad, s
             "https://hydra.cc/docs/1.2/advanced/override_grammar/basic for details. If the "
             "value is one string (a path, say), quote it: \"data.source.path='/data/dü/f.csv'\".",
         ),
+        (  # a path in the home folder, which the grammar reads only quoted
+            ["data=points", "data.source.path=~/f.csv"],
+            "Cannot parse the override 'data.source.path=~/f.csv': LexerNoViableAltException: "
+            "data.source.path=~/f.csv. ^. See https://hydra.cc/docs/1.2/advanced/"
+            "override_grammar/basic for details. If the value is one string (a path, say), "
+            "quote it: \"data.source.path='~/f.csv'\".",
+        ),
         (
             ["data=nosuch"],
             "In 'train': Could not find 'data/nosuch': choose one of airq, beijing, metr_la, "
@@ -221,6 +228,7 @@ def test_a_refused_run_leaves_no_folder_and_a_named_one_is_kept(tmp_path, bad, s
         "slurm key",
         "no parse",
         "no parse, quote",
+        "no parse, home",
         "no option",
     ],
 )

@@ -234,7 +234,8 @@ def _quoting_fix(override: str) -> str:
     # a list, a dict or a sweep function (``choice(``) is no string gone wrong, nor is a
     # value of the characters the grammar reads unquoted (``lstm,``: a sweep cut short)
     structured = value[:1] in "[{'\"" or re.match(r"\w+\(", value)
-    if not sep or structured or re.fullmatch(r"[\w/.\-:~+@%, \[\]{}=*?$]*", value, re.ASCII):
+    readable = re.fullmatch(r"[\w/.\-:~+@%, \[\]{}=*?$]*", value, re.ASCII)
+    if not sep or structured or (readable and not value.startswith("~")):  # ~/data: a home
         return ""
     return f"If the value is one string (a path, say), quote it: {shell_override(key, value)}"
 

@@ -148,7 +148,7 @@ class BeijingSource(CachedSource):
                 "divides the files' CO, in ug/m3, by 1000)."
             )
         self.co_units = co_units
-        self.root = Path(root)
+        self.root = Path(root).expanduser()
         if isinstance(stations, str):
             stations = [stations]
         self.stations = None if stations is None else [str(s) for s in stations]

@@ -169,7 +169,7 @@ class LongFormatSource(CachedSource):
         time_format: str | None = None,
         time_unit: str | None = None,
     ) -> None:
-        self.path = Path(path)
+        self.path = Path(path).expanduser()
         self.time_col = str(time_col)
         self.id_col = str(id_col)
         if isinstance(coord_cols, str):

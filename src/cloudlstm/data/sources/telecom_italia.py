@@ -115,7 +115,7 @@ class TelecomItaliaSource(CachedSource):
                 f"data.source.channels={channels}: give one or more of {list(CHANNELS)}, each once."
             )
         self.channels = [str(c) for c in channels]
-        self.root = Path(root)
+        self.root = Path(root).expanduser()
         self.squares = None if squares is None else _square_ids(squares)
         self.step = parse_freq(step, "data.source.step")
         if self.step % _INTERVAL != np.timedelta64(0, "ns"):

@@ -100,7 +100,7 @@ class UrbanAirSource(CachedSource):
                 "Beijing-Tianjin, B = Shenzhen-Guangzhou). Set data.source.cluster=A, B or all."
             )
         self.cluster = names[str(cluster).lower()]
-        self.root = Path(root)
+        self.root = Path(root).expanduser()
         self.download = bool(download)
         self.url = url
         self.sha256 = sha256

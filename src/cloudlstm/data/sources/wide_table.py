@@ -156,7 +156,7 @@ class WideTableSource(CachedSource):
                 "point; give them in a long-format file (data=points with "
                 "data.source.covariate_cols), or use data.time_features=[hour,weekday]."
             )
-        self.root = None if root is None else Path(root)
+        self.root = None if root is None else Path(root).expanduser()
         self.path = self._under_root(path)
         self.positions = self._under_root(positions)
         self.graph = None if graph is None else self._under_root(graph)
@@ -191,7 +191,7 @@ class WideTableSource(CachedSource):
         self._graph: tuple[list[str], np.ndarray] | None = None
 
     def _under_root(self, path: str | os.PathLike) -> Path:
-        path = Path(path)
+        path = Path(path).expanduser()
         return path if self.root is None or path.is_absolute() else self.root / path
 
     def _as_given(self, option: str, file: Path) -> str:
