@@ -388,6 +388,29 @@ def test_a_path_in_the_home_folder_is_found(tmp_path, monkeypatch):
     assert source.load().num_points == 3  # long_table's last point has no values
 
 
+def test_one_mistyped_coordinate_is_warned_of_where_it_makes_the_points_moving(tmp_path, caplog):
+    """One coordinate wrong in one row of 80 turns static points into moving ones (their
+    positions forecast and scored too); the data say so in a warning naming the point and
+    the time. Points that move at most steps are no typo, and get no such warning."""
+    df = long_table()
+    df.loc[(df["id"] == "st1") & (df["timestamp"] == df["timestamp"].iloc[40]), "x"] = 99.0
+    with caplog.at_level(logging.WARNING):
+        stream = LongFormatSource(write(tmp_path, df)).load()
+    assert stream.moving
+    warned = [r.getMessage() for r in caplog.records if "usual place" in r.getMessage()]
+    assert (
+        len(warned) == 1
+        and "1 point(s) leave their usual place at only a few steps " in (warned[0])
+    )
+    assert f"id='st1' at {pd.Timestamp(df['timestamp'].iloc[40])}: x=99, y=" in warned[0]
+    caplog.clear()
+    moving = long_table()
+    moving["x"] = moving["x"] + np.arange(len(moving)) * 0.1  # every point, every step
+    with caplog.at_level(logging.WARNING):
+        assert LongFormatSource(write(tmp_path, moving, "fleet.csv")).load().moving
+    assert "usual place" not in caplog.text
+
+
 def test_parquet(tmp_path):
     df = long_table()
     df["timestamp"] = pd.to_datetime(df["timestamp"])

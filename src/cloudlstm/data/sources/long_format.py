@@ -91,6 +91,9 @@ def _folder_given(path: Path, option: str) -> str:
 SAME_PLACE = 1e-6
 # Points that move less than this fraction of the cloud's extent are warned of (rounding?).
 LITTLE_MOTION = 0.01
+# Points away from their usual place at no more than this fraction of their located steps
+# (and at least one) are warned of: a coordinate mistyped in a row, not a vehicle's track
+RARE_MOTION = 0.01
 
 
 def _spans(pos: np.ndarray) -> np.ndarray:
@@ -103,6 +106,23 @@ def _spans(pos: np.ndarray) -> np.ndarray:
 def _extent(pos: np.ndarray) -> float:
     """The largest range of any coordinate over all points and steps of ``pos (T, N, L)``."""
     return float(np.max(np.nanmax(pos, axis=(0, 1)) - np.nanmin(pos, axis=(0, 1))))
+
+
+def _rarely_moved(pos: np.ndarray, moves: np.ndarray, extent: float) -> list[tuple[int, int]]:
+    """``(point, step)`` for each moving point (``moves (N,)`` of ``pos (T, N, L)``) that is
+    away from its most frequent place at no more than :data:`RARE_MOTION` of the steps that
+    locate it (at least one step): the first such step. A vehicle moves at most steps, and
+    a sensor moved once stays at its new place."""
+    found = []
+    for point in np.flatnonzero(moves):
+        track = pos[:, point]
+        located = np.flatnonzero(np.isfinite(track).all(axis=1))
+        places, counts = np.unique(track[located], axis=0, return_counts=True)
+        usual = places[counts.argmax()]
+        away = located[(np.abs(track[located] - usual) > SAME_PLACE * extent).any(axis=1)]
+        if len(away) <= max(1, RARE_MOTION * len(located)):
+            found.append((int(point), int(away[0])))
+    return found
 
 
 def _moving_points(spans: np.ndarray, extent: float) -> np.ndarray:
@@ -326,6 +346,7 @@ class LongFormatSource(CachedSource):
         moving = bool(moves.any()) if self.moving is None else bool(self.moving)
         if self.moving is None and moving:
             self._warn_little_motion(spans, extent, moves, grid.point_ids, what)
+            self._warn_rare_motion(pos, extent, moves, grid, what)
         if moves.any() and not moving:
             first = grid.point_ids[int(np.flatnonzero(moves)[0])]
             raise UserError(
@@ -362,6 +383,33 @@ class LongFormatSource(CachedSource):
                 f"{skipped}). Set value_cols to the channel columns."
             )
         return numeric
+
+    def _warn_rare_motion(
+        self, pos: np.ndarray, extent: float, moves: np.ndarray, grid: LongGrid, what: str
+    ) -> None:
+        """Warn of the points found moving that leave their usual place at only a few steps
+        (:func:`_rarely_moved`): more likely a mistyped coordinate than a vehicle, and
+        reading the data as moving points adds their positions to the forecast channels."""
+        rare = _rarely_moved(pos, moves, extent)
+        if not rare:
+            return
+        point, step = rare[0]
+        place = ", ".join(
+            f"{col}={value:g}" for col, value in zip(self.coord_cols, pos[step, point], strict=True)
+        )
+        log.warning(
+            "%s: %d point(s) leave their usual place at only a few steps (e.g. %s=%r at %s: "
+            "%s), so the data are read as moving points, whose positions are forecast too and "
+            "scored with the readings. If those rows hold a mistyped coordinate, correct them; "
+            "data.source.moving=false refuses any change of place, and "
+            "data.source.moving=true reads the points as moving without this warning.",
+            what,
+            len(rare),
+            self.id_col,
+            grid.point_ids[point],
+            pd.Timestamp(grid.timestamps[step]),
+            place,
+        )
 
     def _warn_little_motion(
         self, spans: np.ndarray, extent: float, moves: np.ndarray, ids: list[str], what: str
