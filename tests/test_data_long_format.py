@@ -411,6 +411,26 @@ def test_one_mistyped_coordinate_is_warned_of_where_it_makes_the_points_moving(t
     assert "usual place" not in caplog.text
 
 
+def test_a_point_that_never_reads_a_channel_is_warned_of(tmp_path, caplog):
+    """Its series of that channel is the other points' mean at each step: training said
+    nothing of it, where predict.py warns of such a history."""
+    df = long_table(n=5)  # st4 reads nothing and is dropped (warned of apart)
+    df.loc[df["id"] == "st1", "b"] = np.nan
+    with caplog.at_level(logging.WARNING):
+        LongFormatSource(write(tmp_path, df)).load()
+    warned = [
+        r.getMessage() for r in caplog.records if "no reading of some channel" in r.getMessage()
+    ]
+    assert (
+        len(warned) == 1
+        and "1 point(s) have no reading of some channel in any step (st1: b)" in (warned[0])
+    )
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        LongFormatSource(write(tmp_path, long_table(), "full.csv")).load()
+    assert "no reading of some channel" not in caplog.text
+
+
 def test_parquet(tmp_path):
     df = long_table()
     df["timestamp"] = pd.to_datetime(df["timestamp"])

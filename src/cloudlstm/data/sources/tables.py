@@ -332,7 +332,36 @@ def _points_with_data(
             f"{name}: channel(s) {unobserved} have no observed value at any point in {source}; "
             "leave them out of the value columns."
         )
+    _warn_unread_channels(values, point_ids, channel_names, has_data, name)
     return np.flatnonzero(has_data), dropped
+
+
+def _warn_unread_channels(
+    values: np.ndarray,
+    point_ids: list[str],
+    channel_names: Sequence[str],
+    has_data: np.ndarray,
+    name: str,
+) -> None:
+    """Warn of the points kept (``has_data (N,)``) that never read some channel of
+    ``values (T, N, C)``: that channel's series there is the other points' mean at each
+    step (the gap filling), which the models read as the point's own."""
+    unread = has_data[:, None] & ~np.isfinite(values).any(axis=0)  # (N, C)
+    points = np.flatnonzero(unread.any(axis=1))
+    if not len(points):
+        return
+    names = np.asarray(channel_names)
+    shown = "; ".join(f"{point_ids[p]}: {', '.join(names[unread[p]])}" for p in points[:5])
+    log.warning(
+        "%s: %d point(s) have no reading of some channel in any step (%s%s). Those series "
+        "are filled with the other points' mean at each step, which the models read as the "
+        "point's own; they are left out of the scores unless data.score_filled=true. Leave "
+        "such points out of the data to train on their own readings only.",
+        name,
+        len(points),
+        shown,
+        " ..." if len(points) > 5 else "",
+    )
 
 
 def _log_stream(stream: PointCloudStream, step: np.timedelta64, dropped: int) -> None:
