@@ -325,6 +325,45 @@ def test_eval_py_writes_under_the_run_directory(cloud_run):
     assert (out / "eval.log").is_file()
 
 
+def test_eval_py_refuses_a_setting_of_training_alone_in_one_line(cloud_run):
+    """optimizer.lr=5 was taken without a word, changed nothing, and compare then showed the
+    evaluation as a row of optimizer.lr=5."""
+    proc = run_eval(f"run={cloud_run}", "optimizer.lr=5")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "eval.py optimizer.lr=5: optimizer.lr takes part in training alone, and eval.py tests "
+        "the run's checkpoint without training: leave it out, or train a run with it."
+    ]
+    assert not (cloud_run / "eval").exists() or not list((cloud_run / "eval").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("override", "refused"),
+    [
+        ("trainer.max_steps=77", True),
+        ("+scheduler.factor=0.1", True),
+        ("callbacks.model_checkpoint.save_top_k=3", True),
+        ("trainer.limit_val_batches=2", True),
+        ("trainer.limit_test_batches=2", False),
+        ("trainer.precision=bf16-mixed", False),
+        ("+callbacks.stop._target_=my.Callback", False),
+        ("callbacks.progress_bar.refresh_rate=5", False),
+        ("module.save_predictions=true", False),
+        ("data.num_points=7", False),
+        ("seed=3", False),  # interpolated: data.holdout_seed=${seed}
+        ("tests=1", False),  # not the key test
+    ],
+)
+def test_the_settings_of_training_alone_are_told_apart(override, refused):
+    from cloudlstm.cli.eval_args import refuse_training_settings
+
+    if refused:
+        with pytest.raises(UserError, match=f"^eval.py {re.escape(override)}: "):
+            refuse_training_settings(["eval.py", "run=x", override])
+    else:
+        refuse_training_settings(["eval.py", "run=x", override])
+
+
 def test_a_refused_evaluation_leaves_no_folder_in_the_runs_eval(cloud_run):
     """Hydra makes the evaluation's folder before the checkpoint is looked for: a refused
     one is removed, so that the run's eval/ holds only evaluations that ran."""

@@ -93,6 +93,42 @@ def refuse_group_choices(argv: list[str]) -> None:
         )
 
 
+# Settings of training alone (or of prefixes of keys): an evaluation builds the run's data
+# and model and tests its checkpoint, and never optimises, validates or selects, so a value
+# given here would change nothing but the evaluation's config, which compare then shows
+TRAINING_SETTINGS = (
+    "optimizer", "scheduler", "recipe_name", "monitor", "optimized_metric",
+    # the callbacks that checkpoint, stop, average or log training (not the console's)
+    "callbacks.model_checkpoint", "callbacks.last_checkpoint", "callbacks.step_checkpoint",
+    "callbacks.final_checkpoint", "callbacks.sigterm_checkpoint", "callbacks.early_stopping",
+    "callbacks.lr_monitor", "callbacks.ema_weights", "callbacks.rng_state",
+    "resume", "allow_changes", "train", "test", "ckpt_path",
+    "trainer.max_steps", "trainer.max_epochs", "trainer.min_steps", "trainer.min_epochs",
+    "trainer.max_time", "trainer.val_check_interval", "trainer.check_val_every_n_epoch",
+    "trainer.gradient_clip_val", "trainer.gradient_clip_algorithm",
+    "trainer.accumulate_grad_batches", "trainer.limit_train_batches",
+    "trainer.limit_val_batches", "module.diverge_factor",
+)  # fmt: skip
+
+
+def refuse_training_settings(argv: list[str]) -> None:
+    """Refuse, in one line, an override of a setting of training alone
+    (:data:`TRAINING_SETTINGS`): eval.py would take it without a word and use none of it.
+
+    Raises:
+        UserError: naming the override and the ways out.
+    """
+    for arg in argv[1:]:
+        key, sep, _ = arg.lstrip("+~").partition("=")
+        if arg.startswith("-") or not sep:
+            continue
+        if any(key == k or key.startswith(f"{k}.") for k in TRAINING_SETTINGS):
+            raise UserError(
+                f"eval.py {arg}: {key} takes part in training alone, and eval.py tests the "
+                "run's checkpoint without training: leave it out, or train a run with it."
+            )
+
+
 def run_data_keys(argv: list[str]) -> set[str]:
     """The keys at the top of the ``data`` node of the config of ``argv``'s ``run=``, which
     an override of ``eval.py`` may name (an older run's may hold its source's keys there).

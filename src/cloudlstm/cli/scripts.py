@@ -87,6 +87,7 @@ def evaluate() -> None:
     from cloudlstm.cli.eval_args import (
         help_header,
         refuse_group_choices,
+        refuse_training_settings,
         run_data_keys,
         wants_help,
         with_run_config,
@@ -105,6 +106,7 @@ def evaluate() -> None:
     try:
         sys.argv = with_run_config(sys.argv)
         refuse_group_choices(sys.argv)
+        refuse_training_settings(sys.argv)
         # an older run's config.yaml may still hold a source's key at the top of data
         refuse_moved_keys(sys.argv, keep=run_data_keys(sys.argv))
     except UserError as err:  # before Hydra, which would print it the same way
