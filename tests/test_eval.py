@@ -325,6 +325,21 @@ def test_eval_py_writes_under_the_run_directory(cloud_run):
     assert (out / "eval.log").is_file()
 
 
+def test_an_override_that_reshapes_the_model_is_named_as_the_cause(cloud_run, tmp_path):
+    """The run's own checkpoint and model.hidden_channels=5: the line named the checkpoint
+    as not of this run (give another), where the override is what does not fit."""
+    cfg = compose_eval(cloud_run, tmp_path / "eval", "model.hidden_channels=5")
+    assert cfg.model.hidden_channels == 5
+    with pytest.raises(UserError) as err:
+        evaluate(cfg)
+    assert re.fullmatch(
+        r".*\.ckpt does not fit the model these settings build \(.* in the model.*\): "
+        r"model\.hidden_channels=5 reshapes the model, and a trained model keeps the sizes it "
+        r"was trained with\. Drop it, or train a run with it\.",
+        str(err.value),
+    ), str(err.value)
+
+
 def test_eval_py_refuses_a_setting_of_training_alone_in_one_line(cloud_run):
     """optimizer.lr=5 was taken without a word, changed nothing, and compare then showed the
     evaluation as a row of optimizer.lr=5."""

@@ -18,7 +18,8 @@ from typing import Any
 
 import lightning as L
 import torch
-from omegaconf import DictConfig
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from cloudlstm.assembly.batch_limits import (
@@ -128,7 +129,7 @@ def assemble(
     if trained is not None:
         check_points(module.model, datamodule, trained)
         check_same_held_out(datamodule, trained)
-        load_weights(module, trained)
+        load_weights(module, trained, _model_overrides())
     run = describe_run(cfg)
     check_model_forecasts_held_out(module.model, datamodule, run["model"])
     loggers = build_loggers(cfg, run, output_dir) if with_loggers else []
@@ -143,6 +144,14 @@ def assemble(
     return Assembly(
         cfg, job_cfg, output_dir, datamodule, summary, spec, module, loggers, trainer, run
     )
+
+
+def _model_overrides() -> list[str]:
+    """The command's overrides of ``model.*`` keys (none outside a Hydra job)."""
+    if not HydraConfig.initialized():
+        return []
+    overrides = OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False)
+    return [o for o in overrides if str(o).lstrip("+~").startswith("model.")]
 
 
 def warn_per_process_limits(

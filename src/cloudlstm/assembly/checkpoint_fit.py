@@ -10,6 +10,7 @@ themselves.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -185,8 +186,14 @@ def check_same_model(built: str, trained: TrainedCheckpoint) -> None:
         )
 
 
-def load_weights(module: L.LightningModule, trained: TrainedCheckpoint) -> None:
+def load_weights(
+    module: L.LightningModule, trained: TrainedCheckpoint, model_overrides: Sequence[str] = ()
+) -> None:
     """Load the checkpoint's weights (and what ``on_load_checkpoint`` restores) into ``module``.
+
+    Args:
+        model_overrides: the command's overrides of ``model.*`` keys (``eval.py
+            model.hidden_channels=8``), named as the cause where the weights do not fit.
 
     Raises:
         UserError: the checkpoint holds another model, or weights of other shapes.
@@ -195,6 +202,14 @@ def load_weights(module: L.LightningModule, trained: TrainedCheckpoint) -> None:
     path, checkpoint = trained.path, trained.contents
     check_same_model(built, trained)
     differences = weight_differences(module, checkpoint["state_dict"])
+    if differences and model_overrides:
+        them = "it" if len(model_overrides) == 1 else "them"
+        raise UserError(
+            f"{path} does not fit the model these settings build ({differences}): "
+            f"{', '.join(model_overrides)} {'reshapes' if them == 'it' else 'reshape'} the "
+            f"model, and a trained model keeps the sizes it was trained with. Drop {them}, "
+            f"or train a run with {them}."
+        )
     if differences:
         raise UserError(
             f"{path} does not fit the run's {built} model ({differences}). Give a checkpoint "
