@@ -89,3 +89,28 @@ def test_a_data_change_that_reshapes_is_found_on_the_new_data(stopped_run, tmp_p
     with pytest.raises(UserError, match=r"data\.source\.num_channels 2 -> 3 \(allowed by "):
         train(cfg)
     assert snapshot(stopped_run) == before
+
+
+def test_the_refusal_of_a_change_that_reshapes_offers_no_allow_changes_for_it(
+    stopped_run, tmp_path
+):
+    """model.k and optimizer.lr changed, neither allowed: the first line offered
+    allow_changes=[model.k,optimizer.lr], which then met the shapes' refusal. It names
+    model.k as reshaping the model, and offers allow_changes for optimizer.lr alone."""
+    cfg = compose_train(tmp_path, [*TINY, *BASE, "model.k=2", "optimizer.lr=0.01"])
+    before = snapshot(stopped_run)
+    with pytest.raises(UserError) as err:
+        train(cfg)
+    message = str(err.value)
+    assert message.startswith(
+        f"{stopped_run} holds a run trained with other settings, which resuming would mix "
+        "with these: model.k 3 -> 2, optimizer.lr "
+    )
+    assert re.search(
+        r"\. model\.k reshapes the model \(.*\(\d+, 2, \d+, \d+, \d+\) in the model.*\), whose "
+        r"weights a resumed run keeps: restore the old value of it, or start fresh with "
+        r"resume=never \(better in a new directory\); the other change may be taken with "
+        r"allow_changes=\[optimizer\.lr\]\.$",
+        message,
+    ), message
+    assert snapshot(stopped_run) == before

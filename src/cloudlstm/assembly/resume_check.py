@@ -14,14 +14,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from cloudlstm.rundir.config_changes import CheckBeforeTheRun, check_config_changes
+from cloudlstm.rundir.config_changes import CheckBeforeTheRun
 
 
 class CheckResumeBeforeTheRun(CheckBeforeTheRun):
-    """The config check, then
-    :func:`~cloudlstm.assembly.resume_shapes.check_resume_shapes`."""
+    """The config check, then the shapes'
+    (:func:`~cloudlstm.assembly.resume_shapes.check_resume`)."""
 
     def check(self, cfg: DictConfig, run_dir: Path) -> None:
-        from cloudlstm.assembly.resume_shapes import check_resume_shapes
+        from cloudlstm.assembly.resume_shapes import check_resume
 
-        check_resume_shapes(cfg, run_dir, check_config_changes(cfg, run_dir))
+        check_resume(cfg, run_dir)

@@ -23,6 +23,7 @@ description stored in the checkpoint, or, where an allowed change is one of the 
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +33,42 @@ from cloudlstm.assembly.build import build_module, instantiate_datamodule
 from cloudlstm.assembly.checkpoint_fit import TrainedCheckpoint, weight_differences
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
-from cloudlstm.rundir.config_changes import ABSENT, Change
+from cloudlstm.rundir.config_changes import (
+    ABSENT,
+    Change,
+    ChangesRefused,
+    check_config_changes,
+    reshaping_refusal,
+)
 from cloudlstm.rundir.layout import resume_candidates
 from cloudlstm.rundir.resume import damaged_checkpoint_remedy
+
+
+def check_resume(cfg: DictConfig, run_dir: Path) -> list[Change]:
+    """The checks of a resume's settings: :func:`check_config_changes`, then
+    :func:`check_resume_shapes`; returns the changes taken. A refused change that reshapes
+    the model is named so, and allow_changes is not offered for it, which would only lead
+    to the shapes' refusal.
+
+    Raises:
+        UserError: a change refused, or one allowed that reshapes the model.
+    """
+    try:
+        changes = check_config_changes(cfg, run_dir)
+    except ChangesRefused as refusal:
+        as_allowed = [replace(c, allowed_by="allow_changes") for c in refusal.refused]
+        try:
+            found = reshaping_changes(cfg, run_dir, as_allowed)
+        except UserError:  # the new data or checkpoint cannot be read: the first line
+            found = None
+        if found is None:
+            raise
+        reshaping, differences = found
+        raise UserError(
+            reshaping_refusal(Path(run_dir), refusal.refused, reshaping, differences)
+        ) from None
+    check_resume_shapes(cfg, run_dir, changes)
+    return changes
 
 
 def check_resume_shapes(cfg: DictConfig, run_dir: Path, changes: list[Change]) -> None:
@@ -46,18 +80,41 @@ def check_resume_shapes(cfg: DictConfig, run_dir: Path, changes: list[Change]) -
             allowed changes that reshape the model.
     """
     allowed = [c for c in changes if c.allowed_by == "allow_changes"]
-    if not allowed:
+    found = reshaping_changes(cfg, run_dir, allowed)
+    if found is None:
         return
+    named, differences = found
+    resumed = _resumed(cfg.get("resume", "auto"), Path(run_dir))
+    changes_text = "; ".join(str(change) for change in named[:4])
+    changes_text += f" and {len(named) - 4} more" if len(named) > 4 else ""
+    raise UserError(
+        f"{resumed} holds weights that the model built by these settings cannot take "
+        f"({differences}): {changes_text} (allowed by allow_changes) "
+        f"{'reshapes' if len(named) == 1 else 'reshape'} the model, and a resumed run keeps "
+        "its weights. Start fresh with resume=never (better in a new directory), or drop "
+        f"{'that change' if len(named) == 1 else 'those changes'}."
+    )
+
+
+def reshaping_changes(
+    cfg: DictConfig, run_dir: Path, allowed: list[Change]
+) -> tuple[list[Change], str] | None:
+    """Of ``allowed`` changes, those under which the model no longer takes the weights of
+    the checkpoint the run resumes from, and how the weights differ; None where they all
+    fit (or nothing resumes). Where a change alone builds no model (a model swapped key by
+    key) every one is named."""
+    if not allowed:
+        return None
     resumed = _resumed(cfg.get("resume", "auto"), Path(run_dir))
     if resumed is None:
-        return
+        return None
     trained = TrainedCheckpoint.read(resumed, damaged_checkpoint_remedy(Path(run_dir)))
     state = trained.contents["state_dict"]
     data_changed = any(_in_data(c) for c in allowed) or trained.spec is None
     new_spec = _new_data_spec(cfg) if data_changed else trained.spec
     differences = _differences(cfg, new_spec, state)
     if not differences:
-        return
+        return None
     verdicts = {
         change.key: _reshapes(
             _with_only(cfg, change, allowed),
@@ -69,15 +126,7 @@ def check_resume_shapes(cfg: DictConfig, run_dir: Path, changes: list[Change]) -
     reshaping = [change for change in allowed if verdicts[change.key]]
     # a change that builds no model alone (a model swapped key by key) cannot be judged
     named = allowed if None in verdicts.values() or not reshaping else reshaping
-    changes_text = "; ".join(str(change) for change in named[:4])
-    changes_text += f" and {len(named) - 4} more" if len(named) > 4 else ""
-    raise UserError(
-        f"{trained.path} holds weights that the model built by these settings cannot take "
-        f"({differences}): {changes_text} (allowed by allow_changes) "
-        f"{'reshapes' if len(named) == 1 else 'reshape'} the model, and a resumed run keeps "
-        "its weights. Start fresh with resume=never (better in a new directory), or drop "
-        f"{'that change' if len(named) == 1 else 'those changes'}."
-    )
+    return named, differences
 
 
 def _differences(cfg: DictConfig, spec: DataSpec, state: dict[str, Any]) -> str:

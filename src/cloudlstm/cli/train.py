@@ -28,7 +28,7 @@ from cloudlstm.assembly.build import (
 from cloudlstm.assembly.checkpoint_fit import check_resume_fits
 from cloudlstm.assembly.known_keys import check_known_keys
 from cloudlstm.assembly.resume_data import check_resume_data
-from cloudlstm.assembly.resume_shapes import check_resume_shapes
+from cloudlstm.assembly.resume_shapes import check_resume
 from cloudlstm.cli.invoked import command
 from cloudlstm.cli.override_text import shell_override
 from cloudlstm.engine.callbacks import EpochTimer
@@ -87,8 +87,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     check_monitored(cfg)
     check_optimized_metric(cfg.get("optimized_metric"))
     check_optimizer(cfg)
-    changes = check_config_changes(cfg, Path(cfg.paths.output_dir))
-    check_resume_shapes(cfg, Path(cfg.paths.output_dir), changes)
+    check_resume(cfg, Path(cfg.paths.output_dir))
     with ctrl_c_kept():
         return _train(cfg)
 

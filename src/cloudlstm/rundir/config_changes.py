@@ -96,6 +96,43 @@ class Change:
         return f"{self.key} {_show(self.old)} -> {_show(self.new)}"
 
 
+class ChangesRefused(UserError):
+    """A resume refused for its changed settings (:func:`check_config_changes`), which it
+    carries: a check that builds models may name those that reshape the model
+    (:func:`reshaping_refusal`)."""
+
+    def __init__(self, message: str, refused: list[Change]) -> None:
+        super().__init__(message)
+        self.refused = refused
+
+
+def reshaping_refusal(
+    run_dir: Path, refused: list[Change], reshaping: list[Change], differences: str
+) -> str:
+    """The refusal of ``refused`` where ``reshaping`` of them change the weights' shapes
+    (``differences``): those a resumed run cannot take even when allowed, so the line
+    offers allow_changes for the others alone."""
+    shown = ", ".join(str(change) for change in refused[:8])
+    if len(refused) > 8:
+        shown += f" and {len(refused) - 8} more"
+    keys = [c.key for c in reshaping]
+    one = len(keys) == 1
+    others = [c.key for c in refused if c.key not in keys]
+    rest = (
+        f"; the other change{'' if len(others) == 1 else 's'} may be taken with "
+        f"allow_changes=[{','.join(others)}]"
+        if others
+        else ""
+    )
+    return (
+        f"{run_dir} holds a run trained with other settings, which resuming would mix with "
+        f"these: {shown}. {', '.join(keys)} {'reshapes' if one else 'reshape'} the model "
+        f"({differences}), whose weights a resumed run keeps: restore the old "
+        f"{'value' if one else 'values'} of {'it' if one else 'them'}, or start fresh with "
+        f"resume=never (better in a new directory){rest}."
+    )
+
+
 def resumes(cfg: DictConfig, run_dir: Path) -> bool:
     """Whether this training continues a run of ``run_dir``: it trains, does not start
     fresh, and the directory holds a config and a checkpoint (or a finished run)."""
@@ -164,7 +201,7 @@ def check_config_changes(cfg: DictConfig, run_dir: Path) -> list[Change]:
     changes = config_changes(cfg, run_dir, saved)
     refused = [c for c in changes if c.allowed_by is None]
     if refused:
-        raise UserError(_refusal(run_dir, refused))
+        raise ChangesRefused(_refusal(run_dir, refused), refused)
     diverged = divergence(run_dir)
     if diverged and not any(c.allowed_by == "allow_changes" for c in changes):
         log.warning(
