@@ -421,10 +421,10 @@ def _no_folder_if_refused(folder: Path, made_now: bool) -> Iterator[None]:
     leaves no folder: Hydra made it before the check, and it would hold only Hydra's files,
     the start of a log (and, refused by the model, the config and the data's summary),
     beside the runs (or a run's evaluations) that have results, and ``compare`` would list
-    it as a run that never finished. Only a folder Hydra stamped with
-    this moment (``made_now``) is looked into, and removed only when it holds nothing else
-    (its date folder too, when that is left empty); one named by the command
-    (``hydra.run.dir=``), a sweep's job and a stopped run keep theirs."""
+    it as a run that never finished. Only a folder Hydra stamped with this moment
+    (``made_now``) is looked into, and removed only when it holds nothing else (its date
+    folder too, when that is left empty); one named by the command (``hydra.run.dir=``), a
+    sweep's job and a stopped run keep theirs."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -437,14 +437,14 @@ def _no_folder_if_refused(folder: Path, made_now: bool) -> Iterator[None]:
         raise
     except UserError:
         one_run = HydraConfig.get().mode == RunMode.RUN
-        if one_run and made_now and folder.is_dir() and _only_hydra_files(folder):
+        if one_run and made_now and folder.is_dir() and _holds_nothing_of_a_run(folder):
             shutil.rmtree(folder, ignore_errors=True)
             with suppress(OSError):  # not empty: other runs of that day
                 folder.parent.rmdir()
         raise
 
 
-def _only_hydra_files(folder: Path) -> bool:
+def _holds_nothing_of_a_run(folder: Path) -> bool:
     """Hydra's files, the log, the run's lock (released by then), and the config and data
     summary written before the model is built (a model refusing the data's sizes): nothing
     trained or tested."""

@@ -112,9 +112,7 @@ def reshaping_refusal(
     """The refusal of ``refused`` where ``reshaping`` of them change the weights' shapes
     (``differences``): those a resumed run cannot take even when allowed, so the line
     offers allow_changes for the others alone."""
-    shown = ", ".join(str(change) for change in refused[:8])
-    if len(refused) > 8:
-        shown += f" and {len(refused) - 8} more"
+    shown = _listed_changes(refused)
     keys = [c.key for c in reshaping]
     one = len(keys) == 1
     others = [c.key for c in refused if c.key not in keys]
@@ -322,10 +320,14 @@ def _show(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _refusal(run_dir: Path, refused: list[Change], listed: int = 8) -> str:
-    shown = ", ".join(str(change) for change in refused[:listed])
-    if len(refused) > listed:
-        shown += f" and {len(refused) - listed} more"
+def _listed_changes(changes: list[Change], listed: int = 8) -> str:
+    """``key old -> new, ...``: the first ``listed`` changes, and how many more."""
+    shown = ", ".join(str(change) for change in changes[:listed])
+    return shown + (f" and {len(changes) - listed} more" if len(changes) > listed else "")
+
+
+def _refusal(run_dir: Path, refused: list[Change]) -> str:
+    shown = _listed_changes(refused)
     keys = [c.key for c in refused]
     if len(keys) > 4:  # e.g. another model: its group
         keys = list(dict.fromkeys(key.split(".")[0] for key in keys))
