@@ -41,7 +41,8 @@ TINY_MODEL = {
 }
 
 
-SPEC = DataSpec.sized(N, C, M, J, coord_features=L, steps_per_day=24)
+# a day of M steps, so that seasonal naive, built for a window of M, finds a whole season
+SPEC = DataSpec.sized(N, C, M, J, coord_features=L, steps_per_day=M)
 
 
 def tiny_model_config(tmp_path, name: str) -> DictConfig:
