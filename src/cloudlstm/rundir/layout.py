@@ -84,21 +84,22 @@ def check_run_dir(run_dir: object) -> Path:
         raise UserError(f"Run directory {run} does not exist.")
     if not (run / CONFIG_FILE).is_file():
         raise UserError(f"{run} is not a run directory: it has no {CONFIG_FILE}.{_runs_in(run)}")
-    if read_run_config(run).get("task_name") == "eval":
+    config = read_run_config(run)
+    if config.get("task_name") == "eval":
         raise UserError(
             f"{run} is an evaluation of a run (eval.py's output), not a run: give the run it "
-            f"evaluated, run={_evaluated_run(run)}."
+            f"evaluated, run={_evaluated_run(run, config)}."
         )
     return run
 
 
-def _evaluated_run(evaluation: Path) -> Path:
-    """The run an evaluation's folder belongs to: the folder above its ``eval/`` (eval.py
-    writes ``<run>/eval/<time>``), else the run its config names."""
+def _evaluated_run(evaluation: Path, config: DictConfig) -> Path:
+    """The run an evaluation's folder (its ``config``) belongs to: the folder above its
+    ``eval/`` (eval.py writes ``<run>/eval/<time>``), else the run its config names."""
     above = evaluation.parent.parent
-    if evaluation.parent.name == "eval" and (above / CONFIG_FILE).is_file():
+    if evaluation.parent.name == EVAL_DIR and (above / CONFIG_FILE).is_file():
         return above
-    return Path(str(read_run_config(evaluation).get("run")))
+    return Path(str(config.get("run")))
 
 
 def _runs_in(folder: Path, shown: int = 3) -> str:
