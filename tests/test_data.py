@@ -393,6 +393,51 @@ def test_one_observed_target_or_an_observed_input_channel_decides():
         PointCloudDataModule(covariate_only, input_steps=5, output_steps=3).setup()
 
 
+def silent_points(stream: PointCloudStream, first: int, end: int, points: list[int]):
+    """``stream`` with no observed value at ``points`` in steps ``[first, end)``."""
+    mask = stream.mask.copy()
+    mask[first:end, points] = False
+    return PointCloudStream(**{**vars(stream), "mask": mask})
+
+
+@pytest.mark.parametrize(
+    ("score_filled", "effect"),
+    [
+        (False, "They are not scored there: the test scores cover the other points."),
+        (
+            True,
+            "Their filled values are scored there as if read (data.score_filled=true), which "
+            "favours a model that repeats their last reading.",
+        ),
+    ],
+)
+def test_points_silent_over_a_scored_part_are_named(caplog, score_filled, effect):
+    """A test table would otherwise hide that it scores fewer points, or invented values.
+    Points with a single reading there, and the parts where every point reads, go unwarned."""
+    stream = silent_points(make_stream(t=200), 160, 200, [1, 3, 4])
+    stream.mask[199, 4, 2] = True  # one reading of one forecast channel
+    with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.splits"):
+        PointCloudDataModule(
+            stream, input_steps=5, output_steps=3, score_filled=score_filled
+        ).setup()
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == [
+        "PointCloudDataModule: 2 of the 5 points of stream 'toy' have no observed value of a "
+        "forecast channel in the test part (steps [160, 200), 2021-03-07 16:00 to 2021-03-09 "
+        f"07:00): p1, p3. Their values there are filled ones. {effect}"
+    ]
+
+
+def test_points_silent_over_the_training_part_are_named(caplog):
+    """A model with weights of each point's own would never fit them."""
+    stream = silent_points(make_stream(t=200), 0, 144, [0])
+    with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.splits"):
+        PointCloudDataModule(stream, input_steps=5, output_steps=3).setup()
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert "in the train part (steps [0, 144)" in message and ": p0. " in message
+    assert message.endswith("never fits them.")
+
+
 # ---------------------------------------------------------------- synthetic generator
 def test_generator_deterministic_and_plausible():
     a = SyntheticAdvectionDiffusion(**SMALL, seed=5, cache_dir=None).load()

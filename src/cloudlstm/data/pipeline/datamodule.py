@@ -48,6 +48,7 @@ from cloudlstm.data.pipeline.splits import (
     check_observed_targets,
     check_split_lengths,
     seasonal_input_offsets,
+    warn_unread_points,
     window_ranges,
 )
 from cloudlstm.data.pipeline.summary import print_summary, summary
@@ -290,6 +291,16 @@ class PointCloudDataModule(LightningDataModule):
                 stream.missing_fraction,
                 stream.timestamps,
             )
+        warn_unread_points(
+            stream.mask,
+            self.bounds,
+            self.num_channels,
+            self._scored_splits(),
+            stream.point_ids,
+            stream.name,
+            self.score_filled,
+            stream.timestamps,
+        )
         if self.holdout is not None:
             self.held_out = self.holdout.mask(stream.point_ids, data_name(self.source, stream))
         self.scaler = fitted_scaler(

@@ -9,6 +9,7 @@ input (:func:`seasonal_offsets`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 import numpy as np
@@ -16,12 +17,15 @@ import numpy as np
 from cloudlstm.data.pipeline.windows import contiguous_offsets, count_windows
 from cloudlstm.errors import UserError
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "SPLITS",
     "check_split_lengths",
     "seasonal_input_offsets",
     "seasonal_offsets",
     "split_bounds",
+    "warn_unread_points",
     "window_counts",
     "window_ranges",
 ]
@@ -150,20 +154,80 @@ def check_observed_targets(
             for t in range(first, end, _MASK_CHUNK_STEPS)
         ):
             continue
-        when = ""
-        if timestamps is not None:
-            first_time, last_time = (
-                np.datetime_as_string(timestamps[t].astype("datetime64[m]")).replace("T", " ")
-                for t in (first, end - 1)
-            )
-            when = f", {first_time} to {last_time}"
         raise UserError(
-            f"PointCloudDataModule: the {split} part of stream '{stream_name}' (steps "
-            f"[{first}, {end}){when}) has no observed value of a forecast channel, only values "
-            f"filled across a gap ({100 * filled:.1f}% of the stream is filled), so it has "
-            "nothing to train on or score. Put the parts where there are readings "
-            "(data.split_times), or score the filled values too (data.score_filled=true)."
+            f"PointCloudDataModule: the {split} part of stream '{stream_name}' "
+            f"({_steps_text(first, end, timestamps)}) has no observed value of a forecast "
+            f"channel, only values filled across a gap ({100 * filled:.1f}% of the stream is "
+            "filled), so it has nothing to train on or score. Put the parts where there are "
+            "readings (data.split_times), or score the filled values too (data.score_filled=true)."
         )
+
+
+# what a point without an observed target in a part means there, by (training part?, score_filled)
+_UNREAD_EFFECT = {
+    (False, False): "They are not scored there: the {split} scores cover the other points.",
+    (False, True): "Their filled values are scored there as if read (data.score_filled=true), "
+    "which favours a model that repeats their last reading.",
+    (True, False): "No training target of theirs counts, so a model with weights of each "
+    "point's own (node embeddings) never fits them.",
+    (True, True): "Training fits their filled values as if read (data.score_filled=true).",
+}
+
+
+def warn_unread_points(
+    mask: np.ndarray,
+    bounds: Mapping[str, tuple[int, int]],
+    num_targets: int,
+    splits: list[str],
+    point_ids: list[str],
+    stream_name: str,
+    score_filled: bool,
+    timestamps: np.ndarray | None = None,
+) -> None:
+    """One warning per part of ``splits`` naming the points without an observed value of a
+    forecast channel in any of its steps (they fell silent, or had not started): every value
+    of theirs there is a filled one. Unwarned, a test table would hide that it scores fewer
+    points (``score_filled=false``) or scores invented values (``score_filled=true``), and a
+    model fitting each point's own weights would never see those points' readings.
+
+    Args:
+        mask: ``(T, N, C)`` True where a value was observed; the first ``num_targets``
+            channels are the forecast ones.
+        bounds: where each split's targets lie (:func:`split_bounds`).
+        point_ids: the ``N`` points' ids, for the message.
+    """
+    for split in splits:
+        first, end = bounds[split]
+        seen = np.zeros(mask.shape[1], dtype=bool)  # (N,)
+        for t in range(first, end, _MASK_CHUNK_STEPS):  # memory-mapped masks: a chunk at a time
+            seen |= mask[t : min(t + _MASK_CHUNK_STEPS, end), :, :num_targets].any(axis=(0, 2))
+        if seen.all() or not seen.any():  # none unread, or check_observed_targets' case
+            continue
+        names = [str(p) for p, s in zip(point_ids, seen, strict=True) if not s]
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        effect = _UNREAD_EFFECT[split == "train", score_filled].format(split=split)
+        log.warning(
+            "PointCloudDataModule: %d of the %d points of stream '%s' have no observed value of "
+            "a forecast channel in the %s part (%s): %s. Their values there are filled ones. %s",
+            len(names),
+            len(seen),
+            stream_name,
+            split,
+            _steps_text(first, end, timestamps),
+            shown,
+            effect,
+        )
+
+
+def _steps_text(first: int, end: int, timestamps: np.ndarray | None) -> str:
+    """The text 'steps [first, end)', with their first and last times when there are any."""
+    if timestamps is None:
+        return f"steps [{first}, {end})"
+    first_time, last_time = (
+        np.datetime_as_string(timestamps[t].astype("datetime64[m]")).replace("T", " ")
+        for t in (first, end - 1)
+    )
+    return f"steps [{first}, {end}), {first_time} to {last_time}"
 
 
 def seasonal_offsets(
