@@ -390,6 +390,46 @@ def test_the_hour_repeated_when_the_clocks_go_back_is_named():
         pivot_long(one_extra, "timestamp", "id", "1h", "error", "file local.csv")
 
 
+# ---------------------------------------------------------------------- the grid's period
+def test_jittered_timestamps_are_refused_with_the_points_period(tmp_path, reference):
+    """Hourly readings a few seconds off the hour were read as a 1 s stream, 99.97 % filled."""
+    jitter = pd.to_timedelta(np.random.default_rng(1).integers(-3, 4, T * N), "s")
+    table().assign(timestamp=lambda d: d["timestamp"] + jitter).to_csv(
+        path := tmp_path / "jittered.csv", index=False
+    )
+    with pytest.raises(UserError, match=(
+        r"jittered.csv: only 0\.\d+% of the [\d,]+ steps of the 1s grid \(inferred from the most "
+        r"common gap between timestamps\) have any row; each point's readings are about 1h "
+        r"apart \(the median gap\)\. If the timestamps are jittered"
+    )):  # fmt: skip
+        stream_of(path)
+    rounded = table().assign(timestamp=lambda d: (d["timestamp"] + jitter).dt.round("h"))
+    rounded.to_csv(fixed := tmp_path / "rounded.csv", index=False)
+    assert_same_stream(stream_of(fixed), reference)
+
+
+@pytest.mark.parametrize("freq, share", [("30min", 50), ("20min", 67)])
+def test_a_step_finer_than_the_datas_period_is_refused(tmp_path, freq, share):
+    """data.source.freq=30min on hourly data filled every other step in silence."""
+    table().to_csv(path := tmp_path / "hourly.csv", index=False)
+    with pytest.raises(UserError, match=(
+        rf"every timestamp lies on a 1h grid, so data.source.freq={freq} leaves {share}% of the "
+        r"steps without any row, to be filled in\. Set data.source.freq=1h, the data's period\.$"
+    )):  # fmt: skip
+        stream_of(path, freq=freq)
+    assert stream_of(path, freq="1h").values.shape[0] == T
+
+
+def test_a_file_mostly_empty_on_its_grid_is_refused_and_a_gap_is_not():
+    hours = table()
+    gap = hours[(hours["timestamp"] < STAMPS[10]) | (hours["timestamp"] >= STAMPS[20])]
+    assert pivot_long(gap, "timestamp", "id").shape == (T, N)  # a quarter missing: filled
+    far = gap.assign(timestamp=lambda d: d["timestamp"].where(
+        d["timestamp"] < STAMPS[10], d["timestamp"] + pd.Timedelta(days=30)))  # fmt: skip
+    with pytest.raises(UserError, match=r"only 3\.9% of the 760 steps .* cut it to the period"):
+        pivot_long(far, "timestamp", "id", what="far.csv")
+
+
 # ---------------------------------------------------------------------- damaged files
 CUT_SHORT = "It is cut short or not compressed as its name says (e.g. a download that stopped)"
 

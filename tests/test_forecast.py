@@ -401,6 +401,12 @@ def test_input_steps_follow_the_stored_offsets():
             r"every 1h: resample the history onto that grid\.$",
         ),
         (
+            lambda df: df.assign(timestamp=df["timestamp"] + OFF_GRID),
+            r"its times are 7min after the training data's grid \(every 1h from 2021-01-01 "
+            r"00:00:00\): its first, 2021-01-01 00:07:00, falls between 2021-01-01 00:00:00 and "
+            r"2021-01-01 01:00:00\. Resample the history onto the training grid\.$",
+        ),
+        (
             lambda df: df.iloc[:0],
             r"has no rows, only its columns: give the readings of the "
             r"last 4 steps\.$",
@@ -417,6 +423,7 @@ def test_input_steps_follow_the_stored_offsets():
         "other-interval",
         "every-other-step",
         "a-step-off-the-grid",
+        "every-time-shifted",
         "header-only",
         "channel-never-read",
     ],

@@ -86,6 +86,9 @@ class DataSpec:
         time_format, time_unit: how the training files wrote their times
             (``data.source.time_format`` or ``time_unit``), so that a forecast's history is
             read alike; None: dates pandas infers (and in checkpoints written before them).
+        first_time: the training stream's first timestamp (ISO text), the origin of its time
+            grid: a forecast's history must lie on that grid. None without timestamps (and
+            in checkpoints written before it).
 
     A model reads ``C_in = input_channels`` channels (:attr:`input_names`) and forecasts
     ``C_out = num_channels`` (see :mod:`cloudlstm.data.covariates`).
@@ -118,6 +121,7 @@ class DataSpec:
     wide_time_col: str | None = None
     time_format: str | None = None
     time_unit: str | None = None
+    first_time: str | None = None
 
     # ------------------------------------------------------------------ made from
     @classmethod
@@ -159,6 +163,7 @@ class DataSpec:
             wide_time_col=source.wide_time_col,
             time_format=source.time_format,
             time_unit=source.time_unit,
+            first_time=None if stream.timestamps is None else str(stream.timestamps[0]),
         )
 
     @classmethod
@@ -273,6 +278,10 @@ class DataSpec:
         if self.step_minutes is None:
             return None
         return pd.Timedelta(minutes=self.step_minutes).to_timedelta64()
+
+    def grid_origin(self) -> np.datetime64 | None:
+        """The training grid's first time as ``datetime64[ns]``, or None when unknown."""
+        return None if self.first_time is None else np.datetime64(self.first_time, "ns")
 
     def value_scaler(self) -> StandardScaler:
         """The scaler of the C_out forecast channels."""

@@ -203,7 +203,36 @@ def history_step(
         raise UserError(f"{what} has one timestamp and the training data had no sampling step.")
     if expected is not None and found is not None:
         check_on_grid(distinct, expected, found, what, zone)
+    if expected is not None:
+        check_phase(distinct[0], expected, info.grid_origin(), what, zone)
     return expected if expected is not None else found
+
+
+def check_phase(
+    first: np.datetime64,
+    step: np.timedelta64,
+    origin: np.datetime64 | None,
+    what: str,
+    zone: tzinfo | None = None,
+) -> None:
+    """Refuse a history whose grid is shifted from the training grid (every ``step`` from
+    ``origin``): readings at :07 past the hour for a model trained on readings on the hour.
+
+    Raises:
+        UserError: naming the history's first time, the shift, and the nearest grid time.
+    """
+    if origin is None:
+        return
+    shift = (first - origin) % step
+    if shift == np.timedelta64(0, "ns"):
+        return
+    on_grid = first - shift
+    raise UserError(
+        f"{what}: its times are {step_text(shift)} after the training data's grid (every "
+        f"{step_text(step)} from {shown_time(origin, zone)}): its first, "
+        f"{shown_time(first, zone)}, falls between {shown_time(on_grid, zone)} and "
+        f"{shown_time(on_grid + step, zone)}. Resample the history onto the training grid."
+    )
 
 
 def check_on_grid(

@@ -280,7 +280,9 @@ class LongFormatSource(CachedSource):
             self.time_unit,
         )
         df = df.assign(**{self.time_col: times})
-        grid = pivot_long(df, self.time_col, self.id_col, self.freq, "error", what)
+        grid = pivot_long(
+            df, self.time_col, self.id_col, self.freq, "error", what, "data.source.freq"
+        )
         static, trajectory = self._placed(grid, positions, what)
         stream = build_stream(
             grid.timestamps,

@@ -191,6 +191,7 @@ def pivot_long(
         )
     t_idx = offset // step_ns
     codes, uniques = pd.factorize(df[id_col], sort=True)
+    _refuse_empty_grid(t_idx, step, freq is None, what, step_option, times, codes)
     p_idx = codes.astype(np.int64)
     n = len(uniques)
     key = t_idx * n + p_idx
@@ -210,6 +211,66 @@ def pivot_long(
         dup_mode = "mean"
     timestamps = t0 + np.arange(int(t_idx.max()) + 1) * step
     return LongGrid(timestamps, [id_text(u) for u in uniques], step, t_idx, p_idx, dup_mode)
+
+
+# Below this share of grid steps with any row, the grid is not the data's period: filling
+# it would invent nine values in ten.
+_MIN_GRID_USE = 0.1
+
+
+def _refuse_empty_grid(
+    t_idx: np.ndarray,
+    step: np.timedelta64,
+    inferred: bool,
+    what: str,
+    step_option: str,
+    times: np.ndarray,
+    point_codes: np.ndarray,
+) -> None:
+    """Refuse a grid whose steps mostly hold no row, before any ``(T, N)`` array is built.
+
+    ``t_idx (R,)``: each row's grid step; ``times (R,)`` and ``point_codes (R,)``: its time
+    and point. Two causes are told apart: a given step finer than the data's period (every
+    row on a coarser grid), and timestamps that do not repeat one period (jittered or
+    irregular), where the most common gap between distinct times is a few seconds.
+    """
+    size = int(t_idx.max()) + 1
+    coarser = int(np.gcd.reduce(t_idx)) if size > 1 else 1
+    if not inferred and coarser > 1:
+        period = step_text(step * coarser)
+        raise UserError(
+            f"{what}: every timestamp lies on a {period} grid, so {step_option}="
+            f"{step_text(step)} leaves {100 * (1 - 1 / coarser):.0f}% of the steps without any "
+            f"row, to be filled in. Set {step_option}={period}, the data's period."
+        )
+    used = len(np.unique(t_idx)) / size
+    if used >= _MIN_GRID_USE:
+        return
+    source = (
+        "inferred from the most common gap between timestamps"
+        if inferred
+        else f"set by {step_option}"
+    )
+    gap = _median_point_gap(times, point_codes)
+    raise UserError(
+        f"{what}: only {100 * used:.2g}% of the {size:,} steps of the {step_text(step)} grid "
+        f"({source}) have any row; each point's readings are about {gap} apart (the median "
+        "gap). If the timestamps are jittered or irregular, round them onto a regular grid "
+        f"first (e.g. pandas' Series.dt.round) and set {step_option} to that period; if the "
+        "data has long gaps, cut it to the period it covers."
+    )
+
+
+def _median_point_gap(times: np.ndarray, point_codes: np.ndarray) -> str:
+    """The median gap between one point's consecutive distinct times, as text."""
+    order = np.lexsort((times, point_codes))
+    gaps = np.diff(times[order]).astype(np.int64)
+    same_point = np.diff(point_codes[order]) == 0
+    gaps = gaps[same_point & (gaps > 0)]
+    if not len(gaps):
+        return "(no point has two distinct times)"
+    median = pd.Timedelta(int(np.median(gaps)), "ns")
+    return step_text(median.round("min" if median >= pd.Timedelta(1, "min") else "s"))
 
 
 def _clock_change(repeated_steps: np.ndarray, num_points: int) -> str:
