@@ -20,11 +20,14 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cloudlstm.assembly.assemble import restore
+from cloudlstm.assembly.checkpoint_fit import TrainedCheckpoint, restore_scaling
 from cloudlstm.cli.eval_args import with_run_config
 from cloudlstm.cli.evaluate import evaluate
 from cloudlstm.cli.override_text import as_override
 from cloudlstm.cli.train import train
+from cloudlstm.data.pipeline.coordinates import model_coords
 from cloudlstm.data.spec import SPEC_KEY
+from cloudlstm.data.transforms import normalize_coords, scale_coords
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.stops import RunInterrupted
 from tests.conftest import (
@@ -170,6 +173,35 @@ def test_a_point_model_is_evaluated_on_other_points(cloud_run, tmp_path):
     results = evaluate(compose_eval(cloud_run, out, "data.num_points=7"))
     assert results["data"]["num_points"] == 7 and results["overrides"] == ["data.num_points=7"]
     assert np.isfinite(results["test"]["overall"]["mae"]["mean"])
+
+
+def test_other_points_are_placed_as_the_training_points_were(cloud_run, tmp_path, caplog):
+    """eval.py refitted the coordinate scale on the evaluated points: 7 points of a smaller
+    area were stretched over the model's whole [0, 1] square."""
+    cfg = compose_eval(cloud_run, tmp_path / "eval", "data.num_points=7")
+    trained = TrainedCheckpoint.read(cloud_run / metrics(cloud_run)["checkpoint"])
+    datamodule = instantiate(cfg.data)
+    datamodule.prepare_data()
+    restore_scaling(datamodule, trained)
+    datamodule.setup()
+    spec = trained.spec
+    placed = scale_coords(
+        datamodule.stream.coords,
+        np.asarray(spec.coord_lo),
+        np.asarray(spec.coord_span),
+        np.asarray(spec.coord_degenerate),
+    )
+    np.testing.assert_allclose(datamodule.coords.numpy(), placed, rtol=1e-6)
+    assert not np.allclose(placed, normalize_coords(datamodule.stream.coords))
+    assert "outside" not in caplog.text  # inside the training area: no warning
+    far = (np.zeros(2), np.full(2, 1e-3), np.zeros(2, dtype=bool))
+    with caplog.at_level(logging.WARNING):
+        model_coords(datamodule.stream, 10, datamodule.outlier_options, far)
+    assert re.search(
+        r"7 of 7 point\(s\) lie more than 1x the training area's extent outside "
+        r"it, up to [\d.e+]+x \(point \w+\): the model extrapolates there",
+        caplog.text,
+    )
 
 
 def test_a_grid_model_refuses_other_points_and_says_why(grid_run, tmp_path):

@@ -44,7 +44,7 @@ from cloudlstm.assembly.checkpoint_fit import (
     check_same_step,
     check_trained_sizes,
     load_weights,
-    restore_scaler,
+    restore_scaling,
 )
 from cloudlstm.assembly.config import describe_run
 from cloudlstm.assembly.held_out import check_model_forecasts_held_out, check_same_held_out
@@ -112,7 +112,7 @@ def assemble(
     datamodule = instantiate_datamodule(cfg)
     datamodule.prepare_data()
     if trained is not None:
-        restore_scaler(datamodule, trained)
+        restore_scaling(datamodule, trained)
     summary = set_up_datamodule(datamodule)
     batch_size = int(getattr(datamodule, "batch_size", 1))
     check_batch_limits(cfg, summary.get("windows", {}), batch_size)

@@ -66,8 +66,11 @@ class TrainedCheckpoint:
         return self.spec
 
 
-def restore_scaler(datamodule: Any, trained: TrainedCheckpoint) -> None:
-    """Load the training scaler of ``trained`` into a loaded, not yet set-up datamodule.
+def restore_scaling(datamodule: Any, trained: TrainedCheckpoint) -> None:
+    """Load the training scaler of ``trained``, and its coordinate scale, into a loaded, not
+    yet set-up datamodule: evaluation data are normalised, and their positions placed, as
+    the training data's were (refitted on other data they would feed the model values and
+    a geometry it never learned).
 
     Before ``setup``: Lightning restores datamodule state only after it, when the data have
     already been normalised with a scaler refitted on them.
@@ -96,6 +99,8 @@ def restore_scaler(datamodule: Any, trained: TrainedCheckpoint) -> None:
             f"({', '.join(have)}). Evaluate it on data with its training channels."
         )
     datamodule.use_scaler(scaler)
+    if spec is not None and spec.coord_lo and hasattr(datamodule, "use_coord_scale"):
+        datamodule.use_coord_scale(spec.coord_lo, spec.coord_span, spec.coord_degenerate)
 
 
 def check_trained_sizes(model_config: Any, spec: DataSpec, trained: TrainedCheckpoint) -> None:

@@ -22,10 +22,11 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "OUTLIER_METHODS",
+    "FAR_OUTSIDE_SPANS",
     "CoordScale",
     "check_outlier_options",
+    "extents_outside",
     "model_coords",
-    "normalize_track",
     "track_scale",
 ]
 
@@ -50,7 +51,10 @@ def check_outlier_options(outliers: str | None, outlier_shift: float | None) -> 
 
 
 def model_coords(
-    stream: PointCloudStream, train_end: int, outlier_options: Mapping[str, Any]
+    stream: PointCloudStream,
+    train_end: int,
+    outlier_options: Mapping[str, Any],
+    trained: CoordScale | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, CoordScale, dict[str, np.ndarray]]:
     """The stream's coordinates as the model sees them.
 
@@ -60,6 +64,9 @@ def model_coords(
         outlier_options: the datamodule's ``outliers``, ``dbscan_eps``,
             ``dbscan_min_samples``, ``outlier_shift``, ``outlier_count``, ``outlier_seed``
             (static points only).
+        trained: a trained run's ``(lo, span, degenerate)``, used instead of the stream's
+            own range (evaluation): positions are then placed as training placed them, not
+            clipped, and points far outside the training area are warned of.
 
     Returns:
         ``(coords (N, L) float32, track (T, N, L) float32 or None, scale, point_groups)``:
@@ -68,17 +75,80 @@ def model_coords(
         mapping raw coordinates to normalised ones, and ``{"inliers", "outliers"}`` ``(N,)``
         bool masks when an outlier option is set (else empty).
     """
+    if trained is not None:
+        trained = _checked_training_scale(trained, stream)
     if stream.moving:
-        scale = track_scale(stream.trajectory, train_end)
-        track = torch.as_tensor(normalize_track(stream.trajectory, train_end), dtype=torch.float32)
+        scale = track_scale(stream.trajectory, train_end) if trained is None else trained
+        placed = scale_coords(stream.trajectory, *scale)
+        track = torch.as_tensor(placed, dtype=torch.float32)
         _warn_merged_track(stream, track.numpy())
+        _warn_far_outside(stream, placed.max(axis=0), placed.min(axis=0), trained)
         return track[0], track, scale, {}
-    scale = coord_scale(stream.coords)
+    scale = coord_scale(stream.coords) if trained is None else trained
     _warn_one_position(stream, scale[2])
-    normalised = normalize_coords(stream.coords)
+    if trained is None:
+        normalised = normalize_coords(stream.coords)
+    else:
+        normalised = scale_coords(stream.coords, *trained)
+        _warn_far_outside(stream, normalised, normalised, trained)
     _warn_merged_positions(stream, normalised)
     coords, groups = _with_outliers(normalised, outlier_options)
     return torch.as_tensor(coords, dtype=torch.float32), None, scale, groups
+
+
+# Points farther than this many training extents beyond the training coordinate range, in
+# any dimension, are warned of: the model extrapolates there.
+FAR_OUTSIDE_SPANS = 1.0
+
+
+def extents_outside(normalised: np.ndarray, degenerate: np.ndarray) -> np.ndarray:
+    """``(N,)``: how many training extents each point of ``normalised (N, L)`` lies outside
+    the training area ([0, 1] in each dimension), 0 or less inside it; dimensions all
+    training points shared (``degenerate``, which the model does not read) left out."""
+    live = ~np.asarray(degenerate, dtype=bool)
+    if not live.any():
+        return np.zeros(len(normalised))
+    placed = np.asarray(normalised, dtype=np.float64)[:, live]
+    return np.maximum(-placed, placed - 1.0).max(axis=1)
+
+
+def _checked_training_scale(trained: CoordScale, stream: PointCloudStream) -> CoordScale:
+    """``trained`` as arrays, refused when it has another number of dimensions."""
+    lo, span, degenerate = (np.asarray(a) for a in trained)
+    if len(lo) != stream.num_dims:
+        raise UserError(
+            f"The model was trained on {len(lo)}-D positions, but stream '{stream.name}' has "
+            f"{stream.num_dims}-D ones: evaluate it on data with its training coordinates."
+        )
+    return lo.astype(np.float64), span.astype(np.float64), degenerate.astype(bool)
+
+
+def _warn_far_outside(
+    stream: PointCloudStream,
+    highest: np.ndarray,
+    lowest: np.ndarray,
+    trained: CoordScale | None,
+) -> None:
+    """Warn when points placed with a training run's scale (``highest``/``lowest``: each
+    point's ``(N, L)`` normalised extremes) lie far outside its area."""
+    if trained is None:
+        return
+    beyond = np.maximum(extents_outside(highest, trained[2]), extents_outside(lowest, trained[2]))
+    far = np.flatnonzero(beyond > FAR_OUTSIDE_SPANS)
+    if not len(far):
+        return
+    worst = far[np.argmax(beyond[far])]
+    log.warning(
+        "stream '%s': %d of %d point(s) lie more than %gx the training area's extent outside "
+        "it, up to %.3gx (point %s): the model extrapolates there, so scores at and near them "
+        "measure that.",
+        stream.name,
+        len(far),
+        stream.num_points,
+        FAR_OUTSIDE_SPANS,
+        beyond[worst],
+        stream.point_ids[worst],
+    )
 
 
 def _warn_one_position(stream: PointCloudStream, degenerate: np.ndarray) -> None:
@@ -213,17 +283,10 @@ def _with_outliers(
     return coords, {"inliers": ~mask, "outliers": mask}
 
 
-def normalize_track(trajectory: np.ndarray, train_end: int) -> np.ndarray:
-    """Min-max normalise ``(T, N, L)`` positions with the range seen in the training part.
-
-    Later positions may leave [0, 1] slightly; they are not clipped (clipping would pile
-    points up on the border and break their neighbourhoods).
-    """
-    return scale_coords(trajectory, *track_scale(trajectory, train_end))
-
-
 def track_scale(trajectory: np.ndarray, train_end: int) -> CoordScale:
-    """``(lo, span, degenerate)`` of :func:`normalize_track`: the training part's range."""
+    """``(lo, span, degenerate)`` of ``(T, N, L)`` moving points: the range the training part
+    saw. Later positions may leave [0, 1] slightly; they are not clipped (clipping would
+    pile points up on the border and break their neighbourhoods)."""
     seen = trajectory[: max(train_end, 1)].reshape(-1, trajectory.shape[-1])
     lo, hi = seen.min(axis=0), seen.max(axis=0)
     span = np.where(hi - lo > 1e-12, hi - lo, 1.0)

@@ -217,6 +217,7 @@ class PointCloudDataModule(LightningDataModule):
         self._stream: PointCloudStream | None = None
         self._built = False
         self._scaler_state: dict | None = None
+        self._trained_coord_scale: CoordScale | None = None
         self.scaler = StandardScaler()
         self.datasets: dict[str, WindowDataset | None] = dict.fromkeys(SPLITS)
         self._time_values: np.ndarray | None = None  # (T, F) time features, set in setup
@@ -312,7 +313,7 @@ class PointCloudDataModule(LightningDataModule):
             self.held_out,
         )
         self._coords, track, self.coord_scale, self.point_groups = model_coords(
-            stream, self.bounds["train"][1], self.outlier_options
+            stream, self.bounds["train"][1], self.outlier_options, self._trained_coord_scale
         )
         if self.held_out is not None:
             self.point_groups = {**self.point_groups, **held_out_groups(self.held_out)}
@@ -473,6 +474,13 @@ class PointCloudDataModule(LightningDataModule):
         that run's evaluation: only their test part must hold observed targets."""
         self._scaler_state = dict(scaler)
         self.scaler = StandardScaler.from_dict(self._scaler_state)
+
+    def use_coord_scale(self, lo: Any, span: Any, degenerate: Any) -> None:
+        """Place positions as a training run did (its :class:`DataSpec`'s ``coord_lo``,
+        ``coord_span``, ``coord_degenerate``, each ``(L,)``) instead of scaling them to
+        their own range: call before :meth:`setup`. Evaluating on other positions then
+        feeds the model the geometry it learned, as ``predict.py`` does."""
+        self._trained_coord_scale = (np.asarray(lo), np.asarray(span), np.asarray(degenerate))
 
     def summary(self) -> dict[str, Any]:
         """Sizes of the data and of each split (all plain Python types;

@@ -28,6 +28,7 @@ import pandas as pd
 
 from cloudlstm.data.covariates import time_features
 from cloudlstm.data.pipeline.absurd_values import checked_history
+from cloudlstm.data.pipeline.coordinates import FAR_OUTSIDE_SPANS, extents_outside
 from cloudlstm.data.pipeline.model_input import (
     normalised,
     positions_before_covariates,
@@ -366,7 +367,8 @@ def build_input(
     ids = order_points(df[info.id_col].unique().tolist(), info, what)
     index = {p: n for n, p in enumerate(ids)}
     with user_errors():
-        grid = pivot_long(df, info.time_col, info.id_col, step, "error", what)
+        # the period is history_step's to check: the last steps read may all be missing
+        grid = pivot_long(df, info.time_col, info.id_col, step, "error", what, refuse_sparse=False)
         # as training reads them; messages name the rows of the table given
         values = channel_values(df, info.read_channels, what, mode, df.index.to_numpy())
         positions = np.stack([numeric_column(df, c, what) for c in info.coord_cols], axis=1)
@@ -550,11 +552,6 @@ def _time_inputs(
     return features[:need], future
 
 
-# New points farther than this many training extents (coord_span) beyond the training
-# coordinate range, in any dimension, are reported: the model extrapolates there.
-FAR_OUTSIDE_SPANS = 1.0
-
-
 def far_outside(window: ForecastInput, info: DataSpec, what: str) -> str | None:
     """A one-line warning when points of a forecast lie far outside the training area, else
     None.
@@ -570,8 +567,7 @@ def far_outside(window: ForecastInput, info: DataSpec, what: str) -> str | None:
     live = ~np.asarray(info.coord_degenerate, dtype=bool)
     if not live.any() or not len(window.point_ids):
         return None
-    normed = np.asarray(window.coords, dtype=np.float64)[:, live]
-    beyond = np.maximum(-normed, normed - 1.0).max(axis=1)  # in training extents
+    beyond = extents_outside(window.coords, info.coord_degenerate)
     far = np.flatnonzero(beyond > FAR_OUTSIDE_SPANS)
     if not len(far):
         return None

@@ -157,6 +157,8 @@ def pivot_long(
     duplicates: str = "error",
     what: str = "the data",
     step_option: str = "freq",
+    *,
+    refuse_sparse: bool = True,
 ) -> LongGrid:
     """Lay the rows of a long table on a regular time grid.
 
@@ -167,6 +169,9 @@ def pivot_long(
             ``"mean"`` averages them.
         what: how to name the data in error messages (e.g. the file path).
         step_option: the source's option that sets ``freq``, named in the errors.
+        refuse_sparse: refuse a grid whose steps mostly hold no row
+            (:func:`_refuse_empty_grid`); False where the caller checked the period itself
+            (a forecast's history, whose last steps may all be missing).
 
     Every timestamp must lie on the grid ``t0 + k * step`` (``t0`` = the earliest time);
     steps without any row become NaN cells, which :func:`interpolate_gaps` later fills.
@@ -191,7 +196,8 @@ def pivot_long(
         )
     t_idx = offset // step_ns
     codes, uniques = pd.factorize(df[id_col], sort=True)
-    _refuse_empty_grid(t_idx, step, freq is None, what, step_option, times, codes)
+    if refuse_sparse:
+        _refuse_empty_grid(t_idx, step, freq is None, what, step_option, times, codes)
     p_idx = codes.astype(np.int64)
     n = len(uniques)
     key = t_idx * n + p_idx
