@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+import shutil
 import statistics
 import subprocess
 import sys
@@ -110,6 +111,23 @@ def test_a_run_under_two_of_the_folders_given_counts_once(seeds):
     runs = find_runs(roots)
     assert sorted(run.path.name for run in runs) == ["0", "1", "2", "3"]
     assert columns(compare(runs))["n"] == [1, 3]
+
+
+def test_a_copied_or_rerun_seed_counts_once_with_a_warning(seeds, capsys):
+    """A run folder copied beside the sweep made n=4 of three seeds (a copy: std 0)."""
+    shutil.copytree(seeds / "0", seeds / "0_copy")
+    write_run(seeds / "9_rerun", 1.5, seed=2)  # seed 2 again, other results
+    write_run(seeds / "7", 3.0, seed=7)  # a seed of its own: a fourth sample
+    code, out, err = run_main(capsys, seeds, "--format", "csv")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [(r["model.k"], r["n"]) for r in rows] == [("6", "1"), ("3", "4")]
+    assert float(rows[1]["mae_mean"]) == pytest.approx((1 + 2 + 4 + 3) / 4)
+    assert err == [
+        "compare: warning: 0_copy has the settings and seed (0) of 0: a copy or a rerun, one "
+        "sample, so it is left out, not counted as another seed (1 more such run(s) left "
+        "out); remove it, or give it a seed of its own"
+    ]
 
 
 def test_seeds_aggregate_to_mean_and_sample_std(seeds):

@@ -112,6 +112,32 @@ def _told_apart(rows: list[dict[str, str]]) -> list[frozenset[str]]:
     ]
 
 
+def one_run_per_seed(runs: Sequence[Run]) -> tuple[list[Run], list[tuple[Run, Run]]]:
+    """``runs`` with each (settings, seed) once, and the ``(left out, kept)`` pairs.
+
+    Two runs of the same settings (:func:`is_setting`) and the same seed are one sample
+    counted twice: a copied run folder, or a rerun. Counted as two seeds they would make
+    ``n`` one too many and the spread too small (0 for a copy). The first by path is kept.
+    Runs without a ``config.yaml`` or a seed, and eval.py's re-tests, are left as they are.
+    """
+    kept: list[Run] = []
+    first: dict[tuple[tuple[str, str], ...], Run] = {}
+    repeats: list[tuple[Run, Run]] = []
+    for run in sorted(runs, key=lambda r: str(r.path)):
+        if not run.has_config or not run.value("seed") or run.evaluated_run:
+            kept.append(run)
+            continue
+        key = tuple(sorted((k, run.value(k)) for k in run.keys if is_setting(k)))
+        key += (("seed", run.value("seed")),)
+        if key in first:
+            repeats.append((run, first[key]))
+        else:
+            first[key] = run
+            kept.append(run)
+    order = {id(run): i for i, run in enumerate(runs)}
+    return sorted(kept, key=lambda r: order[id(r)]), repeats
+
+
 def default_keys(runs: Sequence[Run]) -> list[str]:
     """model, data, and every config key that still differs within a (model, data) pair."""
     extra = set()

@@ -13,7 +13,7 @@ from cloudlstm.cli.invoked import command
 from cloudlstm.cli.pipes import reader_may_leave
 from cloudlstm.compare.cells import Column
 from cloudlstm.compare.formats import to_latex, to_markdown, write_csv
-from cloudlstm.compare.groups import Group, code_note, group_runs, mixed_keys
+from cloudlstm.compare.groups import Group, code_note, group_runs, mixed_keys, one_run_per_seed
 from cloudlstm.compare.paper import TABLES, paper_table
 from cloudlstm.compare.runs import CompareError, Run, find_runs, runs_without_results
 from cloudlstm.compare.table import build_table, reported_metrics
@@ -268,7 +268,21 @@ def _find_runs(dirs: Sequence[Path], include_evals: bool) -> list[Run]:
     if not runs:
         where = " ".join(map(str, dirs))
         raise CompareError(f"no metrics.json with test results under {where}")
+    runs, repeats = one_run_per_seed(runs)
+    if repeats:
+        print(f"compare: warning: {_repeats_text(repeats, dirs)}", file=sys.stderr)
     return runs
+
+
+def _repeats_text(repeats: Sequence[tuple[Run, Run]], dirs: Sequence[Path]) -> str:
+    """The warning on runs left out as repeats of another run's settings and seed."""
+    left, kept = repeats[0]
+    more = f" ({len(repeats) - 1} more such run(s) left out)" if len(repeats) > 1 else ""
+    return (
+        f"{_relative(left.path, dirs)} has the settings and seed ({left.value('seed')}) of "
+        f"{_relative(kept.path, dirs)}: a copy or a rerun, one sample, so it is left out, "
+        f"not counted as another seed{more}; remove it, or give it a seed of its own"
+    )
 
 
 def _no_row(pending: Sequence[Path], dirs: Sequence[Path], shown: int = 5) -> str:
