@@ -115,6 +115,11 @@ def test_stations_subset_and_positions_file(tiny, tmp_path):
     np.testing.assert_array_equal(stream.coords[0], [2.5, 1.5])  # the file wins
     with pytest.raises(ValueError, match=r"Unknown Beijing station\(s\) \['Nowhere'\]; valid"):
         BeijingSource(tiny, stations=["Nowhere"]).load()
+    # no station: pandas' "No objects to concatenate"; a station twice: kept once in silence
+    with pytest.raises(UserError, match=r"^data.source.stations=\[\] keeps no station: name"):
+        BeijingSource(tiny, stations=[])
+    with pytest.raises(UserError, match=r"names Dongsi more than once: name each station once"):
+        BeijingSource(tiny, stations=["Dongsi", "Tiantan", "Dongsi"])
 
 
 def test_missing_folder_says_where_to_get_the_data(tmp_path):

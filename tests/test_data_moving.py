@@ -100,6 +100,8 @@ def test_bad_arguments():
         SyntheticMovingPoints(step_minutes=0)
     with pytest.raises(ValueError, match="start='yesterday' is not an ISO date"):
         SyntheticMovingPoints(start="yesterday")
+    with pytest.raises(ValueError, match=r"mean_speed_kmh must be a number >= 0.0 and <= 1000"):
+        SyntheticMovingPoints(mean_speed_kmh=1e9)  # no road fleet's speed
 
 
 def test_hydra_config_builds_the_datamodule(tmp_path):

@@ -16,6 +16,7 @@ from cloudlstm.data import PointCloudDataModule, PointCloudStream
 from cloudlstm.data.pipeline.outliers import dbscan_outliers, shift_outliers
 from cloudlstm.data.pipeline.splits import seasonal_offsets
 from cloudlstm.data.transforms import normalize_coords
+from cloudlstm.errors import UserError
 
 
 def _stream(t: int = 400, n: int = 6, c: int = 2, minutes: int = 60, seed: int = 0, **kw):
@@ -141,6 +142,16 @@ def test_outlier_shift_moves_points_outwards_by_quadrant() -> None:
         shift_outliers(coords, 1.0, count=60)
 
 
+def test_a_dbscan_group_without_points_is_not_scored_and_said(caplog) -> None:
+    """Every point within reach of the others: the outliers group was empty, NaN in
+    metrics.json."""
+    dm = PointCloudDataModule(_stream(n=12), 4, 2, outliers="dbscan", dbscan_eps=10.0)
+    with caplog.at_level("WARNING"):
+        dm.setup()
+    assert list(dm.point_groups) == ["inliers"] and dm.point_groups["inliers"].all()
+    assert "DBSCAN finds no outlier: the outliers group is not scored" in caplog.text
+
+
 def test_outlier_groups_reach_the_batches_and_summary() -> None:
     dm = PointCloudDataModule(
         _stream(n=12), 4, 2, outlier_shift=5.0, outlier_count=3, outlier_seed=0
@@ -153,6 +164,14 @@ def test_outlier_groups_reach_the_batches_and_summary() -> None:
     np.testing.assert_allclose(got[groups["inliers"]], base[groups["inliers"]], atol=1e-6)
     assert np.abs(got[groups["outliers"]] - base[groups["outliers"]]).min() > 4.99
     assert len(dm.summary()["point_groups"]["outliers"]) == 3
+    for count in (12, 13):
+        # all 12 moved: the inliers group was empty, its every metric NaN
+        with pytest.raises(
+            UserError, match=rf"outlier_count={count} of 12 points leaves no inlier"
+        ):
+            PointCloudDataModule(
+                _stream(n=12), 4, 2, outlier_shift=5.0, outlier_count=count
+            ).setup()
     with pytest.raises(ValueError, match="not both"):
         PointCloudDataModule(_stream(), 4, 2, outliers="dbscan", outlier_shift=1.0)
     with pytest.raises(ValueError, match="unknown outliers='kmeans'"):

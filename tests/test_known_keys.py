@@ -96,6 +96,14 @@ def test_an_entry_of_callbacks_or_logger_that_builds_nothing_is_refused(
         ("trainer.max_epochs=0", "Trainer: trainer.max_epochs=0: no step would train: give -1"),
         ("trainer.max_steps=0", "Trainer: trainer.max_steps=0: no step would train: give -1"),
         ("trainer.max_time=00:00:00:00", "Trainer: trainer.max_time='00:00:00:00': no time to"),
+        # a list where one number is declared: a traceback from the optimizer, a resolver or
+        # Hydra's instantiate
+        ("optimizer.lr=[0.1]", "AdamW: optimizer.lr=[0.1]: give one value, not a list; to run"
+         " each, sweep them: -m optimizer.lr=0.1"),
+        ("trainer.max_steps=[3]", "Trainer: trainer.max_steps=[3]: give one value, not a list"),
+        ("data.input_steps=[3,4]", "PointCloudDataModule: data.input_steps=[3, 4]: give one "
+         "value, not a list; to run each, sweep them: -m data.input_steps=3,4"),
+        ("data.batch_size=[4]", "PointCloudDataModule: data.batch_size=[4]: give one value"),
     ],
 )  # fmt: skip
 def test_a_value_of_another_type_than_declared_is_refused_for_every_node(

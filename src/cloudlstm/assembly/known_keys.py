@@ -186,8 +186,9 @@ def _target(name: str) -> Callable[..., Any] | None:
 
 
 def _plain_values(node: DictConfig) -> dict[str, Any]:
-    """The keys of ``node`` whose values are set and resolve here to a plain value (not a
-    node): an interpolation that resolves only later (``${hydra:...}``) is left out."""
+    """The keys of ``node`` whose values are set and resolve here to a plain value or a
+    list (not a node): an interpolation that resolves only later (``${hydra:...}``) is left
+    out. A list is checked against a declared number or switch (``optimizer.lr=[0.1]``)."""
     values = {}
     for key in node:
         if OmegaConf.is_missing(node, str(key)):
@@ -196,7 +197,9 @@ def _plain_values(node: DictConfig) -> dict[str, Any]:
             value = node[key]
         except Exception:  # noqa: BLE001 - resolved where it is used, and reported there
             continue
-        if not isinstance(value, DictConfig | ListConfig):
+        if isinstance(value, ListConfig):
+            values[str(key)] = OmegaConf.to_container(value, resolve=True)
+        elif not isinstance(value, DictConfig):
             values[str(key)] = value
     return values
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cloudlstm.errors import UserError
@@ -43,10 +43,26 @@ def check_option_types(
     for key, value in options.items():
         if key not in parameters:
             continue  # _target_, or a key the build path reports in its own words
-        problem = _problem(key, value, _declared(parameters[key].annotation))
+        declared = _declared(parameters[key].annotation)
+        problem = _problem(key, value, declared)
+        if problem and _is_list(value) and declared[0] is not None:
+            shown = ",".join(map(str, value))
+            problem = (
+                f"give one value, not a list; to run each, sweep them: -m {where}.{key}={shown}"
+            )
         if problem:
             name = getattr(model_cls, "__name__", str(model_cls))
-            raise UserError(f"{name}: {where}.{key}={value!r}: {problem}")
+            raise UserError(f"{name}: {where}.{key}={_shown(value)}: {problem}")
+
+
+def _is_list(value: Any) -> bool:
+    """Whether ``value`` is a list as a config gives one (a ListConfig or a list)."""
+    return isinstance(value, Sequence) and not isinstance(value, str)
+
+
+def _shown(value: Any) -> str:
+    """A value as an override writes it: a ListConfig as ``[3, 4]``, not its class."""
+    return repr(list(value)) if _is_list(value) else repr(value)
 
 
 @functools.cache  # the same few classes in every config a process checks (a sweep's jobs)

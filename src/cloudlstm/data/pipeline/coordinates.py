@@ -272,6 +272,7 @@ def _with_outliers(
     if options["outliers"] == "dbscan":
         mask = dbscan_outliers(coords, options["dbscan_eps"], options["dbscan_min_samples"])
     elif options["outlier_shift"] is not None:
+        _check_outlier_count(options["outlier_count"], len(coords))
         coords, mask = shift_outliers(
             coords,
             float(options["outlier_shift"]),
@@ -280,7 +281,26 @@ def _with_outliers(
         )
     else:
         return coords, {}
-    return coords, {"inliers": ~mask, "outliers": mask}
+    groups = {"inliers": ~mask, "outliers": mask}
+    if empty := [name for name, members in groups.items() if not members.any()]:
+        # a group without a point has no score: NaN in every metric
+        log.warning(
+            "DBSCAN finds %s: the %s group is not scored (data.dbscan_eps, "
+            "data.dbscan_min_samples set how far apart outliers lie).",
+            "no outlier" if empty == ["outliers"] else "every point an outlier",
+            empty[0],
+        )
+    return coords, {name: members for name, members in groups.items() if members.any()}
+
+
+def _check_outlier_count(count: int, num_points: int) -> None:
+    """Refuse a ``data.outlier_count`` (>= 1, checked with the other options) that leaves
+    no inlier to score."""
+    if count >= num_points:
+        raise UserError(
+            f"data.outlier_count={count} of {num_points} points leaves no inlier to score: "
+            f"give 1 to {num_points - 1} (data.outlier_shift moves that many points)."
+        )
 
 
 def track_scale(trajectory: np.ndarray, train_end: int) -> CoordScale:

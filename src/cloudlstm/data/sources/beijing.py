@@ -21,6 +21,7 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -151,7 +152,7 @@ class BeijingSource(CachedSource):
         self.root = Path(root).expanduser()
         if isinstance(stations, str):
             stations = [stations]
-        self.stations = None if stations is None else [str(s) for s in stations]
+        self.stations = None if stations is None else _checked_stations(stations)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else self.root / "cache"
 
     def __repr__(self) -> str:
@@ -286,3 +287,20 @@ def _wind(df: pd.DataFrame, what: str) -> dict[str, pd.Series]:
     speed = numeric_column(df, "WSPM", what)
     towards = np.deg2rad(heading.to_numpy(dtype=float) + 180.0)
     return {"wind_u": speed * np.sin(towards), "wind_v": speed * np.cos(towards)}
+
+
+def _checked_stations(stations: Sequence[Any]) -> list[str]:
+    """``data.source.stations`` as names, refused when empty or when one is named twice
+    (its file would be read twice, a point of its own each time)."""
+    names = [str(s) for s in stations]
+    if not names:
+        raise UserError(
+            "data.source.stations=[] keeps no station: name at least one, or give null for "
+            "every station in the folder."
+        )
+    twice = sorted({s for s in names if names.count(s) > 1})
+    if twice:
+        raise UserError(
+            f"data.source.stations names {', '.join(twice)} more than once: name each station once."
+        )
+    return names

@@ -35,6 +35,7 @@ GENERATOR_VERSION = 1
 
 FIELD_NAMES = ("pm25_like", "no2_like", "o3_like", "co_like")
 _SPEED_JITTER = (0.4, 1.8)  # bounds of the per-vehicle speed factor: keeps steps bounded
+MAX_SPEED_KMH = 1000.0  # the highest mean_speed_kmh taken
 _ROUTE_SPEED = (0.8, 1.2)  # per-route speed factor (main roads are faster)
 _HOTSPOTS = 4  # per field
 
@@ -123,7 +124,10 @@ class SyntheticMovingPoints(CachedSource):
         self.seed = check_int(owner, "seed", seed, 0)
         self.num_routes = check_int(owner, "num_routes", num_routes, 1)
         self.extent_km = check_float(owner, "extent_km", extent_km, 1e-3)
-        self.mean_speed_kmh = check_float(owner, "mean_speed_kmh", mean_speed_kmh, 0.0)
+        # a road fleet: beyond an airliner's speed a vehicle laps its route between samples
+        self.mean_speed_kmh = check_float(
+            owner, "mean_speed_kmh", mean_speed_kmh, 0.0, MAX_SPEED_KMH
+        )
         self.noise_std = check_float(owner, "noise_std", noise_std, 0.0)
         try:
             self.start = str(np.datetime64(start, "s"))
