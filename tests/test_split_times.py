@@ -33,8 +33,13 @@ def datamodule(times, source=None) -> PointCloudDataModule:
     return dm
 
 
-def test_each_part_begins_at_the_first_step_at_or_after_its_time():
-    dm = datamodule({"val": "2021-01-08", "test": "2021-01-10 12:30", "end": "2021-01-15"})
+def test_each_part_begins_at_the_first_step_at_or_after_its_time(caplog):
+    with caplog.at_level("WARNING"):
+        dm = datamodule({"val": "2021-01-08", "test": "2021-01-10 12:30", "end": "2021-01-15"})
+    assert [r.getMessage() for r in caplog.records] == [  # a time between steps is said
+        "data.split_times.test=2021-01-10 12:30:00 is no time of the data's steps: that part "
+        "begins at the next one, 2021-01-10 13:00:00."
+    ]
     assert dm.bounds == {"train": (0, 168), "val": (168, 229), "test": (229, 336)}
     test = dm.datasets["test"]
     first = dm.scaler.inverse_transform(test[0]["y"]).numpy()[:, 0, 0].round()
@@ -86,6 +91,17 @@ def test_a_bad_time_is_refused_in_one_line(times, message):
 def test_data_without_times_is_refused():
     with pytest.raises(UserError, match="toy has none: split it with data.val_fraction"):
         datamodule({"val": "2021-01-08", "test": "2021-01-10"}, stream(timestamps=False))
+
+
+def test_a_fraction_given_beside_split_times_is_refused(tmp_path):
+    """data.test_fraction=0.3 with data.split_times was ignored in silence."""
+    times = 'data.split_times={val:"2020-01-05",test:"2020-01-06"}'
+    cfg = compose_train(tmp_path, [*TINY, "logger=none", times, "data.test_fraction=0.3"])
+    with pytest.raises(UserError, match=(
+        r"^data.test_fraction has no effect: data.split_times sets where the parts begin\. "
+        r"Give the parts' times in data.split_times, or data.split_times=null"
+    )):  # fmt: skip
+        train(cfg)
 
 
 def test_a_run_records_its_parts_and_eval_py_keeps_them(tmp_path):

@@ -63,6 +63,30 @@ def check_known_keys(cfg: DictConfig) -> None:
         check_group_entries(cfg, group, added)
     for path, node in _target_nodes(cfg, ""):
         _check_node(path, node)
+    check_moot_fractions(cfg)
+
+
+# the split fractions, which data.split_times replaces
+_FRACTIONS = ("data.val_fraction", "data.test_fraction")
+
+
+def check_moot_fractions(cfg: DictConfig) -> None:
+    """Refuse ``data.test_fraction`` or ``data.val_fraction`` given on the command line
+    where ``data.split_times`` sets the parts: the fraction would be ignored in silence.
+
+    Raises:
+        UserError: naming the fraction and the two ways out.
+    """
+    data = cfg.get("data")
+    if not isinstance(data, DictConfig) or data.get("split_times") is None:
+        return
+    given = [o.key_or_group for o in _task_overrides() if o.key_or_group in _FRACTIONS]
+    if given:
+        raise UserError(
+            f"{given[0]} has no effect: data.split_times sets where the parts begin. Give "
+            f"the parts' times in data.split_times, or data.split_times=null to split by the "
+            "fractions."
+        )
 
 
 def check_added_top_level_keys(cfg: DictConfig) -> None:
@@ -95,10 +119,14 @@ def _added_keys() -> set[str]:
 
 def _adding_overrides() -> list[Any]:
     """The job's overrides that add a key with ``+`` (none outside a Hydra job)."""
+    return [o for o in _task_overrides() if o.is_add()]
+
+
+def _task_overrides() -> list[Any]:
+    """The job's parsed overrides (none outside a Hydra job)."""
     if not HydraConfig.initialized():
         return []
-    overrides = OverridesParser.create().parse_overrides(list(HydraConfig.get().overrides.task))
-    return [o for o in overrides if o.is_add()]
+    return OverridesParser.create().parse_overrides(list(HydraConfig.get().overrides.task))
 
 
 def check_group_entries(cfg: DictConfig, group: str, added: set[str] = frozenset()) -> None:

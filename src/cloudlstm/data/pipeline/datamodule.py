@@ -272,6 +272,7 @@ class PointCloudDataModule(LightningDataModule):
             return
         stream = self.stream
         self.bounds = self.split.bounds(stream)
+        self.split.warn_between_steps(stream)
         self.window_bounds = window_ranges(self.bounds, self.history_steps)
         check_split_lengths(
             self.bounds,

@@ -6,6 +6,7 @@ at the end of a series, or the parts of a published protocol's dates.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,8 @@ import pandas as pd
 from cloudlstm.data.pipeline.splits import split_bounds
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import UserError
+
+log = logging.getLogger(__name__)
 
 # The keys of data.split_times: where training, validation and test begin, and where the
 # test ends (the steps from `end` on are not used); `train` and `end` are optional.
@@ -42,6 +45,24 @@ class SplitRule:
         if self.times is None:
             return split_bounds(stream.num_steps, self.val_fraction, self.test_fraction)
         return bounds_at_times(stream.timestamps, self.times, stream.name)
+
+    def warn_between_steps(self, stream: PointCloudStream) -> None:
+        """Warn of a split time that is no step of ``stream`` (``00:30`` in hourly data):
+        its part begins at the next step, which the user may not expect."""
+        if self.times is None or stream.timestamps is None:
+            return
+        stamps = np.asarray(stream.timestamps, dtype="datetime64[ns]")
+        for key, time in self.times.items():
+            at = np.datetime64(time.as_unit("ns"))
+            step = int(np.searchsorted(stamps, at, "left"))
+            if step < len(stamps) and stamps[step] != at:
+                log.warning(
+                    "data.split_times.%s=%s is no time of the data's steps: that part begins "
+                    "at the next one, %s.",
+                    key,
+                    time,
+                    pd.Timestamp(stamps[step]),
+                )
 
     @property
     def optional(self) -> set[str]:
