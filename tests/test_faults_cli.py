@@ -264,3 +264,18 @@ def test_a_model_refusing_the_datas_sizes_is_one_line_and_leaves_no_folder(tmp_p
         "input_steps M=12 < period=24 steps."
     )
     assert not list(tmp_path.glob("runs/*/*"))
+
+
+def test_a_refused_run_in_a_named_folder_leaves_it_only_where_it_holds_other_files(tmp_path):
+    """hydra.run.dir=<folder> kept .hydra, run.lock and train.log of a run refused at once,
+    which compare then listed as a run without results; a folder with a file of the
+    user's keeps everything."""
+    refused = ["model=seasonal_naive", f"paths.log_dir={tmp_path}"]
+    proc = run(*PYTHON, "train.py", *refused, f"hydra.run.dir={tmp_path / 'named'}")
+    assert error_line(proc).startswith("SeasonalNaive: seasonal naive needs one whole season")
+    assert not (tmp_path / "named").exists()
+    (mine := tmp_path / "mine").mkdir()
+    (mine / "notes.log").write_text("the user's own")
+    proc = run(*PYTHON, "train.py", *refused, f"hydra.run.dir={mine}")
+    assert error_line(proc).startswith("SeasonalNaive:")
+    assert (mine / "notes.log").read_text() == "the user's own" and (mine / ".hydra").is_dir()

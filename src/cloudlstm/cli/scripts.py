@@ -421,10 +421,11 @@ def _no_folder_if_refused(folder: Path, made_now: bool) -> Iterator[None]:
     leaves no folder: Hydra made it before the check, and it would hold only Hydra's files,
     the start of a log (and, refused by the model, the config and the data's summary),
     beside the runs (or a run's evaluations) that have results, and ``compare`` would list
-    it as a run that never finished. Only a folder Hydra stamped with this moment
-    (``made_now``) is looked into, and removed only when it holds nothing else (its date
-    folder too, when that is left empty); one named by the command (``hydra.run.dir=``), a
-    sweep's job and a stopped run keep theirs."""
+    it as a run that never finished. A folder Hydra stamped with this moment (``made_now``)
+    is removed when it holds nothing else (its date folder too, when that is left empty);
+    one named by the command (``hydra.run.dir=``) only when it holds nothing but those files
+    by their exact names (:func:`_holds_only_a_refusal`), so that a folder of the user's
+    own keeps every file. A sweep's job and a stopped run keep theirs."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -441,6 +442,8 @@ def _no_folder_if_refused(folder: Path, made_now: bool) -> Iterator[None]:
             shutil.rmtree(folder, ignore_errors=True)
             with suppress(OSError):  # not empty: other runs of that day
                 folder.parent.rmdir()
+        elif one_run and not made_now and folder.is_dir() and _holds_only_a_refusal(folder):
+            shutil.rmtree(folder, ignore_errors=True)
         raise
 
 
@@ -452,6 +455,20 @@ def _holds_nothing_of_a_run(folder: Path) -> bool:
 
     before_the_model = (".hydra", LOCK_FILE, CONFIG_FILE, DATA_SUMMARY_FILE)
     return all(p.name in before_the_model or p.suffix == ".log" for p in folder.iterdir())
+
+
+def _holds_only_a_refusal(folder: Path) -> bool:
+    """:func:`_holds_nothing_of_a_run` by exact names, for a folder the command named: the
+    program's own log, and Hydra's three files in ``.hydra``; nothing a user may keep."""
+    from cloudlstm.rundir.layout import CONFIG_FILE, DATA_SUMMARY_FILE, LOCK_FILE
+
+    logs = {f"{name}.log" for name in ("train", "eval")}
+    mine = {".hydra", LOCK_FILE, CONFIG_FILE, DATA_SUMMARY_FILE, *logs}
+    hydra_files = {"config.yaml", "hydra.yaml", "overrides.yaml"}
+    hydra = folder / ".hydra"
+    return all(p.name in mine and not p.is_symlink() for p in folder.iterdir()) and (
+        not hydra.exists() or all(p.name in hydra_files for p in hydra.iterdir())
+    )
 
 
 def _stamped_now(folder: Path) -> bool:
