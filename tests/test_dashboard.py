@@ -155,7 +155,8 @@ def test_figures_are_pngs_in_the_run_dir_and_wandb_images(wandb_run):
     cfg, results, run_dir, run = wandb_run
     for name in FIGURES:
         assert_png(run_dir / "figures" / f"{name}.png")
-        assert results["figures"][name] == str(run_dir / "figures" / f"{name}.png")
+        assert results["figures"][name] == f"figures/{name}.png"  # in the run directory
+        assert (run_dir / results["figures"][name]).is_file()
         logged = [f for f in run.files if f.startswith(f"media/images/figures/{name}_")]
         assert len(logged) == 1, name
         assert_png(next(run_dir.glob(f"wandb/offline-run-*/files/{logged[0]}")))

@@ -53,7 +53,10 @@ def add_test_report(
             channel=options.get("channel", 0),
             model_name=model_name,
         )
-    results["figures"] = {name: str(path) for name, path in figures.items()}
+    # relative to the run directory: the record stays true when the folder moves
+    results["figures"] = {
+        name: Path(path).relative_to(output_dir).as_posix() for name, path in figures.items()
+    }
     log_test_report(loggers, results, figures, results["cost"])
     # the overall metrics; Lightning's table of every metric at every step is turned off
     # (trainer.test(verbose=False)): metrics.json, written next, holds them
