@@ -564,8 +564,12 @@ def test_out_is_a_file_name_in_the_run_or_a_path_of_its_own(tmp_path, monkeypatc
         ),
         (
             ["run=RUN", "data.path=FULL", "+data.source.freq=1h"],
-            "predict.py data.source.freq: nothing reads it; predict.py forecasts with the "
+            "predict.py +data.source.freq=1h: nothing reads it; predict.py forecasts with the "
             "run's model and data settings as its checkpoint holds them",
+        ),
+        (  # Hydra's words: "the config has no setting model"
+            ["run=RUN", "data.path=FULL", "model.k=5"],
+            "predict.py model.k=5: nothing reads it; predict.py forecasts with the run's model",
         ),
         (
             ["run=RUN", "data.path=FULL", "model=convlstm"],
@@ -584,6 +588,7 @@ def test_out_is_a_file_name_in_the_run_or_a_path_of_its_own(tmp_path, monkeypatc
         "not-a-table",
         "below-a-file",
         "added-data-key",
+        "a-model-setting",
         "another-model",
         "added-data-group",
         "run-dir-below-a-file",

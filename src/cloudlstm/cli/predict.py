@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stdout
 from datetime import datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
@@ -43,16 +43,34 @@ TAKES = (
 )
 
 
-def refuse_group_choices(argv: list[str]) -> None:
+def refuse_unread_overrides(argv: list[str]) -> None:
     """Refuse an override choosing an option of a train.py config group (``model=``,
-    ``+data=beijing``) in one line, before Hydra composes it
-    (:mod:`~cloudlstm.cli.group_choices`).
+    ``+data=beijing``, :mod:`~cloudlstm.cli.group_choices`) or setting a key that
+    ``conf/predict.yaml`` lacks (``model.k=5``, which Hydra would call a config without a
+    setting ``model``), in one line, before Hydra composes it.
 
     Raises:
         UserError: naming the override and what predict.py takes.
     """
     for arg, _ in group_choices(argv, keep=("hydra",)):
         raise UserError(f"predict.py {arg}: {TAKES}.")
+    declared = OmegaConf.load(config_dir() / "predict.yaml")
+    for arg in argv[1:]:
+        key, sep, _ = arg.lstrip("+~").partition("=")
+        if arg.startswith("-") or not sep or key.split(".")[0] == "hydra" or "/" in key:
+            continue
+        if not _declares(declared, key.split(".")):
+            # Hydra would say the config has no setting of its first part (model)
+            raise UserError(f"predict.py {arg}: nothing reads it; {TAKES}.")
+
+
+def _declares(node: Any, parts: list[str]) -> bool:
+    """Whether the config ``node`` has the dotted key ``parts`` (one set to ``???`` too)."""
+    for part in parts:
+        if not isinstance(node, DictConfig) or part not in set(node.keys()):
+            return False
+        node = node._get_node(part)
+    return True
 
 
 def check_settings(cfg: DictConfig) -> None:

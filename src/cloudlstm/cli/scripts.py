@@ -118,11 +118,11 @@ def evaluate() -> None:
 @ctrl_c_is_a_stop()  # at any moment: checking the command, reading data, a second Ctrl-C
 def predict() -> None:
     """``cloudlstm-predict run=<run dir> data.path=<file>``: forecast new data."""
-    from cloudlstm.cli.predict import refuse_group_choices
+    from cloudlstm.cli.predict import refuse_unread_overrides
     from cloudlstm.errors import UserError
 
     try:
-        refuse_group_choices(sys.argv)
+        refuse_unread_overrides(sys.argv)
     except UserError as err:  # before Hydra, which would propose adding it with +
         sys.exit(str(err))
     _run_hydra("predict", _predict)
