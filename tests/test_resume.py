@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -92,6 +93,15 @@ def test_killed_run_resumes_bit_exactly_into_the_same_wandb_run(tmp_path):
     assert "this run has finished" in again.stderr + again.stdout
     assert json.loads((killed_dir / "metrics.json").read_text()) == got
     assert len(offline_run_ids(killed_dir)) == 2
+    # a change let through on a finished run changes nothing: said, where it was silent
+    longer = run_train(killed_dir, data, "trainer.max_epochs=6", "allow_changes=[trainer]")
+    assert longer.returncode == 0, longer.stderr[-3000:]
+    assert re.search(
+        r"allow_changes lets trainer.max_epochs 4 -> 6 through, but changes nothing: a "
+        r"finished run is not trained again\.",
+        longer.stderr + longer.stdout,
+    )
+    assert json.loads((killed_dir / "metrics.json").read_text()) == got
 
     fresh = run_train(killed_dir, data, "resume=never", "trainer.max_epochs=1")
     assert fresh.returncode == 0, fresh.stderr[-3000:]

@@ -103,6 +103,13 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
     if cfg.get("train") and cfg.get("resume", "auto") == "auto" and finished.is_file():
         # e.g. a sweep started again in its directory: finished jobs are not redone
         log.info("%s exists: this run has finished (resume=never trains it again).", finished)
+        if allowed := [c for c in changes if c.allowed_by == "allow_changes"]:
+            log.warning(
+                "allow_changes lets %s through, but changes nothing: a finished run is not "
+                "trained again. Train these settings in a new directory (or here, anew, with "
+                "resume=never).",
+                ", ".join(map(str, allowed)),
+            )
         return load_metrics(finished)  # a damaged one: one line naming it
     record_changes(output_dir, changes, cfg)
 
