@@ -130,6 +130,22 @@ def test_a_copied_or_rerun_seed_counts_once_with_a_warning(seeds, capsys):
     ]
 
 
+def test_debug_runs_are_left_out_with_a_note(seeds, capsys):
+    """A debug=fdr run (one batch) was a row like any result, its callbacks: null a column
+    for every callback setting."""
+    write_run(seeds / "fdr", 0.1, model="linear")
+    config = seeds / "fdr" / "config.yaml"
+    config.write_text(config.read_text() + "task_name: debug\ncallbacks: null\n")
+    code, out, err = run_main(capsys, seeds, "--format", "csv")
+    assert code == 0 and "linear" not in out and "callbacks" not in out
+    assert err == [
+        "compare: left out 1 run(s) of debug=... (task_name debug: a batch or a few, no "
+        "result); --include-debug shows them"
+    ]
+    code, out, _ = run_main(capsys, seeds, "--format", "csv", "--include-debug")
+    assert code == 0 and "linear" in out
+
+
 def test_seeds_aggregate_to_mean_and_sample_std(seeds):
     table = columns(compare(find_runs([seeds])))
     # seed and the per-run output dirs differ too, but only k splits the rows

@@ -165,6 +165,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also eval.py's re-tests of runs (<run>/eval/<time>/), as rows of their own",
     )
+    add(
+        "--include-debug",
+        action="store_true",
+        help="also the runs of debug=... (task_name debug): checks that the code runs, on a "
+        "batch or a few, not results",
+    )
     return parser
 
 
@@ -186,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     _check_lists(args)
-    runs = _find_runs(args.dirs, args.include_evals)
+    runs = _find_runs(args.dirs, args.include_evals, args.include_debug)
     if args.uncalibrated:
         from cloudlstm.compare.calibration import before_calibration
 
@@ -246,14 +252,27 @@ def _make_folder(folder: Path) -> None:
         raise CompareError(f"cannot make the folder {folder}: {err.strerror or err}") from None
 
 
-def _find_runs(dirs: Sequence[Path], include_evals: bool) -> list[Run]:
-    """The runs under ``dirs``; a note on stderr of the evaluations left out."""
+# conf/debug/default.yaml's task_name, which every debug=... config keeps
+DEBUG_TASK = "debug"
+
+
+def _find_runs(dirs: Sequence[Path], include_evals: bool, include_debug: bool) -> list[Run]:
+    """The runs under ``dirs``; a note on stderr of the evaluations and debug runs left
+    out."""
     found = find_runs(dirs, include_evals=True)
     runs = [run for run in found if include_evals or not run.evaluated_run]
     if skipped := len(found) - len(runs):
         print(
             f"compare: left out {skipped} evaluation(s) of eval.py (re-tests of runs); "
             "--include-evals shows them",
+            file=sys.stderr,
+        )
+    debug = [run for run in runs if run.value("task_name") == DEBUG_TASK]
+    if debug and not include_debug:
+        runs = [run for run in runs if run.value("task_name") != DEBUG_TASK]
+        print(
+            f"compare: left out {len(debug)} run(s) of debug=... (task_name {DEBUG_TASK}: a "
+            "batch or a few, no result); --include-debug shows them",
             file=sys.stderr,
         )
     if pending := runs_without_results(dirs, found):
