@@ -259,6 +259,9 @@ def test_forecast_times_are_in_the_history_s_time_zone(run, tmp_path, write, fir
     assert done.returncode == 0, done.stderr
     times = pd.read_csv(out)["timestamp"]
     assert times[0] == first and times.iloc[-1].endswith(first[19:])
+    # the run's file wrote clock times: an offset on the history's is said, once
+    said = "writes its times with a zone or UTC offset, read as UTC, but the training file"
+    assert (done.stdout + done.stderr).count(said) == (first[19:] != "")
 
 
 def test_forecaster_gives_the_zone_of_the_times_fed_to_update(run):

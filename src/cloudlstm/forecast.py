@@ -31,9 +31,10 @@ from cloudlstm.data.pipeline.forecast_input import (
     far_outside,
     history_step,
     parse_history,
-    time_zone,
+    warn_other_clock,
 )
 from cloudlstm.data.pipeline.wide_history import long_history
+from cloudlstm.data.sources.times import time_zone
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.module import ForecastModule
 from cloudlstm.engine.quantiles import level_name
@@ -183,7 +184,7 @@ class Forecaster:
 
         Returns:
             One row per (step, point): the time (in the history's time zone where its
-            times had one, :func:`~cloudlstm.data.pipeline.forecast_input.time_zone`),
+            times had one, :func:`~cloudlstm.data.sources.times.time_zone`),
             ``horizon`` (1..J), the point id, its
             coordinates (moving points: the forecast positions), one column per value channel
             in real units, with ``module.quantiles`` one per channel and level
@@ -254,6 +255,8 @@ class Forecaster:
         long = long_history(snapshot, self.info, "the snapshot")
         rows = parse_history(long, self.info, "the snapshot")
         zone = time_zone(long[self.info.time_col], self.info.time_format, self.info.time_unit)
+        if self._buffer is None:  # said once, at the first snapshot
+            warn_other_clock(long[self.info.time_col], zone, self.info, "the snapshot")
         stream = rows if self._buffer is None else pd.concat([self._buffer, rows])
         key = [self.info.time_col, self.info.id_col]
         stream = stream.drop_duplicates(subset=key, keep="last")

@@ -20,6 +20,7 @@ import pandas as pd
 
 from cloudlstm.data.cache import CachedSource
 from cloudlstm.data.covariates import input_names, time_feature_names
+from cloudlstm.data.sources.times import TIMES_ZONED_KEY
 from cloudlstm.data.transforms import StandardScaler
 
 SPEC_KEY = "data_spec"
@@ -89,6 +90,10 @@ class DataSpec:
         first_time: the training stream's first timestamp (ISO text), the origin of its time
             grid: a forecast's history must lie on that grid. None without timestamps (and
             in checkpoints written before it).
+        times_zoned: whether the training file wrote its times with a zone or UTC offset
+            (read as UTC) rather than as clock times: a history written the other way is
+            warned of. None where unknown (sources other than long-format files, and
+            checkpoints written before it).
 
     A model reads ``C_in = input_channels`` channels (:attr:`input_names`) and forecasts
     ``C_out = num_channels`` (see :mod:`cloudlstm.data.covariates`).
@@ -122,6 +127,7 @@ class DataSpec:
     time_format: str | None = None
     time_unit: str | None = None
     first_time: str | None = None
+    times_zoned: bool | None = None
 
     # ------------------------------------------------------------------ made from
     @classmethod
@@ -164,6 +170,7 @@ class DataSpec:
             time_format=source.time_format,
             time_unit=source.time_unit,
             first_time=None if stream.timestamps is None else str(stream.timestamps[0]),
+            times_zoned=stream.metadata.get(TIMES_ZONED_KEY),
         )
 
     @classmethod

@@ -17,11 +17,10 @@ channel's valid range or absurd against the training medians and spreads
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timezone, tzinfo
+from datetime import tzinfo
 
 import numpy as np
 import pandas as pd
@@ -46,7 +45,7 @@ from cloudlstm.data.sources.tables import (
     pivot_long,
     step_text,
 )
-from cloudlstm.data.sources.times import parse_times
+from cloudlstm.data.sources.times import parse_times, time_zone
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.data.transforms import scale_coords
@@ -114,28 +113,30 @@ class TimeReading:
         return self.time_format, self.time_unit
 
 
-def time_zone(column: pd.Series, time_format: str | None, time_unit: str | None) -> tzinfo | None:
-    """The time zone the times of ``column`` are written in, which the forecast's times are
-    given in: the column's own, or that of text with a UTC offset (``+01:00``); UTC where
-    the rows mix offsets (the clocks changed) or mix them with times without one; None for
-    times without a zone and for numbers (counted in UTC: the forecast's times are too).
-    """
-    if isinstance(column.dtype, pd.DatetimeTZDtype):
-        return column.dt.tz
-    if time_unit is not None or pd.api.types.is_datetime64_dtype(column):
-        return None
-    values = pd.Series(column.dropna().unique())
-    if not len(values) or pd.api.types.is_numeric_dtype(values):
-        return None
-    with warnings.catch_warnings():  # pandas' word on mixed offsets: UTC below
-        warnings.simplefilter("ignore")
-        try:
-            parsed = pd.to_datetime(values, format=time_format)
-        except (ValueError, TypeError, OverflowError):
-            return timezone.utc
-    if isinstance(parsed.dtype, pd.DatetimeTZDtype):
-        return parsed.dt.tz
-    return None if pd.api.types.is_datetime64_dtype(parsed) else timezone.utc
+def warn_other_clock(column: pd.Series, zone: tzinfo | None, info: DataSpec, what: str) -> None:
+    """Warn where a history's times carry a UTC offset and the training file's did not, or
+    the reverse (``info.times_zoned``): both are read as written (with an offset: as UTC;
+    without: as the clock the training file kept), so local clock times on one side and
+    UTC on the other shift every input by the offset, the time features with it. Times
+    already parsed (a ``datetime64`` column, :meth:`Forecaster.update`'s buffer) say
+    nothing of how they were written, and are left alone."""
+    trained = info.times_zoned
+    if trained is None or pd.api.types.is_datetime64_dtype(column):
+        return
+    if zone is not None and not trained:
+        log.warning(
+            "%s writes its times with a zone or UTC offset, read as UTC, but the training "
+            "file wrote clock times without one: if those were local times, every input is "
+            "shifted by the offset. Write the history's times as the training file did.",
+            what,
+        )
+    elif zone is None and trained and not pd.api.types.is_numeric_dtype(column):
+        log.warning(
+            "%s writes its times without a zone, read as UTC, but the training file wrote "
+            "them with a UTC offset: if the history's are local times, every input is "
+            "shifted by the offset. Write them with their offset, as the training file did.",
+            what,
+        )
 
 
 def parse_history(
@@ -361,6 +362,7 @@ def build_input(
     long = long_history(df, info, what)
     table = parse_history(long, info, what, reading)
     zone = time_zone(long[info.time_col], *(reading or TimeReading()).settings(info))
+    warn_other_clock(long[info.time_col], zone, info, what)
     table = _marked_missing(table, info).reset_index(drop=True)  # index: the table's rows
     df, step = recent_window(table, info, what, zone)
     need = info.history_steps

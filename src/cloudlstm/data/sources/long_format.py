@@ -33,7 +33,12 @@ from cloudlstm.data.sources.tables import (
     read_table,
     written_ids,
 )
-from cloudlstm.data.sources.times import check_time_reading, parse_times
+from cloudlstm.data.sources.times import (
+    TIMES_ZONED_KEY,
+    check_time_reading,
+    parse_times,
+    time_zone,
+)
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingFileError, UserError
 
@@ -279,6 +284,7 @@ class LongFormatSource(CachedSource):
             self.time_format,
             self.time_unit,
         )
+        zoned = time_zone(df[self.time_col], self.time_format, self.time_unit) is not None
         df = df.assign(**{self.time_col: times})
         grid = pivot_long(
             df, self.time_col, self.id_col, self.freq, "error", what, "data.source.freq"
@@ -297,6 +303,9 @@ class LongFormatSource(CachedSource):
         )
         if self.covariate_cols:
             stream.metadata[COVARIATES_KEY] = list(self.covariate_cols)
+        # whether the file wrote its times with a zone (read as UTC) or as clock times, so
+        # that a forecast's history written the other way is warned of
+        stream.metadata[TIMES_ZONED_KEY] = zoned
         return self.cached(stream, cache_path)
 
     def _read(self, what: str) -> tuple[pd.DataFrame, list[str]]:

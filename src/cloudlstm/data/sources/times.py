@@ -15,6 +15,7 @@ import logging
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timezone, tzinfo
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,18 @@ from pandas.tseries.api import guess_datetime_format
 
 from cloudlstm.errors import UserError
 
-__all__ = ["SOURCE_OPTIONS", "TIME_UNITS", "check_time_reading", "parse_times"]
+__all__ = [
+    "SOURCE_OPTIONS",
+    "TIMES_ZONED_KEY",
+    "TIME_UNITS",
+    "check_time_reading",
+    "parse_times",
+    "time_zone",
+]
+
+# A stream's metadata key: whether its file wrote the times with a zone or UTC offset
+# (read as UTC), or as clock times without one; absent where unknown.
+TIMES_ZONED_KEY = "times_zoned"
 
 log = logging.getLogger(__name__)
 
@@ -261,3 +273,27 @@ def _first_value(column: pd.Series) -> Any:
     filled = column.dropna()
     value = filled.iloc[0] if len(filled) else None
     return value.item() if isinstance(value, np.generic) else value
+
+
+def time_zone(column: pd.Series, time_format: str | None, time_unit: str | None) -> tzinfo | None:
+    """The time zone the times of ``column`` are written in, which the forecast's times are
+    given in: the column's own, or that of text with a UTC offset (``+01:00``); UTC where
+    the rows mix offsets (the clocks changed) or mix them with times without one; None for
+    times without a zone and for numbers (counted in UTC: the forecast's times are too).
+    """
+    if isinstance(column.dtype, pd.DatetimeTZDtype):
+        return column.dt.tz
+    if time_unit is not None or pd.api.types.is_datetime64_dtype(column):
+        return None
+    values = pd.Series(column.dropna().unique())
+    if not len(values) or pd.api.types.is_numeric_dtype(values):
+        return None
+    with warnings.catch_warnings():  # pandas' word on mixed offsets: UTC below
+        warnings.simplefilter("ignore")
+        try:
+            parsed = pd.to_datetime(values, format=time_format)
+        except (ValueError, TypeError, OverflowError):
+            return timezone.utc
+    if isinstance(parsed.dtype, pd.DatetimeTZDtype):
+        return parsed.dt.tz
+    return None if pd.api.types.is_datetime64_dtype(parsed) else timezone.utc
