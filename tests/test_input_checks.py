@@ -142,10 +142,13 @@ def test_train_py_with_k_zero_stops_with_one_line(tmp_path):
         ("trainer.precision=13", "trainer: Precision 13 is invalid."),  # Lightning's, later
     ],
 )
-def test_a_refused_run_leaves_no_folder_and_a_named_one_is_kept(tmp_path, bad, said):
+def test_a_refused_run_leaves_no_folder_and_a_named_one_keeps_only_the_users_files(
+    tmp_path, bad, said
+):
     """Hydra makes the run's folder before the checks: a refused run's folder, stamped with
     its start, is removed with its date folder (left empty), so that the runs folder holds
-    runs; one the command named is the user's, and stays."""
+    runs; one the command named goes too where it holds only what the refused run wrote,
+    and stays where it holds a file of the user's."""
     args = [*JOB, *SYNTHETIC, *QUIET, "model.hidden_channels=4", bad]
     done = run_script("train.py", *args, f"paths.log_dir={tmp_path / 'logs'}")
     assert done.returncode == 1
@@ -155,7 +158,10 @@ def test_a_refused_run_leaves_no_folder_and_a_named_one_is_kept(tmp_path, bad, s
 
     named = tmp_path / "named"
     done = run_script("train.py", *args, f"hydra.run.dir={named}")
-    assert done.returncode == 1 and (named / ".hydra").is_dir()
+    assert done.returncode == 1 and not named.exists()
+    (named / "data").mkdir(parents=True)
+    done = run_script("train.py", *args, f"hydra.run.dir={named}")
+    assert done.returncode == 1 and (named / ".hydra").is_dir() and (named / "data").is_dir()
 
 
 @pytest.mark.parametrize(
