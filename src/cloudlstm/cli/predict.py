@@ -59,6 +59,8 @@ def refuse_unread_overrides(argv: list[str]) -> None:
         key, sep, _ = arg.lstrip("+~").partition("=")
         if arg.startswith("-") or not sep or key.split(".")[0] == "hydra" or "/" in key:
             continue
+        if arg.startswith("+") and "." not in key:
+            continue  # check_added_top_level_keys names the nearest setting
         if not _declares(declared, key.split(".")):
             # Hydra would say the config has no setting of its first part (model)
             raise UserError(f"predict.py {arg}: nothing reads it; {TAKES}.")
