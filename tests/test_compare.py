@@ -118,11 +118,15 @@ def test_a_copied_or_rerun_seed_counts_once_with_a_warning(seeds, capsys):
     shutil.copytree(seeds / "0", seeds / "0_copy")
     write_run(seeds / "9_rerun", 1.5, seed=2)  # seed 2 again, other results
     write_run(seeds / "7", 3.0, seed=7)  # a seed of its own: a fourth sample
+    write_run(seeds / "8", 2.0, seed=1)  # seed 1 again, another draw of held-out points
+    (seeds / "8" / "config.yaml").write_text(
+        (seeds / "8" / "config.yaml").read_text() + "data:\n  holdout_seed: 5\n"
+    )
     code, out, err = run_main(capsys, seeds, "--format", "csv")
     assert code == 0
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert [(r["model.k"], r["n"]) for r in rows] == [("6", "1"), ("3", "4")]
-    assert float(rows[1]["mae_mean"]) == pytest.approx((1 + 2 + 4 + 3) / 4)
+    assert [(r["model.k"], r["n"]) for r in rows] == [("6", "1"), ("3", "5")]
+    assert float(rows[1]["mae_mean"]) == pytest.approx((1 + 2 + 4 + 3 + 2) / 5)
     assert err == [
         "compare: warning: 0_copy has the settings and seed (0) of 0: a copy or a rerun, one "
         "sample, so it is left out, not counted as another seed (1 more such run(s) left "

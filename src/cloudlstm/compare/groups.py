@@ -10,7 +10,7 @@ import numpy as np
 
 from cloudlstm.compare.cells import Stat
 from cloudlstm.compare.runs import NO_CONFIG_KEY, RUN_KEYS, CompareError, Run
-from cloudlstm.compare.settings import is_setting
+from cloudlstm.compare.settings import SAMPLE_KEYS, is_setting
 
 # Hint of an unknown --by key: at most this many names.
 MAX_NAMES = 10
@@ -115,7 +115,8 @@ def _told_apart(rows: list[dict[str, str]]) -> list[frozenset[str]]:
 def one_run_per_seed(runs: Sequence[Run]) -> tuple[list[Run], list[tuple[Run, Run]]]:
     """``runs`` with each (settings, seed) once, and the ``(left out, kept)`` pairs.
 
-    Two runs of the same settings (:func:`is_setting`) and the same seed are one sample
+    Two runs of the same settings (:func:`is_setting`) and the same seed (and draw of
+    held-out points, :data:`SAMPLE_KEYS`) are one sample
     counted twice: a copied run folder, or a rerun. Counted as two seeds they would make
     ``n`` one too many and the spread too small (0 for a copy). The first by path is kept.
     Runs without a ``config.yaml`` or a seed, and eval.py's re-tests, are left as they are.
@@ -128,7 +129,7 @@ def one_run_per_seed(runs: Sequence[Run]) -> tuple[list[Run], list[tuple[Run, Ru
             kept.append(run)
             continue
         key = tuple(sorted((k, run.value(k)) for k in run.keys if is_setting(k)))
-        key += (("seed", run.value("seed")),)
+        key += tuple((k, run.value(k)) for k in SAMPLE_KEYS)
         if key in first:
             repeats.append((run, first[key]))
         else:

@@ -30,6 +30,9 @@ NOT_SETTINGS = frozenset(
         *(f"model.{option}" for option in EXECUTION_OPTIONS),  # how, not what
     }
 )  # fmt: skip
+# The keys of NOT_SETTINGS that tell the samples of one setting apart: runs alike in these
+# too are one sample (a copy, or a rerun), not two seeds.
+SAMPLE_KEYS = ("seed", "data.holdout_seed")
 NOT_SETTING_PREFIXES = (
     "paths.", "data_info.", "logger.", "report.", "hydra.",
     # the console, learning-rate log, timer, RNG states and the resume checkpoints
