@@ -112,6 +112,21 @@ def test_csv_with_a_written_index_reads_its_times_and_fills_missing_rows(tmp_pat
     np.testing.assert_allclose(stream.coords, np.column_stack([LON, LAT]))
 
 
+def test_the_table_records_whether_it_wrote_its_times_with_an_offset(los, tmp_path):
+    """As data=points does, so that a forecast's history written the other way is warned of
+    (DataSpec.times_zoned); times counted from data.source.start record nothing."""
+    places = pd.DataFrame({"id": IDS, "x": [0.0, 1, 2, 3], "y": [5.0, 4, 3, 2]})
+    places.to_csv(tmp_path / "places.csv", index=False)
+    times = pd.date_range(T0, periods=6, freq="10min", tz="UTC").tz_convert("+01:00")
+    for name, written, zoned in (("local", times.tz_localize(None), False), ("zoned", times, True)):
+        speeds(6).assign(timestamp=written.astype(str)).to_csv(
+            tmp_path / f"{name}.csv", index=False
+        )
+        stream = WideTableSource(tmp_path / f"{name}.csv", tmp_path / "places.csv").load()
+        assert stream.metadata["times_zoned"] is zoned
+    assert "times_zoned" not in source(los).load().metadata
+
+
 def test_a_named_time_column_and_x_y_positions(tmp_path):
     table = speeds(6).assign(timestamp=pd.date_range(T0, periods=6, freq="10min"))
     table.to_csv(tmp_path / "wide.csv", index=False)

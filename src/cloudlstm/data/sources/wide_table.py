@@ -43,7 +43,12 @@ from cloudlstm.data.sources.tables import (
     read_hdf,
     read_table,
 )
-from cloudlstm.data.sources.times import check_time_reading, parse_times
+from cloudlstm.data.sources.times import (
+    TIMES_ZONED_KEY,
+    check_time_reading,
+    parse_times,
+    time_zone,
+)
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingFileError, UserError
 
@@ -259,6 +264,7 @@ class WideTableSource(CachedSource):
         values = channel_values(frame, columns, what, self.bad_values)  # (R, N) float32
         if self.missing_value is not None:
             values[values == np.float32(self.missing_value)] = np.nan
+        zoned = None  # times counted from data.source.start: no zone written
         if time_col is None and index_times is None:
             timestamps, step = self._counted_times(len(frame), what)
         else:
@@ -267,6 +273,7 @@ class WideTableSource(CachedSource):
             times = parse_times(
                 pd.Series(raw), f"{label} of {what}", self.time_format, self.time_unit
             )
+            zoned = time_zone(pd.Series(raw), self.time_format, self.time_unit) is not None
             timestamps, step, values = self._on_grid(times, values, what)
         stream = build_stream(
             timestamps,
@@ -278,6 +285,8 @@ class WideTableSource(CachedSource):
             name=self.name,
             source=str(path),
         )
+        if zoned is not None:  # as data=points records it, for a forecast's history
+            stream.metadata[TIMES_ZONED_KEY] = zoned
         return self.cached(stream, cache_path)
 
     def _read(self, path: Path, what: str, rows: int | None = None) -> tuple[pd.DataFrame, Any]:
