@@ -4,10 +4,12 @@
 
 from __future__ import annotations
 
+import gc
 import shlex
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from omegaconf import OmegaConf
 
 from cloudlstm.assembly.build import build_trainer
 from cloudlstm.cli.override_text import override_text
-from cloudlstm.cli.scripts import refuse_moved_keys
+from cloudlstm.cli.scripts import freeze_for_a_quick_end, refuse_moved_keys
 from cloudlstm.cli.train import next_steps, train
 from cloudlstm.errors import UserError
 from tests.conftest import PYTHON, ROOT, TINY, compose_train, one_line, subprocess_env
@@ -279,3 +281,18 @@ def test_a_refused_run_in_a_named_folder_leaves_it_only_where_it_holds_other_fil
     proc = run(*PYTHON, "train.py", *refused, f"hydra.run.dir={mine}")
     assert error_line(proc).startswith("SeasonalNaive:")
     assert (mine / "notes.log").read_text() == "the user's own" and (mine / ".hydra").is_dir()
+
+
+def test_the_programs_end_freezes_the_collector_but_not_under_triton(monkeypatch):
+    """gc.freeze() spares the end's collections; with Triton loaded, whose bindings list
+    every object still alive at the end as a leak, the collector is left to free them."""
+    before = gc.get_freeze_count()
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    freeze_for_a_quick_end()
+    assert gc.get_freeze_count() == before
+    monkeypatch.delitem(sys.modules, "triton")
+    try:
+        freeze_for_a_quick_end()
+        assert gc.get_freeze_count() > before
+    finally:
+        gc.unfreeze()

@@ -323,3 +323,20 @@ def test_cloudlstm_triton_0_sends_every_cuda_path_to_torch_ops(switch, expected)
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == str([expected] * 3)
+
+
+def test_a_program_ends_without_tritons_leak_report(tmp_path):
+    """With Triton installed (as with CUDA torch), a program's end lists no objects of its
+    bindings as leaked: the collector is not frozen then (cli/scripts.py)."""
+    pytest.importorskip("triton", reason="Triton is not installed (CPU-only setup)")
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, subprocess_env
+
+    # a fresh interpreter (not the tests' warm one, forked): its own end is what is tested
+    run_dir = f"hydra.run.dir={tmp_path / 'run'}"
+    command = [sys.executable, "train.py", "data.input_steps=-1", run_dir]
+    done = subprocess.run(command, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True)
+    assert "input_steps must be an integer >= 1" in done.stderr
+    assert "nanobind" not in done.stderr and "leaked" not in done.stderr

@@ -155,15 +155,23 @@ def _run_hydra(config_name: str, task: Callable[[DictConfig], Any]) -> None:
     _full_error_wanted = os.environ.get(_FULL_ERROR) == "1"
     os.environ.setdefault("PROJECT_ROOT", os.getcwd())
     sys.argv = multirun_flag_first(sys.argv)
-    # Registered first, so run last of the exit handlers (after W&B's and Lightning's): the
-    # interpreter's collections at its end would otherwise go through the millions of objects
-    # torch's imports make (seconds) to free memory that the exit frees anyway.
-    atexit.register(gc.freeze)
+    # Registered first, so run last of the exit handlers (after W&B's and Lightning's)
+    atexit.register(freeze_for_a_quick_end)
     import hydra  # here: a Ctrl-C while it is imported is the program's stop (ctrl_c_is_a_stop)
 
     main = hydra.main(version_base="1.3", config_path=str(config_dir()), config_name=config_name)
     with _errors_without_hydra_hint():
         main(task)()
+
+
+def freeze_for_a_quick_end() -> None:
+    """Freeze the garbage collector, so that the interpreter's collections at its end skip
+    the millions of objects torch's imports made (seconds) to free memory that the exit
+    frees anyway; but not where Triton is loaded (CUDA installs, ``make test-kernels``).
+    Its bindings (nanobind) check at the end that every object of theirs was freed, and
+    list each frozen one on stderr as a leak: some 30 lines after every run."""
+    if "triton" not in sys.modules:
+        gc.freeze()
 
 
 @contextmanager
