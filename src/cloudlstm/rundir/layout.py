@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from cloudlstm.errors import UserError, replacing
+from cloudlstm.rundir.metrics_json import metrics_text, restored_metrics
 
 CONFIG_FILE = "config.yaml"
 DATA_SUMMARY_FILE = "data_summary.json"
@@ -271,7 +272,7 @@ def load_metrics(path: Path) -> dict[str, Any]:
         raise UserError(_damaged(path, f"not valid JSON: {err}")) from None
     if not isinstance(results, dict):
         raise UserError(_damaged(path, f"a JSON {type(results).__name__}, not a run's results"))
-    return results
+    return restored_metrics(results)
 
 
 def _damaged(path: Path, problem: str) -> str:
@@ -294,7 +295,7 @@ def write_metrics(output_dir: Path, results: dict[str, Any]) -> Path:
     """
     path = Path(output_dir) / METRICS_FILE
     with replacing(path) as part:
-        part.write_text(json.dumps(results, indent=2))
+        part.write_text(metrics_text(results))
     return path
 
 
