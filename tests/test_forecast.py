@@ -188,6 +188,33 @@ def test_a_refused_snapshot_leaves_the_stream_as_it_was(points_run, forecaster):
     assert str(before["timestamp"].dt.tz) == "Europe/Rome"
 
 
+@pytest.mark.parametrize("zoned_first", [True, False], ids=["offsets-then-clock", "clock-then-offsets"])
+def test_a_snapshot_on_another_clock_than_the_stream_is_refused(points_run, zoned_first):
+    """Times with a UTC offset are read in UTC, times without one as written: a stream fed
+    one way, then the other, would hold steps an offset apart; the snapshot that changes
+    the form is refused, and the stream keeps its rows."""
+    recent = history(points_run)
+    recent = recent[recent["timestamp"] >= STAMPS[SPLIT - M]]
+    in_rome = recent.assign(
+        timestamp=recent["timestamp"].dt.tz_localize("UTC").dt.tz_convert("Europe/Rome")
+    )
+    first, then = (in_rome, recent) if zoned_first else (recent, in_rome)
+    last = recent["timestamp"] == STAMPS[SPLIT - 1]
+    f = Forecaster.load(points_run[0], device="cpu")
+    f.update(first[~last])
+    held = f._buffer.copy()
+    this, before = ("without", "with") if zoned_first else ("with", "without")
+    with pytest.raises(
+        UserError,
+        match=rf"^the snapshot's times are written {this} a UTC offset, the stream's before "
+        rf"it {before} one: .* Write every snapshot's times one way",
+    ):
+        f.update(then[last])
+    pd.testing.assert_frame_equal(f._buffer, held)
+    f.update(first[last])  # the same form goes on
+    assert f._buffer["timestamp"].nunique() == M
+
+
 @pytest.mark.parametrize("given", [{"timestamp": ["2021-01-01"]}, [1, 2, 3]], ids=["dict", "list"])
 def test_a_history_that_is_no_dataframe_is_one_line(forecaster, given):
     kind = type(given).__name__

@@ -255,8 +255,10 @@ class Forecaster:
         long = long_history(snapshot, self.info, "the snapshot")
         rows = parse_history(long, self.info, "the snapshot")
         zone = time_zone(long[self.info.time_col], self.info.time_format, self.info.time_unit)
-        if self._buffer is None:  # said once, at the first snapshot
+        if self._buffer is None:  # the first snapshot sets the stream's form
             warn_other_clock(long[self.info.time_col], zone, self.info, "the snapshot")
+        else:
+            self._refuse_another_clock(zone)
         stream = rows if self._buffer is None else pd.concat([self._buffer, rows])
         key = [self.info.time_col, self.info.id_col]
         stream = stream.drop_duplicates(subset=key, keep="last")
@@ -265,6 +267,24 @@ class Forecaster:
         stream = stream[times > times.max() - self.history_steps * step]
         # set together, after every check: a refused snapshot leaves the stream as it was
         self._buffer, self._zone = stream.reset_index(drop=True), zone
+
+    def _refuse_another_clock(self, zone: tzinfo | None) -> None:
+        """Refuse a snapshot whose times are written with a UTC offset where the stream's
+        were written without one, or the reverse (any two zones are one clock: UTC).
+
+        Raises:
+            UserError: the snapshot changes the form; its steps would be read an offset
+                away from the stream's (an hour from a step on a 1-hour grid).
+        """
+        if (zone is None) == (self._zone is None):
+            return
+        this, before = ("with", "without") if zone is not None else ("without", "with")
+        raise UserError(
+            f"the snapshot's times are written {this} a UTC offset, the stream's before it "
+            f"{before} one: times with an offset are read in UTC and times without one as "
+            "written, so its steps would be read an offset away from the stream's. Write "
+            "every snapshot's times one way (or start the stream anew with Forecaster.load)."
+        )
 
     def _table(
         self, window: ForecastInput, pred: np.ndarray, quantiles: np.ndarray | None = None
