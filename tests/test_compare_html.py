@@ -8,6 +8,7 @@ where no Chromium is installed (.ci/run installs Debian's).
 
 from __future__ import annotations
 
+import math
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
+from cloudlstm.compare.html import _number
 from cloudlstm.compare.style import close_range as _close_range
 from tests.browser import Chromium, find_chromium
 from tests.test_compare import PNG_MAGIC, run_main, write_run
@@ -286,3 +288,15 @@ def test_published_results_page_sorts_by_a_clicked_header(tmp_path, capsys, chro
     chromium.evaluate(f"document.querySelectorAll('#table-beijing th')[{params}].click()")
     assert chromium.evaluate(first_model) == "persistence"  # 0 parameters
     assert_screenshot(chromium, tmp_path / "beijing.png")
+
+
+def test_sort_keys_are_numbers_javascript_reads():
+    """An infinite PSNR (an exact forecast) sorts as a number: JavaScript's Number() reads
+    "Infinity", not Python's "inf", which would make its whole column sort as text."""
+    assert [_number(v) for v in (1.5, 3, math.inf, -math.inf)] == [
+        "1.5",
+        "3",
+        "Infinity",
+        "-Infinity",
+    ]
+    assert _number(math.nan) == _number(None) == _number(True) == ""

@@ -180,10 +180,14 @@ def _sort_key(cell: Any) -> str:
 
 
 def _number(value: Any) -> str:
-    """A number for ``data-sort``; "" (sorted last) for missing values and NaN."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    """A number for ``data-sort`` as JavaScript's ``Number()`` reads it ("Infinity", not
+    Python's "inf", for the PSNR of an exact forecast); "" (sorted last) for missing values
+    and NaN."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
         return ""
-    return "" if math.isnan(value) else repr(value)
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return repr(value)
 
 
 def _href(target: Path, base: Path) -> str:
