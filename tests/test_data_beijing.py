@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from cloudlstm.assembly.build import instantiate_datamodule
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.sources.beijing import STATION_POSITIONS, BeijingSource
+from cloudlstm.data.sources.times import TIMES_ZONED_KEY
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.old_configs import current_config
 
@@ -147,6 +148,8 @@ def test_beijing_config(tiny, tmp_path):
     assert batch["x"].shape == (4, 5, 3, 6) and batch["coords"].shape == (4, 3, 2)
     assert list((tmp_path / "data" / "beijing").glob("beijing_*/values.npy"))
     assert dm.stream.metadata["co_units"] == "mg/m3"  # the config's default
+    # clock times without an offset, which a forecast's history written with one is told of
+    assert dm.stream.metadata[TIMES_ZONED_KEY] is False
 
 
 def test_beijing_config_defaults(monkeypatch, tmp_path):

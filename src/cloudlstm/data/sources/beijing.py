@@ -35,6 +35,7 @@ from cloudlstm.data.sources.tables import (
     pivot_long,
     read_table,
 )
+from cloudlstm.data.sources.times import TIMES_ZONED_KEY
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingFileError, UserError
 
@@ -263,6 +264,9 @@ class BeijingSource(CachedSource):
             source=str(self.root),
         )
         stream.metadata["co_units"] = self.co_units  # in the data summary of metrics.json
+        # the files' year, month, day and hour: Beijing's clock, without an offset, which a
+        # forecast's history written with one is warned of (forecast_input.warn_other_clock)
+        stream.metadata[TIMES_ZONED_KEY] = False
         if self.covariates:
             stream.metadata[COVARIATES_KEY] = self.covariate_channels
         return stream
