@@ -71,3 +71,12 @@ def test_compare_reads_a_nan_metric_written_as_null(tmp_path):
     assert math.isnan(run.overall["mae"]) and run.overall["psnr"] == math.inf
     assert run.per_step["mae"][0] == 1.0 and math.isnan(run.per_step["mae"][1])
     assert math.isnan(run.pooled["mae"])
+
+
+def test_a_part_that_is_null_as_a_whole_stays_none(tmp_path):
+    """A run that trained but was never tested writes ``"test": null``: no metric was NaN,
+    there was none, and readers such as ``compare`` say so."""
+    results = results_with(2.5, 7.0)
+    results["test"] = None
+    read = load_metrics(write_metrics(tmp_path, results))
+    assert read["test"] is None and read["val"]["val/mae"] == 2.5

@@ -39,8 +39,12 @@ def _standard(value: Any) -> Any:
 
 def restored_metrics(results: dict[str, Any]) -> dict[str, Any]:
     """``results`` as read from a ``metrics.json``, with the metrics that were NaN or
-    infinite floats again."""
-    return {key: _floats(value) if key in METRIC_PARTS else value for key, value in results.items()}
+    infinite floats again. A part that is null as a whole (``"test": null``, a run that was
+    never tested) stays None: only the metrics inside a part were numbers."""
+    return {
+        key: _floats(value) if key in METRIC_PARTS and value is not None else value
+        for key, value in results.items()
+    }
 
 
 def _floats(value: Any) -> Any:
