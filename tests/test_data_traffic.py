@@ -60,6 +60,10 @@ def test_configs_default_to_the_shared_copies(name, env, folder, monkeypatch, tm
     assert cfg.data.source.graph is None
     # an .h5 of several tables names the one to read with it, as the refusal says
     assert compose_train(tmp_path, [f"data={name}", "data.source.key=a"]).data.source.key == "a"
+    # so is a positions file's columns, set without a "+" as the refusal of unnamed ones says
+    assert cfg.data.source.position_cols is None
+    named = compose_train(tmp_path, [f"data={name}", "data.source.position_cols=[id,x,y]"])
+    assert list(named.data.source.position_cols) == ["id", "x", "y"]
     assert list(cfg.data.valid_ranges.values()) == [[0, None]]  # no negative speed or traffic
     monkeypatch.setenv(env, "/somewhere/else")
     assert compose_train(tmp_path, [f"data={name}"]).data.source.root == "/somewhere/else"
