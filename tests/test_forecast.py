@@ -167,6 +167,23 @@ def test_a_reading_fed_again_replaces_the_earlier_one(points_run, forecaster):
     pd.testing.assert_frame_equal(f.forecast(), forecaster.forecast(whole))
 
 
+def test_a_snapshot_with_two_rows_of_one_time_and_point_is_refused(points_run, forecaster):
+    """Which of the two holds the reading is not known: forecast() refuses them in a
+    history, and update() kept the last in silence."""
+    whole = history(points_run)
+    recent = whole[whole["timestamp"] >= STAMPS[SPLIT - M]]
+    f = Forecaster.load(points_run[0], device="cpu")
+    f.update(recent)
+    newest = recent[recent["timestamp"] == STAMPS[SPLIT - 1]]
+    twice = pd.concat([newest, newest.iloc[:1].assign(no2=newest["no2"].iloc[0] + 50.0)])
+    with pytest.raises(UserError, match=r"^the snapshot has several rows for the same \(time, "):
+        f.update(twice)
+    with pytest.raises(UserError, match=r"several rows for the same \(time, point\)"):
+        forecaster.forecast(pd.concat([recent, twice.iloc[-1:]]))
+    assert len(f._buffer) == len(recent)  # the stream as it was
+    pd.testing.assert_frame_equal(f.forecast(), forecaster.forecast(whole))
+
+
 def test_a_refused_snapshot_leaves_the_stream_as_it_was(points_run, forecaster):
     """A snapshot off the step grid, in another time zone, is refused; the stream keeps its
     rows and its zone, so the next forecast is the one before."""

@@ -34,6 +34,7 @@ from cloudlstm.data.pipeline.forecast_input import (
     warn_other_clock,
 )
 from cloudlstm.data.pipeline.wide_history import long_history
+from cloudlstm.data.sources.tables import pivot_long
 from cloudlstm.data.sources.times import time_zone
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.module import ForecastModule
@@ -251,6 +252,12 @@ class Forecaster:
         before replaces the earlier one (a reading sent again, or corrected); rows of an
         earlier time than the newest fill that step. A run trained on a wide table takes
         wide rows too (:func:`~cloudlstm.data.pipeline.wide_history.long_history`).
+
+        Raises:
+            UserError: the snapshot cannot be read as a history can't
+                (:meth:`forecast`), writes its times in another form than the stream's, or
+                has two rows of one time and point: which one holds the reading is not
+                known, as :meth:`forecast` refuses them in a history.
         """
         long = long_history(snapshot, self.info, "the snapshot")
         rows = parse_history(long, self.info, "the snapshot")
@@ -264,6 +271,8 @@ class Forecaster:
         stream = stream.drop_duplicates(subset=key, keep="last")
         times = stream[self.info.time_col].to_numpy()
         step = history_step(times, self.info, "the stream fed to update()", zone or self._zone)
+        # the snapshot's own rows for one time and point are refused, as a history's are
+        pivot_long(rows, *key, step, "error", "the snapshot", refuse_sparse=False)
         stream = stream[times > times.max() - self.history_steps * step]
         # set together, after every check: a refused snapshot leaves the stream as it was
         self._buffer, self._zone = stream.reset_index(drop=True), zone
