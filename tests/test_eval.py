@@ -284,6 +284,23 @@ def test_a_missing_run_or_checkpoint_is_a_user_error(cloud_run, tmp_path):
         evaluate(compose_eval(untrained, tmp_path / "eval"))
 
 
+def test_a_run_stopped_before_a_validation_chose_a_checkpoint_says_so(cloud_run, tmp_path):
+    """Only last.ckpt (killed early): the default ckpt=best was advised back to the user."""
+    stopped = tmp_path / "stopped"
+    (stopped / "checkpoints").mkdir(parents=True)
+    shutil.copy(cloud_run / "config.yaml", stopped)
+    shutil.copy(cloud_run / "checkpoints" / "last.ckpt", stopped / "checkpoints")
+    with pytest.raises(UserError) as refused:
+        evaluate(compose_eval(stopped, tmp_path / "eval"))
+    assert str(refused.value) == (
+        f"No best checkpoint in {stopped} ({stopped / 'checkpoints'} holds ['last.ckpt']): the "
+        "run stopped before a validation chose one (killed, or shorter than one validation). "
+        "Train it on with its command and resume=auto, or take its last weights with ckpt=last."
+    )
+    evaluate(compose_eval(stopped, tmp_path / "eval", "ckpt=last"))  # the way it names
+    assert metrics(tmp_path / "eval")["checkpoint"].endswith("last.ckpt")
+
+
 def test_an_evaluations_folder_given_as_the_run_names_the_run(cloud_run, tmp_path):
     """eval.py's output has a config.yaml too, so it read as a run without a checkpoint."""
     run = tmp_path / "run"

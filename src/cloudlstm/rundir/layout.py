@@ -209,11 +209,22 @@ def find_checkpoint(run: Path, ckpt: object) -> Path:
         found = given if given.is_file() or given.is_absolute() else run / given
     if found is None or not found.is_file():
         have = sorted(p.name for p in folder.glob("*.ckpt"))
+        if ckpt == "best" and resume_candidates(run):
+            raise UserError(_no_best(run, folder, have))
         raise UserError(
             f"No checkpoint {ckpt!r} in {run} ({folder} holds {have or 'no .ckpt files'}): "
             "use a run that trained, ckpt=best, ckpt=last or the path of a .ckpt file."
         )
     return found
+
+
+def _no_best(run: Path, folder: Path, have: list[str]) -> str:
+    """Why a run with weights to resume from has no best checkpoint, and the two ways on."""
+    return (
+        f"No best checkpoint in {run} ({folder} holds {have}): the run stopped before a "
+        "validation chose one (killed, or shorter than one validation). Train it on with its "
+        "command and resume=auto, or take its last weights with ckpt=last."
+    )
 
 
 def _tested_checkpoint(run: Path) -> Path | None:
