@@ -251,6 +251,30 @@ def test_hydra_s_own_errors_are_one_line_without_the_debugging_hint(tmp_path, ar
     assert done.stderr.splitlines() == [line]
 
 
+def test_a_sweep_over_a_setting_the_config_lacks_is_one_line_and_leaves_no_sweep_folder(
+    tmp_path,
+):
+    """Hydra makes the sweep's folder and writes multirun.yaml before it composes a job: a
+    sweep refused before any job began left it, a sweep without runs. `--cfg job` after a
+    command with -m is Hydra's error, so the line gives the program alone with it."""
+    logs = tmp_path / "logs"
+    done = run_script("train.py", "-m", "data.foo=1,2", f"paths.log_dir={logs}")
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "Could not override 'data.foo': the config has no setting data.foo. Correct the name; "
+        "`python train.py --cfg job` prints the settings (Hydra takes --cfg without -m)."
+    ]
+    assert [p for p in logs.rglob("*") if p.is_file()] == []
+    named, own = tmp_path / "named", tmp_path / "own"
+    (own / "notes").mkdir(parents=True)
+    for sweep_dir in (named, own):
+        done = run_script("train.py", "-m", "data.foo=1,2", f"hydra.sweep.dir={sweep_dir}")
+        assert done.returncode == 1
+    assert not named.exists() and (own / "notes").is_dir()  # a folder of the user's stays
+    listed = run_script("train.py", "--cfg", "job")  # the command the line gives
+    assert listed.returncode == 0 and "seed:" in listed.stdout
+
+
 def test_the_multirun_flag_may_come_after_overrides():
     """Hydra's parser took `a=1 -m b=2,3` for unrecognized arguments, under its usage."""
     argv = ["train.py", "model=lstm", "-m", "seed=0,1", "--multirun"]

@@ -40,7 +40,10 @@ def test_a_key_nothing_reads_is_refused_by_name(tmp_path: Path, override: str, s
     with pytest.raises(UserError) as refused:
         check_known_keys(cfg)
     assert str(refused.value).startswith(said), str(refused.value)
-    assert str(refused.value).endswith(("Correct the name, or leave it out.", "without the +."))
+    assert str(refused.value).endswith(
+        ("Correct the name, or leave it out.", "without the +: `--cfg job` after the command "
+         "prints the settings.")
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(

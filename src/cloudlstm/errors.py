@@ -20,6 +20,7 @@ import errno
 import os
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -231,6 +232,21 @@ def _size(n: int) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1000
     raise AssertionError("unreachable")
+
+
+# Hydra's flag for a sweep; the config may ask for one too (``hydra.mode: MULTIRUN``)
+MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
+def settings_listing() -> str:
+    """How the command just typed lists its settings, for a line refusing a name: ``--cfg
+    job`` after it; in a sweep, which Hydra refuses beside ``--cfg`` (and whose comma lists
+    it refuses without ``-m``), the program alone with it."""
+    if not any(arg in MULTIRUN_FLAGS for arg in sys.argv[1:]):
+        return "`--cfg job` after the command prints the settings"
+    name = Path(sys.argv[0]).name
+    program = f"python {name}" if name.endswith(".py") else name
+    return f"`{program} --cfg job` prints the settings (Hydra takes --cfg without -m)"
 
 
 def nearest_name(key: str, names: Iterable[str], path: str = "") -> str:

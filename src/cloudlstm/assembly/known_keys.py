@@ -36,7 +36,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from cloudlstm.errors import UserError, nearest_name
+from cloudlstm.errors import UserError, nearest_name, settings_listing
 from cloudlstm.models.build import BUILD_OPTIONS
 from cloudlstm.models.options import check_option_types, parameters_of
 
@@ -107,8 +107,8 @@ def check_added_top_level_keys(cfg: DictConfig) -> None:
         known = [k for k in cfg if k != key and k != "hydra"]
         raise UserError(
             f"{override.input_line}: there is no top-level setting {key}, so nothing would "
-            f"read it{nearest_name(key, known)}. Give a setting the config has (`--cfg job` "
-            "after the command prints them), without the +."
+            f"read it{nearest_name(key, known)}. Give a setting the config has, without the "
+            f"+: {settings_listing()}."
         )
 
 

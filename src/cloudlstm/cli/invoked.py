@@ -7,6 +7,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from cloudlstm.errors import MULTIRUN_FLAGS
+
 # each program's command: the repository's form, the installed one
 COMMANDS = {
     "train": ("python train.py", "cloudlstm-train"),
@@ -22,10 +24,6 @@ def command(program: str) -> str:
     otherwise (the repository's scripts, or the Python API)."""
     repository, installed = COMMANDS[program]
     return installed if Path(sys.argv[0]).name.startswith("cloudlstm-") else repository
-
-
-# Hydra's flag for a sweep; the config may ask for one too (``hydra.mode: MULTIRUN``)
-MULTIRUN_FLAGS = ("-m", "--multirun")
 
 
 def multirun_flagged(argv: Sequence[str]) -> bool:

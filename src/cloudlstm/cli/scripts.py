@@ -197,9 +197,25 @@ def _errors_without_hydra_hint() -> Iterator[None]:
         yield
     except CompactHydraException as err:
         sys.stderr.write(f"{hydra_error_line(err)}\n")
+        _no_sweep_folder_if_no_job_began()
         raise SystemExit(1) from None
     finally:
         os.environ.pop(_FULL_ERROR, None)
+
+
+def _no_sweep_folder_if_no_job_began() -> None:
+    """Remove the sweep folder this command made when it holds Hydra's ``multirun.yaml``
+    alone: a job's override that names no setting is refused before any job begins, and the
+    folder would be listed by ``compare`` and the dates' folders as a sweep (its date folder
+    goes too, when Hydra named it and it is left empty)."""
+    from cloudlstm.rundir.lock import SWEEP_DIRS_MADE
+
+    for folder in SWEEP_DIRS_MADE:
+        if folder.is_dir() and [p.name for p in folder.iterdir()] in ([], ["multirun.yaml"]):
+            shutil.rmtree(folder, ignore_errors=True)
+            if _stamped_now(folder):  # Hydra's date folder, not one the command named
+                with suppress(OSError):  # not empty: other sweeps of that day
+                    folder.parent.rmdir()
 
 
 def hydra_error_line(err: Exception) -> str:
@@ -259,7 +275,7 @@ def _unknown_key_line(cause: BaseException | None) -> str | None:
     from omegaconf import DictConfig
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-    from cloudlstm.errors import config_keys, nearest_name
+    from cloudlstm.errors import config_keys, nearest_name, settings_listing
 
     missing = ConfigKeyError | ConfigAttributeError
     if not isinstance(cause, missing):
@@ -278,7 +294,7 @@ def _unknown_key_line(cause: BaseException | None) -> str | None:
         hint = hint or nearest_name(name, [str(k) for k in parent], path)
     return (
         f"Could not override '{key}': the config has no setting {key}{hint}. Correct the "
-        "name; `--cfg job` after the command prints the settings."
+        f"name; {settings_listing()}."
     )
 
 

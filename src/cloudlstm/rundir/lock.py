@@ -386,7 +386,15 @@ class MakeTheRunDirectory(Callback):
         _or_exit(lambda: make_dir(Path(os.path.abspath(str(config.hydra.run.dir))), RUN_KEY))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        _or_exit(lambda: make_dir(Path(os.path.abspath(str(config.hydra.sweep.dir))), SWEEP_KEY))
+        sweep_dir = Path(os.path.abspath(str(config.hydra.sweep.dir)))
+        if not sweep_dir.exists():
+            SWEEP_DIRS_MADE.append(sweep_dir)
+        _or_exit(lambda: make_dir(sweep_dir, SWEEP_KEY))
+
+
+# The sweep directories this process made: one whose jobs never began (an override that
+# names no setting) is removed with the sweep's refusal (cloudlstm.cli.scripts).
+SWEEP_DIRS_MADE: list[Path] = []
 
 
 def held_run_dirs(sweep_dir: str | Path, mode: str) -> dict[str, str]:
