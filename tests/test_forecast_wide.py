@@ -152,6 +152,35 @@ def test_what_a_wide_history_cannot_give_is_one_line(forecaster, change, message
     assert "\n" not in str(err.value)
 
 
+def test_a_bad_cell_of_a_wide_history_is_named_by_its_row_and_point_column(forecaster):
+    """Not by the melted rows' numbers and a channel column ('speed') the file lacks."""
+    table = wide(RECENT).astype({IDS[2]: object})
+    table.loc[table.index[-1], IDS[2]] = "12 km/h"
+    with pytest.raises(UserError) as err:
+        forecaster.forecast(table, what="recent.csv")
+    assert str(err.value).startswith(
+        f"recent.csv: 1 channel value(s) are not finite numbers: data row 9, column "
+        f"'{IDS[2]}': '12 km/h'. Leave missing readings empty"
+    )
+    empty = wide(RECENT)
+    empty.loc[empty.index[-1], IDS[2]] = np.nan
+    warned = forecaster.forecast(table, bad_values="warn")  # missing, as an empty cell
+    pd.testing.assert_frame_equal(warned, forecaster.forecast(empty))
+
+
+def test_a_time_in_two_rows_of_a_wide_history_is_named_as_such(forecaster):
+    table = wide(RECENT)
+    with pytest.raises(UserError) as err:
+        forecaster.forecast(pd.concat([table, table.iloc[-1:]]), what="recent.csv")
+    assert str(err.value).startswith(
+        f"recent.csv writes the time {pd.Timestamp(TIMES[-1])} in 2 rows (data rows 9, 10): a "
+        "wide table holds one row per time, so keep one of each; if the file writes local "
+        "clock times, that is the hour which repeats"
+    )
+    with pytest.raises(UserError, match=r"\(data rows 8, 10\), and 1 other time\(s\) so: a wide"):
+        forecaster.forecast(pd.concat([table, table.iloc[-2:]]), what="recent.csv")
+
+
 def test_a_long_history_without_columns_names_few_of_many_found(forecaster):
     table = wide(RECENT).rename(columns=lambda c: f"s{c}")
     many = table.assign(**{f"extra{i}": 0.0 for i in range(30)})

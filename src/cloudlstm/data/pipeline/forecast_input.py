@@ -359,7 +359,7 @@ def build_input(
     """
     mode = check_mode(bad_values)
     _check_reading(reading)
-    long = long_history(df, info, what)
+    long = long_history(df, info, what, mode)
     table = parse_history(long, info, what, reading)
     zone = time_zone(long[info.time_col], *(reading or TimeReading()).settings(info))
     warn_other_clock(long[info.time_col], zone, info, what)

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
 
-from cloudlstm.data.sources.tables import case_hint, id_text
+from cloudlstm.data.sources.bad_values import channel_values
+from cloudlstm.data.sources.tables import case_hint, clock_change_hint, id_text
 from cloudlstm.data.sources.wide_table import TIME_NAMES
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
@@ -41,13 +43,21 @@ def _check_not_points_in_another_case(df: pd.DataFrame, info: DataSpec, what: st
         )
 
 
-def long_history(df: pd.DataFrame, info: DataSpec, what: str) -> pd.DataFrame:
+def long_history(
+    df: pd.DataFrame, info: DataSpec, what: str, bad_values: str | None = None
+) -> pd.DataFrame:
     """``df`` as long-format rows: a wide table (no point-id column, training points as
     columns) melted, any other table unchanged (its columns are checked later).
 
+    ``bad_values``: where given (``error`` or ``warn``), a wide table's cells that are no
+    finite number are refused or made missing here, named by the table's own row and point
+    column, as the melted rows' later check would name them by rows and a channel the file
+    does not have.
+
     Raises:
         UserError: ``df`` is no DataFrame; a wide table whose run reads several channels,
-            without times, or with columns that are not training points.
+            without times, with one time in several rows, with columns that are not
+            training points, or with bad cells (``bad_values="error"``).
     """
     if not isinstance(df, pd.DataFrame):
         raise UserError(
@@ -80,11 +90,36 @@ def long_history(df: pd.DataFrame, info: DataSpec, what: str) -> pd.DataFrame:
             f"{', '.join(info.coord_cols)}, {channels[0]})."
             + case_hint(unknown, info.point_ids, "the training points")
         )
+    _refuse_repeated_times(frame[time_col], what)
+    if bad_values is not None:
+        values = channel_values(frame, columns, what, bad_values)
+        frame = frame.assign(**{c: values[:, j] for j, c in enumerate(columns)})
     long = frame.rename(columns=dict(zip(columns, ids, strict=True))).melt(
         id_vars=[time_col], value_vars=ids, var_name=info.id_col, value_name=channels[0]
     )
     long = long.rename(columns={time_col: info.time_col})
     return long.assign(**{c: float("nan") for c in info.coord_cols})
+
+
+def _refuse_repeated_times(times: pd.Series, what: str) -> None:
+    """A wide table holds one row per time: a time written in two rows would be two readings
+    of every point, refused later by each (time, point) of the melted rows.
+
+    Raises:
+        UserError: naming the first time written twice, and how many others are."""
+    repeated = times[times.duplicated(keep=False)]
+    if repeated.empty:
+        return
+    first = repeated.iloc[0]
+    rows = [int(r) for r in np.flatnonzero((times == first).to_numpy())]
+    times_repeated = repeated.nunique()
+    others = f", and {times_repeated - 1} other time(s) so" if times_repeated > 1 else ""
+    hint = clock_change_hint() if times_repeated == 1 else ""
+    raise UserError(
+        f"{what} writes the time {first} in {len(rows)} rows (data rows "
+        f"{', '.join(map(str, rows[:SHOWN]))}){others}: a wide table holds one row per time, "
+        f"so keep one of each{hint}."
+    )
 
 
 def _with_time_column(df: pd.DataFrame, info: DataSpec, what: str) -> tuple[pd.DataFrame, str]:

@@ -284,6 +284,11 @@ def _clock_change(repeated_steps: np.ndarray, num_points: int) -> str:
     repeat the hour at which the clocks go back."""
     if len(repeated_steps) != num_points or len(np.unique(repeated_steps)) != 1:
         return ""
+    return clock_change_hint()
+
+
+def clock_change_hint() -> str:
+    """The hint for one time written twice: the hour local clock times repeat."""
     return (
         "; if the file writes local clock times, that is the hour which repeats when the "
         "clocks go back: write the times in UTC or with their offset "
