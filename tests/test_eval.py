@@ -29,6 +29,7 @@ from cloudlstm.data.pipeline.coordinates import model_coords
 from cloudlstm.data.spec import SPEC_KEY
 from cloudlstm.data.transforms import normalize_coords, scale_coords
 from cloudlstm.errors import UserError
+from cloudlstm.forecast import Forecaster
 from cloudlstm.rundir.stops import RunInterrupted
 from tests.conftest import (
     ROOT,
@@ -360,6 +361,15 @@ def test_a_run_of_a_model_without_parameters_is_evaluated_without_a_checkpoint(t
     assert other["test"]["overall"] != again["test"]["overall"]
     with pytest.raises(UserError, match=r"No checkpoint 'nope.ckpt' in"):
         evaluate(compose_eval(run, tmp_path / "path", "ckpt=nope.ckpt"))
+    # a forecast needs the data's description that a checkpoint holds: said, with the way on
+    with pytest.raises(UserError) as refused:
+        Forecaster.load(run, device="cpu")
+    assert str(refused.value) == (
+        f"{run} is a run of persistence, a model without parameters: it trains nothing, so it "
+        "wrote no checkpoint, and a forecast reads the training data's description (points, "
+        "step, scaler) from one. Its test results are in its metrics.json, and eval.py "
+        f"run={run} tests it again."
+    )
 
 
 def run_eval(*args: str) -> subprocess.CompletedProcess:

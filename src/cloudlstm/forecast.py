@@ -102,6 +102,23 @@ def check_device(device: object) -> str | None:
     return text
 
 
+def _parameter_free(run: Path) -> UserError | None:
+    """The line for a run of a model without parameters (persistence), which trains nothing
+    and so writes no checkpoint; None for any other run."""
+    from cloudlstm.rundir.layout import read_metrics
+
+    results = (read_metrics(run) if run.is_dir() else None) or {}
+    if results.get("num_params") != 0:
+        return None
+    model = (results.get("run") or {}).get("model", "its model")
+    return UserError(
+        f"{run} is a run of {model}, a model without parameters: it trains nothing, so it "
+        "wrote no checkpoint, and a forecast reads the training data's description (points, "
+        "step, scaler) from one. Its test results are in its metrics.json, and eval.py "
+        f"run={run} tests it again."
+    )
+
+
 class Forecaster:
     """A trained model that forecasts the J steps after a long-format history.
 
@@ -148,7 +165,10 @@ class Forecaster:
         """
         from cloudlstm.assembly.assemble import restore  # the CLI's build path, loaded on use
 
-        module, path = restore(run_dir, ckpt, check_device(device), OTHER_CHECKPOINT)
+        try:
+            module, path = restore(run_dir, ckpt, check_device(device), OTHER_CHECKPOINT)
+        except UserError as err:
+            raise _parameter_free(Path(run_dir)) or err from None
         return cls(module, path)
 
     @property
