@@ -20,8 +20,15 @@ from cloudlstm.cli.compare.command import main
 from cloudlstm.compare import compare, find_runs, to_latex, to_markdown, write_csv
 from cloudlstm.compare.groups import code_summary, group_runs
 from cloudlstm.compare.table import build_table
+from cloudlstm.engine.declared_metrics import metric_info
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def taken(metric: str, value: float) -> float:
+    """``value`` within the values ``metric`` takes (an error is at least 0, SSIM at most 1)."""
+    info = metric_info(metric)
+    return min(max(value, info.lowest), info.highest)
 
 
 def write_run(
@@ -58,7 +65,8 @@ def write_run(
         "test": {
             "overall": {m: {"mean": v, "std": 0.5} for m, v in overall.items()},
             "per_step": {
-                m: {"mean": [v - 0.1, v, v + 0.1], "std": [0.5] * 3} for m, v in overall.items()
+                m: {"mean": [taken(m, v - 0.1), v, taken(m, v + 0.1)], "std": [0.5] * 3}
+                for m, v in overall.items()
             },
             "per_channel": {
                 name: {"mae": {"mean": v, "std": 0.5}, "smae": {"mean": v / 10, "std": 0.05}}
@@ -489,10 +497,20 @@ def test_a_run_file_that_cannot_be_read_is_one_line_naming_it(
         ("test.overall.mae", True, "test.overall.mae.mean is None, not a number"),
         ("test.overall", [1], "test.overall is [1], not a mapping"),
         ("test", "yes", "test is 'yes', not a mapping"),
-        ("test.per_step.mae.mean", [1, "x"],
-         "test.per_step.mae.mean is [1, 'x'], not a list of numbers"),
+        ("test.per_step.mae.mean", [1, "x"], "test.per_step.mae.mean[1] is 'x', not a number"),
+        ("test.per_step.mae.mean", 1.0, "test.per_step.mae.mean is 1.0, not a list of numbers"),
         ("train_time_s", "12", "train_time_s is '12', not a number"),
         ("num_params", True, "num_params is True, not a number"),
+        # values no run writes: an error below 0, an SSIM above 1, a count below 0
+        ("test.overall.mae.mean", -3.0,
+         "test.overall.mae.mean is -3.0, not a number of at least 0, as MAE is"),
+        ("test.per_step.ssim.mean", [0.9, 1.5, 0.8],
+         "test.per_step.ssim.mean[1] is 1.5, not a number from -1 to 1, as SSIM is"),
+        ("test.pooled", {"rmse": -1.0},
+         "test.pooled.rmse is -1.0, not a number of at least 0, as RMSE is"),
+        ("num_params", -1, "num_params is -1, not a number of at least 0"),
+        ("cost", {"train_s_per_1k_steps": -5.0},
+         "train_s_per_1k_steps is -5.0, not a number of at least 0"),
     ],
 )  # fmt: skip
 def test_a_metrics_json_of_another_shape_is_one_line_naming_the_part(
@@ -516,6 +534,26 @@ def test_a_metrics_json_of_another_shape_is_one_line_naming_the_part(
         f"compare: {path}: {problem}: this file is not a run's results as train.py and eval.py "
         "write them (move it out of the folder)"
     ), err[0]
+
+
+def test_an_infinite_metric_of_one_seed_is_an_infinite_mean_without_warnings(
+    tmp_path, capsys, recwarn
+):
+    """A diverged seed's error is infinite: the mean is, and its spread is not shown; numpy's
+    "invalid value" warning of that spread reached the user's terminal."""
+    for seed, mae in enumerate([1.0, 3.0, 2.0]):
+        write_run(tmp_path / "runs" / f"s{seed}", mae, seed=seed)
+    path = tmp_path / "runs" / "s1" / "metrics.json"
+    results = json.loads(path.read_text())
+    results["test"]["overall"]["mae"]["mean"] = "Infinity"  # as metrics.json writes it
+    results["test"]["per_step"]["mae"]["mean"] = ["Infinity"] * 3
+    path.write_text(json.dumps(results))
+    code, out, err = run_main(
+        capsys, tmp_path / "runs", "--metrics", "mae", "--plot", str(tmp_path / "plots")
+    )
+    assert code == 0 and [w for w in err if "Warning" in w] == [] and len(recwarn) == 0
+    (row,) = [line for line in out.splitlines() if line.startswith("| cloudlstm")]
+    assert row.split("|")[-2].strip(" *") == "inf"  # the mean, without a spread
 
 
 def test_a_nan_metric_is_a_number_and_stays_in_the_table(tmp_path, capsys):

@@ -25,7 +25,8 @@ class Stat:
     @classmethod
     def over(cls, values: Sequence[float]) -> Stat:
         arr = np.asarray(values, dtype=float)
-        return cls(float(arr.mean()), float(arr.std(ddof=1)) if arr.size > 1 else math.nan)
+        with np.errstate(invalid="ignore"):  # an infinite value's spread is NaN: no spread shown
+            return cls(float(arr.mean()), float(arr.std(ddof=1)) if arr.size > 1 else math.nan)
 
 
 @dataclass(frozen=True)

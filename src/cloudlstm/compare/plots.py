@@ -40,10 +40,22 @@ def _name(group: Group) -> str:
 def _plot_horizons(groups: Sequence[Group], metric: str, path: Path) -> Path:
     """The metric at each forecast step, one line per group, a ± std band over seeds."""
     curves = {_name(g): (g, g.curve(metric)) for g in groups if not is_reference(g)}
-    means = {name: [s.mean for s in curve] for name, (_, curve) in curves.items()}
-    stds = {name: [s.std for s in curve] for name, (g, curve) in curves.items() if len(g.runs) > 1}
-    reference = {_name(g): [s.mean for s in g.curve(metric)] for g in groups if is_reference(g)}
+    means = {name: [_drawn(s.mean) for s in curve] for name, (_, curve) in curves.items()}
+    stds = {
+        name: [_drawn(s.std) for s in curve]
+        for name, (g, curve) in curves.items()
+        if len(g.runs) > 1
+    }
+    reference = {
+        _name(g): [_drawn(s.mean) for s in g.curve(metric)] for g in groups if is_reference(g)
+    }
     return plot_horizon_curve(means, std=stds, reference=reference, path=path, metric=metric)
+
+
+def _drawn(value: float) -> float:
+    """A value as a figure draws it: an infinite one (a diverged run's error) as NaN, a
+    gap, where it would make the axis infinite; the table shows it."""
+    return value if math.isfinite(value) else math.nan
 
 
 def _plot_bars(groups: Sequence[Group], metric: str, path: Path) -> Path:
@@ -51,6 +63,7 @@ def _plot_bars(groups: Sequence[Group], metric: str, path: Path) -> Path:
     forecast a dashed line across; the value axis near the values when they are close."""
     models = [g for g in groups if not is_reference(g)]
     stats = [g.metric(metric) or Stat(math.nan, math.nan) for g in models]  # None: no bar
+    stats = [Stat(_drawn(s.mean), _drawn(s.std)) for s in stats]  # infinite: no bar either
     references = [(g, g.metric(metric)) for g in groups if is_reference(g)]
     fig = new_figure(max(4.0, 1.0 + 0.8 * len(models)), 4)
     ax = fig.subplots()
@@ -58,7 +71,7 @@ def _plot_bars(groups: Sequence[Group], metric: str, path: Path) -> Path:
     colours = [series_style(i)["color"] for i in range(len(models))]  # the lines' colours
     ax.bar(x, [s.mean for s in stats], yerr=[s.std for s in stats], capsize=4, color=colours)
     for group, stat in references:
-        if stat is not None and not math.isnan(stat.mean):
+        if stat is not None and math.isfinite(stat.mean):
             ax.axhline(stat.mean, label=_name(group), **reference_style())
     if references:
         ax.legend(fontsize="small", loc="upper left")
@@ -76,8 +89,8 @@ def _value_axis(
     """Set the value range (near the bars and reference lines when they are close, else
     from 0) and return the axis label, which says when it does not start at 0."""
     values = [*stats, *(stat for _, stat in references if stat is not None)]
-    means = [None if math.isnan(s.mean) else s.mean for s in values]
-    stds = [0.0 if math.isnan(s.std) else s.std for s in values]
+    means = [s.mean if math.isfinite(s.mean) else None for s in values]
+    stds = [s.std if math.isfinite(s.std) else 0.0 for s in values]
     span = close_range(means, stds)
     if span is None:
         return metric.upper()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 import yaml
 
 from cloudlstm.compare.settings import is_setting, with_added_settings
+from cloudlstm.engine.declared_metrics import metric_info
 from cloudlstm.rundir.layout import (
     CHOSEN_CHECKPOINTS,
     CONFIG_FILE,
@@ -154,9 +156,9 @@ def load_run(path: Path) -> Run | None:
     return Run(
         path=path.parent,
         keys=keys,
-        params=results_of.number(results, "num_params"),
-        epochs=results_of.number(results, "epochs"),
-        train_s=results_of.number(results, "train_time_s"),
+        params=results_of.count(results, "num_params"),
+        epochs=results_of.count(results, "epochs"),
+        train_s=results_of.count(results, "train_time_s"),
         overall=results_of.means(test.get("overall"), "test.overall"),
         per_step=results_of.means(test.get("per_step", {}), "test.per_step", per_step=True),
         pooled=results_of.numbers(test.get("pooled", {}), "test.pooled"),
@@ -175,8 +177,8 @@ def load_run(path: Path) -> Run | None:
         },
         # train.py records the group it gave the loggers; a config may name one itself
         wandb_group=info.get("group") or config.get("logger.wandb.group") or "",
-        train_steps=results_of.number(results, "steps"),
-        s_per_1k_steps=results_of.number(results.get("cost") or {}, "train_s_per_1k_steps"),
+        train_steps=results_of.count(results, "steps"),
+        s_per_1k_steps=results_of.count(results.get("cost") or {}, "train_s_per_1k_steps"),
         evaluated_run=str(results.get("run_dir") or ""),
         code=_code(results.get("provenance")),
         **_selection(results, config, results_of),
@@ -225,27 +227,47 @@ class _Results:
             raise self.refuse(key, value, "a number")
         return value
 
+    def count(self, node: dict[str, Any], key: str) -> Any:
+        """``node[key]``: a number that is at least 0 (parameters, steps, seconds), or None
+        where it is absent or null."""
+        value = self.number(node, key)
+        if value is not None and not value >= 0:
+            raise self.refuse(key, value, "a number of at least 0")
+        return value
+
+    def metric(self, value: Any, metric: str, where: str) -> Any:
+        """``value`` of ``metric``: a number, and one the metric takes where it is declared
+        (an error is at least 0); NaN is one (nothing was scored)."""
+        if not _is_number(value):
+            raise self.refuse(where, value, "a number")
+        try:
+            info = metric_info(metric)
+        except KeyError:  # a metric this package does not declare: its range is not known
+            return value
+        if not info.can_be(value):
+            span = (
+                f"from {info.lowest:g} to {info.highest:g}"
+                if math.isfinite(info.highest)
+                else f"of at least {info.lowest:g}"
+            )
+            raise self.refuse(where, value, f"a number {span}, as {info.label} is")
+        return value
+
     def numbers(self, node: Any, where: str) -> dict[str, Any]:
-        """metric -> its value, a number."""
+        """metric -> its value, a number it takes."""
         values = self.mapping(node, where)
-        for metric, value in values.items():
-            if not _is_number(value):
-                raise self.refuse(f"{where}.{metric}", value, "a number")
-        return dict(values)
+        return {m: self.metric(v, m, f"{where}.{m}") for m, v in values.items()}
 
     def means(self, node: Any, where: str, per_step: bool = False) -> dict[str, Any]:
         """metric -> its ``mean``: a number, or with ``per_step`` a list of numbers."""
         means = {}
         for metric, stats in self.mapping(node, where).items():
             mean = stats.get("mean") if isinstance(stats, dict) else None
-            ok = (
-                isinstance(mean, list) and all(map(_is_number, mean))
-                if per_step
-                else _is_number(mean)
-            )
-            if not ok:
-                wanted = "a list of numbers" if per_step else "a number"
-                raise self.refuse(f"{where}.{metric}.mean", mean, wanted)
+            at = f"{where}.{metric}.mean"
+            if per_step and not isinstance(mean, list):
+                raise self.refuse(at, mean, "a list of numbers")
+            for step, value in enumerate(mean) if per_step else [(None, mean)]:
+                self.metric(value, metric, at if step is None else f"{at}[{step}]")
             means[metric] = mean
         return means
 

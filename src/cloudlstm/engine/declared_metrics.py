@@ -94,6 +94,8 @@ class MetricInfo:
         defined: :class:`Snapshots` ``(...)`` -> ``(...)`` bool, the snapshots where the
             metric has a value (MAPE: a target that is not zero); None: every snapshot with
             an observed entry. Snapshots outside it are left out of the metric's means.
+        lowest, highest: the values it can take (an error is at least 0, SSIM lies in
+            [-1, 1]); a results file with a value outside them was not written by a run.
     """
 
     name: str
@@ -105,6 +107,12 @@ class MetricInfo:
     needs_channel_std: bool = False
     peak_term: Callable[[float], float] | None = None
     defined: Callable[[Snapshots], Tensor] | None = None
+    lowest: float = 0.0
+    highest: float = math.inf
+
+    def can_be(self, value: float) -> bool:
+        """Whether ``value`` is one this metric takes (NaN, nothing scored, is)."""
+        return math.isnan(value) or self.lowest <= value <= self.highest
 
     @property
     def best(self) -> str:
@@ -125,8 +133,11 @@ DECLARED: tuple[MetricInfo, ...] = (
         higher_is_better=True,
         per_horizon=False,
         peak_term=_psnr_peak,
+        lowest=-math.inf,  # an error beyond the peak: a ratio below 1
     ),
-    MetricInfo("ssim", "SSIM", _ssim, higher_is_better=True, per_horizon=False),
+    MetricInfo(
+        "ssim", "SSIM", _ssim, higher_is_better=True, per_horizon=False, lowest=-1.0, highest=1.0
+    ),
     MetricInfo("smae", "scale-free MAE", _scale_free_mae, needs_channel_std=True),
 )
 
