@@ -305,6 +305,23 @@ def test_duplicate_rows_are_shown(tmp_path):
         LongFormatSource(write(tmp_path, df)).load()
 
 
+def test_two_offsets_that_name_one_moment_are_shown_as_written(tmp_path):
+    """Times with UTC offsets are read in UTC: a row whose offset is wrong lands on another
+    row's moment, and the line named that moment in UTC, a time the file nowhere writes."""
+    df = long_table()
+    local = [(T0 + t * STEP).tz_localize("Europe/Paris").isoformat() for t in range(20)]
+    df["timestamp"] = np.repeat(local, 4)
+    df.loc[9, "timestamp"] = df.loc[9, "timestamp"].replace("+02:00", "+01:00")  # a typo
+    colliding = df.loc[9 + 12 * 4, "timestamp"]  # the moment an hour later, in summer time
+    with pytest.raises(ValueError) as err:
+        LongFormatSource(write(tmp_path, df)).load()
+    assert str(err.value).endswith(
+        f": data rows 9 and 57 of point 'st1' write {df.loc[9, 'timestamp']} and {colliding}, "
+        "one moment (2021-05-31 23:10:00 UTC: a time with an offset is read in UTC). Correct "
+        "the offset that is wrong, or keep one row per time and point."
+    )
+
+
 def test_bad_coordinates(tmp_path):
     df = long_table()
     df.loc[5, "y"] = np.inf

@@ -285,9 +285,17 @@ class LongFormatSource(CachedSource):
             self.time_unit,
         )
         zoned = time_zone(df[self.time_col], self.time_format, self.time_unit) is not None
+        written = df[self.time_col] if zoned else None  # shown where two name one moment
         df = df.assign(**{self.time_col: times})
         grid = pivot_long(
-            df, self.time_col, self.id_col, self.freq, "error", what, "data.source.freq"
+            df,
+            self.time_col,
+            self.id_col,
+            self.freq,
+            "error",
+            what,
+            "data.source.freq",
+            written=written,
         )
         static, trajectory = self._placed(grid, positions, what)
         stream = build_stream(

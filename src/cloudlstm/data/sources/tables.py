@@ -159,6 +159,7 @@ def pivot_long(
     step_option: str = "freq",
     *,
     refuse_sparse: bool = True,
+    written: pd.Series | None = None,
 ) -> LongGrid:
     """Lay the rows of a long table on a regular time grid.
 
@@ -172,6 +173,8 @@ def pivot_long(
         refuse_sparse: refuse a grid whose steps mostly hold no row
             (:func:`_refuse_empty_grid`); False where the caller checked the period itself
             (a forecast's history, whose last steps may all be missing).
+        written: the times as the file writes them, where they carry UTC offsets (read in
+            UTC): two rows written with two offsets that name one moment are shown so.
 
     Every timestamp must lie on the grid ``t0 + k * step`` (``t0`` = the earliest time);
     steps without any row become NaN cells, which :func:`interpolate_gaps` later fills.
@@ -208,6 +211,9 @@ def pivot_long(
         if duplicates == "error":
             first = order[repeats[0]]
             point = str(df[id_col].iloc[first])
+            pair = [int(first), int(order[repeats[0] + 1])]
+            if written is not None and written.iloc[pair[0]] != written.iloc[pair[1]]:
+                raise UserError(_one_moment(df, written, pair, point, times[first], what))
             hint = _clock_change(t_idx[order[repeats]], n)
             raise UserError(
                 f"{what} has several rows for the same (time, point), e.g. time "
@@ -217,6 +223,20 @@ def pivot_long(
         dup_mode = "mean"
     timestamps = t0 + np.arange(int(t_idx.max()) + 1) * step
     return LongGrid(timestamps, [id_text(u) for u in uniques], step, t_idx, p_idx, dup_mode)
+
+
+def _one_moment(
+    df: pd.DataFrame, written: pd.Series, pair: list[int], point: str, moment: Any, what: str
+) -> str:
+    """The line for two rows of one point (rows ``pair`` of ``df``) whose times, written with
+    different UTC offsets, name one moment (``moment``, in UTC): the times as written."""
+    rows = " and ".join(str(df.index[r]) for r in sorted(pair))
+    times = " and ".join(str(written.iloc[r]) for r in sorted(pair))
+    return (
+        f"{what}: data rows {rows} of point {point!r} write {times}, one moment "
+        f"({pd.Timestamp(moment)} UTC: a time with an offset is read in UTC). Correct the "
+        "offset that is wrong, or keep one row per time and point."
+    )
 
 
 # Below this share of grid steps with any row, the grid is not the data's period: filling
