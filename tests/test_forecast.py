@@ -33,6 +33,7 @@ T, N, M, J = 200, 6, 4, 3
 CHANNELS = ["no2", "pm25"]
 IDS = [f"p{p}" for p in range(N)]  # sorted: the loader's point order
 STAMPS = pd.Timestamp("2021-01-01") + pd.to_timedelta(np.arange(T), unit="h")
+STEP_1H = pd.Timedelta("1h")
 OFF_GRID = pd.Timedelta("7min")  # a clock that drifted: not a whole step
 SPLIT = 169  # the first target step of the test window compared (the test part: [160, 200))
 COORDS = np.random.default_rng(1).uniform(0, 10, (N, 2))
@@ -230,6 +231,27 @@ def test_a_snapshot_on_another_clock_than_the_stream_is_refused(points_run, zone
     pd.testing.assert_frame_equal(f._buffer, held)
     f.update(first[last])  # the same form goes on
     assert f._buffer["timestamp"].nunique() == M
+
+
+def test_two_offsets_naming_one_moment_in_a_history_are_shown_as_written(forecaster, points_run):
+    """A row whose offset is wrong lands on the next row's moment: the line shows both as
+    the file writes them, where it showed that moment in UTC alone."""
+    recent = history(points_run)
+    recent = recent[recent["timestamp"] >= STAMPS[SPLIT - M]].reset_index(drop=True)
+    local = recent["timestamp"].dt.tz_localize("UTC").dt.tz_convert("Europe/Rome")
+    written = local.map(lambda t: t.isoformat())
+    p0 = recent.index[recent["id"] == IDS[0]]
+    wrong, next_hour = p0[-2], p0[-1]  # p0 reads both of the last two steps
+    assert recent.loc[next_hour, "timestamp"] - recent.loc[wrong, "timestamp"] == STEP_1H
+    written[wrong] = written[wrong].replace("+01:00", "+00:00")  # an hour later, in UTC
+    with pytest.raises(UserError) as err:
+        forecaster.forecast(recent.assign(timestamp=written), what="recent.csv")
+    assert str(err.value) == (
+        f"recent.csv: data rows {wrong} and {next_hour} of point 'p0' write {written[wrong]} "
+        f"and {written[next_hour]}, one moment ({STAMPS[SPLIT - 1]} UTC: a time with an "
+        "offset is read in UTC). Correct the offset that is wrong, or keep one row per time "
+        "and point."
+    )
 
 
 @pytest.mark.parametrize("given", [{"timestamp": ["2021-01-01"]}, [1, 2, 3]], ids=["dict", "list"])

@@ -360,17 +360,29 @@ def build_input(
     mode = check_mode(bad_values)
     _check_reading(reading)
     long = long_history(df, info, what, mode)
+    given_long = long is df  # its rows are the table's, not a wide table's melted cells
     table = parse_history(long, info, what, reading)
     zone = time_zone(long[info.time_col], *(reading or TimeReading()).settings(info))
     warn_other_clock(long[info.time_col], zone, info, what)
     table = _marked_missing(table, info).reset_index(drop=True)  # index: the table's rows
     df, step = recent_window(table, info, what, zone)
+    # the times as written, where two offsets naming one moment are shown so
+    written = long[info.time_col].iloc[df.index] if zone is not None and given_long else None
     need = info.history_steps
     ids = order_points(df[info.id_col].unique().tolist(), info, what)
     index = {p: n for n, p in enumerate(ids)}
     with user_errors():
         # the period is history_step's to check: the last steps read may all be missing
-        grid = pivot_long(df, info.time_col, info.id_col, step, "error", what, refuse_sparse=False)
+        grid = pivot_long(
+            df,
+            info.time_col,
+            info.id_col,
+            step,
+            "error",
+            what,
+            refuse_sparse=False,
+            written=written,
+        )
         # as training reads them; messages name the rows of the table given
         values = channel_values(df, info.read_channels, what, mode, df.index.to_numpy())
         positions = np.stack([numeric_column(df, c, what) for c in info.coord_cols], axis=1)
