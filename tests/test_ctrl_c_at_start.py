@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from contextlib import suppress
 
 import lightning as L
 import pytest
@@ -181,3 +182,41 @@ def test_a_ctrl_c_that_python_lost_stops_training_before_it_starts(tmp_path):
         assert trainer.global_step == 2
     finally:  # Lightning's shutdown left SIGINT ignored in this process
         signal.signal(signal.SIGINT, before)
+
+
+def test_an_error_that_follows_a_ctrl_c_is_the_stop_the_user_asked_for():
+    """A Ctrl-C in the middle of composing the config can leave an OmegaConf node half made,
+    whose clean-up fails in Hydra's composition: "'NoneType' object has no attribute
+    '_invalidate_flags_cache'", status 1, where the user had pressed Ctrl-C."""
+    from hydra.errors import ConfigCompositionException
+
+    from cloudlstm.cli.ctrl_c import ctrl_c_is_a_stop
+    from cloudlstm.cli.scripts import _errors_without_hydra_hint
+
+    def composing_when_interrupted() -> None:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            # raised in handling it, as OmegaConf's clean-up is: the interrupt is its context
+            raise AttributeError("'NoneType' object has no attribute '_invalidate_flags_cache'")  # noqa: B904
+
+    def wrapped() -> None:
+        try:
+            composing_when_interrupted()
+        except AttributeError as err:
+            raise ConfigCompositionException("Error merging override") from err
+
+    for failing in (composing_when_interrupted, wrapped):
+        stop = pytest.raises(SystemExit)
+        with stop as stopped, ctrl_c_is_a_stop(), _errors_without_hydra_hint():
+            failing()
+        assert stopped.value.code == 130
+    with pytest.raises(SystemExit) as stopped, ctrl_c_is_a_stop(), _errors_without_hydra_hint():
+        with suppress(KeyboardInterrupt):  # a press whose exception Python lost
+            ctrl_c_noted.note_and_interrupt(signal.SIGINT, None)
+        raise ValueError("half made")
+    assert stopped.value.code == 130
+    ctrl_c_noted.forget()
+    # without one, a bug stays a bug
+    with pytest.raises(ValueError, match="no press"), _errors_without_hydra_hint():
+        raise ValueError("no press")

@@ -196,11 +196,34 @@ def _errors_without_hydra_hint() -> Iterator[None]:
     try:
         yield
     except CompactHydraException as err:
+        if _after_ctrl_c(err):
+            raise KeyboardInterrupt from None
         sys.stderr.write(f"{hydra_error_line(err)}\n")
         _no_sweep_folder_if_no_job_began()
         raise SystemExit(1) from None
+    except Exception as err:
+        if _after_ctrl_c(err):
+            raise KeyboardInterrupt from None
+        raise
     finally:
         os.environ.pop(_FULL_ERROR, None)
+
+
+def _after_ctrl_c(err: BaseException) -> bool:
+    """Whether ``err`` followed a Ctrl-C: the ``KeyboardInterrupt`` it was raised in
+    handling (or from), or a press noted. A Ctrl-C in the middle of composing the config
+    can leave an OmegaConf node half made, whose clean-up then fails (``'NoneType' object
+    has no attribute '_invalidate_flags_cache'``); the user asked for a stop, and gets it."""
+    from cloudlstm.engine import ctrl_c_noted
+
+    link: BaseException | None = err
+    seen: set[int] = set()
+    while link is not None and id(link) not in seen:
+        if isinstance(link, KeyboardInterrupt):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return ctrl_c_noted.pressed()
 
 
 def _no_sweep_folder_if_no_job_began() -> None:

@@ -31,6 +31,11 @@ def forget() -> None:
     _pressed = False
 
 
+def pressed() -> bool:
+    """Whether a Ctrl-C was noted since :func:`forget`, the note kept."""
+    return _pressed
+
+
 def pressed_before_training() -> bool:
     """Whether a Ctrl-C was noted since :func:`forget`; asking forgets it."""
     global _pressed
