@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import pytest
 
 from cloudlstm.cli import space_check
 from cloudlstm.cli.models_table import model_names, model_parameters
-from tests.conftest import ROOT, run_python
+from tests.conftest import ROOT, TINY, run_python
 
 
 def test_parameter_counts_follow_the_configs():
@@ -115,6 +116,7 @@ def test_the_parameter_table_refuses_an_unknown_model_or_size_in_one_line(capsys
 COMMANDS = [
     *[["benchmarks/" + p.name] for p in sorted((ROOT / "benchmarks").glob("bench_*.py"))],
     ["benchmarks/gpu_check.py"],
+    ["benchmarks/layer_activity.py"],
     ["-m", "cloudlstm.cli.compare"],
     ["-m", "cloudlstm.cli.models_table"],
     ["-m", "cloudlstm.cli.space_check"],
@@ -202,3 +204,24 @@ def test_a_tools_help_has_no_docstring_markup(command, helps):
     """Descriptions taken from docstrings read as prose in a terminal: no Sphinx roles."""
     _, out, _ = helps[" ".join(command)]
     assert not re.search(r":(mod|func|class|data|meth):`", out), out
+
+
+def test_layer_activity_prints_each_layer_before_and_during_training():
+    """Every layer's row at steps 0, 1 and 2 of a tiny CloudLSTM, numbers that are finite;
+    a model without the family's layers is one line."""
+    tiny = [o for o in TINY if not o.startswith("trainer.")]
+    done = run_python("benchmarks/layer_activity.py", "--steps", "2", "--every", "1", *tiny)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if line[:3] == "| 0"]
+    rows += [
+        line.split("|")[1:-1] for line in done.stdout.splitlines() if line[:3] in ("| 1", "| 2")
+    ]
+    layers = ["embed", "encoder 0", "encoder 1", "decoder 0", "decoder 1"]
+    assert [(r[0].strip(), r[1].strip()) for r in rows] == [
+        (str(step), layer) for step in range(3) for layer in layers
+    ]
+    values = [float(cell) for row in rows for cell in row[2:]]
+    assert all(math.isfinite(v) for v in values) and min(values[:4]) >= 0
+    refused = run_python("benchmarks/layer_activity.py", "--steps", "1", "model=lstm")
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines()[-1].startswith("layer_activity: SeqLSTM has no embedding")

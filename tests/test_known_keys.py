@@ -40,8 +40,9 @@ def test_a_key_nothing_reads_is_refused_by_name(tmp_path: Path, override: str, s
     with pytest.raises(UserError) as refused:
         check_known_keys(cfg)
     assert str(refused.value).startswith(said), str(refused.value)
+    # composed here, not by train.py's command line: train.py's command lists the settings
     assert str(refused.value).endswith(
-        ("Correct the name, or leave it out.", "without the +: `--cfg job` after the command "
+        ("Correct the name, or leave it out.", "without the +: `python train.py --cfg job` "
          "prints the settings.")
     )  # fmt: skip
 

@@ -238,13 +238,23 @@ def _size(n: int) -> str:
 MULTIRUN_FLAGS = ("-m", "--multirun")
 
 
+# the programs whose command line is Hydra's, which takes --cfg
+HYDRA_PROGRAMS = (
+    *("train.py", "eval.py", "predict.py"),
+    *("cloudlstm-train", "cloudlstm-eval", "cloudlstm-predict"),
+)
+
+
 def settings_listing() -> str:
     """How the command just typed lists its settings, for a line refusing a name: ``--cfg
     job`` after it; in a sweep, which Hydra refuses beside ``--cfg`` (and whose comma lists
-    it refuses without ``-m``), the program alone with it."""
+    it refuses without ``-m``), the program alone with it; from a tool that composes
+    ``train.py``'s config on a command line of its own, ``train.py``'s."""
+    name = Path(sys.argv[0]).name
+    if name not in HYDRA_PROGRAMS:
+        return "`python train.py --cfg job` prints the settings"
     if not any(arg in MULTIRUN_FLAGS for arg in sys.argv[1:]):
         return "`--cfg job` after the command prints the settings"
-    name = Path(sys.argv[0]).name
     program = f"python {name}" if name.endswith(".py") else name
     return f"`{program} --cfg job` prints the settings (Hydra takes --cfg without -m)"
 
