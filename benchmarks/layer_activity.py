@@ -4,10 +4,11 @@
     python benchmarks/layer_activity.py --steps 30 experiment=milan model=cloudlstm_k6
 
 The overrides compose ``train.py``'s config, and the model trains as that run would (its
-data, optimiser, schedule, clipping and seed; no validation, logger or checkpoint) for
-``--steps`` steps. Before the first step and every ``--every`` steps after it, the model
-forecasts the first ``--samples`` validation windows, and a row per layer (the embedding,
-each encoder and decoder cell) gives, over the last frame that layer made:
+data, optimiser, clipping, seed, and its schedule over the run's whole ``trainer.max_steps``;
+no validation, logger or checkpoint), stopped after ``--steps`` steps. Before the first
+step and every ``--every`` steps after it, the model forecasts the first ``--samples``
+validation windows, and a row per layer (the embedding, each encoder and decoder cell)
+gives, over the last frame that layer made:
 
 * ``magnitude``: the mean magnitude of its value features;
 * ``spread``: their standard deviation over the points, averaged over channels and
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import io
 import logging
+import os
 import sys
 import tempfile
 import warnings
@@ -46,16 +48,18 @@ from cloudlstm.errors import UserError
 from cloudlstm.paths import config_dir
 
 
-def activity_config(overrides: list[str], steps: int, workdir: Path) -> DictConfig:
-    """``train.py``'s config of ``overrides``, trained ``steps`` steps with no validation,
-    logger, checkpoint or early stopping, its files in ``workdir``."""
+def activity_config(overrides: list[str], workdir: Path) -> DictConfig:
+    """``train.py``'s config of ``overrides`` with no validation, logger, checkpoint or early
+    stopping, nor a least number of steps (:class:`LayerActivity` stops it), its files in
+    ``workdir``."""
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         cfg = compose("train", overrides=overrides)
     with open_dict(cfg):
-        cfg.paths.root_dir = cfg.paths.work_dir = cfg.paths.output_dir = str(workdir)
-        cfg.trainer.max_steps = steps
-        cfg.trainer.max_epochs = -1
+        # the data are found where train.py, started here, finds them
+        cfg.paths.work_dir = os.getcwd()
+        cfg.paths.output_dir = str(workdir)
+        cfg.trainer.min_steps = cfg.trainer.min_epochs = None
         cfg.trainer.limit_val_batches = 0
         cfg.trainer.enable_progress_bar = False
         cfg.trainer.enable_checkpointing = False
@@ -95,18 +99,19 @@ def activity(cloud: torch.Tensor) -> dict[str, float]:
 
 class LayerActivity(L.Callback):
     """Prints every layer's activity on fixed windows, before the first step and every
-    ``every`` steps after it."""
+    ``every`` steps after it, and stops training after ``steps``."""
 
-    def __init__(self, batch: dict[str, torch.Tensor], every: int) -> None:
-        self.batch, self.every = batch, every
+    def __init__(self, batch: dict[str, torch.Tensor], every: int, steps: int) -> None:
+        self.batch, self.every, self.steps = batch, every, steps
 
     def on_train_start(self, trainer: L.Trainer, module: Any) -> None:
         self._report(0, module)
 
     def on_train_batch_end(self, trainer: L.Trainer, module: Any, *args: Any) -> None:
         step = trainer.global_step
-        if step % self.every == 0 or step == trainer.max_steps:
+        if step % self.every == 0 or step == self.steps:
             self._report(step, module)
+        trainer.should_stop = step >= self.steps
 
     def _report(self, step: int, module: Any) -> None:
         model = getattr(module.model, "_orig_mod", module.model)
@@ -142,12 +147,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=at_least_one, default=4)
     parser.add_argument("overrides", nargs="*", help="train.py's overrides, e.g. model=cloudgru")
     args = parser.parse_args(argv)
+    os.environ.setdefault("PROJECT_ROOT", os.getcwd())  # as train.py's root_dir
     for name in ("lightning.pytorch", "lightning.fabric"):  # the table alone on the terminal
         logging.getLogger(name).setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Lightning's hints and deprecations, not the run's
         try:
-            cfg = activity_config(args.overrides, args.steps, Path(tmp))
+            cfg = activity_config(args.overrides, Path(tmp))
             L.seed_everything(cfg.seed, verbose=False)
             with redirect_stdout(io.StringIO()):  # the data's summary table
                 job = assemble(cfg, Path(tmp), with_loggers=False)
@@ -164,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print("| step | layer | " + " | ".join(activity(torch.zeros(1, 2, 1, 2))) + " |")
         print("|---:|---|---:|---:|---:|---:|")
-        job.trainer.callbacks.append(LayerActivity(batch, args.every))
+        job.trainer.callbacks.append(LayerActivity(batch, args.every, args.steps))
         job.trainer.fit(job.module, datamodule=job.datamodule)
     return 0
 
