@@ -1,14 +1,15 @@
 """How active each layer of a CloudLSTM-family model stays over its first training steps.
 
     python benchmarks/layer_activity.py [--steps 30] [--every 10] [--samples 4] [override ...]
-    python benchmarks/layer_activity.py --steps 30 experiment=milan model=cloudlstm_k6
+    python benchmarks/layer_activity.py --steps 200 --every 50 experiment=milan model=cloudlstm_k6
 
 The overrides compose ``train.py``'s config, and the model trains as that run would (its
 data, optimiser, clipping, seed, and its schedule over the run's whole ``trainer.max_steps``;
 no validation, logger or checkpoint), stopped after ``--steps`` steps. Before the first
 step and every ``--every`` steps after it, the model forecasts the first ``--samples``
-validation windows, and a row per layer (the embedding, each encoder and decoder cell)
-gives, over the last frame that layer made:
+validation windows, and a row per layer (the embedding, each encoder and decoder cell, and
+the head, whose value is the forecast before the training module adds its anchor, in
+normalised units) gives, over the last frame that layer made:
 
 * ``magnitude``: the mean magnitude of its value features;
 * ``spread``: their standard deviation over the points, averaged over channels and
@@ -17,8 +18,8 @@ gives, over the last frame that layer made:
   the points, which the next layer's neighbour search reads.
 
 A layer whose ``magnitude`` and ``spread`` fall towards 0 has died: what comes after it sees
-the same state at every point, and the forecast stays at its anchor (persistence) however
-long training runs. docs/results.md ("Milan, the paper's split") shows such a collapse.
+the same state at every point; a head whose output stays near 0 leaves the forecast at its
+anchor (persistence).
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def activity_config(overrides: list[str], workdir: Path) -> DictConfig:
 
 
 def layers(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
-    """The embedding and each encoder and decoder cell of a CloudLSTM-family model.
+    """The embedding, each encoder and decoder cell and the output layer of a CloudLSTM-family
+    model.
 
     Raises:
         UserError: the model has no such layers (it is not of the CloudLSTM family).
@@ -83,7 +85,7 @@ def layers(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
     named = {"embed": model.embed}
     named |= {f"encoder {i}": cell for i, cell in enumerate(model.encoder)}
     named |= {f"decoder {i}": cell for i, cell in enumerate(model.decoder)}
-    return named
+    return named | {"head": model.head}
 
 
 def activity(cloud: torch.Tensor) -> dict[str, float]:

@@ -216,7 +216,7 @@ def test_layer_activity_prints_each_layer_before_and_during_training():
     rows += [
         line.split("|")[1:-1] for line in done.stdout.splitlines() if line[:3] in ("| 1", "| 2")
     ]
-    layers = ["embed", "encoder 0", "encoder 1", "decoder 0", "decoder 1"]
+    layers = ["embed", "encoder 0", "encoder 1", "decoder 0", "decoder 1", "head"]
     assert [(r[0].strip(), r[1].strip()) for r in rows] == [
         (str(step), layer) for step in range(3) for layer in layers
     ]
