@@ -10,7 +10,7 @@ import pytest
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
-from cloudlstm.cli.sweep_jobs import pool_break_cause, pool_broken_report
+from cloudlstm.cli.sweep_jobs import pool_break_cause, pool_broken_report, unfinished_report
 from cloudlstm.errors import UserError
 from hydra_plugins.cloudlstm_sweeper import _failure
 from tests.conftest import PYTHON, ROOT, TINY, one_line, subprocess_env
@@ -46,7 +46,10 @@ def test_every_failed_job_of_a_joblib_sweep_is_named_and_the_finished_one_compar
         log = root / str(job) / "train.log"
         assert line.startswith(f"  job {job} (optimizer.lr={lr}): optimizer (AdamW): Invalid ")
         assert line.endswith(f"; log {log}") and log.is_file()
-    assert lines[start + 3].startswith(f"Start the same command with hydra.sweep.dir={root} ")
+    assert lines[start + 3] == (
+        "Each job's settings were refused as given: mend what its line names (the same "
+        "command would be refused again)."
+    ), "a learning rate below 0 is refused again by the same command"
 
 
 def job_return(num: int, overrides: list[str], error: BaseException) -> JobReturn:
@@ -73,6 +76,31 @@ def test_one_failure_is_its_own_error_and_a_bug_keeps_its_traceback(caplog):
         "  job 0 (model.k=2): model.k=3 is not a number of neighbours; log /r/0/train.log",
         "  job 1 (model.k=3): index out of range; log /r/1/train.log",
     ]
+
+
+def test_the_way_on_is_a_rerun_only_where_a_rerun_may_pass():
+    """Jobs whose settings were refused would be refused again by the same command: the
+    report says to mend them. One failure from outside the command (a full disk, a folder
+    another run holds) keeps the rerun line, as does a failure whose error is unknown."""
+    from cloudlstm.errors import OutOfSpaceError
+    from cloudlstm.rundir.lock import RunDirHeld
+
+    launched = [["+foo=1"], ["+foo=2"], ["+foo=3"]]
+    refused = [UserError(f"+foo={n}: there is no top-level setting foo") for n in (1, 2, 3)]
+
+    def last_line(errors: list[BaseException]) -> str:
+        failed = [(job_return(n, launched[n], e), e) for n, e in enumerate(errors)]
+        return str(_failure(failed, launched, "/s")).splitlines()[-1]
+
+    assert last_line(refused) == (
+        "Each job's settings were refused as given: mend what its line names (the same "
+        "command would be refused again)."
+    )
+    rerun = "Start the same command with hydra.sweep.dir=/s to run them again (finished jobs "
+    for outside in (OutOfSpaceError("no room left in /r/2"), RunDirHeld("/r/2 is held")):
+        assert last_line([*refused[:2], outside]).startswith(rerun), type(outside).__name__
+    lines = unfinished_report(["job 0: ended without a result"], 1, "/s", "did not finish")
+    assert lines.splitlines()[-1].startswith(rerun), "no error known: the rerun line"
 
 
 @pytest.mark.parametrize("group", ["", "hparams_search=optuna"])

@@ -31,28 +31,44 @@ from omegaconf import DictConfig
 
 
 class UserError(CompactHydraException, ValueError):
-    """Something the user can fix; the message names the problem and the fix."""
+    """Something the user can fix; the message names the problem and the fix.
+
+    ``rerun_may_pass``: whether the same command, run again, may pass once something outside
+    it is mended (room made, a file put in place, a run that held its folder gone). False
+    for a refusal of the command's own settings, which a rerun meets again."""
+
+    rerun_may_pass = False
 
 
 class MissingFileError(UserError, FileNotFoundError):
     """A file or folder the user named does not exist (still a ``FileNotFoundError``)."""
 
+    rerun_may_pass = True
+
 
 class MissingPackageError(UserError, ImportError):
     """An optional package the requested feature needs is not installed."""
+
+    rerun_may_pass = True
 
 
 class DownloadError(UserError, RuntimeError):
     """A data set could not be downloaded (address, network or the server)."""
 
+    rerun_may_pass = True
+
 
 class OutOfSpaceError(UserError):
     """A file could not be written for want of room: a full disk, a quota, a file size limit."""
+
+    rerun_may_pass = True
 
 
 class OutOfMemoryError(UserError):
     """A tensor or an array could not be allocated: the sizes asked for more memory than the
     device, or this process, has."""
+
+    rerun_may_pass = True  # with fewer jobs at once, or on a larger device
 
 
 # errno values of a write that failed for want of room (the disk, a quota, a file size limit)

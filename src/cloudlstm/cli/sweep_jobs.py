@@ -72,14 +72,27 @@ def first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-def unfinished_report(lines: Sequence[str], total: int, sweep_dir: str, what: str) -> str:
-    """``<n> of <total> jobs of the sweep <what>:``, a line per job, and how to rerun them."""
-    return (
-        f"{len(lines)} of {total} jobs of the sweep {what}:\n  "
-        + "\n  ".join(lines)
-        + f"\nStart the same command with hydra.sweep.dir={sweep_dir} to run them again "
+def unfinished_report(
+    lines: Sequence[str],
+    total: int,
+    sweep_dir: str,
+    what: str,
+    errors: Sequence[BaseException | None] = (),
+) -> str:
+    """``<n> of <total> jobs of the sweep <what>:``, a line per job, and how to run them
+    again: the same command, unless each job's ``errors`` is a refusal of its settings that
+    a rerun would meet again (:attr:`~cloudlstm.errors.UserError.rerun_may_pass`)."""
+    refused_as_given = bool(errors) and all(
+        isinstance(err, UserError) and not err.rerun_may_pass for err in errors
+    )
+    again = (
+        "\nEach job's settings were refused as given: mend what its line names (the same "
+        "command would be refused again)."
+        if refused_as_given
+        else f"\nStart the same command with hydra.sweep.dir={sweep_dir} to run them again "
         "(finished jobs return their results at once)."
     )
+    return f"{len(lines)} of {total} jobs of the sweep {what}:\n  " + "\n  ".join(lines) + again
 
 
 def pool_break_cause(error: BaseException, stopped_by: str | None) -> str | None:

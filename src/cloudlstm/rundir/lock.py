@@ -91,6 +91,12 @@ def slurm_job() -> str | None:
 RUN_KEY, SWEEP_KEY = "hydra.run.dir", "hydra.sweep.dir"
 
 
+class RunDirHeld(UserError):
+    """A run directory that a live run holds: the same command passes once that run ends."""
+
+    rerun_may_pass = True
+
+
 class RunLock:
     """The lock of one run directory, held from :meth:`acquire` to :meth:`release`."""
 
@@ -154,12 +160,12 @@ class RunLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise UserError(self._refusal(self._holder_of_flock())) from None
+            raise RunDirHeld(self._refusal(self._holder_of_flock())) from None
         except OSError as err:  # a file system without flock: judge by the description
             log.warning("Cannot flock %s (%s): judging its holder by pid and time.", self.path, err)
             holder = self._read()
             if holder and holder.get("host") == socket.gethostname() and _alive(holder):
-                raise UserError(self._refusal(holder)) from None
+                raise RunDirHeld(self._refusal(holder)) from None
             return holder
         return self._read()
 
@@ -203,7 +209,7 @@ class RunLock:
                 " If it does not, start again with run_lock=takeover"
                 f" (or wait {FOREIGN_STALE_S / 60:.0f} min)."
             )
-            raise UserError(self._refusal(holder) + hint)
+            raise RunDirHeld(self._refusal(holder) + hint)
         return why
 
     def _holder_of_flock(self) -> dict[str, Any]:

@@ -30,6 +30,8 @@ class RunInterrupted(UserError):
     """A training stopped by SIGTERM or Ctrl-C: the message names its checkpoint and how
     to go on; ``exit_code`` is the status the program leaves with."""
 
+    rerun_may_pass = True  # the same command continues it
+
     def __init__(self, message: str, exit_code: int = EXIT_CODE) -> None:
         super().__init__(message)
         self.exit_code = exit_code

@@ -157,7 +157,7 @@ class CheckedSlurmLauncher(SlurmLauncher):
         self, jobs: Sequence[Any], job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> list[JobReturn]:
         """The jobs' returns; raises one UserError with a line per job that did not finish."""
-        results, failed = [], []
+        results, failed, errors = [], [], []
         shared = shared_overrides(job_overrides)
         for idx, (job, overrides) in enumerate(
             zip(jobs, job_overrides, strict=True), start=initial_job_idx
@@ -166,6 +166,7 @@ class CheckedSlurmLauncher(SlurmLauncher):
             if isinstance(outcome, JobReturn):
                 results.append(outcome)
                 continue
+            errors.append(_job_error(job))
             line = (
                 f"job {idx} ({own_overrides(overrides, shared)}): {outcome}; "
                 f"run dir {self._job_dir(overrides, idx)}; log {job.paths.stderr}"
@@ -173,7 +174,8 @@ class CheckedSlurmLauncher(SlurmLauncher):
             failed.append(line)
         if failed:
             sweep_dir = self.config.hydra.sweep.dir if self.config is not None else "?"
-            raise UserError(unfinished_report(failed, len(jobs), sweep_dir, "did not finish"))
+            report = unfinished_report(failed, len(jobs), sweep_dir, "did not finish", errors)
+            raise UserError(report)
         return results
 
     def _job_dir(self, overrides: Sequence[str], idx: int) -> str:
@@ -272,6 +274,18 @@ def _note_sigterm() -> threading.Event:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, handler)
     return seen
+
+
+def _job_error(job: Any) -> BaseException | None:
+    """The exception a job's own code raised (None: it ended otherwise, outside Hydra's
+    job or without a result)."""
+    job = job.task(0)
+    if not job.paths.result_pickle.exists():
+        return None
+    outcome, value = job._get_outcome_and_result()
+    if outcome == "error" or value.status != JobStatus.FAILED:
+        return None
+    return value._return_value
 
 
 def _outcome(job: Any) -> JobReturn | str:

@@ -190,7 +190,7 @@ def _failure(
         f"{first_line(error).rstrip('.')}; log {_log(job)}"
         for job, error in failed
     ]
-    report = unfinished_report(lines, len(launched), sweep_dir, "failed")
+    report = unfinished_report(lines, len(launched), sweep_dir, "failed", errors)
     bugs = [error for error in errors if not isinstance(error, UserError)]
     if bugs:
         log.error(report)
