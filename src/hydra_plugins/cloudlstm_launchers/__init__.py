@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
@@ -166,9 +166,9 @@ class CheckedSlurmLauncher(SlurmLauncher):
             if isinstance(outcome, JobReturn):
                 results.append(outcome)
                 continue
-            errors.append(_job_error(job))
+            errors.append(outcome.error)
             line = (
-                f"job {idx} ({own_overrides(overrides, shared)}): {outcome}; "
+                f"job {idx} ({own_overrides(overrides, shared)}): {outcome.words}; "
                 f"run dir {self._job_dir(overrides, idx)}; log {job.paths.stderr}"
             )
             failed.append(line)
@@ -276,32 +276,28 @@ def _note_sigterm() -> threading.Event:
     return seen
 
 
-def _job_error(job: Any) -> BaseException | None:
-    """The exception a job's own code raised (None: it ended otherwise, outside Hydra's
-    job or without a result)."""
-    job = job.task(0)
-    if not job.paths.result_pickle.exists():
-        return None
-    outcome, value = job._get_outcome_and_result()
-    if outcome == "error" or value.status != JobStatus.FAILED:
-        return None
-    return value._return_value
+class JobFailure(NamedTuple):
+    """Why a job did not complete: in a few words, and the exception its own code raised
+    (None where it ended otherwise: outside Hydra's job, or without a result)."""
+
+    words: str
+    error: BaseException | None = None
 
 
-def _outcome(job: Any) -> JobReturn | str:
-    """The job's JobReturn if it completed, else why not, in a few words (rank 0's, where
-    the job has several tasks, as Hydra's submitit launcher takes)."""
+def _outcome(job: Any) -> JobReturn | JobFailure:
+    """The job's JobReturn if it completed, else why not (rank 0's, where the job has several
+    tasks, as Hydra's submitit launcher takes)."""
     job = job.task(0)
     if not job.paths.result_pickle.exists():
         states = _slurm_states([job]) or {}
         state = states.get(job.job_id, "no longer listed by squeue")
-        return f"ended without a result (SLURM state {state})"
+        return JobFailure(f"ended without a result (SLURM state {state})")
     # submitit's own: ("success", the task's JobReturn) or ("error", the traceback)
     outcome, value = job._get_outcome_and_result()
     if outcome == "error":  # the process died outside Hydra's job (e.g. in submitit)
         lines = [x for x in str(value).strip().splitlines() if x.strip()]
-        return f"failed: {lines[-1].strip() if lines else 'no traceback'}"
+        return JobFailure(f"failed: {lines[-1].strip() if lines else 'no traceback'}")
     if value.status == JobStatus.FAILED:
         err = value._return_value
-        return f"failed: {type(err).__name__}: {first_line(err)}"
+        return JobFailure(f"failed: {type(err).__name__}: {first_line(err)}", err)
     return value
