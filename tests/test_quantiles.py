@@ -143,6 +143,11 @@ def test_keep_order_clips_outwards_from_the_centre() -> None:
         ([0.5, 0.5], "module.quantiles=[0.5,0.5]"),
         (["a"], "module.quantiles=[a]"),
         ("0.5", "module.quantiles='0.5'"),
+        ([0.1, 0.9], "module.quantiles=[0.1,0.9]: the point forecast is the median, so the "),
+        (
+            [0.1, 0.1000000001, 0.5],
+            "module.quantiles=[0.1,0.1000000001,0.5]: 0.1 and 0.1000000001 are both level q10",
+        ),
     ],
 )
 def test_bad_levels_are_refused_in_one_line(value, fragment) -> None:
@@ -154,8 +159,10 @@ def test_bad_levels_are_refused_in_one_line(value, fragment) -> None:
 def test_levels_are_sorted_and_calibration_needs_them() -> None:
     assert check_quantiles([0.9, 0.1, 0.5]) == LEVELS and check_quantiles(None) == ()
     assert level_name(0.1) == "q10" and level_name(0.025) == "q2.5"
-    with pytest.raises(UserError, match=r"^module.calibrate=conformal calibrates quantile"):
-        check_calibration("conformal", ())
+    for levels in [(), (0.5,)]:  # no interval to calibrate
+        with pytest.raises(UserError, match=r"^module.calibrate=conformal calibrates the inter"):
+            check_calibration("conformal", levels)
+    assert check_quantiles([0.12345, 0.12346, 0.5]) == (0.12345, 0.12346, 0.5)  # q12.345, q12.346
     with pytest.raises(UserError, match=r"^module.calibrate='cqr' is not one of"):
         check_calibration("cqr", LEVELS)
 
@@ -453,3 +460,31 @@ def test_train_py_refuses_bad_levels_in_one_line(tmp_path):
     )
     assert one_line(done) == message
     assert "Traceback" not in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("module.quantiles=[0.2,0.25,0.5,0.75,0.8]", "module.quantiles=[0.2,0.25,0.5,0.75,0.8]"),
+        ("module.quantiles=[0.1,0.5,0.9]", "module.quantiles=[0.1,0.5,0.9]"),
+        ("module.anchor=none", "module.anchor=none"),
+    ],
+)
+def test_eval_refuses_levels_or_an_anchor_the_weights_were_not_trained_for(
+    quantile_run, tmp_path, override, said
+):
+    """Other levels of the same count would relabel the head's columns in silence, another
+    count would not fit its weights: both are refused for what they change."""
+    from test_eval import compose_eval
+
+    from cloudlstm.cli.evaluate import evaluate
+
+    run = quantile_run[0]
+    with pytest.raises(UserError) as err:
+        evaluate(compose_eval(run, tmp_path / "eval", override))
+    trained = "[0.1,0.25,0.5,0.75,0.9]" if "quantiles" in override else "last"
+    key = override.split("=")[0]
+    assert f"was trained with {key}={trained}; its weights do not forecast for {said}." in str(
+        err.value
+    )
+    assert "\n" not in str(err.value)

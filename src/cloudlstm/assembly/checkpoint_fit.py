@@ -191,6 +191,36 @@ def check_same_model(built: str, trained: TrainedCheckpoint) -> None:
         )
 
 
+def check_same_outputs(module: L.LightningModule, trained: TrainedCheckpoint) -> None:
+    """Refuse settings that would give the trained weights' outputs another meaning: other
+    quantile levels (the head's columns are the levels it was trained for) or another anchor
+    (whether the model's output is added to the last input). Checkpoints without these
+    settings stored pass.
+
+    Raises:
+        UserError: ``module.quantiles`` or ``module.anchor`` differs from the checkpoint's.
+    """
+    stored = trained.contents.get("hyper_parameters") or {}
+    now = {"quantiles": module.quantile_levels, "anchor": module.hparams.get("anchor")}
+    then = {
+        "quantiles": tuple(sorted(float(t) for t in stored.get("quantiles") or ())),
+        "anchor": stored.get("anchor"),
+    }
+    for key in [k for k in now if k in stored and now[k] != then[k]]:
+        raise UserError(
+            f"{trained.path} was trained with module.{key}={_as_override(then[key])}; its "
+            f"weights do not forecast for module.{key}={_as_override(now[key])}. Drop that "
+            "override, or train a run with it."
+        )
+
+
+def _as_override(value: Any) -> str:
+    """A setting as the command line writes it: ``[0.1,0.5,0.9]``, ``null``, ``last``."""
+    if isinstance(value, tuple):
+        return "[" + ",".join(str(v) for v in value) + "]" if value else "null"
+    return "null" if value is None else str(value)
+
+
 def load_weights(
     module: L.LightningModule, trained: TrainedCheckpoint, model_overrides: Sequence[str] = ()
 ) -> None:
@@ -206,6 +236,7 @@ def load_weights(
     built = type(module.model).__name__
     path, checkpoint = trained.path, trained.contents
     check_same_model(built, trained)
+    check_same_outputs(module, trained)
     differences = weight_differences(module, checkpoint["state_dict"])
     if differences and model_overrides:
         them = "it" if len(model_overrides) == 1 else "them"

@@ -76,7 +76,32 @@ def check_quantiles(value: Any) -> tuple[float, ...]:
             f"module.quantiles={_shown(value)}: give distinct levels strictly between 0 and 1, "
             "e.g. module.quantiles=[0.1,0.5,0.9] (null: point forecasts only)."
         )
+    # The point forecast is the median, trained by its pinball loss: without 0.5 it would
+    # be another level's forecast, scored by every point metric as if it were the median.
+    if levels and 0.5 not in levels:
+        raise UserError(
+            f"module.quantiles={_shown(value)}: the point forecast is the median, so the "
+            "levels must include 0.5, e.g. module.quantiles=[0.1,0.5,0.9]."
+        )
+    _check_names(levels, value)
     return tuple(levels)
+
+
+def _check_names(levels: Sequence[float], value: Any) -> None:
+    """Refuse two levels that would name one column of a forecast file (``level_name``).
+
+    Raises:
+        UserError: two levels share a name.
+    """
+    seen: dict[str, float] = {}
+    for tau in levels:
+        name = level_name(tau)
+        if name in seen:
+            raise UserError(
+                f"module.quantiles={_shown(value)}: {seen[name]!r} and {tau!r} are both level "
+                f"{name} to the forecast files: give levels that differ by at least 1e-5."
+            )
+        seen[name] = tau
 
 
 def _shown(value: Any) -> str:
@@ -97,8 +122,8 @@ def check_calibration(value: Any, levels: Sequence[float]) -> str:
         raise UserError(f"module.calibrate={value!r} is not one of {list(CALIBRATIONS)}.")
     if name == "conformal" and len(levels) < 2:
         raise UserError(
-            "module.calibrate=conformal calibrates quantile intervals: give the levels too, "
-            "e.g. module.quantiles=[0.1,0.5,0.9]."
+            "module.calibrate=conformal calibrates the intervals around the median: give "
+            "levels beside 0.5 too, e.g. module.quantiles=[0.1,0.5,0.9]."
         )
     return name
 
