@@ -465,7 +465,8 @@ def write_run(path: Path, seed: int, held_mae: float, trained_mae: float) -> Non
     path.mkdir(parents=True)
 
     def result(mae: float) -> dict:
-        return {"overall": {"mae": {"mean": mae, "std": 0.1}}}
+        # a quantile forecast's CRPS, taken here as half the MAE
+        return {"overall": {"mae": {"mean": mae, "std": 0.1}, "crps": {"mean": mae / 2, "std": 0}}}
 
     test = {
         **result((held_mae + 3 * trained_mae) / 4),
@@ -493,6 +494,15 @@ def test_compare_shows_both_groups_with_the_draws_of_a_setting_in_one_row(tmp_pa
     assert (
         "no run has point group(s) outliers; groups: held_out, trained" in capsys.readouterr().err
     )
+
+
+def test_compare_shows_a_quantile_metric_of_each_group(tmp_path, capsys):
+    write_run(tmp_path / "s0", 0, held_mae=12.0, trained_mae=8.0)
+    write_run(tmp_path / "s1", 1, held_mae=14.0, trained_mae=10.0)
+    argv = [str(tmp_path), "--metrics", "crps", "--group-metric", "crps", "--format", "csv"]
+    assert compare_main(argv) == 0
+    [row] = list(csv_rows(capsys.readouterr().out))
+    assert float(row["held_out/crps_mean"]) == 6.5 and float(row["trained/crps_mean"]) == 4.5
 
 
 def csv_rows(text: str) -> csv.DictReader:

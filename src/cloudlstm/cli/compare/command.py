@@ -138,7 +138,7 @@ def _parser() -> argparse.ArgumentParser:
         help="point groups for columns, e.g. held_out,trained (default: those of "
         "data.holdout_points where runs have them)",
     )
-    add("--group-metric", choices=metrics, default="mae", help="metric of --groups")
+    add("--group-metric", choices=choices, default="mae", help="metric of --groups")
     add("--format", choices=("markdown", "csv", "latex"), default="markdown")
     add("--plot", type=Path, metavar="DIR", help="write PNG figures to DIR")
     add("--html", type=Path, metavar="PATH", help="write the comparison as one web page")
