@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, rebuilding_fails
+from conftest import ROOT, build_datamodule, compose_train, one_line, rebuilding_fails, run_python
 
 from cloudlstm.data.sources.telecom_italia import CHANNELS, TelecomItaliaSource, grid_centroids
 from cloudlstm.errors import MissingFileError, UserError
@@ -285,3 +285,105 @@ def test_a_file_cut_short_is_one_line_and_a_days_gz_is_read_before_its_txt(tmp_p
     grid.write_bytes(grid.read_bytes()[:40])
     with pytest.raises(UserError, match=rf"^Cannot read the grid {re.escape(str(grid))}: .*cut "):
         grid_centroids(grid)
+
+
+def docs_command(folder: Path, cache: Path) -> list[str]:
+    """The overrides of docs/data.md's command for these files, on the squares written here,
+    with windows that fit their two days."""
+    text = (ROOT / "docs" / "data.md").read_text()
+    command = text[text.index("python train.py data=milan '~data.source'") :]
+    command = command[: command.index("```")].replace("\\\n", " ")
+    overrides = [word.strip("'") for word in command.split()[2:]]
+    return [
+        o.replace("root:/data/milano", f"root:{folder}")
+        .replace("squares:[4259,4456,5060]", "squares:[1,2,10]")
+        .replace("cache_dir:data/telecom", f"cache_dir:{cache}")
+        for o in overrides
+    ] + ["data.input_steps=3", "data.output_steps=2"]
+
+
+def test_the_docs_command_over_data_milan_reads_the_files(milan, tmp_path):
+    """data=milan's range of its `traffic` channel stopped the command of docs/data.md."""
+    folder, _ = milan
+    overrides = docs_command(folder, tmp_path / "cache")
+    assert "data.valid_ranges=null" in overrides
+    datamodule, _ = build_datamodule(compose_train(tmp_path, overrides), tmp_path)
+    assert datamodule.stream.channel_names == ["internet"]
+    assert datamodule.stream.point_ids == ["1", "2", "10"]
+
+
+def test_ranges_of_other_channels_are_one_line_whose_fixes_work(milan, tmp_path):
+    """The line named the channels without a fix; a mapping given alone is merged into
+    data=milan's, so the fix named sets null first."""
+    folder, _ = milan
+    overrides = [o for o in docs_command(folder, tmp_path / "cache") if "valid_ranges" not in o]
+    proc = run_python(
+        "train.py", *overrides, f"hydra.run.dir={tmp_path / 'run'}", "logger=none", "debug=fdr"
+    )
+    assert one_line(proc) == (
+        "data.valid_ranges names ['traffic'], not channels of the data; its channels are "
+        "['internet']. Set data.valid_ranges=null to check only the ranges the source "
+        "declares, or replace the config's with data.valid_ranges=null "
+        "'data.valid_ranges={internet:[lo,hi]}' (null for an open end)."
+    )
+    replaced = ["data.valid_ranges=null", "data.valid_ranges={internet:[0,50000]}"]
+    cfg = compose_train(tmp_path / "replaced", [*overrides, *replaced])
+    datamodule, _ = build_datamodule(cfg, tmp_path / "replaced")
+    assert datamodule.valid_ranges == {"internet": (0.0, 50000.0)}
+
+
+def test_a_first_day_after_the_last_is_refused_as_such(milan):
+    """It was read as no files in those days, and the line said to download them."""
+    folder, _ = milan
+    with pytest.raises(UserError) as err:
+        TelecomItaliaSource(folder, first_day="2013-11-02", last_day="2013-11-01")
+    assert str(err.value) == (
+        "data.source.first_day=2013-11-02 is after data.source.last_day=2013-11-01: swap "
+        "them (first_day=2013-11-01, last_day=2013-11-02)."
+    )
+    one_day = TelecomItaliaSource(folder, first_day="2013-11-02", last_day="2013-11-02")
+    assert len(one_day.day_files()) == 1
+
+
+@pytest.mark.parametrize("fields", [7, 4])
+def test_a_row_with_fields_left_out_is_refused_by_line(milan, fields):
+    """Its fields left out were read as empty ones, no activity; empty fields stay read."""
+    folder, _ = milan
+    day = folder / "sms-call-internet-mi-2013-11-02.txt"
+    lines = day.read_text().splitlines(keepends=True)
+    lines[4] = "\t".join(lines[4].rstrip("\n").split("\t")[:fields]) + "\n"
+    day.write_text("".join(lines))
+    with pytest.raises(UserError) as err:
+        TelecomItaliaSource(folder).load()
+    assert str(err.value) == (
+        f"Telecom Italia file {day}: line 5 has {fields} tab-separated field(s), not 8 (square "
+        "id, interval start, country code, sms in, sms out, call in, call out, internet); a "
+        "row leaves a field of no activity empty, not out. Correct or remove the line, or get "
+        "the file again."
+    )
+    lines[4] = "\t".join(lines[4].rstrip("\n").split("\t")[:3] + [""] * 5) + "\n"
+    day.write_text("".join(lines))
+    assert TelecomItaliaSource(folder).load().mask.any()
+
+
+def test_a_square_without_rows_is_named_with_the_files_squares(milan, tmp_path):
+    """The line said the files' squares were 1-10000, whatever the files held."""
+    folder, _ = milan
+    with pytest.raises(UserError) as err:
+        TelecomItaliaSource(folder, squares=[2, 3, 7]).load()
+    assert str(err.value) == (
+        "data.source.squares: the square(s) [3, 7] have no row in the 2 file(s) read, whose "
+        "squares are 1, 2, 10: choose among those, or set data.source.squares=null for all "
+        "of them."
+    )
+    many = tmp_path / "many"
+    many.mkdir()
+    rows = [f"{s}\t1383260400000\t39\t1\t\t\t\t1\n" for s in [*range(1, 13), 20]]
+    (many / "sms-call-internet-mi-2013-11-01.txt").write_text("".join(rows))
+    with pytest.raises(
+        UserError, match=r"whose squares are 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, \.\.\. "
+    ):
+        TelecomItaliaSource(many, squares=[13], grid=folder / "milano-grid.geojson.gz").load()
+    (many / "sms-call-internet-mi-2013-11-01.txt").write_text("".join(rows[:12]))
+    with pytest.raises(UserError, match=r"whose squares are 1-12: choose"):
+        TelecomItaliaSource(many, squares=[13], grid=folder / "milano-grid.geojson.gz").load()

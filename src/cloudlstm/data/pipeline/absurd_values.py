@@ -177,9 +177,13 @@ def merged_ranges(
     """
     unknown = [name for name in given if name not in channels]
     if unknown:
+        # Hydra merges a mapping given alone into the config's (refusing a new name, or
+        # keeping the old ones with ++): null first, so that the mapping replaces it
         raise UserError(
             f"{RANGES_OPTION} names {unknown}, not channels of the data; its channels are "
-            f"{list(channels)}."
+            f"{list(channels)}. Set {RANGES_OPTION}=null to check only the ranges the source "
+            f"declares, or replace the config's with {RANGES_OPTION}=null "
+            f"'{RANGES_OPTION}={{{channels[0]}:[lo,hi]}}' (null for an open end)."
         )
     unknown = [name for name in declared if name not in channels]
     if unknown:

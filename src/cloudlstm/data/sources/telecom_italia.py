@@ -20,6 +20,7 @@ the convention of every source here.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import logging
 import os
@@ -126,6 +127,12 @@ class TelecomItaliaSource(CachedSource):
         self.grid = None if grid is None else Path(grid)
         self.first_day = None if first_day is None else _day(first_day, "first_day")
         self.last_day = None if last_day is None else _day(last_day, "last_day")
+        if self.first_day and self.last_day and self.first_day > self.last_day:
+            raise UserError(
+                f"data.source.first_day={self.first_day} is after data.source.last_day="
+                f"{self.last_day}: swap them (first_day={self.last_day}, "
+                f"last_day={self.first_day})."
+            )
         self.name = str(name)
         self.cache_dir = None if cache_dir is None else Path(cache_dir)
 
@@ -207,11 +214,12 @@ class TelecomItaliaSource(CachedSource):
     def generate(self, cache_path: Path | None = None) -> PointCloudStream:
         """Read the chosen days into one stream (see the class docstring), cached."""
         files = self.day_files()
-        parts, intervals = [], []
+        parts, intervals, in_files = [], [], set()
         for path in files:
-            sums, seen = self._read_day(path)
+            sums, seen, squares = self._read_day(path)
             parts.append(sums)
             intervals.append(seen)
+            in_files.update(squares)
         # a step may straddle two files (a UTC day's step over local-day files)
         sums = pd.concat(parts).groupby(["time", "square"], sort=False).sum().reset_index()
         if self.squares is not None:
@@ -219,7 +227,8 @@ class TelecomItaliaSource(CachedSource):
             if absent:
                 raise UserError(
                     f"data.source.squares: the square(s) {absent[:10]} have no row in the "
-                    f"{len(files)} file(s) read; the files' squares are 1-10000."
+                    f"{len(files)} file(s) read, whose squares are {_id_set(in_files)}: choose "
+                    "among those, or set data.source.squares=null for all of them."
                 )
         if sums.empty:
             raise UserError(f"The Telecom Italia files in {self.root} have no rows.")
@@ -250,10 +259,11 @@ class TelecomItaliaSource(CachedSource):
         stream.metadata["incomplete_steps"] = int((~complete).sum())
         return self.cached(stream, cache_path)
 
-    def _read_day(self, path: Path) -> tuple[pd.DataFrame, np.ndarray]:
+    def _read_day(self, path: Path) -> tuple[pd.DataFrame, np.ndarray, list[int]]:
         """A file's sums per step and square of the chosen squares (columns ``time``,
-        ``square`` and the channels), and its distinct 10-minute intervals ``(I,)``
-        ``datetime64[ns]`` (of every square: they tell which intervals the files hold)."""
+        ``square`` and the channels), its distinct 10-minute intervals ``(I,)``
+        ``datetime64[ns]`` (of every square: they tell which intervals the files hold) and
+        its distinct squares (to name them when a chosen one has no row)."""
         what = f"Telecom Italia file {path}"
         rows = _read_rows(path, what)
         square = numeric_column(rows, "square", what)
@@ -293,7 +303,8 @@ class TelecomItaliaSource(CachedSource):
             }
         )
         frame["time"] = frame["time"].astype("datetime64[ns]")
-        return frame.groupby(["time", "square"], sort=False).sum().reset_index(), seen
+        squares = pd.unique(square).astype(np.int64).tolist()
+        return frame.groupby(["time", "square"], sort=False).sum().reset_index(), seen, squares
 
     def _complete_steps(self, timestamps: np.ndarray, seen: np.ndarray) -> np.ndarray:
         """``(T,)`` True where the files hold every 10-minute interval of the step."""
@@ -378,14 +389,22 @@ def _centroid(ring: np.ndarray) -> tuple[float, float]:
 
 def _read_rows(path: Path, what: str) -> pd.DataFrame:
     """A file's rows as numbers (columns 0-7), or as text when some field is not a number
-    (so that :func:`numeric_column` names it)."""
+    (so that :func:`numeric_column` names it).
+
+    Raises:
+        UserError: the file cannot be read, or a row has fewer fields than the format's.
+    """
     kwargs: dict[str, Any] = {"sep": "\t", "header": None}
     refuse_cut_short(path, "the Telecom Italia file", "\t")
+    opener = gzip.open if path.suffix.lower() == ".gz" else open
     try:
+        # read once: the rows' fields are counted in the bytes that pandas then parses
+        with opener(path, "rb") as f:
+            data = f.read()
         try:
-            rows = pd.read_csv(path, dtype=np.float64, **kwargs)
+            rows = pd.read_csv(io.BytesIO(data), dtype=np.float64, **kwargs)
         except ValueError:  # a field that is not a number: read as text to name it
-            rows = pd.read_csv(path, dtype=str, **kwargs)
+            rows = pd.read_csv(io.BytesIO(data), dtype=str, **kwargs)
     except (pd.errors.ParserError, UnicodeDecodeError) as err:
         raise UserError(f"Cannot read {what} as tab-separated values: {err}") from None
     except DAMAGED as err:
@@ -397,8 +416,39 @@ def _read_rows(path: Path, what: str) -> pd.DataFrame:
             f"{what} has {rows.shape[1]} tab-separated field(s) per row, not "
             f"{len(_FIELD_NAMES)} ({', '.join(_FIELD_NAMES.values())})."
         )
+    _refuse_short_rows(data, what)
     rows.columns = list(_FIELD_NAMES)
     return rows
+
+
+def _refuse_short_rows(data: bytes, what: str) -> None:
+    """Refuse a row with fewer tab-separated fields than the format's: pandas reads the
+    fields left out as empty ones, which mean no activity, so a row cut short (or a field
+    lost in an edit) would count as none."""
+    tabs = len(_FIELD_NAMES) - 1
+    lines = data.count(b"\n") + (not data.endswith(b"\n"))
+    if data.count(b"\t") >= tabs * lines:  # no row short of tabs (one with more: pandas refuses)
+        return
+    for number, line in enumerate(io.BytesIO(data), start=1):
+        fields = line.count(b"\t") + 1
+        if line.rstrip(b"\r\n") and fields <= tabs:
+            raise UserError(
+                f"{what}: line {number} has {fields} tab-separated field(s), "
+                f"not {len(_FIELD_NAMES)} ({', '.join(_FIELD_NAMES.values())}); a row leaves "
+                "a field of no activity empty, not out. Correct or remove the line, or get "
+                "the file again."
+            )
+
+
+def _id_set(ids: set[int]) -> str:
+    """Square ids in a few words: ``1-10000`` where they run without a gap, else the
+    first ones and their count."""
+    ordered = sorted(ids)
+    if len(ordered) > 2 and ordered[-1] - ordered[0] + 1 == len(ordered):
+        return f"{ordered[0]}-{ordered[-1]}"
+    if len(ordered) <= 10:
+        return ", ".join(map(str, ordered))
+    return f"{', '.join(map(str, ordered[:10]))}, ... ({len(ordered)} squares up to {ordered[-1]})"
 
 
 def _square_ids(squares: Sequence[Any]) -> list[int]:
