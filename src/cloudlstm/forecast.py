@@ -37,16 +37,12 @@ from cloudlstm.data.pipeline.wide_history import long_history
 from cloudlstm.data.sources.tables import pivot_long
 from cloudlstm.data.sources.times import time_zone
 from cloudlstm.data.spec import DataSpec
+from cloudlstm.engine.forecast_columns import FILLED_COLUMN, HORIZON_COLUMN, quantile_column
 from cloudlstm.engine.module import ForecastModule
-from cloudlstm.engine.quantiles import level_name
 from cloudlstm.errors import UserError, no_gpu
 from cloudlstm.models.build import neighbours_needed, neighbours_setting
 
 __all__ = ["FILLED_COLUMN", "Forecaster", "check_device"]
-
-# Output column: how many of the point's input entries (input steps x channels) were filled
-# by interpolation instead of read; 0 means the forecast saw only real readings.
-FILLED_COLUMN = "filled_inputs"
 
 log = logging.getLogger(__name__)
 
@@ -333,7 +329,7 @@ class Forecaster:
             times = times.tz_localize("UTC").tz_convert(window.zone)
         columns = {
             info.time_col: times,
-            "horizon": horizon,
+            HORIZON_COLUMN: horizon,
             info.id_col: np.tile(window.point_ids, j),
             **{c: coords[..., d].ravel() for d, c in enumerate(info.coord_cols)},
             **{c: pred[..., k].ravel() for k, c in enumerate(info.value_channels)},
@@ -349,7 +345,7 @@ class Forecaster:
             return {}
         levels = self.module.quantile_levels
         return {
-            f"{c}_{level_name(tau)}": quantiles[..., k, q].ravel()
+            quantile_column(c, tau): quantiles[..., k, q].ravel()
             for k, c in enumerate(self.info.value_channels)
             for q, tau in enumerate(levels)
         }

@@ -50,6 +50,7 @@ from cloudlstm.assembly.config import describe_run
 from cloudlstm.assembly.held_out import check_model_forecasts_held_out, check_same_held_out
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.distributed import per_process_limits
+from cloudlstm.engine.forecast_columns import check_forecast_columns
 from cloudlstm.engine.loggers import finish_wandb
 from cloudlstm.engine.module import ForecastModule
 from cloudlstm.models.build import build_model, with_sizes
@@ -126,6 +127,7 @@ def assemble(
     if trained is not None:
         check_same_step(spec, trained)
     module = build_module(cfg, spec, model_config)
+    check_forecast_columns(spec, module.quantile_levels)
     if trained is not None:
         check_points(module.model, datamodule, trained)
         check_same_held_out(datamodule, trained)
@@ -210,5 +212,6 @@ def restore(
         calibrate=hparams.get("calibrate", "none"),
     )
     load_weights(module, trained)
+    check_forecast_columns(spec, module.quantile_levels)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     return module.to(device).eval(), trained.path
