@@ -3,6 +3,7 @@ file; CSV (gzipped too), pandas HDF5 and Parquet; its errors; the graph of the p
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import re
@@ -473,3 +474,42 @@ def test_the_graph_reaches_the_datas_description(los):
     assert subset.spec.adjacency == WEIGHTS[np.ix_(kept, kept)].tolist()
     plain = PointCloudDataModule(source(los), input_steps=3, output_steps=2)
     assert plain.spec.adjacency is None
+
+
+def test_a_point_without_data_is_warned_of_also_when_the_cache_is_read(los, tmp_path, caplog):
+    """The warning came only from the run that built the cache; later runs left the point
+    out without a word."""
+    whole = source(los, cache_dir=tmp_path / "whole", name="los")
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.data.sources.tables"):
+        whole.load()
+        whole.load()
+    assert whole.last_load_from_cache and not caplog.records  # no point dropped, no warning
+    table = speeds()
+    table[IDS[2]] = np.nan  # no reading at all
+    table.to_csv(los / "los_speed.csv.gz", index=False)
+    warning = f"los: dropping 1 point(s) with no data at all: {IDS[2]}"
+    for built in (True, False):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="cloudlstm.data.sources.tables"):
+            made = source(los, cache_dir=tmp_path / "cache", name="los")
+            stream = made.load()
+        assert made.last_load_from_cache is not built
+        assert stream.point_ids == [IDS[0], IDS[1], IDS[3]]
+        assert [r.getMessage() for r in caplog.records] == [warning]
+
+
+def test_text_in_a_coordinate_says_coordinates_are_numbers_not_to_leave_them_empty(los):
+    """The line said to leave missing readings empty, and an empty coordinate is refused."""
+    pd.DataFrame({"sensor_id": IDS, "latitude": LAT, "x": 0.0, "y": 1.0}).assign(
+        x=["east", 1, 2, 3]
+    ).to_csv(path := los / "text.csv", index=False)
+    with pytest.raises(UserError) as err:
+        read_positions(path)
+    assert str(err.value) == (
+        f"Column 'x' of positions file {path} must be numeric, but holds e.g. 'east' (1 such "
+        "entries, first at data row 0). Coordinates must be numbers: write each one without "
+        "units or text."
+    )
+    pd.DataFrame({"sensor_id": IDS, "x": [None, 1, 2, 3], "y": 1.0}).to_csv(path, index=False)
+    with pytest.raises(UserError, match=r"point '773869' \(data row 0\) has no finite coord"):
+        read_positions(path)

@@ -55,6 +55,7 @@ __all__ = [
     "pivot_long",
     "read_hdf",
     "read_table",
+    "warn_dropped_points",
 ]
 
 log = logging.getLogger(__name__)
@@ -408,13 +409,7 @@ def _points_with_data(
     has an observed value: there would be nothing to fill its gaps from."""
     has_data = np.isfinite(values).any(axis=(0, 2))
     dropped = [p for p, ok in zip(point_ids, has_data, strict=True) if not ok]
-    if dropped:  # a warning: the user's file named them, and the model will not know them
-        log.warning(
-            "%s: dropping %d point(s) with no data at all: %s",
-            name,
-            len(dropped),
-            ", ".join(dropped[:20]) + (" ..." if len(dropped) > 20 else ""),
-        )
+    warn_dropped_points(name, dropped)
     if not has_data.any():
         raise UserError(f"{name}: no point has any observed value in {source}.")
     seen = np.isfinite(values).any(axis=(0, 1))
@@ -426,6 +421,19 @@ def _points_with_data(
         )
     _warn_unread_channels(values, point_ids, channel_names, has_data, name)
     return np.flatnonzero(has_data), dropped
+
+
+def warn_dropped_points(name: str, dropped: Sequence[str]) -> None:
+    """Warn of the points ``dropped`` for having no data at all (none: no warning); a
+    source that reads its stream from a cache warns from its metadata's
+    ``dropped_points``, as the run that built it did."""
+    if dropped:  # a warning: the user's file named them, and the model will not know them
+        log.warning(
+            "%s: dropping %d point(s) with no data at all: %s",
+            name,
+            len(dropped),
+            ", ".join(dropped[:20]) + (" ..." if len(dropped) > 20 else ""),
+        )
 
 
 def _warn_unread_channels(
@@ -768,8 +776,13 @@ def check_coordinate_columns(cols: Sequence[str], option: str, given: Sequence[s
         )
 
 
-def numeric_column(df: pd.DataFrame, col: str, what: str) -> np.ndarray:
-    """Column ``col`` as float64; a ``UserError`` showing one non-numeric entry otherwise."""
+READINGS_FIX = "Leave missing readings empty (or NA) and remove units/text from the cells."
+
+
+def numeric_column(df: pd.DataFrame, col: str, what: str, fix: str = READINGS_FIX) -> np.ndarray:
+    """Column ``col`` as float64; a ``UserError`` showing one non-numeric entry otherwise,
+    ending in ``fix`` (by default that of readings, which may be missing: a column that
+    may not, coordinates say, gives its own)."""
     series = df[col]
     if pd.api.types.is_numeric_dtype(series):
         return series.to_numpy(dtype=np.float64, na_value=np.nan)
@@ -778,8 +791,7 @@ def numeric_column(df: pd.DataFrame, col: str, what: str) -> np.ndarray:
     if len(bad):
         raise UserError(
             f"Column {col!r} of {what} must be numeric, but holds e.g. {bad.iloc[0]!r} "
-            f"({len(bad)} such entries, first at data row {int(bad.index[0])}). Leave missing "
-            "readings empty (or NA) and remove units/text from the cells."
+            f"({len(bad)} such entries, first at data row {int(bad.index[0])}). {fix}"
         )
     return coerced.to_numpy(dtype=np.float64, na_value=np.nan)
 

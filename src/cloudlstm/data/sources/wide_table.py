@@ -42,6 +42,7 @@ from cloudlstm.data.sources.tables import (
     pivot_long,
     read_hdf,
     read_table,
+    warn_dropped_points,
 )
 from cloudlstm.data.sources.times import (
     TIMES_ZONED_KEY,
@@ -252,6 +253,14 @@ class WideTableSource(CachedSource):
         return [self.path, self.positions]
 
     # ------------------------------------------------------------------ the stream
+    def load(self) -> PointCloudStream:
+        """The stream (see :meth:`CachedSource.load`); from the cache, with the warning of
+        the points dropped when it was built: every run leaves them out, not only the first."""
+        stream = super().load()
+        if self.last_load_from_cache:
+            warn_dropped_points(stream.name, stream.metadata.get("dropped_points") or [])
+        return stream
+
     def generate(self, cache_path: Path | None = None) -> PointCloudStream:
         """Read the table and the positions into a stream, cached at ``cache_path``."""
         path, positions = self.input_files()
@@ -466,7 +475,9 @@ def read_positions(
     repeated = pd.Index(ids)[pd.Index(ids).duplicated()].unique().tolist()
     if repeated:
         raise UserError(f"{what} has several rows for the id(s) {repeated[:5]}.")
-    coords = np.stack([numeric_column(table, c, what) for c in coord_cols], axis=1)
+    # a missing coordinate is refused below: the fix of readings (leave them empty) is wrong
+    fix = "Coordinates must be numbers: write each one without units or text."
+    coords = np.stack([numeric_column(table, c, what, fix) for c in coord_cols], axis=1)
     bad = ~np.isfinite(coords).all(axis=1)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
