@@ -577,3 +577,15 @@ def test_a_parquet_dataset_without_pyarrow_is_one_line(tmp_path, monkeypatch):
         MissingPackageError, match=r"Parquet dataset .* needs pyarrow: `pip install"
     ):
         stream_of(folder)
+
+
+@pytest.mark.parametrize("body", [b"", b"\n\n"])
+def test_an_empty_file_is_one_line_with_a_fix(tmp_path, body):
+    """The line was pandas' "No columns to parse from file", which says nothing to do."""
+    (path := tmp_path / "empty.csv").write_bytes(body)
+    with pytest.raises(UserError) as err:
+        read_table(path, "the long-format file")
+    assert str(err.value) == (
+        f"The long-format file {path} is empty, without even a header row: write the header "
+        "row of its columns and its rows into it, or name the file that holds them."
+    )

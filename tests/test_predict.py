@@ -299,3 +299,13 @@ def test_a_reader_that_stops_early_ends_the_forecast_quietly(run, tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=300) == 1, err  # as `yes | head` ends
     assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_an_empty_history_is_one_line_with_a_fix(run, tmp_path):
+    """The line was pandas' "No columns to parse from file", without a fix."""
+    (empty := tmp_path / "empty.csv").write_text("")
+    proc = run_python(str(ROOT / "predict.py"), f"run={run[0]}", f"data.path={empty}")
+    assert one_line(proc) == (
+        f"The history file {empty} is empty, without even a header row: write the header row "
+        "of its columns and its rows into it, or name the file that holds them."
+    )

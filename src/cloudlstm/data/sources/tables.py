@@ -556,7 +556,13 @@ def read_table(
             f"Cannot read {what} {path} as CSV: it is not UTF-8 text (a byte "
             f"0x{err.object[err.start]:02x}). Save it as UTF-8 (spreadsheets: CSV UTF-8)."
         ) from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as err:
+    except pd.errors.EmptyDataError:  # pandas: "No columns to parse from file"
+        raise UserError(
+            f"{what[:1].upper()}{what[1:]} {path} is empty, without even a header row: write "
+            "the header row of its columns and its rows into it, or name the file that holds "
+            "them."
+        ) from None
+    except (pd.errors.ParserError, ValueError) as err:
         # ValueError: a .zip holding several files, among others
         raise UserError(f"Cannot read {what} {path} as CSV: {err}") from None
     except DAMAGED as err:
