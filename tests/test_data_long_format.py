@@ -560,3 +560,17 @@ def test_a_cache_dir_caches_the_stream_until_the_file_changes(tmp_path):
     edited = source.load()
     assert not source.last_load_from_cache
     np.testing.assert_allclose(edited.values[:, 0, 0], stream.values[:, 0, 0] + 1.0, rtol=1e-6)
+
+
+def test_a_point_without_data_is_warned_of_by_every_run_the_cache_serves(tmp_path, caplog):
+    """Every source reads its stream back from the cache: each run leaves the point out, so
+    each says so, not only the run that built the cache."""
+    path = write(tmp_path, long_table())  # st3 has rows but no reading
+    for built in (True, False):
+        caplog.clear()
+        source = LongFormatSource(path, cache_dir=tmp_path / "cache")
+        with caplog.at_level(logging.WARNING, logger="cloudlstm.data"):
+            stream = source.load()
+        assert source.last_load_from_cache is not built and "st3" not in stream.point_ids
+        dropped = [r.getMessage() for r in caplog.records if "no data at all" in r.getMessage()]
+        assert dropped == [f"{stream.name}: dropping 1 point(s) with no data at all: st3"]

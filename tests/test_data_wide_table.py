@@ -480,7 +480,7 @@ def test_a_point_without_data_is_warned_of_also_when_the_cache_is_read(los, tmp_
     """The warning came only from the run that built the cache; later runs left the point
     out without a word."""
     whole = source(los, cache_dir=tmp_path / "whole", name="los")
-    with caplog.at_level(logging.WARNING, logger="cloudlstm.data.sources.tables"):
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.data"):
         whole.load()
         whole.load()
     assert whole.last_load_from_cache and not caplog.records  # no point dropped, no warning
@@ -490,7 +490,7 @@ def test_a_point_without_data_is_warned_of_also_when_the_cache_is_read(los, tmp_
     warning = f"los: dropping 1 point(s) with no data at all: {IDS[2]}"
     for built in (True, False):
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="cloudlstm.data.sources.tables"):
+        with caplog.at_level(logging.WARNING, logger="cloudlstm.data"):
             made = source(los, cache_dir=tmp_path / "cache", name="los")
             stream = made.load()
         assert made.last_load_from_cache is not built

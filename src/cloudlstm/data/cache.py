@@ -511,6 +511,19 @@ def check_float(
     return value
 
 
+def warn_dropped_points(name: str, dropped: Sequence[str]) -> None:
+    """Warn of the points ``dropped`` for having no data at all (none: no warning); a
+    stream read from its cache warns from its metadata's ``dropped_points``, as the run
+    that built it did."""
+    if dropped:  # a warning: the user's file named them, and the model will not know them
+        log.warning(
+            "%s: dropping %d point(s) with no data at all: %s",
+            name,
+            len(dropped),
+            ", ".join(dropped[:20]) + (" ..." if len(dropped) > 20 else ""),
+        )
+
+
 class CachedSource:
     """Base of every data source: ``load()`` = the stream made once, then read from the cache.
 
@@ -628,7 +641,9 @@ class CachedSource:
         stream = None if path is None else load_stream_cache(path, self.cache_key)
         self.last_load_from_cache = stream is not None
         if stream is None:
-            stream = self.generate(path)
+            return self.generate(path)
+        # every run leaves these points out, not only the one that built the cache
+        warn_dropped_points(stream.name, stream.metadata.get("dropped_points") or [])
         return stream
 
     def writer(

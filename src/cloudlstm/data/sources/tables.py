@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 from pandas.io.common import get_handle
 
+from cloudlstm.data.cache import warn_dropped_points
 from cloudlstm.data.sources.cut_short import refuse_cut_short
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingPackageError, UserError
@@ -421,19 +422,6 @@ def _points_with_data(
         )
     _warn_unread_channels(values, point_ids, channel_names, has_data, name)
     return np.flatnonzero(has_data), dropped
-
-
-def warn_dropped_points(name: str, dropped: Sequence[str]) -> None:
-    """Warn of the points ``dropped`` for having no data at all (none: no warning); a
-    source that reads its stream from a cache warns from its metadata's
-    ``dropped_points``, as the run that built it did."""
-    if dropped:  # a warning: the user's file named them, and the model will not know them
-        log.warning(
-            "%s: dropping %d point(s) with no data at all: %s",
-            name,
-            len(dropped),
-            ", ".join(dropped[:20]) + (" ..." if len(dropped) > 20 else ""),
-        )
 
 
 def _warn_unread_channels(

@@ -42,7 +42,6 @@ from cloudlstm.data.sources.tables import (
     pivot_long,
     read_hdf,
     read_table,
-    warn_dropped_points,
 )
 from cloudlstm.data.sources.times import (
     TIMES_ZONED_KEY,
@@ -253,14 +252,6 @@ class WideTableSource(CachedSource):
         return [self.path, self.positions]
 
     # ------------------------------------------------------------------ the stream
-    def load(self) -> PointCloudStream:
-        """The stream (see :meth:`CachedSource.load`); from the cache, with the warning of
-        the points dropped when it was built: every run leaves them out, not only the first."""
-        stream = super().load()
-        if self.last_load_from_cache:
-            warn_dropped_points(stream.name, stream.metadata.get("dropped_points") or [])
-        return stream
-
     def generate(self, cache_path: Path | None = None) -> PointCloudStream:
         """Read the table and the positions into a stream, cached at ``cache_path``."""
         path, positions = self.input_files()
