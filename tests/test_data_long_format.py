@@ -333,8 +333,14 @@ def test_bad_coordinates(tmp_path):
         LongFormatSource(write(tmp_path, df)).load()
     df["x"] = df["x"].astype(object)
     df.loc[df["id"] == "st2", "x"] = "left"
-    with pytest.raises(ValueError, match="Column 'x' .* must be numeric, but holds e.g. 'left'"):
+    with pytest.raises(
+        ValueError, match="Column 'x' .* must be numeric, but holds e.g. 'left'"
+    ) as err:
         LongFormatSource(write(tmp_path, df)).load()
+    assert str(err.value).endswith(  # not the readings' "leave missing readings empty"
+        "Write coordinates as plain numbers, without units or text (a row may leave them empty "
+        "where the point's other rows give them)."
+    )
 
 
 def with_bad_cells(cells: dict[tuple[int, str], object]) -> pd.DataFrame:

@@ -253,7 +253,12 @@ def test_squares_are_whole_numbers_each_named_once(milan, squares, message):
         ("1\t1383260412345\t39\t0.5\t\t\t\t1", r"1383260412345 at data row 0 is not on the 10"),
         (
             "1.5\t1383260400000\t39\t0.5\t\t\t\t1",
-            r"the square id at data row 0 is 1\.5, not a whole",
+            r"the square id at data row 0 is 1\.5, not a whole number\. Each row starts with "
+            r"the square id and the interval start in ms since 1970",
+        ),
+        (
+            "1\tmonday\t39\t0.5\t\t\t\t1",
+            r"Column 'time' .* holds e\.g\. 'monday' .*\. Each row starts with the square id",
         ),
     ],
 )

@@ -482,6 +482,10 @@ def test_input_steps_follow_the_stored_offsets():
             r"has no reading of 'pm25' at any point in the 4 steps read \(.* to .*\): the "
             r"forecast would start from invented values",
         ),
+        (
+            lambda df: df.assign(x=df["x"].astype(object).where(df["id"] != "p1", "east")),
+            r"Column 'x' .* holds e\.g\. 'east' .*\. Write coordinates as plain numbers",
+        ),
     ],
     ids=[
         "too-little-history",
@@ -492,6 +496,7 @@ def test_input_steps_follow_the_stored_offsets():
         "every-time-shifted",
         "header-only",
         "channel-never-read",
+        "text-in-a-coordinate",
     ],
 )
 def test_history_errors_say_what_is_expected(points_run, forecaster, change, message):

@@ -37,6 +37,7 @@ from cloudlstm.data.pipeline.wide_history import long_history
 from cloudlstm.data.sources.bad_values import channel_values, check_mode
 from cloudlstm.data.sources.long_format import SAME_PLACE, _moving_points, _spans
 from cloudlstm.data.sources.tables import (
+    ROW_COORDINATES_FIX,
     check_columns,
     id_text,
     infer_step,
@@ -385,7 +386,9 @@ def build_input(
         )
         # as training reads them; messages name the rows of the table given
         values = channel_values(df, info.read_channels, what, mode, df.index.to_numpy())
-        positions = np.stack([numeric_column(df, c, what) for c in info.coord_cols], axis=1)
+        positions = np.stack(
+            [numeric_column(df, c, what, ROW_COORDINATES_FIX) for c in info.coord_cols], axis=1
+        )
     _refuse_unplaceable(df, positions, info, what, zone)
     # the grid starts at the history's first row; the window ends at its last timestamp
     first = need - len(grid.timestamps)

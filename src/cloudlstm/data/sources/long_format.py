@@ -21,6 +21,7 @@ from cloudlstm.data.cache import CachedSource
 from cloudlstm.data.covariates import COVARIATES_KEY
 from cloudlstm.data.sources.bad_values import channel_values, check_mode, mostly_numeric
 from cloudlstm.data.sources.tables import (
+    ROW_COORDINATES_FIX,
     LongGrid,
     build_stream,
     check_column_roles,
@@ -338,7 +339,9 @@ class LongFormatSource(CachedSource):
 
     def _row_positions(self, df: pd.DataFrame, what: str) -> np.ndarray:
         """``(R, L)`` coordinates of every row (NaN where a cell is empty; never infinite)."""
-        positions = np.stack([numeric_column(df, c, what) for c in self.coord_cols], axis=1)
+        positions = np.stack(
+            [numeric_column(df, c, what, ROW_COORDINATES_FIX) for c in self.coord_cols], axis=1
+        )
         if np.isinf(positions).any():
             row = int(np.flatnonzero(np.isinf(positions).any(axis=1))[0])
             raise UserError(

@@ -771,6 +771,11 @@ def check_coordinate_columns(cols: Sequence[str], option: str, given: Sequence[s
 
 
 READINGS_FIX = "Leave missing readings empty (or NA) and remove units/text from the cells."
+# in a long table a point's rows repeat its position, so a row may leave it out
+ROW_COORDINATES_FIX = (
+    "Write coordinates as plain numbers, without units or text (a row may leave them empty "
+    "where the point's other rows give them)."
+)
 
 
 def numeric_column(df: pd.DataFrame, col: str, what: str, fix: str = READINGS_FIX) -> np.ndarray:

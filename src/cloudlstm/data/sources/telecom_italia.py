@@ -59,6 +59,11 @@ _FIELD_NAMES = {
     "country": "country code",
     **{c: c.replace("_", " ") for c in CHANNELS},
 }
+# what a row's first two fields must be, for a line on one that is not
+_KEY_FIELDS_FIX = (
+    "Each row starts with the square id and the interval start in ms since 1970, both whole "
+    "numbers: give the challenge's sms-call-internet-mi files as they were published."
+)
 _INTERVAL = np.timedelta64(10, "m").astype("timedelta64[ns]")
 _INTERVAL_MS = 600_000
 _DAY_FILE = re.compile(r"^sms-call-internet-mi-(\d{4}-\d{2}-\d{2})\.txt(\.gz)?$")
@@ -266,8 +271,8 @@ class TelecomItaliaSource(CachedSource):
         its distinct squares (to name them when a chosen one has no row)."""
         what = f"Telecom Italia file {path}"
         rows = _read_rows(path, what)
-        square = numeric_column(rows, "square", what)
-        ms = numeric_column(rows, "time", what)
+        square = numeric_column(rows, "square", what, _KEY_FIELDS_FIX)
+        ms = numeric_column(rows, "time", what, _KEY_FIELDS_FIX)
         for values, column in ((square, "square"), (ms, "time")):
             bad = ~np.isfinite(values) | (values != np.round(values))
             if bad.any():
@@ -276,7 +281,7 @@ class TelecomItaliaSource(CachedSource):
                 cell = cell.item() if isinstance(cell, np.generic) else cell  # 1.5, not np.float64
                 raise UserError(
                     f"{what}: the {_FIELD_NAMES[column]} at data row {row} is {cell!r}, not a "
-                    "whole number."
+                    f"whole number. {_KEY_FIELDS_FIX}"
                 )
         ms = ms.astype(np.int64)
         off = ms % _INTERVAL_MS != 0
