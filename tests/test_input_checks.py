@@ -672,9 +672,18 @@ def test_a_value_outside_its_valid_range_is_one_line_naming_it_and_the_option(
         "(1): channel 'no2', point p4, time 2024-01-09 11:00:00 (step 203): -5 (valid range "
         ">= 0). Correct or remove them, set data.source.bad_values=warn to treat them as "
         "missing, or change the range if they are real readings: "
-        "data.valid_ranges={no2:[lo,hi]} (null for an open end; {no2:null}: no check)."
+        "'++data.valid_ranges.no2=[lo,hi]' (null for an open end; "
+        "++data.valid_ranges.no2=null: no check)."
     )
     assert not (tmp_path / "run" / "checkpoints").exists()  # stopped before training
+    # the fix as given, over the config's ranges: -5 is read
+    widened = [
+        *args,
+        f"data.source.path={negative_file}",
+        ranges,
+        "++data.valid_ranges.no2=[-9,null]",
+    ]
+    train(compose_train(tmp_path / "wider", widened))
     # the same file without a range: -5 is 5 spreads from the median, not absurd
     train(compose_train(tmp_path / "open", [*args, f"data.source.path={negative_file}"]))
 

@@ -308,9 +308,10 @@ def _range_bounds(
         return f"valid range {_range_text(*ranges[names[k]])}"
 
     def change(name: str) -> str:
+        # ++ sets the one channel whether the config's ranges are null, name it or not
         return (
-            f"change the range if they are real readings: {RANGES_OPTION}={{{name}:[lo,hi]}} "
-            f"(null for an open end; {{{name}:null}}: no check)"
+            f"change the range if they are real readings: '++{RANGES_OPTION}.{name}=[lo,hi]' "
+            f"(null for an open end; ++{RANGES_OPTION}.{name}=null: no check)"
         )
 
     return _Bounds(lo, hi, "lie outside their channel's valid range", detail, fix or change)
