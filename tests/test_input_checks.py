@@ -189,6 +189,13 @@ def test_a_refused_run_leaves_no_folder_and_a_named_one_keeps_only_the_users_fil
             "you mean seed?). Correct the name; `--cfg job` after the command prints the "
             "settings.",
         ),
+        (  # a channel the config's ranges lack: not a misspelt setting
+            ["data=milan", "data.valid_ranges={other:[0,null]}"],
+            "Could not override 'data.valid_ranges.other': data.valid_ranges holds no range of "
+            "other to change. Add it with '++data.valid_ranges.other=[lo,hi]', or replace the "
+            "config's ranges with data.valid_ranges=null 'data.valid_ranges={other:[lo,hi]}' "
+            "(null for an open end).",
+        ),
         (
             ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=1.5"],
             "Error merging override hydra.launcher.n_jobs=1.5: Value '1.5' of type 'float' "
@@ -234,6 +241,7 @@ def test_a_refused_run_leaves_no_folder_and_a_named_one_keeps_only_the_users_fil
         "unknown key",
         "misspelt key",
         "key elsewhere",
+        "channel without a range",
         "wrong type",
         "launcher key",
         "slurm key",

@@ -298,6 +298,7 @@ def _unknown_key_line(cause: BaseException | None) -> str | None:
     from omegaconf import DictConfig
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
+    from cloudlstm.data.pipeline.absurd_values import RANGES_OPTION
     from cloudlstm.errors import config_keys, nearest_name, settings_listing
 
     missing = ConfigKeyError | ConfigAttributeError
@@ -310,6 +311,12 @@ def _unknown_key_line(cause: BaseException | None) -> str | None:
     if "not in struct" not in str(cause):
         return None
     path, _, name = key.rpartition(".")
+    if path == RANGES_OPTION:  # its keys are the data's channels, not settings
+        return (
+            f"Could not override '{key}': {path} holds no range of {name} to change. Add it "
+            f"with '++{key}=[lo,hi]', or replace the config's ranges with {path}=null "
+            f"'{path}={{{name}:[lo,hi]}}' (null for an open end)."
+        )
     hint = ""
     if isinstance(parent, DictConfig):
         elsewhere = [k for k in config_keys(parent._get_root()) if k.rsplit(".", 1)[-1] == name]
