@@ -140,6 +140,7 @@ def test_eval_retests_the_run_in_its_own_directory(cloud_run, tmp_path):
     assert got["checkpoint"] == trained["checkpoint"]
     assert got["run"] == trained["run"] and got["run_dir"] == str(cloud_run)
     assert got["overrides"] == ["report.figures=true"]
+    assert got["test_seen_in_training"] is False  # the run's own split
     assert sorted(p.name for p in (out / "figures").iterdir()) == [
         "error_vs_horizon.png",
         "forecast_maps.png",
@@ -148,7 +149,7 @@ def test_eval_retests_the_run_in_its_own_directory(cloud_run, tmp_path):
     assert (out / "predictions.npz").is_file() and (out / "config.yaml").is_file()
 
 
-def test_other_windows_are_normalised_with_the_training_scaler(cloud_run, tmp_path):
+def test_other_windows_are_normalised_with_the_training_scaler(cloud_run, tmp_path, caplog):
     # a longer test part: a scaler refitted on the shorter training part would differ
     out = tmp_path / "eval"
     cfg = compose_eval(cloud_run, out, "data.test_fraction=0.4", "trainer.limit_test_batches=1.0")
@@ -158,7 +159,17 @@ def test_other_windows_are_normalised_with_the_training_scaler(cloud_run, tmp_pa
     trained_mean = stored[SPEC_KEY]["scaler"]["mean"]  # the one place it is stored
     assert not np.allclose(refitted.scaler.mean, trained_mean)
 
-    evaluate(cfg)
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.assembly.checkpoint_fit"):
+        evaluate(cfg)
+    # a test part reaching into the steps the run trained on is said to flatter the model
+    trained, tested = metrics(cloud_run)["data"]["bounds"], metrics(out)["data"]["bounds"]
+    assert tested["test"][0] < trained["val"][1] and metrics(out)["test_seen_in_training"]
+    assert [r.getMessage() for r in caplog.records if "flatter" in r.getMessage()] == [
+        f"The test part of this evaluation, steps {tested['test'][0]}-{tested['test'][1] - 1}, "
+        f"overlaps steps 0-{trained['val'][1] - 1}, which the run trained on and chose its "
+        "checkpoint on: its scores flatter the model. For a test on unseen steps, leave out "
+        "the data.* overrides that move the split."
+    ]
     # the windows ending where the run's test part ends are the run's test windows
     first = metrics(out)["data"]["windows"]["test"] - metrics(cloud_run)["data"]["windows"]["test"]
     with np.load(out / "predictions.npz") as new, np.load(cloud_run / "predictions.npz") as old:

@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 
 from cloudlstm.assembly.assemble import assemble
 from cloudlstm.assembly.build import check_process_settings, configure_process
+from cloudlstm.assembly.checkpoint_fit import warn_test_seen
 from cloudlstm.assembly.known_keys import check_known_keys
 from cloudlstm.engine.results import results_from
 from cloudlstm.engine.signals import ctrl_c_kept
@@ -34,6 +35,7 @@ from cloudlstm.rundir.layout import (
     check_run_dir,
     find_checkpoint,
     in_run,
+    read_data_summary,
     read_metrics,
     write_metrics,
 )
@@ -63,6 +65,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     path = _checkpoint(run, cfg.ckpt)
     log.info("Evaluating %s", path or f"{run} (a model without parameters: no checkpoint)")
     job = assemble(cfg, output_dir, checkpoint=path, with_loggers=False)
+    test_seen = warn_test_seen(read_data_summary(run), job.summary)
     start = time.perf_counter()
     try:
         with ctrl_c_kept():
@@ -84,6 +87,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         "overrides": _overrides(),
         "num_params": count_parameters(job.model),
         "data": job.summary,
+        "test_seen_in_training": test_seen,  # the test part overlaps the run's train or val
         "test_time_s": time.perf_counter() - start,
         "test": results_from(returned),
         "provenance": [this_process(job.trainer)],

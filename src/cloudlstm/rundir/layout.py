@@ -265,6 +265,16 @@ def read_metrics(run: Path) -> dict[str, Any] | None:
     return load_metrics(path) if path.is_file() else None
 
 
+def read_data_summary(run: Path) -> dict[str, Any] | None:
+    """The data summary a run's training wrote (``data_summary.json``); None where it has
+    none or it cannot be read: it only informs checks, which then have nothing to compare."""
+    try:
+        summary = json.loads((run / DATA_SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
 def load_metrics(path: Path) -> dict[str, Any]:
     """The results in the ``metrics.json`` at ``path`` (a run's, or an evaluation's).
 
