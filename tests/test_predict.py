@@ -87,7 +87,7 @@ def test_the_forecast_replaces_an_earlier_one_in_the_format_its_name_says(run, t
 
 def test_a_file_that_is_no_checkpoint_gets_a_fix_for_forecasting(run, tmp_path):
     line = one_line(predict(run, history(run), tmp_path, f"ckpt={tmp_path / 'recent.csv'}"))
-    assert line.startswith(f"Cannot read checkpoint {tmp_path / 'recent.csv'} (")
+    assert line.startswith(f"{tmp_path / 'recent.csv'} is not a checkpoint: training writes")
     assert line.endswith(
         "Forecast with another checkpoint of the run: ckpt=best, ckpt=last or the path of a "
         ".ckpt that training wrote."

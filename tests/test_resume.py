@@ -262,6 +262,29 @@ def test_unreadable_checkpoint_is_a_user_error_naming_the_file(tmp_path, content
         assert "resume=never" in str(err.value)
 
 
+@pytest.mark.parametrize("kind", ["checksum", "yaml", "no state_dict"])
+def test_a_resume_path_that_is_no_checkpoint_is_not_to_be_deleted(tmp_path, kind):
+    """A tab-completed last.ckpt.checksum was called truncated, with "Delete it": deleting
+    it switches the check of last.ckpt off (and config.yaml would lose the run)."""
+    given = (
+        tmp_path
+        / "checkpoints"
+        / {"checksum": "last.ckpt.checksum", "yaml": "config.yaml"}.get(kind, "other.ckpt")
+    )
+    given.parent.mkdir()
+    if kind == "no state_dict":
+        torch.save({"weights": 1}, given)
+    else:
+        given.write_text("3f2a9c sha256\n" if kind == "checksum" else "seed: 0\n")
+    with pytest.raises(UserError) as err:
+        resume_checkpoint(str(given), tmp_path)
+    said = str(err.value)
+    assert said.startswith(str(given)) and "Delete" not in said
+    assert said.endswith(
+        "Point resume= at a .ckpt written by training, or use `resume=auto` or `resume=never`."
+    )
+
+
 def test_missing_resume_path_names_the_choices(tmp_path):
     with pytest.raises(UserError, match="resume=auto.*resume=never"):
         resume_checkpoint(str(tmp_path / "nope.ckpt"), tmp_path)

@@ -91,27 +91,40 @@ def verify_checksum(path: str | Path, remedy: str | None = None) -> None:
     _verified.add(key)
 
 
-def check_checkpoint(path: Path, remedy: str | None = None) -> dict[str, Any]:
+# How a file torch.save wrote begins: a zip archive (torch >= 1.6) or a pickle (before)
+CHECKPOINT_STARTS = (b"PK\x03\x04", b"\x80")
+
+
+def check_checkpoint(
+    path: Path, remedy: str | None = None, other_file: str | None = None
+) -> dict[str, Any]:
     """Verify a Lightning checkpoint's checksum and load it on CPU, or raise a UserError
     that names the file.
 
-    ``remedy`` ends the message (what to do instead); by default it is about ``resume=``.
-    Returns the loaded checkpoint dict.
+    ``remedy`` ends the message about a damaged checkpoint (what to do instead); by default
+    it is about ``resume=``. ``other_file`` ends the one about a file that is no checkpoint
+    at all (a ``.checksum``, a ``config.yaml`` given by mistake), which no deleting mends;
+    by default ``remedy``. Returns the loaded checkpoint dict.
     """
     verify_checksum(path, remedy)
+    not_one = other_file or remedy or "Point resume= at a .ckpt written by training."
+    with open(path, "rb") as file:
+        head = file.read(4)
+    if head and not head.startswith(CHECKPOINT_STARTS):  # empty: cut short when saved
+        raise UserError(
+            f"{path} is not a checkpoint: training writes them as .ckpt files, zip archives, "
+            f"and this file begins {head!r}. {not_one}"
+        )
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:  # truncated zip, bad pickle, not a checkpoint at all
+    except Exception as err:  # truncated zip, bad pickle
         raise UserError(
             f"Cannot read checkpoint {path} ({type(err).__name__}: {_first_line(err)}). "
             "The file is truncated or corrupted, e.g. by a job killed while saving it. "
             + (remedy or "Delete it, or start fresh with `resume=never`.")
         ) from err
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
-        raise UserError(
-            f"{path} is not a Lightning checkpoint (no state_dict). "
-            + (remedy or "Point resume= at a .ckpt written by training, or use `resume=never`.")
-        )
+        raise UserError(f"{path} is not a Lightning checkpoint (no state_dict). {not_one}")
     return ckpt
 
 

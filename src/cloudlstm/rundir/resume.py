@@ -56,7 +56,8 @@ def resume_checkpoint(resume: Any, run_dir: Path) -> str | None:
             f"resume={resume}: no such checkpoint file. Give the path of a .ckpt file, "
             f"`resume=auto` (the run directory's last checkpoint) or `resume=never`."
         )
-    check_checkpoint(path, damaged_checkpoint_remedy(run_dir))
+    given = "Point resume= at a .ckpt written by training, or use `resume=auto` or `resume=never`."
+    check_checkpoint(path, damaged_checkpoint_remedy(run_dir), given)
     return str(path)
 
 
