@@ -68,6 +68,8 @@ def test_two_ddp_processes_test_like_one(tmp_path):
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # every rank logs the same gathered test results: no line per number asking to reduce them
+    assert "sync_dist=True" not in proc.stdout + proc.stderr
 
     ddp = json.loads((ddp_dir / "metrics.json").read_text())
     assert ddp["checkpoint"] == str(tested)  # outside the DDP run's directory: absolute

@@ -41,6 +41,10 @@ NOISY_WARNINGS = (
     # a plateau scheduler offered its metric at every step before the first validation
     # (engine/module.py, ForecastModule._plateau_cadence): skipped by design
     r"ReduceLROnPlateau conditioned on metric .* which is not available but strict",
+    # under DDP: the validation and test metrics are computed from metric states gathered
+    # from every rank, so each rank logs the same numbers (engine/module.py), and the
+    # training loss and timings are rank 0's by design: nothing for Lightning to reduce
+    r"It is recommended to use `self\.log\('(test|val/|perf/|train/loss)",
 )
 # The config tree's first branches, in this order; the other top-level keys follow.
 TREE_ORDER = ("data", "model", "module", "optimizer", "scheduler", "trainer", "callbacks")
