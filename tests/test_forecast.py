@@ -370,8 +370,17 @@ def test_grid_model_forecasts_its_points_and_refuses_new_ones(grid_run, points_r
     with pytest.raises(UserError, match=r"q9.*ConvLSTM cannot forecast them: it is a grid model"):
         f.forecast(pd.concat([df, new]))
     recent = df["timestamp"] >= STAMPS[SPLIT - M]
-    with pytest.raises(UserError, match=r"exactly its 6 training points.*no reading of p2"):
+    with pytest.raises(UserError) as err:
         f.forecast(df[~(recent & (df["id"] == "p2"))])
+    assert "exactly its 6 training points" in str(err.value)
+    assert str(err.value).endswith(
+        f"has no row of p2 in the last {M} steps. Give each a row there (readings left empty "
+        "are filled from the other points, with a warning), or train a point model (e.g. "
+        "model=cloudlstm)."
+    )
+    # the fix as given: p2's rows there, every reading of them empty
+    emptied = df.assign(**{c: df[c].where(~(recent & (df["id"] == "p2"))) for c in CHANNELS})
+    assert f.forecast(emptied)["id"].tolist() == IDS * J
 
 
 @pytest.fixture(scope="module")

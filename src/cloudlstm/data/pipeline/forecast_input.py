@@ -316,8 +316,10 @@ def order_points(ids: list[str], info: DataSpec, what: str) -> list[str]:
         missing = [p for p in info.point_ids if p not in present]
         raise UserError(
             f"{info.model} forecasts exactly its {len(info.point_ids)} training points "
-            f"({info.fixed_points}), but {what} has no reading of {', '.join(missing[:5])}"
-            f"{' ...' if len(missing) > 5 else ''} in the last {info.history_steps} steps."
+            f"({info.fixed_points}), but {what} has no row of {', '.join(missing[:5])}"
+            f"{' ...' if len(missing) > 5 else ''} in the last {info.history_steps} steps. "
+            "Give each a row there (readings left empty are filled from the other points, "
+            "with a warning), or train a point model (e.g. model=cloudlstm)."
         )
     return known + new
 
