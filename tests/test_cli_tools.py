@@ -12,6 +12,7 @@ import pytest
 
 from cloudlstm.cli import space_check
 from cloudlstm.cli.models_table import model_names, model_parameters
+from cloudlstm.errors import UserError
 from tests.conftest import ROOT, TINY, run_python
 
 
@@ -168,6 +169,7 @@ def helps() -> dict[str, list]:
 # further in (a range of 0 epochs, K = 0 neighbours, a division by 0 repeats)
 BELOW_LEAST = [
     (["-m", "cloudlstm.cli.space_check"], ["--epochs", "0"], "argument --epochs: 0 is below 1"),
+    (["-m", "cloudlstm.cli.space_check"], ["--seeds", "-1"], "argument --seeds: -1 is below 0"),
     (["benchmarks/bench_dconv.py"], ["--k", "0"], "argument --k: 0 is below 1"),
     (
         ["benchmarks/bench_dconv.py"],
@@ -188,6 +190,20 @@ def test_a_count_below_its_least_is_argparses_one_line():
     for (_, _, said), (code, _, err) in zip(BELOW_LEAST, results, strict=True):
         assert code == 2 and "Traceback" not in err, err
         assert err.splitlines()[-1].endswith(f"error: {said}"), err
+
+
+def test_a_refusal_met_by_the_space_check_is_one_line_and_status_2(capsys, monkeypatch):
+    """A refusal of the data or a model while training was a traceback."""
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise UserError("SyntheticAdvectionDiffusion: seed must be an integer >= 0; got -1.")
+
+    monkeypatch.setattr(space_check, "check_config", refused)
+    assert space_check.main(["--seeds", "0", "--models", "lstm_k1"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "space_check: SyntheticAdvectionDiffusion: seed must be an integer >= 0; got -1."
+    ]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[-1])

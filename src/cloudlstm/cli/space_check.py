@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import io
 import logging
+import sys
 import tempfile
 import time
 import warnings
@@ -38,6 +39,7 @@ from omegaconf import DictConfig, open_dict
 
 from cloudlstm.assembly.assemble import assemble
 from cloudlstm.cli.arguments import at_least_one
+from cloudlstm.errors import UserError, one_line_errors
 from cloudlstm.paths import config_dir
 
 # (B, M, N, C) sizes of the check: small enough for a CPU, long enough that the test period
@@ -121,9 +123,23 @@ def fit_and_test(cfg: DictConfig) -> float:
     return result[0]["test/loss"]
 
 
-def main(argv: list[str] | None = None) -> None:
+def data_seed(text: str) -> int:
+    """A ``--seeds`` value: a whole number >= 0, as the generator takes (argparse's one
+    line, before any model is trained, rather than the generator's refusal after)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is below 0")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the table; 2 for a bad option (argparse's usage and one line) or a refusal
+    met while training (one ``space_check: ...`` line)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=data_seed, nargs="+", default=[0, 1, 2])
     parser.add_argument("--epochs", type=at_least_one, default=EPOCHS)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     args = parser.parse_args(argv)
@@ -132,16 +148,26 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", module="lightning")
+    try:
+        with one_line_errors():
+            _print_table(args.seeds, args.models, args.epochs)
+    except UserError as err:
+        print(f"space_check: {err}", file=sys.stderr)
+        return 2
+    return 0
 
+
+def _print_table(seeds: list[int], models: list[str], epochs: int) -> None:
+    """Train and test each model on each data seed, a row as each is done."""
     print("| seed | model | test MSE | vs lstm_k1 | fit s |")
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for seed in args.seeds:
+        for seed in seeds:
             base = float("nan")  # set by lstm_k1, always trained first
-            for name in args.models:
+            for name in models:
                 start = time.perf_counter()
                 workdir = Path(tmp) / f"s{seed}" / name
-                cfg = check_config(name, seed, args.epochs, workdir, Path(tmp) / "data")
+                cfg = check_config(name, seed, epochs, workdir, Path(tmp) / "data")
                 mse = fit_and_test(cfg)
                 base = mse if name == "lstm_k1" else base
                 took = time.perf_counter() - start
@@ -150,4 +176,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
