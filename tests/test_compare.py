@@ -173,6 +173,28 @@ def test_seeds_aggregate_to_mean_and_sample_std(seeds):
     assert table["train_s"] == [10.0, 20.0] and table["params"] == [600.0, 300.0]
 
 
+def test_linked_run_folders_are_followed_once_without_looping(seeds, tmp_path, capsys):
+    """Links to runs gathered in a folder were not followed: "no metrics.json with test
+    results"."""
+    gathered = tmp_path / "gathered"
+    gathered.mkdir()
+    (gathered / "best").symlink_to(seeds / "3")
+    (gathered / "again").symlink_to(seeds / "3")  # one run by two links: counted once
+    (gathered / "sweep").symlink_to(seeds)  # a link to a folder of runs
+    (gathered / "loop").symlink_to(gathered)  # a link to a folder above it ends
+    (seeds / "4").mkdir()
+    (seeds / "4" / "train.log").write_text("step 100\n")  # still training, through a link
+    runs = find_runs([gathered])
+    assert sorted(run.path.resolve().name for run in runs) == ["0", "1", "2", "3"]
+    code, out, err = run_main(capsys, gathered, "--format", "csv")
+    assert code == 0
+    assert [r["n"] for r in csv.DictReader(io.StringIO(out))] == ["1", "3"]
+    assert err == [
+        "compare: 1 run(s) without test results (training, stopped, failed, or test=false) "
+        "have no row: sweep/4"
+    ]
+
+
 def test_runs_without_results_are_named_beside_the_table(seeds, capsys):
     """A sweep in progress: the table's n is one short where a seed still trains, which the
     note says, with which run; an evaluation's folder and a finished run are not in it."""

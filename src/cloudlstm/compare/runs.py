@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,24 +110,39 @@ def _results_under(root: Path) -> list[Path]:
     """The ``metrics.json`` files under ``root``, outside hidden folders: those hold no run
     (Hydra's ``.hydra``), or a file being written (:func:`cloudlstm.errors.replacing`), or
     one whose write was killed."""
-    return [
-        path
-        for path in sorted(root.rglob(METRICS_FILE))
-        if not any(part.startswith(".") for part in path.relative_to(root).parts)
-    ]
+    return _files_named(root, METRICS_FILE)
+
+
+def _files_named(root: Path, name: str) -> list[Path]:
+    """The files ``name`` under ``root`` outside hidden folders, sorted, through links to
+    folders too: runs gathered for a comparison are often links to them (``Path.rglob``
+    follows none before Python 3.13). Each real folder is searched once, by the first way
+    to it in sorted order, so a link to a folder above it ends instead of looping."""
+    found: list[Path] = []
+    seen: set[Path] = set()
+    for folder, subfolders, files in os.walk(root, followlinks=True):
+        real = Path(folder).resolve()
+        if real in seen:
+            subfolders.clear()
+            continue
+        seen.add(real)
+        subfolders[:] = sorted(sub for sub in subfolders if not sub.startswith("."))
+        if name in files:
+            found.append(Path(folder) / name)
+    return sorted(found)
 
 
 def runs_without_results(roots: Sequence[Path], runs: Sequence[Run]) -> list[Path]:
     """The run directories under ``roots`` that are none of ``runs`` (those with test
     results, :func:`find_runs`): training still, stopped, failed, or trained without
     testing. ``train.py`` logs to ``train.log`` in its run directory from the start;
-    evaluations (``eval/``) are not runs."""
+    evaluations (``eval/``) are not runs, nor are hidden folders (as for results)."""
     with_results = {run.path for run in runs}
     pending = []
     for root in map(Path, roots):
         if not root.is_dir():
             continue
-        for log in sorted(root.rglob(TRAIN_LOG)):
+        for log in _files_named(root, TRAIN_LOG):
             folder = log.parent
             if EVAL_DIR not in folder.relative_to(root).parts and folder not in with_results:
                 pending.append(folder)
