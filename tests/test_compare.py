@@ -636,7 +636,10 @@ def test_plot_into_a_file_or_an_unwritable_place_is_one_line_before_any_table(
     below_a_file = afile / "inside"
     code, out, err = run_main(capsys, seeds, "--plot", below_a_file)
     assert (code, out) == (2, "")
-    assert err == [f"compare: cannot make the folder {below_a_file}: Not a directory"]
+    assert err == [
+        f"compare: cannot make the folder {below_a_file}: Not a directory; give a folder you "
+        "can write"
+    ]
 
 
 def test_runs_without_config_and_metrics_files_as_arguments(tmp_path):

@@ -178,7 +178,13 @@ def test_unwritable_page_is_one_line_and_exit_2(sweep, tmp_path, capsys, bad):
     assert code == 2 and out == "" and len(err) == 1
     assert err[0].startswith(f"compare: cannot write {path}: ")
     if bad == "file":
-        assert err[0].endswith(f": {tmp_path / 'file'} is a file, not a folder")
+        assert err[0].endswith(
+            f": {tmp_path / 'file'} is a file, not a folder; give a path you can write"
+        )
+    else:  # the fix was not said: "Is a directory"
+        assert err[0].endswith(
+            f": it is a folder; give a file path such as {tmp_path / 'folder' / 'compare.html'}"
+        )
 
 
 # --- in a browser ---------------------------------------------------------------------------

@@ -60,6 +60,10 @@ def write_html(
         CompareError: ``path`` cannot be written.
     """
     path = Path(path)
+    if path.is_dir():  # checked first: the page would be built only to fail at the rename
+        raise CompareError(
+            f"cannot write {path}: it is a folder; give a file path such as {path / 'compare.html'}"
+        )
     rows = ranked(groups, rank_metric)  # the table's row order
     datasets = list(dict.fromkeys(g.data for g in rows))
     sections = [
@@ -71,7 +75,7 @@ def write_html(
             part.write_text(page, encoding="utf-8")
     except OSError as err:
         reason = why_not_written(path.parent, err)
-        raise CompareError(f"cannot write {path}: {reason}") from None
+        raise CompareError(f"cannot write {path}: {reason}; give a path you can write") from None
     return path
 
 

@@ -249,7 +249,9 @@ def _make_folder(folder: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise CompareError(f"cannot make the folder {folder}: {err.strerror or err}") from None
+        raise CompareError(
+            f"cannot make the folder {folder}: {err.strerror or err}; give a folder you can write"
+        ) from None
 
 
 # conf/debug/default.yaml's task_name, which every debug=... config keeps
