@@ -77,6 +77,10 @@ def test_an_entry_of_callbacks_or_logger_that_builds_nothing_is_refused(
     [
         ("callbacks.early_stopping.patience=-1", "EarlyStopping: callbacks.early_stopping."
          "patience=-1: use a whole number >= 0 (the validations without improvement to wait)."),
+        # every worse score would count as an improvement: early stopping would never stop
+        ("callbacks.early_stopping.min_delta=-1", "EarlyStopping: callbacks.early_stopping."
+         "min_delta=-1: use a number >= 0: the least change of the monitored score that "
+         "counts as an improvement (0: any)."),
         ("callbacks.early_stopping.patience=maybe", "EarlyStopping: callbacks.early_stopping."
          "patience='maybe': use a whole number."),
         ("+callbacks.early_stopping.verbose=1", "EarlyStopping: callbacks.early_stopping."

@@ -6,7 +6,7 @@ and fail steps later, in a neighbour search. So each option is checked against i
 type before the model is built: ``bool`` takes true or false, ``int`` a whole number,
 ``float`` a finite number (``| None``: or null; ``int | float`` either; an annotation
 written ``Optional[...]`` or ``Union[...]``, as Lightning's and torch's are, reads the same),
-a ``dropout`` a probability in [0, 1), a ``patience`` a number >= 0, a
+a ``dropout`` a probability in [0, 1), a ``patience`` and a ``min_delta`` a number >= 0, a
 ``gradient_clip_val`` a finite number >= 0, a ``val_check_interval`` a number > 0, an
 ``accumulate_grad_batches`` and a ``check_val_every_n_epoch`` a whole number >= 1, and a
 ``max_epochs`` or ``max_steps`` anything but 0 (no training, then a test written up as a
@@ -154,6 +154,11 @@ def _problem(key: str, value: Any, declared: tuple[str | None, bool]) -> str | N
         )
     if key == "patience" and number and value < 0:  # Lightning would stop at once
         return "use a whole number >= 0 (the validations without improvement to wait)."
+    if key == "min_delta" and number and value < 0:  # a worse score would count as better
+        return (
+            "use a number >= 0: the least change of the monitored score that counts as an "
+            "improvement (0: any)."
+        )
     return None
 
 
