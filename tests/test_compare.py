@@ -413,6 +413,53 @@ def test_plot_writes_pngs(seeds, tmp_path, capsys):
         assert height > 100 and width > 100
 
 
+def write_runs_without_smae_steps(root: Path) -> None:
+    """Rows without per-step sMAE, as older runs are (or point forecasts beside quantile
+    ones for coverage80): cloudlstm on synthetic has it, lstm on synthetic and on airq not."""
+    for seed, mae in enumerate((1.0, 2.0)):
+        write_run(root / f"new_{seed}", mae, seed=seed)
+    write_run(root / "old", 3.0, model="lstm", smae=False)
+    write_run(root / "old_airq", 3.0, model="lstm", data="airq", smae=False)
+
+
+NO_SMAE_CURVE = (
+    "compare: no smae curve against the forecast step for 2 row(s) without per-step smae "
+    "results: lstm (synthetic), lstm (airq)"
+)
+
+
+def test_plot_leaves_out_rows_without_the_curves_metric_and_names_them(tmp_path, capsys):
+    """Such a row failed the whole command (no figure, exit 2) where the table alone showed
+    its cells empty."""
+    write_runs_without_smae_steps(tmp_path / "runs")
+    figs = tmp_path / "figs"
+    code, out, err = run_main(
+        capsys, tmp_path / "runs", "--horizons", "1", "--horizon-metric", "smae", "--plot", figs
+    )
+    assert code == 0 and out.startswith("| model |")
+    paths = [
+        figs / f"smae_{kind}_{data}.png"
+        for data in ("airq", "synthetic")
+        for kind in ("horizon", "bar")
+    ]
+    assert err == [NO_SMAE_CURVE, *(f"wrote {p}" for p in paths)]
+    for path in paths:  # airq's horizon figure says that no row has a curve
+        assert path.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_a_curve_metric_no_row_has_per_step_is_one_line_naming_the_fix(tmp_path, capsys):
+    write_runs_without_smae_steps(tmp_path / "runs")
+    figs = tmp_path / "figs"
+    code, out, err = run_main(
+        capsys, tmp_path / "runs" / "old", "--horizon-metric", "smae", "--plot", figs
+    )
+    assert (code, out) == (2, "") and not figs.exists()
+    assert err == [
+        "compare: no run has per-step smae results to draw against the forecast step; give "
+        "--horizon-metric one they have (mae, rmse, psnr, ssim)"
+    ]
+
+
 def test_a_table_starts_without_torch_or_matplotlib(seeds):
     """The table of ``python -m cloudlstm.cli.compare`` imports neither torch (the metric
     declarations need none) nor matplotlib (only ``--plot`` does): they were nine tenths of

@@ -21,7 +21,13 @@ from matplotlib.figure import Figure
 from cloudlstm.compare.html import _number
 from cloudlstm.compare.style import close_range as _close_range
 from tests.browser import Chromium, find_chromium
-from tests.test_compare import PNG_MAGIC, run_main, write_run
+from tests.test_compare import (
+    NO_SMAE_CURVE,
+    PNG_MAGIC,
+    run_main,
+    write_run,
+    write_runs_without_smae_steps,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = ROOT / "docs" / "results" / "beijing_gpu_s23"  # 12 models x 3 seeds, no maps
@@ -185,6 +191,20 @@ def test_unwritable_page_is_one_line_and_exit_2(sweep, tmp_path, capsys, bad):
         assert err[0].endswith(
             f": it is a folder; give a file path such as {tmp_path / 'folder' / 'compare.html'}"
         )
+
+
+def test_rows_without_the_curves_metric_have_no_curve_and_are_named(tmp_path, capsys):
+    """Such a row failed the whole page (exit 2) where the table alone showed its cells
+    empty: it is left out of the horizon figure, which names it, as stderr does."""
+    write_runs_without_smae_steps(tmp_path / "runs")
+    page = tmp_path / "report.html"
+    code, out, err = run_main(capsys, tmp_path / "runs", "--horizon-metric", "smae", "--html", page)
+    assert code == 0 and out.startswith("| model |")
+    assert err == [NO_SMAE_CURVE, f"wrote {page}"]
+    text = page.read_text(encoding="utf-8")
+    for data in ("synthetic", "airq"):
+        assert f'id="horizon-{data}"' in text
+    assert text.count("no curve, without per-step smae results: lstm (n=1)") == 2
 
 
 # --- in a browser ---------------------------------------------------------------------------

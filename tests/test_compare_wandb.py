@@ -22,7 +22,12 @@ from cloudlstm.compare import Stat, compare, find_runs
 from cloudlstm.compare.formats import cell_text
 from cloudlstm.compare.wandb_run import _init_args
 from tests.conftest import PYTHON, ROOT, TINY, compose_train, subprocess_env
-from tests.test_compare import PNG_MAGIC, write_run
+from tests.test_compare import (
+    NO_SMAE_CURVE,
+    PNG_MAGIC,
+    write_run,
+    write_runs_without_smae_steps,
+)
 from tests.test_compare_html import markdown_rows
 from tests.wandb_reader import finished_run
 
@@ -120,6 +125,31 @@ def test_horizon_line_plot_images_and_best_setting(logged):
     assert len(curves["data"]) == 2 * 3  # two settings, three steps each
     assert run.summary["synthetic/best"] == "cloudlstm k=6"
     assert run.summary["synthetic/best_mae"] == 0.5
+
+
+def test_rows_without_the_curves_metric_have_no_line_and_are_named(tmp_path, monkeypatch):
+    """Such a row failed the whole W&B run (exit 2) where the table alone showed its cells
+    empty: the line plot has the rows with per-step values, and stderr names the others."""
+    root = tmp_path / "sweep"
+    write_runs_without_smae_steps(root)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main([str(root), "--horizon-metric", "smae", "--wandb"])
+    lines = err.getvalue().splitlines()
+    assert code == 0, lines
+    assert lines[0] == NO_SMAE_CURVE and lines[-1].startswith("wrote W&B run ")
+    run_file, run = finished_run(root)
+    folder = run_file.parent
+    curves = json.loads(
+        (folder / "files" / run.summary["synthetic/smae_vs_horizon_table/path"]).read_text()
+    )
+    assert len(curves["data"]) == 3  # the cloudlstm row's three steps
+    assert "airq/smae_vs_horizon_table" not in run.summary  # no row of airq has a line
+    for name in ("horizon_plot", "bar_chart"):
+        png = folder / "files" / run.summary[f"airq/{name}/path"]
+        assert png.read_bytes()[:8] == PNG_MAGIC
 
 
 def test_no_group_for_runs_of_several_sweeps(tmp_path):

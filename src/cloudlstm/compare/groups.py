@@ -72,8 +72,15 @@ class Group:
             values.append(steps[horizon - 1])
         return Stat.over(values)
 
+    def has_curve(self, name: str) -> bool:
+        """Whether every run has per-step values of the metric: those the horizon figures
+        draw, and :meth:`at_horizon` averages (a quantile metric of a point forecast's run,
+        or ``smae`` in an older metrics.json, has none)."""
+        return all(run.per_step.get(name) for run in self.runs)
+
     def curve(self, name: str) -> list[Stat]:
-        """The metric at every forecast step 1..J (J: the shortest forecast in the group)."""
+        """The metric at every forecast step 1..J (J: the shortest forecast in the group);
+        :meth:`has_curve` says whether it has one."""
         horizon = min(len(run.steps(name)) for run in self.runs)
         return [self.at_horizon(name, h) for h in range(1, horizon + 1)]
 
@@ -81,6 +88,35 @@ class Group:
         """Mean of a run attribute over the runs that have it (untrained models lack epochs)."""
         values = [getattr(run, attr) for run in self.runs if getattr(run, attr) is not None]
         return float(np.mean(values)) if values else None
+
+
+def without_curves(groups: Sequence[Group], metric: str) -> str | None:
+    """The line on the rows that the horizon figures of ``metric`` leave out, having no
+    per-step values of it (:meth:`Group.has_curve`); None where every row has them.
+
+    Raises:
+        CompareError: no row has them: every figure would be empty; the message names the
+            per-step metrics the runs have, which ``--horizon-metric`` takes.
+    """
+    missing = [group for group in groups if not group.has_curve(metric)]
+    if not missing:
+        return None
+    if len(missing) == len(groups):
+        runs = [run for group in groups for run in group.runs]
+        shared = [m for m in runs[0].per_step if all(run.per_step.get(m) for run in runs)]
+        fix = (
+            f"give --horizon-metric one they have ({', '.join(shared)})"
+            if shared
+            else "leave out --plot, --html and --wandb, which draw them"
+        )
+        raise CompareError(
+            f"no run has per-step {metric} results to draw against the forecast step; {fix}"
+        )
+    labels = ", ".join(f"{group.label} ({group.data})" for group in missing)
+    return (
+        f"no {metric} curve against the forecast step for {len(missing)} row(s) without "
+        f"per-step {metric} results: {labels}"
+    )
 
 
 def group_runs(runs: Sequence[Run], by: Sequence[str] | None = None) -> list[Group]:

@@ -15,6 +15,7 @@ import html
 import math
 import os
 import re
+import textwrap
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -217,6 +218,8 @@ def _horizon_figure(groups: Sequence[Group], metric: str, data: str) -> go.Figur
     the persistence forecast dashed, as the line to beat."""
     fig, longest = go.Figure(), 0
     for group, (colour, dash) in zip(groups, _styles(groups), strict=True):
+        if not group.has_curve(metric):  # named below the axes instead
+            continue
         curve = group.curve(metric)
         steps = list(range(1, len(curve) + 1))
         longest = max(longest, len(steps))
@@ -251,7 +254,30 @@ def _horizon_figure(groups: Sequence[Group], metric: str, data: str) -> go.Figur
         hovermode="closest",
     )
     fig.update_xaxes(dtick=1 if longest <= 24 else None)  # whole steps
+    if missing := [g for g in groups if not g.has_curve(metric)]:
+        _note_missing(fig, missing, metric)
     return fig
+
+
+def _note_missing(fig: go.Figure, groups: Sequence[Group], metric: str) -> None:
+    """Name below the axes the rows that have no curve: the page travels without the
+    command's output, and a row absent from the figure would look forgotten."""
+    names = ", ".join(f"{g.label} (n={len(g.runs)})" for g in groups)
+    # Plotly does not wrap an annotation's text: lines of the figure's width
+    lines = textwrap.wrap(f"no curve, without per-step {metric} results: {names}", 90)
+    fig.add_annotation(
+        text="<br>".join(map(html.escape, lines)),
+        xref="paper",
+        yref="paper",
+        x=0,
+        y=0,
+        yshift=-55,  # below the tick labels and the axis title
+        xanchor="left",
+        yanchor="top",
+        showarrow=False,
+        font={"size": 11, "color": "#555"},
+    )
+    fig.update_layout(height=480 + 16 * len(lines), margin={"b": 80 + 16 * len(lines)})
 
 
 def _band(

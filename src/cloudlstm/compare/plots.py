@@ -38,7 +38,11 @@ def _name(group: Group) -> str:
 
 
 def _plot_horizons(groups: Sequence[Group], metric: str, path: Path) -> Path:
-    """The metric at each forecast step, one line per group, a ± std band over seeds."""
+    """The metric at each forecast step, one line per group, a ± std band over seeds;
+    groups without per-step values of it are left out (the command names them)."""
+    groups = [g for g in groups if g.has_curve(metric)]
+    if not groups:
+        return _no_curves(metric, path)
     curves = {_name(g): (g, g.curve(metric)) for g in groups if not is_reference(g)}
     means = {name: [_drawn(s.mean) for s in curve] for name, (_, curve) in curves.items()}
     stds = {
@@ -50,6 +54,16 @@ def _plot_horizons(groups: Sequence[Group], metric: str, path: Path) -> Path:
         _name(g): [_drawn(s.mean) for s in g.curve(metric)] for g in groups if is_reference(g)
     }
     return plot_horizon_curve(means, std=stds, reference=reference, path=path, metric=metric)
+
+
+def _no_curves(metric: str, path: Path) -> Path:
+    """The horizon figure of a data set none of whose rows has per-step values of
+    ``metric``: a note in its place, so that each data set still has its two figures."""
+    fig = new_figure(5.0, 3.2)
+    ax = fig.subplots()
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, f"no row has per-step {metric} results", ha="center", va="center")
+    return save_png(fig, path)
 
 
 def _drawn(value: float) -> float:

@@ -161,17 +161,21 @@ def _data_set(
     header, cells = plain_table(
         [Column(c.name, [c.cells[i] for i in indices], c.better) for c in table]
     )
-    curves = [g.curve(metric) for g in members]
     by_name = {path.name: path for path in figures}
-    return {
+    logged: dict[str, Any] = {
         f"{data}/table": wandb.Table(columns=header, data=cells),
-        f"{data}/{metric}_vs_horizon": wandb.plot.line_series(
-            xs=[list(range(1, len(curve) + 1)) for curve in curves],
-            ys=[[s.mean for s in curve] for curve in curves],
-            keys=[f"{g.label} (n={len(g.runs)})" for g in members],
-            title=f"{data}: {metric.upper()} against forecast step",
-            xname="forecast step",
-        ),
         f"{data}/horizon_plot": wandb.Image(str(by_name[f"{metric}_horizon_{data}.png"])),
         f"{data}/bar_chart": wandb.Image(str(by_name[f"{metric}_bar_{data}.png"])),
     }
+    # rows without per-step values of the metric have no line (the command names them)
+    drawn = [g for g in members if g.has_curve(metric)]
+    if drawn:
+        curves = [g.curve(metric) for g in drawn]
+        logged[f"{data}/{metric}_vs_horizon"] = wandb.plot.line_series(
+            xs=[list(range(1, len(curve) + 1)) for curve in curves],
+            ys=[[s.mean for s in curve] for curve in curves],
+            keys=[f"{g.label} (n={len(g.runs)})" for g in drawn],
+            title=f"{data}: {metric.upper()} against forecast step",
+            xname="forecast step",
+        )
+    return logged

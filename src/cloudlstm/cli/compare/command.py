@@ -13,7 +13,14 @@ from cloudlstm.cli.invoked import command
 from cloudlstm.cli.pipes import reader_may_leave
 from cloudlstm.compare.cells import Column
 from cloudlstm.compare.formats import to_latex, to_markdown, write_csv
-from cloudlstm.compare.groups import Group, code_note, group_runs, mixed_keys, one_run_per_seed
+from cloudlstm.compare.groups import (
+    Group,
+    code_note,
+    group_runs,
+    mixed_keys,
+    one_run_per_seed,
+    without_curves,
+)
 from cloudlstm.compare.paper import TABLES, paper_table
 from cloudlstm.compare.runs import CompareError, Run, find_runs, runs_without_results
 from cloudlstm.compare.table import build_table, reported_metrics
@@ -222,11 +229,17 @@ def _run(args: argparse.Namespace) -> int:
         args.val,
         args.pooled,
     )
+    # the outputs with horizon figures: a metric no row has per step is an error before any
+    # output, naming the fix; rows without it are named once the paths are checked
+    drawn = args.html or args.plot or args.wandb
+    no_curves = without_curves(groups, args.horizon_metric) if drawn else None
     # the page and the figures' folder first: a path they cannot be written to is an error
     # before any output
     page = _write_html(groups, table, args) if args.html else None
     if args.plot:
         _make_folder(args.plot)
+    if no_curves:
+        print(f"compare: {no_curves}", file=sys.stderr)
     _print_table(table, args.format)
     if page:
         print(f"wrote {page}", file=sys.stderr)
