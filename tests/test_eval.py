@@ -286,6 +286,11 @@ def test_a_missing_run_or_checkpoint_is_a_user_error(cloud_run, tmp_path):
     config = cloud_run / "config.yaml"
     with pytest.raises(UserError, match=f"^{config} is a file of a run: give its folder, run="):
         with_run_config(["eval.py", f"run={config}"])
+    with pytest.raises(UserError) as err:  # a tab completion one folder too far
+        with_run_config(["eval.py", f"run={cloud_run / 'checkpoints'}"])
+    assert str(err.value) == (
+        f"{cloud_run / 'checkpoints'} is a folder of a run: give the run, run={cloud_run}."
+    )
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(UserError, match="notes.txt is a file, not a run directory: give a run"):
         with_run_config(["eval.py", f"run={tmp_path / 'notes.txt'}"])

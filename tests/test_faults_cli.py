@@ -228,6 +228,18 @@ def test_trainer_gpu_without_a_gpu_is_one_line_before_the_data_load(tmp_path):
     assert not (tmp_path / "data").exists()  # refused before the data were made
 
 
+@pytest.mark.skipif(
+    torch.cuda.is_available() or torch.backends.mps.is_available(), reason="a GPU is visible"
+)
+def test_trainer_ddp_without_a_gpu_names_the_cpu_processes(monkeypatch):
+    from cloudlstm.assembly.build import check_accelerator
+
+    with pytest.raises(UserError) as err:
+        check_accelerator({"strategy": "ddp", "accelerator": "gpu", "devices": 4})
+    assert str(err.value).startswith("trainer.accelerator=gpu (trainer=ddp), but torch finds")
+    assert str(err.value).endswith("or run its processes on the CPU: trainer=ddp_cpu.")
+
+
 def test_more_devices_than_gpus_is_refused_in_one_line(monkeypatch):
     from cloudlstm.assembly.build import check_accelerator
 

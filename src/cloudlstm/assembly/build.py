@@ -200,6 +200,11 @@ def check_accelerator(trainer: DictConfig | dict[str, Any]) -> None:
         return
     mps = accelerator == "gpu" and torch.backends.mps.is_available()  # Apple's GPU
     if not torch.cuda.is_available() and not mps:
+        if str(trainer.get("strategy", "")).startswith("ddp"):  # trainer=ddp's processes
+            raise no_gpu(
+                f"trainer.accelerator={accelerator} (trainer=ddp)",
+                "run its processes on the CPU: trainer=ddp_cpu",
+            )
         raise no_gpu(
             f"trainer.accelerator={accelerator} (trainer=gpu)",
             "run on the CPU: trainer.accelerator=cpu",

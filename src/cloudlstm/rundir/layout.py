@@ -84,6 +84,8 @@ def check_run_dir(run_dir: object) -> Path:
     if not run.is_dir():
         raise UserError(f"Run directory {run} does not exist.")
     if not (run / CONFIG_FILE).is_file():
+        if (run.parent / CONFIG_FILE).is_file():  # run=<run>/checkpoints, <run>/eval
+            raise UserError(f"{run} is a folder of a run: give the run, run={run.parent}.")
         raise UserError(f"{run} is not a run directory: it has no {CONFIG_FILE}.{_runs_in(run)}")
     config = read_run_config(run)
     if config.get("task_name") == "eval":
