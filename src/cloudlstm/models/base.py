@@ -143,6 +143,18 @@ def check_sizes(**sizes: int) -> None:
             raise ValueError(f"model.{name} must be >= 1, got {value}.")
 
 
+def check_output_steps(output_steps: int, **data_sizes: int) -> None:
+    """Refuse sizes of the data below 1 (``output_steps``, and e.g. ``num_channels``): the
+    data's own checks come first, so this guards a model built without them.
+
+    Raises:
+        ValueError: ``<name> must be >= 1, got <value>.``
+    """
+    for name, value in {"output_steps": output_steps, **data_sizes}.items():
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}.")
+
+
 def check_counts(**counts: int) -> None:
     """Refuse a count setting below 0 (where 0 means "none", e.g. no hidden layer), naming
     the first such ``model.<name>``.

@@ -9,7 +9,13 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from cloudlstm.models.base import Channels, ForecastModel, values_to_cloud
+from cloudlstm.models.base import (
+    Channels,
+    ForecastModel,
+    check_output_steps,
+    check_sizes,
+    values_to_cloud,
+)
 from cloudlstm.nn import CELLS, CloudAttention, DConv, check_k, shared_neighbours
 from cloudlstm.nn.cells import search
 from cloudlstm.nn.dconv import weight_matrices
@@ -111,8 +117,8 @@ class CloudSeq2Seq(ForecastModel):
                 f"model.forget_bias={forget_bias} needs model.cell=lstm (the {cell} cell "
                 "has no forget gate); leave it at 0."
             )
-        if num_layers < 1 or hidden_channels < 1 or output_steps < 1:
-            raise ValueError("num_layers, hidden_channels and output_steps must be >= 1.")
+        check_sizes(num_layers=num_layers, hidden_channels=hidden_channels)
+        check_output_steps(output_steps)
         self.output_steps = output_steps
         self.channels = Channels.of(num_channels, input_channels, future_channels)
         self.k = check_k_option(k)

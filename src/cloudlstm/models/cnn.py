@@ -39,7 +39,7 @@ class CNN2D(GridForecaster):
     ) -> None:
         super().__init__(output_steps, grid_cache_dir)
         if num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1 (the output layer), got {num_layers}.")
+            raise ValueError(f"model.num_layers must be >= 1 (the output layer), got {num_layers}.")
         check_sizes(hidden_channels=hidden_channels)
         self.channels = Channels.of(num_channels, input_channels, future_channels)
         self.num_channels = num_channels

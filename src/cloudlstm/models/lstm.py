@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import Channels, ForecastModel
+from cloudlstm.models.base import Channels, ForecastModel, check_output_steps, check_sizes
 
 
 class SeqLSTM(ForecastModel):
@@ -39,8 +39,8 @@ class SeqLSTM(ForecastModel):
         future_channels: int = 0,
     ) -> None:
         super().__init__()
-        if num_layers < 1 or hidden_size < 1 or output_steps < 1:
-            raise ValueError("model.num_layers, model.hidden_size and output_steps must be >= 1.")
+        check_sizes(num_layers=num_layers, hidden_size=hidden_size)
+        check_output_steps(output_steps)
         self.output_steps = output_steps
         self.channels = Channels.of(num_channels, input_channels, future_channels)
         self.frame = (num_points, self.channels.inp)

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from cloudlstm.models.base import Channels, ForecastModel
+from cloudlstm.models.base import Channels, ForecastModel, check_output_steps, check_sizes
 from cloudlstm.nn.knn_checks import check_k_option
 from cloudlstm.nn.xconv import XConv, dilated_neighbours
 
@@ -48,11 +48,8 @@ class PointCNN(ForecastModel):
         future_channels: int = 0,
     ) -> None:
         super().__init__()
-        if min(num_channels, input_steps, output_steps, hidden_channels, num_layers) < 1:
-            raise ValueError(
-                "num_channels, input_steps, output_steps, hidden_channels and num_layers "
-                "must be >= 1."
-            )
+        check_sizes(hidden_channels=hidden_channels, num_layers=num_layers)
+        check_output_steps(output_steps, num_channels=num_channels, input_steps=input_steps)
         self.output_steps = output_steps
         self.input_steps = input_steps
         self.num_channels = num_channels

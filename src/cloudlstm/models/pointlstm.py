@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cloudlstm.models.base import Channels, ForecastModel
+from cloudlstm.models.base import Channels, ForecastModel, check_output_steps, check_sizes
 from cloudlstm.nn.knn_checks import check_k_option
 from cloudlstm.nn.xconv import XConv, XGeometry, dilated_neighbours
 
@@ -98,10 +98,8 @@ class PointLSTM(ForecastModel):
         future_channels: int = 0,
     ) -> None:
         super().__init__()
-        if min(num_channels, output_steps, hidden_channels, num_layers) < 1:
-            raise ValueError(
-                "num_channels, output_steps, hidden_channels and num_layers must be >= 1."
-            )
+        check_sizes(hidden_channels=hidden_channels, num_layers=num_layers)
+        check_output_steps(output_steps, num_channels=num_channels)
         self.output_steps = output_steps
         self.num_channels = num_channels
         self.channels = Channels.of(num_channels, input_channels, future_channels)
