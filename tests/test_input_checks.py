@@ -355,7 +355,10 @@ def test_a_negative_gradient_clip_is_one_line_before_the_data_are_read(tmp_path,
     [
         ("trainer.precision=17", "trainer: Precision 17 is invalid. Allowed precision values: "),
         ("trainer.limit_val_batches=-1", "trainer: You have passed invalid value -1 for limit_"),
-        ("trainer.devices=0", "trainer: `Trainer(devices=0)` value is not a valid input"),
+        (
+            "trainer.devices=0",
+            "trainer.devices=0: no device to run on: give a number >= 1, -1 or auto",
+        ),
         ("trainer.log_every_n_steps=-1", "trainer.log_every_n_steps=-1: give a whole number"),
         # the recipe validates by steps; Lightning's refusal does not say that the recipe does
         ("trainer.val_check_interval=0.5", "trainer.val_check_interval=0.5: a fraction of an"),

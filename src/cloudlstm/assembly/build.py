@@ -247,6 +247,12 @@ def check_trainer_settings(trainer: DictConfig | None) -> None:
             "=null): give a number of steps, e.g. trainer.val_check_interval=250, or validate "
             "within each epoch with trainer.check_val_every_n_epoch=1."
         )
+    devices = trainer.get("devices")
+    if _whole(devices) and devices == 0:  # Lightning's line names no way out
+        raise UserError(
+            "trainer.devices=0: no device to run on: give a number >= 1, -1 or auto (all "
+            "there are), or a list of device indices, e.g. trainer.devices=1."
+        )
     _check_minimum_below_maximum(trainer)
     check_nodes_started(trainer, os.environ)
     with _lightning_quiet():
