@@ -22,7 +22,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from cloudlstm.assembly.assemble import warn_per_process_limits
-from cloudlstm.assembly.batch_limits import check_batch_limits
+from cloudlstm.assembly.batch_limits import check_batch_limits, warn_schedule_cut_short
 from cloudlstm.assembly.build import check_process_settings, check_trainer_settings
 from cloudlstm.cli.scripts import multirun_flag_first
 from cloudlstm.cli.train import train
@@ -910,6 +910,34 @@ def test_a_batch_limit_that_runs_no_batch_of_a_split_is_one_line(cfg, said):
 def test_batch_limits_that_run_each_split_pass(cfg):
     cfg = OmegaConf.create({"train": True, "test": True, **cfg})
     check_batch_limits(cfg, {"train": 109, "val": 11, "test": 30}, batch_size=8)
+
+
+@pytest.mark.parametrize(
+    ("trainer", "warned"),
+    [
+        # 109 windows in batches of 8: 14 steps an epoch, 28 in 2 epochs, 100 asked
+        ({"max_epochs": 2, "max_steps": 100}, "trainer.max_epochs=2 ends training after about "
+         "28 steps, before trainer.max_steps=100, over which the learning rate schedule "
+         "decays: the run would stop at a high rate. Give the budget in steps "
+         "(trainer.max_steps=28) to decay within it."),
+        # 2 batches an epoch, 2 batches a step: 1 step an epoch
+        ({"max_epochs": 3, "max_steps": 100, "limit_train_batches": 2,
+          "accumulate_grad_batches": 2}, "trainer.max_epochs=3 ends training after about 3 "),
+        ({"max_epochs": 8, "max_steps": 100}, None),  # 112 steps: the schedule ends first
+        ({"max_epochs": -1, "max_steps": 100}, None),  # the recipe's: steps alone
+    ],
+)  # fmt: skip
+def test_an_epoch_budget_that_stops_a_decaying_schedule_early_is_warned_of(trainer, warned, caplog):
+    """The schedule spans trainer.max_steps: stopped by max_epochs before it, the run ended at
+    a high learning rate without a word."""
+    scheduler = {"_target_": "cloudlstm.engine.schedules.warmup_cosine", "total_steps": 100}
+    cfg = OmegaConf.create({"train": True, "scheduler": scheduler, "trainer": trainer})
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.assembly.batch_limits"):
+        assert warn_schedule_cut_short(cfg, {"train": 109}, batch_size=8) is (warned is not None)
+    if warned:
+        assert caplog.records[0].getMessage().startswith(warned)
+    evaluation = OmegaConf.merge(cfg, {"task_name": "eval"})  # eval.py trains nothing
+    assert not warn_schedule_cut_short(evaluation, {"train": 109}, batch_size=8)
 
 
 def test_data_without_a_test_part_are_refused_where_the_job_tests():

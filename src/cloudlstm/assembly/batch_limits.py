@@ -17,6 +17,7 @@ Lightning refuses an interval longer than an epoch with a traceback when trainin
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +25,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from cloudlstm.errors import UserError
+
+log = logging.getLogger(__name__)
 
 _INSTEAD = {
     "train": "train=false to test without training",
@@ -136,3 +139,38 @@ def _problem(split: str, limit: Any, batches: int, other_ways: bool) -> str | No
             f"{1 / batches:.3g}, a whole number of batches, or leave it out for every batch"
         )
     return None
+
+
+def warn_schedule_cut_short(cfg: DictConfig, windows: dict[str, int], batch_size: int) -> bool:
+    """Warn where ``trainer.max_epochs`` ends a training run before ``trainer.max_steps``, the
+    span of a schedule that decays the learning rate over it (``scheduler.total_steps``):
+    the run would stop at a high rate, unlike the recipe's runs. Returns whether it warned.
+    """
+    scheduler, trainer = cfg.get("scheduler") or {}, cfg.get("trainer") or {}
+    total, epochs = scheduler.get("total_steps"), trainer.get("max_epochs")
+    trains = "train" in splits_run(cfg)
+    if not trains or not _positive_int(total) or not _positive_int(epochs):
+        return False
+    batches = math.ceil(windows.get("train", 0) / max(1, batch_size))
+    limit = trainer.get("limit_train_batches")
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+        batches = min(batches, limit)
+    elif isinstance(limit, float) and 0 < limit < 1:
+        batches = int(batches * limit)
+    steps = epochs * math.ceil(batches / max(1, int(trainer.get("accumulate_grad_batches") or 1)))
+    if steps >= total:
+        return False
+    log.warning(
+        "trainer.max_epochs=%d ends training after about %d steps, before trainer.max_steps=%d, "
+        "over which the learning rate schedule decays: the run would stop at a high rate. Give "
+        "the budget in steps (trainer.max_steps=%d) to decay within it.",
+        epochs,
+        steps,
+        total,
+        steps,
+    )
+    return True
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
