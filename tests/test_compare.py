@@ -212,6 +212,12 @@ def test_runs_without_results_are_named_beside_the_table(seeds, capsys):
         "compare: 2 run(s) without test results (training, stopped, failed, or test=false) "
         "have no row: 4, 5"
     ]
+    # a folder given inside another given one: each run named once, as each row counts once
+    code, out, err = run_main(capsys, seeds, seeds / "4")
+    assert err == [
+        "compare: 2 run(s) without test results (training, stopped, failed, or test=false) "
+        "have no row: 4, 5"
+    ]
 
 
 def test_a_row_of_runs_from_different_code_is_noted(tmp_path, capsys):

@@ -137,16 +137,16 @@ def runs_without_results(roots: Sequence[Path], runs: Sequence[Run]) -> list[Pat
     results, :func:`find_runs`): training still, stopped, failed, or trained without
     testing. ``train.py`` logs to ``train.log`` in its run directory from the start;
     evaluations (``eval/``) are not runs, nor are hidden folders (as for results)."""
-    with_results = {run.path for run in runs}
-    pending = []
+    with_results = {run.path.resolve() for run in runs}
+    pending: dict[Path, Path] = {}  # each folder once, where two roots overlap
     for root in map(Path, roots):
         if not root.is_dir():
             continue
         for log in _files_named(root, TRAIN_LOG):
             folder = log.parent
-            if EVAL_DIR not in folder.relative_to(root).parts and folder not in with_results:
-                pending.append(folder)
-    return pending
+            if EVAL_DIR not in folder.relative_to(root).parts:
+                pending.setdefault(folder.resolve(), folder)
+    return [folder for real, folder in pending.items() if real not in with_results]
 
 
 def load_run(path: Path) -> Run | None:
