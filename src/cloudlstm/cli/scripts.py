@@ -298,7 +298,6 @@ def _unknown_key_line(cause: BaseException | None) -> str | None:
     from omegaconf import DictConfig
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-    from cloudlstm.data.pipeline.absurd_values import RANGES_OPTION
     from cloudlstm.errors import config_keys, nearest_name, settings_listing
 
     missing = ConfigKeyError | ConfigAttributeError
@@ -311,7 +310,9 @@ def _unknown_key_line(cause: BaseException | None) -> str | None:
     if "not in struct" not in str(cause):
         return None
     path, _, name = key.rpartition(".")
-    if path == RANGES_OPTION:  # its keys are the data's channels, not settings
+    # data.valid_ranges (absurd_values.RANGES_OPTION, named here: cloudlstm.data imports
+    # torch, which a typo is answered without): its keys are the data's channels
+    if path == "data.valid_ranges":
         return (
             f"Could not override '{key}': {path} holds no range of {name} to change. Add it "
             f"with '++{key}=[lo,hi]', or replace the config's ranges with {path}=null "
