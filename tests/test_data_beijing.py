@@ -218,7 +218,7 @@ def test_a_reading_outside_its_physical_range_is_one_line(tiny, tmp_path):
         "'PM2.5' (1), 'PRES' (1): channel 'PM2.5', point Tiantan, time 2013-03-01 07:00:00 "
         "(step 7): -3 (valid range >= 0); channel 'PRES', point Tiantan, time 2013-03-01 "
         "09:00:00 (step 9): 500 (valid range [850, 1100]). Correct or remove them, or change "
-        "the range if they are real readings: data.valid_ranges={PM2.5:[lo,hi]} (null for an "
+        "the range if they are real readings: 'data.valid_ranges={PM2.5:[lo,hi]}' (null for an "
         "open end; {PM2.5:null}: no check)."
     )
     cfg = compose_train(

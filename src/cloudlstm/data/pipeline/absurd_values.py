@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -308,10 +309,17 @@ def _range_bounds(
         return f"valid range {_range_text(*ranges[names[k]])}"
 
     def change(name: str) -> str:
-        # ++ sets the one channel whether the config's ranges are null, name it or not
+        # ++ sets the one channel whether the config's ranges are null, name it or not; a
+        # key path cannot hold a name such as PM2.5, which the mapping form can
+        if re.fullmatch(r"[A-Za-z_][\w-]*", name):
+            key = f"{RANGES_OPTION}.{name}"
+            return (
+                f"change the range if they are real readings: '++{key}=[lo,hi]' (null for an "
+                f"open end; ++{key}=null: no check)"
+            )
         return (
-            f"change the range if they are real readings: '++{RANGES_OPTION}.{name}=[lo,hi]' "
-            f"(null for an open end; ++{RANGES_OPTION}.{name}=null: no check)"
+            f"change the range if they are real readings: '{RANGES_OPTION}={{{name}:[lo,hi]}}' "
+            f"(null for an open end; {{{name}:null}}: no check)"
         )
 
     return _Bounds(lo, hi, "lie outside their channel's valid range", detail, fix or change)
