@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from cloudlstm.data import (
 )
 from cloudlstm.data.pipeline.coordinates import model_coords
 from cloudlstm.data.pipeline.resumable import ShuffleSampler
+from cloudlstm.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(num_points=10, num_channels=2, num_steps=120, grid_size=16, spin_up=20)
@@ -616,3 +618,16 @@ def test_the_fast_search_for_merged_steps_agrees_with_the_full_comparison(dims):
     merged = _merged_steps(raw, seen)
     np.testing.assert_array_equal(merged, _shared_by_distinct(raw, seen))
     assert 0 < merged.sum() < len(raw)
+
+
+def test_loader_processes_far_beyond_the_cpus_are_refused(monkeypatch):
+    """1000 workers, each a process with its own copy of the data, ran out of memory after
+    minutes and were killed; a few per CPU pass."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    with pytest.raises(UserError) as err:
+        PointCloudDataModule(make_stream(t=50), input_steps=4, output_steps=2, num_workers=1000)
+    assert str(err.value) == (
+        "PointCloudDataModule: num_workers=1000 loader processes for the 2 CPU(s) this job "
+        "may use: give at most 8, e.g. data.num_workers=2 (0: load in the training process)."
+    )
+    PointCloudDataModule(make_stream(t=50), input_steps=4, output_steps=2, num_workers=8)

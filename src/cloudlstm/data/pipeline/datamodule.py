@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -516,3 +517,12 @@ def _check_loading(val_fraction: float, test_fraction: float, num_workers: int) 
             raise UserError(f"PointCloudDataModule: {name} must be in [0, 1); got {value}.")
     if int(num_workers) != num_workers or num_workers < 0:
         raise UserError(f"PointCloudDataModule: num_workers must be >= 0; got {num_workers}.")
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    # each worker is a process with its own copy of the dataset: far more than the CPUs
+    # run no faster and exhaust the memory (1000 workers were killed for it)
+    if cpus and num_workers > 4 * cpus:
+        raise UserError(
+            f"PointCloudDataModule: num_workers={num_workers} loader processes for the {cpus} "
+            f"CPU(s) this job may use: give at most {4 * cpus}, e.g. data.num_workers="
+            f"{min(cpus, 4)} (0: load in the training process)."
+        )
