@@ -580,3 +580,18 @@ def test_a_point_without_data_is_warned_of_by_every_run_the_cache_serves(tmp_pat
         assert source.last_load_from_cache is not built and "st3" not in stream.point_ids
         dropped = [r.getMessage() for r in caplog.records if "no data at all" in r.getMessage()]
         assert dropped == [f"{stream.name}: dropping 1 point(s) with no data at all: st3"]
+
+
+def test_a_cell_of_blanks_alone_is_missing_as_an_empty_cell_is(tmp_path):
+    """' ' in a CSV (or '' in a DataFrame built from records) was refused as a bad value by
+    a line that said to leave missing readings empty."""
+    from cloudlstm.data.sources.bad_values import channel_values
+
+    records = pd.DataFrame({"a": ["1.5", "", "  ", None, "2"], "b": [1.0, 2, 3, 4, 5]})
+    values = channel_values(records, ["a", "b"], "records")
+    np.testing.assert_array_equal(np.isnan(values[:, 0]), [False, True, True, True, False])
+    df = long_table()
+    df["a"] = df["a"].astype(object)
+    df.loc[1, "a"] = " "  # data row 1: st1 at step 0
+    stream = LongFormatSource(write(tmp_path, df, "blank.csv")).load()
+    assert not stream.mask[0, 1, 0] and stream.mask[1, 1, 0]  # a gap, filled

@@ -1,6 +1,6 @@
 """Channel cells of a long-format table that cannot be read as numbers.
 
-Empty cells and pandas' missing-value markers (``NA``, ``NULL``, ``nan``, ...) are gaps, filled
+Empty cells (text of blanks alone too) and pandas' missing-value markers (``NA``, ``NULL``, ``nan``, ...) are gaps, filled
 later like missing rows. Anything else that is not a finite number, such as text (``"12
 ug/m3"``, ``"error"``) or an infinity (``inf``, or a value beyond float32), is a *bad value*:
 by default an error naming its data row and column (``bad_values="error"``), or, with
@@ -71,7 +71,7 @@ def channel_values(
         parsed = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
         with np.errstate(over="ignore"):  # a finite float64 beyond float32 becomes inf
             column = parsed.astype(np.float32)
-        bad = np.isinf(column) | (np.isnan(parsed) & series.notna().to_numpy())
+        bad = np.isinf(column) | (np.isnan(parsed) & _written(series))
         bad_rows = np.flatnonzero(bad)
         count += len(bad_rows)
         shown += [(number(r), str(col), _plain(series.iloc[r])) for r in bad_rows[:SHOWN]]
@@ -80,6 +80,17 @@ def channel_values(
     if count:
         _report(count, sorted(shown)[:SHOWN], what, check_mode(bad_values))
     return values
+
+
+def _written(series: pd.Series) -> np.ndarray:
+    """``(R,)`` whether each cell holds something: not NaN or None, and not text of blanks
+    alone (``""`` in a DataFrame built from records, ``" "`` in a CSV), which is as empty
+    as an empty cell."""
+    present = series.notna().to_numpy().copy()
+    if not pd.api.types.is_numeric_dtype(series):  # object or pandas' str dtype
+        blank = series.map(lambda cell: isinstance(cell, str) and not cell.strip())
+        present &= ~blank.to_numpy(dtype=bool)
+    return present
 
 
 def _report(count: int, shown: list[tuple[int, str, Any]], what: str, mode: str) -> None:
