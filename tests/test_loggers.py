@@ -169,3 +169,16 @@ def test_a_wandb_run_open_in_the_process_is_not_taken_over(tmp_path):
         assert not (Path(cfg.paths.output_dir) / "wandb").exists()
     finally:
         theirs.finish()
+
+
+@pytest.mark.parametrize("given", ["maybe", "no", 1])
+def test_an_offline_switch_that_is_no_boolean_is_refused(tmp_path, given):
+    """Any text was true: logger.wandb.offline=no logged offline, in silence."""
+    from cloudlstm.engine.loggers import WandbLogger
+
+    with pytest.raises(UserError) as err:
+        WandbLogger(save_dir=str(tmp_path), offline=given)
+    assert str(err.value) == (
+        f"logger.wandb.offline={given!r}: give true (log offline, the default) or false (log "
+        "to the W&B server)."
+    )

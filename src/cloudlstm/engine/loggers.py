@@ -28,6 +28,12 @@ class WandbLogger(LightningWandbLogger):
     (:mod:`cloudlstm.engine.results`), which the test report logs as tables."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        offline = kwargs.get("offline", False)
+        if not isinstance(offline, bool):  # "no" or "maybe" would be true: offline in silence
+            raise UserError(
+                f"logger.wandb.offline={offline!r}: give true (log offline, the default) or "
+                "false (log to the W&B server)."
+            )
         super().__init__(*args, **kwargs)
         if self._wandb_init.get("anonymous") is None:  # never asked for: not sent at all
             self._wandb_init.pop("anonymous", None)
