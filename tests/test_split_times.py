@@ -73,6 +73,8 @@ def test_a_time_with_a_utc_offset_is_the_utc_time_it_names():
     [
         ({"val": "2021-01-08"}, r"data.split_times needs test: e\.g\."),
         ({"val": "x", "test": "2021-01-10"}, r"data.split_times.val='x' is not a time"),
+        # a year unquoted: pandas read it as nanoseconds after 1970
+        ({"val": 2021, "test": "2021-01-10"}, r"data.split_times.val=2021 is a number, not a "),
         ({"val": "2021-01-08", "tst": "2021-01-10"}, "data.split_times has no key tst: its keys"),
         (
             {"val": "2021-01-10", "test": "2021-01-08"},

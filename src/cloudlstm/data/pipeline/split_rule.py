@@ -92,6 +92,11 @@ def checked_times(times: Mapping[str, Any]) -> dict[str, pd.Timestamp]:
     for key, value in times.items():
         if value is None:
             continue
+        if isinstance(value, int | float):  # pandas reads 2024 as 2024 ns after 1970
+            raise UserError(
+                f"data.split_times.{key}={value!r} is a number, not a time: write the date "
+                f"quoted, e.g. '{value}-01-01' or {EXAMPLE}."
+            )
         try:
             parsed[key] = pd.Timestamp(value)
         except (ValueError, TypeError):
