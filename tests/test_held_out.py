@@ -148,6 +148,15 @@ def test_a_selection_the_data_cannot_give_names_its_points():
         check_holdout(4, 0, True).mask(ids)
     with pytest.raises(UserError, match=r"holds out all 4 points"):
         check_holdout(ids, 0, True).mask(ids)
+    # a point of the file left out of the drawn subset: the subset is named, not the file
+    stream = toy_stream(np.random.default_rng(0).normal(size=(60, 6, 1)))
+    with pytest.raises(UserError) as err:
+        PointCloudDataModule(
+            stream, input_steps=3, output_steps=2, num_points=3, holdout_points=stream.point_ids
+        ).setup()
+    assert "not points of the data.num_points=3 drawn from stream 'toy', whose 3 points" in str(
+        err.value
+    )
 
 
 # ---------------------------------------------------------------- what the windows hide

@@ -95,7 +95,10 @@ def prepared_stream(
     train = split.bounds(stream)["train"]
     held_out = None
     if holdout is not None:
-        held_out = holdout.mask(stream.point_ids, data_name(source, stream))
+        what = data_name(source, stream)
+        if subset is not None:  # the points drawn from it are what the ids must be among
+            what = f"the data.num_points={subset[0]} drawn from {what}"
+        held_out = holdout.mask(stream.point_ids, what)
     stream = _without_absurd_values(stream, source, train, max_abs_z, valid_ranges, held_out)
     if stream.moving:
         stream = with_position_channels(stream)
