@@ -72,8 +72,8 @@ def test_a_model_the_sizes_cannot_build_says_why_in_its_row(capsys):
     rows = capsys.readouterr().out.splitlines()
     assert rows[-2] == (
         "| `cloudlstm` | not built at these sizes: model.k=9 neighbours but the data has 2 "
-        "point(s): set model.k <= 2 (model.k=1: each point alone), or give the data more "
-        "points. |"
+        "point(s): give --num-points at least that many, or a config of a smaller K (e.g. "
+        "cloudlstm_k3). |"
     )
     assert rows[-1] == "| `linear` | 936 |"
 

@@ -11,6 +11,7 @@ does (:func:`~cloudlstm.models.build.count_parameters`) and prints a markdown ta
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -131,7 +132,13 @@ def _in_flags(refusal: str) -> str:
     typed here: "Set data.input_steps to at least 24" reads "Set --input-steps to ..."."""
     for setting, flag in FLAG_OF_SETTING.items():
         refusal = refusal.replace(f"{setting}=", f"{flag} ").replace(setting, flag)
-    return refusal
+    # more neighbours than points: model.k is no option here, the points and the configs are
+    return re.sub(
+        r"(neighbours but the data has \d+ point\(s\)): .*more points\.$",
+        r"\1: give --num-points at least that many, or a config of a smaller K "
+        "(e.g. cloudlstm_k3).",
+        refusal,
+    )
 
 
 if __name__ == "__main__":
