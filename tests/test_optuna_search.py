@@ -249,6 +249,50 @@ def test_sweeps_of_hydras_grammar_become_optuna_distributions():
     assert distribution("a=tag(int, interval(1, 8))") == IntDistribution(1, 8)
 
 
+@pytest.mark.parametrize(
+    ("line", "named"),
+    [
+        (
+            "optimizer.lr=interval(0.1,0.01)",
+            "the lower bound must come first and be below the upper one; give "
+            "optimizer.lr='interval(0.01, 0.1)'.",
+        ),
+        (
+            "optimizer.lr=tag(log,interval(0,0.1))",
+            "tag(log, ...) needs a lower bound above 0, not 0; give e.g. "
+            "optimizer.lr='tag(log, interval(0.0001, 0.1))', or drop tag log.",
+        ),
+        (  # int() would cut it to IntDistribution(0, 0): a search of one value
+            "model.k=tag(int,interval(0.5,3.5))",
+            "tag(int, ...) samples whole numbers, so its bounds must be whole, not 0.5 and "
+            "3.5; give e.g. model.k='tag(int, interval(1, 3))'.",
+        ),
+        ("model.k=tag(int,interval(0.5,0.1))", "so its bounds must be whole, not 0.5 and 0.1"),
+    ],
+)
+def test_an_interval_optuna_cannot_sample_is_one_line_naming_the_key_and_fix(line, named):
+    from cloudlstm.errors import UserError
+    from hydra_plugins.cloudlstm_optuna._search import search_space
+
+    with pytest.raises(UserError) as raised:
+        search_space({}, [line])
+    assert str(raised.value).startswith(f"the command line: {line}: ")
+    assert named in str(raised.value) and line in str(raised.value)
+    key, value = line.split("=", 1)
+    with pytest.raises(UserError, match=f"^hydra.sweeper.params.{key}: "):
+        search_space({key: value}, [])
+
+
+def test_a_bad_interval_on_the_command_line_is_one_line_before_any_trial(tmp_path):
+    proc = train_py(tmp_path, *SEARCH, "optimizer.lr=interval(0.1,0.01)",
+                    f"hydra.sweep.dir={tmp_path / 'sweep'}")  # fmt: skip
+    assert one_line(proc) == (
+        "the command line: optimizer.lr=interval(0.1,0.01): the lower bound must come first "
+        "and be below the upper one; give optimizer.lr='interval(0.01, 0.1)'."
+    )
+    assert not (tmp_path / "sweep" / "0").exists()
+
+
 def test_the_storage_url_reaches_the_job_verbatim(tmp_path):
     from hydra_plugins.cloudlstm_optuna._search import _quoted
     from tests.conftest import compose_train

@@ -425,9 +425,52 @@ def distribution(override: Override, where: str = "params") -> BaseDistribution:
         return FloatDistribution(float(low), float(high), step=float(step))
     tags = set(value.tags)
     log_scale = "log" in tags
+    low, high = float(value.start), float(value.end)
+    _check_interval(override, where, low, high, log_scale=log_scale, whole="int" in tags)
     if "int" in tags:
-        return IntDistribution(int(value.start), int(value.end), log=log_scale)
-    return FloatDistribution(float(value.start), float(value.end), log=log_scale)
+        return IntDistribution(int(low), int(high), log=log_scale)
+    return FloatDistribution(low, high, log=log_scale)
+
+
+def _check_interval(
+    override: Override, where: str, low: float, high: float, *, log_scale: bool, whole: bool
+) -> None:
+    """Refuse, in one line naming the key and the fix, an interval Optuna cannot sample (or
+    would sample other than written): ``low >= high``, ``low <= 0`` on a log scale, and
+    bounds that are no whole numbers with ``tag(int, ...)`` (``int()`` would cut them)."""
+    key = override.get_key_element()
+    said = f"{where}: {override.input_line or key}"
+    lo, hi = min(low, high), max(low, high)
+    if whole:
+        lo, hi = math.ceil(lo), math.floor(hi)
+    tags = [t for t, on in (("log", log_scale), ("int", whole)) if on]
+    fix = f"interval({_num(lo)}, {_num(hi)})"
+    fix = f"{key}='tag({', '.join(tags)}, {fix})'" if tags else f"{key}='{fix}'"
+    if whole and not (low.is_integer() and high.is_integer()):
+        if lo >= hi:
+            fix = "a fixed value, or drop tag int to sample floats"
+        raise UserError(
+            f"{said}: tag(int, ...) samples whole numbers, so its bounds must be whole, not "
+            f"{_num(low)} and {_num(high)}; give e.g. {fix}."
+        )
+    if low >= high:
+        if low == high:
+            fix = f"two different bounds, or the fixed value {key}={_num(low)}"
+        raise UserError(
+            f"{said}: the lower bound must come first and be below the upper one; give {fix}."
+        )
+    if log_scale and low <= 0:
+        fix = fix.replace(f"interval({_num(lo)},", f"interval({_num(1 if whole else hi / 1000)},")
+        raise UserError(
+            f"{said}: tag(log, ...) needs a lower bound above 0, not {_num(low)}; give e.g. "
+            f"{fix}, or drop tag log."
+        )
+
+
+def _num(value: float) -> str:
+    """A bound as written: 1 for 1.0, 0.001 as such."""
+    value = float(value)
+    return str(int(value)) if value.is_integer() else repr(value)
 
 
 def _build(name: str, conf: Any, base: type) -> Any:
