@@ -293,6 +293,74 @@ def test_a_bad_interval_on_the_command_line_is_one_line_before_any_trial(tmp_pat
     assert not (tmp_path / "sweep" / "0").exists()
 
 
+def bare_search(tmp_path: Path, fixed: dict, space: dict):
+    from hydra_plugins.cloudlstm_optuna._search import OptunaSearch
+
+    search = OptunaSearch({})
+    search.study_name, search.storage_url = "s", f"sqlite:///{tmp_path / 'optuna.db'}"
+    search.sweep_dir, search.next_job, search.fixed, search.space = tmp_path, 0, fixed, space
+    return search
+
+
+def test_a_continued_study_refuses_another_command_in_one_line(tmp_path):
+    """The study keeps the command that started it (fixed overrides, search space as text);
+    continuing it with others is refused, naming what changed, before any trial mixes in."""
+    from cloudlstm.errors import UserError
+
+    lr = {"optimizer.lr": FloatDistribution(1e-4, 1e-2, log=True)}
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'optuna.db'}", study_name="s")
+    bare_search(tmp_path, {"model": "model=linear"}, lr)._check_same_command(study)
+    assert study.user_attrs == {
+        "fixed_overrides": {"model": "model=linear"},
+        "search_space": {"optimizer.lr": "tag(log, interval(0.0001, 0.01))"},
+    }
+    bare_search(tmp_path, {"model": "model=linear"}, lr)._check_same_command(study)  # the same
+    with pytest.raises(UserError) as raised:
+        bare_search(tmp_path, {"model": "model=mlp"}, lr)._check_same_command(study)
+    assert str(raised.value) == (
+        f"study s in sqlite:///{tmp_path / 'optuna.db'} was started by another command: "
+        "model=linear is now model=mlp. Continue it with its own command, or start a new "
+        "search with another hydra.sweep.dir (or hydra.sweeper.study_name)."
+    )
+    other = {
+        "optimizer.lr": FloatDistribution(1e-3, 1e-2),
+        "model.k": IntDistribution(2, 8, step=2),
+    }
+    with pytest.raises(UserError) as raised:
+        bare_search(tmp_path, {}, other)._check_same_command(study)
+    assert (
+        ": model=linear is gone; searched optimizer.lr=tag(log, interval(0.0001, 0.01)) is now "
+        "optimizer.lr=interval(0.001, 0.01); searched model.k=range(2, 10, 2) is new. "
+    ) in str(raised.value)
+
+
+def test_asking_a_study_of_other_distributions_is_one_line(tmp_path):
+    """A study without the recorded command (a shared storage, an older study) whose trials
+    drew a parameter from another distribution: Optuna's ValueError becomes one line."""
+    from cloudlstm.errors import UserError
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'optuna.db'}", study_name="s")
+    study.ask({"optimizer.lr": FloatDistribution(1e-4, 1e-2)})
+    search = bare_search(tmp_path, {}, {"optimizer.lr": FloatDistribution(1e-4, 1e-2, log=True)})
+    with pytest.raises(UserError, match=r"^study s in sqlite:.* has trials of another search "
+                       r"space \(ValueError: Cannot set different log configuration"):  # fmt: skip
+        search._ask(study)
+
+
+def test_continuing_a_search_with_another_fixed_override_is_one_line(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = [*SEARCH, "hydra.sweeper.n_trials=1", f"hydra.sweep.dir={sweep}"]
+    first = train_py(tmp_path, *args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    proc = train_py(tmp_path, *args, "hydra.sweeper.n_trials=2", "trainer.max_epochs=2")
+    assert one_line(proc).endswith(
+        "was started by another command: trainer.max_epochs=1 is now trainer.max_epochs=2. "
+        "Continue it with its own command, or start a new search with another hydra.sweep.dir "
+        "(or hydra.sweeper.study_name)."
+    )
+    assert len(load(sweep).get_trials()) == 1
+
+
 def test_the_storage_url_reaches_the_job_verbatim(tmp_path):
     from hydra_plugins.cloudlstm_optuna._search import _quoted
     from tests.conftest import compose_train

@@ -57,6 +57,13 @@ RESULTS_FILE = "optimization_results.yaml"
 # in that directory.
 SWEEP_DIR_ATTR = "sweep_dir"
 JOB_ATTR = "job"
+# Study user attributes: the command that started the study, as text: its fixed overrides
+# (key: override) and its search space (key: distribution); a continued search must match.
+FIXED_ATTR = "fixed_overrides"
+SPACE_ATTR = "search_space"
+# Optuna's ValueErrors when a trial asks a parameter with another distribution than the
+# study's earlier trials gave it
+_INCOMPATIBLE = ("Cannot set different", "does not support dynamic value space")
 
 
 @dataclass(frozen=True)
@@ -171,6 +178,8 @@ class OptunaSearch(Sweeper):
 
     def _open_study(self) -> optuna.Study:
         """Create the study, or load it where it exists (a continued search)."""
+        verbosity = optuna.logging.get_verbosity()  # not Optuna's "Using an existing
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # study" line: ours below says it
         try:
             storage = open_storage(self.storage_url)
             study = optuna.create_study(
@@ -184,6 +193,8 @@ class OptunaSearch(Sweeper):
             raise UserError(
                 f"hydra.sweeper.storage={self.storage_url} cannot be opened: {_one_line(err)}"
             ) from None
+        finally:
+            optuna.logging.set_verbosity(verbosity)
         if study.direction.name.lower() != self.direction:
             raise UserError(
                 f"study {self.study_name} in {self.storage_url} is to "
@@ -192,6 +203,7 @@ class OptunaSearch(Sweeper):
                 "hydra.sweeper.study_name."
             )
         self.storage, self.study_id = storage, storage.get_study_id_from_name(self.study_name)
+        self._check_same_command(study)
         done = _n_counted(study)
         log.info(
             "Optuna study %s in %s: %d of %d trials there, %d at a time. An interrupted search "
@@ -199,6 +211,29 @@ class OptunaSearch(Sweeper):
             self.study_name, self.storage_url, done, self.n_trials, self.n_jobs, self.sweep_dir,
         )  # fmt: skip
         return study
+
+    def _check_same_command(self, study: optuna.Study) -> None:
+        """Record, in a new study, its fixed overrides and search space (as text); in a
+        continued one, refuse other ones: the study's trials and best trial would mix runs of
+        two settings, and Optuna refuses another distribution for a parameter mid-ask.
+
+        Raises:
+            UserError: the fixed overrides or the search space differ from the study's.
+        """
+        fixed, space = dict(self.fixed), {k: describe(d) for k, d in self.space.items()}
+        attrs = study.user_attrs
+        if FIXED_ATTR not in attrs or SPACE_ATTR not in attrs:  # new (or made elsewhere)
+            study.set_user_attr(FIXED_ATTR, fixed)
+            study.set_user_attr(SPACE_ATTR, space)
+            return
+        changes = _changes("", attrs[FIXED_ATTR], fixed)
+        changes += _changes("searched ", attrs[SPACE_ATTR], space, sweep=True)
+        if changes:
+            raise UserError(
+                f"study {self.study_name} in {self.storage_url} was started by another "
+                f"command: {'; '.join(changes)}. Continue it with its own command, or start a "
+                "new search with another hydra.sweep.dir (or hydra.sweeper.study_name)."
+            )
 
     def _continue_unfinished(self, study: optuna.Study) -> None:
         """Run again, each in its own run directory, the trials this sweep directory left
@@ -235,7 +270,16 @@ class OptunaSearch(Sweeper):
 
     def _ask(self, study: optuna.Study) -> Job:
         """A new trial, labelled with its sweep directory and job number."""
-        trial = study.ask(self.space)
+        try:
+            trial = study.ask(self.space)
+        except ValueError as err:  # a study of other distributions, e.g. in a shared storage
+            if not any(text in str(err) for text in _INCOMPATIBLE):
+                raise
+            raise UserError(
+                f"study {self.study_name} in {self.storage_url} has trials of another search "
+                f"space ({_one_line(err)}): search {', '.join(self.space)} as it did, or "
+                "start a new search with another hydra.sweep.dir (or hydra.sweeper.study_name)."
+            ) from None
         trial.set_user_attr(SWEEP_DIR_ATTR, str(self.sweep_dir))
         trial.set_user_attr(JOB_ATTR, self.next_job)
         self.next_job += 1
@@ -471,6 +515,32 @@ def _num(value: float) -> str:
     """A bound as written: 1 for 1.0, 0.001 as such."""
     value = float(value)
     return str(int(value)) if value.is_integer() else repr(value)
+
+
+def describe(dist: BaseDistribution) -> str:
+    """A distribution as the sweep of Hydra's grammar that gives it, e.g.
+    ``tag(log, interval(0.0001, 0.01))``, ``choice(3, 6)``, ``range(2, 10, 2)``."""
+    if isinstance(dist, CategoricalDistribution):
+        return f"choice({', '.join(_format(c) for c in dist.choices)})"
+    assert isinstance(dist, (IntDistribution, FloatDistribution))
+    if dist.step is not None and (dist.step != 1 or isinstance(dist, FloatDistribution)):
+        return f"range({_num(dist.low)}, {_num(dist.high + dist.step)}, {_num(dist.step)})"
+    tags = ["log"] * bool(dist.log) + ["int"] * isinstance(dist, IntDistribution)
+    text = f"interval({_num(dist.low)}, {_num(dist.high)})"
+    return f"tag({', '.join(tags)}, {text})" if tags else text
+
+
+def _changes(what: str, was: dict[str, str], now: dict[str, str], sweep: bool = False) -> list[str]:
+    """What differs from ``was`` in ``now``, key by key, in words."""
+    said = (lambda k, v: f"{k}={v}") if sweep else (lambda _k, v: v)
+    out = [
+        f"{what}{said(k, was[k])} is now {said(k, now[k])}"
+        for k in was
+        if k in now and was[k] != now[k]
+    ]
+    out += [f"{what}{said(k, now[k])} is new" for k in now if k not in was]
+    out += [f"{what}{said(k, was[k])} is gone" for k in was if k not in now]
+    return out
 
 
 def _build(name: str, conf: Any, base: type) -> Any:
