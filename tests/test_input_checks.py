@@ -212,6 +212,14 @@ def test_a_refused_run_leaves_no_folder_and_a_named_one_keeps_only_the_users_fil
             "partition; choose one that has it: hydra/launcher=submitit_slurm or "
             "hydra/launcher=slurm.",
         ),
+        (  # the Optuna sweeper has params: the dotted name in it is the trouble
+            ["-m", "hparams_search=optuna", "hydra.sweeper.params.model.k='choice(3,6)'"],
+            "Could not override 'hydra.sweeper.params.model': a parameter of "
+            "hydra.sweeper.params cannot be set by its path (the dots of a name such as "
+            "model.k read as nested keys). Sweep it as an override of its own next to -m "
+            "instead: e.g. 'model.k=choice(3,6)', not 'hydra.sweeper.params.model.k="
+            "choice(3,6)'; it joins the search, in place of what params gives that key.",
+        ),
         (
             ["model.k=[1,"],
             "Cannot parse the override 'model.k=[1,': no viable alternative at input '[1,'. "
@@ -245,6 +253,7 @@ def test_a_refused_run_leaves_no_folder_and_a_named_one_keeps_only_the_users_fil
         "wrong type",
         "launcher key",
         "slurm key",
+        "dotted optuna param",
         "no parse",
         "no parse, quote",
         "no parse, home",

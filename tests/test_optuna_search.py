@@ -571,3 +571,12 @@ def test_the_recipe_search_tunes_any_model_and_the_cloudlstm_search_adds_its_key
         "optimizer.lr", "optimizer.weight_decay", "model.k", "model.hidden_channels",
         "model.cell",
     ]  # fmt: skip
+
+
+def test_a_sweep_on_the_command_line_replaces_that_parameter_of_params():
+    """The form the line for hydra.sweeper.params.model.k=... names: 'model.k=choice(3,6)'
+    next to -m hparams_search=optuna searches model.k over 3 and 6 alone."""
+    from hydra_plugins.cloudlstm_optuna._search import search_space
+
+    space, fixed = search_space({"model.k": "choice(3, 6, 9)"}, ["model.k=choice(3,6)"])
+    assert space == {"model.k": CategoricalDistribution([3, 6])} and fixed == {}

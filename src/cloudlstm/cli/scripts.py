@@ -337,6 +337,16 @@ def _plugin_option_line(key: str) -> str | None:
     parts = key.split(".")
     if len(parts) < 3 or parts[0] != "hydra" or parts[1] not in ("launcher", "sweeper"):
         return None
+    if parts[1:3] == ["sweeper", "params"] and len(parts) > 3:
+        # hydra.sweeper.params.model.k=...: the sweeper has params, but the dots of the
+        # parameter's name read as nested keys, which the struct refuses as new
+        return (
+            f"Could not override '{key}': a parameter of hydra.sweeper.params cannot be set "
+            "by its path (the dots of a name such as model.k read as nested keys). Sweep it "
+            "as an override of its own next to -m instead: e.g. 'model.k=choice(3,6)', not "
+            "'hydra.sweeper.params.model.k=choice(3,6)'; it joins the search, in place of "
+            "what params gives that key."
+        )
     import yaml
     from hydra.core.config_store import ConfigStore
 
