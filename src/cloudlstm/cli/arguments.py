@@ -9,12 +9,21 @@ import math
 
 def at_least_one(text: str) -> int:
     """A count or size option: a whole number >= 1."""
+    return _whole_number(text, minimum=1)
+
+
+def at_least_zero(text: str) -> int:
+    """A seed or an index option: a whole number >= 0."""
+    return _whole_number(text, minimum=0)
+
+
+def _whole_number(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is below 1")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{value} is below {minimum}")
     return value
 
 

@@ -38,7 +38,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, open_dict
 
 from cloudlstm.assembly.assemble import assemble
-from cloudlstm.cli.arguments import at_least_one
+from cloudlstm.cli.arguments import at_least_one, at_least_zero
 from cloudlstm.errors import UserError, one_line_errors
 from cloudlstm.paths import config_dir
 
@@ -123,23 +123,11 @@ def fit_and_test(cfg: DictConfig) -> float:
     return result[0]["test/loss"]
 
 
-def data_seed(text: str) -> int:
-    """A ``--seeds`` value: a whole number >= 0, as the generator takes (argparse's one
-    line, before any model is trained, rather than the generator's refusal after)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is below 0")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     """Print the table; 2 for a bad option (argparse's usage and one line) or a refusal
     met while training (one ``space_check: ...`` line)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=data_seed, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=at_least_zero, nargs="+", default=[0, 1, 2])
     parser.add_argument("--epochs", type=at_least_one, default=EPOCHS)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     args = parser.parse_args(argv)

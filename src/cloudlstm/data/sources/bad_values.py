@@ -1,11 +1,11 @@
 """Channel cells of a long-format table that cannot be read as numbers.
 
-Empty cells (text of blanks alone too) and pandas' missing-value markers (``NA``, ``NULL``, ``nan``, ...) are gaps, filled
-later like missing rows. Anything else that is not a finite number, such as text (``"12
-ug/m3"``, ``"error"``) or an infinity (``inf``, or a value beyond float32), is a *bad value*:
-by default an error naming its data row and column (``bad_values="error"``), or, with
-``bad_values="warn"``, a warning that counts them and names the first few, after which they
-count as missing.
+Empty cells (text of blanks alone too) and pandas' missing-value markers (``NA``, ``NULL``,
+``nan``, ...) are gaps, filled later like missing rows. Anything else that is not a finite
+number, such as text (``"12 ug/m3"``, ``"error"``) or an infinity (``inf``, or a value beyond
+float32), is a *bad value*: by default an error naming its data row and column
+(``bad_values="error"``), or, with ``bad_values="warn"``, a warning that counts them and names
+the first few, after which they count as missing.
 """
 
 from __future__ import annotations
