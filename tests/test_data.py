@@ -631,3 +631,26 @@ def test_loader_processes_far_beyond_the_cpus_are_refused(monkeypatch):
         "may use: give at most 8, e.g. data.num_workers=2 (0: load in the training process)."
     )
     PointCloudDataModule(make_stream(t=50), input_steps=4, output_steps=2, num_workers=8)
+
+
+@pytest.mark.parametrize(
+    ("options", "history"),
+    [
+        ({}, "data.input_steps=120"),
+        # a week of hourly input before 4 steps: the days are what does not fit, and are named
+        (
+            {"input_steps": 4, "seasonal": True},
+            "data.input_steps=4 and, with data.seasonal=true, the data.seasonal_days=7 days "
+            "before them",
+        ),
+    ],
+)
+def test_a_window_longer_than_the_training_part_names_what_makes_its_history(options, history):
+    stream = make_stream(t=150)
+    module = PointCloudDataModule(stream, **{"input_steps": 120, **options}, output_steps=2)
+    with pytest.raises(UserError) as err:
+        module.setup()
+    assert "has 108 steps (of T=150), but one window needs its history + output_steps" in str(
+        err.value
+    )
+    assert f"(the history a window reaches back: {history})" in str(err.value)

@@ -283,6 +283,7 @@ class PointCloudDataModule(LightningDataModule):
             self.split.optional,
             stream.name,
             stream.num_steps,
+            self._history_words(),
         )
         if not self.score_filled:
             check_observed_targets(
@@ -367,6 +368,16 @@ class PointCloudDataModule(LightningDataModule):
             return contiguous_offsets(self.input_steps)
         return seasonal_input_offsets(
             self.input_steps, self.steps_per_day, self.seasonal, self.stream.name
+        )
+
+    def _history_words(self) -> str:
+        """What makes up the history a window reaches back, as its settings name it."""
+        if self.seasonal is None:
+            return f"data.input_steps={self.input_steps}"
+        days = f"{self.seasonal[0]:g}"
+        return (
+            f"data.input_steps={self.input_steps} and, with data.seasonal=true, the "
+            f"data.seasonal_days={days} days before them"
         )
 
     @property

@@ -89,6 +89,7 @@ def check_split_lengths(
     optional: set[str],
     stream_name: str,
     num_steps: int,
+    history_words: str = "input_steps",
 ) -> None:
     """A ``UserError`` when a split holds no window; the ``optional`` splits (those given a
     zero fraction) may hold none.
@@ -100,6 +101,8 @@ def check_split_lengths(
         output_steps: J.
         optional: the splits that may be empty.
         stream_name, num_steps: the stream's name and T, for the message.
+        history_words: what makes up H, named in the message (the seasonal input's days
+            beside ``input_steps``).
     """
     span = history + output_steps
     for split, (first, end) in window_bounds.items():
@@ -107,8 +110,8 @@ def check_split_lengths(
         if end - first >= span or split in optional:
             continue
         need = (
-            f"input_steps + output_steps = {history} + {output_steps} = {span} (input_steps "
-            "counts the whole history a window reaches back)"
+            f"its history + output_steps = {history} + {output_steps} = {span} (the history a "
+            f"window reaches back: {history_words})"
             if split == "train"
             else f"output_steps = {output_steps} (its inputs reach back into the part before)"
         )
