@@ -155,6 +155,11 @@ def test_pruned_trials_stop_early_and_the_search_ends_well(tmp_path):
             "hydra.sweeper.sampler._target_=optuna.samplers.NoSuchSampler",
             "there is no optuna.samplers.NoSuchSampler; Optuna's: ",
         ),
+        (  # a database SQLAlchemy has no driver for: the line names what to give
+            "hydra.sweeper.storage=bogus://x",
+            "Give a database URL every job can reach (sqlite:///<path>.db, postgresql://...), "
+            "or null for sqlite:///<sweep dir>/optuna.db.",
+        ),
     ],
 )
 def test_bad_sweeper_settings_are_one_line(tmp_path, override, named):

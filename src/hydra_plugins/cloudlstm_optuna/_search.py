@@ -191,7 +191,9 @@ class OptunaSearch(Sweeper):
             if fault is not None:
                 raise fault from None
             raise UserError(
-                f"hydra.sweeper.storage={self.storage_url} cannot be opened: {_one_line(err)}"
+                f"hydra.sweeper.storage={self.storage_url} cannot be opened: {_one_line(err)}. "
+                "Give a database URL every job can reach (sqlite:///<path>.db, "
+                "postgresql://...), or null for sqlite:///<sweep dir>/optuna.db."
             ) from None
         finally:
             optuna.logging.set_verbosity(verbosity)
