@@ -334,7 +334,7 @@ def test_datamodule_errors():
     with pytest.raises(ValueError, match=r"val part .* has 3 steps .* needs output_steps = 6"):
         PointCloudDataModule(make_stream(t=40), input_steps=2, output_steps=6).setup()
     with pytest.raises(
-        ValueError, match=r"train part .* has 29 steps .* needs input_steps \+ output_steps"
+        ValueError, match=r"train part .* has 29 steps .* needs its history \+ output_steps"
     ):
         PointCloudDataModule(make_stream(t=40), input_steps=27, output_steps=3).setup()
     with pytest.raises(ValueError, match="test_fraction"):

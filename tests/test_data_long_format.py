@@ -484,7 +484,7 @@ def test_parquet_without_pyarrow_is_a_user_error(tmp_path, monkeypatch):
 def test_too_few_steps_is_refused_by_the_datamodule(tmp_path):
     source = LongFormatSource(write(tmp_path, long_table(t_steps=8)))
     dm = PointCloudDataModule(source, input_steps=4, output_steps=3)
-    with pytest.raises(ValueError, match="needs input_steps \\+ output_steps"):
+    with pytest.raises(ValueError, match="needs its history \\+ output_steps"):
         dm.setup()
 
 
