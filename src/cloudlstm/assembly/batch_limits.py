@@ -151,12 +151,7 @@ def warn_schedule_cut_short(cfg: DictConfig, windows: dict[str, int], batch_size
     trains = "train" in splits_run(cfg)
     if not trains or not _positive_int(total) or not _positive_int(epochs):
         return False
-    batches = math.ceil(windows.get("train", 0) / max(1, batch_size))
-    limit = trainer.get("limit_train_batches")
-    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
-        batches = min(batches, limit)
-    elif isinstance(limit, float) and 0 < limit < 1:
-        batches = int(batches * limit)
+    batches = _train_batches(trainer, windows.get("train", 0), batch_size)
     steps = epochs * math.ceil(batches / max(1, int(trainer.get("accumulate_grad_batches") or 1)))
     if steps >= total:
         return False
