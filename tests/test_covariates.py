@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from cloudlstm.cli.train import train
-from cloudlstm.data.covariates import time_feature_names, time_features
+from cloudlstm.data.covariates import check_time_zone, time_feature_names, time_features
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
+from cloudlstm.data.pipeline.forecast_input import build_input
 from cloudlstm.data.pipeline.windows import WindowDataset
 from cloudlstm.data.sources.beijing import BeijingSource
 from cloudlstm.data.spec import DataSpec
@@ -61,6 +62,85 @@ def test_time_features_are_sin_cos_of_hand_computed_angles() -> None:
         "weekday_sin",
         "weekday_cos",
     ]
+
+
+def test_time_features_follow_a_zones_clock_across_daylight_saving() -> None:
+    # 23:00 UTC on Saturday 2024-03-30 and on Sunday 2024-03-31: Rome's clocks went forward
+    # between them, so it is 00:00 on Sunday (UTC+1) and then 01:00 on Monday (UTC+2)
+    stamps = np.array(["2024-03-30T23:00", "2024-03-31T23:00"], dtype="datetime64[ns]")
+    got = time_features(stamps, ["hour", "weekday"], "Europe/Rome")
+    hours = np.array([0.0, 1.0])
+    weekdays = np.array([6.0, 0 + 1 / 24])  # Sunday = 6; Monday = 0 at 01:00
+    want = np.stack(
+        [
+            np.sin(2 * np.pi * hours / 24),
+            np.cos(2 * np.pi * hours / 24),
+            np.sin(2 * np.pi * weekdays / 7),
+            np.cos(2 * np.pi * weekdays / 7),
+        ],
+        axis=1,
+    )
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    # UTC is the times as read
+    np.testing.assert_array_equal(
+        time_features(stamps, ["hour"], "UTC"), time_features(stamps, ["hour"])
+    )
+
+
+@pytest.mark.parametrize("zone", ["UTC+1", "Mars/Base", "", "../etc/passwd"])
+def test_a_time_zone_the_machine_does_not_know_is_refused_with_examples(zone) -> None:
+    with pytest.raises(UserError) as err:
+        PointCloudDataModule(_stream(), time_features=["hour"], time_zone=zone)
+    assert str(err.value) == (
+        f"data.time_zone={zone!r} is not a time zone this machine knows: give an IANA name "
+        "such as data.time_zone=Europe/Rome or America/Los_Angeles, or null for the times "
+        "as read."
+    )
+    assert check_time_zone(None) is None and check_time_zone("Europe/Rome") == "Europe/Rome"
+
+
+def test_the_datamodule_computes_and_records_the_zones_clock() -> None:
+    stream = _stream(covariates=0)
+    dm = PointCloudDataModule(
+        stream, input_steps=4, output_steps=3, time_features=["hour"], time_zone="Asia/Tokyo"
+    )
+    dm.setup()
+    assert dm.spec.time_zone == "Asia/Tokyo"
+    assert DataSpec.from_dict(json.loads(json.dumps(dm.spec.to_dict()))) == dm.spec
+    item = dm.train_dataloader().dataset[0]
+    # Tokyo is 9 h ahead of UTC all year: the first input step, 00:00 UTC, is 09:00 there
+    angle = 2 * np.pi * 9 / 24
+    np.testing.assert_allclose(
+        item["x"][0, 0, -2:].numpy(), [np.sin(angle), np.cos(angle)], atol=1e-6
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "warned"),
+    [
+        (
+            {"time_zone": "Europe/Rome"},
+            "data.time_zone='Europe/Rome' changes nothing without data.time_features=[hour]",
+        ),
+        ({"seasonal_days": 3}, "data.seasonal_days=3 changes nothing without data.seasonal=true"),
+        ({"dbscan_eps": 0.2}, "data.dbscan_eps=0.2 changes nothing without data.outliers=dbscan"),
+        (
+            {"outlier_count": 3},
+            "data.outlier_count=3 changes nothing without data.outlier_shift=<distance>",
+        ),
+        ({"seasonal_days": 3, "seasonal": True}, None),
+        ({"time_zone": "Europe/Rome", "time_features": ["hour"]}, None),
+        ({}, None),
+    ],
+)
+def test_an_option_whose_feature_is_off_is_warned_of(options, warned, caplog) -> None:
+    with caplog.at_level("WARNING"):
+        PointCloudDataModule(_stream(), input_steps=4, output_steps=3, **options)
+    idle = [r.getMessage() for r in caplog.records if "changes nothing" in r.getMessage()]
+    if warned is None:
+        assert idle == []
+    else:
+        assert len(idle) == 1 and idle[0].startswith(warned), idle
 
 
 def _stream(covariates: int = 1, steps: int = 60) -> PointCloudStream:
@@ -204,3 +284,49 @@ def test_forecasting_new_data_reads_covariates_and_time_as_training_did(tmp_path
     np.testing.assert_allclose(forecast, prediction[window_at(dm, SPLIT)], rtol=1e-5, atol=1e-4)
     with pytest.raises(UserError, match="temp"):
         forecaster.forecast(table.drop(columns="temp"))
+
+
+def test_forecasting_new_data_takes_the_time_features_on_the_runs_zone(tmp_path, caplog) -> None:
+    """Times written in UTC, features on Los Angeles' clock: a forecast of a test window's
+    history equals the test loop's, so both compute the features in that zone."""
+    values, observed = raw_stream()
+    table = long_table(values, observed, range(T))
+    history = table[table["timestamp"] < STAMPS[SPLIT]].copy()
+    for frame in (table, history):
+        frame["timestamp"] = frame["timestamp"].dt.tz_localize("UTC")
+    table.to_csv(tmp_path / "stream.csv", index=False)
+    keep = [o for o in TINY if not o.startswith("data.source.")]
+    with caplog.at_level("WARNING"):
+        run = train_run(
+            tmp_path,
+            [
+                *keep,
+                "data=points",
+                f"data.source.path={tmp_path / 'stream.csv'}",
+                "data.time_features=[hour]",
+                "data.time_zone=America/Los_Angeles",
+                "module.save_predictions=true",
+            ],
+        )
+    assert not [r for r in caplog.records if "clock times" in r.getMessage()]
+    dm, prediction = run_data(run)
+    assert dm.spec.time_zone == "America/Los_Angeles"
+    window, item = build_input(history, dm.spec), dm.test_dataset[window_at(dm, SPLIT)]
+    np.testing.assert_allclose(window.x[..., -2:], item["x"][..., -2:].numpy(), atol=1e-6)
+    np.testing.assert_allclose(window.future, item["future"].numpy(), atol=1e-6)
+    out = Forecaster.load(run, device="cpu").forecast(history)
+    forecast = out[CHANNELS].to_numpy().reshape(J, N, len(CHANNELS))
+    np.testing.assert_allclose(forecast, prediction[window_at(dm, SPLIT)], rtol=1e-5, atol=1e-4)
+
+
+def test_a_zone_for_clock_times_is_warned_of(caplog) -> None:
+    stream = _stream(covariates=0)
+    stream.metadata["times_zoned"] = False  # as a file that wrote its times without a zone
+    with caplog.at_level("WARNING"):
+        PointCloudDataModule(
+            stream, input_steps=4, output_steps=3, time_features=["hour"], time_zone="Europe/Rome"
+        ).setup()
+    assert any(
+        "data.time_zone=Europe/Rome reads the times as UTC, but stream" in r.getMessage()
+        for r in caplog.records
+    )

@@ -13,14 +13,19 @@ order along the channel axis of a window's ``x``::
 * **Time features** (``data.time_features=[hour,weekday]``) are sin/cos of the time of day,
   the day of the week or of the year, computed from the stream's timestamps. They are
   known for the future as well, so a window also holds them for its J forecast steps
-  (``future (J, N, F)``), which sequence-to-sequence decoders read.
+  (``future (J, N, F)``), which sequence-to-sequence decoders read. They follow the clock
+  of the times as read (UTC where the file wrote them with an offset or counted them since
+  1970), or that of ``data.time_zone`` (``Europe/Rome``), whose hour and day also change
+  with its daylight saving.
 """
 
 from __future__ import annotations
 
+import zoneinfo
 from collections.abc import Sequence
 
 import numpy as np
+import pandas as pd
 
 from cloudlstm.errors import UserError
 
@@ -28,6 +33,7 @@ __all__ = [
     "COVARIATES_KEY",
     "TIME_FEATURES",
     "check_time_features",
+    "check_time_zone",
     "input_names",
     "stream_covariates",
     "time_feature_names",
@@ -61,6 +67,25 @@ def check_time_features(names: Sequence[str] | None) -> list[str]:
     return names
 
 
+def check_time_zone(name: str | None) -> str | None:
+    """``data.time_zone`` as an IANA zone name the machine knows, or None.
+
+    Raises:
+        UserError: a name that is not such a zone (``UTC+1``, ``CET`` spelt wrong, ...).
+    """
+    if name is None:
+        return None
+    try:
+        zoneinfo.ZoneInfo(str(name))
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise UserError(
+            f"data.time_zone={name!r} is not a time zone this machine knows: give an IANA "
+            "name such as data.time_zone=Europe/Rome or America/Los_Angeles, or null for "
+            "the times as read."
+        ) from None
+    return str(name)
+
+
 def time_feature_names(names: Sequence[str]) -> list[str]:
     """The 2F channel names of the time features ``names``: ``hour_sin, hour_cos, ...``."""
     return [f"{name}_{part}" for name in names for part in ("sin", "cos")]
@@ -74,16 +99,21 @@ def input_names(
     return [*targets, *covariates, *time_feature_names(time_features)]
 
 
-def time_features(timestamps: np.ndarray, names: Sequence[str]) -> np.ndarray:
-    """``(T, 2F)`` float32 sin/cos of each time feature at each timestamp.
+def time_features(
+    timestamps: np.ndarray, names: Sequence[str], zone: str | None = None
+) -> np.ndarray:
+    """``(T, 2F)`` float32 sin/cos of each time feature at each of the ``(T,)`` timestamps.
 
     ``hour`` is the time of day (minutes count), ``weekday`` the day of the week with its
     time of day, ``yearday`` the position in a mean Gregorian year; each is an angle of one
-    turn per period.
+    turn per period. ``zone``: the timestamps are UTC and the features follow this zone's
+    clock (its offset on each day); None: they follow the timestamps as they are.
     """
-    days = (np.asarray(timestamps, dtype="datetime64[ns]") - np.datetime64(0, "ns")) / (
-        np.timedelta64(1, "D")
-    )
+    clock = np.asarray(timestamps, dtype="datetime64[ns]")
+    if zone is not None:
+        local = pd.DatetimeIndex(clock).tz_localize("UTC").tz_convert(zoneinfo.ZoneInfo(zone))
+        clock = local.tz_localize(None).to_numpy(dtype="datetime64[ns]")
+    days = (clock - np.datetime64(0, "ns")) / (np.timedelta64(1, "D"))
     columns = []
     for name in names:
         period = TIME_FEATURES[name]

@@ -70,6 +70,8 @@ class DataSpec:
         covariate_names: measured input-only channels, after the targets in ``x``.
         time_features: ``data.time_features`` (``hour``, ...): their sin/cos channels
             (:attr:`future_names`) end ``x`` and are a window's ``future``.
+        time_zone: ``data.time_zone``, the zone whose clock the time features follow (None:
+            the times as read); a forecast's history computes them so too.
         adjacency: ``(N, N)`` weights of a graph of the points, in :attr:`point_ids`' order
             (``data.source.graph``, e.g. a road network), as the source gives them; None
             without one. Passed to the models that take a graph (their constructor's
@@ -120,6 +122,7 @@ class DataSpec:
     fixed_points: str | None = None
     covariate_names: list[str] = field(default_factory=list)
     time_features: list[str] = field(default_factory=list)
+    time_zone: str | None = None
     adjacency: list[list[float]] | None = None
     value_reference: dict[str, Any] | None = None
     missing_value: float | None = None
@@ -163,6 +166,7 @@ class DataSpec:
             },
             covariate_names=list(datamodule.covariate_names),
             time_features=list(datamodule.time_features),
+            time_zone=datamodule.time_zone,
             adjacency=_adjacency(source, stream.point_ids),
             value_reference=_value_reference(datamodule, source),
             missing_value=source.missing_value,

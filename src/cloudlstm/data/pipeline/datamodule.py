@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 from collections.abc import Mapping
@@ -20,7 +21,7 @@ import torch
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader
 
-from cloudlstm.data.covariates import check_time_features, stream_covariates
+from cloudlstm.data.covariates import check_time_features, check_time_zone, stream_covariates
 from cloudlstm.data.pipeline.absurd_values import (
     DEFAULT_MAX_ABS_Z,
     check_max_abs_z,
@@ -34,7 +35,12 @@ from cloudlstm.data.pipeline.loaders import (
     ordered_loader,
     training_loader,
 )
-from cloudlstm.data.pipeline.options import check_study_options, check_switch, check_whole
+from cloudlstm.data.pipeline.options import (
+    check_study_options,
+    check_switch,
+    check_whole,
+    warn_idle_options,
+)
 from cloudlstm.data.pipeline.preparation import (
     as_source,
     data_name,
@@ -109,6 +115,10 @@ class PointCloudDataModule(LightningDataModule):
             :mod:`cloudlstm.data.covariates`). The stream's measured covariates
             (declared by its source, e.g. ``data.source.covariates`` for Beijing) are input
             channels too; neither is forecast.
+        time_zone: the IANA zone whose clock the time features follow (``Europe/Rome``): the
+            stream's times are read as UTC and the features take the zone's offset of each
+            day, daylight saving included. None: the times as read (clock times where the
+            file wrote them without a zone, UTC where it wrote offsets or Unix times).
         holdout_points: points held out of training (:mod:`cloudlstm.data.pipeline.held_out`):
             a fraction in (0, 1) or a number of points, drawn with ``holdout_seed``, or a
             list of point ids; None: none. Their readings never reach a training or
@@ -159,6 +169,7 @@ class PointCloudDataModule(LightningDataModule):
         outlier_seed: int = 0,
         score_filled: bool = False,
         time_features: list[str] | None = None,
+        time_zone: str | None = None,
         holdout_points: Any = None,
         holdout_seed: int = 0,
         holdout_history: bool = True,
@@ -209,6 +220,16 @@ class PointCloudDataModule(LightningDataModule):
         }
         self.score_filled = check_switch("score_filled", score_filled)
         self.time_features = check_time_features(time_features)
+        self.time_zone = check_time_zone(time_zone)
+        warn_idle_options(
+            _changed_options(self.hparams),
+            {
+                "data.seasonal=true": seasonal,
+                "data.outliers=dbscan": outliers == "dbscan",
+                "data.outlier_shift=<distance>": outlier_shift is not None,
+                "data.time_features=[hour]": bool(self.time_features),
+            },
+        )
         self._clear()
 
     def _clear(self) -> None:
@@ -320,7 +341,9 @@ class PointCloudDataModule(LightningDataModule):
         )
         if self.held_out is not None:
             self.point_groups = {**self.point_groups, **held_out_groups(self.held_out)}
-        self._time_values = time_feature_values(stream, self.time_features)
+        self._time_values = time_feature_values(
+            stream, self.time_features, self.time_zone, self.source
+        )
         # No normalised copy of the values: each window is read from the stream (memory-mapped
         # when it comes from the cache) and normalised when it is asked for; filled
         # (interpolated) values are kept, only entries with no value at all become 0.
@@ -510,6 +533,16 @@ class PointCloudDataModule(LightningDataModule):
             f"PointCloudDataModule(source={self.source!r}, M={self.input_steps}, "
             f"J={self.output_steps}, batch_size={self.batch_size})"
         )
+
+
+def _changed_options(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The datamodule's options ``given`` another value than their defaults."""
+    defaults = inspect.signature(PointCloudDataModule.__init__).parameters
+    return {
+        name: value
+        for name, value in given.items()
+        if name in defaults and value != defaults[name].default
+    }
 
 
 def _check_sizes(num_points: int | None, counts: Mapping[str, Any]) -> None:

@@ -566,7 +566,7 @@ def _time_inputs(
     if not info.time_features:
         return None, None
     times = last_time + step * np.arange(1 - need, info.output_steps + 1)
-    features = time_features(times, info.time_features)
+    features = time_features(times, info.time_features, info.time_zone)
     future = np.repeat(features[need:, None, :], points, axis=1)
     return features[:need], future
 

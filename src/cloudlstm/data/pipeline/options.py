@@ -7,10 +7,25 @@ negative seed or a DBSCAN ``min_samples`` of 0 failed only once the data were lo
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from cloudlstm.errors import UserError
+
+log = logging.getLogger(__name__)
+
+# An option that acts only with a study or feature on -> the setting that turns it on.
+IDLE_UNLESS: dict[str, str] = {
+    "seasonal_days": "data.seasonal=true",
+    "seasonal_every_minutes": "data.seasonal=true",
+    "dbscan_eps": "data.outliers=dbscan",
+    "dbscan_min_samples": "data.outliers=dbscan",
+    "outlier_count": "data.outlier_shift=<distance>",
+    "outlier_seed": "data.outlier_shift=<distance>",
+    "time_zone": "data.time_features=[hour]",
+}
 
 
 def check_switch(name: str, value: Any) -> bool:
@@ -74,3 +89,20 @@ def check_study_options(
     check_positive("outlier_shift", shift[0], zero=True, null=True)
     check_whole("outlier_count", shift[1], 1)
     check_whole("outlier_seed", shift[2], 0)
+
+
+def warn_idle_options(changed: Mapping[str, Any], active: Mapping[str, bool]) -> None:
+    """Warn of each option of :data:`IDLE_UNLESS` given another value than its default
+    (``changed``: name -> value) while what uses it is off (``active``: the setting of
+    :data:`IDLE_UNLESS` -> whether it is on): the run goes on without it, which the user
+    who set it did not mean."""
+    for name, value in changed.items():
+        setting = IDLE_UNLESS.get(name)
+        if setting is not None and not active[setting]:
+            log.warning(
+                "data.%s=%r changes nothing without %s: turn that on, or leave data.%s out.",
+                name,
+                value,
+                setting,
+                name,
+            )

@@ -26,6 +26,7 @@ from cloudlstm.data.pipeline.absurd_values import (
 from cloudlstm.data.pipeline.held_out import HoldOut
 from cloudlstm.data.pipeline.model_input import positions_before_covariates
 from cloudlstm.data.pipeline.split_rule import SplitRule
+from cloudlstm.data.sources.times import TIMES_ZONED_KEY
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.data.transforms import StandardScaler
 from cloudlstm.errors import UserError
@@ -174,8 +175,14 @@ def with_position_channels(stream: PointCloudStream) -> PointCloudStream:
     )
 
 
-def time_feature_values(stream: PointCloudStream, names: list[str]) -> np.ndarray | None:
-    """``(T, F)`` time features ``names`` of the stream's steps, or None without any.
+def time_feature_values(
+    stream: PointCloudStream, names: list[str], zone: str | None = None, source: Any = None
+) -> np.ndarray | None:
+    """``(T, F)`` time features ``names`` of the stream's steps (on ``zone``'s clock when
+    given, see :func:`~cloudlstm.data.covariates.time_features`), or None without any.
+
+    Warns where ``zone`` is given but the ``source`` file wrote its times as clock times
+    without a zone: they are read as UTC and the features move by the zone's offset.
 
     Raises:
         UserError: features asked for a stream without timestamps.
@@ -187,7 +194,16 @@ def time_feature_values(stream: PointCloudStream, names: list[str]) -> np.ndarra
             f"data.time_features={names} needs timestamps, but stream "
             f"'{stream.name}' has none; leave data.time_features empty."
         )
-    return time_features(stream.timestamps, names)
+    clock_times = stream.metadata.get(TIMES_ZONED_KEY) is False
+    if zone is not None and clock_times and getattr(source, "time_unit", None) is None:
+        log.warning(
+            "data.time_zone=%s reads the times as UTC, but %s writes them as clock times "
+            "without a zone: the time features move by the zone's offset. If they are that "
+            "zone's clock already, leave data.time_zone=null.",
+            zone,
+            data_name(source, stream),
+        )
+    return time_features(stream.timestamps, names, zone)
 
 
 def warn_flat_channels(scaler: StandardScaler, channels: list[str], what: str) -> None:
