@@ -155,6 +155,15 @@ def test_pruned_trials_stop_early_and_the_search_ends_well(tmp_path):
             "hydra.sweeper.sampler._target_=optuna.samplers.NoSuchSampler",
             "there is no optuna.samplers.NoSuchSampler; Optuna's: ",
         ),
+        (  # TPE would take a negative count as none
+            "hydra.sweeper.sampler.n_startup_trials=-3",
+            "hydra.sweeper.sampler.n_startup_trials=-3 must be a whole number of at least 0.",
+        ),
+        (  # not the default study, continued by mistake
+            "hydra.sweeper.study_name=''",
+            "hydra.sweeper.study_name='' is blank: give the study a name, or null for "
+            "hparams_search.",
+        ),
         (  # a database SQLAlchemy has no driver for: the line names what to give
             "hydra.sweeper.storage=bogus://x",
             "Give a database URL every job can reach (sqlite:///<path>.db, postgresql://...), "

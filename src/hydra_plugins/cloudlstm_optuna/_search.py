@@ -109,7 +109,7 @@ class OptunaSearch(Sweeper):
         monitor = OmegaConf.select(config, "callbacks.optuna_pruning.monitor")
         if monitor and not isinstance(self.pruner, (type(None), optuna.pruners.NopPruner)):
             check_direction(str(monitor), self.direction)  # before any trial, not in each
-        self.study_name = str(s.get("study_name") or DEFAULT_STUDY_NAME)
+        self.study_name = _study_name(s.get("study_name"))
         self.params = {str(k): v for k, v in (s.get("params") or {}).items()}
         self.sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
         storage = s.get("storage")
@@ -556,6 +556,7 @@ def _build(name: str, conf: Any, base: type) -> Any:
     target = conf.get("_target_") if isinstance(conf, DictConfig) else None
     if not target:
         raise UserError(f"hydra.sweeper.{name} needs a _target_; {hint}.")
+    _check_counts(name, conf)
     try:
         hydra.utils.get_class(str(target))
     except Exception:
@@ -567,6 +568,32 @@ def _build(name: str, conf: Any, base: type) -> Any:
     if not isinstance(obj, base):
         raise UserError(f"hydra.sweeper.{name}: {target} is no Optuna {name}; {hint}.")
     return obj
+
+
+def _check_counts(name: str, conf: DictConfig) -> None:
+    """Refuse a count (an ``n_*`` argument: ``n_startup_trials``, ``n_warmup_steps``, ...)
+    of ``hydra.sweeper.<name>`` that is no whole number >= 0: some of Optuna's samplers
+    take a negative one as 0, a search the user did not ask for."""
+    for key, value in conf.items():
+        if not str(key).startswith("n_") or value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise UserError(
+                f"hydra.sweeper.{name}.{key}={value!r} must be a whole number of at least 0."
+            )
+
+
+def _study_name(value: Any) -> str:
+    """``hydra.sweeper.study_name``: :data:`DEFAULT_STUDY_NAME` where null; a blank name is
+    refused, as it would silently become the default and continue that study."""
+    if value is None:
+        return DEFAULT_STUDY_NAME
+    if not str(value).strip():
+        raise UserError(
+            f"hydra.sweeper.study_name={value!r} is blank: give the study a name, or null "
+            f"for {DEFAULT_STUDY_NAME}."
+        )
+    return str(value)
 
 
 def _positive_int(name: str, value: Any) -> int:
