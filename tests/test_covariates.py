@@ -40,22 +40,19 @@ from tests.test_forecast import (
 )
 
 
+def hour_and_weekday(hours: np.ndarray, weekdays: np.ndarray) -> np.ndarray:
+    """``(T, 4)``: sin and cos of the hours (of 24) and of the weekdays (of 7), by hand."""
+    hour, day = 2 * np.pi * hours / 24, 2 * np.pi * weekdays / 7
+    return np.stack([np.sin(hour), np.cos(hour), np.sin(day), np.cos(day)], axis=1)
+
+
 def test_time_features_are_sin_cos_of_hand_computed_angles() -> None:
     # 2024-01-01 (a Monday) at 06:00 and 2024-01-03 (a Wednesday) at 18:30
     stamps = np.array(["2024-01-01T06:00", "2024-01-03T18:30"], dtype="datetime64[ns]")
     got = time_features(stamps, ["hour", "weekday"])
     hours = np.array([6.0, 18.5])
     weekdays = np.array([0 + 6 / 24, 2 + 18.5 / 24])  # Monday = 0, with the time of day
-    want = np.stack(
-        [
-            np.sin(2 * np.pi * hours / 24),
-            np.cos(2 * np.pi * hours / 24),
-            np.sin(2 * np.pi * weekdays / 7),
-            np.cos(2 * np.pi * weekdays / 7),
-        ],
-        axis=1,
-    )
-    np.testing.assert_allclose(got, want, atol=1e-6)
+    np.testing.assert_allclose(got, hour_and_weekday(hours, weekdays), atol=1e-6)
     assert time_feature_names(["hour", "weekday"]) == [
         "hour_sin",
         "hour_cos",
@@ -71,16 +68,7 @@ def test_time_features_follow_a_zones_clock_across_daylight_saving() -> None:
     got = time_features(stamps, ["hour", "weekday"], "Europe/Rome")
     hours = np.array([0.0, 1.0])
     weekdays = np.array([6.0, 0 + 1 / 24])  # Sunday = 6; Monday = 0 at 01:00
-    want = np.stack(
-        [
-            np.sin(2 * np.pi * hours / 24),
-            np.cos(2 * np.pi * hours / 24),
-            np.sin(2 * np.pi * weekdays / 7),
-            np.cos(2 * np.pi * weekdays / 7),
-        ],
-        axis=1,
-    )
-    np.testing.assert_allclose(got, want, atol=1e-6)
+    np.testing.assert_allclose(got, hour_and_weekday(hours, weekdays), atol=1e-6)
     # UTC is the times as read
     np.testing.assert_array_equal(
         time_features(stamps, ["hour"], "UTC"), time_features(stamps, ["hour"])
