@@ -38,6 +38,7 @@ from tests.test_forecast import (
     train_run,
     window_at,
 )
+from tests.test_input_checks import run_script, the_line
 
 
 def hour_and_weekday(hours: np.ndarray, weekdays: np.ndarray) -> np.ndarray:
@@ -305,6 +306,14 @@ def test_forecasting_new_data_takes_the_time_features_on_the_runs_zone(tmp_path,
     out = Forecaster.load(run, device="cpu").forecast(history)
     forecast = out[CHANNELS].to_numpy().reshape(J, N, len(CHANNELS))
     np.testing.assert_allclose(forecast, prediction[window_at(dm, SPLIT)], rtol=1e-5, atol=1e-4)
+    # evaluated on another clock, the model would read every hour shifted
+    done = run_script("eval.py", f"run={run}", "data.time_zone=null")
+    assert done.returncode == 1
+    assert the_line(done, "time features on").endswith(
+        "was trained with its time features on data.time_zone=America/Los_Angeles, and "
+        "these data give data.time_zone=null: the model would read every hour shifted. "
+        "Evaluate it with data.time_zone=America/Los_Angeles, or train a model for this clock."
+    )
 
 
 def test_a_zone_for_clock_times_is_warned_of(caplog) -> None:

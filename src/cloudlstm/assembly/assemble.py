@@ -42,6 +42,7 @@ from cloudlstm.assembly.build import (
 from cloudlstm.assembly.checkpoint_fit import (
     TrainedCheckpoint,
     check_points,
+    check_same_clock,
     check_same_step,
     check_trained_sizes,
     load_weights,
@@ -128,6 +129,7 @@ def assemble(
         check_trained_sizes(model_config, spec, trained)
     if trained is not None:
         check_same_step(spec, trained)
+        check_same_clock(spec, trained)
     module = build_module(cfg, spec, model_config)
     check_forecast_columns(spec, module.quantile_levels)
     if trained is not None:

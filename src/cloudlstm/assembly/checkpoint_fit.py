@@ -150,6 +150,27 @@ def check_same_step(spec: DataSpec, trained: TrainedCheckpoint) -> None:
     )
 
 
+def check_same_clock(spec: DataSpec, trained: TrainedCheckpoint) -> None:
+    """Refuse time features on another clock than the training data's (``eval.py
+    data.time_zone=Europe/Rome`` on a run trained without it): the channels keep their names
+    and sizes, so the model would read every hour shifted. Nothing to check without time
+    features, or for a checkpoint without a data description.
+
+    Raises:
+        UserError: naming both zones.
+    """
+    if trained.spec is None or not spec.time_features:
+        return
+    then, now = trained.spec.time_zone, spec.time_zone
+    if then != now:
+        raise UserError(
+            f"{trained.path} was trained with its time features on data.time_zone="
+            f"{then or 'null'}, and these data give data.time_zone={now or 'null'}: the "
+            f"model would read every hour shifted. Evaluate it with data.time_zone="
+            f"{then or 'null'}, or train a model for this clock."
+        )
+
+
 def check_points(model: Any, datamodule: Any, trained: TrainedCheckpoint) -> None:
     """Refuse other points than the training ones for a model tied to them (grid models,
     MLP, LSTM: ``model.fixed_points`` says why); point models take any points.
