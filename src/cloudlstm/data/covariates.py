@@ -21,6 +21,7 @@ order along the channel axis of a window's ``x``::
 
 from __future__ import annotations
 
+import difflib
 import zoneinfo
 from collections.abc import Sequence
 
@@ -78,10 +79,12 @@ def check_time_zone(name: str | None) -> str | None:
     try:
         zoneinfo.ZoneInfo(str(name))
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        near = difflib.get_close_matches(str(name), zoneinfo.available_timezones(), n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
         raise UserError(
-            f"data.time_zone={name!r} is not a time zone this machine knows: give an IANA "
-            "name such as data.time_zone=Europe/Rome or America/Los_Angeles, or null for "
-            "the times as read."
+            f"data.time_zone={name!r} is not a time zone this machine knows{hint}: give an "
+            "IANA name such as data.time_zone=Europe/Rome or America/Los_Angeles, or null "
+            "for the times as read."
         ) from None
     return str(name)
 
