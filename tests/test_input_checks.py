@@ -864,6 +864,16 @@ def test_eval_py_on_data_at_another_interval_is_one_line(fleet_run, tmp_path):
     )
 
 
+def test_eval_py_with_other_time_features_names_the_ones_to_keep(fleet_run):
+    run, _ = fleet_run
+    done = run_script("eval.py", f"run={run}", "data.time_features=[hour]")
+    assert done.returncode == 1
+    assert the_line(done, "holds a model built for").endswith(
+        "holds a model built for input_channels=1, and the data give input_channels=3: "
+        "evaluate it with data.time_features=[], or train a model for these data."
+    )
+
+
 # ---------------------------------------------------------------- DDP batch limits
 def test_batch_limits_per_process_are_named_with_the_windows_they_cover():
     windows = {"train": 109, "val": 11, "test": 30}

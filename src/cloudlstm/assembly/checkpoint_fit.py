@@ -121,12 +121,23 @@ def check_trained_sizes(model_config: Any, spec: DataSpec, trained: TrainedCheck
         keep = (
             f"data.{key}={built}"
             if key in ("input_steps", "output_steps")
-            else ("the data settings it was trained with (its config.yaml)")
+            else _inputs_to_keep(spec, trained.spec)
         )
         raise UserError(
             f"{trained.path} holds a model built for {key}={built}, and the data give "
             f"{key}={value}: evaluate it with {keep}, or train a model for these data."
         )
+
+
+def _inputs_to_keep(spec: DataSpec, trained: DataSpec | None) -> str:
+    """The data settings that give the trained model its input channels back: the time
+    features or the measured covariates it was trained with, where they differ."""
+    if trained is not None and trained.time_features != spec.time_features:
+        return f"data.time_features=[{','.join(trained.time_features)}]"
+    if trained is not None and trained.covariate_names != spec.covariate_names:
+        names = ", ".join(trained.covariate_names)
+        return f"the measured covariates it was trained with ({names or 'none'})"
+    return "the data settings it was trained with (its config.yaml)"
 
 
 def check_same_step(spec: DataSpec, trained: TrainedCheckpoint) -> None:
