@@ -329,6 +329,9 @@ def test_a_continued_study_refuses_another_command_in_one_line(tmp_path):
         "search_space": {"optimizer.lr": "tag(log, interval(0.0001, 0.01))"},
     }
     bare_search(tmp_path, {"model": "model=linear"}, lr)._check_same_command(study)  # the same
+    # where and how the trials run may change, as in a resumed run
+    how = {"logger": "logger=csv", "data.num_workers": "data.num_workers=2"}
+    bare_search(tmp_path, {"model": "model=linear", **how}, lr)._check_same_command(study)
     with pytest.raises(UserError) as raised:
         bare_search(tmp_path, {"model": "model=mlp"}, lr)._check_same_command(study)
     assert str(raised.value) == (

@@ -157,7 +157,7 @@ def config_changes(cfg: DictConfig, run_dir: Path, saved: DictConfig | None = No
     given = _overridden_keys(cfg)
     changes = []
     for key, before, after in _diff(old, new):
-        if _under(key, EXECUTION_OPTIONS):
+        if is_execution_option(key):
             by = "execution option"
         elif _under(key, allowed):
             by = "allow_changes"
@@ -313,6 +313,12 @@ def _diff(old: Any, new: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
 
 def _under(key: str, entries: Any) -> bool:
     return any(key == e or key.startswith(f"{e}.") for e in entries)
+
+
+def is_execution_option(key: str) -> bool:
+    """Whether ``key`` (dotted) says how a run executes, not what it computes
+    (:data:`EXECUTION_OPTIONS`)."""
+    return _under(key, EXECUTION_OPTIONS)
 
 
 def _show(value: Any, width: int = 60) -> str:

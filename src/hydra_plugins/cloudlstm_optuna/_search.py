@@ -40,6 +40,7 @@ from cloudlstm.engine.objective import check_optimized_metric
 from cloudlstm.engine.pruning import PRUNED_ATTR, check_direction, open_storage, storage_write_fault
 from cloudlstm.engine.trial_env import STORAGE_ENV, STUDY_ENV, TRIAL_ENV
 from cloudlstm.errors import UserError
+from cloudlstm.rundir.config_changes import is_execution_option
 from cloudlstm.rundir.stops import RunInterrupted
 from cloudlstm.rundir.sweep_sigterm import PassSigtermOn, is_joblib, joblib_sweep_stop
 
@@ -228,7 +229,9 @@ class OptunaSearch(Sweeper):
             study.set_user_attr(FIXED_ATTR, fixed)
             study.set_user_attr(SPACE_ATTR, space)
             return
-        changes = _changes("", attrs[FIXED_ATTR], fixed)
+        # where and how the trials run (logger=csv, data.num_workers=4) may change, as in
+        # a resumed run; what they compute may not
+        changes = _changes("", _computed(attrs[FIXED_ATTR]), _computed(fixed))
         changes += _changes("searched ", attrs[SPACE_ATTR], space, sweep=True)
         if changes:
             raise UserError(
@@ -530,6 +533,12 @@ def describe(dist: BaseDistribution) -> str:
     tags = ["log"] * bool(dist.log) + ["int"] * isinstance(dist, IntDistribution)
     text = f"interval({_num(dist.low)}, {_num(dist.high)})"
     return f"tag({', '.join(tags)}, {text})" if tags else text
+
+
+def _computed(overrides: dict[str, str]) -> dict[str, str]:
+    """The fixed overrides (by key) of what the trials compute: not the execution options
+    (:func:`~cloudlstm.rundir.config_changes.is_execution_option`)."""
+    return {k: v for k, v in overrides.items() if not is_execution_option(k)}
 
 
 def _changes(what: str, was: dict[str, str], now: dict[str, str], sweep: bool = False) -> list[str]:
