@@ -120,6 +120,8 @@ def test_the_datamodule_computes_and_records_the_zones_clock() -> None:
             {"outlier_count": 3},
             "data.outlier_count=3 changes nothing without data.outlier_shift=<distance>",
         ),
+        ({"subset_seed": 4}, "data.subset_seed=4 changes nothing without data.num_points=<count>"),
+        ({"subset_seed": 4, "num_points": 3}, None),
         ({"seasonal_days": 3, "seasonal": True}, None),
         ({"time_zone": "Europe/Rome", "time_features": ["hour"]}, None),
         ({}, None),

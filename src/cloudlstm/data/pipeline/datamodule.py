@@ -228,6 +228,7 @@ class PointCloudDataModule(LightningDataModule):
                 "data.outliers=dbscan": outliers == "dbscan",
                 "data.outlier_shift=<distance>": outlier_shift is not None,
                 "data.time_features=[hour]": bool(self.time_features),
+                "data.num_points=<count>": num_points is not None,
             },
         )
         self._clear()

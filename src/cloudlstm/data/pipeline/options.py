@@ -25,6 +25,7 @@ IDLE_UNLESS: dict[str, str] = {
     "outlier_count": "data.outlier_shift=<distance>",
     "outlier_seed": "data.outlier_shift=<distance>",
     "time_zone": "data.time_features=[hour]",
+    "subset_seed": "data.num_points=<count>",
 }
 
 
