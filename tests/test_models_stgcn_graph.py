@@ -97,3 +97,18 @@ def test_the_build_passes_the_datas_graph_to_a_model_that_takes_one(caplog):
             raise wrapped.value
         lines.append(str(one_line.value))
     assert lines[0] == lines[1] == "STGCN: model.kt must be >= 1, got 0."
+
+
+def test_a_kernel_option_that_the_given_graph_replaces_is_warned_of(caplog):
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.models.build"):
+        build_model({**STGCN_CONFIG, "sigma": 0.3, "neighbours": 3}, SPEC)
+    assert (
+        "model.sigma=0.3, model.neighbours=3 change nothing: the data's graph "
+        "(data.source.graph) replaces the graph STGCN builds from the coordinates. Leave them "
+        "out, or give data.source.graph=null for the coordinates' graph."
+    ) in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.models.build"):
+        build_model({**STGCN_CONFIG, "sigma": 0.3}, replace(SPEC, adjacency=None))  # its own
+        build_model(STGCN_CONFIG, SPEC)  # at their defaults
+    assert "nothing: the data's graph" not in caplog.text

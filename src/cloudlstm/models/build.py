@@ -177,6 +177,11 @@ def data_sizes(config: DictConfig, spec: DataSpec) -> dict[str, Any]:
     return sizes
 
 
+# The options of a model's own graph of the coordinates (a Gaussian kernel), which a graph
+# given with the data replaces
+GRAPH_KERNEL_OPTIONS = ("sigma", "epsilon", "neighbours")
+
+
 def graph_argument(config: DictConfig, spec: DataSpec) -> dict[str, Any]:
     """``{"adjacency": spec.adjacency}`` for a model whose constructor takes a parameter
     ``adjacency`` and data with a graph (``data.source.graph``); ``{}`` without a graph,
@@ -199,6 +204,23 @@ def graph_argument(config: DictConfig, spec: DataSpec) -> dict[str, Any]:
             model_cls.__name__,
         )
         return {}
+    params = inspect.signature(model_cls).parameters
+    idle = {
+        key: config[key]
+        for key in GRAPH_KERNEL_OPTIONS
+        if key in params and key in config and config[key] != params[key].default
+    }
+    if idle:
+        one = len(idle) == 1
+        log.warning(
+            "%s %s nothing: the data's graph (data.source.graph) replaces the graph %s "
+            "builds from the coordinates. Leave %s out, or give data.source.graph=null for "
+            "the coordinates' graph.",
+            ", ".join(f"model.{k}={v}" for k, v in idle.items()),
+            "changes" if one else "change",
+            model_cls.__name__,
+            "it" if one else "them",
+        )
     return {"adjacency": spec.adjacency}
 
 
