@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import os
+import shutil
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +21,7 @@ from cloudlstm.data.sources.beijing import STATION_POSITIONS, BeijingSource
 from cloudlstm.data.sources.times import TIMES_ZONED_KEY
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.old_configs import current_config
+from tests.test_data_urban_air import http_dir, sha  # noqa: F401, F811  (fixture)
 
 REAL = ROOT.parent / "shared" / "data" / "beijing_multisite"
 needs_real = pytest.mark.skipif(
@@ -125,7 +129,8 @@ def test_stations_subset_and_positions_file(tiny, tmp_path):
 
 def test_missing_folder_says_where_to_get_the_data(tmp_path):
     with pytest.raises(
-        FileNotFoundError, match=r"archive\.ics\.uci\.edu.*data\.source\.root=.*BEIJING"
+        FileNotFoundError,
+        match=r"archive\.ics\.uci\.edu.*data\.source\.root=.*BEIJING.*data\.source\.download=true",
     ):
         BeijingSource(tmp_path / "nothing").load()
 
@@ -239,7 +244,8 @@ def old_beijing_config(cfg: DictConfig) -> DictConfig:
     data = OmegaConf.to_container(cfg.data, resolve=True)
     source = data.pop("source")
     source.pop("_target_")
-    source.pop("covariates")  # older than covariates too
+    for newer in ("covariates", "download", "url", "sha256"):  # older than these keys too
+        source.pop(newer)
     data.pop("time_features")
     data = {**data, **source, "_target_": "cloudlstm.data.sources.beijing.BeijingDataModule"}
     return OmegaConf.merge(OmegaConf.masked_copy(cfg, ["paths"]), {"data": data})
@@ -293,3 +299,44 @@ def test_real_data(tmp_path):
     mg = BeijingSource(REAL, cache_dir=tmp_path).load().values  # the default
     np.testing.assert_allclose(mg[..., co], stream.values[..., co] / 1000, rtol=1e-6)
     assert 0.1 < np.median(mg[..., co]) < 10
+
+
+def uci_archive(tiny: Path, archive: Path) -> None:
+    """``archive`` as UCI's: a zip holding a zip of the folder of the station files."""
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as zf:
+        for path in sorted(tiny.glob("PRSA_Data_*")):
+            zf.write(path, f"PRSA_Data_20130301-20170228/{path.name}")
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("PRSA2017_Data_20130301-20170228.zip", inner.getvalue())
+
+
+def test_download_fetches_and_unpacks_ucis_zip_of_a_zip(tiny, http_dir, tmp_path):  # noqa: F811
+    served, url = http_dir
+    uci_archive(tiny, served / "beijing.zip")
+    root = tmp_path / "fetched"
+    source = BeijingSource(
+        root, download=True, url=f"{url}/beijing.zip", sha256=sha(served / "beijing.zip")
+    )
+    stream = source.load()
+    assert stream.point_ids == ["Dongsi", "Huairou", "Tiantan"]
+    assert (
+        root / "PRSA_Data_20130301-20170228" / "PRSA_Data_Dongsi_20130301-20170228.csv.gz"
+    ).is_file()
+    expected = BeijingSource(tiny, cache_dir=tmp_path / "cache").load()
+    np.testing.assert_array_equal(stream.values, expected.values)
+    (served / "beijing.zip").unlink()  # found in the subfolder: nothing is fetched again
+    assert BeijingSource(root, download=True, url=f"{url}/beijing.zip").load().num_points == 3
+
+
+def test_files_unpacked_by_hand_into_a_subfolder_are_found(tiny, tmp_path):
+    root = tmp_path / "unpacked"
+    (root / "PRSA_Data_20130301-20170228").mkdir(parents=True)
+    for path in tiny.glob("PRSA_Data_*"):
+        shutil.copy(path, root / "PRSA_Data_20130301-20170228" / path.name)
+    assert sorted(BeijingSource(root).files()) == ["Dongsi", "Huairou", "Tiantan"]
+
+
+def test_a_download_switch_that_is_no_boolean_is_one_line(tmp_path):
+    with pytest.raises(UserError, match=r"^data.source.download='yes': use true or false.$"):
+        BeijingSource(tmp_path, download="yes")

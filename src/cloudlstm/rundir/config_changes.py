@@ -78,6 +78,7 @@ EXECUTION_OPTIONS = (
     "trainer.accelerator", "trainer.devices", "trainer.num_nodes", "trainer.strategy",
     "trainer.plugins", "torch_threads", "keep_freed_memory",
     "data.num_workers", "data.pin_memory", "model.compile", "model.checkpointing",
+    "data.source.download",  # where missing files come from, not what they hold
 )  # fmt: skip
 ABSENT = "(not set)"
 

@@ -28,6 +28,7 @@ import pandas as pd
 
 from cloudlstm.data.cache import CachedSource
 from cloudlstm.data.covariates import COVARIATES_KEY
+from cloudlstm.data.sources.download import download_and_extract
 from cloudlstm.data.sources.tables import (
     build_stream,
     check_columns,
@@ -39,11 +40,15 @@ from cloudlstm.data.sources.times import TIMES_ZONED_KEY
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingFileError, UserError
 
-__all__ = ["BEIJING_URL", "BeijingSource", "STATION_POSITIONS"]
+__all__ = ["BEIJING_ARCHIVE", "BEIJING_URL", "BeijingSource", "STATION_POSITIONS"]
 
 log = logging.getLogger(__name__)
 
 BEIJING_URL = "https://archive.ics.uci.edu/dataset/501/beijing+multi+site+air+quality+data"
+# The archive behind that page: a zip holding a zip of the folder of the 12 station files
+BEIJING_ARCHIVE = (
+    "https://archive.ics.uci.edu/static/public/501/beijing+multi+site+air+quality+data.zip"
+)
 # Same channel names and order as the Urban Air loader.
 CHANNELS = ("PM2.5", "PM10", "NO2", "CO", "O3", "SO2")
 # station -> (latitude, longitude), WGS84
@@ -107,7 +112,8 @@ class BeijingSource(CachedSource):
     """Loader of the UCI Beijing Multi-Site Air-Quality data.
 
     Args:
-        root: folder with the ``PRSA_Data_*.csv[.gz]`` files (and optionally ``stations.csv``).
+        root: folder with the ``PRSA_Data_*.csv[.gz]`` files, directly or in one subfolder
+            as UCI's archive unpacks them (and optionally ``stations.csv``).
         stations: names of the stations to keep (default: every file in ``root``).
         cache_dir: folder of the stream cache (default ``<root>/cache``).
         co_units: ``"mg/m3"`` (CO divided by 1000) or ``"ug/m3"`` (the files' units): see
@@ -115,6 +121,8 @@ class BeijingSource(CachedSource):
         covariates: weather columns read as measured covariates (input-only channels after
             the pollutants), any of :data:`COVARIATES`; gaps are filled like the
             pollutants'.
+        download: fetch and unpack ``url`` into ``root`` when the files are missing.
+        url, sha256: the archive (UCI's, :data:`BEIJING_ARCHIVE`) and its optional SHA-256.
 
     Raises:
         UserError: an unknown ``co_units`` or covariate.
@@ -135,6 +143,9 @@ class BeijingSource(CachedSource):
         cache_dir: str | os.PathLike | None = None,
         co_units: str = "mg/m3",
         covariates: Sequence[str] = (),
+        download: bool = False,
+        url: str = BEIJING_ARCHIVE,
+        sha256: str | None = None,
     ) -> None:
         covariates = [covariates] if isinstance(covariates, str) else list(covariates or [])
         unknown = [c for c in covariates if c not in COVARIATES]
@@ -155,6 +166,11 @@ class BeijingSource(CachedSource):
             stations = [stations]
         self.stations = None if stations is None else _checked_stations(stations)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else self.root / "cache"
+        if not isinstance(download, bool):
+            raise UserError(f"data.source.download={download!r}: use true or false.")
+        self.download = download
+        self.url = str(url)
+        self.sha256 = sha256
 
     def __repr__(self) -> str:
         return (
@@ -163,18 +179,19 @@ class BeijingSource(CachedSource):
         )
 
     def files(self) -> dict[str, Path]:
-        """Station name -> its data file, for the chosen stations."""
-        found = {}
-        if self.root.is_dir():
-            for path in sorted(self.root.glob("PRSA_Data_*.csv*")):
-                if path.name.endswith((".csv", ".csv.gz")):
-                    found[path.name.split("_")[2]] = path
+        """Station name -> its data file, for the chosen stations (downloading them first
+        where allowed and needed)."""
+        found = self._found()
+        if not found and self.download:
+            download_and_extract(self.url, self.root, sha256=self.sha256)
+            found = self._found()
         if not found:
             raise MissingFileError(
                 f"No Beijing Multi-Site files (PRSA_Data_<Station>_*.csv or .csv.gz) in "
-                f"{self.root.resolve()}. Download the data from {BEIJING_URL}, unpack the CSVs "
-                "into one folder and set data.source.root=/path/to/folder (or the environment "
-                "variable CLOUDLSTM_BEIJING_ROOT)."
+                f"{self.root.resolve()} (nor in a subfolder). Download the data from "
+                f"{BEIJING_URL}, unpack the CSVs into one folder and set "
+                "data.source.root=/path/to/folder (or the environment variable "
+                "CLOUDLSTM_BEIJING_ROOT), or let them be fetched with data.source.download=true."
             )
         if self.stations is None:
             return found
@@ -185,6 +202,19 @@ class BeijingSource(CachedSource):
                 "Fix data.source.stations."
             )
         return {s: found[s] for s in self.stations}
+
+    def _found(self) -> dict[str, Path]:
+        """Station name -> file, in ``root`` or else in the first subfolder that has them."""
+        folders = [self.root, *sorted(p for p in self.root.glob("*") if p.is_dir())]
+        for folder in folders if self.root.is_dir() else []:
+            found = {
+                path.name.split("_")[2]: path
+                for path in sorted(folder.glob("PRSA_Data_*.csv*"))
+                if path.name.endswith((".csv", ".csv.gz"))
+            }
+            if found:
+                return found
+        return {}
 
     def config(self) -> dict:
         """What determines the stream besides the files: the stations and CO's unit (each

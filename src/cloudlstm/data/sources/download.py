@@ -21,6 +21,8 @@ __all__ = ["download_and_extract"]
 log = logging.getLogger(__name__)
 
 _CHUNK = 1 << 20
+# Names of the archives unpacked in turn when a downloaded archive holds them
+ARCHIVE_ENDINGS = (".zip", ".tar", ".tar.gz", ".tgz")
 
 
 def download_and_extract(
@@ -41,7 +43,8 @@ def download_and_extract(
         ``dest_dir`` as a :class:`Path`.
 
     Idempotent: a marker file ``.<filename>.done`` records a finished download+unpack, and a
-    second call returns at once. A checksum mismatch deletes the bad file and raises
+    second call returns at once. An archive inside the archive (UCI's zip of a zip) is
+    unpacked too, next to where it lies. A checksum mismatch deletes the bad file and raises
     ``ValueError`` with both digests; archive members that would land outside ``dest_dir``
     (absolute paths, ``..``, links) are refused before anything is written.
     """
@@ -60,7 +63,8 @@ def download_and_extract(
             f"Checksum mismatch for {url}: expected SHA-256 {sha256.lower()}, got {digest}. The "
             "file was deleted; retry, or check the URL and the expected checksum."
         )
-    _extract(target, dest)
+    for inner in _extract(target, dest):  # an archive inside (UCI's zip of a zip)
+        _extract(inner, inner.parent)
     marker.write_text(f"{url}\nsha256 {digest}\n")
     return dest
 
@@ -93,11 +97,16 @@ def _inside(dest: Path, member: str) -> bool:
     return path == root or root in path.parents
 
 
-def _extract(archive: Path, dest: Path) -> None:
-    """Unpack a zip or tar archive into ``dest``; other files are left as they are."""
+def _extract(archive: Path, dest: Path) -> list[Path]:
+    """Unpack a zip or tar archive into ``dest``; other files are left as they are.
+
+    Returns the unpacked files that are archives themselves (by their names' endings), which
+    the caller may unpack in turn; [] for a file that is no archive.
+    """
     if zipfile.is_zipfile(archive):
         with zipfile.ZipFile(archive) as zf:
-            bad = [m for m in zf.namelist() if Path(m).is_absolute() or not _inside(dest, m)]
+            names = zf.namelist()
+            bad = [m for m in names if Path(m).is_absolute() or not _inside(dest, m)]
             _refuse(archive, bad)
             zf.extractall(dest)
     elif tarfile.is_tarfile(archive):
@@ -107,13 +116,15 @@ def _extract(archive: Path, dest: Path) -> None:
             bad = [m.name for m in members if not (m.isfile() or m.isdir())]
             bad += [m.name for m in members if not _inside(dest, m.name)]
             _refuse(archive, bad)
+            names = [m.name for m in members if m.isfile()]
             if hasattr(tarfile, "data_filter"):
                 tf.extractall(dest, filter="data")
             else:  # Python < 3.11.4: members were checked above
                 tf.extractall(dest)
     else:
-        return
+        return []
     log.info("Unpacked %s into %s.", archive.name, dest)
+    return [dest / name for name in names if name.lower().endswith(ARCHIVE_ENDINGS)]
 
 
 def _refuse(archive: Path, bad: list[str]) -> None:
