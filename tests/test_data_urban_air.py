@@ -217,6 +217,37 @@ def test_checksum_mismatch_deletes_the_file(http_dir, tmp_path):
         download_and_extract(f"{url}/missing.zip", tmp_path / "out")
 
 
+def test_a_download_folder_that_cannot_be_made_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(DownloadError) as err:
+        download_and_extract("file:///x.zip", tmp_path / "file" / "sub")
+    assert str(err.value) == (
+        f"Cannot make the folder {tmp_path / 'file' / 'sub'} to download file:///x.zip into "
+        "(Not a directory): give data.source.root=<a folder you can write>."
+    )
+
+
+def test_a_damaged_archive_is_one_line_and_fetched_anew_by_the_next_run(tmp_path):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("a.txt", "hello world " * 1000)
+    good = buf.getvalue()
+    damaged = bytearray(good)
+    damaged[60:80] = bytes(20)  # inside the member's compressed data
+    served = tmp_path / "data.zip"
+    served.write_bytes(bytes(damaged))
+    with pytest.raises(DownloadError) as err:
+        download_and_extract(served.as_uri(), tmp_path / "out")
+    assert str(err.value) == (
+        f"The archive {tmp_path / 'out' / 'data.zip'} from {served.as_uri()} is damaged (Bad "
+        "CRC-32 for file 'a.txt'): run again to download it anew, or unpack a good copy into "
+        "that folder by hand."
+    )
+    served.write_bytes(good)
+    download_and_extract(served.as_uri(), tmp_path / "out")
+    assert (tmp_path / "out" / "a.txt").read_text() == "hello world " * 1000
+
+
 def test_archive_escaping_the_folder_is_refused(tmp_path):
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:

@@ -256,3 +256,30 @@ def test_saved_predictions_without_room_are_one_line_naming_the_file(tmp_path):
     (evaluation,) = (run / "eval").iterdir()
     assert line.startswith(f"Cannot write {evaluation / 'predictions.npz'}: it would exceed")
     assert not (evaluation / "predictions.npz").exists()
+
+
+DOWNLOAD = """
+import resource, signal, sys
+from pathlib import Path
+from cloudlstm.data.sources.download import download_and_extract
+from cloudlstm.errors import OutOfSpaceError
+folder = Path(sys.argv[1])
+(folder / "big.zip").write_bytes(b"x" * 50_000)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+try:
+    download_and_extract((folder / "big.zip").as_uri(), folder / "out")
+except OutOfSpaceError as err:
+    print(err)
+"""
+
+
+def test_a_download_without_room_says_so_and_leaves_no_part(tmp_path):
+    """Not 'could not download: check the address and your connection'."""
+    done = run_script(DOWNLOAD, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith(
+        f"Cannot write {tmp_path / 'out' / 'big.zip'}: it would exceed this process's file "
+        "size limit of"
+    ), done.stdout
+    assert list((tmp_path / "out").iterdir()) == []  # no .part file, no marker

@@ -12,9 +12,10 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
+import zlib
 from pathlib import Path
 
-from cloudlstm.errors import DownloadError, UserError
+from cloudlstm.errors import DownloadError, UserError, out_of_space
 
 __all__ = ["download_and_extract"]
 
@@ -54,7 +55,13 @@ def download_and_extract(
     if marker.exists():
         log.info("%s already downloaded and unpacked in %s.", name, dest)
         return dest
-    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DownloadError(
+            f"Cannot make the folder {dest} to download {url} into ({err.strerror or err}): "
+            "give data.source.root=<a folder you can write>."
+        ) from None
     target = dest / name
     digest = _fetch(url, target)
     if sha256 is not None and digest != sha256.lower():
@@ -63,8 +70,18 @@ def download_and_extract(
             f"Checksum mismatch for {url}: expected SHA-256 {sha256.lower()}, got {digest}. The "
             "file was deleted; retry, or check the URL and the expected checksum."
         )
-    for inner in _extract(target, dest):  # an archive inside (UCI's zip of a zip)
-        _extract(inner, inner.parent)
+    try:
+        for inner in _extract(target, dest):  # an archive inside (UCI's zip of a zip)
+            _extract(inner, inner.parent)
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error) as err:
+        raise DownloadError(
+            f"The archive {target} from {url} is damaged ({err}): run again to download it "
+            "anew, or unpack a good copy into that folder by hand."
+        ) from None
+    except OSError as err:
+        if full := out_of_space(err):
+            raise full from None
+        raise
     marker.write_text(f"{url}\nsha256 {digest}\n")
     return dest
 
@@ -81,6 +98,8 @@ def _fetch(url: str, target: Path) -> str:
                 out.write(chunk)
         os.replace(tmp, target)
     except (urllib.error.URLError, OSError, ValueError) as err:
+        if full := out_of_space(err, target):
+            raise full from None
         raise DownloadError(
             f"Could not download {url} ({err}). Check the address and your connection, or "
             f"download the file by hand into {target.parent}."
