@@ -800,3 +800,42 @@ def test_step_budget_runs_show_their_steps_and_cost_per_1000_steps(tmp_path):
     assert table["s_per_1k_steps"].cells == [3.0, None]
     only_old = {c.name for c in build_table(group_runs(find_runs([tmp_path / "old"])), ["mae"])}
     assert "steps" not in only_old and "s_per_1k_steps" not in only_old
+
+
+def test_relative_to_a_baseline_divides_each_seed_by_its_own(tmp_path, capsys):
+    """Seed by seed, then mean ± std of the ratios: persistence's MAE 2 and 8 on seeds 0 and
+    1 (two draws, one hard), CloudLSTM's 1 and 4: 0.5 on both, where the ratio of the means
+    would say 0.5 too but the std of the raw MAEs mixed the draws' difficulty in."""
+    for seed, (ours, base) in enumerate([(1.0, 2.0), (4.0, 8.0)]):
+        write_run(tmp_path / "cloud" / str(seed), ours, seed=seed)
+        write_run(tmp_path / "persist" / str(seed), base, seed=seed, model="persistence")
+    write_run(tmp_path / "cloud" / "2", 3.0, seed=2)  # no persistence run of seed 2
+    code, out, err = run_main(
+        capsys, tmp_path, "--metrics", "mae", "rmse", "--horizons", "1,3", "--format", "csv",
+        "--relative-to", "persistence",
+    )  # fmt: skip
+    assert code == 0
+    rows = {row["model"]: row for row in csv.DictReader(io.StringIO(out))}
+    assert float(rows["cloudlstm"]["mae_mean"]) == pytest.approx(0.5)
+    assert float(rows["cloudlstm"]["mae_std"]) == pytest.approx(0.0)
+    assert float(rows["cloudlstm"]["rmse_mean"]) == pytest.approx(0.5)
+    # per step: (v - 0.1) / (b - 0.1) at step 1, (v + 0.1) / (b + 0.1) at step 3
+    step1 = statistics.mean([0.9 / 1.9, 3.9 / 7.9])
+    assert float(rows["cloudlstm"]["mae@1_mean"]) == pytest.approx(step1)
+    assert float(rows["cloudlstm"]["mae@3_mean"]) == pytest.approx(
+        statistics.mean([1.1 / 2.1, 4.1 / 8.1])
+    )
+    assert rows["cloudlstm"]["n"] == "2" and float(rows["persistence"]["mae_mean"]) == 1.0
+    assert any("1 run(s) without a persistence run of the same data and seed" in e for e in err)
+    assert any("every metric is over persistence's" in e for e in err)
+
+
+def test_relative_to_a_model_no_run_has_is_one_line(seeds, capsys):
+    code, _, err = run_main(capsys, seeds, "--relative-to", "persistence")
+    assert code == 2
+    assert err == [
+        "compare: --relative-to persistence: no run of that model among the runs; their "
+        "models: cloudlstm"
+    ]
+    code, _, err = run_main(capsys, seeds, "--relative-to", "cloudlstm", "--paper", "metric")
+    assert code == 2 and err[-1].endswith("the paper's tables are not relative")

@@ -22,6 +22,7 @@ from cloudlstm.compare.groups import (
     without_curves,
 )
 from cloudlstm.compare.paper import TABLES, paper_table
+from cloudlstm.compare.relative import relative_runs
 from cloudlstm.compare.runs import CompareError, Run, find_runs, runs_without_results
 from cloudlstm.compare.table import build_table, reported_metrics
 from cloudlstm.engine.declared_metrics import metric_names
@@ -168,6 +169,12 @@ def _parser() -> argparse.ArgumentParser:
         "RMSE of all squared errors, as DCRNN and T-GCN report it)",
     )
     add(
+        "--relative-to",
+        metavar="MODEL",
+        help="every metric over this model's (e.g. persistence) on the same data and seed: "
+        "mean ± std of the ratios",
+    )
+    add(
         "--include-evals",
         action="store_true",
         help="also eval.py's re-tests of runs (<run>/eval/<time>/), as rows of their own",
@@ -204,6 +211,10 @@ def _run(args: argparse.Namespace) -> int:
         from cloudlstm.compare.calibration import before_calibration
 
         runs = [before_calibration(run) for run in runs]
+    if args.relative_to:
+        if args.paper:
+            raise CompareError("--relative-to and --paper: the paper's tables are not relative")
+        runs = _over_baseline(runs, args.relative_to)
     if args.paper:
         return _run_paper(runs, args)
     groups = group_runs(runs, args.by)
@@ -253,6 +264,28 @@ def _run(args: argparse.Namespace) -> int:
         folder = _log_to_wandb(groups, table, args)
         print(f"wrote W&B run {folder}; publish it with: wandb sync {folder}", file=sys.stderr)
     return 0
+
+
+def _over_baseline(runs: list[Run], baseline: str) -> list[Run]:
+    """The runs relative to ``baseline``'s (:mod:`cloudlstm.compare.relative`), with a note
+    on stderr of what the cells are and of the runs left out for want of a baseline run."""
+    relative, unpaired = relative_runs(runs, baseline)
+    if unpaired:
+        shown = ", ".join(str(run.path) for run in unpaired[:3])
+        more = f" and {len(unpaired) - 3} more" if len(unpaired) > 3 else ""
+        print(
+            f"compare: {len(unpaired)} run(s) without a {baseline} run of the same data and "
+            f"seed are left out: {shown}{more}",
+            file=sys.stderr,
+        )
+    if not relative:
+        raise CompareError(f"--relative-to {baseline}: no run has a {baseline} run to go by")
+    print(
+        f"compare: every metric is over {baseline}'s on the same data and seed (an error "
+        "below 1 is lower than its)",
+        file=sys.stderr,
+    )
+    return relative
 
 
 def _make_folder(folder: Path) -> None:

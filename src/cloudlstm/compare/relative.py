@@ -1,0 +1,89 @@
+"""Runs relative to a baseline model: ``compare ... --relative-to persistence``.
+
+Each test metric of a run is divided by the same metric of the baseline's run on the same
+data and sample: the same ``data`` and ``data.*`` settings (a held-out run's draw of points
+and its ``data.holdout_history`` included) and the same seed. A row's cell is then the mean
+± std over seeds of these ratios, so what a draw makes easy or hard for every model (which
+points are held out, say) cancels before the seeds are pooled. Below 1 an error is lower
+than the baseline's; PSNR, SSIM and coverage are better above 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+from cloudlstm.compare.runs import CompareError, Run
+from cloudlstm.compare.settings import SAMPLE_KEYS, is_setting
+
+
+def relative_runs(runs: Sequence[Run], baseline: str) -> tuple[list[Run], list[Run]]:
+    """``(relative, unpaired)``: the runs with every test metric over the ``baseline``
+    model's run of the same data and sample (the baseline's own at 1), and those without
+    such a run, left out.
+
+    Raises:
+        CompareError: no run is of the model ``baseline``.
+    """
+    bases: dict[tuple, Run] = {}
+    for run in runs:
+        if run.value("model") == baseline:
+            bases.setdefault(pairing(run), run)
+    if not bases:
+        models = sorted({run.value("model") for run in runs})
+        raise CompareError(
+            f"--relative-to {baseline}: no run of that model among the runs; their models: "
+            f"{', '.join(models)}"
+        )
+    relative, unpaired = [], []
+    for run in runs:
+        base = bases.get(pairing(run))
+        if base is None:
+            unpaired.append(run)
+        else:
+            relative.append(over(run, base))
+    return relative, unpaired
+
+
+def pairing(run: Run) -> tuple[tuple[str, str], ...]:
+    """What a run and its baseline share: the data set, its settings and the sample. A key
+    one run lacks and another leaves empty is the same (:meth:`Run.value`): a source option
+    added later at its empty default."""
+    keys = {k for k in run.keys if k == "data" or k in SAMPLE_KEYS}
+    keys |= {k for k in run.keys if k.startswith("data.") and is_setting(k)}
+    return tuple(sorted((key, value) for key in keys if (value := run.value(key))))
+
+
+def over(run: Run, base: Run) -> Run:
+    """``run`` with each test metric divided by ``base``'s; a metric ``base`` lacks, or has
+    at 0, is left out (an empty cell). The validation score goes: the baseline may have
+    none (persistence trains no checkpoint)."""
+    return replace(
+        run,
+        overall=_ratios(run.overall, base.overall),
+        per_step={
+            name: [
+                a / b if b else math.nan for a, b in zip(steps, base.per_step[name], strict=True)
+            ]
+            for name, steps in run.per_step.items()
+            if len(base.per_step.get(name) or ()) == len(steps)
+        },
+        groups={
+            name: _ratios(values, base.groups[name])
+            for name, values in run.groups.items()
+            if name in base.groups
+        },
+        pooled=_ratios(run.pooled, base.pooled),
+        channels={
+            name: _ratios(values, base.channels[name])
+            for name, values in run.channels.items()
+            if name in base.channels
+        },
+        val_monitor=None,
+        val_score=None,
+    )
+
+
+def _ratios(values: dict[str, float], base: dict[str, float]) -> dict[str, float]:
+    return {name: value / base[name] for name, value in values.items() if base.get(name)}
