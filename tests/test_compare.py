@@ -839,3 +839,6 @@ def test_relative_to_a_model_no_run_has_is_one_line(seeds, capsys):
     ]
     code, _, err = run_main(capsys, seeds, "--relative-to", "cloudlstm", "--paper", "metric")
     assert code == 2 and err[-1].endswith("the paper's tables are not relative")
+    code, _, err = run_main(capsys, seeds, "--relative-to", "cloudlstm", "--plot", seeds / "f")
+    assert code == 2 and err[-1].endswith("draw the figures without --relative-to")
+    assert not (seeds / "f").exists()

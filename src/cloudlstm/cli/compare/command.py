@@ -214,6 +214,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.relative_to:
         if args.paper:
             raise CompareError("--relative-to and --paper: the paper's tables are not relative")
+        if drawn := [f"--{o}" for o in ("plot", "html", "wandb") if getattr(args, o)]:
+            raise CompareError(
+                f"--relative-to makes tables only, and {' '.join(drawn)} would label ratios as "
+                "the metrics: draw the figures without --relative-to"
+            )
         runs = _over_baseline(runs, args.relative_to)
     if args.paper:
         return _run_paper(runs, args)
