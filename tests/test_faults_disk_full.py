@@ -129,13 +129,19 @@ def run_script(script: str, folder: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_metrics_json_too_large_for_the_limit_is_named_and_the_old_one_kept(tmp_path):
-    done = run_script(WRITE_METRICS, tmp_path)
+def limited_line(script: str, folder: Path) -> str:
+    """What ``script`` printed of the write its file-size limit refused (it exits 0)."""
+    done = run_script(script, folder)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.startswith(
+    return done.stdout
+
+
+def test_metrics_json_too_large_for_the_limit_is_named_and_the_old_one_kept(tmp_path):
+    line = limited_line(WRITE_METRICS, tmp_path)
+    assert line.startswith(
         f"Cannot write {tmp_path / 'metrics.json'}: it would exceed this process's file size "
         "limit of 2.0 kB"
-    ), done.stdout
+    ), line
     assert json.loads((tmp_path / "metrics.json").read_text()) == {"test": "small"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json"]  # no part left
 
@@ -158,10 +164,9 @@ except OutOfSpaceError as err:
 
 
 def test_a_checkpoint_saved_over_keeps_the_old_file_and_its_checksum(tmp_path):
-    done = run_script(SAVE_OVER, tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.startswith(f"Cannot write {tmp_path / 'last.ckpt'}: it would exceed")
-    assert "The checkpoints saved before are intact" in done.stdout
+    line = limited_line(SAVE_OVER, tmp_path)
+    assert line.startswith(f"Cannot write {tmp_path / 'last.ckpt'}: it would exceed")
+    assert "The checkpoints saved before are intact" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt", "last.ckpt.checksum"]
     assert check_checkpoint(tmp_path / "last.ckpt")["global_step"] == 3  # checksum verified
 
@@ -203,10 +208,9 @@ except OutOfSpaceError as err:
 def test_a_figure_without_room_is_one_line_naming_it_and_leaves_the_earlier_one(tmp_path):
     """matplotlib's failed write named no file ('Cannot write a file'), and left a PNG cut
     short in place of the earlier one."""
-    done = run_script(SAVE_PNG, tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
+    line = limited_line(SAVE_PNG, tmp_path)
     figure = tmp_path / "figures" / "map.png"
-    assert done.stdout.startswith(f"Cannot write {figure}: it would exceed"), done.stdout
+    assert line.startswith(f"Cannot write {figure}: it would exceed"), line
     assert figure.read_bytes().startswith(b"\x89PNG") and figure.stat().st_size < 8000
     assert [p.name for p in figure.parent.iterdir()] == ["map.png"]  # no part left
 
@@ -276,10 +280,9 @@ except OutOfSpaceError as err:
 
 def test_a_download_without_room_says_so_and_leaves_no_part(tmp_path):
     """Not 'could not download: check the address and your connection'."""
-    done = run_script(DOWNLOAD, tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.startswith(
+    line = limited_line(DOWNLOAD, tmp_path)
+    assert line.startswith(
         f"Cannot write {tmp_path / 'out' / 'big.zip'}: it would exceed this process's file "
         "size limit of"
-    ), done.stdout
+    ), line
     assert list((tmp_path / "out").iterdir()) == []  # no .part file, no marker
