@@ -228,7 +228,7 @@ def table(results: list[dict]) -> str:
     convlstm = {(r["n"], r["c"]): r["step_s"] for r in results if r["model"] == "convlstm"}
     head = "| model | N | C | ms / step | GFLOP / step | floor ms | step / floor | / ConvLSTM "
     head += "| GFLOP/s | peak RSS MB | " + " | ".join(PARTS) + " |"
-    lines = [head, "|---|" + "---:|" * (10 + len(PARTS))]
+    lines = [head, "|---|" + "---:|" * (9 + len(PARTS))]  # N to peak RSS, then the parts
     for r in results:
         if "failed" in r:
             lines.append(f"| {r['model']} | {r['n']} | {r['c']} | failed: {r['failed']} |")

@@ -51,5 +51,6 @@ def test_the_table_gives_ratios_to_the_floor_and_to_convlstm(bench):
     ]
     lines = bench.table(results).splitlines()
     assert len(lines) == 5
+    assert [line.count("|") for line in lines[:4]] == [17] * 4  # header, rule and rows alike
     assert "| cloudlstm_k3 | 12 | 6 | 200.0 | 30.00 | 100.0 | 2.00 | 4.00 | 150 | 700 |" in lines[3]
     assert lines[4] == "| stgcn | 12 | 6 | failed: MemoryError |"

@@ -102,3 +102,24 @@ def test_slug_rule():
         "how---paper-matches-runs-to-the-papers-rows"
     )
     assert slug("W&B") == "wb"
+
+
+def _cells(row: str) -> int:
+    """The cells of a Markdown table row; ``\\|`` and pipes inside code spans are text."""
+    text = re.sub(r"`[^`]*`", "code", row.replace("\\|", ""))
+    return len(text.strip().strip("|").split("|"))
+
+
+@pytest.mark.parametrize("path", DOCS, ids=ids(DOCS))
+def test_every_table_row_has_its_headers_cells(path):
+    """A row pasted into the wrong table (another table's columns) shows here."""
+    wrong, header = [], None
+    lines = list(_prose_lines(path.read_text(encoding="utf-8")))
+    for i, line in enumerate(lines):
+        if not line.startswith("|"):
+            header = None
+        elif header is None and i + 1 < len(lines) and re.match(r"^\|[-:| ]+\|$", lines[i + 1]):
+            header = _cells(line)
+        elif header is not None and _cells(line) != header:
+            wrong.append(f"{line[:80]}: {_cells(line)} cells, the header {header}")
+    assert not wrong, "rows unlike their table:\n" + "\n".join(wrong)
