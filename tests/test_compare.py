@@ -842,3 +842,18 @@ def test_relative_to_a_model_no_run_has_is_one_line(seeds, capsys):
     code, _, err = run_main(capsys, seeds, "--relative-to", "cloudlstm", "--plot", seeds / "f")
     assert code == 2 and err[-1].endswith("draw the figures without --relative-to")
     assert not (seeds / "f").exists()
+
+
+def test_a_baseline_run_once_for_its_data_is_every_seeds(tmp_path, capsys):
+    """Persistence, which no seed changes, run for seed 0 only: each seed of the others is
+    over that run."""
+    write_run(tmp_path / "persist", 2.0, model="persistence")
+    for seed, mae in enumerate((1.0, 3.0)):
+        write_run(tmp_path / "cloud" / str(seed), mae, seed=seed)
+    code, out, err = run_main(
+        capsys, tmp_path, "--metrics", "mae", "--format", "csv", "--relative-to", "persistence"
+    )
+    assert code == 0 and not any("left out" in line for line in err)
+    rows = {row["model"]: row for row in csv.DictReader(io.StringIO(out))}
+    assert rows["cloudlstm"]["n"] == "2" and float(rows["cloudlstm"]["mae_mean"]) == 1.0
+    assert float(rows["cloudlstm"]["mae_std"]) == pytest.approx(statistics.stdev([0.5, 1.5]))

@@ -2,7 +2,8 @@
 
 Each test metric of a run is divided by the same metric of the baseline's run on the same
 data and sample: the same ``data`` and ``data.*`` settings (a held-out run's draw of points
-and its ``data.holdout_history`` included) and the same seed. A row's cell is then the mean
+and its ``data.holdout_history`` included) and the same seed, or the baseline's one run on
+those data where it ran once (persistence, which no seed changes). A row's cell is then the mean
 ± std over seeds of these ratios, so what a draw makes easy or hard for every model (which
 points are held out, say) cancels before the seeds are pooled. Below 1 an error is lower
 than the baseline's; PSNR, SSIM and coverage are better above 1.
@@ -21,15 +22,18 @@ from cloudlstm.compare.settings import SAMPLE_KEYS, is_setting
 def relative_runs(runs: Sequence[Run], baseline: str) -> tuple[list[Run], list[Run]]:
     """``(relative, unpaired)``: the runs with every test metric over the ``baseline``
     model's run of the same data and sample (the baseline's own at 1), and those without
-    such a run, left out.
+    such a run, left out. A baseline run once for its data (persistence, which no seed
+    changes) is every seed's.
 
     Raises:
         CompareError: no run is of the model ``baseline``.
     """
     bases: dict[tuple, Run] = {}
+    by_data: dict[tuple, list[Run]] = {}
     for run in runs:
         if run.value("model") == baseline:
             bases.setdefault(pairing(run), run)
+            by_data.setdefault(pairing(run, seed=False), []).append(run)
     if not bases:
         models = sorted({run.value("model") for run in runs})
         raise CompareError(
@@ -39,6 +43,9 @@ def relative_runs(runs: Sequence[Run], baseline: str) -> tuple[list[Run], list[R
     relative, unpaired = [], []
     for run in runs:
         base = bases.get(pairing(run))
+        once = by_data.get(pairing(run, seed=False), [])
+        if base is None and len(once) == 1:
+            base = once[0]
         if base is None:
             unpaired.append(run)
         else:
@@ -46,11 +53,15 @@ def relative_runs(runs: Sequence[Run], baseline: str) -> tuple[list[Run], list[R
     return relative, unpaired
 
 
-def pairing(run: Run) -> tuple[tuple[str, str], ...]:
-    """What a run and its baseline share: the data set, its settings and the sample. A key
-    one run lacks and another leaves empty is the same (:meth:`Run.value`): a source option
-    added later at its empty default."""
-    keys = {k for k in run.keys if k == "data" or k in SAMPLE_KEYS}
+def pairing(run: Run, seed: bool = True) -> tuple[tuple[str, str], ...]:
+    """What a run and its baseline share: the data set, its settings and (``seed``) the
+    seed; a held-out draw (``data.holdout_seed``) always. A key one run lacks and another
+    leaves empty is the same (:meth:`Run.value`): a source option added later at its empty
+    default."""
+    samples = {"seed"} if seed else set()
+    if run.value("data.holdout_points"):  # the draw; without held-out points it draws none
+        samples |= set(SAMPLE_KEYS) - {"seed"}
+    keys = {k for k in run.keys if k == "data" or k in samples}
     keys |= {k for k in run.keys if k.startswith("data.") and is_setting(k)}
     return tuple(sorted((key, value) for key in keys if (value := run.value(key))))
 

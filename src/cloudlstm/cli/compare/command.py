@@ -286,8 +286,8 @@ def _over_baseline(runs: list[Run], baseline: str) -> list[Run]:
     if not relative:
         raise CompareError(f"--relative-to {baseline}: no run has a {baseline} run to go by")
     print(
-        f"compare: every metric is over {baseline}'s on the same data and seed (an error "
-        "below 1 is lower than its)",
+        f"compare: every metric is over {baseline}'s on the same data and seed, or its one "
+        "run on those data (an error below 1 is lower than its)",
         file=sys.stderr,
     )
     return relative
