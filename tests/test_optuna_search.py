@@ -351,6 +351,21 @@ def test_a_continued_study_refuses_another_command_in_one_line(tmp_path):
     ) in str(raised.value)
 
 
+def test_a_study_with_trials_but_no_recorded_command_is_warned_of(tmp_path, caplog):
+    lr = {"optimizer.lr": FloatDistribution(1e-4, 1e-2, log=True)}
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'optuna.db'}", study_name="s")
+    study.ask(lr)  # a trial of a study made elsewhere, without the command recorded
+    with caplog.at_level("WARNING"):
+        bare_search(tmp_path, {"model": "model=linear"}, lr)._check_same_command(study)
+    assert "has 1 trial(s) but no record of the command that ran them" in caplog.text
+    assert study.user_attrs["fixed_overrides"] == {"model": "model=linear"}
+    caplog.clear()
+    fresh = optuna.create_study(storage=f"sqlite:///{tmp_path / 'optuna.db'}", study_name="t")
+    with caplog.at_level("WARNING"):
+        bare_search(tmp_path, {}, lr)._check_same_command(fresh)  # a new study: nothing to say
+    assert "no record" not in caplog.text
+
+
 def test_asking_a_study_of_other_distributions_is_one_line(tmp_path):
     """A study without the recorded command (a shared storage, an older study) whose trials
     drew a parameter from another distribution: Optuna's ValueError becomes one line."""

@@ -226,6 +226,15 @@ class OptunaSearch(Sweeper):
         fixed, space = dict(self.fixed), {k: describe(d) for k, d in self.space.items()}
         attrs = study.user_attrs
         if FIXED_ATTR not in attrs or SPACE_ATTR not in attrs:  # new (or made elsewhere)
+            if study.get_trials(deepcopy=False):
+                log.warning(
+                    "Study %s in %s has %d trial(s) but no record of the command that ran "
+                    "them (made elsewhere, or by an older version): whether they ran this "
+                    "command cannot be checked. It records this one from now on.",
+                    self.study_name,
+                    self.storage_url,
+                    len(study.get_trials(deepcopy=False)),
+                )
             study.set_user_attr(FIXED_ATTR, fixed)
             study.set_user_attr(SPACE_ATTR, space)
             return
