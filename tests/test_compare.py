@@ -857,3 +857,25 @@ def test_a_baseline_run_once_for_its_data_is_every_seeds(tmp_path, capsys):
     rows = {row["model"]: row for row in csv.DictReader(io.StringIO(out))}
     assert rows["cloudlstm"]["n"] == "2" and float(rows["cloudlstm"]["mae_mean"]) == 1.0
     assert float(rows["cloudlstm"]["mae_std"]) == pytest.approx(statistics.stdev([0.5, 1.5]))
+
+
+def test_relative_validation_scores_are_over_the_baselines_where_it_has_one(tmp_path, capsys):
+    for name, model, val in (
+        ("a", "cloudlstm", 3.0),
+        ("b", "linear", 4.0),
+        ("c", "persistence", None),
+    ):
+        write_run(tmp_path / name, 1.0, model=model)
+        if val is not None:
+            metrics = json.loads((tmp_path / name / "metrics.json").read_text())
+            metrics["selection"] = {"monitor": "val/mae", "score": val}
+            (tmp_path / name / "metrics.json").write_text(json.dumps(metrics))
+    args = ["--metrics", "mae", "--val", "--format", "csv", "--relative-to"]
+    code, out, _ = run_main(capsys, tmp_path, *args, "linear")
+    assert code == 0
+    rows = {row["model"]: row for row in csv.DictReader(io.StringIO(out))}
+    assert rows["cloudlstm"]["val/mae_mean"] == "0.75"
+    code, _, err = run_main(capsys, tmp_path, *args, "persistence")  # chose no checkpoint
+    assert code == 2 and err[-1].startswith(
+        "compare: --val with --relative-to persistence: its runs record no validation score"
+    )

@@ -68,8 +68,8 @@ def pairing(run: Run, seed: bool = True) -> tuple[tuple[str, str], ...]:
 
 def over(run: Run, base: Run) -> Run:
     """``run`` with each test metric divided by ``base``'s; a metric ``base`` lacks, or has
-    at 0, is left out (an empty cell). The validation score goes: the baseline may have
-    none (persistence trains no checkpoint)."""
+    at 0, is left out (an empty cell). The validation score too, where both chose their
+    checkpoints by the same one (persistence trains none: an empty cell)."""
     return replace(
         run,
         overall=_ratios(run.overall, base.overall),
@@ -91,10 +91,17 @@ def over(run: Run, base: Run) -> Run:
             for name, values in run.channels.items()
             if name in base.channels
         },
-        val_monitor=None,
-        val_score=None,
+        val_score=_val_ratio(run, base),
     )
 
 
 def _ratios(values: dict[str, float], base: dict[str, float]) -> dict[str, float]:
     return {name: value / base[name] for name, value in values.items() if base.get(name)}
+
+
+def _val_ratio(run: Run, base: Run) -> float | None:
+    """``run``'s validation score over ``base``'s, where both have one of the same metric."""
+    same = run.val_monitor is not None and run.val_monitor == base.val_monitor
+    if not same or run.val_score is None or not base.val_score:
+        return None
+    return run.val_score / base.val_score

@@ -219,7 +219,14 @@ def _run(args: argparse.Namespace) -> int:
                 f"--relative-to makes tables only, and {' '.join(drawn)} would label ratios as "
                 "the metrics: draw the figures without --relative-to"
             )
+        had_val = any(run.val_score is not None for run in runs)
         runs = _over_baseline(runs, args.relative_to)
+        if args.val and had_val and all(run.val_score is None for run in runs):
+            raise CompareError(
+                f"--val with --relative-to {args.relative_to}: its runs record no validation "
+                "score to go by (persistence chooses no checkpoint); leave out --val, or go by "
+                "a model that trains"
+            )
     if args.paper:
         return _run_paper(runs, args)
     groups = group_runs(runs, args.by)
