@@ -19,6 +19,7 @@ from cloudlstm.assembly.build import instantiate_datamodule
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.sources.beijing import STATION_POSITIONS, BeijingSource
 from cloudlstm.data.sources.times import TIMES_ZONED_KEY
+from cloudlstm.data.sources.urban_air import UrbanAirSource
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.old_configs import current_config
 from tests.test_data_urban_air import http_dir, sha  # noqa: F401, F811  (fixture)
@@ -337,6 +338,8 @@ def test_files_unpacked_by_hand_into_a_subfolder_are_found(tiny, tmp_path):
     assert sorted(BeijingSource(root).files()) == ["Dongsi", "Huairou", "Tiantan"]
 
 
-def test_a_download_switch_that_is_no_boolean_is_one_line(tmp_path):
-    with pytest.raises(UserError, match=r"^data.source.download='yes': use true or false.$"):
-        BeijingSource(tmp_path, download="yes")
+@pytest.mark.parametrize("source", [BeijingSource, UrbanAirSource])
+def test_a_download_switch_that_is_no_boolean_is_one_line(tmp_path, source):
+    """Urban Air took bool("no"), true: it fetched in silence."""
+    with pytest.raises(UserError, match=r"^data.source.download='no': use true or false.$"):
+        source(tmp_path, download="no")

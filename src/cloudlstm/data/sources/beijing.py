@@ -28,7 +28,7 @@ import pandas as pd
 
 from cloudlstm.data.cache import CachedSource
 from cloudlstm.data.covariates import COVARIATES_KEY
-from cloudlstm.data.sources.download import download_and_extract
+from cloudlstm.data.sources.download import check_download, data_folder
 from cloudlstm.data.sources.tables import (
     build_stream,
     check_columns,
@@ -108,6 +108,15 @@ _VERSION = 1
 CO_UNITS: dict[str, float] = {"mg/m3": 1000.0, "ug/m3": 1.0}
 
 
+def _station_files(folder: Path) -> dict[str, Path]:
+    """Station name -> its ``PRSA_Data_<Station>_*.csv[.gz]`` file in ``folder``."""
+    return {
+        path.name.split("_")[2]: path
+        for path in sorted(folder.glob("PRSA_Data_*.csv*"))
+        if path.name.endswith((".csv", ".csv.gz"))
+    }
+
+
 class BeijingSource(CachedSource):
     """Loader of the UCI Beijing Multi-Site Air-Quality data.
 
@@ -166,9 +175,7 @@ class BeijingSource(CachedSource):
             stations = [stations]
         self.stations = None if stations is None else _checked_stations(stations)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else self.root / "cache"
-        if not isinstance(download, bool):
-            raise UserError(f"data.source.download={download!r}: use true or false.")
-        self.download = download
+        self.download = check_download(download)
         self.url = str(url)
         self.sha256 = sha256
 
@@ -181,10 +188,10 @@ class BeijingSource(CachedSource):
     def files(self) -> dict[str, Path]:
         """Station name -> its data file, for the chosen stations (downloading them first
         where allowed and needed)."""
-        found = self._found()
-        if not found and self.download:
-            download_and_extract(self.url, self.root, sha256=self.sha256)
-            found = self._found()
+        folder = data_folder(
+            self.root, lambda f: bool(_station_files(f)), self.download, self.url, self.sha256
+        )
+        found = {} if folder is None else _station_files(folder)
         if not found:
             raise MissingFileError(
                 f"No Beijing Multi-Site files (PRSA_Data_<Station>_*.csv or .csv.gz) in "
@@ -202,19 +209,6 @@ class BeijingSource(CachedSource):
                 "Fix data.source.stations."
             )
         return {s: found[s] for s in self.stations}
-
-    def _found(self) -> dict[str, Path]:
-        """Station name -> file, in ``root`` or else in the first subfolder that has them."""
-        folders = [self.root, *sorted(p for p in self.root.glob("*") if p.is_dir())]
-        for folder in folders if self.root.is_dir() else []:
-            found = {
-                path.name.split("_")[2]: path
-                for path in sorted(folder.glob("PRSA_Data_*.csv*"))
-                if path.name.endswith((".csv", ".csv.gz"))
-            }
-            if found:
-                return found
-        return {}
 
     def config(self) -> dict:
         """What determines the stream besides the files: the stations and CO's unit (each

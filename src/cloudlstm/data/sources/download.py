@@ -13,17 +13,57 @@ import urllib.parse
 import urllib.request
 import zipfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from cloudlstm.errors import DownloadError, UserError, out_of_space
 
-__all__ = ["download_and_extract"]
+__all__ = ["check_download", "data_folder", "download_and_extract"]
 
 log = logging.getLogger(__name__)
 
 _CHUNK = 1 << 20
 # Names of the archives unpacked in turn when a downloaded archive holds them
 ARCHIVE_ENDINGS = (".zip", ".tar", ".tar.gz", ".tgz")
+
+
+def check_download(value: Any) -> bool:
+    """``data.source.download`` as a boolean.
+
+    Raises:
+        UserError: another value (``bool("no")`` would be true, and fetch in silence).
+    """
+    if not isinstance(value, bool):
+        raise UserError(f"data.source.download={value!r}: use true or false.")
+    return value
+
+
+def data_folder(
+    root: Path,
+    holds: Callable[[Path], bool],
+    download: bool = False,
+    url: str = "",
+    sha256: str | None = None,
+) -> Path | None:
+    """The folder of a data set's files: ``root`` where it ``holds`` them, else the first of
+    its subfolders by name that does (an official archive unpacks into one); None where none
+    does. Missing, and with ``download``, ``url`` is fetched and unpacked into ``root``
+    first (:func:`download_and_extract`)."""
+    found = _first_holding(root, holds)
+    if found is None and download:
+        download_and_extract(url, root, sha256=sha256)
+        found = _first_holding(root, holds)
+    return found
+
+
+def _first_holding(root: Path, holds: Callable[[Path], bool]) -> Path | None:
+    if not root.is_dir():
+        return None
+    for folder in (root, *sorted(p for p in root.iterdir() if p.is_dir())):
+        if holds(folder):
+            return folder
+    return None
 
 
 def download_and_extract(

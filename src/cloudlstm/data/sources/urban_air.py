@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from cloudlstm.data.cache import CachedSource
-from cloudlstm.data.sources.download import download_and_extract
+from cloudlstm.data.sources.download import check_download, data_folder
 from cloudlstm.data.sources.tables import (
     build_stream,
     check_columns,
@@ -65,6 +65,11 @@ def _csv(path: Path, columns: list[str]) -> pd.DataFrame:
     return df
 
 
+def _holds_raw(folder: Path) -> bool:
+    """Whether ``folder`` holds the four raw files."""
+    return all((folder / f).is_file() for f in RAW_FILES)
+
+
 class UrbanAirSource(CachedSource):
     """Loader of the MSR Urban Air data for one city cluster.
 
@@ -101,7 +106,7 @@ class UrbanAirSource(CachedSource):
             )
         self.cluster = names[str(cluster).lower()]
         self.root = Path(root).expanduser()
-        self.download = bool(download)
+        self.download = check_download(download)
         self.url = url
         self.sha256 = sha256
         self.cache_dir = Path(cache_dir) if cache_dir is not None else self.root / "cache"
@@ -111,10 +116,7 @@ class UrbanAirSource(CachedSource):
 
     def raw_dir(self) -> Path:
         """The folder with the raw files (downloading them first if allowed and needed)."""
-        found = self._find_raw()
-        if found is None and self.download:
-            download_and_extract(self.url, self.root, sha256=self.sha256)
-            found = self._find_raw()
+        found = data_folder(self.root, _holds_raw, self.download, self.url, self.sha256)
         if found is None:
             raise MissingFileError(
                 f"Urban Air files {list(RAW_FILES)} not found in {self.root.resolve()} (nor in "
@@ -124,14 +126,6 @@ class UrbanAirSource(CachedSource):
                 "fetched with data.source.download=true."
             )
         return found
-
-    def _find_raw(self) -> Path | None:
-        if not self.root.is_dir():
-            return None
-        for folder in (self.root, *sorted(p for p in self.root.iterdir() if p.is_dir())):
-            if all((folder / f).is_file() for f in RAW_FILES):
-                return folder
-        return None
 
     @property
     def cache_prefix(self) -> str:
