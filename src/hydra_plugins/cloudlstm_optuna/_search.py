@@ -226,14 +226,14 @@ class OptunaSearch(Sweeper):
         fixed, space = dict(self.fixed), {k: describe(d) for k, d in self.space.items()}
         attrs = study.user_attrs
         if FIXED_ATTR not in attrs or SPACE_ATTR not in attrs:  # new (or made elsewhere)
-            if study.get_trials(deepcopy=False):
+            if trials := study.get_trials(deepcopy=False):
                 log.warning(
                     "Study %s in %s has %d trial(s) but no record of the command that ran "
                     "them (made elsewhere, or by an older version): whether they ran this "
                     "command cannot be checked. It records this one from now on.",
                     self.study_name,
                     self.storage_url,
-                    len(study.get_trials(deepcopy=False)),
+                    len(trials),
                 )
             study.set_user_attr(FIXED_ATTR, fixed)
             study.set_user_attr(SPACE_ATTR, space)
@@ -595,10 +595,7 @@ def _check_counts(name: str, conf: DictConfig) -> None:
     for key, value in conf.items():
         if not str(key).startswith("n_") or value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise UserError(
-                f"hydra.sweeper.{name}.{key}={value!r} must be a whole number of at least 0."
-            )
+        _whole_number(f"{name}.{key}", value, minimum=0)
 
 
 def _study_name(value: Any) -> str:
@@ -615,8 +612,15 @@ def _study_name(value: Any) -> str:
 
 
 def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UserError(f"hydra.sweeper.{name}={value} must be a whole number of at least 1.")
+    return _whole_number(name, value, minimum=1)
+
+
+def _whole_number(name: str, value: Any, minimum: int) -> int:
+    """``hydra.sweeper.<name>`` as a whole number >= ``minimum``; a :class:`UserError` else."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UserError(
+            f"hydra.sweeper.{name}={value} must be a whole number of at least {minimum}."
+        )
     return value
 
 
