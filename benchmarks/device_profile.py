@@ -10,7 +10,7 @@ for kernels, so that the same code runs everywhere.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from profiled import profiled_step
@@ -26,10 +26,15 @@ PARTS = {
                "indexFunc", "_GatherNeighbours"),
     "state update": ("_forward_kernel", "_backward_kernel", "_LSTMPointwise"),
 }  # fmt: skip
+# the Triton searches' kernels (nn/knn_triton.py), told by name where tied to no op
+SEARCH_KERNELS = ("_knn_insert_kernel", "_knn_passes_kernel")
 
 
 def part_of(name: str) -> str:
-    """The part of the step a kernel (or op) of this name belongs to, searches apart."""
+    """The part of the step a kernel (or op) of this name belongs to; a search's torch
+    ops are told by where they ran (:func:`_in_search`), not by name."""
+    if any(kernel in name for kernel in SEARCH_KERNELS):
+        return "search"
     for part, patterns in PARTS.items():
         if any(pattern in name for pattern in patterns):
             return part
@@ -45,33 +50,64 @@ def _in_search(event) -> bool:
 
 
 def _timed(prof, device: bool) -> Iterator[tuple[str, float, bool]]:
-    """(kernel or op name, microseconds, launched inside a search) of each timed piece."""
+    """(kernel or op name, microseconds, launched inside a search) of each piece the profiler
+    tied to an op."""
     for event in prof.events():
         if event.device_type.name != "CPU":
             continue
         if device:
             for kernel in event.kernels:
-                yield kernel.name, kernel.duration, _in_search(event)
+                if kernel.name != SEARCH_LABEL:  # the label's span, should it be tied here
+                    yield kernel.name, kernel.duration, _in_search(event)
         elif event.self_cpu_time_total > 0:
             yield event.name, event.self_cpu_time_total, _in_search(event)
 
 
-def step_parts(step: Callable[[], Any], device: bool, top: int = 8) -> dict[str, Any]:
-    """``step()`` profiled once: ``{"ms": {part: milliseconds, "total": ...}, "top":
-    [[name, ms], ...]}``, the ``top`` costliest kernels (or ops) over the step. On CUDA also
-    ``ms["unlinked"]``: the time of kernels the profiler tied to no op (left out of the
-    parts)."""
-    prof, _ = profiled_step(step, SEARCH_LABEL, device=device)
+def _device_kernels(prof) -> Iterator[tuple[str, float]]:
+    """(name, microseconds) of every kernel the device ran, tied to an op or not. A
+    ``record_function`` label (the searches') has a span on the device's timeline too: a
+    user annotation, not a kernel, whose time its kernels already count."""
+    for event in prof.events():
+        if event.device_type.name == "CUDA" and not event.is_user_annotation:
+            yield event.name, event.time_range.elapsed_us()
+
+
+def split(
+    linked: Iterable[tuple[str, float, bool]],
+    every: Iterable[tuple[str, float]] | None = None,
+    top: int = 8,
+) -> dict[str, Any]:
+    """Milliseconds by part from (name, microseconds, inside a search) of the pieces tied
+    to an op and, on a device, (name, microseconds) of every kernel it ran. A kernel tied
+    to no op (Triton's launches of the searches, under torch 2.11's profiler) goes to its
+    part by name alone, and their sum is ``ms["unlinked"]``."""
     parts: Counter[str] = Counter()
     names: Counter[str] = Counter()
-    for name, us, in_search in _timed(prof, device):
+    for name, us, in_search in linked:
         parts["search" if in_search else part_of(name)] += us / 1e3
         names[name] += us / 1e3
+    unlinked = 0.0
+    if every is not None:
+        ran: Counter[str] = Counter()
+        for name, us in every:
+            ran[name] += us / 1e3
+        for name, ms in ran.items():
+            rest = ms - names[name]
+            if rest > 1e-6:
+                parts[part_of(name)] += rest
+                names[name] += rest
+                unlinked += rest
     ms = {part: round(parts[part], 2) for part in ("search", *PARTS, "other")}
     ms["total"] = round(sum(parts.values()), 2)
-    if device:
-        kernels = sum(
-            e.time_range.elapsed_us() for e in prof.events() if e.device_type.name == "CUDA"
-        )
-        ms["unlinked"] = round(kernels / 1e3 - ms["total"], 2)
+    if every is not None:
+        ms["unlinked"] = round(unlinked, 2)
     return {"ms": ms, "top": [[name[:80], round(t, 2)] for name, t in names.most_common(top)]}
+
+
+def step_parts(step: Callable[[], Any], device: bool, top: int = 8) -> dict[str, Any]:
+    """``step()`` profiled once: ``{"ms": {part: milliseconds, "total": ...}, "top":
+    [[name, ms], ...]}``, the ``top`` costliest kernels (or ops) over the step. On CUDA
+    every kernel counts, ``ms["unlinked"]`` being those placed by name (:func:`split`)."""
+    prof, _ = profiled_step(step, SEARCH_LABEL, device=device)
+    every = list(_device_kernels(prof)) if device else None
+    return split(_timed(prof, device), every, top)

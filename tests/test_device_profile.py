@@ -19,6 +19,7 @@ def profiler():
         ("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NNT", "matmul"),
         ("mkldnn::_linear_pointwise", "matmul"),
         ("_gather_kernel", "gather"),
+        ("_knn_insert_kernel", "search"),
         (
             "void at::native::indexFuncLargeIndex<float, long, unsigned int, 2, 2, -2, true>",
             "gather",
@@ -85,3 +86,41 @@ def test_kernels_launched_inside_a_search_are_search_time(profiler, monkeypatch)
     without = profiler.step_parts(step, device=False)["ms"]
     assert with_product["search"] > without["search"]
     assert with_product["matmul"] < with_product["search"]
+
+
+def test_kernels_tied_to_no_op_count_by_name(profiler) -> None:
+    """On a GPU the profiler ties Triton's search launches to no op: every kernel the
+    device ran counts, placed by its name, and the time so placed is given apart."""
+    linked = [("nvjet_hsh_128x256", 6000.0, False), ("_scatter_kernel", 16000.0, False),
+              ("void at::native::copy", 500.0, True)]  # fmt: skip
+    every = [("nvjet_hsh_128x256", 6000.0), ("_scatter_kernel", 16000.0),
+             ("void at::native::copy", 500.0), ("_knn_insert_kernel", 30000.0),
+             ("_knn_insert_kernel", 18000.0), ("_forward_kernel", 800.0),
+             ("void at::native::copy", 1500.0)]  # fmt: skip
+    profile = profiler.split(linked, every, top=3)
+    assert profile["ms"] == {
+        "search": 48.5, "matmul": 6.0, "gather": 16.0, "state update": 0.8, "other": 1.5,
+        "total": 72.8, "unlinked": 50.3,
+    }  # fmt: skip
+    assert profile["top"] == [["_knn_insert_kernel", 48.0], ["_scatter_kernel", 16.0],
+                              ["nvjet_hsh_128x256", 6.0]]  # fmt: skip
+    # on CPU there is no device list: the ops' own time alone, and no "unlinked"
+    assert "unlinked" not in profiler.split(linked)["ms"]
+
+
+def test_a_labels_span_on_the_device_is_no_kernel(profiler) -> None:
+    """The search label's span on the device timeline (a user annotation) covers the
+    search kernels: counting it too would count them twice."""
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import FunctionEvent
+
+    def device_event(name: str, start: float, end: float, annotation: bool) -> FunctionEvent:
+        return FunctionEvent(0, name, 0, start, end, device_type=DeviceType.CUDA,
+                             is_user_annotation=annotation)  # fmt: skip
+
+    class Profile:
+        def events(self) -> list[FunctionEvent]:
+            return [device_event(profiler.SEARCH_LABEL, 0.0, 700.0, True),
+                    device_event("_knn_insert_kernel", 10.0, 680.0, False)]  # fmt: skip
+
+    assert list(profiler._device_kernels(Profile())) == [("_knn_insert_kernel", 670.0)]
