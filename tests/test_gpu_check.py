@@ -79,7 +79,7 @@ def test_the_check_writes_json_and_tables_and_fails_if_a_step_does(
 
 def test_the_tables_give_the_paper_step_by_part(check) -> None:
     profile = {
-        "ms": {"search": 40.0, "matmul": 20.5, "other": 9.5, "total": 70.0},
+        "ms": {"search": 40.0, "matmul": 20.5, "other": 9.5, "total": 70.0, "unlinked": 38.2},
         "top": [["_knn_insert_kernel", 38.2], ["nvjet_hsh_128x256", 12.0]],
     }
     figures = {"paper_epoch": {"runs": {}, "profile": profile}}
@@ -87,7 +87,10 @@ def test_the_tables_give_the_paper_step_by_part(check) -> None:
                "steps": {"paper_epoch": {"status": "passed", "seconds": 1.0,
                                          "figures": figures}}}  # fmt: skip
     text = check.tables(results)
-    assert "by part (ms): search 40.0, matmul 20.5, other 9.5, total 70.0" in text
+    assert (
+        "by part (ms): search 40.0, matmul 20.5, other 9.5, total 70.0 (of which tied to no op, "
+        "placed by name: 38.2)"
+    ) in text
     assert "38.20  _knn_insert_kernel" in text and "12.00  nvjet_hsh_128x256" in text
 
 
@@ -110,12 +113,52 @@ def test_only_runs_the_steps_named_and_refuses_an_unknown_one(check, tmp_path, m
     monkeypatch.setattr(
         check, "STEPS", {"a": (_python("print(1)"), 30), "b": (_python("print(2)"), 30)}
     )
-    monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--out", str(tmp_path), "--only", "b"])
-    assert check.main() == 0
-    assert list(json.loads((tmp_path / "gpu_check.json").read_text())["steps"]) == ["b"]
+    monkeypatch.setattr(check, "EXTRA_STEPS", {"slow": (_python("print(3)"), 30)})
+
+    def steps_run(*only: str) -> list[str]:
+        out = tmp_path / "_".join(only or ("all",))
+        monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--out", str(out), *only])
+        assert check.main() == 0
+        return list(json.loads((out / "gpu_check.json").read_text())["steps"])
+
+    assert steps_run() == ["a", "b"]  # an extra step runs only when named
+    assert steps_run("--only", "b") == ["b"]
+    assert steps_run("--only", "slow,a") == ["a", "slow"]
     monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--only", "b,knn"])
-    with pytest.raises(SystemExit, match="gpu_check.py: no step knn; the steps: a, b."):
+    with pytest.raises(SystemExit, match="gpu_check.py: no step knn; the steps: a, b, slow."):
         check.main()
+
+
+def _gpu_tests_selected(command: list[str]) -> set[str]:
+    """The test ids a ``pytest -m gpu ...`` step of the check would run (collected here,
+    where they would skip)."""
+    options = [part for part in command[3:] if part not in ("-x", "-q")]
+    if "-n" in options:  # collecting needs no worker processes
+        at = options.index("-n")
+        del options[at : at + 2]
+    done = subprocess.run(
+        [*command[:3], "--collect-only", "-q", "-p", "no:cacheprovider", *options],
+        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return {line for line in done.stdout.splitlines() if "::" in line}
+
+
+def test_the_test_steps_run_every_gpu_test_once(check) -> None:
+    """The 8-minute check and its train_py step split tests/test_gpu.py between them."""
+    quick = _gpu_tests_selected(check.STEPS["tests"][0])
+    slow = _gpu_tests_selected(check.EXTRA_STEPS["train_py"][0])
+    every = _gpu_tests_selected([*check.PYTEST_GPU, check.GPU_TESTS])
+    assert quick and slow and not quick & slow and quick | slow == every
+    assert all("train_py" in test for test in slow)
+
+
+def test_the_tables_give_each_search_in_milliseconds(check) -> None:
+    knn = {"2304x274": {"insert": 1.26, "passes": 2.7, "cells": 27.359367, "brute": None}}
+    results = {"date": "today", "commit": "abc", "device": "Fake GPU",
+               "steps": {"knn": {"status": "passed", "seconds": 1.0,
+                                 "figures": {"knn_ms": knn}}}}  # fmt: skip
+    assert "  2304x274     insert 1.26, passes 2.70, cells 27.36\n" in check.tables(results)
 
 
 def test_the_steps_fit_in_eight_minutes(check) -> None:
