@@ -6,7 +6,8 @@ contiguous) before its ``index_select``, and its backward zero-fills and ``index
 about ten launches per DConv call, 73 calls per paper-size training step. This is the CUDA
 counterpart of the numba :func:`cloudlstm.nn.kernels.gather_neighbours`: it reads the
 neighbour indices where they are, in any integer type and strides, and writes the rows in
-one pass; the backward adds each row entry back into its source with ``atomic_add``.
+one pass; the backward adds each row entry back into its source with a relaxed
+``atomic_add`` (a reduction: no barrier, no value returned).
 
 Float addition in another order: like ``index_add_`` on CUDA, the backward's sums are not
 bit-reproducible between runs. Under ``torch.use_deterministic_algorithms(True)``
@@ -69,7 +70,10 @@ if triton is not None:
         e, row, mask = _entries(nb_ptr, s_b, s_n, s_u, s_k, total, N, U, K, BLOCK)
         for j in tl.static_range(F):
             grad = tl.load(grad_out_ptr + e * F + j, mask=mask).to(tl.float32)
-            tl.atomic_add(grad_src_ptr + row * F + j, grad, mask=mask)
+            # relaxed: the sums need atomicity, not ordering (the kernel's end publishes
+            # them). The default, acq_rel, compiles each add to a GPU-wide barrier, an
+            # atomic that returns its old value and an invalidation of the L1 cache (sm_90)
+            tl.atomic_add(grad_src_ptr + row * F + j, grad, mask=mask, sem="relaxed")
 
 
 def _launch(kernel, first: torch.Tensor, neighbours: torch.Tensor, second: torch.Tensor, f: int):
