@@ -48,9 +48,13 @@ def _layouts() -> dict[str, torch.Tensor]:
 
 
 # Block sizes for the kernels on every layout. Autotuning compiles and times each of 16
-# (passes) or 10 (insert) configurations per (N, K, L): 2-4 s each time, minutes over
+# (passes) or 10 (insert, sorted) configurations per (N, K, L): 2-4 s each time, minutes over
 # these layouts and K, so it runs once per K, through knn() on the uniform layout.
-FIXED_BLOCKS = {"passes": {"BLOCK_Q": 32, "BLOCK_N": 64}, "insert": {"BLOCK_Q": 128}}
+FIXED_BLOCKS = {
+    "passes": {"BLOCK_Q": 32, "BLOCK_N": 64},
+    "insert": {"BLOCK_Q": 128},
+    "sorted": {"BLOCK_Q": 128},
+}
 
 
 @pytest.mark.parametrize("k", [1, 2, 9, 25])

@@ -3,6 +3,8 @@ torch ops, chunked brute force) against the all-pairs ``knn_reference``, bit for
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -228,7 +230,11 @@ def _compile_for_hopper(
 
 @pytest.mark.parametrize(
     "algorithm, blocks",
-    [("passes", {"BLOCK_Q": 32, "BLOCK_N": 64}), ("insert", {"BLOCK_Q": 128, "KP": 8})],
+    [
+        ("passes", {"BLOCK_Q": 32, "BLOCK_N": 64}),
+        ("insert", {"BLOCK_Q": 128, "KP": 8}),
+        ("sorted", {"BLOCK_Q": 128}),
+    ],
 )
 def test_triton_kernels_compile_for_hopper_without_fused_multiply_add(algorithm, blocks) -> None:
     """A fused multiply-add would round the squared distances differently from
@@ -262,8 +268,60 @@ def test_insert_kernel_keeps_a_query_in_one_thread(k, block_q, num_warps) -> Non
     assert len(instructions) <= queries_per_thread * (24 + 5 * slots)
 
 
+def _machine_instructions_per_pair(algorithm: str, k: int, folder: Path) -> float:
+    """Machine instructions (sm_90, ``nvdisasm`` of the cubin) of the kernel's loop over
+    points, per (query, point) pair: ptxas unrolls that loop, two loads a pair (L = 2)."""
+    import os
+    import re
+    import subprocess
+
+    triton = pytest.importorskip("triton", reason="Triton is not installed (CPU-only setup)")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from cloudlstm.nn import knn_triton
+
+    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/nvdisasm")
+    if not os.access(nvdisasm, os.X_OK):
+        pytest.skip("this Triton carries no nvdisasm")
+    constants = {"n": 274, "K": k, "L": 2, "BLOCK_Q": 128}
+    if algorithm == "insert":
+        constants["KP"] = triton.next_power_of_2(k - 1)
+    signature = {"coords_ptr": "*fp32", "out_ptr": "*i16", "nonfinite_ptr": "*i32"}
+    source = ASTSource(
+        fn=getattr(knn_triton, f"_knn_{algorithm}_kernel").fn,
+        signature={**signature, **dict.fromkeys(constants, "constexpr")},
+        constexprs=constants,
+    )
+    options = {"enable_fp_fusion": False, "num_warps": 4}
+    cubin = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+    path = folder / f"{algorithm}.cubin"
+    path.write_bytes(cubin.asm["cubin"])
+    lines = subprocess.run([nvdisasm, "-c", str(path)], capture_output=True, text=True).stdout
+    lines = lines.splitlines()
+    loops = []  # (label line, backward branch line)
+    for at, line in enumerate(lines):
+        if branch := re.search(r"BRA `?\(?(\.L_x_\d+)", line):
+            start = next((i for i, x in enumerate(lines) if x.startswith(branch[1] + ":")), at)
+            if start < at:
+                loops.append((start, at))
+    start, end = max(loops, key=lambda loop: loop[1] - loop[0])
+    body = [x for x in lines[start : end + 1] if re.search(r"/\*[0-9a-f]{4}\*/", x)]
+    assert not any("SHFL" in x or "BAR.SYNC" in x for x in body)  # a query in one thread
+    return len(body) / (sum("LDG" in x for x in body) / 2)
+
+
+@pytest.mark.parametrize("k", [6, 9, 17])
+def test_sorted_takes_fewer_machine_instructions_a_pair_than_insert(k, tmp_path) -> None:
+    """Why ``sorted`` is the default: 32-bit registers, five instructions a slot, where
+    ``insert``'s 64-bit keys cost several each (53 against 78-111 at K = 9)."""
+    sorted_, insert = (_machine_instructions_per_pair(a, k, tmp_path) for a in ("sorted", "insert"))
+    assert sorted_ < 0.75 * insert, (sorted_, insert)
+    assert sorted_ <= 16 + 5.5 * (k - 1), sorted_
+
+
 def test_triton_kernels_are_exact_in_the_interpreter() -> None:
-    """Both kernels' logic on CPU through Triton's interpreter (a subprocess: the mode is
+    """The kernels' logic on CPU through Triton's interpreter (a subprocess: the mode is
     read when the kernel is defined), ties and 3-D included; NaN / inf coordinates give
     in-range, distinct neighbours, the point itself first."""
     script = (
@@ -276,7 +334,8 @@ def test_triton_kernels_are_exact_in_the_interpreter() -> None:
         "bad = torch.rand(3, 40, 2, generator=g)\n"
         "bad[0, 5, 0], bad[1, :, 1], bad[2, 7, 1] = float('nan'), float('nan'), float('inf')\n"
         "runs = [('passes', {'BLOCK_Q': 16, 'BLOCK_N': 32}), ('passes', {'BLOCK_Q': 64, "
-        "'BLOCK_N': 64}), ('insert', {'BLOCK_Q': 32}), ('insert', {'BLOCK_Q': 64})]\n"
+        "'BLOCK_N': 64}), ('insert', {'BLOCK_Q': 32}), ('insert', {'BLOCK_Q': 64}),\n"
+        "        ('sorted', {'BLOCK_Q': 32}), ('sorted', {'BLOCK_Q': 64})]\n"
         "for algorithm, blocks in runs:\n"
         "    for c in clouds:\n"
         "        for k in (1, 2, 3, 9, 17):\n"

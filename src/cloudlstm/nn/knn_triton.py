@@ -8,21 +8,28 @@ one program ranks a block of queries of one cloud against all its points, in reg
 with the ranking rule of every other search: (squared distance, index) compared
 lexicographically, the point itself first; ``d2`` summed per axis in order with separately
 rounded products (``enable_fp_fusion`` off: a fused multiply-add would round differently
-from :func:`knn_reference`). Two algorithms, both exact:
+from :func:`knn_reference`). Three algorithms, all exact:
 
-* ``insert`` (the default): one pass over the points; each query keeps its K - 1 best int64
-  keys (distance bits << 32 | index) in one thread's registers and replaces the worst when
-  a point beats it, then ranks them. Its inner loop compiles to 52 PTX instructions per
-  (query, point) pair at K = 9 (sm_90, no shuffles or barriers: a test keeps it so).
+* ``sorted`` (the default): one pass over the points; each query keeps its K - 1 best
+  points sorted, as K - 1 distance and K - 1 index registers (int32) of one thread, and a
+  point it beats is inserted in order, the last dropping out. Points come in index order,
+  so comparing distances alone ranks by (distance, index). 53 machine instructions per
+  (query, point) pair at K = 9 (sm_90, Triton 3.6; 37 at K = 6), 40 registers.
+* ``insert``: one pass; each query keeps its K - 1 best int64 keys (distance bits << 32 |
+  index) unordered and replaces the worst when a point beats it, then ranks them. 52 PTX
+  instructions per pair at K = 9, but 64-bit compares and selects: 111 machine
+  instructions under Triton 3.6 (78 under 3.9; at K = 6 as many, its slots rounded up to
+  8), 56 registers.
 * ``passes``: K - 1 passes over tiles of the cloud's points, each taking the smallest pair
   above the previous pass's with a min-reduction across the tile's threads (shuffles):
   34-39 PTX instructions per pair and pass over the autotuner's tile shapes, 270-310 per
   pair at K = 9. Measured on an H100: 2.5 ms for the paper's 2,304 clouds of 274 points.
 
-``insert`` is the default: on an H200 it took 1.22 ms for those 2,304 clouds against
-``passes``' 2.58 ms, and 1.95 against 3.96 ms for 288 clouds of 1,000 points (both exact
-against the CPU reference there; docs/performance.md). ``benchmarks/bench_gpu.py`` times
-both; ``knn_triton(..., algorithm="passes")`` or :data:`DEFAULT_ALGORITHM` selects the other.
+On an H200 ``insert`` took 1.22 ms for those 2,304 clouds against ``passes``' 2.58 ms, and
+1.95 against 3.96 ms for 288 clouds of 1,000 points (docs/performance.md). ``sorted``
+replaced it as the default by its instruction count, before a GPU timed it;
+``benchmarks/bench_gpu.py`` times all three, and ``knn_triton(..., algorithm=...)`` or
+:data:`DEFAULT_ALGORITHM` selects another.
 
 A NaN distance (NaN coordinates) ranks as +inf: the indices stay in range, so that a
 diverged model's search cannot read out of bounds while :func:`cloudlstm.nn.knn.knn`
@@ -83,6 +90,26 @@ if triton is not None:
         tl.store(nonfinite_ptr, 1, mask=tl.max(bad.to(tl.int32), axis=0) > 0)
         return q, q_ok, base, out, qx, qy, qz
 
+    @triton.jit
+    def _distance(base, p, qx, qy, qz, L: tl.constexpr):
+        """Squared distance of the queries to point ``p``, summed per axis in order with
+        each product rounded, as :func:`knn_reference` sums it; NaN ranks as +inf."""
+        dx = qx - tl.load(base + p * L)
+        dy = qy - tl.load(base + p * L + 1)
+        d2 = dx * dx + dy * dy
+        if L == 3:
+            dz = qz - tl.load(base + p * L + 2)
+            d2 = d2 + dz * dz
+        return tl.where(d2 == d2, d2, float("inf"))
+
+    # insert's and sorted's block shapes: each thread keeps its queries' slots in registers
+    _QUERY_PER_THREAD = [
+        triton.Config({"BLOCK_Q": bq}, num_warps=w)
+        for bq in (32, 64, 128, 256)
+        for w in (1, 2, 4, 8)
+        if 32 * w <= bq  # at least one query per thread
+    ]
+
     @triton.autotune(  # per cloud size and K, once per process; the output is write-only
         configs=[
             triton.Config({"BLOCK_Q": bq, "BLOCK_N": bn}, num_warps=w)
@@ -139,15 +166,7 @@ if triton is not None:
             last_d, last_p = best_d, best_p
             tl.store(out + t, best_p.to(out_ptr.dtype.element_ty), mask=q_ok)
 
-    @triton.autotune(
-        configs=[
-            triton.Config({"BLOCK_Q": bq}, num_warps=w)
-            for bq in (32, 64, 128, 256)
-            for w in (1, 2, 4, 8)
-            if 32 * w <= bq  # at least one query per thread
-        ],
-        key=["n", "K", "L"],
-    )
+    @triton.autotune(configs=_QUERY_PER_THREAD, key=["n", "K", "L"])
     @triton.jit
     def _knn_insert_kernel(
         coords_ptr,  # (R, N, L) float32, contiguous
@@ -174,13 +193,7 @@ if triton is not None:
             slots = tl.zeros([KP, BLOCK_Q], tl.int64) + empty[:, None]
             worst = tl.max(slots, axis=0)
             for p in range(0, n):  # in index order: an equal distance never displaces
-                dx = qx - tl.load(base + p * L)
-                dy = qy - tl.load(base + p * L + 1)
-                d2 = dx * dx + dy * dy  # per axis in order, each product rounded
-                if L == 3:
-                    dz = qz - tl.load(base + p * L + 2)
-                    d2 = d2 + dz * dz
-                d2 = tl.where(d2 == d2, d2, float("inf"))  # NaN ranks as +inf
+                d2 = _distance(base, p, qx, qy, qz, L)
                 key = (d2.to(tl.int32, bitcast=True).to(tl.int64) << 32) | p
                 take = (key < worst) & (q != p)
                 slots = tl.where(take[None, :] & (slots == worst[None, :]), key[None, :], slots)
@@ -191,9 +204,50 @@ if triton is not None:
                 tl.store(out + t, index.to(out_ptr.dtype.element_ty), mask=q_ok)
                 slots = tl.where(slots == smallest[None, :], 0x7FFFFFFFFFFFFFFF, slots)
 
+    @triton.autotune(configs=_QUERY_PER_THREAD, key=["n", "K", "L"])
+    @triton.jit
+    def _knn_sorted_kernel(
+        coords_ptr,  # (R, N, L) float32, contiguous
+        out_ptr,  # (R, N, K) int16, int32 or int64
+        nonfinite_ptr,  # int32 flag, set to 1 if a coordinate is NaN or inf
+        n: tl.constexpr,
+        K: tl.constexpr,
+        L: tl.constexpr,  # 2 or 3
+        BLOCK_Q: tl.constexpr,
+    ):
+        q, q_ok, base, out, qx, qy, qz = _query_block(
+            coords_ptr, out_ptr, nonfinite_ptr, n, K, L, BLOCK_Q
+        )
+        if K > 1:
+            # Each query's K - 1 best points so far, sorted by (distance, index), as K - 1
+            # distance registers (the float's bits: a distance >= 0 orders as its int32
+            # bits) and K - 1 index registers of one thread. Points come in index order,
+            # so a point goes after every kept one of equal distance: comparing distances
+            # alone ranks by (distance, index). FAR, above every distance's bits (+inf's
+            # are 0x7F800000), marks a free slot and the query itself.
+            FAR: tl.constexpr = 0x7FFFFFFF
+            dist = (tl.full([BLOCK_Q], FAR, tl.int32),) * (K - 1)
+            index = (tl.zeros([BLOCK_Q], tl.int32),) * (K - 1)
+            for p in range(0, n):
+                d2 = _distance(base, p, qx, qy, qz, L)
+                bits = tl.where(q != p, d2.to(tl.int32, bitcast=True), FAR)
+                # insert: every slot the point beats takes the one before it (the first,
+                # the point), 5 32-bit instructions a slot
+                carry_dist, carry_index = bits, tl.zeros([BLOCK_Q], tl.int32) + p
+                kept_dist, kept_index = (), ()
+                for t in tl.static_range(K - 1):
+                    beaten = bits < dist[t]
+                    kept_dist = kept_dist + (tl.minimum(carry_dist, dist[t]),)
+                    kept_index = kept_index + (tl.where(beaten, carry_index, index[t]),)
+                    carry_dist = tl.maximum(carry_dist, dist[t])
+                    carry_index = tl.where(beaten, index[t], carry_index)
+                dist, index = kept_dist, kept_index
+            for t in tl.static_range(1, K):
+                tl.store(out + t, index[t - 1].to(out_ptr.dtype.element_ty), mask=q_ok)
 
-ALGORITHMS = ("passes", "insert")
-DEFAULT_ALGORITHM = "insert"  # about twice as fast as passes on an H200 (module doc)
+
+ALGORITHMS = ("passes", "insert", "sorted")
+DEFAULT_ALGORITHM = "sorted"  # half insert's machine instructions per pair (module doc)
 
 
 def knn_triton(
@@ -214,7 +268,7 @@ def knn_triton(
 
     ``blocks``: the block sizes instead of the autotuned choice (tests; Triton's CPU
     interpreter cannot autotune): ``BLOCK_Q`` and ``BLOCK_N`` for ``passes``, ``BLOCK_Q``
-    for ``insert``. ``algorithm``: ``passes`` or ``insert``, default
+    for ``insert`` and ``sorted``. ``algorithm``: one of :data:`ALGORITHMS`, default
     :data:`DEFAULT_ALGORITHM`.
     """
     algorithm = algorithm or DEFAULT_ALGORITHM
@@ -233,6 +287,8 @@ def knn_triton(
     if algorithm == "insert":
         kernel = _knn_insert_kernel
         sizes["KP"] = triton.next_power_of_2(max(k - 1, 1))
+    elif algorithm == "sorted":
+        kernel = _knn_sorted_kernel
     if blocks is not None:
         kernel, sizes = kernel.fn, {**sizes, **blocks}
     # no fused multiply-add: it would round d2 differently from knn_reference
