@@ -1,5 +1,7 @@
 """The numba kernels against the torch expressions they replace."""
 
+import re
+
 import pytest
 import torch
 from conftest import compile_for_hopper, run_in_triton_interpreter
@@ -208,8 +210,13 @@ def test_gather_triton_kernels_equal_index_select_in_the_interpreter():
         "               (gather_triton.gather_neighbours_triton, neighbours)):\n"
         "    out = fn(cloud, nb)\n"
         "    runs.append((out, *torch.autograd.grad((out * w).sum(), cloud)))\n"
-        "assert torch.equal(runs[0][0], runs[1][0])\n"
-        "torch.testing.assert_close(runs[1][1], runs[0][1], rtol=1e-6, atol=1e-6)\n"
+        "gather_triton.INT32_MAX = 0  # the int64 arithmetic of clouds past 2**31 values\n"
+        "out = gather_triton.gather_neighbours_triton(cloud, neighbours)\n"
+        "runs.append((out, *torch.autograd.grad((out * w).sum(), cloud)))\n"
+        "for run in runs[1:]:\n"
+        "    assert torch.equal(runs[0][0], run[0])\n"
+        "    torch.testing.assert_close(run[1], runs[0][1], rtol=1e-6, atol=1e-6)\n"
+        "gather_triton.INT32_MAX = 2**31 - 1\n"
         "torch.manual_seed(0)\n"
         "conv = DConv(4, 2, 5)\n"
         "dconv.use_kernels = lambda tensor: False\n"
@@ -232,13 +239,17 @@ def test_gather_triton_kernels_compile_for_hopper(kernel):
         ("src_ptr", "out_ptr") if kernel == "_gather_kernel" else ("grad_out_ptr", "grad_src_ptr")
     )
     signature = {first: "*fp32", "nb_ptr": "*i16", second: "*fp32"}
-    signature |= dict.fromkeys(["s_b", "s_n", "s_u", "s_k", "total", "N"], "i64")
-    ptx = compile_for_hopper(
-        getattr(gather_triton, kernel), signature, {"U": 72, "K": 9, "F": 3, "BLOCK": 512}
-    )
+    signature |= dict.fromkeys(["s_b", "s_n", "s_u", "s_k", "total"], "i32")
+    shape = {"N": 274, "U": 72, "K": 9, "F": 3, "BLOCK": 512}
+    ptx = compile_for_hopper(getattr(gather_triton, kernel), signature, {**shape, "WIDE": False})
     assert ".entry" in ptx
+    # the entry's (b, n, u, k) by 32-bit multiplies: no division, nothing 64-bit wide
+    assert not re.search(r"\b(div|rem)\.", ptx) and "mul.hi.u64" not in ptx
+    wide = compile_for_hopper(getattr(gather_triton, kernel), signature, {**shape, "WIDE": True})
+    assert "mul.hi.u64" in wide
     if kernel == "_scatter_kernel":  # relaxed reductions: no barrier, no L1 flush per add
-        assert "red.global.gpu.relaxed.add.f32" in ptx and "acq_rel" not in ptx, ptx
+        assert re.search(r"(red|atom)\.global\.gpu\.relaxed\.add\.f32", ptx), ptx
+        assert "acq_rel" not in ptx, ptx
 
 
 def test_int16_neighbours_do_not_overflow_the_index_select_path(monkeypatch):
