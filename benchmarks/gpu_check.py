@@ -157,7 +157,7 @@ def tables(results: dict[str, Any]) -> str:
         if unlinked is not None:
             parts += f" (of which tied to no op, placed by name: {unlinked})"
         lines += ["", f"paper-size CloudLSTM step by part (ms): {parts}"]
-        lines += [f"  {ms:8.2f}  {name}" for name, ms in profile["top"]]
+        lines += [f"  {t:8.2f}  {name}" for name, t in profile["top"]]
     knn = results["steps"].get("knn", {}).get("figures", {}).get("knn_ms")
     if knn:
         lines += ["", "knn (ms per call, K = 9):"]

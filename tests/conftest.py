@@ -185,10 +185,13 @@ def rebuilding_fails(owner: type, method: str) -> Iterator[None]:
         yield
 
 
-def compile_for_hopper(kernel, signature: dict[str, str], constants: dict, num_warps: int = 4):
+def compile_for_hopper(
+    kernel, signature: dict[str, str], constants: dict, num_warps: int = 4, output: str = "ptx"
+):
     """PTX of a Triton kernel compiled ahead for sm_90 (no GPU needed; skips without
-    Triton). ``signature``: the pointer and scalar arguments' types; ``constants``: the
-    ``tl.constexpr`` ones. Without fused multiply-adds, as the project's kernels launch."""
+    Triton), or its ``output="cubin"`` (bytes). ``signature``: the pointer and scalar
+    arguments' types; ``constants``: the ``tl.constexpr`` ones. Without fused multiply-adds,
+    as the project's kernels launch."""
     triton = pytest.importorskip("triton", reason="Triton is not installed (CPU-only setup)")
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -200,7 +203,7 @@ def compile_for_hopper(kernel, signature: dict[str, str], constants: dict, num_w
         constexprs=constants,
     )  # fmt: skip
     options = {"enable_fp_fusion": False, "num_warps": num_warps}
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm[output]
 
 
 def run_in_triton_interpreter(script: str) -> None:

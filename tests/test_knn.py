@@ -218,14 +218,18 @@ def test_deferred_finite_check_refuses_nan_once_at_the_end_of_the_block() -> Non
 
 
 def _compile_for_hopper(
-    algorithm: str, constants: dict[str, int], num_warps: int = 4, out: str = "*i64"
-) -> str:
+    algorithm: str,
+    constants: dict[str, int],
+    num_warps: int = 4,
+    out: str = "*i64",
+    output: str = "ptx",
+) -> str | bytes:
     pytest.importorskip("triton", reason="Triton is not installed (CPU-only setup)")
     from cloudlstm.nn import knn_triton
 
     kernel = getattr(knn_triton, f"_knn_{algorithm}_kernel")
     signature = {"coords_ptr": "*fp32", "out_ptr": out, "nonfinite_ptr": "*i32"}
-    return compile_for_hopper(kernel, signature, constants, num_warps)
+    return compile_for_hopper(kernel, signature, constants, num_warps, output)
 
 
 @pytest.mark.parametrize(
@@ -276,27 +280,14 @@ def _machine_instructions_per_pair(algorithm: str, k: int, folder: Path) -> floa
     import subprocess
 
     triton = pytest.importorskip("triton", reason="Triton is not installed (CPU-only setup)")
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    from cloudlstm.nn import knn_triton
-
     nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/nvdisasm")
     if not os.access(nvdisasm, os.X_OK):
         pytest.skip("this Triton carries no nvdisasm")
     constants = {"n": 274, "K": k, "L": 2, "BLOCK_Q": 128}
     if algorithm == "insert":
         constants["KP"] = triton.next_power_of_2(k - 1)
-    signature = {"coords_ptr": "*fp32", "out_ptr": "*i16", "nonfinite_ptr": "*i32"}
-    source = ASTSource(
-        fn=getattr(knn_triton, f"_knn_{algorithm}_kernel").fn,
-        signature={**signature, **dict.fromkeys(constants, "constexpr")},
-        constexprs=constants,
-    )
-    options = {"enable_fp_fusion": False, "num_warps": 4}
-    cubin = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
     path = folder / f"{algorithm}.cubin"
-    path.write_bytes(cubin.asm["cubin"])
+    path.write_bytes(_compile_for_hopper(algorithm, constants, out="*i16", output="cubin"))
     lines = subprocess.run([nvdisasm, "-c", str(path)], capture_output=True, text=True).stdout
     lines = lines.splitlines()
     loops = []  # (label line, backward branch line)
