@@ -26,14 +26,15 @@ PARTS = {
                "indexFunc", "_GatherNeighbours"),
     "state update": ("_forward_kernel", "_backward_kernel", "_LSTMPointwise"),
 }  # fmt: skip
-# the Triton searches' kernels (nn/knn_triton.py), told by name where tied to no op
-SEARCH_KERNELS = ("_knn_insert_kernel", "_knn_passes_kernel")
+# the Triton searches' kernels (nn/knn_triton.py: _knn_<algorithm>_kernel), told by name
+# where tied to no op; a prefix, so that a new algorithm's kernel is counted too
+SEARCH_KERNEL_PREFIX = "_knn_"
 
 
 def part_of(name: str) -> str:
     """The part of the step a kernel (or op) of this name belongs to; a search's torch
     ops are told by where they ran (:func:`_in_search`), not by name."""
-    if any(kernel in name for kernel in SEARCH_KERNELS):
+    if name.startswith(SEARCH_KERNEL_PREFIX):
         return "search"
     for part, patterns in PARTS.items():
         if any(pattern in name for pattern in patterns):

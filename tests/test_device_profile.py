@@ -2,9 +2,13 @@
 for the kernels a GPU profile reads). The parts add up to the whole, a search is search time
 whatever it runs, and each part gets the ops it names."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import benchmark_module
+
+from cloudlstm.nn import knn_triton
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +38,14 @@ def profiler():
 )
 def test_kernels_and_ops_go_to_their_part(profiler, name: str, part: str) -> None:
     assert profiler.part_of(name) == part
+
+
+@pytest.mark.parametrize("algorithm", knn_triton.ALGORITHMS)
+def test_every_triton_search_kernel_is_search_time(profiler, algorithm: str) -> None:
+    # Triton's launches are tied to no torch op, so the profile tells them by name
+    kernel = f"_knn_{algorithm}_kernel"
+    assert f"def {kernel}(" in Path(knn_triton.__file__).read_text()
+    assert profiler.part_of(kernel) == "search"
 
 
 def test_a_cloudlstm_step_splits_into_parts_that_add_up(profiler) -> None:
