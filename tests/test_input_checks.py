@@ -944,6 +944,9 @@ def test_batch_limits_that_run_each_split_pass(cfg):
           "accumulate_grad_batches": 2}, "trainer.max_epochs=3 ends training after about 3 "),
         ({"max_epochs": 8, "max_steps": 100}, None),  # 112 steps: the schedule ends first
         ({"max_epochs": -1, "max_steps": 100}, None),  # the recipe's: steps alone
+        # debug=fdr: one batch, not 14 steps, whatever max_epochs says
+        ({"max_epochs": 1, "max_steps": 100, "fast_dev_run": True}, None),
+        ({"max_epochs": 1, "max_steps": 100, "fast_dev_run": 3}, None),
     ],
 )  # fmt: skip
 def test_an_epoch_budget_that_stops_a_decaying_schedule_early_is_warned_of(trainer, warned, caplog):

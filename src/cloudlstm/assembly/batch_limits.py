@@ -149,7 +149,9 @@ def warn_schedule_cut_short(cfg: DictConfig, windows: dict[str, int], batch_size
     scheduler, trainer = cfg.get("scheduler") or {}, cfg.get("trainer") or {}
     total, epochs = scheduler.get("total_steps"), trainer.get("max_epochs")
     trains = "train" in splits_run(cfg)
-    if not trains or not _positive_int(total) or not _positive_int(epochs):
+    # a fast dev run trains a batch or a few, whatever the epochs say: nothing to warn of
+    dev_run = bool(trainer.get("fast_dev_run"))
+    if not trains or dev_run or not _positive_int(total) or not _positive_int(epochs):
         return False
     batches = _train_batches(trainer, windows.get("train", 0), batch_size)
     steps = epochs * math.ceil(batches / max(1, int(trainer.get("accumulate_grad_batches") or 1)))
