@@ -138,10 +138,14 @@ def test_lstm_triton_kernels_equal_the_torch_expression_in_the_interpreter():
 
     script = (
         "import torch\n"
-        "from cloudlstm.nn import CloudLSTMCell, cells, dconv, lstm_triton\n"
+        "from cloudlstm.nn import CloudLSTMCell, cells, dconv, lstm_triton, triton_switch\n"
         + inspect.getsource(lstm_torch)
         + "g = torch.Generator().manual_seed(0)\n"
-        "for dtype, tol in ((torch.float32, 1e-6), (torch.bfloat16, 1e-2)):\n"
+        "# int32 offsets, then the int64 ones of updates past 2**31 values\n"
+        "int32 = 2**31 - 1\n"
+        "for dtype, tol, limit in ((torch.float32, 1e-6, int32), (torch.bfloat16, 1e-2, int32),\n"
+        "                         (torch.float32, 1e-6, 0)):\n"
+        "    triton_switch.INT32_MAX = limit\n"
         "    z = (2 * torch.randn(2, 7, 12, 3, generator=g)).to(dtype).requires_grad_()\n"
         "    c = torch.randn(2, 7, 3, 3, generator=g).requires_grad_()\n"
         "    w = torch.randn(2, 7, 3, 3, generator=g)\n"
@@ -154,6 +158,7 @@ def test_lstm_triton_kernels_equal_the_torch_expression_in_the_interpreter():
         "        for ref, ours in zip(*runs):\n"
         "            assert ours.dtype == ref.dtype, (ours.dtype, ref.dtype)\n"
         "            torch.testing.assert_close(ours.float(), ref.float(), rtol=tol, atol=tol)\n"
+        "triton_switch.INT32_MAX = int32\n"
         "torch.manual_seed(0)\n"
         "cell = CloudLSTMCell(3, 4, k=5)\n"
         "x, state = torch.rand(2, 16, 3, 3), cell.initial_state(torch.rand(2, 16, 2))\n"
@@ -184,10 +189,14 @@ def test_lstm_triton_kernels_compile_for_hopper(kernel):
         name: "*bf16" if name.startswith(("z", "grad_z")) else "*fp32" for name in pointers
     }
     signature["total"] = "i64"
-    ptx = compile_for_hopper(
-        getattr(lstm_triton, kernel), signature, {"Q": 108, "H": 1, "F": 3, "BLOCK": 1024}
-    )
+    shape = {"Q": 108, "H": 1, "F": 3, "BLOCK": 1024}
+    ptx = compile_for_hopper(getattr(lstm_triton, kernel), signature, {**shape, "WIDE": False})
     assert ".entry" in ptx
+    # the entry's row and column by 32-bit multiplies: no integer division (the sigmoid's
+    # float one stays), nothing 64-bit wide
+    assert not re.search(r"\b(div|rem)\.[su](32|64)", ptx) and "mul.hi.u64" not in ptx
+    wide = compile_for_hopper(getattr(lstm_triton, kernel), signature, {**shape, "WIDE": True})
+    assert "mul.hi.u64" in wide or "mul.hi.s64" in wide
 
 
 def test_gather_triton_kernels_equal_index_select_in_the_interpreter():
@@ -198,7 +207,7 @@ def test_gather_triton_kernels_equal_index_select_in_the_interpreter():
 
     script = (
         "import torch\n"
-        "from cloudlstm.nn import DConv, dconv, gather_triton\n"
+        "from cloudlstm.nn import DConv, dconv, gather_triton, triton_switch\n"
         + inspect.getsource(gather_index_select)
         + "g = torch.Generator().manual_seed(0)\n"
         "cloud = torch.randn(2, 9, 4, 3, generator=g, requires_grad=True)\n"
@@ -210,13 +219,13 @@ def test_gather_triton_kernels_equal_index_select_in_the_interpreter():
         "               (gather_triton.gather_neighbours_triton, neighbours)):\n"
         "    out = fn(cloud, nb)\n"
         "    runs.append((out, *torch.autograd.grad((out * w).sum(), cloud)))\n"
-        "gather_triton.INT32_MAX = 0  # the int64 arithmetic of clouds past 2**31 values\n"
+        "triton_switch.INT32_MAX = 0  # the int64 arithmetic of clouds past 2**31 values\n"
         "out = gather_triton.gather_neighbours_triton(cloud, neighbours)\n"
         "runs.append((out, *torch.autograd.grad((out * w).sum(), cloud)))\n"
         "for run in runs[1:]:\n"
         "    assert torch.equal(runs[0][0], run[0])\n"
         "    torch.testing.assert_close(run[1], runs[0][1], rtol=1e-6, atol=1e-6)\n"
-        "gather_triton.INT32_MAX = 2**31 - 1\n"
+        "triton_switch.INT32_MAX = 2**31 - 1\n"
         "torch.manual_seed(0)\n"
         "conv = DConv(4, 2, 5)\n"
         "dconv.use_kernels = lambda tensor: False\n"

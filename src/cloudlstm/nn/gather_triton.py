@@ -24,7 +24,6 @@ from cloudlstm.nn import triton_switch
 from cloudlstm.nn.triton_switch import tl, triton
 
 BLOCK = 512  # neighbour entries per program
-INT32_MAX = 2**31 - 1  # offsets beyond it take the kernels' int64 arithmetic
 
 
 def available(cloud: torch.Tensor) -> bool:
@@ -91,7 +90,8 @@ def _launch(kernel, first: torch.Tensor, neighbours: torch.Tensor, second: torch
     scatter reads the gradient ``first`` and adds into ``second``."""
     _, n, u, k = neighbours.shape
     total = neighbours.numel()
-    wide = (total + BLOCK) * f > INT32_MAX  # an offset (the last program's lanes too) past it
+    # an offset (the last program's lanes too) past int32
+    wide = (total + BLOCK) * f > triton_switch.INT32_MAX
     kernel[(triton.cdiv(total, BLOCK),)](
         first, neighbours, second, *neighbours.stride(), total, n, u, k, f, BLOCK, wide
     )

@@ -37,6 +37,16 @@ if triton is not None:
         return 2.0 * tl.sigmoid(2.0 * x) - 1.0
 
     @triton.jit
+    def _entries(total, Q: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+        """This program's entries of (P, Q) -> (entry, row, column, mask), in int32 unless
+        ``WIDE`` (the division by Q in int64 took most of the kernels' instructions)."""
+        program = tl.program_id(0)
+        if WIDE:
+            program = program.to(tl.int64)
+        e = program * BLOCK + tl.arange(0, BLOCK)
+        return e, e // Q, e % Q, e < total
+
+    @triton.jit
     def _gates(z_ptr, row, col, Q: tl.constexpr, H: tl.constexpr, F: tl.constexpr, mask):
         """Activated gates of entries (row, col): sigmoid(i, f, o), the candidate g, and
         sigmoid(z_g) (the coordinates' candidate is tanh(sigmoid(z_g)))."""
@@ -54,11 +64,10 @@ if triton is not None:
     def _forward_kernel(
         z_ptr, c_ptr, hidden_ptr, memory_ptr, total,
         Q: tl.constexpr, H: tl.constexpr, F: tl.constexpr, BLOCK: tl.constexpr,
+        WIDE: tl.constexpr,
     ):  # fmt: skip
         """z (P, 4, Q), c (P, Q) -> hidden, memory (P, Q); ``total`` = P * Q."""
-        e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        mask = e < total
-        row, col = e // Q, e % Q
+        e, row, col, mask = _entries(total, Q, BLOCK, WIDE)
         i, f, o, g, _, _ = _gates(z_ptr, row, col, Q, H, F, mask)
         m = f * tl.load(c_ptr + e, mask=mask, other=0.0).to(tl.float32) + i * g
         tl.store(memory_ptr + e, m.to(memory_ptr.dtype.element_ty), mask=mask)
@@ -69,11 +78,10 @@ if triton is not None:
     def _backward_kernel(
         z_ptr, c_ptr, grad_hidden_ptr, grad_memory_ptr, grad_z_ptr, grad_c_ptr, total,
         Q: tl.constexpr, H: tl.constexpr, F: tl.constexpr, BLOCK: tl.constexpr,
+        WIDE: tl.constexpr,
     ):  # fmt: skip
         """The chain rule entry by entry, activations recomputed from z and c."""
-        e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        mask = e < total
-        row, col = e // Q, e % Q
+        e, row, col, mask = _entries(total, Q, BLOCK, WIDE)
         i, f, o, g, sg, coord = _gates(z_ptr, row, col, Q, H, F, mask)
         c_old = tl.load(c_ptr + e, mask=mask, other=0.0).to(tl.float32)
         t = _tanh(f * c_old + i * g)
@@ -90,6 +98,12 @@ if triton is not None:
         tl.store(grad_c_ptr + e, (gm * f).to(grad_c_ptr.dtype.element_ty), mask=mask)
 
 
+def _wide(total: int) -> bool:
+    """Whether an offset into the gates (4 per entry; the last program's lanes too) passes
+    int32."""
+    return 4 * (total + BLOCK) > triton_switch.INT32_MAX
+
+
 class _LSTMPointwise(torch.autograd.Function):
     @staticmethod
     def forward(
@@ -103,7 +117,7 @@ class _LSTMPointwise(torch.autograd.Function):
         memory_new = torch.empty_like(hidden)
         total = hidden.numel()
         _forward_kernel[(triton.cdiv(total, BLOCK),)](
-            z, memory, hidden, memory_new, total, q, value_features, features, BLOCK
+            z, memory, hidden, memory_new, total, q, value_features, features, BLOCK, _wide(total)
         )
         ctx.save_for_backward(z, memory)  # only the inputs: backward recomputes the rest
         ctx.sizes = (q, value_features, features)
@@ -119,7 +133,7 @@ class _LSTMPointwise(torch.autograd.Function):
         total = memory.numel()
         _backward_kernel[(triton.cdiv(total, BLOCK),)](
             z, memory, grad_hidden.contiguous(), grad_memory.contiguous(), grad_z, grad_c,
-            total, *ctx.sizes, BLOCK,
+            total, *ctx.sizes, BLOCK, _wide(total),
         )  # fmt: skip
         return grad_z, grad_c, None
 

@@ -17,3 +17,6 @@ except ImportError:  # CPU-only install: numba on CPU, torch ops elsewhere
     triton = tl = None
 
 ENABLED = triton is not None and os.environ.get("CLOUDLSTM_TRITON", "1") != "0"
+# A kernel computes its offsets in int32 while they fit, where 64-bit divisions and
+# products take several times the machine instructions; past this it compiles in int64.
+INT32_MAX = 2**31 - 1
