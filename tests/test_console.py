@@ -144,6 +144,21 @@ def test_the_run_ends_with_its_directory_and_what_to_do_next(demo_console):
     assert "python -m cloudlstm.cli.compare" in nxt
 
 
+def test_the_run_log_says_where_training_is_at_each_validation(demo_console):
+    """The progress bar draws on the terminal alone: train.log gets a line per validation."""
+    out, _ = demo_console
+    run_dir = next(line for line in out.splitlines() if "Run directory:" in line).split(": ")[-1]
+    log = (Path(run_dir) / "train.log").read_text()
+    lines = re.findall(r"\[cloudlstm\.engine\.progress_log\]\[INFO\] - (.*)", log)
+    assert [line.split(":")[0] for line in lines] == [
+        "step 3 of 6 (epoch 0)",
+        "step 6 of 6 (epoch 1)",
+    ]
+    assert all(
+        re.search(r": val/mae [0-9.]+, best [0-9.]+; [0-9.e-]+ s a step, ", line) for line in lines
+    )
+
+
 def test_a_program_s_one_line_error_is_all_it_prints(tmp_path):
     """No library's start-up line (numexpr's thread count) before the error's line."""
     done = subprocess.run(
