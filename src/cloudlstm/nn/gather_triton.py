@@ -90,8 +90,7 @@ def _launch(kernel, first: torch.Tensor, neighbours: torch.Tensor, second: torch
     scatter reads the gradient ``first`` and adds into ``second``."""
     _, n, u, k = neighbours.shape
     total = neighbours.numel()
-    # an offset (the last program's lanes too) past int32
-    wide = (total + BLOCK) * f > triton_switch.INT32_MAX
+    wide = triton_switch.wide_offsets(total, BLOCK, f)
     kernel[(triton.cdiv(total, BLOCK),)](
         first, neighbours, second, *neighbours.stride(), total, n, u, k, f, BLOCK, wide
     )

@@ -98,12 +98,6 @@ if triton is not None:
         tl.store(grad_c_ptr + e, (gm * f).to(grad_c_ptr.dtype.element_ty), mask=mask)
 
 
-def _wide(total: int) -> bool:
-    """Whether an offset into the gates (4 per entry; the last program's lanes too) passes
-    int32."""
-    return 4 * (total + BLOCK) > triton_switch.INT32_MAX
-
-
 class _LSTMPointwise(torch.autograd.Function):
     @staticmethod
     def forward(
@@ -116,8 +110,9 @@ class _LSTMPointwise(torch.autograd.Function):
         hidden = torch.empty(memory.shape, dtype=dtype, device=z.device)
         memory_new = torch.empty_like(hidden)
         total = hidden.numel()
+        wide = triton_switch.wide_offsets(total, BLOCK, 4)  # z holds 4 gates an entry
         _forward_kernel[(triton.cdiv(total, BLOCK),)](
-            z, memory, hidden, memory_new, total, q, value_features, features, BLOCK, _wide(total)
+            z, memory, hidden, memory_new, total, q, value_features, features, BLOCK, wide
         )
         ctx.save_for_backward(z, memory)  # only the inputs: backward recomputes the rest
         ctx.sizes = (q, value_features, features)
@@ -131,9 +126,10 @@ class _LSTMPointwise(torch.autograd.Function):
         z, memory = ctx.saved_tensors
         grad_z, grad_c = torch.empty_like(z), torch.empty_like(memory)
         total = memory.numel()
+        wide = triton_switch.wide_offsets(total, BLOCK, 4)
         _backward_kernel[(triton.cdiv(total, BLOCK),)](
             z, memory, grad_hidden.contiguous(), grad_memory.contiguous(), grad_z, grad_c,
-            total, *ctx.sizes, BLOCK, _wide(total),
+            total, *ctx.sizes, BLOCK, wide,
         )  # fmt: skip
         return grad_z, grad_c, None
 

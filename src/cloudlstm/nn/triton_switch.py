@@ -20,3 +20,9 @@ ENABLED = triton is not None and os.environ.get("CLOUDLSTM_TRITON", "1") != "0"
 # A kernel computes its offsets in int32 while they fit, where 64-bit divisions and
 # products take several times the machine instructions; past this it compiles in int64.
 INT32_MAX = 2**31 - 1
+
+
+def wide_offsets(entries: int, block: int, values_per_entry: int) -> bool:
+    """Whether a kernel over ``entries`` in programs of ``block`` (the last program's lanes
+    too), ``values_per_entry`` values an entry, reaches an offset past :data:`INT32_MAX`."""
+    return (entries + block) * values_per_entry > INT32_MAX
