@@ -33,6 +33,14 @@ def accumulating(trainer: L.Trainer) -> bool:
         return False
 
 
+def steps_per_epoch(trainer: L.Trainer) -> int | None:
+    """Optimiser steps an epoch of training takes (None where its batches are unknown)."""
+    batches = trainer.num_training_batches
+    if not math.isfinite(batches) or batches <= 0:
+        return None
+    return math.ceil(batches / trainer.accumulate_grad_batches)
+
+
 class EpochTimer(L.Callback):
     """Time per epoch, per 1,000 optimiser steps, and training throughput.
 
@@ -174,15 +182,13 @@ class RngState(L.Callback):
                 "not bit for bit.",
                 device.upper(),
             )
-        batches = trainer.num_training_batches
-        if not resumed["loader_state"] and math.isfinite(batches) and batches > 0:
-            steps = math.ceil(batches / trainer.accumulate_grad_batches)
-            if trainer.global_step % steps:
-                log.warning(
-                    "The checkpoint was written mid-epoch without the training loader's "
-                    "position (by an older version): the rest of its epoch is shuffled anew, "
-                    "so the run will not match an uninterrupted one."
-                )
+        steps = steps_per_epoch(trainer)
+        if not resumed["loader_state"] and steps and trainer.global_step % steps:
+            log.warning(
+                "The checkpoint was written mid-epoch without the training loader's "
+                "position (by an older version): the rest of its epoch is shuffled anew, "
+                "so the run will not match an uninterrupted one."
+            )
         saved = self._saved_world_size
         if saved is not None and saved != trainer.world_size and trainer.is_global_zero:
             log.warning(

@@ -12,13 +12,12 @@ apart on a CPU. The line reads, for example::
 from __future__ import annotations
 
 import logging
-import math
 
 import lightning as L
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
-from cloudlstm.engine.callbacks import EpochTimer
+from cloudlstm.engine.callbacks import EpochTimer, steps_per_epoch
 
 log = logging.getLogger(__name__)
 
@@ -34,25 +33,19 @@ class ProgressLog(L.Callback):
 
 def progress_line(trainer: L.Trainer) -> str:
     """Where the training is, its score and its pace, in one line (module docstring)."""
-    score, pace = _score(trainer), _pace(trainer)
-    return _position(trainer) + (f": {score}" if score else "") + (f"; {pace}" if pace else "")
-
-
-def _position(trainer: L.Trainer) -> str:
-    step, epoch = trainer.global_step, trainer.current_epoch
     budget = _step_budget(trainer)
+    score, pace = _score(trainer), _pace(trainer, budget)
+    position = _position(trainer, budget)
+    return position + (f": {score}" if score else "") + (f"; {pace}" if pace else "")
+
+
+def _position(trainer: L.Trainer, budget: int | None) -> str:
+    step, epoch = trainer.global_step, trainer.current_epoch
     if budget is not None:
         return f"step {step:,} of {budget:,} (epoch {epoch})"
     if trainer.max_epochs is not None and trainer.max_epochs > 0:
         return f"step {step:,} (epoch {epoch} of {trainer.max_epochs})"
     return f"step {step:,} (epoch {epoch})"
-
-
-def _steps_per_epoch(trainer: L.Trainer) -> int | None:
-    batches = trainer.num_training_batches
-    if not math.isfinite(batches) or batches <= 0:
-        return None
-    return math.ceil(batches / trainer.accumulate_grad_batches)
 
 
 def _step_budget(trainer: L.Trainer) -> int | None:
@@ -61,7 +54,7 @@ def _step_budget(trainer: L.Trainer) -> int | None:
     ends = []
     if trainer.max_steps is not None and trainer.max_steps > 0:
         ends.append(int(trainer.max_steps))
-    per_epoch = _steps_per_epoch(trainer)
+    per_epoch = steps_per_epoch(trainer)
     if trainer.max_epochs is not None and trainer.max_epochs > 0 and per_epoch:
         ends.append(int(trainer.max_epochs) * per_epoch)
     return min(ends) if ends else None
@@ -82,16 +75,15 @@ def _score(trainer: L.Trainer) -> str | None:
     return f"{checkpoint.monitor} {value:.4g}, best {best:.4g}"
 
 
-def _pace(trainer: L.Trainer) -> str | None:
+def _pace(trainer: L.Trainer, budget: int | None) -> str | None:
     """Seconds a step (training batches alone, :class:`EpochTimer`) and the training time
-    the rest of the budget takes at that pace."""
+    the rest of the ``budget`` (:func:`_step_budget`) takes at that pace."""
     timer = EpochTimer.of(trainer)
     per_1k = timer.train_s_per_1k_steps if timer is not None else None
     if per_1k is None:
         return None
     per_step = per_1k / 1000
     pace = f"{per_step:.3g} s a step"
-    budget = _step_budget(trainer)
     if budget is None:
         return pace
     left = _duration(max(0, budget - trainer.global_step) * per_step)
