@@ -2,7 +2,7 @@
 on one GPU under a deadline, their results packed into one archive.
 
     python benchmarks/gpu_campaign.py PLAN [--seconds S] [--out DIR] [--work DIR] [--data DIR]
-                                           [--device cpu] [--smoke]
+                                           [--device cpu] [--smoke] [--set KEY=VALUE ...]
 
 A plan (:data:`PLANS`) is one or more ``train.py -m`` sweeps of an experiment preset, each
 run with Hydra's joblib launcher (every job of a sweep at once) on the one GPU, followed by
@@ -22,7 +22,13 @@ archive unpacks into a checkout's ``outputs/`` as if they had run there.
   presets read Beijing, METR-LA and Milan (their ``CLOUDLSTM_*_ROOT`` variables).
 * **Output.** ``runs.tar.gz`` (each finished run's ``metrics.json`` and ``config.yaml``,
   and its ``eval/*/`` ones, paths from ``outputs/``), ``campaign.json`` (the commands, their
-  exit codes and seconds, each run folder and whether it finished) and ``campaign.log``.
+  exit codes and seconds, each run folder and whether it finished), ``logs.tar.gz`` (every
+  run's ``train.log``, finished or not: its progress lines say how far and how fast a run
+  went) and ``campaign.log``.
+* **Part of a plan.** ``--set KEY=VALUE`` replaces each sweep's override of ``KEY`` (or adds
+  one): ``--set model=cloudgru_k3 --set seed=1,2`` runs those jobs of the plan alone, and
+  ``--set hydra.launcher.n_jobs=3`` three at a time, so that the first ones finish before
+  a deadline that all of them at once would miss.
 
 ``--device cpu`` runs the same commands with ``trainer=cpu``; with ``--smoke`` every run
 trains a few steps, which checks a plan end to end where there is no GPU. On the GPU
@@ -40,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import subprocess
@@ -47,7 +54,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -79,11 +86,36 @@ class Eval:
 
 @dataclass(frozen=True)
 class Sweep:
-    """One ``train.py -m <overrides>``, its ``jobs`` runs all at once, then its evals."""
+    """One ``train.py -m <overrides>``, its :attr:`jobs` runs all at once, then its evals."""
 
     overrides: tuple[str, ...]
-    jobs: int
     evals: tuple[Eval, ...] = ()
+
+    @property
+    def jobs(self) -> int:
+        """The runs of the sweep: the product of its comma lists' lengths."""
+        return math.prod(len(_value(o).split(",")) for o in self.overrides if _sweeps(o))
+
+    def with_overrides(self, settings: tuple[str, ...]) -> Sweep:
+        """The sweep with each ``KEY=VALUE`` of ``settings`` in place of its own override of
+        ``KEY``, or added where it has none (``--set model=cloudgru_k3 --set seed=1,2``)."""
+        replaced = {_key(s): s for s in settings}
+        kept = tuple(replaced.pop(_key(o), o) for o in self.overrides)
+        return replace(self, overrides=kept + tuple(replaced.values()))
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0]
+
+
+def _value(override: str) -> str:
+    return override.split("=", 1)[1]
+
+
+def _sweeps(override: str) -> bool:
+    """A comma list (Hydra's sweep), not a list or dict value such as ``[a,b]``."""
+    value = _value(override)
+    return "," in value and not value.startswith(("[", "{"))
 
 
 PLANS: dict[str, tuple[Sweep, ...]] = {
@@ -92,7 +124,6 @@ PLANS: dict[str, tuple[Sweep, ...]] = {
     "beijing_knn": (
         Sweep(
             ("experiment=beijing_held_out", "model=knn_lstm,knn_lstm_k3", "seed=0,1,2"),
-            jobs=6,
             evals=(Eval("beijing_held_out/*/knn_lstm_k3/seed_*", ("data.holdout_history=false",)),),
         ),
     ),
@@ -104,7 +135,6 @@ PLANS: dict[str, tuple[Sweep, ...]] = {
                 "model=knn_lstm,knn_lstm_k3,cloudlstm_k3,cloudgru_k3,attention_cloudlstm_k3",
                 "seed=0,1,2",
             ),
-            jobs=15,
             evals=tuple(
                 Eval(f"milan_held_out/*/{model}/seed_*", ("data.holdout_history=false",))
                 for model in (
@@ -120,7 +150,6 @@ PLANS: dict[str, tuple[Sweep, ...]] = {
     "metr_la_graph": (
         Sweep(
             ("experiment=metr_la", "model=dcrnn,graph_wavenet,agcrn,staeformer", "seed=0,1,2"),
-            jobs=12,
         ),
     ),
     "metr_la_cloud": (
@@ -130,20 +159,18 @@ PLANS: dict[str, tuple[Sweep, ...]] = {
                 "model=convlstm,predrnnpp,cloudlstm_k3,cloudgru_k3,attention_cloudlstm_k3",
                 "seed=0,1,2",
             ),
-            jobs=15,
         ),
     ),
     # docs/results.md, "Milan": the baselines the CPU runs have not reached, on both splits
     # (a run the CPU finished first is simply run again here).
     "milan_zoo": (
-        Sweep(("experiment=milan", "model=staeformer,predrnnpp", "seed=0,1,2"), jobs=6),
+        Sweep(("experiment=milan", "model=staeformer,predrnnpp", "seed=0,1,2")),
         Sweep(
             (
                 "experiment=milan_ordinary_weeks",
                 "model=dcrnn,graph_wavenet,staeformer,predrnnpp",
                 "seed=0,1,2",
             ),
-            jobs=12,
         ),
     ),
     # docs/results.md, "Milan": the CloudLSTM family's other two cells, and CloudLSTM at
@@ -155,7 +182,6 @@ PLANS: dict[str, tuple[Sweep, ...]] = {
                 "model=cloudgru_k3,attention_cloudlstm_k3,cloudlstm_k6,cloudlstm",
                 "seed=0,1,2",
             ),
-            jobs=12,
         )
         for preset in ("milan", "milan_ordinary_weeks")
     ),
@@ -199,6 +225,7 @@ def run_until(command: list[str], deadline: float, env: dict[str, str], log: Pat
     return step
 
 
+N_JOBS = "hydra.launcher.n_jobs"  # the jobs of a sweep that run at once
 # the run folders of every plan's presets: <model>/seed_<s> under the preset's sweep folder
 RUNS = "**/seed_*"
 
@@ -236,6 +263,17 @@ def pack(outputs: Path, archive: Path) -> list[str]:
     return [str(r.relative_to(outputs)) for r in runs]
 
 
+def pack_logs(outputs: Path, archive: Path) -> list[str]:
+    """Write every run's ``train.log``, finished or not, to ``archive`` (its progress lines
+    say how far a run got and how fast, which sizes the next plan); return the runs."""
+    logs = [run / "train.log" for run in run_folders(outputs, RUNS)]
+    logs = [log for log in logs if log.is_file()]
+    with tarfile.open(archive, "w:gz") as tar:
+        for log in logs:
+            tar.add(log, arcname=str(log.relative_to(outputs)))
+    return [str(log.parent.relative_to(outputs)) for log in logs]
+
+
 def environment(data: Path | None, device: str) -> dict[str, str]:
     """The commands' environment: the data roots, the outputs' root, float32 kept."""
     env = dict(os.environ, PROJECT_ROOT=str(ROOT), PYTHONUNBUFFERED="1")
@@ -250,11 +288,14 @@ def environment(data: Path | None, device: str) -> dict[str, str]:
 
 
 def train_command(sweep: Sweep, outputs: Path, device: str, smoke: bool) -> list[str]:
-    """``train.py -m`` for ``sweep``: all its jobs at once on the device, CSV logs."""
-    threads = max(1, (os.cpu_count() or 1) // sweep.jobs)
+    """``train.py -m`` for ``sweep``: all its jobs at once on the device (or as many as its
+    own ``hydra.launcher.n_jobs=N`` says, a pool: the next starts as one ends), CSV logs."""
+    at_once = [o for o in sweep.overrides if _key(o) == N_JOBS]
+    jobs = int(_value(at_once[0])) if at_once else sweep.jobs
+    threads = max(1, (os.cpu_count() or 1) // jobs)
     return [
         sys.executable, "train.py", "-m", *sweep.overrides,
-        f"trainer={device}", "hydra/launcher=joblib", f"hydra.launcher.n_jobs={sweep.jobs}",
+        f"trainer={device}", "hydra/launcher=joblib", *([] if at_once else [f"{N_JOBS}={jobs}"]),
         f"torch_threads={threads}", "logger=csv", f"paths.log_dir={outputs}", *QUIET,
         *(SMOKE if smoke else ()),
     ]  # fmt: skip
@@ -270,16 +311,17 @@ def eval_commands(evaluation: Eval, outputs: Path, device: str, smoke: bool) -> 
     ]  # fmt: skip
 
 
-def campaign(plan: str, seconds: float, out: Path, work: Path, data: Path | None,
-             device: str, smoke: bool) -> dict[str, Any]:  # fmt: skip
-    """Run ``plan`` until ``seconds`` from now; write the archive, the JSON and the log."""
+def campaign(plan: str, seconds: float, out: Path, work: Path, data: Path | None, device: str,
+             smoke: bool, settings: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
+    """Run ``plan``, each sweep with ``settings`` (:meth:`Sweep.with_overrides`), until
+    ``seconds`` from now; write the archives, the JSON and the log."""
     deadline = time.monotonic() + seconds
     outputs = work / "outputs"
     outputs.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     env, log = environment(data, device), out / "campaign.log"
     steps: list[Step] = []
-    for sweep in PLANS[plan]:
+    for sweep in (s.with_overrides(settings) for s in PLANS[plan]):
         if time.monotonic() >= deadline:
             break
         steps.append(run_until(train_command(sweep, outputs, device, smoke), deadline, env, log))
@@ -289,14 +331,23 @@ def campaign(plan: str, seconds: float, out: Path, work: Path, data: Path | None
                     steps.append(run_until(command, deadline, env, log))
     results = {
         "plan": plan,
+        "settings": list(settings),
         "device": device,
         "smoke": smoke,
         "steps": [asdict(s) for s in steps],
         "runs": {str(r.relative_to(outputs)): state(r) for r in run_folders(outputs, RUNS)},
         "packed": pack(outputs, out / "runs.tar.gz"),
+        "logs": pack_logs(outputs, out / "logs.tar.gz"),
     }
     (out / "campaign.json").write_text(json.dumps(results, indent=2) + "\n")
     return results
+
+
+def override(text: str) -> str:
+    """``--set``'s argument: ``KEY=VALUE`` with a key."""
+    if not text.partition("=")[0] or "=" not in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return text
 
 
 def main() -> int:
@@ -308,10 +359,16 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=ROOT / ".gpu_data")
     parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
     parser.add_argument("--smoke", action="store_true", help="a few steps per run")
+    parser.add_argument(
+        "--set", action="append", default=[], type=override, dest="settings",
+        help="KEY=VALUE in place of each sweep's override of KEY, or added (repeatable): "
+        "--set model=cloudgru_k3 --set seed=1,2 runs part of a plan",
+    )  # fmt: skip
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="gpu_campaign_"))
     data = args.data if args.data.is_dir() else None
-    results = campaign(args.plan, args.seconds, args.out, work, data, args.device, args.smoke)
+    results = campaign(args.plan, args.seconds, args.out, work, data, args.device, args.smoke,
+                       tuple(args.settings))  # fmt: skip
     done = sum(run["finished"] for run in results["runs"].values())
     print(f"{args.plan}: {done} of {len(results['runs'])} runs finished; "
           f"{len(results['packed'])} packed in {args.out / 'runs.tar.gz'}")  # fmt: skip

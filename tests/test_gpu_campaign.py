@@ -7,10 +7,12 @@ from __future__ import annotations
 import fnmatch
 import itertools
 import json
+import os
 import re
 import sys
 import tarfile
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -64,6 +66,30 @@ def test_every_plan_names_presets_models_and_run_folders_that_exist(campaign) ->
             assert len(folders) == sweep.jobs, (name, "the preset's subdir is model/seed_<s>")
             for evaluation in sweep.evals:
                 assert fnmatch.filter(folders, evaluation.runs), (name, evaluation.runs)
+
+
+def test_set_replaces_or_adds_an_override_and_the_jobs_follow(campaign) -> None:
+    sweep = campaign.Sweep(
+        ("experiment=metr_la", "model=a,b,c", "seed=0,1,2", "data.time_features=[hour,day]")
+    )
+    assert sweep.jobs == 9  # a list value is one value, not a sweep
+    narrowed = sweep.with_overrides(("seed=1,2", "model=b", "model.compile=false"))
+    assert narrowed.overrides == (
+        "experiment=metr_la", "model=b", "seed=1,2", "data.time_features=[hour,day]",
+        "model.compile=false",
+    )  # fmt: skip
+    assert narrowed.jobs == 2 and sweep.jobs == 9
+    assert campaign.override("model=b") == "model=b"
+    every = campaign.train_command(sweep, Path("out"), "gpu", smoke=False)
+    assert "hydra.launcher.n_jobs=9" in every
+    pool = campaign.train_command(
+        sweep.with_overrides(("hydra.launcher.n_jobs=3",)), Path("out"), "gpu", smoke=False
+    )
+    assert [a for a in pool if a.startswith("hydra.launcher.n_jobs")] == ["hydra.launcher.n_jobs=3"]
+    assert f"torch_threads={max(1, (os.cpu_count() or 1) // 3)}" in pool
+    for bad in ("model", "=b"):
+        with pytest.raises(Exception, match="is not KEY=VALUE"):
+            campaign.override(bad)
 
 
 def test_the_deadline_sends_sigterm_and_then_waits_for_the_command(campaign, tmp_path) -> None:
@@ -138,6 +164,19 @@ def test_the_archive_holds_the_finished_runs_and_their_evaluations_only(campaign
     ]
 
 
+def test_the_logs_archive_holds_every_runs_train_log(campaign, tmp_path) -> None:
+    outputs = tmp_path / "outputs"
+    for seed, finished in ((0, True), (1, False), (2, False)):
+        _run(outputs / "exp" / "a" / f"seed_{seed}", finished=finished)
+    for seed in (0, 1):
+        (outputs / "exp" / "a" / f"seed_{seed}" / "train.log").write_text(f"step {seed}\n")
+    archive = tmp_path / "logs.tar.gz"
+    assert campaign.pack_logs(outputs, archive) == ["exp/a/seed_0", "exp/a/seed_1"]
+    with tarfile.open(archive) as tar:
+        assert sorted(tar.getnames()) == ["exp/a/seed_0/train.log", "exp/a/seed_1/train.log"]
+        assert tar.extractfile("exp/a/seed_1/train.log").read() == b"step 1\n"
+
+
 def test_the_environment_keeps_float32_on_a_gpu_and_points_the_presets_at_the_data(
     campaign, tmp_path, monkeypatch
 ) -> None:
@@ -153,19 +192,21 @@ def test_the_environment_keeps_float32_on_a_gpu_and_points_the_presets_at_the_da
 
 @pytest.mark.slow
 def test_a_plan_runs_end_to_end_on_cpu(campaign, tmp_path, monkeypatch) -> None:
-    """Two jobs side by side, then eval.py of one: the archive and campaign.json say so."""
+    """Three jobs side by side (two of the plan, one added by ``settings``), then eval.py of
+    one: the archives and campaign.json say so."""
     sweep = campaign.Sweep(
         ("model=linear,persistence", "seed=0", "data.num_points=8",
          "hydra.sweep.dir=${paths.log_dir}/smoke",
          "hydra.sweep.subdir=${hydra:runtime.choices.model}/seed_${seed}"),
-        jobs=2,
         evals=(campaign.Eval("smoke/linear/seed_*", ("module.save_predictions=true",)),),
     )  # fmt: skip
     monkeypatch.setitem(campaign.PLANS, "smoke", (sweep,))
     out = tmp_path / "out"
-    results = campaign.campaign("smoke", 300, out, tmp_path / "work", None, "cpu", smoke=True)
+    results = campaign.campaign("smoke", 300, out, tmp_path / "work", None, "cpu", smoke=True,
+                                settings=("model=linear,persistence,stid", "seed=0"))  # fmt: skip
     assert [s["exit_code"] for s in results["steps"]] == [0, 0], (out / "campaign.log").read_text()
-    assert results["packed"] == ["smoke/linear/seed_0", "smoke/persistence/seed_0"]
+    runs = ["smoke/linear/seed_0", "smoke/persistence/seed_0", "smoke/stid/seed_0"]
+    assert results["packed"] == runs and results["logs"] == runs  # --set added stid
     assert all(run["finished"] for run in results["runs"].values())
     assert json.loads((out / "campaign.json").read_text())["packed"] == results["packed"]
     with tarfile.open(out / "runs.tar.gz") as tar:
