@@ -152,12 +152,15 @@ PLANS: dict[str, tuple[Sweep, ...]] = {
             ("experiment=metr_la", "model=dcrnn,graph_wavenet,agcrn,staeformer", "seed=0,1,2"),
         ),
     ),
+    # Eager: compiling the CloudLSTM family takes 5 minutes on METR-LA's week, more than
+    # 2,000 eager steps (docs/performance.md, "Sizing the METR-LA plans").
     "metr_la_cloud": (
         Sweep(
             (
                 "experiment=metr_la",
                 "model=convlstm,predrnnpp,cloudlstm_k3,cloudgru_k3,attention_cloudlstm_k3",
                 "seed=0,1,2",
+                "model.compile=false",
             ),
         ),
     ),
@@ -198,10 +201,11 @@ class Step:
     stopped_at_deadline: bool = False
 
 
-def run_until(command: list[str], deadline: float, env: dict[str, str], log: Path) -> Step:
+def run_until(command: list[str], deadline: float, env: dict[str, str], log: Path,
+              grace: float = GRACE_S) -> Step:  # fmt: skip
     """Run ``command`` from the checkout, appending its output to ``log``; at ``deadline``
     (a ``time.monotonic()``) SIGTERM its process alone (a sweep's parent passes it on to its
-    jobs), then SIGKILL its process group ``GRACE_S`` later."""
+    jobs), then SIGKILL its process group ``grace`` seconds later."""
     step = Step(command)
     start = time.monotonic()
     with log.open("a") as out:
@@ -217,7 +221,7 @@ def run_until(command: list[str], deadline: float, env: dict[str, str], log: Pat
             step.stopped_at_deadline = True
             process.send_signal(signal.SIGTERM)
             try:
-                step.exit_code = process.wait(timeout=GRACE_S)
+                step.exit_code = process.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 step.exit_code = process.wait()
@@ -312,9 +316,11 @@ def eval_commands(evaluation: Eval, outputs: Path, device: str, smoke: bool) -> 
 
 
 def campaign(plan: str, seconds: float, out: Path, work: Path, data: Path | None, device: str,
-             smoke: bool, settings: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
+             smoke: bool, settings: tuple[str, ...] = (), grace: float = GRACE_S,
+             ) -> dict[str, Any]:  # fmt: skip
     """Run ``plan``, each sweep with ``settings`` (:meth:`Sweep.with_overrides`), until
-    ``seconds`` from now; write the archives, the JSON and the log."""
+    ``seconds`` from now (then SIGTERM, and SIGKILL ``grace`` seconds later); write the
+    archives, the JSON and the log."""
     deadline = time.monotonic() + seconds
     outputs = work / "outputs"
     outputs.mkdir(parents=True, exist_ok=True)
@@ -324,11 +330,12 @@ def campaign(plan: str, seconds: float, out: Path, work: Path, data: Path | None
     for sweep in (s.with_overrides(settings) for s in PLANS[plan]):
         if time.monotonic() >= deadline:
             break
-        steps.append(run_until(train_command(sweep, outputs, device, smoke), deadline, env, log))
+        command = train_command(sweep, outputs, device, smoke)
+        steps.append(run_until(command, deadline, env, log, grace))
         for evaluation in sweep.evals:
             for command in eval_commands(evaluation, outputs, device, smoke):
                 if time.monotonic() < deadline:
-                    steps.append(run_until(command, deadline, env, log))
+                    steps.append(run_until(command, deadline, env, log, grace))
     results = {
         "plan": plan,
         "settings": list(settings),
@@ -355,6 +362,10 @@ def main() -> int:
     parser.add_argument("plan", choices=sorted(PLANS))
     parser.add_argument("--seconds", type=positive_number, default=420.0)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_campaign_out")))
+    parser.add_argument(
+        "--grace", type=positive_number, default=GRACE_S,
+        help="seconds between SIGTERM at the deadline and SIGKILL",
+    )  # fmt: skip
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--data", type=Path, default=ROOT / ".gpu_data")
     parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
@@ -368,7 +379,7 @@ def main() -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="gpu_campaign_"))
     data = args.data if args.data.is_dir() else None
     results = campaign(args.plan, args.seconds, args.out, work, data, args.device, args.smoke,
-                       tuple(args.settings))  # fmt: skip
+                       tuple(args.settings), args.grace)  # fmt: skip
     done = sum(run["finished"] for run in results["runs"].values())
     print(f"{args.plan}: {done} of {len(results['runs'])} runs finished; "
           f"{len(results['packed'])} packed in {args.out / 'runs.tar.gz'}")  # fmt: skip
