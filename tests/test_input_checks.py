@@ -292,6 +292,19 @@ def test_a_sweep_over_a_setting_the_config_lacks_is_one_line_and_leaves_no_sweep
     assert listed.returncode == 0 and "seed:" in listed.stdout
 
 
+@pytest.mark.parametrize("modes", [("-m", "--cfg", "job"), ("--info", "--cfg", "hydra")])
+def test_two_of_hydras_modes_at_once_are_one_line(modes):
+    """Hydra refuses -m with --cfg (or --info with --cfg) by a ValueError: a user's error,
+    not a bug, so one line and argparse's status, and the way to see a sweep's settings."""
+    done = run_script("train.py", "model=linear,lstm", *modes)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.splitlines() == [
+        "Only one of --run, --multirun, --cfg, --info and --shell_completion can be specified: "
+        "give one. To see a sweep's settings, print one job's: the same overrides, one value "
+        "each, with --cfg job and without -m."
+    ]
+
+
 def test_the_multirun_flag_may_come_after_overrides():
     """Hydra's parser took `a=1 -m b=2,3` for unrecognized arguments, under its usage."""
     argv = ["train.py", "model=lstm", "-m", "seed=0,1", "--multirun"]

@@ -201,12 +201,28 @@ def _errors_without_hydra_hint() -> Iterator[None]:
         sys.stderr.write(f"{hydra_error_line(err)}\n")
         _no_sweep_folder_if_no_job_began()
         raise SystemExit(1) from None
+    except ValueError as err:
+        if _after_ctrl_c(err):
+            raise KeyboardInterrupt from None
+        if not str(err).startswith(_ONE_MODE):
+            raise
+        sys.stderr.write(f"{err}: give one. {_ONE_MODE_FIX}\n")
+        raise SystemExit(2) from None
     except Exception as err:
         if _after_ctrl_c(err):
             raise KeyboardInterrupt from None
         raise
     finally:
         os.environ.pop(_FULL_ERROR, None)
+
+
+# Hydra's refusal of two of its modes at once (``-m`` with ``--cfg``, say), a plain
+# ValueError that would otherwise show as a bug, with its traceback
+_ONE_MODE = "Only one of --run, --multirun, --cfg"
+_ONE_MODE_FIX = (
+    "To see a sweep's settings, print one job's: the same overrides, one value each, "
+    "with --cfg job and without -m."
+)
 
 
 def _after_ctrl_c(err: BaseException) -> bool:
