@@ -13,7 +13,7 @@ archive unpacks into a checkout's ``outputs/`` as if they had run there.
 * **Deadline.** At ``--seconds`` the sweep gets SIGTERM: its running jobs save
   ``last.ckpt`` and stop (docs/cluster.md, "A stopped run says so"). The archive holds
   finished runs only, since a GPU machine starts bare and a checkpoint is too large to
-  bring back; ``campaign.json`` names every run and whether it finished.
+  bring back; ``campaign.json`` names every run, whether it finished and how far it got.
 * **Float32 as on a CPU.** ``NVIDIA_TF32_OVERRIDE=0`` keeps cuBLAS and cuDNN from rounding
   float32 products to TF32 (cuDNN's RNNs and convolutions do by default on Ampere and
   newer), so a run differs from its CPU twin by rounding order alone.
@@ -246,9 +246,21 @@ def finished(run: Path) -> bool:
 
 
 def state(run: Path) -> dict[str, Any]:
-    """Whether ``run`` finished, and the checkpoints it left (where an unfinished one got)."""
+    """Whether ``run`` finished, the checkpoints it left (where an unfinished one got) and
+    its last progress line (the step, the score and the seconds a step), or None."""
     checkpoints = sorted(p.name for p in (run / "checkpoints").glob("*.ckpt"))
-    return {"finished": finished(run), "checkpoints": checkpoints}
+    return {"finished": finished(run), "checkpoints": checkpoints, "progress": last_progress(run)}
+
+
+PROGRESS = "[cloudlstm.engine.progress_log][INFO] - "  # how train.log heads a progress line
+
+
+def last_progress(run: Path) -> str | None:
+    """The last progress line of ``run``'s ``train.log``, without its time and source."""
+    log = run / "train.log"
+    lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+    found = [line.split(PROGRESS, 1)[1] for line in lines if PROGRESS in line]
+    return found[-1] if found else None
 
 
 def pack(outputs: Path, archive: Path) -> list[str]:
@@ -383,6 +395,9 @@ def main() -> int:
     done = sum(run["finished"] for run in results["runs"].values())
     print(f"{args.plan}: {done} of {len(results['runs'])} runs finished; "
           f"{len(results['packed'])} packed in {args.out / 'runs.tar.gz'}")  # fmt: skip
+    for run, got in results["runs"].items():
+        if not got["finished"]:
+            print(f"  {run} stopped at: {got['progress'] or 'no validation yet'}")
     return 0 if results["runs"] and done == len(results["runs"]) else 1
 
 

@@ -146,9 +146,16 @@ def test_the_archive_holds_the_finished_runs_and_their_evaluations_only(campaign
         "exp/tag/a/seed_0/eval/2026-01-02/config.yaml",
         "exp/tag/b/seed_0/metrics.json", "exp/tag/b/seed_0/config.yaml",
     ])  # fmt: skip
-    assert campaign.state(outputs / "exp" / "tag" / "a" / "seed_1") == {
-        "finished": False, "checkpoints": ["last.ckpt"],
+    stopped = outputs / "exp" / "tag" / "a" / "seed_1"
+    assert campaign.state(stopped) == {
+        "finished": False, "checkpoints": ["last.ckpt"], "progress": None,
     }  # fmt: skip
+    (stopped / "train.log").write_text(
+        "[2026-12-04 17:32:25,871][cloudlstm.engine.progress_log][INFO] - step 750 of 2,000\n"
+        "[2026-12-04 17:32:29,343][cloudlstm.engine.progress_log][INFO] - step 800 of 2,000\n"
+        "[2026-12-04 17:32:29,392][cloudlstm.engine.signals][INFO] - Received SIGTERM\n"
+    )
+    assert campaign.state(stopped)["progress"] == "step 800 of 2,000"
     evaluation = campaign.Eval("exp/*/a/seed_*", ("data.holdout_history=false",))
     commands = campaign.eval_commands(evaluation, outputs, "gpu", smoke=False)
     assert [c[2:] for c in commands] == [
@@ -205,6 +212,7 @@ def test_a_plan_runs_end_to_end_on_cpu(campaign, tmp_path, monkeypatch) -> None:
     runs = ["smoke/linear/seed_0", "smoke/persistence/seed_0", "smoke/stid/seed_0"]
     assert results["packed"] == runs and results["logs"] == runs  # --set added stid
     assert all(run["finished"] for run in results["runs"].values())
+    assert results["runs"]["smoke/linear/seed_0"]["progress"].startswith("step 4 of 4 (epoch")
     assert json.loads((out / "campaign.json").read_text())["packed"] == results["packed"]
     with tarfile.open(out / "runs.tar.gz") as tar:
         evals = [n for n in tar.getnames() if "/eval/" in n]
