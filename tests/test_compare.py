@@ -46,13 +46,15 @@ def write_run(
     smae: bool = True,
     channels: dict[str, float] | None = None,
     code: list[dict] | None = None,
+    machines: list[dict] | None = None,
 ) -> None:
     """A run dir as train.py leaves it. PSNR and SSIM fall as MAE rises, so that the best
     row is the same for every metric, whether the best is the lowest or the highest.
 
     ``smae=False`` writes a metrics.json of before the scale-free MAE (``mae / 10`` here);
-    ``channels`` maps channel names to their MAE (none by default); ``code`` the ``code`` of
-    each process that trained it (metrics.json's ``provenance``; none: a run from before)."""
+    ``channels`` maps channel names to their MAE (none by default); ``code`` and ``machines``
+    the ``code`` and ``machine`` of each process that trained it (metrics.json's
+    ``provenance``; neither: a run from before)."""
     path.mkdir(parents=True)
     overall = {"mae": mae, "rmse": 2 * mae, "psnr": 40 - mae, "ssim": 1 - mae / 100}
     if smae:
@@ -74,8 +76,13 @@ def write_run(
             },
         },
     }
-    if code is not None:
-        results["provenance"] = [{"from_step": 0, "code": c} for c in code]
+    if code is not None or machines is not None:
+        processes = [{"from_step": 0} for _ in range(max(len(code or ()), len(machines or ())))]
+        for process, c in zip(processes, code or (), strict=False):
+            process["code"] = c
+        for process, m in zip(processes, machines or (), strict=False):
+            process["machine"] = m
+        results["provenance"] = processes
     (path / "metrics.json").write_text(json.dumps(results))
     if config:
         cfg = {
@@ -252,6 +259,38 @@ def test_a_row_of_runs_from_different_code_is_noted(tmp_path, capsys):
     page = tmp_path / "page.html"
     assert main([str(tmp_path), "--html", str(page)]) == 0
     assert '<p class="note">Code: aaaaaaa (3 runs), bbbbbbb (1 run)' in page.read_text()
+
+
+H200 = {"device": "cuda:0", "gpu": "NVIDIA H200", "cpu": "AMD EPYC", "cpus": 16}
+EPYC = {"device": "cpu", "cpu": "AMD EPYC", "cpus": 2}
+XEON = {"device": "cpu", "cpu": "Intel(R) Xeon(R) Processor", "cpus": 2}
+
+
+def test_a_row_of_runs_from_different_machines_is_noted(tmp_path, capsys):
+    """Seeds trained on a GPU and on a CPU (or on two CPU models) pool into one row, as the
+    machine is no setting, but their time columns average two speeds: a note names the row
+    and the machines, with the runs on each. A run resumed on another machine counts on
+    both; a row on one machine, or runs from before provenance, make no note."""
+    write_run(tmp_path / "k3" / "0", 1.0, seed=0, train_s=9000.0, machines=[EPYC])
+    write_run(tmp_path / "k3" / "1", 2.0, seed=1, train_s=100.0, machines=[H200])
+    write_run(tmp_path / "k3" / "2", 2.0, seed=2, train_s=100.0, machines=[H200])
+    write_run(tmp_path / "k6" / "0", 1.0, k=6, machines=[EPYC, EPYC])
+    write_run(tmp_path / "k6" / "1", 2.0, k=6, seed=1)  # before provenance
+    code, out, err = run_main(capsys, tmp_path)
+    assert code == 0 and len(out.splitlines()) == 4  # two rows: the machine splits none
+    assert err == [
+        "compare: 1 row(s) pool runs trained on different machines, so their times "
+        "(train_s, s_per_1k_steps) mix those machines' speeds: cloudlstm k=3 (CPU AMD EPYC: "
+        "1 run, NVIDIA H200: 2 runs). Each run's metrics.json names its machine under "
+        "provenance."
+    ]
+    write_run(tmp_path / "k6" / "2", 3.0, k=6, seed=2, machines=[XEON, EPYC])  # resumed
+    _, _, err = run_main(capsys, tmp_path)
+    assert err[0].startswith("compare: 2 row(s) pool runs trained on different machines")
+    assert "cloudlstm k=6 (CPU AMD EPYC: 2 runs, CPU Intel(R) Xeon(R) Processor: 1 run)" in err[0]
+    page = tmp_path / "page.html"  # the page, which travels without the runs, says it too
+    assert main([str(tmp_path), "--html", str(page)]) == 0
+    assert '<p class="note">2 row(s) pool runs trained on different machines' in page.read_text()
 
 
 def test_execution_options_split_no_rows(tmp_path):

@@ -29,9 +29,11 @@ def write_run(
     seed: int = 0,
     groups: dict[str, float] | None = None,
     code: list[dict] | None = None,
+    machine: dict | None = None,
 ) -> None:
     """A run dir with the keys the paper's rows are matched by (cluster A, M = J = 12);
-    ``code``: that of each process that trained it (metrics.json's ``provenance``)."""
+    ``code``: that of each process that trained it (metrics.json's ``provenance``), each on
+    ``machine`` where given."""
     path.mkdir(parents=True)
     overall = {"mae": mae, "rmse": 2 * mae, "psnr": 30.0, "ssim": 0.5}
     test = {"overall": {m: {"mean": v, "std": 1.0} for m, v in overall.items()}}
@@ -39,7 +41,8 @@ def write_run(
         test["groups"] = {g: {"overall": {"mae": {"mean": v}}} for g, v in groups.items()}
     results = {"run": {"model": name, "data": "airq"}, "test": test}
     if code is not None:
-        results["provenance"] = [{"from_step": 0, "code": c} for c in code]
+        on = {"machine": machine} if machine else {}
+        results["provenance"] = [{"from_step": 0, "code": c, **on} for c in code]
     (path / "metrics.json").write_text(json.dumps(results))
     cfg = {
         "seed": seed,
@@ -150,19 +153,25 @@ def test_every_paper_model_has_a_config_of_ours(tmp_path):
     assert paper_model({"model._target_": knn._target_, "model.k": knn.k}) == "MLP (K=25)"
 
 
-def test_a_row_of_runs_from_different_code_is_noted(tmp_path):
-    """As in the ordinary table: a paper row whose runs came from two commits is named."""
+def test_a_row_of_runs_from_different_code_or_machines_is_noted(tmp_path):
+    """As in the ordinary table: a paper row whose runs came from two commits, or trained
+    on two machines, is named."""
     commit_a = {"version": "0.1.0", "commit": "a" * 40, "changed": False}
     commit_b = {**commit_a, "commit": "b" * 40}
-    write_run(tmp_path / "a0", 20.0, code=[commit_a])
-    write_run(tmp_path / "a1", 22.0, seed=1, code=[commit_b])
-    write_run(tmp_path / "b", 10.0, data={"cluster": "B"}, code=[commit_a])
+    cpu, gpu = {"device": "cpu", "cpu": "AMD EPYC"}, {"device": "cuda:0", "gpu": "NVIDIA H200"}
+    write_run(tmp_path / "a0", 20.0, code=[commit_a], machine=cpu)
+    write_run(tmp_path / "a1", 22.0, seed=1, code=[commit_b], machine=gpu)
+    write_run(tmp_path / "b", 10.0, data={"cluster": "B"}, code=[commit_a], machine=cpu)
     _, notes = paper_table(find_runs([tmp_path]), "metric2", ["mae"])
-    assert notes[-1] == (
+    assert notes[-2:] == [
         "1 row(s) come from more than one version of the code, or from code with "
         "uncommitted changes: CloudLSTM (K=9), Cluster A (aaaaaaa, bbbbbbb). Each run's "
-        "metrics.json names its code under provenance."
-    )
+        "metrics.json names its code under provenance.",
+        "1 row(s) pool runs trained on different machines, so their times (train_s, "
+        "s_per_1k_steps) mix those machines' speeds: CloudLSTM (K=9), Cluster A (CPU AMD "
+        "EPYC: 1 run, NVIDIA H200: 1 run). Each run's metrics.json names its machine under "
+        "provenance.",
+    ]
 
 
 def test_command_line(tmp_path, capsys):

@@ -21,7 +21,9 @@ derived ``data_info.*`` (:data:`cloudlstm.compare.settings.NOT_SETTINGS`);
 settings never mix; with ``--by`` a warning names the keys that differ inside a row.
 The code is no setting: seeds trained by different commits pool into one row, and a note
 names each row whose runs came from more than one version of the code, or from code with
-uncommitted changes (``provenance`` in ``metrics.json``). ``eval.py``'s results
+uncommitted changes (``provenance`` in ``metrics.json``); another note names each row
+whose runs trained on different machines (a GPU and a CPU, two CPU models), whose time
+columns then average their speeds. ``eval.py``'s results
 (``<run>/eval/<time>/metrics.json``) test a run again and are left
 out (a note says how many); ``--include-evals`` adds them as rows of their own.
 

@@ -221,6 +221,29 @@ def code_note(rows: Sequence[tuple[str, Sequence[Run]]], shown: int = 3) -> str 
     )
 
 
+def machine_note(rows: Sequence[tuple[str, Sequence[Run]]], shown: int = 3) -> str | None:
+    """A note where a row, given as its label and its runs, pools runs trained on different
+    machines (a GPU and a CPU, or two models of either): the settings and the arithmetic are
+    the same, but its time columns average those machines' speeds. None where every row's
+    runs trained on one machine, or no run records it (older runs)."""
+    mixed = []
+    for label, runs in rows:
+        counts: dict[str, int] = {}
+        for run in runs:
+            for machine in run.machines:
+                counts[machine] = counts.get(machine, 0) + 1
+        if len(counts) > 1:
+            mixed.append(f"{label} ({', '.join(f'{m}: {_runs(n)}' for m, n in counts.items())})")
+    if not mixed:
+        return None
+    more = f" and {len(mixed) - shown} more" if len(mixed) > shown else ""
+    return (
+        f"{len(mixed)} row(s) pool runs trained on different machines, so their times "
+        f"(train_s, s_per_1k_steps) mix those machines' speeds: {'; '.join(mixed[:shown])}"
+        f"{more}. Each run's metrics.json names its machine under provenance."
+    )
+
+
 def code_summary(groups: Sequence[Group]) -> str | None:
     """Which code the runs came from, with how many runs each (a run continued by other
     code counts for each), for a page that travels without the run folders:

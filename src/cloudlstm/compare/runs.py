@@ -64,6 +64,9 @@ class Run:
     # first 7 characters, "+changes" where the package's files differed from it, or the version of
     # an installed copy (:mod:`cloudlstm.rundir.provenance`); empty for older runs
     code: tuple[str, ...] = ()
+    # the machines its processes trained (or tested) on, first to last: the GPU's name, or
+    # "CPU <model>" (:func:`_machines`); empty for older runs
+    machines: tuple[str, ...] = ()
 
     @property
     def has_config(self) -> bool:
@@ -197,6 +200,7 @@ def load_run(path: Path) -> Run | None:
         s_per_1k_steps=results_of.count(results.get("cost") or {}, "train_s_per_1k_steps"),
         evaluated_run=str(results.get("run_dir") or ""),
         code=_code(results.get("provenance")),
+        machines=_machines(results.get("provenance")),
         **_selection(results, config, results_of),
     )
 
@@ -214,6 +218,22 @@ def _code(processes: Any) -> tuple[str, ...]:
             labels.append(commit[:7] + ("+changes" if code.get("changed") else ""))
         elif code.get("version"):
             labels.append(f"cloudlstm {code['version']}")
+    return tuple(labels)
+
+
+def _machines(processes: Any) -> tuple[str, ...]:
+    """The machines of a run's processes (``provenance``'s ``machine``), each once: the
+    GPU's name (``NVIDIA H200``) or ``CPU <model>``, what sets its speed; an entry of another
+    shape is left out, as in :func:`_code`."""
+    labels: dict[str, None] = {}
+    for process in processes if isinstance(processes, list) else []:
+        machine = process.get("machine") if isinstance(process, dict) else None
+        if not isinstance(machine, dict):
+            continue
+        if machine.get("gpu"):
+            labels[str(machine["gpu"])] = None
+        elif str(machine.get("device", "")).startswith("cpu"):
+            labels[f"CPU {machine.get('cpu') or 'of unknown model'}"] = None
     return tuple(labels)
 
 

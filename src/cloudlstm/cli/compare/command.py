@@ -17,6 +17,7 @@ from cloudlstm.compare.groups import (
     Group,
     code_note,
     group_runs,
+    machine_note,
     mixed_keys,
     one_run_per_seed,
     without_curves,
@@ -238,8 +239,10 @@ def _run(args: argparse.Namespace) -> int:
             "add them to --by to split the rows",
             file=sys.stderr,
         )
-    if note := code_note([(group.label, group.runs) for group in groups]):
-        print(f"compare: {note}", file=sys.stderr)
+    rows = [(group.label, group.runs) for group in groups]
+    for note in (code_note(rows), machine_note(rows)):
+        if note:
+            print(f"compare: {note}", file=sys.stderr)
     table = build_table(
         groups,
         args.metrics,
