@@ -12,6 +12,7 @@ from __future__ import annotations
 
 # small modules of the standard library alone (not typing, not pathlib: 20-30 ms each), as
 # every import here is a moment without the guard
+import _signal  # signal's C module: signal.py imports enum, 13 ms more without the guard
 import importlib
 import os
 import sys
@@ -32,13 +33,31 @@ class _Program:
 
     def __call__(self) -> object:
         try:
-            from cloudlstm.cli.ctrl_c import ctrl_c_is_a_stop
+            with _ctrl_c_held():
+                from cloudlstm.cli.ctrl_c import ctrl_c_is_a_stop
         except KeyboardInterrupt:
             sys.stderr.write(f"{os.path.basename(sys.argv[0])}: stopped by Ctrl-C.\n")
             raise SystemExit(CTRL_C_EXIT_CODE) from None
         with ctrl_c_is_a_stop():
             main = getattr(importlib.import_module(self.module), self.function)
         return main()
+
+
+class _ctrl_c_held:  # noqa: N801 (a context manager; contextlib is 10 ms of imports)
+    """SIGINT blocked while the package loads, as every later import is
+    (``cloudlstm.cli.ctrl_c.hold_ctrl_c_while_importing``): a ``KeyboardInterrupt`` raised
+    inside an import can be lost (CPython drops one raised where a C function clears
+    errors) and leave a module half made, whose later use fails with a traceback
+    (omegaconf's: ``'NoneType' object has no attribute '_invalidate_flags_cache'``). A
+    press meanwhile arrives as the block ends, where the program stops on it."""
+
+    def __enter__(self) -> None:
+        if hasattr(_signal, "pthread_sigmask"):  # not on Windows: nothing held there
+            self.before = _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGINT})
+
+    def __exit__(self, *exc: object) -> None:
+        if hasattr(self, "before"):
+            _signal.pthread_sigmask(_signal.SIG_SETMASK, self.before)
 
 
 train = _Program("cloudlstm.cli.scripts", "train")

@@ -70,6 +70,36 @@ def test_a_ctrl_c_during_an_import_arrives_when_the_import_is_done(tmp_path, hol
     assert proc.stdout.strip() == f"interrupted; {printed}", proc.stderr[-2000:]
 
 
+# a Ctrl-C pressed while a program loads the package (before its own guard is in place): a
+# finder sends it as the package's first module is looked up, then lets the import go on
+PRESSED_WHILE_THE_PACKAGE_LOADS = """
+import os, signal, sys
+import cloudlstm_programs
+
+class PressOnce:
+    def find_spec(self, name, path=None, target=None):
+        if name == "cloudlstm" and not hasattr(self, "sent"):
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, PressOnce())
+try:
+    cloudlstm_programs.train()
+except SystemExit as stop:
+    print(stop.code, "cloudlstm.cli.ctrl_c" in sys.modules)
+"""
+
+
+def test_a_ctrl_c_while_the_package_loads_arrives_once_it_has_loaded():
+    """A KeyboardInterrupt raised inside an import can be lost, leaving a module half made
+    (omegaconf's, whose later use fails with a traceback): the program holds the press
+    until the package has loaded, then stops on it with its line."""
+    proc = python_c(textwrap.dedent(PRESSED_WHILE_THE_PACKAGE_LOADS))
+    assert proc.stdout.split() == ["130", "True"], proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == ["-c: stopped by Ctrl-C."]
+
+
 def test_ctrl_c_at_any_moment_of_the_start_is_one_line(tmp_path):
     """A fresh Python (not the tests' warm one, which has imported torch already); on a
     loaded machine the later presses may find the run training, whose own stop then says
