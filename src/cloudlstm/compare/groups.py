@@ -211,13 +211,11 @@ def code_note(rows: Sequence[tuple[str, Sequence[Run]]], shown: int = 3) -> str 
         versions = list(dict.fromkeys(c for run in runs for c in run.code))
         if len(versions) > 1 or any(c.endswith("+changes") for c in versions):
             mixed.append(f"{label} ({', '.join(versions)})")
-    if not mixed:
-        return None
-    more = f" and {len(mixed) - shown} more" if len(mixed) > shown else ""
-    return (
-        f"{len(mixed)} row(s) come from more than one version of the code, or from code with "
-        f"uncommitted changes: {'; '.join(mixed[:shown])}{more}. Each run's metrics.json "
-        "names its code under provenance."
+    return _rows_note(
+        mixed,
+        shown,
+        "come from more than one version of the code, or from code with uncommitted changes",
+        "names its code under provenance",
     )
 
 
@@ -234,13 +232,24 @@ def machine_note(rows: Sequence[tuple[str, Sequence[Run]]], shown: int = 3) -> s
                 counts[machine] = counts.get(machine, 0) + 1
         if len(counts) > 1:
             mixed.append(f"{label} ({', '.join(f'{m}: {_runs(n)}' for m, n in counts.items())})")
+    return _rows_note(
+        mixed,
+        shown,
+        "pool runs trained on different machines, so their times (train_s, s_per_1k_steps) "
+        "mix those machines' speeds",
+        "names its machine under provenance",
+    )
+
+
+def _rows_note(mixed: Sequence[str], shown: int, what: str, where: str) -> str | None:
+    """``"<n> row(s) <what>: <the first shown rows> and <k> more. Each run's metrics.json
+    <where>."``, or None where no row is ``mixed``."""
     if not mixed:
         return None
     more = f" and {len(mixed) - shown} more" if len(mixed) > shown else ""
     return (
-        f"{len(mixed)} row(s) pool runs trained on different machines, so their times "
-        f"(train_s, s_per_1k_steps) mix those machines' speeds: {'; '.join(mixed[:shown])}"
-        f"{more}. Each run's metrics.json names its machine under provenance."
+        f"{len(mixed)} row(s) {what}: {'; '.join(mixed[:shown])}{more}. Each run's "
+        f"metrics.json {where}."
     )
 
 
