@@ -183,8 +183,10 @@ def _errors_without_hydra_hint() -> Iterator[None]:
     hands them on here (HYDRA_FULL_ERROR set while it runs): its own (an unknown config
     group, a key not in the config, a value of the wrong type, an override that does not
     parse) become one line (:func:`hydra_error_line`), a sweep's user errors (all
-    ``CompactHydraException``) keep their message, and both lose the hint; any other error
-    is a bug and keeps its whole traceback. A user who set HYDRA_FULL_ERROR=1 gets every
+    ``CompactHydraException``) keep their message, and both lose the hint; two of its
+    modes at once (``-m`` with ``--cfg``, a plain ``ValueError``) are one line with the way
+    to see a sweep's settings, status 2; any other error is a bug and keeps its whole
+    traceback. A user who set HYDRA_FULL_ERROR=1 gets every
     traceback, as from Hydra.
     """
     from hydra.errors import CompactHydraException
@@ -201,16 +203,12 @@ def _errors_without_hydra_hint() -> Iterator[None]:
         sys.stderr.write(f"{hydra_error_line(err)}\n")
         _no_sweep_folder_if_no_job_began()
         raise SystemExit(1) from None
-    except ValueError as err:
-        if _after_ctrl_c(err):
-            raise KeyboardInterrupt from None
-        if not str(err).startswith(_ONE_MODE):
-            raise
-        sys.stderr.write(f"{err}: give one. {_ONE_MODE_FIX}\n")
-        raise SystemExit(2) from None
     except Exception as err:
         if _after_ctrl_c(err):
             raise KeyboardInterrupt from None
+        if isinstance(err, ValueError) and str(err).startswith(_ONE_MODE):
+            sys.stderr.write(f"{err}: give one. {_ONE_MODE_FIX}\n")
+            raise SystemExit(2) from None
         raise
     finally:
         os.environ.pop(_FULL_ERROR, None)
