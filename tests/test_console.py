@@ -4,6 +4,7 @@ line."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from collections import Counter
@@ -28,11 +29,16 @@ CONSOLE_JOB = [
 ]
 
 
-def train_py(tmp_path: Path, *args: str, wandb_silent: bool = True) -> tuple[int, str, str]:
-    """Exit status, stdout and stderr of `python train.py` in a fresh process."""
+def train_py(
+    tmp_path: Path, *args: str, wandb_silent: bool = True, path: Path | None = None
+) -> tuple[int, str, str]:
+    """Exit status, stdout and stderr of `python train.py` in a fresh process (``path``: a
+    folder of programs put first on its PATH)."""
     env = subprocess_env()
     if not wandb_silent:  # W&B's own warnings are part of what is checked
         env.pop("WANDB_SILENT", None)
+    if path is not None:
+        env["PATH"] = f"{path}{os.pathsep}{env.get('PATH', '')}"
     cmd = [
         *PYTHON,
         "train.py",
@@ -46,8 +52,14 @@ def train_py(tmp_path: Path, *args: str, wandb_silent: bool = True) -> tuple[int
 
 @pytest.fixture(scope="module")
 def demo_console(tmp_path_factory) -> tuple[str, str]:
-    """stdout and stderr of a tiny job with the default callbacks and the W&B logger."""
-    code, out, err = train_py(tmp_path_factory.mktemp("console"), *CONSOLE_JOB, wandb_silent=False)
+    """stdout and stderr of a tiny job with the default callbacks and the W&B logger, on a
+    machine with SLURM's ``srun`` (a cluster's login node), outside any SLURM job."""
+    programs = tmp_path_factory.mktemp("programs")
+    srun = programs / "srun"
+    srun.write_text("#!/bin/sh\nexit 1\n")
+    srun.chmod(0o755)
+    tmp_path = tmp_path_factory.mktemp("console")
+    code, out, err = train_py(tmp_path, *CONSOLE_JOB, wandb_silent=False, path=programs)
     assert code == 0, err[-3000:]
     return out, err
 
@@ -66,6 +78,7 @@ def test_no_advertisements_or_empty_numbers(demo_console):
     out, err = demo_console
     text = out + err
     noises = ("Total FLOPs", "v_num", "anonymous", "💡", "litlogger", "TPU available", "NumExpr")
+    noises += ("srun",)  # Lightning's hint to start a run of one node with srun
     for noise in noises:
         assert noise not in text, noise
     assert "Trainable params" in out  # the model summary is still there

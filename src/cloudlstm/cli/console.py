@@ -45,6 +45,10 @@ NOISY_WARNINGS = (
     # from every rank, so each rank logs the same numbers (engine/module.py), and the
     # training loss and timings are rank 0's by design: nothing for Lightning to reduce
     r"It is recommended to use `self\.log\('(test|val/|perf/|train/loss)",
+    # Lightning wherever SLURM's srun is installed (a cluster's login node): a run on one
+    # node needs no srun, and one on several nodes that no launcher started is refused
+    # before it could hang (assembly/build.py, check_nodes_started)
+    r"The `srun` command is available on your system but is not used",
 )
 # The config tree's first branches, in this order; the other top-level keys follow.
 TREE_ORDER = ("data", "model", "module", "optimizer", "scheduler", "trainer", "callbacks")
