@@ -49,6 +49,9 @@ NOISY_WARNINGS = (
     # node needs no srun, and one on several nodes that no launcher started is refused
     # before it could hang (assembly/build.py, check_nodes_started)
     r"The `srun` command is available on your system but is not used",
+    # a run resumed in its directory finds its own checkpoints there, and one trained anew
+    # has moved an earlier training's aside first (rundir/replaced.py)
+    r"Checkpoint directory .* exists and is not empty",
 )
 # The config tree's first branches, in this order; the other top-level keys follow.
 TREE_ORDER = ("data", "model", "module", "optimizer", "scheduler", "trainer", "callbacks")

@@ -52,7 +52,7 @@ from cloudlstm.rundir.layout import (
     load_metrics,
     write_metrics,
 )
-from cloudlstm.rundir.lock import owns_run_dir
+from cloudlstm.rundir.lock import is_rank_zero, owns_run_dir
 from cloudlstm.rundir.preemption import interrupted, stopped_by_ctrl_c
 from cloudlstm.rundir.provenance import (
     record_training,
@@ -60,7 +60,8 @@ from cloudlstm.rundir.provenance import (
     training_processes,
     warn_if_the_code_changed,
 )
-from cloudlstm.rundir.resume import resume_checkpoint
+from cloudlstm.rundir.replaced import put_back, retire_earlier_training
+from cloudlstm.rundir.resume import resume_checkpoint, starts_anew
 from cloudlstm.rundir.stops import RunInterrupted
 from cloudlstm.rundir.sweep_sigterm import stopped_before_training
 
@@ -111,9 +112,16 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
                 ", ".join(map(str, allowed)),
             )
         return load_metrics(finished)  # a damaged one: one line naming it
+    aside = None
+    if cfg.get("train") and is_rank_zero() and starts_anew(cfg.get("resume", "auto"), output_dir):
+        aside = retire_earlier_training(output_dir)  # before this training writes its config
     record_changes(output_dir, changes, cfg)
-
-    job = assemble(cfg, output_dir)
+    try:
+        job = assemble(cfg, output_dir)
+    except BaseException:
+        if aside is not None:  # refused before it trained: the directory as it was
+            put_back(aside, output_dir)
+        raise
     try:
         return _train_assembled(job)
     except BaseException as err:

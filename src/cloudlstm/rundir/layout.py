@@ -14,7 +14,10 @@ writes of them that every entry point shares.
         wandb_run_id.txt       the W&B run id, so a restarted job continues its W&B run
         checkpoints/           epoch_*.ckpt (the best), last.ckpt (the newest), checksums
         figures/               the test report's PNG files
+        predictions.npz        the test's forecasts and targets (module.save_predictions)
         eval/<time>/           each evaluation's own directory
+        .replaced/<time>/      an earlier training's results, moved aside by a training
+                               anew (rundir/replaced.py)
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ BEST_CHECKPOINTS = "epoch_*.ckpt"
 # The checkpoints chosen by name (ckpt=best|last); any other ckpt is a file's path.
 CHOSEN_CHECKPOINTS = ("best", "last")
 FIGURES_DIR = "figures"
+PREDICTIONS_FILE = "predictions.npz"  # written by the test (engine/module.py)
 TRAIN_LOG = "train.log"  # train.py's log (conf/hydra/default.yaml: <task_name>.log), from its start
 EVAL_DIR = "eval"  # a run's evaluations by eval.py, one folder each (conf/eval.yaml)
 

@@ -61,6 +61,18 @@ def resume_checkpoint(resume: Any, run_dir: Path) -> str | None:
     return str(path)
 
 
+def starts_anew(resume: Any, run_dir: Path) -> bool:
+    """Whether a training with this ``resume`` continues none of ``run_dir``'s own
+    checkpoints: it starts from scratch, or from another run's checkpoint. Read from the
+    names alone, before :func:`resume_checkpoint` checks the file."""
+    if resume in (None, False, "never"):
+        return True
+    if resume == "auto":
+        return newest_checkpoint(run_dir) is None
+    given = Path(str(resume)).expanduser().resolve()
+    return Path(run_dir).resolve() not in given.parents
+
+
 def _prefer_last(path: Path, checkpoint: dict[str, Any], run_dir: Path) -> Path:
     """``last.ckpt`` instead of an HPC checkpoint of the same training step.
 
