@@ -11,9 +11,8 @@ writes anything, the earlier one's files move into ``.replaced/<UTC time>/`` in 
 directory: a run directory of their own (``eval.py run=<it>`` tests it again), kept whole,
 which ``compare`` and every reader of runs pass over as a hidden folder. A training refused
 while it is built puts them back (:func:`put_back`): a refused command changes nothing. The
-log files and
-the loggers' folders stay: ``train.log`` goes on, the CSV logger numbers its versions, and
-W&B starts a run of a new id.
+log files and the loggers' folders stay: ``train.log`` goes on, the CSV logger numbers its
+versions, and W&B starts a run of a new id.
 """
 
 from __future__ import annotations
