@@ -22,6 +22,7 @@ from cloudlstm.rundir.layout import (
     CHECKPOINT_DIR,
     last_checkpoint,
     newest_checkpoint,
+    resume_candidates,
 )
 
 log = logging.getLogger(__name__)
@@ -64,11 +65,11 @@ def resume_checkpoint(resume: Any, run_dir: Path) -> str | None:
 def starts_anew(resume: Any, run_dir: Path) -> bool:
     """Whether a training with this ``resume`` continues none of ``run_dir``'s own
     checkpoints: it starts from scratch, or from another run's checkpoint. Read from the
-    names alone, before :func:`resume_checkpoint` checks the file."""
+    names alone, before :func:`resume_checkpoint` reads and checks the file."""
     if resume in (None, False, "never"):
         return True
-    if resume == "auto":
-        return newest_checkpoint(run_dir) is None
+    if resume == "auto":  # which candidate is newest does not matter here
+        return not resume_candidates(run_dir)
     given = Path(str(resume)).expanduser().resolve()
     return Path(run_dir).resolve() not in given.parents
 
