@@ -10,11 +10,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.config_changes import CHANGES_FILE, check_config_changes, config_changes
+from cloudlstm.rundir.layout import checkpoint_run
 from tests.conftest import PYTHON, ROOT, TINY, compose_train, run_python, subprocess_env
 from tests.test_input_checks import the_line
 
@@ -103,6 +105,65 @@ def test_allow_changes_resumes_with_the_new_value_and_records_it(stopped_run, tm
     # the same command again: the run has finished, and nothing differs any more
     assert check_config_changes(cfg, stopped_run) == []
     assert json.loads((stopped_run / "metrics.json").read_text()) == train(cfg)
+
+
+def test_a_resume_of_another_runs_checkpoint_is_checked_against_that_run(stopped_run, tmp_path):
+    checkpoint = stopped_run / "checkpoints" / "last.ckpt"
+    before = snapshot(stopped_run)
+    new = tmp_path / "new"
+    lr = train_py(new, f"resume={checkpoint}", "optimizer.lr=0.01")
+    assert lr.returncode != 0
+    line = the_line(lr, "holds a run trained with other settings")
+    assert line.startswith(f"{stopped_run} holds a run trained with other settings")
+    assert "optimizer.lr 0.001 -> 0.01" in line and str(new / CHANGES_FILE) in line
+    assert not (new / "config.yaml").exists() and snapshot(stopped_run) == before
+
+    # a directory whose own earlier training has the new settings: still that run's
+    (new / "checkpoints").mkdir(parents=True)
+    torch.save({"global_step": 1}, new / "checkpoints" / "last.ckpt")
+    saved = yaml.safe_load((stopped_run / "config.yaml").read_text())
+    saved["optimizer"]["lr"] = 0.01
+    (new / "config.yaml").write_text(yaml.safe_dump(saved))
+    changed = compose_train(tmp_path, [*TINY, *BASE, "optimizer.lr=0.01", f"resume={checkpoint}"])
+    with pytest.raises(UserError, match=rf"^{re.escape(str(stopped_run))} holds .*0\.001 -> 0\.01"):
+        check_config_changes(changed, new)
+    assert check_config_changes(compose_train(tmp_path, [*TINY, *BASE, "resume=never"]), new) == []
+
+
+def test_another_runs_checkpoint_resumed_with_allowed_changes_records_them_here(
+    stopped_run, tmp_path
+):
+    from cloudlstm.cli.train import train
+
+    checkpoint = stopped_run / "checkpoints" / "last.ckpt"
+    allowed = ["optimizer.lr=0.01", "trainer.max_epochs=3", "allow_changes=[optimizer.lr,trainer]"]
+    cfg = compose_train(tmp_path, [*TINY, *BASE, *allowed, f"resume={checkpoint}"])
+    new = tmp_path / "new"
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(new)
+    results = train(cfg)
+    assert results["resumed_from"] == str(checkpoint)
+    (entry,) = yaml.safe_load((new / CHANGES_FILE).read_text())
+    assert entry["resumed_from"] == str(checkpoint)
+    assert entry["changes"]["optimizer.lr"] == {
+        "old": 0.001, "new": 0.01, "allowed_by": "allow_changes",
+    }  # fmt: skip
+    assert not (stopped_run / CHANGES_FILE).exists() and not (stopped_run / "metrics.json").exists()
+    # and trained with it: the optimizer's restored rate is not the checkpoint's
+    last = torch.load(new / "checkpoints" / "last.ckpt", weights_only=False)
+    assert last["global_step"] > torch.load(checkpoint, weights_only=False)["global_step"]
+    (group,) = last["optimizer_states"][0]["param_groups"]
+    assert group["initial_lr"] == group["configured_lr"] == 0.01
+
+
+def test_a_checkpoints_run_is_the_folder_with_its_config(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    assert checkpoint_run(run / "checkpoints" / "last.ckpt") is None  # no config: no run
+    (run / "config.yaml").write_text("seed: 0\n")
+    assert checkpoint_run(run / "checkpoints" / "last.ckpt") == run
+    assert checkpoint_run(run / "hpc_ckpt_3.ckpt") == run  # SLURM's, in the run directory
+    assert checkpoint_run(tmp_path / "loose.ckpt") is None
 
 
 def test_an_allowed_change_that_reshapes_the_weights_is_refused_in_one_line(stopped_run):

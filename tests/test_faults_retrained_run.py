@@ -18,8 +18,8 @@ import torch
 from cloudlstm.compare.runs import find_runs, runs_without_results
 from cloudlstm.errors import OutOfSpaceError, UserError
 from cloudlstm.rundir import replaced
-from cloudlstm.rundir.layout import find_checkpoint
-from cloudlstm.rundir.replaced import REPLACED_DIR, retire_earlier_training
+from cloudlstm.rundir.layout import REPLACED_DIR, find_checkpoint
+from cloudlstm.rundir.replaced import retire_earlier_training
 from cloudlstm.rundir.resume import starts_anew
 from tests.conftest import PYTHON, ROOT, TINY, subprocess_env
 
@@ -151,3 +151,5 @@ def test_a_training_starts_anew_unless_it_continues_a_checkpoint_of_its_own(tmp_
     monkeypatch.chdir(tmp_path)
     assert not starts_anew("run/checkpoints/last.ckpt", run_dir)
     assert starts_anew("other/checkpoints/last.ckpt", Path("run"))
+    # an earlier training moved aside is another run, whose weights go on here
+    assert starts_anew(f"run/{REPLACED_DIR}/2026-01-01T00-00-00Z/checkpoints/last.ckpt", run_dir)

@@ -65,7 +65,7 @@ def check_resume(cfg: DictConfig, run_dir: Path) -> list[Change]:
             raise
         reshaping, differences = found
         raise UserError(
-            reshaping_refusal(Path(run_dir), refusal.refused, reshaping, differences)
+            reshaping_refusal(refusal.source, refusal.refused, reshaping, differences)
         ) from None
     check_resume_shapes(cfg, run_dir, changes)
     return changes

@@ -23,6 +23,11 @@ from cloudlstm.engine.quantile_metrics import QUANTILE_DECLARED
 from cloudlstm.engine.quantile_module import QuantileForecasting
 from cloudlstm.engine.quantiles import check_calibration, check_quantiles, pinball_loss
 from cloudlstm.engine.results import results_scalars
+from cloudlstm.engine.resumed_optimizer import (
+    apply_configured,
+    configured_settings,
+    note_configured_lr,
+)
 from cloudlstm.errors import UserError, replacing
 from cloudlstm.models.base import silence_output_head
 from cloudlstm.nn.knn_finite import NonFiniteCoordinatesError
@@ -438,8 +443,14 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
             t0, pred, target = (v.cpu().numpy() for v in (batch["t0"], pred, target))
             self._predictions.append((t0, pred, target))
 
+    def on_fit_start(self) -> None:
+        # before a resume's restore, which brings back the checkpoint's settings too
+        self._configured = configured_settings(self.trainer)
+
     def on_train_start(self) -> None:
         self._loaded_step = None  # training moves on from a resumed checkpoint's weights
+        if self.trainer.ckpt_path is not None:
+            apply_configured(self.trainer, self._configured)
 
     def on_test_start(self) -> None:
         self.prepare_quantiles()
@@ -527,6 +538,7 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = make_optimizer(self.hparams.optimizer, self.parameters())
+        note_configured_lr(optimizer)
         if self.hparams.scheduler is None:
             return {"optimizer": optimizer}
         scheduler = self.hparams.scheduler(optimizer=optimizer, **self._plateau_mode())

@@ -1,7 +1,9 @@
 """A resumed run keeps its settings: changes to what it trains are refused, or recorded.
 
 A training that resumes in a run directory (``resume=auto`` finds a checkpoint there, or
-``resume=<path>``) continues a run whose settings are its ``config.yaml``. A command that
+``resume=<path>``) continues a run whose settings are its ``config.yaml``: that of the
+directory, or of the run whose ``checkpoints/`` hold the path (:func:`resumed_run`). A
+command that
 changed a setting would train the rest of the run with it, overwrite ``config.yaml`` and so
 describe the whole run by the new value (and ``eval.py`` would build the new model around
 the old weights). So before anything is written to the directory, the composed config is
@@ -53,6 +55,7 @@ from cloudlstm.rundir.layout import (
     CHANGES_FILE,
     CONFIG_FILE,
     METRICS_FILE,
+    checkpoint_run,
     newest_checkpoint,
     read_run_config,
     resume_candidates,
@@ -102,9 +105,10 @@ class ChangesRefused(UserError):
     carries: a check that builds models may name those that reshape the model
     (:func:`reshaping_refusal`)."""
 
-    def __init__(self, message: str, refused: list[Change]) -> None:
+    def __init__(self, message: str, refused: list[Change], source: Path) -> None:
         super().__init__(message)
         self.refused = refused
+        self.source = source  # the run directory whose settings the resume would change
 
 
 def reshaping_refusal(
@@ -132,17 +136,21 @@ def reshaping_refusal(
     )
 
 
-def resumes(cfg: DictConfig, run_dir: Path) -> bool:
-    """Whether this training continues a run of ``run_dir``: it trains, does not start
-    fresh, and the directory holds a config and a checkpoint (or a finished run)."""
+def resumed_run(cfg: DictConfig, run_dir: Path) -> Path | None:
+    """The run directory whose training this one continues, where it holds the config to
+    compare with: ``run_dir`` for ``resume=auto`` where it holds a checkpoint (or a finished
+    run), the checkpoint's own run for ``resume=<path>`` (another run's, whose optimizer,
+    schedule and step the training takes on); None where it trains anew, or where the
+    checkpoint lies outside any run directory."""
     resume = cfg.get("resume", "auto")
     if not cfg.get("train") or resume in (None, False, "never"):
-        return False
-    if not (run_dir / CONFIG_FILE).is_file():
-        return False
+        return None
     if resume != "auto":
-        return True  # a checkpoint named on the command line
-    return bool(resume_candidates(run_dir)) or (run_dir / METRICS_FILE).is_file()
+        return checkpoint_run(Path(str(resume)))
+    if not (run_dir / CONFIG_FILE).is_file():
+        return None
+    has_run = bool(resume_candidates(run_dir)) or (run_dir / METRICS_FILE).is_file()
+    return run_dir if has_run else None
 
 
 def config_changes(cfg: DictConfig, run_dir: Path, saved: DictConfig | None = None) -> list[Change]:
@@ -193,19 +201,20 @@ def check_config_changes(cfg: DictConfig, run_dir: Path) -> list[Change]:
         UserError: a setting changed that is neither an execution option nor allowed.
     """
     run_dir = Path(run_dir)
-    saved = read_run_config(run_dir) if resumes(cfg, run_dir) else None
+    source = resumed_run(cfg, run_dir)
+    saved = None if source is None else read_run_config(source)
     check_allowed_keys(cfg, saved)
-    if saved is None:
+    if source is None or saved is None:
         return []
-    changes = config_changes(cfg, run_dir, saved)
+    changes = config_changes(cfg, source, saved)
     refused = [c for c in changes if c.allowed_by is None]
     if refused:
-        raise ChangesRefused(_refusal(run_dir, refused), refused)
-    diverged = divergence(run_dir)
+        raise ChangesRefused(_refusal(source, run_dir, refused), refused, source)
+    diverged = divergence(source)
     if diverged and not any(c.allowed_by == "allow_changes" for c in changes):
         log.warning(
             "%s: its last training diverged %s; resuming it with the same settings may "
-            "diverge again (resume=never starts fresh).", run_dir, what_diverged(diverged)
+            "diverge again (resume=never starts fresh).", source, what_diverged(diverged)
         )  # fmt: skip
     return changes
 
@@ -333,22 +342,23 @@ def _listed_changes(changes: list[Change], listed: int = 8) -> str:
     return shown + (f" and {len(changes) - listed} more" if len(changes) > listed else "")
 
 
-def _refusal(run_dir: Path, refused: list[Change]) -> str:
+def _refusal(source: Path, run_dir: Path, refused: list[Change]) -> str:
+    """The refusal of a resume of ``source``'s training in ``run_dir`` (often the same)."""
     shown = _listed_changes(refused)
     keys = [c.key for c in refused]
     if len(keys) > 4:  # e.g. another model: its group
         keys = list(dict.fromkeys(key.split(".")[0] for key in keys))
-    diverged = divergence(run_dir)
+    diverged = divergence(source)
     if diverged:  # other settings are the fix; its checkpoints are of the diverged ones
         return (
-            f"{run_dir} holds a run that diverged {what_diverged(diverged)}; its checkpoints "
+            f"{source} holds a run that diverged {what_diverged(diverged)}; its checkpoints "
             f"are from before the divergence, of its old settings ({shown}). To train with "
             "the new ones, start fresh with resume=never in this directory, or in a new "
             f"directory; allow_changes=[{','.join(keys)}] would instead continue its last "
             f"checkpoint with them (recorded in {run_dir / CHANGES_FILE})."
         )
     return (
-        f"{run_dir} holds a run trained with other settings, which resuming would mix with "
+        f"{source} holds a run trained with other settings, which resuming would mix with "
         f"these: {shown}. Restore the old values, start fresh with resume=never (better in a "
         f"new directory), or resume with the new values: allow_changes=[{','.join(keys)}] "
         f"(recorded in {run_dir / CHANGES_FILE})."

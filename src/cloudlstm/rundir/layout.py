@@ -52,6 +52,7 @@ CHOSEN_CHECKPOINTS = ("best", "last")
 FIGURES_DIR = "figures"
 PREDICTIONS_FILE = "predictions.npz"  # written by the test (engine/module.py)
 TRAIN_LOG = "train.log"  # train.py's log (conf/hydra/default.yaml: <task_name>.log), from its start
+REPLACED_DIR = ".replaced"  # earlier trainings, moved aside (rundir/replaced.py)
 EVAL_DIR = "eval"  # a run's evaluations by eval.py, one folder each (conf/eval.yaml)
 
 
@@ -161,6 +162,15 @@ def resume_candidates(run_dir: Path) -> list[Path]:
     ``checkpoints/last.ckpt`` and SLURM's ``hpc_ckpt_<n>.ckpt``."""
     candidates = [last_checkpoint(run_dir), *run_dir.glob("hpc_ckpt_*.ckpt")]
     return [p for p in candidates if p.is_file()]
+
+
+def checkpoint_run(path: Path) -> Path | None:
+    """The run directory whose training wrote checkpoint ``path``: the folder of
+    ``<run>/checkpoints/<name>.ckpt`` or ``<run>/hpc_ckpt_<n>.ckpt`` that holds the run's
+    ``config.yaml``; None for a checkpoint outside any run directory."""
+    path = Path(os.path.abspath(Path(path).expanduser()))
+    folder = path.parent.parent if path.parent.name == CHECKPOINT_DIR else path.parent
+    return folder if (folder / CONFIG_FILE).is_file() else None
 
 
 def newest_checkpoint(run_dir: Path) -> Path | None:

@@ -35,12 +35,12 @@ from cloudlstm.rundir.layout import (
     METRICS_FILE,
     PREDICTIONS_FILE,
     PROVENANCE_FILE,
+    REPLACED_DIR,
     WANDB_ID_FILE,
 )
 
 log = logging.getLogger(__name__)
 
-REPLACED_DIR = ".replaced"
 # what a training leaves that belongs to its own model
 EARLIER_TRAINING = (
     CONFIG_FILE,

@@ -20,6 +20,7 @@ from cloudlstm.rundir.checkpoints import check_checkpoint
 from cloudlstm.rundir.layout import (
     BEST_CHECKPOINTS,
     CHECKPOINT_DIR,
+    REPLACED_DIR,
     last_checkpoint,
     newest_checkpoint,
     resume_candidates,
@@ -64,14 +65,16 @@ def resume_checkpoint(resume: Any, run_dir: Path) -> str | None:
 
 def starts_anew(resume: Any, run_dir: Path) -> bool:
     """Whether a training with this ``resume`` continues none of ``run_dir``'s own
-    checkpoints: it starts from scratch, or from another run's checkpoint. Read from the
-    names alone, before :func:`resume_checkpoint` reads and checks the file."""
+    checkpoints: it starts from scratch, or from another run's checkpoint (one of an earlier
+    training moved aside into its ``.replaced/`` too). Read from the names alone, before
+    :func:`resume_checkpoint` reads and checks the file."""
     if resume in (None, False, "never"):
         return True
     if resume == "auto":  # which candidate is newest does not matter here
         return not resume_candidates(run_dir)
     given = Path(str(resume)).expanduser().resolve()
-    return Path(run_dir).resolve() not in given.parents
+    run = Path(run_dir).resolve()
+    return run not in given.parents or run / REPLACED_DIR in given.parents
 
 
 def _prefer_last(path: Path, checkpoint: dict[str, Any], run_dir: Path) -> Path:

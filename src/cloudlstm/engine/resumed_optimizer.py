@@ -1,0 +1,136 @@
+"""A resumed training trains with its config's optimizer and schedule settings.
+
+Lightning restores an optimizer's state whole: with the moments, its param groups'
+hyperparameters (``lr``, ``weight_decay``, ``betas``, ...), and with a plateau scheduler's
+counters its ``factor`` and ``patience``. A resume that takes a changed setting
+(``allow_changes=[optimizer.lr]``, :mod:`cloudlstm.rundir.config_changes`) would then write
+the new value into ``config.yaml`` and ``config_changes.yaml`` and train on with the old
+one. So the settings the config builds are noted before the restore
+(:func:`configured_settings`) and put back after it (:func:`apply_configured`), keeping
+what is progress: the moments, the schedule's step, a plateau's reductions and counters.
+
+The learning rate is progress and setting at once: a schedule sets it at each step from a
+base. Each param group keeps the rate it was configured with (:data:`CONFIGURED_LR`, saved
+with the group), so that a new ``optimizer.lr`` scales the restored rate (a plateau's
+reductions so far are kept) and the schedule's base; a warm-up + cosine (``LambdaLR``)
+then gives the rate of the restored step from the new base and the new schedule (a
+``trainer.max_steps`` extended).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import lightning as L
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau
+
+log = logging.getLogger(__name__)
+
+CONFIGURED_LR = "configured_lr"  # a param group's rate as configured, saved with the group
+SCHEDULE_KEYS = {"lr", "initial_lr", CONFIGURED_LR}  # progress, or the rate's record
+# a plateau scheduler's settings; its best, counters and reductions are progress
+PLATEAU_SETTINGS = (
+    "factor", "patience", "threshold", "threshold_mode", "cooldown", "min_lrs", "eps",
+)  # fmt: skip
+
+
+def note_configured_lr(optimizer: Optimizer) -> None:
+    """Record each param group's configured rate in it, before a scheduler changes it."""
+    for group in optimizer.param_groups:
+        group[CONFIGURED_LR] = group["lr"]
+
+
+@dataclass(frozen=True)
+class ConfiguredSettings:
+    """The settings the config built, per optimizer and param group, and per plateau
+    scheduler (None for other schedulers, whose settings no state holds)."""
+
+    groups: list[list[dict[str, Any]]]
+    plateaus: list[dict[str, Any] | None]
+
+
+def configured_settings(trainer: L.Trainer) -> ConfiguredSettings:
+    """The fresh optimizers' and schedulers' settings, before a checkpoint is restored."""
+    groups = [
+        [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+        for optimizer in trainer.optimizers
+    ]
+    plateaus = [
+        {key: getattr(c.scheduler, key) for key in PLATEAU_SETTINGS}
+        if isinstance(c.scheduler, ReduceLROnPlateau)
+        else None
+        for c in trainer.lr_scheduler_configs
+    ]
+    return ConfiguredSettings(groups, plateaus)
+
+
+def apply_configured(trainer: L.Trainer, configured: ConfiguredSettings) -> list[str]:
+    """Put the configured settings back into the restored optimizers and schedulers; returns
+    the changes made (``key old -> new``), logged in one line."""
+    changes: list[str] = []
+    for optimizer, groups in zip(trainer.optimizers, configured.groups, strict=True):
+        for group, fresh in zip(optimizer.param_groups, groups, strict=True):
+            changes += _apply_group(group, fresh)
+    for config, plateau in zip(trainer.lr_scheduler_configs, configured.plateaus, strict=True):
+        changes += _apply_schedule(config.scheduler, plateau)
+    changes = list(dict.fromkeys(changes))  # once, where several groups changed alike
+    if changes:
+        log.info(
+            "Resumed with the configured optimizer settings, not the checkpoint's: %s.",
+            ", ".join(changes),
+        )
+    return changes
+
+
+def _apply_group(group: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
+    changes = []
+    for key, value in fresh.items():
+        if key not in SCHEDULE_KEYS and key in group and group[key] != value:
+            changes.append(f"{key} {group[key]} -> {value}")
+        if key not in SCHEDULE_KEYS:
+            group[key] = value
+    new = fresh[CONFIGURED_LR]
+    old = group.get(CONFIGURED_LR, group.get("initial_lr"))
+    if old is None:
+        if not math.isclose(group["lr"], new):
+            log.warning(
+                "The checkpoint holds no record of the learning rate it was configured with "
+                "(written by an older version): training goes on at its rate, %g; a new "
+                "optimizer.lr applies to a run started anew.",
+                group["lr"],
+            )
+        return changes
+    if old != new:
+        changes.append(f"lr {old} -> {new}")
+        group["lr"] *= new / old
+        if "initial_lr" in group:
+            group["initial_lr"] *= new / old
+    group[CONFIGURED_LR] = new
+    return changes
+
+
+def _apply_schedule(scheduler: Any, plateau: dict[str, Any] | None) -> list[str]:
+    optimizer = scheduler.optimizer
+    if plateau is not None:
+        changes = [
+            f"scheduler.{key} {getattr(scheduler, key)} -> {value}"
+            for key, value in plateau.items()
+            if getattr(scheduler, key) != value
+        ]
+        for key, value in plateau.items():
+            setattr(scheduler, key, value)
+    else:
+        changes = []
+    if hasattr(scheduler, "base_lrs") and all("initial_lr" in g for g in optimizer.param_groups):
+        scheduler.base_lrs = [g["initial_lr"] for g in optimizer.param_groups]
+    if isinstance(scheduler, LambdaLR):  # the restored step's rate, from the new schedule
+        for group, base, factor in zip(
+            optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True
+        ):
+            group["lr"] = base * factor(scheduler.last_epoch)
+    scheduler._last_lr = [g["lr"] for g in optimizer.param_groups]
+    return changes
