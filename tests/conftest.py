@@ -21,6 +21,18 @@ from omegaconf import DictConfig, open_dict
 from tests.warm_python import SOCKET_VARIABLE
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The warnings that the programs' console drops (``NOISY_WARNINGS``), dropped from the
+    summary of the tests that train in their own process too, so that it shows the rest."""
+    from cloudlstm.cli.console import NOISY_WARNINGS
+
+    for message in NOISY_WARNINGS:
+        assert ":" not in message, "a filter line's fields are separated by colons"
+        config.addinivalue_line("filterwarnings", f"ignore:{message}")
+
+
 os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 os.environ.setdefault("WANDB_SILENT", "true")
 
