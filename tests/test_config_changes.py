@@ -136,7 +136,10 @@ def test_another_runs_checkpoint_resumed_with_allowed_changes_records_them_here(
     from cloudlstm.cli.train import train
 
     checkpoint = stopped_run / "checkpoints" / "last.ckpt"
-    allowed = ["optimizer.lr=0.01", "trainer.max_epochs=3", "allow_changes=[optimizer.lr,trainer]"]
+    allowed = [
+        "optimizer.lr=0.01", "trainer.max_epochs=3", "callbacks.early_stopping.patience=7",
+        "allow_changes=[optimizer.lr,trainer,callbacks.early_stopping]",
+    ]  # fmt: skip
     cfg = compose_train(tmp_path, [*TINY, *BASE, *allowed, f"resume={checkpoint}"])
     new = tmp_path / "new"
     with open_dict(cfg):
@@ -154,6 +157,8 @@ def test_another_runs_checkpoint_resumed_with_allowed_changes_records_them_here(
     assert last["global_step"] > torch.load(checkpoint, weights_only=False)["global_step"]
     (group,) = last["optimizer_states"][0]["param_groups"]
     assert group["initial_lr"] == group["configured_lr"] == 0.01
+    (stopping,) = (v for k, v in last["callbacks"].items() if k.startswith("EarlyStopping"))
+    assert stopping["patience"] == 7
 
 
 def test_a_checkpoints_run_is_the_folder_with_its_config(tmp_path):

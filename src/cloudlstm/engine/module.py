@@ -23,8 +23,9 @@ from cloudlstm.engine.quantile_metrics import QUANTILE_DECLARED
 from cloudlstm.engine.quantile_module import QuantileForecasting
 from cloudlstm.engine.quantiles import check_calibration, check_quantiles, pinball_loss
 from cloudlstm.engine.results import results_scalars
-from cloudlstm.engine.resumed_optimizer import (
+from cloudlstm.engine.resumed_settings import (
     apply_configured,
+    configured_patience,
     configured_settings,
     note_configured_lr,
 )
@@ -250,6 +251,8 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
     def setup(self, stage: str) -> None:
         if self.spec is None:  # a module made without one: the datamodule's
             self.use_spec(self.trainer.datamodule.spec)
+        # before a resume restores the callbacks' states, their settings with them
+        self._configured_patience = configured_patience(self.trainer)
 
     def _metrics(self, quantiles: bool = True) -> ForecastMetrics:
         """Metrics of the forecast channels, the scale-free MAE against the training std;
@@ -445,7 +448,7 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
 
     def on_fit_start(self) -> None:
         # before a resume's restore, which brings back the checkpoint's settings too
-        self._configured = configured_settings(self.trainer)
+        self._configured = configured_settings(self.trainer, self._configured_patience)
 
     def on_train_start(self) -> None:
         self._loaded_step = None  # training moves on from a resumed checkpoint's weights

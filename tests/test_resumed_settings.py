@@ -1,5 +1,5 @@
 """A resumed training trains with its config's optimizer and schedule settings, keeping the
-checkpoint's progress (engine/resumed_optimizer.py): real torch optimizers and schedulers,
+checkpoint's progress (engine/resumed_settings.py): real torch optimizers and schedulers,
 their states restored as Lightning restores them (``load_state_dict``)."""
 
 from __future__ import annotations
@@ -9,11 +9,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from lightning.pytorch.callbacks import EarlyStopping
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
-from cloudlstm.engine.resumed_optimizer import (
+from cloudlstm.engine.resumed_settings import (
     CONFIGURED_LR,
     apply_configured,
+    configured_patience,
     configured_settings,
     note_configured_lr,
 )
@@ -40,9 +42,11 @@ def resumed(checkpoint, optimizer_cls, scheduler, **settings):
     states, as a resumed fit goes: returns them and the trainer they belong to."""
     _, optimizer, schedule = trained(optimizer_cls, scheduler, 0, **settings)
     trainer = SimpleNamespace(
-        optimizers=[optimizer], lr_scheduler_configs=[SimpleNamespace(scheduler=schedule)]
+        optimizers=[optimizer],
+        lr_scheduler_configs=[SimpleNamespace(scheduler=schedule)],
+        early_stopping_callbacks=[],
     )
-    configured = configured_settings(trainer)
+    configured = configured_settings(trainer, [])
     optimizer.load_state_dict(checkpoint[0].state_dict())
     schedule.load_state_dict(checkpoint[1].state_dict())
     return optimizer, schedule, trainer, configured
@@ -111,3 +115,19 @@ def test_a_checkpoint_without_the_record_keeps_its_rate_and_says_so(caplog):
         apply_configured(trainer, configured)
     assert optimizer.param_groups[0]["lr"] == 0.1
     assert "no record of the learning rate" in caplog.text
+
+
+def test_early_stoppings_new_patience_counts_on_from_the_validations_it_has_waited():
+    before = EarlyStopping(monitor="val/mae", patience=5)
+    before.wait_count, before.best_score = 3, torch.tensor(2.5)
+    stopping = EarlyStopping(monitor="val/mae", patience=9)
+    trainer = SimpleNamespace(
+        optimizers=[], lr_scheduler_configs=[], early_stopping_callbacks=[stopping]
+    )
+    patience = configured_patience(trainer)
+    stopping.load_state_dict(before.state_dict())
+    configured = configured_settings(trainer, patience)
+    assert stopping.patience == 5  # Lightning's restore
+
+    assert apply_configured(trainer, configured) == ["early stopping's patience 5 -> 9"]
+    assert (stopping.patience, stopping.wait_count, float(stopping.best_score)) == (9, 3, 2.5)

@@ -1,13 +1,14 @@
-"""A resumed training trains with its config's optimizer and schedule settings.
+"""A resumed training trains with its config's optimizer, schedule and early-stopping settings.
 
 Lightning restores an optimizer's state whole: with the moments, its param groups'
-hyperparameters (``lr``, ``weight_decay``, ``betas``, ...), and with a plateau scheduler's
-counters its ``factor`` and ``patience``. A resume that takes a changed setting
-(``allow_changes=[optimizer.lr]``, :mod:`cloudlstm.rundir.config_changes`) would then write
-the new value into ``config.yaml`` and ``config_changes.yaml`` and train on with the old
-one. So the settings the config builds are noted before the restore
-(:func:`configured_settings`) and put back after it (:func:`apply_configured`), keeping
-what is progress: the moments, the schedule's step, a plateau's reductions and counters.
+hyperparameters (``lr``, ``weight_decay``, ``betas``, ...); with a plateau scheduler's
+counters its ``factor`` and ``patience``; with early stopping's count its ``patience``. A
+resume that takes a changed setting (``allow_changes=[optimizer.lr]``,
+:mod:`cloudlstm.rundir.config_changes`) would then write the new value into
+``config.yaml`` and ``config_changes.yaml`` and train on with the old one. So the settings
+the config builds are noted before the restore (:func:`configured_settings`) and put back
+after it (:func:`apply_configured`), keeping what is progress: the moments, the schedule's
+step, a plateau's reductions and counters, the validations without improvement.
 
 The learning rate is progress and setting at once: a schedule sets it at each step from a
 base. Each param group keeps the rate it was configured with (:data:`CONFIGURED_LR`, saved
@@ -46,15 +47,24 @@ def note_configured_lr(optimizer: Optimizer) -> None:
 
 @dataclass(frozen=True)
 class ConfiguredSettings:
-    """The settings the config built, per optimizer and param group, and per plateau
-    scheduler (None for other schedulers, whose settings no state holds)."""
+    """The settings the config built, per optimizer and param group, per plateau scheduler
+    (None for other schedulers, whose settings no state holds), and each early stopping's
+    patience."""
 
     groups: list[list[dict[str, Any]]]
     plateaus: list[dict[str, Any] | None]
+    patience: list[int]
 
 
-def configured_settings(trainer: L.Trainer) -> ConfiguredSettings:
-    """The fresh optimizers' and schedulers' settings, before a checkpoint is restored."""
+def configured_patience(trainer: L.Trainer) -> list[int]:
+    """Each early stopping's patience, before a checkpoint's callback states are restored
+    (Lightning restores them before it builds the optimizers)."""
+    return [callback.patience for callback in trainer.early_stopping_callbacks]
+
+
+def configured_settings(trainer: L.Trainer, patience: list[int]) -> ConfiguredSettings:
+    """The fresh optimizers' and schedulers' settings, before their states are restored,
+    with early stopping's ``patience`` (:func:`configured_patience`)."""
     groups = [
         [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
         for optimizer in trainer.optimizers
@@ -65,7 +75,7 @@ def configured_settings(trainer: L.Trainer) -> ConfiguredSettings:
         else None
         for c in trainer.lr_scheduler_configs
     ]
-    return ConfiguredSettings(groups, plateaus)
+    return ConfiguredSettings(groups, plateaus, patience)
 
 
 def apply_configured(trainer: L.Trainer, configured: ConfiguredSettings) -> list[str]:
@@ -77,10 +87,16 @@ def apply_configured(trainer: L.Trainer, configured: ConfiguredSettings) -> list
             changes += _apply_group(group, fresh)
     for config, plateau in zip(trainer.lr_scheduler_configs, configured.plateaus, strict=True):
         changes += _apply_schedule(config.scheduler, plateau)
+    for callback, patience in zip(
+        trainer.early_stopping_callbacks, configured.patience, strict=True
+    ):
+        if callback.patience != patience:
+            changes.append(f"early stopping's patience {callback.patience} -> {patience}")
+            callback.patience = patience
     changes = list(dict.fromkeys(changes))  # once, where several groups changed alike
     if changes:
         log.info(
-            "Resumed with the configured optimizer settings, not the checkpoint's: %s.",
+            "Resumed with the configured settings, not the checkpoint's: %s.",
             ", ".join(changes),
         )
     return changes
