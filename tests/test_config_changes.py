@@ -161,6 +161,17 @@ def test_another_runs_checkpoint_resumed_with_allowed_changes_records_them_here(
     assert stopping["patience"] == 7
 
 
+def test_a_resume_cannot_take_another_seed_even_when_allowed(stopped_run, tmp_path):
+    reseeded = compose_train(tmp_path, [*TINY, *BASE, "seed=1", "allow_changes=[seed,data]"])
+    with pytest.raises(UserError, match=r"^seed 42 -> 1: .* even with allow_changes.* seed=1 anew"):
+        check_config_changes(reseeded, stopped_run)
+    with pytest.raises(UserError, match=r"^seed 42 -> 1: "):  # not offered allow_changes
+        check_config_changes(compose_train(tmp_path, [*TINY, *BASE, "seed=1"]), stopped_run)
+    assert (
+        check_config_changes(compose_train(tmp_path, [*TINY, *BASE, "seed=42"]), stopped_run) == []
+    )
+
+
 def test_a_checkpoints_run_is_the_folder_with_its_config(tmp_path):
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)

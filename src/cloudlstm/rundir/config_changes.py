@@ -207,6 +207,7 @@ def check_config_changes(cfg: DictConfig, run_dir: Path) -> list[Change]:
     if source is None or saved is None:
         return []
     changes = config_changes(cfg, source, saved)
+    _check_seed_kept(source, changes)  # first: allow_changes cannot take it
     refused = [c for c in changes if c.allowed_by is None]
     if refused:
         raise ChangesRefused(_refusal(source, run_dir, refused), refused, source)
@@ -217,6 +218,25 @@ def check_config_changes(cfg: DictConfig, run_dir: Path) -> list[Change]:
             "diverge again (resume=never starts fresh).", source, what_diverged(diverged)
         )  # fmt: skip
     return changes
+
+
+def _check_seed_kept(source: Path, changes: list[Change]) -> None:
+    """Refuse another seed, even allowed: a resumed run restores its random state with its
+    checkpoint (``callbacks.rng_state``), so its initial weights, the order of its batches and
+    its dropout stay those of the seed it started with, which its config must then name.
+
+    Raises:
+        UserError: the seed is among the changes.
+    """
+    for change in changes:
+        if change.key == "seed":
+            raise UserError(
+                f"seed {change.old} -> {change.new}: {source} goes on from its checkpoint's "
+                f"random state (its initial weights, the order of its batches), drawn with "
+                f"seed {change.old}, so a resume cannot change its seed, even with "
+                f"allow_changes. Keep seed={change.old}, or train seed={change.new} anew: "
+                "resume=never (better in a new directory)."
+            )
 
 
 def check_allowed_keys(cfg: DictConfig, saved: DictConfig | None) -> None:
