@@ -47,6 +47,7 @@ def write_run(
     channels: dict[str, float] | None = None,
     code: list[dict] | None = None,
     machines: list[dict] | None = None,
+    settings_changed: list[dict] | None = None,
 ) -> None:
     """A run dir as train.py leaves it. PSNR and SSIM fall as MAE rises, so that the best
     row is the same for every metric, whether the best is the lowest or the highest.
@@ -54,7 +55,8 @@ def write_run(
     ``smae=False`` writes a metrics.json of before the scale-free MAE (``mae / 10`` here);
     ``channels`` maps channel names to their MAE (none by default); ``code`` and ``machines``
     the ``code`` and ``machine`` of each process that trained it (metrics.json's
-    ``provenance``; neither: a run from before)."""
+    ``provenance``; neither: a run from before); ``settings_changed`` the changes
+    allow_changes took as it trained."""
     path.mkdir(parents=True)
     overall = {"mae": mae, "rmse": 2 * mae, "psnr": 40 - mae, "ssim": 1 - mae / 100}
     if smae:
@@ -83,6 +85,8 @@ def write_run(
         for process, m in zip(processes, machines or (), strict=False):
             process["machine"] = m
         results["provenance"] = processes
+    if settings_changed is not None:
+        results["settings_changed"] = settings_changed
     (path / "metrics.json").write_text(json.dumps(results))
     if config:
         cfg = {
@@ -291,6 +295,29 @@ def test_a_row_of_runs_from_different_machines_is_noted(tmp_path, capsys):
     page = tmp_path / "page.html"  # the page, which travels without the runs, says it too
     assert main([str(tmp_path), "--html", str(page)]) == 0
     assert '<p class="note">2 row(s) pool runs trained on different machines' in page.read_text()
+
+
+def test_a_row_of_runs_whose_settings_changed_as_they_trained_is_noted(tmp_path, capsys):
+    """A run resumed with allow_changes has the settings it ended with in its config.yaml,
+    and so sits in their row: a note names the row, the run and each change it took, in the
+    console, the paper tables' notes and the page. None for runs that changed nothing."""
+    lr = {"key": "optimizer.lr", "old": 0.001, "new": 0.01, "resumed_from": "last.ckpt"}
+    write_run(tmp_path / "k3" / "0", 1.0, seed=0, settings_changed=[lr])
+    write_run(tmp_path / "k3" / "1", 2.0, seed=1, settings_changed=[])
+    write_run(tmp_path / "k6" / "0", 1.0, k=6)  # from before the record
+    code, out, err = run_main(capsys, tmp_path)
+    assert code == 0 and len(out.splitlines()) == 4  # two rows
+    assert err == [
+        "compare: 1 row(s) hold runs whose settings changed while they trained "
+        "(allow_changes), so the row names the settings they ended with: cloudlstm k=3 "
+        "(0: optimizer.lr 0.001 -> 0.01). Each run's metrics.json lists them under "
+        "settings_changed."
+    ]
+    page = tmp_path / "page.html"
+    assert main([str(tmp_path), "--html", str(page)]) == 0
+    assert '<p class="note">1 row(s) hold runs whose settings changed' in page.read_text()
+    write_run(tmp_path / "k3" / "0b", 2.0, seed=9, settings_changed=[{"old": 1}, "a"])
+    assert "0b" not in run_main(capsys, tmp_path)[2][0]  # entries of another shape: none
 
 
 def test_execution_options_split_no_rows(tmp_path):

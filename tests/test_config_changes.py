@@ -102,6 +102,9 @@ def test_allow_changes_resumes_with_the_new_value_and_records_it(stopped_run, tm
         "old": 0.001, "new": 0.01, "allowed_by": "allow_changes",
     }  # fmt: skip
     assert yaml.safe_load((stopped_run / "config.yaml").read_text())["optimizer"]["lr"] == 0.01
+    assert results["settings_changed"] == [
+        {"key": "optimizer.lr", "old": 0.001, "new": 0.01, "resumed_from": entry["resumed_from"]}
+    ]  # in metrics.json too, where compare reads it
     # the same command again: the run has finished, and nothing differs any more
     assert check_config_changes(cfg, stopped_run) == []
     assert json.loads((stopped_run / "metrics.json").read_text()) == train(cfg)

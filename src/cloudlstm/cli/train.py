@@ -42,7 +42,11 @@ from cloudlstm.models.build import count_parameters
 from cloudlstm.report import add_test_report
 from cloudlstm.report.figures import figure_choice
 from cloudlstm.rundir.checkpoints import check_checkpoint
-from cloudlstm.rundir.config_changes import check_config_changes, record_changes
+from cloudlstm.rundir.config_changes import (
+    check_config_changes,
+    record_changes,
+    settings_changed,
+)
 from cloudlstm.rundir.divergence import clear_divergence, record_divergence
 from cloudlstm.rundir.layout import (
     METRICS_FILE,
@@ -212,6 +216,7 @@ def _fit(job: Assembly) -> dict[str, Any]:
         "val": val,
         "selection": _selection(job.trainer),
         "provenance": training_processes(job.output_dir),
+        "settings_changed": settings_changed(job.output_dir),
     }
 
 

@@ -241,6 +241,36 @@ def machine_note(rows: Sequence[tuple[str, Sequence[Run]]], shown: int = 3) -> s
     )
 
 
+def changes_note(rows: Sequence[tuple[str, Sequence[Run]]], shown: int = 3) -> str | None:
+    """A note where a row, given as its label and its runs, holds runs whose settings changed
+    while they trained (``allow_changes`` on a resume): its settings are the ones they ended
+    with. None where no run changed its settings (or no run records it: older runs)."""
+    changed = []
+    for label, runs in rows:
+        taken = [
+            f"{run.path.name}: {', '.join(run.settings_changed)}"
+            for run in runs
+            if run.settings_changed
+        ]
+        if taken:
+            changed.append(f"{label} ({'; '.join(taken)})")
+    return _rows_note(
+        changed,
+        shown,
+        "hold runs whose settings changed while they trained (allow_changes), so the row "
+        "names the settings they ended with",
+        "lists them under settings_changed",
+    )
+
+
+def row_notes(rows: Sequence[tuple[str, Sequence[Run]]]) -> list[str]:
+    """The notes on rows, given as their labels and runs, that pool other code or machines,
+    or hold runs whose settings changed (:func:`code_note`, :func:`machine_note`,
+    :func:`changes_note`)."""
+    notes = (code_note(rows), machine_note(rows), changes_note(rows))
+    return [note for note in notes if note]
+
+
 def _rows_note(mixed: Sequence[str], shown: int, what: str, where: str) -> str | None:
     """``"<n> row(s) <what>: <the first shown rows> and <k> more. Each run's metrics.json
     <where>."``, or None where no row is ``mixed``."""

@@ -27,7 +27,7 @@ from plotly.offline import get_plotlyjs
 
 from cloudlstm.compare.cells import Column, Stat
 from cloudlstm.compare.formats import cell_text
-from cloudlstm.compare.groups import Group, code_summary, machine_note
+from cloudlstm.compare.groups import Group, changes_note, code_summary, machine_note
 from cloudlstm.compare.runs import CompareError, Run
 from cloudlstm.compare.style import REFERENCE, close_range, is_reference
 from cloudlstm.compare.table import best_rows, higher_is_better, ranked
@@ -419,7 +419,7 @@ def _page(
 <p class="note">From <code>{html.escape(where)}</code>, {datetime.now():%Y-%m-%d %H:%M}.
 Cells are <em>mean ± std</em> over the runs (seeds) of a setting: sample std (ddof=1) of
 each run's overall test mean; bold: the best of the data set. Click a header to sort.</p>
-{_code_note(groups)}{_machine_note(groups)}<nav>{contents}</nav>
+{_code_note(groups)}{_row_notes(groups)}<nav>{contents}</nav>
 {"".join(sections)}
 <script>{SORT_SCRIPT}{RESIZE_SCRIPT}</script>
 </body>
@@ -427,10 +427,12 @@ each run's overall test mean; bold: the best of the data set. Click a header to 
 """
 
 
-def _machine_note(groups: Sequence[Group]) -> str:
-    """The rows whose runs trained on different machines (their times mix), as a note."""
-    note = machine_note([(group.label, group.runs) for group in groups])
-    return "" if note is None else f'<p class="note">{html.escape(note)}</p>\n'
+def _row_notes(groups: Sequence[Group]) -> str:
+    """The rows whose runs trained on different machines (their times mix), or whose runs'
+    settings changed while they trained, as notes."""
+    rows = [(group.label, group.runs) for group in groups]
+    notes = [note for note in (machine_note(rows), changes_note(rows)) if note]
+    return "".join(f'<p class="note">{html.escape(note)}</p>\n' for note in notes)
 
 
 def _code_note(groups: Sequence[Group]) -> str:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from cloudlstm.compare.cells import Column, Diff, Stat
-from cloudlstm.compare.groups import code_note, machine_note, varying_keys
+from cloudlstm.compare.groups import row_notes, varying_keys
 from cloudlstm.compare.runs import CompareError, Run
 from cloudlstm.paths import paper_dir as _paper_dir
 
@@ -211,5 +211,5 @@ def _notes(runs: Sequence[Run], pairs: Sequence[tuple[Row, list[Run]]], name: st
             where = f"{row.model}, {row.dataset}"
             notes.append(f"warning: the runs of {where} differ in {', '.join(mixed)}")
     rows = [(f"{row.model}, {row.dataset}", members) for row, members in pairs]
-    notes.extend(note for note in (code_note(rows), machine_note(rows)) if note)
+    notes.extend(row_notes(rows))
     return notes

@@ -67,6 +67,9 @@ class Run:
     # the machines its processes trained (or tested) on, first to last: the GPU's name, or
     # "CPU <model>" (:func:`_machines`); empty for older runs
     machines: tuple[str, ...] = ()
+    # the changes of its settings taken while it trained (allow_changes: metrics.json's
+    # settings_changed), ``key old -> new``; its config holds the last values
+    settings_changed: tuple[str, ...] = ()
 
     @property
     def has_config(self) -> bool:
@@ -201,6 +204,7 @@ def load_run(path: Path) -> Run | None:
         evaluated_run=str(results.get("run_dir") or ""),
         code=_code(results.get("provenance")),
         machines=_machines(results.get("provenance")),
+        settings_changed=_settings_changed(results.get("settings_changed")),
         **_selection(results, config, results_of),
     )
 
@@ -219,6 +223,16 @@ def _code(processes: Any) -> tuple[str, ...]:
         elif code.get("version"):
             labels.append(f"cloudlstm {code['version']}")
     return tuple(labels)
+
+
+def _settings_changed(changes: Any) -> tuple[str, ...]:
+    """``key old -> new`` of each change metrics.json's ``settings_changed`` lists; an entry
+    of another shape is left out, as in :func:`_code`."""
+    return tuple(
+        f"{change['key']} {change.get('old')} -> {change.get('new')}"
+        for change in (changes if isinstance(changes, list) else [])
+        if isinstance(change, dict) and "key" in change
+    )
 
 
 def _machines(processes: Any) -> tuple[str, ...]:

@@ -385,6 +385,31 @@ def _refusal(source: Path, run_dir: Path, refused: list[Change]) -> str:
     )
 
 
+def settings_changed(run_dir: Path) -> list[dict[str, Any]]:
+    """The changes of the run's settings that ``allow_changes`` took while it trained (from
+    its ``config_changes.yaml``, first to last): ``{"key", "old", "new", "resumed_from"}``
+    each. Its ``config.yaml`` holds the last values alone, so ``metrics.json`` lists these
+    beside it, for ``compare`` to say which rows they concern. Execution options and keys new
+    in the code are left out: they change nothing the run computes. A file that cannot be
+    read is warned of, and lists nothing."""
+    path = Path(run_dir) / CHANGES_FILE
+    if not path.is_file():
+        return []
+    try:
+        entries = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        entries = None
+        log.warning("%s cannot be read (%s): metrics.json lists none of its changes.", path, err)
+    taken = []
+    for entry in entries if isinstance(entries, list) else []:
+        changes = entry.get("changes") if isinstance(entry, dict) else None
+        for key, change in (changes if isinstance(changes, dict) else {}).items():
+            if isinstance(change, dict) and change.get("allowed_by") == "allow_changes":
+                old, new, resumed = change.get("old"), change.get("new"), entry.get("resumed_from")
+                taken.append({"key": key, "old": old, "new": new, "resumed_from": resumed})
+    return taken
+
+
 def record_changes(run_dir: Path, changes: list[Change], cfg: DictConfig) -> None:
     """Append the changes taken to ``config_changes.yaml`` (rank 0 only; none: nothing)."""
     from cloudlstm.rundir.lock import is_rank_zero

@@ -15,11 +15,10 @@ from cloudlstm.compare.cells import Column
 from cloudlstm.compare.formats import to_latex, to_markdown, write_csv
 from cloudlstm.compare.groups import (
     Group,
-    code_note,
     group_runs,
-    machine_note,
     mixed_keys,
     one_run_per_seed,
+    row_notes,
     without_curves,
 )
 from cloudlstm.compare.paper import TABLES, paper_table
@@ -240,9 +239,8 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     rows = [(group.label, group.runs) for group in groups]
-    for note in (code_note(rows), machine_note(rows)):
-        if note:
-            print(f"compare: {note}", file=sys.stderr)
+    for note in row_notes(rows):
+        print(f"compare: {note}", file=sys.stderr)
     table = build_table(
         groups,
         args.metrics,
