@@ -155,6 +155,7 @@ def test_another_runs_checkpoint_resumed_with_allowed_changes_records_them_here(
         "old": 0.001, "new": 0.01, "allowed_by": "allow_changes",
     }  # fmt: skip
     assert not (stopped_run / CHANGES_FILE).exists() and not (stopped_run / "metrics.json").exists()
+    assert [p["from_step"] for p in results["provenance"]] == [0, 6]  # its first process too
     # and trained with it: the optimizer's restored rate is not the checkpoint's
     last = torch.load(new / "checkpoints" / "last.ckpt", weights_only=False)
     assert last["global_step"] > torch.load(checkpoint, weights_only=False)["global_step"]

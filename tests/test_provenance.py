@@ -16,6 +16,7 @@ from cloudlstm.rundir.layout import PROVENANCE_FILE
 from cloudlstm.rundir.provenance import (
     _is_own_checkout,
     code_version,
+    record_process,
     record_training,
     this_process,
     training_processes,
@@ -68,6 +69,35 @@ def test_a_line_cut_short_is_left_out(tmp_path):
     assert training_processes(tmp_path / "none") == []
     record_training(tmp_path, {"from_step": 50}, resumed=True)  # the next line is whole
     assert training_processes(tmp_path) == [whole, {"from_step": 50}]
+
+
+def test_a_resume_of_another_runs_checkpoint_lists_that_runs_processes_before_it(tmp_path, caplog):
+    def process(step: int, commit: str) -> dict:
+        return {"from_step": step, "code": {"commit": commit * 40, "changed": False}}
+
+    source, run = tmp_path / "source", tmp_path / "run"
+    for folder in (source / "checkpoints", run / ".replaced" / "t" / "checkpoints"):
+        folder.mkdir(parents=True)
+        (folder.parent / "config.yaml").write_text("seed: 0\n")
+    for step in (0, 500, 1500):  # the last one started after the checkpoint resumed
+        record_training(source, process(step, "a"), resumed=step > 0)
+    record_training(run, process(0, "c"), resumed=False)  # the run's own earlier training
+
+    record_process(run, process(1000, "b"), str(source / "checkpoints" / "epoch_1.ckpt"))
+    assert training_processes(run) == [process(0, "a"), process(500, "a"), process(1000, "b")]
+    assert "trained up to step 1000 by commit aaaaaaaaaa, and continues under" in caplog.text
+
+    record_process(run, process(1200, "b"), str(run / "checkpoints" / "last.ckpt"))  # its own
+    assert [p["from_step"] for p in training_processes(run)] == [0, 500, 1000, 1200]
+    moved = run / ".replaced" / "t"  # an earlier training moved aside is another run too
+    record_training(moved, process(0, "d"), resumed=False)
+    record_process(run, process(40, "d"), str(moved / "checkpoints" / "last.ckpt"))
+    assert training_processes(run) == [process(0, "d"), process(40, "d")]
+    loose = tmp_path / "loose.ckpt"  # in no run directory: nothing known before it
+    record_process(run, process(7, "e"), str(loose))
+    assert [p["from_step"] for p in training_processes(run)] == [0, 40, 7]
+    record_process(run, process(0, "f"), None)  # a fresh start
+    assert training_processes(run) == [process(0, "f")]
 
 
 def test_a_run_lists_its_processes_and_a_resume_under_other_code_says_so(tiny_cfg, caplog):

@@ -58,12 +58,7 @@ from cloudlstm.rundir.layout import (
 )
 from cloudlstm.rundir.lock import is_rank_zero, owns_run_dir
 from cloudlstm.rundir.preemption import interrupted, stopped_by_ctrl_c
-from cloudlstm.rundir.provenance import (
-    record_training,
-    this_process,
-    training_processes,
-    warn_if_the_code_changed,
-)
+from cloudlstm.rundir.provenance import record_process, this_process, training_processes
 from cloudlstm.rundir.replaced import put_back, retire_earlier_training
 from cloudlstm.rundir.resume import resume_checkpoint, starts_anew
 from cloudlstm.rundir.stops import RunInterrupted
@@ -200,7 +195,8 @@ def _fit(job: Assembly) -> dict[str, Any]:
         raise stopped
     clear_divergence(job.output_dir)  # a new training: no longer the diverged one alone
     if job.trainer.is_global_zero:
-        _record_this_process(job, resume_from, resumed_step)
+        # this process's code, packages, machine and command, after those it continues
+        record_process(job.output_dir, this_process(job.trainer, resumed_step or 0), resume_from)
     start = time.perf_counter()
     # our own checkpoints hold numpy objects (RNG states): not weights-only
     job.trainer.fit(
@@ -218,15 +214,6 @@ def _fit(job: Assembly) -> dict[str, Any]:
         "provenance": training_processes(job.output_dir),
         "settings_changed": settings_changed(job.output_dir),
     }
-
-
-def _record_this_process(job: Assembly, resume_from: str | None, step: int | None) -> None:
-    """This process's code, packages, machine and command in the run's provenance, and a
-    log line where it resumes a run that other code trained."""
-    entry = this_process(job.trainer, step or 0)
-    if resume_from is not None:
-        warn_if_the_code_changed(training_processes(job.output_dir), entry)
-    record_training(job.output_dir, entry, resumed=resume_from is not None)
 
 
 def _stopped(job: Assembly) -> RunInterrupted:

@@ -24,6 +24,7 @@ import platform
 import shlex
 import subprocess
 import sys
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
@@ -33,7 +34,7 @@ import torch
 
 import cloudlstm
 from cloudlstm.errors import out_of_space
-from cloudlstm.rundir.layout import PROVENANCE_FILE
+from cloudlstm.rundir.layout import PROVENANCE_FILE, checkpoint_run
 
 if TYPE_CHECKING:
     import lightning as L
@@ -57,14 +58,40 @@ def this_process(trainer: L.Trainer, from_step: int = 0) -> dict[str, Any]:
     }
 
 
-def record_training(run_dir: Path, entry: dict[str, Any], resumed: bool) -> None:
-    """Append ``entry`` to the run's file; a fresh run (``resumed`` False) starts it anew.
+def record_process(run_dir: Path, entry: dict[str, Any], resume_from: str | None) -> None:
+    """Record this process (``entry``) after those whose training it continues: appended to
+    the run directory's own where it resumes one of its checkpoints, after another run's
+    processes that started before the checkpoint's step where it resumes that run's (in its
+    ``checkpoints/``, or moved into ``.replaced/``), in a file started anew otherwise. A
+    resume under other code than the last earlier process's says so in the log.
+
+    Raises:
+        OutOfSpaceError: no room for the file.
+    """
+    if resume_from is None:
+        record_training(run_dir, entry, resumed=False)
+        return
+    source = checkpoint_run(Path(resume_from))
+    own = source is None or source.resolve() == Path(run_dir).resolve()
+    earlier = training_processes(run_dir if own else source)
+    if not own:
+        earlier = [e for e in earlier if e.get("from_step", 0) < entry["from_step"]]
+    warn_if_the_code_changed(earlier, entry)
+    record_training(run_dir, entry, resumed=own, earlier=() if own else earlier)
+
+
+def record_training(
+    run_dir: Path, entry: dict[str, Any], resumed: bool, earlier: Sequence[dict[str, Any]] = ()
+) -> None:
+    """Append ``entry`` to the run's file; a fresh run (``resumed`` False) starts it anew,
+    with the ``earlier`` entries (another run's processes, which it continues) first.
 
     Raises:
         OutOfSpaceError: no room for the line (the training would find none either).
     """
     path = Path(run_dir) / PROVENANCE_FILE
-    line = json.dumps(entry) + "\n"
+    line = "".join(json.dumps(e) + "\n" for e in (() if resumed else earlier))
+    line += json.dumps(entry) + "\n"
     if resumed and _ends_inside_a_line(path):  # a process killed as it wrote its line
         line = "\n" + line
     try:
