@@ -167,13 +167,22 @@ def test_another_runs_checkpoint_resumed_with_allowed_changes_records_them_here(
 
 def test_a_resume_cannot_take_another_seed_even_when_allowed(stopped_run, tmp_path):
     reseeded = compose_train(tmp_path, [*TINY, *BASE, "seed=1", "allow_changes=[seed,data]"])
-    with pytest.raises(UserError, match=r"^seed 42 -> 1: .* even with allow_changes.* seed=1 anew"):
+    with pytest.raises(UserError, match=r"^seed 42 -> 1: .* even with allow_changes.*seed=1 anew"):
         check_config_changes(reseeded, stopped_run)
     with pytest.raises(UserError, match=r"^seed 42 -> 1: "):  # not offered allow_changes
         check_config_changes(compose_train(tmp_path, [*TINY, *BASE, "seed=1"]), stopped_run)
     assert (
         check_config_changes(compose_train(tmp_path, [*TINY, *BASE, "seed=42"]), stopped_run) == []
     )
+
+
+def test_a_resume_cannot_select_by_another_metric_even_when_allowed(stopped_run, tmp_path):
+    rmse = ["monitor=val/rmse", "allow_changes=[monitor,module,callbacks]"]
+    with pytest.raises(UserError, match=r"^monitor val/mae -> val/rmse: .*by val/mae, whose"):
+        check_config_changes(compose_train(tmp_path, [*TINY, *BASE, *rmse]), stopped_run)
+    alone = ["callbacks.early_stopping.monitor=val/rmse", "allow_changes=[callbacks]"]
+    with pytest.raises(UserError, match=r"^callbacks.early_stopping.monitor val/mae -> val/rmse"):
+        check_config_changes(compose_train(tmp_path, [*TINY, *BASE, *alone]), stopped_run)
 
 
 def test_a_checkpoints_run_is_the_folder_with_its_config(tmp_path):

@@ -207,7 +207,7 @@ def check_config_changes(cfg: DictConfig, run_dir: Path) -> list[Change]:
     if source is None or saved is None:
         return []
     changes = config_changes(cfg, source, saved)
-    _check_seed_kept(source, changes)  # first: allow_changes cannot take it
+    _check_kept(source, changes)  # first: allow_changes cannot take these
     refused = [c for c in changes if c.allowed_by is None]
     if refused:
         raise ChangesRefused(_refusal(source, run_dir, refused), refused, source)
@@ -220,23 +220,38 @@ def check_config_changes(cfg: DictConfig, run_dir: Path) -> list[Change]:
     return changes
 
 
-def _check_seed_kept(source: Path, changes: list[Change]) -> None:
-    """Refuse another seed, even allowed: a resumed run restores its random state with its
-    checkpoint (``callbacks.rng_state``), so its initial weights, the order of its batches and
-    its dropout stay those of the seed it started with, which its config must then name.
+def _check_kept(source: Path, changes: list[Change]) -> None:
+    """Refuse a change that a resume cannot take, even allowed: another seed (a resumed run
+    restores its random state with its checkpoint, ``callbacks.rng_state``, so its initial
+    weights and the order of its batches stay those of the seed it started with, which its
+    config must then name), or another validation metric to select by (a ``monitor``: the
+    best checkpoint, early stopping's count and a plateau's were judged by the old one, and
+    scores of two metrics do not compare).
 
     Raises:
-        UserError: the seed is among the changes.
+        UserError: such a change is among the changes (named by its top-level key where
+            it has one: ``monitor`` before the ``module.monitor`` it sets).
     """
-    for change in changes:
+    for change in sorted(changes, key=lambda c: c.key.count(".")):
         if change.key == "seed":
-            raise UserError(
-                f"seed {change.old} -> {change.new}: {source} goes on from its checkpoint's "
-                f"random state (its initial weights, the order of its batches), drawn with "
-                f"seed {change.old}, so a resume cannot change its seed, even with "
-                f"allow_changes. Keep seed={change.old}, or train seed={change.new} anew: "
-                "resume=never (better in a new directory)."
+            why = (
+                f"{source} goes on from its checkpoint's random state (its initial weights, "
+                f"the order of its batches), drawn with seed {change.old}"
             )
+            what = "its seed"
+        elif change.key.rpartition(".")[2] == "monitor":
+            why = (
+                f"{source} chose its best checkpoint so far, and counted early stopping's "
+                f"patience, by {change.old}, whose scores do not compare with {change.new}'s"
+            )
+            what = "the metric it selects by"
+        else:
+            continue
+        raise UserError(
+            f"{change}: {why}, so a resume cannot change {what}, even with allow_changes. "
+            f"Keep {change.key}={change.old}, or train with {change.key}={change.new} anew: "
+            "resume=never (better in a new directory)."
+        )
 
 
 def check_allowed_keys(cfg: DictConfig, saved: DictConfig | None) -> None:
