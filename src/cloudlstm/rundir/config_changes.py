@@ -3,11 +3,10 @@
 A training that resumes in a run directory (``resume=auto`` finds a checkpoint there, or
 ``resume=<path>``) continues a run whose settings are its ``config.yaml``: that of the
 directory, or of the run whose ``checkpoints/`` hold the path (:func:`resumed_run`). A
-command that
-changed a setting would train the rest of the run with it, overwrite ``config.yaml`` and so
-describe the whole run by the new value (and ``eval.py`` would build the new model around
-the old weights). So before anything is written to the directory, the composed config is
-compared with the saved one:
+command that changed a setting would train the rest of the run with it, overwrite
+``config.yaml`` and so describe the whole run by the new value (and ``eval.py`` would build
+the new model around the old weights). So before anything is written to the directory, the
+composed config is compared with the saved one:
 
 * a change to an execution option (:data:`EXECUTION_OPTIONS`: where and on what the run
   executes, what it logs and shows) is taken, and recorded; so is a key the saved config
