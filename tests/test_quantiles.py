@@ -316,8 +316,8 @@ def test_forecast_and_predict_py_write_one_column_per_quantile(quantile_run, tmp
 
 
 def test_the_median_alone_trains_and_is_the_forecast(tmp_path):
-    """``module.quantiles=[0.5]``: a head without gaps to learn (empty weights), whose one
-    level is the point forecast; the check for weights made non-finite skips the empty ones."""
+    """``module.quantiles=[0.5]``: a head without gaps to learn, and without weights (no
+    parameters counted that compute nothing), whose one level is the point forecast."""
     from cloudlstm.cli.train import train
 
     stream = write_stream(tmp_path / "stream.csv")
@@ -326,6 +326,9 @@ def test_the_median_alone_trains_and_is_the_forecast(tmp_path):
     cfg = compose_train(tmp_path, [*overrides, "report.figures=false"])
     train(cfg)
     metrics = json.loads((Path(cfg.paths.output_dir) / "metrics.json").read_text())
+    tested = Path(cfg.paths.output_dir) / metrics["checkpoint"]
+    state = torch.load(tested, weights_only=False)["state_dict"]
+    assert not [key for key in state if "quantile_head" in key]
     overall = metrics["test"]["overall"]
     assert overall["crps"]["mean"] == pytest.approx(overall["mae"]["mean"], rel=1e-6)
     assert overall["pinball"]["mean"] == pytest.approx(overall["mae"]["mean"] / 2, rel=1e-6)

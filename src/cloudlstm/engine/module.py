@@ -341,7 +341,7 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Stop when an update made a weight NaN / inf (identical on every DDP rank): the next
         forward pass would fail obscurely, e.g. neighbours searched among NaN coordinates."""
-        # empty ones (a median-only quantile head's gaps) have no inf norm to take
+        # an empty one has no inf norm to take
         params = [p for p in self.parameters() if p.requires_grad and p.numel()]
         if params and not torch.isfinite(get_total_norm(params, norm_type=math.inf)):
             name = next(n for n, p in self.named_parameters() if not torch.isfinite(p).all())

@@ -256,12 +256,18 @@ class QuantileHead(nn.Module):
         self.output_steps, self.channels = output_steps, channels
         features = input_steps * input_channels + output_steps * (channels + future_channels)
         gaps = output_steps * channels * (len(self.levels) - 1)
-        self.net = nn.Sequential(nn.Linear(features, hidden), nn.GELU(), nn.Linear(hidden, gaps))
-        # every gap starts at softplus(0) = 0.69 training std, whatever the input
-        nn.init.zeros_(self.net[-1].weight)
-        nn.init.zeros_(self.net[-1].bias)
+        self.net = None  # the median alone: no gap to learn, and no weights
+        if gaps:
+            self.net = nn.Sequential(
+                nn.Linear(features, hidden), nn.GELU(), nn.Linear(hidden, gaps)
+            )
+            # every gap starts at softplus(0) = 0.69 training std, whatever the input
+            nn.init.zeros_(self.net[-1].weight)
+            nn.init.zeros_(self.net[-1].bias)
 
     def forward(self, point: Tensor, x: Tensor, future: Tensor | None = None) -> Tensor:
+        if self.net is None:
+            return point.unsqueeze(-1)
         b, j, n, c = point.shape
         parts = [x, point.detach()] + ([] if future is None else [future])
         # (B, N, features): each point's window, point forecast and time features
