@@ -84,6 +84,18 @@ def test_no_advertisements_or_empty_numbers(demo_console):
     assert "Trainable params" in out  # the model summary is still there
 
 
+def test_a_budget_ending_before_any_validation_says_so_once_in_its_own_words(tmp_path):
+    """Lightning's "could not find the monitored key ... Did you call log('val/loss')" would
+    point at the code; the monitor is checked before the run, and train.py's line says what
+    happened."""
+    every_epoch = ["trainer.val_check_interval=1.0", "trainer.check_val_every_n_epoch=1"]
+    job = [*TINY, "recipe=paper", *every_epoch, "trainer.max_steps=2", "logger=none"]
+    code, out, err = train_py(tmp_path, *job)
+    assert code == 0, err[-3000:]
+    assert "No best checkpoint (no validation): testing the final weights" in out + err
+    assert "could not find the monitored key" not in out + err
+
+
 def test_a_step_budget_shows_steps_out_of_max_steps(demo_console):
     out, _ = demo_console
     assert "/-2" not in out  # Lightning's "Epoch 6/-2" of max_epochs=-1
