@@ -105,10 +105,11 @@ def apply_configured(trainer: L.Trainer, configured: ConfiguredSettings) -> list
 def _apply_group(group: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
     changes = []
     for key, value in fresh.items():
-        if key not in SCHEDULE_KEYS and key in group and group[key] != value:
+        if key in SCHEDULE_KEYS:
+            continue
+        if key in group and group[key] != value:
             changes.append(f"{key} {group[key]} -> {value}")
-        if key not in SCHEDULE_KEYS:
-            group[key] = value
+        group[key] = value
     new = fresh[CONFIGURED_LR]
     old = group.get(CONFIGURED_LR, group.get("initial_lr"))
     if old is None:

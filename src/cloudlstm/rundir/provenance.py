@@ -90,8 +90,7 @@ def record_training(
         OutOfSpaceError: no room for the line (the training would find none either).
     """
     path = Path(run_dir) / PROVENANCE_FILE
-    line = "".join(json.dumps(e) + "\n" for e in (() if resumed else earlier))
-    line += json.dumps(entry) + "\n"
+    line = "".join(json.dumps(e) + "\n" for e in [*earlier, entry])
     if resumed and _ends_inside_a_line(path):  # a process killed as it wrote its line
         line = "\n" + line
     try:
