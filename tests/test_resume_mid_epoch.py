@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -108,15 +109,51 @@ def test_a_batch_the_trainer_had_not_finished_is_given_again():
     assert batches(resumed) == expected
 
 
-def test_a_state_of_other_data_starts_a_new_pass(caplog):
-    first = loader()
-    next(iter(first))
-    state = {**first.state_dict(), "num_batches": 9}
+@pytest.mark.parametrize(("size", "skip"), [(6, 2), (2, 7), (15, 1)])
+def test_a_pass_in_batches_of_another_size_goes_on_from_its_first_unseen_window(size, skip):
+    """15 windows of the pass were trained on, in 3 batches of 5: batches of 6 go on from
+    window 12 (windows 12-14 come again), of 2 from window 14, of 15 from window 15; the
+    trainer's count of the epoch's batches moves from 3 to the batches skipped."""
+    first = loader(progress=lambda: (3, 8))
+    it = iter(first)
+    for _ in range(4):  # the 4th given out, not finished: it comes again
+        next(it)
+    state = first.state_dict()
+    generator = torch.Generator()
+    generator.manual_seed(state["pass"]["seed"])
+    order = torch.randperm(len(WINDOWS), generator=generator).tolist()
+    moved: list[int] = []
+    resumed = ResumableLoader(
+        WINDOWS, batch_size=size, sampler=ShuffleSampler(len(WINDOWS)), move_progress=moved.append
+    )
+    resumed.load_state_dict(state)
+    rest = batches(resumed)
+    assert sum(rest, []) == order[skip * size :]
+    assert [len(b) for b in rest[:-1]] == [size] * (len(rest) - 1)
+    assert moved == [skip - 3]
+    assert len(batches(resumed)) == len(resumed)  # the next pass is whole
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_a_state_of_other_data_starts_a_new_pass(caplog, recorded):
+    """Other windows (or, in a state of older code, which records neither its windows nor
+    its batch size, another number of batches): no position of the old pass holds, so the
+    epoch is a new pass, and the trainer counts it from its first batch."""
+    first = loader(progress=lambda: (2, 8))
+    it = iter(first)
+    for _ in range(3):
+        next(it)
+    state = {**first.state_dict(), "windows": 45, "num_batches": 9}
+    if not recorded:
+        del state["windows"], state["batch_size"]
+    moved: list[int] = []
     resumed = loader()
+    resumed.move_progress = moved.append
     with caplog.at_level(logging.WARNING):
         resumed.load_state_dict(state)
-    assert "the training data or batch size changed" in caplog.text
+    assert "the training data changed" in caplog.text
     assert len(batches(resumed)) == 8
+    assert moved == [-2]
 
 
 @pytest.mark.parametrize(
@@ -256,3 +293,56 @@ def test_a_run_killed_mid_epoch_resumes_bit_exactly(tmp_path, case):
     assert all(
         torch.equal(moments[0][p][s], moments[1][p][s]) for p in moments[0] for s in moments[0][p]
     )
+
+
+@pytest.fixture(scope="module")
+def killed_mid_epoch(tmp_path_factory) -> Path:
+    """A run killed before step 14: its last checkpoint is 12 batches of 8 into epoch 0."""
+    root = tmp_path_factory.mktemp("killed")
+    kill_at, extra = CASES["deterministic"]
+    killed = run_train(
+        root / "run",
+        root / "data",
+        *extra,
+        "+callbacks.kill._target_=tests.kill_callback.KillAtStep",
+        f"+callbacks.kill.step={kill_at}",
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    return root
+
+
+@pytest.mark.parametrize("size", [16, 4])
+def test_a_run_resumed_mid_epoch_in_batches_of_another_size_goes_on_with_its_pass(
+    tmp_path, killed_mid_epoch, size
+):
+    """Resumed with data.batch_size changed, the epoch goes on from window 96 of its pass
+    (12 batches of 8), in batches of the new size, and the trainer counts its batches from
+    there: batch 6 of 16 windows, or 24 of 4, not 12; the epoch ends with the pass."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(killed_mid_epoch / "run", run_dir)
+    last = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    (state,) = last["loops"]["fit_loop"]["state_dict"]["combined_loader"]
+    assert (state["pass"]["batches"], state["batch_size"]) == (12, 8)
+    windows = state["windows"]
+
+    probe = tmp_path / "batches.jsonl"
+    resumed = run_train(
+        run_dir,
+        killed_mid_epoch / "data",
+        *CASES["deterministic"][1],
+        f"data.batch_size={size}",
+        "+callbacks.probe._target_=tests.batch_probe.RecordBatches",
+        f"+callbacks.probe.path={probe}",
+        "allow_changes=[callbacks,data.batch_size]",
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"goes on from window 96 of {windows}" in resumed.stdout + resumed.stderr
+    rows = [json.loads(line) for line in probe.read_text().splitlines()]
+    epoch_0 = [r for r in rows if r["epoch"] == 0]
+    skip = 96 // size
+    batches_per_epoch = -(-windows // size)
+    assert [r["batch_idx"] for r in epoch_0] == list(range(skip, batches_per_epoch))
+    assert [r["step"] for r in epoch_0] == list(range(12, 12 + len(epoch_0)))
+    assert sum(r["size"] for r in epoch_0) == windows - 96
+    epoch_1 = [r for r in rows if r["epoch"] == 1]
+    assert epoch_1[0]["batch_idx"] == 0 and epoch_1[0]["step"] == 12 + len(epoch_0)

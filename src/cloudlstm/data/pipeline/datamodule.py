@@ -32,6 +32,7 @@ from cloudlstm.data.pipeline.held_out import check_holdout, held_out_groups
 from cloudlstm.data.pipeline.loaders import (
     each_window_once,
     epoch_progress,
+    move_epoch_progress,
     ordered_loader,
     training_loader,
 )
@@ -476,12 +477,19 @@ class PointCloudDataModule(LightningDataModule):
             self.pin_memory,
             self.trainer,
             self._train_progress,
+            self._move_train_progress,
         )
 
     def _train_progress(self) -> tuple[int, float] | None:
         """The trainer's progress through its epoch, read when it is asked for
         (:func:`~cloudlstm.data.pipeline.loaders.epoch_progress`)."""
         return epoch_progress(self.trainer)
+
+    def _move_train_progress(self, batches: int) -> None:
+        """Move the trainer's count of its epoch's batches (a resumed pass continues
+        elsewhere than it says: :func:`~cloudlstm.data.pipeline.loaders.move_epoch_progress`)."""
+        if self.trainer is not None:
+            move_epoch_progress(self.trainer, batches)
 
     def val_dataloader(self) -> DataLoader | list:
         # as the test loader's: under DDP every window scored once, as in one process

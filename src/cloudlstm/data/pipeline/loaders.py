@@ -24,7 +24,13 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from cloudlstm.data.pipeline.resumable import ResumableLoader, ShuffleSampler
 
-__all__ = ["each_window_once", "epoch_progress", "ordered_loader", "training_loader"]
+__all__ = [
+    "each_window_once",
+    "epoch_progress",
+    "move_epoch_progress",
+    "ordered_loader",
+    "training_loader",
+]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +87,7 @@ def training_loader(
     pin_memory: bool,
     trainer: Any,
     progress: Callable[[], tuple[int, float] | None],
+    move_progress: Callable[[int], None] | None = None,
 ) -> ResumableLoader:
     """Batches of ``dataset``'s windows shuffled anew each pass, resumable mid-epoch.
 
@@ -90,6 +97,8 @@ def training_loader(
             seed and epoch).
         progress: the trainer's progress through its epoch (:func:`epoch_progress`), read
             when a checkpoint is saved.
+        move_progress: moves that progress (:func:`move_epoch_progress`), where a resumed
+            pass continues elsewhere than the checkpoint's count says.
     """
     ddp = trainer is not None and trainer.world_size > 1
     return ResumableLoader(
@@ -102,6 +111,7 @@ def training_loader(
         persistent_workers=num_workers > 0,
         drop_last=False,
         progress=progress,
+        move_progress=move_progress,
     )
 
 
@@ -112,3 +122,11 @@ def epoch_progress(trainer: Any) -> tuple[int, float] | None:
         return None
     done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
     return done, trainer.num_training_batches
+
+
+def move_epoch_progress(trainer: Any, batches: int) -> None:
+    """Move the trainer's count of the batches its epoch has given out and finished by
+    ``batches``, its fields alike, so the epoch ends when the training loader's pass does."""
+    current = trainer.fit_loop.epoch_loop.batch_progress.current
+    for field in ("ready", "started", "processed", "completed"):
+        setattr(current, field, getattr(current, field) + batches)

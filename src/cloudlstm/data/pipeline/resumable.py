@@ -17,6 +17,14 @@ generator's state restored from the checkpoint (by the training engine's ``RngSt
 callback) already follows those draws. So every later draw (dropout, the next epochs' shuffles) is
 the uninterrupted run's too.
 
+A resume that serves the windows in batches of another size (``data.batch_size`` changed
+with ``allow_changes``) continues the checkpoint's pass from the first window it had not
+trained on, rounded down to a whole batch of the new size (a few windows of the pass may be
+trained on twice), and moves the trainer's count of the epoch's batches to match
+(``move_progress``), so the epoch ends with the pass. Where the windows themselves changed,
+no position in the old pass means anything: the resumed epoch is a whole new pass, counted
+from its first batch.
+
 Worker processes (``num_workers > 0``) are seeded from the base seed; their generators'
 states are not saved. The window datasets draw no random numbers, so this changes nothing
 here; a dataset that drew some in its workers would not resume exactly.
@@ -112,6 +120,9 @@ class ResumableLoader(DataLoader):
             takes from each pass (fewer than ``len(self)`` under ``limit_train_batches``;
             a pass that has given as many is over); None (or a function giving None):
             every batch given out is finished, and an epoch is a whole pass.
+        move_progress: moves the trainer's count of the batches its epoch has finished by
+            the number given, when a resumed pass continues at another position than the
+            checkpoint's count (batches of another size, or a new pass); None: no trainer.
         Everything else as ``DataLoader``.
     """
 
@@ -121,10 +132,12 @@ class ResumableLoader(DataLoader):
         self,
         *args: Any,
         progress: Callable[[], tuple[int, float] | None] | None = None,
+        move_progress: Callable[[int], None] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.progress = progress
+        self.move_progress = move_progress
         self._batches = 0  # batches the current pass has given out
         self._started = False  # a pass was started (its iterator made)
         self._pending: dict[str, Any] | None = None  # a state to continue from
@@ -184,21 +197,65 @@ class ResumableLoader(DataLoader):
             current = {"batches": done, "seed": seed}
         return {
             "num_batches": len(self),
+            "batch_size": self.batch_size,
+            "windows": len(self.dataset),  # type: ignore[arg-type]
             "pass": current,
             "workers_started": bool(self.persistent_workers and self._iterator is not None),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("pass") is not None and state.get("num_batches") != len(self):
-            log.warning(
-                "The checkpoint's epochs had %s training batches, this run's have %s (the "
-                "training data or batch size changed): the resumed epoch does not continue "
-                "the checkpoint's, so the run will not match an uninterrupted one.",
-                state.get("num_batches"),
+        if state.get("pass") is not None and not self._same_batches(state):
+            state = {**state, "pass": self._rebatched(state)}
+        self._pending = dict(state)
+
+    def _same_batches(self, state: dict[str, Any]) -> bool:
+        """Whether the checkpoint's passes were cut into this loader's batches (a state
+        that does not record its batch size or windows: as many batches)."""
+        return (
+            state.get("num_batches") == len(self)
+            and state.get("batch_size", self.batch_size) == self.batch_size
+            and state.get("windows", len(self.dataset)) == len(self.dataset)  # type: ignore[arg-type]
+        )
+
+    def _rebatched(self, state: dict[str, Any]) -> dict[str, Any] | None:
+        """Where the checkpoint's pass, cut into batches of another number, continues in
+        this loader's batches; None: a new pass. Moves the trainer's count to match."""
+        current = state["pass"]
+        done = int(current["batches"])
+        old_size = state.get("batch_size")
+        same_windows = state.get("windows") == len(self.dataset)  # type: ignore[arg-type]
+        if old_size and same_windows and isinstance(self.sampler, ShuffleSampler):
+            size = int(self.batch_size)  # type: ignore[arg-type]
+            seen = done * int(old_size)
+            skip = seen // size
+            log.info(
+                "The checkpoint's epoch was cut into batches of %s windows, this run's into "
+                "batches of %s: the resumed epoch goes on from window %s of %s of its pass "
+                "(%s windows of it trained on twice), at batch %s of %s.",
+                old_size,
+                size,
+                skip * size,
+                len(self.dataset),  # type: ignore[arg-type]
+                seen - skip * size,
+                skip,
                 len(self),
             )
-            state = {**state, "pass": None}
-        self._pending = dict(state)
+            self._move(skip - done)
+            return {**current, "batches": skip}
+        log.warning(
+            "The checkpoint's epochs had %s training batches, this run's have %s (the "
+            "training data changed, or the batch size in a checkpoint that does not record "
+            "it): the resumed epoch is a new pass over the windows, not "
+            "the rest of the checkpoint's, so the run will not match an uninterrupted one.",
+            state.get("num_batches"),
+            len(self),
+        )
+        self._move(-done)
+        return None
+
+    def _move(self, batches: int) -> None:
+        if batches and self.move_progress is not None:
+            self.move_progress(batches)
 
 
 @contextmanager
