@@ -205,6 +205,12 @@ CASES = {
     # as "deterministic", validating and testing an average of the weights: the average
     # and its number of updates travel in the checkpoint beside the live weights
     "ema": (14, ["trainer.deterministic=true", "optimizer.lr=3e-2", "callbacks=ema"]),
+    # as "deterministic", the decoder fed the truth at steps drawn as it trains: the
+    # resumed run draws what the uninterrupted one does
+    "scheduled-sampling": (
+        14,
+        ["trainer.deterministic=true", "optimizer.lr=3e-2", "module.scheduled_sampling=4"],
+    ),
     # killed before step 18: resumed 2 batches into the second epoch; dropout (STID's),
     # worker processes, and default (non-deterministic) kernels, on a CPU
     "dropout-workers": (

@@ -158,8 +158,9 @@ def build_module(
     training module (``cfg.module``), which carries ``spec``."""
     model_config = cfg.model if model_config is None else model_config
     with user_errors_unwrapped():
+        taught = bool((cfg.get("module") or {}).get("scheduled_sampling"))
         model = compile_for_run(
-            build_model(model_config, spec), model_config, cfg.get("trainer"), spec
+            build_model(model_config, spec), model_config, cfg.get("trainer"), spec, taught
         )
     scheduler = cfg.get("scheduler")
     # partial, then called: Hydra would turn the spec (a dataclass) into a config

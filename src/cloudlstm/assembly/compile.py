@@ -38,16 +38,23 @@ def _device_count(devices: Any, cuda: bool) -> int:
 
 
 def compile_for_run(
-    model: nn.Module, model_cfg: DictConfig, trainer: DictConfig | None, spec: DataSpec
+    model: nn.Module,
+    model_cfg: DictConfig,
+    trainer: DictConfig | None,
+    spec: DataSpec,
+    taught: bool = False,
 ) -> nn.Module:
     """``model`` compiled in place as its ``model.compile=auto`` (in ``model_cfg``) decides
     for the device of ``trainer`` (the ``trainer`` config), the decision logged (on CUDA,
-    where it is news: on CPU auto is always eager)."""
+    where it is news: on CPU auto is always eager); ``taught``: the run trains with
+    ``module.scheduled_sampling``."""
     if model_cfg.get("compile") != AUTO:
         return model
     device = run_device(trainer or {})
     checkpointing = bool(model_cfg.get("checkpointing", False))
-    capture = auto_compile(model, spec.num_points, spec.coord_features, device, checkpointing)
+    capture = auto_compile(
+        model, spec.num_points, spec.coord_features, device, checkpointing, taught
+    )
     if capture.mode is not None:
         model.compile(mode=capture.mode)
     say = log.info if device.cuda else log.debug

@@ -29,8 +29,14 @@ from cloudlstm.engine.resumed_settings import (
     configured_settings,
     note_configured_lr,
 )
+from cloudlstm.engine.scheduled_sampling import (
+    check_scheduled_sampling,
+    draw_teacher,
+    truth_probability,
+)
 from cloudlstm.errors import UserError, replacing
 from cloudlstm.models.base import silence_output_head
+from cloudlstm.models.teacher import Teacher, taught
 from cloudlstm.nn.knn_finite import NonFiniteCoordinatesError
 
 LOSSES = ("mse", "mae")
@@ -163,6 +169,10 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
             (:mod:`cloudlstm.engine.quantiles`). None: point forecasts only.
         calibrate: ``none`` or ``conformal`` (split-conformal offsets per step, channel and
             level, measured on the validation split and stored in every checkpoint).
+        scheduled_sampling: the decay's steps ``tau`` of DCRNN's scheduled sampling, for
+            models that read their own forecasts: a training step ``s`` feeds their
+            decoder the truth with probability ``tau / (tau + exp(s / tau))``
+            (:mod:`cloudlstm.engine.scheduled_sampling`). None: never.
 
     The scaler, channel names, input offsets and point groups come from ``spec`` (the
     data's :class:`~cloudlstm.data.spec.DataSpec`; without one, the datamodule's at
@@ -186,9 +196,11 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
         diverge_factor: float | None = DEFAULT_DIVERGE_FACTOR,
         quantiles: Any = None,
         calibrate: str = "none",
+        scheduled_sampling: int | None = None,
     ) -> None:
         super().__init__()
         self.diverge_factor = check_diverge_factor(diverge_factor)
+        self.scheduled_sampling = check_scheduled_sampling(scheduled_sampling, model)
         self.quantile_levels = check_quantiles(quantiles)
         self.calibration = check_calibration(calibrate, self.quantile_levels)
         if anchor not in ANCHORS:
@@ -279,7 +291,7 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
         return out
 
     def _step(
-        self, batch: dict[str, torch.Tensor], stage: str
+        self, batch: dict[str, torch.Tensor], stage: str, teacher: Teacher | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Forecast, masked loss (``module.loss``, default MSE; with quantiles the
         pinball loss) on normalised values, logged as ``<stage>/loss``.
@@ -287,7 +299,8 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
         Returns the loss, the normalised forecast ``(B, J, N, C)`` and its uncalibrated
         quantiles ``(B, J, N, C, Q)`` (None without ``module.quantiles``).
         """
-        pred = self(batch["x"], batch["coords"], batch.get("future"))
+        with taught(self.model, teacher):
+            pred = self(batch["x"], batch["coords"], batch.get("future"))
         quantiles = self.quantile_forecast(pred, batch)
         if quantiles is None:
             loss = masked_loss(
@@ -318,13 +331,27 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         try:
-            loss = self._step(batch, "train")[0]
+            loss = self._step(batch, "train", self._teacher(batch))[0]
         except NonFiniteCoordinatesError:  # CloudLSTM-family features: NaN before the loss
             self._diverged("the model's point coordinates became NaN or inf", batch_idx)
         self._stop_if_not_finite(loss, batch_idx)
         # per-step curve beside the epoch mean (`train/loss`) for long epochs
         self.log("train/loss_step", loss, on_step=True, on_epoch=False)
         return loss
+
+    def _teacher(self, batch: dict[str, torch.Tensor]) -> Teacher | None:
+        """The truth this training step's decoder reads, at the steps drawn for it
+        (``module.scheduled_sampling``; logged as ``train/truth_probability``); None when
+        off."""
+        if self.scheduled_sampling is None:
+            return None
+        probability = truth_probability(self.global_step, self.scheduled_sampling)
+        self.log("train/truth_probability", probability, on_step=True, on_epoch=False)
+        y = batch["y"]
+        anchor = None
+        if self.anchored:
+            anchor = batch["x"][:, self.anchor_index, :, : y.shape[-1]]
+        return draw_teacher(y, batch["y_mask"], probability, anchor)
 
     def _stop_if_not_finite(self, loss: torch.Tensor, batch_idx: int) -> None:
         """Stop at the first NaN / inf training loss, before its backward pass.

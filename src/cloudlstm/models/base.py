@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from cloudlstm.models.teacher import Teacher
+
 
 def values_to_cloud(values: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
     """Turn C measured variables into C point-cloud channels sharing the points' coordinates.
@@ -105,6 +107,12 @@ class ForecastModel(nn.Module):
     # Why the model's training step is not captured in CUDA graphs on a GPU
     # (``model.compile=auto`` then runs it eagerly), or None where it can be.
     capture_refused: str | None = None
+    # True for an autoregressive decoder, which reads each step's forecast as the next
+    # step's input: scheduled sampling (``module.scheduled_sampling``) applies to it.
+    reads_own_forecasts: bool = False
+    # The truth a training forward's decoder reads instead, at the steps drawn for it
+    # (:mod:`cloudlstm.models.teacher`); None: its own forecasts, as always at test time.
+    teacher: Teacher | None = None
 
     def output_head(self) -> list[nn.Module]:
         """The layers that produce the forecast: with all their parameters zero the model

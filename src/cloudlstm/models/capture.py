@@ -47,10 +47,11 @@ class Capture:
 
 def auto_compile(
     model: nn.Module, num_points: int, coord_features: int, device: RunDevice,
-    checkpointing: bool = False,
+    checkpointing: bool = False, taught: bool = False,
 ) -> Capture:  # fmt: skip
     """The compile mode of ``model.compile=auto`` for ``model`` on ``device``, with clouds
-    of ``num_points`` points of ``coord_features`` coordinates."""
+    of ``num_points`` points of ``coord_features`` coordinates; ``taught``: its training
+    forwards read drawn true values (``module.scheduled_sampling``)."""
     name = type(model).__name__
     if not device.cuda:
         return Capture(None, "not on CUDA: compiling does not pay on CPU")
@@ -63,6 +64,10 @@ def auto_compile(
         return Capture(None, f"{name}: {refused}")
     if checkpointing:
         return Capture(None, "model.checkpointing recomputes the forward in the backward")
+    if taught:
+        return Capture(
+            None, "module.scheduled_sampling's training forwards have not run under captured graphs"
+        )
     if getattr(model, "searches_neighbours", False):
         dims = max(coord_features, 2)  # a 1-D cloud is searched with a zero second axis
         if not knn_triton.fits(True, num_points, dims):

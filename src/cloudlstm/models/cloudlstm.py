@@ -16,6 +16,7 @@ from cloudlstm.models.base import (
     check_sizes,
     values_to_cloud,
 )
+from cloudlstm.models.teacher import Teacher, read_back
 from cloudlstm.nn import CELLS, CloudAttention, DConv, check_k, shared_neighbours
 from cloudlstm.nn.cells import search
 from cloudlstm.nn.dconv import weight_matrices
@@ -33,7 +34,9 @@ class CloudSeq2Seq(ForecastModel):
       starts from encoder layer l's final state.
     * Decoding is autoregressive for J steps (J may exceed M): the decoder input at step
       i is the embedding of its own forecast for step i-1, starting from the last
-      observed frame. No teacher forcing, so training and inference decode alike.
+      observed frame. Training with ``module.scheduled_sampling`` it reads the true
+      value at the steps drawn (:mod:`cloudlstm.models.teacher`); by default it never
+      does, so training and inference decode alike.
     * With ``attention``, the top decoder state is concatenated with its context over
       the top encoder states before the output DConv.
     * Output: the value features of the output DConv. Points are fixed here, so the
@@ -84,6 +87,7 @@ class CloudSeq2Seq(ForecastModel):
     """
 
     searches_neighbours = True
+    reads_own_forecasts = True
 
     NEIGHBOURS = ("dynamic", "static")
 
@@ -221,15 +225,20 @@ class CloudSeq2Seq(ForecastModel):
         self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None
     ) -> torch.Tensor:
         if not self.spatial_order:
-            return self._forecast(x, coords, future)
+            return self._forecast(x, coords, future, self.teacher)
         # Points in Z-order of their positions while the model runs, given back in the
         # caller's order: the gathers read nearby rows (nn/ordering.py).
         order = morton_order(coords)  # (B, N)
-        x = x.gather(2, order[:, None, :, None].expand_as(x))
+
+        def ordered(values: torch.Tensor) -> torch.Tensor:  # (B, T, N, C), points on dim 2
+            return values.gather(2, order[:, None, :, None].expand_as(values))
+
+        x = ordered(x)
         if future is not None:
-            future = future.gather(2, order[:, None, :, None].expand_as(future))
+            future = ordered(future)
         coords = coords.gather(1, order[..., None].expand_as(coords))
-        out = self._forecast(x, coords, future)
+        teacher = None if self.teacher is None else self.teacher.mapped(ordered)
+        out = self._forecast(x, coords, future, teacher)
         back = order.argsort(dim=1)[:, None, :, None].expand_as(out)
         return out.gather(2, back)
 
@@ -251,9 +260,13 @@ class CloudSeq2Seq(ForecastModel):
         return static
 
     def _forecast(
-        self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None
+        self,
+        x: torch.Tensor,
+        coords: torch.Tensor,
+        future: torch.Tensor | None,
+        teacher: Teacher | None,
     ) -> torch.Tensor:
-        """:meth:`forward` on points in the order given."""
+        """:meth:`forward` on points in the order given, ``teacher`` in that order too."""
         b, m, n, c = x.shape
         run, k = self._run, self.k
         # Everything at the points (the C input channels of every frame, the initial
@@ -306,4 +319,5 @@ class CloudSeq2Seq(ForecastModel):
                 step = run(self._head, inp, inp_neighbours, context, find(context))
             last = last + step if self.residual else step
             outputs.append(last)
+            last = read_back(teacher, last, j)  # what step j + 1 reads, and adds to
         return torch.stack(outputs, dim=1)

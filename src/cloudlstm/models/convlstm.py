@@ -8,6 +8,7 @@ from torch import nn
 
 from cloudlstm.models.base import Channels
 from cloudlstm.models.grid_base import GridForecaster
+from cloudlstm.models.teacher import Teacher, read_back
 from cloudlstm.nn.conv_rnn import ConvLSTMCell, LSTMState, same_conv
 
 
@@ -23,7 +24,8 @@ class RecurrentGridSeq2Seq(GridForecaster):
       own weights, starts from the encoder's final state;
     * decoding is autoregressive for J steps (J may exceed M): the decoder's input at
       step j is the embedding of its own forecast for step j-1, starting from the last
-      observed frame; no teacher forcing. With covariates that frame is the forecast
+      observed frame; training with ``module.scheduled_sampling``, the true value at the
+      steps drawn (:mod:`cloudlstm.models.teacher`). With covariates that frame is the forecast
       targets, the measured covariates held at their last observed values and the time
       features of step j-1 (``future``, gridded;
       :meth:`~cloudlstm.models.base.Channels.next_frame`);
@@ -36,6 +38,7 @@ class RecurrentGridSeq2Seq(GridForecaster):
     """
 
     reads_future = True
+    reads_own_forecasts = True
 
     def __init__(
         self,
@@ -70,7 +73,12 @@ class RecurrentGridSeq2Seq(GridForecaster):
         states but not the head's output)."""
         return [self.head]
 
-    def forward_grid(self, x: torch.Tensor, future: torch.Tensor | None = None) -> torch.Tensor:
+    def forward_grid(
+        self,
+        x: torch.Tensor,
+        future: torch.Tensor | None = None,
+        teacher: Teacher | None = None,
+    ) -> torch.Tensor:
         if x.dim() != 5 or x.shape[2] != self.channels.inp:
             raise ValueError(
                 f"expected a grid sequence (B, M, C={self.channels.inp}, H, W), got "
@@ -94,6 +102,7 @@ class RecurrentGridSeq2Seq(GridForecaster):
             step = self.head(top)  # (B, C_out, H, W)
             outputs.append(step)
             step_future = None if future is None else future[:, j]
+            step = read_back(teacher, step, j)
             frame = self.channels.next_frame(step, x[:, -1], step_future, dim=1)
         return torch.stack(outputs, dim=1)
 

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from cloudlstm.models.base import Channels, ForecastModel, check_counts, check_sizes
+from cloudlstm.models.teacher import read_back
 from cloudlstm.nn.graph import (
     DiffusionConv,
     TransitionGraph,
@@ -63,10 +64,10 @@ class DCRNN(ForecastModel):
     (:meth:`~cloudlstm.models.base.Channels.next_frame`), the GO frame the last input
     step's.
 
-    Scheduled sampling (DCRNN's curriculum learning, feeding the true value of the previous
-    step with a probability that decays over training) is not implemented: a forecaster's
-    forward takes no targets, so the decoder always reads its own forecasts, as it does at
-    test time.
+    Scheduled sampling (DCRNN's curriculum learning: the decoder reads the true value of
+    the previous step with a probability that decays over training) is the training
+    module's ``module.scheduled_sampling``, offered to every model that reads its own
+    forecasts (:mod:`cloudlstm.models.teacher`); off by default, as for every model.
 
     The graph: without ``adjacency``, DCRNN's kernel of the coordinates (``sigma``,
     ``epsilon``, ``neighbours``: :class:`~cloudlstm.nn.graph.TransitionGraph`), built per
@@ -78,6 +79,8 @@ class DCRNN(ForecastModel):
     ``x (B, M, N, C_in)``, ``coords (B, N, L)`` (``future (B, J, N, F)`` with time
     features) -> ``(B, J, N, C_out)``.
     """
+
+    reads_own_forecasts = True
 
     def __init__(
         self,
@@ -159,5 +162,5 @@ class DCRNN(ForecastModel):
             step = self.projection(inp)  # (B, N, C_out)
             outputs.append(step)
             step_future = None if future is None else future[:, j]
-            frame = self.channels.next_frame(step, last, step_future)
+            frame = self.channels.next_frame(read_back(self.teacher, step, j), last, step_future)
         return torch.stack(outputs, dim=1)

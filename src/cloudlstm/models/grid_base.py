@@ -116,10 +116,13 @@ class GridForecaster(ForecastModel):
         cells, h, w = self.cells(coords)
         index = cells[:, None, None, :]  # (B or 1, 1, 1, N), broadcast over time and channel
         grid = to_grid(x, index, h, w)
+        taught = {}  # a decoder's truth, in its cells (empty cells: its forecasts)
+        if self.teacher is not None:
+            taught["teacher"] = self.teacher.mapped(lambda v: to_grid(v, index, h, w))
         if future is None or not self.reads_future:
-            out = self.forward_grid(grid)  # (B, J, C_out, H, W)
+            out = self.forward_grid(grid, **taught)  # (B, J, C_out, H, W)
         else:
-            out = self.forward_grid(grid, to_grid(future, index, h, w))
+            out = self.forward_grid(grid, to_grid(future, index, h, w), **taught)
         b, j, c = out.shape[:3]
         values = out.flatten(-2).gather(-1, index.expand(b, j, c, n))
         return values.transpose(-1, -2)

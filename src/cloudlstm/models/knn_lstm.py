@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from cloudlstm.models.base import Channels, ForecastModel, check_sizes
+from cloudlstm.models.teacher import read_back
 from cloudlstm.nn import check_k_option, knn
 
 
@@ -31,7 +32,8 @@ class KNNLSTM(ForecastModel):
     At every step a point's input is the C values of its K nearest neighbours (itself
     first, from the fixed point coordinates), so ``k=1`` is a purely local model that
     sees no neighbours. The decoder is autoregressive over J steps; its input is the
-    point's own previous forecast together with its neighbours' last observed values.
+    point's own previous forecast together with its neighbours' last observed values
+    (training with ``module.scheduled_sampling``: its true value at the steps drawn).
 
     Covariates: the neighbours' values are all C_in input channels. The decoder's own
     frame is its forecast targets with the point's measured covariates held at their last
@@ -44,6 +46,7 @@ class KNNLSTM(ForecastModel):
     """
 
     searches_neighbours = True
+    reads_own_forecasts = True
 
     def __init__(
         self,
@@ -83,6 +86,9 @@ class KNNLSTM(ForecastModel):
         observed = seq[:, -1:, :c]  # (B*N, 1, C_in): the point's last observed frame
         if future is not None:
             future = future.permute(0, 2, 1, 3).reshape(b * n, j, -1)  # (B*N, J, F)
+        teacher = None
+        if self.teacher is not None:  # (B*N, J, C_out), as the decoder's steps
+            teacher = self.teacher.mapped(lambda v: v.transpose(1, 2).reshape(b * n, j, -1))
         last = observed
         outputs = []
         for step in range(j):
@@ -90,6 +96,7 @@ class KNNLSTM(ForecastModel):
             forecast = self.head(out)  # (B*N, 1, C_out)
             outputs.append(forecast)
             step_future = None if future is None else future[:, step : step + 1]
+            forecast = read_back(teacher, forecast, step)
             last = self.channels.next_frame(forecast, observed, step_future)
         out = torch.cat(outputs, dim=1).view(b, n, j, self.channels.out)
         return out.permute(0, 2, 1, 3)

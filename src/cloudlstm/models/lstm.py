@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from cloudlstm.models.base import Channels, ForecastModel, check_output_steps, check_sizes
+from cloudlstm.models.teacher import read_back
 
 
 class SeqLSTM(ForecastModel):
@@ -14,8 +15,9 @@ class SeqLSTM(ForecastModel):
     Each step's N x C values form one feature vector. An encoder LSTM reads the M input
     frames; a decoder LSTM of its own, started from the encoder's final states, runs
     autoregressively for J steps (J may exceed M): its input is its own previous
-    forecast, starting from the last observed frame, with no teacher forcing so that
-    training and inference decode alike. Coordinates are not used and N, C are fixed at
+    forecast, starting from the last observed frame (training with
+    ``module.scheduled_sampling``: the true value at the steps drawn; by default never,
+    so that training and inference decode alike). Coordinates are not used and N, C are fixed at
     construction. With covariates the frames hold all C_in channels, and each decoder
     step reads its forecast with the covariates held and the step's time features
     (:meth:`~cloudlstm.models.base.Channels.next_frame`).
@@ -27,6 +29,7 @@ class SeqLSTM(ForecastModel):
     fixed_points = "its layers are sized for the training points, in their order"
     point_parameters = "its layers hold weights of each training point, in their order"
     capture_refused = "torch.compile does not trace nn.LSTM (its cuDNN kernels run eagerly)"
+    reads_own_forecasts = True
 
     def __init__(
         self,
@@ -81,5 +84,6 @@ class SeqLSTM(ForecastModel):
             step = self.head(out).view(b, 1, n, self.channels.out)
             outputs.append(step)
             step_future = None if future is None else future[:, j : j + 1]
+            step = read_back(self.teacher, step, j)
             frame = self.channels.next_frame(step, x[:, -1:], step_future)
         return torch.cat(outputs, dim=1)

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from cloudlstm.models.base import Channels, ForecastModel, check_output_steps, check_sizes
+from cloudlstm.models.teacher import read_back
 from cloudlstm.nn.knn_checks import check_k_option
 from cloudlstm.nn.xconv import XConv, XGeometry, dilated_neighbours
 
@@ -69,7 +70,8 @@ class PointLSTM(ForecastModel):
       starts from encoder layer l's final state;
     * decoding is autoregressive for J steps (J may exceed M): the decoder input at
       step i is the embedding of its own forecast for step i-1, starting from the last
-      observed frame; no teacher forcing. With covariates that frame is the forecast
+      observed frame (training with ``module.scheduled_sampling``: the true value at
+      the steps drawn). With covariates that frame is the forecast
       targets with the measured covariates held at their last values and step i-1's time
       features (:meth:`~cloudlstm.models.base.Channels.next_frame`);
     * the output layer is an X-Conv from ``hidden_channels`` to the C_out targets.
@@ -83,6 +85,7 @@ class PointLSTM(ForecastModel):
     """
 
     searches_neighbours = True
+    reads_own_forecasts = True
 
     def __init__(
         self,
@@ -163,5 +166,6 @@ class PointLSTM(ForecastModel):
             step = self.head(inp, geometry=head_geo)  # (B, N, C_out)
             outputs.append(step)
             step_future = None if future is None else future[:, j]
+            step = read_back(self.teacher, step, j)
             frame = self.channels.next_frame(step, x[:, -1], step_future)
         return torch.stack(outputs, dim=1)
