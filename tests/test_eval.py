@@ -415,6 +415,20 @@ def test_an_override_that_reshapes_the_model_is_named_as_the_cause(cloud_run, tm
     ), str(err.value)
 
 
+@pytest.mark.parametrize("levels", ["[0.1,0.9]", "[0.9,0.5,0.1]"])
+def test_levels_for_a_point_run_are_refused_for_that_in_one_step(cloud_run, tmp_path, levels):
+    """A point-forecast run given levels without 0.5 was first told to add 0.5, and only then
+    that it forecasts no quantiles: two round trips for one mistake."""
+    cfg = compose_eval(cloud_run, tmp_path / "eval", f"module.quantiles={levels}")
+    with pytest.raises(UserError) as err:
+        evaluate(cfg)
+    shown = "[" + ",".join(str(t) for t in sorted(float(t) for t in levels[1:-1].split(","))) + "]"
+    assert str(err.value).endswith(
+        f"was trained with module.quantiles=null; its weights do not forecast for "
+        f"module.quantiles={shown}. Drop that override, or train a run with it."
+    ), str(err.value)
+
+
 def test_eval_py_refuses_a_setting_of_training_alone_in_one_line(cloud_run):
     """optimizer.lr=5 was taken without a word, changed nothing, and compare then showed the
     evaluation as a row of optimizer.lr=5."""

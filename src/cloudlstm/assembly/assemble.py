@@ -43,6 +43,7 @@ from cloudlstm.assembly.checkpoint_fit import (
     TrainedCheckpoint,
     check_points,
     check_same_clock,
+    check_same_outputs,
     check_same_step,
     check_trained_sizes,
     load_weights,
@@ -130,6 +131,7 @@ def assemble(
     if trained is not None:
         check_same_step(spec, trained)
         check_same_clock(spec, trained)
+        check_same_outputs(cfg.get("module") or {}, trained)
     module = build_module(cfg, spec, model_config)
     check_forecast_columns(spec, module.quantile_levels)
     if trained is not None:

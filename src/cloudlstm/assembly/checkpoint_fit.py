@@ -11,7 +11,7 @@ themselves.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -226,27 +226,43 @@ def check_same_model(built: str, trained: TrainedCheckpoint) -> None:
         )
 
 
-def check_same_outputs(module: L.LightningModule, trained: TrainedCheckpoint) -> None:
+def check_same_outputs(settings: Mapping[str, Any], trained: TrainedCheckpoint) -> None:
     """Refuse settings that would give the trained weights' outputs another meaning: other
     quantile levels (the head's columns are the levels it was trained for) or another anchor
-    (whether the model's output is added to the last input). Checkpoints without these
-    settings stored pass.
+    (whether the model's output is added to the last input). ``settings``: ``quantiles`` and
+    ``anchor`` as given (``cfg.module``, checked here before the module validates them, so
+    that levels a point-forecast run cannot have are refused for that alone), or as a
+    module holds them. Settings absent from either side, and checkpoints without them
+    stored, pass.
 
     Raises:
         UserError: ``module.quantiles`` or ``module.anchor`` differs from the checkpoint's.
     """
     stored = trained.contents.get("hyper_parameters") or {}
-    now = {"quantiles": module.quantile_levels, "anchor": module.hparams.get("anchor")}
-    then = {
-        "quantiles": tuple(sorted(float(t) for t in stored.get("quantiles") or ())),
-        "anchor": stored.get("anchor"),
-    }
-    for key in [k for k in now if k in stored and now[k] != then[k]]:
+    now = {"quantiles": _levels(settings.get("quantiles")), "anchor": settings.get("anchor")}
+    then = {"quantiles": _levels(stored.get("quantiles")), "anchor": stored.get("anchor")}
+    for key in [k for k in now if k in stored and k in settings and now[k] != then[k]]:
         raise UserError(
             f"{trained.path} was trained with module.{key}={_as_override(then[key])}; its "
             f"weights do not forecast for module.{key}={_as_override(now[key])}. Drop that "
             "override, or train a run with it."
         )
+
+
+def module_outputs(module: L.LightningModule) -> dict[str, Any]:
+    """The settings :func:`check_same_outputs` compares, as a built module holds them."""
+    return {"quantiles": module.quantile_levels, "anchor": module.hparams.get("anchor")}
+
+
+def _levels(value: Any) -> Any:
+    """Quantile levels as an ascending tuple (``()`` for none); a value that is not a list
+    of numbers as given, for the message (the module refuses it by itself)."""
+    items = [] if value is None else value
+    if isinstance(items, str) or not isinstance(items, Sequence):
+        return value
+    if not all(isinstance(t, int | float) and not isinstance(t, bool) for t in items):
+        return tuple(items)
+    return tuple(sorted(float(t) for t in items))
 
 
 def _as_override(value: Any) -> str:
@@ -304,7 +320,7 @@ def load_weights(
     built = type(module.model).__name__
     path, checkpoint = trained.path, trained.contents
     check_same_model(built, trained)
-    check_same_outputs(module, trained)
+    check_same_outputs(module_outputs(module), trained)
     differences = weight_differences(module, checkpoint["state_dict"])
     if differences and model_overrides:
         them = "it" if len(model_overrides) == 1 else "them"

@@ -165,7 +165,7 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
             model is about that good, one that learns better: only a diverged run is
             10 times worse.
         quantiles: levels in (0, 1) (``[0.1, 0.5, 0.9]``) of quantile forecasts beside the
-            point forecast, which is the level nearest 0.5; trained with the pinball loss
+            point forecast, which is level 0.5 (required); trained with the pinball loss
             (:mod:`cloudlstm.engine.quantiles`). None: point forecasts only.
         calibrate: ``none`` or ``conformal`` (split-conformal offsets per step, channel and
             level, measured on the validation split and stored in every checkpoint).

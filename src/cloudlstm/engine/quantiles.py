@@ -4,10 +4,10 @@
 :class:`~cloudlstm.engine.module.ForecastModule` forecast Q quantiles of every entry
 ``(b, j, n, c)`` beside its point forecast:
 
-* **The centre is the point forecast.** The level nearest 0.5 (the *centre*) is the model's
-  own forecast, anchored as the recipe says; every point metric scores it, so tables stay
-  comparable. The model is trained by the centre's pinball loss alone (half the absolute
-  error at 0.5: the fit of ``module.loss=mae``).
+* **The centre is the point forecast.** Level 0.5 (the *centre*; the levels must include
+  it) is the model's own forecast, anchored as the recipe says; every point metric scores
+  it, so tables stay comparable. The model is trained by the centre's pinball loss alone
+  (half the absolute error at 0.5: the fit of ``module.loss=mae``).
 * **The other levels never cross.** A small head, the same for every model
   (:class:`QuantileHead`: a per-point MLP reading the point's input window, the time
   features of the forecast steps and the point forecast, detached), gives Q - 1 gaps made
