@@ -352,3 +352,57 @@ def test_a_run_resumed_mid_epoch_in_batches_of_another_size_goes_on_with_its_pas
     assert sum(r["size"] for r in epoch_0) == windows - 96
     epoch_1 = [r for r in rows if r["epoch"] == 1]
     assert epoch_1[0]["batch_idx"] == 0 and epoch_1[0]["step"] == 12 + len(epoch_0)
+
+
+@pytest.fixture(scope="module")
+def killed_in_a_limited_epoch(tmp_path_factory) -> Path:
+    """A run of epochs limited to 10 batches of 8 (of 14), killed before step 10: its last
+    checkpoint is 8 batches into epoch 0."""
+    root = tmp_path_factory.mktemp("killed_limited")
+    killed = run_train(
+        root / "run",
+        root / "data",
+        *CASES["deterministic"][1],
+        "trainer.limit_train_batches=10",
+        "+callbacks.kill._target_=tests.kill_callback.KillAtStep",
+        "+callbacks.kill.step=10",
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    return root
+
+
+@pytest.mark.parametrize(("size", "rest"), [(16, [4, 5, 6]), (4, [])])
+def test_a_limited_epoch_resumed_in_batches_of_another_size_takes_what_its_limit_allows(
+    tmp_path, killed_in_a_limited_epoch, size, rest
+):
+    """Under limit_train_batches=10, 8 batches of 8 trained on: in batches of 16 the epoch
+    goes on with batches 4-6 of its 7; in batches of 4 its 10 batches (40 windows) are
+    behind it, so the epoch is over and the next starts at batch 0. The trainer counted the
+    skipped batches past its limit, and trained on into the rest of the pass."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(killed_in_a_limited_epoch / "run", run_dir)
+    last = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    (state,) = last["loops"]["fit_loop"]["state_dict"]["combined_loader"]
+    assert (state["pass"]["batches"], state["batch_size"], state["num_batches"]) == (8, 8, 14)
+    epoch_length = min(10, -(-state["windows"] // size))
+    probe = tmp_path / "batches.jsonl"
+    resumed = run_train(
+        run_dir,
+        killed_in_a_limited_epoch / "data",
+        *CASES["deterministic"][1],
+        "trainer.limit_train_batches=10",
+        f"data.batch_size={size}",
+        "+callbacks.probe._target_=tests.batch_probe.RecordBatches",
+        f"+callbacks.probe.path={probe}",
+        "allow_changes=[callbacks,data.batch_size]",
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    if not rest:
+        said = "the resumed epoch is over, and the next starts a new pass"
+        assert said in resumed.stdout + resumed.stderr
+    rows = [json.loads(line) for line in probe.read_text().splitlines()]
+    assert [r["batch_idx"] for r in rows if r["epoch"] == 0] == rest
+    epoch_1 = [r for r in rows if r["epoch"] == 1]
+    assert [r["batch_idx"] for r in epoch_1] == list(range(len(epoch_1)))
+    assert epoch_1[0]["step"] == 8 + len(rest)
+    assert len(epoch_1) == min(epoch_length, 20 - 8 - len(rest))  # max_steps=20

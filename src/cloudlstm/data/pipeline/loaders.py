@@ -116,12 +116,14 @@ def training_loader(
 
 
 def epoch_progress(trainer: Any) -> tuple[int, float] | None:
-    """The trainer's progress through its epoch: (batches finished, batches an epoch
-    takes); None without a trainer."""
+    """The trainer's progress through its epoch: (batches finished, its
+    ``limit_train_batches``: an int, batches an epoch takes from a pass at most; a float,
+    the fraction it takes); None without a trainer. The limit, not the trainer's count of
+    an epoch's batches: a resumed run asks before it has counted those of its own loader."""
     if trainer is None:
         return None
     done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
-    return done, trainer.num_training_batches
+    return done, trainer.limit_train_batches
 
 
 def move_epoch_progress(trainer: Any, batches: int) -> None:

@@ -21,7 +21,10 @@ A resume that serves the windows in batches of another size (``data.batch_size``
 with ``allow_changes``) continues the checkpoint's pass from the first window it had not
 trained on, rounded down to a whole batch of the new size (a few windows of the pass may be
 trained on twice), and moves the trainer's count of the epoch's batches to match
-(``move_progress``), so the epoch ends with the pass. Where the windows themselves changed,
+(``move_progress``), so the epoch ends with the pass. An epoch that takes fewer batches than
+a pass (``trainer.limit_train_batches``, an int) takes that many batches of the new size:
+where the checkpoint's epoch had trained on as many windows as that or more, the resumed
+epoch is over, and the next starts a new pass. Where the windows themselves changed,
 no position in the old pass means anything: the resumed epoch is a whole new pass, counted
 from its first batch.
 
@@ -116,10 +119,11 @@ class ResumableLoader(DataLoader):
     Args:
         progress: the trainer's progress through its epoch: the batches it has finished
             (a batch given out but not yet trained on, when a signal has a checkpoint
-            saved inside a step, is given again by the resumed pass) and the batches it
-            takes from each pass (fewer than ``len(self)`` under ``limit_train_batches``;
-            a pass that has given as many is over); None (or a function giving None):
-            every batch given out is finished, and an epoch is a whole pass.
+            saved inside a step, is given again by the resumed pass) and its
+            ``limit_train_batches``, what it takes from each pass (an int: that many
+            batches at most; a float: that fraction of them; a pass that has given as
+            many is over); None (or a function giving None): every batch given out is
+            finished, and an epoch is a whole pass.
         move_progress: moves the trainer's count of the batches its epoch has finished by
             the number given, when a resumed pass continues at another position than the
             checkpoint's count (batches of another size, or a new pass); None: no trainer.
@@ -181,13 +185,20 @@ class ResumableLoader(DataLoader):
         finally:
             self.generator = saved
 
-    def _position(self) -> tuple[int, float]:
-        """(batches of the current pass finished, batches an epoch takes)."""
+    def _position(self) -> tuple[int, int]:
+        """(batches of the current pass finished, batches an epoch takes from it)."""
         known = self.progress() if self.progress is not None else None
         if known is None:
             return self._batches, len(self)
-        done, length = known
-        return min(int(done), self._batches), min(length, len(self))
+        done, limit = known
+        return min(int(done), self._batches), self._epoch_length(limit)
+
+    def _epoch_length(self, limit: float) -> int:
+        """Batches an epoch takes from a pass under ``limit_train_batches=limit``, as
+        Lightning counts them."""
+        if isinstance(limit, int):
+            return min(limit, len(self))
+        return int(len(self) * limit)
 
     def state_dict(self) -> dict[str, Any]:
         current = None
@@ -228,6 +239,19 @@ class ResumableLoader(DataLoader):
             size = int(self.batch_size)  # type: ignore[arg-type]
             seen = done * int(old_size)
             skip = seen // size
+            length = self._position()[1]
+            if skip >= length:
+                log.info(
+                    "The checkpoint's epoch had trained on %s windows in batches of %s; this "
+                    "run's epochs take %s batches of %s: the resumed epoch is over, and the "
+                    "next starts a new pass.",
+                    seen,
+                    old_size,
+                    length,
+                    size,
+                )
+                self._move(length - done)
+                return None
             log.info(
                 "The checkpoint's epoch was cut into batches of %s windows, this run's into "
                 "batches of %s: the resumed epoch goes on from window %s of %s of its pass "
@@ -238,7 +262,7 @@ class ResumableLoader(DataLoader):
                 len(self.dataset),  # type: ignore[arg-type]
                 seen - skip * size,
                 skip,
-                len(self),
+                length,
             )
             self._move(skip - done)
             return {**current, "batches": skip}
