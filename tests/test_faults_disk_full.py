@@ -11,7 +11,7 @@ import resource
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -169,6 +169,67 @@ def test_a_checkpoint_saved_over_keeps_the_old_file_and_its_checksum(tmp_path):
     assert "The checkpoints saved before are intact" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt", "last.ckpt.checksum"]
     assert check_checkpoint(tmp_path / "last.ckpt")["global_step"] == 3  # checksum verified
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Iterator[Path]:
+    """A folder on a file system of its own, of 1 MiB (a tmpfs): a disk that fills up, apart
+    from the one ``$TMPDIR`` is on. Skipped where this process may not mount one."""
+    folder = tmp_path / "small_disk"
+    folder.mkdir()
+    mount = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)],
+        capture_output=True,
+        text=True,
+    )
+    if mount.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mount.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+SAVE_OVER_ON_A_FULL_DISK = """
+import sys, torch
+from pathlib import Path
+from cloudlstm.errors import OutOfSpaceError
+from cloudlstm.rundir.checkpoint_io import ChecksummedCheckpointIO
+path = Path(sys.argv[1]) / "checkpoints" / "last.ckpt"
+io = ChecksummedCheckpointIO()
+io.save_checkpoint({"state_dict": {"w": torch.zeros(10)}, "global_step": 3}, path)
+try:  # 2 MB, on a disk of 1 MiB; $TMPDIR, elsewhere, has room
+    io.save_checkpoint({"state_dict": {"w": torch.zeros(500_000)}, "global_step": 6}, path)
+except OutOfSpaceError as err:
+    print(err)
+"""
+
+
+def test_a_checkpoint_saved_over_on_a_full_disk_keeps_the_old_file(small_disk):
+    """Lightning stages a checkpoint in ``$TMPDIR`` and moves it: from another file system,
+    a copy, which the full disk cut short, leaving part of a file at ``last.ckpt``."""
+    line = limited_line(SAVE_OVER_ON_A_FULL_DISK, small_disk)
+    folder = small_disk / "checkpoints"
+    assert line.startswith(f"Cannot write {folder / 'last.ckpt'}: the disk is full")
+    assert sorted(p.name for p in folder.iterdir()) == ["last.ckpt", "last.ckpt.checksum"]
+    assert check_checkpoint(folder / "last.ckpt")["global_step"] == 3  # whole, verified
+
+
+SAVE_WITHOUT_TMPDIR = """
+import sys, tempfile, torch
+from pathlib import Path
+from cloudlstm.rundir.checkpoint_io import ChecksummedCheckpointIO
+tempfile.tempdir = sys.argv[1] + "/no_such_folder"  # $TMPDIR gone, or full
+checkpoint = {"state_dict": {"w": torch.zeros(10)}, "global_step": 3}
+ChecksummedCheckpointIO().save_checkpoint(checkpoint, Path(sys.argv[1]) / "last.ckpt")
+"""
+
+
+def test_a_checkpoint_is_written_beside_its_file_not_in_tmpdir(tmp_path):
+    """A full ``$TMPDIR`` stopped a save as if the run's own disk were full."""
+    limited_line(SAVE_WITHOUT_TMPDIR, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt", "last.ckpt.checksum"]
+    assert check_checkpoint(tmp_path / "last.ckpt")["global_step"] == 3
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT])

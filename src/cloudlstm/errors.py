@@ -330,7 +330,9 @@ def replacing(path: str | Path) -> Iterator[Path]:
     """Where to write ``path``: a file of the same name (so a format or a compression read
     from its suffix, or a name NumPy would extend, stays that of ``path``) in a new hidden
     folder beside it, renamed over ``path`` when the block ends. ``path``'s folders are
-    made first.
+    made first. Beside it, not in ``$TMPDIR``: a rename within one file system is atomic,
+    where a move from another one copies, and a copy cut short by a full disk would leave
+    part of a file at ``path``.
 
     Raises:
         OutOfSpaceError: the write failed for want of room (a full disk, a quota,

@@ -18,10 +18,13 @@ Lightning's own loads (``ckpt_path=`` of fit and test) verify through :meth:`loa
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 from pathlib import Path
 from typing import Any
 
+import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from cloudlstm.errors import out_of_space
@@ -36,36 +39,41 @@ class ChecksummedCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
     ) -> None:
-        """Save atomically (Lightning writes a temporary file and renames it), then the
-        checksum.
+        """Save atomically, then the checksum. A local file is written in a folder beside
+        ``path`` (:data:`STAGING`) and renamed over it, never through ``$TMPDIR`` as
+        Lightning's transaction does: from another file system, its final move is a copy,
+        and a copy cut short by a full disk left part of a checkpoint at ``path``, in place
+        of the one saved before.
 
         Raises:
             OutOfSpaceError: no room for the file (a full disk, a quota, ``ulimit -f``); the
                 file saved before at ``path``, if any, is left as it was, with its checksum.
         """
         local = _local(path)
-        old_checksum = None
-        if local is not None:
-            sidecar = checksum_path(local)
-            old_checksum = sidecar.read_text() if sidecar.is_file() else None
-            # the old checksum goes first: a job killed between the file's rename and the new
-            # checksum's leaves a checkpoint without a checksum (loaded unverified), never one
-            # with a stale checksum that would refuse a good file
-            sidecar.unlink(missing_ok=True)
-        try:
+        if local is None or storage_options is not None:
             super().save_checkpoint(checkpoint, path, storage_options)
+            return
+        sidecar = checksum_path(local)
+        old_checksum = sidecar.read_text() if sidecar.is_file() else None
+        # the old checksum goes first: a job killed between the file's rename and the new
+        # checksum's leaves a checkpoint without a checksum (loaded unverified), never one
+        # with a stale checksum that would refuse a good file
+        sidecar.unlink(missing_ok=True)
+        # serialised in memory first, as Lightning does: torch's writer, failing on a file,
+        # raises a RuntimeError of its own in place of the OSError that says why
+        data = io.BytesIO()
+        torch.save(checkpoint, data)
+        try:
+            _write_and_rename(data.getbuffer(), local)
         except OSError as err:
-            if local is None:
-                raise
             # the write failed before the rename: the old file is there, as it was
             if old_checksum is not None:
-                _restore(checksum_path(local), old_checksum)
+                _restore(sidecar, old_checksum)
             full = out_of_space(err, local, _THEN)
             if full is None:
                 raise
             raise full from err
-        if local is not None:
-            write_checksum(local)
+        write_checksum(local)
 
     def load_checkpoint(
         self, path: Any, map_location: Any | None = None, weights_only: bool | None = None
@@ -86,6 +94,27 @@ _THEN = (
     "The checkpoints saved before are intact: make room (or raise the limit), then run the "
     "same command again; training resumes from its last checkpoint."
 )
+
+
+# The folder, beside a checkpoint, where it is written before its rename. A name without
+# digits or "ckpt": Lightning takes the number of the SLURM checkpoint to resume from the
+# digits of every name in the run's folder that holds "hpc_ckpt_", and one left by a job
+# killed mid-save must not count.
+STAGING = ".saving"
+
+
+def _write_and_rename(data: memoryview, path: Path) -> None:
+    """Write ``data`` to ``path`` through a file of the same name in :data:`STAGING` beside
+    it, renamed over ``path``: ``path`` is the old file or the new one, never a part."""
+    staged = path.parent / STAGING / path.name
+    try:
+        staged.parent.mkdir(parents=True, exist_ok=True)
+        staged.write_bytes(data)
+        os.replace(staged, path)
+    finally:
+        staged.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # another save's file in it, or already gone
+            staged.parent.rmdir()
 
 
 def _restore(sidecar: Path, text: str) -> None:
