@@ -159,6 +159,53 @@ def test_every_committed_run_config_passes():
         check_known_keys(current_config(OmegaConf.load(path)))
 
 
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("model._target_=cloudlstm.modelz.CloudSeq2Seq", "model._target_='cloudlstm.modelz."
+         "CloudSeq2Seq' cannot be imported: cloudlstm has no modelz (did you mean "
+         "cloudlstm.models?)."),
+        ("model._target_=cloudlstm.models.CloudSeq2Seqq", "model._target_='cloudlstm.models."
+         "CloudSeq2Seqq' cannot be imported: cloudlstm.models has no CloudSeq2Seqq (did you "
+         "mean cloudlstm.models.CloudSeq2Seq?)."),
+        ("data.source._target_=mysources.Mine", "data.source._target_='mysources.Mine' cannot "
+         "be imported: there is no module mysources."),
+        ("optimizer._target_=torch.optim.Adamm", "optimizer._target_='torch.optim.Adamm' cannot "
+         "be imported: torch.optim has no Adamm (did you mean torch.optim.Adam?)."),
+        ("data.source._target_=needs_more.Source", "data.source._target_='needs_more.Source' "
+         "cannot be imported: importing it needs the module no_such_dependency, which is not "
+         "installed."),
+    ],
+)  # fmt: skip
+def test_a_target_that_cannot_be_imported_is_refused_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, override: str, said: str
+):
+    """Hydra's own report of it was a traceback, or a line of its own with two lines of
+    ERROR log before it."""
+    (tmp_path / "needs_more.py").write_text("import no_such_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = compose_train(tmp_path, [override])
+    with pytest.raises(UserError) as refused:
+        check_known_keys(cfg)
+    assert str(refused.value) == (
+        f"{said} Correct the name, or install the package that has it (or put its folder on "
+        "PYTHONPATH)."
+    )
+
+
+def test_train_py_refuses_a_target_it_cannot_import_in_one_line(tmp_path: Path):
+    run = tmp_path / "run"
+    done = subprocess.run(
+        [*PYTHON, "train.py", *TINY, "logger=none", "data.source._target_=mysources.Mine",
+         f"hydra.run.dir={run}", f"paths.data_dir={tmp_path / 'data'}"],
+        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert one_line(done).startswith(
+        "data.source._target_='mysources.Mine' cannot be imported: there is no module mysources."
+    )
+    assert not run.exists()
+
+
 def test_a_misspelt_key_in_a_config_node_is_refused_outside_hydra_too():
     cfg = OmegaConf.create(
         {"model": {"_target_": "cloudlstm.models.linear.TimeLinear", "share_chanels": True}}

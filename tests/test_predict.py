@@ -4,6 +4,7 @@ histories written by each test."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -309,3 +310,15 @@ def test_an_empty_history_is_one_line_with_a_fix(run, tmp_path):
         f"The history file {empty} is empty, without even a header row: write the header row "
         "of its columns and its rows into it, or name the file that holds them."
     )
+
+
+def test_a_run_whose_model_cannot_be_imported_is_one_line(run, tmp_path):
+    """A run's config.yaml naming a model class since renamed, or of a package not installed
+    here: predict.py's line names the setting, where it was a traceback."""
+    moved = tmp_path / "moved_run"
+    shutil.copytree(run[0], moved)
+    config = moved / "config.yaml"
+    config.write_text(config.read_text().replace("cloudlstm.models.", "mymodels.", 1))
+    line = one_line(predict((moved, *run[1:]), history(run), tmp_path))
+    assert line.startswith("model._target_='mymodels."), line
+    assert "cannot be imported: there is no module mymodels." in line

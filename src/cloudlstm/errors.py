@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 import errno
 import os
+import pkgutil
 import re
 import shutil
 import sys
@@ -25,6 +26,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from hydra.errors import CompactHydraException, InstantiationException
 from omegaconf import DictConfig
@@ -281,6 +283,48 @@ def nearest_name(key: str, names: Iterable[str], path: str = "") -> str:
     if not close:
         return ""
     return f" (did you mean {path + '.' if path else ''}{close[0]}?)"
+
+
+def locate(name: str, key: str) -> Any:
+    """The class or function that ``_target_`` ``name`` (the setting ``key``, e.g.
+    ``model._target_``) names.
+
+    Raises:
+        UserError: nothing of that name can be imported: a module not installed (or not on
+            ``PYTHONPATH``), a misspelt module or class (the nearest name it has), or a
+            module that fails to import for want of another.
+    """
+    import hydra.utils  # here: the errors of programs that never build an object import less
+
+    quiet = hydra.utils.log.disabled
+    hydra.utils.log.disabled = True  # its ERROR line would precede ours, saying less
+    try:
+        return hydra.utils.get_object(name)
+    except ImportError as err:
+        raise UserError(
+            f"{key}={name!r} cannot be imported: {_why_not_imported(name, err)}. Correct the "
+            "name, or install the package that has it (or put its folder on PYTHONPATH)."
+        ) from None
+    finally:
+        hydra.utils.log.disabled = quiet
+
+
+def _why_not_imported(name: str, err: ImportError) -> str:
+    """Why ``name`` could not be imported (Hydra's ``err``): the missing module, or the
+    module that lacks the next part of the name, with the nearest name it has."""
+    cause = err.__cause__ if isinstance(err.__cause__, ImportError) else err
+    missing = getattr(cause, "name", None)
+    if not isinstance(cause, ModuleNotFoundError) or not missing:
+        return str(cause).splitlines()[0]
+    if not f"{name}.".startswith(f"{missing}."):
+        return f"importing it needs the module {missing}, which is not installed"
+    if "." not in missing:
+        return f"there is no module {missing}"
+    parent, part = missing.rsplit(".", 1)
+    module = sys.modules.get(parent)
+    names = {n for n in dir(module) if not n.startswith("_")}
+    names |= {m.name for m in pkgutil.iter_modules(getattr(module, "__path__", []))}
+    return f"{parent} has no {part}{nearest_name(part, names, parent)}"
 
 
 def config_keys(node: DictConfig, path: str = "") -> Iterator[str]:

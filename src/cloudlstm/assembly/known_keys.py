@@ -31,12 +31,11 @@ import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from cloudlstm.errors import UserError, nearest_name, settings_listing
+from cloudlstm.errors import UserError, locate, nearest_name, settings_listing
 from cloudlstm.models.build import BUILD_OPTIONS
 from cloudlstm.models.options import check_option_types, parameters_of
 
@@ -182,9 +181,9 @@ def _target_nodes(node: DictConfig, path: str) -> Iterator[tuple[str, DictConfig
 def _check_node(path: str, node: DictConfig) -> None:
     """Refuse a key of ``node`` that its target does not take, then a value of another type
     than its target declares (:func:`~cloudlstm.models.options.check_option_types`)."""
-    target = _target(str(node._get_node("_target_")._value()))
+    target = _target(str(node._get_node("_target_")._value()), f"{path}._target_")
     if target is None:
-        return  # cannot be looked up: instantiating it will say why
+        return
     arguments = _arguments(target)  # None: takes **kwargs, so any key
     allowed = (arguments or set()) | _HYDRA_KEYS | _BUILD_KEYS.get(path, set())
     unknown = [] if arguments is None else [key for key in node if key not in allowed]
@@ -203,12 +202,17 @@ def _check_node(path: str, node: DictConfig) -> None:
 
 
 @functools.cache  # the same few targets in every config a process checks (a sweep's jobs)
-def _target(name: str) -> Callable[..., Any] | None:
-    """The class or function ``name`` (a ``_target_``) with a signature, or None."""
+def _target(name: str, key: str) -> Callable[..., Any] | None:
+    """The class or function ``name`` (the ``_target_`` of setting ``key``) where it has a
+    signature, or None.
+
+    Raises:
+        UserError: ``name`` cannot be imported (:func:`~cloudlstm.errors.locate`).
+    """
+    target = locate(name, key)
     try:
-        target = hydra.utils.get_object(name)
         parameters_of(target)
-    except Exception:  # noqa: BLE001 - instantiate reports a bad target in its own words
+    except (TypeError, ValueError):  # a builtin without one: its own call checks its keys
         return None
     return target
 

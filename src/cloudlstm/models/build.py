@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from cloudlstm.data.spec import DataSpec
-from cloudlstm.errors import UserError
+from cloudlstm.errors import UserError, locate
 from cloudlstm.models.capture import AUTO
 from cloudlstm.models.options import check_option_types
 from cloudlstm.nn.knn_checks import NeighbourCountError
@@ -66,7 +66,7 @@ def build_model(
     config = resolved(config)
     options = {key: config.pop(key, None) for key in BUILD_OPTIONS}
     mode = compile_mode(compile if compile is not None else options["compile"])
-    check_option_types(hydra.utils.get_class(config._target_), config)
+    check_option_types(locate(config._target_, "model._target_"), config)
     sizes = data_sizes(config, spec) if spec is not None else {}
     graph = graph_argument(config, spec) if spec is not None else {}
     if spec is not None:
@@ -159,7 +159,7 @@ def data_sizes(config: DictConfig, spec: DataSpec) -> dict[str, Any]:
         UserError: the config sets one to another value than the data's, e.g. a saved run
             built for 12 forecast steps evaluated on windows of 6.
     """
-    model_cls = hydra.utils.get_class(config._target_)
+    model_cls = locate(config._target_, "model._target_")
     accepted = inspect.signature(model_cls).parameters
     sizes = {}
     for key, value in spec.sizes.items():
@@ -197,7 +197,7 @@ def graph_argument(config: DictConfig, spec: DataSpec) -> dict[str, Any]:
     """
     if spec.adjacency is None:
         return {}
-    model_cls = hydra.utils.get_class(config._target_)
+    model_cls = locate(config._target_, "model._target_")
     if "adjacency" not in inspect.signature(model_cls).parameters:
         log.info(
             "%s reads no given graph: the data's graph (data.source.graph) is not used",
