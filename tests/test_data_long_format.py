@@ -391,6 +391,38 @@ def test_text_columns_are_not_channels(tmp_path):
         ).load()
 
 
+@pytest.mark.parametrize(
+    ("unit", "name"), [(" ppb", "b_ppb"), ("%", "b_pct"), (" km/h", "b_km_h"), (" °C", "b_C")]
+)
+def test_a_channel_with_its_unit_in_every_cell_is_refused_not_left_out(tmp_path, unit, name):
+    """Such a column is no number, so it was skipped like a label column: the forecast had
+    one channel less, and only an INFO line said so."""
+    df = long_table()
+    df["b"] = [f"{v:.2f}{unit}" if v == v else None for v in df["b"]]  # NaN cells stay empty
+    path = write(tmp_path, df)
+    with pytest.raises(UserError) as refused:
+        LongFormatSource(path).load()
+    cell = df["b"].dropna().iloc[0]
+    assert str(refused.value) == (
+        f"File {path}: column 'b' holds numbers with a unit (e.g. {cell!r}), so it is not read "
+        f"as a channel. Write the numbers alone (the unit in the column's name: {name}), or "
+        "set data.source.value_cols to the channel columns to forecast without it."
+    )
+    # named away, it is not read
+    assert LongFormatSource(path, value_cols=["a"]).load().channel_names == ["a"]
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [["12 Main St", "5 Oak Ave", "9 Elm Rd"], ["10:00", "11:00", "12:00"], ["ok", "ok", "bad"]],
+    ids=["addresses", "times", "words"],
+)
+def test_a_label_column_with_numbers_in_it_is_still_left_out(tmp_path, cells):
+    df = long_table()
+    df["note"] = [cells[i % len(cells)] for i in range(len(df))]
+    assert LongFormatSource(write(tmp_path, df)).load().channel_names == ["a", "b"]
+
+
 @pytest.mark.parametrize("value_cols", [None, ["a", "b"]], ids=["found", "named"])
 def test_a_file_of_columns_without_rows_says_so(tmp_path, value_cols):
     """Its empty columns read as not numeric: the line told to set value_cols."""

@@ -19,7 +19,7 @@ import pandas as pd
 
 from cloudlstm.errors import UserError
 
-__all__ = ["BAD_VALUE_MODES", "channel_values", "check_mode", "mostly_numeric"]
+__all__ = ["BAD_VALUE_MODES", "channel_values", "check_mode", "common_unit", "mostly_numeric"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,25 @@ def mostly_numeric(series: pd.Series) -> bool:
         return True
     filled = series.dropna()
     return len(filled) > 0 and pd.to_numeric(filled, errors="coerce").notna().mean() > 0.5
+
+
+# a number and the unit after it in the same cell: "10.5 ppb", "-3e2 km/h", "12%", "4 °C";
+# a unit begins with a letter or a sign of one, so that a time ("10:00") is none
+_NUMBER_AND_UNIT = r"^\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*((?:[^\W\d_]|[%°‰]).*?)\s*$"
+# the share of a column's filled cells that must carry the same unit for it to be one
+_UNIT_SHARE = 0.9
+
+
+def common_unit(series: pd.Series) -> str | None:
+    """The unit that (nearly) every filled cell of a text column writes after its number
+    (``"10.5 ppb"``: ``"ppb"``), or None: a channel with its unit in each cell, where a
+    label column (a station's address, ``"12 Main St"``) has no one text after its numbers."""
+    filled = series.dropna().astype(str)
+    units = filled.str.extract(_NUMBER_AND_UNIT, expand=False).dropna()
+    if not len(units):
+        return None
+    counts = units.value_counts()
+    return str(counts.index[0]) if counts.iloc[0] >= _UNIT_SHARE * len(filled) else None
 
 
 def channel_values(

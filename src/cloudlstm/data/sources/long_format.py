@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +20,12 @@ import pandas as pd
 
 from cloudlstm.data.cache import CachedSource
 from cloudlstm.data.covariates import COVARIATES_KEY
-from cloudlstm.data.sources.bad_values import channel_values, check_mode, mostly_numeric
+from cloudlstm.data.sources.bad_values import (
+    channel_values,
+    check_mode,
+    common_unit,
+    mostly_numeric,
+)
 from cloudlstm.data.sources.tables import (
     ROW_COORDINATES_FIX,
     LongGrid,
@@ -397,6 +403,7 @@ class LongFormatSource(CachedSource):
             others = [c for c in others if str(c) not in unnamed]
         numeric = [str(c) for c in others if mostly_numeric(df[c])]
         skipped = [str(c) for c in others if str(c) not in numeric]
+        self._refuse_units_in_cells(df, skipped)
         if skipped:
             log.info("%s: skipping non-numeric column(s) %s.", self.path, skipped)
         if not numeric:
@@ -405,6 +412,25 @@ class LongFormatSource(CachedSource):
                 f"{skipped}). Set value_cols to the channel columns."
             )
         return numeric
+
+    def _refuse_units_in_cells(self, df: pd.DataFrame, columns: list[str]) -> None:
+        """Refuse a column of ``columns`` (not numbers) whose cells are numbers with a unit
+        (:func:`common_unit`): a channel, which would be left out of the forecast in silence.
+
+        Raises:
+            UserError: names the column, a cell and the two ways out.
+        """
+        for col in columns:
+            unit = common_unit(df[col])
+            if unit is None:
+                continue
+            cell = str(df[col].dropna().iloc[0])
+            raise UserError(
+                f"File {self.path}: column {col!r} holds numbers with a unit (e.g. {cell!r}), "
+                f"so it is not read as a channel. Write the numbers alone (the unit in the "
+                f"column's name: {col}_{_name_part(unit)}), or set data.source.value_cols to "
+                "the channel columns to forecast without it."
+            )
 
     def _warn_rare_motion(
         self, pos: np.ndarray, extent: float, moves: np.ndarray, grid: LongGrid, what: str
@@ -457,3 +483,9 @@ class LongFormatSource(CachedSource):
             reach.max(),
             100 * reach.max() / extent,
         )
+
+
+def _name_part(unit: str) -> str:
+    """``unit`` as a part of a column name: ``"km/h"`` as ``"km_h"``, ``"%"`` as ``"pct"``."""
+    text = re.sub(r"\W+", "_", unit.replace("%", "pct")).strip("_")
+    return text or "unit"
