@@ -77,6 +77,19 @@ def test_an_older_metrics_json_with_an_absolute_path_reads_the_copys_file(traine
     assert find_checkpoint(copy, "best") == copy / "checkpoints" / name
 
 
+def test_a_checkpoint_is_found_by_the_name_its_folder_lists(trained, tmp_path, monkeypatch):
+    """The message of a missing checkpoint lists ``checkpoints/``'s names; ``ckpt=`` one of
+    them was refused, read as a path in the run's folder or the working one."""
+    copy = copy_of(trained, tmp_path)
+    monkeypatch.chdir(tmp_path)  # no file of that name here
+    name = Path(metrics(copy)["checkpoint"]).name
+    for ckpt in ("last.ckpt", name):
+        assert find_checkpoint(copy, ckpt) == copy / "checkpoints" / ckpt
+    assert find_checkpoint(copy, "checkpoints/last.ckpt") == copy / "checkpoints" / "last.ckpt"
+    (tmp_path / "last.ckpt").write_bytes(b"")  # a path from the working folder comes first
+    assert find_checkpoint(copy, "last.ckpt") == Path("last.ckpt")
+
+
 def test_a_resumed_copy_tests_its_own_best_checkpoint(trained, tmp_path):
     copy = copy_of(trained, tmp_path)
     (copy / "metrics.json").unlink()  # a copy of a run that had not finished its test

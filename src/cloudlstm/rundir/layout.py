@@ -202,7 +202,8 @@ def checkpoint_step(path: Path) -> int | None:
 
 
 def find_checkpoint(run: Path, ckpt: object) -> Path:
-    """The checkpoint file ``ckpt`` (``"best"``, ``"last"`` or a path) of run directory ``run``.
+    """The checkpoint file ``ckpt`` (``"best"``, ``"last"``, a name in ``checkpoints/`` or a
+    path) of run directory ``run``.
 
     ``best`` is the checkpoint the run was tested with (``metrics.json``), else the
     ``epoch_*.ckpt`` of ``checkpoints/`` (the best by the monitored metric). ``last`` is
@@ -221,17 +222,26 @@ def find_checkpoint(run: Path, ckpt: object) -> Path:
     elif ckpt == "last":
         found = last_checkpoint(run)
     else:
-        given = Path(ckpt).expanduser()
-        found = given if given.is_file() or given.is_absolute() else run / given
+        found = _named_checkpoint(Path(ckpt).expanduser(), run)
     if found is None or not found.is_file():
         have = sorted(p.name for p in folder.glob("*.ckpt"))
         if ckpt == "best" and resume_candidates(run):
             raise UserError(_no_best(run, folder, have))
         raise UserError(
             f"No checkpoint {ckpt!r} in {run} ({folder} holds {have or 'no .ckpt files'}): "
-            "use a run that trained, ckpt=best, ckpt=last or the path of a .ckpt file."
+            "use a run that trained, ckpt=best, ckpt=last, a file's name in that folder or the "
+            "path of a .ckpt file."
         )
     return found
+
+
+def _named_checkpoint(given: Path, run: Path) -> Path | None:
+    """The file ``given`` names: a path as it is, else one inside ``run``, else a name in
+    its ``checkpoints/`` (``last.ckpt``, as the run's listing of that folder shows it)."""
+    if given.is_absolute():
+        return given
+    places = (given, run / given, run / CHECKPOINT_DIR / given)
+    return next((path for path in places if path.is_file()), None)
 
 
 def _no_best(run: Path, folder: Path, have: list[str]) -> str:
