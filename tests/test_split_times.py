@@ -90,6 +90,28 @@ def test_a_bad_time_is_refused_in_one_line(times, message):
         datamodule(times)
 
 
+def test_a_time_beyond_the_datas_edge_is_refused_not_moved_to_it():
+    """An ``end`` after the data's last step ended the test at the data's end in silence:
+    a protocol's test weeks, met in name only."""
+    span = "toy runs from 2021-01-01 00:00:00 to 2021-01-17 15:00:00"
+    with pytest.raises(UserError) as refused:
+        datamodule({"val": "2021-01-08", "test": "2021-01-10", "end": "2021-01-18"})
+    assert str(refused.value) == (
+        f"data.split_times.end=2021-01-18 00:00:00 is after the data's last step ({span}): the "
+        "test would end at the data's end. Leave end out to test up to there, or give data "
+        "that reach it."
+    )
+    with pytest.raises(UserError) as refused:
+        datamodule({"train": "2020-12-31", "val": "2021-01-08", "test": "2021-01-10"})
+    assert str(refused.value).startswith(
+        f"data.split_times.train=2020-12-31 00:00:00 is before the data's first step ({span}): "
+        "training would begin at the data's start. Leave train out"
+    )
+    # the step after the last (an end is not part of the test) and the first step are in
+    edges = {"train": "2021-01-01", "val": "2021-01-08", "test": "2021-01-10"}
+    assert datamodule({**edges, "end": "2021-01-17 16:00"}).bounds["test"] == (216, T)
+
+
 def test_data_without_times_is_refused():
     with pytest.raises(UserError, match="toy has none: split it with data.val_fraction"):
         datamodule({"val": "2021-01-08", "test": "2021-01-10"}, stream(timestamps=False))

@@ -127,6 +127,7 @@ def bounds_at_times(
             "data.val_fraction and data.test_fraction."
         )
     stamps = np.asarray(timestamps, dtype="datetime64[ns]")
+    check_within_the_data(stamps, times, name)
     default = {"train": 0, "end": len(stamps)}
     steps = {
         key: int(np.searchsorted(stamps, np.datetime64(times[key].as_unit("ns")), "left"))
@@ -147,3 +148,30 @@ def bounds_at_times(
         "val": (steps["val"], steps["test"]),
         "test": (steps["test"], steps["end"]),
     }
+
+
+def check_within_the_data(stamps: np.ndarray, times: Mapping[str, pd.Timestamp], name: str) -> None:
+    """Refuse a ``train`` before the data's first step or an ``end`` after the step that
+    would follow its last: that part would begin or end at the data's edge instead, and
+    a protocol's dates would be met in name only.
+
+    Raises:
+        UserError: naming the time, the data's span and the two ways out.
+    """
+    if len(stamps) < 2:
+        return
+    step = np.median(np.diff(stamps))
+    first, after_last = stamps[0], stamps[-1] + step
+    span = f"{name} runs from {pd.Timestamp(first)} to {pd.Timestamp(stamps[-1])}"
+    if "train" in times and np.datetime64(times["train"].as_unit("ns")) < first:
+        raise UserError(
+            f"data.split_times.train={times['train']} is before the data's first step ({span}):"
+            " training would begin at the data's start. Leave train out to train from there, "
+            "or give data that reach back to it."
+        )
+    if "end" in times and np.datetime64(times["end"].as_unit("ns")) > after_last:
+        raise UserError(
+            f"data.split_times.end={times['end']} is after the data's last step ({span}): the "
+            "test would end at the data's end. Leave end out to test up to there, or give data "
+            "that reach it."
+        )
