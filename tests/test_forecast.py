@@ -155,6 +155,21 @@ def test_update_one_step_at_a_time_equals_the_whole_history(points_run, forecast
     pd.testing.assert_frame_equal(f.forecast(), forecaster.forecast(whole))
 
 
+def test_a_stream_fed_across_a_gap_forecasts_as_the_history_with_that_gap(points_run, forecaster):
+    """update() keeps the last M steps: across a gap, two times some steps apart, which
+    forecast() refused as a stream sampled at that interval, where the whole history with
+    the same gap was forecast, its missing steps filled."""
+    whole = history(points_run, end=SPLIT - 1)
+    gap = whole["timestamp"].isin(STAMPS[SPLIT - 4 : SPLIT - 2])  # 2 steps not sent
+    f = Forecaster.load(points_run[0], device="cpu")
+    for _, snapshot in whole[~gap & (whole["timestamp"] >= STAMPS[SPLIT - 12])].groupby(
+        "timestamp"
+    ):
+        f.update(snapshot)
+    assert f._buffer["timestamp"].nunique() == 2  # SPLIT - 5 and SPLIT - 2
+    pd.testing.assert_frame_equal(f.forecast(), forecaster.forecast(whole[~gap]))
+
+
 def test_a_reading_fed_again_replaces_the_earlier_one(points_run, forecaster):
     """A stream sends a step again, corrected, or late: the last row of a time and point
     counts (two rows of one time and point made the forecast refuse the stream)."""

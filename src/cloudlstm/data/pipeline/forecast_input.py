@@ -247,9 +247,12 @@ def check_on_grid(
 ) -> None:
     """Refuse sorted distinct ``times`` that are no samples of a ``step`` grid.
 
-    Every time must be a whole number of steps after the first, and at least one gap
-    exactly one step: a history with missing steps is fine (they are filled), one sampled
-    every 2 steps (``found``, its most common gap) is another interval, not a sparse history.
+    Every time must be a whole number of steps after the first, and of two gaps or more at
+    least one exactly one step: a history with missing steps is fine (they are filled), one
+    sampled every 2 steps (``found``, its most common gap) is another interval, not a sparse
+    history. A single gap says no interval: two times, the rest of a stream that
+    :meth:`~cloudlstm.forecast.Forecaster.update` kept across a gap, are read as a history
+    with missing steps, as the whole history they came from is.
 
     Raises:
         UserError: naming the first time off the grid where the history is sampled at the
@@ -265,7 +268,7 @@ def check_on_grid(
             f"({len(off_grid)} such timestamp(s)), but the model was trained on data every "
             f"{step_text(step)}: resample the history onto that grid."
         )
-    if len(off_grid) or not (np.diff(offsets) == unit).any():
+    if len(off_grid) or (len(offsets) > 2 and not (np.diff(offsets) == unit).any()):
         raise UserError(
             f"{what} is sampled every {step_text(found)}, but the model was trained on data "
             f"every {step_text(step)}: resample the history to {step_text(step)} steps."
