@@ -877,6 +877,31 @@ def test_eval_py_on_data_at_another_interval_is_one_line(fleet_run, tmp_path):
     )
 
 
+def test_eval_py_on_the_training_channels_in_another_order_names_that_order(tmp_path):
+    """The same channels in other columns were refused with "Evaluate it on data with its
+    training channels", which the data had."""
+    table = stream_table().assign(o3=lambda df: 40.0 - df["no2"])
+    data = tmp_path / "two.csv"
+    table.to_csv(data, index=False)
+    model = ["model.k=3", "model.hidden_channels=4"]
+    cfg = compose_train(tmp_path, [*JOB, *QUIET, *model, "data=points", f"data.source.path={data}"])
+    train(cfg)
+    run = Path(cfg.paths.output_dir)
+    swapped = tmp_path / "swapped.csv"
+    table[["timestamp", "id", "x", "y", "o3", "no2"]].to_csv(swapped, index=False)
+    done = run_script("eval.py", f"run={run}", f"data.source.path={swapped}")
+    assert done.returncode == 1
+    assert the_line(done, "in another").endswith(
+        "was trained on the channels no2, o3 in this order, and the data has them in another "
+        "(o3, no2): each channel would be read as another. Give them in the training order: "
+        "data.source.value_cols=[no2,o3]."
+    )
+    done = run_script(
+        "eval.py", f"run={run}", f"data.source.path={swapped}", "data.source.value_cols=[no2,o3]"
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def test_eval_py_with_other_time_features_names_the_ones_to_keep(fleet_run):
     run, _ = fleet_run
     done = run_script("eval.py", f"run={run}", "data.time_features=[hour]")

@@ -22,6 +22,7 @@ import numpy as np
 from cloudlstm.data.sources.tables import step_text
 from cloudlstm.data.spec import DataSpec, stored_spec
 from cloudlstm.errors import UserError
+from cloudlstm.models.options import parameters_of
 from cloudlstm.rundir.checkpoints import check_checkpoint
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,8 @@ def restore_scaling(datamodule: Any, trained: TrainedCheckpoint) -> None:
     names = None if spec is None else spec.scaled_channels
     count = len(scaler["mean"])  # made a scaler once, by use_scaler
     have = [*datamodule.channel_names, *datamodule.covariate_names]
+    if names is not None and names != have and sorted(names) == sorted(have):
+        raise UserError(_channels_reordered(path, names, datamodule))
     if count != len(have) or (names is not None and names != have):
         listed = f" ({', '.join(names)})" if names else ""
         raise UserError(
@@ -104,6 +107,24 @@ def restore_scaling(datamodule: Any, trained: TrainedCheckpoint) -> None:
     datamodule.use_scaler(scaler)
     if spec is not None and spec.coord_lo and hasattr(datamodule, "use_coord_scale"):
         datamodule.use_coord_scale(spec.coord_lo, spec.coord_span, spec.coord_degenerate)
+
+
+def _channels_reordered(path: Path, trained: list[str], datamodule: Any) -> str:
+    """The message for data with the training channels in another order, and how to give
+    them in the trained order: the source's ``value_cols`` where it takes them."""
+    have = [*datamodule.channel_names, *datamodule.covariate_names]
+    source = getattr(datamodule, "source", None)
+    targets = [name for name in trained if name in datamodule.channel_names]
+    takes_order = source is not None and "value_cols" in parameters_of(type(source))
+    if takes_order and list(datamodule.channel_names) != targets:
+        way = f"data.source.value_cols=[{','.join(targets)}]"
+    else:
+        way = "write the data's columns in that order"
+    return (
+        f"{path} was trained on the channels {', '.join(trained)} in this order, and the data "
+        f"has them in another ({', '.join(have)}): each channel would be read as another. "
+        f"Give them in the training order: {way}."
+    )
 
 
 def check_trained_sizes(model_config: Any, spec: DataSpec, trained: TrainedCheckpoint) -> None:
