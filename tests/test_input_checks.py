@@ -902,6 +902,30 @@ def test_eval_py_on_the_training_channels_in_another_order_names_that_order(tmp_
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@pytest.mark.parametrize("fractions", [[], ["data.test_fraction=1"]], ids=["default", "all"])
+def test_eval_py_on_a_short_new_file_needs_no_training_part(fleet_run, tmp_path, fractions):
+    """A day of new readings: eval.py wanted a training and a validation part of a window
+    each, which it never reads (the scaler is the run's), and refused data.test_fraction=1."""
+    run, data = fleet_run
+    day = recent(data, steps=24).assign(timestamp=lambda df: df["timestamp"] + pd.Timedelta("30D"))
+    path = tmp_path / "day.csv"
+    day.to_csv(path, index=False)
+    out = tmp_path / "eval"
+    done = run_script(
+        "eval.py", f"run={run}", f"data.source.path={path}", f"hydra.run.dir={out}", *fractions
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((out / "metrics.json").read_text())
+    test = [24 - round(0.2 * 24), 24] if not fractions else [0, 24]
+    assert results["data"]["bounds"]["test"] == test
+
+
+def test_training_on_all_test_is_refused_in_one_line(tmp_path):
+    cfg = compose_train(tmp_path, [*TINY, *QUIET, "data.test_fraction=1"])
+    with pytest.raises(UserError, match=r"the train part of stream .* has 0 steps"):
+        train(cfg)
+
+
 def test_eval_py_with_other_time_features_names_the_ones_to_keep(fleet_run):
     run, _ = fleet_run
     done = run_script("eval.py", f"run={run}", "data.time_features=[hour]")

@@ -282,6 +282,14 @@ class PointCloudDataModule(LightningDataModule):
         span = self.history_steps + self.output_steps
         return [s for s, (first, end) in self.window_bounds.items() if end - first >= span]
 
+    def _optional_splits(self) -> set[str]:
+        """The splits that may hold no window: those given a zero fraction, and, where the
+        data serve a trained run's evaluation (its scaler given), all but the test part:
+        new data may be all test (``data.test_fraction=1``)."""
+        if self._scaler_state is not None:
+            return {*self.split.optional, "train", "val"}
+        return self.split.optional
+
     def _scored_splits(self) -> list[str]:
         """The splits whose targets are trained on or scored: the windowed ones, or, with a
         trained run's scaler (:meth:`use_scaler`: the data serve its evaluation), the test
@@ -303,7 +311,7 @@ class PointCloudDataModule(LightningDataModule):
             self.window_bounds,
             self.history_steps,
             self.output_steps,
-            self.split.optional,
+            self._optional_splits(),
             stream.name,
             stream.num_steps,
             self._history_words(),
@@ -564,10 +572,16 @@ def _check_sizes(num_points: int | None, counts: Mapping[str, Any]) -> None:
 
 
 def _check_loading(val_fraction: float, test_fraction: float, num_workers: int) -> None:
-    """The split fractions (each in [0, 1)) and the loaders' worker count (>= 0)."""
-    for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-        if not (math.isfinite(value) and 0.0 <= value < 1.0):
-            raise UserError(f"PointCloudDataModule: {name} must be in [0, 1); got {value}.")
+    """The split fractions (validation in [0, 1), test in [0, 1]: all of the data, for the
+    evaluation of a trained run on new data) and the loaders' worker count (>= 0)."""
+    if not (math.isfinite(val_fraction) and 0.0 <= val_fraction < 1.0):
+        raise UserError(
+            f"PointCloudDataModule: val_fraction must be in [0, 1); got {val_fraction}."
+        )
+    if not (math.isfinite(test_fraction) and 0.0 <= test_fraction <= 1.0):
+        raise UserError(
+            f"PointCloudDataModule: test_fraction must be in [0, 1]; got {test_fraction}."
+        )
     if int(num_workers) != num_workers or num_workers < 0:
         raise UserError(f"PointCloudDataModule: num_workers must be >= 0; got {num_workers}.")
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
