@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from tests.conftest import ROOT, one_line, run_python, subprocess_env
 from tests.test_faults_disk_full import file_size_limit
@@ -322,3 +323,21 @@ def test_a_run_whose_model_cannot_be_imported_is_one_line(run, tmp_path):
     line = one_line(predict((moved, *run[1:]), history(run), tmp_path))
     assert line.startswith("model._target_='mymodels."), line
     assert "cannot be imported: there is no module mymodels." in line
+
+
+def test_an_out_that_is_an_input_is_refused_and_left_as_it_was(run, tmp_path):
+    """out= naming the history file, or the run's training file, wrote the forecast over
+    the readings."""
+    data = tmp_path / "recent.csv"
+    history(run).to_csv(data, index=False)
+    trained_on = Path(OmegaConf.load(run[0] / "config.yaml").data.source.path)
+    for out, name in ((data, "data.path"), (trained_on, "the run's data.source.path")):
+        before = out.read_bytes()
+        done = run_python(
+            str(ROOT / "predict.py"), f"run={run[0]}", f"data.path={data}", f"out={out}"
+        )
+        assert one_line(done) == (
+            f"out={out} is {name} ({data if out == data else trained_on}): the forecast would "
+            "be written over it. Name another file."
+        )
+        assert out.read_bytes() == before

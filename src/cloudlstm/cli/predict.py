@@ -31,7 +31,7 @@ from cloudlstm.data.sources.times import SOURCE_OPTIONS, check_time_reading
 from cloudlstm.errors import UserError, replacing, why_not_written
 from cloudlstm.forecast import Forecaster
 from cloudlstm.paths import config_dir
-from cloudlstm.rundir.layout import path_option
+from cloudlstm.rundir.layout import path_option, read_run_config
 
 PARQUET = (".parquet", ".pq")
 STDOUT = "-"  # out=-: the forecast as CSV on standard output, for a pipe
@@ -132,8 +132,10 @@ def main(cfg: DictConfig) -> Path | None:
         forecast.to_csv(table_out, index=False)  # a reader may leave: scripts.predict
         return None
     check_format(out)
+    run = Path(path_option(cfg.run, "run"))
+    path = output_path(out, run)
+    check_not_an_input(path, out, {key: given, "the run's data.source.path": _trained_on(run)})
     forecast = _forecast(cfg, key, given)
-    path = output_path(out, Path(path_option(cfg.run, "run")))
     write_forecast(forecast, path, out)
     print(path)
     return path
@@ -226,6 +228,35 @@ def output_path(out: str, run: Path) -> Path:
     if os.sep in out or "/" in out or out.startswith("~"):
         return Path(out).expanduser().absolute()
     return run / "predict" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f") / out
+
+
+def check_not_an_input(path: Path, out: str, inputs: dict[str, str | None]) -> None:
+    """Refuse an ``out=`` that is one of the ``inputs`` (what names them: their paths): the
+    forecast would be written over the readings it was made from, or over the run's
+    training data.
+
+    Raises:
+        UserError: naming the input and the way out.
+    """
+    for name, given in inputs.items():
+        if given is None:
+            continue
+        source = Path(given).expanduser()
+        if source.exists() and path.exists() and os.path.samefile(source, path):
+            raise UserError(
+                f"out={out} is {name} ({given}): the forecast would be written over it. Name "
+                "another file."
+            )
+
+
+def _trained_on(run: Path) -> str | None:
+    """The file the run trained on (its ``data.source.path``), where its config names one."""
+    try:
+        source = OmegaConf.to_container(read_run_config(run)).get("data", {}).get("source", {})
+    except (UserError, AttributeError):
+        return None  # read (and refused in its words) where the forecast loads the run
+    path = source.get("path") if isinstance(source, dict) else None
+    return str(path) if isinstance(path, str) and "${" not in path else None
 
 
 def check_format(out: str) -> None:
