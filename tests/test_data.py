@@ -337,8 +337,12 @@ def test_datamodule_errors():
         ValueError, match=r"train part .* has 29 steps .* needs its history \+ output_steps"
     ):
         PointCloudDataModule(make_stream(t=40), input_steps=27, output_steps=3).setup()
-    with pytest.raises(ValueError, match="test_fraction"):
-        PointCloudDataModule(make_stream(t=40), test_fraction=1.0)
+    with pytest.raises(ValueError, match=r"test_fraction must be in \[0, 1\]; got 1.5"):
+        PointCloudDataModule(make_stream(t=40), test_fraction=1.5)
+    with pytest.raises(ValueError, match=r"val_fraction must be in \[0, 1\); got 1.0"):
+        PointCloudDataModule(make_stream(t=40), val_fraction=1.0)
+    with pytest.raises(ValueError, match=r"train part .* has 0 steps"):  # all test: no training
+        PointCloudDataModule(make_stream(t=40), test_fraction=1.0).setup()
     with pytest.raises(TypeError, match=r"\.load\(\)"):
         PointCloudDataModule(object())
 
