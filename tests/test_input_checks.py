@@ -1123,3 +1123,24 @@ def test_a_switch_seed_or_study_size_out_of_range_is_refused_before_the_data_are
 def test_the_studies_defaults_and_their_documented_values_pass():
     for option in ({"outlier_shift": 0}, {"outlier_shift": 0.5}, {"dbscan_eps": 0.2}, {}):
         PointCloudDataModule(SyntheticAdvectionDiffusion(num_points=4, num_steps=40), **option)
+
+
+def test_a_channel_fixed_at_each_point_is_warned_of(caplog):
+    """A third coordinate read as a channel (``z`` in a file read with x and y): its errors
+    are 0, and averaged in they made every model's scores look better, without a word."""
+    from cloudlstm.data.pipeline.preparation import fitted_scaler
+
+    rng = np.random.default_rng(0)
+    no2 = rng.normal(20, 5, (100, 6))
+    z = np.broadcast_to([10.0, 250, 40, 900, 75, 500], (100, 6))
+    values = np.stack([z, no2], axis=-1)
+    values[3, 2, 0] = np.nan  # a missing reading does not hide it
+    stream = PointCloudStream.from_values(values, np.zeros((6, 2)), ["z", "no2"], name="toy")
+    with caplog.at_level(logging.WARNING):
+        fitted_scaler(stream, (0, 80), None, "toy", DEFAULT_MAX_ABS_Z)
+    assert [r.getMessage() for r in caplog.records] == [
+        "toy: channel 'z' holds one value at each point over the training part (a fixed "
+        "attribute, e.g. an elevation or a third coordinate): its forecast is its input, and "
+        "its near-0 errors, averaged in, flatter every model. List it in data.source.coord_cols "
+        "if it is a coordinate, or leave it out with data.source.value_cols."
+    ]

@@ -39,6 +39,7 @@ __all__ = [
     "fitted_scaler",
     "prepared_stream",
     "time_feature_values",
+    "warn_fixed_per_point",
     "warn_flat_channels",
     "with_position_channels",
 ]
@@ -222,6 +223,34 @@ def warn_flat_channels(scaler: StandardScaler, channels: list[str], what: str) -
             )
 
 
+def warn_fixed_per_point(
+    values: np.ndarray, mask: np.ndarray, scaler: StandardScaler, channels: list[str], what: str
+) -> None:
+    """Warn of each channel that varies between points but holds one value at each point
+    over the training part ``values`` (``(T, N, C)``, observed where ``mask``): a fixed
+    attribute (an elevation, a coordinate ``z`` in a file read with two), which the model
+    forecasts perfectly from its inputs, so that its scores, averaged in, flatter the model."""
+    for k, name in enumerate(channels):
+        if scaler.std[k] <= scaler.min_std:
+            continue  # warned of as flat
+        seen = mask[..., k]
+        counted = seen.sum(axis=0) >= 2
+        if not counted.any():
+            continue
+        lo = np.where(seen, values[..., k], np.inf).min(axis=0)
+        hi = np.where(seen, values[..., k], -np.inf).max(axis=0)
+        if np.all(hi[counted] == lo[counted]):
+            log.warning(
+                "%s: channel %r holds one value at each point over the training part (a "
+                "fixed attribute, e.g. an elevation or a third coordinate): its forecast is "
+                "its input, and its near-0 errors, averaged in, flatter every model. List it "
+                "in data.source.coord_cols if it is a coordinate, or leave it out with "
+                "data.source.value_cols.",
+                what,
+                name,
+            )
+
+
 def fitted_scaler(
     stream: PointCloudStream,
     train: tuple[int, int],
@@ -258,6 +287,7 @@ def fitted_scaler(
         scaler = StandardScaler().fit(stream.values[tr0:tr1], mask)
         check_resolution(stream, (tr0, tr1), scaler, what, max_abs_z, held_out)
         warn_flat_channels(scaler, stream.channel_names, what)
+        warn_fixed_per_point(stream.values[tr0:tr1], mask, scaler, stream.channel_names, what)
     if scaler.num_channels != stream.num_channels:
         raise UserError(
             f"PointCloudDataModule: restored scaler has {scaler.num_channels} channels "
