@@ -119,18 +119,32 @@ def main(args: list[str]) -> None:
     sigint_ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
     request = {"argv": args, "cwd": os.getcwd(), "env": env, "sigint_ignored": sigint_ignored}
     body = json.dumps(request).encode()
+    # forwarding is set before the program starts: a signal sent once the program is ready
+    # (it may be, before its pid reaches this process) is held until its pid is known
+    child: list[int] = []
+    held: list[int] = []
+
+    def forward(number: int, _frame: object) -> None:
+        if not child:
+            held.append(number)
+            return
+        with contextlib.suppress(ProcessLookupError):  # it has just ended: its status follows
+            os.kill(child[0], number)
+
+    forwarded = [sig for sig in FORWARDED if signal.getsignal(sig) != signal.SIG_IGN]
+    for sig in forwarded:
+        signal.signal(sig, forward)
     socket.send_fds(conn, [struct.pack("!I", len(body)) + body], [0, 1, 2])
     pid = _recv_int(conn)
     if pid is None:
+        for sig in forwarded:
+            signal.signal(sig, signal.SIG_DFL)
+        for number in held:  # a fresh Python never started: the signal ends this process
+            os.kill(os.getpid(), number)
         _fresh(args)
-
-    def forward(number: int, _frame: object) -> None:
-        with contextlib.suppress(ProcessLookupError):  # it has just ended: its status follows
-            os.kill(pid, number)
-
-    for sig in FORWARDED:
-        if signal.getsignal(sig) != signal.SIG_IGN:
-            signal.signal(sig, forward)
+    child.append(pid)
+    for number in held:
+        forward(number, None)
     status = _recv_int(conn)
     if status is None:
         sys.stderr.write("warm_python: the server ended before the program did\n")
