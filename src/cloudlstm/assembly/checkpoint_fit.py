@@ -97,7 +97,7 @@ def restore_scaling(datamodule: Any, trained: TrainedCheckpoint) -> None:
     count = len(scaler["mean"])  # made a scaler once, by use_scaler
     have = [*datamodule.channel_names, *datamodule.covariate_names]
     if names is not None and names != have and sorted(names) == sorted(have):
-        raise UserError(_channels_reordered(path, names, datamodule))
+        raise UserError(_channels_reordered(path, names, have, datamodule))
     if count != len(have) or (names is not None and names != have):
         listed = f" ({', '.join(names)})" if names else ""
         raise UserError(
@@ -109,10 +109,10 @@ def restore_scaling(datamodule: Any, trained: TrainedCheckpoint) -> None:
         datamodule.use_coord_scale(spec.coord_lo, spec.coord_span, spec.coord_degenerate)
 
 
-def _channels_reordered(path: Path, trained: list[str], datamodule: Any) -> str:
-    """The message for data with the training channels in another order, and how to give
-    them in the trained order: the source's ``value_cols`` where it takes them."""
-    have = [*datamodule.channel_names, *datamodule.covariate_names]
+def _channels_reordered(path: Path, trained: list[str], have: list[str], datamodule: Any) -> str:
+    """The message for data with the training channels in another order (``have``: the
+    data's channels, then its covariates), and how to give them in the trained order: the
+    source's ``value_cols`` where it takes them."""
     source = getattr(datamodule, "source", None)
     targets = [name for name in trained if name in datamodule.channel_names]
     takes_order = source is not None and "value_cols" in parameters_of(type(source))

@@ -252,11 +252,11 @@ def check_not_an_input(path: Path, out: str, inputs: dict[str, str | None]) -> N
 def _trained_on(run: Path) -> str | None:
     """The file the run trained on (its ``data.source.path``), where its config names one."""
     try:
-        source = OmegaConf.to_container(read_run_config(run)).get("data", {}).get("source", {})
-    except (UserError, AttributeError):
+        config = read_run_config(run)
+    except UserError:
         return None  # read (and refused in its words) where the forecast loads the run
-    path = source.get("path") if isinstance(source, dict) else None
-    return str(path) if isinstance(path, str) and "${" not in path else None
+    path = OmegaConf.select(config, "data.source.path", throw_on_resolution_failure=False)
+    return path if isinstance(path, str) else None
 
 
 def check_format(out: str) -> None:

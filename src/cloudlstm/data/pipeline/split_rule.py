@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from cloudlstm.data.pipeline.splits import split_bounds
+from cloudlstm.data.sources.tables import infer_step
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import UserError
 
@@ -160,8 +161,7 @@ def check_within_the_data(stamps: np.ndarray, times: Mapping[str, pd.Timestamp],
     """
     if len(stamps) < 2:
         return
-    step = np.median(np.diff(stamps))
-    first, after_last = stamps[0], stamps[-1] + step
+    first, after_last = stamps[0], stamps[-1] + infer_step(stamps)
     span = f"{name} runs from {pd.Timestamp(first)} to {pd.Timestamp(stamps[-1])}"
     if "train" in times and np.datetime64(times["train"].as_unit("ns")) < first:
         raise UserError(
