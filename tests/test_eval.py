@@ -159,7 +159,7 @@ def test_other_windows_are_normalised_with_the_training_scaler(cloud_run, tmp_pa
     trained_mean = stored[SPEC_KEY]["scaler"]["mean"]  # the one place it is stored
     assert not np.allclose(refitted.scaler.mean, trained_mean)
 
-    with caplog.at_level(logging.WARNING, logger="cloudlstm.assembly.checkpoint_fit"):
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.assembly.evaluated_data"):
         evaluate(cfg)
     # a test part reaching into the steps the run trained on is said to flatter the model
     trained, tested = metrics(cloud_run)["data"]["bounds"], metrics(out)["data"]["bounds"]

@@ -920,6 +920,70 @@ def test_eval_py_on_a_short_new_file_needs_no_training_part(fleet_run, tmp_path,
     assert results["data"]["bounds"]["test"] == test
 
 
+def run_in(folder: Path, script: str, *args: str) -> subprocess.CompletedProcess:
+    """``python <the repository's script> args...`` run from ``folder``."""
+    return subprocess.run(
+        [*PYTHON, str(ROOT / script), *args],
+        cwd=folder,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_eval_py_reads_the_file_its_run_trained_on_or_says_why_not(tmp_path):
+    """A run trained on a relative data.source.path was evaluated, from another folder, on
+    whatever file that path named there, without a word."""
+    here, there, run = tmp_path / "here", tmp_path / "there", tmp_path / "run"
+    for folder, seed in ((here, 0), (there, 1)):
+        folder.mkdir()
+        stream_table(seed=seed).to_csv(folder / "fleet.csv", index=False)
+    model = ["model.k=3", "model.hidden_channels=4"]
+    relative = ["data=points", "data.source.path=fleet.csv"]
+    done = run_in(here, "train.py", *JOB, *QUIET, *model, *relative, f"hydra.run.dir={run}")
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    done = run_in(there, "eval.py", f"run={run}")
+    assert done.returncode == 1
+    own, other = (here / "fleet.csv").resolve(), (there / "fleet.csv").resolve()
+    assert the_line(done, "relative data.source.path") == (
+        f"The run trained on {own}, and its relative data.source.path reads {other} from this "
+        f"folder ({there.resolve()}). Evaluate from the folder it was trained in, or name the "
+        f"file: data.source.path={own} (its own), or data.source.path={other} to test on "
+        "that one."
+    )
+    assert run_in(here, "eval.py", f"run={run}").returncode == 0
+    chosen = run_in(there, "eval.py", f"run={run}", "data.source.path=fleet.csv")
+    assert chosen.returncode == 0, chosen.stderr[-3000:]
+
+
+def test_eval_py_on_the_training_file_cut_short_says_its_test_was_seen(fleet_run, tmp_path):
+    """The file's first 200 of 240 hours: its test part (the last 20 %) lies in the steps
+    the run trained on, and eval.py said test_seen_in_training: false, by the steps' numbers
+    of another stream."""
+    run, data = fleet_run
+    table = pd.read_csv(data, parse_dates=["timestamp"])
+    short = tmp_path / "short.csv"
+    table[table["timestamp"] < table["timestamp"].min() + pd.Timedelta(hours=200)].to_csv(
+        short, index=False
+    )
+    out = tmp_path / "eval"
+    done = run_script("eval.py", f"run={run}", f"data.source.path={short}", f"hydra.run.dir={out}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    trained = json.loads((run / "data_summary.json").read_text())["times"]
+    tested = json.loads((out / "metrics.json").read_text())
+    assert tested["test_seen_in_training"] is True
+    test = tested["data"]["times"]["test"]
+    assert test == ["2024-01-07T16:00:00", "2024-01-09T07:00:00"]  # hours 160-199
+    assert the_line(done, "flatter").endswith(
+        f"The test part of this evaluation, {test[0]} to {test[1]}, overlaps "
+        f"{trained['train'][0]} to {trained['val'][1]}, which the run trained on and chose its "
+        "checkpoint on (the data now hold 200 steps, 240 at training): its scores flatter the "
+        f"model. For a test on unseen times, test on data after {trained['val'][1]}."
+    )
+
+
 def test_training_on_all_test_is_refused_in_one_line(tmp_path):
     cfg = compose_train(tmp_path, [*TINY, *QUIET, "data.test_fraction=1"])
     with pytest.raises(UserError, match=r"the train part of stream .* has 0 steps"):

@@ -293,39 +293,6 @@ def _as_override(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-# What tells that an evaluation reads the stream its run trained on (another stream, e.g.
-# more points of a synthetic network, may lay its parts over the same steps)
-SAME_STREAM = ("name", "total_steps", "num_points", "channel_names")
-
-
-def warn_test_seen(trained: dict[str, Any] | None, summary: dict[str, Any]) -> bool:
-    """Warn where an evaluation's test part overlaps the steps its run trained on or chose
-    its checkpoint on (``data.test_fraction``, ``data.split_times`` moved in ``eval.py``):
-    its scores flatter the model. Not refused: a fit to the training period is a fair thing
-    to measure, said as such. ``trained``: the run's data summary (None: unknown, nothing to
-    compare); ``summary``: the evaluation's. Returns whether it warned.
-    """
-    if not trained or any(trained.get(k) != summary.get(k) for k in SAME_STREAM):
-        return False
-    try:
-        seen = (trained["bounds"]["train"][0], trained["bounds"]["val"][1])
-        test = summary["bounds"]["test"]
-    except (KeyError, IndexError, TypeError):  # a summary of another form: no parts to compare
-        return False
-    if not (test[0] < seen[1] and seen[0] < test[1]):
-        return False
-    log.warning(
-        "The test part of this evaluation, steps %d-%d, overlaps steps %d-%d, which the run "
-        "trained on and chose its checkpoint on: its scores flatter the model. For a test on "
-        "unseen steps, leave out the data.* overrides that move the split.",
-        test[0],
-        test[1] - 1,
-        seen[0],
-        seen[1] - 1,
-    )
-    return True
-
-
 def load_weights(
     module: L.LightningModule, trained: TrainedCheckpoint, model_overrides: Sequence[str] = ()
 ) -> None:

@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 
 from cloudlstm.assembly.assemble import assemble
 from cloudlstm.assembly.build import check_process_settings, configure_process
-from cloudlstm.assembly.checkpoint_fit import warn_test_seen
+from cloudlstm.assembly.evaluated_data import check_same_file, warn_test_seen
 from cloudlstm.assembly.known_keys import check_known_keys
 from cloudlstm.engine.results import results_from
 from cloudlstm.engine.signals import ctrl_c_kept
@@ -65,7 +65,9 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     path = _checkpoint(run, cfg.ckpt)
     log.info("Evaluating %s", path or f"{run} (a model without parameters: no checkpoint)")
     job = assemble(cfg, output_dir, checkpoint=path, with_loggers=False)
-    test_seen = warn_test_seen(read_data_summary(run), job.summary)
+    trained_data = read_data_summary(run)
+    check_same_file(trained_data, job.summary, _overrides())
+    test_seen = warn_test_seen(trained_data, job.summary)
     start = time.perf_counter()
     try:
         with ctrl_c_kept():

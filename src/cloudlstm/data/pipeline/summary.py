@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +31,7 @@ def summary(datamodule: Any) -> dict[str, Any]:
     return {
         "name": stream.name,
         "num_points": stream.num_points,
+        "points_digest": _digest(ids),
         "num_channels": dm.num_channels,
         "num_dims": stream.num_dims,
         "channel_names": dm.channel_names,
@@ -40,6 +42,7 @@ def summary(datamodule: Any) -> dict[str, Any]:
         "windows": windows,
         "bounds": {s: list(b) for s, b in dm.bounds.items()},
         "window_bounds": {s: list(b) for s, b in dm.window_bounds.items()},
+        "times": _split_times(stream.timestamps, dm.bounds),
         "missing_fraction": stream.missing_fraction,
         "score_filled": dm.score_filled,
         "input_steps": dm.model_input_steps,
@@ -90,6 +93,23 @@ def print_summary(info: Mapping[str, Any], console: Any = None) -> None:
             f"steps [{b}, {e}) = {info['steps'][split]}, windows {info['windows'][split]}",
         )
     (console or Console()).print(table)
+
+
+def _digest(point_ids: np.ndarray) -> str:
+    """A short hash of the point ids in order: the same network, whatever its file's name."""
+    return hashlib.sha1("\n".join(map(str, point_ids)).encode()).hexdigest()[:16]
+
+
+def _split_times(
+    timestamps: np.ndarray | None, bounds: Mapping[str, tuple[int, int]]
+) -> dict[str, list[str] | None] | None:
+    """Each split's first and last time step (ISO 8601; None for an empty split), which tell
+    an evaluation on a file cut or grown since training what the run saw; None for a stream
+    without times."""
+    if timestamps is None:
+        return None
+    iso = np.datetime_as_string(np.asarray(timestamps, dtype="datetime64[s]"))
+    return {s: [str(iso[b]), str(iso[e - 1])] if e > b else None for s, (b, e) in bounds.items()}
 
 
 def _plain(value: Any) -> Any:

@@ -351,6 +351,12 @@ def interpolate_gaps(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return filled, mask
 
 
+def _absolute(source: str) -> str:
+    """``source`` as an absolute path where it names a file or folder, else as given."""
+    path = Path(source).expanduser()
+    return str(path.resolve()) if path.exists() else str(source)
+
+
 def build_stream(
     timestamps: np.ndarray,
     point_ids: Sequence[str],
@@ -372,7 +378,8 @@ def build_stream(
         step: sampling period, stored as ``metadata["step_minutes"]``.
 
     ``mask`` is False wherever a value was filled. ``metadata`` gets ``step_minutes``,
-    ``steps_per_day`` (rounded, at least 1), ``source`` and ``dropped_points``.
+    ``steps_per_day`` (rounded, at least 1), ``source`` (the file's absolute path: a run
+    trained on a relative path says which file that was) and ``dropped_points``.
     """
     point_ids = [str(p) for p in point_ids]
     keep, dropped = _points_with_data(values, point_ids, channel_names, name, source)
@@ -393,7 +400,7 @@ def build_stream(
         metadata={
             "step_minutes": float(step / np.timedelta64(1, "m")),
             "steps_per_day": max(1, int(round(_DAY / step))),
-            "source": str(source),
+            "source": _absolute(source),
             "dropped_points": dropped,
         },
         trajectory=trajectory,

@@ -1,0 +1,132 @@
+"""What an evaluation reads, against what its run trained on: the same file, and a test
+part the run did not see.
+
+``eval.py`` rebuilds a run's data from its ``config.yaml``, so the data are the run's only
+as long as its settings still name them. Both checks compare the run's data summary
+(``data_summary.json``, written at training) with the evaluation's
+(:func:`~cloudlstm.data.pipeline.summary.summary`):
+
+* :func:`check_same_file`: a relative ``data.source.path`` names another file from another
+  folder; without a ``data.source`` override the evaluation must read the run's own.
+* :func:`warn_test_seen`: a test part that overlaps what the run trained on, moved by
+  ``data.*`` overrides or by a file cut short since, flatters the model.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from cloudlstm.errors import UserError
+
+__all__ = ["check_same_file", "warn_test_seen"]
+
+log = logging.getLogger(__name__)
+
+# What tells that an evaluation reads the stream its run trained on (another stream, e.g.
+# more points of a synthetic network, may lay its parts over the same steps) ...
+SAME_STREAM = ("name", "total_steps", "num_points", "channel_names")
+# ... or its network over other times (a file cut short or grown since, under another name)
+SAME_NETWORK = ("points_digest", "channel_names")
+
+
+def check_same_file(
+    trained: dict[str, Any] | None, summary: dict[str, Any], overrides: Sequence[str]
+) -> None:
+    """Refuse an evaluation that reads another file than its run trained on although no
+    override chose one: the run's ``data.source.path`` is relative, and read from another
+    folder. ``trained``: the run's data summary (None: unknown); ``summary``: the
+    evaluation's; ``overrides``: the command's.
+
+    Raises:
+        UserError: naming both files, the setting, and the ways on.
+    """
+    then = _source(trained)
+    now = _source(summary)
+    if then is None or now is None or then == now or not os.path.isabs(then):
+        return
+    if any(_chooses_data(o) for o in overrides):
+        return
+    raise UserError(
+        f"The run trained on {then}, and its relative data.source.path reads {now} from this "
+        f"folder ({os.getcwd()}). Evaluate from the folder it was trained in, or name the "
+        f"file: data.source.path={then} (its own), or data.source.path={now} to test on "
+        "that one."
+    )
+
+
+def _source(summary: dict[str, Any] | None) -> str | None:
+    """The file or folder a data summary's stream was read from (None: synthetic, older)."""
+    source = ((summary or {}).get("source_metadata") or {}).get("source")
+    return source if isinstance(source, str) else None
+
+
+def _chooses_data(override: str) -> bool:
+    """Whether a command-line override chooses the data itself (``data=``, ``experiment=``,
+    ``data.source.*``), rather than how the run's data are split or served."""
+    key = override.lstrip("+~").split("=", 1)[0]
+    return key in ("data", "experiment") or key.startswith("data.source")
+
+
+def warn_test_seen(trained: dict[str, Any] | None, summary: dict[str, Any]) -> bool:
+    """Warn where an evaluation's test part overlaps the steps its run trained on or chose
+    its checkpoint on (``data.test_fraction``, ``data.split_times`` moved in ``eval.py``, or
+    the file cut short since): its scores flatter the model. Not refused: a fit to the
+    training period is a fair thing to measure, said as such. ``trained``: the run's data
+    summary (None: unknown, nothing to compare); ``summary``: the evaluation's. Returns
+    whether it warned.
+    """
+    if not trained:
+        return False
+    if all(trained.get(k) == summary.get(k) for k in SAME_STREAM):
+        return _steps_seen(trained, summary)
+    if "points_digest" in trained and all(trained[k] == summary.get(k) for k in SAME_NETWORK):
+        return _times_seen(trained, summary)
+    return False
+
+
+def _steps_seen(trained: dict[str, Any], summary: dict[str, Any]) -> bool:
+    """:func:`warn_test_seen` on the same stream, by its steps."""
+    try:
+        seen = (trained["bounds"]["train"][0], trained["bounds"]["val"][1])
+        test = summary["bounds"]["test"]
+    except (KeyError, IndexError, TypeError):  # a summary of another form: no parts to compare
+        return False
+    if not (test[0] < seen[1] and seen[0] < test[1]):
+        return False
+    log.warning(
+        "The test part of this evaluation, steps %d-%d, overlaps steps %d-%d, which the run "
+        "trained on and chose its checkpoint on: its scores flatter the model. For a test on "
+        "unseen steps, leave out the data.* overrides that move the split.",
+        test[0],
+        test[1] - 1,
+        seen[0],
+        seen[1] - 1,
+    )
+    return True
+
+
+def _times_seen(trained: dict[str, Any], summary: dict[str, Any]) -> bool:
+    """:func:`warn_test_seen` on the network's data over other times, by their times (ISO
+    8601 strings, which compare as the times do)."""
+    times = trained.get("times") or {}
+    try:
+        seen = (times["train"][0], (times.get("val") or times["train"])[1])
+        test = summary["times"]["test"]
+    except (KeyError, IndexError, TypeError):  # no times, or an empty part: nothing to compare
+        return False
+    if not (test[0] <= seen[1] and seen[0] <= test[1]):
+        return False
+    log.warning(
+        "The test part of this evaluation, %s to %s, overlaps %s to %s, which the run trained "
+        "on and chose its checkpoint on (the data now hold %d steps, %d at training): its "
+        "scores flatter the model. For a test on unseen times, test on data after %s.",
+        *test,
+        *seen,
+        summary.get("total_steps"),
+        trained.get("total_steps"),
+        seen[1],
+    )
+    return True
