@@ -412,10 +412,51 @@ def test_a_channel_with_its_unit_in_every_cell_is_refused_not_left_out(tmp_path,
     assert LongFormatSource(path, value_cols=["a"]).load().channel_names == ["a"]
 
 
+def test_a_channel_with_thousands_separators_is_refused_not_left_out(tmp_path):
+    df = long_table()
+    df["b"] = [f"{1000 * v + 17_675:,.0f}" if v == v else None for v in df["b"]]
+    path = write(tmp_path, df)
+    with pytest.raises(UserError) as refused:
+        LongFormatSource(path).load()
+    cell = next(c for c in df["b"].dropna() if "," in c)
+    assert str(refused.value) == (
+        f"File {path}: column 'b' writes numbers with thousands separators (e.g. {cell!r}), "
+        "so it is not read as a channel. Write them without separators, or set "
+        "data.source.value_cols to the channel columns to forecast without it."
+    )
+
+
+def test_a_channel_mostly_marked_missing_in_text_is_refused_and_read_when_named(tmp_path):
+    """'--' in 60 % of its cells: it was left out of the forecast with an INFO line."""
+    df = long_table()
+    df["b"] = [v if i % 5 < 2 and v == v else "--" for i, v in enumerate(df["b"])]
+    path = write(tmp_path, df)
+    with pytest.raises(UserError) as refused:
+        LongFormatSource(path).load()
+    share = pd.to_numeric(df["b"], errors="coerce").notna().mean()
+    assert 0.25 <= share <= 0.5
+    assert str(refused.value) == (
+        f"File {path}: column 'b' holds numbers in {share:.0%} of its filled cells and text "
+        "in the others (e.g. '--'), so it is not read as a channel. To forecast it, list it "
+        "in data.source.value_cols with data.source.bad_values=warn (its text cells read as "
+        "missing), or set data.source.value_cols to the channel columns to forecast without it."
+    )
+    # read as the message says: its '--' cells are missing, its numbers kept
+    stream = LongFormatSource(path, value_cols=["a", "b"], bad_values="warn").load()
+    assert stream.channel_names == ["a", "b"]
+    assert 0 < stream.mask[..., 1].mean() < 0.5
+    assert LongFormatSource(path, value_cols=["a"]).load().channel_names == ["a"]
+
+
 @pytest.mark.parametrize(
     "cells",
-    [["12 Main St", "5 Oak Ave", "9 Elm Rd"], ["10:00", "11:00", "12:00"], ["ok", "ok", "bad"]],
-    ids=["addresses", "times", "words"],
+    [
+        ["12 Main St", "5 Oak Ave", "9 Elm Rd"],
+        ["10:00", "11:00", "12:00"],
+        ["ok", "ok", "bad"],
+        ["north", "south", "east", "west", "4"],  # numbers in under a quarter of its cells
+    ],
+    ids=["addresses", "times", "words", "few numbers"],
 )
 def test_a_label_column_with_numbers_in_it_is_still_left_out(tmp_path, cells):
     df = long_table()

@@ -19,7 +19,14 @@ import pandas as pd
 
 from cloudlstm.errors import UserError
 
-__all__ = ["BAD_VALUE_MODES", "channel_values", "check_mode", "common_unit", "mostly_numeric"]
+__all__ = [
+    "BAD_VALUE_MODES",
+    "channel_values",
+    "check_mode",
+    "common_unit",
+    "mostly_numeric",
+    "numbers_among_text",
+]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +67,36 @@ def common_unit(series: pd.Series) -> str | None:
         return None
     counts = units.value_counts()
     return str(counts.index[0]) if counts.iloc[0] >= _UNIT_SHARE * len(filled) else None
+
+
+# a number whose digits are grouped by thousands: "17,675", "1'234'567.5"; a space groups too
+# in some locales, but is left out: "12 345" is as likely a street number and a postcode
+_THOUSANDS = r"^\s*[-+]?\d{1,3}(?:[,'\u00a0\u202f]\d{3})+(?:\.\d+)?\s*$"
+# the share of a text column's filled cells that, read as numbers, make it a channel
+_NUMBERS_SHARE = 0.25
+
+
+def numbers_among_text(series: pd.Series) -> tuple[float, str | None, str] | None:
+    """A text column (not :func:`mostly_numeric`) whose filled cells are numbers in at least
+    :data:`_NUMBERS_SHARE` of them, once numbers written with thousands separators count:
+    a channel written so (``"17,675"``) or with text for missing readings (``"--"``), not a
+    label. Returns the share of numbers, a cell with thousands separators (None: none) and
+    a text cell; None for a label column."""
+    filled = series.dropna().astype(str)
+    filled = filled[filled.str.strip() != ""]
+    if not len(filled):
+        return None
+    plain = pd.to_numeric(filled, errors="coerce").notna()
+    grouped = filled.str.match(_THOUSANDS) & ~plain
+    numbers = plain | grouped
+    if numbers.mean() < _NUMBERS_SHARE:
+        return None
+    text = filled[~numbers]
+    return (
+        float(numbers.mean()),
+        str(filled[grouped].iloc[0]) if grouped.any() else None,
+        str(text.iloc[0]) if len(text) else "",
+    )
 
 
 def channel_values(

@@ -25,6 +25,7 @@ from cloudlstm.data.sources.bad_values import (
     check_mode,
     common_unit,
     mostly_numeric,
+    numbers_among_text,
 )
 from cloudlstm.data.sources.tables import (
     ROW_COORDINATES_FIX,
@@ -403,7 +404,7 @@ class LongFormatSource(CachedSource):
             others = [c for c in others if str(c) not in unnamed]
         numeric = [str(c) for c in others if mostly_numeric(df[c])]
         skipped = [str(c) for c in others if str(c) not in numeric]
-        self._refuse_units_in_cells(df, skipped)
+        self._refuse_channels_written_as_text(df, skipped)
         if skipped:
             log.info("%s: skipping non-numeric column(s) %s.", self.path, skipped)
         if not numeric:
@@ -413,23 +414,40 @@ class LongFormatSource(CachedSource):
             )
         return numeric
 
-    def _refuse_units_in_cells(self, df: pd.DataFrame, columns: list[str]) -> None:
-        """Refuse a column of ``columns`` (not numbers) whose cells are numbers with a unit
-        (:func:`common_unit`): a channel, which would be left out of the forecast in silence.
+    def _refuse_channels_written_as_text(self, df: pd.DataFrame, columns: list[str]) -> None:
+        """Refuse a column of ``columns`` (not numbers) that is a channel written as text,
+        which would be left out of the forecast in silence: numbers with a unit in each
+        cell (:func:`common_unit`), with thousands separators, or among text markers of
+        missing readings (:func:`numbers_among_text`).
 
         Raises:
-            UserError: names the column, a cell and the two ways out.
+            UserError: names the column, a cell and the ways out.
         """
+        leave_out = "or set data.source.value_cols to the channel columns to forecast without it"
         for col in columns:
             unit = common_unit(df[col])
-            if unit is None:
+            if unit is not None:
+                cell = str(df[col].dropna().iloc[0])
+                raise UserError(
+                    f"File {self.path}: column {col!r} holds numbers with a unit (e.g. "
+                    f"{cell!r}), so it is not read as a channel. Write the numbers alone (the "
+                    f"unit in the column's name: {col}_{_name_part(unit)}), {leave_out}."
+                )
+            found = numbers_among_text(df[col])
+            if found is None:
                 continue
-            cell = str(df[col].dropna().iloc[0])
+            share, grouped, text = found
+            if grouped is not None:
+                raise UserError(
+                    f"File {self.path}: column {col!r} writes numbers with thousands "
+                    f"separators (e.g. {grouped!r}), so it is not read as a channel. Write "
+                    f"them without separators, {leave_out}."
+                )
             raise UserError(
-                f"File {self.path}: column {col!r} holds numbers with a unit (e.g. {cell!r}), "
-                f"so it is not read as a channel. Write the numbers alone (the unit in the "
-                f"column's name: {col}_{_name_part(unit)}), or set data.source.value_cols to "
-                "the channel columns to forecast without it."
+                f"File {self.path}: column {col!r} holds numbers in {share:.0%} of its filled "
+                f"cells and text in the others (e.g. {text!r}), so it is not read as a "
+                f"channel. To forecast it, list it in data.source.value_cols with "
+                f"data.source.bad_values=warn (its text cells read as missing), {leave_out}."
             )
 
     def _warn_rare_motion(
