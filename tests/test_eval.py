@@ -8,6 +8,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,7 @@ from tests.conftest import (
     ctrl_c_as_in_a_terminal,
     one_line,
     run_python,
+    subprocess_env,
 )
 from tests.kill_callback import SignalAtTest
 
@@ -398,6 +400,25 @@ def test_eval_py_writes_under_the_run_directory(cloud_run):
     [out] = [p for p in (cloud_run / "eval").iterdir() if (p / "metrics.json").is_file()]
     assert metrics(out)["data"]["num_points"] == 7
     assert (out / "eval.log").is_file()
+
+
+def test_eval_py_piped_to_a_reader_that_leaves_ends_quietly(cloud_run):
+    """`eval.py ... | head -1`: its log lines go to stdout, and each printed the broken
+    pipe's traceback ("--- Logging error ---") while the evaluation went on."""
+    proc = subprocess.Popen(
+        # a Python of its own: the tests' warm one relays stdout, whose reader never leaves
+        [sys.executable, "eval.py", f"run={cloud_run}", "report.figures=false"],
+        cwd=ROOT,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.readline()
+    proc.stdout.close()  # as `| head -1` does once it has its line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 1, err  # as `yes | head` ends
+    for unwanted in ("Traceback", "Logging error", "Error executing job"):
+        assert unwanted not in err, err
 
 
 def test_an_override_that_reshapes_the_model_is_named_as_the_cause(cloud_run, tmp_path):

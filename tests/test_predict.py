@@ -301,6 +301,7 @@ def test_a_reader_that_stops_early_ends_the_forecast_quietly(run, tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=300) == 1, err  # as `yes | head` ends
     assert "Traceback" not in err and "BrokenPipe" not in err
+    assert "Error executing job" not in err, err  # Hydra's report of a failed job
 
 
 def test_an_empty_history_is_one_line_with_a_fix(run, tmp_path):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import sys
@@ -36,3 +37,16 @@ def stdout_reader_gone() -> bool:
     poller = select.poll()
     poller.register(sys.stdout.fileno(), select.POLLOUT)
     return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+class ConsoleHandler(logging.StreamHandler):
+    """The console's log handler (``conf/hydra/default.yaml``): a line written to a stdout
+    whose reader left raises its ``BrokenPipeError`` for :func:`reader_may_leave` to end
+    the program, where logging would print a traceback of it for every later line and go on.
+    """
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        error = sys.exc_info()[1]
+        if isinstance(error, BrokenPipeError) and self.stream is sys.stdout:
+            raise error
+        super().handleError(record)

@@ -463,7 +463,8 @@ def _train(cfg: DictConfig) -> float | None:
         console.set_up(cfg)
         run_dir = Path(cfg.paths.output_dir)
         with (
-            _user_errors_in_one_line(),
+            reader_may_leave(),  # `train.py ... | head`: inside Hydra's job, which reports
+            _user_errors_in_one_line(),  # any exception as the job's error
             _no_folder_if_refused(run_dir, _stamped_now(run_dir)),
             _as_user_errors(),  # inside: a library's refusal of a value is a user error too
         ):
@@ -485,6 +486,7 @@ def _evaluate(cfg: DictConfig) -> None:
     try:
         eval_dir = Path(cfg.paths.output_dir)
         with (
+            reader_may_leave(),  # `eval.py ... | head`: as for predict.py's `out=-`
             _user_errors_in_one_line(),
             _no_folder_if_refused(eval_dir, _stamped_now(eval_dir)),
             _as_user_errors(),
@@ -562,5 +564,7 @@ def _stamped_now(folder: Path) -> bool:
 def _predict(cfg: DictConfig) -> None:
     from cloudlstm.cli.predict import main
 
-    with _user_errors_in_one_line():
+    # inside Hydra's job too: Hydra reports the broken pipe of `out=- | head` as an error
+    # of the job ("Error executing job") before the program's own handler would see it
+    with reader_may_leave(), _user_errors_in_one_line():
         main(cfg)
