@@ -15,12 +15,14 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import subprocess_env
+from omegaconf import OmegaConf
 
 from cloudlstm.cli.compare.command import main
 from cloudlstm.compare import compare, find_runs, to_latex, to_markdown, write_csv
 from cloudlstm.compare.groups import code_summary, group_runs
 from cloudlstm.compare.table import build_table
 from cloudlstm.engine.declared_metrics import metric_info
+from cloudlstm.rundir.layout import config_text
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -775,14 +777,28 @@ def test_a_run_without_config_is_a_row_of_its_own_among_runs_with_one(seeds, cap
     code, out, err = run_main(capsys, seeds, "--metrics", "mae")
     assert code == 0
     assert err == [
-        f"compare: 1 run(s) without config.yaml, whose settings are unknown: each is a row of "
-        f"its own ({seeds / 'copied'})"
+        "compare: 1 run(s) without config.yaml (or with one cut short), whose settings are "
+        f"unknown: each is a row of its own ({seeds / 'copied'})"
     ]
     header, _, *rows = out.splitlines()
     assert header.startswith("| model | data | config.yaml | model.k | n |")
     assert sorted(row.split(" | ")[2:5] for row in rows) == [
         ["", "3", "3"], ["", "6", "1"], ["absent", "", "1"]
     ]  # fmt: skip
+
+
+def test_a_run_whose_config_is_cut_short_is_a_row_of_its_own(seeds, capsys):
+    """What is left of it may still read as YAML: its missing settings were taken as unset,
+    and it was a seed of another row."""
+    write_run(seeds / "cut", 3.0)
+    config = seeds / "cut" / "config.yaml"
+    whole = config_text(OmegaConf.create(yaml.safe_load(config.read_text())))
+    config.write_text(whole[: whole.index("paths:")])  # still YAML, its model there
+    code, out, err = run_main(capsys, seeds, "--metrics", "mae")
+    assert code == 0 and "1 run(s) without config.yaml (or with one cut short)" in err[0]
+    header, _, *rows = out.splitlines()
+    assert header.startswith("| model | data | config.yaml | model.k | n |")
+    assert ["cut short", "", "1"] in [row.split(" | ")[2:5] for row in rows]
 
 
 def test_scale_free_mae_column_and_older_files(tmp_path, capsys):

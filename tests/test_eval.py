@@ -31,6 +31,7 @@ from cloudlstm.data.spec import SPEC_KEY
 from cloudlstm.data.transforms import normalize_coords, scale_coords
 from cloudlstm.errors import UserError
 from cloudlstm.forecast import Forecaster
+from cloudlstm.rundir.layout import CONFIG_END, CONFIG_HEADER
 from cloudlstm.rundir.stops import RunInterrupted
 from tests.conftest import (
     ROOT,
@@ -143,6 +144,8 @@ def test_eval_retests_the_run_in_its_own_directory(cloud_run, tmp_path):
     assert got["run"] == trained["run"] and got["run_dir"] == str(cloud_run)
     assert got["overrides"] == ["report.figures=true"]
     assert got["test_seen_in_training"] is False  # the run's own split
+    for folder in (cloud_run, out):  # each config.yaml ends with the line that marks it whole
+        assert (folder / "config.yaml").read_text().splitlines()[-1] == CONFIG_END
     assert sorted(p.name for p in (out / "figures").iterdir()) == [
         "error_vs_horizon.png",
         "forecast_maps.png",
@@ -337,6 +340,11 @@ def test_an_evaluations_folder_given_as_the_run_names_the_run(cloud_run, tmp_pat
 
 DAMAGED_CONFIGS = {
     "cut-short": ("model:\n  _target_: [cloudlstm.models", "it is not valid YAML: "),
+    # what is left reads as YAML, with its model and data: the last line tells
+    "cut-short-valid": (
+        f"{CONFIG_HEADER}\nmodel:\n  k: 3\ndata:\n  batch_size: 8\n",
+        f"it is cut short: its last line is not {CONFIG_END!r}",
+    ),
     "empty": ("", "it has no model or data node"),
     "no-data": ("model:\n  k: 3\n", "it has no data node"),
     "a-list": ("- model\n- data\n", "it is not a mapping"),

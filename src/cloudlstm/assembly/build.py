@@ -26,7 +26,7 @@ from cloudlstm.engine.module import make_optimizer
 from cloudlstm.engine.signals import SignalsTogether
 from cloudlstm.errors import UserError, no_gpu, replacing
 from cloudlstm.models.build import build_model
-from cloudlstm.rundir.layout import CONFIG_FILE, DATA_SUMMARY_FILE, wandb_run_id
+from cloudlstm.rundir.layout import CONFIG_FILE, DATA_SUMMARY_FILE, config_text, wandb_run_id
 
 
 def instantiate(config: Any, **kwargs: Any) -> Any:
@@ -470,7 +470,9 @@ def _callback_nodes(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
 
 
 def save_job_config(cfg: DictConfig, output_dir: Path) -> DictConfig:
-    """Write the resolved job config (without ``hydra``) to ``config.yaml``; return it."""
+    """Write the resolved job config (without ``hydra``) to ``config.yaml``
+    (:func:`~cloudlstm.rundir.layout.config_text`, marked whole); return it."""
     job_cfg = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
-    OmegaConf.save(job_cfg, output_dir / CONFIG_FILE, resolve=True)
+    with replacing(output_dir / CONFIG_FILE) as part:  # whole, or the old file left as it was
+        part.write_text(config_text(job_cfg), encoding="utf-8")
     return job_cfg

@@ -19,6 +19,7 @@ from cloudlstm.rundir.layout import (
     EVAL_DIR,
     METRICS_FILE,
     TRAIN_LOG,
+    config_cut_short,
     load_metrics,
 )
 from cloudlstm.rundir.old_configs import current_form
@@ -163,7 +164,8 @@ def load_run(path: Path) -> Run | None:
         return None
     info = results.get("run") or {}  # null in an evaluation of an unfinished run
     config_path = path.parent / CONFIG_FILE
-    has_config = config_path.exists()
+    cut_short = config_cut_short(config_path)  # its settings are not all there: none used
+    has_config = config_path.exists() and not cut_short
     # in today's form: runs of one setting from before and after a class moved group together
     config = flatten(current_form(read_yaml_mapping(config_path))) if has_config else {}
     if config:  # a run from before a setting existed did what its value in ADDED_SINCE does
@@ -172,7 +174,7 @@ def load_run(path: Path) -> Run | None:
     if results.get("run_dir"):
         keys[EVALUATION_KEY] = _evaluation(results, config)
     if not has_config:
-        keys[NO_CONFIG_KEY] = "absent"
+        keys[NO_CONFIG_KEY] = "cut short" if cut_short else "absent"
     results_of = _Results(path)
     test = results_of.mapping(test, "test")
     return Run(

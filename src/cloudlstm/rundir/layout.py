@@ -37,6 +37,10 @@ from cloudlstm.errors import UserError, replacing
 from cloudlstm.rundir.metrics_json import metrics_text, restored_metrics
 
 CONFIG_FILE = "config.yaml"
+# The first and last lines of a config.yaml written by :func:`config_text`: a file that has
+# the first and not the last is cut short, though what is left may still read as YAML
+CONFIG_HEADER = "# The run's settings, resolved (the last line below them marks the file whole)."
+CONFIG_END = "# End of the run's settings."
 DATA_SUMMARY_FILE = "data_summary.json"
 METRICS_FILE = "metrics.json"
 CHANGES_FILE = "config_changes.yaml"
@@ -123,12 +127,30 @@ def _runs_in(folder: Path, shown: int = 3) -> str:
     return f" It holds {len(runs)} run(s) ({names}{more}): give one, e.g. run={runs[0]}."
 
 
+def config_text(cfg: DictConfig) -> str:
+    """A job's resolved config as its run's ``config.yaml`` holds it, between
+    :data:`CONFIG_HEADER` and :data:`CONFIG_END`."""
+    return f"{CONFIG_HEADER}\n{OmegaConf.to_yaml(cfg, resolve=True)}{CONFIG_END}\n"
+
+
+def config_cut_short(path: Path) -> bool:
+    """Whether the ``config.yaml`` at ``path`` begins as :func:`config_text` writes one and
+    lacks its last line (a copy or a disk that stopped part way); older files, without the
+    first line, are not judged."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return bool(lines) and lines[0] == CONFIG_HEADER and lines[-1] != CONFIG_END
+
+
 def read_run_config(run: Path) -> DictConfig:
     """The ``config.yaml`` of run directory ``run``, as written (interpolations unresolved).
 
     Raises:
         UserError: it cannot be read, or is not a run's config: a mapping with its
-            ``model`` and ``data`` nodes (a damaged file, e.g. cut short by a full disk).
+            ``model`` and ``data`` nodes, whole (:func:`config_cut_short`; a damaged file,
+            e.g. cut short by a full disk or a copy that stopped).
     """
     path = run / CONFIG_FILE
     try:
@@ -140,7 +162,9 @@ def read_run_config(run: Path) -> DictConfig:
     except (yaml.YAMLError, OmegaConfBaseException) as err:
         problem = "it is not valid YAML: " + " ".join(str(err).split())
     else:
-        if not isinstance(cfg, DictConfig):
+        if config_cut_short(path):
+            problem = f"it is cut short: its last line is not {CONFIG_END!r}"
+        elif not isinstance(cfg, DictConfig):
             problem = "it is not a mapping"
         elif missing := [k for k in ("model", "data") if not isinstance(cfg.get(k), DictConfig)]:
             problem = f"it has no {' or '.join(missing)} node"

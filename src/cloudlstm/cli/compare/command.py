@@ -341,7 +341,8 @@ def _find_runs(dirs: Sequence[Path], include_evals: bool, include_debug: bool) -
     if unknown := [run.path for run in runs if not run.has_config]:
         shown = ", ".join(map(str, unknown[:3])) + (" ..." if len(unknown) > 3 else "")
         print(
-            f"compare: {len(unknown)} run(s) without config.yaml, whose settings are unknown: "
+            f"compare: {len(unknown)} run(s) without config.yaml (or with one cut short), "
+            "whose settings are unknown: "
             f"each is a row of its own ({shown})",
             file=sys.stderr,
         )
