@@ -877,6 +877,25 @@ def test_eval_py_on_data_at_another_interval_is_one_line(fleet_run, tmp_path):
     )
 
 
+def test_eval_py_on_data_with_a_channel_more_names_the_setting_that_reads_its_own(
+    fleet_run, tmp_path
+):
+    """The line said "Evaluate it on data with its training channels", which the data had."""
+    run, data = fleet_run
+    more = tmp_path / "more.csv"
+    pd.read_csv(data).assign(pm10=lambda df: 3.0 + df["no2"] / 10).to_csv(more, index=False)
+    done = run_script("eval.py", f"run={run}", f"data.source.path={more}")
+    assert done.returncode == 1
+    assert the_line(done, "was trained on").endswith(
+        "was trained on 1 channels (no2), but the data has 2 (no2, pm10). Read its training "
+        "channels alone: data.source.value_cols=[no2]."
+    )
+    done = run_script(
+        "eval.py", f"run={run}", f"data.source.path={more}", "data.source.value_cols=[no2]"
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def test_eval_py_on_the_training_channels_in_another_order_names_that_order(tmp_path):
     """The same channels in other columns were refused with "Evaluate it on data with its
     training channels", which the data had."""

@@ -102,11 +102,22 @@ def restore_scaling(datamodule: Any, trained: TrainedCheckpoint) -> None:
         listed = f" ({', '.join(names)})" if names else ""
         raise UserError(
             f"{path} was trained on {count} channels{listed}, but the data has {len(have)} "
-            f"({', '.join(have)}). Evaluate it on data with its training channels."
+            f"({', '.join(have)}). {_training_channels_only(names, have, datamodule)}"
         )
     datamodule.use_scaler(scaler)
     if spec is not None and spec.coord_lo and hasattr(datamodule, "use_coord_scale"):
         datamodule.use_coord_scale(spec.coord_lo, spec.coord_span, spec.coord_degenerate)
+
+
+def _training_channels_only(trained: list[str] | None, have: list[str], datamodule: Any) -> str:
+    """How to evaluate on the training channels: where the data hold them and more, and
+    the source takes ``value_cols``, the setting that reads them alone."""
+    source = getattr(datamodule, "source", None)
+    takes_columns = source is not None and "value_cols" in parameters_of(type(source))
+    targets = [name for name in trained or () if name in datamodule.channel_names]
+    if takes_columns and trained and set(trained) < set(have):
+        return f"Read its training channels alone: data.source.value_cols=[{','.join(targets)}]."
+    return "Evaluate it on data with its training channels."
 
 
 def _channels_reordered(path: Path, trained: list[str], have: list[str], datamodule: Any) -> str:
