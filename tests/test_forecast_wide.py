@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +68,19 @@ def test_a_wide_history_forecasts_as_the_long_format(forecaster):
     expected = forecaster.forecast(long(wide(RECENT)))
     pd.testing.assert_frame_equal(forecaster.forecast(wide(RECENT)), expected)
     assert expected.horizon.max() == 3 and set(expected.id) == set(IDS)
+
+
+def test_a_wide_history_without_a_sensors_column_says_it_is_not_forecast(forecaster, caplog):
+    """Its column left out, the sensor was left out of the forecast without a word."""
+    history = wide(RECENT).drop(columns=IDS[2])
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.data.pipeline.wide_history"):
+        forecast = forecaster.forecast(history)
+    assert set(forecast.id) == set(IDS) - {IDS[2]}
+    assert [r.getMessage() for r in caplog.records if "no column" in r.getMessage()] == [
+        f"the history has no column for 1 of the 6 training point(s) ({IDS[2]}), which are "
+        "not forecast: add their columns (empty cells where they have no readings) to "
+        "forecast them."
+    ]
 
 
 def test_wide_rows_fed_one_step_at_a_time_forecast_as_the_whole(forecaster):

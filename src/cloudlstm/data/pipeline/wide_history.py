@@ -11,6 +11,7 @@ a long-format table as it is.
 
 from __future__ import annotations
 
+import logging
 import re
 
 import numpy as np
@@ -21,6 +22,8 @@ from cloudlstm.data.sources.tables import case_hint, clock_change_hint, id_text
 from cloudlstm.data.sources.wide_table import TIME_NAMES
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
+
+log = logging.getLogger(__name__)
 
 SHOWN = 5  # column names quoted in a message
 UNNAMED = re.compile(r"Unnamed: 0")  # pandas's name of an empty first header
@@ -91,6 +94,7 @@ def long_history(
             + case_hint(unknown, info.point_ids, "the training points")
         )
     _refuse_repeated_times(frame[time_col], what)
+    _warn_points_left_out(ids, info, what)
     if bad_values is not None:
         values = channel_values(frame, columns, what, bad_values)
         frame = frame.assign(**{c: values[:, j] for j, c in enumerate(columns)})
@@ -99,6 +103,23 @@ def long_history(
     )
     long = long.rename(columns={time_col: info.time_col})
     return long.assign(**{c: float("nan") for c in info.coord_cols})
+
+
+def _warn_points_left_out(ids: list[str], info: DataSpec, what: str) -> None:
+    """Warn of training points without a column: they are not forecast, where a column left
+    out of a wide table is more often an accident than a choice."""
+    given = set(ids)
+    missing = [str(p) for p in info.point_ids if str(p) not in given]
+    if missing:
+        log.warning(
+            "%s has no column for %d of the %d training point(s) (%s), which are not "
+            "forecast: add their columns (empty cells where they have no readings) to "
+            "forecast them.",
+            what,
+            len(missing),
+            len(info.point_ids),
+            _names(missing),
+        )
 
 
 def _refuse_repeated_times(times: pd.Series, what: str) -> None:
