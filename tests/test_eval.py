@@ -185,6 +185,25 @@ def test_other_windows_are_normalised_with_the_training_scaler(cloud_run, tmp_pa
         np.testing.assert_array_equal(new["target"][first : first + tested], old["target"])
 
 
+def test_more_input_steps_than_the_run_trained_on_are_said_to_measure_another_setting(
+    cloud_run, tmp_path, caplog
+):
+    """A recurrent model takes any number of input steps: it was tested on 6 in silence."""
+    out = tmp_path / "eval"
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.assembly.evaluated_data"):
+        evaluate(compose_eval(cloud_run, out, "data.input_steps=6"))
+    assert metrics(out)["data"]["input_steps"] == 6
+    assert [r.getMessage() for r in caplog.records if "input steps" in r.getMessage()] == [
+        "This evaluation feeds the model 6 input steps, and it was trained on 4: its scores "
+        "measure the model with inputs it did not learn from, not the run's setting. Leave "
+        "out data.input_steps to test the run as it was trained."
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.assembly.evaluated_data"):
+        evaluate(compose_eval(cloud_run, tmp_path / "same"))
+    assert not [r for r in caplog.records if "input steps" in r.getMessage()]
+
+
 def test_a_point_model_is_evaluated_on_other_points(cloud_run, tmp_path):
     out = tmp_path / "eval"
     results = evaluate(compose_eval(cloud_run, out, "data.num_points=7"))

@@ -8,6 +8,8 @@ as long as its settings still name them. Both checks compare the run's data summ
 
 * :func:`check_same_file`: a relative ``data.source.path`` names another file from another
   folder; without a ``data.source`` override the evaluation must read the run's own.
+* :func:`warn_other_inputs`: a model fed more or fewer input steps than it trained on is
+  measured in another setting than its run's.
 * :func:`warn_test_seen`: a test part that overlaps what the run trained on, moved by
   ``data.*`` overrides or by a file cut short since, flatters the model.
 """
@@ -21,7 +23,7 @@ from typing import Any
 
 from cloudlstm.errors import UserError
 
-__all__ = ["check_same_file", "warn_test_seen"]
+__all__ = ["check_same_file", "warn_other_inputs", "warn_test_seen"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,24 @@ def _chooses_data(override: str) -> bool:
     ``data.source.*``), rather than how the run's data are split or served."""
     key = override.lstrip("+~").split("=", 1)[0]
     return key in ("data", "experiment") or key.startswith("data.source")
+
+
+def warn_other_inputs(trained: dict[str, Any] | None, summary: dict[str, Any]) -> bool:
+    """Warn where an evaluation feeds the model another number of input steps than it was
+    trained on (``eval.py data.input_steps=6`` on a run of 4): a recurrent model takes any,
+    and its scores are of that setting, not the run's. Returns whether it warned."""
+    then = (trained or {}).get("input_steps")
+    now = summary.get("input_steps")
+    if then is None or now is None or then == now:
+        return False
+    log.warning(
+        "This evaluation feeds the model %d input steps, and it was trained on %d: its scores "
+        "measure the model with inputs it did not learn from, not the run's setting. Leave "
+        "out data.input_steps to test the run as it was trained.",
+        now,
+        then,
+    )
+    return True
 
 
 def warn_test_seen(trained: dict[str, Any] | None, summary: dict[str, Any]) -> bool:

@@ -23,7 +23,11 @@ from omegaconf import DictConfig
 
 from cloudlstm.assembly.assemble import assemble
 from cloudlstm.assembly.build import check_process_settings, configure_process
-from cloudlstm.assembly.evaluated_data import check_same_file, warn_test_seen
+from cloudlstm.assembly.evaluated_data import (
+    check_same_file,
+    warn_other_inputs,
+    warn_test_seen,
+)
 from cloudlstm.assembly.known_keys import check_known_keys
 from cloudlstm.engine.results import results_from
 from cloudlstm.engine.signals import ctrl_c_kept
@@ -67,6 +71,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     job = assemble(cfg, output_dir, checkpoint=path, with_loggers=False)
     trained_data = read_data_summary(run)
     check_same_file(trained_data, job.summary, _overrides())
+    warn_other_inputs(trained_data, job.summary)
     test_seen = warn_test_seen(trained_data, job.summary)
     start = time.perf_counter()
     try:
