@@ -22,7 +22,11 @@ import pytest
 from omegaconf import OmegaConf
 
 from cloudlstm.assembly.assemble import warn_per_process_limits
-from cloudlstm.assembly.batch_limits import check_batch_limits, warn_schedule_cut_short
+from cloudlstm.assembly.batch_limits import (
+    check_batch_limits,
+    warn_few_windows,
+    warn_schedule_cut_short,
+)
 from cloudlstm.assembly.build import check_process_settings, check_trainer_settings
 from cloudlstm.cli.scripts import multirun_flag_first
 from cloudlstm.cli.train import train
@@ -1105,6 +1109,31 @@ def test_an_epoch_budget_that_stops_a_decaying_schedule_early_is_warned_of(train
         assert caplog.records[0].getMessage().startswith(warned)
     evaluation = OmegaConf.merge(cfg, {"task_name": "eval"})  # eval.py trains nothing
     assert not warn_schedule_cut_short(evaluation, {"train": 109}, batch_size=8)
+
+
+@pytest.mark.parametrize(
+    ("stride", "task", "warned"),
+    [
+        (1000, "train", "data.stride=1000 leaves 2 train window(s) (of 1388 at stride 1) and "
+         "1 val window(s) (of 191 at stride 1) and 1 test window(s) (of 392 at stride 1): what "
+         "this job measures there rests on these alone. Lower data.stride."),
+        (1000, "eval", "data.stride=1000 leaves 1 test window(s) (of 392 at stride 1): "),
+        (50, "train", "data.stride=50 leaves 4 val window(s) (of 191 at stride 1) and 8 test "),
+        (20, "train", None),  # 10 val windows and more elsewhere
+        (1, "train", None),
+    ],
+)  # fmt: skip
+def test_a_stride_that_leaves_a_few_windows_of_a_part_is_warned_of(stride, task, warned, caplog):
+    """data.stride=1000 on METR-LA's week left one window of each part, without a word."""
+    bounds = {"train": [0, 1411], "val": [1399, 1613], "test": [1601, 2016]}
+    windows = {s: -(-(e - b - 23) // stride) for s, (b, e) in bounds.items()}
+    summary = {"stride": stride, "window_bounds": bounds, "history_steps": 12,
+               "output_steps": 12, "windows": windows}  # fmt: skip
+    cfg = OmegaConf.create({"train": True, "test": True, "task_name": task})
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.assembly.batch_limits"):
+        assert warn_few_windows(cfg, summary) is (warned is not None)
+    if warned:
+        assert caplog.records[0].getMessage().startswith(warned)
 
 
 def test_data_without_a_test_part_are_refused_where_the_job_tests():

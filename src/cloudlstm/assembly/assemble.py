@@ -26,6 +26,7 @@ from cloudlstm.assembly.batch_limits import (
     check_batch_limits,
     check_validation_interval,
     splits_run,
+    warn_few_windows,
     warn_schedule_cut_short,
 )
 from cloudlstm.assembly.build import (
@@ -121,6 +122,7 @@ def assemble(
     batch_size = int(getattr(datamodule, "batch_size", 1))
     check_batch_limits(cfg, summary.get("windows", {}), batch_size)
     warn_schedule_cut_short(cfg, summary.get("windows", {}), batch_size)
+    warn_few_windows(cfg, summary)
     check_validation_interval(cfg, summary.get("windows", {}), batch_size)
     write_data_summary(output_dir, summary)
     job_cfg = save_job_config(cfg, output_dir)

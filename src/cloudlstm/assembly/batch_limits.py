@@ -24,6 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from cloudlstm.data.pipeline.splits import window_counts
 from cloudlstm.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -165,6 +166,40 @@ def warn_schedule_cut_short(cfg: DictConfig, windows: dict[str, int], batch_size
         steps,
         total,
         steps,
+    )
+    return True
+
+
+# a part with fewer windows than this, which stride 1 would multiply, is warned of
+FEW_WINDOWS = 10
+
+
+def warn_few_windows(cfg: DictConfig, summary: dict[str, Any]) -> bool:
+    """Warn where ``data.stride`` leaves a part this job runs fewer than
+    :data:`FEW_WINDOWS` windows, of many more at stride 1 (``data.stride=1000``: one window
+    a part): the scores, or the checkpoint's choice, would rest on those alone. Returns
+    whether it warned."""
+    stride = summary.get("stride") or 1
+    try:
+        every = window_counts(
+            summary["window_bounds"], summary["history_steps"], summary["output_steps"], 1
+        )
+        windows = summary["windows"]
+    except (KeyError, TypeError):  # a summary of another form
+        return False
+    few = [
+        split
+        for split in splits_run(cfg)
+        if 0 < windows.get(split, 0) < FEW_WINDOWS and every.get(split, 0) >= 2 * windows[split]
+    ]
+    if stride <= 1 or not few:
+        return False
+    counts = " and ".join(f"{windows[s]} {s} window(s) (of {every[s]} at stride 1)" for s in few)
+    log.warning(
+        "data.stride=%d leaves %s: what this job measures there rests on these alone. Lower "
+        "data.stride.",
+        stride,
+        counts,
     )
     return True
 
