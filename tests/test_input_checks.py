@@ -970,11 +970,11 @@ def test_eval_py_reads_the_file_its_run_trained_on_or_says_why_not(tmp_path):
     done = run_in(there, "eval.py", f"run={run}")
     assert done.returncode == 1
     own, other = (here / "fleet.csv").resolve(), (there / "fleet.csv").resolve()
-    assert the_line(done, "relative data.source.path") == (
-        f"The run trained on {own}, and its relative data.source.path reads {other} from this "
-        f"folder ({there.resolve()}). Evaluate from the folder it was trained in, or name the "
-        f"file: data.source.path={own} (its own), or data.source.path={other} to test on "
-        "that one."
+    assert the_line(done, "data.source settings") == (
+        f"The run trained on {own}, and its data.source settings read {other} from this folder "
+        f"({there.resolve()}; a relative path, or a link that moved). Evaluate from the folder "
+        f"it was trained in, or name the file: data.source.path={own} (its own), or "
+        f"data.source.path={other} to test on that one."
     )
     assert run_in(here, "eval.py", f"run={run}").returncode == 0
     chosen = run_in(there, "eval.py", f"run={run}", "data.source.path=fleet.csv")

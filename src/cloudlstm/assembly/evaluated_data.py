@@ -52,8 +52,9 @@ def check_same_file(
     if any(_chooses_data(o) for o in overrides):
         return
     raise UserError(
-        f"The run trained on {then}, and its relative data.source.path reads {now} from this "
-        f"folder ({os.getcwd()}). Evaluate from the folder it was trained in, or name the "
+        f"The run trained on {then}, and its data.source settings read {now} from this folder "
+        f"({os.getcwd()}; a relative path, or a link that moved). Evaluate from the folder it "
+        "was trained in, or name the "
         f"file: data.source.path={then} (its own), or data.source.path={now} to test on "
         "that one."
     )
