@@ -215,6 +215,20 @@ def test_a_checkpoint_saved_over_on_a_full_disk_keeps_the_old_file(small_disk):
     assert check_checkpoint(folder / "last.ckpt")["global_step"] == 3  # whole, verified
 
 
+def test_a_disk_full_before_the_run_begins_is_one_line(small_disk, tmp_path):
+    """Hydra writes its .hydra/ configs before the job: their write on a full disk was a
+    traceback of 38 lines."""
+    (small_disk / "filler").write_bytes(b"\0" * (1024 * 1024 - 4096))  # the disk, filled
+    run = small_disk / "run"
+    done = subprocess.run(
+        [sys.executable, "train.py", *TINY, "logger=none", f"hydra.run.dir={run}",
+         f"paths.data_dir={tmp_path / 'data'}"],
+        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    line = the_error(done)
+    assert line.startswith(f"Cannot write {run / '.hydra' / 'config.yaml'}: the disk is full")
+
+
 SAVE_WITHOUT_TMPDIR = """
 import sys, tempfile, torch
 from pathlib import Path

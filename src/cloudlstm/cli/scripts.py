@@ -206,12 +206,31 @@ def _errors_without_hydra_hint() -> Iterator[None]:
     except Exception as err:
         if _after_ctrl_c(err):
             raise KeyboardInterrupt from None
+        if full := _hydras_write_failed(err):  # its own files, before the job: a full disk
+            sys.stderr.write(f"{full}\n")
+            raise SystemExit(1) from None
         if isinstance(err, ValueError) and str(err).startswith(_ONE_MODE):
             sys.stderr.write(f"{err}: give one. {_ONE_MODE_FIX}\n")
             raise SystemExit(2) from None
         raise
     finally:
         os.environ.pop(_FULL_ERROR, None)
+
+
+def _hydras_write_failed(err: Exception) -> Exception | None:
+    """The one line of a write of Hydra's own that failed for want of room (``.hydra/``'s
+    configs, before the job begins), or None for any other error. Its ``write`` names no
+    file: the file is the one Hydra's ``_save_config`` was writing, read from its frame."""
+    from cloudlstm.errors import out_of_space
+
+    path = getattr(err, "filename", None)
+    tb = err.__traceback__
+    while path is None and tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "_save_config" and "output_dir" in frame.f_locals:
+            path = Path(frame.f_locals["output_dir"]) / str(frame.f_locals.get("filename"))
+        tb = tb.tb_next
+    return out_of_space(err, path)
 
 
 # Hydra's refusal of two of its modes at once (``-m`` with ``--cfg``, say), a plain
