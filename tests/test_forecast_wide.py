@@ -70,6 +70,14 @@ def test_a_wide_history_forecasts_as_the_long_format(forecaster):
     assert expected.horizon.max() == 3 and set(expected.id) == set(IDS)
 
 
+def test_a_wide_history_with_its_sensor_ids_as_numbers_forecasts_as_with_text(forecaster):
+    """A table pivoted from ids read as numbers has int columns: the forecast failed with
+    "keywords must be strings"."""
+    history = wide(RECENT)
+    numbered = history.rename(columns={i: int(i) for i in IDS})
+    pd.testing.assert_frame_equal(forecaster.forecast(numbered), forecaster.forecast(history))
+
+
 def test_a_wide_history_without_a_sensors_column_says_it_is_not_forecast(forecaster, caplog):
     """Its column left out, the sensor was left out of the forecast without a word."""
     history = wide(RECENT).drop(columns=IDS[2])

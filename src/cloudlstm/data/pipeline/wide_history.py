@@ -95,10 +95,12 @@ def long_history(
         )
     _refuse_repeated_times(frame[time_col], what)
     _warn_points_left_out(ids, info, what)
+    # by their ids as text: a table pivoted from ids read as numbers has int columns
+    frame = frame.rename(columns=dict(zip(columns, ids, strict=True)))
     if bad_values is not None:
-        values = channel_values(frame, columns, what, bad_values)
-        frame = frame.assign(**{c: values[:, j] for j, c in enumerate(columns)})
-    long = frame.rename(columns=dict(zip(columns, ids, strict=True))).melt(
+        values = channel_values(frame, ids, what, bad_values)
+        frame = frame.assign(**{c: values[:, j] for j, c in enumerate(ids)})
+    long = frame.melt(
         id_vars=[time_col], value_vars=ids, var_name=info.id_col, value_name=channels[0]
     )
     long = long.rename(columns={time_col: info.time_col})
