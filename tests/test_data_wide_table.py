@@ -513,3 +513,22 @@ def test_text_in_a_coordinate_says_coordinates_are_numbers_not_to_leave_them_emp
     pd.DataFrame({"sensor_id": IDS, "x": [None, 1, 2, 3], "y": 1.0}).to_csv(path, index=False)
     with pytest.raises(UserError, match=r"point '773869' \(data row 0\) has no finite coord"):
         read_positions(path)
+
+
+@pytest.mark.parametrize(("col", "value", "limit"), [("latitude", 340.0, 90), ("lon", -218.3, 180)])
+def test_degrees_out_of_their_range_are_refused_naming_the_point(los, col, value, limit):
+    """A latitude of 340 for 34 was scaled with the others, squeezing every other point's
+    latitude to about one value, without a word."""
+    names = {"latitude": ("latitude", "longitude"), "lon": ("lat", "lon")}[col]
+    table = pd.DataFrame({"sensor_id": IDS, names[0]: 34.1, names[1]: -118.3})
+    table.loc[2, col] = value
+    table.to_csv(path := los / "places.csv", index=False)
+    with pytest.raises(UserError) as err:
+        read_positions(path)
+    assert str(err.value) == (
+        f"positions file {path}: point {IDS[2]!r} (data row 2) has {col}={value:g}, outside "
+        f"[-{limit}, {limit}] degrees (1 point(s) in all): correct it."
+    )
+    table.loc[2, col] = value / 10 if col == "latitude" else -118.2
+    table.to_csv(path, index=False)
+    assert read_positions(path)[0] == IDS  # within range: read
