@@ -961,3 +961,13 @@ def test_relative_validation_scores_are_over_the_baselines_where_it_has_one(tmp_
     assert code == 2 and err[-1].startswith(
         "compare: --val with --relative-to persistence: its runs record no validation score"
     )
+
+
+def test_a_quantile_metric_no_run_reports_is_one_line(seeds, capsys):
+    """--metrics crps on runs of point forecasts printed an empty column in every row."""
+    code, out, err = run_main(capsys, seeds, "--metrics", "mae", "crps")
+    assert (code, out) == (2, "")
+    assert err == [
+        "compare: no run has crps results: they are scores of quantile forecasts, which runs "
+        "trained with module.quantiles=[...] report"
+    ]

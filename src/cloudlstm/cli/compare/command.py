@@ -207,6 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     _check_lists(args)
     runs = _find_runs(args.dirs, args.include_evals, args.include_debug)
+    _check_quantile_metrics(runs, args.metrics)
     if args.uncalibrated:
         from cloudlstm.compare.calibration import before_calibration
 
@@ -315,6 +316,17 @@ def _make_folder(folder: Path) -> None:
 
 # conf/debug/default.yaml's task_name, which every debug=... config keeps
 DEBUG_TASK = "debug"
+
+
+def _check_quantile_metrics(runs: Sequence[Run], metrics: Sequence[str] | None) -> None:
+    """Refuse a quantile forecast's metric (``--metrics crps``) that no run reports: its
+    column would be empty in every row, without a word."""
+    asked = [m for m in metrics or () if m in quantile_metric_names()]
+    if asked and not any(m in run.overall for run in runs for m in asked):
+        raise CompareError(
+            f"no run has {', '.join(asked)} results: they are scores of quantile forecasts, "
+            "which runs trained with module.quantiles=[...] report"
+        )
 
 
 def _find_runs(dirs: Sequence[Path], include_evals: bool, include_debug: bool) -> list[Run]:
