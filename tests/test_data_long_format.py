@@ -412,6 +412,22 @@ def test_a_channel_with_its_unit_in_every_cell_is_refused_not_left_out(tmp_path,
     assert LongFormatSource(path, value_cols=["a"]).load().channel_names == ["a"]
 
 
+def test_a_channel_of_values_too_small_for_float32_is_refused_not_read_as_zeros(tmp_path):
+    """2e-199 read as 0: the channel was said not to vary, the data blamed."""
+    df = long_table()
+    df["b"] = df["b"] * 1e-200
+    path = write(tmp_path, df)
+    with pytest.raises(UserError) as refused:
+        LongFormatSource(path).load()
+    small = (df["b"].notna() & (df["b"] != 0)).to_numpy()  # a 0 stays a 0
+    row = int(small.argmax())
+    assert str(refused.value).startswith(
+        f"file {path}: column 'b' holds values too small to keep (e.g. {df['b'][row]:g} at "
+        f"data row {row}; {int(small.sum())} in all): below 1.18e-38, which float32 "
+        "keeps, they would read as 0. Give the channel in a smaller unit"
+    )
+
+
 def test_a_channel_with_thousands_separators_is_refused_not_left_out(tmp_path):
     df = long_table()
     df["b"] = [f"{1000 * v + 17_675:,.0f}" if v == v else None for v in df["b"]]

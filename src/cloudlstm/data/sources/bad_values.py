@@ -11,7 +11,7 @@ the first few, after which they count as missing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -127,6 +127,7 @@ def channel_values(
         parsed = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
         with np.errstate(over="ignore"):  # a finite float64 beyond float32 becomes inf
             column = parsed.astype(np.float32)
+        _refuse_below_float32(parsed, str(col), what, number)
         bad = np.isinf(column) | (np.isnan(parsed) & _written(series))
         bad_rows = np.flatnonzero(bad)
         count += len(bad_rows)
@@ -136,6 +137,27 @@ def channel_values(
     if count:
         _report(count, sorted(shown)[:SHOWN], what, check_mode(bad_values))
     return values
+
+
+def _refuse_below_float32(
+    parsed: np.ndarray, col: str, what: str, number: Callable[[int], int]
+) -> None:
+    """Refuse a column with readings too small for float32 (``2e-199``): read, they become
+    0, and the channel was then said not to vary, the data blamed for the reading.
+
+    Raises:
+        UserError: naming the column, a cell, and the fix (a larger unit).
+    """
+    with np.errstate(invalid="ignore"):
+        lost = (parsed != 0) & (np.abs(parsed) < np.finfo(np.float32).tiny)
+    if lost.any():
+        row = int(np.flatnonzero(lost)[0])
+        raise UserError(
+            f"{what}: column {col!r} holds values too small to keep (e.g. {parsed[row]:g} at "
+            f"data row {number(row)}; {int(lost.sum())} in all): below "
+            f"{np.finfo(np.float32).tiny:.3g}, which float32 keeps, they would read as 0. Give "
+            "the channel in a smaller unit, so that its numbers are larger."
+        )
 
 
 def _written(series: pd.Series) -> np.ndarray:
