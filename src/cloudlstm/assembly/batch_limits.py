@@ -180,6 +180,8 @@ def warn_few_windows(cfg: DictConfig, summary: dict[str, Any]) -> bool:
     a part): the scores, or the checkpoint's choice, would rest on those alone. Returns
     whether it warned."""
     stride = summary.get("stride") or 1
+    if stride <= 1:
+        return False
     try:
         every = window_counts(
             summary["window_bounds"], summary["history_steps"], summary["output_steps"], 1
@@ -192,7 +194,7 @@ def warn_few_windows(cfg: DictConfig, summary: dict[str, Any]) -> bool:
         for split in splits_run(cfg)
         if 0 < windows.get(split, 0) < FEW_WINDOWS and every.get(split, 0) >= 2 * windows[split]
     ]
-    if stride <= 1 or not few:
+    if not few:
         return False
     counts = " and ".join(f"{windows[s]} {s} window(s) (of {every[s]} at stride 1)" for s in few)
     log.warning(

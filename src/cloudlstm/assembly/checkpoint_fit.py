@@ -109,13 +109,19 @@ def restore_scaling(datamodule: Any, trained: TrainedCheckpoint) -> None:
         datamodule.use_coord_scale(spec.coord_lo, spec.coord_span, spec.coord_degenerate)
 
 
+def _value_cols(trained: list[str], datamodule: Any) -> tuple[list[str], bool]:
+    """The training channels that are the data's targets, in the training order, and
+    whether the data's source takes ``value_cols`` (a setting that reads them so)."""
+    source = getattr(datamodule, "source", None)
+    takes_them = source is not None and "value_cols" in parameters_of(type(source))
+    return [name for name in trained if name in datamodule.channel_names], takes_them
+
+
 def _training_channels_only(trained: list[str] | None, have: list[str], datamodule: Any) -> str:
     """How to evaluate on the training channels: where the data hold them and more, and
     the source takes ``value_cols``, the setting that reads them alone."""
-    source = getattr(datamodule, "source", None)
-    takes_columns = source is not None and "value_cols" in parameters_of(type(source))
-    targets = [name for name in trained or () if name in datamodule.channel_names]
-    if takes_columns and trained and set(trained) < set(have):
+    targets, takes_them = _value_cols(trained or [], datamodule)
+    if takes_them and trained and set(trained) < set(have):
         return f"Read its training channels alone: data.source.value_cols=[{','.join(targets)}]."
     return "Evaluate it on data with its training channels."
 
@@ -124,10 +130,8 @@ def _channels_reordered(path: Path, trained: list[str], have: list[str], datamod
     """The message for data with the training channels in another order (``have``: the
     data's channels, then its covariates), and how to give them in the trained order: the
     source's ``value_cols`` where it takes them."""
-    source = getattr(datamodule, "source", None)
-    targets = [name for name in trained if name in datamodule.channel_names]
-    takes_order = source is not None and "value_cols" in parameters_of(type(source))
-    if takes_order and list(datamodule.channel_names) != targets:
+    targets, takes_them = _value_cols(trained, datamodule)
+    if takes_them and list(datamodule.channel_names) != targets:
         way = f"data.source.value_cols=[{','.join(targets)}]"
     else:
         way = "write the data's columns in that order"

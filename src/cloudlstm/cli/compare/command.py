@@ -321,7 +321,8 @@ DEBUG_TASK = "debug"
 def _check_quantile_metrics(runs: Sequence[Run], metrics: Sequence[str] | None) -> None:
     """Refuse a quantile forecast's metric (``--metrics crps``) that no run reports: its
     column would be empty in every row, without a word."""
-    asked = [m for m in metrics or () if m in quantile_metric_names()]
+    quantile_metrics = quantile_metric_names()
+    asked = [m for m in metrics or () if m in quantile_metrics]
     if asked and not any(m in run.overall for run in runs for m in asked):
         raise CompareError(
             f"no run has {', '.join(asked)} results: they are scores of quantile forecasts, "

@@ -108,8 +108,11 @@ def _split_times(
     without times."""
     if timestamps is None:
         return None
-    iso = np.datetime_as_string(np.asarray(timestamps, dtype="datetime64[s]"))
-    return {s: [str(iso[b]), str(iso[e - 1])] if e > b else None for s, (b, e) in bounds.items()}
+
+    def iso(step: int) -> str:  # one step's time: not the whole stream's turned into text
+        return str(np.datetime_as_string(np.datetime64(timestamps[step], "s")))
+
+    return {s: [iso(b), iso(e - 1)] if e > b else None for s, (b, e) in bounds.items()}
 
 
 def _plain(value: Any) -> Any:

@@ -139,6 +139,10 @@ def channel_values(
     return values
 
 
+# the smallest normal float32: a reading below it (but 0) is lost when read as float32
+_FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+
+
 def _refuse_below_float32(
     parsed: np.ndarray, col: str, what: str, number: Callable[[int], int]
 ) -> None:
@@ -149,13 +153,13 @@ def _refuse_below_float32(
         UserError: naming the column, a cell, and the fix (a larger unit).
     """
     with np.errstate(invalid="ignore"):
-        lost = (parsed != 0) & (np.abs(parsed) < np.finfo(np.float32).tiny)
+        lost = (parsed != 0) & (np.abs(parsed) < _FLOAT32_TINY)
     if lost.any():
         row = int(np.flatnonzero(lost)[0])
         raise UserError(
             f"{what}: column {col!r} holds values too small to keep (e.g. {parsed[row]:g} at "
             f"data row {number(row)}; {int(lost.sum())} in all): below "
-            f"{np.finfo(np.float32).tiny:.3g}, which float32 keeps, they would read as 0. Give "
+            f"{_FLOAT32_TINY:.3g}, which float32 keeps, they would read as 0. Give "
             "the channel in a smaller unit, so that its numbers are larger."
         )
 
