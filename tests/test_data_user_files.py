@@ -225,7 +225,8 @@ def test_a_forecast_reads_its_history_as_the_training_file_was_read(tmp_path):
     window = build_input(unix, spec(time_unit="s"))
     np.testing.assert_array_equal(window.x, expected.x)
     assert window.last_time == expected.last_time == np.datetime64(STAMPS[-1])
-    with pytest.raises(UserError, match=r"holds numbers .*not dates: write the times as dates"):
+    with pytest.raises(UserError, match=r"holds numbers .*not dates: say what they count with "
+                       r"reading=TimeReading\(time_unit='s'\)"):  # fmt: skip
         build_input(unix, spec())
 
 

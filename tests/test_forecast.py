@@ -295,6 +295,66 @@ def test_a_reading_that_is_no_time_reading_is_one_line(points_run, forecaster):
     assert len(forecaster.forecast(history(points_run), reading=given))
 
 
+def written_day_first(points_run) -> pd.DataFrame:
+    """The M steps read, 3 h earlier (all on 7 January), their times written day first:
+    ``07/01/2021 18:00``, which pandas reads as 1 July."""
+    recent = history(points_run)
+    recent = recent[recent["timestamp"] >= STAMPS[SPLIT - M]]
+    earlier = recent["timestamp"] - pd.Timedelta(hours=3)
+    return recent.assign(timestamp=earlier.dt.strftime("%d/%m/%Y %H:%M"))
+
+
+def test_dates_read_month_first_are_warned_of_and_a_time_reading_reads_them(
+    points_run, forecaster, caplog
+):
+    """forecast() and update() read day-first dates month first, as predict.py does; they
+    said nothing where predict.py warns. The warning names the reading that fixes it."""
+    day_first = written_day_first(points_run)
+    fix = "reading=TimeReading(time_format='%d/%m/%Y %H:%M')"
+    with caplog.at_level("WARNING", logger="cloudlstm.data.sources.times"):
+        out = forecaster.forecast(day_first)
+    assert [r.getMessage() for r in caplog.records] == [
+        "column 'timestamp' of the history: read month first ('%m/%d/%Y %H:%M': "
+        f"'07/01/2021 18:00' is 2021-07-01 18:00); if the dates are day first, give {fix}."
+    ]
+    assert out["timestamp"].iloc[0] == pd.Timestamp("2021-07-01 22:00")
+    caplog.clear()
+    reading = TimeReading(time_format="%d/%m/%Y %H:%M")
+    with caplog.at_level("WARNING", logger="cloudlstm.data.sources.times"):
+        out = forecaster.forecast(day_first, reading=reading)
+        f = Forecaster.load(points_run[0], device="cpu")
+        for _, snapshot in day_first.groupby("timestamp"):
+            f.update(snapshot, reading=reading)
+    assert not caplog.records
+    assert out["timestamp"].iloc[0] == pd.Timestamp("2021-01-07 22:00")
+    pd.testing.assert_frame_equal(f.forecast(), out)
+    with caplog.at_level("WARNING", logger="cloudlstm.data.sources.times"):
+        f.update(day_first[day_first["timestamp"] == day_first["timestamp"].iloc[0]])
+    assert "the snapshot: read month first" in caplog.text and fix in caplog.text
+
+
+def test_a_time_reading_s_fixes_name_it_as_python_writes_it(points_run, forecaster):
+    """A history's unreadable times are one line whose fix is the Python argument, not
+    predict.py's data.source option."""
+    day_first = written_day_first(points_run)
+    numbers = day_first.assign(timestamp=np.arange(len(day_first)) * 3600)
+    with pytest.raises(UserError) as err:
+        forecaster.forecast(numbers)
+    assert str(err.value) == (
+        "column 'timestamp' of the history holds numbers (e.g. 0), not dates: say what they "
+        "count with reading=TimeReading(time_unit='s') (seconds since 1970-01-01 UTC; or ms, "
+        "us, ns), or, for dates written as digits (20240131), give their format: "
+        "reading=TimeReading(time_format='%Y%m%d')."
+    )
+    with pytest.raises(UserError) as err:
+        forecaster.forecast(day_first, reading=TimeReading(time_format="%Y-%m-%d %H:%M"))
+    assert str(err.value).startswith(
+        "Cannot parse the timestamps in column 'timestamp' of the history: data row 0, "
+        "'07/01/2021 18:00', does not match reading=TimeReading(time_format='%Y-%m-%d %H:%M'): "
+        "correct the format"
+    )
+
+
 def test_new_point_and_missing_snapshot_rows_for_cloudlstm(points_run, forecaster):
     df = history(points_run)
     new = df[df["id"] == "p0"].assign(id="q9", x=5.0, y=5.0, no2=lambda d: d["no2"] + 3.0)

@@ -73,10 +73,10 @@ _register_resolver()
 
 
 def __getattr__(name: str) -> object:
-    # `from cloudlstm import Forecaster` without importing torch, Lightning and Hydra on
-    # `import cloudlstm`
-    if name == "Forecaster":
-        from cloudlstm.forecast import Forecaster
+    # `from cloudlstm import Forecaster, TimeReading` without importing torch, Lightning and
+    # Hydra on `import cloudlstm`
+    if name in ("Forecaster", "TimeReading"):
+        from cloudlstm import forecast
 
-        return Forecaster
+        return getattr(forecast, name)
     raise AttributeError(f"module 'cloudlstm' has no attribute {name!r}")

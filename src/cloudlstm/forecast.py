@@ -28,6 +28,7 @@ from cloudlstm.data.pipeline.forecast_input import (
     ForecastInput,
     TimeReading,
     build_input,
+    check_reading,
     far_outside,
     history_step,
     parse_history,
@@ -42,7 +43,7 @@ from cloudlstm.engine.module import ForecastModule
 from cloudlstm.errors import UserError, no_gpu
 from cloudlstm.models.build import neighbours_needed, neighbours_setting
 
-__all__ = ["FILLED_COLUMN", "Forecaster", "check_device"]
+__all__ = ["FILLED_COLUMN", "Forecaster", "TimeReading", "check_device"]
 
 log = logging.getLogger(__name__)
 
@@ -261,13 +262,14 @@ class Forecaster:
             f"point: give readings of at least {needed} points."
         )
 
-    def update(self, snapshot: pd.DataFrame) -> None:
+    def update(self, snapshot: pd.DataFrame, reading: TimeReading | None = None) -> None:
         """Add rows (usually one time step of readings) to the stream :meth:`forecast` reads.
 
         Only the last ``history_steps`` steps are kept. A row for a time and point fed
         before replaces the earlier one (a reading sent again, or corrected); rows of an
         earlier time than the newest fill that step. A run trained on a wide table takes
         wide rows too (:func:`~cloudlstm.data.pipeline.wide_history.long_history`).
+        ``reading`` says how its times are read, as for :meth:`forecast`.
 
         Raises:
             UserError: the snapshot cannot be read as a history can't
@@ -276,8 +278,10 @@ class Forecaster:
                 known, as :meth:`forecast` refuses them in a history.
         """
         long = long_history(snapshot, self.info, "the snapshot")
-        rows = parse_history(long, self.info, "the snapshot")
-        zone = time_zone(long[self.info.time_col], self.info.time_format, self.info.time_unit)
+        check_reading(reading)
+        reading = reading or TimeReading()
+        rows = parse_history(long, self.info, "the snapshot", reading)
+        zone = time_zone(long[self.info.time_col], *reading.settings(self.info))
         if self._buffer is None:  # the first snapshot sets the stream's form
             warn_other_clock(long[self.info.time_col], zone, self.info, "the snapshot")
         else:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import tzinfo
 
 import numpy as np
@@ -46,7 +46,7 @@ from cloudlstm.data.sources.tables import (
     pivot_long,
     step_text,
 )
-from cloudlstm.data.sources.times import parse_times, time_zone
+from cloudlstm.data.sources.times import API_OPTIONS, parse_times, time_zone
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.data.transforms import scale_coords
@@ -100,12 +100,13 @@ def user_errors() -> Iterator[None]:
 class TimeReading:
     """How a history's times are read: in ``time_format`` or ``time_unit`` where either is
     given, else as the run's training data were (the checkpoint's). ``options`` is where the
-    user sets them (``"data.source."`` for predict.py), named in the fixes of messages; with
-    it, a date pandas read month first is warned of, as in training. None: nowhere."""
+    user sets them, named in the fixes of messages: this class in Python
+    (:data:`~cloudlstm.data.sources.times.API_OPTIONS`), ``"data.source."`` for predict.py.
+    A date pandas read month first is warned of, as in training."""
 
     time_format: str | None = None
     time_unit: str | None = None
-    options: str | None = None
+    options: str = field(default=API_OPTIONS, repr=False)
 
     def settings(self, info: DataSpec) -> tuple[str | None, str | None]:
         """``(time_format, time_unit)``: the ones given, else the run's."""
@@ -327,7 +328,7 @@ def order_points(ids: list[str], info: DataSpec, what: str) -> list[str]:
     return known + new
 
 
-def _check_reading(reading: object) -> None:
+def check_reading(reading: object) -> None:
     """Refuse a ``reading`` that is no :class:`TimeReading` (a format string given for it)."""
     if reading is not None and not isinstance(reading, TimeReading):
         raise UserError(
@@ -364,7 +365,7 @@ def build_input(
             history, points without coordinates, or points the model cannot take.
     """
     mode = check_mode(bad_values)
-    _check_reading(reading)
+    check_reading(reading)
     long = long_history(df, info, what, mode)
     given_long = long is df  # its rows are the table's, not a wide table's melted cells
     table = parse_history(long, info, what, reading)

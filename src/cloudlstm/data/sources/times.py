@@ -25,6 +25,7 @@ from pandas.tseries.api import guess_datetime_format
 from cloudlstm.errors import UserError
 
 __all__ = [
+    "API_OPTIONS",
     "SOURCE_OPTIONS",
     "TIMES_ZONED_KEY",
     "TIME_UNITS",
@@ -42,6 +43,8 @@ log = logging.getLogger(__name__)
 TIME_UNITS = ("s", "ms", "us", "ns")
 # Where a data source's time settings live, named in the messages' fixes.
 SOURCE_OPTIONS = "data.source."
+# ... and a forecast's in Python: ``reading=TimeReading(time_format=...)``.
+API_OPTIONS = "reading=TimeReading("
 ISO_EXAMPLE = "'2014-05-01 13:00:00'"
 
 
@@ -86,9 +89,9 @@ def parse_times(
         time_format: the strftime format of text dates (and of dates written as digits,
             ``"%Y%m%d"``); None: inferred from the first row.
         time_unit: the column holds numbers counted in this unit since 1970-01-01 UTC.
-        options: where ``time_format`` and ``time_unit`` are set, named in the fixes;
-            None where the user sets neither (a file of a fixed format; a forecast's
-            history, read with the training data's settings).
+        options: where ``time_format`` and ``time_unit`` are set, named in the fixes
+            (:data:`SOURCE_OPTIONS`, :data:`API_OPTIONS`); None where the user sets neither
+            (a file of a fixed format).
 
     Raises:
         UserError: a value that cannot be read (its data row, the value and the setting
@@ -111,6 +114,15 @@ def parse_times(
     return parsed.to_numpy(dtype="datetime64[ns]")
 
 
+def _setting(options: str, key: str, value: str) -> str:
+    """A time setting as the user writes it where ``options`` says: on the command line
+    (``data.source.time_unit=s``, ``data.source.time_format='%d/%m/%Y'``) or as Python's
+    :data:`API_OPTIONS` (``reading=TimeReading(time_unit='s')``)."""
+    if options.endswith("("):
+        return f"{options}{key}={value!r})"
+    return f"{options}{key}={value if key == 'time_unit' else repr(value)}"
+
+
 def _numbers(column: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
 
@@ -121,9 +133,9 @@ def _numbers_given(column: pd.Series, what: str, options: str | None) -> str:
     if options is None:
         return f"{found}: write the times as dates such as {ISO_EXAMPLE}."
     return (
-        f"{found}: say what they count with {options}time_unit=s (seconds since 1970-01-01 "
-        f"UTC; or ms, us, ns), or, for dates written as digits (20240131), give their format: "
-        f"{options}time_format='%Y%m%d'."
+        f"{found}: say what they count with {_setting(options, 'time_unit', 's')} (seconds "
+        f"since 1970-01-01 UTC; or ms, us, ns), or, for dates written as digits (20240131), "
+        f"give their format: {_setting(options, 'time_format', '%Y%m%d')}."
     )
 
 
@@ -178,13 +190,12 @@ def _say_a_guessed_month_first(
         return  # every date reads the same both ways (day = month)
     row = int(differ[0])
     log.warning(
-        "%s: read month first (%r: %r is %s); if the dates are day first, give %stime_format=%r.",
+        "%s: read month first (%r: %r is %s); if the dates are day first, give %s.",
         what,
         used,
         column.iloc[row],
         parsed.iloc[row].strftime("%Y-%m-%d %H:%M"),
-        options,
-        day_first,
+        _setting(options, "time_format", day_first),
     )
 
 
@@ -215,19 +226,20 @@ def _why_not(column: pd.Series, time_format: str | None, options: str | None) ->
         return f"{at} is not a date/time (the first row: {first!r}); correct or remove that row."
     if time_format is not None:
         return (
-            f"{at} does not match {options or ''}time_format={time_format!r}: correct the format "
-            "(strftime codes: '%d/%m/%Y %H:%M' reads '31/12/2024 23:00') or that row."
+            f"{at} does not match {_setting(options or '', 'time_format', time_format)}: correct "
+            "the format (strftime codes: '%d/%m/%Y %H:%M' reads '31/12/2024 23:00') or that row."
         )
     found = f"{at} does not match the format {used!r} of the first row ({first!r})."
     if options is None:
         return f"{found} Write every row in one format (ISO 8601, e.g. {ISO_EXAMPLE})."
     if used.startswith("%m"):
         return (
-            f"{found} If the dates are day first, give {options}time_format={_day_first(used)!r}."
+            f"{found} If the dates are day first, give "
+            f"{_setting(options, 'time_format', _day_first(used))}."
         )
     return (
         f"{found} Write every row in one format (ISO 8601, e.g. {ISO_EXAMPLE}), or give the "
-        f"format: {options}time_format='%d/%m/%Y %H:%M' (strftime codes)."
+        f"format: {_setting(options, 'time_format', '%d/%m/%Y %H:%M')} (strftime codes)."
     )
 
 
@@ -237,7 +249,7 @@ def _unreadable(column: pd.Series, options: str | None) -> str:
     bad = column[loose.isna() & column.notna()]
     fix = f"Use ISO 8601 values such as {ISO_EXAMPLE} in every row"
     if options is not None:
-        fix += f", or give their format: {options}time_format='%d/%m/%Y %H:%M'"
+        fix += f", or give their format: {_setting(options, 'time_format', '%d/%m/%Y %H:%M')}"
     if len(bad):
         return f"e.g. {bad.iloc[0]!r} is not a date/time. {fix}."
     return f"the rows mix formats (the first: {_first_value(column)!r}). {fix}."
