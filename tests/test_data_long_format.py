@@ -480,6 +480,26 @@ def test_a_label_column_with_numbers_in_it_is_still_left_out(tmp_path, cells):
     assert LongFormatSource(write(tmp_path, df)).load().channel_names == ["a", "b"]
 
 
+@pytest.mark.parametrize("gaps", [False, True], ids=["bool", "with-empty-cells"])
+def test_a_true_false_column_is_a_label_unless_named(tmp_path, caplog, gaps):
+    """pandas counts True/False as numbers: a "sensor_ok" flag was forecast as a 0/1
+    channel without a word. It is left out, said at INFO, and read as 0/1 when named."""
+    df = long_table()
+    # an empty cell makes the column object-typed: True, False and NaN
+    df["sensor_ok"] = [None if gaps and i % 4 == 0 else i % 3 != 0 for i in range(len(df))]
+    path = write(tmp_path, df)
+    with caplog.at_level("INFO", logger="cloudlstm.data.sources.long_format"):
+        assert LongFormatSource(path).load().channel_names == ["a", "b"]
+    assert (
+        f"{path}: skipping True/False column(s) ['sensor_ok']; list them in "
+        "data.source.value_cols (or covariate_cols) to read them as 0/1."
+    ) in caplog.text
+    named = LongFormatSource(path, value_cols=["a", "sensor_ok"]).load()
+    assert named.channel_names == ["a", "sensor_ok"]
+    read = named.values[..., 1][named.mask[..., 1]]
+    assert set(np.unique(read)) == {0.0, 1.0}
+
+
 @pytest.mark.parametrize("value_cols", [None, ["a", "b"]], ids=["found", "named"])
 def test_a_file_of_columns_without_rows_says_so(tmp_path, value_cols):
     """Its empty columns read as not numeric: the line told to set value_cols."""

@@ -24,6 +24,7 @@ __all__ = [
     "channel_values",
     "check_mode",
     "common_unit",
+    "flags",
     "mostly_numeric",
     "numbers_among_text",
 ]
@@ -43,11 +44,28 @@ def check_mode(bad_values: str) -> str:
 
 def mostly_numeric(series: pd.Series) -> bool:
     """A numeric column, or a text column whose non-empty cells are mostly numbers: a channel
-    with a few bad cells rather than a label column such as a station name."""
+    with a few bad cells rather than a label column such as a station name. A column of
+    True/False (:func:`flags`) is none, though pandas counts it as numbers."""
+    if flags(series):
+        return False
     if pd.api.types.is_numeric_dtype(series):
         return True
     filled = series.dropna()
     return len(filled) > 0 and pd.to_numeric(filled, errors="coerce").notna().mean() > 0.5
+
+
+def flags(series: pd.Series) -> bool:
+    """Whether the column holds True/False alone (``bool``, or ``object`` where some cells
+    are empty): a label such as "holiday" or "sensor_ok", which a user forecasts only by
+    naming it."""
+    if pd.api.types.is_bool_dtype(series):
+        return True
+    if pd.api.types.is_numeric_dtype(series):
+        return False
+    filled = series.dropna()
+    return len(filled) > 0 and bool(
+        filled.map(lambda cell: isinstance(cell, bool | np.bool_)).all()
+    )
 
 
 # a number and the unit after it in the same cell: "10.5 ppb", "-3e2 km/h", "12%", "4 °C";

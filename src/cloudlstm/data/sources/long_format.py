@@ -24,6 +24,7 @@ from cloudlstm.data.sources.bad_values import (
     channel_values,
     check_mode,
     common_unit,
+    flags,
     mostly_numeric,
     numbers_among_text,
 )
@@ -403,10 +404,19 @@ class LongFormatSource(CachedSource):
             )
             others = [c for c in others if str(c) not in unnamed]
         numeric = [str(c) for c in others if mostly_numeric(df[c])]
+        true_false = [str(c) for c in others if flags(df[c])]
+        if true_false:
+            log.info(
+                "%s: skipping True/False column(s) %s; list them in data.source.value_cols "
+                "(or covariate_cols) to read them as 0/1.",
+                self.path,
+                true_false,
+            )
         skipped = [str(c) for c in others if str(c) not in numeric]
-        self._refuse_channels_written_as_text(df, skipped)
-        if skipped:
-            log.info("%s: skipping non-numeric column(s) %s.", self.path, skipped)
+        text = [c for c in skipped if c not in true_false]
+        self._refuse_channels_written_as_text(df, text)
+        if text:
+            log.info("%s: skipping non-numeric column(s) %s.", self.path, text)
         if not numeric:
             raise UserError(
                 f"File {self.path} has no numeric value column besides {keys} (non-numeric: "
