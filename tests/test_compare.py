@@ -632,6 +632,24 @@ def test_a_run_file_that_cannot_be_read_is_one_line_naming_it(
     assert err[0].startswith(f"compare: {path} {problem}"), err[0]
 
 
+def test_a_folder_in_place_of_a_metrics_json_is_named_not_counted_as_a_run_in_training(
+    tmp_path, capsys
+):
+    """A folder named metrics.json was no file found: the run was listed as one "without
+    test results (training, stopped, failed...)"."""
+    write_run(tmp_path / "runs" / "a", 1.0)
+    write_run(tmp_path / "runs" / "b", 2.0)
+    path = tmp_path / "runs" / "b" / "metrics.json"
+    path.unlink()
+    path.mkdir()
+    (tmp_path / "runs" / "b" / "train.log").write_text("")
+    code, out, err = run_main(capsys, tmp_path / "runs")
+    assert (code, out) == (2, "")
+    assert err == [
+        f"compare: {path} is a folder, where a run's results file belongs: move it away."
+    ]
+
+
 @pytest.mark.parametrize(
     ("key", "value", "problem"),
     [

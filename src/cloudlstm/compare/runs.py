@@ -134,7 +134,7 @@ def _files_named(root: Path, name: str) -> list[Path]:
             continue
         seen.add(real)
         subfolders[:] = sorted(sub for sub in subfolders if not sub.startswith("."))
-        if name in files:
+        if name in files or name in subfolders:  # a folder so named: a file it cannot read
             found.append(Path(folder) / name)
     return sorted(found)
 

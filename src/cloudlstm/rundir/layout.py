@@ -335,7 +335,11 @@ def load_metrics(path: Path) -> dict[str, Any]:
     """
     try:
         text = path.read_bytes()
-    except OSError as err:  # no permission to read it, a folder in its place
+    except IsADirectoryError:
+        raise UserError(
+            f"{path} is a folder, where a run's results file belongs: move it away."
+        ) from None
+    except OSError as err:  # no permission to read it
         raise UserError(f"cannot read {path} ({err.strerror or err}): make it readable.") from None
     try:
         results = json.loads(text)
