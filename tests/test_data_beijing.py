@@ -119,6 +119,16 @@ def test_stations_subset_and_positions_file(tiny, tmp_path):
     stream = BeijingSource(tiny, stations=["Tiantan", "Dongsi"], cache_dir=tmp_path).load()
     assert stream.point_ids == ["Dongsi", "Tiantan"]
     np.testing.assert_array_equal(stream.coords[0], [2.5, 1.5])  # the file wins
+    # a latitude typed with its digits shifted is refused, naming the station
+    pd.DataFrame({"station": ["Dongsi"], "latitude": [399.3], "longitude": [116.4]}).to_csv(
+        tiny / "stations.csv", index=False
+    )
+    with pytest.raises(UserError) as refused:
+        BeijingSource(tiny, cache_dir=tmp_path).load()
+    assert str(refused.value) == (
+        f"{tiny / 'stations.csv'}: station 'Dongsi' has latitude=399.3, outside [-90, 90] "
+        "degrees (1 row(s) in all): correct it."
+    )
     with pytest.raises(ValueError, match=r"Unknown Beijing station\(s\) \['Nowhere'\]; valid"):
         BeijingSource(tiny, stations=["Nowhere"]).load()
     # no station: pandas' "No objects to concatenate"; a station twice: kept once in silence

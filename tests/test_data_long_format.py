@@ -322,6 +322,34 @@ def test_two_offsets_that_name_one_moment_are_shown_as_written(tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    ("column", "value", "limit"), [("lat", 340.0, 90), ("Longitude", -181.5, 180)]
+)
+def test_a_latitude_or_longitude_out_of_degrees_is_refused_naming_the_row(
+    tmp_path, column, value, limit
+):
+    """coord_cols named as degrees: a mistyped 340 for 34 was scaled with the others, and
+    squeezed every other point's coordinate to about one value in silence."""
+    df = long_table().rename(columns={"x": "lon", "y": "lat"})
+    df = df.assign(lon=df["lon"] + 116.0, lat=df["lat"] * 0.1 + 39.0).rename(
+        columns={"lon": "Longitude"} if column == "Longitude" else {}
+    )
+    cols = ["Longitude" if column == "Longitude" else "lon", "lat"]
+    df.loc[9, column] = value
+    path = write(tmp_path, df)
+    with pytest.raises(UserError) as refused:
+        LongFormatSource(path, coord_cols=cols).load()
+    assert str(refused.value).endswith(
+        f": data row 9 (id='st1') has {column}={value:g}, outside [-{limit}, {limit}] degrees "
+        "(1 row(s) in all): correct it."
+    )
+    df.loc[9, column] = df.loc[5, column]  # corrected (st1's other rows), it is read
+    assert LongFormatSource(write(tmp_path, df), coord_cols=cols).load().num_points == 3
+    # a plane coordinate has no such range
+    plane = long_table().assign(x=lambda d: d["x"] * 1e3 + 500.0)
+    assert LongFormatSource(write(tmp_path, plane)).load().num_points == 3
+
+
 def test_bad_coordinates(tmp_path):
     df = long_table()
     df.loc[5, "y"] = np.inf

@@ -527,7 +527,7 @@ def test_degrees_out_of_their_range_are_refused_naming_the_point(los, col, value
         read_positions(path)
     assert str(err.value) == (
         f"positions file {path}: point {IDS[2]!r} (data row 2) has {col}={value:g}, outside "
-        f"[-{limit}, {limit}] degrees (1 point(s) in all): correct it."
+        f"[-{limit}, {limit}] degrees (1 row(s) in all): correct it."
     )
     table.loc[2, col] = value / 10 if col == "latitude" else -118.2
     table.to_csv(path, index=False)

@@ -28,6 +28,7 @@ import pandas as pd
 
 from cloudlstm.data.cache import CachedSource
 from cloudlstm.data.covariates import COVARIATES_KEY
+from cloudlstm.data.sources.degrees import check_degrees
 from cloudlstm.data.sources.download import check_download, data_folder
 from cloudlstm.data.sources.tables import (
     build_stream,
@@ -254,7 +255,11 @@ class BeijingSource(CachedSource):
                 f"No position for Beijing station(s) {missing}: add rows "
                 f"'station,latitude,longitude' for them to {path}."
             )
-        return np.array([[table[n][1], table[n][0]] for n in names], dtype=np.float64)
+        coords = np.array([[table[n][1], table[n][0]] for n in names], dtype=np.float64)
+        check_degrees(
+            coords, ["longitude", "latitude"], lambda k: f"station {names[k]!r}", str(path)
+        )
+        return coords
 
     def _read(self, station: str, path: Path) -> pd.DataFrame:
         df = read_table(path, "the Beijing Multi-Site file")

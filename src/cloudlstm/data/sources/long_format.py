@@ -28,6 +28,7 @@ from cloudlstm.data.sources.bad_values import (
     mostly_numeric,
     numbers_among_text,
 )
+from cloudlstm.data.sources.degrees import check_degrees
 from cloudlstm.data.sources.tables import (
     ROW_COORDINATES_FIX,
     LongGrid,
@@ -356,6 +357,12 @@ class LongFormatSource(CachedSource):
                 f"{what} has infinite coordinates (first at data row {row}, "
                 f"{self.id_col}={str(df[self.id_col].iloc[row])!r}); fix or remove those rows."
             )
+        check_degrees(
+            positions,
+            self.coord_cols,
+            lambda row: f"data row {row} ({self.id_col}={str(df[self.id_col].iloc[row])!r})",
+            what,
+        )
         return positions
 
     def _placed(

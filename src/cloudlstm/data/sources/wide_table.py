@@ -26,6 +26,7 @@ import pandas as pd
 
 from cloudlstm.data.cache import CachedSource
 from cloudlstm.data.sources.bad_values import channel_values, check_mode
+from cloudlstm.data.sources.degrees import LATITUDE_NAMES, LONGITUDE_NAMES, check_degrees
 from cloudlstm.data.sources.graphs import graph_among, read_graph
 from cloudlstm.data.sources.tables import (
     HDF_SUFFIXES,
@@ -60,8 +61,6 @@ log = logging.getLogger(__name__)
 _VERSION = 2
 # Names (lower case) a positions file's id column goes by, in the order they are looked for.
 ID_NAMES = ("id", "sensor_id", "cellid", "cell_id", "square_id", "station", "node_id")
-LONGITUDE_NAMES = ("longitude", "lon", "lng")
-LATITUDE_NAMES = ("latitude", "lat")
 # Names (lower case) of a time column found without data.source.time_col.
 TIME_NAMES = ("timestamp", "time", "datetime", "date")
 
@@ -476,34 +475,8 @@ def read_positions(
             f"{what}: point {ids[row]!r} (data row {row}) has no finite coordinates in "
             f"{coord_cols}; every point needs them."
         )
-    _check_degrees(coords, coord_cols, ids, what)
+    check_degrees(coords, coord_cols, lambda row: f"point {ids[row]!r} (data row {row})", what)
     return ids, coords
-
-
-# the range of a coordinate column named as degrees of latitude or longitude
-_DEGREES = {**dict.fromkeys(LATITUDE_NAMES, 90.0), **dict.fromkeys(LONGITUDE_NAMES, 180.0)}
-
-
-def _check_degrees(coords: np.ndarray, cols: Sequence[str], ids: list[str], what: str) -> None:
-    """Refuse a latitude beyond ±90 or a longitude beyond ±180 degrees (a mistyped
-    ``340.0`` for ``34.0``): scaled with the others, it squeezed every other point's
-    coordinate to about one value, without a word.
-
-    Raises:
-        UserError: naming the point, its row, the column and the value.
-    """
-    for j, col in enumerate(cols):
-        limit = _DEGREES.get(str(col).lower())
-        if limit is None:
-            continue
-        outside = np.flatnonzero(np.abs(coords[:, j]) > limit)
-        if outside.size:
-            row = int(outside[0])
-            raise UserError(
-                f"{what}: point {ids[row]!r} (data row {row}) has {col}={coords[row, j]:g}, "
-                f"outside [-{limit:g}, {limit:g}] degrees ({outside.size} point(s) in all): "
-                "correct it."
-            )
 
 
 def check_position_cols(position_cols: Sequence[str]) -> None:
