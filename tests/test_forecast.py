@@ -355,6 +355,22 @@ def test_a_time_reading_s_fixes_name_it_as_python_writes_it(points_run, forecast
     )
 
 
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"time_unit": "hours"}, "TimeReading.time_unit='hours': give what the time column's"),
+        ({"time_format": "dd/mm/yyyy"}, "TimeReading.time_format='dd/mm/yyyy' has no strftime"),
+        ({"time_format": "%Y", "time_unit": "s"}, "TimeReading.time_format='%Y' and time_unit"),
+    ],
+    ids=["unit", "format", "both"],
+)
+def test_a_time_reading_pandas_cannot_follow_is_refused_when_made(given, message):
+    """A unit pandas does not count in was a TypeError at the forecast; with both settings
+    the format was not read, without a word."""
+    with pytest.raises(UserError, match=rf"^{re.escape(message)}"):
+        TimeReading(**given)
+
+
 def test_new_point_and_missing_snapshot_rows_for_cloudlstm(points_run, forecaster):
     df = history(points_run)
     new = df[df["id"] == "p0"].assign(id="q9", x=5.0, y=5.0, no2=lambda d: d["no2"] + 3.0)

@@ -46,7 +46,12 @@ from cloudlstm.data.sources.tables import (
     pivot_long,
     step_text,
 )
-from cloudlstm.data.sources.times import API_OPTIONS, parse_times, time_zone
+from cloudlstm.data.sources.times import (
+    API_OPTIONS,
+    check_time_reading,
+    parse_times,
+    time_zone,
+)
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.data.transforms import scale_coords
@@ -107,6 +112,11 @@ class TimeReading:
     time_format: str | None = None
     time_unit: str | None = None
     options: str = field(default=API_OPTIONS, repr=False)
+
+    def __post_init__(self) -> None:
+        """Refuse a unit pandas does not count in, a format without a strftime code, or
+        both: in one line, where they failed later in a traceback or one was not read."""
+        check_time_reading(self.time_format, self.time_unit, "TimeReading.")
 
     def settings(self, info: DataSpec) -> tuple[str | None, str | None]:
         """``(time_format, time_unit)``: the ones given, else the run's."""

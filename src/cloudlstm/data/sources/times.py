@@ -49,23 +49,24 @@ ISO_EXAMPLE = "'2014-05-01 13:00:00'"
 
 
 def check_time_reading(
-    time_format: str | None, time_unit: str | None
+    time_format: str | None, time_unit: str | None, prefix: str = SOURCE_OPTIONS
 ) -> tuple[str | None, str | None]:
     """``(time_format, time_unit)`` checked: at most one of them, a format with a ``%``
-    code, a unit of :data:`TIME_UNITS`; a :class:`UserError` naming the setting otherwise."""
+    code, a unit of :data:`TIME_UNITS`; a :class:`UserError` naming the setting (after
+    ``prefix``: ``data.source.``, ``TimeReading.``) otherwise."""
     if time_unit is not None and str(time_unit) not in TIME_UNITS:
         raise UserError(
-            f"data.source.time_unit={time_unit!r}: give what the time column's numbers count, "
+            f"{prefix}time_unit={time_unit!r}: give what the time column's numbers count, "
             f"one of {list(TIME_UNITS)} since 1970-01-01 UTC (s: Unix time in seconds)."
         )
     if time_format is not None and "%" not in str(time_format):
         raise UserError(
-            f"data.source.time_format={time_format!r} has no strftime code: write it as "
+            f"{prefix}time_format={time_format!r} has no strftime code: write it as "
             "'%d/%m/%Y %H:%M' (which reads '31/12/2024 23:00')."
         )
     if time_format is not None and time_unit is not None:
         raise UserError(
-            f"data.source.time_format={time_format!r} and time_unit={time_unit!r}: a time "
+            f"{prefix}time_format={time_format!r} and time_unit={time_unit!r}: a time "
             "column holds dates (time_format) or numbers (time_unit); give the one it holds."
         )
     return (
