@@ -56,8 +56,18 @@ def config_as_today(run: Path, seed: int, machine: str, recipe: str = "strong") 
             "trainer": {**cfg["trainer"], "enable_progress_bar": bool(seed % 2)},
             "callbacks": {
                 "step_checkpoint": {"every_n_train_steps": 1000 * (seed + 1)},
-                # runs from before the SIGTERM checkpoint have none
-                **({"sigterm_checkpoint": {"filename": "last"}} if seed else {}),
+                # runs from before the SIGTERM checkpoint, the final checkpoint, the moved
+                # run's checkpoints and the progress lines in train.log have none
+                **(
+                    {
+                        "sigterm_checkpoint": {"filename": "last"},
+                        "final_checkpoint": {"filename": "last"},
+                        "moved_run": {"_target_": "cloudlstm.rundir.moved_run.FollowMovedRun"},
+                        "progress_log": {"_target_": "cloudlstm.engine.progress_log.ProgressLog"},
+                    }
+                    if seed
+                    else {}
+                ),
             },
         }
     )

@@ -35,10 +35,12 @@ NOT_SETTINGS = frozenset(
 SAMPLE_KEYS = ("seed", "data.holdout_seed")
 NOT_SETTING_PREFIXES = (
     "paths.", "data_info.", "logger.", "report.", "hydra.",
-    # the console, learning-rate log, timer, RNG states and the resume checkpoints
-    "callbacks.progress_bar.", "callbacks.model_summary.", "callbacks.lr_monitor.",
-    "callbacks.epoch_timer.", "callbacks.rng_state.", "callbacks.last_checkpoint.",
-    "callbacks.step_checkpoint.", "callbacks.sigterm_checkpoint.",
+    # the console, train.log's progress lines, learning-rate log, timer, RNG states, and
+    # the checkpoints kept to resume and to test last (a run moved keeps to its own)
+    "callbacks.progress_bar.", "callbacks.progress_log.", "callbacks.model_summary.",
+    "callbacks.lr_monitor.", "callbacks.epoch_timer.", "callbacks.rng_state.",
+    "callbacks.last_checkpoint.", "callbacks.step_checkpoint.", "callbacks.sigterm_checkpoint.",
+    "callbacks.final_checkpoint.", "callbacks.moved_run.",
 )  # fmt: skip
 
 
