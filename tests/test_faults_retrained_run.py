@@ -100,6 +100,35 @@ def test_a_retraining_refused_as_it_is_built_leaves_the_directory_as_it_was(tmp_
     assert [run.path for run in find_runs([tmp_path])] == [run_dir]
 
 
+def test_a_retraining_from_a_checkpoint_it_cannot_resume_leaves_the_directory_as_it_was(
+    tmp_path,
+):
+    """resume=<a path mistyped> or <a checkpoint cut short>: the path was read only as the
+    fit began, after the finished run's results and checkpoints were moved aside and a
+    resume that never happened was recorded; compare and eval.py no longer saw the run."""
+    run_dir, data = tmp_path / "run", tmp_path / "data"
+    first = train_py(run_dir, data)
+    assert first.returncode == 0, first.stderr[-3000:]
+    files = lambda: {  # noqa: E731
+        p.relative_to(run_dir): p.read_bytes()
+        for p in run_dir.rglob("*")
+        if p.is_file() and p.parts[len(run_dir.parts)] not in ("train.log", ".hydra", "csv")
+    }
+    before = files()
+    cut = tmp_path / "cut.ckpt"
+    cut.write_bytes((run_dir / "checkpoints" / "last.ckpt").read_bytes()[:2000])
+    for resume, said in [
+        (tmp_path / "lst.ckpt", f"resume={tmp_path / 'lst.ckpt'}: no such checkpoint file."),
+        (cut, "Cannot read checkpoint"),
+    ]:
+        refused = train_py(run_dir, data, f"resume={resume}")
+        assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+        assert said in refused.stderr.strip().splitlines()[-1]
+        assert files() == before
+        assert not (run_dir / REPLACED_DIR).exists()
+        assert [run.path for run in find_runs([tmp_path])] == [run_dir]
+
+
 def test_a_first_training_or_a_start_that_made_no_model_moves_nothing(tmp_path):
     assert retire_earlier_training(tmp_path) is None
     # a start stopped before its first checkpoint: files the new training writes anew

@@ -114,15 +114,16 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
     aside = None
     if cfg.get("train") and is_rank_zero() and starts_anew(cfg.get("resume", "auto"), output_dir):
         aside = retire_earlier_training(output_dir)  # before this training writes its config
-    record_changes(output_dir, changes, cfg)
     try:
         job = assemble(cfg, output_dir)
+        resume = _resume_point(job) if _fits(job) else None
     except BaseException:
         if aside is not None:  # refused before it trained: the directory as it was
             put_back(aside, output_dir)
         raise
+    record_changes(output_dir, changes, cfg)  # only once they are taken: no resume refused
     try:
-        return _train_assembled(job)
+        return _train_assembled(job, resume)
     except BaseException as err:
         # Lightning's stop on SIGTERM is a SystemExit without a code (status 0), and a
         # second Ctrl-C's shutdown at once ends in sys.exit(1): the run is not finished, its
@@ -142,9 +143,14 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
         raise
 
 
-def _train_assembled(job: Assembly) -> dict[str, Any]:
-    """Train and test the assembled run (as its config says), write ``metrics.json`` and
-    close its W&B run; returns the results."""
+def _fits(job: Assembly) -> bool:
+    """Whether the run trains: ``train=true`` and a model with parameters to train."""
+    return bool(job.cfg.get("train")) and any(p.requires_grad for p in job.model.parameters())
+
+
+def _train_assembled(job: Assembly, resume: ResumePoint | None) -> dict[str, Any]:
+    """Train (from ``resume``, :func:`_resume_point`) and test the assembled run (as its
+    config says), write ``metrics.json`` and close its W&B run; returns the results."""
     cfg, output_dir = job.cfg, job.output_dir
     report = cfg.get("report") or {}
     if cfg.get("test") and report.get("figures", True):  # refused now, not after training
@@ -155,12 +161,11 @@ def _train_assembled(job: Assembly) -> dict[str, Any]:
             {**OmegaConf.to_container(job.job_cfg, resolve=True), "num_params": num_params}
         )
     results: dict[str, Any] = {"run": job.run, "num_params": num_params, "data": job.summary}
-    trainable = any(p.requires_grad for p in job.model.parameters())
-    if cfg.get("train") and not trainable:
+    fit = _fits(job)
+    if cfg.get("train") and not fit:
         log.info("%s has no trainable parameters: skipping training.", type(job.model).__name__)
-    fit = bool(cfg.get("train")) and trainable
     if fit:
-        results.update(_fit(job))
+        results.update(_fit(job, resume))
     else:  # a test of a given checkpoint: this process made the numbers
         results["provenance"] = [this_process(job.trainer)]
     if cfg.get("test"):
@@ -185,11 +190,24 @@ def next_steps(run_dir: Path) -> str:
     )
 
 
-def _fit(job: Assembly) -> dict[str, Any]:
-    """Train, from the run directory's checkpoint where there is one (``resume``)."""
+# the checkpoint a training resumes from (None: from scratch) and its global step
+ResumePoint = tuple[str | None, int | None]
+
+
+def _resume_point(job: Assembly) -> ResumePoint:
+    """The checkpoint to resume from (``resume``: the run directory's, or one named), checked
+    to exist, be sound and fit the module and the data, before anything of the run
+    directory is written or moved for good; and its step, kept: the fit overwrites
+    last.ckpt, often that checkpoint."""
     resume_from = resume_checkpoint(job.cfg.get("resume", "auto"), job.output_dir)
-    # its step, kept: the fit overwrites last.ckpt, often that checkpoint
-    resumed_step = None if resume_from is None else _checked_resume(job, Path(resume_from))
+    if resume_from is None:
+        return None, None
+    return resume_from, _checked_resume(job, Path(resume_from))
+
+
+def _fit(job: Assembly, resume: ResumePoint | None) -> dict[str, Any]:
+    """Train, from ``resume`` (:func:`_resume_point`) where it names a checkpoint."""
+    resume_from, resumed_step = resume or (None, None)
     stopped = stopped_before_training(job.cfg, job.output_dir)  # a sweep got SIGTERM
     if stopped is not None:
         raise stopped
