@@ -317,3 +317,28 @@ def test_the_timer_adds_the_checkpointed_time_of_earlier_processes():
     fresh = EpochTimer()
     fresh.load_state_dict(earlier)
     assert fresh.fit_time_s == 100.0 and fresh.train_time_s == 4.0
+
+
+class LoggedValues:
+    """What a callback logs through ``pl_module.log``."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, float] = {}
+
+    def log(self, name: str, value: float) -> None:
+        self.values[name] = value
+
+
+def test_an_epoch_a_resumed_run_ends_without_starting_it_has_no_time():
+    """Lightning ends the epoch of a checkpoint written at its last batch without starting
+    it in the resumed process: its time was counted from 0, the machine's uptime (6,745 s
+    in metrics.json for a 0.13 s epoch), and its throughput read 0."""
+    timer = EpochTimer()
+    timer.load_state_dict({"epoch_times": [0.5], "train_time_s": 0.4, "train_steps": 3})
+    logged = LoggedValues()
+    timer.on_train_epoch_end(None, logged)
+    assert logged.values == {} and timer.epoch_times == [0.5]
+    timer.on_train_epoch_start(None, logged)  # the next epoch is timed
+    timer.on_train_epoch_end(None, logged)
+    assert len(timer.epoch_times) == 2 and 0 <= timer.epoch_times[1] < 1.0
+    assert 0 <= logged.values["perf/epoch_time_s"] < 1.0

@@ -62,7 +62,8 @@ class EpochTimer(L.Callback):
         self.train_steps = 0
         self._fit_before = 0.0  # fitting time of earlier processes, from the checkpoint
         self._fit_start: float | None = None
-        self._start = self._val_start = self._batch_start = 0.0
+        self._start: float | None = None  # of the epoch in progress, if it began here
+        self._val_start = self._batch_start = 0.0
         self._val_time = 0.0
         self._samples = 0
 
@@ -117,7 +118,13 @@ class EpochTimer(L.Callback):
             pl_module.log("perf/train_s_per_1k_steps", self.train_s_per_1k_steps)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._start is None:
+            # a resumed run ending the epoch its checkpoint was written in, at its last
+            # batch, without starting it here: its time is not known (timed from 0, it was
+            # the machine's uptime)
+            return
         elapsed = time.perf_counter() - self._start
+        self._start = None
         self.epoch_times.append(elapsed)
         train_time = max(elapsed - self._val_time, 1e-9)
         pl_module.log("perf/epoch_time_s", elapsed)
