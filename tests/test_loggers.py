@@ -118,6 +118,21 @@ def test_an_online_wandb_run_that_cannot_start_is_one_line(tmp_path, env, reason
     assert line.endswith("upload the run later with `wandb sync <run dir>/wandb/offline-run-*`.")
 
 
+def test_a_wandb_setting_w_and_b_refuses_is_one_line(tmp_path):
+    """``logger.wandb.resume=sometimes``: pydantic's ValidationError from W&B's settings
+    left train.py as a traceback of several screens."""
+    done = subprocess.run(
+        [*PYTHON, "train.py", *TINY, "logger=wandb", "logger.wandb.resume=sometimes",
+         f"hydra.run.dir={tmp_path / 'run'}", f"paths.data_dir={tmp_path / 'data'}"],
+        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        "logger.wandb.resume='sometimes': W&B refuses it (Input should be 'allow', 'must', "
+        "'never' or 'auto'); correct it, or run without W&B (logger=csv)."
+    )
+
+
 @pytest.mark.parametrize("stored", ["ab/c:d?", "two words", "\x00\x00\x01"])
 def test_a_stored_wandb_id_w_and_b_refuses_names_its_file(tmp_path, stored):
     """The run directory's W&B id, damaged or edited: the file is named, not only W&B's

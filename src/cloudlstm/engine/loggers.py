@@ -55,8 +55,11 @@ class WandbLogger(LightningWandbLogger):
         try:
             return super().experiment  # read at every log call: nothing more on this path
         except Exception as err:
+            from pydantic import ValidationError
             from wandb.errors import Error as WandbError
 
+            if isinstance(err, ValidationError):  # a setting of wandb.init it refuses
+                raise UserError(_refused_setting(err)) from None
             if not isinstance(err, WandbError):
                 raise
             reason = wandb_error_reason(err)
@@ -88,6 +91,17 @@ class WandbLogger(LightningWandbLogger):
             f"logger=wandb: the W&B run {run.id} ({run.dir}) is still open in this process, "
             "and this run's logs would go into it: close it first (wandb.finish())."
         )
+
+
+def _refused_setting(err: Any) -> str:
+    """One line for the first setting W&B's settings model refuses (``resume=sometimes``),
+    where pydantic's message spans lines and its traceback ended the run."""
+    first = err.errors()[0]
+    key = ".".join(str(part) for part in first.get("loc", ())) or "?"
+    return (
+        f"logger.wandb.{key}={first.get('input')!r}: W&B refuses it ({first.get('msg')}); "
+        "correct it, or run without W&B (logger=csv)."
+    )
 
 
 def finish_wandb(loggers: list[Any], quietly: bool = False, exit_code: int | None = None) -> None:
