@@ -612,3 +612,40 @@ def test_a_sweep_on_the_command_line_replaces_that_parameter_of_params():
 
     space, fixed = search_space({"model.k": "choice(3, 6, 9)"}, ["model.k=choice(3,6)"])
     assert space == {"model.k": CategoricalDistribution([3, 6])} and fixed == {}
+
+
+def test_a_continued_study_draws_new_trials_not_the_earlier_ones_again():
+    """A search continued in a new process: its fixed sampler seed restarted the same
+    draws, so its first random trials repeated the earlier trials' parameters (trial 2 of
+    a continued search was trial 0 again) and trained them a second time."""
+    from omegaconf import OmegaConf
+
+    from hydra_plugins.cloudlstm_optuna._search import _build, continued_sampler
+
+    conf = OmegaConf.create({"_target_": "optuna.samplers.TPESampler", "seed": 1234,
+                             "n_startup_trials": 10})  # fmt: skip
+    space = {"lr": FloatDistribution(1e-5, 1e-1, log=True), "cell": CategoricalDistribution(
+        ["lstm", "gru", "rnn"])}  # fmt: skip
+
+    def draw(study: optuna.Study, count: int) -> None:
+        for _ in range(count):
+            trial = study.ask(space)
+            study.tell(trial, trial.params["lr"])
+
+    first = optuna.create_study(sampler=_build("sampler", conf, optuna.samplers.BaseSampler))
+    draw(first, 2)  # the first process: trials 0 and 1
+    continued = optuna.create_study(sampler=_build("sampler", conf, optuna.samplers.BaseSampler))
+    for trial in first.trials:
+        continued.add_trial(trial)
+    assert continued_sampler(conf, 0) is None  # a new study keeps the seed as given
+    continued.sampler = continued_sampler(conf, len(continued.trials))
+    draw(continued, 2)  # the next process: trials 2 and 3
+    params = [tuple(t.params.values()) for t in continued.trials]
+    assert len(set(params)) == 4
+    # the same continuation draws the same trials: the search stays reproducible
+    again = continued_sampler(conf, 2).sample_independent(
+        continued, continued.trials[2], "lr", space["lr"]
+    )
+    assert again == continued_sampler(conf, 2).sample_independent(
+        continued, continued.trials[2], "lr", space["lr"]
+    )

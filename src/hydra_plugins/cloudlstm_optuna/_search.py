@@ -105,7 +105,8 @@ class OptunaSearch(Sweeper):
         check_optimized_metric(config.get("optimized_metric"))  # before any trial trains
         self.direction = objective_direction(s.get("direction"), config.get("optimized_metric"))
         self.max_failure_rate = _failure_rate(s.get("max_failure_rate", 0.0))
-        self.sampler = _build("sampler", s.get("sampler"), optuna.samplers.BaseSampler)
+        self.sampler_conf = s.get("sampler")
+        self.sampler = _build("sampler", self.sampler_conf, optuna.samplers.BaseSampler)
         self.pruner = _build("pruner", s.get("pruner"), optuna.pruners.BasePruner)
         monitor = OmegaConf.select(config, "callbacks.optuna_pruning.monitor")
         if monitor and not isinstance(self.pruner, (type(None), optuna.pruners.NopPruner)):
@@ -205,6 +206,7 @@ class OptunaSearch(Sweeper):
                 f"hydra.sweeper.direction={study.direction.name.lower()} or another "
                 "hydra.sweeper.study_name."
             )
+        study.sampler = continued_sampler(self.sampler_conf, len(study.trials)) or study.sampler
         self.storage, self.study_id = storage, storage.get_study_id_from_name(self.study_name)
         self._check_same_command(study)
         done = _n_counted(study)
@@ -561,6 +563,19 @@ def _changes(what: str, was: dict[str, str], now: dict[str, str], sweep: bool = 
     out += [f"{what}{said(k, now[k])} is new" for k in now if k not in was]
     out += [f"{what}{said(k, was[k])} is gone" for k in was if k not in now]
     return out
+
+
+def continued_sampler(conf: Any, trials: int) -> optuna.samplers.BaseSampler | None:
+    """The sampler of a study continued with ``trials`` trials in it, where
+    ``hydra.sweeper.sampler`` has a seed: seeded with that seed plus ``trials``. With the
+    seed alone each process restarts the same draws, so a continued search's first random
+    trials repeated the earlier trials' parameters, and trained them again. The same
+    continuation draws the same trials. None: a new study, or a sampler without a seed
+    (its draws differ from process to process already)."""
+    if not trials or conf is None or conf.get("seed") is None:
+        return None
+    reseeded = OmegaConf.merge(conf, {"seed": (int(conf.get("seed")) + trials) % 2**32})
+    return _build("sampler", reseeded, optuna.samplers.BaseSampler)
 
 
 def _build(name: str, conf: Any, base: type) -> Any:
