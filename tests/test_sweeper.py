@@ -137,6 +137,23 @@ def test_a_joblib_setting_joblib_refuses_is_one_line_before_any_job(tmp_path, se
     assert not list((tmp_path / "sweep").glob("*/metrics.json"))
 
 
+def test_jobs_the_subdir_gives_one_directory_are_refused_before_any_runs(tmp_path):
+    """The presets' model/seed_N subdir and a swept lr: job 0 trained, job 1 found job 0's
+    run in its directory and was refused as a run of other settings, and allow_changes
+    then gave a table of one row: the lr=3e-3 job never trained."""
+    subdir = "${hydra:runtime.choices.model}/seed_${seed}"
+    done = sweep(tmp_path, "optimizer.lr=1e-3,3e-3", f"hydra.sweep.subdir={subdir}")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert one_line(done) == (
+        f"hydra.sweep.subdir={subdir} gives jobs 0 and 1 one directory, "
+        f"{tmp_path / 'sweep' / 'cloudlstm' / 'seed_42'}: the later would resume or be "
+        "refused instead of training optimizer.lr=0.003. Name what sets them apart in the "
+        f"subdir (hydra.sweep.subdir='{subdir}/optimizer.lr_${{optimizer.lr}}'), or sweep "
+        "them in a sweep directory of their own (protocol_tag=... in the presets)."
+    )
+    assert not (tmp_path / "sweep" / "cloudlstm").exists()
+
+
 def test_a_broken_joblib_pool_is_explained_when_a_signal_or_a_worker_death_broke_it():
     """Why joblib's pool broke, where the sweep can say it (pool_break_cause): the signal the
     sweep got, or a worker's death as joblib reports it; a task that failed to unpickle in

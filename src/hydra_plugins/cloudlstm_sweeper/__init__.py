@@ -41,7 +41,7 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
-from omegaconf import open_dict
+from omegaconf import OmegaConf, open_dict
 
 from cloudlstm.cli.model_keys import applicable_jobs
 from cloudlstm.cli.sweep_jobs import (
@@ -106,6 +106,7 @@ class ReportingSweeper(BasicSweeper):
         applicable = applicable_jobs(jobs, self._model_keys)
         if applicable.note:
             log.info(applicable.note)
+        self._refuse_shared_dirs(applicable.jobs)
         self._refuse_jobs_in_use(applicable.jobs)
         if max_batch_size is None:
             return [applicable.jobs]
@@ -130,6 +131,46 @@ class ReportingSweeper(BasicSweeper):
             refusal = held.get(self._job_dir(job, num))
             if refusal:
                 raise UserError(refusal)
+
+    def _refuse_shared_dirs(self, jobs: list[list[str]]) -> None:
+        """Refuse, before anything is written, a sweep whose ``hydra.sweep.subdir`` gives
+        two of its jobs one directory (``model/seed_N`` of the presets, and a swept
+        ``optimizer.lr``): the later job found the earlier's run there and resumed it, or
+        was refused as a run of other settings, instead of training its own. A subdir
+        with the job's number cannot, and is not composed job by job.
+
+        Raises:
+            UserError: names the two jobs, their directory and the fix.
+        """
+        subdir = str(OmegaConf.to_container(self.config.hydra.sweep)["subdir"])
+        if len(jobs) < 2 or "job.num" in subdir or "job.id" in subdir:
+            return
+        first_in: dict[str, int] = {}
+        for num, job in enumerate(jobs):  # composing a job costs ~0.1 s
+            folder = self._job_dir(job, num)
+            if folder not in first_in:
+                first_in[folder] = num
+                continue
+            earlier = jobs[first_in[folder]]
+            differ = [o for o in job if o not in earlier] or job
+            raise UserError(
+                f"hydra.sweep.subdir={subdir} gives jobs {first_in[folder]} and {num} one "
+                f"directory, {folder}: the later would resume or be refused instead of "
+                f"training {' '.join(differ)}. Name what sets them apart in the subdir "
+                f"(hydra.sweep.subdir='{self._subdir_naming(subdir, differ)}'), or sweep "
+                "them in a sweep directory of their own (protocol_tag=... in the presets)."
+            )
+
+    def _subdir_naming(self, subdir: str, overrides: list[str]) -> str:
+        """``subdir`` with a level naming each key of ``overrides`` (``key=value``) by its
+        value: ``.../optimizer.lr_${optimizer.lr}``; a config group by its choice."""
+        choices = self.config.hydra.runtime.choices
+        levels = []
+        for override in overrides:
+            key = override.split("=", 1)[0].lstrip("+~")
+            value = f"${{hydra:runtime.choices.{key}}}" if key in choices else f"${{{key}}}"
+            levels.append(f"{key}_{value}")  # "=" would need quoting in an override
+        return "/".join([subdir, *levels])
 
     def _job_dir(self, job: list[str], num: int) -> str:
         """The directory job number ``num`` runs in, resolved as Hydra's launchers do."""
