@@ -154,6 +154,19 @@ def test_jobs_the_subdir_gives_one_directory_are_refused_before_any_runs(tmp_pat
     assert not (tmp_path / "sweep" / "cloudlstm").exists()
 
 
+def test_a_run_folder_name_the_file_system_refuses_is_one_line(tmp_path):
+    """A subdir of ${hydra.job.override_dirname} over many overrides: Hydra's makedirs
+    ended the sweep in a traceback (File name too long)."""
+    name = "x" * 300
+    done = sweep(tmp_path, "seed=1,2", f"hydra.sweep.subdir={name}_${{seed}}")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert one_line(done) == (
+        f"Cannot make {tmp_path / 'sweep' / name}_1: its name {name[:60]!r}... is 302 "
+        "characters, more than the file system takes. Give hydra.run.dir or "
+        "hydra.sweep.subdir a shorter name (e.g. the swept keys alone)."
+    )
+
+
 def test_a_broken_joblib_pool_is_explained_when_a_signal_or_a_worker_death_broke_it():
     """Why joblib's pool broke, where the sweep can say it (pool_break_cause): the signal the
     sweep got, or a worker's death as joblib reports it; a task that failed to unpickle in

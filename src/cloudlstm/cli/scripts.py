@@ -12,6 +12,7 @@ it is set already.
 from __future__ import annotations
 
 import atexit
+import errno
 import gc
 import os
 import re
@@ -209,6 +210,9 @@ def _errors_without_hydra_hint() -> Iterator[None]:
         if full := _hydras_write_failed(err):  # its own files, before the job: a full disk
             sys.stderr.write(f"{full}\n")
             raise SystemExit(1) from None
+        if too_long := _name_too_long(err):  # a run folder Hydra makes, named by its config
+            sys.stderr.write(f"{too_long}\n")
+            raise SystemExit(1) from None
         if isinstance(err, ValueError) and str(err).startswith(_ONE_MODE):
             sys.stderr.write(f"{err}: give one. {_ONE_MODE_FIX}\n")
             raise SystemExit(2) from None
@@ -231,6 +235,20 @@ def _hydras_write_failed(err: Exception) -> Exception | None:
             path = Path(frame.f_locals["output_dir"]) / str(frame.f_locals.get("filename"))
         tb = tb.tb_next
     return out_of_space(err, path)
+
+
+def _name_too_long(err: Exception) -> str | None:
+    """One line for a run directory whose name the file system refuses as too long (a
+    ``hydra.sweep.subdir`` of ``${hydra.job.override_dirname}`` over many overrides), or
+    None for any other error."""
+    if not (isinstance(err, OSError) and err.errno == errno.ENAMETOOLONG and err.filename):
+        return None
+    longest = max(Path(str(err.filename)).parts, key=len)
+    return (
+        f"Cannot make {err.filename}: its name {longest[:60]!r}... is {len(longest)} "
+        "characters, more than the file system takes. Give hydra.run.dir or "
+        "hydra.sweep.subdir a shorter name (e.g. the swept keys alone)."
+    )
 
 
 # Hydra's refusal of two of its modes at once (``-m`` with ``--cfg``, say), a plain
