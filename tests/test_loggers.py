@@ -133,6 +133,20 @@ def test_a_wandb_setting_w_and_b_refuses_is_one_line(tmp_path):
     )
 
 
+def test_a_wandb_save_dir_that_cannot_be_written_is_one_line(tmp_path):
+    """W&B wrote the run to a temporary folder instead, and train.py exited 0 without a
+    word: the run directory had no wandb/."""
+    done = subprocess.run(
+        [*PYTHON, "train.py", *TINY, "logger=wandb", "logger.wandb.save_dir=/proc/nope",
+         f"hydra.run.dir={tmp_path / 'run'}", f"paths.data_dir={tmp_path / 'data'}"],
+        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("logger.wandb.save_dir=/proc/nope cannot be written (")
+    assert line.endswith("give a folder you can write (by default the run directory).")
+
+
 @pytest.mark.parametrize("stored", ["ab/c:d?", "two words", "\x00\x00\x01"])
 def test_a_stored_wandb_id_w_and_b_refuses_names_its_file(tmp_path, stored):
     """The run directory's W&B id, damaged or edited: the file is named, not only W&B's

@@ -7,7 +7,9 @@ import csv
 import io
 import logging
 import math
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.loggers import CSVLogger as LightningCSVLogger
@@ -34,6 +36,8 @@ class WandbLogger(LightningWandbLogger):
                 f"logger.wandb.offline={offline!r}: give true (log offline, the default) or "
                 "false (log to the W&B server)."
             )
+        if kwargs.get("save_dir") is not None:
+            _check_save_dir(Path(str(kwargs["save_dir"])).expanduser())
         super().__init__(*args, **kwargs)
         if self._wandb_init.get("anonymous") is None:  # never asked for: not sent at all
             self._wandb_init.pop("anonymous", None)
@@ -91,6 +95,28 @@ class WandbLogger(LightningWandbLogger):
             f"logger=wandb: the W&B run {run.id} ({run.dir}) is still open in this process, "
             "and this run's logs would go into it: close it first (wandb.finish())."
         )
+
+
+def _check_save_dir(folder: Path) -> None:
+    """Refuse a ``logger.wandb.save_dir`` this process cannot write: W&B writes the run to
+    a temporary folder instead, without a word, and the run directory has no ``wandb/``.
+
+    Raises:
+        UserError: naming the folder and why.
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        why = err.strerror or str(err)
+    else:
+        if os.access(folder, os.W_OK | os.X_OK):
+            return
+        why = "no permission to write in it"
+    raise UserError(
+        f"logger.wandb.save_dir={folder} cannot be written ({why}), and W&B would put the run "
+        "in a temporary folder instead: give a folder you can write (by default the run "
+        "directory)."
+    )
 
 
 def _refused_setting(err: Any) -> str:
