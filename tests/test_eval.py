@@ -300,11 +300,16 @@ def test_a_missing_run_or_checkpoint_is_a_user_error(cloud_run, tmp_path):
     for run in ("lstm/seed_0", "lstm/seed_1", "cloudlstm/seed_0", "a/b/c/too_deep"):
         (sweep / run / "checkpoints").mkdir(parents=True)
         shutil.copy(cloud_run / "config.yaml", sweep / run)
+    # a model without parameters writes no checkpoint; an evaluation is no run
+    for run in ("persistence/seed_0", "lstm/seed_0/eval/t"):
+        (sweep / run).mkdir(parents=True)
+        (sweep / run / "metrics.json").write_text("{}")
+        shutil.copy(cloud_run / "config.yaml", sweep / run)
     with pytest.raises(UserError) as err:
         with_run_config(["eval.py", f"run={sweep}"])
     assert str(err.value) == (
-        f"{sweep} is not a run directory: it has no config.yaml. It holds 3 run(s) "
-        f"(cloudlstm/seed_0, lstm/seed_0, lstm/seed_1): give one, e.g. "
+        f"{sweep} is not a run directory: it has no config.yaml. It holds 4 run(s) "
+        f"(cloudlstm/seed_0, lstm/seed_0, lstm/seed_1, ...): give one, e.g. "
         f"run={sweep / 'cloudlstm/seed_0'}."
     )
     config = cloud_run / "config.yaml"

@@ -116,10 +116,19 @@ def _evaluated_run(evaluation: Path, config: DictConfig) -> Path:
 
 def _runs_in(folder: Path, shown: int = 3) -> str:
     """`` It holds N run(s) (a, b, c, ...): give one, ...`` for a sweep's folder (run
-    directories, a ``config.yaml`` beside a ``checkpoints/``, one to three levels below),
-    else ``""``. Not deeper: a home folder given by mistake is not searched through."""
+    directories, a ``config.yaml`` beside a ``checkpoints/`` or, for a model without
+    parameters, which writes none, a ``metrics.json``; one to three levels below, not in
+    evaluations or hidden folders), else ``""``. Not deeper: a home folder given by
+    mistake is not searched through."""
     configs = (c for depth in (1, 2, 3) for c in folder.glob("*/" * depth + CONFIG_FILE))
-    runs = sorted(c.parent for c in configs if (c.parent / CHECKPOINT_DIR).is_dir())
+    runs = sorted(
+        c.parent
+        for c in configs
+        if ((c.parent / CHECKPOINT_DIR).is_dir() or (c.parent / METRICS_FILE).is_file())
+        and not any(
+            part == EVAL_DIR or part.startswith(".") for part in c.relative_to(folder).parts
+        )
+    )
     if not runs:
         return ""
     names = ", ".join(str(r.relative_to(folder)) for r in runs[:shown])
