@@ -118,16 +118,21 @@ def test_an_online_wandb_run_that_cannot_start_is_one_line(tmp_path, env, reason
     assert line.endswith("upload the run later with `wandb sync <run dir>/wandb/offline-run-*`.")
 
 
-def test_a_wandb_setting_w_and_b_refuses_is_one_line(tmp_path):
-    """``logger.wandb.resume=sometimes``: pydantic's ValidationError from W&B's settings
-    left train.py as a traceback of several screens."""
+def refused_wandb_setting(tmp_path: Path, setting: str) -> str:
+    """The last line of a train.py with W&B and ``setting``, which must refuse it in one."""
     done = subprocess.run(
-        [*PYTHON, "train.py", *TINY, "logger=wandb", "logger.wandb.resume=sometimes",
+        [*PYTHON, "train.py", *TINY, "logger=wandb", setting,
          f"hydra.run.dir={tmp_path / 'run'}", f"paths.data_dir={tmp_path / 'data'}"],
         cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert done.stderr.strip().splitlines()[-1] == (
+    return done.stderr.strip().splitlines()[-1]
+
+
+def test_a_wandb_setting_w_and_b_refuses_is_one_line(tmp_path):
+    """``logger.wandb.resume=sometimes``: pydantic's ValidationError from W&B's settings
+    left train.py as a traceback of several screens."""
+    assert refused_wandb_setting(tmp_path, "logger.wandb.resume=sometimes") == (
         "logger.wandb.resume='sometimes': W&B refuses it (Input should be 'allow', 'must', "
         "'never' or 'auto'); correct it, or run without W&B (logger=csv)."
     )
@@ -136,13 +141,7 @@ def test_a_wandb_setting_w_and_b_refuses_is_one_line(tmp_path):
 def test_a_wandb_save_dir_that_cannot_be_written_is_one_line(tmp_path):
     """W&B wrote the run to a temporary folder instead, and train.py exited 0 without a
     word: the run directory had no wandb/."""
-    done = subprocess.run(
-        [*PYTHON, "train.py", *TINY, "logger=wandb", "logger.wandb.save_dir=/proc/nope",
-         f"hydra.run.dir={tmp_path / 'run'}", f"paths.data_dir={tmp_path / 'data'}"],
-        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
-    line = done.stderr.strip().splitlines()[-1]
+    line = refused_wandb_setting(tmp_path, "logger.wandb.save_dir=/proc/nope")
     assert line.startswith("logger.wandb.save_dir=/proc/nope cannot be written (")
     assert line.endswith("give a folder you can write (by default the run directory).")
 
