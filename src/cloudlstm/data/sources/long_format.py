@@ -57,7 +57,7 @@ __all__ = ["LongFormatSource"]
 log = logging.getLogger(__name__)
 
 # Bump when the reading changes, so stale caches are not reused.
-_VERSION = 4
+_VERSION = 5  # 5: True/False columns are no channels; degrees checked
 
 
 DATA_SUFFIXES = (".csv", ".parquet", ".pq")
