@@ -63,9 +63,8 @@ def flags(series: pd.Series) -> bool:
     if pd.api.types.is_numeric_dtype(series):
         return False
     filled = series.dropna()
-    return len(filled) > 0 and bool(
-        filled.map(lambda cell: isinstance(cell, bool | np.bool_)).all()
-    )
+    # stops at the first cell that is no bool: a column of text labels costs one cell
+    return len(filled) > 0 and all(isinstance(cell, bool | np.bool_) for cell in filled)
 
 
 # a number and the unit after it in the same cell: "10.5 ppb", "-3e2 km/h", "12%", "4 °C";

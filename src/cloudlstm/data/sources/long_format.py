@@ -411,7 +411,9 @@ class LongFormatSource(CachedSource):
             )
             others = [c for c in others if str(c) not in unnamed]
         numeric = [str(c) for c in others if mostly_numeric(df[c])]
-        true_false = [str(c) for c in others if flags(df[c])]
+        skipped = [str(c) for c in others if str(c) not in numeric]
+        # flags are never numeric: only the columns skipped are read for them
+        true_false = [str(c) for c in others if str(c) in skipped and flags(df[c])]
         if true_false:
             log.info(
                 "%s: skipping True/False column(s) %s; list them in data.source.value_cols "
@@ -419,7 +421,6 @@ class LongFormatSource(CachedSource):
                 self.path,
                 true_false,
             )
-        skipped = [str(c) for c in others if str(c) not in numeric]
         text = [c for c in skipped if c not in true_false]
         self._refuse_channels_written_as_text(df, text)
         if text:
