@@ -269,6 +269,20 @@ def test_two_offsets_naming_one_moment_in_a_history_are_shown_as_written(forecas
     )
 
 
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"run_dir": None}, "run_dir is None, not a path: give a run directory's path"),
+        ({"run_dir": 3}, "run_dir is 3, not a path"),
+        ({"ckpt": None}, 'ckpt is None, not a path: give "best", "last" or the path of a .ckpt'),
+    ],
+    ids=["no run", "a number", "no checkpoint"],
+)
+def test_a_load_argument_that_is_no_path_is_named(points_run, kwargs, message):
+    with pytest.raises(UserError, match=rf"^Forecaster\.load: {re.escape(message)}"):
+        Forecaster.load(**{"run_dir": points_run[0], **kwargs})
+
+
 @pytest.mark.parametrize("given", [{"timestamp": ["2021-01-01"]}, [1, 2, 3]], ids=["dict", "list"])
 def test_a_history_that_is_no_dataframe_is_one_line(forecaster, given):
     kind = type(given).__name__

@@ -116,6 +116,13 @@ def _parameter_free(run: Path) -> UserError | None:
     )
 
 
+def _check_path(name: str, value: object, wanted: str) -> None:
+    """Refuse an argument of :meth:`Forecaster.load` that is no path, naming it: pathlib's
+    own TypeError names neither the argument nor what it should be."""
+    if not isinstance(value, (str, Path)):
+        raise UserError(f"Forecaster.load: {name} is {value!r}, not a path: give {wanted}.")
+
+
 class Forecaster:
     """A trained model that forecasts the J steps after a long-format history.
 
@@ -156,11 +163,15 @@ class Forecaster:
                 is one.
 
         Raises:
-            UserError: no such run directory or checkpoint, a checkpoint written before
-                checkpoints stored what forecasting needs, or a device this machine does not
-                have (:func:`check_device`).
+            UserError: ``run_dir`` or ``ckpt`` is no path (None, a number), no such run
+                directory or checkpoint, a checkpoint written before checkpoints stored what
+                forecasting needs, or a device this machine does not have
+                (:func:`check_device`).
         """
         from cloudlstm.assembly.assemble import restore  # the CLI's build path, loaded on use
+
+        _check_path("run_dir", run_dir, 'a run directory\'s path ("outputs/runs/<date>/<time>")')
+        _check_path("ckpt", ckpt, '"best", "last" or the path of a .ckpt')
 
         try:
             module, path = restore(run_dir, ckpt, check_device(device), OTHER_CHECKPOINT)
