@@ -7,6 +7,7 @@ writes it."""
 
 from __future__ import annotations
 
+import re
 import resource
 import subprocess
 import sys
@@ -53,22 +54,22 @@ def train_py(run: Path, *overrides: str, tiny: list[str] = TINY) -> subprocess.C
     )
 
 
-def the_line(proc: subprocess.CompletedProcess) -> str:
+def the_line(proc: subprocess.CompletedProcess, start: str = "Out of memory") -> str:
     """The program's one error line; no traceback."""
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "RuntimeError" not in proc.stderr, proc.stderr[-3000:]
-    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("Out of memory")]
+    (line,) = [line for line in proc.stderr.splitlines() if line.startswith(start)]
     return line
 
 
 def test_a_run_too_large_for_the_memory_stops_with_one_line(tmp_path):
-    # CloudLSTM with 2,048 hidden channels at 200 points asks for more at once than the
-    # 4 GiB address space leaves
+    # CloudLSTM with 256 hidden channels at 200 points: its weights (200 MB) fit, but a
+    # step's gathered neighbourhoods ask for more at once than the 4 GiB address space leaves
     proc = train_py(
         tmp_path / "run",
         "model=cloudlstm",
         "data.source.num_points=200",
-        "model.hidden_channels=2048",
+        "model.hidden_channels=256",
     )
     line = the_line(proc)
     assert line.startswith("Out of memory: the CPU could not allocate ")
@@ -76,12 +77,41 @@ def test_a_run_too_large_for_the_memory_stops_with_one_line(tmp_path):
     assert "fewer windows a batch (data.batch_size)" in line
 
 
-def test_a_model_too_large_for_the_memory_is_one_line_when_it_is_built(tmp_path):
-    # an LSTM of 100,000 hidden units: 160 GB of weights, refused as the model is built
+def test_a_model_whose_weights_exceed_the_address_space_is_refused_before_they_are_made(
+    tmp_path,
+):
+    # an LSTM of 8,000 hidden units: 6.1 GB of weights, more than the 4 GiB address space
+    # holds: weighed on the meta device before any is allocated
     tiny = [o for o in TINY if not o.startswith("model.")]
-    proc = train_py(tmp_path / "run", "model=lstm", "model.hidden_size=100000", tiny=tiny)
-    line = the_line(proc)
-    assert line.startswith("Out of memory: the CPU could not allocate 160.0 GB (")
+    proc = train_py(tmp_path / "run", "model=lstm", "model.hidden_size=8000", tiny=tiny)
+    line = the_line(proc, start="The model")
+    assert re.fullmatch(
+        r"The model \(SeqLSTM\) has 1,5\d\d,\d{3},\d{3} parameters: its weights and "
+        r"their gradients alone need 12\.\d GB, and [\d.]+ [MG]B of memory is left under "
+        r"this process's `ulimit -v`\. Make the model smaller \(its hidden channels, layers "
+        r"or K\), or run it where more memory is free\.",
+        line,
+    ), line
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_model_beyond_the_machine_s_memory_is_refused_before_its_weights_are_made(tmp_path):
+    # no address-space limit: 3.8 T parameters, 15 TB of weights, which no machine this
+    # runs on has (where Linux lets allocations take less than the memory piece by piece,
+    # the kernel kills the program once their pages are written, with no line)
+    tiny = [o for o in TINY if not o.startswith("model.")]
+    proc = subprocess.run(
+        [sys.executable, "train.py", *tiny, "logger=none", f"hydra.run.dir={tmp_path / 'run'}"]
+        + ["model=lstm", "model.hidden_size=400000"],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    line = the_line(proc, start="The model")
+    assert line.startswith("The model (SeqLSTM) has 3,840,099,200,024 parameters: its weights ")
+    assert "and their gradients alone need 30.7 TB, and " in line
 
 
 def test_torch_and_numpy_allocations_beyond_any_machine_are_one_line():

@@ -95,7 +95,8 @@ def out_of_space(
     if err.errno == errno.EFBIG:
         limit = _file_size_limit()
         why = (
-            f"it would exceed this process's file size limit of {_size(limit)} (`ulimit -f`)"
+            f"it would exceed this process's file size limit of {readable_size(limit)} "
+            "(`ulimit -f`)"
             if limit is not None
             else "it would be larger than its file system takes"
         )
@@ -181,26 +182,35 @@ def _failed_allocation(text: str) -> str:
         return f"GPU {gpu} could not allocate {size} ({free} free of {total})"
     cpu = re.search(r"you tried to allocate (\d+) bytes", text)
     if cpu:
-        return f"the CPU could not allocate {_size(int(cpu.group(1)))} ({_memory_left()})"
+        return f"the CPU could not allocate {readable_size(int(cpu.group(1)))} ({_memory_left()})"
     line = next((line.strip() for line in text.splitlines() if line.strip()), "no memory")
     line = re.sub(r"^\[enforce fail at [^\]]*\]\s*(err == 0\.\s*)?", "", line)
     return f"{line[:300].rstrip('.')} ({_memory_left()})"
+
+
+def memory_info() -> dict[str, int] | None:
+    """The machine's ``MemAvailable``, ``MemTotal`` and ``SwapFree`` in bytes (Linux's
+    ``/proc/meminfo``); None where it does not say."""
+    try:
+        lines = Path("/proc/meminfo").read_text().splitlines()
+        fields = dict(line.split(":", 1) for line in lines)
+        names = ("MemAvailable", "MemTotal", "SwapFree")
+        return {name: int(fields[name].split()[0]) * 1024 for name in names}
+    except (OSError, KeyError, ValueError):
+        return None
 
 
 def _memory_left() -> str:
     """The memory this machine has available, and this process's limit where it has one
     (``ulimit -v``)."""
     left = "memory available: unknown"
-    try:
-        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
-        available = int(fields["MemAvailable"].split()[0]) * 1024
-        total = int(fields["MemTotal"].split()[0]) * 1024
-        left = f"{_size(available)} available of {_size(total)}"
-    except (OSError, KeyError, ValueError):
-        pass
-    limit = _process_limit("RLIMIT_AS")
+    memory = memory_info()
+    if memory is not None:
+        available, total = memory["MemAvailable"], memory["MemTotal"]
+        left = f"{readable_size(available)} available of {readable_size(total)}"
+    limit = process_limit("RLIMIT_AS")
     if limit is not None:
-        left += f", and this process may use at most {_size(limit)}: `ulimit -v`"
+        left += f", and this process may use at most {readable_size(limit)}: `ulimit -v`"
     return left
 
 
@@ -209,7 +219,7 @@ def _room_left(path: str | Path | None) -> str:
     ``no room`` where its file system does not say."""
     folder = _existing_folder(path)
     free = _free_space(folder)
-    return f"{_size(free)} free in {folder}" if free is not None else "no room"
+    return f"{readable_size(free)} free in {folder}" if free is not None else "no room"
 
 
 def _existing_folder(path: str | Path | None) -> Path:
@@ -229,10 +239,10 @@ def _free_space(folder: Path) -> int | None:
 
 def _file_size_limit() -> int | None:
     """This process's file size limit (``RLIMIT_FSIZE``) in bytes; None where there is none."""
-    return _process_limit("RLIMIT_FSIZE")
+    return process_limit("RLIMIT_FSIZE")
 
 
-def _process_limit(name: str) -> int | None:
+def process_limit(name: str) -> int | None:
     """This process's soft limit ``resource.<name>``; None where there is none."""
     try:
         import resource
@@ -242,7 +252,7 @@ def _process_limit(name: str) -> int | None:
     return None if soft == resource.RLIM_INFINITY else soft
 
 
-def _size(n: int) -> str:
+def readable_size(n: int) -> str:
     """``n`` bytes for a person: ``2.0 MB``, ``512 B``."""
     value = float(n)
     for unit in ("B", "kB", "MB", "GB", "TB"):

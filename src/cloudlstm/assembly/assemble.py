@@ -52,6 +52,7 @@ from cloudlstm.assembly.checkpoint_fit import (
 )
 from cloudlstm.assembly.config import describe_run
 from cloudlstm.assembly.held_out import check_model_forecasts_held_out, check_same_held_out
+from cloudlstm.assembly.memory_fit import check_model_fits, trains_on_cpu
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.distributed import per_process_limits
 from cloudlstm.engine.forecast_columns import check_forecast_columns
@@ -134,6 +135,7 @@ def assemble(
         check_same_step(spec, trained)
         check_same_clock(spec, trained)
         check_same_outputs(cfg.get("module") or {}, trained)
+    check_model_fits(cfg.model if model_config is None else model_config, spec, trains_on_cpu(cfg))
     module = build_module(cfg, spec, model_config)
     check_forecast_columns(spec, module.quantile_levels)
     if trained is not None:
