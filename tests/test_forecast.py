@@ -343,8 +343,23 @@ def test_dates_read_month_first_are_warned_of_and_a_time_reading_reads_them(
     assert out["timestamp"].iloc[0] == pd.Timestamp("2021-01-07 22:00")
     pd.testing.assert_frame_equal(f.forecast(), out)
     with caplog.at_level("WARNING", logger="cloudlstm.data.sources.times"):
-        f.update(day_first[day_first["timestamp"] == day_first["timestamp"].iloc[0]])
+        Forecaster.load(points_run[0], device="cpu").update(day_first.iloc[:1])
     assert "the snapshot: read month first" in caplog.text and fix in caplog.text
+
+
+def test_a_stream_reads_its_later_snapshots_as_its_time_reading_said(points_run, caplog):
+    """A reading given with a stream's first snapshot holds for the later ones: each had
+    been read alone, the ambiguous ones month first (warned of at every call) and the
+    stream then refused once a day above 12 made its steps irregular."""
+    day_first = written_day_first(points_run)
+    reading = TimeReading(time_format="%d/%m/%Y %H:%M")
+    given, once = (Forecaster.load(points_run[0], device="cpu") for _ in range(2))
+    with caplog.at_level("WARNING", logger="cloudlstm.data.sources.times"):
+        for n, (_, snapshot) in enumerate(day_first.groupby("timestamp", sort=False)):
+            given.update(snapshot, reading=reading)
+            once.update(snapshot, reading=reading if n == 0 else None)
+    assert not caplog.records
+    pd.testing.assert_frame_equal(once.forecast(), given.forecast())
 
 
 def test_a_time_reading_s_fixes_name_it_as_python_writes_it(points_run, forecaster):

@@ -143,6 +143,7 @@ class Forecaster:
         self.checkpoint = checkpoint
         self._buffer: pd.DataFrame | None = None
         self._zone: tzinfo | None = None  # of the times fed to update()
+        self._reading: TimeReading | None = None  # how they were read
 
     @property
     def info(self) -> DataSpec:
@@ -280,7 +281,10 @@ class Forecaster:
         before replaces the earlier one (a reading sent again, or corrected); rows of an
         earlier time than the newest fill that step. A run trained on a wide table takes
         wide rows too (:func:`~cloudlstm.data.pipeline.wide_history.long_history`).
-        ``reading`` says how its times are read, as for :meth:`forecast`.
+        ``reading`` says how its times are read, as for :meth:`forecast`; given once, it
+        holds for the stream's later snapshots, which write their times as the stream does
+        (a snapshot of day-first dates such as 05/01/2021 would otherwise be read month
+        first, alone, and warned of at every call).
 
         Raises:
             UserError: the snapshot cannot be read as a history can't
@@ -290,7 +294,7 @@ class Forecaster:
         """
         long = long_history(snapshot, self.info, "the snapshot")
         check_reading(reading)
-        reading = reading or TimeReading()
+        reading = reading or self._reading or TimeReading()
         rows = parse_history(long, self.info, "the snapshot", reading)
         zone = time_zone(long[self.info.time_col], *reading.settings(self.info))
         if self._buffer is None:  # the first snapshot sets the stream's form
@@ -307,6 +311,7 @@ class Forecaster:
         stream = stream[times > times.max() - self.history_steps * step]
         # set together, after every check: a refused snapshot leaves the stream as it was
         self._buffer, self._zone = stream.reset_index(drop=True), zone
+        self._reading = reading
 
     def _refuse_another_clock(self, zone: tzinfo | None) -> None:
         """Refuse a snapshot whose times are written with a UTC offset where the stream's
