@@ -274,6 +274,23 @@ def test_the_tested_checkpoint_holds_the_offsets_of_its_own_weights(quantile_run
     assert (Forecaster.load(run, ckpt="last").module.conformal_offsets is not None) is fits
 
 
+def test_an_evaluation_without_calibration_tests_the_uncalibrated_forecast(quantile_run, tmp_path):
+    """module.calibrate=none on a calibrated run: the checkpoint's offsets were applied all
+    the same, so the evaluation reported the calibrated intervals as uncalibrated."""
+    from test_eval import compose_eval
+
+    from cloudlstm.cli.evaluate import evaluate
+
+    run = quantile_run[0]
+    trained = json.loads((run / "metrics.json").read_text())["test"]
+    results = evaluate(compose_eval(run, tmp_path / "eval", "module.calibrate=none"))
+    for name in ("coverage80", "width80", "crps"):
+        plain = results["test"]["overall"][name]["mean"]
+        assert plain == pytest.approx(trained["uncalibrated"]["overall"][name]["mean"], rel=1e-5)
+        assert plain != pytest.approx(trained["overall"][name]["mean"], rel=1e-3), name
+    assert "uncalibrated" not in results["test"]
+
+
 def test_forecast_and_predict_py_write_one_column_per_quantile(quantile_run, tmp_path):
     from cloudlstm.cli.predict import main
 

@@ -221,7 +221,9 @@ class QuantileForecasting:
 
     def _load_quantile_offsets(self, checkpoint: dict[str, Any]) -> None:
         """Restore the offsets; conformal ones only where measured for these weights (a
-        ``last.ckpt`` written after the last validation has none)."""
+        ``last.ckpt`` written after the last validation has none) and where this module
+        calibrates: an evaluation with ``module.calibrate=none`` tests the forecast as the
+        head gives it."""
         self._loaded_step = checkpoint.get("global_step")
         stored = checkpoint.get(CALIBRATION_KEY)
         if not self.quantile_levels or not stored:
@@ -230,7 +232,7 @@ class QuantileForecasting:
             return
         self.floor_offsets = _tensor(stored.get("floor"))
         at = stored.get("calibrated_at")
-        fits = at is not None and at == self._loaded_step
+        fits = at is not None and at == self._loaded_step and self.calibration == "conformal"
         self.conformal_offsets = _tensor(stored.get("conformal")) if fits else None
         self.calibrated_at = at if fits else None
         if self.calibration == "conformal" and not fits:
