@@ -392,3 +392,83 @@ def test_a_square_without_rows_is_named_with_the_files_squares(milan, tmp_path):
     (many / "sms-call-internet-mi-2013-11-01.txt").write_text("".join(rows[:12]))
     with pytest.raises(UserError, match=r"whose squares are 1-12: choose"):
         TelecomItaliaSource(many, squares=[13], grid=folder / "milano-grid.geojson.gz").load()
+
+
+def test_rows_repeating_a_square_interval_and_country_code_are_refused(milan):
+    """A day file concatenated with itself was read with every value of that day doubled;
+    rows of one square and interval with different country codes are still summed."""
+    folder, _ = milan
+    day = folder / "sms-call-internet-mi-2013-11-02.txt"
+    lines = day.read_text().splitlines(keepends=True)
+    day.write_text("".join(lines + lines))  # cat day day
+    with pytest.raises(UserError) as err:
+        TelecomItaliaSource(folder).load()
+    square, ms, country = lines[0].split("\t")[:3]
+    assert str(err.value) == (
+        f"Telecom Italia file {day}: line {len(lines) + 1} repeats line 1: square {square}, "
+        f"interval start {ms} (2013-11-01 23:00 UTC), country code {country} "
+        f"({len(lines)} repeated row(s) in all); a day file has one row per square, "
+        "interval and country code, and a repeated one would count its activity again. "
+        "Remove the repeated rows, or get the file again."
+    )
+    # a blank line is skipped by the reader: the lines are still counted as in the file
+    day.write_text("".join([lines[0], "\n", *lines[:2]]))
+    with pytest.raises(UserError, match=r": line 3 repeats line 1: square "):
+        TelecomItaliaSource(folder).load()
+    # an empty country code repeated is one too
+    empty = "\t".join([square, ms, "", "1", "", "", "", "1"]) + "\n"
+    day.write_text("".join([*lines[:2], empty, empty]))
+    with pytest.raises(UserError, match=r": line 4 repeats line 3: .* country code empty \("):
+        TelecomItaliaSource(folder).load()
+    # the hand-written rows: one square and hour, three country codes, summed
+    day.write_text("".join(lines))
+    stream = TelecomItaliaSource(folder).load()
+    hand = pd.DatetimeIndex(stream.timestamps).get_loc(HAND_HOUR)
+    np.testing.assert_allclose(stream.values[hand, 1], [3.5, 0.0, 0.25, 0.0, 3.75])
+
+
+@pytest.mark.parametrize(
+    ("written", "shown"), [("inf", "inf"), ("-inf", "-inf"), ("1e39", "1e+39"), ("-1e39", "-1e+39")]
+)
+def test_a_cell_not_finite_or_beyond_float32_is_refused_by_data_row_and_column(
+    milan, written, shown
+):
+    """``inf`` and ``1e39`` were summed into an overflow to inf, read as a missing step with
+    no more than numpy's RuntimeWarning; empty cells stay no activity."""
+    folder, _ = milan
+    day = folder / "sms-call-internet-mi-2013-11-01.txt"
+    lines = day.read_text().splitlines(keepends=True)
+    fields = lines[76].rstrip("\n").split("\t")
+    fields[7] = written
+    lines[76] = "\t".join(fields) + "\n"
+    day.write_text("".join(lines))
+    with pytest.raises(UserError) as err:
+        TelecomItaliaSource(folder).load()
+    assert str(err.value) == (
+        f"Telecom Italia file {day}: 1 channel value(s) are not finite numbers: data row 76, "
+        f"column 'internet': {shown}. A field holds the activity as a number within float32's "
+        f"range (at most {np.finfo(np.float32).max:.4g}), or is empty for no activity: "
+        "correct the cell, or get the file again."
+    )
+    # the channel not read is not refused; an empty field is read as no activity
+    assert TelecomItaliaSource(folder, channels=["sms_in"]).load().mask[:10].all()
+    fields[7] = ""
+    lines[76] = "\t".join(fields) + "\n"
+    day.write_text("".join(lines))
+    assert TelecomItaliaSource(folder).load().mask[:10].all()
+
+
+def test_a_sum_beyond_float32_is_refused_by_step_square_and_channel(milan):
+    """Fields within float32 whose sum is not were cast to an inf, read as a missing step."""
+    folder, _ = milan
+    day = folder / "sms-call-internet-mi-2013-11-01.txt"
+    ms = int((HAND_HOUR - EPOCH) / pd.Timedelta("1ms"))
+    rows = [f"2\t{ms}\t{country}\t\t\t\t\t3e38\n" for country in (7, 86)]
+    day.write_text(day.read_text() + "".join(rows))
+    with pytest.raises(UserError) as err:
+        TelecomItaliaSource(folder).load()
+    assert str(err.value) == (
+        f"In the Telecom Italia files in {folder}, the internet of square 2 sums to 6e+38 in "
+        "the step of 2013-11-01 05:00:00 UTC (1 such sum(s)), beyond float32's 3.403e+38: "
+        "its fields are absurd; correct them, or get the files again."
+    )

@@ -6,8 +6,11 @@ are tab-separated without header, one row per square, 10-minute interval and cou
     square id, interval start (ms since the epoch, UTC), country code,
     SMS in, SMS out, call in, call out, Internet
 
-An empty field means no activity (the files list only what happened). The grid is
-``milano-grid.geojson`` (``.geojson.gz`` too): one polygon per square (``cellId``), WGS84.
+An empty field means no activity (the files list only what happened); a field that is
+no number within float32's range (``inf``, ``1e39``), and a row repeating the square,
+interval and country code of another (a file concatenated with itself), are refused.
+The grid is ``milano-grid.geojson`` (``.geojson.gz`` too): one polygon per square
+(``cellId``), WGS84.
 Barlacchi et al., "A multi-source dataset of urban life in the city of Milan and the
 Province of Trentino", Scientific Data 2, 150055 (2015); Open Database License 1.0.
 
@@ -33,11 +36,13 @@ import numpy as np
 import pandas as pd
 
 from cloudlstm.data.cache import CachedSource
+from cloudlstm.data.sources.bad_values import SHOWN
 from cloudlstm.data.sources.cut_short import refuse_cut_short
 from cloudlstm.data.sources.tables import (
     DAMAGED,
     build_stream,
     damaged_file,
+    id_text,
     numeric_column,
     parse_freq,
     pivot_long,
@@ -68,7 +73,11 @@ _INTERVAL = np.timedelta64(10, "m").astype("timedelta64[ns]")
 _INTERVAL_MS = 600_000
 _DAY_FILE = re.compile(r"^sms-call-internet-mi-(\d{4}-\d{2}-\d{2})\.txt(\.gz)?$")
 _GRID_NAMES = ("milano-grid.geojson", "milano-grid.geojson.gz")
-_VERSION = 1
+# 2: rows repeating a square, interval and country code, and fields that are no finite
+# float32, are refused (a stream cached from such a file is read again, and refused)
+_VERSION = 2
+# the largest activity float32 keeps: a field beyond it would be summed into an inf
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class TelecomItaliaSource(CachedSource):
@@ -97,7 +106,9 @@ class TelecomItaliaSource(CachedSource):
 
     Raises:
         UserError: an unknown channel, a step that is not a multiple of 10 minutes, a
-            malformed file, a square without data or without a cell in the grid.
+            malformed file (a field that is no finite number within float32, a row
+            repeating a square, interval and country code), a square without data or
+            without a cell in the grid.
     """
 
     cache_prefix = "telecom"
@@ -251,6 +262,7 @@ class TelecomItaliaSource(CachedSource):
                 f"The square(s) {unplaced[:10]} of the files have no cell in the grid "
                 f"{self.grid_file()}: is it the Milano grid?"
             )
+        _refuse_sums_beyond_float32(values, grid.timestamps, grid.point_ids, self.channels, what)
         stream = build_stream(
             grid.timestamps,
             grid.point_ids,
@@ -277,8 +289,7 @@ class TelecomItaliaSource(CachedSource):
             bad = ~np.isfinite(values) | (values != np.round(values))
             if bad.any():
                 row = int(np.flatnonzero(bad)[0])
-                cell = rows[column].iloc[row]
-                cell = cell.item() if isinstance(cell, np.generic) else cell  # 1.5, not np.float64
+                cell = _plain(rows[column].iloc[row])  # 1.5, not np.float64(1.5)
                 raise UserError(
                     f"{what}: the {_FIELD_NAMES[column]} at data row {row} is {cell!r}, not a "
                     f"whole number. {_KEY_FIELDS_FIX}"
@@ -295,11 +306,9 @@ class TelecomItaliaSource(CachedSource):
         keep = np.ones(len(rows), dtype=bool)
         if self.squares is not None:
             keep = np.isin(square, self.squares)
+        _refuse_repeated_rows(rows, square, ms, keep, path, what)
         step_ms = int(self.step / np.timedelta64(1, "ms"))
-        # empty fields: no activity
-        values = {
-            name: np.nan_to_num(numeric_column(rows, name, what)[keep]) for name in self.channels
-        }
+        values = _activity(rows, self.channels, keep, what)
         frame = pd.DataFrame(
             {
                 "time": (ms[keep] // step_ms * step_ms).astype("datetime64[ms]"),
@@ -443,6 +452,137 @@ def _refuse_short_rows(data: bytes, what: str) -> None:
                 "a field of no activity empty, not out. Correct or remove the line, or get "
                 "the file again."
             )
+
+
+def _activity(
+    rows: pd.DataFrame, channels: list[str], keep: np.ndarray, what: str
+) -> dict[str, np.ndarray]:
+    """The fields of ``channels`` in the kept rows (``keep``, ``(R,)`` bool), as float64 to
+    sum, 0 where empty: an empty field is no activity.
+
+    Raises:
+        UserError: a field that is not a number (:func:`numeric_column`), or not a finite
+            one within float32 (``inf``, ``1e39``): summed, it would overflow the stream's
+            float32 to an inf, read as a missing step.
+    """
+    index = np.flatnonzero(keep)
+    columns, shown, count = {}, [], 0
+    for name in channels:
+        fields = numeric_column(rows, name, what)[keep]
+        with np.errstate(invalid="ignore"):  # NaN (an empty field) compares False
+            bad = np.flatnonzero(np.abs(fields) > _FLOAT32_MAX)  # inf too
+        count += len(bad)
+        shown += [(int(index[r]), name, _plain(rows[name].iloc[index[r]])) for r in bad[:SHOWN]]
+        columns[name] = np.nan_to_num(fields, nan=0.0)
+    if count:
+        raise _bad_fields(count, sorted(shown)[:SHOWN], what)
+    return columns
+
+
+def _bad_fields(count: int, shown: list[tuple[int, str, Any]], what: str) -> UserError:
+    """The line on ``count`` fields that are no finite float32, the first ones ``shown``
+    (data row, column, field), in the words of the wide table's cells
+    (:func:`~cloudlstm.data.sources.bad_values.channel_values`), whose fix does not hold
+    here: it reads an empty cell as missing, not as no activity, and names
+    ``data.source.bad_values``, which this source has not."""
+    more = f" (first {len(shown)})" if count > len(shown) else ""
+    cells = "; ".join(f"data row {row}, column {col!r}: {cell!r}" for row, col, cell in shown)
+    return UserError(
+        f"{what}: {count} channel value(s) are not finite numbers{more}: {cells}. A field "
+        f"holds the activity as a number within float32's range (at most "
+        f"{_FLOAT32_MAX:.4g}), or is empty for no activity: correct the "
+        f"cell{'s' if count > 1 else ''}, or get the file again."
+    )
+
+
+def _refuse_repeated_rows(
+    rows: pd.DataFrame, square: np.ndarray, ms: np.ndarray, keep: np.ndarray, path: Path, what: str
+) -> None:
+    """Refuse kept rows (``keep``) that repeat a square, interval start and country code:
+    the country codes of a square and interval are summed, so a repeated row (a file
+    concatenated with itself) would count its activity twice, without a word.
+
+    Raises:
+        UserError: naming the first repeated row's line, the line it repeats, its key and
+            how many rows repeat one.
+    """
+    if keep.sum() < 2:
+        return
+    country = rows["country"].to_numpy()[keep]
+    keys = _row_keys(square[keep].astype(np.int64), ms[keep], country)
+    # a stable sort is timsort, linear on the original files, whose rows are in key order
+    ordered = np.sort(keys, kind="stable")
+    if not (ordered[1:] == ordered[:-1]).any():
+        return
+    repeated = pd.Series(keys).duplicated().to_numpy()
+    again = int(np.flatnonzero(repeated)[0])
+    first = int(np.flatnonzero(keys == keys[again])[0])
+    index = np.flatnonzero(keep)
+    lines = _line_numbers(path, [int(index[first]), int(index[again])])
+    ms_again = int(ms[index[again]])
+    start = pd.Timestamp(ms_again, unit="ms").strftime("%Y-%m-%d %H:%M")
+    code = "empty" if pd.isna(country[again]) else id_text(country[again])
+    raise UserError(
+        f"{what}: line {lines[1]} repeats line {lines[0]}: square {int(square[index[again]])}, "
+        f"interval start {ms_again} ({start} UTC), country code {code} "
+        f"({int(repeated.sum())} repeated row(s) in all); a day file has one row per square, "
+        "interval and country code, and a repeated one would count its activity again. "
+        "Remove the repeated rows, or get the file again."
+    )
+
+
+def _row_keys(square: np.ndarray, ms: np.ndarray, country: np.ndarray) -> np.ndarray:
+    """``(R,)`` int64 numbers, equal for rows of one square, interval start and country
+    code, increasing with them (the order of the original files' rows): one number per
+    row sorts faster than the three columns hash, on files of millions of rows."""
+    codes = pd.factorize(country, sort=True, use_na_sentinel=False)[0]
+    parts = (square - square.min(), (ms - ms.min()) // _INTERVAL_MS, codes)
+    try:
+        return np.ravel_multi_index(parts, [int(p.max()) + 1 for p in parts])
+    except ValueError:  # more combinations than an int64 counts: number them by hashing
+        frame = pd.DataFrame(dict(enumerate(parts)))
+        return frame.groupby([0, 1, 2], sort=False).ngroup().to_numpy(dtype=np.int64)
+
+
+def _line_numbers(path: Path, data_rows: list[int]) -> list[int]:
+    """The file's line numbers (from 1) of the data rows ``data_rows`` (from 0, sorted):
+    pandas skips empty lines, which the file's line numbers count."""
+    opener = gzip.open if path.suffix.lower() == ".gz" else open
+    found, row = [], -1
+    with opener(path, "rb") as f:
+        for number, line in enumerate(f, start=1):
+            row += bool(line.rstrip(b"\r\n"))
+            while len(found) < len(data_rows) and row == data_rows[len(found)]:
+                found.append(number)
+            if len(found) == len(data_rows):
+                break
+    return found
+
+
+def _refuse_sums_beyond_float32(
+    values: np.ndarray, timestamps: np.ndarray, point_ids: list[str], channels: list[str], what: str
+) -> None:
+    """Refuse a step's sum ``values (T, N, C)`` beyond float32, each field within it: the
+    stream's float32 would hold an inf, read as a missing step.
+
+    Raises:
+        UserError: naming the first such step, square and channel.
+    """
+    with np.errstate(invalid="ignore"):  # NaN: an incomplete step
+        beyond = np.abs(values) > _FLOAT32_MAX
+    if beyond.any():
+        t, n, c = np.argwhere(beyond)[0]
+        raise UserError(
+            f"In {what}, the {channels[c]} of square {point_ids[n]} sums to {values[t, n, c]:g} "
+            f"in the step of {pd.Timestamp(timestamps[t])} UTC ({int(beyond.sum())} such "
+            f"sum(s)), beyond float32's {_FLOAT32_MAX:.4g}: its fields are absurd; correct "
+            "them, or get the files again."
+        )
+
+
+def _plain(cell: Any) -> Any:
+    """A numpy scalar as a Python one, so that messages show ``inf``, not ``np.float64(inf)``."""
+    return cell.item() if isinstance(cell, np.generic) else cell
 
 
 def _id_set(ids: set[int]) -> str:
