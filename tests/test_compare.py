@@ -50,6 +50,7 @@ def write_run(
     code: list[dict] | None = None,
     machines: list[dict] | None = None,
     settings_changed: list[dict] | None = None,
+    digest: str | None = None,
 ) -> None:
     """A run dir as train.py leaves it. PSNR and SSIM fall as MAE rises, so that the best
     row is the same for every metric, whether the best is the lowest or the highest.
@@ -58,7 +59,8 @@ def write_run(
     ``channels`` maps channel names to their MAE (none by default); ``code`` and ``machines``
     the ``code`` and ``machine`` of each process that trained it (metrics.json's
     ``provenance``; neither: a run from before); ``settings_changed`` the changes
-    allow_changes took as it trained."""
+    allow_changes took as it trained; ``digest`` the hash of its data's readings (none: a
+    run from before it was recorded)."""
     path.mkdir(parents=True)
     overall = {"mae": mae, "rmse": 2 * mae, "psnr": 40 - mae, "ssim": 1 - mae / 100}
     if smae:
@@ -89,6 +91,8 @@ def write_run(
         results["provenance"] = processes
     if settings_changed is not None:
         results["settings_changed"] = settings_changed
+    if digest is not None:
+        results["data"] = {"name": data, "values_digest": digest}
     (path / "metrics.json").write_text(json.dumps(results))
     if config:
         cfg = {
@@ -153,6 +157,25 @@ def test_a_copied_or_rerun_seed_counts_once_with_a_warning(seeds, capsys):
         "sample, so it is left out, not counted as another seed (1 more such run(s) left "
         "out); remove it, or give it a seed of its own"
     ]
+
+
+def test_runs_on_other_readings_are_rows_of_their_own_never_seeds_of_one(tmp_path, capsys):
+    """Two cities' files under two roots (data.source.root is no setting) were averaged as
+    seeds of one row, 14 ± 10 of MAEs 7 and 22; with one seed, one was left out as a copy.
+    A run from before the readings' hash was recorded shares any run's data."""
+    write_run(tmp_path / "a0", 7.0, seed=0, digest="aaaa")
+    write_run(tmp_path / "a1", 8.0, seed=1, digest="aaaa")
+    write_run(tmp_path / "b0", 22.0, seed=0, digest="bbbb")  # seed 0 again, other readings
+    write_run(tmp_path / "old", 9.0, seed=2)
+    code, out, err = run_main(capsys, tmp_path, "--format", "csv")
+    assert code == 0 and err == []
+    rows = list(csv.DictReader(io.StringIO(out)))
+    got = sorted((r["data.values_digest"], r["n"], float(r["mae_mean"])) for r in rows)
+    assert got == [("", "1", 9.0), ("aaaa", "2", 7.5), ("bbbb", "1", 22.0)]
+    shutil.rmtree(tmp_path / "b0")
+    code, out, _ = run_main(capsys, tmp_path, "--format", "csv")  # one data set: one row
+    (row,) = csv.DictReader(io.StringIO(out))
+    assert row["n"] == "3" and "data.values_digest" not in row
 
 
 def test_debug_runs_are_left_out_with_a_note(seeds, capsys):

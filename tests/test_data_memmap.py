@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pickle
@@ -31,6 +32,7 @@ from cloudlstm.data.cache import (
     load_stream_cache,
     save_stream_cache,
 )
+from cloudlstm.data.pipeline.summary import values_digest
 
 MB = 1 << 20
 
@@ -292,3 +294,18 @@ def test_a_damaged_cache_is_still_replaced_on_commit(tmp_path):
     assert again is not None
     np.testing.assert_array_equal(np.asarray(again.values), stream.values)
     assert load_stream_cache(tmp_path / "toy", "k") is not None
+
+
+def test_the_readings_digest_reads_what_was_observed_in_chunks(tmp_path):
+    """metrics.json's ``data.values_digest``, which tells compare runs on other data apart:
+    the same for the memory map and the arrays it came from, read in any chunks; blind to
+    what unobserved cells were filled with; changed by one reading."""
+    stream = make_stream(t=300, n=6, c=3, missing=0.2)
+    digest = values_digest(stream)
+    assert values_digest(cached_copy(stream, tmp_path), chunk_steps=7) == digest
+    filled = stream.values.copy()
+    filled[~stream.mask] = 123.0
+    assert values_digest(dataclasses.replace(stream, values=filled)) == digest
+    edited = stream.values.copy()
+    edited[tuple(np.argwhere(stream.mask)[0])] += 1.0
+    assert values_digest(dataclasses.replace(stream, values=edited)) != digest

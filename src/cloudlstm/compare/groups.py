@@ -10,7 +10,7 @@ import numpy as np
 
 from cloudlstm.compare.cells import Stat
 from cloudlstm.compare.runs import NO_CONFIG_KEY, RUN_KEYS, CompareError, Run
-from cloudlstm.compare.settings import SAMPLE_KEYS, is_setting
+from cloudlstm.compare.settings import SAMPLE_KEYS, VALUES_DIGEST_KEY, is_setting, other_data
 
 # Hint of an unknown --by key: at most this many names.
 MAX_NAMES = 10
@@ -164,12 +164,16 @@ def one_run_per_seed(runs: Sequence[Run]) -> tuple[list[Run], list[tuple[Run, Ru
         if not run.has_config or not run.value("seed") or run.evaluated_run:
             kept.append(run)
             continue
-        key = tuple(sorted((k, run.value(k)) for k in run.keys if is_setting(k)))
+        settings = (k for k in run.keys if is_setting(k) and k != VALUES_DIGEST_KEY)
+        key = tuple(sorted((k, run.value(k)) for k in settings))
         key += tuple((k, run.value(k)) for k in SAMPLE_KEYS)
-        if key in first:
-            repeats.append((run, first[key]))
+        earlier = first.get(key)
+        if earlier is not None and not other_data(
+            run.value(VALUES_DIGEST_KEY), earlier.value(VALUES_DIGEST_KEY)
+        ):
+            repeats.append((run, earlier))
         else:
-            first[key] = run
+            first.setdefault(key, run)
             kept.append(run)
     order = {id(run): i for i, run in enumerate(runs)}
     return sorted(kept, key=lambda r: order[id(r)]), repeats
@@ -191,9 +195,16 @@ def varying_keys(runs: Sequence[Run]) -> list[str]:
     differ; its unknown settings keep it in a row of its own)."""
     known = [run for run in runs if run.has_config] or list(runs)
     keys = set().union(*(run.keys for run in known))
-    return sorted(
-        key for key in keys if is_setting(key) and len({run.value(key) for run in known}) > 1
-    )
+    return sorted(key for key in keys if is_setting(key) and _differs(key, known))
+
+
+def _differs(key: str, runs: Sequence[Run]) -> bool:
+    """Whether ``key`` has two values among ``runs``; the data's digest only where two runs
+    that recorded one differ (a run from before it was recorded shares any run's data)."""
+    values = {run.value(key) for run in runs}
+    if key == VALUES_DIGEST_KEY:
+        values.discard("")
+    return len(values) > 1
 
 
 def mixed_keys(groups: Sequence[Group]) -> list[str]:

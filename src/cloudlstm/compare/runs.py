@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from cloudlstm.compare.settings import is_setting, with_added_settings
+from cloudlstm.compare.settings import VALUES_DIGEST_KEY, is_setting, with_added_settings
 from cloudlstm.engine.declared_metrics import metric_info
 from cloudlstm.rundir.layout import (
     CHOSEN_CHECKPOINTS,
@@ -171,6 +171,10 @@ def load_run(path: Path) -> Run | None:
     if config:  # a run from before a setting existed did what its value in ADDED_SINCE does
         config = with_added_settings(config)
     keys = {"model": info.get("model", "?"), "data": info.get("data", "?"), **config}
+    data = results.get("data")
+    digest = data.get("values_digest") if isinstance(data, dict) else None
+    if digest:
+        keys[VALUES_DIGEST_KEY] = str(digest)
     if results.get("run_dir"):
         keys[EVALUATION_KEY] = _evaluation(results, config)
     if not has_config:

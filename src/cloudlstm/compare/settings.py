@@ -30,6 +30,18 @@ NOT_SETTINGS = frozenset(
         *(f"model.{option}" for option in EXECUTION_OPTIONS),  # how, not what
     }
 )  # fmt: skip
+# A hash of the readings a run was trained and tested on (metrics.json's
+# ``data.values_digest``): runs whose data differ are never seeds of one setting, whatever
+# their configs say (a data set's ``root`` is no setting: the same files may lie anywhere).
+# Runs from before it was recorded have none, and are taken to share any run's data.
+VALUES_DIGEST_KEY = "data.values_digest"
+
+
+def other_data(a: str, b: str) -> bool:
+    """Whether two runs' :data:`VALUES_DIGEST_KEY` values say their data differ."""
+    return bool(a) and bool(b) and a != b
+
+
 # The keys of NOT_SETTINGS that tell the samples of one setting apart: runs alike in these
 # too are one sample (a copy, or a rerun), not two seeds.
 SAMPLE_KEYS = ("seed", "data.holdout_seed")

@@ -32,6 +32,7 @@ def summary(datamodule: Any) -> dict[str, Any]:
         "name": stream.name,
         "num_points": stream.num_points,
         "points_digest": _digest(ids),
+        "values_digest": values_digest(stream),
         "num_channels": dm.num_channels,
         "num_dims": stream.num_dims,
         "channel_names": dm.channel_names,
@@ -98,6 +99,25 @@ def print_summary(info: Mapping[str, Any], console: Any = None) -> None:
 def _digest(point_ids: np.ndarray) -> str:
     """A short hash of the point ids in order: the same network, whatever its file's name."""
     return hashlib.sha1("\n".join(map(str, point_ids)).encode()).hexdigest()[:16]
+
+
+def values_digest(stream: Any, chunk_steps: int = 4096) -> str:
+    """A short hash of what the stream observed: its readings (unobserved cells as 0,
+    whatever a source or version filled them with), which were observed, the positions
+    and the times. Runs on other data (the same files under another root, edited) differ
+    in it where their configs may not; read ``chunk_steps`` steps at a time, so that a
+    memory-mapped stream is never copied whole."""
+    readings, observations = hashlib.blake2b(), hashlib.blake2b()  # each read in order
+    for start in range(0, stream.num_steps, chunk_steps):
+        part = slice(start, start + chunk_steps)
+        observed = np.asarray(stream.mask[part])
+        readings.update(np.where(observed, stream.values[part], 0).astype(np.float32).tobytes())
+        observations.update(observed.astype(np.uint8).tobytes())
+    digest = hashlib.blake2b(readings.digest() + observations.digest(), digest_size=8)
+    for extra in (stream.coords, stream.timestamps, stream.trajectory):
+        if extra is not None:
+            digest.update(np.ascontiguousarray(extra).tobytes())
+    return digest.hexdigest()
 
 
 def _split_times(
