@@ -15,9 +15,10 @@ import pandas as pd
 import pytest
 import torch
 from conftest import PYTHON, ROOT, TINY, compose_train, one_line, subprocess_env
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from test_anchor_heads import MODELS, SPEC, random_batch, tiny_model_config
 
+from cloudlstm.assembly.calibration_split import check_calibration_split
 from cloudlstm.compare import compare, find_runs
 from cloudlstm.engine.metrics import quantile_forecast_metrics
 from cloudlstm.engine.module import ForecastModule
@@ -453,6 +454,58 @@ def test_the_fan_is_drawn_around_the_forecast(tmp_path):
             levels=[0.1, 0.25, 0.5, 0.75, 0.9],
         )
     assert path.is_file() and drawn == [["80 % interval", "50 % interval"]] * n
+
+
+def test_conformal_calibration_without_a_validation_window_is_refused_before_training(tmp_path):
+    """It trained to the end, then failed at the test with a torchmetrics warning and a
+    line blaming module.quantiles, leaving a run that no rerun with a validation part took."""
+    done = subprocess.run(
+        [
+            *PYTHON,
+            "train.py",
+            *run_overrides(write_stream(tmp_path / "stream.csv")),
+            "module.quantiles=[0.1,0.5,0.9]",
+            "module.calibrate=conformal",
+            "data.val_fraction=0",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert one_line(done) == (
+        "module.calibrate=conformal measures its offsets on the validation split, which has "
+        "no window: give the data a validation part (data.val_fraction > 0) and validate it, "
+        "or train without calibration: module.calibrate=none."
+    )
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def _calibrated_job(levels: list[float], **trainer: object) -> DictConfig:
+    return OmegaConf.create(
+        {
+            "train": True,
+            "test": True,
+            "module": {"quantiles": levels, "calibrate": "conformal"},
+            "trainer": trainer,
+        }
+    )
+
+
+def test_a_validation_split_too_small_for_the_outermost_level_is_warned_of(caplog):
+    """One validation window of a few points narrowed an 80 % interval to 50 % coverage."""
+    job = _calibrated_job([0.1, 0.5, 0.9])
+    assert not check_calibration_split(job, {"val": 10})
+    assert check_calibration_split(job, {"val": 9})
+    assert "on 9 validation window(s), and the level 0.1 needs at least 10" in caplog.text
+    assert check_calibration_split(_calibrated_job([0.25, 0.5, 0.99]), {"val": 50})
+    assert "the level 0.99 needs at least 100" in caplog.text
+    with pytest.raises(UserError, match=r"of which trainer\.limit_val_batches=0 runs no batch"):
+        check_calibration_split(_calibrated_job([0.1, 0.9], limit_val_batches=0), {"val": 50})
+    uncalibrated = OmegaConf.merge(job, {"module": {"calibrate": "none"}})
+    assert not check_calibration_split(uncalibrated, {"val": 0})
 
 
 def test_train_py_refuses_bad_levels_in_one_line(tmp_path):

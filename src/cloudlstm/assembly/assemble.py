@@ -40,6 +40,7 @@ from cloudlstm.assembly.build import (
     set_up_datamodule,
     write_data_summary,
 )
+from cloudlstm.assembly.calibration_split import check_calibration_split
 from cloudlstm.assembly.checkpoint_fit import (
     TrainedCheckpoint,
     check_points,
@@ -122,6 +123,7 @@ def assemble(
     summary = set_up_datamodule(datamodule)
     batch_size = int(getattr(datamodule, "batch_size", 1))
     check_batch_limits(cfg, summary.get("windows", {}), batch_size)
+    check_calibration_split(cfg, summary.get("windows", {}))
     warn_schedule_cut_short(cfg, summary.get("windows", {}), batch_size)
     warn_few_windows(cfg, summary)
     check_validation_interval(cfg, summary.get("windows", {}), batch_size)
