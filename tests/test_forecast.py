@@ -170,6 +170,35 @@ def test_a_stream_fed_across_a_gap_forecasts_as_the_history_with_that_gap(points
     pd.testing.assert_frame_equal(f.forecast(), forecaster.forecast(whole[~gap]))
 
 
+def test_a_snapshot_that_drops_the_stream_or_itself_is_warned_of(points_run, caplog):
+    """A time mistyped a century ahead emptied the stream in silence, and every later
+    snapshot, older than it, was dropped in silence too."""
+    whole = history(points_run)
+    recent = whole[whole["timestamp"] >= STAMPS[SPLIT - M]]
+    f = Forecaster.load(points_run[0], device="cpu")
+    with caplog.at_level("WARNING", logger="cloudlstm.forecast"):
+        f.update(recent)
+        assert not caplog.records
+        last = recent[recent["timestamp"] == STAMPS[SPLIT - 1]]
+        typo = STAMPS[SPLIT - 1] + pd.DateOffset(years=100)
+        f.update(last.assign(timestamp=typo))
+        (dropped_stream,) = [r.getMessage() for r in caplog.records]
+        caplog.clear()
+        f.update(last)
+        (dropped_snapshot,) = [r.getMessage() for r in caplog.records]
+    first = typo - (M - 1) * pd.Timedelta(hours=1)
+    assert dropped_stream == (
+        f"the snapshot's times reach {typo}, more than {M} steps after the stream's last "
+        f"({STAMPS[SPLIT - 1]}): the stream keeps the last {M} steps, so every earlier "
+        f"reading is dropped, and a snapshot of before {first} will be too. If a time is "
+        "mistyped, start the stream anew with Forecaster.load."
+    )
+    assert dropped_snapshot == (
+        f"the snapshot's readings ({STAMPS[SPLIT - 1]}) are older than the {M} steps the "
+        f"stream keeps (from {first}): they are dropped."
+    )
+
+
 def test_a_reading_fed_again_replaces_the_earlier_one(points_run, forecaster):
     """A stream sends a step again, corrected, or late: the last row of a time and point
     counts (two rows of one time and point made the forecast refuse the stream)."""

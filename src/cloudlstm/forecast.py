@@ -308,10 +308,41 @@ class Forecaster:
         step = history_step(times, self.info, "the stream fed to update()", zone or self._zone)
         # the snapshot's own rows for one time and point are refused, as a history's are
         pivot_long(rows, *key, step, "error", "the snapshot", refuse_sparse=False)
-        stream = stream[times > times.max() - self.history_steps * step]
+        start = times.max() - (self.history_steps - 1) * step  # the first step kept
+        self._warn_dropped(rows[self.info.time_col].to_numpy(), start)
+        stream = stream[times >= start]
         # set together, after every check: a refused snapshot leaves the stream as it was
         self._buffer, self._zone = stream.reset_index(drop=True), zone
         self._reading = reading
+
+    def _warn_dropped(self, snapshot_times: np.ndarray, start: np.datetime64) -> None:
+        """Warn where feeding a snapshot drops readings: all the stream's earlier ones (the
+        snapshot is more than ``history_steps`` after them: an outage, or a mistyped time
+        that every later snapshot is then older than), or the snapshot's own (all older
+        than the steps the stream keeps)."""
+        first = pd.Timestamp(start)
+        if self._buffer is not None:
+            last = pd.Timestamp(self._buffer[self.info.time_col].max())
+            if last < first:
+                log.warning(
+                    "the snapshot's times reach %s, more than %d steps after the stream's "
+                    "last (%s): the stream keeps the last %d steps, so every earlier reading "
+                    "is dropped, and a snapshot of before %s will be too. If a time is "
+                    "mistyped, start the stream anew with Forecaster.load.",
+                    pd.Timestamp(snapshot_times.max()),
+                    self.history_steps,
+                    last,
+                    self.history_steps,
+                    first,
+                )
+        if (snapshot_times < start).all():
+            log.warning(
+                "the snapshot's readings (%s) are older than the %d steps the stream keeps "
+                "(from %s): they are dropped.",
+                pd.Timestamp(snapshot_times.max()),
+                self.history_steps,
+                first,
+            )
 
     def _refuse_another_clock(self, zone: tzinfo | None) -> None:
         """Refuse a snapshot whose times are written with a UTC offset where the stream's
