@@ -178,6 +178,20 @@ def test_runs_on_other_readings_are_rows_of_their_own_never_seeds_of_one(tmp_pat
     assert row["n"] == "3" and "data.values_digest" not in row
 
 
+def test_quantile_levels_written_another_way_are_one_setting(tmp_path, capsys):
+    """[0.1,0.5,0.9] and [0.9,0.5,0.1] (the module sorts them) were two rows of n = 1."""
+    for seed, levels in enumerate(([0.1, 0.5, 0.9], [0.9, 0.5, 0.1], 0.5, [0.5])):
+        write_run(tmp_path / str(seed), 1.0 + seed, seed=seed)
+        config = tmp_path / str(seed) / "config.yaml"
+        cfg = yaml.safe_load(config.read_text())
+        cfg["module"]["quantiles"] = levels
+        config.write_text(yaml.safe_dump(cfg))
+    code, out, _ = run_main(capsys, tmp_path, "--format", "csv")
+    assert code == 0
+    rows = sorted((r["module.quantiles"], r["n"]) for r in csv.DictReader(io.StringIO(out)))
+    assert rows == [("[0.1, 0.5, 0.9]", "2"), ("[0.5]", "2")]
+
+
 def test_debug_runs_are_left_out_with_a_note(seeds, capsys):
     """A debug=fdr run (one batch) was a row like any result, its callbacks: null a column
     for every callback setting."""

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from omegaconf import OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
+from cloudlstm.assembly.build import save_job_config
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.config_changes import CHANGES_FILE, check_config_changes, config_changes
 from cloudlstm.rundir.layout import checkpoint_run
@@ -273,3 +274,24 @@ def test_allow_changes_names_keys_of_the_config_or_of_the_saved_run(tmp_path):
     check_allowed_keys(gone, saved)
     with pytest.raises(UserError, match=r"no key callbacks\.old_one\.patience"):
         check_allowed_keys(gone, None)  # a fresh run is checked too
+
+
+@pytest.mark.parametrize(
+    "then, now",
+    [("[0.1,0.5,0.9]", "[0.9,0.5,0.1]"), ("[0.5]", "0.5"), ("[]", "null")],
+    ids=["another order", "one level unlisted", "none"],
+)
+def test_quantile_levels_written_another_way_are_no_change(tmp_path, then, now):
+    """A [0.5] run resumed with module.quantiles=0.5 was refused as one of other settings."""
+
+    def job(levels: str) -> DictConfig:
+        return compose_train(tmp_path, [*TINY, *BASE, f"module.quantiles={levels}"])
+
+    save_job_config(job(then), tmp_path)  # config.yaml, as train.py writes it
+
+    def refused(levels: str) -> list[str]:
+        changes = config_changes(job(levels), tmp_path)
+        return [change.key for change in changes if change.allowed_by is None]
+
+    assert refused(now) == []
+    assert refused("[0.2,0.5,0.8]") == ["module.quantiles"]

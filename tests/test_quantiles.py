@@ -22,13 +22,11 @@ from cloudlstm.assembly.calibration_split import check_calibration_split
 from cloudlstm.compare import compare, find_runs
 from cloudlstm.engine.metrics import quantile_forecast_metrics
 from cloudlstm.engine.module import ForecastModule
+from cloudlstm.engine.quantile_levels import check_calibration, check_quantiles, level_name
 from cloudlstm.engine.quantile_metrics import any_metric_info, crps_weights, quantile_metric_info
 from cloudlstm.engine.quantiles import (
     CALIBRATION_KEY,
-    check_calibration,
-    check_quantiles,
     keep_order,
-    level_name,
     pinball_loss,
     residual_quantiles,
 )

@@ -13,6 +13,7 @@ import yaml
 
 from cloudlstm.compare.settings import VALUES_DIGEST_KEY, is_setting, with_added_settings
 from cloudlstm.engine.declared_metrics import metric_info
+from cloudlstm.engine.quantile_levels import quantiles_setting
 from cloudlstm.rundir.layout import (
     CHOSEN_CHECKPOINTS,
     CONFIG_FILE,
@@ -28,6 +29,7 @@ from cloudlstm.rundir.old_configs import current_form
 # comparison of many runs spent most of its time parsing their configs)
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+QUANTILES_KEY = "module.quantiles"
 RUN_KEYS = ("model", "data")  # recorded by train.py in metrics.json["run"]
 # The key of an evaluation's row (eval.py's re-test of a run): its checkpoint and overrides.
 EVALUATION_KEY = "evaluation"
@@ -170,6 +172,8 @@ def load_run(path: Path) -> Run | None:
     config = flatten(current_form(read_yaml_mapping(config_path))) if has_config else {}
     if config:  # a run from before a setting existed did what its value in ADDED_SINCE does
         config = with_added_settings(config)
+    if QUANTILES_KEY in config:  # the levels as the module took them: [0.9,0.5,0.1] is one
+        config[QUANTILES_KEY] = quantiles_setting(config[QUANTILES_KEY])
     keys = {"model": info.get("model", "?"), "data": info.get("data", "?"), **config}
     data = results.get("data")
     digest = data.get("values_digest") if isinstance(data, dict) else None

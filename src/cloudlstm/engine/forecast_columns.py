@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cloudlstm.data.spec import DataSpec
-from cloudlstm.engine.quantiles import level_name
+from cloudlstm.engine.quantile_levels import level_name
 from cloudlstm.errors import UserError
 
 HORIZON_COLUMN = "horizon"

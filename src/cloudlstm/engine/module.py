@@ -19,9 +19,10 @@ from cloudlstm.data.spec import SPEC_KEY, DataSpec, stored_spec
 from cloudlstm.engine.declared_metrics import declared, monitor_mode
 from cloudlstm.engine.distributed import gather_on_rank_zero
 from cloudlstm.engine.metrics import ForecastMetrics, quantile_forecast_metrics
+from cloudlstm.engine.quantile_levels import check_calibration, check_quantiles
 from cloudlstm.engine.quantile_metrics import QUANTILE_DECLARED
 from cloudlstm.engine.quantile_module import QuantileForecasting
-from cloudlstm.engine.quantiles import check_calibration, check_quantiles, pinball_loss
+from cloudlstm.engine.quantiles import pinball_loss
 from cloudlstm.engine.results import results_scalars
 from cloudlstm.engine.resumed_settings import (
     apply_configured,

@@ -17,13 +17,13 @@ from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor
 
 from cloudlstm.data.spec import DataSpec
+from cloudlstm.engine.quantile_levels import centre_index
 from cloudlstm.engine.quantile_metrics import only_quantile_metrics
 from cloudlstm.engine.quantiles import (
     CALIBRATION_KEY,
     QuantileHead,
     ResidualBank,
     apply_offsets,
-    centre_index,
 )
 from cloudlstm.errors import UserError
 

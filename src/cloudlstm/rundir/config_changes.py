@@ -48,6 +48,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from cloudlstm.engine.quantile_levels import quantiles_setting
 from cloudlstm.errors import UserError, config_keys, nearest_name
 from cloudlstm.rundir.divergence import divergence, what_diverged
 from cloudlstm.rundir.layout import (
@@ -152,6 +153,10 @@ def resumed_run(cfg: DictConfig, run_dir: Path) -> Path | None:
     return run_dir if has_run else None
 
 
+# settings with more than one way to write one value: each to its one form
+SAME_FORM = {"module.quantiles": quantiles_setting}
+
+
 def config_changes(cfg: DictConfig, run_dir: Path, saved: DictConfig | None = None) -> list[Change]:
     """The differences of ``cfg`` (without ``hydra``) from ``run_dir``'s ``config.yaml``
     (``saved``, where it has been read already)."""
@@ -165,6 +170,8 @@ def config_changes(cfg: DictConfig, run_dir: Path, saved: DictConfig | None = No
     given = _overridden_keys(cfg)
     changes = []
     for key, before, after in _diff(old, new):
+        if key in SAME_FORM and SAME_FORM[key](before) == SAME_FORM[key](after):
+            continue  # the same setting written another way
         if is_execution_option(key):
             by = "execution option"
         elif _under(key, allowed):

@@ -1,0 +1,106 @@
+"""``module.quantiles`` and ``module.calibrate`` read and checked, without torch: the
+training module takes them from here through :mod:`cloudlstm.engine.quantiles`, and
+``compare`` (which starts without torch) tells two ways of writing one set of levels
+apart with :func:`quantiles_setting`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cloudlstm.errors import UserError
+
+CALIBRATIONS = ("none", "conformal")
+
+
+def check_quantiles(value: Any) -> tuple[float, ...]:
+    """``module.quantiles`` as ascending floats; ``()`` for None or an empty list.
+
+    Raises:
+        UserError: not a list of distinct numbers strictly between 0 and 1.
+    """
+    if value is None:
+        return ()
+    items = value if isinstance(value, Sequence) and not isinstance(value, str) else [value]
+    numbers = [v for v in items if isinstance(v, int | float) and not isinstance(v, bool)]
+    levels = sorted(float(v) for v in numbers)
+    if (
+        len(numbers) != len(items)
+        or not all(0 < t < 1 for t in levels)
+        or (len(set(levels)) != len(levels))
+    ):
+        raise UserError(
+            f"module.quantiles={_shown(value)}: give distinct levels strictly between 0 and 1, "
+            "e.g. module.quantiles=[0.1,0.5,0.9] (null: point forecasts only)."
+        )
+    # The point forecast is the median, trained by its pinball loss: without 0.5 it would
+    # be another level's forecast, scored by every point metric as if it were the median.
+    if levels and 0.5 not in levels:
+        raise UserError(
+            f"module.quantiles={_shown(value)}: the point forecast is the median, so the "
+            "levels must include 0.5, e.g. module.quantiles=[0.1,0.5,0.9]."
+        )
+    _check_names(levels, value)
+    return tuple(levels)
+
+
+def quantiles_setting(value: Any) -> Any:
+    """``module.quantiles`` in one form, to tell settings apart: the ascending levels as
+    the module takes them, None for none (``0.5`` is ``[0.5]``, ``[0.9,0.5,0.1]`` is
+    ``[0.1,0.5,0.9]``, ``[]`` is null); a value :func:`check_quantiles` refuses stays as
+    given."""
+    try:
+        return list(check_quantiles(value)) or None
+    except UserError:
+        return value
+
+
+def _check_names(levels: Sequence[float], value: Any) -> None:
+    """Refuse two levels that would name one column of a forecast file (``level_name``).
+
+    Raises:
+        UserError: two levels share a name.
+    """
+    seen: dict[str, float] = {}
+    for tau in levels:
+        name = level_name(tau)
+        if name in seen:
+            raise UserError(
+                f"module.quantiles={_shown(value)}: {seen[name]!r} and {tau!r} are both level "
+                f"{name} to the forecast files: give levels that differ by at least 1e-5."
+            )
+        seen[name] = tau
+
+
+def _shown(value: Any) -> str:
+    """``value`` as the command line writes a list."""
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return "[" + ",".join(str(v) for v in value) + "]"
+    return repr(value)
+
+
+def check_calibration(value: Any, levels: Sequence[float]) -> str:
+    """``module.calibrate``: ``none`` or ``conformal`` (which needs quantiles).
+
+    Raises:
+        UserError: another value, or ``conformal`` without ``module.quantiles``.
+    """
+    name = "none" if value is None else str(value)
+    if name not in CALIBRATIONS:
+        raise UserError(f"module.calibrate={value!r} is not one of {list(CALIBRATIONS)}.")
+    if name == "conformal" and len(levels) < 2:
+        raise UserError(
+            "module.calibrate=conformal calibrates the intervals around the median: give "
+            "levels beside 0.5 too, e.g. module.quantiles=[0.1,0.5,0.9]."
+        )
+    return name
+
+
+def centre_index(levels: Sequence[float]) -> int:
+    """Index of the level nearest 0.5 (the first of two as near): the point forecast."""
+    return min(range(len(levels)), key=lambda i: (abs(levels[i] - 0.5), i))
+
+
+def level_name(tau: float) -> str:
+    """A level's column suffix: ``0.1`` -> ``q10``, ``0.025`` -> ``q2.5``."""
+    return f"q{round(100 * tau, 6):g}"
