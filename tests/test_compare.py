@@ -192,6 +192,32 @@ def test_quantile_levels_written_another_way_are_one_setting(tmp_path, capsys):
     assert rows == [("[0.1, 0.5, 0.9]", "2"), ("[0.5]", "2")]
 
 
+def test_scores_of_the_levels_mark_no_best_row_across_other_levels(tmp_path, capsys):
+    """[0.001,0.5,0.999] scored the same forecast 13 % better on CRPS than [0.1,0.5,0.9]
+    and was bolded the best; coverage and MAE still rank."""
+    for name, levels, crps in (("wide", [0.1, 0.5, 0.9], 3.6), ("edges", [0.001, 0.5, 0.999], 3.1)):
+        write_run(tmp_path / name, 1.0, k=len(name))
+        metrics = json.loads((tmp_path / name / "metrics.json").read_text())
+        metrics["test"]["overall"]["crps"] = {"mean": crps, "std": 0.1}
+        (tmp_path / name / "metrics.json").write_text(json.dumps(metrics))
+        config = yaml.safe_load((tmp_path / name / "config.yaml").read_text())
+        config["module"]["quantiles"] = levels
+        (tmp_path / name / "config.yaml").write_text(yaml.safe_dump(config))
+    table = compare(find_runs([tmp_path]), metrics=["crps", "mae"])
+    assert [c.better for c in table if c.name in ("crps", "mae")] == [None, "min"]
+    code, _, err = run_main(capsys, tmp_path, "--metrics", "crps", "mae")
+    assert code == 0
+    assert err == [
+        "compare: crps and pinball mark no best row: the rows forecast other levels "
+        "(module.quantiles [0.001, 0.5, 0.999], [0.1, 0.5, 0.9]), and a score of the levels "
+        "rates one forecast better under levels nearer 0 and 1; compare them on the coverage "
+        "and width of one interval."
+    ]
+    shutil.rmtree(tmp_path / "edges")
+    (crps,) = compare(find_runs([tmp_path]), metrics=["crps"])[-1:]
+    assert crps.name == "crps" and crps.better == "min"
+
+
 def test_debug_runs_are_left_out_with_a_note(seeds, capsys):
     """A debug=fdr run (one batch) was a row like any result, its callbacks: null a column
     for every callback setting."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cloudlstm.compare.cells import Stat
-from cloudlstm.compare.runs import NO_CONFIG_KEY, RUN_KEYS, CompareError, Run
+from cloudlstm.compare.runs import NO_CONFIG_KEY, QUANTILES_KEY, RUN_KEYS, CompareError, Run
 from cloudlstm.compare.settings import SAMPLE_KEYS, VALUES_DIGEST_KEY, is_setting, other_data
 
 # Hint of an unknown --by key: at most this many names.
@@ -271,6 +271,39 @@ def changes_note(rows: Sequence[tuple[str, Sequence[Run]]], shown: int = 3) -> s
         "hold runs whose settings changed while they trained (allow_changes), so the row "
         "names the settings they ended with",
         "lists them under settings_changed",
+    )
+
+
+# Scores of quantile forecasts that weigh each level by where it lies: one forecast scores
+# better under levels written nearer 0 and 1 ([0.001,0.5,0.999] against [0.1,0.5,0.9]),
+# so rows of other levels are not ranked by them.
+LEVEL_SCORES = ("crps", "pinball")
+
+
+def level_sets(groups: Sequence[Group]) -> list[str]:
+    """The ``module.quantiles`` of the runs of ``groups`` that report a level score, each
+    once."""
+    return list(
+        dict.fromkeys(
+            run.value(QUANTILES_KEY)
+            for group in groups
+            for run in group.runs
+            if any(score in run.overall for score in LEVEL_SCORES)
+        )
+    )
+
+
+def levels_note(groups: Sequence[Group]) -> str | None:
+    """A note where rows of other ``module.quantiles`` report CRPS or pinball loss, which
+    no best row then marks; None otherwise."""
+    levels = level_sets(groups)
+    if len(levels) < 2:
+        return None
+    return (
+        f"{' and '.join(LEVEL_SCORES)} mark no best row: the rows forecast other levels "
+        f"(module.quantiles {', '.join(levels)}), and a score of the levels rates one "
+        "forecast better under levels nearer 0 and 1; compare them on the coverage and "
+        "width of one interval."
     )
 
 

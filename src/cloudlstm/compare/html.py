@@ -27,7 +27,7 @@ from plotly.offline import get_plotlyjs
 
 from cloudlstm.compare.cells import Column, Stat
 from cloudlstm.compare.formats import cell_text
-from cloudlstm.compare.groups import Group, changes_note, code_summary, machine_note
+from cloudlstm.compare.groups import Group, changes_note, code_summary, levels_note, machine_note
 from cloudlstm.compare.runs import CompareError, Run
 from cloudlstm.compare.style import REFERENCE, close_range, is_reference
 from cloudlstm.compare.table import best_rows, higher_is_better, ranked
@@ -431,7 +431,7 @@ def _row_notes(groups: Sequence[Group]) -> str:
     """The rows whose runs trained on different machines (their times mix), or whose runs'
     settings changed while they trained, as notes."""
     rows = [(group.label, group.runs) for group in groups]
-    notes = [note for note in (machine_note(rows), changes_note(rows)) if note]
+    notes = [note for note in (machine_note(rows), changes_note(rows), levels_note(groups)) if note]
     return "".join(f'<p class="note">{html.escape(note)}</p>\n' for note in notes)
 
 

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 
 from cloudlstm.compare.cells import Column, Stat
-from cloudlstm.compare.groups import Group, group_runs
+from cloudlstm.compare.groups import LEVEL_SCORES, Group, group_runs, level_sets
 from cloudlstm.compare.runs import CompareError, Run
 from cloudlstm.engine.declared_metrics import metric_names, monitor_mode
 from cloudlstm.engine.quantile_metrics import any_metric_info
@@ -64,7 +64,7 @@ def build_table(
         values = [g.mean_of(attr) for g in rows]
         if any(v is not None for v in values):
             columns.append(Column(name, values))
-    columns += [Column(m, [g.metric(m) for g in rows], _better(m)) for m in metrics]
+    columns += [Column(m, [g.metric(m) for g in rows], _better(m, rows)) for m in metrics]
     if pooled:
         columns += pooled_columns(rows)
     if validation:
@@ -73,7 +73,7 @@ def build_table(
         Column(
             f"{horizon_metric}@{h}",
             [g.at_horizon(horizon_metric, h) for g in rows],
-            _better(horizon_metric),
+            _better(horizon_metric, rows),
         )
         for h in horizons
     ]
@@ -82,7 +82,7 @@ def build_table(
         Column(
             f"{channel_metric}[{c}]",
             [g.channel(c, channel_metric) for g in rows],
-            _better(channel_metric),
+            _better(channel_metric, rows),
         )
         for c in channels
     ]
@@ -206,7 +206,11 @@ def ranked(groups: Sequence[Group], metric: str) -> list[Group]:
     return sorted(groups, key=key)
 
 
-def _better(metric: str) -> str:
+def _better(metric: str, rows: Sequence[Group] = ()) -> str | None:
+    """Which end of ``metric`` is best; None (no best row) for a score of the levels
+    (:data:`~cloudlstm.compare.groups.LEVEL_SCORES`) over ``rows`` of other levels."""
+    if metric in LEVEL_SCORES and len(level_sets(rows)) > 1:
+        return None
     return any_metric_info(metric).best
 
 

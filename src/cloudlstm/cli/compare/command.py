@@ -14,8 +14,10 @@ from cloudlstm.cli.pipes import reader_may_leave
 from cloudlstm.compare.cells import Column
 from cloudlstm.compare.formats import to_latex, to_markdown, write_csv
 from cloudlstm.compare.groups import (
+    LEVEL_SCORES,
     Group,
     group_runs,
+    levels_note,
     mixed_keys,
     one_run_per_seed,
     row_notes,
@@ -241,6 +243,9 @@ def _run(args: argparse.Namespace) -> int:
         )
     rows = [(group.label, group.runs) for group in groups]
     for note in row_notes(rows):
+        print(f"compare: {note}", file=sys.stderr)
+    shown = {*args.metrics, args.horizon_metric if args.horizons else None}
+    if shown & set(LEVEL_SCORES) and (note := levels_note(groups)):
         print(f"compare: {note}", file=sys.stderr)
     table = build_table(
         groups,
