@@ -91,6 +91,21 @@ def test_a_wide_history_without_a_sensors_column_says_it_is_not_forecast(forecas
     ]
 
 
+def test_an_empty_column_of_no_training_point_is_left_out_with_a_warning(forecaster, caplog):
+    """A sensor without readings, which training dropped, written in the history as in the
+    training file: its empty column was refused as a point the model was not trained on."""
+    history = wide(RECENT).assign(s999=np.nan)
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.data.pipeline.wide_history"):
+        forecast = forecaster.forecast(history)
+    pd.testing.assert_frame_equal(forecast, forecaster.forecast(wide(RECENT)))
+    assert [r.getMessage() for r in caplog.records] == [
+        "the history: column(s) s999 hold no reading and are no training point (training "
+        "drops a point without readings): left out."
+    ]
+    with pytest.raises(UserError, match=r"column\(s\) s999 are not points the model was"):
+        forecaster.forecast(history.assign(s999=1.0))  # with readings: a new point
+
+
 def test_wide_rows_fed_one_step_at_a_time_forecast_as_the_whole(forecaster):
     expected = forecaster.forecast(wide(RECENT))
     stream = Forecaster.load(forecaster.checkpoint.parents[1], device="cpu")

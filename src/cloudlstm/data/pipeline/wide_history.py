@@ -82,6 +82,7 @@ def long_history(
             f"columns {[info.time_col, info.id_col, *info.coord_cols, *channels]}."
         )
     frame, time_col = _with_time_column(df, info, what)
+    frame = _without_empty_strangers(frame, time_col, trained, what)
     columns = [c for c in frame.columns if c != time_col]
     ids = [id_text(c) for c in columns]
     unknown = [i for i in ids if i not in trained]
@@ -105,6 +106,27 @@ def long_history(
     )
     long = long.rename(columns={time_col: info.time_col})
     return long.assign(**{c: float("nan") for c in info.coord_cols})
+
+
+def _without_empty_strangers(
+    frame: pd.DataFrame, time_col: str, trained: set[str], what: str
+) -> pd.DataFrame:
+    """``frame`` without the columns of no training point that hold no reading (a point
+    training dropped for having none, written as the training file wrote it), with a
+    warning naming them: they change no forecast."""
+    empty = [
+        c
+        for c in frame.columns
+        if c != time_col and id_text(c) not in trained and frame[c].isna().all()
+    ]
+    if empty:
+        log.warning(
+            "%s: column(s) %s hold no reading and are no training point (training drops a "
+            "point without readings): left out.",
+            what,
+            _names([id_text(c) for c in empty]),
+        )
+    return frame.drop(columns=empty)
 
 
 def _warn_points_left_out(ids: list[str], info: DataSpec, what: str) -> None:
