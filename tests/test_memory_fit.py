@@ -52,6 +52,12 @@ def test_the_weighing_counts_the_real_model_and_leaves_its_weights_as_they_were(
     state, state_after = alone.state_dict(), after.state_dict()
     assert state.keys() == state_after.keys()
     assert all(torch.equal(state[key], state_after[key]) for key in state), name
+    # nothing the meta build memoised (a graph, a grid) reaches the real model's forward
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 24, spec.num_points, 2, generator=gen)
+    coords = torch.rand(spec.num_points, 2, generator=gen).expand(2, -1, -1).contiguous()
+    with torch.no_grad():
+        assert torch.equal(after.eval()(x, coords), alone.eval()(x, coords)), name
 
 
 def test_a_model_is_refused_where_its_weights_and_gradients_exceed_the_room():
