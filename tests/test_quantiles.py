@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import PYTHON, ROOT, TINY, compose_train, one_line, subprocess_env
+from conftest import PYTHON, ROOT, TINY, compose_train, one_line, run_python, subprocess_env
 from omegaconf import DictConfig, OmegaConf
 from test_anchor_heads import MODELS, SPEC, random_batch, tiny_model_config
 
@@ -457,21 +457,13 @@ def test_the_fan_is_drawn_around_the_forecast(tmp_path):
 def test_conformal_calibration_without_a_validation_window_is_refused_before_training(tmp_path):
     """It trained to the end, then failed at the test with a torchmetrics warning and a
     line blaming module.quantiles, leaving a run that no rerun with a validation part took."""
-    done = subprocess.run(
-        [
-            *PYTHON,
-            "train.py",
-            *run_overrides(write_stream(tmp_path / "stream.csv")),
-            "module.quantiles=[0.1,0.5,0.9]",
-            "module.calibrate=conformal",
-            "data.val_fraction=0",
-            f"hydra.run.dir={tmp_path / 'run'}",
-        ],
-        cwd=ROOT,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
+    done = run_python(
+        "train.py",
+        *run_overrides(write_stream(tmp_path / "stream.csv")),
+        "module.quantiles=[0.1,0.5,0.9]",
+        "module.calibrate=conformal",
+        "data.val_fraction=0",
+        f"hydra.run.dir={tmp_path / 'run'}",
     )
     assert one_line(done) == (
         "module.calibrate=conformal measures its offsets on the validation split, which has "
