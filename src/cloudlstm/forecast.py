@@ -17,6 +17,7 @@ reads them (a run trained on a wide table, such as METR-LA's, also takes that fo
 from __future__ import annotations
 
 import logging
+import os
 from datetime import tzinfo
 from pathlib import Path
 
@@ -119,7 +120,7 @@ def _parameter_free(run: Path) -> UserError | None:
 def _check_path(name: str, value: object, wanted: str) -> None:
     """Refuse an argument of :meth:`Forecaster.load` that is no path, naming it: pathlib's
     own TypeError names neither the argument nor what it should be."""
-    if not isinstance(value, (str, Path)):
+    if not isinstance(value, str | os.PathLike):
         raise UserError(f"Forecaster.load: {name} is {value!r}, not a path: give {wanted}.")
 
 
