@@ -39,6 +39,18 @@ class KillAtStep(L.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+class KillAtValidation(L.Callback):
+    """SIGKILL the process as the validation after training step ``step`` (the global step)
+    starts: every checkpoint of that step saved before its validation is on disk."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking and trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 class KillAtTestStart(L.Callback):
     """SIGKILL the process as testing starts: training and its last checkpoint are done."""
 

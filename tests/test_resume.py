@@ -186,6 +186,36 @@ def test_hpc_checkpoint_of_an_epoch_start_resumes_from_last_bit_exactly(tmp_path
     assert got["test"] == expected["test"] and got["val"] == expected["val"]
 
 
+def test_a_run_killed_in_the_validation_after_a_step_checkpoint_ends_as_if_it_had_not(tmp_path):
+    """A step checkpoint saved at the step a validation follows was resumed as one whose
+    validation had run: a kill during that validation came back past it, and at the last
+    step the run tested an earlier checkpoint than the uninterrupted run."""
+    data = tmp_path / "data"
+    every_epoch = [
+        "logger=csv",
+        "trainer.max_epochs=2",
+        "callbacks.step_checkpoint.every_n_train_steps=3",
+    ]
+    whole = run_train(tmp_path / "whole", data, *every_epoch)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    killed_dir = tmp_path / "killed"
+    kill = [
+        "+callbacks.kill._target_=tests.kill_callback.KillAtValidation",
+        "+callbacks.kill.step=6",
+    ]
+    killed = run_train(killed_dir, data, *every_epoch, *kill)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    last = torch.load(killed_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    assert last["global_step"] == 3  # step 3's, after its validation; none of step 6 before
+
+    resumed = run_train(killed_dir, data, *every_epoch, "allow_changes=[callbacks.kill]")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expected = json.loads((tmp_path / "whole" / "metrics.json").read_text())
+    got = json.loads((killed_dir / "metrics.json").read_text())
+    assert got["checkpoint"] == expected["checkpoint"] and got["selection"] == expected["selection"]
+    assert got["val"] == expected["val"] and got["test"] == expected["test"]
+
+
 def test_long_epochs_save_last_checkpoint_every_n_steps(tmp_path):
     """A job killed mid-epoch loses at most `every_n_train_steps` steps."""
     run_dir = tmp_path / "run"

@@ -72,7 +72,7 @@ EXECUTION_OPTIONS = (
     "callbacks.progress_bar", "callbacks.model_summary", "callbacks.lr_monitor",
     "callbacks.epoch_timer", "callbacks.sigterm_checkpoint", "callbacks.final_checkpoint",
     "callbacks.moved_run",
-    "callbacks.step_checkpoint.every_n_train_steps",
+    "callbacks.step_checkpoint",  # how often and where, not what: its class since too
     "trainer.enable_progress_bar", "trainer.enable_model_summary",
     "trainer.log_every_n_steps", "trainer.default_root_dir",
     # how the run is started, resumed, tested and reported to a sweeper
