@@ -8,7 +8,8 @@ copy's score history is lost (its next validation counts as a new best, and the 
 best file is never removed), and a run with no validation left tests the original's best
 checkpoint. :class:`FollowMovedRun` (``callbacks.moved_run``) rewrites those paths into
 this run's checkpoint directory as the checkpoint is loaded, before the callbacks read it,
-so a moved run resumes as it would have in place.
+so a moved run resumes as it would have in place. A file found in the original directory
+and not in this one stays where it is: this training continues another run's checkpoint.
 """
 
 from __future__ import annotations
@@ -45,15 +46,19 @@ class FollowMovedRun(L.Callback):
 
 def rerooted(state: dict[str, Any], old: str, new: str) -> dict[str, Any]:
     """``state`` (a ``ModelCheckpoint``'s) with its files under ``old`` put under ``new``;
-    a path elsewhere (``ckpt_path=`` of another run) is left as it is."""
+    a path elsewhere, or a file that lies under ``old`` and not under ``new``, is left as
+    it is: a training continuing another run's checkpoint (``resume=<path>`` in a new run
+    directory) has that run's best checkpoint there, not here, and a test of it had looked
+    for it here and failed with a traceback (Lightning removes no file outside ``new``)."""
 
     def move(path: Any) -> Any:
         if not path:
             return path
         try:
-            return str(Path(new) / Path(str(path)).relative_to(old))
+            moved = Path(new) / Path(str(path)).relative_to(old)
         except ValueError:
             return path
+        return path if Path(str(path)).exists() and not moved.exists() else str(moved)
 
     state = {**state, "dirpath": new}
     for key in PATH_KEYS:
