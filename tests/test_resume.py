@@ -134,6 +134,24 @@ def test_run_killed_between_training_and_test_resumes_with_its_validation_metric
     assert (got["epochs"], got["steps"]) == (expected["epochs"], expected["steps"])
 
 
+def test_a_run_ended_by_its_step_budget_and_killed_before_its_test_counts_its_epochs(tmp_path):
+    """Resumed at its last step, Lightning's epoch counter stayed one short of the
+    uninterrupted run's (metrics.json's and compare's epochs: 1 where 2 were trained)."""
+    data = tmp_path / "data"
+    budget = ["logger=csv", "trainer.max_epochs=-1", "trainer.max_steps=6"]
+    whole = run_train(tmp_path / "whole", data, *budget)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    killed_dir = tmp_path / "killed"
+    kill = "+callbacks.kill._target_=tests.kill_callback.KillAtTestStart"
+    assert run_train(killed_dir, data, *budget, kill).returncode == -signal.SIGKILL
+    resumed = run_train(killed_dir, data, *budget, "allow_changes=[callbacks.kill]")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expected = json.loads((tmp_path / "whole" / "metrics.json").read_text())
+    got = json.loads((killed_dir / "metrics.json").read_text())
+    assert (got["epochs"], got["steps"]) == (expected["epochs"], expected["steps"]) == (2, 6)
+    assert got["test"] == expected["test"]
+
+
 def test_last_checkpoint_is_the_latest_epoch_when_validation_gets_worse(tiny_cfg):
     """Lightning 2.6's save_last follows new bests only; our last.ckpt follows every epoch."""
     from cloudlstm.cli.train import train

@@ -225,13 +225,21 @@ def _fit(job: Assembly, resume: ResumePoint | None) -> dict[str, Any]:
     return {
         "train_time_s": timer.fit_time_s if timer else time.perf_counter() - start,
         "resumed_from": resume_from,
-        "epochs": job.trainer.current_epoch,
+        "epochs": _epochs(job.trainer),
         "steps": job.trainer.global_step,
         "val": val,
         "selection": _selection(job.trainer),
         "provenance": training_processes(job.output_dir),
         "settings_changed": settings_changed(job.output_dir),
     }
+
+
+def _epochs(trainer: L.Trainer) -> int:
+    """The training epochs begun, the last one ended by the step budget too: Lightning's
+    ``current_epoch`` counts that one only where the fit itself ran it to the budget, not
+    where a resume restored a checkpoint already at it (one short)."""
+    progress = getattr(getattr(trainer.fit_loop, "epoch_progress", None), "current", None)
+    return max(trainer.current_epoch, int(getattr(progress, "started", 0)))
 
 
 def _stopped(job: Assembly) -> RunInterrupted:
