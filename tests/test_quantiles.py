@@ -493,7 +493,7 @@ def test_a_validation_split_too_small_for_the_outermost_level_is_warned_of(caplo
     assert check_calibration_split(_calibrated_job([0.25, 0.5, 0.99]), {"val": 50})
     assert "the level 0.99 needs at least 100" in caplog.text
     with pytest.raises(UserError, match=r"of which trainer\.limit_val_batches=0 runs no batch"):
-        check_calibration_split(_calibrated_job([0.1, 0.9], limit_val_batches=0), {"val": 50})
+        check_calibration_split(_calibrated_job([0.1, 0.5, 0.9], limit_val_batches=0), {"val": 50})
     uncalibrated = OmegaConf.merge(job, {"module": {"calibrate": "none"}})
     assert not check_calibration_split(uncalibrated, {"val": 0})
 

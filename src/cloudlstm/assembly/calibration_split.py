@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig
 
 from cloudlstm.assembly.batch_limits import splits_run
+from cloudlstm.engine.quantile_levels import check_quantiles
 from cloudlstm.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -64,15 +64,10 @@ def check_calibration_split(cfg: DictConfig, windows: dict[str, int]) -> bool:
     return True
 
 
-def _levels(quantiles: Any) -> list[float]:
-    """``module.quantiles`` as numbers (a scalar: one level); [] where there are none or
-    one is no number (refused, naming it, when the module is built)."""
-    if quantiles is None:
-        return []
-    listed = isinstance(quantiles, Sequence | ListConfig) and not isinstance(quantiles, str)
-    given = quantiles if listed else [quantiles]
+def _levels(quantiles: Any) -> tuple[float, ...]:
+    """``module.quantiles`` as the module reads them (:func:`check_quantiles`); none where
+    they are refused, which the module's build does in its own line."""
     try:
-        levels = [float(level) for level in given]
-    except (TypeError, ValueError):
-        return []
-    return [level for level in levels if 0 < level < 1]
+        return check_quantiles(quantiles)
+    except UserError:
+        return ()
