@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
+from cloudlstm.assembly.batch_limits import splits_run
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import OutOfMemoryError, memory_info, process_limit, readable_size
 from cloudlstm.models.build import build_model
@@ -100,7 +101,7 @@ def _address_space_room() -> int | None:
 def trains_on_cpu(cfg: DictConfig) -> bool:
     """Whether the job ``cfg`` trains, on the CPU (``trainer.accelerator`` cpu, or auto
     where torch sees no GPU)."""
-    if not cfg.get("train") or cfg.get("task_name") == "eval":  # conf/eval.yaml tests only
+    if "train" not in splits_run(cfg):  # an evaluation, or train=false
         return False
     accelerator = str((cfg.get("trainer") or {}).get("accelerator", "auto")).lower()
     gpu_here = torch.cuda.is_available() or torch.backends.mps.is_available()
