@@ -284,3 +284,22 @@ def test_a_config_of_an_older_form_is_read_in_todays(tmp_path):
     assert [c for c in table if c.startswith(("model.", "module.", "data."))] == [
         "data.source.co_units"
     ]
+
+
+def test_an_evaluation_of_another_runs_weights_is_named_by_their_path(sweep):
+    """``eval.py run=<seed 0> ckpt=<seed 1's last.ckpt>``: the row says whose weights it
+    tested, where the file's name alone would read as seed 0's own last checkpoint."""
+    folder = evaluation_of(sweep / "1", 9.0)
+    other = sweep / "2" / "checkpoints" / "last.ckpt"
+    for name, change in (("metrics.json", {"checkpoint": str(other)}), ("config.yaml", None)):
+        path = folder / name
+        if change:
+            path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+        else:
+            cfg = yaml.safe_load(path.read_text())
+            path.write_text(yaml.safe_dump({**cfg, "ckpt": str(other)}))
+    table = columns(compare(find_runs([sweep], include_evals=True)))
+    assert sorted(table["evaluation"])[1:] == [
+        f"eval {other} data.num_points=100",
+        "eval best data.num_points=100",
+    ]

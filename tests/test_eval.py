@@ -278,6 +278,26 @@ def test_a_checkpoint_of_another_model_is_named(cloud_run, grid_run, tmp_path):
         evaluate(compose_eval(cloud_run, tmp_path / "eval", f"ckpt={tmp_path / 'old.ckpt'}"))
 
 
+def test_weights_from_outside_the_run_are_warned_of(cloud_run, tmp_path, caplog):
+    """A checkpoint of another run tested with this run's config: the log says so, where a
+    file of the run's own says nothing."""
+    own = cloud_run / metrics(cloud_run)["checkpoint"]
+    shutil.copy(own, tmp_path / "elsewhere.ckpt")
+    for ckpt, warned in ((own, False), (tmp_path / "elsewhere.ckpt", True)):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="cloudlstm.cli.evaluate"):
+            evaluate(compose_eval(cloud_run, tmp_path / f"eval_{warned}", f"ckpt={ckpt}"))
+        said = [r.getMessage() for r in caplog.records if "lies outside" in r.getMessage()]
+        assert said == (
+            [
+                f"{ckpt} lies outside {cloud_run}: its weights are tested with that run's "
+                "config and data, and the results are kept with that run"
+            ]
+            if warned
+            else []
+        )
+
+
 def test_another_models_checkpoint_on_other_points_is_named_as_another_model(
     cloud_run, grid_run, tmp_path
 ):

@@ -68,6 +68,13 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     output_dir.mkdir(parents=True, exist_ok=True)
     path = _checkpoint(run, cfg.ckpt)
     log.info("Evaluating %s", path or f"{run} (a model without parameters: no checkpoint)")
+    if path is not None and Path(str(in_run(path, run))).is_absolute():
+        log.warning(
+            "%s lies outside %s: its weights are tested with that run's config and data, "
+            "and the results are kept with that run",
+            path,
+            run,
+        )
     job = assemble(cfg, output_dir, checkpoint=path, with_loggers=False)
     trained_data = read_data_summary(run)
     check_same_file(trained_data, job.summary, _overrides())

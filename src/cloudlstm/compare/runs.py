@@ -21,6 +21,7 @@ from cloudlstm.rundir.layout import (
     METRICS_FILE,
     TRAIN_LOG,
     config_cut_short,
+    in_run,
     load_metrics,
 )
 from cloudlstm.rundir.old_configs import current_form
@@ -392,10 +393,18 @@ def _evaluation(results: dict[str, Any], config: dict[str, Any]) -> str:
     The checkpoint as chosen (``best``, ``last``, else the file's name) and the overrides
     of settings only (:func:`is_setting`: not ``torch_threads=1``), so that the re-tests of
     a sweep's seeds with one command share a row, whichever step each seed's best was at.
+    A file outside the tested run (another run's weights) is named by its whole path:
+    its name alone (``last.ckpt``) would read as the run's own.
     """
     chosen = config.get("ckpt")
+    # relative where it lies inside the run (older evaluations recorded it absolute)
+    recorded = in_run(str(results.get("checkpoint") or "?"), Path(str(results.get("run_dir"))))
     checkpoint = (
-        chosen if chosen in CHOSEN_CHECKPOINTS else Path(str(results.get("checkpoint") or "?")).name
+        chosen
+        if chosen in CHOSEN_CHECKPOINTS
+        else recorded
+        if Path(recorded).is_absolute()
+        else Path(recorded).name
     )
     overrides = [
         o for o in results.get("overrides", []) if is_setting(o.split("=", 1)[0].lstrip("+~"))
