@@ -159,6 +159,19 @@ def test_a_copied_or_rerun_seed_counts_once_with_a_warning(seeds, capsys):
     ]
 
 
+def test_a_repeat_under_another_folder_is_named_with_its_folder(tmp_path, capsys):
+    """The same seed under two folders given: "0 has the settings and seed (0) of 0" named
+    neither; each is named as found."""
+    write_run(tmp_path / "a" / "0", 1.0, seed=0)
+    write_run(tmp_path / "b" / "0", 2.0, seed=0)
+    code, _, err = run_main(capsys, tmp_path / "a", tmp_path / "b")
+    assert code == 0 and len(err) == 1
+    assert err[0].startswith(
+        f"compare: warning: {tmp_path / 'b' / '0'} has the settings and seed (0) of "
+        f"{tmp_path / 'a' / '0'}: a copy or a rerun"
+    )
+
+
 def test_runs_on_other_readings_are_rows_of_their_own_never_seeds_of_one(tmp_path, capsys):
     """Two cities' files under two roots (data.source.root is no setting) were averaged as
     seeds of one row, 14 ± 10 of MAEs 7 and 22; with one seed, one was left out as a copy.

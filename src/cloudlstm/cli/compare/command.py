@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -398,9 +399,14 @@ def _no_row(pending: Sequence[Path], dirs: Sequence[Path], shown: int = 5) -> st
 
 
 def _relative(folder: Path, dirs: Sequence[Path]) -> str:
-    for root in map(Path, dirs):
-        if root.is_dir() and folder.is_relative_to(root) and folder != root:
-            return folder.relative_to(root).as_posix()
+    """A run's folder as notes name it: relative to the directory given where every other
+    one given lies inside it; else as found (``a/0`` and ``b/0``, where ``0`` would name
+    either)."""
+    roots = {Path(os.path.abspath(d)) for d in dirs}
+    outer = [r for r in roots if not any(r != o and r.is_relative_to(o) for o in roots)]
+    found = Path(os.path.abspath(folder))
+    if len(outer) == 1 and outer[0].is_dir() and found.is_relative_to(outer[0]):
+        return found.relative_to(outer[0]).as_posix() if found != outer[0] else str(folder)
     return str(folder)
 
 
