@@ -94,7 +94,7 @@ def test_a_resumed_copy_tests_its_own_best_checkpoint(trained, tmp_path):
     copy = copy_of(trained, tmp_path)
     (copy / "metrics.json").unlink()  # a copy of a run that had not finished its test
     results = train(compose_train(tmp_path, JOB))  # resume=auto: no step left to train
-    assert results["resumed_from"] == str(copy / "checkpoints" / "last.ckpt")
+    assert results["resumed_from"] == "checkpoints/last.ckpt"  # named inside the copy
     # the copy's own best file, not the original's
     assert results["checkpoint"] == f"checkpoints/{Path(metrics(trained)['checkpoint']).name}"
     assert results["test"] == metrics(trained)["test"]

@@ -224,7 +224,8 @@ def _fit(job: Assembly, resume: ResumePoint | None) -> dict[str, Any]:
     timer = EpochTimer.of(job.trainer)  # the whole run's time, earlier processes included
     return {
         "train_time_s": timer.fit_time_s if timer else time.perf_counter() - start,
-        "resumed_from": resume_from,
+        # relative where it lies inside the run, as "checkpoint": true wherever it is moved
+        "resumed_from": in_run(resume_from, job.output_dir),
         "epochs": _epochs(job.trainer),
         "steps": job.trainer.global_step,
         "val": val,

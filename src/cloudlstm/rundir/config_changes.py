@@ -56,6 +56,7 @@ from cloudlstm.rundir.layout import (
     CONFIG_FILE,
     METRICS_FILE,
     checkpoint_run,
+    in_run,
     newest_checkpoint,
     read_run_config,
     resume_candidates,
@@ -444,7 +445,7 @@ def record_changes(run_dir: Path, changes: list[Change], cfg: DictConfig) -> Non
         resume = None if newest is None else str(newest)
     entry = {
         "date": datetime.now().astimezone().isoformat(timespec="seconds"),
-        "resumed_from": resume,
+        "resumed_from": in_run(resume, run_dir),  # as metrics.json names checkpoints
         "changes": {
             c.key: {"old": c.old, "new": c.new, "allowed_by": c.allowed_by} for c in changes
         },
