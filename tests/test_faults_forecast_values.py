@@ -143,3 +143,25 @@ def test_predict_py_refuses_an_absurd_history_in_one_line(run, forecaster, tmp_p
     expected = forecaster.forecast(with_cell(history(run), np.nan))
     pd.testing.assert_frame_equal(written, expected, check_dtype=False, atol=1e-5)
     assert STAMPS[SPLIT - 1] < written["timestamp"].min()
+
+
+def test_a_time_mistyped_a_century_ahead_is_named(run, forecaster, caplog):
+    """The last step's rows written 2126 for 2026: every earlier reading lies beyond the
+    steps the model reads, and the forecast stands on that one step. The warning names the
+    jump, where before it said only that some read steps had no reading."""
+    table = history(run)
+    last = table["timestamp"] == table["timestamp"].max()
+    ahead = table.copy()
+    ahead.loc[last, "timestamp"] = ahead.loc[last, "timestamp"] + pd.DateOffset(years=100)
+    for given, jumps in ((table, False), (ahead, True)):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            forecaster.forecast(given)
+        said = [r.getMessage() for r in caplog.records if " jumps from " in r.getMessage()]
+        if not jumps:
+            assert said == []
+            continue
+        older = table.loc[~last, "timestamp"].max()
+        newer = ahead.loc[last, "timestamp"].max()
+        assert len(said) == 1 and said[0].startswith(f"the history jumps from {older} to {newer}, ")
+        assert "If a time is mistyped, correct it." in said[0]

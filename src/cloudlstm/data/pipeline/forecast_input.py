@@ -307,7 +307,38 @@ def recent_window(
             f"{reach if need != info.input_steps else ''}: give at least {need} steps, i.e. "
             f"from {shown_time(last - (need - 1) * step, zone)} on."
         )
-    return df[times > last - need * step], step
+    kept = times > last - need * step
+    _warn_jump(times[~kept], times[kept], need, step, what, zone)
+    return df[kept], step
+
+
+def _warn_jump(
+    before: np.ndarray,
+    kept: np.ndarray,
+    need: int,
+    step: np.timedelta64,
+    what: str,
+    zone: tzinfo | None,
+) -> None:
+    """One warning where the history's times jump by more than the ``need`` steps the model
+    reads, between the readings ``before`` its window and those ``kept`` in it: none of the
+    earlier ones is read, and a time mistyped ahead (a century, a year) looks just so."""
+    if not len(before):
+        return
+    older, newer = before.max(), kept.min()
+    if newer - older <= need * step:
+        return
+    log.warning(
+        "%s jumps from %s to %s, %s steps of %s on: the model reads its last %d steps, so no "
+        "reading before %s is used. If a time is mistyped, correct it.",
+        what,
+        shown_time(older, zone),
+        shown_time(newer, zone),
+        f"{(newer - older) // step:,}",
+        step_text(step),
+        need,
+        shown_time(newer, zone),
+    )
 
 
 def order_points(ids: list[str], info: DataSpec, what: str) -> list[str]:
