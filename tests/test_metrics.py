@@ -44,8 +44,8 @@ def reference(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> d
     return numpy_reference(pred.double(), target.double(), mask, NAMES)
 
 
-def run(pred, target, mask=None, chunks=(None,), std=None) -> dict:
-    metric = ForecastMetrics(J, C, channel_names=NAMES, channel_std=std)
+def run(pred, target, mask=None, chunks=(None,), std=None, mean=None) -> dict:
+    metric = ForecastMetrics(J, C, channel_names=NAMES, channel_std=std, channel_mean=mean)
     for idx in chunks:
         sel = slice(None) if idx is None else idx
         metric.update(pred[sel], target[sel], None if mask is None else mask[sel])
@@ -229,7 +229,8 @@ def test_scale_free_mae_by_hand() -> None:
 
 def test_mape_by_hand_leaves_out_zero_targets() -> None:
     """2 instances, 2 steps, 2 points, 2 channels; zeros (a reading of 0, and one that came
-    back from the scaler's float32 round trip as 2e-4) are left out of MAPE, not of MAE.
+    back from the scaler's float32 round trip as 2e-4 in channel pm25, whose training mean
+    is 2,000: within 4 float32 steps of it, 9.5e-4) are left out of MAPE, not of MAE.
 
     Instance 0, step 1: targets 10, 20 | 0, 5 with |e| 1, 4 | 3, 1: MAPE = (10 + 20 + 20) / 3.
     Instance 0, step 2: every target zero: no MAPE (its MAE counts).
@@ -245,7 +246,7 @@ def test_mape_by_hand_leaves_out_zero_targets() -> None:
     err[1, 0] = -1.0
     mask = torch.ones_like(target, dtype=torch.bool)
     mask[1, 1] = False
-    result = run(target + err, target, mask)
+    result = run(target + err, target, mask, mean=[5.0, -2000.0])
     first = (10 + 20 + 20) / 3
     assert result["overall"]["mape"]["mean"] == pytest.approx((first + 25) / 2)
     assert result["overall"]["mape"]["std"] == pytest.approx(abs(first - 25) / 2)
@@ -258,6 +259,21 @@ def test_mape_by_hand_leaves_out_zero_targets() -> None:
     # channel pm25 (index 1): instance 0 step 1 targets 20, 5 -> (20 + 20) / 2; instance 1: 25
     assert result["per_channel"]["pm25"]["mape"]["mean"] == pytest.approx((20 + 25) / 2)
     assert declared_metrics.metric_info("mape").best == "min"
+
+
+def test_mape_counts_small_readings_of_a_channel_in_small_units() -> None:
+    """Readings of 5e-4 in a channel whose mean is 0.002 (occupancy as a fraction) are
+    readings: a bound of 1e-3 in real units took them for zeros and left them out. A zero
+    of a channel whose mean is 1.1e5 comes back from float32 as -0.0078: a zero."""
+    target = torch.full((1, J, 2, C), 5e-4, dtype=torch.float64)
+    target[..., 1] = 1.1e5
+    target[0, 0, 0, 1] = -0.0078125
+    pred = target * 1.5
+    pred[0, 0, 0, 1] = 3.0
+    result = run(pred, target, mean=[0.002, 1.1e5])
+    assert result["overall"]["mape"]["mean"] == pytest.approx(50.0)
+    assert result["per_channel"]["no2"]["mape"]["mean"] == pytest.approx(50.0)
+    assert run(pred, target, mean=[0.002, 1.0])["overall"]["mape"]["mean"] > 1e3
 
 
 def test_scale_free_mae_matches_numpy_reference(data) -> None:

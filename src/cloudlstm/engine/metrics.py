@@ -13,10 +13,12 @@ A *snapshot* is one (test instance ``b``, forecast step ``j``): its N x C values
   target over the whole test set (accumulated as a running max; the per-snapshot
   ``-10 log10(mse)`` term is accumulated and ``20 log10(v_max)`` added at compute time).
   NaN if ``v_max <= 0``.
-* ``MAPE = 100 mean |e| / |y|`` over the observed entries whose target is not zero
-  (``|y| > MAPE_ZERO``, in real units; the threshold absorbs the scaler's float32 round trip
-  of a zero reading), as BasicTS and DCRNN mask zeros; a snapshot with no such entry has
-  no MAPE and is left out of MAPE's means (its other metrics count).
+* ``MAPE = 100 mean |e| / |y|`` over the observed entries whose target is not zero, as
+  BasicTS and DCRNN mask zeros; a snapshot with no such entry has no MAPE and is left out of
+  MAPE's means (its other metrics count). Given the channels' training means, a target
+  within four float32 steps of its channel's mean in size is a zero: the scaler's float32
+  round trip of a zero reading (:func:`~cloudlstm.engine.snapshots.zero_bounds`); without
+  them, only 0 is.
 * ``SSIM`` = global SSIM over the snapshot's values, x = pred, y = target:
   ``((2 mu_x mu_y + c1)(2 cov_xy + c2)) / ((mu_x^2 + mu_y^2 + c1)(var_x + var_y + c2))``
   with population (biased) variance/covariance, ``c1 = (k1 L)^2``, ``c2 = (k2 L)^2``,
@@ -71,7 +73,7 @@ from torchmetrics import Metric
 
 from cloudlstm.engine.declared_metrics import MetricInfo, declared
 from cloudlstm.engine.quantile_metrics import quantile_infos
-from cloudlstm.engine.snapshots import Snapshots
+from cloudlstm.engine.snapshots import Snapshots, zero_bounds
 
 
 def _moments(values: Tensor, valid: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -141,6 +143,7 @@ class ForecastMetrics(Metric):
         channel_std: Sequence[float] | None = None,
         quantile_levels: Sequence[float] | None = None,
         quantile_metrics: Sequence[MetricInfo] = (),
+        channel_mean: Sequence[float] | None = None,
     ) -> None:
         super().__init__()
         if channel_names is None:
@@ -152,6 +155,9 @@ class ForecastMetrics(Metric):
         self.num_steps, self.num_channels = num_steps, num_channels
         self.channel_names = [str(c) for c in channel_names]
         self.channel_std = None if channel_std is None else _checked_std(channel_std, num_channels)
+        self.zero_bound = None if channel_mean is None else zero_bounds(channel_mean)
+        if self.zero_bound is not None and len(self.zero_bound) != num_channels:
+            raise ValueError(f"channel_mean must be {num_channels} means, one per channel")
         self.metric_infos = tuple(
             info
             for info in declared()
@@ -222,7 +228,10 @@ class ForecastMetrics(Metric):
         std = None
         if self.channel_std is not None:
             std = torch.tensor(self.channel_std, dtype=pred.dtype, device=pred.device)
-        snapshots = Snapshots(pred, target, mask, std, quantiles, self.quantile_levels)
+        zero = None
+        if self.zero_bound is not None:
+            zero = torch.tensor(self.zero_bound, dtype=pred.dtype, device=pred.device)
+        snapshots = Snapshots(pred, target, mask, std, quantiles, self.quantile_levels, zero)
         snap = self._per_snapshot(snapshots)  # (B, J, K)
         snap_c = self._per_snapshot(snapshots.channels)  # (B, J, C, K)
         valid, valid_c = self._defined(snapshots), self._defined(snapshots.channels)
@@ -314,6 +323,7 @@ def quantile_forecast_metrics(
     channel_names: Sequence[str] | None = None,
     channel_std: Sequence[float] | None = None,
     levels: Sequence[float] = (),
+    channel_mean: Sequence[float] | None = None,
 ) -> ForecastMetrics:
     """:class:`ForecastMetrics` of point forecasts and, with ``levels``, of quantile
     forecasts at them (:func:`~cloudlstm.engine.quantile_metrics.quantile_infos`)."""
@@ -325,4 +335,5 @@ def quantile_forecast_metrics(
         channel_std=channel_std,
         quantile_levels=levels or None,
         quantile_metrics=quantile_infos(levels) if levels else (),
+        channel_mean=channel_mean,
     )

@@ -276,6 +276,7 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
             list(self.spec.channel_names),
             channel_std=self.scaler.std,
             levels=self.quantile_levels if quantiles else (),
+            channel_mean=self.scaler.mean,
         )
 
     def forward(

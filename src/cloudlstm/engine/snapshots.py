@@ -9,7 +9,17 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-MAPE_ZERO = 1e-3  # targets at or below this, in real units, are zeros for MAPE
+# A zero reading de-normalised by ``z * std + mean`` in float32 comes back within a few
+# float32 steps of |mean| (-0.0078 for a channel whose mean is 1.1e5): a target within
+# ZERO_ULPS of them is a zero for MAPE. A bound in real units, whatever the channel's scale,
+# would take readings of a channel in small units (0.0005) for zeros.
+ZERO_ULPS = 4 * torch.finfo(torch.float32).eps
+
+
+def zero_bounds(channel_mean: Sequence[float]) -> list[float]:
+    """``(C,)``: the size below which a channel's de-normalised target is a zero reading
+    (:data:`ZERO_ULPS` of the scaler's mean)."""
+    return [ZERO_ULPS * abs(float(m)) for m in channel_mean]
 
 
 class Snapshots:
@@ -29,6 +39,8 @@ class Snapshots:
         quantiles: ``(B, ..., N, C, Q)`` quantile forecasts at ``levels`` (ascending), 0
             where unobserved; None for a point forecast
             (:mod:`cloudlstm.engine.quantile_metrics`).
+        zero_bound: broadcastable to ``(..., C)``: a target at or below it in size is a
+            zero reading (:func:`zero_bounds`); None: only 0 is.
     """
 
     dims = (-2, -1)  # a snapshot's points and channels, the dimensions it reduces over
@@ -41,8 +53,10 @@ class Snapshots:
         channel_std: Tensor | None = None,
         quantiles: Tensor | None = None,
         levels: Sequence[float] = (),
+        zero_bound: Tensor | None = None,
     ) -> None:
         self.pred, self.target = pred, target
+        self.zero_bound = zero_bound
         self.mask = torch.ones_like(pred, dtype=torch.bool) if mask is None else mask.bool()
         self.weight = self.mask.to(pred.dtype)
         self.x = torch.where(self.mask, pred, torch.zeros_like(pred))
@@ -72,7 +86,8 @@ class Snapshots:
     def nonzero_target(self) -> Tensor:
         """``(..., N, C)`` True where an entry is observed and its target is not zero
         (MAPE's entries; computed once for its value and where it is defined)."""
-        return self.mask & (self.target.abs() > MAPE_ZERO)
+        bound = 0.0 if self.zero_bound is None else self.zero_bound
+        return self.mask & (self.target.abs() > bound)
 
     @cached_property
     def observed(self) -> Tensor:
@@ -92,9 +107,17 @@ class Snapshots:
             return flat.unflatten(1, (*lead, c))
 
         std = None if self.channel_std is None else self.channel_std.unsqueeze(-1)
+        # (C,) -> (C, 1, 1), against (B, ..., C, N, 1)
+        zero = None if self.zero_bound is None else self.zero_bound[..., None, None]
         quantiles = None
         if self.quantiles is not None:  # (B, ..., N, C, Q) -> (B, ..., C, N, 1, Q)
             quantiles = torch.stack([split(q) for q in self.quantiles.unbind(-1)], -1)
         return Snapshots(
-            split(self.pred), split(self.target), split(self.mask), std, quantiles, self.levels
+            split(self.pred),
+            split(self.target),
+            split(self.mask),
+            std,
+            quantiles,
+            self.levels,
+            zero,
         )
