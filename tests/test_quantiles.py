@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -225,13 +226,20 @@ def run_overrides(stream: Path, *extra: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def quantile_run(tmp_path_factory):
-    """A tiny CloudLSTM run with 80 % and 50 % intervals, calibrated, with its figures."""
+    """A tiny CloudLSTM run with 80 % and 50 % intervals, calibrated, with its figures, two
+    of its points held out of training (groups scored apart)."""
     from cloudlstm.cli.train import train
 
     tmp = tmp_path_factory.mktemp("quantiles")
     stream = write_stream(tmp / "stream.csv")
     levels = "module.quantiles=[0.1,0.25,0.5,0.75,0.9]"
-    overrides = run_overrides(stream, levels, "module.calibrate=conformal", "report.figures=true")
+    overrides = run_overrides(
+        stream,
+        levels,
+        "module.calibrate=conformal",
+        "report.figures=true",
+        "data.holdout_points=2",
+    )
     cfg = compose_train(tmp, overrides)
     results = train(cfg)
     return Path(cfg.paths.output_dir), results, stream
@@ -253,6 +261,11 @@ def test_a_calibrated_run_reports_before_and_after(quantile_run):
     assert test["overall"]["width80"]["mean"] > test["overall"]["width50"]["mean"] > 0
     assert "val/crps" in results["val"]
     assert (run / "figures" / "worst_points.png").is_file()
+    # each point group before calibration too, of the quantile metrics alone
+    for group in ("held_out", "trained"):
+        raw = test["uncalibrated"]["groups"][group]["overall"]
+        assert set(raw) == set(test["uncalibrated"]["overall"])
+        assert raw["width80"]["mean"] != test["groups"][group]["overall"]["width80"]["mean"]
 
 
 def test_the_tested_checkpoint_holds_the_offsets_of_its_own_weights(quantile_run):
@@ -410,17 +423,33 @@ def test_compare_ranks_by_crps_and_bolds_no_coverage(quantile_run, tmp_path):
     assert compare_main([str(quantile_run[0]), "--metrics", "crps", "mae"]) == 0
 
 
-def test_compare_reads_the_quantile_metrics_before_calibration(quantile_run, capsys):
+def test_compare_reads_the_quantile_metrics_before_calibration(quantile_run, capsys, tmp_path):
     from cloudlstm.cli.compare.command import main as compare_main
 
     run = quantile_run[0]
     test = json.loads((run / "metrics.json").read_text())["test"]
     for flag, part in (([], test), (["--uncalibrated"], test["uncalibrated"])):
         args = [str(run), "--metrics", "coverage80", "mae", "--format", "csv", *flag]
+        args += ["--groups", "held_out", "--group-metric", "coverage80"]
         assert compare_main(args) == 0
         row = pd.read_csv(io.StringIO(capsys.readouterr().out))
         assert row["coverage80_mean"][0] == pytest.approx(part["overall"]["coverage80"]["mean"])
         assert row["mae_mean"][0] == pytest.approx(test["overall"]["mae"]["mean"])  # not moved
+        # the held-out points' coverage before calibration too, not the calibrated one
+        group = part["groups"]["held_out"]["overall"]["coverage80"]["mean"]
+        assert row["held_out/coverage80_mean"][0] == pytest.approx(group)
+    # a run from before the groups were scored uncalibrated: no group cell, not the
+    # calibrated one among the uncalibrated
+    old = tmp_path / "old"
+    shutil.copytree(run, old)
+    results = json.loads((old / "metrics.json").read_text())
+    del results["test"]["uncalibrated"]["groups"]
+    (old / "metrics.json").write_text(json.dumps(results))
+    args = [str(old), "--metrics", "coverage80", "--format", "csv", "--uncalibrated"]
+    assert compare_main([*args, "--groups", "held_out", "--group-metric", "coverage80"]) == 0
+    row = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    column = "held_out/coverage80_mean"
+    assert column not in row or math.isnan(row[column][0])
 
 
 def test_the_fan_is_drawn_around_the_forecast(tmp_path):

@@ -2,9 +2,11 @@
 
 A run trained with ``module.calibrate=conformal`` reports its calibrated quantiles' metrics
 (``crps``, ``coverage80``, ...) in ``metrics.json``'s ``test`` and those of the quantiles
-before calibration in ``test.uncalibrated`` (overall, per step, per channel). With
-``--uncalibrated`` compare reads the latter in their place, so the same command prints the
-table before and after calibration; runs without them keep their own values.
+before calibration in ``test.uncalibrated`` (overall, per step, per channel, and per point
+group). With ``--uncalibrated`` compare reads the latter in their place, so the same command
+prints the table before and after calibration; runs without them keep their own values. A
+run from before the groups were scored uncalibrated shows no group quantile metric then,
+rather than its calibrated one among the uncalibrated cells.
 """
 
 from __future__ import annotations
@@ -26,9 +28,19 @@ def before_calibration(run: Run) -> Run:
         name: {**values, **{m: s["mean"] for m, s in raw["per_channel"].get(name, {}).items()}}
         for name, values in run.channels.items()
     }
+    swapped = set(raw["overall"])  # the quantile metrics
+    raw_groups = raw.get("groups") or {}
+    groups = {
+        name: {
+            **{m: v for m, v in values.items() if m not in swapped},
+            **{m: s["mean"] for m, s in (raw_groups.get(name) or {}).get("overall", {}).items()},
+        }
+        for name, values in run.groups.items()
+    }
     return replace(
         run,
         overall={**run.overall, **{m: s["mean"] for m, s in raw["overall"].items()}},
         per_step={**run.per_step, **{m: s["mean"] for m, s in raw["per_step"].items()}},
         channels=channels,
+        groups=groups,
     )

@@ -462,18 +462,29 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
         quantiles = self._real_quantiles(self.calibrated(raw))
         pred, target = self._real_units(pred, batch)
         self.test_metrics.update(pred, target, batch["y_mask"], quantiles=quantiles)
+        self._update_groups(self.group_metrics, pred, target, batch["y_mask"], quantiles)
         if self.uncalibrated_metrics is not None:  # module.calibrate: the raw quantiles too
             raw = self._real_quantiles(raw)
             self.uncalibrated_metrics.update(pred, target, batch["y_mask"], quantiles=raw)
-        for name, metric in self.group_metrics.items():
-            points = self.group_points[name].to(pred.device)
-            part = None if quantiles is None else quantiles[:, :, points]
-            metric.update(
-                pred[:, :, points], target[:, :, points], batch["y_mask"][:, :, points], part
-            )
+            self._update_groups(self.uncalibrated_group_metrics, pred, target, batch["y_mask"], raw)
         if self.hparams.save_predictions:
             t0, pred, target = (v.cpu().numpy() for v in (batch["t0"], pred, target))
             self._predictions.append((t0, pred, target))
+
+    def _update_groups(
+        self,
+        metrics: nn.ModuleDict,
+        pred: torch.Tensor,
+        target: torch.Tensor,
+        mask: torch.Tensor,
+        quantiles: torch.Tensor | None,
+    ) -> None:
+        """Score each point group's part of a test batch (``(B, J, N, C)``; ``quantiles``
+        ``(B, J, N, C, Q)`` or None) with its metric of ``metrics``."""
+        for name, metric in metrics.items():
+            points = self.group_points[name].to(pred.device)
+            part = None if quantiles is None else quantiles[:, :, points]
+            metric.update(pred[:, :, points], target[:, :, points], mask[:, :, points], part)
 
     def on_fit_start(self) -> None:
         # before a resume's restore, which brings back the checkpoint's settings too
@@ -491,7 +502,7 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
         self.test_metrics.reset()
         if self.uncalibrated_metrics is not None:
             self.uncalibrated_metrics.reset()
-        for metric in self.group_metrics.values():
+        for metric in [*self.group_metrics.values(), *self.uncalibrated_group_metrics.values()]:
             metric.reset()
         self._predictions = []
 

@@ -63,6 +63,8 @@ class QuantileForecasting:
         # the validation residuals the conformal offsets are measured on
         self.residual_bank = ResidualBank() if self.calibration == "conformal" else None
         self.uncalibrated_metrics = None
+        # the same, of each point group (held-out and trained points, inliers, outliers)
+        self.uncalibrated_group_metrics = torch.nn.ModuleDict()
 
     def _use_spec_for_quantiles(self, spec: DataSpec) -> None:
         """The head (sized from the data) and the metrics of the uncalibrated forecast."""
@@ -70,6 +72,9 @@ class QuantileForecasting:
             return
         if self.calibration == "conformal":
             self.uncalibrated_metrics = self._metrics()
+            self.uncalibrated_group_metrics = torch.nn.ModuleDict(
+                {name: self._metrics() for name in self.group_points}
+            )
         if self.learns_quantiles and self.quantile_head is None:
             self.quantile_head = QuantileHead(
                 self.quantile_levels,
@@ -206,7 +211,12 @@ class QuantileForecasting:
         conformal offsets, with ``module.calibrate=conformal``; else ``{}``."""
         if self.uncalibrated_metrics is None:
             return {}
-        return {"uncalibrated": only_quantile_metrics(self.uncalibrated_metrics.compute())}
+        results = only_quantile_metrics(self.uncalibrated_metrics.compute())
+        groups = {
+            name: only_quantile_metrics(metric.compute())
+            for name, metric in self.uncalibrated_group_metrics.items()
+        }
+        return {"uncalibrated": {**results, **({"groups": groups} if groups else {})}}
 
     # ------------------------------------------------------------------ checkpoints
     def _save_quantile_offsets(self, checkpoint: dict[str, Any]) -> None:
