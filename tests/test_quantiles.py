@@ -239,6 +239,7 @@ def quantile_run(tmp_path_factory):
         "module.calibrate=conformal",
         "report.figures=true",
         "data.holdout_points=2",
+        "module.save_predictions=true",
     )
     cfg = compose_train(tmp, overrides)
     results = train(cfg)
@@ -261,6 +262,13 @@ def test_a_calibrated_run_reports_before_and_after(quantile_run):
     assert test["overall"]["width80"]["mean"] > test["overall"]["width50"]["mean"] > 0
     assert "val/crps" in results["val"]
     assert (run / "figures" / "worst_points.png").is_file()
+    # the tested quantiles are saved beside the forecasts, the median the point forecast
+    with np.load(run / "predictions.npz") as saved:
+        quantiles, levels = saved["quantiles"], saved["levels"]
+        assert quantiles.shape == (*saved["prediction"].shape, 5)
+        np.testing.assert_array_equal(levels, [0.1, 0.25, 0.5, 0.75, 0.9])
+        np.testing.assert_allclose(quantiles[..., 2], saved["prediction"], rtol=1e-6)
+        assert (np.diff(quantiles, axis=-1) >= 0).all()
     # each point group before calibration too, of the quantile metrics alone
     for group in ("held_out", "trained"):
         raw = test["uncalibrated"]["groups"][group]["overall"]

@@ -133,9 +133,14 @@ def test_metrics_json_equals_a_hand_computation_from_the_raw_stream(persistence_
 
 
 def test_saved_predictions_and_targets_are_the_raw_stream_at_the_test_times(persistence_run):
-    _, arrays, (pred, target, _) = persistence_run
+    _, arrays, (pred, target, mask) = persistence_run
     assert arrays["target"].shape == target.shape == (38, J, N, len(CHANNELS))
-    np.testing.assert_allclose(arrays["target"], target, rtol=1e-6, atol=1e-4)
+    # a target without a reading is NaN, not the loader's filled value, and said so
+    np.testing.assert_array_equal(arrays["observed"], mask)
+    assert (~mask).sum() > 30
+    np.testing.assert_allclose(
+        arrays["target"], np.where(mask, target, np.nan), rtol=1e-6, atol=1e-4
+    )
     np.testing.assert_allclose(arrays["prediction"], pred, rtol=1e-6, atol=1e-4)
     # the time of each forecast step, as the CSV stamps it
     stamps = (pd.Timestamp("2021-01-01") + pd.to_timedelta(np.arange(T), unit="h")).values

@@ -236,7 +236,7 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
         # it to the device with the module (not persistent: derived from the scaler)
         self.register_buffer("loss_channel_weights", None, persistent=False)
         # (window start t0, forecast, target) of each test batch, when saving predictions
-        self._predictions: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._predictions: list[dict[str, np.ndarray]] = []
         self._init_quantiles()
         if spec is not None:
             self.use_spec(spec)
@@ -468,8 +468,11 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
             self.uncalibrated_metrics.update(pred, target, batch["y_mask"], quantiles=raw)
             self._update_groups(self.uncalibrated_group_metrics, pred, target, batch["y_mask"], raw)
         if self.hparams.save_predictions:
-            t0, pred, target = (v.cpu().numpy() for v in (batch["t0"], pred, target))
-            self._predictions.append((t0, pred, target))
+            saved = {"t0": batch["t0"], "prediction": pred, "target": target}
+            saved["observed"] = batch["y_mask"]
+            if quantiles is not None:
+                saved["quantiles"] = quantiles
+            self._predictions.append({k: v.cpu().numpy() for k, v in saved.items()})
 
     def _update_groups(
         self,
@@ -531,17 +534,24 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
             self._save_predictions(Path(self.hparams.output_dir) / "predictions.npz")
 
     def _save_predictions(self, path: Path) -> None:
-        """Write every rank's test forecasts and targets to ``path`` from rank 0, in window
-        order (under DDP each rank tested every world_size-th window)."""
+        """Write every rank's test forecasts to ``path`` from rank 0, in window order (under
+        DDP each rank tested every world_size-th window): ``prediction``, ``target`` (NaN
+        where no reading was observed: the loader's filled value is no reading) and
+        ``observed``, ``(W, J, N, C)``; with quantile forecasts, ``quantiles`` ``(W, J, N,
+        C, Q)`` (calibrated as tested) at ``levels`` ``(Q,)``."""
         ranks = gather_on_rank_zero(self._predictions)
         if ranks is None:
             return
         batches = [batch for rank in ranks for batch in rank]
-        t0, pred, target = (np.concatenate([b[i] for b in batches]) for i in range(3))
-        order = np.argsort(t0, kind="stable")
-        times = self._forecast_times(t0[order], pred.shape[1])
+        saved = {key: np.concatenate([b[key] for b in batches]) for key in batches[0]}
+        order = np.argsort(saved["t0"], kind="stable")
+        saved = {key: values[order] for key, values in saved.items()}
+        times = self._forecast_times(saved.pop("t0"), saved["prediction"].shape[1])
+        saved["target"] = np.where(saved["observed"], saved["target"], np.nan)
+        if "quantiles" in saved:
+            saved["levels"] = np.asarray(self.quantile_levels, dtype=np.float64)
         with replacing(path) as part:
-            np.savez_compressed(part, prediction=pred[order], target=target[order], **times)
+            np.savez_compressed(part, **saved, **times)
 
     def _forecast_times(self, starts: np.ndarray, horizon: int) -> dict[str, np.ndarray]:
         """``{"forecast_time": (W, J) datetime64}``, the time of each forecast step of the
