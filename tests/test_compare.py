@@ -159,6 +159,33 @@ def test_a_copied_or_rerun_seed_counts_once_with_a_warning(seeds, capsys):
     ]
 
 
+def test_best_cells_and_figures_are_chosen_within_the_runs_readings(tmp_path):
+    """Two files under one data name (data=points), told apart by the readings' hash: each
+    has its best row and its own figures; the 7 of one file was bold against the 22 of the
+    other, and both were drawn in one figure."""
+    from cloudlstm.compare.plots import plot
+
+    write_run(tmp_path / "a0", 7.0, seed=0, digest="aaaa1111ffff")
+    write_run(tmp_path / "a1", 9.0, seed=0, model="lstm", digest="aaaa1111ffff")
+    write_run(tmp_path / "b0", 22.0, seed=0, digest="bbbb2222ffff")
+    groups = group_runs(find_runs([tmp_path]))
+    assert sorted(g.data for g in groups) == [
+        "synthetic (aaaa1111)",
+        "synthetic (aaaa1111)",
+        "synthetic (bbbb2222)",
+    ]
+    rows = to_markdown(compare(find_runs([tmp_path]))).splitlines()[2:]
+    bold = sorted(row.split(" | ")[0].strip("| ") for row in rows if "**7" in row or "**22" in row)
+    assert bold == ["cloudlstm", "cloudlstm"] and not any("**9" in row for row in rows)
+    names = sorted(p.name for p in plot(groups, "mae", tmp_path / "figures"))
+    assert names == [
+        "mae_bar_synthetic_aaaa1111.png",
+        "mae_bar_synthetic_bbbb2222.png",
+        "mae_horizon_synthetic_aaaa1111.png",
+        "mae_horizon_synthetic_bbbb2222.png",
+    ]
+
+
 def test_a_repeat_under_another_folder_is_named_with_its_folder(tmp_path, capsys):
     """The same seed under two folders given: "0 has the settings and seed (0) of 0" named
     neither; each is named as found."""

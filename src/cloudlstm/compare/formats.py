@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from cloudlstm.compare.cells import Column, Diff, Stat
-from cloudlstm.compare.table import best_rows
+from cloudlstm.compare.table import best_rows, data_sets
 
 ROUND_OFF = 1e-6  # a std below this fraction of the mean: float32 round-off (eps 6e-8)
 
@@ -46,7 +46,7 @@ def _grid(
     escape: Callable[[str], str] = str,
 ) -> list[list[str]]:
     """Header and rows of formatted text, the best cells passed through ``bold``."""
-    data = next(c.cells for c in columns if c.name == "data")
+    data = data_sets(columns)
     cells = [[cell_text(cell, pm, escape) for cell in column.cells] for column in columns]
     for j, column in enumerate(columns):
         for i in best_rows(column, data):

@@ -16,6 +16,13 @@ from cloudlstm.compare.settings import SAMPLE_KEYS, VALUES_DIGEST_KEY, is_settin
 MAX_NAMES = 10
 
 
+def data_set(name: str, digest: str) -> str:
+    """A row's data set: its data's name, and where its runs recorded the hash of their
+    readings, its start (runs on two cities' files under one ``data=points`` are two data
+    sets: neither is "best" against the other, nor drawn in one figure with it)."""
+    return f"{name} ({digest[:8]})" if digest else name
+
+
 @dataclass(frozen=True)
 class Group:
     """Runs sharing the values of the grouping keys: one table row."""
@@ -28,7 +35,9 @@ class Group:
 
     @property
     def data(self) -> str:
-        return self.keys["data"]
+        """Its data set (:func:`data_set`): what best cells, figures and sections are
+        chosen within."""
+        return data_set(self.keys["data"], self.keys.get(VALUES_DIGEST_KEY, ""))
 
     @property
     def label(self) -> str:

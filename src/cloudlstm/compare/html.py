@@ -30,7 +30,7 @@ from cloudlstm.compare.formats import cell_text
 from cloudlstm.compare.groups import Group, changes_note, code_summary, levels_note, machine_note
 from cloudlstm.compare.runs import CompareError, Run
 from cloudlstm.compare.style import REFERENCE, close_range, is_reference
-from cloudlstm.compare.table import best_rows, higher_is_better, ranked
+from cloudlstm.compare.table import best_rows, data_sets, higher_is_better, ranked
 from cloudlstm.errors import replacing, why_not_written
 from cloudlstm.rundir.layout import CONFIG_FILE, FIGURES_DIR, METRICS_FILE
 from cloudlstm.viz._common import COLOURS, REFERENCE_COLOUR
@@ -122,7 +122,7 @@ def _slug(text: str) -> str:
 
 def _table_html(table: Sequence[Column], indices: Sequence[int], table_id: str) -> str:
     """The rows ``indices`` of the table, cells as markdown shows them, best ones bold."""
-    data = next(c.cells for c in table if c.name == "data")
+    data = data_sets(table)
     best = [best_rows(column, data) for column in table]
     head = "".join(_th(c.name) for c in table)
     body = []

@@ -8,6 +8,7 @@ colour from one figure to the other.
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,13 +25,22 @@ from cloudlstm.viz._common import new_figure, reference_style, save_png, series_
 
 
 def plot(groups: Sequence[Group], metric: str, out_dir: Path) -> list[Path]:
-    """Per data set: ``<metric>_horizon_<data>.png`` and ``<metric>_bar_<data>.png``."""
+    """Per data set: ``<metric>_horizon_<data>.png`` and ``<metric>_bar_<data>.png``
+    (:func:`figure_names`)."""
     paths = []
     for data in sorted({g.data for g in groups}):
         members = [g for g in ranked(groups, metric) if g.data == data]
-        paths.append(_plot_horizons(members, metric, out_dir / f"{metric}_horizon_{data}.png"))
-        paths.append(_plot_bars(members, metric, out_dir / f"{metric}_bar_{data}.png"))
+        horizons, bars = figure_names(metric, data)
+        paths.append(_plot_horizons(members, metric, out_dir / horizons))
+        paths.append(_plot_bars(members, metric, out_dir / bars))
     return paths
+
+
+def figure_names(metric: str, data: str) -> tuple[str, str]:
+    """The file names of a data set's horizon and bar figures; a data set told apart by
+    its readings' hash (``points (1a2b3c4d)``) as ``points_1a2b3c4d``."""
+    tag = re.sub(r"[^\w.-]+", "_", data).strip("_")
+    return f"{metric}_horizon_{tag}.png", f"{metric}_bar_{tag}.png"
 
 
 def _name(group: Group) -> str:

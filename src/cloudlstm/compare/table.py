@@ -6,8 +6,9 @@ import math
 from collections.abc import Sequence
 
 from cloudlstm.compare.cells import Column, Stat
-from cloudlstm.compare.groups import LEVEL_SCORES, Group, group_runs, level_sets
+from cloudlstm.compare.groups import LEVEL_SCORES, Group, data_set, group_runs, level_sets
 from cloudlstm.compare.runs import CompareError, Run
+from cloudlstm.compare.settings import VALUES_DIGEST_KEY
 from cloudlstm.engine.declared_metrics import metric_names, monitor_mode
 from cloudlstm.engine.quantile_metrics import any_metric_info
 
@@ -212,6 +213,16 @@ def _better(metric: str, rows: Sequence[Group] = ()) -> str | None:
     if metric in LEVEL_SCORES and len(level_sets(rows)) > 1:
         return None
     return any_metric_info(metric).best
+
+
+def data_sets(columns: Sequence[Column]) -> list[str]:
+    """Each row's data set (:func:`~cloudlstm.compare.groups.data_set`) from the table's
+    ``data`` column and, where the rows' readings differ, its digest column."""
+    names = next(c.cells for c in columns if c.name == "data")
+    digests = next((c.cells for c in columns if c.name == VALUES_DIGEST_KEY), None)
+    if digests is None:
+        return list(names)
+    return [data_set(n, d or "") for n, d in zip(names, digests, strict=True)]
 
 
 def best_rows(column: Column, data: Sequence[str]) -> set[int]:

@@ -19,7 +19,7 @@ from typing import Any
 from cloudlstm.compare.cells import Column
 from cloudlstm.compare.formats import plain_table
 from cloudlstm.compare.groups import Group
-from cloudlstm.compare.plots import plot
+from cloudlstm.compare.plots import figure_names, plot
 from cloudlstm.compare.runs import CompareError, Run, read_yaml_mapping
 from cloudlstm.compare.table import ranked
 from cloudlstm.errors import wandb_error_reason
@@ -162,10 +162,11 @@ def _data_set(
         [Column(c.name, [c.cells[i] for i in indices], c.better) for c in table]
     )
     by_name = {path.name: path for path in figures}
+    horizons, bars = figure_names(metric, data)
     logged: dict[str, Any] = {
         f"{data}/table": wandb.Table(columns=header, data=cells),
-        f"{data}/horizon_plot": wandb.Image(str(by_name[f"{metric}_horizon_{data}.png"])),
-        f"{data}/bar_chart": wandb.Image(str(by_name[f"{metric}_bar_{data}.png"])),
+        f"{data}/horizon_plot": wandb.Image(str(by_name[horizons])),
+        f"{data}/bar_chart": wandb.Image(str(by_name[bars])),
     }
     # rows without per-step values of the metric have no line (the command names them)
     drawn = [g for g in members if g.has_curve(metric)]
