@@ -174,18 +174,32 @@ def test_a_search_on_ssim_maximises_it(tmp_path):
     assert trial.value is not None and list(trial.intermediate_values) == [3]
 
 
-@pytest.mark.parametrize(
-    "key", ["val/mae_best", "val/ssim", "val/loss", "val/rmse_h03", "val/crps_best", None]
-)
+@pytest.mark.parametrize("key", ["val/mae_best", "val/ssim", "val/loss", "val/smae", None])
 def test_a_metric_the_runs_log_is_taken_as_the_objective(key):
-    check_optimized_metric(key)
+    check_optimized_metric(key, quantiles=False)
+
+
+@pytest.mark.parametrize(
+    "key", ["val/rmse_best", "val/crps_best", "val/mae_h01", "val/coverage80", "val/pinball"]
+)
+def test_a_name_the_metrics_know_but_no_validation_logs_is_refused(key):
+    """Only val/mae has a running best, and no validation logs per-step values or interval
+    scores: such a key passed, and the search failed after its first trial had trained."""
+    with pytest.raises(UserError, match=f"^optimized_metric={key} is no validation metric"):
+        check_optimized_metric(key, quantiles=True)
+
+
+def test_crps_is_an_objective_of_quantile_forecasts_alone():
+    check_optimized_metric("val/crps", quantiles=True)
+    with pytest.raises(UserError, match=r"val/mae_best \(val/crps with module.quantiles\)"):
+        check_optimized_metric("val/crps", quantiles=False)
 
 
 @pytest.mark.parametrize("key", ["val/foo", "train/loss", "mae_best", "test/mae"])
 def test_an_objective_no_run_logs_is_refused_before_any_trial_trains(tmp_path, key):
     """The check after a trial (cli/train.py::objective) came only once it had trained."""
     with pytest.raises(UserError, match=f"^optimized_metric={key} is no validation metric"):
-        check_optimized_metric(key)
+        check_optimized_metric(key, quantiles=False)
     sweep = tmp_path / "sweep"
     args = ["hparams_search=optuna", *TINY, "logger=none", f"optimized_metric={key}"]
     proc = train_py(tmp_path, *args, f"hydra.sweep.dir={sweep}")

@@ -20,9 +20,10 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from cloudlstm.assembly.compile import compile_for_run
 from cloudlstm.assembly.config import instantiate_group, user_errors_unwrapped
 from cloudlstm.data.spec import DataSpec
-from cloudlstm.engine.declared_metrics import metric_names, monitor_mode
+from cloudlstm.engine.declared_metrics import monitor_mode
 from cloudlstm.engine.host_memory import keep_freed_memory, keeps_freed_memory
 from cloudlstm.engine.module import make_optimizer
+from cloudlstm.engine.objective import validation_keys
 from cloudlstm.engine.signals import SignalsTogether
 from cloudlstm.errors import UserError, no_gpu, replacing
 from cloudlstm.models.build import build_model
@@ -444,9 +445,7 @@ def check_monitored(cfg: DictConfig) -> None:
             metric>``, or ``val/crps`` for a run of quantile forecasts.
     """
     module = cfg.get("module") or {}
-    logged = ["val/loss", *(f"val/{name}" for name in metric_names()), "val/mae_best"]
-    if module.get("quantiles"):
-        logged.append("val/crps")
+    logged = validation_keys(bool(module.get("quantiles")))
     settings = [("monitor", cfg.get("monitor")), ("module.monitor", module.get("monitor"))]
     for where, node in _callback_nodes(cfg):
         settings.append((f"{where}.monitor", node.get("monitor")))

@@ -85,7 +85,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     check_known_keys(cfg)
     check_metric_modes(cfg)
     check_monitored(cfg)
-    check_optimized_metric(cfg.get("optimized_metric"))
+    check_optimized_metric(
+        cfg.get("optimized_metric"), bool((cfg.get("module") or {}).get("quantiles"))
+    )
     check_optimizer(cfg)
     check_resume(cfg, Path(cfg.paths.output_dir))
     with ctrl_c_kept():

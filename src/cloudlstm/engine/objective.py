@@ -1,33 +1,36 @@
-"""A search's objective (``optimized_metric``), checked before anything trains: by
-``train.py`` for its run and by the Optuna sweeper before its first trial."""
+"""The ``val/`` keys a run logs, and a search's objective (``optimized_metric``) checked
+against them before anything trains: by ``train.py`` for its run and by the Optuna sweeper
+before its first trial."""
 
 from __future__ import annotations
 
-import re
-
-from cloudlstm.engine.declared_metrics import metric_names, monitor_mode
-from cloudlstm.engine.quantile_metrics import is_quantile_metric
+from cloudlstm.engine.declared_metrics import declared
+from cloudlstm.engine.quantile_metrics import QUANTILE_DECLARED
 from cloudlstm.errors import UserError
 
 
-def check_optimized_metric(key: object) -> None:
+def validation_keys(quantiles: bool) -> list[str]:
+    """The keys every validation logs: the loss, each declared metric logged at validation,
+    with quantile forecasts (``quantiles``) theirs (CRPS), and the best MAE so far."""
+    infos = [*declared(), *(QUANTILE_DECLARED if quantiles else ())]
+    return ["val/loss", *(f"val/{i.name}" for i in infos if i.at_validation), "val/mae_best"]
+
+
+def check_optimized_metric(key: object, quantiles: bool) -> None:
     """Refuse an ``optimized_metric`` that no run logs before anything trains (a search
     would find out when its first trial had finished); None or empty: no objective.
+    ``quantiles``: whether the runs forecast quantiles (or a search may make them).
 
     Raises:
-        UserError: ``key`` is not ``val/<the loss, a declared metric or a quantile
-            forecast's metric>``, with an optional ``_best`` or ``_hNN`` as
-            :func:`monitor_mode` reads it.
+        UserError: ``key`` is none of :func:`validation_keys`.
     """
     if not key:
         return
-    stage, _, name = str(key).partition("/")
-    name = re.sub(r"(_best|_h\d+)$", "", name)
-    if stage == "val" and (monitor_mode(str(key), None) is not None or is_quantile_metric(name)):
+    logged = validation_keys(quantiles)
+    if str(key) in logged:
         return
-    names = ", ".join(f"val/{name}" for name in ("loss", *metric_names()))
+    crps = "" if quantiles else " (val/crps with module.quantiles)"
     raise UserError(
-        f"optimized_metric={key} is no validation metric the runs log: name one of {names} "
-        "or, for quantile forecasts, val/crps (with _best for the best so far), e.g. "
-        "optimized_metric=val/mae_best."
+        f"optimized_metric={key} is no validation metric the runs log: name one of "
+        f"{', '.join(logged)}{crps}, e.g. optimized_metric=val/mae_best."
     )

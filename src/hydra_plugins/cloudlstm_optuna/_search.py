@@ -102,7 +102,11 @@ class OptunaSearch(Sweeper):
             )
         self.n_trials = _positive_int("n_trials", s.get("n_trials", 20))
         self.n_jobs = _positive_int("n_jobs", s.get("n_jobs", 1))
-        check_optimized_metric(config.get("optimized_metric"))  # before any trial trains
+        # before any trial trains; val/crps where the runs, or some trials, forecast quantiles
+        quantiles = bool((config.get("module") or {}).get("quantiles")) or any(
+            str(k) == "module.quantiles" for k in s.get("params") or {}
+        )
+        check_optimized_metric(config.get("optimized_metric"), quantiles)
         self.direction = objective_direction(s.get("direction"), config.get("optimized_metric"))
         self.max_failure_rate = _failure_rate(s.get("max_failure_rate", 0.0))
         self.sampler_conf = s.get("sampler")
