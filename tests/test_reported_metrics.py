@@ -213,3 +213,40 @@ def test_masked_mse_is_the_mean_over_observed_entries_only():
     torch.testing.assert_close(grad3, grad)
     # nothing observed: 0, not NaN
     assert masked_loss(pred, target, torch.zeros_like(mask), "mse").item() == 0.0
+
+
+def test_the_worst_points_figure_draws_no_filled_input_as_a_reading(tmp_path, monkeypatch):
+    """The history line of worst_points.png drew the loader's filled inputs as readings,
+    where the truth line already left out the unobserved targets."""
+    from cloudlstm.report import figures
+
+    drawn = {}
+    real = figures.plot_worst_series
+
+    def spy(history, truth, forecast, **kwargs):
+        drawn["history"] = history
+        return real(history, truth, forecast, **kwargs)
+
+    monkeypatch.setattr(figures, "plot_worst_series", spy)
+    values, observed = raw_stream()
+    write_csv(tmp_path / "stream.csv", values, observed)
+    keep = [o for o in TINY if not o.startswith(("data.source.", "model.", "report."))]
+    cfg = compose_train(
+        tmp_path,
+        [
+            *keep,
+            "data=points",
+            f"data.source.path={tmp_path / 'stream.csv'}",
+            "model=persistence",
+            "logger=none",
+            "report.figures=true",
+        ],
+    )
+    train(cfg)
+    # the first test window's inputs: the M steps before the first target
+    read = observed[FIRST_TARGET - M : FIRST_TARGET]
+    assert (~read).any()
+    np.testing.assert_array_equal(np.isnan(drawn["history"]), ~read)
+    np.testing.assert_allclose(
+        drawn["history"][read], values[FIRST_TARGET - M : FIRST_TARGET][read], rtol=1e-5
+    )

@@ -82,6 +82,10 @@ def draw_figures(
     real = {k: scaler.inverse_transform(v).numpy() for k, v in targets.items()}
     forecast = scaler.inverse_transform(pred).numpy()
     mask = item["y_mask"].numpy().astype(bool)
+    # the inputs the loader filled are no readings: left out of the drawn history, as
+    # unobserved targets are of the truth
+    read = item["x_mask"][..., : len(names)].numpy().astype(bool)
+    real["x"] = np.where(read, real["x"], np.nan)
     out_dir.mkdir(parents=True, exist_ok=True)
     per_step = results["per_step"]
     coords, coord_names = _map_coords(datamodule, item["coords"].numpy())
