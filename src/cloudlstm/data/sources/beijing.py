@@ -38,6 +38,7 @@ from cloudlstm.data.sources.tables import (
     read_table,
 )
 from cloudlstm.data.sources.times import TIMES_ZONED_KEY
+from cloudlstm.data.sources.wide_table import read_positions
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingFileError, UserError
 
@@ -244,11 +245,9 @@ class BeijingSource(CachedSource):
         table = dict(STATION_POSITIONS)
         path = self.root / "stations.csv"
         if path.is_file():
-            df = read_table(path, "the station list")
-            check_columns(df, ["station", "latitude", "longitude"], str(path), "")
-            table.update(
-                {str(r.station): (r.latitude, r.longitude) for r in df.itertuples(index=False)}
-            )
+            # as every positions file is read: a text, empty or repeated entry is one line
+            ids, coords = read_positions(path, ["station", "latitude", "longitude"])
+            table.update({i: (lat, lon) for i, (lat, lon) in zip(ids, coords, strict=True)})
         missing = [n for n in names if n not in table]
         if missing:
             raise UserError(
