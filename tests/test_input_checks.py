@@ -8,6 +8,7 @@ new points far outside the training area at
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -1255,4 +1256,27 @@ def test_a_channel_fixed_at_each_point_is_warned_of(caplog):
         "attribute, e.g. an elevation or a third coordinate): its forecast is its input, and "
         "its near-0 errors, averaged in, flatter every model. List it in data.source.coord_cols "
         "if it is a coordinate, or leave it out with data.source.value_cols."
+    ]
+
+
+def test_a_position_channel_no_point_moves_along_is_warned_of_as_one(caplog):
+    """Points that move along x alone: ``pos_y`` holds one value at each point. The warning
+    said to list it in coord_cols or leave it out with value_cols, neither of which takes a
+    position channel; it says where the scores without it are."""
+    from cloudlstm.data.pipeline.preparation import fitted_scaler, with_position_channels
+
+    rng = np.random.default_rng(0)
+    no2 = rng.normal(20, 5, (100, 4, 1))
+    track = np.zeros((100, 4, 2))
+    track[..., 0] = np.arange(100)[:, None] * [0.0, 0.0, 0.0, 1.0]  # point 3 drives along x
+    track[..., 1] = [1.0, 5.0, 9.0, 3.0]
+    plain = PointCloudStream.from_values(no2, track[0], ["no2"], name="cars")
+    stream = dataclasses.replace(plain, trajectory=track)
+    with caplog.at_level(logging.WARNING):
+        fitted_scaler(with_position_channels(stream), (0, 80), None, "cars", DEFAULT_MAX_ABS_Z)
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        "cars: no point moves along 'y' over the training part: its forecast is its input, "
+        "and its near-0 errors, averaged in, flatter every model. Read the value channels' "
+        "scores alone in metrics.json's per_channel (compare --channels)."
     ]

@@ -10,7 +10,7 @@ a bare stream, or any other object with ``load()``, declares its defaults.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -152,12 +152,17 @@ def data_name(source: Any, stream: PointCloudStream) -> str:
     return f"file {path}" if path is not None else f"stream '{stream.name}'"
 
 
+def position_channels(stream: PointCloudStream) -> list[str]:
+    """The names of a moving stream's position channels: ``pos_x, pos_y[, pos_z]``."""
+    axes = "xyz" if stream.num_dims <= 3 else range(stream.num_dims)
+    return [f"pos_{axis}" for axis in list(axes)[: stream.num_dims]]
+
+
 def with_position_channels(stream: PointCloudStream) -> PointCloudStream:
-    """Moving points: the L positions as channels ``pos_x, pos_y[, pos_z]``, always
+    """Moving points: the L positions as channels (:func:`position_channels`), always
     observed, after the values and before the measured covariates
     (:func:`~cloudlstm.data.pipeline.model_input.positions_before_covariates`)."""
-    axes = "xyz" if stream.num_dims <= 3 else range(stream.num_dims)
-    names = [f"pos_{axis}" for axis in list(axes)[: stream.num_dims]]
+    names = position_channels(stream)
     positions = stream.trajectory.astype(np.float32)
     split = stream.num_channels - len(stream_covariates(stream.channel_names, stream.metadata))
     values = positions_before_covariates(stream.values, positions, split)
@@ -224,12 +229,20 @@ def warn_flat_channels(scaler: StandardScaler, channels: list[str], what: str) -
 
 
 def warn_fixed_per_point(
-    values: np.ndarray, mask: np.ndarray, scaler: StandardScaler, channels: list[str], what: str
+    values: np.ndarray,
+    mask: np.ndarray,
+    scaler: StandardScaler,
+    channels: list[str],
+    what: str,
+    positions: Sequence[str] = (),
 ) -> None:
     """Warn of each channel that varies between points but holds one value at each point
     over the training part ``values`` (``(T, N, C)``, observed where ``mask``): a fixed
     attribute (an elevation, a coordinate ``z`` in a file read with two), which the model
-    forecasts perfectly from its inputs, so that its scores, averaged in, flatter the model."""
+    forecasts perfectly from its inputs, so that its scores, averaged in, flatter the model.
+    ``positions``: the moving points' position channels (``pos_y`` of points that move
+    along x alone), which no option leaves out: their warning says where to read the
+    scores without them."""
     for k, name in enumerate(channels):
         if scaler.std[k] <= scaler.min_std:
             continue  # warned of as flat
@@ -239,7 +252,16 @@ def warn_fixed_per_point(
             continue
         lo = np.where(seen, values[..., k], np.inf).min(axis=0)
         hi = np.where(seen, values[..., k], -np.inf).max(axis=0)
-        if np.all(hi[counted] == lo[counted]):
+        if np.all(hi[counted] == lo[counted]) and name in positions:
+            log.warning(
+                "%s: no point moves along %r over the training part: its forecast is its "
+                "input, and its near-0 errors, averaged in, flatter every model. Read the "
+                "value channels' scores alone in metrics.json's per_channel (compare "
+                "--channels).",
+                what,
+                name.removeprefix("pos_"),
+            )
+        elif np.all(hi[counted] == lo[counted]):
             log.warning(
                 "%s: channel %r holds one value at each point over the training part (a "
                 "fixed attribute, e.g. an elevation or a third coordinate): its forecast is "
@@ -287,7 +309,10 @@ def fitted_scaler(
         scaler = StandardScaler().fit(stream.values[tr0:tr1], mask)
         check_resolution(stream, (tr0, tr1), scaler, what, max_abs_z, held_out)
         warn_flat_channels(scaler, stream.channel_names, what)
-        warn_fixed_per_point(stream.values[tr0:tr1], mask, scaler, stream.channel_names, what)
+        positions = position_channels(stream) if stream.moving else []
+        warn_fixed_per_point(
+            stream.values[tr0:tr1], mask, scaler, stream.channel_names, what, positions
+        )
     if scaler.num_channels != stream.num_channels:
         raise UserError(
             f"PointCloudDataModule: restored scaler has {scaler.num_channels} channels "
