@@ -71,7 +71,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from cloudlstm.engine.declared_metrics import MetricInfo, declared
+from cloudlstm.engine.declared_metrics import SSIM_K2, SSIM_L, MetricInfo, declared
 from cloudlstm.engine.quantile_metrics import quantile_infos
 from cloudlstm.engine.snapshots import Snapshots, zero_bounds
 
@@ -300,6 +300,14 @@ class ForecastMetrics(Metric):
             "num_instances": int(self.overall_count[0]),
             "v_max": v_max,
         }
+
+
+def ssim_blind_channels(std: Sequence[float], names: Sequence[str]) -> list[str]:
+    """The channels whose training spread ``std`` lies below the SSIM constants' scale
+    (``k2 L = 0.6`` in the data's units, the paper's ``L = 2``): ``c2`` outweighs their
+    variances, so their SSIM is near 1 whatever the forecast (a channel in fractions,
+    0.002 ± 0.001, scored 1 where the same data times 1,000 scored 0.84)."""
+    return [n for n, s in zip(names, std, strict=True) if float(s) < SSIM_K2 * SSIM_L]
 
 
 def _checked_std(std: Sequence[float], num_channels: int) -> tuple[float, ...]:

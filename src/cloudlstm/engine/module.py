@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -18,7 +19,11 @@ from torch.optim.lr_scheduler import ReduceLROnPlateau
 from cloudlstm.data.spec import SPEC_KEY, DataSpec, stored_spec
 from cloudlstm.engine.declared_metrics import declared, monitor_mode
 from cloudlstm.engine.distributed import gather_on_rank_zero
-from cloudlstm.engine.metrics import ForecastMetrics, quantile_forecast_metrics
+from cloudlstm.engine.metrics import (
+    ForecastMetrics,
+    quantile_forecast_metrics,
+    ssim_blind_channels,
+)
 from cloudlstm.engine.quantile_levels import check_calibration, check_quantiles
 from cloudlstm.engine.quantile_metrics import QUANTILE_DECLARED
 from cloudlstm.engine.quantile_module import QuantileForecasting
@@ -39,6 +44,8 @@ from cloudlstm.errors import UserError, replacing
 from cloudlstm.models.base import silence_output_head
 from cloudlstm.models.teacher import Teacher, taught
 from cloudlstm.nn.knn_finite import NonFiniteCoordinatesError
+
+log = logging.getLogger(__name__)
 
 LOSSES = ("mse", "mae")
 LOSS_WEIGHTS = ("equal", "real_units")
@@ -237,6 +244,7 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
         self.register_buffer("loss_channel_weights", None, persistent=False)
         # (window start t0, forecast, target) of each test batch, when saving predictions
         self._predictions: list[dict[str, np.ndarray]] = []
+        self._ssim_warned = False  # the SSIM constants' warning is given once
         self._init_quantiles()
         if spec is not None:
             self.use_spec(spec)
@@ -492,6 +500,23 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
     def on_fit_start(self) -> None:
         # before a resume's restore, which brings back the checkpoint's settings too
         self._configured = configured_settings(self.trainer, self._configured_patience)
+        self._warn_ssim_blind()
+
+    def _warn_ssim_blind(self) -> None:
+        """Once, before the first scores: the channels whose SSIM says nothing
+        (:func:`~cloudlstm.engine.metrics.ssim_blind_channels`)."""
+        if self._ssim_warned or not self.trainer.is_global_zero:
+            return
+        self._ssim_warned = True
+        blind = ssim_blind_channels(self.scaler.std, self.spec.channel_names)
+        if blind:
+            log.warning(
+                "SSIM takes the paper's constants in the data's units (L = 2, c2 = 0.36): "
+                "channel(s) %s spread less than 0.6 over the training part (their std), "
+                "which c2 outweighs, so their SSIM is near 1 whatever the forecast; rank on "
+                "MAE, RMSE or smae.",
+                ", ".join(map(repr, blind)),
+            )
 
     def on_train_start(self) -> None:
         self._loaded_step = None  # training moves on from a resumed checkpoint's weights
@@ -500,6 +525,7 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
 
     def on_test_start(self) -> None:
         self.prepare_quantiles()
+        self._warn_ssim_blind()
 
     def on_test_epoch_start(self) -> None:
         self.test_metrics.reset()
