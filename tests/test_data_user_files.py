@@ -346,6 +346,18 @@ def test_point_ids_are_kept_as_the_file_writes_them(tmp_path):
     assert stream_of(path).point_ids == ["007", "010", "100"]
 
 
+def test_a_table_written_with_its_times_as_index_reads_them(tmp_path, reference):
+    """``df.set_index("timestamp").to_parquet(...)`` (or ``.to_hdf``) keeps the times in
+    the index, which the long-format source never looked at: "lacks column(s)
+    ['timestamp'] ... Did you mean: 'timestamp' -> 'temp'?"."""
+    indexed = table().assign(timestamp=pd.to_datetime(table()["timestamp"]))
+    indexed = indexed.set_index("timestamp")
+    indexed.to_parquet(tmp_path / "indexed.parquet")
+    indexed.to_hdf(tmp_path / "indexed.h5", key="readings")
+    for name in ("indexed.parquet", "indexed.h5"):
+        assert_same_stream(stream_of(tmp_path / name), reference)
+
+
 def test_a_forecast_history_keeps_its_ids_as_written(tmp_path):
     """predict.py read 007 as 7 (no such training point), and a DataFrame's whole-number
     float ids as '7.0'."""

@@ -330,6 +330,10 @@ class LongFormatSource(CachedSource):
         """The file's rows, its key columns checked, and the channel columns."""
         # ids as text: a number would rewrite an id such as 007 (written_ids)
         df = read_table(self.path, "the long-format file", dtype={self.id_col: str})
+        if any(name is not None for name in df.index.names):
+            # a Parquet or HDF5 table written with its times (or ids) as its index: they
+            # are columns of the file as it was made
+            df = df.reset_index()
         keys = [self.time_col, self.id_col, *self.coord_cols]
         check_columns(
             df,
