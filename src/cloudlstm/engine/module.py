@@ -242,7 +242,8 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
         # (C,) with loss_weights=real_units, made at setup; a buffer, so that Lightning moves
         # it to the device with the module (not persistent: derived from the scaler)
         self.register_buffer("loss_channel_weights", None, persistent=False)
-        # (window start t0, forecast, target) of each test batch, when saving predictions
+        # each test batch's window starts t0, forecast, target, mask (and quantiles), when
+        # saving predictions
         self._predictions: list[dict[str, np.ndarray]] = []
         self._ssim_warned = False  # the SSIM constants' warning is given once
         self._init_quantiles()
