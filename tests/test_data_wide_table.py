@@ -312,6 +312,24 @@ def test_times_must_lie_on_a_regular_grid(tmp_path):
             source(tmp_path, channel=unnamed)
 
 
+def test_local_times_over_the_autumn_clock_change_say_which_hour_repeats(tmp_path):
+    """Local clock times write 02:00 twice the night the clocks go back: the line says so,
+    as data=points does."""
+    write_locations(tmp_path)
+    table = speeds(6)
+    local = pd.date_range("2024-10-27 00:00", periods=6, freq="h", tz="Europe/Berlin")
+    table.insert(0, "time", local.strftime("%Y-%m-%d %H:%M"))
+    table.to_csv(tmp_path / "local.csv", index=False)
+    with pytest.raises(UserError) as err:
+        source(tmp_path, path="local.csv", start=None, step=None).load()
+    assert str(err.value).endswith(
+        "the time 2024-10-27 02:00:00 has several rows (again at data row 3); a wide table "
+        "has one row per time step; if the file writes local clock times, that is the hour "
+        "which repeats when the clocks go back: write the times in UTC or with their offset "
+        "(2024-10-27T02:00:00+01:00), which are read as UTC."
+    )
+
+
 def test_repeated_columns_and_covariates_are_refused(tmp_path):
     write_locations(tmp_path)
     (tmp_path / "twice.csv").write_text("773869,773869\n1,2\n3,4\n")

@@ -36,6 +36,7 @@ from cloudlstm.data.sources.tables import (
     check_column_roles,
     check_columns,
     check_coordinate_columns,
+    clock_change_hint,
     id_text,
     numeric_column,
     parse_freq,
@@ -398,9 +399,11 @@ class WideTableSource(CachedSource):
         repeated = stamps.duplicated()
         if repeated.any():
             row = int(np.flatnonzero(repeated)[0])
+            # one time written twice: the hour local clock times repeat in autumn
+            hint = clock_change_hint() if repeated.sum() == 1 else ""
             raise UserError(
                 f"{what}: the time {stamps[row]} has several rows (again at data row {row}); "
-                "a wide table has one row per time step."
+                f"a wide table has one row per time step{hint}."
             )
         if self.start is not None and stamps.min() != self.start:
             raise UserError(
