@@ -209,6 +209,49 @@ def test_parquet_with_a_datetime_index(tmp_path):
     np.testing.assert_allclose(stream.values[..., 0], speeds().to_numpy(), rtol=1e-6)
 
 
+def test_times_written_as_text_in_an_index_are_read_as_the_times(tmp_path):
+    """A Parquet or HDF5 table whose index holds the times as text (not a DatetimeIndex):
+    the index was dropped unread, so the rows after an outage were counted from
+    data.source.start as if none were missing."""
+    write_locations(tmp_path)
+    table = speeds()
+    table.index = pd.date_range(T0, periods=len(table), freq="5min").strftime("%Y-%m-%d %H:%M")
+    table.index.name = "time"
+    outage = table.drop(table.index[10:13])  # three rows absent: a gap, not a shift
+    outage.to_parquet(tmp_path / "text.parquet")
+    outage.to_hdf(tmp_path / "text.h5", key="speed")
+    for name in ("text.parquet", "text.h5"):
+        stream = source(tmp_path, path=name).load()
+        assert stream.values.shape == (30, 4, 1) and stream.timestamps[0] == np.datetime64(T0)
+        assert not stream.mask[10:13].any() and stream.mask[13:].all()
+        np.testing.assert_allclose(stream.values[..., 0], speeds().to_numpy(), rtol=1e-6)
+
+
+def test_an_index_that_holds_no_times_is_refused_not_dropped(tmp_path):
+    """Row labels that are not times are named; row numbers (0, 1, 2, ...) are no times."""
+    write_locations(tmp_path)
+    table = speeds(6)
+    table.index = pd.Index([f"row {k}" for k in range(6)], name="label")
+    table.to_parquet(tmp_path / "labels.parquet")
+    with pytest.raises(UserError) as err:
+        source(tmp_path, path="labels.parquet").load()
+    message = str(err.value)
+    assert message.startswith("Cannot parse the timestamps in the index 'label' of file ")
+    assert message.endswith(
+        "If the index holds no times, write the table without it "
+        "(DataFrame.reset_index(drop=True) before saving it) or name the time column "
+        "(data.source.time_col)."
+    )
+    table.index = pd.MultiIndex.from_arrays([range(6), range(6)], names=["day", "hour"])
+    table.to_hdf(tmp_path / "levels.h5", key="speed")
+    with pytest.raises(UserError, match=r"levels\.h5 has an index of 2 levels \['day', 'hour'\]"):
+        source(tmp_path, path="levels.h5").load()
+    table.index = pd.Index(range(6)).astype("int64")  # row numbers, not a RangeIndex
+    table.to_parquet(tmp_path / "numbered.parquet")
+    stream = source(tmp_path, path="numbered.parquet").load()
+    assert stream.timestamps[0] == np.datetime64(T0) and stream.num_steps == 6
+
+
 # ---------------------------------------------------------------------------- errors
 def test_missing_files_say_where_to_get_them(los):
     hint = "Get them from example.org."
@@ -327,6 +370,55 @@ def test_local_times_over_the_autumn_clock_change_say_which_hour_repeats(tmp_pat
         "has one row per time step; if the file writes local clock times, that is the hour "
         "which repeats when the clocks go back: write the times in UTC or with their offset "
         "(2024-10-27T02:00:00+01:00), which are read as UTC."
+    )
+
+
+@pytest.mark.parametrize(
+    ("layout", "cause"),
+    [
+        (
+            "trailing",
+            "(each ends in a delimiter ','), so every column would be read one place "
+            "off; remove the ',' that ends each data row.",
+        ),
+        (
+            "r",
+            "(the header has no name for the first column, as R's write.table writes it), "
+            "so every column would be read one place off; add the first column's name at the "
+            "header's start (e.g. time,...; R: write.csv, or write.table with col.names=NA).",
+        ),
+    ],
+)
+def test_data_rows_with_a_field_more_than_the_header_are_refused(tmp_path, layout, cause):
+    """pandas takes a row's extra first field for its label and lays the header's names
+    one column off: point 773869 read 767541's values (each row ending in a delimiter), or
+    the times were dropped (R's write.table). The first point's values 0, 1, 2, ... make
+    that label a RangeIndex in pandas 3, as if there were none."""
+    write_locations(tmp_path)
+    values = np.arange(6)[:, None] + 10 * np.arange(len(IDS))[None, :]  # point 0: 0, 1, 2
+    times = pd.date_range(T0, periods=6, freq="5min").strftime("%Y-%m-%d %H:%M")
+    if layout == "trailing":
+        rows = [",".join(map(str, row)) + "," for row in values]
+    else:
+        rows = [f"{t}," + ",".join(map(str, row)) for t, row in zip(times, values, strict=True)]
+    path = tmp_path / "shifted.csv"
+    path.write_text("\n".join([",".join(IDS), *rows]) + "\n")
+    with pytest.raises(UserError) as err:
+        source(tmp_path, path="shifted.csv", missing_value=None).load()
+    prefix = f"Cannot read the wide table {path}: its data rows have one field more than its "
+    assert str(err.value) == f"{prefix}header {cause}"
+
+
+def test_a_positions_file_whose_rows_end_in_a_delimiter_is_named_so(los):
+    """Its ids were read from the x column and its x from the y column."""
+    rows = [f"{i},{x},{y}," for i, x, y in zip(IDS, LON, LAT, strict=True)]
+    (los / "trailing.csv").write_text("\n".join(["sensor_id,longitude,latitude", *rows]))
+    with pytest.raises(UserError) as err:
+        source(los, positions="trailing.csv").load()
+    assert str(err.value) == (
+        f"Cannot read the positions file {los / 'trailing.csv'}: its data rows have one field "
+        "more than its header (each ends in a delimiter ','), so every column would be read "
+        "one place off; remove the ',' that ends each data row."
     )
 
 

@@ -18,6 +18,7 @@ Used by :mod:`~cloudlstm.data.sources.long_format`, :mod:`~cloudlstm.data.source
 
 from __future__ import annotations
 
+import csv
 import difflib
 import importlib.util
 import itertools
@@ -564,10 +565,63 @@ def read_table(
         raise damaged_file(path, what, err) from None
     except ImportError as err:
         raise missing_codec(path, err) from None
+    if csv_kwargs.get("header", "infer") is not None:
+        refuse_row_labels(table, path, what, csv_kwargs.get("sep") or dialect.get("sep") or ",")
     if dialect.get("decimal") == "," and csv_kwargs.get("dtype") is str:
         # pandas applies `decimal` to the numbers it parses, not to text it keeps
         table = table.apply(lambda col: col.str.replace(_DECIMAL_COMMA, r"\1.\2", regex=True))
     return table
+
+
+def refuse_row_labels(table: pd.DataFrame, path: Path, what: str, sep: str) -> None:
+    """Refuse a CSV file whose data rows have more fields than its header (``sep``
+    separated): pandas takes the extra first field(s) as the rows' labels, its index, and
+    lays the header's names over the columns one place off (a trailing delimiter on each
+    row, or R's ``write.table(sep=",")``, whose header has no cell for the row names).
+
+    The index alone does not show it: pandas 3 makes labels that count evenly (``0, 1,
+    2``) a RangeIndex, as if the rows had none, so the first rows' fields are counted.
+
+    Raises:
+        UserError: naming the cause (a trailing delimiter, or a header one cell short)
+            and its fix.
+    """
+    beyond = _fields_beyond_header(path, sep)
+    index = table.index
+    plain = isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1
+    if not beyond and plain:
+        return
+    count = max(len(beyond), index.nlevels)
+    fields = "one field" if count == 1 else f"{count} fields"
+    if beyond and all(not field.strip() for field in beyond):
+        cause = f"each ends in a delimiter {sep!r}"
+        fix = f"remove the {sep!r} that ends each data row"
+    else:
+        cause = "the header has no name for the first column, as R's write.table writes it"
+        fix = (
+            f"add the first column's name at the header's start (e.g. time{sep}...; R: "
+            "write.csv, or write.table with col.names=NA)"
+        )
+    raise UserError(
+        f"Cannot read {what} {path}: its data rows have {fields} more than its header "
+        f"({cause}), so every column would be read one place off; {fix}."
+    )
+
+
+def _fields_beyond_header(path: Path, sep: str) -> list[str]:
+    """The fields of a CSV file's first data row past the number of its header's
+    (``[]``: none, or the file cannot be read here, which pandas then says)."""
+    if len(sep) != 1:  # a regular expression: no csv module dialect
+        return []
+    try:
+        with get_handle(path, "r", compression="infer", errors="replace") as handle:
+            rows = (row for row in csv.reader(handle.handle, delimiter=sep) if row)
+            header, first = next(rows, None), next(rows, None)
+    except (*DAMAGED, ValueError, ImportError, csv.Error):
+        return []
+    if header is None or first is None:
+        return []
+    return first[len(header) :]
 
 
 def _read_parquet(path: Path, what: str, **options: Any) -> pd.DataFrame:

@@ -59,7 +59,7 @@ __all__ = ["WideTableSource", "read_positions"]
 log = logging.getLogger(__name__)
 
 # Bump when the reading changes, so stale caches are not reused.
-_VERSION = 2
+_VERSION = 3
 # Names (lower case) a positions file's id column goes by, in the order they are looked for.
 ID_NAMES = ("id", "sensor_id", "cellid", "cell_id", "square_id", "station", "node_id")
 # Names (lower case) of a time column found without data.source.time_col.
@@ -93,9 +93,10 @@ class WideTableSource(CachedSource):
             coordinate columns (see :func:`read_positions`).
         root: the folder relative ``path``, ``positions`` and ``graph`` are in (None: as
             given).
-        time_col: the column of the times; None looks for them: the DatetimeIndex of an
-            HDF5 or Parquet file, a CSV's first column when its header is empty (a written
-            index, as in ``cellular_traffic.csv``), else a column named ``timestamp``,
+        time_col: the column of the times; None looks for them: the index of an HDF5 or
+            Parquet file (a DatetimeIndex, or times as text; not row numbers), a CSV's first
+            column when its header is empty (a written index, as in
+            ``cellular_traffic.csv``), else a column named ``timestamp``,
             ``time``, ``datetime`` or ``date``; a file with none of these has no time
             column (then ``start`` and ``step`` give the times).
         start: the first row's time for a file without time column (e.g.
@@ -269,10 +270,7 @@ class WideTableSource(CachedSource):
             timestamps, step = self._counted_times(len(frame), what)
         else:
             raw = index_times if time_col is None else frame[time_col]
-            label = "the index" if time_col is None else f"column {time_col!r}"
-            times = parse_times(
-                pd.Series(raw), f"{label} of {what}", self.time_format, self.time_unit
-            )
+            times = self._parse_times(raw, time_col, what)
             zoned = time_zone(pd.Series(raw), self.time_format, self.time_unit) is not None
             timestamps, step, values = self._on_grid(times, values, what)
         stream = build_stream(
@@ -290,8 +288,9 @@ class WideTableSource(CachedSource):
         return self.cached(stream, cache_path)
 
     def _read(self, path: Path, what: str, rows: int | None = None) -> tuple[pd.DataFrame, Any]:
-        """The table with text column names, and its DatetimeIndex (None: it has none);
-        ``rows``: read only the first rows (0: the columns)."""
+        """The table with text column names, and the index that holds its times (None: it
+        has none, see :func:`_index_times`); ``rows``: read only the first rows (0: the
+        columns)."""
         kind = table_format(path)
         index_times = None
         if kind == "csv":
@@ -307,8 +306,7 @@ class WideTableSource(CachedSource):
                 frame = read_hdf(path, "the wide table", self.key, rows)
             else:
                 frame = read_table(path, "the wide table")
-            if isinstance(frame.index, pd.DatetimeIndex):
-                index_times = frame.index
+            index_times = _index_times(frame.index, what)
             frame = frame.reset_index(drop=True)
             frame.columns = [id_text(c) for c in frame.columns]
         if rows is not None:
@@ -319,6 +317,27 @@ class WideTableSource(CachedSource):
         if frame.shape[1] == 0:
             raise UserError(f"{what} has no columns.")
         return frame, index_times
+
+    def _parse_times(self, raw: Any, time_col: str | None, what: str) -> np.ndarray:
+        """The times of column ``time_col``, or of the index ``raw`` (``time_col`` None),
+        as ``datetime64[ns]``; an index that does not read as times is refused with the
+        way to write the table without it."""
+        if time_col is not None:
+            where = f"column {time_col!r} of {what}"
+        elif getattr(raw, "name", None) is not None:
+            where = f"the index {raw.name!r} of {what}"
+        else:
+            where = f"the index of {what}"
+        try:
+            return parse_times(pd.Series(raw), where, self.time_format, self.time_unit)
+        except UserError as err:
+            if time_col is not None or isinstance(raw, pd.DatetimeIndex):
+                raise
+            raise UserError(
+                f"{err} If the index holds no times, write the table without it "
+                "(DataFrame.reset_index(drop=True) before saving it) or name the time column "
+                "(data.source.time_col)."
+            ) from None
 
     def _time_column(self, frame: pd.DataFrame, index_times: Any, what: str) -> str | None:
         """The column of the times (None: the index's, or none; see ``time_col``)."""
@@ -440,6 +459,31 @@ class WideTableSource(CachedSource):
             return None
         time_col = self._time_column(frame, index_times, what)
         return [c for c in frame.columns if c != time_col]
+
+
+def _index_times(index: pd.Index, what: str) -> pd.Index | None:
+    """The index of a Parquet or HDF5 table that holds its times: a DatetimeIndex, or any
+    other index but row numbers (a RangeIndex, or unnamed labels 0, 1, 2, ...), read as
+    times, which refuses one that is not (never dropped unread). None: row numbers.
+
+    Raises:
+        UserError: the index has several levels.
+    """
+    if isinstance(index, pd.MultiIndex):
+        raise UserError(
+            f"{what} has an index of {index.nlevels} levels {list(index.names)}: write the "
+            "times as its one index or as a column (DataFrame.reset_index())."
+        )
+    if isinstance(index, pd.DatetimeIndex):
+        return index
+    counted = np.arange(len(index))
+    if isinstance(index, pd.RangeIndex) or (
+        index.name is None
+        and pd.api.types.is_integer_dtype(index)
+        and np.array_equal(index, counted)
+    ):
+        return None
+    return index
 
 
 def read_positions(
