@@ -287,7 +287,7 @@ def test_a_written_index_is_no_channel(tmp_path, reference, caplog):
     """``DataFrame.to_csv`` writes the row numbers as an unnamed first column by default:
     it was forecast and scored as a channel ``Unnamed: 0``."""
     table().to_csv(path := tmp_path / "indexed.csv")
-    with caplog.at_level("INFO", logger="cloudlstm.data.sources.long_format"):
+    with caplog.at_level("INFO", logger="cloudlstm.data.sources.tables"):
         assert_same_stream(stream_of(path), reference)
     assert stream_of(path).channel_names == ["v"]
     assert "skipping column(s) without a name ['Unnamed: 0']" in caplog.text

@@ -252,6 +252,27 @@ def test_an_index_that_holds_no_times_is_refused_not_dropped(tmp_path):
     assert stream.timestamps[0] == np.datetime64(T0) and stream.num_steps == 6
 
 
+def test_row_numbers_written_by_to_csv_are_skipped_not_read_as_times(tmp_path, caplog):
+    """``DataFrame.to_csv`` writes the row numbers as a first column without a name, which
+    was taken for the times (refused as numbers, or read as 1970's first seconds with
+    data.source.time_unit=s): skipped, with an INFO line, as data=points skips it."""
+    write_locations(tmp_path)
+    speeds().to_csv(tmp_path / "numbered.csv")  # ",773869,..." then "0,60.0,..."
+    with caplog.at_level(logging.INFO, logger="cloudlstm.data.sources.tables"):
+        stream = source(tmp_path, path="numbered.csv").load()
+    assert stream.point_ids == IDS and stream.timestamps[0] == np.datetime64(T0)
+    np.testing.assert_allclose(stream.values[..., 0], speeds().to_numpy(), rtol=1e-6)
+    assert "skipping column(s) without a name ['Unnamed: 0']" in caplog.text
+    timed = speeds(6)
+    timed.insert(0, "timestamp", pd.date_range(T0, periods=6, freq="10min"))
+    timed.to_csv(tmp_path / "numbered_times.csv")  # ",timestamp,773869,..."
+    stream = source(tmp_path, path="numbered_times.csv", step=None).load()
+    assert stream.point_ids == IDS and stream.metadata["step_minutes"] == 10.0
+    for unit in (None, "s"):
+        with pytest.raises(UserError, match=r"numbered\.csv has no time column: give the first"):
+            source(tmp_path, path="numbered.csv", start=None, step=None, time_unit=unit).load()
+
+
 # ---------------------------------------------------------------------------- errors
 def test_missing_files_say_where_to_get_them(los):
     hint = "Get them from example.org."

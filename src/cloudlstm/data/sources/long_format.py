@@ -41,6 +41,7 @@ from cloudlstm.data.sources.tables import (
     parse_freq,
     pivot_long,
     read_table,
+    skip_written_index,
     written_ids,
 )
 from cloudlstm.data.sources.times import (
@@ -407,12 +408,8 @@ class LongFormatSource(CachedSource):
         others = [c for c in df.columns if c not in keys]
         unnamed = [str(c) for c in others if str(c).startswith(_UNNAMED)]
         if unnamed:
-            log.info(
-                "%s: skipping column(s) without a name %s (an index written with the rows); "
-                "name a column and list it in data.source.value_cols to forecast it.",
-                self.path,
-                unnamed,
-            )
+            keep = "name a column and list it in data.source.value_cols to forecast it."
+            skip_written_index(self.path, unnamed, keep)
             others = [c for c in others if str(c) not in unnamed]
         numeric = [str(c) for c in others if mostly_numeric(df[c])]
         skipped = [str(c) for c in others if str(c) not in numeric]

@@ -57,6 +57,7 @@ __all__ = [
     "pivot_long",
     "read_hdf",
     "read_table",
+    "skip_written_index",
     "warn_dropped_points",
 ]
 
@@ -622,6 +623,18 @@ def _fields_beyond_header(path: Path, sep: str) -> list[str]:
     if header is None or first is None:
         return []
     return first[len(header) :]
+
+
+def skip_written_index(path: Path | str, names: Sequence[str], keep: str) -> None:
+    """Say that the columns ``names`` of ``path``, without a name in its header, are not
+    read: an index written with the rows (the row numbers ``DataFrame.to_csv`` writes as
+    its first column by default); ``keep``: how to read such a column after all."""
+    log.info(
+        "%s: skipping column(s) without a name %s (an index written with the rows); %s",
+        path,
+        list(names),
+        keep,
+    )
 
 
 def _read_parquet(path: Path, what: str, **options: Any) -> pd.DataFrame:

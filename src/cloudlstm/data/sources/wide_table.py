@@ -44,6 +44,7 @@ from cloudlstm.data.sources.tables import (
     pivot_long,
     read_hdf,
     read_table,
+    skip_written_index,
 )
 from cloudlstm.data.sources.times import (
     TIMES_ZONED_KEY,
@@ -59,7 +60,7 @@ __all__ = ["WideTableSource", "read_positions"]
 log = logging.getLogger(__name__)
 
 # Bump when the reading changes, so stale caches are not reused.
-_VERSION = 3
+_VERSION = 4
 # Names (lower case) a positions file's id column goes by, in the order they are looked for.
 ID_NAMES = ("id", "sensor_id", "cellid", "cell_id", "square_id", "station", "node_id")
 # Names (lower case) of a time column found without data.source.time_col.
@@ -96,7 +97,8 @@ class WideTableSource(CachedSource):
         time_col: the column of the times; None looks for them: the index of an HDF5 or
             Parquet file (a DatetimeIndex, or times as text; not row numbers), a CSV's first
             column when its header is empty (a written index, as in
-            ``cellular_traffic.csv``), else a column named ``timestamp``,
+            ``cellular_traffic.csv``; one that numbers the rows 0, 1, 2, ... is skipped),
+            else a column named ``timestamp``,
             ``time``, ``datetime`` or ``date``; a file with none of these has no time
             column (then ``start`` and ``step`` give the times).
         start: the first row's time for a file without time column (e.g.
@@ -258,6 +260,7 @@ class WideTableSource(CachedSource):
         path, positions = self.input_files()
         what = f"file {path}"
         frame, index_times = self._read(path, what)
+        frame = self._without_row_numbers(frame, path)
         time_col = self._time_column(frame, index_times, what)
         columns = [c for c in frame.columns if c != time_col]
         ids = self._point_ids(columns, what)
@@ -338,6 +341,21 @@ class WideTableSource(CachedSource):
                 "(DataFrame.reset_index(drop=True) before saving it) or name the time column "
                 "(data.source.time_col)."
             ) from None
+
+    def _without_row_numbers(self, frame: pd.DataFrame, path: Path) -> pd.DataFrame:
+        """``frame`` without its first column where that column has no name and numbers
+        the rows 0, 1, 2, ...: the index ``DataFrame.to_csv`` writes by default, which
+        read as times would be 1970's first seconds. A nameless first column of times (a
+        written DatetimeIndex, Milan's ``cellular_traffic.csv``) stays."""
+        if frame.shape[1] == 0 or frame.columns[0] != "" or self.wide_time_col == "":
+            return frame
+        first = frame.iloc[:, 0]
+        counted = np.arange(len(frame))
+        if not pd.api.types.is_integer_dtype(first) or not np.array_equal(first, counted):
+            return frame
+        keep = "name it in the header and in data.source.time_col to read it as the times."
+        skip_written_index(path, ["Unnamed: 0"], keep)
+        return frame.iloc[:, 1:]
 
     def _time_column(self, frame: pd.DataFrame, index_times: Any, what: str) -> str | None:
         """The column of the times (None: the index's, or none; see ``time_col``)."""
