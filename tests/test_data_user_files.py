@@ -152,6 +152,46 @@ def test_numbers_are_refused_without_a_unit_and_read_with_one(tmp_path, referenc
     assert_same_stream(stream_of(path, time_unit="ms"), reference)
 
 
+def test_unix_times_in_the_wrong_unit_are_refused_not_wrapped_to_other_dates(tmp_path):
+    """pandas 3 reads milliseconds taken for seconds (the year 55969) in microseconds without
+    a word; cast to nanoseconds they wrapped around to dates in 2190-2202, and a run trained."""
+    df = table().assign(timestamp=np.repeat(UNIX * 1000, N))
+    df.to_csv(path := tmp_path / "unix_ms.csv", index=False)
+    with pytest.raises(UserError) as err:
+        stream_of(path, time_unit="s")
+    assert str(err.value) == (
+        f"column 'timestamp' of file {path}: data row 0 holds {UNIX[0] * 1000}, and as many s "
+        "since 1970-01-01 are beyond the dates pandas holds (1677-2262): are the numbers "
+        "counted in s (time_unit=s)? Counted in ms they run from 2024-01-01 00:00 to "
+        "2024-01-02 15:00: give time_unit=ms if so."
+    )
+
+
+@pytest.mark.parametrize("typo", ["3024-01-01 02:00:00", "1024-01-01 02:00:00"])
+def test_a_date_beyond_2262_is_named_by_its_row(tmp_path, typo):
+    """It was read, then wrapped around: the grid check named another row and a grid from
+    1854."""
+    df = table().assign(timestamp=lambda d: d["timestamp"].dt.strftime("%Y-%m-%d %H:%M:%S"))
+    df.loc[12, "timestamp"] = typo
+    df.to_csv(path := tmp_path / "typo.csv", index=False)
+    with pytest.raises(UserError) as err:
+        stream_of(path)
+    assert str(err.value) == (
+        f"column 'timestamp' of file {path}: data row 12, {typo!r}, is beyond the dates "
+        "pandas holds (1677-2262): correct or remove that row."
+    )
+
+
+def test_a_forecast_history_dated_beyond_2262_is_refused():
+    history = table()[lambda d: d["id"].isin(["p0", "p1"])].reset_index(drop=True)
+    history.loc[3, "timestamp"] = pd.Timestamp("3024-01-01").as_unit("us")
+    with pytest.raises(UserError, match=r"data row 3, '3024-01-01 00:00:00', is beyond"):
+        build_input(history, spec())
+    unix = history.assign(timestamp=np.repeat(UNIX * 1000, 2))
+    with pytest.raises(UserError, match=r"are the numbers counted in s .* give time_unit=ms"):
+        build_input(unix, spec(time_unit="s"))
+
+
 def test_dates_written_as_digits_read_with_their_format(tmp_path, reference):
     df = table().assign(timestamp=np.repeat(STAMPS.strftime("%Y%m%d%H").astype(int), N))
     df.to_csv(path := tmp_path / "digits.csv", index=False)

@@ -112,7 +112,26 @@ def parse_times(
         )
     if getattr(parsed.dt, "tz", None) is not None:
         parsed = parsed.dt.tz_convert("UTC").dt.tz_localize(None)
-    return parsed.to_numpy(dtype="datetime64[ns]")
+    return _nanoseconds(parsed, column, what)
+
+
+def _nanoseconds(parsed: pd.Series, column: pd.Series, what: str) -> np.ndarray:
+    """``parsed`` as ``datetime64[ns]``: pandas 3 reads a date beyond the nanoseconds'
+    1677-2262 (a typo: 3024) in microseconds, and a plain cast would wrap it around to
+    another date in silence.
+
+    Raises:
+        UserError: names the first row beyond, as ``column`` writes it.
+    """
+    beyond = np.flatnonzero(((parsed < pd.Timestamp.min) | (parsed > pd.Timestamp.max)).to_numpy())
+    if len(beyond):
+        row = int(beyond[0])
+        others = f" ({len(beyond)} such rows)" if len(beyond) > 1 else ""
+        raise UserError(
+            f"{what}: data row {row}, {str(column.iloc[row])!r}, is beyond the dates pandas "
+            f"holds (1677-2262){others}: correct or remove that row."
+        )
+    return parsed.dt.as_unit("ns").to_numpy()  # as_unit raises where the check missed one
 
 
 def _setting(options: str, key: str, value: str) -> str:
@@ -143,19 +162,46 @@ def _numbers_given(column: pd.Series, what: str, options: str | None) -> str:
 def _counted(column: pd.Series, what: str, unit: str) -> pd.Series:
     """Numbers of ``unit`` since 1970-01-01 UTC as datetimes."""
     numbers = pd.to_numeric(column, errors="coerce")
-    bad = np.flatnonzero((numbers.isna() & column.notna()).to_numpy())
+    bad = np.flatnonzero(((numbers.isna() & column.notna()) | np.isinf(numbers)).to_numpy())
     if len(bad):
         raise UserError(
             f"{what}: data row {int(bad[0])} holds {column.iloc[bad[0]]!r}, not a number of "
             f"{unit} since 1970-01-01 (time_unit={unit})."
         )
-    try:
-        return pd.to_datetime(numbers, unit=unit)
-    except (ValueError, OverflowError):
+    beyond = np.flatnonzero(_beyond(numbers, unit))
+    if len(beyond):
+        row = int(beyond[0])
         raise UserError(
-            f"{what}: {_first_value(numbers)!r} {unit} since 1970-01-01 is beyond the dates "
-            f"pandas holds (1677-2262): are the numbers counted in {unit} (time_unit={unit})?"
-        ) from None
+            f"{what}: data row {row} holds {_item(numbers.iloc[row])!r}, and as many {unit} "
+            f"since 1970-01-01 are beyond the dates pandas holds (1677-2262): are the numbers "
+            f"counted in {unit} (time_unit={unit})?{_finer_unit(numbers, unit)}"
+        )
+    return pd.to_datetime(numbers, unit=unit)
+
+
+# nanoseconds in one of TIME_UNITS
+_NANOSECONDS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
+
+
+def _beyond(numbers: pd.Series, unit: str) -> np.ndarray:
+    """Which ``numbers`` of ``unit`` since 1970 lie beyond the nanoseconds' 1677-2262: pandas
+    3 reads them in microseconds, and as nanoseconds they would wrap around to other dates."""
+    ns = numbers.to_numpy(dtype=float, na_value=np.nan) * _NANOSECONDS[unit]
+    with np.errstate(invalid="ignore", over="ignore"):
+        return (ns < pd.Timestamp.min.value) | (ns > pd.Timestamp.max.value)
+
+
+def _finer_unit(numbers: pd.Series, unit: str) -> str:
+    """The first unit finer than ``unit`` that dates every number, with the dates it gives
+    (milliseconds read as seconds); "" where none does."""
+    for finer in TIME_UNITS[TIME_UNITS.index(unit) + 1 :]:
+        if not _beyond(numbers, finer).any():
+            dates = pd.to_datetime(numbers, unit=finer)
+            return (
+                f" Counted in {finer} they run from {dates.min():%Y-%m-%d %H:%M} to "
+                f"{dates.max():%Y-%m-%d %H:%M}: give time_unit={finer} if so."
+            )
+    return ""
 
 
 def _dated(column: pd.Series, what: str, time_format: str | None, options: str | None) -> pd.Series:
@@ -284,7 +330,11 @@ def _quiet_guess() -> Iterator[None]:
 
 def _first_value(column: pd.Series) -> Any:
     filled = column.dropna()
-    value = filled.iloc[0] if len(filled) else None
+    return _item(filled.iloc[0] if len(filled) else None)
+
+
+def _item(value: Any) -> Any:
+    """A NumPy scalar as the Python number it holds (shown as the file writes it)."""
     return value.item() if isinstance(value, np.generic) else value
 
 
