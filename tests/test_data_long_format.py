@@ -100,6 +100,9 @@ def test_freq_is_inferred_or_given(tmp_path):
         LongFormatSource(path, freq="10min").load()
     with pytest.raises(ValueError, match=r"^data\.source\.freq='often': give a positive duration"):
         LongFormatSource(path, freq="often")
+    # not 60 ns, which the grid's message showed as freq=0 days 00:00:00.000000060
+    with pytest.raises(UserError, match=r"^data\.source\.freq=60 has no unit: give a duration"):
+        LongFormatSource(path, freq=60)
 
 
 def test_explicit_value_columns_and_three_dimensions(tmp_path):

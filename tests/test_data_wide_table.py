@@ -443,6 +443,36 @@ def test_a_positions_file_whose_rows_end_in_a_delimiter_is_named_so(los):
     )
 
 
+@pytest.mark.parametrize("step", [5, "5", 5.0, " 5 "])
+def test_a_step_without_a_unit_is_refused_not_read_as_nanoseconds(los, step):
+    """Hydra passes ``data.source.step=5`` as 5, which pandas reads as 5 ns: a run trained
+    on steps of 0 days 00:00:00.000000005."""
+    with pytest.raises(UserError) as err:
+        source(los, step=step)
+    assert str(err.value) == (
+        f"data.source.step={str(step).strip()} has no unit: give a duration such as 5min or "
+        "1h (data.source.step=5min)."
+    )
+    for written in ("5min", "300s"):
+        stream = source(los, step=written).load()
+        assert stream.timestamps[1] - stream.timestamps[0] == np.timedelta64(5, "m")
+
+
+def test_a_start_given_as_a_number_is_refused_not_read_as_nanoseconds(los):
+    """pandas reads 1330560000 as nanoseconds since 1970: 1970-01-01 00:00:01.33."""
+    with pytest.raises(UserError) as err:
+        source(los, start=1330560000)
+    assert str(err.value) == (
+        "data.source.start=1330560000 is a number, not a date: write the date quoted, e.g. "
+        "'2012-03-01 00:00' (1330560000 as Unix time in s)."
+    )
+    with pytest.raises(UserError, match=r"^data\.source\.start=2012 is a number, not a date: "
+                       r"write the date quoted, e\.g\. '2012-03-01 00:00'\.$"):  # fmt: skip
+        source(los, start=2012)
+    for written in ("2012-03-01", "20120301"):  # text of digits is a date, as pandas reads it
+        assert source(los, start=written).load().timestamps[0] == np.datetime64(T0)
+
+
 def test_repeated_columns_and_covariates_are_refused(tmp_path):
     write_locations(tmp_path)
     (tmp_path / "twice.csv").write_text("773869,773869\n1,2\n3,4\n")

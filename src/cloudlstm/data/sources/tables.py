@@ -52,6 +52,7 @@ __all__ = [
     "id_text",
     "infer_step",
     "interpolate_gaps",
+    "is_bare_number",
     "numeric_column",
     "parse_freq",
     "pivot_long",
@@ -71,7 +72,16 @@ _ISO_OFFSET_EXAMPLE = "2024-10-27T02:00:00+01:00"
 # ---------------------------------------------------------------------- time grid
 def parse_freq(freq: Any, option: str = "freq") -> np.timedelta64:
     """``"1h"``, ``"5min"``, ``"30s"`` or a timedelta -> a positive ``timedelta64[ns]``;
-    ``option``: the setting that gave it, named in the error."""
+    ``option``: the setting that gave it, named in the error.
+
+    A number without a unit (``5``, ``"5"``) is refused: pandas would read it as
+    nanoseconds, and a run would train on steps of 5 ns.
+    """
+    if is_bare_number(freq):
+        raise UserError(
+            f"{option}={str(freq).strip()} has no unit: give a duration such as 5min or 1h "
+            f"({option}=5min)."
+        )
     try:
         step = pd.Timedelta(freq).to_timedelta64()
     except (ValueError, TypeError):
@@ -81,6 +91,22 @@ def parse_freq(freq: Any, option: str = "freq") -> np.timedelta64:
             f"{option}={freq!r}: give a positive duration such as '1h', '5min' or '30s'."
         )
     return step
+
+
+def is_bare_number(value: Any, text: bool = True) -> bool:
+    """Whether a setting is a number: an int or float, as Hydra passes ``5``, or (``text``)
+    text of one (``"5"``, ``"1.5"``)."""
+    if isinstance(value, bool | np.timedelta64):  # NumPy counts a timedelta64 an integer
+        return False
+    if isinstance(value, int | float | np.number):
+        return True
+    if not text or not isinstance(value, str):
+        return False
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_number(value: Any, option: str) -> float:

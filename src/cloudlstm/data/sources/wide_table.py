@@ -38,6 +38,7 @@ from cloudlstm.data.sources.tables import (
     check_coordinate_columns,
     clock_change_hint,
     id_text,
+    is_bare_number,
     numeric_column,
     parse_freq,
     parse_number,
@@ -589,7 +590,14 @@ def _is_number(text: str) -> bool:
 
 
 def _timestamp(value: Any, option: str) -> pd.Timestamp:
-    """``value`` as a naive (UTC) timestamp; a :class:`UserError` naming ``option``."""
+    """``value`` as a naive (UTC) timestamp; a :class:`UserError` naming ``option``.
+
+    A number (``1330560000``, as Hydra passes it unquoted) is refused: pandas would read it
+    as nanoseconds since 1970, and the rows would be dated 1970-01-01 00:00:01. Text of
+    digits is a date (``"20120301"``, ``"2012"``), as pandas reads it.
+    """
+    if is_bare_number(value, text=False):
+        raise UserError(f"{option}={value} is a number, not a date: {_date_instead(value)}")
     try:
         stamp = pd.Timestamp(value)
     except (ValueError, TypeError):
@@ -597,3 +605,15 @@ def _timestamp(value: Any, option: str) -> pd.Timestamp:
     if pd.isna(stamp):
         raise UserError(f"{option}={value!r} is not a date/time such as '2012-03-01 00:00'.")
     return stamp.tz_convert("UTC").tz_localize(None) if stamp.tz is not None else stamp
+
+
+def _date_instead(number: Any) -> str:
+    """The fix for a start given as a number: a date, shown as the number's reading as Unix
+    time in seconds where that falls in 1990-2100, else an example."""
+    try:
+        unix = pd.Timestamp(float(number), unit="s")
+    except (ValueError, OverflowError):
+        unix = pd.NaT
+    if not pd.isna(unix) and pd.Timestamp("1990") <= unix < pd.Timestamp("2100"):
+        return f"write the date quoted, e.g. '{unix:%Y-%m-%d %H:%M}' ({number} as Unix time in s)."
+    return "write the date quoted, e.g. '2012-03-01 00:00'."
