@@ -288,6 +288,68 @@ def test_semicolon_and_tab_files_read_like_comma_files(tmp_path, reference, name
     assert_same_stream(stream_of(path), reference)
 
 
+def thousands(rows: int) -> list[str]:
+    """Counts 800-3000 as a spreadsheet writes them with thousands separators: ``2,585``
+    beside ``988``."""
+    return [f"{v:,}" for v in np.random.default_rng(3).integers(800, 3000, rows)]
+
+
+def wide_counts(tmp_path: Path, sep: str) -> Path:
+    """A wide table of :func:`thousands`, with its positions file ``pos.csv``."""
+    wide = table().pivot(index="timestamp", columns="id", values="v")
+    wide = wide.apply(lambda column: thousands(len(column)))
+    table().drop_duplicates("id")[["id", "x", "y"]].to_csv(tmp_path / "pos.csv", index=False)
+    wide.rename_axis("time").reset_index().to_csv(path := tmp_path / "counts.csv", sep=sep,
+                                                   index=False)  # fmt: skip
+    return path
+
+
+@pytest.mark.parametrize(("sep", "name"), [("\t", "tabs"), (";", "semicolons")])
+def test_thousands_separators_are_refused_not_read_as_decimal_commas(tmp_path, sep, name):
+    """2,585 was read as 2.585 beside 988: values 1000 times off, with an INFO line alone."""
+    path = wide_counts(tmp_path, sep)
+    cell = next(c for c in pd.read_csv(path, sep=sep).iloc[:, 1:].to_numpy().ravel() if "," in c)
+    with pytest.raises(UserError) as err:
+        WideTableSource(path, tmp_path / "pos.csv").load()
+    assert str(err.value) == (
+        f"The wide table {path} (columns separated by {name}) writes numbers such as "
+        f"{cell!r}, which read as {cell.replace(',', '')} with a thousands separator or as "
+        f"{cell.replace(',', '.')} with a decimal comma, and no cell of its first rows tells "
+        f"which: write the numbers without thousands separators ({cell.replace(',', '')}), or "
+        f"their decimals with a point ({cell.replace(',', '.')})."
+    )
+
+
+def test_thousands_separators_are_refused_in_points_and_positions_files(tmp_path):
+    counts = table().assign(v=lambda d: thousands(len(d)))
+    counts.to_csv(path := tmp_path / "counts.csv", sep="\t", index=False)
+    with pytest.raises(UserError, match=r"^The long-format file .* writes numbers such as '\d,"):
+        stream_of(path)
+    positions = pd.DataFrame({"id": ["p0", "p1"], "x": ["34,154", "1,250"], "y": [1, 2]})
+    positions.to_csv(path := tmp_path / "pos.csv", sep=";", index=False)
+    with pytest.raises(UserError, match=r"^The positions file .* such as '34,154', which read "
+                       r"as 34154 with a thousands separator or as 34\.154"):  # fmt: skip
+        read_positions(path)
+
+
+def test_decimal_commas_that_cannot_be_thousands_separators_read_once_said(tmp_path, caplog):
+    """A comma after a leading 0, or before other than 3 digits, is a decimal comma; the
+    INFO line saying so was written twice for a wide table (its header is read apart)."""
+    wide = pd.DataFrame({"time": STAMPS[:3], "p0": ["1,250", "0,125", "988"],
+                         "p1": ["12,5", "3,14159", "1234,567"]})  # fmt: skip
+    wide.to_csv(path := tmp_path / "dec.csv", sep="\t", index=False)
+    pd.DataFrame({"id": ["p0", "p1"], "x": [0, 1], "y": [1, 0]}).to_csv(
+        tmp_path / "pos.csv", index=False
+    )
+    with caplog.at_level("INFO", logger="cloudlstm.data.sources.tables"):
+        stream = WideTableSource(path, tmp_path / "pos.csv").load()
+    np.testing.assert_allclose(
+        stream.values[..., 0], [[1.25, 12.5], [0.125, 3.14159], [988, 1234.567]], rtol=1e-6
+    )
+    said = [r.getMessage() for r in caplog.records if "columns separated by" in r.getMessage()]
+    assert said == [f"{path}: columns separated by '\\t', decimal commas."]
+
+
 def test_a_positions_file_with_decimal_commas_reads_its_coordinates(tmp_path):
     positions = table().drop_duplicates("id")[["id", "x", "y"]]
     positions.to_csv(path := tmp_path / "pos.csv", index=False, sep=";", decimal=",")

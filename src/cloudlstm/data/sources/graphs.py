@@ -31,7 +31,14 @@ import numpy as np
 import pandas as pd
 
 from cloudlstm.data.sources.cut_short import refuse_cut_short
-from cloudlstm.data.sources.tables import DAMAGED, case_hint, csv_dialect, damaged_file, id_text
+from cloudlstm.data.sources.tables import (
+    DAMAGED,
+    SEPARATOR_NAMES,
+    case_hint,
+    csv_dialect,
+    damaged_file,
+    id_text,
+)
 from cloudlstm.errors import MissingFileError, UserError
 
 __all__ = ["GRAPH_SUFFIXES", "graph_among", "read_graph"]
@@ -40,8 +47,6 @@ log = logging.getLogger(__name__)
 
 GRAPH_SUFFIXES = (".pkl", ".pickle", ".csv", ".npy")
 OPTION = "data.source.graph"
-# Column separators other than a comma, named in the error of a cell that holds one
-SEPARATORS = {"\t": "tabs", ";": "semicolons"}
 
 
 def read_graph(path: Path, column_ids: Sequence[str] | None) -> tuple[list[str], np.ndarray]:
@@ -221,7 +226,7 @@ def _read_matrix(path: Path, kind: str) -> np.ndarray:
             return _as_matrix(np.load(path, allow_pickle=False), f"{OPTION}={path}")
         except (OSError, ValueError) as err:
             raise UserError(f"Cannot read {OPTION}={path} as a .npy array: {err}") from None
-    dialect = csv_dialect(path)  # its first row stands for a header: tabs, semicolons
+    dialect = csv_dialect(path, "the graph")  # its first row stands for a header: tabs, semicolons
     refuse_cut_short(path, "the graph", dialect.get("sep", ","))
     try:
         table = pd.read_csv(path, header=None, **dialect)
@@ -234,7 +239,7 @@ def _read_matrix(path: Path, kind: str) -> np.ndarray:
     if bad.to_numpy().any():
         i, j = np.argwhere(bad.to_numpy())[0]
         cell = str(table.iat[i, j])
-        separators = [name for sep, name in SEPARATORS.items() if sep in cell]
+        separators = [name for sep, name in SEPARATOR_NAMES.items() if sep in cell]
         if separators:
             hint = (
                 f" (it holds {separators[0]}: a file separated by {separators[0]} is read as "

@@ -539,6 +539,10 @@ def missing_codec(path: Path, err: ImportError) -> MissingPackageError:
 
 # A number written with a decimal comma: "-0,25", "12,5e-3"
 _DECIMAL_COMMA = re.compile(r"^([+-]?\d+),(\d+(?:[eE][+-]?\d+)?)$")
+# ... that reads as well as a whole number with a thousands separator: "2,585", "-12,500"
+_THOUSANDS_COMMA = re.compile(r"[+-]?[1-9]\d{0,2}(?:,\d{3})+")
+# Column separators other than a comma, as messages name them
+SEPARATOR_NAMES = {"\t": "tabs", ";": "semicolons"}
 
 
 def read_table(
@@ -570,7 +574,7 @@ def read_table(
         return _read_parquet(path, what)
     if suffix in HDF_SUFFIXES:
         return read_hdf(path, what, hdf_key)
-    dialect = {} if "sep" in csv_kwargs else csv_dialect(path)
+    dialect = {} if "sep" in csv_kwargs else csv_dialect(path, what)
     refuse_cut_short(path, what, csv_kwargs.get("sep") or dialect.get("sep") or ",")
     try:
         table = pd.read_csv(path, **dialect, **csv_kwargs)
@@ -706,13 +710,18 @@ def _partitions_as_text(folder: Path) -> Any:
     return ds.partitioning(pa.schema([(key, pa.string()) for key in sorted(keys)]), flavor="hive")
 
 
-def csv_dialect(path: Path, lines: int = 50) -> dict[str, str]:
+def csv_dialect(path: Path, what: str = "the file", lines: int = 50) -> dict[str, str]:
     """How a CSV file separates its columns and decimals, when not as pandas assumes.
 
     A header without a comma but with a semicolon or a tab gives that separator (as
     spreadsheets write CSV in many locales); with such a separator, a cell of the first
     ``lines`` rows written as a decimal-comma number (``-0,25``) gives ``decimal=","``.
-    Returns ``read_csv`` arguments, ``{}`` for a comma-separated file.
+    Returns ``read_csv`` arguments, ``{}`` for a comma-separated file; ``what`` names the
+    file in the error.
+
+    Raises:
+        UserError: every such cell reads as well as a number with thousands separators
+            (``2,585``): :func:`_refuse_thousands_or_decimals`.
     """
     try:
         with get_handle(path, "r", compression="infer", errors="replace") as handle:
@@ -724,9 +733,25 @@ def csv_dialect(path: Path, lines: int = 50) -> dict[str, str]:
     if sep is None:
         return {}
     cells = (cell.strip() for line in head[1:] for cell in line.split(sep))
-    comma = any(_DECIMAL_COMMA.fullmatch(cell) for cell in cells)
+    commas = [cell for cell in cells if _DECIMAL_COMMA.fullmatch(cell)]
+    if commas and all(_THOUSANDS_COMMA.fullmatch(cell) for cell in commas):
+        raise _refuse_thousands_or_decimals(path, what, sep, commas[0])
+    comma = bool(commas)
     log.info("%s: columns separated by %r%s.", path, sep, ", decimal commas" if comma else "")
     return {"sep": sep, **({"decimal": ","} if comma else {})}
+
+
+def _refuse_thousands_or_decimals(path: Path, what: str, sep: str, cell: str) -> UserError:
+    """The line for a file whose commas are thousands separators as well as decimal commas
+    (``2,585``: 2585 or 2.585): read either way, numbers would be 1000 times off, or mix
+    with ``988`` written without one."""
+    return UserError(
+        f"{what[:1].upper()}{what[1:]} {path} (columns separated by {SEPARATOR_NAMES[sep]}) "
+        f"writes numbers such as {cell!r}, which read as {cell.replace(',', '')} with a "
+        f"thousands separator or as {cell.replace(',', '.')} with a decimal comma, and no cell "
+        f"of its first rows tells which: write the numbers without thousands separators "
+        f"({cell.replace(',', '')}), or their decimals with a point ({cell.replace(',', '.')})."
+    )
 
 
 def _hdf5_reason(err: BaseException) -> str:

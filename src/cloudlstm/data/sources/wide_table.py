@@ -37,6 +37,7 @@ from cloudlstm.data.sources.tables import (
     check_columns,
     check_coordinate_columns,
     clock_change_hint,
+    csv_dialect,
     id_text,
     is_bare_number,
     numeric_column,
@@ -299,10 +300,17 @@ class WideTableSource(CachedSource):
         index_times = None
         if kind == "csv":
             # the header as written: pandas renames repeated names ("a", "a.1") and empty ones
+            dialect = csv_dialect(path, "the wide table")  # once: it says what it found
             header = read_table(
-                path, "the wide table", header=None, nrows=1, dtype=str, keep_default_na=False
+                path,
+                "the wide table",
+                header=None,
+                nrows=1,
+                dtype=str,
+                keep_default_na=False,
+                sep=dialect.get("sep", ","),
             )
-            frame = read_table(path, "the wide table", nrows=rows)
+            frame = read_table(path, "the wide table", nrows=rows, **dialect)
             if header.shape[1] == frame.shape[1]:
                 frame.columns = [str(c).strip() for c in header.iloc[0]]
         else:
