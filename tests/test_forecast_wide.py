@@ -142,6 +142,17 @@ def test_times_in_an_unnamed_first_column_as_pandas_writes_an_index(forecaster, 
     pd.testing.assert_frame_equal(forecaster.forecast(history), expected)
 
 
+def test_row_numbers_written_by_to_csv_are_no_times_nor_a_point(forecaster, tmp_path):
+    """``wide.to_csv(path)`` with the default index: header ``,<sensors...>,timestamp``
+    and rows numbered 0, 1, 2, ... The numbers were refused as a column of no training
+    point; they are skipped, and the times read from their column."""
+    wide(RECENT).reset_index(drop=True).to_csv(tmp_path / "recent.csv")
+    history = read_history(tmp_path / "recent.csv")
+    assert history.columns[0] == "Unnamed: 0"
+    expected = forecaster.forecast(wide(RECENT))
+    pd.testing.assert_frame_equal(forecaster.forecast(history), expected)
+
+
 def test_a_history_names_its_times_as_the_training_table_did(tmp_path):
     """A run trained with ``data.source.time_col=ts`` reads a wide history's ``ts`` column;
     the description stores the name, and a history without it is refused naming it."""

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from cloudlstm.data.sources.bad_values import channel_values
-from cloudlstm.data.sources.tables import case_hint, clock_change_hint, id_text
+from cloudlstm.data.sources.tables import case_hint, clock_change_hint, id_text, written_row_numbers
 from cloudlstm.data.sources.wide_table import TIME_NAMES
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
@@ -81,7 +81,7 @@ def long_history(
             f"model reads {len(channels)} ({', '.join(channels)}): give the long format, "
             f"columns {[info.time_col, info.id_col, *info.coord_cols, *channels]}."
         )
-    frame, time_col = _with_time_column(df, info, what)
+    frame, time_col = _with_time_column(_without_row_numbers(df), info, what)
     frame = _without_empty_strangers(frame, time_col, trained, what)
     columns = [c for c in frame.columns if c != time_col]
     ids = [id_text(c) for c in columns]
@@ -165,6 +165,16 @@ def _refuse_repeated_times(times: pd.Series, what: str) -> None:
         f"{', '.join(map(str, rows[:SHOWN]))}){others}: a wide table holds one row per time, "
         f"so keep one of each{hint}."
     )
+
+
+def _without_row_numbers(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` without a nameless first column that numbers its rows (the index
+    ``DataFrame.to_csv`` writes: :func:`written_row_numbers`), which would be read as the
+    times, or refused as a column of no training point; a nameless column of times stays."""
+    first = str(df.columns[0]) if len(df.columns) else None
+    if first is None or not (first.strip() == "" or UNNAMED.fullmatch(first)):
+        return df
+    return df.iloc[:, 1:] if written_row_numbers(df.iloc[:, 0]) else df
 
 
 def _with_time_column(df: pd.DataFrame, info: DataSpec, what: str) -> tuple[pd.DataFrame, str]:

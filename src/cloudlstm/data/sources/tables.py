@@ -655,6 +655,14 @@ def _fields_beyond_header(path: Path, sep: str) -> list[str]:
     return first[len(header) :]
 
 
+def written_row_numbers(column: pd.Series) -> bool:
+    """Whether ``column`` numbers its rows 0, 1, 2, ...: the index ``DataFrame.to_csv``
+    writes as a nameless first column by default, which read as times would be 1970's
+    first seconds."""
+    counted = np.arange(len(column))
+    return pd.api.types.is_integer_dtype(column) and np.array_equal(column, counted)
+
+
 def skip_written_index(path: Path | str, names: Sequence[str], keep: str) -> None:
     """Say that the columns ``names`` of ``path``, without a name in its header, are not
     read: an index written with the rows (the row numbers ``DataFrame.to_csv`` writes as

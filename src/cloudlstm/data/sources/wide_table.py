@@ -47,6 +47,7 @@ from cloudlstm.data.sources.tables import (
     read_hdf,
     read_table,
     skip_written_index,
+    written_row_numbers,
 )
 from cloudlstm.data.sources.times import (
     TIMES_ZONED_KEY,
@@ -358,9 +359,7 @@ class WideTableSource(CachedSource):
         written DatetimeIndex, Milan's ``cellular_traffic.csv``) stays."""
         if frame.shape[1] == 0 or frame.columns[0] != "" or self.wide_time_col == "":
             return frame
-        first = frame.iloc[:, 0]
-        counted = np.arange(len(frame))
-        if not pd.api.types.is_integer_dtype(first) or not np.array_equal(first, counted):
+        if not written_row_numbers(frame.iloc[:, 0]):
             return frame
         keep = "name it in the header and in data.source.time_col to read it as the times."
         skip_written_index(path, ["Unnamed: 0"], keep)
