@@ -96,27 +96,26 @@ def training_std(saved: dict) -> np.ndarray:
     return np.array([part[..., c][seen[..., c]].std() for c in range(len(CHANNELS))])
 
 
+def run_on_csv(tmp: Path, values: np.ndarray, observed: np.ndarray, *extra: str) -> Path:
+    """A run through ``train()`` on ``values`` written where ``observed`` as the CSV of
+    :func:`write_csv` (``data=points``, persistence unless ``extra`` names a model), every
+    test window tested; its run directory."""
+    write_csv(tmp / "stream.csv", values, observed)
+    skipped = ("data.source.", "model.", "trainer.limit_test", "report.")
+    keep = [o for o in TINY if not o.startswith(skipped)]
+    path = f"data.source.path={tmp / 'stream.csv'}"
+    base = [*keep, "data=points", path, "model=persistence", "logger=none"]
+    cfg = compose_train(tmp, [*base, *extra])
+    train(cfg)
+    return Path(cfg.paths.output_dir)
+
+
 @pytest.fixture(scope="module")
 def persistence_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("reported")
     values, observed = raw_stream()
-    write_csv(tmp / "stream.csv", values, observed)
-    keep = [o for o in TINY if not o.startswith(("data.source.", "model.", "trainer.limit_test"))]
-    cfg = compose_train(
-        tmp,
-        [
-            *keep,
-            "data=points",
-            f"data.source.path={tmp / 'stream.csv'}",
-            "data.outlier_shift=1.0",
-            "data.outlier_count=2",
-            "model=persistence",
-            "logger=none",
-            "module.save_predictions=true",
-        ],
-    )
-    train(cfg)
-    run = Path(cfg.paths.output_dir)
+    outliers = ["data.outlier_shift=1.0", "data.outlier_count=2"]
+    saving = ["module.save_predictions=true", "report.figures=false"]
+    run = run_on_csv(tmp_path_factory.mktemp("reported"), values, observed, *outliers, *saving)
     saved = json.loads((run / "metrics.json").read_text())
     with np.load(run / "predictions.npz") as npz:
         arrays = {k: npz[k] for k in npz.files}
@@ -230,20 +229,7 @@ def test_the_worst_points_figure_draws_no_filled_input_as_a_reading(tmp_path, mo
 
     monkeypatch.setattr(figures, "plot_worst_series", spy)
     values, observed = raw_stream()
-    write_csv(tmp_path / "stream.csv", values, observed)
-    keep = [o for o in TINY if not o.startswith(("data.source.", "model.", "report."))]
-    cfg = compose_train(
-        tmp_path,
-        [
-            *keep,
-            "data=points",
-            f"data.source.path={tmp_path / 'stream.csv'}",
-            "model=persistence",
-            "logger=none",
-            "report.figures=true",
-        ],
-    )
-    train(cfg)
+    run_on_csv(tmp_path, values, observed, "report.figures=true")
     # the first test window's inputs: the M steps before the first target
     read = observed[FIRST_TARGET - M : FIRST_TARGET]
     assert (~read).any()
@@ -258,13 +244,8 @@ def test_channels_the_ssim_constants_outweigh_are_warned_of(tmp_path, caplog):
     here in thousands, spread 0.001-0.02) scores near 1 whatever the forecast, which the run
     says once; pm25, spread over tens, is not named."""
     values, observed = raw_stream()
-    values = values * [1e-3, 1.0]
-    write_csv(tmp_path / "stream.csv", values, observed)
-    keep = [o for o in TINY if not o.startswith(("data.source.", "model."))]
-    path = f"data.source.path={tmp_path / 'stream.csv'}"
-    cfg = compose_train(tmp_path, [*keep, "data=points", path, "model=linear", "logger=none"])
     with caplog.at_level(logging.WARNING, logger="cloudlstm.engine.module"):
-        train(cfg)
+        run_on_csv(tmp_path, values * [1e-3, 1.0], observed, "model=linear", "report.figures=false")
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("SSIM")]
     assert said == [
         "SSIM takes the paper's constants in the data's units (L = 2, c2 = 0.36): channel(s) "
