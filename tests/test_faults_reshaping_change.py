@@ -74,7 +74,7 @@ def test_only_the_keys_that_reshape_are_named(stopped_run, tmp_path):
     lr = compose_train(
         tmp_path, [*TINY, *BASE, "optimizer.lr=0.01", "allow_changes=[optimizer.lr]"]
     )
-    assert train(lr)["resumed_from"] == str(stopped_run / "checkpoints" / "last.ckpt")
+    assert train(lr)["resumed_from"] == "checkpoints/last.ckpt"
     (entry,) = yaml.safe_load((stopped_run / "config_changes.yaml").read_text())
     assert sorted(entry["changes"]) == ["allow_changes", "optimizer.lr"]
 

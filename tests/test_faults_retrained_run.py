@@ -77,7 +77,7 @@ def test_a_retraining_killed_before_its_end_leaves_only_its_own_files(tmp_path):
     assert resumed.stdout.count("Resuming from") == 1 and "has finished" not in resumed.stdout
     assert "exists and is not empty" not in resumed.stdout + resumed.stderr  # its own
     finished = json.loads((run_dir / "metrics.json").read_text())
-    assert finished["resumed_from"] == str(run_dir / "checkpoints" / "last.ckpt")
+    assert finished["resumed_from"] == "checkpoints/last.ckpt"
     assert [run.path for run in find_runs([tmp_path])] == [run_dir]
     assert list((run_dir / REPLACED_DIR).iterdir()) == [aside]  # a resume moves nothing
 
