@@ -655,10 +655,10 @@ def _fields_beyond_header(path: Path, sep: str) -> list[str]:
     return first[len(header) :]
 
 
-def written_row_numbers(column: pd.Series) -> bool:
-    """Whether ``column`` numbers its rows 0, 1, 2, ...: the index ``DataFrame.to_csv``
-    writes as a nameless first column by default, which read as times would be 1970's
-    first seconds."""
+def written_row_numbers(column: pd.Series | pd.Index) -> bool:
+    """Whether ``column`` (or an index) numbers its rows 0, 1, 2, ...: the index
+    ``DataFrame.to_csv`` writes as a nameless first column by default, which read as times
+    would be 1970's first seconds."""
     counted = np.arange(len(column))
     return pd.api.types.is_integer_dtype(column) and np.array_equal(column, counted)
 

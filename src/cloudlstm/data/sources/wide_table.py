@@ -502,12 +502,7 @@ def _index_times(index: pd.Index, what: str) -> pd.Index | None:
         )
     if isinstance(index, pd.DatetimeIndex):
         return index
-    counted = np.arange(len(index))
-    if isinstance(index, pd.RangeIndex) or (
-        index.name is None
-        and pd.api.types.is_integer_dtype(index)
-        and np.array_equal(index, counted)
-    ):
+    if isinstance(index, pd.RangeIndex) or (index.name is None and written_row_numbers(index)):
         return None
     return index
 
