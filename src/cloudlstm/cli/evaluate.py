@@ -68,7 +68,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     output_dir.mkdir(parents=True, exist_ok=True)
     path = _checkpoint(run, cfg.ckpt)
     log.info("Evaluating %s", path or f"{run} (a model without parameters: no checkpoint)")
-    if path is not None and Path(str(in_run(path, run))).is_absolute():
+    recorded = in_run(path, run)  # relative to the run where it lies inside it
+    if recorded is not None and Path(recorded).is_absolute():
         log.warning(
             "%s lies outside %s: its weights are tested with that run's config and data, "
             "and the results are kept with that run",
@@ -97,7 +98,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     results: dict[str, Any] = {
         "run": _training_run(run),
         "run_dir": str(run),
-        "checkpoint": in_run(path, run),  # relative to run_dir where it lies inside it
+        "checkpoint": recorded,
         "overrides": _overrides(),
         "num_params": count_parameters(job.model),
         "data": job.summary,
