@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from conftest import compose_train
 from model_checks import check_forecaster, tiny_batch
 
+from cloudlstm.data.pipeline.splits import seasonal_offsets
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError, one_line_errors
 from cloudlstm.models.build import build_model
@@ -149,6 +152,42 @@ def test_seasonal_naive_needs_a_whole_season_of_input():
         SeasonalNaive(output_steps=12, period=24)(x, coords)
     with pytest.raises(ValueError, match=r"no known sampling period.*model\.period"):
         SeasonalNaive(output_steps=3, period=None)
+
+
+def test_seasonal_naive_on_a_seasonal_input_reads_each_targets_phase():
+    """The paper's seasonal input (a week sampled every step, then the last 6 steps): each
+    target repeats the step a day before it, wherever it lies in the input; indexing the
+    input as if its steps were consecutive read steps of other times."""
+    offsets = seasonal_offsets(6, steps_per_day=24, days=7, every_minutes=60).tolist()
+    x = torch.tensor(offsets, dtype=torch.float32).view(1, -1, 1, 1).repeat(1, 1, 3, 1)
+    model = SeasonalNaive(output_steps=8, steps_per_day=24, input_offsets=offsets)
+    out = model(x, torch.rand(1, 3, 2))
+    assert out[0, :, 0, 0].tolist() == [t - 24 for t in range(8)]  # target t-1 at offset t
+
+
+def test_seasonal_naive_without_the_targets_phase_in_the_input_is_refused():
+    """Sampled every two hours, the week holds no step a day before the odd targets."""
+    offsets = seasonal_offsets(6, steps_per_day=24, days=7, every_minutes=120).tolist()
+    assert SeasonalNaive(output_steps=1, period=24, input_offsets=offsets).sources(offsets)
+    with pytest.raises(ValueError, match=r"no step .* before target step 2\b.*seasonal_every"):
+        SeasonalNaive(output_steps=2, period=24, input_offsets=offsets)
+
+
+def test_seasonal_naive_is_built_with_the_datas_input_offsets(tmp_path):
+    """Built for data, it takes the input's offsets, and a seasonal input it cannot read is
+    refused before training, as one line."""
+    cfg = compose_train(tmp_path, ["model=seasonal_naive"])
+    sized = DataSpec.sized(num_channels=2, num_points=7, input_steps=1, output_steps=5)
+
+    def spec(every_minutes: int) -> DataSpec:
+        offsets = seasonal_offsets(6, steps_per_day=24, days=2, every_minutes=every_minutes)
+        return replace(sized, input_offsets=offsets.tolist(), steps_per_day=24)
+
+    hourly = spec(60)
+    assert build_model(cfg.model, hourly).input_offsets == hourly.input_offsets
+    refused = pytest.raises(UserError, match=r"^SeasonalNaive: .* before target step 2\b")
+    with refused, one_line_errors():
+        build_model(cfg.model, spec(120))
 
 
 def test_seasonal_naive_built_for_a_window_shorter_than_its_season_is_refused(tmp_path):

@@ -28,12 +28,14 @@ SPEC_KEY = "data_spec"
 OLD_INFO_KEY = "forecast_info"
 OLD_INFO_VERSION = 1
 DEFAULT_COORD_COLS = ("x", "y", "z")
-# The sizes (and the time features' names) a model constructor may take from the
-# description (conf/model/*.yaml leave them out; an explicit value must agree with the data).
+# The sizes (and the time features' names and the input steps' offsets) a model constructor
+# may take from the description (conf/model/*.yaml leave them out; an explicit value must
+# agree with the data).
 SIZE_KEYS = (
     "num_points",
     "num_channels",
     "input_steps",
+    "input_offsets",
     "output_steps",
     "coord_features",
     "steps_per_day",
@@ -274,7 +276,7 @@ class DataSpec:
         return len(self.coord_cols)
 
     @property
-    def sizes(self) -> dict[str, int | None]:
+    def sizes(self) -> dict[str, Any]:
         """The sizes a model may be built with, by constructor argument name."""
         return {key: getattr(self, key) for key in SIZE_KEYS}
 
