@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError, one_line_errors
 from cloudlstm.models.build import build_model, data_sizes
-from cloudlstm.models.options import check_option_types
+from cloudlstm.models.options import _declared, check_option_types, parameters_of
 from tests.conftest import PYTHON, ROOT, TINY, one_line, subprocess_env
 
 CLOUD = "cloudlstm.models.CloudSeq2Seq"
@@ -140,3 +140,12 @@ def test_every_size_of_every_model_below_zero_is_one_line_naming_it(name):
                 build_model({**config, key: 0}, spec)
         except UserError as err:
             assert key in str(err), (name, key, str(err))
+    # A whole number that defaults to null (STGCN's spatial_channels, PointCNN's
+    # lifted_channels) at 0 was read as null, silently: its default built instead.
+    target = hydra.utils.get_class(config["_target_"])
+    for key, parameter in parameters_of(target).items():
+        if config.get(key, 0) is None and _declared(parameter.annotation)[0] == "int":
+            for value in (-1, 0):
+                with pytest.raises(UserError) as refused, one_line_errors():
+                    build_model({**config, key: value}, spec)
+                assert f"model.{key}" in str(refused.value), (name, key, str(refused.value))

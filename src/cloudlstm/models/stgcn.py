@@ -143,6 +143,8 @@ class STGCN(ForecastModel):
             num_blocks=num_blocks,
             kt=kt,
             ks=ks,
+            # null: as many as hidden_channels; 0 would have meant that too, silently
+            **({} if spatial_channels is None else {"spatial_channels": spatial_channels}),
         )
         self.num_channels = num_channels
         self.channels = Channels.of(num_channels, input_channels, future_channels)
@@ -163,7 +165,7 @@ class STGCN(ForecastModel):
             )
         consumed = 2 * (kt - 1) * num_blocks
         self.pad = max(0, consumed + 1 - input_steps)
-        spatial_channels = spatial_channels or hidden_channels
+        spatial_channels = hidden_channels if spatial_channels is None else spatial_channels
         self.blocks = nn.ModuleList(
             STConvBlock(
                 self.channels.inp if i == 0 else hidden_channels,

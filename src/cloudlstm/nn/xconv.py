@@ -111,8 +111,17 @@ class XConv(nn.Module):
         self.k = check_k_option(k, dilation)
         self.dilation = dilation
         self.coord_dims = coord_dims
-        lifted = lifted_channels or max(1, out_channels // 4)
-        multiplier = depth_multiplier or math.ceil(out_channels / in_channels)
+        # null picks the default; 0 or less is refused, not read as null
+        for name, value in (
+            ("lifted_channels", lifted_channels),
+            ("depth_multiplier", depth_multiplier),
+        ):
+            if value is not None and value < 1:
+                raise ValueError(f"model.{name} must be >= 1 (null: the default), got {value}.")
+        lifted = max(1, out_channels // 4) if lifted_channels is None else lifted_channels
+        multiplier = (
+            math.ceil(out_channels / in_channels) if depth_multiplier is None else depth_multiplier
+        )
         self.lift = nn.Sequential(
             nn.Linear(coord_dims, lifted), nn.ELU(), nn.Linear(lifted, lifted), nn.ELU()
         )
