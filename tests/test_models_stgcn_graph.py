@@ -10,11 +10,13 @@ import pytest
 import torch
 from hydra.errors import InstantiationException
 
+from cloudlstm.cli.train import train
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError, one_line_errors
 from cloudlstm.models.build import build_model
 from cloudlstm.models.stgcn import STGCN
 from cloudlstm.nn.graph import given_laplacian, scaled_laplacian
+from tests.conftest import TINY, compose_train
 
 # a directed chain with self-loops, as DCRNN's road graphs are (and one isolated point)
 WEIGHTS = [
@@ -112,3 +114,48 @@ def test_a_kernel_option_that_the_given_graph_replaces_is_warned_of(caplog):
         build_model({**STGCN_CONFIG, "sigma": 0.3}, replace(SPEC, adjacency=None))  # its own
         build_model(STGCN_CONFIG, SPEC)  # at their defaults
     assert "nothing: the data's graph" not in caplog.text
+
+
+@pytest.mark.parametrize("name", ["stgcn", "dcrnn", "graph_wavenet"])
+def test_a_kernel_neighbour_the_points_do_not_have_is_warned_of(name, caplog):
+    """Five points have four others each: a sixth neighbour was read as the fourth, silently;
+    beside a model.sigma, model.neighbours is read not at all."""
+    target = {
+        "stgcn": "cloudlstm.models.stgcn.STGCN",
+        "dcrnn": "cloudlstm.models.dcrnn.DCRNN",
+        "graph_wavenet": "cloudlstm.models.graph_wavenet.GraphWaveNet",
+    }[name]
+    own_graph = replace(SPEC, adjacency=None)
+    said = []
+    for options, spec in (
+        ({"neighbours": 6}, own_graph),
+        ({"neighbours": 4}, own_graph),  # the farthest other point, as the user asks
+        ({"neighbours": 6, "sigma": 0.3}, own_graph),
+        ({"neighbours": 6}, SPEC),  # the given graph replaces it: said by its own warning
+    ):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="cloudlstm.models.build"):
+            build_model({"_target_": target, **options}, spec)
+        said.append([r.getMessage() for r in caplog.records if "kernel width" in r.getMessage()])
+    cls = target.rsplit(".", 1)[1]
+    assert said[0] == [
+        f"model.neighbours=6: the data's points have 4 other point(s) each, so {cls}'s kernel "
+        "width is the mean distance to the farthest one. Set model.neighbours<=4 to say so, "
+        "or give model.sigma."
+    ]
+    assert said[1] == [] and said[3] == []
+    assert said[2] == [
+        f"model.neighbours=6 changes nothing: model.sigma=0.3 sets {cls}'s kernel width. "
+        "Leave model.neighbours out, or give model.sigma=null for the automatic width."
+    ]
+
+
+def test_a_run_says_a_build_warning_once(tmp_path, caplog):
+    """The model is built twice, on the meta device to weigh it and then for real: both
+    builds said their warnings."""
+    job = [o for o in TINY if not o.startswith("model.")]
+    cfg = compose_train(tmp_path, [*job, "logger=none", "model=stgcn", "model.neighbours=20"])
+    with caplog.at_level(logging.WARNING):
+        train(cfg)
+    said = [r.getMessage() for r in caplog.records if "model.neighbours=20" in r.getMessage()]
+    assert len(said) == 1, said

@@ -11,6 +11,8 @@ optimiser's state) is not counted: the check refuses only what cannot fit whatev
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -48,7 +50,8 @@ def model_bytes(model_config: DictConfig, spec: DataSpec) -> tuple[int, int] | N
     specs = [spec] if spec.adjacency is None else [spec, replace(spec, adjacency=None)]
     for sized in specs:
         try:
-            with torch.device("meta"):
+            # the real build logs what the build has to say: said here, it would be said twice
+            with torch.device("meta"), _quiet(logging.getLogger(build_model.__module__)):
                 model = build_model(model_config, sized, compile=False)
         except Exception as err:  # noqa: BLE001 - any refusal is the real build's to make
             log.debug("no size estimate before the build: %s", err)
@@ -57,6 +60,17 @@ def model_bytes(model_config: DictConfig, spec: DataSpec) -> tuple[int, int] | N
         tensors = (*model.parameters(), *model.buffers())
         return params, sum(t.numel() * t.element_size() for t in tensors)
     return None
+
+
+@contextmanager
+def _quiet(logger: logging.Logger) -> Iterator[None]:
+    """``logger`` says nothing below an error while the block runs."""
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def available_memory() -> tuple[int, str] | None:

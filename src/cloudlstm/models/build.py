@@ -71,6 +71,8 @@ def build_model(
     graph = graph_argument(config, spec) if spec is not None else {}
     if spec is not None:
         check_neighbours_fit(config, spec.num_points)
+        if not graph:
+            warn_idle_kernel_neighbours(config, spec.num_points)
     if graph:
         model = _instantiate_with(config, sizes, graph)
     else:
@@ -120,6 +122,39 @@ def check_neighbours_fit(config: DictConfig, num_points: int) -> None:
         f"{asked} neighbours but the data has {num_points} point(s): {fix} (model.k=1: "
         "each point alone), or give the data more points."
     )
+
+
+def warn_idle_kernel_neighbours(config: DictConfig, num_points: int) -> None:
+    """Warn where a graph model's ``model.neighbours`` (the automatic kernel width's
+    neighbour: :func:`~cloudlstm.nn.graph.neighbour_scale`) is not what the model reads:
+    more than the other points there are, where it takes the farthest one, or beside a
+    ``model.sigma``, which sets the width instead."""
+    model_cls = locate(config._target_, "model._target_")
+    params = inspect.signature(model_cls).parameters
+    neighbours = config.get("neighbours")
+    if "neighbours" not in params or not isinstance(neighbours, int) or neighbours < 1:
+        return  # a model without the kernel, or a value its constructor refuses
+    name = model_cls.__name__
+    if config.get("sigma") is not None:
+        if neighbours != params["neighbours"].default:
+            log.warning(
+                "model.neighbours=%d changes nothing: model.sigma=%s sets %s's kernel width. "
+                "Leave model.neighbours out, or give model.sigma=null for the automatic width.",
+                neighbours,
+                config.sigma,
+                name,
+            )
+    elif neighbours > num_points - 1:
+        others = num_points - 1
+        log.warning(
+            "model.neighbours=%d: the data's points have %d other point(s) each, so %s's "
+            "kernel width is the mean distance to the farthest one. Set model.neighbours<=%d "
+            "to say so, or give model.sigma.",
+            neighbours,
+            others,
+            name,
+            max(1, others),
+        )
 
 
 def neighbours_needed(k: Any, dilation: Any = 1) -> int | None:
