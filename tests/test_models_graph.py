@@ -33,6 +33,7 @@ from cloudlstm.models.dcrnn import DCRNN
 from cloudlstm.models.graph_wavenet import GraphWaveNet
 from cloudlstm.models.linear import TimeLinear
 from cloudlstm.models.staeformer import STAEformer
+from cloudlstm.models.stid import STID
 from cloudlstm.nn.graph import (
     DiffusionConv,
     TransitionGraph,
@@ -62,6 +63,7 @@ SMALL: dict[str, dict] = {
         "num_layers": 1,
         "dropout": 0.0,
     },
+    "stid": {"embed_dim": 8, "node_dim": 4, "num_layers": 1},
 }
 BEIJING = ROOT.parent / "shared" / "data" / "beijing_multisite"
 STAEFORMER = f"{STAEformer.__module__}.STAEformer"
@@ -70,7 +72,13 @@ STAEFORMER = f"{STAEformer.__module__}.STAEformer"
 def small(name: str, spec: DataSpec, **keys) -> ForecastModel:
     """``model=name`` at :data:`SMALL` widths, built for ``spec`` as every run builds it."""
     torch.manual_seed(0)
-    cls = {"dcrnn": DCRNN, "graph_wavenet": GraphWaveNet, "agcrn": AGCRN, "staeformer": STAEformer}
+    cls = {
+        "dcrnn": DCRNN,
+        "graph_wavenet": GraphWaveNet,
+        "agcrn": AGCRN,
+        "staeformer": STAEformer,
+        "stid": STID,
+    }
     target = f"{cls[name].__module__}.{cls[name].__name__}"
     return build_model({"_target_": target, **SMALL[name], **keys}, spec)
 
@@ -427,7 +435,7 @@ def test_each_forecasts_the_interface_shape_and_learns_a_tiny_problem(name, one_
     check_forecaster(small(name, DataSpec.sized(12, 2, 4, 3)), m=4, n=12, c=2, j=3)
 
 
-@pytest.mark.parametrize("name", ["agcrn", "staeformer", "graph_wavenet"])
+@pytest.mark.parametrize("name", ["agcrn", "staeformer", "graph_wavenet", "stid"])
 def test_learned_per_point_models_refuse_other_points_and_moving_points(name):
     spec = DataSpec.sized(6, 1, 4, 2)
     model = small(name, spec)
@@ -441,6 +449,40 @@ def test_learned_per_point_models_refuse_other_points_and_moving_points(name):
     with pytest.raises(UserError, match="positions changed") as err:
         model(x, moved)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("target", "keys", "refused"),
+    [
+        ("cloudlstm.models.agcrn.AGCRN", {}, "AGCRN"),
+        ("cloudlstm.models.staeformer.STAEformer", {}, "STAEformer"),
+        (
+            "cloudlstm.models.graph_wavenet.GraphWaveNet",
+            {},
+            "Graph WaveNet with an adaptive adjacency",
+        ),
+        ("cloudlstm.models.stid.STID", {}, "STID"),
+        ("cloudlstm.models.graph_wavenet.GraphWaveNet", {"graph": "distance"}, None),
+        ("cloudlstm.models.dcrnn.DCRNN", {}, None),
+        ("cloudlstm.models.stgcn.STGCN", {}, None),
+    ],
+)
+def test_data_of_moving_points_is_refused_at_the_build_for_per_point_models(target, keys, refused):
+    """AGCRN, STAEformer and Graph WaveNet's adaptive graph were refused at their second
+    training batch, STID not at all: each learns a vector per point that stands for a
+    place. Models that build their graph from the positions take moving points."""
+    moving = replace(DataSpec.sized(6, 1, 4, 2), moving=True)
+    config = {"_target_": target, **keys}
+    if refused is None:
+        build_model(config, moving)
+        return
+    with pytest.raises(UserError) as err:
+        build_model(config, moving)
+    assert str(err.value).startswith(
+        f"{refused} takes only points that stay where they were in training, but the data's "
+        "points move (moving points): "
+    )
+    build_model(config, replace(moving, moving=False))
 
 
 @pytest.mark.parametrize(

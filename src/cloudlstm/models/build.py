@@ -60,8 +60,10 @@ def build_model(
     Raises:
         UserError: ``compile`` is neither a boolean nor a mode, an option is not of the
             type its constructor declares (:mod:`cloudlstm.models.options`), the config sets a size
-            the data does not have, asks more neighbours than the data has points, or the
-            data has a graph that the model cannot take.
+            the data does not have, asks more neighbours than the data has points, the
+            data has a graph that the model cannot take, or points that move where the model
+            takes only points that stay (its ``static``:
+            :class:`~cloudlstm.nn.graph.StaticPositions`).
     """
     config = resolved(config)
     options = {key: config.pop(key, None) for key in BUILD_OPTIONS}
@@ -77,6 +79,9 @@ def build_model(
         model = _instantiate_with(config, sizes, graph)
     else:
         model = hydra.utils.instantiate(config, **sizes)
+    static = getattr(model, "static", None)
+    if spec is not None and spec.moving and static is not None:
+        static.refuse_moving()
     if mode is not None:
         model.compile(mode=None if mode == "default" else mode)
     return model

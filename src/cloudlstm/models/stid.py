@@ -14,6 +14,7 @@ from torch import nn
 
 from cloudlstm.models.base import Channels, ForecastModel, check_counts, check_sizes
 from cloudlstm.models.time_slots import time_slot, time_slots
+from cloudlstm.nn.graph import StaticPositions
 
 
 class ResidualMLPBlock(nn.Module):
@@ -93,6 +94,8 @@ class STID(ForecastModel):
         nn.init.xavier_uniform_(self.point_embedding)  # as the reference code initialises it
         self.encoder = nn.Sequential(*(ResidualMLPBlock(width, dropout) for _ in range(num_layers)))
         self.regression = nn.Linear(width, output_steps * num_channels)
+        # the identity embedding marks a place, as in the paper (its "spatial identity")
+        self.static = StaticPositions("STID", self.fixed_points)
         if self.time_slots:
             for table in self.time_embeddings.values():
                 nn.init.xavier_uniform_(table.weight)
@@ -119,6 +122,7 @@ class STID(ForecastModel):
                 f"{(x.shape[1], x.shape[3])}: build it with model.input_steps and "
                 f"model.num_channels matching the data (by default they come from the data)."
             )
+        self.static(coords)
 
     def forward(
         self, x: torch.Tensor, coords: torch.Tensor, future: torch.Tensor | None = None

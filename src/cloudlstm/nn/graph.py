@@ -313,11 +313,13 @@ class DiffusionConv(nn.Module):
 class StaticPositions:
     """Refuses moving points for a model that learns something per point (transductive).
 
-    The positions of the first call's first sample are taken as the points' positions;
-    every later call's first sample must have them too (to 1e-6). Moving points change
-    positions from window to window, so they are refused by the second batch. Only the first
-    sample is compared: a batch of windows of static points shares one set of positions.
-    A plain object, not a module: the positions are no model state.
+    Such a vector stands for a place, and a point that moves leaves it. The build refuses
+    data of moving points (:meth:`refuse_moving`, from ``DataSpec.moving``) before any
+    training; called on each batch, the check also refuses a model used directly on
+    positions that change. The positions of the first call's first sample are taken as the
+    points' positions; every later call's first sample must have them too (to 1e-6). Only
+    the first sample is compared: a batch of windows of static points shares one set of
+    positions. A plain object, not a module: the positions are no model state.
     """
 
     def __init__(self, model: str, why: str) -> None:
@@ -338,11 +340,15 @@ class StaticPositions:
             return
         known = self._positions.to(positions.device, positions.dtype)
         if not torch.allclose(positions, known, rtol=0.0, atol=1e-6):
-            from cloudlstm.errors import UserError  # only on refusal
+            self.refuse_moving("the points' positions changed")
 
-            raise UserError(
-                f"{self.model} takes only points that stay where they were in training, but "
-                f"the points' positions changed (moving points): {self.why}. Use a model that "
-                "builds its graph from the positions (model=dcrnn, model=stgcn, "
-                "model=graph_wavenet model.graph=distance) or a point model (model=cloudlstm)."
-            )
+    def refuse_moving(self, seen: str = "the data's points move") -> None:
+        """Raises: UserError: naming the model, what was ``seen`` and the models to use."""
+        from cloudlstm.errors import UserError  # only on refusal
+
+        raise UserError(
+            f"{self.model} takes only points that stay where they were in training, but "
+            f"{seen} (moving points): {self.why}. Use a model that builds its graph from the "
+            "positions (model=dcrnn, model=stgcn, model=graph_wavenet model.graph=distance) "
+            "or a point model (model=cloudlstm)."
+        )
