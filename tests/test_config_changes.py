@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from cloudlstm.assembly.build import save_job_config
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.config_changes import CHANGES_FILE, check_config_changes, config_changes
-from cloudlstm.rundir.layout import checkpoint_run
+from cloudlstm.rundir.layout import CONFIG_END, checkpoint_run
 from tests.conftest import PYTHON, ROOT, TINY, compose_train, run_python, subprocess_env
 from tests.test_input_checks import the_line
 
@@ -295,3 +295,23 @@ def test_quantile_levels_written_another_way_are_no_change(tmp_path, then, now):
 
     assert refused(now) == []
     assert refused("[0.2,0.5,0.8]") == ["module.quantiles"]
+
+
+def test_the_same_allowing_command_again_after_its_resume_is_taken(stopped_run, tmp_path):
+    """A key the resume dropped, allowed by name: the resume rewrote config.yaml without it,
+    so the same command, run again (as a full disk's message asks), named a key of neither
+    config and was refused."""
+    from cloudlstm.cli.train import train
+
+    run = tmp_path / "copy"
+    shutil.copytree(stopped_run, run)
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    saved["callbacks"]["old_one"] = {"_target_": "lightning.pytorch.callbacks.Timer"}
+    (run / "config.yaml").write_text(yaml.safe_dump(saved) + CONFIG_END + "\n")
+    cfg = compose_train(tmp_path, [*TINY, *BASE, "allow_changes=[callbacks.old_one]"])
+    cfg.paths.output_dir = str(run)
+    (metrics_file := run / "metrics.json").unlink(missing_ok=True)
+    train(cfg)
+    assert "old_one" not in yaml.safe_load((run / "config.yaml").read_text())["callbacks"]
+    metrics_file.unlink()  # stopped again before its end
+    assert check_config_changes(cfg, run) == []

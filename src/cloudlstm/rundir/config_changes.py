@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -210,7 +211,8 @@ def check_config_changes(cfg: DictConfig, run_dir: Path) -> list[Change]:
     run_dir = Path(run_dir)
     source = resumed_run(cfg, run_dir)
     saved = None if source is None else read_run_config(source)
-    check_allowed_keys(cfg, saved)
+    taken = [change["key"] for change in settings_changed(source)] if source else []
+    check_allowed_keys(cfg, saved, taken)
     if source is None or saved is None:
         return []
     changes = config_changes(cfg, source, saved)
@@ -261,10 +263,14 @@ def _check_kept(source: Path, changes: list[Change]) -> None:
         )
 
 
-def check_allowed_keys(cfg: DictConfig, saved: DictConfig | None) -> None:
+def check_allowed_keys(
+    cfg: DictConfig, saved: DictConfig | None, taken: Iterable[str] = ()
+) -> None:
     """``allow_changes`` is a list of keys, each a key (or a prefix of keys) of the config
-    or of the resumed run's ``saved`` one (None for a fresh run): a misspelt entry would
-    let nothing through, and the refusal it was meant to answer would come again.
+    or of the resumed run's ``saved`` one (None for a fresh run), or one whose change the
+    run has ``taken`` before (a key both configs lack since then: the same command run
+    again): a misspelt entry would let nothing through, and the refusal it was meant to
+    answer would come again.
 
     Raises:
         UserError: ``allow_changes`` is no list, or an entry names no key.
@@ -278,7 +284,7 @@ def check_allowed_keys(cfg: DictConfig, saved: DictConfig | None) -> None:
         )
     if not entries:
         return  # the default: nothing to look up
-    keys = {*config_keys(cfg), *(config_keys(saved) if saved is not None else ())}
+    keys = {*config_keys(cfg), *(config_keys(saved) if saved is not None else ()), *taken}
     for entry in map(str, entries):
         if entry not in keys and not _under(entry, ["hydra"]):
             raise UserError(
