@@ -391,6 +391,8 @@ def test_a_negative_gradient_clip_is_one_line_before_the_data_are_read(tmp_path,
         ("trainer.val_check_interval=0.5", "trainer.val_check_interval=0.5: a fraction of an"),
         # Lightning stops at the maximum without a word
         ("trainer.min_epochs=5", "trainer.min_epochs=5: above trainer.max_epochs=2, where"),
+        # Lightning trains it in bfloat16 on the CPU, and the run's config said float16
+        ("trainer.precision=16-mixed", "trainer.precision=16-mixed: float16 autocast does not"),
     ],
 )
 def test_a_trainer_setting_lightning_refuses_is_one_line_before_the_data_are_read(

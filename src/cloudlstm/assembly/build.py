@@ -222,7 +222,8 @@ def check_accelerator(trainer: DictConfig | dict[str, Any]) -> None:
 def check_trainer_settings(trainer: DictConfig | None) -> None:
     """Build the configured Trainer once, quietly and without callbacks or loggers, so that
     a setting Lightning refuses (``trainer.precision=17``, ``trainer.devices=0``) is
-    reported before the data are read, not after; and refuse a negative
+    reported before the data are read, not after, as is one it would run as another
+    (``16-mixed`` on the CPU, which it trains in bfloat16); and refuse a negative
     ``trainer.log_every_n_steps``, which Lightning takes for "every step", and a fraction
     of an epoch as ``val_check_interval`` under a recipe that validates by steps (Lightning
     refuses it without saying that the recipe set ``check_val_every_n_epoch=null``).
@@ -258,7 +259,15 @@ def check_trainer_settings(trainer: DictConfig | None) -> None:
     _check_minimum_below_maximum(trainer)
     check_nodes_started(trainer, os.environ)
     with _lightning_quiet():
-        instantiate(trainer, callbacks=[], logger=False)
+        built = instantiate(trainer, callbacks=[], logger=False)
+    asked = str(trainer.get("precision"))
+    if asked in ("16", "16-mixed") and built.precision == "bf16-mixed":
+        # Lightning runs it as bf16 with a warning; the run's config would say float16
+        raise UserError(
+            f"trainer.precision={asked}: float16 autocast does not run on the CPU, where "
+            "Lightning would train in bfloat16 instead: give trainer.precision=bf16-mixed "
+            "(or 32) on the CPU, or train on a GPU."
+        )
 
 
 def _check_minimum_below_maximum(trainer: Mapping[str, Any]) -> None:
