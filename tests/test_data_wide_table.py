@@ -313,6 +313,27 @@ def test_columns_and_positions_must_match(los):
         read_positions(los / "twice.csv")
 
 
+def test_a_time_column_of_a_name_not_looked_for_is_named_as_such(tmp_path):
+    """``time_utc`` is none of the names looked for, so it read as a point without a
+    position, and the line gave no hint that it holds the times."""
+    times = pd.date_range(T0, periods=6, freq="5min").strftime("%Y-%m-%d %H:%M")
+    speeds(6).assign(time_utc=times).to_csv(tmp_path / "wide.csv", index=False)
+    locations = write_locations(tmp_path)
+    with pytest.raises(UserError) as err:
+        WideTableSource(tmp_path / "wide.csv", locations).load()
+    assert str(err.value).endswith(
+        "Give every column a row of the positions file. Column 'time_utc' holds times: if it "
+        "is the table's time column, name it (data.source.time_col=time_utc)."
+    )
+    named = WideTableSource(tmp_path / "wide.csv", locations, time_col="time_utc").load()
+    assert named.point_ids == IDS and named.metadata["step_minutes"] == 5.0
+    # a point's readings are no times: the line stays as it was
+    write_locations(tmp_path, IDS[:3], "three.csv")
+    with pytest.raises(UserError) as err:
+        WideTableSource(tmp_path / "wide.csv", tmp_path / "three.csv", time_col="time_utc").load()
+    assert "holds times" not in str(err.value)
+
+
 def test_ids_that_differ_in_case_alone_are_named_so(los):
     """Columns S001 for the positions' s001 read as points without a position, no more."""
     lower = ["s001", "s002", "s003", "s004"]

@@ -267,7 +267,7 @@ class WideTableSource(CachedSource):
         time_col = self._time_column(frame, index_times, what)
         columns = [c for c in frame.columns if c != time_col]
         ids = self._point_ids(columns, what)
-        coords = self._coords(ids, positions, what)
+        coords = self._coords(ids, positions, what, frame)
         values = channel_values(frame, columns, what, self.bad_values)  # (R, N) float32
         if self.missing_value is not None:
             values[values == np.float32(self.missing_value)] = np.nan
@@ -397,8 +397,11 @@ class WideTableSource(CachedSource):
             )
         return list(columns)
 
-    def _coords(self, ids: list[str], positions: Path, what: str) -> np.ndarray:
-        """``(N, L)`` coordinates of the table's points from the positions file."""
+    def _coords(
+        self, ids: list[str], positions: Path, what: str, frame: pd.DataFrame
+    ) -> np.ndarray:
+        """``(N, L)`` coordinates of the table's points (the columns ``ids`` of ``frame``)
+        from the positions file."""
         place_ids, coords = read_positions(positions, self.position_cols)
         where = {p: k for k, p in enumerate(place_ids)}
         unplaced = [p for p in ids if p not in where]
@@ -407,6 +410,7 @@ class WideTableSource(CachedSource):
                 f"{what}: {len(unplaced)} point column(s) have no position in {positions}, "
                 f"e.g. {unplaced[:5]} (its ids: e.g. {place_ids[:3]}). Give every column a "
                 f"row of the positions file.{case_hint(unplaced, place_ids, 'the positions file')}"
+                + self._times_hint(frame, unplaced, what)
             )
         unused = sorted(set(place_ids) - set(ids), key=where.get)
         if unused:
@@ -415,6 +419,22 @@ class WideTableSource(CachedSource):
                 f"{unused[:5]}. Use the positions file of this table (or remove those rows)."
             )
         return coords[[where[p] for p in ids]]
+
+    def _times_hint(self, frame: pd.DataFrame, unplaced: list[str], what: str) -> str:
+        """The sentence naming the first of the columns ``unplaced`` (no point's) whose
+        values read as times: the time column under a name not looked for (``time_utc``),
+        taken for a point's; ``""`` where none does. Numbers are not read as times here,
+        not even with ``time_unit``: a point's readings would read as seconds in 1970."""
+        for column in unplaced:
+            try:
+                parse_times(frame[column], what, self.time_format)
+            except UserError:
+                continue
+            return (
+                f" Column {column!r} holds times: if it is the table's time column, name it "
+                f"(data.source.time_col={column})."
+            )
+        return ""
 
     def _counted_times(self, rows: int, what: str) -> tuple[np.ndarray, np.timedelta64]:
         """The times of a file without any: ``start + k * step`` for row ``k``."""
