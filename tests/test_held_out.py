@@ -24,6 +24,7 @@ from cloudlstm.cli.train import train
 from cloudlstm.data import PointCloudDataModule, PointCloudStream
 from cloudlstm.data.pipeline.held_out import check_holdout
 from cloudlstm.data.pipeline.splits import split_bounds
+from cloudlstm.data.sources.long_format import LongFormatSource
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
 from cloudlstm.models.build import build_model
@@ -156,6 +157,23 @@ def test_a_selection_the_data_cannot_give_names_its_points():
         ).setup()
     assert "not points of the data.num_points=3 drawn from stream 'toy', whose 3 points" in str(
         err.value
+    )
+
+
+def test_a_point_the_loading_dropped_is_named_as_dropped_not_unknown(tmp_path):
+    """A point of the file without any reading is dropped as it is read: naming it was
+    refused as "not points of file ...", which the file shows it is."""
+    table = long_table()
+    table.loc[table.id == "st03", CHANNELS] = np.nan
+    source = LongFormatSource(write(table, tmp_path / "stream.csv"))
+    with pytest.raises(UserError) as err:
+        PointCloudDataModule(
+            source, input_steps=3, output_steps=2, holdout_points=["st01", "st03"]
+        ).setup()
+    assert str(err.value) == (
+        f"data.holdout_points names st03, point(s) of file {source.path} that the loading "
+        "dropped for having no reading at all (as its warning said): there is nothing to "
+        "score there; name points with readings, or give these readings in the file."
     )
 
 

@@ -55,17 +55,21 @@ class HoldOut:
     seed: int
     history: bool
 
-    def mask(self, point_ids: Sequence[Any], what: str = "the data") -> np.ndarray:
-        """``(N,)`` bool: the held-out points among ``point_ids`` (the stream's, in order).
+    def mask(
+        self, point_ids: Sequence[Any], what: str = "the data", dropped: Sequence[str] = ()
+    ) -> np.ndarray:
+        """``(N,)`` bool: the held-out points among ``point_ids`` (the stream's, in order);
+        ``dropped``: the ids of the points the loading dropped for having no reading at all
+        (the stream's ``dropped_points``), named as such where the list names one.
 
         Raises:
-            UserError: a named id is not a point of the data, or the selection leaves no
-                point to train on.
+            UserError: a named id is not a point of the data (or one it dropped), or the
+                selection leaves no point to train on.
         """
         ids = [str(p) for p in point_ids]
         n = len(ids)
         if isinstance(self.points, tuple):
-            chosen = _named(self.points, ids, what)
+            chosen = _named(self.points, ids, what, dropped)
         else:
             chosen = _drawn(self.points, self.seed, n, what)
         if len(chosen) >= n:
@@ -137,9 +141,19 @@ def _checked_points(points: Any) -> float | int | tuple[str, ...]:
     return ids
 
 
-def _named(named: tuple[str, ...], ids: list[str], what: str) -> np.ndarray:
-    """The indices of the ``named`` ids among ``ids``."""
-    index = {p: i for i, p in enumerate(ids)}
+def _named(
+    named: tuple[str, ...], ids: list[str], what: str, dropped: Sequence[str] = ()
+) -> np.ndarray:
+    """The indices of the ``named`` ids among ``ids`` (those in ``dropped``: refused as
+    dropped by the loading, which the file holds, not as unknown)."""
+    index, dropped_ids = {p: i for i, p in enumerate(ids)}, {str(d) for d in dropped}
+    gone = [p for p in named if p not in index and p in dropped_ids]
+    if gone:
+        raise UserError(
+            f"data.holdout_points names {_listed(gone)}, point(s) of {what} that the loading "
+            "dropped for having no reading at all (as its warning said): there is nothing "
+            "to score there; name points with readings, or give these readings in the file."
+        )
     unknown = [p for p in named if p not in index]
     if unknown:
         raise UserError(

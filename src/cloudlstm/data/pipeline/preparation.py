@@ -100,7 +100,7 @@ def prepared_stream(
         what = data_name(source, stream)
         if subset is not None:  # the points drawn from it are what the ids must be among
             what = f"the data.num_points={subset[0]} drawn from {what}"
-        held_out = holdout.mask(stream.point_ids, what)
+        held_out = holdout.mask(stream.point_ids, what, stream.metadata.get("dropped_points", ()))
     stream = _without_absurd_values(stream, source, train, max_abs_z, valid_ranges, held_out)
     if stream.moving:
         stream = with_position_channels(stream)
