@@ -478,6 +478,35 @@ def test_a_forecast_history_keeps_its_ids_as_written(tmp_path):
     ]  # fmt: skip
 
 
+def test_ids_written_as_pandas_missing_markers_are_kept(tmp_path):
+    """Stations coded NA, null or None read as missing ids: training refused their rows as
+    without an id, a positions file as empty, and predict.py's history made the point
+    NaN. An empty id stays missing, and other columns still read NA as missing."""
+    from cloudlstm.cli.predict import read_history
+
+    coded = table().assign(id=table()["id"].map({"p0": "NA", "p1": "null", "p2": "None"}))
+    coded = coded.astype({"v": object})
+    coded.loc[0, "v"] = "NA"  # point NA's first reading
+    coded.to_csv(path := tmp_path / "coded.csv", index=False)
+    stream = stream_of(path)
+    assert stream.point_ids == ["NA", "None", "null"]
+    assert not stream.mask[0, 0, 0] and stream.mask[1:, 0, 0].all()
+    assert sorted(read_history(path)["id"].unique()) == ["NA", "None", "null"]
+    coded.drop_duplicates("id")[["id", "x", "y"]].to_csv(pos := tmp_path / "pos.csv", index=False)
+    assert read_positions(pos)[0] == ["NA", "null", "None"]
+    wide = pd.DataFrame(
+        {"time": STAMPS, **{i: np.arange(T) + k for k, i in enumerate(["NA", "null", "None"])}}
+    )
+    wide.to_csv(wide_path := tmp_path / "wide.csv", index=False)
+    assert WideTableSource(wide_path, pos).load().point_ids == ["NA", "null", "None"]
+    coded.loc[4, "id"] = ""
+    coded.to_csv(path, index=False)
+    with pytest.raises(
+        UserError, match=r"^file .*coded\.csv: column 'id' is empty at data row 4\.$"
+    ):
+        stream_of(path)
+
+
 # ---------------------------------------------------------------------- clock changes
 def test_times_with_utc_offsets_that_change_are_read_as_utc(tmp_path):
     """Local times written with their offset (+01:00, then +02:00 after the clocks go

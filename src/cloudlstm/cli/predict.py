@@ -279,6 +279,6 @@ def read_history(path: Path, key: str = "data.path", id_col: str = "id") -> pd.D
         raise UserError(f"{key}={path}: no such file (the history to forecast from).")
     try:
         with user_errors():
-            return read_table(path, "the history file", dtype={id_col: str})
+            return read_table(path, "the history file", text_cols=[id_col], dtype={id_col: str})
     except ImportError as err:  # Parquet without pyarrow
         raise UserError(str(err)) from None

@@ -330,7 +330,10 @@ class LongFormatSource(CachedSource):
     def _read(self, what: str) -> tuple[pd.DataFrame, list[str]]:
         """The file's rows, its key columns checked, and the channel columns."""
         # ids as text: a number would rewrite an id such as 007 (written_ids)
-        df = read_table(self.path, "the long-format file", dtype={self.id_col: str})
+        # ... and verbatim: NA is a station's code in some networks, not a missing id
+        df = read_table(
+            self.path, "the long-format file", text_cols=[self.id_col], dtype={self.id_col: str}
+        )
         if any(name is not None for name in df.index.names):
             # a Parquet or HDF5 table written with its times (or ids) as its index: they
             # are columns of the file as it was made

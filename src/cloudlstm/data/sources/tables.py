@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pandas._libs.parsers import STR_NA_VALUES
 from pandas.io.common import get_handle
 
 from cloudlstm.data.cache import warn_dropped_points
@@ -546,11 +547,17 @@ SEPARATOR_NAMES = {"\t": "tabs", ";": "semicolons"}
 
 
 def read_table(
-    path: Path, what: str, hdf_key: str | None = None, **csv_kwargs: Any
+    path: Path,
+    what: str,
+    hdf_key: str | None = None,
+    text_cols: Sequence[str] = (),
+    **csv_kwargs: Any,
 ) -> pd.DataFrame:
     """Read a CSV (compression from the suffix: .gz, .bz2, .zip, .xz), Parquet or pandas
     HDF5 file (``hdf_key``: the table of an HDF5 file, see :func:`read_hdf`), or a Parquet
     dataset folder (:func:`parquet_dataset_parts`; its partition keys read as text).
+    ``text_cols``: a CSV's columns (point ids) whose cells keep their text
+    (:func:`_as_written`).
 
     Raises:
         UserError: a file of a format that is no table of these (an Excel workbook, JSON),
@@ -577,6 +584,8 @@ def read_table(
     dialect = {} if "sep" in csv_kwargs else csv_dialect(path, what)
     refuse_cut_short(path, what, csv_kwargs.get("sep") or dialect.get("sep") or ",")
     try:
+        if text_cols:
+            csv_kwargs = {**csv_kwargs, **_as_written(path, text_cols, {**dialect, **csv_kwargs})}
         table = pd.read_csv(path, **dialect, **csv_kwargs)
     except UnicodeDecodeError as err:
         raise UserError(
@@ -602,6 +611,21 @@ def read_table(
         # pandas applies `decimal` to the numbers it parses, not to text it keeps
         table = table.apply(lambda col: col.str.replace(_DECIMAL_COMMA, r"\1.\2", regex=True))
     return table
+
+
+def _as_written(path: Path, text_cols: Sequence[str], options: dict[str, Any]) -> dict[str, Any]:
+    """``read_csv`` arguments that keep the cells of the columns ``text_cols`` (found in
+    the header read with ``options``, blanks and case aside) as written: ``NA``, ``None``
+    or ``null`` is a station's code in some networks, which pandas' markers of a missing
+    value would make empty. An empty cell stays missing; the other columns keep every
+    marker."""
+    names = pd.read_csv(path, **{**options, "nrows": 0}).columns
+    kept = {str(c).strip().casefold() for c in text_cols}
+    markers = sorted(STR_NA_VALUES)
+    return {
+        "keep_default_na": False,
+        "na_values": {c: [""] if str(c).strip().casefold() in kept else markers for c in names},
+    }
 
 
 def refuse_row_labels(table: pd.DataFrame, path: Path, what: str, sep: str) -> None:

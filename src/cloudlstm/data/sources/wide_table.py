@@ -543,11 +543,13 @@ def read_positions(
             not a finite number.
     """
     what = f"positions file {path}"
-    table = read_table(path, "the positions file", dtype=str)
+    # the id column's cells as written (NA is a station's code in some networks)
+    id_names = list(position_cols or ())[:1] or list(ID_NAMES)
+    table = read_table(path, "the positions file", text_cols=id_names, dtype=str)
     table.columns = [str(c).strip() for c in table.columns]
     id_col, coord_cols = _position_columns(table, position_cols, what)
     ids = [id_text(v) for v in table[id_col]]
-    empty = [k for k, p in enumerate(ids) if p in ("", "nan", "None")]
+    empty = [k for k, v in enumerate(table[id_col]) if pd.isna(v) or not id_text(v)]
     if empty:
         raise UserError(f"{what}: column {id_col!r} is empty at data row {empty[0]}.")
     repeated = pd.Index(ids)[pd.Index(ids).duplicated()].unique().tolist()
