@@ -478,6 +478,23 @@ def test_a_forecast_history_keeps_its_ids_as_written(tmp_path):
     ]  # fmt: skip
 
 
+def test_a_forecast_history_written_with_its_times_as_index_reads_them(tmp_path):
+    """``history.set_index("timestamp").to_parquet(...)``: training read such a file, and
+    predict.py refused it as lacking the column 'timestamp'. A wide history's index of
+    times stays its index, which the wide reading takes its times from."""
+    from cloudlstm.cli.predict import read_history
+
+    dated = table()[lambda d: d["id"].isin(["p0", "p1"])]
+    expected = build_input(dated, spec()).x
+    dated.set_index("timestamp").to_parquet(path := tmp_path / "indexed.parquet")
+    np.testing.assert_array_equal(build_input(read_history(path), spec()).x, expected)
+    dated.set_index(["timestamp", "id"]).to_hdf(path := tmp_path / "indexed.h5", key="h")
+    np.testing.assert_array_equal(build_input(read_history(path), spec()).x, expected)
+    wide = dated.pivot(index="timestamp", columns="id", values="v").rename_axis("when")
+    wide.to_parquet(path := tmp_path / "wide.parquet")
+    assert read_history(path).index.name == "when"
+
+
 def test_ids_written_as_pandas_missing_markers_are_kept(tmp_path):
     """Stations coded NA, null or None read as missing ids: training refused their rows as
     without an id, a positions file as empty, and predict.py's history made the point

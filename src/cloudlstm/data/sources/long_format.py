@@ -36,6 +36,7 @@ from cloudlstm.data.sources.tables import (
     check_column_roles,
     check_columns,
     check_coordinate_columns,
+    index_as_columns,
     numeric_column,
     parquet_dataset_parts,
     parse_freq,
@@ -334,10 +335,7 @@ class LongFormatSource(CachedSource):
         df = read_table(
             self.path, "the long-format file", text_cols=[self.id_col], dtype={self.id_col: str}
         )
-        if any(name is not None for name in df.index.names):
-            # a Parquet or HDF5 table written with its times (or ids) as its index: they
-            # are columns of the file as it was made
-            df = df.reset_index()
+        df = index_as_columns(df)
         keys = [self.time_col, self.id_col, *self.coord_cols]
         check_columns(
             df,

@@ -51,6 +51,7 @@ __all__ = [
     "check_columns",
     "check_coordinate_columns",
     "id_text",
+    "index_as_columns",
     "infer_step",
     "interpolate_gaps",
     "is_bare_number",
@@ -611,6 +612,16 @@ def read_table(
         # pandas applies `decimal` to the numbers it parses, not to text it keeps
         table = table.apply(lambda col: col.str.replace(_DECIMAL_COMMA, r"\1.\2", regex=True))
     return table
+
+
+def index_as_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its named index levels as columns, as the file was made: a Parquet or
+    HDF5 table written with its times (or ids) as its index
+    (``df.set_index("timestamp").to_parquet(...)``) holds them there, not among its
+    columns. An unnamed index (row numbers) stays the index."""
+    if any(name is not None for name in df.index.names):
+        return df.reset_index()
+    return df
 
 
 def _as_written(path: Path, text_cols: Sequence[str], options: dict[str, Any]) -> dict[str, Any]:
