@@ -486,6 +486,8 @@ def test_a_forecast_history_written_with_its_times_as_index_reads_them(tmp_path)
 
     dated = table()[lambda d: d["id"].isin(["p0", "p1"])]
     expected = build_input(dated, spec()).x
+    # a DataFrame given to Forecaster.forecast, as a file that predict.py reads
+    np.testing.assert_array_equal(build_input(dated.set_index("timestamp"), spec()).x, expected)
     dated.set_index("timestamp").to_parquet(path := tmp_path / "indexed.parquet")
     np.testing.assert_array_equal(build_input(read_history(path), spec()).x, expected)
     dated.set_index(["timestamp", "id"]).to_hdf(path := tmp_path / "indexed.h5", key="h")

@@ -26,7 +26,7 @@ from cloudlstm.cli.group_choices import group_choices
 from cloudlstm.cli.invoked import command
 from cloudlstm.data.pipeline.forecast_input import TimeReading, user_errors
 from cloudlstm.data.sources.long_format import dataset_parts
-from cloudlstm.data.sources.tables import index_as_columns, read_table
+from cloudlstm.data.sources.tables import read_table
 from cloudlstm.data.sources.times import SOURCE_OPTIONS, check_time_reading
 from cloudlstm.errors import UserError, replacing, why_not_written
 from cloudlstm.forecast import Forecaster
@@ -271,17 +271,15 @@ def check_format(out: str) -> None:
 
 def read_history(path: Path, key: str = "data.path", id_col: str = "id") -> pd.DataFrame:
     """The long-format history file (CSV, compressed CSV, Parquet, or a Parquet dataset
-    folder), given as ``key``, its point ids (``id_col``) read as text and a named index
-    (its times, written as a Parquet file's index) as columns, as training read them."""
+    folder), given as ``key``, its point ids (``id_col``) read as text, as training read
+    them; a named index (times written as a Parquet file's index) is the forecaster's to
+    read (:func:`~cloudlstm.data.pipeline.wide_history.long_history`)."""
     if path.is_dir():
         dataset_parts(path, key)  # or one line: the folder is no Parquet dataset
     elif not path.is_file():
         raise UserError(f"{key}={path}: no such file (the history to forecast from).")
     try:
         with user_errors():
-            table = read_table(path, "the history file", text_cols=[id_col], dtype={id_col: str})
+            return read_table(path, "the history file", text_cols=[id_col], dtype={id_col: str})
     except ImportError as err:  # Parquet without pyarrow
         raise UserError(str(err)) from None
-    if id_col in (*table.columns, *table.index.names):  # long format: as training read it
-        return index_as_columns(table)
-    return table  # a wide table (no id column) keeps its index of times for wide_history

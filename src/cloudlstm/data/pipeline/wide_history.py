@@ -18,7 +18,13 @@ import numpy as np
 import pandas as pd
 
 from cloudlstm.data.sources.bad_values import channel_values
-from cloudlstm.data.sources.tables import case_hint, clock_change_hint, id_text, written_row_numbers
+from cloudlstm.data.sources.tables import (
+    case_hint,
+    clock_change_hint,
+    id_text,
+    index_as_columns,
+    written_row_numbers,
+)
 from cloudlstm.data.sources.wide_table import TIME_NAMES
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import UserError
@@ -50,7 +56,8 @@ def long_history(
     df: pd.DataFrame, info: DataSpec, what: str, bad_values: str | None = None
 ) -> pd.DataFrame:
     """``df`` as long-format rows: a wide table (no point-id column, training points as
-    columns) melted, any other table unchanged (its columns are checked later).
+    columns) melted, a long one with its named index levels as columns, any other table
+    unchanged (its columns are checked later).
 
     ``bad_values``: where given (``error`` or ``warn``), a wide table's cells that are no
     finite number are refused or made missing here, named by the table's own row and point
@@ -69,8 +76,10 @@ def long_history(
             "pd.DataFrame(rows), pd.read_csv(path) or the like."
         )
     trained = set(info.point_ids)
-    if info.id_col in df.columns:
-        return df
+    if info.id_col in (*df.columns, *df.index.names):
+        # long format, its times (or ids) perhaps the index, as a Parquet file written
+        # with df.set_index("timestamp") holds them: columns, as training read them
+        return index_as_columns(df)
     if not set(map(id_text, df.columns)) & trained:
         _check_not_points_in_another_case(df, info, what)
         return df
