@@ -3,6 +3,8 @@ leaves eval.py's re-tests of a run out unless asked."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 
@@ -74,11 +76,11 @@ def config_as_today(run: Path, seed: int, machine: str, recipe: str = "strong") 
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
 
 
-def evaluation_of(run: Path, mae: float) -> Path:
+def evaluation_of(run: Path, mae: float, model: str = "cloudlstm") -> Path:
     """eval.py's folder inside ``run``: metrics.json with ``run_dir`` and a config.yaml that
-    adds ``run``, ``ckpt`` and ``task_name: eval`` to the run's."""
+    adds ``run``, ``ckpt`` and ``task_name: eval`` to the run's; ``model`` the run's."""
     folder = run / "eval" / "2026-01-01_00-00-00-000000"
-    write_run(folder, mae)
+    write_run(folder, mae, model=model)
     results = json.loads((folder / "metrics.json").read_text())
     results.update(run_dir=str(run), checkpoint=str(run / "checkpoints" / "best.ckpt"))
     results["overrides"] = ["data.num_points=100"]
@@ -135,6 +137,27 @@ def test_evaluations_are_rows_of_their_own_when_asked(sweep, capsys):
     assert table["evaluation"] == ["", "eval best data.num_points=100"]
     code, out, err = run_main(capsys, sweep, "--include-evals")
     assert code == 0 and err == [] and len(out.splitlines()) == 4
+
+
+def test_the_baseline_is_its_training_run_never_a_re_test_of_it(tmp_path, capsys):
+    """An evaluation of an lstm run sorts before that run's own metrics.json: every row was
+    over the re-test's numbers, the lstm row off 1 and the re-test's row at 1."""
+    for seed in (0, 1):
+        write_run(tmp_path / "lstm" / str(seed), 2.0 + seed, model="lstm", seed=seed)
+        write_run(tmp_path / "cloud" / str(seed), 1.0, seed=seed)
+    evaluation_of(tmp_path / "lstm" / "0", 2.5, model="lstm")
+    args = ["--relative-to", "lstm", "--include-evals", "--metrics", "mae", "--format", "csv"]
+    code, out, _ = run_main(capsys, tmp_path, *args)
+    assert code == 0
+    rows = {(r["model"], r["evaluation"]): r for r in csv.DictReader(io.StringIO(out))}
+    assert float(rows["lstm", ""]["mae_mean"]) == 1.0
+    assert float(rows["lstm", "eval best data.num_points=100"]["mae_mean"]) == 1.25
+    assert float(rows["cloudlstm", ""]["mae_mean"]) == pytest.approx((1 / 2 + 1 / 3) / 2)
+    code, _, err = run_main(capsys, tmp_path / "lstm" / "0" / "eval", tmp_path / "cloud", *args)
+    assert code == 2 and err == [
+        "compare: --relative-to lstm: its runs here are evaluations (eval.py's re-tests) only; "
+        "give the folders of its training runs too"
+    ]
 
 
 def test_the_seeds_re_tests_by_one_command_share_a_row(sweep):

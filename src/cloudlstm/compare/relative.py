@@ -7,6 +7,10 @@ those data where it ran once (persistence, which no seed changes). A row's cell 
 ± std over seeds of these ratios, so what a draw makes easy or hard for every model (which
 points are held out, say) cancels before the seeds are pooled. Below 1 an error is lower
 than the baseline's; PSNR, SSIM and coverage are better above 1.
+
+The baseline is always a training run of the baseline model, never an ``eval.py`` re-test of
+one (``--include-evals``): an evaluation row is over the same training run as the run it
+re-tests, so an evaluation of the baseline itself shows how far its re-test moved from 1.
 """
 
 from __future__ import annotations
@@ -23,23 +27,22 @@ def relative_runs(runs: Sequence[Run], baseline: str) -> tuple[list[Run], list[R
     """``(relative, unpaired)``: the runs with every test metric over the ``baseline``
     model's run of the same data and sample (the baseline's own at 1), and those without
     such a run, left out. A baseline run once for its data (persistence, which no seed
-    changes) is every seed's.
+    changes) is every seed's. Only the baseline's training runs are baselines: an
+    evaluation (``eval.py``'s re-test) is a row over them like any other run.
 
     Raises:
-        CompareError: no run is of the model ``baseline``.
+        CompareError: no training run is of the model ``baseline``.
     """
     bases: dict[tuple, Run] = {}
     by_data: dict[tuple, list[Run]] = {}
+    # an evaluation is no baseline: one found first (<run>/eval/ sorts before the run's own
+    # metrics.json) put every row over the re-test's numbers, the training run's off 1
     for run in runs:
-        if run.value("model") == baseline:
+        if run.value("model") == baseline and not run.evaluated_run:
             bases.setdefault(pairing(run), run)
             by_data.setdefault(pairing(run, seed=False), []).append(run)
     if not bases:
-        models = sorted({run.value("model") for run in runs})
-        raise CompareError(
-            f"--relative-to {baseline}: no run of that model among the runs; their models: "
-            f"{', '.join(models)}"
-        )
+        raise CompareError(_no_baseline(runs, baseline))
     relative, unpaired = [], []
     for run in runs:
         base = bases.get(pairing(run))
@@ -51,6 +54,20 @@ def relative_runs(runs: Sequence[Run], baseline: str) -> tuple[list[Run], list[R
         else:
             relative.append(over(run, base))
     return relative, unpaired
+
+
+def _no_baseline(runs: Sequence[Run], baseline: str) -> str:
+    """The error where ``baseline`` trained no run among ``runs``."""
+    if any(run.value("model") == baseline for run in runs):
+        return (
+            f"--relative-to {baseline}: its runs here are evaluations (eval.py's re-tests) "
+            "only; give the folders of its training runs too"
+        )
+    models = sorted({run.value("model") for run in runs})
+    return (
+        f"--relative-to {baseline}: no run of that model among the runs; their models: "
+        f"{', '.join(models)}"
+    )
 
 
 def pairing(run: Run, seed: bool = True) -> tuple[tuple[str, str], ...]:
