@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from cloudlstm.assembly.config import describe_run
 from cloudlstm.cli.compare.command import main
 from cloudlstm.cli.compare.hydra_callback import CompareSweep
 from cloudlstm.compare import Stat, compare, find_runs
@@ -31,7 +33,7 @@ from tests.test_compare import (
 from tests.test_compare_html import markdown_rows
 from tests.wandb_reader import finished_run
 
-GROUP = "cloudlstm-synthetic-sweep-2026-01-01_12-00-00"
+GROUP = "sweep-2026-01-01_12-00-00"
 
 
 def join_group(run: Path, group: str) -> None:
@@ -158,6 +160,22 @@ def test_no_group_for_runs_of_several_sweeps(tmp_path):
     join_group(tmp_path / "a", GROUP)
     runs = find_runs([tmp_path])
     assert _init_args(runs, [tmp_path], ["synthetic"], compare(runs))["group"] is None
+
+
+def test_a_sweep_over_models_is_one_group_and_its_comparison_joins_it(tmp_path):
+    """``-m model=cloudlstm,persistence``: each model's jobs were a group of their own, so
+    the sweep was two groups and its comparison run joined neither."""
+    for job, model in enumerate(("cloudlstm", "persistence")):
+        cfg = compose_train(tmp_path, [f"model={model}"])
+        with read_write(cfg.hydra), open_dict(cfg.hydra):
+            cfg.hydra.mode = "MULTIRUN"
+            cfg.hydra.sweep.dir = str(tmp_path / "multiruns" / "2026-01-01" / "12-00-00")
+        HydraConfig.instance().set_config(cfg)
+        assert describe_run(cfg)["group"] == GROUP
+        write_run(tmp_path / "sweep" / str(job), 1.0 + job, model=model)
+        join_group(tmp_path / "sweep" / str(job), GROUP)
+    runs = find_runs([tmp_path / "sweep"])
+    assert _init_args(runs, [tmp_path / "sweep"], ["synthetic"], compare(runs))["group"] == GROUP
 
 
 # --- the Hydra callback: the comparison when a multirun ends --------------------------------

@@ -55,7 +55,7 @@ def test_local_submitit_sweep_runs_every_job_in_its_own_process(tmp_path):
         pids.add(log.parent.name)
     assert len(pids) == 2, "one submitit job per sweep job"
     (group,) = groups  # one sweep, one W&B group
-    assert group == f"cloudlstm-synthetic-sweep-{sweep.parent.name}_{sweep.name}"
+    assert group == f"sweep-{sweep.parent.name}_{sweep.name}"
 
 
 def fake_slurm(bin_dir: Path, record: Path) -> None:

@@ -73,7 +73,8 @@ def describe_run(cfg: DictConfig) -> dict[str, Any]:
 
     * name: ``<model>-<data>`` followed by every ``model.*`` / ``data.*`` key set on the
       command line or swept, then the seed, e.g. ``cloudlstm-airq-k3-gru-att-s0``;
-    * group: the multirun sweep (one sweep is one group), else the experiment, else
+    * group: the multirun sweep (one sweep is one group, whichever models or data its jobs
+      run): ``[<experiment>-]sweep-<date>_<time>``; else the experiment, else
       ``<model>-<data>``;
     * tags: model, data, ``k=``/``cell=``/``attention=`` when the model has them,
       ``seed=``, and the config's ``tags``.
@@ -88,10 +89,11 @@ def describe_run(cfg: DictConfig) -> dict[str, Any]:
     tokens = [_name_token(o) for o in overrides]
     name = "-".join([model_name, data_name, *(t for t in tokens if t), f"s{cfg.seed}"])
     if hydra_cfg and hydra_cfg.mode == RunMode.MULTIRUN:
+        # after the sweep alone: its jobs may differ in model or data (model=a,b), and a
+        # group per model split one sweep and left its comparison run without a group
         sweep = Path(hydra_cfg.sweep.dir)
-        group = (
-            f"{experiment or f'{model_name}-{data_name}'}-sweep-{sweep.parent.name}_{sweep.name}"
-        )
+        stamp = f"sweep-{sweep.parent.name}_{sweep.name}"
+        group = f"{experiment}-{stamp}" if experiment else stamp
     else:
         group = experiment or f"{model_name}-{data_name}"
     tags = [model_name, data_name]
