@@ -160,6 +160,33 @@ def test_the_baseline_is_its_training_run_never_a_re_test_of_it(tmp_path, capsys
     ]
 
 
+def test_a_folder_of_left_out_runs_only_says_so_in_one_line(tmp_path, capsys):
+    """Only debug runs, or only re-tests: a note that they were left out, then "no
+    metrics.json with test results" as if none had been found."""
+    for seed in (0, 1):
+        write_run(tmp_path / "debug" / str(seed), 1.0, seed=seed)
+        config = tmp_path / "debug" / str(seed) / "config.yaml"
+        config.write_text(config.read_text() + "task_name: debug\n")
+    code, out, err = run_main(capsys, tmp_path / "debug")
+    assert (code, out) == (2, "") and err == [
+        f"compare: no run to compare under {tmp_path / 'debug'}: left out 2 run(s) of "
+        "debug=... (task_name debug: a batch or a few, no result); --include-debug shows them"
+    ]
+    evaluation_of(tmp_path / "debug" / "0", 2.0)
+    code, out, err = run_main(capsys, tmp_path / "debug" / "0" / "eval")
+    assert (code, out) == (2, "") and err == [
+        f"compare: no run to compare under {tmp_path / 'debug' / '0' / 'eval'}: left out 1 "
+        "evaluation(s) of eval.py (re-tests of runs); --include-evals shows them"
+    ]
+    code, out, err = run_main(capsys, tmp_path / "debug")
+    assert (code, out) == (2, "") and err == [
+        f"compare: no run to compare under {tmp_path / 'debug'}: left out 1 evaluation(s) of "
+        "eval.py (re-tests of runs) and 2 run(s) of debug=... (task_name debug: a batch or a "
+        "few, no result); --include-evals and --include-debug show them"
+    ]
+    assert run_main(capsys, tmp_path / "debug", "--include-evals")[0] == 0
+
+
 def test_the_seeds_re_tests_by_one_command_share_a_row(sweep):
     """Each seed's best checkpoint is a file of its own step and the command ran with its
     own threads: the re-tests are still the seeds of one evaluation."""

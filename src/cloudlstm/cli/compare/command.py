@@ -338,25 +338,16 @@ def _check_quantile_metrics(runs: Sequence[Run], metrics: Sequence[str] | None) 
 
 def _find_runs(dirs: Sequence[Path], include_evals: bool, include_debug: bool) -> list[Run]:
     """The runs under ``dirs``; a note on stderr of the evaluations and debug runs left
-    out."""
+    out, or where they were all there was, the one error that says so."""
     found = find_runs(dirs, include_evals=True)
-    runs = [run for run in found if include_evals or not run.evaluated_run]
-    if skipped := len(found) - len(runs):
-        print(
-            f"compare: left out {skipped} evaluation(s) of eval.py (re-tests of runs); "
-            "--include-evals shows them",
-            file=sys.stderr,
-        )
-    debug = [run for run in runs if run.value("task_name") == DEBUG_TASK]
-    if debug and not include_debug:
-        runs = [run for run in runs if run.value("task_name") != DEBUG_TASK]
-        print(
-            f"compare: left out {len(debug)} run(s) of debug=... (task_name {DEBUG_TASK}: a "
-            "batch or a few, no result); --include-debug shows them",
-            file=sys.stderr,
-        )
+    runs, left_out = _without_evals_and_debug(found, include_evals, include_debug)
+    # all found left out: one error says so, as "no results" after a note would mislead
+    for text, option in left_out if runs else ():
+        print(f"compare: left out {text}; {option} shows them", file=sys.stderr)
     if pending := runs_without_results(dirs, found):
         print(f"compare: {_no_row(pending, dirs)}", file=sys.stderr)
+    if left_out and not runs:
+        raise CompareError(_all_left_out(dirs, left_out))
     if unknown := [run.path for run in runs if not run.has_config]:
         shown = ", ".join(map(str, unknown[:3])) + (" ..." if len(unknown) > 3 else "")
         print(
@@ -372,6 +363,39 @@ def _find_runs(dirs: Sequence[Path], include_evals: bool, include_debug: bool) -
     if repeats:
         print(f"compare: warning: {_repeats_text(repeats, dirs)}", file=sys.stderr)
     return runs
+
+
+def _all_left_out(dirs: Sequence[Path], left_out: Sequence[tuple[str, str]]) -> str:
+    """The error where every run found was an evaluation or a debug run left out."""
+    what = " and ".join(text for text, _ in left_out)
+    options = " and ".join(option for _, option in left_out)
+    shows = "shows them" if len(left_out) == 1 else "show them"
+    where = " ".join(map(str, dirs))
+    return f"no run to compare under {where}: left out {what}; {options} {shows}"
+
+
+def _without_evals_and_debug(
+    found: Sequence[Run], include_evals: bool, include_debug: bool
+) -> tuple[list[Run], list[tuple[str, str]]]:
+    """``found`` less the evaluations and debug runs not asked for, and what was left out:
+    ``(what, the option that shows it)`` for each kind."""
+    runs = [run for run in found if include_evals or not run.evaluated_run]
+    left_out = []
+    if skipped := len(found) - len(runs):
+        left_out.append(
+            (f"{skipped} evaluation(s) of eval.py (re-tests of runs)", "--include-evals")
+        )
+    debug = [run for run in runs if run.value("task_name") == DEBUG_TASK]
+    if debug and not include_debug:
+        runs = [run for run in runs if run.value("task_name") != DEBUG_TASK]
+        left_out.append(
+            (
+                f"{len(debug)} run(s) of debug=... (task_name {DEBUG_TASK}: a batch or a few, "
+                "no result)",
+                "--include-debug",
+            )
+        )
+    return runs, left_out
 
 
 def _repeats_text(repeats: Sequence[tuple[Run, Run]], dirs: Sequence[Path]) -> str:
