@@ -671,6 +671,21 @@ def test_unknown_key_names_the_closest_keys_only(seeds, capsys):
     assert names == ["model", "data", "model.k"]
 
 
+def test_folders_after_by_are_one_line_naming_the_way_out(seeds, capsys):
+    """``--by`` takes every word after it: ``compare --by model DIR`` took DIR as a key and
+    argparse said only that dirs were required."""
+    code, out, err = run_main(capsys, "--by", "model", seeds)
+    assert (code, out) == (2, "") and err == [
+        f"compare: no run folder given: --by takes every word after it as a key (here model "
+        f"{seeds}); give the folders before --by (compare DIR --by model), or end its keys "
+        "with -- (compare --by model -- DIR)"
+    ]
+    code, out, _ = run_main(capsys, "--by", "model", "--", seeds)
+    assert code == 0 and out.splitlines()[0].startswith("| model | data | n |")
+    code, _, err = run_main(capsys, "--format", "csv")
+    assert code == 2 and err == ["compare: the following arguments are required: dirs"]
+
+
 def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys):
     code, out, err = run_main(capsys, tmp_path / "missing")
     assert (code, out, err) == (2, "", [f"compare: {tmp_path / 'missing'} does not exist"])

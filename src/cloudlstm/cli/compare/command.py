@@ -41,15 +41,28 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.given: set[str] = set()  # the options met on this command line
+        self.by: list[str] = []  # --by's values, to tell what it took when no folder is left
         for name in (None, "store", "store_true"):
             self.register("action", name, _given_once(self._registry_get("action", name)))
 
     def parse_known_args(self, *args: Any, **kwargs: Any) -> Any:
-        self.given = set()
+        self.given, self.by = set(), []
         return super().parse_known_args(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        if message.endswith("required: dirs") and self.by:
+            raise CompareError(_by_took_the_dirs(self.by))
         raise CompareError(message)
+
+
+def _by_took_the_dirs(by: Sequence[str]) -> str:
+    """The error of ``compare --by model DIR``: ``--by`` takes every word after it, the
+    folders too, and argparse found none to compare."""
+    return (
+        f"no run folder given: --by takes every word after it as a key (here {' '.join(by)}); "
+        "give the folders before --by (compare DIR --by model), or end its keys with -- "
+        "(compare --by model -- DIR)"
+    )
 
 
 def _given_once(action: type[argparse.Action]) -> type[argparse.Action]:
@@ -64,6 +77,8 @@ def _given_once(action: type[argparse.Action]) -> type[argparse.Action]:
                         f"argument {self.option_strings[0]} given twice: give it once{values_once}"
                     )
                 parser.given.add(self.dest)
+                if self.dest == "by":
+                    parser.by = list(values)
             super().__call__(parser, namespace, values, option_string)
 
     return GivenOnce
