@@ -1062,6 +1062,25 @@ def test_relative_to_a_model_no_run_has_is_one_line(seeds, capsys):
     assert not (seeds / "f").exists()
 
 
+def test_two_baseline_runs_of_one_data_and_seed_are_one_line(tmp_path, capsys):
+    """An LSTM of 16 and one of 32 units, both seed 0: every row was divided by the one
+    found first, without a word."""
+    write_run(tmp_path / "cloud", 1.0)
+    write_run(tmp_path / "lstm16", 2.0, model="lstm", model_keys={"hidden_size": 16})
+    write_run(tmp_path / "lstm32", 4.0, model="lstm", model_keys={"hidden_size": 32})
+    code, out, err = run_main(capsys, tmp_path, "--metrics", "mae", "--relative-to", "lstm")
+    assert code == 2 and out == ""
+    assert err == [
+        f"compare: --relative-to lstm: two of its runs, {tmp_path / 'lstm16'} and "
+        f"{tmp_path / 'lstm32'}, are of the same data and seed (seed 0), so which one the "
+        "rows would be divided by is not known: give folders holding one of them"
+    ]
+    code, out, _ = run_main(
+        capsys, tmp_path / "cloud", tmp_path / "lstm16", "--metrics", "mae", "--relative-to", "lstm"
+    )
+    assert code == 0
+
+
 def test_a_baseline_run_once_for_its_data_is_every_seeds(tmp_path, capsys):
     """Persistence, which no seed changes, run for seed 0 only: each seed of the others is
     over that run."""

@@ -31,7 +31,9 @@ def relative_runs(runs: Sequence[Run], baseline: str) -> tuple[list[Run], list[R
     evaluation (``eval.py``'s re-test) is a row over them like any other run.
 
     Raises:
-        CompareError: no training run is of the model ``baseline``.
+        CompareError: no training run is of the model ``baseline``, or two are of the same
+            data and seed (other model settings, or the same run twice): which one every
+            row would be divided by is not known.
     """
     bases: dict[tuple, Run] = {}
     by_data: dict[tuple, list[Run]] = {}
@@ -39,7 +41,8 @@ def relative_runs(runs: Sequence[Run], baseline: str) -> tuple[list[Run], list[R
     # metrics.json) put every row over the re-test's numbers, the training run's off 1
     for run in runs:
         if run.value("model") == baseline and not run.evaluated_run:
-            bases.setdefault(pairing(run), run)
+            if (other := bases.setdefault(pairing(run), run)) is not run:
+                raise CompareError(_two_baselines(baseline, other, run))
             by_data.setdefault(pairing(run, seed=False), []).append(run)
     if not bases:
         raise CompareError(_no_baseline(runs, baseline))
@@ -54,6 +57,15 @@ def relative_runs(runs: Sequence[Run], baseline: str) -> tuple[list[Run], list[R
         else:
             relative.append(over(run, base))
     return relative, unpaired
+
+
+def _two_baselines(baseline: str, first: Run, second: Run) -> str:
+    """The error where two of ``baseline``'s runs are of the same data and seed."""
+    return (
+        f"--relative-to {baseline}: two of its runs, {first.path} and {second.path}, are of "
+        f"the same data and seed (seed {first.value('seed')}), so which one the rows would "
+        "be divided by is not known: give folders holding one of them"
+    )
 
 
 def _no_baseline(runs: Sequence[Run], baseline: str) -> str:
