@@ -154,6 +154,29 @@ def test_jobs_the_subdir_gives_one_directory_are_refused_before_any_runs(tmp_pat
     assert not (tmp_path / "sweep" / "cloudlstm").exists()
 
 
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("model.k=range(3,9,0)", "'model.k=range(3,9,0)' has a step of 0, which never "
+                                 "reaches its stop; give a step other than 0, e.g. "
+                                 "'model.k=range(3,9,1)'."),
+        ("optimizer.lr=range(0.001,0.003,0.0)", "'optimizer.lr=range(0.001,0.003,0.0)' has a "
+                                                "step of 0, which never reaches its stop; give "
+                                                "a step other than 0, e.g. "
+                                                "'optimizer.lr=range(0.001,0.003,0.001)'."),
+        ("seed=range(4,4,0)", "'seed=range(4,4,0)' has a step of 0, and its stop is its start; "
+                              "give the one value, seed=4, or a range with a step other than 0 "
+                              "towards a stop beyond its start."),
+    ],
+)  # fmt: skip
+def test_a_range_with_a_step_of_0_is_one_line(tmp_path, override, said):
+    """Hydra's expansion raised range()'s ValueError, or its own HydraException naming the
+    bounds in 50 digits, with a traceback."""
+    done = sweep(tmp_path, "model=persistence", override)
+    assert one_line(done) == f"the command line: {said}"
+    assert not (tmp_path / "sweep").exists()
+
+
 def test_a_run_folder_name_the_file_system_refuses_is_one_line(tmp_path):
     """A subdir of ${hydra.job.override_dirname} over many overrides: Hydra's makedirs
     ended the sweep in a traceback (File name too long)."""

@@ -39,6 +39,7 @@ from typing import Any
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.types import Override
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
 from omegaconf import OmegaConf, open_dict
@@ -52,6 +53,7 @@ from cloudlstm.cli.sweep_jobs import (
     shared_overrides,
     unfinished_report,
 )
+from cloudlstm.cli.sweep_values import sweep_values
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.lock import held_run_dirs
 from cloudlstm.rundir.sweep_sigterm import PassSigtermOn, is_joblib, joblib_sweep_stop
@@ -102,6 +104,7 @@ class ReportingSweeper(BasicSweeper):
         """Hydra's jobs, less the model settings a job's model does not take
         (:func:`~cloudlstm.cli.model_keys.applicable_jobs`), in batches of
         ``max_batch_size``."""
+        self._check_sweeps(overrides)
         jobs = [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
         applicable = applicable_jobs(jobs, self._model_keys)
         if applicable.note:
@@ -118,6 +121,22 @@ class ReportingSweeper(BasicSweeper):
         if max_batch_size is None:
             return [applicable.jobs]
         return list(BasicSweeper.split_overrides_to_chunks(applicable.jobs, max_batch_size))
+
+    def _check_sweeps(self, overrides: list[Override]) -> None:
+        """Refuse, in one line naming it and the fix, a sweep override Hydra cannot expand
+        (:func:`~cloudlstm.cli.sweep_values.sweep_values`). The first overrides are
+        ``hydra.sweeper.params``' (Hydra's ``BasicSweeper.sweep`` puts them first).
+
+        Raises:
+            UserError: the line refusing the first such override.
+        """
+        params = list(self.params or {})
+        for num, override in enumerate(overrides):
+            if override.is_sweep_override() and override.is_discrete_sweep():
+                where = "the command line"
+                if num < len(params):
+                    where = f"hydra.sweeper.params.{params[num]}"
+                sweep_values(override, where)
 
     def _model_keys(self, job: list[str]) -> tuple[str, set[str]]:
         """The model a job's config chooses, and its settings."""
