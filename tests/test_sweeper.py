@@ -177,6 +177,28 @@ def test_a_range_with_a_step_of_0_is_one_line(tmp_path, override, said):
     assert not (tmp_path / "sweep").exists()
 
 
+@pytest.mark.parametrize(
+    ("subdir", "args", "job"),
+    [
+        ("${hydra:runtime.choices.model}_k${model.k}", ["model=persistence,cloudlstm",
+                                                        "model.k=3"], "model=persistence"),
+        ("${hydra.job.num}_${nonexistent}", ["seed=1,2"], "seed=1"),
+    ],
+)  # fmt: skip
+def test_a_subdir_a_job_cannot_resolve_is_one_line_before_any_runs(tmp_path, subdir, args, job):
+    """Persistence has no model.k: composing job 0's directory ended in OmegaConf's
+    InterpolationKeyError, with a traceback of 42 frames (a numbered subdir: in the
+    launcher's)."""
+    done = sweep(tmp_path, *args, f"hydra.sweep.subdir={subdir}")
+    key = subdir.rsplit("${", 1)[1].rstrip("}")
+    assert one_line(done) == (
+        f"hydra.sweep.subdir={subdir} cannot name the directory of job 0 ({job}): "
+        f"Interpolation key '{key}' not found. Name in the subdir only settings every job "
+        "has, or ${hydra.job.num}."
+    )
+    assert not (tmp_path / "sweep").exists()
+
+
 def test_a_run_folder_name_the_file_system_refuses_is_one_line(tmp_path):
     """A subdir of ${hydra.job.override_dirname} over many overrides: Hydra's makedirs
     ended the sweep in a traceback (File name too long)."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
@@ -43,6 +44,7 @@ from hydra.core.override_parser.types import Override
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
 from omegaconf import OmegaConf, open_dict
+from omegaconf.errors import InterpolationResolutionError
 
 from cloudlstm.cli.model_keys import applicable_jobs
 from cloudlstm.cli.sweep_jobs import (
@@ -59,6 +61,9 @@ from cloudlstm.rundir.lock import held_run_dirs
 from cloudlstm.rundir.sweep_sigterm import PassSigtermOn, is_joblib, joblib_sweep_stop
 
 log = logging.getLogger(__name__)
+
+# the interpolations of a subdir that every job resolves, each to a directory of its own
+_JOB_NUMBER = {"hydra.job.num", "hydra.job.id"}
 
 
 class ReportingSweeper(BasicSweeper):
@@ -164,18 +169,21 @@ class ReportingSweeper(BasicSweeper):
         two of its jobs one directory (``job_dir(num)``: ``model/seed_N`` of the presets,
         and a swept ``optimizer.lr``): the later job found the earlier's run there and
         resumed it, or was refused as a run of other settings, instead of training its own.
-        A subdir with the job's number cannot, and is not composed job by job.
+        Or one that a job's config cannot resolve (``${model.k}`` of a model without K),
+        which ended in OmegaConf's traceback. A subdir of the job's number alone cannot
+        fail, and is not composed job by job.
 
         Raises:
-            UserError: names the two jobs, their directory and the fix.
+            UserError: names the jobs, their directory or the key missing, and the fix.
         """
         subdir = str(OmegaConf.to_container(self.config.hydra.sweep)["subdir"])
-        if len(jobs) < 2 or "job.num" in subdir or "job.id" in subdir:
+        numbered = "job.num" in subdir or "job.id" in subdir
+        if numbered and set(re.findall(r"\$\{([^}]*)\}", subdir)) <= _JOB_NUMBER:
             return
         first_in: dict[str, int] = {}
         for num, job in enumerate(jobs):
-            folder = job_dir(num)
-            if folder not in first_in:
+            folder = self._resolved_dir(subdir, jobs, num, job_dir)
+            if numbered or folder not in first_in:
                 first_in[folder] = num
                 continue
             earlier = jobs[first_in[folder]]
@@ -187,6 +195,26 @@ class ReportingSweeper(BasicSweeper):
                 f"(hydra.sweep.subdir='{self._subdir_naming(subdir, differ)}'), or sweep "
                 "them in a sweep directory of their own (protocol_tag=... in the presets)."
             )
+
+    @staticmethod
+    def _resolved_dir(
+        subdir: str, jobs: list[list[str]], num: int, job_dir: Callable[[int], str]
+    ) -> str:
+        """Job ``num``'s directory (``job_dir(num)``).
+
+        Raises:
+            UserError: the subdir reads a key the job's config lacks (or fails otherwise
+                to resolve there): names the job, what is missing and the fix.
+        """
+        try:
+            return job_dir(num)
+        except InterpolationResolutionError as error:
+            own = own_overrides(jobs[num], shared_overrides(jobs))
+            raise UserError(
+                f"hydra.sweep.subdir={subdir} cannot name the directory of job {num} "
+                f"({own}): {first_line(error).rstrip('.')}. Name in the subdir only "
+                "settings every job has, or ${hydra.job.num}."
+            ) from None
 
     def _subdir_naming(self, subdir: str, overrides: list[str]) -> str:
         """``subdir`` with a level naming each key of ``overrides`` (``key=value``) by its
