@@ -178,6 +178,25 @@ def test_a_range_with_a_step_of_0_is_one_line(tmp_path, override, said):
 
 
 @pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("seed=range(5,1)", "'seed=range(5,1)' is an empty range (its stop is excluded): no "
+                            "job would run; count towards its stop, e.g. 'seed=range(5,1,-1)'."),
+        ("seed=range(3,3)", "'seed=range(3,3)' is an empty range (its stop is excluded): no "
+                            "job would run; give the one value, seed=3, or a stop beyond its "
+                            "start."),
+        ("trainer=glob(zzz*)", "'trainer=glob(zzz*)' is an empty sweep: it matches no option "
+                               "of trainer; name one of cpu, ddp, ddp_cpu, default, gpu."),
+    ],
+)  # fmt: skip
+def test_a_sweep_of_no_value_is_one_line(tmp_path, override, said):
+    """It launched 0 jobs and exited 0, as if the sweep had run."""
+    done = sweep(tmp_path, "model=persistence", override)
+    assert one_line(done) == f"the command line: {said}"
+    assert not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.parametrize(
     ("subdir", "args", "job"),
     [
         ("${hydra:runtime.choices.model}_k${model.k}", ["model=persistence,cloudlstm",

@@ -20,12 +20,39 @@ def sweep_values(override: Override, where: str = "the command line") -> list[st
             ``hydra.sweeper.params.seed``), as the Optuna sweeper names it.
 
     Raises:
-        UserError: a range whose step is 0.
+        UserError: a range whose step is 0, or a sweep of no value (``range(5,1)``, a glob
+            matching no option), which would launch no job and exit 0.
     """
     value = override.value()
     if override.is_range_sweep() and isinstance(value, RangeSweep) and value.step == 0:
         raise UserError(_zero_step_line(override, value, where))
-    return list(override.sweep_string_iterator())
+    values = list(override.sweep_string_iterator())
+    if not values:
+        raise UserError(_empty_line(override, value, where))
+    return values
+
+
+def _empty_line(override: Override, value: object, where: str) -> str:
+    """The refusal of a sweep of no value, worded as the Optuna sweeper's of an empty
+    range, with the range counting the other way (or the one value) as the fix."""
+    key = override.get_key_element()
+    said = f"{where}: {override.input_line or key!r}"
+    if not isinstance(value, RangeSweep):  # a glob: its patterns match no option
+        loader = override.config_loader
+        options = loader.get_group_options(key) if loader is not None else []
+        return (
+            f"{said} is an empty sweep: it matches no option of {key}; name one of "
+            f"{', '.join(options) or 'its options'}."
+        )
+    start, stop, step = value.start, value.stop, value.step
+    assert start is not None and stop is not None  # the grammar requires both
+    if start == stop:
+        fix = f"give the one value, {key}={_num(start)}, or a stop beyond its start"
+    else:
+        fix = (
+            f"count towards its stop, e.g. '{key}=range({_num(start)},{_num(stop)},{_num(-step)})'"
+        )
+    return f"{said} is an empty range (its stop is excluded): no job would run; {fix}."
 
 
 def _zero_step_line(override: Override, value: RangeSweep, where: str) -> str:
@@ -46,6 +73,12 @@ def _zero_step_line(override: Override, value: RangeSweep, where: str) -> str:
     fix = f"range({_num(start)},{_num(stop)},{_num(step)})"
     fix = f"shuffle({fix})" if value.shuffle else fix
     return f"{said}, which never reaches its stop; give a step other than 0, e.g. '{key}={fix}'."
+
+
+def _range(start: float, stop: float, step: float, shuffle: bool) -> str:
+    """A range as an override writes it: ``range(3,9,1)``, ``shuffle(range(3,9,1))``."""
+    text = f"range({_num(start)},{_num(stop)},{_num(step)})"
+    return f"shuffle({text})" if shuffle else text
 
 
 def _num(value: float) -> str:
