@@ -52,6 +52,23 @@ def test_every_failed_job_of_a_joblib_sweep_is_named_and_the_finished_one_compar
     ), "a learning rate below 0 is refused again by the same command"
 
 
+def test_the_log_a_failed_job_is_named_with_holds_its_error(tmp_path):
+    """A job refused before it trained had an empty log, which the report pointed to."""
+    done = sweep(tmp_path, "+foo=1,2")
+    out = done.stdout + done.stderr
+    assert done.returncode == 1 and "Traceback" not in out, out[-3000:]
+    for job in (0, 1):
+        log = tmp_path / "sweep" / str(job) / "train.log"
+        error = (
+            f"+foo={job + 1}: there is no top-level setting foo, so nothing would read it. "
+            "Give a setting the config has, without the +: `python train.py --cfg job` "
+            "prints the settings (Hydra takes --cfg without -m)"
+        )
+        assert f"  job {job} (+foo={job + 1}): {error}; log {log}" in out.splitlines()
+        last = log.read_text().splitlines()[-1]
+        assert last.endswith(f"][hydra_plugins.cloudlstm_sweeper][ERROR] - {error}."), last
+
+
 def job_return(num: int, overrides: list[str], error: BaseException) -> JobReturn:
     hydra_cfg = OmegaConf.create(
         {"hydra": {"job": {"num": num}, "runtime": {"output_dir": f"/r/{num}"}}}
@@ -73,8 +90,8 @@ def test_one_failure_is_its_own_error_and_a_bug_keeps_its_traceback(caplog):
     (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
     assert record.getMessage().splitlines()[:3] == [
         "2 of 2 jobs of the sweep failed:",
-        "  job 0 (model.k=2): model.k=3 is not a number of neighbours; log /r/0/train.log",
-        "  job 1 (model.k=3): index out of range; log /r/1/train.log",
+        "  job 0 (model.k=2): model.k=3 is not a number of neighbours; run dir /r/0 (no log)",
+        "  job 1 (model.k=3): index out of range; run dir /r/1 (no log)",
     ]
 
 

@@ -64,6 +64,8 @@ log = logging.getLogger(__name__)
 
 # the interpolations of a subdir that every job resolves, each to a directory of its own
 _JOB_NUMBER = {"hydra.job.num", "hydra.job.id"}
+# Hydra's format of a job's log file (hydra/job_logging/default.yaml, "simple")
+_LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
 
 class ReportingSweeper(BasicSweeper):
@@ -266,6 +268,7 @@ class _FailureRecorder(Launcher):
         for result in results:
             if result.status == JobStatus.FAILED:
                 self.failed.append((result, result._return_value))  # the job's exception
+                _error_into_log(result, result._return_value)
                 # the sweeper reads every result's value and stops at a failed one's
                 result.status, result.return_value = JobStatus.COMPLETED, None
         return results
@@ -283,7 +286,7 @@ def _failure(
     shared = shared_overrides(launched)
     lines = [
         f"job {_job_num(job)} ({own_overrides(job.overrides or [], shared)}): "
-        f"{first_line(error).rstrip('.')}; log {_log(job)}"
+        f"{first_line(error).rstrip('.')}; {_log(job)}"
         for job, error in failed
     ]
     report = unfinished_report(lines, len(launched), sweep_dir, "failed", errors)
@@ -305,20 +308,49 @@ def _stopped(
     shared = shared_overrides(launched)
     lines = [
         f"job {_job_num(job)} ({own_overrides(job.overrides or [], shared)}): "
-        f"{first_line(error).split(' Run dir ', 1)[0].rstrip('.')}; log {_log(job)}"
+        f"{first_line(error).split(' Run dir ', 1)[0].rstrip('.')}; {_log(job)}"
         for job, error in failed
     ]
     what = f"did not finish (the sweep got {by})"
     return unfinished_report(lines, len(launched), sweep_dir, what)
 
 
+def _error_into_log(job: JobReturn, error: BaseException) -> None:
+    """Append the error a job failed with to its log, which the sweep's report names:
+    Hydra keeps a job's exception and logs nothing of it, so the log lacked the one line
+    the report points to it for (empty, for a job refused before it logged)."""
+    path = _log_path(job)
+    if path is None or not path.is_file():
+        return
+    record = logging.makeLogRecord(
+        {"name": __name__, "levelno": logging.ERROR, "levelname": "ERROR", "msg": str(error)}
+    )
+    if not isinstance(error, UserError):  # a bug: its traceback
+        record.exc_info = (type(error), error, error.__traceback__)
+    text = logging.Formatter(_LOG_FORMAT).format(record)
+    try:
+        with path.open("a", encoding="utf-8") as file:
+            file.write(f"{text}\n")
+    except OSError:  # a full disk: the report still names the error
+        pass
+
+
 def _job_num(job: JobReturn) -> str:
     return str(job.hydra_cfg.hydra.job.num) if job.hydra_cfg is not None else "?"
 
 
-def _log(job: JobReturn) -> str:
-    """The job's log file (``<run dir>/<task name>.log``), or its directory."""
+def _log_path(job: JobReturn) -> Path | None:
+    """The job's log file (``<run dir>/<task name>.log``), or None where it has no run dir."""
     if job.hydra_cfg is None or job.cfg is None:
-        return str(job.working_dir or "?")
+        return None
     run_dir = Path(job.hydra_cfg.hydra.runtime.output_dir)
-    return str(run_dir / f"{job.cfg.get('task_name', 'train')}.log")
+    return run_dir / f"{job.cfg.get('task_name', 'train')}.log"
+
+
+def _log(job: JobReturn) -> str:
+    """Where the report sends the reader: the job's log, or its directory where the job
+    wrote no log (it failed before its logging began)."""
+    path = _log_path(job)
+    if path is None:
+        return f"run dir {job.working_dir or '?'}"
+    return f"log {path}" if path.is_file() else f"run dir {path.parent} (no log)"
