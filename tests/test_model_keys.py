@@ -42,6 +42,14 @@ def test_models_without_the_setting_run_once_each_in_order():
     )
 
 
+def test_a_dropped_setting_of_one_value_merges_no_job_and_says_so():
+    """model.k=3 alone: convlstm's job runs without it, and none is run once instead of
+    several times; the note said "such jobs run once ... (2 jobs -> 2)"."""
+    got = applicable_jobs(grid(["cloudlstm", "convlstm"], [3]), fake_keys)
+    assert got.jobs == [["model=cloudlstm", "model.k=3"], ["model=convlstm"]]
+    assert got.note == "model=convlstm takes no k: such jobs run without those settings."
+
+
 def test_a_setting_every_model_has_is_kept_and_nothing_is_said():
     jobs = [[f"model={m}", "model.hidden_channels=8"] for m in ("cloudlstm", "convlstm")]
     got = applicable_jobs(jobs, fake_keys)

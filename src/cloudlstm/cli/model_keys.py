@@ -93,6 +93,8 @@ def foreign_key_message(key: str, models: Sequence[str], settings: set[str]) -> 
 
 def _note(dropped: dict[str, set[str]], before: int, after: int) -> str:
     parts = [f"model={name} takes no {', '.join(sorted(keys))}" for name, keys in dropped.items()]
+    if before == after:  # one value each: nothing to run once
+        return f"{'; '.join(parts)}: such jobs run without those settings."
     return (
         f"{'; '.join(parts)}: such jobs run once, not once per value of those settings "
         f"({before} jobs -> {after})."
