@@ -351,6 +351,31 @@ def test_a_continued_study_refuses_another_command_in_one_line(tmp_path):
     ) in str(raised.value)
 
 
+def test_a_continued_study_refuses_another_optimized_metric_in_one_line(tmp_path):
+    """optimized_metric says how one run reports, but a study's values must all be of one
+    metric: a continued search with another is refused, before the direction it changes."""
+    from cloudlstm.errors import UserError
+
+    search = bare_search(tmp_path, {}, {"optimizer.lr": FloatDistribution(1e-4, 1e-2)})
+    search.metric, search.direction, search.sampler_conf = "val/mae_best", "minimize", None
+    search.sampler = search.pruner = None
+    search.study_name, search.n_trials, search.n_jobs = "hparams_search", 2, 1
+    search._open_study()
+    search._open_study()  # the same metric
+    search.metric = "val/rmse"
+    with pytest.raises(UserError) as raised:
+        search._open_study()
+    assert str(raised.value) == (
+        f"study hparams_search in {search.storage_url} optimizes optimized_metric="
+        "val/mae_best, not val/rmse: its trials' values would mix two metrics. Continue it "
+        "with optimized_metric=val/mae_best, or start a new study of val/rmse with another "
+        "hydra.sweep.dir (or hydra.sweeper.study_name)."
+    )
+    search.metric, search.direction = "val/ssim", "maximize"
+    with pytest.raises(UserError, match="optimizes optimized_metric=val/mae_best, not val/ssim"):
+        search._open_study()
+
+
 def test_a_study_with_trials_but_no_recorded_command_is_warned_of(tmp_path, caplog):
     lr = {"optimizer.lr": FloatDistribution(1e-4, 1e-2, log=True)}
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'optuna.db'}", study_name="s")

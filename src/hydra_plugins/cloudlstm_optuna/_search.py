@@ -62,6 +62,9 @@ JOB_ATTR = "job"
 # (key: override) and its search space (key: distribution); a continued search must match.
 FIXED_ATTR = "fixed_overrides"
 SPACE_ATTR = "search_space"
+# Study user attribute: its objective, optimized_metric (an execution option for one run,
+# but a study's values must all be of one metric to be compared)
+METRIC_ATTR = "optimized_metric"
 # Optuna's ValueErrors when a trial asks a parameter with another distribution than the
 # study's earlier trials gave it
 _INCOMPATIBLE = ("Cannot set different", "does not support dynamic value space")
@@ -106,7 +109,8 @@ class OptunaSearch(Sweeper):
         quantiles = bool((config.get("module") or {}).get("quantiles")) or any(
             str(k) == "module.quantiles" for k in s.get("params") or {}
         )
-        check_optimized_metric(config.get("optimized_metric"), quantiles)
+        self.metric = config.get("optimized_metric")
+        check_optimized_metric(self.metric, quantiles)
         self.direction = objective_direction(s.get("direction"), config.get("optimized_metric"))
         self.max_failure_rate = _failure_rate(s.get("max_failure_rate", 0.0))
         self.sampler_conf = s.get("sampler")
@@ -203,6 +207,7 @@ class OptunaSearch(Sweeper):
             ) from None
         finally:
             optuna.logging.set_verbosity(verbosity)
+        self._check_same_metric(study)  # before the direction, which another metric changes
         if study.direction.name.lower() != self.direction:
             raise UserError(
                 f"study {self.study_name} in {self.storage_url} is to "
@@ -220,6 +225,25 @@ class OptunaSearch(Sweeper):
             self.study_name, self.storage_url, done, self.n_trials, self.n_jobs, self.sweep_dir,
         )  # fmt: skip
         return study
+
+    def _check_same_metric(self, study: optuna.Study) -> None:
+        """Record, in a new study, its objective (``optimized_metric``); in a continued one,
+        refuse another: its best trial would be picked across values of two metrics.
+
+        Raises:
+            UserError: ``optimized_metric`` is not the one the study was started with.
+        """
+        was = study.user_attrs.get(METRIC_ATTR)
+        if was is None:  # a new study, or one of an older version: it records this one
+            study.set_user_attr(METRIC_ATTR, str(self.metric))
+            return
+        if was != str(self.metric):
+            raise UserError(
+                f"study {self.study_name} in {self.storage_url} optimizes "
+                f"optimized_metric={was}, not {self.metric}: its trials' values would mix two "
+                f"metrics. Continue it with optimized_metric={was}, or start a new study of "
+                f"{self.metric} with another hydra.sweep.dir (or hydra.sweeper.study_name)."
+            )
 
     def _check_same_command(self, study: optuna.Study) -> None:
         """Record, in a new study, its fixed overrides and search space (as text); in a
