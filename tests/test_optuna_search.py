@@ -453,6 +453,68 @@ def test_a_trial_asked_but_never_launched_fails_and_does_not_count(tmp_path):
     assert _n_counted(study) == 1 and search.next_job == 1
 
 
+def labelled_study(sweep: Path, states: list[TrialState]) -> optuna.Study:
+    """A study in ``sweep``'s own storage file whose trial n ran as job n there."""
+    study = optuna.create_study(storage=f"sqlite:///{sweep / 'optuna.db'}")
+    for job, state in enumerate(states):
+        trial = study.ask({"x": FloatDistribution(0, 1)})
+        trial.set_user_attr("sweep_dir", str(sweep))
+        trial.set_user_attr("job", job)
+        (sweep / str(job)).mkdir()
+        if state != TrialState.RUNNING:
+            study.tell(trial, 0.5 + job if state == TrialState.COMPLETE else None, state=state)
+    return study
+
+
+def test_a_copied_sweep_directory_continues_its_study_in_its_own_job_folders(tmp_path):
+    """A sweep directory copied (or moved) elsewhere: its study's trials are its own though
+    they hold the old path; the unfinished one runs again in the copy's folder, new ones
+    take numbers after the copied jobs', and the results name the copy's run directory."""
+    import shutil
+
+    from hydra_plugins.cloudlstm_optuna._search import OptunaSearch
+
+    first, copy = tmp_path / "opt1", tmp_path / "opt1e"
+    first.mkdir()
+    done, running = TrialState.COMPLETE, TrialState.RUNNING
+    labelled_study(first, [done, done, running])
+    shutil.copytree(first, copy)
+    study = optuna.load_study(study_name=None, storage=f"sqlite:///{copy / 'optuna.db'}")
+    search = OptunaSearch({})
+    search.n_jobs, search.sweep_dir, search.own_storage = 1, copy, True
+    search.study_name = "hparams_search"
+    ran = []
+    search._run = lambda _study, jobs: ran.extend((j.trial, j.number) for j in jobs)
+    search._continue_unfinished(study)
+    assert ran == [(2, 2)] and search.next_job == 3
+    search._write_results(study)
+    results = yaml.safe_load((copy / "optimization_results.yaml").read_text())
+    assert results["best_run_dir"] == str(copy / "0")
+
+
+def test_a_second_study_in_a_sweep_directory_has_job_folders_and_results_of_its_own(tmp_path):
+    """hydra.sweeper.study_name=other in the sweep directory of another study: its jobs are
+    numbered after every job folder there, and its results file is its own."""
+    from hydra_plugins.cloudlstm_optuna._search import OptunaSearch
+
+    first = labelled_study(tmp_path, [TrialState.COMPLETE] * 3)
+    other = optuna.create_study(storage=f"sqlite:///{tmp_path / 'optuna.db'}", study_name="o/x")
+    search = OptunaSearch({})
+    search.n_jobs, search.sweep_dir, search.own_storage = 1, tmp_path, True
+    search.study_name = "o/x"
+    search._continue_unfinished(other)
+    assert search.next_job == 3
+    search._write_results(other)
+    search.study_name = "hparams_search"
+    search._write_results(first)
+    assert sorted(p.name for p in tmp_path.glob("*.yaml")) == [
+        "optimization_results.yaml",
+        "optimization_results_o_x.yaml",
+    ]
+    ours = yaml.safe_load((tmp_path / "optimization_results_o_x.yaml").read_text())
+    assert ours["study_name"] == "o/x" and ours["trials"] == {}
+
+
 def test_a_trial_whose_job_a_signal_stopped_stays_running_and_others_are_told(tmp_path):
     """A job stopped by SIGTERM (RunInterrupted) leaves its trial RUNNING, as a killed one,
     for the same command to continue from its checkpoint; a job that failed otherwise is

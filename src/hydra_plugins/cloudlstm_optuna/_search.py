@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -55,7 +56,8 @@ STORAGE_FILE = "optuna.db"
 RESULTS_FILE = "optimization_results.yaml"
 # Trial user attributes: the sweep directory that launched the trial and its job number
 # there, i.e. its run directory <sweep_dir>/<job>; a continued search runs the trial again
-# in that directory.
+# in that directory (in the sweep directory as now given, for a study in its own storage
+# file there: the folder may have been moved or copied).
 SWEEP_DIR_ATTR = "sweep_dir"
 JOB_ATTR = "job"
 # Study user attributes: the command that started the study, as text: its fixed overrides
@@ -286,7 +288,8 @@ class OptunaSearch(Sweeper):
         (``resume=auto``). Trials of other sweep directories (a shared storage) are left to
         their sweeps."""
         mine = [t for t in study.get_trials(deepcopy=False) if self._is_mine(t)]
-        self.next_job = 1 + max((t.user_attrs.get(JOB_ATTR, -1) for t in mine), default=-1)
+        jobs_there = (t.user_attrs.get(JOB_ATTR, -1) for t in mine)
+        self.next_job = 1 + max([-1, *jobs_there, *_job_folders(self.sweep_dir)])
         unfinished = [t for t in mine if t.state == TrialState.RUNNING]
         for t in unfinished:
             if JOB_ATTR not in t.user_attrs:  # ended while asking it: never launched, and
@@ -307,10 +310,10 @@ class OptunaSearch(Sweeper):
             self._run(study, jobs[start : start + self.n_jobs])
 
     def _is_mine(self, trial: FrozenTrial) -> bool:
-        """A trial launched from this sweep directory; in this sweep's own storage file, also
-        one that was asked but ended before it was labelled."""
-        where = trial.user_attrs.get(SWEEP_DIR_ATTR)
-        return where == str(self.sweep_dir) or (where is None and self.own_storage)
+        """A trial of this sweep directory: in its own storage file every trial (the folder
+        may have been moved or copied since, and the stored path be another), in a shared
+        storage one launched from this directory."""
+        return self.own_storage or trial.user_attrs.get(SWEEP_DIR_ATTR) == str(self.sweep_dir)
 
     def _ask(self, study: optuna.Study) -> Job:
         """A new trial, labelled with its sweep directory and job number."""
@@ -425,7 +428,9 @@ class OptunaSearch(Sweeper):
         }
         if any(t.state == TrialState.COMPLETE for t in trials):
             best = study.best_trial
-            where = Path(best.user_attrs.get(SWEEP_DIR_ATTR, self.sweep_dir))
+            where = self.sweep_dir  # its own storage's trials ran here, wherever it was then
+            if not self.own_storage:
+                where = Path(best.user_attrs.get(SWEEP_DIR_ATTR, self.sweep_dir))
             results.update(
                 best_params=dict(best.params),
                 best_value=best.value,
@@ -439,7 +444,25 @@ class OptunaSearch(Sweeper):
             log.info("Best trial %d: objective %s, %s", best.number, best.value, best.params)
         else:
             log.warning("No trial of study %s completed: there is no best one.", self.study_name)
-        OmegaConf.save(OmegaConf.create(results), self.sweep_dir / RESULTS_FILE)
+        OmegaConf.save(OmegaConf.create(results), self.sweep_dir / results_file(self.study_name))
+
+
+def results_file(study_name: str) -> str:
+    """The results file of study ``study_name`` in its sweep directory: :data:`RESULTS_FILE`
+    for the default study, ``optimization_results_<study_name>.yaml`` for another, so that
+    studies sharing a sweep directory do not overwrite each other's."""
+    if study_name == DEFAULT_STUDY_NAME:
+        return RESULTS_FILE
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", study_name)  # a name may hold a slash
+    return f"{Path(RESULTS_FILE).stem}_{safe}.yaml"
+
+
+def _job_folders(sweep_dir: Path) -> list[int]:
+    """The job numbers of the sweep directory's job folders (``<sweep dir>/<n>``), of any
+    study or sweep run there: a new job takes a number after them all, not one in use."""
+    if not sweep_dir.is_dir():
+        return []
+    return [int(p.name) for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()]
 
 
 def _importances(study: optuna.Study) -> dict[str, float] | None:
