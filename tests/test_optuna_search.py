@@ -515,6 +515,31 @@ def test_a_second_study_in_a_sweep_directory_has_job_folders_and_results_of_its_
     assert ours["study_name"] == "o/x" and ours["trials"] == {}
 
 
+def test_a_search_ended_by_a_failed_trial_rewrites_its_results_first(tmp_path):
+    """The failed trial that ends a search is counted in optimization_results.yaml (not the
+    last run's counts left), and a first run whose only trial failed says none completed."""
+    from cloudlstm.errors import UserError
+    from hydra_plugins.cloudlstm_optuna._search import OptunaSearch
+
+    study = labelled_study(tmp_path, [])
+    search = OptunaSearch({})
+    search.n_jobs, search.n_trials, search.sweep_dir, search.own_storage = 1, 2, tmp_path, True
+    search.study_name, search.space = "hparams_search", {"x": FloatDistribution(0, 1)}
+    search._open_study = lambda: study
+
+    def fail(study, jobs):
+        for job in jobs:
+            study.tell(job.trial, state=TrialState.FAIL)
+        raise UserError("trial 0 failed")
+
+    search._run = fail
+    with pytest.raises(UserError, match="^trial 0 failed$"):
+        search._search()
+    results = yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())
+    assert results["trials"] == {"fail": 1} and results["best_params"] is None
+    assert results["no_best"] == "No trial of study hparams_search completed."
+
+
 def test_a_trial_whose_job_a_signal_stopped_stays_running_and_others_are_told(tmp_path):
     """A job stopped by SIGTERM (RunInterrupted) leaves its trial RUNNING, as a killed one,
     for the same command to continue from its checkpoint; a job that failed otherwise is

@@ -155,10 +155,14 @@ class OptunaSearch(Sweeper):
         # joblib's jobs run in processes of their own, which SIGTERM to this one alone would
         # leave running: it is passed on to them (the basic launcher's run here, and stop
         # with it; SLURM's are SLURM's to signal)
-        with joblib_sweep_stop(self.sweep_dir, self.launcher) as self.stop:
-            self._continue_unfinished(study)
-            while not self._stopped() and (to_go := self.n_trials - _n_counted(study)) > 0:
-                self._run(study, [self._ask(study) for _ in range(min(self.n_jobs, to_go))])
+        try:
+            with joblib_sweep_stop(self.sweep_dir, self.launcher) as self.stop:
+                self._continue_unfinished(study)
+                while not self._stopped() and (to_go := self.n_trials - _n_counted(study)) > 0:
+                    self._run(study, [self._ask(study) for _ in range(min(self.n_jobs, to_go))])
+        except BaseException:  # a failed trial ends the search: its results still count it
+            self._write_results_before_failing(study)
+            raise
         self._write_results(study)
         if self._stopped():
             log.error(self._stopped_report())
@@ -414,6 +418,17 @@ class OptunaSearch(Sweeper):
     def _run_dir(self, job: Job) -> Path:
         return self.sweep_dir / str(job.number)
 
+    def _write_results_before_failing(self, study: optuna.Study) -> None:
+        """:meth:`_write_results` as the search ends with an error: one that writing them
+        meets too (the storage on a full disk, say) is logged, not raised in its place."""
+        try:
+            self._write_results(study)
+        except Exception as err:
+            log.warning(
+                "%s was not rewritten: %s", self.sweep_dir / results_file(self.study_name),
+                _one_line(err),
+            )  # fmt: skip
+
     def _write_results(self, study: optuna.Study) -> None:
         """``optimization_results.yaml``: the best trial's parameters and value, and how many
         trials ended in each state."""
@@ -443,6 +458,7 @@ class OptunaSearch(Sweeper):
             results["param_importance"] = _importances(study)
             log.info("Best trial %d: objective %s, %s", best.number, best.value, best.params)
         else:
+            results["no_best"] = f"No trial of study {self.study_name} completed."
             log.warning("No trial of study %s completed: there is no best one.", self.study_name)
         OmegaConf.save(OmegaConf.create(results), self.sweep_dir / results_file(self.study_name))
 
