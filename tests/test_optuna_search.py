@@ -297,6 +297,20 @@ def test_an_interval_optuna_cannot_sample_is_one_line_naming_the_key_and_fix(lin
         search_space({key: value}, [])
 
 
+@pytest.mark.parametrize(("value", "said"), [("null", "null"), ("''", "''")])
+def test_a_search_without_an_objective_is_one_line_before_any_trial(tmp_path, value, said):
+    from cloudlstm.engine.objective import validation_keys
+
+    proc = train_py(tmp_path, *SEARCH, f"optimized_metric={value}",
+                    f"hydra.sweep.dir={tmp_path / 'sweep'}")  # fmt: skip
+    assert one_line(proc) == (
+        f"optimized_metric={said} gives the search no objective: name the validation metric "
+        f"its trials return, one of {', '.join(validation_keys(False))}, e.g. "
+        "optimized_metric=val/mae_best."
+    )
+    assert not (tmp_path / "sweep" / "0").exists()
+
+
 def test_a_bad_interval_on_the_command_line_is_one_line_before_any_trial(tmp_path):
     proc = train_py(tmp_path, *SEARCH, "optimizer.lr=interval(0.1,0.01)",
                     f"hydra.sweep.dir={tmp_path / 'sweep'}")  # fmt: skip

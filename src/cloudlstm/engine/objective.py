@@ -34,3 +34,21 @@ def check_optimized_metric(key: object, quantiles: bool) -> None:
         f"optimized_metric={key} is no validation metric the runs log: name one of "
         f"{', '.join(logged)}{crps}, e.g. optimized_metric=val/mae_best."
     )
+
+
+def check_search_objective(key: object, quantiles: bool) -> None:
+    """Refuse a search without an objective (``optimized_metric`` null or blank) before any
+    trial: each trial would train in full and then have no value to return; then check the
+    key as :func:`check_optimized_metric` does.
+
+    Raises:
+        UserError: ``key`` is empty, or none of :func:`validation_keys`.
+    """
+    if key is None or not str(key).strip():
+        logged = ", ".join(validation_keys(quantiles))
+        raise UserError(
+            f"optimized_metric={'null' if key is None else repr(key)} gives the search no "
+            f"objective: name the validation metric its trials return, one of {logged}, "
+            "e.g. optimized_metric=val/mae_best."
+        )
+    check_optimized_metric(key, quantiles)

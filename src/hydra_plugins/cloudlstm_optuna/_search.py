@@ -37,7 +37,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from cloudlstm.cli.sweep_jobs import broken_pool_ending, check_joblib_launcher, first_line
 from cloudlstm.engine.declared_metrics import monitor_mode
-from cloudlstm.engine.objective import check_optimized_metric
+from cloudlstm.engine.objective import check_search_objective
 from cloudlstm.engine.pruning import PRUNED_ATTR, check_direction, open_storage, storage_write_fault
 from cloudlstm.engine.trial_env import STORAGE_ENV, STUDY_ENV, TRIAL_ENV
 from cloudlstm.errors import UserError
@@ -112,7 +112,7 @@ class OptunaSearch(Sweeper):
             str(k) == "module.quantiles" for k in s.get("params") or {}
         )
         self.metric = config.get("optimized_metric")
-        check_optimized_metric(self.metric, quantiles)
+        check_search_objective(self.metric, quantiles)
         self.direction = objective_direction(s.get("direction"), config.get("optimized_metric"))
         self.max_failure_rate = _failure_rate(s.get("max_failure_rate", 0.0))
         self.sampler_conf = s.get("sampler")
