@@ -311,6 +311,20 @@ def test_a_search_without_an_objective_is_one_line_before_any_trial(tmp_path, va
     assert not (tmp_path / "sweep" / "0").exists()
 
 
+def test_a_preset_searching_keys_the_model_lacks_is_one_line_before_any_trial(tmp_path):
+    """hparams_search=optuna searches the CloudLSTM family's model.k: with a model without
+    it, the line names the preset's keys and the preset for any model, not a key the user
+    never typed."""
+    proc = train_py(tmp_path, *SEARCH, "model=convlstm", f"hydra.sweep.dir={tmp_path / 'sw'}")
+    assert one_line(proc) == (
+        "hparams_search=optuna's search space names model.k, model.cell, which "
+        "model=convlstm has not: search the optimiser alone, for any model, with "
+        "hparams_search=optuna_recipe, and sweep the model's own keys on the command line "
+        "(e.g. 'model.<key>=choice(a, b)')."
+    )
+    assert not (tmp_path / "sw" / "0").exists()
+
+
 def test_a_bad_interval_on_the_command_line_is_one_line_before_any_trial(tmp_path):
     proc = train_py(tmp_path, *SEARCH, "optimizer.lr=interval(0.1,0.01)",
                     f"hydra.sweep.dir={tmp_path / 'sweep'}")  # fmt: skip

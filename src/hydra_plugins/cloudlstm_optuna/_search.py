@@ -26,7 +26,7 @@ from hydra.errors import HydraException
 from hydra.plugins.launcher import Launcher
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from optuna.distributions import (
     BaseDistribution,
     CategoricalDistribution,
@@ -123,6 +123,7 @@ class OptunaSearch(Sweeper):
             check_direction(str(monitor), self.direction)  # before any trial, not in each
         self.study_name = _study_name(s.get("study_name"))
         self.params = {str(k): v for k, v in (s.get("params") or {}).items()}
+        check_searched_keys(config, self.params)  # before a trial fails at a missing one
         self.sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
         storage = s.get("storage")
         self.own_storage = not storage
@@ -461,6 +462,44 @@ class OptunaSearch(Sweeper):
             results["no_best"] = f"No trial of study {self.study_name} completed."
             log.warning("No trial of study %s completed: there is no best one.", self.study_name)
         OmegaConf.save(OmegaConf.create(results), self.sweep_dir / results_file(self.study_name))
+
+
+def check_searched_keys(config: DictConfig, params: dict[str, Any]) -> None:
+    """Refuse, before any trial, a search space (``hydra.sweeper.params``, which a preset
+    sets) naming keys the config lacks: Hydra would fail the first trial at the first one,
+    naming a key the user never typed. Additions (``+key``) and config groups are Hydra's.
+
+    Raises:
+        UserError: a key of ``params`` is no setting of ``config``.
+    """
+    missing = [k for k in params if not k.startswith(("+", "~")) and not _has_key(config, k)]
+    if not missing:
+        return
+    choices = OmegaConf.select(config, "hydra.runtime.choices") or {}
+    preset, model = choices.get("hparams_search"), choices.get("model")
+    space = f"hparams_search={preset}'s search space" if preset else "hydra.sweeper.params"
+    lacks = "the config"
+    if model and all(k.startswith("model.") for k in missing):
+        lacks = f"model={model}"
+    raise UserError(
+        f"{space} names {', '.join(missing)}, which {lacks} has not: search the optimiser "
+        "alone, for any model, with hparams_search=optuna_recipe, and sweep the model's own "
+        "keys on the command line (e.g. 'model.<key>=choice(a, b)')."
+    )
+
+
+def _has_key(config: DictConfig, key: str) -> bool:
+    """Whether dotted ``key`` is a setting of ``config`` (``???`` ones included); a key into
+    a list is taken as one."""
+    node: Any = config
+    for part in key.split("."):
+        if isinstance(node, ListConfig):
+            return True
+        # keys(), not `in`: OmegaConf says a ??? setting is not in its node
+        if not isinstance(node, DictConfig) or part not in node.keys():  # noqa: SIM118
+            return False
+        node = node._get_node(part)
+    return True
 
 
 def results_file(study_name: str) -> str:
