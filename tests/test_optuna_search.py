@@ -297,6 +297,34 @@ def test_an_interval_optuna_cannot_sample_is_one_line_naming_the_key_and_fix(lin
         search_space({key: value}, [])
 
 
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        (
+            "model.k=tag(foo,interval(1,8))",
+            "unknown tag foo; the tags of an interval are log and int, e.g. "
+            "tag(log, int, interval(1, 8)).",
+        ),
+        (
+            "optimizer.lr=tag(log,lgo,interval(1e-4,1e-2))",
+            "unknown tag lgo; the tags of an interval are log and int, e.g. "
+            "tag(log, int, interval(1, 8)).",
+        ),
+        (
+            "model.k=tag(log,choice(3,6))",
+            "tag(log, ...) applies to interval(...) alone; drop it, or give an interval.",
+        ),
+    ],
+)
+def test_a_tag_the_search_does_not_read_is_one_line(line, said):
+    from cloudlstm.errors import UserError
+    from hydra_plugins.cloudlstm_optuna._search import search_space
+
+    with pytest.raises(UserError) as raised:
+        search_space({}, [line])
+    assert str(raised.value) == f"the command line: {line}: {said}"
+
+
 @pytest.mark.parametrize(("value", "said"), [("null", "null"), ("''", "''")])
 def test_a_search_without_an_objective_is_one_line_before_any_trial(tmp_path, value, said):
     from cloudlstm.engine.objective import validation_keys

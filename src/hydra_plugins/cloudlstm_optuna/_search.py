@@ -54,6 +54,7 @@ SETTINGS = (
 DEFAULT_STUDY_NAME = "hparams_search"
 STORAGE_FILE = "optuna.db"
 RESULTS_FILE = "optimization_results.yaml"
+INTERVAL_TAGS = ("log", "int")  # tag(log, ...): log scale; tag(int, ...): whole numbers
 # Trial user attributes: the sweep directory that launched the trial and its job number
 # there, i.e. its run directory <sweep_dir>/<job>; a continued search runs the trial again
 # in that directory (in the sweep directory as now given, for a study in its own storage
@@ -578,6 +579,7 @@ def distribution(override: Override, where: str = "params") -> BaseDistribution:
       ...)`` integers in [low, high].
     """
     value = override.value()
+    _check_tags(override, where)
     if override.is_choice_sweep() or (override.is_range_sweep() and value.shuffle):
         choices = list(override.sweep_iterator(transformer=Transformer.encode))
         return CategoricalDistribution(choices)
@@ -596,6 +598,27 @@ def distribution(override: Override, where: str = "params") -> BaseDistribution:
     if "int" in tags:
         return IntDistribution(int(low), int(high), log=log_scale)
     return FloatDistribution(low, high, log=log_scale)
+
+
+def _check_tags(override: Override, where: str) -> None:
+    """Refuse, in one line, a tag the search does not read (a misspelt ``tag(lgo, ...)``
+    sampled floats on a linear scale) or a tag on a ``choice`` or ``range`` (it reads tags
+    of an ``interval`` alone)."""
+    tags = sorted(str(t) for t in (getattr(override.value(), "tags", None) or ()))
+    if not tags:
+        return
+    said = f"{where}: {override.input_line or override.get_key_element()}"
+    unknown = [t for t in tags if t not in INTERVAL_TAGS]
+    if unknown:
+        raise UserError(
+            f"{said}: unknown tag {', '.join(unknown)}; the tags of an interval are "
+            f"{' and '.join(INTERVAL_TAGS)}, e.g. tag(log, int, interval(1, 8))."
+        )
+    if not override.is_interval_sweep():
+        raise UserError(
+            f"{said}: tag({', '.join(tags)}, ...) applies to interval(...) alone; drop it, or "
+            "give an interval."
+        )
 
 
 def _check_interval(
