@@ -300,6 +300,24 @@ def test_an_interval_optuna_cannot_sample_is_one_line_naming_the_key_and_fix(lin
 @pytest.mark.parametrize(
     ("line", "said"),
     [
+        ("model.k=range(3,9,0)", "has a step of 0, which never reaches its stop"),
+        ("model.k=shuffle(range(3,9,0))", "has a step of 0, which never reaches its stop"),
+        ("seed=range(5,1)", "is an empty range (its stop is excluded)"),
+    ],
+)
+def test_a_range_of_no_search_is_one_line_as_a_sweeps(line, said):
+    """A step of 0 ended in range()'s ValueError with a traceback."""
+    from cloudlstm.errors import UserError
+    from hydra_plugins.cloudlstm_optuna._search import search_space
+
+    with pytest.raises(UserError) as raised:
+        search_space({}, [line])
+    assert str(raised.value).startswith(f"the command line: {line!r} {said}")
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
         (
             "model.k=tag(foo,interval(1,8))",
             "unknown tag foo; the tags of an interval are log and int, e.g. "

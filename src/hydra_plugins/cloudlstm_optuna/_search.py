@@ -36,6 +36,7 @@ from optuna.distributions import (
 from optuna.trial import FrozenTrial, TrialState
 
 from cloudlstm.cli.sweep_jobs import broken_pool_ending, check_joblib_launcher, first_line
+from cloudlstm.cli.sweep_values import sweep_values
 from cloudlstm.engine.declared_metrics import monitor_mode
 from cloudlstm.engine.objective import check_search_objective
 from cloudlstm.engine.pruning import PRUNED_ATTR, check_direction, open_storage, storage_write_fault
@@ -580,13 +581,13 @@ def distribution(override: Override, where: str = "params") -> BaseDistribution:
     """
     value = override.value()
     _check_tags(override, where)
+    if override.is_range_sweep():  # a step of 0, or no value: one line, as a sweep's
+        sweep_values(override, where)
     if override.is_choice_sweep() or (override.is_range_sweep() and value.shuffle):
         choices = list(override.sweep_iterator(transformer=Transformer.encode))
         return CategoricalDistribution(choices)
     if override.is_range_sweep():
         values = list(override.sweep_iterator())
-        if not values:
-            raise UserError(f"{where}: {override.input_line!r} is an empty range.")
         low, high, step = min(values), max(values), abs(value.step)
         if all(isinstance(v, int) for v in values):
             return IntDistribution(int(low), int(high), step=int(step))
