@@ -684,6 +684,15 @@ def test_folders_after_by_are_one_line_naming_the_way_out(seeds, capsys):
     assert code == 0 and out.splitlines()[0].startswith("| model | data | n |")
     code, _, err = run_main(capsys, "--format", "csv")
     assert code == 2 and err == ["compare: the following arguments are required: dirs"]
+    # --metrics checks each word against its metrics: the folder was an invalid choice
+    code, out, err = run_main(capsys, "--metrics", "mae", seeds)
+    assert (code, out) == (2, "") and err == [
+        f"compare: --metrics took the folder {seeds} for a metric: give the folders before "
+        "--metrics (compare DIR --metrics mae), or end its metrics with -- (compare "
+        "--metrics mae -- DIR)"
+    ]
+    code, _, err = run_main(capsys, seeds, "--metrics", "mea")
+    assert code == 2 and err[0].startswith("compare: argument --metrics: invalid choice: 'mea'")
 
 
 def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys):

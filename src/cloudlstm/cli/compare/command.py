@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,6 +53,13 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         if message.endswith("required: dirs") and self.by:
             raise CompareError(_by_took_the_dirs(self.by))
+        took = re.fullmatch(r"argument --metrics: invalid choice: '(.*?)' \(.*", message)
+        if took and Path(took[1]).is_dir():  # --metrics mae DIR: the folder read as a metric
+            raise CompareError(
+                f"--metrics took the folder {took[1]} for a metric: give the folders before "
+                "--metrics (compare DIR --metrics mae), or end its metrics with -- (compare "
+                "--metrics mae -- DIR)"
+            )
         raise CompareError(message)
 
 
