@@ -70,8 +70,7 @@ def _zero_step_line(override: Override, value: RangeSweep, where: str) -> str:
     step: float = (stop - start) / 2  # a float range: two values
     if isinstance(start, int) and isinstance(stop, int):
         step = 1 if stop > start else -1
-    fix = f"range({_num(start)},{_num(stop)},{_num(step)})"
-    fix = f"shuffle({fix})" if value.shuffle else fix
+    fix = _range(start, stop, step, value.shuffle)
     return f"{said}, which never reaches its stop; give a step other than 0, e.g. '{key}={fix}'."
 
 
