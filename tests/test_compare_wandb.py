@@ -258,6 +258,26 @@ def test_a_searchs_best_trial_and_parameter_importance(logged):
     assert table["data"] == [["model.k", 0.75], ["optimizer.lr", 0.25]]
 
 
+def test_each_study_of_a_folder_is_logged_under_its_name(tmp_path, monkeypatch):
+    """A second study in the same sweep folder writes ``optimization_results_<study>.yaml``:
+    the comparison logged only the default study's file and left the other out."""
+    root = tmp_path / "sweep"
+    write_run(root / "0", 1.0)
+    for name, value in (("hparams_search", 0.5), ("other", 0.25)):
+        found = {"study_name": name, "best_value": value, "best_trial": 1}
+        found["param_importance"] = {"model.k": 1.0}
+        file = "optimization_results" + ("" if name == "hparams_search" else f"_{name}")
+        (root / f"{file}.yaml").write_text(yaml.safe_dump(found))
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    with redirect_stdout(io.StringIO()), redirect_stderr(io.StringIO()):
+        assert main([str(root), "--wandb"]) == 0
+    _, run = finished_run(root)
+    assert run.summary["search/hparams_search/best_value"] == 0.5
+    assert run.summary["search/other/best_value"] == 0.25
+    assert "search/other/param_importance/path" in run.summary
+
+
 def test_an_online_comparison_without_an_api_key_is_one_line(tmp_path):
     write_run(tmp_path / "sweep" / "k3", 1.0)
     plain = {k: v for k, v in subprocess_env().items() if not k.startswith("WANDB_")}

@@ -90,23 +90,37 @@ def _log(
 
 
 def _log_searches(run: Any, wandb: Any, sources: Sequence[Path]) -> None:
-    """A hyperparameter search's outcome, where a folder holds one (``hparams_search=optuna``
-    writes ``optimization_results.yaml``): its best value and parameters in the summary, the
-    parameters' importance as ``search/param_importance`` (a table per folder when several)."""
-    for source in sources:
-        path = Path(source) / "optimization_results.yaml"
-        if not path.is_file():
-            continue
-        found = read_yaml_mapping(path)
-        prefix = "search" if len(sources) == 1 else f"search/{Path(source).name}"
+    """The outcome of each hyperparameter search a folder holds (``hparams_search=optuna``
+    writes ``optimization_results.yaml`` for the default study and
+    ``optimization_results_<study>.yaml`` for another): its best value and parameters in the
+    summary, the parameters' importance as ``search/param_importance``, under
+    ``search/<folder>/`` and ``search/<study>/`` where several folders or studies share one
+    comparison."""
+    found = [(Path(source), path) for source in sources for path in _search_files(Path(source))]
+    studies = {path.name for _, path in found}
+    for source, path in found:
+        results = read_yaml_mapping(path)
+        parts = ["search"]
+        if len(sources) > 1:
+            parts.append(source.name)
+        if len(studies) > 1:
+            parts.append(str(results.get("study_name") or path.stem))
+        prefix = "/".join(parts)
         for key in ("best_value", "best_params", "best_trial", "best_config"):
-            if found.get(key) is not None:
-                run.summary[f"{prefix}/{key}"] = found[key]
-        importance = found.get("param_importance") or {}
+            if results.get(key) is not None:
+                run.summary[f"{prefix}/{key}"] = results[key]
+        importance = results.get("param_importance") or {}
         if importance:
             rows = [[name, float(share)] for name, share in importance.items()]
             table = wandb.Table(columns=["parameter", "importance"], data=rows)
             run.log({f"{prefix}/param_importance": table})
+
+
+def _search_files(folder: Path) -> list[Path]:
+    """The results files of the searches run in ``folder``, the default study's first."""
+    default = folder / "optimization_results.yaml"
+    others = sorted(folder.glob("optimization_results_*.yaml"))
+    return [default, *others] if default.is_file() else others
 
 
 def _init_args(
