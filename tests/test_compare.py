@@ -854,6 +854,39 @@ def test_a_nan_metric_is_a_number_and_stays_in_the_table(tmp_path, capsys):
     assert code == 0 and err == [] and "nan" in out.lower()
 
 
+def with_metric(run: Path, metric: str, mean: float) -> None:
+    """Set ``metric``'s overall mean in ``run``'s metrics.json (NaN: nothing was scored)."""
+    path = run / "metrics.json"
+    results = json.loads(path.read_text())
+    results["test"]["overall"][metric] = {"mean": mean, "std": 0.0}
+    path.write_text(json.dumps(results))
+
+
+@pytest.fixture
+def nan_mape(tmp_path) -> Path:
+    """Models a, b, c; mape NaN (nothing scored) in a's runs, 10 in b's, 5 in c's."""
+    for model, mape in (("a", math.nan), ("b", 10.0), ("c", 5.0)):
+        for seed in (0, 1):
+            write_run(tmp_path / "runs" / f"{model}{seed}", 1.0, model=model, seed=seed)
+            with_metric(tmp_path / "runs" / f"{model}{seed}", "mape", mape)
+    return tmp_path / "runs"
+
+
+def test_a_nan_mean_ranks_last_and_is_never_best(nan_mape, capsys):
+    """NaN is neither less nor more than a number: sorted among the means it left the rows
+    out of order, and as the first value of ``min`` it was the best, so none was bold."""
+    code, out, _ = run_main(capsys, nan_mape, "--metrics", "mape")
+    assert code == 0
+    rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| ")][1:]
+    assert [(row[0].strip("| "), row[-1].strip(" |")) for row in rows] == [
+        ("c", "**5**"),
+        ("b", "10"),
+        ("a", "nan"),
+    ]
+    code, out, _ = run_main(capsys, nan_mape, "--metrics", "mae", "mape", "--format", "latex")
+    assert code == 0 and r"\textbf{5}" in out and r"\textbf{nan}" not in out
+
+
 @pytest.mark.parametrize(
     ("option", "message"),
     [

@@ -25,6 +25,7 @@ from tests.test_compare import (
     NO_SMAE_CURVE,
     PNG_MAGIC,
     run_main,
+    with_metric,
     write_run,
     write_runs_without_smae_steps,
 )
@@ -166,6 +167,24 @@ def test_maps_of_the_best_and_worst_run_with_maps(sweep, tmp_path, capsys):
     assert "best (of the 5 runs with maps): cloudlstm k=3, seed 0, MAE 1<br>" in text
     assert "worst (of the 5 runs with maps): cloudlstm k=3, seed 2, MAE 4<br>" in text
     assert "No run has figures/forecast_maps.png" in text  # airq's runs have none
+
+
+def test_a_run_whose_metric_is_nan_is_neither_best_nor_worst(tmp_path, capsys):
+    """NaN is neither less nor more than a number: sorted among the runs, it left them
+    out of order, and the best run's maps were another's."""
+    for model, mae in (("a", math.nan), ("b", 2.0), ("c", 1.0), ("d", 3.0)):
+        write_run(tmp_path / "runs" / model, 1.0, model=model)
+        with_metric(tmp_path / "runs" / model, "mae", mae)
+        write_maps(tmp_path / "runs" / model, "magma")
+    write_run(tmp_path / "runs" / "airq", 1.0, data="airq")  # its only run scores nothing
+    with_metric(tmp_path / "runs" / "airq", "mae", math.nan)
+    write_maps(tmp_path / "runs" / "airq", "magma")
+    page = tmp_path / "report.html"
+    write_page(capsys, [tmp_path / "runs"], page)
+    text = page.read_text(encoding="utf-8")
+    assert "best: c, seed 0, MAE 1<br>" in text and "worst: d, seed 0, MAE 3<br>" in text
+    assert "No run with figures/forecast_maps.png scores MAE (NaN)." in text
+    assert "MAE nan" not in text
 
 
 def test_bars_start_near_close_values():

@@ -27,6 +27,7 @@ from tests.conftest import PYTHON, ROOT, TINY, compose_train, subprocess_env
 from tests.test_compare import (
     NO_SMAE_CURVE,
     PNG_MAGIC,
+    with_metric,
     write_run,
     write_runs_without_smae_steps,
 )
@@ -152,6 +153,25 @@ def test_rows_without_the_curves_metric_have_no_line_and_are_named(tmp_path, mon
     for name in ("horizon_plot", "bar_chart"):
         png = folder / "files" / run.summary[f"airq/{name}/path"]
         assert png.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_the_best_setting_is_the_best_scored_one_and_none_where_none_scores(tmp_path, monkeypatch):
+    """A NaN mean (nothing scored) is neither less nor more than a number: ranked among
+    them, it left them out of order, and the best setting named was another."""
+    root = tmp_path / "sweep"
+    for model, mae in (("a", math.nan), ("b", 2.0), ("c", 1.0), ("d", 3.0)):
+        write_run(root / model, 1.0, model=model)
+        with_metric(root / model, "mae", mae)
+    write_run(root / "airq", 1.0, data="airq")  # its only row scores nothing: no best
+    with_metric(root / "airq", "mae", math.nan)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    with redirect_stdout(io.StringIO()), redirect_stderr(err := io.StringIO()):
+        code = main([str(root), "--wandb"])
+    assert code == 0, err.getvalue()
+    _, run = finished_run(root)
+    assert (run.summary["synthetic/best"], run.summary["synthetic/best_mae"]) == ("c", 1.0)
+    assert "airq/best" not in run.summary and "airq/best_mae" not in run.summary
 
 
 def test_no_group_for_runs_of_several_sweeps(tmp_path):

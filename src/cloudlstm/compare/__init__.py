@@ -44,7 +44,8 @@ metric. ``--pooled`` adds the test metrics pooled over every forecast value of a
 (``pooled/mae``, ``pooled/rmse``: the RMSE of all squared errors, as DCRNN's and T-GCN's
 tables give it; the ``rmse`` column averages each test window's). The best cell of each
 metric column is bold (lowest MAE/RMSE/sMAE, highest PSNR/SSIM), compared within each data
-set. Rows are sorted by data set, then best first on the first metric.
+set. Rows are sorted by data set, then best first on the first metric. A NaN mean (nothing
+scored) is never best and ranks last (:func:`~cloudlstm.compare.table.scored`).
 
 ``--paper TABLE`` prints the runs next to the paper's values of that table
 (``docs/paper/<TABLE>.csv``) with the difference; :mod:`cloudlstm.compare.paper` says how runs

@@ -371,6 +371,9 @@ def _maps_html(groups: Sequence[Group], metric: str) -> str:
     with_maps = [(g, r) for g, r in runs if (r.path / MAPS).is_file()]
     if not with_maps:
         return f'<p class="note">No run has {MAPS} (trained with report.figures=false).</p>'
+    runs, with_maps = _scoring(runs, metric), _scoring(with_maps, metric)
+    if not with_maps:
+        return f'<p class="note">No run with {MAPS} scores {metric.upper()} (NaN).</p>'
     sign = -1 if higher_is_better(metric) else 1
     with_maps.sort(key=lambda pair: sign * pair[1].overall[metric])
     picks = [("best", *with_maps[0])]
@@ -378,6 +381,12 @@ def _maps_html(groups: Sequence[Group], metric: str) -> str:
         picks.append(("worst", *with_maps[-1]))
     note = "" if len(with_maps) == len(runs) else f" (of the {len(with_maps)} runs with maps)"
     return '<div class="maps">' + "".join(_map(*p, metric, note) for p in picks) + "</div>"
+
+
+def _scoring(runs: Sequence[tuple[Group, Run]], metric: str) -> list[tuple[Group, Run]]:
+    """The runs whose ``metric`` is not NaN (nothing scored): NaN is neither better nor
+    worse than a number, and sorted among them leaves them out of order."""
+    return [(g, r) for g, r in runs if not math.isnan(r.overall[metric])]
 
 
 def _map(which: str, group: Group, run: Run, metric: str, note: str) -> str:

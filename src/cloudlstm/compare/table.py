@@ -196,13 +196,23 @@ def compare(
     )
 
 
+def scored(cell: object) -> float | None:
+    """A metric cell's mean where it can rank: None for an empty cell and for NaN (a
+    metric with nothing to score), which is neither better nor worse than a number, so a
+    sort or a ``min`` over it gives an order or a best that depends on where it stands."""
+    if not isinstance(cell, Stat) or math.isnan(cell.mean):
+        return None
+    return cell.mean
+
+
 def ranked(groups: Sequence[Group], metric: str) -> list[Group]:
-    """``groups`` sorted by data set, then best first on ``metric``; rows without it last."""
+    """``groups`` sorted by data set, then best first on ``metric``; rows without it, or
+    with it NaN, last."""
     sign = -1 if higher_is_better(metric) else 1
 
     def key(group: Group) -> tuple[str, bool, float]:
-        stat = group.metric(metric)
-        return group.data, stat is None, math.inf if stat is None else sign * stat.mean
+        mean = scored(group.metric(metric))
+        return group.data, mean is None, math.inf if mean is None else sign * mean
 
     return sorted(groups, key=key)
 
@@ -227,14 +237,11 @@ def data_sets(columns: Sequence[Column]) -> list[str]:
 
 def best_rows(column: Column, data: Sequence[str]) -> set[int]:
     """Rows holding the best mean of a metric column within their data set (ties: all);
-    empty cells (None) are never best."""
+    empty cells (None) and NaN means are never best (:func:`scored`)."""
     if column.better is None:
         return set()
     pick = max if column.better == "max" else min
-    cells = [(c, d) for c, d in zip(column.cells, data, strict=True) if c is not None]
-    best = {d: pick(c.mean for c, dd in cells if dd == d) for _, d in cells}
-    return {
-        i
-        for i, (c, d) in enumerate(zip(column.cells, data, strict=True))
-        if c is not None and c.mean == best[d]
-    }
+    cells = enumerate(zip(column.cells, data, strict=True))
+    means = [(i, mean, d) for i, (c, d) in cells if (mean := scored(c)) is not None]
+    best = {d: pick(m for _, m, dd in means if dd == d) for _, _, d in means}
+    return {i for i, mean, d in means if mean == best[d]}

@@ -21,7 +21,7 @@ from cloudlstm.compare.formats import plain_table
 from cloudlstm.compare.groups import Group
 from cloudlstm.compare.plots import figure_names, plot
 from cloudlstm.compare.runs import CompareError, Run, read_yaml_mapping
-from cloudlstm.compare.table import ranked
+from cloudlstm.compare.table import ranked, scored
 from cloudlstm.errors import wandb_error_reason
 
 PROJECT = "cloudlstm"  # conf/logger/wandb.yaml's, for runs whose config names none
@@ -84,9 +84,10 @@ def _log(
         run.log(payload)
     for data in datasets:
         best = next(g for g in rows if g.data == data)  # rows are ranked, best first
-        run.summary[f"{data}/best"] = best.label
-        if (stat := best.metric(rank_metric)) is not None:
-            run.summary[f"{data}/best_{rank_metric}"] = stat.mean
+        # the first row unscored (no value, or NaN): all are, and none is best
+        if (mean := scored(best.metric(rank_metric))) is not None:
+            run.summary[f"{data}/best"] = best.label
+            run.summary[f"{data}/best_{rank_metric}"] = mean
 
 
 def _log_searches(run: Any, wandb: Any, sources: Sequence[Path]) -> None:
