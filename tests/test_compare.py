@@ -824,6 +824,49 @@ def test_a_metrics_json_of_another_shape_is_one_line_naming_the_part(
     ), err[0]
 
 
+@pytest.mark.parametrize(
+    ("parts", "problem"),
+    [
+        ({"run": "mlp"}, "run is 'mlp', not a mapping"),
+        ({"run": {"model": ["mlp"]}}, "run.model is ['mlp'], not a string"),
+        ({"run": {"group": 3}}, "run.group is 3, not a string"),
+        ({"cost": [1]}, "cost is [1], not a mapping"),
+        ({"data": "synthetic"}, "data is 'synthetic', not a mapping"),
+        ({"data": {"values_digest": 5}}, "data.values_digest is 5, not a string"),
+        ({"selection": {"monitor": 1, "score": 0.5}}, "selection.monitor is 1, not a string"),
+        ({"test": []}, "test is [], not a mapping"),
+        # eval.py's re-test of a run: the run it tested, the checkpoint and the overrides
+        ({"run_dir": "/x", "overrides": [5]}, "overrides[0] is 5, not a string"),
+        ({"run_dir": "/x", "overrides": "a=1"}, "overrides is 'a=1', not a list of strings"),
+        ({"run_dir": "/x", "checkpoint": 3}, "checkpoint is 3, not a string"),
+        ({"run_dir": 5}, "run_dir is 5, not a string"),
+        ({"test": {"overall": {"loss": {"mean": 1}}}},
+         "test.overall holds no metric compare knows (it holds loss; compare knows mae, rmse, "
+         "mape, psnr, ssim, smae)"),
+        ({"test": {"overall": {}}},
+         "test.overall holds no metric compare knows (it holds none; compare knows mae, rmse, "
+         "mape, psnr, ssim, smae)"),
+    ],
+)  # fmt: skip
+def test_a_metrics_json_section_of_another_shape_is_one_line_naming_it(
+    tmp_path, capsys, parts, problem
+):
+    """Each part compare reads is checked for its type: a run given as a string, a list for
+    the cost, an override that is a number were an AttributeError, and results without a
+    metric the table shows an IndexError, from deep in the table."""
+    write_run(tmp_path / "runs" / "a", 1.0)
+    write_run(tmp_path / "runs" / "b", 2.0)
+    path = tmp_path / "runs" / "b" / "metrics.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | parts))
+    for runs in ([tmp_path / "runs"], [path]):  # among others, and alone
+        code, out, err = run_main(capsys, *runs, "--include-evals")
+        assert code == 2 and out == "" and len(err) == 1
+        assert err[0] == (
+            f"compare: {path}: {problem}: this file is not a run's results as train.py and "
+            "eval.py write them (move it out of the folder)"
+        ), err[0]
+
+
 def test_an_infinite_metric_of_one_seed_is_an_infinite_mean_without_warnings(
     tmp_path, capsys, recwarn
 ):
@@ -1102,6 +1145,22 @@ def test_relative_to_a_model_no_run_has_is_one_line(seeds, capsys):
     code, _, err = run_main(capsys, seeds, "--relative-to", "cloudlstm", "--plot", seeds / "f")
     assert code == 2 and err[-1].endswith("draw the figures without --relative-to")
     assert not (seeds / "f").exists()
+
+
+def test_a_baseline_scoring_every_metric_0_is_one_line(tmp_path, capsys):
+    """No metric had a ratio left, so the table had no metric column: an IndexError."""
+    write_run(tmp_path / "persistence", 0.0, model="persistence")
+    write_run(tmp_path / "cloudlstm", 1.0)
+    path = tmp_path / "persistence" / "metrics.json"
+    results = json.loads(path.read_text())
+    results["test"]["overall"] = {"mae": {"mean": 0.0, "std": 0.0}}  # its one metric, 0
+    path.write_text(json.dumps(results))
+    code, out, err = run_main(capsys, tmp_path, "--relative-to", "persistence")
+    assert (code, out) == (2, "")
+    assert err == [
+        "compare: --relative-to persistence: no metric is left to show, as its runs score "
+        "each metric 0 (a ratio to 0 is none) or lack it; compare without --relative-to"
+    ]
 
 
 def test_two_baseline_runs_of_one_data_and_seed_are_one_line(tmp_path, capsys):

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from cloudlstm.compare.settings import VALUES_DIGEST_KEY, is_setting, with_added_settings
-from cloudlstm.engine.declared_metrics import metric_info
+from cloudlstm.engine.declared_metrics import metric_info, metric_names
 from cloudlstm.engine.quantile_levels import quantiles_setting
 from cloudlstm.rundir.layout import (
     CHOSEN_CHECKPOINTS,
@@ -163,9 +163,10 @@ def load_run(path: Path) -> Run | None:
     """The run of one ``metrics.json``; None if it has no test results (e.g. a failed run)."""
     results = load_metrics(path)  # a damaged file: a UserError naming it and the ways out
     test = results.get("test")
-    if not test:
+    if test is None or test == {}:  # never tested (test=false)
         return None
-    info = results.get("run") or {}  # null in an evaluation of an unfinished run
+    results_of = _Results(path)
+    info = _run_info(results, results_of)
     config_path = path.parent / CONFIG_FILE
     cut_short = config_cut_short(config_path)  # its settings are not all there: none used
     has_config = config_path.exists() and not cut_short
@@ -176,15 +177,13 @@ def load_run(path: Path) -> Run | None:
     if QUANTILES_KEY in config:  # the levels as the module took them: [0.9,0.5,0.1] is one
         config[QUANTILES_KEY] = quantiles_setting(config[QUANTILES_KEY])
     keys = {"model": info.get("model", "?"), "data": info.get("data", "?"), **config}
-    data = results.get("data")
-    digest = data.get("values_digest") if isinstance(data, dict) else None
-    if digest:
-        keys[VALUES_DIGEST_KEY] = str(digest)
-    if results.get("run_dir"):
-        keys[EVALUATION_KEY] = _evaluation(results, config)
+    data = results_of.section(results, "data")
+    if digest := results_of.text(data, "values_digest", "data.values_digest"):
+        keys[VALUES_DIGEST_KEY] = digest
+    if evaluated_run := results_of.text(results, "run_dir", "run_dir"):
+        keys[EVALUATION_KEY] = _evaluation(results, config, results_of)
     if not has_config:
         keys[NO_CONFIG_KEY] = "cut short" if cut_short else "absent"
-    results_of = _Results(path)
     test = results_of.mapping(test, "test")
     return Run(
         path=path.parent,
@@ -192,7 +191,7 @@ def load_run(path: Path) -> Run | None:
         params=results_of.count(results, "num_params"),
         epochs=results_of.count(results, "epochs"),
         train_s=results_of.count(results, "train_time_s"),
-        overall=results_of.means(test.get("overall"), "test.overall"),
+        overall=results_of.overall(test),
         per_step=results_of.means(test.get("per_step", {}), "test.per_step", per_step=True),
         pooled=results_of.numbers(test.get("pooled", {}), "test.pooled"),
         groups={
@@ -211,13 +210,24 @@ def load_run(path: Path) -> Run | None:
         # train.py records the group it gave the loggers; a config may name one itself
         wandb_group=info.get("group") or config.get("logger.wandb.group") or "",
         train_steps=results_of.count(results, "steps"),
-        s_per_1k_steps=results_of.count(results.get("cost") or {}, "train_s_per_1k_steps"),
-        evaluated_run=str(results.get("run_dir") or ""),
+        s_per_1k_steps=results_of.count(
+            results_of.section(results, "cost"), "train_s_per_1k_steps"
+        ),
+        evaluated_run=evaluated_run or "",
         code=_code(results.get("provenance")),
         machines=_machines(results.get("provenance")),
         settings_changed=_settings_changed(results.get("settings_changed")),
         **_selection(results, config, results_of),
     )
+
+
+def _run_info(results: dict[str, Any], results_of: _Results) -> dict[str, Any]:
+    """``run``: the model, data set and W&B group train.py recorded, each a string where
+    given; null in an evaluation of a run that had not finished."""
+    info = results_of.section(results, "run")
+    for key in ("model", "data", "group"):
+        results_of.text(info, key, f"run.{key}")
+    return info
 
 
 def _code(processes: Any) -> tuple[str, ...]:
@@ -271,15 +281,42 @@ class _Results:
         self.path = path
 
     def refuse(self, where: str, value: Any, wanted: str) -> CompareError:
+        return self.refused(f"{where} is {value!r}, not {wanted}")
+
+    def refused(self, problem: str) -> CompareError:
         return CompareError(
-            f"{self.path}: {where} is {value!r}, not {wanted}: this file is not a run's "
-            "results as train.py and eval.py write them (move it out of the folder)"
+            f"{self.path}: {problem}: this file is not a run's results as train.py and "
+            "eval.py write them (move it out of the folder)"
         )
 
     def mapping(self, value: Any, where: str) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise self.refuse(where, value, "a mapping")
         return value
+
+    def section(self, results: dict[str, Any], key: str) -> dict[str, Any]:
+        """``results[key]``: a mapping, or {} where it is absent or null."""
+        value = results.get(key)
+        return {} if value is None else self.mapping(value, key)
+
+    def text(self, node: dict[str, Any], key: str, where: str) -> str | None:
+        """``node[key]``: a string, or None where it is absent or null."""
+        value = node.get(key)
+        if value is not None and not isinstance(value, str):
+            raise self.refuse(where, value, "a string")
+        return value
+
+    def texts(self, node: dict[str, Any], key: str) -> list[str]:
+        """``node[key]``: a list of strings, or [] where it is absent or null."""
+        values = node.get(key)
+        if values is None:
+            return []
+        if not isinstance(values, list):
+            raise self.refuse(key, values, "a list of strings")
+        for i, value in enumerate(values):
+            if not isinstance(value, str):
+                raise self.refuse(f"{key}[{i}]", value, "a string")
+        return values
 
     def number(self, node: dict[str, Any], key: str) -> Any:
         """``node[key]``: a number, or None where it is absent or null."""
@@ -319,6 +356,18 @@ class _Results:
         values = self.mapping(node, where)
         return {m: self.metric(v, m, f"{where}.{m}") for m, v in values.items()}
 
+    def overall(self, test: dict[str, Any]) -> dict[str, Any]:
+        """``test.overall``'s means (:meth:`means`), which hold one metric or more of those
+        a table shows: without one, a run would be a row of empty cells, or, alone, no
+        table at all."""
+        means = self.means(test.get("overall"), "test.overall")
+        if not any(name in means for name in metric_names()):
+            raise self.refused(
+                f"test.overall holds no metric compare knows (it holds "
+                f"{', '.join(means) or 'none'}; compare knows {', '.join(metric_names())})"
+            )
+        return means
+
     def means(self, node: Any, where: str, per_step: bool = False) -> dict[str, Any]:
         """metric -> its ``mean``: a number, or with ``per_step`` a list of numbers."""
         means = {}
@@ -346,15 +395,13 @@ def _selection(
     Runs from before that record, which chose their checkpoint on ``val/mae``, have it as
     ``val/mae_best`` (the lowest validation MAE, that checkpoint's); others have none.
     """
-    selection = results.get("selection")
-    if selection:
-        selection = results_of.mapping(selection, "selection")
+    if selection := results_of.section(results, "selection"):
         return {
-            "val_monitor": selection.get("monitor"),
+            "val_monitor": results_of.text(selection, "monitor", "selection.monitor"),
             "val_score": results_of.number(selection, "score"),
         }
     monitor = config.get("monitor")
-    val = results_of.mapping(results.get("val") or {}, "val")
+    val = results_of.section(results, "val")
     score = results_of.number(val, f"{monitor}_best") if monitor == "val/mae" else None
     return {"val_monitor": monitor, "val_score": score} if score is not None else {}
 
@@ -387,7 +434,7 @@ def _text(path: Path) -> str:
         raise CompareError(f"cannot read {path}: {err.strerror or err}") from None
 
 
-def _evaluation(results: dict[str, Any], config: dict[str, Any]) -> str:
+def _evaluation(results: dict[str, Any], config: dict[str, Any], results_of: _Results) -> str:
     """An evaluation's row label: ``eval <checkpoint> <overrides>``.
 
     The checkpoint as chosen (``best``, ``last``, else the file's name) and the overrides
@@ -398,7 +445,9 @@ def _evaluation(results: dict[str, Any], config: dict[str, Any]) -> str:
     """
     chosen = config.get("ckpt")
     # relative where it lies inside the run (older evaluations recorded it absolute)
-    recorded = in_run(str(results.get("checkpoint") or "?"), Path(str(results.get("run_dir"))))
+    recorded = in_run(
+        results_of.text(results, "checkpoint", "checkpoint") or "?", Path(results["run_dir"])
+    )
     checkpoint = (
         chosen
         if chosen in CHOSEN_CHECKPOINTS
@@ -407,7 +456,9 @@ def _evaluation(results: dict[str, Any], config: dict[str, Any]) -> str:
         else Path(recorded).name
     )
     overrides = [
-        o for o in results.get("overrides", []) if is_setting(o.split("=", 1)[0].lstrip("+~"))
+        o
+        for o in results_of.texts(results, "overrides")
+        if is_setting(o.split("=", 1)[0].lstrip("+~"))
     ]
     return " ".join(["eval", checkpoint, *overrides])
 

@@ -323,6 +323,12 @@ def _over_baseline(runs: list[Run], baseline: str) -> list[Run]:
         )
     if not relative:
         raise CompareError(f"--relative-to {baseline}: no run has a {baseline} run to go by")
+    # a metric the baseline scores 0, or lacks, has no ratio: with none left, no column is
+    if not any(name in run.overall for run in relative for name in metric_names()):
+        raise CompareError(
+            f"--relative-to {baseline}: no metric is left to show, as its runs score each "
+            "metric 0 (a ratio to 0 is none) or lack it; compare without --relative-to"
+        )
     print(
         f"compare: every metric is over {baseline}'s on the same data and seed, or its one "
         "run on those data (an error below 1 is lower than its)",
