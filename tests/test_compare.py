@@ -867,6 +867,35 @@ def test_a_metrics_json_section_of_another_shape_is_one_line_naming_it(
         ), err[0]
 
 
+@pytest.mark.parametrize(
+    ("uncalibrated", "problem"),
+    [
+        ("x", "test.uncalibrated is 'x', not a mapping"),
+        ({"overall": [1]}, "test.uncalibrated.overall is [1], not a mapping"),
+        ({"overall": {"crps": {"mean": "a"}}},
+         "test.uncalibrated.overall.crps.mean is 'a', not a number"),
+        ({"overall": {}, "per_channel": {"a": 5}},
+         "test.uncalibrated.per_channel.a is 5, not a mapping"),
+    ],
+)  # fmt: skip
+def test_uncalibrated_results_of_another_shape_are_one_line_naming_the_part(
+    tmp_path, capsys, uncalibrated, problem
+):
+    """--uncalibrated read test.uncalibrated unchecked: a TypeError or an AttributeError, or
+    a text where a number belongs taken into the table."""
+    write_run(tmp_path / "runs" / "a", 1.0)
+    path = tmp_path / "runs" / "a" / "metrics.json"
+    results = json.loads(path.read_text())
+    results["test"]["uncalibrated"] = uncalibrated
+    path.write_text(json.dumps(results))
+    code, out, err = run_main(capsys, tmp_path / "runs", "--uncalibrated")
+    assert code == 2 and out == "" and len(err) == 1
+    assert err[0] == (
+        f"compare: {path}: {problem}: this file is not a run's results as train.py and eval.py "
+        "write them (move it out of the folder)"
+    ), err[0]
+
+
 def test_an_infinite_metric_of_one_seed_is_an_infinite_mean_without_warnings(
     tmp_path, capsys, recwarn
 ):

@@ -13,34 +13,35 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cloudlstm.compare.runs import Run
-from cloudlstm.rundir.layout import METRICS_FILE, load_metrics
+from cloudlstm.compare.runs import Run, uncalibrated_results
+from cloudlstm.rundir.layout import METRICS_FILE
 
 
 def before_calibration(run: Run) -> Run:
     """``run`` with its quantile metrics replaced by those before calibration, where its
-    ``metrics.json`` has them."""
-    test = load_metrics(run.path / METRICS_FILE).get("test") or {}
-    raw = test.get("uncalibrated")
-    if not raw:
+    ``metrics.json`` has them.
+
+    Raises:
+        CompareError: its ``test.uncalibrated`` holds a part of another type.
+    """
+    raw = uncalibrated_results(run.path / METRICS_FILE)
+    if raw is None:
         return run
     channels = {
-        name: {**values, **{m: s["mean"] for m, s in raw["per_channel"].get(name, {}).items()}}
-        for name, values in run.channels.items()
+        name: {**values, **raw["channels"].get(name, {})} for name, values in run.channels.items()
     }
     swapped = set(raw["overall"])  # the quantile metrics
-    raw_groups = raw.get("groups") or {}
     groups = {
         name: {
             **{m: v for m, v in values.items() if m not in swapped},
-            **{m: s["mean"] for m, s in (raw_groups.get(name) or {}).get("overall", {}).items()},
+            **raw["groups"].get(name, {}),
         }
         for name, values in run.groups.items()
     }
     return replace(
         run,
-        overall={**run.overall, **{m: s["mean"] for m, s in raw["overall"].items()}},
-        per_step={**run.per_step, **{m: s["mean"] for m, s in raw["per_step"].items()}},
+        overall={**run.overall, **raw["overall"]},
+        per_step={**run.per_step, **raw["per_step"]},
         channels=channels,
         groups=groups,
     )

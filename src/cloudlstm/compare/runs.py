@@ -192,21 +192,8 @@ def load_run(path: Path) -> Run | None:
         epochs=results_of.count(results, "epochs"),
         train_s=results_of.count(results, "train_time_s"),
         overall=results_of.overall(test),
-        per_step=results_of.means(test.get("per_step", {}), "test.per_step", per_step=True),
         pooled=results_of.numbers(test.get("pooled", {}), "test.pooled"),
-        groups={
-            group: results_of.means(
-                results_of.mapping(res, f"test.groups.{group}").get("overall"),
-                f"test.groups.{group}.overall",
-            )
-            for group, res in results_of.mapping(test.get("groups", {}), "test.groups").items()
-        },
-        channels={
-            name: results_of.means(res, f"test.per_channel.{name}")
-            for name, res in results_of.mapping(
-                test.get("per_channel", {}), "test.per_channel"
-            ).items()
-        },
+        **results_of.breakdown(test, "test"),
         # train.py records the group it gave the loggers; a config may name one itself
         wandb_group=info.get("group") or config.get("logger.wandb.group") or "",
         train_steps=results_of.count(results, "steps"),
@@ -219,6 +206,24 @@ def load_run(path: Path) -> Run | None:
         settings_changed=_settings_changed(results.get("settings_changed")),
         **_selection(results, config, results_of),
     )
+
+
+def uncalibrated_results(path: Path) -> dict[str, Any] | None:
+    """The means of ``test.uncalibrated`` in the ``metrics.json`` at ``path`` (the quantile
+    metrics before conformal calibration): ``overall``, and :meth:`_Results.breakdown`'s
+    ``per_step``, ``groups`` and ``channels``; None where it has none.
+
+    Raises:
+        CompareError: a part of another type, naming the file and the part.
+    """
+    results = load_metrics(path)
+    results_of = _Results(path)
+    raw = results_of.section(results, "test").get("uncalibrated")
+    if not raw:
+        return None
+    raw = results_of.mapping(raw, "test.uncalibrated")
+    overall = results_of.means(raw.get("overall"), "test.uncalibrated.overall")
+    return {"overall": overall, **results_of.breakdown(raw, "test.uncalibrated")}
 
 
 def _run_info(results: dict[str, Any], results_of: _Results) -> dict[str, Any]:
@@ -367,6 +372,26 @@ class _Results:
                 f"{', '.join(means) or 'none'}; compare knows {', '.join(metric_names())})"
             )
         return means
+
+    def breakdown(self, test: dict[str, Any], where: str) -> dict[str, Any]:
+        """The means of ``test`` (``where``) by forecast step, point group and channel:
+        :class:`Run`'s ``per_step``, ``groups`` and ``channels``; {} for a part it lacks."""
+        groups = self.mapping(test.get("groups", {}), f"{where}.groups")
+        channels = self.mapping(test.get("per_channel", {}), f"{where}.per_channel")
+        return {
+            "per_step": self.means(test.get("per_step", {}), f"{where}.per_step", per_step=True),
+            "groups": {
+                name: self.means(
+                    self.mapping(res, f"{where}.groups.{name}").get("overall"),
+                    f"{where}.groups.{name}.overall",
+                )
+                for name, res in groups.items()
+            },
+            "channels": {
+                name: self.means(res, f"{where}.per_channel.{name}")
+                for name, res in channels.items()
+            },
+        }
 
     def means(self, node: Any, where: str, per_step: bool = False) -> dict[str, Any]:
         """metric -> its ``mean``: a number, or with ``per_step`` a list of numbers."""
