@@ -1248,11 +1248,50 @@ def test_relative_validation_scores_are_over_the_baselines_where_it_has_one(tmp_
     )
 
 
-def test_a_quantile_metric_no_run_reports_is_one_line(seeds, capsys):
-    """--metrics crps on runs of point forecasts printed an empty column in every row."""
-    code, out, err = run_main(capsys, seeds, "--metrics", "mae", "crps")
+def write_point_forecasts_with_channels_and_groups(root: Path) -> None:
+    """Two runs of point forecasts that score the channel CO and the point group inliers."""
+    for seed in (0, 1):
+        write_run(root / str(seed), 1.0, seed=seed, channels={"CO": 2.0})
+        path = root / str(seed) / "metrics.json"
+        metrics = json.loads(path.read_text())
+        metrics["test"]["groups"] = {"inliers": {"overall": {"mae": {"mean": 0.5}}}}
+        path.write_text(json.dumps(metrics))
+
+
+@pytest.mark.parametrize(
+    "asked",
+    [
+        ("--metrics", "mae", "crps"),
+        ("--metrics", "mae", "--horizons", "1", "--horizon-metric", "crps"),
+        ("--metrics", "mae", "--channels", "CO", "--channel-metric", "crps"),
+        ("--metrics", "mae", "--groups", "inliers", "--group-metric", "crps"),
+    ],
+)
+def test_a_quantile_metric_no_run_reports_is_one_line(tmp_path, capsys, asked):
+    """A quantile metric on runs of point forecasts printed an empty column in every row,
+    where another option than --metrics asked for it."""
+    write_point_forecasts_with_channels_and_groups(tmp_path)
+    code, out, err = run_main(capsys, tmp_path, *asked)
     assert (code, out) == (2, "")
     assert err == [
         "compare: no run has crps results: they are scores of quantile forecasts, which runs "
         "trained with module.quantiles=[...] report"
     ]
+
+
+def test_an_interval_the_runs_levels_lack_is_one_line_naming_theirs(tmp_path, capsys):
+    """Levels 0.1, 0.5, 0.9 give an 80 % interval and no 50 % one: its column was empty."""
+    write_run(tmp_path / "q", 1.0)
+    path = tmp_path / "q" / "metrics.json"
+    metrics = json.loads(path.read_text())
+    for name in ("crps", "pinball", "coverage80", "width80"):
+        metrics["test"]["overall"][name] = {"mean": 0.5, "std": 0.1}
+    path.write_text(json.dumps(metrics))
+    code, out, err = run_main(capsys, tmp_path, "--metrics", "crps", "coverage50")
+    assert (code, out) == (2, "")
+    assert err == [
+        "compare: no run has coverage50 results: the runs' quantile forecasts report crps, "
+        "pinball, coverage80, width80 (their module.quantiles set the intervals)"
+    ]
+    code, out, _ = run_main(capsys, tmp_path, "--metrics", "crps", "coverage80")
+    assert code == 0 and out.splitlines()[0].endswith("| crps | coverage80 |")

@@ -30,7 +30,7 @@ from cloudlstm.compare.relative import relative_runs
 from cloudlstm.compare.runs import CompareError, Run, find_runs, runs_without_results
 from cloudlstm.compare.table import build_table, reported_metrics
 from cloudlstm.engine.declared_metrics import metric_names
-from cloudlstm.engine.quantile_metrics import quantile_metric_names
+from cloudlstm.engine.quantile_metrics import is_quantile_metric, quantile_metric_names
 from cloudlstm.errors import UserError
 
 
@@ -233,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     _check_lists(args)
     runs = _find_runs(args.dirs, args.include_evals, args.include_debug)
-    _check_quantile_metrics(runs, args.metrics)
+    _check_quantile_metrics(runs, args)
     if args.uncalibrated:
         from cloudlstm.compare.calibration import before_calibration
 
@@ -353,16 +353,24 @@ def _make_folder(folder: Path) -> None:
 DEBUG_TASK = "debug"
 
 
-def _check_quantile_metrics(runs: Sequence[Run], metrics: Sequence[str] | None) -> None:
-    """Refuse a quantile forecast's metric (``--metrics crps``) that no run reports: its
-    column would be empty in every row, without a word."""
-    quantile_metrics = quantile_metric_names()
-    asked = [m for m in metrics or () if m in quantile_metrics]
-    if asked and not any(m in run.overall for run in runs for m in asked):
+def _check_quantile_metrics(runs: Sequence[Run], args: argparse.Namespace) -> None:
+    """Refuse a quantile forecast's metric (``crps``) that no run reports, whichever option
+    asks for it (``--metrics``, ``--horizon-metric``, ``--channel-metric`` or
+    ``--group-metric``): its column would be empty in every row, without a word."""
+    asked = [*(args.metrics or ()), args.horizon_metric, args.channel_metric, args.group_metric]
+    reported = dict.fromkeys(metric for run in runs for metric in run.overall)  # in order
+    missing = [m for m in dict.fromkeys(asked) if is_quantile_metric(m) and m not in reported]
+    if not missing:
+        return
+    if have := [m for m in reported if is_quantile_metric(m)]:  # other levels' intervals
         raise CompareError(
-            f"no run has {', '.join(asked)} results: they are scores of quantile forecasts, "
-            "which runs trained with module.quantiles=[...] report"
+            f"no run has {', '.join(missing)} results: the runs' quantile forecasts report "
+            f"{', '.join(have)} (their module.quantiles set the intervals)"
         )
+    raise CompareError(
+        f"no run has {', '.join(missing)} results: they are scores of quantile forecasts, "
+        "which runs trained with module.quantiles=[...] report"
+    )
 
 
 def _find_runs(dirs: Sequence[Path], include_evals: bool, include_debug: bool) -> list[Run]:
