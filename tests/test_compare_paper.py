@@ -95,10 +95,9 @@ def test_group_and_setting_columns(tmp_path):
         write_run(
             tmp_path / f"p{d}", 1.0, name="pointlstm", model=pointlstm, data=data, groups=groups
         )
-    table, _ = paper_table(find_runs([tmp_path]), "in_and_out", ["mae", "psnr"])
+    table, _ = paper_table(find_runs([tmp_path]), "in_and_out", ["mae"])
     cols = columns(table)
     assert list(cols)[:5] == ["data", "model", "d", "group", "n"]
-    assert "psnr" not in cols  # the table has none
     assert list(zip(cols["d"], cols["group"], strict=True)) == [
         ("0", "inliers"),
         ("0", "outliers"),
@@ -196,6 +195,33 @@ def test_command_line(tmp_path, capsys):
     ):
         assert main([str(tmp_path), *argv]) == 2
         assert capsys.readouterr().err.startswith(message)
+
+
+def test_a_metric_the_table_lacks_is_one_line_naming_its_metrics(tmp_path, capsys):
+    """--paper metric2 --metrics mape printed a table with no metric column, and
+    --metrics mae mape left out mape, without a word."""
+    write_run(tmp_path / "a", 20.0)
+    for asked in (["mape"], ["mae", "mape", "smae"]):
+        assert main([str(tmp_path), "--paper", "metric2", "--metrics", *asked]) == 2
+        out, err = capsys.readouterr()
+        lacking = ", ".join(m for m in asked if m != "mae")
+        assert out == "" and err == (
+            f"compare: the paper's table metric2 has mae, rmse, psnr, ssim; not {lacking}: "
+            "ask for its metrics (--metrics mae rmse psnr ssim), or leave out --paper for "
+            "ours\n"
+        )
+    assert main([str(tmp_path), "--paper", "in_and_out", "--metrics", "psnr"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "compare: the paper's table in_and_out has mae, rmse; not psnr: "
+    )
+    # no --metrics: every metric of the table, none of ours it lacks (mape, smae)
+    table, _ = paper_table(find_runs([tmp_path]), "metric2")
+    assert [c.name for c in table if c.name.startswith("paper_")] == [
+        "paper_mae",
+        "paper_rmse",
+        "paper_psnr",
+        "paper_ssim",
+    ]
 
 
 def test_a_paper_table_missing_from_disk_says_where_it_was_looked_for(tmp_path):

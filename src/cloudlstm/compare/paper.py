@@ -32,6 +32,7 @@ from typing import Any
 from cloudlstm.compare.cells import Column, Diff, Stat
 from cloudlstm.compare.groups import row_notes, varying_keys
 from cloudlstm.compare.runs import CompareError, Run
+from cloudlstm.engine.declared_metrics import metric_names
 from cloudlstm.paths import paper_dir as _paper_dir
 
 PAPER_DIR = _paper_dir()  # the checkout's docs/paper, or the wheel's copy
@@ -156,7 +157,10 @@ def load_table(name: str, paper_dir: Path = PAPER_DIR) -> list[Row]:
 
 
 def paper_table(
-    runs: Sequence[Run], name: str, metrics: Sequence[str], paper_dir: Path = PAPER_DIR
+    runs: Sequence[Run],
+    name: str,
+    metrics: Sequence[str] | None = None,
+    paper_dir: Path = PAPER_DIR,
 ) -> tuple[list[Column], list[str]]:
     """Columns of our runs next to paper table ``name``, and notes for stderr.
 
@@ -164,10 +168,13 @@ def paper_table(
     columns are the data set, model, the table's settings, ``n`` (runs), then per metric
     ours (mean ± std over seeds), the paper's and the difference. The notes count the paper
     rows without runs, name the runs that match no row, and warn where one row's runs differ
-    in other keys.
+    in other keys. ``metrics`` None: every metric of the table, in our metrics' order.
+
+    Raises:
+        CompareError: a metric the table lacks, or no run matching a row.
     """
     table, rows = TABLES[name], load_table(name, paper_dir)
-    metrics = [m for m in metrics if m in rows[0].published]
+    metrics = _table_metrics(rows, name, metrics)
     pairs = [(row, [run for run in runs if row.matches(run, table)]) for row in rows]
     datasets = list(dict.fromkeys(row.dataset for row in rows))
     # one data set after the other, as the paper's column blocks; the paper's row order
@@ -196,6 +203,25 @@ def paper_table(
             Column(f"diff_{metric}", diffs),
         ]
     return columns, _notes(runs, pairs, name)
+
+
+def _table_metrics(rows: Sequence[Row], name: str, asked: Sequence[str] | None) -> list[str]:
+    """The metrics asked for (None: every metric of the table, in our metrics' order).
+
+    Raises:
+        CompareError: one the paper's table lacks: its columns would be left out without
+            a word.
+    """
+    published = list(dict.fromkeys(metric for row in rows for metric in row.published))
+    if asked is None:
+        return [m for m in metric_names() if m in published]
+    if lacking := [m for m in asked if m not in published]:
+        has = ", ".join(published)
+        raise CompareError(
+            f"the paper's table {name} has {has}; not {', '.join(lacking)}: ask for its "
+            f"metrics (--metrics {' '.join(published)}), or leave out --paper for ours"
+        )
+    return list(asked)
 
 
 def _notes(runs: Sequence[Run], pairs: Sequence[tuple[Row, list[Run]]], name: str) -> list[str]:

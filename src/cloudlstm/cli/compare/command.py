@@ -508,7 +508,7 @@ def _run_paper(runs: Sequence[Run], args: argparse.Namespace) -> int:
             "--paper takes no --by, --horizons, --channels, --groups, --plot, --html, --wandb, "
             "--val or --pooled"
         )
-    table, notes = paper_table(runs, args.paper, args.metrics or metric_names())
+    table, notes = paper_table(runs, args.paper, args.metrics)
     for note in notes:
         print(f"compare: {note}", file=sys.stderr)
     _print_table(table, args.format)
