@@ -695,6 +695,32 @@ def test_folders_after_by_are_one_line_naming_the_way_out(seeds, capsys):
     assert code == 2 and err[0].startswith("compare: argument --metrics: invalid choice: 'mea'")
 
 
+def test_a_folder_by_took_after_other_folders_is_one_line_naming_the_way_out(tmp_path, capsys):
+    """``compare A --by model B`` took B for a key: an unknown key's error, naming keys;
+    and the way out it names now works with A before the option (argparse had said
+    "unrecognized arguments" of ``compare A --by model -- B``)."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_run(a / "0", 1.0)
+    write_run(b / "1", 2.0, seed=1)
+    debug = a / "debug" / "config.yaml"  # a note on stderr, were it printed before the error
+    write_run(debug.parent, 0.1, model="linear")
+    debug.write_text(debug.read_text() + "task_name: debug\n")
+    for taken, what in ((b, "folder"), (b / "1" / "metrics.json", "file")):
+        code, out, err = run_main(capsys, a, "--by", "model", taken)
+        assert (code, out) == (2, "") and err == [
+            f"compare: --by took the {what} {taken} for a key: give the folders before --by "
+            "(compare DIR --by model), or end its keys with -- (compare --by model -- DIR)"
+        ]
+    for argv in (
+        ("--format", "csv", a, "--by", "model", "--", b),
+        ("--format", "csv", a, "--metrics", "mae", "--", b),
+        (a, "--format", "csv", b),  # folders on both sides of an option
+    ):
+        code, out, err = run_main(capsys, *argv)
+        assert code == 0, err
+        assert [row["n"] for row in csv.DictReader(io.StringIO(out))] == ["2"]  # a's and b's
+
+
 def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys):
     code, out, err = run_main(capsys, tmp_path / "missing")
     assert (code, out, err) == (2, "", [f"compare: {tmp_path / 'missing'} does not exist"])

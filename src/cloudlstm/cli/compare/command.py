@@ -32,6 +32,7 @@ from cloudlstm.compare.table import build_table, reported_metrics
 from cloudlstm.engine.declared_metrics import metric_names
 from cloudlstm.engine.quantile_metrics import is_quantile_metric, quantile_metric_names
 from cloudlstm.errors import UserError
+from cloudlstm.rundir.layout import METRICS_FILE
 
 
 class _Parser(argparse.ArgumentParser):
@@ -46,21 +47,48 @@ class _Parser(argparse.ArgumentParser):
         for name in (None, "store", "store_true"):
             self.register("action", name, _given_once(self._registry_get("action", name)))
 
-    def parse_known_args(self, *args: Any, **kwargs: Any) -> Any:
+    def parse_known_intermixed_args(self, *args: Any, **kwargs: Any) -> Any:
+        # here, not in parse_known_args, which this calls twice (Python < 3.13): the second
+        # call, of the folders alone, would forget what --by took
         self.given, self.by = set(), []
-        return super().parse_known_args(*args, **kwargs)
+        return super().parse_known_intermixed_args(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         if message.endswith("required: dirs") and self.by:
             raise CompareError(_by_took_the_dirs(self.by))
         took = re.fullmatch(r"argument --metrics: invalid choice: '(.*?)' \(.*", message)
-        if took and Path(took[1]).is_dir():  # --metrics mae DIR: the folder read as a metric
-            raise CompareError(
-                f"--metrics took the folder {took[1]} for a metric: give the folders before "
-                "--metrics (compare DIR --metrics mae), or end its metrics with -- (compare "
-                "--metrics mae -- DIR)"
-            )
+        if took and (what := _run_path(took[1])):  # --metrics mae DIR: DIR read as a metric
+            raise CompareError(_took_a_run_path("--metrics", took[1], what, "metric", "mae"))
         raise CompareError(message)
+
+
+def _run_path(word: str) -> str | None:
+    """What ``word`` names of what compare reads: "folder", "file" (a run's metrics.json),
+    or None."""
+    path = Path(word)
+    if path.is_dir():
+        return "folder"
+    return "file" if path.name == METRICS_FILE and path.is_file() else None
+
+
+def _took_a_run_path(option: str, word: str, what: str, kind: str, example: str) -> str:
+    """The error of ``compare DIR1 --by model DIR2``: ``option`` (``--by``, ``--metrics``)
+    takes every word after it, and took ``word``, a ``what`` (folder) to compare, for a
+    ``kind`` (key); ``example`` is a value of it."""
+    return (
+        f"{option} took the {what} {word} for a {kind}: give the folders before {option} "
+        f"(compare DIR {option} {example}), or end its {kind}s with -- (compare {option} "
+        f"{example} -- DIR)"
+    )
+
+
+def _check_by_keys(runs: Sequence[Run], by: Sequence[str] | None) -> None:
+    """Refuse a folder (or a run's metrics.json) that ``--by`` took for a key: the unknown
+    key's error named the keys, not the folder's way out."""
+    keys = set().union(*(run.keys for run in runs))
+    for word in by or ():
+        if word not in keys and (what := _run_path(word)):
+            raise CompareError(_took_a_run_path("--by", word, what, "key", "model"))
 
 
 def _by_took_the_dirs(by: Sequence[str]) -> str:
@@ -224,7 +252,8 @@ def program() -> NoReturn:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        return _run(_parser().parse_args(argv))
+        # folders may come after options too: compare DIR1 --horizons 1 DIR2
+        return _run(_parser().parse_intermixed_args(argv))
     except (CompareError, UserError) as err:  # UserError: a figure or a page finding no room
         print(f"compare: {err}", file=sys.stderr)
         return 2
@@ -232,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     _check_lists(args)
-    runs = _find_runs(args.dirs, args.include_evals, args.include_debug)
+    runs = _find_runs(args.dirs, args.include_evals, args.include_debug, args.by)
     _check_quantile_metrics(runs, args)
     if args.uncalibrated:
         from cloudlstm.compare.calibration import before_calibration
@@ -373,10 +402,14 @@ def _check_quantile_metrics(runs: Sequence[Run], args: argparse.Namespace) -> No
     )
 
 
-def _find_runs(dirs: Sequence[Path], include_evals: bool, include_debug: bool) -> list[Run]:
+def _find_runs(
+    dirs: Sequence[Path], include_evals: bool, include_debug: bool, by: Sequence[str] | None
+) -> list[Run]:
     """The runs under ``dirs``; a note on stderr of the evaluations and debug runs left
-    out, or where they were all there was, the one error that says so."""
+    out, or where they were all there was, the one error that says so. A folder that
+    ``by`` (``--by``) took for a key is an error before any note."""
     found = find_runs(dirs, include_evals=True)
+    _check_by_keys(found, by)
     runs, left_out = _without_evals_and_debug(found, include_evals, include_debug)
     # all found left out: one error says so, as "no results" after a note would mislead
     for text, option in left_out if runs else ():
