@@ -17,11 +17,15 @@ import torch
 from omegaconf import OmegaConf
 
 from cloudlstm.assembly.build import build_trainer
+from cloudlstm.cli.compare.command import main as compare_main
 from cloudlstm.cli.override_text import override_text
 from cloudlstm.cli.scripts import freeze_for_a_quick_end, refuse_moved_keys
 from cloudlstm.cli.train import next_steps, train
 from cloudlstm.errors import UserError
 from tests.conftest import PYTHON, ROOT, TINY, compose_train, one_line, subprocess_env
+from tests.test_compare import write_run
+
+PYTHON_M_COMPARE = ["python", "-m", "cloudlstm.cli.compare"]
 
 
 def run(*cmd: str) -> subprocess.CompletedProcess:
@@ -88,6 +92,20 @@ def test_next_steps_quote_a_run_folder_for_hydra_and_the_shell(monkeypatch):
     evaluate = steps.split("`")[1]
     assert evaluate == "python eval.py \"run='/data/my run ü'\""
     assert override_text(shlex.split(evaluate)[2]) == str(run)
+
+
+def test_a_debug_runs_next_steps_compare_it_with_the_debug_runs(tmp_path, monkeypatch, capsys):
+    """A debug=... run's hint named a compare command that left the run out and exited 2
+    (compare shows debug runs with --include-debug)."""
+    monkeypatch.setattr(sys, "argv", ["train.py"])
+    run = tmp_path / "run"
+    write_run(run, 1.0)
+    (run / "config.yaml").write_text((run / "config.yaml").read_text() + "task_name: debug\n")
+    hinted = shlex.split(next_steps(run, debug=True).split("`")[-2])
+    assert hinted == [*PYTHON_M_COMPARE, str(tmp_path), "--include-debug"]
+    assert compare_main(hinted[len(PYTHON_M_COMPARE) :]) == 0
+    assert capsys.readouterr().out.startswith("| model |")
+    assert not next_steps(run).endswith("--include-debug`.")  # a run of results
 
 
 @pytest.mark.parametrize(

@@ -49,6 +49,7 @@ from cloudlstm.rundir.config_changes import (
 )
 from cloudlstm.rundir.divergence import clear_divergence, record_divergence
 from cloudlstm.rundir.layout import (
+    DEBUG_TASK,
     METRICS_FILE,
     checkpoint_step,
     in_run,
@@ -177,18 +178,21 @@ def _train_assembled(job: Assembly, resume: ResumePoint | None) -> dict[str, Any
         write_metrics(output_dir, results)
         log.info("Run directory: %s", output_dir)
         if any(last_checkpoint(output_dir).parent.glob("*.ckpt")):  # none after debug=fdr
-            log.info(next_steps(output_dir))
+            log.info(next_steps(output_dir, debug=cfg.get("task_name") == DEBUG_TASK))
     finish_wandb(job.loggers)
     return results
 
 
-def next_steps(run_dir: Path) -> str:
-    """What a user can do with a finished run, as commands to copy."""
+def next_steps(run_dir: Path, debug: bool = False) -> str:
+    """What a user can do with a finished run, as commands to copy; that of a ``debug``
+    run (``debug=...``) compares with ``--include-debug``, without which compare leaves it
+    out."""
     run = shell_override("run", str(run_dir))
+    include = " --include-debug" if debug else ""
     return (
         f"Next: evaluate it again `{command('eval')} {run}`, forecast new data "
         f"`{command('predict')} {run} data.path=<recent.csv>`, or compare it with "
-        f"other runs `{command('compare')} {shlex.quote(str(run_dir.parent))}`."
+        f"other runs `{command('compare')} {shlex.quote(str(run_dir.parent))}{include}`."
     )
 
 

@@ -58,6 +58,9 @@ PREDICTIONS_FILE = "predictions.npz"  # written by the test (engine/module.py)
 TRAIN_LOG = "train.log"  # train.py's log (conf/hydra/default.yaml: <task_name>.log), from its start
 REPLACED_DIR = ".replaced"  # earlier trainings, moved aside (rundir/replaced.py)
 EVAL_DIR = "eval"  # a run's evaluations by eval.py, one folder each (conf/eval.yaml)
+# conf/debug/default.yaml's task_name, which every debug=... config keeps: such runs check
+# that the code runs, and compare leaves them out unless asked (--include-debug)
+DEBUG_TASK = "debug"
 
 
 def path_option(value: object, key: str) -> str:

@@ -32,7 +32,7 @@ from cloudlstm.compare.table import build_table, reported_metrics
 from cloudlstm.engine.declared_metrics import metric_names
 from cloudlstm.engine.quantile_metrics import is_quantile_metric, quantile_metric_names
 from cloudlstm.errors import UserError
-from cloudlstm.rundir.layout import METRICS_FILE
+from cloudlstm.rundir.layout import DEBUG_TASK, METRICS_FILE
 
 
 class _Parser(argparse.ArgumentParser):
@@ -376,10 +376,6 @@ def _make_folder(folder: Path) -> None:
         raise CompareError(
             f"cannot make the folder {folder}: {err.strerror or err}; give a folder you can write"
         ) from None
-
-
-# conf/debug/default.yaml's task_name, which every debug=... config keeps
-DEBUG_TASK = "debug"
 
 
 def _check_quantile_metrics(runs: Sequence[Run], args: argparse.Namespace) -> None:
