@@ -18,7 +18,10 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from cloudlstm.compare.html import _number
+from cloudlstm.compare import find_runs
+from cloudlstm.compare.groups import group_runs
+from cloudlstm.compare.html import _bar_figure, _horizon_figure, _number
+from cloudlstm.compare.plots import _name as png_name
 from cloudlstm.compare.style import close_range as _close_range
 from tests.browser import Chromium, find_chromium
 from tests.test_compare import (
@@ -226,6 +229,34 @@ def test_rows_without_the_curves_metric_have_no_curve_and_are_named(tmp_path, ca
     assert text.count("no curve, without per-step smae results: lstm (n=1)") == 2
 
 
+def write_long_labels(root: Path) -> None:
+    """Four rows of two seeds whose labels name two long settings each, as a sweep over
+    data and trainer keys does, and persistence."""
+    for points in (12, 24):
+        for epochs in (3, 6):
+            for seed in (0, 1):
+                keys = {"num_points_limit_train_batches": points, "max_epochs_of_training": epochs}
+                mae = 1 + points / 10 + epochs / 5 + seed / 10
+                write_run(root / f"{points}_{epochs}_{seed}", mae, seed=seed, model_keys=keys)
+    for seed in (0, 1):
+        write_run(root / f"p{seed}", 3.0 + seed / 10, model="persistence", seed=seed)
+
+
+def test_long_labels_are_on_the_lines_of_the_png_figures(tmp_path):
+    """The legend names and the bars' labels were one line each: a legend as wide as the
+    longest label narrowed the curves, and labels under the bars squashed them to a strip."""
+    write_long_labels(tmp_path)
+    groups = group_runs(find_runs([tmp_path]))
+    assert max(len(g.label) for g in groups) > 60
+    curves = _horizon_figure(groups, "mae", "synthetic").data
+    legend = [t.name for t in curves if t.showlegend is not False]  # not the bands
+    bars = list(_bar_figure(groups, "mae", "synthetic").data[0].x)
+    for names in (legend, bars):
+        # Plotly breaks lines at <br> only
+        assert sorted(n.replace("<br>", "\n") for n in names) == sorted(map(png_name, groups))
+    assert any("<br>" in name for name in legend)
+
+
 # --- in a browser ---------------------------------------------------------------------------
 
 CHROMIUM = find_chromium()
@@ -333,6 +364,29 @@ def test_published_results_page_sorts_by_a_clicked_header(tmp_path, capsys, chro
     chromium.evaluate(f"document.querySelectorAll('#table-beijing th')[{params}].click()")
     assert chromium.evaluate(first_model) == "persistence"  # 0 parameters
     assert_screenshot(chromium, tmp_path / "beijing.png")
+
+
+# Each figure's plot area and whole size, in pixels.
+PLOT_AREAS = """Object.fromEntries(Array.from(document.querySelectorAll(".plotly-graph-div"))
+  .map((d) => [d.id, [d._fullLayout._size.w, d._fullLayout._size.h,
+                      d._fullLayout.width, d._fullLayout.height]]))"""
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_long_labels_leave_the_figures_room(tmp_path, capsys, chromium):
+    """Unwrapped, the legend took four fifths of the horizon figure's width and the bars'
+    labels left the bars a twelfth of their figure."""
+    write_long_labels(tmp_path / "runs")
+    page = tmp_path / "report.html"
+    write_page(capsys, [tmp_path / "runs"], page)
+    open_page(chromium, page)
+    areas = chromium.evaluate(PLOT_AREAS)
+    width, _, figure_width, _ = areas["horizon-synthetic"]
+    assert width > 0.4 * figure_width, areas
+    width, height, figure_width, figure_height = areas["bars-synthetic"]
+    assert width * height > 0.2 * figure_width * figure_height, areas
+    assert_screenshot(chromium, tmp_path / "long_labels.png")
 
 
 def test_sort_keys_are_numbers_javascript_reads():

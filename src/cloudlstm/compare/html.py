@@ -29,7 +29,7 @@ from cloudlstm.compare.cells import Column, Stat
 from cloudlstm.compare.formats import cell_text
 from cloudlstm.compare.groups import Group, changes_note, code_summary, levels_note, machine_note
 from cloudlstm.compare.runs import CompareError, Run
-from cloudlstm.compare.style import REFERENCE, close_range, is_reference
+from cloudlstm.compare.style import REFERENCE, close_range, is_reference, label_lines
 from cloudlstm.compare.table import best_rows, data_sets, higher_is_better, ranked
 from cloudlstm.errors import replacing, why_not_written
 from cloudlstm.rundir.layout import CONFIG_FILE, FIGURES_DIR, METRICS_FILE
@@ -225,7 +225,7 @@ def _horizon_figure(groups: Sequence[Group], metric: str, data: str) -> go.Figur
         longest = max(longest, len(steps))
         means = [s.mean for s in curve]
         stds = [s.std for s in curve]
-        name = f"{group.label} (n={len(group.runs)})"
+        name = _name(group)
         if len(group.runs) > 1 and not all(math.isnan(s) or s == 0 for s in stds):
             fig.add_trace(_band(steps, means, stds, colour, name))
         fig.add_trace(
@@ -238,7 +238,7 @@ def _horizon_figure(groups: Sequence[Group], metric: str, data: str) -> go.Figur
                 marker={"size": 5},
                 line={"color": colour, "dash": dash, "width": 2},
                 customdata=[0.0 if math.isnan(s) else s for s in stds],
-                hovertemplate=f"{html.escape(name)}<br>step %{{x}}: %{{y:.4g}} "
+                hovertemplate=f"{name}<br>step %{{x}}: %{{y:.4g}} "
                 "± %{customdata:.2g}<extra></extra>",
             )
         )
@@ -257,6 +257,14 @@ def _horizon_figure(groups: Sequence[Group], metric: str, data: str) -> go.Figur
     if missing := [g for g in groups if not g.has_curve(metric)]:
         _note_missing(fig, missing, metric)
     return fig
+
+
+def _name(group: Group) -> str:
+    """A row's name in a legend or under its bar: its label on the lines of the PNG
+    figures' (:func:`~cloudlstm.compare.style.label_lines`), which Plotly breaks at <br>
+    (it wraps none: a long label narrowed the curves and squashed the bars), and its runs."""
+    lines = [html.escape(line, quote=False) for line in label_lines(group.label)]
+    return f"{'<br>'.join(lines)} (n={len(group.runs)})"
 
 
 def _note_missing(fig: go.Figure, groups: Sequence[Group], metric: str) -> None:
@@ -308,7 +316,7 @@ def _bar_figure(groups: Sequence[Group], metric: str, data: str) -> go.Figure:
     colours = [colour for colour, _ in _styles(groups)]
     fig = go.Figure(
         go.Bar(
-            x=[f"{g.label} (n={len(g.runs)})" for g in groups],
+            x=[_name(g) for g in groups],
             y=means,
             error_y={"type": "data", "array": stds, "visible": True},
             marker_color=colours,

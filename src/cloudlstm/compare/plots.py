@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import re
-import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from matplotlib.axes import Axes
 
 from cloudlstm.compare.cells import Stat
 from cloudlstm.compare.groups import Group
-from cloudlstm.compare.style import close_range, is_reference
+from cloudlstm.compare.style import close_range, is_reference, label_lines
 from cloudlstm.compare.table import ranked
 from cloudlstm.viz import plot_horizon_curve
 from cloudlstm.viz._common import new_figure, reference_style, save_png, series_style
@@ -122,7 +121,6 @@ def _value_axis(
     return f"{metric.upper()} (axis from {span[0]:.3g}, not 0)"
 
 
-def _wrapped(label: str, width: int = 32) -> str:
-    """A legend or tick label on lines of at most ``width`` characters: labels of runs that
-    differ in several keys are long enough to squeeze the axes to nothing."""
-    return textwrap.fill(label, width)
+def _wrapped(label: str) -> str:
+    """A legend or tick label on lines (:func:`~cloudlstm.compare.style.label_lines`)."""
+    return "\n".join(label_lines(label))

@@ -1,13 +1,16 @@
-"""What the figures of a comparison share: the reference model, and a value axis that starts
-near the values when they are close (PNG figures and the --html page alike)."""
+"""What the figures of a comparison share: the reference model, a value axis that starts
+near the values when they are close, and rows' labels on short lines (PNG figures and the
+--html page alike)."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 
 from cloudlstm.compare.groups import Group
 
 REFERENCE = "persistence"  # the model drawn as a dashed reference line, not as a series
+LABEL_WIDTH = 32  # characters on a line of a row's label in a legend or under a bar
 
 
 def is_reference(group: Group) -> bool:
@@ -30,3 +33,10 @@ def close_range(means: Sequence[float | None], stds: Sequence[float]) -> tuple[f
         return None
     pad = (high - low) * 0.15 or abs(high) * 0.05
     return max(0.0, low - pad), high + pad
+
+
+def label_lines(label: str, width: int = LABEL_WIDTH) -> list[str]:
+    """A legend or tick label on lines of at most ``width`` characters: labels of runs that
+    differ in several keys are long enough to squeeze the axes to nothing (a legend as wide
+    as the label, or tick labels as tall)."""
+    return textwrap.wrap(label, width) or [label]
