@@ -44,8 +44,11 @@ metric. ``--pooled`` adds the test metrics pooled over every forecast value of a
 (``pooled/mae``, ``pooled/rmse``: the RMSE of all squared errors, as DCRNN's and T-GCN's
 tables give it; the ``rmse`` column averages each test window's). The best cell of each
 metric column is bold (lowest MAE/RMSE/sMAE, highest PSNR/SSIM), compared within each data
-set. Rows are sorted by data set, then best first on the first metric. A NaN mean (nothing
-scored) is never best and ranks last (:func:`~cloudlstm.compare.table.scored`).
+set: the data, and the settings that change the windows its test scores
+(:mod:`cloudlstm.compare.datasets`: another test part, J or point subset is another data
+set, shown in a column on every row). Rows are sorted by data set, then best first on the
+first metric. A NaN mean (nothing scored) is never best and ranks last
+(:func:`~cloudlstm.compare.table.scored`).
 
 ``--paper TABLE`` prints the runs next to the paper's values of that table
 (``docs/paper/<TABLE>.csv``) with the difference; :mod:`cloudlstm.compare.paper` says how runs
@@ -60,9 +63,10 @@ run, offline by default (:mod:`cloudlstm.compare.wandb_run`). User errors print 
 ``compare: ...`` line to stderr and exit with status 2.
 """
 
-# Modules: runs (finding runs), cells (Stat, Diff, Column), groups (rows), table (columns,
-# best cells), formats (markdown, LaTeX, CSV), plots, html (--html), wandb_run (--wandb),
-# paper (--paper), settings (what a setting is), calibration (quantile runs), style.
+# Modules: runs (finding runs), cells (Stat, Diff, Column), groups (rows), datasets (what a
+# run was tested on), table (columns, best cells), formats (markdown, LaTeX, CSV), plots,
+# html (--html), wandb_run (--wandb), paper (--paper), relative (--relative-to), settings
+# (what a setting is), calibration (quantile runs), style.
 from cloudlstm.compare.cells import Column, Diff, Stat
 from cloudlstm.compare.formats import to_latex, to_markdown, write_csv
 from cloudlstm.compare.groups import (

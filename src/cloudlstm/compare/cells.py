@@ -48,3 +48,6 @@ class Column:
     name: str
     cells: list[Any]  # str, int, float, None or Stat
     better: str | None = None
+    # the ``data`` column's: each row's data set (Group.data), within which best cells are
+    # chosen, where it says more than the data's name; None: the names are the data sets
+    data_sets: list[str] | None = None

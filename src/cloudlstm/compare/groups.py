@@ -8,19 +8,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cloudlstm.compare import datasets
 from cloudlstm.compare.cells import Stat
 from cloudlstm.compare.runs import NO_CONFIG_KEY, QUANTILES_KEY, RUN_KEYS, CompareError, Run
 from cloudlstm.compare.settings import SAMPLE_KEYS, VALUES_DIGEST_KEY, is_setting, other_data
 
 # Hint of an unknown --by key: at most this many names.
 MAX_NAMES = 10
-
-
-def data_set(name: str, digest: str) -> str:
-    """A row's data set: its data's name, and where its runs recorded the hash of their
-    readings, its start (runs on two cities' files under one ``data=points`` are two data
-    sets: neither is "best" against the other, nor drawn in one figure with it)."""
-    return f"{name} ({digest[:8]})" if digest else name
 
 
 @dataclass(frozen=True)
@@ -32,12 +26,23 @@ class Group:
     # the keys its label names: those that tell it from the other groups of its model and
     # data (:func:`_told_apart`)
     told_apart_by: frozenset[str]
+    # the settings (and the readings' hash) that tell the data sets of its data's name
+    # apart (:func:`cloudlstm.compare.datasets.told_apart`); its runs share them
+    data_keys: tuple[str, ...] = ()
 
     @property
     def data(self) -> str:
-        """Its data set (:func:`data_set`): what best cells, figures and sections are
-        chosen within."""
-        return data_set(self.keys["data"], self.keys.get(VALUES_DIGEST_KEY, ""))
+        """Its data set (:func:`cloudlstm.compare.datasets.label`): what best cells, figures
+        and sections are chosen within. Runs on two cities' files under one ``data=points``
+        (``points (1a2b3c4d)``), or tested on other windows of one file (``milan
+        split_times.test=2013-12-09``), are two data sets: neither is "best" against the
+        other, nor drawn in one figure with it."""
+        return datasets.label(self.runs[0], self.data_keys)
+
+    @property
+    def data_order(self) -> tuple:
+        """Where its data set comes among those of the table (:func:`datasets.order`)."""
+        return datasets.order(self.runs[0], self.data_keys)
 
     @property
     def label(self) -> str:
@@ -129,12 +134,14 @@ def without_curves(groups: Sequence[Group], metric: str) -> str | None:
 
 
 def group_runs(runs: Sequence[Run], by: Sequence[str] | None = None) -> list[Group]:
-    """Groups of ``runs`` by the keys ``by`` (plus data), or by :func:`default_keys`."""
+    """Groups of ``runs`` by the keys ``by`` (plus data and the settings that tell its data
+    sets apart), or by :func:`default_keys`."""
     keys = default_keys(runs) if by is None else _checked_keys(runs, by)
+    data_keys = datasets.told_apart(runs)
     parts = _partition(runs, keys)
     rows = [dict(zip(keys, values, strict=True)) for values in parts]
     return [
-        Group(row, members, told)
+        Group(row, members, told, tuple(data_keys[row["data"]]))
         for row, members, told in zip(rows, parts.values(), _told_apart(rows), strict=True)
     ]
 
@@ -189,8 +196,10 @@ def one_run_per_seed(runs: Sequence[Run]) -> tuple[list[Run], list[tuple[Run, Ru
 
 
 def default_keys(runs: Sequence[Run]) -> list[str]:
-    """model, data, and every config key that still differs within a (model, data) pair."""
-    extra = set()
+    """model, data, the settings that tell data sets of one data apart
+    (:func:`datasets.told_apart`: shown on every row, also where each model ran on one data
+    set), and every config key that still differs within a (model, data) pair."""
+    extra = set(datasets.all_told_apart(runs))
     for members in _partition(runs, RUN_KEYS).values():
         extra.update(varying_keys(members))
         if len({run.has_config for run in members}) > 1:
@@ -364,7 +373,8 @@ def _checked_keys(runs: Sequence[Run], by: Sequence[str]) -> list[str]:
     for key in by:
         if key not in valid:
             raise CompareError(f"unknown --by key {key!r}; {_key_hint(key, runs, valid)}")
-    return list(by) if "data" in by else [*by, "data"]
+    data = [key for key in ("data", *datasets.all_told_apart(runs)) if key not in by]
+    return [*by, *data]
 
 
 def _key_hint(key: str, runs: Sequence[Run], valid: set[str]) -> str:

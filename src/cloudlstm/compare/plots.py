@@ -27,8 +27,9 @@ def plot(groups: Sequence[Group], metric: str, out_dir: Path) -> list[Path]:
     """Per data set: ``<metric>_horizon_<data>.png`` and ``<metric>_bar_<data>.png``
     (:func:`figure_names`)."""
     paths = []
-    for data in sorted({g.data for g in groups}):
-        members = [g for g in ranked(groups, metric) if g.data == data]
+    rows = ranked(groups, metric)
+    for data in dict.fromkeys(g.data for g in rows):
+        members = [g for g in rows if g.data == data]
         horizons, bars = figure_names(metric, data)
         paths.append(_plot_horizons(members, metric, out_dir / horizons))
         paths.append(_plot_bars(members, metric, out_dir / bars))

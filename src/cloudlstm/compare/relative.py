@@ -1,12 +1,15 @@
 """Runs relative to a baseline model: ``compare ... --relative-to persistence``.
 
 Each test metric of a run is divided by the same metric of the baseline's run on the same
-data and sample: the same ``data`` and ``data.*`` settings (a held-out run's draw of points
-and its ``data.holdout_history`` included) and the same seed, or the baseline's one run on
-those data where it ran once (persistence, which no seed changes). A row's cell is then the mean
-± std over seeds of these ratios, so what a draw makes easy or hard for every model (which
-points are held out, say) cancels before the seeds are pooled. Below 1 an error is lower
-than the baseline's; PSNR, SSIM and coverage are better above 1.
+data set and sample: the data set a table's rows are chosen within
+(:mod:`cloudlstm.compare.datasets`: the data, and the settings that change the windows
+tested, a held-out run's points and ``data.holdout_history`` included), the same draw of
+held-out points and the same seed, or the baseline's one run on that data set where it ran
+once (persistence, which no seed changes). A baseline that read other inputs
+(``data.input_steps``, covariates) was scored on the same windows, and pairs. A row's cell
+is then the mean ± std over seeds of these ratios, so what a draw makes easy or hard for
+every model (which points are held out, say) cancels before the seeds are pooled. Below 1
+an error is lower than the baseline's; PSNR, SSIM and coverage are better above 1.
 
 The baseline is always a training run of the baseline model, never an ``eval.py`` re-test of
 one (``--include-evals``): an evaluation row is over the same training run as the run it
@@ -19,8 +22,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
+from cloudlstm.compare.datasets import tested_on
 from cloudlstm.compare.runs import CompareError, Run
-from cloudlstm.compare.settings import SAMPLE_KEYS, is_setting
+from cloudlstm.compare.settings import SAMPLE_KEYS
 
 
 def relative_runs(runs: Sequence[Run], baseline: str) -> tuple[list[Run], list[Run]]:
@@ -83,16 +87,15 @@ def _no_baseline(runs: Sequence[Run], baseline: str) -> str:
 
 
 def pairing(run: Run, seed: bool = True) -> tuple[tuple[str, str], ...]:
-    """What a run and its baseline share: the data set, its settings and (``seed``) the
-    seed; a held-out draw (``data.holdout_seed``) always. A key one run lacks and another
-    leaves empty is the same (:meth:`Run.value`): a source option added later at its empty
-    default."""
+    """What a run and its baseline share: the data set, as the table's rows tell it
+    (:func:`cloudlstm.compare.datasets.tested_on`), and (``seed``) the seed; a held-out draw
+    (``data.holdout_seed``) always. A key one run lacks and another leaves empty is the
+    same (:meth:`Run.value`): a source option added later at its empty default."""
     samples = {"seed"} if seed else set()
     if run.value("data.holdout_points"):  # the draw; without held-out points it draws none
         samples |= set(SAMPLE_KEYS) - {"seed"}
-    keys = {k for k in run.keys if k == "data" or k in samples}
-    keys |= {k for k in run.keys if k.startswith("data.") and is_setting(k)}
-    return tuple(sorted((key, value) for key in keys if (value := run.value(key))))
+    drawn = {key: value for key in samples if (value := run.value(key))}
+    return tuple(sorted({**tested_on(run), **drawn}.items()))
 
 
 def over(run: Run, base: Run) -> Run:

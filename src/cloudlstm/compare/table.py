@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from cloudlstm.compare.cells import Column, Stat
-from cloudlstm.compare.groups import LEVEL_SCORES, Group, data_set, group_runs, level_sets
+from cloudlstm.compare.groups import LEVEL_SCORES, Group, group_runs, level_sets
 from cloudlstm.compare.runs import CompareError, Run
-from cloudlstm.compare.settings import VALUES_DIGEST_KEY
 from cloudlstm.engine.declared_metrics import metric_names, monitor_mode
 from cloudlstm.engine.quantile_metrics import any_metric_info
 
@@ -58,6 +58,9 @@ def build_table(
     metrics = reported_metrics(groups) if metrics is None else metrics
     rows = ranked(groups, metrics[0])
     columns = [Column(key, [g.keys[key] for g in rows]) for key in rows[0].keys]
+    columns = [
+        replace(c, data_sets=[g.data for g in rows]) if c.name == "data" else c for c in columns
+    ]
     columns.append(Column("n", [len(g.runs) for g in rows]))
     columns += [Column(a, [g.mean_of(a) for g in rows]) for a in ("params", "epochs", "train_s")]
     # runs with a step budget: their steps and cost per 1,000 steps (absent from older runs)
@@ -210,9 +213,9 @@ def ranked(groups: Sequence[Group], metric: str) -> list[Group]:
     with it NaN, last."""
     sign = -1 if higher_is_better(metric) else 1
 
-    def key(group: Group) -> tuple[str, bool, float]:
+    def key(group: Group) -> tuple[tuple, bool, float]:
         mean = scored(group.metric(metric))
-        return group.data, mean is None, math.inf if mean is None else sign * mean
+        return group.data_order, mean is None, math.inf if mean is None else sign * mean
 
     return sorted(groups, key=key)
 
@@ -226,13 +229,10 @@ def _better(metric: str, rows: Sequence[Group] = ()) -> str | None:
 
 
 def data_sets(columns: Sequence[Column]) -> list[str]:
-    """Each row's data set (:func:`~cloudlstm.compare.groups.data_set`) from the table's
-    ``data`` column and, where the rows' readings differ, its digest column."""
-    names = next(c.cells for c in columns if c.name == "data")
-    digests = next((c.cells for c in columns if c.name == VALUES_DIGEST_KEY), None)
-    if digests is None:
-        return list(names)
-    return [data_set(n, d or "") for n, d in zip(names, digests, strict=True)]
+    """Each row's data set (:attr:`~cloudlstm.compare.groups.Group.data`), as the table's
+    ``data`` column holds it."""
+    data = next(c for c in columns if c.name == "data")
+    return list(data.cells) if data.data_sets is None else list(data.data_sets)
 
 
 def best_rows(column: Column, data: Sequence[str]) -> set[int]:

@@ -1,0 +1,167 @@
+"""What a run was tested on: its data set, within which best cells, sections and figures
+are chosen, and on which ``--relative-to`` pairs a run with its baseline's.
+
+Two runs are of one data set where their tests scored the same forecast windows: the same
+data (its name, and the hash of its readings where both recorded one) and the same values
+of every ``data.*`` setting but those that change only what a model reads or how it
+trains (:data:`NOT_TEST_DATA`), and of ``trainer.limit_test_batches``. A setting that does
+nothing without another (:data:`ONLY_WITH`) counts only where that one is set.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from cloudlstm.compare.runs import Run
+from cloudlstm.compare.settings import VALUES_DIGEST_KEY, is_setting
+
+# The data's name (metrics.json's run.data): always part of the data set.
+DATA_KEY = "data"
+# The test's share of the test part's batches (1.0: all of them).
+TEST_LIMIT_KEY = "trainer.limit_test_batches"
+# Its values that score every test window: the default, and a run that lacks the key.
+ALL_TEST_BATCHES = ("", "1.0")
+
+# The data.* settings that leave the scored windows as they are: test windows are cut with
+# their targets in the test part however far back their inputs reach
+# (cloudlstm.data.pipeline.splits.window_ranges), so the input's form and the inputs added to
+# it, where training and validation lie, and the checks a finished run passed, change what
+# a model reads or learns from, not what its test scores. Runs that differ in them are
+# compared as models are, each a row.
+NOT_TEST_DATA = frozenset(
+    {
+        "data._target_",  # the datamodule's class
+        "data.input_steps", "data.seasonal", "data.seasonal_days",
+        "data.seasonal_every_minutes",  # what a window's input reads
+        "data.time_features", "data.time_zone",  # known-future inputs
+        "data.source.covariates", "data.source.covariate_cols",  # measured inputs
+        "data.source.graph",  # a graph model's adjacency
+        "data.val_fraction", "data.split_times.val", "data.split_times.train",  # before the test
+        "data.outliers", "data.dbscan_eps", "data.dbscan_min_samples",  # groups reported beside
+        # checks a finished run passed (as data.max_abs_z, no setting); a value they turn
+        # into a gap changes the readings' hash
+        "data.source.bad_values", "data.source.sha256", "data.source.url",
+        "data.source.missing_hint",  # a message
+    }
+)  # fmt: skip
+NOT_TEST_DATA_PREFIXES = ("data.valid_ranges.",)
+
+# A value written as a number (3, 0.2, 1e-3), which data sets sort by size.
+NUMBER = r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?"
+
+# Settings that change the test only where another is set: the key -> that one.
+ONLY_WITH = {
+    "data.subset_seed": "data.num_points",  # the draw of the point subset
+    "data.holdout_history": "data.holdout_points",  # whether test inputs hold held-out points
+    "data.outlier_count": "data.outlier_shift",  # how many points the shift moves
+    "data.outlier_seed": "data.outlier_shift",  # which
+}
+
+
+def is_data_set_key(key: str) -> bool:
+    """Whether ``key`` may tell a run's data set (where it acts: :func:`tested_on`): the
+    data's name and readings' hash, every ``data.*`` setting but :data:`NOT_TEST_DATA`,
+    and ``trainer.limit_test_batches``."""
+    if key in (DATA_KEY, VALUES_DIGEST_KEY, TEST_LIMIT_KEY):
+        return True
+    return (
+        key.startswith("data.")
+        and is_setting(key)
+        and key not in NOT_TEST_DATA
+        and not key.startswith(NOT_TEST_DATA_PREFIXES)
+    )
+
+
+def acts(key: str, value: Callable[[str], str]) -> bool:
+    """Whether the setting ``key`` changes the test of a run whose values ``value`` gives:
+    not ``data.test_fraction`` where ``data.split_times`` places the test part, nor a key of
+    :data:`ONLY_WITH` without its setting, nor ``data.batch_size`` but where the test scores
+    a number or share of its batches (``trainer.limit_test_batches``), which it counts."""
+    if key == "data.test_fraction":
+        return not value("data.split_times.test")
+    if key == "data.batch_size":
+        return value(TEST_LIMIT_KEY) not in ALL_TEST_BATCHES
+    return key not in ONLY_WITH or bool(value(ONLY_WITH[key]))
+
+
+def _value(run: Run, key: str) -> str:
+    """``run``'s value of ``key`` (:meth:`Run.value`), empty for a test of all its batches."""
+    value = run.value(key)
+    return "" if key == TEST_LIMIT_KEY and value in ALL_TEST_BATCHES else value
+
+
+def tested_on(run: Run) -> dict[str, str]:
+    """The values that tell ``run``'s data set: those of the keys :func:`is_data_set_key` that
+    act (:func:`acts`) and are not empty (:meth:`Run.value`: a key a run lacks, as a run from
+    before it was added, is empty as at its empty default)."""
+    keys = {DATA_KEY, VALUES_DIGEST_KEY, *(k for k in run.keys if is_data_set_key(k))}
+    return {key: value for key in keys if (value := _value(run, key)) and acts(key, run.value)}
+
+
+def told_apart(runs: Sequence[Run]) -> dict[str, list[str]]:
+    """For each data's name, the keys of :func:`tested_on` whose values differ between its
+    ``runs`` that they act in: the settings that make two data sets of one data (those of
+    another data's name are told apart by it). A key that acts in some runs alone is told
+    apart by the setting it acts with (``data.split_times.test``, not the
+    ``data.test_fraction`` it replaces). Those with a ``config.yaml`` decide, as for the
+    settings (a run without one has unknown settings); the readings' hash only where two
+    runs that recorded one differ (a run from before it shares any run's data)."""
+    by_name: dict[str, list[Run]] = {}
+    for run in runs:
+        by_name.setdefault(run.value(DATA_KEY), []).append(run)
+    return {name: _differing(members) for name, members in by_name.items()}
+
+
+def _differing(runs: Sequence[Run]) -> list[str]:
+    """The keys of :func:`tested_on` (but the data's name) whose values differ between the
+    ``runs`` that they act in, as :func:`told_apart` says."""
+    known = [run for run in runs if run.has_config] or list(runs)
+    keys = set().union(*(tested_on(run) for run in known)) - {DATA_KEY}
+    differ = []
+    for key in sorted(keys):
+        values = {_value(run, key) for run in known if acts(key, run.value)}
+        if key == VALUES_DIGEST_KEY:
+            values.discard("")
+        if len(values) > 1:
+            differ.append(key)
+    return differ
+
+
+def all_told_apart(runs: Sequence[Run]) -> list[str]:
+    """The keys :func:`told_apart` finds for any data's name, each once."""
+    return sorted(set().union(*told_apart(runs).values()))
+
+
+def label(run: Run, keys: Sequence[str]) -> str:
+    """A data set's name: the data's, its readings' hash where ``keys`` holds it
+    (``points (1a2b3c4d)``), then the values of the other ``keys`` that act in ``run``
+    (``milan split_times.test=2013-12-09``)."""
+    values = tested_on(run)
+    name = run.value(DATA_KEY)
+    if VALUES_DIGEST_KEY in keys and values.get(VALUES_DIGEST_KEY):
+        name += f" ({values[VALUES_DIGEST_KEY][:8]})"
+    named = [
+        f"{key.removeprefix('data.').removeprefix('trainer.')}={values[key]}"
+        for key in keys
+        if key in values and key not in (DATA_KEY, VALUES_DIGEST_KEY)
+    ]
+    return " ".join([name, *named])
+
+
+def order(run: Run, keys: Sequence[str]) -> tuple:
+    """Where a data set (named by :func:`label`) comes among the others: by the data's name,
+    then by the values of ``keys``, numbers as numbers (J=3 before J=12) and an empty value
+    first."""
+    values = tested_on(run)
+    return (run.value(DATA_KEY), *(_sortable(key, values.get(key, "")) for key in keys))
+
+
+def _sortable(key: str, value: str) -> tuple[int, float, str]:
+    """A value as a sort key: empty, then numbers by size, then text (a readings' hash
+    always, whose digits are no number)."""
+    if not value:
+        return (0, 0.0, "")
+    if key != VALUES_DIGEST_KEY and re.fullmatch(NUMBER, value):
+        return (1, float(value), "")
+    return (2, 0.0, value)

@@ -1,0 +1,190 @@
+"""compare tells runs tested on other windows of one data apart: their rows are other data
+sets (no best cell across them, a column on every row), and --relative-to pairs runs on
+the same data sets."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cloudlstm.compare import find_runs
+from cloudlstm.compare.groups import group_runs
+from tests.test_compare import run_main, write_run
+
+
+def with_settings(run: Path, **settings: Any) -> Path:
+    """``run``'s config.yaml with the dotted ``settings`` (``data__test_fraction`` for
+    ``data.test_fraction``) set, as train.py writes them given on its command line."""
+    config = run / "config.yaml"
+    cfg = yaml.safe_load(config.read_text())
+    for dotted, value in settings.items():
+        *nodes, last = dotted.split("__")
+        node = cfg
+        for name in nodes:
+            node = node.setdefault(name, {})
+        node[last] = value
+    config.write_text(yaml.safe_dump(cfg))
+    return run
+
+
+def bold_rows(out: str) -> list[str]:
+    """The first cell of each markdown row whose MAE is bold."""
+    rows = [row.strip("|").split(" | ") for row in out.splitlines()[2:]]
+    header = [name.strip() for name in out.splitlines()[0].strip("|").split("|")]
+    mae = header.index("mae")
+    return [row[0].strip() for row in rows if row[mae].strip().startswith("**")]
+
+
+@pytest.fixture
+def split(tmp_path) -> Path:
+    """Persistence on the default split (its test part the last 20 %), seeds 0 and 1; an
+    LSTM on it too; an MLP tested on the last 40 % (data.test_fraction=0.4)."""
+    for seed in (0, 1):
+        write_run(tmp_path / f"persistence{seed}", 9.0, model="persistence", seed=seed)
+        with_settings(tmp_path / f"persistence{seed}", data__test_fraction=0.2)
+    write_run(tmp_path / "lstm", 6.0, model="lstm")
+    with_settings(tmp_path / "lstm", data__test_fraction=0.2)
+    write_run(tmp_path / "mlp", 3.0, model="mlp")
+    with_settings(tmp_path / "mlp", data__test_fraction=0.4)
+    return tmp_path
+
+
+def test_runs_tested_on_other_windows_are_data_sets_of_their_own(split, capsys):
+    """The MLP's 3.0 on the last 40 % was bold against the 6.0 of the LSTM on the last
+    20 %, with no column saying that their tests differed: data.test_fraction differs
+    within no model."""
+    code, out, _ = run_main(capsys, split, "--metrics", "mae")
+    assert code == 0
+    assert sorted(bold_rows(out)) == ["lstm", "mlp"]  # the best of each data set
+    code, out, _ = run_main(capsys, split, "--metrics", "mae", "--format", "csv")
+    rows = {row["model"]: row["data.test_fraction"] for row in csv.DictReader(io.StringIO(out))}
+    assert rows == {"mlp": "0.4", "lstm": "0.2", "persistence": "0.2"}
+    groups = group_runs(find_runs([split]))
+    assert {g.keys["model"]: g.data for g in groups} == {
+        "mlp": "synthetic test_fraction=0.4",
+        "lstm": "synthetic test_fraction=0.2",
+        "persistence": "synthetic test_fraction=0.2",
+    }
+
+
+def test_relative_to_pairs_runs_on_the_data_sets_the_table_tells_apart(split, capsys):
+    """The MLP has no persistence run on its windows: left out, as its row is a data set
+    of its own; the LSTM's is over persistence's."""
+    code, out, err = run_main(
+        capsys, split, "--metrics", "mae", "--format", "csv", "--relative-to", "persistence"
+    )
+    assert code == 0
+    rows = {row["model"]: float(row["mae_mean"]) for row in csv.DictReader(io.StringIO(out))}
+    assert rows == {"lstm": pytest.approx(6 / 9), "persistence": 1.0}
+    assert any(f"left out: {split / 'mlp'}" in line for line in err)
+
+
+def test_a_baseline_that_read_other_inputs_is_on_the_same_data_set(split, capsys):
+    """An LSTM reading 24 steps back and a linear model with time features are scored on
+    the windows persistence is: one data set, and over persistence's runs (they were left
+    out, every data.* setting paired)."""
+    write_run(tmp := split / "lstm24", 5.0, model="lstm")
+    with_settings(tmp, data__test_fraction=0.2, data__input_steps=24, data__batch_size=8)
+    write_run(tmp := split / "linear", 7.0, model="linear")
+    with_settings(tmp, data__test_fraction=0.2, data__time_features=["hour"])
+    groups = group_runs(find_runs([split]))
+    assert len({g.data for g in groups if g.keys["model"] != "mlp"}) == 1
+    code, out, _ = run_main(
+        capsys, split, "--metrics", "mae", "--format", "csv", "--relative-to", "persistence"
+    )
+    assert code == 0
+    rows = {
+        (row["model"], row["data.input_steps"]): float(row["mae_mean"])
+        for row in csv.DictReader(io.StringIO(out))
+    }
+    assert rows[("lstm", "24")] == pytest.approx(5 / 9)
+    assert rows[("linear", "")] == pytest.approx(7 / 9)
+
+
+@pytest.mark.parametrize(
+    ("settings", "other_data_set"),
+    [
+        ({"data__test_fraction": 0.3}, True),
+        ({"data__split_times": {"val": "2020-01-02", "test": "2020-01-03"}}, True),
+        ({"data__output_steps": 6}, True),
+        ({"data__stride": 2}, True),
+        ({"data__num_points": 10}, True),
+        ({"data__holdout_points": 3}, True),
+        ({"data__score_filled": True}, True),
+        ({"data__source__num_channels": 2}, True),
+        ({"trainer__limit_test_batches": 3}, True),
+        ({"data__input_steps": 24}, False),
+        ({"data__seasonal": True}, False),
+        ({"data__val_fraction": 0.3}, False),
+        ({"data__split_times": {"val": "2020-01-02", "test": "2020-01-04"}}, False),
+        ({"data__batch_size": 8}, False),  # every test window is scored whatever the batch
+        ({"data__time_features": ["hour"]}, False),
+        ({"data__source__covariates": ["TEMP"]}, False),
+        ({"data__subset_seed": 3}, False),  # draws no subset without data.num_points
+        ({"data__holdout_history": False}, False),  # holds no point out without its points
+        ({"trainer__limit_test_batches": 1.0}, False),
+    ],
+)
+def test_which_settings_make_another_data_set(tmp_path, settings, other_data_set):
+    """A model tested with one setting changed, beside another model on the defaults (the
+    split given by times where ``data.split_times`` is: a test part of another start, or
+    only another validation start)."""
+    defaults = {
+        "data__test_fraction": 0.2,
+        "data__output_steps": 12,
+        "trainer__limit_test_batches": 1.0,
+    }
+    base = {"data__split_times": {"val": "2020-01-01", "test": "2020-01-04"}}
+    for name, model, changed in (("a", "lstm", {}), ("b", "mlp", settings)):
+        write_run(tmp_path / name, 1.0, model=model)
+        times = base if "data__split_times" in settings else {}
+        with_settings(tmp_path / name, **{**defaults, **times, **changed})
+    data_sets = {g.data for g in group_runs(find_runs([tmp_path]))}
+    assert len(data_sets) == (2 if other_data_set else 1)
+
+
+def test_a_held_out_or_subset_draw_tells_data_sets_apart_only_where_it_draws(tmp_path):
+    """data.subset_seed draws the subset of data.num_points: two seeds of it are two data
+    sets, and the runs without a subset a third, named by the setting that acts."""
+    for name, model, settings in (
+        ("a", "lstm", {"data__num_points": 10, "data__subset_seed": 0}),
+        ("b", "mlp", {"data__num_points": 10, "data__subset_seed": 1}),
+        ("c", "linear", {"data__subset_seed": 1}),
+    ):
+        write_run(tmp_path / name, 1.0, model=model)
+        with_settings(tmp_path / name, **settings)
+    groups = group_runs(find_runs([tmp_path]))
+    assert sorted(g.data for g in groups) == [
+        "synthetic",
+        "synthetic num_points=10 subset_seed=0",
+        "synthetic num_points=10 subset_seed=1",
+    ]
+
+
+def test_other_readings_of_two_models_are_two_data_sets(tmp_path, capsys):
+    """Each model ran on one city's file under one data name: the hash differed within no
+    model, so the two were one data set, 7 bold against 22 with no column of the hash."""
+    write_run(tmp_path / "a", 7.0, model="lstm", digest="aaaa1111ffff")
+    write_run(tmp_path / "b", 22.0, model="mlp", digest="bbbb2222ffff")
+    code, out, _ = run_main(capsys, tmp_path, "--metrics", "mae")
+    assert code == 0 and sorted(bold_rows(out)) == ["lstm", "mlp"]
+    assert "data.values_digest" in out.splitlines()[0]
+    groups = group_runs(find_runs([tmp_path]))
+    assert sorted(g.data for g in groups) == ["synthetic (aaaa1111)", "synthetic (bbbb2222)"]
+
+
+def test_data_sets_sort_numbers_by_size(tmp_path, capsys):
+    """One section per forecast length, J=3 before J=12 (as text, 12 came first), whatever
+    their MAEs (here lowest at J=12)."""
+    for steps in (12, 3, 6):
+        write_run(tmp_path / str(steps), 100 / steps, model="lstm")
+        with_settings(tmp_path / str(steps), data__output_steps=steps)
+    code, out, _ = run_main(capsys, tmp_path, "--metrics", "mae", "--format", "csv")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [row["data.output_steps"] for row in rows] == ["3", "6", "12"]
