@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -200,6 +201,32 @@ def test_the_seeds_re_tests_by_one_command_share_a_row(sweep):
     table = columns(compare(find_runs([sweep], include_evals=True)))
     assert table["n"] == [3, 3]
     assert table["evaluation"] == ["", "eval best data.num_points=100"]
+
+
+def test_a_run_re_tested_twice_alike_is_one_sample_with_a_warning(sweep, capsys):
+    """eval.py run=<seed 0> run twice: the evaluation row had n=2 and std 0 from one seed.
+    A re-test of another seed, or with other overrides, is another sample or row."""
+    first = sweep / "0" / "eval" / "2026-01-01_00-00-00-000000"  # the fixture's
+    shutil.copytree(first, sweep / "0" / "eval" / "2026-01-02_00-00-00-000000")
+    evaluation_of(sweep / "1", 11.0)
+    other = sweep / "2" / "eval" / "2026-01-01_00-00-00-000000"
+    shutil.copytree(first, other)  # seed 0's re-test, copied to seed 2's run: still seed 0's
+    results = json.loads((other / "metrics.json").read_text())
+    results["overrides"] = ["data.num_points=50"]
+    (other / "metrics.json").write_text(json.dumps(results))
+    args = ["--include-evals", "--metrics", "mae", "--format", "csv"]
+    code, out, err = run_main(capsys, sweep, *args)
+    assert code == 0
+    rows = {row["evaluation"]: row for row in csv.DictReader(io.StringIO(out))}
+    retests = rows["eval best data.num_points=100"]
+    assert retests["n"] == "2" and float(retests["mae_mean"]) == 10.0  # seeds 0 and 1
+    assert rows["eval best data.num_points=50"]["n"] == "1"
+    assert err == [
+        "compare: warning: 0/eval/2026-01-02_00-00-00-000000 re-tests the run and seed (0) "
+        "that 0/eval/2026-01-01_00-00-00-000000 re-tested, with the same checkpoint and "
+        "overrides (eval best data.num_points=100): one sample, so it is left out, not "
+        "counted as another seed; remove one of them"
+    ]
 
 
 def test_labels_name_only_what_tells_a_models_groups_apart(tmp_path):

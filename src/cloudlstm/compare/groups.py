@@ -170,14 +170,17 @@ def one_run_per_seed(runs: Sequence[Run]) -> tuple[list[Run], list[tuple[Run, Ru
     Two runs of the same settings (:func:`is_setting`) and the same seed (and draw of
     held-out points, :data:`SAMPLE_KEYS`) are one sample
     counted twice: a copied run folder, or a rerun. Counted as two seeds they would make
-    ``n`` one too many and the spread too small (0 for a copy). The first by path is kept.
-    Runs without a ``config.yaml`` or a seed, and eval.py's re-tests, are left as they are.
+    ``n`` one too many and the spread too small (0 for a copy). So are two of eval.py's
+    re-tests of one training run (its settings and seed) with the same checkpoint and
+    overrides (their :data:`~cloudlstm.compare.runs.EVALUATION_KEY`, a setting): the same
+    command run twice. The first by path is kept. Runs without a ``config.yaml`` or a seed
+    are left as they are.
     """
     kept: list[Run] = []
     first: dict[tuple[tuple[str, str], ...], Run] = {}
     repeats: list[tuple[Run, Run]] = []
     for run in sorted(runs, key=lambda r: str(r.path)):
-        if not run.has_config or not run.value("seed") or run.evaluated_run:
+        if not run.has_config or not run.value("seed"):
             kept.append(run)
             continue
         settings = (k for k in run.keys if is_setting(k) and k != VALUES_DIGEST_KEY)

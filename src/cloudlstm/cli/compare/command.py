@@ -27,7 +27,13 @@ from cloudlstm.compare.groups import (
 )
 from cloudlstm.compare.paper import TABLES, paper_table
 from cloudlstm.compare.relative import relative_runs
-from cloudlstm.compare.runs import CompareError, Run, find_runs, runs_without_results
+from cloudlstm.compare.runs import (
+    EVALUATION_KEY,
+    CompareError,
+    Run,
+    find_runs,
+    runs_without_results,
+)
 from cloudlstm.compare.table import build_table, reported_metrics
 from cloudlstm.engine.declared_metrics import metric_names
 from cloudlstm.engine.quantile_metrics import is_quantile_metric, quantile_metric_names
@@ -426,8 +432,11 @@ def _find_runs(
         where = " ".join(map(str, dirs))
         raise CompareError(f"no metrics.json with test results under {where}")
     runs, repeats = one_run_per_seed(runs)
-    if repeats:
-        print(f"compare: warning: {_repeats_text(repeats, dirs)}", file=sys.stderr)
+    retests = [pair for pair in repeats if pair[0].evaluated_run]
+    if copies := [pair for pair in repeats if not pair[0].evaluated_run]:
+        print(f"compare: warning: {_repeats_text(copies, dirs)}", file=sys.stderr)
+    if retests:
+        print(f"compare: warning: {_retests_text(retests, dirs)}", file=sys.stderr)
     return runs
 
 
@@ -472,6 +481,19 @@ def _repeats_text(repeats: Sequence[tuple[Run, Run]], dirs: Sequence[Path]) -> s
         f"{_relative(left.path, dirs)} has the settings and seed ({left.value('seed')}) of "
         f"{_relative(kept.path, dirs)}: a copy or a rerun, one sample, so it is left out, "
         f"not counted as another seed{more}; remove it, or give it a seed of its own"
+    )
+
+
+def _retests_text(repeats: Sequence[tuple[Run, Run]], dirs: Sequence[Path]) -> str:
+    """The warning on eval.py re-tests left out as repeats of another re-test of the same
+    training run, checkpoint and overrides."""
+    left, kept = repeats[0]
+    more = f" ({len(repeats) - 1} more such re-test(s) left out)" if len(repeats) > 1 else ""
+    return (
+        f"{_relative(left.path, dirs)} re-tests the run and seed ({left.value('seed')}) that "
+        f"{_relative(kept.path, dirs)} re-tested, with the same checkpoint and overrides "
+        f"({left.value(EVALUATION_KEY)}): one sample, so it is left out, not counted as "
+        f"another seed{more}; remove one of them"
     )
 
 
