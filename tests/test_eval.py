@@ -258,6 +258,11 @@ def test_a_grid_model_refuses_other_points_and_says_why(grid_run, tmp_path):
             r"holds a model built for output_steps=3, and the data give output_steps=2: "
             r"evaluate it with data.output_steps=3, or train a model for these data.$",
         ),
+        (  # not the build's "set model.k <= 2": a trained model cannot take another k
+            "data.num_points=2",
+            r"was trained with model.k=3 neighbours per point, and the data has 2 point\(s\): "
+            r"evaluate it on data of at least 3 points, or train a model for these data.$",
+        ),
     ],
 )
 def test_data_the_checkpoint_does_not_fit_is_named(cloud_run, tmp_path, override, message):

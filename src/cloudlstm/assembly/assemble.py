@@ -47,6 +47,7 @@ from cloudlstm.assembly.checkpoint_fit import (
     check_same_clock,
     check_same_outputs,
     check_same_step,
+    check_trained_neighbours,
     check_trained_sizes,
     load_weights,
     restore_scaling,
@@ -134,6 +135,7 @@ def assemble(
     if model_config is not None:
         check_trained_sizes(model_config, spec, trained)
     if trained is not None:
+        check_trained_neighbours(cfg.model if model_config is None else model_config, spec, trained)
         check_same_step(spec, trained)
         check_same_clock(spec, trained)
         check_same_outputs(cfg.get("module") or {}, trained)

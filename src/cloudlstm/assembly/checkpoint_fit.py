@@ -22,6 +22,7 @@ import numpy as np
 from cloudlstm.data.sources.tables import step_text
 from cloudlstm.data.spec import DataSpec, stored_spec
 from cloudlstm.errors import UserError
+from cloudlstm.models.build import neighbours_needed, neighbours_setting
 from cloudlstm.models.options import parameters_of
 from cloudlstm.rundir.checkpoints import check_checkpoint
 
@@ -163,6 +164,26 @@ def check_trained_sizes(model_config: Any, spec: DataSpec, trained: TrainedCheck
             f"{trained.path} holds a model built for {key}={built}, and the data give "
             f"{key}={value}: evaluate it with {keep}, or train a model for these data."
         )
+
+
+def check_trained_neighbours(model_config: Any, spec: DataSpec, trained: TrainedCheckpoint) -> None:
+    """Refuse data of fewer points than the neighbours the trained model reads per point
+    (``model_config``: the run's model config), before the model is built: the build's own
+    refusal (:func:`~cloudlstm.models.build.check_neighbours_fit`) advises a smaller
+    ``model.k``, which a trained model cannot take. As ``predict.py`` says it: more points.
+
+    Raises:
+        UserError: ``model.k`` (x ``model.dilation``) more than the data's points.
+    """
+    k, dilation = model_config.get("k"), model_config.get("dilation", 1)
+    needed = neighbours_needed(k, dilation)
+    if needed is None or needed <= spec.num_points:
+        return
+    raise UserError(
+        f"{trained.path} was trained with {neighbours_setting(k, dilation)} neighbours per "
+        f"point, and the data has {spec.num_points} point(s): evaluate it on data of at "
+        f"least {needed} points, or train a model for these data."
+    )
 
 
 def _inputs_to_keep(spec: DataSpec, trained: DataSpec | None) -> str:
