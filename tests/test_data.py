@@ -658,3 +658,45 @@ def test_a_window_longer_than_the_training_part_names_what_makes_its_history(opt
         err.value
     )
     assert f"(the history a window reaches back: {history})" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("before", "need"),
+    [
+        (
+            0,
+            "4 + 3 = 7 (the history a window reaches back: input_steps), all in this part: "
+            "no part before it holds its inputs.",
+        ),
+        (
+            2,
+            "4 + 3 = 7 (the history a window reaches back: input_steps), of which the 2 "
+            "step(s) before this part hold only part of the inputs: 5 steps in this part.",
+        ),
+    ],
+)
+def test_a_short_test_part_needs_the_inputs_the_part_before_cannot_give(before, need):
+    """``eval.py data.test_fraction=1`` on 6 steps, 4 + 3 a window: no part before holds
+    its inputs, so the test part needs all 7 steps itself, not output_steps alone."""
+    from cloudlstm.data.pipeline.splits import check_split_lengths, window_ranges
+
+    bounds = {"train": (0, before), "test": (before, 6)}
+    with pytest.raises(UserError) as err:
+        check_split_lengths(bounds, window_ranges(bounds, 4), 4, 3, {"train"}, "toy", 6)
+    expected = (
+        f"the test part of stream 'toy' has {6 - before} steps (of T=6), but one window "
+        f"needs its history + output_steps = {need}"
+    )
+    assert expected in str(err.value)
+
+
+def test_a_short_test_part_after_a_whole_input_needs_output_steps_alone():
+    from cloudlstm.data.pipeline.splits import check_split_lengths, window_ranges
+
+    bounds = {"train": (0, 4), "test": (4, 6)}
+    with pytest.raises(
+        UserError,
+        match=r"has 2 steps \(of T=6\), but one window needs "
+        r"output_steps = 3 \(its inputs reach back into the part before\)",
+    ):
+        check_split_lengths(bounds, window_ranges(bounds, 4), 4, 3, {"train"}, "toy", 6)

@@ -109,18 +109,37 @@ def check_split_lengths(
         start = bounds[split][0]
         if end - first >= span or split in optional:
             continue
-        need = (
-            f"its history + output_steps = {history} + {output_steps} = {span} (the history a "
-            f"window reaches back: {history_words})"
-            if split == "train"
-            else f"output_steps = {output_steps} (its inputs reach back into the part before)"
-        )
+        need = _window_need(split, start, history, output_steps, history_words)
         raise UserError(
             f"PointCloudDataModule: the {split} part of stream '{stream_name}' has "
-            f"{end - start} steps (of T={num_steps}), but one window needs "
-            f"{need}. Use a longer stream, shorter windows, or different val/test "
-            "fractions or data.split_times."
+            f"{end - start} steps (of T={num_steps}), but one window needs {need}. Use a "
+            "longer stream, shorter windows, or different val/test fractions or "
+            "data.split_times."
         )
+
+
+def _window_need(
+    split: str, before: int, history: int, output_steps: int, history_words: str
+) -> str:
+    """What one window of ``split`` needs of its own steps, for :func:`check_split_lengths`:
+    a validation or test window's inputs reach back into the ``before`` steps of the part
+    before it, where there are enough of them; the training part (and a part with fewer
+    steps before it than the history) holds its inputs itself."""
+    span = history + output_steps
+    whole = (
+        f"its history + output_steps = {history} + {output_steps} = {span} (the history a "
+        f"window reaches back: {history_words})"
+    )
+    if split == "train":
+        return whole
+    if before >= history:
+        return f"output_steps = {output_steps} (its inputs reach back into the part before)"
+    if before == 0:
+        return f"{whole}, all in this part: no part before it holds its inputs"
+    return (
+        f"{whole}, of which the {before} step(s) before this part hold only part of the "
+        f"inputs: {span - before} steps in this part"
+    )
 
 
 # Steps read at a time where a split's observed targets are looked for: a memory-mapped
