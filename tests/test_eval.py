@@ -211,6 +211,23 @@ def test_a_point_model_is_evaluated_on_other_points(cloud_run, tmp_path):
     assert np.isfinite(results["test"]["overall"]["mae"]["mean"])
 
 
+def test_a_test_part_over_trained_steps_of_some_training_points_is_said_seen(
+    cloud_run, tmp_path, caplog
+):
+    """``data.num_points=6``: 6 of the 12 training points, whose summary is of another
+    stream (6 points, another digest); over the steps trained on, their test was seen."""
+    out = tmp_path / "eval"
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.assembly.evaluated_data"):
+        evaluate(compose_eval(cloud_run, out, "data.num_points=6", "data.test_fraction=0.5"))
+    assert metrics(out)["test_seen_in_training"] is True
+    assert [r for r in caplog.records if "flatter the model" in r.getMessage()]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.assembly.evaluated_data"):
+        evaluate(compose_eval(cloud_run, tmp_path / "unseen", "data.num_points=6"))
+    assert metrics(tmp_path / "unseen")["test_seen_in_training"] is False
+    assert not [r for r in caplog.records if "flatter the model" in r.getMessage()]
+
+
 def test_other_points_are_placed_as_the_training_points_were(cloud_run, tmp_path, caplog):
     """eval.py refitted the coordinate scale on the evaluated points: 7 points of a smaller
     area were stretched over the model's whole [0, 1] square."""

@@ -81,6 +81,8 @@ class Assembly:
     loggers: list[Any]
     trainer: L.Trainer
     run: dict[str, Any]  # name, group, tags (describe_run)
+    # the checkpoint's training points (None: no checkpoint, or one that did not store them)
+    trained_points: list[str] | None = None
 
     @property
     def model(self) -> nn.Module:
@@ -157,8 +159,19 @@ def assemble(
         # closed as failed: the next job of this process gets a run of its own
         finish_wandb(loggers, quietly=True, exit_code=1)
         raise
+    trained_spec = None if trained is None else trained.spec
     return Assembly(
-        cfg, job_cfg, output_dir, datamodule, summary, spec, module, loggers, trainer, run
+        cfg,
+        job_cfg,
+        output_dir,
+        datamodule,
+        summary,
+        spec,
+        module,
+        loggers,
+        trainer,
+        run,
+        None if trained_spec is None else list(trained_spec.point_ids),
     )
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from cloudlstm.errors import UserError
 
-__all__ = ["check_same_file", "warn_other_inputs", "warn_test_seen"]
+__all__ = ["check_same_file", "points_within", "warn_other_inputs", "warn_test_seen"]
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 SAME_STREAM = ("name", "total_steps", "num_points", "channel_names")
 # ... or its network over other times (a file cut short or grown since, under another name)
 SAME_NETWORK = ("points_digest", "channel_names")
+# ... or some of its points (``data.num_points``, ``data.source.stations``), over its steps
+SAME_STEPS = ("name", "total_steps", "channel_names")
 
 
 def check_same_file(
@@ -91,13 +93,16 @@ def warn_other_inputs(trained: dict[str, Any] | None, summary: dict[str, Any]) -
     return True
 
 
-def warn_test_seen(trained: dict[str, Any] | None, summary: dict[str, Any]) -> bool:
+def warn_test_seen(
+    trained: dict[str, Any] | None, summary: dict[str, Any], within_training_points: bool = False
+) -> bool:
     """Warn where an evaluation's test part overlaps the steps its run trained on or chose
     its checkpoint on (``data.test_fraction``, ``data.split_times`` moved in ``eval.py``, or
     the file cut short since): its scores flatter the model. Not refused: a fit to the
     training period is a fair thing to measure, said as such. ``trained``: the run's data
-    summary (None: unknown, nothing to compare); ``summary``: the evaluation's. Returns
-    whether it warned.
+    summary (None: unknown, nothing to compare); ``summary``: the evaluation's;
+    ``within_training_points``: every point evaluated is one the run trained on
+    (:func:`points_within`), where a subset of them is evaluated. Returns whether it warned.
     """
     if not trained:
         return False
@@ -105,7 +110,20 @@ def warn_test_seen(trained: dict[str, Any] | None, summary: dict[str, Any]) -> b
         return _steps_seen(trained, summary)
     if "points_digest" in trained and all(trained[k] == summary.get(k) for k in SAME_NETWORK):
         return _times_seen(trained, summary)
+    if within_training_points and trained.get("channel_names") == summary.get("channel_names"):
+        if all(trained.get(k) == summary.get(k) for k in SAME_STEPS):
+            return _steps_seen(trained, summary)
+        return _times_seen(trained, summary)
     return False
+
+
+def points_within(points: Sequence[Any], trained_points: Sequence[Any] | None) -> bool:
+    """Whether every one of ``points`` (the evaluation's ids) is one of ``trained_points``
+    (the checkpoint's; None: unknown). Ids are compared as text: a checkpoint stores them
+    so, a stream may hold numbers."""
+    if trained_points is None:
+        return False
+    return {str(p) for p in points} <= {str(p) for p in trained_points}
 
 
 def _steps_seen(trained: dict[str, Any], summary: dict[str, Any]) -> bool:

@@ -25,6 +25,7 @@ from cloudlstm.assembly.assemble import assemble
 from cloudlstm.assembly.build import check_process_settings, configure_process
 from cloudlstm.assembly.evaluated_data import (
     check_same_file,
+    points_within,
     warn_other_inputs,
     warn_test_seen,
 )
@@ -80,7 +81,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     trained_data = read_data_summary(run)
     check_same_file(trained_data, job.summary, _overrides())
     warn_other_inputs(trained_data, job.summary)
-    test_seen = warn_test_seen(trained_data, job.summary)
+    within = points_within(job.datamodule.stream.point_ids, job.trained_points)
+    test_seen = warn_test_seen(trained_data, job.summary, within)
     start = time.perf_counter()
     try:
         with ctrl_c_kept():
