@@ -366,3 +366,26 @@ def test_a_download_switch_that_is_no_boolean_is_one_line(tmp_path, source):
     """Urban Air took bool("no"), true: it fetched in silence."""
     with pytest.raises(UserError, match=r"^data.source.download='no': use true or false.$"):
         source(tmp_path, download="no")
+
+
+def test_eval_refuses_a_run_evaluated_in_other_co_units(tiny, tmp_path):
+    """eval.py data.source.co_units=ug/m3 on a run of mg/m3: CO read 1000 times too large
+    by the training scaler, scored in silence (the CO MAE 1000 times the run's)."""
+    from cloudlstm.cli.evaluate import evaluate
+    from cloudlstm.cli.train import train
+    from tests.test_eval import compose_eval
+
+    job = ["data=beijing", f"data.source.root={tiny}", "data.input_steps=4"]
+    job += ["data.output_steps=3", "data.batch_size=4", "model=linear", "trainer=cpu"]
+    job += ["trainer.max_steps=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1"]
+    job += ["logger=none", "report.figures=false", "trainer.enable_progress_bar=false"]
+    cfg = compose_train(tmp_path, job)
+    train(cfg)
+    run = Path(cfg.paths.output_dir)
+    with pytest.raises(
+        UserError,
+        match=r"was trained on data.source.co_units=mg/m3, and this evaluation gives "
+        r"data.source.co_units=ug/m3: .* Evaluate it with data.source.co_units=mg/m3",
+    ):
+        evaluate(compose_eval(run, tmp_path / "ug", "data.source.co_units=ug/m3"))
+    evaluate(compose_eval(run, tmp_path / "mg", "data.source.co_units=mg/m3"))  # its own

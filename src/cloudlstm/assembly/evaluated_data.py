@@ -8,6 +8,8 @@ as long as its settings still name them. Both checks compare the run's data summ
 
 * :func:`check_same_file`: a relative ``data.source.path`` names another file from another
   folder; without a ``data.source`` override the evaluation must read the run's own.
+* :func:`check_same_units`: a ``data.source`` setting of units (``co_units``) changed reads
+  every value in other units than the model and its scaler learnt.
 * :func:`warn_other_inputs`: a model fed more or fewer input steps than it trained on is
   measured in another setting than its run's.
 * :func:`warn_test_seen`: a test part that overlaps what the run trained on, moved by
@@ -21,9 +23,17 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from omegaconf import DictConfig, OmegaConf
+
 from cloudlstm.errors import UserError
 
-__all__ = ["check_same_file", "points_within", "warn_other_inputs", "warn_test_seen"]
+__all__ = [
+    "check_same_file",
+    "check_same_units",
+    "points_within",
+    "warn_other_inputs",
+    "warn_test_seen",
+]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +70,41 @@ def check_same_file(
         f"file: data.source.path={then} (its own), or data.source.path={now} to test on "
         "that one."
     )
+
+
+def check_same_units(data: Any, trained_data: Any, run: Any) -> None:
+    """Refuse an evaluation whose data source gives its values in other units than the run
+    trained on (``eval.py data.source.co_units=ug/m3`` on a Beijing run of mg/m³): the
+    training scaler and the weights would read every value 1000 times too large, and the
+    scores would be of that misreading. Any ``data.source`` setting named ``*units*`` is
+    such a setting. ``data``, ``trained_data``: the evaluation's and the run's ``data``
+    nodes, both in today's form (:func:`~cloudlstm.rundir.old_configs.current_config`);
+    ``run``: the run directory, for the message.
+
+    Raises:
+        UserError: naming the setting, both values and the way on.
+    """
+    now, then = _source_settings(data), _source_settings(trained_data)
+    if now.get("_target_") != then.get("_target_"):
+        return  # another source altogether: its own settings
+    for key, value in now.items():
+        if "units" not in key or key not in then or then[key] == value:
+            continue
+        raise UserError(
+            f"{run} was trained on data.source.{key}={then[key]}, and this evaluation gives "
+            f"data.source.{key}={value}: the model and its training scaler would read every "
+            f"value in the wrong units. Evaluate it with data.source.{key}={then[key]} "
+            "(leave the override out), or train a model for these units."
+        )
+
+
+def _source_settings(data: Any) -> dict[str, Any]:
+    """A ``data`` node's ``source`` settings as written (interpolations unresolved: the
+    same text means the same value); empty where it has none."""
+    source = data.get("source") if isinstance(data, DictConfig) else None
+    if not isinstance(source, DictConfig):
+        return {}
+    return OmegaConf.to_container(source, resolve=False)  # type: ignore[return-value]
 
 
 def _source(summary: dict[str, Any] | None) -> str | None:

@@ -25,6 +25,7 @@ from cloudlstm.assembly.assemble import assemble
 from cloudlstm.assembly.build import check_process_settings, configure_process
 from cloudlstm.assembly.evaluated_data import (
     check_same_file,
+    check_same_units,
     points_within,
     warn_other_inputs,
     warn_test_seen,
@@ -42,6 +43,7 @@ from cloudlstm.rundir.layout import (
     in_run,
     read_data_summary,
     read_metrics,
+    read_run_config,
     write_metrics,
 )
 from cloudlstm.rundir.old_configs import current_config
@@ -65,6 +67,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     configure_process(cfg)
     L.seed_everything(cfg.seed, workers=True)
     run = check_run_dir(cfg.run)
+    check_same_units(cfg.data, current_config(read_run_config(run)).data, run)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     path = _checkpoint(run, cfg.ckpt)
