@@ -256,3 +256,30 @@ def test_point_columns_in_another_case_are_named_so(forecaster):
         r" All 5 differ from an id of the training points only in case",
     ):
         long_history(some, info, "history")
+
+
+def test_eval_reads_the_training_columns_given_in_another_order_in_the_training_order(
+    tmp_path,
+):
+    """eval.py on the same sensors' columns reversed: a model tied to its points refused
+    them as "other points", where predict.py reads them by id; now they are put in the
+    training order, and score as the training table does."""
+    from cloudlstm.cli.evaluate import evaluate
+    from tests.test_eval import compose_eval
+
+    folder = tmp_path / "table"
+    folder.mkdir()
+    speeds().to_csv(folder / "los_speed.csv.gz", index=False)
+    locations = {"sensor_id": IDS, "latitude": LAT, "longitude": LON}
+    pd.DataFrame(locations).to_csv(folder / "graph_sensor_locations.csv", index=False)
+    keep = [o for o in TINY if not o.startswith(("data.source.", "model."))]
+    overrides = [*keep, "data=metr_la", f"data.source.root={folder}", "data.input_steps=4"]
+    cfg = compose_train(tmp_path, [*overrides, "model=mlp", "logger=none", "report.figures=false"])
+    train(cfg)
+    run = Path(cfg.paths.output_dir)
+    reversed_ = tmp_path / "reversed.csv.gz"
+    speeds()[IDS[::-1]].to_csv(reversed_, index=False)
+    same = evaluate(compose_eval(run, tmp_path / "same"))
+    other = evaluate(compose_eval(run, tmp_path / "rev", f"data.source.path={reversed_}"))
+    assert other["data"]["points_digest"] == same["data"]["points_digest"]
+    assert other["test"]["overall"] == same["test"]["overall"]

@@ -122,6 +122,7 @@ def assemble(
     datamodule = instantiate_datamodule(cfg)
     datamodule.prepare_data()
     if trained is not None:
+        _use_training_order(datamodule, trained)
         restore_scaling(datamodule, trained)
     summary = set_up_datamodule(datamodule)
     batch_size = int(getattr(datamodule, "batch_size", 1))
@@ -196,6 +197,21 @@ def warn_per_process_limits(
     note = per_process_limits(limits, summary.get("windows", {}), batch_size, trainer.world_size)
     if note:
         log.warning(note)
+
+
+def _use_training_order(datamodule: Any, trained: TrainedCheckpoint) -> None:
+    """Evaluate the training points given in another order (a wide table's columns
+    reordered) in the training order, as ``predict.py`` reads them by id: a model tied to
+    its points would otherwise refuse them as other points."""
+    spec = trained.spec
+    if spec is None or not hasattr(datamodule, "use_point_order"):
+        return
+    if datamodule.use_point_order(spec.point_ids):
+        log.info(
+            "The data hold the run's %d training points in another order: they are "
+            "evaluated in the training order.",
+            len(spec.point_ids),
+        )
 
 
 def _as_trained(model: DictConfig, trained: TrainedCheckpoint | None) -> DictConfig | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -527,6 +527,20 @@ class PointCloudDataModule(LightningDataModule):
         that run's evaluation: only their test part must hold observed targets."""
         self._scaler_state = dict(scaler)
         self.scaler = StandardScaler.from_dict(self._scaler_state)
+
+    def use_point_order(self, point_ids: Sequence[Any]) -> bool:
+        """Put the data's points in the order of ``point_ids`` (a training run's) where they
+        are the same points in another order (a wide table's columns reordered): a model
+        tied to its points reads each by its place, and a point model sees the points as
+        its run did. Call before :meth:`setup`. Returns whether the order changed."""
+        stream = self.stream
+        have = [str(p) for p in stream.point_ids]
+        want = [str(p) for p in point_ids]
+        if have == want or len(set(have)) != len(have) or sorted(have) != sorted(want):
+            return False
+        place = {p: i for i, p in enumerate(have)}
+        self._stream = stream.select_points([place[p] for p in want])
+        return True
 
     def use_coord_scale(self, lo: Any, span: Any, degenerate: Any) -> None:
         """Place positions as a training run did (its :class:`DataSpec`'s ``coord_lo``,
