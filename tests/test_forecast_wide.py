@@ -258,8 +258,22 @@ def test_point_columns_in_another_case_are_named_so(forecaster):
         long_history(some, info, "history")
 
 
+@pytest.fixture(scope="module")
+def mlp_run(tmp_path_factory) -> Path:
+    """A tiny MLP run on the wide table: a model tied to its training points, in order."""
+    folder = tmp_path_factory.mktemp("mlp")
+    speeds().to_csv(folder / "los_speed.csv.gz", index=False)
+    locations = {"sensor_id": IDS, "latitude": LAT, "longitude": LON}
+    pd.DataFrame(locations).to_csv(folder / "graph_sensor_locations.csv", index=False)
+    keep = [o for o in TINY if not o.startswith(("data.source.", "model."))]
+    overrides = [*keep, "data=metr_la", f"data.source.root={folder}", "data.input_steps=4"]
+    cfg = compose_train(folder, [*overrides, "model=mlp", "logger=none", "report.figures=false"])
+    train(cfg)
+    return Path(cfg.paths.output_dir)
+
+
 def test_eval_reads_the_training_columns_given_in_another_order_in_the_training_order(
-    tmp_path,
+    mlp_run, tmp_path
 ):
     """eval.py on the same sensors' columns reversed: a model tied to its points refused
     them as "other points", where predict.py reads them by id; now they are put in the
@@ -267,19 +281,23 @@ def test_eval_reads_the_training_columns_given_in_another_order_in_the_training_
     from cloudlstm.cli.evaluate import evaluate
     from tests.test_eval import compose_eval
 
-    folder = tmp_path / "table"
-    folder.mkdir()
-    speeds().to_csv(folder / "los_speed.csv.gz", index=False)
-    locations = {"sensor_id": IDS, "latitude": LAT, "longitude": LON}
-    pd.DataFrame(locations).to_csv(folder / "graph_sensor_locations.csv", index=False)
-    keep = [o for o in TINY if not o.startswith(("data.source.", "model."))]
-    overrides = [*keep, "data=metr_la", f"data.source.root={folder}", "data.input_steps=4"]
-    cfg = compose_train(tmp_path, [*overrides, "model=mlp", "logger=none", "report.figures=false"])
-    train(cfg)
-    run = Path(cfg.paths.output_dir)
     reversed_ = tmp_path / "reversed.csv.gz"
     speeds()[IDS[::-1]].to_csv(reversed_, index=False)
-    same = evaluate(compose_eval(run, tmp_path / "same"))
-    other = evaluate(compose_eval(run, tmp_path / "rev", f"data.source.path={reversed_}"))
+    same = evaluate(compose_eval(mlp_run, tmp_path / "same"))
+    other = evaluate(compose_eval(mlp_run, tmp_path / "rev", f"data.source.path={reversed_}"))
     assert other["data"]["points_digest"] == same["data"]["points_digest"]
     assert other["test"]["overall"] == same["test"]["overall"]
+
+
+def test_a_fixed_point_model_names_a_wide_historys_missing_column_a_column(mlp_run):
+    """A wide table's points are its columns: one left out was called a missing "row"."""
+    f = Forecaster.load(mlp_run, device="cpu")
+    with pytest.raises(UserError) as err:
+        f.forecast(wide(RECENT).drop(columns=IDS[4]))
+    assert str(err.value).endswith(
+        f"has no column of {IDS[4]}. Give each a column (readings left empty are filled from "
+        "the other points, with a warning), or train a point model (e.g. model=cloudlstm)."
+    )
+    # the fix as given: its column there, every cell empty
+    emptied = wide(RECENT).assign(**{IDS[4]: np.nan})
+    assert sorted(set(f.forecast(emptied)["id"])) == sorted(IDS)

@@ -341,8 +341,9 @@ def _warn_jump(
     )
 
 
-def order_points(ids: list[str], info: DataSpec, what: str) -> list[str]:
+def order_points(ids: list[str], info: DataSpec, what: str, wide: bool = False) -> list[str]:
     """Training points present in the history (training order), then new points (sorted).
+    ``wide``: the history was a wide table, whose points are columns, not rows.
 
     Raises:
         UserError: a model tied to its training points (``fixed_points``) gets new points,
@@ -359,12 +360,14 @@ def order_points(ids: list[str], info: DataSpec, what: str) -> list[str]:
         )
     if info.fixed_points and len(known) < len(info.point_ids):
         missing = [p for p in info.point_ids if p not in present]
+        part = "column" if wide else "row"
+        where = "" if wide else f" in the last {info.history_steps} steps"
         raise UserError(
             f"{info.model} forecasts exactly its {len(info.point_ids)} training points "
-            f"({info.fixed_points}), but {what} has no row of {', '.join(missing[:5])}"
-            f"{' ...' if len(missing) > 5 else ''} in the last {info.history_steps} steps. "
-            "Give each a row there (readings left empty are filled from the other points, "
-            "with a warning), or train a point model (e.g. model=cloudlstm)."
+            f"({info.fixed_points}), but {what} has no {part} of {', '.join(missing[:5])}"
+            f"{' ...' if len(missing) > 5 else ''}{where}. Give each a {part}{where and ' there'}"
+            " (readings left empty are filled from the other points, with a warning), or "
+            "train a point model (e.g. model=cloudlstm)."
         )
     return known + new
 
@@ -417,7 +420,7 @@ def build_input(
     # the times as written, where two offsets naming one moment are shown so
     written = long[info.time_col].iloc[df.index] if zone is not None and given_long else None
     need = info.history_steps
-    ids = order_points(df[info.id_col].unique().tolist(), info, what)
+    ids = order_points(df[info.id_col].unique().tolist(), info, what, wide=not given_long)
     index = {p: n for n, p in enumerate(ids)}
     with user_errors():
         # the period is history_step's to check: the last steps read may all be missing
