@@ -982,6 +982,17 @@ def test_eval_py_reads_the_file_its_run_trained_on_or_says_why_not(tmp_path):
     assert run_in(here, "eval.py", f"run={run}").returncode == 0
     chosen = run_in(there, "eval.py", f"run={run}", "data.source.path=fleet.csv")
     assert chosen.returncode == 0, chosen.stderr[-3000:]
+    # from a folder without a fleet.csv: the run's own file is the fix named there too
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = run_in(elsewhere, "eval.py", f"run={run}")
+    assert done.returncode == 1
+    assert the_line(done, "no such file") == (
+        f"The run trained on {own}, and its data.source.path=fleet.csv names "
+        f"{elsewhere.resolve() / 'fleet.csv'} from this folder ({elsewhere.resolve()}), where "
+        "there is no such file. Evaluate from the folder it was trained in, or name the file: "
+        f"data.source.path={own} (its own)."
+    )
 
 
 def test_eval_py_on_the_training_file_cut_short_says_its_test_was_seen(fleet_run, tmp_path):

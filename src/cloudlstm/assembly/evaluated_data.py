@@ -8,6 +8,8 @@ as long as its settings still name them. Both checks compare the run's data summ
 
 * :func:`check_same_file`: a relative ``data.source.path`` names another file from another
   folder; without a ``data.source`` override the evaluation must read the run's own.
+* :func:`own_file_not_found`: where that path names no file from here, the run's own file
+  is the fix to name.
 * :func:`check_same_units`: a ``data.source`` setting of units (``co_units``) changed reads
   every value in other units than the model and its scaler learnt.
 * :func:`warn_other_inputs`: a model fed more or fewer input steps than it trained on is
@@ -30,6 +32,7 @@ from cloudlstm.errors import UserError
 __all__ = [
     "check_same_file",
     "check_same_units",
+    "own_file_not_found",
     "points_within",
     "warn_other_inputs",
     "warn_test_seen",
@@ -69,6 +72,32 @@ def check_same_file(
         "was trained in, or name the "
         f"file: data.source.path={then} (its own), or data.source.path={now} to test on "
         "that one."
+    )
+
+
+def own_file_not_found(
+    trained: dict[str, Any] | None, source: Any, overrides: Sequence[str]
+) -> UserError | None:
+    """The error to raise where the file a run's relative ``data.source.path`` names from
+    this folder is not there, and no override chose the data: the run's own file (its data
+    summary's absolute source), still there, is the fix to name, as :func:`check_same_file`
+    names it where this folder holds another file of that name. None where that is not so
+    (the data's own not-found error then says what to do). ``source``: the evaluation's
+    ``data.source`` node.
+    """
+    then = _source(trained)
+    path = source.get("path") if isinstance(source, DictConfig) else None
+    if then is None or not os.path.isabs(then) or not os.path.exists(then):
+        return None
+    if not isinstance(path, str) or os.path.isabs(path) or source.get("root") is not None:
+        return None
+    if any(_chooses_data(o) for o in overrides):
+        return None
+    return UserError(
+        f"The run trained on {then}, and its data.source.path={path} names "
+        f"{os.path.abspath(path)} from this folder ({os.getcwd()}), where there is no such "
+        "file. Evaluate from the folder it was trained in, or name the file: "
+        f"data.source.path={then} (its own)."
     )
 
 

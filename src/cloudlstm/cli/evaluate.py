@@ -26,6 +26,7 @@ from cloudlstm.assembly.build import check_process_settings, configure_process
 from cloudlstm.assembly.evaluated_data import (
     check_same_file,
     check_same_units,
+    own_file_not_found,
     points_within,
     warn_other_inputs,
     warn_test_seen,
@@ -33,7 +34,7 @@ from cloudlstm.assembly.evaluated_data import (
 from cloudlstm.assembly.known_keys import check_known_keys
 from cloudlstm.engine.results import results_from
 from cloudlstm.engine.signals import ctrl_c_kept
-from cloudlstm.errors import UserError
+from cloudlstm.errors import MissingFileError, UserError
 from cloudlstm.models.build import count_parameters
 from cloudlstm.report import add_test_report
 from cloudlstm.rundir.layout import (
@@ -80,8 +81,14 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
             path,
             run,
         )
-    job = assemble(cfg, output_dir, checkpoint=path, with_loggers=False)
     trained_data = read_data_summary(run)
+    try:
+        job = assemble(cfg, output_dir, checkpoint=path, with_loggers=False)
+    except MissingFileError as err:
+        own = own_file_not_found(trained_data, cfg.data.get("source"), _overrides())
+        if own is None:
+            raise
+        raise own from err
     check_same_file(trained_data, job.summary, _overrides())
     warn_other_inputs(trained_data, job.summary)
     within = points_within(job.datamodule.stream.point_ids, job.trained_points)
