@@ -77,7 +77,9 @@ def test_fixture_is_pivoted_and_filled(tiny, tmp_path):
         for c in range(6):
             want = offset + c + 0.5 * hours
             if i == 0 and c == 3:
-                want[0] = want[1]  # a leading gap takes the nearest value
+                want[0] = want[1]  # a leading gap takes the first reading
+            if i == 0 and c == 2:
+                want[5:7] = want[4]  # a gap holds the reading before it
             np.testing.assert_allclose(stream.values[:, i, c], want, rtol=1e-6)
     np.testing.assert_allclose(stream.values[HOURS - 1, 2], stream.values[HOURS - 2, 2])
 

@@ -15,7 +15,7 @@ from omegaconf.errors import MissingMandatoryValue
 
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.sources.long_format import LongFormatSource
-from cloudlstm.data.sources.tables import interpolate_gaps, pivot_long
+from cloudlstm.data.sources.tables import fill_gaps_causally, pivot_long
 from cloudlstm.errors import UserError
 
 T0 = pd.Timestamp("2021-06-01 00:00")
@@ -23,7 +23,7 @@ STEP = pd.Timedelta("5min")
 
 
 def truth(t: np.ndarray, point: int, channel: int) -> np.ndarray:
-    """Each series is linear in time, so linear interpolation must recover it exactly."""
+    """Each series is linear in time: a filled value shows which reading it was taken from."""
     return 10.0 * point + (channel + 1) * 0.5 * t
 
 
@@ -82,11 +82,14 @@ def test_static_points_are_pivoted_filled_and_masked(tmp_path, caplog):
     expected_missing |= {(19, 2, 0), (19, 2, 1), (10, 2, 1)}
     assert {tuple(i) for i in np.argwhere(~stream.mask)} == expected_missing
     t = np.arange(20)
-    for i in range(2):  # inner gaps: exact linear interpolation
+    for i in range(3):  # each gap holds the reading before it; a leading gap the first one
         for c in range(2):
-            np.testing.assert_allclose(stream.values[:, i, c][1:], truth(t, i, c)[1:], atol=1e-5)
-    np.testing.assert_allclose(stream.values[0, 1], stream.values[1, 1])  # leading: nearest
-    np.testing.assert_allclose(stream.values[19, 2], stream.values[18, 2])  # trailing: nearest
+            read = pd.Series(np.where(stream.mask[:, i, c], truth(t, i, c), np.nan))
+            np.testing.assert_allclose(stream.values[:, i, c], read.ffill().bfill(), atol=1e-5)
+    np.testing.assert_allclose(stream.values[5:7, 0], stream.values[[4, 4], 0])  # inner: held
+    np.testing.assert_allclose(stream.values[10, 2, 1], stream.values[9, 2, 1])
+    np.testing.assert_allclose(stream.values[0, 1], stream.values[1, 1])  # leading: the first
+    np.testing.assert_allclose(stream.values[19, 2], stream.values[18, 2])  # trailing: the last
 
 
 def test_freq_is_inferred_or_given(tmp_path):
@@ -113,7 +116,7 @@ def test_explicit_value_columns_and_three_dimensions(tmp_path):
     np.testing.assert_array_equal(stream.coords[:, 2], 2.0 * stream.coords[:, 0])
 
 
-def test_moving_points_get_an_interpolated_trajectory(tmp_path):
+def test_moving_points_get_a_filled_trajectory(tmp_path):
     df = long_table(n=3)
     moves = df["id"] == "st1"
     df.loc[moves, "x"] = 1.0 + 0.1 * np.arange(moves.sum())  # st1 drifts along x
@@ -122,7 +125,9 @@ def test_moving_points_get_an_interpolated_trajectory(tmp_path):
 
     stream = LongFormatSource(path).load()
     assert stream.moving and stream.trajectory.shape == (20, 2, 2)
-    np.testing.assert_allclose(stream.trajectory[:, 1, 0], 1.0 + 0.1 * np.arange(20))
+    drift = 1.0 + 0.1 * np.arange(20)
+    drift[4] = drift[3]  # the position missing at step 4 holds the one before it
+    np.testing.assert_allclose(stream.trajectory[:, 1, 0], drift)
     np.testing.assert_array_equal(stream.trajectory[:, 0], np.zeros((20, 2)))  # st0 static
     np.testing.assert_array_equal(stream.coords, stream.trajectory[0])
 
@@ -168,22 +173,58 @@ def test_how_far_a_point_moves_decides_moving_and_a_warning(
         assert not [r for r in caplog.records if "change coordinates" in r.getMessage()]
 
 
-def test_interpolate_gaps_properties():
+def test_fill_gaps_causally_properties():
     rng = np.random.default_rng(0)
     values = rng.normal(size=(50, 3, 2)).astype(np.float32)
     holes = rng.random(values.shape) < 0.3
+    holes[:4, 0, 0] = True  # a leading gap
+    holes[-3:, 1, 0] = True  # a trailing gap
     holes[:, 2, 1] = True  # never observed: takes the other points' mean
     values[holes] = np.nan
-    filled, mask = interpolate_gaps(values)
+    values[7, 0, 1] = np.inf  # not finite: a gap as NaN is
+    holes[7, 0, 1] = True
+    filled, mask = fill_gaps_causally(values)
     assert filled.dtype == np.float32 and np.array_equal(mask, ~holes)
     np.testing.assert_array_equal(filled[mask], values[mask])
-    for i in range(2):
-        for c in range(2):
-            s = pd.Series(np.where(mask[:, i, c], values[:, i, c], np.nan))
-            lo = np.fmin(s.ffill(), s.bfill()).fillna(s.ffill()).fillna(s.bfill())
-            hi = np.fmax(s.ffill(), s.bfill())
-            assert np.all(filled[:, i, c] >= lo - 1e-6) and np.all(filled[:, i, c] <= hi + 1e-6)
+    for i, c in [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0)]:
+        read = pd.Series(np.where(mask[:, i, c], values[:, i, c], np.nan))
+        np.testing.assert_array_equal(filled[:, i, c], read.ffill().bfill().to_numpy())
     np.testing.assert_allclose(filled[:, 2, 1], filled[:, :2, 1].mean(axis=1), rtol=1e-6)
+    # an explicit ``observed`` makes more gaps, whatever their values
+    more, more_mask = fill_gaps_causally(values, ~holes & (np.arange(50) != 20)[:, None, None])
+    assert not more_mask[20].any() and np.array_equal(
+        more_mask, mask & (np.arange(50) != 20)[:, None, None]
+    )
+    np.testing.assert_array_equal(more[20, :2], filled[19, :2])
+
+
+def test_filled_values_never_depend_on_later_readings():
+    """Changing the readings after step ``t`` never changes a filled value at a step <= t
+    (but in a leading gap, which has nothing earlier to take)."""
+    rng = np.random.default_rng(1)
+    values = rng.normal(size=(40, 4, 2))
+    values[rng.random(values.shape) < 0.4] = np.nan
+    values[:3, 0, 0] = np.nan  # a leading gap
+    filled, mask = fill_gaps_causally(values)
+    first = mask.argmax(axis=0)  # (N, K): each series' first reading
+    for t in range(40):
+        later = values.copy()
+        later[t + 1 :] = np.where(np.isfinite(later[t + 1 :]), later[t + 1 :] + 100.0, 5.0)
+        again, _ = fill_gaps_causally(later)
+        past = np.arange(t + 1)[:, None, None] >= first[None]  # not in a leading gap
+        np.testing.assert_array_equal(again[: t + 1][past], filled[: t + 1][past])
+
+
+def test_a_gap_across_a_windows_last_input_step_holds_the_reading_before_it():
+    """Input steps 0-3, targets 4-6 of a window: readings 11.014 at step 2 and 9.466 at
+    step 4, none at step 3. The input's step 3 takes 11.014 (linear interpolation in time
+    would take their mean 10.24 there, half of the first target)."""
+    series = np.array([12.0, 11.5, 11.014, np.nan, 9.466, 9.0, 8.5])[:, None, None]
+    filled, mask = fill_gaps_causally(series)
+    assert filled[3, 0, 0] == 11.014 and not mask[3, 0, 0]
+    other_future = series.copy()
+    other_future[4:] = [[[50.0]], [[60.0]], [[70.0]]]
+    assert fill_gaps_causally(other_future)[0][3, 0, 0] == 11.014
 
 
 def test_pivot_long_averages_duplicates_when_asked():
@@ -406,8 +447,9 @@ def test_bad_values_warn_counts_them_and_treats_them_as_gaps(tmp_path, caplog):
     gaps = {(row // 4, 1, "ab".index(col)) for row, col in bad}
     assert {tuple(i) for i in np.argwhere(~stream.mask)} == gaps
     t = np.arange(20)
-    for c in range(2):  # filled like missing rows: exact linear interpolation
-        np.testing.assert_allclose(stream.values[:, 1, c], truth(t, 1, c), atol=1e-4)
+    for c in range(2):  # filled like missing rows: the reading before each gap held
+        read = pd.Series(np.where(stream.mask[:, 1, c], truth(t, 1, c), np.nan))
+        np.testing.assert_allclose(stream.values[:, 1, c], read.ffill().bfill(), atol=1e-4)
 
 
 def test_bad_values_mode_is_checked(tmp_path):
@@ -705,7 +747,10 @@ def test_a_cache_dir_caches_the_stream_until_the_file_changes(tmp_path):
     os.utime(path, ns=(written + 10**9, written + 10**9))  # mtime ticks can be coarse
     edited = source.load()
     assert not source.last_load_from_cache
-    np.testing.assert_allclose(edited.values[:, 0, 0], stream.values[:, 0, 0] + 1.0, rtol=1e-6)
+    seen = stream.mask[:, 0, 0]  # the edited file has no gap at step 5
+    np.testing.assert_allclose(
+        edited.values[seen, 0, 0], stream.values[seen, 0, 0] + 1.0, rtol=1e-6
+    )
 
 
 def test_a_point_without_data_is_warned_of_by_every_run_the_cache_serves(tmp_path, caplog):

@@ -27,11 +27,17 @@ LON = [-118.31829, -118.23799, -118.23819, -118.26772]
 
 
 def speeds(steps: int = 30) -> pd.DataFrame:
-    """Point ``k`` at row ``t`` reads ``60 + 10 k + 0.5 t``: linear in time, so filling a gap
-    by linear interpolation gives the value back exactly."""
+    """Point ``k`` at row ``t`` reads ``60 + 10 k + 0.5 t``: every value differs, so a filled
+    one shows which reading it was taken from."""
     t = np.arange(steps)[:, None]
     k = np.arange(len(IDS))[None, :]
     return pd.DataFrame(60.0 + 10 * k + 0.5 * t, columns=IDS)
+
+
+def held(table: pd.DataFrame, observed: np.ndarray) -> np.ndarray:
+    """``table``'s values as the loaders fill the gaps (``observed`` False): each column holds
+    its last reading, a leading gap takes the first one."""
+    return table.where(observed).ffill().bfill().to_numpy()
 
 
 def write_locations(folder, ids=IDS, name="graph_sensor_locations.csv"):
@@ -77,8 +83,10 @@ def test_csv_without_times_gets_them_from_start_and_step(los, tmp_path):
     # (longitude, latitude), as data=beijing's stations
     np.testing.assert_allclose(stream.coords, np.column_stack([LON, LAT]))
     assert {tuple(i) for i in np.argwhere(~stream.mask)} == {(3, 1, 0), (10, 2, 0)}
-    np.testing.assert_allclose(stream.values[..., 0], speeds().to_numpy(), rtol=1e-6)
-    assert stream.values[3, 1, 0] == pytest.approx(70 + 1.5)  # filled between its neighbours
+    np.testing.assert_allclose(
+        stream.values[..., 0], held(speeds(), stream.mask[..., 0]), rtol=1e-6
+    )
+    assert stream.values[3, 1, 0] == pytest.approx(70 + 1.0)  # the reading before it, held
 
 
 def test_the_cache_is_reused_and_a_changed_file_read_again(los, tmp_path):
@@ -109,7 +117,9 @@ def test_csv_with_a_written_index_reads_its_times_and_fills_missing_rows(tmp_pat
     assert stream.values.shape == (12, 4, 1) and stream.point_ids == ["23", "292", "357", "520"]
     assert stream.channel_names == ["value"] and stream.metadata["step_minutes"] == 60.0
     assert (~stream.mask).sum() == 4 and not stream.mask[4].any()
-    np.testing.assert_allclose(stream.values[..., 0], speeds(12).to_numpy(), rtol=1e-6)
+    np.testing.assert_allclose(
+        stream.values[..., 0], held(speeds(12), stream.mask[..., 0]), rtol=1e-6
+    )
     np.testing.assert_allclose(stream.coords, np.column_stack([LON, LAT]))
 
 
@@ -178,7 +188,9 @@ def test_pandas_hdf5_as_dcrnn_distributes_metr_la(tmp_path):
     stream = source(tmp_path, path="metr-la.h5").load()
     assert stream.values.shape == (30, 4, 1) and stream.point_ids == IDS
     assert stream.timestamps[0] == np.datetime64(T0) and not stream.mask[7, 3, 0]
-    np.testing.assert_allclose(stream.values[..., 0], speeds().to_numpy(), rtol=1e-6)
+    np.testing.assert_allclose(
+        stream.values[..., 0], held(speeds(), stream.mask[..., 0]), rtol=1e-6
+    )
     with pytest.raises(UserError, match=r"starts at 2012-03-01 00:00:00, not at .*start=null"):
         source(tmp_path, path="metr-la.h5", start="2017-01-01").load()
 
@@ -206,7 +218,9 @@ def test_parquet_with_a_datetime_index(tmp_path):
             source(tmp_path, path="speed.parquet").load()
         pytest.skip("no Parquet engine (pyarrow) installed: checked its message only")
     stream = source(tmp_path, path="speed.parquet").load()
-    np.testing.assert_allclose(stream.values[..., 0], speeds().to_numpy(), rtol=1e-6)
+    np.testing.assert_allclose(
+        stream.values[..., 0], held(speeds(), stream.mask[..., 0]), rtol=1e-6
+    )
 
 
 def test_times_written_as_text_in_an_index_are_read_as_the_times(tmp_path):
@@ -224,7 +238,9 @@ def test_times_written_as_text_in_an_index_are_read_as_the_times(tmp_path):
         stream = source(tmp_path, path=name).load()
         assert stream.values.shape == (30, 4, 1) and stream.timestamps[0] == np.datetime64(T0)
         assert not stream.mask[10:13].any() and stream.mask[13:].all()
-        np.testing.assert_allclose(stream.values[..., 0], speeds().to_numpy(), rtol=1e-6)
+        np.testing.assert_allclose(
+            stream.values[..., 0], held(speeds(), stream.mask[..., 0]), rtol=1e-6
+        )
 
 
 def test_an_index_that_holds_no_times_is_refused_not_dropped(tmp_path):
@@ -261,7 +277,9 @@ def test_row_numbers_written_by_to_csv_are_skipped_not_read_as_times(tmp_path, c
     with caplog.at_level(logging.INFO, logger="cloudlstm.data.sources.tables"):
         stream = source(tmp_path, path="numbered.csv").load()
     assert stream.point_ids == IDS and stream.timestamps[0] == np.datetime64(T0)
-    np.testing.assert_allclose(stream.values[..., 0], speeds().to_numpy(), rtol=1e-6)
+    np.testing.assert_allclose(
+        stream.values[..., 0], held(speeds(), stream.mask[..., 0]), rtol=1e-6
+    )
     assert "skipping column(s) without a name ['Unnamed: 0']" in caplog.text
     timed = speeds(6)
     timed.insert(0, "timestamp", pd.date_range(T0, periods=6, freq="10min"))

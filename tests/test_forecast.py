@@ -47,8 +47,10 @@ def raw_stream() -> tuple[np.ndarray, np.ndarray]:
     values = 50 + 20 * np.sin(2 * np.pi * t / 24 + phase) + rng.normal(0, 2, (T, N, 2))
     observed = rng.random(values.shape) > 0.1
     observed[:, 0, 0] = True  # point 0 has a row at every step: a complete time grid
-    # the compared window's first and last input steps are complete, so its gaps are filled
-    # from inside the window, as training filled them from the whole stream
+    # the compared window's first input step is complete, so each of its gaps holds a
+    # reading from inside the window, as a history of those steps alone can (training holds
+    # the last reading of the whole stream); its last input step too (a gap there:
+    # test_predict.py's gap_run)
     observed[[SPLIT - M, SPLIT - 1]] = True
     return values, observed
 
@@ -470,8 +472,8 @@ def test_a_point_without_readings_of_its_own_is_forecast_with_one_warning(
 
 
 def test_steps_without_any_reading_are_forecast_with_one_warning(points_run, forecaster, caplog):
-    """The whole network silent for 2 of the 4 steps read: they are filled in time, said
-    once; a history with scattered gaps is not warned of."""
+    """The whole network silent for 2 of the 4 steps read: they hold the readings before,
+    said once; a history with scattered gaps is not warned of."""
     df = history(points_run)
     silent = df[~df["timestamp"].isin(STAMPS[[SPLIT - 3, SPLIT - 2]])]
     with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.forecast_input"):
@@ -479,8 +481,8 @@ def test_steps_without_any_reading_are_forecast_with_one_warning(points_run, for
     warned = [r.getMessage() for r in caplog.records if "at any point in" in r.getMessage()]
     assert warned == [
         "the history has no reading at any point in 2 of the 4 steps the model reads "
-        "(2021-01-07 22:00:00, 2021-01-07 23:00:00): they are filled in time from the steps "
-        "around, so the forecast stands on 2 step(s) of readings."
+        "(2021-01-07 22:00:00, 2021-01-07 23:00:00): they hold the readings of the steps "
+        "before, so the forecast stands on 2 step(s) of readings."
     ]
     assert (out[FILLED_COLUMN] >= 2 * len(CHANNELS)).all()
     caplog.clear()

@@ -16,9 +16,21 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from tests.conftest import ROOT, one_line, run_python, subprocess_env
+from tests.conftest import ROOT, TINY, one_line, run_python, subprocess_env
 from tests.test_faults_disk_full import file_size_limit
-from tests.test_forecast import SPLIT, csv_run, long_table
+from tests.test_forecast import (
+    CHANNELS,
+    SPLIT,
+    J,
+    N,
+    T,
+    csv_run,
+    long_table,
+    raw_stream,
+    run_data,
+    train_run,
+    window_at,
+)
 
 
 @pytest.fixture(scope="module")
@@ -342,3 +354,39 @@ def test_an_out_that_is_an_input_is_refused_and_left_as_it_was(run, tmp_path):
             "be written over it. Name another file."
         )
         assert out.read_bytes() == before
+
+
+@pytest.fixture(scope="module")
+def gap_run(tmp_path_factory):
+    """A tiny linear-model run on the CSV of :func:`~tests.test_forecast.raw_stream`, but point 2's
+    pm25 missing at the last input step of the window whose targets start at SPLIT, read the
+    step before and, far off, at SPLIT itself: its run directory, the test loop's saved
+    forecast of that window, values and mask."""
+    tmp = tmp_path_factory.mktemp("gap")
+    values, observed = raw_stream()
+    observed[SPLIT - 2 : SPLIT + 1, 2, 1] = [True, False, True]
+    values[SPLIT, 2, 1] = values[SPLIT - 2, 2, 1] + 30.0
+    long_table(values, observed, range(T)).to_csv(tmp / "stream.csv", index=False)
+    keep = [o for o in TINY if not o.startswith(("data.source.", "model.", "report."))]
+    csv = f"data.source.path={tmp / 'stream.csv'}"
+    overrides = [*keep, "data=points", csv, "model=linear", "module.save_predictions=true"]
+    run = train_run(tmp, overrides)
+    dm, prediction = run_data(run)
+    return run, prediction[window_at(dm, SPLIT)], values, observed
+
+
+def test_a_gap_at_the_last_input_step_is_forecast_by_predict_as_the_test_loop_did(
+    gap_run, tmp_path
+):
+    """The test loop's input never sees the window's targets: its filled last input step
+    holds the reading before the gap, as ``predict.py``'s history (which has no future) does;
+    both forecast the same."""
+    run, tested, values, observed = gap_run
+    data, out = tmp_path / "recent.csv", tmp_path / "forecast.csv"
+    long_table(values, observed, range(SPLIT)).to_csv(data, index=False)  # up to SPLIT - 1
+    done = run_python(str(ROOT / "predict.py"), f"run={run}", f"data.path={data}", f"out={out}")
+    assert done.returncode == 0, done.stderr
+    forecast = pd.read_csv(out)
+    assert forecast.loc[forecast["id"] == "p2", "filled_inputs"].tolist() >= [1] * J
+    forecast = forecast[CHANNELS].to_numpy().reshape(J, N, len(CHANNELS))
+    np.testing.assert_allclose(forecast, tested, rtol=1e-5, atol=1e-4)

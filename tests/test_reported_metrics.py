@@ -43,7 +43,7 @@ def raw_stream(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     observed[rng.random((T, N)) < 0.03] = False  # whole rows missing
     observed[:, 0, 0] = True  # point 0 has a row at every time, so the time grid is complete
     # The largest test target (pm25 of point 0 at the first target step) is missing and
-    # filled between its neighbours: the PSNR peak must come from observed targets only.
+    # filled by the reading before it: the PSNR peak must come from observed targets only.
     observed[FIRST_TARGET - 1 : FIRST_TARGET + 2, 0, 1] = [True, False, True]
     return values, observed
 
@@ -63,13 +63,13 @@ def write_csv(path: Path, values: np.ndarray, observed: np.ndarray) -> None:
 
 
 def filled_by_hand(values: np.ndarray, observed: np.ndarray) -> np.ndarray:
-    """Gaps filled linearly in time, ends by the nearest observed value (as documented)."""
-    steps = np.arange(T)
+    """Gaps filled from the past: each series holds its last observed value, a leading gap
+    takes the first one (as documented)."""
     out = np.empty_like(values)
     for p in range(N):
         for c in range(len(CHANNELS)):
             seen = observed[:, p, c]
-            out[:, p, c] = np.interp(steps, steps[seen], values[seen, p, c])
+            out[:, p, c] = pd.Series(np.where(seen, values[:, p, c], np.nan)).ffill().bfill()
     return out
 
 

@@ -131,8 +131,9 @@ class Forecaster:
     data's time, id and coordinate columns (``info.time_col``, ``info.id_col``,
     ``info.coord_cols``) and one column per value channel (``info.value_channels``), in
     real units, sampled at the training step. Only its last ``history_steps`` steps are
-    read. Missing rows or cells are filled as training filled gaps (linear in time, ends by
-    the nearest reading) and counted in the output's ``filled_inputs``.
+    read. Missing rows or cells are filled as training filled gaps (each series holds its
+    last reading, a leading gap takes the first one) and counted in the output's
+    ``filled_inputs``.
 
     Points: the forecast covers every point with a row in those steps. A point model
     (CloudLSTM, ...) takes new point ids too; a model tied to its training points (grid

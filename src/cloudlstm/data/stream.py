@@ -92,7 +92,7 @@ class PointCloudStream:
             t += a
             raise ValueError(
                 f"PointCloudStream.trajectory has NaN/inf positions (first at t={t}, point={n}): "
-                "moving points need a position at every step; interpolate the gaps first."
+                "moving points need a position at every step; fill the gaps first."
             )
         if not np.allclose(traj[0], self.coords):
             raise ValueError("PointCloudStream.coords must equal trajectory[0] for moving points.")

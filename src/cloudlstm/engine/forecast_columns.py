@@ -10,7 +10,7 @@ from cloudlstm.engine.quantile_levels import level_name
 from cloudlstm.errors import UserError
 
 HORIZON_COLUMN = "horizon"
-# How many of a point's input entries (input steps x channels) were filled by interpolation
+# How many of a point's input entries (input steps x channels) were filled (the last reading held)
 # instead of read; 0: the forecast saw only real readings.
 FILLED_COLUMN = "filled_inputs"
 

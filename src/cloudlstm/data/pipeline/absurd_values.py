@@ -28,8 +28,9 @@ mobile traffic, lognormal with Pareto bursts: 541; the synthetic air quality: 37
 What an absurd value does is the source's ``bad_values`` mode (``data.source.bad_values``
 of ``data=points``), as for unreadable cells: ``error`` (the default, and for sources
 without the option) stops with one line naming the channel, point, time and value;
-``warn`` logs that line and treats the values as missing (their series are filled again
-linearly in time, as the loaders fill gaps). ``data.max_abs_z=null`` turns the check off.
+``warn`` logs that line and treats the values as missing (their series are filled again as
+the loaders fill gaps: each holds its last reading forward, a leading gap takes the first
+one). ``data.max_abs_z=null`` turns the check off.
 
 Physical ranges: a source may declare the range of its channels' possible values,
 ``physical_ranges() -> {channel: (lo, hi)}`` with None for an open end (the Beijing and
@@ -60,6 +61,7 @@ import numpy as np
 import pandas as pd
 
 from cloudlstm.data.chunks import time_chunks
+from cloudlstm.data.sources.tables import fill_gaps_causally
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.data.transforms import StandardScaler
 from cloudlstm.errors import UserError
@@ -504,17 +506,23 @@ def _time(stream: PointCloudStream, t: int, shown: pd.DatetimeIndex | None = Non
 
 def _as_missing(stream: PointCloudStream, where: np.ndarray) -> PointCloudStream:
     """A copy of ``stream`` with the values at ``where`` ``(K, 3)`` missing, and each series
-    that had one filled again: linear in time between its observed values, the nearest at
-    the ends; a series left with none takes the mean of the other points' readings at each
-    step (missing where none has one)."""
+    that had one filled again as the loaders fill gaps
+    (:func:`~cloudlstm.data.sources.tables.fill_gaps_causally`: its last observed value held
+    forward, the first one in a leading gap); a series left with none takes the mean of the
+    other points' readings at each step (missing where none has one)."""
     values, mask = np.array(stream.values), np.array(stream.mask)
     t, n, c = where.T
     mask[t, n, c] = False
-    steps = np.arange(stream.num_steps, dtype=np.float64)
-    for point, channel in {(int(a), int(b)) for a, b in zip(n, c, strict=True)}:
-        seen = mask[:, point, channel]
-        if seen.any():
-            values[:, point, channel] = np.interp(steps, steps[seen], values[seen, point, channel])
+    pairs = sorted({(int(a), int(b)) for a, b in zip(n, c, strict=True)})
+    seen = [(p, k) for p, k in pairs if mask[:, p, k].any()]
+    if seen:
+        points, channels = (np.array(x) for x in zip(*seen, strict=True))
+        refilled, _ = fill_gaps_causally(
+            values[:, points, channels][:, :, None], mask[:, points, channels][:, :, None]
+        )
+        values[:, points, channels] = refilled[:, :, 0]
+    for point, channel in pairs:
+        if mask[:, point, channel].any():
             continue
         others = np.where(mask[:, :, channel], values[:, :, channel], np.nan)
         with warnings.catch_warnings():  # "mean of empty slice": no point has a reading then

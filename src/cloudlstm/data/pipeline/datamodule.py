@@ -107,10 +107,10 @@ class PointCloudDataModule(LightningDataModule):
         outlier_shift: the paper's controlled study: move ``outlier_count`` random points
             (``outlier_seed``) this far from the centre (normalised units, see
             :func:`cloudlstm.data.pipeline.outliers.shift_outliers`); they become the outlier group.
-        score_filled: also train on and score entries that were filled by interpolation (the
-            paper's protocol: it interpolates gaps and then uses the whole series). Default
-            False: the batch masks mark only really observed entries, so the loss and the
-            metrics ignore filled ones.
+        score_filled: also train on and score entries that were filled (a filled target
+            equals the series' last reading, which favours persistence; the paper's protocol
+            fills gaps and then uses the whole series). Default False: the batch masks mark
+            only really observed entries, so the loss and the metrics ignore filled ones.
         time_features: known-future input channels from the timestamps, any of ``hour``,
             ``weekday``, ``yearday`` (sin and cos of each; see
             :mod:`cloudlstm.data.covariates`). The stream's measured covariates
@@ -356,7 +356,7 @@ class PointCloudDataModule(LightningDataModule):
         )
         # No normalised copy of the values: each window is read from the stream (memory-mapped
         # when it comes from the cache) and normalised when it is asked for; filled
-        # (interpolated) values are kept, only entries with no value at all become 0.
+        # (last-reading) values are kept, only entries with no value at all become 0.
         mask = None if self.score_filled else stream.mask  # None: every finite value counts
         offsets = self.input_offsets
         windowed = self._windowed_splits()

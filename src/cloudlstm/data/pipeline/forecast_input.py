@@ -3,12 +3,12 @@
 Rows are laid on the training sampling grid
 (:func:`~cloudlstm.data.sources.tables.pivot_long`), the last ``history_steps`` steps are
 kept, gaps are filled as the loaders fill them
-(:func:`~cloudlstm.data.sources.tables.interpolate_gaps`: linear in time, ends by the
-nearest reading), and values and coordinates are normalised with the statistics stored in the
-checkpoint (:class:`~cloudlstm.data.spec.DataSpec`); nothing is fitted on the new
-data. The input's channels are put together and normalised as the training windows' are
-(:mod:`cloudlstm.data.pipeline.model_input`, the one rule of both). Its values are checked
-as training data's are: cells that are no finite number
+(:func:`~cloudlstm.data.sources.tables.fill_gaps_causally`: each series holds its last
+reading, a leading gap takes the first one), and values and coordinates are normalised with
+the statistics stored in the checkpoint (:class:`~cloudlstm.data.spec.DataSpec`); nothing
+is fitted on the new data. The input's channels are put together and normalised as the
+training windows' are (:mod:`cloudlstm.data.pipeline.model_input`, the one rule of both).
+Its values are checked as training data's are: cells that are no finite number
 (:func:`~cloudlstm.data.sources.bad_values.channel_values`), then values outside their
 channel's valid range or absurd against the training medians and spreads
 (:func:`~cloudlstm.data.pipeline.absurd_values.checked_history`).
@@ -39,9 +39,9 @@ from cloudlstm.data.sources.long_format import SAME_PLACE, _moving_points, _span
 from cloudlstm.data.sources.tables import (
     ROW_COORDINATES_FIX,
     check_columns,
+    fill_gaps_causally,
     id_text,
     infer_step,
-    interpolate_gaps,
     numeric_column,
     pivot_long,
     step_text,
@@ -454,7 +454,7 @@ def build_input(
     _refuse_unread_channels(raw, info, shown, what)
     _warn_unread_points(raw, ids, info, shown, what)
     _warn_unread_steps(raw, info, shown, what)
-    filled, observed = interpolate_gaps(raw)
+    filled, observed = fill_gaps_causally(raw)
     if info.moving:  # positions are channels too, as in training
         cut = len(info.value_channels)
         filled = positions_before_covariates(filled, track, cut)
@@ -546,7 +546,7 @@ def _refuse_unread_channels(
 def _warn_unread_steps(raw: np.ndarray, info: DataSpec, times: pd.DatetimeIndex, what: str) -> None:
     """One warning when steps the model reads of the history ``raw (H, N, C)`` (NaN:
     missing) have no forecast channel's reading at any point, as after an outage of the
-    whole network: they are filled in time from the steps around, at every point alike,
+    whole network: they hold the readings of the steps before, at every point alike,
     which ``filled_inputs`` would not tell from scattered gaps."""
     forecast = [info.read_channels.index(c) for c in info.value_channels]
     read = len(times) + np.asarray(info.input_offsets)  # the steps the model reads
@@ -556,7 +556,7 @@ def _warn_unread_steps(raw: np.ndarray, info: DataSpec, times: pd.DatetimeIndex,
     shown = ", ".join(str(times[t]) for t in empty[:3])
     log.warning(
         "%s has no reading at any point in %d of the %d steps the model reads (%s%s): they "
-        "are filled in time from the steps around, so the forecast stands on %d step(s) of "
+        "hold the readings of the steps before, so the forecast stands on %d step(s) of "
         "readings.",
         what,
         len(empty),
@@ -721,7 +721,7 @@ def _coordinates(
     if info.moving:
         if lacking:
             raise UserError(f"{what}: moving point(s) {lacking[:5]} have no position in any row.")
-        track = interpolate_gaps(pos)[0]
+        track = fill_gaps_causally(pos)[0]
         return track[-1], track, given
     training = dict(zip(info.point_ids, info.coords, strict=True))
     unknown = [p for p in lacking if p not in training]

@@ -44,7 +44,7 @@ def normalised(raw: np.ndarray, mean: np.ndarray | None, std: np.ndarray | None)
     """``raw (..., C)`` normalised, ``(raw - mean) / std`` in float32, with every entry
     without a value (NaN/inf) set to 0.
 
-    Finite values are kept whatever their mask says (filled ones, e.g. by interpolation,
+    Finite values are kept whatever their mask says (filled ones, the last reading held,
     are read as filled); the masks say which entries are real.
 
     Args:

@@ -157,7 +157,7 @@ def check_observed_targets(
     timestamps: np.ndarray | None = None,
 ) -> None:
     """A ``UserError`` when one of ``splits`` has no observed target value: its steps lie
-    in a gap of the data, so every target is a filled (interpolated) one, which a run with
+    in a gap of the data, so every target is a filled one, which a run with
     ``data.score_filled=false`` neither trains on nor scores: its loss or scores would be
     empty (a NaN validation MAE that selects no checkpoint).
 

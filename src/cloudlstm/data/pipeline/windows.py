@@ -60,7 +60,7 @@ class WindowDataset(Dataset):
     window is normalised as it is read, ``(v - mean) / std`` in float32, exactly as
     normalising the whole array first would. Entries without a value (NaN/inf, necessarily
     mask False) are set to 0, i.e. the normalised mean, so no NaN ever reaches a model;
-    finite values under mask False (filled upstream, e.g. by interpolation) are kept. The
+    finite values under mask False (filled upstream, by the last reading) are kept. The
     masks say which entries are real. (The rule is :mod:`cloudlstm.data.pipeline.model_input`'s,
     which forecasting follows too.) With ``return_index=True`` each item also holds
     ``"t0"``, the window's absolute start index (a 0-d int64 tensor).

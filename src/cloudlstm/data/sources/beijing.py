@@ -105,7 +105,7 @@ _COMPASS = [
     "NNW",
 ]
 _TIME = ["year", "month", "day", "hour"]
-_VERSION = 1
+_VERSION = 2  # 2: gaps hold the last reading (1: linear interpolation)
 # data.source.co_units -> the divisor of the files' CO (µg/m³)
 CO_UNITS: dict[str, float] = {"mg/m3": 1000.0, "ug/m3": 1.0}
 
@@ -139,7 +139,8 @@ class BeijingSource(CachedSource):
         UserError: an unknown ``co_units`` or covariate.
 
     Same preprocessing as :class:`~cloudlstm.data.sources.urban_air.UrbanAirSource`: an hourly grid
-    from ``year/month/day/hour``, gaps filled linearly in time with ``mask`` False, channels
+    from ``year/month/day/hour``, gaps filled from the past (each series holds its last
+    reading, a leading gap takes the first one) with ``mask`` False, channels
     ``PM2.5, PM10, NO2, CO, O3, SO2``, coordinates ``(longitude, latitude)``. The stream is
     cached, keyed by the stations, the unit and the files' signatures: the cold load takes
     ~2 s, a cached one ~0.03 s.

@@ -59,7 +59,8 @@ __all__ = ["LongFormatSource"]
 log = logging.getLogger(__name__)
 
 # Bump when the reading changes, so stale caches are not reused.
-_VERSION = 5  # 5: True/False columns are no channels; degrees checked
+_VERSION = 6  # 5: True/False columns are no channels; degrees checked; 6: gaps hold the
+# last reading (before: linear interpolation in time)
 
 
 DATA_SUFFIXES = (".csv", ".parquet", ".pq")
@@ -181,11 +182,12 @@ class LongFormatSource(CachedSource):
             time; ``"ms"``, ``"us"``, ``"ns"``); numbers without it are refused
             (:mod:`~cloudlstm.data.sources.times`).
 
-    :meth:`load` lays the rows on a regular grid, fills gaps linearly in time (``mask`` False
-    there; leading/trailing gaps take the nearest value) and drops points with no value at
-    all. Static points take their (single) coordinates; moving points get a ``trajectory
-    (T, N, L)`` whose gaps are interpolated in time, with ``coords = trajectory[0]``. Rows with
-    empty coordinates are allowed when the point has coordinates in other rows.
+    :meth:`load` lays the rows on a regular grid, fills gaps from the past (``mask`` False
+    there; each series holds its last reading, a leading gap takes the first one) and drops
+    points with no value at all. Static points take their (single) coordinates; moving
+    points get a ``trajectory (T, N, L)`` whose gaps are filled in the same way, with
+    ``coords = trajectory[0]``. Rows with empty coordinates are allowed when the point has
+    coordinates in other rows.
     """
 
     cache_prefix = "points"

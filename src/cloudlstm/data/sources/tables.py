@@ -7,7 +7,8 @@ A raw table has one row per ``(time, point)`` (or is brought to that shape by it
   :func:`~cloudlstm.data.sources.times.parse_times`) check and convert its columns, naming
   the file and the offending cell in their errors;
 * :func:`pivot_long` places rows on a regular time grid (:class:`LongGrid`);
-* :func:`interpolate_gaps` fills gaps linearly in time and returns the "really observed" mask;
+* :func:`fill_gaps_causally` fills gaps from the past (each series holds its last reading)
+  and returns the "really observed" mask;
 * :func:`build_stream` drops points without any data, fills gaps and assembles the
   :class:`~cloudlstm.data.stream.PointCloudStream`.
 
@@ -50,10 +51,10 @@ __all__ = [
     "check_column_roles",
     "check_columns",
     "check_coordinate_columns",
+    "fill_gaps_causally",
     "id_text",
     "index_as_columns",
     "infer_step",
-    "interpolate_gaps",
     "is_bare_number",
     "numeric_column",
     "parse_freq",
@@ -209,7 +210,7 @@ def pivot_long(
             UTC): two rows written with two offsets that name one moment are shown so.
 
     Every timestamp must lie on the grid ``t0 + k * step`` (``t0`` = the earliest time);
-    steps without any row become NaN cells, which :func:`interpolate_gaps` later fills.
+    steps without any row become NaN cells, which :func:`fill_gaps_causally` later fills.
     """
     if duplicates not in ("error", "mean"):
         raise ValueError(f"duplicates must be 'error' or 'mean'; got {duplicates!r}.")
@@ -349,27 +350,46 @@ def clock_change_hint() -> str:
 
 
 # ---------------------------------------------------------------------- gap filling
-def interpolate_gaps(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Fill NaN/inf entries of ``values (T, N, K)`` and say which entries were observed.
+def fill_gaps_causally(
+    values: np.ndarray, observed: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Fill the gaps of ``values (T, N, K)`` from the past only, and say which entries were
+    observed.
 
-    Each ``(point, k)`` series is interpolated linearly in time; leading and trailing gaps take
-    the nearest observed value. A series never observed takes, at each step, the mean of the
-    other points' (filled) values of the same ``k``, and stays NaN only when no point ever
-    observed ``k``.
+    Each ``(point, k)`` series holds its last observed value forward: a filled entry never
+    depends on a reading after it, so a window's input never sees its targets (linear
+    interpolation in time would fill a gap at the last input step towards the first
+    target). A leading gap (before the series' first reading) takes the first observed
+    value: the one fill from a later reading, as nothing earlier exists. A series never
+    observed takes, at each step, the mean of the other points' (filled) values of the same
+    ``k``, and stays NaN only when no point ever observed ``k``.
+
+    Args:
+        values: the readings; NaN/inf entries are gaps.
+        observed: optional ``(T, N, K)`` bool: also treat the entries where it is False as
+            gaps (their values are replaced).
 
     Returns:
         ``(filled, mask)``: ``filled`` has the dtype of ``values``; ``mask (T, N, K)`` is True
-        where the input was finite (really observed).
+        where the input was finite (and ``observed``): really observed.
     """
     values = np.asarray(values)
     mask = np.isfinite(values)
+    if observed is not None:
+        mask &= np.asarray(observed, dtype=bool)
     t = values.shape[0]
     flat = np.where(mask, values, np.nan).astype(values.dtype).reshape(t, -1)  # (T, N*K)
     flat_mask = mask.reshape(t, -1)
-    steps = np.arange(t, dtype=np.float64)
-    for j in np.flatnonzero(~flat_mask.all(axis=0) & flat_mask.any(axis=0)):
-        seen = flat_mask[:, j]
-        flat[:, j] = np.interp(steps, steps[seen], flat[seen, j])
+    if t:
+        steps = np.arange(t, dtype=np.int64)[:, None]
+        first = flat_mask.argmax(axis=0)  # (N*K,) first observed step (0 if never)
+        chunk = max(1, (1 << 22) // t)  # columns at a time: index arrays of ~32 MiB at most
+        for lo in range(0, flat.shape[1], chunk):
+            part = slice(lo, lo + chunk)
+            # the last observed step at or before each step (-1 before the first reading)
+            last = np.maximum.accumulate(np.where(flat_mask[:, part], steps, -1), axis=0)
+            source = np.where(last >= 0, last, first[part][None, :])
+            flat[:, part] = np.take_along_axis(flat[:, part], source, axis=0)
     filled = flat.reshape(values.shape)
     never = ~mask.any(axis=0)  # (N, K)
     if never.any():
@@ -404,7 +424,7 @@ def build_stream(
     Args:
         timestamps: ``(T,)`` regular grid; values: ``(T, N, C)`` raw values, NaN = missing.
         coords: ``(N, L)`` static positions, or ``trajectory``: ``(T, N, L)`` positions of
-            moving points (NaN gaps are interpolated in time like the values).
+            moving points (NaN gaps are filled in time like the values).
         step: sampling period, stored as ``metadata["step_minutes"]``.
 
     ``mask`` is False wherever a value was filled. ``metadata`` gets ``step_minutes``,
@@ -413,9 +433,9 @@ def build_stream(
     """
     point_ids = [str(p) for p in point_ids]
     keep, dropped = _points_with_data(values, point_ids, channel_names, name, source)
-    filled, mask = interpolate_gaps(values[:, keep])
+    filled, mask = fill_gaps_causally(values[:, keep])
     if trajectory is not None:
-        trajectory = interpolate_gaps(np.asarray(trajectory, dtype=np.float64)[:, keep])[0]
+        trajectory = fill_gaps_causally(np.asarray(trajectory, dtype=np.float64)[:, keep])[0]
         coords = trajectory[0]
     else:
         coords = np.asarray(coords, dtype=np.float64)[keep]

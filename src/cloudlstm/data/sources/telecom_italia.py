@@ -75,7 +75,8 @@ _DAY_FILE = re.compile(r"^sms-call-internet-mi-(\d{4}-\d{2}-\d{2})\.txt(\.gz)?$"
 _GRID_NAMES = ("milano-grid.geojson", "milano-grid.geojson.gz")
 # 2: rows repeating a square, interval and country code, and fields that are no finite
 # float32, are refused (a stream cached from such a file is read again, and refused)
-_VERSION = 2
+# 3: gaps hold the last reading (2 and before: linear interpolation in time)
+_VERSION = 3
 # the largest activity float32 keeps: a field beyond it would be summed into an inf
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -102,7 +103,8 @@ class TelecomItaliaSource(CachedSource):
     days. A square with no row in a step of complete files had no activity: 0. A step
     whose 10-minute intervals are not all in the files (the first and last steps when
     ``step`` does not divide the files' span, an outage of the whole city) is missing at
-    every square: filled linearly in time, with ``mask`` False.
+    every square: filled from the past (the last reading held, the first one before it),
+    with ``mask`` False.
 
     Raises:
         UserError: an unknown channel, a step that is not a multiple of 10 minutes, a

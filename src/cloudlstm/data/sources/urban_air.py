@@ -46,7 +46,7 @@ CHANNELS = {
 CLUSTERS: dict[str, int | None] = {"A": 1, "B": 2, "all": None}
 RAW_FILES = ("airquality.csv", "station.csv", "district.csv", "city.csv")
 # Bump when the preprocessing changes, so stale cache files are not reused.
-_VERSION = 1
+_VERSION = 2  # 2: gaps hold the last reading (1: linear interpolation)
 
 
 def _csv(path: Path, columns: list[str]) -> pd.DataFrame:
@@ -83,7 +83,8 @@ class UrbanAirSource(CachedSource):
         cache_dir: folder of the stream cache (default ``<root>/cache``).
 
     Readings are placed on an hourly grid (times floored to the hour, repeated readings
-    averaged), gaps are filled linearly in time (``mask`` False there), stations without any
+    averaged), gaps are filled from the past (each series holds its last
+    reading, a leading gap takes the first one; ``mask`` False there), stations without any
     reading are dropped. Coordinates are ``(longitude, latitude)``; channels
     ``PM2.5, PM10, NO2, CO, O3, SO2``. The stream is cached, keyed by the cluster and the
     raw files' signatures.

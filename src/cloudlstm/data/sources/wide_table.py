@@ -63,7 +63,7 @@ __all__ = ["WideTableSource", "read_positions"]
 log = logging.getLogger(__name__)
 
 # Bump when the reading changes, so stale caches are not reused.
-_VERSION = 4
+_VERSION = 5  # 5: gaps hold the last reading (4 and before: linear interpolation)
 # Names (lower case) a positions file's id column goes by, in the order they are looked for.
 ID_NAMES = ("id", "sensor_id", "cellid", "cell_id", "square_id", "station", "node_id")
 # Names (lower case) of a time column found without data.source.time_col.
@@ -133,8 +133,8 @@ class WideTableSource(CachedSource):
     degrees for latitude/longitude columns, as :class:`~cloudlstm.data.sources.beijing`
     gives its stations (the datamodule min-max normalises each dimension). Points keep the
     table's column order; a point with no reading at all is dropped, gaps (empty cells,
-    ``missing_value``, time steps without a row) are filled linearly in time with
-    ``mask`` False.
+    ``missing_value``, time steps without a row) are filled from the past (each series
+    holds its last reading, a leading gap takes the first one) with ``mask`` False.
     """
 
     cache_prefix = "wide"
