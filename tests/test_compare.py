@@ -1188,6 +1188,30 @@ def test_relative_to_a_baseline_divides_each_seed_by_its_own(tmp_path, capsys):
     assert any("every metric is over persistence's" in e for e in err)
 
 
+def test_relative_to_a_baseline_from_before_the_readings_hash_pairs_with_a_run_that_has_one(
+    tmp_path, capsys
+):
+    """A baseline run from before metrics.json recorded the readings' hash shares any run's
+    data in the table; --relative-to left a newer run that recorded one out as unpaired.
+    Runs with two different hashes are still not paired."""
+    write_run(tmp_path / "persist", 2.0, model="persistence")
+    write_run(tmp_path / "cloud" / "0", 1.0, digest="a1e921e14a838f43")
+    write_run(tmp_path / "cloud" / "1", 3.0, seed=1)
+    code, out, err = run_main(
+        capsys, tmp_path, "--metrics", "mae", "--format", "csv", "--relative-to", "persistence"
+    )
+    assert code == 0, err
+    rows = {row["model"]: row for row in csv.DictReader(io.StringIO(out))}
+    assert rows["cloudlstm"]["n"] == "2"
+    assert float(rows["cloudlstm"]["mae_mean"]) == pytest.approx(1.0)  # 0.5 and 1.5
+    shutil.rmtree(tmp_path / "persist")
+    write_run(tmp_path / "persist", 2.0, model="persistence", digest="0000000000000000")
+    code, out, err = run_main(
+        capsys, tmp_path, "--metrics", "mae", "--format", "csv", "--relative-to", "persistence"
+    )
+    assert any("1 run(s) without a persistence run" in e for e in err)
+
+
 def test_relative_to_a_model_no_run_has_is_one_line(seeds, capsys):
     code, _, err = run_main(capsys, seeds, "--relative-to", "persistence")
     assert code == 2

@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from cloudlstm.compare.datasets import tested_on
 from cloudlstm.compare.runs import CompareError, Run
-from cloudlstm.compare.settings import SAMPLE_KEYS
+from cloudlstm.compare.settings import SAMPLE_KEYS, VALUES_DIGEST_KEY
 
 
 def relative_runs(runs: Sequence[Run], baseline: str) -> tuple[list[Run], list[Run]]:
@@ -39,28 +39,46 @@ def relative_runs(runs: Sequence[Run], baseline: str) -> tuple[list[Run], list[R
             data and seed (other model settings, or the same run twice): which one every
             row would be divided by is not known.
     """
-    bases: dict[tuple, Run] = {}
+    bases: dict[tuple, list[Run]] = {}
     by_data: dict[tuple, list[Run]] = {}
     # an evaluation is no baseline: one found first (<run>/eval/ sorts before the run's own
     # metrics.json) put every row over the re-test's numbers, the training run's off 1
     for run in runs:
         if run.value("model") == baseline and not run.evaluated_run:
-            if (other := bases.setdefault(pairing(run), run)) is not run:
+            same = bases.setdefault(pairing(run), [])
+            if other := next((b for b in same if _digest(b) == _digest(run)), None):
                 raise CompareError(_two_baselines(baseline, other, run))
+            same.append(run)
             by_data.setdefault(pairing(run, seed=False), []).append(run)
     if not bases:
         raise CompareError(_no_baseline(runs, baseline))
     relative, unpaired = [], []
     for run in runs:
-        base = bases.get(pairing(run))
-        once = by_data.get(pairing(run, seed=False), [])
-        if base is None and len(once) == 1:
-            base = once[0]
+        base = _read_alike(run, bases.get(pairing(run), []))
+        if base is None:
+            once = by_data.get(pairing(run, seed=False), [])
+            base = _read_alike(run, once) if len(once) == 1 else None
         if base is None:
             unpaired.append(run)
         else:
             relative.append(over(run, base))
     return relative, unpaired
+
+
+def _digest(run: Run) -> str:
+    """The hash of the readings ``run`` was tested on; empty for a run from before it."""
+    return run.value(VALUES_DIGEST_KEY)
+
+
+def _read_alike(run: Run, bases: Sequence[Run]) -> Run | None:
+    """The one of ``bases`` (runs of ``run``'s data set but for the readings' hash) whose
+    readings are ``run``'s: the same hash, or, where either recorded none (a run from
+    before the hash), the only such base, as a table's rows share a data set with it."""
+    same = [b for b in bases if _digest(b) == _digest(run)]
+    if len(same) == 1:
+        return same[0]
+    unknown = [b for b in bases if not _digest(b) or not _digest(run)]
+    return unknown[0] if len(unknown) == 1 and not same else None
 
 
 def _two_baselines(baseline: str, first: Run, second: Run) -> str:
@@ -88,14 +106,17 @@ def _no_baseline(runs: Sequence[Run], baseline: str) -> str:
 
 def pairing(run: Run, seed: bool = True) -> tuple[tuple[str, str], ...]:
     """What a run and its baseline share: the data set, as the table's rows tell it
-    (:func:`cloudlstm.compare.datasets.tested_on`), and (``seed``) the seed; a held-out draw
+    (:func:`cloudlstm.compare.datasets.tested_on`) but the readings' hash, and (``seed``)
+    the seed; a held-out draw
     (``data.holdout_seed``) always. A key one run lacks and another leaves empty is the
     same (:meth:`Run.value`): a source option added later at its empty default."""
     samples = {"seed"} if seed else set()
     if run.value("data.holdout_points"):  # the draw; without held-out points it draws none
         samples |= set(SAMPLE_KEYS) - {"seed"}
     drawn = {key: value for key in samples if (value := run.value(key))}
-    return tuple(sorted({**tested_on(run), **drawn}.items()))
+    # the readings' hash is matched apart (_read_alike): a run from before it has none
+    tested = {k: v for k, v in tested_on(run).items() if k != VALUES_DIGEST_KEY}
+    return tuple(sorted({**tested, **drawn}.items()))
 
 
 def over(run: Run, base: Run) -> Run:
