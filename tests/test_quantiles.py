@@ -141,8 +141,13 @@ def test_keep_order_clips_outwards_from_the_centre() -> None:
     [
         ([0.1, 1.2], "module.quantiles=[0.1,1.2]: give distinct levels strictly between 0 and 1"),
         ([0.5, 0.5], "module.quantiles=[0.5,0.5]"),
-        (["a"], "module.quantiles=[a]"),
-        ("0.5", "module.quantiles='0.5'"),
+        (["a"], "module.quantiles=['a']: 'a' is text, not a number: give distinct levels"),
+        ("0.5", "module.quantiles='0.5': '0.5' is text, not a number: give distinct levels"),
+        (
+            [0.1, 0.5, "0.9"],
+            "module.quantiles=[0.1,0.5,'0.9']: '0.9' is text, not a number: give distinct levels",
+        ),
+        ([0.1, True, 0.9], "module.quantiles=[0.1,true,0.9]: true is not a number: give "),
         ([0.1, 0.9], "module.quantiles=[0.1,0.9]: the point forecast is the median, so the "),
         (
             [0.1, 0.1000000001, 0.5],

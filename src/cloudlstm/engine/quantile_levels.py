@@ -22,16 +22,18 @@ def check_quantiles(value: Any) -> tuple[float, ...]:
     if value is None:
         return ()
     items = value if isinstance(value, Sequence) and not isinstance(value, str) else [value]
+    items = list(items)
     numbers = [v for v in items if isinstance(v, int | float) and not isinstance(v, bool)]
     levels = sorted(float(v) for v in numbers)
-    if (
-        len(numbers) != len(items)
-        or not all(0 < t < 1 for t in levels)
-        or (len(set(levels)) != len(levels))
-    ):
+    strays = [v for v in items if not (isinstance(v, int | float) and not isinstance(v, bool))]
+    if strays or not all(0 < t < 1 for t in levels) or (len(set(levels)) != len(levels)):
+        stray = ""
+        if strays:  # named: the list shows '0.9' quoted, but a reader may miss the quotes
+            kind = "text, not a number" if isinstance(strays[0], str) else "not a number"
+            stray = f"{_item(strays[0])} is {kind}: "
         raise UserError(
-            f"module.quantiles={_shown(value)}: give distinct levels strictly between 0 and 1, "
-            "e.g. module.quantiles=[0.1,0.5,0.9] (null: point forecasts only)."
+            f"module.quantiles={_shown(value)}: {stray}give distinct levels strictly between "
+            "0 and 1, e.g. module.quantiles=[0.1,0.5,0.9] (null: point forecasts only)."
         )
     # The point forecast is the median, trained by its pinball loss: without 0.5 it would
     # be another level's forecast, scored by every point metric as if it were the median.
@@ -73,10 +75,22 @@ def _check_names(levels: Sequence[float], value: Any) -> None:
 
 
 def _shown(value: Any) -> str:
-    """``value`` as the command line writes a list."""
+    """``value`` as the command line writes a list: text quoted, so that ``'0.9'`` does
+    not print as the number ``0.9``."""
     if isinstance(value, Sequence) and not isinstance(value, str):
-        return "[" + ",".join(str(v) for v in value) + "]"
+        return "[" + ",".join(_item(v) for v in value) + "]"
     return repr(value)
+
+
+def _item(value: Any) -> str:
+    """One item of ``module.quantiles`` as the command line writes it."""
+    if isinstance(value, str):
+        return repr(value)
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, Sequence):
+        return _shown(value)
+    return str(value)
 
 
 def check_calibration(value: Any, levels: Sequence[float]) -> str:
