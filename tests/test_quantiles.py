@@ -151,7 +151,12 @@ def test_keep_order_clips_outwards_from_the_centre() -> None:
         ([0.1, 0.9], "module.quantiles=[0.1,0.9]: the point forecast is the median, so the "),
         (
             [0.1, 0.1000000001, 0.5],
-            "module.quantiles=[0.1,0.1000000001,0.5]: 0.1 and 0.1000000001 are both level q10",
+            "module.quantiles=[0.1,0.1000000001,0.5]: 0.1 and 0.1000000001 are closer than 1e-5",
+        ),
+        (  # named apart (q10, q10.0001), but closer than the 1e-5 the refusal asks for
+            [0.1, 0.100001, 0.5, 0.9],
+            "module.quantiles=[0.1,0.100001,0.5,0.9]: 0.1 and 0.100001 are closer than 1e-5 "
+            "(columns q10 and q10.0001 of the forecast files): give levels that differ by",
         ),
     ],
 )

@@ -42,7 +42,7 @@ def check_quantiles(value: Any) -> tuple[float, ...]:
             f"module.quantiles={_shown(value)}: the point forecast is the median, so the "
             "levels must include 0.5, e.g. module.quantiles=[0.1,0.5,0.9]."
         )
-    _check_names(levels, value)
+    _check_spacing(levels, value)
     return tuple(levels)
 
 
@@ -57,21 +57,20 @@ def quantiles_setting(value: Any) -> Any:
         return value
 
 
-def _check_names(levels: Sequence[float], value: Any) -> None:
-    """Refuse two levels that would name one column of a forecast file (``level_name``).
+def _check_spacing(levels: Sequence[float], value: Any) -> None:
+    """Refuse two levels closer than 1e-5 (ascending ``levels``): their columns of a
+    forecast file would be named alike (``q10``, ``q10.0001``) or as one.
 
     Raises:
-        UserError: two levels share a name.
+        UserError: two levels closer than 1e-5.
     """
-    seen: dict[str, float] = {}
-    for tau in levels:
-        name = level_name(tau)
-        if name in seen:
+    for low, high in zip(levels, levels[1:], strict=False):
+        if round(high - low, 12) < 1e-5:  # rounded: 0.12346 - 0.12345 is 1e-5 less a hair
             raise UserError(
-                f"module.quantiles={_shown(value)}: {seen[name]!r} and {tau!r} are both level "
-                f"{name} to the forecast files: give levels that differ by at least 1e-5."
+                f"module.quantiles={_shown(value)}: {low!r} and {high!r} are closer than "
+                f"1e-5 (columns {level_name(low)} and {level_name(high)} of the forecast "
+                "files): give levels that differ by at least 1e-5."
             )
-        seen[name] = tau
 
 
 def _shown(value: Any) -> str:
