@@ -21,7 +21,7 @@ from conftest import one_line, run_python
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.pipeline.forecast_input import build_input
 from cloudlstm.data.sources.long_format import LongFormatSource
-from cloudlstm.data.sources.tables import csv_dialect, pivot_long, read_table
+from cloudlstm.data.sources.tables import check_columns, csv_dialect, pivot_long, read_table
 from cloudlstm.data.sources.times import check_time_reading, parse_times
 from cloudlstm.data.sources.wide_table import WideTableSource, read_positions
 from cloudlstm.data.spec import DataSpec
@@ -752,3 +752,15 @@ def test_an_empty_file_is_one_line_with_a_fix(tmp_path, body):
         f"The long-format file {path} is empty, without even a header row: write the header "
         "row of its columns and its rows into it, or name the file that holds them."
     )
+
+
+def test_a_missing_column_is_not_guessed_as_one_another_expected_column_is():
+    """A history lacking the covariate ``temp`` was asked "Did you mean: 'temp' ->
+    'timestamp'?", its time column; a column no expected one names is still offered."""
+    expected = ["timestamp", "id", "x", "y", "temp"]
+    history = pd.DataFrame(columns=["timestamp", "id", "x", "y", "a", "b"])
+    with pytest.raises(UserError) as err:
+        check_columns(history, expected, "The history", "Add it.")
+    assert "lacks column(s) ['temp']" in str(err.value) and "Did you mean" not in str(err.value)
+    with pytest.raises(UserError, match=r"Did you mean: 'temp' -> 'tmp'\? Add it\.$"):
+        check_columns(history.assign(tmp=0.0), expected, "The history", "Add it.")

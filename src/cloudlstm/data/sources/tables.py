@@ -883,7 +883,10 @@ def check_columns(df: pd.DataFrame, expected: Sequence[str], what: str, hint: st
     if not missing:
         return
     found = [str(c) for c in df.columns]
-    close = {m: difflib.get_close_matches(m, found, n=1) for m in missing}
+    # Guessed only among the columns no expected one already is: a history lacking `temp`
+    # must not be told to read its time column `timestamp` as the covariate.
+    unclaimed = [c for c in found if c not in set(map(str, expected))]
+    close = {m: difflib.get_close_matches(m, unclaimed, n=1) for m in missing}
     guesses = ", ".join(f"{m!r} -> {g[0]!r}?" for m, g in close.items() if g)
     shown = (
         found if len(found) <= FOUND_SHOWN else f"{found[:FOUND_SHOWN]} ... ({len(found)} in all)"
