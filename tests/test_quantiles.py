@@ -534,15 +534,37 @@ def _calibrated_job(levels: list[float], **trainer: object) -> DictConfig:
 def test_a_validation_split_too_small_for_the_outermost_level_is_warned_of(caplog):
     """One validation window of a few points narrowed an 80 % interval to 50 % coverage."""
     job = _calibrated_job([0.1, 0.5, 0.9])
-    assert not check_calibration_split(job, {"val": 10})
-    assert check_calibration_split(job, {"val": 9})
+    assert not check_calibration_split(job, {"val": 10}, 8)
+    assert check_calibration_split(job, {"val": 9}, 8)
     assert "on 9 validation window(s), and the level 0.1 needs at least 10" in caplog.text
-    assert check_calibration_split(_calibrated_job([0.25, 0.5, 0.99]), {"val": 50})
+    assert check_calibration_split(_calibrated_job([0.25, 0.5, 0.99]), {"val": 50}, 8)
     assert "the level 0.99 needs at least 100" in caplog.text
     with pytest.raises(UserError, match=r"of which trainer\.limit_val_batches=0 runs no batch"):
-        check_calibration_split(_calibrated_job([0.1, 0.5, 0.9], limit_val_batches=0), {"val": 50})
+        check_calibration_split(
+            _calibrated_job([0.1, 0.5, 0.9], limit_val_batches=0), {"val": 50}, 8
+        )
     uncalibrated = OmegaConf.merge(job, {"module": {"calibrate": "none"}})
-    assert not check_calibration_split(uncalibrated, {"val": 0})
+    assert not check_calibration_split(uncalibrated, {"val": 0}, 8)
+
+
+@pytest.mark.parametrize(
+    ("limit", "batch_size", "validated"),
+    [(1, 2, 2), (3, 2, 6), (2, 5, 10), (100, 2, 12), (0.5, 2, 6), (0.25, 5, 0), (1.0, 2, 12)],
+)
+def test_the_calibration_split_counts_the_windows_limit_val_batches_lets_through(
+    caplog, limit, batch_size, validated
+):
+    """``trainer.limit_val_batches=1`` with ``data.batch_size=2`` calibrated on 2 of 12
+    validation windows without the warning that 7 windows of a smaller split got."""
+    job = _calibrated_job([0.1, 0.5, 0.9], limit_val_batches=limit)
+    if validated == 0:  # 0.25 of 3 batches: Lightning runs none
+        with pytest.raises(UserError, match=r"limit_val_batches=0\.25 runs no batch"):
+            check_calibration_split(job, {"val": 12}, batch_size)
+        return
+    assert check_calibration_split(job, {"val": 12}, batch_size) == (validated < 10)
+    if validated < 10:
+        assert f"on {validated} validation window(s), and the level 0.1 needs" in caplog.text
+        assert f"a larger trainer.limit_val_batches than {limit} (1.0: all of them)." in caplog.text
 
 
 def test_train_py_refuses_bad_levels_in_one_line(tmp_path):

@@ -127,7 +127,7 @@ def assemble(
     summary = set_up_datamodule(datamodule)
     batch_size = int(getattr(datamodule, "batch_size", 1))
     check_batch_limits(cfg, summary.get("windows", {}), batch_size)
-    check_calibration_split(cfg, summary.get("windows", {}))
+    check_calibration_split(cfg, summary.get("windows", {}), batch_size)
     warn_schedule_cut_short(cfg, summary.get("windows", {}), batch_size)
     warn_few_windows(cfg, summary)
     check_validation_interval(cfg, summary.get("windows", {}), batch_size)

@@ -1,11 +1,12 @@
 """The validation split that ``module.calibrate=conformal`` measures its offsets on, checked
 before training.
 
-The offsets are measured once training is over, at the test: with no validation window a
-run trained to the end and then failed, and with a handful of windows, all of a few hours,
-the offsets followed those hours and narrowed an 80 % interval until it covered half the
-test. So an empty split is refused, and one with fewer windows than the outermost level
-needs is warned of, before the first step.
+The offsets are measured at every validation, on the windows it runs (those
+``trainer.limit_val_batches`` lets through), and the checkpoint keeps those of its own
+weights: with no validation window a run trained to the end and then failed, and with a
+handful of windows, all of a few hours, the offsets followed those hours and narrowed an
+80 % interval until it covered half the test. So an empty split is refused, and one with
+fewer windows than the outermost level needs is warned of, before the first step.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from cloudlstm.errors import UserError
 log = logging.getLogger(__name__)
 
 
-def check_calibration_split(cfg: DictConfig, windows: dict[str, int]) -> bool:
+def check_calibration_split(cfg: DictConfig, windows: dict[str, int], batch_size: int) -> bool:
     """Refuse a training with conformal calibration whose validation split has no window
-    (``data.val_fraction=0``, ``trainer.limit_val_batches=0``); warn where it has fewer
-    than ``1 / min(level, 1 - level)`` windows over its levels (10 for an 80 % interval).
-    Returns whether it warned.
+    (``data.val_fraction=0``, ``trainer.limit_val_batches=0``); warn where it validates
+    fewer than ``1 / min(level, 1 - level)`` windows over its levels (10 for an 80 %
+    interval), counting those ``trainer.limit_val_batches`` lets through in batches of
+    ``batch_size``. Returns whether it warned.
 
     Raises:
         UserError: names the two settings and the ways out.
@@ -37,12 +39,13 @@ def check_calibration_split(cfg: DictConfig, windows: dict[str, int]) -> bool:
     if module.get("calibrate") != "conformal" or not levels or "train" not in splits_run(cfg):
         return False
     limit = (cfg.get("trainer") or {}).get("limit_val_batches")
-    found = windows.get("val", 0)
-    if found == 0 or (limit == 0 and not isinstance(limit, bool)):
+    split_windows = windows.get("val", 0)
+    found = _validated(split_windows, limit, batch_size)
+    if found == 0:
         split = (
             "which has no window"
-            if found == 0
-            else "of which trainer.limit_val_batches=0 runs no batch"
+            if split_windows == 0
+            else f"of which trainer.limit_val_batches={limit} runs no batch"
         )
         raise UserError(
             f"module.calibrate=conformal measures its offsets on the validation split, {split}: "
@@ -56,12 +59,30 @@ def check_calibration_split(cfg: DictConfig, windows: dict[str, int]) -> bool:
     log.warning(
         "module.calibrate=conformal measures its offsets on %d validation window(s), and the "
         "level %g needs at least %d for its offset to follow the test's coverage: the "
-        "intervals may come out narrower than their levels. Give a larger data.val_fraction.",
+        "intervals may come out narrower than their levels. %s",
         found,
         min(levels) if min(levels) <= 1 - max(levels) + 1e-9 else max(levels),
         needed,
+        (
+            f"Validate more of the split's {split_windows} windows: a larger "
+            f"trainer.limit_val_batches than {limit} (1.0: all of them)."
+            if found < split_windows
+            else "Give a larger data.val_fraction."
+        ),
     )
     return True
+
+
+def _validated(windows: int, limit: Any, batch_size: int) -> int:
+    """The validation windows a run measures its offsets on: all ``windows``, or those of
+    the batches ``limit`` lets through, as Lightning counts them (an int: that many
+    batches; a fraction: that share of the batches, rounded down)."""
+    if isinstance(limit, bool) or not isinstance(limit, int | float):
+        return windows
+    size = max(int(batch_size), 1)
+    batches = math.ceil(windows / size)
+    kept = min(batches, limit) if isinstance(limit, int) else int(batches * limit)
+    return min(windows, max(int(kept), 0) * size)
 
 
 def _levels(quantiles: Any) -> tuple[float, ...]:
