@@ -35,13 +35,19 @@ def speeds() -> pd.DataFrame:
     return pd.DataFrame(60 + 8 * np.sin(2 * np.pi * t / 48 + phase), columns=IDS)
 
 
-@pytest.fixture(scope="module")
-def forecaster(tmp_path_factory) -> Forecaster:
-    """A tiny CloudLSTM run on the wide table through ``data=metr_la``."""
-    folder = tmp_path_factory.mktemp("wide")
+def wide_data(folder: Path) -> Path:
+    """``folder`` holding the wide speed table and the sensors' positions, as data=metr_la
+    reads them."""
     speeds().to_csv(folder / "los_speed.csv.gz", index=False)
     locations = {"sensor_id": IDS, "latitude": LAT, "longitude": LON}
     pd.DataFrame(locations).to_csv(folder / "graph_sensor_locations.csv", index=False)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def forecaster(tmp_path_factory) -> Forecaster:
+    """A tiny CloudLSTM run on the wide table through ``data=metr_la``."""
+    folder = wide_data(tmp_path_factory.mktemp("wide"))
     keep = [o for o in TINY if not o.startswith("data.source.")]
     overrides = [*keep, "data=metr_la", f"data.source.root={folder}", "data.input_steps=4"]
     cfg = compose_train(folder, [*overrides, "logger=none", "report.figures=false"])
@@ -261,10 +267,7 @@ def test_point_columns_in_another_case_are_named_so(forecaster):
 @pytest.fixture(scope="module")
 def mlp_run(tmp_path_factory) -> Path:
     """A tiny MLP run on the wide table: a model tied to its training points, in order."""
-    folder = tmp_path_factory.mktemp("mlp")
-    speeds().to_csv(folder / "los_speed.csv.gz", index=False)
-    locations = {"sensor_id": IDS, "latitude": LAT, "longitude": LON}
-    pd.DataFrame(locations).to_csv(folder / "graph_sensor_locations.csv", index=False)
+    folder = wide_data(tmp_path_factory.mktemp("mlp"))
     keep = [o for o in TINY if not o.startswith(("data.source.", "model."))]
     overrides = [*keep, "data=metr_la", f"data.source.root={folder}", "data.input_steps=4"]
     cfg = compose_train(folder, [*overrides, "model=mlp", "logger=none", "report.figures=false"])
