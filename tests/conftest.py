@@ -78,13 +78,23 @@ TINY = [
 ]
 
 
+# Variables a library sets in this test process when a test imports it
+# (os.environ.setdefault; joblib's KMP_INIT_AT_FORK): a fresh shell would not hand them to a
+# program, and the warm python, whose server started before that import, would run the
+# program fresh, as for an environment unlike its own.
+SET_BY_IMPORTS = ("KMP_INIT_AT_FORK",)
+_GIVEN_AT_START = {name for name in SET_BY_IMPORTS if name in os.environ}
+
+
 def subprocess_env() -> dict[str, str]:
     """Environment for `python train.py` in a subprocess, as from a fresh shell.
 
     Without ``WANDB_SERVICE`` (set once this test process has used W&B), so the child starts
-    its own W&B service like a new job does, instead of sharing this process's one.
+    its own W&B service like a new job does, instead of sharing this process's one; nor the
+    variables of :data:`SET_BY_IMPORTS` that this process's imports set.
     """
-    env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}
+    dropped = {"WANDB_SERVICE", *(set(SET_BY_IMPORTS) - _GIVEN_AT_START)}
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     # the programs share the cores with the tests' processes: OpenMP threads that spin while
     # they wait would take turns from each other
     return {**env, "PROJECT_ROOT": str(ROOT), "WANDB_SILENT": "true", "OMP_WAIT_POLICY": "PASSIVE"}

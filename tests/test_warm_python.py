@@ -95,6 +95,16 @@ def _started(tmp_path: Path, program: str, **options) -> tuple[subprocess.Popen,
     return proc, int(ready.read_text())
 
 
+def test_a_variable_an_import_of_a_test_sets_keeps_programs_warm(tmp_path):
+    """joblib, imported by a test after the server started, sets KMP_INIT_AT_FORK in the
+    tests' process: the programs' environment then differed from the server's, and every
+    later program of that worker ran fresh."""
+    import joblib  # noqa: F401
+
+    (tmp_path / "script.py").write_text(REPORT)
+    assert report(PYTHON, "script.py", cwd=tmp_path, input="")["preloaded"]
+
+
 def test_a_signal_sent_to_it_reaches_the_program(tmp_path):
     program = """
 import os, signal, sys, time
