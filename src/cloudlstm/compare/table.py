@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 
 from cloudlstm.compare.cells import Column, Stat
 from cloudlstm.compare.groups import LEVEL_SCORES, Group, group_runs, level_sets
@@ -57,9 +56,9 @@ def build_table(
     """
     metrics = reported_metrics(groups) if metrics is None else metrics
     rows = ranked(groups, metrics[0])
-    columns = [Column(key, [g.keys[key] for g in rows]) for key in rows[0].keys]
     columns = [
-        replace(c, data_sets=[g.data for g in rows]) if c.name == "data" else c for c in columns
+        Column(key, [g.keys[key] for g in rows], data_sets=_data_sets(key, rows))
+        for key in rows[0].keys
     ]
     columns.append(Column("n", [len(g.runs) for g in rows]))
     columns += [Column(a, [g.mean_of(a) for g in rows]) for a in ("params", "epochs", "train_s")]
@@ -197,6 +196,12 @@ def compare(
     return build_table(
         group_runs(runs, by), metrics, horizons, horizon_metric, channels, channel_metric
     )
+
+
+def _data_sets(key: str, rows: Sequence[Group]) -> list[str] | None:
+    """The data sets of ``rows`` for the ``data`` column (:attr:`Column.data_sets`); None
+    for the others."""
+    return [g.data for g in rows] if key == "data" else None
 
 
 def scored(cell: object) -> float | None:
