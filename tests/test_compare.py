@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 
 from cloudlstm.cli.compare.command import main
 from cloudlstm.compare import compare, find_runs, to_latex, to_markdown, write_csv
+from cloudlstm.compare.formats import significant
 from cloudlstm.compare.groups import code_summary, group_runs
 from cloudlstm.compare.table import build_table
 from cloudlstm.engine.declared_metrics import metric_info
@@ -449,7 +450,7 @@ def test_markdown_cells_round_to_the_std(seeds):
         "| model | data | model.k | n | params | epochs | train_s | mae | rmse | psnr | ssim "
         "| smae |"
     )
-    assert rows[2].startswith("| cloudlstm | synthetic | 6 | 1 | 600 | 2 | 10 | **0.5** |")
+    assert rows[2].startswith("| cloudlstm | synthetic | 6 | 1 | 600 | 2 | 10 | **0.5000** |")
     assert rows[3].startswith("| cloudlstm | synthetic | 3 | 3 | 300 | 2 | 20 | 2.3 ± 1.5 |")
 
 
@@ -470,6 +471,22 @@ def test_round_off_spread_prints_as_one_value(tmp_path, maes):
     write_run(tmp_path / "3", 100.95, model="persistence", seed=3)
     row = to_markdown(compare(find_runs([tmp_path]))).splitlines()[2]
     assert "| **100.9417 ± 0.0055** |" in row
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (3.84, "3.840"),  # :.4g's 3.84 sat beside a column's 3.769
+        (14540.4, "14540"),  # and its 1.454e+04
+        (9.99996, "10.00"),
+        (0.00099996, "0.001000"),
+        (-2.5, "-2.500"),
+        (0.0, "0"),
+        (float("nan"), "nan"),
+    ],
+)
+def test_one_value_prints_four_significant_digits_in_fixed_point(value, text):
+    assert significant(value) == text
 
 
 def test_group_by_several_keys(tmp_path, capsys):
@@ -525,8 +542,8 @@ def test_best_cell_is_bold_per_data_set(tmp_path):
         ("| lstm", "synthetic"),
     ]
     metrics = [c[6:] for c in cells]  # mae, rmse, psnr, ssim (highest best), smae
-    assert metrics[0] == ["**3**", "**6**", "**37**", "**0.97**", "**0.3** |"]
-    assert metrics[2] == ["**7**", "**14**", "**33**", "**0.93**", "**0.7** |"]
+    assert metrics[0] == ["**3.000**", "**6.000**", "**37.00**", "**0.9700**", "**0.3000** |"]
+    assert metrics[2] == ["**7.000**", "**14.00**", "**33.00**", "**0.9300**", "**0.7000** |"]
     assert not any("**" in cell for row in (metrics[1], metrics[3]) for cell in row)
 
 
@@ -540,7 +557,7 @@ def test_latex_output(tmp_path):
     assert lines[4] == (
         r"cloudlstm & synthetic\_moving & 2 & 300 & 2 & 10 & \textbf{1.50 $\pm$ 0.71} \\"
     )
-    assert lines[5] == r"pointlstm & synthetic\_moving & 1 & 300 & 2 & 10 & 4 \\"
+    assert lines[5] == r"pointlstm & synthetic\_moving & 1 & 300 & 2 & 10 & 4.000 \\"
     assert lines[-2:] == [r"\hline", r"\end{tabular}"]
 
 
@@ -977,12 +994,12 @@ def test_a_nan_mean_ranks_last_and_is_never_best(nan_mape, capsys):
     assert code == 0
     rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| ")][1:]
     assert [(row[0].strip("| "), row[-1].strip(" |")) for row in rows] == [
-        ("c", "**5**"),
-        ("b", "10"),
+        ("c", "**5.000**"),
+        ("b", "10.00"),
         ("a", "nan"),
     ]
     code, out, _ = run_main(capsys, nan_mape, "--metrics", "mae", "mape", "--format", "latex")
-    assert code == 0 and r"\textbf{5}" in out and r"\textbf{nan}" not in out
+    assert code == 0 and r"\textbf{5.000}" in out and r"\textbf{nan}" not in out
 
 
 @pytest.mark.parametrize(
@@ -1098,7 +1115,7 @@ def test_scale_free_mae_column_and_older_files(tmp_path, capsys):
     rows = out.splitlines()
     assert code == 0 and rows[0].endswith("| mae | smae |")
     assert rows[2].endswith("| **2.3 ± 1.5** | **0.23 ± 0.15** |")
-    assert rows[3].endswith("| 3 |  |")
+    assert rows[3].endswith("| 3.000 |  |")
     out = io.StringIO()
     write_csv(compare(find_runs([tmp_path / "old"]), metrics=["mae", "smae"]), out)
     header, row = csv.reader(io.StringIO(out.getvalue()))

@@ -180,7 +180,7 @@ def test_command_line(tmp_path, capsys):
     assert out.splitlines()[0] == "| data | model | n | mae | paper_mae | diff_mae |"
     assert (
         out.splitlines()[2]
-        == "| Cluster A | CloudLSTM (K=9) | 1 | 20 | 21.72 ± 7.83 | -1.72 (-7.9%) |"
+        == "| Cluster A | CloudLSTM (K=9) | 1 | 20.00 | 21.72 ± 7.83 | -1.72 (-7.9%) |"
     )
     assert err == "compare: 33 of the 34 rows of table metric2 have no runs\n"
     assert main([str(tmp_path), "--paper", "metric2", "--format", "csv"]) == 0

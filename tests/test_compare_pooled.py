@@ -50,7 +50,7 @@ def test_the_option_prints_the_columns_with_the_best_bold(tmp_path, capsys):
     header = [c.strip() for c in out.splitlines()[0].split("|")]
     assert header[-3:-1] == ["pooled/mae", "pooled/rmse"]
     rows = {line.split("|")[1].strip(): line for line in out.splitlines()[2:]}
-    assert "**6.25**" in rows["stgcn"] and "**7.5" not in rows["linear"]
+    assert "**6.250**" in rows["stgcn"] and "**7.5" not in rows["linear"]
 
 
 def test_without_pooled_metrics_or_with_a_damaged_record_the_option_is_one_line(tmp_path, capsys):

@@ -34,9 +34,22 @@ def _mean_std(stat: Stat, pm: str) -> str:
     # seeds, whose metrics are float32 sums over other point orders): such a std is
     # round-off, not spread, and would print 9 to 17 decimals.
     if math.isnan(stat.std) or stat.std <= ROUND_OFF * abs(stat.mean):
-        return f"{stat.mean:.4g}"
+        return significant(stat.mean)
     decimals = max(0, 1 - math.floor(math.log10(stat.std)))
     return f"{stat.mean:.{decimals}f}{pm}{stat.std:.{decimals}f}"
+
+
+def significant(value: float, digits: int = 4) -> str:
+    """``value`` to ``digits`` significant digits in fixed point, trailing zeros kept: 3.840,
+    not ``:.4g``'s 3.84 beside a column's 3.769, nor its 1.454e+04 for 14,540."""
+    if not math.isfinite(value) or value == 0:
+        return f"{value:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    text = f"{value:.{decimals}f}"
+    # rounding up may add a digit (9.9996 -> 10.000): keep the count of significant digits
+    if decimals and len(text.lstrip("-").replace(".", "").lstrip("0")) > digits:
+        text = f"{value:.{decimals - 1}f}"
+    return text
 
 
 def _grid(

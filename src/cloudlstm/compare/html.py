@@ -26,7 +26,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from cloudlstm.compare.cells import Column, Stat
-from cloudlstm.compare.formats import cell_text
+from cloudlstm.compare.formats import cell_text, significant
 from cloudlstm.compare.groups import Group, changes_note, code_summary, levels_note, machine_note
 from cloudlstm.compare.runs import CompareError, Run
 from cloudlstm.compare.style import REFERENCE, close_range, is_reference, label_lines
@@ -151,7 +151,7 @@ def _runs_html(groups: Sequence[Group], metric: str, base: Path, table_id: str) 
                 "<tr>"
                 + _td(group.label, group.label)
                 + _td(run.value("seed"), _number(run.keys.get("seed")))
-                + _td("" if value is None else f"{value:.4g}", _number(value))
+                + _td("" if value is None else significant(value), _number(value))
                 + _td(str(run.path), str(run.path))
                 + f"<td>{links}</td></tr>"
             )
