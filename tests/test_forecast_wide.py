@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import logging
 from pathlib import Path
 
@@ -286,10 +287,18 @@ def test_eval_reads_the_training_columns_given_in_another_order_in_the_training_
 
     reversed_ = tmp_path / "reversed.csv.gz"
     speeds()[IDS[::-1]].to_csv(reversed_, index=False)
-    same = evaluate(compose_eval(mlp_run, tmp_path / "same"))
-    other = evaluate(compose_eval(mlp_run, tmp_path / "rev", f"data.source.path={reversed_}"))
+    saving = "module.save_predictions=true"
+    same = evaluate(compose_eval(mlp_run, tmp_path / "same", saving))
+    rev = compose_eval(mlp_run, tmp_path / "rev", f"data.source.path={reversed_}", saving)
+    other = evaluate(rev)
     assert other["data"]["points_digest"] == same["data"]["points_digest"]
     assert other["test"]["overall"] == same["test"]["overall"]
+    # the saved N axis names its points: the training order, not the file's columns
+    trained = json.loads((mlp_run / "data_summary.json").read_text())["point_ids"]
+    assert sorted(trained) == sorted(IDS) and trained != IDS[::-1]
+    assert other["data"]["point_ids"] == trained
+    with np.load(tmp_path / "rev" / "predictions.npz") as npz:
+        assert npz["point_ids"].tolist() == trained
 
 
 def test_a_fixed_point_model_names_a_wide_historys_missing_column_a_column(mlp_run):

@@ -137,6 +137,7 @@ def test_saved_predictions_and_targets_are_the_raw_stream_at_the_test_times(pers
     assert arrays["target"].shape == target.shape == (38, J, N, len(CHANNELS))
     # a target without a reading is NaN, not the loader's filled value, and said so
     np.testing.assert_array_equal(arrays["observed"], mask)
+    assert arrays["point_ids"].tolist() == IDS  # the N axis, by the CSV's ids
     assert (~mask).sum() > 30
     np.testing.assert_allclose(
         arrays["target"], np.where(mask, target, np.nan), rtol=1e-6, atol=1e-4
@@ -146,6 +147,29 @@ def test_saved_predictions_and_targets_are_the_raw_stream_at_the_test_times(pers
     stamps = (pd.Timestamp("2021-01-01") + pd.to_timedelta(np.arange(T), unit="h")).values
     splits = range(FIRST_TARGET, T - J + 1)
     np.testing.assert_array_equal(arrays["forecast_time"], [stamps[s : s + J] for s in splits])
+
+
+def saved_arrays(run: Path) -> dict[str, np.ndarray]:
+    """Every array of the run's ``predictions.npz``."""
+    with np.load(run / "predictions.npz") as npz:
+        return {k: npz[k] for k in npz.files}
+
+
+def test_a_point_subset_saves_each_forecast_under_its_points_id(tmp_path):
+    """data.num_points keeps some points: the saved N axis maps back to the CSV's ids."""
+    values, observed = raw_stream()
+    extra = ["data.num_points=4", "module.save_predictions=true", "report.figures=false"]
+    run = run_on_csv(tmp_path, values, observed, *extra)
+    arrays = saved_arrays(run)
+    pred, target, mask = persistence_windows(values, observed)
+    points = [IDS.index(i) for i in arrays["point_ids"]]
+    assert len(set(points)) == 4
+    np.testing.assert_array_equal(arrays["observed"], mask[:, :, points])
+    expected = np.where(mask, target, np.nan)[:, :, points]
+    np.testing.assert_allclose(arrays["target"], expected, rtol=1e-6, atol=1e-4)
+    np.testing.assert_allclose(arrays["prediction"], pred[:, :, points], rtol=1e-6, atol=1e-4)
+    summary = json.loads((run / "data_summary.json").read_text())
+    assert summary["point_ids"] == arrays["point_ids"].tolist()
 
 
 def group_members(saved: dict) -> dict[str, np.ndarray]:

@@ -35,6 +35,7 @@ from cloudlstm.engine.resumed_settings import (
     configured_settings,
     note_configured_lr,
 )
+from cloudlstm.engine.saved_predictions import tested_data
 from cloudlstm.engine.scheduled_sampling import (
     check_scheduled_sampling,
     draw_teacher,
@@ -564,8 +565,9 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
         """Write every rank's test forecasts to ``path`` from rank 0, in window order (under
         DDP each rank tested every world_size-th window): ``prediction``, ``target`` (NaN
         where no reading was observed: the loader's filled value is no reading) and
-        ``observed``, ``(W, J, N, C)``; with quantile forecasts, ``quantiles`` ``(W, J, N,
-        C, Q)`` (calibrated as tested) at ``levels`` ``(Q,)``."""
+        ``observed``, ``(W, J, N, C)``; ``point_ids`` ``(N,)`` and ``forecast_time`` ``(W, J)``
+        (:func:`~cloudlstm.engine.saved_predictions.tested_data`); with quantile forecasts,
+        ``quantiles`` ``(W, J, N, C, Q)`` (calibrated as tested) at ``levels`` ``(Q,)``."""
         ranks = gather_on_rank_zero(self._predictions)
         if ranks is None:
             return
@@ -573,24 +575,13 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
         saved = {key: np.concatenate([b[key] for b in batches]) for key in batches[0]}
         order = np.argsort(saved["t0"], kind="stable")
         saved = {key: values[order] for key, values in saved.items()}
-        times = self._forecast_times(saved.pop("t0"), saved["prediction"].shape[1])
+        datamodule = getattr(self.trainer, "datamodule", None)
+        saved.update(tested_data(datamodule, saved.pop("t0"), saved["prediction"].shape[1]))
         saved["target"] = np.where(saved["observed"], saved["target"], np.nan)
         if "quantiles" in saved:
             saved["levels"] = np.asarray(self.quantile_levels, dtype=np.float64)
         with replacing(path) as part:
-            np.savez_compressed(part, **saved, **times)
-
-    def _forecast_times(self, starts: np.ndarray, horizon: int) -> dict[str, np.ndarray]:
-        """``{"forecast_time": (W, J) datetime64}``, the time of each forecast step of the
-        windows starting at ``starts`` (absolute steps), where the data has timestamps, so
-        that forecasts can be told apart by when they fall (a holiday, a weekday); else
-        empty."""
-        datamodule = getattr(self.trainer, "datamodule", None)
-        stamps = getattr(getattr(datamodule, "stream", None), "timestamps", None)
-        if stamps is None:
-            return {}
-        steps = starts[:, None] + datamodule.history_steps + np.arange(horizon)
-        return {"forecast_time": np.asarray(stamps, dtype="datetime64[ns]")[steps]}
+            np.savez_compressed(part, **saved)
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         """De-normalised forecast ``(B, J, N, C_out)`` of ``batch["x"]`` (normalised, ``(B,

@@ -31,6 +31,8 @@ def summary(datamodule: Any) -> dict[str, Any]:
     return {
         "name": stream.name,
         "num_points": stream.num_points,
+        # the N axis of the run's arrays (predictions.npz, per-point figures), in order
+        "point_ids": ids.tolist(),
         "points_digest": _digest(ids),
         "values_digest": values_digest(stream),
         "num_channels": dm.num_channels,
