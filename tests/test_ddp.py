@@ -82,6 +82,6 @@ def test_two_ddp_processes_test_like_one(tmp_path):
     ):
         assert one["prediction"].shape[0] == two["prediction"].shape[0] == windows
         np.testing.assert_array_equal(two["target"], one["target"])  # same windows, same order
-        for name in ("observed", "point_ids"):  # rank 0 reads them for every rank
+        for name in ("observed", "scored", "point_ids"):  # rank 0 reads them for every rank
             np.testing.assert_array_equal(two[name], one[name])
         np.testing.assert_allclose(two["prediction"], one["prediction"], rtol=RTOL, atol=1e-6)

@@ -137,6 +137,7 @@ def test_saved_predictions_and_targets_are_the_raw_stream_at_the_test_times(pers
     assert arrays["target"].shape == target.shape == (38, J, N, len(CHANNELS))
     # a target without a reading is NaN, not the loader's filled value, and said so
     np.testing.assert_array_equal(arrays["observed"], mask)
+    np.testing.assert_array_equal(arrays["scored"], mask)
     assert arrays["point_ids"].tolist() == IDS  # the N axis, by the CSV's ids
     assert (~mask).sum() > 30
     np.testing.assert_allclose(
@@ -153,6 +154,20 @@ def saved_arrays(run: Path) -> dict[str, np.ndarray]:
     """Every array of the run's ``predictions.npz``."""
     with np.load(run / "predictions.npz") as npz:
         return {k: npz[k] for k in npz.files}
+
+
+def test_with_score_filled_the_saved_predictions_tell_readings_from_filled_gaps(tmp_path):
+    """data.score_filled=true scores the filled gaps too: ``observed`` was then all True,
+    the scoring mask, and a filled gap could not be told from a reading."""
+    values, observed = raw_stream()
+    extra = ["data.score_filled=true", "module.save_predictions=true", "report.figures=false"]
+    arrays = saved_arrays(run_on_csv(tmp_path, values, observed, *extra))
+    _, target, mask = persistence_windows(values, observed)
+    np.testing.assert_array_equal(arrays["observed"], mask)
+    assert (~mask).sum() > 30
+    # every gap is filled (from the past, a leading one from the future): all scored
+    assert arrays["scored"].all()
+    np.testing.assert_allclose(arrays["target"], target, rtol=1e-6, atol=1e-4)
 
 
 def test_a_point_subset_saves_each_forecast_under_its_points_id(tmp_path):

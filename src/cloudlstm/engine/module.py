@@ -479,7 +479,7 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
             self._update_groups(self.uncalibrated_group_metrics, pred, target, batch["y_mask"], raw)
         if self.hparams.save_predictions:
             saved = {"t0": batch["t0"], "prediction": pred, "target": target}
-            saved["observed"] = batch["y_mask"]
+            saved["scored"] = batch["y_mask"]  # the readings, or every value (score_filled)
             if quantiles is not None:
                 saved["quantiles"] = quantiles
             self._predictions.append({k: v.cpu().numpy() for k, v in saved.items()})
@@ -564,8 +564,9 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
     def _save_predictions(self, path: Path) -> None:
         """Write every rank's test forecasts to ``path`` from rank 0, in window order (under
         DDP each rank tested every world_size-th window): ``prediction``, ``target`` (NaN
-        where no reading was observed: the loader's filled value is no reading) and
-        ``observed``, ``(W, J, N, C)``; ``point_ids`` ``(N,)`` and ``forecast_time`` ``(W, J)``
+        where the metrics scored nothing), ``scored`` (the cells the metrics counted) and
+        ``observed`` (the cells that were readings, filled gaps not), ``(W, J, N, C)``;
+        ``point_ids`` ``(N,)`` and ``forecast_time`` ``(W, J)``
         (:func:`~cloudlstm.engine.saved_predictions.tested_data`); with quantile forecasts,
         ``quantiles`` ``(W, J, N, C, Q)`` (calibrated as tested) at ``levels`` ``(Q,)``."""
         ranks = gather_on_rank_zero(self._predictions)
@@ -576,8 +577,8 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
         order = np.argsort(saved["t0"], kind="stable")
         saved = {key: values[order] for key, values in saved.items()}
         datamodule = getattr(self.trainer, "datamodule", None)
-        saved.update(tested_data(datamodule, saved.pop("t0"), saved["prediction"].shape[1]))
-        saved["target"] = np.where(saved["observed"], saved["target"], np.nan)
+        saved.update(tested_data(datamodule, saved.pop("t0"), saved["scored"]))
+        saved["target"] = np.where(saved["scored"], saved["target"], np.nan)
         if "quantiles" in saved:
             saved["levels"] = np.asarray(self.quantile_levels, dtype=np.float64)
         with replacing(path) as part:
