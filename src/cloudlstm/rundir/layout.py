@@ -5,7 +5,7 @@ writes of them that every entry point shares.
 
     <run dir>/
         config.yaml            the job's resolved config (without ``hydra``)
-        data_summary.json      the data's summary (points, channels, splits)
+        data_summary.json      the data's summary (point ids, channels, splits)
         metrics.json           the results; written last, so it marks a finished run;
                                its files named relative to the run directory
         config_changes.yaml    settings changed on resuming (``allow_changes``)
@@ -14,7 +14,9 @@ writes of them that every entry point shares.
         wandb_run_id.txt       the W&B run id, so a restarted job continues its W&B run
         checkpoints/           epoch_*.ckpt (the best), last.ckpt (the newest), checksums
         figures/               the test report's PNG files
-        predictions.npz        the test's forecasts and targets (module.save_predictions)
+        predictions.npz        the test's forecasts, targets, which were readings and
+                               which scored, and the points' ids (module.save_predictions;
+                               engine/saved_predictions.py)
         eval/<time>/           each evaluation's own directory
         .replaced/<time>/      an earlier training's results, moved aside by a training
                                anew (rundir/replaced.py)
