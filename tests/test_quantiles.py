@@ -567,6 +567,24 @@ def test_the_calibration_split_counts_the_windows_limit_val_batches_lets_through
         assert f"a larger trainer.limit_val_batches than {limit} (1.0: all of them)." in caplog.text
 
 
+@pytest.mark.parametrize(
+    ("trainer", "warned"),
+    [
+        ({}, True),  # one process: 2 batches of 4, 8 windows
+        ({"devices": 2}, False),  # two share the 12 windows, 2 batches each: all 12
+        ({"devices": [0, 1]}, False),
+        ({"devices": 1, "num_nodes": 2}, False),
+        ({"devices": "auto"}, True),  # resolved by Lightning: counted as one
+    ],
+)
+def test_the_calibration_split_counts_every_process_s_batches(trainer, warned):
+    """Lightning applies ``trainer.limit_val_batches`` to each process and the residuals
+    are pooled over them: two processes with a limit of 2 batches of 4 validate all 12
+    windows, where one process's count (8) warned."""
+    job = _calibrated_job([0.1, 0.5, 0.9], limit_val_batches=2, **trainer)
+    assert check_calibration_split(job, {"val": 12}, 4) == warned
+
+
 def test_train_py_refuses_bad_levels_in_one_line(tmp_path):
     done = subprocess.run(
         [

@@ -98,16 +98,23 @@ def check_validation_interval(cfg: DictConfig, windows: dict[str, int], batch_si
         )
 
 
+def processes(trainer: Any) -> int:
+    """The processes a training runs in, ``devices`` x ``num_nodes`` of the ``trainer``
+    settings (a list of devices: its length); 1 for ``auto`` and other values Lightning
+    resolves itself."""
+    devices, nodes = trainer.get("devices"), trainer.get("num_nodes")
+    listed = isinstance(devices, Sequence) and not isinstance(devices, str)
+    world = len(devices) if listed else devices
+    return (world if isinstance(world, int) and world > 0 else 1) * (
+        nodes if isinstance(nodes, int) and nodes > 0 else 1
+    )
+
+
 def _train_batches(trainer: Any, windows: int, batch_size: int) -> int:
     """The training batches of an epoch on each process, as Lightning counts them: the
     loader's, shared by the processes (``devices`` x ``num_nodes``), then
     ``limit_train_batches``."""
-    devices, nodes = trainer.get("devices"), trainer.get("num_nodes")
-    listed = isinstance(devices, Sequence) and not isinstance(devices, str)
-    world = len(devices) if listed else devices
-    world = (world if isinstance(world, int) and world > 0 else 1) * (
-        nodes if isinstance(nodes, int) and nodes > 0 else 1
-    )
+    world = processes(trainer)
     batches = math.ceil(math.ceil(windows / max(batch_size, 1)) / world)
     limit = trainer.get("limit_train_batches")
     if isinstance(limit, bool) or not isinstance(limit, int | float):

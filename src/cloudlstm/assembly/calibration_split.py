@@ -17,7 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from cloudlstm.assembly.batch_limits import splits_run
+from cloudlstm.assembly.batch_limits import processes, splits_run
 from cloudlstm.engine.quantile_levels import check_quantiles
 from cloudlstm.errors import UserError
 
@@ -29,7 +29,7 @@ def check_calibration_split(cfg: DictConfig, windows: dict[str, int], batch_size
     (``data.val_fraction=0``, ``trainer.limit_val_batches=0``); warn where it validates
     fewer than ``1 / min(level, 1 - level)`` windows over its levels (10 for an 80 %
     interval), counting those ``trainer.limit_val_batches`` lets through in batches of
-    ``batch_size``. Returns whether it warned.
+    ``batch_size`` on each of the training's processes. Returns whether it warned.
 
     Raises:
         UserError: names the two settings and the ways out.
@@ -38,9 +38,10 @@ def check_calibration_split(cfg: DictConfig, windows: dict[str, int], batch_size
     levels = _levels(module.get("quantiles"))
     if module.get("calibrate") != "conformal" or not levels or "train" not in splits_run(cfg):
         return False
-    limit = (cfg.get("trainer") or {}).get("limit_val_batches")
+    trainer = cfg.get("trainer") or {}
+    limit = trainer.get("limit_val_batches")
     split_windows = windows.get("val", 0)
-    found = _validated(split_windows, limit, batch_size)
+    found = _validated(split_windows, limit, batch_size, processes(trainer))
     if found == 0:
         split = (
             "which has no window"
@@ -73,16 +74,17 @@ def check_calibration_split(cfg: DictConfig, windows: dict[str, int], batch_size
     return True
 
 
-def _validated(windows: int, limit: Any, batch_size: int) -> int:
+def _validated(windows: int, limit: Any, batch_size: int, world: int = 1) -> int:
     """The validation windows a run measures its offsets on: all ``windows``, or those of
-    the batches ``limit`` lets through, as Lightning counts them (an int: that many
-    batches; a fraction: that share of the batches, rounded down)."""
+    the batches ``limit`` lets through, as Lightning counts them on each of ``world``
+    processes, which share the windows and pool their residuals (an int: that many
+    batches a process; a fraction: that share of a process's batches, rounded down)."""
     if isinstance(limit, bool) or not isinstance(limit, int | float):
         return windows
     size = max(int(batch_size), 1)
-    batches = math.ceil(windows / size)
+    batches = math.ceil(math.ceil(windows / world) / size)  # a process's
     kept = min(batches, limit) if isinstance(limit, int) else int(batches * limit)
-    return min(windows, max(int(kept), 0) * size)
+    return min(windows, max(int(kept), 0) * size * world)
 
 
 def _levels(quantiles: Any) -> tuple[float, ...]:
