@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import zipfile
@@ -207,6 +208,7 @@ def test_co_units_divide_co_by_1000_with_a_cache_per_unit(tiny, tmp_path):
         want = (300.0 + co + 0.5 * hours) / divisor  # Huairou: offset 300, no gaps
         np.testing.assert_allclose(streams[units].values[:, 0, co], want, rtol=1e-6)
         assert streams[units].metadata["co_units"] == units
+        assert streams[units].metadata["units"] == {**dict.fromkeys(CHANNELS, "ug/m3"), "CO": units}
     assert len(list(cache.glob("beijing_*"))) == 2
     others = [c for c in range(6) if c != co]
     np.testing.assert_array_equal(
@@ -215,8 +217,13 @@ def test_co_units_divide_co_by_1000_with_a_cache_per_unit(tiny, tmp_path):
     for units, stream in streams.items():
         source = BeijingSource(tiny, stations=["Huairou"], cache_dir=cache, co_units=units)
         with rebuilding_fails(BeijingSource, "_build"):
-            np.testing.assert_array_equal(source.load().values, stream.values)
+            cached = source.load()
+        np.testing.assert_array_equal(cached.values, stream.values)
         assert source.last_load_from_cache
+        # recorded at every load, not in the cache: a cache from before units has them
+        assert cached.metadata["units"]["CO"] == units
+        for meta in cache.glob("beijing_*/meta.json"):
+            assert "units" not in json.loads(meta.read_text())["metadata"]
 
 
 def test_unknown_co_units_is_one_user_error(tiny, tmp_path):
@@ -261,7 +268,9 @@ def test_a_reading_outside_its_physical_range_is_one_line(tiny, tmp_path):
             "data.valid_ranges={PM2.5:null,PRES:[400,1100]}",
         ],
     )
-    assert instantiate_datamodule(cfg).stream.values[9, 2, 6] == 500.0  # Tiantan's PRES
+    stream = instantiate_datamodule(cfg).stream
+    assert stream.values[9, 2, 6] == 500.0  # Tiantan's PRES
+    assert [stream.metadata["units"][c] for c in stream.channel_names[6:]] == ["hPa", "m/s", "m/s"]
 
 
 def old_beijing_config(cfg: DictConfig) -> DictConfig:
@@ -370,12 +379,10 @@ def test_a_download_switch_that_is_no_boolean_is_one_line(tmp_path, source):
         source(tmp_path, download="no")
 
 
-def test_eval_refuses_a_run_evaluated_in_other_co_units(tiny, tmp_path):
-    """eval.py data.source.co_units=ug/m3 on a run of mg/m3: CO read 1000 times too large
-    by the training scaler, scored in silence (the CO MAE 1000 times the run's)."""
-    from cloudlstm.cli.evaluate import evaluate
+@pytest.fixture
+def beijing_run(tiny, tmp_path) -> Path:
+    """A linear run trained on ``tiny`` (CO in mg/m3, the default)."""
     from cloudlstm.cli.train import train
-    from tests.test_eval import compose_eval
 
     job = ["data=beijing", f"data.source.root={tiny}", "data.input_steps=4"]
     job += ["data.output_steps=3", "data.batch_size=4", "model=linear", "trainer=cpu"]
@@ -383,11 +390,78 @@ def test_eval_refuses_a_run_evaluated_in_other_co_units(tiny, tmp_path):
     job += ["logger=none", "report.figures=false", "trainer.enable_progress_bar=false"]
     cfg = compose_train(tmp_path, job)
     train(cfg)
-    run = Path(cfg.paths.output_dir)
+    return Path(cfg.paths.output_dir)
+
+
+def test_eval_refuses_a_run_evaluated_in_other_co_units(beijing_run, tmp_path):
+    """eval.py data.source.co_units=ug/m3 on a run of mg/m3: CO read 1000 times too large
+    by the training scaler, scored in silence (the CO MAE 1000 times the run's)."""
+    from cloudlstm.cli.evaluate import evaluate
+    from tests.test_eval import compose_eval
+
     with pytest.raises(
         UserError,
-        match=r"was trained on data.source.co_units=mg/m3, and this evaluation gives "
-        r"data.source.co_units=ug/m3: .* Evaluate it with data.source.co_units=mg/m3",
+        match=r"was trained on CO in mg/m3, and these data give it in ug/m3: .* Evaluate it "
+        r"on data in mg/m3 \(leave out data.source.co_units=ug/m3\)",
     ):
-        evaluate(compose_eval(run, tmp_path / "ug", "data.source.co_units=ug/m3"))
-    evaluate(compose_eval(run, tmp_path / "mg", "data.source.co_units=mg/m3"))  # its own
+        evaluate(compose_eval(beijing_run, tmp_path / "ug", "data.source.co_units=ug/m3"))
+    evaluate(compose_eval(beijing_run, tmp_path / "mg", "data.source.co_units=mg/m3"))  # its own
+
+
+class BeijingInPpb(BeijingSource):
+    """The Beijing files with NO2 converted to ppb (at 25 °C, 1.88 µg/m³ per ppb): a source
+    that converts, with no setting of units to tell."""
+
+    def _read(self, station: str, path: Path) -> pd.DataFrame:
+        frame = super()._read(station, path)
+        return frame.assign(NO2=frame["NO2"] / 1.88)
+
+    def units(self) -> dict[str, str]:
+        return {**super().units(), "NO2": "ppb"}
+
+
+def test_eval_refuses_other_units_by_any_route(beijing_run, tmp_path):
+    """Units are compared as the sources record them, not by a setting's name: a source
+    that converts NO2 to ppb is refused, naming the channel and both units."""
+    from cloudlstm.cli.evaluate import evaluate
+    from tests.test_eval import compose_eval
+
+    trained = json.loads((beijing_run / "data_summary.json").read_text())
+    assert trained["source_metadata"]["units"]["NO2"] == "ug/m3"  # recorded at training
+    other = f"data.source._target_={__name__}.BeijingInPpb"
+    with pytest.raises(
+        UserError,
+        match=r"^\S+ was trained on NO2 in ug/m3, and these data give it in ppb: .* Evaluate "
+        r"it on data in ug/m3 \(give NO2 in ug/m3\), or train a model for these units\.$",
+    ):
+        evaluate(compose_eval(beijing_run, tmp_path / "ppb", other))
+
+
+def test_eval_compares_the_units_of_a_summary_without_them(beijing_run, tmp_path):
+    """A Beijing run trained before the units were recorded wrote CO's alone (co_units),
+    and one from before co_units none (the files' ug/m3): both are still compared."""
+    from cloudlstm.cli.evaluate import evaluate
+    from tests.test_eval import compose_eval
+
+    path = beijing_run / "data_summary.json"
+    summary = json.loads(path.read_text())
+    del summary["source_metadata"]["units"]
+    path.write_text(json.dumps(summary))
+    with pytest.raises(UserError, match=r"trained on CO in mg/m3, and these data give it in ug"):
+        evaluate(compose_eval(beijing_run, tmp_path / "ug", "data.source.co_units=ug/m3"))
+    del summary["source_metadata"]["co_units"]
+    path.write_text(json.dumps(summary))
+    with pytest.raises(UserError, match=r"trained on CO in ug/m3, and these data give it in mg"):
+        evaluate(compose_eval(beijing_run, tmp_path / "mg", "data.source.co_units=mg/m3"))
+
+
+def test_summaries_without_units_have_nothing_to_compare():
+    """Runs of data whose units no source records (synthetic data, tables), and runs
+    trained before units were recorded, evaluate as before."""
+    from cloudlstm.assembly.evaluated_data import check_same_units
+
+    now = {"name": "x", "source_metadata": {"units": {"CO": "ug/m3"}}}
+    check_same_units(None, now, [], "run")
+    check_same_units({"name": "x", "source_metadata": {}}, now, [], "run")
+    check_same_units({"name": "x", "source_metadata": {"units": {"PM10": "mg/m3"}}}, now, [], "r")
+    check_same_units(now, {"name": "x", "source_metadata": {}}, [], "run")

@@ -107,6 +107,11 @@ def test_cluster_a_is_pivoted_filled_and_cached(raw, tmp_path, caplog):
     np.testing.assert_array_equal(stream.coords, [[116.4, 39.9], [116.3, 40.0], [117.2, 39.1]])
     assert stream.metadata["step_minutes"] == 60 and stream.metadata["dropped_points"] == ["1004"]
     assert stream.name == "urban_air_A"
+    # the archive's units (CO in mg/m3), which a run's data summary records
+    assert stream.metadata["units"] == {
+        **dict.fromkeys(stream.channel_names, "ug/m3"),
+        "CO": "mg/m3",
+    }
     hours = np.arange(HOURS)
     for i, s in enumerate([1001, 1002, 1003]):
         for c in range(6):

@@ -10,8 +10,9 @@ as long as its settings still name them. Both checks compare the run's data summ
   folder; without a ``data.source`` override the evaluation must read the run's own.
 * :func:`own_file_not_found`: where that path names no file from here, the run's own file
   is the fix to name.
-* :func:`check_same_units`: a ``data.source`` setting of units (``co_units``) changed reads
-  every value in other units than the model and its scaler learnt.
+* :func:`check_same_units`: a channel in other units than the run's (a ``data.source``
+  setting such as ``co_units``, another file) is read in units the model and its scaler
+  did not learn.
 * :func:`warn_other_inputs`: a model fed more or fewer input steps than it trained on is
   measured in another setting than its run's.
 * :func:`warn_test_seen`: a test part that overlaps what the run trained on, moved by
@@ -25,8 +26,10 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from cloudlstm.data.sources.beijing import BEIJING_NAME
+from cloudlstm.data.stream import UNITS_KEY
 from cloudlstm.errors import UserError
 
 __all__ = [
@@ -101,39 +104,48 @@ def own_file_not_found(
     )
 
 
-def check_same_units(data: Any, trained_data: Any, run: Any) -> None:
-    """Refuse an evaluation whose data source gives its values in other units than the run
-    trained on (``eval.py data.source.co_units=ug/m3`` on a Beijing run of mg/m³): the
-    training scaler and the weights would read every value 1000 times too large, and the
-    scores would be of that misreading. Any ``data.source`` setting named ``*units*`` is
-    such a setting. ``data``, ``trained_data``: the evaluation's and the run's ``data``
-    nodes, both in today's form (:func:`~cloudlstm.rundir.old_configs.current_config`);
-    ``run``: the run directory, for the message.
+def check_same_units(
+    trained: dict[str, Any] | None, summary: dict[str, Any], overrides: Sequence[str], run: Any
+) -> None:
+    """Refuse an evaluation whose data give a channel in other units than the run trained
+    on (``eval.py data.source.co_units=ug/m3`` on a Beijing run of mg/m³, or a file or
+    source that gives them so): the training scaler and the weights would read every value
+    in the wrong units (CO 1000 times too large), and the scores would be of that
+    misreading. The units are those the data sources record in the stream's metadata
+    (:data:`~cloudlstm.data.stream.UNITS_KEY`), which the data summaries carry.
+    ``trained``: the run's data summary (None: unknown); ``summary``: the evaluation's;
+    ``overrides``: the command's; ``run``: the run directory, for the message.
 
     Raises:
-        UserError: naming the setting, both values and the way on.
+        UserError: naming the channel, both units and the way on.
     """
-    now, then = _source_settings(data), _source_settings(trained_data)
-    if now.get("_target_") != then.get("_target_"):
-        return  # another source altogether: its own settings
-    for key, value in now.items():
-        if "units" not in key or key not in then or then[key] == value:
+    # a run trained before sources recorded units, or a source that knows none, has none:
+    # nothing to compare; so for a channel whose unit either side does not know
+    then, now = _units(trained), _units(summary)
+    for channel, unit in then.items():
+        if now.get(channel, unit) == unit:
             continue
+        changed = [o for o in overrides if "units" in o.split("=", 1)[0]]
+        way = f"leave out {', '.join(changed)}" if changed else f"give {channel} in {unit}"
         raise UserError(
-            f"{run} was trained on data.source.{key}={then[key]}, and this evaluation gives "
-            f"data.source.{key}={value}: the model and its training scaler would read every "
-            f"value in the wrong units. Evaluate it with data.source.{key}={then[key]} "
-            "(leave the override out), or train a model for these units."
+            f"{run} was trained on {channel} in {unit}, and these data give it in "
+            f"{now[channel]}: the model and its training scaler would read every value in "
+            f"the wrong units. Evaluate it on data in {unit} ({way}), or train a model for "
+            "these units."
         )
 
 
-def _source_settings(data: Any) -> dict[str, Any]:
-    """A ``data`` node's ``source`` settings as written (interpolations unresolved: the
-    same text means the same value); empty where it has none."""
-    source = data.get("source") if isinstance(data, DictConfig) else None
-    if not isinstance(source, DictConfig):
-        return {}
-    return OmegaConf.to_container(source, resolve=False)  # type: ignore[return-value]
+def _units(summary: dict[str, Any] | None) -> dict[str, str]:
+    """``{channel: unit}`` a data summary's stream recorded (empty: none recorded)."""
+    metadata = (summary or {}).get("source_metadata") or {}
+    units = metadata.get(UNITS_KEY)
+    if isinstance(units, dict):
+        return units
+    # a Beijing run trained before the units were recorded wrote CO's alone (co_units),
+    # and one trained before co_units existed read the files' µg/m³ (keep_old_co_units)
+    if (summary or {}).get("name") == BEIJING_NAME:
+        return {"CO": metadata.get("co_units", "ug/m3")}
+    return {}
 
 
 def _source(summary: dict[str, Any] | None) -> str | None:

@@ -44,7 +44,6 @@ from cloudlstm.rundir.layout import (
     in_run,
     read_data_summary,
     read_metrics,
-    read_run_config,
     write_metrics,
 )
 from cloudlstm.rundir.old_configs import current_config
@@ -68,7 +67,6 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     configure_process(cfg)
     L.seed_everything(cfg.seed, workers=True)
     run = check_run_dir(cfg.run)
-    check_same_units(cfg.data, current_config(read_run_config(run)).data, run)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     path = _checkpoint(run, cfg.ckpt)
@@ -90,6 +88,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
             raise
         raise own from err
     check_same_file(trained_data, job.summary, _overrides())
+    check_same_units(trained_data, job.summary, _overrides(), run)
     warn_other_inputs(trained_data, job.summary)
     within = points_within(job.datamodule.stream.point_ids, job.trained_points)
     test_seen = warn_test_seen(trained_data, job.summary, within)

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from cloudlstm.data.chunks import chunk_steps, time_chunks
-from cloudlstm.data.stream import PointCloudStream
+from cloudlstm.data.stream import UNITS_KEY, PointCloudStream
 from cloudlstm.errors import UserError
 
 __all__ = [
@@ -545,9 +545,9 @@ class CachedSource:
 
     What a source declares of its data besides the stream (the data-source protocol) is
     the class attributes ``bad_values``, ``path``, ``time_col``, ``id_col``, ``coord_cols``,
-    ``missing_value``, ``wide_time_col``, ``time_format``, ``time_unit`` and the method
-    :meth:`physical_ranges`: the defaults here are those of a source that declares nothing,
-    and a subclass that knows more sets them (e.g.
+    ``missing_value``, ``wide_time_col``, ``time_format``, ``time_unit`` and the methods
+    :meth:`physical_ranges` and :meth:`units`: the defaults here are those of a source that
+    declares nothing, and a subclass that knows more sets them (e.g.
     :class:`~cloudlstm.data.sources.long_format.LongFormatSource` from its arguments). The
     datamodule also takes a bare stream or any object with ``load()``;
     these declare nothing (:meth:`declared_by`).
@@ -591,6 +591,13 @@ class CachedSource:
         an open end; a channel not named is not checked). Read by the datamodule's
         preparation, which refuses observed values outside them
         (:mod:`cloudlstm.data.pipeline.absurd_values`). None declared here."""
+        return {}
+
+    def units(self) -> dict[str, str]:
+        """``{channel: unit}``: the unit this source gives each channel's values in (a
+        channel not named: unknown). :meth:`load` records them in the stream's metadata
+        (:data:`~cloudlstm.data.stream.UNITS_KEY`), so the data summary holds them and
+        ``eval.py`` refuses data in other units than its run's. None declared here."""
         return {}
 
     def adjacency(self, point_ids: list[str]) -> np.ndarray | None:
@@ -641,9 +648,14 @@ class CachedSource:
         stream = None if path is None else load_stream_cache(path, self.cache_key)
         self.last_load_from_cache = stream is not None
         if stream is None:
-            return self.generate(path)
-        # every run leaves these points out, not only the one that built the cache
-        warn_dropped_points(stream.name, stream.metadata.get("dropped_points") or [])
+            stream = self.generate(path)
+        else:  # every run leaves these points out, not only the one that built the cache
+            warn_dropped_points(stream.name, stream.metadata.get("dropped_points") or [])
+        # at every load, not into the cache: a stream cached before units were recorded
+        # gets them too
+        units = self.units()
+        if units:
+            stream.metadata[UNITS_KEY] = dict(units)
         return stream
 
     def writer(

@@ -14,7 +14,11 @@ import numpy as np
 
 from cloudlstm.data.chunks import time_chunks
 
-__all__ = ["PointCloudStream"]
+__all__ = ["UNITS_KEY", "PointCloudStream"]
+
+# metadata key: {channel name: its unit}, as the source gives the values (a channel not
+# named: unknown). The data summary carries it, and eval.py refuses data in other units.
+UNITS_KEY = "units"
 
 
 @dataclass
@@ -31,7 +35,8 @@ class PointCloudStream:
         timestamps: optional ``(T,)`` ``datetime64`` array, strictly increasing.
         name: a short name used in summaries and logs.
         metadata: free-form extras. Keys with a meaning elsewhere: ``"step_minutes"`` (float,
-            sampling period), ``"steps_per_day"`` (int), ``"source"`` (str, where it came from).
+            sampling period), ``"steps_per_day"`` (int), ``"source"`` (str, where it came from),
+            :data:`UNITS_KEY` (``{channel: unit}``).
         trajectory: optional ``(T, N, L)`` float positions of *moving* points in raw units
             (finite everywhere). When given, ``coords`` must be its first step
             (``trajectory[0]``) and the datamodule makes positions part of the forecast.

@@ -42,7 +42,13 @@ from cloudlstm.data.sources.wide_table import read_positions
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingFileError, UserError
 
-__all__ = ["BEIJING_ARCHIVE", "BEIJING_URL", "BeijingSource", "STATION_POSITIONS"]
+__all__ = [
+    "BEIJING_ARCHIVE",
+    "BEIJING_NAME",
+    "BEIJING_URL",
+    "BeijingSource",
+    "STATION_POSITIONS",
+]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +57,7 @@ BEIJING_URL = "https://archive.ics.uci.edu/dataset/501/beijing+multi+site+air+qu
 BEIJING_ARCHIVE = (
     "https://archive.ics.uci.edu/static/public/501/beijing+multi+site+air+quality+data.zip"
 )
+BEIJING_NAME = "beijing_multisite"  # the stream's name, in its data summary
 # Same channel names and order as the Urban Air loader.
 CHANNELS = ("PM2.5", "PM10", "NO2", "CO", "O3", "SO2")
 # station -> (latitude, longitude), WGS84
@@ -84,6 +91,18 @@ PHYSICAL_RANGES: dict[str, tuple[float | None, float | None]] = {
     "DEWP": (-60.0, 60.0),
     "RAIN": (0.0, None),
     "WSPM": (0.0, None),
+}
+# The units of the channels: the files' (the pollutants in µg/m³, CO as co_units says);
+# wind_u and wind_v are WSPM split by the direction
+UNITS = {
+    **dict.fromkeys(CHANNELS, "ug/m3"),
+    "TEMP": "degC",
+    "PRES": "hPa",
+    "DEWP": "degC",
+    "RAIN": "mm",
+    "WSPM": "m/s",
+    "wind_u": "m/s",
+    "wind_v": "m/s",
 }
 # wd: the 16 compass points, clockwise from north
 _COMPASS = [
@@ -231,6 +250,11 @@ class BeijingSource(CachedSource):
         read = [*CHANNELS, *self.covariate_channels]
         return {name: r for name, r in PHYSICAL_RANGES.items() if name in read}
 
+    def units(self) -> dict[str, str]:
+        """Each channel read's unit (:data:`UNITS`; CO's is ``co_units``)."""
+        read = [*CHANNELS, *self.covariate_channels]
+        return {name: self.co_units if name == "CO" else UNITS[name] for name in read}
+
     def input_files(self) -> list[Path]:
         """The chosen stations' files, and ``stations.csv`` when there is one."""
         paths = list(self.files().values())
@@ -289,7 +313,7 @@ class BeijingSource(CachedSource):
             channels,
             coords=self._positions(grid.point_ids),
             step=grid.step,
-            name="beijing_multisite",
+            name=BEIJING_NAME,
             source=str(self.root),
         )
         stream.metadata["co_units"] = self.co_units  # in the data summary of metrics.json

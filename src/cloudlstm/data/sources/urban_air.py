@@ -42,6 +42,9 @@ CHANNELS = {
     "O3": "O3_Concentration",
     "SO2": "SO2_Concentration",
 }
+# The unit of each channel as the archive gives it (its readme): CO in mg/m³, the others
+# in µg/m³; what the data summary records (CachedSource.units)
+UNITS = {**dict.fromkeys(CHANNELS, "ug/m3"), "CO": "mg/m3"}
 # cluster name -> cluster_id of city.csv (None = every station)
 CLUSTERS: dict[str, int | None] = {"A": 1, "B": 2, "all": None}
 RAW_FILES = ("airquality.csv", "station.csv", "district.csv", "city.csv")
@@ -140,6 +143,10 @@ class UrbanAirSource(CachedSource):
         """Concentrations cannot be negative: a reading below 0 is refused at load
         (:mod:`cloudlstm.data.pipeline.absurd_values`)."""
         return dict.fromkeys(CHANNELS, (0.0, None))
+
+    def units(self) -> dict[str, str]:
+        """Each channel's unit (:data:`UNITS`)."""
+        return dict(UNITS)
 
     def input_files(self) -> list[Path]:
         """The four raw files (downloaded first when allowed and missing)."""
