@@ -3,8 +3,10 @@ through train.py's config to STGCN, and a saved run's graph."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
@@ -135,3 +137,73 @@ def test_a_road_graph_reaches_stgcn_through_train_py(tmp_path):
     assert checkpoint["data_spec"]["adjacency"] == weights.tolist()
     assert checkpoint["data_spec"]["fixed_points"].startswith("it convolves over the given graph")
     assert not [k for k in checkpoint["state_dict"] if "laplacian" in k]  # not a weight
+
+
+@pytest.fixture(scope="module")
+def road_run(tmp_path_factory) -> tuple[Path, Path]:
+    """A tiny STGCN run trained on the road graph ``adj_mx.pkl`` of :func:`write_week`: the
+    run directory and the week's folder."""
+    tmp = tmp_path_factory.mktemp("roads")
+    week = tmp / "week"
+    write_week(week)
+    job = ["data=metr_la", f"data.source.root={week}", "data.source.graph=adj_mx.pkl"]
+    job += ["data.input_steps=4", "data.output_steps=3", "logger=none", *JOB]
+    cfg = compose_train(tmp, [*job, "model=stgcn", "model.hidden_channels=4"])
+    train(cfg)
+    return Path(cfg.paths.output_dir), week
+
+
+def test_eval_refuses_another_graph_than_the_trained_one(road_run, tmp_path):
+    """eval.py data.source.graph=null on an STGCN trained on a road graph scored it, in
+    silence, on the distance graph of the positions (another file: on other roads), where
+    predict.py forecasts with the checkpoint's graph: both are refused, naming both graphs."""
+    from cloudlstm.cli.evaluate import evaluate
+    from cloudlstm.errors import UserError
+    from tests.test_eval import compose_eval
+
+    run, week = road_run
+    trained = f"data.source.graph={week / 'adj_mx.pkl'}"
+    with pytest.raises(UserError) as err:
+        evaluate(compose_eval(run, tmp_path / "null", "data.source.graph=null"))
+    assert str(err.value).endswith(
+        f"was trained on the graph of {trained} (6 points), and these data give none "
+        "(data.source.graph=null: the model would build its own): its weights were learnt "
+        "over the one, and would be scored over the other. Evaluate it with "
+        f"{trained} (leave out the override that changes it), or train a model for this graph."
+    )
+    weights = pickle.loads((week / "adj_mx.pkl").read_bytes())[2]
+    with (week / "roads.pkl").open("wb") as f:  # the same sensors, other roads
+        roads = weights + 0.25 * np.eye(len(IDS), k=2)
+        pickle.dump((IDS, {s: i for i, s in enumerate(IDS)}, roads), f, protocol=2)
+    with pytest.raises(
+        UserError,
+        match=re.escape(f"these data give the graph of data.source.graph={week / 'roads.pkl'} ("),
+    ):
+        evaluate(compose_eval(run, tmp_path / "roads", "data.source.graph=roads.pkl"))
+    # the same file's graph of fewer points: the points are what differs, and are refused
+    with pytest.raises(UserError, match=r"can only be evaluated on its 6 training points"):
+        evaluate(compose_eval(run, tmp_path / "fewer", "data.num_points=4"))
+    assert math.isfinite(
+        evaluate(compose_eval(run, tmp_path / "own"))["test"]["overall"]["mae"]["mean"]
+    )
+
+
+def test_a_graph_given_to_a_model_trained_without_one_is_refused(road_run):
+    """The other way round: the trained model built its own graph, the data give one."""
+    from cloudlstm.assembly.checkpoint_fit import TrainedCheckpoint, check_same_graph
+    from cloudlstm.errors import UserError
+    from cloudlstm.rundir.layout import read_run_config
+
+    run, _ = road_run
+    model = read_run_config(run).model
+    checkpoint = TrainedCheckpoint.read(next((run / "checkpoints").glob("last*.ckpt")))
+    own = dataclasses.replace(checkpoint.spec, adjacency=None, graph=None)
+    without = TrainedCheckpoint(checkpoint.path, checkpoint.contents, own)
+    with pytest.raises(
+        UserError,
+        match=r"was trained without a given graph .* Evaluate it with "
+        r"data\.source\.graph=null \(",
+    ):
+        check_same_graph(model, checkpoint.spec, without)
+    check_same_graph(model, checkpoint.spec, checkpoint)  # its own graph
+    check_same_graph(model, own, without)  # neither has one

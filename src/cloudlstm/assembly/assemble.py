@@ -45,6 +45,7 @@ from cloudlstm.assembly.checkpoint_fit import (
     TrainedCheckpoint,
     check_points,
     check_same_clock,
+    check_same_graph,
     check_same_outputs,
     check_same_step,
     check_trained_neighbours,
@@ -141,6 +142,7 @@ def assemble(
         check_trained_neighbours(cfg.model if model_config is None else model_config, spec, trained)
         check_same_step(spec, trained)
         check_same_clock(spec, trained)
+        check_same_graph(cfg.model if model_config is None else model_config, spec, trained)
         check_same_outputs(cfg.get("module") or {}, trained)
     check_model_fits(cfg.model if model_config is None else model_config, spec, trains_on_cpu(cfg))
     module = build_module(cfg, spec, model_config)

@@ -4,8 +4,8 @@
 checkpoint (``ckpt=<path>``). Each check here names the mismatch as a
 :class:`~cloudlstm.errors.UserError` before anything fails obscurely: the training scaler
 (restored before the data are normalised), the sizes the model was built for (a horizon, a
-channel count), the sampling interval, the points of models tied to theirs, the weights
-themselves.
+channel count), the sampling interval, the graph of models that read one, the points of
+models tied to theirs, the weights themselves.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 from cloudlstm.data.sources.tables import step_text
 from cloudlstm.data.spec import DataSpec, stored_spec
 from cloudlstm.errors import UserError
-from cloudlstm.models.build import neighbours_needed, neighbours_setting
+from cloudlstm.models.build import neighbours_needed, neighbours_setting, reads_given_graph
 from cloudlstm.models.options import parameters_of
 from cloudlstm.rundir.checkpoints import check_checkpoint
 
@@ -237,6 +237,51 @@ def check_same_clock(spec: DataSpec, trained: TrainedCheckpoint) -> None:
             f"model would read every hour shifted. Evaluate it with data.time_zone="
             f"{then or 'null'}, or train a model for this clock."
         )
+
+
+def check_same_graph(model_config: Any, spec: DataSpec, trained: TrainedCheckpoint) -> None:
+    """Refuse data whose graph of the points is not the one the trained model convolved
+    over, for a model that reads a given graph
+    (:func:`~cloudlstm.models.build.reads_given_graph`): ``eval.py data.source.graph=null``
+    on an STGCN trained on METR-LA's road graph would score it on the distance graph of
+    the positions, another file on other roads, where ``predict.py`` forecasts with the
+    checkpoint's graph. Nothing to check for a model that reads none, or a checkpoint
+    without a data description. ``model_config``: the run's model config.
+
+    Raises:
+        UserError: naming both graphs and the setting to keep.
+    """
+    # a checkpoint written before it stored the graph was trained without one: given
+    # graphs came with that field
+    if trained.spec is None or not reads_given_graph(model_config):
+        return
+    then, now = trained.spec, spec
+    if _same_weights(then.adjacency, now.adjacency):
+        return
+    both = then.adjacency is not None and now.adjacency is not None
+    if both and list(now.point_ids) != list(then.point_ids):
+        return  # the graph of other points: check_points refuses the points themselves
+    if then.adjacency is None:
+        trained_on, keep = "without a given graph (the model built its own)", "null"
+    else:
+        keep = then.graph or "<the file its config.yaml names>"
+        trained_on = f"on the graph of data.source.graph={keep} ({len(then.adjacency)} points)"
+    given = "none (data.source.graph=null: the model would build its own)"
+    if now.adjacency is not None:
+        given = f"the graph of data.source.graph={now.graph} ({len(now.adjacency)} points)"
+    raise UserError(
+        f"{trained.path} was trained {trained_on}, and these data give {given}: its weights "
+        f"were learnt over the one, and would be scored over the other. Evaluate it with "
+        f"data.source.graph={keep} (leave out the override that changes it), or train a "
+        "model for this graph."
+    )
+
+
+def _same_weights(then: Any, now: Any) -> bool:
+    """Whether two graphs' ``(N, N)`` weights (nested lists; None: no graph) are one."""
+    if then is None or now is None:
+        return then is None and now is None
+    return np.array_equal(np.asarray(then, dtype=np.float64), np.asarray(now, dtype=np.float64))
 
 
 def check_points(model: Any, datamodule: Any, trained: TrainedCheckpoint) -> None:

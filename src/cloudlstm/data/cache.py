@@ -545,9 +545,9 @@ class CachedSource:
 
     What a source declares of its data besides the stream (the data-source protocol) is
     the class attributes ``bad_values``, ``path``, ``time_col``, ``id_col``, ``coord_cols``,
-    ``missing_value``, ``wide_time_col``, ``time_format``, ``time_unit`` and the methods
-    :meth:`physical_ranges` and :meth:`units`: the defaults here are those of a source that
-    declares nothing, and a subclass that knows more sets them (e.g.
+    ``missing_value``, ``wide_time_col``, ``time_format``, ``time_unit``, ``graph`` and the
+    methods :meth:`physical_ranges` and :meth:`units`: the defaults here are those of a
+    source that declares nothing, and a subclass that knows more sets them (e.g.
     :class:`~cloudlstm.data.sources.long_format.LongFormatSource` from its arguments). The
     datamodule also takes a bare stream or any object with ``load()``;
     these declare nothing (:meth:`declared_by`).
@@ -585,6 +585,9 @@ class CachedSource:
     # the data description, so that a forecast's history is read as the training file was.
     time_format: str | None = None
     time_unit: str | None = None
+    # The file of the graph that adjacency() gives (data.source.graph), or None. Stored in
+    # the data description, so that an evaluation on another graph names both.
+    graph: Path | None = None
 
     def physical_ranges(self) -> dict[str, tuple[float | None, float | None]]:
         """``{channel: (lo, hi)}``: the values each channel can physically take (None for

@@ -78,6 +78,9 @@ class DataSpec:
             (``data.source.graph``, e.g. a road network), as the source gives them; None
             without one. Passed to the models that take a graph (their constructor's
             ``adjacency``); checkpoints written before it existed read as None.
+        graph: the file :attr:`adjacency` was read from (``data.source.graph``), named where
+            an evaluation gives another graph; None without one (and in checkpoints written
+            before it).
         value_reference: what the training data's values were checked against (each read
             channel's training median, spread and valid range, and ``data.max_abs_z``:
             :func:`~cloudlstm.data.pipeline.absurd_values.training_reference`), so that a
@@ -126,6 +129,7 @@ class DataSpec:
     time_features: list[str] = field(default_factory=list)
     time_zone: str | None = None
     adjacency: list[list[float]] | None = None
+    graph: str | None = None
     value_reference: dict[str, Any] | None = None
     missing_value: float | None = None
     wide_time_col: str | None = None
@@ -170,6 +174,7 @@ class DataSpec:
             time_features=list(datamodule.time_features),
             time_zone=datamodule.time_zone,
             adjacency=_adjacency(source, stream.point_ids),
+            graph=None if source.graph is None else str(source.graph),
             value_reference=_value_reference(datamodule, source),
             missing_value=source.missing_value,
             wide_time_col=source.wide_time_col,

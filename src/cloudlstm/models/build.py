@@ -238,7 +238,7 @@ def graph_argument(config: DictConfig, spec: DataSpec) -> dict[str, Any]:
     if spec.adjacency is None:
         return {}
     model_cls = locate(config._target_, "model._target_")
-    if "adjacency" not in inspect.signature(model_cls).parameters:
+    if not reads_given_graph(config):
         log.info(
             "%s reads no given graph: the data's graph (data.source.graph) is not used",
             model_cls.__name__,
@@ -262,6 +262,13 @@ def graph_argument(config: DictConfig, spec: DataSpec) -> dict[str, Any]:
             "it" if one else "them",
         )
     return {"adjacency": spec.adjacency}
+
+
+def reads_given_graph(config: DictConfig) -> bool:
+    """Whether the model of ``config`` (its ``_target_``) reads a graph given with the data:
+    its constructor takes ``adjacency`` (STGCN, DCRNN, Graph WaveNet)."""
+    model_cls = locate(config._target_, "model._target_")
+    return "adjacency" in inspect.signature(model_cls).parameters
 
 
 def check_refused(model_cls: type, key: str, spec: DataSpec) -> None:
