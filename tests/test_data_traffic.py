@@ -189,7 +189,8 @@ def test_eval_refuses_another_graph_than_the_trained_one(road_run, tmp_path):
 
 
 def test_a_graph_given_to_a_model_trained_without_one_is_refused(road_run):
-    """The other way round: the trained model built its own graph, the data give one."""
+    """The other way round: the trained model built its own graph, the data give one; and
+    a checkpoint that does not name its graph's file."""
     from cloudlstm.assembly.checkpoint_fit import TrainedCheckpoint, check_same_graph
     from cloudlstm.errors import UserError
     from cloudlstm.rundir.layout import read_run_config
@@ -207,3 +208,12 @@ def test_a_graph_given_to_a_model_trained_without_one_is_refused(road_run):
         check_same_graph(model, checkpoint.spec, without)
     check_same_graph(model, checkpoint.spec, checkpoint)  # its own graph
     check_same_graph(model, own, without)  # neither has one
+    # a checkpoint from before the description named the graph's file: its config names it
+    unnamed = dataclasses.replace(checkpoint.spec, graph=None)
+    older = TrainedCheckpoint(checkpoint.path, checkpoint.contents, unnamed)
+    with pytest.raises(
+        UserError,
+        match=r"trained on a given graph of 6 points, and these data give none .* Evaluate "
+        r"it with the data\.source\.graph of its config\.yaml \(",
+    ):
+        check_same_graph(model, own, older)

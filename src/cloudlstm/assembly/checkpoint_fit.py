@@ -261,20 +261,26 @@ def check_same_graph(model_config: Any, spec: DataSpec, trained: TrainedCheckpoi
     both = then.adjacency is not None and now.adjacency is not None
     if both and list(now.point_ids) != list(then.point_ids):
         return  # the graph of other points: check_points refuses the points themselves
-    if then.adjacency is None:
-        trained_on, keep = "without a given graph (the model built its own)", "null"
-    else:
-        keep = then.graph or "<the file its config.yaml names>"
-        trained_on = f"on the graph of data.source.graph={keep} ({len(then.adjacency)} points)"
+    trained_on, keep = _trained_graph(then)
     given = "none (data.source.graph=null: the model would build its own)"
     if now.adjacency is not None:
         given = f"the graph of data.source.graph={now.graph} ({len(now.adjacency)} points)"
     raise UserError(
         f"{trained.path} was trained {trained_on}, and these data give {given}: its weights "
         f"were learnt over the one, and would be scored over the other. Evaluate it with "
-        f"data.source.graph={keep} (leave out the override that changes it), or train a "
-        "model for this graph."
+        f"{keep} (leave out the override that changes it), or train a model for this graph."
     )
+
+
+def _trained_graph(spec: DataSpec) -> tuple[str, str]:
+    """A checkpoint's graph in words (after "trained"), and the setting that gives it."""
+    if spec.adjacency is None:
+        return "without a given graph (the model built its own)", "data.source.graph=null"
+    size = len(spec.adjacency)
+    if spec.graph is None:  # a checkpoint from before the description named the file
+        return f"on a given graph of {size} points", "the data.source.graph of its config.yaml"
+    keep = f"data.source.graph={spec.graph}"
+    return f"on the graph of {keep} ({size} points)", keep
 
 
 def _same_weights(then: Any, now: Any) -> bool:
