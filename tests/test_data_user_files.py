@@ -270,6 +270,18 @@ def test_a_forecast_reads_its_history_as_the_training_file_was_read(tmp_path):
         build_input(unix, spec())
 
 
+def test_times_already_datetimes_are_read_as_such_in_a_run_of_unix_times():
+    """A run trained on Unix times reads a history whose times are datetimes (a DataFrame's,
+    or the stream Forecaster.update keeps and forecast() reads) as they are: they were
+    read as nanoseconds counted in seconds, and refused as beyond 2262."""
+    dated = table()[lambda d: d["id"].isin(["p0", "p1"])]
+    window = build_input(dated, spec(time_unit="s"))
+    np.testing.assert_array_equal(window.x, build_input(dated, spec()).x)
+    assert window.last_time == np.datetime64(STAMPS[-1])
+    zoned = dated.assign(timestamp=dated["timestamp"].dt.tz_localize("UTC"))
+    assert build_input(zoned, spec(time_unit="s")).last_time == np.datetime64(STAMPS[-1])
+
+
 def test_old_descriptions_read_without_time_settings():
     state = spec().to_dict()
     del state["time_format"], state["time_unit"]

@@ -89,7 +89,9 @@ def parse_times(
         what: the column and file, for messages ("column 'time' of file data.csv").
         time_format: the strftime format of text dates (and of dates written as digits,
             ``"%Y%m%d"``); None: inferred from the first row.
-        time_unit: the column holds numbers counted in this unit since 1970-01-01 UTC.
+        time_unit: the column holds numbers counted in this unit since 1970-01-01 UTC; a
+            column of datetimes (a DataFrame's, the stream ``Forecaster.update`` keeps) is
+            read as it is.
         options: where ``time_format`` and ``time_unit`` are set, named in the fixes
             (:data:`SOURCE_OPTIONS`, :data:`API_OPTIONS`); None where the user sets neither
             (a file of a fixed format).
@@ -98,7 +100,8 @@ def parse_times(
         UserError: a value that cannot be read (its data row, the value and the setting
             that would read it), numbers without a unit, or an empty time.
     """
-    if time_unit is not None:
+    if time_unit is not None and not pd.api.types.is_datetime64_any_dtype(column):
+        # datetimes hold no count: as numbers they are nanoseconds, read in time_unit
         parsed = _counted(column, what, time_unit)
     else:
         if time_format is None and _numbers(column):
