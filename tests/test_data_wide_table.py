@@ -14,6 +14,7 @@ import pytest
 from conftest import rebuilding_fails
 
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
+from cloudlstm.data.pipeline.forecast_input import build_input
 from cloudlstm.data.sources.graphs import read_graph
 from cloudlstm.data.sources.wide_table import WideTableSource, read_positions
 from cloudlstm.data.spec import DataSpec
@@ -125,7 +126,9 @@ def test_csv_with_a_written_index_reads_its_times_and_fills_missing_rows(tmp_pat
 
 def test_the_table_records_whether_it_wrote_its_times_with_an_offset(los, tmp_path):
     """As data=points does, so that a forecast's history written the other way is warned of
-    (DataSpec.times_zoned); times counted from data.source.start record nothing."""
+    (DataSpec.times_zoned); times counted from data.source.start are written as it is. They
+    recorded nothing, and a METR-LA history written with offsets shifted every time feature
+    by the offset without a word."""
     places = pd.DataFrame({"id": IDS, "x": [0.0, 1, 2, 3], "y": [5.0, 4, 3, 2]})
     places.to_csv(tmp_path / "places.csv", index=False)
     times = pd.date_range(T0, periods=6, freq="10min", tz="UTC").tz_convert("+01:00")
@@ -135,7 +138,21 @@ def test_the_table_records_whether_it_wrote_its_times_with_an_offset(los, tmp_pa
         )
         stream = WideTableSource(tmp_path / f"{name}.csv", tmp_path / "places.csv").load()
         assert stream.metadata["times_zoned"] is zoned
-    assert "times_zoned" not in source(los).load().metadata
+    assert source(los).load().metadata["times_zoned"] is False
+    zoned_start = source(los, start="2012-03-01 00:00-08:00", cache_dir=tmp_path / "cache")
+    assert zoned_start.load().metadata["times_zoned"] is True
+    assert zoned_start.cache_key != source(los, cache_dir=tmp_path / "cache").cache_key
+
+
+def test_a_history_with_offsets_for_times_counted_from_a_clock_start_is_warned_of(los, caplog):
+    dm = PointCloudDataModule(source(los), input_steps=4, output_steps=1, batch_size=4)
+    dm.setup()
+    info = DataSpec.from_datamodule(dm)
+    history = speeds(12).assign(timestamp=pd.date_range(T0, periods=12, freq=STEP))
+    history["timestamp"] = history["timestamp"].dt.tz_localize("America/Los_Angeles")
+    with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.forecast_input"):
+        build_input(history, info)
+    assert "the training file wrote clock times without one" in caplog.text
 
 
 def test_a_named_time_column_and_x_y_positions(tmp_path):

@@ -176,6 +176,8 @@ class WideTableSource(CachedSource):
         # table's, stored in the data description so that a wide history is read alike.
         self.wide_time_col = None if time_col is None else str(time_col)
         self.start = None if start is None else _timestamp(start, "data.source.start")
+        # the clock of times counted from it: an offset written with it, or none (clock times)
+        self.start_zoned = self.start is not None and pd.Timestamp(start).tz is not None
         self.step = None if step is None else parse_freq(step, "data.source.step")
         self.time_format, self.time_unit = check_time_reading(time_format, time_unit)
         self.missing_value = (
@@ -223,6 +225,8 @@ class WideTableSource(CachedSource):
             "version": _VERSION,
             "time_col": self.wide_time_col,
             "start": None if self.start is None else str(self.start),
+            # the stream records it (times_zoned): a cache made before that is read anew
+            **({"start_zoned": self.start_zoned} if self.start is not None else {}),
             "step": None if self.step is None else str(pd.Timedelta(self.step)),
             "missing_value": self.missing_value,
             "channel": self.channel,
@@ -271,7 +275,7 @@ class WideTableSource(CachedSource):
         values = channel_values(frame, columns, what, self.bad_values)  # (R, N) float32
         if self.missing_value is not None:
             values[values == np.float32(self.missing_value)] = np.nan
-        zoned = None  # times counted from data.source.start: no zone written
+        zoned = self.start_zoned  # times counted from data.source.start: written as it was
         if time_col is None and index_times is None:
             timestamps, step = self._counted_times(len(frame), what)
         else:
@@ -289,8 +293,8 @@ class WideTableSource(CachedSource):
             name=self.name,
             source=str(path),
         )
-        if zoned is not None:  # as data=points records it, for a forecast's history
-            stream.metadata[TIMES_ZONED_KEY] = zoned
+        # as data=points records it, for a forecast's history
+        stream.metadata[TIMES_ZONED_KEY] = zoned
         return self.cached(stream, cache_path)
 
     def _read(self, path: Path, what: str, rows: int | None = None) -> tuple[pd.DataFrame, Any]:
