@@ -231,6 +231,29 @@ def test_a_snapshot_with_two_rows_of_one_time_and_point_is_refused(points_run, f
     pd.testing.assert_frame_equal(f.forecast(), forecaster.forecast(whole))
 
 
+def test_a_snapshot_cell_that_is_no_number_is_refused_when_fed(points_run, forecaster, caplog):
+    """It was kept: every forecast() of the next M steps then refused the stream, naming a
+    row of the stream's own table ("the history: ... data row 18"), not the snapshot's."""
+    whole = history(points_run)
+    recent = whole[whole["timestamp"] >= STAMPS[SPLIT - M]]
+    f = Forecaster.load(points_run[0], device="cpu")
+    f.update(recent[recent["timestamp"] < STAMPS[SPLIT - 1]])
+    newest = recent[recent["timestamp"] == STAMPS[SPLIT - 1]].reset_index(drop=True)
+    typed = newest.astype({"no2": object})
+    typed.loc[1, "no2"] = "n/a"
+    with pytest.raises(UserError, match=r"^the snapshot: 1 channel value\(s\) .* data row 1, "):
+        f.update(typed)
+    f.update(newest)  # the stream as it was, and the snapshot sent again
+    pd.testing.assert_frame_equal(f.forecast(), forecaster.forecast(whole))
+    with caplog.at_level("WARNING"):
+        f.update(typed, bad_values="warn")  # missing: filled as a gap
+    assert "data row 1, column 'no2': 'n/a'" in caplog.text
+    gap = whole.copy()
+    gap.loc[(gap["timestamp"] == STAMPS[SPLIT - 1]) & (gap["id"] == newest["id"][1]), "no2"] = None
+    expected = forecaster.forecast(gap)
+    pd.testing.assert_frame_equal(f.forecast(), expected)
+
+
 def test_a_refused_snapshot_leaves_the_stream_as_it_was(points_run, forecaster):
     """A snapshot off the step grid, in another time zone, is refused; the stream keeps its
     rows and its zone, so the next forecast is the one before."""

@@ -36,6 +36,7 @@ from cloudlstm.data.pipeline.forecast_input import (
     warn_other_clock,
 )
 from cloudlstm.data.pipeline.wide_history import long_history
+from cloudlstm.data.sources.bad_values import channel_values, check_mode
 from cloudlstm.data.sources.tables import pivot_long
 from cloudlstm.data.sources.times import time_zone
 from cloudlstm.data.spec import DataSpec
@@ -124,6 +125,23 @@ def _check_path(name: str, value: object, wanted: str) -> None:
         raise UserError(f"Forecaster.load: {name} is {value!r}, not a path: give {wanted}.")
 
 
+def _numbers_only(rows: pd.DataFrame, info: DataSpec, mode: str) -> pd.DataFrame:
+    """A snapshot's ``rows`` with their channel cells as numbers, checked as a history's
+    are (:func:`~cloudlstm.data.sources.bad_values.channel_values`), named by the
+    snapshot's rows; with ``mode="warn"`` a bad cell is logged and kept empty (missing).
+    Good cells keep their float64 value, which the missing-value mark is compared with.
+
+    Raises:
+        UserError: ``mode="error"`` and a cell is no finite number.
+    """
+    values = channel_values(rows, info.read_channels, "the snapshot", mode)  # (R, C) float32
+    numbers = {
+        c: pd.to_numeric(rows[c], errors="coerce").where(np.isfinite(values[:, j]))
+        for j, c in enumerate(info.read_channels)
+    }
+    return rows.assign(**numbers)
+
+
 class Forecaster:
     """A trained model that forecasts the J steps after a long-format history.
 
@@ -204,7 +222,8 @@ class Forecaster:
         Args:
             history: long-format rows (see the class docstring); None = what :meth:`update`
                 was fed.
-            what: how error messages name the history (e.g. its file).
+            what: how error messages name the history (e.g. its file); without a history,
+                "the stream fed to update()".
             bad_values: the values of the steps read are checked as training data is: a
                 cell that is no finite number, a value outside its channel's valid range
                 (``data.valid_ranges`` of the run, and its source's) or absurd against the
@@ -237,6 +256,8 @@ class Forecaster:
             if self._buffer is None:
                 raise UserError("Nothing to forecast from: pass a history or call update() first.")
             history = self._buffer
+            # its rows are the stream's, not a table of the user's: name it so
+            what = "the stream fed to update()" if what == "the history" else what
         window = build_input(history, self.info, what, bad_values, reading)
         if history is self._buffer:
             window.zone = self._zone
@@ -276,7 +297,12 @@ class Forecaster:
             f"point: give readings of at least {needed} points."
         )
 
-    def update(self, snapshot: pd.DataFrame, reading: TimeReading | None = None) -> None:
+    def update(
+        self,
+        snapshot: pd.DataFrame,
+        reading: TimeReading | None = None,
+        bad_values: str = "error",
+    ) -> None:
         """Add rows (usually one time step of readings) to the stream :meth:`forecast` reads.
 
         Only the last ``history_steps`` steps are kept. A row for a time and point fed
@@ -286,18 +312,25 @@ class Forecaster:
         ``reading`` says how its times are read, as for :meth:`forecast`; given once, it
         holds for the stream's later snapshots, which write their times as the stream does
         (a snapshot of day-first dates such as 05/01/2021 would otherwise be read month
-        first, alone, and warned of at every call).
+        first, alone, and warned of at every call). ``bad_values``: a cell that is no finite
+        number (``n/a``, ``inf``) is refused here, named by the snapshot's row (``error``),
+        or logged and kept as missing (``warn``); kept as it was, it would make every
+        forecast of the next ``history_steps`` steps refuse the stream.
 
         Raises:
             UserError: the snapshot cannot be read as a history can't
-                (:meth:`forecast`), writes its times in another form than the stream's, or
-                has two rows of one time and point: which one holds the reading is not
-                known, as :meth:`forecast` refuses them in a history.
+                (:meth:`forecast`), writes its times in another form than the stream's, has
+                a cell that is no finite number (``bad_values="error"``), or has two rows
+                of one time and point: which one holds the reading is not known, as
+                :meth:`forecast` refuses them in a history.
         """
-        long = long_history(snapshot, self.info, "the snapshot")
+        mode = check_mode(bad_values)
+        long = long_history(snapshot, self.info, "the snapshot", mode)
         check_reading(reading)
         reading = reading or self._reading or TimeReading()
-        rows = parse_history(long, self.info, "the snapshot", reading)
+        rows = _numbers_only(
+            parse_history(long, self.info, "the snapshot", reading), self.info, mode
+        )
         zone = time_zone(long[self.info.time_col], *reading.settings(self.info))
         if self._buffer is None:  # the first snapshot sets the stream's form
             warn_other_clock(long[self.info.time_col], zone, self.info, "the snapshot")
