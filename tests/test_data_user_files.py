@@ -296,6 +296,29 @@ def test_a_history_makes_each_distinct_point_id_text_once(monkeypatch):
     assert len(calls) == 2
 
 
+def test_a_history_in_other_units_is_warned_of(caplog):
+    """Readings 1000 times the training's (Beijing's CO in the files' µg/m³ for a run
+    trained on mg/m³) lie too near one another to be absurd: they were forecast from in
+    silence."""
+    reference = {
+        "max_abs_z": 1e4,
+        "channels": {"v": {"median": 10.0, "spread": 3.0, "range": None}},
+    }
+    info = replace(spec(), value_reference=reference)
+    history = table()[lambda d: d["id"].isin(["p0", "p1"])].reset_index(drop=True)
+    with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.forecast_input"):
+        build_input(history, info)
+        assert not caplog.records  # the training's units
+        last = history["timestamp"] == STAMPS[-1]
+        build_input(history.assign(v=history["v"].where(~last, history["v"] * 1000)), info)
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert re.match(
+        rf"the history: its 'v' readings at {STAMPS[-1]} are typically [\d,]+ times the training "
+        r"data's \(.*; 1 of the 4 steps read so\): are they in other units\?",
+        line,
+    )
+
+
 def test_old_descriptions_read_without_time_settings():
     state = spec().to_dict()
     del state["time_format"], state["time_unit"]
