@@ -140,14 +140,22 @@ def test_a_run_under_two_of_the_folders_given_counts_once(seeds):
 
 
 def test_a_copied_or_rerun_seed_counts_once_with_a_warning(seeds, capsys):
-    """A run folder copied beside the sweep made n=4 of three seeds (a copy: std 0)."""
+    """A run folder copied beside the sweep made n=4 of three seeds (a copy: std 0). The
+    runs hold a quarter of their points out, drawn with ``data.holdout_seed``."""
+
+    def held_out(run: str, seed: int) -> None:
+        config = seeds / run / "config.yaml"
+        draw = f"data:\n  holdout_points: 0.25\n  holdout_seed: {seed}\n"
+        config.write_text(config.read_text() + draw)
+
+    for seed in (0, 1, 2):
+        held_out(str(seed), seed)
     shutil.copytree(seeds / "0", seeds / "0_copy")
     write_run(seeds / "9_rerun", 1.5, seed=2)  # seed 2 again, other results
     write_run(seeds / "7", 3.0, seed=7)  # a seed of its own: a fourth sample
     write_run(seeds / "8", 2.0, seed=1)  # seed 1 again, another draw of held-out points
-    (seeds / "8" / "config.yaml").write_text(
-        (seeds / "8" / "config.yaml").read_text() + "data:\n  holdout_seed: 5\n"
-    )
+    for run, seed in (("9_rerun", 2), ("7", 7), ("8", 5)):
+        held_out(run, seed)
     code, out, err = run_main(capsys, seeds, "--format", "csv")
     assert code == 0
     rows = list(csv.DictReader(io.StringIO(out)))

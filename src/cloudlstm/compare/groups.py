@@ -11,7 +11,7 @@ import numpy as np
 from cloudlstm.compare import datasets
 from cloudlstm.compare.cells import Stat
 from cloudlstm.compare.runs import NO_CONFIG_KEY, QUANTILES_KEY, RUN_KEYS, CompareError, Run
-from cloudlstm.compare.settings import SAMPLE_KEYS, VALUES_DIGEST_KEY, is_setting, other_data
+from cloudlstm.compare.settings import VALUES_DIGEST_KEY, is_setting, other_data
 
 # Hint of an unknown --by key: at most this many names.
 MAX_NAMES = 10
@@ -168,7 +168,7 @@ def one_run_per_seed(runs: Sequence[Run]) -> tuple[list[Run], list[tuple[Run, Ru
     """``runs`` with each (settings, seed) once, and the ``(left out, kept)`` pairs.
 
     Two runs of the same settings (:func:`is_setting`) and the same seed (and draw of
-    held-out points, :data:`SAMPLE_KEYS`) are one sample
+    held-out points, :meth:`~cloudlstm.compare.runs.Run.sample`) are one sample
     counted twice: a copied run folder, or a rerun. Counted as two seeds they would make
     ``n`` one too many and the spread too small (0 for a copy). So are two of eval.py's
     re-tests of one training run (its settings and seed) with the same checkpoint and
@@ -185,7 +185,7 @@ def one_run_per_seed(runs: Sequence[Run]) -> tuple[list[Run], list[tuple[Run, Ru
             continue
         settings = (k for k in run.keys if is_setting(k) and k != VALUES_DIGEST_KEY)
         key = tuple(sorted((k, run.value(k)) for k in settings))
-        key += tuple((k, run.value(k)) for k in SAMPLE_KEYS)
+        key += run.sample()
         earlier = first.get(key)
         if earlier is not None and not other_data(
             run.value(VALUES_DIGEST_KEY), earlier.value(VALUES_DIGEST_KEY)

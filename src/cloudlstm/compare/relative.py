@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from cloudlstm.compare.datasets import tested_on
 from cloudlstm.compare.runs import CompareError, Run
-from cloudlstm.compare.settings import SAMPLE_KEYS, VALUES_DIGEST_KEY
+from cloudlstm.compare.settings import VALUES_DIGEST_KEY
 
 
 def relative_runs(runs: Sequence[Run], baseline: str) -> tuple[list[Run], list[Run]]:
@@ -107,13 +107,10 @@ def _no_baseline(runs: Sequence[Run], baseline: str) -> str:
 def pairing(run: Run, seed: bool = True) -> tuple[tuple[str, str], ...]:
     """What a run and its baseline share: the data set, as the table's rows tell it
     (:func:`cloudlstm.compare.datasets.tested_on`) but the readings' hash, and (``seed``)
-    the seed; a held-out draw
-    (``data.holdout_seed``) always. A key one run lacks and another leaves empty is the
-    same (:meth:`Run.value`): a source option added later at its empty default."""
-    samples = {"seed"} if seed else set()
-    if run.value("data.holdout_points"):  # the draw; without held-out points it draws none
-        samples |= set(SAMPLE_KEYS) - {"seed"}
-    drawn = {key: value for key in samples if (value := run.value(key))}
+    the seed; a draw of held-out points (``data.holdout_seed``) always
+    (:meth:`Run.sample`). A key one run lacks and another leaves empty is the same
+    (:meth:`Run.value`): a source option added later at its empty default."""
+    drawn = dict(run.sample(seed=seed))
     # the readings' hash is matched apart (_read_alike): a run from before it has none
     tested = {k: v for k, v in tested_on(run).items() if k != VALUES_DIGEST_KEY}
     return tuple(sorted({**tested, **drawn}.items()))

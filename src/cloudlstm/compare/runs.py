@@ -11,13 +11,24 @@ from typing import Any
 
 import yaml
 
-from cloudlstm.compare.settings import VALUES_DIGEST_KEY, is_setting, with_added_settings
+from cloudlstm.compare.settings import (
+    HOLDOUT_POINTS_KEY,
+    HOLDOUT_SEED_KEY,
+    SEED_KEY,
+    VALUES_DIGEST_KEY,
+    draws_points,
+    holdout_set,
+    is_setting,
+    with_added_settings,
+)
 from cloudlstm.engine.declared_metrics import metric_info, metric_names
 from cloudlstm.engine.quantile_levels import quantiles_setting
 from cloudlstm.rundir.layout import (
+    CHECKPOINT_DIR,
     CHOSEN_CHECKPOINTS,
     CONFIG_FILE,
     EVAL_DIR,
+    LAST_CHECKPOINT,
     METRICS_FILE,
     TRAIN_LOG,
     config_cut_short,
@@ -86,6 +97,17 @@ class Run:
         does what the runs from before it did."""
         value = self.keys.get(key)
         return "" if value is None or value == [] else str(value)
+
+    def sample(self, seed: bool = True) -> tuple[tuple[str, str], ...]:
+        """What tells this run from the other samples of its setting, as ``(key, value)``
+        pairs of the keys it has: its ``seed`` (with ``seed``), and the draw of held-out
+        points (``data.holdout_seed``) where ``data.holdout_points`` draws them; a list
+        names its points, so two runs of one list and seed are one sample whatever their
+        draw's seed."""
+        keys = [SEED_KEY] if seed else []
+        if draws_points(self.keys.get(HOLDOUT_POINTS_KEY)):
+            keys.append(HOLDOUT_SEED_KEY)
+        return tuple((key, value) for key in keys if (value := self.value(key)))
 
     def steps(self, metric: str) -> list[float]:
         if not self.per_step.get(metric):
@@ -176,6 +198,8 @@ def load_run(path: Path) -> Run | None:
         config = with_added_settings(config)
     if QUANTILES_KEY in config:  # the levels as the module took them: [0.9,0.5,0.1] is one
         config[QUANTILES_KEY] = quantiles_setting(config[QUANTILES_KEY])
+    if HOLDOUT_POINTS_KEY in config:  # the points held out: [p7,p1] holds out [p1,p7]
+        config[HOLDOUT_POINTS_KEY] = holdout_set(config[HOLDOUT_POINTS_KEY])
     keys = {"model": info.get("model", "?"), "data": info.get("data", "?"), **config}
     data = results_of.section(results, "data")
     if digest := results_of.text(data, "values_digest", "data.values_digest"):
@@ -462,30 +486,40 @@ def _text(path: Path) -> str:
 def _evaluation(results: dict[str, Any], config: dict[str, Any], results_of: _Results) -> str:
     """An evaluation's row label: ``eval <checkpoint> <overrides>``.
 
-    The checkpoint as chosen (``best``, ``last``, else the file's name) and the overrides
-    of settings only (:func:`is_setting`: not ``torch_threads=1``), so that the re-tests of
-    a sweep's seeds with one command share a row, whichever step each seed's best was at.
-    A file outside the tested run (another run's weights) is named by its whole path:
-    its name alone (``last.ckpt``) would read as the run's own.
+    The checkpoint tested (:func:`_tested_label`) and the overrides that change a setting
+    (:func:`_changes_setting`: not ``torch_threads=1``), so that the re-tests of a sweep's
+    seeds with one command share a row, whichever step each seed's best was at.
     """
-    chosen = config.get("ckpt")
-    # relative where it lies inside the run (older evaluations recorded it absolute)
-    recorded = in_run(
-        results_of.text(results, "checkpoint", "checkpoint") or "?", Path(results["run_dir"])
-    )
-    checkpoint = (
-        chosen
-        if chosen in CHOSEN_CHECKPOINTS
-        else recorded
-        if Path(recorded).is_absolute()
-        else Path(recorded).name
-    )
-    overrides = [
-        o
-        for o in results_of.texts(results, "overrides")
-        if is_setting(o.split("=", 1)[0].lstrip("+~"))
-    ]
-    return " ".join(["eval", checkpoint, *overrides])
+    recorded = results_of.text(results, "checkpoint", "checkpoint") or "?"
+    if Path(recorded).is_absolute():  # older evaluations recorded a file inside the run so
+        recorded = in_run(recorded, Path(results["run_dir"]))
+    overrides = [o for o in results_of.texts(results, "overrides") if _changes_setting(o, config)]
+    return " ".join(["eval", _tested_label(config.get("ckpt"), recorded), *overrides])
+
+
+def _tested_label(chosen: Any, recorded: str) -> str:
+    """The checkpoint an evaluation tested, as ``chosen`` (its ``ckpt``) and the file
+    ``recorded`` (relative to the run where it lies inside it) say: ``last`` for the run's
+    ``last.ckpt`` however it was named (``ckpt=last``, ``last.ckpt``, its path; also the
+    ``best`` of a run that never validated, which is that file), ``best`` for ``ckpt=best``,
+    else the file's name. A file outside the tested run (another run's weights) is named by
+    its whole path: its name alone (``last.ckpt``) would read as the run's own."""
+    if recorded == f"{CHECKPOINT_DIR}/{LAST_CHECKPOINT}":
+        return "last"
+    if chosen in CHOSEN_CHECKPOINTS:
+        return chosen
+    return recorded if Path(recorded).is_absolute() else Path(recorded).name
+
+
+def _changes_setting(override: str, config: dict[str, Any]) -> bool:
+    """Whether an evaluation's ``override`` may change what it tested: one of a setting
+    (:func:`is_setting`), but not a ``data.holdout_points`` that holds points out, which
+    eval.py takes only where it names the run's own (it refuses any other selection):
+    ``[p7,p1]`` of a run that held out ``p1`` and ``p7`` changes nothing, ``null`` scores
+    every point alike."""
+    key = override.split("=", 1)[0].lstrip("+~")
+    restated = key == HOLDOUT_POINTS_KEY and config.get(key) is not None
+    return is_setting(key) and not restated
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

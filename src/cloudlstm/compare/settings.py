@@ -43,8 +43,12 @@ def other_data(a: str, b: str) -> bool:
 
 
 # The keys of NOT_SETTINGS that tell the samples of one setting apart: runs alike in these
-# too are one sample (a copy, or a rerun), not two seeds.
-SAMPLE_KEYS = ("seed", "data.holdout_seed")
+# too are one sample (a copy, or a rerun), not two seeds; the draw's seed only where the
+# points are drawn (:func:`draws_points`, cloudlstm.compare.runs.Run.sample).
+SEED_KEY = "seed"
+HOLDOUT_SEED_KEY = "data.holdout_seed"
+HOLDOUT_POINTS_KEY = "data.holdout_points"
+
 NOT_SETTING_PREFIXES = (
     "paths.", "data_info.", "logger.", "report.", "hydra.",
     # the console, train.log's progress lines, learning-rate log, timer, RNG states, and
@@ -97,3 +101,18 @@ def is_setting(key: str) -> bool:
         or last.endswith(("dir", "dirpath"))  # output, cache and checkpoint folders
         or last == "root"  # where a data set lies on this machine
     )
+
+
+def draws_points(holdout_points: Any) -> bool:
+    """Whether ``data.holdout_points`` (a config's value) is drawn with ``data.holdout_seed``:
+    a count or a fraction. A list names its points and null holds none out, so there the
+    seed of the draw changes nothing."""
+    return holdout_points is not None and not isinstance(holdout_points, list | tuple)
+
+
+def holdout_set(holdout_points: Any) -> Any:
+    """``data.holdout_points`` as the points it holds out: a list of ids sorted (``[p7,p1]``
+    holds out what ``[p1,p7]`` does), any other value as it is."""
+    if isinstance(holdout_points, list | tuple):
+        return sorted(str(point) for point in holdout_points)
+    return holdout_points
