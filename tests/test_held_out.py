@@ -259,6 +259,70 @@ def test_held_out_readings_change_nothing_a_training_window_or_the_scaler_holds(
             assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def covariate_only_stream(silent_in_test: tuple[int, ...] = ()) -> PointCloudStream:
+    """The toy stream with its second channel a measured covariate; point 2 reads the
+    covariate alone, and the points ``silent_in_test`` read nothing from step 150 on (the
+    test part is steps 160-199)."""
+    from cloudlstm.data.covariates import COVARIATES_KEY
+
+    values = toy_values()
+    values[:, 2, 0] = np.nan
+    for point in silent_in_test:
+        values[150:, point, 0] = np.nan
+    stream = toy_stream(values)
+    stream.metadata[COVARIATES_KEY] = ["ch1"]
+    return stream
+
+
+def test_a_point_without_a_reading_of_a_forecast_channel_is_refused_as_held_out():
+    """Its held_out scores were null: a point of covariates only has nothing to score."""
+    dm = PointCloudDataModule(covariate_only_stream(), 4, 2, holdout_points=["p001", "p002"])
+    with pytest.raises(UserError) as err:
+        dm.setup()
+    assert str(err.value) == (
+        "data.holdout_points=[p001,p002] holds out p002, a point that reads no forecast "
+        "channel at any step of stream 'toy' (covariates only): nothing to score; name points "
+        "with readings of the forecast channels, or leave it out of the data."
+    )
+    drawn = PointCloudDataModule(covariate_only_stream(), 4, 2, holdout_points=1, holdout_seed=1)
+    with pytest.raises(UserError, match=r"holds out p002, .* draw others \(another data.hold"):
+        drawn.setup()  # seed 1 draws point 2
+
+
+def test_held_out_points_none_of_which_reads_in_the_test_part_are_refused():
+    """One silent in the test part among others is scored by the others (and warned of by
+    the datamodule); all of them silent there left the held_out scores empty."""
+    some = PointCloudDataModule(
+        covariate_only_stream(silent_in_test=(3,)), 4, 2, holdout_points=["p003", "p004"]
+    )
+    some.setup()
+    every = PointCloudDataModule(
+        covariate_only_stream(silent_in_test=(3, 4)), 4, 2, holdout_points=2, holdout_seed=0
+    )
+    with pytest.raises(UserError, match=r"none of which reads a forecast channel in the test "):
+        every.setup()
+
+
+def test_train_py_refuses_a_held_out_point_of_covariates_only_in_one_line(tmp_path):
+    table = long_table().assign(temp=lambda t: 10 + np.sin(t.step / 5))
+    table.loc[table.id == "st03", ["no2", "pm25"]] = np.nan
+    csv = write(table, tmp_path / "stream.csv")
+    proc = run_python(
+        "train.py",
+        *JOB,
+        f"data.source.path={csv}",
+        "data.source.value_cols=[no2,pm25]",
+        "data.source.covariate_cols=[temp]",
+        "data.holdout_points=[st03]",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
+    assert one_line(proc) == (
+        f"data.holdout_points=[st03] holds out st03, a point that reads no forecast channel at "
+        f"any step of file {csv} (covariates only): nothing to score; name points with "
+        "readings of the forecast channels, or leave it out of the data."
+    )
+
+
 # ---------------------------------------------------------------- the trained weights
 def assert_same_weights(a: dict, b: dict) -> None:
     assert a.keys() == b.keys()

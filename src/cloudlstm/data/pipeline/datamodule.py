@@ -337,7 +337,12 @@ class PointCloudDataModule(LightningDataModule):
             stream.timestamps,
         )
         if self.holdout is not None:
-            self.held_out = self.holdout.mask(stream.point_ids, data_name(self.source, stream))
+            what = data_name(self.source, stream)
+            self.held_out = self.holdout.mask(stream.point_ids, what)
+            targets = stream.mask[..., : self.num_channels]  # a view: covariates are not scored
+            self.holdout.check_scored(
+                self.held_out, targets, self.bounds["test"], stream.point_ids, what
+            )
         self.scaler = fitted_scaler(
             stream,
             self.bounds["train"],

@@ -38,6 +38,8 @@ HELD_OUT = "held_out"  # the point group of the held-out points
 # metrics cannot hold (an nn.Module attribute)
 TRAINED = "trained"
 SHOWN = 6  # ids named in a message
+# steps of a (T, N, C) mask read at once: a memory-mapped stream is not read whole
+_CHUNK_STEPS = 256
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,59 @@ class HoldOut:
         mask = np.zeros(n, dtype=bool)
         mask[chosen] = True
         return mask
+
+    def check_scored(
+        self,
+        held_out: np.ndarray,
+        observed: np.ndarray,
+        test: tuple[int, int],
+        point_ids: Sequence[Any],
+        what: str = "the data",
+    ) -> None:
+        """Refuse a selection that leaves the ``held_out`` group nothing of its own to score:
+        a held-out point without a reading of a forecast channel at any step (its readings
+        are covariates only), or held-out points none of which reads one in the ``test``
+        steps. Their scores would be empty (null), or with ``data.score_filled=true`` those
+        of values filled in from other points; a point only silent in the test part, among
+        others that read there, is named by the datamodule's warning of unread points.
+
+        Args:
+            held_out: ``(N,)`` bool, :meth:`mask`.
+            observed: ``(T, N, C)`` bool, True where a forecast channel was observed (the
+                stream's mask without its covariates); a memory map is read by chunks.
+            test: the test part's steps ``[first, end)``.
+
+        Raises:
+            UserError: naming the points and the way out.
+        """
+        index = np.flatnonzero(held_out)
+        ever, in_test = np.zeros(len(index), bool), np.zeros(len(index), bool)
+        for t in range(0, observed.shape[0], _CHUNK_STEPS):  # (chunk, N, C) at a time
+            read = observed[t : t + _CHUNK_STEPS][:, index].any(axis=2)  # (chunk, H)
+            ever |= read.any(axis=0)
+            lo, hi = max(test[0] - t, 0), max(test[1] - t, 0)
+            in_test |= read[lo:hi].any(axis=0)
+        ids = [str(point_ids[i]) for i in index]
+        fix = (
+            "name points with readings of the forecast channels"
+            if isinstance(self.points, tuple)
+            else "draw others (another data.holdout_seed)"
+        )
+        if not ever.all():
+            silent = [p for p, r in zip(ids, ever, strict=True) if not r]
+            one = len(silent) == 1
+            raise UserError(
+                f"data.holdout_points={_text(self.points)} holds out {_listed(silent)}, "
+                f"{'a point that reads' if one else 'points that read'} no forecast channel "
+                f"at any step of {what} (covariates only): nothing to score; {fix}, or "
+                f"leave {'it' if one else 'them'} out of the data."
+            )
+        if len(index) and not in_test.any():
+            raise UserError(
+                f"data.holdout_points={_text(self.points)} holds out {_listed(ids)}, none of "
+                f"which reads a forecast channel in the test part of {what} (steps "
+                f"[{test[0]}, {test[1]})): the held-out scores would be empty; {fix}."
+            )
 
     def hidden(self, split: str, held_out: np.ndarray) -> tuple[np.ndarray | None, ...]:
         """``(inputs, targets)``: the ``(N,)`` points whose readings a ``split`` window
