@@ -13,9 +13,11 @@ from conftest import compose_train, one_line, rebuilding_fails, run_python
 from hydra.utils import instantiate
 from omegaconf.errors import MissingMandatoryValue
 
+from cloudlstm.data.pipeline.absurd_values import _as_missing
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.sources.long_format import LongFormatSource
 from cloudlstm.data.sources.tables import fill_gaps_causally, pivot_long
+from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import UserError
 
 T0 = pd.Timestamp("2021-06-01 00:00")
@@ -189,13 +191,52 @@ def test_fill_gaps_causally_properties():
     for i, c in [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0)]:
         read = pd.Series(np.where(mask[:, i, c], values[:, i, c], np.nan))
         np.testing.assert_array_equal(filled[:, i, c], read.ffill().bfill().to_numpy())
-    np.testing.assert_allclose(filled[:, 2, 1], filled[:, :2, 1].mean(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(filled[:, 2, 1], readings_mean(values[:, :2, 1]), rtol=1e-6)
     # an explicit ``observed`` makes more gaps, whatever their values
     more, more_mask = fill_gaps_causally(values, ~holes & (np.arange(50) != 20)[:, None, None])
     assert not more_mask[20].any() and np.array_equal(
         more_mask, mask & (np.arange(50) != 20)[:, None, None]
     )
     np.testing.assert_array_equal(more[20, :2], filled[19, :2])
+
+
+def readings_mean(values: np.ndarray) -> np.ndarray:
+    """``(T,)``: the mean of the finite entries of ``values (T, N)`` at each step, the last
+    such mean at a step without any (the first before any), step by step."""
+    means, last = [], None
+    for row in values:
+        finite = row[np.isfinite(row)]
+        last = finite.mean() if len(finite) else last
+        means.append(last)
+    first = next(m for m in means if m is not None)
+    return np.array([first if m is None else m for m in means])
+
+
+def test_a_series_never_observed_takes_the_mean_of_the_readings_not_of_filled_values():
+    """p1 read 100 once: held forward over its gap it made every later mean 50 too high."""
+    values = np.array([[np.nan, 100.0, np.nan], [2.0, np.nan, np.nan], [np.nan, np.nan, np.nan]])
+    values = np.concatenate([values, [[4.0, 6.0, np.nan]]])[:, :, None]  # (4, 3, 1)
+    filled, _ = fill_gaps_causally(values)
+    np.testing.assert_array_equal(filled[:, 2, 0], [100.0, 2.0, 2.0, 5.0])
+
+
+def test_values_made_missing_as_absurd_are_filled_as_the_loading_fills_gaps():
+    """The absurd-value check (bad_values=warn) refills a stream: the same values as a
+    file without those readings gives, a series left with none its readings' mean too."""
+    rng = np.random.default_rng(3)
+    values = rng.normal(size=(30, 4, 2)).astype(np.float32)
+    values[rng.random(values.shape) < 0.3] = np.nan
+    values[:5, 0, 0] = np.nan  # a leading gap at a point that loses its first readings below
+    filled, mask = fill_gaps_causally(values)
+    stream = PointCloudStream(
+        filled, mask, rng.uniform(size=(4, 2)), ["a", "b"], ["p0", "p1", "p2", "p3"]
+    )
+    absurd = mask & (rng.random(values.shape) < 0.2)
+    absurd[:, 3, 1] = mask[:, 3, 1]  # every reading of one series: none left
+    refilled = _as_missing(stream, np.argwhere(absurd))
+    expected, expected_mask = fill_gaps_causally(np.where(absurd, np.nan, values))
+    np.testing.assert_array_equal(refilled.mask, expected_mask)
+    np.testing.assert_allclose(refilled.values, expected, rtol=1e-6)
 
 
 def test_filled_values_never_depend_on_later_readings():

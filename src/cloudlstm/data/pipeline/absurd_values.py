@@ -52,7 +52,6 @@ from __future__ import annotations
 import logging
 import math
 import re
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -508,26 +507,17 @@ def _as_missing(stream: PointCloudStream, where: np.ndarray) -> PointCloudStream
     """A copy of ``stream`` with the values at ``where`` ``(K, 3)`` missing, and each series
     that had one filled again as the loaders fill gaps
     (:func:`~cloudlstm.data.sources.tables.fill_gaps_causally`: its last observed value held
-    forward, the first one in a leading gap); a series left with none takes the mean of the
-    other points' readings at each step (missing where none has one)."""
+    forward, the first one in a leading gap; a series left with none, the other points'
+    :func:`~cloudlstm.data.sources.tables.mean_of_readings`)."""
     values, mask = np.array(stream.values), np.array(stream.mask)
     t, n, c = where.T
     mask[t, n, c] = False
     pairs = sorted({(int(a), int(b)) for a, b in zip(n, c, strict=True)})
-    seen = [(p, k) for p, k in pairs if mask[:, p, k].any()]
-    if seen:
-        points, channels = (np.array(x) for x in zip(*seen, strict=True))
-        refilled, _ = fill_gaps_causally(
-            values[:, points, channels][:, :, None], mask[:, points, channels][:, :, None]
-        )
-        values[:, points, channels] = refilled[:, :, 0]
-    for point, channel in pairs:
-        if mask[:, point, channel].any():
-            continue
-        others = np.where(mask[:, :, channel], values[:, :, channel], np.nan)
-        with warnings.catch_warnings():  # "mean of empty slice": no point has a reading then
-            warnings.simplefilter("ignore", RuntimeWarning)
-            values[:, point, channel] = np.nanmean(others, axis=1)
+    for channel in sorted({k for _, k in pairs}):
+        points = np.array([p for p, k in pairs if k == channel])
+        # a channel's readings at every point: a series left without any takes their mean
+        refilled, _ = fill_gaps_causally(values[:, :, [channel]], mask[:, :, [channel]])
+        values[:, points, channel] = refilled[:, points, 0]
     return replace(stream, values=values, mask=mask)
 
 

@@ -124,7 +124,9 @@ _COMPASS = [
     "NNW",
 ]
 _TIME = ["year", "month", "day", "hour"]
-_VERSION = 2  # 2: gaps hold the last reading (1: linear interpolation)
+# 2: gaps hold the last reading (1: linear interpolation); 3: a series never read takes
+# the mean of the other points' readings at each step (2: of their filled values)
+_VERSION = 3
 # data.source.co_units -> the divisor of the files' CO (µg/m³)
 CO_UNITS: dict[str, float] = {"mg/m3": 1000.0, "ug/m3": 1.0}
 

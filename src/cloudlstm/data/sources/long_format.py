@@ -59,8 +59,9 @@ __all__ = ["LongFormatSource"]
 log = logging.getLogger(__name__)
 
 # Bump when the reading changes, so stale caches are not reused.
-_VERSION = 6  # 5: True/False columns are no channels; degrees checked; 6: gaps hold the
-# last reading (before: linear interpolation in time)
+_VERSION = 7  # 5: True/False columns are no channels; degrees checked; 6: gaps hold the
+# last reading (before: linear interpolation in time); 7: a series never read takes the
+# mean of the other points' readings at each step (6: of their filled values)
 
 
 DATA_SUFFIXES = (".csv", ".parquet", ".pq")

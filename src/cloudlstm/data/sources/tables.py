@@ -361,8 +361,8 @@ def fill_gaps_causally(
     interpolation in time would fill a gap at the last input step towards the first
     target). A leading gap (before the series' first reading) takes the first observed
     value: the one fill from a later reading, as nothing earlier exists. A series never
-    observed takes, at each step, the mean of the other points' (filled) values of the same
-    ``k``, and stays NaN only when no point ever observed ``k``.
+    observed takes :func:`mean_of_readings` of ``k``, and stays NaN only when no point ever
+    observed ``k``.
 
     Args:
         values: the readings; NaN/inf entries are gaps.
@@ -377,6 +377,33 @@ def fill_gaps_causally(
     mask = np.isfinite(values)
     if observed is not None:
         mask &= np.asarray(observed, dtype=bool)
+    filled = _held_forward(values, mask)
+    never = ~mask.any(axis=0)  # (N, K)
+    if never.any():
+        ks = np.flatnonzero(never.any(axis=0))
+        across = mean_of_readings(values[:, :, ks], mask[:, :, ks])  # (T, len(ks))
+        for j, k in enumerate(ks):
+            filled[:, never[:, k], k] = across[:, j, None]
+    return filled, mask
+
+
+def mean_of_readings(values: np.ndarray, observed: np.ndarray) -> np.ndarray:
+    """``(T, K)``: at each step, the mean of the readings of ``values (T, N, K)`` that
+    ``observed`` marks, over the points: what a series that never read ``k`` is filled
+    with. Observed readings only: a point's filled values (its last reading held over a
+    gap, a silent point's for months) are no news of that step. A step where no point read
+    ``k`` holds the mean before it (the first one before any), as a series' gaps are
+    filled; NaN only where no point ever read ``k``.
+    """
+    with warnings.catch_warnings():  # "mean of empty slice": no point has a reading then
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(np.where(observed, values, np.nan), axis=1)  # (T, K)
+    return _held_forward(mean[:, None, :], np.isfinite(mean)[:, None, :])[:, 0, :]
+
+
+def _held_forward(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``values (T, N, K)`` with each entry where ``mask`` is False holding its series' last
+    entry where it is True (the first one before any); NaN in a series with none."""
     t = values.shape[0]
     flat = np.where(mask, values, np.nan).astype(values.dtype).reshape(t, -1)  # (T, N*K)
     flat_mask = mask.reshape(t, -1)
@@ -390,15 +417,7 @@ def fill_gaps_causally(
             last = np.maximum.accumulate(np.where(flat_mask[:, part], steps, -1), axis=0)
             source = np.where(last >= 0, last, first[part][None, :])
             flat[:, part] = np.take_along_axis(flat[:, part], source, axis=0)
-    filled = flat.reshape(values.shape)
-    never = ~mask.any(axis=0)  # (N, K)
-    if never.any():
-        with warnings.catch_warnings():  # "mean of empty slice" where no point has k
-            warnings.simplefilter("ignore", RuntimeWarning)
-            across = np.nanmean(filled, axis=1)  # (T, K)
-        rows, ks = np.nonzero(never)
-        filled[:, rows, ks] = across[:, ks]
-    return filled, mask
+    return flat.reshape(values.shape)
 
 
 def _absolute(source: str) -> str:

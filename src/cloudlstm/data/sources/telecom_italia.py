@@ -76,7 +76,9 @@ _GRID_NAMES = ("milano-grid.geojson", "milano-grid.geojson.gz")
 # 2: rows repeating a square, interval and country code, and fields that are no finite
 # float32, are refused (a stream cached from such a file is read again, and refused)
 # 3: gaps hold the last reading (2 and before: linear interpolation in time)
-_VERSION = 3
+# 4: a series never read takes the mean of the other points' readings at each step (3: of
+# their filled values)
+_VERSION = 4
 # the largest activity float32 keeps: a field beyond it would be summed into an inf
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 

@@ -49,7 +49,9 @@ UNITS = {**dict.fromkeys(CHANNELS, "ug/m3"), "CO": "mg/m3"}
 CLUSTERS: dict[str, int | None] = {"A": 1, "B": 2, "all": None}
 RAW_FILES = ("airquality.csv", "station.csv", "district.csv", "city.csv")
 # Bump when the preprocessing changes, so stale cache files are not reused.
-_VERSION = 2  # 2: gaps hold the last reading (1: linear interpolation)
+# 2: gaps hold the last reading (1: linear interpolation); 3: a series never read takes
+# the mean of the other points' readings at each step (2: of their filled values)
+_VERSION = 3
 
 
 def _csv(path: Path, columns: list[str]) -> pd.DataFrame:

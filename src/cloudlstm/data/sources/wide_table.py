@@ -63,7 +63,9 @@ __all__ = ["WideTableSource", "read_positions"]
 log = logging.getLogger(__name__)
 
 # Bump when the reading changes, so stale caches are not reused.
-_VERSION = 5  # 5: gaps hold the last reading (4 and before: linear interpolation)
+# 5: gaps hold the last reading (4 and before: linear interpolation); 6: a series never read
+# takes the mean of the other points' readings at each step (5: of their filled values)
+_VERSION = 6
 # Names (lower case) a positions file's id column goes by, in the order they are looked for.
 ID_NAMES = ("id", "sensor_id", "cellid", "cell_id", "square_id", "station", "node_id")
 # Names (lower case) of a time column found without data.source.time_col.
