@@ -137,6 +137,28 @@ def test_cluster_a_is_pivoted_filled_and_cached(raw, tmp_path, caplog):
     assert source.load().num_steps == HOURS + 1 and not source.last_load_from_cache
 
 
+def test_a_station_without_a_position_is_dropped_named_and_recorded(raw, tmp_path, caplog):
+    """It was dropped with a count alone, recorded nowhere, and unsaid from the cache on:
+    as the stations without readings, its id is warned of and kept in the metadata (which
+    the data summary holds), and every load from the cache warns again."""
+    stations = pd.read_csv(raw / "station.csv")
+    stations.loc[stations["station_id"] == 1003, "latitude"] = np.nan
+    stations.to_csv(raw / "station.csv", index=False)
+    source = UrbanAirSource(raw, cluster="A", cache_dir=tmp_path / "cache")
+    for cached in (False, True):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            stream = source.load()
+        assert source.last_load_from_cache is cached
+        assert stream.point_ids == ["1001", "1002"]
+        assert stream.metadata["dropped_points_without_position"] == ["1003"]
+        assert stream.metadata["dropped_points"] == ["1004"]
+        assert [r.getMessage() for r in caplog.records] == [
+            "urban_air_A: dropping 1 point(s) without a position: 1003",
+            "urban_air_A: dropping 1 point(s) with no data at all: 1004",
+        ]
+
+
 def test_other_clusters(raw, tmp_path):
     b = UrbanAirSource(raw, cluster="B", cache_dir=tmp_path).load()
     assert b.point_ids == ["2001", "2002"] and b.missing_fraction == 0

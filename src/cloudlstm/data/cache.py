@@ -511,15 +511,25 @@ def check_float(
     return value
 
 
-def warn_dropped_points(name: str, dropped: Sequence[str]) -> None:
-    """Warn of the points ``dropped`` for having no data at all (none: no warning); a
-    stream read from its cache warns from its metadata's ``dropped_points``, as the run
-    that built it did."""
+# Keys of a stream's metadata (and so of data_summary.json's source_metadata) listing the
+# ids of the points its source dropped, and why, in the order a source drops them
+DROPPED_POINTS = {
+    "dropped_points_without_position": "without a position",
+    "dropped_points": "with no data at all",
+}
+
+
+def warn_dropped_points(
+    name: str, dropped: Sequence[str], why: str = DROPPED_POINTS["dropped_points"]
+) -> None:
+    """Warn of the points ``dropped`` (none: no warning) ``why`` (:data:`DROPPED_POINTS`);
+    a stream read from its cache warns from its metadata, as the run that built it did."""
     if dropped:  # a warning: the user's file named them, and the model will not know them
         log.warning(
-            "%s: dropping %d point(s) with no data at all: %s",
+            "%s: dropping %d point(s) %s: %s",
             name,
             len(dropped),
+            why,
             ", ".join(dropped[:20]) + (" ..." if len(dropped) > 20 else ""),
         )
 
@@ -653,7 +663,8 @@ class CachedSource:
         if stream is None:
             stream = self.generate(path)
         else:  # every run leaves these points out, not only the one that built the cache
-            warn_dropped_points(stream.name, stream.metadata.get("dropped_points") or [])
+            for key, why in DROPPED_POINTS.items():
+                warn_dropped_points(stream.name, stream.metadata.get(key) or [], why)
         # at every load, not into the cache: a stream cached before units were recorded
         # gets them too
         units = self.units()

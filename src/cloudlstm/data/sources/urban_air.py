@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cloudlstm.data.cache import CachedSource
+from cloudlstm.data.cache import DROPPED_POINTS, CachedSource, warn_dropped_points
 from cloudlstm.data.sources.download import check_download, data_folder
 from cloudlstm.data.sources.tables import (
     build_stream,
@@ -48,10 +48,13 @@ UNITS = {**dict.fromkeys(CHANNELS, "ug/m3"), "CO": "mg/m3"}
 # cluster name -> cluster_id of city.csv (None = every station)
 CLUSTERS: dict[str, int | None] = {"A": 1, "B": 2, "all": None}
 RAW_FILES = ("airquality.csv", "station.csv", "district.csv", "city.csv")
+# the stream's metadata key of the stations dropped for having no position
+UNPLACED_KEY = "dropped_points_without_position"
 # Bump when the preprocessing changes, so stale cache files are not reused.
 # 2: gaps hold the last reading (1: linear interpolation); 3: a series never read takes
-# the mean of the other points' readings at each step (2: of their filled values)
-_VERSION = 3
+# the mean of the other points' readings at each step (2: of their filled values); 4: the
+# stations without a position are recorded in the metadata
+_VERSION = 4
 
 
 def _csv(path: Path, columns: list[str]) -> pd.DataFrame:
@@ -137,6 +140,11 @@ class UrbanAirSource(CachedSource):
     def cache_prefix(self) -> str:
         return f"urban_air_{self.cluster}"
 
+    @property
+    def stream_name(self) -> str:
+        """The stream's name, which its warnings and summaries give."""
+        return f"urban_air_{self.cluster}"
+
     def config(self) -> dict:
         """What determines the stream besides the raw files: the cluster."""
         return {"version": _VERSION, "cluster": self.cluster}
@@ -175,9 +183,9 @@ class UrbanAirSource(CachedSource):
     def _build(self, folder: Path) -> PointCloudStream:
         stations = self._stations(folder).drop_duplicates("station_id")
         no_pos = stations[stations[["latitude", "longitude"]].isna().any(axis=1)]
-        if len(no_pos):
-            log.warning("Urban Air: dropping %d station(s) without a position.", len(no_pos))
-            stations = stations.drop(no_pos.index)
+        unplaced = [str(s) for s in no_pos["station_id"]]
+        warn_dropped_points(self.stream_name, unplaced, DROPPED_POINTS[UNPLACED_KEY])
+        stations = stations.drop(no_pos.index)
         if stations.empty:
             raise UserError(f"Urban Air: no station of cluster {self.cluster} in {folder}.")
         path = folder / "airquality.csv"
@@ -198,13 +206,15 @@ class UrbanAirSource(CachedSource):
         coords = stations.set_index(stations["station_id"].astype(str)).loc[ids]
         t = len(grid.timestamps)
         empty = np.full((t, len(absent), len(CHANNELS)), np.nan, dtype=np.float32)
-        return build_stream(
+        stream = build_stream(
             grid.timestamps,
             ids,
             np.concatenate([grid.scatter(values.to_numpy(), dtype=np.float32), empty], axis=1),
             list(CHANNELS),
             coords=coords[["longitude", "latitude"]].to_numpy(dtype=np.float64),
             step=grid.step,
-            name=f"urban_air_{self.cluster}",
+            name=self.stream_name,
             source=str(folder),
         )
+        stream.metadata[UNPLACED_KEY] = unplaced  # kept in the cache and the data summary
+        return stream
