@@ -531,8 +531,14 @@ def test_eval_py_holds_out_the_runs_points(held_out_run, tmp_path):
 
 def test_eval_py_refuses_to_score_other_points_as_held_out(held_out_run, tmp_path):
     held = metrics(held_out_run)["data"]["point_groups"]["held_out"]
-    with pytest.raises(UserError, match=r"was trained with .* held out, but the data now holds"):
+    with pytest.raises(UserError) as err:
         evaluate(compose_eval(held_out_run, tmp_path / "other", "data.holdout_seed=12345"))
+    # the data's points are the run's: the draw differs, where it read "its points changed"
+    assert re.search(
+        r"was trained with .* held out, but the data now holds out .* \(another selection: "
+        r"data.holdout_points or data.holdout_seed is not the run's\)\. Evaluate on",
+        str(err.value),
+    )
     named = f"data.holdout_points=[{','.join(held)}]"
     assert "groups" in evaluate(compose_eval(held_out_run, tmp_path / "named", named))["test"]
 

@@ -88,9 +88,15 @@ def check_same_held_out(datamodule: Any, trained: TrainedCheckpoint) -> None:
         )
     if sorted(before) == sorted(now):
         return
+    same_points = [str(p) for p in spec.point_ids] == [str(p) for p in datamodule.stream.point_ids]
+    why = (
+        "another selection: data.holdout_points or data.holdout_seed is not the run's"
+        if same_points
+        else "its points changed"
+    )
     raise UserError(
         f"{trained.path} was trained with {_listed(before)} held out, but the data now holds "
-        f"out {_listed(now)} (its points changed). Evaluate on the run's points, give its "
+        f"out {_listed(now)} ({why}). Evaluate on the run's points, give its "
         f"selection (data.holdout_points=[{','.join(before)}]), or score every point alike "
         "(data.holdout_points=null)."
     )
