@@ -18,10 +18,12 @@ import pytest
 from conftest import compose_train, rebuilding_fails
 from hydra.utils import instantiate
 
+from cloudlstm.data.cache import DROPPED_POINTS
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
+from cloudlstm.data.pipeline.held_out import DROPPED_WHY
 from cloudlstm.data.sources.download import download_and_extract
 from cloudlstm.data.sources.urban_air import UrbanAirSource
-from cloudlstm.errors import DownloadError
+from cloudlstm.errors import DownloadError, UserError
 
 HOURS = 100
 RAW = ["PM25_Concentration", "PM10_Concentration", "NO2_Concentration"]
@@ -157,6 +159,23 @@ def test_a_station_without_a_position_is_dropped_named_and_recorded(raw, tmp_pat
             "urban_air_A: dropping 1 point(s) without a position: 1003",
             "urban_air_A: dropping 1 point(s) with no data at all: 1004",
         ]
+
+
+def test_holding_out_a_station_without_a_position_names_why_it_is_not_there(raw, tmp_path):
+    """It was refused as "not points of" the data, which the station list shows it is."""
+    stations = pd.read_csv(raw / "station.csv")
+    stations.loc[stations["station_id"] == 1003, "latitude"] = np.nan
+    stations.to_csv(raw / "station.csv", index=False)
+    source = UrbanAirSource(raw, cluster="A", cache_dir=tmp_path / "cache")
+    held = PointCloudDataModule(source, input_steps=3, output_steps=2, holdout_points=["1003"])
+    with pytest.raises(UserError) as err:
+        held.setup()
+    assert str(err.value) == (
+        "data.holdout_points names 1003, point(s) of stream 'urban_air_A' that the loading "
+        "dropped for having no position (as its warning said): it has no place in the "
+        "cloud; name points with positions, or give theirs in the file."
+    )
+    assert set(DROPPED_WHY) == set(DROPPED_POINTS)  # every drop a stream records is named
 
 
 def test_other_clusters(raw, tmp_path):

@@ -22,7 +22,7 @@ of the cloud, drawn with :func:`numpy.random.default_rng` of ``holdout_seed``
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,13 +31,26 @@ import numpy as np
 from cloudlstm.data.pipeline.options import check_switch
 from cloudlstm.errors import UserError
 
-__all__ = ["HELD_OUT", "TRAINED", "HoldOut", "check_holdout", "held_out_groups"]
+__all__ = ["DROPPED_WHY", "HELD_OUT", "TRAINED", "HoldOut", "check_holdout", "held_out_groups"]
 
 HELD_OUT = "held_out"  # the point group of the held-out points
 # ... and of the points trained on; not "training", which a torch ModuleDict of the groups'
 # metrics cannot hold (an nn.Module attribute)
 TRAINED = "trained"
 SHOWN = 6  # ids named in a message
+# The stream's metadata keys of the points its loading dropped
+# (:data:`cloudlstm.data.cache.DROPPED_POINTS`) -> why, and the way out of naming one
+DROPPED_WHY = {
+    "dropped_points_without_position": (
+        "having no position",
+        "it has no place in the cloud; name points with positions, or give theirs in the file",
+    ),
+    "dropped_points": (
+        "having no reading at all",
+        "there is nothing to score there; name points with readings, or give these readings "
+        "in the file",
+    ),
+}
 # steps of a (T, N, C) mask read at once: a memory-mapped stream is not read whole
 _CHUNK_STEPS = 256
 
@@ -58,11 +71,14 @@ class HoldOut:
     history: bool
 
     def mask(
-        self, point_ids: Sequence[Any], what: str = "the data", dropped: Sequence[str] = ()
+        self,
+        point_ids: Sequence[Any],
+        what: str = "the data",
+        dropped: Mapping[str, Sequence[str]] | None = None,
     ) -> np.ndarray:
         """``(N,)`` bool: the held-out points among ``point_ids`` (the stream's, in order);
-        ``dropped``: the ids of the points the loading dropped for having no reading at all
-        (the stream's ``dropped_points``), named as such where the list names one.
+        ``dropped``: the ids of the points the loading dropped, by the stream's metadata key
+        that lists them (:data:`DROPPED_WHY`), named as such where the list names one.
 
         Raises:
             UserError: a named id is not a point of the data (or one it dropped), or the
@@ -197,18 +213,21 @@ def _checked_points(points: Any) -> float | int | tuple[str, ...]:
 
 
 def _named(
-    named: tuple[str, ...], ids: list[str], what: str, dropped: Sequence[str] = ()
+    named: tuple[str, ...],
+    ids: list[str],
+    what: str,
+    dropped: Mapping[str, Sequence[str]] | None = None,
 ) -> np.ndarray:
     """The indices of the ``named`` ids among ``ids`` (those in ``dropped``: refused as
     dropped by the loading, which the file holds, not as unknown)."""
-    index, dropped_ids = {p: i for i, p in enumerate(ids)}, {str(d) for d in dropped}
-    gone = [p for p in named if p not in index and p in dropped_ids]
-    if gone:
-        raise UserError(
-            f"data.holdout_points names {_listed(gone)}, point(s) of {what} that the loading "
-            "dropped for having no reading at all (as its warning said): there is nothing "
-            "to score there; name points with readings, or give these readings in the file."
-        )
+    index = {p: i for i, p in enumerate(ids)}
+    for key, gone_ids in (dropped or {}).items():
+        if gone := [p for p in named if p not in index and p in {str(d) for d in gone_ids}]:
+            why, fix = DROPPED_WHY[key]
+            raise UserError(
+                f"data.holdout_points names {_listed(gone)}, point(s) of {what} that the "
+                f"loading dropped for {why} (as its warning said): {fix}."
+            )
     unknown = [p for p in named if p not in index]
     if unknown:
         raise UserError(

@@ -23,7 +23,7 @@ from cloudlstm.data.pipeline.absurd_values import (
     checked_stream,
     merged_ranges,
 )
-from cloudlstm.data.pipeline.held_out import HoldOut
+from cloudlstm.data.pipeline.held_out import DROPPED_WHY, HoldOut
 from cloudlstm.data.pipeline.model_input import positions_before_covariates
 from cloudlstm.data.pipeline.split_rule import SplitRule
 from cloudlstm.data.sources.times import TIMES_ZONED_KEY
@@ -100,7 +100,8 @@ def prepared_stream(
         what = data_name(source, stream)
         if subset is not None:  # the points drawn from it are what the ids must be among
             what = f"the data.num_points={subset[0]} drawn from {what}"
-        held_out = holdout.mask(stream.point_ids, what, stream.metadata.get("dropped_points", ()))
+        dropped = {key: stream.metadata.get(key) or () for key in DROPPED_WHY}
+        held_out = holdout.mask(stream.point_ids, what, dropped)
     stream = _without_absurd_values(stream, source, train, max_abs_z, valid_ranges, held_out)
     if stream.moving:
         stream = with_position_channels(stream)
