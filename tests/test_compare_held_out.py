@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,8 @@ def held_out_runs(tmp_path_factory) -> Path:
     * ``c_drawn``, ``d_drawn``: 3 points drawn with ``data.holdout_seed`` 5 and 6, trained
       without validation, so that their tested checkpoint is ``last.ckpt``;
     * re-tests of ``a_list`` naming its points, with no point held out, and of
-      ``last.ckpt`` by its name; of ``c_drawn`` by default and with ``ckpt=last``.
+      ``last.ckpt`` by its name; of ``c_drawn`` by default, with ``ckpt=last``, and
+      naming the 3 points it drew.
     """
     root = tmp_path_factory.mktemp("held_out_runs")
     a = trained(root / "a_list", "data.holdout_points=[s007,s001]")
@@ -51,6 +53,8 @@ def held_out_runs(tmp_path_factory) -> Path:
     evaluated(a, "last_by_name", "ckpt=last.ckpt")
     evaluated(c, "1_default")
     evaluated(c, "2_last", "ckpt=last")
+    drawn = json.loads((c / "metrics.json").read_text())["data"]["point_groups"]["held_out"]
+    evaluated(c, "3_named", f"data.holdout_points=[{','.join(drawn)}]")
     return root
 
 
@@ -68,8 +72,9 @@ def compared(root: Path, capsys) -> tuple[dict[tuple[str, str], dict], list[str]
 def test_rows_and_labels_name_what_differs_and_nothing_else(held_out_runs, capsys):
     """The same set named in two orders was two rows; a list's draw seed made a copy a
     second sample; two draws of 3 points are the samples of one row; a re-test that named
-    the run's own points carried them into its label; ``last.ckpt`` named by its file, or
-    tested as the best of a run that never validated, was not ``last``."""
+    the run's own points carried them into its label, and those a run drew into a row and
+    data set of their own; ``last.ckpt`` named by its file, or tested as the best of a run
+    that never validated, was not ``last``."""
     rows, err = compared(held_out_runs, capsys)
     named = "['s001', 's007']"
     assert {key: row["n"] for key, row in rows.items()} == {
@@ -85,5 +90,6 @@ def test_rows_and_labels_name_what_differs_and_nothing_else(held_out_runs, capsy
     assert err[1].startswith(
         "compare: warning: c_drawn/run/eval/2_last re-tests the run and seed (0) that "
         "c_drawn/run/eval/1_default re-tested, with the same checkpoint and overrides "
-        "(eval last)"
+        "(eval last): one sample, so it is left out, not counted as another seed (1 more "
+        "such re-test(s) left out)"
     )

@@ -206,6 +206,7 @@ def load_run(path: Path) -> Run | None:
         keys[VALUES_DIGEST_KEY] = digest
     if evaluated_run := results_of.text(results, "run_dir", "run_dir"):
         keys[EVALUATION_KEY] = _evaluation(results, config, results_of)
+        keys.update(_selection_restated(results, config, results_of, path))
     if not has_config:
         keys[NO_CONFIG_KEY] = "cut short" if cut_short else "absent"
     test = results_of.mapping(test, "test")
@@ -495,6 +496,28 @@ def _evaluation(results: dict[str, Any], config: dict[str, Any], results_of: _Re
         recorded = in_run(recorded, Path(results["run_dir"]))
     overrides = [o for o in results_of.texts(results, "overrides") if _changes_setting(o, config)]
     return " ".join(["eval", _tested_label(config.get("ckpt"), recorded), *overrides])
+
+
+def _selection_restated(
+    results: dict[str, Any], config: dict[str, Any], results_of: _Results, path: Path
+) -> dict[str, Any]:
+    """``{data.holdout_points: the tested run's}`` for an evaluation whose override named
+    the run's own held-out points (:func:`_changes_setting`): a run that drew 3 is no other
+    setting, nor data set, for a re-test that listed those 3. Empty where it named none,
+    or the run's ``config.yaml`` (at its recorded folder, else the one the evaluation lies
+    in, ``<run>/eval/<time>/``) cannot be read."""
+    restated = config.get(HOLDOUT_POINTS_KEY) is not None and any(
+        o.split("=", 1)[0].lstrip("+~") == HOLDOUT_POINTS_KEY
+        for o in results_of.texts(results, "overrides")
+    )
+    runs = (Path(results["run_dir"]), path.parent.parent.parent)
+    found = next((run / CONFIG_FILE for run in runs if (run / CONFIG_FILE).is_file()), None)
+    if not restated or found is None or config_cut_short(found):
+        return {}
+    trained = flatten(current_form(read_yaml_mapping(found)))
+    if trained.get(HOLDOUT_POINTS_KEY) is None:
+        return {}
+    return {HOLDOUT_POINTS_KEY: holdout_set(trained[HOLDOUT_POINTS_KEY])}
 
 
 def _tested_label(chosen: Any, recorded: str) -> str:
