@@ -303,6 +303,17 @@ def test_held_out_points_none_of_which_reads_in_the_test_part_are_refused():
         every.setup()
 
 
+def test_held_out_points_of_data_without_a_test_part_are_taken():
+    """data.test_fraction=0 tests nothing: no test readings is no empty score, and the
+    selection was refused as if it left the held_out group nothing to score."""
+    dm = PointCloudDataModule(
+        covariate_only_stream(), 4, 2, holdout_points=["p003"], test_fraction=0.0
+    )
+    dm.setup()
+    assert dm.bounds["test"][0] == dm.bounds["test"][1]
+    assert dm.summary()["point_groups"]["held_out"] == ["p003"]
+
+
 def test_train_py_refuses_a_held_out_point_of_covariates_only_in_one_line(tmp_path):
     table = long_table().assign(temp=lambda t: 10 + np.sin(t.step / 5))
     table.loc[table.id == "st03", ["no2", "pm25"]] = np.nan

@@ -110,9 +110,10 @@ class HoldOut:
         """Refuse a selection that leaves the ``held_out`` group nothing of its own to score:
         a held-out point without a reading of a forecast channel at any step (its readings
         are covariates only), or held-out points none of which reads one in the ``test``
-        steps. Their scores would be empty (null), or with ``data.score_filled=true`` those
-        of values filled in from other points; a point only silent in the test part, among
-        others that read there, is named by the datamodule's warning of unread points.
+        steps (where there are any: ``data.test_fraction=0`` tests nothing). Their scores
+        would be empty (null), or with ``data.score_filled=true`` those of values filled in
+        from other points; a point only silent in the test part, among others that read
+        there, is named by the datamodule's warning of unread points.
 
         Args:
             held_out: ``(N,)`` bool, :meth:`mask`.
@@ -145,7 +146,8 @@ class HoldOut:
                 f"at any step of {what} (covariates only): nothing to score; {fix}, or "
                 f"leave {'it' if one else 'them'} out of the data."
             )
-        if len(index) and not in_test.any():
+        # no test part (data.test_fraction=0): nothing is tested, so nothing comes out empty
+        if len(index) and test[1] > test[0] and not in_test.any():
             raise UserError(
                 f"data.holdout_points={_text(self.points)} holds out {_listed(ids)}, none of "
                 f"which reads a forecast channel in the test part of {what} (steps "
