@@ -239,6 +239,33 @@ def test_values_made_missing_as_absurd_are_filled_as_the_loading_fills_gaps():
     np.testing.assert_allclose(refilled.values, expected, rtol=1e-6)
 
 
+def test_values_made_missing_as_absurd_refill_their_own_series_alone(monkeypatch):
+    """Two absurd readings of a channel of 10,000 points refill those two series, not the
+    channel's every series (ten times slower, and twice the memory, on Telecom Italia's
+    grid): the refill reads the touched series alone."""
+    from cloudlstm.data.pipeline import absurd_values
+
+    rng = np.random.default_rng(4)
+    values = rng.normal(size=(20, 50, 2)).astype(np.float32)
+    stream = PointCloudStream(
+        values,
+        np.ones(values.shape, bool),
+        rng.uniform(size=(50, 2)),
+        ["a", "b"],
+        [f"p{i}" for i in range(50)],
+    )
+    widths = []
+
+    def spied(values: np.ndarray, observed: np.ndarray | None = None):
+        widths.append(values.shape[1])
+        return fill_gaps_causally(values, observed)
+
+    monkeypatch.setattr(absurd_values, "fill_gaps_causally", spied)
+    refilled = absurd_values._as_missing(stream, np.array([[5, 3, 0], [9, 7, 0]]))
+    assert widths == [2]
+    assert refilled.values[5, 3, 0] == values[4, 3, 0]  # the reading before held forward
+
+
 def test_filled_values_never_depend_on_later_readings():
     """Changing the readings after step ``t`` never changes a filled value at a step <= t
     (but in a leading gap, which has nothing earlier to take)."""

@@ -60,7 +60,7 @@ import numpy as np
 import pandas as pd
 
 from cloudlstm.data.chunks import time_chunks
-from cloudlstm.data.sources.tables import fill_gaps_causally
+from cloudlstm.data.sources.tables import fill_gaps_causally, mean_of_readings
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.data.transforms import StandardScaler
 from cloudlstm.errors import UserError
@@ -513,11 +513,18 @@ def _as_missing(stream: PointCloudStream, where: np.ndarray) -> PointCloudStream
     t, n, c = where.T
     mask[t, n, c] = False
     pairs = sorted({(int(a), int(b)) for a, b in zip(n, c, strict=True)})
-    for channel in sorted({k for _, k in pairs}):
-        points = np.array([p for p, k in pairs if k == channel])
-        # a channel's readings at every point: a series left without any takes their mean
-        refilled, _ = fill_gaps_causally(values[:, :, [channel]], mask[:, :, [channel]])
-        values[:, points, channel] = refilled[:, points, 0]
+    seen = {(p, k) for p, k in pairs if mask[:, p, k].any()}
+    if seen:  # the touched series alone, (T, S, 1): a whole channel of a large stream is not
+        points, channels = (np.array(x) for x in zip(*sorted(seen), strict=True))
+        refilled, _ = fill_gaps_causally(
+            values[:, points, channels][:, :, None], mask[:, points, channels][:, :, None]
+        )
+        values[:, points, channels] = refilled[:, :, 0]
+    for channel in sorted({k for p, k in pairs if (p, k) not in seen}):
+        # left without a reading: the channel's readings at every point, averaged
+        silent = [p for p, k in pairs if k == channel and (p, k) not in seen]
+        mean = mean_of_readings(values[:, :, [channel]], mask[:, :, [channel]])  # (T, 1)
+        values[:, silent, channel] = mean
     return replace(stream, values=values, mask=mask)
 
 
