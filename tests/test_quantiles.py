@@ -573,6 +573,8 @@ def test_the_calibration_split_counts_the_windows_limit_val_batches_lets_through
         ({}, True),  # one process: 2 batches of 4, 8 windows
         ({"devices": 2}, False),  # two share the 12 windows, 2 batches each: all 12
         ({"devices": [0, 1]}, False),
+        ({"devices": "0,1"}, False),  # Lightning's text forms: two devices, counted as one
+        ({"devices": "2", "accelerator": "cpu"}, False),
         ({"devices": 1, "num_nodes": 2}, False),
         ({"devices": "auto"}, True),  # resolved by Lightning: counted as one
     ],

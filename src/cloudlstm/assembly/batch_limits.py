@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
 from typing import Any
 
 from omegaconf import DictConfig
 
+from cloudlstm.assembly.compile import run_device
 from cloudlstm.data.pipeline.splits import window_counts
 from cloudlstm.errors import UserError
 
@@ -100,14 +100,10 @@ def check_validation_interval(cfg: DictConfig, windows: dict[str, int], batch_si
 
 def processes(trainer: Any) -> int:
     """The processes a training runs in, ``devices`` x ``num_nodes`` of the ``trainer``
-    settings (a list of devices: its length); 1 for ``auto`` and other values Lightning
-    resolves itself."""
-    devices, nodes = trainer.get("devices"), trainer.get("num_nodes")
-    listed = isinstance(devices, Sequence) and not isinstance(devices, str)
-    world = len(devices) if listed else devices
-    return (world if isinstance(world, int) and world > 0 else 1) * (
-        nodes if isinstance(nodes, int) and nodes > 0 else 1
-    )
+    settings as the Trainer counts its devices (:func:`~cloudlstm.assembly.compile.run_device`:
+    a list or ``"0,1"`` its length, ``"2"`` two, ``auto`` every visible GPU of a GPU run).
+    Checked by Lightning before (:func:`~cloudlstm.assembly.build.check_trainer_settings`)."""
+    return max(run_device(trainer).devices, 1)
 
 
 def _train_batches(trainer: Any, windows: int, batch_size: int) -> int:
