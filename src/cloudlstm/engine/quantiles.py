@@ -131,7 +131,8 @@ class ResidualBank(Metric):
         self.observed.append(mask.bool().transpose(1, 2).reshape(b * n, j, c))
 
     def compute(self) -> tuple[Tensor, Tensor]:
-        if not self.residuals:
+        # synced over DDP ranks, each state is one gathered tensor, no longer a list
+        if isinstance(self.residuals, list) and not self.residuals:
             return torch.zeros(0, 0, 0, 0), torch.zeros(0, 0, 0, dtype=torch.bool)
         return dim_zero_cat(self.residuals).cpu(), dim_zero_cat(self.observed).cpu()
 
