@@ -364,3 +364,33 @@ def test_a_download_without_room_says_so_and_leaves_no_part(tmp_path):
         "size limit of"
     ), line
     assert list((tmp_path / "out").iterdir()) == []  # no .part file, no marker
+
+
+@pytest.mark.slow  # a run of two processes: ~1 min on 2 CPU cores
+def test_a_full_disk_under_ddp_is_one_line_per_process(tmp_path):
+    """Process 0 writes the checkpoints: its line names the file; process 1, whose
+    collective operation then lost its peer, says so in one line instead of gloo's
+    traceback."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "train.py",
+            *TINY,
+            "trainer=ddp_cpu",
+            "trainer.max_epochs=1",
+            "logger=none",
+            "torch_threads=1",
+            f"hydra.run.dir={tmp_path / 'run'}",
+            f"paths.data_dir={tmp_path / 'data'}",
+        ],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        preexec_fn=file_size_limit(64_000),  # a checkpoint is ~200 kB
+    )
+    assert the_error(proc).startswith(f"Cannot write {tmp_path / 'run' / 'checkpoints'}/")
+    (lost,) = [line for line in proc.stderr.splitlines() if line.startswith("DDP process")]
+    assert lost.startswith("DDP process 1 of 2 stopped: another process of the run ended")
+    assert "Error executing job" not in proc.stderr

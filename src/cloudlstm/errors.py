@@ -169,6 +169,37 @@ def out_of_memory(err: BaseException) -> OutOfMemoryError | None:
     return OutOfMemoryError(f"Out of memory: {_failed_allocation(text)}. {SMALLER}")
 
 
+# gloo's words for a connection to another DDP process that ended (a closed or reset socket)
+PEER_LOST = ("connection closed by peer", "connection reset by peer")
+
+
+def process_lost(err: BaseException) -> UserError | None:
+    """The one line of a DDP process whose collective operation failed because another
+    process of the run ended (gloo: the peer closed its connection), or None for any other
+    error.
+
+    That process wrote why it ended (a full disk, a bad setting: one line; a bug: its
+    traceback), or was killed; this one's traceback of a lost connection would only bury
+    it.
+    """
+    if not isinstance(err, RuntimeError) or not any(m in str(err).lower() for m in PEER_LOST):
+        return None
+    return UserError(
+        f"DDP process{_process_rank()} stopped: another process of the run ended (its own message, "
+        "above, says why; none where it was killed). Fix that, then run the same command "
+        "again (resume=auto continues from the last checkpoint)."
+    )
+
+
+def _process_rank() -> str:
+    """`` <rank> of <processes>`` of this DDP process, where torch knows them, else ``""``
+    (read from an imported torch: this module does not import it)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return ""
+    return f" {dist.get_rank()} of {dist.get_world_size()}"
+
+
 def _failed_allocation(text: str) -> str:
     """What could not be allocated, where, and the memory there, from the allocator's
     message."""
@@ -436,7 +467,7 @@ def one_line_errors() -> Iterator[None]:
             raise
         raise full from None
     except (MemoryError, RuntimeError) as err:  # torch's and NumPy's allocations
-        short = out_of_memory(err)
+        short = out_of_memory(err) or process_lost(err)
         if short is None:
             raise
         raise short from None

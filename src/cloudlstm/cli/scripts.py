@@ -147,13 +147,18 @@ def multirun_flag_first(argv: list[str]) -> list[str]:
 _HYDRA_PID: int | None = None
 # the user asked for every error's whole traceback (Hydra's own switch)
 _FULL_ERROR = "HYDRA_FULL_ERROR"
+# set beside it where the program, not the user, set it: a DDP process that Lightning starts
+# inherits both, and must not take the program's setting for the user's
+_FULL_ERROR_OURS = "CLOUDLSTM_SET_HYDRA_FULL_ERROR"
 _full_error_wanted = False
 
 
 def _run_hydra(config_name: str, task: Callable[[DictConfig], Any]) -> None:
     global _HYDRA_PID, _full_error_wanted
     _HYDRA_PID = os.getpid()
-    _full_error_wanted = os.environ.get(_FULL_ERROR) == "1"
+    _full_error_wanted = (
+        os.environ.get(_FULL_ERROR) == "1" and os.environ.get(_FULL_ERROR_OURS) != "1"
+    )
     os.environ.setdefault("PROJECT_ROOT", os.getcwd())
     sys.argv = multirun_flag_first(sys.argv)
     # Registered first, so run last of the exit handlers (after W&B's and Lightning's)
@@ -195,7 +200,7 @@ def _errors_without_hydra_hint() -> Iterator[None]:
     if _full_error_wanted:
         yield
         return
-    os.environ[_FULL_ERROR] = "1"
+    os.environ[_FULL_ERROR] = os.environ[_FULL_ERROR_OURS] = "1"
     try:
         yield
     except CompactHydraException as err:
@@ -219,6 +224,7 @@ def _errors_without_hydra_hint() -> Iterator[None]:
         raise
     finally:
         os.environ.pop(_FULL_ERROR, None)
+        os.environ.pop(_FULL_ERROR_OURS, None)
 
 
 def _hydras_write_failed(err: Exception) -> Exception | None:
