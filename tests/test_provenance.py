@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -129,3 +131,30 @@ def test_a_run_lists_its_processes_and_a_resume_under_other_code_says_so(tiny_cf
 
     again = train(tiny_cfg("logger=none", "trainer.max_epochs=1", "resume=never"))
     assert [p["from_step"] for p in again["provenance"]] == [0]  # a fresh run starts anew
+
+
+def test_the_code_state_is_read_without_writing_the_checkout(tmp_path):
+    """``git status`` of a checkout whose file times changed since its index was written
+    reads the same with no room to write (a full disk, ``ulimit -f``), so it writes nothing
+    there: not the ``.git/index.lock`` that the processes of a DDP run or the jobs of a sweep
+    would take at once, and the user's own git commands fail on meanwhile."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "code.py").write_text("x = 1\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "code.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "code"], check=True)
+    os.utime(repo / "code.py", (1_000_000_000, 1_000_000_000))  # the index's times go stale
+
+    read = (
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1, resource.RLIM_INFINITY))\n"
+        "from cloudlstm.rundir.provenance import _git\n"
+        "print(repr(_git(__import__('pathlib').Path(sys.argv[1]), 'status', '--porcelain')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", read, str(repo)], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "''", done.stdout + done.stderr  # clean, not unknown (None)

@@ -182,9 +182,19 @@ def _is_own_checkout(package: Path, top: Path) -> bool:
 
 
 def _git(where: Path, *args: str) -> str | None:
+    """``git <args>``'s output in ``where``, or None where git fails or is missing.
+
+    ``--no-optional-locks``: a read alone. ``git status`` otherwise rewrites the index under
+    ``.git/index.lock`` where file times changed; every process of a DDP run and every job
+    of a sweep does this at once in the same checkout, and the user's own git commands
+    meanwhile fail on that lock; on a full disk the rewrite fails and the status with it.
+    """
     try:
         done = subprocess.run(
-            ["git", "-C", str(where), *args], capture_output=True, text=True, timeout=10
+            ["git", "--no-optional-locks", "-C", str(where), *args],
+            capture_output=True,
+            text=True,
+            timeout=10,
         )
     except (OSError, subprocess.SubprocessError):  # no git, or a hung file system
         return None
