@@ -309,3 +309,16 @@ def test_the_readings_digest_reads_what_was_observed_in_chunks(tmp_path):
     edited = stream.values.copy()
     edited[tuple(np.argwhere(stream.mask)[0])] += 1.0
     assert values_digest(dataclasses.replace(stream, values=edited)) != digest
+
+
+def test_a_cache_is_as_readable_as_its_files(tmp_path):
+    """The cache folder gets the permissions of the files inside it (0777 less the umask),
+    as a folder made by ``mkdir`` would: a shared data directory's cache, built by one user,
+    is read by the others, not rebuilt by each over the others'."""
+    old = os.umask(0o022)
+    try:
+        save_stream_cache(tmp_path / "toy", make_stream(), "k")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "toy").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "toy" / "values.npy").stat().st_mode & 0o777 == 0o644

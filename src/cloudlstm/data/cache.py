@@ -32,7 +32,6 @@ import os
 import secrets
 import shutil
 import socket
-import tempfile
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -114,7 +113,10 @@ class StreamWriter:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 _remove_stale_temps(self.path)
                 tag = f"{self.path.name}{_TEMP}{socket.gethostname()}-{os.getpid()}-"
-                self._tmp = Path(tempfile.mkdtemp(dir=self.path.parent, prefix=tag))
+                # not mkdtemp, whose folder (0700) becomes the cache: other users of a shared
+                # data directory could not read it, and would each build their own over it
+                self._tmp = self.path.parent / f"{tag}{secrets.token_hex(6)}"
+                self._tmp.mkdir(mode=0o777)  # less the umask, as the files inside
                 for name, (shape, dtype) in layout.items():
                     self.arrays[name] = _new_npy(self._tmp / f"{name}.npy", shape, dtype)
             except OSError as err:  # a read-only or full disk must not stop training
