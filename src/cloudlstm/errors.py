@@ -186,8 +186,8 @@ def process_lost(err: BaseException) -> UserError | None:
         return None
     return UserError(
         f"DDP process{_process_rank()} stopped: another process of the run ended (its own message, "
-        "above, says why; none where it was killed). Fix that, then run the same command "
-        "again (resume=auto continues from the last checkpoint)."
+        "above, says why; none where it was killed). Run the same command again once that "
+        "is mended (a training continues from its last checkpoint)."
     )
 
 
