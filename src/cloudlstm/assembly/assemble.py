@@ -136,15 +136,17 @@ def assemble(
     job_cfg = save_job_config(cfg, output_dir)
     spec = datamodule.spec
     model_config = _as_trained(cfg.model, trained)
+    # the config the model is built from: the run's, or the job's where it trains anew
+    built_model = cfg.model if model_config is None else model_config
     if model_config is not None:
         check_trained_sizes(model_config, spec, trained)
     if trained is not None:
-        check_trained_neighbours(cfg.model if model_config is None else model_config, spec, trained)
+        check_trained_neighbours(built_model, spec, trained)
         check_same_step(spec, trained)
         check_same_clock(spec, trained)
-        check_same_graph(cfg.model if model_config is None else model_config, spec, trained)
+        check_same_graph(built_model, spec, trained)
         check_same_outputs(cfg.get("module") or {}, trained)
-    check_model_fits(cfg.model if model_config is None else model_config, spec, trains_on_cpu(cfg))
+    check_model_fits(built_model, spec, trains_on_cpu(cfg))
     module = build_module(cfg, spec, model_config)
     check_forecast_columns(spec, module.quantile_levels)
     if trained is not None:
