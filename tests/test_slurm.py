@@ -1,12 +1,14 @@
 """Sweeps through ``hydra/launcher=slurm`` on a real one-node SLURM cluster (submitit, sbatch,
 slurmctld, slurmd: ``tests/slurm_cluster.py``): jobs run, are requeued and resume, and a
-cancelled job is reported. Skipped with the reason where the cluster cannot start (no
-root, no apt). Run them with ``pytest -m slurm`` (``.ci/run`` does).
+failed or cancelled job is reported, after the comparison of the finished ones. Skipped
+with the reason where the cluster cannot start (no root, no apt). Run them with
+``pytest -m slurm`` (``.ci/run`` does).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -234,6 +236,28 @@ def test_cancelled_job_is_reported_in_one_line_and_the_sweep_fails(cluster, tmp_
     assert len(lines) == 1, out[-3000:]
     assert "model.k=3" in lines[0] and "CANCELLED" in lines[0]
     assert f"run dir {sweep / '1'};" in lines[0]
+    assert "1 of 2 jobs of the sweep did not finish" in out
+
+
+def test_a_failed_job_is_named_after_the_comparison_of_the_finished_one(cluster, tmp_path):
+    """The launcher reports the failed jobs itself once all have ended; the sweep still
+    prints the comparison of the finished ones first, as with hydra/launcher=basic."""
+    sweep = tmp_path / "sweep"
+    # job 1 refuses its learning rate as it starts; job 0 trains and is tested
+    proc = start_sweep(cluster, sweep, "optimizer.lr=1e-3,-1", "trainer.max_epochs=1", "logger=csv")
+    code, out = finish(proc, sweep, cluster)
+    assert code != 0, out[-3000:]
+    assert "Traceback" not in out
+    assert (sweep / "0" / "metrics.json").is_file()
+    lines = out.splitlines()
+    rows = [n for n, line in enumerate(lines) if line.startswith("| cloudlstm | synthetic |")]
+    assert len(rows) == 1, f"the finished job's comparison row: {out[-3000:]}"
+    named = [n for n, line in enumerate(lines) if line.strip().startswith("job 1 (")]
+    assert len(named) == 1, out[-3000:]
+    line = lines[named[0]].strip()
+    assert line.startswith("job 1 (optimizer.lr=-1): failed: "), line
+    assert re.search(rf"; log {re.escape(str(sweep))}/\.submitit/\d+_1/\d+_1_0_log\.err$", line)
+    assert rows[0] < named[0], "the comparison comes before the report"
     assert "1 of 2 jobs of the sweep did not finish" in out
 
 

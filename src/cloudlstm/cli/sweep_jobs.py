@@ -28,6 +28,12 @@ log = logging.getLogger(__name__)
 JOBLIB_HINTS = {"prefer": ("processes", "threads"), "require": ("sharedmem",)}
 
 
+class UnfinishedJobsError(UserError):
+    """A launcher's report of the jobs of its batch that did not finish (a line each), raised
+    once every job of the batch has ended: the others have written their results, which the
+    sweep still compares (``hydra/launcher=slurm``, read by the default sweeper)."""
+
+
 def check_joblib_launcher(launcher: Mapping[str, Any]) -> None:
     """Refuse a setting of ``hydra/launcher=joblib`` that joblib would refuse with a
     traceback once the sweep has started: ``n_jobs=0``, a backend it does not have, or a

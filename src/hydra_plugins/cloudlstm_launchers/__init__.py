@@ -24,6 +24,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLaunche
 from omegaconf import OmegaConf, open_dict
 
 from cloudlstm.cli.sweep_jobs import (
+    UnfinishedJobsError,
     first_line,
     own_overrides,
     shared_overrides,
@@ -52,7 +53,8 @@ class CheckedSlurmLauncher(SlurmLauncher):
       from ``sacct``: without SLURM's accounting database every state reads UNKNOWN to
       submitit, and a cancelled job (which never writes a result) is waited for forever.
     * Once every job has ended, each job that failed, was cancelled or ended without a
-      result is one line with its run directory and log, and the sweep exits non-zero.
+      result is one line with its run directory and log, and the sweep exits non-zero
+      (after the comparison of the finished jobs, which the default sweeper prints).
     * A job that SLURM ends with SIGTERM (requeue, preemption, ``scancel``) and that does
       not complete writes no result: its failure is the kill, and the result is the
       requeued run's to write (or, cancelled, the state says what happened).
@@ -156,7 +158,12 @@ class CheckedSlurmLauncher(SlurmLauncher):
     def _collect(
         self, jobs: Sequence[Any], job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> list[JobReturn]:
-        """The jobs' returns; raises one UserError with a line per job that did not finish."""
+        """The jobs' returns.
+
+        Raises:
+            UnfinishedJobsError: a line per job that did not finish; the default sweeper
+                prints the comparison of the others before it.
+        """
         results, failed, errors = [], [], []
         shared = shared_overrides(job_overrides)
         for idx, (job, overrides) in enumerate(
@@ -175,7 +182,7 @@ class CheckedSlurmLauncher(SlurmLauncher):
         if failed:
             sweep_dir = self.config.hydra.sweep.dir if self.config is not None else "?"
             report = unfinished_report(failed, len(jobs), sweep_dir, "did not finish", errors)
-            raise UserError(report)
+            raise UnfinishedJobsError(report)
         return results
 
     def _job_dir(self, overrides: Sequence[str], idx: int) -> str:

@@ -7,7 +7,8 @@ jobs that finished. :class:`ReportingSweeper` (``conf/hydra/sweeper/reporting.ya
 default of ``conf/hydra/default.yaml``) lets every batch of jobs run to its end, then
 
 * prints the comparison of the finished jobs (the ``on_multirun_end`` callbacks, which
-  Hydra skips after a failure),
+  Hydra skips after a failure), also where the SLURM launcher reports failed jobs itself
+  (:class:`~cloudlstm.cli.sweep_jobs.UnfinishedJobsError`),
 * and fails: with a single failed job's own error, as before; with several, a line per
   failed job (what tells it apart from the others, its error's first line, its log) and
   how to run them again, as the SLURM launcher reports its jobs. A failure that is no
@@ -48,6 +49,7 @@ from omegaconf.errors import InterpolationResolutionError
 
 from cloudlstm.cli.model_keys import applicable_jobs
 from cloudlstm.cli.sweep_jobs import (
+    UnfinishedJobsError,
     broken_pool_ending,
     check_joblib_launcher,
     first_line,
@@ -94,6 +96,14 @@ class ReportingSweeper(BasicSweeper):
             if ending is error:
                 raise  # a task that a worker could not unpickle, say: a bug
             raise ending from None
+        except UnfinishedJobsError:
+            # hydra/launcher=slurm raises its report of the failed jobs once all have ended,
+            # the finished ones' metrics written: their comparison comes first, as for the
+            # other launchers. Caught here rather than turned into failed returns by the
+            # launcher, which the Optuna sweeper would tell its study as failed trials,
+            # where it now leaves them running for the continued search (docs/cluster.md).
+            self.hydra_context.callbacks.on_multirun_end(config=self.config)
+            raise
         finally:
             self.launcher = launcher
         if self.stop is not None and self.stop.received:
