@@ -256,6 +256,7 @@ def test_a_failed_job_is_named_after_the_comparison_of_the_finished_one(cluster,
     assert len(named) == 1, out[-3000:]
     line = lines[named[0]].strip()
     assert line.startswith("job 1 (optimizer.lr=-1): failed: "), line
+    assert ".; run dir " not in line, "the error's own full stop is left out"
     assert re.search(rf"; log {re.escape(str(sweep))}/\.submitit/\d+_1/\d+_1_0_log\.err$", line)
     assert rows[0] < named[0], "the comparison comes before the report"
     assert "1 of 2 jobs of the sweep did not finish" in out

@@ -175,7 +175,7 @@ class CheckedSlurmLauncher(SlurmLauncher):
                 continue
             errors.append(outcome.error)
             line = (
-                f"job {idx} ({own_overrides(overrides, shared)}): {outcome.words}; "
+                f"job {idx} ({own_overrides(overrides, shared)}): {outcome.words.rstrip('.')}; "
                 f"run dir {self._job_dir(overrides, idx)}; log {job.paths.stderr}"
             )
             failed.append(line)
