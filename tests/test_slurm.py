@@ -235,6 +235,8 @@ def test_cancelled_job_is_reported_in_one_line_and_the_sweep_fails(cluster, tmp_
     lines = [line for line in out.splitlines() if line.strip().startswith("job 1 (")]
     assert len(lines) == 1, out[-3000:]
     assert "model.k=3" in lines[0] and "CANCELLED" in lines[0]
+    report = out.index(lines[0])
+    assert "| cloudlstm | synthetic |" in out[:report], "the finished job's comparison first"
     assert f"run dir {sweep / '1'};" in lines[0]
     assert "1 of 2 jobs of the sweep did not finish" in out
 
