@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -397,6 +398,59 @@ def test_a_value_column_named_twice_is_one_line_from_train_py(tmp_path):
         "debug=fdr",
     )
     assert one_line(proc) == "data.source.value_cols=[a,a] names a twice: name each column once."
+
+
+def test_the_units_option_reaches_the_data_summary(tmp_path):
+    """data.source.units is recorded in data_summary.json, for a channel and a covariate,
+    as Beijing's units are, so that eval.py can compare them."""
+    from conftest import build_datamodule
+
+    df = long_table(t_steps=40).assign(temp=20.0)
+    path = write(tmp_path, df)
+    job = ["data=points", f"data.source.path={path}", "data.source.covariate_cols=[temp]"]
+    job += ["data.input_steps=4", "data.output_steps=2", "data.source.units={a: ppb, temp: C}"]
+    written = tmp_path / "data_summary.json"
+    build_datamodule(compose_train(tmp_path, job), tmp_path)
+    assert json.loads(written.read_text())["source_metadata"]["units"] == {"a": "ppb", "temp": "C"}
+    build_datamodule(compose_train(tmp_path, job[:-1]), tmp_path)  # the default, null
+    assert "units" not in json.loads(written.read_text())["source_metadata"]
+
+
+def test_units_naming_no_channel_of_the_file_are_refused_once_it_is_read(tmp_path):
+    """With value_cols: null the channels are known once the file is read; a cached stream
+    is checked alike."""
+    path = write(tmp_path, long_table())
+    for _ in range(2):  # built, then from the cache
+        source = LongFormatSource(path, units={"a": "ppb", "note": "ppb"}, cache_dir=tmp_path)
+        with pytest.raises(UserError) as err:
+            source.load()
+        assert str(err.value) == (
+            "data.source.units names 'note', no channel of the data; its channels are "
+            "['a', 'b']: give the unit of each by its channel's name."
+        )
+    assert source.last_load_from_cache
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ("data.source.units={a: 5}", "data.source.units gives a the unit 5, which names no unit"),
+        ("data.source.units=ppb", "data.source.units='ppb' is no mapping of channels to units"),
+    ],
+)
+def test_a_unit_that_is_no_text_is_one_line_from_train_py(tmp_path, given, message):
+    """A number would be recorded as a unit that no evaluation's text could match."""
+    path = write(tmp_path, long_table(t_steps=30))
+    proc = run_python(
+        "train.py",
+        "data=points",
+        f"data.source.path={path}",
+        given,
+        f"hydra.run.dir={tmp_path / 'run'}",
+        "logger=none",
+        "debug=fdr",
+    )
+    assert one_line(proc).startswith(message)
 
 
 def test_unparsable_timestamp_shows_the_value(tmp_path):

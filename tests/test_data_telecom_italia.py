@@ -337,6 +337,30 @@ def test_ranges_of_other_channels_are_one_line_whose_fixes_work(milan, tmp_path)
     assert datamodule.valid_ranges == {"internet": (0.0, 50000.0)}
 
 
+def test_the_units_option_reaches_the_data_summary(milan, tmp_path):
+    """The files do not say their units: data.source.units records them in
+    data_summary.json, as Beijing's are, so that eval.py can compare them."""
+    folder, _ = milan
+    overrides = docs_command(folder, tmp_path / "cache")
+    units = ["+data.source.units={internet: activity}"]
+    build_datamodule(compose_train(tmp_path, [*overrides, *units]), tmp_path)
+    written = json.loads((tmp_path / "data_summary.json").read_text())
+    assert written["source_metadata"]["units"] == {"internet": "activity"}
+    _, summary = build_datamodule(compose_train(tmp_path, overrides), tmp_path)
+    assert "units" not in summary["source_metadata"]  # the default: none recorded
+
+
+def test_units_of_a_channel_not_chosen_are_refused_before_the_files_are_read(tmp_path):
+    with pytest.raises(UserError) as err:
+        TelecomItaliaSource(tmp_path, channels=["internet"], units={"sms_in": "count"})
+    assert str(err.value) == (
+        "data.source.units names 'sms_in', no channel of the data; its channels are "
+        "['internet']: give the unit of each by its channel's name."
+    )
+    with pytest.raises(UserError, match=r"^data.source.units gives internet the unit null,"):
+        TelecomItaliaSource(tmp_path, channels=["internet"], units={"internet": None})
+
+
 def test_a_first_day_after_the_last_is_refused_as_such(milan):
     """It was read as no files in those days, and the line said to download them."""
     folder, _ = milan

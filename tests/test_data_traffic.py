@@ -4,15 +4,18 @@ through train.py's config to STGCN, and a saved run's graph."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import pickle
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+import yaml
 from conftest import ROOT, TINY, compose_train
 from hydra.utils import instantiate
 
@@ -217,3 +220,79 @@ def test_a_graph_given_to_a_model_trained_without_one_is_refused(road_run):
         r"it with the data\.source\.graph of its config\.yaml \(",
     ):
         check_same_graph(model, own, older)
+
+
+def mph_job(week: Path) -> list[str]:
+    """A tiny linear run's overrides on the Los-loop-like ``week`` (:func:`write_week`)."""
+    job = ["data=metr_la", f"data.source.root={week}", "data.input_steps=4"]
+    return [*job, "data.output_steps=3", "logger=none", *JOB, "model=linear"]
+
+
+@pytest.fixture(scope="module")
+def mph_run(tmp_path_factory) -> Path:
+    """A tiny linear run on a Los-loop-like week whose speeds it records in mph."""
+    tmp = tmp_path_factory.mktemp("mph")
+    write_week(tmp / "week")
+    cfg = compose_train(tmp, [*mph_job(tmp / "week"), "data.source.units={speed: mph}"])
+    train(cfg)
+    return Path(cfg.paths.output_dir)
+
+
+def test_eval_refuses_a_run_of_mph_evaluated_in_km_h(mph_run, tmp_path):
+    """The units a table's run trained in (data.source.units) are recorded in its data
+    summary, and eval.py refuses data given in others, as it does Beijing's; a table in
+    km/h scored by a model of mph reads every speed 1.6 times too large."""
+    from cloudlstm.cli.evaluate import evaluate
+    from cloudlstm.errors import UserError
+    from tests.test_eval import compose_eval
+
+    summary = json.loads((mph_run / "data_summary.json").read_text())
+    assert summary["source_metadata"]["units"] == {"speed": "mph"}
+    with pytest.raises(UserError) as err:
+        evaluate(compose_eval(mph_run, tmp_path / "kmh", "data.source.units={speed: km/h}"))
+    assert str(err.value).endswith(
+        " was trained on speed in mph, and these data give it in km/h: the model and its "
+        "training scaler would read every value in the wrong units. Evaluate it on data in "
+        "mph (leave out data.source.units={speed: km/h}), or train a model for these units."
+    )
+    assert math.isfinite(
+        evaluate(compose_eval(mph_run, tmp_path / "own"))["test"]["overall"]["mae"]["mean"]
+    )
+
+
+def test_a_run_saved_before_units_existed_evaluates(mph_run, tmp_path):
+    """A run's config.yaml from before data.source.units has no such key, and its summary
+    no units: eval.py rebuilds its data without them, and compares nothing."""
+    from cloudlstm.cli.evaluate import evaluate
+    from tests.test_eval import compose_eval
+
+    old = tmp_path / "old"
+    shutil.copytree(mph_run, old)
+    config = yaml.safe_load((old / "config.yaml").read_text())
+    del config["data"]["source"]["units"]
+    (old / "config.yaml").write_text(yaml.safe_dump(config))
+    summary = json.loads((old / "data_summary.json").read_text())
+    del summary["source_metadata"]["units"]
+    (old / "data_summary.json").write_text(json.dumps(summary))
+    results = evaluate(compose_eval(old, tmp_path / "eval"))
+    assert math.isfinite(results["test"]["overall"]["mae"]["mean"])
+    written = json.loads((tmp_path / "eval" / "data_summary.json").read_text())
+    assert "units" not in written["source_metadata"]
+
+
+def test_a_committed_metr_la_run_resumes_with_the_units_key_new(tmp_path):
+    """The committed runs' config.yaml (experiment=metr_la) has no data.source.units: a
+    resume takes it as a key new in the code, at its null default, and refuses nothing."""
+    from cloudlstm.rundir.config_changes import config_changes
+
+    run = tmp_path / "run"
+    run.mkdir()
+    committed = ROOT / "docs" / "results" / "metr_la_recipe" / "small" / "linear" / "seed_0"
+    shutil.copy(committed / "config.yaml", run / "config.yaml")
+    assert "units" not in yaml.safe_load((run / "config.yaml").read_text())["data"]["source"]
+    job = ["experiment=metr_la", "hydra.sweeper.params=null", "model=linear", "seed=0"]
+    cfg = compose_train(tmp_path, job)
+    cfg.paths.output_dir = str(run)
+    changes = {c.key: c.allowed_by for c in config_changes(cfg, run)}
+    assert changes["data.source.units"] == "new key"
+    assert None not in changes.values()

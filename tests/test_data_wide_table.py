@@ -90,6 +90,23 @@ def test_csv_without_times_gets_them_from_start_and_step(los, tmp_path):
     assert stream.values[3, 1, 0] == pytest.approx(70 + 1.0)  # the reading before it, held
 
 
+def test_the_units_option_is_recorded_at_every_load_and_checked_first(los, tmp_path):
+    """data.source.units goes into the stream's metadata (then the data summary), from the
+    cache too; a key other than the one channel is refused before the file is read."""
+    cache = tmp_path / "cache"
+    assert "units" not in source(los, cache_dir=cache).load().metadata  # null: none
+    for _ in range(2):  # built, then from the cache
+        loaded = source(los, cache_dir=cache, units={"speed": "mph"})
+        assert loaded.load().metadata["units"] == {"speed": "mph"}
+    assert loaded.last_load_from_cache
+    with pytest.raises(UserError) as err:
+        source(los, path="absent.csv", units={"speeds": "mph"})
+    assert str(err.value) == (
+        "data.source.units names 'speeds', no channel of the data (did you mean speed?); its "
+        "channels are ['speed']: give the unit of each by its channel's name."
+    )
+
+
 def test_the_cache_is_reused_and_a_changed_file_read_again(los, tmp_path):
     made = source(los, cache_dir=tmp_path / "cache")
     made.load()

@@ -12,7 +12,7 @@ import logging
 import os
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +51,7 @@ from cloudlstm.data.sources.times import (
     parse_times,
     time_zone,
 )
+from cloudlstm.data.sources.units_option import check_unit_channels, units_option
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingFileError, UserError
 
@@ -182,6 +183,10 @@ class LongFormatSource(CachedSource):
         time_unit: the times are numbers of this unit since 1970-01-01 UTC (``"s"``: Unix
             time; ``"ms"``, ``"us"``, ``"ns"``); numbers without it are refused
             (:mod:`~cloudlstm.data.sources.times`).
+        units: the channels' units, ``{channel: unit}`` (e.g. ``{pm25: ug/m3}``; a channel
+            or covariate not named: not recorded), as
+            :mod:`~cloudlstm.data.sources.units_option` takes it; checked against the
+            file's channels at :meth:`load`.
 
     :meth:`load` lays the rows on a regular grid, fills gaps from the past (``mask`` False
     there; each series holds its last reading, a leading gap takes the first one) and drops
@@ -208,6 +213,7 @@ class LongFormatSource(CachedSource):
         covariate_cols: Sequence[str] = (),
         time_format: str | None = None,
         time_unit: str | None = None,
+        units: Mapping[str, str] | None = None,
     ) -> None:
         self.path = Path(path).expanduser()
         self.time_col = str(time_col)
@@ -234,6 +240,7 @@ class LongFormatSource(CachedSource):
         if isinstance(covariate_cols, str):
             covariate_cols = [covariate_cols]
         self.covariate_cols = [str(c) for c in covariate_cols or []]
+        self.given_units = units_option(units)
         check_column_roles(
             {
                 "time_col": self.time_col,
@@ -270,6 +277,17 @@ class LongFormatSource(CachedSource):
 
     def _parts(self) -> list[str]:
         return [p.relative_to(self.path).as_posix() for p in parquet_dataset_parts(self.path)]
+
+    def units(self) -> dict[str, str]:
+        """The channels' units that ``units`` names (:meth:`CachedSource.units`)."""
+        return dict(self.given_units)
+
+    def load(self) -> PointCloudStream:
+        """The stream (:meth:`CachedSource.load`), ``units`` checked against its channels:
+        with ``value_cols: null`` they are known once the file is read."""
+        stream = super().load()
+        check_unit_channels(self.given_units, stream.channel_names)
+        return stream
 
     def input_files(self) -> list[Path]:
         """The file, or the parts of a Parquet dataset folder; a ``MissingFileError`` naming

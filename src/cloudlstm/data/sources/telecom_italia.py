@@ -28,7 +28,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from cloudlstm.data.sources.tables import (
     parse_freq,
     pivot_long,
 )
+from cloudlstm.data.sources.units_option import units_option
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingFileError, UserError
 
@@ -99,6 +100,9 @@ class TelecomItaliaSource(CachedSource):
             the first / to the last one in ``root``).
         name: the stream's name.
         cache_dir: folder of the stream cache (None: the files are read at every load).
+        units: the chosen channels' units, ``{channel: unit}`` (a channel not named: not
+            recorded), as :mod:`~cloudlstm.data.sources.units_option` takes it. The files
+            do not say theirs.
 
     Times are the files' UTC: Milan's local time is an hour later in November-December
     (the file of 2013-11-01 starts at 2013-10-31 23:00 UTC), and a ``1D`` step sums UTC
@@ -128,6 +132,7 @@ class TelecomItaliaSource(CachedSource):
         last_day: str | None = None,
         name: str = "milan_telecom",
         cache_dir: str | os.PathLike | None = None,
+        units: Mapping[str, str] | None = None,
     ) -> None:
         channels = [channels] if isinstance(channels, str) else list(channels)
         unknown = [c for c in channels if c not in CHANNELS]
@@ -136,6 +141,7 @@ class TelecomItaliaSource(CachedSource):
                 f"data.source.channels={channels}: give one or more of {list(CHANNELS)}, each once."
             )
         self.channels = [str(c) for c in channels]
+        self.given_units = units_option(units, self.channels)
         self.root = Path(root).expanduser()
         self.squares = None if squares is None else _square_ids(squares)
         self.step = parse_freq(step, "data.source.step")
@@ -177,6 +183,10 @@ class TelecomItaliaSource(CachedSource):
     def physical_ranges(self) -> dict[str, tuple[float | None, float | None]]:
         """Activity cannot be negative."""
         return dict.fromkeys(self.channels, (0.0, None))
+
+    def units(self) -> dict[str, str]:
+        """The channels' units that ``units`` names (:meth:`CachedSource.units`)."""
+        return dict(self.given_units)
 
     def day_files(self) -> list[Path]:
         """The daily files to read, by date.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,7 @@ from cloudlstm.data.sources.times import (
     parse_times,
     time_zone,
 )
+from cloudlstm.data.sources.units_option import units_option
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingFileError, UserError
 
@@ -113,6 +114,8 @@ class WideTableSource(CachedSource):
             file's times (a file without times needs it).
         missing_value: the value that means "no reading" (METR-LA: 0), read as missing.
         channel: the name of the one channel (e.g. ``speed``).
+        units: the channel's unit, ``{channel: unit}`` (e.g. ``{speed: mph}``; None: not
+            recorded), as :mod:`~cloudlstm.data.sources.units_option` takes it.
         key: the table of an HDF5 file that holds several (None: its only one).
         position_cols: the positions file's id column then its coordinate columns, e.g.
             ``[sensor_id, longitude, latitude]``; None: found by name (see
@@ -161,6 +164,7 @@ class WideTableSource(CachedSource):
         cache_dir: str | os.PathLike | None = None,
         time_format: str | None = None,
         time_unit: str | None = None,
+        units: Mapping[str, str] | None = None,
     ) -> None:
         if covariate_cols:
             raise UserError(
@@ -193,6 +197,7 @@ class WideTableSource(CachedSource):
                 "data.source.channel=speed."
             )
         self.channel = str(channel)
+        self.given_units = units_option(units, [self.channel])
         self.key = None if key is None else str(key)
         if isinstance(position_cols, str):
             position_cols = [position_cols]
@@ -239,6 +244,10 @@ class WideTableSource(CachedSource):
             **({"time_format": self.time_format} if self.time_format else {}),
             **({"time_unit": self.time_unit} if self.time_unit else {}),
         }
+
+    def units(self) -> dict[str, str]:
+        """The channel's unit where ``units`` names it (:meth:`CachedSource.units`)."""
+        return dict(self.given_units)
 
     def input_files(self) -> list[Path]:
         """The table and the positions file.
