@@ -259,6 +259,21 @@ def test_an_option_left_empty_is_the_runs_from_before_it(tmp_path):
     assert table["data.source.covariates"] == ["", "['TEMP']"] and table["n"] == [3, 1]
 
 
+def test_the_units_a_run_recorded_split_no_rows(tmp_path):
+    """data.source.units labels the data for eval.py's check and changes no number: runs
+    from before it, runs at its null default and runs that name their units are seeds of
+    one setting and one data set."""
+    write_run(tmp_path / "before", 1.0, seed=0, digest="d")
+    for seed, units in ((1, None), (2, {"value": "mph"})):
+        write_run(tmp_path / str(seed), 2.0, seed=seed, digest="d")
+        cfg = yaml.safe_load((tmp_path / str(seed) / "config.yaml").read_text())
+        cfg["data"] = {"source": {"units": units}}
+        (tmp_path / str(seed) / "config.yaml").write_text(yaml.safe_dump(cfg))
+    table = columns(compare(find_runs([tmp_path])))
+    assert table["n"] == [3]
+    assert not [name for name in table if "units" in name]
+
+
 def test_a_setting_added_since_reads_as_what_runs_before_it_did(tmp_path):
     """Runs from before ``data.holdout_history`` and ``module.calibrate`` existed did what
     their defaults do: seeds of one setting with runs of today at those defaults; a run

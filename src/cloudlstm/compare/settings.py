@@ -22,6 +22,8 @@ NOT_SETTINGS = frozenset(
         # checks that refuse a run's data or stop a diverged run: a run that finished passed
         # them, and its numbers are those it would have had without them
         "data.max_abs_z", "module.diverge_factor",
+        # the channels' units, which eval.py compares: a label that converts nothing
+        "data.source.units",
         "data.num_workers", "data.pin_memory", "data.persistent_workers", "data.download",
         "data.source.download",  # data=airq's, data.download in runs before the source node
         "trainer.enable_progress_bar", "trainer.enable_model_summary",
@@ -51,6 +53,7 @@ HOLDOUT_POINTS_KEY = "data.holdout_points"
 
 NOT_SETTING_PREFIXES = (
     "paths.", "data_info.", "logger.", "report.", "hydra.",
+    "data.source.units.",  # {channel: unit}: each channel's (NOT_SETTINGS)
     # the console, train.log's progress lines, learning-rate log, timer, RNG states, and
     # the checkpoints kept to resume and to test last (a run moved keeps to its own)
     "callbacks.progress_bar.", "callbacks.progress_log.", "callbacks.model_summary.",
