@@ -242,6 +242,29 @@ def test_a_moved_run_directory_and_keys_new_in_the_code_are_no_change(stopped_ru
         check_config_changes(cfg, moved)
 
 
+def test_a_null_key_new_in_the_code_under_a_repeated_group_choice_is_no_change(
+    stopped_run, tmp_path
+):
+    """A resume repeats its run's group choices (``data=metr_la``, ``model=...``): a key
+    the code added since at null is the feature left off, not a setting the command made;
+    a new key with a value, or a whole node, under a group choice stays a setting."""
+    moved = tmp_path / "moved"
+    shutil.copytree(stopped_run, moved)
+    saved = yaml.safe_load((moved / "config.yaml").read_text())
+    del saved["data"]["time_zone"]  # null: as a run of a version of the code before the key
+    del saved["data"]["score_filled"]  # false: a value
+    (moved / "config.yaml").write_text(yaml.safe_dump(saved))
+    cfg = compose_train(tmp_path, [*TINY, *BASE, "data=synthetic"])
+    cfg.paths.output_dir = str(moved)
+    changes = {c.key: c.allowed_by for c in config_changes(cfg, moved)}
+    assert changes["data.time_zone"] == "new key"
+    assert changes["data.score_filled"] is None
+    # set on the command line itself, a null key is a setting of this run's
+    cfg = compose_train(tmp_path, [*TINY, *BASE, "data=synthetic", "data.time_zone=null"])
+    cfg.paths.output_dir = str(moved)
+    assert {c.key: c.allowed_by for c in config_changes(cfg, moved)}["data.time_zone"] is None
+
+
 def test_a_misspelt_allow_changes_entry_is_one_line_naming_the_key_meant(stopped_run, tmp_path):
     """In this process: the entry point's one line for a UserError is the first test's."""
     from cloudlstm.cli.train import train

@@ -178,12 +178,26 @@ def config_changes(cfg: DictConfig, run_dir: Path, saved: DictConfig | None = No
             by = "execution option"
         elif _under(key, allowed):
             by = "allow_changes"
-        elif before == ABSENT and not any(_under(key, [g]) or _under(g, [key]) for g in given):
+        elif before == ABSENT and _new_in_the_code(key, after, given):
             by = "new key"  # the code has it now, at its default; the command does not set it
         else:
             by = None
         changes.append(Change(key, before, after, by))
     return changes
+
+
+def _new_in_the_code(key: str, value: Any, given: list[str]) -> bool:
+    """Whether ``key``, which the saved config lacks, is a key of a newer version of the
+    code at its default rather than a setting of this command's: the command sets neither
+    it nor a key under it, and sets no group above it (``data=metr_la``), unless the key is
+    a leaf at null. A group choice on the command line gives every key of its file, and a
+    resume repeats the run's own (``model=cloudgru_k3``): a null leaf the code added since
+    (``data.source.units``) is the feature left off, as the run had it, where a whole node
+    (``callbacks=ema`` adding ``callbacks.ema``) or a value is a setting the run lacked."""
+    if any(_under(g, [key]) for g in given):
+        return False  # the key itself, or one under it, is set on the command line
+    above = any(_under(key, [g]) for g in given)
+    return not above or value is None
 
 
 def _overridden_keys(cfg: DictConfig) -> list[str]:
