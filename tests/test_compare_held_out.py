@@ -59,14 +59,15 @@ def held_out_runs(tmp_path_factory) -> Path:
 
 
 def compared(root: Path, capsys) -> tuple[dict[tuple[str, str], dict], list[str]]:
-    """compare's CSV rows of ``root`` with the re-tests, by (held-out points, evaluation),
-    and its warnings on stderr."""
+    """compare's CSV rows of ``root`` with the re-tests, by (held-out points, evaluation;
+    "" where no run holds points out, as compare then shows no such column), and its
+    warnings on stderr."""
     argv = [str(root), "--include-evals", "--metrics", "mae", "--format", "csv"]
     assert compare_main(argv) == 0
     out, err = capsys.readouterr()
     rows = csv.DictReader(io.StringIO(out))
     warnings = [line for line in err.splitlines() if line.startswith("compare: warning:")]
-    return {(r["data.holdout_points"], r["evaluation"]): r for r in rows}, warnings
+    return {(r.get("data.holdout_points", ""), r["evaluation"]): r for r in rows}, warnings
 
 
 def test_rows_and_labels_name_what_differs_and_nothing_else(held_out_runs, capsys):
@@ -92,4 +93,22 @@ def test_rows_and_labels_name_what_differs_and_nothing_else(held_out_runs, capsy
         "c_drawn/run/eval/1_default re-tested, with the same checkpoint and overrides "
         "(eval last): one sample, so it is left out, not counted as another seed (1 more "
         "such re-test(s) left out)"
+    )
+
+
+def test_a_retest_without_held_out_points_of_a_run_that_held_none_out_is_its_own(tmp_path, capsys):
+    """``data.holdout_points=null`` changed nothing in a re-test of a run that held no
+    point out: it was labelled as another setting (``eval best data.holdout_points=null``),
+    where it is one sample with the run's plain re-test."""
+    run = trained(tmp_path / "every_point")
+    evaluated(run, "1_default")
+    evaluated(run, "2_null", "data.holdout_points=null")
+    capsys.readouterr()  # what training and testing printed: no part of compare's table
+    rows, err = compared(tmp_path, capsys)
+    assert {key: row["n"] for key, row in rows.items()} == {("", ""): "1", ("", "eval best"): "1"}
+    assert len(err) == 1
+    assert err[0].startswith(
+        "compare: warning: every_point/run/eval/2_null re-tests the run and seed (0) that "
+        "every_point/run/eval/1_default re-tested, with the same checkpoint and overrides "
+        "(eval best)"
     )

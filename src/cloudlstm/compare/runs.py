@@ -205,8 +205,9 @@ def load_run(path: Path) -> Run | None:
     if digest := results_of.text(data, "values_digest", "data.values_digest"):
         keys[VALUES_DIGEST_KEY] = digest
     if evaluated_run := results_of.text(results, "run_dir", "run_dir"):
-        keys[EVALUATION_KEY] = _evaluation(results, config, results_of)
-        keys.update(_selection_restated(results, config, results_of, path))
+        tested = _tested_config(results, results_of, path)
+        keys[EVALUATION_KEY] = _evaluation(results, config, tested, results_of)
+        keys.update(_selection_restated(config, tested))
     if not has_config:
         keys[NO_CONFIG_KEY] = "cut short" if cut_short else "absent"
     test = results_of.mapping(test, "test")
@@ -484,40 +485,58 @@ def _text(path: Path) -> str:
         raise CompareError(f"cannot read {path}: {err.strerror or err}") from None
 
 
-def _evaluation(results: dict[str, Any], config: dict[str, Any], results_of: _Results) -> str:
+def _evaluation(
+    results: dict[str, Any],
+    config: dict[str, Any],
+    tested: dict[str, Any] | None,
+    results_of: _Results,
+) -> str:
     """An evaluation's row label: ``eval <checkpoint> <overrides>``.
 
     The checkpoint tested (:func:`_tested_label`) and the overrides that change a setting
-    (:func:`_changes_setting`: not ``torch_threads=1``), so that the re-tests of a sweep's
-    seeds with one command share a row, whichever step each seed's best was at.
+    of the tested run (``tested``, its flattened config; :func:`_changes_setting`: not
+    ``torch_threads=1``), so that the re-tests of a sweep's seeds with one command share a
+    row, whichever step each seed's best was at.
     """
     recorded = results_of.text(results, "checkpoint", "checkpoint") or "?"
     if Path(recorded).is_absolute():  # older evaluations recorded a file inside the run so
         recorded = in_run(recorded, Path(results["run_dir"]))
-    overrides = [o for o in results_of.texts(results, "overrides") if _changes_setting(o, config)]
+    overrides = [
+        o for o in results_of.texts(results, "overrides") if _changes_setting(o, config, tested)
+    ]
     return " ".join(["eval", _tested_label(config.get("ckpt"), recorded), *overrides])
 
 
-def _selection_restated(
-    results: dict[str, Any], config: dict[str, Any], results_of: _Results, path: Path
-) -> dict[str, Any]:
-    """``{data.holdout_points: the tested run's}`` for an evaluation whose override named
-    the run's own held-out points (:func:`_changes_setting`): a run that drew 3 is no other
-    setting, nor data set, for a re-test that listed those 3. Empty where it named none,
-    or the run's ``config.yaml`` (at its recorded folder, else the one the evaluation lies
-    in, ``<run>/eval/<time>/``) cannot be read."""
-    restated = config.get(HOLDOUT_POINTS_KEY) is not None and any(
+def _tested_config(
+    results: dict[str, Any], results_of: _Results, path: Path
+) -> dict[str, Any] | None:
+    """The flattened config of the run an evaluation tested, where one of its overrides
+    sets ``data.holdout_points`` (whether that changed anything depends on the run's own
+    value; other overrides are judged without it, so their runs' configs go unread). None
+    where it names none, or the run's ``config.yaml`` (at its recorded folder, else the one
+    the evaluation lies in, ``<run>/eval/<time>/``) cannot be read."""
+    names_points = any(
         o.split("=", 1)[0].lstrip("+~") == HOLDOUT_POINTS_KEY
         for o in results_of.texts(results, "overrides")
     )
     runs = (Path(results["run_dir"]), path.parent.parent.parent)
     found = next((run / CONFIG_FILE for run in runs if (run / CONFIG_FILE).is_file()), None)
-    if not restated or found is None or config_cut_short(found):
+    if not names_points or found is None or config_cut_short(found):
+        return None
+    return flatten(current_form(read_yaml_mapping(found)))
+
+
+def _selection_restated(config: dict[str, Any], tested: dict[str, Any] | None) -> dict[str, Any]:
+    """``{data.holdout_points: the tested run's}`` for an evaluation whose override named
+    the run's own held-out points (``config``'s value is not null; ``tested``, the run's
+    config, :func:`_tested_config`): a run that drew 3 is no other setting, nor data set,
+    for a re-test that listed those 3. Empty where it named none, or the run's config is
+    not known or held nothing out."""
+    if config.get(HOLDOUT_POINTS_KEY) is None or tested is None:
         return {}
-    trained = flatten(current_form(read_yaml_mapping(found)))
-    if trained.get(HOLDOUT_POINTS_KEY) is None:
+    if tested.get(HOLDOUT_POINTS_KEY) is None:  # eval.py refuses to hold points out of it
         return {}
-    return {HOLDOUT_POINTS_KEY: holdout_set(trained[HOLDOUT_POINTS_KEY])}
+    return {HOLDOUT_POINTS_KEY: holdout_set(tested[HOLDOUT_POINTS_KEY])}
 
 
 def _tested_label(chosen: Any, recorded: str) -> str:
@@ -534,14 +553,19 @@ def _tested_label(chosen: Any, recorded: str) -> str:
     return recorded if Path(recorded).is_absolute() else Path(recorded).name
 
 
-def _changes_setting(override: str, config: dict[str, Any]) -> bool:
+def _changes_setting(override: str, config: dict[str, Any], tested: dict[str, Any] | None) -> bool:
     """Whether an evaluation's ``override`` may change what it tested: one of a setting
-    (:func:`is_setting`), but not a ``data.holdout_points`` that holds points out, which
-    eval.py takes only where it names the run's own (it refuses any other selection):
-    ``[p7,p1]`` of a run that held out ``p1`` and ``p7`` changes nothing, ``null`` scores
-    every point alike."""
+    (:func:`is_setting`), but not a ``data.holdout_points`` that restates the tested run's
+    (``tested``, its flattened config; None where it is not known). One that holds points
+    out restates them always, as eval.py takes it only where it names the run's own (it
+    refuses any other selection): ``[p7,p1]`` of a run that held out ``p1`` and ``p7``
+    changes nothing. ``null`` scores every point alike: a change for a run that held
+    points out, none for one that held nothing out (nor, as ``data.holdout_points`` was
+    added with null, for one from before it)."""
     key = override.split("=", 1)[0].lstrip("+~")
-    restated = key == HOLDOUT_POINTS_KEY and config.get(key) is not None
+    restated = key == HOLDOUT_POINTS_KEY and (
+        config.get(key) is not None or (tested is not None and tested.get(key) is None)
+    )
     return is_setting(key) and not restated
 
 
