@@ -867,3 +867,22 @@ def test_predict_py_errors_are_one_line(points_run, tmp_path, args, message):
     assert message in one_line(done)
     assert "Traceback" not in done.stdout
     assert (sorted(outputs.iterdir()) if outputs.is_dir() else []) == before  # nothing written
+
+
+def test_a_bad_cell_is_named_by_its_index_label_in_a_history_and_a_snapshot(points_run):
+    """A slice of a larger table (index 5000 on) was named by its index label in
+    forecast()'s message but by its position in update()'s: a user looking the cell up
+    with ``.loc`` found it in one and another row in the other."""
+    whole = history(points_run)
+    recent = whole[whole["timestamp"] >= STAMPS[SPLIT - M]].astype({"no2": object})
+    recent.index = pd.RangeIndex(5000, 5000 + len(recent))
+    newest = recent[recent["timestamp"] == STAMPS[SPLIT - 1]].copy()
+    label = newest.index[1]  # in the snapshot, at position 1
+    recent.loc[label, "no2"] = newest.loc[label, "no2"] = "n/a"
+    cell = f"row with index {label}, column 'no2': 'n/a'"
+    f = Forecaster.load(points_run[0], device="cpu")
+    with pytest.raises(UserError, match="^the history: .*" + re.escape(cell)):
+        f.forecast(recent)
+    f.update(recent[recent["timestamp"] < STAMPS[SPLIT - 1]])
+    with pytest.raises(UserError, match="^the snapshot: .*" + re.escape(cell)):
+        f.update(newest)

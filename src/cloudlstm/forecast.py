@@ -36,7 +36,7 @@ from cloudlstm.data.pipeline.forecast_input import (
     warn_other_clock,
 )
 from cloudlstm.data.pipeline.wide_history import long_history
-from cloudlstm.data.sources.bad_values import channel_values, check_mode
+from cloudlstm.data.sources.bad_values import channel_values, check_mode, row_word
 from cloudlstm.data.sources.tables import pivot_long
 from cloudlstm.data.sources.times import time_zone
 from cloudlstm.data.spec import DataSpec
@@ -127,14 +127,17 @@ def _check_path(name: str, value: object, wanted: str) -> None:
 
 def _numbers_only(rows: pd.DataFrame, info: DataSpec, mode: str) -> pd.DataFrame:
     """A snapshot's ``rows`` with their channel cells as numbers, checked as a history's
-    are (:func:`~cloudlstm.data.sources.bad_values.channel_values`), named by the
-    snapshot's rows; with ``mode="warn"`` a bad cell is logged and kept empty (missing).
-    Good cells keep their float64 value, which the missing-value mark is compared with.
+    are (:func:`~cloudlstm.data.sources.bad_values.channel_values`), each named as a
+    history's rows are (:func:`~cloudlstm.data.sources.bad_values.row_word`): by the
+    snapshot's index label where it has an index of its own (a slice of a larger table);
+    with ``mode="warn"`` a bad cell is logged and kept empty (missing). Good cells keep
+    their float64 value, which the missing-value mark is compared with.
 
     Raises:
         UserError: ``mode="error"`` and a cell is no finite number.
     """
-    values = channel_values(rows, info.read_channels, "the snapshot", mode)  # (R, C) float32
+    word = row_word(rows.index)
+    values = channel_values(rows, info.read_channels, "the snapshot", mode, rows.index, word)
     numbers = {
         c: pd.to_numeric(rows[c], errors="coerce").where(np.isfinite(values[:, j]))
         for j, c in enumerate(info.read_channels)
@@ -313,9 +316,10 @@ class Forecaster:
         holds for the stream's later snapshots, which write their times as the stream does
         (a snapshot of day-first dates such as 05/01/2021 would otherwise be read month
         first, alone, and warned of at every call). ``bad_values``: a cell that is no finite
-        number (``n/a``, ``inf``) is refused here, named by the snapshot's row (``error``),
-        or logged and kept as missing (``warn``); kept as it was, it would make every
-        forecast of the next ``history_steps`` steps refuse the stream.
+        number (``n/a``, ``inf``) is refused here (``error``), or logged and kept as
+        missing (``warn``), named by the snapshot's row: its index label where the snapshot
+        has an index of its own, as :meth:`forecast` names a history's; kept as it was, it
+        would make every forecast of the next ``history_steps`` steps refuse the stream.
 
         Raises:
             UserError: the snapshot cannot be read as a history can't

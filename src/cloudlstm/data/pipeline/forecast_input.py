@@ -34,7 +34,7 @@ from cloudlstm.data.pipeline.model_input import (
     with_time_features,
 )
 from cloudlstm.data.pipeline.wide_history import long_history
-from cloudlstm.data.sources.bad_values import channel_values, check_mode
+from cloudlstm.data.sources.bad_values import channel_values, check_mode, row_word
 from cloudlstm.data.sources.long_format import SAME_PLACE, _moving_points, _spans
 from cloudlstm.data.sources.tables import (
     ROW_COORDINATES_FIX,
@@ -437,8 +437,10 @@ def build_input(
             refuse_sparse=False,
             written=written,
         )
-        # as training reads them; messages name the rows of the table given
-        values = channel_values(df, info.read_channels, what, mode, df.index.to_numpy())
+        # as training reads them; messages name the rows of the table given, by its index
+        # (a wide table's cells were read before it was melted: long_history)
+        labels = long.index[df.index]
+        values = channel_values(df, info.read_channels, what, mode, labels, row_word(long.index))
         positions = np.stack(
             [numeric_column(df, c, what, ROW_COORDINATES_FIX) for c in info.coord_cols], axis=1
         )

@@ -3,7 +3,7 @@
 Empty cells (text of blanks alone too) and pandas' missing-value markers (``NA``, ``NULL``,
 ``nan``, ...) are gaps, filled later like missing rows. Anything else that is not a finite
 number, such as text (``"12 ug/m3"``, ``"error"``) or an infinity (``inf``, or a value beyond
-float32), is a *bad value*: by default an error naming its data row and column
+float32), is a *bad value*: by default an error naming its row (:func:`row_word`) and column
 (``bad_values="error"``), or, with ``bad_values="warn"``, a warning that counts them and names
 the first few, after which they count as missing.
 """
@@ -27,6 +27,7 @@ __all__ = [
     "flags",
     "mostly_numeric",
     "numbers_among_text",
+    "row_word",
 ]
 
 log = logging.getLogger(__name__)
@@ -116,27 +117,38 @@ def numbers_among_text(series: pd.Series) -> tuple[float, str | None, str] | Non
     )
 
 
+def row_word(index: pd.Index) -> str:
+    """How messages name a row of a user's table with ``index``: ``data row`` and its
+    number from 0 where the index numbers the rows so (a table read from a file, or built
+    with the default index), else ``row with index`` and its label, which ``.loc`` finds
+    (a slice of a larger table keeps that table's labels, not its own positions)."""
+    return "data row" if index.equals(pd.RangeIndex(len(index))) else "row with index"
+
+
 def channel_values(
     df: pd.DataFrame,
     cols: Sequence[str],
     what: str,
     bad_values: str = "error",
-    rows: Sequence[int] | None = None,
+    rows: Sequence[Any] | None = None,
+    word: str = "data row",
 ) -> np.ndarray:
     """The channel columns ``cols`` of ``df`` as ``(R, C)`` float32, NaN where empty.
 
-    ``rows``: the data row number of each row of ``df`` in the messages (rows of a larger
-    table); by default its position.
+    ``rows``: what names each row of ``df`` in the messages, after ``word`` (``data row``,
+    or ``row with index``: :func:`row_word`): its number or index label in the user's
+    table, of which ``df`` may be a part; by default its position.
 
     Raises:
         UserError: ``bad_values="error"`` and some cells are bad (see the module docstring);
-            the message counts them and names the first few ``(data row, column, cell)``.
+            the message counts them and names the first few ``(row, column, cell)``.
     """
     values = np.empty((len(df), len(cols)), dtype=np.float32)
 
-    def number(r: int) -> int:
-        return int(r) if rows is None else int(rows[r])
+    def name(r: int) -> str:
+        return f"{word} {r if rows is None else _plain(rows[r])}"
 
+    # by position, named once sorted: index labels may not sort (text beside numbers)
     shown: list[tuple[int, str, Any]] = []
     count = 0
     for j, col in enumerate(cols):  # column by column: large files stay affordable
@@ -144,15 +156,16 @@ def channel_values(
         parsed = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
         with np.errstate(over="ignore"):  # a finite float64 beyond float32 becomes inf
             column = parsed.astype(np.float32)
-        _refuse_below_float32(parsed, str(col), what, number)
+        _refuse_below_float32(parsed, str(col), what, name)
         bad = np.isinf(column) | (np.isnan(parsed) & _written(series))
         bad_rows = np.flatnonzero(bad)
         count += len(bad_rows)
-        shown += [(number(r), str(col), _plain(series.iloc[r])) for r in bad_rows[:SHOWN]]
+        shown += [(int(r), str(col), _plain(series.iloc[r])) for r in bad_rows[:SHOWN]]
         column[bad_rows] = np.nan
         values[:, j] = column
     if count:
-        _report(count, sorted(shown)[:SHOWN], what, check_mode(bad_values))
+        named = [(name(r), col, cell) for r, col, cell in sorted(shown)[:SHOWN]]
+        _report(count, named, what, check_mode(bad_values))
     return values
 
 
@@ -161,7 +174,7 @@ _FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 
 
 def _refuse_below_float32(
-    parsed: np.ndarray, col: str, what: str, number: Callable[[int], int]
+    parsed: np.ndarray, col: str, what: str, name: Callable[[int], str]
 ) -> None:
     """Refuse a column with readings too small for float32 (``2e-199``): read, they become
     0, and the channel was then said not to vary, the data blamed for the reading.
@@ -175,7 +188,7 @@ def _refuse_below_float32(
         row = int(np.flatnonzero(lost)[0])
         raise UserError(
             f"{what}: column {col!r} holds values too small to keep (e.g. {parsed[row]:g} at "
-            f"data row {number(row)}; {int(lost.sum())} in all): below "
+            f"{name(row)}; {int(lost.sum())} in all): below "
             f"{_FLOAT32_TINY:.3g}, which float32 keeps, they would read as 0. Give "
             "the channel in a smaller unit, so that its numbers are larger."
         )
@@ -192,8 +205,10 @@ def _written(series: pd.Series) -> np.ndarray:
     return present
 
 
-def _report(count: int, shown: list[tuple[int, str, Any]], what: str, mode: str) -> None:
-    cells = "; ".join(f"data row {row}, column {col!r}: {cell!r}" for row, col, cell in shown)
+def _report(count: int, shown: list[tuple[str, str, Any]], what: str, mode: str) -> None:
+    """Warn of or refuse ``count`` bad cells, naming ``shown``: ``(row as named, column,
+    cell)``."""
+    cells = "; ".join(f"{row}, column {col!r}: {cell!r}" for row, col, cell in shown)
     more = f" (first {len(shown)})" if count > len(shown) else ""
     found = f"{what}: {count} channel value(s) are not finite numbers{more}: {cells}."
     if mode == "warn":
