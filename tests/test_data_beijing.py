@@ -395,16 +395,20 @@ def beijing_run(tiny, tmp_path) -> Path:
 
 def test_eval_refuses_a_run_evaluated_in_other_co_units(beijing_run, tmp_path):
     """eval.py data.source.co_units=ug/m3 on a run of mg/m3: CO read 1000 times too large
-    by the training scaler, scored in silence (the CO MAE 1000 times the run's)."""
+    by the training scaler, scored in silence (the CO MAE 1000 times the run's). Refused
+    from the configs, before the data are read (minutes for Beijing on a fresh cache), so
+    a folder without the files is never reached; it was, and only then were units told."""
     from cloudlstm.cli.evaluate import evaluate
     from tests.test_eval import compose_eval
 
+    gone = f"data.source.root={tmp_path / 'gone'}"
     with pytest.raises(
         UserError,
-        match=r"was trained on CO in mg/m3, and these data give it in ug/m3: .* Evaluate it "
-        r"on data in mg/m3 \(leave out data.source.co_units=ug/m3\)",
+        match=r"^\S+ was trained with data.source.co_units=mg/m3, and this evaluation gives "
+        r"data.source.co_units=ug/m3: .* Evaluate it with data.source.co_units=mg/m3 \(leave "
+        r"out the override that changes it\), or train a model for these units\.$",
     ):
-        evaluate(compose_eval(beijing_run, tmp_path / "ug", "data.source.co_units=ug/m3"))
+        evaluate(compose_eval(beijing_run, tmp_path / "ug", "data.source.co_units=ug/m3", gone))
     evaluate(compose_eval(beijing_run, tmp_path / "mg", "data.source.co_units=mg/m3"))  # its own
 
 
@@ -440,15 +444,19 @@ def test_eval_refuses_other_units_by_any_route(beijing_run, tmp_path):
 def test_eval_compares_the_units_of_a_summary_without_them(beijing_run, tmp_path):
     """A Beijing run trained before the units were recorded wrote CO's alone (co_units),
     and one from before co_units none (the files' ug/m3): both are still compared."""
+    from cloudlstm.assembly.evaluated_data import check_same_units
     from cloudlstm.cli.evaluate import evaluate
     from tests.test_eval import compose_eval
 
     path = beijing_run / "data_summary.json"
     summary = json.loads(path.read_text())
+    units = summary["source_metadata"]["units"]
     del summary["source_metadata"]["units"]
     path.write_text(json.dumps(summary))
+    # a co_units override is refused from the configs first: the summaries alone here
+    now = {**summary, "source_metadata": {"units": {**units, "CO": "ug/m3"}}}
     with pytest.raises(UserError, match=r"trained on CO in mg/m3, and these data give it in ug"):
-        evaluate(compose_eval(beijing_run, tmp_path / "ug", "data.source.co_units=ug/m3"))
+        check_same_units(summary, now, ["data.source.co_units=ug/m3"], beijing_run)
     del summary["source_metadata"]["co_units"]
     path.write_text(json.dumps(summary))
     with pytest.raises(UserError, match=r"trained on CO in ug/m3, and these data give it in mg"):

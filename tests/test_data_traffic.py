@@ -159,20 +159,24 @@ def road_run(tmp_path_factory) -> tuple[Path, Path]:
 def test_eval_refuses_another_graph_than_the_trained_one(road_run, tmp_path):
     """eval.py data.source.graph=null on an STGCN trained on a road graph scored it, in
     silence, on the distance graph of the positions (another file: on other roads), where
-    predict.py forecasts with the checkpoint's graph: both are refused, naming both graphs."""
+    predict.py forecasts with the checkpoint's graph: both are refused, naming both graphs.
+    The first from the configs, before the data are read (a folder without the files is
+    never reached; it was, and only then was the graph told); the second once read, as two
+    paths may name one file."""
     from cloudlstm.cli.evaluate import evaluate
     from cloudlstm.errors import UserError
     from tests.test_eval import compose_eval
 
     run, week = road_run
-    trained = f"data.source.graph={week / 'adj_mx.pkl'}"
+    gone = f"data.source.root={tmp_path / 'gone'}"
     with pytest.raises(UserError) as err:
-        evaluate(compose_eval(run, tmp_path / "null", "data.source.graph=null"))
-    assert str(err.value).endswith(
-        f"was trained on the graph of {trained} (6 points), and these data give none "
-        "(data.source.graph=null: the model would build its own): its weights were learnt "
-        "over the one, and would be scored over the other. Evaluate it with "
-        f"{trained} (leave out the override that changes it), or train a model for this graph."
+        evaluate(compose_eval(run, tmp_path / "null", "data.source.graph=null", gone))
+    assert str(err.value) == (
+        f"{run} was trained on the graph of data.source.graph=adj_mx.pkl, and this evaluation "
+        "gives none (data.source.graph=null: the model would build its own): its weights were "
+        "learnt over the one, and would be scored over the other. Evaluate it with "
+        "data.source.graph=adj_mx.pkl (leave out the override that changes it), or train a "
+        "model for this graph."
     )
     weights = pickle.loads((week / "adj_mx.pkl").read_bytes())[2]
     with (week / "roads.pkl").open("wb") as f:  # the same sensors, other roads
@@ -248,16 +252,38 @@ def test_eval_refuses_a_run_of_mph_evaluated_in_km_h(mph_run, tmp_path):
 
     summary = json.loads((mph_run / "data_summary.json").read_text())
     assert summary["source_metadata"]["units"] == {"speed": "mph"}
-    with pytest.raises(UserError) as err:
-        evaluate(compose_eval(mph_run, tmp_path / "kmh", "data.source.units={speed: km/h}"))
-    assert str(err.value).endswith(
-        " was trained on speed in mph, and these data give it in km/h: the model and its "
-        "training scaler would read every value in the wrong units. Evaluate it on data in "
-        "mph (leave out data.source.units={speed: km/h}), or train a model for these units."
-    )
+    # refused from the configs, before the data are read: the folder given holds none
+    for extra in ([], ["data.source.root=/nonexistent/week"]):
+        kmh = compose_eval(mph_run, tmp_path / "kmh", "data.source.units={speed: km/h}", *extra)
+        with pytest.raises(UserError) as err:
+            evaluate(kmh)
+        assert str(err.value).endswith(
+            " was trained on speed in mph, and these data give it in km/h: the model and its "
+            "training scaler would read every value in the wrong units. Evaluate it on data in "
+            "mph (leave out data.source.units={speed: km/h}), or train a model for these units."
+        )
     assert math.isfinite(
         evaluate(compose_eval(mph_run, tmp_path / "own"))["test"]["overall"]["mae"]["mean"]
     )
+
+
+def test_units_one_side_does_not_name_pass_the_check_of_the_configs(mph_run):
+    """A channel whose unit the run or the evaluation does not name is unknown there: the
+    check of the configs lets it through, as the check of the data does."""
+    from omegaconf import OmegaConf
+
+    from cloudlstm.assembly.evaluated_data import check_units_and_graph_settings
+    from cloudlstm.rundir.layout import read_run_config
+
+    trained = read_run_config(mph_run)
+    unnamed = OmegaConf.merge(trained, {"data": {"source": {"units": None}}})
+    other = OmegaConf.merge(trained, {"data": {"source": {"units": {"speed": "km/h"}}}})
+    check_units_and_graph_settings(trained, unnamed, [], mph_run)
+    check_units_and_graph_settings(unnamed, other, [], mph_run)
+    with pytest.raises(
+        Exception, match="was trained on speed in mph, and these data give it in km/h"
+    ):
+        check_units_and_graph_settings(trained, other, [], mph_run)
 
 
 def test_a_run_saved_before_units_existed_evaluates(mph_run, tmp_path):
@@ -296,3 +322,31 @@ def test_a_committed_metr_la_run_resumes_with_the_units_key_new(tmp_path):
     changes = {c.key: c.allowed_by for c in config_changes(cfg, run)}
     assert changes["data.source.units"] == "new key"
     assert None not in changes.values()
+
+
+def test_the_graph_setting_is_compared_before_the_data_are_read(road_run):
+    """check_units_and_graph_settings refuses a graph given to a model trained without one
+    too; two files, which may hold one graph, are left to check_same_graph once the data
+    are read, and a model that reads no graph takes any setting."""
+    from omegaconf import OmegaConf
+
+    from cloudlstm.assembly.evaluated_data import check_units_and_graph_settings
+    from cloudlstm.errors import UserError
+    from cloudlstm.rundir.layout import read_run_config
+
+    run, week = road_run
+    trained = read_run_config(run)
+    no_graph = {"data": {"source": {"graph": None}}}
+    without = OmegaConf.merge(trained, no_graph)
+    with pytest.raises(
+        UserError,
+        match=r"was trained without a given graph \(data.source.graph=null: the model built "
+        r"its own\), and this evaluation gives the graph of data.source.graph=adj_mx.pkl: .* "
+        r"Evaluate it with data\.source\.graph=null \(",
+    ):
+        check_units_and_graph_settings(without, trained, [], run)
+    check_units_and_graph_settings(trained, trained, [], run)  # its own
+    other_file = OmegaConf.merge(trained, {"data": {"source": {"graph": str(week / "adj_mx.pkl")}}})
+    check_units_and_graph_settings(trained, other_file, [], run)
+    linear = OmegaConf.merge(trained, {"model": {"_target_": "cloudlstm.models.TimeLinear"}})
+    check_units_and_graph_settings(linear, OmegaConf.merge(linear, no_graph), [], run)

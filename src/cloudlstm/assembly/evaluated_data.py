@@ -12,7 +12,8 @@ as long as its settings still name them. Both checks compare the run's data summ
   is the fix to name.
 * :func:`check_same_units`: a channel in other units than the run's (a ``data.source``
   setting such as ``co_units``, another file) is read in units the model and its scaler
-  did not learn.
+  did not learn. :func:`check_units_and_graph_settings` refuses the settings that say so
+  from the configs alone, before the data are read, and those of another graph too.
 * :func:`warn_other_inputs`: a model fed more or fewer input steps than it trained on is
   measured in another setting than its run's.
 * :func:`warn_test_seen`: a test part that overlaps what the run trained on, moved by
@@ -31,10 +32,12 @@ from omegaconf import DictConfig
 from cloudlstm.data.sources.beijing import BEIJING_NAME
 from cloudlstm.data.stream import UNITS_KEY
 from cloudlstm.errors import UserError
+from cloudlstm.models.build import reads_given_graph
 
 __all__ = [
     "check_same_file",
     "check_same_units",
+    "check_units_and_graph_settings",
     "own_file_not_found",
     "points_within",
     "warn_other_inputs",
@@ -120,8 +123,19 @@ def check_same_units(
         UserError: naming the channel, both units and the way on.
     """
     # a run trained before sources recorded units, or a source that knows none, has none:
-    # nothing to compare; so for a channel whose unit either side does not know
-    then, now = _units(trained), _units(summary)
+    # nothing to compare
+    _compare_units(_units(trained), _units(summary), overrides, run)
+
+
+def _compare_units(
+    then: dict[str, str], now: dict[str, str], overrides: Sequence[str], run: Any
+) -> None:
+    """Refuse a channel that the run's ``{channel: unit}`` (``then``) and the evaluation's
+    (``now``) give in other units; a channel whose unit either side does not know passes.
+
+    Raises:
+        UserError: naming the channel, both units and the way on.
+    """
     for channel, unit in then.items():
         if now.get(channel, unit) == unit:
             continue
@@ -133,6 +147,75 @@ def check_same_units(
             f"the wrong units. Evaluate it on data in {unit} ({way}), or train a model for "
             "these units."
         )
+
+
+def check_units_and_graph_settings(
+    trained: DictConfig, cfg: DictConfig, overrides: Sequence[str], run: Any
+) -> None:
+    """Refuse, before the data are read (Beijing's take minutes on a fresh cache), an
+    evaluation whose config sets other units or another graph than the run's config
+    (``trained``, its ``config.yaml`` in today's form): a ``data.source`` key of units
+    (``co_units``) of another value, a channel of ``data.source.units`` that both name in
+    other units, or, for a model that reads a given graph, a ``data.source.graph`` given
+    where the run gave none, or none where it gave one. ``cfg``: the evaluation's config;
+    ``overrides``: the command's; ``run``: the run directory, for the message.
+
+    Two graph files may hold one graph (a path relative to the data's folder and its
+    absolute one), and units or graph change by other routes too (another file or
+    source): :func:`check_same_units` and
+    :func:`~cloudlstm.assembly.checkpoint_fit.check_same_graph` compare the data once read.
+
+    Raises:
+        UserError: naming the setting, both values and the way on.
+    """
+    then, now = _source_node(trained), _source_node(cfg)
+    _refuse_other_units(then, now, run)
+    # a channel's unit that one side does not name is unknown there, as in the data check
+    units_then, units_now = then.get("units"), now.get("units")
+    if isinstance(units_then, DictConfig) and isinstance(units_now, DictConfig):
+        _compare_units(dict(units_then), dict(units_now), overrides, run)
+    graph_then, graph_now = then.get("graph"), now.get("graph")
+    if (graph_then is None) != (graph_now is None) and reads_given_graph(trained.model):
+        _refuse_other_graph(graph_then, graph_now, run)
+
+
+def _refuse_other_units(then: DictConfig, now: DictConfig, run: Any) -> None:
+    """Refuse a key of one unit in ``data.source`` (``co_units``) that both the run's node
+    (``then``) and the evaluation's (``now``) hold, of other values."""
+    for key in [k for k in then if str(k).endswith("units") and k in now]:
+        one_unit = [isinstance(v, str) for v in (then[key], now[key])]
+        if not all(one_unit) or then[key] == now[key]:
+            continue  # data.source.units, a mapping of channels (or null): _compare_units
+        raise UserError(
+            f"{run} was trained with data.source.{key}={then[key]}, and this evaluation "
+            f"gives data.source.{key}={now[key]}: the model and its training scaler would "
+            f"read every value in the wrong units. Evaluate it with data.source.{key}="
+            f"{then[key]} (leave out the override that changes it), or train a model for "
+            "these units."
+        )
+
+
+def _refuse_other_graph(graph_then: Any, graph_now: Any, run: Any) -> None:
+    """Refuse an evaluation's ``data.source.graph`` (``graph_now``) where the run's
+    (``graph_then``) is null and it is not, or the other way round."""
+    trained_on = "without a given graph (data.source.graph=null: the model built its own)"
+    given = "none (data.source.graph=null: the model would build its own)"
+    if graph_then is not None:
+        trained_on = f"on the graph of data.source.graph={graph_then}"
+    else:
+        given = f"the graph of data.source.graph={graph_now}"
+    raise UserError(
+        f"{run} was trained {trained_on}, and this evaluation gives {given}: its weights were "
+        f"learnt over the one, and would be scored over the other. Evaluate it with "
+        f"data.source.graph={'null' if graph_then is None else graph_then} (leave out the "
+        "override that changes it), or train a model for this graph."
+    )
+
+
+def _source_node(cfg: DictConfig) -> DictConfig:
+    """``cfg``'s ``data.source`` node; an empty one where it has none (an older form)."""
+    source = (cfg.get("data") or {}).get("source")
+    return source if isinstance(source, DictConfig) else DictConfig({})
 
 
 def _units(summary: dict[str, Any] | None) -> dict[str, str]:

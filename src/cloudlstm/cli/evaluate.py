@@ -26,6 +26,7 @@ from cloudlstm.assembly.build import check_process_settings, configure_process
 from cloudlstm.assembly.evaluated_data import (
     check_same_file,
     check_same_units,
+    check_units_and_graph_settings,
     own_file_not_found,
     points_within,
     warn_other_inputs,
@@ -44,6 +45,7 @@ from cloudlstm.rundir.layout import (
     in_run,
     read_data_summary,
     read_metrics,
+    read_run_config,
     write_metrics,
 )
 from cloudlstm.rundir.old_configs import current_config
@@ -67,6 +69,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     configure_process(cfg)
     L.seed_everything(cfg.seed, workers=True)
     run = check_run_dir(cfg.run)
+    # units and graph the config already changes: refused before the data load (minutes)
+    check_units_and_graph_settings(current_config(read_run_config(run)), cfg, _overrides(), run)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     path = _checkpoint(run, cfg.ckpt)
