@@ -104,6 +104,22 @@ class WaitAt(L.Callback):
         waiting.unlink(missing_ok=True)
 
 
+class WaitWhenBuilt(L.Callback):
+    """Hold the run as its Trainer is built (the data read, the model built, no training
+    yet) until file ``until`` exists; ``<until>.waiting`` exists while it waits."""
+
+    def __init__(self, until: str, timeout_s: float = 600) -> None:
+        until_path = Path(until)
+        waiting = until_path.with_name(until_path.name + ".waiting")
+        waiting.touch()
+        deadline = time.monotonic() + timeout_s
+        while not until_path.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{until_path} did not appear in {timeout_s} s")
+            time.sleep(0.2)
+        waiting.unlink(missing_ok=True)
+
+
 class SaveHpcCheckpointAndKill(L.Callback):
     """At the start of epoch ``epoch``, save ``hpc_ckpt_1.ckpt`` as Lightning's SLURM handler
     does on SIGUSR1, then SIGKILL the process (as SLURM ends a requeued job)."""

@@ -14,7 +14,8 @@ registered!``); one raised in the middle of torch's logging set-up leaves its lo
 without their levels. The programs import these late, once the command has been checked
 (an error in it costs a second, not torch's import), which is when a user who changes
 their mind presses Ctrl-C. So every import runs with SIGINT blocked, and a Ctrl-C pressed
-meanwhile arrives as the import statement ends.
+meanwhile arrives as the import statement ends. SIGTERM too, which ``train.py`` turns into
+an exception of its own before training (:mod:`cloudlstm.cli.sigterm_at_start`).
 """
 
 from __future__ import annotations
@@ -57,19 +58,24 @@ def ctrl_c_is_a_stop() -> Iterator[None]:
 
 
 def hold_ctrl_c_while_importing() -> None:
-    """From now on, every import in this process runs with SIGINT blocked in its thread
-    (nothing on a platform without signal masks)."""
+    """From now on, every import in this process runs with SIGINT and SIGTERM blocked in its
+    thread (nothing on a platform without signal masks)."""
     if hasattr(signal, "pthread_sigmask") and not any(
         isinstance(finder, _HoldCtrlC) for finder in sys.meta_path
     ):
         sys.meta_path.insert(0, _HoldCtrlC())
 
 
+# the signals whose handlers raise an exception: held while a module initialises
+_HELD = {signal.SIGINT, signal.SIGTERM}
+
+
 @contextmanager
-def _sigint_blocked() -> Iterator[None]:
-    """SIGINT blocked in this thread for the block; one that came meanwhile is delivered as
-    the outermost such block ends (Python then raises ``KeyboardInterrupt`` there)."""
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+def _signals_blocked() -> Iterator[None]:
+    """SIGINT and SIGTERM blocked in this thread for the block; one that came meanwhile is
+    delivered as the outermost such block ends (Python then raises its handler's exception
+    there)."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
     try:
         yield
     finally:
@@ -78,7 +84,7 @@ def _sigint_blocked() -> Iterator[None]:
 
 class _HoldCtrlC(importlib.abc.MetaPathFinder):
     """Asks the other finders for a module's spec, as the import system would, and gives
-    the module a loader that creates and runs it with SIGINT blocked."""
+    the module a loader that creates and runs it with SIGINT and SIGTERM blocked."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
@@ -98,21 +104,21 @@ class _HoldCtrlC(importlib.abc.MetaPathFinder):
 
 class _HeldLoader(importlib.abc.Loader):
     """Creates (an extension module's initialisation) and executes the module with SIGINT
-    blocked; everything else (its resources, its source) is the wrapped loader's, which the
-    module names as its own."""
+    and SIGTERM blocked; everything else (its resources, its source) is the wrapped
+    loader's, which the module names as its own."""
 
     def __init__(self, loader: Any) -> None:
         self._loader = loader
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        with _sigint_blocked():
+        with _signals_blocked():
             return self._loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         module.__loader__ = self._loader
         if module.__spec__ is not None and module.__spec__.loader is self:
             module.__spec__.loader = self._loader
-        with _sigint_blocked():
+        with _signals_blocked():
             self._loader.exec_module(module)
 
     def __getattr__(self, name: str) -> Any:

@@ -29,11 +29,13 @@ from omegaconf import DictConfig
 from cloudlstm.cli.ctrl_c import ctrl_c_is_a_stop
 from cloudlstm.cli.invoked import MULTIRUN_FLAGS, this_program
 from cloudlstm.cli.pipes import reader_may_leave
+from cloudlstm.cli.sigterm_at_start import Terminated, sigterm_is_a_stop
 from cloudlstm.paths import config_dir
 
 
 @reader_may_leave()
 @ctrl_c_is_a_stop()  # at any moment: checking the command, reading data, a second Ctrl-C
+@sigterm_is_a_stop()  # before training begins: then the Trainer's (engine/signals.py)
 def train() -> None:
     """``cloudlstm-train [group=option ...] [key=value ...]``: train and test a model."""
     from cloudlstm.cli.model_keys import checked_model_keys
@@ -492,32 +494,42 @@ def _typed_interpolations() -> Iterator[None]:
 
 def _train(cfg: DictConfig) -> float | None:
     from cloudlstm.rundir.stops import RunInterrupted
-    from cloudlstm.rundir.sweep_sigterm import stopped_before_training
+    from cloudlstm.rundir.sweep_sigterm import before_training_stop
 
     try:
-        # a joblib sweep's job whose stop came before it began (one waiting for a worker)
-        # says so at once, before it imports torch and Lightning and reads its data
-        stopped = stopped_before_training(cfg, Path(cfg.paths.output_dir))
-        if stopped is not None:
-            raise stopped
-        from cloudlstm.cli import console
-        from cloudlstm.cli.train import main
-
-        console.set_up(cfg)
-        run_dir = Path(cfg.paths.output_dir)
-        with (
-            reader_may_leave(),  # `train.py ... | head`: inside Hydra's job, which reports
-            _user_errors_in_one_line(),  # any exception as the job's error
-            _no_folder_if_refused(run_dir, _stamped_now(run_dir)),
-            _as_user_errors(),  # inside: a library's refusal of a value is a user error too
-        ):
-            return main(cfg)
-    except RunInterrupted as stop:
+        return _train_job(cfg)
+    except (RunInterrupted, Terminated) as caught:
+        stop = caught
+        if isinstance(caught, Terminated):  # importing torch, reading the data: its line
+            stop = before_training_stop(cfg, Path(cfg.paths.output_dir), "SIGTERM")
         if os.getpid() != _HYDRA_PID:
-            raise  # a job in its own process: the sweep reports it and fails
+            raise stop from None  # a job in its own process: the sweep reports it and fails
         # a run, or a job of the basic launcher's sweep, which stops with it: its line is
         # logged; the signal's exit status (143, 130 for Ctrl-C), not Hydra's 1 of an error
         raise SystemExit(stop.exit_code) from None
+
+
+def _train_job(cfg: DictConfig) -> float | None:
+    """``train.py``'s job: :func:`cloudlstm.cli.train.main`, its user errors in one line."""
+    from cloudlstm.rundir.sweep_sigterm import stopped_before_training
+
+    # a joblib sweep's job whose stop came before it began (one waiting for a worker)
+    # says so at once, before it imports torch and Lightning and reads its data
+    stopped = stopped_before_training(cfg, Path(cfg.paths.output_dir))
+    if stopped is not None:
+        raise stopped
+    from cloudlstm.cli import console
+    from cloudlstm.cli.train import main
+
+    console.set_up(cfg)
+    run_dir = Path(cfg.paths.output_dir)
+    with (
+        reader_may_leave(),  # `train.py ... | head`: inside Hydra's job, which reports
+        _user_errors_in_one_line(),  # any exception as the job's error
+        _no_folder_if_refused(run_dir, _stamped_now(run_dir)),
+        _as_user_errors(),  # inside: a library's refusal of a value is a user error too
+    ):
+        return main(cfg)
 
 
 def _evaluate(cfg: DictConfig) -> None:

@@ -31,6 +31,7 @@ from cloudlstm.assembly.resume_data import check_resume_data
 from cloudlstm.assembly.resume_shapes import check_resume
 from cloudlstm.cli.invoked import command
 from cloudlstm.cli.override_text import shell_override
+from cloudlstm.cli.sigterm_at_start import Terminated
 from cloudlstm.engine.callbacks import EpochTimer
 from cloudlstm.engine.loggers import finish_wandb
 from cloudlstm.engine.module import TrainingDivergedError
@@ -134,6 +135,10 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
         if isinstance(err, SIGTERMException) or (
             isinstance(err, SystemExit) and stopped_by_ctrl_c(job.trainer)
         ):
+            raise _stopped(job) from None
+        if isinstance(err, Terminated) and job.trainer.state.fn is not None:
+            # between the Trainer's calls (after the fit, before the test), where its
+            # handler is not in place: a stop of the run that has trained all the same
             raise _stopped(job) from None
         if isinstance(err, TrainingDivergedError):
             # so that a rerun with other settings is told what happened (rundir/divergence.py)

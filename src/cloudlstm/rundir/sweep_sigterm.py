@@ -245,12 +245,20 @@ def stopped_before_training(cfg: DictConfig, run_dir: Path) -> RunInterrupted | 
     stop = Path(str(HydraConfig.get().sweep.dir)) / STOP_FILE
     if not (noted or stop.is_file()):
         return None
+    return before_training_stop(
+        cfg, run_dir, "Ctrl-C" if signal.SIGINT in noted else _stop_signal(stop)
+    )
+
+
+def before_training_stop(cfg: DictConfig, run_dir: Path, by: str) -> RunInterrupted:
+    """The error of a run (or a sweep's job) stopped by ``by`` ("SIGTERM" or "Ctrl-C") before
+    it trained, its line logged: the run directory's newest checkpoint, if any, and the
+    command that starts or continues it."""
     newest = newest_checkpoint(run_dir)
     state, goes_on = "no checkpoint yet", "starts it"
     if newest is not None:
         state = f"its newest checkpoint is {newest}, of step {checkpoint_step(newest)}"
         goes_on = "continues from it"
-    by = "Ctrl-C" if signal.SIGINT in noted else _stop_signal(stop)
     error = stop_error(f"stopped by {by} before training ({state}).", run_dir, cfg, goes_on, by)
     log.error(str(error))
     return error
