@@ -169,8 +169,14 @@ def out_of_memory(err: BaseException) -> OutOfMemoryError | None:
     return OutOfMemoryError(f"Out of memory: {_failed_allocation(text)}. {SMALLER}")
 
 
-# gloo's words for a connection to another DDP process that ended (a closed or reset socket)
-PEER_LOST = ("connection closed by peer", "connection reset by peer")
+# gloo's words for a connection to another DDP process that ended (a closed or reset
+# socket), and the words of the store that the processes meet at while they set up their
+# process group (process 0 serves it: it ended as the others waited there)
+PEER_LOST = (
+    "connection closed by peer",
+    "connection reset by peer",
+    "connection was likely closed",
+)
 
 
 def process_lost(err: BaseException) -> UserError | None:
@@ -184,7 +190,12 @@ def process_lost(err: BaseException) -> UserError | None:
     """
     if not isinstance(err, RuntimeError) or not any(m in str(err).lower() for m in PEER_LOST):
         return None
-    return UserError(
+    return UserError(peer_ended_line())
+
+
+def peer_ended_line() -> str:
+    """The line of a DDP process that stops because another process of its run ended."""
+    return (
         f"DDP process{_process_rank()} stopped: another process of the run ended (its own message, "
         "above, says why; none where it was killed). Run the same command again once that "
         "is mended (a training continues from its last checkpoint)."
@@ -192,12 +203,17 @@ def process_lost(err: BaseException) -> UserError | None:
 
 
 def _process_rank() -> str:
-    """`` <rank> of <processes>`` of this DDP process, where torch knows them, else ``""``
-    (read from an imported torch: this module does not import it)."""
+    """`` <rank> of <processes>`` of this DDP process, where torch knows them (read from an
+    imported torch: this module does not import it), else where the launcher's variables
+    say them (``LOCAL_RANK`` of ``WORLD_SIZE``: a process Lightning started on this node,
+    before its process group is set up), else ``""``."""
     dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        return ""
-    return f" {dist.get_rank()} of {dist.get_world_size()}"
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return f" {dist.get_rank()} of {dist.get_world_size()}"
+    local, world = os.environ.get("LOCAL_RANK"), os.environ.get("WORLD_SIZE")
+    if local is None or world is None or os.environ.get("NODE_RANK", "0") != "0":
+        return ""  # on another node, the local rank is not the rank
+    return f" {local} of {world}"
 
 
 def _failed_allocation(text: str) -> str:

@@ -28,6 +28,7 @@ from omegaconf import DictConfig
 
 from cloudlstm.cli.ctrl_c import ctrl_c_is_a_stop
 from cloudlstm.cli.invoked import MULTIRUN_FLAGS, this_program
+from cloudlstm.cli.parent_watch import watch_the_starting_process
 from cloudlstm.cli.pipes import reader_may_leave
 from cloudlstm.cli.sigterm_at_start import Terminated, sigterm_is_a_stop
 from cloudlstm.paths import config_dir
@@ -162,6 +163,7 @@ def _run_hydra(config_name: str, task: Callable[[DictConfig], Any]) -> None:
         os.environ.get(_FULL_ERROR) == "1" and os.environ.get(_FULL_ERROR_OURS) != "1"
     )
     os.environ.setdefault("PROJECT_ROOT", os.getcwd())
+    watch_the_starting_process()  # a DDP process whose process 0 ends as it starts
     sys.argv = multirun_flag_first(sys.argv)
     # Registered first, so run last of the exit handlers (after W&B's and Lightning's)
     atexit.register(freeze_for_a_quick_end)

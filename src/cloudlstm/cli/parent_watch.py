@@ -1,0 +1,60 @@
+"""A DDP process that Lightning started stops with one line when the process that started
+it (process 0) ends before their process group is set up.
+
+With ``trainer.devices=2`` process 0 starts the other processes of its node, each running
+the same command, and serves the store that they meet at (``MASTER_PORT``). Killed
+(SIGKILL, the out-of-memory killer) while the others still start (import torch, read their
+data), it left them waiting to connect to that store for the process group's timeout
+(30 minutes), without a word. Once the group is set up, a lost peer fails the next
+collective operation, which says so (:func:`cloudlstm.errors.process_lost`); until then a
+thread watches this process's parent and, when it has gone, ends the process with that
+line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+from cloudlstm.errors import peer_ended_line
+
+__all__ = ["watch_the_starting_process"]
+
+# the pid of a training's first process, for the processes that Lightning starts from it
+# (they inherit its environment): read where one of them starts, which may be after that
+# process has ended already
+STARTED_BY = "CLOUDLSTM_STARTED_BY_PID"
+
+
+def watch_the_starting_process() -> None:
+    """In a process that Lightning started from a training's first process (``LOCAL_RANK``
+    above 0, :data:`STARTED_BY` set), watch that process until the process group is set up
+    (a daemon thread); in the first process, name it for those that it will start."""
+    if os.environ.get("LOCAL_RANK", "0") == "0":
+        os.environ[STARTED_BY] = str(os.getpid())
+        return
+    parent = os.environ.get(STARTED_BY, "")
+    if not parent.isdigit():
+        return  # started by another launcher (torchrun, srun): the first process is a peer
+    watch = threading.Thread(target=_watch, args=(int(parent),), name="parent-watch", daemon=True)
+    watch.start()
+
+
+def _watch(parent: int, every_s: float = 0.5) -> None:
+    """End this process with the line of a lost peer once ``parent`` has ended (this process
+    is then no longer its child), unless the process group is set up first."""
+    while not _process_group_ready():
+        if os.getppid() != parent:
+            sys.stderr.write(f"{peer_ended_line()}\n")
+            sys.stderr.flush()
+            # the main thread may wait in a call that only the group's timeout ends
+            os._exit(1)
+        time.sleep(every_s)
+
+
+def _process_group_ready() -> bool:
+    """Whether this process's process group is set up (read from an imported torch)."""
+    dist = sys.modules.get("torch.distributed")
+    return dist is not None and dist.is_available() and dist.is_initialized()

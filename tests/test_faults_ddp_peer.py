@@ -1,0 +1,118 @@
+"""A DDP process whose process 0 ended (killed: SIGKILL, the out-of-memory killer) says so
+in one line, whatever it was doing: starting, meeting the others to set up the process
+group, or training (tests/test_faults_disk_full.py: process 0 stopped by a full disk)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from torch.distributed import TCPStore
+
+from cloudlstm.errors import UserError, process_lost
+from tests.conftest import ROOT, TINY, subprocess_env
+
+# serves a process group's store on the port given, until killed
+STORE_SERVER = """
+import sys, time
+from torch.distributed import TCPStore
+store = TCPStore("127.0.0.1", int(sys.argv[1]), is_master=True, wait_for_workers=False)
+print("serving", flush=True)
+time.sleep(600)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_a_store_whose_server_ended_is_a_lost_peer():
+    """The processes meet at process 0's store to set up their process group: one that
+    waits there when process 0 ends gets the store's error, which is the lost peer's line,
+    not a traceback."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-c", STORE_SERVER, str(port)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout.readline().strip() == "serving"
+        client = TCPStore("127.0.0.1", port, is_master=False, timeout=_seconds(60))
+        threading.Timer(1.0, server.kill).start()  # as the client waits for a key
+        with pytest.raises(RuntimeError) as lost:
+            client.wait(["the other process's address"])
+    finally:
+        server.kill()
+        server.wait()
+    error = process_lost(lost.value)
+    assert isinstance(error, UserError), lost.value
+    assert "another process of the run ended" in str(error)
+
+
+def _seconds(n: int):
+    from datetime import timedelta
+
+    return timedelta(seconds=n)
+
+
+def _children(pid: int) -> list[int]:
+    """The pids of ``pid``'s children (Linux)."""
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    try:
+        return [int(p) for p in path.read_text().split()]
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow  # a run of two processes: ~1 min on 2 CPU cores
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_a_ddp_process_whose_process_0_is_killed_as_it_starts_says_so(tmp_path):
+    """Process 0 killed as soon as it has started process 1: process 1 waited to meet it
+    for the process group's timeout (30 minutes), without a word; it now stops at once with
+    the lost peer's line."""
+    log = tmp_path / "train.log"
+    command = [
+        sys.executable, "train.py", *TINY, "trainer=ddp_cpu", "logger=none", "torch_threads=1",
+        f"hydra.run.dir={tmp_path / 'run'}", f"paths.data_dir={tmp_path / 'data'}",
+    ]  # fmt: skip
+    with log.open("w") as out:
+        first = subprocess.Popen(
+            command, cwd=ROOT, env=subprocess_env(), stdout=out, stderr=subprocess.STDOUT
+        )
+    other = None
+    try:
+        deadline = time.monotonic() + 300
+        while not (started := _children(first.pid)):
+            assert first.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.1)
+        other = started[0]
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        deadline = time.monotonic() + 120
+        while _alive(other) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _alive(other), "process 1 still waits: " + log.read_text()[-3000:]
+    finally:
+        first.kill()
+        if other is not None and _alive(other):
+            os.kill(other, signal.SIGKILL)
+    out = log.read_text()
+    assert "Traceback" not in out
+    (line,) = [x for x in out.splitlines() if "another process of the run ended" in x]
+    assert line.startswith("DDP process 1 of 2 stopped: another process of the run ended")
