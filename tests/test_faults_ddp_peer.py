@@ -63,13 +63,22 @@ def _seconds(n: int):
     return timedelta(seconds=n)
 
 
-def _children(pid: int) -> list[int]:
-    """The pids of ``pid``'s children (Linux)."""
+def _trainings_started_by(pid: int) -> list[int]:
+    """The pids of ``pid``'s children that run train.py (Linux): not the short-lived
+    short-lived programs that libraries start as they load (``ldconfig``)."""
     path = Path(f"/proc/{pid}/task/{pid}/children")
     try:
-        return [int(p) for p in path.read_text().split()]
+        children = [int(p) for p in path.read_text().split()]
     except OSError:
         return []
+    return [child for child in children if b"train.py" in _command_line(child)]
+
+
+def _command_line(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def _alive(pid: int) -> bool:
@@ -98,7 +107,7 @@ def test_a_ddp_process_whose_process_0_is_killed_as_it_starts_says_so(tmp_path):
     other = None
     try:
         deadline = time.monotonic() + 300
-        while not (started := _children(first.pid)):
+        while not (started := _trainings_started_by(first.pid)):
             assert first.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.1)
         other = started[0]

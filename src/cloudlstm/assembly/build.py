@@ -24,6 +24,7 @@ from cloudlstm.engine.declared_metrics import monitor_mode
 from cloudlstm.engine.host_memory import keep_freed_memory, keeps_freed_memory
 from cloudlstm.engine.module import make_optimizer
 from cloudlstm.engine.objective import validation_keys
+from cloudlstm.engine.parent_watch import name_the_launching_process
 from cloudlstm.engine.signals import SignalsTogether
 from cloudlstm.errors import UserError, no_gpu, replacing
 from cloudlstm.models.build import build_model
@@ -349,6 +350,7 @@ def build_trainer(cfg: DictConfig, loggers: list[Any]) -> L.Trainer:
     # first: under DDP its step-end hook decides, for every process at once, whether a
     # signal stops the run, before CheckpointOnSigterm's saves (engine/signals.py)
     callbacks = [SignalsTogether(), *callbacks]
+    name_the_launching_process()  # to the DDP processes the Trainer may start
     return hydra.utils.instantiate(
         cfg.trainer,
         callbacks=callbacks,

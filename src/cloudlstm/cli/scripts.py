@@ -28,9 +28,9 @@ from omegaconf import DictConfig
 
 from cloudlstm.cli.ctrl_c import ctrl_c_is_a_stop
 from cloudlstm.cli.invoked import MULTIRUN_FLAGS, this_program
-from cloudlstm.cli.parent_watch import watch_the_starting_process
 from cloudlstm.cli.pipes import reader_may_leave
 from cloudlstm.cli.sigterm_at_start import Terminated, sigterm_is_a_stop
+from cloudlstm.engine.parent_watch import watch_the_starting_process
 from cloudlstm.paths import config_dir
 
 

@@ -20,20 +20,27 @@ import time
 
 from cloudlstm.errors import peer_ended_line
 
-__all__ = ["watch_the_starting_process"]
+__all__ = ["name_the_launching_process", "watch_the_starting_process"]
 
-# the pid of a training's first process, for the processes that Lightning starts from it
-# (they inherit its environment): read where one of them starts, which may be after that
+# the pid of the process that builds a Trainer, for the processes that Lightning starts from
+# it (they inherit its environment): read where one of them starts, which may be after that
 # process has ended already
 STARTED_BY = "CLOUDLSTM_STARTED_BY_PID"
 
 
-def watch_the_starting_process() -> None:
-    """In a process that Lightning started from a training's first process (``LOCAL_RANK``
-    above 0, :data:`STARTED_BY` set), watch that process until the process group is set up
-    (a daemon thread); in the first process, name it for those that it will start."""
+def name_the_launching_process() -> None:
+    """Name this process, which builds a Trainer, to the processes that the Trainer may start
+    (:data:`STARTED_BY`). Set here, not as the program starts: a joblib sweep's job builds
+    its Trainer in a worker process, which starts that job's other processes."""
     if os.environ.get("LOCAL_RANK", "0") == "0":
         os.environ[STARTED_BY] = str(os.getpid())
+
+
+def watch_the_starting_process() -> None:
+    """In a process that Lightning started (``LOCAL_RANK`` above 0, :data:`STARTED_BY` set),
+    watch the process that started it until the process group is set up (a daemon
+    thread)."""
+    if os.environ.get("LOCAL_RANK", "0") == "0":
         return
     parent = os.environ.get(STARTED_BY, "")
     if not parent.isdigit():
