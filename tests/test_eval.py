@@ -732,3 +732,24 @@ def test_a_run_folder_hydras_grammar_reads_only_quoted_is_found(cloud_run, tmp_p
     proc = run_eval(arg, "report.figures=false")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(list(run.glob("eval/*/metrics.json"))) == 1
+
+
+def test_a_ddp_run_evaluated_on_one_device_sets_up_no_process_group(cloud_run, tmp_path):
+    """A run trained with trainer=ddp_cpu (its config.yaml: strategy ddp, 2 devices) tested
+    with trainer=cpu: one process, which set up a gloo process group of its own and said so
+    in five lines; it now tests alone, with the results of the one-process run's
+    evaluation."""
+    run = tmp_path / "ddp_run"
+    shutil.copytree(cloud_run, run, ignore=shutil.ignore_patterns("eval"))
+    alone = run_eval(f"run={run}", "trainer=cpu", "report.figures=false")
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    config = OmegaConf.load(run / "config.yaml")
+    config.trainer.strategy, config.trainer.devices = "ddp", 2
+    OmegaConf.save(config, run / "config.yaml")
+    proc = run_eval(f"run={run}", "trainer=cpu", "report.figures=false")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert "distributed" not in out.lower(), out[-3000:]
+    assert "trainer.strategy=ddp (the run's training) with trainer.devices=1" in out
+    first, second = sorted((run / "eval").iterdir())
+    assert metrics(second)["test"] == metrics(first)["test"]

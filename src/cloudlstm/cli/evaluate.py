@@ -12,6 +12,7 @@ line, no traceback.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from cloudlstm.assembly.assemble import assemble
 from cloudlstm.assembly.build import check_process_settings, configure_process
@@ -33,6 +34,7 @@ from cloudlstm.assembly.evaluated_data import (
     warn_test_seen,
 )
 from cloudlstm.assembly.known_keys import check_known_keys
+from cloudlstm.cli.process_group import launched_processes
 from cloudlstm.engine.results import results_from
 from cloudlstm.engine.signals import ctrl_c_kept
 from cloudlstm.errors import MissingFileError, UserError
@@ -67,6 +69,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     check_process_settings(cfg)  # first: data.holdout_seed and others interpolate the seed
     check_known_keys(cfg)
     configure_process(cfg)
+    _one_process_without_ddp(cfg)
     L.seed_everything(cfg.seed, workers=True)
     run = check_run_dir(cfg.run)
     # units and graph the config already changes: refused before the data load (minutes)
@@ -137,6 +140,30 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         write_metrics(output_dir, results)
         log.info("Evaluation directory: %s", output_dir)
     return results
+
+
+def _one_process_without_ddp(cfg: DictConfig) -> None:
+    """Test in this process alone, without a process group, where one process tests: the
+    run trained under DDP (``trainer=ddp_cpu``) and this command asks for one device
+    (``trainer=cpu`` sets ``devices: 1`` but names no strategy, so the run's ``ddp`` stayed
+    and this process set up a gloo process group of one, saying so in five lines). Said in a
+    line; a strategy that the command names, or processes that an outside launcher started
+    (torchrun, SLURM tasks), are left as they are."""
+    trainer = cfg.get("trainer") or {}
+    strategy = trainer.get("strategy")
+    one = str(trainer.get("devices")) == "1" and str(trainer.get("num_nodes", 1)) == "1"
+    named = any(o.lstrip("+~").startswith("trainer.strategy=") for o in _overrides())
+    if not (isinstance(strategy, str) and strategy.startswith("ddp") and one) or named:
+        return
+    if launched_processes(os.environ, []) is not None:
+        return
+    log.info(
+        "trainer.strategy=%s (the run's training) with trainer.devices=1: testing in this "
+        "process alone (strategy auto).",
+        strategy,
+    )
+    with open_dict(cfg):
+        cfg.trainer.strategy = "auto"
 
 
 def _checkpoint(run: Path, ckpt: str) -> Path | None:
