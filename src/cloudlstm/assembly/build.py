@@ -350,7 +350,8 @@ def build_trainer(cfg: DictConfig, loggers: list[Any]) -> L.Trainer:
     # first: under DDP its step-end hook decides, for every process at once, whether a
     # signal stops the run, before CheckpointOnSigterm's saves (engine/signals.py)
     callbacks = [SignalsTogether(), *callbacks]
-    name_the_launching_process()  # to the DDP processes the Trainer may start
+    if str(trainer.get("strategy", "")).startswith("ddp"):
+        name_the_launching_process()  # to the processes the Trainer may start
     return hydra.utils.instantiate(
         cfg.trainer,
         callbacks=callbacks,
