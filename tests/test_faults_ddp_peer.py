@@ -129,3 +129,49 @@ def test_a_ddp_process_whose_process_0_is_killed_as_it_starts_says_so(tmp_path):
     assert "Traceback" not in out
     (line,) = [x for x in out.splitlines() if "another process of the run ended" in x]
     assert line.startswith("DDP process 1 of 2 stopped: another process of the run ended")
+
+
+# a process that watches the process named to it as its starter, then lives 3 s
+WATCHED = """
+import time
+from cloudlstm.engine.parent_watch import watch_the_starting_process
+watch_the_starting_process()
+time.sleep(3)
+print("lived", flush=True)
+"""
+
+
+def _watched(named: int) -> subprocess.CompletedProcess:
+    """:data:`WATCHED` run as a process of local rank 1 to which ``named`` is its starter."""
+    env = {**subprocess_env(), "LOCAL_RANK": "1", "CLOUDLSTM_STARTED_BY_PID": str(named)}
+    env.pop("WORLD_SIZE", None)
+    return subprocess.run(
+        [sys.executable, "-c", WATCHED], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_a_starter_named_in_a_leaked_environment_is_not_watched():
+    """A process of local rank 1 that another program started (torchrun, from a notebook
+    that trained under DDP and so names itself in its environment) lives on while the
+    process named there runs: it is not this process's starter, whose end the watch is for.
+    """
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        done = _watched(other.pid)
+    finally:
+        other.kill()
+        other.wait()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "lived"
+
+
+def test_a_starter_that_has_ended_stops_the_process_it_started():
+    """A process whose starter ended before it began to watch stops with the lost peer's
+    line."""
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    done = _watched(ended.pid)
+    assert done.returncode == 1
+    assert "another process of the run ended" in done.stderr
+    assert "lived" not in done.stdout

@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 import time
+from pathlib import Path
 
 from cloudlstm.errors import peer_ended_line
 
@@ -45,6 +46,10 @@ def watch_the_starting_process() -> None:
     parent = os.environ.get(STARTED_BY, "")
     if not parent.isdigit():
         return  # started by another launcher (torchrun, srun): the first process is a peer
+    if os.getppid() != int(parent) and _alive(int(parent)):
+        # the name leaked from an environment that some other program started this one
+        # from (torchrun run from a notebook that trained under DDP): not its starter
+        return
     watch = threading.Thread(target=_watch, args=(int(parent),), name="parent-watch", daemon=True)
     watch.start()
 
@@ -59,6 +64,29 @@ def _watch(parent: int, every_s: float = 0.5) -> None:
             # the main thread may wait in a call that only the group's timeout ends
             os._exit(1)
         time.sleep(every_s)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs: not where it has ended, though its parent has not yet
+    reaped it (a zombie, read from Linux's /proc; without /proc it counts as running)."""
+    if not Path("/proc/self/stat").is_file():
+        return _exists(pid)
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # gone
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+
+
+def _exists(pid: int) -> bool:
+    """Whether a process ``pid`` exists, a zombie too (another user's too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _process_group_ready() -> bool:
