@@ -74,3 +74,23 @@ def test_sigterm_while_the_run_is_built_names_the_command_that_starts_it(tmp_pat
     done = run_python(*command[1:], timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (run_dir / "metrics.json").is_file()
+
+
+def test_sigterm_after_a_sweeps_job_does_not_say_nothing_was_saved(tmp_path):
+    """Signalled once the sweep's job has finished, as its comparison begins: the line says
+    that the jobs had begun and their run directories keep what they saved; it said that
+    the sweep had saved nothing, beside the job's metrics.json."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", "seed=0", *TINY, "logger=none", f"hydra.sweep.dir={sweep}"]
+    args.append(f"paths.data_dir={tmp_path / 'data'}")
+    proc = python_c(
+        TERM_AT + INSTALLED_PROGRAM, "cloudlstm.cli.compare.command", "cloudlstm-train", *args
+    )
+    assert proc.returncode == EXIT_CODE, proc.stderr[-3000:]
+    assert (sweep / "0" / "metrics.json").is_file()
+    assert "Traceback" not in proc.stderr
+    assert "saved nothing" not in proc.stderr
+    assert proc.stderr.endswith(
+        "cloudlstm-train: stopped by SIGTERM outside a training, after its jobs had begun: "
+        "their run directories keep what each saved (metrics.json where it finished).\n"
+    )

@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 from cloudlstm.cli.ctrl_c import ctrl_c_is_a_stop
 from cloudlstm.cli.invoked import MULTIRUN_FLAGS, this_program
 from cloudlstm.cli.pipes import reader_may_leave
-from cloudlstm.cli.sigterm_at_start import Terminated, sigterm_is_a_stop
+from cloudlstm.cli.sigterm_at_start import Terminated, a_job_begins, sigterm_is_a_stop
 from cloudlstm.engine.parent_watch import watch_the_starting_process
 from cloudlstm.paths import config_dir
 
@@ -498,6 +498,7 @@ def _train(cfg: DictConfig) -> float | None:
     from cloudlstm.rundir.stops import RunInterrupted
     from cloudlstm.rundir.sweep_sigterm import before_training_stop
 
+    a_job_begins()
     try:
         return _train_job(cfg)
     except (RunInterrupted, Terminated) as caught:

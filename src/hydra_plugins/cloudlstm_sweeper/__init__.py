@@ -48,6 +48,7 @@ from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import InterpolationResolutionError
 
 from cloudlstm.cli.model_keys import applicable_jobs
+from cloudlstm.cli.sigterm_at_start import a_job_begins
 from cloudlstm.cli.sweep_jobs import (
     UnfinishedJobsError,
     broken_pool_ending,
@@ -274,6 +275,7 @@ class _FailureRecorder(Launcher):
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> Sequence[JobReturn]:
         self.launched += job_overrides  # before: a launch that raises has launched them too
+        a_job_begins()  # here (the basic launcher) or in other processes: a later stop says so
         results = self.launcher.launch(job_overrides, initial_job_idx=initial_job_idx)
         for result in results:
             if result.status == JobStatus.FAILED:
