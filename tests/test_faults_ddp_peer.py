@@ -175,3 +175,30 @@ def test_a_starter_that_has_ended_stops_the_process_it_started():
     assert done.returncode == 1
     assert "another process of the run ended" in done.stderr
     assert "lived" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["trainer=cpu"], False),
+        (["trainer=cpu", "trainer.devices=2"], True),  # strategy auto: Lightning's DDP
+        (["trainer=ddp_cpu"], True),
+    ],
+)
+def test_a_trainer_that_may_start_processes_names_its_process(
+    tmp_path, monkeypatch, overrides, named
+):
+    """A Trainer of two devices names the process that builds it to the processes it
+    starts, under Lightning's own choice of DDP (``trainer.devices=2``, strategy ``auto``)
+    too, which named none, so that its processes waited for a killed process 0 for the
+    group's timeout; one of one device names nothing, into the environment of the programs
+    its Python starts later."""
+    from cloudlstm.assembly.build import build_trainer
+    from cloudlstm.engine.parent_watch import STARTED_BY
+    from tests.conftest import compose_train
+
+    monkeypatch.delenv(STARTED_BY, raising=False)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    cfg = compose_train(tmp_path, [*TINY, *overrides, "logger=none"])
+    build_trainer(cfg, [])
+    assert (os.environ.get(STARTED_BY) == str(os.getpid())) is named

@@ -331,6 +331,17 @@ def _lightning_quiet() -> Iterator[None]:
             lg.setLevel(level)
 
 
+def _may_start_processes(trainer: Any) -> bool:
+    """Whether a Trainer of these settings may start DDP processes: its strategy is DDP, or
+    Lightning's choice (``auto``, the default) for more than one device or node, which is
+    DDP (``trainer.devices=2``)."""
+    strategy = trainer.get("strategy", "auto")
+    if isinstance(strategy, str) and strategy.startswith("ddp"):
+        return True
+    one = str(trainer.get("devices", "auto")) == "1" and str(trainer.get("num_nodes", 1)) == "1"
+    return strategy in (None, "auto") and not one
+
+
 def build_trainer(cfg: DictConfig, loggers: list[Any]) -> L.Trainer:
     """The Lightning Trainer with the configured callbacks and these loggers.
 
@@ -350,7 +361,7 @@ def build_trainer(cfg: DictConfig, loggers: list[Any]) -> L.Trainer:
     # first: under DDP its step-end hook decides, for every process at once, whether a
     # signal stops the run, before CheckpointOnSigterm's saves (engine/signals.py)
     callbacks = [SignalsTogether(), *callbacks]
-    if str(trainer.get("strategy", "")).startswith("ddp"):
+    if _may_start_processes(trainer):
         name_the_launching_process()  # to the processes the Trainer may start
     return hydra.utils.instantiate(
         cfg.trainer,
