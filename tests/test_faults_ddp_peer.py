@@ -35,14 +35,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_a_store_whose_server_ended_is_a_lost_peer(monkeypatch):
+@pytest.mark.parametrize(
+    ("environment", "named"),
+    [
+        ({"LOCAL_RANK": "1"}, "DDP process 1 stopped"),
+        # torchrun's second node of two processes each, which sets no NODE_RANK
+        ({"LOCAL_RANK": "1", "RANK": "3", "WORLD_SIZE": "4"}, "DDP process 3 of 4 stopped"),
+    ],
+)
+def test_a_store_whose_server_ended_is_a_lost_peer(monkeypatch, environment, named):
     """The processes meet at process 0's store to set up their process group: one that
     waits there when process 0 ends gets the store's error, which is the lost peer's line,
     not a traceback. It names the process by the rank Lightning gave it (``LOCAL_RANK``;
-    Lightning's clean-up of the failed set-up has removed ``WORLD_SIZE``)."""
-    monkeypatch.setenv("LOCAL_RANK", "1")
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.delenv("NODE_RANK", raising=False)
+    Lightning's clean-up of the failed set-up has removed ``WORLD_SIZE``), or torchrun's
+    (``RANK``: on another node than the first, the local rank is not the rank)."""
+    for key in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in environment.items():
+        monkeypatch.setenv(key, value)
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-c", STORE_SERVER, str(port)], stdout=subprocess.PIPE, text=True
@@ -58,7 +68,7 @@ def test_a_store_whose_server_ended_is_a_lost_peer(monkeypatch):
         server.wait()
     error = process_lost(lost.value)
     assert isinstance(error, UserError), lost.value
-    assert str(error).startswith("DDP process 1 stopped: another process of the run ended")
+    assert str(error).startswith(f"{named}: another process of the run ended")
 
 
 def _seconds(n: int):

@@ -207,14 +207,17 @@ def _process_rank() -> str:
     imported torch: this module does not import it), else the rank (and the count, where
     still set) that the launcher's variables say (``LOCAL_RANK``, ``WORLD_SIZE``: a process
     Lightning started on this node, before its process group is set up; Lightning's
-    clean-up after a failed set-up removes ``WORLD_SIZE``), else ``""``."""
+    clean-up after a failed set-up removes ``WORLD_SIZE``; ``RANK``, the rank itself, where
+    torchrun started it), else ``""``."""
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return f" {dist.get_rank()} of {dist.get_world_size()}"
-    local, world = os.environ.get("LOCAL_RANK"), os.environ.get("WORLD_SIZE")
-    if local is None or os.environ.get("NODE_RANK", "0") != "0":
-        return ""  # on another node, the local rank is not the rank
-    return f" {local} of {world}" if world is not None else f" {local}"
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if rank is None:
+        rank = os.environ.get("LOCAL_RANK")
+        if rank is None or os.environ.get("NODE_RANK", "0") != "0":
+            return ""  # on another node, the local rank is not the rank
+    return f" {rank} of {world}" if world is not None else f" {rank}"
 
 
 def _failed_allocation(text: str) -> str:
