@@ -1038,6 +1038,9 @@ def test_eval_py_with_other_time_features_names_the_ones_to_keep(fleet_run):
 
 
 # ---------------------------------------------------------------- DDP batch limits
+TWO_PROCESSES = {"accelerator": "cpu", "strategy": "ddp", "devices": 2}
+
+
 def test_batch_limits_per_process_are_named_with_the_windows_they_cover():
     windows = {"train": 109, "val": 11, "test": 30}
     assert per_process_limits({"test": 2}, windows, 8, world_size=1) is None
@@ -1070,6 +1073,14 @@ def test_batch_limits_per_process_are_named_with_the_windows_they_cover():
         # an evaluation only tests: no other way out than every batch
         ({"task_name": "eval", "trainer": {"limit_test_batches": 0}}, "trainer."
          "limit_test_batches=0: no test batch would run: leave it out for every batch."),
+        # under DDP a fraction is of each process's batches: 15 test windows each, 2 batches
+        ({"trainer": {**TWO_PROCESSES, "limit_test_batches": 0.3}}, "trainer."
+         "limit_test_batches=0.3: less than one of the test split's 2 batches per process "
+         "(2 processes): give a fraction of at least 0.5,"),
+        # 11 validation windows: 6 and 5, one batch each
+        ({"trainer": {**TWO_PROCESSES, "limit_val_batches": 0.5}}, "trainer."
+         "limit_val_batches=0.5: less than one of the val split's 1 batch per process "
+         "(2 processes): give a fraction of at least 1,"),
     ],
 )  # fmt: skip
 def test_a_batch_limit_that_runs_no_batch_of_a_split_is_one_line(cfg, said):
@@ -1087,6 +1098,7 @@ def test_a_batch_limit_that_runs_no_batch_of_a_split_is_one_line(cfg, said):
         {"trainer": {"limit_train_batches": 2, "limit_test_batches": 1}},
         {"test": False, "trainer": {"limit_test_batches": 0}},  # no testing anyway
         {"task_name": "eval", "trainer": {"limit_train_batches": 0}},  # it does not train
+        {"trainer": {**TWO_PROCESSES, "limit_test_batches": 0.5, "limit_train_batches": 0.2}},
     ],
 )
 def test_batch_limits_that_run_each_split_pass(cfg):
@@ -1175,6 +1187,22 @@ def test_train_py_refuses_a_test_limit_of_zero_before_training(tmp_path):
     done = run_script("train.py", *args, f"hydra.run.dir={run_dir}")
     assert done.returncode == 1
     assert done.stderr.splitlines()[-1].startswith("trainer.limit_test_batches=0: no test batch")
+    assert "Traceback" not in done.stderr and not (run_dir / "checkpoints").exists()
+
+
+def test_train_py_refuses_a_fraction_leaving_a_ddp_process_no_test_batch_before_training(
+    tmp_path,
+):
+    """Lightning takes the fraction of each process's 2 test batches: it trained, then
+    failed to test in both processes with a traceback each."""
+    run_dir = tmp_path / "run"
+    args = [*JOB, *SYNTHETIC, *QUIET, "model.hidden_channels=4", "trainer=ddp_cpu"]
+    done = run_script(
+        "train.py", *args, "trainer.limit_test_batches=0.3", f"hydra.run.dir={run_dir}"
+    )
+    assert done.returncode == 1
+    said = "trainer.limit_test_batches=0.3: less than one of the test split's 2 batches per"
+    assert done.stderr.splitlines()[-1].startswith(said), done.stderr[-3000:]
     assert "Traceback" not in done.stderr and not (run_dir / "checkpoints").exists()
 
 

@@ -5,8 +5,10 @@ tests the untrained model and is written up as finished; ``limit_test_batches=0`
 only once training is over (``trainer.test() returned no test results``); and a fraction
 that leaves less than one batch of a split is refused where that split first runs, after
 the training for the test split, each with a traceback. Here each of them is one line
-before the data's first batch, naming the value and what to give. A validation limit of 0
-stays allowed: no validation, which the run warns of (it then tests the final weights).
+before the data's first batch, naming the value and what to give. Under DDP Lightning
+takes a fraction of each process's batches, so a fraction is checked against the fewest
+any process has. A validation limit of 0 stays allowed: no validation, which the run
+warns of (it then tests the final weights).
 So does a test part left empty on purpose (``data.test_fraction=0``) where the job tests:
 it trained to the end and then failed with the same traceback.
 
@@ -25,6 +27,7 @@ from omegaconf import DictConfig
 
 from cloudlstm.assembly.compile import run_device
 from cloudlstm.data.pipeline.splits import window_counts
+from cloudlstm.engine.distributed import rank_shares
 from cloudlstm.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -64,13 +67,22 @@ def check_batch_limits(cfg: DictConfig, windows: dict[str, int], batch_size: int
     other_ways = not _evaluates(cfg)  # train.py may skip one; eval.py only tests
     if "test" in splits_run(cfg) and not windows.get("test", 0):
         raise UserError(_no_test_part(other_ways))
+    world = processes(trainer)
     for split in splits_run(cfg):
         key = f"limit_{split}_batches"
         limit = trainer.get(key)
-        batches = math.ceil(windows.get(split, 0) / max(batch_size, 1))
-        problem = _problem(split, limit, batches, other_ways)
+        batches = _batches_per_process(split, windows.get(split, 0), batch_size, world)
+        problem = _problem(split, limit, batches, other_ways, world)
         if problem:
             raise UserError(f"trainer.{key}={limit}: {problem}.")
+
+
+def _batches_per_process(split: str, windows: int, batch_size: int, world: int) -> int:
+    """The batches of a split in the process with the fewest, of ``world`` processes:
+    Lightning takes a fractional limit of each process's own batches, and refuses it in
+    any process where it leaves none."""
+    shares = rank_shares(split, windows, world) if world > 1 else [windows]
+    return min(math.ceil(share / max(batch_size, 1)) for share in shares)
 
 
 def check_validation_interval(cfg: DictConfig, windows: dict[str, int], batch_size: int) -> None:
@@ -129,7 +141,7 @@ def _no_test_part(other_ways: bool) -> str:
     return f"The data have no test part to evaluate the run on: {fix}."
 
 
-def _problem(split: str, limit: Any, batches: int, other_ways: bool) -> str | None:
+def _problem(split: str, limit: Any, batches: int, other_ways: bool, world: int = 1) -> str | None:
     if limit is None or isinstance(limit, bool) or not isinstance(limit, int | float):
         return None  # Lightning's default (every batch), or a value its own check refuses
     if limit == 0 and split in _INSTEAD:
@@ -138,6 +150,7 @@ def _problem(split: str, limit: Any, batches: int, other_ways: bool) -> str | No
     fraction = isinstance(limit, float) and 0 < limit < 1
     if fraction and batches > 0 and int(limit * batches) < 1:
         of = f"{batches} batch{'es' if batches > 1 else ''}"
+        of += f" per process ({world} processes)" if world > 1 else ""
         return (
             f"less than one of the {split} split's {of}: give a fraction of at least "
             f"{1 / batches:.3g}, a whole number of batches, or leave it out for every batch"

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-__all__ = ["gather_on_rank_zero", "per_process_limits"]
+__all__ = ["gather_on_rank_zero", "per_process_limits", "rank_shares"]
 
 SPLIT_WORDS = {
     "train": "training windows per epoch",
@@ -76,20 +76,25 @@ def per_process_limits(
     )
 
 
-def _limited_windows(
-    split: str, limit: int, windows: int, batch_size: int, world_size: int
-) -> tuple[int, int]:
-    """Windows a split's ``limit`` batches cover with ``world_size`` processes, and in one.
+def rank_shares(split: str, windows: int, world_size: int) -> list[int]:
+    """The windows of a split each of ``world_size`` processes gets, by rank.
 
     Validation and test windows are dealt out without repeats
     (:func:`~cloudlstm.data.pipeline.loaders.each_window_once`: rank r gets
-    ``r, r + W, ...``); Lightning's sampler for training gives every rank ``ceil(n / W)``
-    windows, repeating some to even the ranks out.
+    ``r, r + W, ...``); Lightning's sampler for training, and for a split of fewer windows
+    than processes, gives every rank ``ceil(n / W)`` windows, repeating some to even the
+    ranks out.
     """
+    if split in ("val", "test") and windows >= world_size:
+        return [len(range(rank, windows, world_size)) for rank in range(world_size)]
+    return [-(-windows // world_size)] * world_size
+
+
+def _limited_windows(
+    split: str, limit: int, windows: int, batch_size: int, world_size: int
+) -> tuple[int, int]:
+    """Windows a split's ``limit`` batches cover with ``world_size`` processes, and in one."""
     cap = limit * batch_size
     single = min(cap, windows)
-    if split in ("val", "test") and windows >= world_size:
-        shares = [len(range(rank, windows, world_size)) for rank in range(world_size)]
-    else:
-        shares = [-(-windows // world_size)] * world_size
+    shares = rank_shares(split, windows, world_size)
     return sum(min(cap, share) for share in shares), single
