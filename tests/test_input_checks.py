@@ -1044,7 +1044,8 @@ TWO_PROCESSES = {"accelerator": "cpu", "strategy": "ddp", "devices": 2}
 def test_batch_limits_per_process_are_named_with_the_windows_they_cover():
     windows = {"train": 109, "val": 11, "test": 30}
     assert per_process_limits({"test": 2}, windows, 8, world_size=1) is None
-    assert per_process_limits({"test": 1.0, "val": 0.5}, windows, 8, world_size=2) is None
+    # 30 test windows: 2 of 4 batches in one process, 1 of 2 in each of two, windows 0 to 15
+    assert per_process_limits({"test": 0.5, "val": 1.0}, windows, 8, world_size=2) is None
     assert per_process_limits({"test": 4}, windows, 8, world_size=2) is None  # all 30 anyway
     assert per_process_limits({"test": 2}, windows, 8, world_size=2) == (
         "trainer.limit_test_batches=2 counts batches per process: with 2 processes that is 30 "
@@ -1054,6 +1055,24 @@ def test_batch_limits_per_process_are_named_with_the_windows_they_cover():
     note = per_process_limits({"train": 3, "test": 1}, windows, 8, world_size=4)
     assert note.startswith("trainer.limit_train_batches=3 and trainer.limit_test_batches=1 count")
     assert "96 training windows per epoch in all (24 in one process) and 30 test windows" in note
+
+
+def test_fractional_batch_limits_are_named_where_ddp_scores_other_windows():
+    """A fraction is rounded down in each process: 41 test windows in batches of 8 are 3 of
+    6 batches in one process, 1 of 3 in each of two."""
+    assert per_process_limits({"test": 0.5}, {"test": 41}, 8, world_size=2) == (
+        "trainer.limit_test_batches=0.5 counts batches per process: with 2 processes that is "
+        "16 test windows in all (24 in one process). A fraction is rounded down to whole "
+        "batches in each process. Leave it out to use every window."
+    )
+    # 33 windows: 17 and 16, 3 and 2 batches, 0.7 of them 2 and 1: 24 windows as in one
+    # process (3 of 5 batches), but rank 0's reach the 31st
+    note = per_process_limits({"test": 0.7, "train": 3}, {"test": 33, "train": 109}, 8, 2)
+    assert "24 test windows in all (others than in one process) and 48 training" in note
+    assert note.endswith(
+        "a whole number is counted in each process: divide the limit by 2 "
+        "for a one-process run's count. Leave it out to use every window."
+    )
 
 
 @pytest.mark.parametrize(
@@ -1233,6 +1252,24 @@ def test_ddp_run_with_a_test_limit_warns_at_startup(tmp_path):
     assert log.count("trainer.limit_test_batches=2 counts batches per process") == 1
     test = json.loads((tmp_path / "ddp" / "metrics.json").read_text())["data"]["windows"]["test"]
     assert f"{test} test windows in all (16 in one process)" in log
+
+
+@pytest.mark.slow
+def test_ddp_run_with_a_fractional_test_limit_scores_the_windows_it_warns_of(tmp_path):
+    """41 test windows, half of each process's 3 batches: 16 windows, where one process
+    scores 24 (3 of its 6 batches)."""
+    args = [*JOB, *SYNTHETIC, *QUIET, "model.k=3", "model.hidden_channels=4"]
+    args = [a for a in args if not a.startswith(("trainer=", "trainer.limit_test"))]
+    done = run_script(
+        "train.py", *args, "data.source.num_steps=215", "trainer=ddp_cpu", "train=false",
+        "trainer.limit_test_batches=0.5", f"hydra.run.dir={tmp_path / 'ddp'}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    log = (tmp_path / "ddp" / "train.log").read_text()
+    assert log.count("16 test windows in all (24 in one process)") == 1
+    metrics = json.loads((tmp_path / "ddp" / "metrics.json").read_text())
+    assert metrics["data"]["windows"]["test"] == 41
+    assert metrics["test"]["num_instances"] == 16
 
 
 def test_the_trainer_check_is_silent_and_leaves_lightning_s_logging_as_it_was(
