@@ -11,11 +11,13 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
 from torch.distributed import TCPStore
 
+from cloudlstm.engine.parent_watch import _process_group_ready
 from cloudlstm.errors import UserError, process_lost
 from tests.conftest import ROOT, TINY, subprocess_env
 
@@ -33,6 +35,14 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def test_the_watch_reads_a_torch_distributed_still_being_imported_as_not_set_up(monkeypatch):
+    """The main thread of a starting DDP process imports torch while the watch reads it: a
+    module listed in sys.modules before its functions exist ended the watch with a
+    traceback (partially initialized module 'torch.distributed')."""
+    monkeypatch.setitem(sys.modules, "torch.distributed", types.ModuleType("torch.distributed"))
+    assert _process_group_ready() is False
 
 
 @pytest.mark.parametrize(

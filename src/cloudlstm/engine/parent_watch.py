@@ -92,4 +92,8 @@ def _exists(pid: int) -> bool:
 def _process_group_ready() -> bool:
     """Whether this process's process group is set up (read from an imported torch)."""
     dist = sys.modules.get("torch.distributed")
-    return dist is not None and dist.is_available() and dist.is_initialized()
+    # the main thread may be importing it: the module is listed before its functions are
+    # defined, and an AttributeError would end the watch with a traceback
+    available = getattr(dist, "is_available", None)
+    initialized = getattr(dist, "is_initialized", None)
+    return available is not None and initialized is not None and available() and initialized()
