@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from cloudlstm.cli.train import train
 from tests.conftest import TINY, compose_train, run_python
@@ -31,20 +32,20 @@ JOB = [
 RTOL = 1e-5
 
 
-def assert_close(got: Any, expected: Any, where: str = "test") -> None:
-    """Nested metrics equal up to RTOL (NaN equals NaN)."""
+def assert_close(got: Any, expected: Any, where: str = "test", rtol: float = RTOL) -> None:
+    """Nested metrics equal up to ``rtol`` (NaN equals NaN)."""
     if isinstance(expected, dict):
         assert got.keys() == expected.keys(), where
         for key in expected:
-            assert_close(got[key], expected[key], f"{where}.{key}")
+            assert_close(got[key], expected[key], f"{where}.{key}", rtol)
     elif isinstance(expected, list):
         assert len(got) == len(expected), where
         for i, (g, e) in enumerate(zip(got, expected, strict=True)):
-            assert_close(g, e, f"{where}[{i}]")
+            assert_close(g, e, f"{where}[{i}]", rtol)
     elif isinstance(expected, float) and math.isnan(expected):
         assert math.isnan(got), where
     else:
-        assert math.isclose(got, expected, rel_tol=RTOL, abs_tol=1e-9), (where, got, expected)
+        assert math.isclose(got, expected, rel_tol=rtol, abs_tol=1e-9), (where, got, expected)
 
 
 def test_two_ddp_processes_test_like_one(tmp_path):
@@ -85,3 +86,29 @@ def test_two_ddp_processes_test_like_one(tmp_path):
         for name in ("observed", "scored", "point_ids"):  # rank 0 reads them for every rank
             np.testing.assert_array_equal(two[name], one[name])
         np.testing.assert_allclose(two["prediction"], one["prediction"], rtol=RTOL, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_ddp_run_s_own_test_is_its_evaluation_in_one_process(tmp_path):
+    """The test a run trained with trainer=ddp_cpu ran at its end, on an odd number of test
+    windows, is eval.py's of its checkpoint with trainer=cpu: the same windows, each once,
+    the same metrics up to the order of float sums."""
+    run_dir = tmp_path / "ddp"
+    where = [f"hydra.run.dir={run_dir}", f"paths.data_dir={tmp_path / 'data'}"]
+    proc = run_python("train.py", *JOB, "trainer=ddp_cpu", *where, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_python("eval.py", f"run={run_dir}", "trainer=cpu", "module.save_predictions=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trained = json.loads((run_dir / "metrics.json").read_text())
+    (evaluation,) = run_dir.glob("eval/*/")
+    alone = json.loads((evaluation / "metrics.json").read_text())
+    windows = trained["data"]["windows"]["test"]
+    assert windows % 2 == 1 and trained["test"]["num_instances"] == windows
+    assert alone["checkpoint"] == trained["checkpoint"]
+    assert_close(alone["test"], trained["test"], rtol=1e-6)
+    with (
+        np.load(run_dir / "predictions.npz") as two,
+        np.load(evaluation / "predictions.npz") as one,
+    ):
+        np.testing.assert_array_equal(one["target"], two["target"])
+        np.testing.assert_allclose(one["prediction"], two["prediction"], rtol=1e-6, atol=1e-6)
