@@ -17,6 +17,7 @@ import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelSummary, ProgressBar
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from cloudlstm.assembly.batch_limits import processes
 from cloudlstm.assembly.compile import compile_for_run
 from cloudlstm.assembly.config import instantiate_group, user_errors_unwrapped
 from cloudlstm.data.spec import DataSpec
@@ -338,8 +339,7 @@ def _may_start_processes(trainer: Any) -> bool:
     strategy = trainer.get("strategy", "auto")
     if isinstance(strategy, str) and strategy.startswith("ddp"):
         return True
-    one = str(trainer.get("devices", "auto")) == "1" and str(trainer.get("num_nodes", 1)) == "1"
-    return strategy in (None, "auto") and not one
+    return strategy in (None, "auto") and processes(trainer) > 1
 
 
 def build_trainer(cfg: DictConfig, loggers: list[Any]) -> L.Trainer:
