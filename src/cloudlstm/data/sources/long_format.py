@@ -51,7 +51,7 @@ from cloudlstm.data.sources.times import (
     parse_times,
     time_zone,
 )
-from cloudlstm.data.sources.units_option import check_unit_channels, units_option
+from cloudlstm.data.sources.units_option import UnitsGiven, check_unit_channels, units_option
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingFileError, UserError
 
@@ -154,7 +154,7 @@ def _moving_points(spans: np.ndarray, extent: float) -> np.ndarray:
     return (spans > SAME_PLACE * extent).any(axis=1)
 
 
-class LongFormatSource(CachedSource):
+class LongFormatSource(UnitsGiven, CachedSource):
     """A long-format CSV / Parquet file of a point-cloud stream (one row per time and point).
 
     Args:
@@ -277,10 +277,6 @@ class LongFormatSource(CachedSource):
 
     def _parts(self) -> list[str]:
         return [p.relative_to(self.path).as_posix() for p in parquet_dataset_parts(self.path)]
-
-    def units(self) -> dict[str, str]:
-        """The channels' units that ``units`` names (:meth:`CachedSource.units`)."""
-        return dict(self.given_units)
 
     def load(self) -> PointCloudStream:
         """The stream (:meth:`CachedSource.load`), ``units`` checked against its channels:

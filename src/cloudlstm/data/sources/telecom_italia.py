@@ -47,7 +47,7 @@ from cloudlstm.data.sources.tables import (
     parse_freq,
     pivot_long,
 )
-from cloudlstm.data.sources.units_option import units_option
+from cloudlstm.data.sources.units_option import UnitsGiven, units_option
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingFileError, UserError
 
@@ -84,7 +84,7 @@ _VERSION = 4
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-class TelecomItaliaSource(CachedSource):
+class TelecomItaliaSource(UnitsGiven, CachedSource):
     """The Milan files of the Telecom Italia Big Data Challenge.
 
     Args:
@@ -183,10 +183,6 @@ class TelecomItaliaSource(CachedSource):
     def physical_ranges(self) -> dict[str, tuple[float | None, float | None]]:
         """Activity cannot be negative."""
         return dict.fromkeys(self.channels, (0.0, None))
-
-    def units(self) -> dict[str, str]:
-        """The channels' units that ``units`` names (:meth:`CachedSource.units`)."""
-        return dict(self.given_units)
 
     def day_files(self) -> list[Path]:
         """The daily files to read, by date.

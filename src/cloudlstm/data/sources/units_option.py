@@ -15,9 +15,21 @@ from typing import Any
 
 from cloudlstm.errors import UserError, nearest_name
 
-__all__ = ["UNITS_OPTION", "check_unit_channels", "units_option"]
+__all__ = ["UNITS_OPTION", "UnitsGiven", "check_unit_channels", "units_option"]
 
 UNITS_OPTION = "data.source.units"
+
+
+class UnitsGiven:
+    """Mixed into a source (before :class:`~cloudlstm.data.cache.CachedSource`) whose
+    channels' units are the ones ``units`` names: its constructor sets ``given_units``
+    (:func:`units_option`)."""
+
+    given_units: dict[str, str]
+
+    def units(self) -> dict[str, str]:
+        """The channels' units that ``units`` names (:meth:`CachedSource.units`)."""
+        return dict(self.given_units)
 
 
 def units_option(units: Any, channels: Sequence[str] | None = None) -> dict[str, str]:

@@ -55,7 +55,7 @@ from cloudlstm.data.sources.times import (
     parse_times,
     time_zone,
 )
-from cloudlstm.data.sources.units_option import units_option
+from cloudlstm.data.sources.units_option import UnitsGiven, units_option
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingFileError, UserError
 
@@ -89,7 +89,7 @@ def table_format(path: Path) -> str:
     )
 
 
-class WideTableSource(CachedSource):
+class WideTableSource(UnitsGiven, CachedSource):
     """A wide table of one channel: one row per time step, one column per point.
 
     Args:
@@ -244,10 +244,6 @@ class WideTableSource(CachedSource):
             **({"time_format": self.time_format} if self.time_format else {}),
             **({"time_unit": self.time_unit} if self.time_unit else {}),
         }
-
-    def units(self) -> dict[str, str]:
-        """The channel's unit where ``units`` names it (:meth:`CachedSource.units`)."""
-        return dict(self.given_units)
 
     def input_files(self) -> list[Path]:
         """The table and the positions file.
