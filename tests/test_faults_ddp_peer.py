@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from torch.distributed import TCPStore
 
-from cloudlstm.engine.parent_watch import _process_group_ready
+from cloudlstm.engine.parent_watch import _alive, _process_group_ready
 from cloudlstm.errors import UserError, process_lost
 from tests.conftest import ROOT, TINY, subprocess_env
 
@@ -103,14 +103,6 @@ def _command_line(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @pytest.mark.slow  # a run of two processes: ~1 min on 2 CPU cores
