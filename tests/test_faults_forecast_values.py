@@ -93,7 +93,7 @@ def test_an_absurd_value_s_time_is_named_in_the_history_s_zone(run, forecaster):
     with pytest.raises(UserError) as err:
         forecaster.forecast(rome)
     local = utc.tz_localize("UTC").tz_convert("Europe/Rome")
-    assert f", time {local} (step " in str(err.value) and "+01:00" in str(local)
+    assert f", time {local} (data row 57): " in str(err.value) and "+01:00" in str(local)
 
 
 @pytest.mark.parametrize(
@@ -119,6 +119,33 @@ def test_bad_values_warn_treats_them_as_missing(run, forecaster, caplog):
             warned = forecaster.forecast(with_cell(table, cell), bad_values="warn")
             pd.testing.assert_frame_equal(warned, gap)
     assert caplog.text.count("They count as missing") == 3
+
+
+def test_a_snapshot_value_training_would_refuse_is_refused_when_fed(run, forecaster, caplog):
+    """It was kept: every forecast() of the next steps then refused the stream, naming a
+    point and time in it, and fixing the snapshot could not undo it. update() and
+    forecast() name the value alike, by its row: here the index label of a slice."""
+    table = history(run)
+    last = table["timestamp"] == table["timestamp"].max()  # rows 54 to 59
+    f = Forecaster.load(run[0], device="cpu")
+    f.update(table[~last])
+    point, time = table.loc[57, "id"], table.loc[57, "timestamp"]
+    cell = f"channel 'no2', point {point}, time {time} (row with index 57): "
+    for value, words in ((-5.0, "outside their channel's valid range"), (1e30, "spreads")):
+        with pytest.raises(UserError) as err:
+            f.update(with_cell(table, value)[last])
+        assert str(err.value).startswith("the snapshot: 1 value(s) lie ")
+        assert words in str(err.value) and cell in str(err.value)
+        assert "set bad_values=warn" in str(err.value) and "\n" not in str(err.value)
+        with pytest.raises(UserError) as err:
+            forecaster.forecast(with_cell(table, value)[12:])  # index 12 on
+        assert cell in str(err.value)
+    f.update(table[last])  # the stream as it was, and the snapshot sent again
+    pd.testing.assert_frame_equal(f.forecast(), forecaster.forecast(table))
+    with caplog.at_level(logging.WARNING):
+        f.update(with_cell(table, -5.0)[last].reset_index(drop=True), bad_values="warn")
+    assert f"point {point}, time {time} (data row 3): -5 (valid range >= 0)" in caplog.text
+    pd.testing.assert_frame_equal(f.forecast(), forecaster.forecast(with_cell(table, np.nan)))
 
 
 def predict(*args: str) -> subprocess.CompletedProcess:

@@ -30,8 +30,10 @@ from cloudlstm.data.pipeline.forecast_input import (
     TimeReading,
     build_input,
     check_reading,
+    checked_snapshot,
     far_outside,
     history_step,
+    long_rows,
     parse_history,
     warn_other_clock,
 )
@@ -315,18 +317,21 @@ class Forecaster:
         ``reading`` says how its times are read, as for :meth:`forecast`; given once, it
         holds for the stream's later snapshots, which write their times as the stream does
         (a snapshot of day-first dates such as 05/01/2021 would otherwise be read month
-        first, alone, and warned of at every call). ``bad_values``: a cell that is no finite
-        number (``n/a``, ``inf``) is refused here (``error``), or logged and kept as
-        missing (``warn``), named by the snapshot's row: its index label where the snapshot
-        has an index of its own, as :meth:`forecast` names a history's; kept as it was, it
-        would make every forecast of the next ``history_steps`` steps refuse the stream.
+        first, alone, and warned of at every call). ``bad_values``: a value :meth:`forecast`
+        would refuse (a cell that is no finite number, such as ``n/a`` or ``inf``, a value
+        outside its channel's valid range or absurd) is refused here (``error``), or logged
+        and kept as missing (``warn``), named by the snapshot's row: its index label where
+        the snapshot has an index of its own, as :meth:`forecast` names a history's; kept
+        as it was, it would make every forecast of the next ``history_steps`` steps refuse
+        the stream.
 
         Raises:
             UserError: the snapshot cannot be read as a history can't
                 (:meth:`forecast`), writes its times in another form than the stream's, has
-                a cell that is no finite number (``bad_values="error"``), or has two rows
-                of one time and point: which one holds the reading is not known, as
-                :meth:`forecast` refuses them in a history.
+                a value :meth:`forecast` would refuse (``bad_values="error"``), or has two
+                rows of one time and point: which one holds the reading is not known, as
+                :meth:`forecast` refuses them in a history. The stream is then left as it
+                was.
         """
         mode = check_mode(bad_values)
         long = long_history(snapshot, self.info, "the snapshot", mode)
@@ -340,16 +345,19 @@ class Forecaster:
             warn_other_clock(long[self.info.time_col], zone, self.info, "the snapshot")
         else:
             self._refuse_another_clock(zone)
-        stream = rows if self._buffer is None else pd.concat([self._buffer, rows])
         key = [self.info.time_col, self.info.id_col]
-        stream = stream.drop_duplicates(subset=key, keep="last")
-        times = stream[self.info.time_col].to_numpy()
+        times = rows[self.info.time_col].to_numpy()
+        if self._buffer is not None:
+            times = np.concatenate([self._buffer[self.info.time_col].to_numpy(), times])
         step = history_step(times, self.info, "the stream fed to update()", zone or self._zone)
         # the snapshot's own rows for one time and point are refused, as a history's are
-        pivot_long(rows, *key, step, "error", "the snapshot", refuse_sparse=False)
+        grid = pivot_long(rows, *key, step, "error", "the snapshot", refuse_sparse=False)
+        rows = checked_snapshot(rows, grid, self.info, mode, zone, long_rows(snapshot, self.info))
         start = times.max() - (self.history_steps - 1) * step  # the first step kept
         self._warn_dropped(rows[self.info.time_col].to_numpy(), start)
-        stream = stream[times >= start]
+        stream = rows if self._buffer is None else pd.concat([self._buffer, rows])
+        stream = stream.drop_duplicates(subset=key, keep="last")
+        stream = stream[stream[self.info.time_col].to_numpy() >= start]
         # set together, after every check: a refused snapshot leaves the stream as it was
         self._buffer, self._zone = stream.reset_index(drop=True), zone
         self._reading = reading

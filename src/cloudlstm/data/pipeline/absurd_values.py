@@ -68,6 +68,7 @@ from cloudlstm.errors import UserError
 __all__ = [
     "DEFAULT_MAX_ABS_Z",
     "RANGES_OPTION",
+    "CellName",
     "Range",
     "check_max_abs_z",
     "check_resolution",
@@ -91,6 +92,8 @@ SPREAD_QUANTILES = ((0.5, 0.6745), (0.75, 1.1503), (0.9, 1.6449), (0.99, 2.5758)
 RANGES_OPTION = "data.valid_ranges"
 # a channel's valid values: (lowest, highest), None for an open end
 Range = tuple[float | None, float | None]
+# (step, point) -> how messages name that cell's row in the user's table ("data row 57")
+CellName = Callable[[int, int], str]
 
 
 def check_max_abs_z(value: Any) -> float | None:
@@ -272,14 +275,16 @@ def _checked(
     what: str,
     mode_option: str | None,
     shown: pd.DatetimeIndex | None = None,
+    rows: CellName | None = None,
 ) -> PointCloudStream:
     """``stream`` when every observed value lies within ``bounds``; else the one line, as an
     error or (``mode="warn"``) a warning, and a copy where those values are missing. The
-    line names times as ``shown`` has them (the stream's own where None)."""
+    line names times as ``shown`` has them (the stream's own where None), and each value's
+    row of the user's table as ``rows`` does (its step where None)."""
     found = _find(stream, bounds)
     if found is None:
         return stream
-    message = _describe(stream, found, bounds, what, shown)
+    message = _describe(stream, found, bounds, what, shown, rows)
     if mode != "warn":
         warn = f", set {mode_option}=warn to treat them as missing" if mode_option else ""
         first = stream.channel_names[found.first[0][2]]
@@ -480,14 +485,16 @@ def _describe(
     bounds: _Bounds,
     what: str,
     shown: pd.DatetimeIndex | None = None,
+    rows: CellName | None = None,
 ) -> str:
-    """One line: how many, in which channels, the first few (channel, point, time, value)."""
+    """One line: how many, in which channels, the first few (channel, point, time, value),
+    each time followed by its row (``rows``) or, where None, its step."""
     names = stream.channel_names
     channels = ", ".join(
         f"{names[c]!r} ({count})" for c, count in enumerate(found.per_channel) if count
     )
     cells = "; ".join(
-        f"channel {names[c]!r}, point {stream.point_ids[n]}, {_time(stream, t, shown)}: "
+        f"channel {names[c]!r}, point {stream.point_ids[n]}, {_time(stream, t, n, shown, rows)}: "
         f"{value:.6g} ({bounds.detail(c, value)})"
         for t, n, c, value in found.first
     )
@@ -495,12 +502,19 @@ def _describe(
     return f"{what}: {found.count} value(s) {bounds.beyond}, in {channels}{more}: {cells}."
 
 
-def _time(stream: PointCloudStream, t: int, shown: pd.DatetimeIndex | None = None) -> str:
+def _time(
+    stream: PointCloudStream,
+    t: int,
+    n: int,
+    shown: pd.DatetimeIndex | None = None,
+    rows: CellName | None = None,
+) -> str:
+    where = f"step {t}" if rows is None else rows(t, n)
     if shown is not None:
-        return f"time {shown[t]} (step {t})"
+        return f"time {shown[t]} ({where})"
     if stream.timestamps is None:
-        return f"step {t}"
-    return f"time {pd.Timestamp(stream.timestamps[t])} (step {t})"
+        return where
+    return f"time {pd.Timestamp(stream.timestamps[t])} ({where})"
 
 
 def _as_missing(stream: PointCloudStream, where: np.ndarray) -> PointCloudStream:
@@ -570,12 +584,14 @@ def checked_history(
     what: str,
     mode_option: str | None,
     shown: pd.DatetimeIndex | None = None,
+    rows: CellName | None = None,
 ) -> PointCloudStream:
     """A forecast's history ``stream``, checked as :func:`checked_stream` checks training
     data, against the training data's ``reference`` (:func:`training_reference`; channels
     it lacks are not checked); with ``mode="warn"`` a copy in which the values found are
     missing (and filled). Messages name times as ``shown`` has them (the history's own
-    zone), the stream's where None.
+    zone), the stream's where None, and each value's row of the user's table as ``rows``
+    does (where None, its step).
 
     Raises:
         UserError: ``mode="error"`` and some values are out of range or absurd.
@@ -593,7 +609,7 @@ def checked_history(
             return f"retrain with a wider {RANGES_OPTION} if they are real readings"
 
         bounds = _range_bounds(stream, ranges, wider)
-        stream = _checked(stream, bounds, mode, what, mode_option, shown)
+        stream = _checked(stream, bounds, mode, what, mode_option, shown, rows)
     max_abs_z = reference.get("max_abs_z")
     if max_abs_z is None:
         return stream
@@ -608,4 +624,4 @@ def checked_history(
         )
 
     bounds = _z_bounds_of(stat("median"), stat("spread"), float(max_abs_z), higher)
-    return _checked(stream, bounds, mode, what, mode_option, shown)
+    return _checked(stream, bounds, mode, what, mode_option, shown, rows)

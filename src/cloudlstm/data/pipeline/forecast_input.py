@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from cloudlstm.data.covariates import time_features
-from cloudlstm.data.pipeline.absurd_values import checked_history
+from cloudlstm.data.pipeline.absurd_values import CellName, checked_history
 from cloudlstm.data.pipeline.coordinates import FAR_OUTSIDE_SPANS, extents_outside
 from cloudlstm.data.pipeline.model_input import (
     normalised,
@@ -38,6 +38,7 @@ from cloudlstm.data.sources.bad_values import channel_values, check_mode, row_wo
 from cloudlstm.data.sources.long_format import SAME_PLACE, _moving_points, _spans
 from cloudlstm.data.sources.tables import (
     ROW_COORDINATES_FIX,
+    LongGrid,
     check_columns,
     fill_gaps_causally,
     id_text,
@@ -415,6 +416,7 @@ def build_input(
     check_reading(reading)
     long = long_history(df, info, what, mode)
     given_long = long is df  # its rows are the table's, not a wide table's melted cells
+    own_rows = long_rows(df, info)
     table = parse_history(long, info, what, reading)
     zone = time_zone(long[info.time_col], *(reading or TimeReading()).settings(info))
     warn_other_clock(long[info.time_col], zone, info, what)
@@ -455,7 +457,12 @@ def build_input(
     times = grid.timestamps[-1] - step * np.arange(need - 1, -1, -1)
     shown = shown_times(times, zone)  # as the messages name them
     raw_coords, track, located = _coordinates(pos, ids, info, shown, what)
-    raw = _checked_values(raw, ids, raw_coords, times, info, what, mode, shown)
+    named = None  # a wide table's cells: by point and time alone, its rows are melted ones
+    if own_rows:
+        at = np.full((need, len(ids)), np.nan)
+        at[first:, column] = grid_rows(grid)
+        named = row_names(at, labels, row_word(long.index))
+    raw = _checked_values(raw, ids, raw_coords, times, info, what, mode, shown, named)
     _refuse_unread_channels(raw, info, shown, what)
     _warn_other_units(raw, info, shown, what)
     _warn_unread_points(raw, ids, info, shown, what)
@@ -498,11 +505,14 @@ def _checked_values(
     what: str,
     mode: str,
     shown: pd.DatetimeIndex | None = None,
+    rows: CellName | None = None,
+    option: str = "data.source.bad_values",
 ) -> np.ndarray:
     """``raw (H, N, C)`` (NaN: missing) checked for values outside their channel's valid
     range and absurd ones, against the training data's (``info.value_reference``; a
     checkpoint written before it: not checked); with ``mode="warn"`` those made NaN.
-    Messages name ``times`` as ``shown`` has them."""
+    Messages name ``times`` as ``shown`` has them, each value's row as ``rows`` does (its
+    step where None), and ``option`` as the one that sets ``mode``."""
     if info.value_reference is None:
         return raw
     observed = np.isfinite(raw)
@@ -514,9 +524,71 @@ def _checked_values(
         point_ids=ids,
         timestamps=times,
     )
-    option = "data.source.bad_values"
-    checked = checked_history(stream, info.value_reference, mode, what, option, shown)
+    checked = checked_history(stream, info.value_reference, mode, what, option, shown, rows)
     return np.where(checked.mask, raw, np.nan).astype(np.float32)
+
+
+def long_rows(df: pd.DataFrame, info: DataSpec) -> bool:
+    """Whether the rows :func:`long_history` makes of ``df`` are its own (the long format,
+    its times or ids perhaps its index), not a wide table's cells melted into rows."""
+    return info.id_col in (*df.columns, *df.index.names)
+
+
+def grid_rows(grid: LongGrid) -> np.ndarray:
+    """``(T, N)`` the position of the row that gave each cell of ``grid``; NaN: none."""
+    return grid.scatter(np.arange(len(grid.t_idx))[:, None])[..., 0]
+
+
+def row_names(at: np.ndarray, labels: pd.Index, word: str) -> CellName:
+    """How messages name the row of the user's table that gave the cell ``(t, n)``: ``at
+    (T, N)`` holds its position in ``labels``, the table's index labels, named after
+    ``word`` (:func:`~cloudlstm.data.sources.bad_values.row_word`), as a cell that is no
+    number is named."""
+
+    def name(t: int, n: int) -> str:
+        return f"{word} {labels[int(at[t, n])]}"
+
+    return name
+
+
+def checked_snapshot(
+    rows: pd.DataFrame,
+    grid: LongGrid,
+    info: DataSpec,
+    mode: str,
+    zone: tzinfo | None,
+    named: bool = True,
+) -> pd.DataFrame:
+    """A snapshot's long ``rows`` (channel cells numbers, laid on ``grid``) checked for
+    values outside their channel's valid range and absurd ones, as a history's are
+    (:func:`build_input`): kept, such a value would make every forecast of the next steps
+    refuse the stream. With ``mode="warn"``, a copy where they are empty (missing). Each
+    value is named by its point, time (in ``zone``) and, where ``named`` (not a wide
+    table's melted cells), its row of ``rows``.
+
+    Raises:
+        UserError: ``mode="error"`` and some values are out of range or absurd.
+    """
+    channels = list(info.read_channels)
+    # the training files' "no reading" value is a gap, not a reading to judge
+    raw = grid.scatter(_marked_missing(rows, info)[channels].to_numpy(np.float64), np.float32)
+    at = grid_rows(grid)
+    ids = list(grid.point_ids)
+    # the check judges each channel's values alone: the points' places play no part
+    coords = np.zeros((len(ids), info.num_dims))
+    shown = shown_times(grid.timestamps, zone)
+    names = row_names(at, rows.index, row_word(rows.index)) if named else None
+    what = "the snapshot"
+    checked = _checked_values(
+        raw, ids, coords, grid.timestamps, info, what, mode, shown, names, "bad_values"
+    )
+    t, n, c = np.nonzero(np.isfinite(raw) & ~np.isfinite(checked))
+    if not len(t):
+        return rows
+    out = rows.copy()
+    for row, k in zip(at[t, n].astype(int), c, strict=True):
+        out.iloc[row, out.columns.get_loc(channels[k])] = np.nan
+    return out
 
 
 def _refuse_unread_channels(
