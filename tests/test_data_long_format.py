@@ -546,13 +546,31 @@ def with_bad_cells(cells: dict[tuple[int, str], object]) -> pd.DataFrame:
     return df
 
 
+def cell_row(row: int) -> str:
+    """How a bad cell's row of :func:`long_table` is named: by its point and time as the
+    file writes them, where a user finds it."""
+    df = long_table()
+    return f"point {df.loc[row, 'id']}, time {df.loc[row, 'timestamp']}"
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
 @pytest.mark.parametrize("value_cols", [None, ["a", "b"]])
-def test_text_or_inf_in_a_channel_is_an_error_naming_row_and_column(tmp_path, value_cols):
+def test_text_or_inf_in_a_channel_is_an_error_naming_point_time_and_column(
+    tmp_path, value_cols, suffix
+):
+    """They were named by their data row, counted from 0 past the header: line 7 of the
+    CSV was "data row 5"."""
     # rows are t * 4 + point; point 3 has no values at all, so rows 5 and 9 are st1's
-    path = write(tmp_path, with_bad_cells({(5, "a"): "12 ug/m3", (9, "b"): "inf"}))
-    cells = r"data row 5, column 'a': '12 ug/m3'; data row 9, column 'b': inf\."
-    with pytest.raises(UserError, match=rf"2 channel value\(s\) are not finite numbers: {cells}"):
+    df = with_bad_cells({(5, "a"): "12 ug/m3", (9, "b"): "inf"})
+    path = write(tmp_path, df, "data.csv")
+    if suffix == ".parquet":  # the cells as text, as a table built so would write them
+        path = tmp_path / "data.parquet"
+        df.astype({"a": str, "b": str}).replace("nan", None).to_parquet(path)
+    cells = f"{cell_row(5)}, column 'a': '12 ug/m3'; {cell_row(9)}, column 'b': "
+    with pytest.raises(UserError) as err:
         LongFormatSource(path, value_cols=value_cols).load()
+    assert f"2 channel value(s) are not finite numbers: {cells}" in str(err.value)
+    assert cell_row(5) == "point st1, time 2021-06-01 00:05:00"
     with pytest.raises(UserError, match=r"data\.source\.bad_values=warn"):
         LongFormatSource(path, value_cols=value_cols).load()
 
@@ -563,8 +581,8 @@ def test_bad_values_warn_counts_them_and_treats_them_as_gaps(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="cloudlstm.data.sources.bad_values"):
         stream = LongFormatSource(write(tmp_path, with_bad_cells(bad)), bad_values="warn").load()
     assert "7 channel value(s) are not finite numbers (first 5)" in caplog.text
-    assert "data row 5, column 'a': 'error'; data row 9, column 'b': '-inf'" in caplog.text
-    assert "data row 21, column 'a': 'x'" in caplog.text and "data row 25" not in caplog.text
+    assert f"{cell_row(5)}, column 'a': 'error'; {cell_row(9)}, column 'b': '-inf'" in caplog.text
+    assert f"{cell_row(21)}, column 'a': 'x'" in caplog.text and cell_row(25) not in caplog.text
     assert stream.channel_names == ["a", "b"]  # "a" and "b" hold mostly numbers: channels
     gaps = {(row // 4, 1, "ab".index(col)) for row, col in bad}
     assert {tuple(i) for i in np.argwhere(~stream.mask)} == gaps
@@ -618,7 +636,7 @@ def test_a_channel_of_values_too_small_for_float32_is_refused_not_read_as_zeros(
     row = int(small.argmax())
     assert str(refused.value).startswith(
         f"file {path}: column 'b' holds values too small to keep (e.g. {df['b'][row]:g} at "
-        f"data row {row}; {int(small.sum())} in all): below 1.18e-38, which float32 "
+        f"{cell_row(row)}; {int(small.sum())} in all): below 1.18e-38, which float32 "
         "keeps, they would read as 0. Give the channel in a smaller unit"
     )
 

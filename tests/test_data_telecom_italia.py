@@ -249,23 +249,27 @@ def test_squares_are_whole_numbers_each_named_once(milan, squares, message):
     ("line", "words"),
     [
         ("1\t1383260400000\t39\t0.5\t0.5", r"has 5 tab-separated field\(s\) per row, not 8"),
-        ("1\t1383260400000\t39\t0.5\tlots\t\t\t1", r"Column 'sms_out' .* holds e\.g\. 'lots'"),
-        ("1\t1383260412345\t39\t0.5\t\t\t\t1", r"1383260412345 at data row 0 is not on the 10"),
+        (
+            "1\t1383260400000\t39\t0.5\tlots\t\t\t1",
+            r"1 channel value\(s\) are not finite numbers: line 2, column 'sms_out': 'lots'\. A",
+        ),
+        ("1\t1383260412345\t39\t0.5\t\t\t\t1", r"1383260412345 at line 2 is not on the 10"),
         (
             "1.5\t1383260400000\t39\t0.5\t\t\t\t1",
-            r"the square id at data row 0 is 1\.5, not a whole number\. Each row starts with "
-            r"the square id and the interval start in ms since 1970",
+            r"the square id at line 2 is 1\.5, not a whole number \(1 such field\(s\)\)\. Each "
+            r"row starts with the square id and the interval start in ms since 1970",
         ),
         (
             "1\tmonday\t39\t0.5\t\t\t\t1",
-            r"Column 'time' .* holds e\.g\. 'monday' .*\. Each row starts with the square id",
+            r"the interval start at line 2 is 'monday', not a whole number .*\. Each row starts",
         ),
     ],
 )
 def test_malformed_files_are_named(tmp_path, line, words):
     folder = tmp_path / "bad"
     folder.mkdir()
-    (folder / "sms-call-internet-mi-2013-11-01.txt").write_text(line + "\n")
+    # named by the file's line, the blank first one counted, as an editor counts it
+    (folder / "sms-call-internet-mi-2013-11-01.txt").write_text("\n" + line + "\n")
     write_grid(folder / "milano-grid.geojson.gz")
     with pytest.raises(UserError, match=words):
         TelecomItaliaSource(folder).load()
@@ -454,9 +458,7 @@ def test_rows_repeating_a_square_interval_and_country_code_are_refused(milan):
 @pytest.mark.parametrize(
     ("written", "shown"), [("inf", "inf"), ("-inf", "-inf"), ("1e39", "1e+39"), ("-1e39", "-1e+39")]
 )
-def test_a_cell_not_finite_or_beyond_float32_is_refused_by_data_row_and_column(
-    milan, written, shown
-):
+def test_a_cell_not_finite_or_beyond_float32_is_refused_by_line_and_column(milan, written, shown):
     """``inf`` and ``1e39`` were summed into an overflow to inf, read as a missing step with
     no more than numpy's RuntimeWarning; empty cells stay no activity."""
     folder, _ = milan
@@ -469,7 +471,7 @@ def test_a_cell_not_finite_or_beyond_float32_is_refused_by_data_row_and_column(
     with pytest.raises(UserError) as err:
         TelecomItaliaSource(folder).load()
     assert str(err.value) == (
-        f"Telecom Italia file {day}: 1 channel value(s) are not finite numbers: data row 76, "
+        f"Telecom Italia file {day}: 1 channel value(s) are not finite numbers: line 77, "
         f"column 'internet': {shown}. A field holds the activity as a number within float32's "
         f"range (at most {np.finfo(np.float32).max:.4g}), or is empty for no activity: "
         "correct the cell, or get the file again."

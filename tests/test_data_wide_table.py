@@ -3,6 +3,7 @@ file; CSV (gzipped too), pandas HDF5 and Parquet; its errors; the graph of the p
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
 import pickle
@@ -411,13 +412,68 @@ def test_ids_that_differ_in_case_alone_are_named_so(los):
 
 
 def test_unreadable_values_are_named_or_missing_with_warn(los, caplog):
+    """Named by the file's line where it has no times (they were named by data row, from 0
+    past the header: line 7 was "data row 5"); a blank line is counted, as an editor does."""
     table = speeds().astype(object)
     table.iloc[5, 2] = "55 mph"
-    table.to_csv(los / "los_speed.csv.gz", index=False)
-    with pytest.raises(UserError, match=r"data row 5, column '767542': '55 mph'"):
+    table.iloc[12, 0] = "n/d"
+    text = table.to_csv(index=False).replace("\n", "\n\n", 3)  # lines 2, 4, 6 blank
+    with gzip.open(los / "los_speed.csv.gz", "wt") as f:
+        f.write(text)
+    with pytest.raises(UserError) as err:
         source(los).load()
+    assert str(err.value).startswith(
+        f"file {los / 'los_speed.csv.gz'}: 2 channel value(s) are not finite numbers: "
+        "line 10, column '767542': '55 mph'; line 17, column '773869': 'n/d'."
+    )
+    assert text.splitlines()[9].split(",")[2] == "55 mph"  # line 10, from 1
     stream = source(los, bad_values="warn").load()
     assert not stream.mask[5, 2, 0] and "bad_values=warn" in caplog.text
+
+
+@pytest.mark.parametrize("form", ["csv", "parquet-column", "parquet-index", "h5"])
+def test_an_unreadable_value_is_named_by_the_time_its_row_writes(tmp_path, form):
+    """A table with times: the cell's time and its point's column, as the user finds the
+    cell in the file, where its position named it (data row 5)."""
+    write_locations(tmp_path)
+    table = speeds(8).astype(object)
+    table.iloc[5, 2] = "55 mph"
+    times = pd.date_range("2012-03-01 00:00", periods=8, freq=STEP)
+    written = times.strftime("%d/%m/%Y %H:%M")  # as the file writes them
+    path = tmp_path / {"csv": "t.csv", "h5": "t.h5"}.get(form, "t.parquet")
+    if form == "csv":
+        table.assign(time=written)[["time", *IDS]].to_csv(path, index=False)
+    elif form == "parquet-column":
+        table.assign(time=written).astype({c: str for c in IDS}).to_parquet(path)
+    elif form == "parquet-index":
+        table.set_index(times).astype(str).to_parquet(path)
+    else:
+        table.set_index(times).astype(str).to_hdf(path, key="speed")
+    day_first = {} if form.endswith("index") or form == "h5" else {"time_format": "%d/%m/%Y %H:%M"}
+    wide = WideTableSource(path, tmp_path / "graph_sensor_locations.csv", **day_first)
+    with pytest.raises(UserError) as err:
+        wide.load()
+    when = written[5] if day_first else times[5]
+    assert (
+        f"1 channel value(s) are not finite numbers: time {when}, column '767542': '55 mph'."
+        in str(err.value)
+    )
+
+
+def test_an_unreadable_value_of_a_parquet_table_without_times_is_named_by_its_data_row(tmp_path):
+    """A Parquet file has no lines: its data rows, from 0, as pandas shows them."""
+    write_locations(tmp_path)
+    table = speeds(8).astype(str)
+    table.iloc[5, 2] = "55 mph"
+    table.to_parquet(tmp_path / "t.parquet")
+    wide = WideTableSource(
+        tmp_path / "t.parquet",
+        tmp_path / "graph_sensor_locations.csv",
+        start="2012-03-01",
+        step="5min",
+    )
+    with pytest.raises(UserError, match=r"numbers: data row 5, column '767542': '55 mph'\."):
+        wide.load()
 
 
 def test_times_must_lie_on_a_regular_grid(tmp_path):

@@ -209,7 +209,8 @@ def test_a_bad_diverge_factor_is_one_line(tiny_cfg, value):
 
 # ---------------------------------------------------------------- user input
 def bad_cell_file(path: Path) -> Path:
-    """A small long-format file whose channel ``no2`` holds the text 'n/d' in data row 7."""
+    """A small long-format file whose channel ``no2`` holds the text 'n/d' in data row 7
+    (point p1, at 01:00)."""
     times = pd.date_range("2024-01-01", periods=60, freq="1h")
     rows = [
         {"timestamp": t, "id": f"p{i}", "x": i % 3, "y": i // 3, "no2": float(s + i)}
@@ -235,9 +236,10 @@ def test_a_bad_data_file_stops_train_py_with_one_line_and_no_traceback(tmp_path)
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if "not finite numbers" in line]
     assert errors == [
-        f"file {path}: 1 channel value(s) are not finite numbers: data row 7, column 'no2': "
-        "'n/d'. Leave missing readings empty (or NA) and remove units or text from the cells, "
-        "or set bad_values=warn (data.source.bad_values=warn) to treat them as missing."
+        f"file {path}: 1 channel value(s) are not finite numbers: point p1, time 2024-01-01 "
+        "01:00:00, column 'no2': 'n/d'. Leave missing readings empty (or NA) and remove units "
+        "or text from the cells, or set bad_values=warn (data.source.bad_values=warn) to treat "
+        "them as missing."
     ]
 
 

@@ -21,6 +21,7 @@ from cloudlstm.errors import UserError
 
 __all__ = [
     "BAD_VALUE_MODES",
+    "RowNames",
     "channel_values",
     "check_mode",
     "common_unit",
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 
 BAD_VALUE_MODES = ("error", "warn")
 SHOWN = 5  # bad cells named in a message
+# the names of a table's rows at some positions (sorted), as messages give them
+RowNames = Callable[[list[int]], Sequence[str]]
 
 
 def check_mode(bad_values: str) -> str:
@@ -132,12 +135,15 @@ def channel_values(
     bad_values: str = "error",
     rows: Sequence[Any] | None = None,
     word: str = "data row",
+    row_names: RowNames | None = None,
 ) -> np.ndarray:
     """The channel columns ``cols`` of ``df`` as ``(R, C)`` float32, NaN where empty.
 
     ``rows``: what names each row of ``df`` in the messages, after ``word`` (``data row``,
     or ``row with index``: :func:`row_word`): its number or index label in the user's
-    table, of which ``df`` may be a part; by default its position.
+    table, of which ``df`` may be a part; by default its position. ``row_names``, where
+    given, names them instead, as a file's reader finds them there (its time, or line
+    number): the names of the rows at some positions (sorted), asked for only those shown.
 
     Raises:
         UserError: ``bad_values="error"`` and some cells are bad (see the module docstring);
@@ -145,8 +151,13 @@ def channel_values(
     """
     values = np.empty((len(df), len(cols)), dtype=np.float32)
 
+    def names(positions: list[int]) -> list[str]:
+        if row_names is not None:
+            return list(row_names(positions))
+        return [f"{word} {r if rows is None else _plain(rows[r])}" for r in positions]
+
     def name(r: int) -> str:
-        return f"{word} {r if rows is None else _plain(rows[r])}"
+        return names([r])[0]
 
     # by position, named once sorted: index labels may not sort (text beside numbers)
     shown: list[tuple[int, str, Any]] = []
@@ -164,7 +175,10 @@ def channel_values(
         column[bad_rows] = np.nan
         values[:, j] = column
     if count:
-        named = [(name(r), col, cell) for r, col, cell in sorted(shown)[:SHOWN]]
+        first = sorted(shown)[:SHOWN]
+        positions = sorted({r for r, _, _ in first})  # each row named once: lines are read
+        called = dict(zip(positions, names(positions), strict=True))
+        named = [(called[r], col, cell) for r, col, cell in first]
         _report(count, named, what, check_mode(bad_values))
     return values
 

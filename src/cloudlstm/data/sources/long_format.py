@@ -36,6 +36,7 @@ from cloudlstm.data.sources.tables import (
     check_column_roles,
     check_columns,
     check_coordinate_columns,
+    file_row_names,
     index_as_columns,
     numeric_column,
     parquet_dataset_parts,
@@ -305,7 +306,9 @@ class LongFormatSource(UnitsGiven, CachedSource):
         what = f"{'Parquet dataset' if path.is_dir() else 'file'} {path}"
         df, value_cols = self._read(what)
         channels = [*value_cols, *self.covariate_cols]
-        values = channel_values(df, channels, what, self.bad_values)  # (R, C)
+        # each bad cell named by its point and time, as written
+        names = file_row_names(path, df[self.time_col], df[self.id_col])
+        values = channel_values(df, channels, what, self.bad_values, row_names=names)  # (R, C)
         positions = self._row_positions(df, what)  # (R, L)
         times = parse_times(
             df[self.time_col],

@@ -40,6 +40,7 @@ from pandas._libs.parsers import STR_NA_VALUES
 from pandas.io.common import get_handle
 
 from cloudlstm.data.cache import warn_dropped_points
+from cloudlstm.data.sources.bad_values import RowNames
 from cloudlstm.data.sources.cut_short import refuse_cut_short
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingPackageError, UserError
@@ -51,11 +52,13 @@ __all__ = [
     "check_column_roles",
     "check_columns",
     "check_coordinate_columns",
+    "file_row_names",
     "fill_gaps_causally",
     "id_text",
     "index_as_columns",
     "infer_step",
     "is_bare_number",
+    "line_numbers",
     "numeric_column",
     "parse_freq",
     "pivot_long",
@@ -727,6 +730,50 @@ def _fields_beyond_header(path: Path, sep: str) -> list[str]:
     if header is None or first is None:
         return []
     return first[len(header) :]
+
+
+def line_numbers(path: Path, data_rows: Sequence[int], header: bool = True) -> list[int]:
+    """The file's line numbers (from 1) of the data rows ``data_rows`` (from 0, sorted) of
+    a text table, compressed or not, after one header line where ``header``: a message
+    names a cell there, where an editor finds it. pandas skips empty lines, which the
+    file's line numbers count. (A quoted field that spans lines counts as several data
+    rows here: not in the tables read.)"""
+    found, row = [], -1 if header else 0
+    with get_handle(path, "rb", compression="infer", is_text=False) as handle:
+        for number, line in enumerate(handle.handle, start=1):
+            row += bool(line.rstrip(b"\r\n"))
+            while len(found) < len(data_rows) and row == data_rows[len(found)] + 1:
+                found.append(number)
+            if len(found) == len(data_rows):
+                break
+    return found
+
+
+def file_row_names(
+    path: Path, times: pd.Series | None, points: pd.Series | None = None
+) -> RowNames:
+    """How messages name the rows of a table read from the file ``path``, as its user
+    finds them there: by the time each writes (``times``, as written: ``time 2012-03-01
+    05:00:00``); where it writes none (no time column, an empty cell) by its line in a text
+    file (``line 7``, from 1, the header and blank lines counted) or its data row in a
+    Parquet or HDF5 file (``data row 5``, from 0). A long table's rows name their point
+    first (``points``, its ids: ``point st1, time ...``)."""
+    binary = {s.lower() for s in path.suffixes} & {*PARQUET_SUFFIXES, *HDF_SUFFIXES}
+    text = path.is_file() and not binary
+
+    def names(positions: list[int]) -> list[str]:
+        timed = {r: times.iloc[r] for r in positions if times is not None}
+        untimed = [r for r in positions if pd.isna(timed.get(r))]
+        numbers = line_numbers(path, untimed) if text else untimed
+        found = dict(zip(untimed, numbers, strict=True))
+        where = {r: f"line {found[r]}" if text else f"data row {r}" for r in untimed}
+        return [
+            ("" if points is None else f"point {points.iloc[r]}, ")
+            + where.get(r, f"time {timed.get(r)}")
+            for r in positions
+        ]
+
+    return names
 
 
 def written_row_numbers(column: pd.Series | pd.Index) -> bool:

@@ -43,7 +43,7 @@ from cloudlstm.data.sources.tables import (
     build_stream,
     damaged_file,
     id_text,
-    numeric_column,
+    line_numbers,
     parse_freq,
     pivot_long,
 )
@@ -293,23 +293,12 @@ class TelecomItaliaSource(UnitsGiven, CachedSource):
         its distinct squares (to name them when a chosen one has no row)."""
         what = f"Telecom Italia file {path}"
         rows = _read_rows(path, what)
-        square = numeric_column(rows, "square", what, _KEY_FIELDS_FIX)
-        ms = numeric_column(rows, "time", what, _KEY_FIELDS_FIX)
-        for values, column in ((square, "square"), (ms, "time")):
-            bad = ~np.isfinite(values) | (values != np.round(values))
-            if bad.any():
-                row = int(np.flatnonzero(bad)[0])
-                cell = _plain(rows[column].iloc[row])  # 1.5, not np.float64(1.5)
-                raise UserError(
-                    f"{what}: the {_FIELD_NAMES[column]} at data row {row} is {cell!r}, not a "
-                    f"whole number. {_KEY_FIELDS_FIX}"
-                )
-        ms = ms.astype(np.int64)
+        square, ms = (_whole_numbers(rows, column, path, what) for column in ("square", "time"))
         off = ms % _INTERVAL_MS != 0
         if off.any():
             row = int(np.flatnonzero(off)[0])
             raise UserError(
-                f"{what}: the interval start {ms[row]} at data row {row} is not on the "
+                f"{what}: the interval start {ms[row]} at {_line(path, row)} is not on the "
                 "10-minute grid (ms since 1970-01-01 00:00 UTC, a multiple of 600000)."
             )
         seen = np.unique(ms).astype("datetime64[ms]").astype("datetime64[ns]")
@@ -318,7 +307,7 @@ class TelecomItaliaSource(UnitsGiven, CachedSource):
             keep = np.isin(square, self.squares)
         _refuse_repeated_rows(rows, square, ms, keep, path, what)
         step_ms = int(self.step / np.timedelta64(1, "ms"))
-        values = _activity(rows, self.channels, keep, what)
+        values = _activity(rows, self.channels, keep, path, what)
         frame = pd.DataFrame(
             {
                 "time": (ms[keep] // step_ms * step_ms).astype("datetime64[ms]"),
@@ -413,7 +402,7 @@ def _centroid(ring: np.ndarray) -> tuple[float, float]:
 
 def _read_rows(path: Path, what: str) -> pd.DataFrame:
     """A file's rows as numbers (columns 0-7), or as text when some field is not a number
-    (so that :func:`numeric_column` names it).
+    (so that :func:`_whole_numbers` and :func:`_activity` name it as written).
 
     Raises:
         UserError: the file cannot be read, or a row has fewer fields than the format's.
@@ -464,39 +453,66 @@ def _refuse_short_rows(data: bytes, what: str) -> None:
             )
 
 
+def _whole_numbers(rows: pd.DataFrame, column: str, path: Path, what: str) -> np.ndarray:
+    """``(R,)`` int64: the key field ``column`` (``square``, ``time``) of every row.
+
+    Raises:
+        UserError: a field that is empty, text or not whole, named by its line.
+    """
+    values = pd.to_numeric(rows[column], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+    bad = ~np.isfinite(values) | (values != np.round(values))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        cell = _plain(rows[column].iloc[row])  # 1.5, not np.float64(1.5)
+        raise UserError(
+            f"{what}: the {_FIELD_NAMES[column]} at {_line(path, row)} is {cell!r}, not a "
+            f"whole number ({int(bad.sum())} such field(s)). {_KEY_FIELDS_FIX}"
+        )
+    return values.astype(np.int64)
+
+
+def _line(path: Path, row: int) -> str:
+    """The line of a day file (no header) that holds its data row ``row``."""
+    return f"line {line_numbers(path, [row], header=False)[0]}"
+
+
 def _activity(
-    rows: pd.DataFrame, channels: list[str], keep: np.ndarray, what: str
+    rows: pd.DataFrame, channels: list[str], keep: np.ndarray, path: Path, what: str
 ) -> dict[str, np.ndarray]:
     """The fields of ``channels`` in the kept rows (``keep``, ``(R,)`` bool), as float64 to
     sum, 0 where empty: an empty field is no activity.
 
     Raises:
-        UserError: a field that is not a number (:func:`numeric_column`), or not a finite
-            one within float32 (``inf``, ``1e39``): summed, it would overflow the stream's
-            float32 to an inf, read as a missing step.
+        UserError: a field that is not a number (text), or not a finite one within float32
+            (``inf``, ``1e39``): summed, it would overflow the stream's float32 to an inf,
+            read as a missing step. Named by their lines of the file ``path``.
     """
     index = np.flatnonzero(keep)
     columns, shown, count = {}, [], 0
     for name in channels:
-        fields = numeric_column(rows, name, what)[keep]
+        written = rows[name].notna().to_numpy()[keep]
+        fields = pd.to_numeric(rows[name], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+        fields = fields[keep]
         with np.errstate(invalid="ignore"):  # NaN (an empty field) compares False
-            bad = np.flatnonzero(np.abs(fields) > _FLOAT32_MAX)  # inf too
+            bad = np.flatnonzero((np.isnan(fields) & written) | (np.abs(fields) > _FLOAT32_MAX))
         count += len(bad)
         shown += [(int(index[r]), name, _plain(rows[name].iloc[index[r]])) for r in bad[:SHOWN]]
         columns[name] = np.nan_to_num(fields, nan=0.0)
     if count:
-        raise _bad_fields(count, sorted(shown)[:SHOWN], what)
+        raise _bad_fields(count, sorted(shown)[:SHOWN], path, what)
     return columns
 
 
-def _bad_fields(count: int, shown: list[tuple[int, str, Any]], what: str) -> UserError:
+def _bad_fields(count: int, shown: list[tuple[int, str, Any]], path: Path, what: str) -> UserError:
     """The line on ``count`` fields that are no finite float32, the first ones ``shown``
-    (data row, column, field), in the words of the wide table's cells
-    (:func:`~cloudlstm.data.sources.bad_values.channel_values`), whose fix does not hold
-    here: it reads an empty cell as missing, not as no activity, and names
-    ``data.source.bad_values``, which this source has not."""
+    (data row, column, field), each named by its line of the file ``path``, in the words
+    of the wide table's cells (:func:`~cloudlstm.data.sources.bad_values.channel_values`),
+    whose fix does not hold here: it reads an empty cell as missing, not as no activity,
+    and names ``data.source.bad_values``, which this source has not."""
     more = f" (first {len(shown)})" if count > len(shown) else ""
-    cells = "; ".join(f"data row {row}, column {col!r}: {cell!r}" for row, col, cell in shown)
+    rows = sorted({row for row, _, _ in shown})
+    line = dict(zip(rows, line_numbers(path, rows, header=False), strict=True))
+    cells = "; ".join(f"line {line[row]}, column {col!r}: {cell!r}" for row, col, cell in shown)
     return UserError(
         f"{what}: {count} channel value(s) are not finite numbers{more}: {cells}. A field "
         f"holds the activity as a number within float32's range (at most "
@@ -528,7 +544,7 @@ def _refuse_repeated_rows(
     again = int(np.flatnonzero(repeated)[0])
     first = int(np.flatnonzero(keys == keys[again])[0])
     index = np.flatnonzero(keep)
-    lines = _line_numbers(path, [int(index[first]), int(index[again])])
+    lines = line_numbers(path, [int(index[first]), int(index[again])], header=False)
     ms_again = int(ms[index[again]])
     start = pd.Timestamp(ms_again, unit="ms").strftime("%Y-%m-%d %H:%M")
     code = "empty" if pd.isna(country[again]) else id_text(country[again])
@@ -552,21 +568,6 @@ def _row_keys(square: np.ndarray, ms: np.ndarray, country: np.ndarray) -> np.nda
     except ValueError:  # more combinations than an int64 counts: number them by hashing
         frame = pd.DataFrame(dict(enumerate(parts)))
         return frame.groupby([0, 1, 2], sort=False).ngroup().to_numpy(dtype=np.int64)
-
-
-def _line_numbers(path: Path, data_rows: list[int]) -> list[int]:
-    """The file's line numbers (from 1) of the data rows ``data_rows`` (from 0, sorted):
-    pandas skips empty lines, which the file's line numbers count."""
-    opener = gzip.open if path.suffix.lower() == ".gz" else open
-    found, row = [], -1
-    with opener(path, "rb") as f:
-        for number, line in enumerate(f, start=1):
-            row += bool(line.rstrip(b"\r\n"))
-            while len(found) < len(data_rows) and row == data_rows[len(found)]:
-                found.append(number)
-            if len(found) == len(data_rows):
-                break
-    return found
 
 
 def _refuse_sums_beyond_float32(

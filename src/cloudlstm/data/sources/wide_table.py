@@ -38,6 +38,7 @@ from cloudlstm.data.sources.tables import (
     check_coordinate_columns,
     clock_change_hint,
     csv_dialect,
+    file_row_names,
     id_text,
     is_bare_number,
     numeric_column,
@@ -279,7 +280,9 @@ class WideTableSource(UnitsGiven, CachedSource):
         columns = [c for c in frame.columns if c != time_col]
         ids = self._point_ids(columns, what)
         coords = self._coords(ids, positions, what, frame)
-        values = channel_values(frame, columns, what, self.bad_values)  # (R, N) float32
+        written = frame[time_col] if time_col is not None else index_times
+        names = file_row_names(path, None if written is None else pd.Series(written))
+        values = channel_values(frame, columns, what, self.bad_values, row_names=names)  # (R, N)
         if self.missing_value is not None:
             values[values == np.float32(self.missing_value)] = np.nan
         zoned = self.start_zoned  # times counted from data.source.start: written as it was
