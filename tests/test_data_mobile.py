@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -11,6 +14,7 @@ from hydra.utils import instantiate
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.sources.long_format import LongFormatSource
 from cloudlstm.data.sources.mobile import SERVICES, SyntheticMobileTraffic, mobile_traffic
+from cloudlstm.errors import UserError
 
 DAY, WEEK = 288, 2016
 
@@ -198,3 +202,58 @@ def test_hydra_config_builds_the_datamodule(tmp_path):
     assert type(dm) is PointCloudDataModule and isinstance(dm.source, SyntheticMobileTraffic)
     assert dm.stream.values.shape == (2 * DAY, 8, 4)
     assert dm.source.cache_path.parent == tmp_path / "data" / "mobile"
+
+
+def traffic_file(tmp_path) -> Path:
+    """A small long-format traffic file of two services at four antennas, two days hourly."""
+    times = pd.date_range("2024-01-01", periods=48, freq="1h")
+    rng = np.random.default_rng(0)
+    rows = [
+        {"timestamp": t, "id": f"a{i}", "x": i % 2, "y": i // 2, "sms": rng.uniform(1, 9)}
+        | {"internet": rng.uniform(10, 90)}
+        for t in times
+        for i in range(4)
+    ]
+    path = tmp_path / "traffic.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def test_a_traffic_file_s_units_are_recorded_and_compared_by_eval(tmp_path):
+    """data=mobile read a user's file without data.source.units, which data=points, milan
+    and metr_la take: Hydra refused the key, so a run of a file recorded no units and
+    eval.py compared none."""
+    from conftest import build_datamodule
+
+    from cloudlstm.assembly.evaluated_data import check_units_and_graph_settings
+
+    path = traffic_file(tmp_path)
+    job = ["data=mobile", f"data.source.path={path}", "data.input_steps=4"]
+    job += ["data.output_steps=2", "data.source.units={sms: count, internet: MB}"]
+    trained = compose_train(tmp_path, job)
+    _, summary = build_datamodule(trained, tmp_path)
+    written = json.loads((tmp_path / "data_summary.json").read_text())
+    assert written["source_metadata"]["units"] == {"sms": "count", "internet": "MB"}
+    assert summary["source_metadata"]["units"] == {"sms": "count", "internet": "MB"}
+    in_gb = compose_train(tmp_path / "gb", [*job[:-1], "data.source.units={internet: GB}"])
+    with pytest.raises(UserError, match=r"trained on internet in MB, and these data give it in GB"):
+        check_units_and_graph_settings(trained, in_gb, [], "the run")
+    # a service the file does not have is refused, as data=points refuses it
+    typo = compose_train(tmp_path / "typo", [*job[:-1], "data.source.units={internt: MB}"])
+    with pytest.raises(UserError, match=r"data.source.units names 'internt', no channel"):
+        build_datamodule(typo, tmp_path / "typo")
+
+
+def test_units_of_the_generated_traffic_are_refused_in_one_line(tmp_path):
+    """The generator's traffic is in no unit: a unit given for it would be a label alone."""
+    from conftest import build_datamodule
+
+    job = ["data=mobile", "data.source.num_antennas=8", "data.source.num_days=2"]
+    cfg = compose_train(tmp_path, [*job, "data.source.units={sms: count}"])
+    with pytest.raises(UserError) as err:
+        build_datamodule(cfg, tmp_path)
+    assert str(err.value) == (
+        "data.source.units={'sms': 'count'} names the units of your traffic file, but "
+        "data=mobile generates its traffic here (data.source.path=null), in no unit: give your "
+        "file (data.source.path=/path/to/traffic.csv), or leave data.source.units out."
+    )

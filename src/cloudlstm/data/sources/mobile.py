@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +38,7 @@ import numpy as np
 
 from cloudlstm.data.cache import CachedSource, check_float, check_int
 from cloudlstm.data.sources.long_format import LongFormatSource
+from cloudlstm.data.sources.units_option import units_option
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import UserError
 
@@ -537,6 +538,7 @@ def mobile_traffic(
     time_col: str = "timestamp",
     id_col: str = "id",
     coord_cols: Sequence[str] = ("x", "y"),
+    units: Mapping[str, str] | None = None,
 ) -> CachedSource:
     """The source of ``data=mobile``: your traffic file, or else the generator.
 
@@ -548,9 +550,26 @@ def mobile_traffic(
         city, num_antennas, num_services, num_days, seed, cache_dir: the
             :class:`SyntheticMobileTraffic` arguments (ignored with ``path``).
         time_col, id_col, coord_cols: the file's column names (used with ``path``).
+        units: the file's services' units, ``{service: unit}``, as
+            :class:`~cloudlstm.data.sources.long_format.LongFormatSource` takes them (None:
+            none recorded).
+
+    Raises:
+        UserError: ``units`` given without ``path``: the generated traffic has no unit,
+            and a unit recorded for it would only let ``eval.py`` compare a label.
     """
     if path is not None:
-        return LongFormatSource(path, time_col=time_col, id_col=id_col, coord_cols=list(coord_cols))
+        return LongFormatSource(
+            path, time_col=time_col, id_col=id_col, coord_cols=list(coord_cols), units=units
+        )
+    given = units_option(units)  # a mapping of text, as a file's would have to be
+    if given:
+        raise UserError(
+            f"data.source.units={given} names the units of your traffic file, but "
+            "data=mobile generates its traffic here (data.source.path=null), in no unit: give "
+            "your file (data.source.path=/path/to/traffic.csv), or leave data.source.units "
+            "out."
+        )
     return SyntheticMobileTraffic(
         num_antennas=num_antennas,
         num_services=num_services,
