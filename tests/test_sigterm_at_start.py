@@ -1,18 +1,26 @@
 """SIGTERM before training has begun (``timeout``, a batch system's preemption, ``kill``
 while torch is imported or the data read) stops ``train.py`` with one line and status 143,
 as Ctrl-C does (tests/test_ctrl_c_at_start.py); SIGTERM during training saves ``last.ckpt``
-at its step (tests/test_preemption.py)."""
+at its step (tests/test_preemption.py). ``eval.py`` and ``predict.py`` likewise, at any
+moment outside Lightning's test (tests/test_eval.py), their lines saying what they wrote."""
 
 from __future__ import annotations
 
+import json
 import shlex
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from cloudlstm.rundir.stops import EXIT_CODE
-from tests.conftest import TINY, run_python
+from tests.conftest import ROOT, TINY, run_python, subprocess_env
 from tests.test_ctrl_c_at_start import INSTALLED_PROGRAM, python_c
+from tests.test_forecast import SPLIT, csv_run, long_table
 from tests.test_preemption import start, wait_for
 
 # a SIGTERM sent as the import of the module named by the first argument begins
@@ -94,3 +102,133 @@ def test_sigterm_after_a_sweeps_job_does_not_say_nothing_was_saved(tmp_path):
         "cloudlstm-train: stopped by SIGTERM outside a training, after its jobs had begun: "
         "their run directories keep what each saved (metrics.json where it finished).\n"
     )
+
+
+# ``python <script> <args>`` as the shell runs it (its name is the program's in its lines)
+RUN_SCRIPT = """
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+# a SIGTERM sent as the function named by the first argument (module:function) returns
+TERM_AFTER = """
+import importlib, os, runpy, signal, sys
+
+module_name, name = sys.argv.pop(1).split(":")
+module = importlib.import_module(module_name)
+done = getattr(module, name)
+
+def then_sigterm(*args, **kwargs):
+    result = done(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return result
+
+setattr(module, name, then_sigterm)
+"""
+BEFORE_THE_FORECAST = (
+    "predict.py: stopped by SIGTERM before the forecast was written: run the same command again.\n"
+)
+
+
+@pytest.fixture(scope="module")
+def csv_trained(tmp_path_factory):
+    """A tiny CloudLSTM run on a long-format CSV, its values and mask (tests/test_forecast.py)."""
+    return csv_run(tmp_path_factory.mktemp("trained"))
+
+
+def eval_args(trained, out: Path) -> list[str]:
+    return [str(ROOT / "eval.py"), f"run={trained[0]}", f"hydra.run.dir={out}"]
+
+
+def predict_args(trained, tmp_path: Path, out: Path) -> list[str]:
+    """``predict.py`` of the run on a history written in ``tmp_path``, forecast to ``out``."""
+    _, values, observed = trained
+    data = tmp_path / "recent.csv"
+    long_table(values, np.ones_like(observed), range(SPLIT - 10, SPLIT)).to_csv(data, index=False)
+    return [str(ROOT / "predict.py"), f"run={trained[0]}", f"data.path={data}", f"out={out}"]
+
+
+def test_sigterm_while_eval_py_loads_torch_is_one_line_and_143(csv_trained, tmp_path):
+    """eval.py died at once without a word."""
+    out = tmp_path / "eval"
+    proc = python_c(TERM_AT + RUN_SCRIPT, "torch._C", *eval_args(csv_trained, out))
+    assert (proc.returncode, proc.stderr) == (
+        EXIT_CODE,
+        "eval.py: stopped by SIGTERM before evaluating, having written no results: run the "
+        "same command again.\n",
+    )
+    assert not (out / "metrics.json").exists()
+
+
+def test_sigterm_while_an_evaluation_is_built_names_what_it_did_not_write(csv_trained, tmp_path):
+    """Signalled with the data read and the checkpoint loaded, before Lightning's test: its
+    line and 143; the same command then evaluates."""
+    out, go, log = tmp_path / "eval", tmp_path / "go", tmp_path / "eval.out"
+    gate = [
+        "+callbacks.gate._target_=tests.kill_callback.WaitWhenBuilt",
+        f"+callbacks.gate.until={go}",
+    ]
+    args = [*eval_args(csv_trained, out), *gate]
+    with log.open("w") as written:
+        proc = subprocess.Popen(
+            [sys.executable, *args], cwd=ROOT, env=subprocess_env(), stdout=written,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    wait_for(tmp_path / "go.waiting", proc, log)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=300) == EXIT_CODE, log.read_text()[-3000:]
+    said = log.read_text()
+    assert "Traceback" not in said
+    assert said.endswith(
+        "eval.py: stopped by SIGTERM before the evaluation had finished, without writing "
+        f"{out / 'metrics.json'}: run the same command again.\n"
+    )
+    go.touch()
+    done = run_python(*args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (out / "metrics.json").is_file()
+
+
+def test_sigterm_after_an_evaluation_wrote_its_results_says_they_are_there(csv_trained, tmp_path):
+    """Not that nothing was written: metrics.json is there, whole."""
+    out = tmp_path / "eval"
+    where = "cloudlstm.cli.evaluate:write_metrics"
+    proc = python_c(TERM_AFTER + RUN_SCRIPT, where, *eval_args(csv_trained, out))
+    assert proc.returncode == EXIT_CODE, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.endswith(
+        "eval.py: stopped by SIGTERM after the evaluation had finished: "
+        f"{out / 'metrics.json'} holds its results.\n"
+    )
+    assert json.loads((out / "metrics.json").read_text())["test"]
+
+
+def test_sigterm_while_predict_py_loads_torch_is_one_line_and_143(csv_trained, tmp_path):
+    out = tmp_path / "forecast.csv"
+    proc = python_c(TERM_AT + RUN_SCRIPT, "torch._C", *predict_args(csv_trained, tmp_path, out))
+    assert (proc.returncode, proc.stderr) == (EXIT_CODE, BEFORE_THE_FORECAST)
+    assert not out.exists()
+
+
+def test_sigterm_before_predict_py_writes_leaves_an_earlier_forecast(csv_trained, tmp_path):
+    """Signalled with the history read: the forecast of an earlier command at ``out`` is no
+    forecast of this one, and stays as it was."""
+    out = tmp_path / "forecast.csv"
+    out.write_text("an earlier forecast\n")
+    where = "cloudlstm.cli.predict:read_history"
+    proc = python_c(TERM_AFTER + RUN_SCRIPT, where, *predict_args(csv_trained, tmp_path, out))
+    assert proc.returncode == EXIT_CODE, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.endswith(BEFORE_THE_FORECAST)
+    assert out.read_text() == "an earlier forecast\n"
+
+
+def test_sigterm_after_predict_py_wrote_says_where_the_forecast_is(csv_trained, tmp_path):
+    out = tmp_path / "forecast.csv"
+    out.write_text("an earlier forecast\n")
+    where = "cloudlstm.cli.predict:write_forecast"
+    proc = python_c(TERM_AFTER + RUN_SCRIPT, where, *predict_args(csv_trained, tmp_path, out))
+    assert proc.returncode == EXIT_CODE, proc.stderr[-3000:]
+    assert proc.stderr.endswith(
+        f"predict.py: stopped by SIGTERM after writing the forecast: {out} holds it.\n"
+    )
+    assert len(pd.read_csv(out)) > 0

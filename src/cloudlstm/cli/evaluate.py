@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from cloudlstm.assembly.evaluated_data import (
 )
 from cloudlstm.assembly.known_keys import check_known_keys
 from cloudlstm.cli.process_group import launched_processes
+from cloudlstm.cli.sigterm_at_start import line_by_file
 from cloudlstm.engine.results import results_from
 from cloudlstm.engine.signals import ctrl_c_kept
 from cloudlstm.errors import MissingFileError, UserError
@@ -42,6 +44,7 @@ from cloudlstm.models.build import count_parameters
 from cloudlstm.report import add_test_report
 from cloudlstm.rundir.layout import (
     CHOSEN_CHECKPOINTS,
+    METRICS_FILE,
     check_run_dir,
     find_checkpoint,
     in_run,
@@ -188,6 +191,20 @@ def evaluation_stopped(trainer: L.Trainer, output_dir: Path) -> RunInterrupted:
     )
     log.error(message)
     return RunInterrupted(message, CTRL_C_EXIT_CODE if ctrl_c else EXIT_CODE)
+
+
+def evaluation_stop_line(output_dir: Path) -> Callable[[], str]:
+    """What ``eval.py`` stopped by SIGTERM outside Lightning's test (reading the data,
+    loading the checkpoint, drawing the figures, or once it has finished) says after
+    ``<program>: ``, by whether it has written its ``metrics.json`` by then
+    (:func:`cloudlstm.cli.sigterm_at_start.stops_now_say`)."""
+    metrics = output_dir / METRICS_FILE
+    return line_by_file(
+        metrics,
+        f"stopped by SIGTERM after the evaluation had finished: {metrics} holds its results.",
+        f"stopped by SIGTERM before the evaluation had finished, without writing {metrics}: "
+        "run the same command again.",
+    )
 
 
 def _training_run(run: Path) -> dict[str, Any] | None:

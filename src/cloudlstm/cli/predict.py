@@ -24,6 +24,7 @@ from cloudlstm.assembly.build import check_process_settings, set_torch_threads
 from cloudlstm.assembly.known_keys import check_added_top_level_keys
 from cloudlstm.cli.group_choices import group_choices
 from cloudlstm.cli.invoked import command
+from cloudlstm.cli.sigterm_at_start import BEFORE_FORECASTING, line_by_file, stops_now_say
 from cloudlstm.data.pipeline.forecast_input import TimeReading, user_errors
 from cloudlstm.data.sources.long_format import dataset_parts
 from cloudlstm.data.sources.tables import read_table
@@ -129,12 +130,19 @@ def main(cfg: DictConfig) -> Path | None:
     if out == STDOUT:
         with _output_to_stderr() as table_out:  # standard output carries the table alone
             forecast = _forecast(cfg, key, given)
+        stops_now_say(
+            "stopped by SIGTERM while writing the forecast to standard output, which may "
+            "hold part of it: run the same command again."
+        )
         forecast.to_csv(table_out, index=False)  # a reader may leave: scripts.predict
+        stops_now_say("stopped by SIGTERM after writing the forecast to standard output.")
         return None
     check_format(out)
     run = Path(path_option(cfg.run, "run"))
     path = output_path(out, run)
     check_not_an_input(path, out, {key: given, "the run's data.source.path": _trained_on(run)})
+    written = f"stopped by SIGTERM after writing the forecast: {path} holds it."
+    stops_now_say(line_by_file(path, written, BEFORE_FORECASTING))
     forecast = _forecast(cfg, key, given)
     write_forecast(forecast, path, out)
     print(path)

@@ -29,7 +29,14 @@ from omegaconf import DictConfig
 from cloudlstm.cli.ctrl_c import ctrl_c_is_a_stop
 from cloudlstm.cli.invoked import MULTIRUN_FLAGS, this_program
 from cloudlstm.cli.pipes import reader_may_leave
-from cloudlstm.cli.sigterm_at_start import Terminated, a_job_begins, sigterm_is_a_stop
+from cloudlstm.cli.sigterm_at_start import (
+    BEFORE_EVALUATING,
+    BEFORE_FORECASTING,
+    Terminated,
+    a_job_begins,
+    sigterm_is_a_stop,
+    stops_now_say,
+)
 from cloudlstm.engine.parent_watch import watch_the_starting_process
 from cloudlstm.paths import config_dir
 
@@ -85,6 +92,7 @@ def refuse_moved_keys(argv: list[str], keep: Collection[str] = ()) -> None:
 
 @reader_may_leave()
 @ctrl_c_is_a_stop()  # at any moment: checking the command, reading data, a second Ctrl-C
+@sigterm_is_a_stop(BEFORE_EVALUATING)  # but in Lightning's test (cli.evaluate)
 def evaluate() -> None:
     """``cloudlstm-eval run=<run dir> [ckpt=best|last|<path>] [key=value ...]``: test a
     trained run again."""
@@ -120,6 +128,7 @@ def evaluate() -> None:
 
 @reader_may_leave()
 @ctrl_c_is_a_stop()  # at any moment: checking the command, reading data, a second Ctrl-C
+@sigterm_is_a_stop(BEFORE_FORECASTING)  # at any moment: no Trainer runs
 def predict() -> None:
     """``cloudlstm-predict run=<run dir> data.path=<file>``: forecast new data."""
     from cloudlstm.cli.predict import refuse_unread_overrides
@@ -537,12 +546,13 @@ def _train_job(cfg: DictConfig) -> float | None:
 
 def _evaluate(cfg: DictConfig) -> None:
     from cloudlstm.cli import console
-    from cloudlstm.cli.evaluate import evaluate
+    from cloudlstm.cli.evaluate import evaluate, evaluation_stop_line
     from cloudlstm.rundir.stops import RunInterrupted
 
     console.set_up(cfg)
     try:
         eval_dir = Path(cfg.paths.output_dir)
+        stops_now_say(evaluation_stop_line(eval_dir))
         with (
             reader_may_leave(),  # `eval.py ... | head`: as for predict.py's `out=-`
             _user_errors_in_one_line(),

@@ -1,10 +1,12 @@
 """SIGTERM before training has begun (``timeout``, ``kill``, a batch system's preemption,
 while the command is checked, torch imported, the data read or the model built): one line
-and status 143, as a Ctrl-C then gets one (:mod:`cloudlstm.cli.ctrl_c`).
+and status 143, as a Ctrl-C then gets one (:mod:`cloudlstm.cli.ctrl_c`). The same for
+``eval.py`` and ``predict.py`` at any moment outside Lightning's test: each line says what
+the program had written by then (:func:`stops_now_say`).
 
 Left to the default disposition, the signal ended the process at once without a word: the
 user could not tell a stop from a crash, nor whether anything was saved. Here
-:func:`sigterm_is_a_stop` (around ``train.py``'s whole run) makes it raise
+:func:`sigterm_is_a_stop` (around each program's whole run) makes it raise
 :class:`Terminated`, which ``train.py`` turns into its line: before the run's directory is
 known, this module's; inside the run, one that names the run's newest checkpoint and the
 command that continues it (:func:`cloudlstm.cli.scripts._train`); once a job has begun
@@ -23,18 +25,41 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from types import FrameType
 
 from cloudlstm.cli.invoked import this_process
 from cloudlstm.rundir.stops import EXIT_CODE
 
-__all__ = ["Terminated", "a_job_begins", "sigterm_is_a_stop"]
+__all__ = ["Terminated", "a_job_begins", "line_by_file", "sigterm_is_a_stop", "stops_now_say"]
 
-# whether a run's or a sweep's job has begun in the block of sigterm_is_a_stop: after one,
-# a stop between jobs or after the last one has not "saved nothing"
-_jobs_begun = False
+# a stop's line, or what makes it as the stop comes (from the files there then)
+Line = str | Callable[[], str]
+
+# train.py's line before any job has begun, and once one has: a stop between a sweep's jobs
+# or after the last one has not "saved nothing"
+BEFORE_TRAINING = (
+    "stopped by SIGTERM before training began, having saved nothing: run the same command "
+    "again to start it (or to continue it, where its run directory holds checkpoints)."
+)
+JOBS_BEGUN = (
+    "stopped by SIGTERM outside a training, after its jobs had begun: their run directories "
+    "keep what each saved (metrics.json where it finished)."
+)
+
+# eval.py's and predict.py's lines before their work has written anything of its results
+BEFORE_EVALUATING = (
+    "stopped by SIGTERM before evaluating, having written no results: run the same command again."
+)
+BEFORE_FORECASTING = (
+    "stopped by SIGTERM before the forecast was written: run the same command again."
+)
+
+# what a SIGTERM that no Trainer takes says now, after "<program>: "; set as the block of
+# sigterm_is_a_stop begins and by each step of the program that writes what a rerun needs
+_line: Line = BEFORE_TRAINING
 
 
 class Terminated(BaseException):  # noqa: N818 (a stop, not an error)
@@ -53,43 +78,57 @@ def a_job_begins() -> None:
     """Note that a job (a run, a job of a sweep) begins, in this process or, a sweep's
     launcher's, elsewhere: a later SIGTERM outside a training says so, not that nothing was
     saved."""
-    global _jobs_begun
-    _jobs_begun = True
+    stops_now_say(JOBS_BEGUN)
+
+
+def stops_now_say(line: Line) -> None:
+    """From now on, a SIGTERM that no Trainer takes ends the program with ``<program>:
+    <line>``: what it has written by then (``eval.py``'s metrics.json, ``predict.py``'s
+    forecast) and whether the same command is to be run again; a callable makes the line
+    as the stop comes (:func:`line_by_file`)."""
+    global _line
+    _line = line
+
+
+def line_by_file(path: Path, written: str, not_written: str) -> Callable[[], str]:
+    """The line ``written`` where ``path`` is written from now on, else ``not_written``:
+    decided as the stop comes, not by the program's steps, as a stop just after the file's
+    rename (the programs write it whole, :func:`cloudlstm.errors.replacing`) comes before
+    the step after it. A file that an earlier command left there is not this one's: a
+    rename over it is another file (inode), and a rewrite changes its time."""
+    before = _identity(path)
+    return lambda: written if _identity(path) not in (None, before) else not_written
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """Which file ``path`` is, and when it was last written (None: there is none)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino, stat.st_mtime_ns
 
 
 @contextmanager
-def sigterm_is_a_stop() -> Iterator[None]:
+def sigterm_is_a_stop(first: Line = BEFORE_TRAINING) -> Iterator[None]:
     """Within the block (a program's whole run), SIGTERM raises :class:`Terminated`; one that
-    leaves the block ends the program with ``<program>: stopped by SIGTERM before training
-    began; ...`` and status 143. A SIGTERM that the program was started to ignore, or
-    handles otherwise (a sweep's worker notes it), is left as it is."""
+    leaves the block ends the program with ``<program>: <line>`` and status 143, the line
+    ``first`` until the program says another (:func:`stops_now_say`). A SIGTERM that the
+    program was started to ignore, or handles otherwise (a sweep's worker notes it), is
+    left as it is."""
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread handles signals
         return
-    global _jobs_begun
-    _jobs_begun = False
+    stops_now_say(first)
     before = signal.getsignal(signal.SIGTERM)
     if before is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         yield
     except Terminated:
-        sys.stderr.write(f"{this_process()}: {_stopped_line()}\n")
+        line = _line() if callable(_line) else _line
+        sys.stderr.write(f"{this_process()}: {line}\n")
         raise SystemExit(EXIT_CODE) from None
     finally:
         if signal.getsignal(signal.SIGTERM) is _raise_terminated:
             signal.signal(signal.SIGTERM, before)
-
-
-def _stopped_line() -> str:
-    """The line of a SIGTERM that no job's own handling took (:func:`sigterm_is_a_stop`)."""
-    if _jobs_begun:  # between a sweep's jobs, after the last, or after the run's training
-        return (
-            "stopped by SIGTERM outside a training, after its jobs had begun: their run "
-            "directories keep what each saved (metrics.json where it finished)."
-        )
-    return (
-        "stopped by SIGTERM before training began, having saved nothing: run the same "
-        "command again to start it (or to continue it, where its run directory holds "
-        "checkpoints)."
-    )
