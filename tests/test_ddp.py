@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +14,8 @@ import numpy as np
 import pytest
 
 from cloudlstm.cli.train import train
-from tests.conftest import TINY, compose_train, run_python
+from cloudlstm.engine.ddp_launch import LAUNCH_VARIABLES, ddp_launch_undone
+from tests.conftest import ROOT, TINY, compose_train, run_python, subprocess_env
 
 # The whole test part (no batch limit, which DDP would apply per rank), one training epoch.
 JOB = [
@@ -112,3 +116,71 @@ def test_a_ddp_run_s_own_test_is_its_evaluation_in_one_process(tmp_path):
     ):
         np.testing.assert_array_equal(one["target"], two["target"])
         np.testing.assert_allclose(one["prediction"], two["prediction"], rtol=1e-6, atol=1e-6)
+
+
+# A DDP training, then an evaluation of its run in the same Python, as a notebook or a
+# script runs them; each process writes the launch's variables before and after each job.
+# Lightning starts process 1 as this script again: it ends after the training.
+ONE_PYTHON = """
+import json, os, sys
+from pathlib import Path
+
+sys.path.insert(0, {root!r})
+from cloudlstm.cli.evaluate import evaluate
+from cloudlstm.cli.train import train
+from cloudlstm.engine.ddp_launch import LAUNCH_VARIABLES
+from tests.conftest import compose_train
+from tests.test_eval import compose_eval
+
+def launch():
+    return {{name: os.environ.get(name) for name in LAUNCH_VARIABLES}}
+
+tmp = Path({tmp!r})
+seen = [launch()]
+cfg = compose_train(tmp, {job!r})
+train(cfg)
+seen.append(launch())
+rank = seen[0]["LOCAL_RANK"] or "0"
+if rank == "0":
+    evaluate(compose_eval(Path(cfg.paths.output_dir), tmp / "eval", "trainer=cpu"))
+    seen.append(launch())
+(tmp / f"process{{rank}}.json").write_text(json.dumps(seen))
+"""
+
+
+def test_a_job_after_a_ddp_training_in_the_same_python_runs_as_one_process(tmp_path):
+    """Process 0 kept Lightning's LOCAL_RANK, NODE_RANK, MASTER_ADDR and MASTER_PORT, and its
+    process group: the evaluation that followed took itself for one of several processes
+    started by a launcher, kept DDP and failed on the ended process 1's connection. Now each
+    process's variables are as they were before the training, a launcher's (process 1's
+    WORLD_SIZE, which Lightning's teardown removed) too."""
+    script = tmp_path / "one_python.py"
+    job = [*JOB, "trainer=ddp_cpu"]
+    script.write_text(ONE_PYTHON.format(root=str(ROOT), tmp=str(tmp_path), job=job))
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first, *later = json.loads((tmp_path / "process0.json").read_text())
+    assert later == [first, first]
+    assert first["LOCAL_RANK"] is None
+    started, ended = json.loads((tmp_path / "process1.json").read_text())
+    assert (started["LOCAL_RANK"], started["WORLD_SIZE"]) == ("1", "2")
+    assert ended == started
+    evaluation = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert evaluation["provenance"][0]["machine"]["processes"] == 1
+
+
+def test_the_launch_variables_are_put_back_after_a_failed_job(monkeypatch):
+    """A job that fails after Lightning set its variables (and removed a launcher's) leaves
+    them as they were before it."""
+    monkeypatch.setenv("WORLD_SIZE", "2")  # a launcher's, which Lightning's teardown removes
+    for name in ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "RANK"):
+        monkeypatch.delenv(name, raising=False)
+    before = {name: os.environ.get(name) for name in LAUNCH_VARIABLES}
+    with pytest.raises(ValueError), ddp_launch_undone():
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29500", LOCAL_RANK="0")
+        del os.environ["WORLD_SIZE"]
+        raise ValueError("the job failed")
+    assert {name: os.environ.get(name) for name in LAUNCH_VARIABLES} == before

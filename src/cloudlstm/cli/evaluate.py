@@ -37,6 +37,7 @@ from cloudlstm.assembly.evaluated_data import (
 from cloudlstm.assembly.known_keys import check_known_keys
 from cloudlstm.cli.process_group import launched_processes
 from cloudlstm.cli.sigterm_at_start import line_by_file
+from cloudlstm.engine.ddp_launch import ddp_launch_undone
 from cloudlstm.engine.results import results_from
 from cloudlstm.engine.signals import ctrl_c_kept
 from cloudlstm.errors import MissingFileError, UserError
@@ -104,7 +105,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     test_seen = warn_test_seen(trained_data, job.summary, within)
     start = time.perf_counter()
     try:
-        with ctrl_c_kept():
+        with ctrl_c_kept(), ddp_launch_undone():
             # verbose=False: the short summary of report.add_test_report, not Lightning's
             returned = job.trainer.test(job.module, datamodule=job.datamodule, verbose=False)
     except SIGTERMException:

@@ -33,6 +33,7 @@ from cloudlstm.cli.invoked import command
 from cloudlstm.cli.override_text import shell_override
 from cloudlstm.cli.sigterm_at_start import Terminated
 from cloudlstm.engine.callbacks import EpochTimer
+from cloudlstm.engine.ddp_launch import ddp_launch_undone
 from cloudlstm.engine.loggers import finish_wandb
 from cloudlstm.engine.module import TrainingDivergedError
 from cloudlstm.engine.objective import check_optimized_metric
@@ -92,7 +93,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     )
     check_optimizer(cfg)
     check_resume(cfg, Path(cfg.paths.output_dir))
-    with ctrl_c_kept():
+    with ctrl_c_kept(), ddp_launch_undone():  # the next job of this Python starts afresh
         return _train(cfg)
 
 
