@@ -257,3 +257,24 @@ def test_units_of_the_generated_traffic_are_refused_in_one_line(tmp_path):
         "data=mobile generates its traffic here (data.source.path=null), in no unit: give your "
         "file (data.source.path=/path/to/traffic.csv), or leave data.source.units out."
     )
+
+
+def test_a_bad_cell_s_message_names_an_option_data_mobile_takes(tmp_path, caplog):
+    """data=mobile passed only the column names and units to the long-format source, so its
+    message about a bad cell named data.source.bad_values=warn, which Hydra then refused."""
+    from conftest import build_datamodule
+
+    path = traffic_file(tmp_path)
+    table = pd.read_csv(path).astype({"sms": object})
+    table.loc[5, "sms"] = "oops"
+    table.to_csv(path, index=False)
+    job = ["data=mobile", f"data.source.path={path}", "data.input_steps=4", "data.output_steps=2"]
+    with pytest.raises(UserError, match=r"set bad_values=warn \(data.source.bad_values=warn\)"):
+        build_datamodule(compose_train(tmp_path / "error", job), tmp_path / "error")
+    warned = compose_train(tmp_path / "warn", [*job, "data.source.bad_values=warn"])
+    dm, _ = build_datamodule(warned, tmp_path / "warn")
+    assert dm.stream.values.shape[1:] == (4, 2)
+    assert "column 'sms': 'oops'. They count as missing (bad_values=warn)" in caplog.text
+    # the other reading options of data=points are there too
+    for option in ("value_cols", "freq", "time_format", "time_unit", "moving", "covariate_cols"):
+        assert option in warned.data.source

@@ -33,6 +33,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -535,10 +536,8 @@ def mobile_traffic(
     num_days: int = 85,
     seed: int = 0,
     cache_dir: str | os.PathLike | None = None,
-    time_col: str = "timestamp",
-    id_col: str = "id",
-    coord_cols: Sequence[str] = ("x", "y"),
     units: Mapping[str, str] | None = None,
+    **reading: Any,
 ) -> CachedSource:
     """The source of ``data=mobile``: your traffic file, or else the generator.
 
@@ -547,21 +546,23 @@ def mobile_traffic(
             ``id_col``, ``coord_cols`` and one column per service) read with
             :class:`~cloudlstm.data.sources.long_format.LongFormatSource`; ``None`` = the
             generator.
-        city, num_antennas, num_services, num_days, seed, cache_dir: the
+        city, num_antennas, num_services, num_days, seed: the
             :class:`SyntheticMobileTraffic` arguments (ignored with ``path``).
-        time_col, id_col, coord_cols: the file's column names (used with ``path``).
+        cache_dir: where the generator caches its traffic, or the file's pivoted stream.
         units: the file's services' units, ``{service: unit}``, as
             :class:`~cloudlstm.data.sources.long_format.LongFormatSource` takes them (None:
             none recorded).
+        **reading: the file's other reading options (``time_col``, ``bad_values``,
+            ``freq``, ...), as :class:`~cloudlstm.data.sources.long_format.LongFormatSource`
+            takes them; ``data=mobile`` declares the same ones as ``data=points``, so every
+            option a reading message names can be set (used with ``path``).
 
     Raises:
         UserError: ``units`` given without ``path``: the generated traffic has no unit,
             and a unit recorded for it would only let ``eval.py`` compare a label.
     """
     if path is not None:
-        return LongFormatSource(
-            path, time_col=time_col, id_col=id_col, coord_cols=list(coord_cols), units=units
-        )
+        return LongFormatSource(path, cache_dir=cache_dir, units=units, **reading)
     given = units_option(units)  # a mapping of text, as a file's would have to be
     if given:
         raise UserError(
