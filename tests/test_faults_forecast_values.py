@@ -79,7 +79,9 @@ def test_an_absurd_value_is_refused_in_one_line_naming_it(run, forecaster):
         f"time {time}"
     )
     assert ": 1e+30 (" in message
-    assert "data.source.bad_values=warn" in message and "data.max_abs_z" in message
+    # the Python argument, not predict.py's option
+    assert "set bad_values=warn" in message and "data.source.bad_values" not in message
+    assert "data.max_abs_z" in message
     # a large, real reading (three times the training maximum) passes
     assert len(forecaster.forecast(with_cell(table, 3 * run[1].max()))) == 3 * 6
 
@@ -146,6 +148,21 @@ def test_a_snapshot_value_training_would_refuse_is_refused_when_fed(run, forecas
         f.update(with_cell(table, -5.0)[last].reset_index(drop=True), bad_values="warn")
     assert f"point {point}, time {time} (data row 3): -5 (valid range >= 0)" in caplog.text
     pd.testing.assert_frame_equal(f.forecast(), forecaster.forecast(with_cell(table, np.nan)))
+
+
+def test_a_text_cell_s_refusal_names_the_python_argument(run, forecaster):
+    """forecast() named predict.py's data.source.bad_values=warn, which Python takes as
+    bad_values="warn"."""
+    table = history(run)
+    table["no2"] = table["no2"].astype(object)
+    table.loc[57, "no2"] = "oops"
+    with pytest.raises(UserError) as err:
+        forecaster.forecast(table)
+    message = str(err.value)
+    assert "'oops'" in message and message.endswith(
+        "or set bad_values=warn to treat them as missing."
+    )
+    assert len(forecaster.forecast(table, bad_values="warn")) == 3 * 6
 
 
 def predict(*args: str) -> subprocess.CompletedProcess:

@@ -49,6 +49,7 @@ from cloudlstm.data.sources.tables import (
 )
 from cloudlstm.data.sources.times import (
     API_OPTIONS,
+    SOURCE_OPTIONS,
     check_time_reading,
     parse_times,
     time_zone,
@@ -414,6 +415,10 @@ def build_input(
     """
     mode = check_mode(bad_values)
     check_reading(reading)
+    # predict.py's option, else the Python argument
+    option = (
+        "data.source.bad_values" if reading and reading.options == SOURCE_OPTIONS else "bad_values"
+    )
     long = long_history(df, info, what, mode)
     given_long = long is df  # its rows are the table's, not a wide table's melted cells
     own_rows = long_rows(df, info)
@@ -442,7 +447,9 @@ def build_input(
         # as training reads them; messages name the rows of the table given, by its index
         # (a wide table's cells were read before it was melted: long_history)
         labels = long.index[df.index]
-        values = channel_values(df, info.read_channels, what, mode, labels, row_word(long.index))
+        values = channel_values(
+            df, info.read_channels, what, mode, labels, row_word(long.index), option=option
+        )
         positions = np.stack(
             [numeric_column(df, c, what, ROW_COORDINATES_FIX) for c in info.coord_cols], axis=1
         )
@@ -462,7 +469,7 @@ def build_input(
         at = np.full((need, len(ids)), np.nan)
         at[first:, column] = grid_rows(grid)
         named = row_names(at, labels, row_word(long.index))
-    raw = _checked_values(raw, ids, raw_coords, times, info, what, mode, shown, named)
+    raw = _checked_values(raw, ids, raw_coords, times, info, what, mode, shown, named, option)
     _refuse_unread_channels(raw, info, shown, what)
     _warn_other_units(raw, info, shown, what)
     _warn_unread_points(raw, ids, info, shown, what)

@@ -136,8 +136,12 @@ def channel_values(
     rows: Sequence[Any] | None = None,
     word: str = "data row",
     row_names: RowNames | None = None,
+    option: str = "data.source.bad_values",
 ) -> np.ndarray:
     """The channel columns ``cols`` of ``df`` as ``(R, C)`` float32, NaN where empty.
+
+    ``option``: the one that sets ``bad_values``, as the refusal names it (``bad_values``
+    for the Python API).
 
     ``rows``: what names each row of ``df`` in the messages, after ``word`` (``data row``,
     or ``row with index``: :func:`row_word`): its number or index label in the user's
@@ -179,7 +183,7 @@ def channel_values(
         positions = sorted({r for r, _, _ in first})  # each row named once: lines are read
         called = dict(zip(positions, names(positions), strict=True))
         named = [(called[r], col, cell) for r, col, cell in first]
-        _report(count, named, what, check_mode(bad_values))
+        _report(count, named, what, check_mode(bad_values), option)
     return values
 
 
@@ -219,18 +223,23 @@ def _written(series: pd.Series) -> np.ndarray:
     return present
 
 
-def _report(count: int, shown: list[tuple[str, str, Any]], what: str, mode: str) -> None:
+def _report(
+    count: int, shown: list[tuple[str, str, Any]], what: str, mode: str, option: str
+) -> None:
     """Warn of or refuse ``count`` bad cells, naming ``shown``: ``(row as named, column,
-    cell)``."""
+    cell)``, and ``option`` as the one that lets them in."""
     cells = "; ".join(f"{row}, column {col!r}: {cell!r}" for row, col, cell in shown)
     more = f" (first {len(shown)})" if count > len(shown) else ""
     found = f"{what}: {count} channel value(s) are not finite numbers{more}: {cells}."
     if mode == "warn":
         log.warning("%s They count as missing (bad_values=warn).", found)
         return
+    fix = f"{option}=warn"
+    if option == "data.source.bad_values":  # a source's option, named as a function takes it too
+        fix = "bad_values=warn (data.source.bad_values=warn)"
     raise UserError(
         f"{found} Leave missing readings empty (or NA) and remove units or text from the cells, "
-        "or set bad_values=warn (data.source.bad_values=warn) to treat them as missing."
+        f"or set {fix} to treat them as missing."
     )
 
 
