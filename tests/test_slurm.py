@@ -264,6 +264,30 @@ def test_a_failed_job_is_named_after_the_comparison_of_the_finished_one(cluster,
     assert "1 of 2 jobs of the sweep did not finish" in out
 
 
+def test_sigterm_to_the_waiting_sweep_says_its_jobs_still_run_and_how_to_cancel_them(
+    cluster, tmp_path
+):
+    """submitit leaves a sweep's SLURM jobs running when the sweep's own process ends: the
+    line says so, with the ids that squeue and scancel take."""
+    sweep = tmp_path / "sweep"
+    gate0 = [g.replace("epoch=2", "epoch=0") for g in GATE]
+    proc = start_sweep(cluster, sweep, "trainer.max_epochs=1", "logger=csv", *gate0)
+    wait_for((sweep / "0" / "go.waiting").exists, f"the job did not start: {output(sweep)}")
+    job = slurm_id(sweep, 0)
+    proc.terminate()
+    code, out = finish(proc, sweep, cluster)
+    try:
+        assert code == 143, out[-3000:]
+        assert "Traceback" not in out
+        line = [x for x in out.splitlines() if "stopped by SIGTERM" in x]
+        assert len(line) == 1, out[-3000:]
+        assert "still run on the cluster" in line[0]
+        assert f"squeue -j {job} " in line[0] and f"scancel {job} stops them" in line[0]
+        assert job_state(cluster, job) == "RUNNING", "the job runs on"
+    finally:
+        cluster.run("scancel", job, check=False)
+
+
 @pytest.fixture(scope="module")
 def ddp_reference(tmp_path_factory) -> dict:
     """metrics.json of the job on one node of two processes started by Lightning, outside

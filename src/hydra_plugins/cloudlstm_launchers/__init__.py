@@ -23,6 +23,7 @@ from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 from omegaconf import OmegaConf, open_dict
 
+from cloudlstm.cli.sigterm_at_start import JOBS_BEGUN, stops_now_say
 from cloudlstm.cli.sweep_jobs import (
     UnfinishedJobsError,
     first_line,
@@ -131,6 +132,8 @@ class CheckedSlurmLauncher(SlurmLauncher):
         result is taken only once SLURM no longer runs the job, so that a run that wrote
         one and was requeued is waited for.
         """
+        # a stop of this process leaves the jobs running on the cluster: its line says so
+        stops_now_say(_still_running([job.job_id for job in jobs]))
         waiting = {job.job_id: job for job in jobs}
         ended_once: set[str] = set()
         states: dict[str, str] | None = None  # None: SLURM could not be asked (yet)
@@ -154,6 +157,7 @@ class CheckedSlurmLauncher(SlurmLauncher):
                     del waiting[job_id]
             if waiting:
                 time.sleep(self.poll_s)
+        stops_now_say(JOBS_BEGUN)
 
     def _collect(
         self, jobs: Sequence[Any], job_overrides: Sequence[Sequence[str]], initial_job_idx: int
@@ -195,6 +199,17 @@ class CheckedSlurmLauncher(SlurmLauncher):
             return str(Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir))
         except Exception:  # an unusual subdir: the default layout is still a good pointer
             return str(Path(str(self.config.hydra.sweep.dir)) / str(idx))
+
+
+def _still_running(job_ids: Sequence[str]) -> str:
+    """The line of a SIGTERM to the sweep while it waits for its SLURM jobs ``job_ids``:
+    submitit does not cancel them, so they run on, and the user needs their ids."""
+    ids = " ".join(job_ids)
+    return (
+        f"stopped by SIGTERM while waiting for its SLURM jobs, which still run on the "
+        f"cluster: squeue -j {','.join(job_ids)} shows them, scancel {ids} stops them; their "
+        "run directories keep what each saves (metrics.json where it finishes)."
+    )
 
 
 # What a task's allocation follows (conf/hydra/launcher/slurm.yaml: nodes, tasks and GPUs
