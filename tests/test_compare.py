@@ -885,6 +885,11 @@ def test_a_metrics_json_of_another_shape_is_one_line_naming_the_part(
         ({"data": "synthetic"}, "data is 'synthetic', not a mapping"),
         ({"data": {"values_digest": 5}}, "data.values_digest is 5, not a string"),
         ({"selection": {"monitor": 1, "score": 0.5}}, "selection.monitor is 1, not a string"),
+        # the processes of the last process, the one that tested
+        ({"provenance": [{}, {"machine": {"processes": "2"}}]},
+         "provenance[1].machine.processes is '2', not a count of 1 or more"),
+        ({"provenance": [{"machine": {"processes": 0}}]},
+         "provenance[0].machine.processes is 0, not a count of 1 or more"),
         ({"test": []}, "test is [], not a mapping"),
         # eval.py's re-test of a run: the run it tested, the checkpoint and the overrides
         ({"run_dir": "/x", "overrides": [5]}, "overrides[0] is 5, not a string"),

@@ -148,6 +148,47 @@ def test_which_settings_make_another_data_set(tmp_path, settings, other_data_set
     assert len(data_sets) == (2 if other_data_set else 1)
 
 
+@pytest.mark.parametrize(
+    ("limit", "data_sets"),
+    [
+        (3, {"lstm": "synthetic", "mlp": "synthetic processes=2"}),
+        (0.5, {"lstm": "synthetic", "mlp": "synthetic processes=2"}),
+        (1.0, {"lstm": "synthetic", "mlp": "synthetic"}),
+    ],
+)
+def test_a_test_limit_counted_in_each_process_tells_their_number_apart(tmp_path, limit, data_sets):
+    """Lightning applies trainer.limit_test_batches in each DDP process: 3 batches in each
+    of 2 score up to twice a one-process run's windows, and a share is rounded down in
+    each (docs/cluster.md), yet the runs were one data set. A test of every window is the
+    same in any number of processes."""
+    for name, model, processes in (("a", "lstm", 1), ("b", "mlp", 2)):
+        write_run(tmp_path / name, 1.0, model=model, machines=[{"processes": processes}])
+        with_settings(tmp_path / name, trainer__limit_test_batches=limit)
+    groups = group_runs(find_runs([tmp_path]))
+    assert {g.keys["model"]: g.data for g in groups} == data_sets
+
+
+def test_runs_of_one_model_in_other_numbers_of_processes_are_no_seeds_of_one_row(tmp_path, capsys):
+    """Two seeds of a model with limit_test_batches=3, one tested in 4 DDP processes (2
+    devices on each of 2 nodes), were averaged in one row by --by model; the processes are
+    read from the config where metrics.json does not record them (a list of devices: its
+    length, times the nodes)."""
+    for seed, (devices, nodes) in enumerate(((1, 1), ([0, 1], 2))):
+        write_run(tmp_path / str(seed), 1.0 + seed, seed=seed)
+        with_settings(
+            tmp_path / str(seed),
+            trainer__limit_test_batches=3,
+            trainer__devices=devices,
+            trainer__num_nodes=nodes,
+        )
+    code, out, _ = run_main(capsys, tmp_path, "--by", "model", "--metrics", "mae")
+    assert code == 0
+    header, _, *rows = out.splitlines()
+    assert "| processes |" in header
+    assert [row.split(" | ")[2] for row in rows] == ["1", "4"]
+    assert sorted(bold_rows(out)) == ["cloudlstm", "cloudlstm"]  # the best of each
+
+
 def test_a_held_out_or_subset_draw_tells_data_sets_apart_only_where_it_draws(tmp_path):
     """data.subset_seed draws the subset of data.num_points: two seeds of it are two data
     sets, and the runs without a subset a third, named by the setting that acts."""

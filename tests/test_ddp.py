@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 from cloudlstm.cli.train import train
+from cloudlstm.compare import find_runs
+from cloudlstm.compare.groups import group_runs
 from cloudlstm.engine.ddp_launch import LAUNCH_VARIABLES, ddp_launch_undone
 from tests.conftest import ROOT, TINY, compose_train, run_python, subprocess_env
 
@@ -90,6 +92,9 @@ def test_two_ddp_processes_test_like_one(tmp_path):
         for name in ("observed", "scored", "point_ids"):  # rank 0 reads them for every rank
             np.testing.assert_array_equal(two[name], one[name])
         np.testing.assert_allclose(two["prediction"], one["prediction"], rtol=RTOL, atol=1e-6)
+    # the same windows: one data set for compare, whatever the processes
+    groups = group_runs(find_runs([Path(cfg.paths.output_dir), ddp_dir]), by=["model"])
+    assert [g.data for g in groups] == ["synthetic"]
 
 
 @pytest.mark.slow
@@ -184,3 +189,30 @@ def test_the_launch_variables_are_put_back_after_a_failed_job(monkeypatch):
         del os.environ["WORLD_SIZE"]
         raise ValueError("the job failed")
     assert {name: os.environ.get(name) for name in LAUNCH_VARIABLES} == before
+
+
+@pytest.mark.slow
+def test_compare_tells_a_test_limit_in_two_processes_from_the_same_in_one(tmp_path):
+    """trainer.limit_test_batches=3 counts batches per process: a run's test in one process
+    scores 24 of its 31 test windows, the same checkpoint's in 2 DDP processes all 31, yet
+    compare took both for one data set (and, grouped by model, one row's two seeds). The
+    whole test part in either (test_two_ddp_processes_test_like_one's) is one data set."""
+    limited = [*JOB, "trainer.limit_test_batches=3"]
+    cfg = compose_train(tmp_path, [*limited, "trainer=cpu"])
+    single = train(cfg)
+    ddp_dir = tmp_path / "ddp"
+    proc = run_python(
+        "train.py",
+        *limited,
+        "trainer=ddp_cpu",
+        "train=false",
+        f"ckpt_path={Path(cfg.paths.output_dir) / single['checkpoint']}",
+        f"hydra.run.dir={ddp_dir}",
+        f"paths.data_dir={tmp_path / 'data'}",
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ddp = json.loads((ddp_dir / "metrics.json").read_text())
+    assert (single["test"]["num_instances"], ddp["test"]["num_instances"]) == (24, 31)
+    groups = group_runs(find_runs([Path(cfg.paths.output_dir), ddp_dir]), by=["model"])
+    assert sorted(g.data for g in groups) == ["synthetic", "synthetic processes=2"]

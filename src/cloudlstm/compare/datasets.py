@@ -4,8 +4,9 @@ are chosen, and on which ``--relative-to`` pairs a run with its baseline's.
 Two runs are of one data set where their tests scored the same forecast windows: the same
 data (its name, and the hash of its readings where both recorded one) and the same values
 of every ``data.*`` setting but those that change only what a model reads or how it
-trains (:data:`NOT_TEST_DATA`), and of ``trainer.limit_test_batches``. A setting that does
-nothing without another (:data:`ONLY_WITH`) counts only where that one is set.
+trains (:data:`NOT_TEST_DATA`), and of ``trainer.limit_test_batches``, with the processes
+that ran a test it limits (:data:`PROCESSES_KEY`). A setting that does nothing without
+another (:data:`ONLY_WITH`) counts only where that one is set.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from cloudlstm.compare.runs import Run
-from cloudlstm.compare.settings import VALUES_DIGEST_KEY, is_setting
+from cloudlstm.compare.settings import PROCESSES_KEY, VALUES_DIGEST_KEY, is_setting
 
 # The data's name (metrics.json's run.data): always part of the data set.
 DATA_KEY = "data"
@@ -22,6 +23,14 @@ DATA_KEY = "data"
 TEST_LIMIT_KEY = "trainer.limit_test_batches"
 # Its values that score every test window: the default, and a run that lacks the key.
 ALL_TEST_BATCHES = ("", "1.0")
+# The processes of a test as one process's, which names no data set: a run that records
+# none (:data:`PROCESSES_KEY`) counts as one, as compare took every run before it did.
+ONE_PROCESS = ("", "1")
+# Settings that change the test only where it scores a number or share of its batches:
+# under DDP Lightning applies the limit in each process, rounding a share down in each, so
+# ``limit_test_batches=3`` scores up to 6 batches in 2 processes and 0.5 of 41 windows in
+# batches of 8 scores 16 windows where one process scores 24 (docs/cluster.md).
+WITH_TEST_LIMIT = ("data.batch_size", PROCESSES_KEY)
 
 # The data.* settings that leave the scored windows as they are: test windows are cut with
 # their targets in the test part however far back their inputs reach
@@ -62,8 +71,8 @@ ONLY_WITH = {
 def is_data_set_key(key: str) -> bool:
     """Whether ``key`` may tell a run's data set (where it acts: :func:`tested_on`): the
     data's name and readings' hash, every ``data.*`` setting but :data:`NOT_TEST_DATA`,
-    and ``trainer.limit_test_batches``."""
-    if key in (DATA_KEY, VALUES_DIGEST_KEY, TEST_LIMIT_KEY):
+    ``trainer.limit_test_batches`` and the test's processes."""
+    if key in (DATA_KEY, VALUES_DIGEST_KEY, TEST_LIMIT_KEY, PROCESSES_KEY):
         return True
     return (
         key.startswith("data.")
@@ -76,19 +85,23 @@ def is_data_set_key(key: str) -> bool:
 def acts(key: str, value: Callable[[str], str]) -> bool:
     """Whether the setting ``key`` changes the test of a run whose values ``value`` gives:
     not ``data.test_fraction`` where ``data.split_times`` places the test part, nor a key of
-    :data:`ONLY_WITH` without its setting, nor ``data.batch_size`` but where the test scores
-    a number or share of its batches (``trainer.limit_test_batches``), which it counts."""
+    :data:`ONLY_WITH` without its setting, nor ``data.batch_size`` and the test's processes
+    but where the test scores a number or share of its batches (``trainer.limit_test_batches``),
+    which they count (:data:`WITH_TEST_LIMIT`)."""
     if key == "data.test_fraction":
         return not value("data.split_times.test")
-    if key == "data.batch_size":
+    if key in WITH_TEST_LIMIT:
         return value(TEST_LIMIT_KEY) not in ALL_TEST_BATCHES
     return key not in ONLY_WITH or bool(value(ONLY_WITH[key]))
 
 
 def _value(run: Run, key: str) -> str:
-    """``run``'s value of ``key`` (:meth:`Run.value`), empty for a test of all its batches."""
+    """``run``'s value of ``key`` (:meth:`Run.value`), empty for a test of all its batches
+    and for one process."""
     value = run.value(key)
-    return "" if key == TEST_LIMIT_KEY and value in ALL_TEST_BATCHES else value
+    if key == TEST_LIMIT_KEY and value in ALL_TEST_BATCHES:
+        return ""
+    return "" if key == PROCESSES_KEY and value in ONE_PROCESS else value
 
 
 def tested_on(run: Run) -> dict[str, str]:

@@ -14,6 +14,7 @@ import yaml
 from cloudlstm.compare.settings import (
     HOLDOUT_POINTS_KEY,
     HOLDOUT_SEED_KEY,
+    PROCESSES_KEY,
     SEED_KEY,
     VALUES_DIGEST_KEY,
     draws_points,
@@ -204,6 +205,8 @@ def load_run(path: Path) -> Run | None:
     data = results_of.section(results, "data")
     if digest := results_of.text(data, "values_digest", "data.values_digest"):
         keys[VALUES_DIGEST_KEY] = digest
+    if processes := _test_processes(results, config, results_of):
+        keys[PROCESSES_KEY] = processes
     if evaluated_run := results_of.text(results, "run_dir", "run_dir"):
         tested = _tested_config(results, results_of, path)
         keys[EVALUATION_KEY] = _evaluation(results, config, tested, results_of)
@@ -275,6 +278,44 @@ def _code(processes: Any) -> tuple[str, ...]:
         elif code.get("version"):
             labels.append(f"cloudlstm {code['version']}")
     return tuple(labels)
+
+
+def _test_processes(
+    results: dict[str, Any], config: dict[str, Any], results_of: _Results
+) -> int | None:
+    """How many processes ran the test: the last of ``provenance``'s processes, the one that
+    tested (train.py's, or eval.py's own), where it records them (runs since they are);
+    else what the flattened ``config`` names (:func:`_configured_processes`)."""
+    processes = results.get("provenance")
+    last = processes[-1] if isinstance(processes, list) and processes else None
+    machine = last.get("machine") if isinstance(last, dict) else None
+    if isinstance(machine, dict) and machine.get("processes") is not None:
+        count = machine["processes"]
+        if not _is_count(count):
+            where = f"provenance[{len(processes) - 1}].machine.processes"
+            raise results_of.refuse(where, count, "a count of 1 or more")
+        return count
+    return _configured_processes(config)
+
+
+def _configured_processes(config: dict[str, Any]) -> int | None:
+    """``trainer.devices`` x ``trainer.num_nodes`` of a flattened run ``config``, the devices
+    counted as Lightning counts them (a list or ``"0,1"``: its length, ``"2"``: two). None
+    where they name no count: ``auto`` and -1 took every device of the machine that ran
+    it, which the config does not say, and a run without a config says nothing."""
+    devices = config.get("trainer.devices")
+    if isinstance(devices, str) and "," in devices:  # those devices
+        devices = [device for device in devices.split(",") if device.strip()]
+    elif isinstance(devices, str) and devices.strip().isdigit():
+        devices = int(devices)
+    count = len(devices) if isinstance(devices, list) else devices
+    nodes = config.get("trainer.num_nodes", 1)
+    return count * nodes if _is_count(count) and _is_count(nodes) else None
+
+
+def _is_count(value: Any) -> bool:
+    """A whole number of 1 or more (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _settings_changed(changes: Any) -> tuple[str, ...]:

@@ -28,6 +28,7 @@ NOT_SETTINGS = frozenset(
         "data.source.download",  # data=airq's, data.download in runs before the source node
         "trainer.enable_progress_bar", "trainer.enable_model_summary",
         "trainer.log_every_n_steps", "trainer.plugins",
+        "processes",  # PROCESSES_KEY: trainer.devices x num_nodes, themselves settings
         "callbacks.model_checkpoint.filename",
         *(f"model.{option}" for option in EXECUTION_OPTIONS),  # how, not what
     }
@@ -37,6 +38,13 @@ NOT_SETTINGS = frozenset(
 # their configs say (a data set's ``root`` is no setting: the same files may lie anywhere).
 # Runs from before it was recorded have none, and are taken to share any run's data.
 VALUES_DIGEST_KEY = "data.values_digest"
+
+
+# How many processes ran a run's test (metrics.json's ``provenance``, else its config's
+# ``trainer.devices`` x ``trainer.num_nodes``): under DDP Lightning applies
+# ``trainer.limit_test_batches`` in each, so it is part of a limited test's data set
+# (cloudlstm.compare.datasets). Empty where neither says.
+PROCESSES_KEY = "processes"
 
 
 def other_data(a: str, b: str) -> bool:
