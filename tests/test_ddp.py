@@ -131,6 +131,7 @@ import json, os, sys
 from pathlib import Path
 
 sys.path.insert(0, {root!r})
+import torch
 from cloudlstm.cli.evaluate import evaluate
 from cloudlstm.cli.train import train
 from cloudlstm.engine.ddp_launch import LAUNCH_VARIABLES
@@ -138,7 +139,9 @@ from tests.conftest import compose_train
 from tests.test_eval import compose_eval
 
 def launch():
-    return {{name: os.environ.get(name) for name in LAUNCH_VARIABLES}}
+    omp = os.environ.get("OMP_NUM_THREADS")
+    threads = {{"OMP_NUM_THREADS": omp, "threads": torch.get_num_threads()}}
+    return {{**{{name: os.environ.get(name) for name in LAUNCH_VARIABLES}}, **threads}}
 
 tmp = Path({tmp!r})
 seen = [launch()]
@@ -160,11 +163,16 @@ def test_a_job_after_a_ddp_training_in_the_same_python_runs_as_one_process(tmp_p
     process's variables are as they were before the training, a launcher's (process 1's
     WORLD_SIZE, which Lightning's teardown removed) too."""
     script = tmp_path / "one_python.py"
-    job = [*JOB, "trainer=ddp_cpu"]
+    # torch's own thread count, which Lightning's DDP lowers to a share of the cores
+    job = [*JOB, "trainer=ddp_cpu", "torch_threads=null"]
     script.write_text(ONE_PYTHON.format(root=str(ROOT), tmp=str(tmp_path), job=job))
+    # neither a thread count given, nor the share of the cores tests.conftest gives xdist's
+    # workers (the script imports it)
+    given = ("OMP_NUM_THREADS", "PYTEST_XDIST_WORKER_COUNT")
+    env = {k: v for k, v in subprocess_env().items() if k not in given}
     proc = subprocess.run(
         [sys.executable, str(script)],
-        cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     first, *later = json.loads((tmp_path / "process0.json").read_text())

@@ -1,5 +1,5 @@
 """What a DDP run leaves in process 0, taken back once its job ends: the launch's
-environment variables and the process group.
+environment variables, the process group and the share of the cores given to torch.
 
 With ``strategy=ddp`` on one node (``trainer=ddp_cpu``), Lightning's process 0 sets
 ``MASTER_ADDR``, ``MASTER_PORT``, ``NODE_RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` in its own
@@ -21,6 +21,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import torch
 import torch.distributed as dist
 
 from cloudlstm.errors import process_lost
@@ -40,6 +41,7 @@ def ddp_launch_undone() -> Iterator[None]:
     A group that an outside launcher's processes share (torchrun, SLURM) stays, as in
     Lightning: the next job of a sweep in those processes goes on in it."""
     before = {name: os.environ.get(name) for name in LAUNCH_VARIABLES}
+    omp_threads, threads = os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads()
     try:
         yield
     except RuntimeError as err:
@@ -53,6 +55,11 @@ def ddp_launch_undone() -> Iterator[None]:
         started_others = before["LOCAL_RANK"] is None and "LOCAL_RANK" in os.environ
         if started_others and dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
+        if omp_threads is None and "OMP_NUM_THREADS" in os.environ:
+            # Lightning's DDP set it, and torch's threads, to a share of the cores: the next
+            # job of this Python, in one process, would run on that share
+            del os.environ["OMP_NUM_THREADS"]
+            torch.set_num_threads(threads)
         for name, value in before.items():
             if value is None:
                 os.environ.pop(name, None)
