@@ -64,17 +64,7 @@ def test_two_ddp_processes_test_like_one(tmp_path):
     ddp_dir = tmp_path / "ddp"
     # metrics.json names the checkpoint relative to its run directory
     tested = Path(cfg.paths.output_dir) / single["checkpoint"]
-    proc = run_python(
-        "train.py",
-        *JOB,
-        "trainer=ddp_cpu",
-        "train=false",
-        f"ckpt_path={tested}",
-        f"hydra.run.dir={ddp_dir}",
-        f"paths.data_dir={tmp_path / 'data'}",
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = ddp_test_of(JOB, tested, ddp_dir, tmp_path / "data")
     # every rank logs the same gathered test results: no line per number asking to reduce them
     assert "sync_dist=True" not in proc.stdout + proc.stderr
 
@@ -121,6 +111,24 @@ def test_a_ddp_run_s_own_test_is_its_evaluation_in_one_process(tmp_path):
     ):
         np.testing.assert_array_equal(one["target"], two["target"])
         np.testing.assert_allclose(one["prediction"], two["prediction"], rtol=1e-6, atol=1e-6)
+
+
+def ddp_test_of(
+    job: list[str], checkpoint: Path, run_dir: Path, data_dir: Path
+) -> subprocess.CompletedProcess:
+    """``train.py train=false`` of ``checkpoint`` under ``trainer=ddp_cpu`` into ``run_dir``."""
+    proc = run_python(
+        "train.py",
+        *job,
+        "trainer=ddp_cpu",
+        "train=false",
+        f"ckpt_path={checkpoint}",
+        f"hydra.run.dir={run_dir}",
+        f"paths.data_dir={data_dir}",
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
 
 
 # A DDP training, then an evaluation of its run in the same Python, as a notebook or a
@@ -209,17 +217,8 @@ def test_compare_tells_a_test_limit_in_two_processes_from_the_same_in_one(tmp_pa
     cfg = compose_train(tmp_path, [*limited, "trainer=cpu"])
     single = train(cfg)
     ddp_dir = tmp_path / "ddp"
-    proc = run_python(
-        "train.py",
-        *limited,
-        "trainer=ddp_cpu",
-        "train=false",
-        f"ckpt_path={Path(cfg.paths.output_dir) / single['checkpoint']}",
-        f"hydra.run.dir={ddp_dir}",
-        f"paths.data_dir={tmp_path / 'data'}",
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    tested = Path(cfg.paths.output_dir) / single["checkpoint"]
+    ddp_test_of(limited, tested, ddp_dir, tmp_path / "data")
     ddp = json.loads((ddp_dir / "metrics.json").read_text())
     assert (single["test"]["num_instances"], ddp["test"]["num_instances"]) == (24, 31)
     groups = group_runs(find_runs([Path(cfg.paths.output_dir), ddp_dir]), by=["model"])
