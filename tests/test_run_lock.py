@@ -50,6 +50,24 @@ def test_a_second_lock_is_refused_in_one_line_naming_the_holder(tmp_path):
     assert (tmp_path / LOCK_NAME).read_text() == ""
 
 
+def test_a_released_lock_is_free_while_a_process_forked_during_the_run_lives(tmp_path):
+    """A child forked while the lock was held shares its open file: closing the file left
+    the flock with the child, and the next run of the directory was refused."""
+    lock = RunLock(tmp_path)
+    lock.acquire()
+    child = os.fork()
+    if child == 0:  # a worker that outlives the run's end a while
+        time.sleep(30)
+        os._exit(0)
+    try:
+        lock.release()
+        with run_dir_lock(tmp_path):
+            assert json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == os.getpid()
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+
+
 def test_a_lock_left_on_this_host_is_taken_over(tmp_path, caplog):
     leave_lock(tmp_path, host=socket.gethostname(), pid=dead_pid())
     with run_dir_lock(tmp_path):

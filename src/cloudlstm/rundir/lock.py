@@ -152,6 +152,11 @@ class RunLock:
             self._heartbeat.join()
         with contextlib.suppress(OSError):
             os.ftruncate(self._fd, 0)
+        # unlocked, not only closed: a process forked during the run (by torch, a logger)
+        # shares the open file, and its flock, until it ends; closing ours left the
+        # directory held, with no description, after the run had finished
+        with contextlib.suppress(OSError):
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
         os.close(self._fd)
         self._fd = None
 
