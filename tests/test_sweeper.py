@@ -18,12 +18,12 @@ from tests.conftest import PYTHON, ROOT, TINY, one_line, subprocess_env
 QUIET = ["logger=csv", "report.figures=false", "torch_threads=1", "trainer.max_epochs=1"]
 
 
-def sweep(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def sweep(tmp_path: Path, *args: str, launcher: str = "joblib") -> subprocess.CompletedProcess:
     base = [a for a in TINY if not a.startswith("trainer.max_epochs")]
+    parallel = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"] if launcher == "joblib" else []
     cmd = [
-        *PYTHON, "train.py", "-m", *base, *QUIET, "hydra/launcher=joblib",
-        "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={tmp_path / 'sweep'}",
-        f"paths.data_dir={tmp_path / 'data'}", *args,
+        *PYTHON, "train.py", "-m", *base, *QUIET, *parallel,
+        f"hydra.sweep.dir={tmp_path / 'sweep'}", f"paths.data_dir={tmp_path / 'data'}", *args,
     ]  # fmt: skip
     env = subprocess_env()
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -50,6 +50,30 @@ def test_every_failed_job_of_a_joblib_sweep_is_named_and_the_finished_one_compar
         "Each job's settings were refused as given: mend what its line names (the same "
         "command would be refused again)."
     ), "a learning rate below 0 is refused again by the same command"
+
+
+@pytest.mark.parametrize(
+    "launcher",
+    ["basic", pytest.param("joblib", marks=pytest.mark.slow)],  # joblib: two processes, ~35 s
+)
+def test_one_failed_job_of_a_sweep_is_named_with_its_log_after_the_comparison(tmp_path, launcher):
+    """Hydra's line of the one failed job listed its every override, not which job it was
+    nor where its log is."""
+    done = sweep(tmp_path, "optimizer.lr=1e-3,-1", launcher=launcher)
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out[-3000:]
+    assert "Traceback" not in out and "Error executing job" not in out
+    assert "| cloudlstm | synthetic | 1 |" in done.stdout, "the finished job's comparison"
+    log = tmp_path / "sweep" / "1" / "train.log"
+    error = "optimizer (AdamW): Invalid learning rate: -1. Set a valid value of that optimizer"
+    assert done.stderr.splitlines()[-3:] == [
+        "1 of 2 jobs of the sweep failed:",
+        f"  job 1 (optimizer.lr=-1): {error}.* key (optimizer.lr > 0, weight_decay >= 0, "
+        f"betas in [0, 1)); log {log}",
+        "Each job's settings were refused as given: mend what its line names (the same "
+        "command would be refused again).",
+    ]
+    assert error in log.read_text().splitlines()[-1]
 
 
 def test_the_log_a_failed_job_is_named_with_holds_its_error(tmp_path):
@@ -79,10 +103,15 @@ def job_return(num: int, overrides: list[str], error: BaseException) -> JobRetur
     )  # fmt: skip
 
 
-def test_one_failure_is_its_own_error_and_a_bug_keeps_its_traceback(caplog):
+def test_a_one_job_sweep_fails_with_its_own_error_and_a_bug_keeps_its_traceback(caplog):
     launched = [["model.k=2", "seed=0"], ["model.k=3", "seed=0"]]
     alone = UserError("model.k=3 is not a number of neighbours")
-    assert _failure([(job_return(1, launched[1], alone), alone)], launched, "/s") is alone
+    assert _failure([(job_return(0, launched[1], alone), alone)], launched[1:], "/s") is alone
+    one_of_two = _failure([(job_return(1, launched[1], alone), alone)], launched, "/s")
+    assert str(one_of_two).splitlines()[:2] == [
+        "1 of 2 jobs of the sweep failed:",
+        "  job 1 (model.k=3): model.k=3 is not a number of neighbours; run dir /r/1 (no log)",
+    ]
 
     bug = RuntimeError("index out of range\nmore")
     failed = [(job_return(0, launched[0], alone), alone), (job_return(1, launched[1], bug), bug)]

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 # joblib's hints for choosing a backend (joblib.Parallel's prefer and require)
 JOBLIB_HINTS = {"prefer": ("processes", "threads"), "require": ("sharedmem",)}
+# Hydra's format of a job's log file (hydra/job_logging/default.yaml, "simple")
+_LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
 
 class UnfinishedJobsError(UserError):
@@ -78,27 +80,74 @@ def first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
+def refused_as_given(errors: Sequence[BaseException | None]) -> bool:
+    """Whether each of ``errors`` is a refusal of its job's settings that the same command
+    would meet again (:attr:`~cloudlstm.errors.UserError.rerun_may_pass`)."""
+    return bool(errors) and all(
+        isinstance(err, UserError) and not err.rerun_may_pass for err in errors
+    )
+
+
 def unfinished_report(
     lines: Sequence[str],
     total: int,
     sweep_dir: str,
     what: str,
     errors: Sequence[BaseException | None] = (),
+    again: str | None = None,
 ) -> str:
-    """``<n> of <total> jobs of the sweep <what>:``, a line per job, and how to run them
-    again: the same command, unless each job's ``errors`` is a refusal of its settings that
-    a rerun would meet again (:attr:`~cloudlstm.errors.UserError.rerun_may_pass`)."""
-    refused_as_given = bool(errors) and all(
-        isinstance(err, UserError) and not err.rerun_may_pass for err in errors
+    """``<n> of <total> jobs of the sweep <what>:``, a line per job, and how to go on:
+    ``again``, or by default how to run them again: the same command, unless each job's
+    ``errors`` is a refusal of its settings that a rerun would meet again
+    (:func:`refused_as_given`)."""
+    if again is None:
+        again = (
+            "Each job's settings were refused as given: mend what its line names (the same "
+            "command would be refused again)."
+            if refused_as_given(errors)
+            else f"Start the same command with hydra.sweep.dir={sweep_dir} to run them again "
+            "(finished jobs return their results at once)."
+        )
+    jobs = "\n  ".join(lines)
+    return f"{len(lines)} of {total} jobs of the sweep {what}:\n  {jobs}\n{again}"
+
+
+def failed_jobs_ending(report: str, errors: Sequence[BaseException]) -> BaseException:
+    """What a sweep whose jobs failed with ``errors`` raises, once the finished jobs are
+    compared: a UserError that is ``report`` (a line per failed job); or, where an error is
+    no UserError (a bug), that error itself, for its traceback, after ``report`` is logged."""
+    bugs = [error for error in errors if not isinstance(error, UserError)]
+    if bugs:
+        log.error(report)
+        return bugs[0]
+    return UserError(report)
+
+
+def job_log(path: Path) -> str:
+    """Where a sweep's report sends the reader for a job's error: its log ``path``
+    (``<run dir>/<task name>.log``), or its run directory where the job wrote no log (it
+    failed before its logging began)."""
+    return f"log {path}" if path.is_file() else f"run dir {path.parent} (no log)"
+
+
+def error_into_log(path: Path, error: BaseException, logger: str) -> None:
+    """Append the error a job failed with to its log ``path``, which the sweep's report
+    names, as a record of ``logger``: Hydra keeps a job's exception and logs nothing of it,
+    so the log lacked the one line the report points to it for (empty, for a job refused
+    before it logged). A bug's record holds its traceback."""
+    if not path.is_file():
+        return
+    record = logging.makeLogRecord(
+        {"name": logger, "levelno": logging.ERROR, "levelname": "ERROR", "msg": str(error)}
     )
-    again = (
-        "\nEach job's settings were refused as given: mend what its line names (the same "
-        "command would be refused again)."
-        if refused_as_given
-        else f"\nStart the same command with hydra.sweep.dir={sweep_dir} to run them again "
-        "(finished jobs return their results at once)."
-    )
-    return f"{len(lines)} of {total} jobs of the sweep {what}:\n  " + "\n  ".join(lines) + again
+    if not isinstance(error, UserError):
+        record.exc_info = (type(error), error, error.__traceback__)
+    text = logging.Formatter(_LOG_FORMAT).format(record)
+    try:
+        with path.open("a", encoding="utf-8") as file:
+            file.write(f"{text}\n")
+    except OSError:  # a full disk: the report still names the error
+        pass
 
 
 def pool_break_cause(error: BaseException, stopped_by: str | None) -> str | None:

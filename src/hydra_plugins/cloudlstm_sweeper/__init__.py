@@ -9,10 +9,10 @@ default of ``conf/hydra/default.yaml``) lets every batch of jobs run to its end,
 * prints the comparison of the finished jobs (the ``on_multirun_end`` callbacks, which
   Hydra skips after a failure), also where the SLURM launcher reports failed jobs itself
   (:class:`~cloudlstm.cli.sweep_jobs.UnfinishedJobsError`),
-* and fails: with a single failed job's own error, as before; with several, a line per
-  failed job (what tells it apart from the others, its error's first line, its log) and
-  how to run them again, as the SLURM launcher reports its jobs. A failure that is no
-  :class:`~cloudlstm.errors.UserError` is a bug: it is raised with its traceback, after
+* and fails with a line per failed job (what tells it apart from the others, its error's
+  first line, its log) and how to run them again, as the SLURM launcher reports its jobs;
+  a sweep of one job with that job's own error, as the job alone would. A failure that is
+  no :class:`~cloudlstm.errors.UserError` is a bug: it is raised with its traceback, after
   that report is logged.
 
 Before anything runs, the joblib launcher's settings are checked (``n_jobs=0``, an unknown
@@ -53,7 +53,10 @@ from cloudlstm.cli.sweep_jobs import (
     UnfinishedJobsError,
     broken_pool_ending,
     check_joblib_launcher,
+    error_into_log,
+    failed_jobs_ending,
     first_line,
+    job_log,
     own_overrides,
     shared_overrides,
     unfinished_report,
@@ -67,8 +70,6 @@ log = logging.getLogger(__name__)
 
 # the interpolations of a subdir that every job resolves, each to a directory of its own
 _JOB_NUMBER = {"hydra.job.num", "hydra.job.id"}
-# Hydra's format of a job's log file (hydra/job_logging/default.yaml, "simple")
-_LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
 
 class ReportingSweeper(BasicSweeper):
@@ -280,7 +281,9 @@ class _FailureRecorder(Launcher):
         for result in results:
             if result.status == JobStatus.FAILED:
                 self.failed.append((result, result._return_value))  # the job's exception
-                _error_into_log(result, result._return_value)
+                path = _log_path(result)
+                if path is not None:
+                    error_into_log(path, result._return_value, __name__)
                 # the sweeper reads every result's value and stops at a failed one's
                 result.status, result.return_value = JobStatus.COMPLETED, None
         return results
@@ -289,10 +292,12 @@ class _FailureRecorder(Launcher):
 def _failure(
     failed: list[tuple[JobReturn, BaseException]], launched: list[Sequence[str]], sweep_dir: str
 ) -> BaseException:
-    """What the sweep raises: the one failure itself (after Hydra's line naming its
-    overrides), or a UserError naming each failed job."""
+    """What the sweep raises: a UserError naming each failed job and its log
+    (:func:`~cloudlstm.cli.sweep_jobs.failed_jobs_ending`: a bug itself); in a sweep of one
+    job, that job's failure itself (after Hydra's line naming its overrides), as it would
+    be alone: there are no other jobs to tell it from."""
     errors = [error for _, error in failed]
-    if len(failed) == 1:
+    if len(launched) == 1:
         sys.stderr.write(f"Error executing job with overrides: {failed[0][0].overrides}\n")
         return errors[0]
     shared = shared_overrides(launched)
@@ -302,11 +307,7 @@ def _failure(
         for job, error in failed
     ]
     report = unfinished_report(lines, len(launched), sweep_dir, "failed", errors)
-    bugs = [error for error in errors if not isinstance(error, UserError)]
-    if bugs:
-        log.error(report)
-        return bugs[0]
-    return UserError(report)
+    return failed_jobs_ending(report, errors)
 
 
 def _stopped(
@@ -327,26 +328,6 @@ def _stopped(
     return unfinished_report(lines, len(launched), sweep_dir, what)
 
 
-def _error_into_log(job: JobReturn, error: BaseException) -> None:
-    """Append the error a job failed with to its log, which the sweep's report names:
-    Hydra keeps a job's exception and logs nothing of it, so the log lacked the one line
-    the report points to it for (empty, for a job refused before it logged)."""
-    path = _log_path(job)
-    if path is None or not path.is_file():
-        return
-    record = logging.makeLogRecord(
-        {"name": __name__, "levelno": logging.ERROR, "levelname": "ERROR", "msg": str(error)}
-    )
-    if not isinstance(error, UserError):  # a bug: its traceback
-        record.exc_info = (type(error), error, error.__traceback__)
-    text = logging.Formatter(_LOG_FORMAT).format(record)
-    try:
-        with path.open("a", encoding="utf-8") as file:
-            file.write(f"{text}\n")
-    except OSError:  # a full disk: the report still names the error
-        pass
-
-
 def _job_num(job: JobReturn) -> str:
     return str(job.hydra_cfg.hydra.job.num) if job.hydra_cfg is not None else "?"
 
@@ -365,4 +346,4 @@ def _log(job: JobReturn) -> str:
     path = _log_path(job)
     if path is None:
         return f"run dir {job.working_dir or '?'}"
-    return f"log {path}" if path.is_file() else f"run dir {path.parent} (no log)"
+    return job_log(path)
