@@ -614,6 +614,88 @@ def test_a_search_ended_by_a_failed_trial_rewrites_its_results_first(tmp_path):
     assert results["no_best"] == "No trial of study hparams_search completed."
 
 
+def test_a_search_its_failed_trials_end_compares_the_finished_one_and_names_each(tmp_path):
+    """The search ended with the first failed trial's error alone, and without the
+    comparison of its finished trials, which Hydra prints only after a search that ended
+    well. The sampler's seed draws trials 0 and 1 with the refused learning rate."""
+    sweep = tmp_path / "sweep"
+    proc = train_py(
+        tmp_path, "-m", *ONE_EPOCH, "hydra/sweeper=optuna", "hydra.sweeper.sampler.seed=6",
+        "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=3", "optimizer.lr=choice(-1,0.001)",
+        f"hydra.sweep.dir={sweep}",
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "Traceback" not in out and "Error executing job" not in out
+    assert "| cloudlstm | synthetic | 1 |" in proc.stdout, "trial 2's comparison"
+    error = (
+        "optimizer (AdamW): Invalid learning rate: -1. Set a valid value of that optimizer.* "
+        "key (optimizer.lr > 0, weight_decay >= 0, betas in [0, 1))"
+    )
+    assert proc.stderr.splitlines()[-4:] == [
+        "2 of 3 jobs of the sweep failed, which ended the search "
+        "(hydra.sweeper.max_failure_rate=0: the share of a batch that may fail):",
+        f"  trial 0 (job 0: optimizer.lr=-1): {error}; log {sweep / '0' / 'train.log'}",
+        f"  trial 1 (job 1: optimizer.lr=-1): {error}; log {sweep / '1' / 'train.log'}",
+        "Each trial's settings were refused as given: mend what its line names (in the search "
+        "space or the command) and search again in another hydra.sweep.dir, or let the search "
+        "go on past such trials with a higher hydra.sweeper.max_failure_rate (the share of a "
+        "batch that may fail).",
+    ]
+    for job in (0, 1):
+        assert error in (sweep / str(job) / "train.log").read_text().splitlines()[-1]
+    assert [t.state for t in load(sweep).get_trials()] == [TrialState.FAIL] * 2 + [
+        TrialState.COMPLETE
+    ]
+
+
+def test_failed_trials_that_rerun_may_pass_are_named_and_a_bug_keeps_its_traceback(
+    tmp_path, caplog
+):
+    """The report of failed trials names each with its parameters, error and log; a trial
+    whose objective was no number is one of them; where one failed of a bug, the report is
+    logged and the bug raised (its traceback); else the same command goes on."""
+    from hydra.core.utils import JobReturn, JobStatus
+    from omegaconf import OmegaConf
+
+    from cloudlstm.errors import OutOfSpaceError, UserError
+    from hydra_plugins.cloudlstm_optuna._search import Job, OptunaSearch
+
+    search = OptunaSearch({})
+    search.config = OmegaConf.create({"task_name": "train"})
+    search.sweep_dir, search.n_trials, search.max_failure_rate = tmp_path, 8, 0.25
+    (tmp_path / "0").mkdir()
+    (tmp_path / "0" / "train.log").write_text("[..][INFO] - training\n")
+    full, no_number, bug = JobReturn(), JobReturn(), JobReturn()
+    full.status, full.return_value = JobStatus.FAILED, OutOfSpaceError("no room in /r")
+    no_number.status, no_number.return_value = JobStatus.COMPLETED, None
+    bug.status, bug.return_value = JobStatus.FAILED, IndexError("index 3\nout of range")
+    runs = [(Job(4, 0, {"model.k": 3}), full), (Job(5, 1, {"model.k": 6, "x": 0.5}), no_number)]
+    for job, ret in runs:
+        search._record_failure(job, ret)
+    search.launched = 4
+    ending = search._failure()
+    assert isinstance(ending, UserError)
+    assert str(ending).splitlines() == [
+        "2 of 4 jobs of the sweep failed, which ended the search "
+        "(hydra.sweeper.max_failure_rate=0.25: the share of a batch that may fail):",
+        f"  trial 4 (job 0: model.k=3): no room in /r; log {tmp_path / '0' / 'train.log'}",
+        "  trial 5 (job 1: model.k=6 x=0.5): returned None as its objective, not a number: "
+        "optimized_metric must name a validation metric of a run that validates; run dir "
+        f"{tmp_path / '1'} (no log)",
+        f"Start the same command with hydra.sweep.dir={tmp_path} to go on with the search (its "
+        "failed trials count towards n_trials=8).",
+    ]
+    assert "][ERROR] - no room in /r" in (tmp_path / "0" / "train.log").read_text()
+    search._record_failure(Job(6, 2, {"model.k": 9}), bug)
+    search.launched = 6
+    assert search._failure() is bug._return_value
+    (logged,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert logged.splitlines()[3] == "  trial 6 (job 2: model.k=9): index 3; run dir " + (
+        f"{tmp_path / '2'} (no log)"
+    )
+
+
 def test_a_trial_whose_job_a_signal_stopped_stays_running_and_others_are_told(tmp_path):
     """A job stopped by SIGTERM (RunInterrupted) leaves its trial RUNNING, as a killed one,
     for the same command to continue from its checkpoint; a job that failed otherwise is

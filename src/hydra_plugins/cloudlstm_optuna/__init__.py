@@ -17,6 +17,11 @@ grammar (``choice``, ``range``, ``interval``, ``tag(log, ...)``); and:
   direction;
 * ``pruner``: the jobs report their validation metric to their trial through the storage
   and stop early when pruned (:mod:`cloudlstm.engine.pruning`); such trials are recorded PRUNED.
+* a batch of which more than ``max_failure_rate`` failed ends the search as the default
+  sweeper ends a failed sweep: the comparison of the finished trials (the
+  ``on_multirun_end`` callbacks, which Hydra calls only after a search that ended well),
+  then a line per failed trial (its parameters, error and log) and a non-zero exit; a
+  bug keeps its traceback;
 * a trial whose job SIGTERM or Ctrl-C stopped stays RUNNING, for the same command to
   continue; with ``hydra/launcher=joblib`` the signal to the search is passed on to its
   running trials, as in the default sweeper (:mod:`cloudlstm.rundir.sweep_sigterm`), and the

@@ -35,7 +35,16 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
-from cloudlstm.cli.sweep_jobs import broken_pool_ending, check_joblib_launcher, first_line
+from cloudlstm.cli.sweep_jobs import (
+    broken_pool_ending,
+    check_joblib_launcher,
+    error_into_log,
+    failed_jobs_ending,
+    first_line,
+    job_log,
+    refused_as_given,
+    unfinished_report,
+)
 from cloudlstm.cli.sweep_values import sweep_values
 from cloudlstm.engine.declared_metrics import monitor_mode
 from cloudlstm.engine.objective import check_search_objective
@@ -95,6 +104,9 @@ class OptunaSearch(Sweeper):
         self.launcher: Launcher | None = None
         self.stop: PassSigtermOn | None = None
         self.interrupted: list[tuple[Job, RunInterrupted]] = []  # trials left RUNNING
+        self.failed: list[tuple[Job, BaseException]] = []  # this command's failed trials
+        self.launched = 0  # jobs this command launched
+        self.failures_end_it = False  # a batch failed more than max_failure_rate
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
@@ -161,15 +173,63 @@ class OptunaSearch(Sweeper):
         try:
             with joblib_sweep_stop(self.sweep_dir, self.launcher) as self.stop:
                 self._continue_unfinished(study)
-                while not self._stopped() and (to_go := self.n_trials - _n_counted(study)) > 0:
+                while not self._over() and (to_go := self.n_trials - _n_counted(study)) > 0:
                     self._run(study, [self._ask(study) for _ in range(min(self.n_jobs, to_go))])
-        except BaseException:  # a failed trial ends the search: its results still count it
+        except (Exception, SystemExit):  # SLURM's failed jobs, a broken pool: as below
+            self._write_results_before_failing(study)
+            self._compare()
+            raise
+        except BaseException:  # Ctrl-C here (the basic launcher): no comparison to wait for
             self._write_results_before_failing(study)
             raise
         self._write_results(study)
         if self._stopped():
+            self._compare()
             log.error(self._stopped_report())
             raise SystemExit(self.stop.exit_code)
+        if self.failures_end_it:
+            self._compare()
+            raise self._failure()
+
+    def _over(self) -> bool:
+        """No further batch: the search got a signal, or a batch failed."""
+        return self._stopped() or self.failures_end_it
+
+    def _compare(self) -> None:
+        """The comparison of the finished trials (the ``on_multirun_end`` callbacks, which
+        Hydra calls only after a search that ended well), once this command launched any:
+        a search refused before its first trial ends with its one line alone."""
+        if self.launched and self.hydra_context is not None:
+            self.hydra_context.callbacks.on_multirun_end(config=self.config)
+
+    def _failure(self) -> BaseException:
+        """What a search that failed trials ended raises: the error of a trial stopped by a
+        signal to this process (its exit status), or a line per failed trial
+        (:func:`~cloudlstm.cli.sweep_jobs.failed_jobs_ending`)."""
+        if self.interrupted:  # SIGTERM to a search whose trials run in it (the basic launcher)
+            return self.interrupted[0][1]
+        errors = [error for _, error in self.failed]
+        lines = [
+            f"trial {job.trial} (job {job.number}: {_params(job)}): "
+            f"{first_line(error).rstrip('.')}; {job_log(self._log_path(job))}"
+            for job, error in self.failed
+        ]
+        rate = f"hydra.sweeper.max_failure_rate={self.max_failure_rate:g}"
+        if refused_as_given(errors):
+            again = (
+                "Each trial's settings were refused as given: mend what its line names (in the "
+                "search space or the command) and search again in another hydra.sweep.dir, or "
+                "let the search go on past such trials with a higher "
+                "hydra.sweeper.max_failure_rate (the share of a batch that may fail)."
+            )
+        else:
+            again = (
+                f"Start the same command with hydra.sweep.dir={self.sweep_dir} to go on with "
+                f"the search (its failed trials count towards n_trials={self.n_trials})."
+            )
+        what = f"failed, which ended the search ({rate}: the share of a batch that may fail)"
+        report = unfinished_report(lines, self.launched, str(self.sweep_dir), what, again=again)
+        return failed_jobs_ending(report, errors)
 
     def _stopped(self) -> bool:
         """The search got SIGTERM or Ctrl-C (joblib's launcher): no further batch."""
@@ -312,7 +372,7 @@ class OptunaSearch(Sweeper):
                 len(jobs), ", ".join(str(j.trial) for j in jobs),
             )  # fmt: skip
         for start in range(0, len(jobs), self.n_jobs):
-            if self._stopped():
+            if self._over():
                 break
             self._run(study, jobs[start : start + self.n_jobs])
 
@@ -342,7 +402,8 @@ class OptunaSearch(Sweeper):
     def _run(self, study: optuna.Study, jobs: Sequence[Job]) -> None:
         """Launch ``jobs`` (one batch: one launcher call per run of consecutive job numbers,
         which is all of them but where a continued search runs scattered ones again) and
-        tell the study their results."""
+        tell the study their results. A batch of which more than ``max_failure_rate``
+        failed ends the search (:meth:`_over`)."""
         assert self.launcher is not None
         for run in _consecutive(jobs):
             overrides = [self._overrides(job) for job in run]
@@ -352,6 +413,7 @@ class OptunaSearch(Sweeper):
                 for job in run:
                     study.tell(job.trial, state=TrialState.FAIL)
                 raise
+            self.launched += len(run)
             try:
                 returns = self.launcher.launch(overrides, initial_job_idx=run[0].number)
             except BrokenProcessPool as error:  # its trials stay RUNNING: continued later
@@ -370,8 +432,13 @@ class OptunaSearch(Sweeper):
             ]
             if self._stopped():
                 return  # the stopped trials are reported as such, not as failures
+            interrupted = {job.trial for job, _ in self.interrupted}
+            for job, ret in failed:
+                if job.trial not in interrupted:
+                    self._record_failure(job, ret)
             if failed and len(failed) / len(run) > self.max_failure_rate:
-                _raise_failure(*failed[0], self._run_dir(failed[0][0]))
+                self.failures_end_it = True
+                return
 
     def _overrides(self, job: Job) -> list[str]:
         """The job's command line: fixed overrides, the trial's parameters, and (as
@@ -418,8 +485,25 @@ class OptunaSearch(Sweeper):
         log.log(level, "Trial %d (job %d): objective %s.", job.trial, job.number, value)
         return True
 
+    def _record_failure(self, job: Job, ret: JobReturn) -> None:
+        """Keep a failed trial's error for the report, and append it to the job's log, which
+        the report names (Hydra logs nothing of a job's exception)."""
+        error = ret._return_value if ret.status == JobStatus.FAILED else None
+        if not isinstance(error, BaseException):
+            error = UserError(
+                f"returned {ret.return_value!r} as its objective, not a number: "
+                "optimized_metric must name a validation metric of a run that validates."
+            )
+        self.failed.append((job, error))
+        error_into_log(self._log_path(job), error, __name__)
+
     def _run_dir(self, job: Job) -> Path:
         return self.sweep_dir / str(job.number)
+
+    def _log_path(self, job: Job) -> Path:
+        """The job's log file, ``<run dir>/<task name>.log``."""
+        assert self.config is not None
+        return self._run_dir(job) / f"{self.config.get('task_name', 'train')}.log"
 
     def _write_results_before_failing(self, study: optuna.Study) -> None:
         """:meth:`_write_results` as the search ends with an error: one that writing them
@@ -850,11 +934,6 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {lines[0] if lines else 'no message'}"
 
 
-def _raise_failure(job: Job, ret: JobReturn, run_dir: Path) -> None:
-    """End the sweep with the failed job's own error (``max_failure_rate`` exceeded)."""
-    if ret.status == JobStatus.FAILED:
-        ret.return_value  # noqa: B018 - JobReturn raises the job's exception
-    raise UserError(
-        f"trial {job.trial} (run dir {run_dir}) returned {ret.return_value!r} as its objective, "
-        "not a number: optimized_metric must name a validation metric of a run that validates."
-    )
+def _params(job: Job) -> str:
+    """A trial's sampled parameters as overrides: what tells its job apart."""
+    return " ".join(f"{key}={_format(value)}" for key, value in job.params.items())
