@@ -101,6 +101,23 @@ def test_an_evaluation_stopped_by_a_signal_says_so_with_its_status(
     assert not (out / "metrics.json").exists()
 
 
+def test_an_evaluation_stopped_in_its_test_names_an_earlier_metrics_json(cloud_run, tmp_path):
+    """In an earlier evaluation's folder (``hydra.run.dir=``): its metrics.json stays, and
+    the line said that the folder had none."""
+    out = tmp_path / "eval"
+    out.mkdir()
+    (out / "metrics.json").write_text('{"test": "an earlier evaluation"}\n')
+    stop = [f"+callbacks.stop._target_={SignalAtTest.__module__}.SignalAtTest"]
+    cfg = compose_eval(cloud_run, out, *stop, "+callbacks.stop.signum=15")
+    with pytest.raises(RunInterrupted) as err:
+        evaluate(cfg)
+    assert str(err.value) == (
+        f"Evaluation interrupted by SIGTERM: {out / 'metrics.json'} is an earlier "
+        "evaluation's, not replaced; the same command evaluates again."
+    )
+    assert metrics(out) == {"test": "an earlier evaluation"}
+
+
 def test_a_second_ctrl_c_during_an_evaluation_says_so_and_leaves_ctrl_c_working(
     cloud_run, tmp_path
 ):

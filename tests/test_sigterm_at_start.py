@@ -195,11 +195,36 @@ def test_sigterm_after_an_evaluation_wrote_its_results_says_they_are_there(csv_t
     proc = python_c(TERM_AFTER + RUN_SCRIPT, where, *eval_args(csv_trained, out))
     assert proc.returncode == EXIT_CODE, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
-    assert proc.stderr.endswith(
+    line = (
         "eval.py: stopped by SIGTERM after the evaluation had finished: "
-        f"{out / 'metrics.json'} holds its results.\n"
+        f"{out / 'metrics.json'} holds its results."
     )
+    assert proc.stderr.endswith(f"{line}\n")
+    assert (out / "eval.log").read_text().endswith(f"[ERROR] - {line}\n")
     assert json.loads((out / "metrics.json").read_text())["test"]
+
+
+def test_sigterm_before_an_evaluation_finished_leaves_an_earlier_one_and_logs_its_line(
+    csv_trained, tmp_path
+):
+    """Signalled with the data read, in an earlier evaluation's folder (``hydra.run.dir=``):
+    the line names the metrics.json there as that evaluation's, left as it was, where it
+    said only that none was written; and it goes into eval.log, with the evaluation's
+    other lines, where it reached stderr alone."""
+    out = tmp_path / "eval"
+    out.mkdir()
+    (out / "metrics.json").write_text('{"test": "an earlier evaluation"}\n')
+    where = "cloudlstm.cli.evaluate:assemble"
+    proc = python_c(TERM_AFTER + RUN_SCRIPT, where, *eval_args(csv_trained, out))
+    assert proc.returncode == EXIT_CODE, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    line = (
+        "eval.py: stopped by SIGTERM before the evaluation had finished, without replacing "
+        f"{out / 'metrics.json'}, an earlier evaluation's: run the same command again."
+    )
+    assert proc.stderr.endswith(f"{line}\n")
+    assert (out / "eval.log").read_text().endswith(f"[ERROR] - {line}\n")
+    assert json.loads((out / "metrics.json").read_text()) == {"test": "an earlier evaluation"}
 
 
 def test_sigterm_while_predict_py_loads_torch_is_one_line_and_143(csv_trained, tmp_path):

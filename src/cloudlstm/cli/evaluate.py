@@ -184,11 +184,19 @@ def _checkpoint(run: Path, ckpt: str) -> Path | None:
 
 
 def evaluation_stopped(trainer: L.Trainer, output_dir: Path) -> RunInterrupted:
-    """The line of an evaluation stopped by SIGTERM or Ctrl-C, logged, and its status."""
+    """The line of an evaluation stopped by SIGTERM or Ctrl-C in Lightning's test, logged,
+    and its status. This evaluation writes its metrics.json after the test: one there now
+    is an earlier evaluation's (``hydra.run.dir=`` of one), left as it was."""
     ctrl_c = stopped_by_ctrl_c(trainer)
+    metrics = output_dir / METRICS_FILE
+    state = (
+        f"{metrics} is an earlier evaluation's, not replaced"
+        if metrics.is_file()
+        else f"{output_dir} has no metrics.json"
+    )
     message = (
-        f"Evaluation interrupted by {'Ctrl-C' if ctrl_c else 'SIGTERM'}: {output_dir} has no "
-        "metrics.json; the same command evaluates again."
+        f"Evaluation interrupted by {'Ctrl-C' if ctrl_c else 'SIGTERM'}: {state}; the same "
+        "command evaluates again."
     )
     log.error(message)
     return RunInterrupted(message, CTRL_C_EXIT_CODE if ctrl_c else EXIT_CODE)
@@ -198,13 +206,19 @@ def evaluation_stop_line(output_dir: Path) -> Callable[[], str]:
     """What ``eval.py`` stopped by SIGTERM outside Lightning's test (reading the data,
     loading the checkpoint, drawing the figures, or once it has finished) says after
     ``<program>: ``, by whether it has written its ``metrics.json`` by then
-    (:func:`cloudlstm.cli.sigterm_at_start.stops_now_say`)."""
+    (:func:`cloudlstm.cli.sigterm_at_start.stops_now_say`). Made as the evaluation begins:
+    a metrics.json there then is an earlier evaluation's (``hydra.run.dir=`` of one)."""
     metrics = output_dir / METRICS_FILE
+    not_written = (
+        f"without replacing {metrics}, an earlier evaluation's"
+        if metrics.is_file()
+        else f"without writing {metrics}"
+    )
     return line_by_file(
         metrics,
         f"stopped by SIGTERM after the evaluation had finished: {metrics} holds its results.",
-        f"stopped by SIGTERM before the evaluation had finished, without writing {metrics}: "
-        "run the same command again.",
+        f"stopped by SIGTERM before the evaluation had finished, {not_written}: run the same "
+        "command again.",
     )
 
 

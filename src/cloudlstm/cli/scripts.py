@@ -92,7 +92,7 @@ def refuse_moved_keys(argv: list[str], keep: Collection[str] = ()) -> None:
 
 @reader_may_leave()
 @ctrl_c_is_a_stop()  # at any moment: checking the command, reading data, a second Ctrl-C
-@sigterm_is_a_stop(BEFORE_EVALUATING)  # but in Lightning's test (cli.evaluate)
+@sigterm_is_a_stop(BEFORE_EVALUATING, logged=True)  # but in Lightning's test (cli.evaluate)
 def evaluate() -> None:
     """``cloudlstm-eval run=<run dir> [ckpt=best|last|<path>] [key=value ...]``: test a
     trained run again."""

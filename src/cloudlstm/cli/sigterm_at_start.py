@@ -22,6 +22,7 @@ one) after its own; called that way, this one does nothing.
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import threading
@@ -34,6 +35,8 @@ from cloudlstm.cli.invoked import this_process
 from cloudlstm.rundir.stops import EXIT_CODE
 
 __all__ = ["Terminated", "a_job_begins", "line_by_file", "sigterm_is_a_stop", "stops_now_say"]
+
+log = logging.getLogger(__name__)
 
 # a stop's line, or what makes it as the stop comes (from the files there then)
 Line = str | Callable[[], str]
@@ -109,11 +112,24 @@ def _identity(path: Path) -> tuple[int, int, int] | None:
     return stat.st_dev, stat.st_ino, stat.st_mtime_ns
 
 
+def _into_log_files(text: str) -> None:
+    """``text`` as an error record into the log files of the root logger's handlers that
+    still exist (Hydra's ``<task_name>.log``, once its job has begun), not onto the console,
+    which has the line on stderr."""
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, text, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).is_file():
+            handler.handle(record)
+
+
 @contextmanager
-def sigterm_is_a_stop(first: Line = BEFORE_TRAINING) -> Iterator[None]:
+def sigterm_is_a_stop(first: Line = BEFORE_TRAINING, logged: bool = False) -> Iterator[None]:
     """Within the block (a program's whole run), SIGTERM raises :class:`Terminated`; one that
     leaves the block ends the program with ``<program>: <line>`` and status 143, the line
-    ``first`` until the program says another (:func:`stops_now_say`). A SIGTERM that the
+    ``first`` until the program says another (:func:`stops_now_say`). ``logged``: the line
+    goes into the job's log file too, where one is open (``eval.py``'s ``eval.log``: a run's
+    record of its evaluations; ``train.py`` logs its own stops, and its line after a sweep's
+    jobs is of the whole sweep, not of the job whose log is open last). A SIGTERM that the
     program was started to ignore, or handles otherwise (a sweep's worker notes it), is
     left as it is."""
     if threading.current_thread() is not threading.main_thread():
@@ -126,8 +142,10 @@ def sigterm_is_a_stop(first: Line = BEFORE_TRAINING) -> Iterator[None]:
     try:
         yield
     except Terminated:
-        line = _line() if callable(_line) else _line
-        sys.stderr.write(f"{this_process()}: {line}\n")
+        line = f"{this_process()}: {_line() if callable(_line) else _line}"
+        sys.stderr.write(f"{line}\n")
+        if logged:
+            _into_log_files(line)
         raise SystemExit(EXIT_CODE) from None
     finally:
         if signal.getsignal(signal.SIGTERM) is _raise_terminated:
