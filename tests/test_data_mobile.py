@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import compose_train, rebuilding_fails
+from conftest import compose_train, one_line, rebuilding_fails, run_python
 from hydra.utils import instantiate
 
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
@@ -278,3 +278,46 @@ def test_a_bad_cell_s_message_names_an_option_data_mobile_takes(tmp_path, caplog
     # the other reading options of data=points are there too
     for option in ("value_cols", "freq", "time_format", "time_unit", "moving", "covariate_cols"):
         assert option in warned.data.source
+
+
+def test_reading_options_without_a_file_are_refused_in_one_line(tmp_path):
+    """The generator reads none of a file's reading options: train.py ran on, without a word,
+    as if data.source.bad_values=warn or data.source.freq had been read."""
+    options = ["data.source.bad_values=warn", "data.source.freq=10min"]
+    proc = run_python("train.py", "data=mobile", *options, f"hydra.run.dir={tmp_path / 'run'}")
+    assert one_line(proc) == (
+        "data.source.bad_values=warn, data.source.freq=10min: data=mobile generates its "
+        "traffic here (data.source.path=null) and reads no file, so nothing would read them: "
+        "give your file (data.source.path=/path/to/traffic.csv), or leave them out."
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_generator_options_with_a_file_are_refused_in_one_line(tmp_path):
+    """A file's reader runs without the generator: its days were ignored without a word."""
+    path = traffic_file(tmp_path)
+    run = f"hydra.run.dir={tmp_path / 'run'}"
+    proc = run_python(
+        "train.py", "data=mobile", f"data.source.path={path}", "data.source.num_days=30", run
+    )
+    assert one_line(proc) == (
+        f"data.source.num_days=30: data=mobile reads your file here (data.source.path={path}), "
+        "so the generator that it would set does not run: leave it out, or generate the "
+        "traffic (data.source.path=null)."
+    )
+
+
+def test_options_at_their_defaults_or_read_are_not_refused(tmp_path):
+    """Only an option that the command sets to a value of its own is ignored: every option
+    is in the config, at conf/data/mobile.yaml's value, whichever source runs."""
+    from conftest import build_datamodule
+
+    small = ["data=mobile", "data.source.num_antennas=8", "data.source.num_days=2"]
+    typed = compose_train(tmp_path / "gen", [*small, "data.source.bad_values=error"])
+    dm, _ = build_datamodule(typed, tmp_path / "gen")
+    assert isinstance(dm.source, SyntheticMobileTraffic)
+    path = traffic_file(tmp_path)
+    job = ["data=mobile", f"data.source.path={path}", "data.input_steps=4"]
+    read = compose_train(tmp_path / "file", [*job, "data.output_steps=2", "data.source.seed=0"])
+    dm, _ = build_datamodule(read, tmp_path / "file")
+    assert isinstance(dm.source, LongFormatSource)

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from cloudlstm.assembly.batch_limits import processes
 from cloudlstm.assembly.compile import compile_for_run
 from cloudlstm.assembly.config import instantiate_group, user_errors_unwrapped
+from cloudlstm.assembly.source_options import check_read_source_options
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.declared_metrics import monitor_mode
 from cloudlstm.engine.host_memory import keep_freed_memory, keeps_freed_memory
@@ -125,7 +126,9 @@ def instantiate_datamodule(cfg: DictConfig) -> L.LightningDataModule:
     :func:`~cloudlstm.rundir.old_configs.current_config`) and is not changed.
 
     Raises:
-        UserError: a mandatory data key (e.g. ``data.source.path``) is missing.
+        UserError: a mandatory data key (e.g. ``data.source.path``) is missing, or the
+            command sets a source option that the source does not read
+            (:func:`~cloudlstm.assembly.source_options.check_read_source_options`).
     """
     missing = sorted(OmegaConf.missing_keys(cfg.data))
     if missing:  # e.g. data=points without data.source.path: say so, not a Hydra traceback
@@ -134,6 +137,7 @@ def instantiate_datamodule(cfg: DictConfig) -> L.LightningDataModule:
             f"The data config needs {', '.join(missing)}; give it on the command line: "
             f"`python train.py <data=...> {example}` (e.g. data.source.path=/my/file.csv)."
         )
+    check_read_source_options(cfg.data)
     return instantiate(cfg.data)
 
 

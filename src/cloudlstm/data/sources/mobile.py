@@ -28,6 +28,7 @@ city at full size holds one day in memory, not the whole stream.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -528,6 +529,41 @@ def _apply_events(values: np.ndarray, first: int, pos: np.ndarray, events: list[
 
 
 # ---------------------------------------------------------------------- source of data=mobile
+# The options of data=mobile that one of its two sources alone reads: the generator's, and
+# a file's reading options (LongFormatSource's, but path, cache_dir, which both read, and
+# units, which mobile_traffic refuses itself without a file, whoever sets them).
+GENERATOR_OPTIONS = ("city", "num_antennas", "num_services", "num_days", "seed")
+READING_OPTIONS = tuple(
+    name
+    for name in inspect.signature(LongFormatSource.__init__).parameters
+    if name not in ("self", "path", "cache_dir", "units")
+)
+
+
+def unread_options(path: object, given: Sequence[str]) -> str | None:
+    """The refusal of data=mobile's options set as ``given`` (``data.source.<option>=<value>``
+    overrides of the command) that the source it builds does not read: with a file
+    (``path`` not None), the generator's options; without one, a file's reading options.
+    None where ``given`` sets none of them."""
+    ignored = READING_OPTIONS if path is None else GENERATOR_OPTIONS
+    named = [g for g in given if g.lstrip("+").partition("=")[0].rpartition(".")[2] in ignored]
+    if not named:
+        return None
+    them = "it" if len(named) == 1 else "them"
+    if path is None:
+        return (
+            f"{', '.join(named)}: data=mobile generates its traffic here "
+            "(data.source.path=null) and reads no file, so nothing would read "
+            f"{them}: give your file (data.source.path=/path/to/traffic.csv), or leave "
+            f"{them} out."
+        )
+    return (
+        f"{', '.join(named)}: data=mobile reads your file here (data.source.path={path}), "
+        f"so the generator that {them} would set does not run: leave {them} out, or "
+        "generate the traffic (data.source.path=null)."
+    )
+
+
 def mobile_traffic(
     path: str | os.PathLike | None = None,
     city: str = "city1",
@@ -547,7 +583,8 @@ def mobile_traffic(
             :class:`~cloudlstm.data.sources.long_format.LongFormatSource`; ``None`` = the
             generator.
         city, num_antennas, num_services, num_days, seed: the
-            :class:`SyntheticMobileTraffic` arguments (ignored with ``path``).
+            :class:`SyntheticMobileTraffic` arguments (not read with ``path``: the command
+            that sets one is refused, :mod:`cloudlstm.assembly.source_options`).
         cache_dir: where the generator caches its traffic, or the file's pivoted stream.
         units: the file's services' units, ``{service: unit}``, as
             :class:`~cloudlstm.data.sources.long_format.LongFormatSource` takes them (None:
@@ -555,7 +592,8 @@ def mobile_traffic(
         **reading: the file's other reading options (``time_col``, ``bad_values``,
             ``freq``, ...), as :class:`~cloudlstm.data.sources.long_format.LongFormatSource`
             takes them; ``data=mobile`` declares the same ones as ``data=points``, so every
-            option a reading message names can be set (used with ``path``).
+            option a reading message names can be set (read with ``path`` alone, as
+            ``city`` ... ``seed`` are read without it).
 
     Raises:
         UserError: ``units`` given without ``path``: the generated traffic has no unit,

@@ -1,0 +1,77 @@
+"""Options of a data source that the source it builds does not read, refused where the
+command sets them: ``data=mobile`` builds its generator without ``data.source.path`` and a
+file's reader with one (:func:`cloudlstm.data.sources.mobile.mobile_traffic`), and its
+config holds the options of both, so that either can be set. Each source read only those of
+its own and dropped the others without a word: ``data.source.bad_values=warn`` without a
+file, ``data.source.num_days=30`` with one, changed nothing.
+
+Only what the command sets (its overrides, a sweep's included) is refused, and only at a
+value other than the one ``conf/data/mobile.yaml`` gives: every option is in the config at
+that value, whichever source runs, and an experiment's generator settings
+(``experiment=paper/mobile``) are the experiment's, not the user's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf
+
+from cloudlstm.data.sources import mobile
+from cloudlstm.errors import UserError
+from cloudlstm.paths import config_dir
+
+MOBILE_TARGET = f"{mobile.__name__}.{mobile.mobile_traffic.__name__}"
+SOURCE = "data.source."
+
+
+def check_read_source_options(data: DictConfig) -> None:
+    """Refuse the options of ``data.source`` that the command sets and its source does not
+    read (none outside a Hydra job).
+
+    Raises:
+        UserError: names each such option as the command sets it, and the way out.
+    """
+    source = data.get("source")
+    if not isinstance(source, DictConfig) or source.get("_target_") != MOBILE_TARGET:
+        return
+    set_now = _set_by_the_command()
+    defaults = _mobile_defaults()
+    given = [
+        line
+        for key, line in set_now.items()
+        if key in source and _value(source, key) != defaults.get(key, object())
+    ]
+    refusal = mobile.unread_options(source.get("path"), given)
+    if refusal is not None:
+        raise UserError(refusal)
+
+
+def _set_by_the_command() -> dict[str, str]:
+    """``{option: its override as given}`` of the job's overrides of ``data.source.<option>``
+    (none outside a Hydra job; a deletion sets nothing)."""
+    if not HydraConfig.initialized():
+        return {}
+    parsed = OverridesParser.create().parse_overrides(list(HydraConfig.get().overrides.task))
+    return {
+        o.key_or_group.removeprefix(SOURCE): o.input_line
+        for o in parsed
+        if o.key_or_group.startswith(SOURCE) and not o.is_delete()
+    }
+
+
+def _mobile_defaults() -> dict[str, Any]:
+    """The source options as ``conf/data/mobile.yaml`` gives them, those it takes from
+    ``conf/data/points.yaml`` included (its defaults list)."""
+    data = config_dir() / "data"
+    points, own = (OmegaConf.load(data / f"{name}.yaml") for name in ("points", "mobile"))
+    merged = OmegaConf.merge(points.source, own.source)
+    return OmegaConf.to_container(merged, resolve=False)  # type: ignore[return-value]
+
+
+def _value(source: DictConfig, key: str) -> Any:
+    """``source[key]`` as plain Python (a list for a ListConfig), resolved."""
+    value = source[key]
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
