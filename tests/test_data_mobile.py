@@ -283,8 +283,11 @@ def test_a_bad_cell_s_message_names_an_option_data_mobile_takes(tmp_path, caplog
 def test_reading_options_without_a_file_are_refused_in_one_line(tmp_path):
     """The generator reads none of a file's reading options: train.py ran on, without a word,
     as if data.source.bad_values=warn or data.source.freq had been read."""
+    small = ["data.source.num_antennas=12", "data.source.num_days=2", "trainer=cpu"]
+    small += ["trainer.max_epochs=1", "trainer.limit_train_batches=2", "logger=none"]
     options = ["data.source.bad_values=warn", "data.source.freq=10min"]
-    proc = run_python("train.py", "data=mobile", *options, f"hydra.run.dir={tmp_path / 'run'}")
+    run = f"hydra.run.dir={tmp_path / 'run'}"
+    proc = run_python("train.py", "data=mobile", *small, *options, run)
     assert one_line(proc) == (
         "data.source.bad_values=warn, data.source.freq=10min: data=mobile generates its "
         "traffic here (data.source.path=null) and reads no file, so nothing would read them: "
