@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import rebuilding_fails
+from conftest import one_line, rebuilding_fails, run_python
 
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.pipeline.forecast_input import build_input
@@ -822,3 +822,18 @@ def test_degrees_out_of_their_range_are_refused_naming_the_point(los, col, value
     table.loc[2, col] = value / 10 if col == "latitude" else -118.2
     table.to_csv(path, index=False)
     assert read_positions(path)[0] == IDS  # within range: read
+
+
+def test_a_key_for_a_table_that_is_no_hdf5_file_is_refused_in_one_line(los):
+    """Only an HDF5 file holds several tables: data.source.key was not read for a CSV or a
+    Parquet file, and train.py ran on without a word."""
+    run = f"hydra.run.dir={los / 'run'}"
+    proc = run_python(
+        "train.py", "data=metr_la", f"data.source.root={los}", "data.source.key=speed", run
+    )
+    assert one_line(proc) == (
+        f"data.source.key='speed' names a table of an HDF5 file, but data.source.path="
+        f"{(los / 'los_speed.csv.gz').resolve()} is no HDF5 file (.h5, .hdf5), which holds one "
+        "table: leave data.source.key out, or give the .h5 file."
+    )
+    assert not (los / "run").exists()

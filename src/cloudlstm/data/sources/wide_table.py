@@ -251,7 +251,8 @@ class WideTableSource(UnitsGiven, CachedSource):
 
         Raises:
             MissingFileError: either is absent (with :attr:`missing_hint`).
-            UserError: the table is a folder or of an unknown format.
+            UserError: the table is a folder or of an unknown format, or ``key`` is given
+                for a table that is no HDF5 file.
         """
         for option, file in (("path", self.path), ("positions", self.positions)):
             if file.is_dir():
@@ -266,7 +267,13 @@ class WideTableSource(UnitsGiven, CachedSource):
                     f"No file {file.resolve()} ({self._as_given(option, file)}): set "
                     f"data.source.root and data.source.{option}.{hint}"
                 )
-        table_format(self.path)
+        if table_format(self.path) != "hdf" and self.key is not None:
+            # only an HDF5 file holds several tables: read nothing, it was left out unsaid
+            raise UserError(
+                f"data.source.key={self.key!r} names a table of an HDF5 file, but "
+                f"data.source.path={self.path.resolve()} is no HDF5 file (.h5, .hdf5), which "
+                "holds one table: leave data.source.key out, or give the .h5 file."
+            )
         return [self.path, self.positions]
 
     # ------------------------------------------------------------------ the stream
