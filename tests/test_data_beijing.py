@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, compose_train, rebuilding_fails
+from conftest import ROOT, compose_train, one_line, rebuilding_fails, run_python
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -473,3 +473,17 @@ def test_summaries_without_units_have_nothing_to_compare():
     check_same_units({"name": "x", "source_metadata": {}}, now, [], "run")
     check_same_units({"name": "x", "source_metadata": {"units": {"PM10": "mg/m3"}}}, now, [], "r")
     check_same_units(now, {"name": "x", "source_metadata": {}}, [], "run")
+
+
+def test_a_checksum_without_a_download_is_refused_in_one_line(tmp_path):
+    """data.source.sha256 checks only the archive a download fetches: with
+    data.source.download=false it was ignored without a word."""
+    run = f"hydra.run.dir={tmp_path / 'run'}"
+    proc = run_python(
+        "train.py", "data=beijing", f"data.source.root={tmp_path}", "data.source.sha256=abc", run
+    )
+    assert one_line(proc) == (
+        "data.source.sha256=abc checks the archive that data.source.download=true fetches, "
+        "and data.source.download=false fetches none: set data.source.download=true, or "
+        "leave data.source.sha256 out."
+    )

@@ -49,7 +49,18 @@ def data_folder(
     """The folder of a data set's files: ``root`` where it ``holds`` them, else the first of
     its subfolders by name that does (an official archive unpacks into one); None where none
     does. Missing, and with ``download``, ``url`` is fetched and unpacked into ``root``
-    first (:func:`download_and_extract`)."""
+    first (:func:`download_and_extract`).
+
+    Raises:
+        UserError: ``sha256`` without ``download``: nothing is fetched, so nothing would be
+            checked against it.
+    """
+    if sha256 is not None and not download:
+        raise UserError(
+            f"data.source.sha256={sha256} checks the archive that data.source.download=true "
+            "fetches, and data.source.download=false fetches none: set "
+            "data.source.download=true, or leave data.source.sha256 out."
+        )
     found = _first_holding(root, holds)
     if found is None and download:
         download_and_extract(url, root, sha256=sha256)
