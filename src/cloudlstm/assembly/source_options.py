@@ -39,11 +39,11 @@ def check_read_source_options(data: DictConfig) -> None:
         return
     set_now = _set_by_the_command()
     defaults = _mobile_defaults()
-    given = [
-        line
+    given = {
+        key: line
         for key, line in set_now.items()
         if key in source and _value(source, key) != defaults.get(key, object())
-    ]
+    }
     refusal = mobile.unread_options(source.get("path"), given)
     if refusal is not None:
         raise UserError(refusal)

@@ -44,7 +44,7 @@ from cloudlstm.data.sources.units_option import units_option
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import UserError
 
-__all__ = ["CITY_PRESETS", "SERVICES", "SyntheticMobileTraffic", "mobile_traffic"]
+__all__ = ["CITY_PRESETS", "SERVICES", "SyntheticMobileTraffic", "mobile_traffic", "unread_options"]
 
 log = logging.getLogger(__name__)
 
@@ -540,13 +540,13 @@ READING_OPTIONS = tuple(
 )
 
 
-def unread_options(path: object, given: Sequence[str]) -> str | None:
-    """The refusal of data=mobile's options set as ``given`` (``data.source.<option>=<value>``
-    overrides of the command) that the source it builds does not read: with a file
-    (``path`` not None), the generator's options; without one, a file's reading options.
-    None where ``given`` sets none of them."""
+def unread_options(path: object, given: Mapping[str, str]) -> str | None:
+    """The refusal of the options ``given`` (``{option: the command's override that sets
+    it}``) that the source data=mobile builds does not read: with a file (``path`` not
+    None), the generator's options; without one, a file's reading options. None where
+    ``given`` holds none of them."""
     ignored = READING_OPTIONS if path is None else GENERATOR_OPTIONS
-    named = [g for g in given if g.lstrip("+").partition("=")[0].rpartition(".")[2] in ignored]
+    named = [line for option, line in given.items() if option in ignored]
     if not named:
         return None
     them = "it" if len(named) == 1 else "them"
