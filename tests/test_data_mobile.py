@@ -324,3 +324,18 @@ def test_options_at_their_defaults_or_read_are_not_refused(tmp_path):
     read = compose_train(tmp_path / "file", [*job, "data.output_steps=2", "data.source.seed=0"])
     dm, _ = build_datamodule(read, tmp_path / "file")
     assert isinstance(dm.source, LongFormatSource)
+
+
+@pytest.mark.slow
+def test_an_experiments_sweep_of_generated_cities_runs_with_a_file(tmp_path):
+    """experiment=paper/mobile sweeps data.source.city, which a file's run does not read:
+    the experiment's, not the command's, so its jobs run as its comment offers."""
+    path = traffic_file(tmp_path)
+    sweep = tmp_path / "sweep"
+    job = ["model=persistence", "seed=0", "trainer=cpu", "logger=none", "report.figures=false"]
+    proc = run_python(
+        "train.py", "-m", "experiment=paper/mobile", f"data.source.path={path}",
+        "data.input_steps=4", "data.output_steps=2", *job, f"hydra.sweep.dir={sweep}",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.parent.name for p in sweep.glob("*/metrics.json")) == ["0", "1"]

@@ -5,10 +5,10 @@ config holds the options of both, so that either can be set. Each source read on
 its own and dropped the others without a word: ``data.source.bad_values=warn`` without a
 file, ``data.source.num_days=30`` with one, changed nothing.
 
-Only what the command sets (its overrides, a sweep's included) is refused, and only at a
-value other than the one ``conf/data/mobile.yaml`` gives: every option is in the config at
-that value, whichever source runs, and an experiment's generator settings
-(``experiment=paper/mobile``) are the experiment's, not the user's.
+Only what the command sets (its overrides, a sweep's of the command line included) is
+refused, and only at a value other than the one ``conf/data/mobile.yaml`` gives: every
+option is in the config at that value, whichever source runs, and an experiment's generator
+settings and sweep (``experiment=paper/mobile``) are the experiment's, not the user's.
 """
 
 from __future__ import annotations
@@ -51,14 +51,18 @@ def check_read_source_options(data: DictConfig) -> None:
 
 def _set_by_the_command() -> dict[str, str]:
     """``{option: its override as given}`` of the job's overrides of ``data.source.<option>``
-    (none outside a Hydra job; a deletion sets nothing)."""
+    (none outside a Hydra job; a deletion sets nothing). A key that the config's sweep
+    (``hydra.sweeper.params``) sets is the config's: ``experiment=paper/mobile`` sweeps
+    ``data.source.city`` for the generator, and its job of City 2 was refused with a file."""
     if not HydraConfig.initialized():
         return {}
-    parsed = OverridesParser.create().parse_overrides(list(HydraConfig.get().overrides.task))
+    hydra = HydraConfig.get()
+    swept = set(hydra.sweeper.get("params") or {})
+    parsed = OverridesParser.create().parse_overrides(list(hydra.overrides.task))
     return {
         o.key_or_group.removeprefix(SOURCE): o.input_line
         for o in parsed
-        if o.key_or_group.startswith(SOURCE) and not o.is_delete()
+        if o.key_or_group.startswith(SOURCE) and not o.is_delete() and o.key_or_group not in swept
     }
 
 
