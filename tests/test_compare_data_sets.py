@@ -189,6 +189,21 @@ def test_runs_of_one_model_in_other_numbers_of_processes_are_no_seeds_of_one_row
     assert sorted(bold_rows(out)) == ["cloudlstm", "cloudlstm"]  # the best of each
 
 
+def test_a_config_whose_devices_lightning_refuses_is_one_line_naming_it(tmp_path, capsys):
+    """Where the processes of a limited test are read from a run's config, a
+    ``trainer.devices`` that names no device (0, which no Trainer ran with: a hand-edited
+    file) was taken for "not known", and the run for one process's."""
+    write_run(tmp_path / "a", 1.0)
+    with_settings(tmp_path / "a", trainer__limit_test_batches=3, trainer__devices=0)
+    code, out, err = run_main(capsys, tmp_path, "--metrics", "mae")
+    assert (code, out) == (2, "")
+    assert err == [
+        f"compare: {tmp_path / 'a' / 'config.yaml'}: trainer.devices=0: no device to run on, a "
+        "value Lightning refuses: this is no config of a run train.py trained (mend it, or move "
+        "the run out of the folder)"
+    ]
+
+
 def test_a_held_out_or_subset_draw_tells_data_sets_apart_only_where_it_draws(tmp_path):
     """data.subset_seed draws the subset of data.num_points: two seeds of it are two data
     sets, and the runs without a subset a third, named by the setting that acts."""

@@ -114,8 +114,9 @@ def processes(trainer: Any) -> int:
     """The processes a training runs in, ``devices`` x ``num_nodes`` of the ``trainer``
     settings as the Trainer counts its devices (:func:`~cloudlstm.assembly.compile.run_device`:
     a list or ``"0,1"`` its length, ``"2"`` two, ``auto`` every visible GPU of a GPU run).
-    Checked by Lightning before (:func:`~cloudlstm.assembly.build.check_trainer_settings`)."""
-    return max(run_device(trainer).devices, 1)
+    Checked before (:func:`~cloudlstm.assembly.build.check_trainer_settings`): ``devices``
+    names one or more, and Lightning refuses ``num_nodes`` below 1."""
+    return run_device(trainer).devices
 
 
 def _train_batches(trainer: Any, windows: int, batch_size: int) -> int:

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from cloudlstm.assembly.batch_limits import processes
 from cloudlstm.assembly.compile import compile_for_run
 from cloudlstm.assembly.config import instantiate_group, user_errors_unwrapped
+from cloudlstm.assembly.devices import user_devices
 from cloudlstm.assembly.source_options import check_read_source_options
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.declared_metrics import monitor_mode
@@ -235,8 +236,10 @@ def check_trainer_settings(trainer: DictConfig | None) -> None:
     refuses it without saying that the recipe set ``check_val_every_n_epoch=null``).
 
     Raises:
-        UserError: ``log_every_n_steps`` is not a whole number >= 0, or
-            ``val_check_interval`` is a fraction where steps are counted. Lightning's own
+        UserError: ``log_every_n_steps`` is not a whole number >= 0, ``val_check_interval``
+            is a fraction where steps are counted, or ``devices`` names no device or is of
+            no form Lightning takes (:func:`~cloudlstm.assembly.devices.named_devices`:
+            0, -2, ``"two"``, ``[0, 0]``). Lightning's own
             refusals leave as Hydra's ``InstantiationException``, which
             :func:`cloudlstm.errors.user_error_of` turns into one line.
     """
@@ -256,12 +259,8 @@ def check_trainer_settings(trainer: DictConfig | None) -> None:
             "=null): give a number of steps, e.g. trainer.val_check_interval=250, or validate "
             "within each epoch with trainer.check_val_every_n_epoch=1."
         )
-    devices = trainer.get("devices")
-    if _whole(devices) and devices == 0:  # Lightning's line names no way out
-        raise UserError(
-            "trainer.devices=0: no device to run on: give a number >= 1, -1 or auto (all "
-            "there are), or a list of device indices, e.g. trainer.devices=1."
-        )
+    if trainer.get("devices") is not None:  # Lightning's lines name no way out
+        user_devices(trainer["devices"])
     _check_minimum_below_maximum(trainer)
     check_nodes_started(trainer, os.environ)
     with _lightning_quiet():

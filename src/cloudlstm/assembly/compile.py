@@ -9,6 +9,7 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
+from cloudlstm.assembly.devices import user_devices
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.models.capture import AUTO, RunDevice, auto_compile
 
@@ -18,23 +19,18 @@ log = logging.getLogger(__name__)
 def run_device(trainer: DictConfig | dict[str, Any]) -> RunDevice:
     """Where the Trainer of ``trainer`` (the ``trainer`` config) trains: on CUDA with
     ``accelerator`` gpu or cuda (or auto with a GPU visible), on ``devices`` x ``num_nodes``
-    devices (``auto`` / -1: every visible GPU, a list: its length)."""
+    devices (:func:`~cloudlstm.assembly.devices.named_devices`; ``auto`` / -1: every visible
+    GPU, one on the CPU).
+
+    Raises:
+        UserError: ``devices`` names no device or is of no form Lightning takes.
+    """
     accelerator = str(trainer.get("accelerator", "auto")).lower()
     cuda = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
-    count = _device_count(trainer.get("devices", "auto"), cuda)
+    count = user_devices(trainer.get("devices", "auto"))
+    if count is None:  # every device of this machine
+        count = max(torch.cuda.device_count(), 1) if cuda else 1
     return RunDevice(cuda=cuda, devices=count * int(trainer.get("num_nodes", 1) or 1))
-
-
-def _device_count(devices: Any, cuda: bool) -> int:
-    """How many devices Lightning's ``devices`` names: ``auto`` / -1 every visible one, an
-    int that many, ``"0,1"`` or a list those."""
-    if devices in ("auto", -1, "-1"):
-        return max(torch.cuda.device_count(), 1) if cuda else 1
-    if isinstance(devices, int):
-        return devices
-    if isinstance(devices, str):
-        return len([p for p in devices.split(",") if p.strip()]) if "," in devices else int(devices)
-    return len(devices)
 
 
 def compile_for_run(

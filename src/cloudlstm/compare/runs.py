@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from cloudlstm.assembly.devices import named_devices
 from cloudlstm.compare.settings import (
     HOLDOUT_POINTS_KEY,
     HOLDOUT_SEED_KEY,
@@ -295,22 +296,32 @@ def _test_processes(
             where = f"provenance[{len(processes) - 1}].machine.processes"
             raise results_of.refuse(where, count, "a count of 1 or more")
         return count
-    return _configured_processes(config)
+    return _configured_processes(config, results_of.path.parent / CONFIG_FILE)
 
 
-def _configured_processes(config: dict[str, Any]) -> int | None:
-    """``trainer.devices`` x ``trainer.num_nodes`` of a flattened run ``config``, the devices
-    counted as Lightning counts them (a list or ``"0,1"``: its length, ``"2"``: two). None
-    where they name no count: ``auto`` and -1 took every device of the machine that ran
-    it, which the config does not say, and a run without a config says nothing."""
+def _configured_processes(config: dict[str, Any], config_path: Path) -> int | None:
+    """``trainer.devices`` x ``trainer.num_nodes`` of a flattened run ``config`` (read from
+    ``config_path``), the devices counted as Lightning counts them
+    (:func:`~cloudlstm.assembly.devices.named_devices`: a list or ``"0,1"``: its length,
+    ``"2"``: two). None where they name no count: ``auto`` and -1 took every device of the
+    machine that ran it, which the config does not say, and a run without a config (or
+    ``trainer.devices``) says nothing.
+
+    Raises:
+        CompareError: ``trainer.devices`` is a value Lightning refuses (0, ``"two"``), which
+            no run trained with; the message names the file.
+    """
     devices = config.get("trainer.devices")
-    if isinstance(devices, str) and "," in devices:  # those devices
-        devices = [device for device in devices.split(",") if device.strip()]
-    elif isinstance(devices, str) and devices.strip().isdigit():
-        devices = int(devices)
-    count = len(devices) if isinstance(devices, list) else devices
+    try:
+        count = None if devices is None else named_devices(devices)
+    except ValueError as err:
+        raise CompareError(
+            f"{config_path}: trainer.devices={devices!r}: {err}, a value Lightning refuses: "
+            "this is no config of a run train.py trained (mend it, or move the run out of the "
+            "folder)"
+        ) from None
     nodes = config.get("trainer.num_nodes", 1)
-    return count * nodes if _is_count(count) and _is_count(nodes) else None
+    return count * nodes if count is not None and _is_count(nodes) else None
 
 
 def _is_count(value: Any) -> bool:

@@ -1,0 +1,97 @@
+"""``trainer.devices`` read as Lightning reads it, without torch: how many devices it names,
+or that it takes every device of the machine that runs it, which only that machine can count.
+
+One reading for the Trainer's own machine (:func:`cloudlstm.assembly.compile.run_device`,
+which counts the GPUs there) and for ``compare``, which reads the configs of runs that ran
+elsewhere (:mod:`cloudlstm.compare.runs`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from cloudlstm.errors import UserError
+
+# The values Lightning takes for every device there is: its default, and -1 (every GPU)
+EVERY_DEVICE_TEXT = ("auto", "-1")
+# What trainer.devices may be, for the lines that refuse another value
+DEVICES_WANTED = "a number >= 1, -1 or auto (all there are), or a list of device indices"
+NOT_DEVICES = "no number of devices, nor a list of device indices"
+
+
+def named_devices(devices: Any) -> int | None:
+    """How many devices Lightning's ``trainer.devices`` names: a number that many (``2``,
+    ``"2"``), device indices as many as they list (``[0, 1]``, ``"0,1"``; ``"0,"``: one), None
+    for every device of the machine (``auto``, -1, ``"-1"``).
+
+    Raises:
+        ValueError: a value Lightning refuses or that names no device, saying what is wrong
+            (a clause: ``no device to run on``): 0, ``"0"``, an empty list; a negative
+            number but -1; text that is no number nor indices; an index below 0 or listed
+            twice; a bool, a float or another type.
+    """
+    if isinstance(devices, str):
+        return _named_by_text(devices.strip())
+    if isinstance(devices, bool) or not isinstance(devices, int | Sequence):
+        raise ValueError(NOT_DEVICES)
+    if isinstance(devices, int):
+        return _named_by_number(devices)
+    return _indices(list(devices))
+
+
+def user_devices(devices: Any) -> int | None:
+    """:func:`named_devices` of a job's own ``trainer.devices``.
+
+    Raises:
+        UserError: one line naming the value, what is wrong and what to give.
+    """
+    try:
+        return named_devices(devices)
+    except ValueError as err:
+        raise UserError(
+            f"trainer.devices={devices}: {err}: give {DEVICES_WANTED}, e.g. trainer.devices=1."
+        ) from None
+
+
+def _named_by_text(text: str) -> int | None:
+    """A number (``"2"``), device indices (``"0,1"``) or every device (``"auto"``, ``"-1"``)."""
+    if text in EVERY_DEVICE_TEXT:
+        return None
+    if "," in text:  # Lightning leaves out the empty parts: "0," is device 0
+        parts = [part.strip() for part in text.split(",") if part.strip()]
+        if not all(_whole(part) for part in parts):
+            raise ValueError(NOT_DEVICES)
+        return _indices([int(part) for part in parts])
+    if not _whole(text):
+        raise ValueError(NOT_DEVICES)
+    return _named_by_number(int(text))
+
+
+def _whole(text: str) -> bool:
+    """Whether ``text`` is a whole number in ASCII digits (``int`` takes others too)."""
+    return re.fullmatch(r"-?[0-9]+", text) is not None
+
+
+def _named_by_number(count: int) -> int | None:
+    if count == -1:
+        return None
+    if count == 0:
+        raise ValueError("no device to run on")
+    if count < 0:
+        raise ValueError("a negative number, of which Lightning takes only -1 (every device)")
+    return count
+
+
+def _indices(indices: list[Any]) -> int:
+    """How many devices a list of indices names, each a whole number >= 0 listed once."""
+    if not indices:
+        raise ValueError("no device to run on")
+    for index in indices:
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ValueError(f"{index!r} is no device index (a whole number >= 0)")
+    twice = sorted({index for index in indices if indices.count(index) > 1})
+    if twice:
+        raise ValueError(f"device {twice[0]} is listed twice")
+    return len(indices)
