@@ -848,6 +848,9 @@ def test_a_folder_in_place_of_a_metrics_json_is_named_not_counted_as_a_run_in_tr
         ("test.pooled", {"rmse": -1.0},
          "test.pooled.rmse is -1.0, not a number of at least 0, as RMSE is"),
         ("num_params", -1, "num_params is -1, not a number of at least 0"),
+        # the windows a test scored, which tell a limited test's data set
+        ("test.num_instances", -1, "test.num_instances is -1, not a count of 0 or more"),
+        ("test.num_instances", 24.5, "test.num_instances is 24.5, not a count of 0 or more"),
         ("cost", {"train_s_per_1k_steps": -5.0},
          "train_s_per_1k_steps is -5.0, not a number of at least 0"),
     ],

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import csv
 import io
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from cloudlstm.cli.train import train
 from cloudlstm.compare import find_runs
 from cloudlstm.compare.groups import group_runs
+from tests.conftest import TINY, compose_train
 from tests.test_compare import run_main, write_run
 
 
@@ -187,6 +191,80 @@ def test_runs_of_one_model_in_other_numbers_of_processes_are_no_seeds_of_one_row
     assert "| processes |" in header
     assert [row.split(" | ")[2] for row in rows] == ["1", "4"]
     assert sorted(bold_rows(out)) == ["cloudlstm", "cloudlstm"]  # the best of each
+
+
+@pytest.fixture(scope="module")
+def tested_run(tmp_path_factory) -> tuple[Path, int]:
+    """A tiny run tested in one process with trainer.limit_test_batches=10, above its test
+    batches: every test window scored. Its directory, and its test windows."""
+    tmp_path = tmp_path_factory.mktemp("tested")
+    cfg = compose_train(tmp_path, [*TINY, "trainer.limit_test_batches=10", "logger=none"])
+    results = train(cfg)
+    assert results["test"]["num_instances"] == results["data"]["windows"]["test"]
+    return Path(cfg.paths.output_dir), results["test"]["num_instances"]
+
+
+def copy_of(
+    run: Path,
+    to: Path,
+    seed: int,
+    processes: int,
+    limit: int | None = None,
+    windows: int | None = None,
+) -> Path:
+    """``run`` copied to ``to``, its files edited as a test of the same checkpoint in
+    ``processes`` processes (``provenance``'s last) would have written them, with
+    trainer.limit_test_batches ``limit`` and ``windows`` test windows scored
+    (``test.num_instances``, left out where None: as not recorded) where given."""
+    shutil.copytree(run, to)
+    results = json.loads((to / "metrics.json").read_text())
+    results["provenance"][-1]["machine"]["processes"] = processes
+    if windows is None:
+        del results["test"]["num_instances"]
+    else:
+        results["test"]["num_instances"] = windows
+    (to / "metrics.json").write_text(json.dumps(results))
+    settings = (
+        {"seed": seed} if limit is None else {"seed": seed, "trainer__limit_test_batches": limit}
+    )
+    return with_settings(to, **settings)
+
+
+def test_runs_that_scored_the_same_windows_in_other_numbers_of_processes_are_one_data_set(
+    tested_run, tmp_path
+):
+    """limit_test_batches=10 is above the batches of each process, one or two: both tests
+    scored every window, yet the run tested in 2 processes was another data set
+    (``processes=2``). With 3 batches, one process scores 24 windows and two (2 batches
+    each) all of them: other data sets, named by the windows (``test.num_instances``)."""
+    run, every = tested_run
+    copy_of(run, tmp_path / "one", 0, processes=1, windows=every)
+    copy_of(run, tmp_path / "two", 1, processes=2, windows=every)
+    copy_of(run, tmp_path / "one_of_3", 0, processes=1, limit=3, windows=24)
+    copy_of(run, tmp_path / "two_of_3", 1, processes=2, limit=3, windows=every)
+    groups = group_runs(find_runs([tmp_path]), by=["model"])
+    assert sorted((g.data, len(g.runs)) for g in groups) == [
+        (f"synthetic limit_test_batches=10 windows={every}", 2),
+        ("synthetic limit_test_batches=3 windows=24", 1),
+        (f"synthetic limit_test_batches=3 windows={every}", 1),
+    ]
+
+
+def test_a_run_that_records_no_windows_is_told_by_its_processes(tested_run, tmp_path):
+    """A run that does not record the windows it scored (no ``test.num_instances``) counts
+    its processes, as before; so does a test of a share of its batches, which each process
+    rounds down on its own (as many windows may be other ones)."""
+    run, every = tested_run
+    copy_of(run, tmp_path / "one", 0, processes=1)
+    copy_of(run, tmp_path / "two", 1, processes=2)
+    groups = group_runs(find_runs([tmp_path]), by=["model"])
+    assert sorted(g.data for g in groups) == ["synthetic", "synthetic processes=2"]
+    for name in ("one", "two"):
+        shutil.rmtree(tmp_path / name)
+    copy_of(run, tmp_path / "one", 0, processes=1, limit=0.5, windows=every // 2)
+    copy_of(run, tmp_path / "two", 1, processes=2, limit=0.5, windows=every // 2)
+    groups = group_runs(find_runs([tmp_path]), by=["model"])
+    assert sorted(g.data for g in groups) == ["synthetic", "synthetic processes=2"]
 
 
 def test_a_config_whose_devices_lightning_refuses_is_one_line_naming_it(tmp_path, capsys):

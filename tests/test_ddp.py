@@ -208,18 +208,28 @@ def test_the_launch_variables_are_put_back_after_a_failed_job(monkeypatch):
 
 
 @pytest.mark.slow
-def test_compare_tells_a_test_limit_in_two_processes_from_the_same_in_one(tmp_path):
+@pytest.mark.parametrize(
+    ("limit", "windows", "data_sets"),
+    [
+        (3, (24, 31), ["synthetic windows=24", "synthetic windows=31"]),
+        (10, (31, 31), ["synthetic"]),
+    ],
+)
+def test_compare_tells_a_test_limit_in_two_processes_from_the_same_in_one(
+    tmp_path, limit, windows, data_sets
+):
     """trainer.limit_test_batches=3 counts batches per process: a run's test in one process
-    scores 24 of its 31 test windows, the same checkpoint's in 2 DDP processes all 31, yet
-    compare took both for one data set (and, grouped by model, one row's two seeds). The
-    whole test part in either (test_two_ddp_processes_test_like_one's) is one data set."""
-    limited = [*JOB, "trainer.limit_test_batches=3"]
+    scores 24 of its 31 test windows, the same checkpoint's in 2 DDP processes (2 batches
+    each) all 31, yet compare took both for one data set (and, grouped by model, one row's
+    two seeds). With 10, above the batches of every process, both score all 31: one data
+    set, which compare split by the processes (``processes=2``)."""
+    limited = [*JOB, f"trainer.limit_test_batches={limit}"]
     cfg = compose_train(tmp_path, [*limited, "trainer=cpu"])
     single = train(cfg)
     ddp_dir = tmp_path / "ddp"
     tested = Path(cfg.paths.output_dir) / single["checkpoint"]
     ddp_test_of(limited, tested, ddp_dir, tmp_path / "data")
     ddp = json.loads((ddp_dir / "metrics.json").read_text())
-    assert (single["test"]["num_instances"], ddp["test"]["num_instances"]) == (24, 31)
+    assert (single["test"]["num_instances"], ddp["test"]["num_instances"]) == windows
     groups = group_runs(find_runs([Path(cfg.paths.output_dir), ddp_dir]), by=["model"])
-    assert sorted(g.data for g in groups) == ["synthetic", "synthetic processes=2"]
+    assert sorted(g.data for g in groups) == data_sets

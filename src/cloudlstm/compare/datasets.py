@@ -4,9 +4,11 @@ are chosen, and on which ``--relative-to`` pairs a run with its baseline's.
 Two runs are of one data set where their tests scored the same forecast windows: the same
 data (its name, and the hash of its readings where both recorded one) and the same values
 of every ``data.*`` setting but those that change only what a model reads or how it
-trains (:data:`NOT_TEST_DATA`), and of ``trainer.limit_test_batches``, with the processes
-that ran a test it limits (:data:`PROCESSES_KEY`). A setting that does nothing without
-another (:data:`ONLY_WITH`) counts only where that one is set.
+trains (:data:`NOT_TEST_DATA`), and of ``trainer.limit_test_batches``, with what a test
+it limits scored: the windows (:data:`WINDOWS_KEY`) where the limit is a number of batches
+and the run recorded them, else the processes that ran it (:data:`PROCESSES_KEY`). A
+setting that does nothing without another (:data:`ONLY_WITH`) counts only where that one
+is set.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from cloudlstm.compare.runs import Run
-from cloudlstm.compare.settings import PROCESSES_KEY, VALUES_DIGEST_KEY, is_setting
+from cloudlstm.compare.settings import PROCESSES_KEY, VALUES_DIGEST_KEY, WINDOWS_KEY, is_setting
 
 # The data's name (metrics.json's run.data): always part of the data set.
 DATA_KEY = "data"
@@ -31,6 +33,8 @@ ONE_PROCESS = ("", "1")
 # ``limit_test_batches=3`` scores up to 6 batches in 2 processes and 0.5 of 41 windows in
 # batches of 8 scores 16 windows where one process scores 24 (docs/cluster.md).
 WITH_TEST_LIMIT = ("data.batch_size", PROCESSES_KEY)
+# A limit of a whole number of batches, which each process applies to its own windows.
+BATCHES_LIMIT = re.compile(r"[0-9]+")
 
 # The data.* settings that leave the scored windows as they are: test windows are cut with
 # their targets in the test part however far back their inputs reach
@@ -71,8 +75,8 @@ ONLY_WITH = {
 def is_data_set_key(key: str) -> bool:
     """Whether ``key`` may tell a run's data set (where it acts: :func:`tested_on`): the
     data's name and readings' hash, every ``data.*`` setting but :data:`NOT_TEST_DATA`,
-    ``trainer.limit_test_batches`` and the test's processes."""
-    if key in (DATA_KEY, VALUES_DIGEST_KEY, TEST_LIMIT_KEY, PROCESSES_KEY):
+    ``trainer.limit_test_batches``, and the test's windows and processes."""
+    if key in (DATA_KEY, VALUES_DIGEST_KEY, TEST_LIMIT_KEY, PROCESSES_KEY, WINDOWS_KEY):
         return True
     return (
         key.startswith("data.")
@@ -87,12 +91,36 @@ def acts(key: str, value: Callable[[str], str]) -> bool:
     not ``data.test_fraction`` where ``data.split_times`` places the test part, nor a key of
     :data:`ONLY_WITH` without its setting, nor ``data.batch_size`` and the test's processes
     but where the test scores a number or share of its batches (``trainer.limit_test_batches``),
-    which they count (:data:`WITH_TEST_LIMIT`)."""
+    which they count (:data:`WITH_TEST_LIMIT`). Of a limit of whole batches the windows
+    scored tell instead of the processes where the run recorded them (:func:`_by_windows`)."""
     if key == "data.test_fraction":
         return not value("data.split_times.test")
+    if key == WINDOWS_KEY:
+        return _by_windows(value)
+    if key == PROCESSES_KEY:
+        return _limited(value) and not _by_windows(value)
     if key in WITH_TEST_LIMIT:
-        return value(TEST_LIMIT_KEY) not in ALL_TEST_BATCHES
+        return _limited(value)
     return key not in ONLY_WITH or bool(value(ONLY_WITH[key]))
+
+
+def _limited(value: Callable[[str], str]) -> bool:
+    """Whether the test scores a number or share of its batches."""
+    return value(TEST_LIMIT_KEY) not in ALL_TEST_BATCHES
+
+
+def _by_windows(value: Callable[[str], str]) -> bool:
+    """Whether the windows a limited test scored tell its data set: where the run recorded
+    them and the limit is a whole number of batches. Then each process scores the first of
+    its windows ``r, r + P, ...``, up to the limit or all it has, which together are the
+    test part's first windows, as many as were scored, in any number of processes: two runs
+    that scored as many scored the same (a limit above every process's batches: all of
+    them), and windows without an observed target, which the count leaves out, score
+    nothing. A share is rounded down in each process, so that as many windows may be other
+    ones (0.7 of 17 and 16 windows in batches of 8 scores 16 and 8, 24 as one process of 33
+    does, but windows up to the 31st; cloudlstm.engine.distributed): there the processes
+    tell."""
+    return bool(value(WINDOWS_KEY)) and BATCHES_LIMIT.fullmatch(value(TEST_LIMIT_KEY)) is not None
 
 
 def _value(run: Run, key: str) -> str:

@@ -18,6 +18,7 @@ from cloudlstm.compare.settings import (
     PROCESSES_KEY,
     SEED_KEY,
     VALUES_DIGEST_KEY,
+    WINDOWS_KEY,
     draws_points,
     holdout_set,
     is_setting,
@@ -206,6 +207,9 @@ def load_run(path: Path) -> Run | None:
     data = results_of.section(results, "data")
     if digest := results_of.text(data, "values_digest", "data.values_digest"):
         keys[VALUES_DIGEST_KEY] = digest
+    test = results_of.mapping(test, "test")
+    if (windows := _test_windows(test, results_of)) is not None:
+        keys[WINDOWS_KEY] = windows
     if processes := _test_processes(results, config, results_of):
         keys[PROCESSES_KEY] = processes
     if evaluated_run := results_of.text(results, "run_dir", "run_dir"):
@@ -214,7 +218,6 @@ def load_run(path: Path) -> Run | None:
         keys.update(_selection_restated(config, tested))
     if not has_config:
         keys[NO_CONFIG_KEY] = "cut short" if cut_short else "absent"
-    test = results_of.mapping(test, "test")
     return Run(
         path=path.parent,
         keys=keys,
@@ -279,6 +282,17 @@ def _code(processes: Any) -> tuple[str, ...]:
         elif code.get("version"):
             labels.append(f"cloudlstm {code['version']}")
     return tuple(labels)
+
+
+def _test_windows(test: dict[str, Any], results_of: _Results) -> int | None:
+    """How many test windows the run scored: ``test.num_instances``, those with an observed
+    target, of every process (the metrics sum them); None where it is not recorded."""
+    windows = test.get("num_instances")
+    if windows is None:
+        return None
+    if isinstance(windows, bool) or not isinstance(windows, int) or windows < 0:
+        raise results_of.refuse("test.num_instances", windows, "a count of 0 or more")
+    return windows
 
 
 def _test_processes(

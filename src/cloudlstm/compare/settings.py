@@ -29,6 +29,7 @@ NOT_SETTINGS = frozenset(
         "trainer.enable_progress_bar", "trainer.enable_model_summary",
         "trainer.log_every_n_steps", "trainer.plugins",
         "processes",  # PROCESSES_KEY: trainer.devices x num_nodes, themselves settings
+        "windows",  # WINDOWS_KEY: what the settings and data scored, no setting itself
         "callbacks.model_checkpoint.filename",
         *(f"model.{option}" for option in EXECUTION_OPTIONS),  # how, not what
     }
@@ -45,6 +46,11 @@ VALUES_DIGEST_KEY = "data.values_digest"
 # ``trainer.limit_test_batches`` in each, so it is part of a limited test's data set
 # (cloudlstm.compare.datasets). Empty where neither says.
 PROCESSES_KEY = "processes"
+# How many test windows a run scored, those with an observed target (metrics.json's
+# ``test.num_instances``, summed over the processes): where a whole number of test batches
+# limits the test, runs that recorded it are of one data set where it is the same, in any
+# number of processes (cloudlstm.compare.datasets).
+WINDOWS_KEY = "windows"
 
 
 def other_data(a: str, b: str) -> bool:
