@@ -43,8 +43,9 @@ VALUES_DIGEST_KEY = "data.values_digest"
 
 # How many processes ran a run's test (metrics.json's ``provenance``, else its config's
 # ``trainer.devices`` x ``trainer.num_nodes``): under DDP Lightning applies
-# ``trainer.limit_test_batches`` in each, so it is part of a limited test's data set
-# (cloudlstm.compare.datasets). Empty where neither says.
+# ``trainer.limit_test_batches`` in each, so it is part of a limited test's data set where
+# the windows scored (WINDOWS_KEY) do not tell it (cloudlstm.compare.datasets). Empty where
+# neither says.
 PROCESSES_KEY = "processes"
 # How many test windows a run scored, those with an observed target (metrics.json's
 # ``test.num_instances``, summed over the processes): where a whole number of test batches
