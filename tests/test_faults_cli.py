@@ -267,6 +267,12 @@ def test_more_devices_than_gpus_is_refused_in_one_line(monkeypatch):
     check_accelerator({"accelerator": "cpu", "devices": 8})  # CPU processes: any number
     with pytest.raises(UserError, match=r"trainer.devices=4, but torch sees 2 GPU\(s\): set "):
         check_accelerator({"accelerator": "cuda", "devices": 4})
+    # the text forms of a count and of device indices, which Lightning refused with its own
+    # line, or after the data were read
+    with pytest.raises(UserError, match=r"trainer.devices=4, but torch sees 2 GPU\(s\): set "):
+        check_accelerator({"accelerator": "cuda", "devices": "4"})
+    with pytest.raises(UserError, match=r"trainer.devices=0,1,2, but torch sees 2 GPU\(s\)"):
+        check_accelerator({"accelerator": "gpu", "devices": "0,1,2"})
 
 
 @pytest.mark.parametrize("escaped", [False, True], ids=["plain", "escaped"])

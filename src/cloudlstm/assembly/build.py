@@ -202,7 +202,8 @@ def check_accelerator(trainer: DictConfig | dict[str, Any]) -> None:
     data are loaded (Lightning would say only "No supported gpu backend found!").
 
     Raises:
-        UserError: names the setting, what torch sees and the way out.
+        UserError: names the setting, what torch sees and the way out; or ``devices``
+            names no device (:func:`~cloudlstm.assembly.devices.user_devices`).
     """
     accelerator = str(trainer.get("accelerator", "auto")).lower()
     if accelerator not in ("gpu", "cuda"):
@@ -219,10 +220,11 @@ def check_accelerator(trainer: DictConfig | dict[str, Any]) -> None:
             "run on the CPU: trainer.accelerator=cpu",
         )
     devices, visible = trainer.get("devices", "auto"), torch.cuda.device_count()
-    if not mps and isinstance(devices, int) and devices > visible:
+    count = user_devices(devices)  # "4" and "0,1,2" name as many as 4 and [0, 1, 2]
+    if not mps and count is not None and count > visible:
         raise UserError(
             f"trainer.devices={devices}, but torch sees {visible} GPU(s): set "
-            f"trainer.devices={visible} (or auto), or run where {devices} GPUs are visible."
+            f"trainer.devices={visible} (or auto), or run where {count} GPUs are visible."
         )
 
 
