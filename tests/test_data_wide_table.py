@@ -431,6 +431,24 @@ def test_unreadable_values_are_named_or_missing_with_warn(los, caplog):
     assert not stream.mask[5, 2, 0] and "bad_values=warn" in caplog.text
 
 
+def test_a_row_after_a_quoted_field_over_several_lines_is_named_by_its_own_line(los):
+    """A quoted field that goes on over lines is one row of the file: each line of it was
+    counted as a row, and a line of blanks alone, which pandas skips, as a row too, so a
+    cell further down was named by a line before its own (line 7 for line 10)."""
+    table = speeds(8).astype(object)
+    table.iloc[1, 0] = "61\n62\n(two readings)"  # quoted: lines 3-5
+    table.iloc[5, 2] = "55 mph"
+    text = table.to_csv(index=False).replace("\n62.0,", "\n   \n62.0,", 1)  # line 8 blanks
+    (los / "quoted.csv").write_text(text)
+    with pytest.raises(UserError) as err:
+        source(los, path="quoted.csv").load()
+    assert str(err.value).startswith(
+        f"file {los / 'quoted.csv'}: 2 channel value(s) are not finite numbers: line 3, column "
+        "'773869': '61\\n62\\n(two readings)'; line 10, column '767542': '55 mph'."
+    )
+    assert text.splitlines()[9].split(",")[2] == "55 mph"  # line 10, from 1
+
+
 @pytest.mark.parametrize("form", ["csv", "parquet-column", "parquet-index", "h5"])
 def test_an_unreadable_value_is_named_by_the_time_its_row_writes(tmp_path, form):
     """A table with times: the cell's time and its point's column, as the user finds the

@@ -732,21 +732,36 @@ def _fields_beyond_header(path: Path, sep: str) -> list[str]:
     return first[len(header) :]
 
 
-def line_numbers(path: Path, data_rows: Sequence[int], header: bool = True) -> list[int]:
+def line_numbers(
+    path: Path, data_rows: Sequence[int], header: bool = True, sep: str | None = None
+) -> list[int]:
     """The file's line numbers (from 1) of the data rows ``data_rows`` (from 0, sorted) of
     a text table, compressed or not, after one header line where ``header``: a message
-    names a cell there, where an editor finds it. pandas skips empty lines, which the
-    file's line numbers count. (A quoted field that spans lines counts as several data
-    rows here: not in the tables read.)"""
-    found, row = [], -1 if header else 0
-    with get_handle(path, "rb", compression="infer", is_text=False) as handle:
-        for number, line in enumerate(handle.handle, start=1):
-            row += bool(line.rstrip(b"\r\n"))
+    names a cell there, where an editor finds it. Each row is named by the line it starts
+    on: a quoted field may go on over several lines, which pandas reads as one row, and a
+    blank line (or one of blanks alone), which pandas skips, is counted. ``sep``: the
+    separator (None: as :func:`csv_dialect` finds it), outside whose quoted fields a
+    newline ends a row."""
+    found, row, end = [], -1 if header else 0, 0
+    with get_handle(path, "r", compression="infer", errors="replace") as handle:
+        lines = iter(handle.handle)
+        first = next(lines, "")
+        sep = sep or _separator(first) or ","
+        records = csv.reader(itertools.chain([first], lines), delimiter=sep)
+        for record in records:
+            start, end = end + 1, records.line_num  # the lines this row spans
+            row += not _blank(record)
             while len(found) < len(data_rows) and row == data_rows[len(found)] + 1:
-                found.append(number)
+                found.append(start)
             if len(found) == len(data_rows):
                 break
     return found
+
+
+def _blank(record: list[str]) -> bool:
+    """Whether a CSV record is a line that pandas skips: empty, or blanks alone (a line
+    ``""``, an empty quoted field, is a row of it)."""
+    return not record or (len(record) == 1 and record[0] != "" and not record[0].strip())
 
 
 def file_row_names(
@@ -857,8 +872,7 @@ def csv_dialect(path: Path, what: str = "the file", lines: int = 50) -> dict[str
             head = [line.rstrip("\r\n") for line in itertools.islice(handle.handle, lines + 1)]
     except (*DAMAGED, ValueError, ImportError):  # ImportError: .zst without zstandard
         return {}  # read_csv then names what is wrong with the file
-    header = head[0].lstrip("\ufeff") if head else ""
-    sep = next((s for s in (";", "\t") if "," not in header and s in header), None)
+    sep = _separator(head[0] if head else "")
     if sep is None:
         return {}
     cells = (cell.strip() for line in head[1:] for cell in line.split(sep))
@@ -868,6 +882,13 @@ def csv_dialect(path: Path, what: str = "the file", lines: int = 50) -> dict[str
     comma = bool(commas)
     log.info("%s: columns separated by %r%s.", path, sep, ", decimal commas" if comma else "")
     return {"sep": sep, **({"decimal": ","} if comma else {})}
+
+
+def _separator(header: str) -> str | None:
+    """The separator a CSV file's ``header`` line shows where it is not a comma: a
+    semicolon or a tab in a header without a comma; None otherwise."""
+    header = header.lstrip("\ufeff")
+    return next((s for s in (";", "\t") if "," not in header and s in header), None)
 
 
 def _refuse_thousands_or_decimals(path: Path, what: str, sep: str, cell: str) -> UserError:

@@ -473,7 +473,8 @@ def _whole_numbers(rows: pd.DataFrame, column: str, path: Path, what: str) -> np
 
 def _line(path: Path, row: int) -> str:
     """The line of a day file (no header) that holds its data row ``row``."""
-    return f"line {line_numbers(path, [row], header=False)[0]}"
+    (number,) = line_numbers(path, [row], header=False, sep="\t")
+    return f"line {number}"
 
 
 def _activity(
@@ -511,7 +512,7 @@ def _bad_fields(count: int, shown: list[tuple[int, str, Any]], path: Path, what:
     and names ``data.source.bad_values``, which this source has not."""
     more = f" (first {len(shown)})" if count > len(shown) else ""
     rows = sorted({row for row, _, _ in shown})
-    line = dict(zip(rows, line_numbers(path, rows, header=False), strict=True))
+    line = dict(zip(rows, line_numbers(path, rows, header=False, sep="\t"), strict=True))
     cells = "; ".join(f"line {line[row]}, column {col!r}: {cell!r}" for row, col, cell in shown)
     return UserError(
         f"{what}: {count} channel value(s) are not finite numbers{more}: {cells}. A field "
@@ -544,7 +545,7 @@ def _refuse_repeated_rows(
     again = int(np.flatnonzero(repeated)[0])
     first = int(np.flatnonzero(keys == keys[again])[0])
     index = np.flatnonzero(keep)
-    lines = line_numbers(path, [int(index[first]), int(index[again])], header=False)
+    lines = line_numbers(path, [int(index[first]), int(index[again])], header=False, sep="\t")
     ms_again = int(ms[index[again]])
     start = pd.Timestamp(ms_again, unit="ms").strftime("%Y-%m-%d %H:%M")
     code = "empty" if pd.isna(country[again]) else id_text(country[again])
