@@ -129,13 +129,13 @@ def test_stations_subset_and_positions_file(tiny, tmp_path):
     with pytest.raises(UserError) as refused:
         BeijingSource(tiny, cache_dir=tmp_path).load()
     assert str(refused.value) == (
-        f"positions file {tiny / 'stations.csv'}: point 'Dongsi' (data row 0) has "
+        f"positions file {tiny / 'stations.csv'}: point 'Dongsi' (line 2) has "
         "latitude=399.3, outside [-90, 90] degrees (1 row(s) in all): correct it."
     )
     # a coordinate written with text, or left empty, or a station twice: one line each
     for latitude, said in (
         ("39.929287N", "Column 'latitude' of positions file .* holds e.g. '39.929287N'"),
-        ("", r"point 'Dongsi' \(data row 0\) has no finite coordinates"),
+        ("", r"point 'Dongsi' \(line 2\) has no finite coordinates"),
     ):
         (tiny / "stations.csv").write_text(f"station,latitude,longitude\nDongsi,{latitude},116.4\n")
         with pytest.raises(UserError, match=said):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import os
@@ -456,11 +457,41 @@ def test_a_unit_that_is_no_text_is_one_line_from_train_py(tmp_path, given, messa
 def test_unparsable_timestamp_shows_the_value(tmp_path):
     df = long_table()
     df.loc[7, "timestamp"] = "yesterday-ish"
-    with pytest.raises(ValueError, match="data row 7, 'yesterday-ish', is not a date/time"):
+    with pytest.raises(ValueError, match="line 9, 'yesterday-ish', is not a date/time"):
         LongFormatSource(write(tmp_path, df)).load()
     df.loc[7, "timestamp"] = np.nan
-    with pytest.raises(ValueError, match="1 empty timestamp.*row 7"):
+    with pytest.raises(ValueError, match=r"1 empty timestamp\(s\) \(first at line 9\)"):
         LongFormatSource(write(tmp_path, df)).load()
+
+
+@pytest.mark.parametrize(
+    ("cell", "unit", "said"),
+    [
+        ("yesterday-ish", None, "line 11, 'yesterday-ish', is not a date/time"),
+        (np.nan, None, "has 1 empty timestamp(s) (first at line 11); every row needs a time."),
+        ("3024-06-01 00:05:00", None, "line 11, '3024-06-01 00:05:00', is beyond the dates"),
+        ("soon", "s", "line 11 holds 'soon', not a number of s since 1970-01-01"),
+    ],
+    ids=["not-a-date", "empty", "beyond-2262", "not-a-number"],
+)
+def test_a_time_that_cannot_be_read_is_named_by_its_line(tmp_path, cell, unit, said):
+    """A CSV's time is named by its line, counting the header, a blank line and the lines
+    of a quoted field (a note over two lines), gzipped too: its position from 0 past the
+    header named it (data row 7, line 11 here)."""
+    df = long_table()
+    if unit:
+        seconds = pd.to_datetime(df["timestamp"]).astype("int64") // 10**9
+        df["timestamp"] = seconds.astype(object)
+    df.loc[2, "note"] = "checked\ntwice"  # quoted, lines 5-6
+    df.loc[7, "timestamp"] = cell
+    text = df.to_csv(index=False).replace("\n", "\n\n", 1)  # line 2 blank
+    with gzip.open(path := tmp_path / "data.csv.gz", "wt") as f:
+        f.write(text)
+    assert text.splitlines()[10].startswith(f"{'' if pd.isna(cell) else cell},st3,")
+    with pytest.raises(UserError) as refused:
+        LongFormatSource(path, time_unit=unit).load()
+    assert f"column 'timestamp' of file {path}" in str(refused.value)
+    assert said in str(refused.value)
 
 
 def test_duplicate_rows_are_shown(tmp_path):
@@ -482,7 +513,7 @@ def test_two_offsets_that_name_one_moment_are_shown_as_written(tmp_path):
     with pytest.raises(ValueError) as err:
         LongFormatSource(write(tmp_path, df)).load()
     assert str(err.value).endswith(
-        f": data rows 9 and 57 of point 'st1' write {df.loc[9, 'timestamp']} and {colliding}, "
+        f": line 11 and line 59 of point 'st1' write {df.loc[9, 'timestamp']} and {colliding}, "
         "one moment (2021-05-31 23:10:00 UTC: a time with an offset is read in UTC). Correct "
         "the offset that is wrong, or keep one row per time and point."
     )
@@ -506,7 +537,7 @@ def test_a_latitude_or_longitude_out_of_degrees_is_refused_naming_the_row(
     with pytest.raises(UserError) as refused:
         LongFormatSource(path, coord_cols=cols).load()
     assert str(refused.value).endswith(
-        f": data row 9 (id='st1') has {column}={value:g}, outside [-{limit}, {limit}] degrees "
+        f": line 11 (id='st1') has {column}={value:g}, outside [-{limit}, {limit}] degrees "
         "(1 row(s) in all): correct it."
     )
     df.loc[9, column] = df.loc[5, column]  # corrected (st1's other rows), it is read
@@ -519,7 +550,7 @@ def test_a_latitude_or_longitude_out_of_degrees_is_refused_naming_the_row(
 def test_bad_coordinates(tmp_path):
     df = long_table()
     df.loc[5, "y"] = np.inf
-    with pytest.raises(ValueError, match="infinite coordinates .*row 5"):
+    with pytest.raises(ValueError, match=r"infinite coordinates \(first at line 7, id='st1'\)"):
         LongFormatSource(write(tmp_path, df)).load()
     df = long_table()
     df.loc[df["id"] == "st2", ["x", "y"]] = np.nan

@@ -71,7 +71,7 @@ def test_day_first_dates_name_the_row_and_the_format_that_reads_them(tmp_path, r
     with pytest.raises(UserError) as err:
         stream_of(path)
     assert str(err.value) == (
-        f"Cannot parse the timestamps in column 'timestamp' of file {path}: data row {24 * N}, "
+        f"Cannot parse the timestamps in column 'timestamp' of file {path}: line {24 * N + 2}, "
         "'13/01/2024 00:00', does not match the format '%m/%d/%Y %H:%M' of the first row "
         "('12/01/2024 00:00'). If the dates are day first, give "
         "data.source.time_format='%d/%m/%Y %H:%M'."
@@ -161,7 +161,7 @@ def test_unix_times_in_the_wrong_unit_are_refused_not_wrapped_to_other_dates(tmp
     with pytest.raises(UserError) as err:
         stream_of(path, time_unit="s")
     assert str(err.value) == (
-        f"column 'timestamp' of file {path}: data row 0 holds {UNIX[0] * 1000}, and as many s "
+        f"column 'timestamp' of file {path}: line 2 holds {UNIX[0] * 1000}, and as many s "
         "since 1970-01-01 are beyond the dates pandas holds (1677-2262): are the numbers "
         "counted in s (time_unit=s)? Counted in ms they run from 2024-01-01 00:00 to "
         "2024-01-02 15:00: give time_unit=ms if so."
@@ -178,7 +178,7 @@ def test_a_date_beyond_2262_is_named_by_its_row(tmp_path, typo):
     with pytest.raises(UserError) as err:
         stream_of(path)
     assert str(err.value) == (
-        f"column 'timestamp' of file {path}: data row 12, {typo!r}, is beyond the dates "
+        f"column 'timestamp' of file {path}: line 14, {typo!r}, is beyond the dates "
         "pandas holds (1677-2262): correct or remove that row."
     )
 
@@ -569,9 +569,7 @@ def test_ids_written_as_pandas_missing_markers_are_kept(tmp_path):
     assert WideTableSource(wide_path, pos).load().point_ids == ["NA", "null", "None"]
     coded.loc[4, "id"] = ""
     coded.to_csv(path, index=False)
-    with pytest.raises(
-        UserError, match=r"^file .*coded\.csv: column 'id' is empty at data row 4\.$"
-    ):
+    with pytest.raises(UserError, match=r"^file .*coded\.csv: column 'id' is empty at line 6\.$"):
         stream_of(path)
 
 

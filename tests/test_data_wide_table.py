@@ -523,9 +523,34 @@ def test_times_must_lie_on_a_regular_grid(tmp_path):
             source(tmp_path, channel=unnamed)
 
 
+@pytest.mark.parametrize(
+    ("cell", "said"),
+    [
+        ("soon", "line 9, 'soon', is not a date/time"),
+        ("", "has 1 empty timestamp(s) (first at line 9)"),
+        ("2012-03-01 00:20", "has several rows (line 8 and line 9)"),
+    ],
+)
+def test_a_time_of_a_csv_table_is_named_by_its_line(tmp_path, cell, said):
+    """A time that cannot be read, or that another row writes too, is named by its line,
+    a blank line and a quoted time over two lines counted (it was "data row 5", its
+    position from 0 past the header)."""
+    write_locations(tmp_path)
+    table = speeds(8).astype(object)
+    table.insert(0, "time", pd.date_range(T0, periods=8, freq=STEP).strftime("%Y-%m-%d %H:%M"))
+    table.loc[1, "time"] = "2012-03-01\n00:05"  # quoted, lines 4-5: read as a space would
+    table.loc[5, "time"] = cell
+    text = table.to_csv(index=False).replace("\n", "\n\n", 1)  # line 2 blank
+    (tmp_path / "times.csv").write_text(text)
+    assert text.splitlines()[8].startswith(f"{cell},")  # line 9
+    with pytest.raises(UserError, match=re.escape(said)):
+        source(tmp_path, path="times.csv", start=None, step=None).load()
+
+
 def test_local_times_over_the_autumn_clock_change_say_which_hour_repeats(tmp_path):
     """Local clock times write 02:00 twice the night the clocks go back: the line says so,
-    as data=points does."""
+    as data=points does, and names both rows by their lines (it named the second by its
+    position from 0 past the header, "data row 3")."""
     write_locations(tmp_path)
     table = speeds(6)
     local = pd.date_range("2024-10-27 00:00", periods=6, freq="h", tz="Europe/Berlin")
@@ -534,7 +559,7 @@ def test_local_times_over_the_autumn_clock_change_say_which_hour_repeats(tmp_pat
     with pytest.raises(UserError) as err:
         source(tmp_path, path="local.csv", start=None, step=None).load()
     assert str(err.value).endswith(
-        "the time 2024-10-27 02:00:00 has several rows (again at data row 3); a wide table "
+        "the time 2024-10-27 02:00:00 has several rows (line 4 and line 5); a wide table "
         "has one row per time step; if the file writes local clock times, that is the hour "
         "which repeats when the clocks go back: write the times in UTC or with their offset "
         "(2024-10-27T02:00:00+01:00), which are read as UTC."
@@ -815,12 +840,38 @@ def test_text_in_a_coordinate_says_coordinates_are_numbers_not_to_leave_them_emp
         read_positions(path)
     assert str(err.value) == (
         f"Column 'x' of positions file {path} must be numeric, but holds e.g. 'east' (1 such "
-        "entries, first at data row 0). Coordinates must be numbers: write each one without "
+        "entries, first at line 2). Coordinates must be numbers: write each one without "
         "units or text."
     )
     pd.DataFrame({"sensor_id": IDS, "x": [None, 1, 2, 3], "y": 1.0}).to_csv(path, index=False)
-    with pytest.raises(UserError, match=r"point '773869' \(data row 0\) has no finite coord"):
+    with pytest.raises(UserError, match=r"point '773869' \(line 2\) has no finite coord"):
         read_positions(path)
+
+
+@pytest.mark.parametrize(
+    ("column", "cell", "said"),
+    [
+        ("sensor_id", "", "column 'sensor_id' is empty at line 6."),
+        ("latitude", "", "point '767542' (line 6) has no finite coordinates"),
+        ("latitude", "34.1N", "holds e.g. '34.1N' (1 such entries, first at line 6)."),
+        ("latitude", "341.16", "point '767542' (line 6) has latitude=341.16, outside"),
+    ],
+    ids=["empty-id", "empty-coordinate", "text", "degrees"],
+)
+def test_a_bad_row_of_a_positions_file_is_named_by_its_line(los, column, cell, said):
+    """A positions file is a file of lines too: its row is named by its line, a blank line
+    and a quoted name over two lines counted (it was "data row 2", its position from 0 past
+    the header)."""
+    table = pd.DataFrame({"sensor_id": IDS, "name": "road", "latitude": LAT, "longitude": LON})
+    table = table.astype(object)
+    table.loc[1, "name"] = "Figueroa St\nnorth"  # quoted, lines 4-5
+    table.loc[2, column] = cell
+    text = table.to_csv(index=False).replace("\n", "\n\n", 1)  # line 2 blank
+    (path := los / "places.csv").write_text(text)
+    assert text.splitlines()[5].split(",")[list(table.columns).index(column)] == cell  # line 6
+    with pytest.raises(UserError) as err:
+        read_positions(path)
+    assert f"positions file {path}" in str(err.value) and said in str(err.value)
 
 
 @pytest.mark.parametrize(("col", "value", "limit"), [("latitude", 340.0, 90), ("lon", -218.3, 180)])
@@ -834,7 +885,7 @@ def test_degrees_out_of_their_range_are_refused_naming_the_point(los, col, value
     with pytest.raises(UserError) as err:
         read_positions(path)
     assert str(err.value) == (
-        f"positions file {path}: point {IDS[2]!r} (data row 2) has {col}={value:g}, outside "
+        f"positions file {path}: point {IDS[2]!r} (line 4) has {col}={value:g}, outside "
         f"[-{limit}, {limit}] degrees (1 row(s) in all): correct it."
     )
     table.loc[2, col] = value / 10 if col == "latitude" else -118.2

@@ -27,7 +27,7 @@ def check_degrees(
 ) -> None:
     """Refuse a latitude beyond ±90 or a longitude beyond ±180 degrees in ``coords (R, L)``,
     whose columns are named ``cols``; ``row_name(row)`` says which point and row it is
-    (``"point 'p3' (data row 3)"``). NaN (an empty cell) is not judged.
+    (``"point 'p3' (line 4)"``). NaN (an empty cell) is not judged.
 
     Raises:
         UserError: naming the row, the column and the value, and how many rows are out.

@@ -21,6 +21,7 @@ import pandas as pd
 from cloudlstm.data.cache import CachedSource
 from cloudlstm.data.covariates import COVARIATES_KEY
 from cloudlstm.data.sources.bad_values import (
+    RowNames,
     channel_values,
     check_mode,
     common_unit,
@@ -36,6 +37,7 @@ from cloudlstm.data.sources.tables import (
     check_column_roles,
     check_columns,
     check_coordinate_columns,
+    file_row_name,
     file_row_names,
     index_as_columns,
     numeric_column,
@@ -309,12 +311,14 @@ class LongFormatSource(UnitsGiven, CachedSource):
         # each bad cell named by its point and time, as written
         names = file_row_names(path, df[self.time_col], df[self.id_col])
         values = channel_values(df, channels, what, self.bad_values, row_names=names)  # (R, C)
-        positions = self._row_positions(df, what)  # (R, L)
+        lines = file_row_names(path, None)  # a row by its line (a CSV), or data row
+        positions = self._row_positions(df, what, lines)  # (R, L)
         times = parse_times(
             df[self.time_col],
             f"column {self.time_col!r} of {what}",
             self.time_format,
             self.time_unit,
+            row_names=lines,
         )
         zoned = time_zone(df[self.time_col], self.time_format, self.time_unit) is not None
         written = df[self.time_col] if zoned else None  # shown where two name one moment
@@ -328,6 +332,7 @@ class LongFormatSource(UnitsGiven, CachedSource):
             what,
             "data.source.freq",
             written=written,
+            row_names=lines,
         )
         static, trajectory = self._placed(grid, positions, what)
         stream = build_stream(
@@ -369,24 +374,27 @@ class LongFormatSource(UnitsGiven, CachedSource):
         value_cols = self.value_cols or self._numeric_columns(df, keys + self.covariate_cols)
         if df[self.id_col].isna().any():
             row = int(np.flatnonzero(df[self.id_col].isna().to_numpy())[0])
-            raise UserError(f"{what}: column {self.id_col!r} is empty at data row {row}.")
+            at = file_row_name(self.path, row)
+            raise UserError(f"{what}: column {self.id_col!r} is empty at {at}.")
         return df.assign(**{self.id_col: written_ids(df[self.id_col])}), value_cols
 
-    def _row_positions(self, df: pd.DataFrame, what: str) -> np.ndarray:
-        """``(R, L)`` coordinates of every row (NaN where a cell is empty; never infinite)."""
+    def _row_positions(self, df: pd.DataFrame, what: str, lines: RowNames) -> np.ndarray:
+        """``(R, L)`` coordinates of every row (NaN where a cell is empty; never infinite);
+        a row refused is named as ``lines`` names it."""
         positions = np.stack(
-            [numeric_column(df, c, what, ROW_COORDINATES_FIX) for c in self.coord_cols], axis=1
+            [numeric_column(df, c, what, ROW_COORDINATES_FIX, lines) for c in self.coord_cols],
+            axis=1,
         )
         if np.isinf(positions).any():
             row = int(np.flatnonzero(np.isinf(positions).any(axis=1))[0])
             raise UserError(
-                f"{what} has infinite coordinates (first at data row {row}, "
+                f"{what} has infinite coordinates (first at {lines([row])[0]}, "
                 f"{self.id_col}={str(df[self.id_col].iloc[row])!r}); fix or remove those rows."
             )
         check_degrees(
             positions,
             self.coord_cols,
-            lambda row: f"data row {row} ({self.id_col}={str(df[self.id_col].iloc[row])!r})",
+            lambda row: f"{lines([row])[0]} ({self.id_col}={str(df[self.id_col].iloc[row])!r})",
             what,
         )
         return positions

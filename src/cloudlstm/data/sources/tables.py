@@ -52,6 +52,7 @@ __all__ = [
     "check_column_roles",
     "check_columns",
     "check_coordinate_columns",
+    "file_row_name",
     "file_row_names",
     "fill_gaps_causally",
     "id_text",
@@ -196,6 +197,7 @@ def pivot_long(
     *,
     refuse_sparse: bool = True,
     written: pd.Series | None = None,
+    row_names: RowNames | None = None,
 ) -> LongGrid:
     """Lay the rows of a long table on a regular time grid.
 
@@ -211,6 +213,9 @@ def pivot_long(
             (a forecast's history, whose last steps may all be missing).
         written: the times as the file writes them, where they carry UTC offsets (read in
             UTC): two rows written with two offsets that name one moment are shown so.
+        row_names: how that message names rows of ``df`` by their positions, as the user
+            finds them in the file (:func:`file_row_names`); None: ``data rows`` and their
+            index labels.
 
     Every timestamp must lie on the grid ``t0 + k * step`` (``t0`` = the earliest time);
     steps without any row become NaN cells, which :func:`fill_gaps_causally` later fills.
@@ -249,7 +254,8 @@ def pivot_long(
             point = str(df[id_col].iloc[first])
             pair = [int(first), int(order[repeats[0] + 1])]
             if written is not None and written.iloc[pair[0]] != written.iloc[pair[1]]:
-                raise UserError(_one_moment(df, written, pair, point, times[first], what))
+                rows = _row_pair(df, sorted(pair), row_names)
+                raise UserError(_one_moment(written, pair, rows, point, times[first], what))
             hint = _clock_change(t_idx[order[repeats]], n)
             raise UserError(
                 f"{what} has several rows for the same (time, point), e.g. time "
@@ -261,15 +267,23 @@ def pivot_long(
     return LongGrid(timestamps, [id_text(u) for u in uniques], step, t_idx, p_idx, dup_mode)
 
 
+def _row_pair(df: pd.DataFrame, pair: list[int], row_names: RowNames | None) -> str:
+    """Two rows of ``df`` by their positions ``pair`` (sorted): ``data rows 9 and 57`` by
+    their index labels, or as ``row_names`` names them (``line 11 and line 59``)."""
+    if row_names is None:
+        return "data rows " + " and ".join(str(df.index[r]) for r in pair)
+    return " and ".join(row_names(pair))
+
+
 def _one_moment(
-    df: pd.DataFrame, written: pd.Series, pair: list[int], point: str, moment: Any, what: str
+    written: pd.Series, pair: list[int], rows: str, point: str, moment: Any, what: str
 ) -> str:
-    """The line for two rows of one point (rows ``pair`` of ``df``) whose times, written with
-    different UTC offsets, name one moment (``moment``, in UTC): the times as written."""
-    rows = " and ".join(str(df.index[r]) for r in sorted(pair))
+    """The line for two rows of one point (``rows``, at the positions ``pair``) whose times,
+    written with different UTC offsets, name one moment (``moment``, in UTC): the times as
+    written."""
     times = " and ".join(str(written.iloc[r]) for r in sorted(pair))
     return (
-        f"{what}: data rows {rows} of point {point!r} write {times}, one moment "
+        f"{what}: {rows} of point {point!r} write {times}, one moment "
         f"({pd.Timestamp(moment)} UTC: a time with an offset is read in UTC). Correct the "
         "offset that is wrong, or keep one row per time and point."
     )
@@ -791,6 +805,13 @@ def file_row_names(
     return names
 
 
+def file_row_name(path: Path, row: int) -> str:
+    """The data row ``row`` (from 0) of a table read from the file ``path``, as its user
+    finds it there (:func:`file_row_names`, without times): ``line 7`` of a text file,
+    ``data row 5`` of a Parquet or HDF5 file."""
+    return file_row_names(path, None)([row])[0]
+
+
 def written_row_numbers(column: pd.Series | pd.Index) -> bool:
     """Whether ``column`` (or an index) numbers its rows 0, 1, 2, ...: the index
     ``DataFrame.to_csv`` writes as a nameless first column by default, which read as times
@@ -1056,19 +1077,29 @@ ROW_COORDINATES_FIX = (
 )
 
 
-def numeric_column(df: pd.DataFrame, col: str, what: str, fix: str = READINGS_FIX) -> np.ndarray:
+def numeric_column(
+    df: pd.DataFrame,
+    col: str,
+    what: str,
+    fix: str = READINGS_FIX,
+    row_names: RowNames | None = None,
+) -> np.ndarray:
     """Column ``col`` as float64; a ``UserError`` showing one non-numeric entry otherwise,
     ending in ``fix`` (by default that of readings, which may be missing: a column that
-    may not, coordinates say, gives its own)."""
+    may not, coordinates say, gives its own). ``row_names`` names its row by its position
+    as the user finds it in the file (:func:`file_row_names`); None: ``data row`` and its
+    index label."""
     series = df[col]
     if pd.api.types.is_numeric_dtype(series):
         return series.to_numpy(dtype=np.float64, na_value=np.nan)
     coerced = pd.to_numeric(series, errors="coerce")
-    bad = series[coerced.isna() & series.notna()]
+    bad = np.flatnonzero((coerced.isna() & series.notna()).to_numpy())
     if len(bad):
+        row = int(bad[0])
+        at = f"data row {series.index[row]}" if row_names is None else row_names([row])[0]
         raise UserError(
-            f"Column {col!r} of {what} must be numeric, but holds e.g. {bad.iloc[0]!r} "
-            f"({len(bad)} such entries, first at data row {int(bad.index[0])}). {fix}"
+            f"Column {col!r} of {what} must be numeric, but holds e.g. {series.iloc[row]!r} "
+            f"({len(bad)} such entries, first at {at}). {fix}"
         )
     return coerced.to_numpy(dtype=np.float64, na_value=np.nan)
 

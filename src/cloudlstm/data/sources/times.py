@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timezone, tzinfo
 from typing import Any
@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 from pandas.tseries.api import guess_datetime_format
 
+from cloudlstm.data.sources.bad_values import RowNames
 from cloudlstm.errors import UserError
 
 __all__ = [
@@ -81,6 +82,7 @@ def parse_times(
     time_format: str | None = None,
     time_unit: str | None = None,
     options: str | None = SOURCE_OPTIONS,
+    row_names: RowNames | None = None,
 ) -> np.ndarray:
     """Parse a column of times into ``(R,)`` ``datetime64[ns]`` (timezones -> naive UTC).
 
@@ -95,30 +97,44 @@ def parse_times(
         options: where ``time_format`` and ``time_unit`` are set, named in the fixes
             (:data:`SOURCE_OPTIONS`, :data:`API_OPTIONS`); None where the user sets neither
             (a file of a fixed format).
+        row_names: how the messages name rows, by their positions in ``column``, as the
+            user finds them (a file's lines: :func:`~cloudlstm.data.sources.tables.
+            file_row_names`); None: ``data row`` and the position, from 0.
 
     Raises:
-        UserError: a value that cannot be read (its data row, the value and the setting
-            that would read it), numbers without a unit, or an empty time.
+        UserError: a value that cannot be read (its row, the value and the setting that
+            would read it), numbers without a unit, or an empty time.
     """
+    name = _row_name(row_names)
     if time_unit is not None and not pd.api.types.is_datetime64_any_dtype(column):
         # datetimes hold no count: as numbers they are nanoseconds, read in time_unit
-        parsed = _counted(column, what, time_unit)
+        parsed = _counted(column, what, time_unit, name)
     else:
         if time_format is None and _numbers(column):
             raise UserError(_numbers_given(column, what, options))
-        parsed = _dated(column, what, time_format, options)
+        parsed = _dated(column, what, time_format, options, name)
     if parsed.isna().any():
         row = int(np.flatnonzero(parsed.isna().to_numpy())[0])
         raise UserError(
-            f"{what} has {int(parsed.isna().sum())} empty timestamp(s) (first at data row {row}); "
+            f"{what} has {int(parsed.isna().sum())} empty timestamp(s) (first at {name(row)}); "
             "every row needs a time."
         )
     if getattr(parsed.dt, "tz", None) is not None:
         parsed = parsed.dt.tz_convert("UTC").dt.tz_localize(None)
-    return _nanoseconds(parsed, column, what)
+    return _nanoseconds(parsed, column, what, name)
 
 
-def _nanoseconds(parsed: pd.Series, column: pd.Series, what: str) -> np.ndarray:
+def _row_name(row_names: RowNames | None) -> Callable[[int], str]:
+    """The name of one row by its position, as ``row_names`` gives it (None: ``data row``
+    and the position)."""
+    if row_names is None:
+        return lambda row: f"data row {row}"
+    return lambda row: row_names([row])[0]
+
+
+def _nanoseconds(
+    parsed: pd.Series, column: pd.Series, what: str, name: Callable[[int], str]
+) -> np.ndarray:
     """``parsed`` as ``datetime64[ns]``: pandas 3 reads a date beyond the nanoseconds'
     1677-2262 (a typo: 3024) in microseconds, and a plain cast would wrap it around to
     another date in silence.
@@ -131,7 +147,7 @@ def _nanoseconds(parsed: pd.Series, column: pd.Series, what: str) -> np.ndarray:
         row = int(beyond[0])
         others = f" ({len(beyond)} such rows)" if len(beyond) > 1 else ""
         raise UserError(
-            f"{what}: data row {row}, {str(column.iloc[row])!r}, is beyond the dates pandas "
+            f"{what}: {name(row)}, {str(column.iloc[row])!r}, is beyond the dates pandas "
             f"holds (1677-2262){others}: correct or remove that row."
         )
     return parsed.dt.as_unit("ns").to_numpy()  # as_unit raises where the check missed one
@@ -162,20 +178,20 @@ def _numbers_given(column: pd.Series, what: str, options: str | None) -> str:
     )
 
 
-def _counted(column: pd.Series, what: str, unit: str) -> pd.Series:
+def _counted(column: pd.Series, what: str, unit: str, name: Callable[[int], str]) -> pd.Series:
     """Numbers of ``unit`` since 1970-01-01 UTC as datetimes."""
     numbers = pd.to_numeric(column, errors="coerce")
     bad = np.flatnonzero(((numbers.isna() & column.notna()) | np.isinf(numbers)).to_numpy())
     if len(bad):
         raise UserError(
-            f"{what}: data row {int(bad[0])} holds {column.iloc[bad[0]]!r}, not a number of "
+            f"{what}: {name(int(bad[0]))} holds {column.iloc[bad[0]]!r}, not a number of "
             f"{unit} since 1970-01-01 (time_unit={unit})."
         )
     beyond = np.flatnonzero(_beyond(numbers, unit))
     if len(beyond):
         row = int(beyond[0])
         raise UserError(
-            f"{what}: data row {row} holds {_item(numbers.iloc[row])!r}, and as many {unit} "
+            f"{what}: {name(row)} holds {_item(numbers.iloc[row])!r}, and as many {unit} "
             f"since 1970-01-01 are beyond the dates pandas holds (1677-2262): are the numbers "
             f"counted in {unit} (time_unit={unit})?{_finer_unit(numbers, unit)}"
         )
@@ -207,7 +223,13 @@ def _finer_unit(numbers: pd.Series, unit: str) -> str:
     return ""
 
 
-def _dated(column: pd.Series, what: str, time_format: str | None, options: str | None) -> pd.Series:
+def _dated(
+    column: pd.Series,
+    what: str,
+    time_format: str | None,
+    options: str | None,
+    name: Callable[[int], str],
+) -> pd.Series:
     """Text or datetime values read in ``time_format`` (None: inferred from the first)."""
     if time_format is not None and _numbers(column):
         column = _digits(column)
@@ -216,7 +238,8 @@ def _dated(column: pd.Series, what: str, time_format: str | None, options: str |
             parsed = pd.to_datetime(column, format=time_format, utc=True)
     except (ValueError, TypeError, OverflowError):
         raise UserError(
-            f"Cannot parse the timestamps in {what}: {_why_not(column, time_format, options)}"
+            f"Cannot parse the timestamps in {what}: "
+            + _why_not(column, time_format, options, name)
         ) from None
     if time_format is None and options is not None:
         _say_a_guessed_month_first(column, parsed, what, options)
@@ -259,7 +282,9 @@ def _digits(column: pd.Series) -> pd.Series:
     return column.map(lambda v: v if pd.isna(v) else str(int(v)))
 
 
-def _why_not(column: pd.Series, time_format: str | None, options: str | None) -> str:
+def _why_not(
+    column: pd.Series, time_format: str | None, options: str | None, name: Callable[[int], str]
+) -> str:
     """The first row that does not match the format (``time_format``, else the one pandas
     infers from the first row), and the setting that would read it."""
     first = _first_value(column)
@@ -271,7 +296,7 @@ def _why_not(column: pd.Series, time_format: str | None, options: str | None) ->
     if not len(rows):
         return _unreadable(column, options)
     value = column.iloc[rows[0]]
-    at = f"data row {int(rows[0])}, {value!r},"
+    at = f"{name(int(rows[0]))}, {value!r},"
     if _no_date(value):
         return f"{at} is not a date/time (the first row: {first!r}); correct or remove that row."
     if time_format is not None:

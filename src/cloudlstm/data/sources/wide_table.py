@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from cloudlstm.data.cache import CachedSource
-from cloudlstm.data.sources.bad_values import channel_values, check_mode
+from cloudlstm.data.sources.bad_values import RowNames, channel_values, check_mode
 from cloudlstm.data.sources.degrees import LATITUDE_NAMES, LONGITUDE_NAMES, check_degrees
 from cloudlstm.data.sources.graphs import graph_among, read_graph
 from cloudlstm.data.sources.tables import (
@@ -38,6 +38,7 @@ from cloudlstm.data.sources.tables import (
     check_coordinate_columns,
     clock_change_hint,
     csv_dialect,
+    file_row_name,
     file_row_names,
     id_text,
     is_bare_number,
@@ -297,9 +298,10 @@ class WideTableSource(UnitsGiven, CachedSource):
             timestamps, step = self._counted_times(len(frame), what)
         else:
             raw = index_times if time_col is None else frame[time_col]
-            times = self._parse_times(raw, time_col, what)
+            lines = file_row_names(path, None)  # a time's row: by its line, or data row
+            times = self._parse_times(raw, time_col, what, lines)
             zoned = time_zone(pd.Series(raw), self.time_format, self.time_unit) is not None
-            timestamps, step, values = self._on_grid(times, values, what)
+            timestamps, step, values = self._on_grid(times, values, what, lines)
         stream = build_stream(
             timestamps,
             ids,
@@ -352,10 +354,13 @@ class WideTableSource(UnitsGiven, CachedSource):
             raise UserError(f"{what} has no columns.")
         return frame, index_times
 
-    def _parse_times(self, raw: Any, time_col: str | None, what: str) -> np.ndarray:
+    def _parse_times(
+        self, raw: Any, time_col: str | None, what: str, lines: RowNames
+    ) -> np.ndarray:
         """The times of column ``time_col``, or of the index ``raw`` (``time_col`` None),
-        as ``datetime64[ns]``; an index that does not read as times is refused with the
-        way to write the table without it."""
+        as ``datetime64[ns]``, a row that cannot be read named as ``lines`` names it; an
+        index that does not read as times is refused with the way to write the table
+        without it."""
         if time_col is not None:
             where = f"column {time_col!r} of {what}"
         elif getattr(raw, "name", None) is not None:
@@ -363,7 +368,9 @@ class WideTableSource(UnitsGiven, CachedSource):
         else:
             where = f"the index of {what}"
         try:
-            return parse_times(pd.Series(raw), where, self.time_format, self.time_unit)
+            return parse_times(
+                pd.Series(raw), where, self.time_format, self.time_unit, row_names=lines
+            )
         except UserError as err:
             if time_col is not None or isinstance(raw, pd.DatetimeIndex):
                 raise
@@ -477,19 +484,22 @@ class WideTableSource(UnitsGiven, CachedSource):
         return start + np.arange(rows) * self.step, self.step
 
     def _on_grid(
-        self, times: np.ndarray, values: np.ndarray, what: str
+        self, times: np.ndarray, values: np.ndarray, what: str, lines: RowNames
     ) -> tuple[np.ndarray, np.timedelta64, np.ndarray]:
         """``(timestamps (T,), step, values (T, N))``: the rows ``values (R, N)`` at their
-        ``times (R,)`` on a regular grid; NaN rows where the file has no row."""
+        ``times (R,)`` on a regular grid; NaN rows where the file has no row. A time of
+        several rows is refused, its rows named as ``lines`` names them."""
         stamps = pd.Index(times)
         repeated = stamps.duplicated()
         if repeated.any():
             row = int(np.flatnonzero(repeated)[0])
+            first = int(np.flatnonzero(stamps == stamps[row])[0])
+            at = " and ".join(lines([first, row]))
             # one time written twice: the hour local clock times repeat in autumn
             hint = clock_change_hint() if repeated.sum() == 1 else ""
             raise UserError(
-                f"{what}: the time {stamps[row]} has several rows (again at data row {row}); "
-                f"a wide table has one row per time step{hint}."
+                f"{what}: the time {stamps[row]} has several rows ({at}); a wide table has "
+                f"one row per time step{hint}."
             )
         if self.start is not None and stamps.min() != self.start:
             raise UserError(
@@ -572,21 +582,24 @@ def read_positions(
     ids = [id_text(v) for v in table[id_col]]
     empty = [k for k, v in enumerate(table[id_col]) if pd.isna(v) or not id_text(v)]
     if empty:
-        raise UserError(f"{what}: column {id_col!r} is empty at data row {empty[0]}.")
+        raise UserError(f"{what}: column {id_col!r} is empty at {file_row_name(path, empty[0])}.")
     repeated = pd.Index(ids)[pd.Index(ids).duplicated()].unique().tolist()
     if repeated:
         raise UserError(f"{what} has several rows for the id(s) {repeated[:5]}.")
     # a missing coordinate is refused below: the fix of readings (leave them empty) is wrong
     fix = "Coordinates must be numbers: write each one without units or text."
-    coords = np.stack([numeric_column(table, c, what, fix) for c in coord_cols], axis=1)
+    lines = file_row_names(path, None)
+    coords = np.stack([numeric_column(table, c, what, fix, lines) for c in coord_cols], axis=1)
     bad = ~np.isfinite(coords).all(axis=1)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise UserError(
-            f"{what}: point {ids[row]!r} (data row {row}) has no finite coordinates in "
-            f"{coord_cols}; every point needs them."
+            f"{what}: point {ids[row]!r} ({file_row_name(path, row)}) has no finite "
+            f"coordinates in {coord_cols}; every point needs them."
         )
-    check_degrees(coords, coord_cols, lambda row: f"point {ids[row]!r} (data row {row})", what)
+    check_degrees(
+        coords, coord_cols, lambda row: f"point {ids[row]!r} ({file_row_name(path, row)})", what
+    )
     return ids, coords
 
 
