@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import os
@@ -152,6 +153,30 @@ def test_stations_subset_and_positions_file(tiny, tmp_path):
         BeijingSource(tiny, stations=[])
     with pytest.raises(UserError, match=r"names Dongsi more than once: name each station once"):
         BeijingSource(tiny, stations=["Dongsi", "Tiantan", "Dongsi"])
+
+
+@pytest.mark.parametrize(
+    ("column", "cell", "said"),
+    [
+        ("month", 13, "invalid year/month/day/hour [2013, 13, 1, 7] at line 10."),
+        ("wd", "NNNW", "wind direction 'NNNW' at line 10 is not one of the compass points"),
+        ("WSPM", "2 m/s", "holds e.g. '2 m/s' (1 such entries, first at line 10)."),
+    ],
+)
+def test_a_bad_row_of_a_station_file_is_named_by_its_line(tiny, tmp_path, column, cell, said):
+    """A PRSA file is a CSV: its row is named by its line, counting the header and a blank
+    line, as an editor shows it; the row's position from 0 past the header named it (data
+    row 7: line 10 here)."""
+    path = next(tiny.glob("PRSA_Data_Dongsi_*"))
+    df = pd.read_csv(path).astype({column: object})
+    df.loc[7, column] = cell
+    text = df.to_csv(index=False).replace("\n", "\n\n", 1)  # line 2 blank
+    with gzip.open(path, "wt") as f:
+        f.write(text)
+    assert text.splitlines()[9].startswith("8,2013,")  # line 10: the row of No 8
+    with pytest.raises(UserError) as refused:
+        BeijingSource(tiny, cache_dir=tmp_path, covariates=["wind"]).load()
+    assert f"file {path}" in str(refused.value) and said in str(refused.value)
 
 
 def test_missing_folder_says_where_to_get_the_data(tmp_path):

@@ -28,11 +28,13 @@ import pandas as pd
 
 from cloudlstm.data.cache import CachedSource
 from cloudlstm.data.covariates import COVARIATES_KEY
+from cloudlstm.data.sources.bad_values import RowNames
 from cloudlstm.data.sources.degrees import check_degrees
 from cloudlstm.data.sources.download import check_download, data_folder
 from cloudlstm.data.sources.tables import (
     build_stream,
     check_columns,
+    file_row_names,
     numeric_column,
     pivot_long,
     read_table,
@@ -291,16 +293,19 @@ class BeijingSource(CachedSource):
         df = read_table(path, "the Beijing Multi-Site file")
         check_columns(df, [*_TIME, *CHANNELS], str(path), "Is this a PRSA_Data_*.csv from UCI?")
         what = f"file {path}"
+        lines = file_row_names(path, None)  # a row by its line in the file
         time = pd.to_datetime(df[_TIME], errors="coerce")
         if time.isna().any():
             row = int(np.flatnonzero(time.isna().to_numpy())[0])
             bad = df.loc[row, _TIME].tolist()
-            raise UserError(f"{what}: invalid year/month/day/hour {bad} at data row {row}.")
-        cols = {c: numeric_column(df, c, what) for c in CHANNELS}
+            raise UserError(f"{what}: invalid year/month/day/hour {bad} at {lines([row])[0]}.")
+        cols = {c: numeric_column(df, c, what, row_names=lines) for c in CHANNELS}
         cols["CO"] = cols["CO"] / CO_UNITS[self.co_units]
         for name in self.covariates:
             cols.update(
-                _wind(df, what) if name == "wind" else {name: numeric_column(df, name, what)}
+                _wind(df, what, lines)
+                if name == "wind"
+                else {name: numeric_column(df, name, what, row_names=lines)}
             )
         return pd.DataFrame({"time": time, "station": station, **cols})
 
@@ -327,12 +332,13 @@ class BeijingSource(CachedSource):
         return stream
 
 
-def _wind(df: pd.DataFrame, what: str) -> dict[str, pd.Series]:
+def _wind(df: pd.DataFrame, what: str, lines: RowNames) -> dict[str, pd.Series]:
     """The wind vector (m/s) the speed ``WSPM`` and the direction ``wd`` (where it blows
     from, a compass point) describe: ``wind_u`` towards the east, ``wind_v`` the north.
 
     Raises:
-        UserError: a direction that is not one of the 16 compass points.
+        UserError: a direction that is not one of the 16 compass points, or a speed that is
+            no number, its row named as ``lines`` names it (its line in the file).
     """
     check_columns(df, ["wd", "WSPM"], what, "")
     heading = df["wd"].map({p: i * 22.5 for i, p in enumerate(_COMPASS)})
@@ -340,10 +346,10 @@ def _wind(df: pd.DataFrame, what: str) -> dict[str, pd.Series]:
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
         raise UserError(
-            f"{what}: wind direction {df['wd'].iloc[row]!r} at data row {row} is not one of "
+            f"{what}: wind direction {df['wd'].iloc[row]!r} at {lines([row])[0]} is not one of "
             f"the compass points {' '.join(_COMPASS)}."
         )
-    speed = numeric_column(df, "WSPM", what)
+    speed = numeric_column(df, "WSPM", what, row_names=lines)
     towards = np.deg2rad(heading.to_numpy(dtype=float) + 180.0)
     return {"wind_u": speed * np.sin(towards), "wind_v": speed * np.cos(towards)}
 
