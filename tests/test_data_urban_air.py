@@ -178,6 +178,24 @@ def test_holding_out_a_station_without_a_position_names_why_it_is_not_there(raw,
     assert set(DROPPED_WHY) == set(DROPPED_POINTS)  # every drop a stream records is named
 
 
+def test_a_time_that_cannot_be_read_is_named_by_its_line(raw, tmp_path):
+    """Named by its line of airquality.csv, not by its position among the cluster's rows
+    ("data row 3": the cluster's rows start at line 299)."""
+    path = raw / "airquality.csv"
+    df = pd.read_csv(path).astype({"time": object})
+    first_b = int(np.flatnonzero(df["station_id"] == 2001)[0])
+    df.loc[first_b + 3, "time"] = "2014-05-01 25:00:00"
+    df.to_csv(path, index=False)
+    line = first_b + 3 + 2  # from 1, after the header
+    assert path.read_text().splitlines()[line - 1].startswith("2001,2014-05-01 25:00:00,")
+    with pytest.raises(
+        UserError,
+        match=rf"^Cannot parse the timestamps in column 'time' of "
+        rf".*airquality\.csv: line {line}, '2014-05-01 25:00:00', ",
+    ):
+        UrbanAirSource(raw, cluster="B", cache_dir=tmp_path).load()
+
+
 def test_other_clusters(raw, tmp_path):
     b = UrbanAirSource(raw, cluster="B", cache_dir=tmp_path).load()
     assert b.point_ids == ["2001", "2002"] and b.missing_fraction == 0

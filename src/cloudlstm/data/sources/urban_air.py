@@ -20,6 +20,7 @@ from cloudlstm.data.sources.download import check_download, data_folder
 from cloudlstm.data.sources.tables import (
     build_stream,
     check_columns,
+    file_row_names,
     pivot_long,
     read_table,
 )
@@ -197,7 +198,13 @@ class UrbanAirSource(CachedSource):
             log.info("Urban Air: %d station(s) have no reading at all: %s", len(absent), absent)
         if readings.empty:
             raise UserError(f"Urban Air: {path} has no reading of cluster {self.cluster}.")
-        times = parse_times(readings["time"], f"column 'time' of {path}", options=None)
+        rows, lines = readings.index, file_row_names(path, None)  # the cluster's file rows
+        times = parse_times(
+            readings["time"],
+            f"column 'time' of {path}",
+            options=None,
+            row_names=lambda kept: lines([int(rows[k]) for k in kept]),
+        )
         readings = readings.assign(time=times.astype("datetime64[h]").astype("datetime64[ns]"))
         grid = pivot_long(readings, "time", "station_id", "1h", duplicates="mean", what=str(path))
         # "NULL" or other text in a reading counts as missing.
