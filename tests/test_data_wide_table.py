@@ -686,7 +686,9 @@ def test_a_csv_adjacency_follows_the_tables_column_order(los):
     with pytest.raises(UserError, match=r"is 5 x 4, not a square matrix \(a header row\?"):
         source(los, graph="header.csv").adjacency(IDS)
     pd.DataFrame(WEIGHTS, columns=list("abcd")).to_csv(los / "names.csv", index=False)
-    with pytest.raises(UserError, match=r"row 0, column 0 is 'a', not a number \(a header"):
+    with pytest.raises(
+        UserError, match=r"row 0, column 0 \(line 1\) is 'a', not a number \(a header"
+    ):
         source(los, graph="names.csv").adjacency(IDS)
     pd.DataFrame(WEIGHTS[:3, :3]).to_csv(los / "small.csv", header=False, index=False)
     with pytest.raises(UserError, match=r"is 3 x 3, but the data file has 4 point columns"):
@@ -705,6 +707,19 @@ def test_a_graph_must_be_square_finite_and_non_negative(los, matrix, words):
     pd.DataFrame(matrix).to_csv(los / "bad.csv", header=False, index=False)
     with pytest.raises(UserError, match=words):
         read_graph(los / "bad.csv", IDS)
+
+
+def test_text_in_a_csv_graph_is_named_by_its_line(los):
+    """The matrix's row and column, and the line an editor finds it on: a blank line is no
+    row of the matrix (row 2 is on line 4)."""
+    text = pd.DataFrame(WEIGHTS).astype(object).to_csv(header=False, index=False)
+    lines = text.splitlines()
+    lines[2] = lines[2].replace(lines[2].split(",")[1], "strong", 1)
+    (los / "gaps.csv").write_text("\n".join([*lines[:2], "", *lines[2:]]) + "\n")
+    with pytest.raises(
+        UserError, match=r"the cell at row 2, column 1 \(line 4\) is 'strong', not a"
+    ):
+        read_graph(los / "gaps.csv", IDS)
 
 
 @pytest.mark.parametrize("diagonal", [0.0, 1.0])
@@ -761,7 +776,7 @@ def test_a_csv_adjacency_separated_by_tabs_or_semicolons(los):
     with pytest.raises(UserError) as err:
         source(los, graph="commas.csv").adjacency(IDS)
     assert str(err.value).endswith(
-        "the cell at row 0, column 1 is '5\\t0', not a number (it holds tabs: a file "
+        "the cell at row 0, column 1 (line 1) is '5\\t0', not a number (it holds tabs: a file "
         "separated by tabs is read as such where its first row has no comma; write its "
         "decimals with a dot)."
     )

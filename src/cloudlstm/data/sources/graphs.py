@@ -38,6 +38,7 @@ from cloudlstm.data.sources.tables import (
     csv_dialect,
     damaged_file,
     id_text,
+    line_numbers,
 )
 from cloudlstm.errors import MissingFileError, UserError
 
@@ -247,9 +248,11 @@ def _read_matrix(path: Path, kind: str) -> np.ndarray:
             )
         else:
             hint = " (a header row? A CSV adjacency has none)" if i == 0 else ""
+        # the matrix's row, and where an editor finds it (blank lines are not rows)
+        (line,) = line_numbers(path, [int(i)], header=False, sep=dialect.get("sep", ","))
         raise UserError(
-            f"{OPTION}={path}: the cell at row {i}, column {j} is {table.iat[i, j]!r}, not a "
-            f"number{hint}."
+            f"{OPTION}={path}: the cell at row {i}, column {j} (line {line}) is "
+            f"{table.iat[i, j]!r}, not a number{hint}."
         )
     return numbers.to_numpy(dtype=np.float64)
 
