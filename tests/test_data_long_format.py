@@ -494,6 +494,17 @@ def test_a_time_that_cannot_be_read_is_named_by_its_line(tmp_path, cell, unit, s
     assert said in str(refused.value)
 
 
+def test_a_row_after_a_long_text_cell_is_named_by_its_line(tmp_path):
+    """A note of 200,000 characters (the csv module's limit is 131,072) is one field, as
+    pandas reads it: counting the lines stopped there with a traceback."""
+    df = long_table()
+    df.loc[2, "note"] = "checked, " * 22_000
+    df.loc[7, "timestamp"] = "yesterday-ish"
+    path = write(tmp_path, df)
+    with pytest.raises(UserError, match=r"column 'timestamp' of file .*: line 9, 'yesterday-ish',"):
+        LongFormatSource(path).load()
+
+
 def test_duplicate_rows_are_shown(tmp_path):
     df = long_table()
     df = pd.concat([df, df.iloc[[9]]], ignore_index=True)

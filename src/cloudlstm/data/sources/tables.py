@@ -26,10 +26,12 @@ import itertools
 import logging
 import lzma
 import re
+import sys
 import warnings
 import zipfile
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -757,7 +759,7 @@ def line_numbers(
     separator (None: as :func:`csv_dialect` finds it), outside whose quoted fields a
     newline ends a row."""
     found, row, end = [], -1 if header else 0, 0
-    with get_handle(path, "r", compression="infer", errors="replace") as handle:
+    with get_handle(path, "r", compression="infer", errors="replace") as handle, _any_field():
         lines = iter(handle.handle)
         first = next(lines, "")
         sep = sep or _separator(first) or ","
@@ -770,6 +772,17 @@ def line_numbers(
             if len(found) == len(data_rows):
                 break
     return found
+
+
+@contextmanager
+def _any_field() -> Iterator[None]:
+    """The csv module reads a field of any length, as pandas does, where it refuses one
+    beyond 128 KiB by default (a long text cell, a quoted note)."""
+    before = csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # a C long on every platform
+    try:
+        yield
+    finally:
+        csv.field_size_limit(before)
 
 
 def _blank(record: list[str]) -> bool:
