@@ -144,7 +144,7 @@ def test_stations_subset_and_positions_file(tiny, tmp_path):
     (tiny / "stations.csv").write_text(
         "station,latitude,longitude\nDongsi,39.9,116.4\nDongsi,40.1,116.4\n"
     )
-    with pytest.raises(UserError, match=r"has several rows for the id\(s\) \['Dongsi'\]"):
+    with pytest.raises(UserError, match=r": the id 'Dongsi' has 2 rows \(line 2 and line 3\); a "):
         BeijingSource(tiny, cache_dir=tmp_path).load()
     with pytest.raises(ValueError, match=r"Unknown Beijing station\(s\) \['Nowhere'\]; valid"):
         BeijingSource(tiny, stations=["Nowhere"]).load()

@@ -362,8 +362,38 @@ def test_columns_and_positions_must_match(los):
     pd.DataFrame({"sensor_id": IDS[:2] * 2, "latitude": 1.0, "longitude": 2.0}).to_csv(
         los / "twice.csv", index=False
     )
-    with pytest.raises(UserError, match=r"several rows for the id\(s\) \['773869', '767541'\]"):
+    with pytest.raises(UserError) as twice:
         read_positions(los / "twice.csv")
+    assert str(twice.value) == (
+        f"positions file {los / 'twice.csv'}: the id '773869' has 2 rows (line 2 and line 4) "
+        "(2 ids are repeated: ['773869', '767541']); a positions file has one row per point: "
+        "keep one of each."
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "rows"),
+    [
+        ("twice.csv", "line 3, line 5 and line 6"),
+        ("twice.parquet", "data row 0, data row 2 and data row 3"),
+    ],
+)
+def test_an_id_on_several_rows_of_a_positions_file_names_them(los, name, rows):
+    """The rows of a repeated id are named as the user finds them: a CSV's lines (the
+    blank line 2 counted), a Parquet file's data rows. The line named no row at all."""
+    table = pd.DataFrame(
+        {"sensor_id": [IDS[0], IDS[1], IDS[0], IDS[0]], "latitude": LAT, "longitude": 1.0}
+    )
+    if name.endswith(".csv"):
+        (los / name).write_text(table.to_csv(index=False).replace("\n", "\n\n", 1))
+    else:
+        table.to_parquet(los / name, index=False)
+    with pytest.raises(UserError) as refused:
+        source(los, positions=name).load()
+    assert str(refused.value) == (
+        f"positions file {los / name}: the id '773869' has 3 rows ({rows}); a "
+        "positions file has one row per point: keep one of each."
+    )
 
 
 def test_a_time_column_of_a_name_not_looked_for_is_named_as_such(tmp_path):

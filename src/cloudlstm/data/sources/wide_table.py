@@ -73,6 +73,8 @@ _VERSION = 6
 ID_NAMES = ("id", "sensor_id", "cellid", "cell_id", "square_id", "station", "node_id")
 # Names (lower case) of a time column found without data.source.time_col.
 TIME_NAMES = ("timestamp", "time", "datetime", "date")
+# Rows of a repeated id named in its message; the others are counted.
+SHOWN_ROWS = 5
 
 
 def table_format(path: Path) -> str:
@@ -583,9 +585,7 @@ def read_positions(
     empty = [k for k, v in enumerate(table[id_col]) if pd.isna(v) or not id_text(v)]
     if empty:
         raise UserError(f"{what}: column {id_col!r} is empty at {file_row_name(path, empty[0])}.")
-    repeated = pd.Index(ids)[pd.Index(ids).duplicated()].unique().tolist()
-    if repeated:
-        raise UserError(f"{what} has several rows for the id(s) {repeated[:5]}.")
+    _refuse_repeated_ids(ids, path, what)
     # a missing coordinate is refused below: the fix of readings (leave them empty) is wrong
     fix = "Coordinates must be numbers: write each one without units or text."
     lines = file_row_names(path, None)
@@ -601,6 +601,29 @@ def read_positions(
         coords, coord_cols, lambda row: f"point {ids[row]!r} ({file_row_name(path, row)})", what
     )
     return ids, coords
+
+
+def _refuse_repeated_ids(ids: list[str], path: Path, what: str) -> None:
+    """Refuse an id on several rows of the positions file ``path``, naming the rows of the
+    first one repeated as the user finds them there (lines of a CSV, data rows of a Parquet
+    or HDF5 file), and how many ids are repeated.
+
+    Raises:
+        UserError: an id is on several rows.
+    """
+    index = pd.Index(ids)
+    repeated = index[index.duplicated()].unique().tolist()
+    if not repeated:
+        return
+    rows = [int(r) for r in np.flatnonzero(index == repeated[0])]
+    named = file_row_names(path, None)(rows[:SHOWN_ROWS])
+    left = len(rows) - len(named)
+    last = f"{left} more" if left else named.pop()
+    others = f" ({len(repeated)} ids are repeated: {repeated[:5]})" if len(repeated) > 1 else ""
+    raise UserError(
+        f"{what}: the id {repeated[0]!r} has {len(rows)} rows ({', '.join(named)} and {last})"
+        f"{others}; a positions file has one row per point: keep one of each."
+    )
 
 
 def check_position_cols(position_cols: Sequence[str]) -> None:
