@@ -589,15 +589,22 @@ def test_the_hour_repeated_when_the_clocks_go_back_is_named():
     clock = pd.date_range("2024-10-27 00:00", periods=T, freq="h", tz="Europe/Rome")
     rows = table().assign(timestamp=np.repeat(clock.strftime("%Y-%m-%d %H:%M"), N))
     with pytest.raises(UserError, match=(
-        r"time 2024-10-27 02:00:00 and id='p0'.*drop the duplicates\); if the file writes local "
-        r"clock times, that is the hour which repeats when the clocks go back: write the times "
-        r"in UTC or with their offset \(2024-10-27T02:00:00\+01:00\), which are read as UTC\.$"
+        r"time 2024-10-27 02:00:00 and id='p0'.*drop the duplicates\); if the file writes the "
+        r"local clock times of a zone such as Europe/Berlin, that is the hour which repeats when "
+        r"its clocks go back: write the times in UTC or with their offset "
+        r"\(2024-10-27T02:00:00\+01:00 the second time\), which are read as UTC\.$"
     )):  # fmt: skip
         pivot_long(rows.assign(timestamp=pd.to_datetime(rows["timestamp"])), "timestamp", "id",
                    "1h", "error", "file local.csv")  # fmt: skip
     one_extra = pd.concat([table(), table().iloc[[4]]], ignore_index=True)
     with pytest.raises(UserError, match=r"drop the duplicates\)\.$"):  # no clock hint
         pivot_long(one_extra, "timestamp", "id", "1h", "error", "file local.csv")
+    # every point written twice at an hour no zone's clocks repeat: no clock hint either
+    twice = table().assign(
+        timestamp=lambda d: d["timestamp"].where(d["timestamp"] != STAMPS[5], STAMPS[4])
+    )
+    with pytest.raises(UserError, match=r"drop the duplicates\)\.$"):
+        pivot_long(twice, "timestamp", "id", "1h", "error", "file twice.csv")
 
 
 # ---------------------------------------------------------------------- the grid's period

@@ -590,9 +590,53 @@ def test_local_times_over_the_autumn_clock_change_say_which_hour_repeats(tmp_pat
         source(tmp_path, path="local.csv", start=None, step=None).load()
     assert str(err.value).endswith(
         "the time 2024-10-27 02:00:00 has several rows (line 4 and line 5); a wide table "
-        "has one row per time step; if the file writes local clock times, that is the hour "
-        "which repeats when the clocks go back: write the times in UTC or with their offset "
-        "(2024-10-27T02:00:00+01:00), which are read as UTC."
+        "has one row per time step; if the file writes the local clock times of a zone such "
+        "as Europe/Berlin, that is the hour which repeats when its clocks go back: write the "
+        "times in UTC or with their offset (2024-10-27T02:00:00+01:00 the second time), "
+        "which are read as UTC."
+    )
+
+
+def _hours(start: str, zone: str | None = None) -> list[str]:
+    """Six hourly times from ``start`` as a file writes them: clock times, or (``zone``)
+    that zone's with their offsets."""
+    if zone is None:
+        return list(pd.date_range(start, periods=6, freq="h").strftime("%Y-%m-%d %H:%M"))
+    return [t.isoformat() for t in pd.date_range(start, periods=6, freq="h", tz=zone)]
+
+
+@pytest.mark.parametrize(
+    ("times", "hint"),
+    [
+        (  # New York's clocks repeat 01:00
+            pd.date_range("2024-11-03", periods=6, freq="h", tz="America/New_York").strftime(
+                "%Y-%m-%d %H:%M"
+            ),
+            "; if the file writes the local clock times of a zone such as America/New_York, "
+            "that is the hour which repeats when its clocks go back: write the times in UTC "
+            "or with their offset (2024-11-03T01:00:00-05:00 the second time), which are "
+            "read as UTC.",
+        ),
+        (_hours("2024-07-01 10:00"), "."),  # 11:00 written twice: no clocks repeat it
+        (_hours("2024-10-27 00:00", "Europe/Berlin"), "."),  # with offsets: read as UTC
+    ],
+)
+def test_the_clock_change_is_named_only_where_the_repeated_time_is_its_hour(tmp_path, times, hint):
+    """The autumn clock change's hint was added to any one time written in two rows: to a
+    time no zone's clocks repeat, and to one written twice with its offset (read as UTC,
+    which repeats none: 01:00 UTC, 02:00+01:00 as written, was said to be the repeated
+    hour). It names a zone whose clocks repeat the time, and the offset of its second."""
+    write_locations(tmp_path)
+    times = list(times)
+    if len(set(times)) == len(times):
+        times[2] = times[1]  # a row written twice by hand
+    table = speeds(6)
+    table.insert(0, "time", times)
+    table.to_csv(tmp_path / "twice.csv", index=False)
+    with pytest.raises(UserError) as err:
+        source(tmp_path, path="twice.csv", start=None, step=None).load()
+    assert str(err.value).endswith(
+        f"has several rows (line 3 and line 4); a wide table has one row per time step{hint}"
     )
 
 

@@ -168,7 +168,7 @@ def _refuse_repeated_times(times: pd.Series, what: str) -> None:
     rows = [int(r) for r in np.flatnonzero((times == first).to_numpy())]
     times_repeated = repeated.nunique()
     others = f", and {times_repeated - 1} other time(s) so" if times_repeated > 1 else ""
-    hint = clock_change_hint() if times_repeated == 1 else ""
+    hint = clock_change_hint(first) if times_repeated == 1 else ""
     raise UserError(
         f"{what} writes the time {first} in {len(rows)} rows (data rows "
         f"{', '.join(map(str, rows[:SHOWN]))}){others}: a wide table holds one row per time, "

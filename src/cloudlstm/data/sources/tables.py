@@ -30,9 +30,11 @@ import sys
 import warnings
 import zipfile
 import zlib
+import zoneinfo
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +76,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _DAY = np.timedelta64(1, "D").astype("timedelta64[ns]")
-# a local time written with its UTC offset, as the hint for clock changes shows it
-_ISO_OFFSET_EXAMPLE = "2024-10-27T02:00:00+01:00"
 
 
 # ---------------------------------------------------------------------- time grid
@@ -258,7 +258,10 @@ def pivot_long(
             if written is not None and written.iloc[pair[0]] != written.iloc[pair[1]]:
                 rows = _row_pair(df, sorted(pair), row_names)
                 raise UserError(_one_moment(written, pair, rows, point, times[first], what))
-            hint = _clock_change(t_idx[order[repeats]], n)
+            # clock times alone: times written with offsets were read in UTC, which repeats none
+            hint = (
+                "" if written is not None else _clock_change(t_idx[order[repeats]], n, times[first])
+            )
             raise UserError(
                 f"{what} has several rows for the same (time, point), e.g. time "
                 f"{pd.Timestamp(times[first])} and {id_col}={point!r}. Keep one row per time "
@@ -351,21 +354,72 @@ def _median_point_gap(times: np.ndarray, point_codes: np.ndarray) -> str:
     return step_text(median.round("min" if median >= pd.Timedelta(1, "min") else "s"))
 
 
-def _clock_change(repeated_steps: np.ndarray, num_points: int) -> str:
-    """A hint where every point has one row too many, all at one time: local clock times
-    repeat the hour at which the clocks go back."""
+def _clock_change(repeated_steps: np.ndarray, num_points: int, time: np.datetime64) -> str:
+    """A hint where every point has one row too many, all at one ``time``: local clock
+    times repeat the hour at which the clocks go back (:func:`clock_change_hint`)."""
     if len(repeated_steps) != num_points or len(np.unique(repeated_steps)) != 1:
         return ""
-    return clock_change_hint()
+    return clock_change_hint(time)
 
 
-def clock_change_hint() -> str:
-    """The hint for one time written twice: the hour local clock times repeat."""
+def clock_change_hint(time: Any) -> str:
+    """The hint for the time ``time`` written in two rows, as the file writes it (a clock
+    time without zone, or a time with its offset): where it is a clock time that some zone
+    this machine knows repeats when its clocks go back, the times may be that zone's clock
+    and the hint names one such zone; ``""`` where none does, and for a time that cannot be
+    read or carries a zone (no clock change repeats it).
+
+    The file's zone is not known: a source reads clock times as UTC, and
+    ``data.time_zone`` only sets the clock of the time features.
+    """
+    try:
+        stamp = pd.Timestamp(time)
+    except (ValueError, TypeError, OverflowError):
+        return ""
+    if pd.isna(stamp) or stamp.tz is not None:
+        return ""
+    clock = stamp.to_pydatetime(warn=False)
+    zone = next((z for z in _zones_by_name() if _repeats(clock, z)), None)
+    if zone is None:
+        return ""
+    second = clock.replace(tzinfo=zone, fold=1).isoformat()
     return (
-        "; if the file writes local clock times, that is the hour which repeats when the "
-        "clocks go back: write the times in UTC or with their offset "
-        f"({_ISO_OFFSET_EXAMPLE}), which are read as UTC"
+        f"; if the file writes the local clock times of a zone such as {zone.key}, that is "
+        "the hour which repeats when its clocks go back: write the times in UTC or with "
+        f"their offset ({second} the second time), which are read as UTC"
     )
+
+
+# Zones named first as the example of a clock change, one for each of the usual changes
+# (the others, by name, after them): a file's clock is more likely Berlin's than Adak's.
+_WELL_KNOWN_ZONES = (
+    "Europe/London",
+    "Europe/Berlin",
+    "Europe/Helsinki",
+    "America/New_York",
+    "America/Chicago",
+    "America/Denver",
+    "America/Los_Angeles",
+    "Australia/Sydney",
+    "Pacific/Auckland",
+)
+
+
+def _zones_by_name() -> Iterator[zoneinfo.ZoneInfo]:
+    """The IANA zones this machine knows, :data:`_WELL_KNOWN_ZONES` first, the others by
+    name; legacy names (``CET``, ``EST5EDT``) and ``Etc/`` left out."""
+    names = {n for n in zoneinfo.available_timezones() if "/" in n and not n.startswith("Etc/")}
+    known = [n for n in _WELL_KNOWN_ZONES if n in names]
+    return (zoneinfo.ZoneInfo(n) for n in [*known, *sorted(names - set(known))])
+
+
+def _repeats(clock: datetime, zone: zoneinfo.ZoneInfo) -> bool:
+    """Whether the clock time ``clock`` is in the hour ``zone`` repeats when its clocks go
+    back: read before the change its offset is larger than after it (``fold``: PEP 495).
+    A clock time skipped in spring has them the other way round."""
+    before = clock.replace(tzinfo=zone, fold=0).utcoffset()
+    after = clock.replace(tzinfo=zone, fold=1).utcoffset()
+    return before is not None and after is not None and before > after
 
 
 # ---------------------------------------------------------------------- gap filling

@@ -303,7 +303,8 @@ class WideTableSource(UnitsGiven, CachedSource):
             lines = file_row_names(path, None)  # a time's row: by its line, or data row
             times = self._parse_times(raw, time_col, what, lines)
             zoned = time_zone(pd.Series(raw), self.time_format, self.time_unit) is not None
-            timestamps, step, values = self._on_grid(times, values, what, lines)
+            clock = not zoned and self.time_unit is None  # clock times: they may repeat
+            timestamps, step, values = self._on_grid(times, values, what, lines, clock)
         stream = build_stream(
             timestamps,
             ids,
@@ -486,11 +487,12 @@ class WideTableSource(UnitsGiven, CachedSource):
         return start + np.arange(rows) * self.step, self.step
 
     def _on_grid(
-        self, times: np.ndarray, values: np.ndarray, what: str, lines: RowNames
+        self, times: np.ndarray, values: np.ndarray, what: str, lines: RowNames, clock: bool
     ) -> tuple[np.ndarray, np.timedelta64, np.ndarray]:
         """``(timestamps (T,), step, values (T, N))``: the rows ``values (R, N)`` at their
         ``times (R,)`` on a regular grid; NaN rows where the file has no row. A time of
-        several rows is refused, its rows named as ``lines`` names them."""
+        several rows is refused, its rows named as ``lines`` names them; ``clock``: the
+        file writes clock times without zone, whose autumn change repeats an hour."""
         stamps = pd.Index(times)
         repeated = stamps.duplicated()
         if repeated.any():
@@ -498,7 +500,7 @@ class WideTableSource(UnitsGiven, CachedSource):
             first = int(np.flatnonzero(stamps == stamps[row])[0])
             at = " and ".join(lines([first, row]))
             # one time written twice: the hour local clock times repeat in autumn
-            hint = clock_change_hint() if repeated.sum() == 1 else ""
+            hint = clock_change_hint(stamps[row]) if clock and repeated.sum() == 1 else ""
             raise UserError(
                 f"{what}: the time {stamps[row]} has several rows ({at}); a wide table has "
                 f"one row per time step{hint}."
