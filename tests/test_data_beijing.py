@@ -18,6 +18,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cloudlstm.assembly.build import instantiate_datamodule
+from cloudlstm.assembly.source_options import check_read_source_options
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.sources.beijing import STATION_POSITIONS, BeijingSource
 from cloudlstm.data.sources.times import TIMES_ZONED_KEY
@@ -512,3 +513,28 @@ def test_a_checksum_without_a_download_is_refused_in_one_line(tmp_path):
         "and data.source.download=false fetches none: set data.source.download=true, or "
         "leave data.source.sha256 out."
     )
+
+
+@pytest.mark.parametrize("data", ["beijing", "airq"])
+def test_a_url_without_a_download_is_refused_in_one_line(tmp_path, data):
+    """data.source.url is fetched only with data.source.download=true: without it another
+    url was ignored without a word, and the files in data.source.root were read."""
+    url = "data.source.url=https://example.org/other.zip"
+    proc = run_python("train.py", f"data={data}", url, f"hydra.run.dir={tmp_path / 'run'}")
+    assert one_line(proc) == (
+        f"{url} names the archive that data.source.download=true fetches where the files are "
+        "missing, and data.source.download=false fetches none: set data.source.download=true, "
+        "or leave data.source.url out."
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_url_at_its_default_or_with_a_download_is_not_refused(tmp_path):
+    """The config's own url is no user's setting: it is never null, so the command's
+    overrides tell a url given from it, as they tell data=mobile's options."""
+    default = OmegaConf.load(ROOT / "conf" / "data" / "beijing.yaml").source.url
+    for job in (
+        [f"data.source.url={default}"],
+        ["data.source.url=https://example.org/other.zip", "data.source.download=true"],
+    ):
+        check_read_source_options(compose_train(tmp_path, ["data=beijing", *job]).data)

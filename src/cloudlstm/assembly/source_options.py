@@ -1,14 +1,20 @@
 """Options of a data source that the source it builds does not read, refused where the
-command sets them: ``data=mobile`` builds its generator without ``data.source.path`` and a
-file's reader with one (:func:`cloudlstm.data.sources.mobile.mobile_traffic`), and its
-config holds the options of both, so that either can be set. Each source read only those of
-its own and dropped the others without a word: ``data.source.bad_values=warn`` without a
-file, ``data.source.num_days=30`` with one, changed nothing.
+command sets them.
+
+``data=mobile`` builds its generator without ``data.source.path`` and a file's reader with
+one (:func:`cloudlstm.data.sources.mobile.mobile_traffic`), and its config holds the options
+of both, so that either can be set. Each source read only those of its own and dropped the
+others without a word: ``data.source.bad_values=warn`` without a file,
+``data.source.num_days=30`` with one, changed nothing. ``data=beijing`` and ``data=airq``
+fetch ``data.source.url`` only with ``data.source.download=true``
+(:func:`cloudlstm.data.sources.download.unread_url`): another url without it was ignored.
 
 Only what the command sets (its overrides, a sweep's of the command line included) is
-refused, and only at a value other than the one ``conf/data/mobile.yaml`` gives: every
-option is in the config at that value, whichever source runs, and an experiment's generator
-settings and sweep (``experiment=paper/mobile``) are the experiment's, not the user's.
+refused, and only at a value other than the one the data set's config gives
+(``conf/data/<name>.yaml``): every option is in the config at that value, whichever source
+runs (a url is never null), and an experiment's settings and sweep
+(``experiment=paper/mobile``) are the experiment's, not the user's. ``eval.py``'s command
+is its own: a run's saved config.yaml sets nothing.
 """
 
 from __future__ import annotations
@@ -19,32 +25,42 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from cloudlstm.data.sources import mobile
+from cloudlstm.data.sources import beijing, download, mobile, urban_air
 from cloudlstm.errors import UserError
 from cloudlstm.paths import config_dir
 
-MOBILE_TARGET = f"{mobile.__name__}.{mobile.mobile_traffic.__name__}"
 SOURCE = "data.source."
+MOBILE_TARGET = f"{mobile.__name__}.{mobile.mobile_traffic.__name__}"
+# each source checked -> the configs (conf/data/<name>.yaml) whose merge gives its defaults
+DEFAULTS = {
+    MOBILE_TARGET: ("points", "mobile"),
+    f"{beijing.__name__}.{beijing.BeijingSource.__name__}": ("beijing",),
+    f"{urban_air.__name__}.{urban_air.UrbanAirSource.__name__}": ("airq",),
+}
 
 
 def check_read_source_options(data: DictConfig) -> None:
     """Refuse the options of ``data.source`` that the command sets and its source does not
-    read (none outside a Hydra job).
+    read (none outside a Hydra job): a generator's or a file's options of ``data=mobile``,
+    a url without a download.
 
     Raises:
         UserError: names each such option as the command sets it, and the way out.
     """
     source = data.get("source")
-    if not isinstance(source, DictConfig) or source.get("_target_") != MOBILE_TARGET:
+    if not isinstance(source, DictConfig) or source.get("_target_") not in DEFAULTS:
         return
-    set_now = _set_by_the_command()
-    defaults = _mobile_defaults()
+    target = source["_target_"]
+    defaults = _defaults(DEFAULTS[target])
     given = {
         key: line
-        for key, line in set_now.items()
+        for key, line in _set_by_the_command().items()
         if key in source and _value(source, key) != defaults.get(key, object())
     }
-    refusal = mobile.unread_options(source.get("path"), given)
+    if target == MOBILE_TARGET:
+        refusal = mobile.unread_options(source.get("path"), given)
+    else:
+        refusal = download.unread_url(source.get("download"), given)
     if refusal is not None:
         raise UserError(refusal)
 
@@ -66,12 +82,12 @@ def _set_by_the_command() -> dict[str, str]:
     }
 
 
-def _mobile_defaults() -> dict[str, Any]:
-    """The source options as ``conf/data/mobile.yaml`` gives them, those it takes from
-    ``conf/data/points.yaml`` included (its defaults list)."""
-    data = config_dir() / "data"
-    points, own = (OmegaConf.load(data / f"{name}.yaml") for name in ("points", "mobile"))
-    merged = OmegaConf.merge(points.source, own.source)
+def _defaults(names: tuple[str, ...]) -> dict[str, Any]:
+    """The source options as the configs ``conf/data/<name>.yaml`` of ``names`` give them,
+    merged in turn (``data=mobile`` takes those of ``conf/data/points.yaml`` first: its
+    defaults list)."""
+    folder = config_dir() / "data"
+    merged = OmegaConf.merge(*(OmegaConf.load(folder / f"{n}.yaml").source for n in names))
     return OmegaConf.to_container(merged, resolve=False)  # type: ignore[return-value]
 
 

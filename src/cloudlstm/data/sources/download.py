@@ -13,13 +13,13 @@ import urllib.parse
 import urllib.request
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from cloudlstm.errors import DownloadError, UserError, out_of_space
 
-__all__ = ["check_download", "data_folder", "download_and_extract"]
+__all__ = ["check_download", "data_folder", "download_and_extract", "unread_url"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,19 @@ def check_download(value: Any) -> bool:
     if not isinstance(value, bool):
         raise UserError(f"data.source.download={value!r}: use true or false.")
     return value
+
+
+def unread_url(download: Any, given: Mapping[str, str]) -> str | None:
+    """The refusal of ``data.source.url`` where ``given`` (``{option: the command's
+    override that sets it}``) holds it and ``download`` is not true: only a download fetches
+    the url, so it would be ignored without a word. None otherwise."""
+    if "url" not in given or check_download(download):
+        return None
+    return (
+        f"{given['url']} names the archive that data.source.download=true fetches where the "
+        "files are missing, and data.source.download=false fetches none: set "
+        "data.source.download=true, or leave data.source.url out."
+    )
 
 
 def data_folder(
