@@ -6,6 +6,7 @@ import gzip
 import io
 import json
 import os
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -511,7 +512,8 @@ def test_a_checksum_without_a_download_is_refused_in_one_line(tmp_path):
     assert one_line(proc) == (
         "data.source.sha256=abc checks the archive that data.source.download=true fetches, "
         "and data.source.download=false fetches none: set data.source.download=true, or "
-        "leave data.source.sha256 out."
+        "leave data.source.sha256 out (eval.py, whose run's config.yaml holds it: add "
+        "data.source.sha256=null to its command)."
     )
 
 
@@ -538,3 +540,24 @@ def test_a_url_at_its_default_or_with_a_download_is_not_refused(tmp_path):
         ["data.source.url=https://example.org/other.zip", "data.source.download=true"],
     ):
         check_read_source_options(compose_train(tmp_path, ["data=beijing", *job]).data)
+
+
+def test_eval_of_a_run_whose_config_holds_download_options(beijing_run, tmp_path):
+    """A run's config.yaml that holds a url and a checksum without a download (saved before
+    they were refused) is evaluated: its url is not the eval command's, and the checksum's
+    line says how to leave it out there, where "leave it out" alone could not be done."""
+    from cloudlstm.cli.evaluate import evaluate
+    from tests.test_eval import compose_eval
+
+    saved = beijing_run / "config.yaml"
+    text = saved.read_text()
+    edited = re.sub(r"(?m)^(    url: ).*$", r"\1https://example.org/other.zip", text)
+    edited = edited.replace("    sha256: null\n", "    sha256: abc\n")
+    assert edited.count("example.org") == 1 and "sha256: abc" in edited
+    saved.write_text(edited)
+    with pytest.raises(UserError, match=r"add data\.source\.sha256=null to its command\)\.$"):
+        evaluate(compose_eval(beijing_run, tmp_path / "held"))
+    evaluate(compose_eval(beijing_run, tmp_path / "null", "data.source.sha256=null"))
+    other = "data.source.url=https://example.org/third.zip"
+    with pytest.raises(UserError, match=rf"^{other} names the archive .* leave data\.source\.url"):
+        evaluate(compose_eval(beijing_run, tmp_path / "url", "data.source.sha256=null", other))

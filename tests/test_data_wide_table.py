@@ -8,11 +8,12 @@ import logging
 import os
 import pickle
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import one_line, rebuilding_fails, run_python
+from conftest import compose_train, one_line, rebuilding_fails, run_python
 
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.pipeline.forecast_input import build_input
@@ -992,6 +993,30 @@ def test_a_key_for_a_table_that_is_no_hdf5_file_is_refused_in_one_line(los):
     assert one_line(proc) == (
         f"data.source.key='speed' names a table of an HDF5 file, but data.source.path="
         f"{(los / 'los_speed.csv.gz').resolve()} is no HDF5 file (.h5, .hdf5), which holds one "
-        "table: leave data.source.key out, or give the .h5 file."
+        "table: leave data.source.key out (eval.py, whose run's config.yaml holds it: add "
+        "data.source.key=null to its command), or give the .h5 file."
     )
     assert not (los / "run").exists()
+
+
+def test_eval_of_a_run_whose_config_holds_a_key_for_a_csv_says_how_to_drop_it(los, tmp_path):
+    """A run's config.yaml holding data.source.key for a table that is no HDF5 file (saved
+    before the key was refused, or a run of an .h5 tested on a CSV) is refused by eval.py
+    with the override that drops it: "leave data.source.key out" could not be done there."""
+    from cloudlstm.cli.evaluate import evaluate
+    from cloudlstm.cli.train import train
+    from tests.test_eval import compose_eval
+
+    job = ["data=metr_la", f"data.source.root={los}", "data.input_steps=2"]  # T=30
+    job += ["data.output_steps=1", "data.batch_size=2", "model=linear", "trainer=cpu"]
+    job += ["trainer.max_steps=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1"]
+    job += ["logger=none", "report.figures=false", "trainer.enable_progress_bar=false"]
+    cfg = compose_train(tmp_path / "train", job)
+    train(cfg)
+    run = Path(cfg.paths.output_dir)
+    saved = run / "config.yaml"
+    assert "    key: null\n" in saved.read_text()
+    saved.write_text(saved.read_text().replace("    key: null\n", "    key: speed\n"))
+    with pytest.raises(UserError, match=r"add data\.source\.key=null to its command\), or give"):
+        evaluate(compose_eval(run, tmp_path / "held"))
+    evaluate(compose_eval(run, tmp_path / "null", "data.source.key=null"))

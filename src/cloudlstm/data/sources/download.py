@@ -72,7 +72,8 @@ def data_folder(
         raise UserError(
             f"data.source.sha256={sha256} checks the archive that data.source.download=true "
             "fetches, and data.source.download=false fetches none: set "
-            "data.source.download=true, or leave data.source.sha256 out."
+            "data.source.download=true, or leave data.source.sha256 out (eval.py, whose run's "
+            "config.yaml holds it: add data.source.sha256=null to its command)."
         )
     found = _first_holding(root, holds)
     if found is None and download:

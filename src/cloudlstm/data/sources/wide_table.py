@@ -275,7 +275,8 @@ class WideTableSource(UnitsGiven, CachedSource):
             raise UserError(
                 f"data.source.key={self.key!r} names a table of an HDF5 file, but "
                 f"data.source.path={self.path.resolve()} is no HDF5 file (.h5, .hdf5), which "
-                "holds one table: leave data.source.key out, or give the .h5 file."
+                "holds one table: leave data.source.key out (eval.py, whose run's config.yaml "
+                "holds it: add data.source.key=null to its command), or give the .h5 file."
             )
         return [self.path, self.positions]
 
