@@ -1,5 +1,6 @@
 """``trainer.devices`` read once (cloudlstm.assembly.devices), for the Trainer's own machine
-(``run_device``, ``processes``) and for ``compare``'s reading of other runs' configs."""
+(``run_device``, ``processes``), for ``compare``'s reading of other runs' configs and for
+the GPUs and tasks per node that ``hydra/launcher=slurm`` asks SLURM for."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import subprocess
 import sys
 
 import pytest
+from omegaconf import OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 
 from cloudlstm.assembly.batch_limits import processes
 from cloudlstm.assembly.compile import run_device
@@ -85,3 +88,62 @@ def test_the_reading_imports_no_torch():
     code = "import sys, cloudlstm.assembly.devices; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.stdout.strip() == "False", done.stderr[-2000:]
+
+
+def slurm_asks(accelerator: str, devices: object) -> dict:
+    """``gpus_per_node`` and ``tasks_per_node`` as conf/hydra/launcher/slurm.yaml resolves
+    them from a trainer's ``accelerator`` and ``devices`` (the package's resolvers)."""
+    # the resolvers are registered by the import of cloudlstm (above)
+    cfg = OmegaConf.create(
+        {
+            "trainer": {"accelerator": accelerator, "devices": devices},
+            "gpus": "${gpus_per_node:${trainer.accelerator},${trainer.devices}}",
+            "tasks": "${tasks_per_node:${trainer.accelerator},${trainer.devices}}",
+        }
+    )
+    return {"gpus": cfg.gpus, "tasks": cfg.tasks}
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "devices", "asked"),
+    [
+        ("gpu", 4, {"gpus": 4, "tasks": 4}),
+        ("gpu", "0,1", {"gpus": 2, "tasks": 2}),  # device indices: SLURM wants their count
+        ("gpu", [1, 0], {"gpus": 2, "tasks": 2}),
+        ("auto", 1, {"gpus": 1, "tasks": 1}),
+        ("cpu", 2, {"gpus": None, "tasks": 2}),  # processes without GPUs
+        ("cpu", "auto", {"gpus": None, "tasks": 1}),  # Lightning's one CPU device
+    ],
+)
+def test_slurm_is_asked_for_the_number_of_devices_per_node(accelerator, devices, asked):
+    assert slurm_asks(accelerator, devices) == asked
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "devices", "line"),
+    [
+        (
+            "gpu",
+            "auto",
+            "trainer.devices=auto takes every GPU of the node it runs on, but "
+            "hydra/launcher=slurm must ask SLURM for a number of GPUs (and tasks) per node "
+            "before the job starts: give it, e.g. trainer.devices=4 (or trainer=cpu for CPU "
+            "tasks).",
+        ),
+        ("auto", -1, "trainer.devices=-1 takes every GPU of the node it runs on, but "),
+        (
+            "gpu",
+            "0,2",
+            "trainer.devices=0,2 names GPU 2, but a SLURM job sees only the 2 GPU(s) it is "
+            "given, numbered from 0: give the number, trainer.devices=2.",
+        ),
+        ("gpu", 0, "trainer.devices=0: no device to run on: give "),
+    ],
+)
+def test_a_number_of_gpus_slurm_cannot_be_given_is_refused_in_one_line(accelerator, devices, line):
+    with pytest.raises(InterpolationResolutionError) as refused:
+        slurm_asks(accelerator, devices)
+    error: BaseException | None = refused.value
+    while isinstance(error, InterpolationResolutionError):  # one for each nested ${...}
+        error = error.__cause__ or error.__context__
+    assert isinstance(error, UserError) and str(error).startswith(line)

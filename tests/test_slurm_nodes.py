@@ -89,3 +89,26 @@ def test_a_sweep_over_the_allocation_is_refused_in_one_line(tmp_path, sweep):
     lines = [x for x in proc.stderr.splitlines() if "hydra/launcher=slurm" in x]
     assert len(lines) == 1, proc.stderr[-3000:]
     assert sweep.split("=")[0] in lines[0] and "one sweep per value" in lines[0]
+
+
+def test_device_indices_ask_slurm_for_their_number(tmp_path):
+    """``trainer.devices="0,1"`` are Lightning's device indices: SLURM is asked for 2."""
+    proc, script = submit(tmp_path, "trainer=ddp", "trainer.devices='0,1'")
+    assert script is not None, proc.stderr[-3000:]
+    options = sbatch_options(script)
+    assert (options["gpus-per-node"], options["ntasks-per-node"]) == ("2", "2")
+
+
+@pytest.mark.parametrize("devices", ["auto", "-1"])
+def test_every_gpu_of_the_node_is_refused_in_one_line(tmp_path, devices):
+    """SLURM must be told how many GPUs per node before the job starts; it was given
+    ``--gpus-per-node=auto`` (or -1), which sbatch refuses, after a traceback."""
+    proc, script = submit(tmp_path, "trainer=ddp", f"trainer.devices={devices}")
+    assert script is None  # nothing submitted
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        f"trainer.devices={devices} takes every GPU of the node it runs on, but "
+        "hydra/launcher=slurm must ask SLURM for a number of GPUs (and tasks) per node "
+        "before the job starts: give it, e.g. trainer.devices=4 (or trainer=cpu for CPU "
+        "tasks)."
+    ], proc.stderr[-3000:]

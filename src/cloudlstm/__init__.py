@@ -38,11 +38,23 @@ def _metric_mode(key: str) -> str:
     return str(monitor_mode(str(key)))
 
 
-def _gpus_per_node(accelerator: str, devices: object) -> object:
+def _gpus_per_node(accelerator: str, devices: object) -> int | None:
     """``${gpus_per_node:${trainer.accelerator},${trainer.devices}}`` in the SLURM
-    launcher's config: the trainer's devices per node, or None (no ``--gpus-per-node``) for
-    a CPU trainer, whose processes are tasks without GPUs."""
-    return None if str(accelerator) == "cpu" else devices
+    launcher's config: the number of devices the trainer names per node, or None (no
+    ``--gpus-per-node``) for a CPU trainer, whose processes are tasks without GPUs
+    (:func:`cloudlstm.assembly.devices.slurm_gpus_per_node`)."""
+    from cloudlstm.assembly.devices import slurm_gpus_per_node
+
+    return slurm_gpus_per_node(str(accelerator), devices)
+
+
+def _tasks_per_node(accelerator: str, devices: object) -> int:
+    """``${tasks_per_node:${trainer.accelerator},${trainer.devices}}`` in the SLURM
+    launcher's config: one task per device the trainer names per node
+    (:func:`cloudlstm.assembly.devices.slurm_tasks_per_node`)."""
+    from cloudlstm.assembly.devices import slurm_tasks_per_node
+
+    return slurm_tasks_per_node(str(accelerator), devices)
 
 
 def _warmup_within(steps: int, budget: int) -> int:
@@ -58,13 +70,16 @@ def _warmup_within(steps: int, budget: int) -> int:
 def _register_resolver() -> None:
     # Here, because every program (train.py, eval.py, the sweeper, a SLURM job unpickling
     # its task) imports this package before Hydra resolves a config; the metric
-    # declarations are imported only when a value is resolved.
+    # declarations and the reading of trainer.devices (light modules, without torch) are
+    # imported only when a value is resolved.
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver("metric_mode"):
         OmegaConf.register_new_resolver("metric_mode", _metric_mode)
     if not OmegaConf.has_resolver("gpus_per_node"):
         OmegaConf.register_new_resolver("gpus_per_node", _gpus_per_node)
+    if not OmegaConf.has_resolver("tasks_per_node"):
+        OmegaConf.register_new_resolver("tasks_per_node", _tasks_per_node)
     if not OmegaConf.has_resolver("warmup_within"):
         OmegaConf.register_new_resolver("warmup_within", _warmup_within)
 

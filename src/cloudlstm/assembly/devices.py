@@ -2,8 +2,9 @@
 or that it takes every device of the machine that runs it, which only that machine can count.
 
 One reading for the Trainer's own machine (:func:`cloudlstm.assembly.compile.run_device`,
-which counts the GPUs there) and for ``compare``, which reads the configs of runs that ran
-elsewhere (:mod:`cloudlstm.compare.runs`).
+which counts the GPUs there), for ``compare``, which reads the configs of runs that ran
+elsewhere (:mod:`cloudlstm.compare.runs`), and for what ``hydra/launcher=slurm`` asks SLURM
+for (:func:`slurm_gpus_per_node`, the ``${gpus_per_node:...}`` of its config).
 """
 
 from __future__ import annotations
@@ -95,3 +96,55 @@ def _indices(indices: list[Any]) -> int:
     if twice:
         raise ValueError(f"device {twice[0]} is listed twice")
     return len(indices)
+
+
+def slurm_gpus_per_node(accelerator: str, devices: Any) -> int | None:
+    """``--gpus-per-node`` that ``hydra/launcher=slurm`` asks for a trainer's ``accelerator``
+    and ``devices``: None (no GPU) for a CPU trainer, else the count ``devices`` names
+    (``"0,1"``: 2), which SLURM takes where Lightning's device indices it does not.
+
+    Raises:
+        UserError: ``devices`` takes every GPU of the node (``auto``, -1), a number only the
+            node knows and SLURM must be given before the job starts; or it names no device.
+    """
+    if str(accelerator) == "cpu":
+        return None
+    count = user_devices(devices)
+    if count is None:
+        raise UserError(
+            f"trainer.devices={devices} takes every GPU of the node it runs on, but "
+            "hydra/launcher=slurm must ask SLURM for a number of GPUs (and tasks) per node "
+            "before the job starts: give it, e.g. trainer.devices=4 (or trainer=cpu for "
+            "CPU tasks)."
+        )
+    beyond = [index for index in _indices_named(devices) if index >= count]
+    if beyond:  # SLURM numbers a job's GPUs from 0: [1] of one GPU names none of them
+        raise UserError(
+            f"trainer.devices={devices} names GPU {beyond[0]}, but a SLURM job sees only the "
+            f"{count} GPU(s) it is given, numbered from 0: give the number, "
+            f"trainer.devices={count}."
+        )
+    return count
+
+
+def slurm_tasks_per_node(accelerator: str, devices: Any) -> int:
+    """``--ntasks-per-node`` that ``hydra/launcher=slurm`` asks: one task per device, the
+    layout Lightning's SLURM environment expects; ``auto`` on the CPU is one device, as
+    Lightning counts it.
+
+    Raises:
+        UserError: as :func:`slurm_gpus_per_node`.
+    """
+    if str(accelerator) != "cpu":
+        return int(slurm_gpus_per_node(accelerator, devices) or 0)
+    count = user_devices(devices)
+    return 1 if count is None else count
+
+
+def _indices_named(devices: Any) -> list[int]:
+    """The device indices a valid ``trainer.devices`` lists (``"0,2"``, ``[0, 2]``), or none
+    for a number."""
+    if isinstance(devices, str):
+        text = devices.strip()
+        return [int(part) for part in text.split(",") if part.strip()] if "," in text else []
+    return [] if isinstance(devices, int) else [int(index) for index in devices]

@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
@@ -39,6 +39,9 @@ from cloudlstm.cli.sigterm_at_start import (
 )
 from cloudlstm.engine.parent_watch import watch_the_starting_process
 from cloudlstm.paths import config_dir
+
+if TYPE_CHECKING:
+    from cloudlstm.errors import UserError
 
 
 @reader_may_leave()
@@ -228,6 +231,9 @@ def _errors_without_hydra_hint() -> Iterator[None]:
         if full := _hydras_write_failed(err):  # its own files, before the job: a full disk
             sys.stderr.write(f"{full}\n")
             raise SystemExit(1) from None
+        if (refused := _resolvers_refusal(err)) is not None:  # ${gpus_per_node:...}, say
+            sys.stderr.write(f"{refused}\n")
+            raise SystemExit(1) from None
         if too_long := _name_too_long(err):  # a run folder Hydra makes, named by its config
             sys.stderr.write(f"{too_long}\n")
             raise SystemExit(1) from None
@@ -254,6 +260,20 @@ def _hydras_write_failed(err: Exception) -> Exception | None:
             path = Path(frame.f_locals["output_dir"]) / str(frame.f_locals.get("filename"))
         tb = tb.tb_next
     return out_of_space(err, path)
+
+
+def _resolvers_refusal(err: Exception) -> UserError | None:
+    """The user error that one of the package's resolvers raised (``${gpus_per_node:...}``
+    of ``trainer.devices=auto``), which OmegaConf hands on wrapped in an
+    InterpolationResolutionError with its own traceback; None for any other error."""
+    from omegaconf.errors import InterpolationResolutionError
+
+    from cloudlstm.errors import UserError
+
+    link: BaseException | None = err
+    while isinstance(link, InterpolationResolutionError):  # one for each nested ${...}
+        link = link.__cause__ or link.__context__
+    return link if link is not err and isinstance(link, UserError) else None
 
 
 def _name_too_long(err: Exception) -> str | None:
