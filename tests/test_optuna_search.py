@@ -649,6 +649,44 @@ def test_a_search_its_failed_trials_end_compares_the_finished_one_and_names_each
     ]
 
 
+@pytest.mark.slow  # two trials and the same command again, per sampler: about 25 s
+@pytest.mark.parametrize(
+    "sampler",
+    [
+        ["hydra.sweeper.sampler._target_=optuna.samplers.BruteForceSampler"],
+        [
+            "hydra.sweeper.sampler._target_=optuna.samplers.GridSampler",
+            "+hydra.sweeper.sampler.search_space={model.k:[2,3]}",
+        ],
+    ],
+    ids=["brute_force", "grid"],
+)
+def test_a_sampler_that_has_tried_the_whole_space_ends_the_search_well(tmp_path, sampler):
+    """Such a sampler calls study.stop(), which Optuna allows only inside Study.optimize:
+    the search ended with its RuntimeError's traceback. Now it ends after the space's two
+    trials, of n_trials=4, says so and compares them; the same command asks no further."""
+    sweep = tmp_path / "sweep"
+    args = [
+        "-m", *ONE_EPOCH, "hydra/sweeper=optuna", *sampler, "hydra.sweeper.n_trials=4",
+        "model.k=choice(2,3)", f"hydra.sweep.dir={sweep}",
+    ]  # fmt: skip
+    name = sampler[0].rsplit(".", 1)[1]
+    said = (
+        f"[HYDRA] The sampler ({name}) has tried every point of the search space: the "
+        "search ends with 2 of n_trials=4 trials."
+    )
+    for _ in range(2):  # the search, then the same command
+        proc = train_py(tmp_path, *args)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out[-3000:]
+        assert "Traceback" not in out and said in out
+        assert "| cloudlstm | synthetic | 3 |" in proc.stdout, "the comparison"
+        trials = load(sweep).get_trials()
+        assert sorted(t.params["model.k"] for t in trials) == [2, 3]
+        assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
+    assert "Launching" not in out, "the same command asked no trial"
+
+
 def test_failed_trials_that_rerun_may_pass_are_named_and_a_bug_keeps_its_traceback(
     tmp_path, caplog
 ):

@@ -22,6 +22,8 @@ grammar (``choice``, ``range``, ``interval``, ``tag(log, ...)``); and:
   ``on_multirun_end`` callbacks, which Hydra calls only after a search that ended well),
   then a line per failed trial (its parameters, error and log) and a non-zero exit; a
   bug keeps its traceback;
+* a sampler that has tried the whole search space (``BruteForceSampler``, ``GridSampler``,
+  which call ``study.stop()``) ends the search well, with the trials the space holds;
 * a trial whose job SIGTERM or Ctrl-C stopped stays RUNNING, for the same command to
   continue; with ``hydra/launcher=joblib`` the signal to the search is passed on to its
   running trials, as in the default sweeper (:mod:`cloudlstm.rundir.sweep_sigterm`), and the

@@ -78,6 +78,9 @@ SPACE_ATTR = "search_space"
 # Study user attribute: its objective, optimized_metric (an execution option for one run,
 # but a study's values must all be of one metric to be compared)
 METRIC_ATTR = "optimized_metric"
+# Study user attribute: the sampler found no point of the search space left to try (a grid's
+# or brute force's, which call study.stop()); a continued search asks no further trial
+SPACE_TRIED_ATTR = "space_tried"
 # Optuna's ValueErrors when a trial asks a parameter with another distribution than the
 # study's earlier trials gave it
 _INCOMPATIBLE = ("Cannot set different", "does not support dynamic value space")
@@ -107,6 +110,7 @@ class OptunaSearch(Sweeper):
         self.failed: list[tuple[Job, BaseException]] = []  # this command's failed trials
         self.launched = 0  # jobs this command launched
         self.failures_end_it = False  # a batch failed more than max_failure_rate
+        self.space_tried = False  # the sampler has no point of the search space left
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
@@ -165,14 +169,21 @@ class OptunaSearch(Sweeper):
             raise fault from None
 
     def _search(self) -> None:
-        """Ask, launch and tell trials until the study holds ``n_trials``, or a signal."""
+        """Ask, launch and tell trials until the study holds ``n_trials``, the sampler has
+        tried the whole search space, or a signal."""
         study = self._open_study()
+        # Optuna's own Study.stop works only inside Study.optimize's loop, and raised a
+        # RuntimeError in this ask-and-tell one, from study.tell, where a grid's or brute
+        # force's sampler calls it once it has tried the whole search space
+        study.stop = self._space_used_up  # type: ignore[method-assign]
         # joblib's jobs run in processes of their own, which SIGTERM to this one alone would
         # leave running: it is passed on to them (the basic launcher's run here, and stop
         # with it; SLURM's are SLURM's to signal)
         try:
             with joblib_sweep_stop(self.sweep_dir, self.launcher) as self.stop:
                 self._continue_unfinished(study)
+                # a continued study whose space was tried: its unfinished trials alone
+                self.space_tried |= bool(study.user_attrs.get(SPACE_TRIED_ATTR))
                 while not self._over() and (to_go := self.n_trials - _n_counted(study)) > 0:
                     self._run(study, [self._ask(study) for _ in range(min(self.n_jobs, to_go))])
         except (Exception, SystemExit):  # SLURM's failed jobs, a broken pool: as below
@@ -190,10 +201,24 @@ class OptunaSearch(Sweeper):
         if self.failures_end_it:
             self._compare()
             raise self._failure()
+        if self.space_tried:
+            log.info(
+                "The sampler (%s) has tried every point of the search space: the search "
+                "ends with %d of n_trials=%d trials.",
+                type(study.sampler).__name__, _n_counted(study), self.n_trials,
+            )  # fmt: skip
 
     def _over(self) -> bool:
-        """No further batch: the search got a signal, or a batch failed."""
-        return self._stopped() or self.failures_end_it
+        """No further batch: the search got a signal, a batch failed, or the sampler has
+        no point of the search space left to try."""
+        return self._stopped() or self.failures_end_it or self.space_tried
+
+    def _space_used_up(self) -> None:
+        """The study's ``stop()`` in this search: the sampler has tried the whole search
+        space (from ``study.tell``). The batch's other results are still told; no further
+        trial is asked, in this command or one that continues the study."""
+        self.space_tried = True
+        self.storage.set_study_user_attr(self.study_id, SPACE_TRIED_ATTR, True)
 
     def _compare(self) -> None:
         """The comparison of the finished trials (the ``on_multirun_end`` callbacks, which
