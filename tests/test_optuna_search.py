@@ -649,6 +649,40 @@ def test_a_search_its_failed_trials_end_compares_the_finished_one_and_names_each
     ]
 
 
+def test_failed_trials_the_search_tolerates_are_named_after_the_comparison(tmp_path):
+    """Within max_failure_rate the search ends well, and each failed trial was one warning
+    as it failed, with nothing at the end. Now a line each follows the comparison, as in
+    the report of a search they end. The sampler's seed draws trials 0 and 1 with the
+    refused learning rate: 2 of the batch's 3, within 0.7."""
+    sweep = tmp_path / "sweep"
+    proc = train_py(
+        tmp_path, "-m", *ONE_EPOCH, "hydra/sweeper=optuna", "hydra.sweeper.sampler.seed=6",
+        "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=3", "optimizer.lr=choice(-1,0.001)",
+        "hydra.sweeper.max_failure_rate=0.7", f"hydra.sweep.dir={sweep}",
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "Traceback" not in out
+    error = (
+        "optimizer (AdamW): Invalid learning rate: -1. Set a valid value of that optimizer.* "
+        "key (optimizer.lr > 0, weight_decay >= 0, betas in [0, 1))"
+    )
+    report = [
+        "2 of 3 jobs of the sweep failed, tolerated by hydra.sweeper.max_failure_rate=0.7 (the "
+        "share of a batch that may fail): the search ended well, with exit status 0:",
+        f"  trial 0 (job 0: optimizer.lr=-1): {error}; log {sweep / '0' / 'train.log'}",
+        f"  trial 1 (job 1: optimizer.lr=-1): {error}; log {sweep / '1' / 'train.log'}",
+    ]
+    lines = proc.stdout.splitlines()  # the search's log and the comparison
+    (start,) = [i for i, line in enumerate(lines) if line.endswith(report[0])]
+    assert lines[start + 1 : start + 3] == report[1:]
+    (row,) = [i for i, line in enumerate(lines) if line.startswith("| cloudlstm | synthetic |")]
+    assert row < start, "the comparison comes first"
+    assert [t.state for t in load(sweep).get_trials()] == [TrialState.FAIL] * 2 + [
+        TrialState.COMPLETE
+    ]
+
+
 @pytest.mark.slow  # two trials and the same command again, per sampler: about 25 s
 @pytest.mark.parametrize(
     "sampler",

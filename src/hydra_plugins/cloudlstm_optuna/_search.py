@@ -207,6 +207,10 @@ class OptunaSearch(Sweeper):
                 "ends with %d of n_trials=%d trials.",
                 type(study.sampler).__name__, _n_counted(study), self.n_trials,
             )  # fmt: skip
+        if self.failed:  # as many as max_failure_rate tolerates
+            self._compare()
+            log.warning(self._tolerated_report())
+            raise SystemExit(0)  # after the comparison, which Hydra would print again
 
     def _over(self) -> bool:
         """No further batch: the search got a signal, a batch failed, or the sampler has
@@ -234,11 +238,7 @@ class OptunaSearch(Sweeper):
         if self.interrupted:  # SIGTERM to a search whose trials run in it (the basic launcher)
             return self.interrupted[0][1]
         errors = [error for _, error in self.failed]
-        lines = [
-            f"trial {job.trial} (job {job.number}: {_params(job)}): "
-            f"{first_line(error).rstrip('.')}; {job_log(self._log_path(job))}"
-            for job, error in self.failed
-        ]
+        lines = self._failed_lines()
         rate = f"hydra.sweeper.max_failure_rate={self.max_failure_rate:g}"
         if refused_as_given(errors):
             again = (
@@ -255,6 +255,25 @@ class OptunaSearch(Sweeper):
         what = f"failed, which ended the search ({rate}: the share of a batch that may fail)"
         report = unfinished_report(lines, self.launched, str(self.sweep_dir), what, again=again)
         return failed_jobs_ending(report, errors)
+
+    def _failed_lines(self) -> list[str]:
+        """A line per failed trial of this command: its parameters, error and log."""
+        return [
+            f"trial {job.trial} (job {job.number}: {_params(job)}): "
+            f"{first_line(error).rstrip('.')}; {job_log(self._log_path(job))}"
+            for job, error in self.failed
+        ]
+
+    def _tolerated_report(self) -> str:
+        """The failed trials of a search that ended well, each batch's within
+        ``max_failure_rate``: a line each, as in the report of a search they end."""
+        rate = f"hydra.sweeper.max_failure_rate={self.max_failure_rate:g}"
+        lines = "\n  ".join(self._failed_lines())
+        return (
+            f"{len(self.failed)} of {self.launched} jobs of the sweep failed, tolerated by "
+            f"{rate} (the share of a batch that may fail): the search ended well, with exit "
+            f"status 0:\n  {lines}"
+        )
 
     def _stopped(self) -> bool:
         """The search got SIGTERM or Ctrl-C (joblib's launcher): no further batch."""
