@@ -165,6 +165,14 @@ def test_a_text_cell_s_refusal_names_the_python_argument(run, forecaster):
     assert len(forecaster.forecast(table, bad_values="warn")) == 3 * 6
 
 
+def test_a_slice_s_coordinate_is_named_by_its_index_label(run, forecaster):
+    """As its bad cells are: the label ``.loc`` finds, where it named the row's position
+    in the slice (``data row 45`` for the label 57)."""
+    with pytest.raises(UserError) as err:
+        forecaster.forecast(with_cell(history(run), np.inf, column="x")[12:])
+    assert "(row with index 57): a coordinate must be a finite number" in str(err.value)
+
+
 def predict(*args: str) -> subprocess.CompletedProcess:
     return run_python("predict.py", *args)
 

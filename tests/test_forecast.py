@@ -316,7 +316,8 @@ def test_two_offsets_naming_one_moment_in_a_history_are_shown_as_written(forecas
     with pytest.raises(UserError) as err:
         forecaster.forecast(recent.assign(timestamp=written), what="recent.csv")
     assert str(err.value) == (
-        f"recent.csv: data rows {wrong} and {next_hour} of point 'p0' write {written[wrong]} "
+        f"recent.csv: data row {wrong} and data row {next_hour} of point 'p0' write "
+        f"{written[wrong]} "
         f"and {written[next_hour]}, one moment ({STAMPS[SPLIT - 1]} UTC: a time with an "
         "offset is read in UTC). Correct the offset that is wrong, or keep one row per time "
         "and point."
@@ -431,9 +432,10 @@ def test_a_time_reading_s_fixes_name_it_as_python_writes_it(points_run, forecast
     )
     with pytest.raises(UserError) as err:
         forecaster.forecast(day_first, reading=TimeReading(time_format="%Y-%m-%d %H:%M"))
-    assert str(err.value).startswith(
-        "Cannot parse the timestamps in column 'timestamp' of the history: data row 0, "
-        "'07/01/2021 18:00', does not match reading=TimeReading(time_format='%Y-%m-%d %H:%M'): "
+    assert str(err.value).startswith(  # a slice's row by its index label, as .loc finds it
+        "Cannot parse the timestamps in column 'timestamp' of the history: row with index "
+        f"{day_first.index[0]}, '07/01/2021 18:00', does not match "
+        "reading=TimeReading(time_format='%Y-%m-%d %H:%M'): "
         "correct the format"
     )
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import TINY, compose_train, run_python
+from conftest import TINY, compose_train, one_line, run_python
 
 from cloudlstm.cli.predict import read_history
 from cloudlstm.cli.train import train
@@ -313,3 +313,36 @@ def test_a_fixed_point_model_names_a_wide_historys_missing_column_a_column(mlp_r
     # the fix as given: its column there, every cell empty
     emptied = wide(RECENT).assign(**{IDS[4]: np.nan})
     assert sorted(set(f.forecast(emptied)["id"])) == sorted(IDS)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (  # a cell that is no number: by its line and point column
+            lambda t: t.astype({IDS[2]: object}).assign(**{IDS[2]: [*[60.0] * 9, "12 km/h"]}),
+            f"1 channel value(s) are not finite numbers: line 12, column '{IDS[2]}': '12 km/h'.",
+        ),
+        (  # a time in two rows: both lines
+            lambda t: pd.concat([t, t.iloc[-1:]]),
+            f"writes the time {pd.Timestamp(TIMES[-1])} in 2 rows (line 12, line 13): a wide",
+        ),
+        (  # a time that cannot be read: its row's line, not a melted row's number
+            lambda t: t.astype({"timestamp": object}).assign(
+                timestamp=[*map(str, TIMES[RECENT][:3]), "yesterday", *map(str, TIMES[-6:])]
+            ),
+            "line 6, 'yesterday'",
+        ),
+    ],
+    ids=["text-cell", "time-in-two-rows", "unreadable-time"],
+)
+def test_a_bad_cell_of_a_wide_history_file_is_named_by_its_line(
+    forecaster, tmp_path, change, message
+):
+    """predict.py on a wide CSV with a blank line (which pandas skips) before data row 2: the
+    line an editor shows, where it named the row's position (data row 9 on line 12)."""
+    lines = change(wide(RECENT)).to_csv(index=False).splitlines(keepends=True)
+    path = tmp_path / "recent.csv"
+    path.write_text("".join([*lines[:3], "\n", *lines[3:]]))
+    done = run_python("predict.py", f"run={forecaster.checkpoint.parents[1]}", f"data.path={path}")
+    line = one_line(done)
+    assert f"data.path={path}" in line and message in line, line

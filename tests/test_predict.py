@@ -148,19 +148,19 @@ FIRST = LAST - pd.Timedelta(hours=3)  # the first of the 4 steps the model reads
     [
         (  # a training point's inf: not its training coordinates instead
             lambda t: changed(t, [57], "x", np.inf),
-            f"point p3 has x=inf at {LAST} (data row 57): a coordinate must be a finite number",
+            f"point p3 has x=inf at {LAST} (line 59): a coordinate must be a finite number",
         ),
         (  # a new point's inf in its last row: not its other rows' position instead
             lambda t: changed(new_point(t, 3.0), [69], "x", -np.inf),
-            f"point new has x=-inf at {LAST} (data row 69): a coordinate must be a finite",
+            f"point new has x=-inf at {LAST} (line 71): a coordinate must be a finite",
         ),
         (  # every x inf: named, not "no coordinates"
             lambda t: new_point(t, np.inf),
-            f"point new has x=inf at {FIRST} (data row 66; 4 such cells in the steps read): a",
+            f"point new has x=inf at {FIRST} (line 68; 4 such cells in the steps read): a",
         ),
         (  # finite, but no float32 once scaled
             lambda t: new_point(t, 1e300),
-            f"point new has x=1e+300 at {FIRST} (data row 66; 4 such cells in the steps read), "
+            f"point new has x=1e+300 at {FIRST} (line 68; 4 such cells in the steps read), "
             "which the model cannot place: scaled as the run's coordinates were (x ",
         ),
         (
@@ -390,3 +390,72 @@ def test_a_gap_at_the_last_input_step_is_forecast_by_predict_as_the_test_loop_di
     assert forecast.loc[forecast["id"] == "p2", "filled_inputs"].tolist() >= [1] * J
     forecast = forecast[CHANNELS].to_numpy().reshape(J, N, len(CHANNELS))
     np.testing.assert_allclose(forecast, tested, rtol=1e-5, atol=1e-4)
+
+
+def written_with(table: pd.DataFrame, path: Path, before: int, kind: str) -> None:
+    """``table`` written as a CSV at ``path``, with ``kind`` before its data row ``before``:
+    a ``blank`` line, which pandas skips, or a ``quoted`` field of two lines (in a column
+    ``note``) in the row before it; either puts that row and those after one line further
+    on than their position says (row r on line r + 3, not r + 2)."""
+    if kind == "quoted":
+        table = table.assign(note="")
+        table.loc[before - 1, "note"] = "read twice,\nthen sent"
+    text = table.to_csv(index=False)
+    if kind == "blank":
+        lines = text.splitlines(keepends=True)
+        text = "".join([*lines[: before + 1], "\n", *lines[before + 1 :]])
+    path.write_text(text)
+
+
+def predict_file(run, path: Path) -> str:
+    """The one line ``predict.py`` stops with on the history file ``path``."""
+    return one_line(run_python(str(ROOT / "predict.py"), f"run={run[0]}", f"data.path={path}"))
+
+
+@pytest.mark.parametrize("kind", ["blank", "quoted"])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (  # a cell that is no number
+            lambda t: changed(t.astype({"no2": object}), [57], "no2", "n/d"),
+            "1 channel value(s) are not finite numbers: line 60, column 'no2': 'n/d'.",
+        ),
+        (  # an absurd value: by its point and time, and its line
+            lambda t: changed(t, [57], "no2", 1e30),
+            f"channel 'no2', point p3, time {LAST} (line 60): 1e+30 (",
+        ),
+        (  # a coordinate the model cannot place
+            lambda t: changed(t, [57], "x", np.inf),
+            f"point p3 has x=inf at {LAST} (line 60): a coordinate must be a finite number",
+        ),
+        (  # a time that cannot be read
+            lambda t: changed(t.astype({"timestamp": object}), [30], "timestamp", "yesterday"),
+            "line 33, 'yesterday'",
+        ),
+        (  # an empty point id
+            lambda t: changed(t, [30], "id", np.nan),
+            "column 'id' has 1 empty point id(s) (first at line 33): give every row its point.",
+        ),
+    ],
+    ids=["text-cell", "absurd-value", "infinite-coordinate", "unreadable-time", "empty-id"],
+)
+def test_a_bad_cell_of_a_history_file_is_named_by_its_line(run, tmp_path, kind, change, message):
+    """A blank line or a quoted field of two lines before it: the line an editor shows, where
+    predict.py named the row's position (data row 57 on line 60)."""
+    path = tmp_path / "recent.csv"
+    written_with(change(history(run)), path, 10, kind)
+    line = predict_file(run, path)
+    assert line.startswith(f"data.path={path}: ") or f"of data.path={path}: " in line, line
+    assert message in line, line
+
+
+def test_two_offsets_naming_one_moment_in_a_history_file_are_named_by_their_lines(run, tmp_path):
+    """Both rows by their lines, the blank line before them counted."""
+    table = restamped(history(run), "2021-03-05 10:00", lambda t, _: t.isoformat())
+    wrong, next_hour = 48, 54  # p0's rows of the last two steps
+    moment = pd.Timestamp(table.loc[next_hour, "timestamp"])
+    table.loc[wrong, "timestamp"] = moment.tz_convert("+01:00").isoformat()  # an hour wrong
+    path = tmp_path / "recent.csv"
+    written_with(table, path, 10, "blank")
+    line = predict_file(run, path)
+    assert f"data.path={path}: line 51 and line 57 of point 'p0' write " in line, line

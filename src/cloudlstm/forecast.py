@@ -38,7 +38,7 @@ from cloudlstm.data.pipeline.forecast_input import (
     warn_other_clock,
 )
 from cloudlstm.data.pipeline.wide_history import long_history
-from cloudlstm.data.sources.bad_values import channel_values, check_mode, row_word
+from cloudlstm.data.sources.bad_values import RowNames, channel_values, check_mode, row_word
 from cloudlstm.data.sources.tables import pivot_long
 from cloudlstm.data.sources.times import time_zone
 from cloudlstm.data.spec import DataSpec
@@ -221,6 +221,8 @@ class Forecaster:
         what: str = "the history",
         bad_values: str = "error",
         reading: TimeReading | None = None,
+        *,
+        row_names: RowNames | None = None,
     ) -> pd.DataFrame:
         """The forecast of the J steps after the last timestamp of ``history``.
 
@@ -237,6 +239,10 @@ class Forecaster:
             reading: how the history's times are read
                 (:class:`~cloudlstm.data.pipeline.forecast_input.TimeReading`); None: as the
                 run's training data were.
+            row_names: how messages name a row of ``history`` by its position, where it was
+                read from a file: as the user finds it there (``predict.py`` gives
+                :func:`~cloudlstm.data.sources.tables.file_row_names`, a CSV's line); None:
+                by the DataFrame's index (``data row 19``, ``row with index 5019``).
 
         Returns:
             One row per (step, point): the time (in the history's time zone where its
@@ -263,7 +269,7 @@ class Forecaster:
             history = self._buffer
             # its rows are the stream's, not a table of the user's: name it so
             what = "the stream fed to update()" if what == "the history" else what
-        window = build_input(history, self.info, what, bad_values, reading)
+        window = build_input(history, self.info, what, bad_values, reading, row_names)
         if history is self._buffer:
             window.zone = self._zone
         self._check_enough_points(len(window.point_ids), what)

@@ -27,7 +27,7 @@ from cloudlstm.cli.invoked import command
 from cloudlstm.cli.sigterm_at_start import BEFORE_FORECASTING, line_by_file, stops_now_say
 from cloudlstm.data.pipeline.forecast_input import TimeReading, user_errors
 from cloudlstm.data.sources.long_format import dataset_parts
-from cloudlstm.data.sources.tables import read_table
+from cloudlstm.data.sources.tables import file_row_names, read_table
 from cloudlstm.data.sources.times import SOURCE_OPTIONS, check_time_reading
 from cloudlstm.errors import UserError, replacing, why_not_written
 from cloudlstm.forecast import Forecaster
@@ -160,7 +160,9 @@ def _forecast(cfg: DictConfig, key: str, given: str) -> pd.DataFrame:
         options=SOURCE_OPTIONS,
     )
     history = read_history(source, key, forecaster.info.id_col)
-    return forecaster.forecast(history, f"{key}={source}", bad_values, reading)
+    # a row named as the user finds it in the file: a CSV's line, a Parquet file's data row
+    rows = file_row_names(source, None)
+    return forecaster.forecast(history, f"{key}={source}", bad_values, reading, row_names=rows)
 
 
 def write_forecast(forecast: pd.DataFrame, path: Path, out: str) -> None:

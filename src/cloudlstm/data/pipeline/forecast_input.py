@@ -33,8 +33,14 @@ from cloudlstm.data.pipeline.model_input import (
     positions_before_covariates,
     with_time_features,
 )
-from cloudlstm.data.pipeline.wide_history import long_history
-from cloudlstm.data.sources.bad_values import channel_values, check_mode, row_word
+from cloudlstm.data.pipeline.wide_history import long_history, source_rows
+from cloudlstm.data.sources.bad_values import (
+    RowNames,
+    channel_values,
+    check_mode,
+    index_row_names,
+    row_names_through,
+)
 from cloudlstm.data.sources.long_format import SAME_PLACE, _moving_points, _spans
 from cloudlstm.data.sources.tables import (
     ROW_COORDINATES_FIX,
@@ -154,13 +160,19 @@ def warn_other_clock(column: pd.Series, zone: tzinfo | None, info: DataSpec, wha
 
 
 def parse_history(
-    df: pd.DataFrame, info: DataSpec, what: str, reading: TimeReading | None = None
+    df: pd.DataFrame,
+    info: DataSpec,
+    what: str,
+    reading: TimeReading | None = None,
+    row_names: RowNames | None = None,
 ) -> pd.DataFrame:
     """Check the columns and parse the time column (to ``datetime64[ns]``, naive UTC) as
-    ``reading`` says (None: as the run's training data were).
+    ``reading`` says (None: as the run's training data were). ``row_names`` names a row of
+    ``df`` by its position, as the user finds it (None: ``data row`` and the position).
 
     Raises:
-        UserError: a column is missing (expected vs found), or a timestamp cannot be read.
+        UserError: a column is missing (expected vs found), a timestamp cannot be read, or
+            a point id is empty.
     """
     reading = reading or TimeReading()
     time_format, time_unit = reading.settings(info)
@@ -178,14 +190,20 @@ def parse_history(
             time_format,
             time_unit,
             options=reading.options,
+            row_names=row_names,
         )
     if df.empty:
         raise UserError(
             f"{what} has no rows, only its columns: give the readings of the last "
             f"{info.history_steps} steps."
         )
-    if df[info.id_col].isna().any():
-        raise UserError(f"{what}: column {info.id_col!r} has empty point ids.")
+    empty = np.flatnonzero(df[info.id_col].isna().to_numpy())
+    if len(empty):
+        first = f"data row {empty[0]}" if row_names is None else row_names([int(empty[0])])[0]
+        raise UserError(
+            f"{what}: column {info.id_col!r} has {len(empty)} empty point id(s) (first at "
+            f"{first}): give every row its point."
+        )
     # as the training file's: 007 stays 007, 7.0 is 7; once per distinct id, which a
     # history of many steps repeats in every step (a week of METR-LA: 400,000 rows)
     column = df[info.id_col]
@@ -393,6 +411,7 @@ def build_input(
     what: str = "the history",
     bad_values: str = "error",
     reading: TimeReading | None = None,
+    row_names: RowNames | None = None,
 ) -> ForecastInput:
     """The normalised model input of the forecast after the last timestamp of ``df``.
 
@@ -407,6 +426,10 @@ def build_input(
         bad_values: what a value that is no finite number, outside its channel's valid
             range or absurd does: ``error``, or ``warn`` (it is missing, and filled).
         reading: how the times are read (:class:`TimeReading`); None: as the run's were.
+        row_names: how messages name a row of ``df`` by its position, as the user finds it
+            in the file it was read from (a CSV's line:
+            :func:`~cloudlstm.data.sources.tables.file_row_names`); None: by the index of
+            ``df`` (:func:`~cloudlstm.data.sources.bad_values.index_row_names`).
 
     Raises:
         UserError: ``reading`` is no :class:`TimeReading`, missing columns, unreadable
@@ -419,14 +442,16 @@ def build_input(
     option = (
         "data.source.bad_values" if reading and reading.options == SOURCE_OPTIONS else "bad_values"
     )
-    long = long_history(df, info, what, mode)
+    long = long_history(df, info, what, mode, row_names)
     given_long = long is df  # its rows are the table's, not a wide table's melted cells
     own_rows = long_rows(df, info)
-    table = parse_history(long, info, what, reading)
+    long_names = _long_row_names(df, long, own_rows, row_names)
+    table = parse_history(long, info, what, reading, long_names)
     zone = time_zone(long[info.time_col], *(reading or TimeReading()).settings(info))
     warn_other_clock(long[info.time_col], zone, info, what)
     table = _marked_missing(table, info).reset_index(drop=True)  # index: the table's rows
     df, step = recent_window(table, info, what, zone)
+    names = row_names_through(long_names, df.index.to_numpy())  # df's index: rows of long
     # the times as written, where two offsets naming one moment are shown so
     written = long[info.time_col].iloc[df.index] if zone is not None and given_long else None
     need = info.history_steps
@@ -443,17 +468,16 @@ def build_input(
             what,
             refuse_sparse=False,
             written=written,
+            row_names=names,
         )
-        # as training reads them; messages name the rows of the table given, by its index
-        # (a wide table's cells were read before it was melted: long_history)
-        labels = long.index[df.index]
-        values = channel_values(
-            df, info.read_channels, what, mode, labels, row_word(long.index), option=option
-        )
+        # as training reads them (a wide table's cells were read before it was melted:
+        # long_history)
+        values = channel_values(df, info.read_channels, what, mode, row_names=names, option=option)
         positions = np.stack(
-            [numeric_column(df, c, what, ROW_COORDINATES_FIX) for c in info.coord_cols], axis=1
+            [numeric_column(df, c, what, ROW_COORDINATES_FIX, names) for c in info.coord_cols],
+            axis=1,
         )
-    _refuse_unplaceable(df, positions, info, what, zone)
+    _refuse_unplaceable(df, positions, info, what, names, zone)
     # the grid starts at the history's first row; the window ends at its last timestamp
     first = need - len(grid.timestamps)
     column = np.array([index[p] for p in grid.point_ids])
@@ -468,7 +492,7 @@ def build_input(
     if own_rows:
         at = np.full((need, len(ids)), np.nan)
         at[first:, column] = grid_rows(grid)
-        named = row_names(at, labels, row_word(long.index))
+        named = cell_rows(at, names)
     raw = _checked_values(raw, ids, raw_coords, times, info, what, mode, shown, named, option)
     _refuse_unread_channels(raw, info, shown, what)
     _warn_other_units(raw, info, shown, what)
@@ -546,14 +570,26 @@ def grid_rows(grid: LongGrid) -> np.ndarray:
     return grid.scatter(np.arange(len(grid.t_idx))[:, None])[..., 0]
 
 
-def row_names(at: np.ndarray, labels: pd.Index, word: str) -> CellName:
+def _long_row_names(
+    df: pd.DataFrame, long: pd.DataFrame, own_rows: bool, row_names: RowNames | None
+) -> RowNames:
+    """How messages name the rows of ``long``, :func:`long_history` of the table ``df``, by
+    their positions: as the rows of ``df`` they come from (a wide table's cells by their
+    row), as ``row_names`` names those (a file's lines), or by the index: of ``long`` where
+    its rows are the table's (its labels), else ``df``'s rows' positions (``data row``)."""
+    if own_rows:
+        return row_names or index_row_names(long.index)
+    names = row_names or index_row_names(pd.RangeIndex(len(df)))
+    return row_names_through(names, source_rows(df, long))
+
+
+def cell_rows(at: np.ndarray, names: RowNames) -> CellName:
     """How messages name the row of the user's table that gave the cell ``(t, n)``: ``at
-    (T, N)`` holds its position in ``labels``, the table's index labels, named after
-    ``word`` (:func:`~cloudlstm.data.sources.bad_values.row_word`), as a cell that is no
-    number is named."""
+    (T, N)`` holds its position, named as ``names`` names it, as a cell that is no number
+    is named."""
 
     def name(t: int, n: int) -> str:
-        return f"{word} {labels[int(at[t, n])]}"
+        return names([int(at[t, n])])[0]
 
     return name
 
@@ -584,7 +620,7 @@ def checked_snapshot(
     # the check judges each channel's values alone: the points' places play no part
     coords = np.zeros((len(ids), info.num_dims))
     shown = shown_times(grid.timestamps, zone)
-    names = row_names(at, rows.index, row_word(rows.index)) if named else None
+    names = cell_rows(at, index_row_names(rows.index)) if named else None
     what = "the snapshot"
     checked = _checked_values(
         raw, ids, coords, grid.timestamps, info, what, mode, shown, names, "bad_values"
@@ -802,15 +838,16 @@ def _refuse_unplaceable(
     positions: np.ndarray,
     info: DataSpec,
     what: str,
+    names: RowNames,
     zone: tzinfo | None = None,
 ) -> None:
-    """Refuse a coordinate of the rows ``df`` (``positions (R, L)``) that is infinite, or
-    beyond float32 once scaled as the run's coordinates were (the model's are float32): no
-    place the model can take. An empty cell (NaN) is a missing coordinate, left to
-    :func:`_coordinates`.
+    """Refuse a coordinate of the rows ``df`` (``positions (R, L)``; ``names`` names a row
+    by its position) that is infinite, or beyond float32 once scaled as the run's
+    coordinates were (the model's are float32): no place the model can take. An empty cell
+    (NaN) is a missing coordinate, left to :func:`_coordinates`.
 
     Raises:
-        UserError: naming the first such cell's point, time, data row and value.
+        UserError: naming the first such cell's point, time, row and value.
     """
     lo, span = np.asarray(info.coord_lo), np.asarray(info.coord_span)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -824,7 +861,7 @@ def _refuse_unplaceable(
     more = f"; {int(bad.sum())} such cells in the steps read" if bad.sum() > 1 else ""
     at = (
         f"{what}: point {df[info.id_col].iloc[r]} has {column}={value:g} at "
-        f"{shown_time(df[info.time_col].iloc[r], zone)} (data row {df.index[r]}{more})"
+        f"{shown_time(df[info.time_col].iloc[r], zone)} ({names([r])[0]}{more})"
     )
     if infinite[r, d]:
         raise UserError(

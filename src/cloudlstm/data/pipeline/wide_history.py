@@ -17,7 +17,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from cloudlstm.data.sources.bad_values import channel_values
+from cloudlstm.data.sources.bad_values import RowNames, channel_values
 from cloudlstm.data.sources.tables import (
     case_hint,
     clock_change_hint,
@@ -53,7 +53,11 @@ def _check_not_points_in_another_case(df: pd.DataFrame, info: DataSpec, what: st
 
 
 def long_history(
-    df: pd.DataFrame, info: DataSpec, what: str, bad_values: str | None = None
+    df: pd.DataFrame,
+    info: DataSpec,
+    what: str,
+    bad_values: str | None = None,
+    row_names: RowNames | None = None,
 ) -> pd.DataFrame:
     """``df`` as long-format rows: a wide table (no point-id column, training points as
     columns) melted, a long one with its named index levels as columns, any other table
@@ -62,7 +66,9 @@ def long_history(
     ``bad_values``: where given (``error`` or ``warn``), a wide table's cells that are no
     finite number are refused or made missing here, named by the table's own row and point
     column, as the melted rows' later check would name them by rows and a channel the file
-    does not have.
+    does not have. ``row_names``: how those messages name a row of ``df`` by its position,
+    as the user finds it in the file it was read from (a CSV's line); None: ``data row`` and
+    the position.
 
     Raises:
         UserError: ``df`` is no DataFrame; a wide table whose run reads several channels,
@@ -103,18 +109,26 @@ def long_history(
             f"{', '.join(info.coord_cols)}, {channels[0]})."
             + case_hint(unknown, info.point_ids, "the training points")
         )
-    _refuse_repeated_times(frame[time_col], what)
+    _refuse_repeated_times(frame[time_col], what, row_names)
     _warn_points_left_out(ids, info, what)
     # by their ids as text: a table pivoted from ids read as numbers has int columns
     frame = frame.rename(columns=dict(zip(columns, ids, strict=True)))
     if bad_values is not None:
-        values = channel_values(frame, ids, what, bad_values)
+        values = channel_values(frame, ids, what, bad_values, row_names=row_names)
         frame = frame.assign(**{c: values[:, j] for j, c in enumerate(ids)})
+    # column by column, each of the frame's rows in order: source_rows counts on it
     long = frame.melt(
         id_vars=[time_col], value_vars=ids, var_name=info.id_col, value_name=channels[0]
     )
     long = long.rename(columns={time_col: info.time_col})
     return long.assign(**{c: float("nan") for c in info.coord_cols})
+
+
+def source_rows(df: pd.DataFrame, long: pd.DataFrame) -> np.ndarray:
+    """``(R,)`` the position of the row of ``df`` that each row of ``long``, its
+    :func:`long_history`, comes from: its own, or, for a wide table melted one point column
+    after another, the row of the cell it holds."""
+    return np.arange(len(long)) % max(len(df), 1)
 
 
 def _without_empty_strangers(
@@ -155,12 +169,13 @@ def _warn_points_left_out(ids: list[str], info: DataSpec, what: str) -> None:
         )
 
 
-def _refuse_repeated_times(times: pd.Series, what: str) -> None:
+def _refuse_repeated_times(times: pd.Series, what: str, row_names: RowNames | None) -> None:
     """A wide table holds one row per time: a time written in two rows would be two readings
-    of every point, refused later by each (time, point) of the melted rows.
+    of every point, refused later by each (time, point) of the melted rows. ``row_names``
+    names the rows by their positions (None: ``data rows`` and the positions).
 
     Raises:
-        UserError: naming the first time written twice, and how many others are."""
+        UserError: naming the first time written twice, its rows, and how many others are."""
     repeated = times[times.duplicated(keep=False)]
     if repeated.empty:
         return
@@ -169,10 +184,15 @@ def _refuse_repeated_times(times: pd.Series, what: str) -> None:
     times_repeated = repeated.nunique()
     others = f", and {times_repeated - 1} other time(s) so" if times_repeated > 1 else ""
     hint = clock_change_hint(first) if times_repeated == 1 else ""
+    shown = rows[:SHOWN]
+    named = (
+        f"data rows {', '.join(map(str, shown))}"
+        if row_names is None
+        else ", ".join(row_names(shown))
+    )
     raise UserError(
-        f"{what} writes the time {first} in {len(rows)} rows (data rows "
-        f"{', '.join(map(str, rows[:SHOWN]))}){others}: a wide table holds one row per time, "
-        f"so keep one of each{hint}."
+        f"{what} writes the time {first} in {len(rows)} rows ({named}){others}: a wide table "
+        f"holds one row per time, so keep one of each{hint}."
     )
 
 

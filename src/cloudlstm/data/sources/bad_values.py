@@ -26,8 +26,10 @@ __all__ = [
     "check_mode",
     "common_unit",
     "flags",
+    "index_row_names",
     "mostly_numeric",
     "numbers_among_text",
+    "row_names_through",
     "row_word",
 ]
 
@@ -126,6 +128,28 @@ def row_word(index: pd.Index) -> str:
     with the default index), else ``row with index`` and its label, which ``.loc`` finds
     (a slice of a larger table keeps that table's labels, not its own positions)."""
     return "data row" if index.equals(pd.RangeIndex(len(index))) else "row with index"
+
+
+def index_row_names(index: pd.Index) -> RowNames:
+    """How messages name the rows of a user's table with ``index`` by their positions: by
+    :func:`row_word` and their index labels (``data row 19``, ``row with index 5019``)."""
+    word = row_word(index)
+    return lambda positions: [f"{word} {_plain(index[r])}" for r in positions]
+
+
+def row_names_through(names: RowNames, origin: np.ndarray) -> RowNames:
+    """How messages name the rows of a table made from another, whose row ``r`` comes from
+    that table's row ``origin[r]`` (a position; ``origin (R,)``), as ``names`` names those:
+    a part of it, or its cells melted into rows. Each row of the other table is asked for
+    once, in order (a file's lines are read for them)."""
+
+    def named(positions: list[int]) -> list[str]:
+        wanted = [int(origin[r]) for r in positions]
+        distinct = sorted(set(wanted))
+        called = dict(zip(distinct, names(distinct), strict=True))
+        return [called[r] for r in wanted]
+
+    return named
 
 
 def channel_values(
