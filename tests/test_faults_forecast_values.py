@@ -217,3 +217,15 @@ def test_a_time_mistyped_a_century_ahead_is_named(run, forecaster, caplog):
         newer = ahead.loc[last, "timestamp"].max()
         assert len(said) == 1 and said[0].startswith(f"the history jumps from {older} to {newer}, ")
         assert "If a time is mistyped, correct it." in said[0]
+
+
+def test_a_time_that_is_no_date_among_datetimes_is_named_by_its_row(run, forecaster):
+    """A time column of datetimes with one text cell, which no format reads: the cell is
+    named by its row, as any other unreadable time is, where the line named its value
+    alone."""
+    table = history(run)
+    table["timestamp"] = pd.to_datetime(table["timestamp"]).astype(object)
+    table.loc[57, "timestamp"] = "yesterday"
+    with pytest.raises(UserError) as err:
+        forecaster.forecast(table[12:])
+    assert "row with index 57, 'yesterday', is not a date/time" in str(err.value)

@@ -290,11 +290,11 @@ def _why_not(
     first = _first_value(column)
     used = time_format or _guessed_format(column)
     if used is None:
-        return _unreadable(column, options)
+        return _unreadable(column, options, name)
     strict = pd.to_datetime(column, format=used, errors="coerce", utc=True)
     rows = np.flatnonzero((strict.isna() & column.notna()).to_numpy())
     if not len(rows):
-        return _unreadable(column, options)
+        return _unreadable(column, options, name)
     value = column.iloc[rows[0]]
     at = f"{name(int(rows[0]))}, {value!r},"
     if _no_date(value):
@@ -318,15 +318,17 @@ def _why_not(
     )
 
 
-def _unreadable(column: pd.Series, options: str | None) -> str:
-    """A value that is no date in any format, or the column's formats mixed."""
+def _unreadable(column: pd.Series, options: str | None, name: Callable[[int], str]) -> str:
+    """A value that is no date in any format (named by its row, ``name``), or the
+    column's formats mixed."""
     loose = pd.to_datetime(column, errors="coerce", format="mixed", utc=True)
-    bad = column[loose.isna() & column.notna()]
+    bad = np.flatnonzero((loose.isna() & column.notna()).to_numpy())
     fix = f"Use ISO 8601 values such as {ISO_EXAMPLE} in every row"
     if options is not None:
         fix += f", or give their format: {_setting(options, 'time_format', '%d/%m/%Y %H:%M')}"
     if len(bad):
-        return f"e.g. {bad.iloc[0]!r} is not a date/time. {fix}."
+        row = int(bad[0])
+        return f"{name(row)}, {column.iloc[row]!r}, is not a date/time. {fix}."
     return f"the rows mix formats (the first: {_first_value(column)!r}). {fix}."
 
 
