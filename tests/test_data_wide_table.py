@@ -480,6 +480,25 @@ def test_a_row_after_a_quoted_field_over_several_lines_is_named_by_its_own_line(
     assert text.splitlines()[9].split(",")[2] == "55 mph"  # line 10, from 1
 
 
+def test_a_row_after_a_quoted_blank_field_is_named_by_its_own_line(los):
+    """A line whose one field is quoted blanks (``"  "``) is a row to pandas (its first cell
+    blank, missing), where a line of blanks alone is none: it was counted as such a line,
+    so a cell further down was named by the line after its own (line 9 for line 8)."""
+    table = speeds(8).astype(object)
+    table.iloc[5, 2] = "55 mph"
+    text = table.to_csv(index=False).replace("\n61.0,", '\n"  "\n61.0,', 1)  # line 4
+    (los / "quoted.csv").write_text(text)
+    read = pd.read_csv(los / "quoted.csv")
+    assert len(read) == 9 and read.iloc[2, 0] == "  "  # pandas keeps it as a row
+    with pytest.raises(UserError) as err:
+        source(los, path="quoted.csv").load()
+    assert str(err.value).startswith(
+        f"file {los / 'quoted.csv'}: 1 channel value(s) are not finite numbers: line 8, "
+        "column '767542': '55 mph'."
+    )
+    assert text.splitlines()[7].split(",")[2] == "55 mph"  # line 8, from 1
+
+
 @pytest.mark.parametrize("form", ["csv", "parquet-column", "parquet-index", "h5"])
 def test_an_unreadable_value_is_named_by_the_time_its_row_writes(tmp_path, form):
     """A table with times: the cell's time and its point's column, as the user finds the

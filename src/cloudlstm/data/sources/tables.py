@@ -809,7 +809,8 @@ def line_numbers(
     a text table, compressed or not, after one header line where ``header``: a message
     names a cell there, where an editor finds it. Each row is named by the line it starts
     on: a quoted field may go on over several lines, which pandas reads as one row, and a
-    blank line (or one of blanks alone), which pandas skips, is counted. ``sep``: the
+    blank line (or one of spaces and tabs alone), which pandas skips, is counted; a line
+    of quoted blanks (``"  "``) is a row. ``sep``: the
     separator (None: as :func:`csv_dialect` finds it), outside whose quoted fields a
     newline ends a row."""
     found, row, end = [], -1 if header else 0, 0
@@ -817,10 +818,12 @@ def line_numbers(
         lines = iter(handle.handle)
         first = next(lines, "")
         sep = sep or _separator(first) or ","
-        records = csv.reader(itertools.chain([first], lines), delimiter=sep)
-        for record in records:
+        spanned: list[str] = []  # the text of the row read last: csv drops its quotes
+        records = csv.reader(_kept(itertools.chain([first], lines), spanned), delimiter=sep)
+        for _ in records:
             start, end = end + 1, records.line_num  # the lines this row spans
-            row += not _blank(record)
+            row += not _blank("".join(spanned), sep)
+            spanned.clear()
             while len(found) < len(data_rows) and row == data_rows[len(found)] + 1:
                 found.append(start)
             if len(found) == len(data_rows):
@@ -839,10 +842,19 @@ def _any_field() -> Iterator[None]:
         csv.field_size_limit(before)
 
 
-def _blank(record: list[str]) -> bool:
-    """Whether a CSV record is a line that pandas skips: empty, or blanks alone (a line
-    ``""``, an empty quoted field, is a row of it)."""
-    return not record or (len(record) == 1 and record[0] != "" and not record[0].strip())
+def _kept(lines: Iterator[str], spanned: list[str]) -> Iterator[str]:
+    """``lines``, each also added to ``spanned`` as the csv module reads it (it reads a
+    line only when its row needs one)."""
+    for line in lines:
+        spanned.append(line)
+        yield line
+
+
+def _blank(text: str, sep: str) -> bool:
+    """Whether the text of a CSV row is a line that pandas skips: empty, or spaces and tabs
+    alone (a tab that separates is a field's end). A quoted field of blanks (``"  "``, or
+    ``""``) is a row, which the csv module's fields alone do not tell from such a line."""
+    return not text.rstrip("\r\n").strip(" \t".replace(sep, ""))
 
 
 def file_row_names(
