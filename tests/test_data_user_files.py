@@ -595,16 +595,44 @@ def test_the_hour_repeated_when_the_clocks_go_back_is_named():
         r"\(2024-10-27T02:00:00\+01:00 the second time\), which are read as UTC\.$"
     )):  # fmt: skip
         pivot_long(rows.assign(timestamp=pd.to_datetime(rows["timestamp"])), "timestamp", "id",
-                   "1h", "error", "file local.csv")  # fmt: skip
+                   "1h", "error", "file local.csv", clock=True)  # fmt: skip
     one_extra = pd.concat([table(), table().iloc[[4]]], ignore_index=True)
     with pytest.raises(UserError, match=r"drop the duplicates\)\.$"):  # no clock hint
-        pivot_long(one_extra, "timestamp", "id", "1h", "error", "file local.csv")
+        pivot_long(one_extra, "timestamp", "id", "1h", "error", "file local.csv", clock=True)
     # every point written twice at an hour no zone's clocks repeat: no clock hint either
     twice = table().assign(
         timestamp=lambda d: d["timestamp"].where(d["timestamp"] != STAMPS[5], STAMPS[4])
     )
     with pytest.raises(UserError, match=r"drop the duplicates\)\.$"):
-        pivot_long(twice, "timestamp", "id", "1h", "error", "file twice.csv")
+        pivot_long(twice, "timestamp", "id", "1h", "error", "file twice.csv", clock=True)
+
+
+# 2024-10-27 from midnight, as Rome's clocks write it: 02:00 twice (CEST, then CET)
+ROME_CLOCK = pd.date_range("2024-10-27 00:00", periods=T, freq="h", tz="Europe/Rome")
+CLOCK_HINT = "if the file writes the local clock times of a zone such as Europe/Berlin"
+
+
+@pytest.mark.parametrize("written", ["clock", "unix"])
+def test_the_clock_change_is_named_only_for_times_written_as_clock_times(tmp_path, written):
+    """Numbers count seconds since 1970 in UTC, which no clock change repeats: a number
+    written twice whose moment is an hour some zone's clocks repeat (02:00 UTC of 27
+    October) was said to be that zone's clock time, in a long-format file and a forecast's
+    history alike."""
+    clock = pd.Series(ROME_CLOCK.strftime("%Y-%m-%d %H:%M"))
+    unix = (pd.to_datetime(clock) - pd.Timestamp("1970-01-01")) // pd.Timedelta("1s")
+    times, unit = (clock, None) if written == "clock" else (unix, "s")
+    rows = table().assign(timestamp=np.repeat(times.to_numpy(), N))
+    rows.to_csv(path := tmp_path / "twice.csv", index=False)
+    with pytest.raises(UserError) as err:
+        stream_of(path, time_unit=unit)
+    recent = rows["id"].isin(["p0", "p1"]) & rows["timestamp"].isin(times[:6])  # the 4 read
+    history = rows[recent].reset_index(drop=True)
+    with pytest.raises(UserError) as refused:
+        build_input(history, spec(time_unit=unit))
+    for message in (str(err.value), str(refused.value)):
+        assert "several rows for the same (time, point), e.g. time 2024-10-27 02:00:00" in message
+        assert (CLOCK_HINT in message) == (written == "clock"), message
+        assert message.endswith("." if written == "clock" else "drop the duplicates).")
 
 
 # ---------------------------------------------------------------------- the grid's period

@@ -231,6 +231,28 @@ def test_a_snapshot_with_two_rows_of_one_time_and_point_is_refused(points_run, f
     pd.testing.assert_frame_equal(f.forecast(), forecaster.forecast(whole))
 
 
+@pytest.mark.parametrize("written", ["clock", "unix"])
+def test_a_snapshot_s_time_written_twice_is_said_to_be_a_clock_change_only_as_clock_time(
+    points_run, written
+):
+    """Every point's row written twice at 02:00 of 27 October, the hour Europe's clocks
+    repeat: as clock text, maybe a zone's local times; as seconds since 1970 (UTC, which no
+    clock change repeats), never, where update() said so too."""
+    whole = history(points_run)
+    newest = whole[whole["timestamp"] == STAMPS[SPLIT - 1]]
+    moment = pd.Timestamp("2024-10-27 02:00")
+    seconds = (moment - pd.Timestamp("1970-01-01")) // pd.Timedelta("1s")
+    time, reading = (
+        (str(moment), None) if written == "clock" else (seconds, TimeReading(time_unit="s"))
+    )
+    twice = pd.concat([newest, newest]).assign(timestamp=time)
+    f = Forecaster.load(points_run[0], device="cpu")
+    with pytest.raises(UserError, match=r"^the snapshot has several rows for the same") as err:
+        f.update(twice, reading=reading)
+    hint = "; if the file writes the local clock times of a zone such as Europe/Berlin, that"
+    assert (hint in str(err.value)) == (written == "clock"), str(err.value)
+
+
 def test_a_snapshot_cell_that_is_no_number_is_refused_when_fed(points_run, forecaster, caplog):
     """It was kept: every forecast() of the next M steps then refused the stream, naming a
     row of the stream's own table ("the history: ... data row 18"), not the snapshot's."""

@@ -40,7 +40,7 @@ from cloudlstm.data.pipeline.forecast_input import (
 from cloudlstm.data.pipeline.wide_history import long_history
 from cloudlstm.data.sources.bad_values import RowNames, channel_values, check_mode, row_word
 from cloudlstm.data.sources.tables import pivot_long
-from cloudlstm.data.sources.times import time_zone
+from cloudlstm.data.sources.times import counting_unit, time_zone
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.forecast_columns import FILLED_COLUMN, HORIZON_COLUMN, quantile_column
 from cloudlstm.engine.module import ForecastModule
@@ -346,7 +346,8 @@ class Forecaster:
         rows = _numbers_only(
             parse_history(long, self.info, "the snapshot", reading), self.info, mode
         )
-        zone = time_zone(long[self.info.time_col], *reading.settings(self.info))
+        time_format, time_unit = reading.settings(self.info)
+        zone = time_zone(long[self.info.time_col], time_format, time_unit)
         if self._buffer is None:  # the first snapshot sets the stream's form
             warn_other_clock(long[self.info.time_col], zone, self.info, "the snapshot")
         else:
@@ -357,7 +358,10 @@ class Forecaster:
             times = np.concatenate([self._buffer[self.info.time_col].to_numpy(), times])
         step = history_step(times, self.info, "the stream fed to update()", zone or self._zone)
         # the snapshot's own rows for one time and point are refused, as a history's are
-        grid = pivot_long(rows, *key, step, "error", "the snapshot", refuse_sparse=False)
+        clock = zone is None and counting_unit(long[self.info.time_col], time_unit) is None
+        grid = pivot_long(
+            rows, *key, step, "error", "the snapshot", refuse_sparse=False, clock=clock
+        )
         rows = checked_snapshot(rows, grid, self.info, mode, zone, long_rows(snapshot, self.info))
         start = times.max() - (self.history_steps - 1) * step  # the first step kept
         self._warn_dropped(rows[self.info.time_col].to_numpy(), start)

@@ -57,6 +57,7 @@ from cloudlstm.data.sources.times import (
     API_OPTIONS,
     SOURCE_OPTIONS,
     check_time_reading,
+    counting_unit,
     parse_times,
     time_zone,
 )
@@ -447,13 +448,15 @@ def build_input(
     own_rows = long_rows(df, info)
     long_names = _long_row_names(df, long, own_rows, row_names)
     table = parse_history(long, info, what, reading, long_names)
-    zone = time_zone(long[info.time_col], *(reading or TimeReading()).settings(info))
+    time_format, time_unit = (reading or TimeReading()).settings(info)
+    zone = time_zone(long[info.time_col], time_format, time_unit)
     warn_other_clock(long[info.time_col], zone, info, what)
     table = _marked_missing(table, info).reset_index(drop=True)  # index: the table's rows
     df, step = recent_window(table, info, what, zone)
     names = row_names_through(long_names, df.index.to_numpy())  # df's index: rows of long
     # the times as written, where two offsets naming one moment are shown so
     written = long[info.time_col].iloc[df.index] if zone is not None and given_long else None
+    clock = zone is None and counting_unit(long[info.time_col], time_unit) is None
     need = info.history_steps
     ids = order_points(df[info.id_col].unique().tolist(), info, what, wide=not given_long)
     index = {p: n for n, p in enumerate(ids)}
@@ -469,6 +472,7 @@ def build_input(
             refuse_sparse=False,
             written=written,
             row_names=names,
+            clock=clock,
         )
         # as training reads them (a wide table's cells were read before it was melted:
         # long_history)

@@ -51,6 +51,7 @@ from cloudlstm.data.sources.tables import (
 from cloudlstm.data.sources.times import (
     TIMES_ZONED_KEY,
     check_time_reading,
+    counting_unit,
     parse_times,
     time_zone,
 )
@@ -322,6 +323,8 @@ class LongFormatSource(UnitsGiven, CachedSource):
         )
         zoned = time_zone(df[self.time_col], self.time_format, self.time_unit) is not None
         written = df[self.time_col] if zoned else None  # shown where two name one moment
+        # clock times, not numbers counted in a unit: they may repeat an hour
+        clock = not zoned and counting_unit(df[self.time_col], self.time_unit) is None
         df = df.assign(**{self.time_col: times})
         grid = pivot_long(
             df,
@@ -333,6 +336,7 @@ class LongFormatSource(UnitsGiven, CachedSource):
             "data.source.freq",
             written=written,
             row_names=lines,
+            clock=clock,
         )
         static, trajectory = self._placed(grid, positions, what)
         stream = build_stream(

@@ -200,6 +200,7 @@ def pivot_long(
     refuse_sparse: bool = True,
     written: pd.Series | None = None,
     row_names: RowNames | None = None,
+    clock: bool = False,
 ) -> LongGrid:
     """Lay the rows of a long table on a regular time grid.
 
@@ -218,6 +219,10 @@ def pivot_long(
         row_names: how that message names rows of ``df`` by their positions, as the user
             finds them in the file (:func:`file_row_names`); None: ``data rows`` and their
             index labels.
+        clock: the times were written as clock times without zone (text or datetimes, not
+            numbers counted in a unit, nor times with an offset): only those repeat the
+            hour at which a zone's clocks go back, which a time of every point written
+            twice is then said to be where it is such an hour (:func:`clock_change_hint`).
 
     Every timestamp must lie on the grid ``t0 + k * step`` (``t0`` = the earliest time);
     steps without any row become NaN cells, which :func:`fill_gaps_causally` later fills.
@@ -258,10 +263,7 @@ def pivot_long(
             if written is not None and written.iloc[pair[0]] != written.iloc[pair[1]]:
                 rows = _row_pair(df, sorted(pair), row_names)
                 raise UserError(_one_moment(written, pair, rows, point, times[first], what))
-            # clock times alone: times written with offsets were read in UTC, which repeats none
-            hint = (
-                "" if written is not None else _clock_change(t_idx[order[repeats]], n, times[first])
-            )
+            hint = _clock_change(t_idx[order[repeats]], n, times[first]) if clock else ""
             raise UserError(
                 f"{what} has several rows for the same (time, point), e.g. time "
                 f"{pd.Timestamp(times[first])} and {id_col}={point!r}. Keep one row per time "

@@ -31,6 +31,7 @@ __all__ = [
     "TIMES_ZONED_KEY",
     "TIME_UNITS",
     "check_time_reading",
+    "counting_unit",
     "parse_times",
     "time_zone",
 ]
@@ -106,9 +107,8 @@ def parse_times(
             would read it), numbers without a unit, or an empty time.
     """
     name = _row_name(row_names)
-    if time_unit is not None and not pd.api.types.is_datetime64_any_dtype(column):
-        # datetimes hold no count: as numbers they are nanoseconds, read in time_unit
-        parsed = _counted(column, what, time_unit, name)
+    if (unit := counting_unit(column, time_unit)) is not None:
+        parsed = _counted(column, what, unit, name)
     else:
         if time_format is None and _numbers(column):
             raise UserError(_numbers_given(column, what, options))
@@ -122,6 +122,13 @@ def parse_times(
     if getattr(parsed.dt, "tz", None) is not None:
         parsed = parsed.dt.tz_convert("UTC").dt.tz_localize(None)
     return _nanoseconds(parsed, column, what, name)
+
+
+def counting_unit(column: pd.Series, time_unit: str | None) -> str | None:
+    """The unit :func:`parse_times` reads the numbers of ``column`` in, counted since
+    1970-01-01 UTC: ``time_unit``; None where it reads dates: text, or datetimes (which
+    hold no count: as numbers they are nanoseconds, and are read as they are)."""
+    return None if pd.api.types.is_datetime64_any_dtype(column) else time_unit
 
 
 def _row_name(row_names: RowNames | None) -> Callable[[int], str]:

@@ -54,6 +54,7 @@ from cloudlstm.data.sources.tables import (
 from cloudlstm.data.sources.times import (
     TIMES_ZONED_KEY,
     check_time_reading,
+    counting_unit,
     parse_times,
     time_zone,
 )
@@ -304,7 +305,8 @@ class WideTableSource(UnitsGiven, CachedSource):
             lines = file_row_names(path, None)  # a time's row: by its line, or data row
             times = self._parse_times(raw, time_col, what, lines)
             zoned = time_zone(pd.Series(raw), self.time_format, self.time_unit) is not None
-            clock = not zoned and self.time_unit is None  # clock times: they may repeat
+            # clock times, not numbers counted in a unit: they may repeat an hour
+            clock = not zoned and counting_unit(pd.Series(raw), self.time_unit) is None
             timestamps, step, values = self._on_grid(times, values, what, lines, clock)
         stream = build_stream(
             timestamps,
