@@ -38,7 +38,12 @@ from cloudlstm.data.pipeline.forecast_input import (
     warn_other_clock,
 )
 from cloudlstm.data.pipeline.wide_history import long_history
-from cloudlstm.data.sources.bad_values import RowNames, channel_values, check_mode, row_word
+from cloudlstm.data.sources.bad_values import (
+    RowNames,
+    channel_values,
+    check_mode,
+    index_row_names,
+)
 from cloudlstm.data.sources.tables import pivot_long
 from cloudlstm.data.sources.times import counting_unit, time_zone
 from cloudlstm.data.spec import DataSpec
@@ -130,16 +135,16 @@ def _check_path(name: str, value: object, wanted: str) -> None:
 def _numbers_only(rows: pd.DataFrame, info: DataSpec, mode: str) -> pd.DataFrame:
     """A snapshot's ``rows`` with their channel cells as numbers, checked as a history's
     are (:func:`~cloudlstm.data.sources.bad_values.channel_values`), each named as a
-    history's rows are (:func:`~cloudlstm.data.sources.bad_values.row_word`): by the
-    snapshot's index label where it has an index of its own (a slice of a larger table);
+    history's rows are (:func:`~cloudlstm.data.sources.bad_values.index_row_names`): by
+    the snapshot's index label where it has an index of its own (a slice of a larger table);
     with ``mode="warn"`` a bad cell is logged and kept empty (missing). Good cells keep
     their float64 value, which the missing-value mark is compared with.
 
     Raises:
         UserError: ``mode="error"`` and a cell is no finite number.
     """
-    word = row_word(rows.index)
-    values = channel_values(rows, info.read_channels, "the snapshot", mode, rows.index, word)
+    names = index_row_names(rows.index)
+    values = channel_values(rows, info.read_channels, "the snapshot", mode, row_names=names)
     numbers = {
         c: pd.to_numeric(rows[c], errors="coerce").where(np.isfinite(values[:, j]))
         for j, c in enumerate(info.read_channels)

@@ -157,8 +157,6 @@ def channel_values(
     cols: Sequence[str],
     what: str,
     bad_values: str = "error",
-    rows: Sequence[Any] | None = None,
-    word: str = "data row",
     row_names: RowNames | None = None,
     option: str = "data.source.bad_values",
 ) -> np.ndarray:
@@ -167,11 +165,11 @@ def channel_values(
     ``option``: the one that sets ``bad_values``, as the refusal names it (``bad_values``
     for the Python API).
 
-    ``rows``: what names each row of ``df`` in the messages, after ``word`` (``data row``,
-    or ``row with index``: :func:`row_word`): its number or index label in the user's
-    table, of which ``df`` may be a part; by default its position. ``row_names``, where
-    given, names them instead, as a file's reader finds them there (its time, or line
-    number): the names of the rows at some positions (sorted), asked for only those shown.
+    ``row_names``: how the messages name the rows of ``df`` at some positions (sorted),
+    asked for only those shown: as the user finds them, in a file (its time, or line
+    number: :func:`~cloudlstm.data.sources.tables.file_row_names`) or a table of which
+    ``df`` may be a part (:func:`index_row_names`); by default ``data row`` and the
+    position.
 
     Raises:
         UserError: ``bad_values="error"`` and some cells are bad (see the module docstring);
@@ -182,7 +180,7 @@ def channel_values(
     def names(positions: list[int]) -> list[str]:
         if row_names is not None:
             return list(row_names(positions))
-        return [f"{word} {r if rows is None else _plain(rows[r])}" for r in positions]
+        return [f"data row {r}" for r in positions]
 
     def name(r: int) -> str:
         return names([r])[0]
