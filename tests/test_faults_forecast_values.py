@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cloudlstm.data.sources.tables import file_row_names
 from cloudlstm.errors import UserError
 from cloudlstm.forecast import Forecaster
 from tests.conftest import run_python
@@ -171,6 +172,38 @@ def test_a_slice_s_coordinate_is_named_by_its_index_label(run, forecaster):
     with pytest.raises(UserError) as err:
         forecaster.forecast(with_cell(history(run), np.inf, column="x")[12:])
     assert "(row with index 57): a coordinate must be a finite number" in str(err.value)
+
+
+@pytest.mark.parametrize("mode", ["error", "warn"])
+def test_a_history_file_s_lines_are_read_once_for_the_values_a_message_names(
+    run, forecaster, tmp_path, caplog, mode
+):
+    """Three absurd values of a CSV history, named by their lines (a blank line before
+    them counted): the file was read through once for each value the message named."""
+    table = history(run)
+    table.loc[[55, 56, 57], "no2"] = 1e30
+    text = table.to_csv(index=False).replace("\n", "\n\n", 1)  # line 2 blank
+    (path := tmp_path / "recent.csv").write_text(text)
+    lines = file_row_names(path, None)
+    asked: list[list[int]] = []
+
+    def counted(positions: list[int]) -> list[str]:
+        asked.append(list(positions))
+        return list(lines(positions))
+
+    with caplog.at_level(logging.WARNING):
+        if mode == "error":
+            with pytest.raises(UserError) as err:
+                forecaster.forecast(pd.read_csv(path), row_names=counted)
+            message = str(err.value)
+        else:
+            forecaster.forecast(pd.read_csv(path), bad_values="warn", row_names=counted)
+            message = caplog.text
+    assert asked == [[55, 56, 57]]  # one read of the file for the three
+    for row in (55, 56, 57):
+        assert f"point {table.loc[row, 'id']}, time {table.loc[row, 'timestamp']} " in message
+        assert f"(line {row + 3}): 1e+30 (" in message
+        assert text.splitlines()[row + 2].split(",")[-2] == "1e+30"  # no2
 
 
 def predict(*args: str) -> subprocess.CompletedProcess:

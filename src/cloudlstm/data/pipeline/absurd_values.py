@@ -68,7 +68,7 @@ from cloudlstm.errors import UserError
 __all__ = [
     "DEFAULT_MAX_ABS_Z",
     "RANGES_OPTION",
-    "CellName",
+    "CellNames",
     "Range",
     "check_max_abs_z",
     "check_resolution",
@@ -92,8 +92,9 @@ SPREAD_QUANTILES = ((0.5, 0.6745), (0.75, 1.1503), (0.9, 1.6449), (0.99, 2.5758)
 RANGES_OPTION = "data.valid_ranges"
 # a channel's valid values: (lowest, highest), None for an open end
 Range = tuple[float | None, float | None]
-# (step, point) -> how messages name that cell's row in the user's table ("data row 57")
-CellName = Callable[[int, int], str]
+# cells (step, point) -> how messages name each one's row in the user's table ("line 57"),
+# asked once for the cells a message shows: a file's lines are read once for them all
+CellNames = Callable[[list[tuple[int, int]]], list[str]]
 
 
 def check_max_abs_z(value: Any) -> float | None:
@@ -275,7 +276,7 @@ def _checked(
     what: str,
     mode_option: str | None,
     shown: pd.DatetimeIndex | None = None,
-    rows: CellName | None = None,
+    rows: CellNames | None = None,
 ) -> PointCloudStream:
     """``stream`` when every observed value lies within ``bounds``; else the one line, as an
     error or (``mode="warn"``) a warning, and a copy where those values are missing. The
@@ -485,31 +486,31 @@ def _describe(
     bounds: _Bounds,
     what: str,
     shown: pd.DatetimeIndex | None = None,
-    rows: CellName | None = None,
+    rows: CellNames | None = None,
 ) -> str:
     """One line: how many, in which channels, the first few (channel, point, time, value),
-    each time followed by its row (``rows``) or, where None, its step."""
+    each time followed by its row (``rows``, asked once for them all) or, where None, its
+    step."""
     names = stream.channel_names
     channels = ", ".join(
         f"{names[c]!r} ({count})" for c, count in enumerate(found.per_channel) if count
     )
-    cells = "; ".join(
-        f"channel {names[c]!r}, point {stream.point_ids[n]}, {_time(stream, t, n, shown, rows)}: "
+    cells = [(t, n) for t, n, _, _ in found.first]
+    where = [f"step {t}" for t, _ in cells] if rows is None else rows(cells)
+    shown_cells = "; ".join(
+        f"channel {names[c]!r}, point {stream.point_ids[n]}, {_time(stream, t, row, shown)}: "
         f"{value:.6g} ({bounds.detail(c, value)})"
-        for t, n, c, value in found.first
+        for (t, n, c, value), row in zip(found.first, where, strict=True)
     )
     more = f" (first {len(found.first)})" if found.count > len(found.first) else ""
-    return f"{what}: {found.count} value(s) {bounds.beyond}, in {channels}{more}: {cells}."
+    return f"{what}: {found.count} value(s) {bounds.beyond}, in {channels}{more}: {shown_cells}."
 
 
 def _time(
-    stream: PointCloudStream,
-    t: int,
-    n: int,
-    shown: pd.DatetimeIndex | None = None,
-    rows: CellName | None = None,
+    stream: PointCloudStream, t: int, where: str, shown: pd.DatetimeIndex | None = None
 ) -> str:
-    where = f"step {t}" if rows is None else rows(t, n)
+    """The time of step ``t`` (as ``shown`` has it; the stream's where None), followed by
+    ``where``, the row or step of a value there."""
     if shown is not None:
         return f"time {shown[t]} ({where})"
     if stream.timestamps is None:
@@ -584,7 +585,7 @@ def checked_history(
     what: str,
     mode_option: str | None,
     shown: pd.DatetimeIndex | None = None,
-    rows: CellName | None = None,
+    rows: CellNames | None = None,
 ) -> PointCloudStream:
     """A forecast's history ``stream``, checked as :func:`checked_stream` checks training
     data, against the training data's ``reference`` (:func:`training_reference`; channels

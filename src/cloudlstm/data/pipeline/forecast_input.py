@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from cloudlstm.data.covariates import time_features
-from cloudlstm.data.pipeline.absurd_values import CellName, checked_history
+from cloudlstm.data.pipeline.absurd_values import CellNames, checked_history
 from cloudlstm.data.pipeline.coordinates import FAR_OUTSIDE_SPANS, extents_outside
 from cloudlstm.data.pipeline.model_input import (
     normalised,
@@ -540,7 +540,7 @@ def _checked_values(
     what: str,
     mode: str,
     shown: pd.DatetimeIndex | None = None,
-    rows: CellName | None = None,
+    rows: CellNames | None = None,
     option: str = "data.source.bad_values",
 ) -> np.ndarray:
     """``raw (H, N, C)`` (NaN: missing) checked for values outside their channel's valid
@@ -587,15 +587,18 @@ def _long_row_names(
     return row_names_through(names, source_rows(df, long))
 
 
-def cell_rows(at: np.ndarray, names: RowNames) -> CellName:
-    """How messages name the row of the user's table that gave the cell ``(t, n)``: ``at
-    (T, N)`` holds its position, named as ``names`` names it, as a cell that is no number
-    is named."""
+def cell_rows(at: np.ndarray, names: RowNames) -> CellNames:
+    """How messages name the rows of the user's table that gave the cells ``(t, n)``: ``at
+    (T, N)`` holds each one's position, named as ``names`` names it, as a cell that is no
+    number is named; ``names`` is asked once for the cells of a message (a file's lines
+    are read once for them)."""
+    width = at.shape[1]
+    through = row_names_through(names, at.reshape(-1))  # cell t * N + n: its row
 
-    def name(t: int, n: int) -> str:
-        return names([int(at[t, n])])[0]
+    def named(cells: list[tuple[int, int]]) -> list[str]:
+        return list(through([t * width + n for t, n in cells]))
 
-    return name
+    return named
 
 
 def checked_snapshot(
