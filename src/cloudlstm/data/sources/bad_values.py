@@ -3,7 +3,8 @@
 Empty cells (text of blanks alone too) and pandas' missing-value markers (``NA``, ``NULL``,
 ``nan``, ...) are gaps, filled later like missing rows. Anything else that is not a finite
 number, such as text (``"12 ug/m3"``, ``"error"``) or an infinity (``inf``, or a value beyond
-float32), is a *bad value*: by default an error naming its row (:func:`row_word`) and column
+float32), is a *bad value*: by default an error naming its row (as the user finds it: a
+file's line or time, a table's index label, :func:`index_row_names`) and column
 (``bad_values="error"``), or, with ``bad_values="warn"``, a warning that counts them and names
 the first few, after which they count as missing.
 """
