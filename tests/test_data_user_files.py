@@ -22,7 +22,13 @@ from cloudlstm.data.pipeline import forecast_input
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.pipeline.forecast_input import build_input
 from cloudlstm.data.sources.long_format import LongFormatSource
-from cloudlstm.data.sources.tables import check_columns, csv_dialect, pivot_long, read_table
+from cloudlstm.data.sources.tables import (
+    check_columns,
+    csv_dialect,
+    line_numbers,
+    pivot_long,
+    read_table,
+)
 from cloudlstm.data.sources.times import check_time_reading, parse_times
 from cloudlstm.data.sources.wide_table import WideTableSource, read_positions
 from cloudlstm.data.spec import DataSpec
@@ -414,6 +420,28 @@ def test_a_comma_file_is_read_as_pandas_reads_it(tmp_path):
     )
     assert csv_dialect(path) == {}
     assert csv_dialect(tmp_path / "absent.csv") == {}
+
+
+@pytest.mark.parametrize(
+    ("between", "sep", "lines"),
+    [
+        ('"  "', ",", [2, 3, 4]),  # a row: its one field quoted blanks
+        ('""', ",", [2, 3, 4]),  # a row: its one field empty
+        ("\f", ",", [2, 3, 4]),  # a row: a form feed is no blank to pandas
+        ("\t", "\t", [2, 3, 4]),  # a row: a tab that separates two empty fields
+        (" \t ", ";", [2, 4]),  # skipped: spaces and tabs alone
+        ("   ", ",", [2, 4]),
+    ],
+    ids=["quoted-blanks", "quoted-empty", "form-feed", "tab-separated", "blanks", "spaces"],
+)
+def test_each_row_pandas_reads_is_named_by_its_line(tmp_path, between, sep, lines):
+    """A line between two rows is named as a row where pandas reads one, and counted but
+    skipped where pandas skips it: a quoted blank field and a form feed were taken for
+    blanks alone, and the rows after them named by the line after their own."""
+    path = tmp_path / "rows.csv"
+    path.write_text(f"a{sep}b\n1{sep}2\n{between}\nx{sep}3\n")
+    assert len(pd.read_csv(path, sep=sep)) == len(lines)
+    assert line_numbers(path, list(range(len(lines))), sep=sep) == lines
 
 
 def test_train_py_says_the_unit_in_one_line(tmp_path):
