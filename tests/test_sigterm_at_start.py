@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cloudlstm.rundir.stops import EXIT_CODE
-from tests.conftest import ROOT, TINY, run_python, subprocess_env
+from cloudlstm.rundir.stops import CTRL_C_EXIT_CODE, EXIT_CODE
+from tests.conftest import ROOT, TINY, as_in_a_terminal, run_python, subprocess_env
 from tests.test_ctrl_c_at_start import INSTALLED_PROGRAM, python_c
 from tests.test_forecast import SPLIT, csv_run, long_table
 from tests.test_preemption import start, wait_for
@@ -109,20 +109,22 @@ RUN_SCRIPT = """
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
-# a SIGTERM sent as the function named by the first argument (module:function) returns
+# a signal (SIGTERM, or that named by the environment's SIGNAL_AFTER) sent as the function
+# named by the first argument (module:function) returns
 TERM_AFTER = """
 import importlib, os, runpy, signal, sys
 
 module_name, name = sys.argv.pop(1).split(":")
 module = importlib.import_module(module_name)
 done = getattr(module, name)
+signum = getattr(signal, os.environ.get("SIGNAL_AFTER", "SIGTERM"))
 
-def then_sigterm(*args, **kwargs):
+def then_signal(*args, **kwargs):
     result = done(*args, **kwargs)
-    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signum)
     return result
 
-setattr(module, name, then_sigterm)
+setattr(module, name, then_signal)
 """
 BEFORE_THE_FORECAST = (
     "predict.py: stopped by SIGTERM before the forecast was written: run the same command again.\n"
@@ -159,49 +161,89 @@ def test_sigterm_while_eval_py_loads_torch_is_one_line_and_143(csv_trained, tmp_
     assert not (out / "metrics.json").exists()
 
 
-def test_sigterm_while_an_evaluation_is_built_names_what_it_did_not_write(csv_trained, tmp_path):
+def start_eval(args: list[str], log: Path) -> subprocess.Popen:
+    """``python eval.py <args>`` started as from a terminal (Ctrl-C stops it), its stdout and
+    stderr into ``log``."""
+    with log.open("w") as written:
+        return subprocess.Popen(
+            [sys.executable, *args], cwd=ROOT, env=subprocess_env(), stdout=written,
+            stderr=subprocess.STDOUT, preexec_fn=as_in_a_terminal,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("signum", "by", "status"),
+    [(signal.SIGTERM, "SIGTERM", EXIT_CODE), (signal.SIGINT, "Ctrl-C", CTRL_C_EXIT_CODE)],
+)
+def test_a_signal_while_an_evaluation_is_built_names_what_it_did_not_write(
+    csv_trained, tmp_path, signum, by, status
+):
     """Signalled with the data read and the checkpoint loaded, before Lightning's test: its
-    line and 143; the same command then evaluates."""
+    line on stderr and in eval.log, and the signal's status; the same command then
+    evaluates. Ctrl-C said only ``eval.py: stopped by Ctrl-C.``, on stderr alone."""
     out, go, log = tmp_path / "eval", tmp_path / "go", tmp_path / "eval.out"
     gate = [
         "+callbacks.gate._target_=tests.kill_callback.WaitWhenBuilt",
         f"+callbacks.gate.until={go}",
     ]
     args = [*eval_args(csv_trained, out), *gate]
-    with log.open("w") as written:
-        proc = subprocess.Popen(
-            [sys.executable, *args], cwd=ROOT, env=subprocess_env(), stdout=written,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    proc = start_eval(args, log)
     wait_for(tmp_path / "go.waiting", proc, log)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=300) == EXIT_CODE, log.read_text()[-3000:]
+    proc.send_signal(signum)
+    assert proc.wait(timeout=300) == status, log.read_text()[-3000:]
     said = log.read_text()
     assert "Traceback" not in said
-    assert said.endswith(
-        "eval.py: stopped by SIGTERM before the evaluation had finished, without writing "
-        f"{out / 'metrics.json'}: run the same command again.\n"
+    line = (
+        f"eval.py: stopped by {by} before the evaluation had finished, without writing "
+        f"{out / 'metrics.json'}: run the same command again."
     )
+    assert said.endswith(f"{line}\n")
+    assert (out / "eval.log").read_text().endswith(f"[ERROR] - {line}\n")
     go.touch()
     done = run_python(*args)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (out / "metrics.json").is_file()
 
 
-def test_sigterm_after_an_evaluation_wrote_its_results_says_they_are_there(csv_trained, tmp_path):
+@pytest.mark.parametrize(
+    ("signum", "by", "status"),
+    [(signal.SIGTERM, "SIGTERM", EXIT_CODE), (signal.SIGINT, "Ctrl-C", CTRL_C_EXIT_CODE)],
+)
+def test_a_signal_after_an_evaluation_wrote_its_results_says_they_are_there(
+    csv_trained, tmp_path, monkeypatch, signum, by, status
+):
     """Not that nothing was written: metrics.json is there, whole."""
     out = tmp_path / "eval"
     where = "cloudlstm.cli.evaluate:write_metrics"
+    monkeypatch.setenv("SIGNAL_AFTER", signal.Signals(signum).name)
     proc = python_c(TERM_AFTER + RUN_SCRIPT, where, *eval_args(csv_trained, out))
-    assert proc.returncode == EXIT_CODE, proc.stderr[-3000:]
+    assert proc.returncode == status, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     line = (
-        "eval.py: stopped by SIGTERM after the evaluation had finished: "
+        f"eval.py: stopped by {by} after the evaluation had finished: "
         f"{out / 'metrics.json'} holds its results."
     )
     assert proc.stderr.endswith(f"{line}\n")
     assert (out / "eval.log").read_text().endswith(f"[ERROR] - {line}\n")
     assert json.loads((out / "metrics.json").read_text())["test"]
+
+
+def test_ctrl_c_in_an_evaluations_test_says_so_in_its_log_with_130(csv_trained, tmp_path):
+    """Ctrl-C inside Lightning's test: the evaluation's own line (it stops after the batch),
+    on the console and in eval.log, as outside it, and status 130."""
+    out, log = tmp_path / "eval", tmp_path / "eval.out"
+    stop = ["+callbacks.stop._target_=tests.kill_callback.SignalAtTest", "+callbacks.stop.signum=2"]
+    proc = start_eval([*eval_args(csv_trained, out), *stop], log)
+    assert proc.wait(timeout=300) == CTRL_C_EXIT_CODE, log.read_text()[-3000:]
+    said = log.read_text()
+    assert "Traceback" not in said
+    line = (
+        f"Evaluation interrupted by Ctrl-C: {out} has no metrics.json; the same command "
+        "evaluates again."
+    )
+    assert said.rstrip().endswith(line)
+    assert (out / "eval.log").read_text().endswith(f"[ERROR] - {line}\n")
+    assert not (out / "metrics.json").exists()
 
 
 def test_sigterm_before_an_evaluation_finished_leaves_an_earlier_one_and_logs_its_line(

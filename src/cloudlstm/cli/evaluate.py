@@ -203,9 +203,9 @@ def evaluation_stopped(trainer: L.Trainer, output_dir: Path) -> RunInterrupted:
 
 
 def evaluation_stop_line(output_dir: Path) -> Callable[[], str]:
-    """What ``eval.py`` stopped by SIGTERM outside Lightning's test (reading the data,
-    loading the checkpoint, drawing the figures, or once it has finished) says after
-    ``<program>: ``, by whether it has written its ``metrics.json`` by then
+    """What ``eval.py`` stopped by SIGTERM or Ctrl-C outside Lightning's test (reading the
+    data, loading the checkpoint, drawing the figures, or once it has finished) says after
+    ``<program>: stopped by <signal> ``, by whether it has written its ``metrics.json`` by then
     (:func:`cloudlstm.cli.sigterm_at_start.stops_now_say`). Made as the evaluation begins:
     a metrics.json there then is an earlier evaluation's (``hydra.run.dir=`` of one)."""
     metrics = output_dir / METRICS_FILE
@@ -216,9 +216,8 @@ def evaluation_stop_line(output_dir: Path) -> Callable[[], str]:
     )
     return line_by_file(
         metrics,
-        f"stopped by SIGTERM after the evaluation had finished: {metrics} holds its results.",
-        f"stopped by SIGTERM before the evaluation had finished, {not_written}: run the same "
-        "command again.",
+        f"after the evaluation had finished: {metrics} holds its results.",
+        f"before the evaluation had finished, {not_written}: run the same command again.",
     )
 
 

@@ -131,17 +131,17 @@ def main(cfg: DictConfig) -> Path | None:
         with _output_to_stderr() as table_out:  # standard output carries the table alone
             forecast = _forecast(cfg, key, given)
         stops_now_say(
-            "stopped by SIGTERM while writing the forecast to standard output, which may "
-            "hold part of it: run the same command again."
+            "while writing the forecast to standard output, which may hold part of it: run the "
+            "same command again."
         )
         forecast.to_csv(table_out, index=False)  # a reader may leave: scripts.predict
-        stops_now_say("stopped by SIGTERM after writing the forecast to standard output.")
+        stops_now_say("after writing the forecast to standard output.")
         return None
     check_format(out)
     run = Path(path_option(cfg.run, "run"))
     path = output_path(out, run)
     check_not_an_input(path, out, {key: given, "the run's data.source.path": _trained_on(run)})
-    written = f"stopped by SIGTERM after writing the forecast: {path} holds it."
+    written = f"after writing the forecast: {path} holds it."
     stops_now_say(line_by_file(path, written, BEFORE_FORECASTING))
     forecast = _forecast(cfg, key, given)
     write_forecast(forecast, path, out)

@@ -94,8 +94,10 @@ def refuse_moved_keys(argv: list[str], keep: Collection[str] = ()) -> None:
 
 
 @reader_may_leave()
-@ctrl_c_is_a_stop()  # at any moment: checking the command, reading data, a second Ctrl-C
-@sigterm_is_a_stop(BEFORE_EVALUATING, logged=True)  # but in Lightning's test (cli.evaluate)
+@ctrl_c_is_a_stop()  # a second Ctrl-C as the line of the first is written
+# SIGTERM and Ctrl-C at any moment but in Lightning's test (cli.evaluate): the line says
+# whether metrics.json was written
+@sigterm_is_a_stop(BEFORE_EVALUATING, logged=True, ctrl_c=True)
 def evaluate() -> None:
     """``cloudlstm-eval run=<run dir> [ckpt=best|last|<path>] [key=value ...]``: test a
     trained run again."""

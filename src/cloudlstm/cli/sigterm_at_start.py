@@ -2,7 +2,8 @@
 while the command is checked, torch imported, the data read or the model built): one line
 and status 143, as a Ctrl-C then gets one (:mod:`cloudlstm.cli.ctrl_c`). The same for
 ``eval.py`` and ``predict.py`` at any moment outside Lightning's test: each line says what
-the program had written by then (:func:`stops_now_say`).
+the program had written by then (:func:`stops_now_say`); ``eval.py``'s Ctrl-C gets the same
+line, naming it, and 130.
 
 Left to the default disposition, the signal ended the process at once without a word: the
 user could not tell a stop from a crash, nor whether anything was saved. Here
@@ -32,35 +33,34 @@ from pathlib import Path
 from types import FrameType
 
 from cloudlstm.cli.invoked import this_process
-from cloudlstm.rundir.stops import EXIT_CODE
+from cloudlstm.rundir.stops import CTRL_C_EXIT_CODE, EXIT_CODE
 
 __all__ = ["Terminated", "a_job_begins", "line_by_file", "sigterm_is_a_stop", "stops_now_say"]
 
 log = logging.getLogger(__name__)
 
-# a stop's line, or what makes it as the stop comes (from the files there then)
+# a stop's line after "<program>: stopped by <signal> ", or what makes it as the stop comes
+# (from the files there then): one text for SIGTERM and, where the program takes it so,
+# Ctrl-C (sigterm_is_a_stop)
 Line = str | Callable[[], str]
 
 # train.py's line before any job has begun, and once one has: a stop between a sweep's jobs
 # or after the last one has not "saved nothing"
 BEFORE_TRAINING = (
-    "stopped by SIGTERM before training began, having saved nothing: run the same command "
+    "before training began, having saved nothing: run the same command "
     "again to start it (or to continue it, where its run directory holds checkpoints)."
 )
 JOBS_BEGUN = (
-    "stopped by SIGTERM outside a training, after its jobs had begun: their run directories "
+    "outside a training, after its jobs had begun: their run directories "
     "keep what each saved (metrics.json where it finished)."
 )
 
 # eval.py's and predict.py's lines before their work has written anything of its results
-BEFORE_EVALUATING = (
-    "stopped by SIGTERM before evaluating, having written no results: run the same command again."
-)
-BEFORE_FORECASTING = (
-    "stopped by SIGTERM before the forecast was written: run the same command again."
-)
+BEFORE_EVALUATING = "before evaluating, having written no results: run the same command again."
+BEFORE_FORECASTING = "before the forecast was written: run the same command again."
 
-# what a SIGTERM that no Trainer takes says now, after "<program>: "; set as the block of
+# what a SIGTERM that no Trainer takes says now, after "<program>: stopped by SIGTERM "; set
+# as the block of
 # sigterm_is_a_stop begins and by each step of the program that writes what a rerun needs
 _line: Line = BEFORE_TRAINING
 
@@ -86,7 +86,8 @@ def a_job_begins() -> None:
 
 def stops_now_say(line: Line) -> None:
     """From now on, a SIGTERM that no Trainer takes ends the program with ``<program>:
-    <line>``: what it has written by then (``eval.py``'s metrics.json, ``predict.py``'s
+    stopped by SIGTERM <line>`` (Ctrl-C, where the program takes it so): what it has written
+    by then (``eval.py``'s metrics.json, ``predict.py``'s
     forecast) and whether the same command is to be run again; a callable makes the line
     as the stop comes (:func:`line_by_file`)."""
     global _line
@@ -123,15 +124,20 @@ def _into_log_files(text: str) -> None:
 
 
 @contextmanager
-def sigterm_is_a_stop(first: Line = BEFORE_TRAINING, logged: bool = False) -> Iterator[None]:
+def sigterm_is_a_stop(
+    first: Line = BEFORE_TRAINING, logged: bool = False, ctrl_c: bool = False
+) -> Iterator[None]:
     """Within the block (a program's whole run), SIGTERM raises :class:`Terminated`; one that
-    leaves the block ends the program with ``<program>: <line>`` and status 143, the line
-    ``first`` until the program says another (:func:`stops_now_say`). ``logged``: the line
-    goes into the job's log file too, where one is open (``eval.py``'s ``eval.log``: a run's
-    record of its evaluations; ``train.py`` logs its own stops, and its line after a sweep's
-    jobs is of the whole sweep, not of the job whose log is open last). A SIGTERM that the
-    program was started to ignore, or handles otherwise (a sweep's worker notes it), is
-    left as it is."""
+    leaves the block ends the program with ``<program>: stopped by SIGTERM <line>`` and
+    status 143, the line ``first`` until the program says another (:func:`stops_now_say`).
+    ``logged``: the line goes into the job's log file too, where one is open (``eval.py``'s
+    ``eval.log``: a run's record of its evaluations; ``train.py`` logs its own stops, and its
+    line after a sweep's jobs is of the whole sweep, not of the job whose log is open last).
+    ``ctrl_c``: a Ctrl-C (``KeyboardInterrupt``) that leaves the block ends the program the
+    same way, its line naming Ctrl-C, with status 130 (``eval.py``, whose line says whether
+    metrics.json was written: :func:`cloudlstm.cli.ctrl_c.ctrl_c_is_a_stop`'s says only that
+    it stopped). A SIGTERM that the program was started to ignore, or handles otherwise (a
+    sweep's worker notes it), is left as it is."""
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread handles signals
         return
@@ -139,14 +145,24 @@ def sigterm_is_a_stop(first: Line = BEFORE_TRAINING, logged: bool = False) -> It
     before = signal.getsignal(signal.SIGTERM)
     if before is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _raise_terminated)
+    stops: tuple[type[BaseException], ...] = (
+        (Terminated, KeyboardInterrupt) if ctrl_c else (Terminated,)
+    )
     try:
         yield
-    except Terminated:
-        line = f"{this_process()}: {_line() if callable(_line) else _line}"
-        sys.stderr.write(f"{line}\n")
-        if logged:
-            _into_log_files(line)
-        raise SystemExit(EXIT_CODE) from None
+    except stops as stop:
+        by_ctrl_c = isinstance(stop, KeyboardInterrupt)
+        _say_stop("Ctrl-C" if by_ctrl_c else "SIGTERM", logged)
+        raise SystemExit(CTRL_C_EXIT_CODE if by_ctrl_c else EXIT_CODE) from None
     finally:
         if signal.getsignal(signal.SIGTERM) is _raise_terminated:
             signal.signal(signal.SIGTERM, before)
+
+
+def _say_stop(by: str, logged: bool) -> None:
+    """``<program>: stopped by <by> <line>`` on stderr, and into the job's log file where
+    ``logged`` (:func:`sigterm_is_a_stop`)."""
+    line = f"{this_process()}: stopped by {by} {_line() if callable(_line) else _line}"
+    sys.stderr.write(f"{line}\n")
+    if logged:
+        _into_log_files(line)

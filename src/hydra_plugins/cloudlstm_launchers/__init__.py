@@ -206,9 +206,9 @@ def _still_running(job_ids: Sequence[str]) -> str:
     submitit does not cancel them, so they run on, and the user needs their ids."""
     ids = " ".join(job_ids)
     return (
-        f"stopped by SIGTERM while waiting for its SLURM jobs, which still run on the "
-        f"cluster: squeue -j {','.join(job_ids)} shows them, scancel {ids} stops them; their "
-        "run directories keep what each saves (metrics.json where it finishes)."
+        "while waiting for its SLURM jobs, which still run on the cluster: squeue -j "
+        f"{','.join(job_ids)} shows them, scancel {ids} stops them; their run directories "
+        "keep what each saves (metrics.json where it finishes)."
     )
 
 
