@@ -1,5 +1,6 @@
 """Callbacks that kill or hold their own training process, to test resuming, requeues and
-run-directory locks (test_resume.py, test_slurm.py, test_run_lock.py)."""
+run-directory locks (test_resume.py, test_slurm.py, test_run_lock.py), and one that holds a
+sweep as it ends (test_optuna_search.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import lightning as L
+from hydra.experimental.callback import Callback
 
 from cloudlstm.engine.signals import SignalsTogether
 
@@ -118,6 +121,18 @@ class WaitWhenBuilt(L.Callback):
                 raise TimeoutError(f"{until_path} did not appear in {timeout_s} s")
             time.sleep(0.2)
         waiting.unlink(missing_ok=True)
+
+
+class WaitAtMultirunEnd(Callback):
+    """A Hydra callback (``+hydra.callbacks.<name>._target_=...``) that holds the sweep as
+    it ends, after the comparison (the callbacks before it), until file ``until`` exists;
+    ``<until>.waiting`` exists while it waits."""
+
+    def __init__(self, until: str) -> None:
+        self.until = until
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        WaitWhenBuilt(self.until)
 
 
 class SaveHpcCheckpointAndKill(L.Callback):

@@ -863,6 +863,80 @@ def test_sigterm_to_a_joblib_search_saves_its_trials_which_the_same_command_fini
         assert t.value == resumed["val"]["val/mae_best"]
 
 
+def ctrl_c_search(tmp_path: Path, *more: str) -> tuple[list[str], subprocess.Popen, Path]:
+    """A search of two trials under the basic launcher, started as from a terminal, whose
+    trial 1 waits as it is built (the data read, no training yet) until ``<sweep>/go_1``
+    exists; returned once it waits: its arguments, process and log."""
+    from tests.test_preemption import start, wait_for
+
+    sweep, log = tmp_path / "sweep", tmp_path / "search.log"
+    sweep.mkdir()
+    (sweep / "go_0").touch()
+    args = [
+        *SEARCH, "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1",
+        f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path / 'data'}",
+        "+callbacks.gate._target_=tests.kill_callback.WaitWhenBuilt",
+        f"+callbacks.gate.until={sweep}/go_${{hydra:job.num}}", *more,
+    ]  # fmt: skip
+    proc = start(["-m", *args], log)
+    wait_for(sweep / "go_1.waiting", proc, log)
+    return args, proc, log
+
+
+@pytest.mark.slow  # three trials in two commands: about 30 s
+def test_ctrl_c_to_a_search_compares_its_finished_trials_and_says_how_to_go_on(tmp_path):
+    """Ctrl-C while the basic launcher's trial reads its data (outside its training): the
+    search ended with ``train.py: stopped by Ctrl-C.`` alone, without the comparison of the
+    trial that had finished. Now the comparison comes first, then the lines of the stop, and
+    status 130; the same command runs the trial again and completes the study."""
+    sweep = tmp_path / "sweep"
+    args, proc, log = ctrl_c_search(tmp_path)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=300) == 130, log.read_text()[-3000:]
+    out = log.read_text()
+    assert "Traceback" not in out
+    lines = out.splitlines()
+    (row,) = [i for i, line in enumerate(lines) if line.startswith("| cloudlstm | synthetic |")]
+    assert lines[-2].endswith(
+        "The search got Ctrl-C outside the training of trial 1 (job 1); the study keeps it running."
+    )
+    assert lines[-1] == (
+        f"Start the same command with hydra.sweep.dir={sweep} to run it again and go on to "
+        "2 trials."
+    )
+    assert row < len(lines) - 2, "the comparison comes first"
+    assert [t.state for t in load(sweep).get_trials()] == [
+        TrialState.COMPLETE,
+        TrialState.RUNNING,
+    ]
+
+    (sweep / "go_1").touch()
+    again = train_py(tmp_path, "-m", *args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert [t.state for t in load(sweep).get_trials()] == [TrialState.COMPLETE] * 2
+
+
+@pytest.mark.slow  # one trial and a second: about 20 s
+def test_a_second_ctrl_c_during_the_comparison_of_a_stopped_search_ends_it_at_once(tmp_path):
+    """The comparison after a Ctrl-C can take a while (many runs, W&B): a second Ctrl-C then
+    ends the program at once, with its one line and 130."""
+    from tests.test_preemption import wait_for
+
+    held = tmp_path / "compared"
+    hold = [
+        "+hydra.callbacks.hold._target_=tests.kill_callback.WaitAtMultirunEnd",
+        f"+hydra.callbacks.hold.until={held}",
+    ]
+    _, proc, log = ctrl_c_search(tmp_path, *hold)
+    proc.send_signal(signal.SIGINT)
+    wait_for(tmp_path / "compared.waiting", proc, log)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130, log.read_text()[-3000:]
+    out = log.read_text()
+    assert "Traceback" not in out and "The search got Ctrl-C" not in out
+    assert out.splitlines()[-1] == "train.py: stopped by Ctrl-C."
+
+
 @pytest.mark.slow  # two trials, one worker killed, then the search continued: about 40 s
 def test_a_worker_killed_mid_search_leaves_its_batch_running_for_the_same_command(tmp_path):
     """SIGKILL to a trial's worker (the out-of-memory killer's way) breaks joblib's pool,

@@ -18,6 +18,7 @@ from typing import Any
 
 import hydra.utils
 import optuna
+from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, Transformer
 from hydra.core.plugins import Plugins
@@ -52,7 +53,7 @@ from cloudlstm.engine.pruning import PRUNED_ATTR, check_direction, open_storage,
 from cloudlstm.engine.trial_env import STORAGE_ENV, STUDY_ENV, TRIAL_ENV
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.config_changes import is_execution_option
-from cloudlstm.rundir.stops import RunInterrupted
+from cloudlstm.rundir.stops import CTRL_C_EXIT_CODE, RunInterrupted
 from cloudlstm.rundir.sweep_sigterm import PassSigtermOn, is_joblib, joblib_sweep_stop
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,7 @@ class OptunaSearch(Sweeper):
         self.interrupted: list[tuple[Job, RunInterrupted]] = []  # trials left RUNNING
         self.failed: list[tuple[Job, BaseException]] = []  # this command's failed trials
         self.launched = 0  # jobs this command launched
+        self.in_flight: Sequence[Job] = []  # the jobs launched and not yet returned
         self.failures_end_it = False  # a batch failed more than max_failure_rate
         self.space_tried = False  # the sampler has no point of the search space left
 
@@ -190,7 +192,17 @@ class OptunaSearch(Sweeper):
             self._write_results_before_failing(study)
             self._compare()
             raise
-        except BaseException:  # Ctrl-C here (the basic launcher): no comparison to wait for
+        except KeyboardInterrupt:
+            self._write_results_before_failing(study)
+            if not isinstance(self.launcher, BasicLauncher):
+                raise  # jobs in processes of their own (SLURM's run on): not ended here
+            # Ctrl-C outside the training of a trial the basic launcher runs in this process
+            # (training's own stop is a SystemExit, above); a second Ctrl-C during the
+            # comparison ends the program at once (cloudlstm.cli.ctrl_c.ctrl_c_is_a_stop)
+            self._compare()
+            log.error(self._ctrl_c_report())
+            raise SystemExit(CTRL_C_EXIT_CODE) from None
+        except BaseException:
             self._write_results_before_failing(study)
             raise
         self._write_results(study)
@@ -296,6 +308,24 @@ class OptunaSearch(Sweeper):
                 f"got {self.stop.by}); the study keeps {them} running:\n  " + "\n  ".join(lines)
             )
             go_on = f"continue {them} and {go_on}"
+        again = f"Start the same command with hydra.sweep.dir={self.sweep_dir} to {go_on}."
+        return f"{stopped}\n{again}"
+
+    def _ctrl_c_report(self) -> str:
+        """The lines of a search that Ctrl-C stopped outside its trials' training (the basic
+        launcher runs them in this process): the trials of the batch it ran, which the
+        study keeps running, and how to go on."""
+        go_on = f"go on to {self.n_trials} trials"
+        if not self.in_flight:
+            stopped = "The search got Ctrl-C between two batches of trials."
+        else:
+            trials = ", ".join(f"trial {job.trial} (job {job.number})" for job in self.in_flight)
+            them = "them" if len(self.in_flight) > 1 else "it"
+            stopped = (
+                f"The search got Ctrl-C outside the training of {trials}; the study keeps "
+                f"{them} running."
+            )
+            go_on = f"run {them} again and {go_on}"
         again = f"Start the same command with hydra.sweep.dir={self.sweep_dir} to {go_on}."
         return f"{stopped}\n{again}"
 
@@ -458,6 +488,7 @@ class OptunaSearch(Sweeper):
                     study.tell(job.trial, state=TrialState.FAIL)
                 raise
             self.launched += len(run)
+            self.in_flight = run
             try:
                 returns = self.launcher.launch(overrides, initial_job_idx=run[0].number)
             except BrokenProcessPool as error:  # its trials stay RUNNING: continued later
@@ -469,6 +500,7 @@ class OptunaSearch(Sweeper):
                 if ending is error:
                     raise  # a task that a worker could not unpickle, say: a bug
                 raise ending from None
+            self.in_flight = []
             failed = [
                 (job, ret)
                 for job, ret in zip(run, returns, strict=True)
