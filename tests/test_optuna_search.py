@@ -863,10 +863,23 @@ def test_sigterm_to_a_joblib_search_saves_its_trials_which_the_same_command_fini
         assert t.value == resumed["val"]["val/mae_best"]
 
 
-def ctrl_c_search(tmp_path: Path, *more: str) -> tuple[list[str], subprocess.Popen, Path]:
+# where trial 1 waits: as it is built (the data read, no training yet), or in its training
+GATES = {
+    "built": ["+callbacks.gate._target_=tests.kill_callback.WaitWhenBuilt"],
+    "training": [
+        "+callbacks.gate._target_=tests.kill_callback.WaitAt",
+        "+callbacks.gate.epoch=0",
+        "+callbacks.gate.batch=1",
+    ],
+}
+
+
+def ctrl_c_search(
+    tmp_path: Path, *more: str, gate: str = "built"
+) -> tuple[list[str], subprocess.Popen, Path]:
     """A search of two trials under the basic launcher, started as from a terminal, whose
-    trial 1 waits as it is built (the data read, no training yet) until ``<sweep>/go_1``
-    exists; returned once it waits: its arguments, process and log."""
+    trial 1 waits at ``gate`` (:data:`GATES`) until ``<sweep>/go_1`` exists; returned once
+    it waits: its arguments, process and log."""
     from tests.test_preemption import start, wait_for
 
     sweep, log = tmp_path / "sweep", tmp_path / "search.log"
@@ -874,8 +887,7 @@ def ctrl_c_search(tmp_path: Path, *more: str) -> tuple[list[str], subprocess.Pop
     (sweep / "go_0").touch()
     args = [
         *SEARCH, "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1",
-        f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path / 'data'}",
-        "+callbacks.gate._target_=tests.kill_callback.WaitWhenBuilt",
+        f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path / 'data'}", *GATES[gate],
         f"+callbacks.gate.until={sweep}/go_${{hydra:job.num}}", *more,
     ]  # fmt: skip
     proc = start(["-m", *args], log)
@@ -883,26 +895,40 @@ def ctrl_c_search(tmp_path: Path, *more: str) -> tuple[list[str], subprocess.Pop
     return args, proc, log
 
 
+SAID = "as the trial's line above says"  # which names the step it saved
+TRIAL_1 = "trial 1 (job 1)"
+
+
 @pytest.mark.slow  # three trials in two commands: about 30 s
-def test_ctrl_c_to_a_search_compares_its_finished_trials_and_says_how_to_go_on(tmp_path):
+@pytest.mark.parametrize(
+    ("gate", "signum", "status", "stopped", "again"),
+    [
+        ("built", signal.SIGINT, 130, f"Ctrl-C outside the training of {TRIAL_1}", "run it again"),
+        ("training", signal.SIGINT, 130, f"Ctrl-C in {TRIAL_1}, {SAID}", "continue it"),
+        ("training", signal.SIGTERM, 143, f"SIGTERM in {TRIAL_1}, {SAID}", "continue it"),
+    ],
+    ids=["ctrl_c_built", "ctrl_c_training", "sigterm_training"],
+)  # fmt: skip
+def test_ctrl_c_to_a_search_compares_its_finished_trials_and_says_how_to_go_on(
+    tmp_path, gate, signum, status, stopped, again
+):
     """Ctrl-C while the basic launcher's trial reads its data (outside its training): the
     search ended with ``train.py: stopped by Ctrl-C.`` alone, without the comparison of the
-    trial that had finished. Now the comparison comes first, then the lines of the stop, and
-    status 130; the same command runs the trial again and completes the study."""
+    trial that had finished; in its training (or SIGTERM), with the comparison after the
+    trial's line and nothing of the search. Now the comparison comes first, then the lines
+    of the stop, and the signal's status; the same command runs the trial again and
+    completes the study."""
     sweep = tmp_path / "sweep"
-    args, proc, log = ctrl_c_search(tmp_path)
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=300) == 130, log.read_text()[-3000:]
+    args, proc, log = ctrl_c_search(tmp_path, gate=gate)
+    proc.send_signal(signum)
+    assert proc.wait(timeout=300) == status, log.read_text()[-3000:]
     out = log.read_text()
     assert "Traceback" not in out
     lines = out.splitlines()
     (row,) = [i for i, line in enumerate(lines) if line.startswith("| cloudlstm | synthetic |")]
-    assert lines[-2].endswith(
-        "The search got Ctrl-C outside the training of trial 1 (job 1); the study keeps it running."
-    )
+    assert lines[-2].endswith(f"The search got {stopped}; the study keeps it running.")
     assert lines[-1] == (
-        f"Start the same command with hydra.sweep.dir={sweep} to run it again and go on to "
-        "2 trials."
+        f"Start the same command with hydra.sweep.dir={sweep} to {again} and go on to 2 trials."
     )
     assert row < len(lines) - 2, "the comparison comes first"
     assert [t.state for t in load(sweep).get_trials()] == [

@@ -53,7 +53,7 @@ from cloudlstm.engine.pruning import PRUNED_ATTR, check_direction, open_storage,
 from cloudlstm.engine.trial_env import STORAGE_ENV, STUDY_ENV, TRIAL_ENV
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.config_changes import is_execution_option
-from cloudlstm.rundir.stops import CTRL_C_EXIT_CODE, RunInterrupted
+from cloudlstm.rundir.stops import CTRL_C_EXIT_CODE, EXIT_CODE, RunInterrupted
 from cloudlstm.rundir.sweep_sigterm import PassSigtermOn, is_joblib, joblib_sweep_stop
 
 log = logging.getLogger(__name__)
@@ -188,9 +188,12 @@ class OptunaSearch(Sweeper):
                 self.space_tried |= bool(study.user_attrs.get(SPACE_TRIED_ATTR))
                 while not self._over() and (to_go := self.n_trials - _n_counted(study)) > 0:
                     self._run(study, [self._ask(study) for _ in range(min(self.n_jobs, to_go))])
-        except (Exception, SystemExit):  # SLURM's failed jobs, a broken pool: as below
+        except (Exception, SystemExit) as err:  # SLURM's failed jobs, a broken pool: as below
             self._write_results_before_failing(study)
             self._compare()
+            by = self._trial_stopped_by(err)
+            if by is not None:  # after the comparison, as the stop's last word
+                log.error(self._batch_stop_report(by, trial_said=True))
             raise
         except KeyboardInterrupt:
             self._write_results_before_failing(study)
@@ -200,7 +203,7 @@ class OptunaSearch(Sweeper):
             # (training's own stop is a SystemExit, above); a second Ctrl-C during the
             # comparison ends the program at once (cloudlstm.cli.ctrl_c.ctrl_c_is_a_stop)
             self._compare()
-            log.error(self._ctrl_c_report())
+            log.error(self._batch_stop_report("Ctrl-C", trial_said=False))
             raise SystemExit(CTRL_C_EXIT_CODE) from None
         except BaseException:
             self._write_results_before_failing(study)
@@ -311,23 +314,37 @@ class OptunaSearch(Sweeper):
         again = f"Start the same command with hydra.sweep.dir={self.sweep_dir} to {go_on}."
         return f"{stopped}\n{again}"
 
-    def _ctrl_c_report(self) -> str:
-        """The lines of a search that Ctrl-C stopped outside its trials' training (the basic
-        launcher runs them in this process): the trials of the batch it ran, which the
-        study keeps running, and how to go on."""
+    def _trial_stopped_by(self, err: BaseException) -> str | None:
+        """The signal ("SIGTERM", "Ctrl-C") that stopped a trial the basic launcher ran in
+        this process, ``err`` the exit that the trial raised with the signal's status after
+        its line (:func:`cloudlstm.cli.scripts._train`); None for any other error."""
+        ours = isinstance(err, SystemExit) and isinstance(self.launcher, BasicLauncher)
+        if not (ours and self.in_flight and isinstance(err.code, int)):
+            return None
+        return {CTRL_C_EXIT_CODE: "Ctrl-C", EXIT_CODE: "SIGTERM"}.get(err.code)
+
+    def _batch_stop_report(self, by: str, trial_said: bool) -> str:
+        """The lines of a search that ``by`` stopped while the basic launcher ran a batch of
+        trials in this process: those trials, which the study keeps running, and how to go
+        on. ``trial_said``: the stopped trial's own line (above) says what it saved; else
+        the stop came outside its training (its data read, its model built), which saved
+        nothing."""
         go_on = f"go on to {self.n_trials} trials"
         if not self.in_flight:
-            stopped = "The search got Ctrl-C between two batches of trials."
-        else:
-            trials = ", ".join(f"trial {job.trial} (job {job.number})" for job in self.in_flight)
-            them = "them" if len(self.in_flight) > 1 else "it"
-            stopped = (
-                f"The search got Ctrl-C outside the training of {trials}; the study keeps "
-                f"{them} running."
+            return (
+                f"The search got {by} between two batches of trials.\nStart the same command "
+                f"with hydra.sweep.dir={self.sweep_dir} to {go_on}."
             )
-            go_on = f"run {them} again and {go_on}"
-        again = f"Start the same command with hydra.sweep.dir={self.sweep_dir} to {go_on}."
-        return f"{stopped}\n{again}"
+        trials = ", ".join(f"trial {job.trial} (job {job.number})" for job in self.in_flight)
+        them = "them" if len(self.in_flight) > 1 else "it"
+        if trial_said:
+            stopped, again = f"in {trials}, as the trial's line above says", f"continue {them}"
+        else:
+            stopped, again = f"outside the training of {trials}", f"run {them} again"
+        return (
+            f"The search got {by} {stopped}; the study keeps {them} running.\nStart the same "
+            f"command with hydra.sweep.dir={self.sweep_dir} to {again} and {go_on}."
+        )
 
     def _open_study(self) -> optuna.Study:
         """Create the study, or load it where it exists (a continued search)."""
