@@ -276,26 +276,44 @@ def test_sigterm_while_predict_py_loads_torch_is_one_line_and_143(csv_trained, t
     assert not out.exists()
 
 
-def test_sigterm_before_predict_py_writes_leaves_an_earlier_forecast(csv_trained, tmp_path):
+@pytest.mark.parametrize(
+    ("signum", "by", "status"),
+    [(signal.SIGTERM, "SIGTERM", EXIT_CODE), (signal.SIGINT, "Ctrl-C", CTRL_C_EXIT_CODE)],
+)
+def test_a_signal_before_predict_py_writes_leaves_an_earlier_forecast(
+    csv_trained, tmp_path, monkeypatch, signum, by, status
+):
     """Signalled with the history read: the forecast of an earlier command at ``out`` is no
-    forecast of this one, and stays as it was."""
+    forecast of this one, and stays as it was. Ctrl-C said only ``predict.py: stopped by
+    Ctrl-C.``, not whether the forecast was written."""
     out = tmp_path / "forecast.csv"
     out.write_text("an earlier forecast\n")
     where = "cloudlstm.cli.predict:read_history"
+    monkeypatch.setenv("SIGNAL_AFTER", signal.Signals(signum).name)
     proc = python_c(TERM_AFTER + RUN_SCRIPT, where, *predict_args(csv_trained, tmp_path, out))
-    assert proc.returncode == EXIT_CODE, proc.stderr[-3000:]
+    assert proc.returncode == status, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
-    assert proc.stderr.endswith(BEFORE_THE_FORECAST)
+    assert proc.stderr.endswith(
+        f"predict.py: stopped by {by} before the forecast was written: run the same command "
+        "again.\n"
+    )
     assert out.read_text() == "an earlier forecast\n"
 
 
-def test_sigterm_after_predict_py_wrote_says_where_the_forecast_is(csv_trained, tmp_path):
+@pytest.mark.parametrize(
+    ("signum", "by", "status"),
+    [(signal.SIGTERM, "SIGTERM", EXIT_CODE), (signal.SIGINT, "Ctrl-C", CTRL_C_EXIT_CODE)],
+)
+def test_a_signal_after_predict_py_wrote_says_where_the_forecast_is(
+    csv_trained, tmp_path, monkeypatch, signum, by, status
+):
     out = tmp_path / "forecast.csv"
     out.write_text("an earlier forecast\n")
     where = "cloudlstm.cli.predict:write_forecast"
+    monkeypatch.setenv("SIGNAL_AFTER", signal.Signals(signum).name)
     proc = python_c(TERM_AFTER + RUN_SCRIPT, where, *predict_args(csv_trained, tmp_path, out))
-    assert proc.returncode == EXIT_CODE, proc.stderr[-3000:]
+    assert proc.returncode == status, proc.stderr[-3000:]
     assert proc.stderr.endswith(
-        f"predict.py: stopped by SIGTERM after writing the forecast: {out} holds it.\n"
+        f"predict.py: stopped by {by} after writing the forecast: {out} holds it.\n"
     )
     assert len(pd.read_csv(out)) > 0

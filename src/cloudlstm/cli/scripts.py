@@ -132,8 +132,10 @@ def evaluate() -> None:
 
 
 @reader_may_leave()
-@ctrl_c_is_a_stop()  # at any moment: checking the command, reading data, a second Ctrl-C
-@sigterm_is_a_stop(BEFORE_FORECASTING)  # at any moment: no Trainer runs
+@ctrl_c_is_a_stop()  # a second Ctrl-C as the line of the first is written
+# SIGTERM and Ctrl-C at any moment (no Trainer runs): the line says whether the forecast was
+# written
+@sigterm_is_a_stop(BEFORE_FORECASTING, ctrl_c=True)
 def predict() -> None:
     """``cloudlstm-predict run=<run dir> data.path=<file>``: forecast new data."""
     from cloudlstm.cli.predict import refuse_unread_overrides
