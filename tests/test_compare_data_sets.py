@@ -236,7 +236,8 @@ def test_runs_that_scored_the_same_windows_in_other_numbers_of_processes_are_one
     """limit_test_batches=10 is above the batches of each process, one or two: both tests
     scored every window, yet the run tested in 2 processes was another data set
     (``processes=2``). With 3 batches, one process scores 24 windows and two (2 batches
-    each) all of them: other data sets, named by the windows (``test.num_instances``)."""
+    each) all of them, as the limit of 10 did: data sets named by the windows
+    (``test.num_instances``), not by the limits."""
     run, every = tested_run
     copy_of(run, tmp_path / "one", 0, processes=1, windows=every)
     copy_of(run, tmp_path / "two", 1, processes=2, windows=every)
@@ -244,9 +245,31 @@ def test_runs_that_scored_the_same_windows_in_other_numbers_of_processes_are_one
     copy_of(run, tmp_path / "two_of_3", 1, processes=2, limit=3, windows=every)
     groups = group_runs(find_runs([tmp_path]), by=["model"])
     assert sorted((g.data, len(g.runs)) for g in groups) == [
-        (f"synthetic limit_test_batches=10 windows={every}", 2),
-        ("synthetic limit_test_batches=3 windows=24", 1),
-        (f"synthetic limit_test_batches=3 windows={every}", 1),
+        ("synthetic windows=24", 1),
+        (f"synthetic windows={every}", 3),
+    ]
+
+
+def test_runs_that_scored_the_same_windows_in_batches_of_other_sizes_are_one_data_set(
+    tested_run, tmp_path
+):
+    """3 test batches of 8 windows and 6 of 4 score the same first 24 windows, yet the
+    limit and the batch size, which the windows scored (``test.num_instances``) say more
+    exactly, made them two data sets. A test of a share of its batches is told apart
+    from them by its limit, and one of every window by the windows."""
+    run, every = tested_run
+    for name, seed, limit, batch_size in (("of_8", 0, 3, 8), ("of_4", 1, 6, 4)):
+        copy_of(run, tmp_path / name, seed, processes=1, limit=limit, windows=24)
+        with_settings(tmp_path / name, data__batch_size=batch_size)
+    groups = group_runs(find_runs([tmp_path]), by=["model"])
+    assert [(g.data, len(g.runs)) for g in groups] == [("synthetic", 2)]
+    copy_of(run, tmp_path / "share", 2, processes=1, limit=0.5, windows=24)
+    copy_of(run, tmp_path / "every", 3, processes=1, windows=every)
+    groups = group_runs(find_runs([tmp_path]), by=["model"])
+    assert sorted((g.data, len(g.runs)) for g in groups) == [
+        ("synthetic batch_size=8 limit_test_batches=0.5", 1),
+        ("synthetic windows=24", 2),
+        (f"synthetic windows={every}", 1),
     ]
 
 

@@ -4,11 +4,13 @@ are chosen, and on which ``--relative-to`` pairs a run with its baseline's.
 Two runs are of one data set where their tests scored the same forecast windows: the same
 data (its name, and the hash of its readings where both recorded one) and the same values
 of every ``data.*`` setting but those that change only what a model reads or how it
-trains (:data:`NOT_TEST_DATA`), and of ``trainer.limit_test_batches``, with what a test
-it limits scored: the windows (:data:`WINDOWS_KEY`) where the limit is a number of batches
-and the run recorded them, else the processes that ran it (:data:`PROCESSES_KEY`). A
-setting that does nothing without another (:data:`ONLY_WITH`) counts only where that one
-is set.
+trains (:data:`NOT_TEST_DATA`), and what a test that ``trainer.limit_test_batches`` limits
+scored: the windows (:data:`WINDOWS_KEY`) where the limit is a number of batches and the
+run recorded them, in place of the limit, the batch size and the processes, which they
+say more exactly (``limit_test_batches=3`` in batches of 8 and ``=6`` in batches of 4
+score the same first 24 windows); else the limit, with ``data.batch_size`` and the
+processes that ran it (:data:`PROCESSES_KEY`). A setting that does nothing without another
+(:data:`ONLY_WITH`) counts only where that one is set.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ ONE_PROCESS = ("", "1")
 WITH_TEST_LIMIT = ("data.batch_size", PROCESSES_KEY)
 # A limit of a whole number of batches, which each process applies to its own windows.
 BATCHES_LIMIT = re.compile(r"[0-9]+")
+# The keys that the windows scored replace where they tell a data set (:func:`_by_windows`).
+REPLACED_BY_WINDOWS = (TEST_LIMIT_KEY, *WITH_TEST_LIMIT)
 
 # The data.* settings that leave the scored windows as they are: test windows are cut with
 # their targets in the test part however far back their inputs reach
@@ -92,15 +96,14 @@ def acts(key: str, value: Callable[[str], str]) -> bool:
     :data:`ONLY_WITH` without its setting, nor ``data.batch_size`` and the test's processes
     but where the test scores a number or share of its batches (``trainer.limit_test_batches``),
     which they count (:data:`WITH_TEST_LIMIT`). Of a limit of whole batches the windows
-    scored tell instead of the processes where the run recorded them (:func:`_by_windows`)."""
+    scored tell instead of the limit, the batch size and the processes where the run
+    recorded them (:func:`_by_windows`)."""
     if key == "data.test_fraction":
         return not value("data.split_times.test")
     if key == WINDOWS_KEY:
         return _by_windows(value)
-    if key == PROCESSES_KEY:
-        return _limited(value) and not _by_windows(value)
-    if key in WITH_TEST_LIMIT:
-        return _limited(value)
+    if key in REPLACED_BY_WINDOWS:
+        return (key == TEST_LIMIT_KEY or _limited(value)) and not _by_windows(value)
     return key not in ONLY_WITH or bool(value(ONLY_WITH[key]))
 
 
@@ -113,13 +116,14 @@ def _by_windows(value: Callable[[str], str]) -> bool:
     """Whether the windows a limited test scored tell its data set: where the run recorded
     them and the limit is a whole number of batches. Then each process scores the first of
     its windows ``r, r + P, ...``, up to the limit or all it has, which together are the
-    test part's first windows, as many as were scored, in any number of processes: two runs
-    that scored as many scored the same (a limit above every process's batches: all of
-    them), and windows without an observed target, which the count leaves out, score
-    nothing. A share is rounded down in each process, so that as many windows may be other
-    ones (0.7 of 17 and 16 windows in batches of 8 scores 16 and 8, 24 as one process of 33
-    does, but windows up to the 31st; cloudlstm.engine.distributed): there the processes
-    tell."""
+    test part's first windows, as many as were scored, in any number of processes and
+    batches of any size: two runs that scored as many scored the same (3 batches of 8 and 6
+    of 4: the first 24; a limit above every process's batches: all of them), and windows
+    without an observed target, which the count leaves out, score nothing. A share is
+    rounded down in each process, so that as many windows may be other ones (0.7 of 17 and
+    16 windows in batches of 8 scores 16 and 8, 24 as one process of 33 does, but windows
+    up to the 31st; cloudlstm.engine.distributed): there the limit, the batch size and the
+    processes tell."""
     return bool(value(WINDOWS_KEY)) and BATCHES_LIMIT.fullmatch(value(TEST_LIMIT_KEY)) is not None
 
 
@@ -156,17 +160,40 @@ def told_apart(runs: Sequence[Run]) -> dict[str, list[str]]:
 
 def _differing(runs: Sequence[Run]) -> list[str]:
     """The keys of :func:`tested_on` (but the data's name) whose values differ between the
-    ``runs`` that they act in, as :func:`told_apart` says."""
+    ``runs`` that they count in (:func:`_told`), as :func:`told_apart` says."""
     known = [run for run in runs if run.has_config] or list(runs)
     keys = set().union(*(tested_on(run) for run in known)) - {DATA_KEY}
     differ = []
     for key in sorted(keys):
-        values = {_value(run, key) for run in known if acts(key, run.value)}
+        values = {told for run in known if (told := _told(run, key)) is not None}
         if key == VALUES_DIGEST_KEY:
             values.discard("")
         if len(values) > 1:
             differ.append(key)
     return differ
+
+
+def _told(run: Run, key: str) -> str | None:
+    """``run``'s value of ``key`` where it acts (:func:`_value`); None where it does not,
+    and so tells nothing, but for the keys that the windows scored and those they replace
+    (:func:`_by_windows`): a run told by its windows lacks the limit and what it counts, one
+    told by those lacks the windows, and each is told apart from the other by them, as a
+    run of 24 windows from a run of every window, or of a limit of a share."""
+    if acts(key, run.value):
+        return _value(run, key)
+    if key == WINDOWS_KEY or (key in REPLACED_BY_WINDOWS and _by_windows(run.value)):
+        return ""
+    return None
+
+
+def row_value(run: Run, key: str) -> str:
+    """``run``'s value of a key of :func:`told_apart` as rows are split by it: its value
+    (:meth:`Run.value`), but empty for the windows scored and the keys they replace
+    (:data:`REPLACED_BY_WINDOWS`) where they do not act (:func:`acts`): the limit and batch
+    size of a test its windows tell, or the batch size of a test of every window."""
+    if (key == WINDOWS_KEY or key in REPLACED_BY_WINDOWS) and not acts(key, run.value):
+        return ""
+    return run.value(key)
 
 
 def all_told_apart(runs: Sequence[Run]) -> list[str]:

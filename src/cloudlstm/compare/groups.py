@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -138,7 +138,10 @@ def group_runs(runs: Sequence[Run], by: Sequence[str] | None = None) -> list[Gro
     sets apart), or by :func:`default_keys`."""
     keys = default_keys(runs) if by is None else _checked_keys(runs, by)
     data_keys = datasets.told_apart(runs)
-    parts = _partition(runs, keys)
+    # a key there only for the data sets splits rows as it tells them apart: 3 test batches
+    # of 8 and 6 of 4 are one data set of 24 windows, and one row of --by model
+    own = _varying_in_pairs(runs) if by is None else set(by)
+    parts = _partition(runs, keys, data_only=set(datasets.all_told_apart(runs)) - own)
     rows = [dict(zip(keys, values, strict=True)) for values in parts]
     return [
         Group(row, members, told, tuple(data_keys[row["data"]]))
@@ -202,12 +205,18 @@ def default_keys(runs: Sequence[Run]) -> list[str]:
     """model, data, the settings that tell data sets of one data apart
     (:func:`datasets.told_apart`: shown on every row, also where each model ran on one data
     set), and every config key that still differs within a (model, data) pair."""
-    extra = set(datasets.all_told_apart(runs))
+    return [*RUN_KEYS, *sorted(set(datasets.all_told_apart(runs)) | _varying_in_pairs(runs))]
+
+
+def _varying_in_pairs(runs: Sequence[Run]) -> set[str]:
+    """The config keys that differ within a (model, data) pair of ``runs``
+    (:func:`varying_keys`), and :data:`NO_CONFIG_KEY` where some of a pair lack a config."""
+    varying: set[str] = set()
     for members in _partition(runs, RUN_KEYS).values():
-        extra.update(varying_keys(members))
+        varying.update(varying_keys(members))
         if len({run.has_config for run in members}) > 1:
-            extra.add(NO_CONFIG_KEY)
-    return [*RUN_KEYS, *sorted(extra)]
+            varying.add(NO_CONFIG_KEY)
+    return varying
 
 
 def varying_keys(runs: Sequence[Run]) -> list[str]:
@@ -394,8 +403,13 @@ def _key_hint(key: str, runs: Sequence[Run], valid: set[str]) -> str:
     )
 
 
-def _partition(runs: Sequence[Run], keys: Sequence[str]) -> dict[tuple[str, ...], list[Run]]:
+def _partition(
+    runs: Sequence[Run], keys: Sequence[str], data_only: Collection[str] = ()
+) -> dict[tuple[str, ...], list[Run]]:
+    """``runs`` by their values of ``keys``; of those in ``data_only``, which are there to
+    tell data sets apart, the values that tell them (:func:`datasets.row_value`)."""
     parts: dict[tuple[str, ...], list[Run]] = {}
     for run in runs:
-        parts.setdefault(tuple(run.value(k) for k in keys), []).append(run)
+        values = (datasets.row_value(run, k) if k in data_only else run.value(k) for k in keys)
+        parts.setdefault(tuple(values), []).append(run)
     return parts
