@@ -305,6 +305,20 @@ def test_a_config_whose_devices_lightning_refuses_is_one_line_naming_it(tmp_path
     ]
 
 
+def test_a_config_whose_number_of_nodes_lightning_refuses_is_one_line_naming_it(tmp_path, capsys):
+    """A ``trainer.num_nodes`` of 0 (a hand-edited file) made the processes of a limited
+    test "not known", and the run one process's."""
+    write_run(tmp_path / "a", 1.0)
+    with_settings(tmp_path / "a", trainer__limit_test_batches=3, trainer__num_nodes=0)
+    code, out, err = run_main(capsys, tmp_path, "--metrics", "mae")
+    assert (code, out) == (2, "")
+    assert err == [
+        f"compare: {tmp_path / 'a' / 'config.yaml'}: trainer.num_nodes=0: no node to run on, "
+        "a value Lightning refuses: this is no config of a run train.py trained (mend it, or "
+        "move the run out of the folder)"
+    ]
+
+
 def test_a_held_out_or_subset_draw_tells_data_sets_apart_only_where_it_draws(tmp_path):
     """data.subset_seed draws the subset of data.num_points: two seeds of it are two data
     sets, and the runs without a subset a third, named by the setting that acts."""

@@ -1,6 +1,7 @@
-"""``trainer.devices`` read once (cloudlstm.assembly.devices), for the Trainer's own machine
-(``run_device``, ``processes``), for ``compare``'s reading of other runs' configs and for
-the GPUs and tasks per node that ``hydra/launcher=slurm`` asks SLURM for."""
+"""``trainer.devices`` and ``trainer.num_nodes`` read once (cloudlstm.assembly.devices), for
+the Trainer's own machine (``run_device``, ``processes``), for ``compare``'s reading of
+other runs' configs and for the GPUs and tasks per node that ``hydra/launcher=slurm`` asks
+SLURM for."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from omegaconf import OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
 from cloudlstm.assembly.batch_limits import processes
+from cloudlstm.assembly.build import check_nodes_started
 from cloudlstm.assembly.compile import run_device
-from cloudlstm.assembly.devices import named_devices
+from cloudlstm.assembly.devices import named_devices, named_nodes
 from cloudlstm.errors import UserError
 from cloudlstm.models.capture import RunDevice
 
@@ -81,6 +83,43 @@ def test_every_device_is_counted_on_the_machine():
         False, 2
     )
     assert processes({"accelerator": "cpu", "devices": "auto"}) == 1
+
+
+@pytest.mark.parametrize(
+    ("nodes", "problem"),
+    [
+        (0, "no node to run on"),
+        (-2, "a negative number of nodes"),
+        ("2", "no whole number of nodes"),  # Lightning takes an int alone
+        ("two", "no whole number of nodes"),
+        (None, "no whole number of nodes"),
+        (1.5, "no whole number of nodes"),
+        (True, "no whole number of nodes"),
+    ],
+)
+def test_a_number_of_nodes_lightning_refuses_is_refused(nodes, problem):
+    with pytest.raises(ValueError, match=f"^{problem}$"):
+        named_nodes(nodes)
+    assert named_nodes(2) == 2
+
+
+@pytest.mark.parametrize(
+    ("nodes", "line"),
+    [
+        (0, "trainer.num_nodes=0: no node to run on: give a whole number of nodes >= 1, e.g. "
+         "trainer.num_nodes=1."),
+        ("two", "trainer.num_nodes=two: no whole number of nodes: give "),
+        (-1, "trainer.num_nodes=-1: a negative number of nodes: give "),
+    ],
+)  # fmt: skip
+def test_the_machine_that_runs_the_trainer_refuses_a_number_of_nodes_in_one_line(nodes, line):
+    """The Trainer's machine took 0 nodes for 1 (``int(0 or 1)``), -1 for -1 (-1 processes),
+    and failed with a traceback on "two"; the check for a launcher passed them all by."""
+    trainer = {"accelerator": "cpu", "devices": 1, "num_nodes": nodes}
+    for read in (run_device, processes, lambda t: check_nodes_started(t, {})):
+        with pytest.raises(UserError) as refused:
+            read(trainer)
+        assert str(refused.value).startswith(line)
 
 
 def test_the_reading_imports_no_torch():

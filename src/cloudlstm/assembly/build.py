@@ -20,7 +20,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from cloudlstm.assembly.batch_limits import processes
 from cloudlstm.assembly.compile import compile_for_run
 from cloudlstm.assembly.config import instantiate_group, user_errors_unwrapped
-from cloudlstm.assembly.devices import user_devices
+from cloudlstm.assembly.devices import user_devices, user_nodes
 from cloudlstm.assembly.source_options import check_read_source_options
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.declared_metrics import monitor_mode
@@ -239,9 +239,10 @@ def check_trainer_settings(trainer: DictConfig | None) -> None:
 
     Raises:
         UserError: ``log_every_n_steps`` is not a whole number >= 0, ``val_check_interval``
-            is a fraction where steps are counted, or ``devices`` names no device or is of
+            is a fraction where steps are counted, ``devices`` names no device or is of
             no form Lightning takes (:func:`~cloudlstm.assembly.devices.named_devices`:
-            0, -2, ``"two"``, ``[0, 0]``). Lightning's own
+            0, -2, ``"two"``, ``[0, 0]``), or ``num_nodes`` is no whole number >= 1
+            (:func:`~cloudlstm.assembly.devices.named_nodes`). Lightning's own
             refusals leave as Hydra's ``InstantiationException``, which
             :func:`cloudlstm.errors.user_error_of` turns into one line.
     """
@@ -304,10 +305,12 @@ def check_nodes_started(trainer: Mapping[str, Any], environ: Mapping[str, str]) 
     environment given as a plugin is the user's own launcher, and is trusted.
 
     Raises:
-        UserError: names the setting, the ways to start the nodes and the way out.
+        UserError: names the setting, the ways to start the nodes and the way out; or
+            ``num_nodes`` is no whole number >= 1
+            (:func:`~cloudlstm.assembly.devices.user_nodes`).
     """
-    nodes = trainer.get("num_nodes", 1)
-    if not (_whole(nodes) and nodes > 1) or any(v in environ for v in LAUNCHER_VARIABLES):
+    nodes = user_nodes(trainer.get("num_nodes", 1))
+    if nodes == 1 or any(v in environ for v in LAUNCHER_VARIABLES):
         return
     plugins = trainer.get("plugins") or []
     if any("environments" in str(p.get("_target_", "")) for p in plugins if hasattr(p, "get")):

@@ -9,7 +9,7 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from cloudlstm.assembly.devices import user_devices
+from cloudlstm.assembly.devices import user_devices, user_nodes
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.models.capture import AUTO, RunDevice, auto_compile
 
@@ -19,18 +19,21 @@ log = logging.getLogger(__name__)
 def run_device(trainer: DictConfig | dict[str, Any]) -> RunDevice:
     """Where the Trainer of ``trainer`` (the ``trainer`` config) trains: on CUDA with
     ``accelerator`` gpu or cuda (or auto with a GPU visible), on ``devices`` x ``num_nodes``
-    devices (:func:`~cloudlstm.assembly.devices.named_devices`; ``auto`` / -1: every visible
-    GPU, one on the CPU).
+    devices (:func:`~cloudlstm.assembly.devices.named_devices` and
+    :func:`~cloudlstm.assembly.devices.named_nodes`; ``auto`` / -1: every visible GPU, one
+    on the CPU).
 
     Raises:
-        UserError: ``devices`` names no device or is of no form Lightning takes.
+        UserError: ``devices`` names no device or is of no form Lightning takes, or
+            ``num_nodes`` is no whole number >= 1.
     """
     accelerator = str(trainer.get("accelerator", "auto")).lower()
     cuda = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
     count = user_devices(trainer.get("devices", "auto"))
+    nodes = user_nodes(trainer.get("num_nodes", 1))
     if count is None:  # every device of this machine
         count = max(torch.cuda.device_count(), 1) if cuda else 1
-    return RunDevice(cuda=cuda, devices=count * int(trainer.get("num_nodes", 1) or 1))
+    return RunDevice(cuda=cuda, devices=count * nodes)
 
 
 def compile_for_run(

@@ -1,5 +1,6 @@
-"""``trainer.devices`` read as Lightning reads it, without torch: how many devices it names,
-or that it takes every device of the machine that runs it, which only that machine can count.
+"""``trainer.devices`` and ``trainer.num_nodes`` read as Lightning reads them, without torch:
+how many devices the first names, or that it takes every device of the machine that runs
+it, which only that machine can count; how many nodes the second.
 
 One reading for the Trainer's own machine (:func:`cloudlstm.assembly.compile.run_device`,
 which counts the GPUs there), for ``compare``, which reads the configs of runs that ran
@@ -20,6 +21,8 @@ EVERY_DEVICE_TEXT = ("auto", "-1")
 # What trainer.devices may be, for the lines that refuse another value
 DEVICES_WANTED = "a number >= 1, -1 or auto (all there are), or a list of device indices"
 NOT_DEVICES = "no number of devices, nor a list of device indices"
+# What trainer.num_nodes may be: Lightning takes an int of 1 or more, and no text
+NODES_WANTED = "a whole number of nodes >= 1"
 
 
 def named_devices(devices: Any) -> int | None:
@@ -53,6 +56,37 @@ def user_devices(devices: Any) -> int | None:
     except ValueError as err:
         raise UserError(
             f"trainer.devices={devices}: {err}: give {DEVICES_WANTED}, e.g. trainer.devices=1."
+        ) from None
+
+
+def named_nodes(nodes: Any) -> int:
+    """How many nodes Lightning's ``trainer.num_nodes`` names: a whole number of 1 or more.
+
+    Raises:
+        ValueError: a value Lightning refuses, saying what is wrong (a clause): 0, a
+            negative number, text (``"2"`` too: Lightning takes no text here), null, a
+            float; and a bool, which it would take for a number.
+    """
+    if isinstance(nodes, bool) or not isinstance(nodes, int):
+        raise ValueError("no whole number of nodes")
+    if nodes == 0:
+        raise ValueError("no node to run on")
+    if nodes < 0:
+        raise ValueError("a negative number of nodes")
+    return nodes
+
+
+def user_nodes(nodes: Any) -> int:
+    """:func:`named_nodes` of a job's own ``trainer.num_nodes``.
+
+    Raises:
+        UserError: one line naming the value, what is wrong and what to give.
+    """
+    try:
+        return named_nodes(nodes)
+    except ValueError as err:
+        raise UserError(
+            f"trainer.num_nodes={nodes}: {err}: give {NODES_WANTED}, e.g. trainer.num_nodes=1."
         ) from None
 
 

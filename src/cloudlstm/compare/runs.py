@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from cloudlstm.assembly.devices import named_devices
+from cloudlstm.assembly.devices import named_devices, named_nodes
 from cloudlstm.compare.settings import (
     HOLDOUT_POINTS_KEY,
     HOLDOUT_SEED_KEY,
@@ -315,27 +315,37 @@ def _test_processes(
 
 def _configured_processes(config: dict[str, Any], config_path: Path) -> int | None:
     """``trainer.devices`` x ``trainer.num_nodes`` of a flattened run ``config`` (read from
-    ``config_path``), the devices counted as Lightning counts them
+    ``config_path``), counted as Lightning counts them
     (:func:`~cloudlstm.assembly.devices.named_devices`: a list or ``"0,1"``: its length,
-    ``"2"``: two). None where they name no count: ``auto`` and -1 took every device of the
+    ``"2"``: two; :func:`~cloudlstm.assembly.devices.named_nodes`; 1 node where the config
+    names none). None where they name no count: ``auto`` and -1 took every device of the
     machine that ran it, which the config does not say, and a run without a config (or
     ``trainer.devices``) says nothing.
 
     Raises:
-        CompareError: ``trainer.devices`` is a value Lightning refuses (0, ``"two"``), which
-            no run trained with; the message names the file.
+        CompareError: ``trainer.devices`` or ``trainer.num_nodes`` is a value Lightning
+            refuses (0, ``"two"``), which no run trained with; the message names the file.
     """
     devices = config.get("trainer.devices")
+    nodes = config.get("trainer.num_nodes", 1)
     try:
         count = None if devices is None else named_devices(devices)
     except ValueError as err:
-        raise CompareError(
-            f"{config_path}: trainer.devices={devices!r}: {err}, a value Lightning refuses: "
-            "this is no config of a run train.py trained (mend it, or move the run out of the "
-            "folder)"
-        ) from None
-    nodes = config.get("trainer.num_nodes", 1)
-    return count * nodes if count is not None and _is_count(nodes) else None
+        raise _refused_setting(config_path, "trainer.devices", devices, err) from None
+    try:
+        nodes = named_nodes(nodes)
+    except ValueError as err:
+        raise _refused_setting(config_path, "trainer.num_nodes", nodes, err) from None
+    return None if count is None else count * nodes
+
+
+def _refused_setting(config_path: Path, key: str, value: Any, err: ValueError) -> CompareError:
+    """The line on a ``key`` in the config at ``config_path`` whose ``value`` Lightning
+    refuses (``err`` says why)."""
+    return CompareError(
+        f"{config_path}: {key}={value!r}: {err}, a value Lightning refuses: this is no "
+        "config of a run train.py trained (mend it, or move the run out of the folder)"
+    )
 
 
 def _is_count(value: Any) -> bool:
