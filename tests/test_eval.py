@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from cloudlstm.assembly.assemble import restore
 from cloudlstm.assembly.checkpoint_fit import TrainedCheckpoint, restore_scaling
 from cloudlstm.cli.eval_args import with_run_config
-from cloudlstm.cli.evaluate import evaluate
+from cloudlstm.cli.evaluate import _one_process_without_ddp, evaluate
 from cloudlstm.cli.override_text import as_override
 from cloudlstm.cli.train import train
 from cloudlstm.data.pipeline.coordinates import model_coords
@@ -770,3 +770,36 @@ def test_a_ddp_run_evaluated_on_one_device_sets_up_no_process_group(cloud_run, t
     assert "trainer.strategy=ddp (the run's training) with trainer.devices=1" in out
     first, second = sorted((run / "eval").iterdir())
     assert metrics(second)["test"] == metrics(first)["test"]
+
+
+@pytest.mark.parametrize(
+    ("trainer", "alone"),
+    [
+        ({"devices": 1}, True),
+        ({"devices": [0]}, True),  # a list of one GPU's index
+        ({"devices": "0,"}, True),  # Lightning's text of one index
+        ({"devices": [3]}, True),
+        ({"devices": "1"}, True),
+        ({"devices": "auto", "accelerator": "cpu"}, True),  # Lightning's one CPU device
+        ({"devices": 2}, False),
+        ({"devices": [0, 1]}, False),
+        ({"devices": "0,1"}, False),
+        ({"devices": 1, "num_nodes": 2}, False),
+        ({"devices": 1, "strategy": "auto"}, True),  # no DDP to leave
+    ],
+)
+def test_one_device_however_written_is_tested_in_one_process(trainer, alone):
+    """The rule took ``trainer.devices`` for one device only where it read "1": a list of
+    one GPU's index (``[0]``) or Lightning's ``"0,"`` kept the run's DDP, a process group
+    of one. (Lightning takes device indices on GPUs alone; the rule reads no GPU.)"""
+    cfg = OmegaConf.create(
+        {"trainer": {"strategy": "ddp", "accelerator": "gpu", "num_nodes": 1, **trainer}}
+    )
+    _one_process_without_ddp(cfg)
+    assert (cfg.trainer.strategy == "auto") == alone
+
+
+def test_the_one_process_rule_refuses_a_number_of_nodes_lightning_refuses():
+    cfg = OmegaConf.create({"trainer": {"strategy": "ddp", "devices": 1, "num_nodes": 0}})
+    with pytest.raises(UserError, match=r"^trainer.num_nodes=0: no node to run on: give "):
+        _one_process_without_ddp(cfg)

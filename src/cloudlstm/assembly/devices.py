@@ -3,9 +3,10 @@ how many devices the first names, or that it takes every device of the machine t
 it, which only that machine can count; how many nodes the second.
 
 One reading for the Trainer's own machine (:func:`cloudlstm.assembly.compile.run_device`,
-which counts the GPUs there), for ``compare``, which reads the configs of runs that ran
-elsewhere (:mod:`cloudlstm.compare.runs`), and for what ``hydra/launcher=slurm`` asks SLURM
-for (:func:`slurm_gpus_per_node`, the ``${gpus_per_node:...}`` of its config).
+which counts the GPUs there, and so for ``eval.py``'s test in one process), for ``compare``,
+which reads the configs of runs that ran elsewhere (:mod:`cloudlstm.compare.runs`), and for
+what ``hydra/launcher=slurm`` asks SLURM for (:func:`slurm_gpus_per_node`, the
+``${gpus_per_node:...}`` of its config).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, open_dict
 
 from cloudlstm.assembly.assemble import assemble
+from cloudlstm.assembly.batch_limits import processes
 from cloudlstm.assembly.build import check_process_settings, configure_process
 from cloudlstm.assembly.evaluated_data import (
     check_same_file,
@@ -148,23 +149,29 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
 
 def _one_process_without_ddp(cfg: DictConfig) -> None:
     """Test in this process alone, without a process group, where one process tests: the
-    run trained under DDP (``trainer=ddp_cpu``) and this command asks for one device
-    (``trainer=cpu`` sets ``devices: 1`` but names no strategy, so the run's ``ddp`` stayed
-    and this process set up a gloo process group of one, saying so in five lines). Said in a
-    line; a strategy that the command names, or processes that an outside launcher started
-    (torchrun, SLURM tasks), are left as they are."""
+    run trained under DDP (``trainer=ddp_cpu``) and this command asks for one device on one
+    node (``trainer=cpu`` sets ``devices: 1`` but names no strategy, so the run's ``ddp``
+    stayed and this process set up a gloo process group of one, saying so in five lines),
+    counted as the Trainer counts them (:func:`~cloudlstm.assembly.batch_limits.processes`:
+    ``[0]`` and ``"0,"`` are one device, ``auto`` on the CPU one). Said in a line; a
+    strategy that the command names, or processes that an outside launcher started
+    (torchrun, SLURM tasks), are left as they are.
+
+    Raises:
+        UserError: ``trainer.devices`` or ``trainer.num_nodes`` is a value Lightning refuses.
+    """
     trainer = cfg.get("trainer") or {}
     strategy = trainer.get("strategy")
-    one = str(trainer.get("devices")) == "1" and str(trainer.get("num_nodes", 1)) == "1"
     named = any(o.lstrip("+~").startswith("trainer.strategy=") for o in _overrides())
-    if not (isinstance(strategy, str) and strategy.startswith("ddp") and one) or named:
+    if not (isinstance(strategy, str) and strategy.startswith("ddp")) or named:
         return
-    if launched_processes(os.environ, []) is not None:
+    if processes(trainer) > 1 or launched_processes(os.environ, []) is not None:
         return
     log.info(
-        "trainer.strategy=%s (the run's training) with trainer.devices=1: testing in this "
-        "process alone (strategy auto).",
+        "trainer.strategy=%s (the run's training) with trainer.devices=%s, one device: "
+        "testing in this process alone (strategy auto).",
         strategy,
+        trainer.get("devices", "auto"),
     )
     with open_dict(cfg):
         cfg.trainer.strategy = "auto"
