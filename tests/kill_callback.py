@@ -1,6 +1,6 @@
 """Callbacks that kill or hold their own training process, to test resuming, requeues and
-run-directory locks (test_resume.py, test_slurm.py, test_run_lock.py), and one that holds a
-sweep as it ends (test_optuna_search.py)."""
+run-directory locks (test_resume.py, test_slurm.py, test_run_lock.py), one that holds a
+sweep as it ends, and one that fails its training with a bug (test_optuna_search.py)."""
 
 from __future__ import annotations
 
@@ -183,6 +183,18 @@ class SignalAfterStep(L.Callback):
                            idx: int) -> None:  # fmt: skip
         if trainer.current_epoch == self.epoch and idx == self.batch:
             os.kill(os.getpid(), self.signum)
+
+
+class BugAtValue(L.Callback):
+    """Raise a RuntimeError, an error of no user's (a bug), as training starts, in a run
+    whose ``value`` (an interpolated setting, e.g. ``${model.k}``) is ``fails_at``."""
+
+    def __init__(self, value: object, fails_at: object) -> None:
+        self.fails = value == fails_at
+
+    def on_train_start(self, *_: object) -> None:
+        if self.fails:
+            raise RuntimeError("a bug of the test's own")
 
 
 def stop_noted(trainer: L.Trainer) -> bool:

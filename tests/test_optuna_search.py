@@ -683,6 +683,64 @@ def test_failed_trials_the_search_tolerates_are_named_after_the_comparison(tmp_p
     ]
 
 
+def test_a_tolerated_failure_of_a_bug_fails_the_search(tmp_path):
+    """A trial that failed of a bug, within max_failure_rate, was listed after the comparison
+    of a search that exited 0. Now the list's first line says so, and the search ends with
+    the bug's traceback and exit status 1."""
+    sweep = tmp_path / "sweep"
+    proc = train_py(
+        tmp_path, "-m", *ONE_EPOCH, "hydra/sweeper=optuna",
+        "hydra.sweeper.sampler._target_=optuna.samplers.BruteForceSampler",
+        "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2", "model.k=choice(2,3)",
+        "hydra.sweeper.max_failure_rate=0.5", f"hydra.sweep.dir={sweep}",
+        "+callbacks.bug._target_=tests.kill_callback.BugAtValue",
+        "+callbacks.bug.value=${model.k}", "+callbacks.bug.fails_at=3",
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    (bad,) = [t for t in load(sweep).get_trials() if t.params["model.k"] == 3]
+    head = (
+        "1 of 2 jobs of the sweep failed, tolerated by hydra.sweeper.max_failure_rate=0.5 (the "
+        f"share of a batch that may fail), but trial {bad.number} failed of a bug, which no "
+        "rate tolerates: the search fails with its error (below) and exit status 1:"
+    )
+    lines = out.splitlines()
+    (start,) = [i for i, line in enumerate(lines) if line.endswith(head)]
+    job = bad.user_attrs["job"]
+    assert lines[start + 1] == (
+        f"  trial {bad.number} (job {job}: model.k=3): a bug of the test's own; log "
+        f"{sweep / str(job) / 'train.log'}"
+    )
+    assert "Traceback" in out and "RuntimeError: a bug of the test's own" in proc.stderr
+    assert "| cloudlstm | synthetic | 1 |" in proc.stdout, "the comparison of the other trial"
+
+
+def test_tolerated_failures_of_the_user_or_the_machine_end_the_search_well(tmp_path, caplog):
+    """A refused setting and a machine's fault (a full disk) within max_failure_rate: exit 0,
+    each named under a warning that says so."""
+    from hydra.core.utils import JobReturn, JobStatus
+    from omegaconf import OmegaConf
+
+    from cloudlstm.errors import OutOfSpaceError, UserError
+    from hydra_plugins.cloudlstm_optuna._search import Job, OptunaSearch
+
+    search = OptunaSearch({})
+    search.config = OmegaConf.create({"task_name": "train"})
+    search.sweep_dir, search.max_failure_rate, search.launched = tmp_path, 0.5, 4
+    for number, error in enumerate([UserError("bad lr"), OutOfSpaceError("no room in /r")]):
+        ret = JobReturn()
+        ret.status, ret.return_value = JobStatus.FAILED, error
+        search._record_failure(Job(number, number, {"model.k": number}), ret)
+    ending = search._tolerated_ending()
+    assert isinstance(ending, SystemExit) and ending.code == 0
+    (logged,) = [r for r in caplog.records if "jobs of the sweep failed" in r.getMessage()]
+    assert logged.levelname == "WARNING"
+    assert logged.getMessage().splitlines()[0] == (
+        "2 of 4 jobs of the sweep failed, tolerated by hydra.sweeper.max_failure_rate=0.5 (the "
+        "share of a batch that may fail): the search ended well, with exit status 0:"
+    )
+
+
 @pytest.mark.slow  # two trials and the same command again, per sampler: about 25 s
 @pytest.mark.parametrize(
     "sampler",

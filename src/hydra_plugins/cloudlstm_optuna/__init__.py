@@ -22,7 +22,8 @@ grammar (``choice``, ``range``, ``interval``, ``tag(log, ...)``); and:
   ``on_multirun_end`` callbacks, which Hydra calls only after a search that ended well),
   then a line per failed trial (its parameters, error and log) and a non-zero exit; a
   bug keeps its traceback. Failed trials within the rate get the same lines after the
-  comparison of a search that ended well, with exit 0;
+  comparison of a search that ended well, with exit 0; but where one failed of a bug, the
+  first line says so and the search ends with its traceback, exit 1;
 * a sampler that has tried the whole search space (``BruteForceSampler``, ``GridSampler``,
   which call ``study.stop()``) ends the search well, with the trials the space holds;
 * a trial whose job SIGTERM or Ctrl-C stopped stays RUNNING, for the same command to

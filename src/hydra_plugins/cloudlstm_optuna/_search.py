@@ -224,8 +224,7 @@ class OptunaSearch(Sweeper):
             )  # fmt: skip
         if self.failed:  # as many as max_failure_rate tolerates
             self._compare()
-            log.warning(self._tolerated_report())
-            raise SystemExit(0)  # after the comparison, which Hydra would print again
+            raise self._tolerated_ending()  # after the comparison, which Hydra would repeat
 
     def _over(self) -> bool:
         """No further batch: the search got a signal, a batch failed, or the sampler has
@@ -279,16 +278,31 @@ class OptunaSearch(Sweeper):
             for job, error in self.failed
         ]
 
-    def _tolerated_report(self) -> str:
-        """The failed trials of a search that ended well, each batch's within
-        ``max_failure_rate``: a line each, as in the report of a search they end."""
+    def _tolerated_ending(self) -> BaseException:
+        """What a search that ended well raises where its failed trials stayed within
+        ``max_failure_rate`` (a line each, as in the report of a search they end): exit
+        status 0, the lines a warning; but where one failed of a bug (an error that is no
+        :class:`~cloudlstm.errors.UserError`, which a bad setting and a machine's fault, such
+        as a full disk or no memory left, are), that error, for its traceback and a non-zero
+        exit, the lines logged as an error whose first says so. No rate makes a bug a result
+        to go on with: a search would else end well with trials that a mended program runs."""
         rate = f"hydra.sweeper.max_failure_rate={self.max_failure_rate:g}"
         lines = "\n  ".join(self._failed_lines())
-        return (
+        bugs = [(job, error) for job, error in self.failed if not isinstance(error, UserError)]
+        head = (
             f"{len(self.failed)} of {self.launched} jobs of the sweep failed, tolerated by "
-            f"{rate} (the share of a batch that may fail): the search ended well, with exit "
-            f"status 0:\n  {lines}"
+            f"{rate} (the share of a batch that may fail)"
         )
+        if not bugs:
+            log.warning("%s: the search ended well, with exit status 0:\n  %s", head, lines)
+            return SystemExit(0)
+        trials = ", ".join(str(job.trial) for job, _ in bugs)
+        log.error(
+            "%s, but trial%s %s failed of a bug, which no rate tolerates: the search fails with "
+            "its error (below) and exit status 1:\n  %s",
+            head, "s" * (len(bugs) > 1), trials, lines,
+        )  # fmt: skip
+        return bugs[0][1]
 
     def _stopped(self) -> bool:
         """The search got SIGTERM or Ctrl-C (joblib's launcher): no further batch."""
