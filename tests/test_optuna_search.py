@@ -683,6 +683,23 @@ def test_failed_trials_the_search_tolerates_are_named_after_the_comparison(tmp_p
     ]
 
 
+def test_building_brute_force_sampler_warns_nothing():
+    """Optuna's ExperimentalWarning of BruteForceSampler, two lines on stderr of every search
+    with it, says nothing the user can act on: the sampler is built without it."""
+    import warnings
+
+    from omegaconf import OmegaConf
+
+    from hydra_plugins.cloudlstm_optuna._search import _build
+
+    conf = OmegaConf.create({"_target_": "optuna.samplers.BruteForceSampler", "seed": 0})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sampler = _build("sampler", conf, optuna.samplers.BaseSampler)
+    assert isinstance(sampler, optuna.samplers.BruteForceSampler)
+    assert [str(w.message) for w in caught] == []
+
+
 def test_a_tolerated_failure_of_a_bug_fails_the_search(tmp_path):
     """A trial that failed of a bug, within max_failure_rate, was listed after the comparison
     of a search that exited 0. Now the list's first line says so, and the search ends with
@@ -772,6 +789,7 @@ def test_a_sampler_that_has_tried_the_whole_space_ends_the_search_well(tmp_path,
         out = proc.stdout + proc.stderr
         assert proc.returncode == 0, out[-3000:]
         assert "Traceback" not in out and said in out
+        assert "ExperimentalWarning" not in proc.stderr, "Optuna's, of BruteForceSampler"
         assert "| cloudlstm | synthetic | 3 |" in proc.stdout, "the comparison"
         trials = load(sweep).get_trials()
         assert sorted(t.params["model.k"] for t in trials) == [2, 3]

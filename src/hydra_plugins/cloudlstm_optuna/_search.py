@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import warnings
 from collections.abc import Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -916,7 +917,11 @@ def _build(name: str, conf: Any, base: type) -> Any:
     except Exception:
         raise UserError(f"hydra.sweeper.{name}: there is no {target}; {hint}.") from None
     try:
-        obj = hydra.utils.instantiate(conf)
+        with warnings.catch_warnings():
+            # Optuna's "BruteForceSampler is experimental ... The interface can change": two
+            # lines on stderr about a sampler the user chose, with nothing they can act on
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            obj = hydra.utils.instantiate(conf)
     except Exception as err:
         raise UserError(f"hydra.sweeper.{name}: {_one_line(err)}; {hint}.") from None
     if not isinstance(obj, base):
