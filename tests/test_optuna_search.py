@@ -614,36 +614,48 @@ def test_a_search_ended_by_a_failed_trial_rewrites_its_results_first(tmp_path):
     assert results["no_best"] == "No trial of study hparams_search completed."
 
 
+# three trials, one batch, each of its own learning rate: the sampler's seed asks -1, -2
+# (refused) and 0.001, in this order (a point drawn twice would run once)
+REFUSED_LR = [
+    "hydra.sweeper.sampler._target_=optuna.samplers.BruteForceSampler",
+    "hydra.sweeper.sampler.seed=2",
+    "hydra.sweeper.n_trials=3",
+    "hydra.sweeper.n_jobs=3",
+    "optimizer.lr=choice(-2,-1,0.001)",
+]
+
+
+def lr_error(lr: int) -> str:
+    return (
+        f"optimizer (AdamW): Invalid learning rate: {lr}. Set a valid value of that optimizer.* "
+        "key (optimizer.lr > 0, weight_decay >= 0, betas in [0, 1))"
+    )
+
+
 def test_a_search_its_failed_trials_end_compares_the_finished_one_and_names_each(tmp_path):
     """The search ended with the first failed trial's error alone, and without the
     comparison of its finished trials, which Hydra prints only after a search that ended
-    well. The sampler's seed draws trials 0 and 1 with the refused learning rate."""
+    well. Trials 0 and 1 draw a refused learning rate (:data:`REFUSED_LR`)."""
     sweep = tmp_path / "sweep"
     proc = train_py(
-        tmp_path, "-m", *ONE_EPOCH, "hydra/sweeper=optuna", "hydra.sweeper.sampler.seed=6",
-        "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=3", "optimizer.lr=choice(-1,0.001)",
-        f"hydra.sweep.dir={sweep}",
-    )  # fmt: skip
+        tmp_path, "-m", *ONE_EPOCH, "hydra/sweeper=optuna", *REFUSED_LR, f"hydra.sweep.dir={sweep}"
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
     assert "Traceback" not in out and "Error executing job" not in out
     assert "| cloudlstm | synthetic | 1 |" in proc.stdout, "trial 2's comparison"
-    error = (
-        "optimizer (AdamW): Invalid learning rate: -1. Set a valid value of that optimizer.* "
-        "key (optimizer.lr > 0, weight_decay >= 0, betas in [0, 1))"
-    )
     assert proc.stderr.splitlines()[-4:] == [
         "2 of 3 jobs of the sweep failed, which ended the search "
         "(hydra.sweeper.max_failure_rate=0: the share of a batch that may fail):",
-        f"  trial 0 (job 0: optimizer.lr=-1): {error}; log {sweep / '0' / 'train.log'}",
-        f"  trial 1 (job 1: optimizer.lr=-1): {error}; log {sweep / '1' / 'train.log'}",
+        f"  trial 0 (job 0: optimizer.lr=-1): {lr_error(-1)}; log {sweep / '0' / 'train.log'}",
+        f"  trial 1 (job 1: optimizer.lr=-2): {lr_error(-2)}; log {sweep / '1' / 'train.log'}",
         "Each trial's settings were refused as given: mend what its line names (in the search "
         "space or the command) and search again in another hydra.sweep.dir, or let the search "
         "go on past such trials with a higher hydra.sweeper.max_failure_rate (the share of a "
         "batch that may fail).",
     ]
-    for job in (0, 1):
-        assert error in (sweep / str(job) / "train.log").read_text().splitlines()[-1]
+    for job, lr in ((0, -1), (1, -2)):
+        assert lr_error(lr) in (sweep / str(job) / "train.log").read_text().splitlines()[-1]
     assert [t.state for t in load(sweep).get_trials()] == [TrialState.FAIL] * 2 + [
         TrialState.COMPLETE
     ]
@@ -652,26 +664,21 @@ def test_a_search_its_failed_trials_end_compares_the_finished_one_and_names_each
 def test_failed_trials_the_search_tolerates_are_named_after_the_comparison(tmp_path):
     """Within max_failure_rate the search ends well, and each failed trial was one warning
     as it failed, with nothing at the end. Now a line each follows the comparison, as in
-    the report of a search they end. The sampler's seed draws trials 0 and 1 with the
-    refused learning rate: 2 of the batch's 3, within 0.7."""
+    the report of a search they end. Trials 0 and 1 draw a refused learning rate
+    (:data:`REFUSED_LR`): 2 of the batch's 3, within 0.7."""
     sweep = tmp_path / "sweep"
     proc = train_py(
-        tmp_path, "-m", *ONE_EPOCH, "hydra/sweeper=optuna", "hydra.sweeper.sampler.seed=6",
-        "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=3", "optimizer.lr=choice(-1,0.001)",
+        tmp_path, "-m", *ONE_EPOCH, "hydra/sweeper=optuna", *REFUSED_LR,
         "hydra.sweeper.max_failure_rate=0.7", f"hydra.sweep.dir={sweep}",
     )  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "Traceback" not in out
-    error = (
-        "optimizer (AdamW): Invalid learning rate: -1. Set a valid value of that optimizer.* "
-        "key (optimizer.lr > 0, weight_decay >= 0, betas in [0, 1))"
-    )
     report = [
         "2 of 3 jobs of the sweep failed, tolerated by hydra.sweeper.max_failure_rate=0.7 (the "
         "share of a batch that may fail): the search ended well, with exit status 0:",
-        f"  trial 0 (job 0: optimizer.lr=-1): {error}; log {sweep / '0' / 'train.log'}",
-        f"  trial 1 (job 1: optimizer.lr=-1): {error}; log {sweep / '1' / 'train.log'}",
+        f"  trial 0 (job 0: optimizer.lr=-1): {lr_error(-1)}; log {sweep / '0' / 'train.log'}",
+        f"  trial 1 (job 1: optimizer.lr=-2): {lr_error(-2)}; log {sweep / '1' / 'train.log'}",
     ]
     lines = proc.stdout.splitlines()  # the search's log and the comparison
     (start,) = [i for i, line in enumerate(lines) if line.endswith(report[0])]
@@ -795,6 +802,98 @@ def test_a_sampler_that_has_tried_the_whole_space_ends_the_search_well(tmp_path,
         assert sorted(t.params["model.k"] for t in trials) == [2, 3]
         assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
     assert "Launching" not in out, "the same command asked no trial"
+
+
+@pytest.mark.slow  # three trials in two batches, per sampler: about 20 s
+@pytest.mark.parametrize(
+    "sampler",
+    [
+        ["hydra.sweeper.sampler._target_=optuna.samplers.BruteForceSampler"],
+        [
+            "hydra.sweeper.sampler._target_=optuna.samplers.GridSampler",
+            "+hydra.sweeper.sampler.search_space={model.k:[2,3,4]}",
+        ],
+    ],
+    ids=["brute_force", "grid"],
+)
+def test_a_batch_never_runs_a_point_twice(tmp_path, sampler):
+    """Three points, two at a time: the second batch's second trial drew a point that the
+    first trial of its batch, or one before, ran, and trained it again. Now each point runs
+    once, in three jobs, and the search ends with the space."""
+    sweep = tmp_path / "sweep"
+    proc = train_py(
+        tmp_path, "-m", *ONE_EPOCH, "hydra/sweeper=optuna", *sampler, "hydra.sweeper.n_jobs=2",
+        "hydra.sweeper.n_trials=6", "model.k=choice(2,3,4)", f"hydra.sweep.dir={sweep}",
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "the search ends with 3 of n_trials=6 trials." in out
+    ran = sorted(int(p.name) for p in sweep.iterdir() if p.name.isdigit())
+    assert ran == [0, 1, 2]
+    trials = [t for t in load(sweep).get_trials() if "repeat_of" not in t.user_attrs]
+    assert sorted(t.params["model.k"] for t in trials) == [2, 3, 4]
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 3
+    assert yaml.safe_load((sweep / "optimization_results.yaml").read_text())["trials"] == {
+        "complete": 3
+    }
+
+
+def search_of(tmp_path: Path, study: optuna.Study, space: dict):
+    """A search of ``space`` in ``study``, ready to ask trials (not to launch them)."""
+    search = bare_search(tmp_path, {}, space)
+    search.storage, search.study_id = study._storage, study._study_id
+    return search
+
+
+def test_a_trial_that_draws_a_point_of_its_batch_is_a_repeat_not_run(tmp_path):
+    """A grid of two of the space's three values, asked three at a time: the third trial
+    repeats one of the two. It gets no job, is PRUNED (no failure) with the trial it repeats,
+    and counts neither towards n_trials nor in the results' trials."""
+    from hydra_plugins.cloudlstm_optuna._search import _n_counted
+
+    space = {"model.k": CategoricalDistribution([2, 3, 4])}
+    sampler = optuna.samplers.GridSampler({"model.k": [2, 3]}, seed=0)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'optuna.db'}", sampler=sampler)
+    search = search_of(tmp_path, study, space)
+    jobs = search._ask_batch(study, 3)
+    assert sorted(j.params["model.k"] for j in jobs) == [2, 3]
+    assert [j.number for j in jobs] == [0, 1] and search.next_job == 2
+    repeat = study.get_trials()[2]
+    assert repeat.state == TrialState.PRUNED and "job" not in repeat.user_attrs
+    assert study.get_trials()[repeat.user_attrs["repeat_of"]].params == repeat.params
+    assert _n_counted(study) == 2
+    search.own_storage = True
+    search._write_results(study)
+    results = yaml.safe_load((tmp_path / "optimization_results_s.yaml").read_text())
+    assert results["trials"] == {"running": 2} and results["repeats_not_run"] == 1
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_a_space_with_a_trial_at_each_point_asks_no_more(tmp_path):
+    """Brute force over three values, two at a time: the second batch is the last value
+    alone, and the space is used up with it, before any trial asks a point again."""
+    space = {"model.k": CategoricalDistribution([2, 3, 4])}
+    sampler = optuna.samplers.BruteForceSampler(seed=0)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'optuna.db'}", sampler=sampler)
+    search = search_of(tmp_path, study, space)
+    for job in search._ask_batch(study, 2):
+        study.tell(job.trial, 1.0)
+    assert not search.space_tried
+    (last,) = search._ask_batch(study, 2)
+    assert search.space_tried and len(study.get_trials()) == 3
+    assert last.params["model.k"] not in {t.params["model.k"] for t in study.get_trials()[:2]}
+
+
+def test_the_size_of_a_search_space():
+    from hydra_plugins.cloudlstm_optuna._search import space_size
+
+    assert space_size({"a": CategoricalDistribution([1, 1.0, "x"])}) == 3
+    assert (
+        space_size({"a": IntDistribution(2, 10, step=2), "b": IntDistribution(1, 8, log=True)})
+        == 40
+    )
+    assert space_size({"a": FloatDistribution(0.1, 0.5, step=0.1)}) == 5
+    assert space_size({"a": CategoricalDistribution([1]), "b": FloatDistribution(0, 1)}) is None
 
 
 def test_failed_trials_that_rerun_may_pass_are_named_and_a_bug_keeps_its_traceback(

@@ -25,7 +25,11 @@ grammar (``choice``, ``range``, ``interval``, ``tag(log, ...)``); and:
   comparison of a search that ended well, with exit 0; but where one failed of a bug, the
   first line says so and the search ends with its traceback, exit 1;
 * a sampler that has tried the whole search space (``BruteForceSampler``, ``GridSampler``,
-  which call ``study.stop()``) ends the search well, with the trials the space holds;
+  which call ``study.stop()``) ends the search well, with the trials the space holds, and
+  so does any sampler once each point of a space of ``choice``s and ``range``s has a trial;
+* no point runs twice: a trial that draws the point of one tried before or of another of
+  its batch is not run, but recorded PRUNED (``repeat_of``), counted neither as a failure
+  nor towards ``n_trials``;
 * a trial whose job SIGTERM or Ctrl-C stopped stays RUNNING, for the same command to
   continue; with ``hydra/launcher=joblib`` the signal to the search is passed on to its
   running trials, as in the default sweeper (:mod:`cloudlstm.rundir.sweep_sigterm`), and the

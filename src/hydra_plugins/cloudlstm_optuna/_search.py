@@ -81,8 +81,14 @@ SPACE_ATTR = "search_space"
 # but a study's values must all be of one metric to be compared)
 METRIC_ATTR = "optimized_metric"
 # Study user attribute: the sampler found no point of the search space left to try (a grid's
-# or brute force's, which call study.stop()); a continued search asks no further trial
+# or brute force's, which call study.stop()), or each point of a finite space has a trial; a
+# continued search asks no further trial
 SPACE_TRIED_ATTR = "space_tried"
+# Trial user attribute: the trial drew the point of an earlier trial (this attribute's value,
+# its number), one tried or asked in the same batch, and was not run; the study records it
+# PRUNED, which the samplers take as tried, and it counts neither towards n_trials nor as a
+# failure, and has no run directory to compare
+REPEAT_ATTR = "repeat_of"
 # Optuna's ValueErrors when a trial asks a parameter with another distribution than the
 # study's earlier trials gave it
 _INCOMPATIBLE = ("Cannot set different", "does not support dynamic value space")
@@ -188,7 +194,7 @@ class OptunaSearch(Sweeper):
                 # a continued study whose space was tried: its unfinished trials alone
                 self.space_tried |= bool(study.user_attrs.get(SPACE_TRIED_ATTR))
                 while not self._over() and (to_go := self.n_trials - _n_counted(study)) > 0:
-                    self._run(study, [self._ask(study) for _ in range(min(self.n_jobs, to_go))])
+                    self._run(study, self._ask_batch(study, min(self.n_jobs, to_go)))
         except (Exception, SystemExit) as err:  # SLURM's failed jobs, a broken pool: as below
             self._write_results_before_failing(study)
             self._compare()
@@ -488,8 +494,47 @@ class OptunaSearch(Sweeper):
         storage one launched from this directory."""
         return self.own_storage or trial.user_attrs.get(SWEEP_DIR_ATTR) == str(self.sweep_dir)
 
-    def _ask(self, study: optuna.Study) -> Job:
-        """A new trial, labelled with its sweep directory and job number."""
+    def _ask_batch(self, study: optuna.Study, n: int) -> list[Job]:
+        """Up to ``n`` new trials for one batch, each at a point of the search space that no
+        trial of the study has tried or is trying, and no other of the batch is to try.
+
+        A sampler that finds every point tried or running picks one again (BruteForceSampler
+        and GridSampler in the last batch of a search with ``n_jobs`` above 1; any sampler of
+        ``choice``s and ``range``s now and then): such a trial is not run
+        (:meth:`_not_run_repeat`). Once every point of a finite space has a trial, none is
+        asked: the space is used up (:meth:`_space_used_up`), as where the sampler says so.
+        """
+        tried = _tried_points(study)
+        size = space_size(self.space)
+        jobs: list[Job] = []
+        for _ in range(n):
+            if size is not None and len(tried) >= size:
+                self._space_used_up()
+                break
+            trial = self._ask(study)
+            point = _point(trial.params)
+            if point in tried:
+                self._not_run_repeat(study, trial, tried[point])
+                if self.space_tried:  # told by the sampler, as the repeat's result was told
+                    break
+                continue
+            tried[point] = trial.number
+            jobs.append(self._label(trial))
+        return jobs
+
+    def _not_run_repeat(self, study: optuna.Study, trial: optuna.Trial, of: int) -> None:
+        """Record, without running it, a trial that drew the point of trial ``of``: PRUNED,
+        which is no failure and which the samplers count as tried, and :data:`REPEAT_ATTR`,
+        which keeps it out of ``n_trials`` and of the results' counts of trials."""
+        trial.set_user_attr(REPEAT_ATTR, of)
+        study.tell(trial, state=TrialState.PRUNED)
+        log.info(
+            "Trial %d drew the point of trial %d (%s): not run, recorded PRUNED.",
+            trial.number, of, _params(Job(trial.number, -1, dict(trial.params))),
+        )  # fmt: skip
+
+    def _ask(self, study: optuna.Study) -> optuna.Trial:
+        """A new trial of the search space."""
         try:
             trial = study.ask(self.space)
         except ValueError as err:  # a study of other distributions, e.g. in a shared storage
@@ -500,6 +545,10 @@ class OptunaSearch(Sweeper):
                 f"space ({_one_line(err)}): search {', '.join(self.space)} as it did, or "
                 "start a new search with another hydra.sweep.dir (or hydra.sweeper.study_name)."
             ) from None
+        return trial
+
+    def _label(self, trial: optuna.Trial) -> Job:
+        """The job of a trial to launch: labelled with its sweep directory and job number."""
         trial.set_user_attr(SWEEP_DIR_ATTR, str(self.sweep_dir))
         trial.set_user_attr(JOB_ATTR, self.next_job)
         self.next_job += 1
@@ -627,7 +676,8 @@ class OptunaSearch(Sweeper):
     def _write_results(self, study: optuna.Study) -> None:
         """``optimization_results.yaml``: the best trial's parameters and value, and how many
         trials ended in each state."""
-        trials = study.get_trials(deepcopy=False)
+        every = study.get_trials(deepcopy=False)
+        trials = [t for t in every if REPEAT_ATTR not in t.user_attrs]
         states = sorted({t.state.name for t in trials})
         results: dict[str, Any] = {
             "name": "optuna",
@@ -636,6 +686,8 @@ class OptunaSearch(Sweeper):
             "best_params": None,
             "best_value": None,
         }
+        if len(every) > len(trials):  # PRUNED in the study, but no trial ran
+            results["repeats_not_run"] = len(every) - len(trials)
         if any(t.state == TrialState.COMPLETE for t in trials):
             best = study.best_trial
             where = self.sweep_dir  # its own storage's trials ran here, wherever it was then
@@ -1002,14 +1054,51 @@ def _failure_rate(value: Any) -> float:
 
 
 def _n_counted(study: optuna.Study) -> int:
-    """Trials that count towards ``n_trials``: all but those waiting to be asked
-    (``enqueue_trial``), which the next asks take, and those failed before they had a job
-    number (a search ended while asking them), which never ran."""
-    return sum(
-        t.state != TrialState.WAITING
-        and not (t.state == TrialState.FAIL and JOB_ATTR not in t.user_attrs)
-        for t in study.get_trials(deepcopy=False)
+    """Trials that count towards ``n_trials`` (:func:`_counted`)."""
+    return sum(_counted(t) for t in study.get_trials(deepcopy=False))
+
+
+def _counted(trial: FrozenTrial) -> bool:
+    """Whether a trial counts towards ``n_trials``: all but those waiting to be asked
+    (``enqueue_trial``), which the next asks take, and those that never ran: failed before
+    they had a job number (a search ended while asking them), or repeats of another's point
+    (:data:`REPEAT_ATTR`)."""
+    return (
+        trial.state != TrialState.WAITING
+        and not (trial.state == TrialState.FAIL and JOB_ATTR not in trial.user_attrs)
+        and REPEAT_ATTR not in trial.user_attrs
     )
+
+
+def _tried_points(study: optuna.Study) -> dict[tuple[tuple[str, str], ...], int]:
+    """The points of the search space that the study's trials counted towards ``n_trials``
+    have tried or are trying (:func:`_point`), each with the number of its first trial."""
+    tried: dict[tuple[tuple[str, str], ...], int] = {}
+    for t in study.get_trials(deepcopy=False):
+        if _counted(t) and t.params:
+            tried.setdefault(_point(t.params), t.number)
+    return tried
+
+
+def _point(params: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """A trial's parameters as a key: by ``repr``, so that 1, 1.0 and True differ, as they
+    do as overrides."""
+    return tuple(sorted((key, repr(value)) for key, value in params.items()))
+
+
+def space_size(space: dict[str, BaseDistribution]) -> int | None:
+    """How many points the search space has: the product of its distributions' values
+    (``choice``s, told apart as :func:`_point` does, and ``range``s and whole numbers); None
+    where one is a continuous interval."""
+    size = 1
+    for dist in space.values():
+        if isinstance(dist, CategoricalDistribution):
+            size *= len({repr(c) for c in dist.choices})
+        elif isinstance(dist, (IntDistribution, FloatDistribution)) and dist.step is not None:
+            size *= round((dist.high - dist.low) / dist.step) + 1
+        else:
+            return None
+    return size
 
 
 def _consecutive(jobs: Sequence[Job]) -> Iterator[list[Job]]:
