@@ -845,12 +845,13 @@ def search_of(tmp_path: Path, study: optuna.Study, space: dict):
     return search
 
 
-def test_a_trial_that_draws_a_point_of_its_batch_is_a_repeat_not_run(tmp_path):
+def test_a_trial_that_draws_a_point_of_its_batch_is_a_repeat_not_run(tmp_path, caplog):
     """A grid of two of the space's three values, asked three at a time: the third trial
     repeats one of the two. It gets no job, is PRUNED (no failure) with the trial it repeats,
     and counts neither towards n_trials nor in the results' trials."""
     from hydra_plugins.cloudlstm_optuna._search import _n_counted
 
+    caplog.set_level("INFO")
     space = {"model.k": CategoricalDistribution([2, 3, 4])}
     sampler = optuna.samplers.GridSampler({"model.k": [2, 3]}, seed=0)
     study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'optuna.db'}", sampler=sampler)
@@ -860,7 +861,12 @@ def test_a_trial_that_draws_a_point_of_its_batch_is_a_repeat_not_run(tmp_path):
     assert [j.number for j in jobs] == [0, 1] and search.next_job == 2
     repeat = study.get_trials()[2]
     assert repeat.state == TrialState.PRUNED and "job" not in repeat.user_attrs
-    assert study.get_trials()[repeat.user_attrs["repeat_of"]].params == repeat.params
+    of = repeat.user_attrs["repeat_of"]
+    assert study.get_trials()[of].params == repeat.params
+    k = repeat.params["model.k"]
+    assert f"Trial 2 drew the point of trial {of} (model.k={k}): not run, recorded PRUNED." in (
+        caplog.text
+    )
     assert _n_counted(study) == 2
     search.own_storage = True
     search._write_results(study)

@@ -280,7 +280,7 @@ class OptunaSearch(Sweeper):
     def _failed_lines(self) -> list[str]:
         """A line per failed trial of this command: its parameters, error and log."""
         return [
-            f"trial {job.trial} (job {job.number}: {_params(job)}): "
+            f"trial {job.trial} (job {job.number}: {_params(job.params)}): "
             f"{first_line(error).rstrip('.')}; {job_log(self._log_path(job))}"
             for job, error in self.failed
         ]
@@ -530,7 +530,7 @@ class OptunaSearch(Sweeper):
         study.tell(trial, state=TrialState.PRUNED)
         log.info(
             "Trial %d drew the point of trial %d (%s): not run, recorded PRUNED.",
-            trial.number, of, _params(Job(trial.number, -1, dict(trial.params))),
+            trial.number, of, _params(trial.params),
         )  # fmt: skip
 
     def _ask(self, study: optuna.Study) -> optuna.Trial:
@@ -1135,6 +1135,6 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {lines[0] if lines else 'no message'}"
 
 
-def _params(job: Job) -> str:
+def _params(params: dict[str, Any]) -> str:
     """A trial's sampled parameters as overrides: what tells its job apart."""
-    return " ".join(f"{key}={_format(value)}" for key, value in job.params.items())
+    return " ".join(f"{key}={_format(value)}" for key, value in params.items())
