@@ -890,6 +890,29 @@ def test_a_space_with_a_trial_at_each_point_asks_no_more(tmp_path):
     assert last.params["model.k"] not in {t.params["model.k"] for t in study.get_trials()[:2]}
 
 
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_a_sampler_that_draws_only_tried_points_ends_the_search(tmp_path):
+    """A sampler that settles on one point of a space it has not used up (here one fixed
+    to it) ends the search after REPEATS_ENDING draws of it in a row, where the search
+    would ask for ever; a new point between them starts the count again."""
+    from hydra_plugins.cloudlstm_optuna._search import REPEATS_ENDING
+
+    space = {"model.k": CategoricalDistribution([2, 3, 4]), "x": FloatDistribution(0, 1)}
+    fixed = {"model.k": 2, "x": 0.5}
+    sampler = optuna.samplers.PartialFixedSampler(fixed, optuna.samplers.RandomSampler(seed=0))
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'optuna.db'}", sampler=sampler)
+    search = search_of(tmp_path, study, space)
+    (first,) = search._ask_batch(study, 1)
+    study.tell(first.trial, 1.0)
+    batches = 0
+    while not search._over():
+        assert search._ask_batch(study, 3) == []
+        batches += 1
+        assert batches <= REPEATS_ENDING, "the search asks on and on"
+    assert search.repeats_in_a_row == REPEATS_ENDING and not search.space_tried
+    assert len(study.get_trials()) == 1 + REPEATS_ENDING
+
+
 def test_the_size_of_a_search_space():
     from hydra_plugins.cloudlstm_optuna._search import space_size
 

@@ -89,6 +89,9 @@ SPACE_TRIED_ATTR = "space_tried"
 # PRUNED, which the samplers take as tried, and it counts neither towards n_trials nor as a
 # failure, and has no run directory to compare
 REPEAT_ATTR = "repeat_of"
+# A sampler that draws only tried points this many times in a row has settled on them (TPE
+# on a space it has learnt, say): the search ends there rather than asking on and on
+REPEATS_ENDING = 100
 # Optuna's ValueErrors when a trial asks a parameter with another distribution than the
 # study's earlier trials gave it
 _INCOMPATIBLE = ("Cannot set different", "does not support dynamic value space")
@@ -120,6 +123,7 @@ class OptunaSearch(Sweeper):
         self.in_flight: Sequence[Job] = []  # the jobs launched and not yet returned
         self.failures_end_it = False  # a batch failed more than max_failure_rate
         self.space_tried = False  # the sampler has no point of the search space left
+        self.repeats_in_a_row = 0  # trials drawing a tried point since one drew a new one
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
@@ -229,6 +233,12 @@ class OptunaSearch(Sweeper):
                 "ends with %d of n_trials=%d trials.",
                 type(study.sampler).__name__, _n_counted(study), self.n_trials,
             )  # fmt: skip
+        elif self._settled():
+            log.info(
+                "The sampler (%s) drew only points of earlier trials in its last %d trials "
+                "(not run): the search ends with %d of n_trials=%d trials.",
+                type(study.sampler).__name__, REPEATS_ENDING, _n_counted(study), self.n_trials,
+            )  # fmt: skip
         if self.failed:  # as many as max_failure_rate tolerates
             self._compare()
             raise self._tolerated_ending()  # after the comparison, which Hydra would repeat
@@ -236,7 +246,11 @@ class OptunaSearch(Sweeper):
     def _over(self) -> bool:
         """No further batch: the search got a signal, a batch failed, or the sampler has
         no point of the search space left to try."""
-        return self._stopped() or self.failures_end_it or self.space_tried
+        return self._stopped() or self.failures_end_it or self.space_tried or self._settled()
+
+    def _settled(self) -> bool:
+        """The sampler drew :data:`REPEATS_ENDING` tried points in a row."""
+        return self.repeats_in_a_row >= REPEATS_ENDING
 
     def _space_used_up(self) -> None:
         """The study's ``stop()`` in this search: the sampler has tried the whole search
@@ -503,6 +517,8 @@ class OptunaSearch(Sweeper):
         ``choice``s and ``range``s now and then): such a trial is not run
         (:meth:`_not_run_repeat`). Once every point of a finite space has a trial, none is
         asked: the space is used up (:meth:`_space_used_up`), as where the sampler says so.
+        A sampler that draws only tried points :data:`REPEATS_ENDING` times in a row ends
+        the search (:meth:`_settled`).
         """
         tried = _tried_points(study)
         size = space_size(self.space)
@@ -515,9 +531,11 @@ class OptunaSearch(Sweeper):
             point = _point(trial.params)
             if point in tried:
                 self._not_run_repeat(study, trial, tried[point])
-                if self.space_tried:  # told by the sampler, as the repeat's result was told
+                self.repeats_in_a_row += 1
+                if self._over():  # told by the sampler, as the repeat's result was told
                     break
                 continue
+            self.repeats_in_a_row = 0
             tried[point] = trial.number
             jobs.append(self._label(trial))
         return jobs
