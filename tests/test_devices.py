@@ -9,13 +9,14 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
 from cloudlstm.assembly.batch_limits import processes
-from cloudlstm.assembly.build import check_nodes_started
+from cloudlstm.assembly.build import check_nodes_started, check_trainer_settings
 from cloudlstm.assembly.compile import run_device
-from cloudlstm.assembly.devices import named_devices, named_nodes
+from cloudlstm.assembly.devices import named_devices, named_nodes, user_cpu_devices
 from cloudlstm.errors import UserError
 from cloudlstm.models.capture import RunDevice
 
@@ -75,6 +76,40 @@ def test_the_machine_that_runs_the_trainer_refuses_them_in_one_line():
     )
     with pytest.raises(UserError, match="^trainer.devices=0: no device to run on: give "):
         processes({"accelerator": "cpu", "devices": 0})
+
+
+@pytest.mark.parametrize(("devices", "count"), [(2, 2), ("2", 2), ("auto", 1)])
+def test_a_number_of_cpu_processes_is_counted(devices, count):
+    assert user_cpu_devices(devices, "trainer.accelerator=cpu") == count
+
+
+@pytest.mark.parametrize(
+    ("devices", "named"),
+    [
+        ([0], "device indices"),
+        ("0,", "device indices"),
+        ("0,1", "device indices"),
+        (-1, "every GPU"),
+        ("-1", "every GPU"),
+    ],
+)
+def test_what_lightning_takes_on_gpus_alone_is_refused_on_the_cpu(devices, named):
+    """Lightning refuses them on the CPU in a TypeError ("should be an int > 0")."""
+    with pytest.raises(UserError) as refused:
+        user_cpu_devices(devices, "trainer.accelerator=cpu")
+    assert str(refused.value) == (
+        f"trainer.devices={devices}: {named}, which Lightning takes on GPUs alone, but the "
+        "Trainer runs on the CPU (trainer.accelerator=cpu): give a number of CPU processes, "
+        "e.g. trainer.devices=1."
+    )
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="auto is the CPU where torch sees no GPU")
+def test_device_indices_are_refused_where_auto_is_the_cpu():
+    trainer = OmegaConf.create({"accelerator": "auto", "devices": [0]})
+    with pytest.raises(UserError) as refused:
+        check_trainer_settings(trainer)
+    assert "(trainer.accelerator=auto, and torch sees no GPU)" in str(refused.value)
 
 
 def test_every_device_is_counted_on_the_machine():
@@ -177,6 +212,9 @@ def test_slurm_is_asked_for_the_number_of_devices_per_node(accelerator, devices,
             "given, numbered from 0: give the number, trainer.devices=2.",
         ),
         ("gpu", 0, "trainer.devices=0: no device to run on: give "),
+        # Lightning takes them on GPUs alone: the job's Trainer would refuse them
+        ("cpu", "0,1", "trainer.devices=0,1: device indices, which Lightning takes on GPUs"),
+        ("cpu", -1, "trainer.devices=-1: every GPU, which Lightning takes on GPUs alone"),
     ],
 )
 def test_a_number_of_gpus_slurm_cannot_be_given_is_refused_in_one_line(accelerator, devices, line):

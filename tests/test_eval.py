@@ -772,6 +772,19 @@ def test_a_ddp_run_evaluated_on_one_device_sets_up_no_process_group(cloud_run, t
     assert metrics(second)["test"] == metrics(first)["test"]
 
 
+@pytest.mark.parametrize("devices", ["[0]", "'0,'"])
+def test_device_indices_on_the_cpu_are_one_line(cloud_run, devices):
+    """Lightning refuses device indices on the CPU in a TypeError, which Hydra printed in
+    its lines ("Error executing job", "full_key: trainer")."""
+    proc = run_eval(f"run={cloud_run}", "trainer=cpu", f"trainer.devices={devices}")
+    named = devices.strip("'")
+    assert one_line(proc) == (
+        f"trainer.devices={named}: device indices, which Lightning takes on GPUs alone, but the "
+        "Trainer runs on the CPU (trainer.accelerator=cpu): give a number of CPU processes, "
+        "e.g. trainer.devices=1."
+    )
+
+
 @pytest.mark.parametrize(
     ("trainer", "alone"),
     [

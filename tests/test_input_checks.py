@@ -392,6 +392,10 @@ def test_a_negative_gradient_clip_is_one_line_before_the_data_are_read(tmp_path,
             "trainer.devices=-2: a negative number, of which Lightning takes only -1 (every",
         ),
         ("trainer.devices=[0,0]", "trainer.devices=[0, 0]: device 0 is listed twice: give a"),
+        # Lightning takes device indices (and -1) on GPUs alone: a TypeError of Hydra's lines
+        ("trainer.devices=[0]", "trainer.devices=[0]: device indices, which Lightning takes"),
+        ("trainer.devices='0,'", "trainer.devices=0,: device indices, which Lightning takes"),
+        ("trainer.devices=-1", "trainer.devices=-1: every GPU, which Lightning takes on GPUs"),
         ("trainer.log_every_n_steps=-1", "trainer.log_every_n_steps=-1: give a whole number"),
         # the recipe validates by steps; Lightning's refusal does not say that the recipe does
         ("trainer.val_check_interval=0.5", "trainer.val_check_interval=0.5: a fraction of an"),

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from cloudlstm.assembly.batch_limits import processes
 from cloudlstm.assembly.compile import compile_for_run
 from cloudlstm.assembly.config import instantiate_group, user_errors_unwrapped
-from cloudlstm.assembly.devices import user_devices, user_nodes
+from cloudlstm.assembly.devices import user_cpu_devices, user_devices, user_nodes
 from cloudlstm.assembly.source_options import check_read_source_options
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.declared_metrics import monitor_mode
@@ -241,7 +241,8 @@ def check_trainer_settings(trainer: DictConfig | None) -> None:
         UserError: ``log_every_n_steps`` is not a whole number >= 0, ``val_check_interval``
             is a fraction where steps are counted, ``devices`` names no device or is of
             no form Lightning takes (:func:`~cloudlstm.assembly.devices.named_devices`:
-            0, -2, ``"two"``, ``[0, 0]``), or ``num_nodes`` is no whole number >= 1
+            0, -2, ``"two"``, ``[0, 0]``; on the CPU device indices and -1), or
+            ``num_nodes`` is no whole number >= 1
             (:func:`~cloudlstm.assembly.devices.named_nodes`). Lightning's own
             refusals leave as Hydra's ``InstantiationException``, which
             :func:`cloudlstm.errors.user_error_of` turns into one line.
@@ -263,7 +264,7 @@ def check_trainer_settings(trainer: DictConfig | None) -> None:
             "within each epoch with trainer.check_val_every_n_epoch=1."
         )
     if trainer.get("devices") is not None:  # Lightning's lines name no way out
-        user_devices(trainer["devices"])
+        _check_devices(trainer)
     _check_minimum_below_maximum(trainer)
     check_nodes_started(trainer, os.environ)
     with _lightning_quiet():
@@ -276,6 +277,30 @@ def check_trainer_settings(trainer: DictConfig | None) -> None:
             "Lightning would train in bfloat16 instead: give trainer.precision=bf16-mixed "
             "(or 32) on the CPU, or train on a GPU."
         )
+
+
+def _check_devices(trainer: Mapping[str, Any]) -> None:
+    """Refuse a ``trainer.devices`` that names no device, or that Lightning refuses on the
+    accelerator the Trainer runs on: on the CPU a number of processes alone
+    (:func:`~cloudlstm.assembly.devices.user_cpu_devices`)."""
+    devices, cpu = trainer["devices"], _cpu_accelerator(trainer)
+    if cpu is None:
+        user_devices(devices)
+    else:
+        user_cpu_devices(devices, cpu)
+
+
+def _cpu_accelerator(trainer: Mapping[str, Any]) -> str | None:
+    """How ``trainer.accelerator`` comes to mean the CPU, for a line, or None for another
+    accelerator: ``cpu``, or ``auto`` where Lightning finds no GPU (neither CUDA nor Apple's,
+    the two it looks for before the CPU)."""
+    accelerator = str(trainer.get("accelerator", "auto")).lower()
+    if accelerator == "cpu":
+        return "trainer.accelerator=cpu"
+    gpu = torch.cuda.is_available() or torch.backends.mps.is_available()
+    if accelerator == "auto" and not gpu:
+        return "trainer.accelerator=auto, and torch sees no GPU"
+    return None
 
 
 def _check_minimum_below_maximum(trainer: Mapping[str, Any]) -> None:

@@ -60,6 +60,28 @@ def user_devices(devices: Any) -> int | None:
         ) from None
 
 
+def user_cpu_devices(devices: Any, accelerator: str) -> int:
+    """:func:`user_devices` of a Trainer that runs on the CPU (``accelerator``: how its
+    ``trainer.accelerator`` came to mean the CPU, for the line), where Lightning takes a
+    number of processes alone: ``auto`` is one; device indices (``[0]``, ``"0,"``) and -1
+    (every GPU) it refuses in a TypeError of Hydra's many lines ("should be an int > 0").
+
+    Raises:
+        UserError: one line naming the value, that the Trainer runs on the CPU and the fix.
+    """
+    count = user_devices(devices)
+    if str(devices).strip() == "auto":
+        return 1
+    if count is None or _indices_named(devices):
+        named = "every GPU" if count is None else "device indices"
+        raise UserError(
+            f"trainer.devices={devices}: {named}, which Lightning takes on GPUs alone, but "
+            f"the Trainer runs on the CPU ({accelerator}): give a number of CPU processes, "
+            "e.g. trainer.devices=1."
+        )
+    return count
+
+
 def named_nodes(nodes: Any) -> int:
     """How many nodes Lightning's ``trainer.num_nodes`` names: a whole number of 1 or more.
 
@@ -168,12 +190,11 @@ def slurm_tasks_per_node(accelerator: str, devices: Any) -> int:
     Lightning counts it.
 
     Raises:
-        UserError: as :func:`slurm_gpus_per_node`.
+        UserError: as :func:`slurm_gpus_per_node`; on the CPU, as :func:`user_cpu_devices`.
     """
     if str(accelerator) != "cpu":
         return int(slurm_gpus_per_node(accelerator, devices) or 0)
-    count = user_devices(devices)
-    return 1 if count is None else count
+    return user_cpu_devices(devices, "trainer.accelerator=cpu")
 
 
 def _indices_named(devices: Any) -> list[int]:
