@@ -237,7 +237,8 @@ def test_runs_that_scored_the_same_windows_in_other_numbers_of_processes_are_one
     scored every window, yet the run tested in 2 processes was another data set
     (``processes=2``). With 3 batches, one process scores 24 windows and two (2 batches
     each) all of them, as the limit of 10 did: data sets named by the windows
-    (``test.num_instances``), not by the limits."""
+    (``test.num_instances``), not by the limits; those of every window are a test of all
+    of them, as one without a limit."""
     run, every = tested_run
     copy_of(run, tmp_path / "one", 0, processes=1, windows=every)
     copy_of(run, tmp_path / "two", 1, processes=2, windows=every)
@@ -245,8 +246,8 @@ def test_runs_that_scored_the_same_windows_in_other_numbers_of_processes_are_one
     copy_of(run, tmp_path / "two_of_3", 1, processes=2, limit=3, windows=every)
     groups = group_runs(find_runs([tmp_path]), by=["model"])
     assert sorted((g.data, len(g.runs)) for g in groups) == [
+        ("synthetic", 3),
         ("synthetic windows=24", 1),
-        (f"synthetic windows={every}", 3),
     ]
 
 
@@ -267,10 +268,44 @@ def test_runs_that_scored_the_same_windows_in_batches_of_other_sizes_are_one_dat
     copy_of(run, tmp_path / "every", 3, processes=1, windows=every)
     groups = group_runs(find_runs([tmp_path]), by=["model"])
     assert sorted((g.data, len(g.runs)) for g in groups) == [
+        ("synthetic", 1),
         ("synthetic batch_size=8 limit_test_batches=0.5", 1),
         ("synthetic windows=24", 2),
-        (f"synthetic windows={every}", 1),
     ]
+
+
+def test_a_limited_test_of_every_window_shares_the_data_set_of_an_unlimited_one(
+    tested_run, tmp_path, capsys
+):
+    """limit_test_batches=10 is above the test's batches: it scored every window of the test
+    part (``test.num_instances`` = ``data.windows.test``), as a test without a limit does,
+    yet stood apart from one, labelled ``windows=N``. A run that records no window count of
+    its test part keeps its limit's data set."""
+    run, every = tested_run
+    copy_of(run, tmp_path / "limited", 0, processes=1, windows=every)
+    copy_of(run, tmp_path / "unlimited", 1, processes=1, limit=1.0, windows=every)
+    groups = group_runs(find_runs([tmp_path]), by=["model"])
+    assert [(g.data, len(g.runs), g.data_keys) for g in groups] == [("synthetic", 2, ())]
+    code, out, _ = run_main(
+        capsys, tmp_path, "--metrics", "mae", "--by", "model", "--format", "csv"
+    )
+    assert code == 0
+    assert [(row["data"], row["n"]) for row in csv.DictReader(io.StringIO(out))] == [
+        ("synthetic", "2")
+    ]
+    # a share of the batches (other windows) tells the limit apart: both stay one row
+    copy_of(run, tmp_path / "share", 2, processes=1, limit=0.5, windows=every // 2)
+    groups = group_runs(find_runs([tmp_path]), by=["model"])
+    assert sorted((g.data, len(g.runs)) for g in groups) == [
+        ("synthetic", 2),
+        ("synthetic limit_test_batches=0.5", 1),
+    ]
+    shutil.rmtree(tmp_path / "share")
+    results = json.loads((tmp_path / "limited" / "metrics.json").read_text())
+    del results["data"]["windows"]  # as a run from before the data summary counted them
+    (tmp_path / "limited" / "metrics.json").write_text(json.dumps(results))
+    groups = group_runs(find_runs([tmp_path]), by=["model"])
+    assert sorted(g.data for g in groups) == ["synthetic", f"synthetic windows={every}"]
 
 
 def test_a_run_that_records_no_windows_is_told_by_its_processes(tested_run, tmp_path):

@@ -9,7 +9,9 @@ scored: the windows (:data:`WINDOWS_KEY`) where the limit is a number of batches
 run recorded them, in place of the limit, the batch size and the processes, which they
 say more exactly (``limit_test_batches=3`` in batches of 8 and ``=6`` in batches of 4
 score the same first 24 windows); else the limit, with ``data.batch_size`` and the
-processes that ran it (:data:`PROCESSES_KEY`). A setting that does nothing without another
+processes that ran it (:data:`PROCESSES_KEY`). A limited test that scored every window of
+the test part (as many as the run records it held, :data:`TEST_PART_WINDOWS_KEY`) is a test
+of all of them, as one without a limit. A setting that does nothing without another
 (:data:`ONLY_WITH`) counts only where that one is set.
 """
 
@@ -19,7 +21,13 @@ import re
 from collections.abc import Callable, Sequence
 
 from cloudlstm.compare.runs import Run
-from cloudlstm.compare.settings import PROCESSES_KEY, VALUES_DIGEST_KEY, WINDOWS_KEY, is_setting
+from cloudlstm.compare.settings import (
+    PROCESSES_KEY,
+    TEST_PART_WINDOWS_KEY,
+    VALUES_DIGEST_KEY,
+    WINDOWS_KEY,
+    is_setting,
+)
 
 # The data's name (metrics.json's run.data): always part of the data set.
 DATA_KEY = "data"
@@ -98,6 +106,7 @@ def acts(key: str, value: Callable[[str], str]) -> bool:
     which they count (:data:`WITH_TEST_LIMIT`). Of a limit of whole batches the windows
     scored tell instead of the limit, the batch size and the processes where the run
     recorded them (:func:`_by_windows`)."""
+    value = as_tested(value)
     if key == "data.test_fraction":
         return not value("data.split_times.test")
     if key == WINDOWS_KEY:
@@ -105,6 +114,18 @@ def acts(key: str, value: Callable[[str], str]) -> bool:
     if key in REPLACED_BY_WINDOWS:
         return (key == TEST_LIMIT_KEY or _limited(value)) and not _by_windows(value)
     return key not in ONLY_WITH or bool(value(ONLY_WITH[key]))
+
+
+def as_tested(value: Callable[[str], str]) -> Callable[[str], str]:
+    """A run's values (``value``) as its test scored: one that a limit of test batches left
+    every window of the test part reads as a test without a limit, whatever the limit (3
+    batches of 8 of a part of 20 windows), so that it shares its data set with such a test.
+    A run that records no window count of its test part keeps its limit."""
+    scored, held = value(WINDOWS_KEY), value(TEST_PART_WINDOWS_KEY)
+    if not scored or scored != held or value(TEST_LIMIT_KEY) in ALL_TEST_BATCHES:
+        return value
+    # 1.0, the default, as a row of such runs reads it (row_value)
+    return lambda key: ALL_TEST_BATCHES[1] if key == TEST_LIMIT_KEY else value(key)
 
 
 def _limited(value: Callable[[str], str]) -> bool:
@@ -118,7 +139,8 @@ def _by_windows(value: Callable[[str], str]) -> bool:
     its windows ``r, r + P, ...``, up to the limit or all it has, which together are the
     test part's first windows, as many as were scored, in any number of processes and
     batches of any size: two runs that scored as many scored the same (3 batches of 8 and 6
-    of 4: the first 24; a limit above every process's batches: all of them), and windows
+    of 4: the first 24; a limit above every process's batches: all of them, which
+    :func:`as_tested` reads as a test without a limit where the run records them), and windows
     without an observed target, which the count leaves out, score nothing. A share is
     rounded down in each process, so that as many windows may be other ones (0.7 of 17 and
     16 windows in batches of 8 scores 16 and 8, 24 as one process of 33 does, but windows
@@ -130,7 +152,7 @@ def _by_windows(value: Callable[[str], str]) -> bool:
 def _value(run: Run, key: str) -> str:
     """``run``'s value of ``key`` (:meth:`Run.value`), empty for a test of all its batches
     and for one process."""
-    value = run.value(key)
+    value = as_tested(run.value)(key)
     if key == TEST_LIMIT_KEY and value in ALL_TEST_BATCHES:
         return ""
     return "" if key == PROCESSES_KEY and value in ONE_PROCESS else value
@@ -181,7 +203,7 @@ def _told(run: Run, key: str) -> str | None:
     run of 24 windows from a run of every window, or of a limit of a share."""
     if acts(key, run.value):
         return _value(run, key)
-    if key == WINDOWS_KEY or (key in REPLACED_BY_WINDOWS and _by_windows(run.value)):
+    if key == WINDOWS_KEY or (key in REPLACED_BY_WINDOWS and _by_windows(as_tested(run.value))):
         return ""
     return None
 
@@ -193,7 +215,7 @@ def row_value(run: Run, key: str) -> str:
     size of a test its windows tell, or the batch size of a test of every window."""
     if (key == WINDOWS_KEY or key in REPLACED_BY_WINDOWS) and not acts(key, run.value):
         return ""
-    return run.value(key)
+    return as_tested(run.value)(key)
 
 
 def all_told_apart(runs: Sequence[Run]) -> list[str]:

@@ -17,6 +17,7 @@ from cloudlstm.compare.settings import (
     HOLDOUT_SEED_KEY,
     PROCESSES_KEY,
     SEED_KEY,
+    TEST_PART_WINDOWS_KEY,
     VALUES_DIGEST_KEY,
     WINDOWS_KEY,
     draws_points,
@@ -210,6 +211,8 @@ def load_run(path: Path) -> Run | None:
     test = results_of.mapping(test, "test")
     if (windows := _test_windows(test, results_of)) is not None:
         keys[WINDOWS_KEY] = windows
+    if (part := _test_part_windows(data, results_of)) is not None:
+        keys[TEST_PART_WINDOWS_KEY] = part
     if processes := _test_processes(results, config, results_of):
         keys[PROCESSES_KEY] = processes
     if evaluated_run := results_of.text(results, "run_dir", "run_dir"):
@@ -287,11 +290,26 @@ def _code(processes: Any) -> tuple[str, ...]:
 def _test_windows(test: dict[str, Any], results_of: _Results) -> int | None:
     """How many test windows the run scored: ``test.num_instances``, those with an observed
     target, of every process (the metrics sum them); None where it is not recorded."""
-    windows = test.get("num_instances")
+    return _window_count(test, "num_instances", "test.num_instances", results_of)
+
+
+def _test_part_windows(data: dict[str, Any], results_of: _Results) -> int | None:
+    """How many windows the test part of the run's data holds: ``data.windows.test`` of its
+    data summary; None where it is not recorded."""
+    parts = data.get("windows")
+    if parts is None:
+        return None
+    parts = results_of.mapping(parts, "data.windows")
+    return _window_count(parts, "test", "data.windows.test", results_of)
+
+
+def _window_count(node: dict[str, Any], key: str, where: str, results_of: _Results) -> int | None:
+    """``node[key]``: a whole number of windows, or None where it is absent or null."""
+    windows = node.get(key)
     if windows is None:
         return None
     if isinstance(windows, bool) or not isinstance(windows, int) or windows < 0:
-        raise results_of.refuse("test.num_instances", windows, "a count of 0 or more")
+        raise results_of.refuse(where, windows, "a count of 0 or more")
     return windows
 
 

@@ -30,6 +30,7 @@ NOT_SETTINGS = frozenset(
         "trainer.log_every_n_steps", "trainer.plugins",
         "processes",  # PROCESSES_KEY: trainer.devices x num_nodes, themselves settings
         "windows",  # WINDOWS_KEY: what the settings and data scored, no setting itself
+        "test_part_windows",  # TEST_PART_WINDOWS_KEY: what the data held to score
         "callbacks.model_checkpoint.filename",
         *(f"model.{option}" for option in EXECUTION_OPTIONS),  # how, not what
     }
@@ -52,6 +53,10 @@ PROCESSES_KEY = "processes"
 # limits the test, runs that recorded it are of one data set where it is the same, in any
 # number of processes (cloudlstm.compare.datasets).
 WINDOWS_KEY = "windows"
+# How many windows the test part holds (metrics.json's ``data.windows.test``): a limited
+# test that scored as many scored every one, as a test without a limit does
+# (cloudlstm.compare.datasets). Empty where a run records none.
+TEST_PART_WINDOWS_KEY = "test_part_windows"
 
 
 def other_data(a: str, b: str) -> bool:
