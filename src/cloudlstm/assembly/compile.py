@@ -20,8 +20,9 @@ def run_device(trainer: DictConfig | dict[str, Any]) -> RunDevice:
     """Where the Trainer of ``trainer`` (the ``trainer`` config) trains: on CUDA with
     ``accelerator`` gpu or cuda (or auto with a GPU visible), on ``devices`` x ``num_nodes``
     devices (:func:`~cloudlstm.assembly.devices.named_devices` and
-    :func:`~cloudlstm.assembly.devices.named_nodes`; ``auto`` / -1: every visible GPU, one
-    on the CPU).
+    :func:`~cloudlstm.assembly.devices.named_nodes`; ``auto``: every visible GPU, one on
+    the CPU; -1: every visible GPU, and on the CPU, which refuses it before a Trainer is
+    built (:func:`~cloudlstm.assembly.build.check_trainer_settings`), one).
 
     Raises:
         UserError: ``devices`` names no device or is of no form Lightning takes, or
