@@ -17,6 +17,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
+from cloudlstm.cli.sigterm_at_start import JOBS_BEGUN
 from tests.conftest import PYTHON, ROOT, one_line, subprocess_env
 from tests.test_sweeps import ONE_EPOCH, train_py
 
@@ -1107,7 +1108,7 @@ TRIAL_1 = "trial 1 (job 1)"
 @pytest.mark.parametrize(
     ("gate", "signum", "status", "stopped", "again"),
     [
-        ("built", signal.SIGINT, 130, f"Ctrl-C outside the training of {TRIAL_1}", "run it again"),
+        ("built", signal.SIGINT, 130, f"Ctrl-C in {TRIAL_1}, {SAID}", "continue it"),
         ("training", signal.SIGINT, 130, f"Ctrl-C in {TRIAL_1}, {SAID}", "continue it"),
         ("training", signal.SIGTERM, 143, f"SIGTERM in {TRIAL_1}, {SAID}", "continue it"),
     ],
@@ -1121,7 +1122,8 @@ def test_ctrl_c_to_a_search_compares_its_finished_trials_and_says_how_to_go_on(
     trial that had finished; in its training (or SIGTERM), with the comparison after the
     trial's line and nothing of the search. Now the comparison comes first, then the lines
     of the stop, and the signal's status; the same command runs the trial again and
-    completes the study."""
+    completes the study. Ctrl-C before the trial's training has the trial's own line now,
+    as SIGTERM there has (the command that starts it)."""
     sweep = tmp_path / "sweep"
     args, proc, log = ctrl_c_search(tmp_path, gate=gate)
     proc.send_signal(signum)
@@ -1164,7 +1166,7 @@ def test_a_second_ctrl_c_during_the_comparison_of_a_stopped_search_ends_it_at_on
     assert proc.wait(timeout=60) == 130, log.read_text()[-3000:]
     out = log.read_text()
     assert "Traceback" not in out and "The search got Ctrl-C" not in out
-    assert out.splitlines()[-1] == "train.py: stopped by Ctrl-C."
+    assert out.splitlines()[-1] == f"train.py: stopped by Ctrl-C {JOBS_BEGUN}"
 
 
 @pytest.mark.slow  # two trials, one worker killed, then the search continued: about 40 s

@@ -55,9 +55,27 @@ def test_sigterm_while_torch_loads_is_one_line_and_143(tmp_path, module):
     assert (proc.returncode, proc.stderr) == (EXIT_CODE, STOPPED_AT_START)
 
 
-def test_sigterm_while_the_run_is_built_names_the_command_that_starts_it(tmp_path):
-    """Signalled with the data read and the Trainer being built: the run's line, with the
-    command that starts it; that command trains it."""
+def test_ctrl_c_while_torch_loads_says_what_sigterm_says_with_130(tmp_path):
+    """Ctrl-C there said only ``cloudlstm-train: stopped by Ctrl-C.``: now SIGTERM's line,
+    naming Ctrl-C (that nothing was saved, and the command that starts the run)."""
+    from tests.test_ctrl_c_at_start import PRESS_AT
+
+    args = [*TINY, "logger=none", f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = python_c(PRESS_AT + INSTALLED_PROGRAM, "torch._C", "cloudlstm-train", *args)
+    said = STOPPED_AT_START.replace("by SIGTERM", "by Ctrl-C")
+    assert (proc.returncode, proc.stderr) == (CTRL_C_EXIT_CODE, said)
+
+
+@pytest.mark.parametrize(
+    ("signum", "by", "status"),
+    [(signal.SIGTERM, "SIGTERM", EXIT_CODE), (signal.SIGINT, "Ctrl-C", CTRL_C_EXIT_CODE)],
+)
+def test_a_signal_while_the_run_is_built_names_the_command_that_starts_it(
+    tmp_path, signum, by, status
+):
+    """Signalled with the data read and the Trainer being built: the run's line, on the
+    console and in its log, with the command that starts it; that command trains it.
+    Ctrl-C said only ``train.py: stopped by Ctrl-C.``, on the console alone."""
     run_dir, log = tmp_path / "run", tmp_path / "train.log"
     gate = [
         "+callbacks.gate._target_=tests.kill_callback.WaitWhenBuilt",
@@ -66,14 +84,15 @@ def test_sigterm_while_the_run_is_built_names_the_command_that_starts_it(tmp_pat
     args = [*TINY, "logger=none", *gate, f"hydra.run.dir={run_dir}"]
     proc = start([*args, f"paths.data_dir={tmp_path / 'data'}"], log)
     wait_for(run_dir / "go.waiting", proc, log)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=300) == EXIT_CODE, log.read_text()[-3000:]
+    proc.send_signal(signum)
+    assert proc.wait(timeout=300) == status, log.read_text()[-3000:]
 
     out = log.read_text()
     assert "Traceback" not in out
-    (line,) = [x for x in out.splitlines() if "stopped by SIGTERM" in x]
-    assert f"Run stopped by SIGTERM before training (no checkpoint yet). Run dir {run_dir}" in line
+    (line,) = [x for x in out.splitlines() if f"stopped by {by}" in x]
+    assert f"Run stopped by {by} before training (no checkpoint yet). Run dir {run_dir}" in line
     assert line.endswith("starts it (resume=auto).")
+    assert line[line.index("Run stopped") :] in (run_dir / "train.log").read_text()
     assert not (run_dir / "checkpoints").exists()
 
     (run_dir / "go").touch()

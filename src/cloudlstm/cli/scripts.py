@@ -45,8 +45,10 @@ if TYPE_CHECKING:
 
 
 @reader_may_leave()
-@ctrl_c_is_a_stop()  # at any moment: checking the command, reading data, a second Ctrl-C
-@sigterm_is_a_stop()  # before training begins: then the Trainer's (engine/signals.py)
+@ctrl_c_is_a_stop()  # a second Ctrl-C as the line of the first is written
+# SIGTERM and Ctrl-C before training begins (checking the command, reading data), with one
+# line for both: then the Trainer's (engine/signals.py)
+@sigterm_is_a_stop(ctrl_c=True)
 def train() -> None:
     """``cloudlstm-train [group=option ...] [key=value ...]``: train and test a model."""
     from cloudlstm.cli.model_keys import checked_model_keys
@@ -534,10 +536,11 @@ def _train(cfg: DictConfig) -> float | None:
     a_job_begins()
     try:
         return _train_job(cfg)
-    except (RunInterrupted, Terminated) as caught:
+    except (RunInterrupted, Terminated, KeyboardInterrupt) as caught:
         stop = caught
-        if isinstance(caught, Terminated):  # importing torch, reading the data: its line
-            stop = before_training_stop(cfg, Path(cfg.paths.output_dir), "SIGTERM")
+        if not isinstance(caught, RunInterrupted):  # importing torch, reading the data
+            by = "Ctrl-C" if isinstance(caught, KeyboardInterrupt) else "SIGTERM"
+            stop = before_training_stop(cfg, Path(cfg.paths.output_dir), by)
         if os.getpid() != _HYDRA_PID:
             raise stop from None  # a job in its own process: the sweep reports it and fails
         # a run, or a job of the basic launcher's sweep, which stops with it: its line is

@@ -1,9 +1,8 @@
 """SIGTERM before training has begun (``timeout``, ``kill``, a batch system's preemption,
 while the command is checked, torch imported, the data read or the model built): one line
-and status 143, as a Ctrl-C then gets one (:mod:`cloudlstm.cli.ctrl_c`). The same for
+and status 143; a Ctrl-C then gets the same line, naming it, and 130. The same for
 ``eval.py`` and ``predict.py`` at any moment outside Lightning's test: each line says what
-the program had written by then (:func:`stops_now_say`); their Ctrl-C gets the same line,
-naming it, and 130.
+the program had written by then (:func:`stops_now_say`).
 
 Left to the default disposition, the signal ended the process at once without a word: the
 user could not tell a stop from a crash, nor whether anything was saved. Here
@@ -134,10 +133,11 @@ def sigterm_is_a_stop(
     ``eval.log``: a run's record of its evaluations; ``train.py`` logs its own stops, and its
     line after a sweep's jobs is of the whole sweep, not of the job whose log is open last).
     ``ctrl_c``: a Ctrl-C (``KeyboardInterrupt``) that leaves the block ends the program the
-    same way, its line naming Ctrl-C, with status 130 (``eval.py`` and ``predict.py``, whose
-    lines say what they wrote: :func:`cloudlstm.cli.ctrl_c.ctrl_c_is_a_stop`'s says only
-    that the program stopped). A SIGTERM that the program was started to ignore, or handles
-    otherwise (a sweep's worker notes it), is left as it is."""
+    same way, its line naming Ctrl-C, with status 130 (``train.py``, ``eval.py`` and
+    ``predict.py``, whose lines say what was saved or written:
+    :func:`cloudlstm.cli.ctrl_c.ctrl_c_is_a_stop`'s says only that the program stopped).
+    A SIGTERM that the program was started to ignore, or handles otherwise (a sweep's worker
+    notes it), is left as it is."""
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread handles signals
         return

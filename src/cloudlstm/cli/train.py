@@ -137,10 +137,10 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
             isinstance(err, SystemExit) and stopped_by_ctrl_c(job.trainer)
         ):
             raise _stopped(job) from None
-        if isinstance(err, Terminated) and job.trainer.state.fn is not None:
+        if isinstance(err, (Terminated, KeyboardInterrupt)) and job.trainer.state.fn is not None:
             # between the Trainer's calls (after the fit, before the test), where its
             # handler is not in place: a stop of the run that has trained all the same
-            raise _stopped(job) from None
+            raise _stopped(job, "Ctrl-C" if isinstance(err, KeyboardInterrupt) else None) from None
         if isinstance(err, TrainingDivergedError):
             # so that a rerun with other settings is told what happened (rundir/divergence.py)
             record_divergence(output_dir, job.trainer.global_step, str(err))
@@ -255,10 +255,10 @@ def _epochs(trainer: L.Trainer) -> int:
     return max(trainer.current_epoch, int(getattr(progress, "started", 0)))
 
 
-def _stopped(job: Assembly) -> RunInterrupted:
-    """The run's stop by SIGTERM or Ctrl-C, its line logged, with the W&B run closed as
-    failed with the signal's status."""
-    stop = interrupted(job.trainer, job.output_dir, job.cfg)
+def _stopped(job: Assembly, by: str | None = None) -> RunInterrupted:
+    """The run's stop by SIGTERM or Ctrl-C (``by``, where no Trainer noted it), its line
+    logged, with the W&B run closed as failed with the signal's status."""
+    stop = interrupted(job.trainer, job.output_dir, job.cfg, by)
     finish_wandb(job.loggers, quietly=True, exit_code=stop.exit_code)
     return stop
 

@@ -97,8 +97,11 @@ def saves_on_sigterm(trainer: L.Trainer) -> bool:
     return (trainer.world_size == 1 or together) and not slurm_requeue
 
 
-def interrupted(trainer: L.Trainer, run_dir: Path, cfg: Any) -> RunInterrupted:
-    """The :class:`RunInterrupted` of a run stopped by SIGTERM or Ctrl-C, its line logged."""
+def interrupted(
+    trainer: L.Trainer, run_dir: Path, cfg: Any, by: str | None = None
+) -> RunInterrupted:
+    """The :class:`RunInterrupted` of a run stopped by ``by`` ("SIGTERM" or "Ctrl-C"; by
+    default, the signal the trainer noted), its line logged."""
     saved = next(
         (cb.saved for cb in trainer.callbacks if isinstance(cb, CheckpointOnSigterm)), None
     )
@@ -112,7 +115,8 @@ def interrupted(trainer: L.Trainer, run_dir: Path, cfg: Any) -> RunInterrupted:
             step = checkpoint_step(newest)
             state = f"not saved; the newest checkpoint is {newest}, of step {step}"
             goes_on = "continues from it"
-    by = "Ctrl-C" if stopped_by_ctrl_c(trainer) else "SIGTERM"
+    if by is None:
+        by = "Ctrl-C" if stopped_by_ctrl_c(trainer) else "SIGTERM"
     what = f"interrupted by {by} at step {trainer.global_step}: {state}."
     error = stop_error(what, run_dir, cfg, goes_on, by)
     if trainer.is_global_zero:  # the command of the other DDP processes is Lightning's
