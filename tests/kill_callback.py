@@ -1,6 +1,7 @@
 """Callbacks that kill or hold their own training process, to test resuming, requeues and
-run-directory locks (test_resume.py, test_slurm.py, test_run_lock.py), one that holds a
-sweep as it ends, and one that fails its training with a bug (test_optuna_search.py)."""
+run-directory locks (test_resume.py, test_slurm.py, test_run_lock.py), ones that hold a sweep
+as it ends or as a job of it ends (test_optuna_search.py, test_preemption.py), and one that
+fails its training with a bug (test_optuna_search.py)."""
 
 from __future__ import annotations
 
@@ -133,6 +134,18 @@ class WaitAtMultirunEnd(Callback):
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         WaitWhenBuilt(self.until)
+
+
+class WaitAtJobEnd(Callback):
+    """A Hydra callback that holds each job of a sweep as it ends, after its training and
+    test, until file ``<until>_<job number>`` exists; ``<that file>.waiting`` exists while
+    it waits."""
+
+    def __init__(self, until: str) -> None:
+        self.until = until
+
+    def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
+        WaitWhenBuilt(f"{self.until}_{config.hydra.job.num}")
 
 
 class SaveHpcCheckpointAndKill(L.Callback):

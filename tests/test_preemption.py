@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cloudlstm.cli.sigterm_at_start import JOBS_BEGUN
 from cloudlstm.rundir.checkpoints import check_checkpoint
 from cloudlstm.rundir.stops import EXIT_CODE, RunInterrupted
 from tests.conftest import (
@@ -384,3 +385,106 @@ def test_sigterm_stops_a_basic_sweep_at_its_job_with_143(tmp_path):
     assert "Job 0 of the sweep, interrupted by SIGTERM at step 5" in out
     assert f"hydra.sweep.dir={sweep}" in out
     assert not (sweep / "1").exists()
+
+
+def ctrl_c_sweep(tmp_path: Path, *more: str) -> tuple[list[str], subprocess.Popen, Path]:
+    """A sweep of two jobs under the basic launcher, started as from a terminal, with
+    ``more`` arguments (a gate or a hold); returned once it runs: its arguments, process
+    and log."""
+    sweep, log = tmp_path / "sweep", tmp_path / "sweep.log"
+    sweep.mkdir(exist_ok=True)
+    args = [
+        "-m", f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path / 'data'}",
+        *[a for a in JOB if not a.startswith("model.k=")], "model.k=2,3", *more,
+    ]  # fmt: skip
+    return args, start(args, log), log
+
+
+def gated(sweep: Path, gate: str) -> list[str]:
+    """Job 1 of a sweep waits at ``gate`` (tests/test_optuna_search.py's GATES) until
+    ``<sweep>/go_1`` exists; job 0 goes on at once."""
+    from tests.test_optuna_search import GATES
+
+    (sweep / "go_0").touch()
+    return [*GATES[gate], f"+callbacks.gate.until={sweep}/go_${{hydra:job.num}}"]
+
+
+def stopped_at(waiting: Path, proc: subprocess.Popen, log: Path) -> list[str]:
+    """Ctrl-C to the sweep once file ``waiting`` exists: its lines, once it has ended with
+    130 and without a traceback."""
+    wait_for(waiting, proc, log)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=300) == 130, log.read_text()[-3000:]
+    out = log.read_text()
+    assert "Traceback" not in out
+    return out.splitlines()
+
+
+SWEEP_GOES_ON = "(finished jobs return their results at once)."
+
+
+@pytest.mark.slow  # two jobs, then the second again: about 30 s
+@pytest.mark.parametrize("gate", ["built", "training"])
+def test_ctrl_c_to_a_basic_sweep_compares_its_finished_jobs_and_says_how_to_go_on(tmp_path, gate):
+    """Ctrl-C in job 1 of a sweep the basic launcher runs (its data read, or in its
+    training): the sweep ended with the job's line (or ``train.py: stopped by Ctrl-C.``)
+    and nothing else, without the comparison of job 0, which had finished. Now the
+    comparison, then the sweep's lines naming the job and the command that goes on, 130;
+    that command finishes the sweep."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    args, proc, log = ctrl_c_sweep(tmp_path, *gated(sweep, gate))
+    lines = stopped_at(sweep / "go_1.waiting", proc, log)
+    (row,) = [i for i, line in enumerate(lines) if line.startswith("| cloudlstm | synthetic |")]
+    (job,) = [i for i, line in enumerate(lines) if "Job 1 of the sweep, " in line]
+    assert "by Ctrl-C" in lines[job] and job < row < len(lines) - 2, lines[-30:]
+    assert lines[-2].endswith("The sweep got Ctrl-C in job 1, as the job's line above says.")
+    assert lines[-1] == (
+        f"Start the same command with hydra.sweep.dir={sweep} to continue it and run the jobs "
+        f"after it {SWEEP_GOES_ON}"
+    )
+
+    (sweep / "go_1").touch()
+    assert start(args, tmp_path / "again.log").wait(timeout=300) == 0
+    assert (sweep / "1" / "metrics.json").is_file()
+
+
+@pytest.mark.slow  # two jobs, then the second: about 25 s
+def test_ctrl_c_to_a_basic_sweep_between_its_jobs_compares_and_says_how_to_go_on(tmp_path):
+    """Ctrl-C as job 0 ends (Hydra's end of a job, outside its task): the comparison of job
+    0, then the sweep's lines, 130."""
+    sweep = tmp_path / "sweep"
+    hold = [
+        "+hydra.callbacks.hold._target_=tests.kill_callback.WaitAtJobEnd",
+        f"+hydra.callbacks.hold.until={sweep}/ended",
+    ]
+    _, proc, log = ctrl_c_sweep(tmp_path, *hold)
+    lines = stopped_at(sweep / "ended_0.waiting", proc, log)
+    assert any(line.startswith("| cloudlstm | synthetic |") for line in lines), lines[-30:]
+    assert lines[-2].endswith("The sweep got Ctrl-C outside its jobs, after job 0 had begun.")
+    assert lines[-1] == (
+        f"Start the same command with hydra.sweep.dir={sweep} to run its unfinished jobs "
+        f"{SWEEP_GOES_ON}"
+    )
+    assert not (sweep / "1").exists()
+
+
+@pytest.mark.slow  # one job and a second: about 20 s
+def test_a_second_ctrl_c_during_the_comparison_of_a_stopped_sweep_ends_it_at_once(tmp_path):
+    """The comparison after a Ctrl-C can take a while (many runs, W&B): a second Ctrl-C then
+    ends the program at once, with its one line and 130."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    hold = [
+        "+hydra.callbacks.hold._target_=tests.kill_callback.WaitAtMultirunEnd",
+        f"+hydra.callbacks.hold.until={tmp_path / 'compared'}",
+    ]
+    _, proc, log = ctrl_c_sweep(tmp_path, *gated(sweep, "training"), *hold)
+    wait_for(sweep / "go_1.waiting", proc, log)
+    proc.send_signal(signal.SIGINT)
+    wait_for(tmp_path / "compared.waiting", proc, log)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130, log.read_text()[-3000:]
+    out = log.read_text()
+    assert "Traceback" not in out and "The sweep got Ctrl-C" not in out
+    assert out.splitlines()[-1] == f"train.py: stopped by Ctrl-C {JOBS_BEGUN}"

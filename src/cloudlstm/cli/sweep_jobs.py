@@ -1,6 +1,7 @@
 """How a sweep names its jobs that did not finish: one line per job, then what to do (also
-where joblib's pool of workers broke); and the joblib launcher's settings, checked before a
-job runs.
+where joblib's pool of workers broke); how a sweep whose job a signal stopped in this
+process (the basic launcher's) ends: the comparison, then its lines; and the joblib
+launcher's settings, checked before a job runs.
 
 Shared by the default sweeper (``hydra_plugins.cloudlstm_sweeper``: jobs run here or by
 joblib), the Optuna sweeper and the SLURM launcher (``hydra_plugins.cloudlstm_launchers``).
@@ -10,14 +11,16 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra.core.utils import filter_overrides
 
 from cloudlstm.errors import UserError
+from cloudlstm.rundir.stops import CTRL_C_EXIT_CODE, EXIT_CODE
 
 if TYPE_CHECKING:
     from cloudlstm.rundir.sweep_sigterm import PassSigtermOn
@@ -110,6 +113,33 @@ def unfinished_report(
         )
     jobs = "\n  ".join(lines)
     return f"{len(lines)} of {total} jobs of the sweep {what}:\n  {jobs}\n{again}"
+
+
+def stopped_in_this_process(err: BaseException, launcher: Any) -> str | None:
+    """The signal ("SIGTERM", "Ctrl-C") that stopped a job the basic launcher ran in this
+    process, ``err`` the exit that the job raised with the signal's status after its line
+    (:func:`cloudlstm.cli.scripts._train`); None for any other error, or another launcher
+    (whose jobs run in processes of their own)."""
+    here = isinstance(launcher, BasicLauncher) and isinstance(err, SystemExit)
+    if not (here and isinstance(err.code, int)):
+        return None
+    return {CTRL_C_EXIT_CODE: "Ctrl-C", EXIT_CODE: "SIGTERM"}.get(err.code)
+
+
+def stop_report(stopped: str, sweep_dir: str, go_on: str) -> str:
+    """The last lines of a sweep (or search) that a signal stopped: what ``stopped``, then
+    that the same command in its sweep directory will ``go_on``."""
+    return f"{stopped}\nStart the same command with hydra.sweep.dir={sweep_dir} to {go_on}."
+
+
+def compared_then_stopped(compare: Callable[[], None], report: str, by: str) -> SystemExit:
+    """What ends a sweep that ``by`` ("SIGTERM", "Ctrl-C") stopped while its jobs ran in
+    this process: ``compare`` (the comparison of the jobs that finished), then ``report``
+    logged, and the signal's exit status. A second Ctrl-C during the comparison ends the
+    program at once (:func:`cloudlstm.cli.ctrl_c.ctrl_c_is_a_stop`): it is not caught."""
+    compare()
+    log.error(report)
+    return SystemExit(CTRL_C_EXIT_CODE if by == "Ctrl-C" else EXIT_CODE)
 
 
 def failed_jobs_ending(report: str, errors: Sequence[BaseException]) -> BaseException:

@@ -40,11 +40,14 @@ from optuna.trial import FrozenTrial, TrialState
 from cloudlstm.cli.sweep_jobs import (
     broken_pool_ending,
     check_joblib_launcher,
+    compared_then_stopped,
     error_into_log,
     failed_jobs_ending,
     first_line,
     job_log,
     refused_as_given,
+    stop_report,
+    stopped_in_this_process,
     unfinished_report,
 )
 from cloudlstm.cli.sweep_values import sweep_values
@@ -54,7 +57,7 @@ from cloudlstm.engine.pruning import PRUNED_ATTR, check_direction, open_storage,
 from cloudlstm.engine.trial_env import STORAGE_ENV, STUDY_ENV, TRIAL_ENV
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.config_changes import is_execution_option
-from cloudlstm.rundir.stops import CTRL_C_EXIT_CODE, EXIT_CODE, RunInterrupted
+from cloudlstm.rundir.stops import RunInterrupted
 from cloudlstm.rundir.sweep_sigterm import PassSigtermOn, is_joblib, joblib_sweep_stop
 
 log = logging.getLogger(__name__)
@@ -201,21 +204,21 @@ class OptunaSearch(Sweeper):
                     self._run(study, self._ask_batch(study, min(self.n_jobs, to_go)))
         except (Exception, SystemExit) as err:  # SLURM's failed jobs, a broken pool: as below
             self._write_results_before_failing(study)
-            self._compare()
-            by = self._trial_stopped_by(err)
-            if by is not None:  # after the comparison, as the stop's last word
-                log.error(self._batch_stop_report(by, trial_said=True))
-            raise
+            by = stopped_in_this_process(err, self.launcher) if self.in_flight else None
+            if by is None:
+                self._compare()
+                raise
+            # after the comparison, as the stop's last word
+            report = self._batch_stop_report(by, trial_said=True)
+            raise compared_then_stopped(self._compare, report, by) from None
         except KeyboardInterrupt:
             self._write_results_before_failing(study)
             if not isinstance(self.launcher, BasicLauncher):
                 raise  # jobs in processes of their own (SLURM's run on): not ended here
             # Ctrl-C outside the training of a trial the basic launcher runs in this process
-            # (training's own stop is a SystemExit, above); a second Ctrl-C during the
-            # comparison ends the program at once (cloudlstm.cli.ctrl_c.ctrl_c_is_a_stop)
-            self._compare()
-            log.error(self._batch_stop_report("Ctrl-C", trial_said=False))
-            raise SystemExit(CTRL_C_EXIT_CODE) from None
+            # (training's own stop is a SystemExit, above)
+            report = self._batch_stop_report("Ctrl-C", trial_said=False)
+            raise compared_then_stopped(self._compare, report, "Ctrl-C") from None
         except BaseException:
             self._write_results_before_failing(study)
             raise
@@ -346,17 +349,7 @@ class OptunaSearch(Sweeper):
                 f"got {self.stop.by}); the study keeps {them} running:\n  " + "\n  ".join(lines)
             )
             go_on = f"continue {them} and {go_on}"
-        again = f"Start the same command with hydra.sweep.dir={self.sweep_dir} to {go_on}."
-        return f"{stopped}\n{again}"
-
-    def _trial_stopped_by(self, err: BaseException) -> str | None:
-        """The signal ("SIGTERM", "Ctrl-C") that stopped a trial the basic launcher ran in
-        this process, ``err`` the exit that the trial raised with the signal's status after
-        its line (:func:`cloudlstm.cli.scripts._train`); None for any other error."""
-        ours = isinstance(err, SystemExit) and isinstance(self.launcher, BasicLauncher)
-        if not (ours and self.in_flight and isinstance(err.code, int)):
-            return None
-        return {CTRL_C_EXIT_CODE: "Ctrl-C", EXIT_CODE: "SIGTERM"}.get(err.code)
+        return stop_report(stopped, self.sweep_dir, go_on)
 
     def _batch_stop_report(self, by: str, trial_said: bool) -> str:
         """The lines of a search that ``by`` stopped while the basic launcher ran a batch of
@@ -366,19 +359,18 @@ class OptunaSearch(Sweeper):
         nothing."""
         go_on = f"go on to {self.n_trials} trials"
         if not self.in_flight:
-            return (
-                f"The search got {by} between two batches of trials.\nStart the same command "
-                f"with hydra.sweep.dir={self.sweep_dir} to {go_on}."
-            )
+            stopped = f"The search got {by} between two batches of trials."
+            return stop_report(stopped, self.sweep_dir, go_on)
         trials = ", ".join(f"trial {job.trial} (job {job.number})" for job in self.in_flight)
         them = "them" if len(self.in_flight) > 1 else "it"
         if trial_said:
             stopped, again = f"in {trials}, as the trial's line above says", f"continue {them}"
         else:
             stopped, again = f"outside the training of {trials}", f"run {them} again"
-        return (
-            f"The search got {by} {stopped}; the study keeps {them} running.\nStart the same "
-            f"command with hydra.sweep.dir={self.sweep_dir} to {again} and {go_on}."
+        return stop_report(
+            f"The search got {by} {stopped}; the study keeps {them} running.",
+            self.sweep_dir,
+            f"{again} and {go_on}",
         )
 
     def _open_study(self) -> optuna.Study:

@@ -23,7 +23,10 @@ so two sweeps over different settings share one.
 
 With ``hydra/launcher=joblib``, SIGTERM sent to this process, or Ctrl-C, is passed on to the
 running jobs (:mod:`cloudlstm.rundir.sweep_sigterm`); once they have stopped, the sweep names
-each unfinished job and how to continue them, and exits with 143 (130 after Ctrl-C).
+each unfinished job and how to continue them, and exits with 143 (130 after Ctrl-C). With
+the basic launcher, whose jobs run in this process, a Ctrl-C ends the sweep at its job
+(the job's line, as a run's) after the comparison of the finished jobs, with the job it
+came in and the command that goes on (:meth:`ReportingSweeper._stopped_by_ctrl_c`), 130.
 
 Hydra finds sweepers only in the ``hydra_plugins`` namespace package, hence this module.
 """
@@ -34,17 +37,19 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.types import Override
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
-from omegaconf import OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationResolutionError
 
 from cloudlstm.cli.model_keys import applicable_jobs
@@ -53,12 +58,15 @@ from cloudlstm.cli.sweep_jobs import (
     UnfinishedJobsError,
     broken_pool_ending,
     check_joblib_launcher,
+    compared_then_stopped,
     error_into_log,
     failed_jobs_ending,
     first_line,
     job_log,
     own_overrides,
     shared_overrides,
+    stop_report,
+    stopped_in_this_process,
     unfinished_report,
 )
 from cloudlstm.cli.sweep_values import sweep_values
@@ -93,7 +101,7 @@ class ReportingSweeper(BasicSweeper):
             jobs = [
                 (n, job, Path(self._job_dir(job, n))) for n, job in enumerate(recorder.launched)
             ]
-            self.hydra_context.callbacks.on_multirun_end(config=self.config)
+            self._compare()
             ending = broken_pool_ending(error, self.stop, jobs, sweep_dir)
             if ending is error:
                 raise  # a task that a worker could not unpickle, say: a bug
@@ -104,18 +112,55 @@ class ReportingSweeper(BasicSweeper):
             # other launchers. Caught here rather than turned into failed returns by the
             # launcher, which the Optuna sweeper would tell its study as failed trials,
             # where it now leaves them running for the continued search (docs/cluster.md).
-            self.hydra_context.callbacks.on_multirun_end(config=self.config)
+            self._compare()
             raise
+        except (KeyboardInterrupt, SystemExit) as err:
+            ending = self._stopped_by_ctrl_c(err, recorder, sweep_dir)
+            if ending is None:
+                raise
+            raise ending from None
         finally:
             self.launcher = launcher
         if self.stop is not None and self.stop.received:
-            self.hydra_context.callbacks.on_multirun_end(config=self.config)
+            self._compare()
             log.error(_stopped(recorder.failed, recorder.launched, sweep_dir, self.stop.by))
             raise SystemExit(self.stop.exit_code)
         if not recorder.failed:
             return returns
-        self.hydra_context.callbacks.on_multirun_end(config=self.config)
+        self._compare()
         raise _failure(recorder.failed, recorder.launched, sweep_dir)
+
+    def _stopped_by_ctrl_c(
+        self, err: BaseException, recorder: _FailureRecorder, sweep_dir: str
+    ) -> SystemExit | None:
+        """The end of a sweep whose jobs the basic launcher runs in this process, where
+        ``err`` is a Ctrl-C: in a job (its exit with Ctrl-C's status, after the job's line),
+        or outside the jobs (``KeyboardInterrupt``, the next job's config being composed),
+        once one has begun: the comparison of the finished jobs, then the lines of the stop
+        and the command that goes on. None for anything else: a Ctrl-C before any job (the
+        program's line, :mod:`cloudlstm.cli.sigterm_at_start`), SIGTERM's stop at its job
+        (the job's line, status 143), joblib's second Ctrl-C (at once)."""
+        job = recorder.job
+        if isinstance(err, KeyboardInterrupt):
+            by = "Ctrl-C" if isinstance(recorder.launcher, BasicLauncher) else None
+        else:
+            by = stopped_in_this_process(err, recorder.launcher)
+        if by != "Ctrl-C" or job is None:
+            return None
+        if isinstance(err, SystemExit):
+            stopped = f"The sweep got Ctrl-C in job {job}, as the job's line above says."
+            go_on = "continue it and run the jobs after it"
+        else:
+            stopped = f"The sweep got Ctrl-C outside its jobs, after job {job} had begun."
+            go_on = "run its unfinished jobs"
+        report = stop_report(
+            stopped, sweep_dir, f"{go_on} (finished jobs return their results at once)"
+        )
+        return compared_then_stopped(self._compare, report, by)
+
+    def _compare(self) -> None:
+        """The comparison of the finished jobs (the ``on_multirun_end`` callbacks)."""
+        self.hydra_context.callbacks.on_multirun_end(config=self.config)
 
     def split_arguments(  # type: ignore[override]  # Hydra's is static; this needs the config
         self, overrides: list[Any], max_batch_size: int | None
@@ -268,16 +313,38 @@ class _FailureRecorder(Launcher):
         self.launcher = launcher
         self.failed: list[tuple[JobReturn, BaseException]] = []
         self.launched: list[Sequence[str]] = []  # each launched job's overrides
+        self.job: int | None = None  # the number of the last job begun in this process
 
     def setup(self, **kwargs: Any) -> None:  # the sweeper set the wrapped launcher up
         pass
+
+    @contextmanager
+    def _jobs_noted(self) -> Iterator[None]:
+        """For the block, where the basic launcher runs the jobs in this process: ``job``
+        is the number of each as it begins, so that a Ctrl-C in it names it (Hydra puts
+        back the sweep's config as a job ends, stopped or not: it no longer names it)."""
+        task = getattr(self.launcher, "task_function", None)
+        if not isinstance(self.launcher, BasicLauncher) or task is None:
+            yield
+            return
+
+        def noted(cfg: DictConfig) -> Any:
+            self.job = int(HydraConfig.get().job.num)
+            return task(cfg)
+
+        self.launcher.task_function = noted
+        try:
+            yield
+        finally:
+            self.launcher.task_function = task
 
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> Sequence[JobReturn]:
         self.launched += job_overrides  # before: a launch that raises has launched them too
         a_job_begins()  # here (the basic launcher) or in other processes: a later stop says so
-        results = self.launcher.launch(job_overrides, initial_job_idx=initial_job_idx)
+        with self._jobs_noted():
+            results = self.launcher.launch(job_overrides, initial_job_idx=initial_job_idx)
         for result in results:
             if result.status == JobStatus.FAILED:
                 self.failed.append((result, result._return_value))  # the job's exception
