@@ -354,8 +354,9 @@ def test_a_sigtermed_job_of_a_joblib_sweep_fails_the_sweep_and_continues(tmp_pat
     assert (sweep / "0" / "metrics.json").is_file()
     assert not (sweep / "1" / "metrics.json").exists()
     assert check_checkpoint(sweep / "1" / "checkpoints" / "last.ckpt")["global_step"] == 5
-    lines = [x for x in out.splitlines() if x.startswith("Job 1 of the sweep, interrupted")]
-    assert lines, out[-3000:]  # the sweep's own last line: Hydra's report of the failed job
+    # the sweep's report of its failed job, after the comparison: the job's own line
+    lines = [x for x in out.splitlines() if "job 1 (model.k=3): Job 1 of the sweep, interr" in x]
+    assert lines, out[-3000:]
     assert f"Run dir {sweep / '1'}:" in lines[-1] and "model.k=3" in lines[-1]
     assert f"hydra.sweep.dir={sweep}" in lines[-1]
     assert "Traceback" not in out
