@@ -369,34 +369,17 @@ def test_a_sigtermed_job_of_a_joblib_sweep_fails_the_sweep_and_continues(tmp_pat
     assert metrics["steps"] == 6
 
 
-@pytest.mark.slow
-def test_sigterm_stops_a_basic_sweep_at_its_job_with_143(tmp_path):
-    """The basic launcher runs the jobs in its own process, which got the signal: the sweep
-    stops there, and the jobs after it do not start."""
-    sweep, log = tmp_path / "sweep", tmp_path / "sweep.log"
-    args = [
-        "-m", f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path / 'data'}",
-        *[a for a in JOB if not a.startswith("model.k=")], "model.k=2,3", *GATE,
-    ]  # fmt: skip
-    proc = start(args, log)
-    wait_for(sweep / "0" / "go.waiting", proc, log)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=300) == 143, log.read_text()[-3000:]
-    out = log.read_text()
-    assert "Job 0 of the sweep, interrupted by SIGTERM at step 5" in out
-    assert f"hydra.sweep.dir={sweep}" in out
-    assert not (sweep / "1").exists()
-
-
-def ctrl_c_sweep(tmp_path: Path, *more: str) -> tuple[list[str], subprocess.Popen, Path]:
-    """A sweep of two jobs under the basic launcher, started as from a terminal, with
-    ``more`` arguments (a gate or a hold); returned once it runs: its arguments, process
-    and log."""
+def ctrl_c_sweep(
+    tmp_path: Path, *more: str, ks: str = "2,3"
+) -> tuple[list[str], subprocess.Popen, Path]:
+    """A sweep of a job per K of ``ks`` (two) under the basic launcher, started as from a
+    terminal, with ``more`` arguments (a gate or a hold); returned once it runs: its
+    arguments, process and log."""
     sweep, log = tmp_path / "sweep", tmp_path / "sweep.log"
     sweep.mkdir(exist_ok=True)
     args = [
         "-m", f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path / 'data'}",
-        *[a for a in JOB if not a.startswith("model.k=")], "model.k=2,3", *more,
+        *[a for a in JOB if not a.startswith("model.k=")], f"model.k={ks}", *more,
     ]  # fmt: skip
     return args, start(args, log), log
 
@@ -410,12 +393,15 @@ def gated(sweep: Path, gate: str) -> list[str]:
     return [*GATES[gate], f"+callbacks.gate.until={sweep}/go_${{hydra:job.num}}"]
 
 
-def stopped_at(waiting: Path, proc: subprocess.Popen, log: Path) -> list[str]:
-    """Ctrl-C to the sweep once file ``waiting`` exists: its lines, once it has ended with
-    130 and without a traceback."""
+def stopped_at(
+    waiting: Path, proc: subprocess.Popen, log: Path, signum: int = signal.SIGINT
+) -> list[str]:
+    """Signal ``signum`` (Ctrl-C's) to the sweep once file ``waiting`` exists: its lines,
+    once it has ended with the signal's status (130, 143) and without a traceback."""
     wait_for(waiting, proc, log)
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=300) == 130, log.read_text()[-3000:]
+    proc.send_signal(signum)
+    status = 130 if signum == signal.SIGINT else EXIT_CODE
+    assert proc.wait(timeout=300) == status, log.read_text()[-3000:]
     out = log.read_text()
     assert "Traceback" not in out
     return out.splitlines()
@@ -451,23 +437,49 @@ def test_ctrl_c_to_a_basic_sweep_compares_its_finished_jobs_and_says_how_to_go_o
 
 
 @pytest.mark.slow  # two jobs, then the second: about 25 s
-def test_ctrl_c_to_a_basic_sweep_between_its_jobs_compares_and_says_how_to_go_on(tmp_path):
-    """Ctrl-C as job 0 ends (Hydra's end of a job, outside its task): the comparison of job
-    0, then the sweep's lines, 130."""
+@pytest.mark.parametrize(("signum", "by"), [(signal.SIGINT, "Ctrl-C"), (signal.SIGTERM, "SIGTERM")])
+def test_a_signal_to_a_basic_sweep_between_its_jobs_compares_and_says_how_to_go_on(
+    tmp_path, signum, by
+):
+    """Ctrl-C (or SIGTERM, which ended the sweep with train.py's line alone) as job 0 ends
+    (Hydra's end of a job, outside its task): the comparison of job 0, then the sweep's
+    lines, 130 (143)."""
     sweep = tmp_path / "sweep"
     hold = [
         "+hydra.callbacks.hold._target_=tests.kill_callback.WaitAtJobEnd",
         f"+hydra.callbacks.hold.until={sweep}/ended",
     ]
     _, proc, log = ctrl_c_sweep(tmp_path, *hold)
-    lines = stopped_at(sweep / "ended_0.waiting", proc, log)
+    lines = stopped_at(sweep / "ended_0.waiting", proc, log, signum)
     assert any(line.startswith("| cloudlstm | synthetic |") for line in lines), lines[-30:]
-    assert lines[-2].endswith("The sweep got Ctrl-C outside its jobs, after job 0 had begun.")
+    assert lines[-2].endswith(f"The sweep got {by} outside its jobs, after job 0 had begun.")
     assert lines[-1] == (
         f"Start the same command with hydra.sweep.dir={sweep} to run its unfinished jobs "
         f"{SWEEP_GOES_ON}"
     )
     assert not (sweep / "1").exists()
+
+
+@pytest.mark.slow  # two jobs: about 25 s
+def test_sigterm_stops_a_basic_sweep_at_its_job_with_143(tmp_path):
+    """The basic launcher runs the jobs in its own process, which got the signal: the sweep
+    stops there, with the job's line, and the jobs after it do not start. It ended with
+    that line alone, without the comparison of job 0, which had finished; now the
+    comparison, then the sweep's lines naming SIGTERM, the job and the command that goes
+    on, 143, as after Ctrl-C."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    _, proc, log = ctrl_c_sweep(tmp_path, *gated(sweep, "training"), ks="2,3,4")
+    lines = stopped_at(sweep / "go_1.waiting", proc, log, signal.SIGTERM)
+    (row,) = [i for i, line in enumerate(lines) if line.startswith("| cloudlstm | synthetic |")]
+    (job,) = [i for i, line in enumerate(lines) if "Job 1 of the sweep, " in line]
+    assert "interrupted by SIGTERM" in lines[job] and job < row < len(lines) - 2, lines[-30:]
+    assert lines[-2].endswith("The sweep got SIGTERM in job 1, as the job's line above says.")
+    assert lines[-1] == (
+        f"Start the same command with hydra.sweep.dir={sweep} to continue it and run the jobs "
+        f"after it {SWEEP_GOES_ON}"
+    )
+    assert not (sweep / "2").exists()
 
 
 @pytest.mark.slow  # one job and a second: about 20 s

@@ -24,9 +24,10 @@ so two sweeps over different settings share one.
 With ``hydra/launcher=joblib``, SIGTERM sent to this process, or Ctrl-C, is passed on to the
 running jobs (:mod:`cloudlstm.rundir.sweep_sigterm`); once they have stopped, the sweep names
 each unfinished job and how to continue them, and exits with 143 (130 after Ctrl-C). With
-the basic launcher, whose jobs run in this process, a Ctrl-C ends the sweep at its job
-(the job's line, as a run's) after the comparison of the finished jobs, with the job it
-came in and the command that goes on (:meth:`ReportingSweeper._stopped_by_ctrl_c`), 130.
+the basic launcher, whose jobs run in this process, SIGTERM or Ctrl-C ends the sweep at its
+job (the job's line, as a run's) after the comparison of the finished jobs, with the job it
+came in and the command that goes on (:meth:`ReportingSweeper._stopped_by_signal`), 143
+(130 after Ctrl-C).
 
 Hydra finds sweepers only in the ``hydra_plugins`` namespace package, hence this module.
 """
@@ -53,7 +54,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationResolutionError
 
 from cloudlstm.cli.model_keys import applicable_jobs
-from cloudlstm.cli.sigterm_at_start import a_job_begins
+from cloudlstm.cli.sigterm_at_start import Terminated, a_job_begins
 from cloudlstm.cli.sweep_jobs import (
     UnfinishedJobsError,
     broken_pool_ending,
@@ -114,8 +115,8 @@ class ReportingSweeper(BasicSweeper):
             # where it now leaves them running for the continued search (docs/cluster.md).
             self._compare()
             raise
-        except (KeyboardInterrupt, SystemExit) as err:
-            ending = self._stopped_by_ctrl_c(err, recorder, sweep_dir)
+        except (KeyboardInterrupt, Terminated, SystemExit) as err:
+            ending = self._stopped_by_signal(err, recorder, sweep_dir)
             if ending is None:
                 raise
             raise ending from None
@@ -130,28 +131,25 @@ class ReportingSweeper(BasicSweeper):
         self._compare()
         raise _failure(recorder.failed, recorder.launched, sweep_dir)
 
-    def _stopped_by_ctrl_c(
+    def _stopped_by_signal(
         self, err: BaseException, recorder: _FailureRecorder, sweep_dir: str
     ) -> SystemExit | None:
         """The end of a sweep whose jobs the basic launcher runs in this process, where
-        ``err`` is a Ctrl-C: in a job (its exit with Ctrl-C's status, after the job's line),
-        or outside the jobs (``KeyboardInterrupt``, the next job's config being composed),
-        once one has begun: the comparison of the finished jobs, then the lines of the stop
-        and the command that goes on. None for anything else: a Ctrl-C before any job (the
-        program's line, :mod:`cloudlstm.cli.sigterm_at_start`), SIGTERM's stop at its job
-        (the job's line, status 143), joblib's second Ctrl-C (at once)."""
+        ``err`` is a SIGTERM or a Ctrl-C: in a job (its exit with the signal's status, after
+        the job's line), or outside the jobs (``Terminated``, ``KeyboardInterrupt``: Hydra's
+        end of a job, the next job's config being composed), once one has begun: the
+        comparison of the finished jobs, then the lines of the stop and the command that
+        goes on. None for anything else: a signal before any job (the program's line,
+        :mod:`cloudlstm.cli.sigterm_at_start`), joblib's second Ctrl-C (at once)."""
         job = recorder.job
-        if isinstance(err, KeyboardInterrupt):
-            by = "Ctrl-C" if isinstance(recorder.launcher, BasicLauncher) else None
-        else:
-            by = stopped_in_this_process(err, recorder.launcher)
-        if by != "Ctrl-C" or job is None:
+        by = _signal_of(err, recorder.launcher)
+        if by is None or job is None:
             return None
         if isinstance(err, SystemExit):
-            stopped = f"The sweep got Ctrl-C in job {job}, as the job's line above says."
+            stopped = f"The sweep got {by} in job {job}, as the job's line above says."
             go_on = "continue it and run the jobs after it"
         else:
-            stopped = f"The sweep got Ctrl-C outside its jobs, after job {job} had begun."
+            stopped = f"The sweep got {by} outside its jobs, after job {job} had begun."
             go_on = "run its unfinished jobs"
         report = stop_report(
             stopped, sweep_dir, f"{go_on} (finished jobs return their results at once)"
@@ -321,7 +319,7 @@ class _FailureRecorder(Launcher):
     @contextmanager
     def _jobs_noted(self) -> Iterator[None]:
         """For the block, where the basic launcher runs the jobs in this process: ``job``
-        is the number of each as it begins, so that a Ctrl-C in it names it (Hydra puts
+        is the number of each as it begins, so that a signal in it names it (Hydra puts
         back the sweep's config as a job ends, stopped or not: it no longer names it)."""
         task = getattr(self.launcher, "task_function", None)
         if not isinstance(self.launcher, BasicLauncher) or task is None:
@@ -393,6 +391,18 @@ def _stopped(
     ]
     what = f"did not finish (the sweep got {by})"
     return unfinished_report(lines, len(launched), sweep_dir, what)
+
+
+def _signal_of(err: BaseException, launcher: Launcher) -> str | None:
+    """The signal ("SIGTERM", "Ctrl-C") that ``err`` is, where the basic ``launcher`` ran
+    the sweep's jobs in this process: a job's exit with its status
+    (:func:`~cloudlstm.cli.sweep_jobs.stopped_in_this_process`), or the signal itself
+    outside the jobs; None for any other error, or another launcher."""
+    if isinstance(err, SystemExit):
+        return stopped_in_this_process(err, launcher)
+    if not isinstance(launcher, BasicLauncher):
+        return None
+    return "Ctrl-C" if isinstance(err, KeyboardInterrupt) else "SIGTERM"
 
 
 def _job_num(job: JobReturn) -> str:
