@@ -1148,6 +1148,44 @@ def test_ctrl_c_to_a_search_compares_its_finished_trials_and_says_how_to_go_on(
     assert [t.state for t in load(sweep).get_trials()] == [TrialState.COMPLETE] * 2
 
 
+@pytest.mark.slow  # one trial, held as its job ends: about 20 s
+@pytest.mark.parametrize(
+    ("signum", "by", "status"), [(signal.SIGINT, "Ctrl-C", 130), (signal.SIGTERM, "SIGTERM", 143)]
+)
+def test_a_signal_as_a_trial_s_job_ends_compares_and_says_how_to_go_on(
+    tmp_path, signum, by, status
+):
+    """Ctrl-C or SIGTERM as trial 0's job ends (Hydra's end of a job, outside its training):
+    SIGTERM there ended the search with train.py's line alone; now each prints the
+    comparison, then the search's lines naming the trial, with the signal's status."""
+    from tests.test_preemption import start, wait_for
+
+    sweep, log = tmp_path / "sweep", tmp_path / "search.log"
+    args = [
+        *SEARCH, "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1",
+        f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path / 'data'}",
+        "+hydra.callbacks.hold._target_=tests.kill_callback.WaitAtJobEnd",
+        f"+hydra.callbacks.hold.until={sweep}/ended",
+    ]  # fmt: skip
+    proc = start(["-m", *args], log)
+    wait_for(sweep / "ended_0.waiting", proc, log)
+    proc.send_signal(signum)
+    assert proc.wait(timeout=300) == status, log.read_text()[-3000:]
+    out = log.read_text()
+    assert "Traceback" not in out
+    lines = out.splitlines()
+    (row,) = [i for i, line in enumerate(lines) if line.startswith("| cloudlstm | synthetic |")]
+    assert row < len(lines) - 2, "the comparison comes first"
+    assert lines[-2].endswith(
+        f"The search got {by} outside the training of trial 0 (job 0); the study keeps it running."
+    )
+    assert lines[-1] == (
+        f"Start the same command with hydra.sweep.dir={sweep} to run it again and go on to 2 "
+        "trials."
+    )
+    assert not (sweep / "1").exists()
+
+
 @pytest.mark.slow  # one trial and a second: about 20 s
 def test_a_second_ctrl_c_during_the_comparison_of_a_stopped_search_ends_it_at_once(tmp_path):
     """The comparison after a Ctrl-C can take a while (many runs, W&B): a second Ctrl-C then

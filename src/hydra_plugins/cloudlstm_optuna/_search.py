@@ -37,6 +37,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
+from cloudlstm.cli.sigterm_at_start import Terminated
 from cloudlstm.cli.sweep_jobs import (
     broken_pool_ending,
     check_joblib_launcher,
@@ -211,14 +212,16 @@ class OptunaSearch(Sweeper):
             # after the comparison, as the stop's last word
             report = self._batch_stop_report(by, trial_said=True)
             raise compared_then_stopped(self._compare, report, by) from None
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Terminated) as err:
             self._write_results_before_failing(study)
             if not isinstance(self.launcher, BasicLauncher):
                 raise  # jobs in processes of their own (SLURM's run on): not ended here
-            # Ctrl-C outside the training of a trial the basic launcher runs in this process
-            # (training's own stop is a SystemExit, above)
-            report = self._batch_stop_report("Ctrl-C", trial_said=False)
-            raise compared_then_stopped(self._compare, report, "Ctrl-C") from None
+            # Ctrl-C or SIGTERM outside the training of a trial the basic launcher runs in
+            # this process (Hydra's start or end of its job; training's own stop is a
+            # SystemExit, above), or between two batches
+            by = "Ctrl-C" if isinstance(err, KeyboardInterrupt) else "SIGTERM"
+            report = self._batch_stop_report(by, trial_said=False)
+            raise compared_then_stopped(self._compare, report, by) from None
         except BaseException:
             self._write_results_before_failing(study)
             raise
