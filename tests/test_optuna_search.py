@@ -914,6 +914,56 @@ def test_a_sampler_that_draws_only_tried_points_ends_the_search(tmp_path):
     assert len(study.get_trials()) == 1 + REPEATS_ENDING
 
 
+@pytest.mark.slow  # one trial, then a hundred draws not run: about 20 s
+def test_a_sampler_fixed_on_a_tried_point_ends_the_search_with_its_line(tmp_path):
+    """PartialFixedSampler, which takes no seed, was refused for the default config's
+    ``seed: null`` (``unexpected keyword argument 'seed'``). It runs now; fixed on one point
+    of a space it cannot use up (an interval), it ends the search after that point's trial,
+    saying so, with exit 0 and the comparison."""
+    sweep = tmp_path / "sweep"
+    proc = train_py(
+        tmp_path, "-m", *ONE_EPOCH, "hydra/sweeper=optuna", "hydra.sweeper.n_trials=3",
+        "hydra.sweeper.sampler._target_=optuna.samplers.PartialFixedSampler",
+        "+hydra.sweeper.sampler.fixed_params={model.k:2,optimizer.lr:0.005}",
+        "+hydra.sweeper.sampler.base_sampler._target_=optuna.samplers.RandomSampler",
+        "model.k=choice(2,3)", "optimizer.lr=interval(0.001,0.01)", f"hydra.sweep.dir={sweep}",
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "Traceback" not in out
+    assert (
+        "The sampler (PartialFixedSampler) drew only points of earlier trials in its last 100 "
+        "trials (not run): the search ends with 1 of n_trials=3 trials."
+    ) in out
+    assert "| cloudlstm | synthetic | 1 |" in proc.stdout, "the comparison"
+    assert sorted(p.name for p in sweep.iterdir() if p.name.isdigit()) == ["0"]
+
+
+def test_a_seed_given_to_a_sampler_that_takes_none_is_refused_in_one_line():
+    """A seed PartialFixedSampler cannot use is refused, with where it belongs; a null one,
+    the default config's, is left out."""
+    from omegaconf import OmegaConf
+
+    from cloudlstm.errors import UserError
+    from hydra_plugins.cloudlstm_optuna._search import _build
+
+    conf = {
+        "_target_": "optuna.samplers.PartialFixedSampler",
+        "fixed_params": {"model.k": 2},
+        "base_sampler": {"_target_": "optuna.samplers.RandomSampler"},
+    }
+    base = optuna.samplers.BaseSampler
+    with pytest.raises(UserError) as refused:
+        _build("sampler", OmegaConf.create({**conf, "seed": 3}), base)
+    assert str(refused.value) == (
+        "hydra.sweeper.sampler.seed=3: PartialFixedSampler takes no seed: remove it with "
+        "~hydra.sweeper.sampler.seed, and seed its base sampler: "
+        "+hydra.sweeper.sampler.base_sampler.seed=3."
+    )
+    built = _build("sampler", OmegaConf.create({**conf, "seed": None}), base)
+    assert isinstance(built, optuna.samplers.PartialFixedSampler)
+
+
 def test_the_size_of_a_search_space():
     from hydra_plugins.cloudlstm_optuna._search import space_size
 

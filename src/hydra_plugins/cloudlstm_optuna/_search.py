@@ -7,6 +7,7 @@ modules whose name starts with ``_``, so this class is no second plugin.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import re
@@ -978,9 +979,10 @@ def _build(name: str, conf: Any, base: type) -> Any:
         raise UserError(f"hydra.sweeper.{name} needs a _target_; {hint}.")
     _check_counts(name, conf)
     try:
-        hydra.utils.get_class(str(target))
+        cls = hydra.utils.get_class(str(target))
     except Exception:
         raise UserError(f"hydra.sweeper.{name}: there is no {target}; {hint}.") from None
+    conf = _seed_kept_where_taken(name, conf, cls)
     try:
         with warnings.catch_warnings():
             # Optuna's "BruteForceSampler is experimental ... The interface can change": two
@@ -992,6 +994,28 @@ def _build(name: str, conf: Any, base: type) -> Any:
     if not isinstance(obj, base):
         raise UserError(f"hydra.sweeper.{name}: {target} is no Optuna {name}; {hint}.")
     return obj
+
+
+def _seed_kept_where_taken(name: str, conf: DictConfig, cls: type) -> DictConfig:
+    """``conf`` without its ``seed`` where ``cls`` takes none (``PartialFixedSampler``, which
+    draws through its ``base_sampler``) and the seed is null, as the config's default
+    sampler has it: ``hydra.sweeper.sampler._target_=...`` alone refused such a sampler for
+    the default's ``seed: null`` (``unexpected keyword argument 'seed'``).
+
+    Raises:
+        UserError: a seed given to such a class, which it cannot use: one line saying how
+            to remove it (and where a base sampler takes it).
+    """
+    if "seed" not in conf or "seed" in inspect.signature(cls).parameters:
+        return conf
+    if conf.seed is not None:
+        base = f", and seed its base sampler: +hydra.sweeper.{name}.base_sampler.seed={conf.seed}"
+        raise UserError(
+            f"hydra.sweeper.{name}.seed={conf.seed}: {cls.__name__} takes no seed: remove it "
+            f"with ~hydra.sweeper.{name}.seed"
+            f"{base if 'base_sampler' in conf else ''}."
+        )
+    return OmegaConf.masked_copy(conf, [key for key in conf if key != "seed"])
 
 
 def _check_counts(name: str, conf: DictConfig) -> None:
