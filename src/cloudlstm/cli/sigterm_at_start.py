@@ -46,12 +46,12 @@ Line = str | Callable[[], str]
 # train.py's line before any job has begun, and once one has: a stop between a sweep's jobs
 # or after the last one has not "saved nothing"
 BEFORE_TRAINING = (
-    "before training began, having saved nothing: run the same command "
-    "again to start it (or to continue it, where its run directory holds checkpoints)."
+    "before training began, having saved nothing: run the same command again to start it "
+    "(or to continue it, where its run directory holds checkpoints)."
 )
 JOBS_BEGUN = (
-    "outside a training, after its jobs had begun: their run directories "
-    "keep what each saved (metrics.json where it finished)."
+    "outside a training, after its jobs had begun: their run directories keep what each "
+    "saved (metrics.json where it finished)."
 )
 
 # eval.py's and predict.py's lines before their work has written anything of its results
@@ -59,8 +59,8 @@ BEFORE_EVALUATING = "before evaluating, having written no results: run the same 
 BEFORE_FORECASTING = "before the forecast was written: run the same command again."
 
 # what a SIGTERM that no Trainer takes says now, after "<program>: stopped by SIGTERM "; set
-# as the block of
-# sigterm_is_a_stop begins and by each step of the program that writes what a rerun needs
+# as the block of sigterm_is_a_stop begins and by each step of the program that writes what
+# a rerun needs
 _line: Line = BEFORE_TRAINING
 
 
@@ -86,9 +86,9 @@ def a_job_begins() -> None:
 def stops_now_say(line: Line) -> None:
     """From now on, a SIGTERM that no Trainer takes ends the program with ``<program>:
     stopped by SIGTERM <line>`` (Ctrl-C, where the program takes it so): what it has written
-    by then (``eval.py``'s metrics.json, ``predict.py``'s
-    forecast) and whether the same command is to be run again; a callable makes the line
-    as the stop comes (:func:`line_by_file`)."""
+    by then (``eval.py``'s metrics.json, ``predict.py``'s forecast) and whether the same
+    command is to be run again; a callable makes the line as the stop comes
+    (:func:`line_by_file`)."""
     global _line
     _line = line
 
