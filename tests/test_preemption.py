@@ -410,6 +410,19 @@ def stopped_at(
 SWEEP_GOES_ON = "(finished jobs return their results at once)."
 
 
+def stopped_in_job_1_after_comparing(lines: list[str], sweep: Path, stop: str, by: str) -> None:
+    """Assert a sweep's lines end as one stopped in job 1 does: the job's line (holding
+    ``stop``), then the comparison, then the sweep's two lines naming ``by``."""
+    (row,) = [i for i, line in enumerate(lines) if line.startswith("| cloudlstm | synthetic |")]
+    (job,) = [i for i, line in enumerate(lines) if "Job 1 of the sweep, " in line]
+    assert stop in lines[job] and job < row < len(lines) - 2, lines[-30:]
+    assert lines[-2].endswith(f"The sweep got {by} in job 1, as the job's line above says.")
+    assert lines[-1] == (
+        f"Start the same command with hydra.sweep.dir={sweep} to continue it and run the jobs "
+        f"after it {SWEEP_GOES_ON}"
+    )
+
+
 @pytest.mark.slow  # two jobs, then the second again: about 30 s
 @pytest.mark.parametrize("gate", ["built", "training"])
 def test_ctrl_c_to_a_basic_sweep_compares_its_finished_jobs_and_says_how_to_go_on(tmp_path, gate):
@@ -422,14 +435,7 @@ def test_ctrl_c_to_a_basic_sweep_compares_its_finished_jobs_and_says_how_to_go_o
     sweep.mkdir()
     args, proc, log = ctrl_c_sweep(tmp_path, *gated(sweep, gate))
     lines = stopped_at(sweep / "go_1.waiting", proc, log)
-    (row,) = [i for i, line in enumerate(lines) if line.startswith("| cloudlstm | synthetic |")]
-    (job,) = [i for i, line in enumerate(lines) if "Job 1 of the sweep, " in line]
-    assert "by Ctrl-C" in lines[job] and job < row < len(lines) - 2, lines[-30:]
-    assert lines[-2].endswith("The sweep got Ctrl-C in job 1, as the job's line above says.")
-    assert lines[-1] == (
-        f"Start the same command with hydra.sweep.dir={sweep} to continue it and run the jobs "
-        f"after it {SWEEP_GOES_ON}"
-    )
+    stopped_in_job_1_after_comparing(lines, sweep, "by Ctrl-C", "Ctrl-C")
 
     (sweep / "go_1").touch()
     assert start(args, tmp_path / "again.log").wait(timeout=300) == 0
@@ -471,14 +477,7 @@ def test_sigterm_stops_a_basic_sweep_at_its_job_with_143(tmp_path):
     sweep.mkdir()
     _, proc, log = ctrl_c_sweep(tmp_path, *gated(sweep, "training"), ks="2,3,4")
     lines = stopped_at(sweep / "go_1.waiting", proc, log, signal.SIGTERM)
-    (row,) = [i for i, line in enumerate(lines) if line.startswith("| cloudlstm | synthetic |")]
-    (job,) = [i for i, line in enumerate(lines) if "Job 1 of the sweep, " in line]
-    assert "interrupted by SIGTERM" in lines[job] and job < row < len(lines) - 2, lines[-30:]
-    assert lines[-2].endswith("The sweep got SIGTERM in job 1, as the job's line above says.")
-    assert lines[-1] == (
-        f"Start the same command with hydra.sweep.dir={sweep} to continue it and run the jobs "
-        f"after it {SWEEP_GOES_ON}"
-    )
+    stopped_in_job_1_after_comparing(lines, sweep, "interrupted by SIGTERM", "SIGTERM")
     assert not (sweep / "2").exists()
 
 
