@@ -304,9 +304,10 @@ class WideTableSource(UnitsGiven, CachedSource):
             raw = index_times if time_col is None else frame[time_col]
             lines = file_row_names(path, None)  # a time's row: by its line, or data row
             times = self._parse_times(raw, time_col, what, lines)
-            zoned = time_zone(pd.Series(raw), self.time_format, self.time_unit) is not None
+            column = pd.Series(raw)
+            zoned = time_zone(column, self.time_format, self.time_unit) is not None
             # clock times, not numbers counted in a unit: they may repeat an hour
-            clock = not zoned and counting_unit(pd.Series(raw), self.time_unit) is None
+            clock = not zoned and counting_unit(column, self.time_unit) is None
             timestamps, step, values = self._on_grid(times, values, what, lines, clock)
         stream = build_stream(
             timestamps,
