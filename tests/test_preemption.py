@@ -482,9 +482,15 @@ def test_sigterm_stops_a_basic_sweep_at_its_job_with_143(tmp_path):
 
 
 @pytest.mark.slow  # one job and a second: about 20 s
-def test_a_second_ctrl_c_during_the_comparison_of_a_stopped_sweep_ends_it_at_once(tmp_path):
-    """The comparison after a Ctrl-C can take a while (many runs, W&B): a second Ctrl-C then
-    ends the program at once, with its one line and 130."""
+@pytest.mark.parametrize(
+    ("signum", "status", "by"), [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")]
+)
+def test_a_second_signal_during_the_comparison_of_a_stopped_sweep_ends_it_at_once(
+    tmp_path, signum, status, by
+):
+    """The comparison after a Ctrl-C (SIGTERM) can take a while (many runs, W&B): a second
+    one then ends the program at once, with its one line and 130 (143), without the sweep's
+    lines."""
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     hold = [
@@ -493,10 +499,11 @@ def test_a_second_ctrl_c_during_the_comparison_of_a_stopped_sweep_ends_it_at_onc
     ]
     _, proc, log = ctrl_c_sweep(tmp_path, *gated(sweep, "training"), *hold)
     wait_for(sweep / "go_1.waiting", proc, log)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     wait_for(tmp_path / "compared.waiting", proc, log)
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=60) == 130, log.read_text()[-3000:]
+    proc.send_signal(signum)
+    assert proc.wait(timeout=60) == status, log.read_text()[-3000:]
     out = log.read_text()
-    assert "Traceback" not in out and "The sweep got Ctrl-C" not in out
-    assert out.splitlines()[-1] == f"train.py: stopped by Ctrl-C {JOBS_BEGUN}"
+    assert "Traceback" not in out and f"The sweep got {by}" not in out
+    assert f"interrupted by {by} at step" in out  # the first one's, of job 1
+    assert out.splitlines()[-1] == f"train.py: stopped by {by} {JOBS_BEGUN}"

@@ -135,8 +135,9 @@ def stop_report(stopped: str, sweep_dir: str, go_on: str) -> str:
 def compared_then_stopped(compare: Callable[[], None], report: str, by: str) -> SystemExit:
     """What ends a sweep that ``by`` ("SIGTERM", "Ctrl-C") stopped while its jobs ran in
     this process: ``compare`` (the comparison of the jobs that finished), then ``report``
-    logged, and the signal's exit status. A second Ctrl-C during the comparison ends the
-    program at once (:func:`cloudlstm.cli.ctrl_c.ctrl_c_is_a_stop`): it is not caught."""
+    logged, and the signal's exit status. A second Ctrl-C or SIGTERM during the comparison
+    ends the program at once, with its line of a stop after the jobs had begun
+    (:func:`cloudlstm.cli.sigterm_at_start.sigterm_is_a_stop`): it is not caught."""
     compare()
     log.error(report)
     return SystemExit(CTRL_C_EXIT_CODE if by == "Ctrl-C" else EXIT_CODE)
