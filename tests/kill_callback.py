@@ -1,6 +1,7 @@
 """Callbacks that kill or hold their own training process, to test resuming, requeues and
-run-directory locks (test_resume.py, test_slurm.py, test_run_lock.py), ones that hold a sweep
-as it ends or as a job of it ends (test_optuna_search.py, test_preemption.py), and one that
+run-directory locks (test_resume.py, test_slurm.py, test_run_lock.py), ones that hold a run as
+its fit ends, a sweep as it ends or as a job of it ends (test_optuna_search.py,
+test_preemption.py), and one that
 fails its training with a bug (test_optuna_search.py)."""
 
 from __future__ import annotations
@@ -122,6 +123,19 @@ class WaitWhenBuilt(L.Callback):
                 raise TimeoutError(f"{until_path} did not appear in {timeout_s} s")
             time.sleep(0.2)
         waiting.unlink(missing_ok=True)
+
+
+class WaitAtFitEnd(L.Callback):
+    """Hold the run as its fit ends (the callbacks' teardown: training and its last
+    checkpoint done, training's Ctrl-C handler put back, the test not begun) until file
+    ``until`` exists; ``<until>.waiting`` exists while it waits."""
+
+    def __init__(self, until: str) -> None:
+        self.until = until
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            WaitWhenBuilt(self.until)
 
 
 class WaitAtMultirunEnd(Callback):

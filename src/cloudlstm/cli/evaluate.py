@@ -114,7 +114,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         # status 0: this evaluation did not finish, and says so with the signal's status
         raise evaluation_stopped(job.trainer, output_dir) from None
     except SystemExit:
-        # a second Ctrl-C: Lightning's shutdown at once ends in sys.exit(1)
+        # a second Ctrl-C, or one as the test begins (before SignalsTogether's hold):
+        # Lightning's shutdown at once ends in sys.exit(1)
         if not stopped_by_ctrl_c(job.trainer):
             raise
         raise evaluation_stopped(job.trainer, output_dir) from None

@@ -130,9 +130,10 @@ def _train(cfg: DictConfig) -> dict[str, Any]:
     try:
         return _train_assembled(job, resume)
     except BaseException as err:
-        # Lightning's stop on SIGTERM is a SystemExit without a code (status 0), and a
-        # second Ctrl-C's shutdown at once ends in sys.exit(1): the run is not finished, its
-        # line says where it stands (src/cloudlstm/rundir/preemption.py)
+        # Lightning's stop on SIGTERM is a SystemExit without a code (status 0), and its
+        # shutdown after a KeyboardInterrupt (a second Ctrl-C; one as the fit ends or the
+        # test begins, outside SignalsTogether's hold) ends in sys.exit(1): the run is not
+        # finished, its line says where it stands (src/cloudlstm/rundir/preemption.py)
         if isinstance(err, SIGTERMException) or (
             isinstance(err, SystemExit) and stopped_by_ctrl_c(job.trainer)
         ):

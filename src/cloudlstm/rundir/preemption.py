@@ -39,6 +39,7 @@ from typing import Any
 import lightning as L
 from lightning.fabric.plugins.environments import SLURMEnvironment
 
+from cloudlstm.engine import ctrl_c_noted
 from cloudlstm.engine.signals import SignalsTogether
 from cloudlstm.rundir.layout import checkpoint_step, newest_checkpoint
 from cloudlstm.rundir.stops import RunInterrupted, stop_error
@@ -125,5 +126,10 @@ def interrupted(
 
 
 def stopped_by_ctrl_c(trainer: L.Trainer) -> bool:
-    """Whether Ctrl-C stopped the trainer's run (:class:`SignalsTogether` noted one)."""
-    return any(isinstance(cb, SignalsTogether) and cb.ctrl_c > 0 for cb in trainer.callbacks)
+    """Whether Ctrl-C stopped the trainer's run: :class:`SignalsTogether` noted one, or the
+    programs' handler did (:mod:`cloudlstm.engine.ctrl_c_noted`), which is back in place
+    where a fit or a test is under way outside ``SignalsTogether``'s hold (the callbacks'
+    teardown as the fit ends, the test's data being set up): Lightning's shutdown after
+    that KeyboardInterrupt is a ``sys.exit(1)``, which is the user's stop, not a failure."""
+    noted = any(isinstance(cb, SignalsTogether) and cb.ctrl_c > 0 for cb in trainer.callbacks)
+    return noted or ctrl_c_noted.pressed()
