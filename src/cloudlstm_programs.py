@@ -6,6 +6,12 @@ A module outside the cloudlstm package, so that a Ctrl-C while the package loads
 program's stop, one line and status 130, as at any later moment (``cloudlstm.cli.ctrl_c``):
 importing ``cloudlstm`` takes about half a second (``importlib.metadata``, omegaconf), and a
 console script that imported a program's module itself would print that import's traceback.
+
+That stop, and one while the program's own module loads (``cloudlstm.cli.scripts``, under
+``ctrl_c_is_a_stop`` alone), is the bare ``<program>: stopped by Ctrl-C.``, where a later one
+of ``train.py``, ``eval.py`` or ``predict.py`` says what was saved or written: nothing has
+begun by then (no command checked, no run directory made, no file written), so there is
+nothing else to say, and those lines are the package's, not yet loaded.
 """
 
 from __future__ import annotations

@@ -168,6 +168,30 @@ runpy.run_module("cloudlstm.cli.compare", run_name="__main__", alter_sys=True)
 """
 
 
+# the repository's script, run as ``python <script> <args>`` is (argv: the script, then its
+# arguments)
+REPOSITORY_SCRIPT = """
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("script", ["train.py", "eval.py", "predict.py"])
+@pytest.mark.parametrize("module", ["cloudlstm", "cloudlstm.cli.scripts"])
+def test_a_ctrl_c_as_a_program_loads_is_its_bare_line(tmp_path, script, module):
+    """A Ctrl-C as the package or the program's own module loads, before the program's
+    guard that says what was saved or written is in place: nothing has begun (no command
+    checked, no folder made), and the line says only that it stopped; one line, 130, and
+    nothing written."""
+    folder = tmp_path / "run"
+    args = [f"hydra.run.dir={folder}"]
+    if script != "train.py":
+        args = [f"run={tmp_path / 'trained'}", *args]
+    proc = python_c(PRESS_AT + REPOSITORY_SCRIPT, module, script, *args)
+    assert (proc.returncode, proc.stderr) == (130, f"{script}: stopped by Ctrl-C.\n")
+    assert not folder.exists()
+
+
 @pytest.mark.parametrize("program", ["cloudlstm-models", "cloudlstm-compare"])
 def test_an_installed_program_stops_on_ctrl_c_as_its_package_loads(program):
     """The console scripts imported the package themselves: a Ctrl-C in their first half
