@@ -128,11 +128,17 @@ def test_ctrl_c_stops_at_the_step_with_its_checkpoint_and_the_line_to_resume(tmp
     assert metrics["resumed_from"] == "checkpoints/last.ckpt" and metrics["steps"] == 6
 
 
-def test_ctrl_c_as_the_fit_ends_names_the_checkpoint_and_the_command_that_tests(tmp_path):
+@pytest.mark.parametrize(
+    ("signum", "status", "by"), [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")]
+)
+def test_a_signal_as_the_fit_ends_names_the_checkpoint_and_the_command_that_tests(
+    tmp_path, signum, status, by
+):
     """Ctrl-C after the last training step, as the fit ends and before the test begins
     (training's handler put back): Lightning's shutdown said "Detected KeyboardInterrupt"
     and the run ended with status 1 and no line. Now the run's line names its newest
-    checkpoint and the command that finishes it, 130; that command tests it."""
+    checkpoint and the command that finishes it, 130; that command tests it. SIGTERM
+    there, the same, 143."""
     run_dir, log = tmp_path / "run", tmp_path / "train.log"
     hold = [
         "+callbacks.hold._target_=tests.kill_callback.WaitAtFitEnd",
@@ -141,17 +147,17 @@ def test_ctrl_c_as_the_fit_ends_names_the_checkpoint_and_the_command_that_tests(
     args = [*JOB, *hold, f"hydra.run.dir={run_dir}", f"paths.data_dir={tmp_path / 'data'}"]
     proc = start(args, log)
     wait_for(run_dir / "go.waiting", proc, log)
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=300) == 130, log.read_text()[-3000:]
+    proc.send_signal(signum)
+    assert proc.wait(timeout=300) == status, log.read_text()[-3000:]
 
     out = log.read_text()
     last = run_dir / "checkpoints" / "last.ckpt"
     assert "Traceback" not in out and not (run_dir / "metrics.json").exists()
     assert (
-        f"Run interrupted by Ctrl-C at step 6: not saved; the newest checkpoint is {last}, "
+        f"Run interrupted by {by} at step 6: not saved; the newest checkpoint is {last}, "
         "of step 6" in out
     ), out[-3000:]
-    command = quoted_command(out, stop="Ctrl-C")
+    command = quoted_command(out, stop=by)
     (run_dir / "go").touch()
     done = run_python(*command, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
