@@ -1237,9 +1237,14 @@ def test_a_signal_as_a_trial_s_job_ends_compares_and_says_how_to_go_on(
 
 
 @pytest.mark.slow  # one trial and a second: about 20 s
-def test_a_second_ctrl_c_during_the_comparison_of_a_stopped_search_ends_it_at_once(tmp_path):
-    """The comparison after a Ctrl-C can take a while (many runs, W&B): a second Ctrl-C then
-    ends the program at once, with its one line and 130."""
+@pytest.mark.parametrize(
+    ("signum", "status", "by"), [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")]
+)
+def test_a_second_signal_during_the_comparison_of_a_stopped_search_ends_it_at_once(
+    tmp_path, signum, status, by
+):
+    """The comparison after a Ctrl-C (SIGTERM) can take a while (many runs, W&B): a second
+    one then ends the program at once, with its one line and 130 (143)."""
     from tests.test_preemption import wait_for
 
     held = tmp_path / "compared"
@@ -1248,13 +1253,13 @@ def test_a_second_ctrl_c_during_the_comparison_of_a_stopped_search_ends_it_at_on
         f"+hydra.callbacks.hold.until={held}",
     ]
     _, proc, log = ctrl_c_search(tmp_path, *hold)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     wait_for(tmp_path / "compared.waiting", proc, log)
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=60) == 130, log.read_text()[-3000:]
+    proc.send_signal(signum)
+    assert proc.wait(timeout=60) == status, log.read_text()[-3000:]
     out = log.read_text()
-    assert "Traceback" not in out and "The search got Ctrl-C" not in out
-    assert out.splitlines()[-1] == f"train.py: stopped by Ctrl-C {JOBS_BEGUN}"
+    assert "Traceback" not in out and f"The search got {by}" not in out
+    assert out.splitlines()[-1] == f"train.py: stopped by {by} {JOBS_BEGUN}"
 
 
 @pytest.mark.slow  # two trials, one worker killed, then the search continued: about 40 s
