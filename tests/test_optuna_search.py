@@ -865,8 +865,10 @@ def test_a_trial_that_draws_a_point_of_its_batch_is_a_repeat_not_run(tmp_path, c
     of = repeat.user_attrs["repeat_of"]
     assert study.get_trials()[of].params == repeat.params
     k = repeat.params["model.k"]
-    assert f"Trial 2 drew the point of trial {of} (model.k={k}): not run, recorded PRUNED." in (
-        caplog.text
+    (said,) = [r.getMessage() for r in caplog.records if "repeated" in r.getMessage()]
+    assert said == (
+        "1 draw repeated a tried point, not run (recorded PRUNED, with repeat_of): trial 2 "
+        f"drew the point of trial {of} (model.k={k}) once."
     )
     assert _n_counted(study) == 2
     search.own_storage = True
@@ -914,6 +916,51 @@ def test_a_sampler_that_draws_only_tried_points_ends_the_search(tmp_path):
     assert len(study.get_trials()) == 1 + REPEATS_ENDING
 
 
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_a_settling_sampler_s_repeats_are_one_line_not_one_each(tmp_path, caplog):
+    """A sampler fixed on a tried point, asked one trial at a time: each of its
+    REPEATS_ENDING draws of it was an INFO line of its own. Now the run of repeats is one
+    line, as the search ends, saying how many draws repeated which trial's point."""
+    from hydra_plugins.cloudlstm_optuna._search import REPEATS_ENDING
+
+    caplog.set_level("INFO")
+    space = {"model.k": CategoricalDistribution([2, 3]), "x": FloatDistribution(0, 1)}
+    fixed = {"model.k": 2, "x": 0.5}
+    sampler = optuna.samplers.PartialFixedSampler(fixed, optuna.samplers.RandomSampler(seed=0))
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'optuna.db'}", sampler=sampler)
+    search = search_of(tmp_path, study, space)
+    (first,) = search._ask_batch(study, 1)
+    study.tell(first.trial, 1.0)
+    while not search._over():
+        assert search._ask_batch(study, 1) == []
+    said = [r.getMessage() for r in caplog.records if "repeated" in r.getMessage()]
+    assert said == [
+        f"{REPEATS_ENDING} draws repeated a tried point, not run (recorded PRUNED, with "
+        f"repeat_of): trials 1-{REPEATS_ENDING} drew the point of trial 0 (model.k=2 x=0.5) "
+        f"{REPEATS_ENDING} times."
+    ]
+
+
+def test_the_repeats_of_a_batch_are_one_line_before_it_launches(tmp_path, caplog):
+    """Draws enqueued in the study: after model.k=2's trial, a batch of four draws 2, 2, 3
+    and 2. It launches the one new point, and its three repeats are one line, not three."""
+    caplog.set_level("INFO")
+    space = {"model.k": CategoricalDistribution([2, 3, 4])}
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    search = search_of(tmp_path, study, space)
+    study.enqueue_trial({"model.k": 2})
+    assert len(search._ask_batch(study, 1)) == 1
+    for k in (2, 2, 3, 2):
+        study.enqueue_trial({"model.k": k})
+    (new,) = search._ask_batch(study, 4)
+    assert new.params == {"model.k": 3}
+    said = [r.getMessage() for r in caplog.records if "repeated" in r.getMessage()]
+    assert said == [
+        "3 draws repeated a tried point, not run (recorded PRUNED, with repeat_of): trials "
+        "1-2, 4 drew the point of trial 0 (model.k=2) 3 times."
+    ]
+
+
 @pytest.mark.slow  # one trial, then a hundred draws not run: about 20 s
 def test_a_sampler_fixed_on_a_tried_point_ends_the_search_with_its_line(tmp_path):
     """PartialFixedSampler, which takes no seed, was refused for the default config's
@@ -935,6 +982,11 @@ def test_a_sampler_fixed_on_a_tried_point_ends_the_search_with_its_line(tmp_path
         "The sampler (PartialFixedSampler) drew only points of earlier trials in its last 100 "
         "trials (not run): the search ends with 1 of n_trials=3 trials."
     ) in out
+    repeats = [line for line in out.splitlines() if "repeated a tried point" in line]
+    assert len(repeats) == 1 and repeats[0].endswith(
+        "[HYDRA] 100 draws repeated a tried point, not run (recorded PRUNED, with repeat_of): "
+        "trials 1-100 drew the point of trial 0 (model.k=2 optimizer.lr=0.005) 100 times."
+    ), "one line for the hundred draws, not one each"
     assert "| cloudlstm | synthetic | 1 |" in proc.stdout, "the comparison"
     assert sorted(p.name for p in sweep.iterdir() if p.name.isdigit()) == ["0"]
 

@@ -12,6 +12,7 @@ import logging
 import math
 import re
 import warnings
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -97,6 +98,8 @@ REPEAT_ATTR = "repeat_of"
 # A sampler that draws only tried points this many times in a row has settled on them (TPE
 # on a space it has learnt, say): the search ends there rather than asking on and on
 REPEATS_ENDING = 100
+# The points of earlier trials that the line of a run of repeats names, most drawn first
+REPEATS_NAMED = 5
 # Optuna's ValueErrors when a trial asks a parameter with another distribution than the
 # study's earlier trials gave it
 _INCOMPATIBLE = ("Cannot set different", "does not support dynamic value space")
@@ -129,6 +132,8 @@ class OptunaSearch(Sweeper):
         self.failures_end_it = False  # a batch failed more than max_failure_rate
         self.space_tried = False  # the sampler has no point of the search space left
         self.repeats_in_a_row = 0  # trials drawing a tried point since one drew a new one
+        # the draws of tried points not yet logged: (trial, the trial it repeats, its point)
+        self.repeats: list[tuple[int, int, str]] = []
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
@@ -514,7 +519,9 @@ class OptunaSearch(Sweeper):
         (:meth:`_not_run_repeat`). Once every point of a finite space has a trial, none is
         asked: the space is used up (:meth:`_space_used_up`), as where the sampler says so.
         A sampler that draws only tried points :data:`REPEATS_ENDING` times in a row ends
-        the search (:meth:`_settled`).
+        the search (:meth:`_settled`). The repeats are logged in one line as a batch
+        launches or the search ends (:meth:`_log_repeats`), not one each: batches of
+        repeats alone, a settling sampler's, wrote a hundred lines.
         """
         tried = _tried_points(study)
         size = space_size(self.space)
@@ -534,6 +541,8 @@ class OptunaSearch(Sweeper):
             self.repeats_in_a_row = 0
             tried[point] = trial.number
             jobs.append(self._label(trial))
+        if jobs or self._over():  # a batch to launch, or none: the repeats until now
+            self._log_repeats()
         return jobs
 
     def _not_run_repeat(self, study: optuna.Study, trial: optuna.Trial, of: int) -> None:
@@ -542,10 +551,29 @@ class OptunaSearch(Sweeper):
         which keeps it out of ``n_trials`` and of the results' counts of trials."""
         trial.set_user_attr(REPEAT_ATTR, of)
         study.tell(trial, state=TrialState.PRUNED)
+        self.repeats.append((trial.number, of, _params(trial.params)))
+
+    def _log_repeats(self) -> None:
+        """One line for the repeats not yet logged (:meth:`_not_run_repeat`): how many draws
+        repeated tried points, their trials and the points (most drawn first)."""
+        if not self.repeats:
+            return
+        n = len(self.repeats)
+        counts = Counter((of, point) for _, of, point in self.repeats)
+        points = [
+            f"trial {of} ({point}) {'once' if times == 1 else f'{times} times'}"
+            for (of, point), times in counts.most_common(REPEATS_NAMED)
+        ]
+        if len(counts) > REPEATS_NAMED:
+            points.append(f"and of {len(counts) - REPEATS_NAMED} other trials")
+        many = len(counts) > 1
         log.info(
-            "Trial %d drew the point of trial %d (%s): not run, recorded PRUNED.",
-            trial.number, of, _params(trial.params),
+            "%d draw%s repeated %s, not run (recorded PRUNED, with repeat_of): trial%s %s "
+            "drew the point%s of %s.",
+            n, "s" * (n > 1), "tried points" if many else "a tried point", "s" * (n > 1),
+            _spans([t for t, _, _ in self.repeats]), "s" * many, ", ".join(points),
         )  # fmt: skip
+        self.repeats = []
 
     def _ask(self, study: optuna.Study) -> optuna.Trial:
         """A new trial of the search space."""
@@ -1148,6 +1176,17 @@ def _consecutive(jobs: Sequence[Job]) -> Iterator[list[Job]]:
         run.append(job)
     if run:
         yield run
+
+
+def _spans(numbers: Sequence[int]) -> str:
+    """Increasing ``numbers`` in spans of consecutive ones: ``1-100, 103``."""
+    spans: list[list[int]] = []
+    for n in numbers:
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def _format(value: Any) -> str:
