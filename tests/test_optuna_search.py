@@ -590,6 +590,64 @@ def test_a_second_study_in_a_sweep_directory_has_job_folders_and_results_of_its_
     assert ours["study_name"] == "o/x" and ours["trials"] == {}
 
 
+def test_job_folders_no_trial_of_the_storage_ran_are_refused_naming_them(tmp_path):
+    """The job folders of a study, and of another study in the same storage, are no strays:
+    a second study starts after them. A folder no trial ran there is refused in one line."""
+    from cloudlstm.errors import UserError
+    from hydra_plugins.cloudlstm_optuna._search import OptunaSearch
+
+    first = labelled_study(tmp_path, [TrialState.COMPLETE, TrialState.RUNNING])
+    search = OptunaSearch({})
+    search.sweep_dir, search.own_storage, search.study_name = tmp_path, True, "other"
+    search.storage_url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    search._check_job_folders(first._storage)
+    for job in (2, 3, 5):
+        (tmp_path / str(job)).mkdir()
+    (tmp_path / "logs").mkdir()  # no job folder
+    with pytest.raises(UserError) as refused:
+        search._check_job_folders(first._storage)
+    assert str(refused.value) == (
+        f"hydra.sweep.dir={tmp_path} holds job folders 2-3, 5 that no trial of "
+        f"{search.storage_url} ran: study other's trials would run as jobs numbered after "
+        f"them, not as their trial numbers. Move them out of {tmp_path}, or give the search "
+        "another hydra.sweep.dir."
+    )
+
+
+@pytest.mark.slow  # a refused search, then two trials in two commands: about 40 s
+def test_a_stray_job_folder_is_refused_and_a_search_without_it_continues(tmp_path):
+    """A 0/ that no trial made (a plain sweep's, a deleted study's) in the sweep directory:
+    the study's trial 0 ran as job 1, in 1/. Now the search is refused before any trial,
+    in one line naming the folder and the fix; without it, trial n runs as job n, and the
+    same command continues the study in the same directory."""
+    sweep = tmp_path / "sweep"
+    (sweep / "0").mkdir(parents=True)
+    # brute force: no draw repeats a point, a trial that would take no job
+    args = [
+        "-m", *ONE_EPOCH, "hydra/sweeper=optuna", "model.k=choice(2,3)",
+        "hydra.sweeper.sampler._target_=optuna.samplers.BruteForceSampler",
+        f"hydra.sweep.dir={sweep}",
+    ]  # fmt: skip
+    proc = train_py(tmp_path, *args, "hydra.sweeper.n_trials=1")
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert one_line(proc) == (
+        f"hydra.sweep.dir={sweep} holds job folder 0 that no trial of "
+        f"sqlite:///{sweep / 'optuna.db'} ran: study hparams_search's trials would run as jobs "
+        f"numbered after it, not as their trial numbers. Move it out of {sweep}, or give the "
+        "search another hydra.sweep.dir."
+    )
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0"], "no trial ran"
+    (sweep / "0").rmdir()
+    for n_trials in (1, 2):  # the search, then the same command continuing its study
+        proc = train_py(tmp_path, *args, f"hydra.sweeper.n_trials={n_trials}")
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    trials = load(sweep).get_trials()
+    assert [(t.number, t.user_attrs["job"]) for t in trials] == [(0, 0), (1, 1)]
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
+    for t in trials:
+        assert t.value == metrics(sweep, t.number)["val"]["val/mae_best"]
+
+
 def test_a_search_ended_by_a_failed_trial_rewrites_its_results_first(tmp_path):
     """The failed trial that ends a search is counted in optimization_results.yaml (not the
     last run's counts left), and a first run whose only trial failed says none completed."""

@@ -403,6 +403,7 @@ class OptunaSearch(Sweeper):
             ) from None
         finally:
             optuna.logging.set_verbosity(verbosity)
+        self._check_job_folders(storage)
         self._check_same_metric(study)  # before the direction, which another metric changes
         if study.direction.name.lower() != self.direction:
             raise UserError(
@@ -421,6 +422,38 @@ class OptunaSearch(Sweeper):
             self.study_name, self.storage_url, done, self.n_trials, self.n_jobs, self.sweep_dir,
         )  # fmt: skip
         return study
+
+    def _check_job_folders(self, storage: optuna.storages.BaseStorage) -> None:
+        """Refuse a sweep directory holding numbered folders that no trial of its storage
+        ran there (a plain sweep's, those of a study whose storage file was deleted): the
+        trials would run as jobs numbered after them, trial 0 as job 1, their folders no
+        longer their numbers. Running trial 0 in a stray ``0/`` instead would continue
+        another run's checkpoint (``resume=auto``) and report its metrics as the trial's.
+
+        Raises:
+            UserError: the sweep directory holds a job folder that no trial ran.
+        """
+        stray = sorted(set(_job_folders(self.sweep_dir)) - self._recorded_jobs(storage))
+        if not stray:
+            return
+        them, s = ("them", "s") if len(stray) > 1 else ("it", "")
+        raise UserError(
+            f"hydra.sweep.dir={self.sweep_dir} holds job folder{s} {_spans(stray)} that no "
+            f"trial of {self.storage_url} ran: study {self.study_name}'s trials would run as "
+            f"jobs numbered after {them}, not as their trial numbers. Move {them} out of "
+            f"{self.sweep_dir}, or give the search another hydra.sweep.dir."
+        )
+
+    def _recorded_jobs(self, storage: optuna.storages.BaseStorage) -> set[int]:
+        """The job numbers that the trials of every study in ``storage`` ran in this sweep
+        directory (:meth:`_is_mine`): a second study there keeps clear of the first's."""
+        jobs: set[int] = set()
+        for frozen in storage.get_all_studies():
+            study_id = storage.get_study_id_from_name(frozen.study_name)
+            for trial in storage.get_all_trials(study_id, deepcopy=False):
+                if JOB_ATTR in trial.user_attrs and self._is_mine(trial):
+                    jobs.add(int(trial.user_attrs[JOB_ATTR]))
+        return jobs
 
     def _check_same_metric(self, study: optuna.Study) -> None:
         """Record, in a new study, its objective (``optimized_metric``); in a continued one,
