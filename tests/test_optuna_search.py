@@ -766,26 +766,33 @@ def test_building_brute_force_sampler_warns_nothing():
     assert [str(w.message) for w in caught] == []
 
 
-def test_a_tolerated_failure_of_a_bug_fails_the_search(tmp_path):
+def test_a_tolerated_failure_of_a_bug_ends_the_search_after_its_batch(tmp_path):
     """A trial that failed of a bug, within max_failure_rate, was listed after the comparison
-    of a search that exited 0. Now the list's first line says so, and the search ends with
-    the bug's traceback and exit status 1."""
+    of a search that exited 0; then the search failed with the bug's traceback, but only
+    once it had run its further batches. Now it ends after the bug's batch: the comparison
+    of the trial that finished, the list, whose first line says so, the traceback and exit
+    status 1. Brute force with seed 0 asks model.k=3 (the bug's) and 4 first, 2 after them."""
     sweep = tmp_path / "sweep"
     proc = train_py(
         tmp_path, "-m", *ONE_EPOCH, "hydra/sweeper=optuna",
         "hydra.sweeper.sampler._target_=optuna.samplers.BruteForceSampler",
-        "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2", "model.k=choice(2,3)",
-        "hydra.sweeper.max_failure_rate=0.5", f"hydra.sweep.dir={sweep}",
+        "hydra.sweeper.sampler.seed=0", "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=2",
+        "model.k=choice(2,3,4)", "hydra.sweeper.max_failure_rate=0.5", f"hydra.sweep.dir={sweep}",
         "+callbacks.bug._target_=tests.kill_callback.BugAtValue",
         "+callbacks.bug.value=${model.k}", "+callbacks.bug.fails_at=3",
     )  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
-    (bad,) = [t for t in load(sweep).get_trials() if t.params["model.k"] == 3]
+    trials = load(sweep).get_trials()
+    assert sorted(t.params["model.k"] for t in trials) == [3, 4], "no batch after the bug's"
+    assert sorted(p.name for p in sweep.iterdir() if p.name.isdigit()) == ["0", "1"]
+    (bad,) = [t for t in trials if t.params["model.k"] == 3]
+    assert bad.state == TrialState.FAIL
     head = (
         "1 of 2 jobs of the sweep failed, tolerated by hydra.sweeper.max_failure_rate=0.5 (the "
         f"share of a batch that may fail), but trial {bad.number} failed of a bug, which no "
-        "rate tolerates: the search fails with its error (below) and exit status 1:"
+        "rate tolerates: the search ended after its batch and fails with its error (below) "
+        "and exit status 1:"
     )
     lines = out.splitlines()
     (start,) = [i for i, line in enumerate(lines) if line.endswith(head)]

@@ -130,6 +130,7 @@ class OptunaSearch(Sweeper):
         self.launched = 0  # jobs this command launched
         self.in_flight: Sequence[Job] = []  # the jobs launched and not yet returned
         self.failures_end_it = False  # a batch failed more than max_failure_rate
+        self.bug_ends_it = False  # a trial failed of a bug, which no rate tolerates
         self.space_tried = False  # the sampler has no point of the search space left
         self.repeats_in_a_row = 0  # trials drawing a tried point since one drew a new one
         # the draws of tried points not yet logged: (trial, the trial it repeats, its point)
@@ -256,9 +257,11 @@ class OptunaSearch(Sweeper):
             raise self._tolerated_ending()  # after the comparison, which Hydra would repeat
 
     def _over(self) -> bool:
-        """No further batch: the search got a signal, a batch failed, or the sampler has
-        no point of the search space left to try."""
-        return self._stopped() or self.failures_end_it or self.space_tried or self._settled()
+        """No further batch: the search got a signal, a batch failed (more than
+        ``max_failure_rate``, or a trial of a bug), or the sampler has no point of the
+        search space left to try."""
+        ended = self.failures_end_it or self.bug_ends_it
+        return self._stopped() or ended or self.space_tried or self._settled()
 
     def _settled(self) -> bool:
         """The sampler drew :data:`REPEATS_ENDING` tried points in a row."""
@@ -321,7 +324,7 @@ class OptunaSearch(Sweeper):
         to go on with: a search would else end well with trials that a mended program runs."""
         rate = f"hydra.sweeper.max_failure_rate={self.max_failure_rate:g}"
         lines = "\n  ".join(self._failed_lines())
-        bugs = [(job, error) for job, error in self.failed if not isinstance(error, UserError)]
+        bugs = [(job, error) for job, error in self.failed if _is_bug(error)]
         head = (
             f"{len(self.failed)} of {self.launched} jobs of the sweep failed, tolerated by "
             f"{rate} (the share of a batch that may fail)"
@@ -331,8 +334,8 @@ class OptunaSearch(Sweeper):
             return SystemExit(0)
         trials = ", ".join(str(job.trial) for job, _ in bugs)
         log.error(
-            "%s, but trial%s %s failed of a bug, which no rate tolerates: the search fails with "
-            "its error (below) and exit status 1:\n  %s",
+            "%s, but trial%s %s failed of a bug, which no rate tolerates: the search ended after "
+            "its batch and fails with its error (below) and exit status 1:\n  %s",
             head, "s" * (len(bugs) > 1), trials, lines,
         )  # fmt: skip
         return bugs[0][1]
@@ -633,7 +636,9 @@ class OptunaSearch(Sweeper):
         """Launch ``jobs`` (one batch: one launcher call per run of consecutive job numbers,
         which is all of them but where a continued search runs scattered ones again) and
         tell the study their results. A batch of which more than ``max_failure_rate``
-        failed ends the search (:meth:`_over`)."""
+        failed ends the search (:meth:`_over`), and so does one with a trial that failed of
+        a bug: the trials after it would run the same program, and the search ends with
+        the bug's traceback anyway (:meth:`_tolerated_ending`)."""
         assert self.launcher is not None
         for run in _consecutive(jobs):
             overrides = [self._overrides(job) for job in run]
@@ -665,11 +670,16 @@ class OptunaSearch(Sweeper):
             if self._stopped():
                 return  # the stopped trials are reported as such, not as failures
             interrupted = {job.trial for job, _ in self.interrupted}
-            for job, ret in failed:
-                if job.trial not in interrupted:
-                    self._record_failure(job, ret)
+            errors = [
+                self._record_failure(job, ret)
+                for job, ret in failed
+                if job.trial not in interrupted
+            ]
             if failed and len(failed) / len(run) > self.max_failure_rate:
                 self.failures_end_it = True
+                return
+            if any(_is_bug(error) for error in errors):
+                self.bug_ends_it = True
                 return
 
     def _overrides(self, job: Job) -> list[str]:
@@ -717,9 +727,9 @@ class OptunaSearch(Sweeper):
         log.log(level, "Trial %d (job %d): objective %s.", job.trial, job.number, value)
         return True
 
-    def _record_failure(self, job: Job, ret: JobReturn) -> None:
+    def _record_failure(self, job: Job, ret: JobReturn) -> BaseException:
         """Keep a failed trial's error for the report, and append it to the job's log, which
-        the report names (Hydra logs nothing of a job's exception)."""
+        the report names (Hydra logs nothing of a job's exception). Returns the error."""
         error = ret._return_value if ret.status == JobStatus.FAILED else None
         if not isinstance(error, BaseException):
             error = UserError(
@@ -728,6 +738,7 @@ class OptunaSearch(Sweeper):
             )
         self.failed.append((job, error))
         error_into_log(self._log_path(job), error, __name__)
+        return error
 
     def _run_dir(self, job: Job) -> Path:
         return self.sweep_dir / str(job.number)
@@ -1149,6 +1160,13 @@ def _failure_rate(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
         raise UserError(f"hydra.sweeper.max_failure_rate={value} must be between 0 and 1.")
     return float(value)
+
+
+def _is_bug(error: BaseException) -> bool:
+    """Whether a trial failed of a bug, which no ``max_failure_rate`` tolerates: of an error
+    that is no :class:`~cloudlstm.errors.UserError` (the error of a bad setting, or of a
+    machine's fault such as a full disk or no memory left)."""
+    return not isinstance(error, UserError)
 
 
 def _n_counted(study: optuna.Study) -> int:
