@@ -394,3 +394,41 @@ def test_data_sets_sort_numbers_by_size(tmp_path, capsys):
     assert code == 0
     rows = list(csv.DictReader(io.StringIO(out)))
     assert [row["data.output_steps"] for row in rows] == ["3", "6", "12"]
+
+
+def test_runs_that_differ_only_in_a_limit_that_scored_the_same_windows_are_one_row(
+    tested_run, tmp_path, capsys
+):
+    """Without --by, a whole-number test limit that differs between two runs of one model
+    was a setting of its own, which split them into two rows of one data set: 3 and 4
+    batches that scored the same 24 windows (the 4th batch without an observed target), or
+    a limit above the test's batches and none (every window). They are one row of 2
+    seeds; of one seed, one run counted twice, as copies are. Runs that scored other
+    windows stay apart."""
+    run, every = tested_run
+    copy_of(run, tmp_path / "of_3", 0, processes=1, limit=3, windows=24)
+    copy_of(run, tmp_path / "of_4", 1, processes=1, limit=4, windows=24)
+    assert [(g.data, len(g.runs)) for g in group_runs(find_runs([tmp_path]))] == [("synthetic", 2)]
+    copy_of(run, tmp_path / "above", 2, processes=1, windows=every)  # the limit of 10
+    copy_of(run, tmp_path / "none", 3, processes=1, limit=1.0, windows=every)
+    copy_of(run, tmp_path / "of_2", 4, processes=1, limit=2, windows=16)
+    groups = group_runs(find_runs([tmp_path]))
+    assert sorted((g.data, len(g.runs)) for g in groups) == [
+        ("synthetic", 2),
+        ("synthetic windows=16", 1),
+        ("synthetic windows=24", 2),
+    ]
+    shutil.rmtree(tmp_path / "of_2")
+    with_settings(tmp_path / "of_4", seed=0)
+    with_settings(tmp_path / "none", seed=2)
+    code, out, err = run_main(capsys, tmp_path, "--metrics", "mae", "--format", "csv")
+    assert code == 0
+    assert [(row["windows"], row["n"]) for row in csv.DictReader(io.StringIO(out))] == [
+        ("", "1"),
+        ("24", "1"),
+    ]
+    assert err[0] == (
+        "compare: warning: none has the settings and seed (2) of above: a copy or a rerun, "
+        "one sample, so it is left out, not counted as another seed (1 more such run(s) "
+        "left out); remove it, or give it a seed of its own"
+    )

@@ -218,6 +218,21 @@ def row_value(run: Run, key: str) -> str:
     return as_tested(run.value)(key)
 
 
+def setting_value(run: Run, key: str) -> str:
+    """``run``'s value of the setting ``key`` as rows and samples of one setting compare it
+    (:meth:`Run.value`), but of ``trainer.limit_test_batches``, which changes only what the
+    test scores: empty where the test scored every window (:func:`as_tested`, and for the
+    default 1.0) or where the windows it scored tell its data set (:func:`_by_windows`), as
+    they then tell its rows apart in the limit's place (3 batches of 8 and 4 that scored the
+    same 24 windows are one setting)."""
+    if key != TEST_LIMIT_KEY:
+        return run.value(key)
+    tested = as_tested(run.value)
+    if _by_windows(tested) or tested(key) in ALL_TEST_BATCHES:
+        return ""
+    return tested(key)
+
+
 def all_told_apart(runs: Sequence[Run]) -> list[str]:
     """The keys :func:`told_apart` finds for any data's name, each once."""
     return sorted(set().union(*told_apart(runs).values()))

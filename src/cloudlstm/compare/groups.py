@@ -11,7 +11,7 @@ import numpy as np
 from cloudlstm.compare import datasets
 from cloudlstm.compare.cells import Stat
 from cloudlstm.compare.runs import NO_CONFIG_KEY, QUANTILES_KEY, RUN_KEYS, CompareError, Run
-from cloudlstm.compare.settings import VALUES_DIGEST_KEY, is_setting, other_data
+from cloudlstm.compare.settings import VALUES_DIGEST_KEY, WINDOWS_KEY, is_setting, other_data
 
 # Hint of an unknown --by key: at most this many names.
 MAX_NAMES = 10
@@ -141,7 +141,8 @@ def group_runs(runs: Sequence[Run], by: Sequence[str] | None = None) -> list[Gro
     # a key there only for the data sets splits rows as it tells them apart: 3 test batches
     # of 8 and 6 of 4 are one data set of 24 windows, and one row of --by model
     own = _varying_in_pairs(runs) if by is None else set(by)
-    parts = _partition(runs, keys, data_only=set(datasets.all_told_apart(runs)) - own)
+    data_only = set(datasets.all_told_apart(runs)) - own
+    parts = _partition(runs, keys, data_only, as_settings=by is None)
     rows = [dict(zip(keys, values, strict=True)) for values in parts]
     return [
         Group(row, members, told, tuple(data_keys[row["data"]]))
@@ -176,7 +177,9 @@ def one_run_per_seed(runs: Sequence[Run]) -> tuple[list[Run], list[tuple[Run, Ru
     ``n`` one too many and the spread too small (0 for a copy). So are two of eval.py's
     re-tests of one training run (its settings and seed) with the same checkpoint and
     overrides (their :data:`~cloudlstm.compare.runs.EVALUATION_KEY`, a setting): the same
-    command run twice. The first by path is kept. Runs without a ``config.yaml`` or a seed
+    command run twice. Settings compare as rows do (:func:`datasets.setting_value`): tests
+    limited to other numbers of batches that scored the same windows are one sample. The
+    first by path is kept. Runs without a ``config.yaml`` or a seed
     are left as they are.
     """
     kept: list[Run] = []
@@ -187,8 +190,9 @@ def one_run_per_seed(runs: Sequence[Run]) -> tuple[list[Run], list[tuple[Run, Ru
             kept.append(run)
             continue
         settings = (k for k in run.keys if is_setting(k) and k != VALUES_DIGEST_KEY)
-        key = tuple(sorted((k, run.value(k)) for k in settings))
-        key += run.sample()
+        key = tuple(sorted((k, datasets.setting_value(run, k)) for k in settings))
+        # the windows scored, which tell a limited test's samples apart in the limit's place
+        key += ((WINDOWS_KEY, datasets.row_value(run, WINDOWS_KEY)), *run.sample())
         earlier = first.get(key)
         if earlier is not None and not other_data(
             run.value(VALUES_DIGEST_KEY), earlier.value(VALUES_DIGEST_KEY)
@@ -229,9 +233,11 @@ def varying_keys(runs: Sequence[Run]) -> list[str]:
 
 
 def _differs(key: str, runs: Sequence[Run]) -> bool:
-    """Whether ``key`` has two values among ``runs``; the data's digest only where two runs
-    that recorded one differ (a run from before it was recorded shares any run's data)."""
-    values = {run.value(key) for run in runs}
+    """Whether ``key`` has two values among ``runs`` (as settings,
+    :func:`datasets.setting_value`: a test limit that scored the same windows as another is
+    none); the data's digest only where two runs that recorded one differ (a run from
+    before it was recorded shares any run's data)."""
+    values = {datasets.setting_value(run, key) for run in runs}
     if key == VALUES_DIGEST_KEY:
         values.discard("")
     return len(values) > 1
@@ -404,12 +410,24 @@ def _key_hint(key: str, runs: Sequence[Run], valid: set[str]) -> str:
 
 
 def _partition(
-    runs: Sequence[Run], keys: Sequence[str], data_only: Collection[str] = ()
+    runs: Sequence[Run],
+    keys: Sequence[str],
+    data_only: Collection[str] = (),
+    as_settings: bool = False,
 ) -> dict[tuple[str, ...], list[Run]]:
     """``runs`` by their values of ``keys``; of those in ``data_only``, which are there to
-    tell data sets apart, the values that tell them (:func:`datasets.row_value`)."""
+    tell data sets apart, the values that tell them (:func:`datasets.row_value`); of the
+    others, with ``as_settings`` (the keys found to differ, not those --by names), their
+    values as settings compare them (:func:`datasets.setting_value`)."""
     parts: dict[tuple[str, ...], list[Run]] = {}
     for run in runs:
-        values = (datasets.row_value(run, k) if k in data_only else run.value(k) for k in keys)
+        values = (_part_value(run, k, data_only, as_settings) for k in keys)
         parts.setdefault(tuple(values), []).append(run)
     return parts
+
+
+def _part_value(run: Run, key: str, data_only: Collection[str], as_settings: bool) -> str:
+    """``run``'s value of ``key`` as :func:`_partition` splits runs by it."""
+    if key in data_only:
+        return datasets.row_value(run, key)
+    return datasets.setting_value(run, key) if as_settings else run.value(key)
