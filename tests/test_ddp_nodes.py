@@ -192,6 +192,24 @@ def test_a_launch_among_several_processes_is_recognised(environ, argv, started):
         check_shared_run_dir(["train.py", "-m", *argv], environ)  # a sweep: its launcher's
 
 
+def test_the_nodes_of_the_command_line_are_read_as_the_trainer_reads_them(monkeypatch):
+    """trainer.num_nodes on the command line was read from its text: ``01`` (text to Hydra,
+    which the Trainer refuses) as 1 node, and an interpolation as 1 node, whatever it gave.
+    Now as the Trainer's (user_nodes): the text refused in its line, an interpolation
+    that needs nothing of the config resolved, one that reads the config left to it."""
+    monkeypatch.setenv("CLOUDLSTM_NODES", "2")
+    argv = ["train.py", "trainer.num_nodes='${oc.decode:${oc.env:CLOUDLSTM_NODES}}'"]
+    assert launched_processes({}, argv) == "one of the nodes of trainer.num_nodes=2"
+    for given in ("01", "'2'", "${oc.env:CLOUDLSTM_NODES}", "0"):
+        with pytest.raises(UserError, match=r"^trainer\.num_nodes=.*: give a whole number"):
+            launched_processes({}, ["train.py", f"trainer.num_nodes={given}"])
+    # the last override counts, as Hydra's; ones that read the config are read as it starts
+    assert (
+        launched_processes({}, ["train.py", "trainer.num_nodes=2", "trainer.num_nodes=1"]) is None
+    )
+    assert launched_processes({}, ["train.py", "trainer.num_nodes=${trainer.devices}"]) is None
+
+
 @pytest.mark.parametrize(
     ("environ", "refused"),
     [

@@ -14,6 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from cloudlstm.assembly.devices import user_nodes
 from cloudlstm.cli.invoked import multirun_flagged, this_program
 from cloudlstm.errors import UserError
 
@@ -34,8 +40,7 @@ def launched_processes(environ: Mapping[str, str], argv: Sequence[str]) -> str |
         return f"one of {tasks} SLURM tasks (SLURM_NTASKS={tasks})"
     if "NODE_RANK" in environ:
         return f"node {environ['NODE_RANK']} of a multi-node run (NODE_RANK)"
-    given = [a.partition("=")[2] for a in argv[1:] if _key(a) == "trainer.num_nodes"]
-    nodes = max((_int(value) for value in given), default=1)
+    nodes = _nodes_given(argv)
     if nodes > 1:
         return f"one of the nodes of trainer.num_nodes={nodes}"
     return None
@@ -59,6 +64,30 @@ def check_shared_run_dir(argv: Sequence[str], environ: Mapping[str, str]) -> Non
         "own (named by the time it started): give them one, hydra.run.dir=<dir>, the same "
         "for every process."
     )
+
+
+def _nodes_given(argv: Sequence[str]) -> int:
+    """``trainer.num_nodes`` as the command's last override of it sets it, read as the
+    Trainer's is (:func:`~cloudlstm.assembly.devices.user_nodes`): its text as Hydra reads
+    it (``01`` and ``'2'`` are text, which Lightning refuses), an interpolation resolved
+    where it needs nothing of the config (``${oc.env:NODES}``). 1 where no override sets
+    it, or where Hydra will refuse the override or its interpolation reads the config,
+    which is not composed yet: the composed config's value is read as the Trainer starts.
+
+    Raises:
+        UserError: the value is no whole number of nodes >= 1, in one line.
+    """
+    overrides = [a for a in argv[1:] if _key(a) == "trainer.num_nodes"]
+    if not overrides:
+        return 1
+    try:
+        override = OverridesParser.create().parse_override(overrides[-1])
+        if override.is_delete():
+            return 1
+        value = OmegaConf.create({"nodes": override.value()}).nodes
+    except (HydraException, OmegaConfBaseException):
+        return 1
+    return user_nodes(value)
 
 
 def _key(arg: str) -> str:
