@@ -772,6 +772,26 @@ def test_a_ddp_run_evaluated_on_one_device_sets_up_no_process_group(cloud_run, t
     assert metrics(second)["test"] == metrics(first)["test"]
 
 
+def test_devices_the_cpu_refuses_of_a_ddp_run_are_refused_before_the_one_process_rule(
+    cloud_run, tmp_path
+):
+    """The rule that tests a DDP run in one process read ``trainer.devices=-1`` on the CPU
+    as one device and said it tested alone, then the Trainer check refused -1: two lines.
+    The refusal comes first, alone."""
+    run = tmp_path / "ddp_run"
+    shutil.copytree(cloud_run, run, ignore=shutil.ignore_patterns("eval"))
+    config = OmegaConf.load(run / "config.yaml")
+    config.trainer.strategy, config.trainer.devices = "ddp", 2
+    OmegaConf.save(config, run / "config.yaml")
+    proc = run_eval(f"run={run}", "trainer=cpu", "trainer.devices=-1")
+    assert one_line(proc) == (
+        "trainer.devices=-1: every GPU, which Lightning takes on GPUs alone, but the Trainer "
+        "runs on the CPU (trainer.accelerator=cpu): give a number of CPU processes, e.g. "
+        "trainer.devices=1."
+    )
+    assert "this process alone" not in proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize("devices", ["[0]", "'0,'"])
 def test_device_indices_on_the_cpu_are_one_line(cloud_run, devices):
     """Lightning refuses device indices on the CPU in a TypeError, which Hydra printed in

@@ -264,7 +264,7 @@ def check_trainer_settings(trainer: DictConfig | None) -> None:
             "within each epoch with trainer.check_val_every_n_epoch=1."
         )
     if trainer.get("devices") is not None:  # Lightning's lines name no way out
-        _check_devices(trainer)
+        check_devices(trainer)
     _check_minimum_below_maximum(trainer)
     check_nodes_started(trainer, os.environ)
     with _lightning_quiet():
@@ -279,10 +279,14 @@ def check_trainer_settings(trainer: DictConfig | None) -> None:
         )
 
 
-def _check_devices(trainer: Mapping[str, Any]) -> None:
+def check_devices(trainer: Mapping[str, Any]) -> None:
     """Refuse a ``trainer.devices`` that names no device, or that Lightning refuses on the
     accelerator the Trainer runs on: on the CPU a number of processes alone
-    (:func:`~cloudlstm.assembly.devices.user_cpu_devices`)."""
+    (:func:`~cloudlstm.assembly.devices.user_cpu_devices`).
+
+    Raises:
+        UserError: one line naming the value and what to give.
+    """
     devices, cpu = trainer["devices"], _cpu_accelerator(trainer)
     if cpu is None:
         user_devices(devices)

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, open_dict
 
 from cloudlstm.assembly.assemble import assemble
 from cloudlstm.assembly.batch_limits import processes
-from cloudlstm.assembly.build import check_process_settings, configure_process
+from cloudlstm.assembly.build import check_devices, check_process_settings, configure_process
 from cloudlstm.assembly.evaluated_data import (
     check_same_file,
     check_same_units,
@@ -159,13 +159,18 @@ def _one_process_without_ddp(cfg: DictConfig) -> None:
     (torchrun, SLURM tasks), are left as they are.
 
     Raises:
-        UserError: ``trainer.devices`` or ``trainer.num_nodes`` is a value Lightning refuses.
+        UserError: ``trainer.devices`` or ``trainer.num_nodes`` is a value Lightning refuses
+            (on the CPU device indices and -1, as the Trainer check refuses them).
     """
     trainer = cfg.get("trainer") or {}
     strategy = trainer.get("strategy")
     named = any(o.lstrip("+~").startswith("trainer.strategy=") for o in _overrides())
     if not (isinstance(strategy, str) and strategy.startswith("ddp")) or named:
         return
+    if trainer.get("devices") is not None:
+        # the Trainer check's refusal first, alone: the count below reads -1 on the CPU,
+        # which that check refuses, as one device, and would say it tests alone
+        check_devices(trainer)
     if processes(trainer) > 1 or launched_processes(os.environ, []) is not None:
         return
     log.info(
