@@ -10,13 +10,20 @@ import sys
 
 import pytest
 import torch
+from lightning.fabric.accelerators import XLAAccelerator
 from omegaconf import OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
 from cloudlstm.assembly.batch_limits import processes
-from cloudlstm.assembly.build import check_nodes_started, check_trainer_settings
+from cloudlstm.assembly.build import check_devices, check_nodes_started, check_trainer_settings
 from cloudlstm.assembly.compile import run_device
-from cloudlstm.assembly.devices import named_devices, named_nodes, user_cpu_devices
+from cloudlstm.assembly.devices import (
+    auto_accelerator,
+    named_devices,
+    named_nodes,
+    user_cpu_devices,
+)
+from cloudlstm.assembly.memory_fit import trains_on_cpu
 from cloudlstm.errors import UserError
 from cloudlstm.models.capture import RunDevice
 
@@ -110,6 +117,28 @@ def test_device_indices_are_refused_where_auto_is_the_cpu():
     with pytest.raises(UserError) as refused:
         check_trainer_settings(trainer)
     assert "(trainer.accelerator=auto, and torch sees no GPU)" in str(refused.value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="auto is the CPU where torch sees no GPU")
+def test_auto_is_read_as_lightning_picks_it_a_tpu_first(monkeypatch):
+    """Lightning's accelerator=auto takes a TPU where one is there, before any GPU; the
+    readings of auto took the CPU wherever torch saw no GPU: device indices refused as on
+    the CPU, every device counted as one process, and training in host memory. No TPU is
+    here: Lightning's own check of one is made to find eight cores."""
+    trainer = {"accelerator": "auto", "devices": "auto"}
+    cfg = OmegaConf.create({"train": True, "test": True, "trainer": trainer})
+    assert auto_accelerator() == "cpu"
+    assert run_device(trainer) == RunDevice(False, 1)
+    assert trains_on_cpu(cfg)
+    with pytest.raises(UserError, match="trainer.accelerator=auto, and torch sees no GPU"):
+        check_devices({**trainer, "devices": [0]})
+    monkeypatch.setattr(XLAAccelerator, "is_available", staticmethod(lambda: True))
+    monkeypatch.setattr(XLAAccelerator, "auto_device_count", staticmethod(lambda: 8))
+    assert auto_accelerator() == "tpu"
+    assert run_device(trainer) == RunDevice(False, 8)
+    assert run_device({**trainer, "accelerator": "tpu", "num_nodes": 2}) == RunDevice(False, 16)
+    assert not trains_on_cpu(cfg)
+    check_devices({**trainer, "devices": [0]})  # Lightning's TPU takes one core's index
 
 
 def test_every_device_is_counted_on_the_machine():

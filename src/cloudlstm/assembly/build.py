@@ -20,7 +20,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from cloudlstm.assembly.batch_limits import processes
 from cloudlstm.assembly.compile import compile_for_run
 from cloudlstm.assembly.config import instantiate_group, user_errors_unwrapped
-from cloudlstm.assembly.devices import user_cpu_devices, user_devices, user_nodes
+from cloudlstm.assembly.devices import auto_accelerator, user_cpu_devices, user_devices, user_nodes
 from cloudlstm.assembly.source_options import check_read_source_options
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.declared_metrics import monitor_mode
@@ -296,13 +296,12 @@ def check_devices(trainer: Mapping[str, Any]) -> None:
 
 def _cpu_accelerator(trainer: Mapping[str, Any]) -> str | None:
     """How ``trainer.accelerator`` comes to mean the CPU, for a line, or None for another
-    accelerator: ``cpu``, or ``auto`` where Lightning finds no GPU (neither CUDA nor Apple's,
-    the two it looks for before the CPU)."""
+    accelerator: ``cpu``, or ``auto`` where Lightning picks the CPU, finding neither a TPU
+    nor a GPU (:func:`~cloudlstm.assembly.devices.auto_accelerator`)."""
     accelerator = str(trainer.get("accelerator", "auto")).lower()
     if accelerator == "cpu":
         return "trainer.accelerator=cpu"
-    gpu = torch.cuda.is_available() or torch.backends.mps.is_available()
-    if accelerator == "auto" and not gpu:
+    if accelerator == "auto" and auto_accelerator() == "cpu":
         return "trainer.accelerator=auto, and torch sees no GPU"
     return None
 

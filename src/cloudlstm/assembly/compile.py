@@ -9,7 +9,7 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from cloudlstm.assembly.devices import user_devices, user_nodes
+from cloudlstm.assembly.devices import auto_accelerator, user_devices, user_nodes
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.models.capture import AUTO, RunDevice, auto_compile
 
@@ -18,23 +18,39 @@ log = logging.getLogger(__name__)
 
 def run_device(trainer: DictConfig | dict[str, Any]) -> RunDevice:
     """Where the Trainer of ``trainer`` (the ``trainer`` config) trains: on CUDA with
-    ``accelerator`` gpu or cuda (or auto with a GPU visible), on ``devices`` x ``num_nodes``
+    ``accelerator`` gpu or cuda (or auto where Lightning picks CUDA,
+    :func:`~cloudlstm.assembly.devices.auto_accelerator`), on ``devices`` x ``num_nodes``
     devices (:func:`~cloudlstm.assembly.devices.named_devices` and
-    :func:`~cloudlstm.assembly.devices.named_nodes`; ``auto``: every visible GPU, one on
-    the CPU; -1: every visible GPU, and on the CPU, which refuses it before a Trainer is
-    built (:func:`~cloudlstm.assembly.build.check_trainer_settings`), one).
+    :func:`~cloudlstm.assembly.devices.named_nodes`; ``auto``: every visible GPU, every
+    TPU core of a TPU run, one on the CPU; -1: every visible GPU, and on the CPU, which
+    refuses it before a Trainer is built
+    (:func:`~cloudlstm.assembly.build.check_trainer_settings`), one).
 
     Raises:
         UserError: ``devices`` names no device or is of no form Lightning takes, or
             ``num_nodes`` is no whole number >= 1.
     """
     accelerator = str(trainer.get("accelerator", "auto")).lower()
-    cuda = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    if accelerator == "auto":
+        accelerator = auto_accelerator()
+    cuda = accelerator in ("gpu", "cuda")
     count = user_devices(trainer.get("devices", "auto"))
     nodes = user_nodes(trainer.get("num_nodes", 1))
     if count is None:  # every device of this machine
-        count = max(torch.cuda.device_count(), 1) if cuda else 1
+        count = max(_every_device(accelerator, cuda), 1)
     return RunDevice(cuda=cuda, devices=count * nodes)
+
+
+def _every_device(accelerator: str, cuda: bool) -> int:
+    """How many devices ``auto`` (or -1) takes on ``accelerator`` here, as Lightning counts
+    them: every visible GPU, every TPU core; 0 on the CPU (one process)."""
+    if cuda:
+        return torch.cuda.device_count()
+    if accelerator == "tpu":
+        from lightning.fabric.accelerators import XLAAccelerator
+
+        return XLAAccelerator.auto_device_count()
+    return 0
 
 
 def compile_for_run(

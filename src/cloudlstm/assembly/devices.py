@@ -2,11 +2,12 @@
 how many devices the first names, or that it takes every device of the machine that runs
 it, which only that machine can count; how many nodes the second.
 
-One reading for the Trainer's own machine (:func:`cloudlstm.assembly.compile.run_device`,
-which counts the GPUs there, and so for ``eval.py``'s test in one process), for ``compare``,
-which reads the configs of runs that ran elsewhere (:mod:`cloudlstm.compare.runs`), and for
-what ``hydra/launcher=slurm`` asks SLURM for (:func:`slurm_gpus_per_node`, the
-``${gpus_per_node:...}`` of its config).
+``trainer.accelerator=auto`` is read as Lightning picks it (:func:`auto_accelerator`: a TPU
+first, then a GPU, else the CPU). One reading for the Trainer's own machine
+(:func:`cloudlstm.assembly.compile.run_device`, which counts the GPUs there, and so for
+``eval.py``'s test in one process), for ``compare``, which reads the configs of runs that
+ran elsewhere (:mod:`cloudlstm.compare.runs`), and for what ``hydra/launcher=slurm`` asks
+SLURM for (:func:`slurm_gpus_per_node`, the ``${gpus_per_node:...}`` of its config).
 """
 
 from __future__ import annotations
@@ -24,6 +25,20 @@ DEVICES_WANTED = "a number >= 1, -1 or auto (all there are), or a list of device
 NOT_DEVICES = "no number of devices, nor a list of device indices"
 # What trainer.num_nodes may be: Lightning takes an int of 1 or more, and no text
 NODES_WANTED = "a whole number of nodes >= 1"
+
+
+def auto_accelerator() -> str:
+    """What Lightning's ``trainer.accelerator=auto`` runs on here: ``tpu``, ``mps``, ``cuda``
+    or ``cpu``, the first its accelerators find available in its own order (an XLA device,
+    then Apple's GPU, then CUDA), so that every reading of ``auto`` here (the CPU's
+    device checks, the devices a run counts, whether it trains in host memory) is the
+    Trainer's choice. Lightning is imported here alone: compare reads configs without it."""
+    from lightning.fabric.accelerators import CUDAAccelerator, MPSAccelerator, XLAAccelerator
+
+    for accelerator in (XLAAccelerator, MPSAccelerator, CUDAAccelerator):
+        if accelerator.is_available():
+            return accelerator.name()
+    return "cpu"
 
 
 def named_devices(devices: Any) -> int | None:

@@ -20,6 +20,7 @@ import torch
 from omegaconf import DictConfig
 
 from cloudlstm.assembly.batch_limits import splits_run
+from cloudlstm.assembly.devices import auto_accelerator
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import OutOfMemoryError, memory_info, process_limit, readable_size
 from cloudlstm.models.build import build_model
@@ -114,12 +115,11 @@ def _address_space_room() -> int | None:
 
 def trains_on_cpu(cfg: DictConfig) -> bool:
     """Whether the job ``cfg`` trains, on the CPU (``trainer.accelerator`` cpu, or auto
-    where torch sees no GPU)."""
+    where Lightning picks the CPU: :func:`~cloudlstm.assembly.devices.auto_accelerator`)."""
     if "train" not in splits_run(cfg):  # an evaluation, or train=false
         return False
     accelerator = str((cfg.get("trainer") or {}).get("accelerator", "auto")).lower()
-    gpu_here = torch.cuda.is_available() or torch.backends.mps.is_available()
-    return accelerator == "cpu" or (accelerator == "auto" and not gpu_here)
+    return accelerator == "cpu" or (accelerator == "auto" and auto_accelerator() == "cpu")
 
 
 def check_model_fits(
