@@ -120,7 +120,12 @@ def as_tested(value: Callable[[str], str]) -> Callable[[str], str]:
     """A run's values (``value``) as its test scored: one that a limit of test batches left
     every window of the test part reads as a test without a limit, whatever the limit (3
     batches of 8 of a part of 20 windows), so that it shares its data set with such a test.
-    A run that records no window count of its test part keeps its limit."""
+    A run that records no window count of its test part keeps its limit. So does one whose
+    test part holds windows without an observed target: the windows scored count only
+    those with one (``test.num_instances``), the part's count every window
+    (``data.windows.test``, cut from the split's steps before any target is read), and no
+    count of the part's observed windows is recorded to tell a test that scored all of
+    them from one that stopped short of the last."""
     scored, held = value(WINDOWS_KEY), value(TEST_PART_WINDOWS_KEY)
     if not scored or scored != held or value(TEST_LIMIT_KEY) in ALL_TEST_BATCHES:
         return value
