@@ -19,7 +19,6 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cloudlstm.assembly.build import instantiate_datamodule
-from cloudlstm.assembly.source_options import check_read_source_options
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.sources.beijing import STATION_POSITIONS, BeijingSource
 from cloudlstm.data.sources.times import TIMES_ZONED_KEY
@@ -532,14 +531,31 @@ def test_a_url_without_a_download_is_refused_in_one_line(tmp_path, data):
 
 
 def test_a_url_at_its_default_or_with_a_download_is_not_refused(tmp_path):
-    """The config's own url is no user's setting: it is never null, so the command's
-    overrides tell a url given from it, as they tell data=mobile's options."""
+    """The config's own url is no user's setting; another one is what a download fetches."""
     default = OmegaConf.load(ROOT / "conf" / "data" / "beijing.yaml").source.url
     for job in (
         [f"data.source.url={default}"],
         ["data.source.url=https://example.org/other.zip", "data.source.download=true"],
     ):
-        check_read_source_options(compose_train(tmp_path, ["data=beijing", *job]).data)
+        instantiate_datamodule(compose_train(tmp_path, ["data=beijing", *job]))
+
+
+@pytest.mark.parametrize("source", [BeijingSource, UrbanAirSource])
+def test_a_url_without_a_download_is_refused_wherever_it_comes_from(tmp_path, source):
+    """A url that an experiment's config or a source built in Python sets, not the command,
+    was ignored without a word: only the command's was refused."""
+    url = "https://example.org/other.zip"
+    refusal = (
+        rf"^data\.source\.url={re.escape(url)} names the archive .* leave data\.source\.url out\.$"
+    )
+    with pytest.raises(UserError, match=refusal):
+        source(tmp_path, url=url)
+    source(tmp_path, url=url, download=True)
+    data = "beijing" if source is BeijingSource else "airq"
+    cfg = compose_train(tmp_path, [f"data={data}", f"data.source.root={tmp_path}"])
+    cfg.data.source.url = url  # as an experiment's config sets it
+    with pytest.raises(UserError, match=refusal):
+        instantiate_datamodule(cfg)
 
 
 def test_eval_of_a_run_whose_config_holds_download_options(beijing_run, tmp_path):

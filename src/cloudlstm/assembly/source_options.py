@@ -5,44 +5,44 @@ command sets them.
 one (:func:`cloudlstm.data.sources.mobile.mobile_traffic`), and its config holds the options
 of both, so that either can be set. Each source read only those of its own and dropped the
 others without a word: ``data.source.bad_values=warn`` without a file,
-``data.source.num_days=30`` with one, changed nothing. ``data=beijing`` and ``data=airq``
-fetch ``data.source.url`` only with ``data.source.download=true``
-(:func:`cloudlstm.data.sources.download.unread_url`): another url without it was ignored.
+``data.source.num_days=30`` with one, changed nothing.
 
 Only what the command sets (its overrides, a sweep's of the command line included) is
 refused, and only at a value other than the one the data set's config gives
 (``conf/data/<name>.yaml``): every option is in the config at that value, whichever source
-runs (a url is never null), and an experiment's settings and sweep
-(``experiment=paper/mobile``) are the experiment's, not the user's. ``eval.py``'s command
-is its own: a run's saved config.yaml sets nothing.
+runs, and an experiment's settings and sweep (``experiment=paper/mobile``) are the
+experiment's, not the user's. ``eval.py``'s command is its own: a run's saved config.yaml
+sets nothing.
+
+``data=beijing`` and ``data=airq`` fetch ``data.source.url`` only with
+``data.source.download=true``: their sources refuse another url without it, wherever it
+comes from (:func:`cloudlstm.data.sources.download.check_url_read`), but for a run's own url
+that ``eval.py`` reads back from its config.yaml (:func:`saved_url_left_out`).
 """
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Sequence
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
-from cloudlstm.data.sources import beijing, download, mobile, urban_air
+from cloudlstm.data.sources import mobile
 from cloudlstm.errors import UserError
 from cloudlstm.paths import config_dir
 
 SOURCE = "data.source."
 MOBILE_TARGET = f"{mobile.__name__}.{mobile.mobile_traffic.__name__}"
 # each source checked -> the configs (conf/data/<name>.yaml) whose merge gives its defaults
-DEFAULTS = {
-    MOBILE_TARGET: ("points", "mobile"),
-    f"{beijing.__name__}.{beijing.BeijingSource.__name__}": ("beijing",),
-    f"{urban_air.__name__}.{urban_air.UrbanAirSource.__name__}": ("airq",),
-}
+DEFAULTS = {MOBILE_TARGET: ("points", "mobile")}
 
 
 def check_read_source_options(data: DictConfig) -> None:
     """Refuse the options of ``data.source`` that the command sets and its source does not
-    read (none outside a Hydra job): a generator's or a file's options of ``data=mobile``,
-    a url without a download.
+    read (none outside a Hydra job): a generator's or a file's options of ``data=mobile``.
 
     Raises:
         UserError: names each such option as the command sets it, and the way out.
@@ -57,10 +57,7 @@ def check_read_source_options(data: DictConfig) -> None:
         for key, line in _set_by_the_command().items()
         if key in source and _value(source, key) != defaults.get(key, object())
     }
-    if target == MOBILE_TARGET:
-        refusal = mobile.unread_options(source.get("path"), given)
-    else:
-        refusal = download.unread_url(source.get("download"), given)
+    refusal = mobile.unread_options(source.get("path"), given)
     if refusal is not None:
         raise UserError(refusal)
 
@@ -95,3 +92,23 @@ def _value(source: DictConfig, key: str) -> Any:
     """``source[key]`` as plain Python (a list for a ListConfig), resolved."""
     value = source[key]
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def saved_url_left_out(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
+    """``eval.py``'s ``cfg`` (a run's config.yaml under the command's ``overrides``), as a
+    copy without ``data.source.url`` where the url is the run's own and nothing fetches it
+    (``data.source.download`` not true): a run saved before such a url was refused, or one
+    evaluated with ``data.source.download=false``, reads the files that are there, and its
+    source would refuse the url (:func:`cloudlstm.data.sources.download.check_url_read`).
+    A url that the command gives is kept, for the source to refuse; ``cfg`` is not changed.
+    """
+    source = (cfg.get("data") or {}).get("source")
+    if not isinstance(source, DictConfig) or "url" not in source:
+        return cfg
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    if source.get("download") is True or any(o.key_or_group == f"{SOURCE}url" for o in parsed):
+        return cfg
+    kept = copy.deepcopy(cfg)
+    with open_dict(kept):
+        del kept.data.source["url"]
+    return kept

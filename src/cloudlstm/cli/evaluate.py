@@ -36,6 +36,7 @@ from cloudlstm.assembly.evaluated_data import (
     warn_test_seen,
 )
 from cloudlstm.assembly.known_keys import check_known_keys
+from cloudlstm.assembly.source_options import saved_url_left_out
 from cloudlstm.cli.process_group import launched_processes
 from cloudlstm.cli.sigterm_at_start import line_by_file
 from cloudlstm.engine.ddp_launch import ddp_launch_undone
@@ -93,7 +94,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         )
     trained_data = read_data_summary(run)
     try:
-        job = assemble(cfg, output_dir, checkpoint=path, with_loggers=False)
+        built = saved_url_left_out(cfg, _overrides())  # the run's url is not the command's
+        job = assemble(built, output_dir, checkpoint=path, with_loggers=False)
     except MissingFileError as err:
         own = own_file_not_found(trained_data, cfg.data.get("source"), _overrides())
         if own is None:

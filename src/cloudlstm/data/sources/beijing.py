@@ -30,7 +30,7 @@ from cloudlstm.data.cache import CachedSource
 from cloudlstm.data.covariates import COVARIATES_KEY
 from cloudlstm.data.sources.bad_values import RowNames
 from cloudlstm.data.sources.degrees import check_degrees
-from cloudlstm.data.sources.download import check_download, data_folder
+from cloudlstm.data.sources.download import check_download, check_url_read, data_folder
 from cloudlstm.data.sources.tables import (
     build_stream,
     check_columns,
@@ -159,7 +159,8 @@ class BeijingSource(CachedSource):
         url, sha256: the archive (UCI's, :data:`BEIJING_ARCHIVE`) and its optional SHA-256.
 
     Raises:
-        UserError: an unknown ``co_units`` or covariate.
+        UserError: an unknown ``co_units`` or covariate, a ``url`` other than UCI's without
+            ``download`` (:func:`~cloudlstm.data.sources.download.check_url_read`).
 
     Same preprocessing as :class:`~cloudlstm.data.sources.urban_air.UrbanAirSource`: an hourly grid
     from ``year/month/day/hour``, gaps filled from the past (each series holds its last
@@ -202,6 +203,7 @@ class BeijingSource(CachedSource):
         self.stations = None if stations is None else _checked_stations(stations)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else self.root / "cache"
         self.download = check_download(download)
+        check_url_read(str(url), BEIJING_ARCHIVE, self.download)
         self.url = str(url)
         self.sha256 = sha256
 

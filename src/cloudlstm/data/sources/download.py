@@ -13,13 +13,13 @@ import urllib.parse
 import urllib.request
 import zipfile
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from cloudlstm.errors import DownloadError, UserError, out_of_space
 
-__all__ = ["check_download", "data_folder", "download_and_extract", "unread_url"]
+__all__ = ["check_download", "check_url_read", "data_folder", "download_and_extract"]
 
 log = logging.getLogger(__name__)
 
@@ -39,15 +39,21 @@ def check_download(value: Any) -> bool:
     return value
 
 
-def unread_url(download: Any, given: Mapping[str, str]) -> str | None:
-    """The refusal of ``data.source.url`` where ``given`` (``{option: the command's
-    override that sets it}``) holds it and ``download`` is not true: only a download fetches
-    the url, so it would be ignored without a word. None otherwise."""
-    if "url" not in given or check_download(download):
-        return None
-    return (
-        f"{given['url']} names the archive that data.source.download=true fetches where the "
-        "files are missing, and data.source.download=false fetches none: set "
+def check_url_read(url: str, default: str, download: bool) -> None:
+    """Refuse ``url`` where it is not the source's ``default`` and ``download`` is false:
+    only a download fetches it, so another archive named would be ignored without a word,
+    wherever it comes from (the command, an experiment's config, a source built in Python).
+    ``eval.py`` leaves a run's own saved url out where it fetches nothing
+    (:func:`cloudlstm.assembly.source_options.saved_url_left_out`).
+
+    Raises:
+        UserError: names the url and the two ways out.
+    """
+    if download or url == default:
+        return
+    raise UserError(
+        f"data.source.url={url} names the archive that data.source.download=true fetches "
+        "where the files are missing, and data.source.download=false fetches none: set "
         "data.source.download=true, or leave data.source.url out."
     )
 

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from cloudlstm.data.cache import DROPPED_POINTS, CachedSource, warn_dropped_points
-from cloudlstm.data.sources.download import check_download, data_folder
+from cloudlstm.data.sources.download import check_download, check_url_read, data_folder
 from cloudlstm.data.sources.tables import (
     build_stream,
     check_columns,
@@ -88,7 +88,8 @@ class UrbanAirSource(CachedSource):
         cluster: ``"A"`` (Beijing-Tianjin, cluster_id 1), ``"B"`` (Shenzhen-Guangzhou,
             cluster_id 2) or ``"all"``.
         download: fetch and unpack ``url`` into ``root`` when the files are missing.
-        url, sha256: the archive and its optional SHA-256 checksum.
+        url, sha256: the archive and its optional SHA-256 checksum (another url without
+            ``download`` is refused: :func:`~cloudlstm.data.sources.download.check_url_read`).
         cache_dir: folder of the stream cache (default ``<root>/cache``).
 
     Readings are placed on an hourly grid (times floored to the hour, repeated readings
@@ -117,7 +118,8 @@ class UrbanAirSource(CachedSource):
         self.cluster = names[str(cluster).lower()]
         self.root = Path(root).expanduser()
         self.download = check_download(download)
-        self.url = url
+        check_url_read(str(url), URBAN_AIR_URL, self.download)
+        self.url = str(url)
         self.sha256 = sha256
         self.cache_dir = Path(cache_dir) if cache_dir is not None else self.root / "cache"
 
