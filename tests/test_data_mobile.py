@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from conftest import compose_train, one_line, rebuilding_fails, run_python
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.sources.long_format import LongFormatSource
@@ -327,9 +328,10 @@ def test_options_at_their_defaults_or_read_are_not_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_an_experiments_sweep_of_generated_cities_runs_with_a_file(tmp_path):
+def test_an_experiments_sweep_of_generated_cities_runs_once_with_a_file(tmp_path):
     """experiment=paper/mobile sweeps data.source.city, which a file's run does not read:
-    the experiment's, not the command's, so its jobs run as its comment offers."""
+    the experiment's, not the command's, so its jobs run as its comment offers, once each
+    and not once per city (two jobs of the same data), with a line saying so."""
     path = traffic_file(tmp_path)
     sweep = tmp_path / "sweep"
     job = ["model=persistence", "seed=0", "trainer=cpu", "logger=none", "report.figures=false"]
@@ -338,4 +340,24 @@ def test_an_experiments_sweep_of_generated_cities_runs_with_a_file(tmp_path):
         "data.input_steps=4", "data.output_steps=2", *job, f"hydra.sweep.dir={sweep}",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert sorted(p.parent.name for p in sweep.glob("*/metrics.json")) == ["0", "1"]
+    assert sorted(p.parent.name for p in sweep.glob("*/metrics.json")) == ["0"]
+    assert (
+        "The config's sweep of data.source.city does not apply: data=mobile reads your file "
+        f"here (data.source.path={path}), not the generator, so the jobs that differ only "
+        "there run once (2 jobs -> 1)."
+    ) in proc.stdout + proc.stderr
+
+
+def test_a_sweep_of_cities_read_or_given_by_the_command_is_kept():
+    """Only the config's sweep of an option that the job's source does not read is dropped:
+    the generator's cities stay two jobs, and a city that the command sweeps with a file is
+    the command's, refused in its job (check_read_source_options)."""
+    from cloudlstm.assembly.source_options import MOBILE_TARGET, read_sweeps
+
+    jobs = [["data.source.city=city1", "seed=0"], ["data.source.city=city2", "seed=0"]]
+    generated = OmegaConf.create({"_target_": MOBILE_TARGET, "path": None})
+    assert read_sweeps(jobs, {"data.source.city"}, lambda job: generated) == (jobs, None)
+    filed = OmegaConf.create({"_target_": MOBILE_TARGET, "path": "t.csv"})
+    assert read_sweeps(jobs, set(), lambda job: filed) == (jobs, None)
+    kept, note = read_sweeps(jobs, {"data.source.city"}, lambda job: filed)
+    assert kept == [["seed=0"]] and note is not None and "(2 jobs -> 1)" in note

@@ -14,6 +14,12 @@ runs, and an experiment's settings and sweep (``experiment=paper/mobile``) are t
 experiment's, not the user's. ``eval.py``'s command is its own: a run's saved config.yaml
 sets nothing.
 
+A key of ``data.source`` that the config's sweep sets (``hydra.sweeper.params``) and the
+job's source does not read is no user's mistake but no setting either:
+``experiment=paper/mobile`` sweeps the generator's two cities, and with a file it ran every
+model twice on the same data. :func:`read_sweeps` drops it from such jobs, which then run
+once, and says so in one line before any job runs.
+
 ``data=beijing`` and ``data=airq`` fetch ``data.source.url`` only with
 ``data.source.download=true``: their sources refuse another url without it, wherever it
 comes from (:func:`cloudlstm.data.sources.download.check_url_read`), but for a run's own url
@@ -23,7 +29,7 @@ that ``eval.py`` reads back from its config.yaml (:func:`saved_url_left_out`).
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
@@ -112,3 +118,51 @@ def saved_url_left_out(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
     with open_dict(kept):
         del kept.data.source["url"]
     return kept
+
+
+def read_sweeps(
+    jobs: Sequence[Sequence[str]],
+    swept: set[str],
+    source_of: Callable[[list[str]], Any],
+) -> tuple[list[list[str]], str | None]:
+    """``jobs`` (each a list of overrides), each without its overrides of the options of
+    ``swept`` (``data.source.<option>`` keys that the config's sweep sets) that its source
+    does not read (a generator's option with data=mobile's file), and the jobs then alike
+    run once; with the line that says so (None where nothing was dropped).
+
+    Args:
+        jobs: the sweep's jobs, in order.
+        swept: the ``data.source.<option>`` keys that the config's sweep sets, not the
+            command (whose options a source does not read are refused in the job).
+        source_of: a job's overrides -> its composed ``data.source`` (None where it has
+            none); called only for jobs that set a key of ``swept``.
+    """
+    kept: list[list[str]] = []
+    dropped: list[str] = []  # options, in the order first dropped
+    path: Any = None
+    for job in jobs:
+        options = {o: key.removeprefix(SOURCE) for o in job if (key := _key(o)) in swept}
+        source = source_of(list(job)) if options else None
+        unread = _unread(source, options)
+        dropped += [o for o in unread.values() if o not in dropped]
+        path = source.get("path") if unread else path
+        own = [o for o in job if o not in unread]
+        if own not in kept:
+            kept.append(own)
+    if not dropped:
+        return kept, None
+    return kept, mobile.unread_sweep_note(path, dropped, len(jobs), len(kept))
+
+
+def _key(override: str) -> str:
+    """The key an override string sets (``data.source.city`` of ``data.source.city=city2``)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _unread(source: Any, options: dict[str, str]) -> dict[str, str]:
+    """The overrides of ``options`` (``{override: option}``) that ``source`` (a job's
+    ``data.source``) does not read."""
+    if not isinstance(source, DictConfig) or source.get("_target_") != MOBILE_TARGET:
+        return {}
+    ignored = mobile.unread_by(source.get("path"))
+    return {o: option for o, option in options.items() if option in ignored}

@@ -540,12 +540,33 @@ READING_OPTIONS = tuple(
 )
 
 
+def unread_by(path: object) -> tuple[str, ...]:
+    """The options that data=mobile's source does not read: with a file (``path`` not
+    None), the generator's; without one, a file's reading options."""
+    return READING_OPTIONS if path is None else GENERATOR_OPTIONS
+
+
+def unread_sweep_note(path: object, options: Sequence[str], before: int, after: int) -> str:
+    """The line of a sweep whose config sweeps ``options`` that data=mobile's source does
+    not read (``experiment=paper/mobile``'s cities with a file): its jobs that differ only
+    there run once, ``before`` jobs -> ``after``."""
+    names = ", ".join(f"data.source.{o}" for o in options)
+    if path is None:
+        where = "generates its traffic here (data.source.path=null) and reads no file"
+    else:
+        where = f"reads your file here (data.source.path={path}), not the generator"
+    return (
+        f"The config's sweep of {names} does not apply: data=mobile {where}, so the jobs "
+        f"that differ only there run once ({before} jobs -> {after})."
+    )
+
+
 def unread_options(path: object, given: Mapping[str, str]) -> str | None:
     """The refusal of the options ``given`` (``{option: the command's override that sets
     it}``) that the source data=mobile builds does not read: with a file (``path`` not
     None), the generator's options; without one, a file's reading options. None where
     ``given`` holds none of them."""
-    ignored = READING_OPTIONS if path is None else GENERATOR_OPTIONS
+    ignored = unread_by(path)
     named = [line for option, line in given.items() if option in ignored]
     if not named:
         return None
