@@ -18,6 +18,7 @@ import torch
 import yaml
 from conftest import ROOT, TINY, compose_train
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from cloudlstm.assembly.build import instantiate_datamodule
 from cloudlstm.cli.train import train
@@ -224,6 +225,36 @@ def test_a_graph_given_to_a_model_trained_without_one_is_refused(road_run):
         r"it with the data\.source\.graph of its config\.yaml \(",
     ):
         check_same_graph(model, own, older)
+
+
+def test_stgcn_takes_its_graph_transposed_and_dcrnn_does_not(road_run, tmp_path):
+    """A directed road graph given as A^T (rows and columns swapped: each edge reversed) was
+    refused as another graph for STGCN, which makes a graph undirected (max(w_ij, w_ji),
+    no self-loops) and so convolves over the very graph it was trained on. DCRNN reads the
+    edges' direction (its forward and backward walks swap): refused, saying so."""
+    from cloudlstm.assembly.checkpoint_fit import TrainedCheckpoint, check_same_graph
+    from cloudlstm.cli.evaluate import evaluate
+    from cloudlstm.errors import UserError
+    from tests.test_eval import compose_eval
+
+    run, week = road_run
+    _, to_index, weights = pickle.loads((week / "adj_mx.pkl").read_bytes())
+    assert not np.array_equal(weights, weights.T)  # a directed graph
+    with (week / "transposed.pkl").open("wb") as f:
+        pickle.dump((IDS, to_index, weights.T), f, protocol=2)
+    evaluated = evaluate(compose_eval(run, tmp_path / "t", "data.source.graph=transposed.pkl"))
+    assert math.isfinite(evaluated["test"]["overall"]["mae"]["mean"])
+    checkpoint = TrainedCheckpoint.read(next((run / "checkpoints").glob("last*.ckpt")))
+    transposed = dataclasses.replace(
+        checkpoint.spec, adjacency=weights.T.tolist(), graph="transposed.pkl"
+    )
+    dcrnn = OmegaConf.create({"_target_": "cloudlstm.models.dcrnn.DCRNN"})
+    with pytest.raises(
+        UserError,
+        match=r"data\.source\.graph=transposed\.pkl \(6 points\), the trained graph transposed "
+        r"\(each edge reversed\), which DCRNN reads along the edges' direction: its weights",
+    ):
+        check_same_graph(dcrnn, transposed, checkpoint)
 
 
 def mph_job(week: Path) -> list[str]:

@@ -21,7 +21,7 @@ import numpy as np
 
 from cloudlstm.data.sources.tables import step_text
 from cloudlstm.data.spec import DataSpec, stored_spec
-from cloudlstm.errors import UserError
+from cloudlstm.errors import UserError, locate
 from cloudlstm.models.build import neighbours_needed, neighbours_setting, reads_given_graph
 from cloudlstm.models.options import parameters_of
 from cloudlstm.rundir.checkpoints import check_checkpoint
@@ -256,7 +256,9 @@ def check_same_graph(model_config: Any, spec: DataSpec, trained: TrainedCheckpoi
     if trained.spec is None or not reads_given_graph(model_config):
         return
     then, now = trained.spec, spec
-    if _same_weights(then.adjacency, now.adjacency):
+    model_cls = locate(model_config._target_, "model._target_")
+    directed = getattr(model_cls, "reads_graph_direction", True)
+    if _same_weights(then.adjacency, now.adjacency, directed):
         return
     both = then.adjacency is not None and now.adjacency is not None
     if both and list(now.point_ids) != list(then.point_ids):
@@ -265,6 +267,11 @@ def check_same_graph(model_config: Any, spec: DataSpec, trained: TrainedCheckpoi
     given = "none (data.source.graph=null: the model would build its own)"
     if now.adjacency is not None:
         given = f"the graph of data.source.graph={now.graph} ({len(now.adjacency)} points)"
+    if both and _same_weights(np.asarray(then.adjacency).T, now.adjacency, True):
+        given += (
+            f", the trained graph transposed (each edge reversed), which {model_cls.__name__} "
+            "reads along the edges' direction"
+        )
     raise UserError(
         f"{trained.path} was trained {trained_on}, and these data give {given}: its weights "
         f"were learnt over the one, and would be scored over the other. Evaluate it with "
@@ -283,11 +290,24 @@ def _trained_graph(spec: DataSpec) -> tuple[str, str]:
     return f"on the graph of {keep} ({size} points)", keep
 
 
-def _same_weights(then: Any, now: Any) -> bool:
-    """Whether two graphs' ``(N, N)`` weights (nested lists; None: no graph) are one."""
+def _same_weights(then: Any, now: Any, directed: bool) -> bool:
+    """Whether two graphs' ``(N, N)`` weights (nested lists; None: no graph) are one to a
+    model that reads the edges' direction (``directed``), or makes a graph undirected and
+    drops its self-loops (STGCN: a graph and its transpose are one)."""
     if then is None or now is None:
         return then is None and now is None
-    return np.array_equal(np.asarray(then, dtype=np.float64), np.asarray(now, dtype=np.float64))
+    return np.array_equal(*(_as_read(w, directed) for w in (then, now)))
+
+
+def _as_read(weights: Any, directed: bool) -> np.ndarray:
+    """``(N, N)`` weights as a model reads them: as given where ``directed``, else
+    ``max(w_ij, w_ji)`` without the diagonal (:func:`cloudlstm.nn.graph.given_laplacian`)."""
+    matrix = np.asarray(weights, dtype=np.float64)
+    if directed or matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+        return matrix
+    undirected = np.maximum(matrix, matrix.T)
+    np.fill_diagonal(undirected, 0.0)
+    return undirected
 
 
 def check_points(model: Any, datamodule: Any, trained: TrainedCheckpoint) -> None:

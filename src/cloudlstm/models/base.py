@@ -93,6 +93,12 @@ class ForecastModel(nn.Module):
     # row of an output layer), which a point held out of training would have unfitted
     # (data.holdout_points refuses it); None: every parameter is shared by all points.
     point_parameters: str | None = None
+    # Whether a graph given with the data (``adjacency``) is read along its edges'
+    # direction (DCRNN's two diffusion walks, Graph WaveNet's forward and backward
+    # supports), or made undirected first (STGCN), so that a graph and its transpose are
+    # one to the model, and eval.py takes either
+    # (:func:`cloudlstm.assembly.checkpoint_fit.check_same_graph`).
+    reads_graph_direction: bool = True
     # Why the model forecasts a point from that point's own readings alone, so that a point
     # without readings (data.holdout_history=false) cannot be forecast; None: it reads
     # other points' too (a model reading K neighbours with K = 1 reads only its own).

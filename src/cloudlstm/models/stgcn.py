@@ -116,6 +116,9 @@ class STGCN(ForecastModel):
     features) -> ``(B, J, N, C_out)``.
     """
 
+    # a given graph is made undirected, w_ij = max(w_ij, w_ji) (given_laplacian)
+    reads_graph_direction = False
+
     def __init__(
         self,
         num_channels: int,
