@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import logging
+import math
 import re
 from pathlib import Path
 
@@ -332,6 +333,36 @@ def test_train_py_refuses_a_held_out_point_of_covariates_only_in_one_line(tmp_pa
         f"any step of file {csv} (covariates only): nothing to score; name points with "
         "readings of the forecast channels, or leave it out of the data."
     )
+
+
+def test_eval_py_evaluates_a_run_whose_held_out_point_reads_covariates_only(tmp_path, caplog):
+    """A run that held out a point with readings of covariates alone (trained before such a
+    selection was refused, or evaluated on data where the point reads nothing else) could
+    not be evaluated: eval.py refused it with ways out (other points, another draw) that
+    its training's held-out points cannot take. It is evaluated, with a warning, and its
+    held_out scores are null, as its training's were."""
+    table = long_table().assign(temp=lambda t: 10 + np.sin(t.step / 5))
+    cols = ["data.source.value_cols=[no2,pm25]", "data.source.covariate_cols=[temp]"]
+    csv = write(table, tmp_path / "stream.csv")
+    cfg = compose_train(
+        tmp_path, [*JOB, f"data.source.path={csv}", *cols, "data.holdout_points=[st03]"]
+    )
+    train(cfg)
+    table.loc[table.id == "st03", ["no2", "pm25"]] = np.nan
+    other = write(table, tmp_path / "covariates_only.csv")
+    with caplog.at_level(logging.WARNING):
+        results = evaluate(
+            compose_eval(Path(cfg.paths.output_dir), tmp_path / "eval", f"data.source.path={other}")
+        )
+    assert (
+        f"data.holdout_points=[st03] holds out st03, a point that reads no forecast channel at "
+        f"any step of file {other} (covariates only): nothing to score; the evaluated run held "
+        "these out in training, so it is evaluated all the same: its held_out scores cover "
+        "only what the held-out points read (null where they read nothing)."
+    ) in caplog.messages
+    held = results["test"]["groups"]["held_out"]["overall"]["mae"]["mean"]
+    assert held is None or math.isnan(held)  # null in metrics.json
+    assert results["test"]["groups"]["trained"]["overall"]["mae"]["mean"] > 0
 
 
 # ---------------------------------------------------------------- the trained weights

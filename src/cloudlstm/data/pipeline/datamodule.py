@@ -340,8 +340,9 @@ class PointCloudDataModule(LightningDataModule):
             what = data_name(self.source, stream)
             self.held_out = self.holdout.mask(stream.point_ids, what)
             targets = stream.mask[..., : self.num_channels]  # a view: covariates are not scored
+            trained = self._scaler_state is not None  # a trained run's evaluation
             self.holdout.check_scored(
-                self.held_out, targets, self.bounds["test"], stream.point_ids, what
+                self.held_out, targets, self.bounds["test"], stream.point_ids, what, trained
             )
         self.scaler = fitted_scaler(
             stream,

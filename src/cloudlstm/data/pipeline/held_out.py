@@ -21,6 +21,7 @@ of the cloud, drawn with :func:`numpy.random.default_rng` of ``holdout_seed``
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from cloudlstm.data.pipeline.options import check_switch
 from cloudlstm.errors import UserError
 
 __all__ = ["DROPPED_WHY", "HELD_OUT", "TRAINED", "HoldOut", "check_holdout", "held_out_groups"]
+
+log = logging.getLogger(__name__)
 
 HELD_OUT = "held_out"  # the point group of the held-out points
 # ... and of the points trained on; not "training", which a torch ModuleDict of the groups'
@@ -106,6 +109,7 @@ class HoldOut:
         test: tuple[int, int],
         point_ids: Sequence[Any],
         what: str = "the data",
+        trained: bool = False,
     ) -> None:
         """Refuse a selection that leaves the ``held_out`` group nothing of its own to score:
         a held-out point without a reading of a forecast channel at any step (its readings
@@ -115,6 +119,12 @@ class HoldOut:
         from other points; a point only silent in the test part, among others that read
         there, is named by the datamodule's warning of unread points.
 
+        With ``trained`` (the data serve a trained run's evaluation), the same is a warning
+        and the run is evaluated: its held-out points are its own, which no other draw or
+        name can replace, and a run trained before such a selection was refused could not
+        be evaluated at all; its held_out scores leave those points out (null where none is
+        left), as its training's did.
+
         Args:
             held_out: ``(N,)`` bool, :meth:`mask`.
             observed: ``(T, N, C)`` bool, True where a forecast channel was observed (the
@@ -122,8 +132,31 @@ class HoldOut:
             test: the test part's steps ``[first, end)``.
 
         Raises:
-            UserError: naming the points and the way out.
+            UserError: naming the points and the way out (not with ``trained``).
         """
+        unscored = self._unscored(held_out, observed, test, point_ids, what)
+        if unscored is None:
+            return
+        reason, way_out = unscored
+        if not trained:
+            raise UserError(f"{reason}; {way_out}")
+        log.warning(
+            "%s; the evaluated run held these out in training, so it is evaluated all the "
+            "same: its held_out scores cover only what the held-out points read (null where "
+            "they read nothing).",
+            reason,
+        )
+
+    def _unscored(
+        self,
+        held_out: np.ndarray,
+        observed: np.ndarray,
+        test: tuple[int, int],
+        point_ids: Sequence[Any],
+        what: str,
+    ) -> tuple[str, str] | None:
+        """``(why the held-out group has nothing to score, the way out)`` of
+        :meth:`check_scored`, or None where it has something."""
         index = np.flatnonzero(held_out)
         ever, in_test = np.zeros(len(index), bool), np.zeros(len(index), bool)
         for t in range(0, observed.shape[0], _CHUNK_STEPS):  # (chunk, N, C) at a time
@@ -140,19 +173,21 @@ class HoldOut:
         if not ever.all():
             silent = [p for p, r in zip(ids, ever, strict=True) if not r]
             one = len(silent) == 1
-            raise UserError(
+            return (
                 f"data.holdout_points={_text(self.points)} holds out {_listed(silent)}, "
                 f"{'a point that reads' if one else 'points that read'} no forecast channel "
-                f"at any step of {what} (covariates only): nothing to score; {fix}, or "
-                f"leave {'it' if one else 'them'} out of the data."
+                f"at any step of {what} (covariates only): nothing to score",
+                f"{fix}, or leave {'it' if one else 'them'} out of the data.",
             )
         # no test part (data.test_fraction=0): nothing is tested, so nothing comes out empty
         if len(index) and test[1] > test[0] and not in_test.any():
-            raise UserError(
+            return (
                 f"data.holdout_points={_text(self.points)} holds out {_listed(ids)}, none of "
                 f"which reads a forecast channel in the test part of {what} (steps "
-                f"[{test[0]}, {test[1]})): the held-out scores would be empty; {fix}."
+                f"[{test[0]}, {test[1]})): the held-out scores would be empty",
+                f"{fix}.",
             )
+        return None
 
     def hidden(self, split: str, held_out: np.ndarray) -> tuple[np.ndarray | None, ...]:
         """``(inputs, targets)``: the ``(N,)`` points whose readings a ``split`` window
