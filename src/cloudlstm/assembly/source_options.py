@@ -29,6 +29,7 @@ that ``eval.py`` reads back from its config.yaml (:func:`saved_url_left_out`).
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -37,7 +38,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cloudlstm.data.sources import mobile
-from cloudlstm.errors import UserError
+from cloudlstm.errors import UserError, locate
 from cloudlstm.paths import config_dir
 
 SOURCE = "data.source."
@@ -102,18 +103,22 @@ def _value(source: DictConfig, key: str) -> Any:
 
 def saved_url_left_out(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
     """``eval.py``'s ``cfg`` (a run's config.yaml under the command's ``overrides``), as a
-    copy without ``data.source.url`` where the url is the run's own and nothing fetches it
-    (``data.source.download`` not true): a run saved before such a url was refused, or one
+    copy without ``data.source.url`` where the url is the run's own, not its source's
+    default, and nothing fetches it (``data.source.download`` not true): a run saved
+    before such a url was refused, or one
     evaluated with ``data.source.download=false``, reads the files that are there, and its
     source would refuse the url (:func:`cloudlstm.data.sources.download.check_url_read`).
     A url that the command gives is kept, for the source to refuse; ``cfg`` is not changed.
     """
     source = (cfg.get("data") or {}).get("source")
-    if not isinstance(source, DictConfig) or "url" not in source:
+    if not isinstance(source, DictConfig) or "url" not in source or "_target_" not in source:
         return cfg
     parsed = OverridesParser.create().parse_overrides(list(overrides))
     if source.get("download") is True or any(o.key_or_group == f"{SOURCE}url" for o in parsed):
         return cfg
+    built = inspect.signature(locate(source["_target_"], "data.source._target_")).parameters
+    if "url" not in built or source["url"] == built["url"].default:
+        return cfg  # the source's own url (or none it reads): nothing to leave out
     kept = copy.deepcopy(cfg)
     with open_dict(kept):
         del kept.data.source["url"]
