@@ -104,11 +104,11 @@ def _value(source: DictConfig, key: str) -> Any:
 def saved_url_left_out(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
     """``eval.py``'s ``cfg`` (a run's config.yaml under the command's ``overrides``), as a
     copy without ``data.source.url`` where the url is the run's own, not its source's
-    default, and nothing fetches it (``data.source.download`` not true): a run saved
-    before such a url was refused, or one
-    evaluated with ``data.source.download=false``, reads the files that are there, and its
-    source would refuse the url (:func:`cloudlstm.data.sources.download.check_url_read`).
-    A url that the command gives is kept, for the source to refuse; ``cfg`` is not changed.
+    default, and nothing fetches it (``data.source.download`` not true): a run saved before
+    such a url was refused, or one evaluated with ``data.source.download=false``, reads the
+    files that are there, and its source would refuse the url
+    (:func:`cloudlstm.data.sources.download.check_url_read`). A url that the command gives
+    is kept, for the source to refuse; ``cfg`` is not changed.
     """
     source = (cfg.get("data") or {}).get("source")
     if not isinstance(source, DictConfig) or "url" not in source or "_target_" not in source:
