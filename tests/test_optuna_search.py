@@ -911,6 +911,20 @@ def search_of(tmp_path: Path, study: optuna.Study, space: dict):
     return search
 
 
+def settled_search(tmp_path: Path, ks: list[int]) -> tuple[optuna.Study, object]:
+    """A study whose sampler is fixed on model.k=2, x=0.5 of a space of ``ks`` and x in
+    [0, 1], with its search, after one trial of that point (told 1.0): every later draw
+    repeats it."""
+    space = {"model.k": CategoricalDistribution(ks), "x": FloatDistribution(0, 1)}
+    fixed = {"model.k": 2, "x": 0.5}
+    sampler = optuna.samplers.PartialFixedSampler(fixed, optuna.samplers.RandomSampler(seed=0))
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'optuna.db'}", sampler=sampler)
+    search = search_of(tmp_path, study, space)
+    (first,) = search._ask_batch(study, 1)
+    study.tell(first.trial, 1.0)
+    return study, search
+
+
 def test_a_trial_that_draws_a_point_of_its_batch_is_a_repeat_not_run(tmp_path, caplog):
     """A grid of two of the space's three values, asked three at a time: the third trial
     repeats one of the two. It gets no job, is PRUNED (no failure) with the trial it repeats,
@@ -965,13 +979,7 @@ def test_a_sampler_that_draws_only_tried_points_ends_the_search(tmp_path):
     would ask for ever; a new point between them starts the count again."""
     from hydra_plugins.cloudlstm_optuna._search import REPEATS_ENDING
 
-    space = {"model.k": CategoricalDistribution([2, 3, 4]), "x": FloatDistribution(0, 1)}
-    fixed = {"model.k": 2, "x": 0.5}
-    sampler = optuna.samplers.PartialFixedSampler(fixed, optuna.samplers.RandomSampler(seed=0))
-    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'optuna.db'}", sampler=sampler)
-    search = search_of(tmp_path, study, space)
-    (first,) = search._ask_batch(study, 1)
-    study.tell(first.trial, 1.0)
+    study, search = settled_search(tmp_path, [2, 3, 4])
     batches = 0
     while not search._over():
         assert search._ask_batch(study, 3) == []
@@ -989,13 +997,7 @@ def test_a_settling_sampler_s_repeats_are_one_line_not_one_each(tmp_path, caplog
     from hydra_plugins.cloudlstm_optuna._search import REPEATS_ENDING
 
     caplog.set_level("INFO")
-    space = {"model.k": CategoricalDistribution([2, 3]), "x": FloatDistribution(0, 1)}
-    fixed = {"model.k": 2, "x": 0.5}
-    sampler = optuna.samplers.PartialFixedSampler(fixed, optuna.samplers.RandomSampler(seed=0))
-    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'optuna.db'}", sampler=sampler)
-    search = search_of(tmp_path, study, space)
-    (first,) = search._ask_batch(study, 1)
-    study.tell(first.trial, 1.0)
+    study, search = settled_search(tmp_path, [2, 3])
     while not search._over():
         assert search._ask_batch(study, 1) == []
     said = [r.getMessage() for r in caplog.records if "repeated" in r.getMessage()]
