@@ -206,6 +206,16 @@ def test_a_history_file_s_lines_are_read_once_for_the_values_a_message_names(
         assert text.splitlines()[row + 2].split(",")[-2] == "1e+30"  # no2
 
 
+def test_a_history_file_s_lines_are_named_from_its_path_given_as_text(run, forecaster, tmp_path):
+    """``file_row_names`` takes the path as ``pd.read_csv`` was given it, a string, as
+    docs/forecasting.md shows it used."""
+    path = str(tmp_path / "recent.csv")
+    with_cell(history(run), 1e30).to_csv(path, index=False)
+    with pytest.raises(UserError) as err:
+        forecaster.forecast(pd.read_csv(path), row_names=file_row_names(path, None))
+    assert "(line " in str(err.value)
+
+
 def predict(*args: str) -> subprocess.CompletedProcess:
     return run_python("predict.py", *args)
 

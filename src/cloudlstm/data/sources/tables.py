@@ -25,6 +25,7 @@ import importlib.util
 import itertools
 import logging
 import lzma
+import os
 import re
 import sys
 import warnings
@@ -860,14 +861,16 @@ def _blank(text: str, sep: str) -> bool:
 
 
 def file_row_names(
-    path: Path, times: pd.Series | None, points: pd.Series | None = None
+    path: str | os.PathLike[str], times: pd.Series | None, points: pd.Series | None = None
 ) -> RowNames:
     """How messages name the rows of a table read from the file ``path``, as its user
     finds them there: by the time each writes (``times``, as written: ``time 2012-03-01
     05:00:00``); where it writes none (no time column, an empty cell) by its line in a text
     file (``line 7``, from 1, the header and blank lines counted) or its data row in a
     Parquet or HDF5 file (``data row 5``, from 0). A long table's rows name their point
-    first (``points``, its ids: ``point st1, time ...``)."""
+    first (``points``, its ids: ``point st1, time ...``). ``path`` is a ``Path`` or the
+    text given to ``pd.read_csv``, as a user of the Python API has it."""
+    path = Path(path)
     binary = {s.lower() for s in path.suffixes} & {*PARQUET_SUFFIXES, *HDF_SUFFIXES}
     text = path.is_file() and not binary
 
