@@ -223,6 +223,19 @@ def test_a_bad_cell_of_a_wide_history_is_named_by_its_row_and_point_column(forec
     pd.testing.assert_frame_equal(warned, forecaster.forecast(empty))
 
 
+def test_a_value_out_of_range_in_a_wide_history_is_named_by_point_and_time_alone(forecaster):
+    """As docs/forecasting.md says: not by its step of the window read ('step 3'), a
+    number the user's table holds nowhere."""
+    table = wide(RECENT)
+    table.loc[table.index[-1], IDS[2]] = -5.0  # data=metr_la: speeds are >= 0
+    with pytest.raises(UserError) as err:
+        forecaster.forecast(table, what="recent.csv")
+    assert (
+        f"channel 'speed', point {IDS[2]}, time {pd.Timestamp(TIMES[-1])}: -5 (valid range >= 0)"
+        in str(err.value)
+    )
+
+
 def test_a_time_in_two_rows_of_a_wide_history_is_named_as_such(forecaster):
     table = wide(RECENT)
     with pytest.raises(UserError) as err:

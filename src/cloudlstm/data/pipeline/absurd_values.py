@@ -490,13 +490,17 @@ def _describe(
 ) -> str:
     """One line: how many, in which channels, the first few (channel, point, time, value),
     each time followed by its row (``rows``, asked once for them all) or, where None, its
-    step."""
+    step of a training stream; a forecast's history (``shown``) without rows names point
+    and time alone, its step counting from the window read, which the user never sees."""
     names = stream.channel_names
     channels = ", ".join(
         f"{names[c]!r} ({count})" for c, count in enumerate(found.per_channel) if count
     )
     cells = [(t, n) for t, n, _, _ in found.first]
-    where = [f"step {t}" for t, _ in cells] if rows is None else rows(cells)
+    if rows is not None:
+        where: list[str | None] = list(rows(cells))
+    else:
+        where = [None if shown is not None else f"step {t}" for t, _ in cells]
     shown_cells = "; ".join(
         f"channel {names[c]!r}, point {stream.point_ids[n]}, {_time(stream, t, row, shown)}: "
         f"{value:.6g} ({bounds.detail(c, value)})"
@@ -507,14 +511,14 @@ def _describe(
 
 
 def _time(
-    stream: PointCloudStream, t: int, where: str, shown: pd.DatetimeIndex | None = None
+    stream: PointCloudStream, t: int, where: str | None, shown: pd.DatetimeIndex | None = None
 ) -> str:
     """The time of step ``t`` (as ``shown`` has it; the stream's where None), followed by
-    ``where``, the row or step of a value there."""
+    ``where``, the row or step of a value there (None: the time alone)."""
     if shown is not None:
-        return f"time {shown[t]} ({where})"
+        return f"time {shown[t]}" if where is None else f"time {shown[t]} ({where})"
     if stream.timestamps is None:
-        return where
+        return where or ""
     return f"time {pd.Timestamp(stream.timestamps[t])} ({where})"
 
 
