@@ -326,6 +326,24 @@ def test_an_empty_history_is_one_line_with_a_fix(run, tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    ("empty", "line"),
+    [
+        ("run=", "run= is empty: give run=<run dir>."),
+        ("ckpt=", "ckpt= is empty: give ckpt=best, last or the path of a .ckpt."),
+        ("data.path=", "predict.py needs data.path: `"),
+    ],
+)
+def test_an_empty_value_is_named_as_empty(run, tmp_path, empty, line):
+    """An empty value names no path: it was read as the current folder ('. is not a run
+    directory', 'data.path=<cwd> is a folder ...')."""
+    data = tmp_path / "recent.csv"
+    history(run).to_csv(data, index=False)
+    args = {"run": f"run={run[0]}", "data.path": f"data.path={data}"}
+    args[empty.rstrip("=")] = empty
+    assert one_line(run_python(str(ROOT / "predict.py"), *args.values())).startswith(line)
+
+
 def test_a_run_whose_model_cannot_be_imported_is_one_line(run, tmp_path):
     """A run's config.yaml naming a model class since renamed, or of a package not installed
     here: predict.py's line names the setting, where it was a traceback."""

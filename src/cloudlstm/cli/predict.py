@@ -138,7 +138,7 @@ def main(cfg: DictConfig) -> Path | None:
         stops_now_say("after writing the forecast to standard output.")
         return None
     check_format(out)
-    run = Path(path_option(cfg.run, "run"))
+    run = Path(path_option(cfg.run, "run", "<run dir>"))
     path = output_path(out, run)
     check_not_an_input(path, out, {key: given, "the run's data.source.path": _trained_on(run)})
     written = f"after writing the forecast: {path} holds it."
@@ -213,7 +213,8 @@ def _output_to_stderr() -> Iterator[TextIO]:
 
 def history_key(cfg: DictConfig) -> tuple[str, str | None]:
     """Which key names the history file, and the file: ``data.path``, or
-    ``data.source.path`` as ``train.py`` takes it for ``data=points`` (None: neither).
+    ``data.source.path`` as ``train.py`` takes it for ``data=points`` (None: neither, or
+    only empty values).
 
     Raises:
         UserError: both are given, naming different files.
@@ -221,7 +222,8 @@ def history_key(cfg: DictConfig) -> tuple[str, str | None]:
     data = cfg.get("data") or {}
     source = data.get("source") or {}
     named = (("data.path", data.get("path")), ("data.source.path", source.get("path")))
-    given = {key: str(value) for key, value in named if value is not None}
+    # an empty value (data.path=) names no file, not the current folder
+    given = {key: str(value) for key, value in named if value is not None and str(value).strip()}
     if len(set(given.values())) > 1:
         raise UserError(
             "data.path and data.source.path name different files "

@@ -65,15 +65,18 @@ EVAL_DIR = "eval"  # a run's evaluations by eval.py, one folder each (conf/eval.
 DEBUG_TASK = "debug"
 
 
-def path_option(value: object, key: str) -> str:
+def path_option(value: object, key: str, wanted: str = "<path>") -> str:
     """A path option's text as typed: Hydra reads ``run=0`` (a sweep's job folder) as the
     number 0, whose text is the same; any other value that is no text (``ckpt=true``,
     ``run=1e3``, read as 1000.0) is not the name typed.
 
     Raises:
-        UserError: the value is neither text nor a whole number.
+        UserError: the value is neither text nor a whole number, or is empty (``run=``,
+            which as a path would name the current folder).
     """
     if isinstance(value, str | os.PathLike):
+        if not str(value).strip():
+            raise UserError(f"{key}= is empty: give {key}={wanted}.")
         return str(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
@@ -90,7 +93,7 @@ def check_run_dir(run_dir: object) -> Path:
         UserError: it is no path (:func:`path_option`), does not exist, is a file, or is
             not a run directory.
     """
-    run = Path(path_option(run_dir, "run")).expanduser()
+    run = Path(path_option(run_dir, "run", "<run dir>")).expanduser()
     if run.is_file() and (run.parent / CONFIG_FILE).is_file():  # run=<run>/config.yaml
         raise UserError(f"{run} is a file of a run: give its folder, run={run.parent}.")
     if run.exists() and not run.is_dir():
@@ -253,7 +256,7 @@ def find_checkpoint(run: Path, ckpt: object) -> Path:
         UserError: there is no such checkpoint, or ``ckpt`` is no path (:func:`path_option`).
     """
     folder = run / CHECKPOINT_DIR
-    ckpt = path_option(ckpt, "ckpt")
+    ckpt = path_option(ckpt, "ckpt", "best, last or the path of a .ckpt")
     if ckpt == "best":
         newest = max(folder.glob(BEST_CHECKPOINTS), key=lambda p: p.stat().st_mtime, default=None)
         found = _tested_checkpoint(run) or newest
