@@ -139,6 +139,24 @@ def test_runs_name_their_data_set_in_data_source_or_as_older_runs_did(tmp_path):
     assert columns(table)["data"] == ["City 2"] and columns(table)["n"] == [2]
 
 
+def test_a_run_of_a_file_is_no_paper_city(tmp_path, capsys):
+    """data=mobile saves its generator's city (city1) in a file's run too: such a run was
+    "City 1" next to the paper's City 1, on data that is not the paper's."""
+    cfg = compose_train(tmp_path, ["data=mobile", "data.source.path=/data/traffic.csv"])
+    source = OmegaConf.to_container(cfg.data.source)
+    assert source["city"] == "city1"  # the config as a file's run saves it
+    steps = {"cluster": None, "input_steps": 6, "output_steps": 6}
+    write_run(tmp_path / "runs/file", 4.0, data={**steps, "source": source})
+    assert main([str(tmp_path / "runs"), "--paper", "metric", "--metrics", "mae"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "compare: no run matches a row of the paper's table metric"
+    )
+    write_run(tmp_path / "runs/generated", 5.0, data={**steps, "source": {"city": "city1"}})
+    table, notes = paper_table(find_runs([tmp_path / "runs"]), "metric", ["mae"])
+    assert columns(table)["data"] == ["City 1"] and columns(table)["n"] == [1]
+    assert notes[1] == "1 runs match no row of table metric: cloudlstm (airq)"
+
+
 def test_every_paper_model_has_a_config_of_ours(tmp_path):
     """docs/paper/model.csv's configs are named, once composed, as the results tables do."""
     with (Path(__file__).parents[1] / "docs/paper/model.csv").open(newline="") as f:

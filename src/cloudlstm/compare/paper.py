@@ -5,8 +5,9 @@ and metric). A run is matched to a paper row by:
 
 * data set: ``data.source.cluster=A`` -> "Cluster A" (``data=airq``, or the synthetic
   stand-in of ``scale=cpu``, which keeps the key), ``data.source.city=city1`` -> "City 1"
-  (``data=mobile``); runs saved before the ``source`` node have ``data.cluster`` and
-  ``data.city``, read too;
+  (``data=mobile``'s generator: a run of a file, ``data.source.path``, is no paper city,
+  though its config keeps the generator's ``city``); runs saved before the ``source`` node
+  have ``data.cluster`` and ``data.city``, read too;
 * model: its class and settings, not its config name, so ``model=cloudlstm_k3`` and
   ``model=cloudlstm model.k=3`` are both "CloudLSTM (K=3)" (:func:`paper_model`);
 * the table's settings: the paper's M and J (``data.input_steps``, ``data.output_steps``);
@@ -88,10 +89,16 @@ def paper_model(keys: dict[str, Any]) -> str | None:
 
 def paper_dataset(keys: dict[str, Any]) -> str | None:
     """The paper's data set: ``data.source.cluster=A`` -> "Cluster A",
-    ``data.source.city=city1`` -> "City 1", else None."""
+    ``data.source.city=city1`` -> "City 1", else None.
+
+    A run that read a file (``data.source.path``) has no paper city: ``data=mobile`` saves
+    its generator's ``city`` in every run's config, its file's too, where no generator ran.
+    """
     cluster = _source_key(keys, "cluster")
     if cluster is not None:
         return f"Cluster {cluster}"
+    if _source_key(keys, "path") is not None:
+        return None
     city = str(_source_key(keys, "city") or "")
     return f"City {city.removeprefix('city')}" if city.startswith("city") else None
 
