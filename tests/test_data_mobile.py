@@ -311,6 +311,29 @@ def test_generator_options_with_a_file_are_refused_in_one_line(tmp_path):
     )
 
 
+def test_a_command_sweep_of_options_the_source_does_not_read_is_refused_once(tmp_path):
+    """A multirun's option that no job's source reads was refused job by job, a line each
+    after the jobs before had run: now once, naming the sweep as given, before any job."""
+    path = traffic_file(tmp_path)
+    sweep = tmp_path / "sweep"
+    proc = run_python(
+        "train.py", "-m", "data=mobile", f"data.source.path={path}",
+        "data.source.num_days=14,30", "model=persistence", f"hydra.sweep.dir={sweep}",
+    )  # fmt: skip
+    assert one_line(proc) == (
+        f"data.source.num_days=14,30: data=mobile reads your file here "
+        f"(data.source.path={path}), so the generator that it would set does not run: leave "
+        "it out, or generate the traffic (data.source.path=null)."
+    )  # 14 is the config's: only the job of 30 was refused
+    assert not sweep.exists()
+    generated = ["data=mobile", "data.source.bad_values=warn", "model=persistence,linear"]
+    proc = run_python("train.py", "-m", *generated, f"hydra.sweep.dir={sweep}")
+    assert one_line(proc).startswith(
+        "data.source.bad_values=warn: data=mobile generates its traffic here "
+    )
+    assert not sweep.exists()
+
+
 def test_options_at_their_defaults_or_read_are_not_refused(tmp_path):
     """Only an option that the command sets to a value of its own is ignored: every option
     is in the config, at conf/data/mobile.yaml's value, whichever source runs."""
@@ -351,7 +374,7 @@ def test_an_experiments_sweep_of_generated_cities_runs_once_with_a_file(tmp_path
 def test_a_sweep_of_cities_read_or_given_by_the_command_is_kept():
     """Only the config's sweep of an option that the job's source does not read is dropped:
     the generator's cities stay two jobs, and a city that the command sweeps with a file is
-    the command's, refused in its job (check_read_source_options)."""
+    the command's, refused before any job runs (check_command_sweeps)."""
     from cloudlstm.assembly.source_options import MOBILE_TARGET, read_sweeps
 
     jobs = [["data.source.city=city1", "seed=0"], ["data.source.city=city2", "seed=0"]]

@@ -8,7 +8,8 @@ others without a word: ``data.source.bad_values=warn`` without a file,
 ``data.source.num_days=30`` with one, changed nothing.
 
 Only what the command sets (its overrides, a sweep's of the command line included) is
-refused, and only at a value other than the one the data set's config gives
+refused (a multirun's once, before any job runs: :func:`check_command_sweeps`), and only
+at a value other than the one the data set's config gives
 (``conf/data/<name>.yaml``): every option is in the config at that value, whichever source
 runs, and an experiment's settings and sweep (``experiment=paper/mobile``) are the
 experiment's, not the user's. ``eval.py``'s command is its own: a run's saved config.yaml
@@ -54,19 +55,51 @@ def check_read_source_options(data: DictConfig) -> None:
     Raises:
         UserError: names each such option as the command sets it, and the way out.
     """
-    source = data.get("source")
-    if not isinstance(source, DictConfig) or source.get("_target_") not in DEFAULTS:
-        return
-    target = source["_target_"]
-    defaults = _defaults(DEFAULTS[target])
-    given = {
-        key: line
-        for key, line in _set_by_the_command().items()
-        if key in source and _value(source, key) != defaults.get(key, object())
-    }
-    refusal = mobile.unread_options(source.get("path"), given)
+    refusal = _refusal(data.get("source"), _set_by_the_command())
     if refusal is not None:
         raise UserError(refusal)
+
+
+def check_command_sweeps(
+    jobs: Sequence[Sequence[str]],
+    given: dict[str, str],
+    source_of: Callable[[list[str]], Any],
+) -> None:
+    """Refuse a sweep, before any job runs, whose command sets (``given``) an option of
+    ``data.source`` that a job's source does not read: each job refused it in its own line
+    (``data.source.num_days=30,60`` with a file: two), after the jobs before it had run.
+
+    Args:
+        jobs: the sweep's jobs (each a list of overrides), in order.
+        given: ``{option: the command's override as given}`` (``num_days:
+            data.source.num_days=30,60``), the config's sweep's options left out.
+        source_of: a job's overrides -> its composed ``data.source`` (None where it has
+            none); not called where ``given`` is empty.
+
+    Raises:
+        UserError: the first such job's refusal, naming the command's overrides.
+    """
+    if not given:
+        return
+    for job in jobs:
+        refusal = _refusal(source_of(list(job)), given)
+        if refusal is not None:
+            raise UserError(refusal)
+
+
+def _refusal(source: Any, given: dict[str, str]) -> str | None:
+    """The line refusing the options of ``given`` (``{option: override as given}``) that
+    ``source`` (a composed ``data.source``) does not read and that are set at a value other
+    than its data set's config gives; None where there is none."""
+    if not isinstance(source, DictConfig) or source.get("_target_") not in DEFAULTS:
+        return None
+    defaults = _defaults(DEFAULTS[source["_target_"]])
+    set_here = {
+        key: line
+        for key, line in given.items()
+        if key in source and _value(source, key) != defaults.get(key, object())
+    }
+    return mobile.unread_options(source.get("path"), set_here)
 
 
 def _set_by_the_command() -> dict[str, str]:
@@ -138,7 +171,8 @@ def read_sweeps(
     Args:
         jobs: the sweep's jobs, in order.
         swept: the ``data.source.<option>`` keys that the config's sweep sets, not the
-            command (whose options a source does not read are refused in the job).
+            command (whose options a source does not read are refused before any job runs,
+            :func:`check_command_sweeps`).
         source_of: a job's overrides -> its composed ``data.source`` (None where it has
             none); called only for jobs that set a key of ``swept``.
     """

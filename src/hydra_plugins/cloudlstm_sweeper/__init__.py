@@ -173,7 +173,7 @@ class ReportingSweeper(BasicSweeper):
         applicable = applicable_jobs(jobs, self._model_keys)
         if applicable.note:
             log.info(applicable.note)
-        jobs = self._read_sweeps(applicable.jobs, self._swept_by_config(overrides))
+        jobs = self._read_sweeps(applicable.jobs, overrides)
         composed: dict[int, str] = {}  # a job's directory, composed once (~0.1 s a job)
 
         def job_dir(num: int) -> str:
@@ -199,15 +199,36 @@ class ReportingSweeper(BasicSweeper):
             if key.startswith("data.source.")
         }
 
-    def _read_sweeps(self, jobs: list[list[str]], swept: set[str]) -> list[list[str]]:
-        """``jobs`` without the config's sweeps of ``swept`` source options that a job's
-        source does not read, the jobs then alike once, and the line that says so
-        (:func:`~cloudlstm.assembly.source_options.read_sweeps`)."""
-        if not swept:
+    def _set_by_the_command(self, overrides: list[Override]) -> dict[str, str]:
+        """``{option: its override as given}`` of the command's overrides of
+        ``data.source.<option>`` (a deletion sets nothing), less the keys of the config's
+        sweep (``hydra.sweeper.params``, whose overrides come first), which a job's own
+        check leaves to the config too."""
+        params = list(self.params or {})
+        return {
+            o.key_or_group.removeprefix("data.source."): str(o.input_line)
+            for o in overrides[len(params) :]
+            if o.key_or_group.startswith("data.source.")
+            and not o.is_delete()
+            and o.key_or_group not in params
+        }
+
+    def _read_sweeps(self, jobs: list[list[str]], overrides: list[Override]) -> list[list[str]]:
+        """``jobs``, refused before any runs where the command sets a source option that a
+        job's source does not read
+        (:func:`~cloudlstm.assembly.source_options.check_command_sweeps`), else without the
+        config's sweeps of such options, the jobs then alike once, and the line that says
+        so (:func:`~cloudlstm.assembly.source_options.read_sweeps`).
+
+        Raises:
+            UserError: the command's options that a job's source does not read.
+        """
+        swept, given = self._swept_by_config(overrides), self._set_by_the_command(overrides)
+        if not swept and not given:
             return jobs
         # here alone: the data sources import torch and pandas (5 s), which a sweep that
         # sets no source option, or the SLURM launcher's submitting process, need not
-        from cloudlstm.assembly.source_options import read_sweeps
+        from cloudlstm.assembly.source_options import check_command_sweeps, read_sweeps
 
         sources: dict[tuple[str, ...], Any] = {}
 
@@ -219,6 +240,7 @@ class ReportingSweeper(BasicSweeper):
                 sources[key] = self._source(job)
             return sources[key]
 
+        check_command_sweeps(jobs, given, source_of)
         kept, note = read_sweeps(jobs, swept, source_of)
         if note:
             log.info(note)
