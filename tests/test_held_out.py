@@ -340,7 +340,8 @@ def test_eval_py_evaluates_a_run_whose_held_out_point_reads_covariates_only(tmp_
     selection was refused, or evaluated on data where the point reads nothing else) could
     not be evaluated: eval.py refused it with ways out (other points, another draw) that
     its training's held-out points cannot take. It is evaluated, with a warning, and its
-    held_out scores are null, as its training's were."""
+    held_out scores are null, as its training's were; with data.score_filled=true they are
+    those of the point's filled values, which the warning called null."""
     table = long_table().assign(temp=lambda t: 10 + np.sin(t.step / 5))
     cols = ["data.source.value_cols=[no2,pm25]", "data.source.covariate_cols=[temp]"]
     csv = write(table, tmp_path / "stream.csv")
@@ -363,6 +364,40 @@ def test_eval_py_evaluates_a_run_whose_held_out_point_reads_covariates_only(tmp_
     held = results["test"]["groups"]["held_out"]["overall"]["mae"]["mean"]
     assert held is None or math.isnan(held)  # null in metrics.json
     assert results["test"]["groups"]["trained"]["overall"]["mae"]["mean"] > 0
+    # data.score_filled=true scores the point's filled values: its warning said "null"
+    filled = ["data.score_filled=true", f"data.source.path={other}"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        results = evaluate(compose_eval(Path(cfg.paths.output_dir), tmp_path / "filled", *filled))
+    assert (
+        "(covariates only): nothing to score; the evaluated run held these out in training, so "
+        "it is evaluated all the same: its held_out scores count the values filled in where "
+        "the held-out points read nothing as if they were read (data.score_filled=true)."
+    ) in "\n".join(caplog.messages)
+    assert results["test"]["groups"]["held_out"]["overall"]["mae"]["mean"] > 0
+
+
+def test_held_out_points_silent_in_the_test_part_say_what_their_scores_would_be(caplog):
+    """With data.score_filled=true the held-out scores of points that read nothing in the
+    test part are those of their filled values, not empty (nor null, as eval.py's warning
+    said)."""
+    ids = [f"st{i:02d}" for i in range(4)]
+    observed = np.ones((10, 4, 1), bool)  # (T, N, C)
+    observed[6:, :2] = False  # st00, st01: no reading in the test part, steps [6, 10)
+    holdout = check_holdout(["st00", "st01"], 0, True)
+    held = holdout.mask(ids)
+    part = "none of which reads a forecast channel in the test part of the data (steps [6, 10))"
+    with pytest.raises(UserError, match=re.escape(f"{part}: the held-out scores would be empty")):
+        holdout.check_scored(held, observed, (6, 10), ids)
+    with pytest.raises(UserError, match=r"would be of filled values alone; name points with"):
+        holdout.check_scored(held, observed, (6, 10), ids, score_filled=True)
+    with caplog.at_level(logging.WARNING):
+        holdout.check_scored(held, observed, (6, 10), ids, trained=True, score_filled=True)
+    assert caplog.messages[-1].endswith(
+        "would be of filled values alone; the evaluated run held these out in training, so it "
+        "is evaluated all the same: its held_out scores count the values filled in where the "
+        "held-out points read nothing as if they were read (data.score_filled=true)."
+    )
 
 
 # ---------------------------------------------------------------- the trained weights

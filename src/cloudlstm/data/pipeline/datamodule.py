@@ -342,7 +342,13 @@ class PointCloudDataModule(LightningDataModule):
             targets = stream.mask[..., : self.num_channels]  # a view: covariates are not scored
             trained = self._scaler_state is not None  # a trained run's evaluation
             self.holdout.check_scored(
-                self.held_out, targets, self.bounds["test"], stream.point_ids, what, trained
+                self.held_out,
+                targets,
+                self.bounds["test"],
+                stream.point_ids,
+                what,
+                trained,
+                self.score_filled,
             )
         self.scaler = fitted_scaler(
             stream,

@@ -36,6 +36,15 @@ __all__ = ["DROPPED_WHY", "HELD_OUT", "TRAINED", "HoldOut", "check_holdout", "he
 
 log = logging.getLogger(__name__)
 
+# what eval.py's held_out scores are of held-out points with nothing of their own to score
+_ONLY_READ_SCORED = (
+    "its held_out scores cover only what the held-out points read (null where they read nothing)."
+)
+_FILLED_SCORED = (
+    "its held_out scores count the values filled in where the held-out points read nothing "
+    "as if they were read (data.score_filled=true)."
+)
+
 HELD_OUT = "held_out"  # the point group of the held-out points
 # ... and of the points trained on; not "training", which a torch ModuleDict of the groups'
 # metrics cannot hold (an nn.Module attribute)
@@ -110,6 +119,7 @@ class HoldOut:
         point_ids: Sequence[Any],
         what: str = "the data",
         trained: bool = False,
+        score_filled: bool = False,
     ) -> None:
         """Refuse a selection that leaves the ``held_out`` group nothing of its own to score:
         a held-out point without a reading of a forecast channel at any step (its readings
@@ -123,28 +133,29 @@ class HoldOut:
         and the run is evaluated: its held-out points are its own, which no other draw or
         name can replace, and a run trained before such a selection was refused could not
         be evaluated at all; its held_out scores leave those points out (null where none is
-        left), as its training's did.
+        left), as its training's did, or with ``score_filled`` (``data.score_filled=true``)
+        count their filled values as if read: the warning says which.
 
         Args:
             held_out: ``(N,)`` bool, :meth:`mask`.
             observed: ``(T, N, C)`` bool, True where a forecast channel was observed (the
                 stream's mask without its covariates); a memory map is read by chunks.
             test: the test part's steps ``[first, end)``.
+            score_filled: ``data.score_filled``: filled values are scored as if read.
 
         Raises:
             UserError: naming the points and the way out (not with ``trained``).
         """
-        unscored = self._unscored(held_out, observed, test, point_ids, what)
+        unscored = self._unscored(held_out, observed, test, point_ids, what, score_filled)
         if unscored is None:
             return
         reason, way_out = unscored
         if not trained:
             raise UserError(f"{reason}; {way_out}")
         log.warning(
-            "%s; the evaluated run held these out in training, so it is evaluated all the "
-            "same: its held_out scores cover only what the held-out points read (null where "
-            "they read nothing).",
+            "%s; the evaluated run held these out in training, so it is evaluated all the same: %s",
             reason,
+            _FILLED_SCORED if score_filled else _ONLY_READ_SCORED,
         )
 
     def _unscored(
@@ -154,8 +165,9 @@ class HoldOut:
         test: tuple[int, int],
         point_ids: Sequence[Any],
         what: str,
+        score_filled: bool,
     ) -> tuple[str, str] | None:
-        """``(why the held-out group has nothing to score, the way out)`` of
+        """``(why the held-out group has nothing of its own to score, the way out)`` of
         :meth:`check_scored`, or None where it has something."""
         index = np.flatnonzero(held_out)
         ever, in_test = np.zeros(len(index), bool), np.zeros(len(index), bool)
@@ -184,7 +196,8 @@ class HoldOut:
             return (
                 f"data.holdout_points={_text(self.points)} holds out {_listed(ids)}, none of "
                 f"which reads a forecast channel in the test part of {what} (steps "
-                f"[{test[0]}, {test[1]})): the held-out scores would be empty",
+                f"[{test[0]}, {test[1]})): the held-out scores would be "
+                f"{'of filled values alone' if score_filled else 'empty'}",
                 f"{fix}.",
             )
         return None
