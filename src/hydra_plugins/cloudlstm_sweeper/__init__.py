@@ -81,6 +81,9 @@ log = logging.getLogger(__name__)
 _JOB_NUMBER = {"hydra.job.num", "hydra.job.id"}
 # the overrides' keys (their first part) that set nothing of a job's data source
 _NO_DATA = {"model", "seed", "optimizer", "trainer", "module"}
+# the module of the sources whose options the command may set unread
+# (source_options.DEFAULTS): named, not imported, as that imports torch
+_CHECKED_SOURCES = "cloudlstm.data.sources.mobile."
 
 
 class ReportingSweeper(BasicSweeper):
@@ -226,10 +229,6 @@ class ReportingSweeper(BasicSweeper):
         swept, given = self._swept_by_config(overrides), self._set_by_the_command(overrides)
         if not swept and not given:
             return jobs
-        # here alone: the data sources import torch and pandas (5 s), which a sweep that
-        # sets no source option, or the SLURM launcher's submitting process, need not
-        from cloudlstm.assembly.source_options import check_command_sweeps, read_sweeps
-
         sources: dict[tuple[str, ...], Any] = {}
 
         def source_of(job: list[str]) -> Any:
@@ -240,7 +239,15 @@ class ReportingSweeper(BasicSweeper):
                 sources[key] = self._source(job)
             return sources[key]
 
-        check_command_sweeps(jobs, given, source_of)
+        checked = given and any(_checked_source(source_of(list(job))) for job in jobs)
+        if not swept and not checked:
+            return jobs
+        # here alone: the data sources import torch and pandas (5 s), which a sweep that
+        # sets no option of a checked source, or the SLURM launcher's submitting process,
+        # need not
+        from cloudlstm.assembly.source_options import check_command_sweeps, read_sweeps
+
+        check_command_sweeps(jobs, given if checked else {}, source_of)
         kept, note = read_sweeps(jobs, swept, source_of)
         if note:
             log.info(note)
@@ -470,6 +477,13 @@ def _signal_of(err: BaseException, launcher: Launcher) -> str | None:
     if not isinstance(launcher, BasicLauncher):
         return None
     return "Ctrl-C" if isinstance(err, KeyboardInterrupt) else "SIGTERM"
+
+
+def _checked_source(source: Any) -> bool:
+    """Whether ``source`` (a job's composed ``data.source``, or None) is one whose options
+    :mod:`cloudlstm.assembly.source_options` checks."""
+    target = source.get("_target_") if isinstance(source, DictConfig) else None
+    return str(target).startswith(_CHECKED_SOURCES)
 
 
 def _group(override: str) -> str:
