@@ -290,6 +290,24 @@ def test_forecaster_gives_the_zone_of_the_times_fed_to_update(run):
     assert str(times.dt.tz) == "UTC+01:00"
 
 
+def test_a_training_point_left_out_of_a_long_history_is_warned_of(run, tmp_path):
+    """A long-format file without p2's rows: p2 was left out of the forecast without a word,
+    where a wide table without its column is warned of."""
+    out = tmp_path / "f.csv"
+    table = history(run)
+    done = predict(run, table[table["id"] != "p2"], tmp_path, f"out={out}")
+    assert done.returncode == 0, done.stderr
+    assert (
+        f"{tmp_path / 'recent.csv'} has no row in its last 4 steps for 1 of the {N} training "
+        "point(s) (p2), which are not forecast: add their rows (empty readings where they "
+        "have none) to forecast them."
+    ) in done.stdout + done.stderr
+    assert "p2" not in set(pd.read_csv(out)["id"])
+    done = predict(run, table, tmp_path, f"out={out}")
+    assert done.returncode == 0, done.stderr
+    assert "training point(s)" not in done.stdout + done.stderr
+
+
 def test_out_dash_prints_the_forecast_alone_for_a_pipe(run, tmp_path):
     """``out=-``: standard output is the CSV alone (the log goes to standard error), the same
     forecast as a file holds, and nothing is written into the run."""

@@ -371,7 +371,7 @@ def order_points(ids: list[str], info: DataSpec, what: str, wide: bool = False) 
 
     Raises:
         UserError: a model tied to its training points (``fixed_points``) gets new points,
-            or misses some of them.
+            or misses some of them (a point model is forecast without them, with a warning).
     """
     present = set(ids)
     known = [p for p in info.point_ids if p in present]
@@ -393,7 +393,30 @@ def order_points(ids: list[str], info: DataSpec, what: str, wide: bool = False) 
             " (readings left empty are filled from the other points, with a warning), or "
             "train a point model (e.g. model=cloudlstm)."
         )
+    if not wide:  # a wide table's missing columns are warned of as it is read
+        _warn_points_left_out(known, info, what)
     return known + new
+
+
+def _warn_points_left_out(known: list[str], info: DataSpec, what: str) -> None:
+    """Warn of training points without a row in the steps read, where the history has rows
+    of others: they are not forecast, and a point left out of an export of the network is
+    more often an accident than a choice (a history of new points alone is a choice)."""
+    if not known or len(known) == len(info.point_ids):
+        return
+    given = set(known)
+    missing = [str(p) for p in info.point_ids if p not in given]
+    more = f" ... ({len(missing)} in all)" if len(missing) > 5 else ""
+    log.warning(
+        "%s has no row in its last %d steps for %d of the %d training point(s) (%s), which "
+        "are not forecast: add their rows (empty readings where they have none) to forecast "
+        "them.",
+        what,
+        info.history_steps,
+        len(missing),
+        len(info.point_ids),
+        ", ".join(missing[:5]) + more,
+    )
 
 
 def check_reading(reading: object) -> None:
