@@ -109,6 +109,38 @@ def test_a_file_that_is_no_checkpoint_gets_a_fix_for_forecasting(run, tmp_path):
     assert "resume=" not in line
 
 
+def test_a_checkpoint_of_another_run_is_refused_and_a_copy_of_its_own_is_not(run, tmp_path):
+    """Runs of the same model and sizes, one with a quantile head, one on other data: their
+    checkpoints loaded into the run silently, forecasting with their head and scaler under
+    the run's name. A copy of the run's own checkpoint elsewhere still forecasts."""
+    (tmp_path / "q").mkdir()
+    quantiles = csv_run(tmp_path / "q", "module.quantiles=[0.1,0.5,0.9]")[0]
+    values, observed = raw_stream()
+    (tmp_path / "other").mkdir()
+    long_table(values * 2 + 10, observed, range(T)).to_csv(tmp_path / "other.csv", index=False)
+    keep = [o for o in TINY if not o.startswith("data.source.")]
+    other = train_run(
+        tmp_path / "other", [*keep, "data=points", f"data.source.path={tmp_path / 'other.csv'}"]
+    )
+    for theirs, differs in [
+        (quantiles, "module.quantiles"),
+        (other, "data description (scaler, value_reference)"),
+    ]:
+        ckpt = theirs / "checkpoints" / "last.ckpt"
+        line = one_line(predict(run, history(run), tmp_path, f"ckpt={ckpt}"))
+        assert line == (
+            f"{ckpt} is no checkpoint of the run {run[0]}: it differs from the run's in "
+            f"{differs}, so its forecast would not be the run's. Give run={theirs} (the "
+            f"checkpoint's run), or a checkpoint of {run[0]}: ckpt=best, ckpt=last."
+        )
+    copy = tmp_path / "kept.ckpt"
+    shutil.copyfile(run[0] / "checkpoints" / "last.ckpt", copy)
+    out = tmp_path / "f.csv"
+    done = predict(run, history(run), tmp_path, f"ckpt={copy}", f"out={out}")
+    assert done.returncode == 0, done.stderr
+    assert len(pd.read_csv(out)) == J * N
+
+
 def test_torch_threads_caps_the_forecast_and_is_checked(run, tmp_path):
     done = predict(run, history(run), tmp_path, "torch_threads=1", f"out={tmp_path / 'f.csv'}")
     assert done.returncode == 0, done.stderr

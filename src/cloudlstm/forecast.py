@@ -196,7 +196,9 @@ class Forecaster:
         Raises:
             UserError: ``run_dir`` or ``ckpt`` is no path (None, a number), no such run
                 directory or checkpoint, a checkpoint written before checkpoints stored what
-                forecasting needs, or a device this machine does not have
+                forecasting needs, a checkpoint of another run's training (its quantile head,
+                anchor or data description differ from the run's), or a device this machine
+                does not have
                 (:func:`check_device`).
         """
         from cloudlstm.assembly.assemble import restore  # the CLI's build path, loaded on use

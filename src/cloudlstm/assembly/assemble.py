@@ -56,6 +56,7 @@ from cloudlstm.assembly.checkpoint_fit import (
 from cloudlstm.assembly.config import describe_run
 from cloudlstm.assembly.held_out import check_model_forecasts_held_out, check_same_held_out
 from cloudlstm.assembly.memory_fit import check_model_fits, trains_on_cpu
+from cloudlstm.assembly.run_checkpoint import check_run_checkpoint
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.distributed import per_process_limits
 from cloudlstm.engine.forecast_columns import check_forecast_columns
@@ -242,13 +243,16 @@ def restore(
 
     Raises:
         UserError: no such run directory or checkpoint, a checkpoint that cannot be read,
-            was written before checkpoints stored the data's description, or does not fit
-            the run's model.
+            was written before checkpoints stored the data's description, is of another
+            run's training (:func:`~cloudlstm.assembly.run_checkpoint.check_run_checkpoint`),
+            or does not fit the run's model.
     """
     run = check_run_dir(run_dir)
     trained = TrainedCheckpoint.read(find_checkpoint(run, ckpt), remedy)
     spec = trained.forecasting_spec()
-    model = build_model(read_run_config(run).model, spec, compile=False)
+    cfg = read_run_config(run)
+    check_run_checkpoint(run, cfg, trained)
+    model = build_model(cfg.model, spec, compile=False)
     hparams = trained.contents.get("hyper_parameters", {})
     module = ForecastModule(
         model,

@@ -367,8 +367,8 @@ def check_same_outputs(settings: Mapping[str, Any], trained: TrainedCheckpoint) 
         UserError: ``module.quantiles`` or ``module.anchor`` differs from the checkpoint's.
     """
     stored = trained.contents.get("hyper_parameters") or {}
-    now = {"quantiles": _levels(settings.get("quantiles")), "anchor": settings.get("anchor")}
-    then = {"quantiles": _levels(stored.get("quantiles")), "anchor": stored.get("anchor")}
+    now = {"quantiles": setting_levels(settings.get("quantiles")), "anchor": settings.get("anchor")}
+    then = {"quantiles": setting_levels(stored.get("quantiles")), "anchor": stored.get("anchor")}
     for key in [k for k in now if k in stored and k in settings and now[k] != then[k]]:
         raise UserError(
             f"{trained.path} was trained with module.{key}={_as_override(then[key])}; its "
@@ -382,7 +382,7 @@ def module_outputs(module: L.LightningModule) -> dict[str, Any]:
     return {"quantiles": module.quantile_levels, "anchor": module.hparams.get("anchor")}
 
 
-def _levels(value: Any) -> Any:
+def setting_levels(value: Any) -> Any:
     """Quantile levels as an ascending tuple (``()`` for none); a value that is not a list
     of numbers as given, for the message (the module refuses it by itself)."""
     items = [] if value is None else value

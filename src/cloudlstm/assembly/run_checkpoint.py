@@ -1,0 +1,119 @@
+"""Whether a checkpoint given by path to a run is of that run's training.
+
+A forecast takes its data description (points, scaler, step) and its quantile head from
+the checkpoint, and its model and name from the run. A checkpoint of another run of the
+same model and sizes (trained with quantiles, or on other data) loads: its forecasts would
+be presented as the run's. :func:`check_run_checkpoint` refuses it, naming what differs.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from cloudlstm.assembly.checkpoint_fit import TrainedCheckpoint, setting_levels
+from cloudlstm.data.spec import stored_spec
+from cloudlstm.errors import UserError
+from cloudlstm.rundir.layout import (
+    BEST_CHECKPOINTS,
+    CHECKPOINT_DIR,
+    checkpoint_run,
+    last_checkpoint,
+)
+
+# the module settings that shape a forecast: its quantile head, and what its output means
+OUTPUT_SETTINGS = ("quantiles", "calibrate", "anchor")
+
+
+def check_run_checkpoint(run: Path, cfg: DictConfig, trained: TrainedCheckpoint) -> None:
+    """Refuse ``trained`` where it is not of the training of ``run`` (config ``cfg``): its
+    module settings (:data:`OUTPUT_SETTINGS`) differ from the run's config, or its data
+    description from the one the run's own checkpoints hold. A checkpoint in the run's
+    ``checkpoints/`` is its own and not compared; a run without a readable checkpoint of
+    its own is compared by its settings alone.
+
+    Raises:
+        UserError: naming the checkpoint, the run, what differs, and the fix.
+    """
+    folder = run / CHECKPOINT_DIR
+    if trained.path.resolve().parent == folder.resolve():
+        return
+    differences = _setting_differences(cfg.get("module"), trained)
+    differences += _description_differences(folder, trained)
+    if not differences:
+        return
+    raise UserError(
+        f"{trained.path} is no checkpoint of the run {run}: it differs from the run's in "
+        f"{' and '.join(differences)}, so its forecast would not be the run's. Give "
+        f"run={_checkpoint_run(trained)} (the checkpoint's run), or a checkpoint of {run}: "
+        "ckpt=best, ckpt=last."
+    )
+
+
+def _setting_differences(module: DictConfig | None, trained: TrainedCheckpoint) -> list[str]:
+    """``module.<key>`` for each :data:`OUTPUT_SETTINGS` key the run's config and the
+    checkpoint's hyperparameters both hold, with other values."""
+    if module is None:
+        return []
+    settings = OmegaConf.to_container(module, resolve=True)
+    stored = trained.contents.get("hyper_parameters") or {}
+    shared = [k for k in OUTPUT_SETTINGS if k in settings and k in stored]
+    return [
+        f"module.{k}" for k in shared if setting_levels(settings[k]) != setting_levels(stored[k])
+    ]
+
+
+def _description_differences(folder: Path, trained: TrainedCheckpoint) -> list[str]:
+    """``data description (<keys>)`` where the checkpoint's description differs from that
+    of the run's own last (else best) checkpoint; none where the run has none readable."""
+    own = _own_description(folder)
+    theirs = stored_spec(trained.contents)
+    if own is None or theirs is None:
+        return []
+    keys = [k for k in sorted(own.keys() | theirs.keys()) if not _same(own.get(k), theirs.get(k))]
+    return [f"data description ({', '.join(keys)})"] if keys else []
+
+
+def _own_description(folder: Path) -> dict[str, Any] | None:
+    """The data description of a checkpoint of the run's own, read without its weights
+    (memory-mapped); None where it has none that can be read."""
+    path = last_checkpoint(folder.parent)
+    if not path.is_file():
+        path = max(folder.glob(BEST_CHECKPOINTS), key=lambda p: p.stat().st_mtime, default=None)
+    if path is None:
+        return None
+    try:
+        contents = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError):
+        return None  # a damaged checkpoint of the run's leaves nothing to compare with
+    return stored_spec(contents) if isinstance(contents, dict) else None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two parts of a stored description are equal: dicts and lists item by item,
+    arrays and tensors by value, NaN equal to NaN (a missing value written as NaN)."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, np.ndarray | torch.Tensor) or isinstance(b, np.ndarray | torch.Tensor):
+        return np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return bool(a == b)
+
+
+def _checkpoint_run(trained: TrainedCheckpoint) -> str:
+    """The run directory that wrote ``trained``: the one holding it
+    (:func:`~cloudlstm.rundir.layout.checkpoint_run`), else the one its hyperparameters
+    name, else a placeholder."""
+    stored = trained.contents.get("hyper_parameters") or {}
+    run = checkpoint_run(trained.path) or stored.get("output_dir")
+    return str(run or "<the checkpoint's run directory>")
