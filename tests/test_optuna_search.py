@@ -801,8 +801,41 @@ def test_a_tolerated_failure_of_a_bug_ends_the_search_after_its_batch(tmp_path):
         f"  trial {bad.number} (job {job}: model.k=3): a bug of the test's own; log "
         f"{sweep / str(job) / 'train.log'}"
     )
+    assert lines[start + 2] == (
+        f"Once the bug is mended, start the same command with hydra.sweep.dir={sweep} to go on "
+        "with the search (its failed trials count towards n_trials=3)."
+    )
     assert "Traceback" in out and "RuntimeError: a bug of the test's own" in proc.stderr
     assert "| cloudlstm | synthetic | 1 |" in proc.stdout, "the comparison of the other trial"
+
+
+def test_a_tolerated_bug_ending_says_how_to_go_on_once_it_is_mended(tmp_path, caplog):
+    """The search a bug ended within max_failure_rate named its failed trials and no way on,
+    where the ending of failures beyond the rate prints the command that continues: its last
+    line is that command now, once the bug is mended."""
+    from hydra.core.utils import JobReturn, JobStatus
+    from omegaconf import OmegaConf
+
+    from cloudlstm.errors import UserError
+    from hydra_plugins.cloudlstm_optuna._search import Job, OptunaSearch
+
+    search = OptunaSearch({})
+    search.config = OmegaConf.create({"task_name": "train"})
+    search.sweep_dir, search.max_failure_rate, search.launched, search.n_trials = (
+        tmp_path, 0.5, 4, 6
+    )  # fmt: skip
+    for number, error in enumerate([UserError("bad lr"), IndexError("a bug")]):
+        ret = JobReturn()
+        ret.status, ret.return_value = JobStatus.FAILED, error
+        search._record_failure(Job(number, number, {"model.k": number}), ret)
+    ending = search._tolerated_ending()
+    assert isinstance(ending, IndexError)
+    (logged,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert "but trial 1 failed of a bug" in logged.splitlines()[0]
+    assert logged.splitlines()[-1] == (
+        f"Once the bug is mended, start the same command with hydra.sweep.dir={tmp_path} to go "
+        "on with the search (its failed trials count towards n_trials=6)."
+    )
 
 
 def test_tolerated_failures_of_the_user_or_the_machine_end_the_search_well(tmp_path, caplog):

@@ -23,8 +23,8 @@ grammar (``choice``, ``range``, ``interval``, ``tag(log, ...)``); and:
   then a line per failed trial (its parameters, error and log) and a non-zero exit; a
   bug keeps its traceback. Failed trials within the rate get the same lines after the
   comparison of a search that ended well, with exit 0; but where one failed of a bug, the
-  search asks no further batch, the first line says so and the search ends with its
-  traceback, exit 1;
+  search asks no further batch, the first line says so, the last how the same command
+  goes on once the bug is mended, and the search ends with its traceback, exit 1;
 * a sampler that has tried the whole search space (``BruteForceSampler``, ``GridSampler``,
   which call ``study.stop()``) ends the search well, with the trials the space holds, and
   so does any sampler once each point of a space of ``choice``s and ``range``s has a trial;

@@ -298,13 +298,17 @@ class OptunaSearch(Sweeper):
                 "hydra.sweeper.max_failure_rate (the share of a batch that may fail)."
             )
         else:
-            again = (
-                f"Start the same command with hydra.sweep.dir={self.sweep_dir} to go on with "
-                f"the search (its failed trials count towards n_trials={self.n_trials})."
-            )
+            again = f"Start the same command {self._going_on()}."
         what = f"failed, which ended the search ({rate}: the share of a batch that may fail)"
         report = unfinished_report(lines, self.launched, str(self.sweep_dir), what, again=again)
         return failed_jobs_ending(report, errors)
+
+    def _going_on(self) -> str:
+        """How the same command goes on with a search that failed trials ended."""
+        return (
+            f"with hydra.sweep.dir={self.sweep_dir} to go on with the search (its failed "
+            f"trials count towards n_trials={self.n_trials})"
+        )
 
     def _failed_lines(self) -> list[str]:
         """A line per failed trial of this command: its parameters, error and log."""
@@ -320,8 +324,10 @@ class OptunaSearch(Sweeper):
         status 0, the lines a warning; but where one failed of a bug (an error that is no
         :class:`~cloudlstm.errors.UserError`, which a bad setting and a machine's fault, such
         as a full disk or no memory left, are), that error, for its traceback and a non-zero
-        exit, the lines logged as an error whose first says so. No rate makes a bug a result
-        to go on with: a search would else end well with trials that a mended program runs."""
+        exit, the lines logged as an error whose first says so and whose last says how to go
+        on once the bug is mended (as the ending of failures beyond the rate says). No rate
+        makes a bug a result to go on with: a search would else end well with trials that a
+        mended program runs."""
         rate = f"hydra.sweeper.max_failure_rate={self.max_failure_rate:g}"
         lines = "\n  ".join(self._failed_lines())
         bugs = [(job, error) for job, error in self.failed if _is_bug(error)]
@@ -335,8 +341,9 @@ class OptunaSearch(Sweeper):
         trials = ", ".join(str(job.trial) for job, _ in bugs)
         log.error(
             "%s, but trial%s %s failed of a bug, which no rate tolerates: the search ended after "
-            "its batch and fails with its error (below) and exit status 1:\n  %s",
-            head, "s" * (len(bugs) > 1), trials, lines,
+            "its batch and fails with its error (below) and exit status 1:\n  %s\n"
+            "Once the bug is mended, start the same command %s.",
+            head, "s" * (len(bugs) > 1), trials, lines, self._going_on(),
         )  # fmt: skip
         return bugs[0][1]
 
