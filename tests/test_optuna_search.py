@@ -17,7 +17,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from cloudlstm.cli.sigterm_at_start import JOBS_BEGUN
+from cloudlstm.cli.sigterm_at_start import JOBS_BEGUN, Terminated
 from tests.conftest import PYTHON, ROOT, one_line, subprocess_env
 from tests.test_sweeps import ONE_EPOCH, train_py
 
@@ -944,6 +944,18 @@ def search_of(tmp_path: Path, study: optuna.Study, space: dict):
     return search
 
 
+def searching(search, study: optuna.Study, n_trials: int):
+    """``search`` set to run its loop (``_search``) in ``study``, one trial at a time, to
+    ``n_trials``, with the basic launcher unconfigured: its trials must all be repeats, not
+    run."""
+    from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+
+    search.n_jobs, search.n_trials, search.own_storage = 1, n_trials, True
+    search.launcher = BasicLauncher()
+    search._open_study = lambda: study
+    return search
+
+
 def settled_search(tmp_path: Path, ks: list[int]) -> tuple[optuna.Study, object]:
     """A study whose sampler is fixed on model.k=2, x=0.5 of a space of ``ks`` and x in
     [0, 1], with its search, after one trial of that point (told 1.0): every later draw
@@ -1031,8 +1043,8 @@ def test_a_settling_sampler_s_repeats_are_one_line_not_one_each(tmp_path, caplog
 
     caplog.set_level("INFO")
     study, search = settled_search(tmp_path, [2, 3])
-    while not search._over():
-        assert search._ask_batch(study, 1) == []
+    searching(search, study, n_trials=3)._search()
+    assert search._settled() and len(study.get_trials()) == 1 + REPEATS_ENDING
     said = [r.getMessage() for r in caplog.records if "repeated" in r.getMessage()]
     assert said == [
         f"{REPEATS_ENDING} draws repeated a tried point, not run (recorded PRUNED, with "
@@ -1059,6 +1071,56 @@ def test_the_repeats_of_a_batch_are_one_line_before_it_launches(tmp_path, caplog
         "3 draws repeated a tried point, not run (recorded PRUNED, with repeat_of): trials "
         "1-2, 4 drew the point of trial 0 (model.k=2) 3 times."
     ]
+
+
+class StopsAsItDraws(optuna.samplers.RandomSampler):
+    """A sampler that ``error`` (a Ctrl-C, SIGTERM or a bug) meets as it draws, where a slow
+    sampler (TPE's, over many trials) spends a search's time."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(seed=0)
+        self.error = error
+
+    def sample_independent(self, *args, **kwargs):
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    ("error", "ending"),
+    [
+        (KeyboardInterrupt(), SystemExit(130)),
+        (Terminated(), SystemExit(143)),
+        (RuntimeError("a bug of the sampler's"), RuntimeError("a bug of the sampler's")),
+    ],
+    ids=["ctrl_c", "sigterm", "bug"],
+)
+def test_the_repeats_drawn_before_a_stop_or_error_mid_ask_are_one_line(
+    tmp_path, caplog, error, ending
+):
+    """Two draws enqueued at model.k=2, whose trial ran, then a draw that a Ctrl-C, SIGTERM
+    or a bug stops: the two repeats were never logged, as they waited for a batch to launch
+    or the search to end well. Every ending logs them now, before its own last lines."""
+    caplog.set_level("INFO")
+    space = {"model.k": CategoricalDistribution([2, 3, 4])}
+    study = optuna.create_study(
+        storage=f"sqlite:///{tmp_path / 'optuna.db'}", sampler=StopsAsItDraws(error)
+    )
+    study.enqueue_trial({"model.k": 2})
+    study.tell(study.ask(space), 1.0)
+    for _ in range(2):
+        study.enqueue_trial({"model.k": 2})
+    search = searching(search_of(tmp_path, study, space), study, n_trials=3)
+    with pytest.raises(type(ending)) as raised:
+        search._search()
+    assert str(raised.value) == str(ending)
+    said = [r.getMessage() for r in caplog.records]
+    repeats = (
+        "2 draws repeated a tried point, not run (recorded PRUNED, with repeat_of): trials "
+        "1-2 drew the point of trial 0 (model.k=2) 2 times."
+    )
+    assert repeats in said
+    if isinstance(ending, SystemExit):  # before the lines of the stop, as their last word
+        assert said[-1].startswith("The search got ") and said.index(repeats) < len(said) - 1
 
 
 @pytest.mark.slow  # one trial, then a hundred draws not run: about 20 s

@@ -205,11 +205,14 @@ class OptunaSearch(Sweeper):
         # with it; SLURM's are SLURM's to signal)
         try:
             with joblib_sweep_stop(self.sweep_dir, self.launcher) as self.stop:
-                self._continue_unfinished(study)
-                # a continued study whose space was tried: its unfinished trials alone
-                self.space_tried |= bool(study.user_attrs.get(SPACE_TRIED_ATTR))
-                while not self._over() and (to_go := self.n_trials - _n_counted(study)) > 0:
-                    self._run(study, self._ask_batch(study, min(self.n_jobs, to_go)))
+                try:
+                    self._continue_unfinished(study)
+                    # a continued study whose space was tried: its unfinished trials alone
+                    self.space_tried |= bool(study.user_attrs.get(SPACE_TRIED_ATTR))
+                    while not self._over() and (to_go := self.n_trials - _n_counted(study)) > 0:
+                        self._run(study, self._ask_batch(study, min(self.n_jobs, to_go)))
+                finally:  # however the search ends (a Ctrl-C mid-ask too), before its last lines
+                    self._log_repeats()
         except (Exception, SystemExit) as err:  # SLURM's failed jobs, a broken pool: as below
             self._write_results_before_failing(study)
             by = stopped_in_this_process(err, self.launcher) if self.in_flight else None
@@ -563,8 +566,9 @@ class OptunaSearch(Sweeper):
         asked: the space is used up (:meth:`_space_used_up`), as where the sampler says so.
         A sampler that draws only tried points :data:`REPEATS_ENDING` times in a row ends
         the search (:meth:`_settled`). The repeats are logged in one line as a batch
-        launches or the search ends (:meth:`_log_repeats`), not one each: batches of
-        repeats alone, a settling sampler's, wrote a hundred lines.
+        launches (:meth:`_log_repeats`), or as the search ends (:meth:`_search`, whatever
+        ends it), not one each: batches of repeats alone, a settling sampler's, wrote a
+        hundred lines.
         """
         tried = _tried_points(study)
         size = space_size(self.space)
@@ -584,7 +588,7 @@ class OptunaSearch(Sweeper):
             self.repeats_in_a_row = 0
             tried[point] = trial.number
             jobs.append(self._label(trial))
-        if jobs or self._over():  # a batch to launch, or none: the repeats until now
+        if jobs:  # the repeats until this batch launches
             self._log_repeats()
         return jobs
 
