@@ -1602,3 +1602,47 @@ def test_a_continued_study_draws_new_trials_not_the_earlier_ones_again():
     assert again == continued_sampler(conf, 2).sample_independent(
         continued, continued.trials[2], "lr", space["lr"]
     )
+
+
+@pytest.mark.parametrize("fixed", [{"cell": "gru"}, {"seed": 0}], ids=["cell", "param_seed"])
+def test_a_continued_study_reseeds_the_base_sampler_of_a_sampler_without_a_seed(fixed):
+    """PartialFixedSampler takes no seed; its base sampler's was left as given when the
+    study continued, so the continued search drew the earlier trials' points again (and,
+    as no point runs twice, did not run them). That seed moves on now, as a sampler's own
+    does; a fixed parameter named seed stays as fixed, and a base sampler without a seed
+    draws anew in each process already."""
+    from omegaconf import OmegaConf
+
+    from hydra_plugins.cloudlstm_optuna._search import _build, continued_sampler
+
+    conf = OmegaConf.create({
+        "_target_": "optuna.samplers.PartialFixedSampler", "fixed_params": fixed,
+        "base_sampler": {"_target_": "optuna.samplers.RandomSampler", "seed": 1234},
+    })  # fmt: skip
+    space = {key: CategoricalDistribution([value, "other"]) for key, value in fixed.items()}
+    space["lr"] = FloatDistribution(1e-5, 1e-1, log=True)
+
+    def draw(study: optuna.Study, count: int) -> None:
+        for _ in range(count):
+            trial = study.ask(space)
+            study.tell(trial, trial.params["lr"])
+
+    first = optuna.create_study(sampler=_build("sampler", conf, optuna.samplers.BaseSampler))
+    draw(first, 2)  # the first process: trials 0 and 1
+    # the next process, as the search opens the study: the sampler as given where it is None
+    continued = optuna.create_study(sampler=_build("sampler", conf, optuna.samplers.BaseSampler))
+    for trial in first.trials:
+        continued.add_trial(trial)
+    continued.sampler = continued_sampler(conf, len(continued.trials)) or continued.sampler
+    draw(continued, 2)  # trials 2 and 3
+    assert len({t.params["lr"] for t in continued.trials}) == 4
+    assert all({k: t.params[k] for k in fixed} == fixed for t in continued.trials)
+    again = [  # the same continuation draws the same trials: the search stays reproducible
+        continued_sampler(conf, 2).sample_independent(
+            continued, continued.trials[2], "lr", space["lr"]
+        )
+        for _ in range(2)
+    ]
+    assert again[0] == again[1]
+    del conf.base_sampler.seed
+    assert continued_sampler(conf, 2) is None

@@ -1038,15 +1038,35 @@ def _changes(what: str, was: dict[str, str], now: dict[str, str], sweep: bool = 
 
 def continued_sampler(conf: Any, trials: int) -> optuna.samplers.BaseSampler | None:
     """The sampler of a study continued with ``trials`` trials in it, where
-    ``hydra.sweeper.sampler`` has a seed: seeded with that seed plus ``trials``. With the
-    seed alone each process restarts the same draws, so a continued search's first random
-    trials repeated the earlier trials' parameters, and trained them again. The same
-    continuation draws the same trials. None: a new study, or a sampler without a seed
-    (its draws differ from process to process already)."""
-    if not trials or conf is None or conf.get("seed") is None:
+    ``hydra.sweeper.sampler`` has a seed, or a sampler within it has one (the base sampler
+    of ``PartialFixedSampler``, which takes none itself): each seed plus ``trials``
+    (:func:`_seeds_moved_on`). With the seed alone each process restarts the same draws,
+    so a continued search's first random trials repeated the earlier trials' parameters,
+    and trained them again (or, as the search runs no point twice, were not run). The same
+    continuation draws the same trials. None: a new study, or no seed (the draws differ
+    from process to process already)."""
+    if not trials or not isinstance(conf, DictConfig):
         return None
-    reseeded = OmegaConf.merge(conf, {"seed": (int(conf.get("seed")) + trials) % 2**32})
-    return _build("sampler", reseeded, optuna.samplers.BaseSampler)
+    given = OmegaConf.to_container(conf, resolve=True)
+    moved = _seeds_moved_on(given, trials)
+    if moved == given:
+        return None
+    return _build("sampler", OmegaConf.create(moved), optuna.samplers.BaseSampler)
+
+
+def _seeds_moved_on(sampler: Any, trials: int) -> Any:
+    """A sampler's config (a ``_target_`` dict) with its ``seed`` and those of the samplers
+    given to it (``base_sampler``, ``independent_sampler``) plus ``trials``; null seeds stay
+    null, and other values (its ``fixed_params``, which may fix a parameter named
+    ``seed``) stay as given."""
+    if not (isinstance(sampler, dict) and "_target_" in sampler):
+        return sampler
+    return {
+        key: (int(value) + trials) % 2**32
+        if key == "seed" and value is not None
+        else _seeds_moved_on(value, trials)
+        for key, value in sampler.items()
+    }
 
 
 def _build(name: str, conf: Any, base: type) -> Any:
