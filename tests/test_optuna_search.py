@@ -1344,18 +1344,18 @@ GATES = {
 
 
 def ctrl_c_search(
-    tmp_path: Path, *more: str, gate: str = "built"
+    tmp_path: Path, *more: str, gate: str = "built", n_jobs: int = 1
 ) -> tuple[list[str], subprocess.Popen, Path]:
-    """A search of two trials under the basic launcher, started as from a terminal, whose
-    trial 1 waits at ``gate`` (:data:`GATES`) until ``<sweep>/go_1`` exists; returned once
-    it waits: its arguments, process and log."""
+    """A search of two trials under the basic launcher, ``n_jobs`` at a time, started as
+    from a terminal, whose trial 1 waits at ``gate`` (:data:`GATES`) until ``<sweep>/go_1``
+    exists; returned once it waits: its arguments, process and log."""
     from tests.test_preemption import start, wait_for
 
     sweep, log = tmp_path / "sweep", tmp_path / "search.log"
     sweep.mkdir()
     (sweep / "go_0").touch()
     args = [
-        *SEARCH, "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1",
+        *SEARCH, "hydra.sweeper.n_trials=2", f"hydra.sweeper.n_jobs={n_jobs}",
         f"hydra.sweep.dir={sweep}", f"paths.data_dir={tmp_path / 'data'}", *GATES[gate],
         f"+callbacks.gate.until={sweep}/go_${{hydra:job.num}}", *more,
     ]  # fmt: skip
@@ -1405,6 +1405,31 @@ def test_ctrl_c_to_a_search_compares_its_finished_trials_and_says_how_to_go_on(
         TrialState.COMPLETE,
         TrialState.RUNNING,
     ]
+
+    (sweep / "go_1").touch()
+    again = train_py(tmp_path, "-m", *args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert [t.state for t in load(sweep).get_trials()] == [TrialState.COMPLETE] * 2
+
+
+@pytest.mark.slow  # two trials in one batch, then the stopped one again: about 30 s
+def test_a_stop_in_a_batch_tells_the_study_its_finished_trials(tmp_path):
+    """Two trials in one batch of the basic launcher, Ctrl-C in the second: the launcher
+    returns no result of the batch, and the first trial, which had finished, stayed RUNNING
+    with the second, for a continued search to return its metrics. Now the study has its
+    result before the search ends, and keeps the stopped trial alone running."""
+    sweep = tmp_path / "sweep"
+    args, proc, log = ctrl_c_search(tmp_path, n_jobs=2)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=300) == 130, log.read_text()[-3000:]
+    lines = log.read_text().splitlines()
+    assert lines[-2].endswith(
+        f"The search got Ctrl-C in {TRIAL_1}, {SAID}; the study keeps it running."
+    )
+    first, stopped = load(sweep).get_trials()
+    assert (first.state, stopped.state) == (TrialState.COMPLETE, TrialState.RUNNING)
+    assert first.value == metrics(sweep, 0)["val"]["val/mae_best"]
+    assert "Trial 0 (job 0): objective" in log.read_text()
 
     (sweep / "go_1").touch()
     again = train_py(tmp_path, "-m", *args)

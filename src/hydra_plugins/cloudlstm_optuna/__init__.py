@@ -36,8 +36,8 @@ grammar (``choice``, ``range``, ``interval``, ``tag(log, ...)``); and:
   running trials, as in the default sweeper (:mod:`cloudlstm.rundir.sweep_sigterm`), and the
   search ends with the signal's status after naming them; with the basic launcher, whose
   trials run in the search's process, the signal (a Ctrl-C outside a trial's training
-  too) ends the search so as well: the comparison of the finished trials, then the
-  stopped trial and how to go on.
+  too) ends the search so as well: the comparison of the finished trials (those of the
+  stopped batch told to the study first), then the stopped trial and how to go on.
 
 Hydra finds sweepers only in the ``hydra_plugins`` namespace package, hence this module.
 """

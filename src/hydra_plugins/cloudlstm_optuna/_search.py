@@ -15,6 +15,7 @@ import warnings
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 import hydra.utils
 import optuna
 from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, Transformer
 from hydra.core.plugins import Plugins
@@ -129,6 +131,10 @@ class OptunaSearch(Sweeper):
         self.failed: list[tuple[Job, BaseException]] = []  # this command's failed trials
         self.launched = 0  # jobs this command launched
         self.in_flight: Sequence[Job] = []  # the jobs launched and not yet returned
+        # under the basic launcher: the number of the batch's last job begun, and the
+        # objective each of its jobs returned (:meth:`_results_noted`)
+        self.begun = -1
+        self.returned: dict[int, Any] = {}
         self.failures_end_it = False  # a batch failed more than max_failure_rate
         self.bug_ends_it = False  # a trial failed of a bug, which no rate tolerates
         self.space_tried = False  # the sampler has no point of the search space left
@@ -662,7 +668,8 @@ class OptunaSearch(Sweeper):
             self.launched += len(run)
             self.in_flight = run
             try:
-                returns = self.launcher.launch(overrides, initial_job_idx=run[0].number)
+                with self._results_noted():
+                    returns = self.launcher.launch(overrides, initial_job_idx=run[0].number)
             except BrokenProcessPool as error:  # its trials stay RUNNING: continued later
                 pairs = zip(run, overrides, strict=True)
                 jobs = [
@@ -672,6 +679,9 @@ class OptunaSearch(Sweeper):
                 if ending is error:
                     raise  # a task that a worker could not unpickle, say: a bug
                 raise ending from None
+            except BaseException:  # a stop (or error) in a job of the basic launcher's batch
+                self._tell_finished(study)
+                raise
             self.in_flight = []
             failed = [
                 (job, ret)
@@ -692,6 +702,47 @@ class OptunaSearch(Sweeper):
             if any(_is_bug(error) for error in errors):
                 self.bug_ends_it = True
                 return
+
+    @contextmanager
+    def _results_noted(self) -> Iterator[None]:
+        """For the block, where the basic launcher runs a batch's jobs in this process: the
+        number of each job as it begins (``begun``) and the objective its task returns
+        (``returned``). A stop or error in a later job of the batch leaves the launcher
+        without returning its list of results, which would leave the finished jobs'
+        trials running in the study (:meth:`_tell_finished`)."""
+        task = getattr(self.launcher, "task_function", None)
+        self.begun, self.returned = -1, {}
+        if not isinstance(self.launcher, BasicLauncher) or task is None:
+            yield
+            return
+
+        def noted(cfg: DictConfig) -> Any:
+            number = int(HydraConfig.get().job.num)
+            self.begun = number
+            self.returned[number] = value = task(cfg)
+            return value
+
+        self.launcher.task_function = noted
+        try:
+            yield
+        finally:
+            self.launcher.task_function = task
+
+    def _tell_finished(self, study: optuna.Study) -> None:
+        """Tell the study the results of the batch's jobs that finished before a stop or
+        error ended it in a later job (the basic launcher's, :meth:`_results_noted`): a job
+        that returned its objective and after which another began, so that Hydra's end of
+        it ran too. The study is right without a continued search; the stop's report names
+        the trials it keeps running, those left in flight. A job that failed before the
+        stop, or the one the stop came in, stays running: the same command runs it again."""
+        done = [
+            job for job in self.in_flight if job.number in self.returned and job.number < self.begun
+        ]
+        for job in done:
+            ret = JobReturn(status=JobStatus.COMPLETED)
+            ret.return_value = self.returned[job.number]
+            self._tell(study, job, ret)
+        self.in_flight = [job for job in self.in_flight if job not in done]
 
     def _overrides(self, job: Job) -> list[str]:
         """The job's command line: fixed overrides, the trial's parameters, and (as
