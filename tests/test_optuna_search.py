@@ -1592,18 +1592,12 @@ def test_a_sweep_on_the_command_line_replaces_that_parameter_of_params():
     assert space == {"model.k": CategoricalDistribution([3, 6])} and fixed == {}
 
 
-def test_a_continued_study_draws_new_trials_not_the_earlier_ones_again():
-    """A search continued in a new process: its fixed sampler seed restarted the same
-    draws, so its first random trials repeated the earlier trials' parameters (trial 2 of
-    a continued search was trial 0 again) and trained them a second time."""
-    from omegaconf import OmegaConf
-
+def continued_in_a_second_process(conf, space: dict) -> optuna.Study:
+    """A study of the sampler ``conf`` whose trials 0 and 1 (of ``space``, valued by their
+    lr) were drawn in a first process, and 2 and 3 in a second one that opened it as the
+    search does: with :func:`continued_sampler`, or the sampler as given where that is
+    None."""
     from hydra_plugins.cloudlstm_optuna._search import _build, continued_sampler
-
-    conf = OmegaConf.create({"_target_": "optuna.samplers.TPESampler", "seed": 1234,
-                             "n_startup_trials": 10})  # fmt: skip
-    space = {"lr": FloatDistribution(1e-5, 1e-1, log=True), "cell": CategoricalDistribution(
-        ["lstm", "gru", "rnn"])}  # fmt: skip
 
     def draw(study: optuna.Study, count: int) -> None:
         for _ in range(count):
@@ -1611,13 +1605,29 @@ def test_a_continued_study_draws_new_trials_not_the_earlier_ones_again():
             study.tell(trial, trial.params["lr"])
 
     first = optuna.create_study(sampler=_build("sampler", conf, optuna.samplers.BaseSampler))
-    draw(first, 2)  # the first process: trials 0 and 1
+    draw(first, 2)
     continued = optuna.create_study(sampler=_build("sampler", conf, optuna.samplers.BaseSampler))
     for trial in first.trials:
         continued.add_trial(trial)
+    continued.sampler = continued_sampler(conf, len(continued.trials)) or continued.sampler
+    draw(continued, 2)
+    return continued
+
+
+def test_a_continued_study_draws_new_trials_not_the_earlier_ones_again():
+    """A search continued in a new process: its fixed sampler seed restarted the same
+    draws, so its first random trials repeated the earlier trials' parameters (trial 2 of
+    a continued search was trial 0 again) and trained them a second time."""
+    from omegaconf import OmegaConf
+
+    from hydra_plugins.cloudlstm_optuna._search import continued_sampler
+
+    conf = OmegaConf.create({"_target_": "optuna.samplers.TPESampler", "seed": 1234,
+                             "n_startup_trials": 10})  # fmt: skip
+    space = {"lr": FloatDistribution(1e-5, 1e-1, log=True), "cell": CategoricalDistribution(
+        ["lstm", "gru", "rnn"])}  # fmt: skip
     assert continued_sampler(conf, 0) is None  # a new study keeps the seed as given
-    continued.sampler = continued_sampler(conf, len(continued.trials))
-    draw(continued, 2)  # the next process: trials 2 and 3
+    continued = continued_in_a_second_process(conf, space)
     params = [tuple(t.params.values()) for t in continued.trials]
     assert len(set(params)) == 4
     # the same continuation draws the same trials: the search stays reproducible
@@ -1638,7 +1648,7 @@ def test_a_continued_study_reseeds_the_base_sampler_of_a_sampler_without_a_seed(
     draws anew in each process already."""
     from omegaconf import OmegaConf
 
-    from hydra_plugins.cloudlstm_optuna._search import _build, continued_sampler
+    from hydra_plugins.cloudlstm_optuna._search import continued_sampler
 
     conf = OmegaConf.create({
         "_target_": "optuna.samplers.PartialFixedSampler", "fixed_params": fixed,
@@ -1646,20 +1656,7 @@ def test_a_continued_study_reseeds_the_base_sampler_of_a_sampler_without_a_seed(
     })  # fmt: skip
     space = {key: CategoricalDistribution([value, "other"]) for key, value in fixed.items()}
     space["lr"] = FloatDistribution(1e-5, 1e-1, log=True)
-
-    def draw(study: optuna.Study, count: int) -> None:
-        for _ in range(count):
-            trial = study.ask(space)
-            study.tell(trial, trial.params["lr"])
-
-    first = optuna.create_study(sampler=_build("sampler", conf, optuna.samplers.BaseSampler))
-    draw(first, 2)  # the first process: trials 0 and 1
-    # the next process, as the search opens the study: the sampler as given where it is None
-    continued = optuna.create_study(sampler=_build("sampler", conf, optuna.samplers.BaseSampler))
-    for trial in first.trials:
-        continued.add_trial(trial)
-    continued.sampler = continued_sampler(conf, len(continued.trials)) or continued.sampler
-    draw(continued, 2)  # trials 2 and 3
+    continued = continued_in_a_second_process(conf, space)
     assert len({t.params["lr"] for t in continued.trials}) == 4
     assert all({k: t.params[k] for k in fixed} == fixed for t in continued.trials)
     again = [  # the same continuation draws the same trials: the search stays reproducible
