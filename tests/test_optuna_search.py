@@ -1265,6 +1265,35 @@ def test_a_trial_whose_job_a_signal_stopped_stays_running_and_others_are_told(tm
     assert [(job.trial, str(err)) for job, err in search.interrupted] == [(0, "saved step 5")]
 
 
+def test_a_stop_in_a_batch_names_its_trials_that_had_not_begun_apart(tmp_path):
+    """A stop in the second of three jobs of a basic launcher's batch (the first told the
+    study): the third had not begun, and was named as stopped in with the second. Now the
+    line names the trial the stop came in, and the batch's trial that had not begun apart;
+    outside training, after the second job's task returned, the stop came in its end or
+    in the third's start, and both are named."""
+    from hydra_plugins.cloudlstm_optuna._search import Job, OptunaSearch
+
+    search = OptunaSearch({})
+    search.sweep_dir, search.n_trials = tmp_path, 3
+    search.in_flight = [Job(1, 1, {}), Job(2, 2, {})]
+    search.begun, search.returned = 1, {0: 0.5}
+    assert search._batch_stop_report("Ctrl-C", trial_said=True).splitlines() == [
+        "The search got Ctrl-C in trial 1 (job 1), as the trial's line above says; trial 2 "
+        "(job 2) of its batch had not begun; the study keeps them running.",
+        f"Start the same command with hydra.sweep.dir={tmp_path} to continue them and go on "
+        "to 3 trials.",
+    ]
+    assert search._batch_stop_report("SIGTERM", trial_said=False).startswith(
+        "The search got SIGTERM outside the training of trial 1 (job 1); trial 2 (job 2) of "
+        "its batch had not begun;"
+    )
+    search.returned[1] = 0.25
+    assert search._batch_stop_report("SIGTERM", trial_said=False).startswith(
+        "The search got SIGTERM outside the training of trial 1 (job 1), trial 2 (job 2); "
+        "the study keeps them running."
+    )
+
+
 def test_a_search_stopped_between_batches_says_so_and_how_to_go_on(tmp_path):
     """SIGTERM while no trial runs (the search asking its next batch): no trial to name, and
     the same command goes on to n_trials; with one stopped trial, it is named."""

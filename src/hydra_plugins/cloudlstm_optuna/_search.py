@@ -389,17 +389,34 @@ class OptunaSearch(Sweeper):
         if not self.in_flight:
             stopped = f"The search got {by} between two batches of trials."
             return stop_report(stopped, self.sweep_dir, go_on)
-        trials = ", ".join(f"trial {job.trial} (job {job.number})" for job in self.in_flight)
+        stopped_in, waiting = self._stopped_and_waiting(trial_said)
         them = "them" if len(self.in_flight) > 1 else "it"
+        trials = _named(stopped_in)
         if trial_said:
             stopped, again = f"in {trials}, as the trial's line above says", f"continue {them}"
         else:
             stopped, again = f"outside the training of {trials}", f"run {them} again"
+        if waiting:
+            # a batch's later trials never began: named apart, not as stopped in
+            stopped += f"; {_named(waiting)} of its batch had not begun"
         return stop_report(
             f"The search got {by} {stopped}; the study keeps {them} running.",
             self.sweep_dir,
             f"{again} and {go_on}",
         )
+
+    def _stopped_and_waiting(self, trial_said: bool) -> tuple[list[Job], list[Job]]:
+        """The batch's jobs left in flight by a stop: those it may have come in, and those
+        after them that had not begun. The stop came in the last job whose task began
+        (``begun``) where the trial said so or that task had not returned; else it came in
+        Hydra's end of that job or in Hydra's start of the next, either of which it names."""
+        last = self.begun
+        if self.begun < 0:  # in Hydra's start of the batch's first job
+            last = self.in_flight[0].number
+        elif not trial_said and self.begun in self.returned:
+            last += 1
+        stopped = [job for job in self.in_flight if job.number <= last]
+        return stopped, [job for job in self.in_flight if job.number > last]
 
     def _open_study(self) -> optuna.Study:
         """Create the study, or load it where it exists (a continued search)."""
@@ -1320,6 +1337,11 @@ def _spans(numbers: Sequence[int]) -> str:
         else:
             spans.append([n, n])
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def _named(jobs: Sequence[Job]) -> str:
+    """``jobs`` as a stop's line names them: ``trial 1 (job 1), trial 2 (job 2)``."""
+    return ", ".join(f"trial {job.trial} (job {job.number})" for job in jobs)
 
 
 def _format(value: Any) -> str:
