@@ -809,6 +809,37 @@ def test_a_tolerated_failure_of_a_bug_ends_the_search_after_its_batch(tmp_path):
     assert "| cloudlstm | synthetic | 1 |" in proc.stdout, "the comparison of the other trial"
 
 
+@pytest.mark.slow  # three searches of one batch each: about 60 s
+def test_a_bug_in_the_last_batch_names_a_larger_n_trials_to_go_on(tmp_path):
+    """A bug within max_failure_rate in the search's last batch: its line said the same
+    command would go on with the search, but the failed trial counts towards n_trials, and
+    the same command ran no trial and ended well. Now the line says so and names a larger
+    n_trials, with which the same command goes on."""
+    sweep = tmp_path / "sweep"
+    args = [
+        *ONE_EPOCH, "hydra/sweeper=optuna",
+        "hydra.sweeper.sampler._target_=optuna.samplers.BruteForceSampler",
+        "hydra.sweeper.sampler.seed=0", "hydra.sweeper.n_jobs=2", "model.k=choice(2,3,4)",
+        "hydra.sweeper.max_failure_rate=0.5", f"hydra.sweep.dir={sweep}",
+        "+callbacks.bug._target_=tests.kill_callback.BugAtValue",
+        "+callbacks.bug.value=${model.k}", "+callbacks.bug.fails_at=3",
+    ]  # fmt: skip
+    proc = train_py(tmp_path, "-m", *args, "hydra.sweeper.n_trials=2")
+    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]
+    assert (
+        f"Once the bug is mended, start the same command with hydra.sweep.dir={sweep} and a "
+        "hydra.sweeper.n_trials above 2 to go on with the search (its failed trials count "
+        "towards n_trials=2, which the study holds: the same command alone runs no further "
+        "trial)."
+    ) in (proc.stdout + proc.stderr).splitlines()
+    again = train_py(tmp_path, "-m", *args, "hydra.sweeper.n_trials=2")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert len(load(sweep).get_trials()) == 2, "the same command alone runs no trial"
+    more = train_py(tmp_path, "-m", *args, "hydra.sweeper.n_trials=3")
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert sorted(t.params["model.k"] for t in load(sweep).get_trials()) == [2, 3, 4]
+
+
 def test_a_tolerated_bug_ending_says_how_to_go_on_once_it_is_mended(tmp_path, caplog):
     """The search a bug ended within max_failure_rate named its failed trials and no way on,
     where the ending of failures beyond the rate prints the command that continues: its last
@@ -1228,6 +1259,13 @@ def test_failed_trials_that_rerun_may_pass_are_named_and_a_bug_keeps_its_traceba
         "failed trials count towards n_trials=8).",
     ]
     assert "][ERROR] - no room in /r" in (tmp_path / "0" / "train.log").read_text()
+    search.all_counted = True  # the failures came in the last batch
+    assert str(search._failure()).splitlines()[-1] == (
+        f"Start the same command with hydra.sweep.dir={tmp_path} and a hydra.sweeper.n_trials "
+        "above 8 to go on with the search (its failed trials count towards n_trials=8, which "
+        "the study holds: the same command alone runs no further trial)."
+    )
+    search.all_counted = False
     search._record_failure(Job(6, 2, {"model.k": 9}), bug)
     search.launched = 6
     assert search._failure() is bug._return_value

@@ -137,6 +137,8 @@ class OptunaSearch(Sweeper):
         self.returned: dict[int, Any] = {}
         self.failures_end_it = False  # a batch failed more than max_failure_rate
         self.bug_ends_it = False  # a trial failed of a bug, which no rate tolerates
+        # the study held n_trials as the search ended: the same command runs no further trial
+        self.all_counted = False
         self.space_tried = False  # the sampler has no point of the search space left
         self.repeats_in_a_row = 0  # trials drawing a tried point since one drew a new one
         # the draws of tried points not yet logged: (trial, the trial it repeats, its point)
@@ -242,6 +244,7 @@ class OptunaSearch(Sweeper):
             self._write_results_before_failing(study)
             raise
         self._write_results(study)
+        self.all_counted = _n_counted(study) >= self.n_trials
         if self._stopped():
             self._compare()
             log.error(self._stopped_report())
@@ -313,11 +316,17 @@ class OptunaSearch(Sweeper):
         return failed_jobs_ending(report, errors)
 
     def _going_on(self) -> str:
-        """How the same command goes on with a search that failed trials ended."""
-        return (
-            f"with hydra.sweep.dir={self.sweep_dir} to go on with the search (its failed "
-            f"trials count towards n_trials={self.n_trials})"
-        )
+        """How the same command goes on with a search that failed trials ended. Where they
+        ended it in its last batch, the study holds ``n_trials`` (failed ones count): the
+        same command alone would end at once, so a larger ``n_trials`` is named."""
+        counted = f"its failed trials count towards n_trials={self.n_trials}"
+        if self.all_counted:
+            return (
+                f"with hydra.sweep.dir={self.sweep_dir} and a hydra.sweeper.n_trials above "
+                f"{self.n_trials} to go on with the search ({counted}, which the study holds: "
+                "the same command alone runs no further trial)"
+            )
+        return f"with hydra.sweep.dir={self.sweep_dir} to go on with the search ({counted})"
 
     def _failed_lines(self) -> list[str]:
         """A line per failed trial of this command: its parameters, error and log."""
