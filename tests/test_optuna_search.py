@@ -192,16 +192,18 @@ def test_a_study_on_a_full_disk_is_one_line(tmp_path):
                                   "its study holds.")  # fmt: skip
 
 
-def full_study(tmp_path: Path) -> tuple[str, optuna.Trial]:
+def full_study(tmp_path: Path, asked: int = 1) -> tuple[str, optuna.Trial]:
     """A study in an SQLite file that SQLite lets grow by no page (``max_page_count``: its
-    "database or disk is full", as on a full disk), and a trial of it."""
+    "database or disk is full", as on a full disk), with ``asked`` running trials, of which
+    the first is returned."""
     import sqlalchemy
 
     from cloudlstm.engine.pruning import open_storage
 
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     storage = open_storage(url)
-    trial = optuna.create_study(storage=storage, study_name="s").ask()
+    study = optuna.create_study(storage=storage, study_name="s")
+    trial, *_ = [study.ask() for _ in range(asked)]
     pages = (tmp_path / "optuna.db").stat().st_size // 4096
 
     @sqlalchemy.event.listens_for(storage.engine, "connect")
@@ -246,6 +248,37 @@ def test_a_study_that_fills_its_disk_mid_search_is_one_line_in_the_search_and_it
     assert str(storage_write_fault(sweeper_write.value, url)) == str(raised.value)
     assert storage_write_fault(ValueError("not a write"), url) is None
     assert storage_write_fault(sweeper_write.value, "postgresql://host/db") is None
+
+
+@pytest.mark.slow  # 300 trials asked and told in SQLite: about 20 s
+def test_a_full_disk_while_a_stopped_batch_is_told_leaves_the_stop_its_ending(tmp_path, caplog):
+    """Ctrl-C in the second job of a batch whose first finished, the study on a full disk:
+    telling the study the first trial's result raised the disk's one line in place of the
+    stop, whose lines and exit status 130 were lost. Now that line is logged and the stop
+    is raised on; its report names both trials, which the study keeps running."""
+    from hydra_plugins.cloudlstm_optuna._search import Job, OptunaSearch
+
+    url, trial = full_study(tmp_path, asked=300)
+    search = OptunaSearch({})
+    search.storage_url, search.storage = url, trial.study._storage
+    search.study_id, search.sweep_dir, search.n_trials = trial.study._study_id, tmp_path, 2
+    with pytest.raises(Exception, match="commit"):  # the file's pages of results fill up
+        for number in range(1, 300):
+            trial.study.tell(number, 0.25)
+    search.in_flight = [Job(trial.number, 0, {}), Job(trial.number + 1, 1, {})]
+    search.begun, search.returned = 1, {0: 0.5}
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            raise KeyboardInterrupt
+        except BaseException:
+            search._tell_finished(trial.study)
+            raise
+    (logged,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert logged.startswith(f"Cannot write the Optuna study {tmp_path / 'optuna.db'}: no room")
+    assert search._batch_stop_report("Ctrl-C", trial_said=True).startswith(
+        "The search got Ctrl-C in trial 0 (job 0), trial 1 (job 1), as the trial's line above "
+        "says; the study keeps them running."
+    )
 
 
 def distribution(line: str):

@@ -760,15 +760,25 @@ class OptunaSearch(Sweeper):
         that returned its objective and after which another began, so that Hydra's end of
         it ran too. The study is right without a continued search; the stop's report names
         the trials it keeps running, those left in flight. A job that failed before the
-        stop, or the one the stop came in, stays running: the same command runs it again."""
+        stop, or the one the stop came in, stays running: the same command runs it again.
+        A study that cannot be written (a full disk) is one line logged, and the job it was
+        told stays in flight: the stop (or error) being raised still ends the search, with
+        its own lines and exit status."""
         done = [
             job for job in self.in_flight if job.number in self.returned and job.number < self.begun
         ]
         for job in done:
             ret = JobReturn(status=JobStatus.COMPLETED)
             ret.return_value = self.returned[job.number]
-            self._tell(study, job, ret)
-        self.in_flight = [job for job in self.in_flight if job not in done]
+            try:
+                self._tell(study, job, ret)
+            except Exception as err:  # SQLAlchemy's and Optuna's many errors
+                fault = storage_write_fault(err, self.storage_url)
+                if fault is None:
+                    raise
+                log.error("%s", fault)
+                return
+            self.in_flight = [other for other in self.in_flight if other is not job]
 
     def _overrides(self, job: Job) -> list[str]:
         """The job's command line: fixed overrides, the trial's parameters, and (as
