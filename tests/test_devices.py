@@ -10,20 +10,30 @@ import sys
 
 import pytest
 import torch
-from lightning.fabric.accelerators import XLAAccelerator
+from lightning.fabric.accelerators import CUDAAccelerator, MPSAccelerator, XLAAccelerator
+from lightning.pytorch.accelerators import CUDAAccelerator as TrainerCUDA
+from lightning.pytorch.accelerators import MPSAccelerator as TrainerMPS
+from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector
 from omegaconf import OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
 from cloudlstm.assembly.batch_limits import processes
-from cloudlstm.assembly.build import check_devices, check_nodes_started, check_trainer_settings
+from cloudlstm.assembly.build import (
+    check_accelerator,
+    check_devices,
+    check_nodes_started,
+    check_trainer_settings,
+)
 from cloudlstm.assembly.compile import run_device
 from cloudlstm.assembly.devices import (
     auto_accelerator,
+    gpu_accelerator,
     named_devices,
     named_nodes,
+    run_accelerator,
     user_cpu_devices,
 )
-from cloudlstm.assembly.memory_fit import trains_on_cpu
+from cloudlstm.assembly.memory_fit import trains_in_host_memory
 from cloudlstm.errors import UserError
 from cloudlstm.models.capture import RunDevice
 
@@ -129,7 +139,7 @@ def test_auto_is_read_as_lightning_picks_it_a_tpu_first(monkeypatch):
     cfg = OmegaConf.create({"train": True, "test": True, "trainer": trainer})
     assert auto_accelerator() == "cpu"
     assert run_device(trainer) == RunDevice(False, 1)
-    assert trains_on_cpu(cfg)
+    assert trains_in_host_memory(cfg)
     with pytest.raises(UserError, match="trainer.accelerator=auto, and torch sees no GPU"):
         check_devices({**trainer, "devices": [0]})
     monkeypatch.setattr(XLAAccelerator, "is_available", staticmethod(lambda: True))
@@ -137,7 +147,7 @@ def test_auto_is_read_as_lightning_picks_it_a_tpu_first(monkeypatch):
     assert auto_accelerator() == "tpu"
     assert run_device(trainer) == RunDevice(False, 8)
     assert run_device({**trainer, "accelerator": "tpu", "num_nodes": 2}) == RunDevice(False, 16)
-    assert not trains_on_cpu(cfg)
+    assert not trains_in_host_memory(cfg)
     check_devices({**trainer, "devices": [0]})  # Lightning's TPU takes one core's index
 
 
@@ -213,7 +223,7 @@ def slurm_asks(accelerator: str, devices: object) -> dict:
         ("gpu", 4, {"gpus": 4, "tasks": 4}),
         ("gpu", "0,1", {"gpus": 2, "tasks": 2}),  # device indices: SLURM wants their count
         ("gpu", [1, 0], {"gpus": 2, "tasks": 2}),
-        ("auto", 1, {"gpus": 1, "tasks": 1}),
+        ("cuda", 2, {"gpus": 2, "tasks": 2}),
         ("cpu", 2, {"gpus": None, "tasks": 2}),  # processes without GPUs
         ("cpu", "auto", {"gpus": None, "tasks": 1}),  # Lightning's one CPU device
     ],
@@ -233,7 +243,7 @@ def test_slurm_is_asked_for_the_number_of_devices_per_node(accelerator, devices,
             "before the job starts: give it, e.g. trainer.devices=4 (or trainer=cpu for CPU "
             "tasks).",
         ),
-        ("auto", -1, "trainer.devices=-1 takes every GPU of the node it runs on, but "),
+        ("gpu", -1, "trainer.devices=-1 takes every GPU of the node it runs on, but "),
         (
             "gpu",
             "0,2",
@@ -247,9 +257,123 @@ def test_slurm_is_asked_for_the_number_of_devices_per_node(accelerator, devices,
     ],
 )
 def test_a_number_of_gpus_slurm_cannot_be_given_is_refused_in_one_line(accelerator, devices, line):
+    assert slurm_refusal(accelerator, devices).startswith(line)
+
+
+def slurm_refusal(accelerator: object, devices: object) -> str:
+    """The line with which :func:`slurm_asks` is refused."""
     with pytest.raises(InterpolationResolutionError) as refused:
         slurm_asks(accelerator, devices)
     error: BaseException | None = refused.value
     while isinstance(error, InterpolationResolutionError):  # one for each nested ${...}
         error = error.__cause__ or error.__context__
-    assert isinstance(error, UserError) and str(error).startswith(line)
+    assert isinstance(error, UserError), refused.value
+    return str(error)
+
+
+SLURM_FIX = (
+    "but hydra/launcher=slurm must ask SLURM for GPUs, or none, before the job starts: give "
+    "trainer=gpu (trainer.devices: the GPUs per node) or trainer=cpu (trainer.devices: the "
+    "CPU tasks per node)."
+)
+
+
+@pytest.mark.parametrize("devices", [1, 2, "auto"])
+def test_slurm_refuses_auto_whose_choice_the_compute_node_makes(devices):
+    """auto asked SLURM for trainer.devices GPUs, which a CPU-only cluster refuses or holds
+    pending for ever, whatever the compute node would have picked."""
+    assert slurm_refusal("auto", devices) == (
+        "trainer.accelerator=auto, which picks a GPU or the CPU on the node that runs the "
+        f"job, {SLURM_FIX}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "line"),
+    [
+        ("mps", "trainer.accelerator=mps, which SLURM does not allot, "),
+        ("tpu", "trainer.accelerator=tpu, which SLURM does not allot, "),
+        (
+            {"_target_": "my.Accelerator"},
+            "trainer.accelerator=an accelerator of its own (_target_), ",
+        ),
+    ],
+)
+def test_slurm_refuses_an_accelerator_it_does_not_allot(accelerator, line):
+    """They asked for GPUs, which neither Apple's GPU nor a TPU is to SLURM."""
+    assert slurm_refusal(accelerator, 1) == line + SLURM_FIX
+
+
+@pytest.mark.parametrize("accelerator", ["CPU", "GPU", "Cuda", "cude", None])
+def test_a_name_lightning_refuses_is_refused_before_slurm_is_asked(accelerator):
+    """Read in lower case, CPU asked for GPUs, and the job's Trainer refused it on the node
+    after SLURM had allotted them; Lightning reads the names as written."""
+    assert slurm_refusal(accelerator, 2) == (
+        f"trainer.accelerator={accelerator}: no accelerator Lightning takes (it reads the names "
+        "in lower case): give one of auto, cpu, gpu, cuda, mps, tpu, e.g. trainer=cpu or "
+        "trainer=gpu."
+    )
+
+
+def lightning_finds(monkeypatch: pytest.MonkeyPatch, cuda: bool, mps: bool) -> None:
+    """Lightning's CUDA and Apple GPU accelerators (Fabric's, and the Trainer's own) made to
+    find a GPU or none: no Mac is here, nor need a GPU be."""
+    for accelerator, found in (
+        (CUDAAccelerator, cuda),
+        (TrainerCUDA, cuda),
+        (MPSAccelerator, mps),
+        (TrainerMPS, mps),
+    ):
+        monkeypatch.setattr(accelerator, "is_available", staticmethod(lambda found=found: found))
+
+
+@pytest.mark.skipif(XLAAccelerator.is_available(), reason="auto is a TPU here")
+@pytest.mark.parametrize(
+    ("cuda", "mps"), [(False, False), (True, False), (False, True), (True, True)]
+)
+def test_auto_and_gpu_are_read_as_the_trainer_maps_them(monkeypatch, cuda, mps):
+    lightning_finds(monkeypatch, cuda, mps)
+    assert auto_accelerator() == _AcceleratorConnector._choose_auto_accelerator()
+    if cuda or mps:  # else the Trainer refuses gpu, and check_accelerator says so first
+        assert gpu_accelerator() == _AcceleratorConnector._choose_gpu_accelerator_backend()
+    assert run_accelerator("gpu") == ("mps" if mps else "cuda")
+
+
+def test_gpu_on_a_mac_is_apples_gpu_not_cuda(monkeypatch):
+    """Lightning runs accelerator=gpu on Apple's GPU where CUDA is absent; it was read as
+    CUDA: compiled for CUDA graphs, its GPUs counted by CUDA's count (and refused as fewer
+    than asked), and trained as if its gradients were outside this machine's memory, which
+    Apple's GPU shares."""
+    lightning_finds(monkeypatch, cuda=False, mps=True)
+    assert run_device({"accelerator": "gpu", "devices": 1}) == RunDevice(False, 1)
+    assert run_device({"accelerator": "gpu", "devices": "auto"}) == RunDevice(False, 1)
+    check_accelerator({"accelerator": "gpu", "devices": 1})
+    for accelerator in ("gpu", "auto", "mps"):
+        job = {"train": True, "trainer": {"accelerator": accelerator}}
+        assert trains_in_host_memory(OmegaConf.create(job)), accelerator
+    with pytest.raises(UserError, match=r"^trainer.accelerator=cuda \(trainer=gpu\), but torch"):
+        check_accelerator({"accelerator": "cuda", "devices": 1})  # cuda is CUDA alone
+
+
+def test_gpu_with_cuda_is_cuda(monkeypatch):
+    lightning_finds(monkeypatch, cuda=True, mps=False)
+    assert run_device({"accelerator": "gpu", "devices": 2}) == RunDevice(True, 2)
+    job = {"train": True, "trainer": {"accelerator": "gpu"}}
+    assert not trains_in_host_memory(OmegaConf.create(job))
+
+
+@pytest.mark.parametrize("accelerator", ["GPU", "CPU", "Auto", "cude", None])
+def test_a_name_lightning_refuses_is_refused_as_it_is_written(accelerator):
+    """Read in lower case, GPU was refused as "trainer.accelerator=gpu (trainer=gpu), but
+    torch finds no GPU" here and let by where there is one, and CPU counted as the CPU,
+    for a Trainer that refuses both."""
+    line = (
+        f"trainer.accelerator={accelerator}: no accelerator Lightning takes (it reads the names "
+        "in lower case): give one of auto, cpu, gpu, cuda, mps, tpu, e.g. trainer=cpu or "
+        "trainer=gpu."
+    )
+    trainer = {"accelerator": accelerator, "devices": 1}
+    for read in (check_accelerator, check_devices, run_device):
+        with pytest.raises(UserError) as refused:
+            read(trainer)
+        assert str(refused.value) == line, read

@@ -11,7 +11,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from cloudlstm.assembly.memory_fit import check_model_fits, model_bytes, trains_on_cpu
+from cloudlstm.assembly.memory_fit import check_model_fits, model_bytes, trains_in_host_memory
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import OutOfMemoryError, readable_size
 from cloudlstm.models.build import build_model
@@ -63,10 +63,10 @@ def test_the_weighing_counts_the_real_model_and_leaves_its_weights_as_they_were(
 def test_a_model_is_refused_where_its_weights_and_gradients_exceed_the_room():
     config = OmegaConf.create(_model_config("cloudlstm_k3"))
     params, size = model_bytes(config, SPEC)
-    check_model_fits(config, SPEC, trains_on_cpu=False, room=size)  # the weights alone fit
-    check_model_fits(config, SPEC, trains_on_cpu=True, room=2 * size)
+    check_model_fits(config, SPEC, in_host_memory=False, room=size)  # the weights alone fit
+    check_model_fits(config, SPEC, in_host_memory=True, room=2 * size)
     with pytest.raises(OutOfMemoryError) as refused:
-        check_model_fits(config, SPEC, trains_on_cpu=True, room=2 * size - 1)
+        check_model_fits(config, SPEC, in_host_memory=True, room=2 * size - 1)
     assert str(refused.value) == (
         f"The model (CloudSeq2Seq) has {params:,} parameters: its weights and their gradients "
         f"alone need {readable_size(2 * size)}, and {readable_size(2 * size - 1)} of memory "
@@ -74,14 +74,14 @@ def test_a_model_is_refused_where_its_weights_and_gradients_exceed_the_room():
         "run it where more memory is free."
     )
     with pytest.raises(OutOfMemoryError, match=r"parameters: its weights alone need "):
-        check_model_fits(config, SPEC, trains_on_cpu=False, room=size - 1)
+        check_model_fits(config, SPEC, in_host_memory=False, room=size - 1)
 
 
 def test_a_constructor_that_computes_with_values_is_left_to_the_real_build():
     # a seasonal naive forecaster checks its window when built: a refusal is the build's
     config = OmegaConf.create({**_model_config("seasonal_naive"), "period": 48})
     assert model_bytes(config, SPEC) is None
-    check_model_fits(config, SPEC, trains_on_cpu=True, room=0)  # no refusal of its own
+    check_model_fits(config, SPEC, in_host_memory=True, room=0)  # no refusal of its own
 
 
 @pytest.mark.parametrize(
@@ -95,4 +95,4 @@ def test_a_constructor_that_computes_with_values_is_left_to_the_real_build():
     ids=["training on the CPU", "on a GPU", "testing only", "an evaluation"],
 )
 def test_gradients_are_counted_only_where_the_job_trains_on_the_cpu(job, on_cpu):
-    assert trains_on_cpu(OmegaConf.create(job)) is on_cpu
+    assert trains_in_host_memory(OmegaConf.create(job)) is on_cpu

@@ -38,23 +38,23 @@ def _metric_mode(key: str) -> str:
     return str(monitor_mode(str(key)))
 
 
-def _gpus_per_node(accelerator: str, devices: object) -> int | None:
+def _gpus_per_node(accelerator: object, devices: object) -> int | None:
     """``${gpus_per_node:${trainer.accelerator},${trainer.devices}}`` in the SLURM
     launcher's config: the number of devices the trainer names per node, or None (no
     ``--gpus-per-node``) for a CPU trainer, whose processes are tasks without GPUs
     (:func:`cloudlstm.assembly.devices.slurm_gpus_per_node`)."""
     from cloudlstm.assembly.devices import slurm_gpus_per_node
 
-    return slurm_gpus_per_node(str(accelerator), devices)
+    return slurm_gpus_per_node(accelerator, devices)
 
 
-def _tasks_per_node(accelerator: str, devices: object) -> int:
+def _tasks_per_node(accelerator: object, devices: object) -> int:
     """``${tasks_per_node:${trainer.accelerator},${trainer.devices}}`` in the SLURM
     launcher's config: one task per device the trainer names per node
     (:func:`cloudlstm.assembly.devices.slurm_tasks_per_node`)."""
     from cloudlstm.assembly.devices import slurm_tasks_per_node
 
-    return slurm_tasks_per_node(str(accelerator), devices)
+    return slurm_tasks_per_node(accelerator, devices)
 
 
 def _warmup_within(steps: int, budget: int) -> int:

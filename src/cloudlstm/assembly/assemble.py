@@ -55,7 +55,7 @@ from cloudlstm.assembly.checkpoint_fit import (
 )
 from cloudlstm.assembly.config import describe_run
 from cloudlstm.assembly.held_out import check_model_forecasts_held_out, check_same_held_out
-from cloudlstm.assembly.memory_fit import check_model_fits, trains_on_cpu
+from cloudlstm.assembly.memory_fit import check_model_fits, trains_in_host_memory
 from cloudlstm.assembly.run_checkpoint import check_run_checkpoint
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.distributed import per_process_limits
@@ -147,7 +147,7 @@ def assemble(
         check_same_clock(spec, trained)
         check_same_graph(built_model, spec, trained)
         check_same_outputs(cfg.get("module") or {}, trained)
-    check_model_fits(built_model, spec, trains_on_cpu(cfg))
+    check_model_fits(built_model, spec, trains_in_host_memory(cfg))
     module = build_module(cfg, spec, model_config)
     check_forecast_columns(spec, module.quantile_levels)
     if trained is not None:

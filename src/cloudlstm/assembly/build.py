@@ -14,13 +14,20 @@ from typing import Any
 import hydra
 import lightning as L
 import torch
+from lightning.fabric.accelerators import CUDAAccelerator
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelSummary, ProgressBar
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from cloudlstm.assembly.batch_limits import processes
 from cloudlstm.assembly.compile import compile_for_run
 from cloudlstm.assembly.config import instantiate_group, user_errors_unwrapped
-from cloudlstm.assembly.devices import auto_accelerator, user_cpu_devices, user_devices, user_nodes
+from cloudlstm.assembly.devices import (
+    run_accelerator,
+    user_accelerator,
+    user_cpu_devices,
+    user_devices,
+    user_nodes,
+)
 from cloudlstm.assembly.source_options import check_read_source_options
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.declared_metrics import monitor_mode
@@ -198,18 +205,22 @@ def build_loggers(cfg: DictConfig, run: dict[str, Any], output_dir: Path) -> lis
 
 
 def check_accelerator(trainer: DictConfig | dict[str, Any]) -> None:
-    """Refuse a GPU Trainer where torch sees no GPU, or fewer GPUs than it asks, before the
-    data are loaded (Lightning would say only "No supported gpu backend found!").
+    """Refuse a GPU Trainer where Lightning finds no GPU, or fewer CUDA GPUs than it asks,
+    before the data are loaded (Lightning would say only "No supported gpu backend found!"),
+    and a ``trainer.accelerator`` Lightning does not take. ``gpu`` is Apple's GPU where
+    there is one, as Lightning maps it (:func:`~cloudlstm.assembly.devices.run_accelerator`),
+    one device that no CUDA count limits.
 
     Raises:
-        UserError: names the setting, what torch sees and the way out; or ``devices``
-            names no device (:func:`~cloudlstm.assembly.devices.user_devices`).
+        UserError: names the setting, what torch sees and the way out; or ``accelerator``
+            is no name Lightning takes (:func:`~cloudlstm.assembly.devices.user_accelerator`);
+            or ``devices`` names no device
+            (:func:`~cloudlstm.assembly.devices.user_devices`).
     """
-    accelerator = str(trainer.get("accelerator", "auto")).lower()
-    if accelerator not in ("gpu", "cuda"):
+    accelerator = user_accelerator(trainer.get("accelerator", "auto"))
+    if accelerator not in ("gpu", "cuda") or run_accelerator(accelerator) == "mps":
         return
-    mps = accelerator == "gpu" and torch.backends.mps.is_available()  # Apple's GPU
-    if not torch.cuda.is_available() and not mps:
+    if not CUDAAccelerator.is_available():
         if str(trainer.get("strategy", "")).startswith("ddp"):  # trainer=ddp's processes
             raise no_gpu(
                 f"trainer.accelerator={accelerator} (trainer=ddp)",
@@ -219,9 +230,9 @@ def check_accelerator(trainer: DictConfig | dict[str, Any]) -> None:
             f"trainer.accelerator={accelerator} (trainer=gpu)",
             "run on the CPU: trainer.accelerator=cpu",
         )
-    devices, visible = trainer.get("devices", "auto"), torch.cuda.device_count()
+    devices, visible = trainer.get("devices", "auto"), CUDAAccelerator.auto_device_count()
     count = user_devices(devices)  # "4" and "0,1,2" name as many as 4 and [0, 1, 2]
-    if not mps and count is not None and count > visible:
+    if count is not None and count > visible:
         raise UserError(
             f"trainer.devices={devices}, but torch sees {visible} GPU(s): set "
             f"trainer.devices={visible} (or auto), or run where {count} GPUs are visible."
@@ -297,13 +308,13 @@ def check_devices(trainer: Mapping[str, Any]) -> None:
 def _cpu_accelerator(trainer: Mapping[str, Any]) -> str | None:
     """How ``trainer.accelerator`` comes to mean the CPU, for a line, or None for another
     accelerator: ``cpu``, or ``auto`` where Lightning picks the CPU, finding neither a TPU
-    nor a GPU (:func:`~cloudlstm.assembly.devices.auto_accelerator`)."""
-    accelerator = str(trainer.get("accelerator", "auto")).lower()
+    nor a GPU (:func:`~cloudlstm.assembly.devices.run_accelerator`)."""
+    accelerator = trainer.get("accelerator", "auto")
+    if run_accelerator(accelerator) != "cpu":
+        return None
     if accelerator == "cpu":
         return "trainer.accelerator=cpu"
-    if accelerator == "auto" and auto_accelerator() == "cpu":
-        return "trainer.accelerator=auto, and torch sees no GPU"
-    return None
+    return "trainer.accelerator=auto, and torch sees no GPU"
 
 
 def _check_minimum_below_maximum(trainer: Mapping[str, Any]) -> None:

@@ -9,7 +9,7 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from cloudlstm.assembly.devices import auto_accelerator, user_devices, user_nodes
+from cloudlstm.assembly.devices import run_accelerator, user_devices, user_nodes
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.models.capture import AUTO, RunDevice, auto_compile
 
@@ -17,9 +17,10 @@ log = logging.getLogger(__name__)
 
 
 def run_device(trainer: DictConfig | dict[str, Any]) -> RunDevice:
-    """Where the Trainer of ``trainer`` (the ``trainer`` config) trains: on CUDA with
-    ``accelerator`` gpu or cuda (or auto where Lightning picks CUDA,
-    :func:`~cloudlstm.assembly.devices.auto_accelerator`), on ``devices`` x ``num_nodes``
+    """Where the Trainer of ``trainer`` (the ``trainer`` config) trains: on CUDA where its
+    ``accelerator`` is CUDA as Lightning maps it here
+    (:func:`~cloudlstm.assembly.devices.run_accelerator`: cuda; gpu but on Apple's GPU; auto
+    where Lightning picks CUDA), on ``devices`` x ``num_nodes``
     devices (:func:`~cloudlstm.assembly.devices.named_devices` and
     :func:`~cloudlstm.assembly.devices.named_nodes`; ``auto``: every visible GPU, every
     TPU core of a TPU run, one on the CPU; -1: every visible GPU, and on the CPU, which
@@ -27,13 +28,11 @@ def run_device(trainer: DictConfig | dict[str, Any]) -> RunDevice:
     (:func:`~cloudlstm.assembly.build.check_trainer_settings`), one).
 
     Raises:
-        UserError: ``devices`` names no device or is of no form Lightning takes, or
-            ``num_nodes`` is no whole number >= 1.
+        UserError: ``accelerator`` is no name Lightning takes, ``devices`` names no device
+            or is of no form Lightning takes, or ``num_nodes`` is no whole number >= 1.
     """
-    accelerator = str(trainer.get("accelerator", "auto")).lower()
-    if accelerator == "auto":
-        accelerator = auto_accelerator()
-    cuda = accelerator in ("gpu", "cuda")
+    accelerator = run_accelerator(trainer.get("accelerator", "auto"))
+    cuda = accelerator == "cuda"
     count = user_devices(trainer.get("devices", "auto"))
     nodes = user_nodes(trainer.get("num_nodes", 1))
     if count is None:  # every device of this machine
@@ -41,9 +40,9 @@ def run_device(trainer: DictConfig | dict[str, Any]) -> RunDevice:
     return RunDevice(cuda=cuda, devices=count * nodes)
 
 
-def _every_device(accelerator: str, cuda: bool) -> int:
+def _every_device(accelerator: str | None, cuda: bool) -> int:
     """How many devices ``auto`` (or -1) takes on ``accelerator`` here, as Lightning counts
-    them: every visible GPU, every TPU core; 0 on the CPU (one process)."""
+    them: every visible GPU, every TPU core; 0 on the CPU and Apple's GPU (one device)."""
     if cuda:
         return torch.cuda.device_count()
     if accelerator == "tpu":

@@ -2,18 +2,23 @@
 how many devices the first names, or that it takes every device of the machine that runs
 it, which only that machine can count; how many nodes the second.
 
-``trainer.accelerator=auto`` is read as Lightning picks it (:func:`auto_accelerator`: a TPU
-first, then a GPU, else the CPU). One reading for the Trainer's own machine
+``trainer.accelerator`` is read as Lightning maps it on the machine that runs the Trainer
+(:func:`run_accelerator`): ``auto`` as it picks one (:func:`auto_accelerator`: a TPU first,
+then a GPU, else the CPU), ``gpu`` as Apple's GPU where there is one, else CUDA
+(:func:`gpu_accelerator`), a name it does not take (``GPU``, ``cude``) refused
+(:func:`user_accelerator`). One reading for the Trainer's own machine
 (:func:`cloudlstm.assembly.compile.run_device`, which counts the GPUs there, and so for
 ``eval.py``'s test in one process), for ``compare``, which reads the configs of runs that
 ran elsewhere (:mod:`cloudlstm.compare.runs`), and for what ``hydra/launcher=slurm`` asks
-SLURM for (:func:`slurm_gpus_per_node`, the ``${gpus_per_node:...}`` of its config).
+SLURM for (:func:`slurm_gpus_per_node`, the ``${gpus_per_node:...}`` of its config). The
+machine that submits to SLURM is not the one that runs the job: there ``auto`` is refused
+(:func:`slurm_accelerator`), as what it finds is the compute node's to know.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cloudlstm.errors import UserError
@@ -25,6 +30,14 @@ DEVICES_WANTED = "a number >= 1, -1 or auto (all there are), or a list of device
 NOT_DEVICES = "no number of devices, nor a list of device indices"
 # What trainer.num_nodes may be: Lightning takes an int of 1 or more, and no text
 NODES_WANTED = "a whole number of nodes >= 1"
+# The names Lightning's Trainer takes for trainer.accelerator, as written (it refuses "GPU"):
+# its AcceleratorRegistry's, and the two it maps onto one of them where it runs: auto and gpu
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")
+# What hydra/launcher=slurm asks SLURM for, said where it refuses an accelerator
+SLURM_ACCELERATORS = (
+    "give trainer=gpu (trainer.devices: the GPUs per node) or trainer=cpu (trainer.devices: "
+    "the CPU tasks per node)"
+)
 
 
 def auto_accelerator() -> str:
@@ -39,6 +52,53 @@ def auto_accelerator() -> str:
         if accelerator.is_available():
             return accelerator.name()
     return "cpu"
+
+
+def gpu_accelerator() -> str:
+    """What Lightning's ``trainer.accelerator=gpu`` runs on here: ``mps`` where Apple's GPU
+    is available, else ``cuda`` (its ``_AcceleratorConnector._choose_gpu_accelerator_backend``
+    in this order). Where neither is, the Trainer refuses ``gpu``
+    (:func:`~cloudlstm.assembly.build.check_accelerator` says so first): read as ``cuda``,
+    what ``gpu`` names on every machine without Apple's GPU."""
+    from lightning.fabric.accelerators import MPSAccelerator
+
+    return "mps" if MPSAccelerator.is_available() else "cuda"
+
+
+def user_accelerator(accelerator: Any) -> str | None:
+    """A job's own ``trainer.accelerator`` as Lightning takes it: one of
+    :data:`ACCELERATORS`, as written; None for an accelerator the config builds
+    (``_target_``), which Lightning takes as it is.
+
+    Raises:
+        UserError: one line naming a value Lightning refuses (``GPU``: it reads no capitals;
+            ``cude``) and the names it takes.
+    """
+    if isinstance(accelerator, Mapping):
+        return None
+    if isinstance(accelerator, str) and accelerator in ACCELERATORS:
+        return accelerator
+    raise UserError(
+        f"trainer.accelerator={accelerator}: no accelerator Lightning takes (it reads the "
+        f"names in lower case): give one of {', '.join(ACCELERATORS)}, e.g. trainer=cpu or "
+        "trainer=gpu."
+    )
+
+
+def run_accelerator(accelerator: Any) -> str | None:
+    """The accelerator a Trainer of ``trainer.accelerator`` runs on here, as Lightning maps
+    it: ``auto`` by :func:`auto_accelerator`, ``gpu`` by :func:`gpu_accelerator` (``mps``
+    or ``cuda``), another name as it is; None for one the config builds.
+
+    Raises:
+        UserError: a value Lightning refuses (:func:`user_accelerator`).
+    """
+    name = user_accelerator(accelerator)
+    if name == "auto":
+        return auto_accelerator()
+    if name == "gpu":
+        return gpu_accelerator()
+    return name
 
 
 def named_devices(devices: Any) -> int | None:
@@ -170,16 +230,47 @@ def _indices(indices: list[Any]) -> int:
     return len(indices)
 
 
-def slurm_gpus_per_node(accelerator: str, devices: Any) -> int | None:
+def slurm_accelerator(accelerator: Any) -> str:
+    """``trainer.accelerator`` as ``hydra/launcher=slurm`` reads it on the machine that
+    submits, which is not the one that runs the job: ``cpu`` (tasks without GPUs) or
+    ``gpu`` (``gpu`` or ``cuda``: SLURM's GPUs).
+
+    Raises:
+        UserError: one line for ``auto``, whose choice is made on the compute node while
+            SLURM must be told before the job starts whether it gets GPUs (asked for on a
+            CPU-only cluster the job is refused or waits forever; not asked for, a GPU
+            cluster trains on the CPU or on GPUs SLURM gave another job); for ``mps`` and
+            ``tpu``, which SLURM gives no job; for an accelerator the config builds; and
+            for a name Lightning refuses (:func:`user_accelerator`: ``CPU`` would have
+            asked for GPUs).
+    """
+    name = user_accelerator(accelerator)
+    if name in ("cpu", "gpu", "cuda"):
+        return "gpu" if name == "cuda" else name
+    if name == "auto":
+        why = "auto, which picks a GPU or the CPU on the node that runs the job"
+    elif name is None:
+        why = "an accelerator of its own (_target_)"
+    else:
+        why = f"{name}, which SLURM does not allot"
+    raise UserError(
+        f"trainer.accelerator={why}, but hydra/launcher=slurm must ask SLURM for GPUs, or "
+        f"none, before the job starts: {SLURM_ACCELERATORS}."
+    )
+
+
+def slurm_gpus_per_node(accelerator: Any, devices: Any) -> int | None:
     """``--gpus-per-node`` that ``hydra/launcher=slurm`` asks for a trainer's ``accelerator``
     and ``devices``: None (no GPU) for a CPU trainer, else the count ``devices`` names
     (``"0,1"``: 2), which SLURM takes where Lightning's device indices it does not.
 
     Raises:
-        UserError: ``devices`` takes every GPU of the node (``auto``, -1), a number only the
-            node knows and SLURM must be given before the job starts; or it names no device.
+        UserError: ``accelerator`` is not ``cpu``, ``gpu`` or ``cuda``
+            (:func:`slurm_accelerator`: ``auto`` among them); ``devices`` takes every GPU of
+            the node (``auto``, -1), a number only the node knows and SLURM must be given
+            before the job starts; or it names no device.
     """
-    if str(accelerator) == "cpu":
+    if slurm_accelerator(accelerator) == "cpu":
         return None
     count = user_devices(devices)
     if count is None:
@@ -199,7 +290,7 @@ def slurm_gpus_per_node(accelerator: str, devices: Any) -> int | None:
     return count
 
 
-def slurm_tasks_per_node(accelerator: str, devices: Any) -> int:
+def slurm_tasks_per_node(accelerator: Any, devices: Any) -> int:
     """``--ntasks-per-node`` that ``hydra/launcher=slurm`` asks: one task per device, the
     layout Lightning's SLURM environment expects; ``auto`` on the CPU is one device, as
     Lightning counts it.
@@ -207,7 +298,7 @@ def slurm_tasks_per_node(accelerator: str, devices: Any) -> int:
     Raises:
         UserError: as :func:`slurm_gpus_per_node`; on the CPU, as :func:`user_cpu_devices`.
     """
-    if str(accelerator) != "cpu":
+    if slurm_accelerator(accelerator) != "cpu":
         return int(slurm_gpus_per_node(accelerator, devices) or 0)
     return user_cpu_devices(devices, "trainer.accelerator=cpu")
 

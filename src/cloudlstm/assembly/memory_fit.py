@@ -20,7 +20,7 @@ import torch
 from omegaconf import DictConfig
 
 from cloudlstm.assembly.batch_limits import splits_run
-from cloudlstm.assembly.devices import auto_accelerator
+from cloudlstm.assembly.devices import run_accelerator
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.errors import OutOfMemoryError, memory_info, process_limit, readable_size
 from cloudlstm.models.build import build_model
@@ -113,26 +113,28 @@ def _address_space_room() -> int | None:
     return max(limit - mapped, 0)
 
 
-def trains_on_cpu(cfg: DictConfig) -> bool:
-    """Whether the job ``cfg`` trains, on the CPU (``trainer.accelerator`` cpu, or auto
-    where Lightning picks the CPU: :func:`~cloudlstm.assembly.devices.auto_accelerator`)."""
+def trains_in_host_memory(cfg: DictConfig) -> bool:
+    """Whether the job ``cfg`` trains, in this machine's memory: on the CPU, or on Apple's
+    GPU, which shares it, as Lightning maps ``trainer.accelerator`` here
+    (:func:`~cloudlstm.assembly.devices.run_accelerator`: auto where it picks either, gpu
+    on a Mac)."""
     if "train" not in splits_run(cfg):  # an evaluation, or train=false
         return False
-    accelerator = str((cfg.get("trainer") or {}).get("accelerator", "auto")).lower()
-    return accelerator == "cpu" or (accelerator == "auto" and auto_accelerator() == "cpu")
+    return run_accelerator((cfg.get("trainer") or {}).get("accelerator", "auto")) in ("cpu", "mps")
 
 
 def check_model_fits(
-    model_config: DictConfig, spec: DataSpec, trains_on_cpu: bool, room: int | None = None
+    model_config: DictConfig, spec: DataSpec, in_host_memory: bool, room: int | None = None
 ) -> None:
-    """Refuse a model whose weights (and, where it trains on the CPU, their gradients)
-    alone need more memory than is available.
+    """Refuse a model whose weights (and, where it trains in this machine's memory, their
+    gradients) alone need more memory than is available.
 
     Args:
         model_config: the ``model`` config.
         spec: the data's description the model is sized for.
-        trains_on_cpu: the job trains on the CPU, where the gradients take as much again;
-            on a GPU the weights are made in this machine's memory first, and the GPU's own
+        in_host_memory: the job trains in this machine's memory (the CPU, Apple's GPU:
+            :func:`trains_in_host_memory`), where the gradients take as much again; on a
+            CUDA GPU the weights are made in this machine's memory first, and the GPU's own
             allocator refuses what does not fit there.
         room: the memory available, in bytes (by default :func:`available_memory`).
 
@@ -146,7 +148,7 @@ def check_model_fits(
     room, where = free
     params, size = weighed
     need, what = (size, "its weights")
-    if trains_on_cpu:
+    if in_host_memory:
         need, what = 2 * size, "its weights and their gradients"
     if need <= room:
         return
