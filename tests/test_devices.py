@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+import yaml
 from lightning.fabric.accelerators import CUDAAccelerator, MPSAccelerator, XLAAccelerator
 from lightning.pytorch.accelerators import CUDAAccelerator as TrainerCUDA
 from lightning.pytorch.accelerators import MPSAccelerator as TrainerMPS
@@ -36,6 +37,7 @@ from cloudlstm.assembly.devices import (
 from cloudlstm.assembly.memory_fit import trains_in_host_memory
 from cloudlstm.errors import UserError
 from cloudlstm.models.capture import RunDevice
+from tests.conftest import ROOT
 
 
 @pytest.mark.parametrize(
@@ -203,29 +205,31 @@ def test_the_reading_imports_no_torch():
     assert done.stdout.strip() == "False", done.stderr[-2000:]
 
 
-def slurm_asks(accelerator: str, devices: object) -> dict:
-    """``gpus_per_node`` and ``tasks_per_node`` as conf/hydra/launcher/slurm.yaml resolves
-    them from a trainer's ``accelerator`` and ``devices`` (the package's resolvers)."""
-    # the resolvers are registered by the import of cloudlstm (above)
+def slurm_asks(accelerator: object, devices: object, nodes: object = 1) -> dict:
+    """``gpus_per_node``, ``tasks_per_node`` and ``nodes`` as conf/hydra/launcher/slurm.yaml
+    resolves them from a trainer's ``accelerator``, ``devices`` and ``num_nodes`` (the
+    package's resolvers, registered by the import of cloudlstm above)."""
+    launcher = yaml.safe_load((ROOT / "conf" / "hydra" / "launcher" / "slurm.yaml").read_text())
     cfg = OmegaConf.create(
         {
-            "trainer": {"accelerator": accelerator, "devices": devices},
-            "gpus": "${gpus_per_node:${trainer.accelerator},${trainer.devices}}",
-            "tasks": "${tasks_per_node:${trainer.accelerator},${trainer.devices}}",
+            "trainer": {"accelerator": accelerator, "devices": devices, "num_nodes": nodes},
+            "gpus": launcher["gpus_per_node"],
+            "tasks": launcher["tasks_per_node"],
+            "nodes": launcher["nodes"],
         }
     )
-    return {"gpus": cfg.gpus, "tasks": cfg.tasks}
+    return {"gpus": cfg.gpus, "tasks": cfg.tasks, "nodes": cfg.nodes}
 
 
 @pytest.mark.parametrize(
     ("accelerator", "devices", "asked"),
     [
-        ("gpu", 4, {"gpus": 4, "tasks": 4}),
-        ("gpu", "0,1", {"gpus": 2, "tasks": 2}),  # device indices: SLURM wants their count
-        ("gpu", [1, 0], {"gpus": 2, "tasks": 2}),
-        ("cuda", 2, {"gpus": 2, "tasks": 2}),
-        ("cpu", 2, {"gpus": None, "tasks": 2}),  # processes without GPUs
-        ("cpu", "auto", {"gpus": None, "tasks": 1}),  # Lightning's one CPU device
+        ("gpu", 4, {"gpus": 4, "tasks": 4, "nodes": 1}),
+        ("gpu", "0,1", {"gpus": 2, "tasks": 2, "nodes": 1}),  # indices: SLURM wants their count
+        ("gpu", [1, 0], {"gpus": 2, "tasks": 2, "nodes": 1}),
+        ("cuda", 2, {"gpus": 2, "tasks": 2, "nodes": 1}),
+        ("cpu", 2, {"gpus": None, "tasks": 2, "nodes": 1}),  # processes without GPUs
+        ("cpu", "auto", {"gpus": None, "tasks": 1, "nodes": 1}),  # Lightning's one CPU device
     ],
 )
 def test_slurm_is_asked_for_the_number_of_devices_per_node(accelerator, devices, asked):
@@ -260,10 +264,10 @@ def test_a_number_of_gpus_slurm_cannot_be_given_is_refused_in_one_line(accelerat
     assert slurm_refusal(accelerator, devices).startswith(line)
 
 
-def slurm_refusal(accelerator: object, devices: object) -> str:
+def slurm_refusal(accelerator: object, devices: object, nodes: object = 1) -> str:
     """The line with which :func:`slurm_asks` is refused."""
     with pytest.raises(InterpolationResolutionError) as refused:
-        slurm_asks(accelerator, devices)
+        slurm_asks(accelerator, devices, nodes)
     error: BaseException | None = refused.value
     while isinstance(error, InterpolationResolutionError):  # one for each nested ${...}
         error = error.__cause__ or error.__context__
@@ -377,3 +381,22 @@ def test_a_name_lightning_refuses_is_refused_as_it_is_written(accelerator):
         with pytest.raises(UserError) as refused:
             read(trainer)
         assert str(refused.value) == line, read
+
+
+def test_slurm_is_asked_for_the_nodes_of_trainer_num_nodes():
+    assert slurm_asks("gpu", 4, 2) == {"gpus": 4, "tasks": 4, "nodes": 2}
+
+
+@pytest.mark.parametrize(
+    ("nodes", "line"),
+    [
+        (0, "trainer.num_nodes=0: no node to run on: give a whole number of nodes >= 1, e.g. "
+         "trainer.num_nodes=1."),
+        (-1, "trainer.num_nodes=-1: a negative number of nodes: give "),
+        ("2", "trainer.num_nodes=2: no whole number of nodes: give "),
+    ],
+)  # fmt: skip
+def test_slurm_is_not_asked_for_nodes_lightning_refuses(nodes, line):
+    """0 and -1 went to sbatch as --nodes=0 and --nodes=-1 (submitit then failed in an
+    IndexError traceback), "2" as --nodes=2 for a Trainer that refuses text on the nodes."""
+    assert slurm_refusal("cpu", 1, nodes).startswith(line)

@@ -57,6 +57,15 @@ def _tasks_per_node(accelerator: object, devices: object) -> int:
     return slurm_tasks_per_node(accelerator, devices)
 
 
+def _num_nodes(nodes: object) -> int:
+    """``${num_nodes:${trainer.num_nodes}}`` in the SLURM launcher's config: the nodes a job
+    asks for, a number Lightning takes (:func:`cloudlstm.assembly.devices.user_nodes`), so
+    that ``0``, ``-1`` or ``"2"`` is refused in one line before it is submitted."""
+    from cloudlstm.assembly.devices import user_nodes
+
+    return user_nodes(nodes)
+
+
 def _warmup_within(steps: int, budget: int) -> int:
     """``${warmup_within:250,${trainer.max_steps}}`` in the strong recipe: ``steps`` of
     warm-up, or a sixth of a step budget too short to hold them (the demo's 150 steps warm
@@ -80,6 +89,8 @@ def _register_resolver() -> None:
         OmegaConf.register_new_resolver("gpus_per_node", _gpus_per_node)
     if not OmegaConf.has_resolver("tasks_per_node"):
         OmegaConf.register_new_resolver("tasks_per_node", _tasks_per_node)
+    if not OmegaConf.has_resolver("num_nodes"):
+        OmegaConf.register_new_resolver("num_nodes", _num_nodes)
     if not OmegaConf.has_resolver("warmup_within"):
         OmegaConf.register_new_resolver("warmup_within", _warmup_within)
 
