@@ -112,3 +112,41 @@ def test_every_gpu_of_the_node_is_refused_in_one_line(tmp_path, devices):
         "before the job starts: give it, e.g. trainer.devices=4 (or trainer=cpu for CPU "
         "tasks)."
     ], proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("trainer", "line"),
+    [
+        # the default trainer: auto, which asked for a GPU whatever the node would pick
+        (
+            [],
+            "trainer.accelerator=auto, which picks a GPU or the CPU on the node that runs the "
+            "job, but hydra/launcher=slurm must ask SLURM for GPUs, or none, before the job "
+            "starts: give trainer=gpu (trainer.devices: the GPUs per node) or trainer=cpu "
+            "(trainer.devices: the CPU tasks per node).",
+        ),
+        # asked for a GPU too, for a Trainer that refuses the name
+        (
+            ["trainer=cpu", "trainer.accelerator=CPU"],
+            "trainer.accelerator=CPU: no accelerator Lightning takes (it reads the names in "
+            "lower case): give one of auto, cpu, gpu, cuda, mps, tpu, e.g. trainer=cpu or "
+            "trainer=gpu.",
+        ),
+        # went to sbatch as --nodes=0, then an IndexError traceback of submitit's
+        (
+            ["trainer=cpu", "trainer.num_nodes=0"],
+            "trainer.num_nodes=0: no node to run on: give a whole number of nodes >= 1, e.g. "
+            "trainer.num_nodes=1.",
+        ),
+    ],
+    ids=["auto", "capitals", "no node"],
+)
+def test_what_the_submitting_machine_cannot_read_is_refused_before_submitting(
+    tmp_path, trainer, line
+):
+    """The machine that submits is not the job's: what ``auto`` picks is the compute
+    node's to know, and what SLURM is asked for must be what the job's Trainer takes."""
+    proc, script = submit(tmp_path, *trainer)
+    assert script is None  # nothing submitted
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [line], proc.stderr[-3000:]
