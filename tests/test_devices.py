@@ -166,8 +166,8 @@ def test_every_device_is_counted_on_the_machine():
     [
         (0, "no node to run on"),
         (-2, "a negative number of nodes"),
-        ("2", "no whole number of nodes"),  # Lightning takes an int alone
-        ("two", "no whole number of nodes"),
+        ("2", "text, where Lightning takes a number"),  # Lightning takes an int alone
+        ("two", "text, where Lightning takes a number"),
         (None, "no whole number of nodes"),
         (1.5, "no whole number of nodes"),
         (True, "no whole number of nodes"),
@@ -184,7 +184,7 @@ def test_a_number_of_nodes_lightning_refuses_is_refused(nodes, problem):
     [
         (0, "trainer.num_nodes=0: no node to run on: give a whole number of nodes >= 1, e.g. "
          "trainer.num_nodes=1."),
-        ("two", "trainer.num_nodes=two: no whole number of nodes: give "),
+        ("two", "trainer.num_nodes='two': text, where Lightning takes a number: give "),
         (-1, "trainer.num_nodes=-1: a negative number of nodes: give "),
     ],
 )  # fmt: skip
@@ -393,7 +393,7 @@ def test_slurm_is_asked_for_the_nodes_of_trainer_num_nodes():
         (0, "trainer.num_nodes=0: no node to run on: give a whole number of nodes >= 1, e.g. "
          "trainer.num_nodes=1."),
         (-1, "trainer.num_nodes=-1: a negative number of nodes: give "),
-        ("2", "trainer.num_nodes=2: no whole number of nodes: give "),
+        ("2", "trainer.num_nodes='2': text, where Lightning takes a number: give "),
     ],
 )  # fmt: skip
 def test_slurm_is_not_asked_for_nodes_lightning_refuses(nodes, line):

@@ -165,6 +165,8 @@ def named_nodes(nodes: Any) -> int:
             negative number, text (``"2"`` too: Lightning takes no text here), null, a
             float; and a bool, which it would take for a number.
     """
+    if isinstance(nodes, str):  # "2" too: what ${oc.env:...} reads is text
+        raise ValueError("text, where Lightning takes a number")
     if isinstance(nodes, bool) or not isinstance(nodes, int):
         raise ValueError("no whole number of nodes")
     if nodes == 0:
@@ -183,8 +185,9 @@ def user_nodes(nodes: Any) -> int:
     try:
         return named_nodes(nodes)
     except ValueError as err:
+        shown = repr(nodes) if isinstance(nodes, str) else nodes  # '2', not 2
         raise UserError(
-            f"trainer.num_nodes={nodes}: {err}: give {NODES_WANTED}, e.g. trainer.num_nodes=1."
+            f"trainer.num_nodes={shown}: {err}: give {NODES_WANTED}, e.g. trainer.num_nodes=1."
         ) from None
 
 
