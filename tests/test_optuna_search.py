@@ -681,6 +681,60 @@ def test_a_stray_job_folder_is_refused_and_a_search_without_it_continues(tmp_pat
         assert t.value == metrics(sweep, t.number)["val"]["val/mae_best"]
 
 
+def study_names(sweep: Path) -> list[str]:
+    """The studies in ``sweep``'s own storage file."""
+    storage = optuna.storages.RDBStorage(f"sqlite:///{sweep / 'optuna.db'}")
+    return [s.study_name for s in storage.get_all_studies()]
+
+
+@pytest.mark.slow  # a refused search, the fixed one of one trial, the refused one again: ~50 s
+def test_a_search_refused_before_its_first_trial_leaves_no_study(tmp_path):
+    """A search refused at a bad option (Hydra's check of its first batch) left its study in
+    optuna.db, holding its command and a trial that never ran: the fixed command in the same
+    sweep directory was then refused as another command. Now the refused search deletes the
+    study it created, and the fixed one starts it; a study that existed is never deleted."""
+    sweep = tmp_path / "sweep"
+    args = [
+        "-m", *ONE_EPOCH, "hydra/sweeper=optuna", "model.k=choice(2,3)",
+        "hydra.sweeper.sampler._target_=optuna.samplers.BruteForceSampler",
+        "hydra.sweeper.n_trials=1", f"hydra.sweep.dir={sweep}",
+    ]  # fmt: skip
+    refused = train_py(tmp_path, *args, "model.nokey=3")
+    assert refused.returncode == 1, (refused.stdout + refused.stderr)[-3000:]
+    assert one_line(refused).startswith("Could not override 'model.nokey'")
+    assert study_names(sweep) == []
+    assert not (sweep / "optimization_results.yaml").exists(), "no results of no study"
+    fixed = train_py(tmp_path, *args)
+    assert fixed.returncode == 0, (fixed.stdout + fixed.stderr)[-3000:]
+    assert study_names(sweep) == ["hparams_search"]
+    assert [t.state for t in load(sweep).get_trials()] == [TrialState.COMPLETE]
+    again = train_py(tmp_path, *args, "model.nokey=3")  # refused as another command now
+    assert again.returncode == 1 and "was started by another command" in one_line(again)
+    assert study_names(sweep) == ["hparams_search"]
+    assert [t.state for t in load(sweep).get_trials()] == [TrialState.COMPLETE]
+
+
+def test_a_search_refused_for_stray_job_folders_creates_no_study(tmp_path):
+    """The job folders are checked before the study is created: their refusal leaves the
+    storage without it, and the search, once they are moved out, starts it."""
+    from omegaconf import OmegaConf
+
+    from cloudlstm.errors import UserError
+
+    search = bare_search(tmp_path, {}, {"model.k": CategoricalDistribution([2, 3])})
+    search.own_storage, search.n_trials, search.n_jobs = True, 1, 1
+    search.sampler, search.pruner, search.direction = None, None, "minimize"
+    search.metric, search.sampler_conf = "val/mae_best", OmegaConf.create({})
+    (tmp_path / "0").mkdir()
+    with pytest.raises(UserError, match="holds job folder 0 that no trial"):
+        search._open_study()
+    storage = optuna.storages.RDBStorage(search.storage_url)
+    assert storage.get_all_studies() == []
+    (tmp_path / "0").rmdir()
+    search._open_study()
+    assert [s.study_name for s in storage.get_all_studies()] == ["s"] and search.created
+
+
 def test_a_search_ended_by_a_failed_trial_rewrites_its_results_first(tmp_path):
     """The failed trial that ends a search is counted in optimization_results.yaml (not the
     last run's counts left), and a first run whose only trial failed says none completed."""

@@ -140,6 +140,7 @@ class OptunaSearch(Sweeper):
         # the study held n_trials as the search ended: the same command runs no further trial
         self.all_counted = False
         self.space_tried = False  # the sampler has no point of the search space left
+        self.created = False  # this command created the study (:meth:`_open_study`)
         self.repeats_in_a_row = 0  # trials drawing a tried point since one drew a new one
         # the draws of tried points not yet logged: (trial, the trial it repeats, its point)
         self.repeats: list[tuple[int, int, str]] = []
@@ -191,7 +192,11 @@ class OptunaSearch(Sweeper):
         self.space, self.fixed = search_space(self.params, arguments)
         self.sweep_dir.mkdir(parents=True, exist_ok=True)  # SQLite creates no folders
         try:
-            self._search()
+            try:
+                self._search()
+            except BaseException:
+                self._drop_unlaunched_study()  # a refused search leaves no study behind
+                raise
         except UserError:
             raise
         except Exception as err:  # SQLAlchemy's and Optuna's many errors
@@ -428,27 +433,29 @@ class OptunaSearch(Sweeper):
         return stopped, [job for job in self.in_flight if job.number > last]
 
     def _open_study(self) -> optuna.Study:
-        """Create the study, or load it where it exists (a continued search)."""
+        """Create the study, or load it where it exists (a continued search). A new one is
+        created only once the sweep directory's job folders are checked, so that their
+        refusal leaves the storage as it was; :meth:`_drop_unlaunched_study` removes one
+        that a later refusal, before any trial ran, would leave."""
+        try:
+            storage = open_storage(self.storage_url)
+            existed = self.study_name in {s.study_name for s in storage.get_all_studies()}
+        except Exception as err:
+            raise self._storage_refusal(err) from None
+        self._check_job_folders(storage)
         verbosity = optuna.logging.get_verbosity()  # not Optuna's "Using an existing
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # study" line: ours below says it
         try:
-            storage = open_storage(self.storage_url)
             study = optuna.create_study(
                 storage=storage, study_name=self.study_name, sampler=self.sampler,
                 pruner=self.pruner, direction=self.direction, load_if_exists=True,
             )  # fmt: skip
-        except Exception as err:  # SQLAlchemy's many errors: a bad URL, no server, no driver
-            fault = storage_write_fault(err, self.storage_url)  # or a disk without room
-            if fault is not None:
-                raise fault from None
-            raise UserError(
-                f"hydra.sweeper.storage={self.storage_url} cannot be opened: {_one_line(err)}. "
-                "Give a database URL every job can reach (sqlite:///<path>.db, "
-                "postgresql://...), or null for sqlite:///<sweep dir>/optuna.db."
-            ) from None
+        except Exception as err:
+            raise self._storage_refusal(err) from None
         finally:
             optuna.logging.set_verbosity(verbosity)
-        self._check_job_folders(storage)
+        self.created = not existed
+        self.storage, self.study_id = storage, storage.get_study_id_from_name(self.study_name)
         self._check_same_metric(study)  # before the direction, which another metric changes
         if study.direction.name.lower() != self.direction:
             raise UserError(
@@ -458,7 +465,6 @@ class OptunaSearch(Sweeper):
                 "hydra.sweeper.study_name."
             )
         study.sampler = continued_sampler(self.sampler_conf, len(study.trials)) or study.sampler
-        self.storage, self.study_id = storage, storage.get_study_id_from_name(self.study_name)
         self._check_same_command(study)
         done = _n_counted(study)
         log.info(
@@ -467,6 +473,39 @@ class OptunaSearch(Sweeper):
             self.study_name, self.storage_url, done, self.n_trials, self.n_jobs, self.sweep_dir,
         )  # fmt: skip
         return study
+
+    def _storage_refusal(self, err: BaseException) -> UserError:
+        """The line of a storage that cannot be opened or written: SQLAlchemy's many errors
+        (a bad URL, no server, no driver), or a disk without room."""
+        fault = storage_write_fault(err, self.storage_url)
+        if fault is not None:
+            return fault
+        return UserError(
+            f"hydra.sweeper.storage={self.storage_url} cannot be opened: {_one_line(err)}. "
+            "Give a database URL every job can reach (sqlite:///<path>.db, "
+            "postgresql://...), or null for sqlite:///<sweep dir>/optuna.db."
+        )
+
+    def _unlaunched_new_study(self) -> bool:
+        """This command created the study and has launched none of its trials: a search
+        refused (or stopped) before its first trial ran."""
+        return self.created and not self.launched
+
+    def _drop_unlaunched_study(self) -> None:
+        """Delete the study that this command created where it ends before any trial ran
+        (refused, say, at a setting Hydra finds bad as it checks the first batch): the
+        fixed command would find it holding the refused command's record and its
+        never-run trials, and refuse itself as another command. A study that existed
+        before this command is never deleted."""
+        if not self._unlaunched_new_study():
+            return
+        try:
+            optuna.delete_study(study_name=self.study_name, storage=self.storage)
+        except Exception as err:  # a full disk, a lost server: the ending still comes
+            log.warning(
+                "Study %s in %s, which no trial ran, could not be deleted: %s",
+                self.study_name, self.storage_url, _one_line(err),
+            )  # fmt: skip
 
     def _check_job_folders(self, storage: optuna.storages.BaseStorage) -> None:
         """Refuse a sweep directory holding numbered folders that no trial of its storage
@@ -848,7 +887,11 @@ class OptunaSearch(Sweeper):
 
     def _write_results_before_failing(self, study: optuna.Study) -> None:
         """:meth:`_write_results` as the search ends with an error: one that writing them
-        meets too (the storage on a full disk, say) is logged, not raised in its place."""
+        meets too (the storage on a full disk, say) is logged, not raised in its place. A
+        search that ends before any trial ran, in a study it created, writes none: the study
+        is deleted (:meth:`_drop_unlaunched_study`)."""
+        if self._unlaunched_new_study():
+            return
         try:
             self._write_results(study)
         except Exception as err:
