@@ -853,6 +853,18 @@ def test_building_brute_force_sampler_warns_nothing():
     assert [str(w.message) for w in caught] == []
 
 
+# a bug at model.k=3 (tests/kill_callback.py), within max_failure_rate; brute force asks each
+# value of model.k once
+BUG_AT_3 = [
+    *ONE_EPOCH, "hydra/sweeper=optuna",
+    "hydra.sweeper.sampler._target_=optuna.samplers.BruteForceSampler",
+    "hydra.sweeper.sampler.seed=0", "hydra.sweeper.n_jobs=2",
+    "hydra.sweeper.max_failure_rate=0.5",
+    "+callbacks.bug._target_=tests.kill_callback.BugAtValue",
+    "+callbacks.bug.value=${model.k}", "+callbacks.bug.fails_at=3",
+]  # fmt: skip
+
+
 def test_a_tolerated_failure_of_a_bug_ends_the_search_after_its_batch(tmp_path):
     """A trial that failed of a bug, within max_failure_rate, was listed after the comparison
     of a search that exited 0; then the search failed with the bug's traceback, but only
@@ -861,12 +873,8 @@ def test_a_tolerated_failure_of_a_bug_ends_the_search_after_its_batch(tmp_path):
     status 1. Brute force with seed 0 asks model.k=3 (the bug's) and 4 first, 2 after them."""
     sweep = tmp_path / "sweep"
     proc = train_py(
-        tmp_path, "-m", *ONE_EPOCH, "hydra/sweeper=optuna",
-        "hydra.sweeper.sampler._target_=optuna.samplers.BruteForceSampler",
-        "hydra.sweeper.sampler.seed=0", "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=2",
-        "model.k=choice(2,3,4)", "hydra.sweeper.max_failure_rate=0.5", f"hydra.sweep.dir={sweep}",
-        "+callbacks.bug._target_=tests.kill_callback.BugAtValue",
-        "+callbacks.bug.value=${model.k}", "+callbacks.bug.fails_at=3",
+        tmp_path, "-m", *BUG_AT_3, "hydra.sweeper.n_trials=3", "model.k=choice(2,3,4)",
+        f"hydra.sweep.dir={sweep}",
     )  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
@@ -903,14 +911,7 @@ def test_a_bug_in_the_last_batch_names_a_larger_n_trials_to_go_on(tmp_path):
     the same command ran no trial and ended well. Now the line says so and names a larger
     n_trials, with which the same command goes on."""
     sweep = tmp_path / "sweep"
-    args = [
-        *ONE_EPOCH, "hydra/sweeper=optuna",
-        "hydra.sweeper.sampler._target_=optuna.samplers.BruteForceSampler",
-        "hydra.sweeper.sampler.seed=0", "hydra.sweeper.n_jobs=2", "model.k=choice(2,3,4)",
-        "hydra.sweeper.max_failure_rate=0.5", f"hydra.sweep.dir={sweep}",
-        "+callbacks.bug._target_=tests.kill_callback.BugAtValue",
-        "+callbacks.bug.value=${model.k}", "+callbacks.bug.fails_at=3",
-    ]  # fmt: skip
+    args = [*BUG_AT_3, "model.k=choice(2,3,4)", f"hydra.sweep.dir={sweep}"]
     proc = train_py(tmp_path, "-m", *args, "hydra.sweeper.n_trials=2")
     assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]
     assert (
@@ -925,6 +926,64 @@ def test_a_bug_in_the_last_batch_names_a_larger_n_trials_to_go_on(tmp_path):
     more = train_py(tmp_path, "-m", *args, "hydra.sweeper.n_trials=3")
     assert more.returncode == 0, more.stderr[-3000:]
     assert sorted(t.params["model.k"] for t in load(sweep).get_trials()) == [2, 3, 4]
+
+
+@pytest.mark.slow  # two searches of one batch each: about 40 s
+def test_a_bug_in_the_batch_that_used_up_the_space_names_no_larger_n_trials(tmp_path):
+    """A bug in the last batch, which gave each point of the space its trial: the line
+    named a larger n_trials to go on with, with which the same command ran no trial (the
+    space was used up). Now it says that every point has run, and how to search more."""
+    sweep = tmp_path / "sweep"
+    args = [*BUG_AT_3, "model.k=choice(2,3)", f"hydra.sweep.dir={sweep}"]
+    proc = train_py(tmp_path, "-m", *args, "hydra.sweeper.n_trials=2")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "n_trials above" not in out
+    assert (
+        "Every point of the search space has run (the failed trials' too, which the study does "
+        "not run again), so the same command runs no further trial, whatever its "
+        "hydra.sweeper.n_trials. Once the bug is mended, search in a new study, with another "
+        "hydra.sweep.dir (or hydra.sweeper.study_name), widening the space (more values of a "
+        "choice, a longer range) to try more points."
+    ) in out.splitlines()
+    more = train_py(tmp_path, "-m", *args, "hydra.sweeper.n_trials=3")
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert len(load(sweep).get_trials()) == 2, "a larger n_trials runs no further trial"
+
+
+def tried_trial(space: dict, k: int, state: TrialState) -> optuna.trial.FrozenTrial:
+    """A finished trial of job ``k`` at ``model.k=k``."""
+    return optuna.trial.create_trial(
+        params={"model.k": k}, distributions=space, user_attrs={"job": k}, state=state,
+        value=1.0 if state == TrialState.COMPLETE else None,
+    )  # fmt: skip
+
+
+def test_a_space_is_used_up_where_each_point_has_a_trial_whatever_the_sampler(tmp_path):
+    """What tells a failed search's last line that no n_trials goes on: each point of a
+    finite space tried (a failed trial too) whatever the sampler (TPE never says so), or
+    a grid's grid tried, which may be smaller than the space; not a space with points
+    left, nor one with an interval."""
+    space = {"model.k": CategoricalDistribution([2, 3])}
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    search = search_of(tmp_path, study, space)
+    study.add_trial(tried_trial(space, 2, TrialState.COMPLETE))
+    assert not search._every_point_tried(study)
+    study.add_trial(tried_trial(space, 3, TrialState.FAIL))
+    assert search._every_point_tried(study)
+    search.space = {**space, "x": FloatDistribution(0, 1)}
+    assert not search._every_point_tried(study), "an interval's points are never all tried"
+    search.space = {"model.k": CategoricalDistribution([2, 3, 4])}
+    grid = optuna.create_study(
+        storage=f"sqlite:///{tmp_path / 'grid.db'}",
+        sampler=optuna.samplers.GridSampler({"model.k": [2]}),
+    )
+    assert not search._every_point_tried(grid)
+    grid.stop = lambda: None  # the grid's word that it is tried, which the search takes
+    trial = grid.ask(search.space)
+    trial.set_user_attr("job", 0)
+    grid.tell(trial, 1.0)
+    assert search._every_point_tried(grid), "the grid of one point, tried"
 
 
 def test_a_tolerated_bug_ending_says_how_to_go_on_once_it_is_mended(tmp_path, caplog):

@@ -139,6 +139,9 @@ class OptunaSearch(Sweeper):
         self.bug_ends_it = False  # a trial failed of a bug, which no rate tolerates
         # the study held n_trials as the search ended: the same command runs no further trial
         self.all_counted = False
+        # every point of the search space has a trial as the search ended (the sampler said
+        # so, or each point of a finite space has one): no n_trials runs a further trial
+        self.used_up = False
         self.space_tried = False  # the sampler has no point of the search space left
         self.created = False  # this command created the study (:meth:`_open_study`)
         self.repeats_in_a_row = 0  # trials drawing a tried point since one drew a new one
@@ -250,6 +253,7 @@ class OptunaSearch(Sweeper):
             raise
         self._write_results(study)
         self.all_counted = _n_counted(study) >= self.n_trials
+        self.used_up = self.space_tried or self._every_point_tried(study)
         if self._stopped():
             self._compare()
             log.error(self._stopped_report())
@@ -291,6 +295,17 @@ class OptunaSearch(Sweeper):
         self.space_tried = True
         self.storage.set_study_user_attr(self.study_id, SPACE_TRIED_ATTR, True)
 
+    def _every_point_tried(self, study: optuna.Study) -> bool:
+        """Each point of the search space has a trial: a finite space's points all tried
+        (:func:`space_size`), or a grid sampler's grid (``GridSampler.is_exhausted``, whose
+        grid may be smaller than the space). The last batch may use a space up without the
+        sampler saying so: a search asks no further batch once it holds ``n_trials``."""
+        size = space_size(self.space)
+        if size is not None and len(_tried_points(study)) >= size:
+            return True
+        sampler = study.sampler
+        return isinstance(sampler, optuna.samplers.GridSampler) and sampler.is_exhausted(study)
+
     def _compare(self) -> None:
         """The comparison of the finished trials (the ``on_multirun_end`` callbacks, which
         Hydra calls only after a search that ended well), once this command launched any:
@@ -315,10 +330,28 @@ class OptunaSearch(Sweeper):
                 "hydra.sweeper.max_failure_rate (the share of a batch that may fail)."
             )
         else:
-            again = f"Start the same command {self._going_on()}."
+            again = self._go_on_line(once_mended=False)
         what = f"failed, which ended the search ({rate}: the share of a batch that may fail)"
         report = unfinished_report(lines, self.launched, str(self.sweep_dir), what, again=again)
         return failed_jobs_ending(report, errors)
+
+    def _go_on_line(self, once_mended: bool) -> str:
+        """The last line of a search that failed trials ended: the command that goes on with
+        it (:meth:`_going_on`), ``once_mended`` the bug; but where every point of the search
+        space has a trial (:attr:`used_up`), none runs a further trial, whatever its
+        ``n_trials``: the line says so, and that a new study, of a wider space, searches on."""
+        when = "once the bug is mended, " if once_mended else ""
+        if not self.used_up:
+            line = f"{when}start the same command {self._going_on()}."
+            return line[0].upper() + line[1:]
+        search = f"{when}search in a new study".capitalize()
+        return (
+            "Every point of the search space has run (the failed trials' too, which the study "
+            "does not run again), so the same command runs no further trial, whatever its "
+            f"hydra.sweeper.n_trials. {search}, with another hydra.sweep.dir (or "
+            "hydra.sweeper.study_name), widening the space (more values of a choice, a longer "
+            "range) to try more points."
+        )
 
     def _going_on(self) -> str:
         """How the same command goes on with a search that failed trials ended. Where they
@@ -364,9 +397,8 @@ class OptunaSearch(Sweeper):
         trials = ", ".join(str(job.trial) for job, _ in bugs)
         log.error(
             "%s, but trial%s %s failed of a bug, which no rate tolerates: the search ended after "
-            "its batch and fails with its error (below) and exit status 1:\n  %s\n"
-            "Once the bug is mended, start the same command %s.",
-            head, "s" * (len(bugs) > 1), trials, lines, self._going_on(),
+            "its batch and fails with its error (below) and exit status 1:\n  %s\n%s",
+            head, "s" * (len(bugs) > 1), trials, lines, self._go_on_line(once_mended=True),
         )  # fmt: skip
         return bugs[0][1]
 
