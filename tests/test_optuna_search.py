@@ -415,6 +415,55 @@ def test_a_bad_interval_on_the_command_line_is_one_line_before_any_trial(tmp_pat
     assert not (tmp_path / "sweep" / "0").exists()
 
 
+def test_a_search_of_a_source_option_the_source_does_not_read_is_refused_once(tmp_path):
+    """data=mobile reads a file and the search sets the generator's city: each trial was
+    refused by its job, in a line of its own, the study and its job folders made. Now the
+    search is refused once, before any trial, in the default sweeper's line; the option at
+    the config's value (city1, the first trial's) is no refusal, the other one is."""
+    from tests.test_data_mobile import traffic_file
+
+    path, sweep = traffic_file(tmp_path), tmp_path / "sweep"
+    proc = train_py(
+        tmp_path, "-m", "hydra/sweeper=optuna", "data=mobile", f"data.source.path={path}",
+        "data.source.city=choice(city1,city2)", "hydra.sweeper.n_trials=2",
+        f"hydra.sweep.dir={sweep}",
+    )  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr
+    assert one_line(proc) == (
+        f"data.source.city=choice(city1,city2): data=mobile reads your file here "
+        f"(data.source.path={path}), so the generator that it would set does not run: leave "
+        "it out, or generate the traffic (data.source.path=null)."
+    )
+    assert not sweep.exists(), "no study, no trial"
+
+
+def test_the_data_points_of_a_search_are_its_data_settings_values():
+    """The trials whose sources a search's check composes: a choice's values and an
+    interval's bounds of the searched data settings, with the fixed overrides; the other
+    searched keys are left out (they choose no source)."""
+    from hydra_plugins.cloudlstm_optuna._search import data_points, source_options_given
+
+    space = {
+        "data.source.city": CategoricalDistribution(["city1", "city2"]),
+        "data.source.num_days": IntDistribution(10, 20),
+        "model.k": CategoricalDistribution([2, 3]),
+    }
+    fixed = {"data": "data=mobile"}
+    assert data_points(space, fixed) == [
+        ["data=mobile", "data.source.city=city1", "data.source.num_days=10"],
+        ["data=mobile", "data.source.city=city1", "data.source.num_days=20"],
+        ["data=mobile", "data.source.city=city2", "data.source.num_days=10"],
+        ["data=mobile", "data.source.city=city2", "data.source.num_days=20"],
+    ]
+    args = ["data.source.city=choice(a,b)", "data.source.seed=1", "~data.source.path", "x=1"]
+    assert source_options_given(args, {}) == {
+        "city": "data.source.city=choice(a,b)", "seed": "data.source.seed=1"
+    }  # fmt: skip
+    assert source_options_given(args, {"data.source.seed": "choice(1, 2)"}) == {
+        "city": "data.source.city=choice(a,b)"
+    }
+
+
 def bare_search(tmp_path: Path, fixed: dict, space: dict):
     from hydra_plugins.cloudlstm_optuna._search import OptunaSearch
 

@@ -8,6 +8,7 @@ modules whose name starts with ``_``, so this class is no second plugin.
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 import math
 import re
@@ -102,6 +103,8 @@ REPEAT_ATTR = "repeat_of"
 REPEATS_ENDING = 100
 # The points of earlier trials that the line of a run of repeats names, most drawn first
 REPEATS_NAMED = 5
+# The keys of the data source's options (data=mobile's: a generator's or a file's)
+SOURCE_KEY = "data.source."
 # Optuna's ValueErrors when a trial asks a parameter with another distribution than the
 # study's earlier trials gave it
 _INCOMPATIBLE = ("Cannot set different", "does not support dynamic value space")
@@ -193,6 +196,7 @@ class OptunaSearch(Sweeper):
         """Run the search: the command line's sweeps join ``params``, its other overrides
         hold for every trial."""
         self.space, self.fixed = search_space(self.params, arguments)
+        self._check_source_options(arguments)  # before the study is created
         self.sweep_dir.mkdir(parents=True, exist_ok=True)  # SQLite creates no folders
         try:
             try:
@@ -207,6 +211,32 @@ class OptunaSearch(Sweeper):
             if fault is None:
                 raise
             raise fault from None
+
+    def _check_source_options(self, arguments: Sequence[str]) -> None:
+        """Refuse, once and before any trial, a search whose command sets an option of
+        ``data.source`` that a trial's source does not read (``data=mobile`` with a file
+        and a search over ``data.source.city``): each trial refused it in a line of its own,
+        as it ran. As the default sweeper refuses such a sweep
+        (:func:`~cloudlstm.assembly.source_options.check_command_sweeps`), on the points of
+        the searched data settings (:func:`data_points`).
+
+        Raises:
+            UserError: the line of the options, as the command gives them.
+        """
+        given = source_options_given(arguments, self.params)
+        if not given or self.hydra_context is None:
+            return
+        # here alone: the data sources import torch and pandas, which a search setting no
+        # option of data.source need not
+        from cloudlstm.assembly.source_options import check_command_sweeps
+
+        loader = self.hydra_context.config_loader
+
+        def source_of(job: list[str]) -> Any:
+            cfg = loader.load_sweep_config(self.config, job)
+            return (cfg.get("data") or {}).get("source")
+
+        check_command_sweeps(data_points(self.space, self.fixed), given, source_of)
 
     def _search(self) -> None:
         """Ask, launch and tell trials until the study holds ``n_trials``, the sampler has
@@ -967,6 +997,40 @@ class OptunaSearch(Sweeper):
             results["no_best"] = f"No trial of study {self.study_name} completed."
             log.warning("No trial of study %s completed: there is no best one.", self.study_name)
         OmegaConf.save(OmegaConf.create(results), self.sweep_dir / results_file(self.study_name))
+
+
+def source_options_given(arguments: Sequence[str], params: dict[str, Any]) -> dict[str, str]:
+    """``{option: its override as given}`` of the command line's overrides of
+    ``data.source.<option>``, swept or fixed (a deletion sets nothing), less the keys of the
+    config's search space (``params``): those are the config's, as in the default sweeper."""
+    parsed = OverridesParser.create().parse_overrides(list(arguments))
+    return {
+        o.key_or_group.removeprefix(SOURCE_KEY): str(o.input_line)
+        for o in parsed
+        if o.key_or_group.startswith(SOURCE_KEY)
+        and not o.is_delete()
+        and o.key_or_group not in params
+    }
+
+
+def data_points(space: dict[str, BaseDistribution], fixed: dict[str, str]) -> list[list[str]]:
+    """The trials that may differ in their data source, as overrides: the fixed ones, and
+    each combination of the searched data settings' values (``data``, ``data.*``): a
+    choice's values, a range's or an interval's bounds. A source reads an option or not
+    whatever its value, but refuses one only at a value other than its data set's."""
+    searched = {key: _values(dist) for key, dist in space.items() if key.split(".")[0] == "data"}
+    return [
+        [*fixed.values(), *(f"{key}={_format(v)}" for key, v in zip(searched, combo, strict=True))]
+        for combo in itertools.product(*searched.values())
+    ]
+
+
+def _values(dist: BaseDistribution) -> list[Any]:
+    """A distribution's values (a choice's), or its bounds."""
+    if isinstance(dist, CategoricalDistribution):
+        return list(dist.choices)
+    assert isinstance(dist, (IntDistribution, FloatDistribution))
+    return [dist.low, dist.high]
 
 
 def check_searched_keys(config: DictConfig, params: dict[str, Any]) -> None:
