@@ -1474,6 +1474,63 @@ def test_failed_trials_that_rerun_may_pass_are_named_and_a_bug_keeps_its_traceba
     )
 
 
+@pytest.mark.parametrize(
+    ("error", "again"),
+    [
+        (
+            RuntimeError("a bug"),
+            "Once the bug is mended, start the same command with hydra.sweep.dir={sweep} to run "
+            "them again and go on with the search (the study keeps the batch's trials running, "
+            "which the same command runs whatever its n_trials; finished jobs return their "
+            "results at once).",
+        ),
+        (
+            "refused",
+            "Each trial's settings were refused as given: mend what its line names (in the "
+            "search space or the command) and search again in another hydra.sweep.dir (the "
+            "study keeps the batch's trials running, and the same command would run them again "
+            "as they are).",
+        ),
+    ],
+    ids=["bug", "refused"],
+)
+def test_a_slurm_batch_that_failed_in_the_last_batch_says_how_the_search_goes_on(
+    tmp_path, error, again
+):
+    """hydra/launcher=slurm raises its report of a batch's failed jobs (UnfinishedJobsError)
+    before returning any: its last line spoke of a sweep ("mend what its line names": a
+    search of a mended command is refused as another command), and nothing of a bug to mend,
+    where the search's ending of failed trials says both. Now the search ends it with its
+    own line; the batch's trials stay running, so the same command runs them again though
+    the study holds n_trials (the launcher's failed path needs no larger n_trials)."""
+    from cloudlstm.cli.sweep_jobs import UnfinishedJobsError, unfinished_report
+    from cloudlstm.errors import UserError
+
+    if error == "refused":
+        error = UserError("optimizer.lr=-1 is refused")
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    search = searching(search_of(tmp_path, study, {"x": FloatDistribution(0, 1)}), study, 2)
+    search.n_jobs = 2
+
+    def slurm_failed(study, jobs):  # the launcher's raise, as CheckedSlurmLauncher._collect
+        lines = [f"job {jobs[1].number} (x=...): failed: {error}; run dir ...; log ..."]
+        report = unfinished_report(lines, 2, str(tmp_path), "did not finish", [error])
+        raise UnfinishedJobsError(report, lines, 2, [error])
+
+    search._run = slurm_failed
+    with pytest.raises(UserError) as ended:
+        search._search()
+    lines = str(ended.value).splitlines()
+    assert lines[0] == "1 of 2 jobs of the sweep did not finish:"
+    assert lines[-1] == again.format(sweep=tmp_path)
+    assert [t.state for t in study.get_trials()] == [TrialState.RUNNING] * 2
+    ran = []
+    search = searching(search_of(tmp_path, study, {"x": FloatDistribution(0, 1)}), study, 2)
+    search._run = lambda study, jobs: ran.extend(job.trial for job in jobs)
+    search._search()
+    assert ran == [0, 1], "the same command runs the batch's trials again"
+
+
 def test_a_trial_whose_job_a_signal_stopped_stays_running_and_others_are_told(tmp_path):
     """A job stopped by SIGTERM (RunInterrupted) leaves its trial RUNNING, as a killed one,
     for the same command to continue from its checkpoint; a job that failed otherwise is

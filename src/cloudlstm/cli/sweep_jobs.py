@@ -36,7 +36,20 @@ _LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 class UnfinishedJobsError(UserError):
     """A launcher's report of the jobs of its batch that did not finish (a line each), raised
     once every job of the batch has ended: the others have written their results, which the
-    sweep still compares (``hydra/launcher=slurm``, read by the default sweeper)."""
+    sweep still compares (``hydra/launcher=slurm``, read by the default sweeper). It keeps
+    the report's parts, for a sweep that says otherwise how to go on (the Optuna search):
+    the ``lines`` of the jobs, how many the batch had (``total``), and each one's error
+    (None where its own code raised none)."""
+
+    def __init__(
+        self,
+        report: str,
+        lines: Sequence[str] = (),
+        total: int = 0,
+        errors: Sequence[BaseException | None] = (),
+    ) -> None:
+        super().__init__(report)
+        self.lines, self.total, self.errors = list(lines), total, list(errors)
 
 
 def check_joblib_launcher(launcher: Mapping[str, Any]) -> None:

@@ -186,7 +186,7 @@ class CheckedSlurmLauncher(SlurmLauncher):
         if failed:
             sweep_dir = self.config.hydra.sweep.dir if self.config is not None else "?"
             report = unfinished_report(failed, len(jobs), sweep_dir, "did not finish", errors)
-            raise UnfinishedJobsError(report)
+            raise UnfinishedJobsError(report, failed, len(jobs), errors)
         return results
 
     def _job_dir(self, overrides: Sequence[str], idx: int) -> str:

@@ -44,6 +44,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from cloudlstm.cli.sigterm_at_start import Terminated
 from cloudlstm.cli.sweep_jobs import (
+    UnfinishedJobsError,
     broken_pool_ending,
     check_joblib_launcher,
     compared_then_stopped,
@@ -264,6 +265,8 @@ class OptunaSearch(Sweeper):
             by = stopped_in_this_process(err, self.launcher) if self.in_flight else None
             if by is None:
                 self._compare()
+                if isinstance(err, UnfinishedJobsError) and err.lines:
+                    raise self._unfinished_ending(err) from None
                 raise
             # after the comparison, as the stop's last word
             report = self._batch_stop_report(by, trial_said=True)
@@ -382,6 +385,34 @@ class OptunaSearch(Sweeper):
             "hydra.sweeper.study_name), widening the space (more values of a choice, a longer "
             "range) to try more points."
         )
+
+    def _unfinished_ending(self, err: UnfinishedJobsError) -> UserError:
+        """The ending of a batch whose jobs a launcher reports as unfinished
+        (``hydra/launcher=slurm``, which raises at a failed job before returning any): its
+        lines, and how the search goes on, as the ending of failed trials says it (a bug to
+        mend first; settings refused as given: another ``hydra.sweep.dir``), where the
+        launcher's own last line spoke of a sweep. The batch's trials stay running, so the
+        same command runs them again whatever its ``n_trials`` (where a failed trial of
+        the other launchers, recorded FAIL, counts towards it and is not run again)."""
+        running = "the study keeps the batch's trials running"
+        if refused_as_given(err.errors):
+            again = (
+                "Each trial's settings were refused as given: mend what its line names (in the "
+                "search space or the command) and search again in another hydra.sweep.dir "
+                f"({running}, and the same command would run them again as they are)."
+            )
+        else:
+            bug = any(e is not None and _is_bug(e) for e in err.errors)
+            when = "Once the bug is mended, start" if bug else "Start"
+            again = (
+                f"{when} the same command with hydra.sweep.dir={self.sweep_dir} to run them "
+                f"again and go on with the search ({running}, which the same command runs "
+                "whatever its n_trials; finished jobs return their results at once)."
+            )
+        report = unfinished_report(
+            err.lines, err.total, str(self.sweep_dir), "did not finish", again=again
+        )
+        return UserError(report)
 
     def _going_on(self) -> str:
         """How the same command goes on with a search that failed trials ended. Where they
