@@ -24,7 +24,16 @@ grammar (``choice``, ``range``, ``interval``, ``tag(log, ...)``); and:
   bug keeps its traceback. Failed trials within the rate get the same lines after the
   comparison of a search that ended well, with exit 0; but where one failed of a bug, the
   search asks no further batch, the first line says so, the last how the same command
-  goes on once the bug is mended, and the search ends with its traceback, exit 1;
+  goes on once the bug is mended (or, where every point of the search space has a trial,
+  that none goes on, and that a new study of a wider space searches more), and the
+  search ends with its traceback, exit 1;
+* with ``hydra/launcher=slurm``, which raises at a failed job before returning any, the
+  batch's trials stay running: the report's last line is the search's (a bug to mend
+  first; settings refused as given: another sweep directory), and the same command runs
+  them again whatever its ``n_trials``;
+* a search refused before its first trial ran (a stray job folder, a setting Hydra
+  refuses, an option of ``data.source`` its source does not read: once, before the study
+  is made, as the default sweeper refuses it) leaves no study of its own in the storage;
 * a sampler that has tried the whole search space (``BruteForceSampler``, ``GridSampler``,
   which call ``study.stop()``) ends the search well, with the trials the space holds, and
   so does any sampler once each point of a space of ``choice``s and ``range``s has a trial;
