@@ -14,6 +14,7 @@ import optuna
 import pytest
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.plugins import Plugins
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
@@ -1174,6 +1175,9 @@ def searching(search, study: optuna.Study, n_trials: int):
     """``search`` set to run its loop (``_search``) in ``study``, one trial at a time, to
     ``n_trials``, with the basic launcher unconfigured: its trials must all be repeats, not
     run."""
+    # Hydra's plugin scan, which a sweep's start runs, imports its core plugins again: the
+    # launcher is made of the class it left, whichever test ran first in this process
+    Plugins.instance()
     from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 
     search.n_jobs, search.n_trials, search.own_storage = 1, n_trials, True

@@ -16,11 +16,11 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra.core.utils import filter_overrides
 
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.stops import CTRL_C_EXIT_CODE, EXIT_CODE
+from cloudlstm.rundir.sweep_sigterm import is_basic_launcher
 
 if TYPE_CHECKING:
     from cloudlstm.rundir.sweep_sigterm import PassSigtermOn
@@ -133,7 +133,7 @@ def stopped_in_this_process(err: BaseException, launcher: Any) -> str | None:
     process, ``err`` the exit that the job raised with the signal's status after its line
     (:func:`cloudlstm.cli.scripts._train`); None for any other error, or another launcher
     (whose jobs run in processes of their own)."""
-    here = isinstance(launcher, BasicLauncher) and isinstance(err, SystemExit)
+    here = is_basic_launcher(launcher) and isinstance(err, SystemExit)
     if not (here and isinstance(err.code, int)):
         return None
     return {CTRL_C_EXIT_CODE: "Ctrl-C", EXIT_CODE: "SIGTERM"}.get(err.code)

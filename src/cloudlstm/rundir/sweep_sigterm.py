@@ -60,8 +60,21 @@ from cloudlstm.rundir.stops import CTRL_C_EXIT_CODE, EXIT_CODE, RunInterrupted, 
 from cloudlstm.rundir.worker_signals import NOTED_SIGNALS, note_signals, noted
 
 log = logging.getLogger(__name__)
+# where Hydra's basic launcher is defined (:func:`is_basic_launcher`)
+BASIC_LAUNCHER_MODULE = "hydra._internal.core_plugins.basic_launcher"
 
 STOP_FILE = "sweep.sigterm"  # in the sweep directory: the sweep got SIGTERM or Ctrl-C
+
+
+def is_basic_launcher(launcher: Any) -> bool:
+    """Whether ``launcher`` is Hydra's basic launcher (or built on it), which runs a sweep's
+    jobs in this process. Told by the class's module and name, not ``isinstance``: Hydra's
+    plugin scan imports its core plugins' modules again, so the class a launcher was made
+    from need not be the one an earlier import bound."""
+    return any(
+        (cls.__module__, cls.__qualname__) == (BASIC_LAUNCHER_MODULE, "BasicLauncher")
+        for cls in type(launcher).__mro__
+    )
 
 
 def is_joblib(launcher: Any) -> bool:

@@ -23,7 +23,6 @@ from typing import Any
 
 import hydra.utils
 import optuna
-from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, Transformer
@@ -65,7 +64,12 @@ from cloudlstm.engine.trial_env import STORAGE_ENV, STUDY_ENV, TRIAL_ENV
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.config_changes import is_execution_option
 from cloudlstm.rundir.stops import RunInterrupted
-from cloudlstm.rundir.sweep_sigterm import PassSigtermOn, is_joblib, joblib_sweep_stop
+from cloudlstm.rundir.sweep_sigterm import (
+    PassSigtermOn,
+    is_basic_launcher,
+    is_joblib,
+    joblib_sweep_stop,
+)
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +277,7 @@ class OptunaSearch(Sweeper):
             raise compared_then_stopped(self._compare, report, by) from None
         except (KeyboardInterrupt, Terminated) as err:
             self._write_results_before_failing(study)
-            if not isinstance(self.launcher, BasicLauncher):
+            if not is_basic_launcher(self.launcher):
                 raise  # jobs in processes of their own (SLURM's run on): not ended here
             # Ctrl-C or SIGTERM outside the training of a trial the basic launcher runs in
             # this process (Hydra's start or end of its job; training's own stop is a
@@ -870,7 +874,7 @@ class OptunaSearch(Sweeper):
         trials running in the study (:meth:`_tell_finished`)."""
         task = getattr(self.launcher, "task_function", None)
         self.begun, self.returned = -1, {}
-        if not isinstance(self.launcher, BasicLauncher) or task is None:
+        if not is_basic_launcher(self.launcher) or task is None:
             yield
             return
 

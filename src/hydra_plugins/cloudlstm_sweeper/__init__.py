@@ -44,7 +44,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.types import Override
@@ -73,7 +72,12 @@ from cloudlstm.cli.sweep_jobs import (
 from cloudlstm.cli.sweep_values import sweep_values
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.lock import held_run_dirs
-from cloudlstm.rundir.sweep_sigterm import PassSigtermOn, is_joblib, joblib_sweep_stop
+from cloudlstm.rundir.sweep_sigterm import (
+    PassSigtermOn,
+    is_basic_launcher,
+    is_joblib,
+    joblib_sweep_stop,
+)
 
 log = logging.getLogger(__name__)
 
@@ -396,7 +400,7 @@ class _FailureRecorder(Launcher):
         is the number of each as it begins, so that a signal in it names it (Hydra puts
         back the sweep's config as a job ends, stopped or not: it no longer names it)."""
         task = getattr(self.launcher, "task_function", None)
-        if not isinstance(self.launcher, BasicLauncher) or task is None:
+        if not is_basic_launcher(self.launcher) or task is None:
             yield
             return
 
@@ -474,7 +478,7 @@ def _signal_of(err: BaseException, launcher: Launcher) -> str | None:
     outside the jobs; None for any other error, or another launcher."""
     if isinstance(err, SystemExit):
         return stopped_in_this_process(err, launcher)
-    if not isinstance(launcher, BasicLauncher):
+    if not is_basic_launcher(launcher):
         return None
     return "Ctrl-C" if isinstance(err, KeyboardInterrupt) else "SIGTERM"
 
