@@ -7,12 +7,13 @@ of both, so that either can be set. Each source read only those of its own and d
 others without a word: ``data.source.bad_values=warn`` without a file,
 ``data.source.num_days=30`` with one, changed nothing.
 
-Only what the command sets (its overrides, a sweep's of the command line included) is
-refused (a multirun's once, before any job runs: :func:`check_command_sweeps`), and only
-at a value other than the one the data set's config gives
-(``conf/data/<name>.yaml``): every option is in the config at that value, whichever source
-runs, and an experiment's settings and sweep (``experiment=paper/mobile``) are the
-experiment's, not the user's. ``eval.py``'s command is its own: a run's saved config.yaml
+Only what the command sets (its overrides, a sweep's of the command line included, and a
+key of the config's sweep that the command sets itself: ``experiment=paper/mobile
+data.source.city=city2`` with a file) is refused (a multirun's once, before any job runs:
+:func:`check_command_sweeps`), and only at a value other than the one the data set's
+config gives (``conf/data/<name>.yaml``): every option is in the config at that value,
+whichever source runs, and an experiment's settings and sweep (``experiment=paper/mobile``)
+are the experiment's, not the user's. ``eval.py``'s command is its own: a run's saved config.yaml
 sets nothing.
 
 A key of ``data.source`` that the config's sweep sets (``hydra.sweeper.params``) and the
@@ -30,19 +31,21 @@ that ``eval.py`` reads back from its config.yaml (:func:`saved_url_left_out`).
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from cloudlstm.assembly.source_overrides import SOURCE, job_command, source_overrides
 from cloudlstm.data.sources import mobile
 from cloudlstm.errors import UserError, locate
 from cloudlstm.paths import config_dir
 
-SOURCE = "data.source."
 MOBILE_TARGET = f"{mobile.__name__}.{mobile.mobile_traffic.__name__}"
 # each source checked -> the configs (conf/data/<name>.yaml) whose merge gives its defaults
 DEFAULTS = {MOBILE_TARGET: ("points", "mobile")}
@@ -72,7 +75,8 @@ def check_command_sweeps(
     Args:
         jobs: the sweep's jobs (each a list of overrides), in order.
         given: ``{option: the command's override as given}`` (``num_days:
-            data.source.num_days=30,60``), the config's sweep's options left out.
+            data.source.num_days=30,60``), the config's sweep's options that the command
+            leaves to it left out.
         source_of: a job's overrides -> its composed ``data.source`` (None where it has
             none); not called where ``given`` is empty.
 
@@ -104,25 +108,25 @@ def _refusal(source: Any, given: dict[str, str]) -> str | None:
 
 def _set_by_the_command() -> dict[str, str]:
     """``{option: its override as given}`` of the job's overrides of ``data.source.<option>``
-    (none outside a Hydra job; a deletion sets nothing). A key that the config's sweep
-    (``hydra.sweeper.params``) sets is the config's: ``experiment=paper/mobile`` sweeps
-    ``data.source.city`` for the generator, and its job of City 2 was refused with a file."""
+    (none outside a Hydra job; a deletion sets nothing). In a sweep's job, a key that the
+    config's sweep (``hydra.sweeper.params``) sets is the config's: ``experiment=paper/mobile``
+    sweeps ``data.source.city`` for the generator, and its job of City 2 was refused with a
+    file (the command's own value of such a key the sweeper checked before any job ran).
+    A run does not sweep: its overrides are all the command's."""
     if not HydraConfig.initialized():
         return {}
     hydra = HydraConfig.get()
-    swept = set(hydra.sweeper.get("params") or {})
+    params = hydra.sweeper.get("params") or {}
     parsed = OverridesParser.create().parse_overrides(list(hydra.overrides.task))
-    return {
-        o.key_or_group.removeprefix(SOURCE): o.input_line
-        for o in parsed
-        if o.key_or_group.startswith(SOURCE) and not o.is_delete() and o.key_or_group not in swept
-    }
+    command = job_command(parsed, params, hydra.mode == RunMode.MULTIRUN)
+    return source_overrides(params, command).given
 
 
+@functools.cache  # read once a process, not once per job of a sweep (108: 4 s)
 def _defaults(names: tuple[str, ...]) -> dict[str, Any]:
     """The source options as the configs ``conf/data/<name>.yaml`` of ``names`` give them,
     merged in turn (``data=mobile`` takes those of ``conf/data/points.yaml`` first: its
-    defaults list)."""
+    defaults list); not to be changed."""
     folder = config_dir() / "data"
     merged = OmegaConf.merge(*(OmegaConf.load(folder / f"{n}.yaml").source for n in names))
     return OmegaConf.to_container(merged, resolve=False)  # type: ignore[return-value]

@@ -52,6 +52,7 @@ from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationResolutionError
 
+from cloudlstm.assembly.source_overrides import JobSources, source_overrides
 from cloudlstm.cli.model_keys import applicable_jobs
 from cloudlstm.cli.sigterm_at_start import Terminated, a_job_begins
 from cloudlstm.cli.sweep_jobs import (
@@ -83,8 +84,6 @@ log = logging.getLogger(__name__)
 
 # the interpolations of a subdir that every job resolves, each to a directory of its own
 _JOB_NUMBER = {"hydra.job.num", "hydra.job.id"}
-# the overrides' keys (their first part) that set nothing of a job's data source
-_NO_DATA = {"model", "seed", "optimizer", "trainer", "module"}
 # the module of the sources whose options the command may set unread
 # (source_options.DEFAULTS): named, not imported, as that imports torch
 _CHECKED_SOURCES = "cloudlstm.data.sources.mobile."
@@ -194,32 +193,6 @@ class ReportingSweeper(BasicSweeper):
             return [jobs]
         return list(BasicSweeper.split_overrides_to_chunks(jobs, max_batch_size))
 
-    def _swept_by_config(self, overrides: list[Override]) -> set[str]:
-        """The ``data.source.<option>`` keys that the config's sweep
-        (``hydra.sweeper.params``, whose overrides come first) sets and the command does
-        not."""
-        params = len(self.params or {})
-        own = {o.key_or_group for o in overrides[:params]}
-        return {
-            key
-            for key in own - {o.key_or_group for o in overrides[params:]}
-            if key.startswith("data.source.")
-        }
-
-    def _set_by_the_command(self, overrides: list[Override]) -> dict[str, str]:
-        """``{option: its override as given}`` of the command's overrides of
-        ``data.source.<option>`` (a deletion sets nothing), less the keys of the config's
-        sweep (``hydra.sweeper.params``, whose overrides come first), which a job's own
-        check leaves to the config too."""
-        params = list(self.params or {})
-        return {
-            o.key_or_group.removeprefix("data.source."): str(o.input_line)
-            for o in overrides[len(params) :]
-            if o.key_or_group.startswith("data.source.")
-            and not o.is_delete()
-            and o.key_or_group not in params
-        }
-
     def _read_sweeps(self, jobs: list[list[str]], overrides: list[Override]) -> list[list[str]]:
         """``jobs``, refused before any runs where the command sets a source option that a
         job's source does not read
@@ -230,19 +203,13 @@ class ReportingSweeper(BasicSweeper):
         Raises:
             UserError: the command's options that a job's source does not read.
         """
-        swept, given = self._swept_by_config(overrides), self._set_by_the_command(overrides)
+        # the config's sweep (hydra.sweeper.params) comes first, then the command's
+        params = list(self.params or {})
+        split = source_overrides(params, overrides[len(params) :])
+        swept, given = split.swept, split.given
         if not swept and not given:
             return jobs
-        sources: dict[tuple[str, ...], Any] = {}
-
-        def source_of(job: list[str]) -> Any:
-            # composed once per job's data: the paper presets' models and seeds set none,
-            # and composing each of experiment=paper/mobile's 108 jobs took 45 s
-            key = tuple(o for o in job if _group(o) not in _NO_DATA)
-            if key not in sources:
-                sources[key] = self._source(job)
-            return sources[key]
-
+        source_of = JobSources(self._source, self._repository())
         checked = given and any(_checked_source(source_of(list(job))) for job in jobs)
         if not swept and not checked:
             return jobs
@@ -256,6 +223,15 @@ class ReportingSweeper(BasicSweeper):
         if note:
             log.info(note)
         return kept
+
+    def _repository(self) -> Any:
+        """Hydra's config repository of the sweep's search path (``hydra.searchpath`` of
+        the command and the config included), which reads each config once."""
+        loader: Any = self.hydra_context.config_loader
+        # as Hydra's load_sweep_config reads them: unresolved (${hydra:...} in a subdir)
+        hydra = OmegaConf.to_container(self.config.hydra.overrides.hydra, resolve=False)
+        name = self.config.hydra.job.config_name
+        return loader._parse_overrides_and_create_caching_repo(name, hydra)[1]
 
     def _source(self, job: list[str]) -> Any:
         """A job's composed ``data.source`` (None where its config has none)."""
@@ -488,11 +464,6 @@ def _checked_source(source: Any) -> bool:
     :mod:`cloudlstm.assembly.source_options` checks."""
     target = source.get("_target_") if isinstance(source, DictConfig) else None
     return str(target).startswith(_CHECKED_SOURCES)
-
-
-def _group(override: str) -> str:
-    """The first part of the key an override string sets (``model`` of ``+model.k=3``)."""
-    return override.split("=", 1)[0].lstrip("+~").split(".")[0]
 
 
 def _job_num(job: JobReturn) -> str:
