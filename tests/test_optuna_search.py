@@ -442,7 +442,7 @@ def test_the_data_points_of_a_search_are_its_data_settings_values():
     """The trials whose sources a search's check composes: a choice's values and an
     interval's bounds of the searched data settings, with the fixed overrides; the other
     searched keys are left out (they choose no source)."""
-    from hydra_plugins.cloudlstm_optuna._search import data_points, source_options_given
+    from hydra_plugins.cloudlstm_optuna._search import data_points
 
     space = {
         "data.source.city": CategoricalDistribution(["city1", "city2"]),
@@ -456,13 +456,6 @@ def test_the_data_points_of_a_search_are_its_data_settings_values():
         ["data=mobile", "data.source.city=city2", "data.source.num_days=10"],
         ["data=mobile", "data.source.city=city2", "data.source.num_days=20"],
     ]
-    args = ["data.source.city=choice(a,b)", "data.source.seed=1", "~data.source.path", "x=1"]
-    assert source_options_given(args, {}) == {
-        "city": "data.source.city=choice(a,b)", "seed": "data.source.seed=1"
-    }  # fmt: skip
-    assert source_options_given(args, {"data.source.seed": "choice(1, 2)"}) == {
-        "city": "data.source.city=choice(a,b)"
-    }
 
 
 def bare_search(tmp_path: Path, fixed: dict, space: dict):

@@ -41,6 +41,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
+from cloudlstm.assembly.source_overrides import source_overrides
 from cloudlstm.cli.sigterm_at_start import Terminated
 from cloudlstm.cli.sweep_jobs import (
     UnfinishedJobsError,
@@ -108,8 +109,6 @@ REPEAT_ATTR = "repeat_of"
 REPEATS_ENDING = 100
 # The points of earlier trials that the line of a run of repeats names, most drawn first
 REPEATS_NAMED = 5
-# The keys of the data source's options (data=mobile's: a generator's or a file's)
-SOURCE_KEY = "data.source."
 # Optuna's ValueErrors when a trial asks a parameter with another distribution than the
 # study's earlier trials gave it
 _INCOMPATIBLE = ("Cannot set different", "does not support dynamic value space")
@@ -228,7 +227,8 @@ class OptunaSearch(Sweeper):
         Raises:
             UserError: the line of the options, as the command gives them.
         """
-        given = source_options_given(arguments, self.params)
+        parsed = OverridesParser.create().parse_overrides(list(arguments))
+        given = source_overrides(self.params or {}, parsed).given
         if not given or self.hydra_context is None:
             return
         # here alone: the data sources import torch and pandas, which a search setting no
@@ -1032,20 +1032,6 @@ class OptunaSearch(Sweeper):
             results["no_best"] = f"No trial of study {self.study_name} completed."
             log.warning("No trial of study %s completed: there is no best one.", self.study_name)
         OmegaConf.save(OmegaConf.create(results), self.sweep_dir / results_file(self.study_name))
-
-
-def source_options_given(arguments: Sequence[str], params: dict[str, Any]) -> dict[str, str]:
-    """``{option: its override as given}`` of the command line's overrides of
-    ``data.source.<option>``, swept or fixed (a deletion sets nothing), less the keys of the
-    config's search space (``params``): those are the config's, as in the default sweeper."""
-    parsed = OverridesParser.create().parse_overrides(list(arguments))
-    return {
-        o.key_or_group.removeprefix(SOURCE_KEY): str(o.input_line)
-        for o in parsed
-        if o.key_or_group.startswith(SOURCE_KEY)
-        and not o.is_delete()
-        and o.key_or_group not in params
-    }
 
 
 def data_points(space: dict[str, BaseDistribution], fixed: dict[str, str]) -> list[list[str]]:
