@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -170,6 +171,14 @@ def one_line(proc: subprocess.CompletedProcess) -> str:
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr[-3000:]
     return lines[0]
+
+
+def doc_examples(doc: Path, heading: str) -> dict[str, str]:
+    """The ```python and ```yaml blocks of the section ``## <heading>`` of ``doc``, by
+    language: a worked example, which a test takes as it is written."""
+    text = doc.read_text()
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return dict(re.findall(r"```(python|yaml)\n(.*?)```", section, re.S))
 
 
 def compose_train(tmp_path: Path, overrides: list[str]) -> DictConfig:

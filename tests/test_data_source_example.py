@@ -5,14 +5,13 @@ a tiny job through train.py's config."""
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 import hydra
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, TINY, compose_train
+from conftest import ROOT, TINY, compose_train, doc_examples
 
 from cloudlstm.cli.train import train
 from cloudlstm.data.cache import CachedSource
@@ -25,9 +24,7 @@ GAPS = [(1, 3, "s2"), (2, 10, "s0")]  # (day, hour, sensor) rows left out of the
 
 def example_blocks() -> dict[str, str]:
     """The section's ```python and ```yaml blocks, by language."""
-    text = DESIGN.read_text()
-    section = text.split("\n## Adding a data source\n", 1)[1].split("\n## ", 1)[0]
-    blocks = dict(re.findall(r"```(python|yaml)\n(.*?)```", section, re.S))
+    blocks = doc_examples(DESIGN, "Adding a data source")
     assert set(blocks) == {"python", "yaml"}, "the section lost one of its examples"
     return blocks
 

@@ -127,7 +127,13 @@ class ForecastModel(nn.Module):
         Models with parameters override this; parameter-free ones have no head.
         """
         if any(True for _ in self.parameters()):
-            raise NotImplementedError(f"{type(self).__name__} does not name its output head")
+            # a model being written: say what to add, not only what is missing
+            raise NotImplementedError(
+                f"{type(self).__name__} does not name its output head: define "
+                "output_head() to return the layers that produce its forecast, which "
+                "module.anchor=last zeroes so that the model starts as persistence "
+                "(docs/design.md, 'Adding a model')."
+            )
         return []
 
     def check_input(
