@@ -910,3 +910,21 @@ def test_a_bad_cell_is_named_by_its_index_label_in_a_history_and_a_snapshot(poin
     f.update(recent[recent["timestamp"] < STAMPS[SPLIT - 1]])
     with pytest.raises(UserError, match="^the snapshot: .*" + re.escape(cell)):
         f.update(newest)
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/forecasting.md"])
+def test_the_docs_forecasting_snippet_runs_as_written(points_run, tmp_path, monkeypatch, doc):
+    """The ```python example of forecasting (README.md, docs/forecasting.md) runs, its run
+    directory the one trained here, ``recent.csv`` a history and ``readings`` its time
+    steps: both of its forecasts are the forecast of that history."""
+    text = (ROOT / doc).read_text()
+    (snippet,) = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "Forecaster" in b]
+    placeholder = re.search(r'Forecaster\.load\("([^"]+)"\)', snippet).group(1)
+    whole = history(points_run)
+    monkeypatch.chdir(tmp_path)
+    whole.to_csv("recent.csv", index=False)
+    readings = [snapshot for _, snapshot in pd.read_csv("recent.csv").groupby("timestamp")]
+    scope = {"readings": readings}
+    exec(snippet.replace(placeholder, str(points_run[0])), scope)
+    expected = Forecaster.load(points_run[0], device="cpu").forecast(pd.read_csv("recent.csv"))
+    pd.testing.assert_frame_equal(scope["forecast"], expected)
