@@ -306,8 +306,11 @@ def test_data_the_checkpoint_does_not_fit_is_named(cloud_run, tmp_path, override
 
 def test_a_checkpoint_of_another_model_is_named(cloud_run, grid_run, tmp_path):
     other = grid_run / metrics(grid_run)["checkpoint"]  # named relative to its run
-    with pytest.raises(UserError, match=r"holds a CNN2D model, but the run's config builds a Cl"):
-        evaluate(compose_eval(cloud_run, tmp_path / "eval", f"ckpt={other}"))
+    copy = tmp_path / "copy.ckpt"  # outside any run: its contents alone tell
+    shutil.copy(other, copy)
+    named = r"is no checkpoint of the run .* \(fixed_points, model: CNN2D, the run's CloudSeq2Seq\)"
+    with pytest.raises(UserError, match=named):
+        evaluate(compose_eval(cloud_run, tmp_path / "eval", f"ckpt={copy}"))
     # a checkpoint from before checkpoints named their model (the scaler then was the
     # datamodule's Lightning state): its weights do not fit
     old = torch.load(other, weights_only=False)
@@ -335,6 +338,44 @@ def test_weights_from_outside_the_run_are_warned_of(cloud_run, tmp_path, caplog)
             if warned
             else []
         )
+        # the copy's results say whose training wrote it
+        trained_in = metrics(tmp_path / f"eval_{warned}")["checkpoint_trained_in"]
+        assert trained_in == (str(cloud_run) if warned else None)
+
+
+def test_a_checkpoint_of_another_run_is_refused_naming_both_runs(cloud_run, tmp_path):
+    """A run of the same model, sizes and data with another seed: its checkpoint loaded, and
+    its test results were written into this run's eval/ under this run's name and config,
+    which compare --include-evals then showed as this run's. Refused before the data are
+    read, naming both runs and the command that tests it; that command tests it."""
+    cfg = compose_train(tmp_path, [*JOB, "seed=7"])
+    train(cfg)
+    other = Path(cfg.paths.output_dir)
+    ckpt = other / "checkpoints" / "last.ckpt"
+    out = tmp_path / "eval"
+    with pytest.raises(UserError) as refused:
+        evaluate(compose_eval(cloud_run, out, f"ckpt={ckpt}"))
+    assert str(refused.value) == (
+        f"{ckpt} is a checkpoint of the run {other}, not of {cloud_run}: its test results "
+        f"would be filed under {cloud_run}'s name and config. Give run={other} (the "
+        f"checkpoint's run), or a checkpoint of {cloud_run}: ckpt=best, ckpt=last."
+    )
+    assert not (out / "metrics.json").exists()
+    evaluate(compose_eval(other, out, "ckpt=last"))  # the way it names
+    assert metrics(out)["run_dir"] == str(other)
+    assert metrics(out)["run"]["tags"][-1] == "seed=7"
+
+
+def test_another_runs_checkpoint_is_one_line_from_eval_py(cloud_run, grid_run):
+    """Another model class in another run: one line naming both runs (it was the model's
+    line, naming a placeholder for the run to give)."""
+    ckpt = grid_run / metrics(grid_run)["checkpoint"]
+    line = one_line(run_eval(f"run={cloud_run}", f"ckpt={ckpt}"))
+    assert line.startswith(f"{ckpt} is no checkpoint of the run {cloud_run}: it differs from ")
+    assert line.endswith(
+        f"so its test results would not be the run's. Give run={grid_run} (the checkpoint's "
+        f"run), or a checkpoint of {cloud_run}: ckpt=best, ckpt=last."
+    )
 
 
 def test_another_models_checkpoint_on_other_points_is_named_as_another_model(
@@ -342,9 +383,10 @@ def test_another_models_checkpoint_on_other_points_is_named_as_another_model(
 ):
     """A grid run given a CloudLSTM checkpoint and other points: the line names the other
     model, not the grid model's tie to its points as if it were the checkpoint's."""
-    cloud_ckpt = cloud_run / metrics(cloud_run)["checkpoint"]
+    cloud_ckpt = tmp_path / "copy.ckpt"  # outside any run: its contents alone tell
+    shutil.copy(cloud_run / metrics(cloud_run)["checkpoint"], cloud_ckpt)
     cfg = compose_eval(grid_run, tmp_path / "eval", f"ckpt={cloud_ckpt}", "data.num_points=7")
-    with pytest.raises(UserError, match=r"holds a CloudSeq2Seq model, but the run's config b"):
+    with pytest.raises(UserError, match=r"model: CloudSeq2Seq, the run's CNN2D\)"):
         evaluate(cfg)
 
 

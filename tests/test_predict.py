@@ -110,9 +110,10 @@ def test_a_file_that_is_no_checkpoint_gets_a_fix_for_forecasting(run, tmp_path):
 
 
 def test_a_checkpoint_of_another_run_is_refused_and_a_copy_of_its_own_is_not(run, tmp_path):
-    """Runs of the same model and sizes, one with a quantile head, one on other data: their
-    checkpoints loaded into the run silently, forecasting with their head and scaler under
-    the run's name. A copy of the run's own checkpoint elsewhere still forecasts."""
+    """Runs of the same model and sizes, one with a quantile head, one on other data, one
+    with another seed: their checkpoints loaded into the run silently, forecasting with
+    their head and scaler under the run's name. A copy of the run's own checkpoint
+    elsewhere still forecasts."""
     (tmp_path / "q").mkdir()
     quantiles = csv_run(tmp_path / "q", "module.quantiles=[0.1,0.5,0.9]")[0]
     values, observed = raw_stream()
@@ -122,16 +123,23 @@ def test_a_checkpoint_of_another_run_is_refused_and_a_copy_of_its_own_is_not(run
     other = train_run(
         tmp_path / "other", [*keep, "data=points", f"data.source.path={tmp_path / 'other.csv'}"]
     )
-    for theirs, differs in [
-        (quantiles, "module.quantiles"),
-        (other, "data description (scaler, value_reference)"),
-    ]:
+    # the same model, sizes and data, another seed: nothing in the file differs, its folder
+    (tmp_path / "seed").mkdir()
+    seed = csv_run(tmp_path / "seed", "seed=7")[0]
+    mine = run[0]
+    for theirs, why in [
+        (quantiles, f"is no checkpoint of the run {mine}: it differs from the run's in "
+         "module.quantiles, so its forecast would not be the run's"),
+        (other, f"is no checkpoint of the run {mine}: it differs from the run's in data "
+         "description (scaler, value_reference), so its forecast would not be the run's"),
+        (seed, f"is a checkpoint of the run {seed}, not of {mine}: its forecast would be "
+         f"filed under {mine}'s name and config"),
+    ]:  # fmt: skip
         ckpt = theirs / "checkpoints" / "last.ckpt"
         line = one_line(predict(run, history(run), tmp_path, f"ckpt={ckpt}"))
         assert line == (
-            f"{ckpt} is no checkpoint of the run {run[0]}: it differs from the run's in "
-            f"{differs}, so its forecast would not be the run's. Give run={theirs} (the "
-            f"checkpoint's run), or a checkpoint of {run[0]}: ckpt=best, ckpt=last."
+            f"{ckpt} {why}. Give run={theirs} (the checkpoint's run), or a checkpoint of "
+            f"{mine}: ckpt=best, ckpt=last."
         )
     copy = tmp_path / "kept.ckpt"
     shutil.copyfile(run[0] / "checkpoints" / "last.ckpt", copy)

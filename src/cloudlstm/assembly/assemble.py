@@ -94,7 +94,7 @@ class Assembly:
 def assemble(
     cfg: DictConfig,
     output_dir: Path,
-    checkpoint: Path | None = None,
+    checkpoint: Path | TrainedCheckpoint | None = None,
     with_loggers: bool = True,
 ) -> Assembly:
     """Data, description, model, training module, loggers and Trainer of ``cfg``.
@@ -102,9 +102,9 @@ def assemble(
     Writes ``data_summary.json`` and ``config.yaml`` into ``output_dir``; ``cfg`` itself is
     never changed (an older run's config is brought to today's form before, as a copy:
     :func:`~cloudlstm.rundir.old_configs.current_config`). With ``checkpoint`` (evaluating
-    a trained run), read once, the data are normalised with its training scaler, and its
-    weights are loaded into the module after checking that they fit the data's points and
-    the model.
+    a trained run: a path, or the checkpoint :func:`read_evaluated` read), read once, the
+    data are normalised with its training scaler, and its weights are loaded into the
+    module after checking that they fit the data's points and the model.
 
     Raises:
         UserError: the Trainer asks for GPUs torch does not see or has a setting Lightning
@@ -115,12 +115,7 @@ def assemble(
     """
     check_accelerator(cfg.get("trainer") or {})
     check_trainer_settings(cfg.get("trainer"))
-    trained = None
-    if checkpoint is not None:
-        trained = TrainedCheckpoint.read(
-            checkpoint,
-            "Evaluate another checkpoint: ckpt=best, ckpt=last or a .ckpt written by training.",
-        )
+    trained = read_evaluated(checkpoint) if isinstance(checkpoint, Path) else checkpoint
     datamodule = instantiate_datamodule(cfg)
     datamodule.prepare_data()
     if trained is not None:
@@ -178,6 +173,17 @@ def assemble(
         trainer,
         run,
         None if trained_spec is None else list(trained_spec.point_ids),
+    )
+
+
+def read_evaluated(path: Path) -> TrainedCheckpoint:
+    """The checkpoint at ``path``, read once for an evaluation.
+
+    Raises:
+        UserError: it cannot be read, naming the checkpoints an evaluation takes.
+    """
+    return TrainedCheckpoint.read(
+        path, "Evaluate another checkpoint: ckpt=best, ckpt=last or a .ckpt written by training."
     )
 
 

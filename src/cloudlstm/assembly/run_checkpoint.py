@@ -1,9 +1,11 @@
 """Whether a checkpoint given by path to a run is of that run's training.
 
 A forecast takes its data description (points, scaler, step) and its quantile head from
-the checkpoint, and its model and name from the run. A checkpoint of another run of the
-same model and sizes (trained with quantiles, or on other data) loads: its forecasts would
-be presented as the run's. :func:`check_run_checkpoint` refuses it, naming what differs.
+the checkpoint, and its model and name from the run; an evaluation (``eval.py``) files its
+results under the run. A checkpoint of another run of the same model and sizes (trained
+with quantiles, on other data, or with another seed) loads: its forecasts and test results
+would be presented as the run's. :func:`check_run_checkpoint` refuses it, naming what
+differs, or the run whose ``checkpoints/`` hold it.
 """
 
 from __future__ import annotations
@@ -32,12 +34,17 @@ from cloudlstm.rundir.layout import (
 OUTPUT_SETTINGS = ("quantiles", "calibrate", "anchor")
 
 
-def check_run_checkpoint(run: Path, cfg: DictConfig, trained: TrainedCheckpoint) -> None:
-    """Refuse ``trained`` where it is not of the training of ``run`` (config ``cfg``): its
-    module settings (:data:`OUTPUT_SETTINGS`) differ from the run's config, or its data
-    description from the one the run's own checkpoints hold. A checkpoint in the run's
-    ``checkpoints/`` is its own and not compared; a run without a readable checkpoint of
-    its own is compared by its settings alone.
+def check_run_checkpoint(
+    run: Path, cfg: DictConfig, trained: TrainedCheckpoint, results: str = "forecast"
+) -> None:
+    """Refuse ``trained`` where it is not of the training of ``run`` (its own config
+    ``cfg``): its module settings (:data:`OUTPUT_SETTINGS`) differ from the run's config,
+    or its data description from the one the run's own checkpoints hold, or it lies in
+    another run directory (the same model, sizes and data, another seed: nothing in the
+    file tells it apart). A checkpoint in the run's ``checkpoints/`` is its own and not
+    compared; one outside any run directory (a copy) is compared by its contents alone,
+    and by its settings alone where the run has no readable checkpoint of its own.
+    ``results``: what the message says would not be the run's.
 
     Raises:
         UserError: naming the checkpoint, the run, what differs, and the fix.
@@ -47,14 +54,21 @@ def check_run_checkpoint(run: Path, cfg: DictConfig, trained: TrainedCheckpoint)
         return
     differences = _setting_differences(cfg.get("module"), trained)
     differences += _description_differences(folder, trained)
-    if not differences:
-        return
-    raise UserError(
-        f"{trained.path} is no checkpoint of the run {run}: it differs from the run's in "
-        f"{' and '.join(differences)}, so its forecast would not be the run's. Give "
-        f"run={_checkpoint_run(trained)} (the checkpoint's run), or a checkpoint of {run}: "
-        "ckpt=best, ckpt=last."
+    fix = (
+        f"Give run={_checkpoint_run(trained)} (the checkpoint's run), or a checkpoint of "
+        f"{run}: ckpt=best, ckpt=last."
     )
+    if differences:
+        raise UserError(
+            f"{trained.path} is no checkpoint of the run {run}: it differs from the run's in "
+            f"{' and '.join(differences)}, so its {results} would not be the run's. {fix}"
+        )
+    other = checkpoint_run(trained.path)
+    if other is not None and other.resolve() != run.resolve():
+        raise UserError(
+            f"{trained.path} is a checkpoint of the run {other}, not of {run}: its {results} "
+            f"would be filed under {run}'s name and config. {fix}"
+        )
 
 
 def _setting_differences(module: DictConfig | None, trained: TrainedCheckpoint) -> list[str]:
@@ -72,13 +86,16 @@ def _setting_differences(module: DictConfig | None, trained: TrainedCheckpoint) 
 
 def _description_differences(folder: Path, trained: TrainedCheckpoint) -> list[str]:
     """``data description (<keys>)`` where the checkpoint's description differs from that
-    of the run's own last (else best) checkpoint; none where the run has none readable."""
+    of the run's own last (else best) checkpoint (another model class named with both
+    classes); none where the run has none readable."""
     own = _own_description(folder)
     theirs = stored_spec(trained.contents)
     if own is None or theirs is None:
         return []
     keys = [k for k in sorted(own.keys() | theirs.keys()) if not _same(own.get(k), theirs.get(k))]
-    return [f"data description ({', '.join(keys)})"] if keys else []
+    # another model class is said by name: "model" alone reads as a setting of the data
+    named = [f"model: {theirs[k]}, the run's {own[k]}" if k == "model" else k for k in keys]
+    return [f"data description ({', '.join(named)})"] if keys else []
 
 
 def _own_description(folder: Path) -> dict[str, Any] | None:
@@ -110,10 +127,17 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def trained_in(trained: TrainedCheckpoint) -> str | None:
+    """The run directory the checkpoint's training wrote to, as its hyperparameters name
+    it (where it trained: a run moved since is elsewhere); None where it names none."""
+    stored = trained.contents.get("hyper_parameters") or {}
+    run = stored.get("output_dir")
+    return None if run is None else str(run)
+
+
 def _checkpoint_run(trained: TrainedCheckpoint) -> str:
     """The run directory that wrote ``trained``: the one holding it
     (:func:`~cloudlstm.rundir.layout.checkpoint_run`), else the one its hyperparameters
     name, else a placeholder."""
-    stored = trained.contents.get("hyper_parameters") or {}
-    run = checkpoint_run(trained.path) or stored.get("output_dir")
+    run = checkpoint_run(trained.path) or trained_in(trained)
     return str(run or "<the checkpoint's run directory>")

@@ -23,9 +23,10 @@ from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, open_dict
 
-from cloudlstm.assembly.assemble import assemble
+from cloudlstm.assembly.assemble import assemble, read_evaluated
 from cloudlstm.assembly.batch_limits import processes
 from cloudlstm.assembly.build import check_devices, check_process_settings, configure_process
+from cloudlstm.assembly.checkpoint_fit import TrainedCheckpoint
 from cloudlstm.assembly.evaluated_data import (
     check_same_file,
     check_same_units,
@@ -36,6 +37,7 @@ from cloudlstm.assembly.evaluated_data import (
     warn_test_seen,
 )
 from cloudlstm.assembly.known_keys import check_known_keys
+from cloudlstm.assembly.run_checkpoint import check_run_checkpoint, trained_in
 from cloudlstm.assembly.source_options import saved_url_left_out
 from cloudlstm.cli.process_group import launched_processes
 from cloudlstm.cli.sigterm_at_start import line_by_file
@@ -79,7 +81,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     L.seed_everything(cfg.seed, workers=True)
     run = check_run_dir(cfg.run)
     # units and graph the config already changes: refused before the data load (minutes)
-    check_units_and_graph_settings(current_config(read_run_config(run)), cfg, _overrides(), run)
+    run_cfg = current_config(read_run_config(run))
+    check_units_and_graph_settings(run_cfg, cfg, _overrides(), run)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     path = _checkpoint(run, cfg.ckpt)
@@ -92,10 +95,13 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
             path,
             run,
         )
+    trained = None if path is None else read_evaluated(path)
+    if trained is not None:  # before the data load (minutes): results filed under the run
+        check_run_checkpoint(run, run_cfg, trained, "test results")
     trained_data = read_data_summary(run)
     try:
         built = saved_url_left_out(cfg, _overrides())  # the run's url is not the command's
-        job = assemble(built, output_dir, checkpoint=path, with_loggers=False)
+        job = assemble(built, output_dir, checkpoint=trained, with_loggers=False)
     except MissingFileError as err:
         own = own_file_not_found(trained_data, cfg.data.get("source"), _overrides())
         if own is None:
@@ -125,6 +131,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         "run": _training_run(run),
         "run_dir": str(run),
         "checkpoint": recorded,
+        # where the training of a checkpoint from outside the run wrote (a copy's origin)
+        "checkpoint_trained_in": _trained_in(trained, recorded),
         "overrides": _overrides(),
         "num_params": count_parameters(job.model),
         "data": job.summary,
@@ -234,6 +242,15 @@ def evaluation_stop_line(output_dir: Path) -> Callable[[], str]:
         f"after the evaluation had finished: {metrics} holds its results.",
         f"before the evaluation had finished, {not_written}: run the same command again.",
     )
+
+
+def _trained_in(trained: TrainedCheckpoint | None, recorded: str | None) -> str | None:
+    """The run directory the training of a checkpoint from outside the run wrote to
+    (:func:`~cloudlstm.assembly.run_checkpoint.trained_in`), so that its results tell
+    whose weights they are; None for the run's own checkpoint, or none."""
+    if trained is None or recorded is None or not Path(recorded).is_absolute():
+        return None
+    return trained_in(trained)
 
 
 def _training_run(run: Path) -> dict[str, Any] | None:
