@@ -617,6 +617,23 @@ def test_text_or_inf_in_a_channel_is_an_error_naming_point_time_and_column(
         LongFormatSource(path, value_cols=value_cols).load()
 
 
+@pytest.mark.parametrize("value_cols", [None, ["a", "b"]])
+def test_missing_value_texts_of_a_parquet_file_are_gaps_as_in_a_csv_file(tmp_path, value_cols):
+    """pandas' missing-value texts ("n/a", "NA", "null") of a channel: the CSV reader makes
+    them empty, while a Parquet file's text column kept them and they were refused as no
+    number. The two files train on one stream."""
+    pytest.importorskip("pyarrow")
+    df = with_bad_cells({(5, "a"): "n/a", (9, "b"): "NA", (13, "a"): " null "})
+    csv = write(tmp_path, df, "data.csv")
+    parquet = tmp_path / "data.parquet"
+    df.astype({"a": str, "b": str}).replace("nan", None).to_parquet(parquet)
+    from_csv = LongFormatSource(csv, value_cols=value_cols).load()
+    from_parquet = LongFormatSource(parquet, value_cols=value_cols).load()
+    np.testing.assert_array_equal(from_parquet.values, from_csv.values)
+    np.testing.assert_array_equal(from_parquet.mask, from_csv.mask)
+    assert np.isnan(from_csv.values).sum() == 0 and (~from_csv.mask).sum() >= 3
+
+
 def test_bad_values_warn_counts_them_and_treats_them_as_gaps(tmp_path, caplog):
     bad = {(5, "a"): "error", (9, "b"): "-inf", (13, "a"): "n.a.", (17, "b"): "1e40"}
     bad |= {(21, "a"): "x", (25, "a"): "y", (29, "b"): "z"}  # st1 at t = 1..7

@@ -21,6 +21,7 @@ from conftest import ROOT, TINY, compose_train, one_line, run_python
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from cloudlstm.cli.predict import read_history
 from cloudlstm.cli.train import train
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.pipeline.forecast_input import TimeReading, build_input
@@ -262,17 +263,50 @@ def test_a_snapshot_cell_that_is_no_number_is_refused_when_fed(points_run, forec
     f.update(recent[recent["timestamp"] < STAMPS[SPLIT - 1]])
     newest = recent[recent["timestamp"] == STAMPS[SPLIT - 1]].reset_index(drop=True)
     typed = newest.astype({"no2": object})
-    typed.loc[1, "no2"] = "n/a"
+    typed.loc[1, "no2"] = "n/d"  # a text pandas reads as no missing value: a bad one
     with pytest.raises(UserError, match=r"^the snapshot: 1 channel value\(s\) .* data row 1, "):
         f.update(typed)
     f.update(newest)  # the stream as it was, and the snapshot sent again
     pd.testing.assert_frame_equal(f.forecast(), forecaster.forecast(whole))
     with caplog.at_level("WARNING"):
         f.update(typed, bad_values="warn")  # missing: filled as a gap
-    assert "data row 1, column 'no2': 'n/a'" in caplog.text
+    assert "data row 1, column 'no2': 'n/d'" in caplog.text
     gap = whole.copy()
     gap.loc[(gap["timestamp"] == STAMPS[SPLIT - 1]) & (gap["id"] == newest["id"][1]), "no2"] = None
     expected = forecaster.forecast(gap)
+    pd.testing.assert_frame_equal(f.forecast(), expected)
+
+
+def read_back(table: pd.DataFrame, folder: Path) -> list[pd.DataFrame]:
+    """``table`` written into ``folder`` as a CSV file and, where pyarrow is installed, a
+    Parquet file, each read back as ``predict.py`` reads a history."""
+    written = [folder / "history.csv"]
+    table.to_csv(written[0], index=False)
+    if importlib.util.find_spec("pyarrow") is not None:
+        written.append(folder / "history.parquet")
+        table.to_parquet(written[1], index=False)
+    return [read_history(path) for path in written]
+
+
+@pytest.mark.parametrize("text", ["n/a", "NA", "null", " N/A "])
+def test_a_missing_value_text_is_missing_in_a_csv_a_parquet_file_a_dataframe_and_a_snapshot(
+    points_run, forecaster, tmp_path, text
+):
+    """pandas' missing-value texts: a CSV history read them as missing, as training reads
+    its CSV files, while the same cell in a DataFrame given to forecast() or update(), or
+    in a Parquet file's text column, was refused as no number. All four forecast as an
+    empty cell does."""
+    whole = history(points_run)
+    cell = (whole["timestamp"] == STAMPS[SPLIT - 1]) & (whole["id"] == IDS[1])
+    expected = forecaster.forecast(whole.assign(no2=whole["no2"].mask(cell)))
+    table = whole.astype({"no2": str})
+    table.loc[cell, "no2"] = text
+    for given in [table, *read_back(table, tmp_path)]:
+        pd.testing.assert_frame_equal(forecaster.forecast(given), expected)
+    f = Forecaster.load(points_run[0], device="cpu")
+    recent = table[table["timestamp"] >= STAMPS[SPLIT - M]]
+    f.update(recent[recent["timestamp"] < STAMPS[SPLIT - 1]])
+    f.update(recent[recent["timestamp"] == STAMPS[SPLIT - 1]])
     pd.testing.assert_frame_equal(f.forecast(), expected)
 
 
@@ -902,8 +936,8 @@ def test_a_bad_cell_is_named_by_its_index_label_in_a_history_and_a_snapshot(poin
     recent.index = pd.RangeIndex(5000, 5000 + len(recent))
     newest = recent[recent["timestamp"] == STAMPS[SPLIT - 1]].copy()
     label = newest.index[1]  # in the snapshot, at position 1
-    recent.loc[label, "no2"] = newest.loc[label, "no2"] = "n/a"
-    cell = f"row with index {label}, column 'no2': 'n/a'"
+    recent.loc[label, "no2"] = newest.loc[label, "no2"] = "n/d"
+    cell = f"row with index {label}, column 'no2': 'n/d'"
     f = Forecaster.load(points_run[0], device="cpu")
     with pytest.raises(UserError, match="^the history: .*" + re.escape(cell)):
         f.forecast(recent)

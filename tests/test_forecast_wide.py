@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import TINY, compose_train, one_line, run_python
+from test_forecast import read_back
 
 from cloudlstm.cli.predict import read_history
 from cloudlstm.cli.train import train
@@ -192,6 +193,23 @@ def test_the_training_files_missing_value_is_missing_in_a_history(forecaster):
     pd.testing.assert_frame_equal(got, expected)
     filled = got[got.horizon == 1].set_index("id")[FILLED_COLUMN]
     assert filled[IDS[1]] == 1 and filled.drop(IDS[1]).eq(0).all()
+
+
+def test_a_missing_value_text_is_missing_in_a_wide_history_and_a_wide_snapshot(
+    forecaster, tmp_path
+):
+    """``n/a`` in a wide DataFrame (or a Parquet file's text columns) was refused as no
+    number, where the CSV file of the same table read it as missing."""
+    text, empty = wide(RECENT).astype({IDS[1]: str}), wide(RECENT)
+    text.loc[text.index[-2], IDS[1]] = "n/a"
+    empty.loc[empty.index[-2], IDS[1]] = np.nan
+    expected = forecaster.forecast(empty)
+    for given in [text, *read_back(text, tmp_path)]:
+        pd.testing.assert_frame_equal(forecaster.forecast(given), expected)
+    stream = Forecaster.load(forecaster.checkpoint.parents[1], device="cpu")
+    for step in range(len(text)):
+        stream.update(text.iloc[[step]])
+    pd.testing.assert_frame_equal(stream.forecast(), expected)
 
 
 @pytest.mark.parametrize(

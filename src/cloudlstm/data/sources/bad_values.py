@@ -1,7 +1,10 @@
 """Channel cells of a long-format table that cannot be read as numbers.
 
 Empty cells (text of blanks alone too) and pandas' missing-value markers (``NA``, ``NULL``,
-``nan``, ...) are gaps, filled later like missing rows. Anything else that is not a finite
+``n/a``, ``nan``, ...: :data:`NA_TEXTS`, blanks around them aside) are gaps, filled later like
+missing rows, however the table came: pandas' CSV reader makes the markers empty, and the
+same text in a Parquet or HDF5 file's text column or a DataFrame given to the forecaster
+(``forecast()``, ``update()``) is read alike here. Anything else that is not a finite
 number, such as text (``"12 ug/m3"``, ``"error"``) or an infinity (``inf``, or a value beyond
 float32), is a *bad value*: by default an error naming its row (as the user finds it: a
 file's line or time, a table's index label, :func:`index_row_names`) and column
@@ -17,11 +20,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pandas._libs.parsers import STR_NA_VALUES
 
 from cloudlstm.errors import UserError
 
 __all__ = [
     "BAD_VALUE_MODES",
+    "NA_TEXTS",
     "RowNames",
     "channel_values",
     "check_mode",
@@ -37,6 +42,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 BAD_VALUE_MODES = ("error", "warn")
+# the texts pandas' CSV reader takes for a missing value: "NA", "n/a", "null", "NaN", ...
+NA_TEXTS = frozenset(STR_NA_VALUES)
 SHOWN = 5  # bad cells named in a message
 # the names of a table's rows at some positions (sorted), as messages give them
 RowNames = Callable[[list[int]], Sequence[str]]
@@ -57,7 +64,7 @@ def mostly_numeric(series: pd.Series) -> bool:
         return False
     if pd.api.types.is_numeric_dtype(series):
         return True
-    filled = series.dropna()
+    filled = series[_written(series)]
     return len(filled) > 0 and pd.to_numeric(filled, errors="coerce").notna().mean() > 0.5
 
 
@@ -236,14 +243,22 @@ def _refuse_below_float32(
 
 
 def _written(series: pd.Series) -> np.ndarray:
-    """``(R,)`` whether each cell holds something: not NaN or None, and not text of blanks
+    """``(R,)`` whether each cell holds something: not NaN or None, not text of blanks
     alone (``""`` in a DataFrame built from records, ``" "`` in a CSV), which is as empty
-    as an empty cell."""
+    as an empty cell, and not one of pandas' missing-value texts (:data:`NA_TEXTS`, blanks
+    around it aside), which a CSV file's reader makes empty: ``n/a`` in a DataFrame or a
+    Parquet file is as missing as in a CSV file."""
     present = series.notna().to_numpy().copy()
     if not pd.api.types.is_numeric_dtype(series):  # object or pandas' str dtype
-        blank = series.map(lambda cell: isinstance(cell, str) and not cell.strip())
-        present &= ~blank.to_numpy(dtype=bool)
+        empty = series.map(lambda cell: isinstance(cell, str) and _empty_text(cell))
+        present &= ~empty.to_numpy(dtype=bool)
     return present
+
+
+def _empty_text(cell: str) -> bool:
+    """Whether a text cell says no reading: blanks alone, or a missing-value text."""
+    text = cell.strip()
+    return not text or text in NA_TEXTS
 
 
 def _report(
