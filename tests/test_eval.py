@@ -7,6 +7,7 @@ import logging
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,7 @@ from cloudlstm.data.transforms import normalize_coords, scale_coords
 from cloudlstm.errors import UserError
 from cloudlstm.forecast import Forecaster
 from cloudlstm.rundir.layout import CONFIG_END, CONFIG_HEADER
+from cloudlstm.rundir.lock import RunLock
 from cloudlstm.rundir.stops import RunInterrupted
 from tests.conftest import (
     ROOT,
@@ -446,6 +448,48 @@ def test_a_run_stopped_before_a_validation_chose_a_checkpoint_says_so(cloud_run,
     )
     evaluate(compose_eval(stopped, tmp_path / "eval", "ckpt=last"))  # the way it names
     assert metrics(tmp_path / "eval")["checkpoint"].endswith("last.ckpt")
+
+
+def test_a_run_without_a_last_checkpoint_is_not_told_to_take_ckpt_last(cloud_run, tmp_path):
+    """The line named ckpt=last among the ways on, the checkpoint it had not found."""
+    run = tmp_path / "run"
+    shutil.copytree(cloud_run, run)
+    for name in ("last.ckpt", "last.ckpt.checksum"):
+        (run / "checkpoints" / name).unlink()
+    with pytest.raises(UserError) as refused:
+        evaluate(compose_eval(run, tmp_path / "eval", "ckpt=last"))
+    held = sorted(p.name for p in (run / "checkpoints").glob("*.ckpt"))
+    assert str(refused.value) == (
+        f"No checkpoint 'last' in {run} ({run / 'checkpoints'} holds {held}): use a run that "
+        "trained, ckpt=best, a file's name in that folder or the path of a .ckpt file."
+    )
+
+
+def test_a_run_still_training_is_evaluated_with_a_warning_and_recorded_so(
+    cloud_run, tmp_path, caplog
+):
+    """A run whose training holds its run.lock: its best checkpoint so far was tested and
+    its results written as a re-test of the run, without a word that it was not done."""
+    run = tmp_path / "run"
+    shutil.copytree(cloud_run, run)
+    lock = RunLock(run)
+    lock.acquire()  # as train.py holds it, from this live process
+    try:
+        with caplog.at_level(logging.WARNING, logger="cloudlstm.cli.evaluate"):
+            evaluate(compose_eval(run, tmp_path / "during"))
+    finally:
+        lock.release()
+    [said] = [r.getMessage() for r in caplog.records if "still training" in r.getMessage()]
+    assert said.startswith(f"{run} is still training (host {socket.gethostname()}, pid ")
+    assert said.endswith(
+        "ckpt=best is tested as it is now, the weights so far, not the run's final result; "
+        "evaluate it again once its training ends."
+    )
+    assert metrics(tmp_path / "during")["run_still_training"] is True
+    caplog.clear()
+    evaluate(compose_eval(run, tmp_path / "after"))  # the lock let go: the training ended
+    assert metrics(tmp_path / "after")["run_still_training"] is False
+    assert not [r for r in caplog.records if "still training" in r.getMessage()]
 
 
 def test_an_evaluations_folder_given_as_the_run_names_the_run(cloud_run, tmp_path):

@@ -58,6 +58,7 @@ from cloudlstm.rundir.layout import (
     read_run_config,
     write_metrics,
 )
+from cloudlstm.rundir.lock import training_holder
 from cloudlstm.rundir.old_configs import current_config
 from cloudlstm.rundir.preemption import stopped_by_ctrl_c
 from cloudlstm.rundir.provenance import this_process
@@ -80,6 +81,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     _one_process_without_ddp(cfg)
     L.seed_everything(cfg.seed, workers=True)
     run = check_run_dir(cfg.run)
+    training = _still_training(run, cfg.ckpt)
     # units and graph the config already changes: refused before the data load (minutes)
     run_cfg = current_config(read_run_config(run))
     check_units_and_graph_settings(run_cfg, cfg, _overrides(), run)
@@ -137,6 +139,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         "num_params": count_parameters(job.model),
         "data": job.summary,
         "test_seen_in_training": test_seen,  # the test part overlaps the run's train or val
+        "run_still_training": training,  # the weights so far, of a training not ended
         "test_time_s": time.perf_counter() - start,
         "test": results_from(returned),
         "provenance": [this_process(job.trainer)],
@@ -191,6 +194,24 @@ def _one_process_without_ddp(cfg: DictConfig) -> None:
     )
     with open_dict(cfg):
         cfg.trainer.strategy = "auto"
+
+
+def _still_training(run: Path, ckpt: object) -> bool:
+    """Whether a training holds ``run`` now (:func:`~cloudlstm.rundir.lock.training_holder`),
+    said in a warning: its checkpoints are the weights so far (``best``: the best so far),
+    which its later validations replace, and its ``metrics.json`` (the run's name and
+    tested checkpoint) is not written yet."""
+    holder = training_holder(run)
+    if holder is None:
+        return False
+    log.warning(
+        "%s is still training (%s): ckpt=%s is tested as it is now, the weights so far, "
+        "not the run's final result; evaluate it again once its training ends.",
+        run,
+        holder,
+        ckpt,
+    )
+    return True
 
 
 def _checkpoint(run: Path, ckpt: str) -> Path | None:

@@ -268,10 +268,12 @@ def find_checkpoint(run: Path, ckpt: object) -> Path:
         have = sorted(p.name for p in folder.glob("*.ckpt"))
         if ckpt == "best" and resume_candidates(run):
             raise UserError(_no_best(run, folder, have))
+        # the ways on, the one that found nothing left out: "ckpt=last" for a missing last
+        others = ", ".join(f"ckpt={c}" for c in ("best", "last") if c != ckpt)
         raise UserError(
             f"No checkpoint {ckpt!r} in {run} ({folder} holds {have or 'no .ckpt files'}): "
-            "use a run that trained, ckpt=best, ckpt=last, a file's name in that folder or the "
-            "path of a .ckpt file."
+            f"use a run that trained, {others}, a file's name in that folder or the path of "
+            "a .ckpt file."
         )
     return found
 

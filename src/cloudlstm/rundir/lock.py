@@ -278,6 +278,24 @@ def _alive(holder: dict[str, Any]) -> bool:
     return True
 
 
+def training_holder(run_dir: Path) -> str | None:
+    """The run that holds ``run_dir`` now (host, pid, start), as its ``run.lock`` describes
+    it; None where none does. Read alone, neither locked nor written (an evaluation may
+    read a run it cannot write, and a flock taken to look would refuse a training starting
+    that moment): a description is left only by a holder, which empties it as it ends; one
+    of this host whose process is gone, or of another host whose heartbeat is older than
+    :data:`FOREIGN_STALE_S`, is a killed run's."""
+    lock = RunLock(run_dir)
+    holder = lock._read()
+    if not holder or holder.get("pid") == "?":  # "?": being written: a training starts
+        return _describe(holder) if holder else None
+    if holder.get("host") == socket.gethostname():
+        alive = _alive(holder)
+    else:
+        alive = time.time() - lock._heartbeat_time() <= FOREIGN_STALE_S
+    return _describe(holder) if alive else None
+
+
 def _describe(holder: dict[str, Any]) -> str:
     text = (
         f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
