@@ -465,6 +465,31 @@ def test_a_run_without_a_last_checkpoint_is_not_told_to_take_ckpt_last(cloud_run
     )
 
 
+def test_a_finished_run_whose_tested_checkpoint_is_gone_says_so_for_ckpt_best(cloud_run, tmp_path):
+    """Its tested (best) checkpoint deleted: the line said the run had stopped before a
+    validation chose one (killed), or, with another epoch_*.ckpt left, that one was tested
+    as the run's best without a word."""
+    run = tmp_path / "run"
+    shutil.copytree(cloud_run, run)
+    tested = run / metrics(run)["checkpoint"]
+    tested.with_name(tested.name + ".checksum").unlink()
+    for left, other in (
+        ("['epoch_000-step_000003.ckpt', 'last.ckpt']", True),
+        ("['last.ckpt']", False),
+    ):
+        if other:
+            tested.rename(run / "checkpoints" / "epoch_000-step_000003.ckpt")
+        else:
+            (run / "checkpoints" / "epoch_000-step_000003.ckpt").unlink()
+        with pytest.raises(UserError) as refused:
+            evaluate(compose_eval(run, tmp_path / "eval"))
+        assert str(refused.value) == (
+            f"The best checkpoint of {run}, {metrics(run)['checkpoint']} (the one its training "
+            f"tested, as its metrics.json says), is gone: {run / 'checkpoints'} holds {left}. "
+            "Give another: ckpt=last, a file's name in that folder or the path of a .ckpt file."
+        )
+
+
 def test_a_run_still_training_is_evaluated_with_a_warning_and_recorded_so(
     cloud_run, tmp_path, caplog
 ):

@@ -247,19 +247,25 @@ def find_checkpoint(run: Path, ckpt: object) -> Path:
     path) of run directory ``run``.
 
     ``best`` is the checkpoint the run was tested with (``metrics.json``), else the
-    ``epoch_*.ckpt`` of ``checkpoints/`` (the best by the monitored metric). ``last`` is
+    ``epoch_*.ckpt`` of ``checkpoints/`` (the best by the monitored metric); where
+    ``metrics.json`` names one no longer there, it is refused (another file taken for it
+    would be reported as the run's best). ``last`` is
     ``checkpoints/last.ckpt``, the final weights of the training
     (:mod:`cloudlstm.rundir.final_checkpoint`). Every one is looked for inside ``run``,
     wherever it was copied or moved.
 
     Raises:
-        UserError: there is no such checkpoint, or ``ckpt`` is no path (:func:`path_option`).
+        UserError: there is no such checkpoint (the tested one gone, for ``best``), or
+            ``ckpt`` is no path (:func:`path_option`).
     """
     folder = run / CHECKPOINT_DIR
     ckpt = path_option(ckpt, "ckpt", "best, last or the path of a .ckpt")
     if ckpt == "best":
         newest = max(folder.glob(BEST_CHECKPOINTS), key=lambda p: p.stat().st_mtime, default=None)
-        found = _tested_checkpoint(run) or newest
+        found = _tested_checkpoint(run)
+        if found is None and (read_metrics(run) or {}).get("checkpoint"):
+            raise UserError(_best_gone(run, folder))
+        found = found or newest
     elif ckpt == "last":
         found = last_checkpoint(run)
     else:
@@ -293,6 +299,20 @@ def _no_best(run: Path, folder: Path, have: list[str]) -> str:
         f"No best checkpoint in {run} ({folder} holds {have}): the run stopped before a "
         "validation chose one (killed, or shorter than one validation). Train it on with its "
         "command and resume=auto, or take its last weights with ckpt=last."
+    )
+
+
+def _best_gone(run: Path, folder: Path) -> str:
+    """Why ``best`` of a run whose tested checkpoint (``metrics.json``) is no longer there
+    is refused, rather than another ``epoch_*.ckpt`` taken for it, and the ways on."""
+    tested = read_metrics(run)["checkpoint"]
+    have = sorted(p.name for p in folder.glob("*.ckpt"))
+    last = ["ckpt=last"] if last_checkpoint(run).is_file() else []
+    ways = ", ".join([*last, "a file's name in that folder or the path of a .ckpt file"])
+    return (
+        f"The best checkpoint of {run}, {tested} (the one its training tested, as its "
+        f"metrics.json says), is gone: {folder} holds {have or 'no .ckpt files'}. Give "
+        f"another: {ways}."
     )
 
 
