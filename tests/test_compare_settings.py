@@ -140,6 +140,16 @@ def test_evaluations_are_rows_of_their_own_when_asked(sweep, capsys):
     assert code == 0 and err == [] and len(out.splitlines()) == 4
 
 
+def test_an_evaluation_of_a_run_still_training_is_labelled_so(sweep):
+    """eval.py of a run whose training had not ended tests its weights so far: its row
+    read as a re-test of the run's result."""
+    folder = sweep / "0" / "eval" / "2026-01-01_00-00-00-000000"
+    results = json.loads((folder / "metrics.json").read_text())
+    (folder / "metrics.json").write_text(json.dumps({**results, "run_still_training": True}))
+    table = columns(compare(find_runs([sweep], include_evals=True)))
+    assert table["evaluation"] == ["", "eval best while training data.num_points=100"]
+
+
 def test_the_baseline_is_its_training_run_never_a_re_test_of_it(tmp_path, capsys):
     """An evaluation of an lstm run sorts before that run's own metrics.json: every row was
     over the re-test's numbers, the lstm row off 1 and the re-test's row at 1."""

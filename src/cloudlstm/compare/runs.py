@@ -585,12 +585,13 @@ def _evaluation(
     tested: dict[str, Any] | None,
     results_of: _Results,
 ) -> str:
-    """An evaluation's row label: ``eval <checkpoint> <overrides>``.
+    """An evaluation's row label: ``eval <checkpoint> [while training] <overrides>``.
 
-    The checkpoint tested (:func:`_tested_label`) and the overrides that change a setting
-    of the tested run (``tested``, its flattened config; :func:`_changes_setting`: not
-    ``torch_threads=1``), so that the re-tests of a sweep's seeds with one command share a
-    row, whichever step each seed's best was at.
+    The checkpoint tested (:func:`_tested_label`), ``while training`` where the run's
+    training had not ended (``run_still_training``: its weights so far, not its result),
+    and the overrides that change a setting of the tested run (``tested``, its flattened
+    config; :func:`_changes_setting`: not ``torch_threads=1``), so that the re-tests of a
+    sweep's seeds with one command share a row, whichever step each seed's best was at.
     """
     recorded = results_of.text(results, "checkpoint", "checkpoint") or "?"
     if Path(recorded).is_absolute():  # older evaluations recorded a file inside the run so
@@ -598,7 +599,8 @@ def _evaluation(
     overrides = [
         o for o in results_of.texts(results, "overrides") if _changes_setting(o, config, tested)
     ]
-    return " ".join(["eval", _tested_label(config.get("ckpt"), recorded), *overrides])
+    during = ["while training"] if results.get("run_still_training") is True else []
+    return " ".join(["eval", _tested_label(config.get("ckpt"), recorded), *during, *overrides])
 
 
 def _tested_config(
