@@ -57,6 +57,14 @@ def source_overrides(params: Iterable[str], command: Sequence[Override]) -> Sour
     )
 
 
+def composed_source(loader: Any, config: Any, job: Sequence[str]) -> Any:
+    """A sweep's job's composed ``data.source`` (None where its config has none): the
+    config of the job's overrides ``job`` as Hydra's ``loader`` composes it for the
+    sweep's ``config``."""
+    cfg = loader.load_sweep_config(config, list(job))
+    return (cfg.get("data") or {}).get("source")
+
+
 def job_command(task: Sequence[Override], params: Iterable[str], multirun: bool) -> list[Override]:
     """The overrides of a job (``hydra.overrides.task``) that its command gave: in a
     sweep's job (``multirun``), those of the keys of the config's sweep (``params``) left

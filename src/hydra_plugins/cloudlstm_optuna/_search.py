@@ -41,7 +41,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
-from cloudlstm.assembly.source_overrides import source_overrides
+from cloudlstm.assembly.source_overrides import composed_source, source_overrides
 from cloudlstm.cli.sigterm_at_start import Terminated
 from cloudlstm.cli.sweep_jobs import (
     UnfinishedJobsError,
@@ -236,12 +236,11 @@ class OptunaSearch(Sweeper):
         from cloudlstm.assembly.source_options import check_command_sweeps
 
         loader = self.hydra_context.config_loader
-
-        def source_of(job: list[str]) -> Any:
-            cfg = loader.load_sweep_config(self.config, job)
-            return (cfg.get("data") or {}).get("source")
-
-        check_command_sweeps(data_points(self.space, self.fixed), given, source_of)
+        check_command_sweeps(
+            data_points(self.space, self.fixed),
+            given,
+            lambda job: composed_source(loader, self.config, job),
+        )
 
     def _search(self) -> None:
         """Ask, launch and tell trials until the study holds ``n_trials``, the sampler has

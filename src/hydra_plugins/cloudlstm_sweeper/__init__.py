@@ -52,7 +52,7 @@ from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationResolutionError
 
-from cloudlstm.assembly.source_overrides import JobSources, source_overrides
+from cloudlstm.assembly.source_overrides import JobSources, composed_source, source_overrides
 from cloudlstm.cli.model_keys import applicable_jobs
 from cloudlstm.cli.sigterm_at_start import Terminated, a_job_begins
 from cloudlstm.cli.sweep_jobs import (
@@ -235,8 +235,7 @@ class ReportingSweeper(BasicSweeper):
 
     def _source(self, job: list[str]) -> Any:
         """A job's composed ``data.source`` (None where its config has none)."""
-        cfg = self.hydra_context.config_loader.load_sweep_config(self.config, job)
-        return (cfg.get("data") or {}).get("source")
+        return composed_source(self.hydra_context.config_loader, self.config, job)
 
     def _check_sweeps(self, overrides: list[Override]) -> None:
         """Refuse, in one line naming it and the fix, a sweep override Hydra cannot expand
