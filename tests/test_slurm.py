@@ -43,7 +43,8 @@ GATE = [
 
 
 def launcher_args() -> list[str]:
-    """``hydra/launcher=slurm`` sized for this node: one CPU, 1 GB, no GPU, this venv.
+    """``hydra/launcher=slurm`` sized for this node: one CPU, 1 GB, this venv (no GPU:
+    the jobs train with ``trainer=cpu``, for which the launcher asks none).
 
     ``timeout_min`` is long enough (> 15) that a signal early in the job is not taken for
     the time limit by submitit.
@@ -55,7 +56,6 @@ def launcher_args() -> list[str]:
         "hydra.launcher.timeout_min=20",
         "hydra.launcher.cpus_per_task=1",
         "hydra.launcher.mem_gb=1",
-        "hydra.launcher.gpus_per_node=null",
         f"hydra.launcher.setup=[{setup}]",
     ]
 
