@@ -99,10 +99,13 @@ def test_a_wide_history_without_a_sensors_column_says_it_is_not_forecast(forecas
     ]
 
 
-def test_an_empty_column_of_no_training_point_is_left_out_with_a_warning(forecaster, caplog):
+@pytest.mark.parametrize("empty", [np.nan, "n/a", " NA ", "", "null"])
+def test_an_empty_column_of_no_training_point_is_left_out_with_a_warning(forecaster, caplog, empty):
     """A sensor without readings, which training dropped, written in the history as in the
-    training file: its empty column was refused as a point the model was not trained on."""
-    history = wide(RECENT).assign(s999=np.nan)
+    training file: its empty column was refused as a point the model was not trained on,
+    and so was a column of missing-value texts (``n/a``, as a DataFrame or a Parquet file
+    holds them), which training reads as empty."""
+    history = wide(RECENT).assign(s999=empty)
     with caplog.at_level(logging.WARNING, logger="cloudlstm.data.pipeline.wide_history"):
         forecast = forecaster.forecast(history)
     pd.testing.assert_frame_equal(forecast, forecaster.forecast(wide(RECENT)))
@@ -112,6 +115,11 @@ def test_an_empty_column_of_no_training_point_is_left_out_with_a_warning(forecas
     ]
     with pytest.raises(UserError, match=r"column\(s\) s999 are not points the model was"):
         forecaster.forecast(history.assign(s999=1.0))  # with readings: a new point
+    caplog.clear()
+    stream = Forecaster.load(forecaster.checkpoint.parents[1], device="cpu")
+    for step in range(len(history)):  # a snapshot's empty column alike
+        stream.update(history.iloc[[step]])
+    pd.testing.assert_frame_equal(stream.forecast(), forecast)
 
 
 def test_wide_rows_fed_one_step_at_a_time_forecast_as_the_whole(forecaster):

@@ -17,7 +17,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from cloudlstm.data.sources.bad_values import RowNames, channel_values
+from cloudlstm.data.sources.bad_values import RowNames, channel_values, holds_no_reading
 from cloudlstm.data.sources.tables import (
     case_hint,
     clock_change_hint,
@@ -136,11 +136,13 @@ def _without_empty_strangers(
 ) -> pd.DataFrame:
     """``frame`` without the columns of no training point that hold no reading (a point
     training dropped for having none, written as the training file wrote it), with a
-    warning naming them: they change no forecast."""
+    warning naming them: they change no forecast. A column of empty text or missing-value
+    texts (``n/a``, ``NA``: :func:`~cloudlstm.data.sources.bad_values.holds_no_reading`) is
+    as empty as one of NaN, as training read it."""
     empty = [
         c
         for c in frame.columns
-        if c != time_col and id_text(c) not in trained and frame[c].isna().all()
+        if c != time_col and id_text(c) not in trained and holds_no_reading(frame[c])
     ]
     if empty:
         log.warning(

@@ -32,6 +32,7 @@ __all__ = [
     "check_mode",
     "common_unit",
     "flags",
+    "holds_no_reading",
     "index_row_names",
     "mostly_numeric",
     "numbers_among_text",
@@ -66,6 +67,13 @@ def mostly_numeric(series: pd.Series) -> bool:
         return True
     filled = series[_written(series)]
     return len(filled) > 0 and pd.to_numeric(filled, errors="coerce").notna().mean() > 0.5
+
+
+def holds_no_reading(series: pd.Series) -> bool:
+    """Whether every cell of the column is empty: NaN or None, text of blanks alone, or a
+    missing-value text (:data:`NA_TEXTS`), as :func:`channel_values` reads each cell; a
+    column of ``n/a`` is as empty as one of NaN."""
+    return not _written(series).any()
 
 
 def flags(series: pd.Series) -> bool:
