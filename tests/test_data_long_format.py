@@ -6,6 +6,7 @@ import gzip
 import json
 import logging
 import os
+import re
 import shutil
 
 import numpy as np
@@ -712,6 +713,27 @@ def test_a_channel_with_thousands_separators_is_refused_not_left_out(tmp_path):
         "so it is not read as a channel. Write them without separators, or set "
         "data.source.value_cols to the channel columns to forecast without it."
     )
+
+
+@pytest.mark.parametrize(
+    ("written", "says"),
+    [("{:,.0f}", "writes numbers with thousands separators"), ("{:.0f} ppb", "with a unit")],
+    ids=["thousands", "unit"],
+)
+def test_a_text_channel_mostly_n_a_is_refused_from_parquet_as_from_csv(tmp_path, written, says):
+    """A channel written as text (``"17,675"``, ``"12 ppb"``) whose other cells are ``n/a``:
+    the CSV file's reader makes them empty and the column was refused, while a Parquet
+    file's ``n/a`` counted as text, so the few numbers fell below the share of a channel
+    and the column was left out of the forecast with an INFO line."""
+    pytest.importorskip("pyarrow")
+    df = long_table()
+    df["b"] = [written.format(1000 * v) if i % 6 == 0 else "n/a" for i, v in enumerate(df["b"])]
+    csv = write(tmp_path, df)
+    parquet = tmp_path / "data.parquet"
+    df.to_parquet(parquet)
+    for path in (csv, parquet):
+        with pytest.raises(UserError, match=f"^File {re.escape(str(path))}: column 'b' .*{says}"):
+            LongFormatSource(path).load()
 
 
 def test_a_channel_mostly_marked_missing_in_text_is_refused_and_read_when_named(tmp_path):

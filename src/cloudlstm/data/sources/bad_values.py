@@ -31,6 +31,7 @@ __all__ = [
     "channel_values",
     "check_mode",
     "common_unit",
+    "filled_text",
     "flags",
     "holds_no_reading",
     "index_row_names",
@@ -69,6 +70,13 @@ def mostly_numeric(series: pd.Series) -> bool:
     return len(filled) > 0 and pd.to_numeric(filled, errors="coerce").notna().mean() > 0.5
 
 
+def filled_text(series: pd.Series) -> pd.Series:
+    """The cells of the column that hold something (:func:`_written`: not empty, blanks,
+    nor a missing-value text such as ``n/a``), as text: those a check of how a text
+    column writes its numbers reads, a Parquet file's ``n/a`` left out as a CSV file's is."""
+    return series[_written(series)].astype(str)
+
+
 def holds_no_reading(series: pd.Series) -> bool:
     """Whether every cell of the column is empty: NaN or None, text of blanks alone, or a
     missing-value text (:data:`NA_TEXTS`), as :func:`channel_values` reads each cell; a
@@ -99,8 +107,9 @@ _UNIT_SHARE = 0.9
 def common_unit(series: pd.Series) -> str | None:
     """The unit that (nearly) every filled cell of a text column writes after its number
     (``"10.5 ppb"``: ``"ppb"``), or None: a channel with its unit in each cell, where a
-    label column (a station's address, ``"12 Main St"``) has no one text after its numbers."""
-    filled = series.dropna().astype(str)
+    label column (a station's address, ``"12 Main St"``) has no one text after its numbers.
+    Missing-value texts (``n/a``) are no cells of it, as they are none of a CSV file's."""
+    filled = filled_text(series)
     units = filled.str.extract(_NUMBER_AND_UNIT, expand=False).dropna()
     if not len(units):
         return None
@@ -120,9 +129,9 @@ def numbers_among_text(series: pd.Series) -> tuple[float, str | None, str] | Non
     :data:`_NUMBERS_SHARE` of them, once numbers written with thousands separators count:
     a channel written so (``"17,675"``) or with text for missing readings (``"--"``), not a
     label. Returns the share of numbers, a cell with thousands separators (None: none) and
-    a text cell; None for a label column."""
-    filled = series.dropna().astype(str)
-    filled = filled[filled.str.strip() != ""]
+    a text cell; None for a label column. Empty cells and missing-value texts (``n/a``)
+    count for neither, however the table came (:func:`filled_text`)."""
+    filled = filled_text(series)
     if not len(filled):
         return None
     plain = pd.to_numeric(filled, errors="coerce").notna()

@@ -25,6 +25,7 @@ from cloudlstm.data.sources.bad_values import (
     channel_values,
     check_mode,
     common_unit,
+    filled_text,
     flags,
     mostly_numeric,
     numbers_among_text,
@@ -479,7 +480,7 @@ class LongFormatSource(UnitsGiven, CachedSource):
         for col in columns:
             unit = common_unit(df[col])
             if unit is not None:
-                cell = str(df[col].dropna().iloc[0])
+                cell = filled_text(df[col]).iloc[0]
                 raise UserError(
                     f"File {self.path}: column {col!r} holds numbers with a unit (e.g. "
                     f"{cell!r}), so it is not read as a channel. Write the numbers alone (the "
