@@ -144,6 +144,8 @@ def test_test_results_per_horizon_channel_group_and_cost(wandb_run):
         "peak_cpu_rss_mb",
     ):
         assert run.summary[f"cost/{key}"] > 0 and results["cost"][key] > 0
+    # a CPU run: no GPU memory (gpu_memory_mb picks the key by the run's device)
+    assert not {"peak_gpu_memory_mb", "mps_driver_memory_mb"} & set(results["cost"])
     # the whole run's figures (6 steps, 2 epochs), not those of the best checkpoint tested
     assert (
         results["steps"] == 6

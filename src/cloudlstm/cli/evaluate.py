@@ -47,6 +47,7 @@ from cloudlstm.engine.signals import ctrl_c_kept
 from cloudlstm.errors import MissingFileError, UserError
 from cloudlstm.models.build import count_parameters
 from cloudlstm.report import add_test_report
+from cloudlstm.report.cost import reset_gpu_peak
 from cloudlstm.rundir.layout import (
     CHOSEN_CHECKPOINTS,
     METRICS_FILE,
@@ -114,6 +115,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     warn_other_inputs(trained_data, job.summary)
     within = points_within(job.datamodule.stream.point_ids, job.trained_points)
     test_seen = warn_test_seen(trained_data, job.summary, within)
+    reset_gpu_peak()  # the cost's peak GPU memory is this test's, not an earlier job's
     start = time.perf_counter()
     try:
         with ctrl_c_kept(), ddp_launch_undone():

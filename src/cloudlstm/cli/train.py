@@ -42,6 +42,7 @@ from cloudlstm.engine.signals import ctrl_c_kept
 from cloudlstm.errors import UserError
 from cloudlstm.models.build import count_parameters
 from cloudlstm.report import add_test_report
+from cloudlstm.report.cost import reset_gpu_peak
 from cloudlstm.report.figures import figure_choice
 from cloudlstm.rundir.checkpoints import check_checkpoint
 from cloudlstm.rundir.config_changes import (
@@ -171,6 +172,7 @@ def _train_assembled(job: Assembly, resume: ResumePoint | None) -> dict[str, Any
             {**OmegaConf.to_container(job.job_cfg, resolve=True), "num_params": num_params}
         )
     results: dict[str, Any] = {"run": job.run, "num_params": num_params, "data": job.summary}
+    reset_gpu_peak()  # the cost's peak GPU memory is this run's, not an earlier job's
     fit = _fits(job)
     if cfg.get("train") and not fit:
         log.info("%s has no trainable parameters: skipping training.", type(job.model).__name__)

@@ -18,47 +18,100 @@ from cloudlstm.models.build import count_parameters
 
 def cost(module: L.LightningModule, datamodule: Any, trainer: L.Trainer) -> dict[str, Any]:
     """Parameters, time per epoch and per 1,000 training steps, inference time per sample
-    and peak memory."""
+    on the run's device, and memory (:func:`gpu_memory_mb`, then the process's peak RSS)."""
     timer = EpochTimer.of(trainer)
+    # the device the run trained and tested on: trainer.test() has moved the model back to
+    # the CPU as it ended, where its forward would be timed as a CPU run's
+    device = trainer.strategy.root_device
     out: dict[str, Any] = {
         "params": count_parameters(module.model),
         "epoch_time_s": timer.mean_epoch_time_s if timer else None,
         "train_s_per_1k_steps": timer.train_s_per_1k_steps if timer else None,
         "inference_ms_per_sample": inference_ms_per_sample(
-            module.model, datamodule, batch=int(getattr(datamodule, "batch_size", 32) or 32)
+            module.model,
+            datamodule,
+            batch=int(getattr(datamodule, "batch_size", 32) or 32),
+            device=device,
         ),
+        **gpu_memory_mb(device),
     }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        out["peak_gpu_memory_mb"] = torch.cuda.max_memory_allocated() / 2**20
     # ru_maxrss is in KiB on Linux: the process's peak resident memory so far
     out["peak_cpu_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
 
 
+def gpu_memory_mb(device: torch.device) -> dict[str, float]:
+    """The GPU memory of a run on ``device``, in MiB, under the key that says what it is:
+    on CUDA ``peak_gpu_memory_mb``, the most its tensors held at once; on Apple's GPU
+    (``mps``), which keeps no peak, ``mps_driver_memory_mb``, what Metal's driver holds for
+    the process as the run ends (the allocator's cache of freed blocks included, so near
+    the peak of what it reserved); on the CPU nothing (``peak_cpu_rss_mb`` is the
+    process's)."""
+    if device.type == "cuda" and torch.cuda.is_initialized():
+        return {"peak_gpu_memory_mb": torch.cuda.max_memory_allocated(device) / 2**20}
+    if device.type == "mps":
+        return {"mps_driver_memory_mb": torch.mps.driver_allocated_memory() / 2**20}
+    return {}
+
+
+def reset_gpu_peak() -> None:
+    """Start the CUDA peak (:func:`gpu_memory_mb`) at this run: runs one after another in
+    one process (a sweep's jobs) read the process's otherwise, an earlier run's larger
+    model's. Nothing where CUDA is not initialised: no run of this process used it yet."""
+    if torch.cuda.is_initialized():
+        torch.cuda.reset_peak_memory_stats()
+
+
 @torch.no_grad()
 def inference_ms_per_sample(
-    model: torch.nn.Module, datamodule: Any, batch: int = 32, budget_s: float = 5.0
+    model: torch.nn.Module,
+    datamodule: Any,
+    batch: int = 32,
+    budget_s: float = 5.0,
+    device: torch.device | None = None,
 ) -> float:
     """Forward time per window on a batch of up to ``batch`` test windows (the run's batch
-    size): best of 3 after a warm-up, fewer once ``budget_s`` is spent (a city-size cloud's
-    forward takes seconds, and this is a report, not a benchmark)."""
+    size) on ``device`` (None: where the model is; it is moved there and back): best of 3
+    after a warm-up, fewer once ``budget_s`` is spent (a city-size cloud's forward takes
+    seconds, and this is a report, not a benchmark)."""
     dataset = datamodule.test_dataset
     if not dataset:
         return float("nan")
     items = [dataset[i] for i in range(min(batch, len(dataset)))]
     times = []
-    with evaluating(model) as (device, dtype):
+    with on_device(model, device), evaluating(model) as (device, dtype):
         inputs = model_inputs(items, device, dtype)
         model(*inputs)  # warm-up: first-call allocations and kernel selection
         while len(times) < 3 and sum(times) < budget_s:
-            if device.type == "cuda":
-                torch.cuda.synchronize()
+            _synchronize(device)
             start = time.perf_counter()
             model(*inputs)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
+            _synchronize(device)
             times.append(time.perf_counter() - start)
     return 1000 * min(times) / len(items)
+
+
+def _synchronize(device: torch.device) -> None:
+    """Wait for the kernels queued on ``device`` (a GPU runs them after the call returns)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+@contextmanager
+def on_device(model: torch.nn.Module, device: torch.device | None) -> Iterator[None]:
+    """``model`` on ``device`` (None: where it is), moved back to where it was after."""
+    weight = next(model.parameters(), None)
+    if device is None or weight is None or weight.device == device:
+        yield
+        return
+    was = weight.device
+    model.to(device)
+    try:
+        yield
+    finally:
+        model.to(was)
 
 
 def model_inputs(
