@@ -124,6 +124,32 @@ def write_page(capsys, dirs: list[Path], path: Path, *args: str) -> list[list[st
     return markdown_rows(out)
 
 
+def test_bold_follows_each_metrics_declared_best_in_the_table_and_the_page(tmp_path, capsys):
+    """The lowest MAE, the highest PSNR and SSIM, and the 80 % coverage nearest 0.8 (no
+    end of it is best: it was never bold, and the rows ranked by it lowest first); a ratio
+    of it to a baseline's has no nominal value, so none is bold. No declared metric is
+    signed, with its best at 0."""
+    runs = tmp_path / "runs"
+    # model, MAE, 80 % coverage: the lowest MAE is not the coverage nearest 0.8
+    for model, mae, coverage in (("a", 1.0, 0.95), ("b", 2.0, 0.83), ("c", 3.0, 0.6)):
+        write_run(runs / model, mae, model=model)
+        with_metric(runs / model, "coverage80", coverage)
+    asked = ("--metrics", "coverage80", "mae", "psnr", "ssim")
+    header, *rows = write_page(capsys, [runs], tmp_path / "report.html", *asked)
+    shown = [header.index(m) for m in ("model", "coverage80", "mae", "psnr", "ssim")]
+    assert [[row[i] for i in shown] for row in rows] == [  # nearest 0.8 first
+        ["b", "**0.8300**", "2.000", "38.00", "0.9800"],
+        ["a", "0.9500", "**1.000**", "**39.00**", "**0.9900**"],
+        ["c", "0.6000", "3.000", "37.00", "0.9700"],
+    ]
+    assert parse(tmp_path / "report.html").tables["table-synthetic"][1:] == rows
+    code, out, _ = run_main(capsys, runs, *asked, "--relative-to", "c")
+    header, *rows = markdown_rows(out)
+    coverage, mae = header.index("coverage80"), header.index("mae")
+    assert code == 0 and [row[coverage] for row in rows] == ["1.000", "1.383", "1.583"]
+    assert [row[mae] for row in rows] == ["1.000", "0.6667", "**0.3333**"]
+
+
 def test_every_markdown_row_and_value_is_in_the_page(sweep, tmp_path, capsys):
     page = tmp_path / "page" / "report.html"  # a folder that does not exist yet
     header, *rows = write_page(capsys, [sweep], page)

@@ -419,9 +419,9 @@ def test_naive_floors_take_empirical_quantiles_of_their_training_residuals(tmp_p
     assert "uncalibrated" not in test  # module.calibrate=none
 
 
-def test_compare_ranks_by_crps_and_bolds_no_coverage(quantile_run, tmp_path):
+def test_compare_ranks_by_crps_and_bolds_the_coverage_nearest_nominal(quantile_run, tmp_path):
     """Two rows, the calibrated run and persistence with residual quantiles: ranked by
-    CRPS when it comes first; coverage has no best cell."""
+    CRPS when it comes first; coverage's best cell is the one nearest 0.8, no end."""
     from cloudlstm.cli.compare.command import main as compare_main
     from cloudlstm.cli.train import train
 
@@ -437,7 +437,7 @@ def test_compare_ranks_by_crps_and_bolds_no_coverage(quantile_run, tmp_path):
     crps = next(c for c in table if c.name == "crps")
     means = [cell.mean for cell in crps.cells]
     assert means == sorted(means) and crps.better == "min"
-    assert next(c for c in table if c.name == "coverage80").better is None
+    assert next(c for c in table if c.name == "coverage80").better == pytest.approx(0.8)
     assert compare_main([str(quantile_run[0]), "--metrics", "crps", "mae"]) == 0
 
 

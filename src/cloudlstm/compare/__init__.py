@@ -43,7 +43,8 @@ for rows whose data has no such channel). Runs of the held-out-sites protocol
 metric. ``--pooled`` adds the test metrics pooled over every forecast value of a run
 (``pooled/mae``, ``pooled/rmse``: the RMSE of all squared errors, as DCRNN's and T-GCN's
 tables give it; the ``rmse`` column averages each test window's). The best cell of each
-metric column is bold (lowest MAE/RMSE/sMAE, highest PSNR/SSIM), compared within each data
+metric column is bold (lowest MAE/RMSE/sMAE, highest PSNR/SSIM, the coverage nearest its
+nominal value: :func:`~cloudlstm.compare.table.better_of`), compared within each data
 set: the data, and the settings that change the windows its test scores
 (:mod:`cloudlstm.compare.datasets`: another test part, J or point subset is another data
 set, shown in a column on every row). Rows are sorted by data set, then best first on the

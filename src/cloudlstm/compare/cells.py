@@ -43,11 +43,13 @@ class Diff:
 
 @dataclass(frozen=True)
 class Column:
-    """One table column; ``better`` ("min"/"max") marks metric columns whose best is bold."""
+    """One table column; ``better`` marks metric columns whose best is bold: ``"min"``,
+    ``"max"``, or a number, the value the best is closest to (an interval's nominal
+    coverage, :attr:`~cloudlstm.engine.declared_metrics.MetricInfo.target`)."""
 
     name: str
     cells: list[Any]  # str, int, float, None or Stat
-    better: str | None = None
+    better: str | float | None = None
     # the ``data`` column's: each row's data set (Group.data), within which best cells are
     # chosen, where it says more than the data's name; None: the names are the data sets
     data_sets: list[str] | None = None

@@ -30,7 +30,7 @@ from cloudlstm.compare.formats import cell_text, significant
 from cloudlstm.compare.groups import Group, changes_note, code_summary, levels_note, machine_note
 from cloudlstm.compare.runs import CompareError, Run
 from cloudlstm.compare.style import REFERENCE, close_range, is_reference, label_lines
-from cloudlstm.compare.table import best_rows, data_sets, higher_is_better, ranked
+from cloudlstm.compare.table import best_rows, better_of, data_sets, from_best, ranked
 from cloudlstm.errors import replacing, why_not_written
 from cloudlstm.rundir.layout import CONFIG_FILE, FIGURES_DIR, METRICS_FILE
 from cloudlstm.viz._common import COLOURS, REFERENCE_COLOUR
@@ -382,8 +382,9 @@ def _maps_html(groups: Sequence[Group], metric: str) -> str:
     runs, with_maps = _scoring(runs, metric), _scoring(with_maps, metric)
     if not with_maps:
         return f'<p class="note">No run with {MAPS} scores {metric.upper()} (NaN).</p>'
-    sign = -1 if higher_is_better(metric) else 1
-    with_maps.sort(key=lambda pair: sign * pair[1].overall[metric])
+    better = better_of(metric)
+    better = "min" if better is None else better
+    with_maps.sort(key=lambda pair: from_best(better, pair[1].overall[metric]))
     picks = [("best", *with_maps[0])]
     if len(with_maps) > 1:
         picks.append(("worst", *with_maps[-1]))

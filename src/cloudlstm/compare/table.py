@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from cloudlstm.compare.cells import Column, Stat
 from cloudlstm.compare.groups import LEVEL_SCORES, Group, group_runs, level_sets
@@ -37,6 +38,7 @@ def build_table(
     group_metric: str = "mae",
     validation: bool = False,
     pooled: bool = False,
+    relative: bool = False,
 ) -> list[Column]:
     """Columns: group keys, n, params, epochs, train_s (steps and s_per_1k_steps where runs
     have them), metrics (None: every declared one that a run reports, so that runs from
@@ -46,7 +48,9 @@ def build_table(
     have them: :func:`default_point_groups`); ``validation``: after the test metrics, the
     validation score each run chose its checkpoint by (:func:`validation_column`);
     ``pooled``: after the test metrics, those pooled over every forecast value of the test
-    part (:func:`pooled_columns`).
+    part (:func:`pooled_columns`). ``relative``: the runs' metrics are ratios to a
+    baseline's (``--relative-to``), which have no nominal value to be near: an interval's
+    coverage then marks no best.
 
     Rows are sorted by data set, then best first on the first metric. A metric a row's runs
     lack (``smae`` in older metrics.json, another data set's channel) is an empty cell.
@@ -55,7 +59,7 @@ def build_table(
         CompareError: a channel or a point group that no run has.
     """
     metrics = reported_metrics(groups) if metrics is None else metrics
-    rows = ranked(groups, metrics[0])
+    rows = ranked(groups, metrics[0], nominal=not relative)
     columns = [
         Column(key, [g.keys[key] for g in rows], data_sets=_data_sets(key, rows))
         for key in rows[0].keys
@@ -67,7 +71,7 @@ def build_table(
         values = [g.mean_of(attr) for g in rows]
         if any(v is not None for v in values):
             columns.append(Column(name, values))
-    columns += [Column(m, [g.metric(m) for g in rows], _better(m, rows)) for m in metrics]
+    columns += [Column(m, [g.metric(m) for g in rows], better_of(m, rows)) for m in metrics]
     if pooled:
         columns += pooled_columns(rows)
     if validation:
@@ -76,7 +80,7 @@ def build_table(
         Column(
             f"{horizon_metric}@{h}",
             [g.at_horizon(horizon_metric, h) for g in rows],
-            _better(horizon_metric, rows),
+            better_of(horizon_metric, rows),
         )
         for h in horizons
     ]
@@ -85,11 +89,14 @@ def build_table(
         Column(
             f"{channel_metric}[{c}]",
             [g.channel(c, channel_metric) for g in rows],
-            _better(channel_metric, rows),
+            better_of(channel_metric, rows),
         )
         for c in channels
     ]
-    return columns + _point_group_columns(rows, group_metric, point_groups)
+    columns += _point_group_columns(rows, group_metric, point_groups)
+    if relative:
+        return [replace(c, better=None) if _nominal(c.better) else c for c in columns]
+    return columns
 
 
 def pooled_columns(rows: Sequence[Group]) -> list[Column]:
@@ -106,7 +113,7 @@ def pooled_columns(rows: Sequence[Group]) -> list[Column]:
         raise CompareError("no run records pooled test metrics (test.pooled in metrics.json)")
     names = [m for m in metric_names() if m in have]
     return [
-        Column(f"pooled/{name}", [_pooled_metric(g, name) for g in rows], _better(name))
+        Column(f"pooled/{name}", [_pooled_metric(g, name) for g in rows], better_of(name))
         for name in names
     ]
 
@@ -164,7 +171,9 @@ def _point_group_columns(
         valid = ", ".join(sorted(have)) or "none (no run scores point groups)"
         raise CompareError(f"no run has point group(s) {', '.join(unknown)}; groups: {valid}")
     return [
-        Column(f"{name}/{metric}", [_group_metric(g, name, metric) for g in rows], _better(metric))
+        Column(
+            f"{name}/{metric}", [_group_metric(g, name, metric) for g in rows], better_of(metric)
+        )
         for name in shown
     ]
 
@@ -213,24 +222,45 @@ def scored(cell: object) -> float | None:
     return cell.mean
 
 
-def ranked(groups: Sequence[Group], metric: str) -> list[Group]:
-    """``groups`` sorted by data set, then best first on ``metric``; rows without it, or
-    with it NaN, last."""
-    sign = -1 if higher_is_better(metric) else 1
+def ranked(groups: Sequence[Group], metric: str, nominal: bool = True) -> list[Group]:
+    """``groups`` sorted by data set, then best first on ``metric`` (an interval's coverage:
+    nearest its nominal value first; not ``nominal``, ratios to a baseline's: lowest
+    first); rows without it, or with it NaN, last."""
+    better = better_of(metric)
+    if better is None or (_nominal(better) and not nominal):
+        better = "min"  # no best: lowest first all the same, an order the input does not set
 
     def key(group: Group) -> tuple[tuple, bool, float]:
         mean = scored(group.metric(metric))
-        return group.data_order, mean is None, math.inf if mean is None else sign * mean
+        far = math.inf if mean is None else from_best(better, mean)
+        return group.data_order, mean is None, far
 
     return sorted(groups, key=key)
 
 
-def _better(metric: str, rows: Sequence[Group] = ()) -> str | None:
-    """Which end of ``metric`` is best; None (no best row) for a score of the levels
-    (:data:`~cloudlstm.compare.groups.LEVEL_SCORES`) over ``rows`` of other levels."""
+def better_of(metric: str, rows: Sequence[Group] = ()) -> str | float | None:
+    """Where ``metric``'s best is (:attr:`Column.better`): an end, or the value it is
+    closest to (an interval's nominal coverage); None (no best row) for a score of the
+    levels (:data:`~cloudlstm.compare.groups.LEVEL_SCORES`) over ``rows`` of other levels."""
     if metric in LEVEL_SCORES and len(level_sets(rows)) > 1:
         return None
-    return any_metric_info(metric).best
+    info = any_metric_info(metric)
+    return info.best if info.target is None else info.target
+
+
+def _nominal(better: str | float | None) -> bool:
+    """Whether a column's best is the value nearest a number (:func:`better_of`), not an end."""
+    return isinstance(better, int | float)
+
+
+def from_best(better: str | float, mean: float) -> float:
+    """How far ``mean`` lies from the best of a column whose best is ``better``
+    (:attr:`Column.better`), as a sort's key: the lower, the better."""
+    if better == "max":
+        return -mean
+    if _nominal(better):
+        return abs(mean - float(better))
+    return mean
 
 
 def data_sets(columns: Sequence[Column]) -> list[str]:
@@ -243,10 +273,10 @@ def data_sets(columns: Sequence[Column]) -> list[str]:
 def best_rows(column: Column, data: Sequence[str]) -> set[int]:
     """Rows holding the best mean of a metric column within their data set (ties: all);
     empty cells (None) and NaN means are never best (:func:`scored`)."""
-    if column.better is None:
+    better = column.better
+    if better is None:
         return set()
-    pick = max if column.better == "max" else min
     cells = enumerate(zip(column.cells, data, strict=True))
-    means = [(i, mean, d) for i, (c, d) in cells if (mean := scored(c)) is not None]
-    best = {d: pick(m for _, m, dd in means if dd == d) for _, _, d in means}
-    return {i for i, mean, d in means if mean == best[d]}
+    far = [(i, from_best(better, m), d) for i, (c, d) in cells if (m := scored(c)) is not None]
+    best = {d: min(f for _, f, dd in far if dd == d) for _, _, d in far}
+    return {i for i, f, d in far if f == best[d]}

@@ -96,6 +96,10 @@ class MetricInfo:
             an observed entry. Snapshots outside it are left out of the metric's means.
         lowest, highest: the values it can take (an error is at least 0, SSIM lies in
             [-1, 1]); a results file with a value outside them was not written by a run.
+        target: the value that is best where neither end is (an interval's coverage: its
+            nominal one, 0.8 for ``coverage80``); tables mark the value closest to it.
+            None: the best is an end (:attr:`best`). No declared point metric is signed
+            (a bias, whose best is 0): each is an error or a score with a best end.
     """
 
     name: str
@@ -109,6 +113,7 @@ class MetricInfo:
     defined: Callable[[Snapshots], Tensor] | None = None
     lowest: float = 0.0
     highest: float = math.inf
+    target: float | None = None
 
     def can_be(self, value: float) -> bool:
         """Whether ``value`` is one this metric takes (NaN, nothing scored, is)."""

@@ -54,7 +54,9 @@ _TOLERANCE = 1e-9
 
 @dataclass(frozen=True)
 class CoverageInfo(MetricInfo):
-    """An interval's coverage: neither higher nor lower is better, its nominal value is."""
+    """An interval's coverage: neither higher nor lower is better, its nominal value is
+    (:attr:`~cloudlstm.engine.declared_metrics.MetricInfo.target`), so it has no best end
+    for a checkpoint or a search to go by."""
 
     @property
     def best(self) -> str | None:  # type: ignore[override]
@@ -148,7 +150,13 @@ def interval_info(kind: str, percent: float) -> MetricInfo:
     name = f"{kind}{percent_text(percent)}"
     if kind == "coverage":
         label = f"{percent_text(percent)} % coverage"
-        return CoverageInfo(name, label, partial(_coverage, percent=percent), at_validation=False)
+        return CoverageInfo(
+            name,
+            label,
+            partial(_coverage, percent=percent),
+            at_validation=False,
+            target=percent / 100,
+        )
     label = f"{percent_text(percent)} % width"
     return MetricInfo(name, label, partial(_width, percent=percent), at_validation=False)
 

@@ -317,6 +317,7 @@ def _run(args: argparse.Namespace) -> int:
         args.group_metric,
         args.val,
         args.pooled,
+        relative=bool(args.relative_to),
     )
     # the outputs with horizon figures: a metric no row has per step is an error before any
     # output, naming the fix; rows without it are named once the paths are checked
