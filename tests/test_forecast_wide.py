@@ -122,6 +122,29 @@ def test_an_empty_column_of_no_training_point_is_left_out_with_a_warning(forecas
     pd.testing.assert_frame_equal(stream.forecast(), forecast)
 
 
+@pytest.mark.parametrize(
+    ("repeat", "named"),
+    [
+        (lambda t: pd.concat([t, t[[IDS[0]]]], axis=1), IDS[0]),  # a table joined twice
+        (lambda t: t.rename(columns={IDS[0]: int(IDS[0])}).assign(**{IDS[0]: 1.0}), IDS[0]),
+        (lambda t: pd.concat([t, t[["timestamp"]]], axis=1), "timestamp"),
+        (lambda t: pd.concat([long(t), long(t)[["speed"]]], axis=1), "speed"),
+    ],
+    ids=["point", "point as a number and as text", "times", "long format's channel"],
+)
+def test_a_history_or_snapshot_naming_a_column_twice_is_one_line(forecaster, repeat, named):
+    """A column twice in a DataFrame given to forecast() or update() failed deep in pandas
+    ("arg must be a list, tuple, 1-d array, or Series", "id_vars cannot contain duplicate
+    columns"), where the wide training table is refused so in one line."""
+    table = repeat(wide(RECENT))
+    message = rf"^{{}} names the column\(s\) \['{named}'\] more than once: keep one of each\.$"
+    with pytest.raises(UserError, match=message.format("the history")):
+        forecaster.forecast(table)
+    stream = Forecaster.load(forecaster.checkpoint.parents[1], device="cpu")
+    with pytest.raises(UserError, match=message.format("the snapshot")):
+        stream.update(table.iloc[:1])
+
+
 def test_wide_rows_fed_one_step_at_a_time_forecast_as_the_whole(forecaster):
     expected = forecaster.forecast(wide(RECENT))
     stream = Forecaster.load(forecaster.checkpoint.parents[1], device="cpu")

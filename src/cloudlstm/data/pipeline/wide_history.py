@@ -23,6 +23,7 @@ from cloudlstm.data.sources.tables import (
     clock_change_hint,
     id_text,
     index_as_columns,
+    refuse_repeated_columns,
     written_row_numbers,
 )
 from cloudlstm.data.sources.wide_table import TIME_NAMES
@@ -71,9 +72,10 @@ def long_history(
     the position.
 
     Raises:
-        UserError: ``df`` is no DataFrame; a wide table whose run reads several channels,
-            without times, with one time in several rows, with columns that are not
-            training points, or with bad cells (``bad_values="error"``).
+        UserError: ``df`` is no DataFrame or names a column twice; a wide table whose run
+            reads several channels, without times, with one time in several rows, with
+            columns that are not training points, or with bad cells
+            (``bad_values="error"``).
     """
     if not isinstance(df, pd.DataFrame):
         raise UserError(
@@ -81,6 +83,7 @@ def long_history(
             f"{[info.time_col, info.id_col, *info.coord_cols, *info.read_channels]}): give "
             "pd.DataFrame(rows), pd.read_csv(path) or the like."
         )
+    refuse_repeated_columns(df.columns, what)
     trained = set(info.point_ids)
     if info.id_col in (*df.columns, *df.index.names):
         # long format, its times (or ids) perhaps the index, as a Parquet file written
@@ -100,6 +103,7 @@ def long_history(
     frame = _without_empty_strangers(frame, time_col, trained, what)
     columns = [c for c in frame.columns if c != time_col]
     ids = [id_text(c) for c in columns]
+    refuse_repeated_columns(ids, what)  # 773869 beside "773869": one point's two columns
     unknown = [i for i in ids if i not in trained]
     if unknown:
         raise UserError(

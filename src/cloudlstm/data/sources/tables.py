@@ -70,6 +70,7 @@ __all__ = [
     "pivot_long",
     "read_hdf",
     "read_table",
+    "refuse_repeated_columns",
     "skip_written_index",
     "warn_dropped_points",
 ]
@@ -1232,3 +1233,19 @@ def id_text(value: Any) -> str:
     if isinstance(value, (float, np.floating)) and np.isfinite(value) and float(value).is_integer():
         value = int(value)
     return str(value).strip()
+
+
+def refuse_repeated_columns(names: Sequence[Any], what: str) -> None:
+    """Refuse a table that names a column more than once (a DataFrame joined from two
+    tables, or ``773869`` beside ``"773869"``): its cells would be read as one column's.
+    ``names``: the columns as they are matched (a wide table's point ids as text).
+
+    Raises:
+        UserError: naming the first few repeated and the fix.
+    """
+    index = pd.Index(list(names))
+    repeated = index[index.duplicated()].unique().tolist()
+    if repeated:
+        raise UserError(
+            f"{what} names the column(s) {repeated[:5]} more than once: keep one of each."
+        )

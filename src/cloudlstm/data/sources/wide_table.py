@@ -48,6 +48,7 @@ from cloudlstm.data.sources.tables import (
     pivot_long,
     read_hdf,
     read_table,
+    refuse_repeated_columns,
     skip_written_index,
     written_row_numbers,
 )
@@ -354,9 +355,7 @@ class WideTableSource(UnitsGiven, CachedSource):
             frame.columns = [id_text(c) for c in frame.columns]
         if rows is not None:
             frame = frame.head(rows)
-        repeated = frame.columns[frame.columns.duplicated()].unique().tolist()
-        if repeated:
-            raise UserError(f"{what} names the column(s) {repeated[:5]} more than once.")
+        refuse_repeated_columns(frame.columns, what)
         if frame.shape[1] == 0:
             raise UserError(f"{what} has no columns.")
         return frame, index_times
