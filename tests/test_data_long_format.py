@@ -580,6 +580,25 @@ def test_bad_coordinates(tmp_path):
     )
 
 
+@pytest.mark.parametrize("empty", ["n/a", " ", "NULL"])
+def test_a_coordinate_left_empty_as_text_reads_as_empty_in_a_csv_and_a_parquet_file(
+    tmp_path, empty
+):
+    """A row may leave its coordinates empty where the point's other rows give them; one
+    left empty as blanks (a CSV's " ") or a missing-value text (a Parquet file's "n/a") was
+    refused as a coordinate that is no number, though a reading so written is missing."""
+    pytest.importorskip("pyarrow")
+    df = long_table().astype({"x": object})
+    df.loc[[5, 9], "x"] = empty  # st1 at t = 1 and 2
+    expected = LongFormatSource(write(tmp_path, long_table(), "whole.csv")).load()
+    parquet = tmp_path / "data.parquet"
+    df.astype({"x": str}).to_parquet(parquet)
+    for path in (write(tmp_path, df), parquet):
+        stream = LongFormatSource(path).load()
+        np.testing.assert_array_equal(stream.coords, expected.coords)
+        np.testing.assert_array_equal(stream.values, expected.values)
+
+
 def with_bad_cells(cells: dict[tuple[int, str], object]) -> pd.DataFrame:
     """``long_table()`` with ``{(data row, column): cell}`` written over it."""
     df = long_table()

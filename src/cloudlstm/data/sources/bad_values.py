@@ -39,6 +39,7 @@ __all__ = [
     "numbers_among_text",
     "row_names_through",
     "row_word",
+    "written_cells",
 ]
 
 log = logging.getLogger(__name__)
@@ -66,22 +67,22 @@ def mostly_numeric(series: pd.Series) -> bool:
         return False
     if pd.api.types.is_numeric_dtype(series):
         return True
-    filled = series[_written(series)]
+    filled = series[written_cells(series)]
     return len(filled) > 0 and pd.to_numeric(filled, errors="coerce").notna().mean() > 0.5
 
 
 def filled_text(series: pd.Series) -> pd.Series:
-    """The cells of the column that hold something (:func:`_written`: not empty, blanks,
+    """The cells of the column that hold something (:func:`written_cells`: not empty, blanks,
     nor a missing-value text such as ``n/a``), as text: those a check of how a text
     column writes its numbers reads, a Parquet file's ``n/a`` left out as a CSV file's is."""
-    return series[_written(series)].astype(str)
+    return series[written_cells(series)].astype(str)
 
 
 def holds_no_reading(series: pd.Series) -> bool:
     """Whether every cell of the column is empty: NaN or None, text of blanks alone, or a
     missing-value text (:data:`NA_TEXTS`), as :func:`channel_values` reads each cell; a
     column of ``n/a`` is as empty as one of NaN."""
-    return not _written(series).any()
+    return not written_cells(series).any()
 
 
 def flags(series: pd.Series) -> bool:
@@ -219,7 +220,7 @@ def channel_values(
         with np.errstate(over="ignore"):  # a finite float64 beyond float32 becomes inf
             column = parsed.astype(np.float32)
         _refuse_below_float32(parsed, str(col), what, name)
-        bad = np.isinf(column) | (np.isnan(parsed) & _written(series))
+        bad = np.isinf(column) | (np.isnan(parsed) & written_cells(series))
         bad_rows = np.flatnonzero(bad)
         count += len(bad_rows)
         shown += [(int(r), str(col), _plain(series.iloc[r])) for r in bad_rows[:SHOWN]]
@@ -259,7 +260,7 @@ def _refuse_below_float32(
         )
 
 
-def _written(series: pd.Series) -> np.ndarray:
+def written_cells(series: pd.Series) -> np.ndarray:
     """``(R,)`` whether each cell holds something: not NaN or None, not text of blanks
     alone (``""`` in a DataFrame built from records, ``" "`` in a CSV), which is as empty
     as an empty cell, and not one of pandas' missing-value texts (:data:`NA_TEXTS`, blanks

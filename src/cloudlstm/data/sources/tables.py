@@ -45,7 +45,7 @@ from pandas._libs.parsers import STR_NA_VALUES
 from pandas.io.common import get_handle
 
 from cloudlstm.data.cache import warn_dropped_points
-from cloudlstm.data.sources.bad_values import RowNames
+from cloudlstm.data.sources.bad_values import RowNames, written_cells
 from cloudlstm.data.sources.cut_short import refuse_cut_short
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingPackageError, UserError
@@ -1173,12 +1173,14 @@ def numeric_column(
     ending in ``fix`` (by default that of readings, which may be missing: a column that
     may not, coordinates say, gives its own). ``row_names`` names its row by its position
     as the user finds it in the file (:func:`file_row_names`); None: ``data row`` and its
-    index label."""
+    index label. A cell of blanks or a missing-value text (``n/a``) is empty
+    (:func:`~cloudlstm.data.sources.bad_values.written_cells`), in a Parquet file or a
+    DataFrame as in a CSV file."""
     series = df[col]
     if pd.api.types.is_numeric_dtype(series):
         return series.to_numpy(dtype=np.float64, na_value=np.nan)
     coerced = pd.to_numeric(series, errors="coerce")
-    bad = np.flatnonzero((coerced.isna() & series.notna()).to_numpy())
+    bad = np.flatnonzero(coerced.isna().to_numpy() & written_cells(series))
     if len(bad):
         row = int(bad[0])
         at = f"data row {series.index[row]}" if row_names is None else row_names([row])[0]
