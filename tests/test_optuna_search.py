@@ -1912,6 +1912,20 @@ def test_a_sweep_on_the_command_line_replaces_that_parameter_of_params():
     assert space == {"model.k": CategoricalDistribution([3, 6])} and fixed == {}
 
 
+def test_the_command_s_key_of_the_search_space_is_the_command_s_whatever_its_prefix():
+    """``++key=`` or ``~key`` on the command line beside a search of ``key`` kept both: each
+    trial drew a city, then the command's override set (or deleted) it, so the study told
+    the sampler of values no trial ran."""
+    from hydra_plugins.cloudlstm_optuna._search import search_space
+
+    params = {"data.source.city": "choice(city1, city2)", "model.k": "choice(3, 6)"}
+    for line in ["++data.source.city=city2", "~data.source.city"]:
+        space, fixed = search_space(params, [line])
+        assert list(space) == ["model.k"] and fixed == {line.split("=")[0]: line}
+    space, fixed = search_space({"+data.source.x": "choice(1, 2)"}, ["data.source.x=3,4"])
+    assert space == {"data.source.x": CategoricalDistribution([3, 4])} and fixed == {}
+
+
 def continued_in_a_second_process(conf, space: dict) -> optuna.Study:
     """A study of the sampler ``conf`` whose trials 0 and 1 (of ``space``, valued by their
     lr) were drawn in a first process, and 2 and 3 in a second one that opened it as the

@@ -5,6 +5,7 @@ is dropped, each job's source composed as its own config gives it."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -168,3 +169,32 @@ def test_jobs_share_a_composed_source_only_where_nothing_they_differ_in_sets_it(
     GlobalHydra.instance().clear()
     assert composed == [same[0], ["model=filed_persistence"], *paths]
     assert source_of(["model=filed_persistence", "seed=3"]).path == str(tmp_path / "traffic.csv")
+
+
+@pytest.mark.parametrize("city", ["++data.source.city=city2", "~data.source.city"])
+def test_the_command_s_key_of_the_config_s_sweep_is_its_own_whatever_its_prefix(tmp_path, city):
+    """Hydra's sweeper told ``++key`` and ``~key`` from the config's sweep of ``key``: each
+    city's job carried the command's override too, and ran City 2 (or the deleted key) twice;
+    the command's override now replaces the sweep, in its place, as the plain one does."""
+    command = ["experiment=paper/mobile", "model=persistence,lstm", "seed=0", city]
+    jobs = jobs_of(tmp_path, *command)
+    plain = jobs_of(tmp_path, *command[:-1], "data.source.city=city2")
+    # the job's override as Hydra writes it (a deletion's value as null: any value)
+    given = city if city.startswith("+") else f"{city}=null"
+    assert jobs == [[given if o == "data.source.city=city2" else o for o in job] for job in plain]
+    assert len(jobs) == 2
+    # with a file: the command's city is refused once; deleted, it sets nothing, and each
+    # model runs once
+    filed = [*command, f"data.source.path={tmp_path / 'traffic.csv'}"]
+    if city.startswith("~"):
+        assert len(jobs_of(tmp_path, *filed)) == 2
+    else:
+        with pytest.raises(UserError, match=f"^{re.escape(city)}: data=mobile reads your file"):
+            jobs_of(tmp_path, *filed)
+
+
+def test_a_config_s_sweep_the_command_replaces_is_not_expanded(tmp_path):
+    """A sweep of the config that the command replaces is not the sweep's: its empty range
+    was refused though no job would run it."""
+    config = "hydra.sweeper.params={seed: 'range(5,1)'}"
+    assert len(jobs_of(tmp_path, config, "model=persistence", "++seed=0")) == 1

@@ -57,6 +57,7 @@ from cloudlstm.cli.sweep_jobs import (
     stopped_in_this_process,
     unfinished_report,
 )
+from cloudlstm.cli.sweep_keys import set_key
 from cloudlstm.cli.sweep_values import sweep_values
 from cloudlstm.engine.declared_metrics import monitor_mode
 from cloudlstm.engine.objective import check_search_objective
@@ -1127,7 +1128,8 @@ def search_space(
     params: dict[str, Any], arguments: Sequence[str]
 ) -> tuple[dict[str, BaseDistribution], dict[str, str]]:
     """The distributions of the swept keys, and the other overrides by key (the command line
-    after ``params``, as Hydra orders them, so a key given on the command line wins).
+    after ``params``, as Hydra orders them, so a key given on the command line wins, with
+    any prefix: ``~key`` drops a search of the key, :mod:`cloudlstm.cli.sweep_keys`).
 
     Raises:
         UserError: a value of ``params`` is not Hydra's override grammar, or nothing is swept.
@@ -1143,8 +1145,10 @@ def search_space(
         except HydraException as err:
             raise UserError(f"{where}: {line!r} is no Hydra override: {_one_line(err)}") from None
         key = override.get_key_element()
-        space.pop(key, None)
-        fixed.pop(key, None)
+        # a later override of the key wins whatever either's prefix (++key=, ~key)
+        for known in [k for k in (*space, *fixed) if k.lstrip("+~") == set_key(override)]:
+            space.pop(known, None)
+            fixed.pop(known, None)
         if override.is_sweep_override():
             space[key] = distribution(override, where)
         else:

@@ -70,6 +70,7 @@ from cloudlstm.cli.sweep_jobs import (
     stopped_in_this_process,
     unfinished_report,
 )
+from cloudlstm.cli.sweep_keys import command_first, replaced
 from cloudlstm.cli.sweep_values import sweep_values
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.lock import held_run_dirs
@@ -173,9 +174,12 @@ class ReportingSweeper(BasicSweeper):
     ) -> list[list[list[str]]]:
         """Hydra's jobs, less the model settings a job's model does not take
         (:func:`~cloudlstm.cli.model_keys.applicable_jobs`), in batches of
-        ``max_batch_size``."""
+        ``max_batch_size``. A key of the config's sweep that the command sets or deletes
+        too, with any prefix, is the command's
+        (:func:`~cloudlstm.cli.sweep_keys.command_first`)."""
         self._check_sweeps(overrides)
-        jobs = [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+        own = command_first(overrides, len(self.params or {}))
+        jobs = [job for batch in BasicSweeper.split_arguments(own, None) for job in batch]
         applicable = applicable_jobs(jobs, self._model_keys)
         if applicable.note:
             log.info(applicable.note)
@@ -239,14 +243,19 @@ class ReportingSweeper(BasicSweeper):
 
     def _check_sweeps(self, overrides: list[Override]) -> None:
         """Refuse, in one line naming it and the fix, a sweep override Hydra cannot expand
-        (:func:`~cloudlstm.cli.sweep_values.sweep_values`). The first overrides are
-        ``hydra.sweeper.params``' (Hydra's ``BasicSweeper.sweep`` puts them first).
+        (:func:`~cloudlstm.cli.sweep_values.sweep_values`), but for the config's sweeps that
+        the command replaces (:func:`~cloudlstm.cli.sweep_keys.command_first`). The first
+        overrides are ``hydra.sweeper.params``' (Hydra's ``BasicSweeper.sweep`` puts them
+        first).
 
         Raises:
             UserError: the line refusing the first such override.
         """
         params = list(self.params or {})
+        left = replaced(overrides, len(params))
         for num, override in enumerate(overrides):
+            if num in left:
+                continue
             if override.is_sweep_override() and override.is_discrete_sweep():
                 where = "the command line"
                 if num < len(params):
