@@ -198,3 +198,49 @@ def test_a_config_s_sweep_the_command_replaces_is_not_expanded(tmp_path):
     was refused though no job would run it."""
     config = "hydra.sweeper.params={seed: 'range(5,1)'}"
     assert len(jobs_of(tmp_path, config, "model=persistence", "++seed=0")) == 1
+
+
+def test_the_note_of_a_dropped_sweep_names_each_job_s_file(tmp_path, caplog):
+    """The line named the last job's file alone, as if every job read it; and said that the
+    sweep of cities did not apply where the generator's jobs of a sweep of files kept it."""
+    files = [str(tmp_path / "a.csv"), str(tmp_path / "b.csv")]
+    command = ["experiment=paper/mobile", "model=persistence", "seed=0"]
+    with caplog.at_level("INFO"):
+        assert len(jobs_of(tmp_path, *command, f"data.source.path={','.join(files)}")) == 2
+        assert len(jobs_of(tmp_path, *command, f"data.source.path=null,{files[1]}")) == 3
+    notes = [r.message for r in caplog.records if r.message.startswith("The config's sweep")]
+    end = "not the generator, so the jobs that differ only there run once"
+    assert notes == [
+        f"The config's sweep of data.source.city does not apply: data=mobile reads your files "
+        f"here (data.source.path={', '.join(files)}), {end} (4 jobs -> 2).",
+        f"The config's sweep of data.source.city does not apply where data=mobile reads your "
+        f"file (data.source.path={files[1]}), {end} (4 jobs -> 3).",
+    ]
+
+
+def test_the_note_of_sweeps_dropped_for_each_source_names_both():
+    """Where the generator's jobs drop the sweep of a reading option and the file's that of
+    a city, the line names each with its source, not the last job's for both."""
+    from omegaconf import OmegaConf
+
+    from cloudlstm.assembly.source_options import MOBILE_TARGET, read_sweeps
+
+    jobs = [
+        [f"data.source.path={path}", f"data.source.city={city}", f"data.source.freq={freq}"]
+        for path in ("null", "t.csv")
+        for city in ("city1", "city2")
+        for freq in ("5min", "10min")
+    ]
+
+    def source_of(job: list[str]) -> Any:
+        path = None if "data.source.path=null" in job else "t.csv"
+        return OmegaConf.create({"_target_": MOBILE_TARGET, "path": path})
+
+    kept, note = read_sweeps(jobs, {"data.source.city", "data.source.freq"}, source_of)
+    assert len(kept) == 4
+    assert note == (
+        "The config's sweep of data.source.city does not apply where data=mobile reads your "
+        "file (data.source.path=t.csv), not the generator, nor that of data.source.freq where "
+        "it generates its traffic (data.source.path=null) and reads no file, so the jobs that "
+        "differ only there run once (8 jobs -> 4)."
+    )

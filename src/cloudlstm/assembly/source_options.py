@@ -181,20 +181,25 @@ def read_sweeps(
             none); called only for jobs that set a key of ``swept``.
     """
     kept: list[list[str]] = []
-    dropped: list[str] = []  # options, in the order first dropped
-    path: Any = None
+    # each job's data.source.path -> the options dropped from its jobs, in order
+    dropped: dict[str | None, list[str]] = {}
+    read: set[str] = set()  # the options that a job's source reads
     for job in jobs:
         options = {o: key.removeprefix(SOURCE) for o in job if (key := _key(o)) in swept}
         source = source_of(list(job)) if options else None
         unread = _unread(source, options)
-        dropped += [o for o in unread.values() if o not in dropped]
-        path = source.get("path") if unread else path
+        read |= {option for o, option in options.items() if o not in unread}
+        if unread:
+            path = source.get("path")
+            some = dropped.setdefault(None if path is None else str(path), [])
+            some += [o for o in unread.values() if o not in some]
         own = [o for o in job if o not in unread]
         if own not in kept:
             kept.append(own)
     if not dropped:
         return kept, None
-    return kept, mobile.unread_sweep_note(path, dropped, len(jobs), len(kept))
+    everywhere = not read & {o for some in dropped.values() for o in some}
+    return kept, mobile.unread_sweep_note(dropped, len(jobs), len(kept), everywhere)
 
 
 def _key(override: str) -> str:

@@ -546,19 +546,44 @@ def unread_by(path: object) -> tuple[str, ...]:
     return READING_OPTIONS if path is None else GENERATOR_OPTIONS
 
 
-def unread_sweep_note(path: object, options: Sequence[str], before: int, after: int) -> str:
-    """The line of a sweep whose config sweeps ``options`` that data=mobile's source does
-    not read (``experiment=paper/mobile``'s cities with a file): its jobs that differ only
-    there run once, ``before`` jobs -> ``after``."""
-    names = ", ".join(f"data.source.{o}" for o in options)
-    if path is None:
-        where = "generates its traffic here (data.source.path=null) and reads no file"
-    else:
-        where = f"reads your file here (data.source.path={path}), not the generator"
+def unread_sweep_note(
+    dropped: Mapping[str | None, Sequence[str]], before: int, after: int, everywhere: bool
+) -> str:
+    """The line of a sweep whose config sweeps options that data=mobile's source does not
+    read (``experiment=paper/mobile``'s cities with a file): its jobs that differ only
+    there run once, ``before`` jobs -> ``after``.
+
+    Args:
+        dropped: ``{data.source.path of the jobs (None: the generator): the options whose
+            sweep they drop}``, in order: each file is named, not the last job's alone.
+        everywhere: whether every job that the sweep of those options sets dropped it;
+            else some (the other source's) read them, and the line says where it does not
+            apply.
+    """
+    files = [str(path) for path in dropped if path is not None]
+    alone = everywhere and (not files or None not in dropped)  # one source, every job's
+    here = " here" if alone else ""
+    kinds = []  # (the options, where data=mobile does not read them)
+    if files:
+        named = list(dict.fromkeys(o for p, some in dropped.items() if p is not None for o in some))
+        plural = "s" if len(files) > 1 else ""
+        where = f"reads your file{plural}{here} (data.source.path={', '.join(files)})"
+        kinds.append((named, f"{where}, not the generator"))
+    if None in dropped:
+        where = f"generates its traffic{here} (data.source.path=null) and reads no file"
+        kinds.append((list(dropped[None]), where))
+    (named, where), *others = kinds
+    said = f"{_sweep_names(named)} does not apply{':' if alone else ' where'} data=mobile {where}"
+    said += "".join(f", nor that of {_sweep_names(n)} where it {w}" for n, w in others)
     return (
-        f"The config's sweep of {names} does not apply: data=mobile {where}, so the jobs "
-        f"that differ only there run once ({before} jobs -> {after})."
+        f"The config's sweep of {said}, so the jobs that differ only there run once "
+        f"({before} jobs -> {after})."
     )
+
+
+def _sweep_names(options: Sequence[str]) -> str:
+    """``options`` as their keys: ``data.source.city, data.source.seed``."""
+    return ", ".join(f"data.source.{o}" for o in options)
 
 
 def unread_options(path: object, given: Mapping[str, str]) -> str | None:
