@@ -334,9 +334,9 @@ def test_a_command_sweep_of_options_the_source_does_not_read_is_refused_once(tmp
     assert not sweep.exists()
     # the sweeper names the checked sources' module, not to import them (torch) for others
     from cloudlstm.assembly.source_options import DEFAULTS
-    from hydra_plugins.cloudlstm_sweeper import _CHECKED_SOURCES
+    from cloudlstm.assembly.source_overrides import CHECKED_SOURCES
 
-    assert all(target.startswith(_CHECKED_SOURCES) for target in DEFAULTS)
+    assert all(target.startswith(CHECKED_SOURCES) for target in DEFAULTS)
 
 
 def test_options_at_their_defaults_or_read_are_not_refused(tmp_path):

@@ -20,6 +20,9 @@ from hydra.plugins.config_source import ConfigLoadError
 from omegaconf import OmegaConf
 
 SOURCE = "data.source."
+# the module of the sources whose options the command may set unread
+# (source_options.DEFAULTS): named, not imported, as that imports torch and pandas
+CHECKED_SOURCES = "cloudlstm.data.sources.mobile."
 # what an override may set where that cannot be told from its configs: anything
 ANY = "*"
 # what an interpolation reads: ${key}, ${.key} (relative), a key that oc.select or
@@ -63,6 +66,13 @@ def composed_source(loader: Any, config: Any, job: Sequence[str]) -> Any:
     sweep's ``config``."""
     cfg = loader.load_sweep_config(config, list(job))
     return (cfg.get("data") or {}).get("source")
+
+
+def checked_source(source: Any) -> bool:
+    """Whether ``source`` (a job's composed ``data.source``, or None) is one whose options
+    :mod:`cloudlstm.assembly.source_options` checks."""
+    target = source.get("_target_") if OmegaConf.is_dict(source) else None
+    return str(target).startswith(CHECKED_SOURCES)
 
 
 def job_command(task: Sequence[Override], params: Iterable[str], multirun: bool) -> list[Override]:

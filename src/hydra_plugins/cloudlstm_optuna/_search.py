@@ -41,7 +41,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
-from cloudlstm.assembly.source_overrides import composed_source, source_overrides
+from cloudlstm.assembly.source_overrides import checked_source, composed_source, source_overrides
 from cloudlstm.cli.sigterm_at_start import Terminated
 from cloudlstm.cli.sweep_jobs import (
     UnfinishedJobsError,
@@ -61,7 +61,12 @@ from cloudlstm.cli.sweep_keys import set_key
 from cloudlstm.cli.sweep_values import sweep_values
 from cloudlstm.engine.declared_metrics import monitor_mode
 from cloudlstm.engine.objective import check_search_objective
-from cloudlstm.engine.pruning import PRUNED_ATTR, check_direction, open_storage, storage_write_fault
+from cloudlstm.engine.study_storage import (
+    PRUNED_ATTR,
+    check_direction,
+    open_storage,
+    storage_write_fault,
+)
 from cloudlstm.engine.trial_env import STORAGE_ENV, STUDY_ENV, TRIAL_ENV
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.config_changes import is_execution_option
@@ -232,16 +237,16 @@ class OptunaSearch(Sweeper):
         given = source_overrides(self.params or {}, parsed).given
         if not given or self.hydra_context is None:
             return
-        # here alone: the data sources import torch and pandas, which a search setting no
-        # option of data.source need not
+        loader = self.hydra_context.config_loader
+        points = data_points(self.space, self.fixed)
+        sources = {tuple(job): composed_source(loader, self.config, job) for job in points}
+        if not any(checked_source(source) for source in sources.values()):
+            return
+        # here alone: the data sources import pandas (and torch), which a search setting
+        # no option of a checked source need not
         from cloudlstm.assembly.source_options import check_command_sweeps
 
-        loader = self.hydra_context.config_loader
-        check_command_sweeps(
-            data_points(self.space, self.fixed),
-            given,
-            lambda job: composed_source(loader, self.config, job),
-        )
+        check_command_sweeps(points, given, lambda job: sources[tuple(job)])
 
     def _search(self) -> None:
         """Ask, launch and tell trials until the study holds ``n_trials``, the sampler has

@@ -52,7 +52,12 @@ from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationResolutionError
 
-from cloudlstm.assembly.source_overrides import JobSources, composed_source, source_overrides
+from cloudlstm.assembly.source_overrides import (
+    JobSources,
+    checked_source,
+    composed_source,
+    source_overrides,
+)
 from cloudlstm.cli.model_keys import applicable_jobs
 from cloudlstm.cli.sigterm_at_start import Terminated, a_job_begins
 from cloudlstm.cli.sweep_jobs import (
@@ -85,9 +90,6 @@ log = logging.getLogger(__name__)
 
 # the interpolations of a subdir that every job resolves, each to a directory of its own
 _JOB_NUMBER = {"hydra.job.num", "hydra.job.id"}
-# the module of the sources whose options the command may set unread
-# (source_options.DEFAULTS): named, not imported, as that imports torch
-_CHECKED_SOURCES = "cloudlstm.data.sources.mobile."
 
 
 class ReportingSweeper(BasicSweeper):
@@ -214,7 +216,7 @@ class ReportingSweeper(BasicSweeper):
         if not swept and not given:
             return jobs
         source_of = JobSources(self._source, self._repository())
-        checked = given and any(_checked_source(source_of(list(job))) for job in jobs)
+        checked = given and any(checked_source(source_of(list(job))) for job in jobs)
         if not swept and not checked:
             return jobs
         # here alone: the data sources import torch and pandas (5 s), which a sweep that
@@ -465,13 +467,6 @@ def _signal_of(err: BaseException, launcher: Launcher) -> str | None:
     if not is_basic_launcher(launcher):
         return None
     return "Ctrl-C" if isinstance(err, KeyboardInterrupt) else "SIGTERM"
-
-
-def _checked_source(source: Any) -> bool:
-    """Whether ``source`` (a job's composed ``data.source``, or None) is one whose options
-    :mod:`cloudlstm.assembly.source_options` checks."""
-    target = source.get("_target_") if isinstance(source, DictConfig) else None
-    return str(target).startswith(_CHECKED_SOURCES)
 
 
 def _job_num(job: JobReturn) -> str:
