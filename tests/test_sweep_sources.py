@@ -148,7 +148,7 @@ def test_jobs_share_a_composed_source_only_where_nothing_they_differ_in_sets_it(
     ${paths.data_dir}), each have their own."""
     from hydra import compose, initialize_config_dir
 
-    from cloudlstm.assembly.source_overrides import JobSources
+    from cloudlstm.assembly.job_sources import JobSources
 
     composed: list[list[str]] = []
     GlobalHydra.instance().clear()

@@ -52,12 +52,8 @@ from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationResolutionError
 
-from cloudlstm.assembly.source_overrides import (
-    JobSources,
-    checked_source,
-    composed_source,
-    source_overrides,
-)
+from cloudlstm.assembly.job_sources import JobSources
+from cloudlstm.assembly.source_overrides import checked_source, composed_source, source_overrides
 from cloudlstm.cli.model_keys import applicable_jobs
 from cloudlstm.cli.sigterm_at_start import Terminated, a_job_begins
 from cloudlstm.cli.sweep_jobs import (
