@@ -244,3 +244,35 @@ def test_the_note_of_sweeps_dropped_for_each_source_names_both():
         "it generates its traffic (data.source.path=null) and reads no file, so the jobs that "
         "differ only there run once (8 jobs -> 4)."
     )
+
+
+def test_a_group_s_choice_that_another_config_s_defaults_entry_reads_has_its_own_source(
+    tmp_path,
+):
+    """A config choosing the data by another group's choice (``- /dataset@data: ${flavor}``):
+    the jobs of ``+flavor=a`` and ``+flavor=b``, whose own configs set no data, shared the
+    first one's source (num_days 3 for both, where b's is 5)."""
+    from hydra import compose, initialize_config_dir
+
+    from cloudlstm.assembly.job_sources import JobSources
+
+    conf = tmp_path / "conf"
+    for group in ("flavor", "dataset", "picker"):
+        (conf / group).mkdir(parents=True)
+    for name, days in (("a", 3), ("b", 5)):
+        (conf / "flavor" / f"{name}.yaml").write_text(f"name: {name}\n")
+        (conf / "dataset" / f"{name}.yaml").write_text(f"source:\n  num_days: {days}\n")
+    picker = "# @package _global_\ndefaults:\n  - /dataset@data: ${flavor}\n"
+    (conf / "picker" / "on.yaml").write_text(picker)
+    searchpath = f"hydra.searchpath=[file://{conf}]"
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        loader: Any = GlobalHydra.instance().config_loader()
+        repository = loader._parse_overrides_and_create_caching_repo("train", [searchpath])[1]
+        source_of = JobSources(
+            lambda job: compose("train", [searchpath, "data=mobile", *job]).data.source,
+            repository,
+        )
+        days = [source_of(["+picker=on", f"+flavor={f}", "seed=0"]).num_days for f in "ab"]
+    GlobalHydra.instance().clear()
+    assert days == [3, 5]

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from hydra.core.default_element import GroupDefault, InputDefault
+from hydra.core.object_type import ObjectType
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.plugins.config_source import ConfigLoadError
@@ -25,6 +26,8 @@ _READ = re.compile(
     r"\$\{\s*(?:oc\.(?:select|dict\.keys|dict\.values)\s*:\s*)?(\.*)([\w\-]+(?:\.[\w\-]+)*)\s*[},]"
 )
 _HYDRA = re.compile(r"\$\{\s*hydra\s*:")
+# the group whose choice a defaults entry's interpolation reads: ${flavor}
+_CHOICE = re.compile(r"\$\{\s*([^}\s]+)\s*\}")
 
 
 class JobSources:
@@ -39,10 +42,10 @@ class JobSources:
     packages say: ``model`` for ``conf/model/lstm.yaml``, anywhere for a ``# @package
     _global_`` one (its keys then say where: ``conf/model/cloudlstm_mae.yaml`` sets
     ``module``, an experiment ``data``). One whose configs cannot be told (a choice that
-    deletes, a defaults list that overrides or interpolates) may change anything. Not
-    followed: another config's defaults entry that interpolates a group's choice (the
-    project's one, ``${scale}/${experiment}``, reads groups whose options are ``_global_``
-    and set ``data``).
+    deletes, a defaults list that overrides or interpolates) may change anything, and so
+    may the choice of a group that a defaults entry of any config interpolates
+    (``- /dataset@data: ${flavor}``, the presets' ``${scale}/${experiment}``): that entry
+    loads another config by it, wherever it stands (:func:`interpolated_groups`).
     """
 
     def __init__(self, compose: Callable[[list[str]], Any], repository: Any) -> None:
@@ -51,6 +54,7 @@ class JobSources:
         self._compose = compose
         self._repository = repository
         self._places: dict[str, frozenset[str]] = {}  # override -> the first keys it sets
+        self._interpolated: frozenset[str] | None = None  # read once, for a group's choice
         # the overrides that may set data -> (the first keys the source reads, sources)
         self._by_data: dict[tuple[str, ...], tuple[frozenset[str], dict[Any, Any]]] = {}
 
@@ -74,8 +78,36 @@ class JobSources:
     def _sets(self, override: str) -> frozenset[str]:
         if override not in self._places:
             (parsed,) = OverridesParser.create().parse_overrides([override])
-            self._places[override] = set_roots(parsed, self._repository)
+            places = set_roots(parsed, self._repository)
+            if places != {ANY} and self._repository.group_exists(parsed.key_or_group):
+                if self._interpolated is None:
+                    self._interpolated = interpolated_groups(self._repository)
+                if parsed.key_or_group in self._interpolated:
+                    places = frozenset({ANY})
+            self._places[override] = places
         return self._places[override]
+
+
+def interpolated_groups(repository: Any) -> frozenset[str]:
+    """The groups whose choice a defaults entry of a config of ``repository`` (Hydra's
+    config repository: its search path) interpolates: ``flavor`` of ``- /dataset@data:
+    ${flavor}``, ``scale`` and ``experiment`` of ``${scale}/${experiment}``."""
+    read: set[str] = set()
+    groups = [""]
+    while groups:
+        group = groups.pop()
+        within = f"{group}/" if group else ""
+        groups += [within + g for g in repository.get_group_options(group, ObjectType.GROUP)]
+        for name in repository.get_group_options(group, ObjectType.CONFIG):
+            try:
+                loaded = repository.load_config(within + name)
+            except ConfigLoadError:
+                continue  # a config no job loads, or whose load fails the job itself
+            for entry in (loaded.defaults_list if loaded else None) or []:
+                # as written (a list of options included): its path needs a parent
+                written = entry.value if isinstance(entry, GroupDefault) else entry.path
+                read |= set(_CHOICE.findall(str(written)))
+    return frozenset(read)
 
 
 def set_roots(override: Override, repository: Any) -> frozenset[str]:
