@@ -332,11 +332,28 @@ def test_a_command_sweep_of_options_the_source_does_not_read_is_refused_once(tmp
         "data.source.bad_values=warn: data=mobile generates its traffic here "
     )
     assert not sweep.exists()
-    # the sweeper names the checked sources' module, not to import them (torch) for others
-    from cloudlstm.assembly.source_options import DEFAULTS
-    from cloudlstm.assembly.source_overrides import CHECKED_SOURCES
 
-    assert all(target.startswith(CHECKED_SOURCES) for target in DEFAULTS)
+
+def test_the_options_each_source_reads_are_named_as_the_sources_take_them():
+    """The rules of the sweeps' checks name data=mobile's source and options without
+    importing the sources (torch, pandas): its target is the source's, its generator's
+    options mobile_traffic's, and its reading options those conf/data/points.yaml declares,
+    each LongFormatSource's."""
+    import inspect
+
+    from cloudlstm.assembly.mobile_options import (
+        GENERATOR_OPTIONS,
+        MOBILE_TARGET,
+        reading_options,
+    )
+    from cloudlstm.data.sources import mobile
+    from cloudlstm.paths import config_dir
+
+    target = OmegaConf.load(config_dir() / "data" / "mobile.yaml").source._target_
+    assert target == f"{mobile.__name__}.{mobile.mobile_traffic.__name__}" == MOBILE_TARGET
+    assert set(GENERATOR_OPTIONS) < set(inspect.signature(mobile.mobile_traffic).parameters)
+    reads = set(inspect.signature(LongFormatSource.__init__).parameters)
+    assert set(reading_options()) == reads - {"self", "path", "cache_dir", "units"}
 
 
 def test_options_at_their_defaults_or_read_are_not_refused(tmp_path):

@@ -41,12 +41,16 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from cloudlstm.assembly.mobile_options import (
+    MOBILE_TARGET,
+    unread_by,
+    unread_options,
+    unread_sweep_note,
+)
 from cloudlstm.assembly.source_overrides import SOURCE, job_command, source_overrides
-from cloudlstm.data.sources import mobile
 from cloudlstm.errors import UserError, locate
 from cloudlstm.paths import config_dir
 
-MOBILE_TARGET = f"{mobile.__name__}.{mobile.mobile_traffic.__name__}"
 # each source checked -> the configs (conf/data/<name>.yaml) whose merge gives its defaults
 DEFAULTS = {MOBILE_TARGET: ("points", "mobile")}
 
@@ -103,7 +107,7 @@ def _refusal(source: Any, given: dict[str, str]) -> str | None:
         for key, line in given.items()
         if key in source and _value(source, key) != defaults.get(key, object())
     }
-    return mobile.unread_options(source.get("path"), set_here)
+    return unread_options(source.get("path"), set_here)
 
 
 def _set_by_the_command() -> dict[str, str]:
@@ -199,7 +203,7 @@ def read_sweeps(
     if not dropped:
         return kept, None
     everywhere = not read & {o for some in dropped.values() for o in some}
-    return kept, mobile.unread_sweep_note(dropped, len(jobs), len(kept), everywhere)
+    return kept, unread_sweep_note(dropped, len(jobs), len(kept), everywhere)
 
 
 def _key(override: str) -> str:
@@ -212,5 +216,5 @@ def _unread(source: Any, options: dict[str, str]) -> dict[str, str]:
     ``data.source``) does not read."""
     if not isinstance(source, DictConfig) or source.get("_target_") != MOBILE_TARGET:
         return {}
-    ignored = mobile.unread_by(source.get("path"))
+    ignored = unread_by(source.get("path"))
     return {o: option for o, option in options.items() if option in ignored}

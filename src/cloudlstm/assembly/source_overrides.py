@@ -2,8 +2,8 @@
 job's data: the rules that the sweeper (before any job runs), the Optuna search and a
 job's own check (:mod:`cloudlstm.assembly.source_options`) share; the jobs' composed
 sources, each composed once, are :mod:`cloudlstm.assembly.job_sources`'. Hydra and
-OmegaConf alone: the sweeper reads them for every sweep, and imports the data sources
-(torch, pandas: 5 s) only for a sweep that sets an option of one it checks.
+OmegaConf alone, as the sweepers read them as they start: the data sources import torch
+and pandas (seconds).
 """
 
 from __future__ import annotations
@@ -13,12 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hydra.core.override_parser.types import Override
-from omegaconf import OmegaConf
 
 SOURCE = "data.source."
-# the module of the sources whose options the command may set unread
-# (source_options.DEFAULTS): named, not imported, as that imports torch and pandas
-CHECKED_SOURCES = "cloudlstm.data.sources.mobile."
 
 
 @dataclass(frozen=True)
@@ -54,13 +50,6 @@ def composed_source(loader: Any, config: Any, job: Sequence[str]) -> Any:
     sweep's ``config``."""
     cfg = loader.load_sweep_config(config, list(job))
     return (cfg.get("data") or {}).get("source")
-
-
-def checked_source(source: Any) -> bool:
-    """Whether ``source`` (a job's composed ``data.source``, or None) is one whose options
-    :mod:`cloudlstm.assembly.source_options` checks."""
-    target = source.get("_target_") if OmegaConf.is_dict(source) else None
-    return str(target).startswith(CHECKED_SOURCES)
 
 
 def job_command(task: Sequence[Override], params: Iterable[str], multirun: bool) -> list[Override]:

@@ -41,7 +41,8 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
-from cloudlstm.assembly.source_overrides import checked_source, composed_source, source_overrides
+from cloudlstm.assembly.source_options import check_command_sweeps
+from cloudlstm.assembly.source_overrides import composed_source, source_overrides
 from cloudlstm.cli.sigterm_at_start import Terminated
 from cloudlstm.cli.sweep_jobs import (
     UnfinishedJobsError,
@@ -238,15 +239,11 @@ class OptunaSearch(Sweeper):
         if not given or self.hydra_context is None:
             return
         loader = self.hydra_context.config_loader
-        points = data_points(self.space, self.fixed)
-        sources = {tuple(job): composed_source(loader, self.config, job) for job in points}
-        if not any(checked_source(source) for source in sources.values()):
-            return
-        # here alone: the data sources import pandas (and torch), which a search setting
-        # no option of a checked source need not
-        from cloudlstm.assembly.source_options import check_command_sweeps
-
-        check_command_sweeps(points, given, lambda job: sources[tuple(job)])
+        check_command_sweeps(
+            data_points(self.space, self.fixed),
+            given,
+            lambda job: composed_source(loader, self.config, job),
+        )
 
     def _search(self) -> None:
         """Ask, launch and tell trials until the study holds ``n_trials``, the sampler has

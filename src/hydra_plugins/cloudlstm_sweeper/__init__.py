@@ -53,7 +53,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import InterpolationResolutionError
 
 from cloudlstm.assembly.job_sources import JobSources
-from cloudlstm.assembly.source_overrides import checked_source, composed_source, source_overrides
+from cloudlstm.assembly.source_options import check_command_sweeps, read_sweeps
+from cloudlstm.assembly.source_overrides import composed_source, source_overrides
 from cloudlstm.cli.model_keys import applicable_jobs
 from cloudlstm.cli.sigterm_at_start import Terminated, a_job_begins
 from cloudlstm.cli.sweep_jobs import (
@@ -212,15 +213,7 @@ class ReportingSweeper(BasicSweeper):
         if not swept and not given:
             return jobs
         source_of = JobSources(self._source, self._repository())
-        checked = given and any(checked_source(source_of(list(job))) for job in jobs)
-        if not swept and not checked:
-            return jobs
-        # here alone: the data sources import torch and pandas (5 s), which a sweep that
-        # sets no option of a checked source, or the SLURM launcher's submitting process,
-        # need not
-        from cloudlstm.assembly.source_options import check_command_sweeps, read_sweeps
-
-        check_command_sweeps(jobs, given if checked else {}, source_of)
+        check_command_sweeps(jobs, given, source_of)
         kept, note = read_sweeps(jobs, swept, source_of)
         if note:
             log.info(note)
