@@ -173,6 +173,26 @@ def one_line(proc: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+@contextmanager
+def held_by_another_process(run_dir: Path) -> Iterator[subprocess.Popen]:
+    """``run_dir``'s ``run.lock`` held by a live process other than this one, as a training
+    holds it from its start, until the block ends (the process is then killed)."""
+    code = (
+        "import sys, time; from cloudlstm.rundir.lock import RunLock; "
+        "RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(300)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(run_dir)],
+        cwd=ROOT, env=subprocess_env(), stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def doc_examples(doc: Path, heading: str) -> dict[str, str]:
     """The ```python and ```yaml blocks of the section ``## <heading>`` of ``doc``, by
     language: a worked example, which a test takes as it is written."""

@@ -17,8 +17,15 @@ import pytest
 from cloudlstm.errors import UserError
 from cloudlstm.rundir import lock as run_lock
 from cloudlstm.rundir.layout import LOCK_FILE as LOCK_NAME
-from cloudlstm.rundir.lock import RunLock, run_dir_lock
-from tests.conftest import ROOT, TINY, one_line, run_python, subprocess_env
+from cloudlstm.rundir.lock import RunLock, run_dir_lock, training_holder
+from tests.conftest import (
+    ROOT,
+    TINY,
+    held_by_another_process,
+    one_line,
+    run_python,
+    subprocess_env,
+)
 
 
 def leave_lock(run_dir: Path, **holder: object) -> Path:
@@ -73,6 +80,26 @@ def test_a_lock_left_on_this_host_is_taken_over(tmp_path, caplog):
     with run_dir_lock(tmp_path):
         assert json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == os.getpid()
     assert "Taking over the lock" in caplog.text and "its process is gone" in caplog.text
+
+
+def test_a_lock_whose_pid_another_process_took_is_no_training(tmp_path):
+    """The training killed, and its pid given to another process since (a shell, an
+    editor): the run read as still training, by the pid alone, to every evaluation."""
+    with held_by_another_process(tmp_path) as trainer:
+        assert training_holder(tmp_path).startswith(
+            f"host {socket.gethostname()}, pid {trainer.pid},"
+        )
+        left = json.loads((tmp_path / LOCK_NAME).read_text())
+    # the kernel gives a pid again only once its process has ended: the dead training's
+    # description is moved onto a live process's pid, as that reuse would leave it
+    with subprocess.Popen(["sleep", "60"]) as other:
+        try:
+            (tmp_path / LOCK_NAME).write_text(json.dumps({**left, "pid": other.pid}))
+            assert training_holder(tmp_path) is None
+            with run_dir_lock(tmp_path):  # and a training takes the directory over
+                pass
+        finally:
+            other.kill()
 
 
 def test_another_hosts_lock_is_trusted_until_stale_or_taken_over(tmp_path, monkeypatch):

@@ -45,7 +45,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -53,15 +52,21 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from cloudlstm.errors import UserError, file_in_the_way, out_of_space
+from cloudlstm.rundir.holder import (
+    FOREIGN_STALE_S,
+    alive,
+    describe,
+    heartbeat_time,
+    live_holder,
+    read_holder,
+    this_process,
+)
 from cloudlstm.rundir.layout import LOCK_FILE
 
 log = logging.getLogger(__name__)
 
 MODES = ("auto", "takeover")
 HEARTBEAT_S = 60.0
-# a lock from another host whose heartbeat is older than this is stale: its holder stopped
-# touching it (killed, or its node died); 15 heartbeats, so a busy file server is no cause
-FOREIGN_STALE_S = 15 * 60.0
 # the sweeper of conf/hydra/sweeper/reporting.yaml, which checks its jobs' directories itself
 OWN_SWEEPER = "hydra_plugins.cloudlstm_sweeper.ReportingSweeper"
 # where the launcher says which process is which rank (torchrun, Lightning, SLURM)
@@ -169,7 +174,7 @@ class RunLock:
         except OSError as err:  # a file system without flock: judge by the description
             log.warning("Cannot flock %s (%s): judging its holder by pid and time.", self.path, err)
             holder = self._read()
-            if holder and holder.get("host") == socket.gethostname() and _alive(holder):
+            if holder and holder.get("host") == socket.gethostname() and alive(holder):
                 raise RunDirHeld(self._refusal(holder)) from None
             return holder
         return self._read()
@@ -193,13 +198,13 @@ class RunLock:
     def _take_over(self, holder: dict[str, Any], mode: str) -> None:
         """Decide about a lock left by a run whose flock is free (or cannot be seen)."""
         why = self._stale_because(holder, mode)
-        log.warning("Taking over the lock of %s: %s.", _describe(holder), why)
+        log.warning("Taking over the lock of %s: %s.", describe(holder), why)
 
     def _stale_because(self, holder: dict[str, Any], mode: str) -> str:
         """Why a lock whose flock is free (or cannot be seen) is stale; a UserError where
         its run may still be alive."""
         here = socket.gethostname()
-        age = time.time() - self._heartbeat_time()
+        age = time.time() - heartbeat_time(self.path)
         if holder.get("host") == here:
             why = "its process is gone"  # the kernel dropped its flock
         elif slurm_job() is not None and holder.get("slurm_job") == slurm_job():
@@ -228,37 +233,18 @@ class RunLock:
 
     def _refusal(self, holder: dict[str, Any]) -> str:
         return (
-            f"Run directory {self.run_dir} is in use by {_describe(holder)}: one run at a "
+            f"Run directory {self.run_dir} is in use by {describe(holder)}: one run at a "
             f"time in a directory. Wait for it to end, or use another {self.elsewhere}."
         )
 
     def _read(self) -> dict[str, Any]:
-        try:
-            text = self.path.read_text()
-        except OSError:
-            return {}
-        try:
-            holder = json.loads(text) if text.strip() else {}
-        except json.JSONDecodeError:  # being written this moment, or garbled
-            return {"host": "?", "pid": "?", "started": "?"}
-        return holder if isinstance(holder, dict) else {}
+        return read_holder(self.path)
 
     def _write(self, fd: int) -> None:
-        holder = {
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "started": datetime.now().astimezone().isoformat(timespec="seconds"),
-            "slurm_job": slurm_job(),
-        }
+        holder = {**this_process(), "slurm_job": slurm_job()}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
         os.fsync(fd)
-
-    def _heartbeat_time(self) -> float:
-        try:
-            return self.path.stat().st_mtime
-        except OSError:
-            return 0.0
 
     def _beat(self) -> None:
         """Touch the file now and then, so other hosts can tell the run is alive."""
@@ -267,41 +253,12 @@ class RunLock:
                 os.utime(self.path)
 
 
-def _alive(holder: dict[str, Any]) -> bool:
-    """Whether the holder's pid runs on this host (used only where flock is missing)."""
-    try:
-        os.kill(int(holder.get("pid", -1)), 0)
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True
-
-
 def training_holder(run_dir: Path) -> str | None:
     """The run that holds ``run_dir`` now (host, pid, start), as its ``run.lock`` describes
-    it; None where none does. Read alone, neither locked nor written (an evaluation may
-    read a run it cannot write, and a flock taken to look would refuse a training starting
-    that moment): a description is left only by a holder, which empties it as it ends; one
-    of this host whose process is gone, or of another host whose heartbeat is older than
-    :data:`FOREIGN_STALE_S`, is a killed run's."""
-    lock = RunLock(run_dir)
-    holder = lock._read()
-    if not holder or holder.get("pid") == "?":  # "?": being written: a training starts
-        return _describe(holder) if holder else None
-    if holder.get("host") == socket.gethostname():
-        alive = _alive(holder)
-    else:
-        alive = time.time() - lock._heartbeat_time() <= FOREIGN_STALE_S
-    return _describe(holder) if alive else None
-
-
-def _describe(holder: dict[str, Any]) -> str:
-    text = (
-        f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
-        f"started {holder.get('started', '?')}"
-    )
-    return f"{text}, SLURM job {holder['slurm_job']}" if holder.get("slurm_job") else text
+    it; None where none does (:func:`~cloudlstm.rundir.holder.live_holder`: read alone,
+    neither locked nor written, as an evaluation may read a run it cannot write, and a
+    flock taken to look would refuse a training starting that moment)."""
+    return live_holder(Path(run_dir) / LOCK_FILE)
 
 
 # the directories this process holds beyond a block (hold(): train.py's, from before Hydra

@@ -1,0 +1,118 @@
+"""Who holds a run directory: the description a training leaves in its ``run.lock``
+(:mod:`cloudlstm.rundir.lock`), read without taking the lock, and whether its process
+still lives.
+
+Apart from the lock itself so that the run directory's layout
+(:func:`~cloudlstm.rundir.layout.check_run_dir`, which the lock's module imports) can
+tell a run that is starting, or has written no checkpoint yet, from a folder that is no
+run.
+
+A process is told by its pid and its start (:func:`process_start`): a pid alone is taken
+again by another process once its own has ended, and that one (a shell, an editor) would
+pass for the training. The flock itself, which the kernel drops with its process, is
+not asked: asking means taking it, and a training starting that moment would be refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+# a lock from another host whose heartbeat is older than this is stale: its holder stopped
+# touching it (killed, or its node died); 15 heartbeats, so a busy file server is no cause
+FOREIGN_STALE_S = 15 * 60.0
+# the boot's id (Linux): ticks since boot start again at every boot
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def process_start(pid: int) -> str | None:
+    """When process ``pid`` started, as this host's kernel tells it: ``<boot id>:<clock
+    ticks since boot>`` (``/proc/<pid>/stat``, field 22); the same pid taken again by
+    another process has another. None without ``/proc`` (not Linux), or no such process."""
+    try:
+        boot = BOOT_ID.read_text().strip()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    # the name (field 2) is in parentheses and may hold spaces: the fields after its ")"
+    # are 3 onwards
+    fields = stat.rpartition(")")[2].split()
+    return f"{boot}:{fields[19]}" if len(fields) > 19 else None
+
+
+def this_process() -> dict[str, Any]:
+    """The description of this process, as a training writes it into ``run.lock``."""
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "started": datetime.now().astimezone().isoformat(timespec="seconds"),
+        "process_start": process_start(os.getpid()),
+    }
+
+
+def read_holder(path: Path) -> dict[str, Any]:
+    """The description in the lock file ``path``; empty for a free lock (or none). One
+    being written this moment, or garbled, is ``?`` throughout."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    try:
+        holder = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError:
+        return {"host": "?", "pid": "?", "started": "?"}
+    return holder if isinstance(holder, dict) else {}
+
+
+def alive(holder: dict[str, Any]) -> bool:
+    """Whether the process a description of this host names still runs: its pid lives and
+    started when the description says (:func:`process_start`; a description without it,
+    from before it was written, or a host without ``/proc``: the pid alone)."""
+    try:
+        pid = int(holder.get("pid", -1))
+        os.kill(pid, 0)
+    except (ValueError, TypeError, ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        pass  # someone else's process: alive, and its start is still readable
+    recorded = holder.get("process_start")
+    now = process_start(pid) if recorded else None
+    return now is None or now == recorded
+
+
+def live_holder(path: Path) -> str | None:
+    """The training that holds the lock file ``path`` now (host, pid, start), described;
+    None where none does. Read alone, neither locked nor written: a description is left
+    only by a holder, which empties it as it ends; one of this host whose process is gone
+    (:func:`alive`), or of another host whose heartbeat (the file's mtime) is older than
+    :data:`FOREIGN_STALE_S`, is a killed run's."""
+    holder = read_holder(path)
+    if not holder or holder.get("pid") == "?":  # "?": being written: a training starts
+        return describe(holder) if holder else None
+    if holder.get("host") == socket.gethostname():
+        live = alive(holder)
+    else:
+        live = time.time() - heartbeat_time(path) <= FOREIGN_STALE_S
+    return describe(holder) if live else None
+
+
+def heartbeat_time(path: Path) -> float:
+    """When the holder of the lock file ``path`` last touched it (0 where there is none)."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def describe(holder: dict[str, Any]) -> str:
+    """A holder in words: host, pid, start, and its SLURM job where it has one."""
+    text = (
+        f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
+        f"started {holder.get('started', '?')}"
+    )
+    return f"{text}, SLURM job {holder['slurm_job']}" if holder.get("slurm_job") else text
