@@ -40,6 +40,7 @@ from tests.conftest import (
     TINY,
     compose_train,
     ctrl_c_as_in_a_terminal,
+    held_by_another_process,
     one_line,
     run_python,
     subprocess_env,
@@ -515,6 +516,54 @@ def test_a_run_still_training_is_evaluated_with_a_warning_and_recorded_so(
     evaluate(compose_eval(run, tmp_path / "after"))  # the lock let go: the training ended
     assert metrics(tmp_path / "after")["run_still_training"] is False
     assert not [r for r in caplog.records if "still training" in r.getMessage()]
+
+
+def test_a_run_starting_is_named_so_by_eval_py_and_predict_py(tmp_path):
+    """A training holds its run.lock from its start, and writes its config.yaml only once
+    its data are read: its folder was "not a run directory" meanwhile."""
+    run = tmp_path / "run"
+    with held_by_another_process(run) as trainer:
+        line = one_line(run_eval(f"run={run}"))
+        with pytest.raises(UserError) as err:
+            with_run_config(["predict.py", f"run={run}", "data.path=recent.csv"])
+    assert str(err.value) == line
+    assert line.startswith(
+        f"{run} is a run starting: its training (host {socket.gethostname()}, pid "
+        f"{trainer.pid}, started "
+    )
+    assert line.endswith(
+        "has not written its config.yaml yet. Wait until it has written a checkpoint (at its "
+        "first validation), or give another run."
+    )
+    with pytest.raises(UserError, match="is not a run directory: it has no config.yaml.$"):
+        with_run_config(["eval.py", f"run={run}"])  # its training gone
+
+
+def test_a_run_training_without_a_checkpoint_yet_says_so(cloud_run, tmp_path):
+    """Its config.yaml written, its first validation not come: the line said to use a run
+    that trained or ckpt=last, missing too; and with a step checkpoint alone, that the run
+    had stopped, and to train it on (which its lock refuses)."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    shutil.copy(cloud_run / "config.yaml", run)
+    with held_by_another_process(run) as trainer:
+        holder = f"its training (host {socket.gethostname()}, pid {trainer.pid}, started "
+        for ckpt in ("best", "last"):
+            with pytest.raises(UserError) as none:
+                evaluate(compose_eval(run, tmp_path / "eval", f"ckpt={ckpt}"))
+            assert str(none.value).startswith(f"No checkpoint in {run} yet: {holder}")
+            assert str(none.value).endswith(
+                "is still running and writes its first at its first validation. Wait for "
+                "that, or give another run."
+            )
+        shutil.copy(cloud_run / "checkpoints" / "last.ckpt", run / "checkpoints")
+        with pytest.raises(UserError) as no_best:
+            restore(run)  # as predict.py finds it
+    assert str(no_best.value).startswith(f"No best checkpoint in {run} yet: {holder}")
+    assert str(no_best.value).endswith(
+        "has not validated yet, which chooses one. Wait for its first validation, or take "
+        "its weights so far with ckpt=last."
+    )
 
 
 def test_an_evaluations_folder_given_as_the_run_names_the_run(cloud_run, tmp_path):

@@ -36,6 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from cloudlstm.errors import UserError, replacing
+from cloudlstm.rundir.holder import live_holder
 from cloudlstm.rundir.metrics_json import metrics_text, restored_metrics
 
 CONFIG_FILE = "config.yaml"
@@ -103,6 +104,7 @@ def check_run_dir(run_dir: object) -> Path:
     if not (run / CONFIG_FILE).is_file():
         if (run.parent / CONFIG_FILE).is_file():  # run=<run>/checkpoints, <run>/eval
             raise UserError(f"{run} is a folder of a run: give the run, run={run.parent}.")
+        _check_not_starting(run)
         raise UserError(f"{run} is not a run directory: it has no {CONFIG_FILE}.{_runs_in(run)}")
     config = read_run_config(run)
     if config.get("task_name") == "eval":
@@ -111,6 +113,23 @@ def check_run_dir(run_dir: object) -> Path:
             f"evaluated, run={_evaluated_run(run, config)}."
         )
     return run
+
+
+def _check_not_starting(run: Path) -> None:
+    """Refuse, as a run starting, a folder without its ``config.yaml`` whose ``run.lock`` a
+    live training holds: it takes the lock before it writes anything, and the config only
+    once its data are read.
+
+    Raises:
+        UserError: naming the training's process, and the ways on.
+    """
+    holder = live_holder(run / LOCK_FILE)
+    if holder is not None:
+        raise UserError(
+            f"{run} is a run starting: its training ({holder}) has not written its "
+            f"{CONFIG_FILE} yet. Wait until it has written a checkpoint (at its first "
+            "validation), or give another run."
+        )
 
 
 def _evaluated_run(evaluation: Path, config: DictConfig) -> Path:
@@ -272,6 +291,8 @@ def find_checkpoint(run: Path, ckpt: object) -> Path:
         found = _named_checkpoint(Path(ckpt).expanduser(), run)
     if found is None or not found.is_file():
         have = sorted(p.name for p in folder.glob("*.ckpt"))
+        if ckpt in CHOSEN_CHECKPOINTS:
+            _check_not_training(run, ckpt, have)
         if ckpt == "best" and resume_candidates(run):
             raise UserError(_no_best(run, folder, have))
         # the ways on, the one that found nothing left out: "ckpt=last" for a missing last
@@ -291,6 +312,31 @@ def _named_checkpoint(given: Path, run: Path) -> Path | None:
         return given
     places = (given, run / given, run / CHECKPOINT_DIR / given)
     return next((path for path in places if path.is_file()), None)
+
+
+def _check_not_training(run: Path, ckpt: str, have: list[str]) -> None:
+    """Refuse ``ckpt`` (best or last) missing from a run whose training still runs as not
+    written yet (rather than as a run that stopped, or never trained): its first
+    checkpoints come at its first validation, the best one only then.
+
+    Raises:
+        UserError: a live training holds ``run`` and has written no checkpoint, or for
+            ``best`` none a validation chose.
+    """
+    holder = live_holder(run / LOCK_FILE)
+    if holder is None:
+        return
+    if not have:
+        raise UserError(
+            f"No checkpoint in {run} yet: its training ({holder}) is still running and writes "
+            "its first at its first validation. Wait for that, or give another run."
+        )
+    if ckpt == "best" and resume_candidates(run):
+        raise UserError(
+            f"No best checkpoint in {run} yet: its training ({holder}) is still running and "
+            "has not validated yet, which chooses one. Wait for its first validation, or take "
+            "its weights so far with ckpt=last."
+        )
 
 
 def _no_best(run: Path, folder: Path, have: list[str]) -> str:
