@@ -319,8 +319,40 @@ def test_a_checkpoint_of_another_model_is_named(cloud_run, grid_run, tmp_path):
     old = torch.load(other, weights_only=False)
     old["PointCloudDataModule"] = {"scaler": old.pop(SPEC_KEY)["scaler"]}
     torch.save(old, tmp_path / "old.ckpt")
-    with pytest.raises(UserError, match=r"does not fit the run's CloudSeq2Seq model \(\S+ missing"):
+    with pytest.raises(
+        UserError, match=r"does not fit the run's CloudSeq2Seq model \(\S+ missing"
+    ) as err:
         evaluate(compose_eval(cloud_run, tmp_path / "eval", f"ckpt={tmp_path / 'old.ckpt'}"))
+    # where it trained, as it records it (it named a placeholder)
+    assert str(err.value).endswith(
+        f"Give a checkpoint of this run, or run={grid_run} (the checkpoint's run)."
+    )
+
+
+def test_another_models_checkpoint_copied_into_the_run_names_where_it_trained(
+    cloud_run, grid_run, tmp_path
+):
+    """A grid run's checkpoint copied into a CloudLSTM run's checkpoints/: the line ended in
+    a placeholder for the run to give, where the checkpoint records where it trained."""
+    run = tmp_path / "run"
+    shutil.copytree(cloud_run, run)
+    contents = torch.load(grid_run / metrics(grid_run)["checkpoint"], weights_only=False)
+    copy = run / "checkpoints" / "copied.ckpt"
+    said = "holds a CNN2D model, but the run's config builds a CloudSeq2Seq. Give a checkpoint "
+    for trained_in, named in (
+        (str(grid_run), f"run={grid_run} (the checkpoint's run)"),
+        (
+            str(tmp_path / "moved"),
+            "the checkpoint's run as run=<its run directory> (it trained in "
+            f"{tmp_path / 'moved'}, no run directory now)",
+        ),
+        (None, "the checkpoint's run as run=<its run directory>"),
+    ):
+        contents["hyper_parameters"]["output_dir"] = trained_in
+        torch.save(contents, copy)
+        with pytest.raises(UserError) as err:
+            evaluate(compose_eval(run, tmp_path / "eval", "ckpt=copied.ckpt"))
+        assert str(err.value) == f"{copy} {said}of this run, or {named}."
 
 
 def test_weights_from_outside_the_run_are_warned_of(cloud_run, tmp_path, caplog):

@@ -25,6 +25,7 @@ from cloudlstm.errors import UserError, locate
 from cloudlstm.models.build import neighbours_needed, neighbours_setting, reads_given_graph
 from cloudlstm.models.options import parameters_of
 from cloudlstm.rundir.checkpoints import check_checkpoint
+from cloudlstm.rundir.layout import CONFIG_FILE, checkpoint_run
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,38 @@ class TrainedCheckpoint:
                 "(`python train.py ...` with the same settings) to forecast with it."
             )
         return self.spec
+
+    def trained_in(self) -> str | None:
+        """The run directory the checkpoint's training wrote to, as its hyperparameters
+        name it (where it trained: a run moved since is elsewhere); None where it names
+        none."""
+        stored = self.contents.get("hyper_parameters") or {}
+        run = stored.get("output_dir")
+        return None if run is None else str(run)
+
+    def trained_run(self) -> Path | None:
+        """The run directory the checkpoint trained in (:meth:`trained_in`) while it still
+        is one, and is not the one the file lies in now: that one is trained anew since
+        (another model), or the file was copied into a run that is not its own."""
+        trained = self.trained_in()
+        if trained is None or not (Path(trained) / CONFIG_FILE).is_file():
+            return None
+        here = checkpoint_run(self.path)
+        return None if here is not None and here.samefile(trained) else Path(trained)
+
+    def its_run(self, holder: Path | None = None) -> str:
+        """How a message names the run to give for this checkpoint (after "Give" or "or"):
+        ``run=<dir> (the checkpoint's run)`` for ``holder`` (another run directory that
+        holds the file, where the caller found one), else for the run it trained in
+        (:meth:`trained_run`); else a placeholder, saying where it trained where that is no
+        run directory now (moved or deleted)."""
+        run = holder or self.trained_run()
+        if run is not None:
+            return f"run={run} (the checkpoint's run)"
+        trained = self.trained_in()
+        gone = trained is not None and not (Path(trained) / CONFIG_FILE).is_file()
+        where = f" (it trained in {trained}, no run directory now)" if gone else ""
+        return f"the checkpoint's run as run=<its run directory>{where}"
 
 
 def restore_scaling(datamodule: Any, trained: TrainedCheckpoint) -> None:
@@ -350,7 +383,7 @@ def check_same_model(built: str, trained: TrainedCheckpoint) -> None:
     if stored is not None and stored != built:
         raise UserError(
             f"{trained.path} holds a {stored} model, but the run's config builds a {built}. "
-            "Give a checkpoint of this run, or run=<the checkpoint's run directory>."
+            f"Give a checkpoint of this run, or {trained.its_run()}."
         )
 
 
@@ -428,7 +461,7 @@ def load_weights(
     if differences:
         raise UserError(
             f"{path} does not fit the run's {built} model ({differences}). Give a checkpoint "
-            "of this run, or run=<the checkpoint's run directory>."
+            f"of this run, or {trained.its_run()}."
         )
     module.load_state_dict(checkpoint["state_dict"])
     module.on_load_checkpoint(checkpoint)

@@ -54,17 +54,16 @@ def check_run_checkpoint(
         return
     differences = _setting_differences(cfg.get("module"), trained)
     differences += _description_differences(folder, trained)
-    fix = (
-        f"Give run={_checkpoint_run(trained)} (the checkpoint's run), or a checkpoint of "
-        f"{run}: ckpt=best, ckpt=last."
-    )
+    other = checkpoint_run(trained.path)
+    if other is not None and other.resolve() == run.resolve():
+        other = None  # the run's own folder, not checkpoints/ (SLURM's hpc_ckpt_<n>.ckpt)
+    fix = f"Give {trained.its_run(other)}, or a checkpoint of {run}: ckpt=best, ckpt=last."
     if differences:
         raise UserError(
             f"{trained.path} is no checkpoint of the run {run}: it differs from the run's in "
             f"{' and '.join(differences)}, so its {results} would not be the run's. {fix}"
         )
-    other = checkpoint_run(trained.path)
-    if other is not None and other.resolve() != run.resolve():
+    if other is not None:
         raise UserError(
             f"{trained.path} is a checkpoint of the run {other}, not of {run}: its {results} "
             f"would be filed under {run}'s name and config. {fix}"
@@ -125,19 +124,3 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
     return bool(a == b)
-
-
-def trained_in(trained: TrainedCheckpoint) -> str | None:
-    """The run directory the checkpoint's training wrote to, as its hyperparameters name
-    it (where it trained: a run moved since is elsewhere); None where it names none."""
-    stored = trained.contents.get("hyper_parameters") or {}
-    run = stored.get("output_dir")
-    return None if run is None else str(run)
-
-
-def _checkpoint_run(trained: TrainedCheckpoint) -> str:
-    """The run directory that wrote ``trained``: the one holding it
-    (:func:`~cloudlstm.rundir.layout.checkpoint_run`), else the one its hyperparameters
-    name, else a placeholder."""
-    run = checkpoint_run(trained.path) or trained_in(trained)
-    return str(run or "<the checkpoint's run directory>")

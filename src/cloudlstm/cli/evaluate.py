@@ -37,7 +37,7 @@ from cloudlstm.assembly.evaluated_data import (
     warn_test_seen,
 )
 from cloudlstm.assembly.known_keys import check_known_keys
-from cloudlstm.assembly.run_checkpoint import check_run_checkpoint, trained_in
+from cloudlstm.assembly.run_checkpoint import check_run_checkpoint
 from cloudlstm.assembly.source_options import saved_url_left_out
 from cloudlstm.cli.process_group import launched_processes
 from cloudlstm.cli.sigterm_at_start import line_by_file
@@ -269,11 +269,11 @@ def evaluation_stop_line(output_dir: Path) -> Callable[[], str]:
 
 def _trained_in(trained: TrainedCheckpoint | None, recorded: str | None) -> str | None:
     """The run directory the training of a checkpoint from outside the run wrote to
-    (:func:`~cloudlstm.assembly.run_checkpoint.trained_in`), so that its results tell
-    whose weights they are; None for the run's own checkpoint, or none."""
+    (:meth:`~cloudlstm.assembly.checkpoint_fit.TrainedCheckpoint.trained_in`), so that its
+    results tell whose weights they are; None for the run's own checkpoint, or none."""
     if trained is None or recorded is None or not Path(recorded).is_absolute():
         return None
-    return trained_in(trained)
+    return trained.trained_in()
 
 
 def _training_run(run: Path) -> dict[str, Any] | None:
