@@ -10,6 +10,8 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +34,7 @@ from cloudlstm.data.spec import SPEC_KEY
 from cloudlstm.data.transforms import normalize_coords, scale_coords
 from cloudlstm.errors import UserError
 from cloudlstm.forecast import Forecaster
-from cloudlstm.rundir.layout import CONFIG_END, CONFIG_HEADER
+from cloudlstm.rundir.layout import CONFIG_END, CONFIG_HEADER, find_checkpoint
 from cloudlstm.rundir.lock import RunLock
 from cloudlstm.rundir.stops import RunInterrupted
 from tests.conftest import (
@@ -521,6 +523,40 @@ def test_a_finished_run_whose_tested_checkpoint_is_gone_says_so_for_ckpt_best(cl
             f"tested, as its metrics.json says), is gone: {run / 'checkpoints'} holds {left}. "
             "Give another: ckpt=last, a file's name in that folder or the path of a .ckpt file."
         )
+
+
+@contextmanager
+def files_opened() -> Iterator[list[str]]:
+    """The files this process opens within the block, by the interpreter's "open" audit
+    event (a hook cannot be removed: it is left listening to nothing)."""
+    opened: list[str] = []
+    listening = [True]
+
+    def hook(event: str, args: tuple) -> None:
+        if listening[0] and event == "open" and isinstance(args[0], str | Path):
+            opened.append(str(args[0]))
+
+    sys.addaudithook(hook)
+    try:
+        yield opened
+    finally:
+        listening[0] = False
+
+
+def test_ckpt_best_reads_metrics_json_once(cloud_run, tmp_path):
+    """It was read to find the tested checkpoint, again to tell whether one was named, and a
+    third time to name it where it was gone."""
+    run = tmp_path / "run"
+    shutil.copytree(cloud_run, run)
+    results = metrics(run)
+    tested = run / results["checkpoint"]
+    for named, gone in ((None, False), (results["checkpoint"], True)):
+        (run / "metrics.json").write_text(json.dumps({**results, "checkpoint": named}))
+        if gone:
+            tested.unlink()
+        with files_opened() as opened, pytest.raises(UserError) if gone else nullcontext():
+            find_checkpoint(run, "best")
+        assert [p for p in opened if Path(p).name == "metrics.json"] == [str(run / "metrics.json")]
 
 
 def test_a_run_still_training_is_evaluated_with_a_warning_and_recorded_so(

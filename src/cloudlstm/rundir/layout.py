@@ -281,9 +281,10 @@ def find_checkpoint(run: Path, ckpt: object) -> Path:
     ckpt = path_option(ckpt, "ckpt", "best, last or the path of a .ckpt")
     if ckpt == "best":
         newest = max(folder.glob(BEST_CHECKPOINTS), key=lambda p: p.stat().st_mtime, default=None)
-        found = _tested_checkpoint(run)
-        if found is None and (read_metrics(run) or {}).get("checkpoint"):
-            raise UserError(_best_gone(run, folder))
+        tested = (read_metrics(run) or {}).get("checkpoint")  # read once
+        found = _tested_checkpoint(run, tested)
+        if found is None and tested:
+            raise UserError(_best_gone(run, folder, tested))
         found = found or newest
     elif ckpt == "last":
         found = last_checkpoint(run)
@@ -348,10 +349,10 @@ def _no_best(run: Path, folder: Path, have: list[str]) -> str:
     )
 
 
-def _best_gone(run: Path, folder: Path) -> str:
-    """Why ``best`` of a run whose tested checkpoint (``metrics.json``) is no longer there
-    is refused, rather than another ``epoch_*.ckpt`` taken for it, and the ways on."""
-    tested = read_metrics(run)["checkpoint"]
+def _best_gone(run: Path, folder: Path, tested: str) -> str:
+    """Why ``best`` of a run whose tested checkpoint (``tested``, as its ``metrics.json``
+    names it) is no longer there is refused, rather than another ``epoch_*.ckpt`` taken for
+    it, and the ways on."""
     have = sorted(p.name for p in folder.glob("*.ckpt"))
     last = ["ckpt=last"] if last_checkpoint(run).is_file() else []
     ways = ", ".join([*last, "a file's name in that folder or the path of a .ckpt file"])
@@ -362,14 +363,14 @@ def _best_gone(run: Path, folder: Path) -> str:
     )
 
 
-def _tested_checkpoint(run: Path) -> Path | None:
-    """The checkpoint ``metrics.json`` says was tested, in this run directory wherever it is.
+def _tested_checkpoint(run: Path, tested: str | None) -> Path | None:
+    """The checkpoint ``tested`` that ``metrics.json`` says was tested, in this run
+    directory wherever it is (None where it names none, or it is gone).
 
     ``metrics.json`` names it relative to the run directory (:func:`in_run`). An older one
     names it by its absolute path, which in a copied or moved run is the original's file:
     the file of that name in this run's ``checkpoints/`` comes first, that path only after.
     """
-    tested = (read_metrics(run) or {}).get("checkpoint")
     if not tested:
         return None
     recorded = Path(tested)
