@@ -559,6 +559,28 @@ def test_ckpt_best_reads_metrics_json_once(cloud_run, tmp_path):
         assert [p for p in opened if Path(p).name == "metrics.json"] == [str(run / "metrics.json")]
 
 
+def test_a_damaged_last_checkpoint_is_not_told_to_take_ckpt_last(cloud_run, tmp_path):
+    """last.ckpt cut short: eval.py and a forecast said to take another checkpoint,
+    ckpt=best or ckpt=last, the one given among them."""
+    run = tmp_path / "run"
+    shutil.copytree(cloud_run, run)
+    last = run / "checkpoints" / "last.ckpt"
+    with open(last, "r+b") as file:
+        file.truncate(last.stat().st_size // 2)
+    with pytest.raises(UserError) as evaluated:
+        evaluate(compose_eval(run, tmp_path / "eval", "ckpt=last"))
+    assert str(evaluated.value).startswith(f"Checkpoint {last} does not match its SHA-256")
+    assert str(evaluated.value).endswith(
+        "Evaluate another checkpoint: ckpt=best or a .ckpt written by training."
+    )
+    with pytest.raises(UserError) as forecast:
+        Forecaster.load(run, ckpt="last", device="cpu")
+    assert str(forecast.value).endswith(
+        "Forecast with another checkpoint of the run: ckpt=best or the path of a .ckpt that "
+        "training wrote."
+    )
+
+
 def test_a_run_still_training_is_evaluated_with_a_warning_and_recorded_so(
     cloud_run, tmp_path, caplog
 ):

@@ -57,11 +57,6 @@ __all__ = ["FILLED_COLUMN", "Forecaster", "TimeReading", "check_device"]
 log = logging.getLogger(__name__)
 
 
-# what to do about a checkpoint that cannot be read
-OTHER_CHECKPOINT = (
-    "Forecast with another checkpoint of the run: ckpt=best, ckpt=last or the path of a .ckpt "
-    "that training wrote."
-)
 # the kinds of device a forecast runs on (torch knows more, none of which runs a model here)
 DEVICE_KINDS = ("cpu", "cuda", "mps")
 
@@ -106,6 +101,16 @@ def check_device(device: object) -> str | None:
             f"{', '.join(here)}."
         )
     return text
+
+
+def _other_checkpoint(ckpt: object) -> str:
+    """What to do about the checkpoint ``ckpt`` where it cannot be read: another one."""
+    from cloudlstm.rundir.layout import other_chosen  # as _parameter_free: on use
+
+    return (
+        f"Forecast with another checkpoint of the run: {other_chosen(ckpt)} or the path of a "
+        ".ckpt that training wrote."
+    )
 
 
 def _parameter_free(run: Path) -> UserError | None:
@@ -207,7 +212,7 @@ class Forecaster:
         _check_path("ckpt", ckpt, '"best", "last" or the path of a .ckpt')
 
         try:
-            module, path = restore(run_dir, ckpt, check_device(device), OTHER_CHECKPOINT)
+            module, path = restore(run_dir, ckpt, check_device(device), _other_checkpoint(ckpt))
         except UserError as err:
             raise _parameter_free(Path(run_dir)) or err from None
         return cls(module, path)

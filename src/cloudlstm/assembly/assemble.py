@@ -64,7 +64,12 @@ from cloudlstm.engine.loggers import finish_wandb
 from cloudlstm.engine.module import ForecastModule
 from cloudlstm.models.build import build_model, with_sizes
 from cloudlstm.report.dashboard import define_wandb_metrics
-from cloudlstm.rundir.layout import check_run_dir, find_checkpoint, read_run_config
+from cloudlstm.rundir.layout import (
+    check_run_dir,
+    find_checkpoint,
+    other_chosen,
+    read_run_config,
+)
 
 log = logging.getLogger(__name__)
 
@@ -176,14 +181,16 @@ def assemble(
     )
 
 
-def read_evaluated(path: Path) -> TrainedCheckpoint:
-    """The checkpoint at ``path``, read once for an evaluation.
+def read_evaluated(path: Path, ckpt: object = None) -> TrainedCheckpoint:
+    """The checkpoint at ``path`` (``ckpt=`` as given, where it was), read once for an
+    evaluation.
 
     Raises:
-        UserError: it cannot be read, naming the checkpoints an evaluation takes.
+        UserError: it cannot be read, naming the other checkpoints an evaluation takes.
     """
     return TrainedCheckpoint.read(
-        path, "Evaluate another checkpoint: ckpt=best, ckpt=last or a .ckpt written by training."
+        path,
+        f"Evaluate another checkpoint: {other_chosen(ckpt)} or a .ckpt written by training.",
     )
 
 

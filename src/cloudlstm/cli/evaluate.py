@@ -98,7 +98,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
             path,
             run,
         )
-    trained = None if path is None else read_evaluated(path)
+    trained = None if path is None else read_evaluated(path, cfg.ckpt)
     if trained is not None:  # before the data load (minutes): results filed under the run
         check_run_checkpoint(run, run_cfg, trained, "test results")
     trained_data = read_data_summary(run)

@@ -296,14 +296,18 @@ def find_checkpoint(run: Path, ckpt: object) -> Path:
             _check_not_training(run, ckpt, have)
         if ckpt == "best" and resume_candidates(run):
             raise UserError(_no_best(run, folder, have))
-        # the ways on, the one that found nothing left out: "ckpt=last" for a missing last
-        others = ", ".join(f"ckpt={c}" for c in ("best", "last") if c != ckpt)
         raise UserError(
             f"No checkpoint {ckpt!r} in {run} ({folder} holds {have or 'no .ckpt files'}): "
-            f"use a run that trained, {others}, a file's name in that folder or the path of "
-            "a .ckpt file."
+            f"use a run that trained, {other_chosen(ckpt)}, a file's name in that folder or "
+            "the path of a .ckpt file."
         )
     return found
+
+
+def other_chosen(ckpt: object) -> str:
+    """``ckpt=best, ckpt=last`` less the one ``ckpt`` is: the ways on that a message about
+    a checkpoint missing or damaged offers (not ``ckpt=last`` for a missing last)."""
+    return ", ".join(f"ckpt={c}" for c in CHOSEN_CHECKPOINTS if c != str(ckpt))
 
 
 def _named_checkpoint(given: Path, run: Path) -> Path | None:
