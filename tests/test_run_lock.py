@@ -182,6 +182,14 @@ def test_a_run_directory_that_cannot_be_made_is_one_line_naming_it(tmp_path):
         r"file or directory \(/proc/no_such_run\)\. Name a folder",
     ):
         RunLock("/proc/no_such_run").acquire()  # procfs makes no folder
+    # a folder that is there, where no file can be made (as on a read-only file system): it
+    # said it could not make the folder
+    with pytest.raises(UserError) as err:
+        RunLock("/proc/self").acquire()
+    assert str(err.value) == (
+        "Cannot write in the directory /proc/self: No such file or directory "
+        "(/proc/self/run.lock). Name a folder you can write with hydra.run.dir=<dir>."
+    )
 
 
 @pytest.mark.parametrize("sweep", [False, True], ids=["run", "sweep"])

@@ -356,8 +356,10 @@ def _cannot_make(path: Path, setting: str, err: OSError) -> UserError:
         if blocker is not None
         else f"{err.strerror or err} ({err.filename or path})"
     )
+    # a folder that is there failed for a file in it (run.lock): a read-only run, say
+    verb = "write in" if path.is_dir() else "make"
     return UserError(
-        f"Cannot make the directory {path}: {why}. Name a folder you can write with "
+        f"Cannot {verb} the directory {path}: {why}. Name a folder you can write with "
         f"{setting}=<dir>."
     )
 
