@@ -91,7 +91,8 @@ def check_run_dir(run_dir: object) -> Path:
     """``run_dir`` as a path, checked to be a run directory (it has the run's config.yaml).
 
     Raises:
-        UserError: it is no path (:func:`path_option`), does not exist, is a file, or is
+        UserError: it is no path (:func:`path_option`), does not exist, is a file, is a
+            run starting (its training holds it and has not written its config yet), or is
             not a run directory.
     """
     run = Path(path_option(run_dir, "run", "<run dir>")).expanduser()
@@ -274,8 +275,9 @@ def find_checkpoint(run: Path, ckpt: object) -> Path:
     wherever it was copied or moved.
 
     Raises:
-        UserError: there is no such checkpoint (the tested one gone, for ``best``), or
-            ``ckpt`` is no path (:func:`path_option`).
+        UserError: there is no such checkpoint (the tested one gone, for ``best``; not
+            written yet, by a training still running), or ``ckpt`` is no path
+            (:func:`path_option`).
     """
     folder = run / CHECKPOINT_DIR
     ckpt = path_option(ckpt, "ckpt", "best, last or the path of a .ckpt")
@@ -320,9 +322,9 @@ def _named_checkpoint(given: Path, run: Path) -> Path | None:
 
 
 def _check_not_training(run: Path, ckpt: str, have: list[str]) -> None:
-    """Refuse ``ckpt`` (best or last) missing from a run whose training still runs as not
-    written yet (rather than as a run that stopped, or never trained): its first
-    checkpoints come at its first validation, the best one only then.
+    """Where ``ckpt`` (best or last) is missing from a run whose training still runs,
+    refuse it as not written yet, rather than as of a run that stopped or never trained:
+    the first checkpoints come at the first validation, the best one only then.
 
     Raises:
         UserError: a live training holds ``run`` and has written no checkpoint, or for
