@@ -568,6 +568,9 @@ def test_bad_coordinates(tmp_path):
     df.loc[df["id"] == "st2", ["x", "y"]] = np.nan
     with pytest.raises(ValueError, match=r"\['st2'\] have no coordinates"):
         LongFormatSource(write(tmp_path, df)).load()
+    df.loc[df["id"] == "st2", "x"] = 1.0  # its x, never its y: named
+    with pytest.raises(ValueError, match=r"\['st2'\] have no y in any row \(coordinate col"):
+        LongFormatSource(write(tmp_path, df)).load()
     df["x"] = df["x"].astype(object)
     df.loc[df["id"] == "st2", "x"] = "left"
     with pytest.raises(

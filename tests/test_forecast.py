@@ -526,6 +526,29 @@ def test_new_point_and_missing_snapshot_rows_for_cloudlstm(points_run, forecaste
     np.testing.assert_allclose(out.loc[out["id"] == "q9", ["x", "y"]].to_numpy(), 5.0)
 
 
+@pytest.mark.parametrize(
+    ("x", "y", "lacks"),
+    [
+        (np.nan, np.nan, r"have no coordinates in any row \(columns \['x', 'y'\]\)"),
+        # a history of fewer coordinates than the run's (2-D rows for a run of 3-D ones)
+        (5.0, np.nan, r"have no y in any row \(coordinate columns \['x', 'y'\], all needed\)"),
+        ([5.0, np.nan] * 100, [np.nan, 5.0] * 100, r"have no row that gives all of their coo"),
+    ],
+    ids=["none", "no-y", "never-together"],
+)
+def test_a_new_point_that_cannot_be_placed_is_told_what_it_lacks(
+    points_run, forecaster, x, y, lacks
+):
+    """Not "no coordinates" for a point whose x is in every row."""
+    df = history(points_run)
+    rows = df[df["id"] == "p0"]
+    n = len(rows)
+    new = rows.assign(id="q9", x=np.resize(x, n), y=np.resize(y, n))
+    with pytest.raises(UserError, match=rf"^the history: new point\(s\) \['q9'\] {lacks}") as err:
+        forecaster.forecast(pd.concat([df, new]))
+    assert str(err.value).endswith("give each new point its location.")
+
+
 def test_a_point_without_readings_of_its_own_is_forecast_with_one_warning(
     points_run, forecaster, caplog
 ):

@@ -41,7 +41,7 @@ from cloudlstm.data.sources.bad_values import (
     index_row_names,
     row_names_through,
 )
-from cloudlstm.data.sources.long_format import SAME_PLACE, _moving_points, _spans
+from cloudlstm.data.sources.long_format import SAME_PLACE, _moving_points, _spans, unplaced
 from cloudlstm.data.sources.tables import (
     ROW_COORDINATES_FIX,
     LongGrid,
@@ -929,12 +929,10 @@ def _coordinates(
         track = fill_gaps_causally(pos)[0]
         return track[-1], track, given
     training = dict(zip(info.point_ids, info.coords, strict=True))
-    unknown = [p for p in lacking if p not in training]
+    unknown = [n for n, p in enumerate(ids) if p in lacking and p not in training]
     if unknown:
-        raise UserError(
-            f"{what}: new point(s) {unknown[:5]} have no coordinates ({info.coord_cols}) in any "
-            "row; give each new point its location."
-        )
+        lacks = unplaced(pos[:, unknown], [ids[n] for n in unknown], info.coord_cols)
+        raise UserError(f"{what}: new {lacks}; give each new point its location.")
     _refuse_moving(pos, located, ids, info, times, what)
     coords = pos[located.argmax(axis=0), np.arange(len(ids))]
     for n in np.flatnonzero(~located.any(axis=0)):

@@ -121,6 +121,29 @@ LITTLE_MOTION = 0.01
 RARE_MOTION = 0.01
 
 
+def unplaced(pos: np.ndarray, ids: Sequence[str], cols: Sequence[str]) -> str:
+    """What the points ``ids`` lack to be placed, from their positions ``pos (T, n, L)``
+    (NaN where not given): ``point(s) [...] have no coordinates (columns [...]) in any row``,
+    or, where some of their columns are given, which ones never are (a 2-D history for a
+    run of 3-D positions: "no coordinates" would send the reader to the columns they gave),
+    or that no row gives all of them at once."""
+    given = np.isfinite(pos)  # (T, n, L)
+    never = ~given.any(axis=0)  # (n, L)
+    shown = list(ids[:5])
+    if never.all():
+        return f"point(s) {shown} have no coordinates in any row (columns {list(cols)})"
+    absent = [c for c, gone in zip(cols, never.any(axis=0), strict=True) if gone]
+    if absent:
+        return (
+            f"point(s) {shown} have no {', '.join(absent)} in any row (coordinate columns "
+            f"{list(cols)}, all needed)"
+        )
+    return (
+        f"point(s) {shown} have no row that gives all of their coordinates (columns "
+        f"{list(cols)}): each row gives only some of them"
+    )
+
+
 def _spans(pos: np.ndarray) -> np.ndarray:
     """``(N, L)``: how far each point's known coordinates ``pos (T, N, L)`` range."""
     with warnings.catch_warnings():  # all-NaN slices were refused before
@@ -411,11 +434,12 @@ class LongFormatSource(UnitsGiven, CachedSource):
         (NaN gaps, filled later) for moving ones, as ``moving`` asks or the rows show."""
         pos = grid.scatter(positions)  # (T, N, L), NaN where no row or an empty cell
         known = np.isfinite(pos).all(axis=2)  # (T, N)
-        lost = [grid.point_ids[i] for i in np.flatnonzero(~known.any(axis=0))]
-        if lost:
+        lost = np.flatnonzero(~known.any(axis=0))
+        if len(lost):
+            ids = [grid.point_ids[i] for i in lost]
             raise UserError(
-                f"{what}: point(s) {lost[:5]} have no coordinates in any row (columns "
-                f"{self.coord_cols}). Every point needs a location in at least one row."
+                f"{what}: {unplaced(pos[:, lost], ids, self.coord_cols)}. Every point needs "
+                "a location in at least one row."
             )
         spans, extent = _spans(pos), _extent(pos)
         moves = _moving_points(spans, extent)
