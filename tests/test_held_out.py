@@ -110,6 +110,14 @@ def test_a_fraction_or_count_is_drawn_with_its_seed_and_ids_are_named():
     [
         (1.5, 0, r"data.holdout_points=1.5: use a fraction in \(0, 1\)"),
         (0, 0, r"data.holdout_points=0: use a fraction"),
+        # not "use ... a number of points >= 1", which 3.0 is: say how to write it
+        (
+            3.0,
+            0,
+            r"^data.holdout_points=3.0 is no fraction in \(0, 1\): .*write it whole, "
+            r"data.holdout_points=3\.$",
+        ),
+        (1.0, 0, r"data.holdout_points=1.0 is no fraction in \(0, 1\): a fraction of 1 or "),
         (True, 0, r"data.holdout_points=True: use a fraction"),
         ("p1", 0, r"data.holdout_points='p1': use a fraction"),
         ([], 0, r"holds out no point"),

@@ -245,6 +245,13 @@ def _checked_points(points: Any) -> float | int | tuple[str, ...]:
     )
     if isinstance(points, bool):
         raise UserError(f"data.holdout_points={points!r}: {usage}.")
+    if isinstance(points, float) and points >= 1 and points.is_integer():
+        # 3.0 reads as a count; a fraction of 1 or more would hold out every point
+        raise UserError(
+            f"data.holdout_points={points} is no fraction in (0, 1): a fraction of 1 or more "
+            f"would hold out every point; for a number of points write it whole, "
+            f"data.holdout_points={int(points)}."
+        )
     if isinstance(points, int | float):
         if (isinstance(points, int) and points < 1) or (
             isinstance(points, float) and not 0 < points < 1
