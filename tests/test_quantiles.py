@@ -139,8 +139,16 @@ def test_keep_order_clips_outwards_from_the_centre() -> None:
 @pytest.mark.parametrize(
     ("value", "fragment"),
     [
-        ([0.1, 1.2], "module.quantiles=[0.1,1.2]: give distinct levels strictly between 0 and 1"),
-        ([0.5, 0.5], "module.quantiles=[0.5,0.5]"),
+        ([0.1, 1.2], "module.quantiles=[0.1,1.2]: 1.2 outside (0, 1): give distinct levels "),
+        ([0.5, 0.5], "module.quantiles=[0.5,0.5]: 0.5 given twice: give distinct levels"),
+        # the levels at fault named, in a list long enough to miss them
+        ([0.1, 0.25, 0.5, 0.5, 0.9], "module.quantiles=[0.1,0.25,0.5,0.5,0.9]: 0.5 given twice:"),
+        (
+            [10, 50, 90],
+            "module.quantiles=[10,50,90]: 10, 50, 90 outside (0, 1) (percentages? "
+            "module.quantiles=[0.1,0.5,0.9]): give distinct levels strictly between 0 and 1",
+        ),
+        ([0, 0.5, 1], "module.quantiles=[0,0.5,1]: 0, 1 outside (0, 1): give distinct"),
         (["a"], "module.quantiles=['a']: 'a' is text, not a number: give distinct levels"),
         ("0.5", "module.quantiles='0.5': '0.5' is text, not a number: give distinct levels"),
         (
@@ -607,7 +615,8 @@ def test_train_py_refuses_bad_levels_in_one_line(tmp_path):
     )
     assert done.returncode == 1, done.stderr[-3000:]
     message = (
-        "module.quantiles=[0.1,1.5]: give distinct levels strictly between 0 and 1, e.g. "
+        "module.quantiles=[0.1,1.5]: 1.5 outside (0, 1): give distinct levels strictly "
+        "between 0 and 1, e.g. "
         "module.quantiles=[0.1,0.5,0.9] (null: point forecasts only)."
     )
     assert one_line(done) == message

@@ -31,6 +31,8 @@ def check_quantiles(value: Any) -> tuple[float, ...]:
         if strays:  # named: the list shows '0.9' quoted, but a reader may miss the quotes
             kind = "text, not a number" if isinstance(strays[0], str) else "not a number"
             stray = f"{_item(strays[0])} is {kind}: "
+        else:
+            stray = _level_faults(numbers)
         raise UserError(
             f"module.quantiles={_shown(value)}: {stray}give distinct levels strictly between "
             "0 and 1, e.g. module.quantiles=[0.1,0.5,0.9] (null: point forecasts only)."
@@ -44,6 +46,22 @@ def check_quantiles(value: Any) -> tuple[float, ...]:
         )
     _check_spacing(levels, value)
     return tuple(levels)
+
+
+def _level_faults(numbers: list[float]) -> str:
+    """Which of ``numbers`` are no levels, named as a reader finds them in a long list:
+    those outside (0, 1) (percentages written whole shown as levels) and those given twice,
+    followed by ``: ``."""
+    outside = [v for v in numbers if not 0 < v < 1]
+    twice = [v for i, v in enumerate(numbers) if v in numbers[:i] and v not in numbers[i + 1 :]]
+    faults = []
+    if outside:
+        faults.append(f"{', '.join(_item(v) for v in outside)} outside (0, 1)")
+        if all(1 <= v < 100 for v in numbers):  # 10, 50, 90: percentages
+            faults[-1] += f" (percentages? module.quantiles={_shown([v / 100 for v in numbers])})"
+    if twice:
+        faults.append(f"{', '.join(_item(v) for v in twice)} given twice")
+    return "; ".join(faults) + ": "
 
 
 def quantiles_setting(value: Any) -> Any:
