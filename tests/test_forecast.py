@@ -549,6 +549,28 @@ def test_a_new_point_that_cannot_be_placed_is_told_what_it_lacks(
     assert str(err.value).endswith("give each new point its location.")
 
 
+def test_a_z_column_given_to_a_run_of_2d_positions_is_warned_of(points_run, forecaster, caplog):
+    """Two new sites apart only in z get one forecast: said, not dropped unsaid; an empty
+    z column (a table's spare column) is not warned of."""
+    df = history(points_run)
+    rows = df[df["id"] == "p0"]
+    sites = pd.concat([rows.assign(id="low", z=0.0), rows.assign(id="high", z=900.0)])
+    with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.forecast_input"):
+        out = forecaster.forecast(pd.concat([df.assign(z=np.nan), sites]))
+    warned = [r.getMessage() for r in caplog.records if "does not read" in r.getMessage()]
+    assert warned == [
+        "the history has coordinate column(s) z that the run does not read: it places points "
+        "by its 2-D training coordinates x, y alone, so points apart only in z get one "
+        "forecast. Leave it out, or train a run on those coordinates (data.source.coord_cols)."
+    ]
+    by_id = out.set_index(["horizon", "id"])[CHANNELS]
+    np.testing.assert_array_equal(by_id.xs("low", level="id"), by_id.xs("high", level="id"))
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.forecast_input"):
+        forecaster.forecast(df.assign(z=np.nan))
+    assert not [r for r in caplog.records if "does not read" in r.getMessage()]
+
+
 def test_a_point_without_readings_of_its_own_is_forecast_with_one_warning(
     points_run, forecaster, caplog
 ):

@@ -61,7 +61,7 @@ from cloudlstm.data.sources.times import (
     parse_times,
     time_zone,
 )
-from cloudlstm.data.spec import DataSpec
+from cloudlstm.data.spec import DEFAULT_COORD_COLS, DataSpec
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.data.transforms import scale_coords
 from cloudlstm.errors import UserError
@@ -468,6 +468,8 @@ def build_input(
     )
     long = long_history(df, info, what, mode, row_names)
     given_long = long is df  # its rows are the table's, not a wide table's melted cells
+    if given_long:
+        _warn_unread_coordinates(df, info, what)
     own_rows = long_rows(df, info)
     long_names = _long_row_names(df, long, own_rows, row_names)
     table = parse_history(long, info, what, reading, long_names)
@@ -768,6 +770,29 @@ def _warn_unread_steps(raw: np.ndarray, info: DataSpec, times: pd.DatetimeIndex,
         shown,
         " ..." if len(empty) > 3 else "",
         len(read) - len(empty),
+    )
+
+
+def _warn_unread_coordinates(df: pd.DataFrame, info: DataSpec, what: str) -> None:
+    """One warning for a column of ``df`` named as a coordinate (``x``, ``y``, ``z``) that
+    the run neither places points by nor reads as a channel, where it holds values: 3-D
+    positions given to a run of 2-D ones would otherwise lose their ``z`` unsaid, and sites
+    apart only in it get one forecast."""
+    read = {*info.coord_cols, *info.read_channels, info.time_col, info.id_col}
+    unread = [c for c in DEFAULT_COORD_COLS if c in df.columns and c not in read]
+    unread = [c for c in unread if df[c].notna().any()]
+    if not unread:
+        return
+    log.warning(
+        "%s has coordinate column(s) %s that the run does not read: it places points by its "
+        "%d-D training coordinates %s alone, so points apart only in %s get one forecast. "
+        "Leave %s out, or train a run on those coordinates (data.source.coord_cols).",
+        what,
+        ", ".join(unread),
+        info.num_dims,
+        ", ".join(info.coord_cols),
+        ", ".join(unread),
+        "it" if len(unread) == 1 else "them",
     )
 
 
