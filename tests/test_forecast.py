@@ -571,6 +571,24 @@ def test_a_z_column_given_to_a_run_of_2d_positions_is_warned_of(points_run, fore
     assert not [r for r in caplog.records if "does not read" in r.getMessage()]
 
 
+def test_a_new_point_whose_rows_end_before_the_steps_read_is_warned_of(
+    points_run, forecaster, caplog
+):
+    """A site whose readings stopped before the M steps read is left out, as a training
+    point is: said, not dropped unsaid."""
+    df = history(points_run)
+    stopped = df[(df["id"] == "p0") & (df["timestamp"] < STAMPS[SPLIT - M])]
+    with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.forecast_input"):
+        out = forecaster.forecast(pd.concat([df, stopped.assign(id="q9", x=5.0)]))
+    assert out["id"].unique().tolist() == IDS
+    warned = [r.getMessage() for r in caplog.records if "new point" in r.getMessage()]
+    assert warned == [
+        f"the history has rows of 1 new point(s) (q9) only before its last {M} steps, which "
+        "are not forecast: add their rows there (empty readings where they have none) to "
+        "forecast them."
+    ]
+
+
 def test_a_point_without_readings_of_its_own_is_forecast_with_one_warning(
     points_run, forecaster, caplog
 ):

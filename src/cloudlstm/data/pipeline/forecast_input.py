@@ -419,6 +419,28 @@ def _warn_points_left_out(known: list[str], info: DataSpec, what: str) -> None:
     )
 
 
+def _warn_stale_new_points(
+    table: pd.DataFrame, window: pd.DataFrame, info: DataSpec, what: str
+) -> None:
+    """Warn of new points (no training point) with rows in the history ``table`` but none
+    in the steps read (``window``): they are not forecast, which a training point in that
+    case is warned of too (:func:`_warn_points_left_out`)."""
+    read = set(window[info.id_col].unique()) | set(info.point_ids)
+    stale = sorted(set(table[info.id_col].unique()) - read)
+    if not stale:
+        return
+    more = f" ... ({len(stale)} in all)" if len(stale) > 5 else ""
+    log.warning(
+        "%s has rows of %d new point(s) (%s) only before its last %d steps, which are not "
+        "forecast: add their rows there (empty readings where they have none) to forecast "
+        "them.",
+        what,
+        len(stale),
+        ", ".join(map(str, stale[:5])) + more,
+        info.history_steps,
+    )
+
+
 def check_reading(reading: object) -> None:
     """Refuse a ``reading`` that is no :class:`TimeReading` (a format string given for it)."""
     if reading is not None and not isinstance(reading, TimeReading):
@@ -478,6 +500,7 @@ def build_input(
     warn_other_clock(long[info.time_col], zone, info, what)
     table = _marked_missing(table, info).reset_index(drop=True)  # index: the table's rows
     df, step = recent_window(table, info, what, zone)
+    _warn_stale_new_points(table, df, info, what)
     names = row_names_through(long_names, df.index.to_numpy())  # df's index: rows of long
     # the times as written, where two offsets naming one moment are shown so
     written = long[info.time_col].iloc[df.index] if zone is not None and given_long else None
