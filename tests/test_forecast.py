@@ -9,6 +9,7 @@ window inside the test loop: the same normalisation, nothing refitted on the new
 from __future__ import annotations
 
 import importlib.util
+import io
 import re
 import subprocess
 from pathlib import Path
@@ -587,6 +588,32 @@ def test_a_new_point_whose_rows_end_before_the_steps_read_is_warned_of(
         "are not forecast: add their rows there (empty readings where they have none) to "
         "forecast them."
     ]
+
+
+def test_a_training_point_given_elsewhere_is_warned_of(points_run, forecaster, caplog):
+    """p1 with x and y swapped is forecast where the history puts it, said once; its
+    training coordinates (as a CSV writes them) are not warned of."""
+    df = history(points_run)
+    p1 = df["id"] == "p1"
+    swapped = df.copy()
+    swapped.loc[p1, ["x", "y"]] = df.loc[p1, ["y", "x"]].to_numpy()
+    logger = "cloudlstm.data.pipeline.forecast_input"
+    with caplog.at_level("WARNING", logger=logger):
+        out = forecaster.forecast(swapped)
+    warned = [r.getMessage() for r in caplog.records if "elsewhere" in r.getMessage()]
+    x, y = COORDS[1]
+    assert warned == [
+        f"the history places 1 training point(s) elsewhere than training did, e.g. p1 at "
+        f"x={y:g}, y={x:g}, trained at x={x:g}, y={y:g}: they are forecast where the history "
+        "places them. If they did not move, give their training coordinates (columns "
+        "swapped? other units?)."
+    ]
+    np.testing.assert_allclose(out.loc[out["id"] == "p1", ["x", "y"]].to_numpy()[0], [y, x])
+    caplog.clear()
+    written = pd.read_csv(io.StringIO(df.to_csv(index=False)))
+    with caplog.at_level("WARNING", logger=logger):
+        forecaster.forecast(written)
+    assert not [r for r in caplog.records if "elsewhere" in r.getMessage()]
 
 
 def test_a_point_without_readings_of_its_own_is_forecast_with_one_warning(

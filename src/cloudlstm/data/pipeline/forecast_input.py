@@ -983,9 +983,45 @@ def _coordinates(
         raise UserError(f"{what}: new {lacks}; give each new point its location.")
     _refuse_moving(pos, located, ids, info, times, what)
     coords = pos[located.argmax(axis=0), np.arange(len(ids))]
+    _warn_relocated(coords, located.any(axis=0), ids, info, what)
     for n in np.flatnonzero(~located.any(axis=0)):
         coords[n] = training[ids[n]]
     return coords, None, given
+
+
+def _warn_relocated(
+    coords: np.ndarray, placed: np.ndarray, ids: list[str], info: DataSpec, what: str
+) -> None:
+    """One warning for training points that ``coords (N, L)`` (``placed (N,)``: given by
+    the history) put elsewhere than training did, beyond float noise in a coordinate the
+    model reads: they are forecast where the history puts them, which for a station that
+    did not move is a mistake (x and y swapped, other units) that no other check sees."""
+    read = ~np.asarray(info.coord_degenerate, dtype=bool)
+    extent = max((s for s, r in zip(info.coord_span, read, strict=True) if r), default=0.0)
+    training = dict(zip(info.point_ids, np.asarray(info.coords, dtype=np.float64), strict=True))
+    moved = [
+        n
+        for n in np.flatnonzero(placed)
+        if ids[n] in training
+        and (np.abs(coords[n] - training[ids[n]])[read] > SAME_PLACE * extent).any()
+    ]
+    if not moved:
+        return
+
+    def place(values: np.ndarray) -> str:
+        return ", ".join(f"{c}={v:g}" for c, v in zip(info.coord_cols, values, strict=True))
+
+    n = moved[0]
+    log.warning(
+        "%s places %d training point(s) elsewhere than training did, e.g. %s at %s, trained "
+        "at %s: they are forecast where the history places them. If they did not move, give "
+        "their training coordinates (columns swapped? other units?).",
+        what,
+        len(moved),
+        ids[n],
+        place(coords[n]),
+        place(training[ids[n]]),
+    )
 
 
 def _refuse_moving(
