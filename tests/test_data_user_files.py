@@ -310,7 +310,8 @@ def test_a_history_in_other_units_is_warned_of(caplog):
         "max_abs_z": 1e4,
         "channels": {"v": {"median": 10.0, "spread": 3.0, "range": None}},
     }
-    info = replace(spec(), value_reference=reference)
+    # the table's positions, as training would store them: not another warning's subject
+    info = replace(spec(), value_reference=reference, coords=[[0.5, 0.0], [1.5, 1.25]])
     history = table()[lambda d: d["id"].isin(["p0", "p1"])].reset_index(drop=True)
     with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.forecast_input"):
         build_input(history, info)
