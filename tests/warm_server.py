@@ -174,8 +174,11 @@ if __name__ == "__main__":
     _listener.bind(sys.argv[1])
     _listener.listen(64)
     _added_env = _preload()
-    with open(sys.argv[1] + ENV_FILE_SUFFIX, "w") as _f:  # what the clients compare theirs with
+    # what the clients compare theirs with: written aside and renamed, so that a client
+    # polling for the file never reads it half written (a JSONDecodeError in the client)
+    with open(sys.argv[1] + ENV_FILE_SUFFIX + ".part", "w") as _f:
         json.dump({"env": dict(os.environ), "added": _added_env}, _f)
+    os.replace(sys.argv[1] + ENV_FILE_SUFFIX + ".part", sys.argv[1] + ENV_FILE_SUFFIX)
     _kind, _what = _become(_serve(_listener, os.getppid()), _added_env)
     del _listener
     if _kind == "module":
