@@ -17,7 +17,7 @@ channel's valid range or absurd against the training medians and spreads
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import tzinfo
@@ -997,7 +997,7 @@ def _warn_relocated(
     model reads: they are forecast where the history puts them, which for a station that
     did not move is a mistake (x and y swapped, other units) that no other check sees."""
     read = ~np.asarray(info.coord_degenerate, dtype=bool)
-    extent = max((s for s, r in zip(info.coord_span, read, strict=True) if r), default=0.0)
+    extent = max(_read_spans(info), default=0.0)
     training = dict(zip(info.point_ids, np.asarray(info.coords, dtype=np.float64), strict=True))
     moved = [
         n
@@ -1007,10 +1007,6 @@ def _warn_relocated(
     ]
     if not moved:
         return
-
-    def place(values: np.ndarray) -> str:
-        return ", ".join(f"{c}={v:g}" for c, v in zip(info.coord_cols, values, strict=True))
-
     n = moved[0]
     log.warning(
         "%s places %d training point(s) elsewhere than training did, e.g. %s at %s, trained "
@@ -1019,9 +1015,20 @@ def _warn_relocated(
         what,
         len(moved),
         ids[n],
-        place(coords[n]),
-        place(training[ids[n]]),
+        _position(info.coord_cols, coords[n]),
+        _position(info.coord_cols, training[ids[n]]),
     )
+
+
+def _read_spans(info: DataSpec) -> list[float]:
+    """The training area's span in each coordinate the model reads (not one that every
+    training point shares, ``coord_degenerate``): the scale of float noise in a position."""
+    return [s for s, flat in zip(info.coord_span, info.coord_degenerate, strict=True) if not flat]
+
+
+def _position(cols: Sequence[str], values: np.ndarray) -> str:
+    """A position ``values (L,)`` in words: ``x=1, y=2``."""
+    return ", ".join(f"{c}={v:g}" for c, v in zip(cols, values, strict=True))
 
 
 def _refuse_moving(
@@ -1041,12 +1048,9 @@ def _refuse_moving(
     Raises:
         UserError: naming the first such point, the two times and positions, and the fixes.
     """
-    trained = [
-        s for s, flat in zip(info.coord_span, info.coord_degenerate, strict=True) if not flat
-    ]
     seen = pos[located]  # (rows with all coordinates, L)
     here = float(np.max(seen.max(axis=0) - seen.min(axis=0))) if len(seen) else 0.0
-    extent = max([here, *trained])
+    extent = max([here, *_read_spans(info)])
     moves = np.flatnonzero(_moving_points(_spans(pos), extent))
     if not len(moves):
         return
@@ -1054,14 +1058,11 @@ def _refuse_moving(
     first = int(located[:, n].argmax())
     apart = located[:, n] & (np.abs(pos[:, n] - pos[first, n]) > SAME_PLACE * extent).any(axis=1)
     then = int(apart.argmax())
-
-    def place(t: int) -> str:
-        return ", ".join(f"{c}={v:g}" for c, v in zip(info.coord_cols, pos[t, n], strict=True))
-
     more = f" ({len(moves)} points move)" if len(moves) > 1 else ""
+    was, now = (_position(info.coord_cols, pos[t, n]) for t in (first, then))
     raise UserError(
-        f"{what}: point {ids[n]} moves between {times[first]} ({place(first)}) "
-        f"and {times[then]} ({place(then)}){more}, but the run was trained on "
+        f"{what}: point {ids[n]} moves between {times[first]} ({was}) "
+        f"and {times[then]} ({now}){more}, but the run was trained on "
         "points that stay in place: give one position per point, or train on moving points "
         "(data.source.moving=true)."
     )
