@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -259,4 +260,52 @@ def test_the_lock_of_a_killed_training_is_taken_over(tmp_path):
     out, err = again.communicate(timeout=300)
     assert again.returncode == 0, err[-3000:]
     assert "Taking over the lock" in out + err
+    assert (run_dir / LOCK_NAME).read_text() == ""  # released at the end
+
+
+# run.lock files whose description names no process: what a node that crashed as the file
+# was written leaves (NUL bytes), a copy cut short, other bytes, JSON of no description
+DAMAGED_LOCKS = {
+    "nul-bytes": (b"\0" * 64, "NUL bytes"),
+    "cut-short": (b'{"host": "node-3", "pi', "not JSON"),
+    "not-text": (b"\xff\xfe\x80lock", "not text"),
+    "a-list": (b"[3, 4]", "a JSON list, not a description"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGED_LOCKS)
+def test_a_damaged_lock_that_no_process_holds_is_taken_over(tmp_path, caplog, damage):
+    """It read as a run starting ("host ?, pid ?") to eval.py, predict.py and a sweep, a
+    training was refused, naming that, or (not text) each of them was a traceback."""
+    data, problem = DAMAGED_LOCKS[damage]
+    path = tmp_path / LOCK_NAME
+    path.write_bytes(data)
+    assert training_holder(tmp_path) is None
+    assert run_lock.held_run_dirs(tmp_path, "auto") == {}  # a sweep started again
+    with run_dir_lock(tmp_path):
+        assert json.loads(path.read_text())["pid"] == os.getpid()
+    said = f"Taking over {path}: its description is damaged ({problem}) and no process held it."
+    assert said in caplog.text
+
+
+def test_a_damaged_lock_that_a_process_holds_names_that_process(tmp_path):
+    """A training's description garbled as it runs: its flock, in the kernel's list of
+    locks, names its process, where the description read as "host ?, pid ?"."""
+    with held_by_another_process(tmp_path) as trainer:
+        (tmp_path / LOCK_NAME).write_bytes(b"\0" * 64)
+        named = f"host {socket.gethostname()}, pid {trainer.pid}, description unreadable"
+        assert training_holder(tmp_path) == f"{named} (NUL bytes)"
+        with pytest.raises(UserError, match=re.escape(f"is in use by {named} (NUL bytes):")):
+            RunLock(tmp_path).acquire()
+
+
+def test_train_py_takes_over_a_damaged_lock(tmp_path):
+    """A training that a crashed node left with its run.lock's bytes NUL: train.py
+    resume=auto was refused, told to wait for "host ?, pid ?" or take it over by hand."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / LOCK_NAME).write_bytes(b"\0" * 64)
+    out, err = train_py(run_dir, tmp_path / "data").communicate(timeout=300)
+    assert "is in use by" not in err and (run_dir / "metrics.json").is_file(), err[-3000:]
+    assert f"Taking over {run_dir / LOCK_NAME}: its description is damaged (NUL bytes)" in out + err
     assert (run_dir / LOCK_NAME).read_text() == ""  # released at the end

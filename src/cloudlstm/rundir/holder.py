@@ -10,7 +10,10 @@ run.
 A process is told by its pid and its start (:func:`process_start`): a pid alone is taken
 again by another process once its own has ended, and that one (a shell, an editor) would
 pass for the training. The flock itself, which the kernel drops with its process, is
-not asked: asking means taking it, and a training starting that moment would be refused.
+not taken to ask: a training starting that moment would be refused. Where the description
+cannot be read (garbled: the NUL bytes a crashed node leaves, a file cut short), the
+kernel's list of locks (``/proc/locks``) tells, without taking it, whether a process holds
+the file: none does, and the lock is stale.
 """
 
 from __future__ import annotations
@@ -28,6 +31,13 @@ from typing import Any
 FOREIGN_STALE_S = 15 * 60.0
 # the boot's id (Linux): ticks since boot start again at every boot
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+# the locks this host's processes hold (Linux), by file: read, not taken
+LOCKS = Path("/proc/locks")
+# the key of a description that cannot be read (read_holder): what is wrong with it
+DAMAGED = "damaged"
+# a holder writes its description within moments of taking the flock: one read as garbled
+# is read again this often, this far apart, before it counts as damaged
+READS, REREAD_S = 4, 0.05
 
 
 def process_start(pid: int) -> str | None:
@@ -56,17 +66,58 @@ def this_process() -> dict[str, Any]:
 
 
 def read_holder(path: Path) -> dict[str, Any]:
-    """The description in the lock file ``path``; empty for a free lock (or none). One
-    being written this moment, or garbled, is ``?`` throughout."""
+    """The description in the lock file ``path``; empty for a free lock (or none). One that
+    is no JSON mapping (NUL bytes, a file cut short, other bytes) is read again for a moment,
+    as its holder may be writing it; where it stays so, ``{"damaged": <what is wrong>}``
+    (:data:`DAMAGED`), which names no process."""
+    problem = ""
+    for attempt in range(READS):
+        if attempt:
+            time.sleep(REREAD_S)
+        try:
+            text = path.read_bytes().decode()
+        except OSError:
+            return {}
+        except UnicodeDecodeError:
+            problem = "not text"
+            continue
+        if not text.strip():
+            return {}
+        try:
+            holder = json.loads(text)
+        except json.JSONDecodeError:
+            problem = "not JSON" if text.strip("\0") else "NUL bytes"
+            continue
+        if isinstance(holder, dict):
+            return holder
+        problem = f"a JSON {type(holder).__name__}, not a description"
+    return {DAMAGED: problem}
+
+
+def locking_pid(path: Path) -> int | None:
+    """The process of this host that holds a lock on the file ``path``, as the kernel lists
+    it (:data:`LOCKS`, read without taking the lock); None where none does, or where the
+    list cannot be read (not Linux). Told by the file's inode number alone: a file system
+    may give ``stat`` another device number than the list's (btrfs)."""
     try:
-        text = path.read_text()
+        inode = path.stat().st_ino
+        lines = LOCKS.read_text().splitlines()
     except OSError:
-        return {}
-    try:
-        holder = json.loads(text) if text.strip() else {}
-    except json.JSONDecodeError:
-        return {"host": "?", "pid": "?", "started": "?"}
-    return holder if isinstance(holder, dict) else {}
+        return None
+    for line in lines:
+        # "1: FLOCK  ADVISORY  WRITE 2346 fe:00:5653636 0 EOF"; "1: -> FLOCK ..." waits
+        fields = line.split()
+        if len(fields) < 6 or fields[1] == "->" or not fields[5].endswith(f":{inode}"):
+            continue
+        return int(fields[4]) if fields[4].lstrip("-").isdigit() else -1
+    return None
+
+
+def with_locking_pid(path: Path, holder: dict[str, Any]) -> dict[str, Any]:
+    """A damaged description (:func:`read_holder`) with this host and the pid that holds
+    the lock file ``path`` (:func:`locking_pid`), where one does; any other as it is."""
+    pid = locking_pid(path) if DAMAGED in holder else None
+    return holder if pid is None else {**holder, "host": socket.gethostname(), "pid": pid}
 
 
 def alive(holder: dict[str, Any]) -> bool:
@@ -90,10 +141,14 @@ def live_holder(path: Path) -> str | None:
     None where none does. Read alone, neither locked nor written: a description is left
     only by a holder, which empties it as it ends; one of this host whose process is gone
     (:func:`alive`), or of another host whose heartbeat (the file's mtime) is older than
-    :data:`FOREIGN_STALE_S`, is a killed run's."""
+    :data:`FOREIGN_STALE_S`, is a killed run's. A damaged one names no process: held by
+    none (:func:`locking_pid`), it is a killed run's too."""
     holder = read_holder(path)
-    if not holder or holder.get("pid") == "?":  # "?": being written: a training starts
-        return describe(holder) if holder else None
+    if DAMAGED in holder:
+        holder = with_locking_pid(path, holder)
+        return describe(holder) if "pid" in holder else None
+    if not holder:
+        return None
     if holder.get("host") == socket.gethostname():
         live = alive(holder)
     else:
@@ -110,7 +165,11 @@ def heartbeat_time(path: Path) -> float:
 
 
 def describe(holder: dict[str, Any]) -> str:
-    """A holder in words: host, pid, start, and its SLURM job where it has one."""
+    """A holder in words: host, pid, start, and its SLURM job where it has one; for a
+    damaged description (:func:`read_holder`), what is wrong with it."""
+    if DAMAGED in holder:
+        pid = f"host {holder['host']}, pid {holder['pid']}, " if "pid" in holder else ""
+        return f"{pid}description unreadable ({holder[DAMAGED]})"
     text = (
         f"host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
         f"started {holder.get('started', '?')}"

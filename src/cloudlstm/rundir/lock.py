@@ -53,6 +53,7 @@ from omegaconf import DictConfig
 
 from cloudlstm.errors import UserError, file_in_the_way, out_of_space
 from cloudlstm.rundir.holder import (
+    DAMAGED,
     FOREIGN_STALE_S,
     alive,
     describe,
@@ -60,6 +61,7 @@ from cloudlstm.rundir.holder import (
     live_holder,
     read_holder,
     this_process,
+    with_locking_pid,
 )
 from cloudlstm.rundir.layout import LOCK_FILE
 
@@ -198,14 +200,20 @@ class RunLock:
     def _take_over(self, holder: dict[str, Any], mode: str) -> None:
         """Decide about a lock left by a run whose flock is free (or cannot be seen)."""
         why = self._stale_because(holder, mode)
-        log.warning("Taking over the lock of %s: %s.", describe(holder), why)
+        if DAMAGED in holder:
+            log.warning("Taking over %s: %s.", self.path, why)
+        else:
+            log.warning("Taking over the lock of %s: %s.", describe(holder), why)
 
     def _stale_because(self, holder: dict[str, Any], mode: str) -> str:
         """Why a lock whose flock is free (or cannot be seen) is stale; a UserError where
-        its run may still be alive."""
+        its run may still be alive. A damaged description (:func:`read_holder`) names no
+        run that could be: its holder wrote it whole, and a crash or a copy garbled it."""
         here = socket.gethostname()
         age = time.time() - heartbeat_time(self.path)
-        if holder.get("host") == here:
+        if DAMAGED in holder:
+            why = f"its description is damaged ({holder[DAMAGED]}) and no process held it"
+        elif holder.get("host") == here:
             why = "its process is gone"  # the kernel dropped its flock
         elif slurm_job() is not None and holder.get("slurm_job") == slurm_job():
             why = f"it is this SLURM job ({slurm_job()}), requeued"
@@ -227,7 +235,7 @@ class RunLock:
         for _ in range(20):
             holder = self._read()
             if holder:
-                return holder
+                return with_locking_pid(self.path, holder)  # a damaged one: its flock's pid
             time.sleep(0.05)
         return {}
 
