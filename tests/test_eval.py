@@ -656,6 +656,54 @@ def test_a_run_training_without_a_checkpoint_yet_says_so(cloud_run, tmp_path):
     )
 
 
+def test_the_last_checkpoint_not_written_yet_by_a_training_offers_those_it_has(cloud_run, tmp_path):
+    """A run training, its best checkpoint written and not yet its last.ckpt (which the
+    same validation writes next), or a training that writes its own step checkpoints: the
+    line said to use a run that trained, of a run that is training."""
+    run = tmp_path / "run"
+    shutil.copytree(cloud_run, run)
+    (run / "metrics.json").unlink()
+    (run / "checkpoints" / "last.ckpt").unlink()
+    [best] = [p.name for p in (run / "checkpoints").glob("epoch_*.ckpt")]
+    with held_by_another_process(run) as trainer:
+        holder = f"its training (host {socket.gethostname()}, pid {trainer.pid}, started "
+        with pytest.raises(UserError) as err:
+            evaluate(compose_eval(run, tmp_path / "eval", "ckpt=last"))
+        assert str(err.value).startswith(f"No last checkpoint in {run} yet: {holder}")
+        assert str(err.value).endswith(
+            f"is still running and has written {best} so far. Take ckpt=best or one of those "
+            f"by name (ckpt={best}), or wait for its last.ckpt."
+        )
+        (run / "checkpoints" / best).rename(run / "checkpoints" / "step_000300.ckpt")
+        with pytest.raises(UserError) as err:
+            restore(run, "last")  # as predict.py finds it
+    assert str(err.value).endswith(
+        "has written step_000300.ckpt so far. Take one of those by name "
+        "(ckpt=step_000300.ckpt), or wait for its last.ckpt."
+    )
+
+
+@pytest.mark.parametrize("damage", [b"\0" * 64, b'{"host": "node-3", "pi'], ids=["nul", "cut"])
+def test_a_damaged_run_lock_is_no_training_to_eval_py_and_predict_py(cloud_run, tmp_path, damage):
+    """A run.lock garbled (a node that crashed as it was written, a copy cut short), which
+    no process holds: the run read as still training ("host ?, pid ?"), and a folder
+    without its config.yaml as a run starting; bytes that are no text were a traceback."""
+    run, starting = tmp_path / "run", tmp_path / "starting"
+    shutil.copytree(cloud_run, run)
+    for folder in (run, starting):
+        folder.mkdir(exist_ok=True)
+        (folder / "run.lock").write_bytes(damage)
+    evaluate(compose_eval(run, tmp_path / "eval", "ckpt=last"))
+    assert metrics(tmp_path / "eval")["run_still_training"] is False
+    for script in ("eval.py", "predict.py"):
+        with pytest.raises(UserError, match="is not a run directory: it has no config.yaml.$"):
+            with_run_config([script, f"run={starting}"])
+    (run / "run.lock").write_bytes(b"\xff\xfe\x80lock")  # no text
+    proc = run_eval(f"run={run}", "ckpt=last")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "still training" not in proc.stdout + proc.stderr
+
+
 def test_an_evaluations_folder_given_as_the_run_names_the_run(cloud_run, tmp_path):
     """eval.py's output has a config.yaml too, so it read as a run without a checkpoint."""
     run = tmp_path / "run"

@@ -327,8 +327,8 @@ def _check_not_training(run: Path, ckpt: str, have: list[str]) -> None:
     the first checkpoints come at the first validation, the best one only then.
 
     Raises:
-        UserError: a live training holds ``run`` and has written no checkpoint, or for
-            ``best`` none a validation chose.
+        UserError: a live training holds ``run`` and has written no checkpoint, for
+            ``best`` none a validation chose, or for ``last`` others alone (offered).
     """
     holder = live_holder(run / LOCK_FILE)
     if holder is None:
@@ -343,6 +343,13 @@ def _check_not_training(run: Path, ckpt: str, have: list[str]) -> None:
             f"No best checkpoint in {run} yet: its training ({holder}) is still running and "
             "has not validated yet, which chooses one. Wait for its first validation, or take "
             "its weights so far with ckpt=last."
+        )
+    if ckpt == "last":  # written after the best at a validation, or by no callback of its
+        best = ["ckpt=best"] if any(run.glob(f"{CHECKPOINT_DIR}/{BEST_CHECKPOINTS}")) else []
+        ways = " or ".join([*best, f"one of those by name (ckpt={have[-1]})"])
+        raise UserError(
+            f"No last checkpoint in {run} yet: its training ({holder}) is still running and "
+            f"has written {', '.join(have)} so far. Take {ways}, or wait for its last.ckpt."
         )
 
 
