@@ -704,6 +704,26 @@ def test_a_damaged_run_lock_is_no_training_to_eval_py_and_predict_py(cloud_run, 
     assert "still training" not in proc.stdout + proc.stderr
 
 
+def test_a_damaged_metrics_json_refuses_ckpt_best_alone(cloud_run, tmp_path, caplog):
+    """ckpt=last needs nothing of the run's metrics.json (the run's name alone): a damaged
+    one refused the evaluation once its test had run, its results not written."""
+    run = tmp_path / "run"
+    shutil.copytree(cloud_run, run)
+    (run / "metrics.json").write_text('{"run": {"name": "cut sh')
+    damaged = f"{run / 'metrics.json'} is damaged (not valid JSON: "
+    with pytest.raises(UserError, match=re.escape(damaged)):
+        evaluate(compose_eval(run, tmp_path / "best"))  # the checkpoint it tested: unknown
+    assert not (tmp_path / "best").exists()
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.cli.evaluate"):
+        evaluate(compose_eval(run, tmp_path / "last", "ckpt=last"))
+    [said] = [r.getMessage() for r in caplog.records if damaged in r.getMessage()]
+    assert said.endswith(
+        "ckpt=last is tested without it, and its results name the run by its config."
+    )
+    assert metrics(tmp_path / "last")["run"] is None
+    assert metrics(tmp_path / "last")["checkpoint"] == "checkpoints/last.ckpt"
+
+
 def test_an_evaluations_folder_given_as_the_run_names_the_run(cloud_run, tmp_path):
     """eval.py's output has a config.yaml too, so it read as a run without a checkpoint."""
     run = tmp_path / "run"

@@ -82,13 +82,14 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     _one_process_without_ddp(cfg)
     L.seed_everything(cfg.seed, workers=True)
     run = check_run_dir(cfg.run)
+    run_results = _run_results(run, cfg.ckpt)  # read once, before the test (minutes)
     training = _still_training(run, cfg.ckpt)
     # units and graph the config already changes: refused before the data load (minutes)
     run_cfg = current_config(read_run_config(run))
     check_units_and_graph_settings(run_cfg, cfg, _overrides(), run)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    path = _checkpoint(run, cfg.ckpt)
+    path = _checkpoint(run, cfg.ckpt, run_results)
     log.info("Evaluating %s", path or f"{run} (a model without parameters: no checkpoint)")
     recorded = in_run(path, run)  # relative to the run where it lies inside it
     if recorded is not None and Path(recorded).is_absolute():
@@ -132,7 +133,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
             raise
         raise evaluation_stopped(job.trainer, output_dir) from None
     results: dict[str, Any] = {
-        "run": _training_run(run),
+        "run": run_results.get("run"),  # name, group, tags (none before it finished)
         "run_dir": str(run),
         "checkpoint": recorded,
         # where the training of a checkpoint from outside the run wrote (a copy's origin)
@@ -216,14 +217,35 @@ def _still_training(run: Path, ckpt: object) -> bool:
     return True
 
 
-def _checkpoint(run: Path, ckpt: str) -> Path | None:
+def _run_results(run: Path, ckpt: object) -> dict[str, Any]:
+    """The results of ``run`` (its ``metrics.json``; empty before it finished). A damaged
+    one is needed by ``ckpt=best`` alone, which it names the tested checkpoint of: for any
+    other, said in a warning and passed over, rather than refused once the test is done.
+
+    Raises:
+        UserError: the file is damaged, and ``ckpt`` is ``best``.
+    """
+    try:
+        return read_metrics(run) or {}
+    except UserError as err:
+        if str(ckpt) == "best":
+            raise
+        log.warning(
+            "%s ckpt=%s is tested without it, and its results name the run by its config.",
+            err,
+            ckpt,
+        )
+        return {}
+
+
+def _checkpoint(run: Path, ckpt: str, results: dict[str, Any]) -> Path | None:
     """The checkpoint to test (:func:`find_checkpoint`); None for a run of a model without
-    parameters (persistence), which has none: its model is rebuilt from the config, and its
-    scaler fitted on the same training part again."""
+    parameters (persistence; ``results``: the run's), which has none: its model is rebuilt
+    from the config, and its scaler fitted on the same training part again."""
     try:
         return find_checkpoint(run, ckpt)
     except UserError:
-        trained_nothing = (read_metrics(run) or {}).get("num_params") == 0
+        trained_nothing = results.get("num_params") == 0
         if trained_nothing and str(ckpt) in CHOSEN_CHECKPOINTS:
             return None
         raise
@@ -274,11 +296,6 @@ def _trained_in(trained: TrainedCheckpoint | None, recorded: str | None) -> str 
     if trained is None or recorded is None or not Path(recorded).is_absolute():
         return None
     return trained.trained_in()
-
-
-def _training_run(run: Path) -> dict[str, Any] | None:
-    """Name, group and tags of the run, from its metrics.json (None before it finished)."""
-    return (read_metrics(run) or {}).get("run")
 
 
 def _overrides() -> list[str]:
