@@ -36,6 +36,7 @@ from cloudlstm.errors import UserError
 from cloudlstm.forecast import Forecaster
 from cloudlstm.rundir.layout import CONFIG_END, CONFIG_HEADER, find_checkpoint
 from cloudlstm.rundir.lock import RunLock
+from cloudlstm.rundir.replaced import retire_earlier_training
 from cloudlstm.rundir.stops import RunInterrupted
 from tests.conftest import (
     ROOT,
@@ -722,6 +723,36 @@ def test_a_damaged_metrics_json_refuses_ckpt_best_alone(cloud_run, tmp_path, cap
     )
     assert metrics(tmp_path / "last")["run"] is None
     assert metrics(tmp_path / "last")["checkpoint"] == "checkpoints/last.ckpt"
+
+
+def test_a_checkpoint_of_the_model_a_folder_held_before_it_was_trained_anew(
+    cloud_run, grid_run, tmp_path
+):
+    """A folder that held a CloudLSTM training, trained anew with a CNN: a checkpoint of
+    its first training, kept elsewhere, was named a checkpoint of the folder itself ("Give
+    run=<the folder>"), and in its checkpoints/ got a placeholder for the run to give."""
+    run = tmp_path / "run"
+    shutil.copytree(cloud_run, run)  # the first training, as it trained in run
+    first = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
+    first["hyper_parameters"]["output_dir"] = str(run)
+    torch.save(first, tmp_path / "first.ckpt")
+    aside = retire_earlier_training(run)  # trained anew, with a CNN
+    shutil.copytree(grid_run, run, dirs_exist_ok=True)
+    named = f"run={aside} (the checkpoint's run, kept aside when its folder was trained anew)"
+    with pytest.raises(UserError) as err:
+        evaluate(compose_eval(run, tmp_path / "eval", f"ckpt={tmp_path / 'first.ckpt'}"))
+    assert str(err.value).endswith(f"Give {named}, or a checkpoint of {run}: ckpt=best, ckpt=last.")
+    shutil.copy(tmp_path / "first.ckpt", run / "checkpoints" / "first.ckpt")
+    with pytest.raises(UserError) as err:
+        evaluate(compose_eval(run, tmp_path / "eval", "ckpt=first.ckpt"))
+    assert str(err.value).endswith(f"Give a checkpoint of this run, or {named}.")
+    shutil.rmtree(aside)  # the earlier training deleted: where it trained, trained anew
+    with pytest.raises(UserError) as err:
+        evaluate(compose_eval(run, tmp_path / "eval", "ckpt=first.ckpt"))
+    assert str(err.value).endswith(
+        "Give a checkpoint of this run, or the checkpoint's run as run=<its run directory> "
+        f"(it trained in {run}, which was trained anew since)."
+    )
 
 
 def test_an_evaluations_folder_given_as_the_run_names_the_run(cloud_run, tmp_path):

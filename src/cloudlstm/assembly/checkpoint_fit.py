@@ -25,7 +25,7 @@ from cloudlstm.errors import UserError, locate
 from cloudlstm.models.build import neighbours_needed, neighbours_setting, reads_given_graph
 from cloudlstm.models.options import parameters_of
 from cloudlstm.rundir.checkpoints import check_checkpoint
-from cloudlstm.rundir.layout import CONFIG_FILE, checkpoint_run
+from cloudlstm.rundir.layout import CONFIG_FILE, REPLACED_DIR, checkpoint_run, read_run_config
 
 log = logging.getLogger(__name__)
 
@@ -79,29 +79,58 @@ class TrainedCheckpoint:
         run = stored.get("output_dir")
         return None if run is None else str(run)
 
-    def trained_run(self) -> Path | None:
-        """The run directory the checkpoint trained in (:meth:`trained_in`) while it still
-        is one, and is not the one the file lies in now: that one is trained anew since
-        (another model), or the file was copied into a run that is not its own."""
-        trained = self.trained_in()
-        if trained is None or not (Path(trained) / CONFIG_FILE).is_file():
+    def trained_run(self, refused: Path | None = None) -> Path | None:
+        """The run directory of the checkpoint's training, where one still holds it: the
+        one it trained in (:meth:`trained_in`), else the earlier training moved aside there
+        when that directory was trained anew (``.replaced/<time>/``,
+        :mod:`cloudlstm.rundir.replaced`), newest first. A directory holds it no more where
+        its config builds another model class, or where the file lies in it (or it is
+        ``refused``, the run a refusal is about) and does not fit it: trained anew since."""
+        if self.trained_in() is None:
             return None
+        trained = Path(str(self.trained_in()))
         here = checkpoint_run(self.path)
-        return None if here is not None and here.samefile(trained) else Path(trained)
+        if here is not None and here.parent.name == REPLACED_DIR:
+            return here  # the file lies in an earlier training moved aside, a run of its own
+        if self._built_by(trained) and not (_same(trained, here) or _same(trained, refused)):
+            return trained
+        earlier = sorted((trained / REPLACED_DIR).glob(f"*/{CONFIG_FILE}"), reverse=True)
+        return next((c.parent for c in earlier if self._built_by(c.parent)), None)
 
-    def its_run(self, holder: Path | None = None) -> str:
+    def its_run(self, holder: Path | None = None, refused: Path | None = None) -> str:
         """How a message names the run to give for this checkpoint (after "Give" or "or"):
         ``run=<dir> (the checkpoint's run)`` for ``holder`` (another run directory that
-        holds the file, where the caller found one), else for the run it trained in
-        (:meth:`trained_run`); else a placeholder, saying where it trained where that is no
-        run directory now (moved or deleted)."""
-        run = holder or self.trained_run()
+        holds the file, where the caller found one), else for the run of its training
+        (:meth:`trained_run`; ``refused``: the run the message refuses it for); else a
+        placeholder, saying where it trained: a directory trained anew since, or no run
+        directory now (moved or deleted)."""
+        run = holder or self.trained_run(refused)
         if run is not None:
-            return f"run={run} (the checkpoint's run)"
+            aside = run.parent.name == REPLACED_DIR
+            kept = ", kept aside when its folder was trained anew" if aside else ""
+            return f"run={run} (the checkpoint's run{kept})"
         trained = self.trained_in()
-        gone = trained is not None and not (Path(trained) / CONFIG_FILE).is_file()
-        where = f" (it trained in {trained}, no run directory now)" if gone else ""
+        if trained is None:
+            where = ""
+        elif (Path(trained) / CONFIG_FILE).is_file():
+            where = f" (it trained in {trained}, which was trained anew since)"
+        else:
+            where = f" (it trained in {trained}, no run directory now)"
         return f"the checkpoint's run as run=<its run directory>{where}"
+
+    def _built_by(self, run: Path) -> bool:
+        """Whether the config of run directory ``run`` builds the checkpoint's model class
+        (a checkpoint that does not name it: any run directory)."""
+        try:
+            target = str(read_run_config(run).model.get("_target_", ""))
+        except UserError:
+            return False  # no run directory, or one whose config cannot be read
+        return self.spec is None or target.rpartition(".")[2] == self.spec.model
+
+
+def _same(folder: Path, other: Path | None) -> bool:
+    """Whether ``other`` is the folder ``folder`` (by the file system, wherever named)."""
+    return other is not None and folder.is_dir() and other.is_dir() and folder.samefile(other)
 
 
 def restore_scaling(datamodule: Any, trained: TrainedCheckpoint) -> None:

@@ -57,7 +57,7 @@ def check_run_checkpoint(
     other = checkpoint_run(trained.path)
     if other is not None and other.resolve() == run.resolve():
         other = None  # the run's own folder, not checkpoints/ (SLURM's hpc_ckpt_<n>.ckpt)
-    fix = f"Give {trained.its_run(other)}, or a checkpoint of {run}: ckpt=best, ckpt=last."
+    fix = f"Give {trained.its_run(other, run)}, or a checkpoint of {run}: ckpt=best, ckpt=last."
     if differences:
         raise UserError(
             f"{trained.path} is no checkpoint of the run {run}: it differs from the run's in "
