@@ -755,6 +755,18 @@ def test_a_checkpoint_of_the_model_a_folder_held_before_it_was_trained_anew(
     )
 
 
+def test_a_copy_of_a_run_in_training_is_evaluated_as_no_training(cloud_run, tmp_path):
+    """A run directory copied while it trains carries its run.lock, whose description names
+    the training's live process: the copy was tested as "still training" and its results
+    said so, though no training writes into it."""
+    run, copy = tmp_path / "run", tmp_path / "copy"
+    shutil.copytree(cloud_run, run)
+    with held_by_another_process(run):
+        shutil.copytree(run, copy)
+        evaluate(compose_eval(copy, tmp_path / "eval", "ckpt=last"))
+    assert metrics(tmp_path / "eval")["run_still_training"] is False
+
+
 def test_an_evaluations_folder_given_as_the_run_names_the_run(cloud_run, tmp_path):
     """eval.py's output has a config.yaml too, so it read as a run without a checkpoint."""
     run = tmp_path / "run"

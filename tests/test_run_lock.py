@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -309,3 +310,16 @@ def test_train_py_takes_over_a_damaged_lock(tmp_path):
     assert "is in use by" not in err and (run_dir / "metrics.json").is_file(), err[-3000:]
     assert f"Taking over {run_dir / LOCK_NAME}: its description is damaged (NUL bytes)" in out + err
     assert (run_dir / LOCK_NAME).read_text() == ""  # released at the end
+
+
+def test_a_copy_of_a_directory_in_use_is_no_training(tmp_path, caplog):
+    """cp -r of a run directory while it trains: the copy's run.lock names the training's
+    live process, which holds the original's alone; the copy read as training too."""
+    run, copy = tmp_path / "run", tmp_path / "copy"
+    with held_by_another_process(run) as trainer:
+        shutil.copytree(run, copy)
+        assert training_holder(run).startswith(f"host {socket.gethostname()}, pid {trainer.pid}")
+        assert training_holder(copy) is None
+        with run_dir_lock(copy):
+            pass
+    assert "holds no flock on it (the directory was copied while" in caplog.text

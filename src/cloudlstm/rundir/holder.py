@@ -13,7 +13,8 @@ pass for the training. The flock itself, which the kernel drops with its process
 not taken to ask: a training starting that moment would be refused. Where the description
 cannot be read (garbled: the NUL bytes a crashed node leaves, a file cut short), the
 kernel's list of locks (``/proc/locks``) tells, without taking it, whether a process holds
-the file: none does, and the lock is stale.
+the file: none does, and the lock is stale. That list also tells a run directory copied
+while it trained, whose copied description names a live process holding the original.
 """
 
 from __future__ import annotations
@@ -94,30 +95,30 @@ def read_holder(path: Path) -> dict[str, Any]:
     return {DAMAGED: problem}
 
 
-def locking_pid(path: Path) -> int | None:
-    """The process of this host that holds a lock on the file ``path``, as the kernel lists
-    it (:data:`LOCKS`, read without taking the lock); None where none does, or where the
-    list cannot be read (not Linux). Told by the file's inode number alone: a file system
-    may give ``stat`` another device number than the list's (btrfs)."""
+def locking_pids(path: Path) -> list[int] | None:
+    """The processes of this host that hold a lock on the file ``path``, as the kernel lists
+    them (:data:`LOCKS`, read without taking the lock; -1 for one it lists without a pid);
+    None where the list cannot be read (not Linux). Told by the file's inode number alone:
+    a file system may give ``stat`` another device number than the list's (btrfs)."""
     try:
         inode = path.stat().st_ino
         lines = LOCKS.read_text().splitlines()
     except OSError:
         return None
+    pids = []
     for line in lines:
         # "1: FLOCK  ADVISORY  WRITE 2346 fe:00:5653636 0 EOF"; "1: -> FLOCK ..." waits
         fields = line.split()
-        if len(fields) < 6 or fields[1] == "->" or not fields[5].endswith(f":{inode}"):
-            continue
-        return int(fields[4]) if fields[4].lstrip("-").isdigit() else -1
-    return None
+        if len(fields) >= 6 and fields[1] != "->" and fields[5].endswith(f":{inode}"):
+            pids.append(int(fields[4]) if fields[4].lstrip("-").isdigit() else -1)
+    return pids
 
 
 def with_locking_pid(path: Path, holder: dict[str, Any]) -> dict[str, Any]:
     """A damaged description (:func:`read_holder`) with this host and the pid that holds
-    the lock file ``path`` (:func:`locking_pid`), where one does; any other as it is."""
-    pid = locking_pid(path) if DAMAGED in holder else None
-    return holder if pid is None else {**holder, "host": socket.gethostname(), "pid": pid}
+    the lock file ``path`` (:func:`locking_pids`), where one does; any other as it is."""
+    pids = locking_pids(path) if DAMAGED in holder else None
+    return {**holder, "host": socket.gethostname(), "pid": pids[0]} if pids else holder
 
 
 def alive(holder: dict[str, Any]) -> bool:
@@ -141,8 +142,10 @@ def live_holder(path: Path) -> str | None:
     None where none does. Read alone, neither locked nor written: a description is left
     only by a holder, which empties it as it ends; one of this host whose process is gone
     (:func:`alive`), or of another host whose heartbeat (the file's mtime) is older than
-    :data:`FOREIGN_STALE_S`, is a killed run's. A damaged one names no process: held by
-    none (:func:`locking_pid`), it is a killed run's too."""
+    :data:`FOREIGN_STALE_S`, is a killed run's. One of this host that no process holds
+    (:func:`locking_pids`) is a killed run's, or a copy's: a run directory copied while it
+    trained carries its holder's description, whose process lives on, holding the original.
+    A damaged one names no process: held by none, it is a killed run's too."""
     holder = read_holder(path)
     if DAMAGED in holder:
         holder = with_locking_pid(path, holder)
@@ -150,7 +153,7 @@ def live_holder(path: Path) -> str | None:
     if not holder:
         return None
     if holder.get("host") == socket.gethostname():
-        live = alive(holder)
+        live = alive(holder) and locking_pids(path) != []
     else:
         live = time.time() - heartbeat_time(path) <= FOREIGN_STALE_S
     return describe(holder) if live else None

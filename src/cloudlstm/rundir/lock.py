@@ -98,6 +98,13 @@ def slurm_job() -> str | None:
 RUN_KEY, SWEEP_KEY = "hydra.run.dir", "hydra.sweep.dir"
 
 
+# a description of a live process of this host on a file it holds no flock on
+_ALIVE_WITHOUT_FLOCK = (
+    "its process holds no flock on it (the directory was copied while that process trained "
+    "in the original, or its pid was taken again)"
+)
+
+
 class RunDirHeld(UserError):
     """A run directory that a live run holds: the same command passes once that run ends."""
 
@@ -213,8 +220,8 @@ class RunLock:
         age = time.time() - heartbeat_time(self.path)
         if DAMAGED in holder:
             why = f"its description is damaged ({holder[DAMAGED]}) and no process held it"
-        elif holder.get("host") == here:
-            why = "its process is gone"  # the kernel dropped its flock
+        elif holder.get("host") == here:  # the kernel dropped its flock, or never held it
+            why = "its process is gone" if not alive(holder) else _ALIVE_WITHOUT_FLOCK
         elif slurm_job() is not None and holder.get("slurm_job") == slurm_job():
             why = f"it is this SLURM job ({slurm_job()}), requeued"
         elif age > FOREIGN_STALE_S:
