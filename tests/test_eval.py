@@ -725,6 +725,20 @@ def test_a_damaged_metrics_json_refuses_ckpt_best_alone(cloud_run, tmp_path, cap
     assert metrics(tmp_path / "last")["checkpoint"] == "checkpoints/last.ckpt"
 
 
+def test_a_best_checkpoint_whose_file_is_gone_is_passed_over(cloud_run, tmp_path):
+    """A link in checkpoints/ to a file deleted since (a scratch area purged): ckpt=best,
+    and predict.py's default, were a FileNotFoundError, even where metrics.json names the
+    tested checkpoint, which is there."""
+    run = tmp_path / "run"
+    shutil.copytree(cloud_run, run)
+    (run / "checkpoints" / "epoch_009-step_000099.ckpt").symlink_to(tmp_path / "purged.ckpt")
+    tested = metrics(run)["checkpoint"]
+    assert restore(run)[1] == run / tested  # as predict.py finds it
+    (run / "metrics.json").unlink()  # a run killed before its test: the newest file
+    evaluate(compose_eval(run, tmp_path / "eval"))
+    assert metrics(tmp_path / "eval")["checkpoint"] == tested
+
+
 def test_a_checkpoint_of_the_model_a_folder_held_before_it_was_trained_anew(
     cloud_run, grid_run, tmp_path
 ):

@@ -24,10 +24,10 @@ from cloudlstm.assembly.checkpoint_fit import TrainedCheckpoint, setting_levels
 from cloudlstm.data.spec import stored_spec
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.layout import (
-    BEST_CHECKPOINTS,
     CHECKPOINT_DIR,
     checkpoint_run,
     last_checkpoint,
+    newest_best,
 )
 
 # the module settings that shape a forecast: its quantile head, and what its output means
@@ -102,7 +102,7 @@ def _own_description(folder: Path) -> dict[str, Any] | None:
     (memory-mapped); None where it has none that can be read."""
     path = last_checkpoint(folder.parent)
     if not path.is_file():
-        path = max(folder.glob(BEST_CHECKPOINTS), key=lambda p: p.stat().st_mtime, default=None)
+        path = newest_best(folder.parent)
     if path is None:
         return None
     try:

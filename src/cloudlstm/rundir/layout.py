@@ -282,7 +282,7 @@ def find_checkpoint(run: Path, ckpt: object) -> Path:
     folder = run / CHECKPOINT_DIR
     ckpt = path_option(ckpt, "ckpt", "best, last or the path of a .ckpt")
     if ckpt == "best":
-        newest = max(folder.glob(BEST_CHECKPOINTS), key=lambda p: p.stat().st_mtime, default=None)
+        newest = newest_best(run)
         tested = (read_metrics(run) or {}).get("checkpoint")  # read once
         found = _tested_checkpoint(run, tested)
         if found is None and tested:
@@ -304,6 +304,23 @@ def find_checkpoint(run: Path, ckpt: object) -> Path:
             "the path of a .ckpt file."
         )
     return found
+
+
+def newest_best(run: Path) -> Path | None:
+    """The newest ``epoch_*.ckpt`` file in the ``checkpoints/`` of run directory ``run`` (the
+    best by the monitored metric); None where it has none. Files alone: a link whose file
+    is gone (a scratch area purged), or one a training removes as it saves a better one,
+    is passed over."""
+
+    def written(path: Path) -> int:
+        try:
+            return path.stat().st_mtime_ns
+        except OSError:
+            return -1
+
+    times = {path: written(path) for path in (run / CHECKPOINT_DIR).glob(BEST_CHECKPOINTS)}
+    files = [path for path, time in times.items() if time >= 0 and path.is_file()]
+    return max(files, key=times.__getitem__, default=None)
 
 
 def other_chosen(ckpt: object) -> str:
@@ -345,7 +362,7 @@ def _check_not_training(run: Path, ckpt: str, have: list[str]) -> None:
             "its weights so far with ckpt=last."
         )
     if ckpt == "last":  # written after the best at a validation, or by no callback of its
-        best = ["ckpt=best"] if any(run.glob(f"{CHECKPOINT_DIR}/{BEST_CHECKPOINTS}")) else []
+        best = ["ckpt=best"] if newest_best(run) is not None else []
         ways = " or ".join([*best, f"one of those by name (ckpt={have[-1]})"])
         raise UserError(
             f"No last checkpoint in {run} yet: its training ({holder}) is still running and "

@@ -18,10 +18,9 @@ from typing import Any
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.checkpoints import check_checkpoint
 from cloudlstm.rundir.layout import (
-    BEST_CHECKPOINTS,
-    CHECKPOINT_DIR,
     REPLACED_DIR,
     last_checkpoint,
+    newest_best,
     newest_checkpoint,
     resume_candidates,
 )
@@ -101,11 +100,7 @@ def _prefer_last(path: Path, checkpoint: dict[str, Any], run_dir: Path) -> Path:
 
 def damaged_checkpoint_remedy(run_dir: Path) -> str:
     """What to do about a damaged checkpoint: resume from the best one, or start fresh."""
-    best = max(
-        (run_dir / CHECKPOINT_DIR).glob(BEST_CHECKPOINTS),
-        key=lambda p: p.stat().st_mtime_ns,
-        default=None,
-    )
+    best = newest_best(run_dir)
     if best is None:
         return "Delete it, or start fresh with `resume=never`."
     return (
