@@ -725,6 +725,24 @@ def test_a_damaged_metrics_json_refuses_ckpt_best_alone(cloud_run, tmp_path, cap
     assert metrics(tmp_path / "last")["checkpoint"] == "checkpoints/last.ckpt"
 
 
+@pytest.mark.parametrize(
+    ("entry", "value", "said"),
+    [("checkpoint", 3, "its checkpoint is 3, not a path"), ("run", "mlp", "its run is 'mlp'")],
+)
+def test_a_metrics_json_entry_of_another_shape_is_named(cloud_run, tmp_path, entry, value, said):
+    """A hand-edited metrics.json: ckpt=best was a TypeError (its checkpoint), or the run's
+    name an AttributeError once the test had run (its run)."""
+    run = tmp_path / "run"
+    shutil.copytree(cloud_run, run)
+    results = metrics(run)
+    (run / "metrics.json").write_text(json.dumps({**results, entry: value}))
+    damaged = re.escape(f"{run / 'metrics.json'} is damaged ({said}")
+    with pytest.raises(UserError, match=damaged):
+        evaluate(compose_eval(run, tmp_path / "eval"))
+    with pytest.raises(UserError, match=damaged):
+        restore(run)  # as predict.py finds it
+
+
 def test_a_best_checkpoint_whose_file_is_gone_is_passed_over(cloud_run, tmp_path):
     """A link in checkpoints/ to a file deleted since (a scratch area purged): ckpt=best,
     and predict.py's default, were a FileNotFoundError, even where metrics.json names the

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import reprlib
 import secrets
 import string
 from pathlib import Path
@@ -425,10 +426,26 @@ def in_run(path: str | Path | None, run: Path) -> str | None:
     return str(given)
 
 
+# the entries of a run's metrics.json that eval.py and a forecast read, with their shape
+READ_ENTRIES = {"run": (dict, "a mapping"), "checkpoint": (str, "a path")}
+
+
 def read_metrics(run: Path) -> dict[str, Any] | None:
-    """A run's ``metrics.json`` (:func:`load_metrics`); None before the run finished."""
+    """A run's ``metrics.json`` (:func:`load_metrics`); None before the run finished.
+
+    Raises:
+        UserError: the file is damaged, or an entry of :data:`READ_ENTRIES` is not of the
+            shape train.py writes (a hand-edited file: it was a TypeError where read).
+    """
     path = run / METRICS_FILE
-    return load_metrics(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    results = load_metrics(path)
+    for key, (kind, wanted) in READ_ENTRIES.items():
+        value = results.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise UserError(_damaged(path, f"its {key} is {reprlib.repr(value)}, not {wanted}"))
+    return results
 
 
 def read_data_summary(run: Path) -> dict[str, Any] | None:
