@@ -249,6 +249,48 @@ def test_a_refused_run_leaves_no_folder_and_a_named_one_keeps_only_the_users_fil
             "In 'train': Could not find 'data/nosuch': choose one of airq, beijing, metr_la, "
             "milan, mobile, points, synthetic, synthetic_moving.",
         ),
+        (  # the option meant, before the list of them all
+            ["data=mobil"],
+            "In 'train': Could not find 'data/mobil' (did you mean data=mobile?): choose one "
+            "of airq, beijing, metr_la, milan, mobile, points, synthetic, synthetic_moving.",
+        ),
+        (  # Hydra's lines told to remove the + or add another, over three lines
+            ["data=mobile", "+data.source.city=city2"],
+            "+data.source.city=city2: the config has data.source.city already, and + adds "
+            "only a new setting. Set it without the +: data.source.city=city2 (or "
+            "++data.source.city=city2, which sets it whether or not the config has it).",
+        ),
+        (  # Hydra named no fix
+            ["data=mobile", "~data.source.cty"],
+            "~data.source.cty: the config has no setting data.source.cty to delete (did you "
+            "mean data.source.city?). Correct the name, or leave ~data.source.cty out; "
+            "`--cfg job` after the command prints the settings.",
+        ),
+        (
+            ["~model.k=5"],
+            "~model.k=5: the config's model.k is 9, not 5. Give ~model.k to delete it "
+            "whatever its value.",
+        ),
+        (  # Hydra's fix was a config file's: 'override model: lstm'
+            ["+model=lstm"],
+            "+model=lstm: the config has a model already, and + would add a second. Choose it "
+            "without the +: model=lstm.",
+        ),
+        (
+            ["++model=lstm"],
+            "++model=lstm: a config group's option is chosen without ++: model=lstm.",
+        ),
+        (  # `model.k =6`: Hydra's ValueError with its traceback
+            ["model.k", "=6"],
+            "=6 names no setting before its '=': give key=value with no space around the '=', "
+            "e.g. model.k=6.",
+        ),
+        (
+            ["model.k"],
+            "Cannot parse the override 'model.k': Error parsing override 'model.k'. missing "
+            "EQUAL at '<EOF>'. See https://hydra.cc/docs/1.2/advanced/override_grammar/basic "
+            "for details. Give it as model.k=<value>, with no space around the '='.",
+        ),
     ],
     ids=[
         "unknown key",
@@ -263,6 +305,14 @@ def test_a_refused_run_leaves_no_folder_and_a_named_one_keeps_only_the_users_fil
         "no parse, quote",
         "no parse, home",
         "no option",
+        "near option",
+        "add a key there",
+        "delete a key not there",
+        "delete another value",
+        "add a group",
+        "force-add a group",
+        "no key",
+        "no equals",
     ],
 )
 def test_hydra_s_own_errors_are_one_line_without_the_debugging_hint(tmp_path, args, line):
@@ -295,6 +345,59 @@ def test_a_sweep_over_a_setting_the_config_lacks_is_one_line_and_leaves_no_sweep
     assert not named.exists() and (own / "notes").is_dir()  # a folder of the user's stays
     listed = run_script("train.py", "--cfg", "job")  # the command the line gives
     assert listed.returncode == 0 and "seed:" in listed.stdout
+
+
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+def test_adding_a_swept_key_the_config_has_names_the_whole_sweep(tmp_path, launcher):
+    """A sweep's job composes its own config: Hydra's fix named that job's value alone
+    (`data.source.city=city1`), which would run one job in place of the sweep."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", f"hydra/launcher={launcher}", "data=mobile", "+data.source.city=city1,city2"]
+    done = run_script("train.py", *args, f"hydra.sweep.dir={sweep}")
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "+data.source.city=city1,city2: the config has data.source.city already, and + adds "
+        "only a new setting. Set it without the +: data.source.city=city1,city2 (or "
+        "++data.source.city=city1,city2, which sets it whether or not the config has it)."
+    ]
+    assert not sweep.exists()  # no job began
+
+
+@pytest.mark.parametrize(
+    ("script", "override", "line"),
+    [
+        (
+            "eval.py",
+            "+seed=3",
+            "+seed=3: the config has seed already, and + adds only a new setting. Set it "
+            "without the +: seed=3 (or ++seed=3, which sets it whether or not the config has "
+            "it).",
+        ),
+        (
+            "predict.py",
+            "~data.source.time_fromat",
+            "~data.source.time_fromat: the config has no setting data.source.time_fromat to "
+            "delete (did you mean data.source.time_format?). Correct the name, or leave "
+            "~data.source.time_fromat out; `--cfg job` after the command prints the settings.",
+        ),
+        (
+            "eval.py",
+            "=3",
+            "=3 names no setting before its '=': give key=value with no space around the '=', "
+            "e.g. model.k=6.",
+        ),
+    ],
+)
+def test_eval_and_predict_refuse_an_overrides_form_in_one_line(tmp_path, script, override, line):
+    """eval.py composes the run's config, predict.py its own, as train.py composes its:
+    the same lines, before the run is read further."""
+    run = tmp_path / "run"
+    run.mkdir()
+    config = {"seed": 42, "model": {"k": 3}, "data": {"source": {"city": "a"}}}
+    OmegaConf.save(config, run / "config.yaml")
+    done = run_script(script, f"run={run}", override)
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [line]
 
 
 @pytest.mark.parametrize("modes", [("-m", "--cfg", "job"), ("--info", "--cfg", "hydra")])

@@ -40,10 +40,20 @@ def as_override(key: str, text: str) -> str:
 def shell_override(key: str, text: str) -> str:
     """``key=text`` to paste into a POSIX shell: quoted for the grammar, then for the shell,
     in double quotes where nothing inside them is special (``"run='/data/dü'"``)."""
-    override = as_override(key, text)
-    if shlex.quote(override) == override or re.search(r'["$`\\!]', override):
-        return shlex.quote(override)
-    return f'"{override}"'
+    return shell_word(as_override(key, text))
+
+
+def shell_word(text: str) -> str:
+    """``text`` as one word to paste into a POSIX shell: as it is where nothing in it is
+    special, else in double quotes where nothing inside them is special
+    (``"run='/data/dü'"``), else in single quotes. A leading ``~`` (Hydra's deletion)
+    stays bare before a name without ``/``, as the shell keeps it but for a user's name."""
+    bare = text.removeprefix("~") if "/" not in text else text
+    if shlex.quote(bare) == bare:
+        return text
+    if re.search(r'["$`\\!]', text):
+        return shlex.quote(text)
+    return f'"{text}"'
 
 
 def override_text(arg: str) -> str:

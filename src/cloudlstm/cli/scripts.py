@@ -183,6 +183,7 @@ def _run_hydra(config_name: str, task: Callable[[DictConfig], Any]) -> None:
     os.environ.setdefault("PROJECT_ROOT", os.getcwd())
     watch_the_starting_process()  # a DDP process whose process 0 ends as it starts
     sys.argv = multirun_flag_first(sys.argv)
+    _refuse_keyless(sys.argv)
     # Registered first, so run last of the exit handlers (after W&B's and Lightning's)
     atexit.register(freeze_for_a_quick_end)
     import hydra  # here: a Ctrl-C while it is imported is the program's stop (ctrl_c_is_a_stop)
@@ -190,6 +191,18 @@ def _run_hydra(config_name: str, task: Callable[[DictConfig], Any]) -> None:
     main = hydra.main(version_base="1.3", config_path=str(config_dir()), config_name=config_name)
     with _errors_without_hydra_hint():
         main(task)()
+
+
+def _refuse_keyless(argv: list[str]) -> None:
+    """An override with nothing before its ``=``, refused in one line before Hydra, which
+    would fail on it with a traceback (``=3``) or with a hint to add a setting ``''``."""
+    from cloudlstm.cli.override_errors import refuse_keyless
+    from cloudlstm.errors import UserError
+
+    try:
+        refuse_keyless(argv)
+    except UserError as err:
+        sys.exit(str(err))
 
 
 def freeze_for_a_quick_end() -> None:
@@ -350,15 +363,20 @@ def hydra_error_line(err: Exception) -> str:
     )
     from omegaconf.errors import OmegaConfBaseException
 
+    from cloudlstm.cli.override_errors import override_error_line
+
     if not isinstance(err, ConfigCompositionException | OverrideParseException):
         return str(err)
+    own = override_error_line(str(err), sys.argv, err.__traceback__)  # an override's form
+    if own is not None:
+        return own
     lines = [line.strip() for line in str(err).split("Config search path:")[0].splitlines()]
     lines = [line for line in lines if line]
     if isinstance(err, MissingConfigException) and err.options:
-        return f"{lines[0]}: choose one of {', '.join(err.options)}."
+        return f"{lines[0]}{_nearest_option(err)}: choose one of {', '.join(err.options)}."
     if isinstance(err, OverrideParseException):  # its message does not name the override
         lines.insert(0, f"Cannot parse the override {err.override!r}")
-        fix = _quoting_fix(str(err.override))
+        fix = _quoting_fix(str(err.override)) or _equals_fix(str(err.override))
         lines += [fix] if fix else []
     cause = err.__cause__
     unknown = _unknown_key_line(cause)
@@ -385,6 +403,27 @@ def _quoting_fix(override: str) -> str:
     return f"If the value is one string (a path, say), quote it: {shell_override(key, value)}"
 
 
+def _nearest_option(err: Exception) -> str:
+    """`` (did you mean model=cloudlstm?)`` for an unknown option of a config group
+    (``model=cloudlsmt``) near one it has; ``""`` where none is near."""
+    from cloudlstm.errors import nearest_name
+
+    found = re.search(r"Could not find '(.+)/([^/']+)'", str(err))
+    if not found:
+        return ""
+    group, option = found.groups()
+    near = nearest_name(option, getattr(err, "options", None) or [])
+    return near.replace("(did you mean ", f"(did you mean {group}=") if near else ""
+
+
+def _equals_fix(override: str) -> str:
+    """The fix for an override without ``=`` (``model.k``, of ``model.k = 6``), but a
+    deletion's (``~model.k``), which needs none."""
+    if "=" in override or override.startswith("~"):
+        return ""
+    return f"Give it as {override}=<value>, with no space around the '='"
+
+
 def _unknown_key_line(cause: BaseException | None) -> str | None:
     """The line for an override of a key the config does not have (OmegaConf's "not in
     struct"), or None for another error. Hydra's fix, ``+key=value``, adds a key that
@@ -394,7 +433,8 @@ def _unknown_key_line(cause: BaseException | None) -> str | None:
     from omegaconf import DictConfig
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
-    from cloudlstm.errors import config_keys, nearest_name, settings_listing
+    from cloudlstm.cli.override_errors import key_hint
+    from cloudlstm.errors import settings_listing
 
     missing = ConfigKeyError | ConfigAttributeError
     if not isinstance(cause, missing):
@@ -414,11 +454,7 @@ def _unknown_key_line(cause: BaseException | None) -> str | None:
             f"with '++{key}=[lo,hi]', or replace the config's ranges with {path}=null "
             f"'{path}={{{name}:[lo,hi]}}' (null for an open end)."
         )
-    hint = ""
-    if isinstance(parent, DictConfig):
-        elsewhere = [k for k in config_keys(parent._get_root()) if k.rsplit(".", 1)[-1] == name]
-        hint = f" (did you mean {elsewhere[0]}?)" if elsewhere else ""
-        hint = hint or nearest_name(name, [str(k) for k in parent], path)
+    hint = key_hint(key, parent._get_root()) if isinstance(parent, DictConfig) else ""
     return (
         f"Could not override '{key}': the config has no setting {key}{hint}. Correct the "
         f"name; {settings_listing()}."
