@@ -31,7 +31,11 @@ from cloudlstm.assembly.devices import (
 from cloudlstm.assembly.source_options import check_read_source_options
 from cloudlstm.data.spec import DataSpec
 from cloudlstm.engine.declared_metrics import monitor_mode
-from cloudlstm.engine.host_memory import keep_freed_memory, keeps_freed_memory
+from cloudlstm.engine.host_memory import (
+    keep_freed_memory,
+    keeps_freed_memory,
+    malloc_defaults,
+)
 from cloudlstm.engine.module import make_optimizer
 from cloudlstm.engine.objective import validation_keys
 from cloudlstm.engine.parent_watch import name_the_launching_process
@@ -55,19 +59,31 @@ def configure_process(cfg: DictConfig) -> None:
     ``keep_freed_memory: auto`` (the default, also for runs saved before the key) keeps it
     unless ``model.checkpointing`` is on: a run that checkpoints has chosen memory over
     speed, and kept memory raised its peak at N = 13,000 from 1.9 to 2.4 GB.
-    ``torch_threads`` is checked already (:func:`check_process_settings`).
+    ``torch_threads`` is checked already (:func:`check_process_settings`). Both are set for
+    every job, to the defaults too: a job after another in one process (a sweep's) would
+    otherwise run with the earlier job's.
     """
     set_torch_threads(cfg)
     checkpointing = (cfg.get("model") or {}).get("checkpointing", False)
     if keeps_freed_memory(cfg.get("keep_freed_memory", "auto"), checkpointing):
         keep_freed_memory()
+    else:
+        malloc_defaults()
+
+
+# torch's threads before a job of this process set them: what torch_threads=null gives
+_threads_before_jobs: int | None = None
 
 
 def set_torch_threads(cfg: DictConfig) -> None:
     """torch's intra-op threads, ``torch_threads`` (checked already,
-    :func:`check_process_settings`); null, or a config without it, keeps torch's default."""
-    if cfg.get("torch_threads") is not None:
-        torch.set_num_threads(int(cfg.torch_threads))
+    :func:`check_process_settings`); null, or a config without it, torch's default: the
+    count the process had before its first job set one, not an earlier job's."""
+    global _threads_before_jobs
+    if _threads_before_jobs is None:
+        _threads_before_jobs = torch.get_num_threads()
+    threads = cfg.get("torch_threads")
+    torch.set_num_threads(_threads_before_jobs if threads is None else int(threads))
 
 
 def check_process_settings(cfg: DictConfig) -> None:

@@ -47,7 +47,7 @@ from cloudlstm.engine.signals import ctrl_c_kept
 from cloudlstm.errors import MissingFileError, UserError
 from cloudlstm.models.build import count_parameters
 from cloudlstm.report import add_test_report
-from cloudlstm.report.cost import reset_gpu_peak
+from cloudlstm.report.cost import reset_cpu_peak, reset_gpu_peak
 from cloudlstm.rundir.layout import (
     CHOSEN_CHECKPOINTS,
     METRICS_FILE,
@@ -79,6 +79,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     check_process_settings(cfg)  # first: data.holdout_seed and others interpolate the seed
     check_known_keys(cfg)
     configure_process(cfg)
+    reset_cpu_peak()  # the cost's peak RSS is this test's, its data's load included
     _one_process_without_ddp(cfg)
     L.seed_everything(cfg.seed, workers=True)
     run = check_run_dir(cfg.run)

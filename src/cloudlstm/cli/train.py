@@ -42,7 +42,7 @@ from cloudlstm.engine.signals import ctrl_c_kept
 from cloudlstm.errors import UserError
 from cloudlstm.models.build import count_parameters
 from cloudlstm.report import add_test_report
-from cloudlstm.report.cost import reset_gpu_peak
+from cloudlstm.report.cost import reset_cpu_peak, reset_gpu_peak
 from cloudlstm.report.figures import figure_choice
 from cloudlstm.rundir.checkpoints import check_checkpoint
 from cloudlstm.rundir.config_changes import (
@@ -101,6 +101,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 @owns_run_dir  # one run at a time in a run directory (run.lock)
 def _train(cfg: DictConfig) -> dict[str, Any]:
     configure_process(cfg)
+    reset_cpu_peak()  # the cost's peak RSS is this run's, its data's load included
     L.seed_everything(cfg.seed, workers=True)
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)

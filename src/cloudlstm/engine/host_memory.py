@@ -23,9 +23,14 @@ import platform
 
 from cloudlstm.errors import UserError
 
-# mallopt parameters (malloc.h)
+# mallopt parameters (malloc.h), and glibc's defaults of the two (malloc/malloc.c)
 M_TRIM_THRESHOLD = -1
 M_MMAP_MAX = -4
+DEFAULT_TRIM_THRESHOLD = 128 * 1024
+DEFAULT_MMAP_MAX = 65536
+
+# whether keep_freed_memory changed malloc's settings in this process
+_kept = False
 
 
 def keep_freed_memory() -> bool:
@@ -35,9 +40,37 @@ def keep_freed_memory() -> bool:
     """
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
+    global _kept
     libc = ctypes.CDLL(None)
     # mallopt returns 1 on success; -1 for the trim threshold means "never trim" (mallopt(3))
-    return libc.mallopt(M_MMAP_MAX, 0) == 1 and libc.mallopt(M_TRIM_THRESHOLD, -1) == 1
+    _kept = libc.mallopt(M_MMAP_MAX, 0) == 1 and libc.mallopt(M_TRIM_THRESHOLD, -1) == 1
+    return _kept
+
+
+def malloc_defaults() -> bool:
+    """Undo :func:`keep_freed_memory` for a job that does not keep freed memory after one
+    of this process that did (a sweep's): large blocks ``mmap``\\ed and the heap trimmed
+    again, at glibc's default sizes (the mmap threshold stays where it is: glibc adapts it
+    no more once a threshold is set). Returns whether there was anything to undo."""
+    global _kept
+    if not _kept:
+        return False
+    libc = ctypes.CDLL(None)
+    libc.mallopt(M_MMAP_MAX, DEFAULT_MMAP_MAX)
+    libc.mallopt(M_TRIM_THRESHOLD, DEFAULT_TRIM_THRESHOLD)
+    _kept = False
+    return True
+
+
+def give_back_freed_memory() -> bool:
+    """Hand the heap's free memory back to the system (``malloc_trim``), which
+    :func:`keep_freed_memory` keeps: a run that follows another in the process (a sweep's
+    next job) starts from the memory in use, not the earlier run's peak. Returns whether it
+    applied: only with glibc."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    ctypes.CDLL(None).malloc_trim(0)
+    return True
 
 
 def keeps_freed_memory(setting: bool | str, checkpointing: bool) -> bool:

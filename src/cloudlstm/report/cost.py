@@ -3,16 +3,21 @@ memory, measured as a run ends (a report, not a benchmark: ``benchmarks/`` measu
 
 from __future__ import annotations
 
+import gc
+import re
 import resource
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 
 from cloudlstm.engine.callbacks import EpochTimer
+from cloudlstm.engine.host_memory import give_back_freed_memory
 from cloudlstm.models.build import count_parameters
 
 
@@ -35,9 +40,51 @@ def cost(module: L.LightningModule, datamodule: Any, trainer: L.Trainer) -> dict
         ),
         **gpu_memory_mb(device),
     }
-    # ru_maxrss is in KiB on Linux: the process's peak resident memory so far
-    out["peak_cpu_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["peak_cpu_rss_mb"] = peak_cpu_rss_mb()
     return out
+
+
+# Linux's files of the process's memory: its peak resident set (VmHWM) since it started or
+# since "5" was written to clear_refs (proc(5))
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def reset_cpu_peak() -> bool:
+    """Start the process's peak resident memory (:func:`peak_cpu_rss_mb`) at this run, as
+    :func:`reset_gpu_peak` does the GPU's: runs one after another in one process (a sweep's
+    jobs) read the process's otherwise, an earlier run's larger model's. The earlier runs'
+    objects are collected and the memory they freed is handed back first
+    (:func:`~cloudlstm.engine.host_memory.give_back_freed_memory`: the process keeps it),
+    so the peak starts at what is in use. Returns whether the peak was reset: only on
+    Linux, where ``/proc/self/clear_refs`` takes it; elsewhere it stays the process's."""
+    gc.collect()
+    give_back_freed_memory()
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:  # not Linux, or a kernel (or sandbox) without the file
+        return False
+    return _vm_hwm_kib() is not None
+
+
+def peak_cpu_rss_mb() -> float:
+    """The process's peak resident memory in MiB: since :func:`reset_cpu_peak` where it
+    took (Linux's VmHWM), else since the process started (``ru_maxrss``: KiB on Linux,
+    bytes on macOS)."""
+    hwm = _vm_hwm_kib()
+    if hwm is not None:
+        return hwm / 1024
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
+
+
+def _vm_hwm_kib() -> int | None:
+    """VmHWM of ``/proc/self/status`` in KiB, or None where the file or the line is not."""
+    try:
+        found = re.search(r"^VmHWM:\s*(\d+) kB", _STATUS.read_text(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(found.group(1)) if found else None
 
 
 def gpu_memory_mb(device: torch.device) -> dict[str, float]:

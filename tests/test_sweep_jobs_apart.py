@@ -1,0 +1,93 @@
+"""A sweep's jobs that run one after another in one process (Hydra's basic launcher, a
+joblib worker) each report their own cost and run with their own process settings, not
+an earlier job's: the peak resident memory, torch's threads, malloc's settings."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PYTHON, ROOT, TINY, subprocess_env
+
+# TINY's data and trainer, one short epoch, a multilayer perceptron whose width the tests set
+MLP_JOB = [
+    *[a for a in TINY if not a.startswith(("model.", "trainer.max_epochs"))],
+    "model=mlp",
+    "trainer.max_epochs=1",
+    "trainer.limit_train_batches=2",
+    "trainer.val_check_interval=2",
+    "logger=none",
+    "print_config=false",
+]
+
+
+def sweep(tmp_path: Path, *args: str) -> list[dict]:
+    """``train.py -m args...`` with the basic launcher (every job in this one process, one
+    thread of torch's by default); each job's metrics.json, in job order."""
+    folder = tmp_path / "sweep"
+    done = subprocess.run(
+        [*PYTHON, "train.py", "-m", *MLP_JOB, *args, f"hydra.sweep.dir={folder}"],
+        cwd=ROOT,
+        env={**subprocess_env(), "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    jobs = sorted((p for p in folder.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    return [json.loads((job / "metrics.json").read_text()) for job in jobs]
+
+
+@pytest.mark.slow  # two trainings, one of a 16-million-parameter model
+@pytest.mark.skipif(sys.platform != "linux", reason="the peak is reset on Linux alone")
+def test_a_small_jobs_peak_memory_after_a_large_ones_is_its_own(tmp_path):
+    """The peak was the process's: the small model's row reported the large one's memory."""
+    large, small = sweep(tmp_path, "model.hidden_size=2000,8", "torch_threads=1")
+    assert large["cost"]["params"] > 10**7 and small["cost"]["params"] < 10**4
+    # the large model's weights, gradients and Adam's two moments: 250 MB
+    assert small["cost"]["peak_cpu_rss_mb"] < large["cost"]["peak_cpu_rss_mb"] - 150
+
+
+@pytest.mark.slow  # two trainings
+def test_a_job_of_torchs_default_threads_after_one_that_set_them_runs_on_the_default(
+    tmp_path,
+):
+    """torch_threads=null kept the earlier job's count: the second job ran, and recorded
+    that it ran, on two threads."""
+    jobs = sweep(tmp_path, "model.hidden_size=8", "torch_threads=2,null")
+    threads = [job["provenance"][-1]["machine"]["torch_threads"] for job in jobs]
+    assert threads == [2, 1]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="malloc's settings are glibc's")
+def test_a_job_that_lets_malloc_trim_after_one_that_kept_freed_memory_trims_again():
+    """keep_freed_memory=false after a job that kept it: malloc kept freed memory still."""
+    code = """
+import re
+from pathlib import Path
+from omegaconf import OmegaConf
+from cloudlstm.assembly.build import configure_process
+from cloudlstm.engine.host_memory import keep_freed_memory
+
+def freed_mb():
+    status = lambda: Path("/proc/self/status").read_text()
+    rss = lambda: int(re.search(r"VmRSS:\\s*(\\d+)", status()).group(1)) / 1024
+    block = b"x" * (300 * 2**20)  # written: every page resident
+    before = rss()
+    del block
+    return before - rss()
+
+for keep in (True, False):  # two jobs of a sweep
+    configure_process(OmegaConf.create({"keep_freed_memory": keep}))
+    print(freed_mb() > 250)
+"""
+    done = subprocess.run(
+        [*PYTHON, "-c", code], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    # kept: the block's memory stays after its del; then, no longer kept, it goes
+    assert done.stdout.split() == ["False", "True"]
