@@ -1,6 +1,7 @@
 """A sweep's jobs that run one after another in one process (Hydra's basic launcher, a
 joblib worker) each report their own cost and run with their own process settings, not
-an earlier job's: the peak resident memory, torch's threads, malloc's settings."""
+an earlier job's: the peak resident memory, torch's threads, malloc's settings, cuDNN's
+kernel search."""
 
 from __future__ import annotations
 
@@ -91,3 +92,24 @@ for keep in (True, False):  # two jobs of a sweep
     assert done.returncode == 0, done.stderr[-3000:]
     # kept: the block's memory stays after its del; then, no longer kept, it goes
     assert done.stdout.split() == ["False", "True"]
+
+
+def test_a_trainer_without_a_benchmark_setting_after_one_with_it_searches_no_kernels():
+    """Lightning leaves cuDNN's kernel search as it finds it where trainer.benchmark is
+    null: the job after one with trainer.benchmark=true searched too, its epochs timed so."""
+    code = """
+import lightning as L
+import torch
+from omegaconf import OmegaConf
+from cloudlstm.assembly.build import configure_process
+
+for benchmark in (True, None):  # two jobs of a sweep
+    configure_process(OmegaConf.create({"keep_freed_memory": False}))
+    L.Trainer(benchmark=benchmark, logger=False, enable_checkpointing=False)
+    print(torch.backends.cudnn.benchmark)
+"""
+    done = subprocess.run(
+        [*PYTHON, "-c", code], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True", "False"]

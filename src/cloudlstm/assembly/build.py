@@ -52,18 +52,21 @@ def instantiate(config: Any, **kwargs: Any) -> Any:
 
 
 def configure_process(cfg: DictConfig) -> None:
-    """A job's process-wide settings: torch's intra-op threads (``torch_threads``) and
-    freed memory kept for the next step (``keep_freed_memory``, see
-    :mod:`cloudlstm.engine.host_memory`).
+    """A job's process-wide settings: torch's intra-op threads (``torch_threads``), freed
+    memory kept for the next step (``keep_freed_memory``, see
+    :mod:`cloudlstm.engine.host_memory`), and cuDNN's search for the fastest kernels at the
+    process's own setting, which the Trainer then sets where ``trainer.benchmark`` is given
+    (Lightning leaves it as it finds it where that is null).
 
     ``keep_freed_memory: auto`` (the default, also for runs saved before the key) keeps it
     unless ``model.checkpointing`` is on: a run that checkpoints has chosen memory over
     speed, and kept memory raised its peak at N = 13,000 from 1.9 to 2.4 GB.
-    ``torch_threads`` is checked already (:func:`check_process_settings`). Both are set for
+    ``torch_threads`` is checked already (:func:`check_process_settings`). Each is set for
     every job, to the defaults too: a job after another in one process (a sweep's) would
     otherwise run with the earlier job's.
     """
     set_torch_threads(cfg)
+    torch.backends.cudnn.benchmark = _before_jobs("cudnn.benchmark", torch.backends.cudnn.benchmark)
     checkpointing = (cfg.get("model") or {}).get("checkpointing", False)
     if keeps_freed_memory(cfg.get("keep_freed_memory", "auto"), checkpointing):
         keep_freed_memory()
@@ -71,19 +74,24 @@ def configure_process(cfg: DictConfig) -> None:
         malloc_defaults()
 
 
-# torch's threads before a job of this process set them: what torch_threads=null gives
-_threads_before_jobs: int | None = None
+# torch's settings before a job of this process changed them: what a job that leaves one
+# at its default gets
+_settings_before_jobs: dict[str, Any] = {}
+
+
+def _before_jobs(name: str, now: Any) -> Any:
+    """Setting ``name`` as it was before the first job of this process (``now`` at that
+    job)."""
+    return _settings_before_jobs.setdefault(name, now)
 
 
 def set_torch_threads(cfg: DictConfig) -> None:
     """torch's intra-op threads, ``torch_threads`` (checked already,
     :func:`check_process_settings`); null, or a config without it, torch's default: the
     count the process had before its first job set one, not an earlier job's."""
-    global _threads_before_jobs
-    if _threads_before_jobs is None:
-        _threads_before_jobs = torch.get_num_threads()
     threads = cfg.get("torch_threads")
-    torch.set_num_threads(_threads_before_jobs if threads is None else int(threads))
+    default = _before_jobs("torch_threads", torch.get_num_threads())
+    torch.set_num_threads(default if threads is None else int(threads))
 
 
 def check_process_settings(cfg: DictConfig) -> None:
