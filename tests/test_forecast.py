@@ -552,7 +552,8 @@ def test_a_new_point_that_cannot_be_placed_is_told_what_it_lacks(
 
 def test_a_z_column_given_to_a_run_of_2d_positions_is_warned_of(points_run, forecaster, caplog):
     """Two new sites apart only in z get one forecast: said, not dropped unsaid; an empty
-    z column (a table's spare column) is not warned of."""
+    z column (a table's spare column: NaN, blanks or missing-value texts, as a Parquet file
+    or a DataFrame keeps them) is not warned of."""
     df = history(points_run)
     rows = df[df["id"] == "p0"]
     sites = pd.concat([rows.assign(id="low", z=0.0), rows.assign(id="high", z=900.0)])
@@ -566,10 +567,11 @@ def test_a_z_column_given_to_a_run_of_2d_positions_is_warned_of(points_run, fore
     ]
     by_id = out.set_index(["horizon", "id"])[CHANNELS]
     np.testing.assert_array_equal(by_id.xs("low", level="id"), by_id.xs("high", level="id"))
-    caplog.clear()
-    with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.forecast_input"):
-        forecaster.forecast(df.assign(z=np.nan))
-    assert not [r for r in caplog.records if "does not read" in r.getMessage()]
+    for spare in (np.nan, "n/a", " ", np.resize(["NA", None, ""], len(df))):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.forecast_input"):
+            forecaster.forecast(df.assign(z=spare))
+        assert not [r for r in caplog.records if "does not read" in r.getMessage()]
 
 
 def test_a_new_point_whose_rows_end_before_the_steps_read_is_warned_of(

@@ -38,6 +38,7 @@ from cloudlstm.data.sources.bad_values import (
     RowNames,
     channel_values,
     check_mode,
+    holds_no_reading,
     index_row_names,
     row_names_through,
 )
@@ -800,10 +801,12 @@ def _warn_unread_coordinates(df: pd.DataFrame, info: DataSpec, what: str) -> Non
     """One warning for a column of ``df`` named as a coordinate (``x``, ``y``, ``z``) that
     the run neither places points by nor reads as a channel, where it holds values: 3-D
     positions given to a run of 2-D ones would otherwise lose their ``z`` unsaid, and sites
-    apart only in it get one forecast."""
+    apart only in it get one forecast. A column of empty cells or missing-value texts
+    (``n/a``: :func:`~cloudlstm.data.sources.bad_values.holds_no_reading`, as a Parquet file
+    or a DataFrame keeps them) holds none: a table's spare column."""
     read = {*info.coord_cols, *info.read_channels, info.time_col, info.id_col}
     unread = [c for c in DEFAULT_COORD_COLS if c in df.columns and c not in read]
-    unread = [c for c in unread if df[c].notna().any()]
+    unread = [c for c in unread if not holds_no_reading(df[c])]
     if not unread:
         return
     log.warning(
