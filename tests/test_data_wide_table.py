@@ -462,6 +462,26 @@ def test_unreadable_values_are_named_or_missing_with_warn(los, caplog):
     assert not stream.mask[5, 2, 0] and "bad_values=warn" in caplog.text
 
 
+@pytest.mark.parametrize("gap", [False, True], ids=["bool", "with-empty-cells"])
+def test_a_point_column_of_true_false_is_refused_not_read_as_1_0(los, gap):
+    """A wide table's cells are readings: a column of True/False (a status column joined
+    by mistake; with empty cells pandas keeps it as objects) was read as speeds of 1 and
+    0 without a word."""
+    table = speeds()
+    cells = np.resize(np.array([True, False], dtype=object), len(table))
+    cells[4] = None if gap else cells[4]
+    table[IDS[2]] = cells
+    table.to_csv(los / "los_speed.csv.gz", index=False)
+    message = (
+        f"file {los / 'los_speed.csv.gz'}: point column(s) {IDS[2]} hold True/False, not "
+        "readings of 'speed': write each point's readings as numbers (0 and 1 where they are "
+        "yes/no), or leave those columns out."
+    )
+    with pytest.raises(UserError) as err:
+        source(los).load()
+    assert str(err.value) == message
+
+
 def test_a_row_after_a_quoted_field_over_several_lines_is_named_by_its_own_line(los):
     """A quoted field that goes on over lines is one row of the file: each line of it was
     counted as a row, and a line of blanks alone, which pandas skips, as a row too, so a

@@ -272,6 +272,26 @@ def test_a_bad_cell_of_a_wide_history_is_named_by_its_row_and_point_column(forec
     pd.testing.assert_frame_equal(warned, forecaster.forecast(empty))
 
 
+def test_a_point_column_of_true_false_in_a_wide_history_is_refused(forecaster, tmp_path):
+    """Read as speeds of 1 and 0 without a word, as a DataFrame, a CSV file (whose reader
+    makes True/False booleans) and with an empty cell (objects) alike."""
+    table = wide(RECENT)
+    cells = np.resize(np.array([True, False], dtype=object), len(table))
+    table[IDS[2]] = cells.astype(bool)
+    gap = table.assign(**{IDS[2]: [None, *cells[1:]]})
+    table.to_csv(tmp_path / "recent.csv", index=False)
+    message = (
+        f"recent.csv: point column(s) {IDS[2]} hold True/False, not readings of 'speed': "
+        "write each point's readings as numbers (0 and 1 where they are yes/no), or leave "
+        "those columns out."
+    )
+    for given in (table, gap, read_history(tmp_path / "recent.csv")):
+        for mode in ("error", "warn"):
+            with pytest.raises(UserError) as err:
+                forecaster.forecast(given, what="recent.csv", bad_values=mode)
+            assert str(err.value) == message
+
+
 def test_a_value_out_of_range_in_a_wide_history_is_named_by_point_and_time_alone(forecaster):
     """As docs/forecasting.md says: not by its step of the window read ('step 3'), a
     number the user's table holds nowhere."""

@@ -17,7 +17,12 @@ import re
 import numpy as np
 import pandas as pd
 
-from cloudlstm.data.sources.bad_values import RowNames, channel_values, holds_no_reading
+from cloudlstm.data.sources.bad_values import (
+    RowNames,
+    channel_values,
+    holds_no_reading,
+    refuse_flag_points,
+)
 from cloudlstm.data.sources.tables import (
     case_hint,
     clock_change_hint,
@@ -74,8 +79,9 @@ def long_history(
     Raises:
         UserError: ``df`` is no DataFrame or names a column twice; a wide table whose run
             reads several channels, without times, with one time in several rows, with
-            columns that are not training points, or with bad cells
-            (``bad_values="error"``).
+            columns that are not training points, with a point column of True/False
+            (:func:`~cloudlstm.data.sources.bad_values.refuse_flag_points`), or with bad
+            cells (``bad_values="error"``).
     """
     if not isinstance(df, pd.DataFrame):
         raise UserError(
@@ -117,6 +123,7 @@ def long_history(
     _warn_points_left_out(ids, info, what)
     # by their ids as text: a table pivoted from ids read as numbers has int columns
     frame = frame.rename(columns=dict(zip(columns, ids, strict=True)))
+    refuse_flag_points(frame, ids, channels[0], what)
     if bad_values is not None:
         values = channel_values(frame, ids, what, bad_values, row_names=row_names)
         frame = frame.assign(**{c: values[:, j] for j, c in enumerate(ids)})

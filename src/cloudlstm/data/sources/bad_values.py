@@ -37,6 +37,7 @@ __all__ = [
     "index_row_names",
     "mostly_numeric",
     "numbers_among_text",
+    "refuse_flag_points",
     "row_names_through",
     "row_word",
     "written_cells",
@@ -96,6 +97,29 @@ def flags(series: pd.Series) -> bool:
     filled = series.dropna()
     # stops at the first cell that is no bool: a column of text labels costs one cell
     return len(filled) > 0 and all(isinstance(cell, bool | np.bool_) for cell in filled)
+
+
+def refuse_flag_points(
+    frame: pd.DataFrame, columns: Sequence[str], channel: str, what: str
+) -> None:
+    """Refuse the point columns ``columns`` of a wide table ``frame`` that hold True/False
+    alone (:func:`flags`): its cells are readings of its one ``channel``, which True/False
+    are not, though pandas reads them as 1/0 (a sensor's status column joined by mistake).
+    A long-format table's True/False column is read as 0/1 only where the user names it as
+    a channel or covariate (docs/data.md); a wide table names none, so none is taken so.
+
+    Raises:
+        UserError: naming the columns and the fix.
+    """
+    flagged = [str(c) for c in columns if flags(frame[c])]
+    if not flagged:
+        return
+    more = f" ... ({len(flagged)} in all)" if len(flagged) > SHOWN else ""
+    raise UserError(
+        f"{what}: point column(s) {', '.join(flagged[:SHOWN])}{more} hold True/False, not "
+        f"readings of {channel!r}: write each point's readings as numbers (0 and 1 where "
+        "they are yes/no), or leave those columns out."
+    )
 
 
 # a number and the unit after it in the same cell: "10.5 ppb", "-3e2 km/h", "12%", "4 °C";

@@ -25,7 +25,12 @@ import numpy as np
 import pandas as pd
 
 from cloudlstm.data.cache import CachedSource
-from cloudlstm.data.sources.bad_values import RowNames, channel_values, check_mode
+from cloudlstm.data.sources.bad_values import (
+    RowNames,
+    channel_values,
+    check_mode,
+    refuse_flag_points,
+)
 from cloudlstm.data.sources.degrees import LATITUDE_NAMES, LONGITUDE_NAMES, check_degrees
 from cloudlstm.data.sources.graphs import graph_among, read_graph
 from cloudlstm.data.sources.tables import (
@@ -69,8 +74,9 @@ log = logging.getLogger(__name__)
 
 # Bump when the reading changes, so stale caches are not reused.
 # 5: gaps hold the last reading (4 and before: linear interpolation); 6: a series never read
-# takes the mean of the other points' readings at each step (5: of their filled values)
-_VERSION = 6
+# takes the mean of the other points' readings at each step (5: of their filled values);
+# 7: a point column of True/False is refused (6: read as 1/0)
+_VERSION = 7
 # Names (lower case) a positions file's id column goes by, in the order they are looked for.
 ID_NAMES = ("id", "sensor_id", "cellid", "cell_id", "square_id", "station", "node_id")
 # Names (lower case) of a time column found without data.source.time_col.
@@ -295,6 +301,7 @@ class WideTableSource(UnitsGiven, CachedSource):
         coords = self._coords(ids, positions, what, frame)
         written = frame[time_col] if time_col is not None else index_times
         names = file_row_names(path, None if written is None else pd.Series(written))
+        refuse_flag_points(frame, columns, self.channel, what)
         values = channel_values(frame, columns, what, self.bad_values, row_names=names)  # (R, N)
         if self.missing_value is not None:
             values[values == np.float32(self.missing_value)] = np.nan
