@@ -583,6 +583,22 @@ def test_bad_coordinates(tmp_path):
     )
 
 
+@pytest.mark.parametrize("gap", [False, True], ids=["bool", "with-empty-cells"])
+def test_a_coordinate_column_of_true_false_is_refused_not_read_as_1_0(tmp_path, gap):
+    """pandas reads a CSV column of True/False as booleans (objects, with empty cells),
+    which were placed at x = 1 and x = 0 without a word."""
+    df = long_table().astype({"x": object})
+    df["x"] = np.resize(np.array([True, False], dtype=object), len(df))
+    if gap:
+        df.loc[5, "x"] = None
+    with pytest.raises(UserError) as err:
+        LongFormatSource(write(tmp_path, df)).load()
+    assert str(err.value).startswith(
+        f"Column 'x' of file {tmp_path / 'data.csv'} must be numeric, but holds True/False. "
+        "Write coordinates as plain numbers"
+    )
+
+
 @pytest.mark.parametrize("empty", ["n/a", " ", "NULL"])
 def test_a_coordinate_left_empty_as_text_reads_as_empty_in_a_csv_and_a_parquet_file(
     tmp_path, empty

@@ -574,6 +574,17 @@ def test_a_z_column_given_to_a_run_of_2d_positions_is_warned_of(points_run, fore
         assert not [r for r in caplog.records if "does not read" in r.getMessage()]
 
 
+def test_a_coordinate_column_of_true_false_is_refused(points_run, forecaster):
+    """Read as x = 1 and x = 0: a new site was placed there without a word."""
+    df = history(points_run)
+    flags = np.resize(np.array([True, False], dtype=object), len(df))
+    with pytest.raises(UserError) as err:
+        forecaster.forecast(df.assign(x=flags))
+    assert str(err.value).startswith(
+        "Column 'x' of the history must be numeric, but holds True/False. Write coordinates"
+    )
+
+
 def test_a_new_point_whose_rows_end_before_the_steps_read_is_warned_of(
     points_run, forecaster, caplog
 ):

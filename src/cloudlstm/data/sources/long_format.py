@@ -65,9 +65,10 @@ __all__ = ["LongFormatSource"]
 log = logging.getLogger(__name__)
 
 # Bump when the reading changes, so stale caches are not reused.
-_VERSION = 7  # 5: True/False columns are no channels; degrees checked; 6: gaps hold the
+_VERSION = 8  # 5: True/False columns are no channels; degrees checked; 6: gaps hold the
 # last reading (before: linear interpolation in time); 7: a series never read takes the
-# mean of the other points' readings at each step (6: of their filled values)
+# mean of the other points' readings at each step (6: of their filled values); 8: a
+# coordinate column of True/False is refused (7: read as 1/0)
 
 
 DATA_SUFFIXES = (".csv", ".parquet", ".pq")

@@ -45,7 +45,7 @@ from pandas._libs.parsers import STR_NA_VALUES
 from pandas.io.common import get_handle
 
 from cloudlstm.data.cache import warn_dropped_points
-from cloudlstm.data.sources.bad_values import RowNames, written_cells
+from cloudlstm.data.sources.bad_values import RowNames, flags, written_cells
 from cloudlstm.data.sources.cut_short import refuse_cut_short
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingPackageError, UserError
@@ -1175,8 +1175,12 @@ def numeric_column(
     as the user finds it in the file (:func:`file_row_names`); None: ``data row`` and its
     index label. A cell of blanks or a missing-value text (``n/a``) is empty
     (:func:`~cloudlstm.data.sources.bad_values.written_cells`), in a Parquet file or a
-    DataFrame as in a CSV file."""
+    DataFrame as in a CSV file. A column of True/False (:func:`~cloudlstm.data.sources.
+    bad_values.flags`), which pandas would read as 1 and 0, is refused too: no coordinate
+    or reading is a yes/no."""
     series = df[col]
+    if flags(series):
+        raise UserError(f"Column {col!r} of {what} must be numeric, but holds True/False. {fix}")
     if pd.api.types.is_numeric_dtype(series):
         return series.to_numpy(dtype=np.float64, na_value=np.nan)
     coerced = pd.to_numeric(series, errors="coerce")
