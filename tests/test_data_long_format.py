@@ -583,6 +583,21 @@ def test_bad_coordinates(tmp_path):
     )
 
 
+def test_a_column_named_twice_in_the_header_is_refused_not_renamed(tmp_path):
+    """pandas renames the second ``a`` to ``a.1``, which was trained on as a channel of its
+    own; a file that names its columns ``a`` and ``a.1`` itself is read."""
+    df = long_table()
+    path = tmp_path / "twice.csv"
+    path.write_text(df.to_csv(index=False).replace(",b,", ",a,", 1))
+    with pytest.raises(UserError) as err:
+        LongFormatSource(path).load()
+    assert str(err.value) == (
+        f"The long-format file {path} names the column(s) ['a'] more than once: keep one of each."
+    )
+    path.write_text(df.to_csv(index=False).replace(",b,", ",a.1,", 1))
+    assert LongFormatSource(path).load().channel_names == ["a", "a.1"]
+
+
 @pytest.mark.parametrize("gap", [False, True], ids=["bool", "with-empty-cells"])
 def test_a_coordinate_column_of_true_false_is_refused_not_read_as_1_0(tmp_path, gap):
     """pandas reads a CSV column of True/False as booleans (objects, with empty cells),

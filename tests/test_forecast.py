@@ -574,6 +574,18 @@ def test_a_z_column_given_to_a_run_of_2d_positions_is_warned_of(points_run, fore
         assert not [r for r in caplog.records if "does not read" in r.getMessage()]
 
 
+def test_a_history_file_naming_a_column_twice_is_refused(tmp_path):
+    """predict.py read the first ``no2`` and left the second (pandas' ``no2.1``) unread."""
+    table = long_table(*raw_stream(), range(M)).assign(again=1.0)
+    path = tmp_path / "recent.csv"
+    path.write_text(table.to_csv(index=False).replace(",again", ",no2", 1))
+    with pytest.raises(UserError) as err:
+        read_history(path)
+    assert str(err.value) == (
+        f"The history file {path} names the column(s) ['no2'] more than once: keep one of each."
+    )
+
+
 def test_a_coordinate_column_of_true_false_is_refused(points_run, forecaster):
     """Read as x = 1 and x = 0: a new site was placed there without a word."""
     df = history(points_run)

@@ -68,7 +68,8 @@ log = logging.getLogger(__name__)
 _VERSION = 8  # 5: True/False columns are no channels; degrees checked; 6: gaps hold the
 # last reading (before: linear interpolation in time); 7: a series never read takes the
 # mean of the other points' readings at each step (6: of their filled values); 8: a
-# coordinate column of True/False is refused (7: read as 1/0)
+# coordinate column of True/False is refused (7: read as 1/0), and a header naming a column
+# twice (7: the second read as another, pandas' no2.1)
 
 
 DATA_SUFFIXES = (".csv", ".parquet", ".pq")

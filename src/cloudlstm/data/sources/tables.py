@@ -724,10 +724,42 @@ def read_table(
         raise missing_codec(path, err) from None
     if csv_kwargs.get("header", "infer") is not None:
         refuse_row_labels(table, path, what, csv_kwargs.get("sep") or dialect.get("sep") or ",")
+        _refuse_repeated_header(table, path, what, {**dialect, **_text_options(csv_kwargs)})
     if dialect.get("decimal") == "," and csv_kwargs.get("dtype") is str:
         # pandas applies `decimal` to the numbers it parses, not to text it keeps
         table = table.apply(lambda col: col.str.replace(_DECIMAL_COMMA, r"\1.\2", regex=True))
     return table
+
+
+# how pandas renames a CSV header's repeated name: "no2", then "no2.1", "no2.2", ...
+_RENAMED_REPEAT = re.compile(r"(.+)\.\d+")
+
+
+def _text_options(csv_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The ``read_csv`` arguments of ``csv_kwargs`` that say how the file's text is split
+    and decoded, which a second reading of its header needs too."""
+    return {k: v for k, v in csv_kwargs.items() if k in ("sep", "encoding", "encoding_errors")}
+
+
+def _refuse_repeated_header(
+    table: pd.DataFrame, path: Path, what: str, options: dict[str, Any]
+) -> None:
+    """Refuse a CSV file whose header names a column twice, which pandas reads as two
+    columns, renaming the second (``no2``, ``no2.1``): a channel of its own in training, a
+    column no forecast reads, in silence. The header is read again as written (with the
+    ``read_csv`` ``options`` of the file) only where a name looks so renamed: a file may
+    name columns ``a`` and ``a.1`` itself.
+
+    Raises:
+        UserError: naming the columns written twice.
+    """
+    names = {str(c) for c in table.columns}
+    renamed = (_RENAMED_REPEAT.fullmatch(n) for n in names)
+    if not any(m is not None and m.group(1) in names for m in renamed):
+        return
+    header = pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False, **options)
+    written = [name for name in header.iloc[0] if name.strip()]
+    refuse_repeated_columns(written, f"{what[:1].upper()}{what[1:]} {path}")
 
 
 def index_as_columns(df: pd.DataFrame) -> pd.DataFrame:

@@ -75,7 +75,8 @@ log = logging.getLogger(__name__)
 # Bump when the reading changes, so stale caches are not reused.
 # 5: gaps hold the last reading (4 and before: linear interpolation); 6: a series never read
 # takes the mean of the other points' readings at each step (5: of their filled values);
-# 7: a point column of True/False is refused (6: read as 1/0)
+# 7: a point column of True/False is refused (6: read as 1/0), and a positions file's header
+# naming a column twice
 _VERSION = 7
 # Names (lower case) a positions file's id column goes by, in the order they are looked for.
 ID_NAMES = ("id", "sensor_id", "cellid", "cell_id", "square_id", "station", "node_id")
