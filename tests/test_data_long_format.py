@@ -598,6 +598,22 @@ def test_a_column_named_twice_in_the_header_is_refused_not_renamed(tmp_path):
     assert LongFormatSource(path).load().channel_names == ["a", "a.1"]
 
 
+def test_an_id_column_of_lists_is_refused_not_read_as_their_text(tmp_path):
+    """A Parquet file's list column as the ids: each point was named by its list's text,
+    ``['st0']``, without a word."""
+    pytest.importorskip("pyarrow")
+    df = long_table()
+    path = tmp_path / "lists.parquet"
+    df.assign(id=[[i] for i in df["id"]]).to_parquet(path)
+    with pytest.raises(UserError) as err:
+        LongFormatSource(path).load()
+    assert str(err.value) == (
+        f"file {path}: column 'id' holds ndarray cells, not point ids (e.g. array(['st0'], "
+        f"dtype=object) at data row 0; {len(df)} such rows): write one id per row, as text or "
+        "a number."
+    )
+
+
 @pytest.mark.parametrize("gap", [False, True], ids=["bool", "with-empty-cells"])
 def test_a_coordinate_column_of_true_false_is_refused_not_read_as_1_0(tmp_path, gap):
     """pandas reads a CSV column of True/False as booleans (objects, with empty cells),

@@ -586,6 +586,17 @@ def test_a_history_file_naming_a_column_twice_is_refused(tmp_path):
     )
 
 
+def test_an_id_column_of_lists_is_one_line(points_run, forecaster):
+    """A list per id (a Parquet file's list column) failed in a traceback: unhashable."""
+    df = history(points_run)
+    with pytest.raises(UserError) as err:
+        forecaster.forecast(df.assign(id=[[i] for i in df["id"]]))
+    assert str(err.value) == (
+        f"the history: column 'id' holds list cells, not point ids (e.g. ['p0'] at data row "
+        f"0; {len(df)} such rows): write one id per row, as text or a number."
+    )
+
+
 def test_a_coordinate_column_of_true_false_is_refused(points_run, forecaster):
     """Read as x = 1 and x = 0: a new site was placed there without a word."""
     df = history(points_run)

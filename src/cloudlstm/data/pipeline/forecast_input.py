@@ -52,6 +52,7 @@ from cloudlstm.data.sources.tables import (
     infer_step,
     numeric_column,
     pivot_long,
+    refuse_nested_ids,
     step_text,
 )
 from cloudlstm.data.sources.times import (
@@ -206,9 +207,10 @@ def parse_history(
             f"{what}: column {info.id_col!r} has {len(empty)} empty point id(s) (first at "
             f"{first}): give every row its point."
         )
+    column = df[info.id_col]
+    refuse_nested_ids(column, what, row_names)
     # as the training file's: 007 stays 007, 7.0 is 7; once per distinct id, which a
     # history of many steps repeats in every step (a week of METR-LA: 400,000 rows)
-    column = df[info.id_col]
     ids = column.map({i: id_text(i) for i in column.unique()})
     return df.assign(**{info.time_col: times, info.id_col: ids})
 

@@ -46,6 +46,7 @@ from cloudlstm.data.sources.tables import (
     parse_freq,
     pivot_long,
     read_table,
+    refuse_nested_ids,
     skip_written_index,
     written_ids,
 )
@@ -69,7 +70,7 @@ _VERSION = 8  # 5: True/False columns are no channels; degrees checked; 6: gaps 
 # last reading (before: linear interpolation in time); 7: a series never read takes the
 # mean of the other points' readings at each step (6: of their filled values); 8: a
 # coordinate column of True/False is refused (7: read as 1/0), and a header naming a column
-# twice (7: the second read as another, pandas' no2.1)
+# twice (7: the second read as another, pandas' no2.1), and an id column of lists (7: their text)
 
 
 DATA_SUFFIXES = (".csv", ".parquet", ".pq")
@@ -406,6 +407,7 @@ class LongFormatSource(UnitsGiven, CachedSource):
             row = int(np.flatnonzero(df[self.id_col].isna().to_numpy())[0])
             at = file_row_name(self.path, row)
             raise UserError(f"{what}: column {self.id_col!r} is empty at {at}.")
+        refuse_nested_ids(df[self.id_col], what, file_row_names(self.path, None))
         return df.assign(**{self.id_col: written_ids(df[self.id_col])}), value_cols
 
     def _row_positions(self, df: pd.DataFrame, what: str, lines: RowNames) -> np.ndarray:
