@@ -598,6 +598,16 @@ def test_a_column_named_twice_in_the_header_is_refused_not_renamed(tmp_path):
     assert LongFormatSource(path).load().channel_names == ["a", "a.1"]
 
 
+def test_an_id_of_blanks_alone_is_empty_not_a_point(tmp_path):
+    """A CSV cell of blanks was the point "" (its id stripped), trained on as any other."""
+    df = long_table()
+    df.loc[5, "id"] = "  "
+    path = write(tmp_path, df)
+    with pytest.raises(UserError) as err:
+        LongFormatSource(path).load()
+    assert str(err.value) == f"file {path}: column 'id' is empty at line 7."
+
+
 def test_an_id_column_of_lists_is_refused_not_read_as_their_text(tmp_path):
     """A Parquet file's list column as the ids: each point was named by its list's text,
     ``['st0']``, without a word."""

@@ -586,6 +586,19 @@ def test_a_history_file_naming_a_column_twice_is_refused(tmp_path):
     )
 
 
+@pytest.mark.parametrize("blank", ["", "  "])
+def test_an_id_of_blanks_alone_is_empty_not_a_new_point(points_run, forecaster, blank):
+    """Forecast as the new point "" (its id stripped) at the row's coordinates."""
+    df = history(points_run).reset_index(drop=True)
+    df.loc[len(df) - 1, "id"] = blank
+    with pytest.raises(UserError) as err:
+        forecaster.forecast(df)
+    assert str(err.value) == (
+        f"the history: column 'id' has 1 empty point id(s) (first at data row {len(df) - 1}): "
+        "give every row its point."
+    )
+
+
 def test_an_id_column_of_lists_is_one_line(points_run, forecaster):
     """A list per id (a Parquet file's list column) failed in a traceback: unhashable."""
     df = history(points_run)

@@ -47,6 +47,7 @@ from cloudlstm.data.sources.tables import (
     ROW_COORDINATES_FIX,
     LongGrid,
     check_columns,
+    empty_ids,
     fill_gaps_causally,
     id_text,
     infer_step,
@@ -200,7 +201,7 @@ def parse_history(
             f"{what} has no rows, only its columns: give the readings of the last "
             f"{info.history_steps} steps."
         )
-    empty = np.flatnonzero(df[info.id_col].isna().to_numpy())
+    empty = np.flatnonzero(empty_ids(df[info.id_col]))
     if len(empty):
         first = f"data row {empty[0]}" if row_names is None else row_names([int(empty[0])])[0]
         raise UserError(

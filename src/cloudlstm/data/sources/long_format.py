@@ -38,6 +38,7 @@ from cloudlstm.data.sources.tables import (
     check_column_roles,
     check_columns,
     check_coordinate_columns,
+    empty_ids,
     file_row_name,
     file_row_names,
     index_as_columns,
@@ -70,7 +71,8 @@ _VERSION = 8  # 5: True/False columns are no channels; degrees checked; 6: gaps 
 # last reading (before: linear interpolation in time); 7: a series never read takes the
 # mean of the other points' readings at each step (6: of their filled values); 8: a
 # coordinate column of True/False is refused (7: read as 1/0), and a header naming a column
-# twice (7: the second read as another, pandas' no2.1), and an id column of lists (7: their text)
+# twice (7: the second read as another, pandas' no2.1), an id column of lists (7: their text)
+# and an id of blanks alone (7: the point "")
 
 
 DATA_SUFFIXES = (".csv", ".parquet", ".pq")
@@ -403,8 +405,9 @@ class LongFormatSource(UnitsGiven, CachedSource):
         if df.empty:  # before the channels are looked for: an empty column is no number
             raise UserError(f"{what} has no rows, only its columns: give a file with the readings.")
         value_cols = self.value_cols or self._numeric_columns(df, keys + self.covariate_cols)
-        if df[self.id_col].isna().any():
-            row = int(np.flatnonzero(df[self.id_col].isna().to_numpy())[0])
+        empty = empty_ids(df[self.id_col])
+        if empty.any():
+            row = int(np.flatnonzero(empty)[0])
             at = file_row_name(self.path, row)
             raise UserError(f"{what}: column {self.id_col!r} is empty at {at}.")
         refuse_nested_ids(df[self.id_col], what, file_row_names(self.path, None))

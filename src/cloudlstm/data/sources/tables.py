@@ -71,6 +71,7 @@ __all__ = [
     "pivot_long",
     "read_hdf",
     "read_table",
+    "empty_ids",
     "refuse_nested_ids",
     "refuse_repeated_columns",
     "skip_written_index",
@@ -1243,6 +1244,21 @@ def written_ids(column: pd.Series) -> pd.Series:
     if len(given) and numbers.notna().all() and (numbers.map(id_text) == given).all():
         return pd.to_numeric(text)
     return text
+
+
+def empty_ids(column: pd.Series) -> np.ndarray:
+    """``(R,)`` whether each id cell is empty: NaN or None, or text of blanks alone (``" "``
+    in a CSV file, ``""`` in a DataFrame built from records), which :func:`id_text` would
+    make the point ``""``. A missing-value text (``NA``) is an id as written: a station's
+    code in some networks."""
+    empty = column.isna().to_numpy().copy()
+    if pd.api.types.is_numeric_dtype(column):
+        return empty
+    if infer_dtype(column, skipna=True) == "string":  # at C speed: a history's 400,000 rows
+        blank = column.str.strip().eq("")
+    else:  # ids of several kinds (bytes, numbers beside text): cell by cell
+        blank = column.map(lambda v: isinstance(v, str | bytes) and not id_text(v))
+    return empty | blank.to_numpy(dtype=bool)
 
 
 # pandas' kinds of a column of objects whose cells are all scalars (infer_dtype)
