@@ -639,6 +639,24 @@ def test_a_new_point_whose_rows_end_before_the_steps_read_is_warned_of(
     ]
 
 
+def test_a_new_point_differing_from_a_training_point_in_case_alone_is_warned_of(
+    points_run, forecaster, caplog
+):
+    """P1 beside the training point p1 is forecast as a new site (ids are matched as
+    written), and said so with the likely cause, not in silence."""
+    df = history(points_run)
+    recased = df[df["id"] == "p1"].assign(id="P1")
+    with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.forecast_input"):
+        out = forecaster.forecast(pd.concat([df[df["id"] != "p1"], recased]))
+    assert "P1" in out["id"].unique().tolist()
+    warned = [r.getMessage() for r in caplog.records if "only in case" in r.getMessage()]
+    assert warned == [
+        "the history has new point(s) forecast as new sites. It differs from an id of the "
+        "training points only in case (e.g. 'P1' and 'p1'): ids are matched as written, so "
+        "write them alike in both."
+    ]
+
+
 def test_a_training_point_given_elsewhere_is_warned_of(points_run, forecaster, caplog):
     """p1 with x and y swapped is forecast where the history puts it, said once; its
     training coordinates (as a CSV writes them) are not warned of."""
