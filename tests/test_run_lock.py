@@ -323,3 +323,15 @@ def test_a_copy_of_a_directory_in_use_is_no_training(tmp_path, caplog):
         with run_dir_lock(copy):
             pass
     assert "holds no flock on it (the directory was copied while" in caplog.text
+
+
+def test_a_folder_named_like_the_lock_file_is_named_not_the_directory(tmp_path):
+    """A folder in run.lock's place made the line say the run directory cannot be written
+    in, which it can: the folder in the way is named."""
+    (tmp_path / LOCK_NAME).mkdir()
+    with pytest.raises(UserError) as err:
+        RunLock(tmp_path).acquire()
+    assert str(err.value) == (
+        f"{tmp_path / LOCK_NAME} is a folder, where the run keeps its lock file: remove it "
+        "(nothing of the run's is kept there), or name another folder with hydra.run.dir=<dir>."
+    )

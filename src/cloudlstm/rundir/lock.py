@@ -127,6 +127,12 @@ class RunLock:
         make_dir(self.run_dir, self.elsewhere)
         try:
             return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except IsADirectoryError:
+            raise UserError(
+                f"{self.path} is a folder, where the run keeps its lock file: remove it "
+                f"(nothing of the run's is kept there), or name another folder with "
+                f"{self.elsewhere}=<dir>."
+            ) from None
         except OSError as err:
             raise _cannot_make(self.run_dir, self.elsewhere, err) from None
 
