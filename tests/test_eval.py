@@ -712,8 +712,14 @@ def test_a_damaged_metrics_json_refuses_ckpt_best_alone(cloud_run, tmp_path, cap
     shutil.copytree(cloud_run, run)
     (run / "metrics.json").write_text('{"run": {"name": "cut sh')
     damaged = f"{run / 'metrics.json'} is damaged (not valid JSON: "
-    with pytest.raises(UserError, match=re.escape(damaged)):
-        evaluate(compose_eval(run, tmp_path / "best"))  # the checkpoint it tested: unknown
+    offered = " Or test another checkpoint, which needs nothing of it: ckpt=last or the path "
+    for refuse in (
+        lambda: evaluate(compose_eval(run, tmp_path / "best")),  # the tested one: unknown
+        lambda: restore(run),  # as predict.py finds its checkpoint
+    ):
+        with pytest.raises(UserError, match=re.escape(damaged)) as err:
+            refuse()
+        assert offered in str(err.value)
     assert not (tmp_path / "best").exists()
     with caplog.at_level(logging.WARNING, logger="cloudlstm.cli.evaluate"):
         evaluate(compose_eval(run, tmp_path / "last", "ckpt=last"))

@@ -52,6 +52,7 @@ from cloudlstm.rundir.layout import (
     CHOSEN_CHECKPOINTS,
     METRICS_FILE,
     check_run_dir,
+    damaged_for_best,
     find_checkpoint,
     in_run,
     read_data_summary,
@@ -230,7 +231,7 @@ def _run_results(run: Path, ckpt: object) -> dict[str, Any]:
         return read_metrics(run) or {}
     except UserError as err:
         if str(ckpt) == "best":
-            raise
+            raise damaged_for_best(err) from None
         log.warning(
             "%s ckpt=%s is tested without it, and its results name the run by its config.",
             err,

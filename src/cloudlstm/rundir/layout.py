@@ -284,7 +284,10 @@ def find_checkpoint(run: Path, ckpt: object) -> Path:
     ckpt = path_option(ckpt, "ckpt", "best, last or the path of a .ckpt")
     if ckpt == "best":
         newest = newest_best(run)
-        tested = (read_metrics(run) or {}).get("checkpoint")  # read once
+        try:
+            tested = (read_metrics(run) or {}).get("checkpoint")  # read once
+        except UserError as err:
+            raise damaged_for_best(err) from None
         found = _tested_checkpoint(run, tested)
         if found is None and tested:
             raise UserError(_best_gone(run, folder, tested))
@@ -481,6 +484,15 @@ def load_metrics(path: Path) -> dict[str, Any]:
     if not isinstance(results, dict):
         raise UserError(_damaged(path, f"a JSON {type(results).__name__}, not a run's results"))
     return restored_metrics(results)
+
+
+def damaged_for_best(err: UserError) -> UserError:
+    """``err``, a run's damaged ``metrics.json`` (:func:`read_metrics`), for ``ckpt=best``,
+    which takes the checkpoint the file names: with the checkpoints that need nothing of it."""
+    return UserError(
+        f"{err} Or test another checkpoint, which needs nothing of it: ckpt=last or the path "
+        "of a .ckpt file."
+    )
 
 
 def _damaged(path: Path, problem: str) -> str:
