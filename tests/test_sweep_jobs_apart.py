@@ -113,3 +113,57 @@ for benchmark in (True, None):  # two jobs of a sweep
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["True", "False"]
+
+
+def test_a_job_after_a_deterministic_one_runs_as_its_own_trainer_setting_says():
+    """Lightning sets torch's deterministic mode and CUBLAS_WORKSPACE_CONFIG for
+    trainer.deterministic=true and resets neither: the jobs after it kept the variable
+    (handed to the processes they start), and one of trainer.deterministic=null ran
+    deterministic."""
+    code = """
+import os
+import lightning as L
+import torch
+from omegaconf import OmegaConf
+from cloudlstm.assembly.build import configure_process
+
+for deterministic in (True, None, False):  # three jobs of a sweep
+    configure_process(OmegaConf.create({"keep_freed_memory": False}))
+    L.Trainer(deterministic=deterministic, logger=False, enable_checkpointing=False)
+    print(os.environ.get("CUBLAS_WORKSPACE_CONFIG"), torch.are_deterministic_algorithms_enabled())
+"""
+    env = {k: v for k, v in subprocess_env().items() if k != "CUBLAS_WORKSPACE_CONFIG"}
+    done = subprocess.run([*PYTHON, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [":4096:8 True", "None False", "None False"]
+
+
+@pytest.mark.slow  # two compiled trainings, Inductor's C++ build included
+def test_compiled_jobs_of_a_sweep_each_compile_within_dynamos_limit(tmp_path):
+    """dynamo's caches lived as long as the process: each compiled job added its graphs of
+    the model's forward to the earlier jobs', and past torch._dynamo.config.recompile_limit
+    (8; here 5, which one job's 4 fit) a later job ran eagerly. Here the limit is a failure,
+    so the second job fails where it would have fallen back."""
+    code = """
+import runpy
+import sys
+import torch._dynamo.config
+
+torch._dynamo.config.recompile_limit = 5
+torch._dynamo.config.fail_on_recompile_limit_hit = True
+sys.argv = ["train.py", *sys.argv[1:]]
+runpy.run_path("train.py", run_name="__main__")
+"""
+    folder = tmp_path / "sweep"
+    done = subprocess.run(
+        [*PYTHON, "-c", code, "-m", *MLP_JOB, "model.compile=true", "model.hidden_size=8,16",
+         "torch_threads=1", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
+         f"hydra.sweep.dir={folder}"],
+        cwd=ROOT,
+        env={**subprocess_env(), "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (folder / "0" / "metrics.json").is_file() and (folder / "1" / "metrics.json").is_file()

@@ -56,7 +56,10 @@ def configure_process(cfg: DictConfig) -> None:
     memory kept for the next step (``keep_freed_memory``, see
     :mod:`cloudlstm.engine.host_memory`), and cuDNN's search for the fastest kernels at the
     process's own setting, which the Trainer then sets where ``trainer.benchmark`` is given
-    (Lightning leaves it as it finds it where that is null).
+    (Lightning leaves it as it finds it where that is null); torch's deterministic mode and
+    ``CUBLAS_WORKSPACE_CONFIG`` as before the first job
+    (:func:`restore_deterministic_settings`), and dynamo's caches emptied for a job that
+    compiles (:func:`compiles`).
 
     ``keep_freed_memory: auto`` (the default, also for runs saved before the key) keeps it
     unless ``model.checkpointing`` is on: a run that checkpoints has chosen memory over
@@ -67,6 +70,12 @@ def configure_process(cfg: DictConfig) -> None:
     """
     set_torch_threads(cfg)
     torch.backends.cudnn.benchmark = _before_jobs("cudnn.benchmark", torch.backends.cudnn.benchmark)
+    restore_deterministic_settings()
+    if compiles(cfg.get("model") or {}):
+        # dynamo's caches live as long as the process: each compiled job of a sweep adds
+        # its graphs to those of the same forward (recompile_limit, 8), and a later job
+        # would fall back to eager
+        torch._dynamo.reset()
     checkpointing = (cfg.get("model") or {}).get("checkpointing", False)
     if keeps_freed_memory(cfg.get("keep_freed_memory", "auto"), checkpointing):
         keep_freed_memory()
@@ -83,6 +92,36 @@ def _before_jobs(name: str, now: Any) -> Any:
     """Setting ``name`` as it was before the first job of this process (``now`` at that
     job)."""
     return _settings_before_jobs.setdefault(name, now)
+
+
+# what Lightning sets in the environment for trainer.deterministic=true
+CUBLAS_WORKSPACE = "CUBLAS_WORKSPACE_CONFIG"
+
+
+def restore_deterministic_settings() -> None:
+    """torch's deterministic mode and ``CUBLAS_WORKSPACE_CONFIG`` as they were before this
+    process's first job: Lightning sets both for ``trainer.deterministic=true`` and resets
+    neither, so a later job of a sweep would run deterministic where its
+    ``trainer.deterministic`` is null, and would hand the variable to the processes it
+    starts (DDP's) and to torch's deterministic checks where it is false."""
+    variable = _before_jobs(CUBLAS_WORKSPACE, os.environ.get(CUBLAS_WORKSPACE))
+    if variable is None:
+        os.environ.pop(CUBLAS_WORKSPACE, None)
+    else:
+        os.environ[CUBLAS_WORKSPACE] = variable
+    mode = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
+    enabled, warn_only = _before_jobs("deterministic_algorithms", mode)
+    torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+
+
+def compiles(model: Mapping[str, Any]) -> bool:
+    """Whether a job of ``model`` (the ``model`` config) may ``torch.compile`` it: its
+    ``model.compile`` is true, a mode, or ``auto`` (the run decides)."""
+    value = model.get("compile")
+    return value is not None and value is not False
 
 
 def set_torch_threads(cfg: DictConfig) -> None:
