@@ -684,6 +684,42 @@ def test_the_last_checkpoint_not_written_yet_by_a_training_offers_those_it_has(c
     )
 
 
+def test_a_training_requeued_by_slurm_offers_its_hpc_checkpoints_too(cloud_run, tmp_path):
+    """SLURM's requeue signal has Lightning save hpc_ckpt_<n>.ckpt in the run's own folder:
+    the line for a training still running named only the files of checkpoints/, and with
+    hpc_ckpt_<n>.ckpt alone said that it had written no checkpoint yet."""
+    run = tmp_path / "run"
+    shutil.copytree(cloud_run, run)
+    (run / "metrics.json").unlink()
+    last = run / "checkpoints" / "last.ckpt"
+    for n in (2, 10):  # by number: 10 after 2
+        shutil.copy(last, run / f"hpc_ckpt_{n}.ckpt")
+    last.unlink()
+    [best] = [p.name for p in (run / "checkpoints").glob("epoch_*.ckpt")]
+    hpc = "hpc_ckpt_2.ckpt, hpc_ckpt_10.ckpt"
+    with held_by_another_process(run):
+        with pytest.raises(UserError) as err:
+            evaluate(compose_eval(run, tmp_path / "eval", "ckpt=last"))
+        assert str(err.value).endswith(
+            f"is still running and has written {best}, {hpc} so far. Take ckpt=best or one of "
+            "those by name (ckpt=hpc_ckpt_10.ckpt), or wait for its last.ckpt."
+        )
+        (run / "checkpoints" / best).unlink()
+        with pytest.raises(UserError) as no_last:
+            restore(run, "last")  # as predict.py finds it
+        with pytest.raises(UserError) as no_best:
+            restore(run)
+    assert str(no_last.value).endswith(
+        f"has written {hpc} so far. Take one of those by name (ckpt=hpc_ckpt_10.ckpt), or "
+        "wait for its last.ckpt."
+    )
+    assert str(no_best.value).endswith(
+        "has not validated yet, which chooses one. Wait for its first validation, or take "
+        "its weights so far by name (ckpt=hpc_ckpt_10.ckpt)."
+    )
+    assert find_checkpoint(run, "hpc_ckpt_10.ckpt") == run / "hpc_ckpt_10.ckpt"
+
+
 @pytest.mark.parametrize("damage", [b"\0" * 64, b'{"host": "node-3", "pi'], ids=["nul", "cut"])
 def test_a_damaged_run_lock_is_no_training_to_eval_py_and_predict_py(cloud_run, tmp_path, damage):
     """A run.lock garbled (a node that crashed as it was written, a copy cut short), which

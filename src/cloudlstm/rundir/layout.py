@@ -55,6 +55,8 @@ PROVENANCE_FILE = "provenance.jsonl"
 CHECKPOINT_DIR = "checkpoints"
 LAST_CHECKPOINT = "last.ckpt"
 BEST_CHECKPOINTS = "epoch_*.ckpt"
+# what Lightning saves in the run's own folder at SLURM's requeue signal (SIGUSR1)
+HPC_CHECKPOINTS = "hpc_ckpt_*.ckpt"
 # The checkpoints chosen by name (ckpt=best|last); any other ckpt is a file's path.
 CHOSEN_CHECKPOINTS = ("best", "last")
 FIGURES_DIR = "figures"
@@ -222,8 +224,23 @@ def last_checkpoint(run: Path) -> Path:
 def resume_candidates(run_dir: Path) -> list[Path]:
     """The checkpoints of ``run_dir`` that ``resume=auto`` chooses from (those that exist):
     ``checkpoints/last.ckpt`` and SLURM's ``hpc_ckpt_<n>.ckpt``."""
-    candidates = [last_checkpoint(run_dir), *run_dir.glob("hpc_ckpt_*.ckpt")]
+    candidates = [last_checkpoint(run_dir), *run_dir.glob(HPC_CHECKPOINTS)]
     return [p for p in candidates if p.is_file()]
+
+
+def written_checkpoints(run: Path) -> list[str]:
+    """The checkpoints in run directory ``run``, by the names ``ckpt=`` takes: the files of
+    ``checkpoints/`` by name, then SLURM's ``hpc_ckpt_<n>.ckpt`` in the run's own folder
+    (found there by name too) by their number, the newest last."""
+    kept = sorted(p.name for p in (run / CHECKPOINT_DIR).glob("*.ckpt") if p.is_file())
+    hpc = sorted((p for p in run.glob(HPC_CHECKPOINTS) if p.is_file()), key=_hpc_number)
+    return [*kept, *(p.name for p in hpc)]
+
+
+def _hpc_number(path: Path) -> int:
+    """The ``<n>`` of ``hpc_ckpt_<n>.ckpt``; -1 for a name without one."""
+    number = path.stem.removeprefix("hpc_ckpt_")
+    return int(number) if number.isdigit() else -1
 
 
 def checkpoint_run(path: Path) -> Path | None:
@@ -299,7 +316,7 @@ def find_checkpoint(run: Path, ckpt: object) -> Path:
     if found is None or not found.is_file():
         have = sorted(p.name for p in folder.glob("*.ckpt"))
         if ckpt in CHOSEN_CHECKPOINTS:
-            _check_not_training(run, ckpt, have)
+            _check_not_training(run, ckpt, written_checkpoints(run))
         if ckpt == "best" and resume_candidates(run):
             raise UserError(_no_best(run, folder, have))
         raise UserError(
@@ -345,11 +362,14 @@ def _named_checkpoint(given: Path, run: Path) -> Path | None:
 def _check_not_training(run: Path, ckpt: str, have: list[str]) -> None:
     """Where ``ckpt`` (best or last) is missing from a run whose training still runs,
     refuse it as not written yet, rather than as of a run that stopped or never trained:
-    the first checkpoints come at the first validation, the best one only then.
+    the first checkpoints come at the first validation, the best one only then. ``have``:
+    the checkpoints written so far (:func:`written_checkpoints`), SLURM's
+    ``hpc_ckpt_<n>.ckpt`` among them, which a requeued training may hold alone.
 
     Raises:
         UserError: a live training holds ``run`` and has written no checkpoint, for
-            ``best`` none a validation chose, or for ``last`` others alone (offered).
+            ``best`` none a validation chose (its last, or another by name, offered), or
+            for ``last`` others alone (offered).
     """
     holder = live_holder(run / LOCK_FILE)
     if holder is None:
@@ -360,10 +380,12 @@ def _check_not_training(run: Path, ckpt: str, have: list[str]) -> None:
             "its first at its first validation. Wait for that, or give another run."
         )
     if ckpt == "best" and resume_candidates(run):
+        last = last_checkpoint(run).is_file()
+        take = "with ckpt=last" if last else f"by name (ckpt={have[-1]})"
         raise UserError(
             f"No best checkpoint in {run} yet: its training ({holder}) is still running and "
             "has not validated yet, which chooses one. Wait for its first validation, or take "
-            "its weights so far with ckpt=last."
+            f"its weights so far {take}."
         )
     if ckpt == "last":  # written after the best at a validation, or by no callback of its
         best = ["ckpt=best"] if newest_best(run) is not None else []
