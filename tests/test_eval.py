@@ -34,6 +34,7 @@ from cloudlstm.data.spec import SPEC_KEY
 from cloudlstm.data.transforms import normalize_coords, scale_coords
 from cloudlstm.errors import UserError
 from cloudlstm.forecast import Forecaster
+from cloudlstm.rundir.checkpoints import write_checksum
 from cloudlstm.rundir.layout import CONFIG_END, CONFIG_HEADER, find_checkpoint
 from cloudlstm.rundir.lock import RunLock
 from cloudlstm.rundir.replaced import retire_earlier_training
@@ -826,6 +827,46 @@ def test_a_checkpoint_of_the_model_a_folder_held_before_it_was_trained_anew(
     assert str(err.value).endswith(
         "Give a checkpoint of this run, or the checkpoint's run as run=<its run directory> "
         f"(it trained in {run}, which was trained anew since)."
+    )
+
+
+def saved_as_trained_in(run: Path, source: Path, target: Path, best: float) -> None:
+    """Checkpoint ``source`` saved as ``target`` (its SHA-256 beside it) as if trained in
+    ``run``, its best validation MAE ``best``: the bytes of one training alone."""
+    contents = torch.load(source, weights_only=False)
+    contents["hyper_parameters"]["output_dir"] = str(run)
+    contents["val_mae_best"] = best
+    torch.save(contents, target)
+    write_checksum(target)
+
+
+def test_a_checkpoint_of_the_older_of_two_trainings_kept_aside_names_its_own(
+    cloud_run, grid_run, tmp_path
+):
+    """A folder trained twice with CloudLSTM, then anew with a CNN: a copy of a checkpoint
+    of its first training was named one of its second (the newest kept aside that builds
+    the model), whose weights it does not hold."""
+    run, last = tmp_path / "run", tmp_path / "run" / "checkpoints" / "last.ckpt"
+    asides = []
+    for best in (1.0, 2.0):  # two trainings of one model, in turn moved aside
+        shutil.copytree(cloud_run, run, dirs_exist_ok=True)
+        saved_as_trained_in(run, cloud_run / "checkpoints" / "last.ckpt", last, best)
+        if best == 1.0:
+            shutil.copy(last, tmp_path / "first.ckpt")  # a copy, kept elsewhere
+        asides.append(retire_earlier_training(run))
+    shutil.copytree(grid_run, run, dirs_exist_ok=True)
+    with pytest.raises(UserError) as err:
+        evaluate(compose_eval(run, tmp_path / "eval", f"ckpt={tmp_path / 'first.ckpt'}"))
+    named = f"run={asides[0]} (the checkpoint's run, kept aside when its folder was trained anew)"
+    assert str(err.value).endswith(f"Give {named}, or a checkpoint of {run}: ckpt=best, ckpt=last.")
+    # of neither's bytes: either may have written it
+    saved_as_trained_in(run, cloud_run / "checkpoints" / "last.ckpt", tmp_path / "other.ckpt", 3.0)
+    with pytest.raises(UserError) as err:
+        evaluate(compose_eval(run, tmp_path / "eval", f"ckpt={tmp_path / 'other.ckpt'}"))
+    assert str(err.value).endswith(
+        f"Give the checkpoint's run as run=<its run directory> (it trained in {run}, which was "
+        f"trained anew since: one of its 2 earlier trainings kept in {run / '.replaced'}, and "
+        f"nothing in the file tells which), or a checkpoint of {run}: ckpt=best, ckpt=last."
     )
 
 

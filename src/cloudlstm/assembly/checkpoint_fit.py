@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,14 @@ from cloudlstm.data.spec import DataSpec, stored_spec
 from cloudlstm.errors import UserError, locate
 from cloudlstm.models.build import neighbours_needed, neighbours_setting, reads_given_graph
 from cloudlstm.models.options import parameters_of
-from cloudlstm.rundir.checkpoints import check_checkpoint
-from cloudlstm.rundir.layout import CONFIG_FILE, REPLACED_DIR, checkpoint_run, read_run_config
+from cloudlstm.rundir.checkpoints import check_checkpoint, kept_sha256
+from cloudlstm.rundir.layout import (
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    REPLACED_DIR,
+    checkpoint_run,
+    read_run_config,
+)
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +90,10 @@ class TrainedCheckpoint:
         """The run directory of the checkpoint's training, where one still holds it: the
         one it trained in (:meth:`trained_in`), else the earlier training moved aside there
         when that directory was trained anew (``.replaced/<time>/``,
-        :mod:`cloudlstm.rundir.replaced`), newest first. A directory holds it no more where
-        its config builds another model class, or where the file lies in it (or it is
-        ``refused``, the run a refusal is about) and does not fit it: trained anew since."""
+        :mod:`cloudlstm.rundir.replaced`) that wrote it (:meth:`earlier_trainings`). A
+        directory holds it no more where its config builds another model class, or where
+        the file lies in it (or it is ``refused``, the run a refusal is about) and does not
+        fit it: trained anew since."""
         if self.trained_in() is None:
             return None
         trained = Path(str(self.trained_in()))
@@ -94,8 +102,37 @@ class TrainedCheckpoint:
             return here  # the file lies in an earlier training moved aside, a run of its own
         if self._built_by(trained) and not (_same(trained, here) or _same(trained, refused)):
             return trained
-        earlier = sorted((trained / REPLACED_DIR).glob(f"*/{CONFIG_FILE}"), reverse=True)
-        return next((c.parent for c in earlier if self._built_by(c.parent)), None)
+        earlier = self.earlier_trainings(trained)
+        return earlier[0] if len(earlier) == 1 else None
+
+    def earlier_trainings(self, trained: Path) -> list[Path]:
+        """The earlier trainings of run directory ``trained`` (where the checkpoint trained),
+        moved aside into its ``.replaced/``, that may have written the checkpoint: those
+        whose config builds its model class, newest first; of several, the one whose
+        ``checkpoints/`` hold a file of the checkpoint's bytes (it is a copy of one of that
+        training's files). Nothing else in a checkpoint names its training (every training
+        of the folder stores the folder's path), so several are left where none or more
+        than one holds such a file."""
+        configs = sorted((trained / REPLACED_DIR).glob(f"*/{CONFIG_FILE}"), reverse=True)
+        built = [c.parent for c in configs if self._built_by(c.parent)]
+        if len(built) < 2:
+            return built
+        holding = [run for run in built if self._copy_in(run / CHECKPOINT_DIR)]
+        return holding if len(holding) == 1 else built
+
+    def _copy_in(self, folder: Path) -> bool:
+        """Whether ``folder`` holds a checkpoint of the same bytes as this one: of its size,
+        then of its SHA-256 (:func:`~cloudlstm.rundir.checkpoints.kept_sha256`)."""
+        size = self.path.stat().st_size
+        return any(
+            _size(kept) == size and kept_sha256(kept) == self._sha256
+            for kept in folder.glob("*.ckpt")
+        )
+
+    @cached_property
+    def _sha256(self) -> str:
+        """This checkpoint's SHA-256, read or computed once."""
+        return kept_sha256(self.path)
 
     def its_run(self, holder: Path | None = None, refused: Path | None = None) -> str:
         """How a message names the run to give for this checkpoint (after "Give" or "or"):
@@ -110,8 +147,15 @@ class TrainedCheckpoint:
             kept = ", kept aside when its folder was trained anew" if aside else ""
             return f"run={run} (the checkpoint's run{kept})"
         trained = self.trained_in()
+        earlier = [] if trained is None else self.earlier_trainings(Path(trained))
         if trained is None:
             where = ""
+        elif len(earlier) > 1:  # the folder's path alone, in every one of them
+            where = (
+                f" (it trained in {trained}, which was trained anew since: one of its "
+                f"{len(earlier)} earlier trainings kept in {Path(trained) / REPLACED_DIR}, "
+                "and nothing in the file tells which)"
+            )
         elif (Path(trained) / CONFIG_FILE).is_file():
             where = f" (it trained in {trained}, which was trained anew since)"
         else:
@@ -131,6 +175,14 @@ class TrainedCheckpoint:
 def _same(folder: Path, other: Path | None) -> bool:
     """Whether ``other`` is the folder ``folder`` (by the file system, wherever named)."""
     return other is not None and folder.is_dir() and other.is_dir() and folder.samefile(other)
+
+
+def _size(path: Path) -> int:
+    """The size of ``path``; -1 where it is gone or cannot be read (no copy to tell)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
 
 
 def restore_scaling(datamodule: Any, trained: TrainedCheckpoint) -> None:

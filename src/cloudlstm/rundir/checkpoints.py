@@ -47,6 +47,18 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def kept_sha256(path: Path) -> str:
+    """The SHA-256 of checkpoint ``path``: the one written beside it where there is one
+    (as it was verified, or will be, before the file is loaded), else its bytes'."""
+    sidecar = checksum_path(path)
+    return _written_sha256(sidecar) if sidecar.is_file() else file_sha256(path)
+
+
+def _written_sha256(sidecar: Path) -> str:
+    """The SHA-256 that a ``.checksum`` file holds (``sha256sum`` format: first field)."""
+    return (sidecar.read_text().split() or [""])[0]
+
+
 def write_checksum(path: str | Path) -> Path:
     """Write the SHA-256 of checkpoint ``path`` beside it, atomically; returns that file.
 
@@ -80,8 +92,7 @@ def verify_checksum(path: str | Path, remedy: str | None = None) -> None:
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
     if key in _verified:
         return
-    expected = (sidecar.read_text().split() or [""])[0]
-    if file_sha256(path) != expected:
+    if file_sha256(path) != _written_sha256(sidecar):
         raise UserError(
             f"Checkpoint {path} does not match its SHA-256 in {sidecar.name}: its bytes "
             "changed after training wrote it (a disk or copy error, or an edit), so its "
