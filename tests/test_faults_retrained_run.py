@@ -18,7 +18,7 @@ import torch
 from cloudlstm.compare.runs import find_runs, runs_without_results
 from cloudlstm.errors import OutOfSpaceError, UserError
 from cloudlstm.rundir import replaced
-from cloudlstm.rundir.layout import REPLACED_DIR, find_checkpoint
+from cloudlstm.rundir.layout import REPLACED_DIR, find_checkpoint, resume_candidates
 from cloudlstm.rundir.replaced import retire_earlier_training
 from cloudlstm.rundir.resume import starts_anew
 from tests.conftest import PYTHON, ROOT, TINY, subprocess_env
@@ -182,3 +182,18 @@ def test_a_training_starts_anew_unless_it_continues_a_checkpoint_of_its_own(tmp_
     assert starts_anew("other/checkpoints/last.ckpt", Path("run"))
     # an earlier training moved aside is another run, whose weights go on here
     assert starts_anew(f"run/{REPLACED_DIR}/2026-01-01T00-00-00Z/checkpoints/last.ckpt", run_dir)
+
+
+def test_slurms_checkpoints_of_the_earlier_training_move_aside_with_it(tmp_path):
+    # a requeued training leaves hpc_ckpt_<n>.ckpt in the run's own folder: left there, the
+    # new training's resume=auto would continue the earlier model
+    for name in ("hpc_ckpt_1.ckpt", "hpc_ckpt_1.ckpt.checksum", "hpc_ckpt_2.ckpt"):
+        (tmp_path / name).write_text(name)
+    folder = retire_earlier_training(tmp_path)
+    assert folder is not None
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "hpc_ckpt_1.ckpt",
+        "hpc_ckpt_1.ckpt.checksum",
+        "hpc_ckpt_2.ckpt",
+    ]
+    assert resume_candidates(tmp_path) == []

@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from cloudlstm.errors import out_of_space
+from cloudlstm.rundir.checkpoints import checksum_path
 from cloudlstm.rundir.layout import (
     CHANGES_FILE,
     CHECKPOINT_DIR,
@@ -32,6 +33,7 @@ from cloudlstm.rundir.layout import (
     DIVERGED_FILE,
     EVAL_DIR,
     FIGURES_DIR,
+    HPC_CHECKPOINTS,
     METRICS_FILE,
     PREDICTIONS_FILE,
     PROVENANCE_FILE,
@@ -68,9 +70,11 @@ def retire_earlier_training(run_dir: Path) -> Path | None:
     Raises:
         OutOfSpaceError: the folder cannot be made for want of room.
     """
-    if not any(_holds_something(run_dir / name) for name in MODEL_MADE):
+    made = [run_dir / name for name in MODEL_MADE]
+    if not any(_holds_something(path) for path in [*made, *_slurm_checkpoints(run_dir)]):
         return None  # an earlier start that made no model: the new training rewrites its files
     earlier = [run_dir / name for name in EARLIER_TRAINING if (run_dir / name).exists()]
+    earlier += _slurm_checkpoints(run_dir)
     folder = _new_folder(run_dir / REPLACED_DIR)
     for path in earlier:  # renames within the directory: no copy, no room needed
         os.replace(path, folder / path.name)
@@ -98,6 +102,13 @@ def put_back(folder: Path, run_dir: Path) -> None:
         folder.rmdir()
         with suppress(OSError):  # .replaced, unless it holds an earlier training
             folder.parent.rmdir()
+
+
+def _slurm_checkpoints(run_dir: Path) -> list[Path]:
+    """SLURM's ``hpc_ckpt_<n>.ckpt`` in ``run_dir`` and their ``.checksum`` files: left
+    beside a new training, ``resume=auto`` would continue the earlier one's."""
+    found = sorted(run_dir.glob(HPC_CHECKPOINTS))
+    return [path for ckpt in found for path in (ckpt, checksum_path(ckpt)) if path.exists()]
 
 
 def _holds_something(path: Path) -> bool:
