@@ -8,6 +8,7 @@ window inside the test loop: the same normalisation, nothing refitted on the new
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import io
 import re
@@ -619,6 +620,31 @@ def test_a_coordinate_column_of_true_false_is_refused(points_run, forecaster):
     assert str(err.value).startswith(
         "Column 'x' of the history must be numeric, but holds True/False. Write coordinates"
     )
+
+
+def newest_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``table``'s last step, numbered from 0: a snapshot."""
+    return table[table["timestamp"] == STAMPS[SPLIT - 1]].reset_index(drop=True)
+
+
+def test_a_latitude_out_of_range_in_a_history_or_snapshot_is_refused_as_in_training(points_run):
+    """Training refuses a latitude beyond ±90 (a 341.0 typed for 34.1); a history's was
+    min-max scaled with the others, and the point forecast far outside the area."""
+    f = Forecaster.load(points_run[0], device="cpu")
+    f.module.use_spec(dataclasses.replace(f.info, coord_cols=["lon", "lat"]))  # as if so named
+    given = history(points_run).rename(columns={"x": "lon", "y": "lat"})
+    last = given.index[-1]
+    given.loc[last, "lat"] = 341.0
+    point = given.loc[last, "id"]
+    said = "has lat=341, outside [-90, 90] degrees (1 row(s) in all): correct it."
+    with pytest.raises(UserError) as err:
+        f.forecast(given)
+    assert str(err.value) == f"the history: data row {last} (id={point!r}) {said}"
+    snapshot = newest_rows(given)
+    with pytest.raises(UserError) as err:
+        f.update(snapshot)
+    assert str(err.value) == f"the snapshot: data row {len(snapshot) - 1} (id={point!r}) {said}"
+    f.update(snapshot.assign(lat=snapshot["lat"].where(snapshot["lat"] < 90, 3.4)))  # fixed
 
 
 def test_a_new_point_whose_rows_end_before_the_steps_read_is_warned_of(

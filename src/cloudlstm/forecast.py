@@ -35,6 +35,7 @@ from cloudlstm.data.pipeline.forecast_input import (
     history_step,
     long_rows,
     parse_history,
+    row_positions,
     warn_other_clock,
 )
 from cloudlstm.data.pipeline.wide_history import long_history
@@ -143,12 +144,17 @@ def _numbers_only(rows: pd.DataFrame, info: DataSpec, mode: str) -> pd.DataFrame
     history's rows are (:func:`~cloudlstm.data.sources.bad_values.index_row_names`): by
     the snapshot's index label where it has an index of its own (a slice of a larger table);
     with ``mode="warn"`` a bad cell is logged and kept empty (missing). Good cells keep
-    their float64 value, which the missing-value mark is compared with.
+    their float64 value, which the missing-value mark is compared with. Its coordinates are
+    read as a history's are (:func:`~cloudlstm.data.pipeline.forecast_input.row_positions`):
+    kept, a latitude out of range would make every forecast of the next steps refuse the
+    stream.
 
     Raises:
-        UserError: ``mode="error"`` and a cell is no finite number.
+        UserError: ``mode="error"`` and a cell is no finite number; a coordinate that is no
+            number or out of degrees, whatever ``mode``.
     """
     names = index_row_names(rows.index)
+    row_positions(rows, info, "the snapshot", names)
     values = channel_values(rows, info.read_channels, "the snapshot", mode, row_names=names)
     numbers = {
         c: pd.to_numeric(rows[c], errors="coerce").where(np.isfinite(values[:, j]))

@@ -42,6 +42,7 @@ from cloudlstm.data.sources.bad_values import (
     index_row_names,
     row_names_through,
 )
+from cloudlstm.data.sources.degrees import check_degrees
 from cloudlstm.data.sources.long_format import SAME_PLACE, _moving_points, _spans, unplaced
 from cloudlstm.data.sources.tables import (
     ROW_COORDINATES_FIX,
@@ -534,10 +535,7 @@ def build_input(
         # as training reads them (a wide table's cells were read before it was melted:
         # long_history)
         values = channel_values(df, info.read_channels, what, mode, row_names=names, option=option)
-        positions = np.stack(
-            [numeric_column(df, c, what, ROW_COORDINATES_FIX, names) for c in info.coord_cols],
-            axis=1,
-        )
+        positions = row_positions(df, info, what, names)
     _refuse_unplaceable(df, positions, info, what, names, zone)
     # the grid starts at the history's first row; the window ends at its last timestamp
     first = need - len(grid.timestamps)
@@ -586,6 +584,31 @@ def build_input(
         future=future,
         zone=zone,
     )
+
+
+def row_positions(df: pd.DataFrame, info: DataSpec, what: str, names: RowNames) -> np.ndarray:
+    """``(R, L)`` the coordinates of the rows ``df`` of a history or snapshot (NaN where
+    empty), read as training read its files' (:func:`~cloudlstm.data.sources.tables.
+    numeric_column`), and a latitude beyond ±90 or a longitude beyond ±180 degrees refused
+    as training refuses one (:func:`~cloudlstm.data.sources.degrees.check_degrees`, by the
+    columns' names), naming its row as ``names`` does and its point. An infinite
+    coordinate is left to :func:`_refuse_unplaceable`, whose line says what it is.
+
+    Raises:
+        UserError: a coordinate that is no number, or out of degrees.
+    """
+    positions = np.stack(
+        [numeric_column(df, c, what, ROW_COORDINATES_FIX, names) for c in info.coord_cols],
+        axis=1,
+    )
+    ids = df[info.id_col]
+    check_degrees(
+        np.where(np.isinf(positions), np.nan, positions),
+        info.coord_cols,
+        lambda row: f"{names([row])[0]} ({info.id_col}={str(ids.iloc[row])!r})",
+        what,
+    )
+    return positions
 
 
 def _checked_values(
