@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import shutil
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -638,6 +639,56 @@ def test_a_coordinate_column_of_true_false_is_refused_not_read_as_1_0(tmp_path, 
         f"Column 'x' of file {tmp_path / 'data.csv'} must be numeric, but holds True/False. "
         "Write coordinates as plain numbers"
     )
+
+
+def write_hdf(tmp_path, df: pd.DataFrame) -> str:
+    """``df`` as a pandas HDF5 file (fixed format, which keeps a column of mixed objects as
+    they are), its path."""
+    pytest.importorskip("tables", reason="PyTables is not installed")
+    path = tmp_path / "data.h5"
+    with warnings.catch_warnings():  # PerformanceWarning: the mixed objects are pickled
+        warnings.simplefilter("ignore")
+        df.to_hdf(path, key="rows")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("column", "at"), [("a", "point st0, time 2021-06-01 00:00:00"), ("x", "data row 0")]
+)
+def test_a_complex_channel_or_coordinate_column_is_refused_naming_it(tmp_path, column, at):
+    """An HDF5 file keeps a complex column (an FFT's output): a channel read its real part,
+    the imaginary one lost with a mere ComplexWarning, and a coordinate alike."""
+    df = long_table()
+    df[column] = df[column] + 2j
+    path = write_hdf(tmp_path, df)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not even a warning on the way
+        with pytest.raises(UserError) as err:
+            LongFormatSource(path).load()
+    assert str(err.value) == (
+        f"file {path}: column {column!r} holds complex numbers (e.g. {df[column][0].item()!r} "
+        f"at {at}), whose imaginary parts would be lost: give real numbers (the real part or "
+        "the magnitude, whichever the column means)."
+    )
+
+
+@pytest.mark.parametrize(
+    ("column", "at"), [("a", "point st2, time 2021-06-01 00:05:00"), ("x", "data row 6")]
+)
+def test_true_false_among_numbers_is_refused_naming_a_row(tmp_path, column, at):
+    """A column of objects holding True among numbers (a DataFrame built by hand, kept so
+    in an HDF5 file) read True as 1: only a column of True/False alone was refused."""
+    df = long_table().astype({column: object})
+    df.loc[6, column] = True
+    path = write_hdf(tmp_path, df)
+    for mode in ("error", "warn"):  # no reading to count as missing
+        with pytest.raises(UserError) as err:
+            LongFormatSource(path, bad_values=mode).load()
+        assert str(err.value) == (
+            f"file {path}: column {column!r} holds True/False among numbers (e.g. True at "
+            f"{at}; 1 such cell(s)), which would read as 1 and 0: write every cell as a "
+            "number, or leave it empty where there is no reading."
+        )
 
 
 @pytest.mark.parametrize("empty", ["n/a", " ", "NULL"])

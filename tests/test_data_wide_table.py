@@ -8,6 +8,7 @@ import logging
 import os
 import pickle
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -480,6 +481,51 @@ def test_a_point_column_of_true_false_is_refused_not_read_as_1_0(los, gap):
     with pytest.raises(UserError) as err:
         source(los).load()
     assert str(err.value) == message
+
+
+def metr_la_file(folder: Path, table: pd.DataFrame) -> Path:
+    """``table`` with its times as the index in a pandas HDF5 file, as DCRNN's ``metr-la.h5``
+    (fixed format, which keeps a column of mixed objects as they are), beside the sensors'
+    positions; its path."""
+    pytest.importorskip("tables", reason="PyTables is not installed")
+    table.index = pd.date_range(T0, periods=len(table), freq="5min")
+    with warnings.catch_warnings():  # PerformanceWarning: the mixed objects are pickled
+        warnings.simplefilter("ignore")
+        table.to_hdf(folder / "metr-la.h5", key="df")
+    write_locations(folder)
+    return folder / "metr-la.h5"
+
+
+def test_a_complex_point_column_is_refused_naming_it(tmp_path):
+    """An HDF5 file keeps a complex column: its real parts were read as speeds, the
+    imaginary ones lost with a mere ComplexWarning."""
+    table = speeds()
+    table[IDS[2]] = table[IDS[2]] + 1j
+    path = metr_la_file(tmp_path, table)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not even a warning on the way
+        with pytest.raises(UserError) as err:
+            source(tmp_path, path="metr-la.h5").load()
+    assert str(err.value) == (
+        f"file {path}: column {IDS[2]!r} holds complex numbers (e.g. (80+1j) at time "
+        "2012-03-01 00:00:00), whose imaginary parts would be lost: give real numbers (the "
+        "real part or the magnitude, whichever the column means)."
+    )
+
+
+def test_a_point_column_of_true_false_among_numbers_is_refused_naming_a_row(tmp_path):
+    """Only a column of True/False alone was refused: one True among speeds read as 1."""
+    table = speeds().astype({IDS[2]: object})
+    table.loc[4, IDS[2]] = True
+    path = metr_la_file(tmp_path, table)
+    for mode in ("error", "warn"):
+        with pytest.raises(UserError) as err:
+            source(tmp_path, path="metr-la.h5", bad_values=mode).load()
+        assert str(err.value) == (
+            f"file {path}: column {IDS[2]!r} holds True/False among numbers (e.g. True at time "
+            "2012-03-01 00:20:00; 1 such cell(s)), which would read as 1 and 0: write every "
+            "cell as a number, or leave it empty where there is no reading."
+        )
 
 
 def test_a_row_after_a_quoted_field_over_several_lines_is_named_by_its_own_line(los):

@@ -13,6 +13,7 @@ import importlib.util
 import io
 import re
 import subprocess
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -622,9 +623,70 @@ def test_a_coordinate_column_of_true_false_is_refused(points_run, forecaster):
     )
 
 
+def hdf_history(table: pd.DataFrame, folder: Path) -> pd.DataFrame:
+    """``table`` written as a pandas HDF5 file (fixed format, which keeps a column of mixed
+    objects or complex numbers as they are) and read back as ``predict.py`` reads a
+    history."""
+    pytest.importorskip("tables", reason="PyTables is not installed")
+    with warnings.catch_warnings():  # PerformanceWarning: mixed objects are pickled
+        warnings.simplefilter("ignore")
+        table.to_hdf(folder / "history.h5", key="rows")
+    return read_history(folder / "history.h5")
+
+
 def newest_rows(table: pd.DataFrame) -> pd.DataFrame:
     """The rows of ``table``'s last step, numbered from 0: a snapshot."""
     return table[table["timestamp"] == STAMPS[SPLIT - 1]].reset_index(drop=True)
+
+
+@pytest.mark.parametrize("column", ["no2", "x"])
+def test_a_complex_column_of_a_history_or_snapshot_is_refused_naming_it(
+    points_run, forecaster, tmp_path, column
+):
+    """A DataFrame (or an HDF5 file) with a complex column: its real part was read, the
+    imaginary one lost with a mere ComplexWarning."""
+    whole = history(points_run)
+    given = whole.assign(**{column: whole[column] + 1j})
+    said = f"column {column!r} holds complex numbers (e.g. "
+    for table in (given, hdf_history(given, tmp_path)):
+        with pytest.raises(UserError) as err:
+            forecaster.forecast(table)
+        assert str(err.value).startswith(f"the history: {said}"), str(err.value)
+        assert str(err.value).endswith(
+            "whose imaginary parts would be lost: give real numbers "
+            "(the real part or the magnitude, whichever the column "
+            "means)."
+        )
+    f = Forecaster.load(points_run[0], device="cpu")
+    for mode in ("error", "warn"):
+        with pytest.raises(UserError, match=rf"^the snapshot: {re.escape(said)}"):
+            f.update(newest_rows(given), bad_values=mode)
+
+
+@pytest.mark.parametrize("column", ["no2", "x"])
+def test_true_false_among_numbers_in_a_history_or_snapshot_is_refused_naming_a_row(
+    points_run, forecaster, tmp_path, column
+):
+    """One True among a column's numbers (a DataFrame built by hand, or an HDF5 file) was
+    read as 1: only a column of True/False alone was refused."""
+    given = history(points_run).astype({column: object})
+    last = given.index[-1]  # a row of the steps read
+    given.loc[last, column] = True
+    said = (
+        f"column {column!r} holds True/False among numbers (e.g. True at data row {{}}; 1 such "
+        "cell(s)), which would read as 1 and 0: write every cell as a number, or leave it "
+        "empty where there is no reading."
+    )
+    for table in (given, hdf_history(given, tmp_path)):
+        for mode in ("error", "warn"):
+            with pytest.raises(UserError) as err:
+                forecaster.forecast(table, bad_values=mode)
+            assert str(err.value) == "the history: " + said.format(last)
+    snapshot = newest_rows(given)
+    f = Forecaster.load(points_run[0], device="cpu")
+    with pytest.raises(UserError) as err:
+        f.update(snapshot)
+    assert str(err.value) == "the snapshot: " + said.format(len(snapshot) - 1)
 
 
 def test_a_latitude_out_of_range_in_a_history_or_snapshot_is_refused_as_in_training(points_run):

@@ -292,6 +292,27 @@ def test_a_point_column_of_true_false_in_a_wide_history_is_refused(forecaster, t
             assert str(err.value) == message
 
 
+def test_a_complex_point_column_or_true_false_among_numbers_is_refused(forecaster):
+    """A wide history's point column of complex numbers read their real parts (a mere
+    ComplexWarning), and one True among speeds read as 1: refused as training refuses them,
+    in a history and a snapshot alike, naming the column (and the row of the True)."""
+    table = wide(RECENT).reset_index(drop=True)
+    complex_ = table.assign(**{IDS[2]: table[IDS[2]] + 1j})
+    mixed = table.astype({IDS[2]: object})
+    mixed.loc[3, IDS[2]] = True
+    for given, said in (
+        (complex_, f"column {IDS[2]!r} holds complex numbers (e.g. "),
+        (mixed, f"column {IDS[2]!r} holds True/False among numbers (e.g. True at data row 3; "),
+    ):
+        for mode in ("error", "warn"):
+            with pytest.raises(UserError) as err:
+                forecaster.forecast(given, what="recent.csv", bad_values=mode)
+            assert str(err.value).startswith(f"recent.csv: {said}"), str(err.value)
+        with pytest.raises(UserError) as err:
+            forecaster.update(given)
+        assert str(err.value).startswith(f"the snapshot: {said}"), str(err.value)
+
+
 def test_a_value_out_of_range_in_a_wide_history_is_named_by_point_and_time_alone(forecaster):
     """As docs/forecasting.md says: not by its step of the window read ('step 3'), a
     number the user's table holds nowhere."""

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from pandas._libs.parsers import STR_NA_VALUES
+from pandas.api.types import infer_dtype
 
 from cloudlstm.errors import UserError
 
@@ -38,6 +39,7 @@ __all__ = [
     "mostly_numeric",
     "numbers_among_text",
     "refuse_flag_points",
+    "refuse_unreal",
     "row_names_through",
     "row_word",
     "written_cells",
@@ -120,6 +122,72 @@ def refuse_flag_points(
         f"readings of {channel!r}: write each point's readings as numbers (0 and 1 where "
         "they are yes/no), or leave those columns out."
     )
+
+
+# pandas' kinds of a column of objects (infer_dtype) whose cells may be complex numbers,
+# or True/False among others; every other kind holds neither, or True/False alone (flags)
+_MIXED_KINDS = frozenset({"mixed", "mixed-integer", "complex"})
+# the types of a cell of complex numbers, or of True/False, as pandas and numpy make them
+_COMPLEX_TYPES = frozenset({complex, np.complex64, np.complex128, np.clongdouble})
+_BOOL_TYPES = frozenset({bool, np.bool_})
+
+
+def refuse_unreal(
+    series: pd.Series, col: str, what: str, name: Callable[[int], str] | None = None
+) -> None:
+    """Refuse a reading, coordinate or point column that holds complex numbers (a complex
+    column of a DataFrame or an HDF5 file, an FFT's output say), whose imaginary parts
+    pandas would drop with a mere warning, or True/False among numbers (``[1.5, True,
+    2.0]`` in a column of objects), which pandas reads as 1 and 0. A column of True/False
+    alone is :func:`flags`', which each caller refuses or reads as 0/1 by its rule.
+    ``name(row)`` names a row by its position (None: ``data row`` and the position).
+
+    Raises:
+        UserError: naming the column, a cell and its row, and the fix.
+    """
+    complex_cells, bool_cells = _odd_cells(series)
+    if not complex_cells.any() and not bool_cells.any():
+        return
+    named = name or (lambda r: f"data row {r}")
+    if complex_cells.any():
+        imaginary = complex_cells & series.map(_imaginary).to_numpy(dtype=bool)
+        row = int(np.flatnonzero(imaginary if imaginary.any() else complex_cells)[0])
+        raise UserError(
+            f"{what}: column {col!r} holds complex numbers (e.g. {_plain(series.iloc[row])!r} "
+            f"at {named(row)}), whose imaginary parts would be lost: give real numbers (the "
+            "real part or the magnitude, whichever the column means)."
+        )
+    if not (written_cells(series) & ~bool_cells).any():
+        return  # True/False alone: flags
+    rows = np.flatnonzero(bool_cells)
+    raise UserError(
+        f"{what}: column {col!r} holds True/False among numbers (e.g. "
+        f"{_plain(series.iloc[int(rows[0])])!r} at {named(int(rows[0]))}; {len(rows)} such "
+        "cell(s)), which would read as 1 and 0: write every cell as a number, or leave it "
+        "empty where there is no reading."
+    )
+
+
+def _odd_cells(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """``(R,)`` twice: which cells are complex numbers, and which True/False, in a column
+    that may hold them among others (:data:`_MIXED_KINDS`); all False in any other."""
+    none = np.zeros(len(series), dtype=bool)
+    if pd.api.types.is_complex_dtype(series):
+        return ~none, none
+    if series.dtype != object or infer_dtype(series, skipna=True) not in _MIXED_KINDS:
+        return none, none  # at C speed: a column of numbers or text costs no cell-by-cell look
+    cells = series.to_numpy()
+    kinds = set(map(type, cells))  # the types at C speed: numbers beside text hold neither
+    if not kinds & (_COMPLEX_TYPES | _BOOL_TYPES):
+        return none, none
+    complex_cells = np.fromiter((type(c) in _COMPLEX_TYPES for c in cells), bool, len(cells))
+    bool_cells = np.fromiter((type(c) in _BOOL_TYPES for c in cells), bool, len(cells))
+    return complex_cells, bool_cells
+
+
+def _imaginary(cell: Any) -> bool:
+    """Whether a cell is a complex number with an imaginary part (NaN's is none)."""
+    return isinstance(cell, complex | np.complexfloating) and bool(cell.imag)
 
 
 # a number and the unit after it in the same cell: "10.5 ppb", "-3e2 km/h", "12%", "4 °C";
@@ -223,7 +291,9 @@ def channel_values(
 
     Raises:
         UserError: ``bad_values="error"`` and some cells are bad (see the module docstring);
-            the message counts them and names the first few ``(row, column, cell)``.
+            the message counts them and names the first few ``(row, column, cell)``. Or,
+            whatever ``bad_values``, a column of complex numbers or of True/False among
+            numbers (:func:`refuse_unreal`): no cell of it is a reading to count as missing.
     """
     values = np.empty((len(df), len(cols)), dtype=np.float32)
 
@@ -240,6 +310,7 @@ def channel_values(
     count = 0
     for j, col in enumerate(cols):  # column by column: large files stay affordable
         series = df[col]
+        refuse_unreal(series, str(col), what, name)
         parsed = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
         with np.errstate(over="ignore"):  # a finite float64 beyond float32 becomes inf
             column = parsed.astype(np.float32)

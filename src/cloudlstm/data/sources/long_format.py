@@ -67,12 +67,13 @@ __all__ = ["LongFormatSource"]
 log = logging.getLogger(__name__)
 
 # Bump when the reading changes, so stale caches are not reused.
-_VERSION = 8  # 5: True/False columns are no channels; degrees checked; 6: gaps hold the
+_VERSION = 9  # 5: True/False columns are no channels; degrees checked; 6: gaps hold the
 # last reading (before: linear interpolation in time); 7: a series never read takes the
 # mean of the other points' readings at each step (6: of their filled values); 8: a
 # coordinate column of True/False is refused (7: read as 1/0), and a header naming a column
 # twice (7: the second read as another, pandas' no2.1), an id column of lists (7: their text)
-# and an id of blanks alone (7: the point "")
+# and an id of blanks alone (7: the point ""); 9: a channel or coordinate column of complex
+# numbers (8: their real part) or of True/False among numbers (8: read as 1/0) is refused
 
 
 DATA_SUFFIXES = (".csv", ".parquet", ".pq")

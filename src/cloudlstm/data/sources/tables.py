@@ -46,7 +46,7 @@ from pandas.api.types import infer_dtype
 from pandas.io.common import get_handle
 
 from cloudlstm.data.cache import warn_dropped_points
-from cloudlstm.data.sources.bad_values import RowNames, flags, written_cells
+from cloudlstm.data.sources.bad_values import RowNames, flags, refuse_unreal, written_cells
 from cloudlstm.data.sources.cut_short import refuse_cut_short
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingPackageError, UserError
@@ -1212,20 +1212,25 @@ def numeric_column(
     (:func:`~cloudlstm.data.sources.bad_values.written_cells`), in a Parquet file or a
     DataFrame as in a CSV file. A column of True/False (:func:`~cloudlstm.data.sources.
     bad_values.flags`), which pandas would read as 1 and 0, is refused too: no coordinate
-    or reading is a yes/no."""
+    or reading is a yes/no; and so is one of complex numbers, or of True/False among
+    numbers (:func:`~cloudlstm.data.sources.bad_values.refuse_unreal`)."""
     series = df[col]
     if flags(series):
         raise UserError(f"Column {col!r} of {what} must be numeric, but holds True/False. {fix}")
+
+    def at(row: int) -> str:
+        return f"data row {series.index[row]}" if row_names is None else row_names([row])[0]
+
+    refuse_unreal(series, col, what, at)
     if pd.api.types.is_numeric_dtype(series):
         return series.to_numpy(dtype=np.float64, na_value=np.nan)
     coerced = pd.to_numeric(series, errors="coerce")
     bad = np.flatnonzero(coerced.isna().to_numpy() & written_cells(series))
     if len(bad):
         row = int(bad[0])
-        at = f"data row {series.index[row]}" if row_names is None else row_names([row])[0]
         raise UserError(
             f"Column {col!r} of {what} must be numeric, but holds e.g. {series.iloc[row]!r} "
-            f"({len(bad)} such entries, first at {at}). {fix}"
+            f"({len(bad)} such entries, first at {at(row)}). {fix}"
         )
     return coerced.to_numpy(dtype=np.float64, na_value=np.nan)
 

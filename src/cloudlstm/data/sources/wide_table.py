@@ -76,8 +76,9 @@ log = logging.getLogger(__name__)
 # 5: gaps hold the last reading (4 and before: linear interpolation); 6: a series never read
 # takes the mean of the other points' readings at each step (5: of their filled values);
 # 7: a point column of True/False is refused (6: read as 1/0), and a positions file's header
-# naming a column twice
-_VERSION = 7
+# naming a column twice; 8: a point or coordinate column of complex numbers (7: their real
+# part) or of True/False among numbers (7: read as 1/0) is refused
+_VERSION = 8
 # Names (lower case) a positions file's id column goes by, in the order they are looked for.
 ID_NAMES = ("id", "sensor_id", "cellid", "cell_id", "square_id", "station", "node_id")
 # Names (lower case) of a time column found without data.source.time_col.
