@@ -236,6 +236,17 @@ def rebuilding_fails(owner: type, method: str) -> Iterator[None]:
         yield
 
 
+def cache_of_version(source: Any, module: Any, version: int, stream: Any) -> None:
+    """Write ``stream`` where ``source`` looks for its cache, keyed as the code of cache
+    ``version`` (``module._VERSION``, the source's) keyed it: the cache a run of before a
+    change to the reading left, which the reading of now must not reuse."""
+    from cloudlstm.data.cache import save_stream_cache
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(module, "_VERSION", version)
+        save_stream_cache(source.cache_path, stream, source.cache_key)
+
+
 def compile_for_hopper(
     kernel, signature: dict[str, str], constants: dict, num_warps: int = 4, output: str = "ptx"
 ):

@@ -14,12 +14,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, compose_train, one_line, rebuilding_fails, run_python
+from conftest import ROOT, cache_of_version, compose_train, one_line, rebuilding_fails, run_python
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cloudlstm.assembly.build import instantiate_datamodule
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
+from cloudlstm.data.sources import beijing
 from cloudlstm.data.sources.beijing import STATION_POSITIONS, BeijingSource
 from cloudlstm.data.sources.times import TIMES_ZONED_KEY
 from cloudlstm.data.sources.urban_air import UrbanAirSource
@@ -115,6 +116,29 @@ def test_a_changed_source_file_invalidates_the_cache(tiny, tmp_path):
     )
     np.testing.assert_array_equal(source.load().coords[0], [2.5, 1.5])
     assert not source.last_load_from_cache
+
+
+@pytest.mark.parametrize("change", ["flags", "twice"])
+def test_a_cache_of_before_the_stricter_reading_is_not_reused(tiny, tmp_path, change):
+    """A station file whose SO2 column is True/False (pandas read 1/0) or whose header
+    names PM10 twice (pandas read the second as PM10.1, left unread) is refused now
+    (numeric_column, read_table): a cache that the reading of before left (cache version
+    3) must not stand in for the refusal."""
+    stream = BeijingSource(tiny, cache_dir=tmp_path / "first").load()
+    path = next(tiny.glob("PRSA_Data_Huairou_*"))
+    df = pd.read_csv(path)
+    if change == "flags":
+        df.assign(SO2=df.index % 2 == 0).to_csv(path, index=False)
+        said = r"Column 'SO2' of .* must be numeric, but holds True/False"
+    else:
+        text = df.assign(again=df["PM10"]).to_csv(index=False).replace(",again\n", ",PM10\n", 1)
+        with gzip.open(path, "wt") as f:
+            f.write(text)
+        said = r"names the column\(s\) \['PM10'\] more than once"
+    source = BeijingSource(tiny, cache_dir=tmp_path / "cache")
+    cache_of_version(source, beijing, 3, stream)
+    with pytest.raises(UserError, match=said):
+        source.load()
 
 
 def test_stations_subset_and_positions_file(tiny, tmp_path):

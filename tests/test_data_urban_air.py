@@ -15,12 +15,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import compose_train, rebuilding_fails
+from conftest import cache_of_version, compose_train, rebuilding_fails
 from hydra.utils import instantiate
 
 from cloudlstm.data.cache import DROPPED_POINTS
 from cloudlstm.data.pipeline.datamodule import PointCloudDataModule
 from cloudlstm.data.pipeline.held_out import DROPPED_WHY
+from cloudlstm.data.sources import urban_air
 from cloudlstm.data.sources.download import download_and_extract
 from cloudlstm.data.sources.urban_air import UrbanAirSource
 from cloudlstm.errors import DownloadError, UserError
@@ -194,6 +195,21 @@ def test_a_time_that_cannot_be_read_is_named_by_its_line(raw, tmp_path):
         rf".*airquality\.csv: line {line}, '2014-05-01 25:00:00', ",
     ):
         UrbanAirSource(raw, cluster="B", cache_dir=tmp_path).load()
+
+
+def test_a_cache_of_before_a_header_naming_a_column_twice_was_refused_is_not_reused(raw, tmp_path):
+    """A column named twice in airquality.csv's header is refused now (read_table): pandas
+    read the second as another (PM25_Concentration.1), which the loader left unread. A
+    cache that reading left (cache version 4) must not stand in for the refusal."""
+    stream = UrbanAirSource(raw, cluster="A", cache_dir=tmp_path / "first").load()
+    path = raw / "airquality.csv"
+    df = pd.read_csv(path)
+    df.assign(again=df[RAW[0]]).to_csv(path, index=False)
+    path.write_text(path.read_text().replace(",again\n", f",{RAW[0]}\n", 1))
+    source = UrbanAirSource(raw, cluster="A", cache_dir=tmp_path / "cache")
+    cache_of_version(source, urban_air, 4, stream)
+    with pytest.raises(UserError, match=rf"names the column\(s\) \['{RAW[0]}'\] more than once"):
+        source.load()
 
 
 def test_other_clusters(raw, tmp_path):

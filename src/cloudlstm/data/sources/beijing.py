@@ -127,8 +127,11 @@ _COMPASS = [
 ]
 _TIME = ["year", "month", "day", "hour"]
 # 2: gaps hold the last reading (1: linear interpolation); 3: a series never read takes
-# the mean of the other points' readings at each step (2: of their filled values)
-_VERSION = 3
+# the mean of the other points' readings at each step (2: of their filled values); 4: a
+# file whose header names a column twice (3: the second read as another, pandas' PM2.5.1),
+# or a reading column of True/False (3: read as 1/0), complex numbers or True/False among
+# numbers, is refused (read_table, numeric_column)
+_VERSION = 4
 # data.source.co_units -> the divisor of the files' CO (µg/m³)
 CO_UNITS: dict[str, float] = {"mg/m3": 1000.0, "ug/m3": 1.0}
 

@@ -54,8 +54,9 @@ UNPLACED_KEY = "dropped_points_without_position"
 # Bump when the preprocessing changes, so stale cache files are not reused.
 # 2: gaps hold the last reading (1: linear interpolation); 3: a series never read takes
 # the mean of the other points' readings at each step (2: of their filled values); 4: the
-# stations without a position are recorded in the metadata
-_VERSION = 4
+# stations without a position are recorded in the metadata; 5: a file whose header names a
+# column twice is refused (4: the second read as another, pandas' PM25_Concentration.1)
+_VERSION = 5
 
 
 def _csv(path: Path, columns: list[str]) -> pd.DataFrame:
