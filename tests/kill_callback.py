@@ -228,3 +228,29 @@ def stop_noted(trainer: L.Trainer) -> bool:
     """Whether the run was told to stop (SIGTERM, Ctrl-C), acted on or not yet."""
     pending = any(cb.stop_pending for cb in trainer.callbacks if isinstance(cb, SignalsTogether))
     return trainer.received_sigterm or pending
+
+
+class SignalAtValidation(L.Callback):
+    """Send ``signum`` to the process itself before batch ``batch`` of the validation after
+    training step ``step`` (the global step), as ``scancel`` or a user would during it; or
+    of the sanity check (``sanity_check=True``). Only in a fit not resumed (a resumed one
+    validates that step again)."""
+
+    def __init__(
+        self,
+        step: int = 0,
+        batch: int = 0,
+        signum: int = signal.SIGTERM,
+        sanity_check: bool = False,
+    ) -> None:
+        self.step = step
+        self.batch = batch
+        self.signum = signum
+        self.sanity_check = sanity_check
+
+    def on_validation_batch_start(self, trainer: L.Trainer, _: object, __: object,
+                                  idx: int) -> None:  # fmt: skip
+        at = trainer.sanity_checking == self.sanity_check and trainer.global_step == self.step
+        fitting = trainer.state.fn == "fit" and trainer.ckpt_path is None
+        if at and idx == self.batch and fitting:
+            os.kill(os.getpid(), self.signum)

@@ -291,9 +291,9 @@ def test_a_stopped_trial_of_an_optuna_search_is_continued_by_the_search(
     assert "\n" not in line
 
 
-def test_sigterm_at_a_step_before_validation_keeps_the_last_checkpoint(tiny_cfg):
-    """Lightning would resume a checkpoint of that step past the validation, unrun: the run
-    goes back to the last checkpoint instead, and says so."""
+def test_sigterm_at_the_last_step_saves_it_and_the_run_validates_it_when_continued(tiny_cfg):
+    """Lightning would resume a checkpoint of that step past its validation, unrun: the one
+    saved resumes into it (tests/test_preemption_validation.py compares the outcomes)."""
     from cloudlstm.cli.train import train
 
     cfg = tiny_cfg(
@@ -305,10 +305,12 @@ def test_sigterm_at_a_step_before_validation_keeps_the_last_checkpoint(tiny_cfg)
     with pytest.raises(RunInterrupted) as err:
         train(cfg)
     last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
-    assert torch.load(last, weights_only=False)["global_step"] == 3  # epoch 0's validation
-    assert f"not saved; the newest checkpoint is {last}, of step 3" in str(err.value)
+    assert torch.load(last, weights_only=False)["global_step"] == 6
+    assert f"interrupted by SIGTERM at step 6: saved {last}." in str(err.value)
     assert "\n" not in str(err.value)
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # Lightning's handler is gone
+    finished = train(cfg)
+    assert finished["steps"] == 6 and finished["val"]["val/mae"] == finished["selection"]["score"]
 
 
 def signalled_after_step(tiny_cfg, epoch: int, batch: int, signum: int = signal.SIGTERM):

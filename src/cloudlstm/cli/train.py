@@ -294,14 +294,19 @@ def _validation_metrics(job: Assembly, resumed_step: int | None) -> dict[str, fl
     training and test) validates nothing in ``fit``, so the restored final weights are
     validated again: where training ended with a validation, as the recipes' budgets do,
     ``last.ckpt`` holds that validation's weights, and ``metrics.json`` and a sweeper's
-    objective get the values the uninterrupted run would have had.
+    objective get the values the uninterrupted run would have had. One resumed from a
+    checkpoint saved before its last validation ran that validation in ``fit``.
     """
     trainer = job.trainer
-    if resumed_step is not None and trainer.global_step == resumed_step:
+    validated = _val_metrics(trainer)  # a resumed validation (rundir/pending_validation.py)
+    if resumed_step is not None and trainer.global_step == resumed_step and not validated:
         log.info("Training had finished before this resume: validating the restored weights.")
         trainer.validate(job.module, datamodule=job.datamodule, verbose=False)
-    metrics = trainer.callback_metrics
-    return {key: float(v) for key, v in metrics.items() if key.startswith("val/")}
+    return _val_metrics(trainer)
+
+
+def _val_metrics(trainer: L.Trainer) -> dict[str, float]:
+    return {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
 
 
 def _test(job: Assembly, ckpt: str | None) -> dict[str, Any]:

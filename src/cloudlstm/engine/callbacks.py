@@ -153,7 +153,9 @@ class RngState(L.Callback):
     A resumed run then continues exactly as the uninterrupted run would have, from any
     checkpoint, mid-epoch ones too: the same dropout masks, the same shuffles of the next
     epochs (drawn from the global generator) and any other draw; the training loader
-    continues the epoch in progress (:mod:`cloudlstm.data.pipeline.resumable`).
+    continues the epoch in progress (:mod:`cloudlstm.data.pipeline.resumable`). A checkpoint
+    saved during a fit's validation holds the states of the end of the step before it: the
+    resumed run runs that validation again (:mod:`cloudlstm.rundir.pending_validation`).
 
     At the start of a resumed training it says, in one line each, what keeps it from
     matching the uninterrupted run bit for bit: kernels that are not deterministic (a GPU
@@ -166,6 +168,8 @@ class RngState(L.Callback):
         self._resumed: dict[str, bool] | None = None
         self._world_size = 1  # this run's processes (DDP), saved with the states
         self._saved_world_size: int | None = None  # the checkpoint's run's
+        self._step_end: dict[str, Any] | None = None  # the states as the last step ended
+        self._before_validation: dict[str, Any] | None = None  # those, while the fit validates
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._world_size = trainer.world_size
@@ -206,16 +210,22 @@ class RngState(L.Callback):
                 trainer.world_size,
             )
 
+    def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
+        self._step_end = _generator_states()  # before a validation that may follow draws
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
+            self._before_validation = self._step_end
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._before_validation = None  # the validation's checkpoints resume after it
+
     def state_dict(self) -> dict[str, Any]:
-        state = {
-            "torch": torch.get_rng_state(),
-            "numpy": np.random.get_state(),
-            "python": random.getstate(),
-            "world_size": self._world_size,
-        }
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            state["cuda"] = torch.cuda.get_rng_state_all()
-        return state
+        # during a validation, the states as its step ended: a checkpoint saved then resumes
+        # by running that validation again (rundir/pending_validation.py), which draws again
+        # what it drew (its loader's base seed, drawn before on_validation_start)
+        states = self._before_validation or _generator_states()
+        return {**states, "world_size": self._world_size}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._saved_world_size = state_dict.get("world_size")  # none before it was saved
@@ -224,6 +234,20 @@ class RngState(L.Callback):
         random.setstate(state_dict["python"])
         if "cuda" in state_dict and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state_dict["cuda"])
+        # a resume that validates first (rundir/pending_validation.py) does so from these
+        self._step_end = _generator_states()
+
+
+def _generator_states() -> dict[str, Any]:
+    """The states of the random number generators: torch's (CUDA's too), numpy's, Python's."""
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 class ProgressBar(RichProgressBar):

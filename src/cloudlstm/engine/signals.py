@@ -7,12 +7,13 @@ validation that follows, when one does). A SIGTERM between ``CheckpointOnSigterm
 step-end hook and that check stopped the run without the checkpoint of its step. So with one
 process :class:`SignalsTogether` notes a SIGTERM (or Ctrl-C) that comes while the run trains
 and sets Lightning's flag at the end of the next training step, before
-``CheckpointOnSigterm`` looks at it: every such stop saves its step (or goes back to the
-last checkpoint where a validation follows, as ``CheckpointOnSigterm`` says), whereas a
+``CheckpointOnSigterm`` looks at it: every such stop saves its step (where a validation
+follows, as one that runs it when resumed, as ``CheckpointOnSigterm`` says), whereas a
 checkpoint saved at an epoch's end resumes into the wrong epoch count (Lightning counts the
 epoch's end again). One noted after the last training step is acted on as testing starts,
 which then stops. One that comes while the run validates, tests or checks its validation
-loop sets the flag at once: the evaluation stops at its next batch, as Lightning's does.
+loop sets the flag at once: the evaluation stops at its next batch, as Lightning's does
+(a validation of the fit's, with its step saved to validate again when resumed).
 SLURM's requeue signal (SIGUSR1) is Lightning's: it saves ``hpc_ckpt_<n>.ckpt`` and
 requeues the job.
 
@@ -163,7 +164,7 @@ class SignalsTogether(L.Callback):
             self.terminate = True  # the processes stop together (on_train_batch_end)
         elif self._stop():
             log.warning(message)
-        else:  # validating or testing: no checkpoint to save there
+        else:  # validating (its step saved, CheckpointOnSigterm) or testing
             log.warning("Ctrl-C: the run stops after this batch of its evaluation; %s", again)
 
     def _note_requeue(self, signum: int, _: Any) -> None:

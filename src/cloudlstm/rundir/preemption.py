@@ -8,12 +8,18 @@ Here instead:
 
 * :class:`CheckpointOnSigterm` (``callbacks.sigterm_checkpoint``) saves
   ``checkpoints/last.ckpt`` at the end of the training step during which the signal came
-  (:mod:`cloudlstm.engine.signals` sets Lightning's flag there and only there), through
-  ``trainer.save_checkpoint`` (and so with its ``.checksum``), as a step checkpoint of
-  ``callbacks.step_checkpoint`` would be saved. Not at a step that a validation
-  follows (Lightning would resume past that validation without running it), nor during a
-  validation: the ``last.ckpt`` there is (of the last validation or step checkpoint)
-  stays the one to resume from, and the run's line says so.
+  (:mod:`cloudlstm.engine.signals` sets Lightning's flag there while the run trains),
+  through ``trainer.save_checkpoint`` (and so with its ``.checksum``), as a step checkpoint
+  of ``callbacks.step_checkpoint`` would be saved. At a step that a validation follows, or
+  during that validation (at the end of the batch under way: the flag is set at once
+  there), the step is saved as one whose validation is still to run, from its first
+  batch: the resumed run runs it before it trains on
+  (:mod:`cloudlstm.rundir.pending_validation`, where Lightning's own resume would skip
+  it). Not saved, the ``last.ckpt`` there is (of the last validation or step checkpoint)
+  staying the one to resume from, and the run's line saying so: during a validation's
+  last batch (the validation then ends, and its own ``last.ckpt`` holds the step), the
+  sanity check or a validation with a weight average in the model's place
+  (``callbacks=ema``), or where Lightning's loops are not the ones that module knows.
 * ``train`` turns the stop into :class:`RunInterrupted`, whose one line says where the
   checkpoint is and the command that continues the run (``resume=auto``);
   ``train.py`` logs it and exits with 143 (128 + SIGTERM), writing no ``metrics.json``
@@ -27,7 +33,9 @@ SIGTERM of a requeue or a preemption saves nothing here, so that the requeued jo
 from the checkpoint it would resume from without this module (``docs/cluster.md``). The
 run still ends with 143 and its line. With several processes (DDP) the processes agree
 on the step at which they stop (:class:`cloudlstm.engine.signals.SignalsTogether`), and
-the save, a collective operation, is made there by all of them.
+the save, a collective operation, is made there by all of them; where a validation
+follows that step, they stop after it, at the ``last.ckpt`` it wrote, and nothing is
+saved here.
 """
 
 from __future__ import annotations
@@ -38,10 +46,17 @@ from typing import Any
 
 import lightning as L
 from lightning.fabric.plugins.environments import SLURMEnvironment
+from lightning.pytorch.callbacks import WeightAveraging
+from lightning.pytorch.trainer.states import TrainerFn
 
 from cloudlstm.engine import ctrl_c_noted
 from cloudlstm.engine.signals import SignalsTogether
 from cloudlstm.rundir.layout import checkpoint_step, newest_checkpoint
+from cloudlstm.rundir.pending_validation import (
+    check_loops,
+    rewound_to_validation,
+    settle_resumed_validation,
+)
 from cloudlstm.rundir.stops import RunInterrupted, stop_error
 
 log = logging.getLogger(__name__)
@@ -58,23 +73,88 @@ class CheckpointOnSigterm(L.Callback):
     def __init__(self, dirpath: str | Path, filename: str = "last") -> None:
         self.path = Path(dirpath) / f"{filename}.ckpt"
         self.saved: Path | None = None  # the checkpoint saved on SIGTERM, if any
+        # while saving one that resumes into its validation: whether saved during it
+        self._rewinding: bool | None = None
+        self._resumed_pending = False  # resumed from such a checkpoint, not yet validated
 
     def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
         # the step is done (optimizer step, schedulers, step checkpoints): Lightning raises
-        # SIGTERMException right after this hook; a step checkpoint is saved at this point too
+        # SIGTERMException right after this hook, or after one batch of the validation that
+        # follows; a step checkpoint is saved at this point too
         if not trainer.received_sigterm or self.saved is not None:
             return
         if not saves_on_sigterm(trainer):
             return
         if validates_now(trainer):
-            # Lightning resumes a checkpoint of this point as one whose validation has run:
-            # the validation would be skipped. Without it, the run goes on from the last one.
-            log.info("Stopped before a validation: resuming goes back to the last checkpoint.")
+            self._save_before_validation(trainer, during_validation=False)
+        else:
+            self._save(trainer)
+
+    def on_validation_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
+        # Lightning stops the validation after this hook; after its last batch it finishes
+        # it instead (and the run's last.ckpt of that validation holds the step)
+        if not trainer.received_sigterm or self.saved is not None or trainer.sanity_checking:
             return
+        if trainer.state.fn != TrainerFn.FITTING or trainer.world_size > 1:
+            return  # DDP: SignalsTogether stops after the validation, at the same step
+        if _weights_averaged_in_validation(trainer) or not saves_on_sigterm(trainer):
+            return
+        loop = trainer.fit_loop.epoch_loop.val_loop
+        if not getattr(getattr(loop, "batch_progress", None), "is_last_batch", True):
+            self._save_before_validation(trainer, during_validation=True)
+
+    def _save_before_validation(self, trainer: L.Trainer, during_validation: bool) -> None:
+        """Save the step as a checkpoint that resumes into its whole validation, where
+        Lightning's loops are the ones :mod:`cloudlstm.rundir.pending_validation` knows;
+        else save nothing: the run then continues from its newest checkpoint."""
+        try:
+            check_loops(trainer)
+            rewound_to_validation(trainer.fit_loop.state_dict(), during_validation)
+        except (AttributeError, KeyError, TypeError, ValueError) as err:
+            log.warning("Cannot save a checkpoint that validates when resumed (%s).", err)
+            return
+        self._rewinding = during_validation
+        try:
+            self._save(trainer, " before its validation, which a resumed run runs first")
+        finally:
+            self._rewinding = None
+
+    def _save(self, trainer: L.Trainer, note: str = "") -> None:
         trainer.save_checkpoint(self.path, weights_only=False)  # every state, to resume
         self.saved = self.path
         if trainer.is_global_zero:  # every DDP process saved (together), rank 0 says so
-            log.info("Stopped: saved %s at step %d.", self.path, trainer.global_step)
+            log.info("Stopped: saved %s at step %d%s.", self.path, trainer.global_step, note)
+
+    def state_dict(self) -> dict[str, Any]:
+        # marks the checkpoint that resumes into a validation, for on_validation_start
+        return {"validation_pending": self._rewinding is not None}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._resumed_pending = bool(state_dict.get("validation_pending", False))
+
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        if self._rewinding is not None:  # checked before the save: this does not raise
+            loops = checkpoint["loops"]
+            loops["fit_loop"] = rewound_to_validation(loops["fit_loop"], self._rewinding)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._resumed_pending and not trainer.sanity_checking:
+            self._resumed_pending = False
+            try:
+                settle_resumed_validation(trainer)
+            except AttributeError as err:  # resumed under another Lightning
+                log.warning("Cannot settle the resumed validation's progress (%s).", err)
+
+    def on_train_batch_start(self, trainer: L.Trainer, *_: Any) -> None:
+        if self._resumed_pending:  # resumed past the validation: another Lightning's loops
+            self._resumed_pending = False
+            log.warning(
+                "Resumed at step %d without the validation the checkpoint left to run: its "
+                "metrics, early stopping and best checkpoint come at the next validation.",
+                trainer.global_step,
+            )
 
 
 def validates_now(trainer: L.Trainer) -> bool:
@@ -86,6 +166,12 @@ def validates_now(trainer: L.Trainer) -> bool:
     except Exception as err:  # Lightning's private API changed
         log.warning("Cannot tell whether validation follows (%s): no checkpoint saved.", err)
         return True
+
+
+def _weights_averaged_in_validation(trainer: L.Trainer) -> bool:
+    """Whether a weight average (``callbacks=ema``) stands in the model's place during the
+    validation: a checkpoint saved then would swap it with the live weights."""
+    return any(isinstance(cb, WeightAveraging) for cb in trainer.callbacks)
 
 
 def saves_on_sigterm(trainer: L.Trainer) -> bool:

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-__all__ = ["ResumableLoader", "ShuffleSampler"]
+__all__ = ["ResumableLoader", "ShuffleSampler", "pass_left_open"]
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,8 @@ class _SkipFirst:
 
     def __iter__(self) -> Iterator[Any]:
         skip, self.loader._skip = self.loader._skip, 0
+        if skip >= len(self.batches):
+            return  # a pass given out whole (pass_left_open): no shuffle drawn for it
         batches = iter(self.batches)
         for _ in range(skip):
             next(batches)
@@ -280,6 +282,23 @@ class ResumableLoader(DataLoader):
     def _move(self, batches: int) -> None:
         if batches and self.move_progress is not None:
             self.move_progress(batches)
+
+
+def pass_left_open(state: dict[str, Any]) -> dict[str, Any]:
+    """The ``state_dict()`` of a loader whose epoch has taken its batches, as that of a pass
+    still under way with every batch given out; any other state as it is.
+
+    Why: a run resumed from a checkpoint saved as such an epoch ends, before the validation
+    that follows it (``cloudlstm.rundir.pending_validation``), validates before its next
+    epoch draws its shuffle. The first iterator of a finished pass's state would draw that
+    shuffle as the run resumes, before the validation's draws, and the next epochs would
+    be shuffled otherwise than in the uninterrupted run; a pass given out whole draws
+    nothing and gives no batch, and the next epoch's iterator draws after the validation,
+    as in the uninterrupted run.
+    """
+    if "pass" not in state or state["pass"] is not None or "num_batches" not in state:
+        return state
+    return {**state, "pass": {"batches": int(state["num_batches"]), "seed": None}}
 
 
 @contextmanager
