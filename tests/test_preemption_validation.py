@@ -172,3 +172,24 @@ def test_loop_states_of_another_form_are_refused():
         rewound_to_validation(at_step_end, during_validation=True)
     with pytest.raises(KeyError):
         rewound_to_validation({"epoch_loop.progress": {}}, during_validation=False)
+
+
+def test_a_run_averaging_its_weights_resumes_from_the_step_with_its_average(tmp_path):
+    """The step saved holds the average's update of that step (callbacks=ema): the save
+    comes after the other callbacks' step-end hooks."""
+    from cloudlstm.cli.train import train
+
+    job = [*JOB, "callbacks=ema"]
+    whole_cfg = compose_train(tmp_path / "whole", job)
+    train(whole_cfg)
+    cfg, line = stopped(
+        tmp_path / "stopped",
+        "+callbacks.term._target_=tests.kill_callback.SigtermAt",
+        "+callbacks.term.epoch=0",
+        "+callbacks.term.batch=2",  # step 3, validated after
+        job=job,
+    )
+    run_dir = Path(cfg.paths.output_dir)
+    assert f"at step 3: saved {run_dir / 'checkpoints' / 'last.ckpt'}." in line
+    train(cfg)
+    same_end(run_dir, Path(whole_cfg.paths.output_dir))

@@ -43,6 +43,7 @@ from cloudlstm.engine.signals import SignalsTogether
 from cloudlstm.errors import UserError, no_gpu, replacing
 from cloudlstm.models.build import build_model
 from cloudlstm.rundir.layout import CONFIG_FILE, DATA_SUMMARY_FILE, config_text, wandb_run_id
+from cloudlstm.rundir.preemption import CheckpointOnSigterm
 
 
 def instantiate(config: Any, **kwargs: Any) -> Any:
@@ -469,8 +470,12 @@ def build_trainer(cfg: DictConfig, loggers: list[Any]) -> L.Trainer:
     if trainer.get("enable_model_summary", True) is False:
         callbacks = [cb for cb in callbacks if not isinstance(cb, ModelSummary)]
     # first: under DDP its step-end hook decides, for every process at once, whether a
-    # signal stops the run, before CheckpointOnSigterm's saves (engine/signals.py)
-    callbacks = [SignalsTogether(), *callbacks]
+    # signal stops the run, before CheckpointOnSigterm's saves (engine/signals.py); those
+    # come after the other callbacks' step-end hooks (a weight average's update, the step
+    # counts), so that the step they save is whole (Lightning puts checkpoints after them)
+    sigterm = [cb for cb in callbacks if isinstance(cb, CheckpointOnSigterm)]
+    others = [cb for cb in callbacks if not isinstance(cb, CheckpointOnSigterm)]
+    callbacks = [SignalsTogether(), *others, *sigterm]
     if _may_start_processes(trainer):
         name_the_launching_process()  # to the processes the Trainer may start
     return hydra.utils.instantiate(

@@ -10,10 +10,11 @@ Here instead:
   ``checkpoints/last.ckpt`` at the end of the training step during which the signal came
   (:mod:`cloudlstm.engine.signals` sets Lightning's flag there while the run trains),
   through ``trainer.save_checkpoint`` (and so with its ``.checksum``), as a step checkpoint
-  of ``callbacks.step_checkpoint`` would be saved. At a step that a validation follows, or
-  during that validation (at the end of the batch under way: the flag is set at once
-  there), the step is saved as one whose validation is still to run, from its first
-  batch: the resumed run runs it before it trains on
+  of ``callbacks.step_checkpoint`` would be saved: after the other callbacks' step-end
+  hooks (a weight average's update), where the trainer's assembly puts it. At a step that
+  a validation follows, or during that validation (at the end of the batch under way: the
+  flag is set at once there), the step is saved as one whose validation is still to run,
+  from its first batch: the resumed run runs it before it trains on
   (:mod:`cloudlstm.rundir.pending_validation`, where Lightning's own resume would skip
   it). Not saved, the ``last.ckpt`` there is (of the last validation or step checkpoint)
   staying the one to resume from, and the run's line saying so: during a validation's
