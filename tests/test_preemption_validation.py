@@ -122,6 +122,10 @@ def test_a_signal_during_a_validation_within_an_epoch_resumes_into_it(tmp_path):
     assert f"at step 3: saved {run_dir / 'checkpoints' / 'last.ckpt'}." in line
     train(cfg)
     same_end(run_dir, Path(whole_cfg.paths.output_dir))
+    # the epoch's later checkpoint resumes after its validation, not into it again
+    loops = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)["loops"]
+    validated = loops["fit_loop"]["epoch_loop.val_loop.batch_progress"]["total"]
+    assert validated == dict(ready=4, started=4, processed=4, completed=4)
 
 
 def test_a_signal_during_the_last_validation_saves_and_the_run_finishes_as_a_whole(tmp_path, whole):
