@@ -178,22 +178,45 @@ def test_loop_states_of_another_form_are_refused():
         rewound_to_validation({"epoch_loop.progress": {}}, during_validation=False)
 
 
-def test_a_run_averaging_its_weights_resumes_from_the_step_with_its_average(tmp_path):
-    """The step saved holds the average's update of that step (callbacks=ema): the save
-    comes after the other callbacks' step-end hooks."""
+@pytest.mark.parametrize(
+    "signal_at",
+    [
+        # at step 3, validated after: the step saved holds the average's update of that
+        # step, as the save comes after the other callbacks' step-end hooks
+        ("SigtermAt", "+callbacks.term.epoch=0", "+callbacks.term.batch=2"),
+        # during that validation, where the average stands in the model's place: the live
+        # weights and the average are saved each in its own place
+        ("SignalAtValidation", "+callbacks.term.step=3"),
+    ],
+    ids=["step", "validation"],
+)
+def test_a_run_averaging_its_weights_resumes_from_the_step_with_its_average(tmp_path, signal_at):
+    """callbacks=ema, stopped at or during the validation of step 3."""
     from cloudlstm.cli.train import train
 
     job = [*JOB, "callbacks=ema"]
     whole_cfg = compose_train(tmp_path / "whole", job)
     train(whole_cfg)
-    cfg, line = stopped(
-        tmp_path / "stopped",
-        "+callbacks.term._target_=tests.kill_callback.SigtermAt",
-        "+callbacks.term.epoch=0",
-        "+callbacks.term.batch=2",  # step 3, validated after
-        job=job,
-    )
+    callback, *where = signal_at
+    target = f"+callbacks.term._target_=tests.kill_callback.{callback}"
+    cfg, line = stopped(tmp_path / "stopped", target, *where, job=job)
     run_dir = Path(cfg.paths.output_dir)
     assert f"at step 3: saved {run_dir / 'checkpoints' / 'last.ckpt'}." in line
     train(cfg)
     same_end(run_dir, Path(whole_cfg.paths.output_dir))
+
+
+def test_a_weight_averaging_of_other_validation_hooks_is_refused():
+    """Its swap is not the one undone for the save (the run then saves nothing)."""
+    import lightning as L
+    from lightning.pytorch.callbacks import WeightAveraging
+
+    from cloudlstm.engine.weight_averaging import EMAWeights, check_averaging_hooks
+
+    class SwapsElsewhere(WeightAveraging):
+        def on_validation_epoch_start(self, trainer, pl_module):
+            pass
+
+    check_averaging_hooks(L.Trainer(callbacks=[EMAWeights()], logger=False))
+    with pytest.raises(TypeError, match="SwapsElsewhere.on_validation_epoch_start"):
+        check_averaging_hooks(L.Trainer(callbacks=[SwapsElsewhere()], logger=False))

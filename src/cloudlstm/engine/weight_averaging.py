@@ -19,7 +19,8 @@ data sets: the recipe", measures it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import lightning as L
@@ -82,3 +83,38 @@ class EMAWeights(WeightAveraging):
         load the live weights over it whenever a fit in this process made an average."""
         if trainer.state.fn == TrainerFn.FITTING:
             super().on_load_checkpoint(trainer, pl_module, checkpoint)
+
+
+def check_averaging_hooks(trainer: L.Trainer) -> None:
+    """Raise ``TypeError`` unless every weight averaging of the trainer swaps the average
+    in and out with Lightning's own validation hooks, which :func:`live_weights_in_place`
+    calls (another swap, or none, would be undone wrongly: the caller then saves nothing)."""
+    for cb in _averaging(trainer):
+        for hook in ("on_validation_epoch_start", "on_validation_epoch_end"):
+            if getattr(type(cb), hook) is not getattr(WeightAveraging, hook):
+                raise TypeError(f"{type(cb).__name__}.{hook} is not WeightAveraging's")
+
+
+@contextmanager
+def live_weights_in_place(trainer: L.Trainer) -> Iterator[None]:
+    """Within the block, during a fit's validation, the live weights are in the model's
+    place and the average in its own, as between validations; after it, as before it.
+
+    Why: ``WeightAveraging`` swaps the average into the model as a validation starts and
+    back as it ends; a checkpoint saved in between (a SIGTERM's, SLURM's requeue) would
+    store the average as the live weights and the live ones as the average. The block
+    swaps back with the callbacks' own hooks (checked by :func:`check_averaging_hooks`),
+    and again after it: each swap exchanges the values, bit for bit.
+    """
+    averaging, module = _averaging(trainer), trainer.lightning_module
+    for cb in reversed(averaging):
+        cb.on_validation_epoch_end(trainer, module)  # the live weights back in place
+    try:
+        yield
+    finally:
+        for cb in averaging:
+            cb.on_validation_epoch_start(trainer, module)  # the average in, as before
+
+
+def _averaging(trainer: L.Trainer) -> list[WeightAveraging]:
+    return [cb for cb in trainer.callbacks if isinstance(cb, WeightAveraging)]

@@ -19,8 +19,11 @@ Here instead:
   it). Not saved, the ``last.ckpt`` there is (of the last validation or step checkpoint)
   staying the one to resume from, and the run's line saying so: during a validation's
   last batch (the validation then ends, and its own ``last.ckpt`` holds the step), the
-  sanity check or a validation with a weight average in the model's place
-  (``callbacks=ema``), or where Lightning's loops are not the ones that module knows.
+  sanity check, or where Lightning's loops are not the ones that module knows. During a
+  validation with a weight average (``callbacks=ema``), which stands in the model's place
+  there, the live weights are put back for the save and the average in again after it
+  (:func:`cloudlstm.engine.weight_averaging.live_weights_in_place`), so the checkpoint
+  holds each in its own place, as between validations.
 * ``train`` turns the stop into :class:`RunInterrupted`, whose one line says where the
   checkpoint is and the command that continues the run (``resume=auto``);
   ``train.py`` logs it and exits with 143 (128 + SIGTERM), writing no ``metrics.json``
@@ -42,16 +45,17 @@ saved here.
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 from lightning.fabric.plugins.environments import SLURMEnvironment
-from lightning.pytorch.callbacks import WeightAveraging
 from lightning.pytorch.trainer.states import TrainerFn
 
 from cloudlstm.engine import ctrl_c_noted
 from cloudlstm.engine.signals import SignalsTogether
+from cloudlstm.engine.weight_averaging import check_averaging_hooks, live_weights_in_place
 from cloudlstm.rundir.layout import checkpoint_step, newest_checkpoint
 from cloudlstm.rundir.pending_validation import (
     check_loops,
@@ -98,7 +102,7 @@ class CheckpointOnSigterm(L.Callback):
             return
         if trainer.state.fn != TrainerFn.FITTING or trainer.world_size > 1:
             return  # DDP: SignalsTogether stops after the validation, at the same step
-        if _weights_averaged_in_validation(trainer) or not saves_on_sigterm(trainer):
+        if not saves_on_sigterm(trainer):
             return
         loop = trainer.fit_loop.epoch_loop.val_loop
         if not getattr(getattr(loop, "batch_progress", None), "is_last_batch", True):
@@ -111,12 +115,16 @@ class CheckpointOnSigterm(L.Callback):
         try:
             check_loops(trainer)
             rewound_to_validation(trainer.fit_loop.state_dict(), during_validation)
+            check_averaging_hooks(trainer)
         except (AttributeError, KeyError, TypeError, ValueError) as err:
             log.warning("Cannot save a checkpoint that validates when resumed (%s).", err)
             return
+        # during the validation a weight average (callbacks=ema) is in the weights' place
+        live = live_weights_in_place(trainer) if during_validation else nullcontext()
         self._rewinding = during_validation
         try:
-            self._save(trainer, " before its validation, which a resumed run runs first")
+            with live:
+                self._save(trainer, " before its validation, which a resumed run runs first")
         finally:
             self._rewinding = None
 
@@ -167,12 +175,6 @@ def validates_now(trainer: L.Trainer) -> bool:
     except Exception as err:  # Lightning's private API changed
         log.warning("Cannot tell whether validation follows (%s): no checkpoint saved.", err)
         return True
-
-
-def _weights_averaged_in_validation(trainer: L.Trainer) -> bool:
-    """Whether a weight average (``callbacks=ema``) stands in the model's place during the
-    validation: a checkpoint saved then would swap it with the live weights."""
-    return any(isinstance(cb, WeightAveraging) for cb in trainer.callbacks)
 
 
 def saves_on_sigterm(trainer: L.Trainer) -> bool:
