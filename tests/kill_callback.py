@@ -82,7 +82,8 @@ class WaitAt(L.Callback):
 
     While it waits, ``<until>.waiting`` exists, so a test knows the job is there (the
     epochs before checkpointed) and can signal, requeue or cancel it. A SIGTERM (what SLURM
-    sends a requeued or cancelled job) ends the wait, and Lightning then stops.
+    sends a requeued or cancelled job) ends the wait, and Lightning then stops; so does
+    SLURM's requeue signal, which the run acts on at the end of the step.
     """
 
     def __init__(self, epoch: int, until: str, batch: int | None = None) -> None:
@@ -225,8 +226,10 @@ class BugAtValue(L.Callback):
 
 
 def stop_noted(trainer: L.Trainer) -> bool:
-    """Whether the run was told to stop (SIGTERM, Ctrl-C), acted on or not yet."""
-    pending = any(cb.stop_pending for cb in trainer.callbacks if isinstance(cb, SignalsTogether))
+    """Whether the run was told to stop (SIGTERM, Ctrl-C) or to requeue its job (SLURM's
+    signal, run at the end of the step), acted on or not yet."""
+    together = [cb for cb in trainer.callbacks if isinstance(cb, SignalsTogether)]
+    pending = any(cb.stop_pending or cb.requeue for cb in together)
     return trainer.received_sigterm or pending
 
 

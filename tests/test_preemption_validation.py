@@ -53,11 +53,11 @@ def validations(run_dir: Path) -> list[tuple[int, float]]:
     return [(int(step), float(mae)) for step, mae in rows.itertuples(index=False)]
 
 
-def same_end(resumed: Path, whole: Path) -> None:
+def same_end(resumed: Path, whole: Path, resumed_from: str = "checkpoints/last.ckpt") -> None:
     """The resumed run ended as the uninterrupted one: validations, metrics, weights."""
     assert validations(resumed) == validations(whole)
     metrics = [json.loads((d / "metrics.json").read_text()) for d in (resumed, whole)]
-    assert metrics[0]["resumed_from"] == "checkpoints/last.ckpt"
+    assert metrics[0]["resumed_from"] == resumed_from
     assert {k: metrics[0][k] for k in OUTCOME} == {k: metrics[1][k] for k in OUTCOME}
     final = [torch.load(d / metrics[1]["checkpoint"], weights_only=False) for d in (resumed, whole)]
     assert final[0]["callbacks"].keys() == final[1]["callbacks"].keys()

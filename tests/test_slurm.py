@@ -184,9 +184,9 @@ def requeue_and_resume(
 
 
 def test_requeue_signal_resumes_from_the_hpc_checkpoint(cluster, tmp_path, reference):
-    """SIGUSR1 (what SLURM sends before the time limit) in the middle of an epoch: Lightning
-    saves hpc_ckpt_1.ckpt and requeues the job, which resumes from it in the same
-    directory and W&B run, and loses no step."""
+    """SIGUSR1 (what SLURM sends before the time limit) in the middle of an epoch: at the
+    end of that step Lightning's requeue saves hpc_ckpt_1.ckpt and requeues the job, which
+    resumes from it in the same directory and W&B run, and loses no step."""
 
     def signal_usr1(job_id: str) -> None:
         cluster.run("scancel", "--signal=USR1", job_id)

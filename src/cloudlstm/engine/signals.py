@@ -14,8 +14,18 @@ epoch's end again). One noted after the last training step is acted on as testin
 which then stops. One that comes while the run validates, tests or checks its validation
 loop sets the flag at once: the evaluation stops at its next batch, as Lightning's does
 (a validation of the fit's, with its step saved to validate again when resumed).
-SLURM's requeue signal (SIGUSR1) is Lightning's: it saves ``hpc_ckpt_<n>.ckpt`` and
-requeues the job.
+
+SLURM's requeue signal (SIGUSR1, with Lightning's auto-requeue) runs Lightning's requeue,
+which saves ``hpc_ckpt_<n>.ckpt`` and requeues the job; Lightning's handler does so at once,
+wherever the signal finds the loop: inside a training step, at a step a validation
+follows or during that validation, which Lightning's resume then skips or runs in part
+(:mod:`cloudlstm.rundir.pending_validation`). So in a fit the handler only notes the
+signal here too, and the requeue runs at the end of the training step under way,
+or of the batch of the fit's validation under way: ``CheckpointOnSigterm`` runs it, after
+the other callbacks' hooks, saved where a validation is due as a checkpoint that runs that
+whole validation when resumed (:mod:`cloudlstm.rundir.preemption`). One noted after the
+last training step's validation is run as the training ends; in a test, Lightning's handler
+is left as it is.
 
 With several processes Lightning's handling goes wrong, because each process acts where the
 signal finds it:
@@ -36,7 +46,8 @@ noted (one all-reduce of two numbers) and act together, at the same step:
   validation and its checkpoints complete). ``CheckpointOnSigterm`` saves ``last.ckpt``
   at that step as it does for one process (:mod:`cloudlstm.rundir.preemption`).
 * SIGUSR1 in a SLURM job with auto-requeue: Lightning's requeue (``hpc_ckpt_<n>.ckpt``,
-  ``scontrol requeue``) runs in every process at that step.
+  ``scontrol requeue``) runs in every process at that step (one noted during a validation,
+  at the end of the next training step).
 
 A signal that comes while no training step runs (validation, testing, a sanity check) is
 acted on at the end of the next training step; one during testing lets the test finish.
@@ -86,6 +97,10 @@ class SignalsTogether(L.Callback):
     def __init__(self) -> None:
         self.terminate = False  # SIGTERM noted in this process, not yet acted on
         self.requeue = False  # SLURM's requeue signal noted, not yet acted on
+        # set at a step's end where the requeue is due (every DDP process at once); run
+        # there by the callback named in requeue_by (CheckpointOnSigterm), else here
+        self.requeue_due = False
+        self.requeue_by: L.Callback | None = None
         self.ctrl_c = 0  # Ctrl-Cs received
         self._after_validation = False  # stop once the validation under way has ended
         self._requeue_fn: Any = None  # Lightning's SIGUSR1 handler, run at the agreed step
@@ -104,12 +119,13 @@ class SignalsTogether(L.Callback):
         # attributes of its signal connector: put the noting ones in their place
         connector = trainer._signal_connector
         connector._sigterm_notifier_fn = self._note_sigterm
-        if trainer.world_size < 2:
-            return
         self._rank = trainer.global_rank
         if self._requeue_fn is None:
             self._requeue_fn = connector._slurm_sigusr_handler_fn
-        connector._slurm_sigusr_handler_fn = self._note_requeue
+        if trainer.world_size > 1 or stage == "fit":
+            connector._slurm_sigusr_handler_fn = self._note_requeue
+        else:  # one process's test, validation or prediction: Lightning's requeue, at once
+            connector._slurm_sigusr_handler_fn = self._requeue_fn
 
     @property
     def stop_pending(self) -> bool:
@@ -169,28 +185,52 @@ class SignalsTogether(L.Callback):
 
     def _note_requeue(self, signum: int, _: Any) -> None:
         if not self.requeue:
-            message = f"Received {_name(signum)}: the processes requeue the job together."
-            log.info(rank_prefixed_message(message, self._rank))
+            if self._one_process():
+                message = (
+                    f"Received {_name(signum)}: the job is requeued at the end of this "
+                    "training step or batch of its validation."
+                )
+                log.info(message)
+            else:
+                message = f"Received {_name(signum)}: the processes requeue the job together."
+                log.info(rank_prefixed_message(message, self._rank))
         self.requeue = True
+
+    def run_requeue(self) -> None:
+        """Lightning's requeue: save ``hpc_ckpt_<n>.ckpt`` (collectively) and requeue the
+        job (rank 0), as its SIGUSR1 handler would; here, at a step's or batch's end."""
+        self.requeue = self.requeue_due = False
+        if self._requeue_fn is not None:
+            self._requeue_fn(signal.SIGUSR1, None)
 
     def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
         if trainer.world_size < 2:
             if not accumulating(trainer):
                 self._act_on_noted_stop(trainer)
+                self._requeue_at_step_end(self.requeue)
             return
         if not (dist.is_available() and dist.is_initialized()):
             return
         terminate, requeue = self._agree(trainer)
         if accumulating(trainer):  # every process is at the same batch of the window
             return
-        if requeue and self._requeue_fn is not None:
-            self.requeue = False
-            self._requeue_fn(signal.SIGUSR1, None)  # saves (collectively) and requeues
+        self._requeue_at_step_end(requeue)
         if terminate and not trainer.received_sigterm:
             if _validates_now(trainer):
                 self._after_validation = True
             else:
                 trainer._signal_connector.received_sigterm = True
+
+    def _requeue_at_step_end(self, requeue: bool) -> None:
+        """The requeue agreed at this step's end: run by ``requeue_by`` (its step-end hook
+        comes after the other callbacks'), or here, where there is none."""
+        self.requeue_due = requeue
+        if requeue and self.requeue_by is None:
+            self.run_requeue()
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.requeue and trainer.world_size < 2:  # noted after the last step's validation
+            self.run_requeue()
 
     def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.world_size < 2:  # noted after the last training step had ended

@@ -31,11 +31,18 @@ Here instead:
   launcher, which runs the jobs in its own process, stops with 143 at the interrupted job;
   a job in a process of its own (joblib) fails, and the sweep exits non-zero with its line.
 
-Inside a SLURM allocation with Lightning's auto-requeue (``SLURMEnvironment``), SLURM's
-signals are Lightning's: SIGUSR1 saves ``hpc_ckpt_<n>.ckpt`` and requeues the job, and the
-SIGTERM of a requeue or a preemption saves nothing here, so that the requeued job resumes
-from the checkpoint it would resume from without this module (``docs/cluster.md``). The
-run still ends with 143 and its line. With several processes (DDP) the processes agree
+Inside a SLURM allocation with Lightning's auto-requeue (``SLURMEnvironment``), SIGUSR1
+runs Lightning's requeue (``hpc_ckpt_<n>.ckpt``, ``scontrol requeue``), and the SIGTERM of
+a requeue or a preemption saves nothing here, so that the requeued job resumes from the
+checkpoint it would resume from without this module (``docs/cluster.md``). The run still
+ends with 143 and its line. The requeue runs here, at the end of the training step
+(:class:`SignalsTogether` notes the signal), after the other callbacks' step-end hooks,
+or, with one process, at the end of the batch of the fit's validation under way; where a
+validation is due (at a step it follows, or during it, its last batch included), its
+checkpoint is saved as SIGTERM's above, to resume into that whole validation (Lightning's
+handler saved wherever the signal came, and its resume skipped that validation or ran part
+of it). Where Lightning's loops are not the ones known, it is saved as Lightning saves it,
+with a warning. With several processes (DDP) the processes agree
 on the step at which they stop (:class:`cloudlstm.engine.signals.SignalsTogether`), and
 the save, a collective operation, is made there by all of them; where a validation
 follows that step, they stop after it, at the ``last.ckpt`` it wrote, and nothing is
@@ -45,7 +52,8 @@ saved here.
 from __future__ import annotations
 
 import logging
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -82,10 +90,19 @@ class CheckpointOnSigterm(L.Callback):
         self._rewinding: bool | None = None
         self._resumed_pending = False  # resumed from such a checkpoint, not yet validated
 
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        together = _signals_together(trainer)
+        if together is not None:  # SLURM's requeue is run here, after the other callbacks
+            together.requeue_by = self
+
     def on_train_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
         # the step is done (optimizer step, schedulers, step checkpoints): Lightning raises
         # SIGTERMException right after this hook, or after one batch of the validation that
         # follows; a step checkpoint is saved at this point too
+        together = _signals_together(trainer)
+        if together is not None and together.requeue_due:  # every DDP process at once
+            follows = _validation_follows(trainer, "the requeue's checkpoint resumes past it")
+            self._requeue(trainer, together, False if follows else None)
         if not trainer.received_sigterm or self.saved is not None:
             return
         if not saves_on_sigterm(trainer):
@@ -96,6 +113,10 @@ class CheckpointOnSigterm(L.Callback):
             self._save(trainer)
 
     def on_validation_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
+        together = _signals_together(trainer)
+        fitting = trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
+        if together is not None and together.requeue and fitting and trainer.world_size == 1:
+            self._requeue(trainer, together, True)  # DDP: at the next step's end, together
         # Lightning stops the validation after this hook; after its last batch it finishes
         # it instead (and the run's last.ckpt of that validation holds the step)
         if not trainer.received_sigterm or self.saved is not None or trainer.sanity_checking:
@@ -112,19 +133,33 @@ class CheckpointOnSigterm(L.Callback):
         """Save the step as a checkpoint that resumes into its whole validation, where
         Lightning's loops are the ones :mod:`cloudlstm.rundir.pending_validation` knows;
         else save nothing: the run then continues from its newest checkpoint."""
-        try:
-            check_loops(trainer)
-            rewound_to_validation(trainer.fit_loop.state_dict(), during_validation)
-            check_averaging_hooks(trainer)
-        except (AttributeError, KeyError, TypeError, ValueError) as err:
-            log.warning("Cannot save a checkpoint that validates when resumed (%s).", err)
+        if _can_rewind(trainer, during_validation, "no checkpoint saved"):
+            with self._rewound(trainer, during_validation):
+                self._save(trainer, " before its validation, which a resumed run runs first")
+
+    def _requeue(
+        self, trainer: L.Trainer, together: SignalsTogether, during_validation: bool | None
+    ) -> None:
+        """Run SLURM's requeue (Lightning's: ``hpc_ckpt_<n>.ckpt``, ``scontrol requeue``); at
+        a step a validation follows (``during_validation=False``) or during it (True), its
+        checkpoint resumes into that whole validation, where it can (else, with a warning,
+        past it, as Lightning's own)."""
+        why = "the requeued run resumes past that validation"
+        if during_validation is None or not _can_rewind(trainer, during_validation, why):
+            together.run_requeue()
             return
+        with self._rewound(trainer, during_validation):
+            together.run_requeue()
+
+    @contextmanager
+    def _rewound(self, trainer: L.Trainer, during_validation: bool) -> Iterator[None]:
+        """Within the block, a checkpoint saved resumes into the validation due."""
         # during the validation a weight average (callbacks=ema) is in the weights' place
         live = live_weights_in_place(trainer) if during_validation else nullcontext()
         self._rewinding = during_validation
         try:
             with live:
-                self._save(trainer, " before its validation, which a resumed run runs first")
+                yield
         finally:
             self._rewinding = None
 
@@ -169,12 +204,36 @@ class CheckpointOnSigterm(L.Callback):
 def validates_now(trainer: L.Trainer) -> bool:
     """Whether a validation follows the training step that just ended (True where
     Lightning's loop cannot say: a checkpoint is then not saved)."""
+    follows = _validation_follows(trainer, "no checkpoint saved")
+    return True if follows is None else follows
+
+
+def _validation_follows(trainer: L.Trainer, why: str) -> bool | None:
+    """Whether a validation follows the training step that just ended; None where
+    Lightning's loop cannot say (with a warning ending in ``why``)."""
     loop = trainer.fit_loop
     try:
         return bool(loop.epoch_loop._should_check_val_fx(loop._data_fetcher))
     except Exception as err:  # Lightning's private API changed
-        log.warning("Cannot tell whether validation follows (%s): no checkpoint saved.", err)
-        return True
+        log.warning("Cannot tell whether validation follows (%s): %s.", err, why)
+        return None
+
+
+def _can_rewind(trainer: L.Trainer, during_validation: bool, why: str) -> bool:
+    """Whether a checkpoint saved now can resume into the validation due (Lightning's loops
+    and weight averaging are the ones known); else a warning ending in ``why``."""
+    try:
+        check_loops(trainer)
+        rewound_to_validation(trainer.fit_loop.state_dict(), during_validation)
+        check_averaging_hooks(trainer)
+    except (AttributeError, KeyError, TypeError, ValueError) as err:
+        log.warning("Cannot save a checkpoint that validates when resumed (%s): %s.", err, why)
+        return False
+    return True
+
+
+def _signals_together(trainer: L.Trainer) -> SignalsTogether | None:
+    return next((cb for cb in trainer.callbacks if isinstance(cb, SignalsTogether)), None)
 
 
 def saves_on_sigterm(trainer: L.Trainer) -> bool:
