@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from tests import test_preemption_validation as preemption
-from tests.conftest import run_python
+from tests.conftest import compose_train, run_python
 from tests.test_preemption_validation import JOB, same_end, stopped
 
 whole = preemption.whole  # the fixture of the uninterrupted run
@@ -64,10 +64,31 @@ def test_a_requeue_during_a_validation_resumes_into_the_whole_validation(
 ):
     """Lightning's handler saved where the signal came, before the validation's first
     batch, and its resume skipped that validation."""
+    requeued_during_validation(tmp_path, whole, slurm_job, JOB)
+
+
+def test_a_requeue_during_a_validation_of_a_run_averaging_its_weights_resumes_into_it(
+    tmp_path, slurm_job
+):
+    """callbacks=ema: the average stands in the model's place during the validation; the
+    requeue's checkpoint holds the live weights and the average each in its own place."""
+    from cloudlstm.cli.train import train
+
+    job = [*JOB, "callbacks=ema"]
+    whole_cfg = compose_train(tmp_path / "whole", job)
+    train(whole_cfg)
+    requeued_during_validation(
+        tmp_path / "requeued", Path(whole_cfg.paths.output_dir), slurm_job, job
+    )
+
+
+def requeued_during_validation(folder: Path, whole: Path, slurm_job: Path, job: list[str]):
+    """Run ``job`` in ``folder``, requeued during its validation of step 3, then the
+    requeued job; it ends as the uninterrupted run ``whole`` did."""
     from cloudlstm.cli.train import train
 
     at = usr1_at("SignalAtValidation", "+callbacks.term.step=3", "+callbacks.term.batch=0")
-    cfg, line = stopped(tmp_path, *at)
+    cfg, line = stopped(folder, *at, job=job)
     run_dir = Path(cfg.paths.output_dir)
     hpc = run_dir / "hpc_ckpt_1.ckpt"
     # requeued at the end of the validation's first batch of 2; SLURM's SIGTERM stopped it
