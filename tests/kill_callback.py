@@ -198,9 +198,9 @@ class SigtermAt(L.Callback):
 
 class SignalAfterStep(L.Callback):
     """Send ``signum`` to the process itself at the end of training batch ``batch`` of epoch
-    ``epoch``, after the hooks of the callbacks before it (``CheckpointOnSigterm``'s
-    included): where Lightning's own handler left a run stopped without the step's
-    checkpoint, its stop flag set after the callbacks had looked."""
+    ``epoch``, after the hooks of the callbacks before it (``SignalsTogether``'s, which
+    acts on a signal noted before, included): where Lightning's own handler left a run
+    stopped without the step's checkpoint, its stop flag set after the callbacks had looked."""
 
     def __init__(self, epoch: int, batch: int, signum: int = signal.SIGTERM) -> None:
         self.epoch = epoch

@@ -332,8 +332,9 @@ def signalled_after_step(tiny_cfg, epoch: int, batch: int, signum: int = signal.
 
 @pytest.mark.parametrize(("signum", "by"), [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C")])
 def test_a_signal_just_after_the_checkpoint_hook_saves_the_next_step(tiny_cfg, signum, by):
-    """A signal after the step's end hooks had run (Lightning's handler set its flag there,
-    and the run stopped without the step's checkpoint) is acted on at the next step's end."""
+    """A signal after ``SignalsTogether``'s step-end hook had run (Lightning's handler set
+    its flag there, and the run stopped without the step's checkpoint) is acted on at the
+    next step's end."""
     cfg, stop = signalled_after_step(tiny_cfg, epoch=1, batch=0, signum=signum)  # step 4
     last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
     assert torch.load(last, weights_only=False)["global_step"] == 5
