@@ -83,6 +83,32 @@ def test_a_resumed_pass_gives_the_rest_and_draws_nothing(num_workers, given):
     assert torch.equal(torch.get_rng_state(), after)
 
 
+@pytest.mark.parametrize("restored", ["none", "pass over", "pass given out whole"])
+def test_an_iterator_never_read_takes_and_draws_nothing(restored):
+    """Resumed at an epoch's last step, Lightning makes an iterator for that epoch, reads
+    nothing of it, then makes the next epoch's: only the one read begins a pass, drawing
+    what a shuffling DataLoader's iterator draws. (A pass given out whole: the state an
+    earlier version saved for a pending validation at an epoch's end.)"""
+    first = loader()
+    batches(first)
+    state = first.state_dict()
+    assert state["pass"] is None
+    if restored == "pass given out whole":
+        state = {**state, "pass": {"batches": 8, "seed": None}}
+    torch.manual_seed(5)
+    expected = batches(DataLoader(WINDOWS, batch_size=5, shuffle=True))
+    after = torch.get_rng_state()
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    resumed = loader()
+    if restored != "none":
+        resumed.load_state_dict(state)
+    iter(resumed)  # the restored epoch's, never read
+    assert torch.equal(torch.get_rng_state(), before)
+    assert batches(resumed) == expected
+    assert torch.equal(torch.get_rng_state(), after)
+
+
 def test_a_pass_the_trainer_ended_early_is_over():
     """Under limit_train_batches an epoch ends before the loader does: a checkpoint written
     then resumes into a new pass, not into the rest of the old one."""
@@ -251,10 +277,33 @@ def log_of(run_dir: Path) -> pd.DataFrame:
 )
 def test_a_run_killed_mid_epoch_resumes_bit_exactly(tmp_path, case):
     kill_at, extra = CASES[case]
+    saved_at = kill_at - 2  # the last validation before the kill
+    killed = whole_and_killed(tmp_path, kill_at, extra)
+    assert killed["global_step"] == saved_at and saved_at % 14 != 0  # mid-epoch
+    (loader_state,) = killed["loops"]["fit_loop"]["state_dict"]["combined_loader"]
+    assert loader_state["pass"]["batches"] == saved_at % 14
+    assert_resumed_as_whole(tmp_path, extra, steps=20, ema=case == "ema")
+
+
+def test_a_run_killed_after_a_validation_at_an_epochs_end_resumes_bit_exactly(tmp_path):
+    """Validated every 7 steps (to step 21), the step-14 validation falls on the first
+    epoch's last step: killed before step 16, the run resumes from the checkpoint of that
+    validation's end, and its next epoch (a new pass: its shuffle drawn as the uninterrupted
+    run's) and every step after are the uninterrupted run's."""
+    extra = [*CASES["deterministic"][1], "trainer.val_check_interval=7", "trainer.max_steps=21"]
+    killed = whole_and_killed(tmp_path, 16, extra)
+    assert killed["global_step"] == 14  # the epoch's end
+    (loader_state,) = killed["loops"]["fit_loop"]["state_dict"]["combined_loader"]
+    assert loader_state["pass"] is None  # the pass over, the next not begun
+    assert_resumed_as_whole(tmp_path, extra, steps=21)
+
+
+def whole_and_killed(tmp_path: Path, kill_at: int, extra: list[str]) -> dict:
+    """Run ``tmp_path/whole`` to its end, and ``tmp_path/killed`` (the same data) until
+    it is SIGKILLed before step ``kill_at``; the killed run's last checkpoint."""
     data = tmp_path / "data"
     whole = run_train(tmp_path / "whole", data, *extra)
     assert whole.returncode == 0, whole.stderr[-3000:]
-
     run_dir = tmp_path / "killed"
     killed = run_train(
         run_dir,
@@ -265,14 +314,19 @@ def test_a_run_killed_mid_epoch_resumes_bit_exactly(tmp_path, case):
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     last = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
-    saved_at = kill_at - 2  # the last validation before the kill
-    assert last["global_step"] == saved_at and saved_at % 14 != 0  # mid-epoch
-    (loader_state,) = last["loops"]["fit_loop"]["state_dict"]["combined_loader"]
-    assert loader_state["pass"]["batches"] == saved_at % 14
-    assert log_of(run_dir)["step"].max() >= saved_at + 1  # rows the resumed run redoes
+    assert log_of(run_dir)["step"].max() >= last["global_step"] + 1  # rows the resumed run redoes
+    return last
 
+
+def assert_resumed_as_whole(
+    tmp_path: Path, extra: list[str], steps: int, ema: bool = False
+) -> None:
+    """Resume ``tmp_path/killed`` (whole_and_killed) and check that it ends as
+    ``tmp_path/whole``, bit for bit, at step ``steps``: test and val metrics, the CSV log,
+    the final weights (an average of them too, where ``ema``) and optimizer moments."""
+    run_dir = tmp_path / "killed"
     # the same command without the kill (a setting of the run: allowed), the same directory
-    resumed = run_train(run_dir, data, *extra, "allow_changes=[callbacks.kill]")
+    resumed = run_train(run_dir, tmp_path / "data", *extra, "allow_changes=[callbacks.kill]")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     output = resumed.stdout + resumed.stderr
     assert "Resuming from" in output
@@ -289,12 +343,12 @@ def test_a_run_killed_mid_epoch_resumes_bit_exactly(tmp_path, case):
         torch.load(d / "checkpoints" / "last.ckpt", weights_only=False)
         for d in (tmp_path / "whole", run_dir)
     ]
-    assert final[0]["global_step"] == final[1]["global_step"] == 20
+    assert final[0]["global_step"] == final[1]["global_step"] == steps
     for key in ("state_dict", "current_model_state", "averaging_state"):  # the last two: ema
         weights = [f.get(key, {}) for f in final]
         assert weights[0].keys() == weights[1].keys()
         assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
-    assert ("averaging_state" in final[0]) == (case == "ema")
+    assert ("averaging_state" in final[0]) == ema
     moments = [f["optimizer_states"][0]["state"] for f in final]
     assert all(
         torch.equal(moments[0][p][s], moments[1][p][s]) for p in moments[0] for s in moments[0][p]

@@ -32,8 +32,6 @@ from typing import Any
 
 import lightning as L
 
-from cloudlstm.data.pipeline.resumable import pass_left_open
-
 _COUNTERS = ("ready", "started", "processed", "completed")
 _TRAIN = "epoch_loop.batch_progress"
 _VAL = "epoch_loop.val_loop.batch_progress"
@@ -65,12 +63,6 @@ def rewound_to_validation(fit_loop: dict[str, Any], during_validation: bool) -> 
     val["total"] = dict(ready=before + 1, started=before + 1, processed=before, completed=before)
     val["current"] = dict(ready=1, started=1, processed=0, completed=0)
     val["is_last_batch"] = False
-    loaders = state.get("state_dict", {}).get("combined_loader")
-    if isinstance(loaders, list):  # the training loaders' states, where they have one
-        loops_state = state["state_dict"]
-        loops_state["combined_loader"] = [
-            pass_left_open(s) if isinstance(s, dict) else s for s in loaders
-        ]
     return state
 
 

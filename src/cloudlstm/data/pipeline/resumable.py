@@ -9,13 +9,15 @@ batches already given out. A resumed pass shuffles with that seed and skips thos
 (their windows are not read), so the rest of the epoch brings the batches the uninterrupted
 run trained on, in the same order.
 
-Runs that are never interrupted draw exactly what ``DataLoader(shuffle=True)`` draws, when
-it draws it: each pass's shuffle seed (:class:`ShuffleSampler`) and each new iterator's
-base seed come from torch's global generator. A resumed pass draws neither: the
-uninterrupted run drew both at the start of the pass, before the checkpoint, and the
-generator's state restored from the checkpoint (by the training engine's ``RngState``
-callback) already follows those draws. So every later draw (dropout, the next epochs' shuffles) is
-the uninterrupted run's too.
+Runs that are never interrupted draw exactly what ``DataLoader(shuffle=True)`` draws: each
+pass's shuffle seed (:class:`ShuffleSampler`) and each new iterator's base seed come from
+torch's global generator, in that loader's order. They are drawn as the pass's first batch
+is asked for (a ``DataLoader`` draws the base seed as its iterator is made): an iterator
+never read draws nothing (``ResumableLoader._pass`` says why). A resumed pass draws
+neither: the uninterrupted run drew both at the start of the pass, before the checkpoint,
+and the generator's state restored from the checkpoint (by the training engine's
+``RngState`` callback) already follows those draws. So every later draw (dropout, the next
+epochs' shuffles) is the uninterrupted run's too.
 
 A resume that serves the windows in batches of another size (``data.batch_size`` changed
 with ``allow_changes``) continues the checkpoint's pass from the first window it had not
@@ -43,7 +45,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-__all__ = ["ResumableLoader", "ShuffleSampler", "pass_left_open"]
+__all__ = ["ResumableLoader", "ShuffleSampler"]
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +108,7 @@ class _SkipFirst:
     def __iter__(self) -> Iterator[Any]:
         skip, self.loader._skip = self.loader._skip, 0
         if skip >= len(self.batches):
-            return  # a pass given out whole (pass_left_open): no shuffle drawn for it
+            return  # a pass given out whole: no shuffle drawn for it
         batches = iter(self.batches)
         for _ in range(skip):
             next(batches)
@@ -153,6 +155,22 @@ class ResumableLoader(DataLoader):
         return _SkipFirst(self, super()._index_sampler)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        current = self._pending.get("pass") if self._pending else None
+        self._batches = int(current["batches"]) if current is not None else 0
+        self._started = False
+        return self._pass()
+
+    def _pass(self) -> Iterator[Any]:
+        """The batches of a pass, begun (a restored state taken, a new pass's seeds drawn)
+        as its first batch is asked for, not as its iterator is made.
+
+        Why: resumed from a checkpoint saved at an epoch's last step (its validation's, or a
+        pending one's), Lightning makes an iterator for the epoch it restores, which asks it
+        for no batch, and then the next epoch's. Begun as it was made, that first iterator
+        drew the next pass's seeds from the restored generator (or took the restored state),
+        and the next epoch then drew again: its shuffle and every later draw differed from
+        the uninterrupted run's.
+        """
         state, self._pending = self._pending, None
         current = state.get("pass") if state else None
         sampler = self.sampler if hasattr(self.sampler, "new_pass") else None
@@ -170,9 +188,6 @@ class ResumableLoader(DataLoader):
         self._started = True
         with self._drawing_nothing() if quiet else _nothing():
             batches = super().__iter__()
-        return self._counted(batches)
-
-    def _counted(self, batches: Iterator[Any]) -> Iterator[Any]:
         for batch in batches:
             self._batches += 1
             yield batch
@@ -203,22 +218,34 @@ class ResumableLoader(DataLoader):
         return int(len(self) * limit)
 
     def state_dict(self) -> dict[str, Any]:
+        if self._pending is not None:  # a restored state no pass has begun from: still where it is
+            return {**self._pending, **self._batching()}
         current = None
         done, length = self._position()
         if self._started and done < length:
             seed = getattr(self.sampler, "seed", None)
             current = {"batches": done, "seed": seed}
         return {
+            **self._batching(),
+            "pass": current,
+            "workers_started": bool(self.persistent_workers and self._iterator is not None),
+        }
+
+    def _batching(self) -> dict[str, Any]:
+        """How this loader cuts its windows into batches (a state's passes are counted in
+        them)."""
+        return {
             "num_batches": len(self),
             "batch_size": self.batch_size,
             "windows": len(self.dataset),  # type: ignore[arg-type]
-            "pass": current,
-            "workers_started": bool(self.persistent_workers and self._iterator is not None),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("pass") is not None and not self._same_batches(state):
             state = {**state, "pass": self._rebatched(state)}
+        elif state.get("pass") is not None and state["pass"]["batches"] >= self._position()[1]:
+            # given out whole (a state of an earlier version, for a pending validation)
+            state = {**state, "pass": None}
         self._pending = dict(state)
 
     def _same_batches(self, state: dict[str, Any]) -> bool:
@@ -282,23 +309,6 @@ class ResumableLoader(DataLoader):
     def _move(self, batches: int) -> None:
         if batches and self.move_progress is not None:
             self.move_progress(batches)
-
-
-def pass_left_open(state: dict[str, Any]) -> dict[str, Any]:
-    """The ``state_dict()`` of a loader whose epoch has taken its batches, as that of a pass
-    still under way with every batch given out; any other state as it is.
-
-    Why: a run resumed from a checkpoint saved as such an epoch ends, before the validation
-    that follows it (``cloudlstm.rundir.pending_validation``), validates before its next
-    epoch draws its shuffle. The first iterator of a finished pass's state would draw that
-    shuffle as the run resumes, before the validation's draws, and the next epochs would
-    be shuffled otherwise than in the uninterrupted run; a pass given out whole draws
-    nothing and gives no batch, and the next epoch's iterator draws after the validation,
-    as in the uninterrupted run.
-    """
-    if "pass" not in state or state["pass"] is not None or "num_batches" not in state:
-        return state
-    return {**state, "pass": {"batches": int(state["num_batches"]), "seed": None}}
 
 
 @contextmanager
