@@ -37,6 +37,7 @@ from cloudlstm.engine.ddp_launch import ddp_launch_undone
 from cloudlstm.engine.loggers import finish_wandb
 from cloudlstm.engine.module import TrainingDivergedError
 from cloudlstm.engine.objective import check_optimized_metric
+from cloudlstm.engine.progress_log import persistence_warning
 from cloudlstm.engine.results import results_from
 from cloudlstm.engine.signals import ctrl_c_kept
 from cloudlstm.errors import UserError
@@ -237,6 +238,9 @@ def _fit(job: Assembly, resume: ResumePoint | None) -> dict[str, Any]:
         job.module, datamodule=job.datamodule, ckpt_path=resume_from, weights_only=False
     )
     val = _validation_metrics(job, resumed_step)
+    warning = persistence_warning(val, job.trainer.max_steps)
+    if warning is not None and job.trainer.is_global_zero:
+        log.warning(warning)
     timer = EpochTimer.of(job.trainer)  # the whole run's time, earlier processes included
     return {
         "train_time_s": timer.fit_time_s if timer else time.perf_counter() - start,

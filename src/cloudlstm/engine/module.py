@@ -61,6 +61,10 @@ STOPPED = (
 # module.diverge_factor: a validation MAE more than this many times that of forecasting the
 # training mean stops the run (TrainingDivergedError)
 DEFAULT_DIVERGE_FACTOR = 10.0
+# the reference forecasts measured at a fit's first validation (ForecastModule.reference_mae)
+REFERENCES = ("mean", "persistence")
+# persistence's validation MAE, logged beside val/mae (in metrics.json's "val")
+PERSISTENCE_KEY = "val/persistence_mae"
 
 
 def masked_loss(
@@ -235,10 +239,15 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
         # best (lowest) validation MAE in real units so far; the sweepers' objective
         self.val_mae_best = math.inf
         self._validated_at: int | None = None  # the global step of the last validation
-        # the validation MAE of forecasting the training mean, the divergence check's
-        # reference (measured at a fit's first validation by mean_forecast_metrics)
-        self.mean_forecast_mae: float | None = None
-        self.mean_forecast_metrics: ForecastMetrics | None = None
+        # the validation MAE of the reference forecasts (REFERENCES), measured on the same
+        # windows as val/mae at the first validation of each fit (_unmeasured_references):
+        # the training mean's, the divergence check's bound, and persistence's, the floor
+        # a trained model has to beat
+        self.reference_mae: dict[str, float] = {}
+        self.reference_metrics = nn.ModuleDict()
+        # position in the input window of the targets' last observed frame; None where the
+        # input has none (no offset -1): no persistence reference
+        self.persistence_index: int | None = None
         self.group_metrics = nn.ModuleDict()
         # (C,) with loss_weights=real_units, made at setup; a buffer, so that Lightning moves
         # it to the device with the module (not persistent: derived from the scaler)
@@ -261,9 +270,14 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
             self.loss_channel_weights = real_unit_weights(self.scaler.std, kind)
         if self.anchored:
             self.anchor_index = anchor_index(spec.input_offsets)
+        self.persistence_index = last_frame_index(spec.input_offsets)
+        if self.spec.input_channels < self.spec.num_channels:  # targets not all read
+            self.persistence_index = None
         self.test_metrics = self._metrics()
         self.val_metrics = self._metrics()
-        self.mean_forecast_metrics = self._metrics(quantiles=False)
+        self.reference_metrics = nn.ModuleDict(
+            {name: self._metrics(quantiles=False) for name in REFERENCES}
+        )
         self.group_points = {
             name: torch.as_tensor(points, dtype=torch.long)
             for name, points in spec.point_groups.items()
@@ -401,20 +415,51 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
         quantiles = self._real_quantiles(quantiles)
         pred, target = self._real_units(pred, batch)
         self.val_metrics.update(pred, target, batch["y_mask"], quantiles=quantiles)
-        if self._measures_mean_forecast():
-            mean = self.scaler.inverse_transform(torch.zeros_like(pred))
-            self.mean_forecast_metrics.update(mean, target, batch["y_mask"])
+        for name, metrics in self._unmeasured_references().items():
+            forecast = self._reference_forecast(name, batch["x"], pred)
+            metrics.update(self.scaler.inverse_transform(forecast), target, batch["y_mask"])
 
-    def _measures_mean_forecast(self) -> bool:
-        """Whether this validation measures the divergence check's reference: the first
-        of a fit (not the sanity check), where the check is on."""
+    @property
+    def mean_forecast_mae(self) -> float | None:
+        """The validation MAE of forecasting the training mean (the divergence check's
+        reference); None before it is measured."""
+        return self.reference_mae.get("mean")
+
+    @property
+    def persistence_mae(self) -> float | None:
+        """The validation MAE of persistence (each target's last observed input frame);
+        None before it is measured, or where the input has no such frame."""
+        return self.reference_mae.get("persistence")
+
+    def _unmeasured_references(self) -> dict[str, ForecastMetrics]:
+        """The reference forecasts this validation measures, by name: each not measured yet,
+        at the first validation of a fit (not the sanity check) or of the validation of a
+        resumed finished training (``cli/train.py``): the training mean's where the
+        divergence check is on, persistence's where the input holds the last frame."""
         trainer = self.trainer
-        return (
-            self.diverge_factor is not None
-            and self.mean_forecast_mae is None
-            and trainer.state.fn == TrainerFn.FITTING
-            and not trainer.sanity_checking
-        )
+        if trainer.sanity_checking or trainer.state.fn not in (
+            TrainerFn.FITTING,
+            TrainerFn.VALIDATING,
+        ):
+            return {}
+        wanted = {
+            "mean": self.diverge_factor is not None,
+            "persistence": self.persistence_index is not None,
+        }
+        return {
+            name: self.reference_metrics[name]
+            for name in REFERENCES
+            if wanted[name] and name not in self.reference_mae
+        }
+
+    def _reference_forecast(self, name: str, x: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
+        """Reference forecast ``name`` (normalised, shaped as ``pred``): the training mean
+        (zeros) or persistence, the last observed frame of the targets (what
+        ``model=persistence`` forecasts, value for value)."""
+        if name == "mean":
+            return torch.zeros_like(pred)
+        last = x[:, self.persistence_index, :, : pred.shape[-1]]
+        return last.unsqueeze(1).expand_as(pred)
 
     def on_validation_epoch_start(self) -> None:
         self.val_metrics.reset()
@@ -431,8 +476,8 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
             self._calibrated(self.residual_bank.offsets(self.quantile_levels, self.centre))
         overall = self.val_metrics.compute()["overall"]
         mae = overall["mae"]["mean"]
-        if self._measures_mean_forecast():
-            self.mean_forecast_mae = self.mean_forecast_metrics.compute()["overall"]["mae"]["mean"]
+        for name, metrics in self._unmeasured_references().items():
+            self.reference_mae[name] = metrics.compute()["overall"]["mae"]["mean"]
         if self.diverge_factor is not None and self.trainer.state.fn == TrainerFn.FITTING:
             self._stop_if_val_diverged(mae)
         if math.isfinite(mae):
@@ -442,6 +487,8 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
             if info.at_validation:
                 self.log(f"val/{info.name}", overall[info.name]["mean"])
         self.log("val/mae_best", self.val_mae_best)
+        if self.persistence_mae is not None:  # at every validation: its curve's flat line
+            self.log(PERSISTENCE_KEY, self.persistence_mae)
 
     def _stop_if_val_diverged(self, mae: float) -> None:
         """Stop when the validation MAE exceeds ``diverge_factor`` times that of forecasting
@@ -688,11 +735,20 @@ def anchor_index(input_offsets: list[int]) -> int:
         UserError: the input does not reach the step right before the forecast, so there is
             no last frame to anchor on.
     """
-    if -1 not in input_offsets:
+    index = last_frame_index(input_offsets)
+    if index is None:
         raise UserError(
             f"module.anchor=last needs the step right before the forecast in the input, but "
             f"the input offsets are {list(input_offsets)}; use module.anchor=none."
         )
+    return index
+
+
+def last_frame_index(input_offsets: list[int]) -> int | None:
+    """Index in the input window of its last observed step (offset -1; the last such, where
+    the offsets repeat it), or None where the input does not reach it."""
+    if -1 not in input_offsets:
+        return None
     return len(input_offsets) - 1 - list(reversed(input_offsets)).index(-1)
 
 

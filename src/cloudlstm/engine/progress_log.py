@@ -5,8 +5,14 @@ The progress bar draws on the terminal alone, so a run in the background, in a s
 or on a cluster node wrote nothing to ``train.log`` between its start and its test, hours
 apart on a CPU. The line reads, for example::
 
-    step 500 of 2,000 (epoch 11): val/mae 2.931, best 2.912; 10.2 s a step, 4 h 15 min of
-    training left at most (early stopping may end it sooner)
+    step 500 of 2,000 (epoch 11): val/mae 2.931, best 2.912 (persistence 3.204); 10.2 s a
+    step, 4 h 15 min of training left at most (early stopping may end it sooner)
+
+``persistence`` is the validation MAE of the last observed frame on the same windows
+(``val/persistence_mae``), the floor a trained model has to beat: a model still at
+persistence (an anchored one, ``module.anchor=last``, starts there) shows the same number.
+Where the best validation MAE at the end of training is no better than it,
+:func:`persistence_warning` says so.
 """
 
 from __future__ import annotations
@@ -18,8 +24,12 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
 from cloudlstm.engine.callbacks import EpochTimer, steps_per_epoch
+from cloudlstm.engine.module import PERSISTENCE_KEY
 
 log = logging.getLogger(__name__)
+# a best validation MAE less than this fraction below persistence's is no better than it
+# (the demo's CloudLSTM ends 0.004 % below, its test MAE as far from persistence's)
+PERSISTENCE_MARGIN = 1e-3
 
 
 class ProgressLog(L.Callback):
@@ -72,7 +82,41 @@ def _score(trainer: L.Trainer) -> str | None:
     if checkpoint.best_model_score is not None:
         earlier = float(checkpoint.best_model_score)
         best = min(value, earlier) if checkpoint.mode == "min" else max(value, earlier)
-    return f"{checkpoint.monitor} {value:.4g}, best {best:.4g}"
+    return f"{checkpoint.monitor} {value:.4g}, best {best:.4g}{_persistence(trainer, checkpoint)}"
+
+
+def _persistence(trainer: L.Trainer, checkpoint: ModelCheckpoint) -> str:
+    """`` (persistence <mae>)`` after a monitored ``val/mae``; after another monitor the
+    validation MAE too, which persistence's compares with; empty where it is not measured."""
+    metrics = trainer.callback_metrics
+    if PERSISTENCE_KEY not in metrics:
+        return ""
+    persistence = f"persistence {float(metrics[PERSISTENCE_KEY]):.4g}"
+    if checkpoint.monitor == "val/mae" or "val/mae" not in metrics:
+        return f" ({persistence})"
+    return f", val/mae {float(metrics['val/mae']):.4g} ({persistence})"
+
+
+def persistence_warning(val: dict[str, float], max_steps: int) -> str | None:
+    """A line for a training whose best validation MAE (``val/mae_best`` of ``val``, the
+    last validation's ``val/`` metrics) is no better than persistence's
+    (``val/persistence_mae``, the last observed frame): above it, or less than
+    :data:`PERSISTENCE_MARGIN` below, as an anchored model a rounding away from where it
+    started is. None where it is better, or either is not known. ``max_steps``: the budget
+    it ran (-1: given in epochs)."""
+    best, persistence = val.get("val/mae_best"), val.get(PERSISTENCE_KEY)
+    if best is None or persistence is None:
+        return None
+    if not best >= persistence * (1 - PERSISTENCE_MARGIN):  # NaN: nothing to compare
+        return None
+    longer = f"trainer.max_steps={4 * max_steps}" if max_steps > 0 else "trainer.max_epochs=..."
+    return (
+        f"The best validation MAE, {best:.5g}, is no better than persistence's, "
+        f"{persistence:.5g} (the last observed frame, on the same windows; less than "
+        f"{PERSISTENCE_MARGIN:.1%} below it or above): the model has learned nothing that "
+        f"forecasts better. Train longer ({longer}), or try another model or recipe (e.g. "
+        "model=linear)."
+    )
 
 
 def _pace(trainer: L.Trainer, budget: int | None) -> str | None:

@@ -10,16 +10,18 @@ from typing import Any
 from lightning.pytorch.loggers import WandbLogger
 
 from cloudlstm.engine.declared_metrics import declared, metric_names
+from cloudlstm.engine.module import PERSISTENCE_KEY
 from cloudlstm.engine.quantile_metrics import QUANTILE_DECLARED, is_quantile_metric
 
 
 def best_summaries() -> dict[str, str]:
-    """The curves whose best value (``min`` or ``max``) is the W&B run summary: the losses
-    and every metric declared ``at_validation``."""
+    """The curves whose best value (``min`` or ``max``) is the W&B run summary: the losses,
+    every metric declared ``at_validation`` and persistence's validation MAE."""
     return {
         "val/loss": "min",
         "train/loss": "min",
         **{f"val/{m.name}": m.best for m in (*declared(), *QUANTILE_DECLARED) if m.at_validation},
+        PERSISTENCE_KEY: "min",  # measured once: the same value at every validation
     }
 
 
