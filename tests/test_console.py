@@ -179,9 +179,8 @@ def test_the_run_log_says_where_training_is_at_each_validation(demo_console):
         "step 3 of 6 (epoch 0)",
         "step 6 of 6 (epoch 1)",
     ]
-    assert all(
-        re.search(r": val/mae [0-9.]+, best [0-9.]+; [0-9.e-]+ s a step, ", line) for line in lines
-    )
+    progress = r": val/mae [0-9.]+, best [0-9.]+ \(persistence [0-9.]+\); [0-9.e-]+ s a step, "
+    assert all(re.search(progress, line) for line in lines), lines
 
 
 def test_a_program_s_one_line_error_is_all_it_prints(tmp_path):
