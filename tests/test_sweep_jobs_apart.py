@@ -167,3 +167,49 @@ runpy.run_path("train.py", run_name="__main__")
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert (folder / "0" / "metrics.json").is_file() and (folder / "1" / "metrics.json").is_file()
+
+
+def test_an_eager_job_after_a_compiled_one_holds_none_of_its_graphs():
+    """dynamo's caches were emptied for a job that compiles alone: a job of
+    model.compile=false after a compiled one held the earlier job's graphs (and on CUDA
+    the memory pool of its CUDA graphs) as long as the process lived. The backend is
+    dynamo's eager one (the graph's own forward), which the cache holds as it holds
+    Inductor's code, without Inductor's C++ build."""
+    code = """
+import gc
+import weakref
+import torch
+from omegaconf import OmegaConf
+from cloudlstm.assembly.build import configure_process
+
+class Net(torch.nn.Module):  # dynamo compiles no frame of torch.nn's own modules
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.layer(x).relu()
+
+graphs = []
+
+def eager_kept(graph, inputs):
+    graphs.append(weakref.ref(graph))
+    return graph.forward
+
+for compiled in (True, False):  # two jobs of a sweep
+    job = {"keep_freed_memory": False, "model": {"compile": compiled}}
+    configure_process(OmegaConf.create(job))
+    model = Net()
+    if compiled:
+        model.compile(backend=eager_kept)
+    model(torch.randn(2, 4))
+    del model
+    gc.collect()
+    print(sum(graph() is not None for graph in graphs))
+"""
+    done = subprocess.run(
+        [*PYTHON, "-c", code], cwd=ROOT, env=subprocess_env(), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    # the compiled job's graph outlives its model; the eager job after it starts without it
+    assert done.stdout.split() == ["1", "0"]

@@ -59,8 +59,7 @@ def configure_process(cfg: DictConfig) -> None:
     process's own setting, which the Trainer then sets where ``trainer.benchmark`` is given
     (Lightning leaves it as it finds it where that is null); torch's deterministic mode and
     ``CUBLAS_WORKSPACE_CONFIG`` as before the first job
-    (:func:`restore_deterministic_settings`), and dynamo's caches emptied for a job that
-    compiles (:func:`compiles`).
+    (:func:`restore_deterministic_settings`), and dynamo's caches and CUDA graphs emptied.
 
     ``keep_freed_memory: auto`` (the default, also for runs saved before the key) keeps it
     unless ``model.checkpointing`` is on: a run that checkpoints has chosen memory over
@@ -72,11 +71,11 @@ def configure_process(cfg: DictConfig) -> None:
     set_torch_threads(cfg)
     torch.backends.cudnn.benchmark = _before_jobs("cudnn.benchmark", torch.backends.cudnn.benchmark)
     restore_deterministic_settings()
-    if compiles(cfg.get("model") or {}):
-        # dynamo's caches live as long as the process: each compiled job of a sweep adds
-        # its graphs to those of the same forward (recompile_limit, 8), and a later job
-        # would fall back to eager
-        torch._dynamo.reset()
+    # dynamo's caches live as long as the process: a compiled job of a sweep would add its
+    # graphs to an earlier job's of the same forward (recompile_limit, 8) and fall back to
+    # eager, and an eager job would hold them (and the CUDA graphs' memory pool of
+    # reduce-overhead) for nothing; emptying them takes a fraction of a millisecond
+    torch._dynamo.reset()
     checkpointing = (cfg.get("model") or {}).get("checkpointing", False)
     if keeps_freed_memory(cfg.get("keep_freed_memory", "auto"), checkpointing):
         keep_freed_memory()
@@ -116,13 +115,6 @@ def restore_deterministic_settings() -> None:
     )
     enabled, warn_only = _before_jobs("deterministic_algorithms", mode)
     torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
-
-
-def compiles(model: Mapping[str, Any]) -> bool:
-    """Whether a job of ``model`` (the ``model`` config) may ``torch.compile`` it: its
-    ``model.compile`` is true, a mode, or ``auto`` (the run decides)."""
-    value = model.get("compile")
-    return value is not None and value is not False
 
 
 def set_torch_threads(cfg: DictConfig) -> None:
