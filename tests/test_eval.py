@@ -800,6 +800,42 @@ def test_a_best_checkpoint_whose_file_is_gone_is_passed_over(cloud_run, tmp_path
     assert metrics(tmp_path / "eval")["checkpoint"] == tested
 
 
+def saved_as_trained_in(run: Path, source: Path, target: Path, best: float) -> None:
+    """Checkpoint ``source`` saved as ``target`` (its SHA-256 beside it) as if trained in
+    ``run``, its best validation MAE ``best``: the bytes of one training alone."""
+    contents = torch.load(source, weights_only=False)
+    contents["hyper_parameters"]["output_dir"] = str(run)
+    contents["val_mae_best"] = best
+    torch.save(contents, target)
+    write_checksum(target)
+
+
+def trained_and_kept_aside(cloud_run: Path, run: Path, copies: Path, times: int) -> list[Path]:
+    """``run`` trained ``times`` times with CloudLSTM, each training in turn moved aside
+    (oldest first, returned), each saving a ``last.ckpt`` of its own bytes, a copy of which
+    is kept as ``copies/<n>.ckpt`` (n from 1)."""
+    last, asides = run / "checkpoints" / "last.ckpt", []
+    for n in range(1, times + 1):
+        shutil.copytree(cloud_run, run, dirs_exist_ok=True)
+        saved_as_trained_in(run, cloud_run / "checkpoints" / "last.ckpt", last, float(n))
+        shutil.copy(last, copies / f"{n}.ckpt")
+        asides.append(retire_earlier_training(run))
+    return asides
+
+
+def refusals(run: Path, out: Path, ckpt: Path) -> list[str]:
+    """What eval.py and predict.py say, in turn, to ``run=<run> ckpt=<ckpt>``."""
+    said = []
+    for program in (
+        lambda: evaluate(compose_eval(run, out, f"ckpt={ckpt}")),
+        lambda: restore(run, ckpt),
+    ):
+        with pytest.raises(UserError) as err:
+            program()
+        said.append(str(err.value))
+    return said
+
+
 def test_a_checkpoint_of_the_model_a_folder_held_before_it_was_trained_anew(
     cloud_run, grid_run, tmp_path
 ):
@@ -807,17 +843,13 @@ def test_a_checkpoint_of_the_model_a_folder_held_before_it_was_trained_anew(
     its first training, kept elsewhere, was named a checkpoint of the folder itself ("Give
     run=<the folder>"), and in its checkpoints/ got a placeholder for the run to give."""
     run = tmp_path / "run"
-    shutil.copytree(cloud_run, run)  # the first training, as it trained in run
-    first = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
-    first["hyper_parameters"]["output_dir"] = str(run)
-    torch.save(first, tmp_path / "first.ckpt")
-    aside = retire_earlier_training(run)  # trained anew, with a CNN
+    (aside,) = trained_and_kept_aside(cloud_run, run, tmp_path, 1)  # then anew, with a CNN
     shutil.copytree(grid_run, run, dirs_exist_ok=True)
     named = f"run={aside} (the checkpoint's run, kept aside when its folder was trained anew)"
     with pytest.raises(UserError) as err:
-        evaluate(compose_eval(run, tmp_path / "eval", f"ckpt={tmp_path / 'first.ckpt'}"))
+        evaluate(compose_eval(run, tmp_path / "eval", f"ckpt={tmp_path / '1.ckpt'}"))
     assert str(err.value).endswith(f"Give {named}, or a checkpoint of {run}: ckpt=best, ckpt=last.")
-    shutil.copy(tmp_path / "first.ckpt", run / "checkpoints" / "first.ckpt")
+    shutil.copy(tmp_path / "1.ckpt", run / "checkpoints" / "first.ckpt")
     with pytest.raises(UserError) as err:
         evaluate(compose_eval(run, tmp_path / "eval", "ckpt=first.ckpt"))
     assert str(err.value).endswith(f"Give a checkpoint of this run, or {named}.")
@@ -830,44 +862,84 @@ def test_a_checkpoint_of_the_model_a_folder_held_before_it_was_trained_anew(
     )
 
 
-def saved_as_trained_in(run: Path, source: Path, target: Path, best: float) -> None:
-    """Checkpoint ``source`` saved as ``target`` (its SHA-256 beside it) as if trained in
-    ``run``, its best validation MAE ``best``: the bytes of one training alone."""
-    contents = torch.load(source, weights_only=False)
-    contents["hyper_parameters"]["output_dir"] = str(run)
-    contents["val_mae_best"] = best
-    torch.save(contents, target)
-    write_checksum(target)
-
-
 def test_a_checkpoint_of_the_older_of_two_trainings_kept_aside_names_its_own(
     cloud_run, grid_run, tmp_path
 ):
     """A folder trained twice with CloudLSTM, then anew with a CNN: a copy of a checkpoint
     of its first training was named one of its second (the newest kept aside that builds
     the model), whose weights it does not hold."""
-    run, last = tmp_path / "run", tmp_path / "run" / "checkpoints" / "last.ckpt"
-    asides = []
-    for best in (1.0, 2.0):  # two trainings of one model, in turn moved aside
-        shutil.copytree(cloud_run, run, dirs_exist_ok=True)
-        saved_as_trained_in(run, cloud_run / "checkpoints" / "last.ckpt", last, best)
-        if best == 1.0:
-            shutil.copy(last, tmp_path / "first.ckpt")  # a copy, kept elsewhere
-        asides.append(retire_earlier_training(run))
+    run = tmp_path / "run"
+    asides = trained_and_kept_aside(cloud_run, run, tmp_path, 2)
     shutil.copytree(grid_run, run, dirs_exist_ok=True)
     with pytest.raises(UserError) as err:
-        evaluate(compose_eval(run, tmp_path / "eval", f"ckpt={tmp_path / 'first.ckpt'}"))
+        evaluate(compose_eval(run, tmp_path / "eval", f"ckpt={tmp_path / '1.ckpt'}"))
     named = f"run={asides[0]} (the checkpoint's run, kept aside when its folder was trained anew)"
     assert str(err.value).endswith(f"Give {named}, or a checkpoint of {run}: ckpt=best, ckpt=last.")
-    # of neither's bytes: either may have written it
+    # of neither's bytes: either may have written it, or neither
     saved_as_trained_in(run, cloud_run / "checkpoints" / "last.ckpt", tmp_path / "other.ckpt", 3.0)
     with pytest.raises(UserError) as err:
         evaluate(compose_eval(run, tmp_path / "eval", f"ckpt={tmp_path / 'other.ckpt'}"))
     assert str(err.value).endswith(
         f"Give the checkpoint's run as run=<its run directory> (it trained in {run}, which was "
-        f"trained anew since: one of its 2 earlier trainings kept in {run / '.replaced'}, and "
-        f"nothing in the file tells which), or a checkpoint of {run}: ckpt=best, ckpt=last."
+        f"trained anew since; none of its 2 trainings that build its model ({asides[1]} and "
+        f"{asides[0]}) holds a file of its bytes, so nothing tells which, if any, wrote it), "
+        f"or a checkpoint of {run}: ckpt=best, ckpt=last."
     )
+
+
+def test_a_copy_of_an_earlier_training_is_not_named_the_folders_later_one(
+    cloud_run, grid_run, tmp_path
+):
+    """A folder trained with CloudLSTM, then anew with CloudLSTM: a copy of the first
+    training's checkpoint, refused for another run, was named a checkpoint of the folder,
+    whose weights are the second training's, not of the first kept aside."""
+    run = tmp_path / "run"
+    (first,) = trained_and_kept_aside(cloud_run, run, tmp_path, 1)
+    shutil.copytree(cloud_run, run, dirs_exist_ok=True)  # the second, in the folder
+    saved_as_trained_in(
+        run, cloud_run / "checkpoints" / "last.ckpt", run / "checkpoints" / "last.ckpt", 2.0
+    )
+    named = f"run={first} (the checkpoint's run, kept aside when its folder was trained anew)"
+    for said in refusals(grid_run, tmp_path / "eval", tmp_path / "1.ckpt"):
+        assert f"Give {named}, or a checkpoint of {grid_run}" in said
+
+
+def test_a_copy_that_no_training_kept_holds_is_not_named_one_of_theirs(
+    cloud_run, grid_run, tmp_path
+):
+    """A copy of a checkpoint of a training deleted since from .replaced/ (or a file saved
+    again): the one earlier training left that builds its model was named its run, though
+    it holds none of its bytes."""
+    run = tmp_path / "run"
+    first, second = trained_and_kept_aside(cloud_run, run, tmp_path, 2)
+    shutil.copytree(grid_run, run, dirs_exist_ok=True)
+    shutil.rmtree(first)
+    for said in refusals(run, tmp_path / "eval", tmp_path / "1.ckpt"):
+        assert "the checkpoint's run," not in said
+        assert said.endswith(
+            f"Give the checkpoint's run as run=<its run directory> (it trained in {run}, which "
+            f"was trained anew since; {second}, its one training that builds its model, holds "
+            "no file of its bytes: give it where the file is a copy of its checkpoint made "
+            "before a later save wrote over it, not of a training no longer kept), or a "
+            f"checkpoint of {run}: ckpt=best, ckpt=last."
+        )
+
+
+def test_a_copy_that_two_trainings_kept_hold_names_both(cloud_run, grid_run, tmp_path):
+    """Identical bytes in two earlier trainings (a rerun of the same settings and seed):
+    the line said one of all the earlier trainings of the model wrote it, not which two."""
+    run = tmp_path / "run"
+    first, second, third = trained_and_kept_aside(cloud_run, run, tmp_path, 3)
+    shutil.copytree(grid_run, run, dirs_exist_ok=True)
+    shutil.rmtree(first / "checkpoints")
+    shutil.copytree(third / "checkpoints", first / "checkpoints")
+    for said in refusals(run, tmp_path / "eval", tmp_path / "3.ckpt"):
+        assert said.endswith(
+            f"Give the checkpoint's run as run=<its run directory> (it trained in {run}, which "
+            f"was trained anew since; {third} and {first} both hold a file of its bytes (a "
+            "rerun of the same settings and seed, or a copy), and nothing in the file tells "
+            f"which trained it: give either), or a checkpoint of {run}: ckpt=best, ckpt=last."
+        )
 
 
 def test_a_copy_of_a_run_in_training_is_evaluated_as_no_training(cloud_run, tmp_path):

@@ -88,46 +88,59 @@ class TrainedCheckpoint:
 
     def trained_run(self, refused: Path | None = None) -> Path | None:
         """The run directory of the checkpoint's training, where one still holds it: the
-        one it trained in (:meth:`trained_in`), else the earlier training moved aside there
-        when that directory was trained anew (``.replaced/<time>/``,
-        :mod:`cloudlstm.rundir.replaced`) that wrote it (:meth:`earlier_trainings`). A
-        directory holds it no more where its config builds another model class, or where
-        the file lies in it (or it is ``refused``, the run a refusal is about) and does not
-        fit it: trained anew since."""
+        earlier training moved aside (``.replaced/<time>/``, :mod:`cloudlstm.rundir.replaced`)
+        that the file lies in; else, of the trainings of the folder it trained in that may
+        have written it (:meth:`trainings`), the one whose ``checkpoints/`` hold a file of
+        its bytes (:meth:`holding`), or that folder where it is the only one and was never
+        trained anew (a copy of a ``last.ckpt`` written over since is its training's). None
+        where none or several may be: no bytes tell them apart (:meth:`its_run` says
+        which)."""
         if self.trained_in() is None:
             return None
-        trained = Path(str(self.trained_in()))
         here = checkpoint_run(self.path)
         if here is not None and here.parent.name == REPLACED_DIR:
             return here  # the file lies in an earlier training moved aside, a run of its own
-        if self._built_by(trained) and not (_same(trained, here) or _same(trained, refused)):
-            return trained
-        earlier = self.earlier_trainings(trained)
-        return earlier[0] if len(earlier) == 1 else None
+        trained = Path(str(self.trained_in()))
+        candidates = self.trainings(trained, refused)
+        holding = self.holding(candidates)
+        if len(holding) == 1:
+            return holding[0]
+        if candidates == [trained] and not self.earlier_trainings(trained, every_model=True):
+            return trained  # the one training the folder ever held
+        return None
 
-    def earlier_trainings(self, trained: Path) -> list[Path]:
-        """The earlier trainings of run directory ``trained`` (where the checkpoint trained),
-        moved aside into its ``.replaced/``, that may have written the checkpoint: those
-        whose config builds its model class, newest first; of several, the one whose
-        ``checkpoints/`` hold a file of the checkpoint's bytes (it is a copy of one of that
-        training's files). Nothing else in a checkpoint names its training (every training
-        of the folder stores the folder's path), so several are left where none or more
-        than one holds such a file."""
+    def trainings(self, trained: Path, refused: Path | None = None) -> list[Path]:
+        """The trainings of run directory ``trained`` (where the checkpoint trained) that
+        may have written it, newest first: the folder itself where its config builds the
+        checkpoint's model class, and the file does not lie in it (nor is it ``refused``,
+        the run a refusal is about) and fail to fit it (trained anew since); then its
+        earlier trainings kept aside (:meth:`earlier_trainings`)."""
+        here = checkpoint_run(self.path)
+        itself = self._built_by(trained) and not (_same(trained, here) or _same(trained, refused))
+        return [trained] * itself + self.earlier_trainings(trained)
+
+    def earlier_trainings(self, trained: Path, every_model: bool = False) -> list[Path]:
+        """The earlier trainings of run directory ``trained``, moved aside into its
+        ``.replaced/``, whose config builds the checkpoint's model class (``every_model``:
+        all of them), newest first. Nothing in a checkpoint names its training (every
+        training of the folder stores the folder's path): :meth:`holding` tells them
+        apart by the files they hold."""
         configs = sorted((trained / REPLACED_DIR).glob(f"*/{CONFIG_FILE}"), reverse=True)
-        built = [c.parent for c in configs if self._built_by(c.parent)]
-        if len(built) < 2:
-            return built
-        holding = [run for run in built if self._copy_in(run / CHECKPOINT_DIR)]
-        return holding if len(holding) == 1 else built
+        return [c.parent for c in configs if every_model or self._built_by(c.parent)]
 
-    def _copy_in(self, folder: Path) -> bool:
-        """Whether ``folder`` holds a checkpoint of the same bytes as this one: of its size,
-        then of its SHA-256 (:func:`~cloudlstm.rundir.checkpoints.kept_sha256`)."""
+    def holding(self, runs: list[Path]) -> list[Path]:
+        """Those of ``runs`` whose ``checkpoints/`` hold a file of this checkpoint's bytes
+        (it is a copy of one of their files): of its size, then of its SHA-256
+        (:func:`~cloudlstm.rundir.checkpoints.kept_sha256`)."""
         size = self.path.stat().st_size
-        return any(
-            _size(kept) == size and kept_sha256(kept) == self._sha256
-            for kept in folder.glob("*.ckpt")
-        )
+        return [
+            run
+            for run in runs
+            if any(
+                _size(kept) == size and kept_sha256(kept) == self._sha256
+                for kept in (run / CHECKPOINT_DIR).glob("*.ckpt")
+            )
+        ]
 
     @cached_property
     def _sha256(self) -> str:
@@ -139,28 +152,48 @@ class TrainedCheckpoint:
         ``run=<dir> (the checkpoint's run)`` for ``holder`` (another run directory that
         holds the file, where the caller found one), else for the run of its training
         (:meth:`trained_run`; ``refused``: the run the message refuses it for); else a
-        placeholder, saying where it trained: a directory trained anew since, or no run
-        directory now (moved or deleted)."""
+        placeholder, saying where it trained and what its folder's trainings tell
+        (:meth:`_which_training`)."""
         run = holder or self.trained_run(refused)
         if run is not None:
             aside = run.parent.name == REPLACED_DIR
             kept = ", kept aside when its folder was trained anew" if aside else ""
             return f"run={run} (the checkpoint's run{kept})"
         trained = self.trained_in()
-        earlier = [] if trained is None else self.earlier_trainings(Path(trained))
-        if trained is None:
-            where = ""
-        elif len(earlier) > 1:  # the folder's path alone, in every one of them
-            where = (
-                f" (it trained in {trained}, which was trained anew since: one of its "
-                f"{len(earlier)} earlier trainings kept in {Path(trained) / REPLACED_DIR}, "
-                "and nothing in the file tells which)"
-            )
-        elif (Path(trained) / CONFIG_FILE).is_file():
-            where = f" (it trained in {trained}, which was trained anew since)"
-        else:
-            where = f" (it trained in {trained}, no run directory now)"
+        where = "" if trained is None else f" ({self._which_training(Path(trained), refused)})"
         return f"the checkpoint's run as run=<its run directory>{where}"
+
+    def _which_training(self, trained: Path, refused: Path | None) -> str:
+        """Where the checkpoint trained (``trained``), and which of that folder's trainings
+        may be its, where :meth:`trained_run` names none: several hold a file of its bytes
+        (a rerun of the same settings and seed, a copy), none does (a copy of a file written
+        over since, of a training no longer kept, a file saved again), or none builds its
+        model (trained anew since, or no run directory now)."""
+        candidates = self.trainings(trained, refused)
+        holding = self.holding(candidates)
+        anew = f"it trained in {trained}, which was trained anew since"
+        if len(holding) > 1:
+            both = "both" if len(holding) == 2 else "all"
+            return (
+                f"{anew}; {_listed(holding)} {both} hold a file of its bytes (a rerun of the "
+                "same settings and seed, or a copy), and nothing in the file tells which "
+                "trained it: give either"
+            )
+        if len(candidates) == 1:
+            return (
+                f"{anew}; {candidates[0]}, its one training that builds its model, holds no "
+                "file of its bytes: give it where the file is a copy of its checkpoint made "
+                "before a later save wrote over it, not of a training no longer kept"
+            )
+        if candidates:
+            return (
+                f"{anew}; none of its {len(candidates)} trainings that build its model "
+                f"({_listed(candidates)}) holds a file of its bytes, so nothing tells which, "
+                "if any, wrote it"
+            )
+        if (trained / CONFIG_FILE).is_file():
+            return anew
+        return f"it trained in {trained}, no run directory now"
 
     def _built_by(self, run: Path) -> bool:
         """Whether the config of run directory ``run`` builds the checkpoint's model class
@@ -175,6 +208,12 @@ class TrainedCheckpoint:
 def _same(folder: Path, other: Path | None) -> bool:
     """Whether ``other`` is the folder ``folder`` (by the file system, wherever named)."""
     return other is not None and folder.is_dir() and other.is_dir() and folder.samefile(other)
+
+
+def _listed(runs: list[Path]) -> str:
+    """Run directories in words: ``A``, ``A and B``, ``A, B and C``."""
+    names = [str(run) for run in runs]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _size(path: Path) -> int:
