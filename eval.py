@@ -5,9 +5,10 @@ The same program is installed as `cloudlstm-eval` (src/cloudlstm_programs.py).
 """
 
 import os
-from pathlib import Path
 
-os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
+# os.path, not pathlib: pathlib imports re (40 ms), a moment before the program's guard
+# where a Ctrl-C is a traceback (src/cloudlstm_programs.py)
+os.environ.setdefault("PROJECT_ROOT", os.path.dirname(os.path.realpath(__file__)))
 
 from cloudlstm_programs import evaluate  # noqa: E402  (a Ctrl-C as it loads: its docstring)
 

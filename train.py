@@ -5,10 +5,11 @@ is installed as `cloudlstm-train` (src/cloudlstm_programs.py).
 """
 
 import os
-from pathlib import Path
 
-# runs go under this repository's outputs/, wherever the command is started
-os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
+# runs go under this repository's outputs/, wherever the command is started; os.path, not
+# pathlib: pathlib imports re (40 ms), a moment before the program's guard where a Ctrl-C
+# is a traceback (src/cloudlstm_programs.py)
+os.environ.setdefault("PROJECT_ROOT", os.path.dirname(os.path.realpath(__file__)))
 
 from cloudlstm_programs import train  # noqa: E402  (a Ctrl-C as it loads: its docstring)
 

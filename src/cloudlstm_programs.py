@@ -19,7 +19,6 @@ from __future__ import annotations
 # small modules of the standard library alone (not typing, not pathlib: 20-30 ms each), as
 # every import here is a moment without the guard
 import _signal  # signal's C module: signal.py imports enum, 13 ms more without the guard
-import importlib
 import os
 import sys
 
@@ -40,6 +39,8 @@ class _Program:
     def __call__(self) -> object:
         try:
             with _ctrl_c_held():
+                import importlib  # not loaded at Python's start: here, under the guard
+
                 from cloudlstm.cli.ctrl_c import ctrl_c_is_a_stop
         except KeyboardInterrupt:
             sys.stderr.write(f"{os.path.basename(sys.argv[0])}: stopped by Ctrl-C.\n")
