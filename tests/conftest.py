@@ -148,8 +148,10 @@ def no_wandb_run_left_open(request: pytest.FixtureRequest) -> Iterator[None]:
 
 def as_in_a_terminal() -> None:
     """``preexec_fn`` of a child that Ctrl-C (SIGINT) is sent to: SIGINT handled as in a
-    terminal, even where this test process ignores it (started with ``&`` by a script)."""
+    terminal, even where this test process ignores or blocks it (started with ``&`` by a
+    script)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def run_python(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
