@@ -691,6 +691,38 @@ def test_true_false_among_numbers_is_refused_naming_a_row(tmp_path, column, at):
         )
 
 
+# the names of data rows 0, 6 and 7 of long_table() in a channel's and a coordinate's line
+ROW_NAMES = {
+    "a": {r: f"point st{r % 4}, time 2021-06-01 00:{5 * (r // 4):02d}:00" for r in (0, 6, 7)},
+    "x": {r: f"data row {r}" for r in (0, 6, 7)},
+}
+
+
+@pytest.mark.parametrize(
+    ("column", "numbers"), [("a", True), ("x", True), ("x", False)], ids=["a", "x", "x-text"]
+)
+def test_true_false_among_text_is_refused_as_such(tmp_path, column, numbers):
+    """True beside text ("abc"), with numbers or without, was said to be "among numbers":
+    the line names the text as text, and a cell of it. (A channel of text with a True is
+    a label column, skipped as such.)"""
+    df = long_table().astype({column: object})
+    if not numbers:
+        df[column] = pd.Series("abc", index=df.index, dtype=object)
+    df.loc[6, column] = True
+    df.loc[7, column] = "abc"
+    path = write_hdf(tmp_path, df)
+    among, text_row = ("numbers and text", 7) if numbers else ("text", 0)
+    for mode in ("error", "warn"):
+        with pytest.raises(UserError) as err:
+            LongFormatSource(path, bad_values=mode).load()
+        assert str(err.value) == (
+            f"file {path}: column {column!r} holds True/False among {among} (e.g. True at "
+            f"{ROW_NAMES[column][6]}; 1 such cell(s)), which would read as 1 and 0, and text "
+            f"that is no number (e.g. 'abc' at {ROW_NAMES[column][text_row]}): write every "
+            "cell as a number, or leave it empty where there is no reading."
+        )
+
+
 @pytest.mark.parametrize("empty", ["n/a", " ", "NULL"])
 def test_a_coordinate_left_empty_as_text_reads_as_empty_in_a_csv_and_a_parquet_file(
     tmp_path, empty

@@ -513,18 +513,25 @@ def test_a_complex_point_column_is_refused_naming_it(tmp_path):
     )
 
 
-def test_a_point_column_of_true_false_among_numbers_is_refused_naming_a_row(tmp_path):
-    """Only a column of True/False alone was refused: one True among speeds read as 1."""
+@pytest.mark.parametrize("text", [False, True], ids=["numbers", "numbers-and-text"])
+def test_a_point_column_of_true_false_among_numbers_is_refused_naming_a_row(tmp_path, text):
+    """Only a column of True/False alone was refused: one True among speeds read as 1. One
+    beside text too ("abc") was said to be among numbers: the line names the text."""
     table = speeds().astype({IDS[2]: object})
     table.loc[4, IDS[2]] = True
+    among, beside = "numbers", ""
+    if text:
+        table.loc[6, IDS[2]] = "abc"
+        among = "numbers and text"
+        beside = ", and text that is no number (e.g. 'abc' at time 2012-03-01 00:30:00)"
     path = metr_la_file(tmp_path, table)
     for mode in ("error", "warn"):
         with pytest.raises(UserError) as err:
             source(tmp_path, path="metr-la.h5", bad_values=mode).load()
         assert str(err.value) == (
-            f"file {path}: column {IDS[2]!r} holds True/False among numbers (e.g. True at time "
-            "2012-03-01 00:20:00; 1 such cell(s)), which would read as 1 and 0: write every "
-            "cell as a number, or leave it empty where there is no reading."
+            f"file {path}: column {IDS[2]!r} holds True/False among {among} (e.g. True at time "
+            f"2012-03-01 00:20:00; 1 such cell(s)), which would read as 1 and 0{beside}: write "
+            "every cell as a number, or leave it empty where there is no reading."
         )
 
 

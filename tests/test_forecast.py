@@ -663,30 +663,40 @@ def test_a_complex_column_of_a_history_or_snapshot_is_refused_naming_it(
             f.update(newest_rows(given), bad_values=mode)
 
 
+@pytest.mark.parametrize("text", [False, True], ids=["numbers", "numbers-and-text"])
 @pytest.mark.parametrize("column", ["no2", "x"])
 def test_true_false_among_numbers_in_a_history_or_snapshot_is_refused_naming_a_row(
-    points_run, forecaster, tmp_path, column
+    points_run, forecaster, tmp_path, column, text
 ):
     """One True among a column's numbers (a DataFrame built by hand, or an HDF5 file) was
-    read as 1: only a column of True/False alone was refused."""
+    read as 1: only a column of True/False alone was refused. One beside text too ("abc")
+    was said to be among numbers: the line names the text."""
     given = history(points_run).astype({column: object})
     last = given.index[-1]  # a row of the steps read
     given.loc[last, column] = True
+    among, beside = "numbers", ""
+    if text:  # the row before: of the last step too
+        given.loc[given.index[-2], column] = "abc"
+        among = "numbers and text"
+        beside = ", and text that is no number (e.g. 'abc' at data row {text_row})"
     said = (
-        f"column {column!r} holds True/False among numbers (e.g. True at data row {{}}; 1 such "
-        "cell(s)), which would read as 1 and 0: write every cell as a number, or leave it "
-        "empty where there is no reading."
+        f"column {column!r} holds True/False among {among} (e.g. True at data row {{row}}; 1 "
+        f"such cell(s)), which would read as 1 and 0{beside}: write every cell as a number, "
+        "or leave it empty where there is no reading."
     )
     for table in (given, hdf_history(given, tmp_path)):
         for mode in ("error", "warn"):
             with pytest.raises(UserError) as err:
                 forecaster.forecast(table, bad_values=mode)
-            assert str(err.value) == "the history: " + said.format(last)
+            assert str(err.value) == "the history: " + said.format(
+                row=last, text_row=given.index[-2]
+            )
     snapshot = newest_rows(given)
     f = Forecaster.load(points_run[0], device="cpu")
     with pytest.raises(UserError) as err:
         f.update(snapshot)
-    assert str(err.value) == "the snapshot: " + said.format(len(snapshot) - 1)
+    rows = len(snapshot)
+    assert str(err.value) == "the snapshot: " + said.format(row=rows - 1, text_row=rows - 2)
 
 
 def test_a_latitude_out_of_range_in_a_history_or_snapshot_is_refused_as_in_training(points_run):

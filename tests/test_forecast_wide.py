@@ -300,9 +300,17 @@ def test_a_complex_point_column_or_true_false_among_numbers_is_refused(forecaste
     complex_ = table.assign(**{IDS[2]: table[IDS[2]] + 1j})
     mixed = table.astype({IDS[2]: object})
     mixed.loc[3, IDS[2]] = True
+    texted = mixed.copy()
+    texted[IDS[2]] = texted[IDS[2]].where(texted.index != 4, "abc")
     for given, said in (
         (complex_, f"column {IDS[2]!r} holds complex numbers (e.g. "),
         (mixed, f"column {IDS[2]!r} holds True/False among numbers (e.g. True at data row 3; "),
+        (
+            texted,
+            f"column {IDS[2]!r} holds True/False among numbers and text (e.g. True at data row "
+            "3; 1 such cell(s)), which would read as 1 and 0, and text that is no number (e.g. "
+            "'abc' at data row 4): ",
+        ),
     ):
         for mode in ("error", "warn"):
             with pytest.raises(UserError) as err:

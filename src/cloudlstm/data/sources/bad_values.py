@@ -138,7 +138,8 @@ def refuse_unreal(
     """Refuse a reading, coordinate or point column that holds complex numbers (a complex
     column of a DataFrame or an HDF5 file, an FFT's output say), whose imaginary parts
     pandas would drop with a mere warning, or True/False among numbers (``[1.5, True,
-    2.0]`` in a column of objects), which pandas reads as 1 and 0. A column of True/False
+    2.0]`` in a column of objects) or text (``[1.5, True, "abc"]``: the line names a text
+    cell too), which pandas reads as 1 and 0. A column of True/False
     alone is :func:`flags`', which each caller refuses or reads as 0/1 by its rule.
     ``name(row)`` names a row by its position (None: ``data row`` and the position).
 
@@ -157,15 +158,32 @@ def refuse_unreal(
             f"at {named(row)}), whose imaginary parts would be lost: give real numbers (the "
             "real part or the magnitude, whichever the column means)."
         )
-    if not (written_cells(series) & ~bool_cells).any():
+    others = written_cells(series) & ~bool_cells
+    if not others.any():
         return  # True/False alone: flags
     rows = np.flatnonzero(bool_cells)
+    among, text = _beside_true_false(series, others, named)
     raise UserError(
-        f"{what}: column {col!r} holds True/False among numbers (e.g. "
+        f"{what}: column {col!r} holds True/False among {among} (e.g. "
         f"{_plain(series.iloc[int(rows[0])])!r} at {named(int(rows[0]))}; {len(rows)} such "
-        "cell(s)), which would read as 1 and 0: write every cell as a number, or leave it "
-        "empty where there is no reading."
+        f"cell(s)), which would read as 1 and 0{text}: write every cell as a number, or leave "
+        "it empty where there is no reading."
     )
+
+
+def _beside_true_false(
+    series: pd.Series, others: np.ndarray, named: Callable[[int], str]
+) -> tuple[str, str]:
+    """What the column's other filled cells ``others`` are, as :func:`refuse_unreal` says
+    it (``numbers``, ``text`` or ``numbers and text``; text that reads as a number, "1.5",
+    is a number), and the part of its line that names a text cell (empty where none is):
+    a column of True/False among words is no column of numbers with a few flags."""
+    numbers = pd.to_numeric(series[others], errors="coerce").notna().to_numpy()
+    if numbers.all():
+        return "numbers", ""
+    row = int(np.flatnonzero(others)[np.flatnonzero(~numbers)[0]])
+    text = f", and text that is no number (e.g. {_plain(series.iloc[row])!r} at {named(row)})"
+    return ("numbers and text" if numbers.any() else "text"), text
 
 
 def _odd_cells(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
