@@ -212,6 +212,47 @@ def test_a_cache_of_before_a_header_naming_a_column_twice_was_refused_is_not_reu
         source.load()
 
 
+@pytest.mark.parametrize("change", ["reading", "position", "position-text"])
+def test_true_false_in_a_reading_or_position_column_is_refused_not_read_as_1_0(
+    raw, tmp_path, change
+):
+    """A reading column of True/False (the file's ``True``, pandas' booleans) was read as
+    1/0 by ``pd.to_numeric``, and a latitude column so as positions 1 and 0; a latitude
+    written as text was a traceback. A cache that the reading of before left (cache
+    version 5) must not stand in for the refusal."""
+    stream = UrbanAirSource(raw, cluster="A", cache_dir=tmp_path / "first").load()
+    if change == "reading":
+        path = raw / "airquality.csv"
+        df = pd.read_csv(path)
+        df.assign(**{RAW[5]: df.index % 2 == 0}).to_csv(path, index=False)
+        said = (
+            f"Column {RAW[5]!r} of Urban Air file {path} must be numeric, but holds "
+            "True/False. Write each reading as a number (a missing one empty or NULL, as the "
+            "archive does)."
+        )
+    else:
+        path = raw / "station.csv"
+        df = pd.read_csv(path)
+        if change == "position":
+            df["latitude"] = df.index % 2 == 0
+            held = "True/False"
+        else:
+            df["latitude"] = df["latitude"].astype(object)
+            df.loc[1, "latitude"] = "40.0 N"
+            held = "e.g. '40.0 N' (1 such entries, first at line 3)"
+        df.to_csv(path, index=False)
+        said = (
+            f"Column 'latitude' of Urban Air file {path} must be numeric, but holds {held}. "
+            "Write latitude and longitude as plain numbers (a station without a position may "
+            "leave them empty: it is left out)."
+        )
+    source = UrbanAirSource(raw, cluster="A", cache_dir=tmp_path / "cache")
+    cache_of_version(source, urban_air, 5, stream)
+    with pytest.raises(UserError) as err:
+        source.load()
+    assert str(err.value) == said
+
+
 def test_other_clusters(raw, tmp_path):
     b = UrbanAirSource(raw, cluster="B", cache_dir=tmp_path).load()
     assert b.point_ids == ["2001", "2002"] and b.missing_fraction == 0

@@ -32,7 +32,7 @@ import warnings
 import zipfile
 import zlib
 import zoneinfo
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -72,6 +72,7 @@ __all__ = [
     "read_hdf",
     "read_table",
     "empty_ids",
+    "refuse_flags_and_unreal",
     "refuse_nested_ids",
     "refuse_repeated_columns",
     "skip_written_index",
@@ -1197,6 +1198,24 @@ ROW_COORDINATES_FIX = (
 )
 
 
+def refuse_flags_and_unreal(
+    series: pd.Series, col: str, what: str, fix: str, at: Callable[[int], str]
+) -> None:
+    """Refuse a column of numbers ``col`` of ``what`` that holds True/False alone
+    (:func:`~cloudlstm.data.sources.bad_values.flags`), which pandas would read as 1 and 0,
+    with ``fix`` after the line; or complex numbers, or True/False among others
+    (:func:`~cloudlstm.data.sources.bad_values.refuse_unreal`, naming a row by ``at``, its
+    position). A column whose text counts as missing (Urban Air's ``NULL``) is checked so
+    before it is read with ``pd.to_numeric``, which takes True for 1.
+
+    Raises:
+        UserError: naming the column and the fix.
+    """
+    if flags(series):
+        raise UserError(f"Column {col!r} of {what} must be numeric, but holds True/False. {fix}")
+    refuse_unreal(series, col, what, at)
+
+
 def numeric_column(
     df: pd.DataFrame,
     col: str,
@@ -1215,13 +1234,11 @@ def numeric_column(
     or reading is a yes/no; and so is one of complex numbers, or of True/False among
     numbers (:func:`~cloudlstm.data.sources.bad_values.refuse_unreal`)."""
     series = df[col]
-    if flags(series):
-        raise UserError(f"Column {col!r} of {what} must be numeric, but holds True/False. {fix}")
 
     def at(row: int) -> str:
         return f"data row {series.index[row]}" if row_names is None else row_names([row])[0]
 
-    refuse_unreal(series, col, what, at)
+    refuse_flags_and_unreal(series, col, what, fix, at)
     if pd.api.types.is_numeric_dtype(series):
         return series.to_numpy(dtype=np.float64, na_value=np.nan)
     coerced = pd.to_numeric(series, errors="coerce")

@@ -21,8 +21,10 @@ from cloudlstm.data.sources.tables import (
     build_stream,
     check_columns,
     file_row_names,
+    numeric_column,
     pivot_long,
     read_table,
+    refuse_flags_and_unreal,
 )
 from cloudlstm.data.sources.times import parse_times
 from cloudlstm.data.stream import PointCloudStream
@@ -55,8 +57,17 @@ UNPLACED_KEY = "dropped_points_without_position"
 # 2: gaps hold the last reading (1: linear interpolation); 3: a series never read takes
 # the mean of the other points' readings at each step (2: of their filled values); 4: the
 # stations without a position are recorded in the metadata; 5: a file whose header names a
-# column twice is refused (4: the second read as another, pandas' PM25_Concentration.1)
-_VERSION = 5
+# column twice is refused (4: the second read as another, pandas' PM25_Concentration.1);
+# 6: a reading or position column of True/False, or of complex numbers, is refused (5: read
+# as 1/0, or its real part), and so is a position written as text (5: a traceback)
+_VERSION = 6
+# a station's position, as station.csv must write it
+POSITION_FIX = (
+    "Write latitude and longitude as plain numbers (a station without a position may leave "
+    "them empty: it is left out)."
+)
+# a reading, as airquality.csv must write it
+READINGS_FIX = "Write each reading as a number (a missing one empty or NULL, as the archive does)."
 
 
 def _csv(path: Path, columns: list[str]) -> pd.DataFrame:
@@ -73,6 +84,35 @@ def _csv(path: Path, columns: list[str]) -> pd.DataFrame:
         ids = ids.astype("Int64") if pd.api.types.is_numeric_dtype(ids) else ids.str.strip()
         df = df.assign(**{col: ids})
     return df
+
+
+def _numbers(df: pd.DataFrame, cols: list[str], path: Path) -> pd.DataFrame:
+    """``df``, rows of the raw file ``path`` (its index their positions there), with the
+    position columns ``cols`` as float64: empty cells NaN, anything else that is no number
+    refused in one line naming its line (:func:`~cloudlstm.data.sources.tables.
+    numeric_column`)."""
+    lines = file_row_names(path, None)
+    what = f"Urban Air file {path}"
+
+    def at(kept: list[int]) -> list[str]:
+        return list(lines([int(df.index[k]) for k in kept]))
+
+    return df.assign(**{c: numeric_column(df, c, what, POSITION_FIX, at) for c in cols})
+
+
+def _readings(readings: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """The channel columns of ``readings`` (rows of airquality.csv, its index their
+    positions there) as numbers: "NULL" or other text counts as missing, but a column of
+    True/False (the file's ``True``), complex numbers or True/False among numbers is
+    refused, which ``pd.to_numeric`` would read as 1/0 or their real parts."""
+    lines = file_row_names(path, None)
+
+    def at(row: int) -> str:
+        return lines([int(readings.index[row])])[0]
+
+    for col in CHANNELS.values():
+        refuse_flags_and_unreal(readings[col], col, f"Urban Air file {path}", READINGS_FIX, at)
+    return readings[list(CHANNELS.values())].apply(pd.to_numeric, errors="coerce")
 
 
 def _holds_raw(folder: Path) -> bool:
@@ -186,6 +226,7 @@ class UrbanAirSource(CachedSource):
 
     def _build(self, folder: Path) -> PointCloudStream:
         stations = self._stations(folder).drop_duplicates("station_id")
+        stations = _numbers(stations, ["latitude", "longitude"], folder / "station.csv")
         no_pos = stations[stations[["latitude", "longitude"]].isna().any(axis=1)]
         unplaced = [str(s) for s in no_pos["station_id"]]
         warn_dropped_points(self.stream_name, unplaced, DROPPED_POINTS[UNPLACED_KEY])
@@ -210,8 +251,7 @@ class UrbanAirSource(CachedSource):
         )
         readings = readings.assign(time=times.astype("datetime64[h]").astype("datetime64[ns]"))
         grid = pivot_long(readings, "time", "station_id", "1h", duplicates="mean", what=str(path))
-        # "NULL" or other text in a reading counts as missing.
-        values = readings[list(CHANNELS.values())].apply(pd.to_numeric, errors="coerce")
+        values = _readings(readings, path)
         ids = grid.point_ids + absent
         coords = stations.set_index(stations["station_id"].astype(str)).loc[ids]
         t = len(grid.timestamps)
