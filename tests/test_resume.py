@@ -112,8 +112,8 @@ def test_killed_run_resumes_bit_exactly_into_the_same_wandb_run(tmp_path):
 
 @pytest.mark.slow  # three trainings: about 40 s
 def test_run_killed_between_training_and_test_resumes_with_its_validation_metrics(tmp_path):
-    """Nothing is left to train: the resume validates the restored weights again, so the
-    validation metrics (a sweeper's objective) are the uninterrupted run's."""
+    """Nothing is left to train: the validation metrics (a sweeper's objective) come from
+    the checkpoint, the uninterrupted run's (tests/test_resumed_validation.py)."""
     data = tmp_path / "data"
     no_wandb = ["logger=csv", "trainer.max_epochs=2"]
     whole = run_train(tmp_path / "whole", data, *no_wandb)

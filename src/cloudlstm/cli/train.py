@@ -35,7 +35,7 @@ from cloudlstm.cli.sigterm_at_start import Terminated
 from cloudlstm.engine.callbacks import EpochTimer
 from cloudlstm.engine.ddp_launch import ddp_launch_undone
 from cloudlstm.engine.loggers import finish_wandb
-from cloudlstm.engine.module import TrainingDivergedError
+from cloudlstm.engine.module import TrainingDivergedError, validation_metrics
 from cloudlstm.engine.objective import check_optimized_metric
 from cloudlstm.engine.progress_log import persistence_warning
 from cloudlstm.engine.results import results_from
@@ -238,7 +238,7 @@ def _fit(job: Assembly, resume: ResumePoint | None) -> dict[str, Any]:
         job.module, datamodule=job.datamodule, ckpt_path=resume_from, weights_only=False
     )
     val = _validation_metrics(job, resumed_step)
-    warning = persistence_warning(val, job.trainer.max_steps)
+    warning = persistence_warning(val or {}, job.trainer.max_steps)
     if warning is not None and job.trainer.is_global_zero:
         log.warning(warning)
     timer = EpochTimer.of(job.trainer)  # the whole run's time, earlier processes included
@@ -290,27 +290,38 @@ def _checked_resume(job: Assembly, path: Path) -> int | None:
     return resumed.get("global_step")
 
 
-def _validation_metrics(job: Assembly, resumed_step: int | None) -> dict[str, float]:
-    """The ``val/`` metrics of the fit's last validation (``resumed_step``: the global step of
-    the checkpoint the fit resumed from, None for a fresh one).
+def _validation_metrics(job: Assembly, resumed_step: int | None) -> dict[str, float] | None:
+    """The ``val/`` metrics of the run's last validation, as the uninterrupted run reports
+    them (``resumed_step``: the global step of the checkpoint the fit resumed from, None
+    for a fresh one); None where they cannot be known.
 
-    A run resumed from a checkpoint that had finished training (the process ended between
-    training and test) validates nothing in ``fit``, so the restored final weights are
-    validated again: where training ended with a validation, as the recipes' budgets do,
-    ``last.ckpt`` holds that validation's weights, and ``metrics.json`` and a sweeper's
-    objective get the values the uninterrupted run would have had. One resumed from a
-    checkpoint saved before its last validation ran that validation in ``fit``.
+    A fit resumed after the run's last validation (the process ended between it and the
+    test, or the steps left hold none) validates nothing: the metrics are then those the
+    checkpoint recorded (``ForecastModule.restored_validation``), so that ``metrics.json``
+    and a sweeper's objective get the uninterrupted run's values. A checkpoint written
+    before that record has the restored weights validated again where training had
+    finished (exact where it ended with a validation, as the recipes' budgets do); with
+    steps left but no validation among them, the metrics are not known: None, said in a
+    warning, rather than an empty ``val`` read as a run that never validated.
     """
     trainer = job.trainer
-    validated = _val_metrics(trainer)  # a resumed validation (rundir/pending_validation.py)
-    if resumed_step is not None and trainer.global_step == resumed_step and not validated:
+    validated = validation_metrics(trainer)  # a resumed validation (rundir/pending_validation.py)
+    if validated or resumed_step is None:
+        return validated
+    if job.module.restored_validation is not None:
+        return job.module.restored_validation
+    if trainer.global_step == resumed_step:
         log.info("Training had finished before this resume: validating the restored weights.")
         trainer.validate(job.module, datamodule=job.datamodule, verbose=False)
-    return _val_metrics(trainer)
-
-
-def _val_metrics(trainer: L.Trainer) -> dict[str, float]:
-    return {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+        return validation_metrics(trainer)
+    if trainer.is_global_zero:
+        log.warning(
+            "The validation metrics of the training before step %d are not in its checkpoint "
+            "(written by an older version) and no validation came after it: metrics.json "
+            "records val as null (unknown).",
+            resumed_step,
+        )
+    return None
 
 
 def _test(job: Assembly, ckpt: str | None) -> dict[str, Any]:

@@ -65,6 +65,8 @@ DEFAULT_DIVERGE_FACTOR = 10.0
 REFERENCES = ("mean", "persistence")
 # persistence's validation MAE, logged beside val/mae (in metrics.json's "val")
 PERSISTENCE_KEY = "val/persistence_mae"
+# the checkpoint's record of the last validation before it: its val/ metrics
+VALIDATION_KEY = "last_validation"
 
 
 def masked_loss(
@@ -239,6 +241,9 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
         # best (lowest) validation MAE in real units so far; the sweepers' objective
         self.val_mae_best = math.inf
         self._validated_at: int | None = None  # the global step of the last validation
+        # the val/ metrics of the last validation before the checkpoint this module was
+        # restored from ({}: none ran); None where none was, or it predates that record
+        self.restored_validation: dict[str, float] | None = None
         # the validation MAE of the reference forecasts (REFERENCES), measured on the same
         # windows as val/mae at the first validation of each fit (_unmeasured_references):
         # the training mean's, the divergence check's bound, and persistence's, the floor
@@ -640,6 +645,8 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["val_mae_best"] = self.val_mae_best
+        # a resumed fit with no validation left to run reports these (cli/train.py)
+        checkpoint[VALIDATION_KEY] = self._last_validation()
         self._save_quantile_offsets(checkpoint)
         if self.spec is not None:
             checkpoint[SPEC_KEY] = self.spec.to_dict()
@@ -648,12 +655,19 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
         """Restore the best validation MAE, and the data's description where this module
         has none (a module rebuilt for forecasting; one built for data keeps that data's)."""
         self.val_mae_best = checkpoint.get("val_mae_best", math.inf)
+        self.restored_validation = checkpoint.get(VALIDATION_KEY)
         self._load_quantile_offsets(checkpoint)
         if self.spec is not None:
             return
         state = stored_spec(checkpoint)
         if state is not None:  # none in checkpoints written before it was stored
             self.use_spec(DataSpec.from_dict(state))
+
+    def _last_validation(self) -> dict[str, float]:
+        """The ``val/`` metrics of the last validation: this process's, else those of the
+        checkpoint it resumed from (a process killed after it resumed, before it validated,
+        keeps them), else none."""
+        return validation_metrics(self.trainer) or self.restored_validation or {}
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = make_optimizer(self.hparams.optimizer, self.parameters())
@@ -726,6 +740,12 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
                 "declared with the metric): leave scheduler.mode out, it follows the metric."
             )
         return {"mode": declared_mode}
+
+
+def validation_metrics(trainer: L.Trainer) -> dict[str, float]:
+    """The ``val/`` metrics of the trainer's last validation in this process ({}: none)."""
+    metrics = trainer.callback_metrics
+    return {key: float(value) for key, value in metrics.items() if key.startswith("val/")}
 
 
 def anchor_index(input_offsets: list[int]) -> int:
