@@ -1,7 +1,8 @@
 """A run resumed after its last validation, which validates nothing more (stopped between
 that validation and the end of training, or between training and its test), records that
 validation's metrics in metrics.json's ``val``, as the uninterrupted run does: its
-checkpoint carries them. One whose checkpoint predates that record says it cannot know them."""
+checkpoint carries them. One whose checkpoint predates that record says it cannot know them.
+A run its early stopping had ended is resumed ended, not trained on."""
 
 from __future__ import annotations
 
@@ -33,6 +34,13 @@ AFTER_LAST_VALIDATION = [
 # SIGTERM as the test runs: training ended, last.ckpt at step 8
 AT_TEST = ["+callbacks.term._target_=tests.kill_callback.SignalAtTest", "+callbacks.term.signum=15"]
 RESUMED = ["allow_changes=[callbacks.term]"]  # the same command without the signal
+# early stopping that ends the run at its second validation (step 6), which cannot improve
+# on the first by a million
+STOPPING_EARLY = [
+    *JOB,
+    "callbacks.early_stopping.patience=1",
+    "callbacks.early_stopping.min_delta=1000000",
+]
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +82,26 @@ def test_a_run_resumed_after_its_last_validation_records_that_validation(
 
     again = train(compose_train(tmp_path, [*JOB, *RESUMED]))
     assert again["val"] == whole["val"] and again["provenance"] == got["provenance"]
+
+
+def test_a_run_its_early_stopping_ended_is_resumed_ended(tmp_path):
+    """Lightning restores early stopping's state but not the stop: resumed at its test, the
+    run trained on to step 8 and recorded that validation."""
+    from cloudlstm.cli.train import train
+
+    whole = train(compose_train(tmp_path / "whole", STOPPING_EARLY))
+    assert whole["steps"] == 6  # stopped early, of 8
+    got = resumed(tmp_path, AT_TEST, 6, job=STOPPING_EARLY)
+    assert {k: got[k] for k in OUTCOME} == {k: whole[k] for k in OUTCOME}
+
+
+def test_a_patience_raised_on_resume_trains_an_early_stopped_run_on(tmp_path):
+    from cloudlstm.cli.train import train
+
+    stopped(tmp_path, *AT_TEST, job=STOPPING_EARLY)
+    patience = ["callbacks.early_stopping.patience=3", "allow_changes=[callbacks]"]
+    results = train(compose_train(tmp_path, [*STOPPING_EARLY, *patience]))
+    assert results["steps"] == 8
 
 
 def test_a_run_stopped_before_any_validation_records_none(tmp_path):

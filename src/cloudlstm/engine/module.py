@@ -34,6 +34,7 @@ from cloudlstm.engine.resumed_settings import (
     configured_patience,
     configured_settings,
     note_configured_lr,
+    stop_if_stopped_early,
 )
 from cloudlstm.engine.saved_predictions import tested_data
 from cloudlstm.engine.scheduled_sampling import (
@@ -576,6 +577,7 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
         self._loaded_step = None  # training moves on from a resumed checkpoint's weights
         if self.trainer.ckpt_path is not None:
             apply_configured(self.trainer, self._configured)
+            stop_if_stopped_early(self.trainer)  # after a raised patience is put back
 
     def on_test_start(self) -> None:
         self.prepare_quantiles()

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
+from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau
 
@@ -100,6 +101,33 @@ def apply_configured(trainer: L.Trainer, configured: ConfiguredSettings) -> list
             ", ".join(changes),
         )
     return changes
+
+
+def stop_if_stopped_early(trainer: L.Trainer) -> bool:
+    """Stop a resumed training that its early stopping had ended (the process ended after
+    that validation, before the test); returns whether it did.
+
+    Lightning restores early stopping's state but not the Trainer's stop flag, so the
+    resume trained on to the next validation, which stopped it again: steps, validation
+    metrics, and where one improved, the best checkpoint and the test, unlike the
+    uninterrupted run's. A patience raised on resume (after :func:`apply_configured`) that
+    the validations without improvement no longer exhaust trains on."""
+    stopped = [
+        callback
+        for callback in trainer.early_stopping_callbacks
+        if callback.stopping_reason != EarlyStoppingReason.NOT_STOPPED
+        and not (
+            callback.stopping_reason == EarlyStoppingReason.PATIENCE_EXHAUSTED
+            and callback.wait_count < callback.patience
+        )
+    ]
+    if stopped:
+        log.info(
+            "Early stopping had ended this training before the resume (%s): nothing left to train.",
+            stopped[0].stopping_reason_message or stopped[0].stopping_reason.name,
+        )
+        trainer.should_stop = True
+    return bool(stopped)
 
 
 def _apply_group(group: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
