@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -86,17 +87,19 @@ def _csv(path: Path, columns: list[str]) -> pd.DataFrame:
     return df
 
 
+def _file_lines(df: pd.DataFrame, path: Path) -> Callable[[list[int]], list[str]]:
+    """How messages name rows of ``df`` (by their positions in it), rows of the raw file
+    ``path`` that its index numbers: by their lines in that file."""
+    lines = file_row_names(path, None)
+    return lambda kept: list(lines([int(df.index[k]) for k in kept]))
+
+
 def _numbers(df: pd.DataFrame, cols: list[str], path: Path) -> pd.DataFrame:
     """``df``, rows of the raw file ``path`` (its index their positions there), with the
     position columns ``cols`` as float64: empty cells NaN, anything else that is no number
     refused in one line naming its line (:func:`~cloudlstm.data.sources.tables.
     numeric_column`)."""
-    lines = file_row_names(path, None)
-    what = f"Urban Air file {path}"
-
-    def at(kept: list[int]) -> list[str]:
-        return list(lines([int(df.index[k]) for k in kept]))
-
+    at, what = _file_lines(df, path), f"Urban Air file {path}"
     return df.assign(**{c: numeric_column(df, c, what, POSITION_FIX, at) for c in cols})
 
 
@@ -105,10 +108,10 @@ def _readings(readings: pd.DataFrame, path: Path) -> pd.DataFrame:
     positions there) as numbers: "NULL" or other text counts as missing, but a column of
     True/False (the file's ``True``), complex numbers or True/False among numbers is
     refused, which ``pd.to_numeric`` would read as 1/0 or their real parts."""
-    lines = file_row_names(path, None)
+    lines = _file_lines(readings, path)
 
     def at(row: int) -> str:
-        return lines([int(readings.index[row])])[0]
+        return lines([row])[0]
 
     for col in CHANNELS.values():
         refuse_flags_and_unreal(readings[col], col, f"Urban Air file {path}", READINGS_FIX, at)
@@ -242,12 +245,11 @@ class UrbanAirSource(CachedSource):
             log.info("Urban Air: %d station(s) have no reading at all: %s", len(absent), absent)
         if readings.empty:
             raise UserError(f"Urban Air: {path} has no reading of cluster {self.cluster}.")
-        rows, lines = readings.index, file_row_names(path, None)  # the cluster's file rows
         times = parse_times(
             readings["time"],
             f"column 'time' of {path}",
             options=None,
-            row_names=lambda kept: lines([int(rows[k]) for k in kept]),
+            row_names=_file_lines(readings, path),  # the cluster's rows, by their file lines
         )
         readings = readings.assign(time=times.astype("datetime64[h]").astype("datetime64[ns]"))
         grid = pivot_long(readings, "time", "station_id", "1h", duplicates="mean", what=str(path))
