@@ -4,6 +4,7 @@ whose bytes changed (``cloudlstm.rundir.checkpoint_io``, ``cloudlstm.rundir.chec
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from cloudlstm.rundir.checkpoints import (
     check_checkpoint,
     checksum_path,
     file_sha256,
+    kept_sha256,
     write_checksum,
 )
 from tests.conftest import PYTHON, ROOT, TINY, subprocess_env
@@ -111,3 +113,67 @@ def test_checksum_is_replaced_atomically_and_checked(tmp_path):
         "hpc_ckpt_1.ckpt",
         "hpc_ckpt_1.ckpt.checksum",
     ]
+
+
+def unreadable_checksum(path: Path) -> Path:
+    """Make the ``.checksum`` of checkpoint ``path`` a folder: a file that cannot be read,
+    even by root (whom ``chmod 000`` does not stop)."""
+    sidecar = checksum_path(path)
+    sidecar.unlink(missing_ok=True)
+    sidecar.mkdir()
+    return sidecar
+
+
+def test_an_unreadable_checksum_is_one_error_never_an_unverified_load(tmp_path):
+    path = tmp_path / "last.ckpt"
+    torch.save({"state_dict": {"w": torch.ones(3)}}, path)
+    sidecar = unreadable_checksum(path)
+    for read in (check_checkpoint, kept_sha256):
+        with pytest.raises(UserError, match=f"Cannot read {sidecar}, the SHA-256 of checkpoint"):
+            read(path)
+    sidecar.rmdir()
+    sidecar.symlink_to(tmp_path / "gone")  # a link to nothing is a checksum lost, not none
+    with pytest.raises(UserError, match="it is not a file"):
+        check_checkpoint(path)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file whatever its permissions")
+def test_a_checksum_without_read_permission_names_the_file(tmp_path):
+    path = tmp_path / "last.ckpt"
+    torch.save({"state_dict": {"w": torch.ones(3)}}, path)
+    write_checksum(path).chmod(0)
+    with pytest.raises(UserError, match="last.ckpt.checksum.*Permission denied"):
+        check_checkpoint(path)
+
+
+@pytest.mark.slow
+def test_an_unreadable_checksum_is_one_line_from_resume_and_eval(trained_run, tmp_path):
+    sidecar = unreadable_checksum(trained_run / "checkpoints" / "last.ckpt")
+    resume = [
+        *PYTHON, "train.py", *TINY, "trainer.max_epochs=3", "logger=csv",
+        "allow_changes=[trainer.max_epochs]",
+        f"hydra.run.dir={trained_run}", f"paths.data_dir={tmp_path / 'data'}",
+    ]  # fmt: skip
+    evaluate = [*PYTHON, "eval.py", f"run={trained_run}", "ckpt=last", "report.figures=false"]
+    for cmd in (resume, evaluate):
+        done = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True)
+        assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+        lines = [x for x in done.stderr.splitlines() if f"Cannot read {sidecar}," in x]
+        assert len(lines) == 1, done.stderr[-3000:]
+
+
+def test_a_copy_is_told_by_its_bytes_where_its_runs_checksum_cannot_be_read(tmp_path):
+    """Naming the run a checkpoint is a copy of (eval.py's refusals) reads other runs'
+    checkpoints without loading them: one's unreadable ``.checksum`` is no reason to stop
+    that message, and their bytes tell the copy."""
+    from cloudlstm.assembly.checkpoint_fit import TrainedCheckpoint
+
+    given = tmp_path / "given.ckpt"
+    torch.save({"state_dict": {"w": torch.arange(8.0)}}, given)
+    write_checksum(given)
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    kept = run / "checkpoints" / "last.ckpt"
+    kept.write_bytes(given.read_bytes())
+    unreadable_checksum(kept)
+    assert TrainedCheckpoint(given, {}, None).holding([run]) == [run]

@@ -25,7 +25,7 @@ from cloudlstm.data.spec import DataSpec, stored_spec
 from cloudlstm.errors import UserError, locate
 from cloudlstm.models.build import neighbours_needed, neighbours_setting, reads_given_graph
 from cloudlstm.models.options import parameters_of
-from cloudlstm.rundir.checkpoints import check_checkpoint, kept_sha256
+from cloudlstm.rundir.checkpoints import check_checkpoint, file_sha256, kept_sha256
 from cloudlstm.rundir.layout import (
     CHECKPOINT_DIR,
     CONFIG_FILE,
@@ -131,13 +131,13 @@ class TrainedCheckpoint:
     def holding(self, runs: list[Path]) -> list[Path]:
         """Those of ``runs`` whose ``checkpoints/`` hold a file of this checkpoint's bytes
         (it is a copy of one of their files): of its size, then of its SHA-256
-        (:func:`~cloudlstm.rundir.checkpoints.kept_sha256`)."""
+        (:func:`_copy_sha256`)."""
         size = self.path.stat().st_size
         return [
             run
             for run in runs
             if any(
-                _size(kept) == size and kept_sha256(kept) == self._sha256
+                _size(kept) == size and _copy_sha256(kept) == self._sha256
                 for kept in (run / CHECKPOINT_DIR).glob("*.ckpt")
             )
         ]
@@ -214,6 +214,16 @@ def _listed(runs: list[Path]) -> str:
     """Run directories in words: ``A``, ``A and B``, ``A, B and C``."""
     names = [str(run) for run in runs]
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _copy_sha256(path: Path) -> str:
+    """The SHA-256 of another run's checkpoint ``path``, to tell a copy of this one by: its
+    kept one, or its bytes' where that cannot be read. Not loaded, so not verified: a
+    ``.checksum`` of that run that cannot be read must not stop a message about this one."""
+    try:
+        return kept_sha256(path)
+    except UserError:
+        return file_sha256(path)
 
 
 def _size(path: Path) -> int:

@@ -49,14 +49,38 @@ def file_sha256(path: Path) -> str:
 
 def kept_sha256(path: Path) -> str:
     """The SHA-256 of checkpoint ``path``: the one written beside it where there is one
-    (as it was verified, or will be, before the file is loaded), else its bytes'."""
-    sidecar = checksum_path(path)
-    return _written_sha256(sidecar) if sidecar.is_file() else file_sha256(path)
+    (as it was verified, or will be, before the file is loaded), else its bytes'.
+
+    Raises:
+        UserError: its ``.checksum`` is there but cannot be read (:func:`_written_sha256`).
+    """
+    written = _written_sha256(checksum_path(path))
+    return file_sha256(path) if written is None else written
 
 
-def _written_sha256(sidecar: Path) -> str:
-    """The SHA-256 that a ``.checksum`` file holds (``sha256sum`` format: first field)."""
-    return (sidecar.read_text().split() or [""])[0]
+def _written_sha256(sidecar: Path) -> str | None:
+    """The SHA-256 that a ``.checksum`` file holds (``sha256sum`` format: first field);
+    None where there is no such file.
+
+    Raises:
+        UserError: something is at ``sidecar`` but cannot be read as one (no permission, a
+            folder, a link to nothing): the checkpoint cannot be verified, and loading it
+            unverified would hide that.
+    """
+    try:
+        if not sidecar.is_file() and (sidecar.exists() or sidecar.is_symlink()):
+            problem = "it is a folder" if sidecar.is_dir() else "it is not a file"
+        else:
+            return (sidecar.read_bytes().split() or [b""])[0].decode("ascii", "replace")
+    except FileNotFoundError:
+        return None  # a checkpoint written before checksums (or, since, deleted)
+    except OSError as err:  # no permission, an I/O error
+        problem = err.strerror or str(err)
+    raise UserError(
+        f"Cannot read {sidecar}, the SHA-256 of checkpoint {sidecar.with_suffix('')} "
+        f"({problem}), so the checkpoint cannot be verified. Make it a readable file, or "
+        "delete it to load the checkpoint unverified."
+    )
 
 
 def write_checksum(path: str | Path) -> Path:
@@ -81,18 +105,20 @@ def verify_checksum(path: str | Path, remedy: str | None = None) -> None:
     and load as before.
 
     Raises:
-        UserError: the file's SHA-256 is not the one written with it.
+        UserError: the file's SHA-256 is not the one written with it, or its ``.checksum``
+            cannot be read.
     """
     path = Path(path)
     sidecar = checksum_path(path)
-    if not sidecar.is_file():
+    written = _written_sha256(sidecar)
+    if written is None:
         log.debug("%s has no %s: loaded without verifying it.", path, sidecar.name)
         return
     stat = path.stat()
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
     if key in _verified:
         return
-    if file_sha256(path) != _written_sha256(sidecar):
+    if file_sha256(path) != written:
         raise UserError(
             f"Checkpoint {path} does not match its SHA-256 in {sidecar.name}: its bytes "
             "changed after training wrote it (a disk or copy error, or an edit), so its "
