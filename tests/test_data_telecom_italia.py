@@ -498,3 +498,49 @@ def test_a_sum_beyond_float32_is_refused_by_step_square_and_channel(milan):
         "the step of 2013-11-01 05:00:00 UTC (1 such sum(s)), beyond float32's 3.403e+38: "
         "its fields are absurd; correct them, or get the files again."
     )
+
+
+def rewrite_geometries(path: Path, geometry) -> None:
+    """The grid ``path`` with each feature's geometry replaced by ``geometry(polygon)``."""
+    with gzip.open(path, "rt") as f:
+        grid = json.load(f)
+    for feature in grid["features"]:
+        feature["geometry"] = geometry(feature["geometry"])
+    with gzip.open(path, "wt") as f:
+        json.dump(grid, f)
+
+
+def test_a_grid_of_multipolygons_gives_the_polygons_centroids(milan):
+    """A grid saved again by a GIS writes each cell as a MultiPolygon of one part: its
+    rings were read as one polygon of two vertices, every square at about (27.2, 27.2)."""
+    folder, _ = milan
+    grid = folder / "milano-grid.geojson.gz"
+    polygons = grid_centroids(grid)
+    rewrite_geometries(grid, lambda g: {"type": "MultiPolygon", "coordinates": [g["coordinates"]]})
+    assert grid_centroids(grid) == polygons
+    stream = TelecomItaliaSource(folder, channels=["internet"]).load()
+    np.testing.assert_allclose(stream.coords, [cell(s) for s in SQUARES], atol=1e-9)
+    # a cell of two parts: the centroid of both, each weighted by its area
+    rewrite_geometries(grid, lambda g: {**g, "coordinates": [*g["coordinates"], _shifted(g)]})
+    assert grid_centroids(grid)["2"] == pytest.approx((cell(2)[0] + 0.0015, cell(2)[1]))
+
+
+def _shifted(multipolygon: dict) -> list:
+    """The first part of ``multipolygon`` moved east by its width (0.003 degrees)."""
+    ring = multipolygon["coordinates"][0][0]
+    return [[[x + 0.003, y] for x, y in ring]]
+
+
+@pytest.mark.parametrize(
+    "geometry", [None, {"type": "Point", "coordinates": [9.0, 45.4]}], ids=["null", "point"]
+)
+def test_a_grid_feature_of_no_polygon_is_one_line(milan, geometry):
+    folder, _ = milan
+    grid = folder / "milano-grid.geojson.gz"
+    rewrite_geometries(grid, lambda g: geometry)
+    with pytest.raises(UserError) as err:
+        TelecomItaliaSource(folder).load()
+    assert str(err.value) == (
+        f"{grid}: feature 0 has no properties.cellId and Polygon (or MultiPolygon) "
+        "coordinates, as the Milano grid's features have."
+    )

@@ -79,7 +79,9 @@ _GRID_NAMES = ("milano-grid.geojson", "milano-grid.geojson.gz")
 # 3: gaps hold the last reading (2 and before: linear interpolation in time)
 # 4: a series never read takes the mean of the other points' readings at each step (3: of
 # their filled values)
-_VERSION = 4
+# 5: a grid of MultiPolygons places each square at its parts' centroid (4: at an absurd
+# point, its rings read as one polygon)
+_VERSION = 5
 # the largest activity float32 keeps: a field beyond it would be summed into an inf
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -349,11 +351,11 @@ def grid_centroids(path: Path) -> dict[str, tuple[float, float]]:
     for k, feature in enumerate(features):
         try:
             cell = feature["properties"]["cellId"]
-            ring = np.asarray(feature["geometry"]["coordinates"][0], dtype=np.float64)[:, :2]
+            rings = _outer_rings(feature["geometry"])
         except (KeyError, IndexError, TypeError, ValueError):
             raise UserError(
-                f"{path}: feature {k} has no properties.cellId and Polygon coordinates, as the "
-                "Milano grid's features have."
+                f"{path}: feature {k} has no properties.cellId and Polygon (or MultiPolygon) "
+                "coordinates, as the Milano grid's features have."
             ) from None
         square = whole_number(cell)
         if square is None:
@@ -367,8 +369,48 @@ def grid_centroids(path: Path) -> dict[str, tuple[float, float]]:
                 f"{path}: feature {k} has the cellId {square} of an earlier feature; each cell "
                 "of the Milano grid is one feature."
             )
-        centroids[str(square)] = _centroid(ring)
+        centroids[str(square)] = _centroid_of_parts(rings)
     return centroids
+
+
+def _outer_rings(geometry: Mapping[str, Any]) -> list[np.ndarray]:
+    """The outer rings ``(V, 2)`` of a Polygon (one) or a MultiPolygon (one per part, as a
+    grid saved again by a GIS may write each cell); holes are left out, as the grid has
+    none.
+
+    Raises:
+        ValueError: another geometry, or coordinates that are not rings of points.
+    """
+    if not isinstance(geometry, Mapping):  # a feature without geometry has null
+        raise TypeError(type(geometry).__name__)
+    kind = geometry.get("type", "Polygon")
+    if kind == "Polygon":
+        polygons = [geometry["coordinates"]]
+    elif kind == "MultiPolygon":
+        polygons = list(geometry["coordinates"])
+    else:
+        raise ValueError(kind)
+    # each polygon's first ring is its outer one; a point's third coordinate is a height
+    rings = [np.asarray(polygon[0], dtype=np.float64) for polygon in polygons]
+    if not rings or any(r.ndim != 2 or r.shape[1] < 2 or len(r) == 0 for r in rings):
+        raise ValueError("not rings of points")
+    return [r[:, :2] for r in rings]
+
+
+def _centroid_of_parts(rings: list[np.ndarray]) -> tuple[float, float]:
+    """The centroid of the polygons of outer ``rings``, each weighted by its area; the
+    vertices' mean where they have none."""
+    areas = np.array([abs(_signed_area(r)) for r in rings])
+    centres = np.array([_centroid(r) for r in rings])
+    if areas.sum() < 1e-18:
+        return tuple(float(v) for v in np.concatenate(rings).mean(axis=0))
+    return tuple(float(v) for v in areas @ centres / areas.sum())
+
+
+def _signed_area(ring: np.ndarray) -> float:
+    """A ring's area by the shoelace formula, positive counter-clockwise."""
+    x, y = ring[:, 0], ring[:, 1]
+    return float((x * np.roll(y, -1) - np.roll(x, -1) * y).sum() / 2)
 
 
 def whole_number(value: Any) -> int | None:
@@ -392,7 +434,7 @@ def _centroid(ring: np.ndarray) -> tuple[float, float]:
     x, y = ring[:, 0], ring[:, 1]
     x1, y1 = np.roll(x, -1), np.roll(y, -1)
     cross = x * y1 - x1 * y
-    area = cross.sum() / 2
+    area = _signed_area(ring)
     if abs(area) < 1e-18:
         return float(x.mean()), float(y.mean())
     cx = ((x + x1) * cross).sum() / (6 * area)
