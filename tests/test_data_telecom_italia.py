@@ -455,6 +455,34 @@ def test_rows_repeating_a_square_interval_and_country_code_are_refused(milan):
     np.testing.assert_allclose(stream.values[hand, 1], [3.5, 0.0, 0.25, 0.0, 3.75])
 
 
+def test_a_days_file_copied_under_another_days_name_is_refused(milan):
+    """The first day's file copied over the second's: its rows were summed twice, every
+    value of that day doubled without a word (and the second day missing)."""
+    folder, _ = milan
+    first, second = (folder / f"sms-call-internet-mi-{day}.txt" for day in DAYS)
+    lines = first.read_text().splitlines(keepends=True)
+    second.write_text("".join(lines[5:]))  # a copy, its first rows lost
+    with pytest.raises(UserError) as err:
+        TelecomItaliaSource(folder).load()
+    square, ms, country = lines[5].split("\t")[:3]
+    start = pd.Timestamp(int(ms), unit="ms").strftime("%Y-%m-%d %H:%M")
+    assert str(err.value) == (
+        f"Telecom Italia file {second} repeats rows of {first}: line 1 repeats line 6 (square "
+        f"{square}, interval start {ms}, {start} UTC, country code {country}; "
+        f"{len(lines) - 5} repeated row(s) in all). Each row belongs in one day's file, and a "
+        "repeated one would count its activity again: is one file a copy of another day's? "
+        "Get the day's own file again, or remove the copy."
+    )
+    # a row of an interval that another file holds too, but of another country code: summed
+    second.unlink()
+    chosen = {"channels": ["internet"], "squares": [int(square)]}
+    alone = TelecomItaliaSource(folder, **chosen).load()
+    second.write_text("\t".join([square, ms, "7", "", "", "", "", "2.5"]) + "\n")
+    both = TelecomItaliaSource(folder, **chosen).load()
+    hour = pd.DatetimeIndex(both.timestamps).get_loc(pd.Timestamp(start).floor("1h"))
+    assert both.values[hour, 0, 0] == pytest.approx(alone.values[hour, 0, 0] + 2.5)
+
+
 @pytest.mark.parametrize(
     ("written", "shown"), [("inf", "inf"), ("-inf", "-inf"), ("1e39", "1e+39"), ("-1e39", "-1e+39")]
 )

@@ -8,7 +8,8 @@ are tab-separated without header, one row per square, 10-minute interval and cou
 
 An empty field means no activity (the files list only what happened); a field that is
 no number within float32's range (``inf``, ``1e39``), and a row repeating the square,
-interval and country code of another (a file concatenated with itself), are refused.
+interval and country code of another (a file concatenated with itself, or a day's file
+copied under another day's name), are refused.
 The grid is ``milano-grid.geojson`` (``.geojson.gz`` too): one polygon per square
 (``cellId``), WGS84.
 Barlacchi et al., "A multi-source dataset of urban life in the city of Milan and the
@@ -81,7 +82,9 @@ _GRID_NAMES = ("milano-grid.geojson", "milano-grid.geojson.gz")
 # their filled values)
 # 5: a grid of MultiPolygons places each square at its parts' centroid (4: at an absurd
 # point, its rings read as one polygon)
-_VERSION = 5
+# 6: a row of one file repeated in another (a day's file copied under another day's name)
+# is refused (5: summed twice)
+_VERSION = 6
 # the largest activity float32 keeps: a field beyond it would be summed into an inf
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -248,6 +251,7 @@ class TelecomItaliaSource(UnitsGiven, CachedSource):
             parts.append(sums)
             intervals.append(seen)
             in_files.update(squares)
+        _refuse_rows_in_two_files(files, intervals)
         # a step may straddle two files (a UTC day's step over local-day files)
         sums = pd.concat(parts).groupby(["time", "square"], sort=False).sum().reset_index()
         if self.squares is not None:
@@ -598,6 +602,63 @@ def _refuse_repeated_rows(
         "interval and country code, and a repeated one would count its activity again. "
         "Remove the repeated rows, or get the file again."
     )
+
+
+def _refuse_rows_in_two_files(files: list[Path], intervals: list[np.ndarray]) -> None:
+    """Refuse a row of one file that another file repeats (square, interval start and
+    country code): a day's file copied under another day's name would count its activity
+    twice, without a word. Only files that share an interval (``intervals``: each file's
+    distinct ones) are read again to compare their rows: the daily files share none.
+
+    Raises:
+        UserError: naming both files, the first repeated row's lines and key.
+    """
+    first_file: dict[int, int] = {}  # an interval (ns) -> the first file that holds it
+    for k, seen in enumerate(intervals):
+        shared: dict[int, list[int]] = {}  # an earlier file -> the intervals k shares with it
+        for start in seen.astype(np.int64).tolist():
+            j = first_file.setdefault(start, k)
+            if j != k:
+                shared.setdefault(j, []).append(start // 1_000_000)
+        for j, starts in shared.items():
+            _refuse_shared_rows(files[j], files[k], starts)
+
+
+def _refuse_shared_rows(first: Path, second: Path, starts: list[int]) -> None:
+    """Refuse rows of ``second`` that repeat rows of ``first`` in the intervals ``starts``
+    (ms) that both hold (see :func:`_refuse_rows_in_two_files`)."""
+    keys = [_interval_rows(path, starts) for path in (first, second)]
+    both = keys[0].merge(keys[1], on=["square", "time", "country"], suffixes=("_a", "_b"))
+    if both.empty:
+        return
+    row = both.sort_values("row_b").iloc[0]
+    (line_a,) = line_numbers(first, [int(row["row_a"])], header=False, sep="\t")
+    (line_b,) = line_numbers(second, [int(row["row_b"])], header=False, sep="\t")
+    start = pd.Timestamp(int(row["time"]), unit="ms").strftime("%Y-%m-%d %H:%M")
+    code = "empty" if row["country"] < 0 else id_text(row["country"])
+    raise UserError(
+        f"Telecom Italia file {second} repeats rows of {first}: line {line_b} repeats line "
+        f"{line_a} (square {int(row['square'])}, interval start {int(row['time'])}, {start} "
+        f"UTC, country code {code}; {len(both)} repeated row(s) in all). Each row belongs in "
+        "one day's file, and a repeated one would count its activity again: is one file a "
+        "copy of another day's? Get the day's own file again, or remove the copy."
+    )
+
+
+def _interval_rows(path: Path, starts: list[int]) -> pd.DataFrame:
+    """The rows of the day file ``path`` in the intervals ``starts`` (ms): their square,
+    interval start, country code (-1: empty) and data row (``row``)."""
+    what = f"Telecom Italia file {path}"
+    rows = _read_rows(path, what)
+    keys = pd.DataFrame(
+        {
+            "square": _whole_numbers(rows, "square", path, what),
+            "time": _whole_numbers(rows, "time", path, what),
+            "country": pd.to_numeric(rows["country"], errors="coerce").fillna(-1),
+            "row": np.arange(len(rows)),
+        }
+    )
+    return keys[keys["time"].isin(starts)]
 
 
 def _row_keys(square: np.ndarray, ms: np.ndarray, country: np.ndarray) -> np.ndarray:
