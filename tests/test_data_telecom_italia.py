@@ -572,3 +572,22 @@ def test_a_grid_feature_of_no_polygon_is_one_line(milan, geometry):
         f"{grid}: feature 0 has no properties.cellId and Polygon (or MultiPolygon) "
         "coordinates, as the Milano grid's features have."
     )
+
+
+def test_a_gzipped_grid_named_without_gz_is_read(milan):
+    """A browser saves the gzipped grid as milano-grid.geojson: the line refusing it held
+    the reader's error with the bytes it had read, a megabyte of them."""
+    folder, _ = milan
+    gzipped = folder / "milano-grid.geojson.gz"
+    expected = grid_centroids(gzipped)
+    gzipped.rename(folder / "milano-grid.geojson")
+    assert grid_centroids(folder / "milano-grid.geojson") == expected
+    assert TelecomItaliaSource(folder).load().point_ids == ["1", "2", "10"]
+    latin = folder / "latin.geojson"
+    latin.write_bytes('{"features": [], "name": "Milano, città"}'.encode("latin-1"))
+    with pytest.raises(UserError) as err:
+        grid_centroids(latin)
+    assert str(err.value) == (
+        f"Cannot read the grid {latin} as GeoJSON: it is not UTF-8 text (byte b'\\xe0' at "
+        "position 38); give the Milano grid's GeoJSON, as published or gzipped."
+    )

@@ -343,12 +343,17 @@ def grid_centroids(path: Path) -> dict[str, tuple[float, float]]:
     Raises:
         UserError: the file is not such a GeoJSON.
     """
-    opener = gzip.open if path.suffix.lower() == ".gz" else open
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
+        with _open_text(path) as f:
             features = json.load(f)["features"]
     except DAMAGED as err:
         raise damaged_file(path, "the grid", err) from None
+    except UnicodeDecodeError as err:  # its repr holds the bytes read: a megabyte of them
+        raise UserError(
+            f"Cannot read the grid {path} as GeoJSON: it is not UTF-8 text (byte "
+            f"{err.object[err.start : err.start + 1]!r} at position {err.start}); give the "
+            "Milano grid's GeoJSON, as published or gzipped."
+        ) from None
     except (ValueError, KeyError, TypeError) as err:
         raise UserError(f"Cannot read the grid {path} as GeoJSON features: {err!r}") from None
     centroids = {}
@@ -415,6 +420,14 @@ def _signed_area(ring: np.ndarray) -> float:
     """A ring's area by the shoelace formula, positive counter-clockwise."""
     x, y = ring[:, 0], ring[:, 1]
     return float((x * np.roll(y, -1) - np.roll(x, -1) * y).sum() / 2)
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    """``path`` opened as UTF-8 text, through gzip where its first bytes are gzip's, whatever
+    its name says (a browser may save the gzipped grid as ``milano-grid.geojson``)."""
+    with path.open("rb") as f:
+        gzipped = f.read(2) == b"\x1f\x8b"
+    return gzip.open(path, "rt", encoding="utf-8") if gzipped else path.open(encoding="utf-8")
 
 
 def whole_number(value: Any) -> int | None:
