@@ -862,6 +862,27 @@ def test_a_csv_adjacency_follows_the_tables_column_order(los):
         source(los, graph="small.csv").adjacency(IDS)
 
 
+@pytest.mark.parametrize("labels", [IDS, range(4)], ids=["ids", "row-numbers"])
+def test_a_csv_adjacency_with_labels_as_to_csv_writes_them_says_so(los, labels):
+    """DataFrame(adj, index=ids, columns=ids).to_csv() read as a 5 x 5 matrix, its ids as
+    weights: refused as the wrong size, or as the corner's NaN, not as the labels."""
+    labelled = pd.DataFrame(WEIGHTS, index=list(labels), columns=list(labels))
+    labelled.to_csv(los / "labelled.csv")
+    with pytest.raises(UserError) as err:
+        source(los, graph="labelled.csv").adjacency(IDS)
+    shown = [str(label) for label in labels][:3]
+    assert str(err.value) == (
+        f"data.source.graph={los / 'labelled.csv'}: its first row and first column hold the "
+        f"same 4 labels after an empty corner (e.g. {shown}), as DataFrame.to_csv writes a "
+        "matrix's columns and index: a CSV adjacency is the bare weights, in the order of the "
+        "table's point columns; save it with to_csv(header=False, index=False), or give "
+        "DCRNN's adj_mx.pkl."
+    )
+    labelled.to_csv(los / "index.csv", header=False)
+    with pytest.raises(UserError, match=r"is 4 x 5, not a square matrix \(an index column, as"):
+        source(los, graph="index.csv").adjacency(IDS)
+
+
 @pytest.mark.parametrize(
     ("matrix", "words"),
     [

@@ -109,6 +109,11 @@ def check_weights(matrix: np.ndarray, what: str) -> None:
         hint = ""
         if matrix.ndim == 2 and matrix.shape[0] == matrix.shape[1] + 1:
             hint = " (a header row? A CSV adjacency has none)"
+        elif matrix.ndim == 2 and matrix.shape[1] == matrix.shape[0] + 1:
+            hint = (
+                " (an index column, as DataFrame.to_csv writes by default? A CSV adjacency "
+                "has none)"
+            )
         raise UserError(f"{what} is {shape}, not a square matrix{hint}.")
     for bad, words in ((~np.isfinite(matrix), "not finite"), (matrix < 0, "negative")):
         if bad.any():
@@ -254,7 +259,30 @@ def _read_matrix(path: Path, kind: str) -> np.ndarray:
             f"{OPTION}={path}: the cell at row {i}, column {j} (line {line}) is "
             f"{table.iat[i, j]!r}, not a number{hint}."
         )
+    _refuse_labels(numbers.to_numpy(dtype=np.float64), path)
     return numbers.to_numpy(dtype=np.float64)
+
+
+def _refuse_labels(matrix: np.ndarray, path: Path) -> None:
+    """Refuse a CSV matrix whose first row and first column hold the same numbers after an
+    empty corner: labels (the point ids, as ``DataFrame(adj, index=ids, columns=ids)
+    .to_csv()`` writes them), which would be read as weights, the corner as a NaN one.
+
+    Raises:
+        UserError: naming the labels and how to save the bare weights.
+    """
+    if matrix.shape[0] < 3 or matrix.shape[0] != matrix.shape[1] or not np.isnan(matrix[0, 0]):
+        return
+    row, column = matrix[0, 1:], matrix[1:, 0]
+    if not (np.isfinite(row).all() and np.array_equal(row, column)):
+        return
+    labels = [id_text(v) for v in row[:3]]
+    raise UserError(
+        f"{OPTION}={path}: its first row and first column hold the same {len(row)} labels "
+        f"after an empty corner (e.g. {labels}), as DataFrame.to_csv writes a matrix's columns "
+        "and index: a CSV adjacency is the bare weights, in the order of the table's point "
+        "columns; save it with to_csv(header=False, index=False), or give DCRNN's adj_mx.pkl."
+    )
 
 
 def _as_matrix(value: Any, what: str) -> np.ndarray:
