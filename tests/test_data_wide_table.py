@@ -883,6 +883,23 @@ def test_a_csv_adjacency_with_labels_as_to_csv_writes_them_says_so(los, labels):
         source(los, graph="index.csv").adjacency(IDS)
 
 
+@pytest.mark.parametrize("header", [True, False], ids=["header", "no-header"])
+def test_a_list_of_edges_as_the_graph_is_named_as_such(los, header):
+    """DCRNN's distances_la_2012.csv (from, to, cost) given as the graph: said to be a list
+    of edges, not a matrix with a header row or of the wrong shape."""
+    edges = pd.DataFrame(
+        [
+            (a, b, 100.0 * (k + 1))
+            for k, (a, b) in enumerate(zip(IDS, IDS[1:] + IDS[:1], strict=True))
+        ]
+        + [(IDS[0], IDS[2], 50.0)],
+        columns=["from", "to", "cost"],
+    )
+    edges.to_csv(los / "distances.csv", header=header, index=False)
+    with pytest.raises(UserError, match=r"\(a list of edges, .* distances_la_2012\.csv\? .*adj_mx"):
+        source(los, graph="distances.csv").adjacency(IDS)
+
+
 @pytest.mark.parametrize(
     ("matrix", "words"),
     [

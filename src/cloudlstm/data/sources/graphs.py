@@ -97,6 +97,14 @@ def read_graph(path: Path, column_ids: Sequence[str] | None) -> tuple[list[str],
     return ids, matrix
 
 
+# DCRNN ships its road distances as such a list (distances_la_2012.csv: from, to, cost)
+_EDGE_LIST = (
+    " (a list of edges, one 'from, to, weight' per row, as DCRNN's distances_la_2012.csv? "
+    "The graph is a square weight matrix: DCRNN's adj_mx.pkl, which its gen_adj_mx.py builds "
+    "from those distances, or a CSV of the bare weights)"
+)
+
+
 def check_weights(matrix: np.ndarray, what: str) -> None:
     """Refuse a weight matrix that is not square, holds NaN, inf or a negative weight, or
     has no edge between two distinct points (of two points or more).
@@ -114,6 +122,8 @@ def check_weights(matrix: np.ndarray, what: str) -> None:
                 " (an index column, as DataFrame.to_csv writes by default? A CSV adjacency "
                 "has none)"
             )
+        elif matrix.ndim == 2 and matrix.shape[1] == 3 and matrix.shape[0] > 4:
+            hint = _EDGE_LIST
         raise UserError(f"{what} is {shape}, not a square matrix{hint}.")
     for bad, words in ((~np.isfinite(matrix), "not finite"), (matrix < 0, "negative")):
         if bad.any():
@@ -251,6 +261,8 @@ def _read_matrix(path: Path, kind: str) -> np.ndarray:
                 f" (it holds {separators[0]}: a file separated by {separators[0]} is read as "
                 "such where its first row has no comma; write its decimals with a dot)"
             )
+        elif i == 0 and table.shape[1] == 3 and len(table) > 4:
+            hint = _EDGE_LIST
         else:
             hint = " (a header row? A CSV adjacency has none)" if i == 0 else ""
         # the matrix's row, and where an editor finds it (blank lines are not rows)
