@@ -241,6 +241,27 @@ def test_unwritable_page_is_one_line_and_exit_2(sweep, tmp_path, capsys, bad):
         )
 
 
+@pytest.mark.parametrize("name", ["k3_0/config.yaml", "k3_0/metrics.json", "notes.txt"])
+def test_a_page_over_a_file_of_the_runs_is_refused_and_leaves_it(sweep, capsys, name):
+    """A run's config.yaml or metrics.json, or a file in a folder given, given as --html:
+    replaced by the page, the run's record would be lost."""
+    (sweep / "notes.txt").write_text("seeds 0-2\n")
+    path = sweep / name
+    before = path.read_bytes()
+    code, out, err = run_main(capsys, sweep, "--html", path)
+    assert code == 2 and out == ""
+    assert err == [
+        f"compare: cannot write {path}: it is a file of the runs compared, which the page "
+        f"would replace; give the page a name of its own, such as {path.parent / 'compare.html'}"
+    ]
+    assert path.read_bytes() == before
+    # an earlier page among the runs, as a multirun's compare.html, is written over
+    page = sweep / "compare.html"
+    page.write_text("old page")
+    write_page(capsys, [sweep], page)
+    assert page.read_text() != "old page"
+
+
 def test_rows_without_the_curves_metric_have_no_curve_and_are_named(tmp_path, capsys):
     """Such a row failed the whole page (exit 2) where the table alone showed its cells
     empty: it is left out of the horizon figure, which names it, as stderr does."""

@@ -65,6 +65,7 @@ def write_html(
         raise CompareError(
             f"cannot write {path}: it is a folder; give a file path such as {path / 'compare.html'}"
         )
+    _check_not_an_input(path, groups, sources)
     rows = ranked(groups, rank_metric)  # the table's row order
     datasets = list(dict.fromkeys(g.data for g in rows))
     sections = [
@@ -78,6 +79,23 @@ def write_html(
         reason = why_not_written(path.parent, err)
         raise CompareError(f"cannot write {path}: {reason}; give a path you can write") from None
     return path
+
+
+def _check_not_an_input(path: Path, groups: Sequence[Group], sources: Sequence[Path]) -> None:
+    """Refuse a ``path`` that is a file of the runs compared: one under a folder given or a
+    run's folder (its ``metrics.json``, ``config.yaml``, a checkpoint, a sweep's
+    ``multirun.yaml``), which the page would replace, losing the run's record. An earlier
+    page there (``.html``, as the multirun's ``compare.html``) is written over."""
+    if not path.is_file() or path.suffix.lower() in (".html", ".htm"):
+        return
+    target = path.resolve()
+    folders = [Path(s).resolve() for s in sources]
+    folders += [run.path.resolve() for group in groups for run in group.runs]
+    if any(target == folder or target.is_relative_to(folder) for folder in folders):
+        raise CompareError(
+            f"cannot write {path}: it is a file of the runs compared, which the page would "
+            f"replace; give the page a name of its own, such as {path.parent / 'compare.html'}"
+        )
 
 
 def _section(
