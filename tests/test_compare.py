@@ -530,7 +530,9 @@ def test_horizon_columns(seeds, capsys):
     assert rmse["rmse@2"][0].mean == 1.0
     code, out, err = run_main(capsys, seeds, "--horizons", "1,6")
     assert code == 2 and out == "" and len(err) == 1
-    assert err[0].startswith("compare: horizon 6 is beyond the forecast length J=3 of ")
+    assert err == [
+        "compare: horizon 6 is beyond the forecast length J=3 of every run; horizons count 1..J"
+    ]
     for bad in ("0", "1,x"):
         code, _, err = run_main(capsys, seeds, "--horizons", bad)
         assert code == 2 and len(err) == 1 and err[0].startswith("compare: argument --horizons")

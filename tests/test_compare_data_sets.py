@@ -396,6 +396,42 @@ def test_data_sets_sort_numbers_by_size(tmp_path, capsys):
     assert [row["data.output_steps"] for row in rows] == ["3", "6", "12"]
 
 
+def forecasting(run: Path, steps: int) -> Path:
+    """``run`` as one of J=``steps``: its config's ``data.output_steps`` and a value of
+    MAE at each of its steps (step h's: its first step's plus h - 1; the other metrics'
+    steps, its last step's)."""
+    results = json.loads((run / "metrics.json").read_text())
+    for name, values in results["test"]["per_step"].items():
+        first, last = values["mean"][0], values["mean"][-1]
+        values["mean"] = [first + h if name == "mae" else last for h in range(steps)]
+        values["std"] = [0.5] * steps
+    (run / "metrics.json").write_text(json.dumps(results))
+    return with_settings(run, data__output_steps=steps)
+
+
+def test_a_horizon_beyond_some_rows_forecast_is_empty_in_those_rows(tmp_path, capsys):
+    """Runs of J=3 and J=6 side by side: --horizons 2,5 shows step 5 of the J=6 runs, an
+    empty cell in the J=3 row; only a step beyond every run's J is refused."""
+    for seed in (0, 1):
+        write_run(tmp_path / f"j6_{seed}", 2.0 + seed, seed=seed)
+        forecasting(tmp_path / f"j6_{seed}", 6)
+    write_run(tmp_path / "j3", 1.0)
+    forecasting(tmp_path / "j3", 3)
+    code, out, err = run_main(
+        capsys, tmp_path, "--metrics", "mae", "--horizons", "2,5", "--format", "csv"
+    )
+    assert code == 0 and err == []
+    rows = {row["data.output_steps"]: row for row in csv.DictReader(io.StringIO(out))}
+    assert rows["3"]["mae@2_mean"] == "1.9" and rows["3"]["mae@5_mean"] == ""
+    assert float(rows["6"]["mae@5_mean"]) == pytest.approx(2.4 + 4)
+    code, out, err = run_main(capsys, tmp_path, "--horizons", "7")
+    assert code == 2 and out == ""
+    assert err == [
+        "compare: horizon 7 is beyond the forecast length of every run (J=3, 6); "
+        "horizons count 1..J"
+    ]
+
+
 def test_runs_that_differ_only_in_a_limit_that_scored_the_same_windows_are_one_row(
     tested_run, tmp_path, capsys
 ):

@@ -72,19 +72,14 @@ class Group:
 
     def at_horizon(self, name: str, horizon: int) -> Stat | None:
         """The metric at forecast step ``horizon`` (1 = first) over the runs; None if a run
-        has no per-step values of it (``smae`` in an older metrics.json)."""
+        has no per-step values of it (``smae`` in an older metrics.json) or forecasts fewer
+        steps (a row of J=3 beside rows of J=12: :func:`check_horizons` refuses a step no
+        run forecasts)."""
         if any(not run.per_step.get(name) for run in self.runs):
             return None
-        values = []
-        for run in self.runs:
-            steps = run.steps(name)
-            if not 1 <= horizon <= len(steps):
-                raise CompareError(
-                    f"horizon {horizon} is beyond the forecast length J={len(steps)} of "
-                    f"{run.path} (horizons count 1..J)"
-                )
-            values.append(steps[horizon - 1])
-        return Stat.over(values)
+        if any(horizon > len(run.steps(name)) for run in self.runs):
+            return None
+        return Stat.over([run.steps(name)[horizon - 1] for run in self.runs])
 
     def has_curve(self, name: str) -> bool:
         """Whether every run has per-step values of the metric: those the horizon figures
@@ -102,6 +97,31 @@ class Group:
         """Mean of a run attribute over the runs that have it (untrained models lack epochs)."""
         values = [getattr(run, attr) for run in self.runs if getattr(run, attr) is not None]
         return float(np.mean(values)) if values else None
+
+
+def check_horizons(groups: Sequence[Group], metric: str, horizons: Sequence[int]) -> None:
+    """Refuse a forecast step (``--horizons``) beyond the forecast length J of every run
+    with per-step values of ``metric``: its column would be empty in every row. Rows of a
+    shorter forecast than another row's have an empty cell at the steps beyond theirs.
+
+    Raises:
+        CompareError: naming the step and the runs' forecast lengths.
+    """
+    lengths = sorted(
+        {len(run.steps(metric)) for g in groups for run in g.runs if run.per_step.get(metric)}
+    )
+    if not lengths:  # no run has the metric per step: its cells are empty, as without steps
+        return
+    if beyond := [h for h in horizons if h > lengths[-1]]:
+        lengths_text = ", ".join(map(str, lengths))
+        which = (
+            f"J={lengths_text} of every run"
+            if len(lengths) == 1
+            else f"of every run (J={lengths_text})"
+        )
+        raise CompareError(
+            f"horizon {beyond[0]} is beyond the forecast length {which}; horizons count 1..J"
+        )
 
 
 def without_curves(groups: Sequence[Group], metric: str) -> str | None:

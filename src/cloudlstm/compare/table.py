@@ -7,7 +7,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from cloudlstm.compare.cells import Column, Stat
-from cloudlstm.compare.groups import LEVEL_SCORES, Group, group_runs, level_sets
+from cloudlstm.compare.groups import (
+    LEVEL_SCORES,
+    Group,
+    check_horizons,
+    group_runs,
+    level_sets,
+)
 from cloudlstm.compare.runs import CompareError, Run
 from cloudlstm.engine.declared_metrics import metric_names, monitor_mode
 from cloudlstm.engine.quantile_metrics import any_metric_info
@@ -56,7 +62,8 @@ def build_table(
     lack (``smae`` in older metrics.json, another data set's channel) is an empty cell.
 
     Raises:
-        CompareError: a channel or a point group that no run has.
+        CompareError: a channel or a point group that no run has, a horizon beyond every
+            run's forecast length.
     """
     metrics = reported_metrics(groups) if metrics is None else metrics
     rows = ranked(groups, metrics[0], nominal=not relative)
@@ -76,6 +83,7 @@ def build_table(
         columns += pooled_columns(rows)
     if validation:
         columns.append(validation_column(rows))
+    check_horizons(rows, horizon_metric, horizons)
     columns += [
         Column(
             f"{horizon_metric}@{h}",
