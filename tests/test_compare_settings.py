@@ -150,6 +150,23 @@ def test_an_evaluation_of_a_run_still_training_is_labelled_so(sweep):
     assert table["evaluation"] == ["", "eval best while training data.num_points=100"]
 
 
+def test_an_evaluation_while_training_takes_the_model_and_data_of_the_ended_training(sweep, capsys):
+    """eval.py of a run still training records no ``run`` (the training had written no
+    metrics.json yet): once the training ended, its row is of the run's model and data,
+    not ``?``, a data set of its own, where it was best alone and --relative-to found no
+    baseline."""
+    write_run(sweep / "lstm", 3.0, model="lstm")
+    folder = sweep / "0" / "eval" / "2026-01-01_00-00-00-000000"
+    results = json.loads((folder / "metrics.json").read_text())
+    results.update(run=None, run_still_training=True)
+    (folder / "metrics.json").write_text(json.dumps(results))
+    table = columns(compare(find_runs([sweep], include_evals=True)))
+    assert table["model"] == ["cloudlstm", "lstm", "cloudlstm"]
+    assert table["data"] == ["synthetic"] * 3
+    code, out, err = run_main(capsys, sweep, "--include-evals", "--relative-to", "lstm")
+    assert code == 0 and len(out.splitlines()) == 5, err
+
+
 def test_the_baseline_is_its_training_run_never_a_re_test_of_it(tmp_path, capsys):
     """An evaluation of an lstm run sorts before that run's own metrics.json: every row was
     over the re-test's numbers, the lstm row off 1 and the re-test's row at 1."""

@@ -27,6 +27,7 @@ from cloudlstm.compare.settings import (
 )
 from cloudlstm.engine.declared_metrics import metric_info, metric_names
 from cloudlstm.engine.quantile_levels import quantiles_setting
+from cloudlstm.errors import UserError
 from cloudlstm.rundir.layout import (
     CHECKPOINT_DIR,
     CHOSEN_CHECKPOINTS,
@@ -193,6 +194,8 @@ def load_run(path: Path) -> Run | None:
         return None
     results_of = _Results(path)
     info = _run_info(results, results_of)
+    if not info and isinstance(results.get("run_dir"), str):
+        info = _tested_run_info(results, path)  # eval.py of a run still training then
     config_path = path.parent / CONFIG_FILE
     cut_short = config_cut_short(config_path)  # its settings are not all there: none used
     has_config = config_path.exists() and not cut_short
@@ -269,6 +272,27 @@ def _run_info(results: dict[str, Any], results_of: _Results) -> dict[str, Any]:
     for key in ("model", "data", "group"):
         results_of.text(info, key, f"run.{key}")
     return info
+
+
+def _tested_run_info(results: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``run`` of the run an evaluation at ``path`` tested, from that run's metrics.json:
+    eval.py of a run whose training had not ended records none (its row's model and data
+    were ``?``, a data set of its own), and the training, ended since, wrote it. Empty
+    where the run has none (still training, or killed) or it cannot be read: a damaged one
+    is named where its own run is compared."""
+    for run in _tested_run_dirs(results, path):
+        if (found := run / METRICS_FILE).is_file():
+            try:
+                return _run_info(load_metrics(found), _Results(found))
+            except (UserError, CompareError):
+                return {}
+    return {}
+
+
+def _tested_run_dirs(results: dict[str, Any], path: Path) -> tuple[Path, Path]:
+    """Where the run an evaluation at ``path`` tested lies: its recorded folder, else the
+    one the evaluation lies in (``<run>/eval/<time>/``), a run moved since."""
+    return Path(results["run_dir"]), path.parent.parent.parent
 
 
 def _code(processes: Any) -> tuple[str, ...]:
@@ -615,7 +639,7 @@ def _tested_config(
         o.split("=", 1)[0].lstrip("+~") == HOLDOUT_POINTS_KEY
         for o in results_of.texts(results, "overrides")
     )
-    runs = (Path(results["run_dir"]), path.parent.parent.parent)
+    runs = _tested_run_dirs(results, path)
     found = next((run / CONFIG_FILE for run in runs if (run / CONFIG_FILE).is_file()), None)
     if not names_points or found is None or config_cut_short(found):
         return None
