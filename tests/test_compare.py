@@ -1129,9 +1129,14 @@ def test_scale_free_mae_column_and_older_files(tmp_path, capsys):
     assert table["smae@3"][1:] == [None, None]
     # ranked on smae: rows without it last; the empty cells are never bold
     assert columns(compare(find_runs([tmp_path]), metrics=["smae"]))["model"][0] == "cloudlstm"
-    code, out, _ = run_main(capsys, tmp_path, "--metrics", "mae", "smae")
+    code, out, err = run_main(capsys, tmp_path, "--metrics", "mae", "smae")
     rows = out.splitlines()
     assert code == 0 and rows[0].endswith("| mae | smae |")
+    # the stgcn row's empty cell, though seed 0 has smae, is named with the run lacking it
+    assert err == [
+        "compare: smae is empty in 1 row(s) whose runs do not all report it (a metrics.json "
+        f"from before it): stgcn (synthetic); lacking it: {tmp_path / 'mixed' / '1'}"
+    ]
     assert rows[2].endswith("| **2.3 ± 1.5** | **0.23 ± 0.15** |")
     assert rows[3].endswith("| 3.000 |  |")
     out = io.StringIO()

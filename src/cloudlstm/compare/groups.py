@@ -124,6 +124,28 @@ def check_horizons(groups: Sequence[Group], metric: str, horizons: Sequence[int]
         )
 
 
+def partly_reported(groups: Sequence[Group], metrics: Sequence[str]) -> list[str]:
+    """A line for each metric of ``metrics`` that some runs of a row report and others do
+    not (``mape`` or ``smae`` beside a metrics.json from before it): the row's cell is
+    empty (:meth:`Group.metric`), as if none of its seeds had it, and the line names the
+    rows and the runs that lack it (the first three)."""
+    lines = []
+    for metric in metrics:
+        partial = [
+            g for g in groups if 0 < sum(metric in run.overall for run in g.runs) < len(g.runs)
+        ]
+        if not partial:
+            continue
+        lacking = [str(run.path) for g in partial for run in g.runs if metric not in run.overall]
+        shown = ", ".join(lacking[:3]) + (" ..." if len(lacking) > 3 else "")
+        rows = ", ".join(f"{g.label} ({g.data})" for g in partial)
+        lines.append(
+            f"{metric} is empty in {len(partial)} row(s) whose runs do not all report it "
+            f"(a metrics.json from before it): {rows}; lacking it: {shown}"
+        )
+    return lines
+
+
 def without_curves(groups: Sequence[Group], metric: str) -> str | None:
     """The line on the rows that the horizon figures of ``metric`` leave out, having no
     per-step values of it (:meth:`Group.has_curve`); None where every row has them.

@@ -22,6 +22,7 @@ from cloudlstm.compare.groups import (
     levels_note,
     mixed_keys,
     one_run_per_seed,
+    partly_reported,
     row_notes,
     without_curves,
 )
@@ -301,7 +302,7 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     rows = [(group.label, group.runs) for group in groups]
-    for note in row_notes(rows):
+    for note in [*row_notes(rows), *partly_reported(groups, args.metrics)]:
         print(f"compare: {note}", file=sys.stderr)
     shown = {*args.metrics, args.horizon_metric if args.horizons else None}
     if shown & set(LEVEL_SCORES) and (note := levels_note(groups)):
