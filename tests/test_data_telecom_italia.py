@@ -296,6 +296,28 @@ def test_a_file_cut_short_is_one_line_and_a_days_gz_is_read_before_its_txt(tmp_p
         grid_centroids(grid)
 
 
+def test_a_gzipped_day_file_named_txt_is_read_and_named_by_its_lines(milan):
+    """A browser saves a day's .txt.gz as .txt: it was refused as tab-separated values of
+    one field. Its rows are read, and a message names its lines as the text's."""
+    folder, _ = milan
+    whole = TelecomItaliaSource(folder).load()
+    day = folder / "sms-call-internet-mi-2013-11-02.txt"
+    lines = day.read_text().splitlines(keepends=True)
+    day.write_bytes(gzip.compress(day.read_bytes()))
+    np.testing.assert_array_equal(TelecomItaliaSource(folder).load().values, whole.values)
+    day.write_bytes(gzip.compress("".join([*lines[:3], lines[1]]).encode()))
+    with pytest.raises(UserError, match=rf"^Telecom Italia file {re.escape(str(day))}: line 4 "):
+        TelecomItaliaSource(folder).load()
+    data = gzip.compress("".join(lines).encode())
+    day.write_bytes(data[: len(data) // 2])  # a download cut short: the codec says so
+    with pytest.raises(UserError) as err:
+        TelecomItaliaSource(folder).load()
+    assert str(err.value).startswith(f"Cannot read the Telecom Italia file {day}: Compressed ")
+    assert str(err.value).endswith(
+        "(e.g. a download that stopped): fetch it again, or name it by its format."
+    )
+
+
 def docs_command(folder: Path, cache: Path) -> list[str]:
     """The overrides of docs/data.md's command for these files, on the squares written here,
     with windows that fit their two days."""

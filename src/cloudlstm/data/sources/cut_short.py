@@ -28,13 +28,14 @@ def refuse_cut_short(path: Path, what: str, sep: str = ",") -> None:
     newline and fewer ``sep``-separated fields than the line before it.
 
     A last line without a newline but with every field is read (files written by hand
-    often end so); a file of other suffixes (compressed, Parquet, HDF5), or of NUL bytes
+    often end so); a file of other suffixes (compressed, Parquet, HDF5), a gzipped one
+    whatever its name (its codec finds a cut), or one of NUL bytes
     (UTF-16 text, which the CSV reader refuses as not UTF-8), is not looked at.
 
     Raises:
         UserError: the file ends inside a row.
     """
-    if Path(path).suffix.lower() not in TEXT_SUFFIXES:
+    if Path(path).suffix.lower() not in TEXT_SUFFIXES or gzipped(Path(path)):
         return
     try:
         start, tail = _last_lines(Path(path))
@@ -65,6 +66,17 @@ def refuse_cut_short(path: Path, what: str, sep: str = ",") -> None:
         f"newline) {why}, as a download or copy that stopped leaves a file. Get the file "
         "again whole."
     )
+
+
+def gzipped(path: Path) -> bool:
+    """Whether ``path`` starts with gzip's magic bytes, whatever its name says (a browser
+    may save a ``.txt.gz`` download as ``.txt``); False where it cannot be read (the reader
+    that follows names the problem)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False
 
 
 def _fields(line: str, sep: str) -> list[str] | None:

@@ -47,7 +47,7 @@ from pandas.io.common import get_handle
 
 from cloudlstm.data.cache import warn_dropped_points
 from cloudlstm.data.sources.bad_values import RowNames, flags, refuse_unreal, written_cells
-from cloudlstm.data.sources.cut_short import refuse_cut_short
+from cloudlstm.data.sources.cut_short import gzipped, refuse_cut_short
 from cloudlstm.data.stream import PointCloudStream
 from cloudlstm.errors import MissingPackageError, UserError
 
@@ -646,7 +646,7 @@ DAMAGED = (EOFError, OSError, zipfile.BadZipFile, lzma.LZMAError, zlib.error)
 def damaged_file(path: Path, what: str, err: BaseException) -> UserError:
     """The line for a file that reading failed on with one of :data:`DAMAGED`."""
     reason = str(err) or type(err).__name__
-    if Path(path).suffix.lower() not in COMPRESSED_SUFFIXES:
+    if Path(path).suffix.lower() not in COMPRESSED_SUFFIXES and not gzipped(Path(path)):
         return UserError(f"Cannot read {what} {path}: {reason}.")
     return UserError(
         f"Cannot read {what} {path}: {reason}. It is cut short or not compressed as its "
@@ -854,7 +854,9 @@ def line_numbers(
     separator (None: as :func:`csv_dialect` finds it), outside whose quoted fields a
     newline ends a row."""
     found, row, end = [], -1 if header else 0, 0
-    with get_handle(path, "r", compression="infer", errors="replace") as handle, _any_field():
+    # a gzipped file is read as its reader reads it, whatever its name (a day file's .txt)
+    compression = "gzip" if gzipped(Path(path)) else "infer"
+    with get_handle(path, "r", compression=compression, errors="replace") as handle, _any_field():
         lines = iter(handle.handle)
         first = next(lines, "")
         sep = sep or _separator(first) or ","

@@ -38,7 +38,7 @@ import pandas as pd
 
 from cloudlstm.data.cache import CachedSource
 from cloudlstm.data.sources.bad_values import SHOWN
-from cloudlstm.data.sources.cut_short import refuse_cut_short
+from cloudlstm.data.sources.cut_short import gzipped, refuse_cut_short
 from cloudlstm.data.sources.tables import (
     DAMAGED,
     build_stream,
@@ -425,9 +425,9 @@ def _signed_area(ring: np.ndarray) -> float:
 def _open_text(path: Path) -> io.TextIOBase:
     """``path`` opened as UTF-8 text, through gzip where its first bytes are gzip's, whatever
     its name says (a browser may save the gzipped grid as ``milano-grid.geojson``)."""
-    with path.open("rb") as f:
-        gzipped = f.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rt", encoding="utf-8") if gzipped else path.open(encoding="utf-8")
+    if gzipped(path):
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open(encoding="utf-8")
 
 
 def whole_number(value: Any) -> int | None:
@@ -468,7 +468,8 @@ def _read_rows(path: Path, what: str) -> pd.DataFrame:
     """
     kwargs: dict[str, Any] = {"sep": "\t", "header": None}
     refuse_cut_short(path, "the Telecom Italia file", "\t")
-    opener = gzip.open if path.suffix.lower() == ".gz" else open
+    # by its first bytes, as the grid: a browser may save a day's .txt.gz as .txt
+    opener = gzip.open if gzipped(path) else open
     try:
         # read once: the rows' fields are counted in the bytes that pandas then parses
         with opener(path, "rb") as f:
