@@ -214,6 +214,33 @@ def test_position_columns_are_an_id_and_two_or_three_coordinates(tmp_path, posit
     assert message in str(err.value)
 
 
+def test_a_start_with_an_offset_for_clock_times_is_named_as_written(tmp_path):
+    """A start with an offset is compared in UTC: the line named a start of 08:00 that the
+    user never wrote, against a file of clock times starting at 00:00."""
+    speeds(6).assign(time=pd.date_range(T0, periods=6, freq="5min").astype(str)).to_csv(
+        tmp_path / "clock.csv", index=False
+    )
+    write_locations(tmp_path)
+    with pytest.raises(UserError) as err:
+        source(tmp_path, path="clock.csv", start="2012-03-01 00:00-08:00").load()
+    assert str(err.value) == (
+        f"file {tmp_path / 'clock.csv'} starts at 2012-03-01 00:00:00, not at "
+        "data.source.start='2012-03-01 00:00-08:00' (2012-03-01 08:00:00 in UTC, as a start "
+        "with an offset is compared): the file writes clock times without an offset, "
+        "compared as written; write the start so too (data.source.start='2012-03-01 "
+        "00:00:00'), or set data.source.start=null to take the file's times."
+    )
+    stream = source(tmp_path, path="clock.csv", start="2012-03-01 00:00:00").load()
+    assert stream.timestamps[0] == np.datetime64(T0)
+    # a file of offsets is read as UTC: the start with an offset matches it there
+    utc = pd.date_range(T0, periods=6, freq="5min", tz="UTC").tz_convert("-08:00")
+    speeds(6).assign(time=utc.astype(str)).to_csv(tmp_path / "zoned.csv", index=False)
+    zoned = source(tmp_path, path="zoned.csv", start="2012-02-29 16:00-08:00").load()
+    assert zoned.timestamps[0] == np.datetime64(T0)
+    with pytest.raises(UserError, match=r"start='2012-03-01 00:00-08:00' \(2012-03-01 08:00:00 "):
+        source(tmp_path, path="zoned.csv", start="2012-03-01 00:00-08:00").load()
+
+
 def test_pandas_hdf5_as_dcrnn_distributes_metr_la(tmp_path):
     pytest.importorskip("tables", reason="PyTables is not installed")
     table = speeds()

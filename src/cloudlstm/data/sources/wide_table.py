@@ -198,6 +198,7 @@ class WideTableSource(UnitsGiven, CachedSource):
         self.start = None if start is None else _timestamp(start, "data.source.start")
         # the clock of times counted from it: an offset written with it, or none (clock times)
         self.start_zoned = self.start is not None and pd.Timestamp(start).tz is not None
+        self.start_written = start  # as given, for a message comparing it in UTC
         self.step = None if step is None else parse_freq(step, "data.source.step")
         self.time_format, self.time_unit = check_time_reading(time_format, time_unit)
         self.missing_value = (
@@ -518,13 +519,30 @@ class WideTableSource(UnitsGiven, CachedSource):
                 f"one row per time step{hint}."
             )
         if self.start is not None and stamps.min() != self.start:
-            raise UserError(
-                f"{what} starts at {stamps.min()}, not at data.source.start={self.start}: the "
-                "file has its own times; set data.source.start=null to take them."
-            )
+            raise UserError(f"{what} starts at {stamps.min()}, not at {self._start_fix(clock)}")
         rows = pd.DataFrame({"time": times, "row": 0})
         grid = pivot_long(rows, "time", "row", self.step, "error", what, "data.source.step")
         return grid.timestamps, grid.step, grid.scatter(values, np.float32)[:, 0, :]
+
+    def _start_fix(self, clock: bool) -> str:
+        """The end of the line refusing a file that does not start at ``data.source.start``:
+        the start as written, with the UTC time it was compared as where it has an offset,
+        and the fix. ``clock``: the file writes clock times, compared as written, which a
+        start with an offset cannot match in UTC but may as the same clock time."""
+        if not self.start_zoned:
+            return (
+                f"data.source.start={self.start}: the file has its own times; set "
+                "data.source.start=null to take them."
+            )
+        given = f"data.source.start='{self.start_written}' ({self.start} in UTC, as a start "
+        if not clock:
+            return f"{given}with an offset is compared): set data.source.start=null to take them."
+        clock_start = pd.Timestamp(str(self.start_written)).tz_localize(None)
+        return (
+            f"{given}with an offset is compared): the file writes clock times without an "
+            f"offset, compared as written; write the start so too (data.source.start="
+            f"'{clock_start}'), or set data.source.start=null to take the file's times."
+        )
 
     # ------------------------------------------------------------------ the graph
     def adjacency(self, point_ids: Sequence[str]) -> np.ndarray | None:
