@@ -34,9 +34,9 @@ from cloudlstm.data.sources.cut_short import refuse_cut_short
 from cloudlstm.data.sources.tables import (
     DAMAGED,
     SEPARATOR_NAMES,
-    case_hint,
     csv_dialect,
     damaged_file,
+    id_hint,
     id_text,
     line_numbers,
 )
@@ -165,7 +165,7 @@ def graph_among(
         raise UserError(
             f"{what}: {len(lost)} point(s) of the data are not in the graph, e.g. "
             f"{lost[:5]}; the graph has {len(ids)} node(s), e.g. {list(ids[:3])}. Give the "
-            f"graph of these points.{case_hint(lost, [str(i) for i in ids], 'the graph')}"
+            f"graph of these points.{id_hint(lost, [str(i) for i in ids], 'the graph')}"
         )
     order = np.array([where[str(p)] for p in point_ids], dtype=np.int64)
     block = np.asarray(matrix, dtype=np.float64)[np.ix_(order, order)]

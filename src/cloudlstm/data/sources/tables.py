@@ -55,6 +55,7 @@ __all__ = [
     "LongGrid",
     "build_stream",
     "case_hint",
+    "id_hint",
     "check_column_roles",
     "check_columns",
     "check_coordinate_columns",
@@ -1321,8 +1322,43 @@ def case_hint(unmatched: Sequence[str], known: Sequence[str], where: str) -> str
     ``known`` (the ids of ``where``) when some would be one ignoring the case (``S001`` and
     ``s001``), the likely cause; ``""`` otherwise. Ids are matched as written (two points
     may differ in case alone), so the case is named, never ignored."""
-    folded = {str(k).casefold(): str(k) for k in known}
-    pairs = [(str(u), folded[str(u).casefold()]) for u in unmatched if str(u).casefold() in folded]
+    return _near_hint(unmatched, known, where, str.casefold, "only in case")
+
+
+def id_hint(unmatched: Sequence[str], known: Sequence[str], where: str) -> str:
+    """:func:`case_hint`, or else the sentence naming ids that differ from ``known`` only
+    by a whole float's ``.0`` (``773869.0`` and ``773869``: pandas writes an integer column
+    that had an empty cell as floats). They are named, not matched: an id beyond 2**53
+    written as a float may be another one rounded, and ``1.0`` may be a code of its own."""
+    return case_hint(unmatched, known, where) or _near_hint(
+        unmatched,
+        known,
+        where,
+        lambda i: _WHOLE_FLOAT.sub(r"\1", i),
+        "only by a '.0'",
+        ", as pandas writes a column of whole numbers that had an empty cell",
+        " (as integers: in pandas, astype('Int64'))",
+    )
+
+
+# the text of a whole number written as a float: 773869.0
+_WHOLE_FLOAT = re.compile(r"^([+-]?[0-9]+)\.0*$")
+
+
+def _near_hint(
+    unmatched: Sequence[str],
+    known: Sequence[str],
+    where: str,
+    key: Callable[[str], str],
+    how: str,
+    why: str = "",
+    fix: str = "",
+) -> str:
+    """The sentence naming the ids ``unmatched`` whose ``key`` is that of an id of
+    ``known`` (the ids of ``where``): they differ from it ``how``, ``why`` (the likely
+    cause), and are to be written alike (``fix``: how); ``""`` where none does."""
+    keyed = {key(str(k)): str(k) for k in known}
+    pairs = [(str(u), keyed[key(str(u))]) for u in unmatched if key(str(u)) in keyed]
     if not pairs:
         return ""
     if len(pairs) == len(unmatched):
@@ -1330,8 +1366,9 @@ def case_hint(unmatched: Sequence[str], known: Sequence[str], where: str) -> str
     else:
         count = f"{len(pairs)} of them {'differ' if len(pairs) > 1 else 'differs'}"
     return (
-        f" {count} from an id of {where} only in case (e.g. {pairs[0][0]!r} and "
-        f"{pairs[0][1]!r}): ids are matched as written, so write them alike in both."
+        f" {count} from an id of {where} {how} (e.g. {pairs[0][0]!r} and "
+        f"{pairs[0][1]!r}){why}: ids are matched as written, so write them alike in "
+        f"both{fix}."
     )
 
 

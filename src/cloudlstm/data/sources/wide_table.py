@@ -37,7 +37,6 @@ from cloudlstm.data.sources.tables import (
     HDF_SUFFIXES,
     PARQUET_SUFFIXES,
     build_stream,
-    case_hint,
     check_column_roles,
     check_columns,
     check_coordinate_columns,
@@ -45,6 +44,7 @@ from cloudlstm.data.sources.tables import (
     csv_dialect,
     file_row_name,
     file_row_names,
+    id_hint,
     id_text,
     is_bare_number,
     numeric_column,
@@ -453,7 +453,7 @@ class WideTableSource(UnitsGiven, CachedSource):
             raise UserError(
                 f"{what}: {len(unplaced)} point column(s) have no position in {positions}, "
                 f"e.g. {unplaced[:5]} (its ids: e.g. {place_ids[:3]}). Give every column a "
-                f"row of the positions file.{case_hint(unplaced, place_ids, 'the positions file')}"
+                f"row of the positions file.{id_hint(unplaced, place_ids, 'the positions file')}"
                 + self._times_hint(frame, unplaced, what)
             )
         unused = sorted(set(place_ids) - set(ids), key=where.get)
