@@ -583,6 +583,32 @@ def test_a_damaged_last_checkpoint_is_not_told_to_take_ckpt_last(cloud_run, tmp_
     )
 
 
+def test_a_damaged_checkpoint_offers_no_other_that_is_damaged_too(cloud_run, tmp_path):
+    """Both checkpoints damaged (best not matching its checksum, last cut short): eval.py
+    and a forecast offered the other one, which failed the same way."""
+    run = tmp_path / "run"
+    shutil.copytree(cloud_run, run)
+    best = run / metrics(run)["checkpoint"]
+    last = run / "checkpoints" / "last.ckpt"
+    with open(best, "r+b") as file:
+        file.seek(-1, 2)
+        file.write(b"\x00" if file.read(1) != b"\x00" else b"\x01")
+    with open(last, "r+b") as file:
+        file.truncate(last.stat().st_size // 2)
+    none_left = (
+        f"No other checkpoint of {run} is sound ({{}} is damaged too): train the run again "
+        "(its training command with resume=never), or give the path of a .ckpt written by "
+        "training."
+    )
+    for ckpt, other in (("best", last.name), ("last", best.name)):
+        with pytest.raises(UserError) as evaluated:
+            evaluate(compose_eval(run, tmp_path / f"eval_{ckpt}", f"ckpt={ckpt}"))
+        assert str(evaluated.value).endswith(none_left.format(other)), evaluated.value
+        with pytest.raises(UserError) as forecast:
+            Forecaster.load(run, ckpt=ckpt, device="cpu")
+        assert str(forecast.value).endswith(none_left.format(other)), forecast.value
+
+
 def test_a_run_still_training_is_evaluated_with_a_warning_and_recorded_so(
     cloud_run, tmp_path, caplog
 ):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from datetime import tzinfo
 from pathlib import Path
 
@@ -104,14 +105,16 @@ def check_device(device: object) -> str | None:
     return text
 
 
-def _other_checkpoint(ckpt: object) -> str:
-    """What to do about the checkpoint ``ckpt`` where it cannot be read: another one."""
-    from cloudlstm.rundir.layout import other_chosen  # as _parameter_free: on use
+def _other_checkpoint(run_dir: str | Path, ckpt: object) -> Callable[[], str]:
+    """What to do about the checkpoint ``ckpt`` of ``run_dir`` where it cannot be read:
+    another one that can (:func:`~cloudlstm.rundir.layout.other_sound`), looked for then."""
+    from cloudlstm.rundir.layout import other_sound  # as _parameter_free: on use
 
-    return (
-        f"Forecast with another checkpoint of the run: {other_chosen(ckpt)} or the path of a "
-        ".ckpt that training wrote."
+    offer = (
+        "Forecast with another checkpoint of the run: {ways} or the path of a .ckpt that "
+        "training wrote."
     )
+    return lambda: other_sound(Path(run_dir).expanduser(), ckpt, offer)
 
 
 def _parameter_free(run: Path) -> UserError | None:
@@ -218,7 +221,8 @@ class Forecaster:
         _check_path("ckpt", ckpt, '"best", "last" or the path of a .ckpt')
 
         try:
-            module, path = restore(run_dir, ckpt, check_device(device), _other_checkpoint(ckpt))
+            other = _other_checkpoint(run_dir, ckpt)
+            module, path = restore(run_dir, ckpt, check_device(device), other)
         except UserError as err:
             raise _parameter_free(Path(run_dir)) or err from None
         return cls(module, path)

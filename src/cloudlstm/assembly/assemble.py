@@ -64,10 +64,12 @@ from cloudlstm.engine.loggers import finish_wandb
 from cloudlstm.engine.module import ForecastModule
 from cloudlstm.models.build import build_model, with_sizes
 from cloudlstm.report.dashboard import define_wandb_metrics
+from cloudlstm.rundir.checkpoints import Remedy
 from cloudlstm.rundir.layout import (
     check_run_dir,
     find_checkpoint,
     other_chosen,
+    other_sound,
     read_run_config,
 )
 
@@ -181,17 +183,21 @@ def assemble(
     )
 
 
-def read_evaluated(path: Path, ckpt: object = None) -> TrainedCheckpoint:
-    """The checkpoint at ``path`` (``ckpt=`` as given, where it was), read once for an
-    evaluation.
+# the way on from a checkpoint that cannot be read, ``ways`` the run's others
+EVALUATE_ANOTHER = "Evaluate another checkpoint: {ways} or a .ckpt written by training."
+
+
+def read_evaluated(path: Path, ckpt: object = None, run: Path | None = None) -> TrainedCheckpoint:
+    """The checkpoint at ``path`` (``ckpt=`` as given, where it was, of run directory
+    ``run``), read once for an evaluation.
 
     Raises:
-        UserError: it cannot be read, naming the other checkpoints an evaluation takes.
+        UserError: it cannot be read, naming the other checkpoints of ``run`` an evaluation
+            can take instead (those sound), or that none is.
     """
-    return TrainedCheckpoint.read(
-        path,
-        f"Evaluate another checkpoint: {other_chosen(ckpt)} or a .ckpt written by training.",
-    )
+    if run is None:  # no run to look in: the names it would take
+        return TrainedCheckpoint.read(path, EVALUATE_ANOTHER.format(ways=other_chosen(ckpt)))
+    return TrainedCheckpoint.read(path, lambda: other_sound(run, ckpt, EVALUATE_ANOTHER))
 
 
 def _model_overrides() -> list[str]:
@@ -244,7 +250,7 @@ def restore(
     run_dir: str | Path,
     ckpt: str | Path = "best",
     device: str | None = None,
-    remedy: str | None = None,
+    remedy: Remedy = None,
 ) -> tuple[ForecastModule, Path]:
     """A trained run's training module, from its directory alone, in eval mode on ``device``
     (None: a GPU when there is one); and the checkpoint it came from. ``remedy`` ends the

@@ -25,7 +25,7 @@ from cloudlstm.data.spec import DataSpec, stored_spec
 from cloudlstm.errors import UserError, locate
 from cloudlstm.models.build import neighbours_needed, neighbours_setting, reads_given_graph
 from cloudlstm.models.options import parameters_of
-from cloudlstm.rundir.checkpoints import check_checkpoint, file_sha256, kept_sha256
+from cloudlstm.rundir.checkpoints import Remedy, check_checkpoint, file_sha256, kept_sha256
 from cloudlstm.rundir.layout import (
     CHECKPOINT_DIR,
     CONFIG_FILE,
@@ -53,7 +53,7 @@ class TrainedCheckpoint:
     spec: DataSpec | None
 
     @classmethod
-    def read(cls, path: Path, remedy: str | None = None) -> TrainedCheckpoint:
+    def read(cls, path: Path, remedy: Remedy = None) -> TrainedCheckpoint:
         """Verify and load ``path`` (:func:`~cloudlstm.rundir.checkpoints.check_checkpoint`;
         ``remedy`` ends its messages) and parse its data description.
 

@@ -101,7 +101,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
             path,
             run,
         )
-    trained = None if path is None else read_evaluated(path, cfg.ckpt)
+    trained = None if path is None else read_evaluated(path, cfg.ckpt, run)
     if trained is not None:  # before the data load (minutes): results filed under the run
         check_run_checkpoint(run, run_cfg, trained, "test results")
     trained_data = read_data_summary(run)

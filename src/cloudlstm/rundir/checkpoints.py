@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,15 @@ CHECKSUM_SUFFIX = ".checksum"
 # files whose checksum matched, by (path, size, mtime): a file checked by resume= and
 # loaded again by Lightning right after is read and hashed once
 _verified: set[tuple[str, int, int]] = set()
+# what a message about a damaged checkpoint ends with (what to do instead): a text, or a
+# function that makes it once the checkpoint is found damaged (looking at the other
+# checkpoints of the run costs their hashing, which a sound checkpoint never needs)
+Remedy = str | Callable[[], str] | None
+
+
+def remedy_text(remedy: Remedy) -> str | None:
+    """``remedy``'s text (None stays None)."""
+    return remedy() if callable(remedy) else remedy
 
 
 def checksum_path(path: str | Path) -> Path:
@@ -98,7 +108,7 @@ def write_checksum(path: str | Path) -> Path:
     return sidecar
 
 
-def verify_checksum(path: str | Path, remedy: str | None = None) -> None:
+def verify_checksum(path: str | Path, remedy: Remedy = None) -> None:
     """Check checkpoint ``path`` against its ``.checksum``; a file without one passes.
 
     Checkpoints written before checksums existed (older runs, ``docs/results/``) have none
@@ -123,7 +133,7 @@ def verify_checksum(path: str | Path, remedy: str | None = None) -> None:
             f"Checkpoint {path} does not match its SHA-256 in {sidecar.name}: its bytes "
             "changed after training wrote it (a disk or copy error, or an edit), so its "
             "weights are not the trained ones. "
-            + (remedy or "Use another checkpoint, or start fresh with `resume=never`.")
+            + (remedy_text(remedy) or "Use another checkpoint, or start fresh with `resume=never`.")
         )
     _verified.add(key)
 
@@ -133,7 +143,7 @@ CHECKPOINT_STARTS = (b"PK\x03\x04", b"\x80")
 
 
 def check_checkpoint(
-    path: Path, remedy: str | None = None, other_file: str | None = None
+    path: Path, remedy: Remedy = None, other_file: str | None = None
 ) -> dict[str, Any]:
     """Verify a Lightning checkpoint's checksum and load it on CPU, or raise a UserError
     that names the file.
@@ -144,13 +154,12 @@ def check_checkpoint(
     by default ``remedy``. Returns the loaded checkpoint dict.
     """
     verify_checksum(path, remedy)
-    not_one = other_file or remedy or "Point resume= at a .ckpt written by training."
     with open(path, "rb") as file:
         head = file.read(4)
     if head and not head.startswith(CHECKPOINT_STARTS):  # empty: cut short when saved
         raise UserError(
             f"{path} is not a checkpoint: training writes them as .ckpt files, zip archives, "
-            f"and this file begins {head!r}. {not_one}"
+            f"and this file begins {head!r}. {_not_one(remedy, other_file)}"
         )
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
@@ -158,11 +167,31 @@ def check_checkpoint(
         raise UserError(
             f"Cannot read checkpoint {path} ({type(err).__name__}: {_first_line(err)}). "
             "The file is truncated or corrupted, e.g. by a job killed while saving it. "
-            + (remedy or "Delete it, or start fresh with `resume=never`.")
+            + (remedy_text(remedy) or "Delete it, or start fresh with `resume=never`.")
         ) from err
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
-        raise UserError(f"{path} is not a Lightning checkpoint (no state_dict). {not_one}")
+        raise UserError(
+            f"{path} is not a Lightning checkpoint (no state_dict). {_not_one(remedy, other_file)}"
+        )
     return ckpt
+
+
+def _not_one(remedy: Remedy, other_file: str | None) -> str:
+    """The end of the message about a file that is no checkpoint at all."""
+    return other_file or remedy_text(remedy) or "Point resume= at a .ckpt written by training."
+
+
+def sound_checkpoint(path: Path) -> bool:
+    """Whether checkpoint ``path`` matches its ``.checksum`` (where it has one) and opens
+    as a checkpoint, read without its tensors: what a message may offer as a way on. The
+    hash is the one :func:`verify_checksum` keeps, so a file offered and then taken is
+    hashed once."""
+    try:
+        verify_checksum(path)
+        contents = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    except Exception:  # damaged: anything a truncated zip or a bad pickle raises
+        return False
+    return isinstance(contents, dict) and "state_dict" in contents
 
 
 def _first_line(err: Exception) -> str:

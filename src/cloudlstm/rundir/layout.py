@@ -350,6 +350,39 @@ def other_chosen(ckpt: object) -> str:
     return ", ".join(f"ckpt={c}" for c in CHOSEN_CHECKPOINTS if c != str(ckpt))
 
 
+def other_sound(run: Path, ckpt: object, offer: str) -> str:
+    """What a message about checkpoint ``ckpt`` of ``run`` found damaged ends with:
+    ``offer`` with its ``{ways}`` the checkpoints of :func:`other_chosen` that are there and
+    sound (:func:`~cloudlstm.rundir.checkpoints.sound_checkpoint`: their hashing is paid
+    here, once the damage is found); where none is, that it is so, and the way on that is
+    left: training the run again."""
+    from cloudlstm.rundir.checkpoints import sound_checkpoint  # torch: on use
+
+    given = _named_checkpoint(Path(str(ckpt)).expanduser(), run)
+    ways, lacking = [], []
+    for name in CHOSEN_CHECKPOINTS:
+        if name == str(ckpt):
+            continue
+        try:
+            path = find_checkpoint(run, name)
+        except UserError:
+            lacking.append(f"it has no {name} checkpoint")
+            continue
+        if given is not None and path.resolve() == given.resolve():
+            continue  # ckpt named this file by its path: the damaged one
+        if sound_checkpoint(path):
+            ways.append(f"ckpt={name}")
+        else:
+            lacking.append(f"{path.name} is damaged too")
+    if ways:
+        return offer.format(ways=", ".join(ways))
+    why = "; ".join(lacking) or "it has no other checkpoint"
+    return (
+        f"No other checkpoint of {run} is sound ({why}): train the run again (its training "
+        "command with resume=never), or give the path of a .ckpt written by training."
+    )
+
+
 def _named_checkpoint(given: Path, run: Path) -> Path | None:
     """The file ``given`` names: a path as it is, else one inside ``run``, else a name in
     its ``checkpoints/`` (``last.ckpt``, as the run's listing of that folder shows it)."""
