@@ -62,3 +62,18 @@ def test_without_pooled_metrics_or_with_a_damaged_record_the_option_is_one_line(
     code, _, err = run_main(capsys, tmp_path, "--pooled")
     assert code == 2 and len(err) == 1
     assert err[0].startswith(f"compare: {tmp_path / 'old' / 'metrics.json'}: test.pooled.rmse")
+
+
+def test_a_row_whose_runs_only_partly_have_pooled_metrics_is_named(tmp_path, capsys):
+    """Seed 1 from before metrics.json recorded test.pooled: the row's pooled cells were
+    empty, as if no seed had them, without a word."""
+    for seed in (0, 1):
+        write_run(tmp_path / f"stgcn{seed}", 2.0, model="stgcn", seed=seed)
+    with_pooled(tmp_path / "stgcn0", {"mae": 2.0, "rmse": 4.0})
+    code, out, err = run_main(capsys, tmp_path, "--metrics", "mae", "--pooled")
+    assert code == 0 and out.splitlines()[2].endswith("|  |  |")
+    assert err == [
+        f"compare: pooled/{name} is empty in 1 row(s) whose runs do not all report it (a "
+        f"metrics.json from before it): stgcn (synthetic); lacking it: {tmp_path / 'stgcn1'}"
+        for name in ("mae", "rmse")
+    ]

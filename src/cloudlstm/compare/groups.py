@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -124,26 +124,43 @@ def check_horizons(groups: Sequence[Group], metric: str, horizons: Sequence[int]
         )
 
 
-def partly_reported(groups: Sequence[Group], metrics: Sequence[str]) -> list[str]:
+def partly_reported(
+    groups: Sequence[Group], metrics: Sequence[str], pooled: bool = False
+) -> list[str]:
     """A line for each metric of ``metrics`` that some runs of a row report and others do
     not (``mape`` or ``smae`` beside a metrics.json from before it): the row's cell is
     empty (:meth:`Group.metric`), as if none of its seeds had it, and the line names the
-    rows and the runs that lack it (the first three)."""
-    lines = []
-    for metric in metrics:
-        partial = [
-            g for g in groups if 0 < sum(metric in run.overall for run in g.runs) < len(g.runs)
-        ]
-        if not partial:
-            continue
-        lacking = [str(run.path) for g in partial for run in g.runs if metric not in run.overall]
-        shown = ", ".join(lacking[:3]) + (" ..." if len(lacking) > 3 else "")
-        rows = ", ".join(f"{g.label} ({g.data})" for g in partial)
-        lines.append(
-            f"{metric} is empty in {len(partial)} row(s) whose runs do not all report it "
-            f"(a metrics.json from before it): {rows}; lacking it: {shown}"
-        )
-    return lines
+    rows and the runs that lack it (the first three). With ``pooled``, the same for the
+    ``pooled/<metric>`` columns (``test.pooled``, which older metrics.json files lack)."""
+    lines = [_partly(groups, metric, lambda run: run.overall) for metric in metrics]
+    if pooled:
+        names = sorted({name for g in groups for run in g.runs for name in run.pooled})
+        lines += [_partly(groups, f"pooled/{n}", lambda run: run.pooled, n) for n in names]
+    return [line for line in lines if line is not None]
+
+
+def _partly(
+    groups: Sequence[Group],
+    column: str,
+    reported: Callable[[Run], Collection[str]],
+    metric: str | None = None,
+) -> str | None:
+    """The line of :func:`partly_reported` on the column ``column``, whose ``metric`` (by
+    default its name) a run reports where it is among ``reported(run)``; None where every
+    row's runs all report it or none do."""
+    metric = metric or column
+    partial = [
+        g for g in groups if 0 < sum(metric in reported(run) for run in g.runs) < len(g.runs)
+    ]
+    if not partial:
+        return None
+    lacking = [str(run.path) for g in partial for run in g.runs if metric not in reported(run)]
+    shown = ", ".join(lacking[:3]) + (" ..." if len(lacking) > 3 else "")
+    rows = ", ".join(f"{g.label} ({g.data})" for g in partial)
+    return (
+        f"{column} is empty in {len(partial)} row(s) whose runs do not all report it "
+        f"(a metrics.json from before it): {rows}; lacking it: {shown}"
+    )
 
 
 def without_curves(groups: Sequence[Group], metric: str) -> str | None:

@@ -302,7 +302,7 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     rows = [(group.label, group.runs) for group in groups]
-    for note in [*row_notes(rows), *partly_reported(groups, args.metrics)]:
+    for note in [*row_notes(rows), *partly_reported(groups, args.metrics, args.pooled)]:
         print(f"compare: {note}", file=sys.stderr)
     shown = {*args.metrics, args.horizon_metric if args.horizons else None}
     if shown & set(LEVEL_SCORES) and (note := levels_note(groups)):
