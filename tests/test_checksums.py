@@ -177,3 +177,23 @@ def test_a_copy_is_told_by_its_bytes_where_its_runs_checksum_cannot_be_read(tmp_
     kept.write_bytes(given.read_bytes())
     unreadable_checksum(kept)
     assert TrainedCheckpoint(given, {}, None).holding([run]) == [run]
+
+
+@pytest.mark.slow
+def test_a_checksum_in_the_way_of_a_save_is_one_error_naming_it(trained_run, tiny_cfg):
+    """A ``last.ckpt.checksum`` that is a folder, where a training resumed from its best
+    checkpoint saves its last.ckpt: the save read and unlinked it, an IsADirectoryError
+    traceback in the middle of training."""
+    from cloudlstm.cli.train import train
+
+    [best] = (trained_run / "checkpoints").glob("epoch_*.ckpt")
+    sidecar = unreadable_checksum(trained_run / "checkpoints" / "last.ckpt")
+    cfg = tiny_cfg(
+        "logger=csv", "report.figures=false", "trainer.max_epochs=3",
+        "allow_changes=[trainer.max_epochs]", f"resume={best}",
+    )  # fmt: skip
+    assert Path(cfg.paths.output_dir) == trained_run
+    with pytest.raises(UserError) as err:
+        train(cfg)
+    assert str(err.value).startswith(f"Cannot replace {sidecar}, the SHA-256 of checkpoint ")
+    assert "(it is a folder)" in str(err.value) and sidecar.is_dir()

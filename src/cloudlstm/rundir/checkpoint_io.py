@@ -28,7 +28,12 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from cloudlstm.errors import out_of_space
-from cloudlstm.rundir.checkpoints import checksum_path, verify_checksum, write_checksum
+from cloudlstm.rundir.checkpoints import (
+    checksum_path,
+    read_checksum_file,
+    verify_checksum,
+    write_checksum,
+)
 
 
 class ChecksummedCheckpointIO(TorchCheckpointIO):
@@ -48,13 +53,15 @@ class ChecksummedCheckpointIO(TorchCheckpointIO):
         Raises:
             OutOfSpaceError: no room for the file (a full disk, a quota, ``ulimit -f``); the
                 file saved before at ``path``, if any, is left as it was, with its checksum.
+            UserError: the ``.checksum`` to replace is no file that can be read
+                (:func:`_old_checksum`); nothing is written.
         """
         local = _local(path)
         if local is None or storage_options is not None:
             super().save_checkpoint(checkpoint, path, storage_options)
             return
         sidecar = checksum_path(local)
-        old_checksum = sidecar.read_text() if sidecar.is_file() else None
+        old_checksum = _old_checksum(sidecar)
         # the old checksum goes first: a job killed between the file's rename and the new
         # checksum's leaves a checkpoint without a checksum (loaded unverified), never one
         # with a stale checksum that would refuse a good file
@@ -117,12 +124,32 @@ def _write_and_rename(data: memoryview, path: Path) -> None:
             staged.parent.rmdir()
 
 
-def _restore(sidecar: Path, text: str) -> None:
+def _old_checksum(sidecar: Path) -> bytes | None:
+    """The ``.checksum`` a save replaces, kept to put back should the save fail; None
+    where there is none.
+
+    Raises:
+        UserError: something is at ``sidecar`` that cannot be read as one (a folder, no
+            permission, a link to nothing), as a load of the checkpoint says
+            (:func:`~cloudlstm.rundir.checkpoints.read_checksum_file`): it was an
+            IsADirectoryError or PermissionError traceback in the middle of training.
+    """
+    return read_checksum_file(
+        sidecar,
+        lambda problem: (
+            f"Cannot replace {sidecar}, the SHA-256 of checkpoint {sidecar.with_suffix('')} "
+            f"({problem}), so the checkpoint cannot be saved with its checksum. Make it a "
+            "readable file, or delete it, then run the same command again."
+        ),
+    )
+
+
+def _restore(sidecar: Path, text: bytes) -> None:
     """Put a checksum back, atomically; where even that finds no room, the checkpoint
     stays without one (loaded unverified), never with a part of one."""
     tmp = sidecar.with_name(sidecar.name + ".tmp")
     try:
-        tmp.write_text(text)
+        tmp.write_bytes(text)
         os.replace(tmp, sidecar)
     except OSError:
         tmp.unlink(missing_ok=True)

@@ -73,24 +73,38 @@ def _written_sha256(sidecar: Path) -> str | None:
     None where there is no such file.
 
     Raises:
-        UserError: something is at ``sidecar`` but cannot be read as one (no permission, a
-            folder, a link to nothing): the checkpoint cannot be verified, and loading it
+        UserError: something is at ``sidecar`` but cannot be read as one
+            (:func:`read_checksum_file`): the checkpoint cannot be verified, and loading it
             unverified would hide that.
     """
+    text = read_checksum_file(
+        sidecar,
+        lambda problem: (
+            f"Cannot read {sidecar}, the SHA-256 of checkpoint {sidecar.with_suffix('')} "
+            f"({problem}), so the checkpoint cannot be verified. Make it a readable file, or "
+            "delete it to load the checkpoint unverified."
+        ),
+    )
+    return None if text is None else (text.split() or [b""])[0].decode("ascii", "replace")
+
+
+def read_checksum_file(sidecar: Path, unreadable: Callable[[str], str]) -> bytes | None:
+    """The bytes of the ``.checksum`` file ``sidecar``; None where there is none (a
+    checkpoint written before checksums, or, since, deleted).
+
+    Raises:
+        UserError: something is at ``sidecar`` but cannot be read as one (no permission, a
+            folder, a link to nothing), in the line ``unreadable`` makes of what is wrong.
+    """
     try:
-        if not sidecar.is_file() and (sidecar.exists() or sidecar.is_symlink()):
-            problem = "it is a folder" if sidecar.is_dir() else "it is not a file"
-        else:
-            return (sidecar.read_bytes().split() or [b""])[0].decode("ascii", "replace")
+        if sidecar.is_file() or not (sidecar.exists() or sidecar.is_symlink()):
+            return sidecar.read_bytes()
+        problem = "it is a folder" if sidecar.is_dir() else "it is not a file"
     except FileNotFoundError:
-        return None  # a checkpoint written before checksums (or, since, deleted)
+        return None
     except OSError as err:  # no permission, an I/O error
         problem = err.strerror or str(err)
-    raise UserError(
-        f"Cannot read {sidecar}, the SHA-256 of checkpoint {sidecar.with_suffix('')} "
-        f"({problem}), so the checkpoint cannot be verified. Make it a readable file, or "
-        "delete it to load the checkpoint unverified."
-    )
+    raise UserError(unreadable(problem))
 
 
 def write_checksum(path: str | Path) -> Path:
