@@ -196,16 +196,14 @@ def _not_one(remedy: Remedy, other_file: str | None) -> str:
 
 
 def sound_checkpoint(path: Path) -> bool:
-    """Whether checkpoint ``path`` matches its ``.checksum`` (where it has one) and opens
-    as a checkpoint, read without its tensors: what a message may offer as a way on. The
-    hash is the one :func:`verify_checksum` keeps, so a file offered and then taken is
-    hashed once."""
+    """Whether :func:`check_checkpoint` takes checkpoint ``path``: what a message may offer
+    as a way on. The hash is the one :func:`verify_checksum` keeps, so a file offered and
+    then taken is hashed once."""
     try:
-        verify_checksum(path)
-        contents = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    except Exception:  # damaged: anything a truncated zip or a bad pickle raises
+        check_checkpoint(path)
+    except (UserError, OSError):  # damaged, or gone or unreadable since it was found
         return False
-    return isinstance(contents, dict) and "state_dict" in contents
+    return True
 
 
 def _first_line(err: Exception) -> str:
