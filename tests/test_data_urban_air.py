@@ -93,6 +93,15 @@ def write_urban_air(folder: Path) -> Path:
     return folder
 
 
+def refusal_beside_cache(source: UrbanAirSource, stream, version: int) -> str:
+    """The message of ``source``'s refusal of its files, with the cache of ``stream`` that
+    the reading of cache ``version`` left where it looks: it must not stand in for it."""
+    cache_of_version(source, urban_air, version, stream)
+    with pytest.raises(UserError) as err:
+        source.load()
+    return str(err.value)
+
+
 @pytest.fixture
 def raw(tmp_path) -> Path:
     return write_urban_air(tmp_path / "urban_air")
@@ -247,10 +256,28 @@ def test_true_false_in_a_reading_or_position_column_is_refused_not_read_as_1_0(
             "leave them empty: it is left out)."
         )
     source = UrbanAirSource(raw, cluster="A", cache_dir=tmp_path / "cache")
-    cache_of_version(source, urban_air, 5, stream)
-    with pytest.raises(UserError) as err:
-        source.load()
-    assert str(err.value) == said
+    assert refusal_beside_cache(source, stream, 5) == said
+
+
+@pytest.mark.parametrize("text", ["True", "False", "n.d."])
+def test_text_in_a_reading_is_refused_by_its_line_not_read_as_missing(raw, tmp_path, text):
+    """A reading written as text other than NULL (``True`` among numbers and NULLs, which
+    a CSV column of both reads as text, or any word) counted as missing without a word; a
+    cache that the reading of before left (cache version 6) must not stand in for the
+    refusal. NULL and empty cells stay missing (the fixture holds a NULL)."""
+    stream = UrbanAirSource(raw, cluster="A", cache_dir=tmp_path / "first").load()
+    path = raw / "airquality.csv"
+    said = (
+        f"Column {RAW[2]!r} of Urban Air file {path} must be numeric, but holds e.g. {text!r} "
+        "(1 such entries, first at line 9). Write each reading as a number (a missing one "
+        "empty or NULL, as the archive does)."
+    )
+    df = pd.read_csv(path, dtype={RAW[2]: object})
+    df.loc[7, RAW[2]] = text  # line 9
+    df.loc[8, RAW[2]] = None  # empty: missing, as ever
+    df.to_csv(path, index=False)
+    source = UrbanAirSource(raw, cluster="A", cache_dir=tmp_path / "cache")
+    assert refusal_beside_cache(source, stream, 6) == said
 
 
 def test_other_clusters(raw, tmp_path):

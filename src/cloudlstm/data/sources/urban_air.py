@@ -25,7 +25,6 @@ from cloudlstm.data.sources.tables import (
     numeric_column,
     pivot_long,
     read_table,
-    refuse_flags_and_unreal,
 )
 from cloudlstm.data.sources.times import parse_times
 from cloudlstm.data.stream import PointCloudStream
@@ -60,8 +59,9 @@ UNPLACED_KEY = "dropped_points_without_position"
 # stations without a position are recorded in the metadata; 5: a file whose header names a
 # column twice is refused (4: the second read as another, pandas' PM25_Concentration.1);
 # 6: a reading or position column of True/False, or of complex numbers, is refused (5: read
-# as 1/0, or its real part), and so is a position written as text (5: a traceback)
-_VERSION = 6
+# as 1/0, or its real part), and so is a position written as text (5: a traceback); 7: a
+# reading of text other than NULL ("True") is refused (6: read as missing)
+_VERSION = 7
 # a station's position, as station.csv must write it
 POSITION_FIX = (
     "Write latitude and longitude as plain numbers (a station without a position may leave "
@@ -105,17 +105,14 @@ def _numbers(df: pd.DataFrame, cols: list[str], path: Path) -> pd.DataFrame:
 
 def _readings(readings: pd.DataFrame, path: Path) -> pd.DataFrame:
     """The channel columns of ``readings`` (rows of airquality.csv, its index their
-    positions there) as numbers: "NULL" or other text counts as missing, but a column of
-    True/False (the file's ``True``), complex numbers or True/False among numbers is
-    refused, which ``pd.to_numeric`` would read as 1/0 or their real parts."""
-    lines = _file_lines(readings, path)
-
-    def at(row: int) -> str:
-        return lines([row])[0]
-
-    for col in CHANNELS.values():
-        refuse_flags_and_unreal(readings[col], col, f"Urban Air file {path}", READINGS_FIX, at)
-    return readings[list(CHANNELS.values())].apply(pd.to_numeric, errors="coerce")
+    positions there) as float64 numbers: an empty cell or ``NULL`` (the archive's) is
+    missing; any other text (``True``, ``n.d.``), a column of True/False, complex numbers
+    or True/False among numbers is refused in one line naming its line
+    (:func:`~cloudlstm.data.sources.tables.numeric_column`): read as missing, or as 1/0 by
+    ``pd.to_numeric``, a reading the file does hold would be lost without a word."""
+    at, what = _file_lines(readings, path), f"Urban Air file {path}"
+    columns = {c: numeric_column(readings, c, what, READINGS_FIX, at) for c in CHANNELS.values()}
+    return pd.DataFrame(columns, index=readings.index)
 
 
 def _holds_raw(folder: Path) -> bool:
