@@ -376,6 +376,44 @@ def test_point_columns_in_another_case_are_named_so(forecaster):
         long_history(some, info, "history")
 
 
+FLOAT_HINT = (
+    "from an id of the training points only by a '.0' (e.g. '773869.0' and '773869'), as "
+    "pandas writes a column of whole numbers that had an empty cell: ids are matched as "
+    "written, so write them alike in both (as integers: in pandas, astype('Int64'))."
+)
+
+
+def test_sensor_ids_written_as_floats_are_named_so_in_a_wide_or_long_history_file(
+    forecaster, tmp_path, caplog
+):
+    """A history file whose sensor ids pandas wrote as floats (``773869.0``) was read as a
+    long table without its id column (all columns so), refused without a word of the
+    ``.0`` (some), or forecast as new sites in silence (the long format)."""
+    path = tmp_path / "recent.csv"
+    floats = wide(RECENT).rename(columns=lambda c: c if c == "timestamp" else f"{c}.0")
+    floats.to_csv(path, index=False)
+    with pytest.raises(UserError) as err:
+        long_history(read_history(path), forecaster.info, "history")
+    assert str(err.value) == (
+        "history has no id column, and its column(s) 773869.0, 767541.0, 767542.0, "
+        f"717447.0, 717446.0 ... (6 in all) are no training point's id. All 6 differ {FLOAT_HINT}"
+    )
+    wide(RECENT).rename(columns={"773869": "773869.0"}).to_csv(path, index=False)
+    with pytest.raises(UserError) as err:
+        long_history(read_history(path), forecaster.info, "history")
+    said = str(err.value)
+    assert "column(s) 773869.0 are not points" in said, said
+    assert said.endswith(f"speed). It differs {FLOAT_HINT}"), said
+    rows = long(wide(RECENT))
+    rows.assign(id=rows["id"].replace("773869", "773869.0")).to_csv(path, index=False)
+    with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.forecast_input"):
+        forecaster.forecast(read_history(path))
+    warned = [r.getMessage() for r in caplog.records if "only by a '.0'" in r.getMessage()]
+    assert warned == [
+        f"the history has new point(s) forecast as new sites. It differs {FLOAT_HINT}"
+    ]
+
+
 @pytest.fixture(scope="module")
 def mlp_run(tmp_path_factory) -> Path:
     """A tiny MLP run on the wide table: a model tied to its training points, in order."""

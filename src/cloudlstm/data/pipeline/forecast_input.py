@@ -47,10 +47,10 @@ from cloudlstm.data.sources.long_format import SAME_PLACE, _moving_points, _span
 from cloudlstm.data.sources.tables import (
     ROW_COORDINATES_FIX,
     LongGrid,
-    case_hint,
     check_columns,
     empty_ids,
     fill_gaps_causally,
+    id_hint,
     id_text,
     infer_step,
     numeric_column,
@@ -382,16 +382,17 @@ def order_points(ids: list[str], info: DataSpec, what: str, wide: bool = False) 
     present = set(ids)
     known = [p for p in info.point_ids if p in present]
     new = sorted(present - set(info.point_ids))
-    in_case = case_hint(new, info.point_ids, "the training points")
+    # a new point written as a training one in another case or as a float (773869.0)
+    near = id_hint(new, info.point_ids, "the training points")
     if info.fixed_points and new:
         raise UserError(
             f"{what} has {len(new)} point(s) the model was not trained on ({', '.join(new[:5])}"
             f"{' ...' if len(new) > 5 else ''}); {info.model} cannot forecast them: "
             f"{info.fixed_points}. Leave them out, or train a point model (e.g. model=cloudlstm)."
-            f"{in_case}"
+            f"{near}"
         )
-    if in_case:  # forecast as new sites, beside the training point they likely are
-        log.warning("%s has new point(s) forecast as new sites.%s", what, in_case)
+    if near:  # forecast as new sites, beside the training point they likely are
+        log.warning("%s has new point(s) forecast as new sites.%s", what, near)
     if info.fixed_points and len(known) < len(info.point_ids):
         missing = [p for p in info.point_ids if p not in present]
         part = "column" if wide else "row"

@@ -24,10 +24,11 @@ from cloudlstm.data.sources.bad_values import (
     refuse_flag_points,
 )
 from cloudlstm.data.sources.tables import (
-    case_hint,
     clock_change_hint,
+    id_hint,
     id_text,
     index_as_columns,
+    near_ids,
     refuse_repeated_columns,
     written_row_numbers,
 )
@@ -41,17 +42,18 @@ SHOWN = 5  # column names quoted in a message
 UNNAMED = re.compile(r"Unnamed: 0")  # pandas's name of an empty first header
 
 
-def _check_not_points_in_another_case(df: pd.DataFrame, info: DataSpec, what: str) -> None:
-    """A table none of whose columns is a training point, though some would be one ignoring
-    the case (``S001`` for ``s001``), is a wide table written otherwise: say so, rather than
-    read it as the long format and miss its id column.
+def _check_not_points_written_otherwise(df: pd.DataFrame, info: DataSpec, what: str) -> None:
+    """A table none of whose columns is a training point, though some would be one in
+    another case (``S001`` for ``s001``) or without a whole float's ``.0`` (``773869.0``
+    for ``773869``: :func:`~cloudlstm.data.sources.tables.id_hint`), is a wide table
+    written otherwise: say so, rather than read it as the long format and miss its id
+    column.
 
     Raises:
-        UserError: some columns are training points in another case.
+        UserError: some columns are training points written otherwise.
     """
-    folded = {str(p).casefold() for p in info.point_ids}
-    unmatched = [c for c in map(id_text, df.columns) if c.casefold() in folded]
-    if hint := case_hint(unmatched, info.point_ids, "the training points"):
+    unmatched = near_ids([id_text(c) for c in df.columns], info.point_ids)
+    if hint := id_hint(unmatched, info.point_ids, "the training points"):
         raise UserError(
             f"{what} has no {info.id_col} column, and its column(s) {_names(unmatched)} are "
             f"no training point's id.{hint}"
@@ -96,7 +98,7 @@ def long_history(
         # with df.set_index("timestamp") holds them: columns, as training read them
         return index_as_columns(df)
     if not set(map(id_text, df.columns)) & trained:
-        _check_not_points_in_another_case(df, info, what)
+        _check_not_points_written_otherwise(df, info, what)
         return df
     channels = info.read_channels
     if len(channels) != 1:
@@ -117,7 +119,7 @@ def long_history(
             "and a wide table gives no coordinates for new points: leave them out, or give "
             f"the long format (columns {info.time_col}, {info.id_col}, "
             f"{', '.join(info.coord_cols)}, {channels[0]})."
-            + case_hint(unknown, info.point_ids, "the training points")
+            + id_hint(unknown, info.point_ids, "the training points")
         )
     _refuse_repeated_times(frame[time_col], what, row_names)
     _warn_points_left_out(ids, info, what)

@@ -56,6 +56,7 @@ __all__ = [
     "build_stream",
     "case_hint",
     "id_hint",
+    "near_ids",
     "check_column_roles",
     "check_columns",
     "check_coordinate_columns",
@@ -1334,11 +1335,29 @@ def id_hint(unmatched: Sequence[str], known: Sequence[str], where: str) -> str:
         unmatched,
         known,
         where,
-        lambda i: _WHOLE_FLOAT.sub(r"\1", i),
+        _without_float_zero,
         "only by a '.0'",
         ", as pandas writes a column of whole numbers that had an empty cell",
         " (as integers: in pandas, astype('Int64'))",
     )
+
+
+def near_ids(ids: Sequence[str], known: Sequence[str]) -> list[str]:
+    """The ids of ``ids`` that :func:`id_hint` names: none of ``known``, but one of them
+    in another case or with a whole float's ``.0`` (a table whose columns are all such is
+    one written otherwise, not one without the columns looked for)."""
+    written = {str(k) for k in known}
+    keyed = [(key, {key(k) for k in written}) for key in (str.casefold, _without_float_zero)]
+    return [
+        str(i)
+        for i in ids
+        if str(i) not in written and any(key(str(i)) in keys for key, keys in keyed)
+    ]
+
+
+def _without_float_zero(text: str) -> str:
+    """``text`` without the ``.0`` of a whole number written as a float (``773869.0``)."""
+    return _WHOLE_FLOAT.sub(r"\1", text)
 
 
 # the text of a whole number written as a float: 773869.0
