@@ -13,8 +13,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, build_datamodule, compose_train, one_line, rebuilding_fails, run_python
+from conftest import (
+    ROOT,
+    build_datamodule,
+    cache_of_version,
+    compose_train,
+    one_line,
+    rebuilding_fails,
+    run_python,
+)
 
+from cloudlstm.data.sources import telecom_italia
 from cloudlstm.data.sources.telecom_italia import CHANNELS, TelecomItaliaSource, grid_centroids
 from cloudlstm.errors import MissingFileError, UserError
 
@@ -482,7 +491,7 @@ def test_a_days_file_copied_under_another_days_name_is_refused(milan):
     value of that day doubled without a word (and the second day missing)."""
     folder, _ = milan
     first, second = (folder / f"sms-call-internet-mi-{day}.txt" for day in DAYS)
-    lines = first.read_text().splitlines(keepends=True)
+    lines, own = (day.read_text().splitlines(keepends=True) for day in (first, second))
     second.write_text("".join(lines[5:]))  # a copy, its first rows lost
     with pytest.raises(UserError) as err:
         TelecomItaliaSource(folder).load()
@@ -499,10 +508,36 @@ def test_a_days_file_copied_under_another_days_name_is_refused(milan):
     second.unlink()
     chosen = {"channels": ["internet"], "squares": [int(square)]}
     alone = TelecomItaliaSource(folder, **chosen).load()
-    second.write_text("\t".join([square, ms, "7", "", "", "", "", "2.5"]) + "\n")
+    second.write_text("".join(own) + "\t".join([square, ms, "7", "", "", "", "", "2.5"]) + "\n")
     both = TelecomItaliaSource(folder, **chosen).load()
     hour = pd.DatetimeIndex(both.timestamps).get_loc(pd.Timestamp(start).floor("1h"))
     assert both.values[hour, 0, 0] == pytest.approx(alone.values[hour, 0, 0] + 2.5)
+
+
+def test_a_days_file_renamed_to_another_day_is_refused_naming_both_days(milan, tmp_path):
+    """A day's file renamed to another day was read as it was: that day missing, and
+    ``first_day``/``last_day`` choosing it by the day of its name. Its days are Milan's
+    (UTC+1 in November): the file of 2013-11-02 holds 2013-11-01 23:00 to 2013-11-02 22:50
+    UTC, which is its own day, not two; a cache that the reading of before left (cache
+    version 6) must not stand in for the refusal."""
+    folder, _ = milan
+    stream = TelecomItaliaSource(folder, cache_dir=tmp_path / "first").load()
+    second = folder / "sms-call-internet-mi-2013-11-02.txt"
+    renamed = second.rename(folder / "sms-call-internet-mi-2013-11-05.txt")
+    said = (
+        f"Telecom Italia file {renamed} is named for 2013-11-05, but its rows are of "
+        "2013-11-02 (interval starts 2013-11-01 23:00 to 2013-11-02 22:50 UTC; a file's day "
+        "is Milan's): is it another day's file renamed? Get the file of 2013-11-05 again, or "
+        "give this one its own day's name."
+    )
+    source = TelecomItaliaSource(folder, cache_dir=tmp_path / "cache")
+    cache_of_version(source, telecom_italia, 6, stream)
+    with pytest.raises(UserError, match=f"^{re.escape(said)}$"):
+        source.load()
+    renamed.rename(second)
+    assert TelecomItaliaSource(folder, first_day="2013-11-02").load().timestamps[0] == (
+        np.datetime64("2013-11-01T23:00")
+    )
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ are tab-separated without header, one row per square, 10-minute interval and cou
 An empty field means no activity (the files list only what happened); a field that is
 no number within float32's range (``inf``, ``1e39``), and a row repeating the square,
 interval and country code of another (a file concatenated with itself, or a day's file
-copied under another day's name), are refused.
+copied under another day's name), and a file none of whose rows is of the day its name
+says (a day's file renamed; the days are Milan's), are refused.
 The grid is ``milano-grid.geojson`` (``.geojson.gz`` too): one polygon per square
 (``cellId``), WGS84.
 Barlacchi et al., "A multi-source dataset of urban life in the city of Milan and the
@@ -83,8 +84,11 @@ _GRID_NAMES = ("milano-grid.geojson", "milano-grid.geojson.gz")
 # 5: a grid of MultiPolygons places each square at its parts' centroid (4: at an absurd
 # point, its rings read as one polygon)
 # 6: a row of one file repeated in another (a day's file copied under another day's name)
-# is refused (5: summed twice)
-_VERSION = 6
+# is refused (5: summed twice); 7: a file none of whose rows is of the day its name says is
+# refused (6: read as it was)
+_VERSION = 7
+# the files' days are Milan's: the file of 2013-11-01 starts at 2013-10-31 23:00 UTC
+_FILES_ZONE = "Europe/Rome"
 # the largest activity float32 keeps: a field beyond it would be summed into an inf
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -252,6 +256,7 @@ class TelecomItaliaSource(UnitsGiven, CachedSource):
             intervals.append(seen)
             in_files.update(squares)
         _refuse_rows_in_two_files(files, intervals)
+        _refuse_files_of_other_days(files, intervals)
         # a step may straddle two files (a UTC day's step over local-day files)
         sums = pd.concat(parts).groupby(["time", "square"], sort=False).sum().reset_index()
         if self.squares is not None:
@@ -636,6 +641,31 @@ def _refuse_rows_in_two_files(files: list[Path], intervals: list[np.ndarray]) ->
                 shared.setdefault(j, []).append(start // 1_000_000)
         for j, starts in shared.items():
             _refuse_shared_rows(files[j], files[k], starts)
+
+
+def _refuse_files_of_other_days(files: list[Path], intervals: list[np.ndarray]) -> None:
+    """Refuse a day file none of whose rows is of the day its name says, in Milan's time
+    (:data:`_FILES_ZONE`, the files' days): a file renamed to another day was read without
+    a word, that day missing and ``first_day``/``last_day`` choosing it by the wrong day.
+    ``intervals``: each file's distinct interval starts ``(I,)`` ``datetime64[ns]`` UTC.
+
+    Raises:
+        UserError: naming the file, the day its name says and the day(s) its rows hold.
+    """
+    for path, seen in zip(files, intervals, strict=True):
+        named = _DAY_FILE.match(path.name).group(1)
+        days = pd.DatetimeIndex(seen).tz_localize("UTC").tz_convert(_FILES_ZONE)
+        held = sorted(set(days.strftime("%Y-%m-%d")))
+        if not held or named in held:
+            continue
+        span = held[0] if len(held) == 1 else f"{held[0]} to {held[-1]}"
+        first, last = (pd.Timestamp(t).strftime("%Y-%m-%d %H:%M") for t in (seen.min(), seen.max()))
+        raise UserError(
+            f"Telecom Italia file {path} is named for {named}, but its rows are of {span} "
+            f"(interval starts {first} to {last} UTC; a file's day is Milan's): is it another "
+            f"day's file renamed? Get the file of {named} again, or give this one its own "
+            "day's name."
+        )
 
 
 def _refuse_shared_rows(first: Path, second: Path, starts: list[int]) -> None:
