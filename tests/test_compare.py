@@ -957,6 +957,25 @@ def test_uncalibrated_results_of_another_shape_are_one_line_naming_the_part(
     ), err[0]
 
 
+def test_uncalibrated_without_a_calibrated_run_is_one_line(tmp_path, capsys):
+    """--uncalibrated on runs none of which was calibrated printed their table as it is,
+    passed off as the forecast before calibration; one calibrated run among them is read."""
+    write_run(tmp_path / "runs" / "a", 1.0)
+    code, out, err = run_main(capsys, tmp_path / "runs", "--uncalibrated")
+    assert code == 2 and out == ""
+    assert err == [
+        "compare: --uncalibrated: no run was calibrated (module.calibrate=conformal), so "
+        "their forecasts have no other metrics before calibration: leave out --uncalibrated"
+    ]
+    write_run(tmp_path / "runs" / "b", 2.0, model="linear")
+    path = tmp_path / "runs" / "b" / "metrics.json"
+    results = json.loads(path.read_text())
+    results["test"]["uncalibrated"] = {"overall": {"mae": {"mean": 2.0}}}
+    path.write_text(json.dumps(results))
+    code, out, err = run_main(capsys, tmp_path / "runs", "--uncalibrated")
+    assert code == 0 and "linear" in out and err == []
+
+
 def test_an_infinite_metric_of_one_seed_is_an_infinite_mean_without_warnings(
     tmp_path, capsys, recwarn
 ):

@@ -271,9 +271,9 @@ def _run(args: argparse.Namespace) -> int:
     runs = _find_runs(args.dirs, args.include_evals, args.include_debug, args.by)
     _check_quantile_metrics(runs, args)
     if args.uncalibrated:
-        from cloudlstm.compare.calibration import before_calibration
+        from cloudlstm.compare.calibration import all_before_calibration
 
-        runs = [before_calibration(run) for run in runs]
+        runs = all_before_calibration(runs)
     if args.relative_to:
         if args.paper:
             raise CompareError("--relative-to and --paper: the paper's tables are not relative")
