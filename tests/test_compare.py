@@ -976,6 +976,32 @@ def test_uncalibrated_without_a_calibrated_run_is_one_line(tmp_path, capsys):
     assert code == 0 and "linear" in out and err == []
 
 
+def test_a_group_metric_no_run_scored_by_group_reports_is_one_line(tmp_path, capsys):
+    """Quantile runs without held-out points beside a point run with them: the
+    held_out/coverage80 and trained/coverage80 columns were empty in every row, unsaid."""
+    write_run(tmp_path / "runs" / "q", 1.0, model="linear")
+    path = tmp_path / "runs" / "q" / "metrics.json"
+    results = json.loads(path.read_text())
+    results["test"]["overall"]["coverage80"] = {"mean": 0.8}
+    path.write_text(json.dumps(results))
+    write_run(tmp_path / "runs" / "h", 2.0)
+    path = tmp_path / "runs" / "h" / "metrics.json"
+    results = json.loads(path.read_text())
+    scores = {"overall": {"mae": {"mean": 2.0}}}
+    results["test"]["groups"] = {"held_out": scores, "trained": scores}
+    path.write_text(json.dumps(results))
+    code, out, err = run_main(capsys, tmp_path / "runs", "--group-metric", "coverage80")
+    assert code == 2 and out == ""
+    assert err == [
+        "compare: --group-metric coverage80: no run scored by point group (held_out, trained) "
+        "reports coverage80, so its group columns would be empty: give a metric they report "
+        "(e.g. --group-metric mae), or compare runs trained with both data.holdout_points and "
+        "module.quantiles"
+    ]
+    code, out, err = run_main(capsys, tmp_path / "runs", "--group-metric", "mae")
+    assert code == 0 and "held_out/mae" in out
+
+
 def test_an_infinite_metric_of_one_seed_is_an_infinite_mean_without_warnings(
     tmp_path, capsys, recwarn
 ):

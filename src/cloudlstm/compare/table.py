@@ -178,12 +178,32 @@ def _point_group_columns(
     if unknown := [name for name in shown if name not in have]:
         valid = ", ".join(sorted(have)) or "none (no run scores point groups)"
         raise CompareError(f"no run has point group(s) {', '.join(unknown)}; groups: {valid}")
+    _check_group_metric(rows, metric, shown)
     return [
         Column(
             f"{name}/{metric}", [_group_metric(g, name, metric) for g in rows], better_of(metric)
         )
         for name in shown
     ]
+
+
+def _check_group_metric(rows: Sequence[Group], metric: str, shown: Sequence[str]) -> None:
+    """Refuse a ``metric`` that no run scored by point group reports at all (``coverage80``
+    where only point forecasts hold out points, the quantile runs none): every cell of its
+    group columns would be empty, without a word.
+
+    Raises:
+        CompareError: no run with the groups ``shown`` reports ``metric``.
+    """
+    scored = [run for g in rows for run in g.runs if any(name in run.groups for name in shown)]
+    if not scored or any(metric in run.overall for run in scored):
+        return
+    raise CompareError(
+        f"--group-metric {metric}: no run scored by point group ({', '.join(shown)}) reports "
+        f"{metric}, so its group columns would be empty: give a metric they report (e.g. "
+        "--group-metric mae), or compare runs trained with both data.holdout_points and "
+        "module.quantiles"
+    )
 
 
 def _group_metric(group: Group, point_group: str, metric: str) -> Stat | None:
