@@ -497,8 +497,8 @@ def test_a_run_without_a_last_checkpoint_is_not_told_to_take_ckpt_last(cloud_run
         evaluate(compose_eval(run, tmp_path / "eval", "ckpt=last"))
     held = sorted(p.name for p in (run / "checkpoints").glob("*.ckpt"))
     assert str(refused.value) == (
-        f"No checkpoint 'last' in {run} ({run / 'checkpoints'} holds {held}): use a run that "
-        "trained, ckpt=best, a file's name in that folder or the path of a .ckpt file."
+        f"No checkpoint 'last' in {run} ({run / 'checkpoints'} holds {held}). Give another: "
+        "ckpt=best, a file's name in that folder or the path of a .ckpt file."
     )
 
 
@@ -607,6 +607,50 @@ def test_a_damaged_checkpoint_offers_no_other_that_is_damaged_too(cloud_run, tmp
         with pytest.raises(UserError) as forecast:
             Forecaster.load(run, ckpt=ckpt, device="cpu")
         assert str(forecast.value).endswith(none_left.format(other)), forecast.value
+
+
+def damage(checkpoint: Path) -> None:
+    """Change the last byte of ``checkpoint``: it no longer matches its checksum."""
+    with open(checkpoint, "r+b") as file:
+        file.seek(-1, 2)
+        file.write(b"\x00" if file.read(1) != b"\x00" else b"\x01")
+
+
+def refused_by_eval_and_forecast(run: Path, out: Path, ckpt: str) -> tuple[str, str]:
+    """The lines of eval.py and of a forecast refusing checkpoint ``ckpt`` of ``run``."""
+    with pytest.raises(UserError) as evaluated:
+        evaluate(compose_eval(run, out, f"ckpt={ckpt}"))
+    with pytest.raises(UserError) as forecast:
+        Forecaster.load(run, ckpt=ckpt, device="cpu")
+    return str(evaluated.value), str(forecast.value)
+
+
+def test_a_missing_checkpoint_offers_no_other_that_is_damaged(cloud_run, tmp_path):
+    """One checkpoint missing, the other damaged: eval.py and a forecast offered the damaged
+    one (ckpt=best for a missing last, ckpt=last for a best that is gone or never chosen)."""
+    run = tmp_path / "run"
+    shutil.copytree(cloud_run, run)
+    best = run / metrics(run)["checkpoint"]
+    last = run / "checkpoints" / "last.ckpt"
+    damage(best)
+    last.unlink()
+    none_left = (
+        f"No other checkpoint of {run} is sound ({{}} is damaged): train the run again (its "
+        "training command with resume=never), or give the path of a .ckpt written by training."
+    )
+    for line in refused_by_eval_and_forecast(run, tmp_path / "eval_last", "last"):
+        assert line.startswith(f"No checkpoint 'last' in {run} ("), line
+        assert line.endswith(none_left.format(best.name)), line
+    shutil.copy(cloud_run / "checkpoints" / "last.ckpt", last)
+    damage(last)
+    best.unlink()  # the tested one gone
+    for line in refused_by_eval_and_forecast(run, tmp_path / "eval_gone", "best"):
+        assert line.startswith(f"The best checkpoint of {run}, "), line
+        assert line.endswith(none_left.format(last.name)), line
+    (run / "metrics.json").unlink()  # killed before a validation chose one
+    for line in refused_by_eval_and_forecast(run, tmp_path / "eval_best", "best"):
+        assert line.startswith(f"No best checkpoint in {run} ("), line
+        assert line.endswith(none_left.format(last.name)), line
 
 
 def test_a_run_still_training_is_evaluated_with_a_warning_and_recorded_so(

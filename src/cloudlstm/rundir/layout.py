@@ -292,39 +292,68 @@ def find_checkpoint(run: Path, ckpt: object) -> Path:
     (:mod:`cloudlstm.rundir.final_checkpoint`). Every one is looked for inside ``run``,
     wherever it was copied or moved.
 
+    A message about one not there offers ``best`` or ``last`` only where that one is there
+    and sound (:func:`other_sound`).
+
     Raises:
         UserError: there is no such checkpoint (the tested one gone, for ``best``; not
             written yet, by a training still running), or ``ckpt`` is no path
             (:func:`path_option`).
     """
-    folder = run / CHECKPOINT_DIR
     ckpt = path_option(ckpt, "ckpt", "best, last or the path of a .ckpt")
     if ckpt == "best":
-        newest = newest_best(run)
         try:
-            tested = (read_metrics(run) or {}).get("checkpoint")  # read once
+            found, gone = _best(run)
         except UserError as err:
             raise damaged_for_best(err) from None
-        found = _tested_checkpoint(run, tested)
-        if found is None and tested:
-            raise UserError(_best_gone(run, folder, tested))
-        found = found or newest
+        if gone:
+            raise UserError(_best_gone(run, gone))
     elif ckpt == "last":
         found = last_checkpoint(run)
     else:
         found = _named_checkpoint(Path(ckpt).expanduser(), run)
     if found is None or not found.is_file():
-        have = sorted(p.name for p in folder.glob("*.ckpt"))
-        if ckpt in CHOSEN_CHECKPOINTS:
-            _check_not_training(run, ckpt, written_checkpoints(run))
-        if ckpt == "best" and resume_candidates(run):
-            raise UserError(_no_best(run, folder, have))
-        raise UserError(
-            f"No checkpoint {ckpt!r} in {run} ({folder} holds {have or 'no .ckpt files'}): "
-            f"use a run that trained, {other_chosen(ckpt)}, a file's name in that folder or "
-            "the path of a .ckpt file."
-        )
+        raise UserError(_missing(run, ckpt))
     return found
+
+
+def _best(run: Path) -> tuple[Path | None, str | None]:
+    """``ckpt=best`` of run directory ``run``: ``(its file, None)``, the one its
+    ``metrics.json`` says was tested, else the newest ``epoch_*.ckpt`` (None where it has
+    none); or ``(None, tested)`` where the file names a tested checkpoint no longer there.
+
+    Raises:
+        UserError: its ``metrics.json`` is damaged (:func:`read_metrics`).
+    """
+    newest = newest_best(run)
+    tested = (read_metrics(run) or {}).get("checkpoint")  # read once
+    found = _tested_checkpoint(run, tested)
+    if found is None and tested:
+        return None, tested
+    return found or newest, None
+
+
+# how a message about a checkpoint not there ends, ``ways`` the run's others that are sound
+GIVE_ANOTHER = "Give another: {ways}, a file's name in that folder or the path of a .ckpt file."
+
+
+def _missing(run: Path, ckpt: str) -> str:
+    """Why checkpoint ``ckpt`` (best, last, a name or a path) of ``run``, not there, is
+    refused, offering the run's other checkpoints only where they are sound (:func:`other_sound`).
+
+    Raises:
+        UserError: a training still running holds ``run`` (:func:`_check_not_training`).
+    """
+    folder = run / CHECKPOINT_DIR
+    have = sorted(p.name for p in folder.glob("*.ckpt"))
+    if ckpt in CHOSEN_CHECKPOINTS:
+        _check_not_training(run, ckpt, written_checkpoints(run))
+    if ckpt == "best" and resume_candidates(run):
+        return _no_best(run, folder, have)
+    return (
+        f"No checkpoint {ckpt!r} in {run} ({folder} holds {have or 'no .ckpt files'}). "
+        + other_sound(run, ckpt, GIVE_ANOTHER, missing=True)
+    )
 
 
 def newest_best(run: Path) -> Path | None:
@@ -350,12 +379,12 @@ def other_chosen(ckpt: object) -> str:
     return ", ".join(f"ckpt={c}" for c in CHOSEN_CHECKPOINTS if c != str(ckpt))
 
 
-def other_sound(run: Path, ckpt: object, offer: str) -> str:
-    """What a message about checkpoint ``ckpt`` of ``run`` found damaged ends with:
-    ``offer`` with its ``{ways}`` the checkpoints of :func:`other_chosen` that are there and
-    sound (:func:`~cloudlstm.rundir.checkpoints.sound_checkpoint`: their hashing is paid
-    here, once the damage is found); where none is, that it is so, and the way on that is
-    left: training the run again."""
+def other_sound(run: Path, ckpt: object, offer: str, missing: bool = False) -> str:
+    """What a message about checkpoint ``ckpt`` of ``run``, found damaged (or ``missing``),
+    ends with: ``offer`` with its ``{ways}`` the checkpoints of :func:`other_chosen` that are
+    there and sound (:func:`~cloudlstm.rundir.checkpoints.sound_checkpoint`: their hashing is
+    paid here, once the one asked for is refused); where none is, that it is so and why
+    (:func:`_chosen`), and the way on that is left: training the run again."""
     from cloudlstm.rundir.checkpoints import sound_checkpoint  # torch: on use
 
     given = _named_checkpoint(Path(str(ckpt)).expanduser(), run)
@@ -363,17 +392,15 @@ def other_sound(run: Path, ckpt: object, offer: str) -> str:
     for name in CHOSEN_CHECKPOINTS:
         if name == str(ckpt):
             continue
-        try:
-            path = find_checkpoint(run, name)
-        except UserError:
-            lacking.append(f"it has no {name} checkpoint")
-            continue
-        if given is not None and path.resolve() == given.resolve():
+        path = _chosen(run, name)
+        if isinstance(path, str):
+            lacking.append(path)
+        elif given is not None and path.resolve() == given.resolve():
             continue  # ckpt named this file by its path: the damaged one
-        if sound_checkpoint(path):
+        elif sound_checkpoint(path):
             ways.append(f"ckpt={name}")
         else:
-            lacking.append(f"{path.name} is damaged too")
+            lacking.append(f"{path.name} is damaged{'' if missing else ' too'}")
     if ways:
         return offer.format(ways=", ".join(ways))
     why = "; ".join(lacking) or "it has no other checkpoint"
@@ -381,6 +408,24 @@ def other_sound(run: Path, ckpt: object, offer: str) -> str:
         f"No other checkpoint of {run} is sound ({why}): train the run again (its training "
         "command with resume=never), or give the path of a .ckpt written by training."
     )
+
+
+def _chosen(run: Path, name: str) -> Path | str:
+    """Checkpoint ``name`` (best or last) of ``run``, or why there is none to offer, in a
+    few words."""
+    gone = None
+    if name == "last":
+        found = last_checkpoint(run)
+    else:
+        try:
+            found, gone = _best(run)
+        except UserError:
+            return "it has no best checkpoint"
+    if gone:
+        return f"its best checkpoint, {gone}, is gone"
+    if found is None or not found.is_file():
+        return f"it has no {name} checkpoint"
+    return found
 
 
 def _named_checkpoint(given: Path, run: Path) -> Path | None:
@@ -430,25 +475,26 @@ def _check_not_training(run: Path, ckpt: str, have: list[str]) -> None:
 
 
 def _no_best(run: Path, folder: Path, have: list[str]) -> str:
-    """Why a run with weights to resume from has no best checkpoint, and the two ways on."""
+    """Why a run with weights to resume from has no best checkpoint, and the ways on: its
+    last weights only where they are sound."""
+    offer = "Train it on with its command and resume=auto, or take its last weights with {ways}."
     return (
         f"No best checkpoint in {run} ({folder} holds {have}): the run stopped before a "
-        "validation chose one (killed, or shorter than one validation). Train it on with its "
-        "command and resume=auto, or take its last weights with ckpt=last."
+        "validation chose one (killed, or shorter than one validation). "
+        + other_sound(run, "best", offer, missing=True)
     )
 
 
-def _best_gone(run: Path, folder: Path, tested: str) -> str:
+def _best_gone(run: Path, tested: str) -> str:
     """Why ``best`` of a run whose tested checkpoint (``tested``, as its ``metrics.json``
     names it) is no longer there is refused, rather than another ``epoch_*.ckpt`` taken for
-    it, and the ways on."""
+    it, and the ways on: its last weights only where they are sound."""
+    folder = run / CHECKPOINT_DIR
     have = sorted(p.name for p in folder.glob("*.ckpt"))
-    last = ["ckpt=last"] if last_checkpoint(run).is_file() else []
-    ways = ", ".join([*last, "a file's name in that folder or the path of a .ckpt file"])
     return (
         f"The best checkpoint of {run}, {tested} (the one its training tested, as its "
-        f"metrics.json says), is gone: {folder} holds {have or 'no .ckpt files'}. Give "
-        f"another: {ways}."
+        f"metrics.json says), is gone: {folder} holds {have or 'no .ckpt files'}. "
+        + other_sound(run, "best", GIVE_ANOTHER, missing=True)
     )
 
 
