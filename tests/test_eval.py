@@ -653,6 +653,23 @@ def test_a_missing_checkpoint_offers_no_other_that_is_damaged(cloud_run, tmp_pat
         assert line.endswith(none_left.format(last.name)), line
 
 
+def test_a_damaged_metrics_json_is_named_not_taken_for_no_best_checkpoint(cloud_run, tmp_path):
+    """last.ckpt damaged and metrics.json cut short: the line said the run had no best
+    checkpoint, of a run whose best is there and only the file naming it is damaged."""
+    run = tmp_path / "run"
+    shutil.copytree(cloud_run, run)
+    damage(run / "checkpoints" / "last.ckpt")
+    text = (run / "metrics.json").read_text()
+    (run / "metrics.json").write_text(text[: len(text) // 2])
+    for line in refused_by_eval_and_forecast(run, tmp_path / "eval", "last"):
+        assert line.endswith(
+            f"No other checkpoint of {run} is sound ({run / 'metrics.json'} is damaged, so its "
+            "best checkpoint is unknown until that file is restored from a copy): train the run "
+            "again (its training command with resume=never), or give the path of a .ckpt "
+            "written by training."
+        ), line
+
+
 def test_a_run_still_training_is_evaluated_with_a_warning_and_recorded_so(
     cloud_run, tmp_path, caplog
 ):

@@ -119,10 +119,15 @@ def _other_checkpoint(run_dir: str | Path, ckpt: object) -> Callable[[], str]:
 
 def _parameter_free(run: Path) -> UserError | None:
     """The line for a run of a model without parameters (persistence), which trains nothing
-    and so writes no checkpoint; None for any other run."""
+    and so writes no checkpoint; None for any other run, and where its ``metrics.json`` is
+    damaged: the checkpoint's own line then names that file (``other_sound``), and the
+    file's damage is no reason to hide what was refused."""
     from cloudlstm.rundir.layout import read_metrics
 
-    results = (read_metrics(run) if run.is_dir() else None) or {}
+    try:
+        results = (read_metrics(run) if run.is_dir() else None) or {}
+    except UserError:
+        return None
     if results.get("num_params") != 0:
         return None
     model = (results.get("run") or {}).get("model", "its model")

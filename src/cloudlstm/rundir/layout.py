@@ -412,7 +412,8 @@ def other_sound(run: Path, ckpt: object, offer: str, missing: bool = False) -> s
 
 def _chosen(run: Path, name: str) -> Path | str:
     """Checkpoint ``name`` (best or last) of ``run``, or why there is none to offer, in a
-    few words."""
+    few words: a damaged ``metrics.json`` is named as such, as the best is unknown without
+    it, not taken for a run without a best checkpoint."""
     gone = None
     if name == "last":
         found = last_checkpoint(run)
@@ -420,7 +421,10 @@ def _chosen(run: Path, name: str) -> Path | str:
         try:
             found, gone = _best(run)
         except UserError:
-            return "it has no best checkpoint"
+            return (
+                f"{run / METRICS_FILE} is damaged, so its best checkpoint is unknown until that "
+                "file is restored from a copy"
+            )
     if gone:
         return f"its best checkpoint, {gone}, is gone"
     if found is None or not found.is_file():
