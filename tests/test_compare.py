@@ -786,19 +786,8 @@ def test_a_file_that_is_no_metrics_json_is_refused_as_such(seeds, capsys):
         ("config.yaml", b"", "holds nothing, not a mapping of settings"),
         ("config.yaml", b"- 1\n- 2\n", "holds a list, not a mapping of settings"),
         ("config.yaml", b"\xff\xfe model: x", "is not UTF-8 text"),
-        ("metrics.json", b"[1, 2]", "is damaged (a JSON list, not a run's results), so its "),
-        ("metrics.json", b"\xff{}", "is damaged (not valid JSON: 'utf-8' codec can't decode"),
-        ("metrics.json", b'{"test": {"overall', "is damaged (not valid JSON: Unterminated"),
     ],
-    ids=[
-        "bad-yaml",
-        "empty-config",
-        "list-config",
-        "not-utf8-config",
-        "list-json",
-        "not-utf8",
-        "cut-short",
-    ],
+    ids=["bad-yaml", "empty-config", "list-config", "not-utf8-config"],
 )
 def test_a_run_file_that_cannot_be_read_is_one_line_naming_it(
     tmp_path, capsys, name, content, problem
@@ -812,22 +801,55 @@ def test_a_run_file_that_cannot_be_read_is_one_line_naming_it(
     assert err[0].startswith(f"compare: {path} {problem}"), err[0]
 
 
-def test_a_folder_in_place_of_a_metrics_json_is_named_not_counted_as_a_run_in_training(
-    tmp_path, capsys
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b'{"test": {"overall', "is damaged (not valid JSON: Unterminated"),
+        (b"[1, 2]", "is damaged (a JSON list, not a run's results), so its "),
+        (b"\xff{}", "is damaged (not valid JSON: 'utf-8' codec can't decode"),
+        (None, "is a folder, where a run's results file belongs: move it away."),
+    ],
+    ids=["cut-short", "list-json", "not-utf8", "folder"],
+)
+def test_a_metrics_json_that_cannot_be_read_is_skipped_naming_it(
+    tmp_path, capsys, content, problem
 ):
-    """A folder named metrics.json was no file found: the run was listed as one "without
-    test results (training, stopped, failed...)"."""
-    write_run(tmp_path / "runs" / "a", 1.0)
-    write_run(tmp_path / "runs" / "b", 2.0)
+    """One damaged metrics.json among the runs (a copy cut short) stopped the whole table:
+    it is skipped with one line naming it and the way out, as the other notes on what has
+    no row are, and the others are compared (exit status 0, as for those). A folder in its
+    place was listed as a run "without test results (training, stopped, failed...)"."""
+    for name, mae in (("a", 1.0), ("c", 3.0), ("b", 2.0)):
+        write_run(tmp_path / "runs" / name, mae, seed=ord(name))
+        (tmp_path / "runs" / name / "train.log").write_text("")
     path = tmp_path / "runs" / "b" / "metrics.json"
-    path.unlink()
-    path.mkdir()
-    (tmp_path / "runs" / "b" / "train.log").write_text("")
+    if content is None:
+        path.unlink()
+        path.mkdir()
+    else:
+        path.write_bytes(content)
     code, out, err = run_main(capsys, tmp_path / "runs")
-    assert (code, out) == (2, "")
-    assert err == [
-        f"compare: {path} is a folder, where a run's results file belongs: move it away."
-    ]
+    assert code == 0 and len(err) == 1, err
+    assert err[0].startswith(f"compare: skipped (no row): {path} {problem}"), err[0]
+    assert "| 2 |" in out.splitlines()[2], out  # the two others, one row of two seeds
+    code, out, err = run_main(capsys, path)  # nothing else to compare: the error says so
+    assert (code, out) == (2, "") and err[-1].startswith("compare: no metrics.json with test")
+
+
+def test_a_damaged_evaluation_is_skipped_saying_to_evaluate_again(tmp_path, capsys):
+    """An eval.py re-test's metrics.json cut short: its line said to train the run again,
+    where evaluating it again writes the file anew."""
+    write_run(tmp_path / "runs" / "a", 1.0)
+    path = tmp_path / "runs" / "a" / "eval" / "2026-12-01_10-00-00-000000" / "metrics.json"
+    path.parent.mkdir(parents=True)
+    path.write_text('{"run_dir": ')
+    code, out, err = run_main(capsys, tmp_path / "runs")
+    assert code == 0 and out and len(err) == 1
+    assert err[0] == (
+        f"compare: skipped (no row): {path} is damaged (not valid JSON: Expecting value: "
+        "line 1 column 13 (char 12)), so its test results cannot be read: restore it from a "
+        "copy, or delete its folder and evaluate the run again, python eval.py "
+        f"run={tmp_path / 'runs' / 'a'} with that evaluation's overrides."
+    )
 
 
 @pytest.mark.parametrize(

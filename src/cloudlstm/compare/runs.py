@@ -120,13 +120,24 @@ class Run:
         return self.per_step[metric]
 
 
-def find_runs(roots: Sequence[Path], include_evals: bool = False) -> list[Run]:
+def find_runs(
+    roots: Sequence[Path],
+    include_evals: bool = False,
+    skipped: list[tuple[Path, str]] | None = None,
+) -> list[Run]:
     """Every run with test results under ``roots`` (directories or metrics.json files).
 
     The results of ``eval.py`` (``<run dir>/eval/<time>/metrics.json``, marked by their
     ``run_dir``) test a run again: they are left out, as they would count one run twice,
     unless ``include_evals``, where they are rows of their own (:data:`EVALUATION_KEY`).
     A run under two of ``roots`` (``outputs/`` and a sweep in it) is one run.
+
+    A ``metrics.json`` that cannot be read (:func:`load_metrics`: damaged, cut short, a
+    folder) is refused; where ``skipped`` is a list, it is passed over instead, and
+    ``(the file, the line naming it and the way out)`` added to ``skipped``.
+
+    Raises:
+        UserError: such a file, where ``skipped`` is None.
     """
     paths: dict[Path, Path] = {}  # each file once, by where it is: folders may overlap
     for root in map(Path, roots):
@@ -139,8 +150,22 @@ def find_runs(roots: Sequence[Path], include_evals: bool = False) -> list[Run]:
             )
         for path in [root] if root.is_file() else _results_under(root):
             paths.setdefault(path.resolve(), path)
-    runs = [run for path in paths.values() if (run := load_run(path)) is not None]
+    runs = [run for path in paths.values() if (run := _read_run(path, skipped)) is not None]
     return [run for run in runs if include_evals or not run.evaluated_run]
+
+
+def _read_run(path: Path, skipped: list[tuple[Path, str]] | None) -> Run | None:
+    """:func:`load_run` of ``path``; None, its line added to ``skipped``, for a file that
+    cannot be read where ``skipped`` collects them (a comparison of many runs is not lost
+    to one damaged file)."""
+    try:
+        results = load_metrics(path)
+    except UserError as err:
+        if skipped is None:
+            raise
+        skipped.append((path, str(err)))
+        return None
+    return load_run(path, results)
 
 
 def _results_under(root: Path) -> list[Path]:
@@ -169,12 +194,15 @@ def _files_named(root: Path, name: str) -> list[Path]:
     return sorted(found)
 
 
-def runs_without_results(roots: Sequence[Path], runs: Sequence[Run]) -> list[Path]:
+def runs_without_results(
+    roots: Sequence[Path], runs: Sequence[Run], unread: Sequence[Path] = ()
+) -> list[Path]:
     """The run directories under ``roots`` that are none of ``runs`` (those with test
-    results, :func:`find_runs`): training still, stopped, failed, or trained without
+    results, :func:`find_runs`), nor hold one of the ``metrics.json`` files ``unread``
+    (named as damaged already): training still, stopped, failed, or trained without
     testing. ``train.py`` logs to ``train.log`` in its run directory from the start;
     evaluations (``eval/``) are not runs, nor are hidden folders (as for results)."""
-    with_results = {run.path.resolve() for run in runs}
+    with_results = {run.path.resolve() for run in runs} | {p.parent.resolve() for p in unread}
     pending: dict[Path, Path] = {}  # each folder once, where two roots overlap
     for root in map(Path, roots):
         if not root.is_dir():
@@ -186,9 +214,11 @@ def runs_without_results(roots: Sequence[Path], runs: Sequence[Run]) -> list[Pat
     return [folder for real, folder in pending.items() if real not in with_results]
 
 
-def load_run(path: Path) -> Run | None:
-    """The run of one ``metrics.json``; None if it has no test results (e.g. a failed run)."""
-    results = load_metrics(path)  # a damaged file: a UserError naming it and the ways out
+def load_run(path: Path, results: dict[str, Any] | None = None) -> Run | None:
+    """The run of one ``metrics.json`` (its ``results``, where read already); None if it
+    has no test results (e.g. a failed run)."""
+    if results is None:  # a damaged file: a UserError naming it and the ways out
+        results = load_metrics(path)
     test = results.get("test")
     if test is None or test == {}:  # never tested (test=false)
         return None

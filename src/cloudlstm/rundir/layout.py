@@ -601,10 +601,22 @@ def damaged_for_best(err: UserError) -> UserError:
 
 
 def _damaged(path: Path, problem: str) -> str:
+    """The line of a damaged ``metrics.json`` at ``path``, with the way out: for an
+    evaluation's (``<run>/eval/<time>/``), evaluating the run again, not training it."""
+    evaluations = path.parent.parent
+    if evaluations.name == EVAL_DIR and (evaluations.parent / CONFIG_FILE).is_file():
+        again = (
+            f"delete its folder and evaluate the run again, python eval.py "
+            f"run={evaluations.parent} with that evaluation's overrides"
+        )
+    else:
+        again = (
+            "delete it and run the run's training command again, which tests the run again "
+            "and writes a new one"
+        )
     return (
         f"{path} is damaged ({problem}), so its test results cannot be read: restore it from "
-        "a copy, or delete it and run the run's training command again, which tests the run "
-        "again and writes a new one."
+        f"a copy, or {again}."
     )
 
 

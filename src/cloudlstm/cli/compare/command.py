@@ -412,13 +412,16 @@ def _find_runs(
     """The runs under ``dirs``; a note on stderr of the evaluations and debug runs left
     out, or where they were all there was, the one error that says so. A folder that
     ``by`` (``--by``) took for a key is an error before any note."""
-    found = find_runs(dirs, include_evals=True)
+    skipped: list[tuple[Path, str]] = []  # damaged metrics.json: named, the others compared
+    found = find_runs(dirs, include_evals=True, skipped=skipped)
     _check_by_keys(found, by)
+    for _, line in skipped:  # like the other notes on what has no row: the status stays 0
+        print(f"compare: skipped (no row): {line}", file=sys.stderr)
     runs, left_out = _without_evals_and_debug(found, include_evals, include_debug)
     # all found left out: one error says so, as "no results" after a note would mislead
     for text, option in left_out if runs else ():
         print(f"compare: left out {text}; {option} shows them", file=sys.stderr)
-    if pending := runs_without_results(dirs, found):
+    if pending := runs_without_results(dirs, found, [path for path, _ in skipped]):
         print(f"compare: {_no_row(pending, dirs)}", file=sys.stderr)
     if left_out and not runs:
         raise CompareError(_all_left_out(dirs, left_out))
