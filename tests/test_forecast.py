@@ -576,6 +576,25 @@ def test_a_z_column_given_to_a_run_of_2d_positions_is_warned_of(points_run, fore
         assert not [r for r in caplog.records if "does not read" in r.getMessage()]
 
 
+def test_a_column_the_run_does_not_read_is_warned_of_once(points_run, forecaster, caplog):
+    """A channel ``extra`` the run was not trained on was dropped unsaid: it is named, once,
+    with the forecast as without it; an empty one (a table's spare column) is not."""
+    df = history(points_run)
+    with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.forecast_input"):
+        out = forecaster.forecast(df.assign(extra=1.5, note="ok"))
+    warned = [r.getMessage() for r in caplog.records if "does not read" in r.getMessage()]
+    assert warned == [
+        "the history has column(s) extra, note that the run does not read: its forecast "
+        f"stands on the channel(s) {', '.join(CHANNELS)} alone. Leave them out, or train a run "
+        "that reads them (data.source.value_cols, data.source.covariate_cols)."
+    ]
+    pd.testing.assert_frame_equal(out, forecaster.forecast(df))
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="cloudlstm.data.pipeline.forecast_input"):
+        forecaster.forecast(df.assign(extra=np.nan))
+    assert not [r for r in caplog.records if "does not read" in r.getMessage()]
+
+
 def test_a_history_file_naming_a_column_twice_is_refused(tmp_path):
     """predict.py read the first ``no2`` and left the second (pandas' ``no2.1``) unread."""
     table = long_table(*raw_stream(), range(M)).assign(again=1.0)

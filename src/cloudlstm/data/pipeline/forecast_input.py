@@ -502,7 +502,7 @@ def build_input(
     long = long_history(df, info, what, mode, row_names)
     given_long = long is df  # its rows are the table's, not a wide table's melted cells
     if given_long:
-        _warn_unread_coordinates(df, info, what)
+        _warn_unread_columns(df, info, what)
     own_rows = long_rows(df, info)
     long_names = _long_row_names(df, long, own_rows, row_names)
     table = parse_history(long, info, what, reading, long_names)
@@ -829,29 +829,50 @@ def _warn_unread_steps(raw: np.ndarray, info: DataSpec, times: pd.DatetimeIndex,
     )
 
 
-def _warn_unread_coordinates(df: pd.DataFrame, info: DataSpec, what: str) -> None:
-    """One warning for a column of ``df`` named as a coordinate (``x``, ``y``, ``z``) that
-    the run neither places points by nor reads as a channel, where it holds values: 3-D
-    positions given to a run of 2-D ones would otherwise lose their ``z`` unsaid, and sites
-    apart only in it get one forecast. A column of empty cells or missing-value texts
+def _unread_columns(df: pd.DataFrame, info: DataSpec) -> list[str]:
+    """The columns of ``df`` that hold values the run reads as nothing: neither its time, id,
+    coordinate nor read channel columns. A column of empty cells or missing-value texts
     (``n/a``: :func:`~cloudlstm.data.sources.bad_values.holds_no_reading`, as a Parquet file
-    or a DataFrame keeps them) holds none: a table's spare column."""
+    or a DataFrame keeps them) holds none: a table's spare column, left out."""
     read = {*info.coord_cols, *info.read_channels, info.time_col, info.id_col}
-    unread = [c for c in DEFAULT_COORD_COLS if c in df.columns and c not in read]
-    unread = [c for c in unread if not holds_no_reading(df[c])]
-    if not unread:
-        return
-    log.warning(
-        "%s has coordinate column(s) %s that the run does not read: it places points by its "
-        "%d-D training coordinates %s alone, so points apart only in %s get one forecast. "
-        "Leave %s out, or train a run on those coordinates (data.source.coord_cols).",
-        what,
-        ", ".join(unread),
-        info.num_dims,
-        ", ".join(info.coord_cols),
-        ", ".join(unread),
-        "it" if len(unread) == 1 else "them",
-    )
+    return [c for c in df.columns if c not in read and not holds_no_reading(df[c])]
+
+
+def _warn_unread_columns(df: pd.DataFrame, info: DataSpec, what: str) -> None:
+    """Up to two warnings for the columns of ``df`` the run does not read
+    (:func:`_unread_columns`), so that no reading given is dropped unsaid: one for a column
+    named as a coordinate (``x``, ``y``, ``z``), as 3-D positions given to a run of 2-D ones
+    would otherwise lose their ``z`` and sites apart only in it get one forecast; one naming
+    the others (a channel ``extra`` the run was not trained on), whose readings the forecast
+    does not stand on."""
+    unread = _unread_columns(df, info)
+    coords = [c for c in unread if c in DEFAULT_COORD_COLS]
+    others = [str(c) for c in unread if c not in DEFAULT_COORD_COLS]
+    if coords:
+        log.warning(
+            "%s has coordinate column(s) %s that the run does not read: it places points by "
+            "its %d-D training coordinates %s alone, so points apart only in %s get one "
+            "forecast. Leave %s out, or train a run on those coordinates "
+            "(data.source.coord_cols).",
+            what,
+            ", ".join(coords),
+            info.num_dims,
+            ", ".join(info.coord_cols),
+            ", ".join(coords),
+            "it" if len(coords) == 1 else "them",
+        )
+    if others:
+        them = "it" if len(others) == 1 else "them"
+        log.warning(
+            "%s has column(s) %s that the run does not read: its forecast stands on the "
+            "channel(s) %s alone. Leave %s out, or train a run that reads %s "
+            "(data.source.value_cols, data.source.covariate_cols).",
+            what,
+            ", ".join(others),
+            ", ".join(info.read_channels),
+            them,
+            them,
+        )
 
 
 def _warn_unread_points(
