@@ -651,6 +651,10 @@ def test_a_missing_checkpoint_offers_no_other_that_is_damaged(cloud_run, tmp_pat
     for line in refused_by_eval_and_forecast(run, tmp_path / "eval_best", "best"):
         assert line.startswith(f"No best checkpoint in {run} ("), line
         assert line.endswith(none_left.format(last.name)), line
+    # a SLURM requeue's checkpoint is sound: resume=auto trains on from it, not from scratch
+    shutil.copy(cloud_run / "checkpoints" / "last.ckpt", run / "hpc_ckpt_1.ckpt")
+    for line in refused_by_eval_and_forecast(run, tmp_path / "eval_hpc", "best"):
+        assert line.endswith("Train it on with its command and resume=auto."), line
 
 
 def test_a_damaged_metrics_json_is_named_not_taken_for_no_best_checkpoint(cloud_run, tmp_path):

@@ -479,14 +479,23 @@ def _check_not_training(run: Path, ckpt: str, have: list[str]) -> None:
 
 
 def _no_best(run: Path, folder: Path, have: list[str]) -> str:
-    """Why a run with weights to resume from has no best checkpoint, and the ways on: its
-    last weights only where they are sound."""
-    offer = "Train it on with its command and resume=auto, or take its last weights with {ways}."
-    return (
+    """Why a run with weights to resume from has no best checkpoint, and the ways on:
+    training on from them where one is sound (``resume=auto`` takes a SLURM
+    ``hpc_ckpt_*.ckpt`` too), its last weights where they are sound; where none is, that
+    it is so (:func:`other_sound`)."""
+    from cloudlstm.rundir.checkpoints import sound_checkpoint  # torch: on use
+
+    why = (
         f"No best checkpoint in {run} ({folder} holds {have}): the run stopped before a "
         "validation chose one (killed, or shorter than one validation). "
-        + other_sound(run, "best", offer, missing=True)
     )
+    sound = [p for p in resume_candidates(run) if sound_checkpoint(p)]
+    if not sound:
+        return why + other_sound(run, "best", "", missing=True)
+    take_last = (
+        ", or take its last weights with ckpt=last" if sound[0] == last_checkpoint(run) else ""
+    )
+    return why + f"Train it on with its command and resume=auto{take_last}."
 
 
 def _best_gone(run: Path, tested: str) -> str:
