@@ -490,11 +490,9 @@ def _no_best(run: Path, folder: Path, have: list[str]) -> str:
         "validation chose one (killed, or shorter than one validation). "
     )
     sound = [p for p in resume_candidates(run) if sound_checkpoint(p)]
-    if not sound:
-        return why + other_sound(run, "best", "", missing=True)
-    take_last = (
-        ", or take its last weights with ckpt=last" if sound[0] == last_checkpoint(run) else ""
-    )
+    if not sound:  # last.ckpt is not sound either, so other_sound offers nothing
+        return why + other_sound(run, "best", GIVE_ANOTHER, missing=True)
+    take_last = ", or take its last weights with ckpt=last" if last_checkpoint(run) in sound else ""
     return why + f"Train it on with its command and resume=auto{take_last}."
 
 
