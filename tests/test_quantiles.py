@@ -595,14 +595,31 @@ def test_the_calibration_split_counts_every_process_s_batches(trainer, warned):
     assert check_calibration_split(job, {"val": 12}, 4) == warned
 
 
-def test_train_py_refuses_bad_levels_in_one_line(tmp_path):
+@pytest.mark.parametrize(
+    ("levels", "message"),
+    [
+        (
+            "[0.1,1.5]",
+            "module.quantiles=[0.1,1.5]: 1.5 outside (0, 1): give distinct levels strictly "
+            "between 0 and 1, e.g. "
+            "module.quantiles=[0.1,0.5,0.9] (null: point forecasts only).",
+        ),
+        (  # was read as null: point forecasts, without a word
+            "[]",
+            "module.quantiles=[] lists no level: give module.quantiles=null for point "
+            "forecasts only, or levels such as module.quantiles=[0.1,0.5,0.9].",
+        ),
+    ],
+    ids=["outside", "empty"],
+)
+def test_train_py_refuses_bad_levels_in_one_line(tmp_path, levels, message):
     done = subprocess.run(
         [
             *PYTHON,
             "train.py",
             "experiment=demo",
             "model=linear",
-            "module.quantiles=[0.1,1.5]",
+            f"module.quantiles={levels}",
             "logger=none",
             f"hydra.run.dir={tmp_path / 'run'}",
             f"paths.data_dir={tmp_path / 'data'}",
@@ -614,11 +631,6 @@ def test_train_py_refuses_bad_levels_in_one_line(tmp_path):
         timeout=300,
     )
     assert done.returncode == 1, done.stderr[-3000:]
-    message = (
-        "module.quantiles=[0.1,1.5]: 1.5 outside (0, 1): give distinct levels strictly "
-        "between 0 and 1, e.g. "
-        "module.quantiles=[0.1,0.5,0.9] (null: point forecasts only)."
-    )
     assert one_line(done) == message
     assert "Traceback" not in done.stderr + done.stdout
 

@@ -278,7 +278,9 @@ def restore(
         optimizer=None,
         spec=spec,
         anchor=hparams.get("anchor", "none"),
-        quantiles=hparams.get("quantiles"),  # and their calibration, as trained
+        # and their calibration, as trained; [] is how runs trained before it was refused
+        # stored point forecasts
+        quantiles=hparams.get("quantiles") or None,
         calibrate=hparams.get("calibrate", "none"),
     )
     load_weights(module, trained)

@@ -14,13 +14,18 @@ CALIBRATIONS = ("none", "conformal")
 
 
 def check_quantiles(value: Any) -> tuple[float, ...]:
-    """``module.quantiles`` as ascending floats; ``()`` for None or an empty list.
+    """``module.quantiles`` as ascending floats; ``()`` for None.
 
     Raises:
-        UserError: not a list of distinct numbers strictly between 0 and 1.
+        UserError: an empty list, or not a list of distinct numbers strictly between 0 and 1.
     """
     if value is None:
         return ()
+    if _no_levels(value):  # a list of no level is no request: null is the one for points
+        raise UserError(
+            "module.quantiles=[] lists no level: give module.quantiles=null for point "
+            "forecasts only, or levels such as module.quantiles=[0.1,0.5,0.9]."
+        )
     items = value if isinstance(value, Sequence) and not isinstance(value, str) else [value]
     items = list(items)
     numbers = [v for v in items if isinstance(v, int | float) and not isinstance(v, bool)]
@@ -67,12 +72,19 @@ def _level_faults(numbers: list[float]) -> str:
 def quantiles_setting(value: Any) -> Any:
     """``module.quantiles`` in one form, to tell settings apart: the ascending levels as
     the module takes them, None for none (``0.5`` is ``[0.5]``, ``[0.9,0.5,0.1]`` is
-    ``[0.1,0.5,0.9]``, ``[]`` is null); a value :func:`check_quantiles` refuses stays as
-    given."""
+    ``[0.1,0.5,0.9]``, ``[]`` is null, as runs saved before it was refused trained it); a
+    value :func:`check_quantiles` refuses stays as given."""
+    if _no_levels(value):
+        return None
     try:
         return list(check_quantiles(value)) or None
     except UserError:
         return value
+
+
+def _no_levels(value: Any) -> bool:
+    """Whether ``value`` is a list of no level (``[]``)."""
+    return isinstance(value, Sequence) and not isinstance(value, str) and not value
 
 
 def _check_spacing(levels: Sequence[float], value: Any) -> None:
