@@ -345,7 +345,7 @@ def _missing(run: Path, ckpt: str) -> str:
         UserError: a training still running holds ``run`` (:func:`_check_not_training`).
     """
     folder = run / CHECKPOINT_DIR
-    have = sorted(p.name for p in folder.glob("*.ckpt"))
+    have = _listed_checkpoints(folder)
     if ckpt in CHOSEN_CHECKPOINTS:
         _check_not_training(run, ckpt, written_checkpoints(run))
     if ckpt == "best" and resume_candidates(run):
@@ -354,6 +354,12 @@ def _missing(run: Path, ckpt: str) -> str:
         f"No checkpoint {ckpt!r} in {run} ({folder} holds {have or 'no .ckpt files'}). "
         + other_sound(run, ckpt, GIVE_ANOTHER, missing=True)
     )
+
+
+def _listed_checkpoints(folder: Path) -> list[str]:
+    """The names of the ``.ckpt`` entries of ``folder``, sorted: what a message about a
+    checkpoint not there says the folder holds (links whose file is gone among them)."""
+    return sorted(p.name for p in folder.glob("*.ckpt"))
 
 
 def newest_best(run: Path) -> Path | None:
@@ -501,7 +507,7 @@ def _best_gone(run: Path, tested: str) -> str:
     names it) is no longer there is refused, rather than another ``epoch_*.ckpt`` taken for
     it, and the ways on: its last weights only where they are sound."""
     folder = run / CHECKPOINT_DIR
-    have = sorted(p.name for p in folder.glob("*.ckpt"))
+    have = _listed_checkpoints(folder)
     return (
         f"The best checkpoint of {run}, {tested} (the one its training tested, as its "
         f"metrics.json says), is gone: {folder} holds {have or 'no .ckpt files'}. "
