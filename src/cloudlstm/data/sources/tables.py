@@ -1323,7 +1323,7 @@ def case_hint(unmatched: Sequence[str], known: Sequence[str], where: str) -> str
     ``known`` (the ids of ``where``) when some would be one ignoring the case (``S001`` and
     ``s001``), the likely cause; ``""`` otherwise. Ids are matched as written (two points
     may differ in case alone), so the case is named, never ignored."""
-    return _near_hint(unmatched, known, where, str.casefold, "only in case")
+    return _near_hint(unmatched, known, where, *_NEAR_WAYS[0])
 
 
 def id_hint(unmatched: Sequence[str], known: Sequence[str], where: str) -> str:
@@ -1331,15 +1331,8 @@ def id_hint(unmatched: Sequence[str], known: Sequence[str], where: str) -> str:
     by a whole float's ``.0`` (``773869.0`` and ``773869``: pandas writes an integer column
     that had an empty cell as floats). They are named, not matched: an id beyond 2**53
     written as a float may be another one rounded, and ``1.0`` may be a code of its own."""
-    return case_hint(unmatched, known, where) or _near_hint(
-        unmatched,
-        known,
-        where,
-        _without_float_zero,
-        "only by a '.0'",
-        ", as pandas writes a column of whole numbers that had an empty cell",
-        " (as integers: in pandas, astype('Int64'))",
-    )
+    hints = (_near_hint(unmatched, known, where, *way) for way in _NEAR_WAYS)
+    return next((hint for hint in hints if hint), "")
 
 
 def near_ids(ids: Sequence[str], known: Sequence[str]) -> list[str]:
@@ -1347,7 +1340,7 @@ def near_ids(ids: Sequence[str], known: Sequence[str]) -> list[str]:
     in another case or with a whole float's ``.0`` (a table whose columns are all such is
     one written otherwise, not one without the columns looked for)."""
     written = {str(k) for k in known}
-    keyed = [(key, {key(k) for k in written}) for key in (str.casefold, _without_float_zero)]
+    keyed = [(key, {key(k) for k in written}) for key, *_ in _NEAR_WAYS]
     return [
         str(i)
         for i in ids
@@ -1362,6 +1355,19 @@ def _without_float_zero(text: str) -> str:
 
 # the text of a whole number written as a float: 773869.0
 _WHOLE_FLOAT = re.compile(r"^([+-]?[0-9]+)\.0*$")
+
+# the ways an id none of the known ones is near one, in the order id_hint names them:
+# (the key two such ids share, how they differ, why, the fix) for _near_hint; near_ids
+# finds the ids by the same keys
+_NEAR_WAYS: tuple[tuple[Callable[[str], str], str, str, str], ...] = (
+    (str.casefold, "only in case", "", ""),
+    (
+        _without_float_zero,
+        "only by a '.0'",
+        ", as pandas writes a column of whole numbers that had an empty cell",
+        " (as integers: in pandas, astype('Int64'))",
+    ),
+)
 
 
 def _near_hint(
