@@ -197,3 +197,29 @@ def test_a_checksum_in_the_way_of_a_save_is_one_error_naming_it(trained_run, tin
         train(cfg)
     assert str(err.value).startswith(f"Cannot replace {sidecar}, the SHA-256 of checkpoint ")
     assert "(it is a folder)" in str(err.value) and sidecar.is_dir()
+
+
+def test_a_damaged_last_of_a_run_without_a_best_is_hashed_once(tmp_path, monkeypatch):
+    """ckpt=best of a run killed before its first validation, its last.ckpt damaged: the
+    message found last.ckpt damaged, then hashed the file again to say so."""
+    from cloudlstm.rundir import checkpoints
+    from cloudlstm.rundir.layout import find_checkpoint
+
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    last.parent.mkdir()
+    torch.save({"state_dict": {"w": torch.zeros(4)}}, last)
+    write_checksum(last)
+    with open(last, "ab") as file:
+        file.write(b"\x00")  # its bytes changed after training wrote its checksum
+    hashed = []
+
+    def counted(path: Path) -> str:
+        hashed.append(path.name)
+        return file_sha256(path)
+
+    monkeypatch.setattr(checkpoints, "file_sha256", counted)
+    with pytest.raises(UserError) as refused:
+        find_checkpoint(tmp_path, "best")
+    assert str(refused.value).startswith(f"No best checkpoint in {tmp_path} (")
+    assert "is sound (last.ckpt is damaged): train the run again" in str(refused.value)
+    assert hashed == ["last.ckpt"]

@@ -29,6 +29,7 @@ import os
 import reprlib
 import secrets
 import string
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -385,12 +386,16 @@ def other_chosen(ckpt: object) -> str:
     return ", ".join(f"ckpt={c}" for c in CHOSEN_CHECKPOINTS if c != str(ckpt))
 
 
-def other_sound(run: Path, ckpt: object, offer: str, missing: bool = False) -> str:
+def other_sound(
+    run: Path, ckpt: object, offer: str, missing: bool = False, damaged: Sequence[Path] = ()
+) -> str:
     """What a message about checkpoint ``ckpt`` of ``run``, found damaged (or ``missing``),
     ends with: ``offer`` with its ``{ways}`` the checkpoints of :func:`other_chosen` that are
     there and sound (:func:`~cloudlstm.rundir.checkpoints.sound_checkpoint`: their hashing is
     paid here, once the one asked for is refused); where none is, that it is so and why
-    (:func:`_chosen`), and the way on that is left: training the run again."""
+    (:func:`_chosen`), and the way on that is left: training the run again. ``damaged``:
+    files the caller found not sound already, taken as such rather than hashed again (the
+    hash of a sound file is kept, that of a damaged one is not)."""
     from cloudlstm.rundir.checkpoints import sound_checkpoint  # torch: on use
 
     given = _named_checkpoint(Path(str(ckpt)).expanduser(), run)
@@ -403,7 +408,7 @@ def other_sound(run: Path, ckpt: object, offer: str, missing: bool = False) -> s
             lacking.append(path)
         elif given is not None and path.resolve() == given.resolve():
             continue  # ckpt named this file by its path: the damaged one
-        elif sound_checkpoint(path):
+        elif path not in damaged and sound_checkpoint(path):
             ways.append(f"ckpt={name}")
         else:
             lacking.append(f"{path.name} is damaged{'' if missing else ' too'}")
@@ -495,9 +500,10 @@ def _no_best(run: Path, folder: Path, have: list[str]) -> str:
         f"No best checkpoint in {run} ({folder} holds {have}): the run stopped before a "
         "validation chose one (killed, or shorter than one validation). "
     )
-    sound = [p for p in resume_candidates(run) if sound_checkpoint(p)]
-    if not sound:  # last.ckpt is not sound either, so other_sound offers nothing
-        return why + other_sound(run, "best", GIVE_ANOTHER, missing=True)
+    candidates = resume_candidates(run)
+    sound = [p for p in candidates if sound_checkpoint(p)]
+    if not sound:  # last.ckpt is not sound either: other_sound says so, without hashing it again
+        return why + other_sound(run, "best", GIVE_ANOTHER, missing=True, damaged=candidates)
     take_last = ", or take its last weights with ckpt=last" if last_checkpoint(run) in sound else ""
     return why + f"Train it on with its command and resume=auto{take_last}."
 
