@@ -1353,6 +1353,22 @@ def test_restoring_a_run_reads_and_parses_its_checkpoint_once(cloud_run, checkpo
     assert checkpoint_reads == {"load": 1, "spec": 1}
 
 
+def test_a_checkpoint_that_stored_no_level_in_a_list_restores_as_point_forecasts(
+    cloud_run, tmp_path
+):
+    """Runs trained before module.quantiles=[] was refused stored [] for point forecasts:
+    the refusal of that setting is no refusal of their checkpoints."""
+    run = tmp_path / "run"
+    shutil.copytree(cloud_run, run)
+    last = run / "checkpoints" / "last.ckpt"
+    contents = torch.load(last, weights_only=False)
+    contents["hyper_parameters"]["quantiles"] = []
+    torch.save(contents, last)
+    write_checksum(last)
+    module, path = restore(run, "last", device="cpu")
+    assert path == last and module.quantile_levels == ()
+
+
 def test_training_changes_nothing_in_the_config_it_is_given(tmp_path):
     cfg = compose_train(tmp_path, JOB)
     before = OmegaConf.to_yaml(cfg)
