@@ -18,7 +18,14 @@ from conftest import subprocess_env
 from omegaconf import OmegaConf
 
 from cloudlstm.cli.compare.command import main
-from cloudlstm.compare import compare, find_runs, to_latex, to_markdown, write_csv
+from cloudlstm.compare import (
+    CompareError,
+    compare,
+    find_runs,
+    to_latex,
+    to_markdown,
+    write_csv,
+)
 from cloudlstm.compare.formats import significant
 from cloudlstm.compare.groups import code_summary, group_runs
 from cloudlstm.compare.table import build_table
@@ -780,25 +787,74 @@ def test_a_file_that_is_no_metrics_json_is_refused_as_such(seeds, capsys):
 
 
 @pytest.mark.parametrize(
-    ("name", "content", "problem"),
+    ("content", "problem"),
     [
-        ("config.yaml", b"model: [unclosed\n", "is not valid YAML (while parsing a flow sequence"),
-        ("config.yaml", b"", "holds nothing, not a mapping of settings"),
-        ("config.yaml", b"- 1\n- 2\n", "holds a list, not a mapping of settings"),
-        ("config.yaml", b"\xff\xfe model: x", "is not UTF-8 text"),
+        (b"model: [unclosed\n", "{} is not valid YAML (while parsing a flow sequence"),
+        (b"", "{} holds nothing, not a mapping of settings:"),
+        (b"- 1\n- 2\n", "{} holds a list, not a mapping of settings:"),
+        (b"\xff\xfe model: x", "{} is not UTF-8 text:"),
+        (None, "cannot read {}: Is a directory:"),
     ],
-    ids=["bad-yaml", "empty-config", "list-config", "not-utf8-config"],
+    ids=["bad-yaml", "empty-config", "list-config", "not-utf8-config", "folder"],
 )
-def test_a_run_file_that_cannot_be_read_is_one_line_naming_it(
-    tmp_path, capsys, name, content, problem
+@pytest.mark.parametrize("evaluation", [False, True], ids=["run", "evaluation"])
+def test_a_config_that_cannot_be_read_is_skipped_naming_it(
+    tmp_path, capsys, content, problem, evaluation
 ):
-    write_run(tmp_path / "runs" / "a", 1.0)
-    write_run(tmp_path / "runs" / "b", 2.0)
-    path = tmp_path / "runs" / "b" / name
-    path.write_bytes(content)
-    code, out, err = run_main(capsys, tmp_path / "runs")
-    assert code == 2 and out == "" and len(err) == 1
-    assert err[0].startswith(f"compare: {path} {problem}"), err[0]
+    """A damaged config.yaml of one run (or of an eval.py re-test) stopped the whole table
+    with status 2, where a damaged metrics.json is skipped: it is skipped the same way, one
+    line naming it and the way out, and the others are compared (status 0); the library's
+    find_runs refuses it still where it is given no list to collect it in."""
+    for name, mae in (("a", 1.0), ("c", 3.0), ("b", 2.0)):
+        write_run(tmp_path / "runs" / name, mae, seed=ord(name))
+        (tmp_path / "runs" / name / "train.log").write_text("")
+    damaged = tmp_path / "runs" / "b"
+    if evaluation:
+        damaged = damaged / "eval" / "2026-12-01_10-00-00-000000"
+        write_run(damaged, 9.0, seed=ord("b"))
+        results = json.loads((damaged / "metrics.json").read_text())
+        results.update(run_dir=str(tmp_path / "runs" / "b"), checkpoint="checkpoints/last.ckpt")
+        (damaged / "metrics.json").write_text(json.dumps(results))
+    path = damaged / "config.yaml"
+    if content is None:
+        path.unlink()
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    code, out, err = run_main(capsys, tmp_path / "runs", "--include-evals")
+    assert code == 0 and len(err) == 1, err
+    assert err[0].startswith(f"compare: skipped (no row): {problem.format(path)}"), err[0]
+    assert err[0].endswith(": restore it from a copy, or move its folder out of those compared")
+    ns = [line.split("|")[3].strip() for line in out.splitlines()[2:]]
+    assert ns == (["3"] if evaluation else ["2"]), out  # the others, one row of their seeds
+    with pytest.raises(CompareError, match="restore it from a copy"):
+        find_runs([tmp_path / "runs"], include_evals=True)
+
+
+def test_a_retest_naming_held_out_points_of_a_run_whose_config_is_damaged_is_compared(
+    tmp_path, capsys
+):
+    """An eval.py re-test that names the held-out points reads its run's config.yaml to tell
+    whether they are the run's own: one that cannot be read left the re-test unread, the
+    table stopped (status 2). The run is skipped naming the file, and the re-test compared
+    as one of a run whose settings are not known (its override a change)."""
+    run = tmp_path / "runs" / "a"
+    write_run(run, 1.0)
+    folder = run / "eval" / "2026-12-01_10-00-00-000000"
+    write_run(folder, 9.0)
+    results = json.loads((folder / "metrics.json").read_text())
+    overrides = ["data.holdout_points=[p1]"]
+    results.update(run_dir=str(run), checkpoint="checkpoints/last.ckpt", overrides=overrides)
+    (folder / "metrics.json").write_text(json.dumps(results))
+    (run / "config.yaml").write_text("model: [unclosed\n")
+    code, out, err = run_main(capsys, tmp_path / "runs", "--include-evals", "--format", "csv")
+    assert code == 0 and len(err) == 1, err
+    assert err[0].startswith(f"compare: skipped (no row): {run / 'config.yaml'} is not valid")
+    (row,) = csv.DictReader(io.StringIO(out))
+    assert float(row["mae_mean"]) == 9.0, row  # the re-test's
+    skipped: list = []
+    (retest,) = find_runs([tmp_path / "runs"], include_evals=True, skipped=skipped)
+    assert retest.value("evaluation") == "eval last data.holdout_points=[p1]"
 
 
 @pytest.mark.parametrize(

@@ -58,6 +58,18 @@ class CompareError(Exception):
     """A user error (missing directory, no runs, unknown key, bad horizon)."""
 
 
+class UnreadableConfig(CompareError):
+    """A run's (or an evaluation's) ``config.yaml`` that cannot be read (:func:`_run_config`):
+    :func:`find_runs` passes over its run where it collects such files, as it does a
+    damaged ``metrics.json``."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(
+            f"{problem}: restore it from a copy, or move its folder out of those compared"
+        )
+        self.path = path
+
+
 @dataclass(frozen=True)
 class Run:
     """One finished run: its grouping keys and test results."""
@@ -133,11 +145,13 @@ def find_runs(
     A run under two of ``roots`` (``outputs/`` and a sweep in it) is one run.
 
     A ``metrics.json`` that cannot be read (:func:`load_metrics`: damaged, cut short, a
-    folder) is refused; where ``skipped`` is a list, it is passed over instead, and
-    ``(the file, the line naming it and the way out)`` added to ``skipped``.
+    folder), or the ``config.yaml`` beside it (:class:`UnreadableConfig`), is refused; where
+    ``skipped`` is a list, its run is passed over instead, and ``(the file, the line naming
+    it and the way out)`` added to ``skipped``.
 
     Raises:
-        UserError: such a file, where ``skipped`` is None.
+        UserError: such a metrics.json, where ``skipped`` is None.
+        UnreadableConfig: such a config.yaml, where ``skipped`` is None.
     """
     paths: dict[Path, Path] = {}  # each file once, by where it is: folders may overlap
     for root in map(Path, roots):
@@ -155,17 +169,25 @@ def find_runs(
 
 
 def _read_run(path: Path, skipped: list[tuple[Path, str]] | None) -> Run | None:
-    """:func:`load_run` of ``path``; None, its line added to ``skipped``, for a file that
-    cannot be read where ``skipped`` collects them (a comparison of many runs is not lost
-    to one damaged file)."""
+    """:func:`load_run` of ``path``; None, its line added to ``skipped``, for a file of the
+    run that cannot be read (its metrics.json or its config.yaml) where ``skipped`` collects
+    them (a comparison of many runs is not lost to one damaged file)."""
     try:
         results = load_metrics(path)
     except UserError as err:
-        if skipped is None:
-            raise
-        skipped.append((path, str(err)))
-        return None
-    return load_run(path, results)
+        return _skip(path, err, skipped)
+    try:
+        return load_run(path, results)
+    except UnreadableConfig as err:
+        return _skip(err.path, err, skipped)
+
+
+def _skip(path: Path, err: Exception, skipped: list[tuple[Path, str]] | None) -> None:
+    """Add the file at ``path`` that ``err`` refuses to ``skipped``; raise ``err`` where
+    ``skipped`` is None (the caller collects no such files)."""
+    if skipped is None:
+        raise err
+    skipped.append((path, str(err)))
 
 
 def _results_under(root: Path) -> list[Path]:
@@ -230,7 +252,7 @@ def load_run(path: Path, results: dict[str, Any] | None = None) -> Run | None:
     cut_short = config_cut_short(config_path)  # its settings are not all there: none used
     has_config = config_path.exists() and not cut_short
     # in today's form: runs of one setting from before and after a class moved group together
-    config = flatten(current_form(read_yaml_mapping(config_path))) if has_config else {}
+    config = flatten(current_form(_run_config(config_path))) if has_config else {}
     if config:  # a run from before a setting existed did what its value in ADDED_SINCE does
         config = with_added_settings(config)
     if QUANTILES_KEY in config:  # the levels as the module took them: [0.9,0.5,0.1] is one
@@ -623,6 +645,18 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     return tree
 
 
+def _run_config(path: Path) -> dict[str, Any]:
+    """The settings in a run's (or an evaluation's) ``config.yaml`` at ``path``.
+
+    Raises:
+        UnreadableConfig: the file cannot be read (:func:`read_yaml_mapping`).
+    """
+    try:
+        return read_yaml_mapping(path)
+    except CompareError as err:
+        raise UnreadableConfig(path, str(err)) from None
+
+
 def _text(path: Path) -> str:
     """A file's text, any failure to read it as UTF-8 a :class:`CompareError`."""
     try:
@@ -673,7 +707,11 @@ def _tested_config(
     found = next((run / CONFIG_FILE for run in runs if (run / CONFIG_FILE).is_file()), None)
     if not names_points or found is None or config_cut_short(found):
         return None
-    return flatten(current_form(read_yaml_mapping(found)))
+    try:
+        tree = read_yaml_mapping(found)
+    except CompareError:  # named where its run is compared: skipped, with no row
+        return None
+    return flatten(current_form(tree))
 
 
 def _selection_restated(config: dict[str, Any], tested: dict[str, Any] | None) -> dict[str, Any]:
