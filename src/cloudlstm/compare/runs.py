@@ -33,6 +33,7 @@ from cloudlstm.rundir.layout import (
     CHOSEN_CHECKPOINTS,
     CONFIG_FILE,
     EVAL_DIR,
+    HYDRA_FILE,
     LAST_CHECKPOINT,
     METRICS_FILE,
     TRAIN_LOG,
@@ -102,6 +103,8 @@ class Run:
     # the changes of its settings taken while it trained (allow_changes: metrics.json's
     # settings_changed), ``key old -> new``; its config holds the last values
     settings_changed: tuple[str, ...] = ()
+    # why its model and data are "?" (:func:`_run_names`); "" where they are known
+    names_unknown: str = ""
 
     @property
     def has_config(self) -> bool:
@@ -245,9 +248,7 @@ def load_run(path: Path, results: dict[str, Any] | None = None) -> Run | None:
     if test is None or test == {}:  # never tested (test=false)
         return None
     results_of = _Results(path)
-    info = _run_info(results, results_of)
-    if not info and isinstance(results.get("run_dir"), str):
-        info = _tested_run_info(results, path)  # eval.py of a run still training then
+    info, names_unknown = _run_names(results, results_of, path)
     config_path = path.parent / CONFIG_FILE
     cut_short = config_cut_short(config_path)  # its settings are not all there: none used
     has_config = config_path.exists() and not cut_short
@@ -259,7 +260,7 @@ def load_run(path: Path, results: dict[str, Any] | None = None) -> Run | None:
         config[QUANTILES_KEY] = quantiles_setting(config[QUANTILES_KEY])
     if HOLDOUT_POINTS_KEY in config:  # the points held out: [p7,p1] holds out [p1,p7]
         config[HOLDOUT_POINTS_KEY] = holdout_set(config[HOLDOUT_POINTS_KEY])
-    keys = {"model": info.get("model", "?"), "data": info.get("data", "?"), **config}
+    keys = {"model": info.get("model") or "?", "data": info.get("data") or "?", **config}
     data = results_of.section(results, "data")
     if digest := results_of.text(data, "values_digest", "data.values_digest"):
         keys[VALUES_DIGEST_KEY] = digest
@@ -295,6 +296,7 @@ def load_run(path: Path, results: dict[str, Any] | None = None) -> Run | None:
         code=_code(results.get("provenance")),
         machines=_machines(results.get("provenance")),
         settings_changed=_settings_changed(results.get("settings_changed")),
+        names_unknown=names_unknown,
         **_selection(results, config, results_of),
     )
 
@@ -324,6 +326,49 @@ def _run_info(results: dict[str, Any], results_of: _Results) -> dict[str, Any]:
     for key in ("model", "data", "group"):
         results_of.text(info, key, f"run.{key}")
     return info
+
+
+def _run_names(
+    results: dict[str, Any], results_of: _Results, path: Path
+) -> tuple[dict[str, Any], str]:
+    """The model, data set and W&B group of the ``metrics.json`` at ``path`` (its
+    ``results``), and why the model or the data set is not known ("" where both are).
+
+    train.py records them in ``run`` (:func:`_run_info`); an evaluation of a run whose
+    training had not ended records none, and takes those of the run's ``metrics.json``
+    once the training wrote one (:func:`_tested_run_info`). A run killed before it wrote
+    one (or a ``metrics.json`` without ``run``) has them as Hydra chose them, in the run's
+    ``.hydra/hydra.yaml`` (:func:`_hydra_choices`), the same names train.py records: its
+    config.yaml holds class paths, which several configs share.
+    """
+    info = _run_info(results, results_of)
+    evaluation = isinstance(results.get("run_dir"), str)
+    if not info and evaluation:
+        info = _tested_run_info(results, path)  # eval.py of a run still training then
+    if all(info.get(key) for key in RUN_KEYS):
+        return info, ""
+    runs = _tested_run_dirs(results, path) if evaluation else (path.parent,)
+    choices, unknown = _hydra_choices(runs)
+    return {**info, **{k: v for k, v in choices.items() if not info.get(k)}}, unknown
+
+
+def _hydra_choices(runs: Sequence[Path]) -> tuple[dict[str, str], str]:
+    """``model`` and ``data`` as Hydra chose them for a run (``hydra.runtime.choices`` of
+    its :data:`HYDRA_FILE`), from the first of the folders ``runs`` (where the run may lie)
+    that holds that file; with why one of them is not known ("" where both are)."""
+    found = next((run / HYDRA_FILE for run in runs if (run / HYDRA_FILE).is_file()), None)
+    if found is None:
+        return {}, f"{runs[0] / HYDRA_FILE} does not exist"
+    try:
+        tree: Any = read_yaml_mapping(found)
+    except CompareError as err:
+        return {}, str(err)
+    for key in ("hydra", "runtime", "choices"):
+        tree = tree.get(key) if isinstance(tree, dict) else None
+    choices = tree if isinstance(tree, dict) else {}
+    names = {key: value for key in RUN_KEYS if isinstance(value := choices.get(key), str)}
+    missing = [f"hydra.runtime.choices.{key}" for key in RUN_KEYS if key not in names]
+    return names, f"{found} has no {' or '.join(missing)}" if missing else ""
 
 
 def _tested_run_info(results: dict[str, Any], path: Path) -> dict[str, Any]:

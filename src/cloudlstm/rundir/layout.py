@@ -18,6 +18,7 @@ writes of them that every entry point shares.
                                which scored, and the points' ids (module.save_predictions;
                                engine/saved_predictions.py)
         eval/<time>/           each evaluation's own directory
+        .hydra/hydra.yaml      Hydra's record of the job (its config groups' choices)
         .replaced/<time>/      an earlier training's results, moved aside by a training
                                anew (rundir/replaced.py)
 """
@@ -65,6 +66,9 @@ PREDICTIONS_FILE = "predictions.npz"  # written by the test (engine/module.py)
 TRAIN_LOG = "train.log"  # train.py's log (conf/hydra/default.yaml: <task_name>.log), from its start
 REPLACED_DIR = ".replaced"  # earlier trainings, moved aside (rundir/replaced.py)
 EVAL_DIR = "eval"  # a run's evaluations by eval.py, one folder each (conf/eval.yaml)
+# Hydra's record of a job, written as it starts: its config groups' choices (model, data)
+# under hydra.runtime.choices, there also for a run killed before its metrics.json
+HYDRA_FILE = ".hydra/hydra.yaml"
 # conf/debug/default.yaml's task_name, which every debug=... config keeps: such runs check
 # that the code runs, and compare leaves them out unless asked (--include-debug)
 DEBUG_TASK = "debug"

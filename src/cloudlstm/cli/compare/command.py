@@ -39,7 +39,7 @@ from cloudlstm.compare.table import build_table, reported_metrics
 from cloudlstm.engine.declared_metrics import metric_names
 from cloudlstm.engine.quantile_metrics import is_quantile_metric, quantile_metric_names
 from cloudlstm.errors import UserError
-from cloudlstm.rundir.layout import DEBUG_TASK, METRICS_FILE
+from cloudlstm.rundir.layout import DEBUG_TASK, HYDRA_FILE, METRICS_FILE
 
 
 class _Parser(argparse.ArgumentParser):
@@ -433,6 +433,8 @@ def _find_runs(
             f"each is a row of its own ({shown})",
             file=sys.stderr,
         )
+    if unnamed := [run for run in runs if run.names_unknown]:
+        print(f"compare: {_unnamed_text(unnamed, dirs)}", file=sys.stderr)
     if not runs:
         where = " ".join(map(str, dirs))
         raise CompareError(f"no metrics.json with test results under {where}")
@@ -443,6 +445,19 @@ def _find_runs(
     if retests:
         print(f"compare: warning: {_retests_text(retests, dirs)}", file=sys.stderr)
     return runs
+
+
+def _unnamed_text(unnamed: Sequence[Run], dirs: Sequence[Path]) -> str:
+    """The note on runs whose model and data are ``?``: neither their ``metrics.json``
+    nor their run's Hydra record names them (:attr:`Run.names_unknown` says why, here the
+    first run's)."""
+    first = unnamed[0]
+    more = f" ({len(unnamed) - 1} more such run(s))" if len(unnamed) > 1 else ""
+    return (
+        f"{len(unnamed)} run(s) have model and data ?, as neither their metrics.json (run) nor "
+        f"their run's {HYDRA_FILE} (hydra.runtime.choices) names them: "
+        f"{_relative(first.path, dirs)}: {first.names_unknown}{more}"
+    )
 
 
 def _all_left_out(dirs: Sequence[Path], left_out: Sequence[tuple[str, str]]) -> str:
