@@ -1461,6 +1461,16 @@ def test_relative_validation_scores_are_over_the_baselines_where_it_has_one(tmp_
     )
 
 
+# crps asked for by each option that takes a metric: columns of runs that score the channel
+# CO and the point group inliers
+CRPS_BY_EACH_OPTION = [
+    ("--metrics", "mae", "crps"),
+    ("--metrics", "mae", "--horizons", "1", "--horizon-metric", "crps"),
+    ("--metrics", "mae", "--channels", "CO", "--channel-metric", "crps"),
+    ("--metrics", "mae", "--groups", "inliers", "--group-metric", "crps"),
+]
+
+
 def write_point_forecasts_with_channels_and_groups(root: Path) -> None:
     """Two runs of point forecasts that score the channel CO and the point group inliers."""
     for seed in (0, 1):
@@ -1471,15 +1481,7 @@ def write_point_forecasts_with_channels_and_groups(root: Path) -> None:
         path.write_text(json.dumps(metrics))
 
 
-@pytest.mark.parametrize(
-    "asked",
-    [
-        ("--metrics", "mae", "crps"),
-        ("--metrics", "mae", "--horizons", "1", "--horizon-metric", "crps"),
-        ("--metrics", "mae", "--channels", "CO", "--channel-metric", "crps"),
-        ("--metrics", "mae", "--groups", "inliers", "--group-metric", "crps"),
-    ],
-)
+@pytest.mark.parametrize("asked", CRPS_BY_EACH_OPTION)
 def test_a_quantile_metric_no_run_reports_is_one_line(tmp_path, capsys, asked):
     """A quantile metric on runs of point forecasts printed an empty column in every row,
     where another option than --metrics asked for it."""
@@ -1490,6 +1492,33 @@ def test_a_quantile_metric_no_run_reports_is_one_line(tmp_path, capsys, asked):
         "compare: no run has crps results: they are scores of quantile forecasts, which runs "
         "trained with module.quantiles=[...] report"
     ]
+
+
+@pytest.mark.parametrize("asked", CRPS_BY_EACH_OPTION)
+def test_point_forecast_rows_beside_quantile_ones_say_why_their_cells_are_empty(
+    tmp_path, capsys, asked
+):
+    """A quantile metric of a table with runs of both kinds: the rows of point forecasts
+    had empty cells without a word, where the other notes name rows without a value."""
+    write_point_forecasts_with_channels_and_groups(tmp_path / "point")
+    write_run(tmp_path / "quantile", 1.0, model="lstm", channels={"CO": 2.0})
+    path = tmp_path / "quantile" / "metrics.json"
+    metrics = json.loads(path.read_text())
+    test = metrics["test"]
+    test["overall"]["crps"] = {"mean": 0.5, "std": 0.1}
+    test["per_step"]["crps"] = {"mean": [0.4, 0.5, 0.6], "std": [0.1] * 3}
+    test["per_channel"]["CO"]["crps"] = {"mean": 0.7, "std": 0.1}
+    test["groups"] = {"inliers": {"overall": {"mae": {"mean": 0.5}, "crps": {"mean": 0.3}}}}
+    path.write_text(json.dumps(metrics))
+    code, out, err = run_main(capsys, tmp_path, *asked, "--format", "csv")
+    assert code == 0
+    assert err == [
+        "compare: crps is empty in 1 row(s) of point forecasts, whose runs were trained "
+        "without module.quantiles: cloudlstm (synthetic)"
+    ]
+    rows = {row["model"]: row for row in csv.DictReader(io.StringIO(out))}
+    column = next(name for name in rows["lstm"] if name.startswith(("crps", "inliers/crps")))
+    assert rows["lstm"][column] and not rows["cloudlstm"][column], rows
 
 
 def test_an_interval_the_runs_levels_lack_is_one_line_naming_theirs(tmp_path, capsys):

@@ -12,6 +12,7 @@ from cloudlstm.compare import datasets
 from cloudlstm.compare.cells import Stat
 from cloudlstm.compare.runs import NO_CONFIG_KEY, QUANTILES_KEY, RUN_KEYS, CompareError, Run
 from cloudlstm.compare.settings import VALUES_DIGEST_KEY, WINDOWS_KEY, is_setting, other_data
+from cloudlstm.engine.quantile_metrics import is_quantile_metric
 
 # Hint of an unknown --by key: at most this many names.
 MAX_NAMES = 10
@@ -156,11 +157,36 @@ def _partly(
         return None
     lacking = [str(run.path) for g in partial for run in g.runs if metric not in reported(run)]
     shown = ", ".join(lacking[:3]) + (" ..." if len(lacking) > 3 else "")
-    rows = ", ".join(f"{g.label} ({g.data})" for g in partial)
     return (
         f"{column} is empty in {len(partial)} row(s) whose runs do not all report it "
-        f"(a metrics.json from before it): {rows}; lacking it: {shown}"
+        f"(a metrics.json from before it): {_row_names(partial)}; lacking it: {shown}"
     )
+
+
+def of_point_forecasts(groups: Sequence[Group], metrics: Sequence[str]) -> str | None:
+    """The line on the rows of point forecasts where the table shows quantile metrics
+    (``crps``, ``coverage80``) among ``metrics``: their runs report none, as they were
+    trained without ``module.quantiles``, so those cells are empty (a row whose runs report
+    them in part has :func:`partly_reported`'s line). None where no quantile metric is
+    shown, or no row is of point forecasts."""
+    asked = [metric for metric in dict.fromkeys(metrics) if is_quantile_metric(metric)]
+    point = [
+        g
+        for g in groups
+        if not any(is_quantile_metric(metric) for run in g.runs for metric in run.overall)
+    ]
+    if not asked or not point:
+        return None
+    are = "is" if len(asked) == 1 else "are"
+    return (
+        f"{', '.join(asked)} {are} empty in {len(point)} row(s) of point forecasts, whose runs "
+        f"were trained without module.quantiles: {_row_names(point)}"
+    )
+
+
+def _row_names(groups: Sequence[Group]) -> str:
+    """The rows of ``groups`` as the notes name them: label and data set."""
+    return ", ".join(f"{g.label} ({g.data})" for g in groups)
 
 
 def without_curves(groups: Sequence[Group], metric: str) -> str | None:

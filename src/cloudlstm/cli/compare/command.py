@@ -21,6 +21,7 @@ from cloudlstm.compare.groups import (
     group_runs,
     levels_note,
     mixed_keys,
+    of_point_forecasts,
     one_run_per_seed,
     partly_reported,
     row_notes,
@@ -35,7 +36,7 @@ from cloudlstm.compare.runs import (
     find_runs,
     runs_without_results,
 )
-from cloudlstm.compare.table import build_table, reported_metrics
+from cloudlstm.compare.table import build_table, default_point_groups, reported_metrics
 from cloudlstm.engine.declared_metrics import metric_names
 from cloudlstm.engine.quantile_metrics import is_quantile_metric, quantile_metric_names
 from cloudlstm.errors import UserError
@@ -329,8 +330,11 @@ def _run(args: argparse.Namespace) -> int:
     page = _write_html(groups, table, args) if args.html else None
     if args.plot:
         _make_folder(args.plot)
-    if no_curves:
-        print(f"compare: {no_curves}", file=sys.stderr)
+    # after every check that may refuse the command (the table's, the paths'): an error is
+    # its one line
+    for note in (of_point_forecasts(groups, _metrics_shown(groups, args)), no_curves):
+        if note:
+            print(f"compare: {note}", file=sys.stderr)
     _print_table(table, args.format)
     if page:
         print(f"wrote {page}", file=sys.stderr)
@@ -344,6 +348,18 @@ def _run(args: argparse.Namespace) -> int:
         folder = _log_to_wandb(groups, table, args)
         print(f"wrote W&B run {folder}; publish it with: wandb sync {folder}", file=sys.stderr)
     return 0
+
+
+def _metrics_shown(groups: Sequence[Group], args: argparse.Namespace) -> list[str]:
+    """The metrics of the table's columns: ``--metrics``, and the metric of the columns by
+    forecast step, channel and point group, where it has them."""
+    point_groups = default_point_groups(groups) if args.groups is None else args.groups
+    by_part = (
+        (args.horizons, args.horizon_metric),
+        (args.channels, args.channel_metric),
+        (point_groups, args.group_metric),
+    )
+    return [*args.metrics, *(metric for parts, metric in by_part if parts)]
 
 
 def _over_baseline(runs: list[Run], baseline: str) -> list[Run]:
