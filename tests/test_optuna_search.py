@@ -417,6 +417,25 @@ def test_a_bad_interval_on_the_command_line_is_one_line_before_any_trial(tmp_pat
     assert not (tmp_path / "sweep" / "0").exists()
 
 
+@pytest.mark.parametrize(
+    "subdir",
+    # the presets' subdir (experiment=beijing): every trial of one model and seed had one
+    ["run", "${hydra:runtime.choices.model}/seed_${seed}"],
+)
+def test_a_subdir_other_than_the_job_number_is_one_line_before_any_trial(tmp_path, subdir):
+    """The search reads each trial's run in <sweep dir>/<job>: with another subdir the second
+    trial was refused as the first's run and the results named a best run directory that
+    was never written."""
+    sweep = tmp_path / "sweep"
+    proc = train_py(tmp_path, *SEARCH, f"hydra.sweep.subdir='{subdir}'", f"hydra.sweep.dir={sweep}")
+    assert one_line(proc) == (
+        f"hydra.sweep.subdir={subdir} is not the job's number, the run directory of each "
+        "trial of hydra/sweeper=optuna (<sweep dir>/<job>): give "
+        "hydra.sweep.subdir='${hydra.job.num}'."
+    )
+    assert not sweep.exists()
+
+
 def test_a_search_of_a_source_option_the_source_does_not_read_is_refused_once(tmp_path):
     """data=mobile reads a file and the search sets the generator's city: each trial was
     refused by its job, in a line of its own, the study and its job folders made. Now the

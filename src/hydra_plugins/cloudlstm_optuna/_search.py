@@ -95,6 +95,7 @@ INTERVAL_TAGS = ("log", "int")  # tag(log, ...): log scale; tag(int, ...): whole
 # file there: the folder may have been moved or copied).
 SWEEP_DIR_ATTR = "sweep_dir"
 JOB_ATTR = "job"
+JOB_SUBDIR = "${hydra.job.num}"  # the one hydra.sweep.subdir the search reads its runs in
 # Study user attributes: the command that started the study, as text: its fixed overrides
 # (key: override) and its search space (key: distribution); a continued search must match.
 FIXED_ATTR = "fixed_overrides"
@@ -193,6 +194,7 @@ class OptunaSearch(Sweeper):
         self.params = {str(k): v for k, v in (s.get("params") or {}).items()}
         check_searched_keys(config, self.params)  # before a trial fails at a missing one
         self.sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
+        check_job_subdir(config)  # the trials' run directories are <sweep dir>/<job>
         storage = s.get("storage")
         self.own_storage = not storage
         self.storage_url = str(storage or f"sqlite:///{self.sweep_dir / STORAGE_FILE}")
@@ -1381,6 +1383,25 @@ def _check_counts(name: str, conf: DictConfig) -> None:
         if not str(key).startswith("n_") or value is None:
             continue
         _whole_number(f"{name}.{key}", value, minimum=0)
+
+
+def check_job_subdir(config: DictConfig) -> None:
+    """Refuse a ``hydra.sweep.subdir`` other than the job's number: the search finds, runs
+    again and names a trial's run in ``<sweep dir>/<job>``, wherever Hydra wrote it. A preset's
+    ``${hydra:runtime.choices.model}/seed_${seed}``, or any subdir every trial resolves alike,
+    gave the trials one directory, where the second was refused as another run's, and the
+    results named a best run directory that was never written.
+
+    Raises:
+        UserError: names the subdir and the one to give.
+    """
+    subdir = str(OmegaConf.to_container(config.hydra.sweep)["subdir"])
+    if subdir.replace(" ", "") != JOB_SUBDIR:
+        raise UserError(
+            f"hydra.sweep.subdir={subdir} is not the job's number, the run directory of each "
+            f"trial of hydra/sweeper=optuna (<sweep dir>/<job>): give "
+            f"hydra.sweep.subdir='{JOB_SUBDIR}'."
+        )
 
 
 def _study_name(value: Any) -> str:
