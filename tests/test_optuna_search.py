@@ -124,6 +124,43 @@ def test_a_killed_search_continues_with_the_same_command(tmp_path):
     }
 
 
+@pytest.mark.slow  # a search of two trials and a second command refused: about 15 s
+def test_a_second_search_into_a_sweep_directory_in_use_is_refused_and_the_first_ends_well(
+    tmp_path,
+):
+    """The same command started again between two trials of the search (trial 0 done,
+    trial 1 being asked, no job holding a run directory): the second took trial 1 for one an
+    interrupted search left and ran it again, and the first ended in Optuna's traceback
+    ("Cannot tell a FAIL trial"), its second trial not complete."""
+    sweep, gate = tmp_path / "sweep", tmp_path / "gate"
+    gate.mkdir()
+    args = [*SEARCH, "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={sweep}"]
+    args += ["hydra.sweeper.sampler._target_=tests.gated_sampler.GatedSampler"]
+    cmd = [*PYTHON, "train.py", *args, f"+hydra.sweeper.sampler.gate={gate}"]
+    log = tmp_path / "first.log"
+    with log.open("w") as out:
+        first = subprocess.Popen([*cmd, f"paths.data_dir={tmp_path / 'data'}"], cwd=ROOT,
+                                 env=subprocess_env(), stdout=out, stderr=out)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not (gate / "asking").exists():
+        assert first.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    try:
+        second = train_py(tmp_path, *args, f"+hydra.sweeper.sampler.gate={tmp_path}")
+    finally:
+        (gate / "go").touch()
+    assert one_line(second).startswith(f"Run directory {sweep} is in use by host ")
+    assert one_line(second).endswith(
+        ": one run at a time in a directory. Wait for it to end, or use another hydra.sweep.dir."
+    )
+    assert first.wait(timeout=300) == 0, log.read_text()[-3000:]
+    trials = load(sweep).get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
+    for t in trials:
+        assert t.value == metrics(sweep, t.number)["val"]["val/mae_best"]
+
+
 @pytest.mark.slow  # a search of trials that train: about 20 s
 def test_pruned_trials_stop_early_and_the_search_ends_well(tmp_path):
     sweep = tmp_path / "sweep"

@@ -71,6 +71,7 @@ from cloudlstm.engine.study_storage import (
 from cloudlstm.engine.trial_env import STORAGE_ENV, STUDY_ENV, TRIAL_ENV
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.config_changes import is_execution_option
+from cloudlstm.rundir.lock import SWEEP_KEY, run_dir_lock
 from cloudlstm.rundir.stops import RunInterrupted
 from cloudlstm.rundir.sweep_sigterm import (
     PassSigtermOn,
@@ -139,6 +140,7 @@ class OptunaSearch(Sweeper):
     def __init__(self, settings: dict[str, Any]) -> None:
         self.settings = settings
         self.config: DictConfig | None = None
+        self.run_lock = "auto"  # run_lock=: how the sweep directory's lock is taken
         self.hydra_context: HydraContext | None = None
         self.launcher: Launcher | None = None
         self.stop: PassSigtermOn | None = None
@@ -199,6 +201,7 @@ class OptunaSearch(Sweeper):
         self.own_storage = not storage
         self.storage_url = str(storage or f"sqlite:///{self.sweep_dir / STORAGE_FILE}")
         self.config, self.hydra_context = config, hydra_context
+        self.run_lock = str(config.get("run_lock") or "auto")  # the sweep directory's lock
         if is_joblib(config.hydra.launcher):
             check_joblib_launcher(config.hydra.launcher)  # before any trial runs
         self.launcher = Plugins.instance().instantiate_launcher(
@@ -211,19 +214,22 @@ class OptunaSearch(Sweeper):
         self.space, self.fixed = search_space(self.params, arguments)
         self._check_source_options(arguments)  # before the study is created
         self.sweep_dir.mkdir(parents=True, exist_ok=True)  # SQLite creates no folders
-        try:
+        # one search at a time in a sweep directory: a second took the first's running
+        # trials for an interrupted search's, and ran them again into their folders
+        with run_dir_lock(self.sweep_dir, self.run_lock, SWEEP_KEY):
             try:
-                self._search()
-            except BaseException:
-                self._drop_unlaunched_study()  # a refused search leaves no study behind
+                try:
+                    self._search()
+                except BaseException:
+                    self._drop_unlaunched_study()  # a refused search leaves no study behind
+                    raise
+            except UserError:
                 raise
-        except UserError:
-            raise
-        except Exception as err:  # SQLAlchemy's and Optuna's many errors
-            fault = storage_write_fault(err, self.storage_url)  # a full disk, say: one line
-            if fault is None:
-                raise
-            raise fault from None
+            except Exception as err:  # SQLAlchemy's and Optuna's many errors
+                fault = storage_write_fault(err, self.storage_url)  # a full disk: one line
+                if fault is None:
+                    raise
+                raise fault from None
 
     def _check_source_options(self, arguments: Sequence[str]) -> None:
         """Refuse, once and before any trial, a search whose command sets an option of
