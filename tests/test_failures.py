@@ -47,6 +47,20 @@ def test_diverging_cloudlstm_stops_at_the_batch_whose_coordinates_blew_up(tiny_c
     assert not (Path(cfg.paths.output_dir) / "metrics.json").exists()
 
 
+def test_coordinates_that_overflow_first_in_validation_stop_as_a_divergence(tiny_cfg):
+    """Finite weights so large that the validation's features overflow (the training's last
+    batch was still finite): the kNN's NaN error ended the run, and a search's trial, in a
+    traceback taken for a bug, not the divergence's line."""
+    cfg = tiny_cfg("optimizer.lr=1e12", "trainer.max_epochs=1", "logger=none")
+    with pytest.raises(TrainingDivergedError) as err:
+        train(cfg)
+    assert "(global step 3): the model's point coordinates became NaN or inf in validation. " in (
+        str(err.value)
+    )
+    assert "optimizer.lr" in str(err.value)
+    assert not (Path(cfg.paths.output_dir) / "metrics.json").exists()
+
+
 class InfiniteGradient(L.Callback):
     """Makes the first weight's gradient infinite before the first update: a finite loss
     whose update makes the weights non-finite (an infinite learning rate, which did the same,

@@ -415,7 +415,12 @@ class ForecastModule(QuantileForecasting, L.LightningModule):
         )
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        _, pred, quantiles = self._step(batch, "val")
+        try:
+            _, pred, quantiles = self._step(batch, "val")
+        except NonFiniteCoordinatesError:  # finite weights so large that the features overflow
+            self._diverged(
+                "the model's point coordinates became NaN or inf in validation", batch_idx
+            )
         if self._collects_calibration():
             self.residual_bank.update(quantiles, batch["y"], batch["y_mask"])
         quantiles = self._real_quantiles(quantiles)
