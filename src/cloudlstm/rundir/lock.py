@@ -310,14 +310,13 @@ def let_go() -> None:
 
 
 @contextlib.contextmanager
-def run_dir_lock(run_dir: str | Path, mode: str = "auto", setting: str = RUN_KEY) -> Iterator[None]:
+def run_dir_lock(run_dir: str | Path, mode: str = "auto") -> Iterator[None]:
     """Hold ``run_dir`` for the block (rank 0 only; other ranks pass through, and so
-    does a directory this process already holds: :func:`hold`); a refusal names
-    ``setting`` as the way to another directory."""
+    does a directory this process already holds: :func:`hold`)."""
     if not is_rank_zero() or _key(run_dir) in _HELD:
         yield
         return
-    lock = RunLock(run_dir, setting)
+    lock = RunLock(run_dir)
     lock.acquire(mode)
     try:
         yield
