@@ -316,7 +316,16 @@ def run_dir_lock(run_dir: str | Path, mode: str = "auto") -> Iterator[None]:
     if not is_rank_zero() or _key(run_dir) in _HELD:
         yield
         return
-    lock = RunLock(run_dir)
+    with held(run_dir, mode):
+        yield
+
+
+@contextlib.contextmanager
+def held(run_dir: str | Path, mode: str = "auto", setting: str = RUN_KEY) -> Iterator[None]:
+    """Hold ``run_dir`` for the block, whatever this process's rank: an Optuna search its
+    sweep directory (no rank check, whose Lightning import a search refused before its first
+    trial does without); a refusal names ``setting`` as the way to another directory."""
+    lock = RunLock(run_dir, setting)
     lock.acquire(mode)
     try:
         yield

@@ -71,7 +71,7 @@ from cloudlstm.engine.study_storage import (
 from cloudlstm.engine.trial_env import STORAGE_ENV, STUDY_ENV, TRIAL_ENV
 from cloudlstm.errors import UserError
 from cloudlstm.rundir.config_changes import is_execution_option
-from cloudlstm.rundir.lock import SWEEP_KEY, RunLock
+from cloudlstm.rundir.lock import SWEEP_KEY, held
 from cloudlstm.rundir.stops import RunInterrupted
 from cloudlstm.rundir.sweep_sigterm import (
     PassSigtermOn,
@@ -216,7 +216,7 @@ class OptunaSearch(Sweeper):
         self.sweep_dir.mkdir(parents=True, exist_ok=True)  # SQLite creates no folders
         # one search at a time in a sweep directory: a second took the first's running
         # trials for an interrupted search's, and ran them again into their folders
-        with holding(self.sweep_dir, self.run_lock):
+        with held(self.sweep_dir, self.run_lock, SWEEP_KEY):
             try:
                 try:
                     self._search()
@@ -1389,23 +1389,6 @@ def _check_counts(name: str, conf: DictConfig) -> None:
         if not str(key).startswith("n_") or value is None:
             continue
         _whole_number(f"{name}.{key}", value, minimum=0)
-
-
-@contextmanager
-def holding(sweep_dir: Path, mode: str) -> Iterator[None]:
-    """Hold ``sweep_dir`` (its ``run.lock``, as a training holds its run directory) for the
-    block; ``mode``: ``run_lock=``. Not :func:`~cloudlstm.rundir.lock.run_dir_lock`, whose
-    rank check imports Lightning: a search refused before its first trial imports no torch.
-
-    Raises:
-        UserError: another live search holds it: names its host, pid and start.
-    """
-    lock = RunLock(sweep_dir, SWEEP_KEY)
-    lock.acquire(mode)
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 def check_job_subdir(config: DictConfig) -> None:
