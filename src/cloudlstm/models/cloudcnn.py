@@ -13,6 +13,7 @@ from cloudlstm.models.base import (
     values_to_cloud,
 )
 from cloudlstm.nn import DConv, check_k, check_k_option
+from cloudlstm.nn.dconv import check_coordinates_option
 
 
 class CloudCNN(ForecastModel):
@@ -27,6 +28,9 @@ class CloudCNN(ForecastModel):
     channels) and the head gives the J*C_out forecasts. ``future`` is checked but not
     read: on the data's regular clock the input steps' time features (channels of ``x``)
     determine those of the forecast steps.
+
+    ``coordinates="relative"`` (not the paper's): every DConv weights its neighbours'
+    coordinates minus those of the point convolved (:class:`~cloudlstm.nn.DConv`).
 
     ``x (B, M, N, C_in)``, ``coords (B, N, L)`` (``future (B, J, N, F)`` with time
     features) -> ``(B, J, N, C_out)``.
@@ -43,10 +47,12 @@ class CloudCNN(ForecastModel):
         hidden_channels: int = 36,
         num_layers: int = 8,
         coord_features: int = 2,
+        coordinates: str = "absolute",
         input_channels: int | None = None,
         future_channels: int = 0,
     ) -> None:
         super().__init__()
+        check_coordinates_option(coordinates)
         check_sizes(hidden_channels=hidden_channels)
         check_counts(num_layers=num_layers)  # 0: no hidden layer
         self.output_steps = output_steps
@@ -54,11 +60,11 @@ class CloudCNN(ForecastModel):
         self.channels = Channels.of(num_channels, input_channels, future_channels)
         self.k = check_k_option(k)
         widths = [input_steps * self.channels.inp] + [hidden_channels] * num_layers
+        common = dict(coord_features=coord_features, coordinates=coordinates)
         self.layers = nn.ModuleList(
-            DConv(a, b, k, coord_features=coord_features)
-            for a, b in zip(widths[:-1], widths[1:], strict=True)
+            DConv(a, b, k, **common) for a, b in zip(widths[:-1], widths[1:], strict=True)
         )
-        self.head = DConv(widths[-1], output_steps * num_channels, k, coord_features=coord_features)
+        self.head = DConv(widths[-1], output_steps * num_channels, k, **common)
 
     def output_head(self) -> list[nn.Module]:
         """``[self.head]``: the last DConv, whose value features are the J*C forecasts, so

@@ -19,7 +19,7 @@ from cloudlstm.models.base import (
 from cloudlstm.models.teacher import Teacher, read_back
 from cloudlstm.nn import CELLS, CloudAttention, DConv, check_k, shared_neighbours
 from cloudlstm.nn.cells import search
-from cloudlstm.nn.dconv import weight_matrices
+from cloudlstm.nn.dconv import check_coordinates_option, weight_matrices
 from cloudlstm.nn.knn_checks import check_k_option
 from cloudlstm.nn.knn_finite import deferred_finite_check
 from cloudlstm.nn.ordering import morton_order
@@ -76,6 +76,10 @@ class CloudSeq2Seq(ForecastModel):
       model starts at persistence, the floor on real data at short horizons.
     * ``forget_bias``: added to the LSTM forget gates' bias at initialisation (1 is the
       usual choice for LSTMs: memory is kept until the gate learns to drop it).
+    * ``coordinates="relative"``: every DConv weights its neighbours' coordinates minus
+      those of the point convolved instead of the absolute ones of the paper's Eq. (2)
+      (:class:`~cloudlstm.nn.DConv`), so translating the points changes no forecast; the
+      model then leaves the slow start far sooner (docs/cloudlstm.md).
 
     Covariates (``input_channels``, ``future_channels``): the embedding reads all C_in
     channels of each frame; each decoder step reads the frame before it, its forecast
@@ -106,6 +110,7 @@ class CloudSeq2Seq(ForecastModel):
         neighbours: str = "dynamic",
         residual: bool = False,
         forget_bias: float = 0.0,
+        coordinates: str = "absolute",
         input_channels: int | None = None,
         future_channels: int = 0,
     ) -> None:
@@ -121,6 +126,7 @@ class CloudSeq2Seq(ForecastModel):
                 f"model.forget_bias={forget_bias} needs model.cell=lstm (the {cell} cell "
                 "has no forget gate); leave it at 0."
             )
+        check_coordinates_option(coordinates)
         check_sizes(num_layers=num_layers, hidden_channels=hidden_channels)
         check_output_steps(output_steps)
         self.output_steps = output_steps
@@ -131,7 +137,7 @@ class CloudSeq2Seq(ForecastModel):
         self.neighbours = neighbours
         self.residual = residual
         cell_cls = CELLS[cell]
-        common = dict(k=k, value_features=1, coord_features=coord_features)
+        common = dict(k=k, value_features=1, coord_features=coord_features, coordinates=coordinates)
         self.embed = DConv(self.channels.inp, hidden_channels, **common)
         self.encoder = nn.ModuleList(
             cell_cls(hidden_channels, hidden_channels, **common) for _ in range(num_layers)

@@ -22,11 +22,24 @@ from cloudlstm.nn.dconv import DConv
 
 
 class CloudAttention(nn.Module):
-    def __init__(self, channels: int, k: int, value_features: int = 1, coord_features: int = 2):
+    def __init__(
+        self,
+        channels: int,
+        k: int,
+        value_features: int = 1,
+        coord_features: int = 2,
+        coordinates: str = "absolute",
+    ):
         super().__init__()
         features = value_features + coord_features
         self.encoder_proj = DConv(
-            channels, channels, k, value_features, coord_features, coord_activation=False
+            channels,
+            channels,
+            k,
+            value_features,
+            coord_features,
+            coord_activation=False,
+            coordinates=coordinates,
         )
         self.decoder_proj = DConv(
             channels,
@@ -36,6 +49,7 @@ class CloudAttention(nn.Module):
             coord_features,
             coord_activation=False,
             bias=False,
+            coordinates=coordinates,
         )
         self.score = nn.Parameter(torch.randn(channels, features) / (channels * features) ** 0.5)
 

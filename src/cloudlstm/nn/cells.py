@@ -60,6 +60,7 @@ class CloudCell(nn.Module):
         k: int,
         value_features: int = 1,
         coord_features: int = 2,
+        coordinates: str = "absolute",
     ) -> None:
         super().__init__()
         self.input_channels = input_channels
@@ -67,6 +68,7 @@ class CloudCell(nn.Module):
         self.k = check_k_option(k)
         self.value_features = value_features
         self.coord_features = coord_features
+        self.coordinates = coordinates  # every DConv's (see DConv)
 
     def _dconv(self, out_gates: int, coord_activation: bool) -> DConv:
         return DConv(
@@ -76,6 +78,7 @@ class CloudCell(nn.Module):
             self.value_features,
             self.coord_features,
             coord_activation=coord_activation,
+            coordinates=self.coordinates,
         )
 
     def _candidate(self, z: torch.Tensor) -> torch.Tensor:

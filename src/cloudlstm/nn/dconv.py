@@ -54,6 +54,26 @@ def shared_neighbours(coords: torch.Tensor, k: int, channels: int) -> torch.Tens
 
 Clouds = torch.Tensor | Sequence[torch.Tensor]
 
+COORDINATES = ("absolute", "relative")
+"""What a DConv weights of each neighbour's coordinates: ``absolute``, the coordinates
+themselves (the paper's Eq. 2); ``relative``, the neighbour's coordinates minus those of
+the point convolved, in the same channel (so translating a cloud changes nothing)."""
+
+
+def check_coordinates_option(coordinates: str) -> str:
+    """``coordinates`` if it is one of :data:`COORDINATES`.
+
+    Raises:
+        ValueError: naming ``model.coordinates`` and the values it takes.
+    """
+    if coordinates not in COORDINATES:
+        raise ValueError(
+            f"model.coordinates={coordinates!r} is not one of {list(COORDINATES)} "
+            "(absolute: the paper's DConv; relative: centred on the point convolved)."
+        )
+    return coordinates
+
+
 _matrices = threading.local()  # .open: {DConv: its weight matrix} while weight_matrices is open
 
 
@@ -123,6 +143,29 @@ def gather_neighbourhoods(cloud: Clouds, neighbours: Clouds) -> torch.Tensor:
     return cloud.reshape(b * n * u, f).index_select(0, rows).view(b * n, u * k * f)
 
 
+def centre_neighbourhoods(rows: torch.Tensor, cloud: Clouds, value_features: int) -> torch.Tensor:
+    """Gathered neighbourhoods with coordinates relative to the point convolved.
+
+    Args:
+        rows: ``(B*N, U*K*F)`` from :func:`gather_neighbourhoods` of ``cloud``.
+        cloud: the ``(B, N, U, F)`` cloud (or its parts) the rows were gathered from.
+        value_features: H; the last F - H features are coordinates.
+
+    Returns:
+        ``(B*N, U*K*F)``: in row ``b*N + n``, each neighbour's coordinates in channel u
+        minus point n's own coordinates in channel u; value features as they were. The
+        point's own coordinates are subtracted, not its first neighbour's, so that given
+        neighbours (``model.neighbours=static``) are centred alike.
+    """
+    clouds = parts_of(cloud)
+    centre = torch.cat([p[..., value_features:] for p in clouds], dim=2)  # (B, N, U, L)
+    b, n, u, _ = centre.shape
+    centre = nn.functional.pad(centre, (value_features, 0))  # (B, N, U, F), values zero
+    f = centre.shape[-1]
+    centred = rows.reshape(b * n, u, -1, f) - centre.reshape(b * n, u, 1, f)
+    return centred.view(b * n, -1)
+
+
 class DConv(nn.Module):
     """Dynamic point-cloud convolution.
 
@@ -132,6 +175,12 @@ class DConv(nn.Module):
     ``(U_in, K, H_in+L, H_out+L, U_out)`` shared across points, plus a bias per output
     channel and feature. A sigmoid keeps output coordinates in (0, 1); gate computations
     use the "simplified DConv" without it (``coord_activation=False``).
+
+    ``coordinates="relative"`` (not the paper's; default ``"absolute"``) weights each
+    neighbour's coordinates minus those of the point convolved, so the output, values and
+    coordinates alike, does not change when the cloud is translated. The output
+    coordinates are computed as before, from the centred input: they are new positions
+    the layer learns, not offsets added back to the point's own.
 
     Input ``(B, N, U_in, H_in+L)`` -> output ``(B, N, U_out, H_out+L)``; N is preserved.
     """
@@ -146,8 +195,10 @@ class DConv(nn.Module):
         out_value_features: int | None = None,
         coord_activation: bool = True,
         bias: bool = True,
+        coordinates: str = "absolute",
     ) -> None:
         super().__init__()
+        self.coordinates = check_coordinates_option(coordinates)
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.k = check_k_option(k)
@@ -170,7 +221,7 @@ class DConv(nn.Module):
         return (
             f"{self.in_channels}, {self.out_channels}, k={self.k}, "
             f"H={self.value_features}->{self.out_value_features}, L={self.coord_features}, "
-            f"coord_activation={self.coord_activation}"
+            f"coord_activation={self.coord_activation}, coordinates={self.coordinates}"
         )
 
     def matrix(self) -> torch.Tensor:
@@ -209,6 +260,8 @@ class DConv(nn.Module):
             check_k(self.k, n)
             neighbours = [channel_neighbours(p, self.k, self.value_features) for p in clouds]
         rows = gather_neighbourhoods(clouds, neighbours)  # (B*N, U_in*K*F_in)
+        if self.coordinates == "relative":  # after the gather: alike on every gather path
+            rows = centre_neighbourhoods(rows, clouds, self.value_features)
         weight = self.matrix()
         bias = None if self.bias is None else self.bias.reshape(-1)
         out = onednn_matmul.addmm(bias, rows, weight).view(b, n, self.out_channels, -1)
