@@ -32,25 +32,10 @@ class CloudAttention(nn.Module):
     ):
         super().__init__()
         features = value_features + coord_features
-        self.encoder_proj = DConv(
-            channels,
-            channels,
-            k,
-            value_features,
-            coord_features,
-            coord_activation=False,
-            coordinates=coordinates,
-        )
-        self.decoder_proj = DConv(
-            channels,
-            channels,
-            k,
-            value_features,
-            coord_features,
-            coord_activation=False,
-            bias=False,
-            coordinates=coordinates,
-        )
+        shape = (channels, channels, k, value_features, coord_features)
+        common = dict(coord_activation=False, coordinates=coordinates)
+        self.encoder_proj = DConv(*shape, **common)
+        self.decoder_proj = DConv(*shape, bias=False, **common)
         self.score = nn.Parameter(torch.randn(channels, features) / (channels * features) ** 0.5)
 
     def project_encoder(
