@@ -29,7 +29,9 @@ def neighbours_by_sorting(points: torch.Tensor, k: int) -> list[list[int]]:
 def dconv_loop(layer: DConv, cloud: torch.Tensor) -> torch.Tensor:
     """Eq. (2) written as loops: for each sample, output channel j, point n and output
     feature m', sum over input channels i, neighbours k (nearest first, self first) and
-    input features m of w[i, k, m, m', j] * feature m of neighbour k in channel i."""
+    input features m of w[i, k, m, m', j] * feature m of neighbour k in channel i; with
+    ``layer.coordinates == "relative"`` a neighbour's coordinates are taken minus point
+    p's own in channel i."""
     b, n, u_in, f_in = cloud.shape
     w = layer.weight.to(cloud.dtype)
     out = torch.zeros(b, n, layer.out_channels, w.shape[3], dtype=cloud.dtype)
@@ -37,8 +39,11 @@ def dconv_loop(layer: DConv, cloud: torch.Tensor) -> torch.Tensor:
         for i in range(u_in):
             near = neighbours_by_sorting(cloud[s, :, i, layer.value_features :], layer.k)
             for p in range(n):
+                centre = torch.zeros_like(cloud[s, p, i])
+                if layer.coordinates == "relative":
+                    centre[layer.value_features :] = cloud[s, p, i, layer.value_features :]
                 for k, q in enumerate(near[p]):
-                    out[s, p] += torch.einsum("m,mao->oa", cloud[s, q, i], w[i, k])
+                    out[s, p] += torch.einsum("m,mao->oa", cloud[s, q, i] - centre, w[i, k])
     if layer.bias is not None:
         out = out + layer.bias.to(cloud.dtype)
     h = layer.out_value_features
