@@ -78,8 +78,9 @@ class CloudSeq2Seq(ForecastModel):
       usual choice for LSTMs: memory is kept until the gate learns to drop it).
     * ``coordinates="relative"``: every DConv weights its neighbours' coordinates minus
       those of the point convolved instead of the absolute ones of the paper's Eq. (2)
-      (:class:`~cloudlstm.nn.DConv`), so translating the points changes no forecast; the
-      model then leaves the slow start far sooner (docs/cloudlstm.md).
+      (:class:`~cloudlstm.nn.DConv`), so translating the points changes no forecast
+      (but the GRU's, whose gates scale the hidden coordinates); docs/cloudlstm.md
+      measures what it does to the slow start.
 
     Covariates (``input_channels``, ``future_channels``): the embedding reads all C_in
     channels of each frame; each decoder step reads the frame before it, its forecast
