@@ -301,6 +301,19 @@ def test_the_units_a_run_recorded_split_no_rows(tmp_path):
     assert not [name for name in table if "units" in name]
 
 
+def test_the_papers_coordinates_are_one_setting_however_written(tmp_path):
+    """model.coordinates: runs from before it, at its null default and at ``absolute`` are
+    seeds of the paper's DConv; ``relative`` is a row of its own."""
+    write_run(tmp_path / "before", 1.0, seed=0)
+    for seed, coordinates in ((1, None), (2, "absolute"), (3, "relative")):
+        write_run(tmp_path / str(seed), 2.0, seed=seed)
+        cfg = yaml.safe_load((tmp_path / str(seed) / "config.yaml").read_text())
+        cfg["model"] = {**cfg.get("model", {}), "coordinates": coordinates}
+        (tmp_path / str(seed) / "config.yaml").write_text(yaml.safe_dump(cfg))
+    table = columns(compare(find_runs([tmp_path])))
+    assert dict(zip(table["model.coordinates"], table["n"], strict=True)) == {"": 3, "relative": 1}
+
+
 def test_a_setting_added_since_reads_as_what_runs_before_it_did(tmp_path):
     """Runs from before ``data.holdout_history`` and ``module.calibrate`` existed did what
     their defaults do: seeds of one setting with runs of today at those defaults; a run

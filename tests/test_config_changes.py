@@ -265,6 +265,23 @@ def test_a_null_key_new_in_the_code_under_a_repeated_group_choice_is_no_change(
     assert {c.key: c.allowed_by for c in config_changes(cfg, moved)}["data.time_zone"] is None
 
 
+def test_a_run_from_before_the_coordinates_option_resumes_under_its_model_choice(
+    stopped_run, tmp_path
+):
+    """model.coordinates came at null (the paper's absolute coordinates): a run without it,
+    resumed with its own ``model=...``, is the same setting, not a change refused."""
+    moved = tmp_path / "moved"
+    shutil.copytree(stopped_run, moved)
+    saved = yaml.safe_load((moved / "config.yaml").read_text())
+    del saved["model"]["coordinates"]
+    (moved / "config.yaml").write_text(yaml.safe_dump(saved))
+    cfg = compose_train(tmp_path, [*TINY, *BASE, "model=cloudlstm"])
+    cfg.paths.output_dir = str(moved)
+    assert {c.key: c.allowed_by for c in config_changes(cfg, moved)}["model.coordinates"] == (
+        "new key"
+    )
+
+
 def test_a_misspelt_allow_changes_entry_is_one_line_naming_the_key_meant(stopped_run, tmp_path):
     """In this process: the entry point's one line for a UserError is the first test's."""
     from cloudlstm.cli.train import train

@@ -138,7 +138,7 @@ def test_the_option_reaches_every_dconv_of_a_model_built_from_config(tmp_path, p
     assert len(found) == count
     assert {layer.coordinates for layer in found} == {"relative"}
     default = compose_train(tmp_path, [*TINY, f"model={preset}"])
-    assert default.model.coordinates == "absolute"
+    assert default.model.coordinates is None  # null: the paper's absolute ones
 
 
 def test_a_bad_value_is_one_line_from_train_py(tmp_path):
@@ -148,8 +148,8 @@ def test_a_bad_value_is_one_line_from_train_py(tmp_path):
     assert code == 1 and "Traceback" not in err
     lines = [line for line in err.splitlines() if "centred" in line and "overrides" not in line]
     assert lines == [
-        "CloudSeq2Seq: model.coordinates='centred' is not one of ['absolute', 'relative'] "
-        "(absolute: the paper's DConv; relative: centred on the point convolved)."
+        "CloudSeq2Seq: model.coordinates='centred' is not one of ['absolute', 'relative'] or "
+        "null (null or absolute: the paper's DConv; relative: centred on the point convolved)."
     ]
 
 

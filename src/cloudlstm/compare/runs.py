@@ -48,6 +48,9 @@ from cloudlstm.rundir.old_configs import current_form
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 QUANTILES_KEY = "module.quantiles"
+# the DConv models' coordinates: null (the default, and every run from before the option)
+# and absolute are the paper's one setting
+COORDINATES_KEY = "model.coordinates"
 RUN_KEYS = ("model", "data")  # recorded by train.py in metrics.json["run"]
 # The key of an evaluation's row (eval.py's re-test of a run): its checkpoint and overrides.
 EVALUATION_KEY = "evaluation"
@@ -258,6 +261,8 @@ def load_run(path: Path, results: dict[str, Any] | None = None) -> Run | None:
         config = with_added_settings(config)
     if QUANTILES_KEY in config:  # the levels as the module took them: [0.9,0.5,0.1] is one
         config[QUANTILES_KEY] = quantiles_setting(config[QUANTILES_KEY])
+    if config.get(COORDINATES_KEY) == "absolute":
+        config[COORDINATES_KEY] = None
     if HOLDOUT_POINTS_KEY in config:  # the points held out: [p7,p1] holds out [p1,p7]
         config[HOLDOUT_POINTS_KEY] = holdout_set(config[HOLDOUT_POINTS_KEY])
     keys = {"model": info.get("model") or "?", "data": info.get("data") or "?", **config}

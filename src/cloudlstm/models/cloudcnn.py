@@ -47,7 +47,7 @@ class CloudCNN(ForecastModel):
         hidden_channels: int = 36,
         num_layers: int = 8,
         coord_features: int = 2,
-        coordinates: str = "absolute",
+        coordinates: str | None = None,
         input_channels: int | None = None,
         future_channels: int = 0,
     ) -> None:

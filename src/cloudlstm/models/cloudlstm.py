@@ -111,7 +111,7 @@ class CloudSeq2Seq(ForecastModel):
         neighbours: str = "dynamic",
         residual: bool = False,
         forget_bias: float = 0.0,
-        coordinates: str = "absolute",
+        coordinates: str | None = None,
         input_channels: int | None = None,
         future_channels: int = 0,
     ) -> None:

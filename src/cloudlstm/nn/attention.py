@@ -28,7 +28,7 @@ class CloudAttention(nn.Module):
         k: int,
         value_features: int = 1,
         coord_features: int = 2,
-        coordinates: str = "absolute",
+        coordinates: str | None = "absolute",
     ):
         super().__init__()
         features = value_features + coord_features

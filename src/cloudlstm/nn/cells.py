@@ -60,7 +60,7 @@ class CloudCell(nn.Module):
         k: int,
         value_features: int = 1,
         coord_features: int = 2,
-        coordinates: str = "absolute",
+        coordinates: str | None = "absolute",
     ) -> None:
         super().__init__()
         self.input_channels = input_channels

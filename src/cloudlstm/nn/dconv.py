@@ -60,16 +60,20 @@ themselves (the paper's Eq. 2); ``relative``, the neighbour's coordinates minus 
 the point convolved, in the same channel (so translating a cloud changes nothing)."""
 
 
-def check_coordinates_option(coordinates: str) -> str:
-    """``coordinates`` if it is one of :data:`COORDINATES`.
+def check_coordinates_option(coordinates: str | None) -> str:
+    """``coordinates`` if it is one of :data:`COORDINATES`; ``"absolute"`` for None (the
+    configs' default, null, so that runs from before the option resume and compare as
+    runs of the same setting).
 
     Raises:
         ValueError: naming ``model.coordinates`` and the values it takes.
     """
+    if coordinates is None:
+        return "absolute"
     if coordinates not in COORDINATES:
         raise ValueError(
-            f"model.coordinates={coordinates!r} is not one of {list(COORDINATES)} "
-            "(absolute: the paper's DConv; relative: centred on the point convolved)."
+            f"model.coordinates={coordinates!r} is not one of {list(COORDINATES)} or null "
+            "(null or absolute: the paper's DConv; relative: centred on the point convolved)."
         )
     return coordinates
 
@@ -195,7 +199,7 @@ class DConv(nn.Module):
         out_value_features: int | None = None,
         coord_activation: bool = True,
         bias: bool = True,
-        coordinates: str = "absolute",
+        coordinates: str | None = "absolute",
     ) -> None:
         super().__init__()
         self.coordinates = check_coordinates_option(coordinates)
