@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from cloudlstm.assembly.build import validation_in_optimizer_steps
 from cloudlstm.rundir.stops import RunInterrupted
 from tests.conftest import TINY, compose_train
+from tests.test_input_checks import run_script, the_line
 
 # Epochs of 14 batches, 2 batches a step: 7 steps an epoch; validation every 4 steps.
 ACCUMULATED = [
@@ -106,3 +107,23 @@ def test_a_stop_within_a_window_saves_at_its_step_and_resumes_bit_exactly(tmp_pa
     assert final[0]["global_step"] == final[1]["global_step"] == 10
     weights = [f["state_dict"] for f in final]
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def test_accumulating_more_batches_than_an_epoch_has_is_one_line_before_training(tmp_path):
+    """TINY's epochs hold 3 batches (trainer.limit_train_batches=3): Lightning stepped the
+    optimizer at each epoch's end over those 3, so a command asking for steps of 4 batches
+    trained with steps of 3 and validated every 4 x 3 batches, a step in 4 later than asked,
+    without a word."""
+    args = [*TINY, "logger=none", "print_config=false", "torch_threads=1"]
+    run = tmp_path / "run"
+    done = run_script(
+        "train.py", *args, "trainer.accumulate_grad_batches=4", f"hydra.run.dir={run}"
+    )
+    assert done.returncode == 1
+    assert the_line(done, "trainer.accumulate_grad_batches=4") == (
+        "trainer.accumulate_grad_batches=4 is more than an epoch's training batches (3 per "
+        "process, of data.batch_size=8): Lightning would step the optimizer at each epoch's "
+        "end over 3 batches, not 4. Give trainer.accumulate_grad_batches of at most 3, or "
+        "train on more data."
+    )
+    assert not (run / "checkpoints").exists()

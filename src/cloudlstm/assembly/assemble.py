@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from cloudlstm.assembly.batch_limits import (
+    check_accumulation,
     check_batch_limits,
     check_validation_interval,
     splits_run,
@@ -135,6 +136,7 @@ def assemble(
     warn_schedule_cut_short(cfg, summary.get("windows", {}), batch_size)
     warn_few_windows(cfg, summary)
     check_validation_interval(cfg, summary.get("windows", {}), batch_size)
+    check_accumulation(cfg, summary.get("windows", {}), batch_size)
     write_data_summary(output_dir, summary)
     job_cfg = save_job_config(cfg, output_dir)
     spec = datamodule.spec

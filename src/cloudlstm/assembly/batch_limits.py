@@ -15,6 +15,8 @@ it trained to the end and then failed with the same traceback.
 ``trainer.val_check_interval`` in steps is checked against an epoch too: where validation
 also counts epochs (``trainer.check_val_every_n_epoch`` set, as under ``recipe=paper``),
 Lightning refuses an interval longer than an epoch with a traceback when training starts.
+So is ``trainer.accumulate_grad_batches``: Lightning steps the optimizer at an epoch's end
+whatever it has accumulated, so a count above an epoch's batches would be run as fewer.
 """
 
 from __future__ import annotations
@@ -107,6 +109,34 @@ def check_validation_interval(cfg: DictConfig, windows: dict[str, int], batch_si
             "validates at epochs' ends: give trainer.check_val_every_n_epoch=null to validate "
             f"every {interval} steps across epochs, or a trainer.val_check_interval of at most "
             f"{batches}."
+        )
+
+
+def check_accumulation(cfg: DictConfig, windows: dict[str, int], batch_size: int) -> None:
+    """Refuse a ``trainer.accumulate_grad_batches`` above an epoch's training batches on
+    each process.
+
+    Why: Lightning steps the optimizer at each epoch's end over the batches accumulated so
+    far, so ``accumulate_grad_batches=100`` over epochs of 14 batches would train with steps
+    of 14 batches, not 100, and the validation interval (steps x 100 batches,
+    :func:`~cloudlstm.assembly.build.validation_in_optimizer_steps`) would come 7 times
+    later than the recipe's steps say, or never within the budget.
+
+    Raises:
+        UserError: names the value, the epoch's batches and the ways out.
+    """
+    trainer = cfg.get("trainer") or {}
+    accumulate = trainer.get("accumulate_grad_batches")
+    if "train" not in splits_run(cfg) or not _positive_int(accumulate):
+        return  # other values are refused with the Trainer's (models/options.py)
+    batches = _train_batches(trainer, windows.get("train", 0), batch_size)
+    if 0 < batches < accumulate:
+        raise UserError(
+            f"trainer.accumulate_grad_batches={accumulate} is more than an epoch's training "
+            f"batches ({batches} per process, of data.batch_size={batch_size}): Lightning "
+            f"would step the optimizer at each epoch's end over {batches} batches, not "
+            f"{accumulate}. Give trainer.accumulate_grad_batches of at most {batches}, or "
+            "train on more data."
         )
 
 
