@@ -201,26 +201,31 @@ def test_a_sweep_over_models_is_one_group_and_its_comparison_joins_it(tmp_path):
 # --- the Hydra callback: the comparison when a multirun ends --------------------------------
 
 
-def test_a_multirun_ends_with_its_comparison(tmp_path):
-    """A real two-job sweep logging to W&B: the table printed, one W&B run beside the jobs'
-    in their group, and the page where ``html`` asks for it."""
-    sweep = tmp_path / "sweep"
+def run_sweep(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
+    """``train.py -m model.k=2,3`` of one tiny epoch each into ``tmp_path/sweep``, with
+    ``extra`` overrides."""
     cmd = [
         *PYTHON,
         "train.py",
         "-m",
         "model.k=2,3",
-        f"hydra.sweep.dir={sweep}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
         f"paths.data_dir={tmp_path / 'data'}",
         *[a for a in TINY if not a.startswith(("trainer.max_epochs", "model.k="))],
         "trainer.max_epochs=1",
         "torch_threads=1",
-        "logger=wandb",
         "report.figures=false",
-        "hydra.callbacks.compare.html=compare.html",
+        *extra,
     ]
     env = subprocess_env()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_a_multirun_ends_with_its_comparison(tmp_path):
+    """A real two-job sweep logging to W&B: the table printed, one W&B run beside the jobs'
+    in their group, and the page where ``html`` asks for it."""
+    sweep = tmp_path / "sweep"
+    proc = run_sweep(tmp_path, "logger=wandb", "hydra.callbacks.compare.html=compare.html")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| cloudlstm | synthetic | 2 | 1 |" in proc.stdout
     assert f"wrote {sweep / 'compare.html'}" in proc.stderr
@@ -228,6 +233,23 @@ def test_a_multirun_ends_with_its_comparison(tmp_path):
     group = json.loads((sweep / "0" / "metrics.json").read_text())["run"]["group"]
     assert run.name == "compare-sweep" and run.group == group
     assert run.summary["synthetic/table/nrows"] == 2
+
+
+def test_a_sweep_started_again_compares_around_a_damaged_run(tmp_path):
+    """A sweep run again in its folder, one finished job's metrics.json damaged in between:
+    that job fails, the other is not redone, and the comparison at the end names the damaged
+    file on one line and compares the other job (it failed, naming the file, before)."""
+    first = run_sweep(tmp_path, "logger=csv")
+    assert first.returncode == 0, first.stderr[-3000:]
+    damaged = tmp_path / "sweep" / "0" / "metrics.json"
+    damaged.write_text("{")
+    again = run_sweep(tmp_path, "logger=csv")
+    output = again.stdout + again.stderr
+    assert "comparison failed" not in output
+    rows = [line for line in again.stdout.splitlines() if line.startswith("| cloudlstm |")]
+    assert len(rows) == 1 and rows[0].startswith("| cloudlstm | synthetic | 1 |")
+    skipped = [line for line in output.splitlines() if "compare: skipped (no row):" in line]
+    assert len(skipped) == 1 and f"{damaged} is damaged" in skipped[0], output[-3000:]
 
 
 def callback_config(sweep: Path, logger: str = "wandb") -> DictConfig:
@@ -255,9 +277,14 @@ def test_callback_without_runs_or_with_a_broken_one_does_not_fail_the_sweep(
         f"compare: no finished runs under {tmp_path} to compare",
     ]
     (tmp_path / "failed" / "metrics.json").write_text("{")  # damaged since it was written
+    caplog.clear()
     callback.on_multirun_end(callback_config(tmp_path))
-    assert caplog.records[-1].levelname == "WARNING"
-    assert "is damaged (not valid JSON" in caplog.records[-1].getMessage()
+    skipped, nothing = caplog.records
+    assert skipped.levelname == "WARNING"
+    assert skipped.getMessage().startswith(
+        f"compare: skipped (no row): {tmp_path / 'failed' / 'metrics.json'} is damaged"
+    )
+    assert nothing.getMessage() == f"compare: no finished runs under {tmp_path} to compare"
     assert not (tmp_path / "wandb").exists() and not (tmp_path / "compare.html").exists()
     assert capsys.readouterr().out == ""
 

@@ -21,6 +21,10 @@ log = logging.getLogger(__name__)
 class CompareSweep(Callback):
     """``compare`` on the sweep directory when a multirun ends; never fails the sweep.
 
+    A job whose ``metrics.json`` or ``config.yaml`` cannot be read has no row: one line
+    names each such file (``compare: skipped (no row): ...``), and the other jobs are
+    compared, as ``compare`` on the folder does.
+
     ``wandb``: ``"auto"`` logs the W&B run when the jobs' config has a W&B logger, or
     true/false; ``html``: a file name in the sweep directory for the web page, or None.
     """
@@ -41,8 +45,12 @@ class CompareSweep(Callback):
         from cloudlstm.compare.runs import find_runs
 
         sweep = Path(config.hydra.sweep.dir)
+        # a job's damaged metrics.json or config.yaml: its run is passed over, the rest compared
+        skipped: list[tuple[Path, str]] = []
         # every job failed, or tested nothing (test=false): no table, and no error either
-        if not sweep.is_dir() or not find_runs([sweep]):
+        if not sweep.is_dir() or not find_runs([sweep], skipped=skipped):
+            for _, line in skipped:  # main, which names them otherwise, is not run
+                log.warning("compare: skipped (no row): %s", line)
             log.info("compare: no finished runs under %s to compare", sweep)
             return
         argv = [str(sweep)]
