@@ -470,21 +470,41 @@ def test_a_missing_run_or_checkpoint_is_a_user_error(cloud_run, tmp_path):
         evaluate(compose_eval(untrained, tmp_path / "eval"))
 
 
-def test_a_run_stopped_before_a_validation_chose_a_checkpoint_says_so(cloud_run, tmp_path):
-    """Only last.ckpt (killed early): the default ckpt=best was advised back to the user."""
+def refused_without_best(cloud_run: Path, tmp_path: Path, kept: str) -> tuple[Path, str]:
+    """A run killed before a validation chose a checkpoint, its last weights kept as
+    ``kept`` (a path in it), and eval.py's line refusing it (with the default ckpt=best)."""
     stopped = tmp_path / "stopped"
     (stopped / "checkpoints").mkdir(parents=True)
     shutil.copy(cloud_run / "config.yaml", stopped)
-    shutil.copy(cloud_run / "checkpoints" / "last.ckpt", stopped / "checkpoints")
+    shutil.copy(cloud_run / "checkpoints" / "last.ckpt", stopped / kept)
     with pytest.raises(UserError) as refused:
         evaluate(compose_eval(stopped, tmp_path / "eval"))
-    assert str(refused.value) == (
+    return stopped, str(refused.value)
+
+
+def test_a_run_stopped_before_a_validation_chose_a_checkpoint_says_so(cloud_run, tmp_path):
+    """Only last.ckpt (killed early): the default ckpt=best was advised back to the user."""
+    stopped, refused = refused_without_best(cloud_run, tmp_path, "checkpoints/last.ckpt")
+    assert refused == (
         f"No best checkpoint in {stopped} ({stopped / 'checkpoints'} holds ['last.ckpt']): the "
         "run stopped before a validation chose one (killed, or shorter than one validation). "
         "Train it on with its command and resume=auto, or take its last weights with ckpt=last."
     )
     evaluate(compose_eval(stopped, tmp_path / "eval", "ckpt=last"))  # the way it names
     assert metrics(tmp_path / "eval")["checkpoint"].endswith("last.ckpt")
+
+
+def test_a_run_with_only_a_slurm_checkpoint_says_its_folder_holds_no_ckpt_files(
+    cloud_run, tmp_path
+):
+    """Killed before its first checkpoint, a SLURM requeue's hpc_ckpt_1.ckpt beside it: the
+    line said its empty checkpoints folder ``holds []``, where the others say it in words."""
+    stopped, refused = refused_without_best(cloud_run, tmp_path, "hpc_ckpt_1.ckpt")
+    assert refused == (
+        f"No best checkpoint in {stopped} ({stopped / 'checkpoints'} holds no .ckpt files): the "
+        "run stopped before a validation chose one (killed, or shorter than one validation). "
+        "Train it on with its command and resume=auto."
+    )
 
 
 def test_a_run_without_a_last_checkpoint_is_not_told_to_take_ckpt_last(cloud_run, tmp_path):

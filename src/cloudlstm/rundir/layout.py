@@ -501,8 +501,8 @@ def _no_best(run: Path, folder: Path, have: list[str]) -> str:
     from cloudlstm.rundir.checkpoints import sound_checkpoint  # torch: on use
 
     why = (
-        f"No best checkpoint in {run} ({folder} holds {have}): the run stopped before a "
-        "validation chose one (killed, or shorter than one validation). "
+        f"No best checkpoint in {run} ({folder} holds {have or 'no .ckpt files'}): the run "
+        "stopped before a validation chose one (killed, or shorter than one validation). "
     )
     candidates = resume_candidates(run)
     sound = [p for p in candidates if sound_checkpoint(p)]
