@@ -637,6 +637,11 @@ NO_SMAE_CURVE = (
     "compare: no smae curve against the forecast step for 2 row(s) without per-step smae "
     "results: lstm (synthetic), lstm (airq)"
 )
+# their table's note on the same rows: their smae cells are empty
+NO_SMAE_CELLS = (
+    "compare: cells empty where no run of the row reports the metric: smae in lstm "
+    "(synthetic), lstm (airq)"
+)
 
 
 def test_plot_leaves_out_rows_without_the_curves_metric_and_names_them(tmp_path, capsys):
@@ -653,7 +658,7 @@ def test_plot_leaves_out_rows_without_the_curves_metric_and_names_them(tmp_path,
         for data in ("airq", "synthetic")
         for kind in ("horizon", "bar")
     ]
-    assert err == [NO_SMAE_CURVE, *(f"wrote {p}" for p in paths)]
+    assert err == [NO_SMAE_CELLS, NO_SMAE_CURVE, *(f"wrote {p}" for p in paths)]
     for path in paths:  # airq's horizon figure says that no row has a curve
         assert path.read_bytes()[:8] == PNG_MAGIC
 
@@ -1255,10 +1260,12 @@ def test_scale_free_mae_column_and_older_files(tmp_path, capsys):
     code, out, err = run_main(capsys, tmp_path, "--metrics", "mae", "smae")
     rows = out.splitlines()
     assert code == 0 and rows[0].endswith("| mae | smae |")
-    # the stgcn row's empty cell, though seed 0 has smae, is named with the run lacking it
+    # the stgcn row's empty cell, though seed 0 has smae, is named with the run lacking it;
+    # the lstm row's, none of whose runs has it, on a line of its own (it had no word)
     assert err == [
         "compare: smae is empty in 1 row(s) whose runs do not all report it (a metrics.json "
-        f"from before it): stgcn (synthetic); lacking it: {tmp_path / 'mixed' / '1'}"
+        f"from before it): stgcn (synthetic); lacking it: {tmp_path / 'mixed' / '1'}",
+        "compare: cells empty where no run of the row reports the metric: smae in lstm (synthetic)",
     ]
     assert rows[2].endswith("| **2.3 ± 1.5** | **0.23 ± 0.15** |")
     assert rows[3].endswith("| 3.000 |  |")
@@ -1276,7 +1283,10 @@ def test_published_results_table_without_smae(capsys):
         pytest.skip(f"no published results at {results}")
     code, out, err = run_main(capsys, results, "--metrics", "mae", "smae", "--channels", "CO")
     rows = [row.split(" | ") for row in out.splitlines()]
-    assert code == 0 and err == [] and rows[0][-3:] == ["mae", "smae", "mae[CO] |"]
+    assert code == 0 and rows[0][-3:] == ["mae", "smae", "mae[CO] |"]
+    assert err == [
+        "compare: cells empty where no run of the row reports the metric: smae in every row"
+    ]
     assert all(row[-2] == "" and row[-1] != " |" for row in rows[2:])
 
 
@@ -1519,6 +1529,26 @@ def test_point_forecast_rows_beside_quantile_ones_say_why_their_cells_are_empty(
     rows = {row["model"]: row for row in csv.DictReader(io.StringIO(out))}
     column = next(name for name in rows["lstm"] if name.startswith(("crps", "inliers/crps")))
     assert rows["lstm"][column] and not rows["cloudlstm"][column], rows
+
+
+def test_rows_whose_runs_lack_a_shown_metric_are_one_line_naming_each(tmp_path, capsys):
+    """A quantile row of levels without a 50 % interval beside one with it, a point row and
+    a row from before smae: the cells of coverage50 and smae were empty without a word. The
+    point row's crps and coverage50 keep the line of point forecasts, not a second one."""
+    write_run(tmp_path / "point", 1.0)
+    write_run(tmp_path / "old", 2.0, model="stgcn", smae=False)
+    for name, intervals in (("lstm", (50, 80)), ("cnn", (80,))):
+        write_run(tmp_path / name, 3.0, model=name)
+        for metric in ("crps", *(f"coverage{level}" for level in intervals)):
+            with_metric(tmp_path / name, metric, 0.5)
+    code, _, err = run_main(capsys, tmp_path, "--metrics", "mae", "smae", "crps", "coverage50")
+    assert code == 0
+    assert err == [
+        "compare: cells empty where no run of the row reports the metric: smae in stgcn "
+        "(synthetic); coverage50 in cnn (synthetic)",
+        "compare: crps, coverage50 are empty in 2 row(s) of point forecasts, whose runs were "
+        "trained without module.quantiles: stgcn (synthetic), cloudlstm (synthetic)",
+    ]
 
 
 def test_an_interval_the_runs_levels_lack_is_one_line_naming_theirs(tmp_path, capsys):

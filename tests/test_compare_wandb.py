@@ -25,6 +25,7 @@ from cloudlstm.compare.formats import cell_text
 from cloudlstm.compare.wandb_run import _init_args
 from tests.conftest import PYTHON, ROOT, TINY, compose_train, subprocess_env
 from tests.test_compare import (
+    NO_SMAE_CELLS,
     NO_SMAE_CURVE,
     PNG_MAGIC,
     with_metric,
@@ -142,7 +143,7 @@ def test_rows_without_the_curves_metric_have_no_line_and_are_named(tmp_path, mon
         code = main([str(root), "--horizon-metric", "smae", "--wandb"])
     lines = err.getvalue().splitlines()
     assert code == 0, lines
-    assert lines[0] == NO_SMAE_CURVE and lines[-1].startswith("wrote W&B run ")
+    assert lines[:2] == [NO_SMAE_CELLS, NO_SMAE_CURVE] and lines[-1].startswith("wrote W&B run ")
     run_file, run = finished_run(root)
     folder = run_file.parent
     curves = json.loads(

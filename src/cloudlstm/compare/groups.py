@@ -170,11 +170,7 @@ def of_point_forecasts(groups: Sequence[Group], metrics: Sequence[str]) -> str |
     them in part has :func:`partly_reported`'s line). None where no quantile metric is
     shown, or no row is of point forecasts."""
     asked = [metric for metric in dict.fromkeys(metrics) if is_quantile_metric(metric)]
-    point = [
-        g
-        for g in groups
-        if not any(is_quantile_metric(metric) for run in g.runs for metric in run.overall)
-    ]
+    point = [g for g in groups if _of_point_forecasts(g)]
     if not asked or not point:
         return None
     are = "is" if len(asked) == 1 else "are"
@@ -182,6 +178,31 @@ def of_point_forecasts(groups: Sequence[Group], metrics: Sequence[str]) -> str |
         f"{', '.join(asked)} {are} empty in {len(point)} row(s) of point forecasts, whose runs "
         f"were trained without module.quantiles: {_row_names(point)}"
     )
+
+
+def not_reported(groups: Sequence[Group], metrics: Sequence[str]) -> str | None:
+    """The line on the rows none of whose runs reports a metric of ``metrics`` that the
+    table shows (``smae`` from runs before it, an interval ``coverage50`` of levels without
+    it), naming each such metric and its rows: their cells are empty. The rows of point
+    forecasts under a quantile metric are left to :func:`of_point_forecasts`' line, and
+    rows that report a metric in part to :func:`partly_reported`'s. None where no row lacks
+    a metric so."""
+    parts = []
+    for metric in dict.fromkeys(metrics):
+        lacking = [g for g in groups if not any(metric in run.overall for run in g.runs)]
+        if is_quantile_metric(metric):  # rows of point forecasts: of_point_forecasts' line
+            lacking = [g for g in lacking if not _of_point_forecasts(g)]
+        if lacking:  # a metric no run reports: the rows, all of them, go without naming
+            rows = "every row" if len(lacking) == len(groups) else _row_names(lacking)
+            parts.append(f"{metric} in {rows}")
+    if not parts:
+        return None
+    return f"cells empty where no run of the row reports the metric: {'; '.join(parts)}"
+
+
+def _of_point_forecasts(group: Group) -> bool:
+    """Whether the runs of ``group`` report no quantile metric: they forecast points."""
+    return not any(is_quantile_metric(metric) for run in group.runs for metric in run.overall)
 
 
 def _row_names(groups: Sequence[Group]) -> str:

@@ -21,6 +21,7 @@ from cloudlstm.compare.groups import (
     group_runs,
     levels_note,
     mixed_keys,
+    not_reported,
     of_point_forecasts,
     one_run_per_seed,
     partly_reported,
@@ -303,7 +304,9 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     rows = [(group.label, group.runs) for group in groups]
-    for note in [*row_notes(rows), *partly_reported(groups, args.metrics, args.pooled)]:
+    lacking = not_reported(groups, args.metrics)  # None, or the rows without a metric
+    notes = [*row_notes(rows), *partly_reported(groups, args.metrics, args.pooled), lacking]
+    for note in filter(None, notes):
         print(f"compare: {note}", file=sys.stderr)
     shown = {*args.metrics, args.horizon_metric if args.horizons else None}
     if shown & set(LEVEL_SCORES) and (note := levels_note(groups)):
