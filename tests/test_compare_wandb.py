@@ -251,6 +251,8 @@ def test_a_sweep_started_again_compares_around_a_damaged_run(tmp_path):
     assert len(rows) == 1 and rows[0].startswith("| cloudlstm | synthetic | 1 |")
     skipped = [line for line in output.splitlines() if "compare: skipped (no row):" in line]
     assert len(skipped) == 1 and f"{damaged} is damaged" in skipped[0], output[-3000:]
+    # the job was refused for its file, not its settings: the closing line says no more
+    assert "Each job was refused as given" in output and "settings were refused" not in output
 
 
 def callback_config(sweep: Path, logger: str = "wandb") -> DictConfig:

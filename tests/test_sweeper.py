@@ -47,8 +47,8 @@ def test_every_failed_job_of_a_joblib_sweep_is_named_and_the_finished_one_compar
         assert line.startswith(f"  job {job} (optimizer.lr={lr}): optimizer (AdamW): Invalid ")
         assert line.endswith(f"; log {log}") and log.is_file()
     assert lines[start + 3] == (
-        "Each job's settings were refused as given: mend what its line names (the same "
-        "command would be refused again)."
+        "Each job was refused as given: mend what its line names (the same command "
+        "would be refused again)."
     ), "a learning rate below 0 is refused again by the same command"
 
 
@@ -70,8 +70,8 @@ def test_one_failed_job_of_a_sweep_is_named_with_its_log_after_the_comparison(tm
         "1 of 2 jobs of the sweep failed:",
         f"  job 1 (optimizer.lr=-1): {error}.* key (optimizer.lr > 0, weight_decay >= 0, "
         f"betas in [0, 1)); log {log}",
-        "Each job's settings were refused as given: mend what its line names (the same "
-        "command would be refused again).",
+        "Each job was refused as given: mend what its line names (the same command "
+        "would be refused again).",
     ]
     assert error in log.read_text().splitlines()[-1]
 
@@ -139,8 +139,8 @@ def test_the_way_on_is_a_rerun_only_where_a_rerun_may_pass():
         return str(_failure(failed, launched, "/s")).splitlines()[-1]
 
     assert last_line(refused) == (
-        "Each job's settings were refused as given: mend what its line names (the same "
-        "command would be refused again)."
+        "Each job was refused as given: mend what its line names (the same command "
+        "would be refused again)."
     )
     rerun = "Start the same command with hydra.sweep.dir=/s to run them again (finished jobs "
     for outside in (OutOfSpaceError("no room left in /r/2"), RunDirHeld("/r/2 is held")):

@@ -114,12 +114,13 @@ def unfinished_report(
 ) -> str:
     """``<n> of <total> jobs of the sweep <what>:``, a line per job, and how to go on:
     ``again``, or by default how to run them again: the same command, unless each job's
-    ``errors`` is a refusal of its settings that a rerun would meet again
-    (:func:`refused_as_given`)."""
+    ``errors`` is a refusal that a rerun would meet again (:func:`refused_as_given`): of its
+    settings, or of a file of its run (a damaged metrics.json), so "refused", not "its
+    settings"."""
     if again is None:
         again = (
-            "Each job's settings were refused as given: mend what its line names (the same "
-            "command would be refused again)."
+            "Each job was refused as given: mend what its line names (the same command "
+            "would be refused again)."
             if refused_as_given(errors)
             else f"Start the same command with hydra.sweep.dir={sweep_dir} to run them again "
             "(finished jobs return their results at once)."
