@@ -25,7 +25,9 @@ from omegaconf import OmegaConf
 from cloudlstm.assembly.assemble import warn_per_process_limits
 from cloudlstm.assembly.batch_limits import (
     check_batch_limits,
+    warn_batch_above_windows,
     warn_few_windows,
+    warn_no_validation_in_budget,
     warn_schedule_cut_short,
 )
 from cloudlstm.assembly.build import check_process_settings, check_trainer_settings
@@ -1292,6 +1294,73 @@ def test_a_stride_that_leaves_a_few_windows_of_a_part_is_warned_of(stride, task,
         assert warn_few_windows(cfg, summary) is (warned is not None)
     if warned:
         assert caplog.records[0].getMessage().startswith(warned)
+
+
+@pytest.mark.parametrize(
+    ("trainer", "batch_size", "warned"),
+    [
+        ({}, 1000, "data.batch_size=1000 is more than the 109 training windows: every step "
+         "trains on one batch of 109, not 1000. Give data.batch_size=109 or less, or train on "
+         "more data."),
+        ({"accelerator": "cpu", "devices": 2, "strategy": "ddp"}, 64,
+         "data.batch_size=64 is more than the 109 training windows (55 on each of 2 processes)"),
+        ({}, 109, None),
+        ({}, 8, None),
+    ],
+)  # fmt: skip
+def test_a_batch_larger_than_the_training_windows_is_warned_of(trainer, batch_size, warned, caplog):
+    """data.batch_size=1000 over 109 training windows trained on batches of 109 without a
+    word: the loader keeps its short last batch."""
+    cfg = OmegaConf.create({"train": True, "trainer": trainer})
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.assembly.batch_limits"):
+        assert warn_batch_above_windows(cfg, {"train": 109}, batch_size) is (warned is not None)
+    if warned:
+        assert caplog.records[0].getMessage().startswith(warned)
+    evaluation = OmegaConf.merge(cfg, {"task_name": "eval"})  # eval.py trains nothing
+    assert not warn_batch_above_windows(evaluation, {"train": 109}, batch_size)
+
+
+@pytest.mark.parametrize(
+    ("trainer", "val_windows", "warned"),
+    [
+        ({"max_steps": 4, "val_check_interval": 10}, 11, "trainer.val_check_interval=10 steps "
+         "is more than trainer.max_steps=4: no validation would run, so none chooses the "
+         "checkpoint tested, early stopping never acts, and the run tests its last weights. "
+         "Give trainer.val_check_interval=4 or less to validate within the budget."),
+        ({"max_steps": 4, "val_check_interval": 4}, 11, None),  # one, at the end
+        ({"max_steps": -1, "val_check_interval": 10}, 11, None),  # a budget in epochs
+        ({"max_steps": 4, "val_check_interval": 1.0}, 11, None),  # each epoch's end
+        ({"max_steps": 4, "val_check_interval": 10}, 0, None),  # no validation part
+        ({"max_steps": 4, "val_check_interval": 10, "limit_val_batches": 0}, 11, None),
+        ({"max_steps": 4, "val_check_interval": 10, "check_val_every_n_epoch": 1}, 11, None),
+        ({"max_steps": 4, "val_check_interval": 10, "fast_dev_run": True}, 11, None),
+    ],
+)  # fmt: skip
+def test_a_budget_shorter_than_one_validation_interval_is_warned_of(
+    trainer, val_windows, warned, caplog
+):
+    """trainer.max_steps=4 under the recipe's validation every 250 steps trained, tested its
+    last weights, and said only that no validation chose a checkpoint."""
+    cfg = OmegaConf.create({"train": True, "trainer": trainer})
+    windows = {"train": 109, "val": val_windows}
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.assembly.batch_limits"):
+        assert warn_no_validation_in_budget(cfg, windows) is (warned is not None)
+    if warned:
+        assert caplog.records[0].getMessage() == warned
+    evaluation = OmegaConf.merge(cfg, {"task_name": "eval"})
+    assert not warn_no_validation_in_budget(evaluation, windows)
+
+
+def test_train_warns_of_a_batch_and_a_validation_interval_beyond_the_data_and_budget(
+    tiny_cfg, caplog
+):
+    """Both warnings come from a real training, before it starts."""
+    cfg = tiny_cfg("data.batch_size=1000", "trainer.max_steps=2", "trainer.val_check_interval=5")
+    with caplog.at_level(logging.WARNING, logger="cloudlstm.assembly.batch_limits"):
+        train(cfg)
+    said = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("data.batch_size=1000 is more than the ") for m in said), said
+    assert any(m.startswith("trainer.val_check_interval=5 steps is more than") for m in said)
 
 
 def test_data_without_a_test_part_are_refused_where_the_job_tests():

@@ -27,7 +27,9 @@ from cloudlstm.assembly.batch_limits import (
     check_batch_limits,
     check_validation_interval,
     splits_run,
+    warn_batch_above_windows,
     warn_few_windows,
+    warn_no_validation_in_budget,
     warn_schedule_cut_short,
 )
 from cloudlstm.assembly.build import (
@@ -135,6 +137,8 @@ def assemble(
     check_calibration_split(cfg, summary.get("windows", {}), batch_size)
     warn_schedule_cut_short(cfg, summary.get("windows", {}), batch_size)
     warn_few_windows(cfg, summary)
+    warn_batch_above_windows(cfg, summary.get("windows", {}), batch_size)
+    warn_no_validation_in_budget(cfg, summary.get("windows", {}))
     check_validation_interval(cfg, summary.get("windows", {}), batch_size)
     check_accumulation(cfg, summary.get("windows", {}), batch_size)
     write_data_summary(output_dir, summary)

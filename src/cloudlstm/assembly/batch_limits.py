@@ -217,6 +217,58 @@ def warn_schedule_cut_short(cfg: DictConfig, windows: dict[str, int], batch_size
     return True
 
 
+def warn_batch_above_windows(cfg: DictConfig, windows: dict[str, int], batch_size: int) -> bool:
+    """Warn where ``data.batch_size`` is more than the training windows of each process:
+    the loader keeps its short last batch, so every step would train on a batch of all of
+    them, fewer than asked. Returns whether it warned."""
+    train = windows.get("train", 0)
+    if "train" not in splits_run(cfg) or not _positive_int(batch_size) or train <= 0:
+        return False
+    world = processes(cfg.get("trainer") or {})
+    each = math.ceil(train / world)
+    if batch_size <= each:
+        return False
+    of = f" ({each} on each of {world} processes)" if world > 1 else ""
+    log.warning(
+        "data.batch_size=%d is more than the %d training windows%s: every step trains on one "
+        "batch of %d, not %d. Give data.batch_size=%d or less, or train on more data.",
+        batch_size,
+        train,
+        of,
+        each,
+        batch_size,
+        each,
+    )
+    return True
+
+
+def warn_no_validation_in_budget(cfg: DictConfig, windows: dict[str, int]) -> bool:
+    """Warn where ``trainer.val_check_interval`` (steps, the recipe's) is more than
+    ``trainer.max_steps``: no validation would run, so none chooses the checkpoint tested,
+    early stopping never acts, and the run tests its last weights. Returns whether it
+    warned (not where validation is off: no validation windows, ``limit_val_batches=0``)."""
+    trainer = cfg.get("trainer") or {}
+    interval, budget = trainer.get("val_check_interval"), trainer.get("max_steps")
+    if "train" not in splits_run(cfg) or trainer.get("fast_dev_run"):
+        return False
+    if trainer.get("check_val_every_n_epoch") is not None or windows.get("val", 0) <= 0:
+        return False  # validations at epochs' ends (recipe=paper), or no validation part
+    if trainer.get("limit_val_batches") == 0 or not _positive_int(interval):
+        return False
+    if not _positive_int(budget) or interval <= budget:
+        return False
+    log.warning(
+        "trainer.val_check_interval=%d steps is more than trainer.max_steps=%d: no validation "
+        "would run, so none chooses the checkpoint tested, early stopping never acts, and the "
+        "run tests its last weights. Give trainer.val_check_interval=%d or less to validate "
+        "within the budget.",
+        interval,
+        budget,
+        budget,
+    )
+    return True
+
+
 # a part with fewer windows than this, which stride 1 would multiply, is warned of
 FEW_WINDOWS = 10
 
